@@ -1,0 +1,144 @@
+"""Public calls.
+
+The path of one call, top to bottom: validate -> choose the variant (``heuristics.specs_for``) ->
+get the kernels (``runtime.get_kernel``: render, compile or load from the disk cache, load on
+the device) -> launch the scheduler kernel (writes the metadata buffer) -> launch the persistent
+attention kernel.  Both launches go on PyTorch's current stream of the tensors' device; nothing
+synchronises the host and every buffer comes from PyTorch's allocator, so the call can be
+captured in a CUDA graph.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from . import heuristics, metadata, runtime, validation
+from .params import ATTENTION_PARAMS, SCHEDULER_PARAMS
+
+_LOG2E = 1.4426950408889634
+_arch_cache: dict = {}
+
+
+def device_arch(device: int) -> str:
+    """Compile target of a CUDA device (e.g. 'sm_90a' on an H100/H200)."""
+    a = _arch_cache.get(device)
+    if a is None:
+        a = _arch_cache[device] = heuristics.arch_for_capability(*runtime.device_properties(device)["cc"])
+    return a
+
+
+def _current_stream(device: int) -> int:
+    get_raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if get_raw is not None:
+        return get_raw(device)
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def varlen_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    *,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    return_lse: bool = False,
+    out: torch.Tensor | None = None,
+    metadata_layout: str = "soa",
+):
+    """Attention over a ragged (varlen) batch of requests packed along the token dimension.
+
+    Request ``i`` owns query rows ``cu_seqlens_q[i]:cu_seqlens_q[i+1]`` of ``q`` and key/value rows
+    ``cu_seqlens_k[i]:cu_seqlens_k[i+1]`` of ``k``/``v``; query head ``h`` attends to KV head
+    ``h // (num_heads_q // num_heads_kv)`` (GQA/MQA).
+
+    Args:
+        q: (total_q, num_heads_q, head_dim), float16 or bfloat16, CUDA, last dim contiguous.
+        k: (total_k, num_heads_kv, head_dim), q's dtype and device.
+        v: (total_k, num_heads_kv, head_dim_v), q's dtype and device.
+        cu_seqlens_q: int32 (batch + 1,), cumulative query lengths in tokens, starting at 0.
+        cu_seqlens_k: int32 (batch + 1,), cumulative key lengths in tokens, starting at 0.
+        max_seqlen_q, max_seqlen_k: longest request lengths in tokens (ints; accepted for
+            FlashAttention compatibility, kernels read the lengths from cu_seqlens on the GPU).
+        causal: bottom-right aligned causal mask: query row r of a request sees key j iff
+            ``j <= r + seqlen_k - seqlen_q`` (rows that see no key get out = 0, lse = -inf).
+        softmax_scale: logit scale, default ``1 / sqrt(head_dim)``.
+        return_lse: also return the log-sum-exp of the scaled logits.
+        out: optional output tensor (total_q, num_heads_q, head_dim_v), q's dtype.
+        metadata_layout: "soa" or "aos", the scheduler-metadata layout (see ``metadata.py``).
+
+    Returns:
+        out (total_q, num_heads_q, head_dim_v) in q's dtype; with ``return_lse`` also
+        lse (num_heads_q, total_q) float32, natural log (FlashAttention-3's convention).
+        Query rows past ``cu_seqlens_q[-1]`` are not written.
+
+    Raises:
+        TypeError: an argument has the wrong type or dtype (the message names it).
+        ValueError: wrong shape, device, stride/alignment, head counts that do not divide,
+            unsupported head dim (64, 96, 128, 192, 256), bad softmax_scale or metadata_layout.
+        kernelgen.compiler.CompileError: NVRTC rejected a kernel (log and source path attached).
+
+    The values of cu_seqlens are not read on the host (that would synchronise); set
+    ``KERNELGEN_CHECK_INPUTS=1`` to check them (non-decreasing, within the tensors) at a sync.
+
+    Algorithm: FlashAttention-2 tiling with an fp32 online softmax (Dao 2023; Milakov and
+    Gimelshein 2018) in a persistent kernel fed by a GPU scheduler, after FlashAttention-3's
+    varlen scheduler (Shah et al. 2024) with a capacity-sized metadata buffer.
+    """
+    sizes = validation.varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out)
+    scale = validation.softmax_scale(softmax_scale, sizes["head_dim"])
+    layout = validation.layout(metadata_layout)
+    if os.environ.get("KERNELGEN_CHECK_INPUTS") == "1":
+        validation.check_cu_seqlens_values("cu_seqlens_q", cu_seqlens_q, sizes["total_q"])
+        validation.check_cu_seqlens_values("cu_seqlens_k", cu_seqlens_k, sizes["total_k"])
+
+    total_q, hq = sizes["total_q"], sizes["num_heads_q"]
+    if out is None:
+        out = torch.empty((total_q, hq, sizes["head_dim_v"]), dtype=q.dtype, device=q.device)
+    lse = torch.empty((hq, total_q), dtype=torch.float32, device=q.device) if return_lse else None
+    batch = sizes["batch"]
+    if total_q == 0 or batch == 0:
+        return (out, lse) if return_lse else out
+
+    device = q.device.index
+    if device != torch.cuda.current_device():
+        with torch.cuda.device(device):
+            _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, sizes, scale, bool(causal), layout)
+    else:
+        _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, sizes, scale, bool(causal), layout)
+    return (out, lse) if return_lse else out
+
+
+def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, sizes, scale, causal, layout):
+    device = q.device.index
+    arch = device_arch(device)
+    dtype = validation.DTYPES[q.dtype]
+    sched_spec, attn_spec = heuristics.specs_for(arch, dtype, sizes["head_dim"], sizes["head_dim_v"], causal, layout)
+    sched = runtime.get_kernel(sched_spec, device)
+    attn = runtime.get_kernel(attn_spec, device)
+
+    batch = sizes["batch"]
+    capacity = batch
+    md = torch.empty(metadata.buffer_ints(capacity), dtype=torch.int32, device=q.device)
+    stream = _current_stream(device)
+    sched.launch(1, stream, SCHEDULER_PARAMS.pack({
+        "cu_seqlens_q": cu_seqlens_q.data_ptr(), "cu_seqlens_k": cu_seqlens_k.data_ptr(), "metadata": md.data_ptr(),
+        "batch": batch, "capacity": capacity, "num_heads": sizes["num_heads_q"],
+        "block_m": attn_spec.tile.block_m, "block_n": attn_spec.tile.block_n,
+    }))
+    attn.launch(attn.persistent_grid, stream, ATTENTION_PARAMS.pack({
+        "q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "out": out.data_ptr(),
+        "lse": lse.data_ptr() if lse is not None else 0,
+        "cu_seqlens_q": cu_seqlens_q.data_ptr(), "cu_seqlens_k": cu_seqlens_k.data_ptr(), "metadata": md.data_ptr(),
+        "q_row_stride": q.stride(0), "q_head_stride": q.stride(1),
+        "k_row_stride": k.stride(0), "k_head_stride": k.stride(1),
+        "v_row_stride": v.stride(0), "v_head_stride": v.stride(1),
+        "o_row_stride": out.stride(0), "o_head_stride": out.stride(1),
+        "lse_head_stride": lse.stride(0) if lse is not None else 0,
+        "num_heads_q": sizes["num_heads_q"], "num_heads_kv": sizes["num_heads_kv"], "capacity": capacity,
+        "scale_log2": scale * _LOG2E,
+    }))

@@ -1,0 +1,165 @@
+"""NVRTC through CuPy: CUDA source + options -> cubin for one exact arch, plus a resource report.
+
+NVRTC needs no GPU and no CUDA toolkit: CuPy loads it from the ``nvidia-cuda-nvrtc`` wheel.  We
+always ask for a cubin (SASS) for the exact target (``sm_80``, ``sm_90a``, ...), never PTX, because
+PTX made by a newer NVRTC is refused by an older driver while its cubins load.
+"""
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: Number of NVRTC compilations done by this process (tests and the CLI read it).
+COMPILE_COUNT = 0
+_count_lock = threading.Lock()
+
+
+class CompileError(RuntimeError):
+    """NVRTC rejected a kernel.  ``log`` is NVRTC's log, ``source_path`` the saved rendered source."""
+
+    def __init__(self, name: str, log: str, source_path: str | None):
+        self.name = name
+        self.log = log
+        self.source_path = source_path
+        super().__init__(f"NVRTC failed to compile {name} (rendered source saved at {source_path}):\n{log}")
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    cubin: bytes
+    log: str
+    resources: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+_lib = None
+
+
+def _nvrtc_ctypes():
+    """The NVRTC shared library CuPy uses, opened with ctypes (same handle, same instance)."""
+    global _lib
+    if _lib is None:
+        import ctypes
+
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+
+        _lib = ctypes.CDLL(load_nvidia_dynamic_lib("nvrtc").abs_path)
+    return _lib
+
+
+def _get_cubin(prog: int) -> bytes:
+    """The whole cubin of a compiled program.
+
+    CuPy 14.2's ``nvrtc.getCUBIN`` returns one byte short of nvrtcGetCUBINSize (the ELF's last
+    program-header byte is cut off), so we read it through NVRTC's C API on CuPy's program handle.
+    If that library cannot be opened we fall back to CuPy and restore the size the ELF header
+    states (the missing tail byte is the zero high byte of the last header's p_align).
+    """
+    import ctypes
+
+    try:
+        lib = _nvrtc_ctypes()
+        size = ctypes.c_size_t()
+        if lib.nvrtcGetCUBINSize(ctypes.c_void_p(prog), ctypes.byref(size)) == 0 and size.value:
+            buf = ctypes.create_string_buffer(size.value)
+            if lib.nvrtcGetCUBIN(ctypes.c_void_p(prog), buf) == 0:
+                return buf.raw
+    except Exception:  # noqa: BLE001 - any failure here falls back to CuPy's getter
+        pass
+    from cupy.cuda import nvrtc
+
+    data = bytes(nvrtc.getCUBIN(prog))
+    return data + b"\0" * max(0, elf_size(data) - len(data))
+
+
+def elf_size(data: bytes) -> int:
+    """Size an ELF64 image claims (end of its section or program header table, whichever is last)."""
+    import struct
+
+    if len(data) < 64 or data[:4] != b"\x7fELF":
+        return len(data)
+    phoff, shoff = struct.unpack_from("<QQ", data, 0x20)
+    _, phentsize, phnum, shentsize, shnum, _ = struct.unpack_from("<HHHHHH", data, 0x34)
+    return max(phoff + phnum * phentsize, shoff + shnum * shentsize)
+
+
+def nvrtc_version() -> tuple[int, int]:
+    """(major, minor) of the NVRTC library CuPy loads.  Part of every cache key."""
+    from cupy.cuda import nvrtc
+
+    return tuple(int(x) for x in nvrtc.getVersion())
+
+
+def arch_flag(arch: str) -> str:
+    if not re.fullmatch(r"sm_\d+a?", arch):
+        raise ValueError(f"arch must look like 'sm_80' or 'sm_90a', got {arch!r}")
+    return f"--gpu-architecture={arch}"
+
+
+def default_options(arch: str) -> tuple[str, ...]:
+    """Options every kernel is compiled with (they are part of the cache key)."""
+    return (arch_flag(arch), "--std=c++17", "-default-device", "--use_fast_math", "-lineinfo", "-Xptxas=-v")
+
+
+_RES = {
+    "registers": re.compile(r"Used (\d+) registers"),
+    "stack_frame": re.compile(r"(\d+) bytes stack frame"),
+    "spill_stores": re.compile(r"(\d+) bytes spill stores"),
+    "spill_loads": re.compile(r"(\d+) bytes spill loads"),
+    "shared_static": re.compile(r"(\d+) bytes smem"),
+}
+
+
+def parse_resources(log: str) -> dict:
+    """Pull the ptxas report (registers, stack frame, spill bytes, static smem) out of an NVRTC log.
+
+    With several kernels in one program the largest value of each field is kept.
+    """
+    res = {}
+    for key, rx in _RES.items():
+        vals = [int(m) for m in rx.findall(log)]
+        res[key] = max(vals) if vals else 0
+    return res
+
+
+def _save_failed_source(name: str, source: str) -> str | None:
+    try:
+        d = Path(tempfile.gettempdir()) / "kernelgen-failed"
+        d.mkdir(parents=True, exist_ok=True)
+        p = d / f"{name}.{os.getpid()}.cu"
+        p.write_text(source)
+        return str(p)
+    except OSError:
+        return None
+
+
+def compile_cubin(source: str, arch: str, options: tuple[str, ...], name: str = "kernel") -> CompileResult:
+    """Compile ``source`` to a cubin for ``arch``.
+
+    Raises CompileError (with the NVRTC log and the path of the saved source) on failure.
+    """
+    global COMPILE_COUNT
+    from cupy.cuda import nvrtc
+
+    t0 = time.perf_counter()
+    prog = nvrtc.createProgram(source, f"{name}.cu", [], [])
+    try:
+        try:
+            nvrtc.compileProgram(prog, list(options))
+        except nvrtc.NVRTCError:
+            log = nvrtc.getProgramLog(prog)
+            raise CompileError(name, log, _save_failed_source(name, source)) from None
+        log = nvrtc.getProgramLog(prog)
+        cubin = _get_cubin(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+    with _count_lock:
+        COMPILE_COUNT += 1
+    if not cubin:
+        raise CompileError(name, log + "\n(no cubin produced: is the arch a real sm_XX target?)", _save_failed_source(name, source))
+    return CompileResult(cubin=bytes(cubin), log=log, resources=parse_resources(log), seconds=time.perf_counter() - t0)

@@ -1,0 +1,70 @@
+"""Kernel parameter structs, defined once for both sides of the launch.
+
+Every kernel takes a single struct by value.  The field list below renders the C declaration in
+the template (``{{ params_decl }}``) and builds the ``struct.Struct`` the launcher packs, so the two
+can never disagree.  Fields are laid out 8-byte fields first, then 4-byte fields, and the struct is
+padded to a multiple of 8 bytes, which is exactly the C layout of the same declaration.
+"""
+from __future__ import annotations
+
+import struct
+
+_CTYPES = {"ptr": ("const void*", "Q", 8), "i64": ("long long", "q", 8), "i32": ("int", "i", 4), "f32": ("float", "f", 4)}
+
+
+class ParamStruct:
+    """A C struct of kernel arguments: ``fields`` is a list of (name, type) with type in ptr/i64/i32/f32."""
+
+    def __init__(self, cname: str, fields: list[tuple[str, str]]):
+        for name, ty in fields:
+            if ty not in _CTYPES:
+                raise ValueError(f"field {name}: unknown type {ty!r}")
+        # 8-byte fields first keeps the C layout free of interior padding.
+        self.cname = cname
+        self.fields = sorted(fields, key=lambda f: -_CTYPES[f[1]][2])
+        self.names = tuple(n for n, _ in self.fields)
+        fmt = "<" + "".join(_CTYPES[t][1] for _, t in self.fields)
+        size = struct.calcsize(fmt)
+        pad = (-size) % 8
+        self.struct = struct.Struct(fmt + "x" * pad)
+        self.size = self.struct.size
+        self._ptrs = frozenset(n for n, t in self.fields if t == "ptr")
+
+    def c_decl(self) -> str:
+        lines = [f"struct {self.cname} {{"]
+        lines += [f"  {_CTYPES[t][0]} {n};" for n, t in self.fields]
+        lines.append("};")
+        lines.append(f'static_assert(sizeof({self.cname}) == {self.size}, "{self.cname} ABI size");')
+        return "\n".join(lines)
+
+    def pack(self, values: dict) -> bytes:
+        """Pack a dict of field values (missing or None pointers become 0)."""
+        try:
+            return self.struct.pack(*[(values[n] or 0) if n in self._ptrs else values[n] for n in self.names])
+        except KeyError as e:
+            raise KeyError(f"{self.cname}: missing field {e.args[0]!r}") from None
+
+
+ATTENTION_PARAMS = ParamStruct(
+    "AttnParams",
+    [
+        ("q", "ptr"), ("k", "ptr"), ("v", "ptr"), ("out", "ptr"), ("lse", "ptr"),
+        ("cu_seqlens_q", "ptr"), ("cu_seqlens_k", "ptr"), ("metadata", "ptr"),
+        ("q_row_stride", "i64"), ("q_head_stride", "i64"),
+        ("k_row_stride", "i64"), ("k_head_stride", "i64"),
+        ("v_row_stride", "i64"), ("v_head_stride", "i64"),
+        ("o_row_stride", "i64"), ("o_head_stride", "i64"),
+        ("lse_head_stride", "i64"),
+        ("num_heads_q", "i32"), ("num_heads_kv", "i32"), ("capacity", "i32"),
+        ("scale_log2", "f32"),
+    ],
+)
+
+SCHEDULER_PARAMS = ParamStruct(
+    "SchedParams",
+    [
+        ("cu_seqlens_q", "ptr"), ("cu_seqlens_k", "ptr"), ("metadata", "ptr"),
+        ("batch", "i32"), ("capacity", "i32"), ("num_heads", "i32"),
+        ("block_m", "i32"), ("block_n", "i32"),
+    ],
+)

@@ -1,0 +1,78 @@
+"""Float64 reference attention for tests and benchmarks (PyTorch, on the inputs' device).
+
+Conventions (shared/research/edge_cases.md): query head h uses KV head h // (Hq / Hkv); causal is
+bottom-right aligned (row r sees key j iff j <= r + seqlen_k - seqlen_q); a row that sees no key
+has out = 0 exactly and lse = -inf; lse is the natural log of the sum of exp(scaled logits).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, softmax_scale=None,
+                        max_elements: int = 1 << 27):
+    """Returns (out, lse): out (total_q, Hq, Dv) float64, lse (Hq, total_q) float64.
+
+    Rows past cu_seqlens_q[-1] are NaN (no request owns them).  ``max_elements`` bounds the
+    size of one logits block (heads are processed in groups to stay under it).
+    """
+    total_q, hq, d = q.shape
+    hkv, dv = k.shape[1], v.shape[2]
+    qpk = hq // hkv
+    scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
+    cq = [int(x) for x in cu_seqlens_q.tolist()]
+    ck = [int(x) for x in cu_seqlens_k.tolist()]
+    out = torch.full((total_q, hq, dv), float("nan"), dtype=torch.float64, device=q.device)
+    lse = torch.full((hq, total_q), float("nan"), dtype=torch.float64, device=q.device)
+    for b in range(len(cq) - 1):
+        q0, q1, k0, k1 = cq[b], cq[b + 1], ck[b], ck[b + 1]
+        lq, lk = q1 - q0, k1 - k0
+        if lq <= 0:
+            continue
+        if lk <= 0:
+            out[q0:q1] = 0
+            lse[:, q0:q1] = float("-inf")
+            continue
+        qb = q[q0:q1].double().transpose(0, 1)                      # (Hq, lq, d)
+        kb = k[k0:k1].double().transpose(0, 1).repeat_interleave(qpk, 0)   # (Hq, lk, d)
+        vb = v[k0:k1].double().transpose(0, 1).repeat_interleave(qpk, 0)   # (Hq, lk, dv)
+        mask = None
+        if causal:
+            r = torch.arange(lq, device=q.device)[:, None]
+            j = torch.arange(lk, device=q.device)[None, :]
+            mask = j > r + (lk - lq)                                 # True = hidden
+        group = max(1, max_elements // max(1, lq * lk))
+        for h0 in range(0, hq, group):
+            h1 = min(hq, h0 + group)
+            s = torch.matmul(qb[h0:h1], kb[h0:h1].transpose(1, 2)) * scale
+            if mask is not None:
+                s = s.masked_fill(mask, float("-inf"))
+            m = s.amax(dim=-1, keepdim=True)
+            m_safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+            p = torch.exp(s - m_safe)
+            z = p.sum(dim=-1, keepdim=True)
+            o = torch.matmul(p, vb[h0:h1]) / torch.where(z > 0, z, torch.ones_like(z))
+            o = torch.where(z > 0, o, torch.zeros_like(o))
+            out[q0:q1, h0:h1] = o.transpose(0, 1)
+            lse[h0:h1, q0:q1] = torch.where(z[..., 0] > 0, torch.log(z[..., 0]) + m_safe[..., 0],
+                                            torch.full_like(z[..., 0], float("-inf")))
+    return out, lse
+
+
+def tolerance(dtype) -> tuple[float, float]:
+    """(atol, rtol) against the float64 reference cast to ``dtype`` (edge_cases.md conventions)."""
+    if dtype == torch.bfloat16:
+        return 1.6e-2, 1.6e-2
+    if dtype == torch.float16:
+        return 2e-3, 2e-3
+    raise ValueError(f"no tolerance for {dtype}")
+
+
+def max_error(out, ref) -> float:
+    """Largest absolute difference (NaN anywhere in out counts as infinite)."""
+    o = out.double()
+    if torch.isnan(o).any():
+        return float("inf")
+    return float((o - ref).abs().max().item()) if o.numel() else 0.0

@@ -1,0 +1,64 @@
+"""Render a spec's Jinja template into CUDA source.
+
+The environment uses ``StrictUndefined``: a template that names a variable the spec does not give
+fails loudly instead of rendering an empty string.  Rendering is pure (no file writes), so a cache
+lookup never has side effects before it hits.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import jinja2
+
+from . import metadata
+from .params import ATTENTION_PARAMS, SCHEDULER_PARAMS
+
+
+def templates_dir() -> Path:
+    """The template folder: inside the installed package, or the checkout's top-level templates/."""
+    here = Path(__file__).resolve().parent
+    for cand in (here / "templates", here.parent / "templates"):
+        if (cand / "common").is_dir():
+            return cand
+    raise FileNotFoundError(f"kernelgen templates not found next to {here}")
+
+
+@functools.lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    return env
+
+
+_DTYPE_INFO = {
+    # mma operand type, f32x2 -> packed pair conversion
+    "bf16": {"mma_type": "bf16", "cvt_pack": "cvt.rn.bf16x2.f32"},
+    "fp16": {"mma_type": "f16", "cvt_pack": "cvt.rn.f16x2.f32"},
+}
+
+
+def context(spec) -> dict:
+    ctx = dict(metadata.template_constants())
+    ctx.update(spec.template_vars())
+    ctx["kernel_name"] = spec.entry
+    ctx["spec_name"] = spec.name
+    if spec.kind == "attention":
+        ctx.update(_DTYPE_INFO[spec.dtype])
+        ctx["params_decl"] = ATTENTION_PARAMS.c_decl()
+    elif spec.kind == "scheduler":
+        ctx["params_decl"] = SCHEDULER_PARAMS.c_decl()
+    return ctx
+
+
+def render(spec) -> str:
+    """CUDA source of ``spec`` (a string; deterministic for a given spec and template tree)."""
+    template = environment().get_template(spec.template)
+    header = f"// kernelgen generated: {spec.name}\n"
+    return header + template.render(**context(spec))

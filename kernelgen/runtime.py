@@ -1,0 +1,115 @@
+"""Loaded kernels per device, and launching them on a raw CUDA stream.
+
+A kernel is loaded once per (device, spec) from the cubin the cache hands back (CuPy's
+``Module.load`` -> cuModuleLoadData in the device's primary context, the one PyTorch uses), and
+launched with ``cuLaunchKernel`` on the caller's stream.  Every kernel takes one parameter
+struct by value; the launcher packs it with the same field list the template was rendered from
+(``params.py``).  Nothing here synchronises the host or allocates device memory.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass, field
+
+from .params import ATTENTION_PARAMS, SCHEDULER_PARAMS, ParamStruct
+
+_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+
+
+@dataclass
+class Kernel:
+    """One loaded kernel on one device."""
+
+    spec: object
+    device: int
+    func_ptr: int
+    num_threads: int
+    smem_bytes: int
+    #: CTAs of a persistent launch: SMs x resident CTAs per SM (occupancy calculator).
+    persistent_grid: int
+    params: ParamStruct
+    module: object = field(repr=False, default=None)  # keeps the CUmodule alive
+    resources: dict = field(default_factory=dict)
+
+    def launch(self, grid: int, stream: int, packed: bytes) -> None:
+        """Launch with ``grid`` CTAs on the raw CUstream handle ``stream`` (0 = legacy default).
+
+        ``packed`` is the parameter struct from ``self.params.pack``.  Raises CUDADriverError
+        (from CuPy) if the driver rejects the launch.
+        """
+        from cupy.cuda import driver
+
+        buf = (ctypes.c_char * len(packed)).from_buffer_copy(packed)
+        argv = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
+        driver.launchKernel(self.func_ptr, grid, 1, 1, self.num_threads, 1, 1, self.smem_bytes, stream,
+                            ctypes.addressof(argv), 0)
+
+
+_loaded: dict = {}
+_lock = threading.Lock()
+_device_props: dict = {}
+
+
+def device_properties(device: int) -> dict:
+    """Cached CUDA device properties: name, cc (major, minor), num_sms, l2_bytes, smem_optin."""
+    p = _device_props.get(device)
+    if p is None:
+        from cupy.cuda import runtime
+
+        raw = runtime.getDeviceProperties(device)
+        name = raw["name"]
+        p = {
+            "name": name.decode() if isinstance(name, bytes) else str(name),
+            "cc": (int(raw["major"]), int(raw["minor"])),
+            "num_sms": int(raw["multiProcessorCount"]),
+            "l2_bytes": int(raw["l2CacheSize"]),
+            "smem_optin": int(raw.get("sharedMemPerBlockOptin", 0)),
+        }
+        _device_props[device] = p
+    return p
+
+
+def get_kernel(spec, device: int) -> Kernel:
+    """The kernel for ``spec`` loaded on ``device`` (compiling or loading from the disk cache once)."""
+    k = _loaded.get((device, spec))
+    if k is not None:
+        return k
+    with _lock:
+        k = _loaded.get((device, spec))
+        if k is None:
+            k = _load(spec, device)
+            _loaded[(device, spec)] = k
+    return k
+
+
+def _load(spec, device: int) -> Kernel:
+    import cupy
+    from cupy.cuda import driver, function
+
+    from .cache import get_cache
+
+    entry = get_cache().get(spec)
+    if spec.kind == "attention":
+        threads, smem, params = spec.tile.num_warps * 32, spec.smem_bytes(), ATTENTION_PARAMS
+    elif spec.kind == "scheduler":
+        threads, smem, params = spec.num_threads, 0, SCHEDULER_PARAMS
+    else:
+        raise ValueError(f"unknown kernel kind {spec.kind!r}")
+    with cupy.cuda.Device(device):
+        module = function.Module()
+        module.load(entry.cubin)
+        fn = module.get_function(spec.entry)
+        if smem > 48 * 1024:
+            driver.funcSetAttribute(fn.ptr, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+        per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, threads, smem)
+        if per_sm < 1:
+            raise RuntimeError(f"{spec.name} cannot run on device {device}: occupancy 0 with {smem} B of shared memory")
+        grid = per_sm * device_properties(device)["num_sms"]
+    return Kernel(spec=spec, device=device, func_ptr=fn.ptr, num_threads=threads, smem_bytes=smem,
+                  persistent_grid=grid, params=params, module=module, resources=dict(entry.resources))
+
+
+def loaded_kernels() -> list:
+    """Kernels loaded in this process (for ``kernelgen doctor`` and tests)."""
+    return list(_loaded.values())

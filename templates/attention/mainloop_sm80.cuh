@@ -1,0 +1,93 @@
+// ---- attention/mainloop_sm80.cuh: cp.async tile loads and the two tensor-core GEMMs ----
+// Fragment layouts are those of mma.m16n8k16 (PTX ISA, "Matrix fragments for mma.m16n8k16"):
+// lane = 4*g + t.  A: {(g,2t..), (g+8,2t..), (g,2t+8..), (g+8,2t+8..)}; B: {(k=2t..,n=g), (k=2t+8..,n=g)};
+// C: {(g,2t), (g,2t+1), (g+8,2t), (g+8,2t+1)}.
+
+// Threads per row in a tile copy: the largest power of two <= 32 dividing both the row's 16-byte
+// chunk count and the CTA size.  Each thread then copies chunks c0, c0 + TPR, ... of rows
+// r0, r0 + NT/TPR, ...: every address is a running row pointer plus a compile-time offset.
+__host__ __device__ constexpr int copy_tpr(int cpr) {
+  int t = 32;
+  while (t > 1 && (cpr % t != 0 || NT % t != 0)) t /= 2;
+  return t;
+}
+
+// ROWS x COLS elements from global (row stride `row_stride` elements) into smem (row stride S);
+// rows >= valid_rows are zero-filled: cp.async is then given a source size of 0 and reads nothing.
+template <int ROWS, int COLS, int S>
+__device__ __forceinline__ void load_tile(u32 s_base, const u16* g, i64 row_stride, int valid_rows, int tid) {
+  constexpr int CPR = COLS / 8;  // 16-byte chunks per row
+  constexpr int TPR = copy_tpr(CPR);
+  constexpr int RSTEP = NT / TPR;
+  const int r0 = tid / TPR, c0 = tid % TPR;
+  const u16* src = g + (i64)r0 * row_stride + c0 * 8;
+  const i64 step = (i64)RSTEP * row_stride;
+  const u32 dst = s_base + (u32)((r0 * S + c0 * 8) * 2);
+#pragma unroll
+  for (int i = 0; i < (ROWS + RSTEP - 1) / RSTEP; ++i) {
+    const int r = r0 + i * RSTEP;
+    if (ROWS % RSTEP == 0 || r < ROWS) {
+      const bool ok = r < valid_rows;
+#pragma unroll
+      for (int j = 0; j < CPR / TPR; ++j) cp_async16(dst + (u32)((i * RSTEP * S + j * TPR * 8) * 2), src + j * TPR * 8, ok);
+    }
+    src += step;
+    // Opaque to the optimiser: stops it hoisting one 64-bit address per row out of the mainloop.
+    asm volatile("" : "+l"(src));
+  }
+}
+
+// S[MT][BN/8] = Q_warp (WM x D) * K_tile^T (D x BN)
+__device__ __forceinline__ void gemm_qk(float (&s)[MT][BN / 8][4], u32 sQ_base, u32 sK_base, int warp, int lane) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+  const u32 q_lane = sQ_base + (u32)(((warp * WM + (lane & 15)) * SQ + (lane >> 4) * 8) * 2);
+  const u32 k_lane = sK_base + (u32)((((lane & 7) + ((lane >> 4) << 3)) * SQ + ((lane >> 3) & 1) * 8) * 2);
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    u32 qa[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+      ldsm_x4(q_lane + (u32)((mt * 16 * SQ + ks * 16) * 2), qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3]);
+#pragma unroll
+    for (int np = 0; np < BN / 16; ++np) {
+      u32 b0, b1, b2, b3;
+      ldsm_x4(k_lane + (u32)((np * 16 * SQ + ks * 16) * 2), b0, b1, b2, b3);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mma_16816(s[mt][2 * np], qa[mt], b0, b1);
+        mma_16816(s[mt][2 * np + 1], qa[mt], b2, b3);
+      }
+    }
+  }
+}
+
+// O[MT][DV/8] += P (WM x BN, from the probabilities left in s) * V_tile (BN x DV)
+__device__ __forceinline__ void gemm_pv(float (&o)[MT][DV / 8][4], const float (&s)[MT][BN / 8][4], u32 sV_base, int lane) {
+  const u32 v_lane = sV_base + (u32)((((lane & 7) + ((lane >> 3) & 1) * 8) * SV + (lane >> 4) * 8) * 2);
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) {
+    u32 pa[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      pa[mt][0] = pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+      pa[mt][1] = pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+      pa[mt][2] = pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+      pa[mt][3] = pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+    }
+#pragma unroll
+    for (int dp = 0; dp < DV / 16; ++dp) {
+      u32 b0, b1, b2, b3;
+      ldsm_x4_t(v_lane + (u32)((kk * 16 * SV + dp * 16) * 2), b0, b1, b2, b3);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mma_16816(o[mt][2 * dp], pa[mt], b0, b1);
+        mma_16816(o[mt][2 * dp + 1], pa[mt], b2, b3);
+      }
+    }
+  }
+}

@@ -1,0 +1,73 @@
+"""NVRTC compiles the variant matrix for sm_80 and sm_90a (no GPU needed) with zero spills."""
+import itertools
+
+import pytest
+
+from kernelgen import compiler, heuristics, render
+from kernelgen.spec import DTYPES, HEAD_DIMS, LAYOUTS, SchedulerSpec
+
+ARCHS = ("sm_80", "sm_90a")
+MATRIX = list(itertools.product(ARCHS, DTYPES, HEAD_DIMS, (False, True)))
+
+
+def _compile(spec):
+    src = render.render(spec)
+    return compiler.compile_cubin(src, spec.arch, compiler.default_options(spec.arch), spec.name)
+
+
+@pytest.mark.parametrize("arch,dtype,hd,causal", MATRIX)
+def test_attention_compiles_without_spills(arch, dtype, hd, causal):
+    _, spec = heuristics.specs_for(arch, dtype, hd, hd, causal, "soa")
+    res = _compile(spec)
+    r = res.resources
+    assert res.cubin[:4] == b"\x7fELF"
+    assert compiler.elf_size(res.cubin) == len(res.cubin)
+    assert 0 < r["registers"] <= 255
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0, r
+    assert r["stack_frame"] == 0, r
+    # the register cap promised by __launch_bounds__ holds
+    t = spec.tile
+    assert r["registers"] * 32 * t.num_warps * t.min_blocks <= 65536
+
+
+@pytest.mark.parametrize("arch,hd", list(itertools.product(ARCHS, (64, 128))))
+def test_aos_layout_compiles_without_spills(arch, hd):
+    _, spec = heuristics.specs_for(arch, "bf16", hd, hd, True, "aos")
+    r = _compile(spec).resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0, r
+
+
+@pytest.mark.parametrize("arch", ("sm_86", "sm_89"))
+def test_small_smem_archs_compile(arch):
+    for hd in HEAD_DIMS:
+        _, spec = heuristics.specs_for(arch, "fp16", hd, hd, True, "soa")
+        assert spec.smem_bytes() <= heuristics.SMEM_LIMIT[arch]
+        assert _compile(spec).resources["spill_stores"] == 0
+
+
+def test_hdim_192_128_compiles():
+    _, spec = heuristics.specs_for("sm_90a", "bf16", 192, 128, True, "soa")
+    assert _compile(spec).resources["spill_stores"] == 0
+
+
+@pytest.mark.parametrize("arch,layout", list(itertools.product(ARCHS, LAYOUTS)))
+def test_scheduler_compiles(arch, layout):
+    r = _compile(SchedulerSpec(arch, layout)).resources
+    assert r["spill_stores"] == 0 and r["registers"] <= 64
+
+
+def test_compile_error_carries_log_and_source(tmp_path):
+    with pytest.raises(compiler.CompileError) as ei:
+        compiler.compile_cubin('extern "C" __global__ void k() { this is not cuda; }', "sm_80",
+                               compiler.default_options("sm_80"), "broken_kernel")
+    err = ei.value
+    assert "error" in err.log.lower()
+    assert err.source_path and open(err.source_path).read().startswith('extern "C"')
+    assert "broken_kernel" in str(err)
+
+
+def test_parse_resources():
+    log = ("ptxas info    : Used 128 registers, used 1 barriers, 64 bytes smem\n"
+           "ptxas         .     16 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n")
+    r = compiler.parse_resources(log)
+    assert r == {"registers": 128, "stack_frame": 16, "spill_stores": 8, "spill_loads": 12, "shared_static": 64}

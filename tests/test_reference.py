@@ -1,0 +1,71 @@
+"""The float64 reference on the CPU against a per-row loop written independently."""
+import math
+
+import pytest
+import torch
+
+from kernelgen.reference import attention_reference, max_error, tolerance
+
+
+def naive(q, k, v, cq, ck, causal, scale):
+    total_q, hq, d = q.shape
+    hkv = k.shape[1]
+    out = torch.full((total_q, hq, v.shape[2]), float("nan"), dtype=torch.float64)
+    lse = torch.full((hq, total_q), float("nan"), dtype=torch.float64)
+    for b in range(len(cq) - 1):
+        lq, lk = cq[b + 1] - cq[b], ck[b + 1] - ck[b]
+        for r in range(lq):
+            for h in range(hq):
+                kh = h // (hq // hkv)
+                keys = [j for j in range(lk) if not causal or j <= r + lk - lq]
+                if not keys:
+                    out[cq[b] + r, h] = 0
+                    lse[h, cq[b] + r] = -math.inf
+                    continue
+                s = torch.stack([(q[cq[b] + r, h].double() * k[ck[b] + j, kh].double()).sum() * scale for j in keys])
+                w = torch.softmax(s, 0)
+                out[cq[b] + r, h] = sum(w[i] * v[ck[b] + j, kh].double() for i, j in enumerate(keys))
+                lse[h, cq[b] + r] = torch.logsumexp(s, 0)
+    return out, lse
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_reference_matches_naive(causal):
+    g = torch.Generator().manual_seed(3)
+    lq, lk = [3, 0, 5, 4], [2, 4, 5, 0]
+    cq = [0] + list(torch.tensor(lq).cumsum(0).tolist())
+    ck = [0] + list(torch.tensor(lk).cumsum(0).tolist())
+    q = torch.randn(cq[-1], 4, 8, generator=g)
+    k = torch.randn(ck[-1], 2, 8, generator=g)
+    v = torch.randn(ck[-1], 2, 6, generator=g)
+    scale = 0.3
+    out, lse = attention_reference(q, k, v, torch.tensor(cq), torch.tensor(ck), causal=causal, softmax_scale=scale,
+                                   max_elements=7)  # tiny blocks exercise the head grouping
+    o2, l2 = naive(q, k, v, cq, ck, causal, scale)
+    assert torch.allclose(out, o2, atol=1e-12, equal_nan=True)
+    assert torch.allclose(lse, l2, atol=1e-12, equal_nan=True)
+    if causal:
+        # request 0 (lq 3 > lk 2): row 0 sees no key -> exactly 0 and -inf
+        assert torch.all(out[0] == 0) and torch.all(lse[:, 0] == -math.inf)
+    # request 3 has no keys at all
+    assert torch.all(out[cq[3]:cq[4]] == 0) and torch.all(lse[:, cq[3]:cq[4]] == -math.inf)
+
+
+def test_extreme_logits_are_uniform():
+    """Case E3: every logit is -185,363.8 -> uniform weights, lse = logit + ln 4."""
+    q = torch.full((1, 1, 128), 128.0)
+    k = torch.full((4, 1, 128), -128.0)
+    v = torch.randn(4, 1, 128, dtype=torch.float64).float()
+    out, lse = attention_reference(q, k, v, torch.tensor([0, 1]), torch.tensor([0, 4]))
+    assert torch.allclose(out[0, 0], v[:, 0].double().mean(0), atol=1e-12)
+    assert lse[0, 0].item() == pytest.approx(-2097152 / math.sqrt(128) + math.log(4), abs=1e-6)
+
+
+def test_tolerance_and_error_helpers():
+    assert tolerance(torch.bfloat16) == (1.6e-2, 1.6e-2)
+    assert tolerance(torch.float16) == (2e-3, 2e-3)
+    with pytest.raises(ValueError):
+        tolerance(torch.float32)
+    a = torch.tensor([1.0, 2.0])
+    assert max_error(a, a.double() + 0.5) == 0.5
+    assert max_error(torch.tensor([float("nan")]), torch.tensor([0.0], dtype=torch.float64)) == math.inf

@@ -1,0 +1,79 @@
+"""Every variant renders, and rendering is a pure function of the spec."""
+import itertools
+import re
+
+import jinja2
+import pytest
+
+from kernelgen import heuristics, render
+from kernelgen.params import ATTENTION_PARAMS, SCHEDULER_PARAMS
+from kernelgen.spec import ARCHS, DTYPES, HEAD_DIMS, LAYOUTS, AttentionSpec, SchedulerSpec, TileConfig, spec_from_json
+
+ALL = list(itertools.product(ARCHS, DTYPES, HEAD_DIMS, (False, True), LAYOUTS))
+
+
+@pytest.mark.parametrize("arch,dtype,hd,causal,layout", ALL)
+def test_every_attention_variant_renders(arch, dtype, hd, causal, layout):
+    _, spec = heuristics.specs_for(arch, dtype, hd, hd, causal, layout)
+    src = render.render(spec)
+    assert f'kg_attention_fwd' in src
+    assert f"constexpr int D = {hd};" in src
+    assert f"constexpr bool CAUSAL = {'true' if causal else 'false'};" in src
+    assert ("bf16.bf16" if dtype == "bf16" else "f16.f16") in src
+    assert f"static_assert(SMEM_BYTES == {spec.smem_bytes()}" in src
+    # no Jinja syntax survives rendering
+    assert "{{" not in src and "{%" not in src
+    assert render.render(spec) == src
+
+
+@pytest.mark.parametrize("arch,layout", list(itertools.product(ARCHS, LAYOUTS)))
+def test_scheduler_renders(arch, layout):
+    src = render.render(SchedulerSpec(arch, layout))
+    assert "kg_scheduler" in src and "{{" not in src
+    # the two layouts address fields differently
+    assert ("* cap4 + vb" in src) == (layout == "soa")
+
+
+def test_head_dim_v_differs_renders():
+    spec = AttentionSpec("sm_90a", "bf16", 192, 128, "causal", "soa", heuristics.tile_config("sm_90a", 192, 128))
+    src = render.render(spec)
+    assert "constexpr int D = 192;" in src and "constexpr int DV = 128;" in src
+    assert spec.name == "attn_sm_90a_bf16_d192x128_causal_soa_" + spec.tile.tag
+
+
+def test_strict_undefined_fails_loudly(tmp_path, monkeypatch):
+    env = render.environment()
+    with pytest.raises(jinja2.UndefinedError):
+        env.from_string("{{ not_a_variable }}").render()
+
+
+def test_params_struct_rendered_from_one_list():
+    src = render.render(heuristics.specs_for("sm_80", "bf16", 128, 128, False, "soa")[1])
+    decl = ATTENTION_PARAMS.c_decl()
+    assert decl in src
+    # 8-byte fields first, size a multiple of 8, matching the C layout
+    sizes = [8 if t in ("ptr", "i64") else 4 for _, t in ATTENTION_PARAMS.fields]
+    assert sizes == sorted(sizes, reverse=True)
+    assert ATTENTION_PARAMS.size % 8 == 0 and SCHEDULER_PARAMS.size % 8 == 0
+    assert ATTENTION_PARAMS.size == sum(sizes) + (-sum(sizes)) % 8
+
+
+def test_spec_json_round_trip_and_names_unique():
+    names = set()
+    for arch, dtype, hd, causal, layout in ALL:
+        _, spec = heuristics.specs_for(arch, dtype, hd, hd, causal, layout)
+        assert spec_from_json(spec.to_json()) == spec
+        names.add(spec.name)
+        assert re.fullmatch(r"[A-Za-z0-9_]+", spec.name)
+    assert len(names) == len(ALL)
+
+
+def test_bad_spec_values_raise():
+    with pytest.raises(ValueError, match="head_dim"):
+        AttentionSpec("sm_80", "bf16", 80, 80, "none", "soa", TileConfig(128, 64, 4, 2))
+    with pytest.raises(ValueError, match="layout"):
+        SchedulerSpec("sm_80", "csr")
+    with pytest.raises(ValueError, match="block_m"):
+        TileConfig(100, 64, 4, 2)
+    with pytest.raises(ValueError, match="shared memory"):
+        heuristics.attention_spec("sm_86", "bf16", 256, 256, False, "soa", TileConfig(128, 64, 8, 2))

@@ -1,0 +1,112 @@
+"""Bad input gets a clear exception naming the argument (CPU: shapes checked on "meta" tensors)."""
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import kernelgen
+from kernelgen import validation as V
+
+META = ("cuda", "meta")
+
+
+def make(total_q=10, total_k=12, hq=8, hkv=2, d=64, dv=None, dtype=torch.bfloat16, batch=2):
+    dv = d if dv is None else dv
+    q = torch.empty(total_q, hq, d, dtype=dtype, device="meta")
+    k = torch.empty(total_k, hkv, d, dtype=dtype, device="meta")
+    v = torch.empty(total_k, hkv, dv, dtype=dtype, device="meta")
+    cq = torch.empty(batch + 1, dtype=torch.int32, device="meta")
+    ck = torch.empty(batch + 1, dtype=torch.int32, device="meta")
+    return dict(q=q, k=k, v=v, cu_seqlens_q=cq, cu_seqlens_k=ck, max_seqlen_q=5, max_seqlen_k=6, out=None)
+
+
+def check(**kw):
+    args = make()
+    args.update(kw)
+    return V.varlen_inputs(args["q"], args["k"], args["v"], args["cu_seqlens_q"], args["cu_seqlens_k"],
+                           args["max_seqlen_q"], args["max_seqlen_k"], args["out"], devtypes=META)
+
+
+def test_good_input_sizes():
+    s = check()
+    assert s == {"total_q": 10, "total_k": 12, "num_heads_q": 8, "num_heads_kv": 2, "head_dim": 64,
+                 "head_dim_v": 64, "batch": 2}
+
+
+M = lambda *shape, dtype=torch.bfloat16: torch.empty(*shape, dtype=dtype, device="meta")  # noqa: E731
+
+CASES = [
+    (dict(q="not a tensor"), TypeError, "q must be a torch.Tensor"),
+    (dict(q=M(10, 8, 64, dtype=torch.float32)), TypeError, "q must have dtype"),
+    (dict(k=M(12, 2, 64, dtype=torch.float16)), TypeError, "k must have dtype bfloat16"),
+    (dict(q=M(10, 8)), ValueError, "q must have 3 dimensions"),
+    (dict(k=M(12, 2, 32)), ValueError, "k head_dim 32 must equal q head_dim 64"),
+    (dict(v=M(11, 2, 64)), ValueError, "v must have shape"),
+    (dict(q=M(10, 8, 80), k=M(12, 2, 80), v=M(12, 2, 80)), ValueError, "head_dim must be one of"),
+    (dict(v=M(12, 2, 72)), ValueError, "head_dim_v must be one of"),
+    (dict(k=M(12, 3, 64), v=M(12, 3, 64)), ValueError, "must be a multiple of k num_heads"),
+    (dict(q=M(10, 64, 8).transpose(1, 2)), ValueError, "q must be contiguous in its last dimension"),
+    (dict(q=torch.empty(10, 8, 64 + 4, dtype=torch.bfloat16, device="meta")[:, :, :64]), ValueError, "q stride"),
+    (dict(cu_seqlens_q=M(3, dtype=torch.int64)), TypeError, "cu_seqlens_q must have dtype int32"),
+    (dict(cu_seqlens_k=M(3, 1, dtype=torch.int32)), ValueError, "cu_seqlens_k must have 1 dimensions"),
+    (dict(cu_seqlens_k=M(4, dtype=torch.int32)), ValueError, "cu_seqlens_k must have batch\\+1 = 3"),
+    (dict(cu_seqlens_q=M(0, dtype=torch.int32)), ValueError, "cu_seqlens_q must have batch\\+1 >= 1"),
+    (dict(cu_seqlens_q=M(6, dtype=torch.int32)[::2]), ValueError, "cu_seqlens_q must be contiguous"),
+    (dict(max_seqlen_q=3.5), TypeError, "max_seqlen_q must be an int"),
+    (dict(max_seqlen_k=-1), ValueError, "max_seqlen_k must be >= 0"),
+    (dict(out=M(10, 8, 32)), ValueError, "out must have shape \\(10, 8, 64\\)"),
+    (dict(out=M(10, 8, 64, dtype=torch.float16)), TypeError, "out must have dtype bfloat16"),
+]
+
+
+@pytest.mark.parametrize("kw,exc,msg", CASES)
+def test_validation_matrix(kw, exc, msg):
+    with pytest.raises(exc, match=msg):
+        check(**kw)
+
+
+def test_cpu_tensors_rejected_by_public_call():
+    q = torch.randn(4, 2, 64, dtype=torch.bfloat16)
+    cu = torch.tensor([0, 4], dtype=torch.int32)
+    with pytest.raises(ValueError, match="q must be on a CUDA device"):
+        kernelgen.varlen_attention(q, q, q, cu, cu, 4, 4)
+
+
+def test_scalar_options():
+    assert V.softmax_scale(None, 64) == pytest.approx(0.125)
+    assert V.softmax_scale(0.5, 64) == 0.5
+    for bad, exc in ((0.0, ValueError), (-1.0, ValueError), (float("nan"), ValueError), ("x", TypeError), (True, TypeError)):
+        with pytest.raises(exc, match="softmax_scale"):
+            V.softmax_scale(bad, 64)
+    assert V.layout("aos") == "aos"
+    with pytest.raises(ValueError, match="metadata_layout must be one of"):
+        V.layout("SoA")
+
+
+def test_host_value_check():
+    V.check_cu_seqlens_values("cu_seqlens_q", torch.tensor([0, 3, 3, 7], dtype=torch.int32), 7)
+    with pytest.raises(ValueError, match=r"cu_seqlens_q\[0\] must be 0"):
+        V.check_cu_seqlens_values("cu_seqlens_q", torch.tensor([1, 3], dtype=torch.int32), 7)
+    with pytest.raises(ValueError, match="non-decreasing"):
+        V.check_cu_seqlens_values("cu_seqlens_k", torch.tensor([0, 3, 2], dtype=torch.int32), 7)
+    with pytest.raises(ValueError, match="exceeds the 7 rows"):
+        V.check_cu_seqlens_values("cu_seqlens_k", torch.tensor([0, 3, 8], dtype=torch.int32), 7)
+
+
+@settings(max_examples=150, deadline=None)
+@given(hq=st.integers(1, 40), hkv=st.integers(1, 40), d=st.sampled_from([32, 64, 96, 100, 128, 192, 256, 512]),
+       batch=st.integers(0, 5), extra_k=st.integers(0, 2))
+def test_validation_property(hq, hkv, d, batch, extra_k):
+    """Valid shapes pass and return consistent sizes; invalid ones fail with a message naming an argument."""
+    args = make(hq=hq, hkv=hkv, d=d, batch=batch)
+    args["cu_seqlens_k"] = torch.empty(batch + 1 + extra_k, dtype=torch.int32, device="meta")
+    ok = hq % hkv == 0 and d in (64, 96, 128, 192, 256) and extra_k == 0
+    if ok:
+        s = V.varlen_inputs(*[args[n] for n in ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
+                                                 "max_seqlen_k", "out")], devtypes=META)
+        assert (s["num_heads_q"], s["num_heads_kv"], s["head_dim"], s["batch"]) == (hq, hkv, d, batch)
+    else:
+        with pytest.raises(ValueError) as ei:
+            V.varlen_inputs(*[args[n] for n in ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
+                                                 "max_seqlen_k", "out")], devtypes=META)
+        assert any(name in str(ei.value) for name in ("head_dim", "num_heads", "cu_seqlens_k"))
