@@ -121,16 +121,27 @@ def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, sizes, scale, causal,
     sched = runtime.get_kernel(sched_spec, device)
     attn = runtime.get_kernel(attn_spec, device)
 
-    batch = sizes["batch"]
-    capacity = batch
+    capacity = sizes["batch"]
     md = torch.empty(metadata.buffer_ints(capacity), dtype=torch.int32, device=q.device)
     stream = _current_stream(device)
-    sched.launch(1, stream, SCHEDULER_PARAMS.pack({
+    sched.launch(1, stream, scheduler_params(cu_seqlens_q, cu_seqlens_k, md, sizes["batch"], capacity,
+                                             sizes["num_heads_q"], attn_spec))
+    attn.launch(attn.persistent_grid, stream, attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md,
+                                                               capacity, scale))
+
+
+def scheduler_params(cu_seqlens_q, cu_seqlens_k, md, batch, capacity, num_heads, attn_spec) -> bytes:
+    """Packed SchedParams for one batch (``md`` is the int32 metadata buffer of ``capacity``)."""
+    return SCHEDULER_PARAMS.pack({
         "cu_seqlens_q": cu_seqlens_q.data_ptr(), "cu_seqlens_k": cu_seqlens_k.data_ptr(), "metadata": md.data_ptr(),
-        "batch": batch, "capacity": capacity, "num_heads": sizes["num_heads_q"],
+        "batch": batch, "capacity": capacity, "num_heads": num_heads,
         "block_m": attn_spec.tile.block_m, "block_n": attn_spec.tile.block_n,
-    }))
-    attn.launch(attn.persistent_grid, stream, ATTENTION_PARAMS.pack({
+    })
+
+
+def attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, capacity, scale) -> bytes:
+    """Packed AttnParams (strides in elements; ``scale`` is softmax_scale, folded with log2(e))."""
+    return ATTENTION_PARAMS.pack({
         "q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "out": out.data_ptr(),
         "lse": lse.data_ptr() if lse is not None else 0,
         "cu_seqlens_q": cu_seqlens_q.data_ptr(), "cu_seqlens_k": cu_seqlens_k.data_ptr(), "metadata": md.data_ptr(),
@@ -139,6 +150,6 @@ def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, sizes, scale, causal,
         "v_row_stride": v.stride(0), "v_head_stride": v.stride(1),
         "o_row_stride": out.stride(0), "o_head_stride": out.stride(1),
         "lse_head_stride": lse.stride(0) if lse is not None else 0,
-        "num_heads_q": sizes["num_heads_q"], "num_heads_kv": sizes["num_heads_kv"], "capacity": capacity,
+        "num_heads_q": q.shape[1], "num_heads_kv": k.shape[1], "capacity": capacity,
         "scale_log2": scale * _LOG2E,
-    }))
+    })

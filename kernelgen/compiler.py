@@ -88,8 +88,30 @@ def elf_size(data: bytes) -> int:
     return max(phoff + phnum * phentsize, shoff + shnum * shentsize)
 
 
+_init_lock = threading.Lock()
+_nvrtc_ready = False
+
+
+def _ensure_nvrtc() -> None:
+    """Load NVRTC through CuPy once, under a lock.
+
+    A cold ``nvrtc.getVersion()`` in one thread racing ``compileProgram`` in another makes NVRTC
+    fail with "failed to open libnvrtc-builtins.so"; once loaded, concurrent calls are fine.
+    """
+    global _nvrtc_ready
+    if _nvrtc_ready:
+        return
+    with _init_lock:
+        if not _nvrtc_ready:
+            from cupy.cuda import nvrtc
+
+            nvrtc.getVersion()
+            _nvrtc_ready = True
+
+
 def nvrtc_version() -> tuple[int, int]:
     """(major, minor) of the NVRTC library CuPy loads.  Part of every cache key."""
+    _ensure_nvrtc()
     from cupy.cuda import nvrtc
 
     return tuple(int(x) for x in nvrtc.getVersion())
@@ -144,6 +166,7 @@ def compile_cubin(source: str, arch: str, options: tuple[str, ...], name: str = 
     Raises CompileError (with the NVRTC log and the path of the saved source) on failure.
     """
     global COMPILE_COUNT
+    _ensure_nvrtc()
     from cupy.cuda import nvrtc
 
     t0 = time.perf_counter()

@@ -16,7 +16,7 @@ ALL = list(itertools.product(ARCHS, DTYPES, HEAD_DIMS, (False, True), LAYOUTS))
 def test_every_attention_variant_renders(arch, dtype, hd, causal, layout):
     _, spec = heuristics.specs_for(arch, dtype, hd, hd, causal, layout)
     src = render.render(spec)
-    assert f'kg_attention_fwd' in src
+    assert 'kg_attention_fwd' in src
     assert f"constexpr int D = {hd};" in src
     assert f"constexpr bool CAUSAL = {'true' if causal else 'false'};" in src
     assert ("bf16.bf16" if dtype == "bf16" else "f16.f16") in src

@@ -1,0 +1,459 @@
+"""On-disk cache of compiled kernels (cubins), shared safely between processes.
+
+Layout: every entry lives directly in the cache root as three files with one stem
+``<spec.name>-<key[:16]>``:
+
+* ``<stem>.cubin`` - the binary;
+* ``<stem>.json``  - the sidecar: key, spec (``spec.to_json()``), arch, options, NVRTC and package
+  versions, the compiler's resource report, the cubin's sha256 and size, creation time.  It is the
+  commit marker: an entry exists only once its sidecar does.  JSON only; nothing is ever unpickled;
+* ``<stem>.lock``  - an OS file lock (``filelock``: flock, released by the OS if the holder dies).
+
+Lookup order in :meth:`KernelCache.get`: in-process dict -> valid disk entry (read without taking
+the lock, so a pre-warmed read-only cache costs zero writes) -> take the entry's lock, look again
+(another process may have just published it), compile, publish.  Publishing writes each file to a
+``mkstemp`` temp file in the same directory, fsyncs it and ``os.replace``s it into place, cubin
+first and sidecar last, so a reader sees either nothing or a complete entry.  Every load checks
+the sidecar's key and the cubin's size and sha256; a bad entry is rebuilt with a warning.
+
+Errors and degradations:
+
+* ``compiler.CompileError`` propagates from NVRTC unchanged.
+* :class:`KernelNotCachedError` when ``KERNELGEN_DISABLE_JIT=1`` and the entry is missing or bad.
+* :class:`CacheLockTimeoutError` when an entry's lock is not obtained within ``LOCK_TIMEOUT``.
+* A read-only, full or uncreatable cache directory never raises: the kernel is compiled in memory
+  (``CacheEntry.path is None``) and one :class:`KernelCacheWarning` is issued per process and root.
+
+Design sources (ideas, not code): Triton's file cache manager (content-hash keys that include the
+compiler and package versions, temp-file + atomic rename publish, a per-entry metadata file that
+marks completion) and CuPy's compiler cache (key from the source plus NVRTC version and options,
+never from the nondeterministic compiler output; a hash of the binary stored and checked on load).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import tempfile
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import filelock
+
+from . import _version, compiler, render
+from .spec import spec_from_json
+
+#: ABI tag of the on-disk format; bump it to orphan every existing entry.
+CACHE_FORMAT = 1
+#: Seconds to wait for another process's compile of the same entry (read at call time).
+LOCK_TIMEOUT = 600.0
+_FILE_MODE = 0o600
+_DIR_MODE = 0o700
+_STEM_RE = re.compile(r"^(?P<name>[A-Za-z0-9_]+)-(?P<k>[0-9a-f]{16})")
+
+
+class KernelNotCachedError(RuntimeError):
+    """JIT is disabled (``KERNELGEN_DISABLE_JIT=1``) and the requested kernel is not in the cache."""
+
+
+class CacheLockTimeoutError(RuntimeError):
+    """An entry's file lock was not obtained within ``LOCK_TIMEOUT`` seconds."""
+
+
+class KernelCacheWarning(UserWarning):
+    """A cache entry was bad and rebuilt, or the cache directory is unusable (compiling in memory)."""
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    key: str  # hex sha256
+    name: str  # spec.name
+    cubin: bytes
+    resources: dict  # registers, stack_frame, spill_stores, spill_loads, shared_static
+    path: Path | None  # the .cubin file; None when compiled in memory only
+    compiled: bool  # True if this call ran NVRTC
+
+
+def default_cache_dir() -> Path:
+    """``$KERNELGEN_CACHE_DIR``, else ``$XDG_CACHE_HOME/kernelgen``, else ``~/.cache/kernelgen``."""
+    env = os.environ.get("KERNELGEN_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "kernelgen"
+    return Path.home() / ".cache" / "kernelgen"
+
+
+def jit_disabled() -> bool:
+    """True when ``KERNELGEN_DISABLE_JIT`` is set to a true value (checked on every call)."""
+    return os.environ.get("KERNELGEN_DISABLE_JIT", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+_warned_roots: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def _warn_unwritable(root: Path, err: BaseException) -> None:
+    """One warning per process and cache root, however many kernels fall back to memory."""
+    with _warned_lock:
+        if str(root) in _warned_roots:
+            return
+        _warned_roots.add(str(root))
+    warnings.warn(
+        f"kernelgen cache directory {root} is not usable ({err}); compiling kernels in memory "
+        f"only (set KERNELGEN_CACHE_DIR to a writable directory to keep them)",
+        KernelCacheWarning,
+        stacklevel=5,  # _warn_unwritable <- _build <- _get <- get <- caller
+    )
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a same-directory temp file, fsync and ``os.replace``."""
+    fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), _FILE_MODE)
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+class KernelCache:
+    """A directory of compiled kernels.  Thread-safe and multi-process safe."""
+
+    def __init__(self, root=None):
+        root = default_cache_dir() if root is None else root
+        self.root = Path(os.path.abspath(os.path.expanduser(str(root))))  # not resolved: no I/O
+        self._memory: dict[str, CacheEntry] = {}
+        self._mutex = threading.Lock()
+        self._key_locks: dict[str, threading.Lock] = {}
+
+    # ----------------------------------------------------------------- keys and paths
+    def key_for(self, source: str, arch: str, options: tuple[str, ...]) -> str:
+        """Hex sha256 of the source hash, options, arch, NVRTC version, package version and format.
+
+        Deterministic: no paths, times or compiler output go into it (E8).
+        """
+        payload = {
+            "format": CACHE_FORMAT,
+            "source_sha256": _sha256(source.encode("utf-8")),
+            "options": list(options),
+            "arch": arch,
+            "nvrtc": list(compiler.nvrtc_version()),
+            "kernelgen": _version.__version__,
+        }
+        return _sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode())
+
+    def _stem(self, name: str, key: str) -> Path:
+        return self.root / f"{name}-{key[:16]}"
+
+    def _lock(self, stem: Path, timeout: float | None = None) -> filelock.FileLock:
+        t = LOCK_TIMEOUT if timeout is None else timeout
+        return filelock.FileLock(str(stem) + ".lock", timeout=t, mode=_FILE_MODE)
+
+    def _key_lock(self, key: str) -> threading.Lock:
+        with self._mutex:
+            return self._key_locks.setdefault(key, threading.Lock())
+
+    def _derive(self, spec) -> tuple[str, tuple[str, ...], str]:
+        source = render.render(spec)
+        options = compiler.default_options(spec.arch)
+        return source, options, self.key_for(source, spec.arch, options)
+
+    # ----------------------------------------------------------------- reading
+    def _read(self, stem: Path, key: str | None) -> tuple[CacheEntry | None, dict | None, str]:
+        """Load the entry at ``stem`` without locking or writing.
+
+        Returns (entry, sidecar, reason): entry is None when missing ("missing") or bad (reason
+        says why); sidecar is the parsed sidecar when it could be read.
+        """
+        try:
+            raw = Path(str(stem) + ".json").read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            return None, None, "missing"
+        except OSError as e:
+            return None, None, f"sidecar unreadable ({e})"
+        try:
+            meta = json.loads(raw)
+            if not isinstance(meta, dict):
+                raise ValueError("not an object")
+            want_sha, want_size, meta_key = meta["cubin_sha256"], int(meta["cubin_size"]), meta["key"]
+            if not isinstance(meta.get("resources", {}), dict):
+                raise TypeError("resources is not an object")
+        except (ValueError, KeyError, TypeError) as e:
+            return None, None, f"sidecar is not valid ({e})"
+        if (key is not None and meta_key != key) or not str(meta_key).startswith(stem.name[-16:]):
+            return None, meta, "sidecar key does not match the entry"
+        try:
+            cubin = Path(str(stem) + ".cubin").read_bytes()
+        except OSError as e:
+            return None, meta, f"cubin unreadable ({e})"
+        if len(cubin) != want_size:
+            return None, meta, f"cubin size {len(cubin)} != {want_size} recorded"
+        if _sha256(cubin) != want_sha:
+            return None, meta, "cubin sha256 does not match the sidecar"
+        entry = CacheEntry(meta_key, meta.get("name", ""), cubin, dict(meta.get("resources", {})),
+                           Path(str(stem) + ".cubin"), False)
+        return entry, meta, "ok"
+
+    def lookup(self, spec) -> CacheEntry | None:
+        """The cached entry for ``spec``, or None.  Never compiles, never writes, never warns."""
+        _, _, key = self._derive(spec)
+        with self._mutex:
+            hit = self._memory.get(key)
+        if hit is not None:
+            return dataclasses.replace(hit, compiled=False)
+        entry, _, _ = self._read(self._stem(spec.name, key), key)
+        return entry
+
+    # ----------------------------------------------------------------- get / build
+    def get(self, spec) -> CacheEntry:
+        """The compiled kernel for ``spec``: from memory, from disk, or compiled and published.
+
+        Raises compiler.CompileError (NVRTC failure), KernelNotCachedError (JIT disabled and entry
+        missing or bad), CacheLockTimeoutError.  An unusable cache directory only warns.
+        """
+        return self._get(spec, allow_jit=not jit_disabled())
+
+    def _get(self, spec, allow_jit: bool) -> CacheEntry:
+        source, options, key = self._derive(spec)
+        with self._mutex:
+            hit = self._memory.get(key)
+        if hit is not None:
+            return dataclasses.replace(hit, compiled=False)
+        with self._key_lock(key):
+            with self._mutex:
+                hit = self._memory.get(key)
+            if hit is not None:
+                return dataclasses.replace(hit, compiled=False)
+            stem = self._stem(spec.name, key)
+            entry, _, reason = self._read(stem, key)  # lock-free fast path
+            if entry is None:
+                if not allow_jit:
+                    raise KernelNotCachedError(
+                        f"kernel {spec.name} (key {key}) is not in the kernel cache at {self.root} "
+                        f"({reason}) and KERNELGEN_DISABLE_JIT is set; pre-build it with "
+                        f"`kernelgen warmup --arch {spec.arch} ...` (with --cache-dir {self.root} "
+                        f"or KERNELGEN_CACHE_DIR pointing here), or unset KERNELGEN_DISABLE_JIT"
+                    )
+                if reason != "missing":
+                    warnings.warn(f"kernelgen cache entry {stem.name} is bad: {reason}; rebuilding it",
+                                  KernelCacheWarning, stacklevel=3)
+                entry = self._build(spec, source, options, key, stem)
+            with self._mutex:
+                self._memory[key] = entry
+            return entry
+
+    def _build(self, spec, source: str, options: tuple[str, ...], key: str, stem: Path) -> CacheEntry:
+        """Lock, re-check, compile, publish.  OSErrors degrade to an in-memory compile."""
+        res = None
+        try:
+            self.root.mkdir(parents=True, exist_ok=True, mode=_DIR_MODE)
+            with self._lock(stem):
+                entry, _, _ = self._read(stem, key)  # someone may have published it meanwhile
+                if entry is not None:
+                    return entry
+                res = compiler.compile_cubin(source, spec.arch, options, spec.name)
+                self._publish(stem, key, spec, options, res)
+        except filelock.Timeout:  # a subclass of OSError: test it first
+            raise CacheLockTimeoutError(
+                f"timed out after {LOCK_TIMEOUT} s waiting for the cache lock {stem}.lock: another "
+                f"live process has held it (compiling {spec.name}) for that long; it is an OS lock, "
+                f"so a dead holder cannot cause this"
+            ) from None
+        except OSError as e:
+            _warn_unwritable(self.root, e)
+            if res is None:
+                res = compiler.compile_cubin(source, spec.arch, options, spec.name)
+            return CacheEntry(key, spec.name, res.cubin, dict(res.resources), None, True)
+        return CacheEntry(key, spec.name, res.cubin, dict(res.resources), Path(str(stem) + ".cubin"), True)
+
+    def _publish(self, stem: Path, key: str, spec, options, res) -> None:
+        meta = {
+            "key": key,
+            "name": spec.name,
+            "kind": spec.kind,
+            "arch": spec.arch,
+            "spec": spec.to_json(),
+            "options": list(options),
+            "nvrtc_version": list(compiler.nvrtc_version()),
+            "kernelgen_version": _version.__version__,
+            "cache_format": CACHE_FORMAT,
+            "resources": dict(res.resources),
+            "cubin_sha256": _sha256(res.cubin),
+            "cubin_size": len(res.cubin),
+            "compile_seconds": round(res.seconds, 4),
+            "created": time.time(),
+        }
+        _write_atomic(Path(str(stem) + ".cubin"), res.cubin)
+        _write_atomic(Path(str(stem) + ".json"), json.dumps(meta, indent=1, sort_keys=True).encode())
+
+    # ----------------------------------------------------------------- maintenance
+    def _groups(self) -> dict[str, list[Path]]:
+        """Cache files grouped by entry stem; files that are not ours (README.md...) are skipped."""
+        groups: dict[str, list[Path]] = {}
+        try:
+            names = sorted(os.listdir(self.root))
+        except (FileNotFoundError, NotADirectoryError):
+            return groups
+        for n in names:
+            m = _STEM_RE.match(n)
+            if m and n[m.end():].startswith(".") and n.endswith((".cubin", ".json", ".lock", ".tmp")):
+                groups.setdefault(m.group(0), []).append(self.root / n)
+        return groups
+
+    def entries(self) -> list[dict]:
+        """One dict per entry (a sidecar or a cubin on disk), valid or not, sorted by name."""
+        out = []
+        for stem, files in self._groups().items():
+            suffixes = {p.suffix for p in files}
+            if not suffixes & {".cubin", ".json"}:
+                continue
+            entry, meta, reason = self._read(self.root / stem, None)
+            meta = meta or {}
+            res = meta.get("resources", {}) if isinstance(meta.get("resources"), dict) else {}
+            cubin = self.root / f"{stem}.cubin"
+            try:
+                mtime = (self.root / f"{stem}.json").stat().st_mtime
+            except OSError:
+                mtime = cubin.stat().st_mtime if cubin.exists() else None
+            out.append({
+                "stem": stem,
+                "key": meta.get("key", stem[-16:]),
+                "name": meta.get("name", _STEM_RE.match(stem).group("name")),
+                "arch": meta.get("arch"),
+                "kind": meta.get("kind", (meta.get("spec") or {}).get("kind")),
+                "size": sum(p.stat().st_size for p in files if p.suffix in (".cubin", ".json") and p.exists()),
+                "valid": entry is not None,
+                "reason": reason,
+                "registers": res.get("registers"),
+                "spill_bytes": (res.get("spill_stores") or 0) + (res.get("spill_loads") or 0) if res else None,
+                "mtime": mtime,
+            })
+        return out
+
+    def verify(self, repair: bool = False) -> dict:
+        """Check every entry's sidecar and hash.
+
+        Returns {"ok", "bad", "repaired", "orphans_removed"}; "bad" lists entry stems
+        (``<name>-<key16>``).  With ``repair=True`` bad entries are deleted and recompiled from
+        the spec in their sidecar (even with KERNELGEN_DISABLE_JIT set: repair is explicit), and
+        stale temp files, cubins without a sidecar and unused lock files are removed (only for
+        entries whose lock is free, so a compile in progress is left alone).
+        """
+        report = {"ok": 0, "bad": [], "repaired": 0, "orphans_removed": 0}
+        for stem, files in self._groups().items():
+            path = self.root / stem
+            have = {p.suffix for p in files}
+            if ".json" not in have:  # never committed: orphan cubin, temp files, stale lock
+                if repair:
+                    report["orphans_removed"] += self._remove_orphans(path, files)
+                continue
+            if repair and ".tmp" in have:
+                report["orphans_removed"] += self._remove_orphans(path, [p for p in files if p.suffix == ".tmp"])
+            entry, meta, _ = self._read(path, None)
+            if entry is not None:
+                report["ok"] += 1
+                continue
+            report["bad"].append(stem)
+            if repair and self._repair(path, meta):
+                report["repaired"] += 1
+        return report
+
+    def _remove_orphans(self, stem: Path, files: list[Path]) -> int:
+        n = 0
+        try:
+            with self._lock(stem, timeout=0):
+                for p in files:
+                    if p.suffix != ".lock" and p.exists():
+                        p.unlink()
+                        n += 1
+                lock = Path(str(stem) + ".lock")
+                if not any(Path(str(stem) + s).exists() for s in (".json", ".cubin")):
+                    lock.unlink(missing_ok=True)
+        except filelock.Timeout:
+            pass
+        return n
+
+    def _repair(self, stem: Path, meta: dict | None) -> bool:
+        """Delete a bad entry (under its lock) and rebuild it from its sidecar's spec if possible."""
+        with self._lock(stem):
+            if self._read(stem, None)[0] is not None:  # repaired by someone else meanwhile
+                return True
+            for suffix in (".json", ".cubin"):
+                Path(str(stem) + suffix).unlink(missing_ok=True)
+        try:
+            spec = spec_from_json(meta["spec"])
+        except Exception:  # noqa: BLE001 - no usable spec: the entry is only deleted
+            return False
+        _, _, key = self._derive(spec)
+        with self._mutex:
+            self._memory.pop(key, None)
+            self._memory.pop(meta.get("key"), None)
+        return self._get(spec, allow_jit=True).path is not None
+
+    def clear(self) -> int:
+        """Remove every entry (and temp and lock files, where no process holds the lock).
+
+        Returns the number of entries removed.  Files in the root that are not cache files are kept.
+        """
+        n = 0
+        for stem, files in self._groups().items():
+            path = self.root / stem
+            if any(p.suffix in (".json", ".cubin") for p in files):
+                n += 1
+            for suffix in (".json", ".cubin"):
+                Path(str(path) + suffix).unlink(missing_ok=True)
+            self._remove_orphans(path, [p for p in files if p.suffix == ".tmp"])
+        with self._mutex:
+            self._memory.clear()
+        return n
+
+    def size_bytes(self) -> int:
+        """Total size of the cache's own files under the root (0 when it does not exist)."""
+        total = 0
+        for files in self._groups().values():
+            for p in files:
+                try:
+                    total += p.stat().st_size
+                except OSError:
+                    pass
+        return total
+
+
+_default: KernelCache | None = None
+_default_lock = threading.Lock()
+
+
+def get_cache() -> KernelCache:
+    """The process-wide cache, created on first use at :func:`default_cache_dir`."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = KernelCache()
+        return _default
+
+
+def set_cache_dir(root) -> KernelCache:
+    """Replace the process-wide cache with one rooted at ``root`` (tests, CLI ``--cache-dir``)."""
+    global _default
+    with _default_lock:
+        _default = KernelCache(root)
+        return _default

@@ -1,0 +1,176 @@
+"""Pre-compiling kernels into the disk cache (``kernelgen warmup``, and ``kernelgen demo`` without a GPU).
+
+The variants come from ``heuristics.specs_for``, the function the dispatcher calls at run time, so
+whatever is pre-warmed here is exactly what a later call looks up.  Compiles run in a process pool
+(NVRTC holds the GIL); each worker opens its own :class:`~kernelgen.cache.KernelCache` on the same
+root, and the cache's per-entry file locks keep concurrent warmups (or a warmup racing a running
+program) from compiling one entry twice.  Nothing here needs a GPU.
+"""
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
+
+from . import heuristics
+from .spec import DTYPES, HEAD_DIMS, LAYOUTS
+
+
+def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, True), layouts=LAYOUTS) -> list:
+    """Every kernel spec the dispatcher would use for the given product of call options.
+
+    Args:
+        arch: compile target, e.g. "sm_80" or "sm_90a" (``spec.ARCHS``).
+        head_dims: head dims (head_dim == head_dim_v), each in 64, 96, 128, 192, 256.
+        dtypes: "fp16" and/or "bf16".
+        causals: mask choices, bools (True = causal).
+        layouts: scheduler-metadata layouts, "soa" and/or "aos".
+
+    Returns:
+        The specs from ``heuristics.specs_for`` for each combination, in first-seen
+        order with duplicates removed (one scheduler spec serves every attention variant of a layout).
+
+    Raises:
+        ValueError: an unknown arch, dtype, head dim or layout, or a variant that does not fit the
+            arch (the same error the dispatcher would raise for that call).
+    """
+    out: dict = {}
+    for layout, dtype, head_dim, causal in itertools.product(layouts, dtypes, head_dims, causals):
+        sched, attn = heuristics.specs_for(arch, dtype, int(head_dim), int(head_dim), bool(causal), layout)
+        out.setdefault(sched, None)
+        out.setdefault(attn, None)
+    return list(out)
+
+
+@contextmanager
+def _jit_allowed():
+    """Warmup compiles on purpose: lift KERNELGEN_DISABLE_JIT for its duration."""
+    saved = os.environ.pop("KERNELGEN_DISABLE_JIT", None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ["KERNELGEN_DISABLE_JIT"] = saved
+
+
+def _compile_one(root: str, spec) -> bool:
+    """Worker: compile ``spec`` into the cache at ``root``.  True if this call ran NVRTC."""
+    from .cache import KernelCache
+
+    os.environ.pop("KERNELGEN_DISABLE_JIT", None)
+    return bool(KernelCache(root).get(spec).compiled)
+
+
+class _TextBar:
+    """Fallback progress bar on stderr when tqdm is not installed."""
+
+    def __init__(self, total: int, initial: int, desc: str, file, width: int = 30):
+        self.total, self.n, self.desc, self.file, self.width = total, initial, desc, file, width
+        self._tty = hasattr(file, "isatty") and file.isatty()
+        self._draw()
+
+    def _draw(self):
+        frac = self.n / self.total if self.total else 1.0
+        fill = int(round(frac * self.width))
+        line = f"{self.desc}: [{'#' * fill}{'.' * (self.width - fill)}] {self.n}/{self.total}"
+        if self._tty:
+            self.file.write("\r" + line)
+        elif self.n == self.total:
+            self.file.write(line)
+        self.file.flush()
+
+    def update(self, k: int = 1):
+        self.n += k
+        self._draw()
+
+    def close(self):
+        if self._tty or self.n == self.total:
+            self.file.write("\n")
+        self.file.flush()
+
+
+def _progress(total: int, initial: int, desc: str, enabled: bool):
+    if not enabled:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _TextBar(total, initial, desc, sys.stderr)
+    return tqdm(total=total, initial=initial, desc=desc, unit="kernel", file=sys.stderr, dynamic_ncols=True)
+
+
+def _pool_context():
+    """forkserver where available: workers fork from a fresh process, never from one that may hold
+    a CUDA context (the CLI asks the driver for the GPU's arch) or torch's threads."""
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    if ctx.get_start_method() == "forkserver":
+        ctx.set_forkserver_preload(["kernelgen.warmup", "kernelgen.cache"])
+    return ctx
+
+
+def warmup(specs, root, jobs: int | None = None, progress: bool = True, desc: str = "warmup") -> tuple[int, int]:
+    """Make sure every spec is compiled into the disk cache at ``root``.
+
+    Args:
+        specs: kernel specs (e.g. from :func:`warmup_specs`).
+        root: cache directory (str or Path); created if missing.
+        jobs: worker processes for the compiles (default ``os.cpu_count()``); 1 compiles in this
+            process (then ``compiler.COMPILE_COUNT`` counts the compiles).
+        progress: show a progress bar on stderr (tqdm, or a text bar without it).
+        desc: label of the progress bar.
+
+    Returns:
+        (compiled, cached): kernels NVRTC compiled now, and kernels that were already in the
+        cache (or that another process published meanwhile); they add up to ``len(specs)``.
+
+    Raises:
+        compiler.CompileError: NVRTC rejected a kernel (with its log and the saved source path);
+            remaining compiles are cancelled, entries already published stay.
+        cache.CacheLockTimeoutError: another process held an entry's lock too long.
+
+    KERNELGEN_DISABLE_JIT is ignored here: compiling ahead of time is what warmup is for.
+    An unwritable cache directory only warns (the kernels are compiled, nothing is kept).
+    """
+    from .cache import KernelCache
+
+    specs = list(dict.fromkeys(specs))
+    root = str(root)
+    cache = KernelCache(root)
+    todo = [s for s in specs if cache.lookup(s) is None]
+    cached = len(specs) - len(todo)
+    compiled = 0
+    bar = _progress(len(specs), cached, desc, progress and bool(specs))
+    try:
+        jobs = max(1, int(jobs or os.cpu_count() or 1))
+        if jobs == 1 or len(todo) <= 1:
+            with _jit_allowed():
+                for s in todo:
+                    if cache.get(s).compiled:
+                        compiled += 1
+                    else:
+                        cached += 1
+                    if bar is not None:
+                        bar.update(1)
+        elif todo:
+            with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=_pool_context()) as pool:
+                futures = [pool.submit(_compile_one, root, s) for s in todo]
+                try:
+                    for fut in as_completed(futures):
+                        if fut.result():
+                            compiled += 1
+                        else:
+                            cached += 1
+                        if bar is not None:
+                            bar.update(1)
+                except BaseException:
+                    for f in futures:
+                        f.cancel()
+                    raise
+    finally:
+        if bar is not None:
+            bar.close()
+    return compiled, cached

@@ -1,0 +1,296 @@
+"""CPU tests of the command line, the warmup and the traces (no GPU needed; temp cache dirs only)."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernelgen import cli, compiler, traces
+from kernelgen.cache import KernelCache
+from kernelgen.demo import attention_flops, demo_specs, has_cuda_gpu, visible_pairs
+
+REPO = Path(__file__).resolve().parents[1]
+WARMUP_RE = re.compile(r"warmup (\S+): (\d+) compiled, (\d+) already cached \((\d+) variants\) in (.+)")
+
+no_gpu = pytest.mark.skipif(has_cuda_gpu(), reason="checks the no-GPU behaviour")
+
+
+def _warmup_counts(text: str):
+    m = WARMUP_RE.search(text)
+    assert m, f"no warmup summary line in:\n{text}"
+    return m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4)), m.group(5).strip()
+
+
+def test_warmup_then_second_warmup_compiles_nothing(tmp_path, capsys):
+    argv = ["warmup", "--arch", "sm_80", "--head-dim", "64", "--dtype", "bf16", "--layout", "soa",
+            "--jobs", "1", "--cache-dir", str(tmp_path)]
+    before = compiler.COMPILE_COUNT
+    assert cli.main(argv) == 0
+    arch, compiled, cached, total, root = _warmup_counts(capsys.readouterr().out)
+    assert arch == "sm_80" and compiled > 0 and cached == 0 and total == compiled
+    assert root == str(tmp_path)
+    assert compiler.COMPILE_COUNT - before == compiled
+    # both masks by default, one scheduler: 2 attention variants + 1 scheduler
+    assert total == len(cli.warmup_specs("sm_80", [64], ["bf16"], [False, True], ["soa"])) == 3
+
+    before = compiler.COMPILE_COUNT
+    assert cli.main(argv) == 0
+    _, compiled2, cached2, total2, _ = _warmup_counts(capsys.readouterr().out)
+    assert (compiled2, cached2, total2) == (0, total, total)
+    assert compiler.COMPILE_COUNT == before
+
+
+def test_warmup_process_pool(tmp_path, capsys):
+    argv = ["warmup", "--arch", "sm_80", "--head-dim", "64", "--dtype", "fp16", "--layout", "aos",
+            "--jobs", "2", "--cache-dir", str(tmp_path)]
+    assert cli.main(argv) == 0
+    _, compiled, cached, total, _ = _warmup_counts(capsys.readouterr().out)
+    assert (compiled, cached, total) == (3, 0, 3)
+    cache = KernelCache(tmp_path)
+    for spec in cli.warmup_specs("sm_80", [64], ["fp16"], [False, True], ["aos"]):
+        assert cache.lookup(spec) is not None
+    assert cli.main(argv) == 0
+    assert _warmup_counts(capsys.readouterr().out)[1:4] == (0, 3, 3)
+
+
+def test_warmup_mask_flags_select_variants(tmp_path, capsys):
+    base = ["warmup", "--arch", "sm_90a", "--head-dim", "128", "--dtype", "bf16", "--layout", "soa",
+            "--jobs", "1", "--cache-dir", str(tmp_path)]
+    assert cli.main(base + ["--causal"]) == 0
+    assert _warmup_counts(capsys.readouterr().out)[1:4] == (2, 0, 2)
+    assert cli.main(base + ["--no-causal"]) == 0
+    assert _warmup_counts(capsys.readouterr().out)[1:4] == (1, 1, 2)  # the scheduler is shared
+    names = {e["name"] for e in KernelCache(tmp_path).entries()}
+    assert any("_causal_" in n for n in names) and any("_none_" in n for n in names)
+
+
+def test_warmup_specs_match_dispatcher_choice():
+    from kernelgen import heuristics
+
+    specs = cli.warmup_specs("sm_90a", [64, 128], ["fp16", "bf16"], [False, True], ["soa", "aos"])
+    assert len(specs) == len(set(specs)) == 2 + 2 * 2 * 2 * 2
+    sched, attn = heuristics.specs_for("sm_90a", "bf16", 128, 128, True, "aos")
+    assert sched in specs and attn in specs
+
+
+@no_gpu
+def test_warmup_without_arch_and_gpu_exits_2(tmp_path, capsys):
+    assert cli.main(["warmup", "--cache-dir", str(tmp_path)]) == 2
+    assert "no CUDA GPU found; pass --arch (e.g. --arch sm_90a)" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_warmup_bad_values_are_usage_errors(tmp_path, capsys):
+    for bad in (["--arch", "sm_75"], ["--arch", "sm_80", "--head-dim", "80"], ["--arch", "sm_80", "--dtype", "fp32"],
+                ["--arch", "sm_80", "--layout", "csr"], ["--arch", "sm_80", "--causal", "--no-causal"]):
+        with pytest.raises(SystemExit) as ei:
+            cli.main(["warmup", *bad, "--cache-dir", str(tmp_path)])
+        assert ei.value.code == 2
+    capsys.readouterr()
+
+
+def test_cache_commands(tmp_path, capsys):
+    d = str(tmp_path / "kc")
+    assert cli.main(["cache", "path", "--cache-dir", d]) == 0
+    assert capsys.readouterr().out.strip() == d
+    assert cli.main(["cache", "list", "--cache-dir", d]) == 0
+    assert "no cached kernels" in capsys.readouterr().out
+
+    assert cli.main(["warmup", "--arch", "sm_80", "--head-dim", "64", "--dtype", "bf16", "--causal",
+                     "--layout", "soa", "--jobs", "1", "--cache-dir", d]) == 0
+    capsys.readouterr()
+    assert cli.main(["cache", "list", "--cache-dir", d]) == 0
+    out = capsys.readouterr().out
+    for col in ("name", "arch", "size KB", "registers", "spill bytes", "valid"):
+        assert col in out
+    assert "attn_sm_80_bf16_d64_causal_soa" in out and "sched_sm_80_soa" in out
+    assert "2 entries" in out
+
+    assert cli.main(["cache", "verify", "--cache-dir", d]) == 0
+    assert "2 ok, 0 bad" in capsys.readouterr().out
+
+    # corrupt one cubin: verify fails (exit 1), verify --repair fixes it
+    cubin = next(Path(d).glob("attn_*.cubin"))
+    cubin.write_bytes(cubin.read_bytes()[:100])
+    assert cli.main(["cache", "verify", "--cache-dir", d]) == 1
+    out = capsys.readouterr().out
+    assert "1 bad" in out and cubin.stem in out
+    assert cli.main(["cache", "list", "--cache-dir", d]) == 0
+    assert "no (" in capsys.readouterr().out
+    assert cli.main(["cache", "verify", "--repair", "--cache-dir", d]) == 0
+    assert "1 repaired" in capsys.readouterr().out
+    assert cli.main(["cache", "verify", "--cache-dir", d]) == 0
+    capsys.readouterr()
+
+    assert cli.main(["cache", "clear", "--cache-dir", d]) == 0
+    assert "removed 2 entries" in capsys.readouterr().out
+    assert KernelCache(d).entries() == []
+
+
+def test_doctor(capsys):
+    assert cli.main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    major, minor = compiler.nvrtc_version()
+    assert re.search(rf"NVRTC\s+{major}\.{minor}", out)
+    assert "kernelgen" in out and "cache dir" in out
+    assert "KERNELGEN_CACHE_DIR=" in out  # set by conftest
+    if not has_cuda_gpu():
+        assert "no CUDA GPU" in out
+
+
+@no_gpu
+def test_demo_without_gpu_prewarms_its_kernels(tmp_path, capsys):
+    d = str(tmp_path)
+    assert cli.main(["demo", "--arch", "sm_80", "--jobs", "1", "--cache-dir", d]) == 0
+    out = capsys.readouterr().out
+    assert "No CUDA GPU found: pre-warmed 2 kernel(s) for sm_80 in" in out
+    assert "needs an NVIDIA GPU" in out
+    cache = KernelCache(d)
+    assert all(cache.lookup(s) is not None for s in demo_specs("sm_80", "soa"))
+
+    before = compiler.COMPILE_COUNT
+    assert cli.main(["warmup", "--arch", "sm_80", "--head-dim", "128", "--dtype", "bf16", "--causal",
+                     "--layout", "soa", "--jobs", "1", "--cache-dir", d]) == 0
+    assert _warmup_counts(capsys.readouterr().out)[1:4] == (0, 2, 2)
+    assert compiler.COMPILE_COUNT == before
+
+
+@no_gpu
+def test_demo_bad_trace_is_a_usage_error(tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("context_tokens,generated_tokens\n12,3\nx,4\n")
+    assert cli.main(["demo", "--trace", str(bad), "--cache-dir", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and ":3:" in err
+
+
+# ------------------------------------------------------------------------------------ traces
+def test_load_packaged_sample():
+    rows = traces.load_trace()
+    assert len(rows) == 2000
+    assert all(isinstance(c, int) and isinstance(g, int) and c > 0 and g > 0 for c, g in rows)
+    assert rows[0] == (374, 44)
+
+
+def test_load_trace_from_path_matches_shared_source(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("timestamp_s,context_tokens,generated_tokens\n0.0,10,2\n\n1.5,7,0\n")
+    assert traces.load_trace(p) == [(10, 2), (7, 0)]
+    # column order comes from the header
+    p.write_text("generated_tokens,context_tokens\n3,9\n")
+    assert traces.load_trace(str(p)) == [(9, 3)]
+
+
+@pytest.mark.parametrize("text, where", [
+    ("context_tokens,generated_tokens\n12,3\nabc,4\n", ":3:"),
+    ("context_tokens,generated_tokens\n12,3\n5\n", ":3:"),
+    ("context_tokens,generated_tokens\n-1,3\n", ":2:"),
+    ("timestamp_s,tokens\n0,1\n", ":1:"),
+    ("context_tokens,generated_tokens\n", "no request rows"),
+    ("", "empty"),
+])
+def test_malformed_trace_raises_value_error_naming_file(tmp_path, text, where):
+    p = tmp_path / "broken.csv"
+    p.write_text(text)
+    with pytest.raises(ValueError) as ei:
+        traces.load_trace(p)
+    assert str(p) in str(ei.value) and where in str(ei.value)
+
+
+def test_missing_trace_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.csv"):
+        traces.load_trace(tmp_path / "nope.csv")
+
+
+def test_prefill_batch_is_consecutive_and_bounded():
+    rows = traces.load_trace()
+    batch = traces.prefill_batch(rows)
+    assert batch == traces.prefill_batch(rows)  # deterministic
+    assert sum(batch) <= 32768 and max(batch) <= 8192
+    assert batch == [min(c, 8192) for c, _ in rows[:len(batch)]]
+    assert sum(batch) + min(rows[len(batch)][0], 8192) > 32768  # the next one would not fit
+
+    assert traces.prefill_batch([5000, 9000, 100], max_tokens=20000, max_len=8192) == [5000, 8192, 100]
+    assert traces.prefill_batch([5, 6, 7, 8], max_requests=2) == [5, 6]
+    assert traces.prefill_batch([10, 10, 10], max_tokens=25) == [10, 10]
+    with pytest.raises(ValueError):
+        traces.prefill_batch([100], max_tokens=50, max_len=100)
+    with pytest.raises(ValueError):
+        traces.prefill_batch([1], max_tokens=0)
+
+
+def test_causal_flop_count():
+    def brute(lq, lk):
+        return sum(1 for r in range(lq) for j in range(lk) if j <= r + lk - lq)
+
+    for lq in range(0, 9):
+        for lk in range(0, 9):
+            assert visible_pairs(lq, lk, True) == brute(lq, lk)
+            assert visible_pairs(lq, lk, False) == lq * lk
+    assert attention_flops([4, 2]) == 4 * 32 * 128 * (10 + 3)
+
+
+# ------------------------------------------------------------------------------------ entry points
+def test_python_m_kernelgen_help():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    r = subprocess.run([sys.executable, "-m", "kernelgen", "--help"], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    for cmd in ("warmup", "cache", "doctor", "demo"):
+        assert cmd in r.stdout
+
+
+# ------------------------------------------------------------------------------------ demo helpers (CPU)
+def test_compare_to_reference_on_cpu():
+    import torch
+
+    from kernelgen.demo import compare_to_reference
+
+    ref = torch.randn(6, 2, 8, dtype=torch.float64)
+    ref_lse = torch.randn(2, 6, dtype=torch.float64)
+    ref_lse[0, 0] = float("-inf")  # a row that sees no key
+    out, lse = ref.to(torch.bfloat16), ref_lse.float()
+    r = compare_to_reference(out, lse, ref, ref_lse)
+    assert r["matches"] and r["max_error"] < 0.05 and r["max_lse_error"] < 1e-5
+    bad = out.clone()
+    bad[3, 1, 2] += 1.0
+    assert not compare_to_reference(bad, lse, ref, ref_lse)["matches"]
+    nan = out.clone()
+    nan[0, 0, 0] = float("nan")
+    r = compare_to_reference(nan, lse, ref, ref_lse)
+    assert not r["matches"] and r["max_error"] == float("inf")
+    bad_lse = lse.clone()
+    bad_lse[1, 4] += 1.0
+    assert not compare_to_reference(out, bad_lse, ref, ref_lse)["matches"]
+
+
+def test_demo_result_json_shape():
+    import json
+
+    from kernelgen.demo import build_result
+
+    r = build_result(True, 1234.5, 300.0, 1500.0, None, 0.01, [10, 20])
+    assert r["check"] == {"demo_matches_reference": True}
+    assert set(r["benchmark"]) == {"name", "us", "tflops", "tbps", "peers"}
+    assert r["benchmark"]["name"] == "demo_azure_conv_prefill" and r["benchmark"]["tbps"] is None
+    assert r["benchmark"]["peers"] == {"torch_fa2_varlen": 1500.0}
+    assert (r["requests"], r["tokens"], r["max_error"]) == (2, 30, 0.01)
+    r = build_result(False, 1.0, 1.0, None, "RuntimeError: no FA2", float("inf"), [1])
+    assert r["benchmark"]["peers"] == {} and r["peers_unavailable"]["torch_fa2_varlen"].startswith("RuntimeError")
+    json.dumps(r, allow_nan=False)
+
+
+def test_warmup_text_progress_bar_without_tqdm(tmp_path, monkeypatch, capsys):
+    from kernelgen.warmup import warmup
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm -> ImportError
+    specs = cli.warmup_specs("sm_86", [64], ["fp16"], [True], ["soa"])
+    assert warmup(specs, tmp_path, jobs=1) == (2, 0)
+    assert "2/2" in capsys.readouterr().err
+    assert warmup(specs, tmp_path, jobs=1, progress=False) == (0, 2)
+    assert capsys.readouterr().err == ""

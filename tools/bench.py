@@ -1,0 +1,141 @@
+"""Short GPU benchmark of the vertical slice (run by tools/gpu_check.sh).
+
+Entries (same run, same inputs for every peer):
+* roofs: device-to-device copy bandwidth and a bf16 matmul rate, measured here;
+* prefill_dense_causal_h128_s16k: 1 x 32 heads x 16384 tokens, d 128, bf16, causal; peers
+  torch_fa2 (SDPA flash backend) and cudnn_sdpa (SDPA cuDNN backend);
+* prefill_dense_h128_s4k: 4 x 32 x 4096, not causal (same peers);
+* a tile sweep of kernelgen's head-dim-128 candidates on the causal 16k shape.
+
+FLOPs count only the (row, key) pairs the mask lets through: 4 * heads * d * pairs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import kernelgen  # noqa: E402
+from kernelgen import api, heuristics, metadata, runtime  # noqa: E402
+from kernelgen.timing import time_cuda  # noqa: E402
+
+
+def roofs() -> dict:
+    x = torch.empty(2 * 1024 ** 3 // 2, dtype=torch.bfloat16, device="cuda").normal_()
+    y = torch.empty_like(x)
+    us = time_cuda(lambda: y.copy_(x), repeat=20, warmup=3)
+    copy_tbps = 2 * x.numel() * 2 / (us * 1e-6) / 1e12
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    us_mm = time_cuda(lambda: a @ b, repeat=20, warmup=3)
+    return {"copy_tbps": copy_tbps, "bf16_matmul_tflops": 2 * 8192 ** 3 / (us_mm * 1e-6) / 1e12}
+
+
+def causal_pairs(lq: int, lk: int) -> int:
+    return sum(max(0, min(lk, r + lk - lq + 1)) for r in range(lq))
+
+
+def sdpa_peer(backend, q4, k4, v4, causal):
+    from torch.nn.attention import sdpa_kernel
+
+    def run():
+        with sdpa_kernel(backend):
+            return torch.nn.functional.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)
+    try:
+        run()
+        torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001 - a peer that cannot run is reported, not dropped
+        return None, f"{type(e).__name__}: {str(e)[:120]}"
+    return time_cuda(run, repeat=10, warmup=2), None
+
+
+def dense_entry(name, batch, heads, seqlen, d, causal) -> dict:
+    from torch.nn.attention import SDPBackend
+
+    torch.manual_seed(0)
+    q4 = torch.randn(batch, heads, seqlen, d, device="cuda", dtype=torch.bfloat16)
+    k4, v4 = torch.randn_like(q4), torch.randn_like(q4)
+    # kernelgen takes the packed (tokens, heads, d) layout: the same data, transposed once outside timing
+    q, k, v = (t.transpose(1, 2).reshape(batch * seqlen, heads, d).contiguous() for t in (q4, k4, v4))
+    cu = torch.arange(0, batch + 1, dtype=torch.int32, device="cuda") * seqlen
+    out = torch.empty_like(q)
+    run = lambda: kernelgen.varlen_attention(q, k, v, cu, cu, seqlen, seqlen, causal=causal, out=out)  # noqa: E731
+    us = time_cuda(run, repeat=10, warmup=2)
+    pairs = batch * (causal_pairs(seqlen, seqlen) if causal else seqlen * seqlen)
+    flops = 4 * heads * d * pairs
+    entry = {"name": name, "us": us, "tflops": flops / (us * 1e-6) / 1e12, "tbps": None, "peers": {}, "unavailable": {}}
+    for peer, backend in (("torch_fa2", SDPBackend.FLASH_ATTENTION), ("cudnn_sdpa", SDPBackend.CUDNN_ATTENTION)):
+        t, why = sdpa_peer(backend, q4, k4, v4, causal)
+        if t is None:
+            entry["unavailable"][peer] = why
+        else:
+            entry["peers"][peer] = t
+    # agreement with the flash peer on this shape (a sanity check, not the correctness test)
+    ref = torch.nn.functional.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)
+    entry["max_diff_vs_sdpa"] = float((out.view(batch, seqlen, heads, d).transpose(1, 2) - ref).abs().max())
+    return entry
+
+
+def tile_sweep(seqlen=16384, heads=32, d=128, causal=True) -> list:
+    torch.manual_seed(1)
+    q = torch.randn(seqlen, heads, d, device="cuda", dtype=torch.bfloat16)
+    k, v = torch.randn_like(q), torch.randn_like(q)
+    cu = torch.tensor([0, seqlen], dtype=torch.int32, device="cuda")
+    flops = 4 * heads * d * causal_pairs(seqlen, seqlen)
+    arch = api.device_arch(0)
+    rows = []
+    ref = None
+    for tile in heuristics.CANDIDATE_TILES[d]:
+        try:
+            sched_spec, attn_spec = heuristics.specs_for(arch, "bf16", d, d, causal, "soa", tile)
+            sched, attn = runtime.get_kernel(sched_spec, 0), runtime.get_kernel(attn_spec, 0)
+        except Exception as e:  # noqa: BLE001
+            rows.append({"tile": tile.tag, "error": str(e)[:160]})
+            continue
+        out = torch.empty_like(q)
+        md = torch.empty(metadata.buffer_ints(1), dtype=torch.int32, device="cuda")
+
+        def run():
+            s = api._current_stream(0)
+            sched.launch(1, s, api.scheduler_params(cu, cu, md, 1, 1, heads, attn_spec))
+            attn.launch(attn.persistent_grid, s, api.attention_params(q, k, v, out, None, cu, cu, md, 1, d ** -0.5))
+        us = time_cuda(run, repeat=8, warmup=2)
+        if ref is None:
+            ref = out.clone()
+        rows.append({"tile": tile.tag, "us": us, "tflops": flops / (us * 1e-6) / 1e12,
+                     "registers": attn.resources.get("registers"), "spills": attn.resources.get("spill_stores"),
+                     "ctas_per_sm": attn.persistent_grid // runtime.device_properties(0)["num_sms"],
+                     "max_diff_vs_first": float((out.float() - ref.float()).abs().max())})
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--no-sweep", action="store_true")
+    args = ap.parse_args(argv)
+    res = {"device": runtime.device_properties(0)["name"], "roofs": roofs(), "benchmarks": []}
+    print("roofs:", json.dumps(res["roofs"]))
+    for spec in (("prefill_dense_causal_h128_s16k", 1, 32, 16384, 128, True),
+                 ("prefill_dense_h128_s4k", 4, 32, 4096, 128, False)):
+        e = dense_entry(*spec)
+        res["benchmarks"].append(e)
+        peers = " ".join(f"{p}={t:.0f}us({t / e['us']:.2f}x)" for p, t in e["peers"].items())
+        print(f"{e['name']}: {e['us']:.0f} us {e['tflops']:.0f} TFLOP/s  {peers}  diff={e['max_diff_vs_sdpa']:.3g}"
+              f"  {e['unavailable'] or ''}", flush=True)
+    if not args.no_sweep:
+        res["tile_sweep_causal_h128_s16k"] = tile_sweep()
+        for r in res["tile_sweep_causal_h128_s16k"]:
+            print("tile", json.dumps(r), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One call on a GPU machine: GPU tests, the demo and the benchmarks.
+# Logs and gpu_report.json go to $OUT (or the folder given as $1, default ./gpu_out);
+# the summary table is printed last.  Usage: OUT=/tmp/out bash tools/gpu_check.sh
+# Each stage has its own time limit so a hang in one still leaves the others' results.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-${1:-$PWD/gpu_out}}"
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export KERNELGEN_CACHE_DIR="${KERNELGEN_CACHE_DIR:-$PWD/cache}"
+export KERNELGEN_TEST_CACHE_DIR="$KERNELGEN_CACHE_DIR"
+PY="${PYTHON:-python3}"
+LOG="$OUT/run.log"
+: > "$LOG"
+step() { echo "=== $* ($(date +%T))" | tee -a "$LOG"; }
+
+step doctor;  timeout 60 "$PY" -m kernelgen doctor >> "$LOG" 2>&1
+step warmup;  timeout 120 "$PY" -m kernelgen warmup --jobs "$(nproc)" >> "$LOG" 2>&1
+step pytest
+timeout "${PYTEST_LIMIT:-330}" "$PY" -m pytest tests -m gpu -q -rf -p no:cacheprovider \
+  --junitxml="$OUT/junit.xml" > "$OUT/pytest.log" 2>&1
+echo "pytest exit $?" >> "$LOG"
+tail -n 3 "$OUT/pytest.log" | tee -a "$LOG"
+step demo;    timeout 120 "$PY" -m kernelgen demo --json "$OUT/demo.json" >> "$LOG" 2>&1
+step bench;   timeout 180 "$PY" tools/bench.py --json "$OUT/bench.json" >> "$LOG" 2>&1
+step report
+"$PY" tools/gpu_report.py --out "$OUT"
