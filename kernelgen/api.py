@@ -49,6 +49,8 @@ def varlen_attention(
     return_lse: bool = False,
     out: torch.Tensor | None = None,
     metadata_layout: str = "soa",
+    sort: bool = True,
+    head_swizzle: bool = True,
 ):
     """Attention over a ragged (varlen) batch of requests packed along the token dimension.
 
@@ -70,6 +72,10 @@ def varlen_attention(
         return_lse: also return the log-sum-exp of the scaled logits.
         out: optional output tensor (total_q, num_heads_q, head_dim_v), q's dtype.
         metadata_layout: "soa" or "aos", the scheduler-metadata layout (see ``metadata.py``).
+        sort: let the GPU scheduler order requests longest-first (ties by request index).
+        head_swizzle: for causal masks, walk heads in sections sized to the device's L2 so tiles
+            running together share K/V in L2.  ``sort`` and ``head_swizzle`` change only the
+            order of work, never the result.
 
     Returns:
         out (total_q, num_heads_q, head_dim_v) in q's dtype; with ``return_lse`` also
@@ -105,15 +111,44 @@ def varlen_attention(
         return (out, lse) if return_lse else out
 
     device = q.device.index
+    flags = (bool(causal), layout, bool(sort), bool(head_swizzle))
     if device != torch.cuda.current_device():
         with torch.cuda.device(device):
-            _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, sizes, scale, bool(causal), layout)
+            _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, sizes, scale, *flags)
     else:
-        _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, sizes, scale, bool(causal), layout)
+        _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, sizes, scale, *flags)
     return (out, lse) if return_lse else out
 
 
-def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, sizes, scale, causal, layout):
+def scheduler_config(attn_spec, attn_kernel, num_heads_q: int, num_heads_kv: int, *, sort: bool = True,
+                     head_swizzle: bool = True, max_splits: int = 1, forced_splits: bool = False):
+    """The scheduler's run-time configuration for an attention kernel on its device.
+
+    The head-swizzle budget is a sixth of the device's L2 (about 10 MB on an H200; FlashAttention-3
+    uses a fixed 8 MiB on 50 MB parts), counted in K+V blocks of one head.
+    """
+    qpk = num_heads_q // num_heads_kv
+    pack = attn_spec.pack_gqa
+    budget = 0
+    if head_swizzle:
+        l2 = runtime.device_properties(attn_kernel.device)["l2_bytes"]
+        elem = 2
+        budget = max(1, (l2 // 6) // (attn_spec.tile.block_n * (attn_spec.head_dim + attn_spec.head_dim_v) * elem))
+    return metadata.SchedulerConfig(
+        num_heads=num_heads_kv if pack else num_heads_q,
+        block_m=attn_spec.tile.block_m,
+        block_n=attn_spec.tile.block_n,
+        pack_factor=qpk if pack else 1,
+        max_splits=max_splits,
+        forced_splits=forced_splits,
+        num_ctas=attn_kernel.persistent_grid,
+        max_kvblocks_l2=budget,
+        swizzle_mult=1 if pack else qpk,
+        sort=sort,
+    )
+
+
+def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, sizes, scale, causal, layout, sort, head_swizzle):
     device = q.device.index
     arch = device_arch(device)
     dtype = validation.DTYPES[q.dtype]
@@ -124,18 +159,39 @@ def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, sizes, scale, causal,
     capacity = sizes["batch"]
     md = torch.empty(metadata.buffer_ints(capacity), dtype=torch.int32, device=q.device)
     stream = _current_stream(device)
-    sched.launch(1, stream, scheduler_params(cu_seqlens_q, cu_seqlens_k, md, sizes["batch"], capacity,
-                                             sizes["num_heads_q"], attn_spec))
+    cfg = scheduler_config(attn_spec, attn, sizes["num_heads_q"], sizes["num_heads_kv"], sort=sort,
+                           head_swizzle=head_swizzle)
+    launch_scheduler(sched, stream, cu_seqlens_q, cu_seqlens_k, None, md, sizes["batch"], capacity, cfg)
     attn.launch(attn.persistent_grid, stream, attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md,
                                                                capacity, scale))
 
 
-def scheduler_params(cu_seqlens_q, cu_seqlens_k, md, batch, capacity, num_heads, attn_spec) -> bytes:
+def scheduler_smem(capacity: int) -> int:
+    """Dynamic shared memory of the scheduler: one 8-byte sort key per request slot (bytes)."""
+    n = 1
+    while n < capacity:
+        n <<= 1
+    return 8 * n
+
+
+def launch_scheduler(sched, stream, cu_seqlens_q, cu_seqlens_k, seqused_k, md, batch, capacity, cfg) -> None:
+    """Launch the scheduler kernel: writes ``md`` (int32, metadata.buffer_ints(capacity)) for ``batch``."""
+    if capacity > metadata.MAX_CAPACITY:
+        raise ValueError(f"capacity {capacity} exceeds {metadata.MAX_CAPACITY} requests (the scheduler sorts in shared memory)")
+    sched.launch(1, stream, scheduler_params(cu_seqlens_q, cu_seqlens_k, seqused_k, md, batch, capacity, cfg),
+                 smem=scheduler_smem(capacity))
+
+
+def scheduler_params(cu_seqlens_q, cu_seqlens_k, seqused_k, md, batch, capacity, cfg) -> bytes:
     """Packed SchedParams for one batch (``md`` is the int32 metadata buffer of ``capacity``)."""
     return SCHEDULER_PARAMS.pack({
-        "cu_seqlens_q": cu_seqlens_q.data_ptr(), "cu_seqlens_k": cu_seqlens_k.data_ptr(), "metadata": md.data_ptr(),
-        "batch": batch, "capacity": capacity, "num_heads": num_heads,
-        "block_m": attn_spec.tile.block_m, "block_n": attn_spec.tile.block_n,
+        "cu_seqlens_q": cu_seqlens_q.data_ptr(),
+        "cu_seqlens_k": cu_seqlens_k.data_ptr() if cu_seqlens_k is not None else 0,
+        "seqused_k": seqused_k.data_ptr() if seqused_k is not None else 0,
+        "metadata": md.data_ptr(), "batch": batch, "capacity": capacity, "num_heads": cfg.num_heads,
+        "block_m": cfg.block_m, "block_n": cfg.block_n, "pack_factor": cfg.pack_factor,
+        "max_splits": cfg.max_splits, "forced_splits": int(cfg.forced_splits), "num_ctas": cfg.num_ctas,
+        "max_kvblocks_l2": cfg.max_kvblocks_l2, "swizzle_mult": cfg.swizzle_mult, "sort": int(cfg.sort),
     })
 
 

@@ -13,7 +13,10 @@ Lookup order in :meth:`KernelCache.get`: in-process dict -> valid disk entry (re
 the lock, so a pre-warmed read-only cache costs zero writes) -> take the entry's lock, look again
 (another process may have just published it), compile, publish.  Publishing writes each file to a
 ``mkstemp`` temp file in the same directory, fsyncs it and ``os.replace``s it into place, cubin
-first and sidecar last, so a reader sees either nothing or a complete entry.  Every load checks
+first and sidecar last, so a reader sees either nothing or a complete entry.  A process killed
+mid-compile or mid-publish leaves at most temp files or a cubin without a sidecar (never
+loadable); its lock dies with it, and the next builder of that entry removes the entry's leftover
+temp files under the lock (``verify(repair=True)`` and ``clear()`` remove them too).  Every load checks
 the sidecar's key and the cubin's size and sha256; a bad entry is rebuilt with a warning.
 
 Errors and degradations:
@@ -23,6 +26,26 @@ Errors and degradations:
 * :class:`CacheLockTimeoutError` when an entry's lock is not obtained within ``LOCK_TIMEOUT``.
 * A read-only, full or uncreatable cache directory never raises: the kernel is compiled in memory
   (``CacheEntry.path is None``) and one :class:`KernelCacheWarning` is issued per process and root.
+  A read-only directory whose entries exist is simply read (a pre-warmed ``chmod -R a-w`` cache
+  costs zero compiles and zero writes).
+
+Trust (a cubin from the cache is machine code this process will run, so who could have written it
+matters):
+
+* The cache directory must be owned by this user (or root) and must not be writable by group or
+  other users (``mode & 0o022 == 0``).  Otherwise another user could plant a cubin there (or swap
+  one in between our hash check and the load), and we would run it.  Such a directory is neither
+  read nor written: every kernel is compiled in memory and one :class:`KernelCacheWarning` per
+  process and root says why and how to fix it (``chmod 700 DIR`` or another ``KERNELGEN_CACHE_DIR``).
+  With ``KERNELGEN_DISABLE_JIT=1`` the call raises :class:`KernelNotCachedError` instead.  Only the
+  directory itself is checked (after following a symlink to it), not its parents.
+* Each entry file (cubin and sidecar) is checked on the open file (``fstat``, so there is no
+  check-then-open race): a file owned by another user, or writable by group or other users, makes
+  the entry bad: it is not loaded, and it is rebuilt (atomically replaced by our own file) or,
+  with JIT disabled, reported by :class:`KernelNotCachedError`.  ``verify`` reports it as bad.
+* We create the directory ``0o700`` and every file ``0o600`` (owner only), whatever the umask.
+* "This user" is the effective uid; root (uid 0) is trusted too, since it can replace any binary
+  on the machine anyway.  The check is :func:`_owner_ok`, one place to change (tests patch it).
 
 Design sources (ideas, not code): Triton's file cache manager (content-hash keys that include the
 compiler and package versions, temp-file + atomic rename publish, a per-entry metadata file that
@@ -99,22 +122,64 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _owner_ok(st: os.stat_result) -> bool:
+    """True if a cache directory or file with this stat may be trusted by owner: ours, or root's."""
+    geteuid = getattr(os, "geteuid", None)
+    if geteuid is None:  # not POSIX: no uid to compare
+        return True
+    return st.st_uid in (geteuid(), 0)
+
+
+def _untrusted(st: os.stat_result, what: str) -> str | None:
+    """Why a directory or file with this stat must not be loaded from, or None if it may."""
+    if not _owner_ok(st):
+        me = os.geteuid() if hasattr(os, "geteuid") else "?"
+        return f"{what} is owned by another user (uid {st.st_uid}, this process runs as uid {me})"
+    if st.st_mode & 0o022:
+        return f"{what} is writable by group/other users (mode {oct(st.st_mode & 0o7777)})"
+    return None
+
+
+class _UntrustedFile(OSError):
+    """An entry file failed the owner/mode check (see :func:`_untrusted`)."""
+
+
+def _read_trusted(path: Path, what: str) -> bytes:
+    """The bytes of ``path``, checked (fstat of the open file) before they are read."""
+    with open(path, "rb") as f:
+        why = _untrusted(os.fstat(f.fileno()), what)
+        if why:
+            raise _UntrustedFile(why)
+        return f.read()
+
+
 _warned_roots: set[str] = set()
 _warned_lock = threading.Lock()
 
 
-def _warn_unwritable(root: Path, err: BaseException) -> None:
+def _warn_once(root: Path, message: str, stacklevel: int) -> None:
     """One warning per process and cache root, however many kernels fall back to memory."""
     with _warned_lock:
         if str(root) in _warned_roots:
             return
         _warned_roots.add(str(root))
-    warnings.warn(
+    warnings.warn(message, KernelCacheWarning, stacklevel=stacklevel + 1)
+
+
+def _warn_unwritable(root: Path, err: BaseException) -> None:
+    _warn_once(
+        root,
         f"kernelgen cache directory {root} is not usable ({err}); compiling kernels in memory "
         f"only (set KERNELGEN_CACHE_DIR to a writable directory to keep them)",
-        KernelCacheWarning,
-        stacklevel=5,  # _warn_unwritable <- _build <- _get <- get <- caller
+        stacklevel=5,  # _warn_once <- _warn_unwritable <- _build <- _get <- get <- caller
     )
+
+
+def _unsafe_advice(root: Path, why: str) -> str:
+    return (f"kernelgen cache directory {root} is not safe to load kernels from: {why}, so another "
+            f"user could plant a cubin there that this process would run.  Not reading or writing "
+            f"it; compiling kernels in memory only (fix: `chmod 700 {root}` if it is yours, or set "
+            f"KERNELGEN_CACHE_DIR to a private directory)")
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -177,6 +242,18 @@ class KernelCache:
         options = compiler.default_options(spec.arch)
         return source, options, self.key_for(source, spec.arch, options)
 
+    def unsafe_reason(self) -> str | None:
+        """Why the cache directory must not be loaded from (owner or mode), or None.
+
+        None too when the directory does not exist yet (we create it ``0o700``) or cannot be
+        stat'ed (the normal error paths handle that).
+        """
+        try:
+            st = os.stat(self.root)
+        except OSError:
+            return None
+        return _untrusted(st, "it")
+
     # ----------------------------------------------------------------- reading
     def _read(self, stem: Path, key: str | None) -> tuple[CacheEntry | None, dict | None, str]:
         """Load the entry at ``stem`` without locking or writing.
@@ -184,10 +261,17 @@ class KernelCache:
         Returns (entry, sidecar, reason): entry is None when missing ("missing") or bad (reason
         says why); sidecar is the parsed sidecar when it could be read.
         """
+        distrust = None
         try:
-            raw = Path(str(stem) + ".json").read_bytes()
+            raw = _read_trusted(Path(str(stem) + ".json"), "the sidecar")
         except (FileNotFoundError, NotADirectoryError):
             return None, None, "missing"
+        except _UntrustedFile as e:  # parse it anyway: verify --repair rebuilds from its spec
+            distrust = str(e)
+            try:
+                raw = Path(str(stem) + ".json").read_bytes()
+            except OSError:
+                return None, None, distrust
         except OSError as e:
             return None, None, f"sidecar unreadable ({e})"
         try:
@@ -199,10 +283,14 @@ class KernelCache:
                 raise TypeError("resources is not an object")
         except (ValueError, KeyError, TypeError) as e:
             return None, None, f"sidecar is not valid ({e})"
+        if distrust:
+            return None, meta, distrust
         if (key is not None and meta_key != key) or not str(meta_key).startswith(stem.name[-16:]):
             return None, meta, "sidecar key does not match the entry"
         try:
-            cubin = Path(str(stem) + ".cubin").read_bytes()
+            cubin = _read_trusted(Path(str(stem) + ".cubin"), "the cubin")
+        except _UntrustedFile as e:
+            return None, meta, str(e)
         except OSError as e:
             return None, meta, f"cubin unreadable ({e})"
         if len(cubin) != want_size:
@@ -220,6 +308,8 @@ class KernelCache:
             hit = self._memory.get(key)
         if hit is not None:
             return dataclasses.replace(hit, compiled=False)
+        if self.unsafe_reason():
+            return None
         entry, _, _ = self._read(self._stem(spec.name, key), key)
         return entry
 
@@ -244,7 +334,11 @@ class KernelCache:
             if hit is not None:
                 return dataclasses.replace(hit, compiled=False)
             stem = self._stem(spec.name, key)
-            entry, _, reason = self._read(stem, key)  # lock-free fast path
+            unsafe = self.unsafe_reason()
+            if unsafe:  # never read (nor write) a directory someone else can write to
+                entry, reason = None, f"cache directory not trusted: {unsafe}; fix with `chmod 700 {self.root}`"
+            else:
+                entry, _, reason = self._read(stem, key)  # lock-free fast path
             if entry is None:
                 if not allow_jit:
                     raise KernelNotCachedError(
@@ -253,10 +347,14 @@ class KernelCache:
                         f"`kernelgen warmup --arch {spec.arch} ...` (with --cache-dir {self.root} "
                         f"or KERNELGEN_CACHE_DIR pointing here), or unset KERNELGEN_DISABLE_JIT"
                     )
-                if reason != "missing":
-                    warnings.warn(f"kernelgen cache entry {stem.name} is bad: {reason}; rebuilding it",
-                                  KernelCacheWarning, stacklevel=3)
-                entry = self._build(spec, source, options, key, stem)
+                if unsafe:
+                    _warn_once(self.root, _unsafe_advice(self.root, unsafe), stacklevel=3)  # <- _get <- get <- caller
+                    entry = self._compile_in_memory(spec, source, options, key)
+                else:
+                    if reason != "missing":
+                        warnings.warn(f"kernelgen cache entry {stem.name} is bad: {reason}; rebuilding it",
+                                      KernelCacheWarning, stacklevel=3)
+                    entry = self._build(spec, source, options, key, stem)
             with self._mutex:
                 self._memory[key] = entry
             return entry
@@ -266,10 +364,15 @@ class KernelCache:
         res = None
         try:
             self.root.mkdir(parents=True, exist_ok=True, mode=_DIR_MODE)
+            unsafe = self.unsafe_reason()  # another user may have created it since _get looked
+            if unsafe:
+                _warn_once(self.root, _unsafe_advice(self.root, unsafe), stacklevel=4)  # <- _build <- _get <- get
+                return self._compile_in_memory(spec, source, options, key)
             with self._lock(stem):
                 entry, _, _ = self._read(stem, key)  # someone may have published it meanwhile
                 if entry is not None:
                     return entry
+                self._remove_stale_temps(stem)
                 res = compiler.compile_cubin(source, spec.arch, options, spec.name)
                 self._publish(stem, key, spec, options, res)
         except filelock.Timeout:  # a subclass of OSError: test it first
@@ -284,6 +387,25 @@ class KernelCache:
                 res = compiler.compile_cubin(source, spec.arch, options, spec.name)
             return CacheEntry(key, spec.name, res.cubin, dict(res.resources), None, True)
         return CacheEntry(key, spec.name, res.cubin, dict(res.resources), Path(str(stem) + ".cubin"), True)
+
+    def _compile_in_memory(self, spec, source: str, options: tuple[str, ...], key: str) -> CacheEntry:
+        res = compiler.compile_cubin(source, spec.arch, options, spec.name)
+        return CacheEntry(key, spec.name, res.cubin, dict(res.resources), None, True)
+
+    def _remove_stale_temps(self, stem: Path) -> None:
+        """Delete this entry's temp files; call with its lock held (every writer holds it, so
+        any temp file found then was left by a process that died mid-publish).  Best effort."""
+        try:
+            names = os.listdir(self.root)
+        except OSError:
+            return
+        prefix = stem.name + "."
+        for n in names:
+            if n.startswith(prefix) and n.endswith(".tmp"):
+                try:
+                    os.unlink(self.root / n)
+                except OSError:
+                    pass
 
     def _publish(self, stem: Path, key: str, spec, options, res) -> None:
         meta = {
@@ -322,11 +444,15 @@ class KernelCache:
     def entries(self) -> list[dict]:
         """One dict per entry (a sidecar or a cubin on disk), valid or not, sorted by name."""
         out = []
+        unsafe = self.unsafe_reason()
         for stem, files in self._groups().items():
             suffixes = {p.suffix for p in files}
             if not suffixes & {".cubin", ".json"}:
                 continue
-            entry, meta, reason = self._read(self.root / stem, None)
+            if unsafe:  # do not even open files someone else may have planted (a FIFO would hang)
+                entry, meta, reason = None, None, f"cache directory not trusted: {unsafe}"
+            else:
+                entry, meta, reason = self._read(self.root / stem, None)
             meta = meta or {}
             res = meta.get("resources", {}) if isinstance(meta.get("resources"), dict) else {}
             cubin = self.root / f"{stem}.cubin"
@@ -356,9 +482,15 @@ class KernelCache:
         (``<name>-<key16>``).  With ``repair=True`` bad entries are deleted and recompiled from
         the spec in their sidecar (even with KERNELGEN_DISABLE_JIT set: repair is explicit), and
         stale temp files, cubins without a sidecar and unused lock files are removed (only for
-        entries whose lock is free, so a compile in progress is left alone).
+        entries whose lock is free, so a compile in progress is left alone).  Entry files owned by
+        another user or writable by group/other are bad (and repaired by replacement).  In an
+        untrusted directory (see :meth:`unsafe_reason`) every entry is reported bad and nothing is
+        repaired: kernelgen neither loads from nor writes into it.
         """
         report = {"ok": 0, "bad": [], "repaired": 0, "orphans_removed": 0}
+        if self.unsafe_reason():  # nothing in it would be loaded, and we do not write into it
+            report["bad"] = [s for s, f in self._groups().items() if {p.suffix for p in f} & {".json", ".cubin"}]
+            return report
         for stem, files in self._groups().items():
             path = self.root / stem
             have = {p.suffix for p in files}

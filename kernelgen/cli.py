@@ -6,6 +6,9 @@
     kernelgen doctor
     kernelgen demo [--trace FILE] [--max-tokens N] [--max-len N] [--layout soa|aos] [--arch sm_90a]
                    [--repeat N] [--json PATH] [--cache-dir DIR]
+    kernelgen compare-layouts [--layout soa,aos] [--trace FILE] [--batch N] [--pad-to N] [--graph]
+                   [--causal|--no-causal] [--head-dim D] [--heads Q/KV] [--no-sort] [--no-swizzle]
+                   [--repeat N] [--json]
 
 Exit codes: 0 success, 1 failure (compile error, bad cache entries left, demo mismatch),
 2 usage error (bad option, no GPU and no --arch).
@@ -134,6 +137,27 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--json", metavar="PATH", default=None, help="also write the result as JSON")
     d.add_argument("--jobs", "-j", type=_positive_int, default=None, help="compile processes when pre-warming")
     _add_cache_dir(d)
+
+    cl = sub.add_parser("compare-layouts", help="the SoA and AoS scheduler-metadata layouts side by side (GPU)",
+                        description="Run one skewed trace batch (every 8th request a prefill, the rest decodes) "
+                                    "through a fixed-capacity plan in each metadata layout, optionally padded "
+                                    "with zero-length requests and replayed from a CUDA graph with new lengths; "
+                                    "print scheduler and attention time, metadata bytes, max error against the "
+                                    "float64 reference and whether the padded replay was correct.")
+    cl.add_argument("--layout", type=lambda v: _csv_list(v, LAYOUTS, "layout"), default=list(LAYOUTS),
+                    help="comma list of layouts (default soa,aos)")
+    cl.add_argument("--trace", metavar="FILE", default=None, help="request-length CSV (default: the packaged sample)")
+    cl.add_argument("--batch", type=_positive_int, default=64, help="requests taken from the trace (default 64)")
+    cl.add_argument("--pad-to", type=_positive_int, default=None,
+                    help="pad the runtime batch with zero-length requests to this size (plan capacity)")
+    cl.add_argument("--graph", action="store_true", help="capture once in a CUDA graph, replay with new lengths")
+    cl.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True, help="causal mask (default on)")
+    cl.add_argument("--head-dim", type=int, choices=HEAD_DIMS, default=128, help="head dim (default 128)")
+    cl.add_argument("--heads", default="32/8", help="query/KV heads (default 32/8)")
+    cl.add_argument("--no-sort", action="store_true", help="turn the longest-first sort off")
+    cl.add_argument("--no-swizzle", action="store_true", help="turn the head swizzle off")
+    cl.add_argument("--repeat", type=_positive_int, default=20, help="timed runs, median reported (default 20)")
+    cl.add_argument("--json", action="store_true", help="print the results as JSON")
     return parser
 
 
@@ -330,7 +354,15 @@ def cmd_demo(args) -> int:
                     jobs=args.jobs)
 
 
-_COMMANDS = {"warmup": cmd_warmup, "cache": cmd_cache, "doctor": cmd_doctor, "demo": cmd_demo}
+def cmd_compare_layouts(args) -> int:
+    """``kernelgen compare-layouts``: see ``compare_layouts`` (1 when a padded replay was wrong)."""
+    from .compare_layouts import main_args
+
+    return main_args(args)
+
+
+_COMMANDS = {"warmup": cmd_warmup, "cache": cmd_cache, "doctor": cmd_doctor, "demo": cmd_demo,
+             "compare-layouts": cmd_compare_layouts}
 
 
 def main(argv=None) -> int:

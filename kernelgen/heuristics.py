@@ -19,7 +19,7 @@ SMEM_LIMIT = {"sm_80": 166912, "sm_86": 101376, "sm_89": 101376, "sm_90a": 23244
 _TILES_BIG_SMEM = {
     64: TileConfig(128, 64, 4, 2, 2),
     96: TileConfig(128, 32, 4, 2, 2),
-    128: TileConfig(128, 32, 4, 2, 2),
+    128: TileConfig(128, 32, 4, 3, 2),  # H200 sweep (docs/perf-notes.md): 3 stages +3% over 2
     192: TileConfig(64, 64, 4, 2, 1),
     256: TileConfig(64, 32, 4, 2, 1),
 }

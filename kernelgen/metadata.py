@@ -43,8 +43,13 @@ started first (longest-processing-time first, the idea of FlashAttention-3's var
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+#: Largest capacity (requests) one metadata buffer may describe: the scheduler sorts the whole
+#: batch in one CTA's shared memory (8 bytes a request, 128 KB at this limit).
+MAX_CAPACITY = 16384
 HEADER_INTS = 4
 SEMAPHORE, TOTAL_TILES, BATCH, EXIT_COUNT = 0, 1, 2, 3
 FIELDS = ("tile_start", "batch_idx", "m_blocks", "splits_nheads")
@@ -86,44 +91,111 @@ def template_constants() -> dict:
     }
 
 
-def reference_schedule(
-    cu_seqlens_q,
-    cu_seqlens_k,
-    batch: int,
-    capacity: int,
-    num_heads: int,
-    block_m: int,
-    block_n: int,
-    layout: str,
-) -> np.ndarray:
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Run-time inputs of the scheduler kernel besides the lengths (all ints; see module doc).
+
+    num_heads: scheduler heads H' (KV heads with pack-GQA, else query heads);
+    block_m / block_n: the attention kernel's tile rows / keys;
+    pack_factor: query rows per token in a tile (num_heads_q // num_heads_kv with pack-GQA, else 1);
+    max_splits: largest split count a request may get (1 = no split-KV);
+    forced_splits: every request gets min(max_splits, n_blocks) splits instead of the dynamic rule;
+    num_ctas: CTAs of the persistent attention launch (the dynamic split's fair share divides by it);
+    max_kvblocks_l2: K/V blocks (of one head) that fit the head-swizzle L2 budget, 0 = no swizzle;
+    swizzle_mult: heads that share one K/V head (keeps a GQA group in one section when not packing);
+    sort: order requests longest-first (per-split KV blocks, ties by request index).
+    """
+
+    num_heads: int
+    block_m: int
+    block_n: int
+    pack_factor: int = 1
+    max_splits: int = 1
+    forced_splits: bool = False
+    num_ctas: int = 1
+    max_kvblocks_l2: int = 0
+    swizzle_mult: int = 1
+    sort: bool = True
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def request_plan(lq: int, lk: int, cfg: SchedulerConfig, share: int) -> tuple[int, int, int, int]:
+    """(m_blocks, n_blocks, splits, nheads_in_l2) of one request; ``share`` is the dynamic-split quantum P."""
+    lq, lk = max(lq, 0), max(lk, 0)
+    m = _ceil_div(lq * cfg.pack_factor, cfg.block_m) if lq > 0 else 0
+    n = _ceil_div(lk, cfg.block_n)
+    if cfg.max_splits <= 1:
+        s = 1
+    elif cfg.forced_splits:
+        s = min(cfg.max_splits, max(n, 1))
+    else:
+        s = min(cfg.max_splits, max(1, _ceil_div(n, share)))
+    nh = 1
+    if cfg.max_kvblocks_l2 > 0:
+        per = max(_ceil_div(n, s), 1)
+        for g in (16, 8, 4, 2):
+            if g * per <= cfg.max_kvblocks_l2:
+                nh = g
+                break
+        nh = min(nh * cfg.swizzle_mult, cfg.num_heads)
+    return m, n, s, nh
+
+
+def split_share(ms, ns, cfg: SchedulerConfig) -> int:
+    """Dynamic-split quantum P (KV blocks per split): a 10 % margin over one CTA's fair share of
+    the total (m_blocks x n_blocks) work, after FlashAttention-3's prepare kernel.  Never 0."""
+    total = sum(int(m) * int(n) for m, n in zip(ms, ns))
+    return max(1, _ceil_div(11 * total * cfg.num_heads, 10 * max(cfg.num_ctas, 1)))
+
+
+def sort_key(m: int, n: int, s: int) -> int:
+    """Longest-first key: KV blocks of the request's most expensive tile (-1: no query rows)."""
+    return _ceil_div(n, s) if m > 0 else -1
+
+
+def reference_schedule(cu_seqlens_q, cu_seqlens_k, batch: int, capacity: int, cfg: SchedulerConfig, layout: str,
+                       seqused_k=None) -> np.ndarray:
     """What the scheduler kernel writes, bit for bit, as an int32 numpy array.
 
-    The header's semaphore and exit counter are 0 (the state after the scheduler kernel).
-    ``block_n`` is accepted for the ABI (n-blocks enter with split-KV) and is unused here.
+    Key lengths come from ``seqused_k`` when given, else from ``cu_seqlens_k``.  The header's
+    semaphore and exit counter are 0 (the state after the scheduler kernel).
     """
-    cu_q = np.asarray(cu_seqlens_q, dtype=np.int64)
     if batch > capacity:
         raise ValueError(f"batch {batch} exceeds capacity {capacity}")
+    cu_q = np.asarray(cu_seqlens_q, dtype=np.int64)
+    if seqused_k is not None:
+        lks = np.asarray(seqused_k, dtype=np.int64)[:batch]
+    else:
+        cu_k = np.asarray(cu_seqlens_k, dtype=np.int64)
+        lks = cu_k[1:batch + 1] - cu_k[:batch]
+    lqs = cu_q[1:batch + 1] - cu_q[:batch]
+    mn = [request_plan(int(lq), int(lk), cfg, 1)[:2] for lq, lk in zip(lqs, lks)]
+    share = split_share([m for m, _ in mn], [n for _, n in mn], cfg)
+    plans = [request_plan(int(lq), int(lk), cfg, share) for lq, lk in zip(lqs, lks)]
+    order = list(range(batch))
+    if cfg.sort:
+        order.sort(key=lambda i: (-sort_key(plans[i][0], plans[i][1], plans[i][2]), i))
     buf = np.zeros(buffer_ints(capacity), dtype=np.int32)
     cap = round_up(capacity, 4)
     start = 0
-    tile_start = np.empty(cap, np.int64)
-    batch_idx = np.arange(cap, dtype=np.int64)
-    m_blocks = np.zeros(cap, np.int64)
-    sn = np.full(cap, NEUTRAL_SPLITS_NHEADS, np.int64)
-    for i in range(batch):
-        lq = int(cu_q[i + 1] - cu_q[i])
-        m = (lq + block_m - 1) // block_m if lq > 0 else 0
-        tile_start[i] = start
-        m_blocks[i] = m
-        start += num_heads * m
-    tile_start[batch:] = start
+    for vb in range(cap):
+        if vb < batch:
+            i = order[vb]
+            m, _, s, nh = plans[i]
+            entry = (start, i, m, s | (nh << 16))
+            start += cfg.num_heads * m * s
+        else:
+            entry = (None, vb, 0, NEUTRAL_SPLITS_NHEADS)
+        for k, val in enumerate(entry):
+            buf[field_offset(layout, capacity, k, vb)] = val if val is not None else 0
+    # the tail's tile_start is the total, known only now
+    for vb in range(batch, cap):
+        buf[field_offset(layout, capacity, 0, vb)] = start
     buf[TOTAL_TILES] = start
     buf[BATCH] = batch
-    # Every slot up to round_up(capacity, 4) is written, so no byte of the buffer is uninitialised.
-    for k, vec in enumerate((tile_start, batch_idx, m_blocks, sn)):
-        for vb in range(cap):
-            buf[field_offset(layout, capacity, k, vb)] = vec[vb]
     return buf
 
 
@@ -141,22 +213,38 @@ def decode(buf, layout: str, capacity: int) -> dict:
     return out
 
 
+def decode_local_tile(r: int, m: int, s: int, nh: int, num_heads: int, causal: bool) -> tuple[int, int, int]:
+    """Local tile r of a request -> (head, m_block, split), exactly as the attention kernel does.
+
+    Non-causal: m-block fastest, then split, then head.  Causal without splits: heads in sections
+    of ``nh`` (head swizzle), all heads of a section for the last m-block first, then the one
+    before (longest-processing-time first).  Causal with splits: the non-causal order with
+    m-blocks reversed.  (The orders of FlashAttention-3's varlen tile scheduler.)
+    """
+    if causal and s == 1:
+        sec, rr = divmod(r, nh * m)
+        hc = min(nh, num_heads - sec * nh)
+        x, h_in = divmod(rr, hc)
+        return sec * nh + h_in, m - 1 - x, 0
+    q, block = divmod(r, m)
+    head, split = divmod(q, s)
+    return head, (m - 1 - block) if causal else block, split
+
+
 def tile_to_work(buf, layout: str, capacity: int, num_heads: int, causal: bool, t: int):
-    """Decode tile ``t`` to (request, head, m_block) exactly as the attention kernel does."""
+    """Decode tile ``t`` to (request, head, m_block, split) exactly as the attention kernel does."""
     d = decode(buf, layout, capacity)
     if not 0 <= t < d["total_tiles"]:
         raise IndexError(t)
     # Last entry whose tile_start <= t (entries without tiles share the next one's start).
     vb = int(np.searchsorted(d["tile_start"], t, side="right")) - 1
-    m = int(d["m_blocks"][vb])
-    r = t - int(d["tile_start"][vb])
-    head, mb = divmod(r, m)
-    if causal:
-        mb = m - 1 - mb
-    return int(d["batch_idx"][vb]), head, mb
+    sn = int(d["splits_nheads"][vb])
+    head, mb, split = decode_local_tile(t - int(d["tile_start"][vb]), int(d["m_blocks"][vb]), sn & 0xFFFF, sn >> 16,
+                                        num_heads, causal)
+    return int(d["batch_idx"][vb]), head, mb, split
 
 
 def enumerate_tiles(buf, layout: str, capacity: int, num_heads: int, causal: bool) -> list:
-    """All tiles as (request, head, m_block), in tile-index order."""
+    """All tiles as (request, head, m_block, split), in tile-index order."""
     total = int(np.asarray(buf)[TOTAL_TILES])
     return [tile_to_work(buf, layout, capacity, num_heads, causal, t) for t in range(total)]

@@ -63,8 +63,10 @@ ATTENTION_PARAMS = ParamStruct(
 SCHEDULER_PARAMS = ParamStruct(
     "SchedParams",
     [
-        ("cu_seqlens_q", "ptr"), ("cu_seqlens_k", "ptr"), ("metadata", "ptr"),
+        ("cu_seqlens_q", "ptr"), ("cu_seqlens_k", "ptr"), ("seqused_k", "ptr"), ("metadata", "ptr"),
         ("batch", "i32"), ("capacity", "i32"), ("num_heads", "i32"),
-        ("block_m", "i32"), ("block_n", "i32"),
+        ("block_m", "i32"), ("block_n", "i32"), ("pack_factor", "i32"),
+        ("max_splits", "i32"), ("forced_splits", "i32"), ("num_ctas", "i32"),
+        ("max_kvblocks_l2", "i32"), ("swizzle_mult", "i32"), ("sort", "i32"),
     ],
 )

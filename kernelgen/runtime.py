@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from .params import ATTENTION_PARAMS, SCHEDULER_PARAMS, ParamStruct
 
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+#: The scheduler sorts up to metadata.MAX_CAPACITY 8-byte keys in shared memory.
+_SCHEDULER_MAX_SMEM = 8 * 16384
 
 
 @dataclass
@@ -32,18 +34,19 @@ class Kernel:
     module: object = field(repr=False, default=None)  # keeps the CUmodule alive
     resources: dict = field(default_factory=dict)
 
-    def launch(self, grid: int, stream: int, packed: bytes) -> None:
+    def launch(self, grid: int, stream: int, packed: bytes, smem: int | None = None) -> None:
         """Launch with ``grid`` CTAs on the raw CUstream handle ``stream`` (0 = legacy default).
 
-        ``packed`` is the parameter struct from ``self.params.pack``.  Raises CUDADriverError
-        (from CuPy) if the driver rejects the launch.
+        ``packed`` is the parameter struct from ``self.params.pack``; ``smem`` overrides the
+        kernel's dynamic shared memory (bytes, at most ``max_dynamic_smem``).  Raises
+        CUDADriverError (from CuPy) if the driver rejects the launch.
         """
         from cupy.cuda import driver
 
         buf = (ctypes.c_char * len(packed)).from_buffer_copy(packed)
         argv = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
-        driver.launchKernel(self.func_ptr, grid, 1, 1, self.num_threads, 1, 1, self.smem_bytes, stream,
-                            ctypes.addressof(argv), 0)
+        driver.launchKernel(self.func_ptr, grid, 1, 1, self.num_threads, 1, 1,
+                            self.smem_bytes if smem is None else smem, stream, ctypes.addressof(argv), 0)
 
 
 _loaded: dict = {}
@@ -93,6 +96,7 @@ def _load(spec, device: int) -> Kernel:
     if spec.kind == "attention":
         threads, smem, params = spec.tile.num_warps * 32, spec.smem_bytes(), ATTENTION_PARAMS
     elif spec.kind == "scheduler":
+        # dynamic smem is set per launch (sort keys); allow up to the largest capacity's need
         threads, smem, params = spec.num_threads, 0, SCHEDULER_PARAMS
     else:
         raise ValueError(f"unknown kernel kind {spec.kind!r}")
@@ -100,8 +104,9 @@ def _load(spec, device: int) -> Kernel:
         module = function.Module()
         module.load(entry.cubin)
         fn = module.get_function(spec.entry)
-        if smem > 48 * 1024:
-            driver.funcSetAttribute(fn.ptr, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+        opt_in = smem if spec.kind == "attention" else _SCHEDULER_MAX_SMEM
+        if opt_in > 48 * 1024:
+            driver.funcSetAttribute(fn.ptr, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, opt_in)
         per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, threads, smem)
         if per_sm < 1:
             raise RuntimeError(f"{spec.name} cannot run on device {device}: occupancy 0 with {smem} B of shared memory")

@@ -67,6 +67,8 @@ class AttentionSpec:
     mask: str
     layout: str
     tile: TileConfig
+    pack_gqa: bool = False
+    split: bool = False
 
     kind: ClassVar[str] = "attention"
     template: ClassVar[str] = "attention/fwd_sm80.cu.j2"
@@ -97,7 +99,8 @@ class AttentionSpec:
     @property
     def name(self) -> str:
         hd = f"d{self.head_dim}" if self.head_dim == self.head_dim_v else f"d{self.head_dim}x{self.head_dim_v}"
-        return f"attn_{self.arch}_{self.dtype}_{hd}_{self.mask}_{self.layout}_{self.tile.tag}"
+        extra = ("_pack" if self.pack_gqa else "") + ("_split" if self.split else "")
+        return f"attn_{self.arch}_{self.dtype}_{hd}_{self.mask}{extra}_{self.layout}_{self.tile.tag}"
 
     def template_vars(self) -> dict:
         return {
@@ -106,6 +109,8 @@ class AttentionSpec:
             "head_dim": self.head_dim,
             "head_dim_v": self.head_dim_v,
             "causal": self.causal,
+            "pack_gqa": self.pack_gqa,
+            "split": self.split,
             "layout": self.layout,
             "block_m": self.tile.block_m,
             "block_n": self.tile.block_n,

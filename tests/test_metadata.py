@@ -5,81 +5,143 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernelgen import metadata as md
+from kernelgen.metadata import SchedulerConfig
 
 
 def _cu(lengths):
     return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
 
 
-batches = st.lists(st.integers(min_value=0, max_value=700), min_size=0, max_size=40)
+batches = st.lists(st.integers(min_value=0, max_value=1500), min_size=0, max_size=40)
+configs = st.builds(
+    SchedulerConfig,
+    num_heads=st.integers(1, 6), block_m=st.sampled_from([16, 64, 128]), block_n=st.sampled_from([32, 64]),
+    pack_factor=st.sampled_from([1, 3, 4]), max_splits=st.sampled_from([1, 2, 7, 64]), forced_splits=st.booleans(),
+    num_ctas=st.integers(1, 300), max_kvblocks_l2=st.sampled_from([0, 1, 40, 5000]), swizzle_mult=st.sampled_from([1, 2]),
+    sort=st.booleans())
 
 
-@settings(max_examples=200, deadline=None)
-@given(qlens=batches, extra=st.integers(0, 9), heads=st.integers(1, 6), block_m=st.sampled_from([16, 64, 128]),
-       layout=st.sampled_from(["soa", "aos"]), causal=st.booleans())
-def test_every_tile_exactly_once(qlens, extra, heads, block_m, layout, causal):
-    batch = len(qlens)
+@settings(max_examples=300, deadline=None)
+@given(qlens=batches, klens=batches, extra=st.integers(0, 9), cfg=configs, layout=st.sampled_from(["soa", "aos"]),
+       causal=st.booleans())
+def test_every_tile_exactly_once(qlens, klens, extra, cfg, layout, causal):
+    batch = min(len(qlens), len(klens))
+    qlens, klens = qlens[:batch], klens[:batch]
     capacity = max(1, batch + extra)
-    cu = _cu(qlens)
-    buf = md.reference_schedule(cu, cu, batch, capacity, heads, block_m, 64, layout)
-    tiles = md.enumerate_tiles(buf, layout, capacity, heads, causal)
-    expected = {(b, h, m) for b, L in enumerate(qlens) for h in range(heads) for m in range(-(-L // block_m))}
+    buf = md.reference_schedule(_cu(qlens), _cu(klens), batch, capacity, cfg, layout)
+    d = md.decode(buf, layout, capacity)
+    tiles = md.enumerate_tiles(buf, layout, capacity, cfg.num_heads, causal)
+    splits = {int(d["batch_idx"][vb]): int(d["splits_nheads"][vb]) & 0xFFFF for vb in range(batch)}
+    expected = {(b, h, m, s) for b, L in enumerate(qlens) for h in range(cfg.num_heads)
+                for m in range(-(-L * cfg.pack_factor // cfg.block_m)) for s in range(splits[b])}
     assert len(tiles) == len(expected)          # no duplicates
     assert set(tiles) == expected               # nothing missing, nothing extra
-    d = md.decode(buf, layout, capacity)
     assert d["total_tiles"] == len(expected) and d["batch"] == batch
     assert d["tile_semaphore"] == 0 and d["exit_count"] == 0
-    # tile_start is non-decreasing and entries past the batch are neutral
+    # vb -> request is a permutation of the batch; entries past it are neutral
+    assert sorted(d["batch_idx"][:batch].tolist()) == list(range(batch))
     assert np.all(np.diff(d["tile_start"]) >= 0)
     assert np.all(d["tile_start"][batch:] == d["total_tiles"])
     assert np.all(d["m_blocks"][batch:] == 0)
-    assert np.all(d["batch_idx"] == np.arange(capacity))
-    assert np.all(d["splits_nheads"] == md.NEUTRAL_SPLITS_NHEADS)
+    assert np.all(d["batch_idx"][batch:] == np.arange(batch, capacity))
+    assert np.all(d["splits_nheads"][batch:] == md.NEUTRAL_SPLITS_NHEADS)
+    for vb in range(batch):
+        s, nh = int(d["splits_nheads"][vb]) & 0xFFFF, int(d["splits_nheads"][vb]) >> 16
+        i = int(d["batch_idx"][vb])
+        n = -(-klens[i] // cfg.block_n)
+        assert 1 <= s <= max(1, cfg.max_splits) and (s == 1 or s <= n)
+        assert 1 <= nh <= cfg.num_heads and (cfg.max_kvblocks_l2 > 0 or nh == 1)
+    if cfg.sort:
+        keys = [md.sort_key(int(d["m_blocks"][vb]), -(-klens[int(d["batch_idx"][vb])] // cfg.block_n),
+                            int(d["splits_nheads"][vb]) & 0xFFFF) for vb in range(batch)]
+        order = [(-k, int(d["batch_idx"][vb])) for vb, k in enumerate(keys)]
+        assert order == sorted(order), "longest first, ties by request index"
+    else:
+        assert d["batch_idx"][:batch].tolist() == list(range(batch))
 
 
 @given(cap=st.integers(1, 5000))
 def test_size_depends_on_capacity_only(cap):
     n = md.buffer_ints(cap)
     assert n == 4 + md.NVEC * md.round_up(cap, 4)
-    # both layouts fit the same buffer and put every field of every entry at a distinct offset
     for layout in ("soa", "aos"):
         offs = {md.field_offset(layout, cap, f, vb) for f in range(md.NVEC) for vb in range(md.round_up(cap, 4))}
         assert len(offs) == md.NVEC * md.round_up(cap, 4)
         assert min(offs) == md.HEADER_INTS and max(offs) == n - 1
 
 
-def test_padded_batch_reads_same_layout():
-    """Planned for 5 requests at capacity 16, the same buffer read with a padded batch of 16 is consistent."""
-    qlens = [3, 130, 0, 1, 257]
-    cu5 = _cu(qlens)
-    cu16 = _cu(qlens + [0] * 11)
-    for layout in ("soa", "aos"):
-        a = md.reference_schedule(cu5, cu5, 5, 16, 4, 128, 64, layout)
-        b = md.reference_schedule(cu16, cu16, 16, 16, 4, 128, 64, layout)
-        ta = md.enumerate_tiles(a, layout, 16, 4, True)
-        tb = md.enumerate_tiles(b, layout, 16, 4, True)
-        assert ta == tb  # zero-length padding adds no work and moves nothing
+@settings(max_examples=50, deadline=None)
+@given(qlens=st.lists(st.integers(0, 900), min_size=1, max_size=12), pad=st.integers(0, 20),
+       sort=st.booleans(), layout=st.sampled_from(["soa", "aos"]))
+def test_padded_batch_reads_same_work(qlens, pad, sort, layout):
+    """Planned for B requests, the same batch padded with zero-length requests has the same tiles."""
+    cfg = SchedulerConfig(num_heads=4, block_m=128, block_n=32, max_splits=8, num_ctas=264, max_kvblocks_l2=80,
+                          sort=sort)
+    b = len(qlens)
+    cap = b + pad + 3
+    a = md.reference_schedule(_cu(qlens), _cu(qlens), b, cap, cfg, layout)
+    p = md.reference_schedule(_cu(qlens + [0] * pad), _cu(qlens + [0] * pad), b + pad, cap, cfg, layout)
+    assert md.enumerate_tiles(a, layout, cap, 4, True) == md.enumerate_tiles(p, layout, cap, 4, True)
+
+
+def test_worked_example_a_from_fa3_note():
+    """shared/research/fa3_scheduler.md Example A: causal, 32/8 heads packed, BM = BN = 128."""
+    lq, lk = [1, 1000, 0, 1, 200], [4000, 1000, 0, 300, 5000]
+    cfg = SchedulerConfig(num_heads=8, block_m=128, block_n=128, pack_factor=4, max_kvblocks_l2=128, swizzle_mult=1,
+                          sort=True)
+    buf = md.reference_schedule(_cu(lq), _cu(lk), 5, 5, cfg, "soa")
+    d = md.decode(buf, "soa", 5)
+    # Our key is the KV blocks of a request's longest tile (its first, with m-blocks reversed):
+    # [40, 32, 8, 3, -] -> order 4, 0, 1, 3, 2.  (FA3's key n*BN - m*BM puts the 1000-token
+    # prefill last, behind a decode whose only tile is 3 blocks long; the note's order is 4, 0, 3, 2, 1.)
+    assert list(d["batch_idx"]) == [4, 0, 1, 3, 2]
+    assert list(d["m_blocks"]) == [7, 1, 32, 1, 0]   # m = ceil(4 * Lq / 128), in sorted order
+    assert [int(x) >> 16 for x in d["splits_nheads"]] == [2, 4, 8, 8, 8]   # the note's num_nheads_in_l2
+    assert d["total_tiles"] == 8 * 41
+    # first tiles (note section 5.5): request 4, heads {0, 1} at m-block 6, then 5, ...
+    assert [md.tile_to_work(buf, "soa", 5, 8, True, t)[:3] for t in range(4)] == [(4, 0, 6), (4, 1, 6), (4, 0, 5), (4, 1, 5)]
+    assert md.tile_to_work(buf, "soa", 5, 8, True, 14)[:3] == (4, 2, 6)
+    assert md.tile_to_work(buf, "soa", 5, 8, True, 64)[:3] == (1, 0, 31)   # all 8 heads of the last m-block
+    assert md.tile_to_work(buf, "soa", 5, 8, True, 72)[:3] == (1, 0, 30)
+
+
+def test_worked_example_b_dynamic_splits():
+    """shared/research/fa3_scheduler.md Example B: decode batch, 8 packed heads, BN 176, S <= 15."""
+    lk = [8192, 512, 100, 3000, 0]
+    cfg = SchedulerConfig(num_heads=8, block_m=128, block_n=176, pack_factor=4, max_splits=15, num_ctas=132, sort=True)
+    buf = md.reference_schedule(_cu([1] * 5), _cu(lk), 5, 5, cfg, "soa")
+    d = md.decode(buf, "soa", 5)
+    assert [int(x) & 0xFFFF for x in d["splits_nheads"]] == [10, 4, 1, 1, 1]
+    assert list(d["batch_idx"]) == [0, 3, 1, 2, 4]
+    assert d["total_tiles"] == 8 * (10 + 4 + 1 + 1 + 1)
 
 
 def test_worked_example_offsets():
-    # capacity 5 -> rows of 8 ints in SoA; AoS is one int4 per request
     assert md.field_offset("soa", 5, 0, 0) == 4
     assert md.field_offset("soa", 5, 2, 3) == 4 + 2 * 8 + 3
     assert md.field_offset("aos", 5, 2, 3) == 4 + 4 * 3 + 2
-    buf = md.reference_schedule([0, 1, 1001, 1001, 1002, 1202], None, 5, 5, 8, 128, 128, "soa")
+    cfg = SchedulerConfig(num_heads=8, block_m=128, block_n=128, sort=False)
+    buf = md.reference_schedule([0, 1, 1001, 1001, 1002, 1202], [0, 1, 2, 3, 4, 5], 5, 5, cfg, "soa")
     d = md.decode(buf, "soa", 5)
     assert list(d["m_blocks"]) == [1, 8, 0, 1, 2]
     assert list(d["tile_start"]) == [0, 8, 72, 72, 80]
-    assert d["total_tiles"] == 8 * 12
-    # causal decode reverses m-blocks within a request: the first tile of request 1 is its last block
-    assert md.tile_to_work(buf, "soa", 5, 8, True, 8) == (1, 0, 7)
-    assert md.tile_to_work(buf, "soa", 5, 8, False, 8) == (1, 0, 0)
+    assert md.tile_to_work(buf, "soa", 5, 8, True, 8) == (1, 0, 7, 0)
+    assert md.tile_to_work(buf, "soa", 5, 8, False, 8) == (1, 0, 0, 0)
+
+
+def test_seqused_k_wins_and_all_empty_guard():
+    cfg = SchedulerConfig(num_heads=2, block_m=64, block_n=64, max_splits=8, num_ctas=100)
+    a = md.reference_schedule([0, 1, 2], [0, 0, 0], 2, 2, cfg, "aos", seqused_k=[640, 64])
+    assert [int(x) & 0xFFFF for x in md.decode(a, "aos", 2)["splits_nheads"]] == [8, 1]
+    # all keys empty: no division by zero, one split each, tiles still exist (they write 0 / -inf)
+    z = md.reference_schedule([0, 3, 4], [0, 0, 0], 2, 2, cfg, "soa")
+    assert md.decode(z, "soa", 2)["total_tiles"] == 2 * 2
 
 
 def test_bad_arguments():
     with pytest.raises(ValueError, match="capacity"):
         md.buffer_ints(0)
     with pytest.raises(ValueError, match="exceeds capacity"):
-        md.reference_schedule([0, 1, 2], [0, 1, 2], 2, 1, 1, 64, 64, "soa")
+        md.reference_schedule([0, 1, 2], [0, 1, 2], 2, 1, SchedulerConfig(1, 64, 64), "soa")
     with pytest.raises(ValueError, match="metadata_layout"):
         md.field_offset("csr", 4, 0, 0)

@@ -16,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -37,7 +38,9 @@ def roofs() -> dict:
 
 
 def causal_pairs(lq: int, lk: int) -> int:
-    return sum(max(0, min(lk, r + lk - lq + 1)) for r in range(lq))
+    from kernelgen.demo import visible_pairs
+
+    return visible_pairs(lq, lk, causal=True)
 
 
 def sdpa_peer(backend, q4, k4, v4, causal):
@@ -99,10 +102,11 @@ def tile_sweep(seqlen=16384, heads=32, d=128, causal=True) -> list:
             continue
         out = torch.empty_like(q)
         md = torch.empty(metadata.buffer_ints(1), dtype=torch.int32, device="cuda")
+        cfg = api.scheduler_config(attn_spec, attn, heads, heads)
 
         def run():
             s = api._current_stream(0)
-            sched.launch(1, s, api.scheduler_params(cu, cu, md, 1, 1, heads, attn_spec))
+            api.launch_scheduler(sched, s, cu, cu, None, md, 1, 1, cfg)
             attn.launch(attn.persistent_grid, s, api.attention_params(q, k, v, out, None, cu, cu, md, 1, d ** -0.5))
         us = time_cuda(run, repeat=8, warmup=2)
         if ref is None:
@@ -112,6 +116,59 @@ def tile_sweep(seqlen=16384, heads=32, d=128, causal=True) -> list:
                      "ctas_per_sm": attn.persistent_grid // runtime.device_properties(0)["num_sms"],
                      "max_diff_vs_first": float((out.float() - ref.float()).abs().max())})
     return rows
+
+
+def scheduler_entries() -> list:
+    """scheduler_b{8,128,1024,4096}: one scheduler launch (sort + splits + swizzle on), timed as
+    the mean of 20 launches replayed from one CUDA graph (launch overhead excluded)."""
+    from kernelgen.compare_layouts import trace_batch
+    from kernelgen.plan import AttentionPlan
+    from kernelgen.traces import load_trace
+
+    rows = load_trace()
+    out = []
+    for b in (8, 128, 1024, 4096):
+        lq, lk = trace_batch(rows, b)
+        cu_q = torch.tensor([0] + list(np.cumsum(lq)), dtype=torch.int32, device="cuda")
+        cu_k = torch.tensor([0] + list(np.cumsum(lk)), dtype=torch.int32, device="cuda")
+        entry = {"name": f"scheduler_b{b}", "tflops": None, "tbps": None, "peers": {}}
+        for layout in ("soa", "aos"):
+            plan = AttentionPlan(max_batch=b, num_heads_q=32, num_heads_kv=8, head_dim=128, causal=True,
+                                 metadata_layout=layout)
+            plan.schedule(cu_q, cu_k)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for _ in range(20):
+                    plan.schedule(cu_q, cu_k)
+            us = time_cuda(g.replay, repeat=20, warmup=3) / 20
+            if layout == "soa":
+                entry["us"] = us
+            entry[f"us_{layout}"] = us
+        out.append(entry)
+    return out
+
+
+def trace_sort_entries(batch: int = 512) -> list:
+    """varlen_trace_sorted / varlen_trace_unsorted: the same skewed trace batch (every 8th request a
+    prefill, the rest decodes; 32/8 heads, d 128, bf16, causal) with the scheduler's sort on / off."""
+    from kernelgen.compare_layouts import trace_batch
+    from kernelgen.traces import load_trace
+
+    lq, lk = trace_batch(load_trace(), batch)
+    torch.manual_seed(3)
+    q = torch.randn(sum(lq), 32, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(sum(lk), 8, 128, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    cu_q = torch.tensor([0] + list(np.cumsum(lq)), dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0] + list(np.cumsum(lk)), dtype=torch.int32, device="cuda")
+    flops = 4 * 32 * 128 * sum(causal_pairs(a, b) for a, b in zip(lq, lk))
+    out = []
+    for name, srt in (("varlen_trace_sorted", True), ("varlen_trace_unsorted", False)):
+        o = torch.empty_like(q)
+        us = time_cuda(lambda: kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=True,
+                                                          out=o, sort=srt), repeat=20, warmup=3)
+        out.append({"name": name, "us": us, "tflops": flops / (us * 1e-6) / 1e12, "tbps": None, "peers": {}})
+    return out
 
 
 def main(argv=None) -> int:
@@ -128,6 +185,10 @@ def main(argv=None) -> int:
         peers = " ".join(f"{p}={t:.0f}us({t / e['us']:.2f}x)" for p, t in e["peers"].items())
         print(f"{e['name']}: {e['us']:.0f} us {e['tflops']:.0f} TFLOP/s  {peers}  diff={e['max_diff_vs_sdpa']:.3g}"
               f"  {e['unavailable'] or ''}", flush=True)
+    for e in scheduler_entries() + trace_sort_entries():
+        res["benchmarks"].append(e)
+        print(f"{e['name']}: {e['us']:.2f} us" + (f" {e['tflops']:.0f} TFLOP/s" if e.get("tflops") else "")
+              + "".join(f" {k}={v:.2f}" for k, v in e.items() if k.startswith("us_")), flush=True)
     if not args.no_sweep:
         res["tile_sweep_causal_h128_s16k"] = tile_sweep()
         for r in res["tile_sweep_causal_h128_s16k"]:

@@ -23,6 +23,9 @@ timeout "${PYTEST_LIMIT:-330}" "$PY" -m pytest tests -m gpu -q -rf -p no:cachepr
 echo "pytest exit $?" >> "$LOG"
 tail -n 3 "$OUT/pytest.log" | tee -a "$LOG"
 step demo;    timeout 120 "$PY" -m kernelgen demo --json "$OUT/demo.json" >> "$LOG" 2>&1
+step compare-layouts
+timeout 120 "$PY" -m kernelgen compare-layouts --batch 5 --pad-to 16 --graph >> "$LOG" 2>&1
+timeout 120 "$PY" -m kernelgen compare-layouts --batch 5 --pad-to 16 --graph --json > "$OUT/compare.json" 2>> "$LOG"
 step bench;   timeout 180 "$PY" tools/bench.py --json "$OUT/bench.json" >> "$LOG" 2>&1
 step report
 "$PY" tools/gpu_report.py --out "$OUT"

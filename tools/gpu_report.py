@@ -25,7 +25,17 @@ def junit_counts(path: Path) -> dict:
     skipped = sum(int(s.get("skipped", 0)) for s in suites)
     failures = [f"{c.get('classname')}::{c.get('name')}" for s in suites for c in s.iter("testcase")
                 if c.find("failure") is not None or c.find("error") is not None]
-    return {"passed": tests - failed - skipped, "failed": failed, "skipped": skipped, "failures": failures[:50]}
+    passed = {c.get("name") for s in suites for c in s.iter("testcase")
+              if all(c.find(x) is None for x in ("failure", "error", "skipped"))}
+    return {"passed": tests - failed - skipped, "failed": failed, "skipped": skipped, "failures": failures[:50],
+            "passed_names": passed}
+
+
+#: checks that are a set of GPU tests all passing (test names as pytest writes them in junit.xml)
+TEST_CHECKS = {
+    "scheduler_matches_reference": ["test_scheduler_kernel_matches_reference[soa]",
+                                    "test_scheduler_kernel_matches_reference[aos]"],
+}
 
 
 def commit() -> str:
@@ -59,6 +69,15 @@ def main(argv=None) -> int:
         "extra": {"failures": tests.get("failures", []), "roofs": (bench or {}).get("roofs"),
                   "tile_sweep_causal_h128_s16k": (bench or {}).get("tile_sweep_causal_h128_s16k")},
     }
+    for check, names in TEST_CHECKS.items():
+        report["checks"][check] = all(n in tests.get("passed_names", ()) for n in names)
+    compare = load(out / "compare.json")
+    for layout in ("soa", "aos"):
+        rows = [r for r in (compare or []) if r["layout"] == layout]
+        report["checks"][f"padded_replay_{layout}"] = bool(rows) and all(r["padded_replay_ok"] for r in rows) and (
+            f"test_seed_scenario_padded_replay[{layout}]" in tests.get("passed_names", ()))
+    if compare:
+        report["extra"]["compare_layouts"] = compare
     if demo:
         report["checks"].update(demo.get("check", {}))
         report["benchmarks"].append(demo["benchmark"])

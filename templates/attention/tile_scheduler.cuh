@@ -15,26 +15,47 @@ __device__ __forceinline__ int find_entry(const int* md, int cap4, int t, int vb
   }
 }
 
-// Local tile r of an entry -> head and m_block (m_block fastest; reversed for causal so the
-// query blocks that see the most keys start first).
-__device__ __forceinline__ void decode_tile(const MdEntry& e, int t, int& head, int& m_block) {
+// Local tile r of an entry -> head, m_block, split (orders of FlashAttention-3's varlen tile
+// scheduler; mirrored by metadata.decode_local_tile):
+//  - not causal: m_block fastest, then split, then head;
+//  - causal, one split: heads in sections of nheads_in_l2 (head swizzle: tiles running at the same
+//    time share K/V in L2), all heads of a section at the last m_block first (longest first);
+//  - causal with splits: the non-causal order with m_blocks reversed.
+__device__ __forceinline__ void decode_tile(const MdEntry& e, int t, int num_heads, int& head, int& m_block,
+                                            int& split, int& num_splits) {
   const int r = t - e.tile_start;
-  head = r / e.m_blocks;
-  const int mb = r - head * e.m_blocks;
-  m_block = CAUSAL ? e.m_blocks - 1 - mb : mb;
+  const int m = e.m_blocks;
+  num_splits = e.splits_nheads & 0xffff;
+  if (CAUSAL && num_splits == 1) {
+    const int hs = e.splits_nheads >> 16;
+    const int sec = r / (hs * m);
+    const int rr = r - sec * hs * m;
+    const int hc = min(hs, num_heads - sec * hs);
+    const int x = rr / hc;
+    head = sec * hs + (rr - x * hc);
+    m_block = m - 1 - x;
+    split = 0;
+  } else {
+    const int q = r / m;
+    const int block = r - q * m;
+    head = q / num_splits;
+    split = q - head * num_splits;
+    m_block = CAUSAL ? m - 1 - block : block;
+  }
 }
 
 // Everything a tile needs to know about its request.  Lengths are clamped at 0 so malformed
 // cu_seqlens (which the host cannot check without a sync) never produce negative work.
 struct TileInfo {
-  int head, row0, q_start, seqlen_q, valid_q, k_start, seqlen_k;
+  int head, row0, q_start, seqlen_q, valid_q, k_start, seqlen_k, split, num_splits;
 };
 
-__device__ __forceinline__ TileInfo tile_info(const int* md, int cap4, int vb, int t, const int* cu_q, const int* cu_k) {
+__device__ __forceinline__ TileInfo tile_info(const int* md, int cap4, int vb, int t, int num_heads, const int* cu_q,
+                                              const int* cu_k) {
   const MdEntry e = md_load_entry(md, cap4, vb);
   TileInfo ti;
   int m_block;
-  decode_tile(e, t, ti.head, m_block);
+  decode_tile(e, t, num_heads, ti.head, m_block, ti.split, ti.num_splits);
   const int b = e.batch_idx;
   ti.q_start = cu_q[b];
   ti.seqlen_q = max(cu_q[b + 1] - ti.q_start, 0);

@@ -12,6 +12,7 @@ import torch
 
 import kernelgen
 from kernelgen import api, heuristics, metadata, runtime
+from kernelgen.plan import AttentionPlan
 from kernelgen.reference import attention_reference, tolerance
 
 pytestmark = pytest.mark.gpu
@@ -153,42 +154,121 @@ def test_e4_causal_fully_masked_rows(layout):
 # Scheduler, metadata reuse, streams and graphs
 
 
+def _random_config(rng, attn_spec, num_ctas):
+    return metadata.SchedulerConfig(
+        num_heads=int(rng.integers(1, 33)), block_m=attn_spec.tile.block_m, block_n=attn_spec.tile.block_n,
+        pack_factor=int(rng.choice([1, 4, 8])), max_splits=int(rng.choice([1, 2, 16, 64])),
+        forced_splits=bool(rng.random() < 0.3), num_ctas=num_ctas,
+        max_kvblocks_l2=int(rng.choice([0, 20, 160, 4000])), swizzle_mult=int(rng.choice([1, 4])),
+        sort=bool(rng.random() < 0.8))
+
+
 @pytest.mark.parametrize("layout", ["soa", "aos"])
 def test_scheduler_kernel_matches_reference(layout):
-    rng = np.random.default_rng(5)
+    """>= 500 random batches per layout, batch 1..4096, empty requests, packed and not, all switches."""
+    rng = np.random.default_rng(5 if layout == "soa" else 6)
     arch = api.device_arch(0)
     _, attn_spec = heuristics.specs_for(arch, "bf16", 128, 128, True, layout)
+    attn = runtime.get_kernel(attn_spec, 0)
     sched = runtime.get_kernel(heuristics.scheduler_spec(arch, layout), 0)
-    for trial in range(60):
-        batch = int(rng.integers(0, 3000)) if trial % 3 == 0 else int(rng.integers(0, 64))
-        capacity = batch + int(rng.integers(1, 40))
-        qlens = rng.integers(0, 2000, size=batch)
+    stream = api._current_stream(0)
+    for trial in range(520):
+        batch = int(rng.integers(1, 4097)) if trial % 5 == 0 else int(rng.integers(1, 200))
+        capacity = batch + int(rng.integers(0, 40))
+        qlens = rng.integers(0, 3000, size=batch)
         qlens[rng.random(batch) < 0.2] = 0
-        cu = torch.tensor(np.concatenate([[0], np.cumsum(qlens)]), dtype=torch.int32, device="cuda")
+        klens = rng.integers(0, 40000, size=batch)
+        klens[rng.random(batch) < 0.1] = 0
+        if trial % 7 == 0:
+            klens[:] = 0                               # all-empty: the split share must not divide by 0
+        use_seqused = trial % 3 == 0
+        cu_q = torch.tensor(np.concatenate([[0], np.cumsum(qlens)]), dtype=torch.int32, device="cuda")
+        cu_k = torch.tensor(np.concatenate([[0], np.cumsum(klens)]), dtype=torch.int32, device="cuda")
+        used = torch.tensor(klens, dtype=torch.int32, device="cuda") if use_seqused else None
+        cfg = _random_config(rng, attn_spec, attn.persistent_grid)
         md = torch.full((metadata.buffer_ints(capacity),), -7, dtype=torch.int32, device="cuda")
-        heads = int(rng.integers(1, 33))
-        sched.launch(1, api._current_stream(0), api.scheduler_params(cu, cu, md, batch, capacity, heads, attn_spec))
-        want = metadata.reference_schedule(cu.cpu().numpy(), cu.cpu().numpy(), batch, capacity, heads,
-                                           attn_spec.tile.block_m, attn_spec.tile.block_n, layout)
-        assert np.array_equal(md.cpu().numpy(), want), f"trial {trial} batch {batch} capacity {capacity}"
+        api.launch_scheduler(sched, stream, cu_q, None if use_seqused else cu_k, used, md, batch, capacity, cfg)
+        want = metadata.reference_schedule(cu_q.cpu().numpy(), cu_k.cpu().numpy(), batch, capacity, cfg, layout,
+                                           seqused_k=klens if use_seqused else None)
+        got = md.cpu().numpy()
+        assert np.array_equal(got, want), f"trial {trial} batch {batch} capacity {capacity} {cfg}"
 
 
 def test_metadata_drives_two_launches():
     """The last CTA resets the semaphore, so one scheduler run can feed several attention launches."""
     q, k, v, cu_q, cu_k = make_batch([300, 1, 77], [300, 900, 77], 8, 2, 128, 128, torch.bfloat16, 21)
-    arch = api.device_arch(0)
-    sched_spec, attn_spec = heuristics.specs_for(arch, "bf16", 128, 128, True, "soa")
-    sched, attn = runtime.get_kernel(sched_spec, 0), runtime.get_kernel(attn_spec, 0)
-    md = torch.empty(metadata.buffer_ints(3), dtype=torch.int32, device="cuda")
-    s = api._current_stream(0)
-    sched.launch(1, s, api.scheduler_params(cu_q, cu_k, md, 3, 3, 8, attn_spec))
+    plan = AttentionPlan(max_batch=3, num_heads_q=8, num_heads_kv=2, head_dim=128, causal=True)
+    plan.schedule(cu_q, cu_k)
     ref, _ = attention_reference(q, k, v, cu_q, cu_k, causal=True)
     for _ in range(3):
         out = torch.full_like(q, float("nan"))
-        attn.launch(attn.persistent_grid, s, api.attention_params(q, k, v, out, None, cu_q, cu_k, md, 3, 128 ** -0.5))
+        plan.attend(q, k, v, cu_q, cu_k, out=out)
         torch.cuda.synchronize()
-        assert md[0].item() == 0 and md[3].item() == 0, "semaphore and exit counter are reset"
+        assert plan.metadata[0].item() == 0 and plan.metadata[3].item() == 0, "semaphore and exit counter reset"
         assert (out.double() - ref.to(torch.bfloat16).double()).abs().max().item() < 3e-2
+
+
+@pytest.mark.parametrize("layout", ["soa", "aos"])
+def test_seed_scenario_padded_replay(layout):
+    """Metadata planned for 5 requests; a CUDA graph replays the batch padded to 16 with zero-length
+    requests (cu_seqlens extended), with new lengths each replay: real rows right, padding untouched."""
+    hq, hkv, d = 8, 2, 128
+    plan = AttentionPlan(max_batch=16, num_heads_q=hq, num_heads_kv=hkv, head_dim=d, causal=True,
+                         metadata_layout=layout)
+    rows, krows = 700, 900                      # fixed totals; the last 32 query rows belong to no request
+    q = torch.randn(rows + 32, hq, d, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(krows, hkv, d, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    out = torch.full((rows + 32, hq, d), float("nan"), device="cuda", dtype=torch.bfloat16)
+
+    def lens(seed):
+        r = np.random.default_rng(seed)
+        lq = r.multinomial(rows, np.ones(5) / 5)
+        lk = np.maximum(lq, r.multinomial(krows - rows, np.ones(5) / 5) + lq)
+        lk[-1] += krows - lk.sum()
+        return lq, lk
+
+    # (a) schedule for the 5 real requests, then attend with the padded cu_seqlens (no re-schedule)
+    lq, lk = lens(0)
+    cu5_q = torch.tensor(np.concatenate([[0], np.cumsum(lq)]), dtype=torch.int32, device="cuda")
+    cu5_k = torch.tensor(np.concatenate([[0], np.cumsum(lk)]), dtype=torch.int32, device="cuda")
+    cu16_q = torch.cat([cu5_q, cu5_q[-1:].repeat(11)])
+    cu16_k = torch.cat([cu5_k, cu5_k[-1:].repeat(11)])
+    plan.schedule(cu5_q, cu5_k)
+    plan.attend(q, k, v, cu16_q, cu16_k, out=out)
+    torch.cuda.synchronize()
+    ref, _ = attention_reference(q, k, v, cu5_q, cu5_k, causal=True)
+    assert (out[:rows].double() - ref[:rows].to(torch.bfloat16).double()).abs().max().item() < 3e-2
+    assert torch.isnan(out[rows:]).all(), "rows past the last request must not be written"
+    # (b) capture scheduler + attention for the padded batch, replay with new lengths
+    g = torch.cuda.CUDAGraph()
+    plan.run(q, k, v, cu16_q, cu16_k, out=out)  # warm
+    with torch.cuda.graph(g):
+        plan.run(q, k, v, cu16_q, cu16_k, out=out)
+    for seed in range(1, 4):
+        lq, lk = lens(seed)
+        cu16_q.copy_(torch.tensor(np.concatenate([[0], np.cumsum(lq), [rows] * 11]), dtype=torch.int32))
+        cu16_k.copy_(torch.tensor(np.concatenate([[0], np.cumsum(lk), [krows] * 11]), dtype=torch.int32))
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        ref, _ = attention_reference(q, k, v, cu16_q, cu16_k, causal=True)
+        assert (out[:rows].double() - ref[:rows].to(torch.bfloat16).double()).abs().max().item() < 3e-2
+        assert torch.isnan(out[rows:]).all()
+        m = metadata.decode(plan.metadata.cpu().numpy(), layout, 16)
+        assert m["batch"] == 16 and np.all(m["m_blocks"][5:] == 0), "padding owns no tiles"
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_sort_and_swizzle_change_order_not_result(causal):
+    rng = np.random.default_rng(9)
+    qlens = [int(x) for x in rng.integers(1, 1500, size=40)]
+    q, k, v, cu_q, cu_k = make_batch(qlens, qlens, 32, 8, 128, 128, torch.bfloat16, 77)
+    outs = [kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 1500, 1500, causal=causal, sort=s, head_swizzle=w,
+                                       metadata_layout=lay)
+            for s in (True, False) for w in (True, False) for lay in ("soa", "aos")]
+    for o in outs[1:]:
+        assert torch.equal(o, outs[0])
 
 
 def test_side_stream_and_cuda_graph():
