@@ -1,0 +1,674 @@
+"""The kernel cache under faults (issue 7, item 1; edge cases E7, E8, E9).  CPU only.
+
+Concurrency (many processes released together by a file barrier), processes killed with SIGKILL
+while they hold an entry's lock, corrupt and untrusted entries, cache directories writable by
+other users or owned by another user, a pre-warmed read-only cache with JIT disabled, and
+``kernelgen cache verify``.  Every test uses its own temporary cache root.
+
+The suite runs as root in CI, where file permissions are not enforced: "owned by another user" is
+simulated by patching ``cache._owner_ok``; group/world-writable modes are set for real (the check
+reads the mode bits, which root does not bypass).
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import filelock
+import pytest
+
+from kernelgen import cache, cli, compiler, heuristics, render
+from kernelgen.spec import SchedulerSpec
+
+REPO = Path(__file__).resolve().parents[1]
+SPEC_A = SchedulerSpec("sm_90a", "soa")
+SPEC_B = SchedulerSpec("sm_90a", "aos", 256)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(tmp_path, monkeypatch):
+    monkeypatch.delenv("KERNELGEN_DISABLE_JIT", raising=False)
+    monkeypatch.setenv("KERNELGEN_CACHE_DIR", str(tmp_path / "default-cache"))
+    monkeypatch.setattr(cache, "_warned_roots", set())  # "one warning per process and root"
+
+
+def sha(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+def files(root: Path) -> list[str]:
+    return sorted(os.listdir(root)) if root.exists() else []
+
+
+def snapshot(root: Path) -> dict:
+    """Listing, size, mtime, mode and inode of every file, plus the directory's own mtime."""
+    snap = {n: (os.stat(root / n).st_mtime_ns, os.stat(root / n).st_size, os.stat(root / n).st_mode,
+                os.stat(root / n).st_ino) for n in files(root)}
+    snap["<dir mtime>"] = os.stat(root).st_mtime_ns
+    return snap
+
+
+def stem_of(root: Path, spec) -> Path:
+    src = render.render(spec)
+    key = cache.KernelCache(root).key_for(src, spec.arch, compiler.default_options(spec.arch))
+    return root / f"{spec.name}-{key[:16]}"
+
+
+def cache_warnings(record) -> list:
+    return [w for w in record if issubclass(w.category, cache.KernelCacheWarning)]
+
+
+def child_env() -> dict:
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("KERNELGEN_DISABLE_JIT", None)
+    return env
+
+
+def wait_for(paths, procs, timeout=120.0) -> None:
+    """Wait until every path exists; fail early if a child died."""
+    deadline = time.time() + timeout
+    while not all(Path(p).exists() for p in paths):
+        for p in procs:
+            if p.poll() is not None:
+                out, err = p.communicate()
+                pytest.fail(f"child exited early (rc {p.returncode}):\n{out}\n{err}")
+        assert time.time() < deadline, "children did not reach the barrier"
+        time.sleep(0.005)
+
+
+# 1 --- eight processes, same and different variants -------------------------------------------
+MIXED_CHILD = r"""
+import hashlib, json, os, sys, time
+from kernelgen import cache, compiler, render
+from kernelgen.spec import spec_from_json
+root, go, ready = sys.argv[1:4]
+specs = [spec_from_json(d) for d in json.loads(sys.argv[4])]
+for s in specs:
+    render.render(s)
+compiler.nvrtc_version()                              # warm imports before the barrier
+open(ready, "w").close()
+deadline = time.time() + 120
+while not os.path.exists(go):
+    if time.time() > deadline:
+        sys.exit("barrier timeout")
+    time.sleep(0.001)
+c = cache.KernelCache(root)
+out = []
+for s in specs:
+    e = c.get(s)
+    out.append({"name": e.name, "key": e.key, "sha": hashlib.sha256(e.cubin).hexdigest(),
+                "compiled": e.compiled, "path": str(e.path)})
+print(json.dumps({"count": compiler.COMPILE_COUNT, "out": out}))
+"""
+
+
+def test_eight_processes_same_and_different_variants(tmp_path):
+    """8 processes at once: one variant all want, 4 variants wanted by 2 each, 8 wanted by one
+    each (each process asks in a different order).  Every process succeeds; exactly one compile
+    and one valid entry per variant across all processes; identical binaries everywhere."""
+    common = heuristics.specs_for("sm_90a", "bf16", 64, 64, True, "soa")[1]
+    pairs = [SchedulerSpec(arch, "aos") for arch in ("sm_80", "sm_86", "sm_89", "sm_90a")]
+    own = [SchedulerSpec("sm_80", "soa", 32 * (p + 1)) for p in range(8)]
+    wanted = []
+    for p in range(8):
+        mine = [common, pairs[p // 2], own[p]]
+        wanted.append(mine[p % 3:] + mine[: p % 3])
+    variants = {s.name: s for s in [common, *pairs, *own]}
+    assert len(variants) == 13
+
+    root = tmp_path / "c"  # does not exist yet: the racers create it
+    script = tmp_path / "child.py"
+    script.write_text(MIXED_CHILD)
+    go = tmp_path / "go"
+    procs, readies = [], []
+    for p in range(8):
+        ready = tmp_path / f"ready{p}"
+        readies.append(ready)
+        arg = json.dumps([s.to_json() for s in wanted[p]])
+        procs.append(subprocess.Popen([sys.executable, str(script), str(root), str(go), str(ready), arg],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env()))
+    wait_for(readies, procs)
+    go.touch()
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+
+    assert sum(r["count"] for r in results) == len(variants)  # exactly one compile per variant
+    rows = [o for r in results for o in r["out"]]
+    for name, spec in variants.items():
+        mine = [o for o in rows if o["name"] == name]
+        assert len(mine) == sum(spec in w for w in wanted)
+        assert sum(o["compiled"] for o in mine) == 1, name
+        assert len({o["sha"] for o in mine}) == 1 and len({o["key"] for o in mine}) == 1, name
+        assert sha(Path(mine[0]["path"]).read_bytes()) == mine[0]["sha"]
+        assert Path(mine[0]["path"]) == Path(str(stem_of(root, spec)) + ".cubin")  # same key here
+
+    names = files(root)
+    assert len([n for n in names if n.endswith(".cubin")]) == len(variants)
+    assert len([n for n in names if n.endswith(".json")]) == len(variants)
+    assert not [n for n in names if n.endswith(".tmp")]
+    c = cache.KernelCache(root)
+    assert c.verify() == {"ok": len(variants), "bad": [], "repaired": 0, "orphans_removed": 0}
+    for spec in variants.values():
+        assert c.lookup(spec) is not None
+
+
+# E7 --- sixteen processes, one key, many rounds ------------------------------------------------
+E7_ROUNDS = 20
+E7_PROCS = 16
+E7_CHILD = r"""
+import hashlib, json, os, sys, time
+from kernelgen import cache, compiler, render
+from kernelgen.spec import spec_from_json
+base, ctl, me, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+spec = spec_from_json(json.loads(sys.argv[5]))
+render.render(spec); compiler.nvrtc_version()          # warm imports before the first barrier
+out = []
+for r in range(rounds):
+    open(os.path.join(ctl, f"ready{r}.{me}"), "w").close()
+    go, deadline = os.path.join(ctl, f"go{r}"), time.time() + 120
+    while not os.path.exists(go):
+        if time.time() > deadline:
+            sys.exit(f"barrier timeout in round {r}")
+        time.sleep(0.001)
+    n0 = compiler.COMPILE_COUNT
+    e = cache.KernelCache(os.path.join(base, f"round{r}")).get(spec)
+    out.append([r, hashlib.sha256(e.cubin).hexdigest(), e.compiled, compiler.COMPILE_COUNT - n0, str(e.path)])
+print(json.dumps(out))
+"""
+
+
+def test_e7_sixteen_processes_one_key_twenty_rounds(tmp_path):
+    """E7: 16 processes released by a file barrier against an empty cache directory all request
+    the identical kernel key (bf16, d=128, causal, sm_90a), for 20 rounds (each round a fresh
+    empty directory; the processes live across rounds so the ~1 s import is paid once; about 15 s
+    on 2 CPUs).  Each round: exactly 1 compile, 16 identical sha256s equal to the file on disk, one
+    complete entry, no temp files; 0 failures."""
+    spec = heuristics.specs_for("sm_90a", "bf16", 128, 128, True, "soa")[1]
+    base, ctl = tmp_path / "cache", tmp_path / "ctl"
+    base.mkdir(mode=0o700)
+    ctl.mkdir()
+    script = tmp_path / "e7.py"
+    script.write_text(E7_CHILD)
+    procs = [subprocess.Popen([sys.executable, str(script), str(base), str(ctl), str(i), str(E7_ROUNDS),
+                               json.dumps(spec.to_json())],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+             for i in range(E7_PROCS)]
+    try:
+        for r in range(E7_ROUNDS):  # ready{r} from everyone also means everyone finished round r-1
+            wait_for([ctl / f"ready{r}.{i}" for i in range(E7_PROCS)], procs)
+            (ctl / f"go{r}").touch()
+        outs = []
+        for p in procs:
+            out, err = p.communicate(timeout=300)
+            assert p.returncode == 0, err
+            outs.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+    shas = set()
+    for r in range(E7_ROUNDS):
+        rows = [o[r] for o in outs]
+        assert all(row[0] == r for row in rows)
+        assert sum(row[3] for row in rows) == 1, f"round {r}: {sum(row[3] for row in rows)} compiles"
+        assert sum(row[2] for row in rows) == 1, f"round {r}"
+        assert len({row[1] for row in rows}) == 1, f"round {r}: different binaries"
+        assert len({row[4] for row in rows}) == 1 and "None" not in rows[0][4]
+        root = base / f"round{r}"
+        assert sha(Path(rows[0][4]).read_bytes()) == rows[0][1]
+        names = files(root)
+        assert [n.rsplit(".", 1)[1] for n in names] == ["cubin", "json", "lock"], names  # no .tmp
+        assert cache.KernelCache(root).verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0}
+        shas.add(rows[0][1])
+    assert len(shas) == 1  # NVRTC output is deterministic: the same binary in every round
+
+
+# 2 --- a compiler process killed (SIGKILL) while it holds the entry lock -----------------------
+HOLDER_CHILD = r"""
+import os, sys, tempfile, time
+from kernelgen import cache, compiler
+from kernelgen.spec import SchedulerSpec
+root, stage, signal_path = sys.argv[1:4]
+spec = SchedulerSpec("sm_90a", "soa")
+
+def hang(*_):
+    open(signal_path, "w").close()
+    time.sleep(600)
+
+if stage == "compile":                      # inside NVRTC
+    compiler.compile_cubin = hang
+elif stage == "cubin_tmp":                  # cubin temp file written and fsynced, not renamed
+    real_replace = os.replace
+    os.replace = lambda src, dst: hang() if str(dst).endswith(".cubin") else real_replace(src, dst)
+elif stage == "cubin_published":            # cubin renamed into place, sidecar not started
+    real_write = cache._write_atomic
+    cache._write_atomic = lambda path, data: hang() if path.suffix == ".json" else real_write(path, data)
+elif stage == "sidecar_tmp":                # half of the sidecar written to its temp file
+    real_write = cache._write_atomic
+    def write(path, data):
+        if path.suffix != ".json":
+            return real_write(path, data)
+        fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".tmp", dir=path.parent)
+        os.write(fd, data[: len(data) // 2]); os.fsync(fd)
+        hang()
+    cache._write_atomic = write
+cache.KernelCache(root).get(spec)
+sys.exit("the holder was not stopped")
+"""
+
+GETTER_CHILD = r"""
+import json, sys, time
+from kernelgen import cache, compiler
+from kernelgen.spec import SchedulerSpec
+cache.LOCK_TIMEOUT = float(sys.argv[2])   # a stuck lock fails the test instead of hanging it
+if len(sys.argv) > 3:
+    open(sys.argv[3], "w").close()
+t0 = time.perf_counter()
+e = cache.KernelCache(sys.argv[1]).get(SchedulerSpec("sm_90a", "soa"))
+print(json.dumps({"seconds": time.perf_counter() - t0, "compiled": e.compiled,
+                  "count": compiler.COMPILE_COUNT, "path": str(e.path)}))
+"""
+
+# files (by suffix) present after the holder is killed at each stage
+KILL_STAGES = {
+    "compile": ["lock"],
+    "cubin_tmp": ["lock", "tmp"],
+    "cubin_published": ["cubin", "lock"],
+    "sidecar_tmp": ["cubin", "lock", "tmp"],
+}
+
+
+def start_holder(tmp_path: Path, root: Path, stage: str) -> subprocess.Popen:
+    script, sig = tmp_path / "holder.py", tmp_path / f"holding-{stage}"
+    script.write_text(HOLDER_CHILD)
+    p = subprocess.Popen([sys.executable, str(script), str(root), stage, str(sig)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+    wait_for([sig], [p])
+    return p
+
+
+def kill(p: subprocess.Popen) -> None:
+    os.kill(p.pid, signal.SIGKILL)
+    p.communicate(timeout=30)
+    assert p.returncode == -signal.SIGKILL
+
+
+def lock_is_held(lock_path: Path) -> bool:
+    try:
+        with filelock.FileLock(str(lock_path), timeout=0):
+            return False
+    except filelock.Timeout:
+        return True
+
+
+def run_getter(tmp_path: Path, root: Path, lock_timeout: float = 5.0) -> dict:
+    script = tmp_path / "getter.py"
+    script.write_text(GETTER_CHILD)
+    p = subprocess.run([sys.executable, str(script), str(root), str(lock_timeout)],
+                       capture_output=True, text=True, env=child_env(), timeout=120)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("stage", list(KILL_STAGES))
+def test_killed_holder_leaves_no_stuck_lock_and_nothing_loadable(tmp_path, monkeypatch, stage):
+    root = tmp_path / "c"
+    stem = stem_of(root, SPEC_A)
+    lock = Path(str(stem) + ".lock")
+    holder = start_holder(tmp_path, root, stage)
+    try:
+        assert lock_is_held(lock)  # the holder really is inside the locked section
+    finally:
+        kill(holder)
+    assert [n.rsplit(".", 1)[1] for n in files(root)] == KILL_STAGES[stage]
+    assert all(n.startswith(stem.name + ".") for n in files(root))
+    assert not lock_is_held(lock)  # the OS released the dead holder's lock
+
+    # nothing loadable: no hit, a JIT-disabled get says "missing", verify sees no entry
+    c = cache.KernelCache(root)
+    assert c.lookup(SPEC_A) is None
+    with monkeypatch.context() as mp:
+        mp.setenv("KERNELGEN_DISABLE_JIT", "1")
+        with pytest.raises(cache.KernelNotCachedError, match="missing"):
+            c.get(SPEC_A)
+    assert c.verify() == {"ok": 0, "bad": [], "repaired": 0, "orphans_removed": 0}
+    assert not [e for e in c.entries() if e["valid"]]
+
+    # a new process gets the entry promptly (its lock wait is capped at 5 s), compiling it once
+    r = run_getter(tmp_path, root)
+    assert r["compiled"] is True and r["count"] == 1 and r["seconds"] < 5.0
+    assert r["path"] == str(stem) + ".cubin"
+    names = files(root)
+    assert [n.rsplit(".", 1)[1] for n in names] == ["cubin", "json", "lock"], names  # stale temps gone
+    assert cache.KernelCache(root).verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0}
+
+
+def test_waiter_takes_over_when_the_holder_is_killed(tmp_path):
+    """A process already waiting on the lock gets it as soon as the compiling holder dies."""
+    root = tmp_path / "c"
+    holder = start_holder(tmp_path, root, "compile")
+    script, ready = tmp_path / "getter.py", tmp_path / "waiter-ready"
+    script.write_text(GETTER_CHILD)
+    try:
+        waiter = subprocess.Popen([sys.executable, str(script), str(root), "60", str(ready)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+        wait_for([ready], [waiter])
+        time.sleep(0.5)  # the waiter is now blocked on the entry lock
+        assert waiter.poll() is None
+    finally:
+        kill(holder)
+    t_kill = time.perf_counter()
+    out, err = waiter.communicate(timeout=120)
+    assert waiter.returncode == 0, err
+    assert time.perf_counter() - t_kill < 10.0  # not the 60 s lock timeout
+    r = json.loads(out.strip().splitlines()[-1])
+    assert r["compiled"] is True and r["count"] == 1
+    assert cache.KernelCache(root).verify()["ok"] == 1
+
+
+@pytest.mark.parametrize("how", ["verify", "clear"])
+def test_stale_files_from_a_kill_are_cleaned(tmp_path, how):
+    root = tmp_path / "c"
+    kill(start_holder(tmp_path, root, "sidecar_tmp"))  # leaves an orphan cubin and a half sidecar temp
+    c = cache.KernelCache(root)
+    assert len([n for n in files(root) if n.endswith(".tmp")]) == 1
+    if how == "verify":
+        assert c.verify(repair=True) == {"ok": 0, "bad": [], "repaired": 0, "orphans_removed": 2}
+    else:
+        assert c.clear() == 1
+    assert files(root) == []
+    assert c.get(SPEC_A).compiled is True and c.verify()["ok"] == 1
+
+
+# 3 --- corrupt entries (gaps not covered by tests/test_cache.py) ------------------------------
+@pytest.mark.parametrize("how, reason", [
+    ("empty_cubin", "size"),
+    ("empty_sidecar", "sidecar is not valid"),
+    ("sidecar_of_other_entry", "key does not match"),
+    ("cubin_of_other_entry", "size|sha256"),
+    ("sidecar_is_a_list", "not an object"),
+])
+def test_more_corrupt_entries_are_rebuilt(tmp_path, how, reason):
+    root = tmp_path / "c"
+    warm = cache.KernelCache(root)
+    good, _ = warm.get(SPEC_A), warm.get(SPEC_B)
+    a, b = stem_of(root, SPEC_A), stem_of(root, SPEC_B)
+    target = {"empty_cubin": ".cubin", "cubin_of_other_entry": ".cubin"}.get(how, ".json")
+    dst = Path(str(a) + target)
+    if how.startswith("empty"):
+        dst.write_bytes(b"")
+    elif how.endswith("other_entry"):
+        dst.write_bytes(Path(str(b) + target).read_bytes())
+    else:
+        dst.write_text("[1, 2]")
+    c = cache.KernelCache(root)
+    assert c.lookup(SPEC_A) is None
+    assert c.verify()["bad"] == [a.name]
+    n0 = compiler.COMPILE_COUNT
+    with pytest.warns(cache.KernelCacheWarning, match=reason):
+        e = c.get(SPEC_A)
+    assert e.compiled and compiler.COMPILE_COUNT == n0 + 1 and e.cubin == good.cubin
+    assert cache.KernelCache(root).verify()["ok"] == 2
+
+
+# 5 --- untrusted directories and files ------------------------------------------------------------
+def _assert_not_loaded_from(root: Path, match: str, monkeypatch) -> None:
+    """``root`` holds a valid SPEC_A entry but is untrusted: compile in memory, one warning, no I/O."""
+    before = snapshot(root)
+    stem = stem_of(root, SPEC_A)
+    c = cache.KernelCache(root)
+    n0 = compiler.COMPILE_COUNT
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        a, b = c.get(SPEC_A), c.get(SPEC_B)
+        a2 = cache.KernelCache(root).get(SPEC_A)  # another instance, same root: still one warning
+    ws = cache_warnings(rec)
+    assert len(ws) == 1, [str(w.message) for w in rec]
+    msg = str(ws[0].message)
+    assert str(root) in msg and "plant a cubin" in msg and "chmod 700" in msg
+    assert re_search(match, msg)
+    assert ws[0].filename == __file__  # points at the caller of get()
+    assert a.path is None and b.path is None and a2.path is None and a.compiled and b.compiled
+    assert compiler.COMPILE_COUNT == n0 + 3
+    assert snapshot(root) == before  # nothing read into use, nothing written
+    assert c.lookup(SPEC_A) is not None  # in memory (compiled), not from disk
+    assert cache.KernelCache(root).lookup(SPEC_A) is None
+    assert cache.KernelCache(root).verify() == {"ok": 0, "bad": [stem.name], "repaired": 0, "orphans_removed": 0}
+    assert cache.KernelCache(root).verify(repair=True)["repaired"] == 0 and snapshot(root) == before
+    ents = cache.KernelCache(root).entries()
+    assert [e["valid"] for e in ents] == [False] and "not trusted" in ents[0]["reason"]
+    with monkeypatch.context() as mp:
+        mp.setenv("KERNELGEN_DISABLE_JIT", "1")
+        with pytest.raises(cache.KernelNotCachedError, match="not trusted") as ei:
+            cache.KernelCache(root).get(SPEC_A)
+        assert re_search(match, str(ei.value))
+
+
+def re_search(pattern: str, text: str) -> bool:
+    import re
+
+    return re.search(pattern, text) is not None
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o702, 0o1777, 0o720])
+def test_group_or_world_writable_dir_is_not_loaded_from(tmp_path, monkeypatch, mode):
+    root = tmp_path / "c"
+    good = cache.KernelCache(root).get(SPEC_A)
+    os.chmod(root, mode)
+    try:
+        _assert_not_loaded_from(root, rf"writable by group/other users \(mode {oct(mode)}\)", monkeypatch)
+    finally:
+        os.chmod(root, 0o700)
+    e = cache.KernelCache(root).get(SPEC_A)  # once private again, the same entry loads
+    assert e.compiled is False and e.cubin == good.cubin
+
+
+def test_dir_owned_by_another_user_is_not_loaded_from(tmp_path, monkeypatch):
+    root = tmp_path / "c"
+    good = cache.KernelCache(root).get(SPEC_A)
+    ino = os.stat(root).st_ino
+    real = cache._owner_ok
+    monkeypatch.setattr(cache, "_owner_ok", lambda st: st.st_ino != ino and real(st))
+    _assert_not_loaded_from(root, r"owned by another user \(uid \d+", monkeypatch)
+    monkeypatch.setattr(cache, "_owner_ok", real)
+    assert cache.KernelCache(root).get(SPEC_A).cubin == good.cubin
+
+
+def test_owner_check_is_by_effective_uid(monkeypatch):
+    st = os.stat(__file__)
+    me = os.geteuid()
+    monkeypatch.setattr(cache.os, "geteuid", lambda: me + 12345)
+    assert cache._owner_ok(os.stat_result((0,) * 4 + (me + 12345,) + (0,) * 5))
+    assert not cache._owner_ok(os.stat_result((0,) * 4 + (me + 1,) + (0,) * 5))
+    assert cache._owner_ok(os.stat_result((0,) * 4 + (0,) + (0,) * 5))  # root is trusted
+    del st
+
+
+def test_dir_taken_over_between_check_and_build(tmp_path):
+    """The root did not exist when get() looked; someone created it world-writable before our
+    mkdir: the build re-checks and compiles in memory instead of writing into it."""
+    root = tmp_path / "c"
+    c = cache.KernelCache(root)
+    real_read = c._read
+
+    def read_then_plant(stem, key):
+        r = real_read(stem, key)
+        if not root.exists():
+            root.mkdir()
+            os.chmod(root, 0o777)
+        return r
+
+    c._read = read_then_plant
+    with pytest.warns(cache.KernelCacheWarning, match="writable by group/other"):
+        e = c.get(SPEC_A)
+    assert e.path is None and e.compiled
+    assert files(root) == []
+
+
+@pytest.mark.parametrize("which", [".cubin", ".json"])
+@pytest.mark.parametrize("problem", ["world_writable", "group_writable", "other_owner"])
+def test_untrusted_entry_file_is_bad_and_replaced(tmp_path, monkeypatch, which, problem):
+    root = tmp_path / "c"
+    good = cache.KernelCache(root).get(SPEC_A)
+    stem = stem_of(root, SPEC_A)
+    path = Path(str(stem) + which)
+    what = "cubin" if which == ".cubin" else "sidecar"
+    if problem == "other_owner":
+        ino = os.stat(path).st_ino
+        real = cache._owner_ok
+        monkeypatch.setattr(cache, "_owner_ok", lambda st: st.st_ino != ino and real(st))
+        reason = rf"the {what} is owned by another user"
+    else:
+        os.chmod(path, 0o666 if problem == "world_writable" else 0o620)
+        reason = rf"the {what} is writable by group/other users"
+    c = cache.KernelCache(root)
+    assert c.lookup(SPEC_A) is None
+    assert c.verify()["bad"] == [stem.name]
+    with monkeypatch.context() as mp:
+        mp.setenv("KERNELGEN_DISABLE_JIT", "1")
+        with pytest.raises(cache.KernelNotCachedError, match=reason):
+            c.get(SPEC_A)
+    n0 = compiler.COMPILE_COUNT
+    with pytest.warns(cache.KernelCacheWarning, match=reason):
+        e = c.get(SPEC_A)
+    assert e.compiled and compiler.COMPILE_COUNT == n0 + 1 and e.cubin == good.cubin
+    assert e.path == Path(str(stem) + ".cubin")
+    st = os.stat(path)
+    assert st.st_mode & 0o777 == 0o600 and st.st_ino != (ino if problem == "other_owner" else -1)
+    e2 = cache.KernelCache(root).get(SPEC_A)
+    assert e2.compiled is False and e2.cubin == good.cubin
+
+
+def test_files_are_private_whatever_the_umask(tmp_path):
+    root = tmp_path / "a" / "c"
+    old = os.umask(0)
+    try:
+        e = cache.KernelCache(root).get(SPEC_A)
+    finally:
+        os.umask(old)
+    assert e.path is not None
+    assert os.stat(root).st_mode & 0o7777 == 0o700
+    names = files(root)
+    assert sorted(n.rsplit(".", 1)[1] for n in names) == ["cubin", "json", "lock"]
+    for n in names:
+        assert os.stat(root / n).st_mode & 0o7777 == 0o600, n
+    assert cache.KernelCache(root).unsafe_reason() is None
+
+
+def test_read_only_private_dir_is_trusted(tmp_path):
+    root = tmp_path / "c"
+    cache.KernelCache(root).get(SPEC_A)
+    for mode in (0o500, 0o555, 0o755):
+        os.chmod(root, mode)
+        assert cache.KernelCache(root).unsafe_reason() is None, oct(mode)
+    os.chmod(root, 0o700)
+
+
+# E9 --- pre-warmed, read-only, JIT disabled ------------------------------------------------------
+def _chmod_tree(root: Path, clear: int = 0, add: int = 0) -> None:
+    for n in os.listdir(root):
+        p = root / n
+        os.chmod(p, (os.stat(p).st_mode & ~clear) | add)
+    os.chmod(root, (os.stat(root).st_mode & ~clear) | add)
+
+
+def test_e9_prewarmed_read_only_cache_with_jit_disabled(tmp_path, monkeypatch, capsys):
+    arch = "sm_80"
+    specs = list(dict.fromkeys(
+        s for dt, hd, causal, layout in itertools.product(("bf16", "fp16"), (64, 128), (True, False), ("soa", "aos"))
+        for s in heuristics.specs_for(arch, dt, hd, hd, causal, layout)))
+    assert len(specs) == 18  # 16 attention variants + a scheduler per layout
+    root = tmp_path / "c"
+
+    # pre-warm through the run-time path (KernelCache.get on heuristics.specs_for)
+    n0 = compiler.COMPILE_COUNT
+    warm = cache.KernelCache(root)
+    shas = {s.name: sha(warm.get(s).cubin) for s in specs}
+    assert compiler.COMPILE_COUNT == n0 + len(specs)
+
+    # pre-warm again, twice: fresh instance, and the CLI (a different code path to the same keys)
+    before = snapshot(root)
+    n0 = compiler.COMPILE_COUNT
+    assert not any(cache.KernelCache(root).get(s).compiled for s in specs)
+    warmup_argv = ["warmup", "--arch", arch, "--head-dim", "64,128", "--dtype", "bf16,fp16",
+                   "--layout", "soa,aos", "--jobs", "1", "--cache-dir", str(root)]
+    assert cli.main(warmup_argv) == 0
+    assert f"0 compiled, {len(specs)} already cached ({len(specs)} variants)" in capsys.readouterr().out
+    assert compiler.COMPILE_COUNT == n0 and snapshot(root) == before
+
+    # chmod -R a-w; as root that does not stop writes, so the snapshot is what proves none happen
+    _chmod_tree(root, clear=0o222)
+    try:
+        assert os.stat(root).st_mode & 0o777 == 0o500
+        before = snapshot(root)
+        monkeypatch.setenv("KERNELGEN_DISABLE_JIT", "1")
+        c = cache.KernelCache(root)
+        n0 = compiler.COMPILE_COUNT
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            for dt, hd, causal, layout in itertools.product(("bf16", "fp16"), (64, 128), (True, False), ("soa", "aos")):
+                for s in heuristics.specs_for(arch, dt, hd, hd, causal, layout):  # what a call derives
+                    e = c.get(s)
+                    assert not e.compiled and e.path is not None and sha(e.cubin) == shas[s.name]
+        assert rec == [], [str(w.message) for w in rec]  # no in-memory fallback, no bad entries
+        assert compiler.COMPILE_COUNT == n0
+        assert snapshot(root) == before  # 0 file writes: same listing, sizes, modes, mtimes, inodes
+
+        # not pre-warmed: head dim 96 fails fast, naming the variant, its key and the command
+        sched96, attn96 = heuristics.specs_for(arch, "bf16", 96, 96, True, "soa")
+        assert c.get(sched96).compiled is False
+        key96 = c.key_for(render.render(attn96), arch, compiler.default_options(arch))
+        t0 = time.perf_counter()
+        with pytest.raises(cache.KernelNotCachedError) as ei:
+            cache.KernelCache(root).get(attn96)
+        assert time.perf_counter() - t0 < 2.0
+        msg = str(ei.value)
+        assert attn96.name in msg and key96 in msg and "kernelgen warmup --arch sm_80" in msg
+        assert "missing" in msg
+        assert compiler.COMPILE_COUNT == n0 and snapshot(root) == before
+
+        # the pre-warm command on the read-only cache is still a no-op
+        assert cli.main(warmup_argv) == 0
+        assert "0 compiled" in capsys.readouterr().out
+        assert compiler.COMPILE_COUNT == n0 and snapshot(root) == before
+    finally:
+        _chmod_tree(root, add=0o200)
+
+
+# 7 --- kernelgen cache verify ---------------------------------------------------------------------
+def test_cli_cache_verify_reports_and_repairs(tmp_path, capsys):
+    root = tmp_path / "c"
+    warm = cache.KernelCache(root)
+    good_a, good_b = warm.get(SPEC_A), warm.get(SPEC_B)
+    a, b = stem_of(root, SPEC_A), stem_of(root, SPEC_B)
+    cub_a = Path(str(a) + ".cubin")
+    cub_a.write_bytes(bytes(x ^ 0xFF for x in cub_a.read_bytes()))  # same size, wrong hash
+    os.chmod(Path(str(b) + ".cubin"), 0o646)  # world-writable: untrusted
+    d = str(root)
+
+    assert cli.main(["cache", "verify", "--cache-dir", d]) == 1
+    out = capsys.readouterr().out
+    assert "0 ok, 2 bad" in out and a.name in out and b.name in out and "--repair" in out
+    assert cli.main(["cache", "verify", "--repair", "--cache-dir", d]) == 0
+    assert "2 repaired" in capsys.readouterr().out
+    assert cli.main(["cache", "verify", "--cache-dir", d]) == 0
+    assert "2 ok, 0 bad" in capsys.readouterr().out
+    c = cache.KernelCache(root)
+    assert c.verify() == {"ok": 2, "bad": [], "repaired": 0, "orphans_removed": 0}
+    ea, eb = c.get(SPEC_A), c.get(SPEC_B)
+    assert (ea.compiled, eb.compiled) == (False, False)
+    assert ea.cubin == good_a.cubin and eb.cubin == good_b.cubin
+    assert os.stat(Path(str(b) + ".cubin")).st_mode & 0o777 == 0o600
