@@ -166,20 +166,25 @@ def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, sizes, scale, causal,
                                                                capacity, scale))
 
 
-def scheduler_smem(capacity: int) -> int:
-    """Dynamic shared memory of the scheduler: one 8-byte sort key per request slot (bytes)."""
-    n = 1
-    while n < capacity:
+def scheduler_launch_shape(capacity: int) -> tuple[int, int]:
+    """(threads, dynamic shared memory bytes) of a scheduler launch for a capacity: one thread per
+    request slot up to 1024 (at least a warp), and two 4-byte sort-key buffers."""
+    cap4 = metadata.round_up(capacity, 4)
+    n = 32
+    while n < cap4:
         n <<= 1
-    return 8 * n
+    threads = min(n, 1024)
+    return threads, 2 * 4 * max(n, threads)
 
 
 def launch_scheduler(sched, stream, cu_seqlens_q, cu_seqlens_k, seqused_k, md, batch, capacity, cfg) -> None:
     """Launch the scheduler kernel: writes ``md`` (int32, metadata.buffer_ints(capacity)) for ``batch``."""
     if capacity > metadata.MAX_CAPACITY:
-        raise ValueError(f"capacity {capacity} exceeds {metadata.MAX_CAPACITY} requests (the scheduler sorts in shared memory)")
+        raise ValueError(f"capacity {capacity} exceeds {metadata.MAX_CAPACITY} requests (the scheduler sorts the "
+                         f"whole batch in one CTA)")
+    threads, smem = scheduler_launch_shape(capacity)
     sched.launch(1, stream, scheduler_params(cu_seqlens_q, cu_seqlens_k, seqused_k, md, batch, capacity, cfg),
-                 smem=scheduler_smem(capacity))
+                 smem=smem, threads=threads)
 
 
 def scheduler_params(cu_seqlens_q, cu_seqlens_k, seqused_k, md, batch, capacity, cfg) -> bytes:

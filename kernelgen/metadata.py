@@ -48,8 +48,10 @@ from dataclasses import dataclass
 import numpy as np
 
 #: Largest capacity (requests) one metadata buffer may describe: the scheduler sorts the whole
-#: batch in one CTA's shared memory (8 bytes a request, 128 KB at this limit).
-MAX_CAPACITY = 16384
+#: batch in one CTA (registers, warp shuffles and 2 x 4 bytes of shared memory a request).
+MAX_CAPACITY = 8192
+#: Sort keys (KV blocks of a request's longest tile) saturate here: 19 key bits above 13 index bits.
+SORT_KEY_CAP = (1 << 19) - 3
 HEADER_INTS = 4
 SEMAPHORE, TOTAL_TILES, BATCH, EXIT_COUNT = 0, 1, 2, 3
 FIELDS = ("tile_start", "batch_idx", "m_blocks", "splits_nheads")
@@ -88,6 +90,7 @@ def template_constants() -> dict:
         "md_exit_count": EXIT_COUNT,
         "md_fields": list(enumerate(FIELDS)),
         "md_neutral_splits_nheads": NEUTRAL_SPLITS_NHEADS,
+        "md_sort_key_cap": SORT_KEY_CAP,
     }
 
 
@@ -152,8 +155,10 @@ def split_share(ms, ns, cfg: SchedulerConfig) -> int:
 
 
 def sort_key(m: int, n: int, s: int) -> int:
-    """Longest-first key: KV blocks of the request's most expensive tile (-1: no query rows)."""
-    return _ceil_div(n, s) if m > 0 else -1
+    """Longest-first key: KV blocks of the request's most expensive tile, saturating at
+    SORT_KEY_CAP (-1: no query rows).  With m-blocks walked last-first, a request's first tile is
+    its most expensive one for both masks, so one expression serves causal and non-causal."""
+    return min(_ceil_div(n, s), SORT_KEY_CAP) if m > 0 else -1
 
 
 def reference_schedule(cu_seqlens_q, cu_seqlens_k, batch: int, capacity: int, cfg: SchedulerConfig, layout: str,

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from .params import ATTENTION_PARAMS, SCHEDULER_PARAMS, ParamStruct
 
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
-#: The scheduler sorts up to metadata.MAX_CAPACITY 8-byte keys in shared memory.
-_SCHEDULER_MAX_SMEM = 8 * 16384
+#: The scheduler keeps two buffers of metadata.MAX_CAPACITY 4-byte sort keys in shared memory.
+_SCHEDULER_MAX_SMEM = 2 * 4 * 8192
 
 
 @dataclass
@@ -34,18 +34,18 @@ class Kernel:
     module: object = field(repr=False, default=None)  # keeps the CUmodule alive
     resources: dict = field(default_factory=dict)
 
-    def launch(self, grid: int, stream: int, packed: bytes, smem: int | None = None) -> None:
+    def launch(self, grid: int, stream: int, packed: bytes, smem: int | None = None, threads: int | None = None) -> None:
         """Launch with ``grid`` CTAs on the raw CUstream handle ``stream`` (0 = legacy default).
 
-        ``packed`` is the parameter struct from ``self.params.pack``; ``smem`` overrides the
-        kernel's dynamic shared memory (bytes, at most ``max_dynamic_smem``).  Raises
+        ``packed`` is the parameter struct from ``self.params.pack``; ``smem`` and ``threads``
+        override the kernel's dynamic shared memory (bytes) and CTA size.  Raises
         CUDADriverError (from CuPy) if the driver rejects the launch.
         """
         from cupy.cuda import driver
 
         buf = (ctypes.c_char * len(packed)).from_buffer_copy(packed)
         argv = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
-        driver.launchKernel(self.func_ptr, grid, 1, 1, self.num_threads, 1, 1,
+        driver.launchKernel(self.func_ptr, grid, 1, 1, self.num_threads if threads is None else threads, 1, 1,
                             self.smem_bytes if smem is None else smem, stream, ctypes.addressof(argv), 0)
 
 
