@@ -151,7 +151,7 @@ def split_share(ms, ns, cfg: SchedulerConfig) -> int:
     """Dynamic-split quantum P (KV blocks per split): a 10 % margin over one CTA's fair share of
     the total (m_blocks x n_blocks) work, after FlashAttention-3's prepare kernel.  Never 0."""
     total = sum(int(m) * int(n) for m, n in zip(ms, ns))
-    return max(1, _ceil_div(11 * total * cfg.num_heads, 10 * max(cfg.num_ctas, 1)))
+    return min(max(1, _ceil_div(11 * total * cfg.num_heads, 10 * max(cfg.num_ctas, 1))), 2 ** 31 - 1)
 
 
 def sort_key(m: int, n: int, s: int) -> int:

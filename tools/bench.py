@@ -132,9 +132,9 @@ def scheduler_entries() -> list:
         cu_q = torch.tensor([0] + list(np.cumsum(lq)), dtype=torch.int32, device="cuda")
         cu_k = torch.tensor([0] + list(np.cumsum(lk)), dtype=torch.int32, device="cuda")
         entry = {"name": f"scheduler_b{b}", "tflops": None, "tbps": None, "peers": {}}
-        for layout in ("soa", "aos"):
+        for layout, srt in (("soa", True), ("aos", True), ("soa_nosort", False)):
             plan = AttentionPlan(max_batch=b, num_heads_q=32, num_heads_kv=8, head_dim=128, causal=True,
-                                 metadata_layout=layout)
+                                 metadata_layout=layout[:3], sort=srt)
             plan.schedule(cu_q, cu_k)
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
