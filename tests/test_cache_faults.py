@@ -15,6 +15,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -99,7 +100,7 @@ deadline = time.time() + 120
 while not os.path.exists(go):
     if time.time() > deadline:
         sys.exit("barrier timeout")
-    time.sleep(0.001)
+    time.sleep(0.005)
 c = cache.KernelCache(root)
 out = []
 for s in specs:
@@ -180,7 +181,7 @@ for r in range(rounds):
     while not os.path.exists(go):
         if time.time() > deadline:
             sys.exit(f"barrier timeout in round {r}")
-        time.sleep(0.001)
+        time.sleep(0.005)
     n0 = compiler.COMPILE_COUNT
     e = cache.KernelCache(os.path.join(base, f"round{r}")).get(spec)
     out.append([r, hashlib.sha256(e.cubin).hexdigest(), e.compiled, compiler.COMPILE_COUNT - n0, str(e.path)])
@@ -191,8 +192,9 @@ print(json.dumps(out))
 def test_e7_sixteen_processes_one_key_twenty_rounds(tmp_path):
     """E7: 16 processes released by a file barrier against an empty cache directory all request
     the identical kernel key (bf16, d=128, causal, sm_90a), for 20 rounds (each round a fresh
-    empty directory; the processes live across rounds so the ~1 s import is paid once; about 15 s
-    on 2 CPUs).  Each round: exactly 1 compile, 16 identical sha256s equal to the file on disk, one
+    empty directory; the processes live across rounds, so the ~1 s import of kernelgen, which
+    pulls in torch, is paid once).  All 20 rounds fit the budget: about 20-35 s on a shared
+    2-CPU machine, half of it the 16 imports, about 0.5 s per round.  Each round: exactly 1 compile, 16 identical sha256s equal to the file on disk, one
     complete entry, no temp files; 0 failures."""
     spec = heuristics.specs_for("sm_90a", "bf16", 128, 128, True, "soa")[1]
     base, ctl = tmp_path / "cache", tmp_path / "ctl"
@@ -333,7 +335,7 @@ def test_killed_holder_leaves_no_stuck_lock_and_nothing_loadable(tmp_path, monke
         assert lock_is_held(lock)  # the holder really is inside the locked section
     finally:
         kill(holder)
-    assert [n.rsplit(".", 1)[1] for n in files(root)] == KILL_STAGES[stage]
+    assert sorted(n.rsplit(".", 1)[1] for n in files(root)) == KILL_STAGES[stage]
     assert all(n.startswith(stem.name + ".") for n in files(root))
     assert not lock_is_held(lock)  # the OS released the dead holder's lock
 
@@ -439,7 +441,7 @@ def _assert_not_loaded_from(root: Path, match: str, monkeypatch) -> None:
     assert len(ws) == 1, [str(w.message) for w in rec]
     msg = str(ws[0].message)
     assert str(root) in msg and "plant a cubin" in msg and "chmod 700" in msg
-    assert re_search(match, msg)
+    assert re.search(match, msg), msg
     assert ws[0].filename == __file__  # points at the caller of get()
     assert a.path is None and b.path is None and a2.path is None and a.compiled and b.compiled
     assert compiler.COMPILE_COUNT == n0 + 3
@@ -454,13 +456,7 @@ def _assert_not_loaded_from(root: Path, match: str, monkeypatch) -> None:
         mp.setenv("KERNELGEN_DISABLE_JIT", "1")
         with pytest.raises(cache.KernelNotCachedError, match="not trusted") as ei:
             cache.KernelCache(root).get(SPEC_A)
-        assert re_search(match, str(ei.value))
-
-
-def re_search(pattern: str, text: str) -> bool:
-    import re
-
-    return re.search(pattern, text) is not None
+        assert re.search(match, str(ei.value))
 
 
 @pytest.mark.parametrize("mode", [0o777, 0o770, 0o702, 0o1777, 0o720])
@@ -488,13 +484,11 @@ def test_dir_owned_by_another_user_is_not_loaded_from(tmp_path, monkeypatch):
 
 
 def test_owner_check_is_by_effective_uid(monkeypatch):
-    st = os.stat(__file__)
     me = os.geteuid()
     monkeypatch.setattr(cache.os, "geteuid", lambda: me + 12345)
     assert cache._owner_ok(os.stat_result((0,) * 4 + (me + 12345,) + (0,) * 5))
     assert not cache._owner_ok(os.stat_result((0,) * 4 + (me + 1,) + (0,) * 5))
     assert cache._owner_ok(os.stat_result((0,) * 4 + (0,) + (0,) * 5))  # root is trusted
-    del st
 
 
 def test_dir_taken_over_between_check_and_build(tmp_path):
@@ -526,8 +520,9 @@ def test_untrusted_entry_file_is_bad_and_replaced(tmp_path, monkeypatch, which, 
     stem = stem_of(root, SPEC_A)
     path = Path(str(stem) + which)
     what = "cubin" if which == ".cubin" else "sidecar"
+    ino = os.stat(path).st_ino
+    os.link(path, tmp_path / "keep")  # keeps the inode alive: its number cannot be reused
     if problem == "other_owner":
-        ino = os.stat(path).st_ino
         real = cache._owner_ok
         monkeypatch.setattr(cache, "_owner_ok", lambda st: st.st_ino != ino and real(st))
         reason = rf"the {what} is owned by another user"
@@ -547,7 +542,7 @@ def test_untrusted_entry_file_is_bad_and_replaced(tmp_path, monkeypatch, which, 
     assert e.compiled and compiler.COMPILE_COUNT == n0 + 1 and e.cubin == good.cubin
     assert e.path == Path(str(stem) + ".cubin")
     st = os.stat(path)
-    assert st.st_mode & 0o777 == 0o600 and st.st_ino != (ino if problem == "other_owner" else -1)
+    assert st.st_mode & 0o777 == 0o600 and st.st_ino != ino  # a new file, atomically swapped in
     e2 = cache.KernelCache(root).get(SPEC_A)
     assert e2.compiled is False and e2.cubin == good.cubin
 

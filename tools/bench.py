@@ -175,8 +175,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--only-scheduler", action="store_true", help="only the scheduler entries")
     args = ap.parse_args(argv)
-    res = {"device": runtime.device_properties(0)["name"], "roofs": roofs(), "benchmarks": []}
+    res = {"device": runtime.device_properties(0)["name"], "benchmarks": []}
+    if args.only_scheduler:
+        for e in scheduler_entries():
+            print(e["name"], {k: round(v, 2) for k, v in e.items() if k.startswith("us")}, flush=True)
+        return 0
+    res["roofs"] = roofs()
     print("roofs:", json.dumps(res["roofs"]))
     for spec in (("prefill_dense_causal_h128_s16k", 1, 32, 16384, 128, True),
                  ("prefill_dense_h128_s4k", 4, 32, 4096, 128, False)):
