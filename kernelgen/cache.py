@@ -16,8 +16,8 @@ the lock, so a pre-warmed read-only cache costs zero writes) -> take the entry's
 first and sidecar last, so a reader sees either nothing or a complete entry.  A process killed
 mid-compile or mid-publish leaves at most temp files or a cubin without a sidecar (never
 loadable); its lock dies with it, and the next builder of that entry removes the entry's leftover
-temp files under the lock (``verify(repair=True)`` and ``clear()`` remove them too).  Every load checks
-the sidecar's key and the cubin's size and sha256; a bad entry is rebuilt with a warning.
+temp files under the lock (``verify(repair=True)`` and ``clear()`` remove them too).  Every load
+checks the sidecar's key and the cubin's size and sha256; a bad entry is rebuilt with a warning.
 
 Errors and degradations:
 
@@ -33,9 +33,10 @@ Trust (a cubin from the cache is machine code this process will run, so who coul
 matters):
 
 * The cache directory must be owned by this user (or root) and must not be writable by group or
-  other users (``mode & 0o022 == 0``).  Otherwise another user could plant a cubin there (or swap
-  one in between our hash check and the load), and we would run it.  Such a directory is neither
-  read nor written: every kernel is compiled in memory and one :class:`KernelCacheWarning` per
+  other users (``mode & 0o022 == 0``).  Otherwise another user could plant a cubin there, with a
+  matching sidecar (the sha256 only catches corruption), and we would run it (the runtime loads
+  the bytes that were checked, so there is no swap-after-check window).  Such a directory is
+  neither read nor written: every kernel is compiled in memory and one :class:`KernelCacheWarning` per
   process and root says why and how to fix it (``chmod 700 DIR`` or another ``KERNELGEN_CACHE_DIR``).
   With ``KERNELGEN_DISABLE_JIT=1`` the call raises :class:`KernelNotCachedError` instead.  Only the
   directory itself is checked (after following a symlink to it), not its parents.
