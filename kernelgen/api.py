@@ -167,14 +167,13 @@ def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, sizes, scale, causal,
 
 
 def scheduler_launch_shape(capacity: int) -> tuple[int, int]:
-    """(threads, dynamic shared memory bytes) of a scheduler launch for a capacity: a thread per four
-    request slots (at least a warp, at most 1024: the sort keeps 4-8 keys a thread in registers), and
-    two 4-byte sort-key buffers."""
+    """(threads, dynamic shared memory bytes) of a scheduler launch for a capacity: one thread per
+    request slot up to 1024 (at least a warp), and two 4-byte sort-key buffers."""
     cap4 = metadata.round_up(capacity, 4)
     n = 32
     while n < cap4:
         n <<= 1
-    threads = min(max(n // 4, 32), 1024)
+    threads = min(n, 1024)
     return threads, 2 * 4 * max(n, threads)
 
 
