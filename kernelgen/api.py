@@ -1,20 +1,21 @@
 """Public calls.
 
-The path of one call, top to bottom: validate -> choose the variant (``heuristics.specs_for``) ->
-get the kernels (``runtime.get_kernel``: render, compile or load from the disk cache, load on
-the device) -> launch the scheduler kernel (writes the metadata buffer) -> launch the persistent
-attention kernel.  Both launches go on PyTorch's current stream of the tensors' device; nothing
-synchronises the host and every buffer comes from PyTorch's allocator, so the call can be
-captured in a CUDA graph.
+The path of one call, top to bottom: validate -> choose the variants (``heuristics.choose``) ->
+get the kernels (``runtime.get_kernel``: render, compile or load from the disk cache, load on the
+device) -> launch the scheduler kernel (writes the metadata buffer) -> launch the persistent
+attention kernel -> with split-KV, launch the combine kernel.  All launches go on PyTorch's
+current stream of the tensors' device; nothing synchronises the host and every buffer comes from
+PyTorch's allocator, so the call can be captured in a CUDA graph.
 """
 from __future__ import annotations
 
+import math
 import os
 
 import torch
 
 from . import heuristics, metadata, runtime, validation
-from .params import ATTENTION_PARAMS, SCHEDULER_PARAMS
+from .params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS
 
 _LOG2E = 1.4426950408889634
 _arch_cache: dict = {}
@@ -40,67 +41,99 @@ def varlen_attention(
     k: torch.Tensor,
     v: torch.Tensor,
     cu_seqlens_q: torch.Tensor,
-    cu_seqlens_k: torch.Tensor,
-    max_seqlen_q: int,
-    max_seqlen_k: int,
+    cu_seqlens_k: torch.Tensor | None = None,
+    max_seqlen_q: int | None = None,
+    max_seqlen_k: int | None = None,
     *,
+    seqused_k: torch.Tensor | None = None,
+    page_table: torch.Tensor | None = None,
     causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
     softmax_scale: float | None = None,
+    num_splits: int = 0,
+    pack_gqa: bool | None = None,
     return_lse: bool = False,
     out: torch.Tensor | None = None,
     metadata_layout: str = "soa",
     sort: bool = True,
     head_swizzle: bool = True,
 ):
-    """Attention over a ragged (varlen) batch of requests packed along the token dimension.
+    """Attention over a ragged (varlen) batch of requests, prefill and decode alike.
 
-    Request ``i`` owns query rows ``cu_seqlens_q[i]:cu_seqlens_q[i+1]`` of ``q`` and key/value rows
-    ``cu_seqlens_k[i]:cu_seqlens_k[i+1]`` of ``k``/``v``; query head ``h`` attends to KV head
-    ``h // (num_heads_q // num_heads_kv)`` (GQA/MQA).
+    Request ``i`` owns query rows ``cu_seqlens_q[i]:cu_seqlens_q[i+1]`` of ``q``.  Its keys are
+    rows ``cu_seqlens_k[i]:cu_seqlens_k[i+1]`` of a packed ``k``/``v`` (the first ``seqused_k[i]``
+    of them when ``seqused_k`` is given), or, with ``page_table``, the first ``seqused_k[i]``
+    tokens of a paged cache: token ``j`` lives at ``k[page_table[i, j // page_size], j % page_size]``.
+    Query head ``h`` attends to KV head ``h // (num_heads_q // num_heads_kv)`` (GQA/MQA).
 
     Args:
         q: (total_q, num_heads_q, head_dim), float16 or bfloat16, CUDA, last dim contiguous.
-        k: (total_k, num_heads_kv, head_dim), q's dtype and device.
-        v: (total_k, num_heads_kv, head_dim_v), q's dtype and device.
+        k: packed (total_k, num_heads_kv, head_dim) or paged (num_pages, page_size, num_heads_kv,
+            head_dim), q's dtype and device; any strides with a contiguous last dim.
+        v: like k with head_dim_v (64, 96, 128, 192 or 256) as the last dim.
         cu_seqlens_q: int32 (batch + 1,), cumulative query lengths in tokens, starting at 0.
-        cu_seqlens_k: int32 (batch + 1,), cumulative key lengths in tokens, starting at 0.
-        max_seqlen_q, max_seqlen_k: longest request lengths in tokens (ints; accepted for
-            FlashAttention compatibility, kernels read the lengths from cu_seqlens on the GPU).
+        cu_seqlens_k: int32 (batch + 1,), cumulative key lengths (packed k/v only).
+        max_seqlen_q, max_seqlen_k: longest request lengths in tokens, used only to choose tiles,
+            pack-GQA and the split bound (kernels read lengths on the GPU).  None: assume
+            total_q (resp. the cache's capacity); pass them for decode speed.
+        seqused_k: int32 (batch,), keys used per request (required with page_table).
+        page_table: int32 (batch, max_pages_per_seq), page ids of each request's cache pages.
         causal: bottom-right aligned causal mask: query row r of a request sees key j iff
-            ``j <= r + seqlen_k - seqlen_q`` (rows that see no key get out = 0, lse = -inf).
+            ``j <= r + seqlen_k - seqlen_q``.
+        window_size: (left, right) sliding window around that diagonal (-1 = unbounded).
+        softcap: > 0 caps logits as ``softcap * tanh(logit / softcap)`` (0 = off).
         softmax_scale: logit scale, default ``1 / sqrt(head_dim)``.
+        num_splits: split-KV: 0 lets the GPU scheduler decide per request, n > 0 forces n
+            (capped by each request's key blocks).
+        pack_gqa: put the query heads of one KV head in one tile (K/V read once per KV head);
+            None decides by heuristic (on for decode-like batches).
         return_lse: also return the log-sum-exp of the scaled logits.
         out: optional output tensor (total_q, num_heads_q, head_dim_v), q's dtype.
         metadata_layout: "soa" or "aos", the scheduler-metadata layout (see ``metadata.py``).
         sort: let the GPU scheduler order requests longest-first (ties by request index).
-        head_swizzle: for causal masks, walk heads in sections sized to the device's L2 so tiles
-            running together share K/V in L2.  ``sort`` and ``head_swizzle`` change only the
-            order of work, never the result.
+        head_swizzle: for causal/local masks, walk heads in sections sized to the device's L2 so
+            tiles running together share K/V in L2.  ``sort`` and ``head_swizzle`` change only
+            the order of work, never the result.
 
     Returns:
         out (total_q, num_heads_q, head_dim_v) in q's dtype; with ``return_lse`` also
-        lse (num_heads_q, total_q) float32, natural log (FlashAttention-3's convention).
-        Query rows past ``cu_seqlens_q[-1]`` are not written.
+        lse (num_heads_q, total_q) float32, natural log (FlashAttention-3's convention).  A row
+        that sees no key gets out = 0 and lse = -inf.  Query rows past ``cu_seqlens_q[-1]`` are
+        not written.
 
     Raises:
         TypeError: an argument has the wrong type or dtype (the message names it).
         ValueError: wrong shape, device, stride/alignment, head counts that do not divide,
-            unsupported head dim (64, 96, 128, 192, 256), bad softmax_scale or metadata_layout.
+            unsupported head dim, bad window/softcap/num_splits/softmax_scale/layout, paged
+            arguments missing or inconsistent, or more than 8192 requests.
         kernelgen.compiler.CompileError: NVRTC rejected a kernel (log and source path attached).
 
-    The values of cu_seqlens are not read on the host (that would synchronise); set
-    ``KERNELGEN_CHECK_INPUTS=1`` to check them (non-decreasing, within the tensors) at a sync.
+    The values of cu_seqlens, seqused_k and page_table are not read on the host (that would
+    synchronise): ``KERNELGEN_CHECK_INPUTS=1`` checks them (ordering, page ids inside the cache,
+    page_table wide enough) at the cost of a sync.  Offsets are 64-bit, so caches past 2^31
+    elements are addressed correctly.
 
     Algorithm: FlashAttention-2 tiling with an fp32 online softmax (Dao 2023; Milakov and
-    Gimelshein 2018) in a persistent kernel fed by a GPU scheduler, after FlashAttention-3's
-    varlen scheduler (Shah et al. 2024) with a capacity-sized metadata buffer.
+    Gimelshein 2018) in a persistent kernel fed by a GPU scheduler after FlashAttention-3's varlen
+    scheduler (Shah et al. 2024, with a capacity-sized metadata buffer), split-KV after
+    FlashDecoding (Dao et al. 2023).
     """
-    sizes = validation.varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out)
+    sizes = validation.varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out,
+                                     seqused_k=seqused_k, page_table=page_table)
     scale = validation.softmax_scale(softmax_scale, sizes["head_dim"])
     layout = validation.layout(metadata_layout)
+    mask, left, right = validation.window(window_size, bool(causal))
+    cap = validation.softcap(softcap)
+    splits = validation.num_splits(num_splits)
+    if pack_gqa is not None and not isinstance(pack_gqa, bool):
+        raise TypeError(f"pack_gqa must be None or a bool, got {type(pack_gqa).__name__}")
     if os.environ.get("KERNELGEN_CHECK_INPUTS") == "1":
         validation.check_cu_seqlens_values("cu_seqlens_q", cu_seqlens_q, sizes["total_q"])
-        validation.check_cu_seqlens_values("cu_seqlens_k", cu_seqlens_k, sizes["total_k"])
+        if cu_seqlens_k is not None:
+            validation.check_cu_seqlens_values("cu_seqlens_k", cu_seqlens_k, sizes["total_k"])
+        if page_table is not None:
+            validation.check_paged_values(page_table, seqused_k, sizes["num_pages"], sizes["page_size"])
 
     total_q, hq = sizes["total_q"], sizes["num_heads_q"]
     if out is None:
@@ -109,15 +142,74 @@ def varlen_attention(
     batch = sizes["batch"]
     if total_q == 0 or batch == 0:
         return (out, lse) if return_lse else out
+    if batch > metadata.MAX_CAPACITY:
+        raise ValueError(f"cu_seqlens_q describes {batch} requests; at most {metadata.MAX_CAPACITY} per call")
 
+    if max_seqlen_q is None:
+        max_seqlen_q = total_q
+    if max_seqlen_k is None:
+        max_seqlen_k = sizes["max_pages"] * sizes["page_size"] if sizes["paged"] else sizes["total_k"]
     device = q.device.index
-    flags = (bool(causal), layout, bool(sort), bool(head_swizzle))
+    call = _Call(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sizes, scale, mask, left, right,
+                 cap, splits, pack_gqa, layout, bool(sort), bool(head_swizzle), max_seqlen_q, max_seqlen_k)
     if device != torch.cuda.current_device():
         with torch.cuda.device(device):
-            _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, sizes, scale, *flags)
+            call.launch()
     else:
-        _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, sizes, scale, *flags)
+        call.launch()
     return (out, lse) if return_lse else out
+
+
+class _Call:
+    """One validated call: variants, kernels, transient buffers and the three launches."""
+
+    def __init__(self, q, k, v, cu_q, cu_k, seqused_k, page_table, out, lse, sizes, scale, mask, left, right, softcap,
+                 num_splits, pack_gqa, layout, sort, head_swizzle, max_seqlen_q, max_seqlen_k):
+        self.__dict__.update(locals())
+        del self.__dict__["self"]
+
+    def launch(self):
+        q, sizes = self.q, self.sizes
+        device = q.device.index
+        arch = device_arch(device)
+        variants = heuristics.choose(
+            arch, validation.DTYPES[q.dtype], sizes["head_dim"], sizes["head_dim_v"],
+            num_heads_q=sizes["num_heads_q"], num_heads_kv=sizes["num_heads_kv"], mask=self.mask, layout=self.layout,
+            max_seqlen_q=self.max_seqlen_q, max_seqlen_k=self.max_seqlen_k, paged=sizes["paged"],
+            softcap=self.softcap > 0, pack_gqa=self.pack_gqa, num_splits=self.num_splits,
+            num_sms=runtime.device_properties(device)["num_sms"])
+        sched = runtime.get_kernel(variants.scheduler, device)
+        attn = runtime.get_kernel(variants.attention, device)
+        combine = runtime.get_kernel(variants.combine, device) if variants.combine is not None else None
+        capacity = sizes["batch"]
+        md = torch.empty(metadata.buffer_ints(capacity), dtype=torch.int32, device=q.device)
+        stream = _current_stream(device)
+        cfg = scheduler_config(variants.attention, attn, sizes["num_heads_q"], sizes["num_heads_kv"], sort=self.sort,
+                               head_swizzle=self.head_swizzle, max_splits=variants.max_splits,
+                               forced_splits=variants.forced_splits)
+        launch_scheduler(sched, stream, self.cu_q, self.cu_k, self.seqused_k, md, capacity, capacity, cfg)
+        bufs = SplitBuffers.allocate(variants.max_splits, sizes["num_heads_q"], sizes["total_q"], sizes["head_dim_v"],
+                                     q.device) if combine is not None else None
+        attn.launch(attn.persistent_grid, stream, attention_params(
+            q, self.k, self.v, self.out, self.lse, self.cu_q, self.cu_k, md, capacity, self.scale,
+            seqused_k=self.seqused_k, page_table=self.page_table, window=(self.left, self.right),
+            softcap=self.softcap, split=bufs))
+        if combine is not None:
+            launch_combine(combine, stream, bufs, self.cu_q, md, self.out, self.lse, sizes["num_heads_q"])
+
+
+class SplitBuffers:
+    """Split-KV partials: out_accum (splits, Hq, total_q, dv) and lse_accum (splits, Hq, total_q)
+    float32, and row_splits (total_q,) int32 (partials per token, written by the attention kernel)."""
+
+    def __init__(self, out_accum, lse_accum, row_splits):
+        self.out_accum, self.lse_accum, self.row_splits = out_accum, lse_accum, row_splits
+
+    @classmethod
+    def allocate(cls, max_splits, num_heads_q, total_q, head_dim_v, device):
+        return cls(torch.empty((max_splits, num_heads_q, total_q, head_dim_v), dtype=torch.float32, device=device),
+                   torch.empty((max_splits, num_heads_q, total_q), dtype=torch.float32, device=device),
+                   torch.empty((total_q,), dtype=torch.int32, device=device))
 
 
 def scheduler_config(attn_spec, attn_kernel, num_heads_q: int, num_heads_kv: int, *, sort: bool = True,
@@ -132,8 +224,7 @@ def scheduler_config(attn_spec, attn_kernel, num_heads_q: int, num_heads_kv: int
     budget = 0
     if head_swizzle:
         l2 = runtime.device_properties(attn_kernel.device)["l2_bytes"]
-        elem = 2
-        budget = max(1, (l2 // 6) // (attn_spec.tile.block_n * (attn_spec.head_dim + attn_spec.head_dim_v) * elem))
+        budget = max(1, (l2 // 6) // (attn_spec.tile.block_n * (attn_spec.head_dim + attn_spec.head_dim_v) * 2))
     return metadata.SchedulerConfig(
         num_heads=num_heads_kv if pack else num_heads_q,
         block_m=attn_spec.tile.block_m,
@@ -146,24 +237,6 @@ def scheduler_config(attn_spec, attn_kernel, num_heads_q: int, num_heads_kv: int
         swizzle_mult=1 if pack else qpk,
         sort=sort,
     )
-
-
-def _launch(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, sizes, scale, causal, layout, sort, head_swizzle):
-    device = q.device.index
-    arch = device_arch(device)
-    dtype = validation.DTYPES[q.dtype]
-    sched_spec, attn_spec = heuristics.specs_for(arch, dtype, sizes["head_dim"], sizes["head_dim_v"], causal, layout)
-    sched = runtime.get_kernel(sched_spec, device)
-    attn = runtime.get_kernel(attn_spec, device)
-
-    capacity = sizes["batch"]
-    md = torch.empty(metadata.buffer_ints(capacity), dtype=torch.int32, device=q.device)
-    stream = _current_stream(device)
-    cfg = scheduler_config(attn_spec, attn, sizes["num_heads_q"], sizes["num_heads_kv"], sort=sort,
-                           head_swizzle=head_swizzle)
-    launch_scheduler(sched, stream, cu_seqlens_q, cu_seqlens_k, None, md, sizes["batch"], capacity, cfg)
-    attn.launch(attn.persistent_grid, stream, attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md,
-                                                               capacity, scale))
 
 
 def scheduler_launch_shape(capacity: int) -> tuple[int, int]:
@@ -200,17 +273,46 @@ def scheduler_params(cu_seqlens_q, cu_seqlens_k, seqused_k, md, batch, capacity,
     })
 
 
-def attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, capacity, scale) -> bytes:
+def attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, capacity, scale, *, seqused_k=None,
+                     page_table=None, window=(-1, -1), softcap=0.0, split: SplitBuffers | None = None) -> bytes:
     """Packed AttnParams (strides in elements; ``scale`` is softmax_scale, folded with log2(e))."""
+    paged = page_table is not None
+    total_q, hq, dv = out.shape
     return ATTENTION_PARAMS.pack({
         "q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "out": out.data_ptr(),
         "lse": lse.data_ptr() if lse is not None else 0,
-        "cu_seqlens_q": cu_seqlens_q.data_ptr(), "cu_seqlens_k": cu_seqlens_k.data_ptr(), "metadata": md.data_ptr(),
+        "cu_seqlens_q": cu_seqlens_q.data_ptr(), "cu_seqlens_k": cu_seqlens_k.data_ptr() if cu_seqlens_k is not None else 0,
+        "seqused_k": seqused_k.data_ptr() if seqused_k is not None else 0,
+        "page_table": page_table.data_ptr() if paged else 0, "metadata": md.data_ptr(),
+        "out_accum": split.out_accum.data_ptr() if split else 0, "lse_accum": split.lse_accum.data_ptr() if split else 0,
+        "row_splits": split.row_splits.data_ptr() if split else 0,
         "q_row_stride": q.stride(0), "q_head_stride": q.stride(1),
-        "k_row_stride": k.stride(0), "k_head_stride": k.stride(1),
-        "v_row_stride": v.stride(0), "v_head_stride": v.stride(1),
+        "k_row_stride": k.stride(1 if paged else 0), "k_head_stride": k.stride(-2), "k_page_stride": k.stride(0) if paged else 0,
+        "v_row_stride": v.stride(1 if paged else 0), "v_head_stride": v.stride(-2), "v_page_stride": v.stride(0) if paged else 0,
         "o_row_stride": out.stride(0), "o_head_stride": out.stride(1),
         "lse_head_stride": lse.stride(0) if lse is not None else 0,
-        "num_heads_q": q.shape[1], "num_heads_kv": k.shape[1], "capacity": capacity,
+        "page_table_stride": page_table.stride(0) if paged else 0,
+        "accum_split_stride": hq * total_q * dv, "accum_head_stride": total_q * dv, "lse_accum_split_stride": hq * total_q,
+        "num_heads_q": hq, "num_heads_kv": k.shape[-2], "capacity": capacity, "total_q": total_q,
+        "page_size": k.shape[1] if paged else 0, "window_left": window[0], "window_right": window[1],
         "scale_log2": scale * _LOG2E,
+        "softcap_scale": scale / softcap if softcap > 0 else 0.0,
+        "softcap_log2": softcap * _LOG2E,
     })
+
+
+def launch_combine(combine, stream, bufs: SplitBuffers, cu_seqlens_q, md, out, lse, num_heads_q: int) -> None:
+    """Merge split-KV partials into ``out`` (and ``lse``): one warp per (token, head) row."""
+    total_q = out.shape[0]
+    rows = total_q * num_heads_q
+    grid = max(1, math.ceil(rows / combine.spec.rows_per_cta))
+    combine.launch(grid, stream, COMBINE_PARAMS.pack({
+        "out_accum": bufs.out_accum.data_ptr(), "lse_accum": bufs.lse_accum.data_ptr(),
+        "row_splits": bufs.row_splits.data_ptr(), "cu_seqlens_q": cu_seqlens_q.data_ptr(), "metadata": md.data_ptr(),
+        "out": out.data_ptr(), "lse": lse.data_ptr() if lse is not None else 0,
+        "o_row_stride": out.stride(0), "o_head_stride": out.stride(1),
+        "lse_head_stride": lse.stride(0) if lse is not None else 0,
+        "accum_split_stride": bufs.out_accum.stride(0), "accum_head_stride": bufs.out_accum.stride(1),
+        "lse_accum_split_stride": bufs.lse_accum.stride(0),
+        "num_heads_q": num_heads_q, "total_q": total_q,
+    }))

@@ -1,40 +1,68 @@
 """Variant choice: one function derives the kernel specs for a call.
 
-``specs_for`` is used by the dispatcher at run time *and* by ``kernelgen warmup``, so a pre-warmed
+``choose`` is used by the dispatcher at run time *and* by ``kernelgen warmup``, so a pre-warmed
 cache is always hit (the failure mode of FlashInfer issue #4737, where the pre-compile step and
-the launch path each had their own rule).
+the launch path each had their own rule).  ``specs_for`` is its short form for plain prefill.
 
-Tile configs: FlashAttention-2 style shapes (Dao, 2023) picked per head dim so that the kernel
-compiles with no register spills (checked by tests/test_compile_matrix.py) and fits the arch's
-shared memory.  Benchmarks on the H200 choose among the candidates in ``CANDIDATE_TILES``.
+Tile classes, by query rows per request tile (``max_seqlen_q`` times the pack-GQA factor):
+``decode`` (<= 16 rows: one warp of 16 rows, many CTAs per SM, memory-bound), ``mid`` (<= 64) and
+``prefill`` (FlashAttention-2 style 128-row tiles).  Every tile compiles with no register spills
+(tests/test_compile_matrix.py) and fits the arch's shared memory.
+
+Split-KV: the host picks an upper bound with FlashAttention-3's occupancy rule (treating a varlen
+batch as one request, as FA3 does); the GPU scheduler then gives each request its own count from
+the batch's real work (metadata.SchedulerConfig).
 """
 from __future__ import annotations
 
-from .spec import ARCHS, AttentionSpec, SchedulerSpec, TileConfig
+import math
+from dataclasses import dataclass
+
+from .spec import ARCHS, AttentionSpec, CombineSpec, SchedulerSpec, TileConfig
 
 #: Largest dynamic shared memory one CTA may opt into, bytes (CUDA programming guide, per arch).
 SMEM_LIMIT = {"sm_80": 166912, "sm_86": 101376, "sm_89": 101376, "sm_90a": 232448}
+#: Shared memory per SM (bytes), for the occupancy estimate.
+SMEM_PER_SM = {"sm_80": 167936, "sm_86": 102400, "sm_89": 102400, "sm_90a": 233472}
+TILE_CLASSES = ("prefill", "mid", "decode")
+#: Upper bound of the automatic split count (the combine kernel handles any count).
+MAX_AUTO_SPLITS = 64
+MAX_SPLITS = 128
 
-#: Default tile per head dim for archs with >= 160 KB of shared memory per CTA (sm_80, sm_90a).
-_TILES_BIG_SMEM = {
+_PREFILL_BIG_SMEM = {
     64: TileConfig(128, 64, 4, 2, 2),
     96: TileConfig(128, 32, 4, 2, 2),
     128: TileConfig(128, 32, 4, 3, 2),  # H200 sweep (docs/perf-notes.md): 3 stages +3% over 2
     192: TileConfig(64, 64, 4, 2, 1),
     256: TileConfig(64, 32, 4, 2, 1),
 }
-#: sm_90a has 227 KB: a larger K/V block for head dim 256.
-_TILES_SM90 = {**_TILES_BIG_SMEM, 256: TileConfig(128, 64, 8, 2, 1)}
-#: Consumer Ampere/Ada (sm_86, sm_89): about 99 KB per CTA.
-_TILES_SMALL_SMEM = {
+_PREFILL_SM90 = {**_PREFILL_BIG_SMEM, 256: TileConfig(128, 64, 8, 2, 1)}
+_PREFILL_SMALL_SMEM = {
     64: TileConfig(128, 64, 4, 2, 2),
     96: TileConfig(128, 32, 4, 2, 2),
     128: TileConfig(128, 32, 4, 2, 2),
     192: TileConfig(64, 32, 4, 2, 1),
     256: TileConfig(64, 16, 4, 2, 1),
 }
+_MID = {
+    64: TileConfig(64, 64, 4, 2, 2),
+    96: TileConfig(64, 64, 4, 2, 2),
+    128: TileConfig(64, 64, 4, 2, 2),
+    192: TileConfig(64, 32, 4, 2, 1),
+    256: TileConfig(64, 32, 4, 2, 1),
+}
+_MID_SMALL_SMEM = {**_MID, 256: TileConfig(64, 16, 4, 2, 1)}
+#: One warp, 16 query rows: at decode the tile is almost all K/V traffic, so many small CTAs per
+#: SM keep enough bytes in flight (16 rows keep the MMA work per byte low enough for mma.sync).
+_DECODE = {
+    64: TileConfig(16, 64, 1, 2, 8),
+    96: TileConfig(16, 32, 1, 2, 8),
+    128: TileConfig(16, 32, 1, 2, 8),
+    192: TileConfig(16, 32, 1, 2, 8),
+    256: TileConfig(16, 16, 1, 2, 8),  # 128 fp32 accumulators a thread: a 32-key block spilled
+}
 
-#: Alternatives measured by the benchmark's tile sweep (tools/bench_tiles.py).
+#: Alternatives measured by the benchmark's tile sweep (tools/bench.py).
 CANDIDATE_TILES = {
     128: [
         TileConfig(128, 32, 4, 2, 2),
@@ -42,34 +70,131 @@ CANDIDATE_TILES = {
         TileConfig(128, 64, 8, 2, 1),
         TileConfig(128, 128, 8, 2, 1),
         TileConfig(64, 64, 4, 2, 2),
-        TileConfig(64, 64, 4, 3, 2),
     ],
 }
 
 
-def tile_config(arch: str, head_dim: int, head_dim_v: int) -> TileConfig:
-    """The tile shape for a head dim on an arch (head_dim_v uses the larger of the two)."""
+def tile_config(arch: str, head_dim: int, head_dim_v: int, tile_class: str = "prefill",
+                extra_state: bool = False) -> TileConfig:
+    """The tile shape for a head dim (the larger of head_dim and head_dim_v) on an arch.
+
+    ``extra_state``: the variant also keeps split/paging/window/softcap state live, which costs the
+    three-stage head-dim-128 prefill tile its last registers; it then uses two stages.
+    """
     d = max(head_dim, head_dim_v)
-    table = _TILES_SM90 if arch == "sm_90a" else _TILES_SMALL_SMEM if arch in ("sm_86", "sm_89") else _TILES_BIG_SMEM
+    if tile_class == "prefill" and d == 128 and extra_state and arch in ("sm_80", "sm_90a"):
+        return TileConfig(128, 32, 4, 2, 2)
+    small = arch in ("sm_86", "sm_89")
+    if tile_class == "decode":
+        table = _DECODE
+    elif tile_class == "mid":
+        table = _MID_SMALL_SMEM if small else _MID
+    elif tile_class == "prefill":
+        table = _PREFILL_SM90 if arch == "sm_90a" else _PREFILL_SMALL_SMEM if small else _PREFILL_BIG_SMEM
+    else:
+        raise ValueError(f"tile_class must be one of {TILE_CLASSES}, got {tile_class!r}")
     if d not in table:
         raise ValueError(f"head_dim {head_dim}/{head_dim_v} has no tile config (supported: {sorted(table)})")
     return table[d]
 
 
-def attention_spec(arch, dtype, head_dim, head_dim_v, causal, layout, tile: TileConfig | None = None) -> AttentionSpec:
-    spec = AttentionSpec(
-        arch=arch,
-        dtype=dtype,
-        head_dim=head_dim,
-        head_dim_v=head_dim_v,
-        mask="causal" if causal else "none",
-        layout=layout,
-        tile=tile or tile_config(arch, head_dim, head_dim_v),
-    )
+def tile_class_for_rows(rows: int, packed: bool = False) -> str:
+    """Tile class for ``rows`` query rows per request tile (max_seqlen_q x pack factor).  Packed
+    tiles (per-row addresses for every query row) stay at <= 64 rows."""
+    return "decode" if rows <= 16 else "mid" if rows <= 64 or packed else "prefill"
+
+
+def default_pack_gqa(qpk: int, max_seqlen_q: int) -> bool:
+    """Pack the query heads of one KV head into a tile when a request has few query rows (decode,
+    speculative decode): K/V is then read once per KV head instead of once per query head."""
+    return qpk > 1 and max_seqlen_q * qpk <= 64
+
+
+def num_splits_heuristic(total_mblocks: int, n_blocks: int, num_ctas: int, max_splits: int = MAX_AUTO_SPLITS) -> int:
+    """Upper bound of split-KV, FlashAttention-3's rule (hopper/heuristics.h, described in
+    shared/research/fa3_scheduler.md 7.1): no split once the tiles fill 80 % of the CTAs or when a
+    request has <= 4 key blocks; else the smallest count whose wave efficiency is >= 85 % of the best."""
+    if total_mblocks >= 0.8 * num_ctas or n_blocks <= 4:
+        return 1
+    cap = max(1, min(max_splits, num_ctas, n_blocks))
+    eff = []
+    for s in range(1, cap + 1):
+        w = total_mblocks * s / num_ctas
+        eff.append(w / math.ceil(w))
+    best = max(eff)
+    for s, e in enumerate(eff, start=1):
+        if e >= 0.85 * best:
+            return s
+    return 1
+
+
+def estimated_ctas(arch: str, tile: TileConfig, smem_bytes: int, num_sms: int) -> int:
+    """Persistent CTAs the occupancy calculator will likely allow, assuming up to 255 registers a
+    thread; only used to bound the split count before a kernel is loaded."""
+    by_smem = SMEM_PER_SM.get(arch, 102400) // (smem_bytes + 1024)
+    by_regs = 65536 // (255 * 32 * tile.num_warps)
+    return max(1, min(by_smem, by_regs, 32)) * num_sms
+
+
+@dataclass(frozen=True)
+class Variants:
+    """The kernels of one call: scheduler, attention and (with split-KV) combine, plus the split
+    bound the scheduler receives."""
+
+    scheduler: SchedulerSpec
+    attention: AttentionSpec
+    combine: CombineSpec | None
+    max_splits: int
+    forced_splits: bool
+
+
+def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q: int, num_heads_kv: int,
+           mask: str = "none", layout: str = "soa", max_seqlen_q: int, max_seqlen_k: int, paged: bool = False,
+           softcap: bool = False, pack_gqa: bool | None = None, num_splits: int = 0, num_sms: int = 132,
+           tile: TileConfig | None = None) -> Variants:
+    """Every kernel variant of a call, from what the host knows (shapes, flags, max lengths).
+
+    Raises ValueError when the variant does not fit the arch (shared memory) or a value is bad.
+    """
+    if num_heads_kv < 1 or num_heads_q % num_heads_kv:
+        raise ValueError(f"num_heads_q ({num_heads_q}) must be a multiple of num_heads_kv ({num_heads_kv})")
+    qpk = num_heads_q // num_heads_kv
+    pack = default_pack_gqa(qpk, max_seqlen_q) if pack_gqa is None else bool(pack_gqa) and qpk > 1
+    rows = max(1, max_seqlen_q) * (qpk if pack else 1)
+    tile_class = tile_class_for_rows(rows, pack)
+    extra = paged or softcap or mask == "local"
+    fixed_tile = tile is not None
+    tile = tile or tile_config(arch, head_dim, head_dim_v, tile_class, extra)
+    if num_splits < 0 or num_splits > MAX_SPLITS:
+        raise ValueError(f"num_splits must be in [0, {MAX_SPLITS}] (0 = automatic), got {num_splits}")
+
+    def split_bound(t: TileConfig) -> tuple[int, bool]:
+        if num_splits > 0:
+            return num_splits, True
+        probe = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, pack, False, paged, softcap)
+        sched_heads = num_heads_kv if pack else num_heads_q
+        m = max(1, -(-rows // t.block_m))
+        n = -(-max(max_seqlen_k, 0) // t.block_n)
+        return num_splits_heuristic(sched_heads * m, n, estimated_ctas(arch, t, probe.smem_bytes(), num_sms)), False
+
+    max_splits, forced = split_bound(tile)
+    if max_splits > 1 and not fixed_tile and not extra:  # split state needs the lighter tile, if any
+        lighter = tile_config(arch, head_dim, head_dim_v, tile_class, True)
+        if lighter != tile:
+            tile = lighter
+            max_splits, forced = split_bound(tile)
+    split = max_splits > 1
+    attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, tile, pack, split, paged, softcap)
     limit = SMEM_LIMIT.get(arch, 101376)
-    if spec.smem_bytes() > limit:
-        raise ValueError(f"{spec.name} needs {spec.smem_bytes()} bytes of shared memory; {arch} allows {limit}")
-    return spec
+    if attn.smem_bytes() > limit:
+        raise ValueError(f"{attn.name} needs {attn.smem_bytes()} bytes of shared memory; {arch} allows {limit}")
+    combine = CombineSpec(arch, dtype, head_dim_v) if split else None
+    return Variants(SchedulerSpec(arch=arch, layout=layout), attn, combine, max_splits, forced)
+
+
+def attention_spec(arch, dtype, head_dim, head_dim_v, causal, layout, tile: TileConfig | None = None) -> AttentionSpec:
+    """The plain prefill attention spec (no pack, split, paging or softcap)."""
+    return specs_for(arch, dtype, head_dim, head_dim_v, causal, layout, tile)[1]
 
 
 def scheduler_spec(arch: str, layout: str) -> SchedulerSpec:
@@ -77,8 +202,12 @@ def scheduler_spec(arch: str, layout: str) -> SchedulerSpec:
 
 
 def specs_for(arch, dtype, head_dim, head_dim_v, causal, layout, tile: TileConfig | None = None):
-    """(scheduler spec, attention spec) for a call.  The single source of truth for variant choice."""
-    return scheduler_spec(arch, layout), attention_spec(arch, dtype, head_dim, head_dim_v, causal, layout, tile)
+    """(scheduler spec, attention spec) of a plain prefill call: ``choose`` with one query head
+    per KV head, long queries and no split."""
+    v = choose(arch, dtype, head_dim, head_dim_v, num_heads_q=1, num_heads_kv=1,
+               mask="causal" if causal else "none", layout=layout, max_seqlen_q=4096, max_seqlen_k=4096,
+               num_splits=1, tile=tile)
+    return v.scheduler, v.attention
 
 
 def arch_for_capability(major: int, minor: int) -> str:
@@ -94,4 +223,3 @@ def arch_for_capability(major: int, minor: int) -> str:
         f"compute capability {major}.{minor} is not supported by kernelgen's kernels "
         f"(supported: {', '.join(ARCHS)})"
     )
-

@@ -49,14 +49,28 @@ ATTENTION_PARAMS = ParamStruct(
     "AttnParams",
     [
         ("q", "ptr"), ("k", "ptr"), ("v", "ptr"), ("out", "ptr"), ("lse", "ptr"),
-        ("cu_seqlens_q", "ptr"), ("cu_seqlens_k", "ptr"), ("metadata", "ptr"),
+        ("cu_seqlens_q", "ptr"), ("cu_seqlens_k", "ptr"), ("seqused_k", "ptr"), ("page_table", "ptr"),
+        ("metadata", "ptr"), ("out_accum", "ptr"), ("lse_accum", "ptr"), ("row_splits", "ptr"),
         ("q_row_stride", "i64"), ("q_head_stride", "i64"),
-        ("k_row_stride", "i64"), ("k_head_stride", "i64"),
-        ("v_row_stride", "i64"), ("v_head_stride", "i64"),
+        ("k_row_stride", "i64"), ("k_head_stride", "i64"), ("k_page_stride", "i64"),
+        ("v_row_stride", "i64"), ("v_head_stride", "i64"), ("v_page_stride", "i64"),
         ("o_row_stride", "i64"), ("o_head_stride", "i64"),
-        ("lse_head_stride", "i64"),
-        ("num_heads_q", "i32"), ("num_heads_kv", "i32"), ("capacity", "i32"),
-        ("scale_log2", "f32"),
+        ("lse_head_stride", "i64"), ("page_table_stride", "i64"),
+        ("accum_split_stride", "i64"), ("accum_head_stride", "i64"), ("lse_accum_split_stride", "i64"),
+        ("num_heads_q", "i32"), ("num_heads_kv", "i32"), ("capacity", "i32"), ("total_q", "i32"),
+        ("page_size", "i32"), ("window_left", "i32"), ("window_right", "i32"),
+        ("scale_log2", "f32"), ("softcap_scale", "f32"), ("softcap_log2", "f32"),
+    ],
+)
+
+COMBINE_PARAMS = ParamStruct(
+    "CombineParams",
+    [
+        ("out_accum", "ptr"), ("lse_accum", "ptr"), ("row_splits", "ptr"), ("cu_seqlens_q", "ptr"),
+        ("metadata", "ptr"), ("out", "ptr"), ("lse", "ptr"),
+        ("o_row_stride", "i64"), ("o_head_stride", "i64"), ("lse_head_stride", "i64"),
+        ("accum_split_stride", "i64"), ("accum_head_stride", "i64"), ("lse_accum_split_stride", "i64"),
+        ("num_heads_q", "i32"), ("total_q", "i32"),
     ],
 )
 

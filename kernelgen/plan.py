@@ -49,8 +49,11 @@ class AttentionPlan:
         self.layout = validation.layout(metadata_layout)
         dev = self.device.index
         arch = api.device_arch(dev)
-        self.sched_spec, self.attn_spec = heuristics.specs_for(arch, validation.DTYPES[dtype], head_dim, head_dim_v,
-                                                               self.causal, self.layout)
+        variants = heuristics.choose(arch, validation.DTYPES[dtype], head_dim, head_dim_v, num_heads_q=num_heads_q,
+                                     num_heads_kv=num_heads_kv, mask="causal" if self.causal else "none",
+                                     layout=self.layout, max_seqlen_q=4096, max_seqlen_k=4096, pack_gqa=False,
+                                     num_splits=1)
+        self.sched_spec, self.attn_spec = variants.scheduler, variants.attention
         self.sched = runtime.get_kernel(self.sched_spec, dev)
         self.attn = runtime.get_kernel(self.attn_spec, dev)
         self.config = api.scheduler_config(self.attn_spec, self.attn, num_heads_q, num_heads_kv, sort=sort,

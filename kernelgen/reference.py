@@ -11,12 +11,29 @@ import math
 import torch
 
 
+def gather_paged(k_cache, v_cache, page_table, seqused_k):
+    """Packed (k, v, cu_seqlens_k) holding the first seqused_k[i] tokens of each request's pages."""
+    ps = k_cache.shape[1]
+    ks, vs, cu = [], [], [0]
+    for b, n in enumerate(seqused_k.tolist()):
+        pages = page_table[b, : -(-n // ps)].long()
+        ks.append(k_cache[pages].flatten(0, 1)[:n])
+        vs.append(v_cache[pages].flatten(0, 1)[:n])
+        cu.append(cu[-1] + n)
+    k = torch.cat(ks) if ks else k_cache[:0].flatten(0, 1)
+    v = torch.cat(vs) if vs else v_cache[:0].flatten(0, 1)
+    return k, v, torch.tensor(cu, dtype=torch.int32, device=k_cache.device)
+
+
 def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, softmax_scale=None,
-                        max_elements: int = 1 << 27):
+                        window_size=(-1, -1), softcap=0.0, seqused_k=None, max_elements: int = 1 << 27):
     """Returns (out, lse): out (total_q, Hq, Dv) float64, lse (Hq, total_q) float64.
 
-    Rows past cu_seqlens_q[-1] are NaN (no request owns them).  ``max_elements`` bounds the
-    size of one logits block (heads are processed in groups to stay under it).
+    ``window_size`` = (left, right) around the bottom-right aligned diagonal (-1 = unbounded; causal
+    sets right to 0); ``softcap`` > 0 caps scaled logits as softcap * tanh(logit / softcap);
+    ``seqused_k`` keeps only the first seqused_k[i] keys of request i.  Rows past cu_seqlens_q[-1]
+    are NaN (no request owns them).  ``max_elements`` bounds the size of one logits block (heads
+    are processed in groups to stay under it).
     """
     total_q, hq, d = q.shape
     hkv, dv = k.shape[1], v.shape[2]
@@ -24,10 +41,16 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
     scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
     cq = [int(x) for x in cu_seqlens_q.tolist()]
     ck = [int(x) for x in cu_seqlens_k.tolist()]
+    used = [int(x) for x in seqused_k.tolist()] if seqused_k is not None else None
+    left, right = int(window_size[0]), int(window_size[1])
+    if causal:
+        right = 0 if right < 0 else min(right, 0)
     out = torch.full((total_q, hq, dv), float("nan"), dtype=torch.float64, device=q.device)
     lse = torch.full((hq, total_q), float("nan"), dtype=torch.float64, device=q.device)
     for b in range(len(cq) - 1):
         q0, q1, k0, k1 = cq[b], cq[b + 1], ck[b], ck[b + 1]
+        if used is not None:
+            k1 = k0 + used[b]
         lq, lk = q1 - q0, k1 - k0
         if lq <= 0:
             continue
@@ -39,14 +62,20 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
         kb = k[k0:k1].double().transpose(0, 1).repeat_interleave(qpk, 0)   # (Hq, lk, d)
         vb = v[k0:k1].double().transpose(0, 1).repeat_interleave(qpk, 0)   # (Hq, lk, dv)
         mask = None
-        if causal:
-            r = torch.arange(lq, device=q.device)[:, None]
+        if left >= 0 or right >= 0:
+            r = torch.arange(lq, device=q.device)[:, None] + (lk - lq)   # row's key position
             j = torch.arange(lk, device=q.device)[None, :]
-            mask = j > r + (lk - lq)                                 # True = hidden
+            mask = torch.zeros(lq, lk, dtype=torch.bool, device=q.device)  # True = hidden
+            if right >= 0:
+                mask |= j > r + right
+            if left >= 0:
+                mask |= j < r - left
         group = max(1, max_elements // max(1, lq * lk))
         for h0 in range(0, hq, group):
             h1 = min(hq, h0 + group)
             s = torch.matmul(qb[h0:h1], kb[h0:h1].transpose(1, 2)) * scale
+            if softcap > 0:
+                s = softcap * torch.tanh(s / softcap)
             if mask is not None:
                 s = s.masked_fill(mask, float("-inf"))
             m = s.amax(dim=-1, keepdim=True)

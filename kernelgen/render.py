@@ -12,7 +12,7 @@ from pathlib import Path
 import jinja2
 
 from . import metadata
-from .params import ATTENTION_PARAMS, SCHEDULER_PARAMS
+from .params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS
 
 
 def templates_dir() -> Path:
@@ -54,6 +54,9 @@ def context(spec) -> dict:
         ctx["params_decl"] = ATTENTION_PARAMS.c_decl()
     elif spec.kind == "scheduler":
         ctx["params_decl"] = SCHEDULER_PARAMS.c_decl()
+    elif spec.kind == "combine":
+        ctx.update(_DTYPE_INFO[spec.dtype])
+        ctx["params_decl"] = COMBINE_PARAMS.c_decl()
     return ctx
 
 

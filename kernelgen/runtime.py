@@ -12,7 +12,7 @@ import ctypes
 import threading
 from dataclasses import dataclass, field
 
-from .params import ATTENTION_PARAMS, SCHEDULER_PARAMS, ParamStruct
+from .params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS, ParamStruct
 
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 #: The scheduler keeps two buffers of metadata.MAX_CAPACITY 4-byte sort keys in shared memory.
@@ -98,6 +98,8 @@ def _load(spec, device: int) -> Kernel:
     elif spec.kind == "scheduler":
         # dynamic smem is set per launch (sort keys); allow up to the largest capacity's need
         threads, smem, params = spec.num_threads, 0, SCHEDULER_PARAMS
+    elif spec.kind == "combine":
+        threads, smem, params = spec.num_threads, 0, COMBINE_PARAMS
     else:
         raise ValueError(f"unknown kernel kind {spec.kind!r}")
     with cupy.cuda.Device(device):

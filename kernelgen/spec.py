@@ -15,7 +15,7 @@ from typing import ClassVar
 ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90a")
 DTYPES = ("fp16", "bf16")
 HEAD_DIMS = (64, 96, 128, 192, 256)
-MASKS = ("none", "causal")
+MASKS = ("none", "causal", "local")
 LAYOUTS = ("soa", "aos")
 
 
@@ -69,6 +69,8 @@ class AttentionSpec:
     tile: TileConfig
     pack_gqa: bool = False
     split: bool = False
+    paged: bool = False
+    softcap: bool = False
 
     kind: ClassVar[str] = "attention"
     template: ClassVar[str] = "attention/fwd_sm80.cu.j2"
@@ -99,7 +101,8 @@ class AttentionSpec:
     @property
     def name(self) -> str:
         hd = f"d{self.head_dim}" if self.head_dim == self.head_dim_v else f"d{self.head_dim}x{self.head_dim_v}"
-        extra = ("_pack" if self.pack_gqa else "") + ("_split" if self.split else "")
+        extra = "".join(f"_{flag}" for flag in ("pack", "split", "paged", "softcap")
+                        if getattr(self, "pack_gqa" if flag == "pack" else flag))
         return f"attn_{self.arch}_{self.dtype}_{hd}_{self.mask}{extra}_{self.layout}_{self.tile.tag}"
 
     def template_vars(self) -> dict:
@@ -108,9 +111,11 @@ class AttentionSpec:
             "dtype": self.dtype,
             "head_dim": self.head_dim,
             "head_dim_v": self.head_dim_v,
-            "causal": self.causal,
+            "mask": self.mask,
             "pack_gqa": self.pack_gqa,
             "split": self.split,
+            "paged": self.paged,
+            "softcap": self.softcap,
             "layout": self.layout,
             "block_m": self.tile.block_m,
             "block_n": self.tile.block_n,
@@ -157,6 +162,39 @@ class SchedulerSpec:
         return d
 
 
+@dataclass(frozen=True)
+class CombineSpec:
+    """The split-KV combine kernel (one warp per output row)."""
+
+    arch: str
+    dtype: str
+    head_dim_v: int
+
+    kind: ClassVar[str] = "combine"
+    template: ClassVar[str] = "combine/combine.cu.j2"
+    entry: ClassVar[str] = "kg_combine"
+    num_threads: ClassVar[int] = 256
+    rows_per_cta: ClassVar[int] = 8
+
+    def __post_init__(self):
+        _check(self.arch, ARCHS, "arch")
+        _check(self.dtype, DTYPES, "dtype")
+        _check(self.head_dim_v, HEAD_DIMS, "head_dim_v")
+
+    @property
+    def name(self) -> str:
+        return f"combine_{self.arch}_{self.dtype}_dv{self.head_dim_v}"
+
+    def template_vars(self) -> dict:
+        # the metadata header is layout-independent; "soa" only satisfies the shared include
+        return {"arch": self.arch, "dtype": self.dtype, "head_dim_v": self.head_dim_v, "layout": "soa"}
+
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["kind"] = self.kind
+        return d
+
+
 def spec_from_json(d: dict):
     """Rebuild a spec from ``to_json()`` output (used by ``kernelgen cache`` to describe entries)."""
     d = dict(d)
@@ -166,4 +204,6 @@ def spec_from_json(d: dict):
         return AttentionSpec(**d)
     if kind == "scheduler":
         return SchedulerSpec(**d)
+    if kind == "combine":
+        return CombineSpec(**d)
     raise ValueError(f"unknown spec kind {kind!r}")

@@ -93,22 +93,31 @@ def check_cu_seqlens_values(name: str, x: torch.Tensor, total: int) -> None:
         raise ValueError(f"{name}[-1] = {v[-1].item()} exceeds the {total} rows of the packed tensor")
 
 
-def varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out, devtypes=("cuda",)):
+def varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out, devtypes=("cuda",), *,
+                  seqused_k=None, page_table=None):
     """Checks for varlen_attention; returns a dict of the derived sizes.
 
+    Packed K/V: k (total_k, Hkv, d), v (total_k, Hkv, dv) with cu_seqlens_k (and optionally
+    seqused_k: the keys used per request, offsets still from cu_seqlens_k).  Paged K/V: k
+    (num_pages, page_size, Hkv, d), v (num_pages, page_size, Hkv, dv), page_table int32
+    (batch, max_pages_per_seq) and seqused_k int32 (batch,), no cu_seqlens_k.
     ``devtypes`` lets shape-only callers (tests, fake tensors) pass "meta" tensors.
     """
     tensor("q", q, ndim=3, dtypes=tuple(DTYPES), devtypes=devtypes)
     dev = q.device
-    tensor("k", k, ndim=3, dtypes=(q.dtype,), device=dev)
-    tensor("v", v, ndim=3, dtypes=(q.dtype,), device=dev)
+    paged = page_table is not None
+    kdim = 4 if paged else 3
+    if paged and isinstance(k, torch.Tensor) and k.dim() == 3:
+        raise ValueError("k must be a paged cache (num_pages, page_size, num_heads_kv, head_dim) when page_table is given")
+    tensor("k", k, ndim=kdim, dtypes=(q.dtype,), device=dev)
+    tensor("v", v, ndim=kdim, dtypes=(q.dtype,), device=dev)
     total_q, hq, d = q.shape
-    total_k, hkv, dk = k.shape
+    hkv, dk = k.shape[-2], k.shape[-1]
     if dk != d:
         raise ValueError(f"k head_dim {dk} must equal q head_dim {d}")
-    if v.shape[0] != total_k or v.shape[1] != hkv:
-        raise ValueError(f"v must have shape ({total_k}, {hkv}, head_dim_v) like k, got {tuple(v.shape)}")
-    dv = v.shape[2]
+    if tuple(v.shape[:-1]) != tuple(k.shape[:-1]):
+        raise ValueError(f"v must have shape {tuple(k.shape[:-1]) + ('head_dim_v',)} like k, got {tuple(v.shape)}")
+    dv = v.shape[-1]
     if d not in HEAD_DIMS:
         raise ValueError(f"q head_dim must be one of {HEAD_DIMS}, got {d}")
     if dv not in HEAD_DIMS:
@@ -118,15 +127,90 @@ def varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
     for name, x in (("q", q), ("k", k), ("v", v)):
         rows_16b(name, x)
     batch = cu_seqlens("cu_seqlens_q", cu_seqlens_q, dev)
-    batch_k = cu_seqlens("cu_seqlens_k", cu_seqlens_k, dev)
-    if batch_k != batch:
-        raise ValueError(f"cu_seqlens_k must have batch+1 = {batch + 1} entries like cu_seqlens_q, got {batch_k + 1}")
-    nonneg_int("max_seqlen_q", max_seqlen_q)
-    nonneg_int("max_seqlen_k", max_seqlen_k)
+    sizes = {"total_q": total_q, "num_heads_q": hq, "num_heads_kv": hkv, "head_dim": d, "head_dim_v": dv,
+             "batch": batch, "paged": paged}
+    if paged:
+        if cu_seqlens_k is not None:
+            raise ValueError("cu_seqlens_k must be None with a page_table (key lengths come from seqused_k)")
+        if seqused_k is None:
+            raise ValueError("seqused_k is required with a page_table (the keys of each request)")
+        tensor("page_table", page_table, ndim=2, dtypes=(torch.int32,), device=dev)
+        if page_table.shape[0] != batch:
+            raise ValueError(f"page_table must have batch = {batch} rows, got shape {tuple(page_table.shape)}")
+        if page_table.stride(1) != 1:
+            raise ValueError("page_table must be contiguous in its last dimension")
+        sizes.update(num_pages=k.shape[0], page_size=k.shape[1], max_pages=page_table.shape[1], total_k=0)
+        if sizes["page_size"] < 1:
+            raise ValueError(f"k page_size must be >= 1, got {sizes['page_size']}")
+    else:
+        if cu_seqlens_k is None:
+            raise ValueError("cu_seqlens_k is required for packed k/v (give page_table and seqused_k for a paged cache)")
+        batch_k = cu_seqlens("cu_seqlens_k", cu_seqlens_k, dev)
+        if batch_k != batch:
+            raise ValueError(f"cu_seqlens_k must have batch+1 = {batch + 1} entries like cu_seqlens_q, got {batch_k + 1}")
+        sizes["total_k"] = k.shape[0]
+    if seqused_k is not None:
+        tensor("seqused_k", seqused_k, ndim=1, dtypes=(torch.int32,), device=dev)
+        if seqused_k.shape[0] != batch or not seqused_k.is_contiguous():
+            raise ValueError(f"seqused_k must be a contiguous ({batch},) tensor, got shape {tuple(seqused_k.shape)}")
+    if max_seqlen_q is not None:
+        nonneg_int("max_seqlen_q", max_seqlen_q)
+    if max_seqlen_k is not None:
+        nonneg_int("max_seqlen_k", max_seqlen_k)
     if out is not None:
         tensor("out", out, ndim=3, dtypes=(q.dtype,), device=dev)
         if tuple(out.shape) != (total_q, hq, dv):
             raise ValueError(f"out must have shape {(total_q, hq, dv)}, got {tuple(out.shape)}")
         rows_16b("out", out)
-    return {"total_q": total_q, "total_k": total_k, "num_heads_q": hq, "num_heads_kv": hkv,
-            "head_dim": d, "head_dim_v": dv, "batch": batch}
+    return sizes
+
+
+def window(window_size, causal: bool) -> tuple[str, int, int]:
+    """(mask kind, left, right) from window_size=(left, right) (-1 = unbounded) and causal."""
+    if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
+            or not all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in window_size)):
+        raise TypeError(f"window_size must be a pair of ints (left, right), got {window_size!r}")
+    left, right = int(window_size[0]), int(window_size[1])
+    if left < -1 or right < -1:
+        raise ValueError(f"window_size entries must be >= -1 (-1 = unbounded), got {window_size!r}")
+    if causal:
+        right = 0 if right < 0 else min(right, 0)
+    if left < 0 and right < 0:
+        return "none", -1, -1
+    if left < 0 and right == 0:
+        return "causal", -1, 0
+    return "local", left, right
+
+
+def softcap(x) -> float:
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"softcap must be a float, got {type(x).__name__}")
+    x = float(x)
+    if not (math.isfinite(x) and x >= 0):
+        raise ValueError(f"softcap must be >= 0 (0 = off), got {x}")
+    return x
+
+
+def num_splits(x) -> int:
+    if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+        raise TypeError(f"num_splits must be an int, got {type(x).__name__}")
+    if not 0 <= x <= 128:
+        raise ValueError(f"num_splits must be in [0, 128] (0 = automatic), got {x}")
+    return int(x)
+
+
+def check_paged_values(page_table, seqused_k, num_pages: int, page_size: int) -> None:
+    """Opt-in host check (synchronises!): page ids in [0, num_pages) for the pages each request
+    uses, and page_table wide enough for seqused_k."""
+    used = seqused_k.detach().to("cpu", torch.int64)
+    if bool((used < 0).any()):
+        raise ValueError("seqused_k must be >= 0")
+    need = (used + page_size - 1) // page_size
+    if int(need.max().item() if need.numel() else 0) > page_table.shape[1]:
+        raise ValueError(f"page_table is too narrow: a request needs {int(need.max())} pages of {page_size} "
+                         f"tokens, page_table has {page_table.shape[1]} columns")
+    pt = page_table.detach().to("cpu", torch.int64)
+    for b in range(pt.shape[0]):
+        ids = pt[b, : int(need[b])]
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_pages):
+            raise ValueError(f"page_table[{b}] has page ids outside the cache's {num_pages} pages")

@@ -45,6 +45,28 @@ def test_small_smem_archs_compile(arch):
         assert _compile(spec).resources["spill_stores"] == 0
 
 
+FEATURES = [
+    # (tile class rows, mask, pack, paged, softcap, forced splits): the dispatcher's serving variants
+    (1, "none", True, True, False, 0),       # decode, paged, auto split
+    (1, "causal", True, False, True, 0),     # decode, softcap
+    (8, "causal", True, True, False, 0),     # speculative decode (mid tile when packed)
+    (4096, "local", False, True, True, 1),   # sliding-window prefill over a paged cache, softcap
+    (512, "causal", False, False, False, 4),  # chunked prefill, forced split
+]
+
+
+@pytest.mark.parametrize("arch,dtype,hd", list(itertools.product(ARCHS, DTYPES, HEAD_DIMS)))
+@pytest.mark.parametrize("rows,mask,pack,paged,softcap,splits", FEATURES)
+def test_serving_variants_compile_without_spills(arch, dtype, hd, rows, mask, pack, paged, softcap, splits):
+    v = heuristics.choose(arch, dtype, hd, hd, num_heads_q=32, num_heads_kv=8, mask=mask, layout="soa",
+                          max_seqlen_q=rows, max_seqlen_k=32768, paged=paged, softcap=softcap, pack_gqa=pack,
+                          num_splits=splits)
+    r = _compile(v.attention).resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, (v.attention.name, r)
+    if v.combine is not None:
+        assert _compile(v.combine).resources["spill_stores"] == 0
+
+
 def test_hdim_192_128_compiles():
     _, spec = heuristics.specs_for("sm_90a", "bf16", 192, 128, True, "soa")
     assert _compile(spec).resources["spill_stores"] == 0

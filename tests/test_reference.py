@@ -7,7 +7,7 @@ import torch
 from kernelgen.reference import attention_reference, max_error, tolerance
 
 
-def naive(q, k, v, cq, ck, causal, scale):
+def naive(q, k, v, cq, ck, causal, scale, left=-1, right=-1, softcap=0.0):
     total_q, hq, d = q.shape
     hkv = k.shape[1]
     out = torch.full((total_q, hq, v.shape[2]), float("nan"), dtype=torch.float64)
@@ -17,12 +17,16 @@ def naive(q, k, v, cq, ck, causal, scale):
         for r in range(lq):
             for h in range(hq):
                 kh = h // (hq // hkv)
-                keys = [j for j in range(lk) if not causal or j <= r + lk - lq]
+                pos = r + lk - lq
+                rr = 0 if causal and right < 0 else (min(right, 0) if causal else right)
+                keys = [j for j in range(lk) if (rr < 0 or j <= pos + rr) and (left < 0 or j >= pos - left)]
                 if not keys:
                     out[cq[b] + r, h] = 0
                     lse[h, cq[b] + r] = -math.inf
                     continue
                 s = torch.stack([(q[cq[b] + r, h].double() * k[ck[b] + j, kh].double()).sum() * scale for j in keys])
+                if softcap > 0:
+                    s = softcap * torch.tanh(s / softcap)
                 w = torch.softmax(s, 0)
                 out[cq[b] + r, h] = sum(w[i] * v[ck[b] + j, kh].double() for i, j in enumerate(keys))
                 lse[h, cq[b] + r] = torch.logsumexp(s, 0)
@@ -69,3 +73,32 @@ def test_tolerance_and_error_helpers():
     a = torch.tensor([1.0, 2.0])
     assert max_error(a, a.double() + 0.5) == 0.5
     assert max_error(torch.tensor([float("nan")]), torch.tensor([0.0], dtype=torch.float64)) == math.inf
+
+
+@pytest.mark.parametrize("causal,window,softcap", [(False, (2, 1), 0.0), (True, (1, -1), 0.0), (False, (-1, -1), 0.7),
+                                                   (True, (-1, -1), 2.0)])
+def test_reference_window_softcap(causal, window, softcap):
+    g = torch.Generator().manual_seed(4)
+    lq, lk = [3, 6, 2], [5, 6, 1]
+    cq = [0] + list(torch.tensor(lq).cumsum(0).tolist())
+    ck = [0] + list(torch.tensor(lk).cumsum(0).tolist())
+    q, k, v = torch.randn(cq[-1], 2, 8, generator=g), torch.randn(ck[-1], 1, 8, generator=g), torch.randn(ck[-1], 1, 4, generator=g)
+    out, lse = attention_reference(q, k, v, torch.tensor(cq), torch.tensor(ck), causal=causal, softmax_scale=0.5,
+                                   window_size=window, softcap=softcap)
+    o2, l2 = naive(q, k, v, cq, ck, causal, 0.5, window[0], window[1], softcap)
+    assert torch.allclose(out, o2, atol=1e-12, equal_nan=True) and torch.allclose(lse, l2, atol=1e-12, equal_nan=True)
+
+
+def test_gather_paged_and_seqused():
+    from kernelgen.reference import gather_paged
+
+    kc = torch.arange(6 * 4 * 1 * 2, dtype=torch.float32).view(6, 4, 1, 2)
+    pt = torch.tensor([[5, 0, 3], [2, 1, 4]], dtype=torch.int32)
+    k, v, cu = gather_paged(kc, kc, pt, torch.tensor([6, 3]))
+    assert cu.tolist() == [0, 6, 9]
+    assert torch.equal(k[:4], kc[5].flatten(0, 0)) and torch.equal(k[4:6], kc[0, :2]) and torch.equal(k[6:9], kc[2, :3])
+    # seqused_k on packed k/v keeps a prefix of each request's keys
+    q = torch.randn(2, 1, 2)
+    full, _ = attention_reference(q, k, v, torch.tensor([0, 1, 2]), torch.tensor([0, 4, 9]))
+    part, _ = attention_reference(q, k, v, torch.tensor([0, 1, 2]), torch.tensor([0, 6, 9]), seqused_k=torch.tensor([4, 3]))
+    assert torch.allclose(full[0], part[0])

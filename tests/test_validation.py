@@ -30,7 +30,7 @@ def check(**kw):
 def test_good_input_sizes():
     s = check()
     assert s == {"total_q": 10, "total_k": 12, "num_heads_q": 8, "num_heads_kv": 2, "head_dim": 64,
-                 "head_dim_v": 64, "batch": 2}
+                 "head_dim_v": 64, "batch": 2, "paged": False}
 
 
 M = lambda *shape, dtype=torch.bfloat16: torch.empty(*shape, dtype=dtype, device="meta")  # noqa: E731
@@ -110,3 +110,77 @@ def test_validation_property(hq, hkv, d, batch, extra_k):
             V.varlen_inputs(*[args[n] for n in ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
                                                  "max_seqlen_k", "out")], devtypes=META)
         assert any(name in str(ei.value) for name in ("head_dim", "num_heads", "cu_seqlens_k"))
+
+
+def paged_args(num_pages=40, page_size=16, batch=2, max_pages=5, **kw):
+    a = make(batch=batch)
+    a["k"] = M(num_pages, page_size, 2, 64)
+    a["v"] = M(num_pages, page_size, 2, 64)
+    a["cu_seqlens_k"] = None
+    a["seqused_k"] = M(batch, dtype=torch.int32)
+    a["page_table"] = M(batch, max_pages, dtype=torch.int32)
+    a.update(kw)
+    return a
+
+
+def check_paged(**kw):
+    a = paged_args(**kw)
+    return V.varlen_inputs(a["q"], a["k"], a["v"], a["cu_seqlens_q"], a["cu_seqlens_k"], 5, 6, a["out"],
+                           devtypes=META, seqused_k=a["seqused_k"], page_table=a["page_table"])
+
+
+def test_paged_sizes():
+    s = check_paged()
+    assert s["paged"] and s["num_pages"] == 40 and s["page_size"] == 16 and s["max_pages"] == 5
+
+
+PAGED_CASES = [
+    (dict(k=M(12, 2, 64)), ValueError, "k must be a paged cache"),
+    (dict(cu_seqlens_k=M(3, dtype=torch.int32)), ValueError, "cu_seqlens_k must be None with a page_table"),
+    (dict(seqused_k=None), ValueError, "seqused_k is required with a page_table"),
+    (dict(page_table=M(2, 5, dtype=torch.int64)), TypeError, "page_table must have dtype int32"),
+    (dict(page_table=M(3, 5, dtype=torch.int32)), ValueError, "page_table must have batch = 2 rows"),
+    (dict(page_table=M(5, 2, dtype=torch.int32).t()), ValueError, "page_table must be contiguous"),
+    (dict(seqused_k=M(3, dtype=torch.int32)), ValueError, "seqused_k must be a contiguous \\(2,\\)"),
+    (dict(seqused_k=M(2, dtype=torch.int64)), TypeError, "seqused_k must have dtype int32"),
+    (dict(v=M(40, 8, 2, 64)), ValueError, "v must have shape"),
+]
+
+
+@pytest.mark.parametrize("kw,exc,msg", PAGED_CASES)
+def test_paged_validation(kw, exc, msg):
+    with pytest.raises(exc, match=msg):
+        check_paged(**kw)
+
+
+def test_packed_needs_cu_seqlens_k():
+    with pytest.raises(ValueError, match="cu_seqlens_k is required"):
+        check(cu_seqlens_k=None)
+
+
+def test_window_softcap_splits():
+    assert V.window((-1, -1), False) == ("none", -1, -1)
+    assert V.window((-1, -1), True) == ("causal", -1, 0)
+    assert V.window((-1, 0), False) == ("causal", -1, 0)
+    assert V.window((128, -1), True) == ("local", 128, 0)
+    assert V.window((64, 8), False) == ("local", 64, 8)
+    for bad, exc in (((-2, 0), ValueError), ((1,), TypeError), ("x", TypeError), ((1.5, 2), TypeError)):
+        with pytest.raises(exc, match="window_size"):
+            V.window(bad, False)
+    assert V.softcap(0) == 0.0 and V.softcap(30) == 30.0
+    with pytest.raises(ValueError, match="softcap"):
+        V.softcap(-1.0)
+    assert V.num_splits(0) == 0 and V.num_splits(64) == 64
+    with pytest.raises(ValueError, match="num_splits"):
+        V.num_splits(129)
+    with pytest.raises(TypeError, match="num_splits"):
+        V.num_splits(2.0)
+
+
+def test_paged_host_value_check():
+    pt = torch.tensor([[0, 1, 2], [3, 4, 0]], dtype=torch.int32)
+    V.check_paged_values(pt, torch.tensor([40, 20], dtype=torch.int32), num_pages=5, page_size=16)
+    with pytest.raises(ValueError, match="too narrow"):
+        V.check_paged_values(pt, torch.tensor([49, 20], dtype=torch.int32), num_pages=5, page_size=16)
+    with pytest.raises(ValueError, match=r"page_table\[1\] has page ids outside"):
+        V.check_paged_values(pt, torch.tensor([40, 20], dtype=torch.int32), num_pages=4, page_size=16)

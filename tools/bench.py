@@ -171,10 +171,63 @@ def trace_sort_entries(batch: int = 512) -> list:
     return out
 
 
+def decode_entry(name: str, contexts, page_size: int = 16, hq: int = 32, hkv: int = 8, d: int = 128) -> dict:
+    """Paged decode: one query token per request against its context; tbps = K+V bytes read / time.
+    Peer: torch's FA2 varlen kernel on the same contexts, unpaged."""
+    b = len(contexts)
+    need = [-(-c // page_size) for c in contexts]
+    g = torch.Generator(device="cuda").manual_seed(7)
+    num_pages = sum(need)
+    kc = torch.randn(num_pages, page_size, hkv, d, generator=g, device="cuda", dtype=torch.bfloat16)
+    vc = torch.randn(num_pages, page_size, hkv, d, generator=g, device="cuda", dtype=torch.bfloat16)
+    perm = torch.randperm(num_pages, device="cuda", generator=g).to(torch.int32)
+    pt = torch.zeros(b, max(need), dtype=torch.int32, device="cuda")
+    at = 0
+    for i, n in enumerate(need):
+        pt[i, :n] = perm[at:at + n]
+        at += n
+    used = torch.tensor(contexts, dtype=torch.int32, device="cuda")
+    q = torch.randn(b, hq, d, generator=g, device="cuda", dtype=torch.bfloat16)
+    cu_q = torch.arange(b + 1, dtype=torch.int32, device="cuda")
+    out = torch.empty_like(q)
+    maxk = max(contexts)
+    run = lambda: kernelgen.varlen_attention(q, kc, vc, cu_q, None, 1, maxk, seqused_k=used, page_table=pt,  # noqa: E731
+                                             causal=True, out=out)
+    us = time_cuda(run, repeat=20, warmup=3)
+    nbytes = sum(contexts) * hkv * 2 * d * 2
+    e = {"name": name, "us": us, "tflops": None, "tbps": nbytes / (us * 1e-6) / 1e12, "peers": {}, "unavailable": {}}
+    # peer: FA2 varlen on the same contexts, unpaged (packed k/v)
+    from kernelgen.reference import gather_paged
+
+    k, v, cu_k = gather_paged(kc, vc, pt, used)
+
+    def fa2():
+        return torch.ops.aten._flash_attention_forward(q, k, v, cu_q, cu_k, 1, maxk, 0.0, True, False, scale=None)
+    try:
+        ref = fa2()[0]
+        torch.cuda.synchronize()
+        e["peers"]["torch_fa2_varlen"] = time_cuda(fa2, repeat=20, warmup=3)
+        e["max_diff_vs_fa2"] = float((out.float() - ref.float()).abs().max())
+    except Exception as ex:  # noqa: BLE001
+        e["unavailable"]["torch_fa2_varlen"] = f"{type(ex).__name__}: {str(ex)[:120]}"
+    return e
+
+
+def decode_entries() -> list:
+    from kernelgen.traces import load_trace
+
+    rows = load_trace(Path(kernelgen.__file__).parent / "data" / "mooncake_conv_sample.csv")
+    ctx = [min(int(r[0]), 131072) for r in rows]
+    out = [decode_entry("decode_trace_b128_paged16", ctx[:128]), decode_entry("decode_trace_b32_paged16", ctx[128:160]),
+           decode_entry("decode_long_b8_128k", [131072] * 8)]
+    torch.cuda.empty_cache()
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--sweep", action="store_true", help="also sweep the head-dim-128 prefill tiles")
     ap.add_argument("--only-scheduler", action="store_true", help="only the scheduler entries")
     args = ap.parse_args(argv)
     res = {"device": runtime.device_properties(0)["name"], "benchmarks": []}
@@ -195,7 +248,12 @@ def main(argv=None) -> int:
         res["benchmarks"].append(e)
         print(f"{e['name']}: {e['us']:.2f} us" + (f" {e['tflops']:.0f} TFLOP/s" if e.get("tflops") else "")
               + "".join(f" {k}={v:.2f}" for k, v in e.items() if k.startswith("us_")), flush=True)
-    if not args.no_sweep:
+    for e in decode_entries():
+        res["benchmarks"].append(e)
+        peers = " ".join(f"{p}={t:.0f}us({t / e['us']:.2f}x)" for p, t in e["peers"].items())
+        print(f"{e['name']}: {e['us']:.0f} us {e['tbps']:.2f} TB/s  {peers}  {e.get('unavailable') or ''}"
+              f"  diff={e.get('max_diff_vs_fa2')}", flush=True)
+    if args.sweep:
         res["tile_sweep_causal_h128_s16k"] = tile_sweep()
         for r in res["tile_sweep_causal_h128_s16k"]:
             print("tile", json.dumps(r), flush=True)

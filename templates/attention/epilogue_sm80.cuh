@@ -1,9 +1,11 @@
-// ---- attention/epilogue_sm80.cuh: normalise, write O through shared memory (16-byte stores) and LSE ----
-// A row that saw no key (row_sum == 0) gets O = 0 and LSE = -inf.  LSE is the natural log.
-__device__ __forceinline__ void epilogue(float (&o)[MT][DV / 8][4], const float (&row_max)[MT][2],
-                                         const float (&row_sum)[MT][2], u16* sO, u16* out_tile,
-                                         i64 o_row_stride, float* lse_tile, int valid_rows, int tid, int warp, int lane) {
-  const int g = lane >> 2, tq = lane & 3;
+// ---- attention/epilogue_sm80.cuh: normalise and write O and LSE ----
+// A row that saw no key (row_sum == 0) gets O = 0 and LSE = -inf; LSE is the natural log.
+// Full results go through shared memory for 16-byte stores; split-KV partials (fp32, already
+// normalised, with their LSE) go straight from registers to the accumulation buffers.
+
+// Row-wise sum over the quad, normalise o in place; returns (per row) the natural-log LSE.
+__device__ __forceinline__ void finalize_rows(float (&o)[MT][DV / 8][4], const float (&row_max)[MT][2],
+                                              const float (&row_sum)[MT][2], float (&lse)[MT][2]) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -12,30 +14,67 @@ __device__ __forceinline__ void epilogue(float (&o)[MT][DV / 8][4], const float 
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       const float inv = l > 0.f ? 1.f / l : 0.f;
+      lse[mt][h] = l > 0.f ? (row_max[mt][h] + fast_log2(l)) * KG_LN2 : -KG_INF;
+#pragma unroll
+      for (int dt = 0; dt < DV / 8; ++dt) {
+        o[mt][dt][2 * h] *= inv;
+        o[mt][dt][2 * h + 1] *= inv;
+      }
+    }
+}
+
+// Final output: rows r < valid_rows go to out_row(r) (a u16*), LSE to lse_at(r) (a float* or null).
+template <class OutRow, class LseAt>
+__device__ __forceinline__ void store_output(const float (&o)[MT][DV / 8][4], const float (&lse)[MT][2], u16* sO,
+                                             OutRow out_row, LseAt lse_at, int valid_rows, int tid, int warp,
+                                             int lane) {
+  const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
       const int row = warp * WM + mt * 16 + g + 8 * h;
-      if (lse_tile != nullptr && tq == 0 && row < valid_rows)
-        lse_tile[row] = l > 0.f ? (row_max[mt][h] + fast_log2(l)) * KG_LN2 : -KG_INF;
+      if (tq == 0 && row < valid_rows) {
+        float* lp = lse_at(row);
+        if (lp != nullptr) *lp = lse[mt][h];
+      }
 #pragma unroll
       for (int dt = 0; dt < DV / 8; ++dt)
-        *reinterpret_cast<u32*>(sO + row * SO + dt * 8 + 2 * tq) = pack2(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
+        *reinterpret_cast<u32*>(sO + row * SO + dt * 8 + 2 * tq) = pack2(o[mt][dt][2 * h], o[mt][dt][2 * h + 1]);
     }
   __syncthreads();
-  // Same thread layout as load_tile (mainloop_sm80.cuh): running row pointer, constant offsets.
   constexpr int CPR = DV / 8;
   constexpr int TPR = copy_tpr(CPR);
   constexpr int RSTEP = NT / TPR;
   const int r0 = tid / TPR, c0 = tid % TPR;
-  u16* dst = out_tile + (i64)r0 * o_row_stride + c0 * 8;
-  const i64 step = (i64)RSTEP * o_row_stride;
 #pragma unroll
   for (int i = 0; i < (BM + RSTEP - 1) / RSTEP; ++i) {
     const int r = r0 + i * RSTEP;
     if ((BM % RSTEP == 0 || r < BM) && r < valid_rows) {
+      u16* dst = out_row(r) + c0 * 8;
 #pragma unroll
       for (int j = 0; j < CPR / TPR; ++j)
         *reinterpret_cast<uint4*>(dst + j * TPR * 8) = *reinterpret_cast<const uint4*>(sO + r * SO + c0 * 8 + j * TPR * 8);
     }
-    dst += step;
-    asm volatile("" : "+l"(dst));
   }
+}
+
+// Split-KV partial: fp32 O rows to acc_row(r) (a float*), LSE to lse_at(r).
+template <class AccRow, class LseAt>
+__device__ __forceinline__ void store_partial(const float (&o)[MT][DV / 8][4], const float (&lse)[MT][2],
+                                              AccRow acc_row, LseAt lse_at, int valid_rows, int warp, int lane) {
+  const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = warp * WM + mt * 16 + g + 8 * h;
+      if (row < valid_rows) {
+        if (tq == 0) *lse_at(row) = lse[mt][h];
+        float* dst = acc_row(row);
+#pragma unroll
+        for (int dt = 0; dt < DV / 8; ++dt)
+          *reinterpret_cast<float2*>(dst + dt * 8 + 2 * tq) = make_float2(o[mt][dt][2 * h], o[mt][dt][2 * h + 1]);
+      }
+    }
 }

@@ -37,6 +37,50 @@ __device__ __forceinline__ void load_tile(u32 s_base, const u16* g, i64 row_stri
   }
 }
 
+// The same copy for rows at arbitrary addresses: row_ptr(r) gives row r's first element (called
+// only for r < valid_rows).  Used for pack-GQA query rows and paged K/V.
+template <int ROWS, int COLS, int S, class RowPtr>
+__device__ __forceinline__ void load_rows(u32 s_base, RowPtr row_ptr, int valid_rows, const u16* dummy, int tid) {
+  constexpr int CPR = COLS / 8;
+  constexpr int TPR = copy_tpr(CPR);
+  constexpr int RSTEP = NT / TPR;
+  const int r0 = tid / TPR, c0 = tid % TPR;
+  const u32 dst = s_base + (u32)((r0 * S + c0 * 8) * 2);
+#pragma unroll
+  for (int i = 0; i < (ROWS + RSTEP - 1) / RSTEP; ++i) {
+    const int r = r0 + i * RSTEP;
+    if (ROWS % RSTEP == 0 || r < ROWS) {
+      const bool ok = r < valid_rows;
+      const u16* src = (ok ? row_ptr(r) : dummy) + c0 * 8;
+#pragma unroll
+      for (int j = 0; j < CPR / TPR; ++j) cp_async16(dst + (u32)((i * RSTEP * S + j * TPR * 8) * 2), src + j * TPR * 8, ok);
+    }
+  }
+}
+
+// One K or V block of BN keys starting at key `key0` of a request, from a packed tensor (rows at
+// `base + key * row_stride`) or a paged cache (key j lives in page page_table[j / page_size], slot
+// j % page_size).  Pages are looked up per block when a page holds whole blocks (page_size a
+// multiple of BN), per row otherwise.  Keys >= seqlen_k are zero-filled.
+template <int COLS, int S>
+__device__ __forceinline__ void load_kv_block(u32 s_base, const u16* base, i64 row_stride, i64 page_stride,
+                                              const int* page_row, int page_size, int key0, int seqlen_k, int tid) {
+  const int valid = seqlen_k - key0;
+  if (!PAGED) {
+    load_tile<BN, COLS, S>(s_base, base + (i64)key0 * row_stride, row_stride, valid, tid);
+  } else if (page_size % BN == 0) {
+    const int page = page_row[key0 / page_size];
+    load_tile<BN, COLS, S>(s_base, base + (i64)page * page_stride + (i64)(key0 % page_size) * row_stride, row_stride,
+                           valid, tid);
+  } else {
+    load_rows<BN, COLS, S>(s_base, [&](int r) {
+      const int j = key0 + r;
+      const int pi = j / page_size;
+      return base + (i64)page_row[pi] * page_stride + (i64)(j - pi * page_size) * row_stride;
+    }, valid, base, tid);
+  }
+}
+
 // S[MT][BN/8] = Q_warp (WM x D) * K_tile^T (D x BN)
 __device__ __forceinline__ void gemm_qk(float (&s)[MT][BN / 8][4], u32 sQ_base, u32 sK_base, int warp, int lane) {
 #pragma unroll

@@ -18,7 +18,7 @@ __device__ __forceinline__ int find_entry(const int* md, int cap4, int t, int vb
 // Local tile r of an entry -> head, m_block, split (orders of FlashAttention-3's varlen tile
 // scheduler; mirrored by metadata.decode_local_tile):
 //  - not causal: m_block fastest, then split, then head;
-//  - causal, one split: heads in sections of nheads_in_l2 (head swizzle: tiles running at the same
+//  - causal or local (LPT), one split: heads in sections of nheads_in_l2 (head swizzle: tiles running at the same
 //    time share K/V in L2), all heads of a section at the last m_block first (longest first);
 //  - causal with splits: the non-causal order with m_blocks reversed.
 __device__ __forceinline__ void decode_tile(const MdEntry& e, int t, int num_heads, int& head, int& m_block,
@@ -26,7 +26,7 @@ __device__ __forceinline__ void decode_tile(const MdEntry& e, int t, int num_hea
   const int r = t - e.tile_start;
   const int m = e.m_blocks;
   num_splits = e.splits_nheads & 0xffff;
-  if (CAUSAL && num_splits == 1) {
+  if (LPT && num_splits == 1) {
     const int hs = e.splits_nheads >> 16;
     const int sec = r / (hs * m);
     const int rr = r - sec * hs * m;
@@ -40,29 +40,38 @@ __device__ __forceinline__ void decode_tile(const MdEntry& e, int t, int num_hea
     const int block = r - q * m;
     head = q / num_splits;
     split = q - head * num_splits;
-    m_block = CAUSAL ? m - 1 - block : block;
+    m_block = LPT ? m - 1 - block : block;
   }
 }
 
 // Everything a tile needs to know about its request.  Lengths are clamped at 0 so malformed
-// cu_seqlens (which the host cannot check without a sync) never produce negative work.
+// lengths (which the host cannot check without a sync) never produce negative work.
+// With pack-GQA, `head` is the KV head and rows are (position, head-in-group) pairs.
 struct TileInfo {
-  int head, row0, q_start, seqlen_q, valid_q, k_start, seqlen_k, split, num_splits;
+  int b, head, row0, q_start, seqlen_q, rows, valid_rows, k_start, seqlen_k, split, num_splits;
 };
 
-__device__ __forceinline__ TileInfo tile_info(const int* md, int cap4, int vb, int t, int num_heads, const int* cu_q,
-                                              const int* cu_k) {
+__device__ __forceinline__ TileInfo tile_info(const AttnParams& p, const int* md, int cap4, int vb, int t, int num_heads,
+                                              int qpk) {
   const MdEntry e = md_load_entry(md, cap4, vb);
   TileInfo ti;
   int m_block;
   decode_tile(e, t, num_heads, ti.head, m_block, ti.split, ti.num_splits);
   const int b = e.batch_idx;
+  const int* cu_q = static_cast<const int*>(p.cu_seqlens_q);
+  ti.b = b;
   ti.q_start = cu_q[b];
   ti.seqlen_q = max(cu_q[b + 1] - ti.q_start, 0);
-  ti.k_start = cu_k[b];
-  ti.seqlen_k = max(cu_k[b + 1] - ti.k_start, 0);
+  ti.rows = PACK_GQA ? ti.seqlen_q * qpk : ti.seqlen_q;
+  if (p.seqused_k != nullptr) {
+    ti.seqlen_k = max(static_cast<const int*>(p.seqused_k)[b], 0);
+  } else {
+    const int* cu_k = static_cast<const int*>(p.cu_seqlens_k);
+    ti.seqlen_k = max(cu_k[b + 1] - cu_k[b], 0);
+  }
+  ti.k_start = p.cu_seqlens_k != nullptr ? static_cast<const int*>(p.cu_seqlens_k)[b] : 0;
   ti.row0 = m_block * BM;
-  ti.valid_q = min(BM, ti.seqlen_q - ti.row0);
+  ti.valid_rows = min(BM, ti.rows - ti.row0);
   return ti;
 }
 

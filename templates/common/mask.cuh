@@ -1,29 +1,64 @@
-// ---- common/mask.cuh: key-length and causal masks on a block of scores ----
-// Causal is bottom-right aligned: query row r of a request sees key j iff j <= r + seqlen_k - seqlen_q.
+// ---- common/mask.cuh: key-length, causal and sliding-window masks on a block of scores ----
+// Positions are bottom-right aligned: query position r of a request (0 <= r < seqlen_q) stands at
+// key position r + seqlen_k - seqlen_q.  Causal: key j is visible iff j <= that position.  Local
+// (window_size = (left, right), -1 = unbounded): iff pos - left <= j <= pos + right.
+// With pack-GQA a tile row is a (position, head) pair: its position is row / qpk.
 
-// Does key block n_block need any masking for the query block starting at row0?
-__device__ __forceinline__ bool block_needs_mask(int n_block, int row0, int seqlen_q, int seqlen_k) {
-  const int last_key = (n_block + 1) * BN - 1;
-  if (last_key >= seqlen_k) return true;
-  return CAUSAL && last_key > row0 + seqlen_k - seqlen_q;
+struct MaskInfo {
+  int seqlen_k;     // keys of the request
+  int offset;       // seqlen_k - seqlen_q
+  int left, right;  // window (local only; -1 = unbounded)
+};
+
+__device__ __forceinline__ int row_position(int row, int qpk) { return PACK_GQA ? row / qpk : row; }
+
+// Last key (inclusive) visible to query position pos; keys past seqlen_k are cut separately.
+__device__ __forceinline__ int key_hi(const MaskInfo& mi, int pos) {
+  if (CAUSAL) return pos + mi.offset;
+  if (LOCAL && mi.right >= 0) return pos + mi.offset + mi.right;
+  return mi.seqlen_k - 1;
+}
+// First key visible to query position pos.
+__device__ __forceinline__ int key_lo(const MaskInfo& mi, int pos) {
+  if (LOCAL && mi.left >= 0) return pos + mi.offset - mi.left;
+  return 0;
 }
 
-__device__ __forceinline__ void apply_mask(float (&s)[MT][BN / 8][4], int n_block, int row0, int warp, int lane,
-                                           int seqlen_q, int seqlen_k) {
+// Key blocks [n_lo, n_hi) that the query positions [pos_first, pos_last] can see.
+__device__ __forceinline__ void key_block_range(const MaskInfo& mi, int pos_first, int pos_last, int& n_lo, int& n_hi) {
+  n_hi = (mi.seqlen_k + BN - 1) / BN;
+  n_lo = 0;
+  const int hi = key_hi(mi, pos_last);
+  n_hi = hi < 0 ? 0 : min(n_hi, hi / BN + 1);
+  const int lo = key_lo(mi, pos_first);
+  if (lo > 0) n_lo = min(lo / BN, n_hi);
+}
+
+// Does key block n need element masks for query positions [pos_first, pos_last]?
+__device__ __forceinline__ bool block_needs_mask(const MaskInfo& mi, int n, int pos_first, int pos_last) {
+  const int first_key = n * BN, last_key = n * BN + BN - 1;
+  if (last_key >= mi.seqlen_k) return true;
+  if ((CAUSAL || LOCAL) && last_key > key_hi(mi, pos_first)) return true;
+  if (LOCAL && first_key < key_lo(mi, pos_last)) return true;
+  return false;
+}
+
+__device__ __forceinline__ void apply_mask(float (&s)[MT][BN / 8][4], const MaskInfo& mi, int n, int row0, int qpk,
+                                           int warp, int lane) {
   const int g = lane >> 2, tq = lane & 3;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int row = row0 + warp * WM + mt * 16 + g + 8 * h;
-      int col_end = seqlen_k;  // exclusive
-      if (CAUSAL) col_end = min(col_end, row + seqlen_k - seqlen_q + 1);
+      const int pos = row_position(row0 + warp * WM + mt * 16 + g + 8 * h, qpk);
+      const int hi = min(mi.seqlen_k - 1, key_hi(mi, pos));
+      const int lo = key_lo(mi, pos);
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = n_block * BN + nt * 8 + 2 * tq + e;
-          if (col >= col_end) s[mt][nt][2 * h + e] = -KG_INF;
+          const int col = n * BN + nt * 8 + 2 * tq + e;
+          if (col > hi || col < lo) s[mt][nt][2 * h + e] = -KG_INF;
         }
     }
 }

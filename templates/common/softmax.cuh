@@ -1,25 +1,33 @@
-// ---- common/softmax.cuh: fp32 online softmax in base 2, softmax_scale * log2(e) folded into one factor ----
-// row_max is kept in scaled log2 units (max of s * scale * log2(e)).  A row that has seen no key
-// yet has row_max = -inf; exponents are then taken against 0 so -inf - -inf never makes a NaN
-// (the -inf sentinel is IEEE, never a finite stand-in, so very negative logits stay exact).
+// ---- common/softmax.cuh: score transform and fp32 online softmax in base 2 ----
+// Scores are first put in log2 units: s * softmax_scale * log2(e) (one factor), or with softcap
+// c > 0, c * log2(e) * tanh(s * softmax_scale / c) (Gemma-2 style logit capping).  Then the
+// online softmax (Milakov & Gimelshein 2018): row_max is the running max in those units; a row that
+// has seen no key yet has row_max = -inf and exponents are taken against 0, so -inf - -inf never
+// makes a NaN (the -inf sentinel is IEEE, never a finite stand-in, so very negative logits stay
+// exact).  Equal logits give exactly equal scaled values: the max subtracts to exactly 0.
+
+__device__ __forceinline__ void transform_scores(float (&s)[MT][BN / 8][4], float scale_log2, float softcap_scale,
+                                                 float softcap_log2) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (SOFTCAP) s[mt][nt][e] = tanhf(s[mt][nt][e] * softcap_scale) * softcap_log2;
+        else s[mt][nt][e] *= scale_log2;
+      }
+}
 
 __device__ __forceinline__ void softmax_update(float (&s)[MT][BN / 8][4], float (&row_max)[MT][2],
-                                               float (&row_sum)[MT][2], float (&o)[MT][DV / 8][4],
-                                               float scale_log2) {
+                                               float (&row_sum)[MT][2], float (&o)[MT][DV / 8][4]) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      // Scale first (one FMUL per score): equal logits then give exactly equal scaled values, so
-      // the row max subtracts to exactly 0 and a uniform row gets weights of exactly 1.
       float mx = -KG_INF;
 #pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          s[mt][nt][2 * h + e] *= scale_log2;
-          mx = fmaxf(mx, s[mt][nt][2 * h + e]);
-        }
+      for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(row_max[mt][h], mx);
