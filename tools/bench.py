@@ -171,7 +171,8 @@ def trace_sort_entries(batch: int = 512) -> list:
     return out
 
 
-def decode_entry(name: str, contexts, page_size: int = 16, hq: int = 32, hkv: int = 8, d: int = 128) -> dict:
+def decode_entry(name: str, contexts, page_size: int = 16, hq: int = 32, hkv: int = 8, d: int = 128,
+                 peers: bool = True) -> dict:
     """Paged decode: one query token per request against its context; tbps = K+V bytes read / time.
     Peer: torch's FA2 varlen kernel on the same contexts, unpaged."""
     b = len(contexts)
@@ -199,6 +200,8 @@ def decode_entry(name: str, contexts, page_size: int = 16, hq: int = 32, hkv: in
     # peer: FA2 varlen on the same contexts, unpaged (packed k/v)
     from kernelgen.reference import gather_paged
 
+    if not peers:
+        return e
     k, v, cu_k = gather_paged(kc, vc, pt, used)
 
     def fa2():
@@ -224,13 +227,36 @@ def decode_entries() -> list:
     return out
 
 
+def decode_sweep() -> list:
+    """Decode tile candidates for head dim 128 on the two decode shapes (no peers)."""
+    from kernelgen.spec import TileConfig
+    from kernelgen.traces import load_trace
+
+    rows = load_trace(Path(kernelgen.__file__).parent / "data" / "mooncake_conv_sample.csv")
+    ctx = [min(int(r[0]), 131072) for r in rows][:128]
+    saved = heuristics._DECODE[128]
+    out = []
+    for t in ((16, 16, 1, 2, 8), (16, 16, 1, 3, 8), (16, 32, 1, 2, 8), (16, 32, 1, 3, 8), (16, 64, 1, 2, 8)):
+        heuristics._DECODE[128] = TileConfig(*t)
+        for name, c in (("b128_paged16", ctx), ("long_b8_128k", [131072] * 8)):
+            e = decode_entry(name, c, peers=False)
+            out.append({"tile": TileConfig(*t).tag, "shape": name, "us": e["us"], "tbps": e["tbps"]})
+            print("decode tile", json.dumps(out[-1]), flush=True)
+    heuristics._DECODE[128] = saved
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--sweep", action="store_true", help="also sweep the head-dim-128 prefill tiles")
     ap.add_argument("--only-scheduler", action="store_true", help="only the scheduler entries")
+    ap.add_argument("--only-decode-sweep", action="store_true", help="only the decode tile sweep")
     args = ap.parse_args(argv)
     res = {"device": runtime.device_properties(0)["name"], "benchmarks": []}
+    if args.only_decode_sweep:
+        decode_sweep()
+        return 0
     if args.only_scheduler:
         for e in scheduler_entries():
             print(e["name"], {k: round(v, 2) for k, v in e.items() if k.startswith("us")}, flush=True)
