@@ -216,6 +216,9 @@ def scheduler_config(attn_spec, attn_kernel, num_heads_q: int, num_heads_kv: int
                      head_swizzle: bool = True, max_splits: int = 1, forced_splits: bool = False):
     """The scheduler's run-time configuration for an attention kernel on its device.
 
+    The dynamic split divides the work by the persistent grid times
+    ``heuristics.SPLIT_GRANULARITY`` of the tile's class (decode tiles: finer).
+
     The head-swizzle budget is a sixth of the device's L2 (about 10 MB on an H200; FlashAttention-3
     uses a fixed 8 MiB on 50 MB parts), counted in K+V blocks of one head.
     """
@@ -232,11 +235,15 @@ def scheduler_config(attn_spec, attn_kernel, num_heads_q: int, num_heads_kv: int
         pack_factor=qpk if pack else 1,
         max_splits=max_splits,
         forced_splits=forced_splits,
-        num_ctas=attn_kernel.persistent_grid,
+        num_ctas=attn_kernel.persistent_grid * heuristics.SPLIT_GRANULARITY[_tile_class(attn_spec)],
         max_kvblocks_l2=budget,
         swizzle_mult=1 if pack else qpk,
         sort=sort,
     )
+
+
+def _tile_class(attn_spec) -> str:
+    return "decode" if attn_spec.tile.block_m <= 16 else "mid" if attn_spec.tile.block_m <= 64 else "prefill"
 
 
 def scheduler_launch_shape(capacity: int) -> tuple[int, int]:

@@ -54,13 +54,18 @@ _MID = {
 _MID_SMALL_SMEM = {**_MID, 256: TileConfig(64, 16, 4, 2, 1)}
 #: One warp, 16 query rows: at decode the tile is almost all K/V traffic, so many small CTAs per
 #: SM keep enough bytes in flight (16 rows keep the MMA work per byte low enough for mma.sync).
+#: 16-key blocks: one page lookup per block for the usual page sizes (16, 32, ...), and 20-80 KB of
+#: shared memory, so 3-10 CTAs per SM (H200 decode sweep in docs/perf-notes.md).
 _DECODE = {
-    64: TileConfig(16, 64, 1, 2, 8),
-    96: TileConfig(16, 32, 1, 2, 8),
-    128: TileConfig(16, 32, 1, 2, 8),
-    192: TileConfig(16, 32, 1, 2, 8),
-    256: TileConfig(16, 16, 1, 2, 8),  # 128 fp32 accumulators a thread: a 32-key block spilled
+    64: TileConfig(16, 16, 1, 2, 8),
+    96: TileConfig(16, 16, 1, 2, 8),
+    128: TileConfig(16, 16, 1, 2, 8),
+    192: TileConfig(16, 16, 1, 2, 8),
+    256: TileConfig(16, 16, 1, 2, 8),
 }
+#: The dynamic split sizes tiles to about one CTA's share of the batch's work divided by this
+#: factor (per tile class): small decode CTAs share an SM, so finer tiles balance SMs better.
+SPLIT_GRANULARITY = {"prefill": 1, "mid": 1, "decode": 2}
 
 #: Alternatives measured by the benchmark's tile sweep (tools/bench.py).
 CANDIDATE_TILES = {

@@ -234,15 +234,16 @@ def decode_sweep() -> list:
 
     rows = load_trace(Path(kernelgen.__file__).parent / "data" / "mooncake_conv_sample.csv")
     ctx = [min(int(r[0]), 131072) for r in rows][:128]
-    saved = heuristics._DECODE[128]
+    saved = heuristics._DECODE[128], heuristics.SPLIT_GRANULARITY["decode"]
     out = []
-    for t in ((16, 16, 1, 2, 8), (16, 16, 1, 3, 8), (16, 32, 1, 2, 8), (16, 32, 1, 3, 8), (16, 64, 1, 2, 8)):
+    for t, gran in (((16, 16, 1, 2, 8), 1), ((16, 16, 1, 2, 8), 2), ((16, 16, 1, 2, 8), 4), ((16, 16, 1, 3, 8), 2)):
         heuristics._DECODE[128] = TileConfig(*t)
+        heuristics.SPLIT_GRANULARITY["decode"] = gran
         for name, c in (("b128_paged16", ctx), ("long_b8_128k", [131072] * 8)):
             e = decode_entry(name, c, peers=False)
-            out.append({"tile": TileConfig(*t).tag, "shape": name, "us": e["us"], "tbps": e["tbps"]})
+            out.append({"tile": TileConfig(*t).tag, "granularity": gran, "shape": name, "us": e["us"], "tbps": e["tbps"]})
             print("decode tile", json.dumps(out[-1]), flush=True)
-    heuristics._DECODE[128] = saved
+    heuristics._DECODE[128], heuristics.SPLIT_GRANULARITY["decode"] = saved
     return out
 
 
