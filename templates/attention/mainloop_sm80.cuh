@@ -91,7 +91,7 @@ __device__ __forceinline__ void load_kv_block(u32 s_base, const u16* base, i64 r
       lp[k] = idx <= last ? page_row[idx] : 0;
     }
     const u32 dst = s_base + (u32)((r0 * S + c0 * 8) * 2);
-#pragma unroll
+#pragma unroll 2
     for (int i = 0; i < (BN + RSTEP - 1) / RSTEP; ++i) {
       const int r = r0 + i * RSTEP;
       const int j = key0 + r;
