@@ -1,9 +1,24 @@
 """kernelgen: JIT-generated CUDA attention kernels for LLM serving.
 
 Jinja templates -> NVRTC (through CuPy, no CUDA toolkit) -> cubins cached on disk -> launched
-from PyTorch on the caller's stream.  Start with ``kernelgen.varlen_attention``.
+from PyTorch on the caller's stream.  Start with ``kernelgen.varlen_attention`` (one-shot) or
+``kernelgen.AttentionPlan`` (fixed capacity, CUDA-graph friendly).
+
+The public calls are imported lazily, so ``import kernelgen.cache`` (and the CLI's cache
+commands) do not pay for importing PyTorch.
 """
 from ._version import __version__
-from .api import varlen_attention
 
-__all__ = ["__version__", "varlen_attention"]
+__all__ = ["__version__", "varlen_attention", "AttentionPlan"]
+
+
+def __getattr__(name):
+    if name == "varlen_attention":
+        from .api import varlen_attention
+
+        return varlen_attention
+    if name == "AttentionPlan":
+        from .plan import AttentionPlan
+
+        return AttentionPlan
+    raise AttributeError(f"module 'kernelgen' has no attribute {name!r}")

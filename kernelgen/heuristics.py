@@ -65,7 +65,7 @@ _DECODE = {
 }
 #: The dynamic split sizes tiles to about one CTA's share of the batch's work divided by this
 #: factor (per tile class): small decode CTAs share an SM, so finer tiles balance SMs better.
-SPLIT_GRANULARITY = {"prefill": 1, "mid": 1, "decode": 2}
+SPLIT_GRANULARITY = {"prefill": 1, "mid": 1, "decode": 4}
 
 #: Alternatives measured by the benchmark's tile sweep (tools/bench.py).
 CANDIDATE_TILES = {
