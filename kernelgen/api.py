@@ -284,7 +284,7 @@ def attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, capacity
                      page_table=None, window=(-1, -1), softcap=0.0, split: SplitBuffers | None = None) -> bytes:
     """Packed AttnParams (strides in elements; ``scale`` is softmax_scale, folded with log2(e))."""
     paged = page_table is not None
-    total_q, hq, dv = out.shape
+    total_q, hq, _ = out.shape
     return ATTENTION_PARAMS.pack({
         "q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "out": out.data_ptr(),
         "lse": lse.data_ptr() if lse is not None else 0,
@@ -299,7 +299,10 @@ def attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, capacity
         "o_row_stride": out.stride(0), "o_head_stride": out.stride(1),
         "lse_head_stride": lse.stride(0) if lse is not None else 0,
         "page_table_stride": page_table.stride(0) if paged else 0,
-        "accum_split_stride": hq * total_q * dv, "accum_head_stride": total_q * dv, "lse_accum_split_stride": hq * total_q,
+        "accum_split_stride": split.out_accum.stride(0) if split else 0,
+        "accum_head_stride": split.out_accum.stride(1) if split else 0,
+        "lse_accum_split_stride": split.lse_accum.stride(0) if split else 0,
+        "lse_accum_head_stride": split.lse_accum.stride(1) if split else 0,
         "num_heads_q": hq, "num_heads_kv": k.shape[-2], "capacity": capacity, "total_q": total_q,
         "page_size": k.shape[1] if paged else 0, "window_left": window[0], "window_right": window[1],
         "scale_log2": scale * _LOG2E,
@@ -320,6 +323,6 @@ def launch_combine(combine, stream, bufs: SplitBuffers, cu_seqlens_q, md, out, l
         "o_row_stride": out.stride(0), "o_head_stride": out.stride(1),
         "lse_head_stride": lse.stride(0) if lse is not None else 0,
         "accum_split_stride": bufs.out_accum.stride(0), "accum_head_stride": bufs.out_accum.stride(1),
-        "lse_accum_split_stride": bufs.lse_accum.stride(0),
+        "lse_accum_split_stride": bufs.lse_accum.stride(0), "lse_accum_head_stride": bufs.lse_accum.stride(1),
         "num_heads_q": num_heads_q, "total_q": total_q,
     }))

@@ -57,6 +57,7 @@ ATTENTION_PARAMS = ParamStruct(
         ("o_row_stride", "i64"), ("o_head_stride", "i64"),
         ("lse_head_stride", "i64"), ("page_table_stride", "i64"),
         ("accum_split_stride", "i64"), ("accum_head_stride", "i64"), ("lse_accum_split_stride", "i64"),
+        ("lse_accum_head_stride", "i64"),
         ("num_heads_q", "i32"), ("num_heads_kv", "i32"), ("capacity", "i32"), ("total_q", "i32"),
         ("page_size", "i32"), ("window_left", "i32"), ("window_right", "i32"),
         ("scale_log2", "f32"), ("softcap_scale", "f32"), ("softcap_log2", "f32"),
@@ -70,6 +71,7 @@ COMBINE_PARAMS = ParamStruct(
         ("metadata", "ptr"), ("out", "ptr"), ("lse", "ptr"),
         ("o_row_stride", "i64"), ("o_head_stride", "i64"), ("lse_head_stride", "i64"),
         ("accum_split_stride", "i64"), ("accum_head_stride", "i64"), ("lse_accum_split_stride", "i64"),
+        ("lse_accum_head_stride", "i64"),
         ("num_heads_q", "i32"), ("total_q", "i32"),
     ],
 )

@@ -1,11 +1,14 @@
-"""Fixed-capacity attention state for repeated calls and CUDA graphs.
+"""Fixed-capacity attention state for serving loops and CUDA graphs (plan once, run every step).
 
-An ``AttentionPlan`` is made once for a head configuration and a *capacity* (the largest batch it
-will see).  It owns the metadata buffer (sized by the capacity, never by the runtime batch) and
-the loaded kernels.  ``run`` launches the GPU scheduler and the persistent attention kernel on the
-current stream with no host synchronisation and no allocation besides the outputs you do not pass
-in, so a step can be captured with ``torch.cuda.graph`` and replayed with new lengths and any batch
-up to the capacity (a batch padded with zero-length requests does no work for the padding).
+An ``AttentionPlan`` is made once for a head configuration and capacities: the largest batch
+(requests) and the most query tokens a step will have.  It chooses its kernels then (from the
+length hints, exactly as ``varlen_attention`` would) and owns every device buffer a step needs:
+the scheduler metadata (sized by the capacity, never by the runtime batch) and, with split-KV,
+the fp32 partial outputs.  ``run`` launches the GPU scheduler, the persistent attention kernel and
+(with split-KV) the combine kernel on the current stream, with no host synchronisation and no
+allocation when ``out`` (and ``lse``) are passed, so a step can be captured with
+``torch.cuda.graph`` and replayed with new lengths, new page tables and any batch up to the
+capacity.  A batch padded with zero-length requests does no work for the padding.
 """
 from __future__ import annotations
 
@@ -15,24 +18,35 @@ from . import api, heuristics, metadata, runtime, validation
 
 
 class AttentionPlan:
-    """State for varlen attention calls with at most ``max_batch`` requests.
+    """State for varlen attention steps with at most ``max_batch`` requests and ``max_total_q``
+    query tokens.
 
     Args:
-        max_batch: capacity in requests (1 .. metadata.MAX_CAPACITY).
+        max_batch: capacity in requests (1 .. 8192).
         num_heads_q, num_heads_kv: query and KV heads (num_heads_q a multiple of num_heads_kv).
         head_dim, head_dim_v: 64, 96, 128, 192 or 256 (head_dim_v defaults to head_dim).
         dtype: torch.float16 or torch.bfloat16.
-        causal: bottom-right aligned causal mask.
-        metadata_layout: "soa" or "aos".
-        sort, head_swizzle: scheduler switches (see ``varlen_attention``).
+        max_total_q: capacity in query tokens per step (sizes the split-KV partials); default
+            ``max_batch * max_seqlen_q``.
+        max_seqlen_q, max_seqlen_k: length hints in tokens that choose the tile shape, pack-GQA and
+            the split bound (decode: max_seqlen_q = 1).  Steps may have any lengths: the kernels
+            read them on the GPU.
+        paged: steps pass a paged K/V cache with page_table and seqused_k.
+        causal, window_size, softcap: the mask and logit capping (see ``varlen_attention``).
+        num_splits: 0 = the GPU scheduler decides per request (up to the plan's bound), n > 0 forces n.
+        pack_gqa: None = heuristic.
+        metadata_layout: "soa" or "aos".  sort, head_swizzle: scheduler switches.
         device: CUDA device (default: the current one).
 
     Raises:
-        ValueError / TypeError: bad capacities, head counts, head dims, dtype or layout.
+        ValueError / TypeError: bad capacities, head counts, head dims, dtype, window, softcap,
+            num_splits or layout.
     """
 
     def __init__(self, *, max_batch: int, num_heads_q: int, num_heads_kv: int, head_dim: int,
-                 head_dim_v: int | None = None, dtype=torch.bfloat16, causal: bool = False,
+                 head_dim_v: int | None = None, dtype=torch.bfloat16, max_total_q: int | None = None,
+                 max_seqlen_q: int = 4096, max_seqlen_k: int = 4096, paged: bool = False, causal: bool = False,
+                 window_size=(-1, -1), softcap: float = 0.0, num_splits: int = 0, pack_gqa: bool | None = None,
                  metadata_layout: str = "soa", sort: bool = True, head_swizzle: bool = True, device=None):
         validation.nonneg_int("max_batch", max_batch)
         if not 1 <= max_batch <= metadata.MAX_CAPACITY:
@@ -41,60 +55,92 @@ class AttentionPlan:
             raise TypeError(f"dtype must be torch.float16 or torch.bfloat16, got {dtype}")
         if num_heads_kv < 1 or num_heads_q % num_heads_kv:
             raise ValueError(f"num_heads_q ({num_heads_q}) must be a multiple of num_heads_kv ({num_heads_kv})")
+        validation.nonneg_int("max_seqlen_q", max_seqlen_q)
+        validation.nonneg_int("max_seqlen_k", max_seqlen_k)
         head_dim_v = head_dim if head_dim_v is None else head_dim_v
         self.device = torch.device("cuda", torch.cuda.current_device() if device is None else torch.device(device).index)
         self.capacity = int(max_batch)
+        self.max_total_q = int(max_total_q) if max_total_q is not None else self.capacity * max(1, max_seqlen_q)
         self.num_heads_q, self.num_heads_kv = num_heads_q, num_heads_kv
-        self.head_dim, self.head_dim_v, self.dtype, self.causal = head_dim, head_dim_v, dtype, bool(causal)
+        self.head_dim, self.head_dim_v, self.dtype = head_dim, head_dim_v, dtype
+        self.paged = bool(paged)
+        self.mask, self.window_left, self.window_right = validation.window(window_size, bool(causal))
+        self.softcap = validation.softcap(softcap)
         self.layout = validation.layout(metadata_layout)
         dev = self.device.index
-        arch = api.device_arch(dev)
-        variants = heuristics.choose(arch, validation.DTYPES[dtype], head_dim, head_dim_v, num_heads_q=num_heads_q,
-                                     num_heads_kv=num_heads_kv, mask="causal" if self.causal else "none",
-                                     layout=self.layout, max_seqlen_q=4096, max_seqlen_k=4096, pack_gqa=False,
-                                     num_splits=1)
-        self.sched_spec, self.attn_spec = variants.scheduler, variants.attention
+        self.variants = heuristics.choose(
+            api.device_arch(dev), validation.DTYPES[dtype], head_dim, head_dim_v, num_heads_q=num_heads_q,
+            num_heads_kv=num_heads_kv, mask=self.mask, layout=self.layout, max_seqlen_q=max_seqlen_q,
+            max_seqlen_k=max_seqlen_k, paged=self.paged, softcap=self.softcap > 0, pack_gqa=pack_gqa,
+            num_splits=validation.num_splits(num_splits), num_sms=runtime.device_properties(dev)["num_sms"])
+        self.sched_spec, self.attn_spec = self.variants.scheduler, self.variants.attention
         self.sched = runtime.get_kernel(self.sched_spec, dev)
         self.attn = runtime.get_kernel(self.attn_spec, dev)
+        self.combine = runtime.get_kernel(self.variants.combine, dev) if self.variants.combine is not None else None
         self.config = api.scheduler_config(self.attn_spec, self.attn, num_heads_q, num_heads_kv, sort=sort,
-                                           head_swizzle=head_swizzle)
+                                           head_swizzle=head_swizzle, max_splits=self.variants.max_splits,
+                                           forced_splits=self.variants.forced_splits)
         #: int32 scheduler metadata (metadata.py), sized by the capacity only.
         self.metadata = torch.zeros(metadata.buffer_ints(self.capacity), dtype=torch.int32, device=self.device)
+        #: split-KV partials (None without split-KV), sized by max_total_q.
+        self.split = (api.SplitBuffers.allocate(self.variants.max_splits, num_heads_q, self.max_total_q, head_dim_v,
+                                                self.device) if self.combine is not None else None)
 
     @property
     def metadata_bytes(self) -> int:
+        """Size of the metadata buffer in bytes (depends on the capacity only)."""
         return self.metadata.numel() * 4
 
-    def schedule(self, cu_seqlens_q, cu_seqlens_k) -> None:
-        """Launch the scheduler for the batch of these cu_seqlens (batch = len - 1 <= capacity)."""
+    def schedule(self, cu_seqlens_q, cu_seqlens_k=None, seqused_k=None) -> None:
+        """Launch the scheduler for the batch of these lengths (batch = len(cu_seqlens_q) - 1 <= capacity).
+
+        Raises ValueError when the batch exceeds the capacity or the lengths are inconsistent.
+        """
         batch = validation.cu_seqlens("cu_seqlens_q", cu_seqlens_q, self.device)
-        if validation.cu_seqlens("cu_seqlens_k", cu_seqlens_k, self.device) != batch:
+        if cu_seqlens_k is not None and validation.cu_seqlens("cu_seqlens_k", cu_seqlens_k, self.device) != batch:
             raise ValueError("cu_seqlens_k must have as many entries as cu_seqlens_q")
+        if cu_seqlens_k is None and seqused_k is None:
+            raise ValueError("give cu_seqlens_k or seqused_k")
         if batch > self.capacity:
             raise ValueError(f"batch {batch} exceeds the plan's capacity {self.capacity}")
-        api.launch_scheduler(self.sched, api._current_stream(self.device.index), cu_seqlens_q, cu_seqlens_k, None,
+        api.launch_scheduler(self.sched, api._current_stream(self.device.index), cu_seqlens_q, cu_seqlens_k, seqused_k,
                              self.metadata, batch, self.capacity, self.config)
 
-    def attend(self, q, k, v, cu_seqlens_q, cu_seqlens_k, *, out=None, lse=None, softmax_scale=None):
-        """Launch the attention kernel on the metadata the last ``schedule`` wrote; returns out."""
-        sizes = validation.varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, 0, 0, out)
+    def attend(self, q, k, v, cu_seqlens_q, cu_seqlens_k=None, *, seqused_k=None, page_table=None, out=None, lse=None,
+               softmax_scale=None):
+        """Launch attention (and the combine kernel) on the metadata the last ``schedule`` wrote.
+
+        Shapes as in ``varlen_attention``; ``lse`` is an optional (num_heads_q, total_q) float32
+        tensor to fill.  Returns out.  Raises ValueError / TypeError for inputs that do not match
+        the plan (heads, head dims, dtype, device, paging, capacities).
+        """
+        sizes = validation.varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, None, None, out, seqused_k=seqused_k,
+                                         page_table=page_table)
         self._check_shapes(sizes, q)
         scale = validation.softmax_scale(softmax_scale, self.head_dim)
         if out is None:
             out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=q.dtype, device=q.device)
-        self.attn.launch(self.attn.persistent_grid, api._current_stream(self.device.index),
-                         api.attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, self.metadata,
-                                              self.capacity, scale))
+        if lse is not None and (tuple(lse.shape) != (self.num_heads_q, sizes["total_q"]) or lse.dtype != torch.float32):
+            raise ValueError(f"lse must be a float32 ({self.num_heads_q}, {sizes['total_q']}) tensor")
+        stream = api._current_stream(self.device.index)
+        self.attn.launch(self.attn.persistent_grid, stream, api.attention_params(
+            q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, self.metadata, self.capacity, scale, seqused_k=seqused_k,
+            page_table=page_table, window=(self.window_left, self.window_right), softcap=self.softcap, split=self.split))
+        if self.combine is not None:
+            api.launch_combine(self.combine, stream, self.split, cu_seqlens_q, self.metadata, out, lse,
+                               self.num_heads_q)
         return out
 
-    def run(self, q, k, v, cu_seqlens_q, cu_seqlens_k, *, out=None, return_lse=False, softmax_scale=None):
-        """Scheduler then attention; same arguments and results as ``varlen_attention``."""
-        lse = None
-        if return_lse:
+    def run(self, q, k, v, cu_seqlens_q, cu_seqlens_k=None, *, seqused_k=None, page_table=None, out=None, lse=None,
+            return_lse=False, softmax_scale=None):
+        """Scheduler, attention and combine for one step; same arguments and results as
+        ``varlen_attention`` (pass ``out`` and ``lse`` to avoid allocating, e.g. inside a graph)."""
+        if return_lse and lse is None:
             lse = torch.empty((self.num_heads_q, q.shape[0]), dtype=torch.float32, device=q.device)
-        self.schedule(cu_seqlens_q, cu_seqlens_k)
-        out = self.attend(q, k, v, cu_seqlens_q, cu_seqlens_k, out=out, lse=lse, softmax_scale=softmax_scale)
-        return (out, lse) if return_lse else out
+        self.schedule(cu_seqlens_q, cu_seqlens_k, seqused_k)
+        out = self.attend(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k=seqused_k, page_table=page_table, out=out,
+                          lse=lse, softmax_scale=softmax_scale)
+        return (out, lse) if (return_lse or lse is not None) else out
 
     def _check_shapes(self, sizes, q):
         want = (self.num_heads_q, self.num_heads_kv, self.head_dim, self.head_dim_v)
@@ -107,3 +153,8 @@ class AttentionPlan:
             raise ValueError(f"q must be on the plan's device {self.device}, got {q.device}")
         if sizes["batch"] > self.capacity:
             raise ValueError(f"batch {sizes['batch']} exceeds the plan's capacity {self.capacity}")
+        if sizes["paged"] != self.paged:
+            raise ValueError(f"the plan was made with paged={self.paged}; page_table must "
+                             f"{'be given' if self.paged else 'be None'}")
+        if self.split is not None and sizes["total_q"] > self.max_total_q:
+            raise ValueError(f"q has {sizes['total_q']} tokens; the plan's max_total_q is {self.max_total_q}")

@@ -227,6 +227,92 @@ def decode_entries() -> list:
     return out
 
 
+def _paged_batch(qlens, ctx, page_size=16, hq=32, hkv=8, d=128, seed=11):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    need = [-(-c // page_size) for c in ctx]
+    kc = torch.randn(sum(need), page_size, hkv, d, generator=g, device="cuda", dtype=torch.bfloat16)
+    vc = torch.randn_like(kc)
+    perm = torch.randperm(sum(need), device="cuda", generator=g).to(torch.int32)
+    pt = torch.zeros(len(ctx), max(need), dtype=torch.int32, device="cuda")
+    at = 0
+    for i, n in enumerate(need):
+        pt[i, :n] = perm[at:at + n]
+        at += n
+    q = torch.randn(sum(qlens), hq, d, generator=g, device="cuda", dtype=torch.bfloat16)
+    cu_q = torch.tensor([0] + list(np.cumsum(qlens)), dtype=torch.int32, device="cuda")
+    return q, kc, vc, pt, torch.tensor(ctx, dtype=torch.int32, device="cuda"), cu_q
+
+
+def serving_entries() -> list:
+    """graph_decode_step_b128: one paged decode step (128 requests, Mooncake contexts capped at 32k)
+    replayed from a CUDA graph through an AttentionPlan.  mixed_trace: 3 chunked prefills (512-4096
+    tokens) + 192 decodes at trace contexts in one uniform call; peers: serial (prefill-only call
+    then decode-only call) and two_streams (the two calls on two streams)."""
+    from kernelgen.plan import AttentionPlan
+    from kernelgen.traces import load_trace
+
+    rows = load_trace(Path(kernelgen.__file__).parent / "data" / "mooncake_conv_sample.csv")
+    ctx = [min(int(r[0]), 32768) for r in rows]
+    out = []
+    q, kc, vc, pt, used, cu_q = _paged_batch([1] * 128, ctx[:128])
+    plan = AttentionPlan(max_batch=128, num_heads_q=32, num_heads_kv=8, head_dim=128, max_total_q=128, max_seqlen_q=1,
+                         max_seqlen_k=32768, paged=True, causal=True)
+    o = torch.empty_like(q)
+    plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=o)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=o)
+    us = time_cuda(g.replay, repeat=20, warmup=3)
+    nbytes = sum(ctx[:128]) * 8 * 2 * 128 * 2
+    out.append({"name": "graph_decode_step_b128", "us": us, "tflops": None, "tbps": nbytes / (us * 1e-6) / 1e12,
+                "peers": {}})
+    del kc, vc, pt
+    # mixed: prefills first in the batch, then decodes
+    pre_q = [512, 2048, 4096]
+    pre_k = [c + q_ for c, q_ in zip(ctx[200:203], pre_q)]
+    dec_k = ctx[300:492]
+    qlens, klens = pre_q + [1] * len(dec_k), pre_k + dec_k
+    q, kc, vc, pt, used, cu_q = _paged_batch(qlens, klens, seed=12)
+    o = torch.empty_like(q)
+    n_pre, t_pre = len(pre_q), sum(pre_q)
+    cu_pre, cu_dec = cu_q[: n_pre + 1], cu_q[n_pre:] - t_pre
+    q_pre, q_dec = q[:t_pre], q[t_pre:]
+    o_pre, o_dec = o[:t_pre], o[t_pre:]
+    run_all = lambda: kernelgen.varlen_attention(q, kc, vc, cu_q, None, max(qlens), max(klens), seqused_k=used,  # noqa: E731
+                                                 page_table=pt, causal=True, out=o)
+
+    def prefill():
+        kernelgen.varlen_attention(q_pre, kc, vc, cu_pre, None, max(pre_q), max(pre_k), seqused_k=used[:n_pre],
+                                   page_table=pt[:n_pre], causal=True, out=o_pre)
+
+    def decode():
+        kernelgen.varlen_attention(q_dec, kc, vc, cu_dec, None, 1, max(dec_k), seqused_k=used[n_pre:],
+                                   page_table=pt[n_pre:], causal=True, out=o_dec)
+
+    def serial():
+        prefill()
+        decode()
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+
+    def two_streams():
+        cur = torch.cuda.current_stream()
+        s1.wait_stream(cur)
+        s2.wait_stream(cur)
+        with torch.cuda.stream(s1):
+            prefill()
+        with torch.cuda.stream(s2):
+            decode()
+        cur.wait_stream(s1)
+        cur.wait_stream(s2)
+    flops = 4 * 32 * 128 * sum(causal_pairs(a, b) for a, b in zip(qlens, klens))
+    e = {"name": "mixed_trace", "us": time_cuda(run_all, repeat=10, warmup=2), "tbps": None, "peers": {}}
+    e["tflops"] = flops / (e["us"] * 1e-6) / 1e12
+    e["peers"]["serial"] = time_cuda(serial, repeat=10, warmup=2)
+    e["peers"]["two_streams"] = time_cuda(two_streams, repeat=10, warmup=2)
+    out.append(e)
+    return out
+
+
 def decode_sweep() -> list:
     """Decode tile candidates for head dim 128 on the two decode shapes (no peers)."""
     from kernelgen.spec import TileConfig
@@ -275,10 +361,11 @@ def main(argv=None) -> int:
         res["benchmarks"].append(e)
         print(f"{e['name']}: {e['us']:.2f} us" + (f" {e['tflops']:.0f} TFLOP/s" if e.get("tflops") else "")
               + "".join(f" {k}={v:.2f}" for k, v in e.items() if k.startswith("us_")), flush=True)
-    for e in decode_entries():
+    for e in decode_entries() + serving_entries():
         res["benchmarks"].append(e)
         peers = " ".join(f"{p}={t:.0f}us({t / e['us']:.2f}x)" for p, t in e["peers"].items())
-        print(f"{e['name']}: {e['us']:.0f} us {e['tbps']:.2f} TB/s  {peers}  {e.get('unavailable') or ''}"
+        rate = f"{e['tbps']:.2f} TB/s" if e.get("tbps") else f"{e.get('tflops') or 0:.0f} TFLOP/s"
+        print(f"{e['name']}: {e['us']:.0f} us {rate}  {peers}  {e.get('unavailable') or ''}"
               f"  diff={e.get('max_diff_vs_fa2')}", flush=True)
     if args.sweep:
         res["tile_sweep_causal_h128_s16k"] = tile_sweep()

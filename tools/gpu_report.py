@@ -35,6 +35,8 @@ def junit_counts(path: Path) -> dict:
 TEST_CHECKS = {
     "scheduler_matches_reference": ["test_scheduler_kernel_matches_reference[soa]",
                                     "test_scheduler_kernel_matches_reference[aos]"],
+    "graph_replay_correct": ["test_graph_decode_step_100_replays[soa]", "test_graph_decode_step_100_replays[aos]"],
+    "mixed_matches_reference": ["test_mixed_prefill_and_decode_batch"],
 }
 
 
