@@ -21,4 +21,8 @@ def __getattr__(name):
         from .plan import AttentionPlan
 
         return AttentionPlan
+    if name in ("ops", "compat"):  # imports torch and registers torch.ops.kernelgen.*
+        import importlib  # (``from . import`` here would recurse into this __getattr__)
+
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'kernelgen' has no attribute {name!r}")

@@ -9,6 +9,9 @@
     kernelgen compare-layouts [--layout soa,aos] [--trace FILE] [--batch N] [--pad-to N] [--graph]
                    [--causal|--no-causal] [--head-dim D] [--heads Q/KV] [--no-sort] [--no-swizzle]
                    [--repeat N] [--json]
+    kernelgen bench [--suite prefill,decode,mixed,scheduler,compile,overhead|all] [--model NAME[,NAME]|all]
+                   [--trace FILE] [--json PATH] [--plots DIR] [--repeat N] [--quick] [--flex off|some|all]
+                   [--budget S] [--no-flush] [--from-json PATH] [--jobs N] [--cache-dir DIR]
 
 Exit codes: 0 success, 1 failure (compile error, bad cache entries left, demo mismatch),
 2 usage error (bad option, no GPU and no --arch).
@@ -22,7 +25,9 @@ import sys
 import time
 
 from .spec import ARCHS, DTYPES, HEAD_DIMS, LAYOUTS
-from .warmup import warmup, warmup_specs  # noqa: F401 - re-exported for scripts: kernelgen.cli.warmup_specs
+from .warmup import PHASE_HINTS, warmup, warmup_specs  # noqa: F401 - warmup_specs re-exported for scripts
+
+PHASES = tuple(PHASE_HINTS)
 
 NO_GPU_MESSAGE = "no CUDA GPU found; pass --arch (e.g. --arch sm_90a)"
 
@@ -101,6 +106,22 @@ def build_parser() -> argparse.ArgumentParser:
     w.set_defaults(causal=[False, True])
     w.add_argument("--layout", type=lambda s: _csv_list(s, LAYOUTS, "layout"), default=list(LAYOUTS),
                    metavar="L[,L...]", help=f"scheduler-metadata layouts (default: {','.join(LAYOUTS)})")
+    w.add_argument("--phase", type=lambda s: _csv_list(s, PHASES, "phase"), default=["prefill"],
+                   metavar="P[,P...]", help=f"call shapes ({','.join(PHASES)}; default: prefill): chunked = a "
+                                           f"512-token chunk against a 32k context, decode = one token against 32k "
+                                           f"and 256-token contexts")
+    w.add_argument("--gqa", type=lambda s: _csv_list(s, (1, 2, 4, 8, 16), "gqa ratio", int), default=[1],
+                   metavar="G[,G...]", help="query heads per KV head (default: 1)")
+    pg = w.add_mutually_exclusive_group()
+    pg.add_argument("--paged", dest="paged", action="store_const", const=[True], help="only paged-cache kernels")
+    pg.add_argument("--no-paged", dest="paged", action="store_const", const=[False],
+                    help="only packed-k/v kernels (default)")
+    pg.add_argument("--both-paged", dest="paged", action="store_const", const=[False, True],
+                    help="packed and paged kernels")
+    w.set_defaults(paged=[False])
+    w.add_argument("--softcap", action="store_true", help="also the logit-capping variants")
+    w.add_argument("--serving", action="store_true",
+                   help="shorthand for --phase prefill,chunked,decode --gqa 1,4,8 --both-paged")
     w.add_argument("--jobs", "-j", type=_positive_int, default=None,
                    help="compile processes (default: the number of CPUs)")
     _add_cache_dir(w)
@@ -158,7 +179,52 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("--no-swizzle", action="store_true", help="turn the head swizzle off")
     cl.add_argument("--repeat", type=_positive_int, default=20, help="timed runs, median reported (default 20)")
     cl.add_argument("--json", action="store_true", help="print the results as JSON")
+
+    _add_bench_parser(sub)
     return parser
+
+
+def _add_bench_parser(sub) -> None:
+    from .bench import SUITES
+    from .bench.models import MODEL_NAMES, PRESETS
+
+    b = sub.add_parser("bench", help="kernelgen against its peers (SDPA, FA2 varlen, FlexAttention) on a GPU",
+                       description="Benchmark suites measured side by side with torch SDPA (flash, cuDNN, "
+                                   "memory-efficient), torch's FA2 varlen entry, compiled FlexAttention and "
+                                   "kernelgen's own switches, in one process on the same inputs: CUDA events, "
+                                   "L2 flushed between repetitions, median; rates as a fraction of the copy "
+                                   "bandwidth and bf16 matmul rate measured in the same run.  Prints a markdown "
+                                   "table per suite; --json and --plots write the report and PNG charts.  "
+                                   "Model presets: " + "; ".join(p.describe() for p in PRESETS.values()) + ".")
+    b.add_argument("--suite", type=lambda v: _csv_list(v, SUITES + ("all",), "suite"), default=["all"],
+                   metavar="S[,S...]", help=f"suites: {', '.join(SUITES)} or all (default all)")
+    b.add_argument("--model", type=lambda v: _csv_list(v, MODEL_NAMES + ("all",), "model"), default=None,
+                   metavar="M[,M...]", help=f"model presets: {', '.join(MODEL_NAMES)} or all (default all; "
+                                            f"llama3-8b with --quick); the first one also drives the "
+                                            f"single-shape entries (scheduler, mixed, overhead)")
+    b.add_argument("--trace", metavar="FILE", default=None,
+                   help="request-length CSV for every trace-driven entry (default: the packaged Azure sample "
+                        "for prefill and the scheduler, the packaged Mooncake sample for decode and mixed)")
+    b.add_argument("--json", metavar="PATH", default=None, help="write the report as JSON (docs/benchmarks shape)")
+    b.add_argument("--plots", metavar="DIR", default=None,
+                   help="write PNG plots (one bar chart per suite and roofline.png) into DIR (needs matplotlib)")
+    b.add_argument("--repeat", type=_positive_int, default=None,
+                   help="timed repetitions per measurement, median reported (default 20; 5 with --quick)")
+    b.add_argument("--quick", action="store_true",
+                   help="much faster: llama3-8b only, 5 repetitions, no FlexAttention (unless asked for)")
+    b.add_argument("--flex", choices=("off", "some", "all"), default=None,
+                   help="FlexAttention peer: off, some (varlen prefill and decode_trace_b32 entries; the "
+                        "default), all (every shape; each new shape compiles, about 10-30 s)")
+    b.add_argument("--budget", type=float, default=None, metavar="S",
+                   help="seconds after which the remaining entries are skipped and reported as such "
+                        "(default 420; 240 with --quick; 0 = no limit)")
+    b.add_argument("--no-flush", action="store_true", help="do not flush L2 between repetitions")
+    b.add_argument("--from-json", metavar="PATH", default=None,
+                   help="measure nothing: print the tables of a saved --json report and, with --plots, draw its "
+                        "plots (no GPU needed)")
+    b.add_argument("--jobs", "-j", type=_positive_int, default=None,
+                   help="compile processes for the kernels the run needs (default: the number of CPUs)")
+    _add_cache_dir(b)
 
 
 # --------------------------------------------------------------------------------------- commands
@@ -185,7 +251,11 @@ def cmd_warmup(args) -> int:
             arch = device_arch(0)
         except RuntimeError as e:  # an unsupported compute capability
             raise UsageError(f"{e}; pass --arch") from None
-    specs = warmup_specs(arch, args.head_dim, args.dtype, args.causal, args.layout)
+    phases, gqas, paged = args.phase, args.gqa, args.paged
+    if args.serving:
+        phases, gqas, paged = ["prefill", "chunked", "decode"], [1, 4, 8], [False, True]
+    specs = warmup_specs(arch, args.head_dim, args.dtype, args.causal, args.layout, phases=phases, gqas=gqas,
+                         paged=paged, softcap=args.softcap)
     root = _cache(args.cache_dir).root
     compiled, cached = warmup(specs, root, jobs=args.jobs, desc=f"warmup {arch}")
     print(f"warmup {arch}: {compiled} compiled, {cached} already cached ({len(specs)} variants) in {root}")
@@ -361,8 +431,20 @@ def cmd_compare_layouts(args) -> int:
     return main_args(args)
 
 
+def cmd_bench(args) -> int:
+    """``kernelgen bench``: see ``kernelgen.bench`` (exit 2 without a GPU; failed entries are
+    reported in the tables and the JSON, not in the exit code)."""
+    from .demo import has_cuda_gpu
+
+    if not args.from_json and not has_cuda_gpu():
+        raise UsageError("kernelgen bench needs a CUDA GPU (none found; --from-json only re-draws a saved report)")
+    from .bench import main_args
+
+    return main_args(args)
+
+
 _COMMANDS = {"warmup": cmd_warmup, "cache": cmd_cache, "doctor": cmd_doctor, "demo": cmd_demo,
-             "compare-layouts": cmd_compare_layouts}
+             "compare-layouts": cmd_compare_layouts, "bench": cmd_bench}
 
 
 def main(argv=None) -> int:

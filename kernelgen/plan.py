@@ -92,9 +92,17 @@ class AttentionPlan:
         return self.metadata.numel() * 4
 
     def schedule(self, cu_seqlens_q, cu_seqlens_k=None, seqused_k=None) -> None:
-        """Launch the scheduler for the batch of these lengths (batch = len(cu_seqlens_q) - 1 <= capacity).
+        """Launch the scheduler for one batch: it writes the plan's metadata on the current stream.
 
-        Raises ValueError when the batch exceeds the capacity or the lengths are inconsistent.
+        Args:
+            cu_seqlens_q: int32 (batch + 1,), cumulative query lengths in tokens (batch <= capacity).
+            cu_seqlens_k: int32 (batch + 1,), cumulative key lengths in tokens (packed k/v), or None.
+            seqused_k: int32 (batch,), keys used per request in tokens (required when cu_seqlens_k is None).
+
+        Raises:
+            ValueError: the batch exceeds the capacity, or neither key-length tensor is given, or
+                the two cu_seqlens differ in length.
+            TypeError: a length tensor is not int32.
         """
         batch = validation.cu_seqlens("cu_seqlens_q", cu_seqlens_q, self.device)
         if cu_seqlens_k is not None and validation.cu_seqlens("cu_seqlens_k", cu_seqlens_k, self.device) != batch:
@@ -133,8 +141,28 @@ class AttentionPlan:
 
     def run(self, q, k, v, cu_seqlens_q, cu_seqlens_k=None, *, seqused_k=None, page_table=None, out=None, lse=None,
             return_lse=False, softmax_scale=None):
-        """Scheduler, attention and combine for one step; same arguments and results as
-        ``varlen_attention`` (pass ``out`` and ``lse`` to avoid allocating, e.g. inside a graph)."""
+        """Scheduler, attention and combine for one step, on the plan's device whatever the current
+        device is.
+
+        Args: as ``varlen_attention`` — q (total_q, num_heads_q, head_dim), packed k/v
+        (total_k, num_heads_kv, head_dim[_v]) with cu_seqlens_k (batch + 1,), or a paged cache
+        (num_pages, page_size, num_heads_kv, head_dim[_v]) with page_table (batch, max_pages) and
+        seqused_k (batch,) int32 (lengths in tokens); pass ``out`` (total_q, num_heads_q,
+        head_dim_v) and ``lse`` (num_heads_q, total_q) float32 to avoid allocating (e.g. inside a
+        CUDA graph).
+
+        Returns:
+            out, or (out, lse) when ``return_lse`` or ``lse`` is given.
+
+        Raises:
+            ValueError / TypeError: inputs that do not match the plan (heads, head dims, dtype,
+                device, paging) or exceed its capacities (batch, max_total_q), and every error
+                ``varlen_attention`` raises for bad shapes.
+        """
+        if torch.cuda.current_device() != self.device.index:
+            with torch.cuda.device(self.device):
+                return self.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k=seqused_k, page_table=page_table,
+                                out=out, lse=lse, return_lse=return_lse, softmax_scale=softmax_scale)
         if return_lse and lse is None:
             lse = torch.empty((self.num_heads_q, q.shape[0]), dtype=torch.float32, device=q.device)
         self.schedule(cu_seqlens_q, cu_seqlens_k, seqused_k)

@@ -122,8 +122,8 @@ def varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
         raise ValueError(f"q head_dim must be one of {HEAD_DIMS}, got {d}")
     if dv not in HEAD_DIMS:
         raise ValueError(f"v head_dim_v must be one of {HEAD_DIMS}, got {dv}")
-    if hkv < 1 or hq % hkv:
-        raise ValueError(f"q num_heads ({hq}) must be a multiple of k num_heads ({hkv})")
+    if hkv < 1 or hq < 1 or hq % hkv:
+        raise ValueError(f"q num_heads ({hq}) must be a positive multiple of k num_heads ({hkv})")
     for name, x in (("q", q), ("k", k), ("v", v)):
         rows_16b(name, x)
     batch = cu_seqlens("cu_seqlens_q", cu_seqlens_q, dev)

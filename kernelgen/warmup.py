@@ -19,7 +19,18 @@ from . import heuristics
 from .spec import DTYPES, HEAD_DIMS, LAYOUTS
 
 
-def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, True), layouts=LAYOUTS) -> list:
+#: Length hints (max_seqlen_q, max_seqlen_k) of the call shapes warmup pre-builds per phase: plain
+#: prefill, a chunked prefill against a long context (split-KV), decode against a long context
+#: (split-KV + combine) and against a short one (no split).
+PHASE_HINTS = {
+    "prefill": ((4096, 4096),),
+    "chunked": ((512, 32768),),
+    "decode": ((1, 32768), (1, 256)),
+}
+
+
+def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, True), layouts=LAYOUTS,
+                 phases=("prefill",), gqas=(1,), paged=(False,), softcap: bool = False, num_sms: int = 132) -> list:
     """Every kernel spec the dispatcher would use for the given product of call options.
 
     Args:
@@ -28,20 +39,34 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
         dtypes: "fp16" and/or "bf16".
         causals: mask choices, bools (True = causal).
         layouts: scheduler-metadata layouts, "soa" and/or "aos".
+        phases: call shapes from ``PHASE_HINTS`` ("prefill", "chunked", "decode").
+        gqas: query heads per KV head (pack-GQA is chosen for decode-like calls when > 1).
+        paged: K/V layouts to cover (False = packed, True = paged cache).
+        softcap: also the logit-capping variants.
+        num_sms: SM count used for the split bound (132 on an H100/H200).
 
     Returns:
-        The specs from ``heuristics.specs_for`` for each combination, in first-seen
-        order with duplicates removed (one scheduler spec serves every attention variant of a layout).
+        The specs from ``heuristics.choose`` (the dispatcher's own function) for each
+        combination, in first-seen order with duplicates removed.
 
     Raises:
-        ValueError: an unknown arch, dtype, head dim or layout, or a variant that does not fit the
-            arch (the same error the dispatcher would raise for that call).
+        ValueError: an unknown arch, dtype, head dim, layout or phase, or a variant that does not
+            fit the arch (the same error the dispatcher would raise for that call).
     """
     out: dict = {}
-    for layout, dtype, head_dim, causal in itertools.product(layouts, dtypes, head_dims, causals):
-        sched, attn = heuristics.specs_for(arch, dtype, int(head_dim), int(head_dim), bool(causal), layout)
-        out.setdefault(sched, None)
-        out.setdefault(attn, None)
+    for phase in phases:
+        if phase not in PHASE_HINTS:
+            raise ValueError(f"phase must be one of {tuple(PHASE_HINTS)}, got {phase!r}")
+    caps = (False, True) if softcap else (False,)
+    for layout, dtype, head_dim, causal, phase, gqa, pg, cap in itertools.product(
+            layouts, dtypes, head_dims, causals, phases, gqas, paged, caps):
+        for max_q, max_k in PHASE_HINTS[phase]:
+            v = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), num_heads_q=8 * int(gqa), num_heads_kv=8,
+                                  mask="causal" if causal else "none", layout=layout, max_seqlen_q=max_q,
+                                  max_seqlen_k=max_k, paged=bool(pg), softcap=cap, num_sms=num_sms)
+            for spec in (v.scheduler, v.attention, v.combine):
+                if spec is not None:
+                    out.setdefault(spec, None)
     return list(out)
 
 

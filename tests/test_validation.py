@@ -44,7 +44,7 @@ CASES = [
     (dict(v=M(11, 2, 64)), ValueError, "v must have shape"),
     (dict(q=M(10, 8, 80), k=M(12, 2, 80), v=M(12, 2, 80)), ValueError, "head_dim must be one of"),
     (dict(v=M(12, 2, 72)), ValueError, "head_dim_v must be one of"),
-    (dict(k=M(12, 3, 64), v=M(12, 3, 64)), ValueError, "must be a multiple of k num_heads"),
+    (dict(k=M(12, 3, 64), v=M(12, 3, 64)), ValueError, "must be a positive multiple of k num_heads"),
     (dict(q=M(10, 64, 8).transpose(1, 2)), ValueError, "q must be contiguous in its last dimension"),
     (dict(q=torch.empty(10, 8, 64 + 4, dtype=torch.bfloat16, device="meta")[:, :, :64]), ValueError, "q stride"),
     (dict(cu_seqlens_q=M(3, dtype=torch.int64)), TypeError, "cu_seqlens_q must have dtype int32"),

@@ -1,31 +1,40 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: GPU tests, the demo and the benchmarks.
 # Logs and gpu_report.json go to $OUT (or the folder given as $1, default ./gpu_out);
-# the summary table is printed last.  Usage: OUT=/tmp/out bash tools/gpu_check.sh
+# the summary table is printed last.  Usage: OUT=/tmp/out bash tools/gpu_check.sh [tests|bench|all]
+#   tests: warm the cache and run the GPU tests (junit.xml, pytest.log)
+#   bench: the demo, compare-layouts and the benchmarks (demo.json, compare.json, bench.json)
+#   all (default): both, then gpu_report.json / h200.md and the summary table
+# (tests and bench fit one 10-minute device call each; tools/gpu_report.py merges their folders.)
 # Each stage has its own time limit so a hang in one still leaves the others' results.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT="${OUT:-${1:-$PWD/gpu_out}}"
+PART="${1:-all}"
+OUT="${OUT:-$PWD/gpu_out}"
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export KERNELGEN_CACHE_DIR="${KERNELGEN_CACHE_DIR:-$PWD/cache}"
 export KERNELGEN_TEST_CACHE_DIR="$KERNELGEN_CACHE_DIR"
 PY="${PYTHON:-python3}"
 LOG="$OUT/run.log"
-: > "$LOG"
+touch "$LOG"
 step() { echo "=== $* ($(date +%T))" | tee -a "$LOG"; }
 
-step doctor;  timeout 60 "$PY" -m kernelgen doctor >> "$LOG" 2>&1
-step warmup;  timeout 120 "$PY" -m kernelgen warmup --jobs "$(nproc)" >> "$LOG" 2>&1
-step pytest
-timeout "${PYTEST_LIMIT:-330}" "$PY" -m pytest tests -m gpu -q -rf -p no:cacheprovider \
-  --junitxml="$OUT/junit.xml" > "$OUT/pytest.log" 2>&1
-echo "pytest exit $?" >> "$LOG"
-tail -n 3 "$OUT/pytest.log" | tee -a "$LOG"
-step demo;    timeout 120 "$PY" -m kernelgen demo --json "$OUT/demo.json" >> "$LOG" 2>&1
-step compare-layouts
-timeout 120 "$PY" -m kernelgen compare-layouts --batch 5 --pad-to 16 --graph >> "$LOG" 2>&1
-timeout 120 "$PY" -m kernelgen compare-layouts --batch 5 --pad-to 16 --graph --json > "$OUT/compare.json" 2>> "$LOG"
-step bench;   timeout 180 "$PY" tools/bench.py --json "$OUT/bench.json" >> "$LOG" 2>&1
+if [ "$PART" = tests ] || [ "$PART" = all ]; then
+  step doctor;  timeout 60 "$PY" -m kernelgen doctor >> "$LOG" 2>&1
+  step warmup;  timeout 120 "$PY" -m kernelgen warmup --serving --jobs "$(nproc)" >> "$LOG" 2>&1
+  step pytest
+  timeout "${PYTEST_LIMIT:-420}" "$PY" -m pytest tests -m gpu -q -rf -p no:cacheprovider \
+    --junitxml="$OUT/junit.xml" > "$OUT/pytest.log" 2>&1
+  echo "pytest exit $?" >> "$LOG"
+  tail -n 3 "$OUT/pytest.log" | tee -a "$LOG"
+fi
+if [ "$PART" = bench ] || [ "$PART" = all ]; then
+  step demo;    timeout 90 "$PY" -m kernelgen demo --json "$OUT/demo.json" >> "$LOG" 2>&1
+  step compare-layouts
+  timeout 60 "$PY" -m kernelgen compare-layouts --batch 5 --pad-to 16 --graph >> "$LOG" 2>&1
+  timeout 60 "$PY" -m kernelgen compare-layouts --batch 5 --pad-to 16 --graph --json > "$OUT/compare.json" 2>> "$LOG"
+  step bench;   timeout 300 "$PY" tools/bench.py --budget 240 --json "$OUT/bench.json" >> "$LOG" 2>&1
+fi
 step report
-"$PY" tools/gpu_report.py --out "$OUT"
+"$PY" tools/gpu_report.py --out "$OUT" --markdown "$OUT/h200.md"

@@ -1,0 +1,175 @@
+"""Timing primitives of ``kernelgen bench`` (GPU time, CUDA-graph replays, host time) and the roofs.
+
+GPU time (:func:`time_gpu`): every timed call is bracketed by two CUDA events on the current
+stream; before each one a 256 MB buffer is zeroed (a 256 MB write evicts the H200's 50 MB L2, so
+no repetition finds the previous one's inputs in L2); the memset is outside the events.  Warm-up
+calls run first (module loads, autotuning, clocks), and the median over the repetitions is
+reported.  The host synchronises once, after all repetitions.
+
+Graph replays (:func:`time_graph`): the work is captured once in a CUDA graph (after one eager
+call outside the capture) and each replay is timed like a call above, so launch gaps between the
+captured kernels are gone; used for small kernels (the scheduler, a decode step).
+
+Host time (:func:`host_time_us`): see its docstring.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+#: Bytes of the L2-flush buffer (written before every timed repetition).
+FLUSH_BYTES = 256 * 1024 * 1024
+#: Repetitions and warm-up calls of the full run and of --quick.
+DEFAULT_REPEAT, DEFAULT_WARMUP = 20, 3
+QUICK_REPEAT, QUICK_WARMUP = 5, 1
+
+_flush_buf = None
+
+
+def flush_buffer():
+    """The 256 MB int8 buffer written between repetitions (allocated once per process)."""
+    global _flush_buf
+    import torch
+
+    if _flush_buf is None or _flush_buf.device.index != torch.cuda.current_device():
+        _flush_buf = torch.empty(FLUSH_BYTES, dtype=torch.int8, device="cuda")
+    return _flush_buf
+
+
+def time_gpu(fn, repeat: int = DEFAULT_REPEAT, warmup: int = DEFAULT_WARMUP, flush: bool = True) -> float:
+    """Median GPU time of one call of ``fn`` in microseconds (module doc).
+
+    Raises ValueError for repeat < 1 or warmup < 0, and whatever ``fn`` raises.
+    """
+    import torch
+
+    if repeat < 1 or warmup < 0:
+        raise ValueError(f"repeat must be >= 1 and warmup >= 0, got {repeat}, {warmup}")
+    buf = flush_buffer() if flush else None
+    for _ in range(warmup):
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
+    for s, e in zip(starts, ends):
+        if buf is not None:
+            buf.zero_()
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends))
+
+
+def capture_graph(fn):
+    """A CUDA graph of ``fn`` (one eager call first, outside the capture, loads kernels and
+    warms the allocator).  Returns the torch.cuda.CUDAGraph; keep it alive while replaying."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    torch.cuda.synchronize()
+    return g
+
+
+def time_graph(fn, repeat: int = DEFAULT_REPEAT, warmup: int = DEFAULT_WARMUP, flush: bool = True) -> float:
+    """Median GPU time of one replay of a CUDA graph of ``fn``, in microseconds."""
+    g = capture_graph(fn)
+    return time_gpu(g.replay, repeat=repeat, warmup=warmup, flush=flush)
+
+
+#: One-line description of host_time_us's method (reported with the overhead entries).
+HOST_METHOD = ("host perf_counter around 100 back-to-back calls while a spin kernel keeps the GPU busy (nothing "
+               "enqueued runs meanwhile; 100 calls stay below the launch queue's depth, so no launch blocks); "
+               "median over samples of the per-call mean")
+#: Calls enqueued per host-time sample: with at most 3 launches each this stays far below the
+#: CUDA driver's queue of pending launches (about 1000), so enqueuing never blocks.
+HOST_CALLS_PER_SAMPLE = 100
+
+
+def host_time_us(fn, samples: int = 15, calls: int = HOST_CALLS_PER_SAMPLE, busy_ms: float = 20.0) -> float:
+    """Host time of one call of ``fn`` in microseconds: what the calling thread spends to enqueue it.
+
+    Method: for each sample the device queue is drained (synchronize), the GPU is then kept busy
+    by a ``torch.cuda._sleep`` spin kernel of about ``busy_ms`` (longer than the sample's host
+    time), and ``time.perf_counter`` brackets ``calls`` back-to-back calls.  While the GPU spins,
+    nothing the calls enqueue starts, so the host never waits for the device (no launch blocks
+    on a full queue: ``calls`` x 3 launches stays far below the driver's queue depth) and the
+    GPU's execution does not compete with the host for memory or PCIe.  The median of the
+    per-call means over ``samples`` samples is returned.  The busy time is sized from a first
+    sample and grown if a sample's host time comes close to it.
+    """
+    import torch
+
+    fn()  # loads, allocator warm-up
+    torch.cuda.synchronize()
+    cycles_per_ms = _cycles_per_ms()
+    per_call = []
+    for _ in range(samples + 1):
+        torch.cuda.synchronize()
+        torch.cuda._sleep(int(busy_ms * cycles_per_ms))
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        dt = time.perf_counter() - t0
+        torch.cuda.synchronize()
+        per_call.append(dt / calls * 1e6)
+        if dt * 1e3 > 0.5 * busy_ms:  # the GPU may have woken up during the sample: spin longer
+            busy_ms = dt * 1e3 * 4
+    return statistics.median(per_call[1:])
+
+
+_cycles = None
+
+
+def _cycles_per_ms() -> float:
+    """GPU clock cycles per millisecond (for torch.cuda._sleep), measured once."""
+    global _cycles
+    if _cycles is None:
+        import torch
+
+        n = 10_000_000
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1000)
+        s.record()
+        torch.cuda._sleep(n)
+        e.record()
+        torch.cuda.synchronize()
+        _cycles = n / max(s.elapsed_time(e), 1e-3)
+    return _cycles
+
+
+def host_loop_us(fn, calls: int = 10000, samples: int = 5) -> float:
+    """Host time of a pure-host function (no GPU work), µs per call: median over samples of
+    perf_counter around ``calls`` calls."""
+    fn()
+    out = []
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        out.append((time.perf_counter() - t0) / calls * 1e6)
+    return statistics.median(out)
+
+
+def roofs() -> dict:
+    """The device's ceilings measured here: copy bandwidth (2 GB device-to-device, read + write,
+    TB/s) and the bf16 matmul rate (8192^3 through torch, TFLOP/s).  From tools/bench.py."""
+    import torch
+
+    from ..timing import time_cuda
+
+    def copy_tbps():
+        x = torch.empty(2 * 1024 ** 3 // 2, dtype=torch.bfloat16, device="cuda").normal_()
+        y = torch.empty_like(x)
+        us = time_cuda(lambda: y.copy_(x), repeat=20, warmup=3)
+        return 2 * x.numel() * 2 / (us * 1e-6) / 1e12
+
+    def matmul_tflops():
+        a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        us_mm = time_cuda(lambda: a @ b, repeat=20, warmup=3)
+        return 2 * 8192 ** 3 / (us_mm * 1e-6) / 1e12
+    return {"copy_tbps": copy_tbps(), "bf16_matmul_tflops": matmul_tflops()}

@@ -1,0 +1,291 @@
+"""Peers of ``kernelgen bench``: other attention implementations run in the same process on the same
+inputs, and kernelgen's own switches.
+
+A peer builder sets its inputs up (layout changes, gathering a paged cache, block masks: all
+outside the timing) and returns a :class:`Peer`, or raises :class:`Unavailable` with the reason
+it cannot run the shape.  :func:`measure` runs one call of each peer (errors there make it
+unavailable too, with the exception's text), times it, and compares its output with kernelgen's.
+Nothing a peer does can stop the suite: every failure ends up in ``entry["unavailable"]``.
+
+Peers (names as they appear in the reports):
+
+* ``torch_fa2``, ``cudnn_sdpa``, ``mem_efficient_sdpa``: ``torch.nn.functional.scaled_dot_product_attention``
+  pinned to one backend (flash, cuDNN, memory-efficient) with ``sdpa_kernel``; uniform-length
+  (dense ``(B, H, S, D)``) shapes only, no window or soft-cap.
+* ``torch_fa2_varlen``: ``torch.ops.aten._flash_attention_forward`` with ``cu_seqlens`` (FA2's
+  varlen entry in torch), unpaged: a paged cache is gathered into packed K/V first.
+* ``flex_attention``: ``torch.nn.attention.flex_attention`` compiled with ``torch.compile``, with a
+  document mask (bottom-right causal per request, plus the window) and a tanh soft-cap
+  ``score_mod``; on decode shapes it reads the gathered (unpaged) cache.
+* ``kernelgen_aos``, ``kernelgen_nosort``: kernelgen with the AoS metadata layout / with the
+  scheduler's longest-first sort off.
+* ``kernelgen_sm90a``: the Hopper path (wgmma, TMA); not built yet, always reported unavailable.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+SDPA_PEERS = ("torch_fa2", "cudnn_sdpa", "mem_efficient_sdpa")
+FA2_VARLEN = "torch_fa2_varlen"
+FLEX = "flex_attention"
+KG_AOS, KG_NOSORT, KG_SM90A = "kernelgen_aos", "kernelgen_nosort", "kernelgen_sm90a"
+SM90A_REASON = "sm_90a path not built yet (wgmma/TMA Hopper path, issue 5)"
+VARLEN_SDPA_REASON = "varlen batch: SDPA takes uniform-length (B, H, S, D) batches only"
+FLEX_SKIPPED_REASON = "not measured at --flex {policy} (each new shape recompiles; use --flex all)"
+
+
+class Unavailable(Exception):
+    """A peer cannot run this shape; the message says why."""
+
+
+@dataclass
+class Peer:
+    """A ready-to-time peer: ``fn()`` enqueues one call; ``output(result)`` turns what ``fn``
+    returned into kernelgen's (total_q, heads, head_dim_v) layout for the comparison (None: no
+    comparison)."""
+
+    fn: Callable
+    output: Callable | None = None
+
+
+def reason(e: BaseException, warned=(), limit: int = 400) -> str:
+    """One-line reason from an exception, with the warnings the failed call issued (SDPA says
+    there why each backend refused the inputs)."""
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    text = msg if isinstance(e, Unavailable) else (f"{type(e).__name__}: {msg}" if msg else type(e).__name__)
+    notes = []
+    for w in warned:
+        line = " ".join(str(getattr(w, "message", w)).split())
+        if line and line not in notes:
+            notes.append(line)
+    if notes:
+        text += " [" + "; ".join(notes)[:limit] + "]"
+    return text[:limit]
+
+
+def _sync() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _settle() -> None:
+    """After a peer: wait for the device and return cached blocks (never raises: after a sticky
+    CUDA error later entries report it themselves)."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def measure(entry: dict, builders: dict, timer, reference=None) -> None:
+    """Build, run once, compare and time each peer; fills ``entry["peers"]`` (µs),
+    ``entry["unavailable"]`` (reason), ``entry["max_diff"]`` (largest |peer - kernelgen|) and
+    ``entry["ref_max"]`` (largest |peer|, for the tolerance).
+
+    ``builders``: {peer name: zero-argument callable returning a Peer, or a str = the reason it is
+    unavailable}.  ``timer(fn)`` times a call in µs.  ``reference``: kernelgen's output (or None).
+    Never raises for a peer's failure (KeyboardInterrupt aside).
+    """
+    import warnings
+
+    entry.setdefault("peers", {})
+    entry.setdefault("unavailable", {})
+    for name, build in builders.items():
+        if isinstance(build, str):
+            entry["unavailable"][name] = build
+            continue
+        peer = res = None
+        warned: list = []
+        try:
+            with warnings.catch_warnings(record=True) as warned:
+                warnings.simplefilter("always")
+                peer = build()
+                res = peer.fn()
+                _sync()
+            if reference is not None and peer.output is not None:
+                out = peer.output(res)
+                diff = (out.float() - reference.float()).abs()
+                entry.setdefault("max_diff", {})[name] = float(diff.max()) if diff.numel() else 0.0
+                entry.setdefault("ref_max", {})[name] = float(out.float().abs().max()) if out.numel() else 0.0
+                del out, diff
+            res = None
+            entry["peers"][name] = timer(peer.fn)
+        except Exception as e:  # noqa: BLE001 - a peer that cannot run is reported, not dropped
+            entry["unavailable"][name] = reason(e, warned or ())
+            entry["peers"].pop(name, None)
+            for key in ("max_diff", "ref_max"):
+                (entry.get(key) or {}).pop(name, None)
+        finally:
+            peer = res = None
+            _settle()
+
+
+# -------------------------------------------------------------------------------------- SDPA
+def sdpa(backend_name: str, q4, k4, v4, causal: bool, *, gqa: bool = False, softcap: float = 0.0,
+         window_left: int = -1, to_packed=None) -> Callable[[], Peer]:
+    """Builder for an SDPA backend on dense (B, H, S, D) tensors (``causal`` is SDPA's top-left
+    ``is_causal``; pass False for single-row decode)."""
+
+    def build():
+        import torch
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        if softcap:
+            raise Unavailable("SDPA has no logit soft-cap")
+        if window_left >= 0:
+            raise Unavailable("SDPA has no sliding window (only an explicit mask, which forces another kernel)")
+        backend = {"torch_fa2": SDPBackend.FLASH_ATTENTION, "cudnn_sdpa": SDPBackend.CUDNN_ATTENTION,
+                   "mem_efficient_sdpa": SDPBackend.EFFICIENT_ATTENTION}[backend_name]
+        kw = {"enable_gqa": True} if gqa else {}
+
+        def fn():
+            with sdpa_kernel(backend):
+                return torch.nn.functional.scaled_dot_product_attention(q4, k4, v4, is_causal=causal, **kw)
+        return Peer(fn, to_packed)
+    return build
+
+
+# ---------------------------------------------------------------------------- FA2 varlen (aten)
+def fa2_varlen(q, k, v, cu_q, cu_k, max_q: int, max_k: int, causal: bool, *, softcap: float = 0.0,
+               window_left: int = -1) -> Callable[[], Peer]:
+    """Builder for torch's FA2 varlen entry on packed q (total_q, Hq, d), k/v (total_k, Hkv, d)."""
+
+    def build():
+        import torch
+
+        if softcap:
+            raise Unavailable("aten._flash_attention_forward has no soft-cap argument")
+        kw = {}
+        if window_left >= 0:
+            kw = {"window_size_left": int(window_left), "window_size_right": 0}
+        if q.shape[-1] != v.shape[-1]:
+            raise Unavailable(f"FA2 needs head_dim == head_dim_v (got {q.shape[-1]}/{v.shape[-1]})")
+
+        def fn():
+            return torch.ops.aten._flash_attention_forward(q, k, v, cu_q, cu_k, max_q, max_k, 0.0, causal, False,
+                                                           scale=None, **kw)
+        return Peer(fn, lambda res: res[0])
+    return build
+
+
+# --------------------------------------------------------------------------------- FlexAttention
+_flex_compiled = None
+
+
+def _flex():
+    """flex_attention compiled once per process (raises Unavailable if torch lacks it)."""
+    global _flex_compiled
+    if _flex_compiled is None:
+        import torch
+
+        try:
+            from torch.nn.attention.flex_attention import flex_attention
+        except ImportError as e:
+            raise Unavailable(f"torch {torch.__version__} has no FlexAttention ({e})") from None
+        # many shapes and masks in one process: keep every compiled graph instead of falling back
+        # to the eager (materialised-scores) implementation after the default 8 recompiles
+        cfg = torch._dynamo.config
+        for attr in ("cache_size_limit", "recompile_limit"):
+            if hasattr(cfg, attr):
+                setattr(cfg, attr, max(getattr(cfg, attr), 256))
+        if hasattr(cfg, "accumulated_cache_size_limit"):
+            cfg.accumulated_cache_size_limit = max(cfg.accumulated_cache_size_limit, 1024)
+        if hasattr(cfg, "accumulated_recompile_limit"):
+            cfg.accumulated_recompile_limit = max(cfg.accumulated_recompile_limit, 1024)
+        _flex_compiled = torch.compile(flex_attention, dynamic=False)  # one static kernel per shape
+    return _flex_compiled
+
+
+def softcap_score_mod(softcap: float):
+    """FlexAttention score_mod capping the scaled logits: ``cap * tanh(score / cap)`` (kernelgen's
+    and Gemma 2's soft-cap)."""
+    import torch
+
+    cap = float(softcap)
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return cap * torch.tanh(score / cap)
+    return score_mod
+
+
+def flex_document(q, k, v, lens_q, lens_k, causal: bool, *, softcap: float = 0.0, window_left: int = -1,
+                  scale: float | None = None) -> Callable[[], Peer]:
+    """Builder for compiled FlexAttention over a packed varlen batch with a document mask.
+
+    q (total_q, Hq, d), k/v (total_k, Hkv, d/dv) packed (a paged cache gathered first); viewed as
+    (1, H, tokens, d) without a copy.  Request ``i``'s rows only see its own keys; with ``causal``
+    bottom-right aligned, with ``window_left`` >= 0 a window.  The block mask is built once here.
+    """
+
+    def build():
+        import torch
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        flex = _flex()
+        dev = q.device
+        lq = torch.tensor(list(lens_q), dtype=torch.int64, device=dev)
+        lk = torch.tensor(list(lens_k), dtype=torch.int64, device=dev)
+        b = torch.arange(len(lens_q), device=dev)
+        doc_q = torch.repeat_interleave(b, lq)
+        doc_k = torch.repeat_interleave(b, lk)
+        start_q = torch.cumsum(lq, 0) - lq
+        start_k = torch.cumsum(lk, 0) - lk
+        shift = lk - lq  # bottom-right alignment of request i's causal diagonal
+        tq, tk = int(lq.sum()), int(lk.sum())
+        use_causal, wl = bool(causal), int(window_left)
+
+        def mask_mod(bi, h, q_idx, kv_idx):
+            dq, dk = doc_q[q_idx], doc_k[kv_idx]
+            m = dq == dk
+            if use_causal or wl >= 0:
+                qpos = q_idx - start_q[dq] + shift[dq]
+                kpos = kv_idx - start_k[dk]
+                if use_causal:
+                    m = m & (kpos <= qpos)
+                if wl >= 0:
+                    m = m & (qpos - kpos <= wl)
+            return m
+
+        block_mask = create_block_mask(mask_mod, None, None, tq, tk, device=dev)
+        score_mod = softcap_score_mod(softcap) if softcap else None
+        q4 = q.unsqueeze(0).transpose(1, 2)
+        k4 = k.unsqueeze(0).transpose(1, 2)
+        v4 = v.unsqueeze(0).transpose(1, 2)
+        gqa = q.shape[1] != k.shape[1]
+
+        def fn():
+            return flex(q4, k4, v4, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=gqa)
+        return Peer(fn, lambda res: res[0].transpose(0, 1))
+    return build
+
+
+def flex_dense(q4, k4, v4, causal: bool, to_packed=None) -> Callable[[], Peer]:
+    """Builder for compiled FlexAttention on dense (B, H, S, S) shapes (causal: top-left = bottom-right)."""
+
+    def build():
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        flex = _flex()
+        s = q4.shape[2]
+        block_mask = None
+        if causal:
+            def causal_mod(b, h, q_idx, kv_idx):
+                return q_idx >= kv_idx
+            block_mask = create_block_mask(causal_mod, None, None, s, s, device=q4.device)
+
+        def fn():
+            return flex(q4, k4, v4, block_mask=block_mask)
+        return Peer(fn, to_packed)
+    return build
+
+
+def kernelgen_switch(fn) -> Callable[[], Peer]:
+    """Builder for a kernelgen call with one switch changed (its output is compared too)."""
+    return lambda: Peer(fn, lambda res: res)

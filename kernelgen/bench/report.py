@@ -1,0 +1,255 @@
+"""Reports of ``kernelgen bench``: rates, roof fractions and peer ratios; the JSON report; the tables.
+
+Arithmetic (pure functions, no GPU):
+
+* rate: ``tflops = flops / us / 1e6`` for compute-bound entries (metric "tflops"), ``tbps =
+  bytes / us / 1e6`` for memory-bound ones (metric "tbps"); the other field stays None, as in
+  the report history;
+* roof fraction: the rate over the roof measured in the same run (bf16 matmul TFLOP/s, copy TB/s);
+* ratio to a peer: ``peer_us / us``: above 1 kernelgen is faster by that factor.
+
+JSON (``build_report``), the shape of ``docs/benchmarks/h200.json``::
+
+    {"commit", "date", "device", "tests": {}, "checks": {name: bool},
+     "benchmarks": [{"name", "us", "tflops", "tbps", "peers": {peer: us}, ...extras}],
+     "roofs": {...}, "unavailable_peers": {entry: {peer: reason}}, "skipped": {entry: reason},
+     "errors": {entry: reason}, "settings": {...}}
+
+``benchmarks`` holds only entries that produced a time; the others are under ``skipped`` and
+``errors`` with their reasons (and in ``not_run`` with their suite, for :func:`entries_from_report`).  ``tests`` is empty: the bench runs no tests (tools/gpu_report.py
+fills it in the GPU check's report).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+from pathlib import Path
+
+from . import SUITES
+
+#: Goals of issue 9 on the H200, checked when the entries ran: (entry, limit in µs, check name).
+GOALS = (
+    ("compile_cold_variant", 15e6, "goal_compile_cold_le_15s"),
+    ("compile_warm_load", 30e3, "goal_compile_warm_load_le_30ms"),
+    ("overhead_decode_call", 15.0, "goal_overhead_decode_call_le_15us"),
+)
+#: bf16 agreement with a peer: |peer - kernelgen| <= ATOL + RTOL * max|peer| (reference.tolerance).
+ATOL, RTOL = 1.6e-2, 1.6e-2
+ROOF_KEYS = {"tflops": "bf16_matmul_tflops", "tbps": "copy_tbps"}
+UNITS = {"tflops": "TFLOP/s", "tbps": "TB/s"}
+
+
+def rate(amount, us):
+    """amount per second / 1e12 (TFLOP/s from FLOPs, TB/s from bytes); None without a time."""
+    if amount is None or not us or us <= 0:
+        return None
+    return amount / (us * 1e-6) / 1e12
+
+
+def roof_fraction(value, metric, roofs):
+    """A rate as a fraction of its measured roof (None when either is unknown)."""
+    if value is None or metric not in ROOF_KEYS or not roofs:
+        return None
+    roof = roofs.get(ROOF_KEYS[metric])
+    return value / roof if roof else None
+
+
+def ratios(us, peer_us: dict) -> dict:
+    """{peer: peer_us / us} (> 1: kernelgen is faster)."""
+    if not us or us <= 0:
+        return {}
+    return {p: t / us for p, t in (peer_us or {}).items() if t is not None and t > 0}
+
+
+def finalize(entry: dict, roofs: dict | None) -> dict:
+    """Fill tflops/tbps, roof_fraction, ratios and arithmetic_intensity of a raw entry (in place)."""
+    metric, us = entry.get("metric"), entry.get("us")
+    entry.setdefault("peers", {})
+    entry.setdefault("unavailable", {})
+    entry["tflops"] = rate(entry.get("flops"), us) if metric == "tflops" else entry.get("tflops")
+    entry["tbps"] = rate(entry.get("bytes"), us) if metric == "tbps" else entry.get("tbps")
+    value = entry["tflops"] if metric == "tflops" else entry["tbps"] if metric == "tbps" else None
+    entry["roof_fraction"] = roof_fraction(value, metric, roofs)
+    entry["ratios"] = ratios(us, entry["peers"])
+    if entry.get("flops") and entry.get("bytes"):
+        entry["arithmetic_intensity"] = entry["flops"] / entry["bytes"]
+    return entry
+
+
+def agrees(entry: dict):
+    """True when every compared peer's output is within bf16 tolerance of kernelgen's (None when
+    no output was compared)."""
+    diffs = entry.get("max_diff") or {}
+    if not diffs:
+        return None
+    ref = entry.get("ref_max") or {}
+    return all(d <= ATOL + RTOL * ref.get(p, 1.0) for p, d in diffs.items())
+
+
+def checks(entries: list) -> dict:
+    """{check name: bool}: peer agreement per entry, and the issue's goals for the entries that ran."""
+    out = {}
+    for e in entries:
+        if e.get("us") is None:
+            continue
+        ok = agrees(e)
+        if ok is not None:
+            out[f"{e['name']}_agrees_with_peers"] = ok
+    by_name = {e["name"]: e for e in entries if e.get("us") is not None}
+    for name, limit, check in GOALS:
+        if name in by_name:
+            out[check] = by_name[name]["us"] <= limit
+    return out
+
+
+def git_commit() -> str:
+    """$KERNELGEN_COMMIT, else the checkout's HEAD, else "unknown"."""
+    if os.environ.get("KERNELGEN_COMMIT"):
+        return os.environ["KERNELGEN_COMMIT"]
+    try:
+        return subprocess.check_output(["git", "rev-parse", "HEAD"], text=True, stderr=subprocess.DEVNULL,
+                                       cwd=Path(__file__).resolve().parent).strip()
+    except Exception:  # noqa: BLE001
+        return "unknown"
+
+
+_KEEP_OUT = {"ref_max"}
+
+
+def build_report(entries: list, roofs: dict | None, device: str, settings: dict | None = None,
+                 commit: str | None = None, date: str | None = None) -> dict:
+    """The JSON report (module doc) from finalized entries."""
+    ran = [e for e in entries if e.get("us") is not None]
+    report = {
+        "commit": commit if commit is not None else git_commit(),
+        "date": date or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "device": device,
+        "tests": {},
+        "checks": checks(entries),
+        "benchmarks": [],
+        "roofs": roofs,
+        "unavailable_peers": {},
+        "skipped": {e["name"]: e["skipped"] for e in entries if e.get("skipped")},
+        "errors": {e["name"]: e["error"] for e in entries if e.get("error") and not e.get("skipped")},
+        "not_run": [{k: e.get(k) for k in ("name", "suite", "model", "skipped", "error") if e.get(k) is not None}
+                    for e in entries if e.get("us") is None],
+        "settings": settings or {},
+    }
+    for e in ran:
+        b = {k: e.get(k) for k in ("name", "us", "tflops", "tbps", "peers")}
+        b.update({k: v for k, v in e.items() if k not in b and k not in _KEEP_OUT})
+        report["benchmarks"].append(b)
+        if e.get("unavailable"):
+            report["unavailable_peers"][e["name"]] = dict(e["unavailable"])
+    return report
+
+
+def entries_from_report(rep: dict) -> list:
+    """The entries of a saved JSON report (timed ones, then the ones that did not run), for
+    re-printing its tables and re-drawing its plots without a GPU."""
+    out = [dict(b) for b in rep.get("benchmarks", [])]
+    for e in out:
+        e.setdefault("peers", {})
+        e.setdefault("unavailable", dict((rep.get("unavailable_peers") or {}).get(e.get("name"), {})))
+        if "ratios" not in e:
+            finalize(e, rep.get("roofs"))
+    for e in rep.get("not_run", []):
+        out.append(dict(e, us=None, peers={}, unavailable={}))
+    return out
+
+
+# ---------------------------------------------------------------------------------- tables
+def fmt_us(us) -> str:
+    if us is None:
+        return "-"
+    if us < 100:
+        return f"{us:.2f}"
+    if us < 10000:
+        return f"{us:.1f}"
+    return f"{us:,.0f}"
+
+
+def fmt_rate(e: dict) -> str:
+    m = e.get("metric")
+    v = e.get(m) if m in UNITS else None
+    if v is None:
+        return "-"
+    return f"{v:.0f} {UNITS[m]}" if m == "tflops" else f"{v:.2f} {UNITS[m]}"
+
+
+def fmt_frac(f) -> str:
+    return "-" if f is None else f"{100 * f:.0f}%"
+
+
+def _md_table(headers, rows) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(" --- " for _ in headers) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def suite_table(suite: str, entries: list) -> str:
+    """Markdown table of one suite: name, µs, rate, roof fraction, one column per peer with the
+    ratio peer µs / kernelgen µs ("n/a" where the peer could not run: see the notes below it)."""
+    rows_e = [e for e in entries if e.get("suite") == suite]
+    if not rows_e:
+        return ""
+    peer_names: list = []
+    for e in rows_e:
+        for p in list(e.get("peers", {})) + list(e.get("unavailable", {})):
+            if p not in peer_names:
+                peer_names.append(p)
+    headers = ["name", "µs", "TFLOP/s or TB/s", "of roof"] + [f"vs {p}" for p in peer_names]
+    rows = []
+    for e in rows_e:
+        if e.get("us") is None:
+            why = e.get("skipped") or e.get("error") or "no result"
+            rows.append([e["name"], ("skipped: " if e.get("skipped") else "error: ") + why[:100], "", ""]
+                        + [""] * len(peer_names))
+            continue
+        r = ratios(e["us"], e.get("peers", {}))
+        cells = []
+        for p in peer_names:
+            if p in r:
+                cells.append(f"{r[p]:.2f}x")
+            elif p in e.get("unavailable", {}):
+                cells.append("n/a")
+            else:
+                cells.append("")
+        rows.append([e["name"], fmt_us(e["us"]), fmt_rate(e), fmt_frac(e.get("roof_fraction"))] + cells)
+    notes = _unavailable_notes(rows_e)
+    text = f"### {suite}\n\n" + _md_table(headers, rows)
+    if notes:
+        text += "\n\n" + notes
+    return text
+
+
+def _unavailable_notes(entries: list) -> str:
+    """One line per (peer, reason) with the entries it applies to."""
+    groups: dict = {}
+    for e in entries:
+        for p, why in (e.get("unavailable") or {}).items():
+            groups.setdefault((p, why), []).append(e["name"])
+    lines = []
+    for (p, why), names in groups.items():
+        where = ", ".join(names) if len(names) <= 4 else f"{', '.join(names[:3])} and {len(names) - 3} more"
+        lines.append(f"- n/a {p} ({where}): {why}")
+    return "\n".join(lines)
+
+
+def format_report(entries: list, roofs: dict | None = None, device: str | None = None) -> str:
+    """Every suite's table, in SUITES order, with a header line (device, roofs) and the legend."""
+    head = []
+    if device:
+        head.append(f"## kernelgen bench on {device}")
+    if roofs:
+        head.append(f"Roofs measured in this run: copy {roofs.get('copy_tbps', 0):.2f} TB/s, "
+                    f"bf16 matmul {roofs.get('bf16_matmul_tflops', 0):.0f} TFLOP/s.")
+    head.append("Peer columns: peer time / kernelgen time (above 1: kernelgen is faster); n/a: the peer "
+                "cannot run the shape (reason below the table).")
+    parts = ["\n\n".join(head)]
+    for s in SUITES:
+        t = suite_table(s, entries)
+        if t:
+            parts.append(t)
+    return "\n\n".join(parts) + "\n"

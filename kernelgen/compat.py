@@ -1,0 +1,410 @@
+"""FlashAttention-3 compatible entry points: ``flash_attn_varlen_func`` and ``flash_attn_with_kvcache``.
+
+They take FlashAttention-3's argument names, positional order, defaults and return conventions
+(``hopper/flash_attn_interface.py``), so code written against FA3 can switch with an import::
+
+    from kernelgen.compat import flash_attn_varlen_func, flash_attn_with_kvcache
+
+and map every call onto :func:`kernelgen.ops.varlen_attention` (the ``torch.compile``-traceable
+form of :func:`kernelgen.varlen_attention`), so they work inside ``torch.compile(fullgraph=True)``
+and CUDA-graph capture.  Importing this module imports torch and registers the
+``torch.ops.kernelgen`` operators.
+
+Mapping (FA3 -> kernelgen): ``cache_seqlens`` -> ``seqused_k``; ``page_table`` (FA3) or
+``block_table`` (FlashAttention-2 / vLLM's fork) -> ``page_table``; ``return_attn_probs`` (varlen,
+FA3's meaning: also return the LSE) or ``return_softmax_lse`` -> ``return_lse``; ``causal``,
+``window_size``, ``softcap``, ``softmax_scale``, ``num_splits`` (0 = heuristic, 1 = no split,
+n = n splits), ``pack_gqa`` and ``out`` keep their names and meaning.  ``deterministic`` is
+accepted and ignored: it selects FA3's *backward* algorithm, kernelgen has no backward, and its
+forward is deterministic by design (each output tile is computed by one CTA with no atomics on
+the data, and split-KV partials are merged in a fixed order).
+
+Every other FA3 (or vLLM fork) argument kernelgen does not implement raises
+``NotImplementedError`` naming the argument, but only when it is set to something other than its
+default: ``seqused_q``, ``qv``, ``q_descale``/``k_descale``/``v_descale`` (FP8), ``attention_chunk``,
+``scheduler_metadata`` (kernelgen schedules on the GPU every call; see ``AttentionPlan`` for a
+fixed-capacity plan), ``sm_margin``, ``dropout_p``, ``alibi_slopes``; with_kvcache also ``k``/``v``
+(appending new tokens), ``rotary_cos``/``rotary_sin``/``rotary_seqlens``, ``cache_batch_idx``,
+``cache_leftpad`` and ``cu_seqlens_k_new``.
+"""
+import numbers
+from typing import Optional
+
+import torch
+
+from . import ops
+
+__all__ = ["flash_attn_varlen_func", "flash_attn_with_kvcache"]
+
+_INT32_MAX = 2 ** 31 - 1
+
+_HINTS = {
+    "seqused_q": "kernelgen reads query lengths from cu_seqlens_q only",
+    "qv": "there is no extra query-value product (DeepSeek MLA) in kernelgen",
+    "q_descale": "kernelgen supports float16/bfloat16 only (no FP8)",
+    "k_descale": "kernelgen supports float16/bfloat16 only (no FP8)",
+    "v_descale": "kernelgen supports float16/bfloat16 only (no FP8)",
+    "attention_chunk": "chunked (Llama-4 style) attention is not implemented; use window_size for a sliding window",
+    "scheduler_metadata": "kernelgen builds its scheduler metadata on the GPU in every call; for a fixed-capacity, "
+                          "CUDA-graph friendly plan use kernelgen.AttentionPlan",
+    "sm_margin": "kernelgen's persistent kernels use every SM",
+    "dropout_p": "kernelgen is inference-only (no dropout)",
+    "alibi_slopes": "ALiBi biases are not implemented",
+    "k": "appending new keys/values to the cache is not implemented: write them into k_cache/v_cache first "
+         "(your cache-update kernel) and pass cache_seqlens that include them",
+    "v": "appending new keys/values to the cache is not implemented: write them into k_cache/v_cache first "
+         "(your cache-update kernel) and pass cache_seqlens that include them",
+    "rotary_cos": "apply rotary embeddings before the call",
+    "rotary_sin": "apply rotary embeddings before the call",
+    "rotary_seqlens": "apply rotary embeddings before the call",
+    "cache_batch_idx": "index the cache with a page_table instead (one row of page ids per request)",
+    "cache_leftpad": "left-padded caches are not implemented; use a page_table or packed k/v with cu_seqlens_k",
+    "cu_seqlens_k_new": "appending new keys/values to the cache is not implemented",
+}
+
+
+def _show(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"<tensor {tuple(value.shape)} {str(value.dtype).replace('torch.', '')}>"
+    return repr(value)
+
+
+def _reject_unsupported(fn: str, **given) -> None:
+    """Raise NotImplementedError for the first argument that is set to a non-default value.
+
+    ``given`` maps an argument name to ``(value, is_default)``.
+    """
+    for name, (value, is_default) in given.items():
+        if not is_default:
+            raise NotImplementedError(f"{fn}: argument {name}={_show(value)} is not supported by kernelgen "
+                                      f"({_HINTS[name]}); leave it at its default")
+
+
+def _is_zero(x) -> bool:
+    return x is None or (isinstance(x, numbers.Number) and not isinstance(x, bool) and x == 0)
+
+
+def _window(window_size):
+    if window_size is None:  # vLLM's fork passes None for "no window"
+        return (-1, -1)
+    if isinstance(window_size, (tuple, list)) and len(window_size) == 2:
+        return (window_size[0], window_size[1])
+    raise TypeError(f"window_size must be a pair of ints (left, right), got {window_size!r}")
+
+
+def _num_splits(num_splits):
+    # FA3 treats num_splits <= 0 as "use the heuristic"; kernelgen spells that 0.
+    if isinstance(num_splits, int) and not isinstance(num_splits, bool) and num_splits < 0:
+        return 0
+    return num_splits
+
+
+def _page_table(fn: str, page_table, block_table):
+    if page_table is not None and block_table is not None:
+        raise ValueError(f"{fn}: give page_table or block_table (the same thing), not both")
+    return page_table if page_table is not None else block_table
+
+
+def flash_attn_varlen_func(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k=None,
+    max_seqlen_q=None,
+    max_seqlen_k=None,
+    seqused_q=None,
+    seqused_k=None,
+    softmax_scale=None,
+    causal=False,
+    qv=None,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
+    window_size=(-1, -1),
+    attention_chunk=0,
+    softcap=0.0,
+    num_splits=1,
+    pack_gqa=None,
+    deterministic=False,
+    sm_margin=0,
+    return_attn_probs=False,
+    *,
+    block_table: Optional[torch.Tensor] = None,
+    page_table: Optional[torch.Tensor] = None,
+    return_softmax_lse: bool = False,
+    out: Optional[torch.Tensor] = None,
+    dropout_p: float = 0.0,
+    alibi_slopes: Optional[torch.Tensor] = None,
+    scheduler_metadata: Optional[torch.Tensor] = None,
+):
+    """FlashAttention-3's ``flash_attn_varlen_func`` on kernelgen's kernels (forward only).
+
+    Positional order and defaults are upstream FA3's (``num_splits=1``: no split-KV; pass 0 to let
+    kernelgen's GPU scheduler split decode-like batches).  vLLM's fork orders
+    ``max_seqlen_q, cu_seqlens_q, max_seqlen_k, cu_seqlens_k`` differently: call by keyword.  The
+    keyword-only arguments come from FlashAttention-2 / vLLM's fork.
+
+    Args:
+        q: (total_q, num_heads_q, head_dim), float16 or bfloat16, CUDA.
+        k, v: packed (total_k, num_heads_kv, head_dim / head_dim_v), or with ``block_table`` /
+            ``page_table`` a paged cache (num_pages, page_size, num_heads_kv, head_dim / head_dim_v).
+        cu_seqlens_q, cu_seqlens_k: int32 (batch + 1,), cumulative lengths in tokens.  With a page
+            table, ``cu_seqlens_k`` only gives key lengths (FlashAttention-2's paged convention)
+            unless ``seqused_k`` is given.
+        max_seqlen_q, max_seqlen_k: longest query / key length in tokens (ints; hints for the
+            tile shape and split bound).
+        seqused_k: int32 (batch,), keys used per request.
+        softmax_scale: logit scale, default 1 / sqrt(head_dim).
+        causal, window_size, softcap: bottom-right aligned causal mask, (left, right) sliding
+            window (-1 = unbounded; None accepted as (-1, -1)), logit soft-capping (0 = off).
+        num_splits: split-KV: 1 none, 0 (or negative) kernelgen's heuristic, n > 1 forced.
+        pack_gqa: None = heuristic.
+        deterministic: accepted and ignored (backward-only in FA3; kernelgen's forward is
+            deterministic).
+        return_attn_probs, return_softmax_lse: also return the log-sum-exp (FA3 returns
+            (out, softmax_lse) for return_attn_probs; no attention probabilities are returned).
+        block_table, page_table: int32 (batch, max_pages_per_seq) page ids (paged K/V).
+        out: optional (total_q, num_heads_q, head_dim_v) output tensor in q's dtype.
+
+    Returns:
+        out (total_q, num_heads_q, head_dim_v) in q's dtype, or (out, softmax_lse) with
+        softmax_lse (num_heads_q, total_q) float32, natural log.
+
+    Raises:
+        NotImplementedError: an unsupported FA3 argument (seqused_q, qv, q/k/v_descale,
+            attention_chunk, scheduler_metadata, sm_margin, dropout_p, alibi_slopes) is set;
+            the message names it.
+        TypeError: cu_seqlens_q is not a tensor (e.g. vLLM's positional order), or a kernelgen
+            type/dtype check failed.
+        ValueError: shapes, devices or values rejected by :func:`kernelgen.varlen_attention`
+            (the message names kernelgen's argument: page_table for block_table), or both
+            page_table and block_table given, or a page table without key lengths.
+    """
+    fn = "flash_attn_varlen_func"
+    _reject_unsupported(
+        fn,
+        seqused_q=(seqused_q, seqused_q is None),
+        qv=(qv, qv is None),
+        q_descale=(q_descale, q_descale is None),
+        k_descale=(k_descale, k_descale is None),
+        v_descale=(v_descale, v_descale is None),
+        attention_chunk=(attention_chunk, _is_zero(attention_chunk)),
+        scheduler_metadata=(scheduler_metadata, scheduler_metadata is None),
+        sm_margin=(sm_margin, _is_zero(sm_margin)),
+        dropout_p=(dropout_p, _is_zero(dropout_p)),
+        alibi_slopes=(alibi_slopes, alibi_slopes is None),
+    )
+    if not isinstance(cu_seqlens_q, torch.Tensor):
+        raise TypeError(f"{fn}: cu_seqlens_q must be an int32 tensor, got {type(cu_seqlens_q).__name__}; "
+                        f"kernelgen.compat follows FlashAttention-3's order (q, k, v, cu_seqlens_q, cu_seqlens_k, "
+                        f"max_seqlen_q, max_seqlen_k); vLLM's fork puts max_seqlen_q first, so pass keywords")
+    table = _page_table(fn, page_table, block_table)
+    if table is not None:
+        if seqused_k is None:
+            if cu_seqlens_k is None:
+                raise ValueError(f"{fn}: a paged cache (page_table/block_table) needs seqused_k or cu_seqlens_k "
+                                 f"for the key lengths")
+            seqused_k = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).to(torch.int32)
+        cu_seqlens_k = None
+    return ops.varlen_attention(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=seqused_k, page_table=table,
+        causal=causal, window_size=_window(window_size), softcap=softcap, softmax_scale=softmax_scale,
+        num_splits=_num_splits(num_splits), pack_gqa=pack_gqa,
+        return_lse=bool(return_attn_probs or return_softmax_lse), out=out)
+
+
+def _mergeable(x) -> bool:
+    """True when dims 0 and 1 of ``x`` can be viewed as one (no copy)."""
+    return x.shape[0] <= 1 or x.shape[1] <= 1 or x.stride(0) == x.stride(1) * x.shape[1]
+
+
+def flash_attn_with_kvcache(
+    q,
+    k_cache,
+    v_cache,
+    k=None,
+    v=None,
+    qv=None,
+    rotary_cos=None,
+    rotary_sin=None,
+    cache_seqlens=None,
+    cache_batch_idx=None,
+    cache_leftpad=None,
+    page_table=None,
+    cu_seqlens_q=None,
+    cu_seqlens_k_new=None,
+    max_seqlen_q=None,
+    rotary_seqlens=None,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    attention_chunk=0,
+    softcap=0.0,
+    rotary_interleaved=True,
+    scheduler_metadata=None,
+    num_splits=0,
+    pack_gqa=None,
+    sm_margin=0,
+    return_softmax_lse=False,
+    *,
+    block_table: Optional[torch.Tensor] = None,
+    alibi_slopes: Optional[torch.Tensor] = None,
+    out: Optional[torch.Tensor] = None,
+):
+    """FlashAttention-3's ``flash_attn_with_kvcache`` on kernelgen's kernels (attention over an
+    existing KV cache; forward only, no in-place append).
+
+    The query batch becomes kernelgen's varlen layout (``cu_seqlens_q = arange(batch + 1) *
+    seqlen_q``, a view of q when q is contiguous) and the output is reshaped back.  A paged cache
+    goes to kernelgen as is.  A non-paged cache (batch_size_cache, seqlen_cache, Hkv, d) becomes
+    packed K/V with ``cu_seqlens_k = arange(batch + 1) * seqlen_cache`` and ``seqused_k =
+    cache_seqlens``, as a *view* (no copy); when its first two dims cannot be viewed as one (e.g.
+    a slice ``cache[:, :n]`` of a longer cache) or it has 2^31 rows or more, it is passed as a
+    paged cache with one page per request (``page_size = seqlen_cache``, ``page_table =
+    arange(batch)``), again without a copy.
+
+    Args:
+        q: (batch, seqlen_q, num_heads_q, head_dim), or (total_q, num_heads_q, head_dim) with
+            ``cu_seqlens_q``; float16 or bfloat16, CUDA.
+        k_cache, v_cache: (batch_size_cache >= batch, seqlen_cache, num_heads_kv, head_dim /
+            head_dim_v) without a page table, or (num_pages, page_size, num_heads_kv, head_dim /
+            head_dim_v) with one; last dim contiguous.
+        cache_seqlens: keys in the cache per request (tokens): an int, or an int32 (batch,)
+            tensor.  None: every request uses the whole cache row (seqlen_cache, or
+            max_pages_per_seq * page_size when paged).
+        page_table (FA3) or block_table (FlashAttention-2): int32 (batch, max_pages_per_seq).
+        cu_seqlens_q: int32 (batch + 1,) for a varlen q; max_seqlen_q: its longest request (tokens).
+        softmax_scale, causal, window_size, softcap, pack_gqa: as in ``flash_attn_varlen_func``.
+        num_splits: 0 (default) lets kernelgen's GPU scheduler split long caches; 1 none; n forced.
+        rotary_interleaved: ignored (only meaningful with rotary_cos, which is unsupported).
+        return_softmax_lse: also return the log-sum-exp.
+        out: optional output tensor shaped like the returned out (a view of it must be possible
+            as (total_q, num_heads_q, head_dim_v)).
+
+    Returns:
+        out (batch, seqlen_q, num_heads_q, head_dim_v) in q's dtype ((total_q, num_heads_q,
+        head_dim_v) with cu_seqlens_q); with ``return_softmax_lse`` also softmax_lse float32,
+        natural log: (batch, num_heads_q, seqlen_q) as in FA3 (a small contiguous copy of
+        kernelgen's (num_heads_q, total_q)), or (num_heads_q, total_q) with cu_seqlens_q.
+
+    Raises:
+        NotImplementedError: an unsupported argument is set (k/v append, qv, rotary_*,
+            cache_batch_idx, cache_leftpad, cu_seqlens_k_new, q/k/v_descale, attention_chunk,
+            scheduler_metadata, sm_margin, alibi_slopes); the message names it.
+        TypeError: cache_seqlens is not an int or an int32 tensor, or a kernelgen type check failed.
+        ValueError: q/k_cache/out shapes that do not fit together (named), or shapes, devices or
+            values rejected by :func:`kernelgen.varlen_attention`.
+    """
+    fn = "flash_attn_with_kvcache"
+    _reject_unsupported(
+        fn,
+        k=(k, k is None),
+        v=(v, v is None),
+        qv=(qv, qv is None),
+        rotary_cos=(rotary_cos, rotary_cos is None),
+        rotary_sin=(rotary_sin, rotary_sin is None),
+        rotary_seqlens=(rotary_seqlens, rotary_seqlens is None),
+        cache_batch_idx=(cache_batch_idx, cache_batch_idx is None),
+        cache_leftpad=(cache_leftpad, cache_leftpad is None),
+        cu_seqlens_k_new=(cu_seqlens_k_new, cu_seqlens_k_new is None),
+        q_descale=(q_descale, q_descale is None),
+        k_descale=(k_descale, k_descale is None),
+        v_descale=(v_descale, v_descale is None),
+        attention_chunk=(attention_chunk, _is_zero(attention_chunk)),
+        scheduler_metadata=(scheduler_metadata, scheduler_metadata is None),
+        sm_margin=(sm_margin, _is_zero(sm_margin)),
+        alibi_slopes=(alibi_slopes, alibi_slopes is None),
+    )
+    table = _page_table(fn, page_table, block_table)
+    if not isinstance(q, torch.Tensor):
+        raise TypeError(f"{fn}: q must be a torch.Tensor, got {type(q).__name__}")
+    for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(x, torch.Tensor) or x.dim() != 4:
+            what = "(num_pages, page_size, Hkv, d)" if table is not None else "(batch_size_cache, seqlen_cache, Hkv, d)"
+            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"{fn}: {name} must be a 4-dimensional tensor {what}, got {got}")
+    if tuple(v_cache.shape[:3]) != tuple(k_cache.shape[:3]):
+        raise ValueError(f"{fn}: v_cache must match k_cache in its first three dims, got {tuple(v_cache.shape)} "
+                         f"and {tuple(k_cache.shape)}")
+
+    # ---- queries -> varlen layout
+    if cu_seqlens_q is not None:
+        if q.dim() != 3:
+            raise ValueError(f"{fn}: with cu_seqlens_q, q must be (total_q, num_heads_q, head_dim), got "
+                             f"shape {tuple(q.shape)}")
+        batch, seqlen_q = cu_seqlens_q.shape[0] - 1, None
+        q3 = q
+    else:
+        if q.dim() != 4:
+            raise ValueError(f"{fn}: q must be (batch, seqlen_q, num_heads_q, head_dim), got shape {tuple(q.shape)}")
+        batch, seqlen_q = q.shape[0], q.shape[1]
+        q3 = q.reshape(batch * seqlen_q, q.shape[2], q.shape[3])  # a view when q is contiguous
+        cu_seqlens_q = torch.arange(batch + 1, dtype=torch.int32, device=q.device) * seqlen_q
+        max_seqlen_q = seqlen_q
+    total_q, hq = q3.shape[0], q3.shape[1]
+    dv = v_cache.shape[-1]
+
+    # ---- key lengths
+    if cache_seqlens is not None:
+        if isinstance(cache_seqlens, bool):
+            raise TypeError(f"{fn}: cache_seqlens must be an int or an int32 tensor, got bool")
+        if isinstance(cache_seqlens, int):
+            cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
+        elif not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dtype != torch.int32:
+            got = cache_seqlens.dtype if isinstance(cache_seqlens, torch.Tensor) else type(cache_seqlens).__name__
+            raise TypeError(f"{fn}: cache_seqlens must be an int or an int32 tensor, got {got}")
+        elif cache_seqlens.dim() != 1 or cache_seqlens.shape[0] != batch:
+            raise ValueError(f"{fn}: cache_seqlens must have shape ({batch},), got {tuple(cache_seqlens.shape)}")
+
+    # ---- keys -> packed view or paged
+    cu_seqlens_k = None
+    max_seqlen_k = None
+    kk, vv = k_cache, v_cache
+    if table is None:
+        b_cache, seqlen_cache = k_cache.shape[0], k_cache.shape[1]
+        if b_cache < batch:
+            raise ValueError(f"{fn}: k_cache has {b_cache} rows (batch_size_cache) for a batch of {batch} requests")
+        if _mergeable(k_cache) and _mergeable(v_cache) and batch * seqlen_cache <= _INT32_MAX:
+            kk = k_cache.reshape(b_cache * seqlen_cache, k_cache.shape[2], k_cache.shape[3])  # views, no copy
+            vv = v_cache.reshape(b_cache * seqlen_cache, v_cache.shape[2], v_cache.shape[3])
+            cu_seqlens_k = torch.arange(batch + 1, dtype=torch.int32, device=q.device) * seqlen_cache
+            max_seqlen_k = seqlen_cache
+        else:  # one page per request: still no copy
+            table = torch.arange(batch, dtype=torch.int32, device=q.device).view(batch, 1)
+            if cache_seqlens is None:
+                cache_seqlens = torch.full((batch,), seqlen_cache, dtype=torch.int32, device=q.device)
+    elif cache_seqlens is None:
+        cache_seqlens = torch.full((batch,), table.shape[1] * k_cache.shape[1], dtype=torch.int32, device=q.device)
+
+    # ---- output buffer
+    out3 = None
+    if out is not None:
+        want = (total_q, hq, dv) if seqlen_q is None else (batch, seqlen_q, hq, dv)
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ValueError(f"{fn}: out must have shape {want}, got {got}")
+        if seqlen_q is None:
+            out3 = out
+        elif _mergeable(out):
+            out3 = out.reshape(total_q, hq, dv)
+        else:
+            raise ValueError(f"{fn}: out must be viewable as (batch * seqlen_q, num_heads_q, head_dim_v) "
+                             f"(dims 0 and 1 contiguous with each other)")
+
+    res = ops.varlen_attention(
+        q3, kk, vv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=cache_seqlens,
+        page_table=table, causal=causal, window_size=_window(window_size), softcap=softcap,
+        softmax_scale=softmax_scale, num_splits=_num_splits(num_splits), pack_gqa=pack_gqa,
+        return_lse=bool(return_softmax_lse), out=out3)
+    o3, lse = (res if return_softmax_lse else (res, None))
+    if seqlen_q is None:
+        o = o3
+    else:
+        o = out if out is not None else o3.view(batch, seqlen_q, hq, dv)
+        if lse is not None:  # (Hq, batch * seqlen_q) -> FA3's (batch, Hq, seqlen_q)
+            lse = lse.view(hq, batch, seqlen_q).transpose(0, 1).contiguous()
+    return (o, lse) if return_softmax_lse else o

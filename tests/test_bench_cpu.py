@@ -1,0 +1,456 @@
+"""CPU tests of ``kernelgen bench`` (no GPU): parsing, presets, counting, report arithmetic, JSON and
+table shapes, plots from synthetic results, the registry, the peer harness, the FlexAttention
+document mask and the SDPA decode views against the float64 reference, and the cold compile."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernelgen import cli
+from kernelgen.bench import SUITES, peers, plots, report, runner, suites
+from kernelgen.bench.models import (DEFAULT_MODEL, PRESETS, ModelPreset, attention_flops, decode_bytes, entry_name,
+                                    prefill_bytes, resolve_models, visible_pairs)
+from kernelgen.demo import has_cuda_gpu
+
+REPO = Path(__file__).resolve().parents[1]
+no_gpu = pytest.mark.skipif(has_cuda_gpu(), reason="checks the no-GPU behaviour")
+REQUIRED = {
+    "prefill_dense_causal_h128_s16k", "prefill_dense_h128_s4k", "prefill_dense_causal_h64_s2k",
+    "prefill_dense_causal_h256_s4k", "prefill_varlen_trace",
+    "decode_trace_b128_paged16", "decode_trace_b32_paged16", "decode_long_b8_128k", "graph_decode_step_b128",
+    "mixed_trace",
+    "scheduler_b8", "scheduler_b128", "scheduler_b1024", "scheduler_b4096", "varlen_trace_sorted",
+    "varlen_trace_unsorted",
+    "compile_cold_variant", "compile_warm_load", "dispatch_in_memory",
+    "overhead_decode_call", "overhead_plan_run", "overhead_graph_replay",
+}
+ROOFS = {"copy_tbps": 4.0, "bf16_matmul_tflops": 800.0}
+
+
+# ------------------------------------------------------------------------------------ parsing
+def test_bench_parser_defaults():
+    args = cli.build_parser().parse_args(["bench"])
+    assert args.command == "bench"
+    assert args.suite == ["all"] and args.model is None and args.trace is None
+    assert args.json is None and args.plots is None and args.repeat is None and not args.quick
+    assert args.flex is None and args.budget is None and not args.no_flush and args.cache_dir is None
+    assert args.from_json is None
+
+
+def test_bench_parser_values():
+    args = cli.build_parser().parse_args([
+        "bench", "--suite", "prefill,decode,prefill", "--model", "llama3-8b,mla", "--trace", "t.csv",
+        "--json", "out.json", "--plots", "pl", "--repeat", "7", "--quick", "--flex", "all", "--budget", "90",
+        "--no-flush", "--jobs", "3", "--cache-dir", "cd"])
+    assert args.suite == ["prefill", "decode"]
+    assert args.model == ["llama3-8b", "mla"]
+    assert (args.trace, args.json, args.plots, args.repeat, args.quick) == ("t.csv", "out.json", "pl", 7, True)
+    assert (args.flex, args.budget, args.no_flush, args.jobs, args.cache_dir) == ("all", 90.0, True, 3, "cd")
+    for suite in SUITES + ("all",):
+        assert cli.build_parser().parse_args(["bench", "--suite", suite]).suite == [suite]
+
+
+@pytest.mark.parametrize("argv", [["bench", "--suite", "nope"], ["bench", "--model", "gpt5"],
+                                  ["bench", "--repeat", "0"], ["bench", "--flex", "maybe"], ["bench", "--suite", ","]])
+def test_bench_parser_rejects(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.build_parser().parse_args(argv)
+    assert e.value.code == 2
+
+
+@no_gpu
+def test_bench_without_gpu_exits_2(capsys):
+    assert cli.main(["bench", "--quick"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+@no_gpu
+def test_tools_bench_wrapper_without_gpu(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("tools_bench", REPO / "tools" / "bench.py")
+    mod = importlib.util.module_from_spec(spec)
+    saved = list(sys.path)
+    try:
+        spec.loader.exec_module(mod)  # (it puts the checkout on sys.path)
+    finally:
+        sys.path[:] = saved
+    assert mod.main(["--json", str(tmp_path / "b.json")]) == 2
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for flag in ("--json", "--sweep", "--only-scheduler", "--only-decode-sweep"):
+        assert flag in out
+
+
+# ------------------------------------------------------------------------------------ presets
+def test_presets():
+    want = {"llama3-8b": (32, 8, 128, 128, 0.0, 0), "llama3-70b-tp8": (8, 1, 128, 128, 0.0, 0),
+            "qwen2.5-7b": (28, 4, 128, 128, 0.0, 0), "gemma2-9b": (16, 8, 256, 256, 50.0, 0),
+            "mistral-7b": (32, 8, 128, 128, 0.0, 4096), "mla": (128, 128, 192, 128, 0.0, 0)}
+    assert set(PRESETS) == set(want) and DEFAULT_MODEL == "llama3-8b"
+    for name, p in PRESETS.items():
+        assert (p.num_heads_q, p.num_heads_kv, p.head_dim, p.head_dim_v, p.softcap, p.window) == want[name]
+        assert p.num_heads_q % p.num_heads_kv == 0
+        assert p.head_dim in (64, 96, 128, 192, 256) and p.head_dim_v in (64, 96, 128, 192, 256)
+    assert PRESETS["mistral-7b"].window_size == (4095, 0) and PRESETS["llama3-8b"].window_size == (-1, -1)
+    assert PRESETS["llama3-8b"].kv_bytes_per_token == 8 * 256 * 2
+    with pytest.raises(ValueError):
+        ModelPreset("bad", 30, 8, 128, 128)
+
+
+def test_resolve_models_and_names():
+    assert [p.name for p in resolve_models(None)] == [DEFAULT_MODEL]
+    assert [p.name for p in resolve_models(["all"])] == list(PRESETS)
+    assert [p.name for p in resolve_models(["mla", "all"])][:2] == ["mla", "llama3-8b"]
+    assert len(resolve_models(["mla", "all"])) == len(PRESETS)
+    with pytest.raises(ValueError):
+        resolve_models(["nope"])
+    assert entry_name("decode_long_b8_128k", PRESETS["llama3-8b"]) == "decode_long_b8_128k"
+    assert entry_name("decode_long_b8_128k", PRESETS["mla"]) == "decode_long_b8_128k_mla"
+    assert entry_name("x", None) == "x"
+
+
+def _pairs_brute(lq, lk, causal, wl):
+    n = 0
+    for r in range(lq):
+        for j in range(lk):
+            if causal and j > r + lk - lq:
+                continue
+            if causal and wl >= 0 and r + lk - lq - j > wl:
+                continue
+            n += 1
+    return n
+
+
+@pytest.mark.parametrize("lq,lk", [(1, 1), (1, 300), (5, 5), (37, 100), (100, 37), (64, 64), (0, 5), (3, 0)])
+@pytest.mark.parametrize("wl", [-1, 0, 1, 15, 40, 1000])
+def test_visible_pairs_brute_force(lq, lk, wl):
+    assert visible_pairs(lq, lk, True, wl) == _pairs_brute(lq, lk, True, wl)
+    assert visible_pairs(lq, lk, False) == lq * lk
+
+
+def test_visible_pairs_matches_demo():
+    from kernelgen.demo import visible_pairs as demo_pairs
+
+    for lq, lk in [(16384, 16384), (1, 131072), (512, 6000), (4085, 4085)]:
+        assert visible_pairs(lq, lk, True) == demo_pairs(lq, lk, True)
+
+
+def test_flops_and_bytes():
+    llama, mla, mistral = PRESETS["llama3-8b"], PRESETS["mla"], PRESETS["mistral-7b"]
+    # dense causal 1 x 32 x 16384, d 128: 2.20e12 FLOPs (docs/perf-notes.md)
+    dense = ModelPreset("d", 32, 32, 128, 128)
+    assert attention_flops([16384], [16384], dense) == 4 * 32 * 128 * (16384 * 16385 // 2)
+    assert prefill_bytes([16384], [16384], dense) == 4 * 16384 * 32 * 128 * 2
+    assert attention_flops([10], [10], mla) == 2 * 128 * (192 + 128) * 55
+    # decode: K+V read; a window caps the keys read
+    assert decode_bytes([1000, 10], llama) == 1010 * 8 * 256 * 2
+    assert decode_bytes([10000, 10], mistral) == (4096 + 10) * 8 * 256 * 2
+    assert attention_flops([1], [10000], mistral) == 4 * 32 * 128 * 4096
+
+
+# ------------------------------------------------------------------------------ report arithmetic
+def test_rates_fractions_ratios():
+    assert report.rate(2e12, 1e6) == pytest.approx(2.0)
+    assert report.rate(None, 5) is None and report.rate(5, 0) is None
+    assert report.roof_fraction(400.0, "tflops", ROOFS) == pytest.approx(0.5)
+    assert report.roof_fraction(3.0, "tbps", ROOFS) == pytest.approx(0.75)
+    assert report.roof_fraction(3.0, None, ROOFS) is None and report.roof_fraction(3.0, "tbps", None) is None
+    assert report.ratios(100.0, {"a": 150.0, "b": 50.0}) == {"a": pytest.approx(1.5), "b": pytest.approx(0.5)}
+    assert report.ratios(None, {"a": 1.0}) == {}
+
+
+def _synthetic() -> list:
+    es = [
+        {"name": "prefill_dense_causal_h128_s16k", "suite": "prefill", "model": None, "us": 7000.0,
+         "metric": "tflops", "flops": 2.2e12, "bytes": 5.37e8, "peers": {"torch_fa2": 6436.0, "cudnn_sdpa": 3325.0},
+         "unavailable": {"mem_efficient_sdpa": "RuntimeError: no kernel", "kernelgen_sm90a": peers.SM90A_REASON},
+         "max_diff": {"torch_fa2": 0.004, "cudnn_sdpa": 0.5}, "ref_max": {"torch_fa2": 0.9, "cudnn_sdpa": 0.9}},
+        {"name": "decode_trace_b128_paged16", "suite": "decode", "model": "llama3-8b", "us": 1900.0, "metric": "tbps",
+         "flops": 9.9e11 / 1000, "bytes": 7.8e9, "peers": {"torch_fa2_varlen": 5700.0},
+         "unavailable": {"torch_fa2": peers.VARLEN_SDPA_REASON}, "max_diff": {"torch_fa2_varlen": 0.001},
+         "ref_max": {"torch_fa2_varlen": 0.3}},
+        {"name": "decode_long_b8_128k_mla", "suite": "decode", "model": "mla", "us": None, "peers": {},
+         "unavailable": {}, "skipped": "KV cache of 86 GB exceeds the suite's 32 GB budget"},
+        {"name": "scheduler_b8", "suite": "scheduler", "model": "llama3-8b", "us": 3.3, "metric": None,
+         "peers": {"kernelgen_aos": 3.5, "kernelgen_nosort": 2.1}, "unavailable": {}},
+        {"name": "compile_cold_variant", "suite": "compile", "model": None, "us": 4.0e6, "peers": {}, "unavailable": {}},
+        {"name": "compile_warm_load", "suite": "compile", "model": None, "us": 45e3, "peers": {}, "unavailable": {}},
+        {"name": "overhead_decode_call", "suite": "overhead", "model": "llama3-8b", "us": 12.0, "peers": {},
+         "unavailable": {}},
+        {"name": "mixed_trace", "suite": "mixed", "model": "llama3-8b", "us": None, "peers": {}, "unavailable": {},
+         "error": "RuntimeError: boom"},
+    ]
+    return [report.finalize(e, ROOFS) for e in es]
+
+
+def test_finalize():
+    es = {e["name"]: e for e in _synthetic()}
+    p = es["prefill_dense_causal_h128_s16k"]
+    assert p["tflops"] == pytest.approx(2.2e12 / 7000e-6 / 1e12) and p["tbps"] is None
+    assert p["roof_fraction"] == pytest.approx(p["tflops"] / 800.0)
+    assert p["ratios"]["torch_fa2"] == pytest.approx(6436 / 7000)
+    assert p["arithmetic_intensity"] == pytest.approx(2.2e12 / 5.37e8)
+    d = es["decode_trace_b128_paged16"]
+    assert d["tbps"] == pytest.approx(7.8e9 / 1900e-6 / 1e12) and d["tflops"] is None
+    assert d["roof_fraction"] == pytest.approx(d["tbps"] / 4.0)
+    s = es["scheduler_b8"]
+    assert s["tflops"] is None and s["tbps"] is None and s["roof_fraction"] is None
+    assert s["ratios"]["kernelgen_nosort"] == pytest.approx(2.1 / 3.3)
+
+
+def test_json_report_shape():
+    rep = report.build_report(_synthetic(), ROOFS, "NVIDIA H200", {"suites": ["all"]}, commit="abc", date="2026-01-01")
+    json.dumps(rep)  # serialisable
+    for key in ("commit", "date", "device", "tests", "checks", "benchmarks"):
+        assert key in rep
+    assert (rep["commit"], rep["date"], rep["device"]) == ("abc", "2026-01-01", "NVIDIA H200")
+    names = [b["name"] for b in rep["benchmarks"]]
+    assert "decode_long_b8_128k_mla" not in names and "mixed_trace" not in names
+    assert rep["skipped"] == {"decode_long_b8_128k_mla": "KV cache of 86 GB exceeds the suite's 32 GB budget"}
+    assert rep["errors"] == {"mixed_trace": "RuntimeError: boom"}
+    for b in rep["benchmarks"]:
+        assert {"name", "us", "tflops", "tbps", "peers"} <= set(b)
+        assert isinstance(b["us"], float) and all(isinstance(v, float) for v in b["peers"].values())
+    assert rep["unavailable_peers"]["decode_trace_b128_paged16"] == {"torch_fa2": peers.VARLEN_SDPA_REASON}
+    assert rep["roofs"] == ROOFS and rep["settings"] == {"suites": ["all"]}
+    c = rep["checks"]
+    assert c["decode_trace_b128_paged16_agrees_with_peers"] is True
+    assert c["prefill_dense_causal_h128_s16k_agrees_with_peers"] is False  # cudnn 0.5 off
+    assert c["goal_compile_cold_le_15s"] is True and c["goal_compile_warm_load_le_30ms"] is False
+    assert c["goal_overhead_decode_call_le_15us"] is True
+    # what tools/gpu_report.py reads from a bench JSON
+    for b in rep["benchmarks"]:
+        " ".join(f"{p} {u:.0f} ({u / b['us']:.2f}x)" for p, u in (b.get("peers") or {}).items())
+        f"{b['us']:10.1f}"
+
+
+def test_markdown_tables():
+    text = report.format_report(_synthetic(), ROOFS, "NVIDIA H200")
+    assert "## kernelgen bench on NVIDIA H200" in text and "copy 4.00 TB/s" in text
+    assert text.index("### prefill") < text.index("### decode") < text.index("### scheduler")
+    assert "| name | µs | TFLOP/s or TB/s | of roof | vs torch_fa2 | vs cudnn_sdpa |" in text
+    row = next(ln for ln in text.splitlines() if ln.startswith("| prefill_dense_causal_h128_s16k "))
+    assert "7000.0" in row and "314 TFLOP/s" in row and "39%" in row and "0.92x" in row and "0.47x" in row
+    assert "n/a" in row
+    assert "mem_efficient_sdpa (prefill_dense_causal_h128_s16k): RuntimeError: no kernel" in text
+    assert "| decode_long_b8_128k_mla | skipped: KV cache" in text
+    assert "| mixed_trace | error: RuntimeError: boom" in text
+    row = next(ln for ln in text.splitlines() if ln.startswith("| scheduler_b8 "))
+    assert "3.30" in row and "1.06x" in row and "0.64x" in row
+    assert report.suite_table("overhead", []) == ""
+
+
+def test_from_json_reprints_and_replots(tmp_path, capsys):
+    """`kernelgen bench --from-json` re-prints a saved report's tables (and plots) without a GPU."""
+    rep = report.build_report(_synthetic(), ROOFS, "NVIDIA H200", commit="abc")
+    path = tmp_path / "h200.json"
+    path.write_text(json.dumps(rep))
+    back = report.entries_from_report(json.loads(path.read_text()))
+    assert {e["name"] for e in back} == {e["name"] for e in _synthetic()}
+    argv = ["bench", "--from-json", str(path)]
+    if importlib.util.find_spec("matplotlib") is not None:
+        argv += ["--plots", str(tmp_path / "pl")]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| prefill_dense_causal_h128_s16k | 7000.0 | 314 TFLOP/s | 39% |" in out
+    assert "| decode_long_b8_128k_mla | skipped: KV cache" in out and "| mixed_trace | error: RuntimeError" in out
+    if "--plots" in argv:
+        assert (tmp_path / "pl" / "roofline.png").exists() and (tmp_path / "pl" / "decode.png").exists()
+
+
+# --------------------------------------------------------------------------------------- plots
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="matplotlib not installed")
+def test_plots_from_synthetic_results(tmp_path):
+    written = plots.write_plots(_synthetic(), ROOFS, tmp_path / "plots")
+    names = sorted(p.name for p in written)
+    assert names == sorted(["prefill.png", "decode.png", "scheduler.png", "compile.png", "overhead.png",
+                            "roofline.png"])
+    for p in written:
+        data = p.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    assert not plots.suite_bars(_synthetic(), "mixed", tmp_path / "m.png")  # nothing timed there
+    assert plots.roofline(_synthetic(), None, tmp_path / "r.png")  # without roofs too
+
+
+# ------------------------------------------------------------------------------------ registry
+def test_registry_covers_required_entries():
+    defs = suites.registry(["all"], resolve_models([DEFAULT_MODEL]))
+    names = [d.name for d in defs]
+    assert len(names) == len(set(names)) >= 20
+    assert REQUIRED <= set(names)
+    assert {d.suite for d in defs} == set(SUITES)
+    every = suites.registry(["all"], resolve_models(["all"]))
+    names = [d.name for d in every]
+    assert len(names) == len(set(names))
+    for m in PRESETS:
+        for base in ("prefill_varlen_trace",) + suites.DECODE_SHAPES:
+            assert entry_name(base, m) in names
+    assert [d.name for d in suites.registry(["compile"], [])] == ["compile_cold_variant", "compile_warm_load",
+                                                                  "dispatch_in_memory"]
+    sub = suites.registry(["scheduler", "overhead"], resolve_models(["mla"]))
+    assert {d.suite for d in sub} == {"scheduler", "overhead"}
+    assert "scheduler_b8_mla" in [d.name for d in sub]
+    with pytest.raises(ValueError):
+        suites.registry(["nope"], [])
+
+
+def test_registry_specs_derive_and_are_valid():
+    """Every kernel the full run pre-compiles can be derived for the H200 (sm_90a, 132 SMs)."""
+    from kernelgen.spec import AttentionSpec
+
+    settings = suites.Settings()
+    specs = []
+    for d in suites.registry(["all"], resolve_models(["all"])):
+        if d.specs is not None:
+            specs += d.specs(settings, "sm_90a", 132)
+    specs = list(dict.fromkeys(specs))
+    attn = [s for s in specs if isinstance(s, AttentionSpec)]
+    assert any(s.paged and s.split for s in attn)  # decode
+    assert any(s.head_dim == 192 and s.head_dim_v == 128 for s in attn)  # mla
+    assert any(s.softcap and s.head_dim == 256 for s in attn)  # gemma2
+    assert any(s.mask == "local" for s in attn)  # mistral
+    assert {s.layout for s in attn} == {"soa", "aos"}
+
+
+def test_flex_policy():
+    s = suites.Settings(flex="some")
+    assert s.flex_builder("B", "some") == "B"
+    assert "--flex all" in s.flex_builder("B", "all")
+    assert suites.Settings(flex="all").flex_builder("B", "all") == "B"
+    assert "off" in suites.Settings(flex="off").flex_builder("B", "some")
+    assert "time budget" in suites.Settings(flex="all", flex_deadline=0.0).flex_builder("B", "some")
+
+
+def test_cache_budget_skip():
+    suites.check_cache_budget(1000, PRESETS["llama3-8b"])
+    with pytest.raises(suites.Skip, match="budget"):
+        suites.check_cache_budget(1_889_536, PRESETS["mla"])  # decode_trace_b128 for MLA: 155 GB
+
+
+def test_trace_shapes():
+    s = suites.Settings()
+    assert len(suites.decode_contexts(s, "decode_trace_b128_paged16")) == 128
+    assert len(suites.decode_contexts(s, "decode_trace_b32_paged16")) == 32
+    assert suites.decode_contexts(s, "decode_long_b8_128k") == [131072] * 8
+    lens = suites.prefill_lengths(s)
+    assert sum(lens) <= 32768 and max(lens) <= 8192
+    pre_q, pre_k, dec_k = suites.mixed_lengths(s)
+    assert pre_q == [512, 2048, 4096] and len(dec_k) == 192 and all(k >= q for q, k in zip(pre_q, pre_k))
+
+
+# ------------------------------------------------------------------------------- runner / peers
+def test_run_entries_records_failures_and_budget():
+    def ok(st):
+        return {"name": "a", "suite": "scheduler", "us": 10.0, "peers": {"p": 20.0}, "unavailable": {}}
+
+    def skip(st):
+        raise suites.Skip("too big")
+
+    def boom(st):
+        raise RuntimeError("kaput")
+    defs = [suites.EntryDef("a", "scheduler", None, ok), suites.EntryDef("b", "decode", None, skip),
+            suites.EntryDef("c", "decode", None, boom)]
+    lines = []
+    out = runner.run_entries(defs, suites.Settings(roofs=ROOFS), log=lines.append)
+    assert [e["name"] for e in out] == ["a", "b", "c"]
+    assert out[0]["ratios"] == {"p": 2.0}
+    assert out[1]["skipped"] == "too big" and out[1]["us"] is None
+    assert out[2]["error"] == "RuntimeError: kaput"
+    assert len(lines) == 3 and "ERROR" in lines[2]
+    late = runner.run_entries(defs, suites.Settings(), budget_s=1e-9, start=0.0, log=lambda _m: None)
+    assert all("time budget" in e["skipped"] for e in late)
+    ordered = runner.order_for_report(out)
+    assert [e["suite"] for e in ordered] == ["decode", "decode", "scheduler"]
+
+
+def test_peer_harness_reports_every_failure():
+    import torch
+
+    ref = torch.ones(4, 2, 8)
+
+    def bad():
+        raise peers.Unavailable("cannot do this shape")
+
+    def broken_call():
+        def fn():
+            raise RuntimeError("kernel exploded")
+        return peers.Peer(fn)
+    e = {"name": "x"}
+    peers.measure(e, {
+        "good": lambda: peers.Peer(lambda: ref + 0.001, lambda r: r),
+        "reason": "not applicable",
+        "bad": bad,
+        "broken": broken_call,
+    }, timer=lambda fn: 42.0, reference=ref)
+    assert e["peers"] == {"good": 42.0}
+    assert e["unavailable"] == {"reason": "not applicable", "bad": "cannot do this shape",
+                                "broken": "RuntimeError: kernel exploded"}
+    assert e["max_diff"]["good"] == pytest.approx(0.001, abs=1e-6)
+    assert report.agrees(e) is True
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch.nn.attention.flex_attention") is None, reason="no FlexAttention")
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_flex_document_mask_matches_reference(monkeypatch):
+    """The FlexAttention peer's document mask (bottom-right causal per request, window, soft-cap,
+    GQA, head_dim_v != head_dim), run eagerly on the CPU, against the float64 reference."""
+    import torch
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from kernelgen.reference import attention_reference
+
+    monkeypatch.setattr(peers, "_flex_compiled", flex_attention)
+    torch.manual_seed(0)
+    cases = [([37, 100, 5], [37, 100, 5], 4, 2, 64, 64, 0.0, -1),
+             ([1] * 5, [300, 17, 129, 1, 256], 8, 2, 64, 64, 0.0, -1),
+             ([3, 64, 1], [200, 64, 90], 4, 4, 64, 32, 0.0, -1),
+             ([130, 1, 77], [130, 400, 300], 4, 1, 64, 64, 5.0, 31)]
+    for lq, lk, hq, hkv, d, dv, cap, wl in cases:
+        q, k, v = torch.randn(sum(lq), hq, d), torch.randn(sum(lk), hkv, d), torch.randn(sum(lk), hkv, dv)
+        peer = peers.flex_document(q, k, v, lq, lk, True, softcap=cap, window_left=wl)()
+        out = peer.output(peer.fn())
+        cu_q = torch.tensor([0] + list(torch.cumsum(torch.tensor(lq), 0)), dtype=torch.int32)
+        cu_k = torch.tensor([0] + list(torch.cumsum(torch.tensor(lk), 0)), dtype=torch.int32)
+        ref, _ = attention_reference(q.double(), k.double(), v.double(), cu_q, cu_k, causal=True, softcap=cap,
+                                     window_size=(wl, 0) if wl >= 0 else (-1, -1))
+        assert out.shape == ref.shape
+        assert float((out.double() - ref).abs().max()) < 1e-4
+
+
+def test_sdpa_decode_views_match_reference():
+    """Uniform decode batches viewed as dense SDPA inputs without a copy (CPU flash backend)."""
+    import torch
+
+    from kernelgen.reference import attention_reference
+
+    m = ModelPreset("t", 8, 2, 64, 64)
+    b, s = 3, 50
+    q, k, v = torch.randn(b, 8, 64), torch.randn(b * s, 2, 64), torch.randn(b * s, 2, 64)
+    builders = suites.decode_sdpa_builders(q, k, v, [s] * b, m)
+    assert set(builders) == set(peers.SDPA_PEERS)
+    peer = builders["torch_fa2"]()
+    out = peer.output(peer.fn())
+    cu_q = torch.arange(b + 1, dtype=torch.int32)
+    ref, _ = attention_reference(q.double(), k.double(), v.double(), cu_q, cu_q * s, causal=True)
+    assert float((out.double() - ref).abs().max()) < 1e-4
+    assert suites.decode_sdpa_builders(q, k, v, [s, s, s - 1], m)["cudnn_sdpa"] == peers.VARLEN_SDPA_REASON
+    mistral = PRESETS["mistral-7b"]
+    with pytest.raises(peers.Unavailable, match="window"):
+        peers.sdpa("torch_fa2", q, k, v, False, window_left=mistral.window_left)()
+    with pytest.raises(peers.Unavailable, match="soft-cap"):
+        peers.fa2_varlen(q, k, v, None, None, 1, 1, True, softcap=50.0)()
+
+
+def test_cold_compile_in_fresh_process(tmp_path):
+    """compile_cold_variant's subprocess (NVRTC needs no GPU): a fresh cache compiles, µs reported."""
+    r = suites.cold_compile("sm_80", tmp_path / "cold")
+    assert r["compiled"] is True and r["us"] > 0 and r["us_get"] > 0 and r["us"] >= r["us_get"]
+    assert r["resources"].get("registers")
+    assert any(p.suffix == ".cubin" for p in (tmp_path / "cold").iterdir())
+    assert math.isfinite(r["us_import"])

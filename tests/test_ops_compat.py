@@ -1,0 +1,593 @@
+"""CPU: the torch.ops.kernelgen custom ops (registration, fake shapes, torch.compile tracing with a
+CPU stand-in for the kernels), the FlashAttention-3 compat mapping, and the docs build."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import kernelgen
+import kernelgen.api
+from kernelgen import compat, ops, reference
+
+REPO = Path(__file__).resolve().parents[1]
+BF16, FP16 = torch.bfloat16, torch.float16
+
+
+# ----------------------------------------------------------------------------- stand-ins for the GPU
+def reference_api(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, *, seqused_k=None,
+                  page_table=None, causal=False, window_size=(-1, -1), softcap=0.0, softmax_scale=None, num_splits=0,
+                  pack_gqa=None, return_lse=False, out=None, metadata_layout="soa", sort=True, head_swizzle=True):
+    """kernelgen.api.varlen_attention computed on the CPU with the float64 reference."""
+    if page_table is not None:
+        k, v, cu_seqlens_k = reference.gather_paged(k, v, page_table, seqused_k)
+        seqused_k = None
+    o, lse = reference.attention_reference(q.double(), k.double(), v.double(), cu_seqlens_q, cu_seqlens_k,
+                                           causal=causal, softmax_scale=softmax_scale, window_size=window_size,
+                                           softcap=softcap, seqused_k=seqused_k)
+    o = o.nan_to_num().to(q.dtype)
+    if out is not None:
+        out.copy_(o)
+        o = out
+    return (o, lse.float()) if return_lse else o
+
+
+class Recorder:
+    """Stands in for kernelgen.api.varlen_attention: records its arguments, returns tensors of the
+    right shapes (lse[h, t] = 1000 h + t so reshapes can be checked)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, **kw):
+        self.calls.append(dict(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                               max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, **kw))
+        total_q, hq = q.shape[:2]
+        out = kw.get("out")
+        if out is None:
+            out = torch.zeros(total_q, hq, v.shape[-1], dtype=q.dtype)
+        lse = (torch.arange(hq).view(hq, 1) * 1000 + torch.arange(total_q).view(1, total_q)).float()
+        return (out, lse) if kw.get("return_lse") else out
+
+    @property
+    def last(self):
+        return self.calls[-1]
+
+
+@pytest.fixture
+def recorder(monkeypatch):
+    rec = Recorder()
+    monkeypatch.setattr(kernelgen.api, "varlen_attention", rec)
+    return rec
+
+
+@pytest.fixture
+def cpu_kernels(monkeypatch):
+    monkeypatch.setattr(kernelgen.api, "varlen_attention", reference_api)
+
+
+def _maker(device, dtype, seed):
+    """Random CPU tensors, or uninitialised ones elsewhere (meta, or fake CUDA under FakeTensorMode)."""
+    if device == "cpu":
+        g = torch.Generator().manual_seed(seed)
+        return lambda *s: torch.randn(*s, generator=g).to(dtype)
+    return lambda *s: torch.empty(*s, dtype=dtype, device=device)
+
+
+def _ints(values, device):
+    t = torch.empty(len(values), dtype=torch.int32, device=device)
+    return t.copy_(torch.tensor(values, dtype=torch.int32)) if device == "cpu" else t
+
+
+def packed(total_q=20, total_k=20, hq=4, hkv=2, d=64, dv=64, dtype=BF16, device="cpu", lens=(7, 13)):
+    mk = _maker(device, dtype, 0)
+    q, k, v = mk(total_q, hq, d), mk(total_k, hkv, d), mk(total_k, hkv, dv)
+    return q, k, v, _ints([0, lens[0], lens[0] + lens[1]], device)
+
+
+def paged(batch=3, num_pages=10, page_size=16, hq=4, hkv=2, d=64, dv=64, dtype=BF16, device="cpu", seqlen_q=1):
+    mk = _maker(device, dtype, 1)
+    q = mk(batch * seqlen_q, hq, d)
+    kc, vc = mk(num_pages, page_size, hkv, d), mk(num_pages, page_size, hkv, dv)
+    pt = _ints([i % num_pages for i in range(batch * 3)], device).view(batch, 3)
+    used = _ints([5, 33, 48][:batch], device)
+    cu = _ints([i * seqlen_q for i in range(batch + 1)], device)
+    return q, kc, vc, pt, used, cu
+
+
+# ----------------------------------------------------------------------------- registration
+def test_ops_registered():
+    assert hasattr(torch.ops.kernelgen, "varlen_attention")
+    assert hasattr(torch.ops.kernelgen, "varlen_attention_out")
+    schema = str(torch.ops.kernelgen.varlen_attention_out.default._schema)
+    assert "Tensor(a0!) out" in schema, schema  # declared as mutated
+    schema = str(torch.ops.kernelgen.varlen_attention.default._schema)
+    assert "Tensor? page_table" in schema and "SymInt window_left" in schema and "-> (Tensor, Tensor)" in schema
+
+
+def test_import_kernelgen_is_lazy_and_registers_on_access():
+    code = ("import sys, kernelgen; assert 'torch' not in sys.modules, 'import kernelgen imported torch'; "
+            "kernelgen.compat; import torch; torch.ops.kernelgen.varlen_attention; "
+            "torch.ops.kernelgen.varlen_attention_out; assert kernelgen.ops.varlen_attention; print('ok')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                       env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+# ----------------------------------------------------------------------------- fake implementations
+@pytest.mark.parametrize("dtype", [BF16, FP16])
+@pytest.mark.parametrize("dv", [64, 128])
+@pytest.mark.parametrize("return_lse", [False, True])
+@pytest.mark.parametrize("layout", ["packed", "paged"])
+def test_fake_shapes_fake_tensor_mode(dtype, dv, return_lse, layout):
+    with FakeTensorMode():
+        if layout == "packed":
+            q, k, v, cu = packed(total_q=37, total_k=50, hq=8, hkv=2, d=128, dv=dv, dtype=dtype, device="cuda")
+            kw = dict(cu_seqlens_k=cu)
+        else:
+            q, k, v, pt, used, cu = paged(hq=8, hkv=2, d=128, dv=dv, dtype=dtype, device="cuda", seqlen_q=5)
+            kw = dict(page_table=pt, seqused_k=used)
+        o, lse = torch.ops.kernelgen.varlen_attention(q, k, v, cu, return_lse=return_lse, causal=True, **kw)
+        assert o.shape == (q.shape[0], 8, dv) and o.dtype == dtype and o.device.type == "cuda"
+        assert lse.dtype == torch.float32 and lse.device.type == "cuda"
+        assert lse.shape == ((8, q.shape[0]) if return_lse else (0,))
+        out = torch.empty(q.shape[0], 8, dv, dtype=dtype, device="cuda")
+        lse2 = torch.ops.kernelgen.varlen_attention_out(out, q, k, v, cu, return_lse=return_lse, **kw)
+        assert lse2.shape == lse.shape and lse2.dtype == torch.float32
+        # the Python entry point routes fake tensors through the op
+        res = ops.varlen_attention(q, k, v, cu, return_lse=True, **kw)
+        assert res[0].shape == o.shape and res[1].shape == (8, q.shape[0])
+        res = ops.varlen_attention(q, k, v, cu, out=out, **kw)
+        assert res is out
+
+
+@pytest.mark.parametrize("layout", ["packed", "paged"])
+def test_fake_shapes_meta(layout):
+    if layout == "packed":
+        q, k, v, cu = packed(hq=6, hkv=3, d=96, dv=64, dtype=FP16, device="meta")
+        o, lse = ops.varlen_attention(q, k, v, cu, cu, return_lse=True)
+    else:
+        q, k, v, pt, used, cu = paged(hq=6, hkv=3, d=96, dv=64, dtype=FP16, device="meta")
+        o, lse = ops.varlen_attention(q, k, v, cu, page_table=pt, seqused_k=used, return_lse=True)
+    assert o.device.type == "meta" and o.shape == (q.shape[0], 6, 64) and o.dtype == FP16
+    assert lse.shape == (6, q.shape[0]) and lse.dtype == torch.float32
+
+
+@pytest.mark.parametrize("case,exc,name", [
+    ("q2d", ValueError, "q"), ("fp32", TypeError, "q"), ("paged_no_used", ValueError, "seqused_k"),
+    ("packed_no_cuk", ValueError, "cu_seqlens_k"), ("k_dtype", TypeError, "k"), ("out_shape", ValueError, "out"),
+    ("layout", ValueError, "metadata_layout"), ("window", ValueError, "window_size"), ("softcap", ValueError, "softcap"),
+    ("splits", ValueError, "num_splits"), ("head_dim", ValueError, "head_dim"), ("heads", ValueError, "num_heads"),
+])
+def test_fake_errors_name_the_argument(case, exc, name):
+    with FakeTensorMode():
+        q, k, v, cu = packed(device="cuda")
+        args, kw = [q, k, v, cu], dict(cu_seqlens_k=cu)
+        op = torch.ops.kernelgen.varlen_attention
+        if case == "q2d":
+            args[0] = torch.empty(20, 64, dtype=BF16, device="cuda")
+        elif case == "fp32":
+            args[0] = q.float()
+        elif case == "paged_no_used":
+            args[1] = args[2] = torch.empty(4, 16, 2, 64, dtype=BF16, device="cuda")
+            kw = dict(page_table=torch.zeros(2, 2, dtype=torch.int32, device="cuda"))
+        elif case == "packed_no_cuk":
+            kw = {}
+        elif case == "k_dtype":
+            args[1] = k.half()
+        elif case == "out_shape":
+            op = torch.ops.kernelgen.varlen_attention_out
+            args = [torch.empty(3, 4, 64, dtype=BF16, device="cuda")] + args
+        elif case == "layout":
+            kw["metadata_layout"] = "csr"
+        elif case == "window":
+            kw["window_left"] = -5
+        elif case == "softcap":
+            kw["softcap"] = -1.0
+        elif case == "splits":
+            kw["num_splits"] = 1000
+        elif case == "head_dim":
+            args[0] = torch.empty(20, 4, 80, dtype=BF16, device="cuda")
+            args[1] = torch.empty(20, 2, 80, dtype=BF16, device="cuda")
+        elif case == "heads":
+            args[1] = args[2] = torch.empty(20, 3, 64, dtype=BF16, device="cuda")
+        with pytest.raises(exc, match=name):
+            op(*args, **kw)
+
+
+def test_window_size_must_be_a_pair_on_the_op_path():
+    q, k, v, cu = packed(device="meta")
+    with pytest.raises(TypeError, match="window_size"):
+        ops.varlen_attention(q, k, v, cu, cu, window_size=(1, 2, 3))
+
+
+# ----------------------------------------------------------------------------- real op through a CPU stand-in
+@pytest.mark.parametrize("layout", ["packed", "paged"])
+def test_opcheck(cpu_kernels, layout):
+    if layout == "packed":
+        q, k, v, cu = packed()
+        kw = dict(cu_seqlens_k=cu, causal=True)
+    else:
+        q, k, v, pt, used, cu = paged(seqlen_q=2)
+        kw = dict(page_table=pt, seqused_k=used, causal=True)
+    for return_lse in (False, True):
+        torch.library.opcheck(torch.ops.kernelgen.varlen_attention.default, (q, k, v, cu),
+                              dict(kw, return_lse=return_lse))
+        out = torch.empty(q.shape[0], q.shape[1], v.shape[-1], dtype=q.dtype)
+        torch.library.opcheck(torch.ops.kernelgen.varlen_attention_out.default, (out, q, k, v, cu),
+                              dict(kw, return_lse=return_lse))
+
+
+def test_op_matches_python_entry_point(cpu_kernels):
+    q, k, v, cu = packed()
+    o1, l1 = torch.ops.kernelgen.varlen_attention(q, k, v, cu, cu, causal=True, window_left=3, window_right=0,
+                                                  softcap=5.0, softmax_scale=0.2, return_lse=True)
+    o2, l2 = ops.varlen_attention(q, k, v, cu, cu, causal=True, window_size=(3, 0), softcap=5.0, softmax_scale=0.2,
+                                  return_lse=True)
+    assert torch.equal(o1, o2) and torch.equal(l1, l2)
+    o3, l3 = torch.ops.kernelgen.varlen_attention(q, k, v, cu, cu)
+    assert l3.shape == (0,) and l3.dtype == torch.float32
+
+
+class TinyAttention(torch.nn.Module):
+    """Projections around kernelgen's varlen attention, as a model would call it."""
+
+    def __init__(self, hidden=128, hq=4, hkv=2, d=64):
+        super().__init__()
+        self.hq, self.hkv, self.d = hq, hkv, d
+        self.qkv = torch.nn.Linear(hidden, (hq + 2 * hkv) * d, bias=False)
+        self.o = torch.nn.Linear(hq * d, hidden, bias=False)
+
+    def forward(self, x, cu_seqlens, max_seqlen: int):
+        t = x.shape[0]
+        q, k, v = self.qkv(x).split([self.hq * self.d, self.hkv * self.d, self.hkv * self.d], dim=-1)
+        q, k, v = q.reshape(t, self.hq, self.d), k.reshape(t, self.hkv, self.d), v.reshape(t, self.hkv, self.d)
+        out, lse = ops.varlen_attention(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, causal=True,
+                                        return_lse=True)
+        return self.o(out.reshape(t, self.hq * self.d)), lse
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compile_fullgraph_packed(cpu_kernels, dynamic):
+    torch._dynamo.reset()
+    m = TinyAttention().to(BF16)
+    compiled = torch.compile(m, fullgraph=True, backend="aot_eager", dynamic=dynamic)
+    with torch.no_grad():
+        for lens in ([7, 13], [9, 30, 2]):
+            x = torch.randn(sum(lens), 128, dtype=BF16)
+            cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32)
+            e, el = m(x, cu, max(lens))
+            c, cl = compiled(x, cu, max(lens))
+            assert torch.equal(e, c) and torch.equal(el, cl)
+
+
+@pytest.mark.filterwarnings("ignore:Error detected in")
+def test_no_backward_has_a_clear_error(cpu_kernels):
+    torch._dynamo.reset()
+    m = TinyAttention().to(BF16)
+    x = torch.randn(20, 128, dtype=BF16)
+    cu = torch.tensor([0, 7, 20], dtype=torch.int32)
+    out, _ = m(x, cu, 13)  # forward with parameters that require grad works
+    with pytest.raises(RuntimeError, match="forward-only.*no_grad"):
+        out.float().sum().backward()
+    with pytest.raises(Exception, match="forward-only.*no_grad"):  # a training graph fails at compile time
+        torch.compile(m, fullgraph=True, backend="aot_eager")(x, cu, 13)
+
+
+def test_compile_fullgraph_out_variant(cpu_kernels):
+    torch._dynamo.reset()
+
+    def f(q, k, v, cu, out):
+        o = ops.varlen_attention(q, k, v, cu, cu, causal=True, out=out)
+        return o + 1
+
+    q, k, v, cu = packed()
+    out_e = torch.empty(20, 4, 64, dtype=BF16)
+    out_c = torch.empty(20, 4, 64, dtype=BF16)
+    e = f(q, k, v, cu, out_e)
+    c = torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v, cu, out_c)
+    assert torch.equal(e, c) and torch.equal(out_e, out_c)  # out written in place by the compiled graph too
+
+
+def test_compile_fullgraph_paged_decode_compat(cpu_kernels):
+    torch._dynamo.reset()
+
+    def decode(q, kc, vc, pt, used):
+        return compat.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=used, page_table=pt, causal=True,
+                                              return_softmax_lse=True)
+
+    q3, kc, vc, pt, used, _ = paged()
+    q = q3.view(3, 1, 4, 64)
+    e = decode(q, kc, vc, pt, used)
+    c = torch.compile(decode, fullgraph=True, backend="aot_eager")(q, kc, vc, pt, used)
+    assert e[0].shape == (3, 1, 4, 64) and e[1].shape == (3, 4, 1)
+    assert torch.equal(e[0], c[0]) and torch.equal(e[1], c[1])
+
+
+# ----------------------------------------------------------------------------- compat: argument mapping
+def test_varlen_func_mapping(recorder):
+    q, k, v, cu = packed()
+    res = compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, None, None, 0.3, True)
+    assert isinstance(res, torch.Tensor) and res.shape == (20, 4, 64)
+    c = recorder.last
+    assert c["q"] is q and c["k"] is k and c["v"] is v and c["cu_seqlens_q"] is cu and c["cu_seqlens_k"] is cu
+    assert (c["max_seqlen_q"], c["max_seqlen_k"]) == (13, 13)
+    assert c["softmax_scale"] == 0.3 and c["causal"] is True
+    assert c["num_splits"] == 1  # FA3's varlen default: no split
+    assert c["window_size"] == (-1, -1) and c["softcap"] == 0.0 and c["pack_gqa"] is None
+    assert c["seqused_k"] is None and c["page_table"] is None and c["return_lse"] is False and c["out"] is None
+
+    used = torch.tensor([3, 4], dtype=torch.int32)
+    out = torch.empty(20, 4, 64, dtype=BF16)
+    o, lse = compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, seqused_k=used, window_size=[8, 0], softcap=30.0,
+                                           num_splits=0, pack_gqa=True, deterministic=True, return_attn_probs=True,
+                                           out=out)
+    c = recorder.last
+    assert o is out and lse.shape == (4, 20)
+    assert c["seqused_k"] is used and c["window_size"] == (8, 0) and c["softcap"] == 30.0
+    assert c["num_splits"] == 0 and c["pack_gqa"] is True and c["return_lse"] is True and c["out"] is out
+
+    compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, window_size=None, num_splits=-1, return_softmax_lse=True)
+    assert recorder.last["window_size"] == (-1, -1) and recorder.last["num_splits"] == 0
+    assert recorder.last["return_lse"] is True
+
+
+def test_varlen_func_paged(recorder):
+    q, kc, vc, pt, used, cu = paged(seqlen_q=2)
+    cu_k = torch.tensor([0, 5, 38, 86], dtype=torch.int32)
+    compat.flash_attn_varlen_func(q, kc, vc, cu, cu_k, 2, 48, block_table=pt)  # FA2/vLLM: lengths from cu_seqlens_k
+    c = recorder.last
+    assert c["page_table"] is pt and c["cu_seqlens_k"] is None
+    assert c["seqused_k"].dtype == torch.int32 and c["seqused_k"].tolist() == [5, 33, 48]
+    compat.flash_attn_varlen_func(q, kc, vc, cu, None, 2, 48, seqused_k=used, page_table=pt)
+    assert recorder.last["seqused_k"] is used and recorder.last["page_table"] is pt
+    with pytest.raises(ValueError, match="page_table or block_table"):
+        compat.flash_attn_varlen_func(q, kc, vc, cu, None, 2, 48, seqused_k=used, page_table=pt, block_table=pt)
+    with pytest.raises(ValueError, match="seqused_k or cu_seqlens_k"):
+        compat.flash_attn_varlen_func(q, kc, vc, cu, None, 2, 48, block_table=pt)
+
+
+def test_varlen_func_vllm_positional_order_is_caught(recorder):
+    q, k, v, cu = packed()
+    with pytest.raises(TypeError, match="cu_seqlens_q.*keywords"):
+        compat.flash_attn_varlen_func(q, k, v, 13, cu, 13, cu)  # vLLM fork: max_seqlen_q, cu_seqlens_q, ...
+    assert not recorder.calls
+
+
+def test_with_kvcache_contiguous_cache_is_a_packed_view(recorder):
+    b, s, hq, hkv, d, cache_len = 3, 2, 4, 2, 64, 40
+    q = torch.randn(b, s, hq, d).to(BF16)
+    kc = torch.randn(b + 1, cache_len, hkv, d).to(BF16)   # batch_size_cache may exceed batch
+    vc = torch.randn(b + 1, cache_len, hkv, 32).to(BF16)  # head_dim_v != head_dim
+    used = torch.tensor([3, 40, 17], dtype=torch.int32)
+    o, lse = compat.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=used, causal=True, softmax_scale=0.5,
+                                            window_size=(16, 0), softcap=10.0, pack_gqa=False,
+                                            return_softmax_lse=True)
+    c = recorder.last
+    assert c["q"].shape == (b * s, hq, d) and c["q"].data_ptr() == q.data_ptr()  # a view of q
+    assert c["k"].shape == ((b + 1) * cache_len, hkv, d) and c["k"].data_ptr() == kc.data_ptr()
+    assert c["k"]._base is kc and c["v"]._base is vc                            # views, no copy
+    assert c["cu_seqlens_q"].tolist() == [0, 2, 4, 6] and c["cu_seqlens_q"].dtype == torch.int32
+    assert c["cu_seqlens_k"].tolist() == [0, 40, 80, 120] and c["cu_seqlens_k"].dtype == torch.int32
+    assert c["seqused_k"] is used and c["page_table"] is None
+    assert (c["max_seqlen_q"], c["max_seqlen_k"]) == (s, cache_len)
+    assert c["num_splits"] == 0  # FA3 with_kvcache default: heuristic
+    assert c["causal"] is True and c["softmax_scale"] == 0.5 and c["window_size"] == (16, 0)
+    assert c["softcap"] == 10.0 and c["pack_gqa"] is False and c["return_lse"] is True
+    assert o.shape == (b, s, hq, 32)
+    # FA3's lse layout (batch, Hq, seqlen_q) from kernelgen's (Hq, total_q): lse[h, t] = 1000 h + t
+    assert lse.shape == (b, hq, s) and lse.is_contiguous()
+    for bi in range(b):
+        for h in range(hq):
+            for si in range(s):
+                assert lse[bi, h, si].item() == 1000 * h + bi * s + si
+
+
+def test_with_kvcache_int_and_none_cache_seqlens(recorder):
+    q = torch.randn(2, 1, 4, 64).to(BF16)
+    kc = torch.randn(2, 24, 2, 64).to(BF16)
+    out = compat.flash_attn_with_kvcache(q, kc, kc, cache_seqlens=9)
+    assert out.shape == (2, 1, 4, 64)
+    assert recorder.last["seqused_k"].tolist() == [9, 9] and recorder.last["seqused_k"].dtype == torch.int32
+    compat.flash_attn_with_kvcache(q, kc, kc)
+    assert recorder.last["seqused_k"] is None and recorder.last["cu_seqlens_k"].tolist() == [0, 24, 48]
+
+
+def test_with_kvcache_non_viewable_cache_goes_paged_without_copy(recorder):
+    q = torch.randn(2, 1, 4, 64).to(BF16)
+    big = torch.randn(2, 64, 2, 64).to(BF16)
+    kc = big[:, :24]  # dims 0 and 1 cannot be merged into one view
+    compat.flash_attn_with_kvcache(q, kc, kc, cache_seqlens=torch.tensor([3, 20], dtype=torch.int32))
+    c = recorder.last
+    assert c["k"] is kc and c["cu_seqlens_k"] is None
+    assert c["page_table"].tolist() == [[0], [1]] and c["seqused_k"].tolist() == [3, 20]
+    compat.flash_attn_with_kvcache(q, kc, kc)
+    assert recorder.last["seqused_k"].tolist() == [24, 24]
+
+
+def test_with_kvcache_paged(recorder):
+    q3, kc, vc, pt, used, _ = paged(seqlen_q=1)
+    q = q3.view(3, 1, 4, 64)
+    compat.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=used, page_table=pt, num_splits=3)
+    c = recorder.last
+    assert c["k"] is kc and c["v"] is vc and c["page_table"] is pt and c["seqused_k"] is used
+    assert c["cu_seqlens_k"] is None and c["max_seqlen_q"] == 1 and c["num_splits"] == 3
+    compat.flash_attn_with_kvcache(q, kc, vc, block_table=pt)  # FA2's name; no lengths: whole page rows
+    assert recorder.last["page_table"] is pt and recorder.last["seqused_k"].tolist() == [48, 48, 48]
+    with pytest.raises(ValueError, match="page_table or block_table"):
+        compat.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=used, page_table=pt, block_table=pt)
+
+
+def test_with_kvcache_varlen_q_and_out(recorder):
+    q3, kc, vc, pt, used, _ = paged(seqlen_q=1)
+    cu_q = torch.tensor([0, 1, 2, 3], dtype=torch.int32)
+    o, lse = compat.flash_attn_with_kvcache(q3, kc, vc, cache_seqlens=used, page_table=pt, cu_seqlens_q=cu_q,
+                                            max_seqlen_q=1, return_softmax_lse=True)
+    c = recorder.last
+    assert c["q"] is q3 and c["cu_seqlens_q"] is cu_q and c["max_seqlen_q"] == 1
+    assert o.shape == (3, 4, 64) and lse.shape == (4, 3)  # varlen q: kernelgen's (Hq, total_q) layout
+    out = torch.empty(3, 1, 4, 64, dtype=BF16)
+    res = compat.flash_attn_with_kvcache(q3.view(3, 1, 4, 64), kc, vc, cache_seqlens=used, page_table=pt, out=out)
+    assert res is out and recorder.last["out"].data_ptr() == out.data_ptr()
+    with pytest.raises(ValueError, match="out must have shape"):
+        compat.flash_attn_with_kvcache(q3.view(3, 1, 4, 64), kc, vc, cache_seqlens=used, page_table=pt,
+                                       out=torch.empty(3, 4, 64, dtype=BF16))
+
+
+@pytest.mark.parametrize("bad,exc,match", [
+    (dict(cache_seqlens=torch.tensor([1, 2], dtype=torch.int64)), TypeError, "cache_seqlens"),
+    (dict(cache_seqlens=torch.tensor([1, 2, 3], dtype=torch.int32)), ValueError, "cache_seqlens"),
+    (dict(cache_seqlens=True), TypeError, "cache_seqlens"),
+    (dict(k_cache=torch.zeros(2, 24, 64, dtype=BF16)), ValueError, "k_cache"),
+    (dict(k_cache=torch.zeros(1, 24, 2, 64, dtype=BF16)), ValueError, "batch_size_cache"),
+])
+def test_with_kvcache_bad_arguments(recorder, bad, exc, match):
+    kw = dict(q=torch.randn(2, 1, 4, 64).to(BF16), k_cache=torch.zeros(2, 24, 2, 64, dtype=BF16),
+              v_cache=torch.zeros(2, 24, 2, 64, dtype=BF16))
+    kw.update(bad)
+    if "k_cache" in bad:
+        kw["v_cache"] = kw["k_cache"]
+    with pytest.raises(exc, match=match):
+        compat.flash_attn_with_kvcache(**kw)
+    assert not recorder.calls
+
+
+# ----------------------------------------------------------------------------- compat: unsupported FA3 arguments
+T = torch.zeros(2, dtype=torch.int32)
+VARLEN_UNSUPPORTED = [("seqused_q", T), ("qv", T), ("q_descale", T), ("k_descale", T), ("v_descale", T),
+                      ("attention_chunk", 128), ("scheduler_metadata", T), ("sm_margin", 8), ("dropout_p", 0.1),
+                      ("alibi_slopes", T)]
+KVCACHE_UNSUPPORTED = [("k", T), ("v", T), ("qv", T), ("rotary_cos", T), ("rotary_sin", T), ("rotary_seqlens", T),
+                       ("cache_batch_idx", T), ("cache_leftpad", T), ("cu_seqlens_k_new", T), ("q_descale", T),
+                       ("k_descale", T), ("v_descale", T), ("attention_chunk", 64), ("scheduler_metadata", T),
+                       ("sm_margin", 4), ("alibi_slopes", T)]
+
+
+@pytest.mark.parametrize("name,value", VARLEN_UNSUPPORTED)
+def test_varlen_func_unsupported_argument_raises(recorder, name, value):
+    q, k, v, cu = packed()
+    with pytest.raises(NotImplementedError, match=rf"flash_attn_varlen_func: argument {name}="):
+        compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, **{name: value})
+    assert not recorder.calls
+
+
+@pytest.mark.parametrize("name,value", KVCACHE_UNSUPPORTED)
+def test_with_kvcache_unsupported_argument_raises(recorder, name, value):
+    q = torch.randn(2, 1, 4, 64).to(BF16)
+    kc = torch.zeros(2, 24, 2, 64, dtype=BF16)
+    with pytest.raises(NotImplementedError, match=rf"flash_attn_with_kvcache: argument {name}="):
+        compat.flash_attn_with_kvcache(q, kc, kc, **{name: value})
+    assert not recorder.calls
+
+
+def test_unsupported_arguments_at_their_defaults_are_accepted(recorder):
+    q, k, v, cu = packed()
+    compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, seqused_q=None, qv=None, q_descale=None, k_descale=None,
+                                  v_descale=None, attention_chunk=0, sm_margin=0, deterministic=False,
+                                  dropout_p=0.0, alibi_slopes=None, scheduler_metadata=None)
+    q4 = torch.randn(2, 1, 4, 64).to(BF16)
+    kc = torch.zeros(2, 24, 2, 64, dtype=BF16)
+    compat.flash_attn_with_kvcache(q4, kc, kc, k=None, v=None, qv=None, rotary_cos=None, rotary_sin=None,
+                                   cache_batch_idx=None, cache_leftpad=None, cu_seqlens_k_new=None,
+                                   rotary_seqlens=None, attention_chunk=0, rotary_interleaved=False,
+                                   scheduler_metadata=None, sm_margin=0, alibi_slopes=None)
+    assert len(recorder.calls) == 2
+
+
+def test_compat_signatures_follow_fa3():
+    """Positional order and defaults of upstream FA3 (hopper/flash_attn_interface.py)."""
+    import inspect
+
+    p = inspect.signature(compat.flash_attn_varlen_func).parameters
+    assert list(p)[:23] == ["q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k",
+                            "seqused_q", "seqused_k", "softmax_scale", "causal", "qv", "q_descale", "k_descale",
+                            "v_descale", "window_size", "attention_chunk", "softcap", "num_splits", "pack_gqa",
+                            "deterministic", "sm_margin", "return_attn_probs"]
+    assert p["num_splits"].default == 1 and p["window_size"].default == (-1, -1) and p["causal"].default is False
+    p = inspect.signature(compat.flash_attn_with_kvcache).parameters
+    assert list(p)[:30] == ["q", "k_cache", "v_cache", "k", "v", "qv", "rotary_cos", "rotary_sin", "cache_seqlens",
+                            "cache_batch_idx", "cache_leftpad", "page_table", "cu_seqlens_q", "cu_seqlens_k_new",
+                            "max_seqlen_q", "rotary_seqlens", "q_descale", "k_descale", "v_descale",
+                            "softmax_scale", "causal", "window_size", "attention_chunk", "softcap",
+                            "rotary_interleaved", "scheduler_metadata", "num_splits", "pack_gqa", "sm_margin",
+                            "return_softmax_lse"]
+    assert p["num_splits"].default == 0 and p["rotary_interleaved"].default is True
+
+
+# ----------------------------------------------------------------------------- compat: values through the stand-in
+def test_with_kvcache_values_match_reference(cpu_kernels):
+    """End to end on the CPU stand-in: the mapped call computes attention over the right keys."""
+    torch.manual_seed(3)
+    b, hq, hkv, d, cache_len = 3, 4, 2, 64, 40
+    q = torch.randn(b, 1, hq, d).to(BF16)
+    kc = torch.randn(b, cache_len, hkv, d).to(BF16)
+    vc = torch.randn(b, cache_len, hkv, d).to(BF16)
+    used = torch.tensor([3, 40, 17], dtype=torch.int32)
+    o, lse = compat.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=used, causal=True, return_softmax_lse=True)
+    for i in range(b):
+        n = int(used[i])
+        ref, ref_lse = reference.attention_reference(
+            q[i].double(), kc[i, :n].double(), vc[i, :n].double(), torch.tensor([0, 1], dtype=torch.int32),
+            torch.tensor([0, n], dtype=torch.int32), causal=True)
+        assert torch.equal(o[i], ref.to(BF16))
+        assert torch.allclose(lse[i, :, 0].double(), ref_lse[:, 0], atol=1e-5)
+    # the non-viewable (paged) route gives the same numbers
+    big_k = torch.zeros(b, 64, hkv, d, dtype=BF16)
+    big_v = torch.zeros(b, 64, hkv, d, dtype=BF16)
+    big_k[:, :cache_len] = kc
+    big_v[:, :cache_len] = vc
+    o2 = compat.flash_attn_with_kvcache(q, big_k[:, :cache_len], big_v[:, :cache_len], cache_seqlens=used,
+                                        causal=True)
+    assert torch.equal(o, o2)
+
+
+# ----------------------------------------------------------------------------- docs
+def test_build_docs(tmp_path):
+    r = subprocess.run([sys.executable, str(REPO / "tools" / "build_docs.py"), "--out", str(tmp_path)],
+                       capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stdout + r.stderr
+    html = (tmp_path / "index.html").read_text()
+    for page in ("quickstart.md", "api.md", "cli.md", "environment.md", "layouts.md", "serving.md", "cache.md"):
+        assert (REPO / "docs" / page).is_file()
+        assert f'id="{page}"' in html or f'id="docs/{page}"' in html
+
+
+def test_build_docs_reports_broken_links(tmp_path):
+    sys.path.insert(0, str(REPO / "tools"))
+    try:
+        import build_docs
+    finally:
+        sys.path.pop(0)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("[ok](docs/a.md) [bad](docs/missing.md) [web](https://example.com)\n")
+    (tmp_path / "docs" / "a.md").write_text("# A title\n\n[back](../README.md) [anchor](#a-title) [no](#nope)\n"
+                                            "```\n[not a link](nowhere.md)\n```\n")
+    errors = build_docs.check_links(tmp_path)
+    assert len(errors) == 2, errors
+    assert any("docs/missing.md" in e for e in errors) and any("#nope" in e for e in errors)
+
+
+def test_cli_doc_covers_every_subcommand_and_flag():
+    import argparse
+
+    from kernelgen.cli import build_parser
+
+    text = (REPO / "docs" / "cli.md").read_text()
+    missing = []
+
+    def walk(parser, path):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    if f"## {path} {name}" not in text and f"{path} {name}" not in text:
+                        missing.append(f"{path} {name}")
+                    walk(sub, f"{path} {name}")
+            else:
+                for opt in action.option_strings:
+                    if opt not in ("-h", "--help") and f"`{opt}" not in text and f" {opt}" not in text:
+                        missing.append(f"{path} {opt}")
+
+    walk(build_parser(), "kernelgen")
+    assert not missing, f"docs/cli.md does not document: {missing}"

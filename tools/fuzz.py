@@ -1,0 +1,952 @@
+"""Numerical fuzzing of ``kernelgen.varlen_attention`` against the float64 reference (issue 7).
+
+Every batch draws a random configuration over the supported features (``draw_case``: lengths 0 to
+16384 skewed short with many empty requests, packed / packed + seqused_k / paged K/V with page
+sizes 1, 16, 64, 256 in random page order, forced splits 1..64 or automatic, GQA 1/2/4/8, no mask /
+causal / sliding windows (left-only, right > 0, right-only), softcap, bf16 / fp16, head dims
+64/128 mostly and 96/192/256 and 192x128 sometimes, both metadata layouts, sort / head_swizzle,
+pack_gqa None/True/False, strided q/k/v views, padding rows past ``cu_seqlens_q[-1]``), runs the
+call with ``out`` pre-filled with NaN and every buffer the call allocates itself (``lse``, the
+metadata, the split-KV partials) poisoned (NaN / -7), and compares with the float64 reference:
+``reference.tolerance`` on values, exact 0 / -inf on rows that see no key, no NaN, no unwritten
+rows, nothing written past the last request.
+
+Usage (GPU):
+    python tools/fuzz.py --batches 2000 --seed 1 [--json PATH] [--time-limit 300]
+    python tools/fuzz.py --replay SEED                 # one batch, verbose
+    python tools/fuzz.py --sanitize-subset [--json P]  # tiny fixed cases, one per kernel family
+                                                       # (run under compute-sanitizer by tools/sanitize.sh)
+CPU only:
+    python tools/fuzz.py --batches 2000 --seed 1 --prewarm-only --arch sm_90a --num-sms 132
+    python tools/fuzz.py --show 5 --seed 1             # print the first cases' configs
+
+Each batch has its own seed (drawn from ``--seed``); a failing batch prints it, and
+``--replay SEED`` redraws the same case and the same inputs.  Batches are bounded (``MAX_Q_TOKENS``
+query rows, ``MAX_KV_TOKENS`` stored keys, ``MAX_REF_ELEMS`` float64 logits for the reference) so
+2000 batches take a few minutes on an H200.  The final line is
+``fuzz: N batches, M mismatches, U unwritten rows, seed S, T s``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# ---------------------------------------------------------------------------------------------
+# Limits and feature tables (pure Python: draw_case needs neither torch nor a GPU)
+
+MAX_LEN = 16384              #: longest request (query or keys), tokens
+MAX_Q_TOKENS = 20000         #: query rows of one batch (padding rows included)
+MAX_KV_TOKENS = 200000       #: keys stored for one batch (packed rows, or pages x page_size)
+MAX_REF_ELEMS = 300_000_000  #: sum over requests of q_len * k_len * num_heads_q (reference logits)
+MAX_BATCH = 8192             #: metadata.MAX_CAPACITY
+MAX_ACCUM_BYTES = 8 << 30    #: forced split-KV partials: num_splits * Hq * total_q * head_dim_v * 4 bytes
+POISON_INT = -7              #: fill of int32 buffers the call allocates (negative: never a count)
+MAX_LOGGED_FAILURES = 30     #: mismatches printed with their case (all are counted; --json keeps 200)
+
+DTYPES = ("bf16", "fp16")
+HEAD_DIM_PAIRS = ((64, 64), (128, 128), (96, 96), (192, 192), (256, 256), (192, 128))
+HEAD_DIM_WEIGHTS = (0.36, 0.44, 0.05, 0.05, 0.05, 0.05)
+GQA_RATIOS = (1, 2, 4, 8)
+KV_HEADS = (1, 2, 4, 8)
+KV_HEADS_WEIGHTS = (0.3, 0.35, 0.25, 0.1)
+PAGE_SIZES = (1, 16, 64, 256)
+PAGE_SIZE_WEIGHTS = (0.15, 0.4, 0.25, 0.2)
+PHASES = ("decode", "prefill", "chunked", "random", "mixed")
+PHASE_WEIGHTS = (0.25, 0.2, 0.2, 0.15, 0.2)
+MASKS = ("none", "causal", "causal_window", "left_only", "left_right", "right_only")
+MASK_WEIGHTS = (0.28, 0.32, 0.14, 0.08, 0.1, 0.08)
+SOFTCAPS = (1.0, 5.0, 20.0, 50.0)
+SPLIT_CHOICES = (2, 3, 4, 5, 7, 8, 13, 16, 17, 31, 32, 48, 63, 64)
+BOUNDARY_LENS = (1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1023, 1024, 1025,
+                 4095, 4096, 16383, 16384)
+WINDOW_SIZES = (0, 1, 2, 3, 7, 15, 16, 17, 31, 64, 100, 127, 128, 129, 255, 511, 1000, 2048, 4096)
+HINTS = ("exact", "none", "loose")
+HINT_WEIGHTS = (0.7, 0.15, 0.15)
+
+
+def _pick(rng, values, p=None):
+    if p is None:
+        return values[int(rng.integers(len(values)))]
+    p = np.asarray(p, dtype=np.float64)
+    return values[int(rng.choice(len(values), p=p / p.sum()))]
+
+
+def _loguniform(rng, lo: int, hi: int) -> int:
+    return int(min(hi, max(lo, math.floor(math.exp(rng.uniform(math.log(lo), math.log(hi + 1)))))))
+
+
+def draw_len(rng, hi: int = MAX_LEN) -> int:
+    """A request length in [1, hi], skewed short: mostly < 256, some up to 2048, a few up to 16384,
+    and boundary values around tile and page sizes."""
+    u = rng.random()
+    if u < 0.08:
+        return min(hi, int(_pick(rng, BOUNDARY_LENS)))
+    if u < 0.62:
+        return _loguniform(rng, 1, min(hi, 256))
+    if u < 0.88:
+        return _loguniform(rng, min(hi, 256), min(hi, 2048))
+    return _loguniform(rng, min(hi, 2048), hi)
+
+
+def _draw_batch(rng, phase: str) -> int:
+    u = rng.random()
+    if u < 0.1:
+        return 1
+    if u < 0.45:
+        return int(rng.integers(2, 9))
+    if u < 0.85:
+        return int(rng.integers(9, 65))
+    if u < 0.97:
+        return int(rng.integers(65, 513))
+    if u < 0.99 or phase != "decode":
+        return int(rng.integers(513, 2049))
+    return int(rng.integers(2049, MAX_BATCH + 1))
+
+
+def _draw_lengths(rng, phase: str, batch: int) -> tuple[list, list]:
+    q, k = [], []
+    spec_decode = rng.random() < 0.2
+    for _ in range(batch):
+        kind = phase if phase != "mixed" else ("decode" if rng.random() < 0.6 else "chunked")
+        if kind == "decode":
+            kl = draw_len(rng)
+            ql = int(rng.integers(2, 10)) if spec_decode else 1
+        elif kind == "prefill":
+            kl = ql = draw_len(rng)
+        elif kind == "chunked":
+            kl = draw_len(rng)
+            ql = min(kl, draw_len(rng, 2048))
+        else:                                  # random: q_len > k_len happens
+            ql, kl = draw_len(rng), draw_len(rng)
+        q.append(ql)
+        k.append(kl)
+    return q, k
+
+
+def _water_fill(x: np.ndarray, limit: int) -> np.ndarray:
+    """Cap the largest entries of x (non-negative ints) so that sum(x) <= limit."""
+    if x.sum() <= limit:
+        return x
+    s = np.sort(x)
+    n = len(s)
+    lo, hi = 0, int(s[-1])
+    while lo < hi:                               # largest cap T with sum(min(x, T)) <= limit
+        mid = (lo + hi + 1) // 2
+        if np.minimum(s, mid).sum() <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    out = np.minimum(x, lo)
+    del n
+    return out
+
+
+def stored_keys(case: dict) -> int:
+    """Keys held in k/v for the batch: packed rows (seqused slack included), or pages x page_size."""
+    if case["kv"] == "paged":
+        ps = case["page_size"]
+        return (sum(-(-n // ps) for n in case["klens"]) + case["spare_pages"]) * ps
+    return sum(case["klens"]) + sum(case["kv_slack"])
+
+
+def total_q_rows(case: dict) -> int:
+    return sum(case["qlens"]) + case["pad_rows"]
+
+
+def ref_elems(case: dict) -> int:
+    return sum(a * b for a, b in zip(case["qlens"], case["klens"])) * case["num_heads_q"]
+
+
+def _shrink(case: dict) -> None:
+    """Enforce the batch limits by shortening the longest requests first (deterministic)."""
+    q = np.asarray(case["qlens"], dtype=np.int64)
+    k = np.asarray(case["klens"], dtype=np.int64)
+    q = _water_fill(q, MAX_Q_TOKENS - case["pad_rows"])
+    if case["kv"] == "paged":
+        ps = case["page_size"]
+        budget_pages = MAX_KV_TOKENS // ps - case["spare_pages"]
+        while (-(-k // ps)).sum() > budget_pages:
+            pages = -(-k // ps)
+            k = np.minimum(k, _water_fill(pages, budget_pages) * ps)
+    else:
+        k = _water_fill(k, MAX_KV_TOKENS - int(sum(case["kv_slack"])))
+    hq = case["num_heads_q"]
+    for _ in range(100000):
+        cost = q * k
+        if int(cost.sum()) * hq <= MAX_REF_ELEMS:
+            break
+        i = int(np.argmax(cost))
+        if q[i] >= k[i]:
+            q[i] //= 2
+        else:
+            k[i] //= 2
+    case["qlens"] = [int(x) for x in q]
+    case["klens"] = [int(x) for x in k]
+    if case["num_splits"] > 1:                   # the call allocates the partials for every split
+        row_bytes = case["num_heads_q"] * max(1, total_q_rows(case)) * case["head_dim_v"] * 4
+        case["num_splits"] = max(1, min(case["num_splits"], MAX_ACCUM_BYTES // row_bytes))
+
+
+def draw_case(rng, seed: int | None = None) -> dict:
+    """One random batch configuration (JSON-serialisable, pure Python/numpy).
+
+    ``rng`` is a ``numpy.random.Generator``; the same generator state gives the same case.
+    Keys: seed, dtype, head_dim, head_dim_v, num_heads_q, num_heads_kv, phase, qlens, klens (keys
+    each request sees), kv ("packed" | "paged"), seqused (packed: pass seqused_k), kv_slack (packed:
+    unused keys after each request), page_size, spare_pages, extra_cols (paged), causal, window
+    [left, right], mask (the drawn kind), softcap, softmax_scale, q_scale, num_splits, pack_gqa,
+    layout, sort, head_swizzle, hint ("exact" | "none" | "loose" max_seqlen hints), return_lse,
+    out_given, pad_rows (query rows past the last request), strided (q/k/v are views), interleaved_kv.
+    """
+    c: dict = {"seed": seed}
+    c["dtype"] = _pick(rng, DTYPES)
+    c["head_dim"], c["head_dim_v"] = _pick(rng, HEAD_DIM_PAIRS, HEAD_DIM_WEIGHTS)
+    hkv = int(_pick(rng, KV_HEADS, KV_HEADS_WEIGHTS))
+    ratio = int(_pick(rng, GQA_RATIOS))
+    c["num_heads_kv"], c["num_heads_q"] = hkv, hkv * ratio
+    c["phase"] = phase = _pick(rng, PHASES, PHASE_WEIGHTS)
+    batch = _draw_batch(rng, phase)
+    qlens, klens = _draw_lengths(rng, phase, batch)
+    pz_q = float(_pick(rng, (0.0, 0.0, 0.05, 0.2, 0.5)))
+    pz_k = float(_pick(rng, (0.0, 0.0, 0.05, 0.2, 0.5)))
+    if batch > 2048:
+        pz_q = 0.9                               # huge decode batches: mostly padding-like requests
+    for i in range(batch):
+        if rng.random() < pz_q:
+            qlens[i] = 0
+            if phase == "prefill":
+                klens[i] = 0
+        if rng.random() < pz_k:
+            klens[i] = 0
+    c["qlens"], c["klens"] = qlens, klens
+
+    c["kv"] = "paged" if rng.random() < 0.45 else "packed"
+    c["page_size"] = None
+    c["spare_pages"] = 0
+    c["extra_cols"] = 0
+    c["seqused"] = False
+    c["kv_slack"] = [0] * batch
+    if c["kv"] == "paged":
+        sizes = [ps for ps in PAGE_SIZES if (batch + 8) * ps <= MAX_KV_TOKENS // 2] or [1]
+        weights = [PAGE_SIZE_WEIGHTS[PAGE_SIZES.index(ps)] for ps in sizes]
+        c["page_size"] = int(_pick(rng, sizes, weights))
+        c["spare_pages"] = int(rng.integers(1, 9))
+        c["extra_cols"] = int(rng.integers(0, 4))
+    else:
+        c["seqused"] = bool(rng.random() < 0.25)
+        if c["seqused"]:
+            c["kv_slack"] = [int(x) for x in rng.integers(0, 18, size=batch)]
+
+    mask = _pick(rng, MASKS, MASK_WEIGHTS)
+    c["mask"] = mask
+    w = lambda: int(_pick(rng, WINDOW_SIZES)) if rng.random() < 0.7 else int(rng.integers(0, 5000))  # noqa: E731
+    if mask == "none":
+        c["causal"], c["window"] = False, [-1, -1]
+    elif mask == "causal":
+        c["causal"], c["window"] = (True, [-1, -1]) if rng.random() < 0.8 else (False, [-1, 0])
+    elif mask == "causal_window":
+        r = int(_pick(rng, (-1, 0, 0, 5)))       # causal clamps right to 0 (right > 0 included)
+        c["causal"], c["window"] = True, [w(), r]
+    elif mask == "left_only":
+        c["causal"], c["window"] = False, [w(), -1]
+    elif mask == "left_right":
+        c["causal"], c["window"] = False, [w(), max(1, w())]
+    else:                                        # right_only
+        c["causal"], c["window"] = False, [-1, w()]
+
+    c["softcap"] = float(_pick(rng, SOFTCAPS)) if rng.random() < 0.25 else 0.0
+    c["q_scale"] = float(_pick(rng, (1.0, 1.0, 1.0, 1.0, 0.25, 2.5)))
+    c["softmax_scale"] = None
+    if c["softcap"] == 0 and rng.random() < 0.1:
+        c["softmax_scale"] = round(float(rng.uniform(0.02, 0.2)), 4)
+    u = rng.random()
+    c["num_splits"] = 0 if u < 0.5 else 1 if u < 0.65 else int(_pick(rng, SPLIT_CHOICES)) if u < 0.85 \
+        else int(rng.integers(2, 65))
+    c["pack_gqa"] = _pick(rng, (None, True, False), (0.5, 0.25, 0.25))
+    c["layout"] = _pick(rng, ("soa", "aos"))
+    c["sort"] = bool(rng.random() < 0.75)
+    c["head_swizzle"] = bool(rng.random() < 0.75)
+    c["hint"] = _pick(rng, HINTS, HINT_WEIGHTS)
+    c["return_lse"] = bool(rng.random() < 0.85)
+    c["out_given"] = bool(rng.random() < 0.8)
+    c["pad_rows"] = int(rng.integers(1, 65)) if rng.random() < 0.15 else 0
+    c["strided"] = bool(rng.random() < 0.15)
+    c["interleaved_kv"] = bool(c["kv"] == "paged" and c["head_dim"] == c["head_dim_v"] and rng.random() < 0.15)
+    _shrink(c)
+    return c
+
+
+def case_for_seed(seed: int) -> dict:
+    """The case of one batch seed (what ``--replay SEED`` runs)."""
+    return draw_case(np.random.default_rng(seed), seed=int(seed))
+
+
+def batch_seeds(seed: int, n: int) -> list:
+    """The per-batch seeds of a run (deterministic for ``seed``)."""
+    return [int(x) for x in np.random.default_rng(seed).integers(0, 2 ** 31 - 1, size=n)]
+
+
+def call_hints(case: dict) -> tuple:
+    """(max_seqlen_q, max_seqlen_k) passed to the call."""
+    mq, mk = max(case["qlens"], default=0), max(case["klens"], default=0)
+    if case["hint"] == "none":
+        return None, None
+    if case["hint"] == "loose":
+        return 2 * mq + 7, 2 * mk + 7
+    return mq, mk
+
+
+def page_layout(case: dict) -> tuple:
+    """(need pages per request, page_table width, num_pages) of a paged case."""
+    ps = case["page_size"]
+    need = [-(-n // ps) for n in case["klens"]]
+    width = max(need + [0]) + case["extra_cols"]
+    return need, max(1, width), sum(need) + case["spare_pages"]
+
+
+def case_variants(case: dict, arch: str, num_sms: int):
+    """The kernel variants the dispatcher picks for this case (``heuristics.choose`` with the
+    arguments ``varlen_attention`` derives); for pre-compiling.  None when the call launches nothing."""
+    from kernelgen import heuristics, validation
+
+    total_q = total_q_rows(case)
+    if total_q == 0 or not case["qlens"]:
+        return None
+    mask, _, _ = validation.window(tuple(case["window"]), case["causal"])
+    mq, mk = call_hints(case)
+    if mq is None:
+        mq = total_q
+    if mk is None:
+        if case["kv"] == "paged":
+            _, width, _ = page_layout(case)
+            mk = width * case["page_size"]
+        else:
+            mk = stored_keys(case)
+    return heuristics.choose(
+        arch, case["dtype"], case["head_dim"], case["head_dim_v"], num_heads_q=case["num_heads_q"],
+        num_heads_kv=case["num_heads_kv"], mask=mask, layout=case["layout"], max_seqlen_q=mq, max_seqlen_k=mk,
+        paged=case["kv"] == "paged", softcap=case["softcap"] > 0, pack_gqa=case["pack_gqa"],
+        num_splits=case["num_splits"], num_sms=num_sms)
+
+
+def case_specs(case: dict, arch: str, num_sms: int) -> list:
+    v = case_variants(case, arch, num_sms)
+    if v is None:
+        return []
+    return [s for s in (v.scheduler, v.attention, v.combine) if s is not None]
+
+
+def features(case: dict) -> dict:
+    """Feature labels of a case (for coverage counts)."""
+    d = {
+        "dtype": case["dtype"], "head_dims": f"{case['head_dim']}x{case['head_dim_v']}",
+        "gqa": case["num_heads_q"] // case["num_heads_kv"], "kv": case["kv"] + ("+seqused" if case["seqused"] else ""),
+        "page_size": case["page_size"], "mask": case["mask"], "softcap": case["softcap"] > 0,
+        "splits": "auto" if case["num_splits"] == 0 else "1" if case["num_splits"] == 1 else "forced",
+        "pack_gqa": str(case["pack_gqa"]), "layout": case["layout"], "sort": case["sort"],
+        "head_swizzle": case["head_swizzle"], "phase": case["phase"],
+        "zero_q": any(x == 0 for x in case["qlens"]), "zero_k": any(x == 0 for x in case["klens"]),
+        "long": max(case["klens"] + case["qlens"] + [0]) > 8192, "pad_rows": case["pad_rows"] > 0,
+        "strided": case["strided"], "hint": case["hint"],
+    }
+    return d
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs, the call and the comparison (torch; the call needs a GPU)
+
+
+def build_inputs(case: dict, device="cuda") -> dict:
+    """Tensors of a case on ``device`` ("cuda", "cuda:1", "cpu", or "meta" for shapes only).
+
+    Values come from a torch generator seeded with the case seed (on the device for CUDA, so the
+    same seed gives the same inputs on every GPU of one kind).  Returns q, k, v (views when
+    ``strided``), cu_seqlens_q, cu_seqlens_k (None for paged), seqused_k, page_table, and the
+    call's keyword arguments in ``kwargs``.
+    """
+    import torch
+
+    dev = torch.device(device)
+    meta = dev.type == "meta"
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[case["dtype"]]
+    seed = int(case["seed"] or 0)
+    gen = None if meta else torch.Generator(device=dev).manual_seed(seed)
+    rng = np.random.default_rng(seed + 1)
+    hq, hkv, d, dv = case["num_heads_q"], case["num_heads_kv"], case["head_dim"], case["head_dim_v"]
+    extra = 2 if case["strided"] else 0       # views with larger row strides (16-byte aligned)
+
+    def randn(*shape, scale=1.0):
+        if meta:
+            return torch.empty(*shape, dtype=dtype, device=dev)
+        x = torch.randn(*shape, generator=gen, device=dev, dtype=torch.float32)
+        if scale != 1.0:
+            x.mul_(scale)
+        return x.to(dtype)
+
+    def heads_view(shape, heads_dim, scale=1.0):
+        """randn of ``shape``, as a view of a tensor with ``extra`` more heads when strided."""
+        if not extra:
+            return randn(*shape, scale=scale)
+        big = list(shape)
+        big[heads_dim] += extra
+        return randn(*big, scale=scale).narrow(heads_dim, 0, shape[heads_dim])
+
+    qlens, klens = case["qlens"], case["klens"]
+    total_q = total_q_rows(case)
+    q = heads_view((total_q, hq, d), 1, case["q_scale"])
+    cu_q_np = np.concatenate([[0], np.cumsum(qlens, dtype=np.int64)]).astype(np.int32)
+    cu_q = torch.tensor(cu_q_np, dtype=torch.int32).to(dev)
+    res = {"q": q, "cu_seqlens_q": cu_q, "cu_seqlens_k": None, "seqused_k": None, "page_table": None}
+    if case["kv"] == "paged":
+        ps = case["page_size"]
+        need, width, num_pages = page_layout(case)
+        if case["interleaved_kv"]:
+            shape = (num_pages, 2, ps, hkv + extra, d)
+            kv = randn(*shape)
+            k, v = kv[:, 0, :, :hkv], kv[:, 1, :, :hkv]
+        else:
+            k = heads_view((num_pages, ps, hkv, d), 2)
+            v = heads_view((num_pages, ps, hkv, dv), 2)
+        perm = rng.permutation(num_pages)
+        pt = np.full((len(qlens), width), -1, dtype=np.int32)   # unused slots hold -1 (never read)
+        at = 0
+        for b, n in enumerate(need):
+            pt[b, :n] = perm[at:at + n]
+            at += n
+        res["page_table"] = torch.tensor(pt, dtype=torch.int32).to(dev)
+        res["seqused_k"] = torch.tensor(klens, dtype=torch.int32).to(dev)
+    else:
+        alloc = [a + s for a, s in zip(klens, case["kv_slack"])]
+        total_k = sum(alloc)
+        k = heads_view((total_k, hkv, d), 1)
+        v = heads_view((total_k, hkv, dv), 1)
+        cu_k = np.concatenate([[0], np.cumsum(alloc, dtype=np.int64)]).astype(np.int32)
+        res["cu_seqlens_k"] = torch.tensor(cu_k, dtype=torch.int32).to(dev)
+        if case["seqused"]:
+            res["seqused_k"] = torch.tensor(klens, dtype=torch.int32).to(dev)
+    res["k"], res["v"] = k, v
+    mq, mk = call_hints(case)
+    res["max_seqlen_q"], res["max_seqlen_k"] = mq, mk
+    res["kwargs"] = dict(
+        seqused_k=res["seqused_k"], page_table=res["page_table"], causal=case["causal"],
+        window_size=tuple(case["window"]), softcap=case["softcap"], softmax_scale=case["softmax_scale"],
+        num_splits=case["num_splits"], pack_gqa=case["pack_gqa"], return_lse=case["return_lse"],
+        metadata_layout=case["layout"], sort=case["sort"], head_swizzle=case["head_swizzle"])
+    return res
+
+
+class _PoisonedTorch:
+    """Stands in for ``torch`` inside ``kernelgen.api`` during a call: ``torch.empty`` comes back
+    filled with NaN (floating) or POISON_INT (int32), so an lse row, a split partial or a metadata
+    word the kernels forget to write shows up.  Everything else is the real torch."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def empty(self, *args, **kwargs):
+        t = self._real.empty(*args, **kwargs)
+        if t.numel():
+            if t.is_floating_point():
+                t.fill_(float("nan"))
+            elif t.dtype == self._real.int32:
+                t.fill_(POISON_INT)
+        return t
+
+
+@contextmanager
+def poisoned_allocations(enabled: bool = True):
+    """Within the block, buffers ``kernelgen.api`` allocates with torch.empty are poisoned."""
+    from kernelgen import api
+
+    saved = api.torch
+    if enabled and not isinstance(saved, _PoisonedTorch):
+        api.torch = _PoisonedTorch(saved)
+    try:
+        yield
+    finally:
+        api.torch = saved
+
+
+def reference_for(case: dict, inp: dict):
+    """(ref_out, ref_lse) float64 on the inputs' device (``reference.attention_reference``)."""
+    from kernelgen.reference import attention_reference, gather_paged
+
+    q = inp["q"]
+    if case["kv"] == "paged":
+        k, v, cu_k = gather_paged(inp["k"], inp["v"], inp["page_table"], inp["seqused_k"])
+        used = None
+    else:
+        k, v, cu_k, used = inp["k"], inp["v"], inp["cu_seqlens_k"], inp["seqused_k"]
+    return attention_reference(q, k, v, inp["cu_seqlens_q"], cu_k, causal=case["causal"],
+                               softmax_scale=case["softmax_scale"], window_size=tuple(case["window"]),
+                               softcap=case["softcap"], seqused_k=used)
+
+
+def tolerances(case: dict) -> tuple:
+    """(atol, rtol, lse_atol, lse_rtol): ``reference.tolerance`` for values, the GPU tests' LSE bound."""
+    import torch
+
+    from kernelgen.reference import tolerance
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[case["dtype"]]
+    atol, rtol = tolerance(dtype)
+    return atol, rtol, 2e-3, 1e-4
+
+
+def compare(case: dict, out, lse, ref, ref_lse, rows: int, *, out_poisoned: bool = True,
+            lse_poisoned: bool = True) -> dict:
+    """Check one batch's results.  ``rows`` = cu_seqlens_q[-1]; rows past it must stay NaN when the
+    buffer was poisoned.  Returns {"ok", "unwritten_rows", "max_err", "lse_err", "errors": [...]}."""
+    import torch
+
+    errors = []
+    atol, rtol, lse_atol, lse_rtol = tolerances(case)
+    dtype = out.dtype
+    o = out[:rows].double()
+    nan_rows = torch.isnan(o).any(-1)                        # (rows, hq): (token, head) rows
+    if lse is not None:
+        nan_rows = nan_rows | torch.isnan(lse[:, :rows]).transpose(0, 1)
+    unwritten = int(nan_rows.sum().item())
+    if unwritten:
+        idx = nan_rows.nonzero()[:5].tolist()
+        errors.append(f"{unwritten} unwritten/NaN (token, head) rows, first {idx}")
+    if out_poisoned and out.shape[0] > rows and not bool(torch.isnan(out[rows:]).all()):
+        errors.append(f"out rows past cu_seqlens_q[-1] = {rows} were written")
+    if lse is not None and lse_poisoned and lse.shape[1] > rows and not bool(torch.isnan(lse[:, rows:]).all()):
+        errors.append(f"lse rows past cu_seqlens_q[-1] = {rows} were written")
+    r = ref[:rows].to(dtype).double()
+    err = (o - r).abs()
+    finite_o = ~torch.isnan(o)
+    bad = (err > atol + rtol * r.abs()) & finite_o
+    max_err = float(err[finite_o].max().item()) if bool(finite_o.any()) else 0.0
+    if bool(bad.any()):
+        where = bad.nonzero()[:3].tolist()
+        errors.append(f"out error {max_err:.3e} > {atol:g} + {rtol:g}|ref| at (token, head, dim) {where}")
+    empty = torch.isneginf(ref_lse[:, :rows])                 # (hq, rows): rows that see no key
+    ot = o.transpose(0, 1)                                    # (hq, rows, dv)
+    written = ~nan_rows.transpose(0, 1)
+    if bool((empty & written).any()) and bool((ot[empty & written] != 0).any()):
+        errors.append("rows that see no key are not exactly 0")
+    lse_err = 0.0
+    if lse is not None:
+        lt = lse[:, :rows].double()
+        lw = ~torch.isnan(lt)
+        if not torch.equal(torch.isneginf(lt) & lw, empty & lw):
+            errors.append("lse is -inf exactly where a row sees no key: violated")
+        fin = ~empty & lw
+        if bool(fin.any()):
+            lerr = (lt[fin] - ref_lse[:, :rows][fin]).abs()
+            lse_err = float(lerr.max().item())
+            if not bool((lerr <= lse_atol + lse_rtol * ref_lse[:, :rows][fin].abs()).all()):
+                errors.append(f"lse error {lse_err:.3e}")
+    return {"ok": not errors, "unwritten_rows": unwritten, "max_err": max_err, "lse_err": lse_err,
+            "errors": errors}
+
+
+def run_case(case: dict, device="cuda", *, poison: bool = True, attention=None, reference_device=None) -> dict:
+    """Build the inputs, run the call with NaN-filled out / poisoned internal buffers, compare.
+
+    ``attention``: the function under test (default ``kernelgen.varlen_attention``).
+    ``reference_device``: where the reference runs ("cpu" under compute-sanitizer; default: the
+    inputs' device).  Returns compare()'s dict plus seed, seconds and (on an exception) error.
+    """
+    import torch
+
+    t0 = time.perf_counter()
+    if attention is None:
+        import kernelgen
+
+        attention = kernelgen.varlen_attention
+    inp = build_inputs(case, device)
+    q = inp["q"]
+    hq, dv = case["num_heads_q"], case["head_dim_v"]
+    rows = sum(case["qlens"])
+    out = None
+    if case["out_given"]:
+        out = torch.full((q.shape[0], hq, dv), float("nan"), dtype=q.dtype, device=q.device)
+    try:
+        with poisoned_allocations(poison):
+            res = attention(q, inp["k"], inp["v"], inp["cu_seqlens_q"], inp["cu_seqlens_k"], inp["max_seqlen_q"],
+                            inp["max_seqlen_k"], out=out, **inp["kwargs"])
+        o, lse = res if case["return_lse"] else (res, None)
+        if q.is_cuda:
+            torch.cuda.synchronize(q.device)
+    except Exception as e:  # noqa: BLE001 - a raising call is a failed batch, reported with its seed
+        return {"seed": case["seed"], "ok": False, "unwritten_rows": 0, "max_err": float("nan"), "lse_err": float("nan"),
+                "errors": [f"{type(e).__name__}: {str(e)[:400]}"], "exception": True,
+                "seconds": time.perf_counter() - t0}
+    if case["out_given"] and o.data_ptr() != out.data_ptr():
+        return {"seed": case["seed"], "ok": False, "unwritten_rows": 0, "max_err": float("nan"),
+                "lse_err": float("nan"), "errors": ["the call did not return the given out tensor"],
+                "seconds": time.perf_counter() - t0}
+    if reference_device is not None and torch.device(reference_device) != q.device:
+        inp = {key: (val.to(reference_device) if isinstance(val, torch.Tensor) else val) for key, val in inp.items()}
+        o = o.to(reference_device)
+        lse = lse.to(reference_device) if lse is not None else None
+    ref, ref_lse = reference_for(case, inp)
+    result = compare(case, o, lse, ref, ref_lse, rows, out_poisoned=case["out_given"] or poison, lse_poisoned=poison)
+    result["seed"] = case["seed"]
+    result["seconds"] = time.perf_counter() - t0
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver
+
+
+def prewarm(cases, arch: str, num_sms: int, jobs: int | None = None, progress: bool = False) -> dict:
+    """Compile every kernel the cases need into the disk cache, in parallel (no GPU needed)."""
+    from kernelgen import cache, warmup
+
+    specs, bad = {}, 0
+    for c in cases:
+        try:
+            for s in case_specs(c, arch, num_sms):
+                specs.setdefault(s, None)
+        except Exception:  # noqa: BLE001 - the batch itself will report it with its seed
+            bad += 1
+    t0 = time.perf_counter()
+    error = None
+    try:
+        compiled, cached = warmup.warmup(list(specs), cache.get_cache().root, jobs=jobs, progress=progress,
+                                         desc="fuzz prewarm")
+    except Exception as e:  # noqa: BLE001 - the batches compile lazily and report what fails, with seeds
+        compiled, cached, error = 0, 0, f"{type(e).__name__}: {str(e)[:2000]}"
+    return {"kernels": len(specs), "compiled": compiled, "cached": cached, "unplannable_cases": bad,
+            "seconds": time.perf_counter() - t0, "error": error}
+
+
+class _Watchdog:
+    """Ends the process if one batch runs longer than ``limit_s`` (a hung kernel blocks the host in
+    synchronize, where nothing else could report the seed)."""
+
+    def __init__(self, limit_s: float):
+        self.limit_s = limit_s
+        self.current = None
+        self.since = time.monotonic()
+        self._stop = threading.Event()
+        if limit_s > 0:
+            threading.Thread(target=self._run, daemon=True).start()
+
+    def enter(self, label):
+        self.current, self.since = label, time.monotonic()
+
+    def leave(self):
+        self.current = None
+
+    def _run(self):
+        while not self._stop.wait(2.0):
+            if self.current is not None and time.monotonic() - self.since > self.limit_s:
+                print(f"fuzz: HUNG {self.current} for > {self.limit_s:.0f} s; replay: python tools/fuzz.py "
+                      f"--replay {self.current[1]}", flush=True)
+                os._exit(3)
+
+    def stop(self):
+        self._stop.set()
+
+
+def _cuda_alive(dev) -> bool:
+    """False once the device's context has a sticky error (illegal address, launch failure)."""
+    import torch
+
+    try:
+        x = torch.ones(4, device=dev)
+        torch.cuda.synchronize(dev)
+        return bool(x.sum().item() == 4)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def run_fuzz(batches: int, seed: int, *, time_limit: float | None = None, device="cuda", poison: bool = True,
+             do_prewarm: bool = True, jobs: int | None = None, hang_s: float = 180.0, log=print,
+             max_failures_kept: int = 200, attention=None, arch: str | None = None, num_sms: int = 132) -> dict:
+    """Run ``batches`` random batches (stopping early after ``time_limit`` seconds of batches).
+
+    ``attention``, ``arch`` and ``num_sms`` stand in for the GPU in CPU tests (default: the
+    public call, and the device's arch and SM count).
+    Returns a summary dict: seed, requested, ran, mismatches, unwritten_rows, seconds,
+    prewarm, failures (first ``max_failures_kept``: seed, errors, case features), coverage.
+    """
+    import torch
+
+    dev = torch.device(device)
+    if arch is None:
+        from kernelgen import api, runtime
+
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        arch = api.device_arch(index)
+        num_sms = runtime.device_properties(index)["num_sms"]
+        device_name = runtime.device_properties(index)["name"]
+    else:
+        device_name = str(dev)
+    seeds = batch_seeds(seed, batches)
+    cases = [case_for_seed(s) for s in seeds]
+    pre = None
+    if do_prewarm:
+        pre = prewarm(cases, arch, num_sms, jobs=jobs)
+        log(f"fuzz: prewarmed {pre['kernels']} kernels ({pre['compiled']} compiled, {pre['cached']} cached) "
+            f"in {pre['seconds']:.1f} s" + (f"; PREWARM FAILED: {pre['error']}" if pre["error"] else ""))
+    coverage: dict = {}
+    failures, mismatches, unwritten, ran, exceptions = [], 0, 0, 0, 0
+    max_err = {"bf16": 0.0, "fp16": 0.0}
+    slowest: list = []
+    dog = _Watchdog(hang_s)
+    t0 = time.perf_counter()
+    stopped_early = False
+    try:
+        for i, case in enumerate(cases):
+            if time_limit is not None and time.perf_counter() - t0 > time_limit:
+                stopped_early = True
+                break
+            dog.enter((i, case["seed"]))
+            r = run_case(case, dev, poison=poison, attention=attention)
+            dog.leave()
+            ran += 1
+            slowest = sorted(slowest + [(round(r["seconds"], 3), case["seed"])], reverse=True)[:5]
+            for key, val in features(case).items():
+                coverage.setdefault(key, {}).setdefault(str(val), 0)
+                coverage[key][str(val)] += 1
+            unwritten += r["unwritten_rows"]
+            if r["max_err"] == r["max_err"]:
+                max_err[case["dtype"]] = max(max_err[case["dtype"]], r["max_err"])
+            if not r["ok"]:
+                mismatches += 1
+                exceptions += bool(r.get("exception"))
+                if mismatches <= MAX_LOGGED_FAILURES:
+                    log(f"fuzz: MISMATCH batch {i} seed {case['seed']}: {'; '.join(r['errors'])}")
+                    log(f"fuzz:   replay: python tools/fuzz.py --replay {case['seed']}   case: {short_case(case)}")
+                elif mismatches == MAX_LOGGED_FAILURES + 1:
+                    log("fuzz: (further mismatches are counted, not printed; their seeds are in --json)")
+                if len(failures) < max_failures_kept:
+                    failures.append({"batch": i, "seed": case["seed"], "errors": r["errors"], "case": short_case(case)})
+                if r.get("exception") and dev.type == "cuda" and not _cuda_alive(dev):
+                    log("fuzz: the CUDA context is lost (sticky error); stopping")
+                    stopped_early = True
+                    break
+            if (i + 1) % 200 == 0:
+                if dev.type == "cuda":
+                    torch.cuda.empty_cache()        # variable batch sizes: keep the allocator's pool small
+                log(f"fuzz: {i + 1}/{batches} batches, {mismatches} mismatches, {unwritten} unwritten rows, "
+                    f"{time.perf_counter() - t0:.1f} s")
+    finally:
+        dog.stop()
+    seconds = time.perf_counter() - t0
+    if stopped_early:
+        log(f"fuzz: stopped after {ran} of {batches} batches (time limit {time_limit} s or a lost context)")
+    return {"seed": seed, "requested": batches, "ran": ran, "complete": ran == batches, "mismatches": mismatches,
+            "exceptions": exceptions, "unwritten_rows": unwritten, "seconds": seconds, "prewarm": pre,
+            "max_err": max_err, "device": device_name, "arch": arch,
+            "poison": poison, "failures": failures, "slowest_batches": slowest, "coverage": coverage}
+
+
+def short_case(case: dict) -> dict:
+    """The case with long length lists summarised (for logs)."""
+    c = dict(case)
+    for key in ("qlens", "klens", "kv_slack"):
+        x = c[key]
+        if len(x) > 12:
+            c[key] = f"{len(x)} values, sum {sum(x)}, max {max(x)}, zeros {sum(1 for v in x if v == 0)}"
+    return c
+
+
+def summary_line(s: dict) -> str:
+    return (f"fuzz: {s['ran']} batches, {s['mismatches']} mismatches, {s['unwritten_rows']} unwritten rows, "
+            f"seed {s['seed']}, {s['seconds']:.1f} s")
+
+
+# ---------------------------------------------------------------------------------------------
+# The compute-sanitizer subset: tiny fixed cases, one per kernel family
+
+
+def sanitize_cases() -> list:
+    """(name, case) pairs: tiny shapes, one per kernel family (see tools/sanitize.sh)."""
+    base = dict(seed=0, phase="fixed", kv="packed", page_size=None, spare_pages=0, extra_cols=0, seqused=False,
+                causal=False, window=[-1, -1], mask="none", softcap=0.0, softmax_scale=None, q_scale=1.0,
+                num_splits=1, pack_gqa=None, layout="soa", sort=True, head_swizzle=True, hint="exact",
+                return_lse=True, out_given=True, pad_rows=0, strided=False, interleaved_kv=False)
+
+    def case(**kw):
+        c = dict(base)
+        c.update(kw)
+        c.setdefault("kv_slack", [0] * len(c["qlens"]))
+        return c
+
+    return [
+        ("prefill_causal_packed", case(
+            seed=101, dtype="bf16", head_dim=64, head_dim_v=64, num_heads_q=4, num_heads_kv=2,
+            qlens=[37, 0, 130, 3], klens=[37, 5, 200, 0], causal=True, mask="causal", pad_rows=5)),
+        ("mid_tile_gqa_aos", case(
+            seed=102, dtype="fp16", head_dim=128, head_dim_v=128, num_heads_q=8, num_heads_kv=8,
+            qlens=[40, 3, 0], klens=[60, 3, 9], layout="aos", head_swizzle=False)),
+        ("decode_paged_packgqa_split_combine", case(
+            seed=103, dtype="fp16", head_dim=128, head_dim_v=128, num_heads_q=8, num_heads_kv=2,
+            qlens=[1, 1, 0, 1, 1], klens=[300, 0, 5, 1000, 17], kv="paged", page_size=16, spare_pages=3,
+            extra_cols=1, num_splits=4, pack_gqa=True, causal=True, mask="causal")),
+        ("decode_paged_auto_split", case(
+            seed=104, dtype="bf16", head_dim=64, head_dim_v=64, num_heads_q=16, num_heads_kv=2,
+            qlens=[1, 1], klens=[2000, 33], kv="paged", page_size=64, spare_pages=2, num_splits=0)),
+        ("window_softcap_packed", case(
+            seed=105, dtype="bf16", head_dim=128, head_dim_v=128, num_heads_q=4, num_heads_kv=1,
+            qlens=[50, 20, 0], klens=[80, 20, 4], window=[16, 4], mask="left_right", softcap=20.0,
+            seqused=True, kv_slack=[3, 0, 2])),
+        ("window_causal_paged_split", case(
+            seed=106, dtype="fp16", head_dim=192, head_dim_v=128, num_heads_q=4, num_heads_kv=2,
+            qlens=[3, 1], klens=[500, 64], kv="paged", page_size=1, spare_pages=2, window=[100, -1],
+            causal=True, mask="causal_window", num_splits=3)),
+        ("scheduler_sort_many_requests", case(
+            seed=107, dtype="bf16", head_dim=64, head_dim_v=64, num_heads_q=2, num_heads_kv=1,
+            qlens=[(i * 7) % 9 for i in range(40)], klens=[(i * 11) % 17 for i in range(40)], causal=True,
+            mask="causal", layout="aos", sort=True)),
+    ]
+
+
+def run_plan_padded(device="cuda") -> dict:
+    """AttentionPlan of capacity 8 running a batch of 6: 3 real requests (one with no query rows)
+    padded with 3 zero-length requests, 4 query rows past the last request.  Real rows match the
+    reference, rows past the last request stay NaN."""
+    import torch
+
+    from kernelgen.plan import AttentionPlan
+    from kernelgen.reference import attention_reference, tolerance
+
+    g = torch.Generator().manual_seed(108)
+    hq, hkv, d = 4, 2, 64
+    qlens, klens = [33, 0, 7], [40, 6, 7]
+    rows, krows = sum(qlens), sum(klens)
+    q = torch.randn(rows + 4, hq, d, generator=g).to(torch.bfloat16)
+    k = torch.randn(krows, hkv, d, generator=g).to(torch.bfloat16)
+    v = torch.randn(krows, hkv, d, generator=g).to(torch.bfloat16)
+    cq = np.concatenate([[0], np.cumsum(qlens)]).tolist()
+    ck = np.concatenate([[0], np.cumsum(klens)]).tolist()
+    cu_q = torch.tensor(cq + [cq[-1]] * 3, dtype=torch.int32)       # batch 6 < capacity 8
+    cu_k = torch.tensor(ck + [ck[-1]] * 3, dtype=torch.int32)
+    out = torch.full((rows + 4, hq, d), float("nan"), dtype=torch.bfloat16)
+    dev = torch.device(device)
+    if dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    plan = AttentionPlan(max_batch=8, num_heads_q=hq, num_heads_kv=hkv, head_dim=d, causal=True, device=dev)
+    qd, kd, vd, cqd, ckd, od = (x.to(dev) for x in (q, k, v, cu_q, cu_k, out))
+    plan.run(qd, kd, vd, cqd, ckd, out=od)
+    torch.cuda.synchronize(dev)
+    got = od.cpu()
+    ref, _ = attention_reference(q, k, v, cu_q[:4], cu_k[:4], causal=True)
+    atol, rtol = tolerance(torch.bfloat16)
+    r = ref[:rows].to(torch.bfloat16).double()
+    errors = []
+    if bool(torch.isnan(got[:rows]).any()):
+        errors.append("unwritten rows in the padded plan batch")
+    elif not bool(((got[:rows].double() - r).abs() <= atol + rtol * r.abs()).all()):
+        errors.append("padded plan batch: values differ from the reference")
+    if not bool(torch.isnan(got[rows:]).all()):
+        errors.append("padded plan batch: rows past the last request were written")
+    return {"ok": not errors, "errors": errors, "unwritten_rows": 0}
+
+
+def run_sanitize_subset(device="cuda", log=print) -> dict:
+    """Run the fixed tiny cases once each (inputs from the device's generator, reference on the
+    CPU, so the GPU runs almost only kernelgen's kernels).  Returns {"ok", "cases": {...}}."""
+    results = {}
+    for name, case in sanitize_cases():
+        r = run_case(case, device, poison=True, reference_device="cpu")
+        results[name] = {"ok": r["ok"], "errors": r["errors"], "max_err": r["max_err"]}
+        log(f"sanitize-subset: {name}: {'ok' if r['ok'] else 'FAIL ' + '; '.join(r['errors'])}")
+    r = run_plan_padded(device)
+    results["plan_capacity8_batch6_padded"] = r
+    log(f"sanitize-subset: plan_capacity8_batch6_padded: {'ok' if r['ok'] else 'FAIL ' + '; '.join(r['errors'])}")
+    ok = all(x["ok"] for x in results.values())
+    log(f"sanitize-subset: {sum(x['ok'] for x in results.values())}/{len(results)} cases ok")
+    return {"ok": ok, "cases": results}
+
+
+def _json_default(x):
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.floating,)):
+        return float(x)
+    return str(x)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--batches", type=int, default=2000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", default=None, help="write the summary (failures, coverage) here")
+    ap.add_argument("--time-limit", type=float, default=None, help="stop starting new batches after this many seconds")
+    ap.add_argument("--replay", type=int, default=None, metavar="SEED", help="run the one batch of this batch seed")
+    ap.add_argument("--sanitize-subset", action="store_true", help="tiny fixed cases, one per kernel family")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--no-poison", action="store_true", help="do not poison the call's own allocations")
+    ap.add_argument("--no-prewarm", action="store_true", help="compile lazily instead of in parallel up front")
+    ap.add_argument("--jobs", type=int, default=None, help="prewarm compile processes (default: all cores)")
+    ap.add_argument("--hang", type=float, default=180.0, help="seconds one batch may take before the run aborts")
+    ap.add_argument("--prewarm-only", action="store_true", help="compile the run's kernels and exit (no GPU with --arch)")
+    ap.add_argument("--arch", default=None, help="with --prewarm-only: target arch (e.g. sm_90a)")
+    ap.add_argument("--num-sms", type=int, default=132, help="with --prewarm-only --arch: the device's SM count")
+    ap.add_argument("--show", type=int, default=0, metavar="N", help="print the first N cases of --seed and exit")
+    a = ap.parse_args(argv)
+
+    if a.show:
+        for s in batch_seeds(a.seed, a.show):
+            print(json.dumps(short_case(case_for_seed(s)), default=_json_default))
+        return 0
+    if a.prewarm_only:
+        cases = [case_for_seed(s) for s in batch_seeds(a.seed, a.batches)]
+        if a.arch is None:
+            from kernelgen import api, runtime
+
+            arch, sms = api.device_arch(0), runtime.device_properties(0)["num_sms"]
+        else:
+            arch, sms = a.arch, a.num_sms
+        p = prewarm(cases, arch, sms, jobs=a.jobs, progress=True)
+        print(f"fuzz: prewarm {arch}: {p['kernels']} kernels, {p['compiled']} compiled, {p['cached']} cached, "
+              f"{p['unplannable_cases']} unplannable cases, {p['seconds']:.1f} s")
+        if p["error"]:
+            print(f"fuzz: prewarm FAILED: {p['error']}")
+        return 0 if p["error"] is None and p["unplannable_cases"] == 0 else 1
+
+    import torch
+
+    if not torch.cuda.is_available():
+        print("fuzz: needs a CUDA GPU (use --prewarm-only --arch ARCH or --show N without one)")
+        return 2
+    if a.sanitize_subset:
+        s = run_sanitize_subset(a.device)
+        if a.json:
+            Path(a.json).write_text(json.dumps(s, indent=1, default=_json_default))
+        return 0 if s["ok"] else 1
+    if a.replay is not None:
+        case = case_for_seed(a.replay)
+        print(json.dumps(short_case(case), default=_json_default))
+        r = run_case(case, a.device, poison=not a.no_poison)
+        print(json.dumps(r, default=_json_default))
+        print(f"fuzz: replay seed {a.replay}: {'ok' if r['ok'] else 'MISMATCH'}")
+        return 0 if r["ok"] else 1
+    s = run_fuzz(a.batches, a.seed, time_limit=a.time_limit, device=a.device, poison=not a.no_poison,
+                 do_prewarm=not a.no_prewarm, jobs=a.jobs, hang_s=a.hang)
+    if a.json:
+        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.json).write_text(json.dumps(s, indent=1, default=_json_default))
+    print(f"fuzz: max abs error bf16 {s['max_err']['bf16']:.3e}, fp16 {s['max_err']['fp16']:.3e}; "
+          f"{s['exceptions']} exceptions; complete: {s['complete']}")
+    print(summary_line(s), flush=True)
+    return 0 if s["mismatches"] == 0 and s["unwritten_rows"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
