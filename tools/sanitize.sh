@@ -66,7 +66,11 @@ for t in $TOOLS; do
     $API_OPT ${SANITIZE_EXTRA:-} "$PY" tools/fuzz.py --sanitize-subset > "$log" 2>&1
   rc=$?
   secs=$(( $(date +%s) - start ))
+  # memcheck ends with "ERROR SUMMARY: N errors"; racecheck with "RACECHECK SUMMARY: H hazards
+  # displayed (N errors, W warnings)"
   n="$(grep -oE 'ERROR SUMMARY: [0-9]+ error' "$log" | tail -n 1 | grep -oE '[0-9]+')"
+  [ -n "$n" ] || n="$(grep -oE 'RACECHECK SUMMARY: [0-9]+ hazards displayed \([0-9]+ error' "$log" | tail -n 1 \
+                       | grep -oE '[0-9]+ error' | grep -oE '[0-9]+')"
   cases_ok="$(grep -c ': ok$' "$log")"
   if [ -z "$n" ]; then
     echo "sanitize: $t produced no ERROR SUMMARY (rc $rc after $secs s; timeout is rc 124); last lines:"
