@@ -9,6 +9,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -38,6 +39,38 @@ TEST_CHECKS = {
     "graph_replay_correct": ["test_graph_decode_step_100_replays[soa]", "test_graph_decode_step_100_replays[aos]"],
     "mixed_matches_reference": ["test_mixed_prefill_and_decode_batch"],
 }
+
+
+def optional_checks(out: Path, report: dict, tests: dict) -> None:
+    """Issue-7 checks from the files of their own runs, when present in the folder: fuzz.json
+    (tools/fuzz.py), sanitize_memcheck.log / sanitize_racecheck.log (tools/sanitize.sh),
+    junit_multi.xml (2-GPU run) and junit_cpu_cache.xml (the CPU cache-fault tests)."""
+    fuzz = load(out / "fuzz.json")
+    if fuzz:
+        report["checks"]["fuzz_2000_ok"] = (fuzz.get("ran", 0) >= 2000 and fuzz.get("complete") is True and
+                                            fuzz.get("mismatches") == 0 and fuzz.get("unwritten_rows") == 0 and
+                                            fuzz.get("exceptions") == 0)
+        report["extra"]["fuzz"] = {k: fuzz.get(k) for k in ("seed", "ran", "mismatches", "unwritten_rows",
+                                                             "exceptions", "seconds", "poison")}
+    for tool, pattern in (("memcheck", r"ERROR SUMMARY: (\d+) error"),
+                          ("racecheck", r"RACECHECK SUMMARY: \d+ hazards displayed \((\d+) error")):
+        log = out / f"sanitize_{tool}.log"
+        if log.exists():
+            found = re.findall(pattern, log.read_text())
+            cases = log.read_text().count(": ok\n")
+            report["checks"][f"{tool}_clean"] = bool(found) and int(found[-1]) == 0 and cases > 0
+            report["extra"][f"{tool}_errors"] = int(found[-1]) if found else None
+    names = tests.get("passed_names", set())
+    if (out / "junit_multi.xml").exists():
+        report["checks"]["cuda1_ok"] = all(n in names for n in (
+            "test_cuda1_while_current_device_is_0", "test_cuda1_in_device_context_on_side_stream",
+            "test_plan_on_cuda1_in_device_context"))
+        report["checks"]["tensor_parallel_2gpu_ok"] = "test_tensor_parallel_example" in names
+    cpu = out / "junit_cpu_cache.xml"
+    if cpu.exists():
+        c = junit_counts(cpu)
+        report["checks"]["cache_concurrency_ok"] = c["failed"] == 0 and c["passed"] > 0
+        report["extra"]["cpu_cache_tests"] = {k: c[k] for k in ("passed", "failed", "skipped")}
 
 
 def commit() -> str:
@@ -83,6 +116,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     out = args.out
     tests = junit_counts(out / "junit.xml")
+    multi = junit_counts(out / "junit_multi.xml") if (out / "junit_multi.xml").exists() else None
+    if multi:  # the 2-GPU machine's run of tests/gpu/test_multi_gpu.py
+        for k in ("passed", "failed", "skipped"):
+            tests[k] += multi[k]
+        tests["passed"] -= sum(1 for n in multi["passed_names"] if n in tests["passed_names"])
+        tests["failures"] += multi["failures"]
+        tests["passed_names"] = set(tests["passed_names"]) | multi["passed_names"]
     demo = load(out / "demo.json")
     bench = load(out / "bench.json")
     report = {
@@ -104,6 +144,7 @@ def main(argv=None) -> int:
             f"test_seed_scenario_padded_replay[{layout}]" in tests.get("passed_names", ()))
     if compare:
         report["extra"]["compare_layouts"] = compare
+    optional_checks(out, report, tests)
     if demo:
         report["checks"].update(demo.get("check", {}))
         report["benchmarks"].append(demo["benchmark"])

@@ -1,0 +1,50 @@
+"""Split-KV bound, pack-GQA and tile choice against hand-worked examples (CPU)."""
+import pytest
+
+from kernelgen import heuristics as H
+
+
+def test_fa3_worked_example_b_static_split():
+    """shared/research/fa3_scheduler.md 3.8: 8 packed heads, 1 m-block, N = 47 blocks, 132 SMs -> S = 15."""
+    assert H.num_splits_heuristic(total_mblocks=8, n_blocks=47, num_ctas=132, max_splits=128) == 15
+
+
+def test_split_rules():
+    # enough tiles to fill 80 % of the CTAs: no split
+    assert H.num_splits_heuristic(total_mblocks=256, n_blocks=1000, num_ctas=264) == 1
+    # too few key blocks to split
+    assert H.num_splits_heuristic(total_mblocks=1, n_blocks=4, num_ctas=264) == 1
+    # one tile, long context: efficiency rises until s tiles fill the CTAs; capped by max_splits
+    assert H.num_splits_heuristic(total_mblocks=1, n_blocks=10000, num_ctas=64, max_splits=128) == 55
+    assert H.num_splits_heuristic(total_mblocks=1, n_blocks=10000, num_ctas=660, max_splits=64) == 55
+    # the bound never exceeds the key blocks
+    assert H.num_splits_heuristic(total_mblocks=1, n_blocks=6, num_ctas=660) <= 6
+
+
+def test_pack_gqa_choice_hand_worked():
+    """FA3's rule of thumb (7.2): decode with 4 query heads per KV head packs, long prefill does not."""
+    assert H.default_pack_gqa(qpk=4, max_seqlen_q=1) is True
+    assert H.default_pack_gqa(qpk=4, max_seqlen_q=1000) is False
+    assert H.default_pack_gqa(qpk=1, max_seqlen_q=1) is False     # nothing to pack
+    assert H.default_pack_gqa(qpk=8, max_seqlen_q=8) is True      # speculative decode: 64 rows
+    assert H.default_pack_gqa(qpk=8, max_seqlen_q=9) is False
+
+
+def test_tile_classes_and_split_variants():
+    dec = H.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal", max_seqlen_q=1,
+                   max_seqlen_k=32768, paged=True)
+    assert dec.attention.pack_gqa and dec.attention.tile.block_m == 16 and dec.attention.split
+    assert dec.combine is not None and 1 < dec.max_splits <= H.MAX_AUTO_SPLITS and not dec.forced_splits
+    pre = H.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal", max_seqlen_q=4096,
+                   max_seqlen_k=4096)
+    assert not pre.attention.pack_gqa and pre.attention.tile.block_m == 128 and pre.combine is None
+    assert pre.attention.tile.num_stages == 3          # the faster 3-stage tile when nothing else is live
+    forced = H.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal", max_seqlen_q=4096,
+                      max_seqlen_k=4096, num_splits=4)
+    assert forced.forced_splits and forced.max_splits == 4 and forced.attention.tile.num_stages == 2
+    mid = H.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, max_seqlen_q=8, max_seqlen_k=4096)
+    assert mid.attention.pack_gqa and mid.attention.tile.block_m == 64
+    with pytest.raises(ValueError, match="num_splits"):
+        H.choose("sm_90a", "bf16", 128, 128, num_heads_q=8, num_heads_kv=8, max_seqlen_q=1, max_seqlen_k=1, num_splits=200)
+    with pytest.raises(ValueError, match="num_heads_q"):
+        H.choose("sm_90a", "bf16", 128, 128, num_heads_q=6, num_heads_kv=4, max_seqlen_q=1, max_seqlen_k=1)
