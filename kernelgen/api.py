@@ -111,7 +111,7 @@ def varlen_attention(
 
     The values of cu_seqlens, seqused_k and page_table are not read on the host (that would
     synchronise): ``KERNELGEN_CHECK_INPUTS=1`` checks them (ordering, page ids inside the cache,
-    page_table wide enough) at the cost of a sync.  Offsets are 64-bit, so caches past 2^31
+    page_table wide enough, seqused_k within each request's keys) at the cost of a sync.  Offsets are 64-bit, so caches past 2^31
     elements are addressed correctly.
 
     Algorithm: FlashAttention-2 tiling with an fp32 online softmax (Dao 2023; Milakov and
@@ -134,6 +134,8 @@ def varlen_attention(
             validation.check_cu_seqlens_values("cu_seqlens_k", cu_seqlens_k, sizes["total_k"])
         if page_table is not None:
             validation.check_paged_values(page_table, seqused_k, sizes["num_pages"], sizes["page_size"])
+        elif seqused_k is not None:
+            validation.check_seqused_values(seqused_k, cu_seqlens_k)
 
     total_q, hq = sizes["total_q"], sizes["num_heads_q"]
     if out is None:

@@ -175,7 +175,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
 
     def split_bound(t: TileConfig) -> tuple[int, bool]:
         if num_splits > 0:
-            return num_splits, True
+            # a request never gets more splits than key blocks: size the partials for that
+            return max(1, min(num_splits, -(-max(max_seqlen_k, 1) // t.block_n))), True
         probe = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, pack, False, paged, softcap)
         sched_heads = num_heads_kv if pack else num_heads_q
         m = max(1, -(-rows // t.block_m))

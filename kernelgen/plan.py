@@ -109,10 +109,15 @@ class AttentionPlan:
             raise ValueError("cu_seqlens_k must have as many entries as cu_seqlens_q")
         if cu_seqlens_k is None and seqused_k is None:
             raise ValueError("give cu_seqlens_k or seqused_k")
+        if seqused_k is not None:
+            validation.tensor("seqused_k", seqused_k, ndim=1, dtypes=(torch.int32,), device=self.device)
+            if seqused_k.shape[0] != batch or not seqused_k.is_contiguous():
+                raise ValueError(f"seqused_k must be a contiguous ({batch},) tensor, got shape {tuple(seqused_k.shape)}")
         if batch > self.capacity:
             raise ValueError(f"batch {batch} exceeds the plan's capacity {self.capacity}")
-        api.launch_scheduler(self.sched, api._current_stream(self.device.index), cu_seqlens_q, cu_seqlens_k, seqused_k,
-                             self.metadata, batch, self.capacity, self.config)
+        with torch.cuda.device(self.device):
+            api.launch_scheduler(self.sched, api._current_stream(self.device.index), cu_seqlens_q, cu_seqlens_k,
+                                 seqused_k, self.metadata, batch, self.capacity, self.config)
 
     def attend(self, q, k, v, cu_seqlens_q, cu_seqlens_k=None, *, seqused_k=None, page_table=None, out=None, lse=None,
                softmax_scale=None):
@@ -122,14 +127,23 @@ class AttentionPlan:
         tensor to fill.  Returns out.  Raises ValueError / TypeError for inputs that do not match
         the plan (heads, head dims, dtype, device, paging, capacities).
         """
-        sizes = validation.varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, None, None, out, seqused_k=seqused_k,
-                                         page_table=page_table)
-        self._check_shapes(sizes, q)
+        sizes = self._validate(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
         scale = validation.softmax_scale(softmax_scale, self.head_dim)
         if out is None:
             out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=q.dtype, device=q.device)
-        if lse is not None and (tuple(lse.shape) != (self.num_heads_q, sizes["total_q"]) or lse.dtype != torch.float32):
-            raise ValueError(f"lse must be a float32 ({self.num_heads_q}, {sizes['total_q']}) tensor")
+        with torch.cuda.device(self.device):
+            self._launch_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, scale)
+        return out
+
+    def _validate(self, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse) -> dict:
+        sizes = validation.varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, None, None, out, seqused_k=seqused_k,
+                                         page_table=page_table)
+        self._check_shapes(sizes, q)
+        if lse is not None:
+            validation.lse_buffer(lse, self.num_heads_q, sizes["total_q"], self.device)
+        return sizes
+
+    def _launch_attention(self, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, scale):
         stream = api._current_stream(self.device.index)
         self.attn.launch(self.attn.persistent_grid, stream, api.attention_params(
             q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, self.metadata, self.capacity, scale, seqused_k=seqused_k,
@@ -137,7 +151,6 @@ class AttentionPlan:
         if self.combine is not None:
             api.launch_combine(self.combine, stream, self.split, cu_seqlens_q, self.metadata, out, lse,
                                self.num_heads_q)
-        return out
 
     def run(self, q, k, v, cu_seqlens_q, cu_seqlens_k=None, *, seqused_k=None, page_table=None, out=None, lse=None,
             return_lse=False, softmax_scale=None):
@@ -165,6 +178,8 @@ class AttentionPlan:
                                 out=out, lse=lse, return_lse=return_lse, softmax_scale=softmax_scale)
         if return_lse and lse is None:
             lse = torch.empty((self.num_heads_q, q.shape[0]), dtype=torch.float32, device=q.device)
+        # every check before the first launch: a bad call must not leave a scheduler launch behind
+        self._validate(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
         self.schedule(cu_seqlens_q, cu_seqlens_k, seqused_k)
         out = self.attend(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k=seqused_k, page_table=page_table, out=out,
                           lse=lse, softmax_scale=softmax_scale)

@@ -16,6 +16,8 @@ import torch
 from .spec import HEAD_DIMS
 
 DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+#: Largest finite sliding-window side (tokens): the kernels add it to positions in 32-bit ints.
+MAX_WINDOW = 1 << 30
 LAYOUTS = ("soa", "aos")
 
 
@@ -171,8 +173,9 @@ def window(window_size, causal: bool) -> tuple[str, int, int]:
             or not all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in window_size)):
         raise TypeError(f"window_size must be a pair of ints (left, right), got {window_size!r}")
     left, right = int(window_size[0]), int(window_size[1])
-    if left < -1 or right < -1:
-        raise ValueError(f"window_size entries must be >= -1 (-1 = unbounded), got {window_size!r}")
+    if left < -1 or right < -1 or left > MAX_WINDOW or right > MAX_WINDOW:
+        raise ValueError(f"window_size entries must be in [-1, {MAX_WINDOW}] tokens (-1 = unbounded), got "
+                         f"{window_size!r}")
     if causal:
         right = 0 if right < 0 else min(right, 0)
     if left < 0 and right < 0:
@@ -197,6 +200,28 @@ def num_splits(x) -> int:
     if not 0 <= x <= 128:
         raise ValueError(f"num_splits must be in [0, 128] (0 = automatic), got {x}")
     return int(x)
+
+
+def check_seqused_values(seqused_k, cu_seqlens_k) -> None:
+    """Opt-in host check (synchronises!) for packed k/v: 0 <= seqused_k[i] <= the keys request i
+    has in cu_seqlens_k."""
+    used = seqused_k.detach().to("cpu", torch.int64)
+    cu = cu_seqlens_k.detach().to("cpu", torch.int64)
+    span = cu[1:] - cu[:-1]
+    bad = ((used < 0) | (used > span)).nonzero().flatten()
+    if bad.numel():
+        i = int(bad[0])
+        raise ValueError(f"seqused_k[{i}] = {int(used[i])} must be in [0, {int(span[i])}] (the keys request {i} "
+                         f"has in cu_seqlens_k)")
+
+
+def lse_buffer(lse, num_heads_q: int, total_q: int, device) -> None:
+    """A caller-provided lse: float32 (num_heads_q, total_q) on ``device``, tokens contiguous."""
+    tensor("lse", lse, ndim=2, dtypes=(torch.float32,), device=device)
+    if tuple(lse.shape) != (num_heads_q, total_q):
+        raise ValueError(f"lse must have shape {(num_heads_q, total_q)}, got {tuple(lse.shape)}")
+    if lse.stride(1) != 1 and total_q > 1:
+        raise ValueError(f"lse must be contiguous along tokens (stride 1 in dim 1), got strides {tuple(lse.stride())}")
 
 
 def check_paged_values(page_table, seqused_k, num_pages: int, page_size: int) -> None:

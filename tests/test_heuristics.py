@@ -48,3 +48,10 @@ def test_tile_classes_and_split_variants():
         H.choose("sm_90a", "bf16", 128, 128, num_heads_q=8, num_heads_kv=8, max_seqlen_q=1, max_seqlen_k=1, num_splits=200)
     with pytest.raises(ValueError, match="num_heads_q"):
         H.choose("sm_90a", "bf16", 128, 128, num_heads_q=6, num_heads_kv=4, max_seqlen_q=1, max_seqlen_k=1)
+
+
+def test_forced_splits_bounded_by_key_blocks():
+    """A forced split count larger than the keys' blocks only sizes the partials for what can run."""
+    v = H.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, max_seqlen_q=32768, max_seqlen_k=100,
+                 num_splits=128)
+    assert v.forced_splits and v.max_splits == -(-100 // v.attention.tile.block_n)

@@ -184,3 +184,27 @@ def test_paged_host_value_check():
         V.check_paged_values(pt, torch.tensor([49, 20], dtype=torch.int32), num_pages=5, page_size=16)
     with pytest.raises(ValueError, match=r"page_table\[1\] has page ids outside"):
         V.check_paged_values(pt, torch.tensor([40, 20], dtype=torch.int32), num_pages=4, page_size=16)
+
+
+def test_window_bounds_and_seqused_and_lse_checks():
+    V.window((V.MAX_WINDOW, 0), False)
+    with pytest.raises(ValueError, match="window_size entries must be in"):
+        V.window((-1, 2**31 - 1), False)
+    with pytest.raises(ValueError, match="window_size entries must be in"):
+        V.window((2**31, 0), True)
+    cu = torch.tensor([0, 5, 5, 9], dtype=torch.int32)
+    V.check_seqused_values(torch.tensor([5, 0, 3], dtype=torch.int32), cu)
+    with pytest.raises(ValueError, match=r"seqused_k\[0\] = 6 must be in \[0, 5\]"):
+        V.check_seqused_values(torch.tensor([6, 0, 3], dtype=torch.int32), cu)
+    with pytest.raises(ValueError, match=r"seqused_k\[2\] = -1"):
+        V.check_seqused_values(torch.tensor([5, 0, -1], dtype=torch.int32), cu)
+    dev = torch.device("meta")
+    V.lse_buffer(torch.empty(8, 10, device="meta"), 8, 10, dev)
+    with pytest.raises(ValueError, match="lse must be contiguous along tokens"):
+        V.lse_buffer(torch.empty(10, 8, device="meta").t(), 8, 10, dev)
+    with pytest.raises(ValueError, match="lse must have shape"):
+        V.lse_buffer(torch.empty(8, 11, device="meta"), 8, 10, dev)
+    with pytest.raises(TypeError, match="lse must have dtype float32"):
+        V.lse_buffer(torch.empty(8, 10, device="meta", dtype=torch.float16), 8, 10, dev)
+    with pytest.raises(ValueError, match="lse must be on"):
+        V.lse_buffer(torch.empty(8, 10), 8, 10, dev)

@@ -155,3 +155,25 @@ def test_e6_back_to_back_on_side_stream_and_graph_replays():
         torch.cuda.synchronize()
         assert not torch.all(step.out == 0)
         step.check(batch)
+
+
+def test_plan_checks_everything_before_launching():
+    """A bad call raises before the scheduler runs (the plan's metadata is untouched), a strided or
+    foreign lse is refused, and schedule() checks seqused_k."""
+    step = PagedDecodeStep(capacity=8, seed=12)
+    rng = np.random.default_rng(13)
+    step.set_batch(rng, 8)
+    step.run()
+    torch.cuda.synchronize()
+    before = step.plan.metadata.clone()
+    bad_lse = torch.empty(8, 32, device="cuda").t()            # right shape, tokens not contiguous
+    with pytest.raises(ValueError, match="lse must be contiguous"):
+        step.plan.run(step.q, step.k_cache, step.v_cache, step.cu_q, seqused_k=step.used, page_table=step.page_table,
+                      out=step.out, lse=bad_lse)
+    with pytest.raises(TypeError, match="seqused_k must have dtype int32"):
+        step.plan.run(step.q, step.k_cache, step.v_cache, step.cu_q, seqused_k=step.used.long(),
+                      page_table=step.page_table, out=step.out)
+    with pytest.raises(ValueError, match="seqused_k must be a contiguous"):
+        step.plan.schedule(step.cu_q, seqused_k=step.used[:4])
+    torch.cuda.synchronize()
+    assert torch.equal(step.plan.metadata, before), "no scheduler launch happened for the bad calls"
