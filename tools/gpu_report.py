@@ -45,6 +45,9 @@ def optional_checks(out: Path, report: dict, tests: dict) -> None:
     """Issue-7 checks from the files of their own runs, when present in the folder: fuzz.json
     (tools/fuzz.py), sanitize_memcheck.log / sanitize_racecheck.log (tools/sanitize.sh),
     junit_multi.xml (2-GPU run) and junit_cpu_cache.xml (the CPU cache-fault tests)."""
+    earlier = os.environ.get("KERNELGEN_EARLIER_RUNS")
+    if earlier:  # fuzz / sanitizer / 2-GPU files that came from runs of an earlier commit
+        report["extra"]["fuzz_sanitizer_multigpu_commit"] = earlier
     fuzz = load(out / "fuzz.json")
     if fuzz:
         report["checks"]["fuzz_2000_ok"] = (fuzz.get("ran", 0) >= 2000 and fuzz.get("complete") is True and
@@ -102,6 +105,9 @@ def markdown(report: dict) -> str:
         tf = f"{b['tflops']:.0f}" if b.get("tflops") else ""
         tb = f"{b['tbps']:.2f}" if b.get("tbps") else ""
         lines.append(f"| {b['name']} | {b['us']:.1f} | {tf} | {tb} | {peers} |")
+    earlier = (report.get("extra") or {}).get("fuzz_sanitizer_multigpu_commit")
+    if earlier:
+        lines += ["", f"The fuzz, sanitizer and 2-GPU checks (and 4 of the passed tests) ran on commit {earlier}."]
     roofs = (report.get("extra") or {}).get("roofs")
     if roofs:
         lines += ["", f"Roofs measured in the same run: copy {roofs['copy_tbps']:.2f} TB/s (read + write), "
