@@ -248,15 +248,17 @@ def _tile_class(attn_spec) -> str:
     return "decode" if attn_spec.tile.block_m <= 16 else "mid" if attn_spec.tile.block_m <= 64 else "prefill"
 
 
-def scheduler_launch_shape(capacity: int) -> tuple[int, int]:
+def scheduler_launch_shape(capacity: int, max_smem: int = 48 * 1024) -> tuple[int, int]:
     """(threads, dynamic shared memory bytes) of a scheduler launch for a capacity: one thread per
-    request slot up to 1024 (at least a warp), and two 4-byte sort-key buffers."""
+    request slot up to 1024 (at least a warp); two 4-byte sort-key buffers per slot, and two more
+    for the plans stashed at sort time when ``max_smem`` (bytes, what the loaded kernel may use)
+    allows (otherwise the kernel re-reads the lengths of each sorted request from global memory)."""
     cap4 = metadata.round_up(capacity, 4)
     n = 32
     while n < cap4:
         n <<= 1
     threads = min(n, 1024)
-    return threads, 2 * 4 * max(n, threads)
+    return threads, 16 * cap4 if 16 * cap4 <= max_smem else 8 * cap4
 
 
 def launch_scheduler(sched, stream, cu_seqlens_q, cu_seqlens_k, seqused_k, md, batch, capacity, cfg) -> None:
@@ -264,7 +266,7 @@ def launch_scheduler(sched, stream, cu_seqlens_q, cu_seqlens_k, seqused_k, md, b
     if capacity > metadata.MAX_CAPACITY:
         raise ValueError(f"capacity {capacity} exceeds {metadata.MAX_CAPACITY} requests (the scheduler sorts the "
                          f"whole batch in one CTA)")
-    threads, smem = scheduler_launch_shape(capacity)
+    threads, smem = scheduler_launch_shape(capacity, sched.smem_bytes)
     sched.launch(1, stream, scheduler_params(cu_seqlens_q, cu_seqlens_k, seqused_k, md, batch, capacity, cfg),
                  smem=smem, threads=threads)
 

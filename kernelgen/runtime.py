@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from .params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS, ParamStruct
 
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
-#: The scheduler keeps two buffers of metadata.MAX_CAPACITY 4-byte sort keys in shared memory.
-_SCHEDULER_MAX_SMEM = 2 * 4 * 8192
+#: The scheduler keeps up to four 4-byte values per request slot in dynamic shared memory (two
+#: sort-key buffers and the stashed plan), metadata.MAX_CAPACITY slots at most.
+_SCHEDULER_MAX_SMEM = 4 * 4 * 8192
 
 
 @dataclass
@@ -96,7 +97,7 @@ def _load(spec, device: int) -> Kernel:
     if spec.kind == "attention":
         threads, smem, params = spec.tile.num_warps * 32, spec.smem_bytes(), ATTENTION_PARAMS
     elif spec.kind == "scheduler":
-        # dynamic smem is set per launch (sort keys); allow up to the largest capacity's need
+        # dynamic smem is set per launch (api.scheduler_launch_shape), up to the opt-in below
         threads, smem, params = spec.num_threads, 0, SCHEDULER_PARAMS
     elif spec.kind == "combine":
         threads, smem, params = spec.num_threads, 0, COMBINE_PARAMS
@@ -106,13 +107,18 @@ def _load(spec, device: int) -> Kernel:
         module = function.Module()
         module.load(entry.cubin)
         fn = module.get_function(spec.entry)
-        opt_in = smem if spec.kind == "attention" else _SCHEDULER_MAX_SMEM
+        opt_in = smem
+        if spec.kind == "scheduler":  # what the device allows next to the kernel's static shared memory
+            limit = device_properties(device)["smem_optin"] or 48 * 1024
+            opt_in = min(_SCHEDULER_MAX_SMEM, limit - int(entry.resources.get("shared_static") or 0))
         if opt_in > 48 * 1024:
             driver.funcSetAttribute(fn.ptr, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, opt_in)
         per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, threads, smem)
         if per_sm < 1:
             raise RuntimeError(f"{spec.name} cannot run on device {device}: occupancy 0 with {smem} B of shared memory")
         grid = per_sm * device_properties(device)["num_sms"]
+    if spec.kind == "scheduler":
+        smem = opt_in  # the most dynamic shared memory a launch may ask for (set per launch)
     return Kernel(spec=spec, device=device, func_ptr=fn.ptr, num_threads=threads, smem_bytes=smem,
                   persistent_grid=grid, params=params, module=module, resources=dict(entry.resources))
 

@@ -145,3 +145,15 @@ def test_bad_arguments():
         md.reference_schedule([0, 1, 2], [0, 1, 2], 2, 1, SchedulerConfig(1, 64, 64), "soa")
     with pytest.raises(ValueError, match="metadata_layout"):
         md.field_offset("csr", 4, 0, 0)
+
+
+def test_scheduler_launch_shape():
+    """One thread per slot (32..1024); four 4-byte values per slot when the kernel may use that much
+    shared memory (sort keys x2 and the stashed plan), else only the two key buffers."""
+    from kernelgen.api import scheduler_launch_shape
+
+    assert scheduler_launch_shape(5, 48 * 1024) == (32, 16 * 8)
+    assert scheduler_launch_shape(1000, 48 * 1024) == (1024, 16 * 1000)
+    assert scheduler_launch_shape(4096, 64 * 1024) == (1024, 16 * 4096)
+    assert scheduler_launch_shape(8192, 99 * 1024 - 33424) == (1024, 8 * 8192)
+    assert scheduler_launch_shape(8192, 227 * 1024 - 33424) == (1024, 16 * 8192)

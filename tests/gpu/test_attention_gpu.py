@@ -165,7 +165,9 @@ def _random_config(rng, attn_spec, num_ctas):
 
 @pytest.mark.parametrize("layout", ["soa", "aos"])
 def test_scheduler_kernel_matches_reference(layout):
-    """>= 500 random batches per layout, batch 1..4096, empty requests, packed and not, all switches."""
+    """>= 500 random batches per layout, batch 1..4096, empty requests, packed and not, all switches;
+    key ranges needing 1, 2 and 3 radix passes (every 11th trial has contexts up to 2^24 keys, past
+    the sort key's saturation), with the plans stashed in shared memory and (odd trials) without."""
     rng = np.random.default_rng(5 if layout == "soa" else 6)
     arch = api.device_arch(0)
     _, attn_spec = heuristics.specs_for(arch, "bf16", 128, 128, True, layout)
@@ -181,13 +183,21 @@ def test_scheduler_kernel_matches_reference(layout):
         klens[rng.random(batch) < 0.1] = 0
         if trial % 7 == 0:
             klens[:] = 0                               # all-empty: the split share must not divide by 0
-        use_seqused = trial % 3 == 0
+        use_seqused = trial % 3 == 0 or trial % 11 == 0
         cu_q = torch.tensor(np.concatenate([[0], np.cumsum(qlens)]), dtype=torch.int32, device="cuda")
         cu_k = torch.tensor(np.concatenate([[0], np.cumsum(klens)]), dtype=torch.int32, device="cuda")
+        if trial % 11 == 0:  # seqused_k only: cu_seqlens_k (unused) keeps the short lengths
+            klens = rng.integers(0, 1 << 24, size=batch)
         used = torch.tensor(klens, dtype=torch.int32, device="cuda") if use_seqused else None
         cfg = _random_config(rng, attn_spec, attn.persistent_grid)
         md = torch.full((metadata.buffer_ints(capacity),), -7, dtype=torch.int32, device="cuda")
-        api.launch_scheduler(sched, stream, cu_q, None if use_seqused else cu_k, used, md, batch, capacity, cfg)
+        if trial % 2 == 0:
+            api.launch_scheduler(sched, stream, cu_q, None if use_seqused else cu_k, used, md, batch, capacity, cfg)
+        else:  # two key buffers only: sorted requests re-read their lengths from global memory
+            threads, smem = api.scheduler_launch_shape(capacity, 48 * 1024)
+            smem = 8 * metadata.round_up(capacity, 4)
+            sched.launch(1, stream, api.scheduler_params(cu_q, None if use_seqused else cu_k, used, md, batch, capacity,
+                                                         cfg), smem=smem, threads=threads)
         want = metadata.reference_schedule(cu_q.cpu().numpy(), cu_k.cpu().numpy(), batch, capacity, cfg, layout,
                                            seqused_k=klens if use_seqused else None)
         got = md.cpu().numpy()
