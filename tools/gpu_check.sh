@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: GPU tests, the demo and the benchmarks.
-# Logs and gpu_report.json go to $OUT (or the folder given as $1, default ./gpu_out);
-# the summary table is printed last.  Usage: OUT=/tmp/out bash tools/gpu_check.sh [tests|bench|all]
+# Logs and gpu_report.json go to $OUT (default ./gpu_out); the summary table is printed last.
+# Usage: OUT=/tmp/out bash tools/gpu_check.sh [tests|bench|all|reliability|full-bench]
 #   tests: warm the cache and run the GPU tests (junit.xml, pytest.log)
 #   bench: the demo, compare-layouts and the benchmarks (demo.json, compare.json, bench.json)
 #   all (default): both, then gpu_report.json / h200.md and the summary table
+#   reliability: the 2000-batch numerical fuzz (fuzz.json) and compute-sanitizer memcheck/racecheck
+#   full-bench: `kernelgen bench --suite all` for every preset (bench_all.json, plots/)
+# Parts can be combined with commas (e.g. all,reliability).
 # (tests and bench fit one 10-minute device call each; tools/gpu_report.py merges their folders.)
 # Each stage has its own time limit so a hang in one still leaves the others' results.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PART="${1:-all}"
+PART=",${1:-all},"
+has() { case "$PART" in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 OUT="${OUT:-$PWD/gpu_out}"
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -20,7 +24,7 @@ LOG="$OUT/run.log"
 touch "$LOG"
 step() { echo "=== $* ($(date +%T))" | tee -a "$LOG"; }
 
-if [ "$PART" = tests ] || [ "$PART" = all ]; then
+if has tests || has all; then
   step doctor;  timeout 60 "$PY" -m kernelgen doctor >> "$LOG" 2>&1
   step warmup;  timeout 120 "$PY" -m kernelgen warmup --serving --jobs "$(nproc)" >> "$LOG" 2>&1
   step pytest
@@ -29,12 +33,25 @@ if [ "$PART" = tests ] || [ "$PART" = all ]; then
   echo "pytest exit $?" >> "$LOG"
   tail -n 3 "$OUT/pytest.log" | tee -a "$LOG"
 fi
-if [ "$PART" = bench ] || [ "$PART" = all ]; then
+if has bench || has all; then
   step demo;    timeout 90 "$PY" -m kernelgen demo --json "$OUT/demo.json" >> "$LOG" 2>&1
   step compare-layouts
   timeout 60 "$PY" -m kernelgen compare-layouts --batch 5 --pad-to 16 --graph >> "$LOG" 2>&1
   timeout 60 "$PY" -m kernelgen compare-layouts --batch 5 --pad-to 16 --graph --json > "$OUT/compare.json" 2>> "$LOG"
   step bench;   timeout 300 "$PY" tools/bench.py --budget 240 --json "$OUT/bench.json" >> "$LOG" 2>&1
+fi
+if has reliability; then
+  step fuzz;     timeout 420 "$PY" tools/fuzz.py --batches 2000 --seed 1 --time-limit 400 --json "$OUT/fuzz.json" \
+    > "$OUT/fuzz.log" 2>&1
+  echo "fuzz exit $?" >> "$LOG"; tail -n 2 "$OUT/fuzz.log" | tee -a "$LOG"
+  step sanitize; OUT="$OUT" timeout 300 bash tools/sanitize.sh >> "$LOG" 2>&1
+  echo "sanitize exit $?" >> "$LOG"
+fi
+if has full-bench; then
+  step full-bench
+  timeout 560 "$PY" -m kernelgen bench --suite all --json "$OUT/bench_all.json" --plots "$OUT/plots" \
+    > "$OUT/bench_all.md" 2>> "$LOG"
+  echo "full-bench exit $?" >> "$LOG"
 fi
 step report
 "$PY" tools/gpu_report.py --out "$OUT" --markdown "$OUT/h200.md"
