@@ -203,6 +203,39 @@ def test_window_size_must_be_a_pair_on_the_op_path():
         ops.varlen_attention(q, k, v, cu, cu, window_size=(1, 2, 3))
 
 
+@pytest.mark.parametrize("name,value,exc", [
+    ("softcap", "x", TypeError), ("softcap", None, TypeError), ("softcap", [1.0], TypeError),
+    ("softcap", True, TypeError), ("softcap", float("nan"), ValueError), ("softcap", float("inf"), ValueError),
+    ("softcap", -1.0, ValueError),
+    ("num_splits", "3", TypeError), ("num_splits", None, TypeError), ("num_splits", [2], TypeError),
+    ("num_splits", True, TypeError), ("num_splits", float("nan"), TypeError), ("num_splits", 2.5, TypeError),
+    ("num_splits", 129, ValueError), ("num_splits", -1, ValueError),
+    ("softmax_scale", "x", TypeError), ("softmax_scale", True, TypeError), ("softmax_scale", float("nan"), ValueError),
+])
+def test_op_path_validates_scalars_before_converting(name, value, exc):
+    """float()/int() ran before the checks: "x" gave float()'s own error, True became 1.0."""
+    q, k, v, cu = packed(device="meta")
+    with pytest.raises(exc, match=rf"^{name} must") as ei:
+        ops.varlen_attention(q, k, v, cu, cu, **{name: value})
+    assert type(ei.value) is exc
+
+
+def test_op_path_converts_numpy_scalars(recorder):
+    """numpy scalars (accepted by kernelgen.varlen_attention) reach the op as Python numbers."""
+    import numpy as np
+
+    q, k, v, cu = packed()
+    q.requires_grad_(True)  # autograd records: the call goes through torch.ops.kernelgen
+    assert ops._through_op(q, k, v)
+    ops.varlen_attention(q, k, v, cu, cu, softcap=np.float32(2.5), num_splits=np.int64(3),
+                         softmax_scale=np.float64(0.25), window_size=(np.int32(4), 0))
+    c = recorder.last
+    assert c["softcap"] == 2.5 and type(c["softcap"]) is float
+    assert c["num_splits"] == 3 and type(c["num_splits"]) is int
+    assert c["softmax_scale"] == 0.25 and type(c["softmax_scale"]) is float
+    assert c["window_size"] == (4, 0)
+
+
 # ----------------------------------------------------------------------------- real op through a CPU stand-in
 @pytest.mark.parametrize("layout", ["packed", "paged"])
 def test_opcheck(cpu_kernels, layout):
@@ -274,6 +307,28 @@ def test_no_backward_has_a_clear_error(cpu_kernels):
         out.float().sum().backward()
     with pytest.raises(Exception, match="forward-only.*no_grad"):  # a training graph fails at compile time
         torch.compile(m, fullgraph=True, backend="aot_eager")(x, cu, 13)
+
+
+class CappedAttention(torch.nn.Module):
+    """Scalar arguments held as attributes: under dynamic=True torch.compile makes them symbolic."""
+
+    softcap, softmax_scale, num_splits = 5.0, 0.2, 2
+
+    def forward(self, q, k, v, cu):
+        return ops.varlen_attention(q, k, v, cu, cu, causal=True, softcap=self.softcap,
+                                    softmax_scale=self.softmax_scale, num_splits=self.num_splits)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compile_fullgraph_validates_symbolic_scalars(cpu_kernels, dynamic):
+    """The scalar checks on the op path trace (no math.isfinite on a symbolic float)."""
+    torch._dynamo.reset()
+    m = CappedAttention()
+    q, k, v, cu = packed()
+    e = m(q, k, v, cu)
+    c = torch.compile(m, fullgraph=True, backend="aot_eager", dynamic=dynamic)(q, k, v, cu)
+    assert torch.equal(e, c)
+    assert torch.equal(e, ops.varlen_attention(q, k, v, cu, cu, causal=True, softcap=5.0, softmax_scale=0.2))
 
 
 def test_compile_fullgraph_out_variant(cpu_kernels):
