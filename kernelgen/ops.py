@@ -204,8 +204,9 @@ def _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, cau
         raise ValueError(f"q head_dim must be one of {HEAD_DIMS}, got {q.shape[-1]}")
     if v.shape[-1] not in HEAD_DIMS:
         raise ValueError(f"v head_dim_v must be one of {HEAD_DIMS}, got {v.shape[-1]}")
-    if q.shape[1] % k.shape[-2] != 0:
-        raise ValueError(f"q num_heads ({q.shape[1]}) must be a multiple of k num_heads ({k.shape[-2]})")
+    hq, hkv = q.shape[1], k.shape[-2]
+    if hkv < 1 or hq < 1 or hq % hkv != 0:  # hkv first: no modulo by zero heads
+        raise ValueError(f"q num_heads ({hq}) must be a positive multiple of k num_heads ({hkv})")
     if cu_seqlens_q.dim() != 1 or cu_seqlens_q.dtype != torch.int32:
         raise ValueError("cu_seqlens_q must be an int32 (batch + 1,) tensor")
     if paged:

@@ -236,6 +236,30 @@ def test_op_path_converts_numpy_scalars(recorder):
     assert c["window_size"] == (4, 0)
 
 
+@pytest.mark.parametrize("layout", ["packed", "paged"])
+def test_zero_kv_heads_is_a_value_error_not_a_division(layout):
+    """The fake kernels took q heads modulo the KV heads: ZeroDivisionError for zero KV heads."""
+    msg = r"q num_heads \(4\) must be a positive multiple of k num_heads \(0\)"
+    with FakeTensorMode():
+        q, k, v, cu = packed(device="cuda")
+        if layout == "packed":
+            k0 = torch.empty(20, 0, 64, dtype=BF16, device="cuda")
+            kw = dict(cu_seqlens_k=cu)
+        else:
+            k0 = torch.empty(4, 16, 0, 64, dtype=BF16, device="cuda")
+            kw = dict(page_table=torch.zeros(2, 2, dtype=torch.int32, device="cuda"),
+                      seqused_k=torch.zeros(2, dtype=torch.int32, device="cuda"))
+        with pytest.raises(ValueError, match=msg):
+            torch.ops.kernelgen.varlen_attention(q, k0, k0, cu, **kw)
+        with pytest.raises(ValueError, match=msg):
+            torch.ops.kernelgen.varlen_attention_out(torch.empty(20, 4, 64, dtype=BF16, device="cuda"), q, k0, k0,
+                                                     cu, **kw)
+    q, _, _, cu = packed(device="meta")
+    k0 = torch.empty(20, 0, 64, dtype=BF16, device="meta")
+    with pytest.raises(ValueError, match=msg):
+        ops.varlen_attention(q, k0, k0, cu, cu)
+
+
 # ----------------------------------------------------------------------------- real op through a CPU stand-in
 @pytest.mark.parametrize("layout", ["packed", "paged"])
 def test_opcheck(cpu_kernels, layout):
