@@ -4,6 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -222,8 +223,6 @@ def test_op_path_validates_scalars_before_converting(name, value, exc):
 
 def test_op_path_converts_numpy_scalars(recorder):
     """numpy scalars (accepted by kernelgen.varlen_attention) reach the op as Python numbers."""
-    import numpy as np
-
     q, k, v, cu = packed()
     q.requires_grad_(True)  # autograd records: the call goes through torch.ops.kernelgen
     assert ops._through_op(q, k, v)
@@ -385,6 +384,23 @@ def test_compile_fullgraph_paged_decode_compat(cpu_kernels):
     assert torch.equal(e[0], c[0]) and torch.equal(e[1], c[1])
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compile_fullgraph_int_cache_seqlens(cpu_kernels, dynamic):
+    """An int cache_seqlens (symbolic under dynamic=True) passes the range check while tracing."""
+    torch._dynamo.reset()
+
+    def decode(q, kc, n):
+        return compat.flash_attn_with_kvcache(q, kc, kc, cache_seqlens=n, causal=True)
+
+    q = torch.randn(2, 1, 4, 64).to(BF16)
+    kc = torch.randn(2, 24, 2, 64).to(BF16)
+    compiled = torch.compile(decode, fullgraph=True, backend="aot_eager", dynamic=dynamic)
+    for n in (9, 17):
+        e = decode(q, kc, n)
+        assert torch.equal(e, compiled(q, kc, n))
+    assert not torch.equal(decode(q, kc, 9), decode(q, kc, 17))
+
+
 # ----------------------------------------------------------------------------- compat: argument mapping
 def test_varlen_func_mapping(recorder):
     q, k, v, cu = packed()
@@ -474,6 +490,28 @@ def test_with_kvcache_int_and_none_cache_seqlens(recorder):
     assert recorder.last["seqused_k"] is None and recorder.last["cu_seqlens_k"].tolist() == [0, 24, 48]
 
 
+@pytest.mark.parametrize("n", [9, np.int32(9), np.int64(9), np.uint16(9), np.int8(9)], ids=lambda n: type(n).__name__)
+def test_with_kvcache_integer_scalar_cache_seqlens(recorder, n):
+    """Any integer scalar, numpy's included, is a length for every request (FA3 takes an int)."""
+    q = torch.randn(2, 1, 4, 64).to(BF16)
+    kc = torch.randn(2, 24, 2, 64).to(BF16)
+    out = compat.flash_attn_with_kvcache(q, kc, kc, cache_seqlens=n)
+    assert out.shape == (2, 1, 4, 64)
+    used = recorder.last["seqused_k"]
+    assert used.tolist() == [9, 9] and used.dtype == torch.int32
+    assert recorder.last["cu_seqlens_k"].tolist() == [0, 24, 48]
+    q3, kc, vc, pt, _, _ = paged(seqlen_q=1)
+    compat.flash_attn_with_kvcache(q3.view(3, 1, 4, 64), kc, vc, cache_seqlens=n, page_table=pt)
+    assert recorder.last["seqused_k"].tolist() == [9, 9, 9] and recorder.last["page_table"] is pt
+
+
+def test_with_kvcache_numpy_negative_num_splits_is_the_heuristic(recorder):
+    q = torch.randn(2, 1, 4, 64).to(BF16)
+    kc = torch.randn(2, 24, 2, 64).to(BF16)
+    compat.flash_attn_with_kvcache(q, kc, kc, cache_seqlens=np.int32(5), num_splits=np.int64(-1))
+    assert recorder.last["num_splits"] == 0 and recorder.last["seqused_k"].tolist() == [5, 5]
+
+
 def test_with_kvcache_non_viewable_cache_goes_paged_without_copy(recorder):
     q = torch.randn(2, 1, 4, 64).to(BF16)
     big = torch.randn(2, 64, 2, 64).to(BF16)
@@ -519,6 +557,12 @@ def test_with_kvcache_varlen_q_and_out(recorder):
     (dict(cache_seqlens=torch.tensor([1, 2], dtype=torch.int64)), TypeError, "cache_seqlens"),
     (dict(cache_seqlens=torch.tensor([1, 2, 3], dtype=torch.int32)), ValueError, "cache_seqlens"),
     (dict(cache_seqlens=True), TypeError, "cache_seqlens"),
+    (dict(cache_seqlens=np.bool_(True)), TypeError, "cache_seqlens must be an integer"),
+    (dict(cache_seqlens=9.0), TypeError, "cache_seqlens must be an integer .* got float"),
+    (dict(cache_seqlens=np.float32(9)), TypeError, "cache_seqlens must be an integer .* got float32"),
+    (dict(cache_seqlens="9"), TypeError, "cache_seqlens must be an integer .* got str"),
+    (dict(cache_seqlens=-1), ValueError, r"cache_seqlens must be in \[0, 2147483647\] tokens, got -1"),
+    (dict(cache_seqlens=np.int64(2 ** 31)), ValueError, "cache_seqlens must be in .* got 2147483648"),
     (dict(k_cache=torch.zeros(2, 24, 64, dtype=BF16)), ValueError, "k_cache"),
     (dict(k_cache=torch.zeros(1, 24, 2, 64, dtype=BF16)), ValueError, "batch_size_cache"),
 ])
