@@ -363,7 +363,8 @@ def flash_attn_with_kvcache(
             cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
         elif not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dtype != torch.int32:
             got = cache_seqlens.dtype if isinstance(cache_seqlens, torch.Tensor) else type(cache_seqlens).__name__
-            raise TypeError(f"{fn}: cache_seqlens must be an integer (int or numpy integer) or an int32 tensor, got {got}")
+            raise TypeError(f"{fn}: cache_seqlens must be an integer (int or numpy integer) or an int32 tensor, "
+                            f"got {got}")
         elif cache_seqlens.dim() != 1 or cache_seqlens.shape[0] != batch:
             raise ValueError(f"{fn}: cache_seqlens must have shape ({batch},), got {tuple(cache_seqlens.shape)}")
 
