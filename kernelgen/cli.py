@@ -164,8 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Run one skewed trace batch (every 8th request a prefill, the rest decodes) "
                                     "through a fixed-capacity plan in each metadata layout, optionally padded "
                                     "with zero-length requests and replayed from a CUDA graph with new lengths; "
-                                    "print scheduler and attention time, metadata bytes, max error against the "
-                                    "float64 reference and whether the padded replay was correct.")
+                                    "print the scheduler's GPU time per launch (20 launches replayed from one CUDA "
+                                    "graph, host launch time excluded), eager attention time, metadata bytes, "
+                                    "max error against the float64 reference and whether the padded replay "
+                                    "was correct.")
     cl.add_argument("--layout", type=lambda v: _csv_list(v, LAYOUTS, "layout"), default=list(LAYOUTS),
                     help="comma list of layouts (default soa,aos)")
     cl.add_argument("--trace", metavar="FILE", default=None, help="request-length CSV (default: the packaged sample)")
