@@ -13,7 +13,8 @@
                    [--trace FILE] [--json PATH] [--plots DIR] [--repeat N] [--quick] [--flex off|some|all]
                    [--budget S] [--no-flush] [--from-json PATH] [--jobs N] [--cache-dir DIR]
 
-Exit codes: 0 success, 1 failure (compile error, bad cache entries left, demo mismatch),
+Exit codes: 0 success, 1 failure (compile error, bad cache entries left, demo mismatch, a warmup
+cache directory that is not trusted or not writable),
 2 usage error (bad option, no GPU and no --arch).
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ import sys
 import time
 
 from .spec import ARCHS, DTYPES, HEAD_DIMS, LAYOUTS
-from .warmup import PHASE_HINTS, warmup, warmup_specs  # noqa: F401 - warmup_specs re-exported for scripts
+from .warmup import PHASE_HINTS, CacheDirectoryError, warmup, warmup_specs  # noqa: F401 - warmup_specs re-exported for scripts
 
 PHASES = tuple(PHASE_HINTS)
 
@@ -163,8 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Run one skewed trace batch (every 8th request a prefill, the rest decodes) "
                                     "through a fixed-capacity plan in each metadata layout, optionally padded "
                                     "with zero-length requests and replayed from a CUDA graph with new lengths; "
-                                    "print scheduler and attention time, metadata bytes, max error against the "
-                                    "float64 reference and whether the padded replay was correct.")
+                                    "print the scheduler's GPU time per launch (20 launches replayed from one CUDA "
+                                    "graph, host launch time excluded), eager attention time, metadata bytes, "
+                                    "max error against the float64 reference and whether the padded replay "
+                                    "was correct.")
     cl.add_argument("--layout", type=lambda v: _csv_list(v, LAYOUTS, "layout"), default=list(LAYOUTS),
                     help="comma list of layouts (default soa,aos)")
     cl.add_argument("--trace", metavar="FILE", default=None, help="request-length CSV (default: the packaged sample)")
@@ -237,7 +240,9 @@ def _cache(cache_dir):
 def cmd_warmup(args) -> int:
     """``kernelgen warmup``: compile the dispatcher's variants for the options; prints one summary line.
 
-    Raises UsageError (exit 2) without --arch and without a supported GPU.
+    Returns 1 (with the directory and the reason on stderr) when the cache directory is not
+    trusted or the compiled kernels could not be written to it.  Raises UsageError (exit 2)
+    without --arch and without a supported GPU.
     """
     from .demo import has_cuda_gpu
 
@@ -257,7 +262,11 @@ def cmd_warmup(args) -> int:
     specs = warmup_specs(arch, args.head_dim, args.dtype, args.causal, args.layout, phases=phases, gqas=gqas,
                          paged=paged, softcap=args.softcap)
     root = _cache(args.cache_dir).root
-    compiled, cached = warmup(specs, root, jobs=args.jobs, desc=f"warmup {arch}")
+    try:
+        compiled, cached = warmup(specs, root, jobs=args.jobs, desc=f"warmup {arch}")
+    except CacheDirectoryError as e:  # untrusted or unwritable: nothing (or not everything) was kept
+        print(f"kernelgen warmup: error: {e}", file=sys.stderr)
+        return 1
     print(f"warmup {arch}: {compiled} compiled, {cached} already cached ({len(specs)} variants) in {root}")
     return 0
 

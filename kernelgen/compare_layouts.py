@@ -5,7 +5,14 @@ the batch padded with zero-length requests to that size (eager, or captured once
 and replayed with new lengths), checks every replay against the float64 reference with
 NaN-poisoned outputs, and times the scheduler and the attention kernel separately.
 
-Rows: layout, scheduler µs, attention µs, metadata bytes, max error, padded replay correct.
+Rows: layout, scheduler GPU µs per launch, attention µs, metadata bytes, max error, padded replay
+correct.  The scheduler runs for microseconds, comparable to the host's launch time, so it is timed as
+``kernelgen bench``'s scheduler entries time it (``bench.measure.time_graph_launches``): 20
+launches captured in one CUDA graph, the replay timed with CUDA events (median of ``repeat``, L2
+flushed before each) and divided by 20, so host launch time is excluded (JSON key
+``scheduler_graph_us``).  The attention kernel is timed eagerly: the median of ``repeat``
+CUDA-event timings of one ``plan.attend`` call (JSON key ``attention_us``).
+
 Why two layouts: FlashAttention-3 stores its varlen metadata as a struct of arrays whose offsets
 depend on the batch size, so metadata planned for one batch and read with a padded one lands on
 the wrong offsets; kernelgen sizes both layouts by a fixed capacity (see ``metadata.py``).
@@ -18,8 +25,14 @@ import sys
 import numpy as np
 
 from . import traces
+from .bench.measure import GRAPH_LAUNCHES
 
 HEAD_DIMS = (64, 96, 128, 192, 256)
+#: How the two time columns are measured (in each JSON result, and under the table).
+SCHEDULER_TIMING = (f"scheduler GPU time per launch: {GRAPH_LAUNCHES} launches captured in one CUDA graph, the "
+                    f"replay timed with CUDA events (median, L2 flushed before each) and divided by {GRAPH_LAUNCHES}; "
+                    f"host launch time excluded")
+ATTENTION_TIMING = "attention: median CUDA-event time of one eager plan.attend call"
 
 
 def trace_batch(rows, batch: int, max_len: int = 4096) -> tuple[list, list]:
@@ -47,12 +60,13 @@ def _cu(lengths, device):
 def compare(layouts=("soa", "aos"), trace=None, batch: int = 64, pad_to: int | None = None, graph: bool = False,
             causal: bool = True, head_dim: int = 128, heads=(32, 8), sort: bool = True, swizzle: bool = True,
             repeat: int = 20, seed: int = 0) -> list[dict]:
-    """Run the comparison; returns one dict per layout (see module doc).
+    """Run the comparison; returns one dict per layout (:func:`result_row`; see the module doc).
 
     Raises ValueError for a bad batch / pad_to / head_dim / heads, RuntimeError without a GPU.
     """
     import torch
 
+    from .bench.measure import time_graph_launches
     from .plan import AttentionPlan
     from .reference import attention_reference, tolerance
     from .timing import time_cuda
@@ -106,21 +120,35 @@ def compare(layouts=("soa", "aos"), trace=None, batch: int = 64, pad_to: int | N
             err = (o - r).abs()
             max_err = max(max_err, float(err.max()))
             ok = ok and bool((err <= atol + rtol * r.abs()).all())
-        sched_us = time_cuda(lambda: plan.schedule(cu_q, cu_k), repeat=repeat, warmup=3)
+        sched_us = time_graph_launches(lambda: plan.schedule(cu_q, cu_k), repeat=repeat, warmup=3)
         attn_us = time_cuda(lambda: plan.attend(q, k, v, cu_q, cu_k, out=out), repeat=repeat, warmup=3)
-        results.append({"layout": layout, "scheduler_us": sched_us, "attention_us": attn_us,
-                        "metadata_bytes": plan.metadata_bytes, "max_error": max_err, "padded_replay_ok": ok,
-                        "batch": batch, "pad_to": pad_to, "graph": graph, "causal": causal, "sort": sort,
-                        "head_swizzle": swizzle, "tokens_q": tq, "tokens_k": tk})
+        results.append(result_row(layout, sched_us, attn_us, plan.metadata_bytes, max_err, ok, batch=batch,
+                                  pad_to=pad_to, graph=graph, causal=causal, sort=sort, head_swizzle=swizzle,
+                                  tokens_q=tq, tokens_k=tk))
     return results
 
 
+def result_row(layout: str, scheduler_graph_us: float, attention_us: float, metadata_bytes: int, max_error: float,
+               padded_replay_ok: bool, **context) -> dict:
+    """One layout's result as ``compare`` returns it and ``--json`` prints it: the times in µs
+    with how each was measured (``scheduler_timing``, ``attention_timing``), then ``context``
+    (batch, pad_to, graph, causal, sort, head_swizzle, tokens_q, tokens_k)."""
+    return {"layout": layout, "scheduler_graph_us": scheduler_graph_us, "scheduler_timing": SCHEDULER_TIMING,
+            "attention_us": attention_us, "attention_timing": ATTENTION_TIMING, "metadata_bytes": metadata_bytes,
+            "max_error": max_error, "padded_replay_ok": padded_replay_ok, **context}
+
+
 def format_table(results) -> str:
-    head = f"{'layout':6s} {'scheduler us':>12s} {'attention us':>12s} {'metadata B':>10s} {'max err':>9s}  padded replay"
+    """The text table of ``compare``'s results, with how the times were measured under it."""
+    head = (f"{'layout':6s} {'sched GPU us/launch':>19s} {'attention us':>12s} {'metadata B':>10s} {'max err':>9s}  "
+            f"padded replay")
     lines = [head]
     for r in results:
-        lines.append(f"{r['layout']:6s} {r['scheduler_us']:12.1f} {r['attention_us']:12.1f} {r['metadata_bytes']:10d} "
-                     f"{r['max_error']:9.2e}  {'correct' if r['padded_replay_ok'] else 'WRONG'}")
+        replay = "correct" if r["padded_replay_ok"] else "WRONG"
+        lines.append(f"{r['layout']:6s} {r['scheduler_graph_us']:19.2f} {r['attention_us']:12.1f} "
+                     f"{r['metadata_bytes']:10d} {r['max_error']:9.2e}  {replay}")
+    lines.append(f"sched GPU us/launch: {SCHEDULER_TIMING}")
+    lines.append(f"attention us: {ATTENTION_TIMING}")
     return "\n".join(lines)
 
 

@@ -80,6 +80,11 @@ def _reject_unsupported(fn: str, **given) -> None:
                                       f"({_HINTS[name]}); leave it at its default")
 
 
+def _is_int(x) -> bool:
+    """A Python or numpy integer scalar; bools (Python's and numpy's) are not."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
 def _is_zero(x) -> bool:
     return x is None or (isinstance(x, numbers.Number) and not isinstance(x, bool) and x == 0)
 
@@ -94,7 +99,7 @@ def _window(window_size):
 
 def _num_splits(num_splits):
     # FA3 treats num_splits <= 0 as "use the heuristic"; kernelgen spells that 0.
-    if isinstance(num_splits, int) and not isinstance(num_splits, bool) and num_splits < 0:
+    if _is_int(num_splits) and num_splits < 0:
         return 0
     return num_splits
 
@@ -273,8 +278,8 @@ def flash_attn_with_kvcache(
         k_cache, v_cache: (batch_size_cache >= batch, seqlen_cache, num_heads_kv, head_dim /
             head_dim_v) without a page table, or (num_pages, page_size, num_heads_kv, head_dim /
             head_dim_v) with one; last dim contiguous.
-        cache_seqlens: keys in the cache per request (tokens): an int, or an int32 (batch,)
-            tensor.  None: every request uses the whole cache row (seqlen_cache, or
+        cache_seqlens: keys in the cache per request (tokens): an integer (Python int or numpy
+            integer scalar, the same for every request), or an int32 (batch,) tensor.  None: every request uses the whole cache row (seqlen_cache, or
             max_pages_per_seq * page_size when paged).
         page_table (FA3) or block_table (FlashAttention-2): int32 (batch, max_pages_per_seq).
         cu_seqlens_q: int32 (batch + 1,) for a varlen q; max_seqlen_q: its longest request (tokens).
@@ -295,9 +300,11 @@ def flash_attn_with_kvcache(
         NotImplementedError: an unsupported argument is set (k/v append, qv, rotary_*,
             cache_batch_idx, cache_leftpad, cu_seqlens_k_new, q/k/v_descale, attention_chunk,
             scheduler_metadata, sm_margin, alibi_slopes); the message names it.
-        TypeError: cache_seqlens is not an int or an int32 tensor, or a kernelgen type check failed.
-        ValueError: q/k_cache/out shapes that do not fit together (named), or shapes, devices or
-            values rejected by :func:`kernelgen.varlen_attention`.
+        TypeError: cache_seqlens is not an integer or an int32 tensor (a bool or a float
+            included), or a kernelgen type check failed.
+        ValueError: q/k_cache/out shapes that do not fit together (named), an integer
+            cache_seqlens outside [0, 2^31 - 1], or shapes, devices or values rejected by
+            :func:`kernelgen.varlen_attention`.
     """
     fn = "flash_attn_with_kvcache"
     _reject_unsupported(
@@ -350,13 +357,14 @@ def flash_attn_with_kvcache(
 
     # ---- key lengths
     if cache_seqlens is not None:
-        if isinstance(cache_seqlens, bool):
-            raise TypeError(f"{fn}: cache_seqlens must be an int or an int32 tensor, got bool")
-        if isinstance(cache_seqlens, int):
+        if _is_int(cache_seqlens):  # Python or numpy integer (FA3 takes an int); bools are not
+            if not 0 <= cache_seqlens <= _INT32_MAX:
+                raise ValueError(f"{fn}: cache_seqlens must be in [0, {_INT32_MAX}] tokens, got {cache_seqlens}")
             cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
         elif not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dtype != torch.int32:
             got = cache_seqlens.dtype if isinstance(cache_seqlens, torch.Tensor) else type(cache_seqlens).__name__
-            raise TypeError(f"{fn}: cache_seqlens must be an int or an int32 tensor, got {got}")
+            raise TypeError(f"{fn}: cache_seqlens must be an integer (int or numpy integer) or an int32 tensor, "
+                            f"got {got}")
         elif cache_seqlens.dim() != 1 or cache_seqlens.shape[0] != batch:
             raise ValueError(f"{fn}: cache_seqlens must have shape ({batch},), got {tuple(cache_seqlens.shape)}")
 

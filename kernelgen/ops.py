@@ -204,8 +204,9 @@ def _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, cau
         raise ValueError(f"q head_dim must be one of {HEAD_DIMS}, got {q.shape[-1]}")
     if v.shape[-1] not in HEAD_DIMS:
         raise ValueError(f"v head_dim_v must be one of {HEAD_DIMS}, got {v.shape[-1]}")
-    if q.shape[1] % k.shape[-2] != 0:
-        raise ValueError(f"q num_heads ({q.shape[1]}) must be a multiple of k num_heads ({k.shape[-2]})")
+    hq, hkv = q.shape[1], k.shape[-2]
+    if hkv < 1 or hq < 1 or hq % hkv != 0:  # hkv first: no modulo by zero heads
+        raise ValueError(f"q num_heads ({hq}) must be a positive multiple of k num_heads ({hkv})")
     if cu_seqlens_q.dim() != 1 or cu_seqlens_q.dtype != torch.int32:
         raise ValueError("cu_seqlens_q must be an int32 (batch + 1,) tensor")
     if paged:
@@ -247,10 +248,6 @@ def _varlen_attention_out_fake(out, q, k, v, cu_seqlens_q, cu_seqlens_k=None, ma
 
 
 # ------------------------------------------------------------------------------ Python entry point
-def _opt_float(x):
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else x
-
-
 def _through_op(q, k, v) -> bool:
     """Use the registered op while torch.compile traces, for fake/meta/subclass tensors, and when
     autograd records (so a backward raises the op's clear "forward-only" error)."""
@@ -310,11 +307,18 @@ def varlen_attention(
             page_table=page_table, causal=causal, window_size=window_size, softcap=softcap,
             softmax_scale=softmax_scale, num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out,
             metadata_layout=metadata_layout, sort=sort, head_swizzle=head_swizzle)
-    if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
-            or not all(isinstance(x, int) and not isinstance(x, bool) for x in window_size)):
-        raise TypeError(f"window_size must be a pair of ints (left, right), got {window_size!r}")
+    from . import validation
+
+    # Validate before converting: float()/int() would turn a bad value into a raw conversion error
+    # (or silently accept True, "3" or 2.5); the validators name the argument and return the
+    # converted value.
+    validation.window(window_size, bool(causal))
+    softcap = validation.softcap(softcap)
+    num_splits = validation.num_splits(num_splits)
+    if softmax_scale is not None:
+        softmax_scale = validation.softmax_scale(softmax_scale, q.shape[-1])
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, bool(causal),
-            int(window_size[0]), int(window_size[1]), float(softcap), _opt_float(softmax_scale), int(num_splits), pack_gqa,
+            int(window_size[0]), int(window_size[1]), softcap, softmax_scale, num_splits, pack_gqa,
             bool(return_lse), metadata_layout, bool(sort), bool(head_swizzle))
     if out is None:
         out, lse = torch.ops.kernelgen.varlen_attention(*args)

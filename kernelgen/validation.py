@@ -73,7 +73,7 @@ def softmax_scale(x, head_dim: int) -> float:
     if isinstance(x, bool) or not isinstance(x, numbers.Real):
         raise TypeError(f"softmax_scale must be a float or None, got {type(x).__name__}")
     x = float(x)
-    if not (math.isfinite(x) and x > 0):
+    if not 0 < x < math.inf:  # NaN and inf fail too; comparisons trace under torch.compile
         raise ValueError(f"softmax_scale must be a finite positive number, got {x}")
     return x
 
@@ -189,7 +189,7 @@ def softcap(x) -> float:
     if isinstance(x, bool) or not isinstance(x, numbers.Real):
         raise TypeError(f"softcap must be a float, got {type(x).__name__}")
     x = float(x)
-    if not (math.isfinite(x) and x >= 0):
+    if not 0 <= x < math.inf:  # NaN and inf fail too; comparisons trace under torch.compile
         raise ValueError(f"softcap must be >= 0 (0 = off), got {x}")
     return x
 

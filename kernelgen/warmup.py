@@ -5,6 +5,11 @@ whatever is pre-warmed here is exactly what a later call looks up.  Compiles run
 (NVRTC holds the GIL); each worker opens its own :class:`~kernelgen.cache.KernelCache` on the same
 root, and the cache's per-entry file locks keep concurrent warmups (or a warmup racing a running
 program) from compiling one entry twice.  Nothing here needs a GPU.
+
+A cache directory the cache does not trust (writable by other users, or owned by another user:
+see ``cache.py``), where it would only compile in memory and keep nothing, is an error
+(:class:`CacheDirectoryError`) checked before anything is compiled; so are kernels that were
+compiled but could not be written.  Warmup never reports a kernel as compiled unless it was stored.
 """
 from __future__ import annotations
 
@@ -81,12 +86,36 @@ def _jit_allowed():
             os.environ["KERNELGEN_DISABLE_JIT"] = saved
 
 
-def _compile_one(root: str, spec) -> bool:
-    """Worker: compile ``spec`` into the cache at ``root``.  True if this call ran NVRTC."""
+class CacheDirectoryError(RuntimeError):
+    """Warmup cannot keep kernels in its cache directory: the cache does not trust it (writable by
+    other users, or owned by another user; nothing is compiled or written then), or kernels it
+    compiled could not be written there.  The message names the directory and the reason."""
+
+
+def _untrusted_message(root, why: str) -> str:
+    return (f"cache directory {root} is not trusted: {why}; kernelgen neither reads nor writes kernels "
+            f"there, so nothing was compiled or written (fix: `chmod 700 {root}` if it is yours, or use "
+            f"another --cache-dir / KERNELGEN_CACHE_DIR)")
+
+
+#: What :func:`_status` reports for one spec.
+_STORED, _CACHED, _NOT_STORED = "compiled", "cached", "not stored"
+
+
+def _status(entry) -> str:
+    """_STORED: compiled now and written to the cache; _CACHED: found there (or published by
+    another process meanwhile); _NOT_STORED: compiled in memory only, nothing written."""
+    if not entry.compiled:
+        return _CACHED
+    return _STORED if entry.path is not None else _NOT_STORED
+
+
+def _compile_one(root: str, spec) -> str:
+    """Worker: compile ``spec`` into the cache at ``root``; returns its :func:`_status`."""
     from .cache import KernelCache
 
     os.environ.pop("KERNELGEN_DISABLE_JIT", None)
-    return bool(KernelCache(root).get(spec).compiled)
+    return _status(KernelCache(root).get(spec))
 
 
 class _TextBar:
@@ -149,35 +178,39 @@ def warmup(specs, root, jobs: int | None = None, progress: bool = True, desc: st
         desc: label of the progress bar.
 
     Returns:
-        (compiled, cached): kernels NVRTC compiled now, and kernels that were already in the
-        cache (or that another process published meanwhile); they add up to ``len(specs)``.
+        (compiled, cached): kernels NVRTC compiled now and wrote to the cache, and kernels that
+        were already in the cache (or that another process published meanwhile); they add up to
+        ``len(specs)``.
 
     Raises:
+        CacheDirectoryError: the cache does not trust ``root`` (writable by group/other users, or
+            owned by another user: see ``cache.py``), checked before anything is compiled; or some
+            kernels were compiled but could not be written (an unwritable, full or uncreatable
+            directory, or one that became untrusted meanwhile).  The message names the directory,
+            the reason and, for the latter, how many kernels were not stored.
         compiler.CompileError: NVRTC rejected a kernel (with its log and the saved source path);
             remaining compiles are cancelled, entries already published stay.
         cache.CacheLockTimeoutError: another process held an entry's lock too long.
 
     KERNELGEN_DISABLE_JIT is ignored here: compiling ahead of time is what warmup is for.
-    An unwritable cache directory only warns (the kernels are compiled, nothing is kept).
     """
     from .cache import KernelCache
 
     specs = list(dict.fromkeys(specs))
-    root = str(root)
     cache = KernelCache(root)
+    root = str(cache.root)
+    why = cache.unsafe_reason()
+    if why:  # the cache would compile every kernel in memory and keep none: say so, compile nothing
+        raise CacheDirectoryError(_untrusted_message(root, why))
     todo = [s for s in specs if cache.lookup(s) is None]
-    cached = len(specs) - len(todo)
-    compiled = 0
-    bar = _progress(len(specs), cached, desc, progress and bool(specs))
+    counts = {_STORED: 0, _CACHED: len(specs) - len(todo), _NOT_STORED: 0}
+    bar = _progress(len(specs), counts[_CACHED], desc, progress and bool(specs))
     try:
         jobs = max(1, int(jobs or os.cpu_count() or 1))
         if jobs == 1 or len(todo) <= 1:
             with _jit_allowed():
                 for s in todo:
-                    if cache.get(s).compiled:
-                        compiled += 1
-                    else:
-                        cached += 1
+                    counts[_status(cache.get(s))] += 1
                     if bar is not None:
                         bar.update(1)
         elif todo:
@@ -185,10 +218,7 @@ def warmup(specs, root, jobs: int | None = None, progress: bool = True, desc: st
                 futures = [pool.submit(_compile_one, root, s) for s in todo]
                 try:
                     for fut in as_completed(futures):
-                        if fut.result():
-                            compiled += 1
-                        else:
-                            cached += 1
+                        counts[fut.result()] += 1
                         if bar is not None:
                             bar.update(1)
                 except BaseException:
@@ -198,4 +228,11 @@ def warmup(specs, root, jobs: int | None = None, progress: bool = True, desc: st
     finally:
         if bar is not None:
             bar.close()
-    return compiled, cached
+    if counts[_NOT_STORED]:
+        why = cache.unsafe_reason()
+        reason = (f"it is not trusted: {why}" if why else
+                  "it could not be written (read-only, full or not creatable; see the KernelCacheWarning)")
+        raise CacheDirectoryError(
+            f"cache directory {root}: {counts[_NOT_STORED]} of {len(todo)} kernel(s) were compiled but not "
+            f"written, {reason}; {counts[_STORED]} written, {counts[_CACHED]} already cached")
+    return counts[_STORED], counts[_CACHED]

@@ -93,6 +93,106 @@ def test_warmup_bad_values_are_usage_errors(tmp_path, capsys):
     capsys.readouterr()
 
 
+# ---- warmup into a directory the cache will not use -------------------------------------------
+WARM_ARGS = ["warmup", "--arch", "sm_80", "--head-dim", "64", "--dtype", "bf16", "--layout", "soa", "--causal"]
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o1777])
+def test_warmup_into_group_or_world_writable_dir_fails_and_writes_nothing(tmp_path, capsys, mode, jobs):
+    """The cache neither reads nor writes such a directory: warmup used to report every kernel as
+    "compiled" (into memory) and exit 0."""
+    root = tmp_path / "shared"
+    root.mkdir()
+    os.chmod(root, mode)
+    before = compiler.COMPILE_COUNT
+    try:
+        assert cli.main(WARM_ARGS + ["--jobs", jobs, "--cache-dir", str(root)]) == 1
+        assert list(root.iterdir()) == []
+    finally:
+        os.chmod(root, 0o700)
+    assert compiler.COMPILE_COUNT == before  # nothing compiled either
+    out, err = capsys.readouterr()
+    assert not WARMUP_RE.search(out), out
+    assert err.startswith(f"kernelgen warmup: error: cache directory {root} is not trusted: ")
+    assert f"it is writable by group/other users (mode {oct(mode)})" in err
+    assert "nothing was compiled or written" in err and f"chmod 700 {root}" in err
+    assert err.count("\n") == 1  # one line
+    # once private, the same command warms it
+    assert cli.main(WARM_ARGS + ["--jobs", jobs, "--cache-dir", str(root)]) == 0
+    assert _warmup_counts(capsys.readouterr().out)[1:4] == (2, 0, 2)
+
+
+def test_warmup_into_dir_owned_by_another_user_fails(tmp_path, capsys, monkeypatch):
+    from kernelgen import cache
+    from kernelgen.warmup import CacheDirectoryError, warmup
+
+    root = tmp_path / "theirs"
+    root.mkdir(mode=0o700)
+    ino = os.stat(root).st_ino
+    real = cache._owner_ok
+    monkeypatch.setattr(cache, "_owner_ok", lambda st: st.st_ino != ino and real(st))
+    assert cli.main(WARM_ARGS + ["--jobs", "1", "--cache-dir", str(root)]) == 1
+    err = capsys.readouterr().err
+    assert f"cache directory {root} is not trusted: it is owned by another user (uid {os.stat(root).st_uid}" in err
+    specs = cli.warmup_specs("sm_80", [64], ["bf16"], [True], ["soa"])
+    with pytest.raises(CacheDirectoryError, match="owned by another user"):
+        warmup(specs, root, jobs=1, progress=False)
+    assert list(root.iterdir()) == []
+
+
+def test_warmup_reports_kernels_it_could_not_write(tmp_path, capsys, monkeypatch):
+    """A directory that cannot be written (simulated: root ignores chmod a-w) keeps nothing:
+    warmup says how many kernels were not stored instead of counting them as compiled."""
+    from kernelgen import cache
+    from kernelgen.warmup import CacheDirectoryError, warmup
+
+    def full(path, data):
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(cache, "_write_atomic", full)
+    specs = cli.warmup_specs("sm_80", [64], ["bf16"], [True], ["soa"])
+    root = tmp_path / "full"
+    with pytest.warns(cache.KernelCacheWarning, match="No space left"):
+        with pytest.raises(CacheDirectoryError) as ei:
+            warmup(specs, root, jobs=1, progress=False)
+    assert str(ei.value) == (f"cache directory {root}: 2 of 2 kernel(s) were compiled but not written, it could not "
+                             f"be written (read-only, full or not creatable; see the KernelCacheWarning); 0 written, "
+                             f"0 already cached")
+    assert KernelCache(root).lookup(specs[0]) is None
+    with pytest.warns(cache.KernelCacheWarning, match="No space left"):
+        assert cli.main(WARM_ARGS + ["--jobs", "1", "--cache-dir", str(tmp_path / "full2")]) == 1
+    out, err = capsys.readouterr()
+    assert not WARMUP_RE.search(out) and "2 of 2 kernel(s) were compiled but not written" in err
+
+
+def test_warmup_dir_made_untrusted_during_the_run(tmp_path, monkeypatch):
+    """The directory passes the check, then becomes world-writable before the compiles: the kernels
+    are compiled in memory only, and warmup says so with the reason."""
+    from kernelgen import cache
+    from kernelgen.warmup import CacheDirectoryError, warmup
+
+    root = tmp_path / "c"
+    root.mkdir(mode=0o700)
+    specs = cli.warmup_specs("sm_80", [64], ["bf16"], [True], ["soa"])
+    real_lookup = cache.KernelCache.lookup
+
+    def lookup_then_open_up(self, spec):
+        r = real_lookup(self, spec)
+        os.chmod(root, 0o777)
+        return r
+
+    monkeypatch.setattr(cache.KernelCache, "lookup", lookup_then_open_up)
+    try:
+        with pytest.warns(cache.KernelCacheWarning, match="not safe to load kernels"):
+            with pytest.raises(CacheDirectoryError, match=r"2 of 2 kernel\(s\) were compiled but not written, it is "
+                                                          r"not trusted: it is writable by group/other users"):
+                warmup(specs, root, jobs=1, progress=False)
+        assert list(root.iterdir()) == []
+    finally:
+        os.chmod(root, 0o700)
+
+
 def test_cache_commands(tmp_path, capsys):
     d = str(tmp_path / "kc")
     assert cli.main(["cache", "path", "--cache-dir", d]) == 0

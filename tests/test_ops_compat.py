@@ -4,6 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -203,6 +204,61 @@ def test_window_size_must_be_a_pair_on_the_op_path():
         ops.varlen_attention(q, k, v, cu, cu, window_size=(1, 2, 3))
 
 
+@pytest.mark.parametrize("name,value,exc", [
+    ("softcap", "x", TypeError), ("softcap", None, TypeError), ("softcap", [1.0], TypeError),
+    ("softcap", True, TypeError), ("softcap", float("nan"), ValueError), ("softcap", float("inf"), ValueError),
+    ("softcap", -1.0, ValueError),
+    ("num_splits", "3", TypeError), ("num_splits", None, TypeError), ("num_splits", [2], TypeError),
+    ("num_splits", True, TypeError), ("num_splits", float("nan"), TypeError), ("num_splits", 2.5, TypeError),
+    ("num_splits", 129, ValueError), ("num_splits", -1, ValueError),
+    ("softmax_scale", "x", TypeError), ("softmax_scale", True, TypeError), ("softmax_scale", float("nan"), ValueError),
+])
+def test_op_path_validates_scalars_before_converting(name, value, exc):
+    """float()/int() ran before the checks: "x" gave float()'s own error, True became 1.0."""
+    q, k, v, cu = packed(device="meta")
+    with pytest.raises(exc, match=rf"^{name} must") as ei:
+        ops.varlen_attention(q, k, v, cu, cu, **{name: value})
+    assert type(ei.value) is exc
+
+
+def test_op_path_converts_numpy_scalars(recorder):
+    """numpy scalars (accepted by kernelgen.varlen_attention) reach the op as Python numbers."""
+    q, k, v, cu = packed()
+    q.requires_grad_(True)  # autograd records: the call goes through torch.ops.kernelgen
+    assert ops._through_op(q, k, v)
+    ops.varlen_attention(q, k, v, cu, cu, softcap=np.float32(2.5), num_splits=np.int64(3),
+                         softmax_scale=np.float64(0.25), window_size=(np.int32(4), 0))
+    c = recorder.last
+    assert c["softcap"] == 2.5 and type(c["softcap"]) is float
+    assert c["num_splits"] == 3 and type(c["num_splits"]) is int
+    assert c["softmax_scale"] == 0.25 and type(c["softmax_scale"]) is float
+    assert c["window_size"] == (4, 0)
+
+
+@pytest.mark.parametrize("layout", ["packed", "paged"])
+def test_zero_kv_heads_is_a_value_error_not_a_division(layout):
+    """The fake kernels took q heads modulo the KV heads: ZeroDivisionError for zero KV heads."""
+    msg = r"q num_heads \(4\) must be a positive multiple of k num_heads \(0\)"
+    with FakeTensorMode():
+        q, k, v, cu = packed(device="cuda")
+        if layout == "packed":
+            k0 = torch.empty(20, 0, 64, dtype=BF16, device="cuda")
+            kw = dict(cu_seqlens_k=cu)
+        else:
+            k0 = torch.empty(4, 16, 0, 64, dtype=BF16, device="cuda")
+            kw = dict(page_table=torch.zeros(2, 2, dtype=torch.int32, device="cuda"),
+                      seqused_k=torch.zeros(2, dtype=torch.int32, device="cuda"))
+        with pytest.raises(ValueError, match=msg):
+            torch.ops.kernelgen.varlen_attention(q, k0, k0, cu, **kw)
+        with pytest.raises(ValueError, match=msg):
+            torch.ops.kernelgen.varlen_attention_out(torch.empty(20, 4, 64, dtype=BF16, device="cuda"), q, k0, k0,
+                                                     cu, **kw)
+    q, _, _, cu = packed(device="meta")
+    k0 = torch.empty(20, 0, 64, dtype=BF16, device="meta")
+    with pytest.raises(ValueError, match=msg):
+        ops.varlen_attention(q, k0, k0, cu, cu)
+
+
 # ----------------------------------------------------------------------------- real op through a CPU stand-in
 @pytest.mark.parametrize("layout", ["packed", "paged"])
 def test_opcheck(cpu_kernels, layout):
@@ -276,6 +332,28 @@ def test_no_backward_has_a_clear_error(cpu_kernels):
         torch.compile(m, fullgraph=True, backend="aot_eager")(x, cu, 13)
 
 
+class CappedAttention(torch.nn.Module):
+    """Scalar arguments held as attributes: under dynamic=True torch.compile makes them symbolic."""
+
+    softcap, softmax_scale, num_splits = 5.0, 0.2, 2
+
+    def forward(self, q, k, v, cu):
+        return ops.varlen_attention(q, k, v, cu, cu, causal=True, softcap=self.softcap,
+                                    softmax_scale=self.softmax_scale, num_splits=self.num_splits)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compile_fullgraph_validates_symbolic_scalars(cpu_kernels, dynamic):
+    """The scalar checks on the op path trace (no math.isfinite on a symbolic float)."""
+    torch._dynamo.reset()
+    m = CappedAttention()
+    q, k, v, cu = packed()
+    e = m(q, k, v, cu)
+    c = torch.compile(m, fullgraph=True, backend="aot_eager", dynamic=dynamic)(q, k, v, cu)
+    assert torch.equal(e, c)
+    assert torch.equal(e, ops.varlen_attention(q, k, v, cu, cu, causal=True, softcap=5.0, softmax_scale=0.2))
+
+
 def test_compile_fullgraph_out_variant(cpu_kernels):
     torch._dynamo.reset()
 
@@ -304,6 +382,23 @@ def test_compile_fullgraph_paged_decode_compat(cpu_kernels):
     c = torch.compile(decode, fullgraph=True, backend="aot_eager")(q, kc, vc, pt, used)
     assert e[0].shape == (3, 1, 4, 64) and e[1].shape == (3, 4, 1)
     assert torch.equal(e[0], c[0]) and torch.equal(e[1], c[1])
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compile_fullgraph_int_cache_seqlens(cpu_kernels, dynamic):
+    """An int cache_seqlens (symbolic under dynamic=True) passes the range check while tracing."""
+    torch._dynamo.reset()
+
+    def decode(q, kc, n):
+        return compat.flash_attn_with_kvcache(q, kc, kc, cache_seqlens=n, causal=True)
+
+    q = torch.randn(2, 1, 4, 64).to(BF16)
+    kc = torch.randn(2, 24, 2, 64).to(BF16)
+    compiled = torch.compile(decode, fullgraph=True, backend="aot_eager", dynamic=dynamic)
+    for n in (9, 17):
+        e = decode(q, kc, n)
+        assert torch.equal(e, compiled(q, kc, n))
+    assert not torch.equal(decode(q, kc, 9), decode(q, kc, 17))
 
 
 # ----------------------------------------------------------------------------- compat: argument mapping
@@ -395,6 +490,28 @@ def test_with_kvcache_int_and_none_cache_seqlens(recorder):
     assert recorder.last["seqused_k"] is None and recorder.last["cu_seqlens_k"].tolist() == [0, 24, 48]
 
 
+@pytest.mark.parametrize("n", [9, np.int32(9), np.int64(9), np.uint16(9), np.int8(9)], ids=lambda n: type(n).__name__)
+def test_with_kvcache_integer_scalar_cache_seqlens(recorder, n):
+    """Any integer scalar, numpy's included, is a length for every request (FA3 takes an int)."""
+    q = torch.randn(2, 1, 4, 64).to(BF16)
+    kc = torch.randn(2, 24, 2, 64).to(BF16)
+    out = compat.flash_attn_with_kvcache(q, kc, kc, cache_seqlens=n)
+    assert out.shape == (2, 1, 4, 64)
+    used = recorder.last["seqused_k"]
+    assert used.tolist() == [9, 9] and used.dtype == torch.int32
+    assert recorder.last["cu_seqlens_k"].tolist() == [0, 24, 48]
+    q3, kc, vc, pt, _, _ = paged(seqlen_q=1)
+    compat.flash_attn_with_kvcache(q3.view(3, 1, 4, 64), kc, vc, cache_seqlens=n, page_table=pt)
+    assert recorder.last["seqused_k"].tolist() == [9, 9, 9] and recorder.last["page_table"] is pt
+
+
+def test_with_kvcache_numpy_negative_num_splits_is_the_heuristic(recorder):
+    q = torch.randn(2, 1, 4, 64).to(BF16)
+    kc = torch.randn(2, 24, 2, 64).to(BF16)
+    compat.flash_attn_with_kvcache(q, kc, kc, cache_seqlens=np.int32(5), num_splits=np.int64(-1))
+    assert recorder.last["num_splits"] == 0 and recorder.last["seqused_k"].tolist() == [5, 5]
+
+
 def test_with_kvcache_non_viewable_cache_goes_paged_without_copy(recorder):
     q = torch.randn(2, 1, 4, 64).to(BF16)
     big = torch.randn(2, 64, 2, 64).to(BF16)
@@ -440,6 +557,12 @@ def test_with_kvcache_varlen_q_and_out(recorder):
     (dict(cache_seqlens=torch.tensor([1, 2], dtype=torch.int64)), TypeError, "cache_seqlens"),
     (dict(cache_seqlens=torch.tensor([1, 2, 3], dtype=torch.int32)), ValueError, "cache_seqlens"),
     (dict(cache_seqlens=True), TypeError, "cache_seqlens"),
+    (dict(cache_seqlens=np.bool_(True)), TypeError, "cache_seqlens must be an integer"),
+    (dict(cache_seqlens=9.0), TypeError, "cache_seqlens must be an integer .* got float"),
+    (dict(cache_seqlens=np.float32(9)), TypeError, "cache_seqlens must be an integer .* got float32"),
+    (dict(cache_seqlens="9"), TypeError, "cache_seqlens must be an integer .* got str"),
+    (dict(cache_seqlens=-1), ValueError, r"cache_seqlens must be in \[0, 2147483647\] tokens, got -1"),
+    (dict(cache_seqlens=np.int64(2 ** 31)), ValueError, "cache_seqlens must be in .* got 2147483648"),
     (dict(k_cache=torch.zeros(2, 24, 64, dtype=BF16)), ValueError, "k_cache"),
     (dict(k_cache=torch.zeros(1, 24, 2, 64, dtype=BF16)), ValueError, "batch_size_cache"),
 ])

@@ -10,6 +10,9 @@ Graph replays (:func:`time_graph`): the work is captured once in a CUDA graph (a
 call outside the capture) and each replay is timed like a call above, so launch gaps between the
 captured kernels are gone; used for small kernels (the scheduler, a decode step).
 
+Graph launches (:func:`time_graph_launches`): N calls captured in one graph, one replay timed and
+divided by N: the GPU time of one call without the host's launch time (the scheduler).
+
 Host time (:func:`host_time_us`): see its docstring.
 """
 from __future__ import annotations
@@ -78,6 +81,30 @@ def time_graph(fn, repeat: int = DEFAULT_REPEAT, warmup: int = DEFAULT_WARMUP, f
     """Median GPU time of one replay of a CUDA graph of ``fn``, in microseconds."""
     g = capture_graph(fn)
     return time_gpu(g.replay, repeat=repeat, warmup=warmup, flush=flush)
+
+
+#: Launches captured in one graph by :func:`time_graph_launches` (as the bench's scheduler entries).
+GRAPH_LAUNCHES = 20
+
+
+def time_graph_launches(fn, launches: int = GRAPH_LAUNCHES, repeat: int = DEFAULT_REPEAT,
+                        warmup: int = DEFAULT_WARMUP, flush: bool = True) -> float:
+    """GPU time of one call of ``fn`` in microseconds, without the host's launch time: ``launches``
+    back-to-back calls captured in one CUDA graph (after one eager round), the graph's replay
+    timed like :func:`time_gpu`, divided by ``launches``.  For kernels of a few microseconds (the
+    scheduler), where an eager pair of events around one launch measures mostly launch latency.
+
+    Raises ValueError for launches < 1 (and as :func:`time_gpu`).
+    """
+    if launches < 1:
+        raise ValueError(f"launches must be >= 1, got {launches}")
+
+    def many():
+        for _ in range(launches):
+            fn()
+
+    g = capture_graph(many)
+    return time_gpu(g.replay, repeat=repeat, warmup=warmup, flush=flush) / launches
 
 
 #: One-line description of host_time_us's method (reported with the overhead entries).
