@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .spec import ARCHS, AttentionSpec, CombineSpec, SchedulerSpec, TileConfig
+from .spec import ARCHS, AttentionSpec, CombineSpec, FusedAttentionSpec, SchedulerSpec, TileConfig
 
 #: Largest dynamic shared memory one CTA may opt into, bytes (CUDA programming guide, per arch).
 SMEM_LIMIT = {"sm_80": 166912, "sm_86": 101376, "sm_89": 101376, "sm_90a": 232448}
@@ -196,6 +196,63 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
         raise ValueError(f"{attn.name} needs {attn.smem_bytes()} bytes of shared memory; {arch} allows {limit}")
     combine = CombineSpec(arch, dtype, head_dim_v) if split else None
     return Variants(SchedulerSpec(arch=arch, layout=layout), attn, combine, max_splits, forced)
+
+
+#: Query rows of a short-query (decode-class) tile in a fused launch: the one-warp decode tile.
+SHORT_TILE_ROWS = 16
+
+
+def short_query_tokens(num_heads_q: int, num_heads_kv: int) -> int:
+    """Default request-class threshold of a fused (mixed-batch) launch: requests with at most this
+    many query tokens run as one-warp decode tiles (16 rows: tokens x the pack-GQA factor when the
+    query heads of a KV head fit one tile), the others as prefill tiles."""
+    qpk = num_heads_q // max(num_heads_kv, 1)
+    return max(1, SHORT_TILE_ROWS // qpk) if 1 < qpk <= SHORT_TILE_ROWS else SHORT_TILE_ROWS
+
+
+@dataclass(frozen=True)
+class FusedVariants:
+    """The kernels of a fused mixed-batch call: one scheduler spec (launched once per request
+    class), the fused attention kernel, the combine kernel when the short class splits KV, the
+    short class's split bound and the class threshold (query tokens)."""
+
+    scheduler: SchedulerSpec
+    fused: FusedAttentionSpec
+    combine: CombineSpec | None
+    short_max_splits: int
+    short_forced_splits: bool
+    short_max_q: int
+
+
+def choose_fused(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q: int, num_heads_kv: int,
+                 mask: str = "none", layout: str = "soa", max_seqlen_k: int, paged: bool = False,
+                 softcap: bool = False, short_max_q: int | None = None, num_sms: int = 132) -> FusedVariants | None:
+    """The fused launch of a batch that may mix long-query and short-query requests, or None when
+    it does not apply: a sliding window (the fused window variants do not fit the registers
+    without spilling), a threshold whose short tiles would not be one-warp decode tiles, or a
+    pair of tiles whose shared memory does not fit the arch.
+
+    The long class gets the prefill tile (the two-stage one, as with split-KV), no split, and
+    records row_splits when the short class splits; the short class gets what ``choose`` gives a
+    decode batch of ``short_max_q`` query tokens (pack-GQA and the automatic split bound).
+    """
+    if mask == "local":
+        return None
+    thr = short_query_tokens(num_heads_q, num_heads_kv) if short_max_q is None else int(short_max_q)
+    if thr < 1:
+        return None
+    short = choose(arch, dtype, head_dim, head_dim_v, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, mask=mask,
+                   layout=layout, max_seqlen_q=thr, max_seqlen_k=max_seqlen_k, paged=paged, softcap=softcap,
+                   num_sms=num_sms)
+    if short.attention.tile.num_warps != 1:
+        return None
+    long_tile = tile_config(arch, head_dim, head_dim_v, "prefill", True)
+    long = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, long_tile, False, False, paged, softcap,
+                         row_splits=short.attention.split)
+    fused = FusedAttentionSpec(long, short.attention)
+    if fused.smem_bytes() > SMEM_LIMIT.get(arch, 101376):
+        return None
+    return FusedVariants(short.scheduler, fused, short.combine, short.max_splits, short.forced_splits, thr)
 
 
 def attention_spec(arch, dtype, head_dim, head_dim_v, causal, layout, tile: TileConfig | None = None) -> AttentionSpec:

@@ -106,7 +106,10 @@ class SchedulerConfig:
     num_ctas: CTAs of the persistent attention launch (the dynamic split's fair share divides by it);
     max_kvblocks_l2: K/V blocks (of one head) that fit the head-swizzle L2 budget, 0 = no swizzle;
     swizzle_mult: heads that share one K/V head (keeps a GQA group in one section when not packing);
-    sort: order requests longest-first (per-split KV blocks, ties by request index).
+    sort: order requests longest-first (per-split KV blocks, ties by request index);
+    class_min_q / class_max_q: only requests with class_min_q <= seqlen_q <= class_max_q query
+    tokens get tiles (the others are scheduled as if they had no query rows): a fused launch runs
+    one scheduler per request class (long-query and short-query), each with its own tile shape.
     """
 
     num_heads: int
@@ -119,6 +122,8 @@ class SchedulerConfig:
     max_kvblocks_l2: int = 0
     swizzle_mult: int = 1
     sort: bool = True
+    class_min_q: int = 0
+    class_max_q: int = 2 ** 31 - 1
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -177,6 +182,7 @@ def reference_schedule(cu_seqlens_q, cu_seqlens_k, batch: int, capacity: int, cf
         cu_k = np.asarray(cu_seqlens_k, dtype=np.int64)
         lks = cu_k[1:batch + 1] - cu_k[:batch]
     lqs = cu_q[1:batch + 1] - cu_q[:batch]
+    lqs = np.where((lqs >= cfg.class_min_q) & (lqs <= cfg.class_max_q), lqs, 0)  # the other class: no rows
     mn = [request_plan(int(lq), int(lk), cfg, 1)[:2] for lq, lk in zip(lqs, lks)]
     share = split_share([m for m, _ in mn], [n for _, n in mn], cfg)
     plans = [request_plan(int(lq), int(lk), cfg, share) for lq, lk in zip(lqs, lks)]

@@ -49,9 +49,10 @@ def context(spec) -> dict:
     ctx.update(spec.template_vars())
     ctx["kernel_name"] = spec.entry
     ctx["spec_name"] = spec.name
-    if spec.kind == "attention":
+    if spec.kind in ("attention", "fused"):
         ctx.update(_DTYPE_INFO[spec.dtype])
         ctx["params_decl"] = ATTENTION_PARAMS.c_decl()
+        ctx["variants"] = spec.variant_contexts()
     elif spec.kind == "scheduler":
         ctx["params_decl"] = SCHEDULER_PARAMS.c_decl()
     elif spec.kind == "combine":

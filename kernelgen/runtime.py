@@ -99,6 +99,8 @@ def _load(spec, device: int) -> Kernel:
     elif spec.kind == "scheduler":
         # dynamic smem is set per launch (api.scheduler_launch_shape), up to the opt-in below
         threads, smem, params = spec.num_threads, 0, SCHEDULER_PARAMS
+    elif spec.kind == "fused":  # two attention variants, one AttnParams each
+        threads, smem, params = spec.num_threads, spec.smem_bytes(), ATTENTION_PARAMS
     elif spec.kind == "combine":
         threads, smem, params = spec.num_threads, 0, COMBINE_PARAMS
     else:

@@ -71,6 +71,9 @@ class AttentionSpec:
     split: bool = False
     paged: bool = False
     softcap: bool = False
+    #: record one partial per token in row_splits although the variant does not split (the
+    #: prefill variant of a fused launch whose decode variant splits: the combine kernel reads it)
+    row_splits: bool = False
 
     kind: ClassVar[str] = "attention"
     template: ClassVar[str] = "attention/fwd_sm80.cu.j2"
@@ -101,8 +104,8 @@ class AttentionSpec:
     @property
     def name(self) -> str:
         hd = f"d{self.head_dim}" if self.head_dim == self.head_dim_v else f"d{self.head_dim}x{self.head_dim_v}"
-        extra = "".join(f"_{flag}" for flag in ("pack", "split", "paged", "softcap")
-                        if getattr(self, "pack_gqa" if flag == "pack" else flag))
+        extra = "".join(f"_{flag}" for flag in ("pack", "split", "paged", "softcap", "rowsplits")
+                        if getattr(self, {"pack": "pack_gqa", "rowsplits": "row_splits"}.get(flag, flag)))
         return f"attn_{self.arch}_{self.dtype}_{hd}_{self.mask}{extra}_{self.layout}_{self.tile.tag}"
 
     def template_vars(self) -> dict:
@@ -116,6 +119,7 @@ class AttentionSpec:
             "split": self.split,
             "paged": self.paged,
             "softcap": self.softcap,
+            "row_splits": self.row_splits,
             "layout": self.layout,
             "block_m": self.tile.block_m,
             "block_n": self.tile.block_n,
@@ -124,6 +128,10 @@ class AttentionSpec:
             "min_blocks": self.tile.min_blocks,
             "smem_bytes": self.smem_bytes(),
         }
+
+    def variant_contexts(self) -> list:
+        """Template variables of each attention variant in the kernel, with its C++ namespace."""
+        return [{"ns": "kv0", **self.template_vars()}]
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
@@ -195,6 +203,84 @@ class CombineSpec:
         return d
 
 
+@dataclass(frozen=True)
+class FusedAttentionSpec:
+    """One persistent attention kernel with two variants (horizontal fusion): ``long`` runs the
+    tiles of long-query requests (prefill, chunked prefill) on the whole CTA, ``short`` runs
+    one-warp tiles of short-query requests (decode, speculative decode), one per warp group of the
+    CTA at a time.  Each variant has its own scheduler metadata (its request class) and the CTAs
+    take tiles from the two queues (templates/attention/fwd_fused_sm80.cu.j2).
+
+    The two variants share arch, dtype, head dims, mask, layout, paging and softcap; ``short`` is
+    a one-warp tile (it syncs only its warp).  When ``short`` splits KV, ``long`` records row_splits for its tokens
+    (the combine kernel reads every token's count).
+    """
+
+    long: AttentionSpec
+    short: AttentionSpec
+
+    kind: ClassVar[str] = "fused"
+    template: ClassVar[str] = "attention/fwd_fused_sm80.cu.j2"
+    entry: ClassVar[str] = "kg_attention_fused"
+
+    def __post_init__(self):
+        a, b = self.long, self.short
+        for f in ("arch", "dtype", "head_dim", "head_dim_v", "mask", "layout", "paged", "softcap"):
+            if getattr(a, f) != getattr(b, f):
+                raise ValueError(f"fused variants differ in {f}: {getattr(a, f)!r} vs {getattr(b, f)!r}")
+        if b.tile.num_warps != 1:
+            raise ValueError(f"the short variant must be a one-warp tile, got {b.tile.num_warps} warps")
+        if b.split and not (a.split or a.row_splits):
+            raise ValueError("a splitting short variant needs a long variant that records row_splits")
+
+    @property
+    def tiles_per_step(self) -> int:
+        """Short tiles a CTA runs side by side (one per warp)."""
+        return self.long.tile.num_warps
+
+    @property
+    def num_threads(self) -> int:
+        return self.long.tile.num_warps * 32
+
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory of one CTA (bytes): the larger of the long tile's and the short
+        tiles' (one slice per short tile)."""
+        return max(self.long.smem_bytes(), self.tiles_per_step * self.short.smem_bytes())
+
+    @property
+    def arch(self) -> str:
+        return self.long.arch
+
+    @property
+    def dtype(self) -> str:
+        return self.long.dtype
+
+    @property
+    def layout(self) -> str:
+        return self.long.layout
+
+    @property
+    def split(self) -> bool:
+        return self.long.split or self.short.split
+
+    @property
+    def name(self) -> str:
+        b = self.short
+        extra = "".join(f"_{f}" for f, on in (("pack", b.pack_gqa), ("split", b.split)) if on)
+        return f"fused_{self.long.name}__{b.tile.tag}{extra}"
+
+    def template_vars(self) -> dict:
+        return {"arch": self.arch, "dtype": self.dtype, "layout": self.layout,
+                "min_blocks": self.long.tile.min_blocks, "num_threads": self.num_threads,
+                "smem_bytes": self.smem_bytes(), "tiles_per_step": self.tiles_per_step}
+
+    def variant_contexts(self) -> list:
+        return [{"ns": "kpre", **self.long.template_vars()}, {"ns": "kdec", **self.short.template_vars()}]
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "long": self.long.to_json(), "short": self.short.to_json()}
+
+
 def spec_from_json(d: dict):
     """Rebuild a spec from ``to_json()`` output (used by ``kernelgen cache`` to describe entries)."""
     d = dict(d)
@@ -202,6 +288,8 @@ def spec_from_json(d: dict):
     if kind == "attention":
         d["tile"] = TileConfig(**d["tile"])
         return AttentionSpec(**d)
+    if kind == "fused":
+        return FusedAttentionSpec(spec_from_json(d["long"]), spec_from_json(d["short"]))
     if kind == "scheduler":
         return SchedulerSpec(**d)
     if kind == "combine":

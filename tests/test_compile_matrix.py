@@ -93,3 +93,44 @@ def test_parse_resources():
            "ptxas         .     16 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n")
     r = compiler.parse_resources(log)
     assert r == {"registers": 128, "stack_frame": 16, "spill_stores": 8, "spill_loads": 12, "shared_static": 64}
+
+
+# Fused mixed-batch kernels (prefill + decode tiles in one launch) of the serving presets:
+# (num_heads_q, num_heads_kv, head_dim, mask, paged, softcap)
+FUSED = [
+    (32, 8, 128, "causal", True, False),    # llama3-8b, paged cache
+    (32, 8, 128, "causal", False, False),   # packed K/V
+    (32, 8, 128, "none", True, False),
+    (28, 4, 128, "causal", True, False),    # qwen2.5-7b
+    (8, 1, 128, "causal", True, True),      # llama3-70b TP8 slice, softcap
+    (32, 32, 64, "causal", True, False),    # MHA, head dim 64
+    (128, 128, 128, "causal", True, False),
+]
+
+
+@pytest.mark.parametrize("arch", ("sm_80", "sm_90a"))
+@pytest.mark.parametrize("hq,hkv,hd,mask,paged,softcap", FUSED)
+def test_fused_variants_compile_without_spills(arch, hq, hkv, hd, mask, paged, softcap):
+    f = heuristics.choose_fused(arch, "bf16", hd, hd, num_heads_q=hq, num_heads_kv=hkv, mask=mask,
+                                max_seqlen_k=32768, paged=paged, softcap=softcap)
+    assert f is not None
+    assert f.fused.short.tile.num_warps == 1 and f.fused.long.tile.block_m == 128
+    assert f.fused.long.row_splits == f.fused.short.split
+    res = _compile(f.fused)
+    r = res.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, (f.fused.name, r)
+    assert r["registers"] * f.fused.num_threads * f.fused.long.tile.min_blocks <= 65536
+    assert f.fused.smem_bytes() <= heuristics.SMEM_LIMIT[arch]
+
+
+def test_fused_not_used_where_it_does_not_fit():
+    """Sliding windows and head dim 256 (four decode slices exceed shared memory) stay unfused."""
+    kw = dict(num_heads_q=32, num_heads_kv=8, max_seqlen_k=4096, paged=True)
+    assert heuristics.choose_fused("sm_90a", "bf16", 128, 128, mask="local", **kw) is None
+    assert heuristics.choose_fused("sm_90a", "bf16", 256, 256, mask="causal", **kw) is None
+    assert heuristics.choose_fused("sm_90a", "bf16", 128, 128, mask="causal", short_max_q=0, **kw) is None
+    # 32 query heads per KV head do not fit one 16-row tile: short tiles are per head, unpacked
+    f = heuristics.choose_fused("sm_90a", "bf16", 128, 128, mask="causal", short_max_q=4, num_heads_q=32,
+                                num_heads_kv=1, max_seqlen_k=4096)
+    assert f is not None and not f.fused.short.pack_gqa and f.short_max_q == 4
+    assert heuristics.short_query_tokens(32, 1) == 16 and heuristics.short_query_tokens(32, 8) == 4

@@ -157,3 +157,26 @@ def test_scheduler_launch_shape():
     assert scheduler_launch_shape(4096, 64 * 1024) == (1024, 16 * 4096)
     assert scheduler_launch_shape(8192, 99 * 1024 - 33424) == (1024, 8 * 8192)
     assert scheduler_launch_shape(8192, 227 * 1024 - 33424) == (1024, 16 * 8192)
+
+
+@settings(max_examples=200, deadline=None)
+@given(qlens=batches, klens=batches, cfg=configs, thr=st.integers(0, 40), layout=st.sampled_from(["soa", "aos"]))
+def test_request_classes_partition_the_tiles(qlens, klens, cfg, thr, layout):
+    """A fused launch schedules short-query (<= thr tokens) and long-query requests separately: each
+    class gets exactly the tiles its requests would get alone, requests of the other class none."""
+    import dataclasses
+
+    batch = min(len(qlens), len(klens))
+    qlens, klens = qlens[:batch], klens[:batch]
+    capacity = max(1, batch)
+    cfg = dataclasses.replace(cfg, sort=True)
+    short = dataclasses.replace(cfg, class_min_q=0, class_max_q=thr)
+    long_ = dataclasses.replace(cfg, class_min_q=thr + 1)
+    for part, keep in ((short, lambda L: L <= thr), (long_, lambda L: L > thr)):
+        buf = md.reference_schedule(_cu(qlens), _cu(klens), batch, capacity, part, layout)
+        tiles = md.enumerate_tiles(buf, layout, capacity, cfg.num_heads, False)
+        assert {b for b, *_ in tiles} == {b for b, L in enumerate(qlens) if keep(L) and L > 0}
+        # the kept requests' tiles are those of a batch where the others have no query rows
+        alone = md.reference_schedule(_cu([L if keep(L) else 0 for L in qlens]), _cu(klens), batch, capacity,
+                                      cfg, layout)
+        assert np.array_equal(buf, alone)

@@ -42,7 +42,7 @@ __device__ __forceinline__ void store_output(const float (&o)[MT][DV / 8][4], co
       for (int dt = 0; dt < DV / 8; ++dt)
         *reinterpret_cast<u32*>(sO + row * SO + dt * 8 + 2 * tq) = pack2(o[mt][dt][2 * h], o[mt][dt][2 * h + 1]);
     }
-  __syncthreads();
+  tile_sync();
   constexpr int CPR = DV / 8;
   constexpr int TPR = copy_tpr(CPR);
   constexpr int RSTEP = NT / TPR;

@@ -160,7 +160,17 @@ def _random_config(rng, attn_spec, num_ctas):
         pack_factor=int(rng.choice([1, 4, 8])), max_splits=int(rng.choice([1, 2, 16, 64])),
         forced_splits=bool(rng.random() < 0.3), num_ctas=num_ctas,
         max_kvblocks_l2=int(rng.choice([0, 20, 160, 4000])), swizzle_mult=int(rng.choice([1, 4])),
-        sort=bool(rng.random() < 0.8))
+        sort=bool(rng.random() < 0.8), **_random_class(rng))
+
+
+def _random_class(rng) -> dict:
+    """A request class of a fused launch (short or long queries) in a third of the trials."""
+    r = rng.random()
+    if r < 0.17:
+        return {"class_min_q": 0, "class_max_q": int(rng.integers(0, 40))}
+    if r < 0.33:
+        return {"class_min_q": int(rng.integers(1, 40))}
+    return {}
 
 
 @pytest.mark.parametrize("layout", ["soa", "aos"])

@@ -1,0 +1,135 @@
+// ---- attention/tile_sm80.cuh: one work tile, start to finish ----
+// Tile t (of metadata md) on the tile's NT threads (tid in [0, NT)), with the variant's shared
+// memory at sQ (generic pointer; sQ_base is its shared-window address): the Q/O tile, then
+// STAGES K and V blocks.  `cursor` is this thread group's entry
+// search position (tile indices it sees only grow).
+__device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4, int t, int& cursor, u16* sQ,
+                                         u32 sQ_base, int tid) {
+  const u32 sK_base = sQ_base + Q_ELEMS * 2;
+  const u32 sV_base = sK_base + STAGES * K_ELEMS * 2;
+  const u16* Q = static_cast<const u16*>(p.q);
+  const u16* K = static_cast<const u16*>(p.k);
+  const u16* V = static_cast<const u16*>(p.v);
+  const int qpk = p.num_heads_q / p.num_heads_kv;
+  const int sched_heads = PACK_GQA ? p.num_heads_kv : p.num_heads_q;
+  const int lane = tid & 31, warp = tid >> 5;
+
+  cursor = find_entry(md, cap4, t, cursor);
+  const TileInfo ti = tile_info(p, md, cap4, cursor, t, sched_heads, qpk);
+  const int kv_head = PACK_GQA ? ti.head : ti.head / qpk;
+  const int row0 = ti.row0;
+  MaskInfo mi;
+  mi.seqlen_k = ti.seqlen_k;
+  mi.offset = ti.seqlen_k - ti.seqlen_q;
+  mi.left = p.window_left;
+  mi.right = p.window_right;
+  const int pos_first = row_position(row0, qpk), pos_last = row_position(row0 + ti.valid_rows - 1, qpk);
+  int n_lo, n_hi;
+  key_block_range(mi, pos_first, pos_last, n_lo, n_hi);
+  if (SPLIT && ti.num_splits > 1) {  // this split's contiguous share of [n_lo, n_hi)
+    const int per = n_hi > n_lo ? (n_hi - n_lo + ti.num_splits - 1) / ti.num_splits : 0;
+    n_lo = min(n_lo + ti.split * per, n_hi);
+    n_hi = min(n_lo + per, n_hi);
+  }
+  const int n_blocks = n_hi - n_lo;
+
+  const u16* k_base = K + (i64)ti.k_start * p.k_row_stride + (i64)kv_head * p.k_head_stride;
+  const u16* v_base = V + (i64)ti.k_start * p.v_row_stride + (i64)kv_head * p.v_head_stride;
+  const int* page_row = PAGED ? static_cast<const int*>(p.page_table) + (i64)ti.b * p.page_table_stride : nullptr;
+
+  float o[MT][DV / 8][4];
+  float row_max[MT][2], row_sum[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < DV / 8; ++dt)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) o[mt][dt][x] = 0.f;
+    row_max[mt][0] = row_max[mt][1] = -KG_INF;
+    row_sum[mt][0] = row_sum[mt][1] = 0.f;
+  }
+
+  if (n_blocks > 0) {
+    if (PACK_GQA) {
+      load_rows<BM, D, SQ>(sQ_base, [&](int r) {
+        const int pr = row0 + r;
+        const int pos = pr / qpk;
+        return Q + (i64)(ti.q_start + pos) * p.q_row_stride + (i64)(kv_head * qpk + pr - pos * qpk) * p.q_head_stride;
+      }, ti.valid_rows, Q, tid);
+    } else {
+      load_tile<BM, D, SQ>(sQ_base, Q + (i64)(ti.q_start + row0) * p.q_row_stride + (i64)ti.head * p.q_head_stride,
+                           p.q_row_stride, ti.valid_rows, tid);
+    }
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; ++st) {
+      if (st < n_blocks) {
+        const int n = n_hi - 1 - st;
+        load_kv_block<D, SQ>(sK_base + st * K_ELEMS * 2, k_base, p.k_row_stride, p.k_page_stride, page_row,
+                             p.page_size, n * BN, ti.seqlen_k, tid);
+        load_kv_block<DV, SV>(sV_base + st * V_ELEMS * 2, v_base, p.v_row_stride, p.v_page_stride, page_row,
+                              p.page_size, n * BN, ti.seqlen_k, tid);
+      }
+      cp_async_commit();
+    }
+    for (int i = 0; i < n_blocks; ++i) {
+      const int n = n_hi - 1 - i;
+      cp_async_wait<STAGES - 2>();
+      tile_sync();
+      {
+        const int j = i + STAGES - 1;
+        if (j < n_blocks) {
+          const int nj = n_hi - 1 - j;
+          const int sj = j % STAGES;
+          load_kv_block<D, SQ>(sK_base + sj * K_ELEMS * 2, k_base, p.k_row_stride, p.k_page_stride, page_row,
+                               p.page_size, nj * BN, ti.seqlen_k, tid);
+          load_kv_block<DV, SV>(sV_base + sj * V_ELEMS * 2, v_base, p.v_row_stride, p.v_page_stride, page_row,
+                                p.page_size, nj * BN, ti.seqlen_k, tid);
+        }
+        cp_async_commit();
+      }
+      const int st = i % STAGES;
+      float s[MT][BN / 8][4];
+      gemm_qk(s, sQ_base, sK_base + st * K_ELEMS * 2, warp, lane);
+      transform_scores(s, p.scale_log2, p.softcap_scale, p.softcap_log2);
+      if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, qpk, warp, lane);
+      softmax_update(s, row_max, row_sum, o);
+      gemm_pv(o, s, sV_base + st * V_ELEMS * 2, lane);
+    }
+    cp_async_wait<0>();
+    tile_sync();
+  }
+
+  float lse[MT][2];
+  finalize_rows(o, row_max, row_sum, lse);
+  {
+    // Re-read the tile's coordinates after the mainloop's barriers instead of keeping them
+    // live across it (they are L1/L2 hits; keeping them costs registers the mainloop needs).
+    const TileInfo te = tile_info(p, md, cap4, cursor, t, sched_heads, qpk);
+    const int kvh = PACK_GQA ? te.head : te.head / qpk;
+    // (token, query head) of tile row r
+    auto token_of = [&](int r) { return PACK_GQA ? (te.row0 + r) / qpk : te.row0 + r; };
+    auto qhead_of = [&](int r) { return PACK_GQA ? kvh * qpk + (te.row0 + r) % qpk : te.head; };
+    if (ROW_SPLITS && te.split == 0) {  // how many partials each token has (read by the combine kernel)
+      int* row_splits = static_cast<int*>(const_cast<void*>(p.row_splits));
+      for (int r = tid; r < te.valid_rows; r += NT)
+        if (!PACK_GQA || (te.row0 + r) % qpk == 0) row_splits[te.q_start + token_of(r)] = te.num_splits;
+    }
+    if (SPLIT && te.num_splits > 1) {
+      float* acc = static_cast<float*>(const_cast<void*>(p.out_accum)) + (i64)te.split * p.accum_split_stride;
+      float* lacc = static_cast<float*>(const_cast<void*>(p.lse_accum)) + (i64)te.split * p.lse_accum_split_stride;
+      store_partial(o, lse,
+                    [&](int r) { return acc + (i64)qhead_of(r) * p.accum_head_stride + (i64)(te.q_start + token_of(r)) * DV; },
+                    [&](int r) { return lacc + (i64)qhead_of(r) * p.lse_accum_head_stride + te.q_start + token_of(r); },
+                    te.valid_rows, warp, lane);
+    } else {
+      u16* O = static_cast<u16*>(const_cast<void*>(p.out));
+      float* LSE = static_cast<float*>(const_cast<void*>(p.lse));
+      store_output(o, lse, sQ,
+                   [&](int r) { return O + (i64)(te.q_start + token_of(r)) * p.o_row_stride + (i64)qhead_of(r) * p.o_head_stride; },
+                   [&](int r) -> float* {
+                     return LSE != nullptr ? LSE + (i64)qhead_of(r) * p.lse_head_stride + te.q_start + token_of(r) : nullptr;
+                   },
+                   te.valid_rows, tid, warp, lane);
+    }
+  }
+}

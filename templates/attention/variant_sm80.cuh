@@ -1,0 +1,53 @@
+// ---- attention/variant_sm80.cuh: one attention variant's code in namespace {{ v.ns }} ----
+// Everything that depends on the tile shape and the variant's flags lives here, so one kernel can
+// hold two variants (the fused prefill + decode kernel, attention/fwd_fused_sm80.cu.j2).
+namespace {{ v.ns }} {
+
+constexpr int D = {{ v.head_dim }};
+constexpr int DV = {{ v.head_dim_v }};
+constexpr int BM = {{ v.block_m }};
+constexpr int BN = {{ v.block_n }};
+constexpr int NW = {{ v.num_warps }};
+constexpr int STAGES = {{ v.num_stages }};
+constexpr bool CAUSAL = {{ "true" if v.mask == "causal" else "false" }};
+constexpr bool LOCAL = {{ "true" if v.mask == "local" else "false" }};   // sliding window
+constexpr bool LPT = CAUSAL || LOCAL;                                     // m-blocks last-first
+constexpr bool PACK_GQA = {{ "true" if v.pack_gqa else "false" }};  // query heads of one KV head share a tile
+constexpr bool SPLIT = {{ "true" if v.split else "false" }};        // split-KV partial outputs
+constexpr bool PAGED = {{ "true" if v.paged else "false" }};        // K/V from a paged cache
+constexpr bool SOFTCAP = {{ "true" if v.softcap else "false" }};    // tanh logit capping
+// per-token partial counts for the combine kernel: with split-KV, and in a fused launch whose
+// other variant splits (this one then records 1 for its tokens)
+constexpr bool ROW_SPLITS = SPLIT || {{ "true" if v.row_splits else "false" }};
+constexpr int NT = NW * 32;
+constexpr int MT = BM / (16 * NW);  // m16 row tiles per warp
+constexpr int WM = 16 * MT;         // query rows per warp
+// Shared-memory row strides (elements), padded by 16 bytes: the 8 row addresses of every
+// ldmatrix phase then fall in distinct 16-byte bank groups.
+constexpr int SQ = D + 8;
+constexpr int SV = DV + 8;
+constexpr int SO = DV + 8;
+constexpr int Q_ELEMS = BM * (SQ > SO ? SQ : SO);
+constexpr int K_ELEMS = BN * SQ;
+constexpr int V_ELEMS = BN * SV;
+constexpr int SMEM_BYTES = 2 * (Q_ELEMS + STAGES * (K_ELEMS + V_ELEMS));
+static_assert(SMEM_BYTES == {{ v.smem_bytes }}, "host and device disagree on shared memory size");
+static_assert(BM % (16 * NW) == 0 && BN % 16 == 0 && D % 16 == 0 && DV % 16 == 0, "tile shape");
+
+// The tile's threads: a whole CTA, or a single warp of it (one-warp tiles only sync their warp,
+// so a fused CTA can run one such tile per warp independently).
+__device__ __forceinline__ void tile_sync() {
+  if (NW == 1) {
+    __syncwarp();
+  } else {
+    __syncthreads();
+  }
+}
+
+{% include "attention/tile_scheduler.cuh" %}
+{% include "common/mask.cuh" %}
+{% include "common/softmax.cuh" %}
+{% include "attention/mainloop_sm80.cuh" %}
+{% include "attention/epilogue_sm80.cuh" %}
+{% include "attention/tile_sm80.cuh" %}
+}  // namespace {{ v.ns }}
