@@ -1,0 +1,148 @@
+"""GPU: the fused mixed-batch launch (prefill tiles and one-warp decode tiles in one persistent
+kernel, two scheduler request classes, combine for the split decode rows).  Float64 reference on
+fresh random inputs, NaN-poisoned outputs, both layouts, paged and packed K/V, empty requests."""
+import numpy as np
+import pytest
+import torch
+
+import kernelgen
+from kernelgen import runtime
+from kernelgen.plan import AttentionPlan
+from kernelgen.reference import attention_reference, gather_paged
+
+from test_paged_decode_gpu import check, make_paged  # noqa: E402 (tests/gpu is on sys.path)
+
+pytestmark = pytest.mark.gpu
+BF16, FP16 = torch.bfloat16, torch.float16
+
+
+def fused_loaded() -> bool:
+    return any(k.spec.kind == "fused" for k in runtime.loaded_kernels())
+
+
+def mixed_lengths(rng, n_decode=40, n_prefill=3, max_ctx=5000, spec_tokens=4):
+    """Chunked prefills (with earlier context), decodes, short speculative steps and empty requests,
+    shuffled."""
+    qlens = [int(x) for x in rng.integers(17, 900, size=n_prefill)] + [1] * n_decode
+    qlens += [int(x) for x in rng.integers(2, spec_tokens + 1, size=4)] + [0, 0]
+    klens = [q + int(rng.integers(0, max_ctx)) for q in qlens]
+    klens[-1] = 0                                  # an empty request with no context either
+    klens[n_prefill] = 1                           # a decode that sees one key
+    perm = rng.permutation(len(qlens))
+    return [qlens[i] for i in perm], [klens[i] for i in perm]
+
+
+@pytest.mark.parametrize("layout", ["soa", "aos"])
+@pytest.mark.parametrize("hq,hkv,d,dtype,causal", [(32, 8, 128, BF16, True), (8, 1, 128, FP16, True),
+                                                    (16, 16, 64, BF16, False), (28, 4, 128, BF16, True)])
+def test_fused_paged_mixed_matches_reference(layout, hq, hkv, d, dtype, causal):
+    rng = np.random.default_rng(hq * 7 + d + (layout == "aos"))
+    qlens, klens = mixed_lengths(rng)
+    q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, hq, hkv, d, d, 16, seed=hq + d, dtype=dtype)
+    out = torch.full((q.shape[0], hq, d), float("nan"), dtype=dtype, device="cuda")
+    o, lse = kernelgen.varlen_attention(q, kc, vc, cu_q, None, max(qlens), max(klens), seqused_k=used,
+                                        page_table=pt, causal=causal, return_lse=True, out=out,
+                                        metadata_layout=layout)
+    torch.cuda.synchronize()
+    assert fused_loaded(), "a paged batch with long queries takes the fused launch"
+    k, v, cu_k = gather_paged(kc, vc, pt, used)
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=causal)
+    check(o, lse, ref, ref_lse, dtype)
+
+
+@pytest.mark.parametrize("threshold", [1, 4, 16])
+def test_fused_packed_kv_forced_threshold(threshold):
+    """short_query_tokens forces the fused launch on packed K/V and moves the class boundary."""
+    rng = np.random.default_rng(threshold)
+    hq, hkv, d = 32, 8, 128
+    qlens, klens = mixed_lengths(rng, n_decode=20, spec_tokens=16)
+    tq, tk = sum(qlens), sum(klens)
+    g = torch.Generator(device="cuda").manual_seed(threshold)
+    q = torch.randn(tq, hq, d, generator=g, device="cuda").to(BF16)
+    k = torch.randn(tk, hkv, d, generator=g, device="cuda").to(BF16)
+    v = torch.randn(tk, hkv, d, generator=g, device="cuda").to(BF16)
+    cu_q = torch.tensor([0] + list(np.cumsum(qlens)), dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0] + list(np.cumsum(klens)), dtype=torch.int32, device="cuda")
+    out = torch.full_like(q, float("nan"))
+    o, lse = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), causal=True, return_lse=True,
+                                        out=out, short_query_tokens=threshold)
+    torch.cuda.synchronize()
+    assert fused_loaded()
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True)
+    check(o, lse, ref, ref_lse, BF16)
+
+
+def test_fused_plan_graph_replays_with_new_mixes():
+    """One captured fused step replayed with new mixes of prefills and decodes (and padding past the
+    runtime batch); the queues reset for the next replay."""
+    hq, hkv, d, ps, cap = 32, 8, 128, 16, 64
+    max_ctx, max_tq = 4096, 2048
+    max_pages = max_ctx // ps
+    g = torch.Generator(device="cuda").manual_seed(0)
+    num_pages = cap * max_pages
+    kc = torch.randn(num_pages, ps, hkv, d, generator=g, device="cuda").to(BF16)
+    vc = torch.randn_like(kc)
+    q = torch.empty(max_tq, hq, d, device="cuda", dtype=BF16)
+    cu_q = torch.zeros(cap + 1, dtype=torch.int32, device="cuda")
+    used = torch.zeros(cap, dtype=torch.int32, device="cuda")
+    pt = torch.zeros(cap, max_pages, dtype=torch.int32, device="cuda")
+    out = torch.empty(max_tq, hq, d, device="cuda", dtype=BF16)
+    plan = AttentionPlan(max_batch=cap, num_heads_q=hq, num_heads_kv=hkv, head_dim=d, max_total_q=max_tq,
+                         max_seqlen_q=1024, max_seqlen_k=max_ctx, paged=True, causal=True)
+    rng = np.random.default_rng(11)
+
+    def new_step():
+        batch = int(rng.integers(2, cap + 1))
+        n_pre = int(rng.integers(0, 3))
+        lq = np.zeros(cap, dtype=np.int64)
+        lq[:batch] = 1
+        lq[:n_pre] = rng.integers(5, 600, size=n_pre)
+        lq[rng.random(cap) < 0.05] = 0
+        lq[batch:] = 0
+        ctx = np.zeros(cap, dtype=np.int64)
+        ctx[:batch] = lq[:batch] + rng.integers(0, max_ctx - 600, size=batch)
+        perm = rng.permutation(num_pages).reshape(cap, max_pages)
+        cu_q.copy_(torch.tensor(np.concatenate([[0], np.cumsum(lq)]), dtype=torch.int32))
+        used.copy_(torch.tensor(ctx, dtype=torch.int32))
+        pt.copy_(torch.tensor(perm, dtype=torch.int32))
+        q.copy_(torch.randn(max_tq, hq, d, device="cuda").to(BF16))
+        out.fill_(float("nan"))
+        return batch, int(lq.sum())
+
+    def run():
+        plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out)
+
+    new_step()
+    run()
+    torch.cuda.synchronize()
+    assert plan.fused is not None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    for _ in range(12):
+        batch, tq = new_step()
+        graph.replay()
+        torch.cuda.synchronize()
+        k, v, cu_k = gather_paged(kc, vc, pt[:batch], used[:batch])
+        ref, _ = attention_reference(q[:tq], k, v, cu_q[: batch + 1], cu_k, causal=True)
+        r = ref.to(BF16).double()
+        err = (out[:tq].double() - r).abs()
+        assert not torch.isnan(out[:tq]).any()
+        assert (err <= 2e-2 + 2e-2 * r.abs()).all(), f"max err {err.max().item():.3e}"
+        assert torch.isnan(out[tq:]).all(), "rows past the batch's tokens must not be written"
+
+
+def test_unfused_when_switched_off():
+    """short_query_tokens=0 keeps the single-class launch (the pre-fusion path) and stays right."""
+    rng = np.random.default_rng(5)
+    qlens, klens = mixed_lengths(rng, n_decode=10)
+    q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, 32, 8, 128, 128, 16, seed=9)
+    before = {id(k) for k in runtime.loaded_kernels() if k.spec.kind == "fused"}
+    o = kernelgen.varlen_attention(q, kc, vc, cu_q, None, max(qlens), max(klens), seqused_k=used, page_table=pt,
+                                   causal=True, short_query_tokens=0)
+    torch.cuda.synchronize()
+    assert {id(k) for k in runtime.loaded_kernels() if k.spec.kind == "fused"} == before
+    k, v, cu_k = gather_paged(kc, vc, pt, used)
+    ref, _ = attention_reference(q, k, v, cu_q, cu_k, causal=True)
+    r = ref.to(BF16).double()
+    assert ((o.double() - r).abs() <= 2e-2 + 2e-2 * r.abs()).all()
