@@ -45,15 +45,15 @@ class PreparedCall:
     """The launches of one call signature (see ``build``)."""
 
     def __init__(self, *, device: torch.device, sched, attn, combine, layout: WorkspaceLayout,
-                 fixed_base: int | None, out_shape: tuple, lse_shape: tuple | None, dtype, sizes: dict):
+                 fixed_base: int | None, out_shape: tuple, lse_shape: tuple | None, dtype, sizes: dict, config=None):
         self.device, self.device_index = device, device.index
         self.sched, self.attn, self.combine = sched, attn, combine
         self.layout, self.fixed_base = layout, fixed_base
         self.workspace_bytes = layout.nbytes
         self._oa, self._la, self._rs = layout.out_accum_offset, layout.lse_accum_offset, layout.row_splits_offset
         self.out_shape, self.lse_shape, self.dtype = out_shape, lse_shape, dtype
-        #: validation's sizes of the signature (total_q, batch, heads, ...)
-        self.sizes = sizes
+        #: validation's sizes of the signature (total_q, batch, heads, ...) and the scheduler's config
+        self.sizes, self.config = sizes, config
         self._tls = threading.local()
 
     def _new_slots(self):
@@ -73,8 +73,10 @@ class PreparedCall:
         dev = self.device_index
         if current_device() != dev:
             with torch.cuda.device(dev):
-                return self.run(q, k, v, cu_q, cu_k, seqused_k, page_table, out, lse)
-        stream = current_stream(dev)
+                return self._enqueue(current_stream(dev), q, k, v, cu_q, cu_k, seqused_k, page_table, out, lse)
+        return self._enqueue(current_stream(dev), q, k, v, cu_q, cu_k, seqused_k, page_table, out, lse)
+
+    def _enqueue(self, stream, q, k, v, cu_q, cu_k, seqused_k, page_table, out, lse):
         qp, kp, vp = q.data_ptr(), k.data_ptr(), v.data_ptr()
         op = 0 if out is None else out.data_ptr()
         if (qp | kp | vp | op) & 15:
@@ -148,4 +150,4 @@ def build(*, sched, attn, combine, cfg, layout: WorkspaceLayout, batch: int, q, 
         combine_launch = combine.prepare(grid, kernel_args.combine_fields(out, lse, hq, strides))
     return PreparedCall(device=q.device, sched=sched_launch, attn=attn_launch, combine=combine_launch, layout=layout,
                         fixed_base=fixed_base, out_shape=tuple(out.shape), lse_shape=(hq, out.shape[0]) if return_lse else None,
-                        dtype=q.dtype, sizes=sizes)
+                        dtype=q.dtype, sizes=sizes, config=cfg)
