@@ -109,31 +109,36 @@ class PreparedLaunch:
                      _U32(self.smem))
         self._tls = threading.local()
 
-    def new_slot(self) -> tuple:
-        """A parameter buffer for one thread: (pack, buffer, head, kernelParams address, keep-alive).
+    def new_slot(self, stream: ctypes.c_void_p) -> tuple:
+        """A parameter buffer for one thread: (pack, buffer, args, keep-alive).
 
         ``pack(buffer, 0, *pointers)`` writes the pointers over the template the buffer starts
-        with; then ``cuLaunchKernel(*head, stream, address, None)`` launches.
+        with; then ``cuLaunchKernel(*args)`` launches on the CUstream held by ``stream`` (the
+        caller sets ``stream.value``; one such object can serve several slots).
         """
         buf = ctypes.create_string_buffer(self.template, len(self.template))
         argv = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
-        return (self.params.pointer_struct.pack_into, buf, self.head, ctypes.addressof(argv), argv)
+        args = self.head + (stream, ctypes.c_void_p(ctypes.addressof(argv)), None)
+        return (self.params.pointer_struct.pack_into, buf, args, argv)
 
     def launch(self, stream: int, *pointers: int) -> None:
         """Enqueue the kernel on ``stream`` with these pointer parameters.  Raises LaunchError."""
         try:
-            pack, buf, head, argv, _ = self._tls.slot
+            stream_arg, (pack, buf, args, _) = self._tls.slot
         except AttributeError:
-            pack, buf, head, argv, _ = self._tls.slot = self.new_slot()
+            stream_arg = ctypes.c_void_p()
+            self._tls.slot = (stream_arg, self.new_slot(stream_arg))
+            pack, buf, args, _ = self._tls.slot[1]
+        stream_arg.value = stream
         pack(buf, 0, *pointers)
-        rc = (_cu_launch or cu_launch_kernel())(*head, stream, argv, None)
+        rc = (_cu_launch or cu_launch_kernel())(*args)
         if rc:
             raise LaunchError(self.name, rc)
 
     def packed(self) -> bytes:
         """The calling thread's parameter bytes as its last ``launch`` left them (the template before)."""
         try:
-            return bytes(self._tls.slot[1].raw)
+            return bytes(self._tls.slot[1][1].raw)
         except AttributeError:
             return self.template
 

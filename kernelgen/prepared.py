@@ -9,6 +9,7 @@ scheduler, attention and (with split-KV) combine kernels.
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 
 import torch
@@ -57,8 +58,9 @@ class PreparedCall:
         self._tls = threading.local()
 
     def _new_slots(self):
-        slots = self._tls.slots = (self.sched.new_slot(), self.attn.new_slot(),
-                                   self.combine.new_slot() if self.combine is not None else None)
+        stream = ctypes.c_void_p()
+        slots = self._tls.slots = (stream, self.sched.new_slot(stream), self.attn.new_slot(stream),
+                                   self.combine.new_slot(stream) if self.combine is not None else None)
         return slots
 
     def run(self, q, k, v, cu_q, cu_k, seqused_k, page_table, out, lse):
@@ -98,27 +100,28 @@ class PreparedCall:
         pt = 0 if page_table is None else page_table.data_ptr()
         # the three launches, unrolled (launch.PreparedLaunch.launch without its per-call overhead)
         try:
-            sched, attn, combine = self._tls.slots
+            stream_arg, sched, attn, combine = self._tls.slots
         except AttributeError:
-            sched, attn, combine = self._new_slots()
+            stream_arg, sched, attn, combine = self._new_slots()
+        stream_arg.value = stream
         cu_launch = launch._cu_launch or launch.cu_launch_kernel()
         sched[0](sched[1], 0, cq, ck, su, md)
-        rc = cu_launch(*sched[2], stream, sched[3], None)
+        rc = cu_launch(*sched[2])
         if rc:
             raise launch.LaunchError(self.sched.name, rc)
         if combine is None:
             attn[0](attn[1], 0, qp, kp, vp, op, lp, cq, ck, su, pt, md, 0, 0, 0)
-            rc = cu_launch(*attn[2], stream, attn[3], None)
+            rc = cu_launch(*attn[2])
             if rc:
                 raise launch.LaunchError(self.attn.name, rc)
         else:
             oa, la, rs = md + self._oa, md + self._la, md + self._rs
             attn[0](attn[1], 0, qp, kp, vp, op, lp, cq, ck, su, pt, md, oa, la, rs)
-            rc = cu_launch(*attn[2], stream, attn[3], None)
+            rc = cu_launch(*attn[2])
             if rc:
                 raise launch.LaunchError(self.attn.name, rc)
             combine[0](combine[1], 0, oa, la, rs, cq, md, op, lp)
-            rc = cu_launch(*combine[2], stream, combine[3], None)
+            rc = cu_launch(*combine[2])
             if rc:
                 raise launch.LaunchError(self.combine.name, rc)
         return out, lse

@@ -132,8 +132,9 @@ def make_plan(b, maxk):
         plan_mod.torch = real
 
 
-def host_us(fn, calls: int, samples: int) -> float:
-    """Median over ``samples`` of the mean time of ``calls`` back-to-back calls, in microseconds."""
+def host_us(fn, calls: int, samples: int) -> tuple[float, float]:
+    """(median, min) over ``samples`` of the mean time of ``calls`` back-to-back calls, in
+    microseconds (the min is the less disturbed by other processes on a shared machine)."""
     for _ in range(50):
         fn()
     per = []
@@ -142,7 +143,7 @@ def host_us(fn, calls: int, samples: int) -> float:
         for _ in range(calls):
             fn()
         per.append((time.perf_counter() - t0) / calls * 1e6)
-    return statistics.median(per)
+    return statistics.median(per), min(per)
 
 
 def main(argv=None) -> dict:
@@ -167,18 +168,18 @@ def main(argv=None) -> dict:
         return plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out)
 
     assert call() is out and step() is out
-    res = {
-        "varlen_attention_us": host_us(call, args.calls, args.samples),
-        "plan_run_us": host_us(step, args.calls, args.samples),
-        "launches": 3 if plan.combine is not None else 2,
-        "cpu_torch_empty_us": host_us(lambda: torch.empty(4096, dtype=torch.uint8), args.calls, args.samples),
-        "excluded": "driver cuLaunchKernel time (~2 us a launch), CUDA caching allocator",
-    }
+    res = {}
+    for name, fn in (("varlen_attention", call), ("plan_run", step),
+                     ("cpu_torch_empty", lambda: torch.empty(4096, dtype=torch.uint8))):
+        res[f"{name}_us"], res[f"{name}_us_min"] = host_us(fn, args.calls, args.samples)
+    res["launches"] = 3 if plan.combine is not None else 2
+    res["excluded"] = "driver cuLaunchKernel time (~2 us a launch), CUDA caching allocator"
     if args.json:
         print(json.dumps(res))
     else:
-        for k, v in res.items():
-            print(f"{k:>22}: {v:.2f}" if isinstance(v, float) else f"{k:>22}: {v}")
+        for name in ("varlen_attention", "plan_run", "cpu_torch_empty"):
+            print(f"{name:>17}: median {res[name + '_us']:7.2f} us   min {res[name + '_us_min']:7.2f} us")
+        print(f"{'launches':>17}: {res['launches']}\n{'excluded':>17}: {res['excluded']}")
     return res
 
 
