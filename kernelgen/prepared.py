@@ -9,7 +9,6 @@ scheduler, attention and (with split-KV) combine kernels.
 """
 from __future__ import annotations
 
-import ctypes
 import threading
 
 import torch
@@ -58,9 +57,8 @@ class PreparedCall:
         self._tls = threading.local()
 
     def _new_slots(self):
-        stream = ctypes.c_void_p()
-        slots = self._tls.slots = (stream, self.sched.new_slot(stream), self.attn.new_slot(stream),
-                                   self.combine.new_slot(stream) if self.combine is not None else None)
+        slots = self._tls.slots = (self.sched.new_slot(), self.attn.new_slot(),
+                                   self.combine.new_slot() if self.combine is not None else None)
         return slots
 
     def run(self, q, k, v, cu_q, cu_k, seqused_k, page_table, out, lse):
@@ -100,30 +98,27 @@ class PreparedCall:
         pt = 0 if page_table is None else page_table.data_ptr()
         # the three launches, unrolled (launch.PreparedLaunch.launch without its per-call overhead)
         try:
-            stream_arg, sched, attn, combine = self._tls.slots
+            sched, attn, combine = self._tls.slots
         except AttributeError:
-            stream_arg, sched, attn, combine = self._new_slots()
-        stream_arg.value = stream
-        cu_launch = launch._cu_launch or launch.cu_launch_kernel()
-        sched[0](sched[1], 0, cq, ck, su, md)
-        rc = cu_launch(*sched[2])
-        if rc:
-            raise launch.LaunchError(self.sched.name, rc)
-        if combine is None:
-            attn[0](attn[1], 0, qp, kp, vp, op, lp, cq, ck, su, pt, md, 0, 0, 0)
-            rc = cu_launch(*attn[2])
-            if rc:
-                raise launch.LaunchError(self.attn.name, rc)
-        else:
-            oa, la, rs = md + self._oa, md + self._la, md + self._rs
-            attn[0](attn[1], 0, qp, kp, vp, op, lp, cq, ck, su, pt, md, oa, la, rs)
-            rc = cu_launch(*attn[2])
-            if rc:
-                raise launch.LaunchError(self.attn.name, rc)
-            combine[0](combine[1], 0, oa, la, rs, cq, md, op, lp)
-            rc = cu_launch(*combine[2])
-            if rc:
-                raise launch.LaunchError(self.combine.name, rc)
+            sched, attn, combine = self._new_slots()
+        drv = launch._driver_launch or launch.driver_launch()
+        kernel = self.sched
+        try:
+            sched[0](sched[1], 0, cq, ck, su, md)
+            drv(*sched[2], stream, sched[3], 0)
+            kernel = self.attn
+            if combine is None:
+                attn[0](attn[1], 0, qp, kp, vp, op, lp, cq, ck, su, pt, md, 0, 0, 0)
+                drv(*attn[2], stream, attn[3], 0)
+            else:
+                oa, la, rs = md + self._oa, md + self._la, md + self._rs
+                attn[0](attn[1], 0, qp, kp, vp, op, lp, cq, ck, su, pt, md, oa, la, rs)
+                drv(*attn[2], stream, attn[3], 0)
+                kernel = self.combine
+                combine[0](combine[1], 0, oa, la, rs, cq, md, op, lp)
+                drv(*combine[2], stream, combine[3], 0)
+        except Exception as e:  # noqa: BLE001 - whatever the binding raises, name the kernel
+            raise launch.LaunchError(kernel.name, e) from e
         return out, lse
 
 

@@ -4,8 +4,8 @@
 CPU tensors up to the driver: the inputs' device check accepts the CPU, device properties are an
 H200's, kernels are "loaded" with fake function handles (no compile), the current device is the
 CPU tensors' index (None) and the current stream a fixed handle, and ``cuLaunchKernel`` is a
-ctypes callback of the real prototype that records each launch (function, grid, block, shared
-memory, stream and the parameter bytes behind kernelParams).  Signature caches start empty.
+stand-in of CuPy's binding that records each launch (function, grid, block, shared memory,
+stream and the parameter bytes behind kernelParams).  Signature caches start empty.
 """
 from __future__ import annotations
 
@@ -42,12 +42,22 @@ class Launch:
         return dict(zip(p.names, p.struct.unpack(self.params)))
 
 
+class DriverError(RuntimeError):
+    """What CuPy's binding raises for a failed CUresult (``status``)."""
+
+    def __init__(self, status):
+        self.status = status
+        super().__init__(f"CUDA_ERROR_FAKE_{status}: fake driver error")
+
+
 class Recorder:
-    """A cuLaunchKernel stand-in: records every launch and returns ``rc`` (0 = CUDA_SUCCESS)."""
+    """A cuLaunchKernel stand-in: records every launch; raises DriverError(rc) when ``rc`` is set
+    (for every kernel, or for ``fail_kind`` only)."""
 
     def __init__(self):
         self.launches: list[Launch] = []
         self.rc = 0
+        self.fail_kind = None   # with rc: fail only this kernel kind
         self.allocations: list[torch.Tensor] = []   # uint8 workspaces made by prepared calls (kept alive)
         self.device_switches: list = []
 
@@ -56,7 +66,8 @@ class Recorder:
         param_addr = ctypes.cast(argv, ctypes.POINTER(ctypes.c_void_p))[0]
         self.launches.append(Launch(kind, (gx, gy, gz), (bx, by, bz), smem, stream,
                                     ctypes.string_at(param_addr, PARAMS[kind].size), extra))
-        return self.rc
+        if self.rc and self.fail_kind in (None, kind):
+            raise DriverError(self.rc)
 
     def kinds(self) -> list:
         return [x.kind for x in self.launches]
@@ -103,8 +114,7 @@ def install(monkeypatch) -> Recorder:
     monkeypatch.setattr(prepared, "current_device", lambda: None)
     monkeypatch.setattr(prepared, "current_stream", lambda device: STREAM)
     monkeypatch.setattr(prepared, "torch", _RecordingTorch(rec))
-    monkeypatch.setattr(launch, "_cu_launch", launch.CU_LAUNCH_KERNEL(rec))
-    rec.callback = launch._cu_launch   # keeps the ctypes callback alive
+    monkeypatch.setattr(launch, "_driver_launch", rec)
 
     class _Device:                      # torch.cuda.device: records the switch, switches nothing
         def __init__(self, device):

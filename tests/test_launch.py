@@ -1,5 +1,6 @@
-"""The ctypes launcher (kernelgen/launch.py), parameter templates (params.py) and the workspace
-layout (workspace.py), on the CPU: cuLaunchKernel is a ctypes callback of the real prototype."""
+"""The launcher (kernelgen/launch.py), parameter templates (params.py) and the workspace layout
+(workspace.py), on the CPU: the cuLaunchKernel binding is a stub that reads the parameter struct
+behind kernelParams."""
 from __future__ import annotations
 
 import ctypes
@@ -13,25 +14,33 @@ from kernelgen.params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS,
 from kernelgen.workspace import ALIGN, WorkspaceLayout
 
 
+class DriverError(RuntimeError):
+    def __init__(self, status):
+        self.status = status
+        super().__init__(f"CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered ({status})")
+
+
 class Driver:
-    """Records cuLaunchKernel's arguments and the parameter struct behind kernelParams."""
+    """Records cuLaunchKernel's arguments and the parameter struct behind kernelParams; raises
+    like CuPy's binding when ``rc`` is set."""
 
     def __init__(self, size, rc=0):
         self.size, self.rc, self.calls = size, rc, []
 
     def __call__(self, f, gx, gy, gz, bx, by, bz, smem, stream, argv, extra):
+        assert all(isinstance(x, int) for x in (f, gx, gy, gz, bx, by, bz, smem, stream, argv, extra))
         addr = ctypes.cast(argv, ctypes.POINTER(ctypes.c_void_p))[0]
         self.calls.append({"f": f, "grid": (gx, gy, gz), "block": (bx, by, bz), "smem": smem, "stream": stream,
                            "params": ctypes.string_at(addr, self.size), "extra": extra})
-        return self.rc
+        if self.rc:
+            raise DriverError(self.rc)
 
 
 @pytest.fixture
 def driver(monkeypatch):
     def install(size, rc=0):
         d = Driver(size, rc)
-        d.fn = launch.CU_LAUNCH_KERNEL(d)
-        monkeypatch.setattr(launch, "_cu_launch", d.fn)
+        monkeypatch.setattr(launch, "_driver_launch", d)
         return d
     return install
 
@@ -72,25 +81,25 @@ def test_prepared_launch_arguments(params, driver):
     pl.launch(0x7777, *ptrs)
     (c,) = d.calls
     assert c["f"] == 0xABC000 and c["grid"] == (528, 1, 1) and c["block"] == (96, 1, 1) and c["smem"] == 50000
-    assert c["stream"] == 0x7777 and c["extra"] is None
+    assert c["stream"] == 0x7777 and c["extra"] == 0
     assert c["params"] == params.pack(vals)
     assert pl.packed() == params.pack(vals)
     # the next launch rewrites only the pointers; the static fields stay
     ptrs2 = [p + 16 for p in ptrs]
     pl.launch(0, *ptrs2)
     assert d.calls[1]["params"] == params.pack({**vals, **dict(zip(params.pointer_names, ptrs2))})
-    assert d.calls[1]["stream"] is None                      # a NULL CUstream: the legacy default stream
+    assert d.calls[1]["stream"] == 0                         # the legacy default stream
 
 
-def test_launch_error_names_the_kernel(driver, monkeypatch):
+def test_launch_error_names_the_kernel(driver):
     driver(SCHEDULER_PARAMS.size, rc=700)
-    monkeypatch.setattr(launch, "error_name", lambda code: "CUDA_ERROR_ILLEGAL_ADDRESS")
     pl = launch.PreparedLaunch("sched_soa_sm90a", 0x10, 1, 32, 0, SCHEDULER_PARAMS,
                                _values(SCHEDULER_PARAMS, 0))
     with pytest.raises(launch.LaunchError, match=r"^cuLaunchKernel failed for kernel sched_soa_sm90a: "
-                                                 r"CUDA_ERROR_ILLEGAL_ADDRESS \(700\)") as ei:
+                                                 r"CUDA_ERROR_ILLEGAL_ADDRESS") as ei:
         pl.launch(0, 1, 2, 3, 4)
     assert ei.value.kernel == "sched_soa_sm90a" and ei.value.code == 700
+    assert isinstance(ei.value.__cause__, DriverError)
     with pytest.raises(launch.LaunchError, match="kernel k2"):
         launch.launch_packed("k2", 0x10, 1, 32, 0, 0, SCHEDULER_PARAMS.pack(_values(SCHEDULER_PARAMS, 0)))
 
@@ -100,20 +109,15 @@ def test_launch_packed_passes_bytes(driver):
     packed = COMBINE_PARAMS.pack(_values(COMBINE_PARAMS, 9))
     launch.launch_packed("c", 0x20, 7, 128, 64, 0x99, packed)
     assert d.calls == [{"f": 0x20, "grid": (7, 1, 1), "block": (128, 1, 1), "smem": 64, "stream": 0x99,
-                        "params": packed, "extra": None}]
+                        "params": packed, "extra": 0}]
 
 
-def test_missing_driver_library(monkeypatch):
-    monkeypatch.setattr(launch, "_driver", None)
-    monkeypatch.setattr(launch, "_cu_launch", None)
+def test_binding_is_cupys_launch_kernel(monkeypatch):
+    from cupy.cuda import driver
 
-    def no_lib(name, *a, **kw):
-        raise OSError(f"{name}: cannot open shared object file")
-
-    monkeypatch.setattr(launch.ctypes, "CDLL", no_lib)
-    with pytest.raises(OSError, match="cannot load the CUDA driver library libcuda.so.1"):
-        launch.cu_launch_kernel()
-    assert launch.error_name(1) == "CUresult 1"
+    monkeypatch.setattr(launch, "_driver_launch", None)
+    assert launch.driver_launch() is driver.launchKernel
+    assert launch.driver_launch() is launch._driver_launch
 
 
 def test_threads_pack_into_their_own_buffers(driver):

@@ -373,8 +373,16 @@ def test_launch_error_from_the_call_names_the_kernel(fake_cuda):
     call(a, causal=True)
     prep = the_prepared_call()
     fake_cuda.rc = 1
-    with pytest.raises(launch.LaunchError, match=rf"kernel {prep.sched.name}\b"):
+    with pytest.raises(launch.LaunchError, match=rf"kernel {prep.sched.name}: CUDA_ERROR_FAKE_1\b") as ei:
         call(a, causal=True)
+    assert ei.value.code == 1
+    fake_cuda.rc, fake_cuda.fail_kind = 2, "attention"
+    with pytest.raises(launch.LaunchError, match=rf"kernel {prep.attn.name}: CUDA_ERROR_FAKE_2\b"):
+        call(a, causal=True)
+    fake_cuda.rc = 0
+    fake_cuda.clear()
+    call(a, causal=True)
+    assert fake_cuda.kinds()[:2] == ["scheduler", "attention"]
 
 
 def test_empty_batch_is_not_prepared(fake_cuda):
