@@ -57,6 +57,11 @@ class PreparedCall:
         self._tls = threading.local()
 
     def _new_slots(self):
+        # First launch of this call in this thread (the device is current here): bind the device's
+        # primary context to the thread, which driver-API launches need and a thread that made no
+        # CUDA runtime call yet does not have.
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device_index)
         slots = self._tls.slots = (self.sched.new_slot(), self.attn.new_slot(),
                                    self.combine.new_slot() if self.combine is not None else None)
         return slots
