@@ -2,23 +2,29 @@
 
 The path of one call, top to bottom: validate -> choose the variants (``heuristics.choose``) ->
 get the kernels (``runtime.get_kernel``: render, compile or load from the disk cache, load on the
-device) -> launch the scheduler kernel (writes the metadata buffer) -> launch the persistent
-attention kernel -> with split-KV, launch the combine kernel.  All launches go on PyTorch's
-current stream of the tensors' device; nothing synchronises the host and every buffer comes from
-PyTorch's allocator, so the call can be captured in a CUDA graph.
+device) -> prepare the launches (``prepared.build``) -> allocate one workspace (scheduler
+metadata and split-KV partials) -> launch the scheduler kernel (writes the metadata) -> launch the
+persistent attention kernel -> with split-KV, launch the combine kernel.  All launches go on
+PyTorch's current stream of the tensors' device; nothing synchronises the host and every buffer
+comes from PyTorch's allocator, so the call can be captured in a CUDA graph.
+
+Everything before the allocation depends only on the call's signature (``signature.py``: types,
+dtypes, devices, shapes and strides of the tensors, the other arguments' types and values), so the
+prepared call is kept per signature: a call whose signature was validated before only reads its
+data pointers, checks their alignment, allocates and launches.
 """
 from __future__ import annotations
 
-import math
-import os
-
 import torch
 
-from . import heuristics, metadata, runtime, validation
+from . import heuristics, kernel_args, metadata, prepared, runtime, signature, validation
+from .kernel_args import scheduler_launch_shape  # noqa: F401 (public helper, re-exported)
 from .params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS
+from .workspace import SplitBuffers, WorkspaceLayout
 
-_LOG2E = 1.4426950408889634
 _arch_cache: dict = {}
+#: Prepared calls of varlen_attention by signature (``signature.key``).
+_CALLS = signature.SignatureCache(1024)
 
 
 def device_arch(device: int) -> str:
@@ -29,11 +35,12 @@ def device_arch(device: int) -> str:
     return a
 
 
-def _current_stream(device: int) -> int:
-    get_raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if get_raw is not None:
-        return get_raw(device)
-    return torch.cuda.current_stream(device).cuda_stream
+_current_stream = prepared.current_stream
+
+
+def clear_signature_cache() -> None:
+    """Forget varlen_attention's prepared calls (the next call of each signature validates again)."""
+    _CALLS.clear()
 
 
 def varlen_attention(
@@ -108,17 +115,46 @@ def varlen_attention(
             unsupported head dim, bad window/softcap/num_splits/softmax_scale/layout, paged
             arguments missing or inconsistent, or more than 8192 requests.
         kernelgen.compiler.CompileError: NVRTC rejected a kernel (log and source path attached).
+        kernelgen.launch.LaunchError: the driver refused a launch (the message names the kernel).
 
     The values of cu_seqlens, seqused_k and page_table are not read on the host (that would
     synchronise): ``KERNELGEN_CHECK_INPUTS=1`` checks them (ordering, page ids inside the cache,
-    page_table wide enough, seqused_k within each request's keys) at the cost of a sync.  Offsets are 64-bit, so caches past 2^31
-    elements are addressed correctly.
+    page_table wide enough, seqused_k within each request's keys) at the cost of a sync, on every
+    call.  Offsets are 64-bit, so caches past 2^31 elements are addressed correctly.
+
+    Host cost: the first call of a signature (tensor types, dtypes, devices, shapes and strides,
+    the other arguments, including the length hints) validates, chooses and loads kernels (tens of
+    us, or a compile); later calls of the signature skip to reading the data pointers, one
+    workspace allocation and three launches (``docs/perf-notes.md``, "host overhead").  A
+    decode loop whose ``max_seqlen_k`` hint changes every step misses every time: use
+    ``AttentionPlan`` there.
 
     Algorithm: FlashAttention-2 tiling with an fp32 online softmax (Dao 2023; Milakov and
     Gimelshein 2018) in a persistent kernel fed by a GPU scheduler after FlashAttention-3's varlen
     scheduler (Shah et al. 2024, with a capacity-sized metadata buffer), split-KV after
     FlashDecoding (Dao et al. 2023).
     """
+    try:
+        key = signature.key((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out), window_size,
+                            (max_seqlen_q, max_seqlen_k, causal, softcap, softmax_scale, num_splits, pack_gqa,
+                             return_lse, metadata_layout, sort, head_swizzle))
+        prep = _CALLS.get(key)
+    except Exception:  # noqa: BLE001 - an argument that cannot be keyed: the validating path names it
+        key = prep = None
+    if prep is not None and not validation.host_checks_enabled():
+        res = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, None)
+        if res is not None:
+            return res if return_lse else res[0]
+    return _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
+                           page_table, causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, return_lse,
+                           out, metadata_layout, sort, head_swizzle)
+
+
+def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table,
+                    causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, return_lse, out,
+                    metadata_layout, sort, head_swizzle):
+    """varlen_attention for a signature not prepared yet: every check, the variant choice, the
+    kernels; the prepared call is stored under ``key`` (None: not keyable) and run."""
     sizes = validation.varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out,
                                      seqused_k=seqused_k, page_table=page_table)
     scale = validation.softmax_scale(softmax_scale, sizes["head_dim"])
@@ -128,7 +164,7 @@ def varlen_attention(
     splits = validation.num_splits(num_splits)
     if pack_gqa is not None and not isinstance(pack_gqa, bool):
         raise TypeError(f"pack_gqa must be None or a bool, got {type(pack_gqa).__name__}")
-    if os.environ.get("KERNELGEN_CHECK_INPUTS") == "1":
+    if validation.host_checks_enabled():
         validation.check_cu_seqlens_values("cu_seqlens_q", cu_seqlens_q, sizes["total_q"])
         if cu_seqlens_k is not None:
             validation.check_cu_seqlens_values("cu_seqlens_k", cu_seqlens_k, sizes["total_k"])
@@ -152,66 +188,27 @@ def varlen_attention(
     if max_seqlen_k is None:
         max_seqlen_k = sizes["max_pages"] * sizes["page_size"] if sizes["paged"] else sizes["total_k"]
     device = q.device.index
-    call = _Call(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sizes, scale, mask, left, right,
-                 cap, splits, pack_gqa, layout, bool(sort), bool(head_swizzle), max_seqlen_q, max_seqlen_k)
-    if device != torch.cuda.current_device():
-        with torch.cuda.device(device):
-            call.launch()
-    else:
-        call.launch()
+    arch = device_arch(device)
+    variants = heuristics.choose(
+        arch, validation.DTYPES[q.dtype], sizes["head_dim"], sizes["head_dim_v"],
+        num_heads_q=hq, num_heads_kv=sizes["num_heads_kv"], mask=mask, layout=layout,
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, paged=sizes["paged"],
+        softcap=cap > 0, pack_gqa=pack_gqa, num_splits=splits,
+        num_sms=runtime.device_properties(device)["num_sms"])
+    sched = runtime.get_kernel(variants.scheduler, device)
+    attn = runtime.get_kernel(variants.attention, device)
+    combine = runtime.get_kernel(variants.combine, device) if variants.combine is not None else None
+    cfg = scheduler_config(variants.attention, attn, hq, sizes["num_heads_kv"], sort=bool(sort),
+                           head_swizzle=bool(head_swizzle), max_splits=variants.max_splits,
+                           forced_splits=variants.forced_splits)
+    ws = WorkspaceLayout(batch, combine is not None, variants.max_splits, hq, total_q, sizes["head_dim_v"])
+    prep = prepared.build(sched=sched, attn=attn, combine=combine, cfg=cfg, layout=ws, batch=batch, q=q, k=k, v=v,
+                          out=out, lse=lse, page_table=page_table, scale=scale, window=(left, right), softcap=cap,
+                          return_lse=bool(return_lse), fixed_base=None, sizes=sizes)
+    if key is not None and signature.cacheable(key):
+        _CALLS.put(key, prep)
+    out, lse = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
     return (out, lse) if return_lse else out
-
-
-class _Call:
-    """One validated call: variants, kernels, transient buffers and the three launches."""
-
-    def __init__(self, q, k, v, cu_q, cu_k, seqused_k, page_table, out, lse, sizes, scale, mask, left, right, softcap,
-                 num_splits, pack_gqa, layout, sort, head_swizzle, max_seqlen_q, max_seqlen_k):
-        self.__dict__.update(locals())
-        del self.__dict__["self"]
-
-    def launch(self):
-        q, sizes = self.q, self.sizes
-        device = q.device.index
-        arch = device_arch(device)
-        variants = heuristics.choose(
-            arch, validation.DTYPES[q.dtype], sizes["head_dim"], sizes["head_dim_v"],
-            num_heads_q=sizes["num_heads_q"], num_heads_kv=sizes["num_heads_kv"], mask=self.mask, layout=self.layout,
-            max_seqlen_q=self.max_seqlen_q, max_seqlen_k=self.max_seqlen_k, paged=sizes["paged"],
-            softcap=self.softcap > 0, pack_gqa=self.pack_gqa, num_splits=self.num_splits,
-            num_sms=runtime.device_properties(device)["num_sms"])
-        sched = runtime.get_kernel(variants.scheduler, device)
-        attn = runtime.get_kernel(variants.attention, device)
-        combine = runtime.get_kernel(variants.combine, device) if variants.combine is not None else None
-        capacity = sizes["batch"]
-        md = torch.empty(metadata.buffer_ints(capacity), dtype=torch.int32, device=q.device)
-        stream = _current_stream(device)
-        cfg = scheduler_config(variants.attention, attn, sizes["num_heads_q"], sizes["num_heads_kv"], sort=self.sort,
-                               head_swizzle=self.head_swizzle, max_splits=variants.max_splits,
-                               forced_splits=variants.forced_splits)
-        launch_scheduler(sched, stream, self.cu_q, self.cu_k, self.seqused_k, md, capacity, capacity, cfg)
-        bufs = SplitBuffers.allocate(variants.max_splits, sizes["num_heads_q"], sizes["total_q"], sizes["head_dim_v"],
-                                     q.device) if combine is not None else None
-        attn.launch(attn.persistent_grid, stream, attention_params(
-            q, self.k, self.v, self.out, self.lse, self.cu_q, self.cu_k, md, capacity, self.scale,
-            seqused_k=self.seqused_k, page_table=self.page_table, window=(self.left, self.right),
-            softcap=self.softcap, split=bufs))
-        if combine is not None:
-            launch_combine(combine, stream, bufs, self.cu_q, md, self.out, self.lse, sizes["num_heads_q"])
-
-
-class SplitBuffers:
-    """Split-KV partials: out_accum (splits, Hq, total_q, dv) and lse_accum (splits, Hq, total_q)
-    float32, and row_splits (total_q,) int32 (partials per token, written by the attention kernel)."""
-
-    def __init__(self, out_accum, lse_accum, row_splits):
-        self.out_accum, self.lse_accum, self.row_splits = out_accum, lse_accum, row_splits
-
-    @classmethod
-    def allocate(cls, max_splits, num_heads_q, total_q, head_dim_v, device):
-        return cls(torch.empty((max_splits, num_heads_q, total_q, head_dim_v), dtype=torch.float32, device=device),
-                   torch.empty((max_splits, num_heads_q, total_q), dtype=torch.float32, device=device),
-                   torch.empty((total_q,), dtype=torch.int32, device=device))
 
 
 def scheduler_config(attn_spec, attn_kernel, num_heads_q: int, num_heads_kv: int, *, sort: bool = True,
@@ -248,24 +245,10 @@ def _tile_class(attn_spec) -> str:
     return "decode" if attn_spec.tile.block_m <= 16 else "mid" if attn_spec.tile.block_m <= 64 else "prefill"
 
 
-def scheduler_launch_shape(capacity: int, max_smem: int = 48 * 1024) -> tuple[int, int]:
-    """(threads, dynamic shared memory bytes) of a scheduler launch for a capacity: one thread per
-    request slot up to 1024 (at least a warp); two 4-byte sort-key buffers per slot, and two more
-    for the plans stashed at sort time when ``max_smem`` (bytes, what the loaded kernel may use)
-    allows (otherwise the kernel re-reads the lengths of each sorted request from global memory)."""
-    cap4 = metadata.round_up(capacity, 4)
-    n = 32
-    while n < cap4:
-        n <<= 1
-    threads = min(n, 1024)
-    return threads, 16 * cap4 if 16 * cap4 <= max_smem else 8 * cap4
-
-
 def launch_scheduler(sched, stream, cu_seqlens_q, cu_seqlens_k, seqused_k, md, batch, capacity, cfg) -> None:
-    """Launch the scheduler kernel: writes ``md`` (int32, metadata.buffer_ints(capacity)) for ``batch``."""
-    if capacity > metadata.MAX_CAPACITY:
-        raise ValueError(f"capacity {capacity} exceeds {metadata.MAX_CAPACITY} requests (the scheduler sorts the "
-                         f"whole batch in one CTA)")
+    """Launch the scheduler kernel: writes ``md`` (int32, metadata.buffer_ints(capacity)) for ``batch``.
+    Raises ValueError past metadata.MAX_CAPACITY."""
+    kernel_args.check_capacity(capacity)
     threads, smem = scheduler_launch_shape(capacity, sched.smem_bytes)
     sched.launch(1, stream, scheduler_params(cu_seqlens_q, cu_seqlens_k, seqused_k, md, batch, capacity, cfg),
                  smem=smem, threads=threads)
@@ -277,57 +260,37 @@ def scheduler_params(cu_seqlens_q, cu_seqlens_k, seqused_k, md, batch, capacity,
         "cu_seqlens_q": cu_seqlens_q.data_ptr(),
         "cu_seqlens_k": cu_seqlens_k.data_ptr() if cu_seqlens_k is not None else 0,
         "seqused_k": seqused_k.data_ptr() if seqused_k is not None else 0,
-        "metadata": md.data_ptr(), "batch": batch, "capacity": capacity, "num_heads": cfg.num_heads,
-        "block_m": cfg.block_m, "block_n": cfg.block_n, "pack_factor": cfg.pack_factor,
-        "max_splits": cfg.max_splits, "forced_splits": int(cfg.forced_splits), "num_ctas": cfg.num_ctas,
-        "max_kvblocks_l2": cfg.max_kvblocks_l2, "swizzle_mult": cfg.swizzle_mult, "sort": int(cfg.sort),
-        "class_min_q": cfg.class_min_q, "class_max_q": cfg.class_max_q,
+        "metadata": md.data_ptr(), **kernel_args.scheduler_fields(batch, capacity, cfg),
     })
 
 
 def attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, capacity, scale, *, seqused_k=None,
                      page_table=None, window=(-1, -1), softcap=0.0, split: SplitBuffers | None = None) -> bytes:
     """Packed AttnParams (strides in elements; ``scale`` is softmax_scale, folded with log2(e))."""
-    paged = page_table is not None
-    total_q, hq, _ = out.shape
     return ATTENTION_PARAMS.pack({
         "q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "out": out.data_ptr(),
         "lse": lse.data_ptr() if lse is not None else 0,
         "cu_seqlens_q": cu_seqlens_q.data_ptr(), "cu_seqlens_k": cu_seqlens_k.data_ptr() if cu_seqlens_k is not None else 0,
         "seqused_k": seqused_k.data_ptr() if seqused_k is not None else 0,
-        "page_table": page_table.data_ptr() if paged else 0, "metadata": md.data_ptr(),
+        "page_table": page_table.data_ptr() if page_table is not None else 0, "metadata": md.data_ptr(),
         "out_accum": split.out_accum.data_ptr() if split else 0, "lse_accum": split.lse_accum.data_ptr() if split else 0,
         "row_splits": split.row_splits.data_ptr() if split else 0,
-        "q_row_stride": q.stride(0), "q_head_stride": q.stride(1),
-        "k_row_stride": k.stride(1 if paged else 0), "k_head_stride": k.stride(-2), "k_page_stride": k.stride(0) if paged else 0,
-        "v_row_stride": v.stride(1 if paged else 0), "v_head_stride": v.stride(-2), "v_page_stride": v.stride(0) if paged else 0,
-        "o_row_stride": out.stride(0), "o_head_stride": out.stride(1),
-        "lse_head_stride": lse.stride(0) if lse is not None else 0,
-        "page_table_stride": page_table.stride(0) if paged else 0,
-        "accum_split_stride": split.out_accum.stride(0) if split else 0,
-        "accum_head_stride": split.out_accum.stride(1) if split else 0,
-        "lse_accum_split_stride": split.lse_accum.stride(0) if split else 0,
-        "lse_accum_head_stride": split.lse_accum.stride(1) if split else 0,
-        "num_heads_q": hq, "num_heads_kv": k.shape[-2], "capacity": capacity, "total_q": total_q,
-        "page_size": k.shape[1] if paged else 0, "window_left": window[0], "window_right": window[1],
-        "scale_log2": scale * _LOG2E,
-        "softcap_scale": scale / softcap if softcap > 0 else 0.0,
-        "softcap_log2": softcap * _LOG2E,
+        **kernel_args.attention_fields(q, k, v, out, lse, page_table, capacity, scale, window, softcap,
+                                       kernel_args.split_strides(split)),
+    })
+
+
+def combine_params(bufs: SplitBuffers, cu_seqlens_q, md, out, lse, num_heads_q: int) -> bytes:
+    """Packed CombineParams."""
+    return COMBINE_PARAMS.pack({
+        "out_accum": bufs.out_accum.data_ptr(), "lse_accum": bufs.lse_accum.data_ptr(),
+        "row_splits": bufs.row_splits.data_ptr(), "cu_seqlens_q": cu_seqlens_q.data_ptr(), "metadata": md.data_ptr(),
+        "out": out.data_ptr(), "lse": lse.data_ptr() if lse is not None else 0,
+        **kernel_args.combine_fields(out, lse, num_heads_q, kernel_args.split_strides(bufs)),
     })
 
 
 def launch_combine(combine, stream, bufs: SplitBuffers, cu_seqlens_q, md, out, lse, num_heads_q: int) -> None:
     """Merge split-KV partials into ``out`` (and ``lse``): one warp per (token, head) row."""
-    total_q = out.shape[0]
-    rows = total_q * num_heads_q
-    grid = max(1, math.ceil(rows / combine.spec.rows_per_cta))
-    combine.launch(grid, stream, COMBINE_PARAMS.pack({
-        "out_accum": bufs.out_accum.data_ptr(), "lse_accum": bufs.lse_accum.data_ptr(),
-        "row_splits": bufs.row_splits.data_ptr(), "cu_seqlens_q": cu_seqlens_q.data_ptr(), "metadata": md.data_ptr(),
-        "out": out.data_ptr(), "lse": lse.data_ptr() if lse is not None else 0,
-        "o_row_stride": out.stride(0), "o_head_stride": out.stride(1),
-        "lse_head_stride": lse.stride(0) if lse is not None else 0,
-        "accum_split_stride": bufs.out_accum.stride(0), "accum_head_stride": bufs.out_accum.stride(1),
-        "lse_accum_split_stride": bufs.lse_accum.stride(0), "lse_accum_head_stride": bufs.lse_accum.stride(1),
-        "num_heads_q": num_heads_q, "total_q": total_q,
-    }))
+    grid = kernel_args.combine_grid(out.shape[0], num_heads_q, combine.spec.rows_per_cta)
+    combine.launch(grid, stream, combine_params(bufs, cu_seqlens_q, md, out, lse, num_heads_q))

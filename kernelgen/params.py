@@ -29,6 +29,13 @@ class ParamStruct:
         self.struct = struct.Struct(fmt + "x" * pad)
         self.size = self.struct.size
         self._ptrs = frozenset(n for n, t in self.fields if t == "ptr")
+        #: The pointer fields, in layout order; they lead the struct (see ``pointer_struct``).
+        self.pointer_names = tuple(n for n, t in self.fields if t == "ptr")
+        if self.names[:len(self.pointer_names)] != self.pointer_names:
+            raise ValueError(f"{cname}: pointer fields must come first (declare them before the 8-byte integers)")
+        #: ``struct.Struct`` of the leading pointer fields: ``pack_into(buf, 0, *pointers)`` rewrites
+        #: them in a buffer that holds ``pack_static``'s bytes.
+        self.pointer_struct = struct.Struct("<" + "Q" * len(self.pointer_names))
 
     def c_decl(self) -> str:
         lines = [f"struct {self.cname} {{"]
@@ -43,6 +50,11 @@ class ParamStruct:
             return self.struct.pack(*[(values[n] or 0) if n in self._ptrs else values[n] for n in self.names])
         except KeyError as e:
             raise KeyError(f"{self.cname}: missing field {e.args[0]!r}") from None
+
+    def pack_static(self, values: dict) -> bytes:
+        """Pack the non-pointer fields of ``values`` with every pointer 0 (pointer entries of
+        ``values``, if any, are ignored): the template a launch's pointers are packed into."""
+        return self.pack({**values, **dict.fromkeys(self.pointer_names, 0)})
 
 
 ATTENTION_PARAMS = ParamStruct(

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from . import api, heuristics, metadata, runtime, validation
+from . import api, heuristics, metadata, prepared, runtime, signature, validation
+from .workspace import WorkspaceLayout
 
 
 class AttentionPlan:
@@ -80,11 +81,15 @@ class AttentionPlan:
         self.config = api.scheduler_config(self.attn_spec, self.attn, num_heads_q, num_heads_kv, sort=sort,
                                            head_swizzle=head_swizzle, max_splits=self.variants.max_splits,
                                            forced_splits=self.variants.forced_splits)
-        #: int32 scheduler metadata (metadata.py), sized by the capacity only.
-        self.metadata = torch.zeros(metadata.buffer_ints(self.capacity), dtype=torch.int32, device=self.device)
-        #: split-KV partials (None without split-KV), sized by max_total_q.
-        self.split = (api.SplitBuffers.allocate(self.variants.max_splits, num_heads_q, self.max_total_q, head_dim_v,
-                                                self.device) if self.combine is not None else None)
+        #: Placement of the metadata and the split-KV partials in the plan's one workspace.
+        self.workspace_layout = WorkspaceLayout(self.capacity, self.combine is not None, self.variants.max_splits,
+                                                num_heads_q, self.max_total_q, head_dim_v)
+        self._workspace = torch.zeros(self.workspace_layout.nbytes, dtype=torch.uint8, device=self.device)
+        #: int32 scheduler metadata (metadata.py), sized by the capacity only, and the split-KV
+        #: partials (None without split-KV), sized by max_total_q: views of the workspace.
+        self.metadata, self.split = self.workspace_layout.views(self._workspace)
+        #: Prepared steps by signature (``signature.key`` of run's arguments).
+        self._steps = signature.SignatureCache(64)
 
     @property
     def metadata_bytes(self) -> int:
@@ -104,17 +109,7 @@ class AttentionPlan:
                 the two cu_seqlens differ in length.
             TypeError: a length tensor is not int32.
         """
-        batch = validation.cu_seqlens("cu_seqlens_q", cu_seqlens_q, self.device)
-        if cu_seqlens_k is not None and validation.cu_seqlens("cu_seqlens_k", cu_seqlens_k, self.device) != batch:
-            raise ValueError("cu_seqlens_k must have as many entries as cu_seqlens_q")
-        if cu_seqlens_k is None and seqused_k is None:
-            raise ValueError("give cu_seqlens_k or seqused_k")
-        if seqused_k is not None:
-            validation.tensor("seqused_k", seqused_k, ndim=1, dtypes=(torch.int32,), device=self.device)
-            if seqused_k.shape[0] != batch or not seqused_k.is_contiguous():
-                raise ValueError(f"seqused_k must be a contiguous ({batch},) tensor, got shape {tuple(seqused_k.shape)}")
-        if batch > self.capacity:
-            raise ValueError(f"batch {batch} exceeds the plan's capacity {self.capacity}")
+        batch = self._check_lengths(cu_seqlens_q, cu_seqlens_k, seqused_k)
         with torch.cuda.device(self.device):
             api.launch_scheduler(self.sched, api._current_stream(self.device.index), cu_seqlens_q, cu_seqlens_k,
                                  seqused_k, self.metadata, batch, self.capacity, self.config)
@@ -134,6 +129,21 @@ class AttentionPlan:
         with torch.cuda.device(self.device):
             self._launch_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, scale)
         return out
+
+    def _check_lengths(self, cu_seqlens_q, cu_seqlens_k, seqused_k) -> int:
+        """The schedule's checks of the length tensors; returns the batch."""
+        batch = validation.cu_seqlens("cu_seqlens_q", cu_seqlens_q, self.device)
+        if cu_seqlens_k is not None and validation.cu_seqlens("cu_seqlens_k", cu_seqlens_k, self.device) != batch:
+            raise ValueError("cu_seqlens_k must have as many entries as cu_seqlens_q")
+        if cu_seqlens_k is None and seqused_k is None:
+            raise ValueError("give cu_seqlens_k or seqused_k")
+        if seqused_k is not None:
+            validation.tensor("seqused_k", seqused_k, ndim=1, dtypes=(torch.int32,), device=self.device)
+            if seqused_k.shape[0] != batch or not seqused_k.is_contiguous():
+                raise ValueError(f"seqused_k must be a contiguous ({batch},) tensor, got shape {tuple(seqused_k.shape)}")
+        if batch > self.capacity:
+            raise ValueError(f"batch {batch} exceeds the plan's capacity {self.capacity}")
+        return batch
 
     def _validate(self, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse) -> dict:
         sizes = validation.varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, None, None, out, seqused_k=seqused_k,
@@ -170,19 +180,51 @@ class AttentionPlan:
         Raises:
             ValueError / TypeError: inputs that do not match the plan (heads, head dims, dtype,
                 device, paging) or exceed its capacities (batch, max_total_q), and every error
-                ``varlen_attention`` raises for bad shapes.
+                ``varlen_attention`` raises for bad shapes; all before anything is launched.
+            kernelgen.launch.LaunchError: the driver refused a launch (names the kernel).
+
+        Host cost: the first step of a signature (the tensors' types, dtypes, devices, shapes and
+        strides, ``return_lse``, ``softmax_scale``) is validated and prepared; later steps of it
+        read the data pointers, check their alignment and enqueue three launches, with no
+        allocation when ``out`` (and ``lse``, if returned) are given (``docs/perf-notes.md``,
+        "host overhead").
         """
+        try:
+            key = signature.key((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse), (),
+                                (return_lse, softmax_scale))
+            step = self._steps.get(key)
+        except Exception:  # noqa: BLE001 - an argument that cannot be keyed: the validating path names it
+            key = step = None
+        if step is not None:
+            res = step.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
+            if res is not None:
+                return res if res[1] is not None else res[0]
         if torch.cuda.current_device() != self.device.index:
             with torch.cuda.device(self.device):
-                return self.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k=seqused_k, page_table=page_table,
-                                out=out, lse=lse, return_lse=return_lse, softmax_scale=softmax_scale)
+                return self._validated_run(key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse,
+                                           return_lse, softmax_scale)
+        return self._validated_run(key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse,
+                                   return_lse, softmax_scale)
+
+    def _validated_run(self, key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, return_lse,
+                       softmax_scale):
+        """run for a signature not prepared yet: every check before anything is launched, then the
+        step is prepared, stored under ``key`` (None: not keyable) and run."""
         if return_lse and lse is None:
             lse = torch.empty((self.num_heads_q, q.shape[0]), dtype=torch.float32, device=q.device)
-        # every check before the first launch: a bad call must not leave a scheduler launch behind
-        self._validate(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
-        self.schedule(cu_seqlens_q, cu_seqlens_k, seqused_k)
-        out = self.attend(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k=seqused_k, page_table=page_table, out=out,
-                          lse=lse, softmax_scale=softmax_scale)
+        sizes = self._validate(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
+        batch = self._check_lengths(cu_seqlens_q, cu_seqlens_k, seqused_k)
+        scale = validation.softmax_scale(softmax_scale, self.head_dim)
+        if out is None:
+            out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=q.dtype, device=q.device)
+        step = prepared.build(sched=self.sched, attn=self.attn, combine=self.combine, cfg=self.config,
+                              layout=self.workspace_layout, batch=batch, q=q, k=k, v=v, out=out, lse=lse,
+                              page_table=page_table, scale=scale, window=(self.window_left, self.window_right),
+                              softcap=self.softcap, return_lse=bool(return_lse), fixed_base=self._workspace.data_ptr(),
+                              sizes=sizes)
+        if key is not None and signature.cacheable(key):
+            self._steps.put(key, step)
+        out, lse = step.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
         return (out, lse) if (return_lse or lse is not None) else out
 
     def _check_shapes(self, sizes, q):

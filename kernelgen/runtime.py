@@ -2,16 +2,16 @@
 
 A kernel is loaded once per (device, spec) from the cubin the cache hands back (CuPy's
 ``Module.load`` -> cuModuleLoadData in the device's primary context, the one PyTorch uses), and
-launched with ``cuLaunchKernel`` on the caller's stream.  Every kernel takes one parameter
-struct by value; the launcher packs it with the same field list the template was rendered from
-(``params.py``).  Nothing here synchronises the host or allocates device memory.
+launched with ``cuLaunchKernel`` (through ctypes, ``launch.py``) on the caller's stream.  Every
+kernel takes one parameter struct by value; the launcher packs it with the same field list the
+template was rendered from (``params.py``).  Nothing here synchronises the host or allocates device memory.
 """
 from __future__ import annotations
 
-import ctypes
 import threading
 from dataclasses import dataclass, field
 
+from . import launch
 from .params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS, ParamStruct
 
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
@@ -40,14 +40,19 @@ class Kernel:
 
         ``packed`` is the parameter struct from ``self.params.pack``; ``smem`` and ``threads``
         override the kernel's dynamic shared memory (bytes) and CTA size.  Raises
-        CUDADriverError (from CuPy) if the driver rejects the launch.
+        ``launch.LaunchError`` (naming the kernel) if the driver rejects the launch.  The hot
+        paths use ``prepare`` instead.
         """
-        from cupy.cuda import driver
+        launch.launch_packed(self.spec.name, self.func_ptr, grid, self.num_threads if threads is None else threads,
+                             self.smem_bytes if smem is None else smem, stream, packed)
 
-        buf = (ctypes.c_char * len(packed)).from_buffer_copy(packed)
-        argv = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
-        driver.launchKernel(self.func_ptr, grid, 1, 1, self.num_threads if threads is None else threads, 1, 1,
-                            self.smem_bytes if smem is None else smem, stream, ctypes.addressof(argv), 0)
+    def prepare(self, grid: int, static: dict, smem: int | None = None,
+                threads: int | None = None) -> launch.PreparedLaunch:
+        """A launch of this kernel with ``grid`` CTAs and the non-pointer parameters ``static``
+        fixed (``smem``/``threads`` as in ``launch``); see ``launch.PreparedLaunch``."""
+        return launch.PreparedLaunch(self.spec.name, self.func_ptr, grid,
+                                     self.num_threads if threads is None else threads,
+                                     self.smem_bytes if smem is None else smem, self.params, static)
 
 
 _loaded: dict = {}

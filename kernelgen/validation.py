@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 
 import torch
 
@@ -19,6 +20,20 @@ DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 #: Largest finite sliding-window side (tokens): the kernels add it to positions in 32-bit ints.
 MAX_WINDOW = 1 << 30
 LAYOUTS = ("soa", "aos")
+#: Environment variable that turns on the host checks of the length and page values (syncs).
+CHECK_INPUTS_ENV = "KERNELGEN_CHECK_INPUTS"
+# os.environ keeps its encoded entries in ``_data`` (CPython): a dict lookup there sees every change
+# made through os.environ at a tenth of ``os.environ.get``'s cost for an absent variable.
+_ENV_DATA = getattr(os.environ, "_data", None)
+_ENV_KEY = os.environ.encodekey(CHECK_INPUTS_ENV) if _ENV_DATA is not None else None
+_ENV_ONE = os.environ.encodevalue("1") if _ENV_DATA is not None else None
+
+
+def host_checks_enabled() -> bool:
+    """Whether ``KERNELGEN_CHECK_INPUTS=1`` is set in ``os.environ`` now (read on every call)."""
+    if _ENV_DATA is not None:
+        return _ENV_DATA.get(_ENV_KEY) == _ENV_ONE
+    return os.environ.get(CHECK_INPUTS_ENV) == "1"
 
 
 def tensor(name: str, x, *, ndim: int | None = None, dtypes=None, device=None, devtypes=("cuda",)):

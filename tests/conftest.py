@@ -39,3 +39,12 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     except ImportError:
         pass
     yield
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """kernelgen's public calls on CPU tensors with the CUDA pieces stubbed; returns the launch
+    recorder (tests/fake_cuda.py)."""
+    import fake_cuda
+
+    return fake_cuda.install(monkeypatch)

@@ -266,20 +266,23 @@ def test_inputs_deterministic_and_paged_layout():
 
 
 def test_poisoned_allocations():
-    from kernelgen import api
+    from kernelgen import api, prepared
 
     real = api.torch
     with fuzz.poisoned_allocations(True):
-        assert api.torch is not real
+        assert api.torch is not real and isinstance(prepared.torch, fuzz._PoisonedTorch)
         x = api.torch.empty((3, 4), dtype=torch.float32)
         i = api.torch.empty(5, dtype=torch.int32)
         assert torch.isnan(x).all() and (i == fuzz.POISON_INT).all()
+        ws = prepared.torch.empty(64, dtype=torch.uint8)             # the workspace: -1 / NaN words
+        assert (ws.view(torch.int32) == -1).all() and torch.isnan(ws.view(torch.float32)).all()
         assert api.torch.int32 is torch.int32 and api.torch.cuda is torch.cuda
         with fuzz.poisoned_allocations(True):                          # nested: still one layer
             assert isinstance(api.torch, fuzz._PoisonedTorch) and api.torch._real is real
-    assert api.torch is real
+            assert prepared.torch._real is real
+    assert api.torch is real and prepared.torch is real
     with fuzz.poisoned_allocations(False):
-        assert api.torch is real
+        assert api.torch is real and prepared.torch is real
 
 
 def test_sanitize_cases_cover_kernel_families():

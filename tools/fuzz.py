@@ -449,9 +449,11 @@ def build_inputs(case: dict, device="cuda") -> dict:
 
 
 class _PoisonedTorch:
-    """Stands in for ``torch`` inside ``kernelgen.api`` during a call: ``torch.empty`` comes back
-    filled with NaN (floating) or POISON_INT (int32), so an lse row, a split partial or a metadata
-    word the kernels forget to write shows up.  Everything else is the real torch."""
+    """Stands in for ``torch`` inside ``kernelgen.api`` and ``kernelgen.prepared`` during a call:
+    ``torch.empty`` comes back filled with NaN (floating), POISON_INT (int32) or 0xFF bytes (the
+    uint8 workspace of the metadata and split partials: -1 as int32, NaN as float32), so an lse
+    row, a split partial or a metadata word the kernels forget to write shows up.  Everything
+    else is the real torch."""
 
     def __init__(self, real):
         self._real = real
@@ -466,21 +468,31 @@ class _PoisonedTorch:
                 t.fill_(float("nan"))
             elif t.dtype == self._real.int32:
                 t.fill_(POISON_INT)
+            elif t.dtype == self._real.uint8:
+                t.fill_(0xFF)
         return t
+
+
+#: Modules whose ``torch.empty`` calls make the buffers of a varlen_attention call.
+_ALLOCATING_MODULES = ("kernelgen.api", "kernelgen.prepared")
 
 
 @contextmanager
 def poisoned_allocations(enabled: bool = True):
-    """Within the block, buffers ``kernelgen.api`` allocates with torch.empty are poisoned."""
-    from kernelgen import api
+    """Within the block, buffers ``kernelgen.api`` and ``kernelgen.prepared`` allocate with
+    torch.empty are poisoned."""
+    import importlib
 
-    saved = api.torch
-    if enabled and not isinstance(saved, _PoisonedTorch):
-        api.torch = _PoisonedTorch(saved)
+    mods = [importlib.import_module(m) for m in _ALLOCATING_MODULES]
+    saved = [m.torch for m in mods]
+    for m, real in zip(mods, saved):
+        if enabled and not isinstance(real, _PoisonedTorch):
+            m.torch = _PoisonedTorch(real)
     try:
         yield
     finally:
-        api.torch = saved
+        for m, real in zip(mods, saved):
+            m.torch = real
 
 
 def reference_for(case: dict, inp: dict):

@@ -233,7 +233,7 @@ def _gather(entry, kc, vc, pt, used):
 
 
 def _variants(arch, num_sms, model: ModelPreset, max_q, max_k, paged, layouts=("soa", "aos"), causal=True):
-    """Kernel specs varlen_attention would use for a preset's call (mirrors api._Call.launch)."""
+    """Kernel specs varlen_attention would use for a preset's call (mirrors api._validated_call)."""
     from .. import heuristics, validation
 
     mask, _, _ = validation.window(model.window_size, causal)

@@ -1,0 +1,106 @@
+"""The device scratch memory of one call, in one allocation.
+
+A call needs the scheduler metadata (int32, ``metadata.buffer_ints(capacity)``) and, with
+split-KV, the fp32 partials ``out_accum`` (splits, Hq, rows, dv) and ``lse_accum``
+(splits, Hq, rows) and the int32 ``row_splits`` (rows,).  ``WorkspaceLayout`` places them in one
+byte buffer at 256-byte aligned offsets, so ``varlen_attention`` makes one ``torch.empty`` per
+call (stream-ordered reuse by PyTorch's caching allocator makes a fresh buffer per call safe, also
+inside CUDA-graph capture) and ``AttentionPlan`` one buffer for its lifetime.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import metadata
+
+#: Alignment of every region, bytes (the caching allocator's own block alignment is 512).
+ALIGN = 256
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+class SplitBuffers:
+    """Split-KV partials: out_accum (splits, Hq, total_q, dv) and lse_accum (splits, Hq, total_q)
+    float32, and row_splits (total_q,) int32 (partials per token, written by the attention kernel)."""
+
+    def __init__(self, out_accum, lse_accum, row_splits):
+        self.out_accum, self.lse_accum, self.row_splits = out_accum, lse_accum, row_splits
+
+    @classmethod
+    def allocate(cls, max_splits, num_heads_q, total_q, head_dim_v, device):
+        return cls(torch.empty((max_splits, num_heads_q, total_q, head_dim_v), dtype=torch.float32, device=device),
+                   torch.empty((max_splits, num_heads_q, total_q), dtype=torch.float32, device=device),
+                   torch.empty((total_q,), dtype=torch.int32, device=device))
+
+
+@dataclass(frozen=True)
+class WorkspaceLayout:
+    """Byte offsets of the regions of one workspace.
+
+    ``capacity``: requests the metadata describes; ``max_splits``, ``num_heads_q``, ``rows``
+    (query tokens the partials hold) and ``head_dim_v`` size the split-KV partials, which exist
+    only when ``split``.
+    """
+
+    capacity: int
+    split: bool
+    max_splits: int = 1
+    num_heads_q: int = 1
+    rows: int = 0
+    head_dim_v: int = 0
+
+    @property
+    def metadata_offset(self) -> int:
+        return 0
+
+    @property
+    def metadata_ints(self) -> int:
+        return metadata.buffer_ints(self.capacity)
+
+    @property
+    def out_accum_offset(self) -> int:
+        return _align(4 * self.metadata_ints)
+
+    @property
+    def lse_accum_offset(self) -> int:
+        return self.out_accum_offset + _align(4 * self.max_splits * self.num_heads_q * self.rows * self.head_dim_v)
+
+    @property
+    def row_splits_offset(self) -> int:
+        return self.lse_accum_offset + _align(4 * self.max_splits * self.num_heads_q * self.rows)
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the whole workspace in bytes (a multiple of ALIGN)."""
+        if not self.split:
+            return self.out_accum_offset
+        return self.row_splits_offset + _align(4 * self.rows)
+
+    def split_strides(self) -> dict:
+        """Element strides of the partials, as the kernels' parameter fields (0 without split-KV)."""
+        if not self.split:
+            return dict.fromkeys(("accum_split_stride", "accum_head_stride", "lse_accum_split_stride",
+                                  "lse_accum_head_stride"), 0)
+        h, r, dv = self.num_heads_q, self.rows, self.head_dim_v
+        return {"accum_split_stride": h * r * dv, "accum_head_stride": r * dv, "lse_accum_split_stride": h * r,
+                "lse_accum_head_stride": r}
+
+    def views(self, ws: torch.Tensor):
+        """(metadata int32 tensor, SplitBuffers or None) viewing a uint8 workspace of ``nbytes``."""
+        if ws.dtype != torch.uint8 or ws.dim() != 1 or ws.numel() < self.nbytes:
+            raise ValueError(f"workspace must be a uint8 tensor of {self.nbytes} bytes, got {ws.dtype} {tuple(ws.shape)}")
+
+        def region(offset, count, dtype, shape):
+            return ws[offset:offset + 4 * count].view(dtype).view(shape)
+
+        md = region(self.metadata_offset, self.metadata_ints, torch.int32, (self.metadata_ints,))
+        if not self.split:
+            return md, None
+        s, h, r, dv = self.max_splits, self.num_heads_q, self.rows, self.head_dim_v
+        return md, SplitBuffers(region(self.out_accum_offset, s * h * r * dv, torch.float32, (s, h, r, dv)),
+                                region(self.lse_accum_offset, s * h * r, torch.float32, (s, h, r)),
+                                region(self.row_splits_offset, r, torch.int32, (r,)))

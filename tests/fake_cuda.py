@@ -1,0 +1,148 @@
+"""CPU stand-ins for the CUDA pieces of a kernelgen call, for tests without a GPU.
+
+``install(monkeypatch)`` (the ``fake_cuda`` fixture of conftest.py) lets the public calls run on
+CPU tensors up to the driver: the inputs' device check accepts the CPU, device properties are an
+H200's, kernels are "loaded" with fake function handles (no compile), the current device is the
+CPU tensors' index (None) and the current stream a fixed handle, and ``cuLaunchKernel`` is a
+stand-in of CuPy's binding that records each launch (function, grid, block, shared memory,
+stream and the parameter bytes behind kernelParams).  Signature caches start empty.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import torch
+
+from kernelgen import api, launch, plan, prepared, runtime, signature
+from kernelgen import validation as V
+from kernelgen.params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS
+
+PROPS = {"name": "fake H200", "cc": (9, 0), "num_sms": 132, "l2_bytes": 60 * 2 ** 20, "smem_optin": 232448}
+FUNC = {"scheduler": 0x1000, "attention": 0x2000, "combine": 0x3000}
+KIND = {v: k for k, v in FUNC.items()}
+PARAMS = {"scheduler": SCHEDULER_PARAMS, "attention": ATTENTION_PARAMS, "combine": COMBINE_PARAMS}
+STREAM = 0x5EED0
+ATTN_GRID = 4 * PROPS["num_sms"]
+
+
+@dataclass
+class Launch:
+    kind: str
+    grid: tuple
+    block: tuple
+    smem: int
+    stream: int
+    params: bytes
+    extra: object
+
+    def fields(self) -> dict:
+        """The parameter struct as a dict of field values."""
+        p = PARAMS[self.kind]
+        return dict(zip(p.names, p.struct.unpack(self.params)))
+
+
+class DriverError(RuntimeError):
+    """What CuPy's binding raises for a failed CUresult (``status``)."""
+
+    def __init__(self, status):
+        self.status = status
+        super().__init__(f"CUDA_ERROR_FAKE_{status}: fake driver error")
+
+
+class Recorder:
+    """A cuLaunchKernel stand-in: records every launch; raises DriverError(rc) when ``rc`` is set
+    (for every kernel, or for ``fail_kind`` only)."""
+
+    def __init__(self):
+        self.launches: list[Launch] = []
+        self.rc = 0
+        self.fail_kind = None   # with rc: fail only this kernel kind
+        self.allocations: list[torch.Tensor] = []   # uint8 workspaces made by prepared calls (kept alive)
+        self.device_switches: list = []
+
+    def __call__(self, f, gx, gy, gz, bx, by, bz, smem, stream, argv, extra):
+        kind = KIND[f]
+        param_addr = ctypes.cast(argv, ctypes.POINTER(ctypes.c_void_p))[0]
+        self.launches.append(Launch(kind, (gx, gy, gz), (bx, by, bz), smem, stream,
+                                    ctypes.string_at(param_addr, PARAMS[kind].size), extra))
+        if self.rc and self.fail_kind in (None, kind):
+            raise DriverError(self.rc)
+
+    def kinds(self) -> list:
+        return [x.kind for x in self.launches]
+
+    def clear(self) -> None:
+        self.launches.clear()
+        self.allocations.clear()
+
+
+def _fake_load(spec, device):
+    if spec.kind == "attention":
+        threads, smem, grid = spec.tile.num_warps * 32, spec.smem_bytes(), ATTN_GRID
+    else:
+        threads, smem, grid = spec.num_threads, 0, PROPS["num_sms"]
+    return runtime.Kernel(spec=spec, device=device, func_ptr=FUNC[spec.kind], num_threads=threads, smem_bytes=smem,
+                          persistent_grid=grid, params=PARAMS[spec.kind])
+
+
+class _RecordingTorch:
+    """``torch`` for kernelgen.prepared: uint8 allocations (workspaces) are kept by the recorder."""
+
+    def __init__(self, rec):
+        self._rec = rec
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    def empty(self, *args, **kwargs):
+        t = torch.empty(*args, **kwargs)
+        if t.dtype == torch.uint8:
+            self._rec.allocations.append(t)
+        return t
+
+
+def install(monkeypatch) -> Recorder:
+    rec = Recorder()
+    monkeypatch.setattr(V.varlen_inputs, "__defaults__", (("cpu",),))
+    monkeypatch.setitem(runtime._device_props, None, dict(PROPS))
+    monkeypatch.setattr(runtime, "_loaded", {})
+    monkeypatch.setattr(runtime, "_load", _fake_load)
+    monkeypatch.setattr(api, "_arch_cache", {})
+    monkeypatch.setattr(api, "_CALLS", signature.SignatureCache())
+    monkeypatch.setattr(api, "_current_stream", lambda device: STREAM)
+    monkeypatch.setattr(prepared, "current_device", lambda: None)
+    monkeypatch.setattr(prepared, "current_stream", lambda device: STREAM)
+    monkeypatch.setattr(prepared, "torch", _RecordingTorch(rec))
+    monkeypatch.setattr(launch, "_driver_launch", rec)
+
+    class _Device:                      # torch.cuda.device: records the switch, switches nothing
+        def __init__(self, device):
+            rec.device_switches.append(device)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(torch.cuda, "device", _Device)
+    return rec
+
+
+def make_plan(monkeypatch, **kw):
+    """An AttentionPlan on the CPU (its torch.device is the CPU; needs ``install`` first)."""
+
+    class _CpuTorch:
+        def __getattr__(self, name):
+            return getattr(torch, name)
+
+        @staticmethod
+        def device(*args, **kwargs):
+            return torch.device("cpu")
+
+    with monkeypatch.context() as m:
+        m.setattr(plan, "torch", _CpuTorch())
+        p = plan.AttentionPlan(device="cpu", **kw)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: None)
+    return p
