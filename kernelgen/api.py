@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from . import heuristics, kernel_args, metadata, prepared, runtime, signature, validation
+from . import fused, heuristics, kernel_args, metadata, prepared, runtime, signature, validation
 from .kernel_args import scheduler_launch_shape  # noqa: F401 (public helper, re-exported)
 from .params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS
 from .workspace import SplitBuffers, WorkspaceLayout
@@ -65,6 +65,7 @@ def varlen_attention(
     metadata_layout: str = "soa",
     sort: bool = True,
     head_swizzle: bool = True,
+    short_query_tokens: int | None = None,
 ):
     """Attention over a ragged (varlen) batch of requests, prefill and decode alike.
 
@@ -102,6 +103,13 @@ def varlen_attention(
         head_swizzle: for causal/local masks, walk heads in sections sized to the device's L2 so
             tiles running together share K/V in L2.  ``sort`` and ``head_swizzle`` change only
             the order of work, never the result.
+        short_query_tokens: the request-class threshold of the fused launch for batches mixing
+            long-query (prefill) and short-query (decode) requests: requests with at most this
+            many query tokens run as one-warp decode tiles, the others as 128-row prefill tiles,
+            in one persistent launch (``docs/serving.md``).  None: automatic (fused for a paged
+            cache whose ``max_seqlen_q`` exceeds ``heuristics.short_query_tokens``, 4 for 32/8
+            heads, unless pack_gqa or num_splits is forced); an int >= 1 forces the fused launch
+            with that threshold; 0 turns it off.
 
     Returns:
         out (total_q, num_heads_q, head_dim_v) in q's dtype; with ``return_lse`` also
@@ -137,7 +145,7 @@ def varlen_attention(
     try:
         key = signature.key((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out), window_size,
                             (max_seqlen_q, max_seqlen_k, causal, softcap, softmax_scale, num_splits, pack_gqa,
-                             return_lse, metadata_layout, sort, head_swizzle))
+                             return_lse, metadata_layout, sort, head_swizzle, short_query_tokens))
         prep = _CALLS.get(key)
     except Exception:  # noqa: BLE001 - an argument that cannot be keyed: the validating path names it
         key = prep = None
@@ -147,12 +155,12 @@ def varlen_attention(
             return res if return_lse else res[0]
     return _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
                            page_table, causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, return_lse,
-                           out, metadata_layout, sort, head_swizzle)
+                           out, metadata_layout, sort, head_swizzle, short_query_tokens)
 
 
 def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table,
                     causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, return_lse, out,
-                    metadata_layout, sort, head_swizzle):
+                    metadata_layout, sort, head_swizzle, short_query_tokens=None):
     """varlen_attention for a signature not prepared yet: every check, the variant choice, the
     kernels; the prepared call is stored under ``key`` (None: not keyable) and run."""
     sizes = validation.varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out,
@@ -164,6 +172,7 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
     splits = validation.num_splits(num_splits)
     if pack_gqa is not None and not isinstance(pack_gqa, bool):
         raise TypeError(f"pack_gqa must be None or a bool, got {type(pack_gqa).__name__}")
+    validation.short_query_tokens(short_query_tokens, pack_gqa, splits)
     if validation.host_checks_enabled():
         validation.check_cu_seqlens_values("cu_seqlens_q", cu_seqlens_q, sizes["total_q"])
         if cu_seqlens_k is not None:
@@ -189,6 +198,14 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
         max_seqlen_k = sizes["max_pages"] * sizes["page_size"] if sizes["paged"] else sizes["total_k"]
     device = q.device.index
     arch = device_arch(device)
+    prep = _fused_call(short_query_tokens, q, k, v, out, lse, page_table, sizes, arch, device, mask, layout, left,
+                       right, cap, scale, pack_gqa, splits, max_seqlen_q, max_seqlen_k, sort, head_swizzle,
+                       return_lse)
+    if prep is not None:
+        if key is not None and signature.cacheable(key):
+            _CALLS.put(key, prep)
+        out, lse = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
+        return (out, lse) if return_lse else out
     variants = heuristics.choose(
         arch, validation.DTYPES[q.dtype], sizes["head_dim"], sizes["head_dim_v"],
         num_heads_q=hq, num_heads_kv=sizes["num_heads_kv"], mask=mask, layout=layout,
@@ -209,6 +226,28 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
         _CALLS.put(key, prep)
     out, lse = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
     return (out, lse) if return_lse else out
+
+
+def _fused_call(short_query_tokens, q, k, v, out, lse, page_table, sizes, arch, device, mask, layout, left, right,
+                cap, scale, pack_gqa, splits, max_seqlen_q, max_seqlen_k, sort, head_swizzle, return_lse):
+    """The prepared fused launch of a call that may mix long- and short-query requests
+    (``fused.use_fused``), or None when the call takes the single-class launch."""
+    hq, hkv = sizes["num_heads_q"], sizes["num_heads_kv"]
+    thr = fused.use_fused(short_query_tokens, paged=sizes["paged"], batch=sizes["batch"], max_seqlen_q=max_seqlen_q,
+                          num_heads_q=hq, num_heads_kv=hkv, pack_gqa=pack_gqa, num_splits=splits)
+    if not thr:
+        return None
+    fv = heuristics.choose_fused(arch, validation.DTYPES[q.dtype], sizes["head_dim"], sizes["head_dim_v"],
+                                 num_heads_q=hq, num_heads_kv=hkv, mask=mask, layout=layout, max_seqlen_k=max_seqlen_k,
+                                 paged=sizes["paged"], softcap=cap > 0, short_max_q=thr,
+                                 num_sms=runtime.device_properties(device)["num_sms"])
+    if fv is None:
+        return None
+    kernels = fused.load(fv, device, hq, hkv, sort=bool(sort), head_swizzle=bool(head_swizzle))
+    ws = kernels.workspace(sizes["batch"], sizes["total_q"], hq, sizes["head_dim_v"])
+    return fused.build(kernels, layout=ws, batch=sizes["batch"], q=q, k=k, v=v, out=out, lse=lse,
+                       page_table=page_table, scale=scale, window=(left, right), softcap=cap,
+                       return_lse=bool(return_lse), fixed_base=None, sizes=sizes)
 
 
 def scheduler_config(attn_spec, attn_kernel, num_heads_q: int, num_heads_kv: int, *, sort: bool = True,
@@ -265,8 +304,11 @@ def scheduler_params(cu_seqlens_q, cu_seqlens_k, seqused_k, md, batch, capacity,
 
 
 def attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, capacity, scale, *, seqused_k=None,
-                     page_table=None, window=(-1, -1), softcap=0.0, split: SplitBuffers | None = None) -> bytes:
-    """Packed AttnParams (strides in elements; ``scale`` is softmax_scale, folded with log2(e))."""
+                     page_table=None, window=(-1, -1), softcap=0.0, split: SplitBuffers | None = None,
+                     row_splits=None) -> bytes:
+    """Packed AttnParams (strides in elements; ``scale`` is softmax_scale, folded with log2(e)).
+    ``row_splits``: without ``split``, the int32 per-token count a non-splitting variant records
+    for the combine kernel (the long class of a fused launch)."""
     return ATTENTION_PARAMS.pack({
         "q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "out": out.data_ptr(),
         "lse": lse.data_ptr() if lse is not None else 0,
@@ -274,7 +316,7 @@ def attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, capacity
         "seqused_k": seqused_k.data_ptr() if seqused_k is not None else 0,
         "page_table": page_table.data_ptr() if page_table is not None else 0, "metadata": md.data_ptr(),
         "out_accum": split.out_accum.data_ptr() if split else 0, "lse_accum": split.lse_accum.data_ptr() if split else 0,
-        "row_splits": split.row_splits.data_ptr() if split else 0,
+        "row_splits": split.row_splits.data_ptr() if split else row_splits.data_ptr() if row_splits is not None else 0,
         **kernel_args.attention_fields(q, k, v, out, lse, page_table, capacity, scale, window, softcap,
                                        kernel_args.split_strides(split)),
     })

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from . import api, heuristics, metadata, prepared, runtime, signature, validation
+from . import api, fused, heuristics, metadata, prepared, runtime, signature, validation
 from .workspace import WorkspaceLayout
 
 
@@ -38,6 +38,10 @@ class AttentionPlan:
         pack_gqa: None = heuristic.
         metadata_layout: "soa" or "aos".  sort, head_swizzle: scheduler switches.
         device: CUDA device (default: the current one).
+        short_query_tokens: the fused mixed-batch launch's request-class threshold, as in
+            ``varlen_attention`` (None: automatic, fused for a paged plan whose max_seqlen_q
+            exceeds the default threshold; 0: off).  A fused plan owns two metadata buffers
+            (``metadata`` for the long class, ``metadata_short``) and runs four launches a step.
 
     Raises:
         ValueError / TypeError: bad capacities, head counts, head dims, dtype, window, softcap,
@@ -48,7 +52,8 @@ class AttentionPlan:
                  head_dim_v: int | None = None, dtype=torch.bfloat16, max_total_q: int | None = None,
                  max_seqlen_q: int = 4096, max_seqlen_k: int = 4096, paged: bool = False, causal: bool = False,
                  window_size=(-1, -1), softcap: float = 0.0, num_splits: int = 0, pack_gqa: bool | None = None,
-                 metadata_layout: str = "soa", sort: bool = True, head_swizzle: bool = True, device=None):
+                 metadata_layout: str = "soa", sort: bool = True, head_swizzle: bool = True, device=None,
+                 short_query_tokens: int | None = None):
         validation.nonneg_int("max_batch", max_batch)
         if not 1 <= max_batch <= metadata.MAX_CAPACITY:
             raise ValueError(f"max_batch must be in [1, {metadata.MAX_CAPACITY}], got {max_batch}")
@@ -69,11 +74,28 @@ class AttentionPlan:
         self.softcap = validation.softcap(softcap)
         self.layout = validation.layout(metadata_layout)
         dev = self.device.index
+        splits = validation.num_splits(num_splits)
+        validation.short_query_tokens(short_query_tokens, pack_gqa, splits)
+        #: The fused mixed-batch launch (``fused.FusedKernels``), or None for the single-class one.
+        self.fused = self._fused_kernels(short_query_tokens, pack_gqa, splits, max_seqlen_q, max_seqlen_k, sort,
+                                         head_swizzle)
+        if self.fused is not None:
+            f = self.fused
+            self.variants, self.sched_spec, self.attn_spec = f.variants, f.variants.scheduler, f.variants.fused
+            self.sched, self.attn, self.combine, self.config = f.sched, f.fused, f.combine, f.cfg_long
+            #: Placement of both classes' metadata and the split-KV partials in one workspace.
+            self.workspace_layout = f.workspace(self.capacity, self.max_total_q, num_heads_q, head_dim_v)
+            self._workspace = torch.zeros(self.workspace_layout.nbytes, dtype=torch.uint8, device=self.device)
+            #: long-query and short-query metadata (capacity-sized), the short class's partials
+            self.metadata, self.metadata_short, self.split = self.workspace_layout.views(self._workspace)
+            self._steps = signature.SignatureCache(64)
+            return
+        self.metadata_short = None
         self.variants = heuristics.choose(
             api.device_arch(dev), validation.DTYPES[dtype], head_dim, head_dim_v, num_heads_q=num_heads_q,
             num_heads_kv=num_heads_kv, mask=self.mask, layout=self.layout, max_seqlen_q=max_seqlen_q,
             max_seqlen_k=max_seqlen_k, paged=self.paged, softcap=self.softcap > 0, pack_gqa=pack_gqa,
-            num_splits=validation.num_splits(num_splits), num_sms=runtime.device_properties(dev)["num_sms"])
+            num_splits=splits, num_sms=runtime.device_properties(dev)["num_sms"])
         self.sched_spec, self.attn_spec = self.variants.scheduler, self.variants.attention
         self.sched = runtime.get_kernel(self.sched_spec, dev)
         self.attn = runtime.get_kernel(self.attn_spec, dev)
@@ -90,6 +112,22 @@ class AttentionPlan:
         self.metadata, self.split = self.workspace_layout.views(self._workspace)
         #: Prepared steps by signature (``signature.key`` of run's arguments).
         self._steps = signature.SignatureCache(64)
+
+    def _fused_kernels(self, short_query_tokens, pack_gqa, splits, max_seqlen_q, max_seqlen_k, sort, head_swizzle):
+        thr = fused.use_fused(short_query_tokens, paged=self.paged, batch=self.capacity, max_seqlen_q=max_seqlen_q,
+                              num_heads_q=self.num_heads_q, num_heads_kv=self.num_heads_kv, pack_gqa=pack_gqa,
+                              num_splits=splits)
+        if not thr:
+            return None
+        dev = self.device.index
+        fv = heuristics.choose_fused(api.device_arch(dev), validation.DTYPES[self.dtype], self.head_dim,
+                                     self.head_dim_v, num_heads_q=self.num_heads_q, num_heads_kv=self.num_heads_kv,
+                                     mask=self.mask, layout=self.layout, max_seqlen_k=max_seqlen_k, paged=self.paged,
+                                     softcap=self.softcap > 0, short_max_q=thr,
+                                     num_sms=runtime.device_properties(dev)["num_sms"])
+        if fv is None:
+            return None
+        return fused.load(fv, dev, self.num_heads_q, self.num_heads_kv, sort=sort, head_swizzle=head_swizzle)
 
     @property
     def metadata_bytes(self) -> int:
@@ -111,8 +149,12 @@ class AttentionPlan:
         """
         batch = self._check_lengths(cu_seqlens_q, cu_seqlens_k, seqused_k)
         with torch.cuda.device(self.device):
-            api.launch_scheduler(self.sched, api._current_stream(self.device.index), cu_seqlens_q, cu_seqlens_k,
-                                 seqused_k, self.metadata, batch, self.capacity, self.config)
+            stream = api._current_stream(self.device.index)
+            api.launch_scheduler(self.sched, stream, cu_seqlens_q, cu_seqlens_k, seqused_k, self.metadata, batch,
+                                 self.capacity, self.config)
+            if self.fused is not None:
+                api.launch_scheduler(self.sched, stream, cu_seqlens_q, cu_seqlens_k, seqused_k, self.metadata_short,
+                                     batch, self.capacity, self.fused.cfg_short)
 
     def attend(self, q, k, v, cu_seqlens_q, cu_seqlens_k=None, *, seqused_k=None, page_table=None, out=None, lse=None,
                softmax_scale=None):
@@ -155,12 +197,18 @@ class AttentionPlan:
 
     def _launch_attention(self, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, scale):
         stream = api._current_stream(self.device.index)
-        self.attn.launch(self.attn.persistent_grid, stream, api.attention_params(
-            q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, self.metadata, self.capacity, scale, seqused_k=seqused_k,
-            page_table=page_table, window=(self.window_left, self.window_right), softcap=self.softcap, split=self.split))
+        kw = dict(seqused_k=seqused_k, page_table=page_table, window=(self.window_left, self.window_right),
+                  softcap=self.softcap)
+        md = self.metadata if self.fused is None else self.metadata_short
+        packed = api.attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, self.capacity, scale,
+                                      split=self.split, **kw)
+        if self.fused is not None:  # the long class's struct first; it records row_splits only
+            rs = None if self.split is None else self.split.row_splits
+            packed = api.attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, self.metadata, self.capacity,
+                                          scale, row_splits=rs, **kw) + packed
+        self.attn.launch(self.attn.persistent_grid, stream, packed)
         if self.combine is not None:
-            api.launch_combine(self.combine, stream, self.split, cu_seqlens_q, self.metadata, out, lse,
-                               self.num_heads_q)
+            api.launch_combine(self.combine, stream, self.split, cu_seqlens_q, md, out, lse, self.num_heads_q)
 
     def run(self, q, k, v, cu_seqlens_q, cu_seqlens_k=None, *, seqused_k=None, page_table=None, out=None, lse=None,
             return_lse=False, softmax_scale=None):
@@ -217,11 +265,17 @@ class AttentionPlan:
         scale = validation.softmax_scale(softmax_scale, self.head_dim)
         if out is None:
             out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=q.dtype, device=q.device)
-        step = prepared.build(sched=self.sched, attn=self.attn, combine=self.combine, cfg=self.config,
-                              layout=self.workspace_layout, batch=batch, q=q, k=k, v=v, out=out, lse=lse,
-                              page_table=page_table, scale=scale, window=(self.window_left, self.window_right),
-                              softcap=self.softcap, return_lse=bool(return_lse), fixed_base=self._workspace.data_ptr(),
-                              sizes=sizes)
+        if self.fused is not None:
+            step = fused.build(self.fused, layout=self.workspace_layout, batch=batch, q=q, k=k, v=v, out=out, lse=lse,
+                               page_table=page_table, scale=scale, window=(self.window_left, self.window_right),
+                               softcap=self.softcap, return_lse=bool(return_lse),
+                               fixed_base=self._workspace.data_ptr(), sizes=sizes)
+        else:
+            step = prepared.build(sched=self.sched, attn=self.attn, combine=self.combine, cfg=self.config,
+                                  layout=self.workspace_layout, batch=batch, q=q, k=k, v=v, out=out, lse=lse,
+                                  page_table=page_table, scale=scale, window=(self.window_left, self.window_right),
+                                  softcap=self.softcap, return_lse=bool(return_lse),
+                                  fixed_base=self._workspace.data_ptr(), sizes=sizes)
         if key is not None and signature.cacheable(key):
             self._steps.put(key, step)
         out, lse = step.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)

@@ -217,6 +217,22 @@ def num_splits(x) -> int:
     return int(x)
 
 
+def short_query_tokens(x, pack_gqa=None, num_splits: int = 0):
+    """The fused launch's class threshold: None (automatic) or an int >= 0 (0 = off).  A forced
+    threshold (>= 1) does not combine with a forced ``pack_gqa`` or ``num_splits`` (the fused
+    launch chooses both per class).  Raises TypeError / ValueError naming the argument."""
+    if x is None:
+        return None
+    if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+        raise TypeError(f"short_query_tokens must be None or an int, got {type(x).__name__}")
+    if not 0 <= x <= 1 << 20:
+        raise ValueError(f"short_query_tokens must be in [0, 2^20] query tokens (0 = no fused launch), got {x}")
+    if x > 0 and (pack_gqa is not None or num_splits):
+        raise ValueError("short_query_tokens >= 1 (a forced fused launch) cannot be combined with pack_gqa or "
+                         "num_splits: the fused launch chooses them per request class")
+    return int(x)
+
+
 def check_seqused_values(seqused_k, cu_seqlens_k) -> None:
     """Opt-in host check (synchronises!) for packed k/v: 0 <= seqused_k[i] <= the keys request i
     has in cu_seqlens_k."""

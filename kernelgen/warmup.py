@@ -52,7 +52,9 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
 
     Returns:
         The specs from ``heuristics.choose`` (the dispatcher's own function) for each
-        combination, in first-seen order with duplicates removed.
+        combination, and for paged calls with long queries those of ``heuristics.choose_fused``
+        (the fused mixed-batch launch the dispatcher takes then), in first-seen order with
+        duplicates removed.
 
     Raises:
         ValueError: an unknown arch, dtype, head dim, layout or phase, or a variant that does not
@@ -69,7 +71,16 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
             v = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), num_heads_q=8 * int(gqa), num_heads_kv=8,
                                   mask="causal" if causal else "none", layout=layout, max_seqlen_q=max_q,
                                   max_seqlen_k=max_k, paged=bool(pg), softcap=cap, num_sms=num_sms)
-            for spec in (v.scheduler, v.attention, v.combine):
+            specs = [v.scheduler, v.attention, v.combine]
+            hq = 8 * int(gqa)
+            if pg and max_q > heuristics.short_query_tokens(hq, 8):
+                # a paged call with long queries takes the fused mixed-batch launch (fused.use_fused)
+                fv = heuristics.choose_fused(arch, dtype, int(head_dim), int(head_dim), num_heads_q=hq,
+                                             num_heads_kv=8, mask="causal" if causal else "none", layout=layout,
+                                             max_seqlen_k=max_k, paged=True, softcap=cap, num_sms=num_sms)
+                if fv is not None:
+                    specs += [fv.scheduler, fv.fused, fv.combine]
+            for spec in specs:
                 if spec is not None:
                     out.setdefault(spec, None)
     return list(out)

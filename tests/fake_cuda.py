@@ -19,9 +19,27 @@ from kernelgen import validation as V
 from kernelgen.params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS
 
 PROPS = {"name": "fake H200", "cc": (9, 0), "num_sms": 132, "l2_bytes": 60 * 2 ** 20, "smem_optin": 232448}
-FUNC = {"scheduler": 0x1000, "attention": 0x2000, "combine": 0x3000}
+FUNC = {"scheduler": 0x1000, "attention": 0x2000, "combine": 0x3000, "fused": 0x4000}
 KIND = {v: k for k, v in FUNC.items()}
-PARAMS = {"scheduler": SCHEDULER_PARAMS, "attention": ATTENTION_PARAMS, "combine": COMBINE_PARAMS}
+
+
+class _PairParams:
+    """The fused kernel's parameter: two AttnParams back to back (long class, short class)."""
+
+    size = 2 * ATTENTION_PARAMS.size
+    names = ("long", "short")
+
+    class struct:
+        @staticmethod
+        def unpack(b):
+            n = ATTENTION_PARAMS.size
+            return (dict(zip(ATTENTION_PARAMS.names, ATTENTION_PARAMS.struct.unpack(b[:n]))),
+                    dict(zip(ATTENTION_PARAMS.names, ATTENTION_PARAMS.struct.unpack(b[n:]))))
+
+
+PARAMS = {"scheduler": SCHEDULER_PARAMS, "attention": ATTENTION_PARAMS, "combine": COMBINE_PARAMS,
+          "fused": _PairParams}
+FUSED_GRID = 2 * 132
 STREAM = 0x5EED0
 ATTN_GRID = 4 * PROPS["num_sms"]
 
@@ -80,10 +98,12 @@ class Recorder:
 def _fake_load(spec, device):
     if spec.kind == "attention":
         threads, smem, grid = spec.tile.num_warps * 32, spec.smem_bytes(), ATTN_GRID
+    elif spec.kind == "fused":
+        threads, smem, grid = spec.num_threads, spec.smem_bytes(), FUSED_GRID
     else:
         threads, smem, grid = spec.num_threads, 0, PROPS["num_sms"]
     return runtime.Kernel(spec=spec, device=device, func_ptr=FUNC[spec.kind], num_threads=threads, smem_bytes=smem,
-                          persistent_grid=grid, params=PARAMS[spec.kind])
+                          persistent_grid=grid, params=PARAMS[spec.kind] if spec.kind != "fused" else ATTENTION_PARAMS)
 
 
 class _RecordingTorch:

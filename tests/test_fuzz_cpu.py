@@ -138,7 +138,7 @@ def test_every_case_has_variants(cases, arch):
         for s in fuzz.case_specs(c, arch, 132 if arch == "sm_90a" else 108):
             specs.add(s)
     kinds = {s.kind for s in specs}
-    assert kinds == {"scheduler", "attention", "combine"}
+    assert kinds == {"scheduler", "attention", "combine", "fused"}   # fused: paged batches with long queries
     attn = [s for s in specs if s.kind == "attention"]
     assert {s.tile.block_m for s in attn} >= {16, 64, 128}
     assert any(s.split and s.paged and s.pack_gqa for s in attn)
@@ -303,6 +303,7 @@ def test_sanitize_cases_cover_kernel_families():
     assert any(s.tile.block_m == 16 and s.pack_gqa and s.paged and s.split for s in attn)   # decode + combine
     assert any(s.mask == "local" and s.softcap for s in attn)
     assert any(s.tile.block_m == 64 for s in attn)
+    assert any(s.kind == "fused" and s.short.split for s in specs)                         # fused mixed batch
     zero = [c for _, c in fuzz.sanitize_cases() if 0 in c["qlens"] or 0 in c["klens"]]
     assert len(zero) >= 3
 

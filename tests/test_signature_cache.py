@@ -539,6 +539,7 @@ def _pre_issue9_scheduler_params(cu_seqlens_q, cu_seqlens_k, seqused_k, md, batc
         "block_m": cfg.block_m, "block_n": cfg.block_n, "pack_factor": cfg.pack_factor,
         "max_splits": cfg.max_splits, "forced_splits": int(cfg.forced_splits), "num_ctas": cfg.num_ctas,
         "max_kvblocks_l2": cfg.max_kvblocks_l2, "swizzle_mult": cfg.swizzle_mult, "sort": int(cfg.sort),
+        "class_min_q": cfg.class_min_q, "class_max_q": cfg.class_max_q,
     })
 
 

@@ -342,7 +342,34 @@ def case_variants(case: dict, arch: str, num_sms: int):
         num_splits=case["num_splits"], num_sms=num_sms)
 
 
+def case_fused(case: dict, arch: str, num_sms: int):
+    """The fused launch's variants (``heuristics.FusedVariants``) when the dispatcher takes it for
+    this case (``fused.use_fused``: a paged batch with long queries, no forced pack or split), else None."""
+    from kernelgen import fused, heuristics, validation
+
+    total_q = total_q_rows(case)
+    if total_q == 0 or not case["qlens"]:
+        return None
+    mq, mk = call_hints(case)
+    mq = total_q if mq is None else mq
+    if mk is None:
+        mk = page_layout(case)[1] * case["page_size"] if case["kv"] == "paged" else stored_keys(case)
+    thr = fused.use_fused(None, paged=case["kv"] == "paged", batch=len(case["qlens"]), max_seqlen_q=mq,
+                          num_heads_q=case["num_heads_q"], num_heads_kv=case["num_heads_kv"], pack_gqa=case["pack_gqa"],
+                          num_splits=case["num_splits"])
+    if not thr:
+        return None
+    mask, _, _ = validation.window(tuple(case["window"]), case["causal"])
+    return heuristics.choose_fused(arch, case["dtype"], case["head_dim"], case["head_dim_v"],
+                                   num_heads_q=case["num_heads_q"], num_heads_kv=case["num_heads_kv"], mask=mask,
+                                   layout=case["layout"], max_seqlen_k=mk, paged=True, softcap=case["softcap"] > 0,
+                                   short_max_q=thr, num_sms=num_sms)
+
+
 def case_specs(case: dict, arch: str, num_sms: int) -> list:
+    f = case_fused(case, arch, num_sms)
+    if f is not None:
+        return [s for s in (f.scheduler, f.fused, f.combine) if s is not None]
     v = case_variants(case, arch, num_sms)
     if v is None:
         return []
@@ -449,7 +476,8 @@ def build_inputs(case: dict, device="cuda") -> dict:
 
 
 class _PoisonedTorch:
-    """Stands in for ``torch`` inside ``kernelgen.api`` and ``kernelgen.prepared`` during a call:
+    """Stands in for ``torch`` inside ``kernelgen.api``, ``kernelgen.prepared`` and ``kernelgen.fused``
+    during a call:
     ``torch.empty`` comes back filled with NaN (floating), POISON_INT (int32) or 0xFF bytes (the
     uint8 workspace of the metadata and split partials: -1 as int32, NaN as float32), so an lse
     row, a split partial or a metadata word the kernels forget to write shows up.  Everything
@@ -474,7 +502,7 @@ class _PoisonedTorch:
 
 
 #: Modules whose ``torch.empty`` calls make the buffers of a varlen_attention call.
-_ALLOCATING_MODULES = ("kernelgen.api", "kernelgen.prepared")
+_ALLOCATING_MODULES = ("kernelgen.api", "kernelgen.prepared", "kernelgen.fused")
 
 
 @contextmanager
@@ -821,6 +849,10 @@ def sanitize_cases() -> list:
             seed=106, dtype="fp16", head_dim=192, head_dim_v=128, num_heads_q=4, num_heads_kv=2,
             qlens=[3, 1], klens=[500, 64], kv="paged", page_size=1, spare_pages=2, window=[100, -1],
             causal=True, mask="causal_window", num_splits=3)),
+        ("fused_mixed_paged", case(   # the fused launch: prefill + decode tiles, two scheduler classes
+            seed=109, dtype="bf16", head_dim=128, head_dim_v=128, num_heads_q=8, num_heads_kv=2,
+            qlens=[40, 1, 1, 0, 2, 130], klens=[60, 300, 1, 0, 2, 130], kv="paged", page_size=16, spare_pages=2,
+            num_splits=0, causal=True, mask="causal", pad_rows=3)),
         ("scheduler_sort_many_requests", case(
             seed=107, dtype="bf16", head_dim=64, head_dim_v=64, num_heads_q=2, num_heads_kv=1,
             qlens=[(i * 7) % 9 for i in range(40)], klens=[(i * 11) % 17 for i in range(40)], causal=True,

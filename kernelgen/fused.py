@@ -1,0 +1,258 @@
+"""The fused launch of a mixed batch: long-query and short-query requests in one persistent kernel.
+
+A call whose batch may mix prefill chunks and decodes runs, on the current stream:
+
+1. the scheduler kernel twice, once per request class (``metadata.SchedulerConfig.class_min_q`` /
+   ``class_max_q``): requests with at most ``short_max_q`` query tokens are *short* and get
+   one-warp decode tiles (pack-GQA, split-KV), the others *long* and get 128-row prefill tiles;
+   each class has its own metadata buffer, so its own tile queue;
+2. the fused attention kernel (``FusedAttentionSpec``, templates/attention/fwd_fused_sm80.cu.j2),
+   whose CTAs take tiles from both queues; its parameter is one AttnParams per class;
+3. with split-KV in the short class, the combine kernel (long rows record one partial and are
+   skipped).
+
+``FusedKernels`` is what a plan or a call signature keeps (kernels, scheduler configs, workspace
+layout); ``build`` turns it and a validated call into a ``PreparedFusedCall`` whose ``run``
+reads the data pointers, allocates the workspace unless the caller owns one, and enqueues the four
+launches.  The co-scheduling of prefill and decode work in one launch follows PoD-Attention
+(Kamath et al. 2024); the per-kind queues and one-warp decode tiles are kernelgen's.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from . import heuristics, kernel_args, launch, metadata, runtime
+from .params import ATTENTION_PARAMS
+from .workspace import ALIGN, WorkspaceLayout
+
+
+@dataclass(frozen=True)
+class FusedWorkspace:
+    """One workspace for a fused call: the short class's metadata and split-KV partials (laid out
+    as ``WorkspaceLayout``), then the long class's metadata."""
+
+    short: WorkspaceLayout
+
+    @property
+    def capacity(self) -> int:
+        return self.short.capacity
+
+    @property
+    def long_metadata_offset(self) -> int:
+        return self.short.nbytes
+
+    @property
+    def nbytes(self) -> int:
+        return self.short.nbytes + (4 * metadata.buffer_ints(self.capacity) + ALIGN - 1) // ALIGN * ALIGN
+
+    def views(self, ws: torch.Tensor):
+        """(long metadata, short metadata, short SplitBuffers or None) viewing a uint8 workspace."""
+        md_short, split = self.short.views(ws)
+        n = metadata.buffer_ints(self.capacity)
+        off = self.long_metadata_offset
+        md_long = ws[off:off + 4 * n].view(torch.int32)
+        return md_long, md_short, split
+
+
+@dataclass
+class FusedKernels:
+    """The loaded kernels and scheduler configurations of a fused call (see the module doc)."""
+
+    variants: heuristics.FusedVariants
+    sched: runtime.Kernel
+    fused: runtime.Kernel
+    combine: runtime.Kernel | None
+    cfg_long: metadata.SchedulerConfig
+    cfg_short: metadata.SchedulerConfig
+
+    def workspace(self, capacity: int, rows: int, num_heads_q: int, head_dim_v: int) -> FusedWorkspace:
+        return FusedWorkspace(WorkspaceLayout(capacity, self.combine is not None, self.variants.short_max_splits,
+                                              num_heads_q, rows, head_dim_v))
+
+
+def load(variants: heuristics.FusedVariants, device: int, num_heads_q: int, num_heads_kv: int, *, sort: bool = True,
+         head_swizzle: bool = True) -> FusedKernels:
+    """Load the kernels of ``variants`` on ``device`` and derive both classes' scheduler configs.
+
+    The long class's split share divides by the fused grid; the short class's by the grid times
+    the short tiles a CTA runs side by side times the decode split granularity (as for a decode
+    launch, whose one-warp CTAs fill the same warps).
+    """
+    from .api import scheduler_config
+
+    f = variants.fused
+    sched = runtime.get_kernel(variants.scheduler, device)
+    fused = runtime.get_kernel(f, device)
+    combine = runtime.get_kernel(variants.combine, device) if variants.combine is not None else None
+    big = 2 ** 31 - 1
+    cfg_long = scheduler_config(f.long, fused, num_heads_q, num_heads_kv, sort=sort, head_swizzle=head_swizzle)
+    cfg_long = _replace(cfg_long, class_min_q=variants.short_max_q + 1, class_max_q=big)
+    cfg_short = scheduler_config(f.short, fused, num_heads_q, num_heads_kv, sort=sort, head_swizzle=head_swizzle,
+                                 max_splits=variants.short_max_splits, forced_splits=variants.short_forced_splits)
+    cfg_short = _replace(cfg_short, num_ctas=fused.persistent_grid * f.tiles_per_step
+                         * heuristics.SPLIT_GRANULARITY["decode"], class_min_q=0, class_max_q=variants.short_max_q)
+    return FusedKernels(variants, sched, fused, combine, cfg_long, cfg_short)
+
+
+def _replace(cfg, **kw):
+    import dataclasses
+
+    return dataclasses.replace(cfg, **kw)
+
+
+class PairLaunch:
+    """A prepared launch of the fused kernel: two AttnParams back to back (long, short), each
+    packed once; a launch writes both structs' pointer fields (``launch.PreparedLaunch``'s
+    scheme for a struct pair)."""
+
+    def __init__(self, kernel: runtime.Kernel, static_long: dict, static_short: dict):
+        self.name = kernel.spec.name
+        self.template = ATTENTION_PARAMS.pack_static(static_long) + ATTENTION_PARAMS.pack_static(static_short)
+        self.head = (int(kernel.func_ptr), kernel.persistent_grid, 1, 1, kernel.num_threads, 1, 1, kernel.smem_bytes)
+        self._tls = threading.local()
+
+    def new_slot(self) -> tuple:
+        """(pack, buffer, head, kernelParams address, keep-alive): ``pack(buffer, *long_pointers,
+        *short_pointers)`` (13 each, ATTENTION_PARAMS.pointer_names order)."""
+        buf = ctypes.create_string_buffer(self.template, len(self.template))
+        argv = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
+        ps, size, n = ATTENTION_PARAMS.pointer_struct, ATTENTION_PARAMS.size, len(ATTENTION_PARAMS.pointer_names)
+
+        def pack(b, *ptrs):
+            ps.pack_into(b, 0, *ptrs[:n])
+            ps.pack_into(b, size, *ptrs[n:])
+        return (pack, buf, self.head, ctypes.addressof(argv), argv)
+
+
+class PreparedFusedCall:
+    """The four launches of one fused call signature (see ``build``); ``run`` has
+    ``prepared.PreparedCall.run``'s contract."""
+
+    def __init__(self, *, device, kernels: FusedKernels, sched_long, sched_short, pair: PairLaunch, combine,
+                 layout: FusedWorkspace, fixed_base, out_shape, lse_shape, dtype, sizes):
+        self.device, self.device_index = device, device.index
+        self.kernels, self.layout, self.fixed_base = kernels, layout, fixed_base
+        self.sched_long, self.sched_short, self.pair, self.combine = sched_long, sched_short, pair, combine
+        s = layout.short
+        self._long_md = layout.long_metadata_offset
+        self._oa, self._la, self._rs = s.out_accum_offset, s.lse_accum_offset, s.row_splits_offset
+        self.out_shape, self.lse_shape, self.dtype, self.sizes = out_shape, lse_shape, dtype, sizes
+        self.workspace_bytes = layout.nbytes
+        self._tls = threading.local()
+
+    def _slots(self):
+        try:
+            return self._tls.slots
+        except AttributeError:
+            if self.device.type == "cuda":
+                torch.cuda.set_device(self.device_index)
+            self._tls.slots = (self.sched_long.new_slot(), self.sched_short.new_slot(), self.pair.new_slot(),
+                               self.combine.new_slot() if self.combine is not None else None)
+            return self._tls.slots
+
+    def run(self, q, k, v, cu_q, cu_k, seqused_k, page_table, out, lse):
+        """Enqueue the call on PyTorch's current stream of the prepared device.  Returns (out, lse),
+        or None (nothing enqueued) when q, k, v or out is not 16-byte aligned.  Raises
+        launch.LaunchError if the driver refuses a launch."""
+        from .prepared import current_device, current_stream
+
+        dev = self.device_index
+        if current_device() != dev:
+            with torch.cuda.device(dev):
+                return self._enqueue(current_stream(dev), q, k, v, cu_q, cu_k, seqused_k, page_table, out, lse)
+        return self._enqueue(current_stream(dev), q, k, v, cu_q, cu_k, seqused_k, page_table, out, lse)
+
+    def _enqueue(self, stream, q, k, v, cu_q, cu_k, seqused_k, page_table, out, lse):
+        qp, kp, vp = q.data_ptr(), k.data_ptr(), v.data_ptr()
+        op = 0 if out is None else out.data_ptr()
+        if (qp | kp | vp | op) & 15:
+            return None
+        if out is None:
+            out = torch.empty(self.out_shape, dtype=self.dtype, device=self.device)
+            op = out.data_ptr()
+        if lse is None and self.lse_shape is not None:
+            lse = torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
+        lp = 0 if lse is None else lse.data_ptr()
+        base = self.fixed_base
+        if base is None:
+            ws = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=self.device)
+            base = ws.data_ptr()
+        md_s, md_l = base, base + self._long_md
+        cq = cu_q.data_ptr()
+        ck = 0 if cu_k is None else cu_k.data_ptr()
+        su = 0 if seqused_k is None else seqused_k.data_ptr()
+        pt = 0 if page_table is None else page_table.data_ptr()
+        sl, ss, pair, comb = self._slots()
+        drv = launch._driver_launch or launch.driver_launch()
+        name = self.sched_long.name
+        try:
+            sl[0](sl[1], 0, cq, ck, su, md_l)
+            drv(*sl[2], stream, sl[3], 0)
+            ss[0](ss[1], 0, cq, ck, su, md_s)
+            drv(*ss[2], stream, ss[3], 0)
+            name = self.pair.name
+            if comb is None:
+                pair[0](pair[1], qp, kp, vp, op, lp, cq, ck, su, pt, md_l, 0, 0, 0,
+                        qp, kp, vp, op, lp, cq, ck, su, pt, md_s, 0, 0, 0)
+                drv(*pair[2], stream, pair[3], 0)
+            else:
+                oa, la, rs = base + self._oa, base + self._la, base + self._rs
+                pair[0](pair[1], qp, kp, vp, op, lp, cq, ck, su, pt, md_l, 0, 0, rs,
+                        qp, kp, vp, op, lp, cq, ck, su, pt, md_s, oa, la, rs)
+                drv(*pair[2], stream, pair[3], 0)
+                name = self.combine.name
+                comb[0](comb[1], 0, oa, la, rs, cq, md_s, op, lp)
+                drv(*comb[2], stream, comb[3], 0)
+        except Exception as e:  # noqa: BLE001 - whatever the binding raises, name the kernel
+            raise launch.LaunchError(name, e) from e
+        return out, lse
+
+
+def build(kernels: FusedKernels, *, layout: FusedWorkspace, batch: int, q, k, v, out, lse, page_table, scale: float,
+          window: tuple, softcap: float, return_lse: bool, fixed_base: int | None, sizes: dict) -> PreparedFusedCall:
+    """Prepare the launches of a validated fused call (as ``prepared.build``): both scheduler
+    launches (the two classes' configs), the fused kernel's two parameter structs, the combine."""
+    cap = layout.capacity
+    kernel_args.check_capacity(cap)
+    threads, smem = kernel_args.scheduler_launch_shape(cap, kernels.sched.smem_bytes)
+    sched_long = kernels.sched.prepare(1, kernel_args.scheduler_fields(batch, cap, kernels.cfg_long), smem=smem,
+                                       threads=threads)
+    sched_short = kernels.sched.prepare(1, kernel_args.scheduler_fields(batch, cap, kernels.cfg_short), smem=smem,
+                                        threads=threads)
+    strides = layout.short.split_strides()
+    static_long = kernel_args.attention_fields(q, k, v, out, lse, page_table, cap, scale, window, softcap, None)
+    static_short = kernel_args.attention_fields(q, k, v, out, lse, page_table, cap, scale, window, softcap, strides)
+    pair = PairLaunch(kernels.fused, static_long, static_short)
+    hq = out.shape[1]
+    combine = None
+    if kernels.combine is not None:
+        grid = kernel_args.combine_grid(out.shape[0], hq, kernels.combine.spec.rows_per_cta)
+        combine = kernels.combine.prepare(grid, kernel_args.combine_fields(out, lse, hq, strides))
+    return PreparedFusedCall(device=q.device, kernels=kernels, sched_long=sched_long, sched_short=sched_short,
+                             pair=pair, combine=combine, layout=layout, fixed_base=fixed_base,
+                             out_shape=tuple(out.shape), lse_shape=(hq, out.shape[0]) if return_lse else None,
+                             dtype=q.dtype, sizes=sizes)
+
+
+def use_fused(short_query_tokens, *, paged: bool, batch: int, max_seqlen_q: int, num_heads_q: int,
+              num_heads_kv: int, pack_gqa, num_splits: int) -> int:
+    """The class threshold (query tokens) of a fused launch for a call, or 0 for none.
+
+    ``short_query_tokens`` None (automatic): fused for a paged cache with more than one request
+    whose ``max_seqlen_q`` exceeds the default threshold and no forced ``pack_gqa`` or
+    ``num_splits``; an int >= 1: fused with that threshold whenever some request may exceed it;
+    0: never.
+    """
+    if short_query_tokens == 0:
+        return 0
+    auto = short_query_tokens is None
+    thr = heuristics.short_query_tokens(num_heads_q, num_heads_kv) if auto else int(short_query_tokens)
+    if auto and (not paged or pack_gqa is not None or num_splits != 0):
+        return 0
+    if batch < 2 or max_seqlen_q <= thr:
+        return 0
+    return thr
