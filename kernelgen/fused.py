@@ -20,12 +20,12 @@ launches.  The co-scheduling of prefill and decode work in one launch follows Po
 from __future__ import annotations
 
 import ctypes
-import threading
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 
-from . import heuristics, kernel_args, launch, metadata, runtime
+from . import heuristics, kernel_args, launch, metadata, prepared, runtime
 from .params import ATTENTION_PARAMS
 from .workspace import ALIGN, WorkspaceLayout
 
@@ -90,18 +90,12 @@ def load(variants: heuristics.FusedVariants, device: int, num_heads_q: int, num_
     combine = runtime.get_kernel(variants.combine, device) if variants.combine is not None else None
     big = 2 ** 31 - 1
     cfg_long = scheduler_config(f.long, fused, num_heads_q, num_heads_kv, sort=sort, head_swizzle=head_swizzle)
-    cfg_long = _replace(cfg_long, class_min_q=variants.short_max_q + 1, class_max_q=big)
+    cfg_long = dataclasses.replace(cfg_long, class_min_q=variants.short_max_q + 1, class_max_q=big)
     cfg_short = scheduler_config(f.short, fused, num_heads_q, num_heads_kv, sort=sort, head_swizzle=head_swizzle,
                                  max_splits=variants.short_max_splits, forced_splits=variants.short_forced_splits)
-    cfg_short = _replace(cfg_short, num_ctas=fused.persistent_grid * f.tiles_per_step
+    cfg_short = dataclasses.replace(cfg_short, num_ctas=fused.persistent_grid * f.tiles_per_step
                          * heuristics.SPLIT_GRANULARITY["decode"], class_min_q=0, class_max_q=variants.short_max_q)
     return FusedKernels(variants, sched, fused, combine, cfg_long, cfg_short)
-
-
-def _replace(cfg, **kw):
-    import dataclasses
-
-    return dataclasses.replace(cfg, **kw)
 
 
 class PairLaunch:
@@ -113,7 +107,6 @@ class PairLaunch:
         self.name = kernel.spec.name
         self.template = ATTENTION_PARAMS.pack_static(static_long) + ATTENTION_PARAMS.pack_static(static_short)
         self.head = (int(kernel.func_ptr), kernel.persistent_grid, 1, 1, kernel.num_threads, 1, 1, kernel.smem_bytes)
-        self._tls = threading.local()
 
     def new_slot(self) -> tuple:
         """(pack, buffer, head, kernelParams address, keep-alive): ``pack(buffer, *long_pointers,
@@ -128,65 +121,29 @@ class PairLaunch:
         return (pack, buf, self.head, ctypes.addressof(argv), argv)
 
 
-class PreparedFusedCall:
-    """The four launches of one fused call signature (see ``build``); ``run`` has
-    ``prepared.PreparedCall.run``'s contract."""
+class PreparedFusedCall(prepared.PreparedCall):
+    """The four launches of one fused call signature (see ``build``): ``run`` and the workspace
+    handling are ``prepared.PreparedCall``'s; the short class's metadata and partials sit where a
+    single-class call has them, the long class's metadata after them."""
 
     def __init__(self, *, device, kernels: FusedKernels, sched_long, sched_short, pair: PairLaunch, combine,
                  layout: FusedWorkspace, fixed_base, out_shape, lse_shape, dtype, sizes):
-        self.device, self.device_index = device, device.index
-        self.kernels, self.layout, self.fixed_base = kernels, layout, fixed_base
-        self.sched_long, self.sched_short, self.pair, self.combine = sched_long, sched_short, pair, combine
-        s = layout.short
+        super().__init__(device=device, sched=sched_long, attn=pair, combine=combine, layout=layout.short,
+                         fixed_base=fixed_base, out_shape=out_shape, lse_shape=lse_shape, dtype=dtype, sizes=sizes,
+                         config=kernels.cfg_long)
+        self.kernels, self.layout, self.workspace_bytes = kernels, layout, layout.nbytes
+        self.sched_long, self.sched_short, self.pair = sched_long, sched_short, pair
         self._long_md = layout.long_metadata_offset
-        self._oa, self._la, self._rs = s.out_accum_offset, s.lse_accum_offset, s.row_splits_offset
-        self.out_shape, self.lse_shape, self.dtype, self.sizes = out_shape, lse_shape, dtype, sizes
-        self.workspace_bytes = layout.nbytes
-        self._tls = threading.local()
 
-    def _slots(self):
+    def _launches(self) -> tuple:
+        return (self.sched_long, self.sched_short, self.pair, self.combine)
+
+    def _launch(self, stream, base, qp, kp, vp, op, lp, cq, ck, su, pt):
         try:
-            return self._tls.slots
+            sl, ss, pair, comb = self._tls.slots
         except AttributeError:
-            if self.device.type == "cuda":
-                torch.cuda.set_device(self.device_index)
-            self._tls.slots = (self.sched_long.new_slot(), self.sched_short.new_slot(), self.pair.new_slot(),
-                               self.combine.new_slot() if self.combine is not None else None)
-            return self._tls.slots
-
-    def run(self, q, k, v, cu_q, cu_k, seqused_k, page_table, out, lse):
-        """Enqueue the call on PyTorch's current stream of the prepared device.  Returns (out, lse),
-        or None (nothing enqueued) when q, k, v or out is not 16-byte aligned.  Raises
-        launch.LaunchError if the driver refuses a launch."""
-        from .prepared import current_device, current_stream
-
-        dev = self.device_index
-        if current_device() != dev:
-            with torch.cuda.device(dev):
-                return self._enqueue(current_stream(dev), q, k, v, cu_q, cu_k, seqused_k, page_table, out, lse)
-        return self._enqueue(current_stream(dev), q, k, v, cu_q, cu_k, seqused_k, page_table, out, lse)
-
-    def _enqueue(self, stream, q, k, v, cu_q, cu_k, seqused_k, page_table, out, lse):
-        qp, kp, vp = q.data_ptr(), k.data_ptr(), v.data_ptr()
-        op = 0 if out is None else out.data_ptr()
-        if (qp | kp | vp | op) & 15:
-            return None
-        if out is None:
-            out = torch.empty(self.out_shape, dtype=self.dtype, device=self.device)
-            op = out.data_ptr()
-        if lse is None and self.lse_shape is not None:
-            lse = torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
-        lp = 0 if lse is None else lse.data_ptr()
-        base = self.fixed_base
-        if base is None:
-            ws = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=self.device)
-            base = ws.data_ptr()
+            sl, ss, pair, comb = self._new_slots()
         md_s, md_l = base, base + self._long_md
-        cq = cu_q.data_ptr()
-        ck = 0 if cu_k is None else cu_k.data_ptr()
-        su = 0 if seqused_k is None else seqused_k.data_ptr()
-        pt = 0 if page_table is None else page_table.data_ptr()
-        sl, ss, pair, comb = self._slots()
         drv = launch._driver_launch or launch.driver_launch()
         name = self.sched_long.name
         try:
@@ -209,7 +166,6 @@ class PreparedFusedCall:
                 drv(*comb[2], stream, comb[3], 0)
         except Exception as e:  # noqa: BLE001 - whatever the binding raises, name the kernel
             raise launch.LaunchError(name, e) from e
-        return out, lse
 
 
 def build(kernels: FusedKernels, *, layout: FusedWorkspace, batch: int, q, k, v, out, lse, page_table, scale: float,

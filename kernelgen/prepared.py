@@ -56,14 +56,17 @@ class PreparedCall:
         self.sizes, self.config = sizes, config
         self._tls = threading.local()
 
+    def _launches(self) -> tuple:
+        """The prepared launches of the call, in order (None for an absent combine)."""
+        return (self.sched, self.attn, self.combine)
+
     def _new_slots(self):
         # First launch of this call in this thread (the device is current here): bind the device's
         # primary context to the thread, which driver-API launches need and a thread that made no
         # CUDA runtime call yet does not have.
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device_index)
-        slots = self._tls.slots = (self.sched.new_slot(), self.attn.new_slot(),
-                                   self.combine.new_slot() if self.combine is not None else None)
+        slots = self._tls.slots = tuple(x.new_slot() if x is not None else None for x in self._launches())
         return slots
 
     def run(self, q, k, v, cu_q, cu_k, seqused_k, page_table, out, lse):
@@ -101,7 +104,12 @@ class PreparedCall:
         ck = 0 if cu_k is None else cu_k.data_ptr()
         su = 0 if seqused_k is None else seqused_k.data_ptr()
         pt = 0 if page_table is None else page_table.data_ptr()
-        # the three launches, unrolled (launch.PreparedLaunch.launch without its per-call overhead)
+        self._launch(stream, md, qp, kp, vp, op, lp, cq, ck, su, pt)
+        return out, lse
+
+    def _launch(self, stream, md, qp, kp, vp, op, lp, cq, ck, su, pt):
+        """The three launches, unrolled (launch.PreparedLaunch.launch without its per-call
+        overhead); ``md`` is the workspace's address."""
         try:
             sched, attn, combine = self._tls.slots
         except AttributeError:
@@ -124,7 +132,6 @@ class PreparedCall:
                 drv(*combine[2], stream, combine[3], 0)
         except Exception as e:  # noqa: BLE001 - whatever the binding raises, name the kernel
             raise launch.LaunchError(kernel.name, e) from e
-        return out, lse
 
 
 def build(*, sched, attn, combine, cfg, layout: WorkspaceLayout, batch: int, q, k, v, out, lse, page_table,

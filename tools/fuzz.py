@@ -476,8 +476,7 @@ def build_inputs(case: dict, device="cuda") -> dict:
 
 
 class _PoisonedTorch:
-    """Stands in for ``torch`` inside ``kernelgen.api``, ``kernelgen.prepared`` and ``kernelgen.fused``
-    during a call:
+    """Stands in for ``torch`` inside ``kernelgen.api`` and ``kernelgen.prepared`` during a call:
     ``torch.empty`` comes back filled with NaN (floating), POISON_INT (int32) or 0xFF bytes (the
     uint8 workspace of the metadata and split partials: -1 as int32, NaN as float32), so an lse
     row, a split partial or a metadata word the kernels forget to write shows up.  Everything
@@ -502,7 +501,7 @@ class _PoisonedTorch:
 
 
 #: Modules whose ``torch.empty`` calls make the buffers of a varlen_attention call.
-_ALLOCATING_MODULES = ("kernelgen.api", "kernelgen.prepared", "kernelgen.fused")
+_ALLOCATING_MODULES = ("kernelgen.api", "kernelgen.prepared")
 
 
 @contextmanager
