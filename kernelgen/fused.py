@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import heuristics, kernel_args, launch, metadata, prepared, runtime
+from . import heuristics, kernel_args, metadata, prepared, runtime
 from .params import ATTENTION_PARAMS
 from .workspace import ALIGN, WorkspaceLayout
 
@@ -109,13 +109,14 @@ class PairLaunch:
         self.head = (int(kernel.func_ptr), kernel.persistent_grid, 1, 1, kernel.num_threads, 1, 1, kernel.smem_bytes)
 
     def new_slot(self) -> tuple:
-        """(pack, buffer, head, kernelParams address, keep-alive): ``pack(buffer, *long_pointers,
-        *short_pointers)`` (13 each, ATTENTION_PARAMS.pointer_names order)."""
+        """(pack, buffer, head, kernelParams address, keep-alive): ``pack(buffer, 0, *long_pointers,
+        *short_pointers)`` (13 each, ATTENTION_PARAMS.pointer_names order), as
+        ``launch.PreparedLaunch.new_slot``'s."""
         buf = ctypes.create_string_buffer(self.template, len(self.template))
         argv = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
         ps, size, n = ATTENTION_PARAMS.pointer_struct, ATTENTION_PARAMS.size, len(ATTENTION_PARAMS.pointer_names)
 
-        def pack(b, *ptrs):
+        def pack(b, offset, *ptrs):
             ps.pack_into(b, 0, *ptrs[:n])
             ps.pack_into(b, size, *ptrs[n:])
         return (pack, buf, self.head, ctypes.addressof(argv), argv)
@@ -138,34 +139,16 @@ class PreparedFusedCall(prepared.PreparedCall):
     def _launches(self) -> tuple:
         return (self.sched_long, self.sched_short, self.pair, self.combine)
 
-    def _launch(self, stream, base, qp, kp, vp, op, lp, cq, ck, su, pt):
-        try:
-            sl, ss, pair, comb = self._tls.slots
-        except AttributeError:
-            sl, ss, pair, comb = self._new_slots()
+    def _pointer_sets(self, base, qp, kp, vp, op, lp, cq, ck, su, pt) -> tuple:
         md_s, md_l = base, base + self._long_md
-        drv = launch._driver_launch or launch.driver_launch()
-        name = self.sched_long.name
-        try:
-            sl[0](sl[1], 0, cq, ck, su, md_l)
-            drv(*sl[2], stream, sl[3], 0)
-            ss[0](ss[1], 0, cq, ck, su, md_s)
-            drv(*ss[2], stream, ss[3], 0)
-            name = self.pair.name
-            if comb is None:
-                pair[0](pair[1], qp, kp, vp, op, lp, cq, ck, su, pt, md_l, 0, 0, 0,
-                        qp, kp, vp, op, lp, cq, ck, su, pt, md_s, 0, 0, 0)
-                drv(*pair[2], stream, pair[3], 0)
-            else:
-                oa, la, rs = base + self._oa, base + self._la, base + self._rs
-                pair[0](pair[1], qp, kp, vp, op, lp, cq, ck, su, pt, md_l, 0, 0, rs,
-                        qp, kp, vp, op, lp, cq, ck, su, pt, md_s, oa, la, rs)
-                drv(*pair[2], stream, pair[3], 0)
-                name = self.combine.name
-                comb[0](comb[1], 0, oa, la, rs, cq, md_s, op, lp)
-                drv(*comb[2], stream, comb[3], 0)
-        except Exception as e:  # noqa: BLE001 - whatever the binding raises, name the kernel
-            raise launch.LaunchError(name, e) from e
+        sched = ((cq, ck, su, md_l), (cq, ck, su, md_s))
+        if self.combine is None:
+            return sched + ((qp, kp, vp, op, lp, cq, ck, su, pt, md_l, 0, 0, 0,
+                             qp, kp, vp, op, lp, cq, ck, su, pt, md_s, 0, 0, 0),)
+        oa, la, rs = base + self._oa, base + self._la, base + self._rs
+        return sched + ((qp, kp, vp, op, lp, cq, ck, su, pt, md_l, 0, 0, rs,
+                         qp, kp, vp, op, lp, cq, ck, su, pt, md_s, oa, la, rs),
+                        (oa, la, rs, cq, md_s, op, lp))
 
 
 def build(kernels: FusedKernels, *, layout: FusedWorkspace, batch: int, q, k, v, out, lse, page_table, scale: float,

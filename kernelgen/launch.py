@@ -41,12 +41,13 @@ def driver_launch():
 
 
 class LaunchError(RuntimeError):
-    """The driver refused a launch.  ``kernel`` is the kernel's name, ``code`` the CUresult (None
-    if the error carried none); the driver's error is chained as ``__cause__``."""
+    """The driver refused a launch.  ``kernel`` is the kernel's name (``a+b+c`` for a graph of
+    kernels), ``code`` the CUresult (None if the error carried none); the driver's error is
+    chained as ``__cause__``; ``call`` names the driver function in the message."""
 
-    def __init__(self, kernel: str, cause: BaseException):
+    def __init__(self, kernel: str, cause: BaseException, call: str = "cuLaunchKernel"):
         self.kernel, self.code = kernel, getattr(cause, "status", None)
-        super().__init__(f"cuLaunchKernel failed for kernel {kernel}: {cause}")
+        super().__init__(f"{call} failed for kernel {kernel}: {cause}")
 
 
 class PreparedLaunch:

@@ -233,9 +233,9 @@ class AttentionPlan:
 
         Host cost: the first step of a signature (the tensors' types, dtypes, devices, shapes and
         strides, ``return_lse``, ``softmax_scale``) is validated and prepared; later steps of it
-        read the data pointers, check their alignment and enqueue three launches, with no
-        allocation when ``out`` (and ``lse``, if returned) are given (``docs/perf-notes.md``,
-        "host overhead").
+        read the data pointers, check their alignment and enqueue the kernels (three; as one CUDA
+        graph launch outside capture, ``graph_launch.py``), with no allocation when ``out`` (and
+        ``lse``, if returned) are given (``docs/perf-notes.md``, "host overhead").
         """
         try:
             key = signature.key((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse), (),

@@ -10,10 +10,11 @@ scheduler, attention and (with split-KV) combine kernels.
 from __future__ import annotations
 
 import threading
+import warnings
 
 import torch
 
-from . import kernel_args, launch
+from . import graph_launch, kernel_args, launch
 from .params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS
 from .workspace import WorkspaceLayout
 
@@ -26,6 +27,24 @@ def _stream_handle(device: int) -> int:
 current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
 #: The raw CUstream handle of PyTorch's current stream on a device.
 current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or _stream_handle
+#: Whether PyTorch's current stream is capturing a CUDA graph.
+is_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or torch.cuda.is_current_stream_capturing
+
+
+_RAW_ALLOC = getattr(torch._C, "_cuda_cudaCachingAllocator_raw_alloc", None)
+_RAW_DELETE = getattr(torch._C, "_cuda_cudaCachingAllocator_raw_delete", None)
+
+
+def _raw_alloc_public(nbytes: int, stream: int) -> int:
+    return torch.cuda.caching_allocator_alloc(nbytes, stream=stream)
+
+
+#: ``raw_alloc(nbytes, stream) -> address``: device memory of the current device from PyTorch's
+#: caching allocator, tied to the raw stream ``stream`` (reused in that stream's order once
+#: returned with ``raw_delete(address)``, like a freed tensor's); the binding
+#: ``torch.cuda.caching_allocator_alloc`` wraps, without the wrapper's device switch.
+raw_alloc = _RAW_ALLOC if _RAW_ALLOC is not None and _RAW_DELETE is not None else _raw_alloc_public
+raw_delete = _RAW_DELETE if raw_alloc is _RAW_ALLOC else torch.cuda.caching_allocator_delete
 
 
 # run() passes pointers positionally in these orders: refuse to import if the ABI's order differs.
@@ -60,14 +79,26 @@ class PreparedCall:
         """The prepared launches of the call, in order (None for an absent combine)."""
         return (self.sched, self.attn, self.combine)
 
-    def _new_slots(self):
+    def _pointer_sets(self, md, qp, kp, vp, op, lp, cq, ck, su, pt) -> tuple:
+        """Each present launch's pointer parameters (its struct's pointer order), for a workspace
+        at ``md``."""
+        if self.combine is None:
+            return ((cq, ck, su, md), (qp, kp, vp, op, lp, cq, ck, su, pt, md, 0, 0, 0))
+        oa, la, rs = md + self._oa, md + self._la, md + self._rs
+        return ((cq, ck, su, md), (qp, kp, vp, op, lp, cq, ck, su, pt, md, oa, la, rs),
+                (oa, la, rs, cq, md, op, lp))
+
+    def _thread_state(self):
         # First launch of this call in this thread (the device is current here): bind the device's
-        # primary context to the thread, which driver-API launches need and a thread that made no
+        # primary context to the thread, which driver-API calls need and a thread that made no
         # CUDA runtime call yet does not have.
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device_index)
-        slots = self._tls.slots = tuple(x.new_slot() if x is not None else None for x in self._launches())
-        return slots
+        tls = self._tls
+        tls.kernels = tuple(x for x in self._launches() if x is not None)
+        tls.slots = tuple(x.new_slot() for x in tls.kernels)
+        tls.graphs = {} if graph_launch.driver() is not None else None
+        return tls.graphs
 
     def run(self, q, k, v, cu_q, cu_k, seqused_k, page_table, out, lse):
         """Enqueue the call on PyTorch's current stream of the prepared device, made current for
@@ -95,43 +126,60 @@ class PreparedCall:
         if lse is None and self.lse_shape is not None:
             lse = torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
         lp = 0 if lse is None else lse.data_ptr()
-        md = self.fixed_base
-        if md is None:
-            # freed on return: the caching allocator reuses it in stream order, after these kernels
-            ws = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=self.device)
-            md = ws.data_ptr()
         cq = cu_q.data_ptr()
         ck = 0 if cu_k is None else cu_k.data_ptr()
         su = 0 if seqused_k is None else seqused_k.data_ptr()
         pt = 0 if page_table is None else page_table.data_ptr()
-        self._launch(stream, md, qp, kp, vp, op, lp, cq, ck, su, pt)
+        capturing = is_capturing()
+        md = self.fixed_base
+        if md is not None:
+            self._launch(stream, capturing, self._pointer_sets(md, qp, kp, vp, op, lp, cq, ck, su, pt))
+        elif capturing:
+            # from the capture's memory pool; freed on return, reused in the graph's stream order
+            ws = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=self.device)
+            self._launch(stream, True, self._pointer_sets(ws.data_ptr(), qp, kp, vp, op, lp, cq, ck, su, pt))
+        else:
+            # the caching allocator's block, tied to this stream: freed on return, reused in stream order
+            md = raw_alloc(self.workspace_bytes, stream)
+            try:
+                self._launch(stream, False, self._pointer_sets(md, qp, kp, vp, op, lp, cq, ck, su, pt))
+            finally:
+                raw_delete(md)
         return out, lse
 
-    def _launch(self, stream, md, qp, kp, vp, op, lp, cq, ck, su, pt):
-        """The three launches, unrolled (launch.PreparedLaunch.launch without its per-call
-        overhead); ``md`` is the workspace's address."""
+    def _launch(self, stream, capturing: bool, sets: tuple) -> None:
+        """Enqueue the launches with these pointer sets (``_pointer_sets``): outside capture, from
+        a stream's second call on, one graph launch (``graph_launch.GraphCache`` of this thread and
+        stream); else one cuLaunchKernel per kernel."""
+        tls = self._tls
         try:
-            sched, attn, combine = self._tls.slots
+            graphs = tls.graphs
         except AttributeError:
-            sched, attn, combine = self._new_slots()
+            graphs = self._thread_state()
+        if graphs is not None and not capturing and graph_launch.enabled():
+            cache = graphs.get(stream)
+            if cache is not None:
+                try:
+                    cache.run(sets)
+                    return
+                except graph_launch.GraphBuildError as e:
+                    warnings.warn(f"kernelgen: CUDA graph launch unavailable, launching kernels one by one ({e})",
+                                  RuntimeWarning, stacklevel=4)
+                    tls.graphs = None          # this thread stops trying for this call
+            elif stream in graphs:             # the stream's second call: graphs from now on
+                graphs[stream] = graph_launch.GraphCache(graph_launch.driver(), tls.kernels, stream)
+                return self._launch(stream, capturing, sets)
+            else:                              # first call on this stream: launch directly
+                if len(graphs) >= graph_launch.MAX_STREAMS:
+                    graphs.pop(next(iter(graphs)))
+                graphs[stream] = None
         drv = launch._driver_launch or launch.driver_launch()
-        kernel = self.sched
-        try:
-            sched[0](sched[1], 0, cq, ck, su, md)
-            drv(*sched[2], stream, sched[3], 0)
-            kernel = self.attn
-            if combine is None:
-                attn[0](attn[1], 0, qp, kp, vp, op, lp, cq, ck, su, pt, md, 0, 0, 0)
-                drv(*attn[2], stream, attn[3], 0)
-            else:
-                oa, la, rs = md + self._oa, md + self._la, md + self._rs
-                attn[0](attn[1], 0, qp, kp, vp, op, lp, cq, ck, su, pt, md, oa, la, rs)
-                drv(*attn[2], stream, attn[3], 0)
-                kernel = self.combine
-                combine[0](combine[1], 0, oa, la, rs, cq, md, op, lp)
-                drv(*combine[2], stream, combine[3], 0)
-        except Exception as e:  # noqa: BLE001 - whatever the binding raises, name the kernel
-            raise launch.LaunchError(kernel.name, e) from e
+        for x, slot, ptrs in zip(tls.kernels, tls.slots, sets):
+            slot[0](slot[1], 0, *ptrs)
+            try:
+                drv(*slot[2], stream, slot[3], 0)
+            except Exception as e:  # noqa: BLE001 - whatever the binding raises, name the kernel
+                raise launch.LaunchError(x.name, e) from e
 
 
 def build(*, sched, attn, combine, cfg, layout: WorkspaceLayout, batch: int, q, k, v, out, lse, page_table,

@@ -5,7 +5,11 @@ CPU tensors up to the driver: the inputs' device check accepts the CPU, device p
 H200's, kernels are "loaded" with fake function handles (no compile), the current device is the
 CPU tensors' index (None) and the current stream a fixed handle, and ``cuLaunchKernel`` is a
 stand-in of CuPy's binding that records each launch (function, grid, block, shared memory,
-stream and the parameter bytes behind kernelParams).  Signature caches start empty.
+stream and the parameter bytes behind kernelParams).  The driver's graph API (``graph_launch``)
+is a stand-in too (``FakeGraphDriver``): a graph launch records its kernel nodes as launches,
+in order, with the parameters they were last set to, so a test sees the same launches on either
+path.  Workspaces come from ``prepared.raw_alloc`` as CPU uint8 tensors the recorder keeps, the
+capture state is ``Recorder.capturing``.  Signature caches start empty.
 """
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernelgen import api, launch, plan, prepared, runtime, signature
+from kernelgen import api, graph_launch, launch, plan, prepared, runtime, signature
 from kernelgen import validation as V
 from kernelgen.params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS
 
@@ -78,14 +82,26 @@ class Recorder:
         self.fail_kind = None   # with rc: fail only this kernel kind
         self.allocations: list[torch.Tensor] = []   # uint8 workspaces made by prepared calls (kept alive)
         self.device_switches: list = []
+        self.capturing = False                       # what prepared.is_capturing returns
+        self.graph_launches = 0                      # cuGraphLaunch calls that launched
+        self.set_params = 0                          # cuGraphExecKernelNodeSetParams calls
+        self.graph_rc = 0                            # returned by cuGraphLaunch (with fail_kind as for rc)
 
     def __call__(self, f, gx, gy, gz, bx, by, bz, smem, stream, argv, extra):
+        self.record(f, (gx, gy, gz), (bx, by, bz), smem, stream, argv, extra)
+        if self.rc and self.fail_kind in (None, KIND[f]):
+            raise DriverError(self.rc)
+
+    def record(self, f, grid, block, smem, stream, argv, extra) -> None:
         kind = KIND[f]
         param_addr = ctypes.cast(argv, ctypes.POINTER(ctypes.c_void_p))[0]
-        self.launches.append(Launch(kind, (gx, gy, gz), (bx, by, bz), smem, stream,
+        self.launches.append(Launch(kind, grid, block, smem, stream,
                                     ctypes.string_at(param_addr, PARAMS[kind].size), extra))
-        if self.rc and self.fail_kind in (None, kind):
-            raise DriverError(self.rc)
+
+    def raw_alloc(self, nbytes, stream) -> int:
+        t = torch.empty(nbytes, dtype=torch.uint8)
+        self.allocations.append(t)
+        return t.data_ptr()
 
     def kinds(self) -> list:
         return [x.kind for x in self.launches]
@@ -93,6 +109,90 @@ class Recorder:
     def clear(self) -> None:
         self.launches.clear()
         self.allocations.clear()
+
+
+def _value(handle):
+    """A handle passed as an int or as a ctypes.c_void_p (None for NULL: 0)."""
+    return (handle.value or 0) if isinstance(handle, ctypes.c_void_p) else handle
+
+
+class FakeGraphDriver:
+    """``graph_launch.Driver``'s stand-in: graphs are chains of kernel nodes holding copies of
+    their parameters (KernelNodeParams and the bytes behind kernel_params); ``cuGraphLaunch``
+    records each node as a launch through the recorder.  Handles are small ints; ``live``
+    counts executable graphs not destroyed, ``instantiated`` all made."""
+
+    def __init__(self, rec: Recorder):
+        self.rec = rec
+        self.graphs: dict = {}     # graph handle -> [node handles]
+        self.nodes: dict = {}      # node handle -> (func, grid, block, smem, param bytes)
+        self.execs: dict = {}      # exec handle -> {node handle: (func, grid, block, smem, param bytes)}
+        self.next = 0x100
+        self.live = 0
+        self.instantiated = 0
+
+    def _handle(self) -> int:
+        self.next += 1
+        return self.next
+
+    @staticmethod
+    def _read(params) -> tuple:
+        # byref(KernelNodeParams) or its address
+        p = params._obj if hasattr(params, "_obj") else graph_launch.KernelNodeParams.from_address(params)
+        kind = KIND[p.func]
+        pa = ctypes.cast(p.kernel_params, ctypes.POINTER(ctypes.c_void_p))[0]
+        return (p.func, (p.grid_x, p.grid_y, p.grid_z), (p.block_x, p.block_y, p.block_z), p.shared_mem_bytes,
+                ctypes.string_at(pa, PARAMS[kind].size))
+
+    def cuGraphCreate(self, out, flags):
+        h = self._handle()
+        self.graphs[h] = []
+        out._obj.value = h
+        return 0
+
+    def cuGraphAddKernelNode_v2(self, out, graph, deps, ndeps, params_addr):
+        nodes = self.graphs[graph]
+        assert ndeps == (1 if nodes else 0) and (not nodes or deps[0] == nodes[-1])   # a chain
+        h = self._handle()
+        self.nodes[h] = self._read(params_addr)
+        nodes.append(h)
+        out._obj.value = h
+        return 0
+
+    def cuGraphInstantiateWithFlags(self, out, graph, flags):
+        h = self._handle()
+        self.execs[h] = {n: self.nodes[n] for n in self.graphs[graph]}
+        self.live += 1
+        self.instantiated += 1
+        out._obj.value = h
+        return 0
+
+    def cuGraphExecKernelNodeSetParams_v2(self, exe, node, params_addr):
+        exe, node = _value(exe), _value(node)
+        assert node in self.execs[exe]
+        self.rec.set_params += 1
+        self.execs[exe][node] = self._read(params_addr)
+        return 0
+
+    def cuGraphLaunch(self, exe, stream):
+        exe, stream = _value(exe), _value(stream)
+        rec = self.rec
+        nodes = list(self.execs[exe].values())
+        if rec.graph_rc and (rec.fail_kind is None or any(KIND[n[0]] == rec.fail_kind for n in nodes)):
+            return rec.graph_rc
+        rec.graph_launches += 1
+        for func, grid, block, smem, params in nodes:
+            rec.launches.append(Launch(KIND[func], grid, block, smem, stream, params, 0))
+        return 0
+
+    def cuGraphExecDestroy(self, exe):
+        del self.execs[exe]
+        self.live -= 1
+        return 0
+
+    def cuGraphDestroy(self, graph):
+        del self.graphs[graph]
+        return 0
 
 
 def _fake_load(spec, device):
@@ -135,6 +235,11 @@ def install(monkeypatch) -> Recorder:
     monkeypatch.setattr(prepared, "current_stream", lambda device: STREAM)
     monkeypatch.setattr(prepared, "torch", _RecordingTorch(rec))
     monkeypatch.setattr(launch, "_driver_launch", rec)
+    rec.graph_driver = FakeGraphDriver(rec)
+    monkeypatch.setattr(graph_launch, "_driver", rec.graph_driver)
+    monkeypatch.setattr(prepared, "is_capturing", lambda: rec.capturing)
+    monkeypatch.setattr(prepared, "raw_alloc", rec.raw_alloc)
+    monkeypatch.setattr(prepared, "raw_delete", lambda address: None)
 
     class _Device:                      # torch.cuda.device: records the switch, switches nothing
         def __init__(self, device):

@@ -13,6 +13,7 @@ CUDA is stubbed (tests/fake_cuda.py): launches are recorded by a ctypes cuLaunch
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -372,6 +373,7 @@ def test_launch_error_from_the_call_names_the_kernel(fake_cuda):
     a = paged_args()
     call(a, causal=True)
     prep = the_prepared_call()
+    fake_cuda.capturing = True            # launched one by one (as inside a capture)
     fake_cuda.rc = 1
     with pytest.raises(launch.LaunchError, match=rf"kernel {prep.sched.name}: CUDA_ERROR_FAKE_1\b") as ei:
         call(a, causal=True)
@@ -379,10 +381,17 @@ def test_launch_error_from_the_call_names_the_kernel(fake_cuda):
     fake_cuda.rc, fake_cuda.fail_kind = 2, "attention"
     with pytest.raises(launch.LaunchError, match=rf"kernel {prep.attn.name}: CUDA_ERROR_FAKE_2\b"):
         call(a, causal=True)
-    fake_cuda.rc = 0
+    fake_cuda.rc, fake_cuda.fail_kind, fake_cuda.capturing = 0, None, False
+    fake_cuda.graph_rc = 3                # the graph launch (this stream's later calls) is refused
+    names = "+".join(x.name for x in prep._launches() if x is not None)
+    with pytest.raises(launch.LaunchError, match=rf"^cuGraphLaunch failed for kernel {re.escape(names)}: "
+                                                 r"cuGraphLaunch returned CUresult 3$") as ei:
+        call(a, causal=True)
+    assert ei.value.code == 3 and ei.value.kernel == names
+    fake_cuda.graph_rc = 0
     fake_cuda.clear()
     call(a, causal=True)
-    assert fake_cuda.kinds()[:2] == ["scheduler", "attention"]
+    assert fake_cuda.kinds()[:2] == ["scheduler", "attention"] and fake_cuda.graph_launches == 1
 
 
 def test_empty_batch_is_not_prepared(fake_cuda):

@@ -13,7 +13,9 @@ bits stubbed:
   CUDA (``runtime._load`` returns a Kernel with a null function pointer);
 * the driver launch is a Python no-op in place of CuPy's ``driver.launchKernel`` (which both the
   current launcher, ``kernelgen.launch``, and the pre-issue-9 one call); the no-op costs about
-  what the Cython binding itself does (~0.1 us), the driver's work is not included.
+  what the Cython binding itself does (~0.1 us), the driver's work is not included; likewise the
+  driver's graph API (``kernelgen.graph_launch``) is a set of Python no-ops (a ctypes call costs
+  about 0.5 us more), the capture check answers False and the workspace is a CPU allocation.
 
 What it does NOT include: the driver's own ``cuLaunchKernel`` time (about 2 us a launch on Linux,
 three launches a call) and the CUDA caching allocator (``torch.empty`` on a CUDA device costs more
@@ -77,6 +79,15 @@ def install_stubs() -> None:
                               persistent_grid=grid, params=params)
 
     runtime._load = fake_load
+    try:
+        from kernelgen import graph_launch, prepared
+    except ImportError:                                           # before the graph launcher
+        pass
+    else:
+        prepared.is_capturing = lambda: False
+        prepared.raw_alloc = lambda nbytes, stream: torch.empty(nbytes, dtype=torch.uint8).data_ptr()
+        prepared.raw_delete = lambda address: None
+        graph_launch._driver = _NoGraphDriver()
     from cupy.cuda import driver
 
     driver.launchKernel = _no_launch                              # the pre-issue-9 launcher calls it
@@ -86,6 +97,24 @@ def install_stubs() -> None:
         pass
     else:
         launch._driver_launch = _no_launch
+
+
+class _NoGraphDriver:
+    """The driver's graph API as no-ops that succeed (handles are 1)."""
+
+    @staticmethod
+    def _set(out, *args):
+        out._obj.value = 1
+        return 0
+
+    cuGraphCreate = cuGraphAddKernelNode_v2 = cuGraphInstantiateWithFlags = _set
+
+    @staticmethod
+    def cuGraphExecKernelNodeSetParams_v2(exe, node, params):
+        return 0
+
+    cuGraphLaunch = staticmethod(lambda exe, stream: 0)
+    cuGraphExecDestroy = cuGraphDestroy = staticmethod(lambda handle: 0)
 
 
 def _no_launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):

@@ -30,9 +30,13 @@ Suites and entries (``<model>`` suffix: see ``models.entry_name``):
   ``varlen_trace_sorted`` / ``varlen_trace_unsorted`` (a skewed trace batch of 512 requests with
   the sort on / off).
 * ``compile``: ``compile_cold_variant``, ``compile_warm_load``, ``dispatch_in_memory``.
-* ``overhead``: ``overhead_decode_call``, ``overhead_plan_run``, ``overhead_graph_replay``.
+* ``overhead``: ``overhead_decode_call``, ``overhead_plan_run``, ``overhead_graph_replay`` (one
+  call repeated), ``overhead_decode_call_32layers``, ``overhead_plan_run_32layers`` (calls cycling
+  through 32 layers' q and out).
 """
 from __future__ import annotations
+
+import itertools
 
 import json
 import os
@@ -663,8 +667,11 @@ def dispatch_entry(settings: Settings, model: ModelPreset) -> dict:
 
 
 # --------------------------------------------------------------------------------- overhead
-OVERHEAD_ENTRIES = ("overhead_decode_call", "overhead_plan_run", "overhead_graph_replay")
+OVERHEAD_ENTRIES = ("overhead_decode_call", "overhead_plan_run", "overhead_graph_replay",
+                    "overhead_decode_call_32layers", "overhead_plan_run_32layers")
 OVERHEAD_CONTEXT_CAP = 8192
+#: Layers the ``_32layers`` entries cycle through (a 32-layer model's decode step).
+OVERHEAD_LAYERS = 32
 
 
 def _overhead_inputs(settings: Settings, model: ModelPreset):
@@ -676,23 +683,34 @@ def overhead_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
     """Host time of one decode step (32 requests, Mooncake contexts capped at 8192, paged):
     ``overhead_decode_call`` the one-shot varlen_attention (scheduler + attention + combine),
     ``overhead_plan_run`` AttentionPlan.run, ``overhead_graph_replay`` a CUDA-graph replay of the
-    plan step.  Method: measure.host_time_us (the GPU is kept busy by a spin kernel so nothing the
-    calls enqueue runs during the measurement, and fewer calls than the launch queue holds are
-    enqueued per sample, so no launch blocks)."""
+    plan step, each repeated on the same tensors.  The ``_32layers`` entries cycle the call
+    through ``OVERHEAD_LAYERS`` layers' q and out, as the layers of a decode step do, so no call
+    has the previous call's pointers (the prepared call's graph launch then re-points a graph:
+    ``kernelgen/graph_launch.py``).  Method: measure.host_time_us (the GPU is kept busy by a spin
+    kernel so nothing the calls enqueue runs during the measurement, and fewer calls than the
+    launch queue holds are enqueued per sample, so no launch blocks)."""
     torch = _torch()
-    from .. import runtime
+    from .. import graph_launch, runtime
     from ..api import device_arch, varlen_attention
     from ..plan import AttentionPlan
 
     m = model
     ctx, (q, kc, vc, pt, used, cu_q) = _overhead_inputs(settings, m)
     b, maxk = len(ctx), max(ctx)
-    out = torch.empty(b, m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16)
+    n_layers = OVERHEAD_LAYERS if which.endswith("_32layers") else 1
+    layers = [(q if i == 0 else q.clone(), torch.empty(b, m.num_heads_q, m.head_dim_v, device="cuda",
+                                                       dtype=torch.bfloat16)) for i in range(n_layers)]
+    turn = itertools.cycle(layers).__next__
+    method = measure.HOST_METHOD + (f"; calls cycle through {n_layers} layers' q and out" if n_layers > 1 else
+                                    "; the same call repeated")
     e = _entry(entry_name(which, m), "overhead", m, shape=f"decode step, {b} requests, paged, {m.describe()}",
-               method=measure.HOST_METHOD)
-    if which == "overhead_decode_call":
-        fn = lambda: varlen_attention(q, kc, vc, cu_q, None, 1, maxk, seqused_k=used, page_table=pt,  # noqa: E731
-                                      causal=True, window_size=m.window_size, softcap=m.softcap, out=out)
+               method=method)
+    e["layers"] = n_layers
+    if which.startswith("overhead_decode_call"):
+        def fn():
+            lq, lo = turn()
+            return varlen_attention(lq, kc, vc, cu_q, None, 1, maxk, seqused_k=used, page_table=pt, causal=True,
+                                    window_size=m.window_size, softcap=m.softcap, out=lo)
         dev = settings.device
         specs = _variants(device_arch(dev), runtime.device_properties(dev)["num_sms"], m, 1, maxk, True,
                           layouts=("soa",))
@@ -701,14 +719,19 @@ def overhead_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
         plan = AttentionPlan(max_batch=b, num_heads_q=m.num_heads_q, num_heads_kv=m.num_heads_kv, head_dim=m.head_dim,
                              head_dim_v=m.head_dim_v, max_total_q=b, max_seqlen_q=1, max_seqlen_k=maxk, paged=True,
                              causal=True, window_size=m.window_size, softcap=m.softcap)
-        step = lambda: plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out)  # noqa: E731
+
+        def step():
+            lq, lo = turn()
+            return plan.run(lq, kc, vc, cu_q, seqused_k=used, page_table=pt, out=lo)
         e["launches"] = 3 if plan.combine is not None else 2
-        if which == "overhead_plan_run":
+        if which.startswith("overhead_plan_run"):
             fn = step
         else:
             graph = measure.capture_graph(step)
             fn = graph.replay
             e["launches"] = 1
+    # kernels enqueued as one CUDA graph launch outside capture (kernelgen/graph_launch.py)
+    e["graph_launch"] = which != "overhead_graph_replay" and graph_launch.driver() is not None
     e["us"] = measure.host_time_us(fn, samples=5 if settings.quick else 15)
     e["gpu_us"] = settings.time(fn)
     return e

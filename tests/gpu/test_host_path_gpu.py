@@ -3,7 +3,8 @@
 The validated first call and the cached calls after it give the reference result on fresh data;
 a cached call from a new thread, a cached call captured in a CUDA graph and replayed with new
 data, and a cached call on a non-current device (two GPUs) work; the workspace of one call is
-not shared by two calls in flight on different streams.
+not shared by two calls in flight on different streams; the graph launch of cached calls
+(kernelgen/graph_launch.py) re-points its nodes as queries and outputs change.
 """
 import threading
 
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 import kernelgen
-from kernelgen import api
+from kernelgen import api, graph_launch
 from kernelgen.plan import AttentionPlan
 from kernelgen.reference import attention_reference, gather_paged, tolerance
 
@@ -137,6 +138,30 @@ def test_two_streams_do_not_share_a_workspace():
     torch.cuda.synchronize()
     check(a, outs["a"])
     check(b, outs["b"])
+
+
+def test_graph_launch_with_changing_pointers():
+    """From a stream's second call on a cached call is one CUDA graph launch whose kernel nodes are
+    re-pointed where pointers changed: alternating queries and outputs each give the reference."""
+    api.clear_signature_cache()
+    a = decode_batch(seed=13)
+    qs = [a["q"], torch.empty_like(a["q"])]
+    outs = [torch.empty_like(a["q"]), torch.empty_like(a["q"])]
+    g = torch.Generator(device="cuda").manual_seed(13)
+    for step in range(8):
+        refill(a, 300 + step)
+        q = qs[step % 2]
+        q.copy_(torch.randn(q.shape, generator=g, device="cuda").to(BF16))
+        out = outs[(step // 2) % 2]
+        out.fill_(float("nan"))
+        res = call(dict(a, q=q), out=out)
+        torch.cuda.synchronize()
+        assert res is out
+        check(dict(a, q=q), out)
+    (prep,) = api._CALLS._d.values()
+    graphs = prep._tls.graphs.get(torch.cuda.current_stream().cuda_stream)
+    assert isinstance(graphs, graph_launch.GraphCache), "the cached calls did not take the graph launch"
+    assert len(graphs) == 4                   # one graph per (q, out) pair, each launched twice
 
 
 def test_plan_run_cached_steps():

@@ -1,0 +1,231 @@
+"""The graph launch of a prepared call (kernelgen/graph_launch.py, issue 9), on the CPU.
+
+The driver's graph API is a stand-in (tests/fake_cuda.py ``FakeGraphDriver``) that keeps each
+executable graph's kernel nodes with copies of their parameters and records a graph launch as
+its nodes' launches.  Checked: a stream's first call launches kernel by kernel and its later calls
+launch one graph with the same launches, bit for bit; each set of pointers gets its graph, launched
+unchanged when the set repeats, and past the cache's capacity the least recently used graph is
+re-pointed where pointers differ; capture launches directly; graphs are per stream and per thread, bounded and
+freed; the fused call and AttentionPlan.run take the same path; a driver without the graph API,
+or a graph the driver refuses to build, falls back to direct launches.
+"""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from fake_cuda import STREAM, make_plan
+from test_fused_cpu import CTX, QLENS, paged_inputs
+from test_fused_cpu import call as fused_call
+from test_signature_cache import call, paged_args, recorded, the_prepared_call
+
+from kernelgen import graph_launch, prepared
+
+
+@pytest.fixture
+def fixed_workspace(fake_cuda, monkeypatch):
+    """Every workspace at one address (as the caching allocator gives a stream's repeated
+    same-size request), so repeated calls have equal pointers."""
+    ws = torch.empty(64 << 20, dtype=torch.uint8)
+    fake_cuda.allocations.append(ws)
+    monkeypatch.setattr(prepared, "raw_alloc", lambda nbytes, stream: ws.data_ptr())
+    return ws
+
+
+def test_first_call_direct_then_one_graph_with_the_same_launches(fake_cuda, fixed_workspace):
+    a = paged_args()
+    call(a, causal=True)
+    direct = recorded(fake_cuda)
+    assert fake_cuda.graph_launches == 0 and [x[0] for x in direct] == ["scheduler", "attention", "combine"]
+    for n in (1, 2, 3):
+        fake_cuda.clear()
+        call(a, causal=True)
+        assert fake_cuda.graph_launches == n
+        assert recorded(fake_cuda) == direct
+    assert fake_cuda.graph_driver.live == 1
+    assert all(x.stream == STREAM for x in fake_cuda.launches)
+
+
+def test_one_graph_per_pointer_set_launched_unchanged(fake_cuda, fixed_workspace):
+    a = paged_args()
+    a2 = dict(a, out=torch.empty_like(a["out"]))
+    call(a, causal=True)                      # direct
+    call(a, causal=True)                      # the first graph: its three nodes set
+    assert fake_cuda.set_params == 3 and fake_cuda.graph_driver.instantiated == 1
+    call(a2, causal=True)                     # new pointers: a second graph
+    assert fake_cuda.set_params == 6 and fake_cuda.graph_driver.instantiated == 2
+    for x in (a, a2, a, a2):                  # as two layers of a serving loop
+        fake_cuda.clear()
+        call(x, causal=True)
+        att, comb = fake_cuda.launches[1].fields(), fake_cuda.launches[2].fields()
+        assert att["out"] == comb["out"] == x["out"].data_ptr()
+    assert fake_cuda.set_params == 6 and fake_cuda.graph_driver.instantiated == 2
+    assert fake_cuda.graph_launches == 6
+    assert len(the_prepared_call()._tls.graphs[STREAM]) == 2
+
+
+def test_least_recently_used_graph_is_repointed_past_capacity(fake_cuda, fixed_workspace, monkeypatch):
+    monkeypatch.setattr(graph_launch, "GRAPHS_PER_STREAM", 2)
+    a = paged_args()
+    layers = [dict(a, out=torch.empty_like(a["out"])) for _ in range(3)]
+    call(layers[0], causal=True)
+    call(layers[0], causal=True)
+    call(layers[1], causal=True)
+    call(layers[0], causal=True)              # layers[1]'s graph is now the least recently used
+    assert fake_cuda.graph_driver.instantiated == 2 and fake_cuda.set_params == 6
+    fake_cuda.clear()
+    call(layers[2], causal=True)              # re-points layers[1]'s graph: out is in two nodes
+    assert fake_cuda.graph_driver.instantiated == 2 and fake_cuda.set_params == 8
+    assert fake_cuda.launches[1].fields()["out"] == fake_cuda.launches[2].fields()["out"] == layers[2]["out"].data_ptr()
+    fake_cuda.clear()
+    call(layers[0], causal=True)              # still cached, unchanged
+    assert fake_cuda.set_params == 8 and fake_cuda.launches[1].fields()["out"] == layers[0]["out"].data_ptr()
+    a3 = dict(layers[0], seqused_k=a["seqused_k"].clone())
+    fake_cuda.clear()
+    call(a3, causal=True)                     # re-points layers[2]'s graph: seqused_k and out (3 nodes)
+    assert fake_cuda.set_params == 11
+    s, att, comb = (x.fields() for x in fake_cuda.launches)
+    assert s["seqused_k"] == att["seqused_k"] == a3["seqused_k"].data_ptr() and comb["out"] == a3["out"].data_ptr()
+
+
+def test_new_workspace_address_reaches_every_node(fake_cuda):
+    a = paged_args()
+    call(a, causal=True)
+    call(a, causal=True)
+    fake_cuda.clear()
+    call(a, causal=True)          # the stand-in allocator gives a new block each call
+    base = fake_cuda.allocations[-1].data_ptr()
+    prep = the_prepared_call()
+    s, att, comb = (x.fields() for x in fake_cuda.launches)
+    assert s["metadata"] == att["metadata"] == comb["metadata"] == base
+    assert att["out_accum"] == comb["out_accum"] == base + prep.layout.out_accum_offset
+    assert att["row_splits"] == comb["row_splits"] == base + prep.layout.row_splits_offset
+
+
+def test_capture_launches_kernel_by_kernel(fake_cuda, fixed_workspace):
+    a = paged_args()
+    call(a, causal=True)
+    call(a, causal=True)
+    fake_cuda.clear()
+    fake_cuda.capturing = True
+    call(a, causal=True)
+    assert fake_cuda.graph_launches == 1 and fake_cuda.kinds() == ["scheduler", "attention", "combine"]
+    # inside capture the workspace comes from torch.empty (the capture's pool), not raw_alloc
+    assert fake_cuda.launches[0].fields()["metadata"] == fake_cuda.allocations[-1].data_ptr()
+    assert fake_cuda.allocations[-1].data_ptr() != fixed_workspace.data_ptr()
+
+
+def test_one_graph_per_stream_bounded_and_freed(fake_cuda, fixed_workspace, monkeypatch):
+    a = paged_args()
+    streams = [STREAM + 16 * i for i in range(graph_launch.MAX_STREAMS + 3)]
+    for s in streams:
+        monkeypatch.setattr(prepared, "current_stream", lambda device, s=s: s)
+        call(a, causal=True)
+        call(a, causal=True)
+        assert fake_cuda.launches[-1].stream == s
+    assert fake_cuda.graph_launches == len(streams)
+    assert fake_cuda.graph_driver.live == graph_launch.MAX_STREAMS      # the oldest were destroyed
+    assert fake_cuda.graph_driver.instantiated == len(streams)
+    the_prepared_call()._tls.graphs.clear()
+    assert fake_cuda.graph_driver.live == 0
+
+
+def test_threads_get_their_own_graphs(fake_cuda, fixed_workspace):
+    a = paged_args()
+    errors = []
+
+    def worker():
+        try:
+            for _ in range(3):
+                call(a, causal=True)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert fake_cuda.graph_driver.instantiated == 3 and fake_cuda.graph_launches == 6
+    assert fake_cuda.graph_driver.live == 0       # freed with the threads' state
+
+
+def test_fused_call_is_one_graph_of_four_nodes(fake_cuda, fixed_workspace):
+    args = paged_inputs(QLENS, CTX)
+    out = torch.empty_like(args[0])
+    fused_call(*args, out=out)
+    direct = recorded(fake_cuda)
+    fake_cuda.clear()
+    fused_call(*args, out=out)
+    assert fake_cuda.graph_launches == 1
+    assert fake_cuda.kinds() == ["scheduler", "scheduler", "fused", "combine"]
+    assert recorded(fake_cuda) == direct
+
+
+def test_plan_run_takes_the_graph_path(fake_cuda, monkeypatch):
+    p = make_plan(monkeypatch, max_batch=8, num_heads_q=8, num_heads_kv=2, head_dim=128, max_total_q=8,
+                  max_seqlen_q=1, max_seqlen_k=96, paged=True, causal=True)
+    a = paged_args()
+    p.run(a["q"], a["k"], a["v"], a["cu_seqlens_q"], seqused_k=a["seqused_k"], page_table=a["page_table"],
+          out=a["out"])
+    direct = recorded(fake_cuda)
+    fake_cuda.clear()
+    p.run(a["q"], a["k"], a["v"], a["cu_seqlens_q"], seqused_k=a["seqused_k"], page_table=a["page_table"],
+          out=a["out"])
+    assert fake_cuda.graph_launches == 1 and recorded(fake_cuda) == direct
+    assert fake_cuda.launches[0].fields()["metadata"] == p.metadata.data_ptr()
+
+
+def test_no_graph_api_launches_directly(fake_cuda, fixed_workspace, monkeypatch):
+    monkeypatch.setattr(graph_launch, "_driver", None)
+    monkeypatch.setattr(graph_launch, "_driver_failed", True)
+    a = paged_args()
+    for _ in range(3):
+        call(a, causal=True)
+    assert fake_cuda.graph_launches == 0 and len(fake_cuda.launches) == 9
+
+
+def test_environment_switches_the_graph_path_per_call(fake_cuda, fixed_workspace, monkeypatch):
+    a = paged_args()
+    call(a, causal=True)
+    monkeypatch.setenv("KERNELGEN_GRAPH_LAUNCH", "0")
+    call(a, causal=True)
+    call(a, causal=True)
+    assert fake_cuda.graph_launches == 0 and len(fake_cuda.launches) == 9
+    monkeypatch.setenv("KERNELGEN_GRAPH_LAUNCH", "1")
+    call(a, causal=True)
+    assert fake_cuda.graph_launches == 1
+    monkeypatch.delenv("KERNELGEN_GRAPH_LAUNCH")
+    call(a, causal=True)
+    assert fake_cuda.graph_launches == 2
+
+
+def test_driver_binding_needs_every_entry_point():
+    class Fn:
+        pass
+
+    class Lib:
+        pass
+
+    lib = Lib()
+    for name in graph_launch.Driver._SIGNATURES:
+        setattr(lib, name, Fn())
+    drv = graph_launch.Driver(lib)
+    assert drv.cuGraphLaunch.restype is graph_launch.ctypes.c_int
+    assert len(drv.cuGraphAddKernelNode_v2.argtypes) == 5
+    del lib.cuGraphExecKernelNodeSetParams_v2
+    with pytest.raises(AttributeError):
+        graph_launch.Driver(lib)
+
+
+def test_refused_graph_falls_back_with_a_warning(fake_cuda, fixed_workspace, monkeypatch):
+    monkeypatch.setattr(fake_cuda.graph_driver, "cuGraphInstantiateWithFlags", lambda out, graph, flags: 801)
+    a = paged_args()
+    call(a, causal=True)
+    with pytest.warns(RuntimeWarning, match="cuGraphInstantiate failed .* CUresult 801"):
+        call(a, causal=True)
+    call(a, causal=True)
+    assert fake_cuda.graph_launches == 0 and len(fake_cuda.launches) == 9
+    assert fake_cuda.graph_driver.graphs == {}            # the half-built graph was destroyed
