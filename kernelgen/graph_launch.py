@@ -121,7 +121,8 @@ class GraphBuildError(LaunchError):
 
 def _check(rc: int, function: str, kernel: str, error=LaunchError) -> None:
     if rc:
-        raise error(kernel, DriverError(rc, function), function)
+        cause = DriverError(rc, function)
+        raise error(kernel, cause, function) from cause      # chained, as LaunchError documents
 
 
 def _destroy(drv: Driver, exec_handle: int, graph_handle: int) -> None:
@@ -241,6 +242,11 @@ class GraphCache:
         if last is not None and last[0] == pointer_sets:     # the same pointers as the last call
             last[1].launch()
             return
+        # Forget the last launch before any graph is re-pointed: with one graph per stream the
+        # least recently used graph is the last launched one, and a re-pointing the driver refuses
+        # midway leaves some of its nodes with the new pointers (the fast path above must not
+        # launch it for the old ones).
+        self._last = None
         graphs = self._by_pointers
         g = graphs.get(pointer_sets)
         if g is None:
@@ -252,7 +258,6 @@ class GraphCache:
             graphs[pointer_sets] = g
         elif len(graphs) > 1:
             graphs[pointer_sets] = graphs.pop(pointer_sets)     # most recently used last
-        self._last = None
         g.launch()
         self._last = (pointer_sets, g)
 

@@ -20,7 +20,7 @@ from test_fused_cpu import CTX, QLENS, paged_inputs
 from test_fused_cpu import call as fused_call
 from test_signature_cache import call, paged_args, recorded, the_prepared_call
 
-from kernelgen import graph_launch, prepared
+from kernelgen import graph_launch, launch, prepared
 
 
 @pytest.fixture
@@ -229,3 +229,86 @@ def test_refused_graph_falls_back_with_a_warning(fake_cuda, fixed_workspace, mon
     call(a, causal=True)
     assert fake_cuda.graph_launches == 0 and len(fake_cuda.launches) == 9
     assert fake_cuda.graph_driver.graphs == {}            # the half-built graph was destroyed
+
+
+def test_failed_repoint_never_leaves_the_last_graph_stale(fake_cuda, fixed_workspace, monkeypatch):
+    """One graph per stream: a call with new pointers re-points the graph the previous call
+    launched.  When the driver refuses a node midway, nodes before it already hold the new
+    pointers, so the next call with the previous pointers must not launch that graph unchanged."""
+    monkeypatch.setattr(graph_launch, "GRAPHS_PER_STREAM", 1)
+    a = paged_args()
+    a2 = dict(a, out=torch.empty_like(a["out"]), seqused_k=a["seqused_k"].clone())
+    call(a, causal=True)                       # direct
+    call(a, causal=True)                       # a's graph
+    drv = fake_cuda.graph_driver
+    real, seen = drv.cuGraphExecKernelNodeSetParams_v2, []
+
+    def refuse_the_second(exe, node, params):
+        seen.append(node)
+        return 700 if len(seen) == 2 else real(exe, node, params)
+
+    monkeypatch.setattr(drv, "cuGraphExecKernelNodeSetParams_v2", refuse_the_second)
+    with pytest.raises(launch.LaunchError, match="^cuGraphExecKernelNodeSetParams failed for kernel "):
+        call(a2, causal=True)                  # scheduler node set to a2's seqused_k, attention refused
+    fake_cuda.clear()
+    call(a, causal=True)
+    s, att, comb = (x.fields() for x in fake_cuda.launches)
+    assert s["seqused_k"] == att["seqused_k"] == a["seqused_k"].data_ptr()
+    assert att["out"] == comb["out"] == a["out"].data_ptr()
+    fake_cuda.clear()
+    call(a2, causal=True)
+    s, att, comb = (x.fields() for x in fake_cuda.launches)
+    assert s["seqused_k"] == att["seqused_k"] == a2["seqused_k"].data_ptr()
+    assert att["out"] == comb["out"] == a2["out"].data_ptr()
+
+
+def test_raw_workspace_is_returned_once_on_every_path(fake_cuda, monkeypatch):
+    """Each raw_alloc'd workspace goes back with raw_delete exactly once, after the launches were
+    enqueued or refused: direct and graph launches, refused launches of either kind, a refused
+    re-pointing, a refused graph build (fallback); inside capture nothing is raw-allocated."""
+    live, freed = {}, []
+    base = torch.empty(64 << 20, dtype=torch.uint8)
+    fake_cuda.allocations.append(base)
+
+    def alloc(nbytes, stream):
+        assert stream == STREAM and nbytes == the_prepared_call().workspace_bytes
+        live[base.data_ptr()] = live.get(base.data_ptr(), 0) + 1
+        return base.data_ptr()
+
+    def delete(address):
+        live[address] -= 1
+        assert live[address] == 0, "freed twice"
+        freed.append(address)
+
+    monkeypatch.setattr(prepared, "raw_alloc", alloc)
+    monkeypatch.setattr(prepared, "raw_delete", delete)
+    a = paged_args()
+    call(a, causal=True)                                   # direct
+    call(a, causal=True)                                   # graph
+    assert len(freed) == 2
+    fake_cuda.graph_rc = 5
+    with pytest.raises(launch.LaunchError):
+        call(a, causal=True)                               # refused graph launch
+    fake_cuda.graph_rc = 0
+    assert len(freed) == 3
+    drv = fake_cuda.graph_driver
+    with monkeypatch.context() as m:
+        m.setattr(drv, "cuGraphExecKernelNodeSetParams_v2", lambda exe, node, params: 700)
+        with pytest.raises(launch.LaunchError):
+            call(dict(a, out=torch.empty_like(a["out"])), causal=True)   # refused re-pointing of a new graph
+    assert len(freed) == 4
+    fake_cuda.capturing = True
+    call(a, causal=True)                                   # capture: torch.empty, no raw allocation
+    fake_cuda.capturing = False
+    assert len(freed) == 4
+    monkeypatch.setenv("KERNELGEN_GRAPH_LAUNCH", "0")
+    fake_cuda.rc = 9
+    with pytest.raises(launch.LaunchError):
+        call(a, causal=True)                               # refused direct launch
+    fake_cuda.rc = 0
+    monkeypatch.delenv("KERNELGEN_GRAPH_LAUNCH")
+    assert len(freed) == 5
+    monkeypatch.setattr(drv, "cuGraphInstantiateWithFlags", lambda out, graph, flags: 801)
+    with pytest.warns(RuntimeWarning):
+        call(dict(a, out=torch.empty_like(a["out"])), causal=True)       # refused build: direct fallback
+    assert len(freed) == 6 and live == {base.data_ptr(): 0}
