@@ -454,3 +454,39 @@ def test_cold_compile_in_fresh_process(tmp_path):
     assert r["resources"].get("registers")
     assert any(p.suffix == ".cubin" for p in (tmp_path / "cold").iterdir())
     assert math.isfinite(r["us_import"])
+
+
+@pytest.mark.parametrize("env,expected", [(None, True), ("0", False), ("1", True)])
+def test_overhead_entry_reports_whether_the_graph_launch_was_on(monkeypatch, env, expected):
+    """The overhead entries' ``graph_launch`` flag says whether the measured calls went out as one
+    CUDA graph launch: false while KERNELGEN_GRAPH_LAUNCH=0 (the A/B of docs/perf-notes.md)."""
+    import torch
+
+    from kernelgen import api, graph_launch, runtime
+
+    if env is None:
+        monkeypatch.delenv("KERNELGEN_GRAPH_LAUNCH", raising=False)
+    else:
+        monkeypatch.setenv("KERNELGEN_GRAPH_LAUNCH", env)
+    m = PRESETS[DEFAULT_MODEL]
+
+    class CpuTorch:
+        def __getattr__(self, name):
+            return getattr(torch, name)
+
+        @staticmethod
+        def empty(*shape, device=None, dtype=None):
+            return torch.empty(*shape, dtype=dtype)
+
+    b = 4
+    q = torch.zeros(b, m.num_heads_q, m.head_dim)
+    monkeypatch.setattr(suites, "_torch", lambda: CpuTorch())
+    monkeypatch.setattr(suites, "_overhead_inputs", lambda settings, model: ([64] * b, (q, q, q, q, q, q)))
+    monkeypatch.setattr(suites, "_variants", lambda *a, **k: ("scheduler", "attention", "combine"))
+    monkeypatch.setattr(api, "device_arch", lambda dev: "sm90")
+    monkeypatch.setattr(runtime, "device_properties", lambda dev: {"num_sms": 132})
+    monkeypatch.setattr(graph_launch, "driver", lambda: object())     # the driver has the graph API
+    monkeypatch.setattr(suites.measure, "host_time_us", lambda fn, samples: 1.0)
+    monkeypatch.setattr(suites.Settings, "time", lambda self, fn: 2.0)
+    e = suites.overhead_entry(suites.Settings(quick=True), "overhead_decode_call", m)
+    assert e["graph_launch"] is expected and e["launches"] == 3 and e["us"] == 1.0
