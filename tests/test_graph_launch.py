@@ -312,3 +312,113 @@ def test_raw_workspace_is_returned_once_on_every_path(fake_cuda, monkeypatch):
     with pytest.warns(RuntimeWarning):
         call(dict(a, out=torch.empty_like(a["out"])), causal=True)       # refused build: direct fallback
     assert len(freed) == 6 and live == {base.data_ptr(): 0}
+
+
+def test_graph_is_built_and_launched_with_the_prepared_device_current(fake_cuda, fixed_workspace, monkeypatch):
+    """run on another current device: the graph's build, node updates, launch and the workspace
+    allocation all happen while the prepared device is current (inside the device switch)."""
+    events = []
+
+    class Device:
+        def __init__(self, device):
+            self.device = device
+
+        def __enter__(self):
+            events.append(("enter", self.device))
+
+        def __exit__(self, *exc):
+            events.append(("exit", self.device))
+            return False
+
+    monkeypatch.setattr(torch.cuda, "device", Device)
+    drv = fake_cuda.graph_driver
+    for name in ("cuGraphCreate", "cuGraphInstantiateWithFlags", "cuGraphExecKernelNodeSetParams_v2", "cuGraphLaunch"):
+        def traced(*args, _real=getattr(drv, name), _name=name):
+            events.append(_name)
+            return _real(*args)
+        monkeypatch.setattr(drv, name, traced)
+    alloc = prepared.raw_alloc
+    monkeypatch.setattr(prepared, "raw_alloc", lambda n, s: events.append("raw_alloc") or alloc(n, s))
+    a = paged_args()
+    call(a, causal=True)                           # the prepared device is current: no switch
+    assert "enter" not in [e[0] if isinstance(e, tuple) else e for e in events]
+    monkeypatch.setattr(prepared, "current_device", lambda: 3)
+    events.clear()
+    call(a, causal=True)                           # graph built and launched under the switch
+    call(dict(a, out=torch.empty_like(a["out"])), causal=True)   # a second graph
+    call(a, causal=True)                           # the first graph again
+    inside, depth = [], 0
+    for e in events:
+        if isinstance(e, tuple):
+            depth += 1 if e[0] == "enter" else -1
+            assert e[1] is None                    # the prepared device (CPU tensors: index None)
+        else:
+            inside.append(depth == 1)
+    # raw_alloc, create, instantiate, three node updates, launch; the same; raw_alloc, launch
+    assert depth == 0 and all(inside) and len(inside) == 7 + 7 + 2
+    assert fake_cuda.graph_launches == 3
+
+
+class _PerThreadLaunches(list):
+    """The recorder's launch list, also kept per recording thread."""
+
+    def __init__(self):
+        super().__init__()
+        self.by_thread = {}
+
+    def append(self, x):
+        self.by_thread.setdefault(threading.get_ident(), []).append(x)
+        super().append(x)
+
+
+def test_threads_streams_and_pointer_sets_interleaved(fake_cuda, monkeypatch):
+    """Four threads, three streams (two kept per thread: evicted and re-added), five outputs and
+    three seqused_k (two graphs per stream: re-pointed), a thread switch every microsecond: each
+    call's launches, as the thread that made it recorded them, carry its pointers, its stream's
+    workspace and its stream."""
+    import random
+    import sys
+
+    monkeypatch.setattr(graph_launch, "GRAPHS_PER_STREAM", 2)
+    monkeypatch.setattr(graph_launch, "MAX_STREAMS", 2)
+    rec = fake_cuda.launches = _PerThreadLaunches()
+    ws = torch.empty(64 << 20, dtype=torch.uint8)
+    fake_cuda.allocations.append(ws)
+    monkeypatch.setattr(prepared, "raw_alloc", lambda nbytes, stream: ws.data_ptr() + 256 * (stream % 7))
+    cur = threading.local()
+    monkeypatch.setattr(prepared, "current_stream", lambda device: getattr(cur, "stream", STREAM))
+    a = paged_args()
+    outs = [torch.empty_like(a["out"]) for _ in range(5)]
+    useds = [a["seqused_k"].clone() for _ in range(3)]
+    call(a, causal=True)
+    errors = []
+
+    def worker(seed):
+        r = random.Random(seed)
+        try:
+            for _ in range(300):
+                cur.stream = STREAM + 16 * r.randrange(3)
+                o, u = r.choice(outs), r.choice(useds)
+                call(dict(a, out=o, seqused_k=u), causal=True)
+                mine = rec.by_thread[threading.get_ident()][-3:]
+                s, att, comb = (x.fields() for x in mine)
+                assert att["out"] == comb["out"] == o.data_ptr()
+                assert s["seqused_k"] == att["seqused_k"] == u.data_ptr()
+                assert s["metadata"] == att["metadata"] == comb["metadata"] == ws.data_ptr() + 256 * (cur.stream % 7)
+                assert {x.stream for x in mine} == {cur.stream}
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors[:3]
+    # each thread's graphs are its own, so the counts do not depend on the interleaving
+    assert fake_cuda.graph_launches == 819 and fake_cuda.set_params == 2159
