@@ -7,7 +7,11 @@ launch one graph with the same launches, bit for bit; each set of pointers gets 
 unchanged when the set repeats, and past the cache's capacity the least recently used graph is
 re-pointed where pointers differ; capture launches directly; graphs are per stream and per thread, bounded and
 freed; the fused call and AttentionPlan.run take the same path; a driver without the graph API,
-or a graph the driver refuses to build, falls back to direct launches.
+or a graph the driver refuses to build, falls back to direct launches.  Review additions: a
+re-pointing the driver refuses midway is never launched for the previous pointers; the raw
+workspace is returned once on every path; run on another current device does all its driver and
+allocator calls under the device switch; threads, streams and pointer sets interleaved launch each
+call's own parameters.  tests/test_graph_launch_ctypes.py takes the same path through ctypes.
 """
 from __future__ import annotations
 
