@@ -230,7 +230,7 @@ class GraphCache:
 
     def __init__(self, drv: Driver, launches, stream: int, capacity: int | None = None):
         self._drv, self._launches, self.stream = drv, launches, stream
-        self.capacity = GRAPHS_PER_STREAM if capacity is None else capacity
+        self.capacity = max(1, GRAPHS_PER_STREAM if capacity is None else capacity)
         self._by_pointers: dict = {}
         self._last = None          # (pointer sets, graph) of the last launch
 

@@ -158,19 +158,19 @@ class PreparedCall:
             graphs = self._thread_state()
         if graphs is not None and not capturing and graph_launch.enabled():
             cache = graphs.get(stream)
+            if cache is None and stream in graphs:     # the stream's second call: graphs from now on
+                cache = graphs[stream] = graph_launch.GraphCache(graph_launch.driver(), tls.kernels, stream)
             if cache is not None:
                 try:
                     cache.run(sets)
                     return
                 except graph_launch.GraphBuildError as e:
+                    tls.graphs = None                  # this thread stops trying for this call
+                    # stacklevel 5: the caller of varlen_attention / AttentionPlan.run
                     warnings.warn(f"kernelgen: CUDA graph launch unavailable, launching kernels one by one ({e})",
-                                  RuntimeWarning, stacklevel=4)
-                    tls.graphs = None          # this thread stops trying for this call
-            elif stream in graphs:             # the stream's second call: graphs from now on
-                graphs[stream] = graph_launch.GraphCache(graph_launch.driver(), tls.kernels, stream)
-                return self._launch(stream, capturing, sets)
-            else:                              # first call on this stream: launch directly
-                if len(graphs) >= graph_launch.MAX_STREAMS:
+                                  RuntimeWarning, stacklevel=5)
+            else:                                      # first call on this stream: launch directly
+                if graphs and len(graphs) >= graph_launch.MAX_STREAMS:
                     graphs.pop(next(iter(graphs)))
                 graphs[stream] = None
         drv = launch._driver_launch or launch.driver_launch()

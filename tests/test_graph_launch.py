@@ -16,6 +16,7 @@ call's own parameters.  tests/test_graph_launch_ctypes.py takes the same path th
 from __future__ import annotations
 
 import threading
+import warnings
 
 import pytest
 import torch
@@ -228,11 +229,36 @@ def test_refused_graph_falls_back_with_a_warning(fake_cuda, fixed_workspace, mon
     monkeypatch.setattr(fake_cuda.graph_driver, "cuGraphInstantiateWithFlags", lambda out, graph, flags: 801)
     a = paged_args()
     call(a, causal=True)
-    with pytest.warns(RuntimeWarning, match="cuGraphInstantiate failed .* CUresult 801"):
+    with pytest.warns(RuntimeWarning, match="cuGraphInstantiate failed .* CUresult 801") as w:
         call(a, causal=True)
+    assert w[0].filename.endswith("test_signature_cache.py")    # the line that called varlen_attention
     call(a, causal=True)
     assert fake_cuda.graph_launches == 0 and len(fake_cuda.launches) == 9
     assert fake_cuda.graph_driver.graphs == {}            # the half-built graph was destroyed
+
+
+def test_refused_graph_as_an_error_warning_then_direct_launches(fake_cuda, fixed_workspace, monkeypatch):
+    """Under warnings-as-errors the refused build raises once; the thread does not retry it."""
+    monkeypatch.setattr(fake_cuda.graph_driver, "cuGraphInstantiateWithFlags", lambda out, graph, flags: 801)
+    a = paged_args()
+    call(a, causal=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.raises(RuntimeWarning, match="cuGraphInstantiate failed"):
+            call(a, causal=True)
+        fake_cuda.clear()
+        call(a, causal=True)
+    assert fake_cuda.kinds() == ["scheduler", "attention", "combine"] and fake_cuda.graph_launches == 0
+
+
+def test_zero_capacities_do_not_break_calls(fake_cuda, fixed_workspace, monkeypatch):
+    monkeypatch.setattr(graph_launch, "GRAPHS_PER_STREAM", 0)
+    monkeypatch.setattr(graph_launch, "MAX_STREAMS", 0)
+    a, b = paged_args(), dict(paged_args(), out=torch.empty_like(paged_args()["out"]))
+    for x in (a, a, b, a):
+        fake_cuda.clear()
+        call(x, causal=True)
+        assert fake_cuda.launches[1].fields()["out"] == x["out"].data_ptr()
 
 
 def test_failed_repoint_never_leaves_the_last_graph_stale(fake_cuda, fixed_workspace, monkeypatch):
