@@ -160,7 +160,7 @@ def _random_config(rng, attn_spec, num_ctas):
         pack_factor=int(rng.choice([1, 4, 8])), max_splits=int(rng.choice([1, 2, 16, 64])),
         forced_splits=bool(rng.random() < 0.3), num_ctas=num_ctas,
         max_kvblocks_l2=int(rng.choice([0, 20, 160, 4000])), swizzle_mult=int(rng.choice([1, 4])),
-        sort=bool(rng.random() < 0.8), **_random_class(rng))
+        sort=bool(rng.random() < 0.8), window_left=int(rng.choice([-1, -1, -1, 0, 100, 4095])), **_random_class(rng))
 
 
 def _random_class(rng) -> dict:
@@ -175,7 +175,8 @@ def _random_class(rng) -> dict:
 
 @pytest.mark.parametrize("layout", ["soa", "aos"])
 def test_scheduler_kernel_matches_reference(layout):
-    """>= 500 random batches per layout, batch 1..4096, empty requests, packed and not, all switches;
+    """>= 500 random batches per layout, batch 1..4096, empty requests, packed and not, all switches
+    (sliding windows and request classes included);
     key ranges needing 1, 2 and 3 radix passes (every 11th trial has contexts up to 2^24 keys, past
     the sort key's saturation), with the plans stashed in shared memory and (odd trials) without."""
     rng = np.random.default_rng(5 if layout == "soa" else 6)
