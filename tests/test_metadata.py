@@ -198,15 +198,23 @@ def test_bad_arguments():
 
 
 def test_scheduler_launch_shape():
-    """One thread per slot (32..1024); four 4-byte values per slot when the kernel may use that much
-    shared memory (sort keys x2 and the stashed plan), else only the two key buffers."""
+    """One thread per slot up to 512 slots (at least a warp), one per two above, at most 1024 (8
+    slots a thread at the largest capacity); four 4-byte values per slot when the kernel may use
+    that much shared memory (sort keys x2 and the staged plans), else only the two key buffers."""
     from kernelgen.api import scheduler_launch_shape
 
     assert scheduler_launch_shape(5, 48 * 1024) == (32, 16 * 8)
-    assert scheduler_launch_shape(1000, 48 * 1024) == (1024, 16 * 1000)
+    assert scheduler_launch_shape(128, 48 * 1024) == (128, 16 * 128)
+    assert scheduler_launch_shape(512, 48 * 1024) == (512, 16 * 512)
+    assert scheduler_launch_shape(513, 48 * 1024) == (512, 16 * 516)
+    assert scheduler_launch_shape(1000, 48 * 1024) == (512, 16 * 1000)
+    assert scheduler_launch_shape(2048, 48 * 1024) == (1024, 16 * 2048)
     assert scheduler_launch_shape(4096, 64 * 1024) == (1024, 16 * 4096)
     assert scheduler_launch_shape(8192, 99 * 1024 - 33424) == (1024, 8 * 8192)
     assert scheduler_launch_shape(8192, 227 * 1024 - 33424) == (1024, 16 * 8192)
+    for cap in range(1, 8193, 37):
+        threads, _ = scheduler_launch_shape(cap)
+        assert threads & (threads - 1) == 0 and 32 <= threads <= 1024 and 8 * threads >= cap
 
 
 @settings(max_examples=200, deadline=None)
