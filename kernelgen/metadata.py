@@ -48,7 +48,8 @@ from dataclasses import dataclass
 import numpy as np
 
 #: Largest capacity (requests) one metadata buffer may describe: the scheduler sorts the whole
-#: batch in one CTA (registers, warp shuffles and 2 x 4 bytes of shared memory a request).
+#: batch in one CTA of up to 1024 threads (up to 8 requests a thread, 8 or 16 bytes of shared
+#: memory a request).
 MAX_CAPACITY = 8192
 #: Sort keys (KV blocks of a request's longest tile) saturate here: 19 key bits above 13 index bits.
 SORT_KEY_CAP = (1 << 19) - 3
