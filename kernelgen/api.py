@@ -220,7 +220,7 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
     combine = runtime.get_kernel(variants.combine, device) if variants.combine is not None else None
     cfg = scheduler_config(variants.attention, attn, hq, sizes["num_heads_kv"], sort=bool(sort),
                            head_swizzle=bool(head_swizzle), max_splits=variants.max_splits,
-                           forced_splits=variants.forced_splits)
+                           forced_splits=variants.forced_splits, window_left=left)
     ws = WorkspaceLayout(batch, combine is not None, variants.max_splits, hq, total_q, sizes["head_dim_v"])
     prep = prepared.build(sched=sched, attn=attn, combine=combine, cfg=cfg, layout=ws, batch=batch, q=q, k=k, v=v,
                           out=out, lse=lse, page_table=page_table, scale=scale, window=(left, right), softcap=cap,
@@ -246,7 +246,7 @@ def _fused_call(short_query_tokens, q, k, v, out, lse, page_table, sizes, arch, 
                                  num_sms=runtime.device_properties(device)["num_sms"])
     if fv is None:
         return None
-    kernels = fused.load(fv, device, hq, hkv, sort=bool(sort), head_swizzle=bool(head_swizzle))
+    kernels = fused.load(fv, device, hq, hkv, sort=bool(sort), head_swizzle=bool(head_swizzle), window_left=left)
     ws = kernels.workspace(sizes["batch"], sizes["total_q"], hq, sizes["head_dim_v"])
     return fused.build(kernels, layout=ws, batch=sizes["batch"], q=q, k=k, v=v, out=out, lse=lse,
                        page_table=page_table, scale=scale, window=(left, right), softcap=cap,
@@ -254,8 +254,12 @@ def _fused_call(short_query_tokens, q, k, v, out, lse, page_table, sizes, arch, 
 
 
 def scheduler_config(attn_spec, attn_kernel, num_heads_q: int, num_heads_kv: int, *, sort: bool = True,
-                     head_swizzle: bool = True, max_splits: int = 1, forced_splits: bool = False):
+                     head_swizzle: bool = True, max_splits: int = 1, forced_splits: bool = False,
+                     window_left: int = -1):
     """The scheduler's run-time configuration for an attention kernel on its device.
+
+    ``window_left``: the call's left window in tokens for a local mask (-1: none), so that key
+    blocks, splits and the sort key count what the window leaves (``metadata.request_blocks``).
 
     The dynamic split divides the work by the persistent grid times
     ``heuristics.SPLIT_GRANULARITY`` of the tile's class (decode tiles: finer).
@@ -280,6 +284,7 @@ def scheduler_config(attn_spec, attn_kernel, num_heads_q: int, num_heads_kv: int
         max_kvblocks_l2=budget,
         swizzle_mult=1 if pack else qpk,
         sort=sort,
+        window_left=window_left if attn_spec.mask == "local" else -1,
     )
 
 

@@ -75,12 +75,13 @@ class FusedKernels:
 
 
 def load(variants: heuristics.FusedVariants, device: int, num_heads_q: int, num_heads_kv: int, *, sort: bool = True,
-         head_swizzle: bool = True) -> FusedKernels:
+         head_swizzle: bool = True, window_left: int = -1) -> FusedKernels:
     """Load the kernels of ``variants`` on ``device`` and derive both classes' scheduler configs.
 
     The long class's split share divides by the fused grid; the short class's by the grid times
     the short tiles a CTA runs side by side times the decode split granularity (as for a decode
-    launch, whose one-warp CTAs fill the same warps).
+    launch, whose one-warp CTAs fill the same warps).  ``window_left``: the call's left window in
+    tokens (-1: none; used by a local mask's schedulers, see ``api.scheduler_config``).
     """
     from .api import scheduler_config
 
@@ -89,10 +90,12 @@ def load(variants: heuristics.FusedVariants, device: int, num_heads_q: int, num_
     fused = runtime.get_kernel(f, device)
     combine = runtime.get_kernel(variants.combine, device) if variants.combine is not None else None
     big = 2 ** 31 - 1
-    cfg_long = scheduler_config(f.long, fused, num_heads_q, num_heads_kv, sort=sort, head_swizzle=head_swizzle)
+    cfg_long = scheduler_config(f.long, fused, num_heads_q, num_heads_kv, sort=sort, head_swizzle=head_swizzle,
+                                window_left=window_left)
     cfg_long = dataclasses.replace(cfg_long, class_min_q=variants.short_max_q + 1, class_max_q=big)
     cfg_short = scheduler_config(f.short, fused, num_heads_q, num_heads_kv, sort=sort, head_swizzle=head_swizzle,
-                                 max_splits=variants.short_max_splits, forced_splits=variants.short_forced_splits)
+                                 max_splits=variants.short_max_splits, forced_splits=variants.short_forced_splits,
+                                 window_left=window_left)
     cfg_short = dataclasses.replace(cfg_short, num_ctas=fused.persistent_grid * f.tiles_per_step
                          * heuristics.SPLIT_GRANULARITY["decode"], class_min_q=0, class_max_q=variants.short_max_q)
     return FusedKernels(variants, sched, fused, combine, cfg_long, cfg_short)

@@ -30,7 +30,7 @@ def scheduler_fields(batch: int, capacity: int, cfg) -> dict:
             "block_n": cfg.block_n, "pack_factor": cfg.pack_factor, "max_splits": cfg.max_splits,
             "forced_splits": int(cfg.forced_splits), "num_ctas": cfg.num_ctas, "max_kvblocks_l2": cfg.max_kvblocks_l2,
             "swizzle_mult": cfg.swizzle_mult, "sort": int(cfg.sort), "class_min_q": cfg.class_min_q,
-            "class_max_q": cfg.class_max_q}
+            "class_max_q": cfg.class_max_q, "window_left": cfg.window_left}
 
 
 def attention_fields(q, k, v, out, lse, page_table, capacity: int, scale: float, window=(-1, -1),
@@ -67,14 +67,24 @@ def combine_grid(total_q: int, num_heads_q: int, rows_per_cta: int) -> int:
     return max(1, math.ceil(total_q * num_heads_q / rows_per_cta))
 
 
+#: Up to this many request slots the scheduler runs one thread per slot; above, two (then up to
+#: eight at 1024 threads).  Measured on the H200 (docs/perf-notes.md, scheduler v10): below it the
+#: kernel is latency-bound and more warps win; above it, issue-bound, and half the threads do the
+#: same work in fewer instructions.
+SCHEDULER_ONE_SLOT_PER_THREAD = 512
+
+
 def scheduler_launch_shape(capacity: int, max_smem: int = 48 * 1024) -> tuple[int, int]:
-    """(threads, dynamic shared memory bytes) of a scheduler launch for a capacity: one thread per
-    request slot up to 1024 (at least a warp); two 4-byte sort-key buffers per slot, and two more
-    for the plans stashed at sort time when ``max_smem`` (bytes, what the loaded kernel may use)
-    allows (otherwise the kernel re-reads the lengths of each sorted request from global memory)."""
+    """(threads, dynamic shared memory bytes) of a scheduler launch for a capacity (request slots):
+    a power of two of threads, at least a warp and at most 1024, one per slot up to
+    ``SCHEDULER_ONE_SLOT_PER_THREAD`` slots and one per two slots above (so at most 8 slots a
+    thread at ``metadata.MAX_CAPACITY``); two 4-byte sort-key buffers per slot, and two more for
+    the plans staged by request when ``max_smem`` (bytes, what the loaded kernel may use) allows
+    (otherwise the kernel re-reads the lengths of each sorted request from global memory)."""
     cap4 = metadata.round_up(capacity, 4)
+    per = 1 if cap4 <= SCHEDULER_ONE_SLOT_PER_THREAD else 2
     n = 32
-    while n < cap4:
+    while n * per < cap4:
         n <<= 1
     threads = min(n, 1024)
     return threads, 16 * cap4 if 16 * cap4 <= max_smem else 8 * cap4

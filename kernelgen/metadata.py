@@ -48,7 +48,8 @@ from dataclasses import dataclass
 import numpy as np
 
 #: Largest capacity (requests) one metadata buffer may describe: the scheduler sorts the whole
-#: batch in one CTA (registers, warp shuffles and 2 x 4 bytes of shared memory a request).
+#: batch in one CTA of up to 1024 threads (up to 8 requests a thread, 8 or 16 bytes of shared
+#: memory a request).
 MAX_CAPACITY = 8192
 #: Sort keys (KV blocks of a request's longest tile) saturate here: 19 key bits above 13 index bits.
 SORT_KEY_CAP = (1 << 19) - 3
@@ -109,7 +110,10 @@ class SchedulerConfig:
     sort: order requests longest-first (per-split KV blocks, ties by request index);
     class_min_q / class_max_q: only requests with class_min_q <= seqlen_q <= class_max_q query
     tokens get tiles (the others are scheduled as if they had no query rows): a fused launch runs
-    one scheduler per request class (long-query and short-query), each with its own tile shape.
+    one scheduler per request class (long-query and short-query), each with its own tile shape;
+    window_left: the left window (keys before the diagonal) of a local mask, -1 = none.  With a
+    window, a request's key blocks are those its last query block reads (``request_blocks``), so
+    the splits, the split share and the sort key count the work the window leaves.
     """
 
     num_heads: int
@@ -124,17 +128,39 @@ class SchedulerConfig:
     sort: bool = True
     class_min_q: int = 0
     class_max_q: int = 2 ** 31 - 1
+    window_left: int = -1
 
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def request_plan(lq: int, lk: int, cfg: SchedulerConfig, share: int) -> tuple[int, int, int, int]:
-    """(m_blocks, n_blocks, splits, nheads_in_l2) of one request; ``share`` is the dynamic-split quantum P."""
+def request_blocks(lq: int, lk: int, cfg: SchedulerConfig) -> tuple[int, int]:
+    """(m_blocks, n_blocks) of a request with ``lq`` query and ``lk`` key tokens (negative: 0).
+
+    m_blocks = ceil(lq * pack_factor / block_m).  n_blocks = the key blocks of the request's last
+    query block, the tile the attention kernel walks first (m-blocks last-first): ceil(lk / block_n)
+    without a window (causal or not, the last block sees every key), and with a left window
+    ``w = cfg.window_left`` the blocks from ``lo // block_n`` on, where ``lo = (m_blocks - 1) *
+    block_m // pack_factor + lk - lq - w`` is the first key its first row sees (bottom-right
+    aligned positions; ``key_block_range`` in templates/common/mask.cuh).  A window-capped n_blocks
+    is what makes a long decode context under a sliding window as cheap as it is (FlashAttention-3
+    caps its split heuristic's key count by the window the same way).
+    """
     lq, lk = max(lq, 0), max(lk, 0)
     m = _ceil_div(lq * cfg.pack_factor, cfg.block_m) if lq > 0 else 0
     n = _ceil_div(lk, cfg.block_n)
+    if cfg.window_left >= 0 and m > 0:
+        lo = (m - 1) * cfg.block_m // cfg.pack_factor + lk - lq - cfg.window_left
+        if lo > 0:
+            n -= min(lo // cfg.block_n, n)
+    return m, n
+
+
+def request_plan(lq: int, lk: int, cfg: SchedulerConfig, share: int) -> tuple[int, int, int, int]:
+    """(m_blocks, n_blocks, splits, nheads_in_l2) of one request (blocks: ``request_blocks``);
+    ``share`` is the dynamic-split quantum P."""
+    m, n = request_blocks(lq, lk, cfg)
     if cfg.max_splits <= 1:
         s = 1
     elif cfg.forced_splits:

@@ -102,7 +102,8 @@ class AttentionPlan:
         self.combine = runtime.get_kernel(self.variants.combine, dev) if self.variants.combine is not None else None
         self.config = api.scheduler_config(self.attn_spec, self.attn, num_heads_q, num_heads_kv, sort=sort,
                                            head_swizzle=head_swizzle, max_splits=self.variants.max_splits,
-                                           forced_splits=self.variants.forced_splits)
+                                           forced_splits=self.variants.forced_splits,
+                                           window_left=self.window_left)
         #: Placement of the metadata and the split-KV partials in the plan's one workspace.
         self.workspace_layout = WorkspaceLayout(self.capacity, self.combine is not None, self.variants.max_splits,
                                                 num_heads_q, self.max_total_q, head_dim_v)
@@ -127,7 +128,8 @@ class AttentionPlan:
                                      num_sms=runtime.device_properties(dev)["num_sms"])
         if fv is None:
             return None
-        return fused.load(fv, dev, self.num_heads_q, self.num_heads_kv, sort=sort, head_swizzle=head_swizzle)
+        return fused.load(fv, dev, self.num_heads_q, self.num_heads_kv, sort=sort, head_swizzle=head_swizzle,
+                          window_left=self.window_left)
 
     @property
     def metadata_bytes(self) -> int:

@@ -16,7 +16,7 @@ from .params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS, ParamStr
 
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 #: The scheduler keeps up to four 4-byte values per request slot in dynamic shared memory (two
-#: sort-key buffers and the stashed plan), metadata.MAX_CAPACITY slots at most.
+#: sort-key buffers and the plans staged by request), metadata.MAX_CAPACITY slots at most.
 _SCHEDULER_MAX_SMEM = 4 * 4 * 8192
 
 

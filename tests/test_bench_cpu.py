@@ -490,3 +490,71 @@ def test_overhead_entry_reports_whether_the_graph_launch_was_on(monkeypatch, env
     monkeypatch.setattr(suites.Settings, "time", lambda self, fn: 2.0)
     e = suites.overhead_entry(suites.Settings(quick=True), "overhead_decode_call", m)
     assert e["graph_launch"] is expected and e["launches"] == 3 and e["us"] == 1.0
+
+
+# ------------------------------------------------------------------ interleaved switch comparisons
+def test_time_interleaved_rotates_and_takes_median_of_medians(monkeypatch):
+    """Each configuration is captured once (launches calls a replay), every round times all of them
+    in an order rotated by one, and the result is the median of the round medians per call."""
+    from kernelgen.bench import measure
+
+    calls, graphs, order = {"a": 0, "b": 0, "c": 0}, {}, []
+
+    class Graph:
+        def __init__(self):
+            self.replays = 0
+
+        def replay(self):
+            self.replays += 1
+
+    def fake_capture(fn):
+        before = dict(calls)
+        fn()
+        name = next(k for k in calls if calls[k] != before[k])
+        graphs[name] = Graph()
+        return graphs[name]
+    # round medians of a replay (4 launches) handed out in call order
+    script = iter([40.0, 80.0, 120.0,   # round 0: a, b, c
+                   84.0, 124.0, 44.0,   # round 1: b, c, a
+                   128.0, 36.0, 76.0])  # round 2: c, a, b
+
+    def fake_time_gpu(fn, repeat, warmup, flush):
+        order.append(next(k for k, g in graphs.items() if g is fn.__self__))
+        assert (repeat, warmup, flush) == (7, 0, True)
+        return next(script)
+    monkeypatch.setattr(measure, "capture_graph", fake_capture)
+    monkeypatch.setattr(measure, "time_gpu", fake_time_gpu)
+    fns = {k: (lambda k=k: calls.__setitem__(k, calls[k] + 1)) for k in calls}
+    out = measure.time_interleaved(fns, rounds=3, repeat=7, warmup=2, flush=True, launches=4)
+    assert calls == {"a": 4, "b": 4, "c": 4}                   # one graph of 4 launches each
+    assert [g.replays for g in graphs.values()] == [2, 2, 2]  # warm-up replays
+    assert order == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert out["a"] == {"us": 10.0, "rounds": [10.0, 11.0, 9.0]}
+    assert out["b"] == {"us": 20.0, "rounds": [20.0, 21.0, 19.0]}
+    assert out["c"] == {"us": 31.0, "rounds": [30.0, 31.0, 32.0]}
+    with pytest.raises(ValueError):
+        measure.time_interleaved({}, rounds=3)
+    with pytest.raises(ValueError):
+        measure.time_interleaved(fns, rounds=0)
+
+
+def test_switch_ratios_divide_by_the_interleaved_default():
+    """Switch columns compare with the default call from the same interleaved measurement
+    (switch_base_us), the other peers with the entry's time."""
+    e = {"name": "decode_trace_b32_paged16", "suite": "decode", "us": 400.0, "metric": None,
+         "peers": {"torch_fa2_varlen": 2000.0}, "unavailable": {}}
+    times = {suites.SWITCH_BASE: {"us": 190.0, "rounds": [190.0, 191.0]},
+             peers.KG_AOS: {"us": 199.5, "rounds": [199.0, 200.0]},
+             peers.KG_NOSORT: {"us": 197.6, "rounds": [197.0, 198.0]}}
+    suites.record_switches(e, times, "method text")
+    assert e["switch_base_us"] == 190.0 and e["switch_method"] == "method text"
+    assert e["peers"] == {"torch_fa2_varlen": 2000.0, peers.KG_AOS: 199.5, peers.KG_NOSORT: 197.6}
+    assert e["switch_rounds_us"][peers.KG_NOSORT] == [197.0, 198.0]
+    report.finalize(e, ROOFS)
+    assert e["ratios"] == {"torch_fa2_varlen": pytest.approx(5.0), peers.KG_AOS: pytest.approx(1.05),
+                           peers.KG_NOSORT: pytest.approx(1.04)}
+    row = next(ln for ln in report.suite_table("decode", [e]).splitlines() if ln.startswith("| decode_trace"))
+    assert "5.00x" in row and "1.05x" in row and "1.04x" in row
+    # without an interleaved base (an old report) the switch ratio is against us, as before
+    old = dict(e, switch_base_us=None)
+    assert report.entry_ratios(old)[peers.KG_NOSORT] == pytest.approx(197.6 / 400.0)

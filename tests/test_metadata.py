@@ -1,4 +1,6 @@
 """The scheduler's Python reference and the metadata ABI (CPU, property-based)."""
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -18,7 +20,7 @@ configs = st.builds(
     num_heads=st.integers(1, 6), block_m=st.sampled_from([16, 64, 128]), block_n=st.sampled_from([32, 64]),
     pack_factor=st.sampled_from([1, 3, 4]), max_splits=st.sampled_from([1, 2, 7, 64]), forced_splits=st.booleans(),
     num_ctas=st.integers(1, 300), max_kvblocks_l2=st.sampled_from([0, 1, 40, 5000]), swizzle_mult=st.sampled_from([1, 2]),
-    sort=st.booleans())
+    sort=st.booleans(), window_left=st.sampled_from([-1, -1, 0, 7, 100, 1000]))
 
 
 @settings(max_examples=300, deadline=None)
@@ -48,11 +50,13 @@ def test_every_tile_exactly_once(qlens, klens, extra, cfg, layout, causal):
     for vb in range(batch):
         s, nh = int(d["splits_nheads"][vb]) & 0xFFFF, int(d["splits_nheads"][vb]) >> 16
         i = int(d["batch_idx"][vb])
-        n = -(-klens[i] // cfg.block_n)
+        n = md.request_blocks(qlens[i], klens[i], cfg)[1]
+        assert n <= -(-klens[i] // cfg.block_n)
         assert 1 <= s <= max(1, cfg.max_splits) and (s == 1 or s <= n)
         assert 1 <= nh <= cfg.num_heads and (cfg.max_kvblocks_l2 > 0 or nh == 1)
     if cfg.sort:
-        keys = [md.sort_key(int(d["m_blocks"][vb]), -(-klens[int(d["batch_idx"][vb])] // cfg.block_n),
+        keys = [md.sort_key(int(d["m_blocks"][vb]), md.request_blocks(qlens[int(d["batch_idx"][vb])],
+                                                                      klens[int(d["batch_idx"][vb])], cfg)[1],
                             int(d["splits_nheads"][vb]) & 0xFFFF) for vb in range(batch)]
         order = [(-k, int(d["batch_idx"][vb])) for vb, k in enumerate(keys)]
         assert order == sorted(order), "longest first, ties by request index"
@@ -129,6 +133,52 @@ def test_worked_example_offsets():
     assert md.tile_to_work(buf, "soa", 5, 8, False, 8) == (1, 0, 0, 0)
 
 
+def _last_block_keys_brute(lq, lk, pf, bm, bn, left, right):
+    """Key blocks the attention kernel reads for a request's last query block, from the mask itself:
+    the blocks between the first and the last key any of its rows may see (bottom-right aligned
+    positions, visible iff pos - left <= j <= pos + right; right = -1: unbounded)."""
+    m = -(-lq * pf // bm)
+    off = lk - lq
+    seen = [j for r in range((m - 1) * bm, lq * pf) for j in range(lk)
+            if j >= r // pf + off - left and (right < 0 or j <= r // pf + off + right)]
+    return (max(seen) // bn - min(seen) // bn + 1) if seen else 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(lq=st.integers(1, 300), lk=st.integers(0, 700), pf=st.sampled_from([1, 4]), bm=st.sampled_from([16, 64]),
+       bn=st.sampled_from([16, 32]), left=st.integers(0, 400), right=st.sampled_from([-1, 0, 5]))
+def test_request_blocks_match_the_window_mask(lq, lk, pf, bm, bn, left, right):
+    """With a left window, n_blocks is exactly the key blocks of the last query block under the mask
+    (checked by enumerating the mask); without one it is every key block."""
+    cfg = SchedulerConfig(num_heads=1, block_m=bm, block_n=bn, pack_factor=pf, window_left=left)
+    assert md.request_blocks(lq, lk, cfg) == (-(-lq * pf // bm), _last_block_keys_brute(lq, lk, pf, bm, bn, left, right))
+    assert md.request_blocks(lq, lk, SchedulerConfig(1, bm, bn, pack_factor=pf)) == (-(-lq * pf // bm), -(-lk // bn))
+    assert md.request_blocks(0, lk, cfg) == (0, -(-lk // bn))   # no query rows: no window to apply
+
+
+def test_sliding_window_decode_sorts_by_windowed_work():
+    """Decode under a 4096-token window (mistral-7b): a context past the window reads 257 key blocks
+    of 16 whatever its length, so splits, the split share and the sort key count those.  Keyed by
+    the unwindowed length, the 50k-token request took 55 splits of 5 real blocks each and went
+    first, and a 6k-token request (257 real blocks) got 9 splits and went after a 41k-token one."""
+    ctx = [49948, 2014, 41053, 5939, 300]
+    cfg = SchedulerConfig(num_heads=8, block_m=16, block_n=16, pack_factor=4, max_splits=55, num_ctas=1320,
+                          window_left=4095)
+    real = [md.request_blocks(1, c, cfg)[1] for c in ctx]
+    assert real == [257, 126, 257, 257, 19]
+
+    def schedule(c):
+        d = md.decode(md.reference_schedule(np.arange(6), None, 5, 5, c, "soa", seqused_k=ctx), "soa", 5)
+        order = [int(i) for i in d["batch_idx"]]
+        splits = [int(x) & 0xFFFF for x in d["splits_nheads"]]
+        return order, splits, [-(-real[i] // s) for i, s in zip(order, splits)]
+    assert md.split_share([1] * 5, real, cfg) == -(-11 * sum(real) * 8 // (10 * 1320)) == 7
+    assert schedule(cfg) == ([0, 1, 2, 3, 4], [37, 18, 37, 37, 3], [7, 7, 7, 7, 7])
+    # the old keys: real blocks per split in walk order 5, 5, 42, 29, 19 (not longest first)
+    assert schedule(dataclasses.replace(cfg, window_left=-1)) == ([0, 2, 1, 3, 4], [55, 55, 3, 9, 1],
+                                                                   [5, 5, 42, 29, 19])
+
+
 def test_seqused_k_wins_and_all_empty_guard():
     cfg = SchedulerConfig(num_heads=2, block_m=64, block_n=64, max_splits=8, num_ctas=100)
     a = md.reference_schedule([0, 1, 2], [0, 0, 0], 2, 2, cfg, "aos", seqused_k=[640, 64])
@@ -148,15 +198,23 @@ def test_bad_arguments():
 
 
 def test_scheduler_launch_shape():
-    """One thread per slot (32..1024); four 4-byte values per slot when the kernel may use that much
-    shared memory (sort keys x2 and the stashed plan), else only the two key buffers."""
+    """One thread per slot up to 512 slots (at least a warp), one per two above, at most 1024 (8
+    slots a thread at the largest capacity); four 4-byte values per slot when the kernel may use
+    that much shared memory (sort keys x2 and the staged plans), else only the two key buffers."""
     from kernelgen.api import scheduler_launch_shape
 
     assert scheduler_launch_shape(5, 48 * 1024) == (32, 16 * 8)
-    assert scheduler_launch_shape(1000, 48 * 1024) == (1024, 16 * 1000)
+    assert scheduler_launch_shape(128, 48 * 1024) == (128, 16 * 128)
+    assert scheduler_launch_shape(512, 48 * 1024) == (512, 16 * 512)
+    assert scheduler_launch_shape(513, 48 * 1024) == (512, 16 * 516)
+    assert scheduler_launch_shape(1000, 48 * 1024) == (512, 16 * 1000)
+    assert scheduler_launch_shape(2048, 48 * 1024) == (1024, 16 * 2048)
     assert scheduler_launch_shape(4096, 64 * 1024) == (1024, 16 * 4096)
     assert scheduler_launch_shape(8192, 99 * 1024 - 33424) == (1024, 8 * 8192)
     assert scheduler_launch_shape(8192, 227 * 1024 - 33424) == (1024, 16 * 8192)
+    for cap in range(1, 8193, 37):
+        threads, _ = scheduler_launch_shape(cap)
+        assert threads & (threads - 1) == 0 and 32 <= threads <= 1024 and 8 * threads >= cap
 
 
 @settings(max_examples=200, deadline=None)

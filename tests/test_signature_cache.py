@@ -548,7 +548,7 @@ def _pre_issue9_scheduler_params(cu_seqlens_q, cu_seqlens_k, seqused_k, md, batc
         "block_m": cfg.block_m, "block_n": cfg.block_n, "pack_factor": cfg.pack_factor,
         "max_splits": cfg.max_splits, "forced_splits": int(cfg.forced_splits), "num_ctas": cfg.num_ctas,
         "max_kvblocks_l2": cfg.max_kvblocks_l2, "swizzle_mult": cfg.swizzle_mult, "sort": int(cfg.sort),
-        "class_min_q": cfg.class_min_q, "class_max_q": cfg.class_max_q,
+        "class_min_q": cfg.class_min_q, "class_max_q": cfg.class_max_q, "window_left": cfg.window_left,
     })
 
 
@@ -569,6 +569,6 @@ def test_one_off_packers_equal_the_pre_issue9_packer():
             assert (api.combine_params(split, a["cu_seqlens_q"], md, a["out"], lse, hq)
                     == _pre_issue9_combine_params(split, a["cu_seqlens_q"], md, a["out"], lse, hq))
         cfg = SchedulerConfig(num_heads=3, block_m=16, block_n=16, pack_factor=4, max_splits=7, forced_splits=True,
-                              num_ctas=528, max_kvblocks_l2=77, swizzle_mult=2, sort=False)
+                              num_ctas=528, max_kvblocks_l2=77, swizzle_mult=2, sort=False, window_left=window[0])
         sargs = (a["cu_seqlens_q"], a["cu_seqlens_k"], a["seqused_k"], md, 2, 5, cfg)
         assert api.scheduler_params(*sargs) == _pre_issue9_scheduler_params(*sargs)

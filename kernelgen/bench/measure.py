@@ -13,6 +13,12 @@ captured kernels are gone; used for small kernels (the scheduler, a decode step)
 Graph launches (:func:`time_graph_launches`): N calls captured in one graph, one replay timed and
 divided by N: the GPU time of one call without the host's launch time (the scheduler).
 
+Interleaved comparisons (:func:`time_interleaved`): kernelgen's own switches (metadata layout,
+sort on/off) are compared as CUDA-graph replays measured in alternating rounds, median of the
+round medians.  Timed one after the other as eager calls, the first configuration measured came
+out 5-10 % slower than the same work measured later (clocks and caches settling), which is as
+large as the differences being measured (docs/perf-notes.md, "Sorted vs unsorted").
+
 Host time (:func:`host_time_us`): see its docstring.
 """
 from __future__ import annotations
@@ -105,6 +111,53 @@ def time_graph_launches(fn, launches: int = GRAPH_LAUNCHES, repeat: int = DEFAUL
 
     g = capture_graph(many)
     return time_gpu(g.replay, repeat=repeat, warmup=warmup, flush=flush) / launches
+
+
+#: Rounds of an interleaved comparison (full run, --quick).
+DEFAULT_ROUNDS, QUICK_ROUNDS = 6, 3
+#: One-line description of time_interleaved's method (reported with the switch comparisons).
+INTERLEAVED_METHOD = ("each configuration captured in its own CUDA graph ({launches} call(s) a replay); {rounds} rounds, "
+                      "each timing every configuration ({repeat} replays, L2 flushed before each, median) in an order "
+                      "rotated by one per round; median of the round medians, per call")
+
+
+def time_interleaved(fns: dict, rounds: int = DEFAULT_ROUNDS, repeat: int = DEFAULT_REPEAT,
+                     warmup: int = DEFAULT_WARMUP, flush: bool = True, launches: int = 1) -> dict:
+    """GPU time of one call of each configuration, in microseconds, measured so that the
+    configurations can be compared with each other.
+
+    ``fns``: {name: zero-argument callable enqueuing one call}.  Each is captured in its own CUDA
+    graph of ``launches`` back-to-back calls (after one eager round, :func:`capture_graph`); every
+    graph is replayed ``warmup`` times; then ``rounds`` rounds each time every graph as
+    :func:`time_gpu` does (``repeat`` replays, L2 flushed before each, median), in the order of
+    ``fns`` rotated by one more position each round, so that no configuration is always measured
+    first.  Returns {name: {"us": median over the rounds of the round medians / launches,
+    "rounds": [the round medians / launches, in round order]}}.
+
+    Raises ValueError for no configurations or rounds, launches < 1 (and as :func:`time_gpu`).
+    """
+    if not fns:
+        raise ValueError("time_interleaved needs at least one configuration")
+    if rounds < 1 or launches < 1:
+        raise ValueError(f"rounds and launches must be >= 1, got {rounds}, {launches}")
+
+    def many(fn):
+        def run():
+            for _ in range(launches):
+                fn()
+        return run
+
+    graphs = {name: capture_graph(many(fn)) for name, fn in fns.items()}
+    for _ in range(warmup):
+        for g in graphs.values():
+            g.replay()
+    names = list(graphs)
+    per = {name: [] for name in names}
+    for r in range(rounds):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            per[name].append(time_gpu(graphs[name].replay, repeat=repeat, warmup=0, flush=flush) / launches)
+    return {name: {"us": statistics.median(v), "rounds": v} for name, v in per.items()}
 
 
 #: One-line description of host_time_us's method (reported with the overhead entries).

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import SUITES
-from .report import ratios
+from .report import entry_ratios
 
 KERNELGEN = "kernelgen"
 _MARKERS = "osD^v<>PX*hp"
@@ -68,12 +68,14 @@ def _bar_panel(ax, entries, impls, colors, mode: str) -> set:
             if impl == KERNELGEN:
                 val = e.get("roof_fraction") if mode == "roof" else e.get("us")
             else:
-                r = ratios(e["us"], e.get("peers", {})).get(impl)
+                r = entry_ratios(e).get(impl)
                 if r is None:
                     if impl in e.get("unavailable", {}):
                         missing.append(y)
                     continue
-                val = e["roof_fraction"] / r if mode == "roof" else e["peers"][impl]
+                # kernelgen's switches were timed against the default call in their own measurement:
+                # drawn at the entry's time scaled by that ratio
+                val = e["roof_fraction"] / r if mode == "roof" else e["us"] * r
             if val is not None:
                 ys.append(y)
                 vals.append(val)
@@ -104,7 +106,7 @@ def _spread(entries) -> float:
 
 def _max_roof(e) -> float:
     f = e.get("roof_fraction") or 0.0
-    r = ratios(e["us"], e.get("peers", {}))
+    r = entry_ratios(e)
     return max([f] + [f / x for x in r.values() if x > 0])
 
 
@@ -178,7 +180,8 @@ def roofline(entries: list, roofs: dict | None, path) -> bool:
     for j, impl in enumerate(impls):
         xs, ys = [], []
         for e, ai in zip(pts, ais):
-            us = e["us"] if impl == KERNELGEN else e.get("peers", {}).get(impl)
+            r = entry_ratios(e).get(impl)
+            us = e["us"] if impl == KERNELGEN else e["us"] * r if r else None
             if us:
                 xs.append(ai)
                 ys.append(e["flops"] / (us * 1e-6) / 1e12)

@@ -125,6 +125,7 @@ def run(suites=("all",), models=None, trace=None, repeat=None, quick=False, flex
     settings = S.Settings(
         repeat=repeat or (measure.QUICK_REPEAT if quick else measure.DEFAULT_REPEAT),
         warmup=measure.QUICK_WARMUP if quick else measure.DEFAULT_WARMUP,
+        rounds=measure.QUICK_ROUNDS if quick else measure.DEFAULT_ROUNDS,
         flush=flush, flex=flex or ("off" if quick else "some"), prefill_trace=trace, decode_trace=trace,
         quick=quick, device=torch.cuda.current_device())
     budget = (QUICK_BUDGET_S if quick else DEFAULT_BUDGET_S) if budget_s is None else budget_s
@@ -149,7 +150,7 @@ def run(suites=("all",), models=None, trace=None, repeat=None, quick=False, flex
     entries = order_for_report(run_entries(defs, settings, budget, start=t_start))
     elapsed = time.perf_counter() - t_start
     info = {"suites": list(suites), "models": [p.name for p in presets], "repeat": settings.repeat,
-            "warmup": settings.warmup, "l2_flush_bytes": measure.FLUSH_BYTES if flush else 0, "flex": settings.flex,
+            "warmup": settings.warmup, "switch_rounds": settings.rounds, "l2_flush_bytes": measure.FLUSH_BYTES if flush else 0, "flex": settings.flex,
             "quick": quick, "budget_s": budget, "elapsed_s": round(elapsed, 1), "prewarm": pre,
             "trace": trace or "packaged samples (Azure: prefill, scheduler; Mooncake: decode, mixed, overhead)",
             "torch": torch.__version__, "arch": arch, "models_detail": {p.name: p.describe() for p in presets}}

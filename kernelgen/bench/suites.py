@@ -7,6 +7,12 @@ kernelgen, then its peers (``peers.measure``) on the same inputs, and returns th
 ratios.  An entry that cannot run raises (:class:`Skip` for a deliberate skip, e.g. a KV cache
 too large for the device); the runner records it and goes on.
 
+kernelgen's own switches (``kernelgen_aos``: AoS metadata, ``kernelgen_nosort``: the scheduler's
+sort off) are not timed like the other peers: the default call and its switches are timed
+together as interleaved CUDA-graph replays (``measure.time_interleaved``, median of the round
+medians), and their ratio columns divide by the default call's time from the same measurement
+(``switch_base_us``), not by the entry's ``us``.
+
 Suites and entries (``<model>`` suffix: see ``models.entry_name``):
 
 * ``prefill``: ``prefill_dense_causal_h128_s16k`` (1 x 32 heads x 16384, d 128, causal),
@@ -14,21 +20,23 @@ Suites and entries (``<model>`` suffix: see ``models.entry_name``):
   2048, d 64), ``prefill_dense_causal_h256_s4k`` (2 x 16 x 4096, d 256); peers: the three SDPA
   backends (and FlexAttention at --flex all).  ``prefill_varlen_trace[_<model>]``: a causal
   prefill batch of trace requests (32768-token budget, 8192-token cap: the demo's batch) per
-  model preset; peers: FA2 varlen, FlexAttention (document mask), kernelgen AoS / no sort.
+  model preset; peers: FA2 varlen, FlexAttention (document mask), kernelgen AoS / no sort
+  (interleaved graph replays; ``us_graph``: the default call's replay).
 * ``decode``: ``decode_trace_b128_paged16``, ``decode_trace_b32_paged16`` (Mooncake contexts,
   pages of 16 tokens) and ``decode_long_b8_128k`` (8 x 131072) per preset: one query token per
   request against a paged cache (page ids shuffled); peers: FA2 varlen on the gathered cache,
   FlexAttention (document mask over the gathered cache), SDPA backends where the contexts are
-  uniform, kernelgen AoS / no sort; also ``us_graph`` (the call replayed from a CUDA graph).
+  uniform, kernelgen AoS / no sort (interleaved graph replays); also ``us_graph`` (the call
+  replayed from a CUDA graph, from the same measurement).
   ``graph_decode_step_b128``: one AttentionPlan decode step (128 requests, contexts capped at
   32k) replayed from a CUDA graph.
 * ``mixed``: ``mixed_trace``: 3 chunked prefills (512-4096 tokens) + 192 decodes in one uniform
   call; peers: ``serial`` (prefill call, then decode call), ``two_streams`` (the two calls on two
   streams), FA2 varlen on the gathered cache.
 * ``scheduler``: ``scheduler_b{8,128,1024,4096}`` (one scheduler launch, mean of 20 launches
-  replayed from a CUDA graph; peers kernelgen_aos and kernelgen_nosort) and
+  replayed from a CUDA graph; peers kernelgen_aos and kernelgen_nosort, all three interleaved) and
   ``varlen_trace_sorted`` / ``varlen_trace_unsorted`` (a skewed trace batch of 512 requests with
-  the sort on / off).
+  the sort on / off, the pair timed as interleaved graph replays; ``sort_speedup``).
 * ``compile``: ``compile_cold_variant``, ``compile_warm_load``, ``dispatch_in_memory``.
 * ``overhead``: ``overhead_decode_call``, ``overhead_plan_run``, ``overhead_graph_replay`` (one
   call repeated), ``overhead_decode_call_32layers``, ``overhead_plan_run_32layers`` (calls cycling
@@ -78,6 +86,8 @@ class Settings:
 
     repeat: int = measure.DEFAULT_REPEAT
     warmup: int = measure.DEFAULT_WARMUP
+    #: rounds of the interleaved switch comparisons (measure.time_interleaved)
+    rounds: int = measure.DEFAULT_ROUNDS
     flush: bool = True
     flex: str = "some"  # off | some | all
     prefill_trace: str | None = None  # None: the packaged Azure sample
@@ -93,6 +103,13 @@ class Settings:
 
     def time_graph(self, fn) -> float:
         return measure.time_graph(fn, repeat=self.repeat, warmup=self.warmup, flush=self.flush)
+
+    def time_interleaved(self, fns: dict, launches: int = 1) -> dict:
+        return measure.time_interleaved(fns, rounds=self.rounds, repeat=self.repeat, warmup=self.warmup,
+                                        flush=self.flush, launches=launches)
+
+    def interleaved_method(self, launches: int = 1) -> str:
+        return measure.INTERLEAVED_METHOD.format(launches=launches, rounds=self.rounds, repeat=self.repeat)
 
     def flex_builder(self, build, where: str):
         """``build`` when FlexAttention is measured on this kind of entry ('some' or 'all'), else
@@ -211,14 +228,54 @@ def _kg_call(q, k, v, cu_q, cu_k, max_q, max_k, model: ModelPreset, out, **kw):
     return run
 
 
-def _switches(settings, make_call, out) -> dict:
-    """Peers for kernelgen's own switches: AoS metadata, sort off, the (absent) sm_90a path."""
+#: kernelgen's own switches, each against the default call (SoA metadata, sorted): keyword arguments.
+SWITCHES = {peers.KG_AOS: {"metadata_layout": "aos"}, peers.KG_NOSORT: {"sort": False}}
+#: Name of the default configuration in the interleaved switch measurement.
+SWITCH_BASE = "kernelgen"
+
+
+def record_switches(entry: dict, times: dict, method: str, base: str = SWITCH_BASE) -> None:
+    """Put an interleaved measurement (measure.time_interleaved's result) into ``entry``: each
+    switch's time under ``peers``, the default configuration's as ``switch_base_us`` (the switch
+    columns' ratios are switch / default, report.entry_ratios), and every configuration's round
+    medians and the method."""
+    entry["switch_base_us"] = times[base]["us"]
+    entry["switch_rounds_us"] = {name: t["rounds"] for name, t in times.items()}
+    entry["switch_method"] = method
+    for name, t in times.items():
+        if name != base:
+            entry["peers"][name] = t["us"]
+            entry["unavailable"].pop(name, None)
+
+
+def measure_switches(settings: Settings, entry: dict, make_call, out) -> None:
+    """kernelgen's own switches (``SWITCHES``) against the default call, timed together as
+    interleaved CUDA-graph replays (measure.time_interleaved): fills ``entry["us_graph"]`` (the
+    default call per graph replay), ``peers`` and ``switch_base_us`` (record_switches), and the
+    switches' output differences from ``out`` (kernelgen's result; they change the tile order, not
+    the result).  The sm_90a path is listed as unavailable.  A failure marks the switches
+    unavailable with its reason; it never raises."""
     torch = _torch()
-    return {
-        peers.KG_AOS: lambda: peers.Peer(make_call(torch.empty_like(out), metadata_layout="aos"), lambda r: r),
-        peers.KG_NOSORT: lambda: peers.Peer(make_call(torch.empty_like(out), sort=False), lambda r: r),
-        peers.KG_SM90A: peers.SM90A_REASON,
-    }
+    entry["unavailable"][peers.KG_SM90A] = peers.SM90A_REASON
+    try:
+        calls = {SWITCH_BASE: make_call(torch.empty_like(out))}
+        for name, kw in SWITCHES.items():
+            o = torch.empty_like(out)
+            calls[name] = make_call(o, **kw)
+            calls[name]()
+            diff = (o.float() - out.float()).abs()
+            entry.setdefault("max_diff", {})[name] = float(diff.max()) if diff.numel() else 0.0
+            entry.setdefault("ref_max", {})[name] = float(o.float().abs().max()) if o.numel() else 0.0
+            del diff
+        times = settings.time_interleaved(calls)
+        torch.cuda.synchronize()
+    except Exception as ex:  # noqa: BLE001 - kernelgen's own numbers stay
+        for name in SWITCHES:
+            entry["unavailable"][name] = peers.reason(ex)
+            entry["peers"].pop(name, None)
+        return
+    entry["us_graph"] = times[SWITCH_BASE]["us"]
+    record_switches(entry, times, settings.interleaved_method())
 
 
 def _gather(entry, kc, vc, pt, used):
@@ -308,8 +365,8 @@ def varlen_prefill_entry(settings: Settings, model: ModelPreset) -> dict:
                                                   window_left=m.window_left)
     builders[peers.FLEX] = settings.flex_builder(
         peers.flex_document(q, k, v, lens, lens, True, softcap=m.softcap, window_left=m.window_left), "some")
-    builders.update(_switches(settings, make_call, out))
     peers.measure(e, builders, settings.time, reference=out)
+    measure_switches(settings, e, make_call, out)
     return e
 
 
@@ -334,14 +391,9 @@ def decode_measure(settings: Settings, name: str, contexts, model: ModelPreset, 
     e["us"] = settings.time(run)
     if not with_peers:
         return e
-    try:
-        e["us_graph"] = settings.time_graph(make_call(torch.empty_like(out)))
-    except Exception as ex:  # noqa: BLE001 - an extra, never fatal
-        e["graph_error"] = peers.reason(ex)
     run()
     torch.cuda.synchronize()
-    builders = dict(_switches(settings, make_call, out))
-    peers.measure(e, builders, settings.time, reference=out)
+    measure_switches(settings, e, make_call, out)
     # peers on the gathered (unpaged) cache, built outside the timing (the paged cache stays alive)
     gathered = _gather(e, kc, vc, pt, used)
     if gathered is None:
@@ -482,53 +534,75 @@ def _skewed(settings: Settings, batch: int, model: ModelPreset):
     return lq, lk
 
 
+#: Scheduler launches per CUDA-graph replay in the scheduler_b* entries (the time is per launch).
+SCHEDULER_LAUNCHES = 20
+
+
 def scheduler_entry(settings: Settings, batch: int, model: ModelPreset) -> dict:
-    """scheduler_b{batch}: one scheduler launch (sort + splits + swizzle on), the mean of 20
-    launches replayed from one CUDA graph (launch overhead excluded), SoA; peers: AoS and SoA
-    with the sort off (from tools/bench.py's scheduler_entries)."""
-    torch = _torch()
+    """scheduler_b{batch}: one scheduler launch (sort + splits + swizzle on), SoA; peers: AoS and
+    SoA with the sort off.  Each configuration is a CUDA graph of 20 launches (launch overhead
+    excluded, the gaps between launches included), the three timed as interleaved replays
+    (measure.time_interleaved); the time is per launch."""
+    from ..kernel_args import scheduler_launch_shape
     from ..plan import AttentionPlan
 
     m = model
     lq, lk = _skewed(settings, batch, m)
     cu_q, cu_k = _cu(lq, "cuda"), _cu(lk, "cuda")
     e = _entry(entry_name(f"scheduler_b{batch}", m), "scheduler", m, shape=f"{batch} requests (skewed trace batch)")
-    for layout, srt in (("soa", True), ("aos", True), ("soa_nosort", False)):
+    calls = {}
+    for name, layout, srt in ((SWITCH_BASE, "soa", True), (peers.KG_AOS, "aos", True), (peers.KG_NOSORT, "soa", False)):
         plan = AttentionPlan(max_batch=batch, num_heads_q=m.num_heads_q, num_heads_kv=m.num_heads_kv,
-                             head_dim=m.head_dim, head_dim_v=m.head_dim_v, causal=True, metadata_layout=layout[:3],
+                             head_dim=m.head_dim, head_dim_v=m.head_dim_v, causal=True, metadata_layout=layout,
                              sort=srt)
-        plan.schedule(cu_q, cu_k)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(20):
-                plan.schedule(cu_q, cu_k)
-        us = measure.time_gpu(g.replay, repeat=settings.repeat, warmup=settings.warmup, flush=settings.flush) / 20
-        e[f"us_{layout}"] = us
-        if layout == "soa":
-            e["us"] = us
-        else:
-            e["peers"][peers.KG_AOS if layout == "aos" else peers.KG_NOSORT] = us
-        del g, plan
+        calls[name] = lambda plan=plan: plan.schedule(cu_q, cu_k)
+    e["threads"], e["smem_bytes"] = scheduler_launch_shape(batch, plan.sched.smem_bytes)
+    times = settings.time_interleaved(calls, launches=SCHEDULER_LAUNCHES)
+    e["us"] = times[SWITCH_BASE]["us"]
+    record_switches(e, times, settings.interleaved_method(SCHEDULER_LAUNCHES))
+    e["us_soa"], e["us_aos"], e["us_soa_nosort"] = (times[n]["us"] for n in (SWITCH_BASE, peers.KG_AOS, peers.KG_NOSORT))
     return e
+
+
+#: The sorted/unsorted pair of the varlen_trace entries, measured once for both (by model, batch).
+_trace_sort_times: dict = {}
 
 
 def trace_sort_entry(settings: Settings, sort: bool, model: ModelPreset, batch: int = 512) -> dict:
     """varlen_trace_sorted / varlen_trace_unsorted: the same skewed trace batch (every 8th request
-    a prefill, the rest decodes; causal) with the scheduler's sort on / off (from tools/bench.py)."""
+    a prefill, the rest decodes; causal) with the scheduler's sort on / off.  Both calls are
+    timed together, as interleaved CUDA-graph replays (measure.time_interleaved), by whichever of
+    the two entries runs first; each entry reports its own time and ``sort_speedup`` (unsorted
+    time / sorted time: above 1 the sort pays), the sorted one the unsorted time as its
+    ``kernelgen_nosort`` peer."""
     torch = _torch()
 
     m = model
     lq, lk = _skewed(settings, batch, m)
-    torch.manual_seed(3)
-    q = torch.randn(sum(lq), m.num_heads_q, m.head_dim, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(sum(lk), m.num_heads_kv, m.head_dim, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn(sum(lk), m.num_heads_kv, m.head_dim_v, device="cuda", dtype=torch.bfloat16)
-    cu_q, cu_k = _cu(lq, "cuda"), _cu(lk, "cuda")
-    o = torch.empty(sum(lq), m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16)
     name = entry_name("varlen_trace_sorted" if sort else "varlen_trace_unsorted", m)
     e = _entry(name, "scheduler", m, metric="tflops", flops=attention_flops(lq, lk, m), bytes=prefill_bytes(lq, lk, m),
                shape=f"{batch} requests, every 8th a prefill")
-    e["us"] = settings.time(_kg_call(q, k, v, cu_q, cu_k, max(lq), max(lk), m, o, sort=sort))
+    key = (m.name, batch, settings.rounds, settings.repeat)
+    times = _trace_sort_times.pop(key, None)
+    if times is None:
+        torch.manual_seed(3)
+        q = torch.randn(sum(lq), m.num_heads_q, m.head_dim, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(sum(lk), m.num_heads_kv, m.head_dim, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(sum(lk), m.num_heads_kv, m.head_dim_v, device="cuda", dtype=torch.bfloat16)
+        cu_q, cu_k = _cu(lq, "cuda"), _cu(lk, "cuda")
+        calls = {}
+        for label, srt in (("sorted", True), ("unsorted", False)):
+            o = torch.empty(sum(lq), m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16)
+            calls[label] = _kg_call(q, k, v, cu_q, cu_k, max(lq), max(lk), m, o, sort=srt)
+        times = settings.time_interleaved(calls)
+        _trace_sort_times[key] = times  # for the other entry of the pair
+    e["us"] = times["sorted" if sort else "unsorted"]["us"]
+    if sort:  # the sort-off column of the other entries: unsorted / sorted
+        e["peers"][peers.KG_NOSORT] = times["unsorted"]["us"]
+        e["switch_base_us"] = e["us"]
+    e["sort_speedup"] = times["unsorted"]["us"] / times["sorted"]["us"]
+    e["rounds_us"] = {label: t["rounds"] for label, t in times.items()}
+    e["method"] = settings.interleaved_method()
     return e
 
 

@@ -160,7 +160,7 @@ def _random_config(rng, attn_spec, num_ctas):
         pack_factor=int(rng.choice([1, 4, 8])), max_splits=int(rng.choice([1, 2, 16, 64])),
         forced_splits=bool(rng.random() < 0.3), num_ctas=num_ctas,
         max_kvblocks_l2=int(rng.choice([0, 20, 160, 4000])), swizzle_mult=int(rng.choice([1, 4])),
-        sort=bool(rng.random() < 0.8), **_random_class(rng))
+        sort=bool(rng.random() < 0.8), window_left=int(rng.choice([-1, -1, -1, 0, 100, 4095])), **_random_class(rng))
 
 
 def _random_class(rng) -> dict:
@@ -175,9 +175,11 @@ def _random_class(rng) -> dict:
 
 @pytest.mark.parametrize("layout", ["soa", "aos"])
 def test_scheduler_kernel_matches_reference(layout):
-    """>= 500 random batches per layout, batch 1..4096, empty requests, packed and not, all switches;
+    """>= 500 random batches per layout, batch 1..4096, empty requests, packed and not, all switches
+    (sliding windows and request classes included);
     key ranges needing 1, 2 and 3 radix passes (every 11th trial has contexts up to 2^24 keys, past
-    the sort key's saturation), with the plans stashed in shared memory and (odd trials) without."""
+    the sort key's saturation); odd trials launch with a random valid CTA size (1 to 8 requests a
+    thread), every other one of them without room for the plans in shared memory."""
     rng = np.random.default_rng(5 if layout == "soa" else 6)
     arch = api.device_arch(0)
     _, attn_spec = heuristics.specs_for(arch, "bf16", 128, 128, True, layout)
@@ -203,9 +205,11 @@ def test_scheduler_kernel_matches_reference(layout):
         md = torch.full((metadata.buffer_ints(capacity),), -7, dtype=torch.int32, device="cuda")
         if trial % 2 == 0:
             api.launch_scheduler(sched, stream, cu_q, None if use_seqused else cu_k, used, md, batch, capacity, cfg)
-        else:  # two key buffers only: sorted requests re-read their lengths from global memory
-            threads, smem = api.scheduler_launch_shape(capacity, 48 * 1024)
-            smem = 8 * metadata.round_up(capacity, 4)
+        else:  # any valid CTA size (1 to 8 requests a thread), and on every other such trial two key
+            # buffers only: sorted requests then re-read their lengths from global memory
+            cap4 = metadata.round_up(capacity, 4)
+            threads = int(rng.choice([t for t in (32, 64, 128, 256, 512, 1024) if 8 * t >= cap4]))
+            smem = (8 if trial % 4 == 1 else 16) * cap4
             sched.launch(1, stream, api.scheduler_params(cu_q, None if use_seqused else cu_k, used, md, batch, capacity,
                                                          cfg), smem=smem, threads=threads)
         want = metadata.reference_schedule(cu_q.cpu().numpy(), cu_k.cpu().numpy(), batch, capacity, cfg, layout,
