@@ -99,7 +99,8 @@ def varlen_attention(
         return_lse: also return the log-sum-exp of the scaled logits.
         out: optional output tensor (total_q, num_heads_q, head_dim_v), q's dtype.
         metadata_layout: "soa" or "aos", the scheduler-metadata layout (see ``metadata.py``).
-        sort: let the GPU scheduler order requests longest-first (ties by request index).
+        sort: let the GPU scheduler order requests longest-first (ties by request index; a batch
+            whose longest tiles are within 1/8 of each other keeps request order).
         head_swizzle: for causal/local masks, walk heads in sections sized to the device's L2 so
             tiles running together share K/V in L2.  ``sort`` and ``head_swizzle`` change only
             the order of work, never the result.

@@ -92,6 +92,7 @@ def template_constants() -> dict:
         "md_fields": list(enumerate(FIELDS)),
         "md_neutral_splits_nheads": NEUTRAL_SPLITS_NHEADS,
         "md_sort_key_cap": SORT_KEY_CAP,
+        "md_sort_min_spread": SORT_MIN_SPREAD,
     }
 
 
@@ -192,6 +193,19 @@ def sort_key(m: int, n: int, s: int) -> int:
     return min(_ceil_div(n, s), SORT_KEY_CAP) if m > 0 else -1
 
 
+#: The sort leaves a batch in request order when its work classes (``sort_key + 2``: 1 for a
+#: request without rows) span at most 1/SORT_MIN_SPREAD of the largest class: the work per tile
+#: is then already even, ordering gains nothing and would cost the radix pass (docs/perf-notes.md,
+#: scheduler v11).
+SORT_MIN_SPREAD = 8
+
+
+def sort_needed(cmin: int, cmax: int) -> bool:
+    """Whether a batch whose work classes span [cmin, cmax] is sorted (see SORT_MIN_SPREAD)."""
+    spread = cmax - cmin
+    return spread > 0 and spread * SORT_MIN_SPREAD > cmax
+
+
 def reference_schedule(cu_seqlens_q, cu_seqlens_k, batch: int, capacity: int, cfg: SchedulerConfig, layout: str,
                        seqused_k=None) -> np.ndarray:
     """What the scheduler kernel writes, bit for bit, as an int32 numpy array.
@@ -213,8 +227,10 @@ def reference_schedule(cu_seqlens_q, cu_seqlens_k, batch: int, capacity: int, cf
     share = split_share([m for m, _ in mn], [n for _, n in mn], cfg)
     plans = [request_plan(int(lq), int(lk), cfg, share) for lq, lk in zip(lqs, lks)]
     order = list(range(batch))
-    if cfg.sort:
-        order.sort(key=lambda i: (-sort_key(plans[i][0], plans[i][1], plans[i][2]), i))
+    if cfg.sort and batch > 1:
+        keys = [sort_key(plans[i][0], plans[i][1], plans[i][2]) for i in range(batch)]
+        if sort_needed(min(keys) + 2, max(keys) + 2):
+            order.sort(key=lambda i: (-keys[i], i))
     buf = np.zeros(buffer_ints(capacity), dtype=np.int32)
     cap = round_up(capacity, 4)
     start = 0

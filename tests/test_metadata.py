@@ -59,7 +59,10 @@ def test_every_tile_exactly_once(qlens, klens, extra, cfg, layout, causal):
                                                                       klens[int(d["batch_idx"][vb])], cfg)[1],
                             int(d["splits_nheads"][vb]) & 0xFFFF) for vb in range(batch)]
         order = [(-k, int(d["batch_idx"][vb])) for vb, k in enumerate(keys)]
-        assert order == sorted(order), "longest first, ties by request index"
+        if batch > 1 and md.sort_needed(min(keys) + 2, max(keys) + 2):
+            assert order == sorted(order), "longest first, ties by request index"
+        else:                                    # an even batch stays in request order
+            assert d["batch_idx"][:batch].tolist() == list(range(batch))
     else:
         assert d["batch_idx"][:batch].tolist() == list(range(batch))
 
@@ -238,3 +241,23 @@ def test_request_classes_partition_the_tiles(qlens, klens, cfg, thr, layout):
         alone = md.reference_schedule(_cu([L if keep(L) else 0 for L in qlens]), _cu(klens), batch, capacity,
                                       cfg, layout)
         assert np.array_equal(buf, alone)
+
+
+def test_even_batch_keeps_request_order_skewed_batch_is_sorted():
+    """The sort only runs when the work classes (sort_key + 2) spread past 1/SORT_MIN_SPREAD of the
+    largest: 13 or 14 KV blocks a request (classes 15, 16) stay in request order, 1 and 32 blocks
+    are ordered longest first."""
+    cfg = SchedulerConfig(num_heads=8, block_m=16, block_n=128, pack_factor=4, max_splits=1, num_ctas=132,
+                          sort=True)
+    even = [1600, 1700, 1650, 1690, 1601]                      # 13 or 14 blocks of 128
+    cu_q = np.arange(len(even) + 1, dtype=np.int32)
+    d = md.decode(md.reference_schedule(cu_q, None, len(even), 8, cfg, "soa", seqused_k=np.array(even)), "soa", 8)
+    keys = [md.sort_key(1, -(-k // 128), 1) for k in even]
+    assert sorted(set(keys)) == [13, 14] and not md.sort_needed(min(keys) + 2, max(keys) + 2)
+    assert d["batch_idx"][:5].tolist() == [0, 1, 2, 3, 4]
+    skewed = [128, 4096, 1600, 1700]
+    cu_q = np.arange(len(skewed) + 1, dtype=np.int32)
+    d = md.decode(md.reference_schedule(cu_q, None, len(skewed), 8, cfg, "soa", seqused_k=np.array(skewed)), "soa", 8)
+    assert d["batch_idx"][:4].tolist() == [1, 3, 2, 0]
+    assert md.sort_needed(3, 34) and not md.sort_needed(16, 16) and md.sort_needed(14, 16) is False
+    assert md.sort_needed(1, 16)                                # an empty request among equal ones
