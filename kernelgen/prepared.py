@@ -9,13 +9,16 @@ scheduler, attention and (with split-KV) combine kernels.
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 
 import torch
 
 from . import kernel_args, launch
-from .params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS
+from .params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS, TMA_ATTENTION_PARAMS
 from .workspace import WorkspaceLayout
+
+_MAPS_BYTES = TMA_ATTENTION_PARAMS.MAPS_BYTES
 
 
 def _stream_handle(device: int) -> int:
@@ -134,9 +137,31 @@ class PreparedCall:
             raise launch.LaunchError(kernel.name, e) from e
 
 
+class TmaPreparedCall(PreparedCall):
+    """A prepared call of the Hopper attention kernel: before the launches, the three TMA tensor
+    maps of the call's q, k and v (``tma.AttentionMaps``: re-encoded only when the pointers
+    change, per thread) are written into the attention launch's parameter buffer, ahead of the
+    pointers (``params.TMA_ATTENTION_PARAMS``)."""
+
+    def __init__(self, *, maps, **kw):
+        super().__init__(**kw)
+        self.maps = maps
+
+    def _launch(self, stream, md, qp, kp, vp, op, lp, cq, ck, su, pt):
+        try:
+            slot = self._tls.slots[1]
+        except AttributeError:
+            slot = self._new_slots()[1]
+        try:
+            ctypes.memmove(slot[1], self.maps.encode(qp, kp, vp), _MAPS_BYTES)
+        except Exception as e:  # noqa: BLE001 - the driver's refusal names the kernel like a launch error
+            raise launch.LaunchError(self.attn.name, e) from e
+        super()._launch(stream, md, qp, kp, vp, op, lp, cq, ck, su, pt)
+
+
 def build(*, sched, attn, combine, cfg, layout: WorkspaceLayout, batch: int, q, k, v, out, lse, page_table,
           scale: float, window: tuple, softcap: float, return_lse: bool, fixed_base: int | None,
-          sizes: dict) -> PreparedCall:
+          sizes: dict, maps=None) -> PreparedCall:
     """Prepare the launches of a validated call whose tensors are ``q``, ``k``, ``v``, ``out``,
     ``lse`` and ``page_table`` (shapes and strides are read, pointers are not kept).
 
@@ -144,7 +169,9 @@ def build(*, sched, attn, combine, cfg, layout: WorkspaceLayout, batch: int, q, 
     ``cfg`` the scheduler's ``metadata.SchedulerConfig``; the metadata describes ``batch``
     requests in ``layout.capacity`` slots.  ``fixed_base``: the address of a workspace the
     caller owns (AttentionPlan), None to allocate ``layout.nbytes`` per run.  ``return_lse``:
-    runs allocate lse when none is given.  Raises ValueError past metadata.MAX_CAPACITY.
+    runs allocate lse when none is given.  ``maps``: the ``tma.AttentionMaps`` of a Hopper
+    attention kernel (a ``TmaPreparedCall`` then writes them per call).  Raises ValueError past
+    metadata.MAX_CAPACITY.
     """
     kernel_args.check_capacity(layout.capacity)
     threads, smem = kernel_args.scheduler_launch_shape(layout.capacity, sched.smem_bytes)
@@ -158,6 +185,7 @@ def build(*, sched, attn, combine, cfg, layout: WorkspaceLayout, batch: int, q, 
     if combine is not None:
         grid = kernel_args.combine_grid(out.shape[0], hq, combine.spec.rows_per_cta)
         combine_launch = combine.prepare(grid, kernel_args.combine_fields(out, lse, hq, strides))
-    return PreparedCall(device=q.device, sched=sched_launch, attn=attn_launch, combine=combine_launch, layout=layout,
-                        fixed_base=fixed_base, out_shape=tuple(out.shape), lse_shape=(hq, out.shape[0]) if return_lse else None,
-                        dtype=q.dtype, sizes=sizes, config=cfg)
+    kw = dict(device=q.device, sched=sched_launch, attn=attn_launch, combine=combine_launch, layout=layout,
+              fixed_base=fixed_base, out_shape=tuple(out.shape), lse_shape=(hq, out.shape[0]) if return_lse else None,
+              dtype=q.dtype, sizes=sizes, config=cfg)
+    return PreparedCall(**kw) if maps is None else TmaPreparedCall(maps=maps, **kw)
