@@ -186,9 +186,7 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
     if pack_gqa is not None and not isinstance(pack_gqa, bool):
         raise TypeError(f"pack_gqa must be None or a bool, got {type(pack_gqa).__name__}")
     validation.short_query_tokens(short_query_tokens, pack_gqa, splits)
-    device = q.device.index
-    dev_arch = device_arch(device)
-    mainloop = validation.arch(arch, dev_arch)
+    mainloop = validation.arch(arch, None)
     if mainloop == "sm90a" and short_query_tokens:
         raise ValueError("arch='sm_90a' runs no fused mixed-batch launch: leave short_query_tokens None or 0")
     if validation.host_checks_enabled():
@@ -214,6 +212,9 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
         max_seqlen_q = total_q
     if max_seqlen_k is None:
         max_seqlen_k = sizes["max_pages"] * sizes["page_size"] if sizes["paged"] else sizes["total_k"]
+    device = q.device.index
+    dev_arch = device_arch(device)
+    mainloop = validation.arch(arch, dev_arch)
     prep = None
     if mainloop != "sm90a":
         prep = _fused_call(short_query_tokens, q, k, v, out, lse, page_table, sizes, dev_arch, device, mask, layout,

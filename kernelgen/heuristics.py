@@ -16,6 +16,7 @@ the batch's real work (metadata.SchedulerConfig).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 from .spec import ARCHS, MAINLOOPS, SM90_HEAD_DIMS, AttentionSpec, CombineSpec, FusedAttentionSpec, SchedulerSpec, TileConfig
@@ -70,6 +71,10 @@ SPLIT_GRANULARITY = {"prefill": 1, "mid": 1, "decode": 4}
 #: The Hopper path's tile (mainloop "sm90a"): 128 query rows in two consumer warpgroups of 64,
 #: blocks of 128 keys, a two-stage K/V ring (one CTA per SM: 160 KB of shared memory at head dim 128).
 SM90_TILE = TileConfig(128, 128, 8, 2, 1)
+#: The Hopper mainloop's options (``AttentionSpec.sm90_opts``) the dispatcher uses ("" = wgmma
+#: P V over the whole head dim, softmax overlapped with the next block's Q K^T); the environment
+#: variable ``KERNELGEN_SM90_OPTS`` (read at import) overrides it, for tuning runs.
+SM90_OPTS = os.environ.get("KERNELGEN_SM90_OPTS", "")
 
 #: Alternatives measured by the benchmark's tile sweep (tools/bench.py).
 CANDIDATE_TILES = {
@@ -212,7 +217,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
             raise ValueError(f"the Hopper (sm_90a) path does not support this call: {why}")
         if not why:
             t = tile or SM90_TILE
-            attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, mainloop="sm90a")
+            attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, mainloop="sm90a",
+                                 sm90_opts=SM90_OPTS)
             sched_heads = num_heads_kv if pack else num_heads_q
             n = -(-max(max_seqlen_k, 0) // t.block_n)
             wants_split = num_splits == 0 and num_splits_heuristic(

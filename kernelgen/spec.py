@@ -21,8 +21,9 @@ LAYOUTS = ("soa", "aos")
 #: "sm90a" (wgmma, TMA, warp specialisation; sm_90a only, a subset of the variants).
 MAINLOOPS = ("sm80", "sm90a")
 #: Option letters of the Hopper mainloop (``AttentionSpec.sm90_opts``): "s" serial (no overlap of
-#: the softmax with the next block's Q K^T inside a warpgroup), "h" P V issued as 64-column halves.
-SM90_OPTS = "hs"
+#: the softmax with the next block's Q K^T inside a warpgroup), "h" P V issued as 64-column halves,
+#: "p" ping-pong of the two consumer warpgroups' GEMM issue (not with "s").
+SM90_OPTS = "hps"
 #: Head dims of the Hopper path (head_dim == head_dim_v).
 SM90_HEAD_DIMS = (64, 128)
 
@@ -131,6 +132,8 @@ class AttentionSpec:
             return f"tile {t.tag} (block_n a multiple of 16 up to 256, 2-4 stages, one CTA per SM)"
         if set(self.sm90_opts) - set(SM90_OPTS) or "".join(sorted(set(self.sm90_opts))) != self.sm90_opts:
             return f"sm90_opts {self.sm90_opts!r} (sorted distinct letters of {SM90_OPTS!r})"
+        if "p" in self.sm90_opts and "s" in self.sm90_opts:
+            return "sm90_opts 'p' (ping-pong) needs the overlapped mainloop (no 's')"
         return ""
 
     @property

@@ -208,13 +208,26 @@ def _kg_call(q, k, v, cu_q, cu_k, max_q, max_k, model: ModelPreset, out, **kw):
 
 
 def _switches(settings, make_call, out) -> dict:
-    """Peers for kernelgen's own switches: AoS metadata, sort off, the (absent) sm_90a path."""
+    """Peers for kernelgen's own switches: AoS metadata, sort off, each mainloop forced."""
     torch = _torch()
     return {
         peers.KG_AOS: lambda: peers.Peer(make_call(torch.empty_like(out), metadata_layout="aos"), lambda r: r),
         peers.KG_NOSORT: lambda: peers.Peer(make_call(torch.empty_like(out), sort=False), lambda r: r),
-        peers.KG_SM90A: peers.SM90A_REASON,
+        **_mainloop_peers(lambda o, arch: make_call(o, arch=arch), out),
     }
+
+
+def _mainloop_peers(make_call, out) -> dict:
+    """kernelgen forced onto each mainloop (``make_call(out, arch)`` returns the call)."""
+    torch = _torch()
+
+    def build(arch):
+        def b():
+            run = make_call(torch.empty_like(out), arch)
+            run()  # a forced path that does not support the call raises here: the peer is unavailable
+            return peers.Peer(run, lambda r: r)
+        return b
+    return {peers.KG_SM90A: build("sm_90a"), peers.KG_SM80: build("sm_80")}
 
 
 def _gather(entry, kc, vc, pt, used):
@@ -274,7 +287,9 @@ def dense_entry(settings: Settings, name, batch, heads, seqlen, d, causal) -> di
         return o.transpose(1, 2).reshape(batch * seqlen, heads, d)
     builders = {p: peers.sdpa(p, q4, k4, v4, causal, to_packed=to_packed) for p in peers.SDPA_PEERS}
     builders[peers.FLEX] = settings.flex_builder(peers.flex_dense(q4, k4, v4, causal, to_packed), "all")
-    builders[peers.KG_SM90A] = peers.SM90A_REASON
+    builders.update(_mainloop_peers(
+        lambda o, arch: (lambda: varlen_attention(q, k, v, cu, cu, seqlen, seqlen, causal=causal, out=o, arch=arch)),
+        out))
     peers.measure(e, builders, settings.time, reference=out)
     return e
 

@@ -136,6 +136,19 @@ __device__ __forceinline__ void zero_v_tail(u32 v_base, int valid, int cg, int w
   named_sync(1 + cg, 128);
 }
 
+// Ping-pong of the two consumer warpgroups (option "p"; FlashAttention-3's inter-warpgroup
+// schedule): a warpgroup issues its GEMMs only in its turn (named barrier 3 + cg, completed by the
+// other warpgroup's arrival after its own issue), so one warpgroup's softmax runs while the other's
+// GEMMs occupy the tensor cores.  Every issue section of one warpgroup is matched by one of the
+// other (both walk the same tiles and blocks); warpgroup 1 opens with an arrival and warpgroup 0
+// takes the last one after the tile loop.
+__device__ __forceinline__ void turn_wait(int cg) {
+  if (PINGPONG) named_sync(3 + cg, 256);
+}
+__device__ __forceinline__ void turn_pass(int cg) {
+  if (PINGPONG) named_arrive(3 + (cg ^ 1), 256);
+}
+
 // Per-thread pipeline position of a consumer (the same sequence the producer walks).
 struct KvPos {
   int stage;
@@ -202,9 +215,11 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   int n = n_hi - 1;
   mbar_wait(bar_k_full(sb, kv.stage), kv.phase, 12);
   fence_regs<BN / 2>(&s[0][0][0]);
+  turn_wait(cg);
   wgmma_fence();
   issue_qk(s, q_base, sb + OFF_K + kv.stage * KV_BYTES);
   wgmma_commit();
+  turn_pass(cg);
   wgmma_wait<0>();
   fence_regs<BN / 2>(&s[0][0][0]);
   release(bar_k_empty(sb, kv.stage), lane);
@@ -220,6 +235,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
     fence_regs<BN / 2>(&s[0][0][0]);
     fence_regs<DV / 2>(&o[0][0][0]);
     fence_regs<BN / 4>(&pa[0][0]);
+    turn_wait(cg);
     wgmma_fence();
     issue_qk(s, q_base, sb + OFF_K + kv.stage * KV_BYTES);
     wgmma_commit();
@@ -231,6 +247,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
       issue_pv(o, pa, v_base);
     }
     wgmma_commit();
+    turn_pass(cg);
     wgmma_wait<1>();  // S of block n is done; P V of block n + 1 may still run
     fence_regs<BN / 2>(&s[0][0][0]);
     release(bar_k_empty(sb, kv.stage), lane);
@@ -253,9 +270,11 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   if ((n_lo + 1) * BN > mi.seqlen_k) zero_v_tail(v_base, mi.seqlen_k - n_lo * BN, cg, wg_tid);
   fence_regs<DV / 2>(&o[0][0][0]);
   fence_regs<BN / 4>(&pa[0][0]);
+  turn_wait(cg);
   wgmma_fence();
   issue_pv(o, pa, v_base);
   wgmma_commit();
+  turn_pass(cg);
   wgmma_wait<0>();
   fence_regs<DV / 2>(&o[0][0][0]);
   release(bar_v_empty(sb, pv.stage), lane);

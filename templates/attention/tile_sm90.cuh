@@ -9,6 +9,7 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
   kv.stage = 0;
   kv.phase = 0;
   u32 q_iter = 0;
+  if (PINGPONG && (cw >> 2) == 1) turn_pass(1);  // warpgroup 0 goes first
   for (int it = 0;; ++it) {
     const int slot = it & 1;
     mbar_wait(bar_tile_full(sb, slot), (it >> 1) & 1, 5);
@@ -46,4 +47,5 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
     const TileInfo te = tile_info(p, md, cap4, cursor, t, p.num_heads_q, qpk);
     store_rows(p, te, o, lse, cw, lane);
   }
+  if (PINGPONG && (cw >> 2) == 0) turn_wait(0);  // warpgroup 1's last pass
 }

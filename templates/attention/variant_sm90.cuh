@@ -22,9 +22,11 @@ constexpr bool SOFTCAP = false;
 constexpr bool ROW_SPLITS = false;
 // Mainloop options (spec.sm90_opts): OVERLAP issues block i+1's S = Q K^T before block i's P V
 // and computes block i+1's softmax while P V runs (FlashAttention-3's intra-warpgroup
-// pipelining); PV_HALVES issues P V as 64-column halves (one swizzle atom of V each).
+// pipelining); PV_HALVES issues P V as 64-column halves (one swizzle atom of V each);
 constexpr bool OVERLAP = {{ "false" if "s" in v.sm90_opts else "true" }};
 constexpr bool PV_HALVES = {{ "true" if ("h" in v.sm90_opts or v.head_dim_v == 64) else "false" }};
+// PINGPONG alternates the two consumer warpgroups' GEMM issue (named barriers 3 and 4).
+constexpr bool PINGPONG = {{ "true" if "p" in v.sm90_opts else "false" }};
 constexpr int NCG = NW / 4;                  // consumer warpgroups
 constexpr int NT = (NW + 4) * 32;            // threads per CTA
 constexpr int MT = 1;                        // m16 row tiles per warp (the softmax/mask helpers' shape)
@@ -32,6 +34,7 @@ constexpr int WM = 16;                       // query rows per warp
 constexpr int HALVES = D / 64;               // 128-byte (64-element) column blocks of a row
 static_assert(D == DV && (D == 64 || D == 128), "head dims of the Hopper path");
 static_assert(BM == 64 * NCG && BN % 16 == 0 && BN <= 256, "tile shape");
+static_assert(!PINGPONG || (OVERLAP && NCG == 2), "ping-pong needs the overlapped mainloop and two consumer warpgroups");
 
 // Shared memory (offsets from a 1024-byte aligned base): Q (BM rows), STAGES K blocks,
 // STAGES V blocks, each as HALVES column blocks of rows x 128 bytes in TMA's 128-byte swizzle;
