@@ -71,10 +71,12 @@ SPLIT_GRANULARITY = {"prefill": 1, "mid": 1, "decode": 4}
 #: The Hopper path's tile (mainloop "sm90a"): 128 query rows in two consumer warpgroups of 64,
 #: blocks of 128 keys, a two-stage K/V ring (one CTA per SM: 160 KB of shared memory at head dim 128).
 SM90_TILE = TileConfig(128, 128, 8, 2, 1)
-#: The Hopper mainloop's options (``AttentionSpec.sm90_opts``) the dispatcher uses ("" = wgmma
-#: P V over the whole head dim, softmax overlapped with the next block's Q K^T); the environment
-#: variable ``KERNELGEN_SM90_OPTS`` (read at import) overrides it, for tuning runs.
-SM90_OPTS = os.environ.get("KERNELGEN_SM90_OPTS", "")
+#: The Hopper mainloop's options (``AttentionSpec.sm90_opts``) the dispatcher uses: "p", the
+#: two consumer warpgroups' GEMMs in ping-pong (H200, docs/perf-notes.md "Hopper path": 648 vs
+#: 580 TFLOP/s without it on the causal 16k shape; P V over the whole head dim, softmax
+#: overlapped with the next block's Q K^T).  The environment variable ``KERNELGEN_SM90_OPTS``
+#: (read at import) overrides it, for tuning runs.
+SM90_OPTS = os.environ.get("KERNELGEN_SM90_OPTS", "p")
 
 #: Alternatives measured by the benchmark's tile sweep (tools/bench.py).
 CANDIDATE_TILES = {

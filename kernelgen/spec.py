@@ -22,8 +22,10 @@ LAYOUTS = ("soa", "aos")
 MAINLOOPS = ("sm80", "sm90a")
 #: Option letters of the Hopper mainloop (``AttentionSpec.sm90_opts``): "s" serial (no overlap of
 #: the softmax with the next block's Q K^T inside a warpgroup), "h" P V issued as 64-column halves,
-#: "p" ping-pong of the two consumer warpgroups' GEMM issue (not with "s").
-SM90_OPTS = "hps"
+#: "p" ping-pong of the two consumer warpgroups' GEMM issue (not with "s"), "r" rescale O only
+#: when a row's max grew.
+SM90_OPTS = "hprs"
+_SM90_OPT_NAMES = {"h": "pvhalves", "p": "pingpong", "r": "lazyrescale", "s": "serial"}
 #: Head dims of the Hopper path (head_dim == head_dim_v).
 SM90_HEAD_DIMS = (64, 128)
 
@@ -168,7 +170,7 @@ class AttentionSpec:
         hd = f"d{self.head_dim}" if self.head_dim == self.head_dim_v else f"d{self.head_dim}x{self.head_dim_v}"
         extra = "".join(f"_{flag}" for flag in ("pack", "split", "paged", "softcap", "rowsplits")
                         if getattr(self, {"pack": "pack_gqa", "rowsplits": "row_splits"}.get(flag, flag)))
-        path = "" if self.mainloop == "sm80" else "_wgmma" + (f"-{self.sm90_opts}" if self.sm90_opts else "")
+        path = "" if self.mainloop == "sm80" else "_wgmma" + "".join(f"_{_SM90_OPT_NAMES[o]}" for o in self.sm90_opts)
         return f"attn_{self.arch}{path}_{self.dtype}_{hd}_{self.mask}{extra}_{self.layout}_{self.tile.tag}"
 
     def template_vars(self) -> dict:

@@ -28,7 +28,9 @@ def test_sm90_spec_shape_and_name():
     s = sm90()
     assert s.template == "attention/fwd_sm90.cu.j2" and s.num_threads == 384
     assert s.name == "attn_sm_90a_wgmma_bf16_d128_causal_soa_m128n128w8s2b1"
-    assert sm90(opts="hs").name == "attn_sm_90a_wgmma-hs_bf16_d128_causal_soa_m128n128w8s2b1"
+    assert heuristics.SM90_OPTS == "p"  # the dispatcher's default: ping-pong (docs/perf-notes.md)
+    assert sm90(opts="hs").name == "attn_sm_90a_wgmma_pvhalves_serial_bf16_d128_causal_soa_m128n128w8s2b1"
+    assert sm90(opts="pr").name == "attn_sm_90a_wgmma_pingpong_lazyrescale_bf16_d128_causal_soa_m128n128w8s2b1"
     # Q (128 x 128) + 2 stages of K and V (128 x 128), bf16, + barriers + alignment slack
     assert s.smem_bytes() == 2 * 128 * (128 + 2 * 2 * 128) + 256 + 1024
     assert sm90(tile=TileConfig(128, 128, 8, 3, 1)).smem_bytes() <= heuristics.SMEM_LIMIT["sm_90a"]
@@ -62,7 +64,7 @@ PREFILL = dict(num_heads_q=32, num_heads_kv=8, max_seqlen_q=4096, max_seqlen_k=4
 @pytest.mark.parametrize("dtype,d,mask", list(itertools.product(("bf16", "fp16"), (64, 128), ("none", "causal"))))
 def test_automatic_choice_is_hopper_for_supported_prefill(dtype, d, mask):
     v = heuristics.choose("sm_90a", dtype, d, d, mask=mask, **PREFILL)
-    assert v.attention.mainloop == "sm90a" and v.attention.tile == T90
+    assert v.attention.mainloop == "sm90a" and v.attention.tile == T90 and v.attention.sm90_opts == heuristics.SM90_OPTS
     assert v.combine is None and v.max_splits == 1 and v.scheduler.arch == "sm_90a"
 
 
@@ -271,6 +273,7 @@ def test_strides_tma_cannot_address_fall_back(fake_cuda):
 def test_render_uses_the_hopper_instructions_and_keys_differ(tmp_path):
     src = render.render(sm90())
     for needle in ("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "cp.async.bulk.tensor.3d",
+                   "bar.arrive", "constexpr bool PINGPONG = false",
                    "mbarrier.try_wait.parity", "setmaxnreg.inc.sync.aligned.u32 %0", "__grid_constant__",
                    "setmaxnreg_dec<24>", "setmaxnreg_inc<240>"):
         assert needle in src, needle
@@ -284,6 +287,7 @@ def test_render_uses_the_hopper_instructions_and_keys_differ(tmp_path):
 _NVDISASM = sass.find_nvdisasm()
 COMPILE = [dict(dtype=dt, d=d, mask=m) for dt in ("bf16", "fp16") for d in (64, 128) for m in ("none", "causal")]
 COMPILE += [dict(opts="h"), dict(opts="s"), dict(opts="hs", mask="none"), dict(opts="p"), dict(opts="hp", d=64),
+            dict(opts="pr"), dict(opts="r", dtype="fp16"),
             dict(layout="aos"),
             dict(tile=TileConfig(128, 128, 8, 3, 1)), dict(d=64, tile=TileConfig(128, 128, 8, 4, 1))]
 

@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json")
     ap.add_argument("--repeat", type=int, default=10)
-    ap.add_argument("--variants", default="_:2,h:2,p:2,hp:2,s:2,_:3,_:2:192,p:2:192",
+    ap.add_argument("--variants", default="p:2,_:2,pr:2,r:2,p:3",
                     help="Hopper mainloop variants (opts:stages[:block_n])")
     args = ap.parse_args(argv)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 #: sm90_opts ("_" = default) : K/V stages [: block_n]
-VARIANTS = ["_:2", "h:2", "p:2", "hp:2", "s:2", "_:3", "_:2:192", "p:2:192"]
+VARIANTS = ["p:2", "_:2", "pr:2", "r:2", "hp:2", "s:2", "p:3"]
 
 
 def _set_variant(variant: str) -> None:
@@ -186,8 +186,9 @@ def prewarm(jobs: int) -> None:
         for dt in ("bf16", "fp16"):
             for d in (64, 128):
                 for mask in ("none", "causal"):
-                    specs.add(AttentionSpec("sm_90a", dt, d, d, mask, layout, heuristics.SM90_TILE, mainloop="sm90a"))
-    for v in VARIANTS + ["hs:2"]:
+                    specs.add(AttentionSpec("sm_90a", dt, d, d, mask, layout, heuristics.SM90_TILE, mainloop="sm90a",
+                                            sm90_opts=heuristics.SM90_OPTS))
+    for v in VARIANTS + ["hs:2", "h:2", "p:2:192"]:
         opts, tile = parse_variant(v)
         for mask in ("none", "causal"):
             for d in (64, 128):
@@ -202,9 +203,14 @@ def prewarm(jobs: int) -> None:
                dict(max_seqlen_q=600, max_seqlen_k=600, mask="causal", softcap=True)):
         v = heuristics.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, **kw)
         specs.update(s for s in (v.attention, v.combine) if s is not None)
-    v = heuristics.choose("sm_90a", "bf16", 96, 96, num_heads_q=8, num_heads_kv=2, max_seqlen_q=600,
-                          max_seqlen_k=600, mask="causal")
-    specs.update(s for s in (v.attention, v.combine) if s is not None)
+    # the existing GPU tests of tools/hopper_gpu_run.sh's "regress" stage: (dtype, d, dv, hq, hkv, hints, mask)
+    for dt, d, dv, hq, hkv, mq, mk, mask in (
+            ("bf16", 96, 96, 8, 2, 600, 600, "causal"), ("fp16", 64, 64, 8, 8, 513, 513, "causal"),
+            ("bf16", 64, 64, 4, 4, 0, 3, "none"), ("fp16", 64, 64, 4, 4, 1, 1, "causal"),
+            ("bf16", 192, 128, 8, 2, 1, 1, "causal")):
+        v = heuristics.choose("sm_90a", dt, d, dv, num_heads_q=hq, num_heads_kv=hkv, max_seqlen_q=mq,
+                              max_seqlen_k=mk, mask=mask)
+        specs.update(s for s in (v.scheduler, v.attention, v.combine) if s is not None)
     cache = get_cache()
     t0 = time.perf_counter()
     with ThreadPoolExecutor(jobs) as ex:

@@ -190,9 +190,8 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
       fence_regs<BN / 2>(&s[0][0][0]);
       release(bar_k_empty(sb, kv.stage), lane);
       if (n == n_lo) release(bar_q_empty(sb), lane);
-      transform_scores(s, p.scale_log2, p.softcap_scale, p.softcap_log2);
       if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
-      softmax_scores(s, row_max, row_sum, corr);
+      softmax_scores(s, row_max, row_sum, corr, p.scale_log2);
       rescale_rows(o, corr);
       pack_p(s, pa);
       mbar_wait(bar_v_full(sb, kv.stage), kv.phase, 11);
@@ -224,9 +223,8 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   fence_regs<BN / 2>(&s[0][0][0]);
   release(bar_k_empty(sb, kv.stage), lane);
   if (n == n_lo) release(bar_q_empty(sb), lane);
-  transform_scores(s, p.scale_log2, p.softcap_scale, p.softcap_log2);
   if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
-  softmax_scores(s, row_max, row_sum, corr);  // o is still 0: no rescale
+  softmax_scores(s, row_max, row_sum, corr, p.scale_log2);  // o is still 0: no rescale
   pack_p(s, pa);
   KvPos pv = kv;  // the slot whose V the pending P V reads
   kv.advance();
@@ -252,14 +250,13 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
     fence_regs<BN / 2>(&s[0][0][0]);
     release(bar_k_empty(sb, kv.stage), lane);
     if (n == n_lo) release(bar_q_empty(sb), lane);
-    transform_scores(s, p.scale_log2, p.softcap_scale, p.softcap_log2);
     if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
-    softmax_scores(s, row_max, row_sum, corr);
+    softmax_scores(s, row_max, row_sum, corr, p.scale_log2);
     wgmma_wait<0>();
     fence_regs<DV / 2>(&o[0][0][0]);
     fence_regs<BN / 4>(&pa[0][0]);
     release(bar_v_empty(sb, pv.stage), lane);
-    rescale_rows(o, corr);
+    if (!LAZY_RESCALE || __any_sync(0xffffffffu, corr[0][0] != 1.f || corr[0][1] != 1.f)) rescale_rows(o, corr);
     pack_p(s, pa);
     pv = kv;
     kv.advance();

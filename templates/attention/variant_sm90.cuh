@@ -25,8 +25,10 @@ constexpr bool ROW_SPLITS = false;
 // pipelining); PV_HALVES issues P V as 64-column halves (one swizzle atom of V each);
 constexpr bool OVERLAP = {{ "false" if "s" in v.sm90_opts else "true" }};
 constexpr bool PV_HALVES = {{ "true" if ("h" in v.sm90_opts or v.head_dim_v == 64) else "false" }};
-// PINGPONG alternates the two consumer warpgroups' GEMM issue (named barriers 3 and 4).
+// PINGPONG alternates the two consumer warpgroups' GEMM issue (named barriers 3 and 4);
+// LAZY_RESCALE skips a warp's O rescale when none of its rows' max grew (every factor is 1).
 constexpr bool PINGPONG = {{ "true" if "p" in v.sm90_opts else "false" }};
+constexpr bool LAZY_RESCALE = {{ "true" if "r" in v.sm90_opts else "false" }};
 constexpr int NCG = NW / 4;                  // consumer warpgroups
 constexpr int NT = (NW + 4) * 32;            // threads per CTA
 constexpr int MT = 1;                        // m16 row tiles per warp (the softmax/mask helpers' shape)
@@ -35,6 +37,7 @@ constexpr int HALVES = D / 64;               // 128-byte (64-element) column blo
 static_assert(D == DV && (D == 64 || D == 128), "head dims of the Hopper path");
 static_assert(BM == 64 * NCG && BN % 16 == 0 && BN <= 256, "tile shape");
 static_assert(!PINGPONG || (OVERLAP && NCG == 2), "ping-pong needs the overlapped mainloop and two consumer warpgroups");
+static_assert(!SOFTCAP, "the Hopper softmax folds the plain scale into the exponent (softmax_scores)");
 
 // Shared memory (offsets from a 1024-byte aligned base): Q (BM rows), STAGES K blocks,
 // STAGES V blocks, each as HALVES column blocks of rows x 128 bytes in TMA's 128-byte swizzle;

@@ -60,12 +60,14 @@ __device__ __forceinline__ void softmax_update(float (&s)[MT][BN / 8][4], float 
     }
 }
 
-// softmax_update without the accumulator: the same row max, probabilities (left in s) and row
-// sums, and the factor corr[mt][h] that the caller applies to O later with rescale_rows (the
-// Hopper mainloop rescales O only once the P.V of the previous block, still in flight on the
-// tensor cores when the probabilities are computed, has completed).
+// softmax_update without the accumulator, on raw scores (S = Q K^T, masked with -inf): the
+// scale is folded into the exponent, p = 2^(s * scale_log2 - m) with one FFMA per score (row_max
+// and m stay in log2 units: the max of the raw scores times scale_log2 > 0 is the scaled max).
+// Leaves the probabilities in s, updates row_max and row_sum, and returns the factor corr[mt][h]
+// that the caller applies to O later with rescale_rows (the Hopper mainloop rescales O only once
+// the P.V of the previous block, still in flight on the tensor cores, has completed).  No soft-cap.
 __device__ __forceinline__ void softmax_scores(float (&s)[MT][BN / 8][4], float (&row_max)[MT][2],
-                                               float (&row_sum)[MT][2], float (&corr)[MT][2]) {
+                                               float (&row_sum)[MT][2], float (&corr)[MT][2], float scale_log2) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -75,7 +77,7 @@ __device__ __forceinline__ void softmax_scores(float (&s)[MT][BN / 8][4], float 
       for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(row_max[mt][h], mx);
+      const float m_new = fmaxf(row_max[mt][h], mx * scale_log2);
       const float m_use = m_new == -KG_INF ? 0.f : m_new;
       corr[mt][h] = fast_exp2(row_max[mt][h] - m_use);
       row_max[mt][h] = m_new;
@@ -84,7 +86,7 @@ __device__ __forceinline__ void softmax_scores(float (&s)[MT][BN / 8][4], float 
       for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float pv = fast_exp2(s[mt][nt][2 * h + e] - m_use);
+          const float pv = fast_exp2(fmaf(s[mt][nt][2 * h + e], scale_log2, -m_use));
           s[mt][nt][2 * h + e] = pv;
           sum += pv;
         }

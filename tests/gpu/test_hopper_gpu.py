@@ -130,12 +130,13 @@ def test_hopper_strided_views():
     check(q, k, v, cu, cu, causal=True)
 
 
-@pytest.mark.parametrize("opts,stages", [("h", 2), ("s", 2), ("hs", 2), ("", 3)])
-def test_hopper_mainloop_options(monkeypatch, opts, stages):
-    """The tuning variants of the mainloop: P V in 64-column halves, no intra-warpgroup overlap,
-    a three-stage K/V ring."""
+@pytest.mark.parametrize("opts,stages,bn", [("", 2, 128), ("h", 2, 128), ("s", 2, 128), ("hp", 2, 128),
+                                            ("pr", 2, 128), ("p", 3, 128), ("p", 2, 192)])
+def test_hopper_mainloop_options(monkeypatch, opts, stages, bn):
+    """The mainloop's variants: without ping-pong, P V in 64-column halves, without the intra-
+    warpgroup overlap, lazy O rescale, a three-stage K/V ring, 192-key blocks."""
     monkeypatch.setattr(heuristics, "SM90_OPTS", opts)
-    monkeypatch.setattr(heuristics, "SM90_TILE", heuristics.TileConfig(128, 128, 8, stages, 1))
+    monkeypatch.setattr(heuristics, "SM90_TILE", heuristics.TileConfig(128, bn, 8, stages, 1))
     api.clear_signature_cache()
     try:
         for causal in (False, True):
