@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from . import fused, heuristics, kernel_args, metadata, prepared, runtime, signature, validation
+from . import fused, heuristics, kernel_args, metadata, prepared, runtime, signature, tma, validation
 from .kernel_args import scheduler_launch_shape  # noqa: F401 (public helper, re-exported)
 from .params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS
 from .workspace import SplitBuffers, WorkspaceLayout
@@ -66,6 +66,7 @@ def varlen_attention(
     sort: bool = True,
     head_swizzle: bool = True,
     short_query_tokens: int | None = None,
+    arch: str | None = None,
 ):
     """Attention over a ragged (varlen) batch of requests, prefill and decode alike.
 
@@ -111,6 +112,15 @@ def varlen_attention(
             cache whose ``max_seqlen_q`` exceeds ``heuristics.short_query_tokens``, 4 for 32/8
             heads, unless pack_gqa or num_splits is forced); an int >= 1 forces the fused launch
             with that threshold; 0 turns it off.
+        arch: which attention mainloop runs: None or "auto" picks the Hopper path (wgmma, TMA,
+            warp specialisation; ``docs/perf-notes.md``, "Hopper path") on compute capability
+            9.0 for the calls it supports (packed K/V, head_dim == head_dim_v in (64, 128), no
+            mask or causal, no window, soft-cap, pack-GQA or forced split-KV, prefill-sized
+            ``max_seqlen_q`` * query heads per tile, and a batch that fills the GPU without
+            split-KV) and the sm_80 path (mma.sync) otherwise; "sm_80" forces the sm_80 path,
+            "sm_90a" the Hopper path (ValueError if the call or the device does not support it).
+            None reads the ``KERNELGEN_ARCH`` environment variable (same values) when a call
+            signature is first seen (``clear_signature_cache`` makes it read again).
 
     Returns:
         out (total_q, num_heads_q, head_dim_v) in q's dtype; with ``return_lse`` also
@@ -121,8 +131,9 @@ def varlen_attention(
     Raises:
         TypeError: an argument has the wrong type or dtype (the message names it).
         ValueError: wrong shape, device, stride/alignment, head counts that do not divide,
-            unsupported head dim, bad window/softcap/num_splits/softmax_scale/layout, paged
-            arguments missing or inconsistent, or more than 8192 requests.
+            unsupported head dim, bad window/softcap/num_splits/softmax_scale/layout/arch, paged
+            arguments missing or inconsistent, more than 8192 requests, or ``arch="sm_90a"`` for
+            a call or device the Hopper path does not support.
         kernelgen.compiler.CompileError: NVRTC rejected a kernel (log and source path attached).
         kernelgen.launch.LaunchError: the driver refused a launch (the message names the kernel).
 
@@ -144,12 +155,13 @@ def varlen_attention(
     Algorithm: FlashAttention-2 tiling with an fp32 online softmax (Dao 2023; Milakov and
     Gimelshein 2018) in a persistent kernel fed by a GPU scheduler after FlashAttention-3's varlen
     scheduler (Shah et al. 2024, with a capacity-sized metadata buffer), split-KV after
-    FlashDecoding (Dao et al. 2023).
+    FlashDecoding (Dao et al. 2023); on Hopper, FlashAttention-3's asynchronous design (wgmma,
+    TMA, producer/consumer warpgroups, softmax overlapped with the next block's GEMM).
     """
     try:
         key = signature.key((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out), window_size,
                             (max_seqlen_q, max_seqlen_k, causal, softcap, softmax_scale, num_splits, pack_gqa,
-                             return_lse, metadata_layout, sort, head_swizzle, short_query_tokens))
+                             return_lse, metadata_layout, sort, head_swizzle, short_query_tokens, arch))
         prep = _CALLS.get(key)
     except Exception:  # noqa: BLE001 - an argument that cannot be keyed: the validating path names it
         key = prep = None
@@ -159,12 +171,12 @@ def varlen_attention(
             return res if return_lse else res[0]
     return _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
                            page_table, causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, return_lse,
-                           out, metadata_layout, sort, head_swizzle, short_query_tokens)
+                           out, metadata_layout, sort, head_swizzle, short_query_tokens, arch)
 
 
 def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table,
                     causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, return_lse, out,
-                    metadata_layout, sort, head_swizzle, short_query_tokens=None):
+                    metadata_layout, sort, head_swizzle, short_query_tokens=None, arch=None):
     """varlen_attention for a signature not prepared yet: every check, the variant choice, the
     kernels; the prepared call is stored under ``key`` (None: not keyable) and run."""
     sizes = validation.varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out,
@@ -177,6 +189,9 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
     if pack_gqa is not None and not isinstance(pack_gqa, bool):
         raise TypeError(f"pack_gqa must be None or a bool, got {type(pack_gqa).__name__}")
     validation.short_query_tokens(short_query_tokens, pack_gqa, splits)
+    mainloop = validation.arch(arch, None)
+    if mainloop == "sm90a" and short_query_tokens:
+        raise ValueError("arch='sm_90a' runs no fused mixed-batch launch: leave short_query_tokens None or 0")
     if validation.host_checks_enabled():
         validation.check_cu_seqlens_values("cu_seqlens_q", cu_seqlens_q, sizes["total_q"])
         if cu_seqlens_k is not None:
@@ -201,21 +216,25 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
     if max_seqlen_k is None:
         max_seqlen_k = sizes["max_pages"] * sizes["page_size"] if sizes["paged"] else sizes["total_k"]
     device = q.device.index
-    arch = device_arch(device)
-    prep = _fused_call(short_query_tokens, q, k, v, out, lse, page_table, sizes, arch, device, mask, layout, left,
-                       right, cap, scale, pack_gqa, splits, max_seqlen_q, max_seqlen_k, sort, head_swizzle,
-                       return_lse)
+    dev_arch = device_arch(device)
+    mainloop = validation.arch(arch, dev_arch)
+    prep = None
+    if mainloop != "sm90a":
+        prep = _fused_call(short_query_tokens, q, k, v, out, lse, page_table, sizes, dev_arch, device, mask, layout,
+                           left, right, cap, scale, pack_gqa, splits, max_seqlen_q, max_seqlen_k, sort, head_swizzle,
+                           return_lse)
     if prep is not None:
         if key is not None and signature.cacheable(key):
             _CALLS.put(key, prep)
         out, lse = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
         return (out, lse) if return_lse else out
     variants = heuristics.choose(
-        arch, validation.DTYPES[q.dtype], sizes["head_dim"], sizes["head_dim_v"],
+        dev_arch, validation.DTYPES[q.dtype], sizes["head_dim"], sizes["head_dim_v"],
         num_heads_q=hq, num_heads_kv=sizes["num_heads_kv"], mask=mask, layout=layout,
         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, paged=sizes["paged"],
         softcap=cap > 0, pack_gqa=pack_gqa, num_splits=splits,
-        num_sms=runtime.device_properties(device)["num_sms"])
+        num_sms=runtime.device_properties(device)["num_sms"], mainloop=mainloop,
+        tma_ok=not sizes["paged"] and all(tma.tma_compatible(t) for t in (q, k, v)))
     sched = runtime.get_kernel(variants.scheduler, device)
     attn = runtime.get_kernel(variants.attention, device)
     combine = runtime.get_kernel(variants.combine, device) if variants.combine is not None else None
@@ -223,9 +242,13 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                            head_swizzle=bool(head_swizzle), max_splits=variants.max_splits,
                            forced_splits=variants.forced_splits, window_left=left)
     ws = WorkspaceLayout(batch, combine is not None, variants.max_splits, hq, total_q, sizes["head_dim_v"])
+    maps = None
+    if variants.attention.mainloop == "sm90a":
+        t = variants.attention.tile
+        maps = tma.AttentionMaps(q, k, v, t.block_m, t.block_n)
     prep = prepared.build(sched=sched, attn=attn, combine=combine, cfg=cfg, layout=ws, batch=batch, q=q, k=k, v=v,
                           out=out, lse=lse, page_table=page_table, scale=scale, window=(left, right), softcap=cap,
-                          return_lse=bool(return_lse), fixed_base=None, sizes=sizes)
+                          return_lse=bool(return_lse), fixed_base=None, sizes=sizes, maps=maps)
     if key is not None and signature.cacheable(key):
         _CALLS.put(key, prep)
     out, lse = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)

@@ -123,9 +123,22 @@ def arch_flag(arch: str) -> str:
     return f"--gpu-architecture={arch}"
 
 
+#: Environment variable of extra preprocessor defines (diagnostic builds): comma-separated NAME or
+#: NAME=VALUE, e.g. ``KG_HANG_CHECK`` (the Hopper kernel's mbarrier waits then report a wait that
+#: never ends and trap).  Part of the options, so of the cache key.
+DEFINES_ENV = "KERNELGEN_DEFINES"
+
+
 def default_options(arch: str) -> tuple[str, ...]:
-    """Options every kernel is compiled with (they are part of the cache key)."""
-    return (arch_flag(arch), "--std=c++17", "-default-device", "--use_fast_math", "-lineinfo", "-Xptxas=-v")
+    """Options every kernel is compiled with (they are part of the cache key), plus one ``-D``
+    per entry of ``KERNELGEN_DEFINES`` (read on every call)."""
+    base = (arch_flag(arch), "--std=c++17", "-default-device", "--use_fast_math", "-lineinfo", "-Xptxas=-v")
+    extra = os.environ.get(DEFINES_ENV, "")
+    defines = tuple(f"-D{d.strip()}" for d in extra.split(",") if d.strip())
+    for d in defines:
+        if not re.fullmatch(r"-D[A-Za-z_]\w*(=[\w.+-]*)?", d):
+            raise ValueError(f"{DEFINES_ENV} entries must be NAME or NAME=VALUE, got {d[2:]!r}")
+    return base + defines
 
 
 _RES = {

@@ -9,6 +9,11 @@ Tile classes, by query rows per request tile (``max_seqlen_q`` times the pack-GQ
 ``prefill`` (FlashAttention-2 style 128-row tiles).  Every tile compiles with no register spills
 (tests/test_compile_matrix.py) and fits the arch's shared memory.
 
+Mainloop: on sm_90a, prefill-class calls the Hopper path supports (``sm90_unsupported``) and that
+would not split KV take the wgmma/TMA kernel (``mainloop="sm90a"``, tile ``SM90_TILE``, options
+``SM90_OPTS``); everything else, and every other arch, the sm_80 (mma.sync) kernels.  ``choose``'s
+``mainloop`` argument forces one (``varlen_attention(arch=...)``, ``KERNELGEN_ARCH``).
+
 Split-KV: the host picks an upper bound with FlashAttention-3's occupancy rule (treating a varlen
 batch as one request, as FA3 does); the GPU scheduler then gives each request its own count from
 the batch's real work (metadata.SchedulerConfig).
@@ -16,9 +21,10 @@ the batch's real work (metadata.SchedulerConfig).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
-from .spec import ARCHS, AttentionSpec, CombineSpec, FusedAttentionSpec, SchedulerSpec, TileConfig
+from .spec import ARCHS, MAINLOOPS, SM90_HEAD_DIMS, AttentionSpec, CombineSpec, FusedAttentionSpec, SchedulerSpec, TileConfig
 
 #: Largest dynamic shared memory one CTA may opt into, bytes (CUDA programming guide, per arch).
 SMEM_LIMIT = {"sm_80": 166912, "sm_86": 101376, "sm_89": 101376, "sm_90a": 232448}
@@ -66,6 +72,16 @@ _DECODE = {
 #: The dynamic split sizes tiles to about one CTA's share of the batch's work divided by this
 #: factor (per tile class): small decode CTAs share an SM, so finer tiles balance SMs better.
 SPLIT_GRANULARITY = {"prefill": 1, "mid": 1, "decode": 4}
+
+#: The Hopper path's tile (mainloop "sm90a"): 128 query rows in two consumer warpgroups of 64,
+#: blocks of 128 keys, a two-stage K/V ring (one CTA per SM: 160 KB of shared memory at head dim 128).
+SM90_TILE = TileConfig(128, 128, 8, 2, 1)
+#: The Hopper mainloop's options (``AttentionSpec.sm90_opts``) the dispatcher uses: "p", the
+#: two consumer warpgroups' GEMMs in ping-pong (H200, docs/perf-notes.md "Hopper path": 648 vs
+#: 580 TFLOP/s without it on the causal 16k shape; P V over the whole head dim, softmax
+#: overlapped with the next block's Q K^T).  The environment variable ``KERNELGEN_SM90_OPTS``
+#: (read at import) overrides it, for tuning runs.
+SM90_OPTS = os.environ.get("KERNELGEN_SM90_OPTS", "p")
 
 #: Alternatives measured by the benchmark's tile sweep (tools/bench.py).
 CANDIDATE_TILES = {
@@ -153,25 +169,72 @@ class Variants:
     forced_splits: bool
 
 
+def sm90_unsupported(arch: str, head_dim: int, head_dim_v: int, *, mask: str, paged: bool, softcap: bool,
+                     pack: bool, num_splits: int, tma_ok: bool = True) -> str:
+    """Why the Hopper mainloop cannot run a call ("" when it can): it needs sm_90a, packed K/V,
+    head_dim == head_dim_v in (64, 128), no mask or causal, no pack-GQA, soft-cap or forced
+    split-KV, and q/k/v strides TMA can address (``tma_ok``, see ``tma.tma_compatible``)."""
+    if arch != "sm_90a":
+        return f"arch {arch} (the wgmma/TMA path needs sm_90a)"
+    if head_dim != head_dim_v or head_dim not in SM90_HEAD_DIMS:
+        return f"head dims {head_dim}/{head_dim_v} (supported: equal, in {SM90_HEAD_DIMS})"
+    if mask not in ("none", "causal"):
+        return f"mask {mask!r} (sliding window)"
+    for name, on in (("a paged K/V cache", paged), ("soft-cap", softcap), ("pack-GQA", pack),
+                     ("split-KV", num_splits > 1)):
+        if on:
+            return name
+    if not tma_ok:
+        return "q/k/v strides that TMA cannot address (token and head strides must be multiples of 16 bytes)"
+    return ""
+
+
 def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q: int, num_heads_kv: int,
            mask: str = "none", layout: str = "soa", max_seqlen_q: int, max_seqlen_k: int, paged: bool = False,
            softcap: bool = False, pack_gqa: bool | None = None, num_splits: int = 0, num_sms: int = 132,
-           tile: TileConfig | None = None) -> Variants:
+           tile: TileConfig | None = None, mainloop: str | None = None, tma_ok: bool = True) -> Variants:
     """Every kernel variant of a call, from what the host knows (shapes, flags, max lengths).
+
+    ``mainloop``: None picks the Hopper path ("sm90a": wgmma, TMA) on sm_90a for the variants it
+    supports (``sm90_unsupported``) when the call is prefill-shaped (128-row tiles) and would not
+    split KV, and the sm_80 path ("sm80": mma.sync) otherwise; "sm80" or "sm90a" forces one (a
+    forced "sm90a" that cannot run the call raises ValueError with the reason).  An explicit
+    ``tile`` belongs to the sm_80 path unless ``mainloop="sm90a"``.  ``tma_ok``: q/k/v strides
+    that TMA can address.
 
     Raises ValueError when the variant does not fit the arch (shared memory) or a value is bad.
     """
     if num_heads_kv < 1 or num_heads_q % num_heads_kv:
         raise ValueError(f"num_heads_q ({num_heads_q}) must be a multiple of num_heads_kv ({num_heads_kv})")
+    if mainloop is not None and mainloop not in MAINLOOPS:
+        raise ValueError(f"mainloop must be None or one of {MAINLOOPS}, got {mainloop!r}")
+    if num_splits < 0 or num_splits > MAX_SPLITS:
+        raise ValueError(f"num_splits must be in [0, {MAX_SPLITS}] (0 = automatic), got {num_splits}")
     qpk = num_heads_q // num_heads_kv
+    if mainloop == "sm90a" and pack_gqa is None:
+        pack_gqa = False
     pack = default_pack_gqa(qpk, max_seqlen_q) if pack_gqa is None else bool(pack_gqa) and qpk > 1
     rows = max(1, max_seqlen_q) * (qpk if pack else 1)
     tile_class = tile_class_for_rows(rows, pack)
     extra = paged or softcap or mask == "local"
+    if mainloop == "sm90a" or (mainloop is None and tile is None and tile_class == "prefill"):
+        why = sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap, pack=pack,
+                               num_splits=num_splits, tma_ok=tma_ok)
+        if mainloop == "sm90a" and why:
+            raise ValueError(f"the Hopper (sm_90a) path does not support this call: {why}")
+        if not why:
+            t = tile or SM90_TILE
+            attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, mainloop="sm90a",
+                                 sm90_opts=SM90_OPTS)
+            sched_heads = num_heads_kv if pack else num_heads_q
+            n = -(-max(max_seqlen_k, 0) // t.block_n)
+            wants_split = num_splits == 0 and num_splits_heuristic(
+                sched_heads * max(1, -(-rows // t.block_m)), n, num_sms) > 1
+            if mainloop == "sm90a" or not wants_split:
+                _check_smem(attn, arch)
+                return Variants(SchedulerSpec(arch=arch, layout=layout), attn, None, 1, num_splits == 1)
     fixed_tile = tile is not None
     tile = tile or tile_config(arch, head_dim, head_dim_v, tile_class, extra)
-    if num_splits < 0 or num_splits > MAX_SPLITS:
-        raise ValueError(f"num_splits must be in [0, {MAX_SPLITS}] (0 = automatic), got {num_splits}")
 
     def split_bound(t: TileConfig) -> tuple[int, bool]:
         if num_splits > 0:
@@ -191,11 +254,15 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
             max_splits, forced = split_bound(tile)
     split = max_splits > 1
     attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, tile, pack, split, paged, softcap)
+    _check_smem(attn, arch)
+    combine = CombineSpec(arch, dtype, head_dim_v) if split else None
+    return Variants(SchedulerSpec(arch=arch, layout=layout), attn, combine, max_splits, forced)
+
+
+def _check_smem(attn: AttentionSpec, arch: str) -> None:
     limit = SMEM_LIMIT.get(arch, 101376)
     if attn.smem_bytes() > limit:
         raise ValueError(f"{attn.name} needs {attn.smem_bytes()} bytes of shared memory; {arch} allows {limit}")
-    combine = CombineSpec(arch, dtype, head_dim_v) if split else None
-    return Variants(SchedulerSpec(arch=arch, layout=layout), attn, combine, max_splits, forced)
 
 
 #: Query rows of a short-query (decode-class) tile in a fused launch: the one-warp decode tile.
@@ -243,7 +310,7 @@ def choose_fused(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_h
         return None
     short = choose(arch, dtype, head_dim, head_dim_v, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, mask=mask,
                    layout=layout, max_seqlen_q=thr, max_seqlen_k=max_seqlen_k, paged=paged, softcap=softcap,
-                   num_sms=num_sms)
+                   num_sms=num_sms, mainloop="sm80")
     if short.attention.tile.num_warps != 1:
         return None
     long_tile = tile_config(arch, head_dim, head_dim_v, "prefill", True)
@@ -255,21 +322,24 @@ def choose_fused(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_h
     return FusedVariants(short.scheduler, fused, short.combine, short.max_splits, short.forced_splits, thr)
 
 
-def attention_spec(arch, dtype, head_dim, head_dim_v, causal, layout, tile: TileConfig | None = None) -> AttentionSpec:
+def attention_spec(arch, dtype, head_dim, head_dim_v, causal, layout, tile: TileConfig | None = None,
+                   mainloop: str | None = None) -> AttentionSpec:
     """The plain prefill attention spec (no pack, split, paging or softcap)."""
-    return specs_for(arch, dtype, head_dim, head_dim_v, causal, layout, tile)[1]
+    return specs_for(arch, dtype, head_dim, head_dim_v, causal, layout, tile, mainloop)[1]
 
 
 def scheduler_spec(arch: str, layout: str) -> SchedulerSpec:
     return SchedulerSpec(arch=arch, layout=layout)
 
 
-def specs_for(arch, dtype, head_dim, head_dim_v, causal, layout, tile: TileConfig | None = None):
+def specs_for(arch, dtype, head_dim, head_dim_v, causal, layout, tile: TileConfig | None = None,
+              mainloop: str | None = None):
     """(scheduler spec, attention spec) of a plain prefill call: ``choose`` with one query head
-    per KV head, long queries and no split."""
+    per KV head, long queries and no split (on sm_90a the Hopper path where it applies, unless
+    ``mainloop`` or ``tile`` says otherwise)."""
     v = choose(arch, dtype, head_dim, head_dim_v, num_heads_q=1, num_heads_kv=1,
                mask="causal" if causal else "none", layout=layout, max_seqlen_q=4096, max_seqlen_k=4096,
-               num_splits=1, tile=tile)
+               num_splits=1, tile=tile, mainloop=mainloop)
     return v.scheduler, v.attention
 
 

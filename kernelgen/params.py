@@ -99,3 +99,61 @@ SCHEDULER_PARAMS = ParamStruct(
         ("class_min_q", "i32"), ("class_max_q", "i32"), ("window_left", "i32"),
     ],
 )
+
+
+class TmaParamStruct:
+    """The Hopper attention kernel's parameter: three TMA tensor maps (``CUtensorMap``, 128 bytes,
+    64-byte aligned: q, k, v) followed by an ``AttnParams``, padded to a multiple of 64 bytes.
+
+    It offers what the launchers use of a ``ParamStruct`` (``size``, ``pointer_names``,
+    ``pointer_struct``, ``pack``, ``pack_static``, ``c_decl``); the tensor maps are written into
+    bytes ``[0, MAPS_BYTES)`` of a launch's buffer per call (``kernelgen/tma.py``), the pointers at
+    ``MAPS_BYTES``.
+    """
+
+    MAP_BYTES = 128
+    MAPS = ("q", "k", "v")
+    MAPS_BYTES = MAP_BYTES * len(MAPS)
+
+    class _OffsetStruct:
+        """``struct.Struct.pack_into`` of the pointer fields, shifted past the tensor maps."""
+
+        def __init__(self, inner: struct.Struct, offset: int):
+            self._pack_into, self.offset, self.size, self.format = inner.pack_into, offset, inner.size, inner.format
+
+        def pack_into(self, buf, offset: int, *values) -> None:
+            self._pack_into(buf, offset + self.offset, *values)
+
+    def __init__(self, inner: ParamStruct, cname: str = "TmaAttnParams"):
+        self.inner, self.cname = inner, cname
+        self.names = inner.names
+        self.pointer_names = inner.pointer_names
+        self.pointer_struct = self._OffsetStruct(inner.pointer_struct, self.MAPS_BYTES)
+        self.size = -(-(self.MAPS_BYTES + inner.size) // 64) * 64
+        self._pad = bytes(self.size - self.MAPS_BYTES - inner.size)
+
+    def pack(self, values: dict, maps: bytes = b"") -> bytes:
+        """Tensor maps (``maps``: 384 bytes, or zeros when empty) + the AttnParams of ``values``."""
+        if maps and len(maps) != self.MAPS_BYTES:
+            raise ValueError(f"{self.cname}: tensor maps must be {self.MAPS_BYTES} bytes, got {len(maps)}")
+        return (maps or bytes(self.MAPS_BYTES)) + self.inner.pack(values) + self._pad
+
+    def pack_static(self, values: dict) -> bytes:
+        return bytes(self.MAPS_BYTES) + self.inner.pack_static(values) + self._pad
+
+    def unpack(self, data: bytes) -> dict:
+        """The AttnParams fields of a packed buffer (tests)."""
+        n = self.inner.size
+        return dict(zip(self.inner.names, self.inner.struct.unpack(data[self.MAPS_BYTES:self.MAPS_BYTES + n])))
+
+    def c_decl(self) -> str:
+        maps = " ".join(f"TmaDesc {m};" for m in self.MAPS)
+        return "\n".join([
+            self.inner.c_decl(),
+            "struct __align__(64) TmaDesc { unsigned long long w[16]; };",
+            f"struct {self.cname} {{ {maps} {self.inner.cname} p; }};",
+            f'static_assert(sizeof({self.cname}) == {self.size}, "{self.cname} ABI size");',
+        ])
+
+
+TMA_ATTENTION_PARAMS = TmaParamStruct(ATTENTION_PARAMS)

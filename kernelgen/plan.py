@@ -43,6 +43,9 @@ class AttentionPlan:
             exceeds the default threshold; 0: off).  A fused plan owns two metadata buffers
             (``metadata`` for the long class, ``metadata_short``) and runs four launches a step.
 
+    A plan runs the sm_80 mainloop (mma.sync) on every arch: the Hopper path (``arch`` of
+    ``varlen_attention``) is not wired into plans yet.
+
     Raises:
         ValueError / TypeError: bad capacities, head counts, head dims, dtype, window, softcap,
             num_splits or layout.
@@ -95,7 +98,7 @@ class AttentionPlan:
             api.device_arch(dev), validation.DTYPES[dtype], head_dim, head_dim_v, num_heads_q=num_heads_q,
             num_heads_kv=num_heads_kv, mask=self.mask, layout=self.layout, max_seqlen_q=max_seqlen_q,
             max_seqlen_k=max_seqlen_k, paged=self.paged, softcap=self.softcap > 0, pack_gqa=pack_gqa,
-            num_splits=splits, num_sms=runtime.device_properties(dev)["num_sms"])
+            num_splits=splits, num_sms=runtime.device_properties(dev)["num_sms"], mainloop="sm80")
         self.sched_spec, self.attn_spec = self.variants.scheduler, self.variants.attention
         self.sched = runtime.get_kernel(self.sched_spec, dev)
         self.attn = runtime.get_kernel(self.attn_spec, dev)

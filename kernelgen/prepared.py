@@ -9,14 +9,17 @@ scheduler, attention and (with split-KV) combine kernels.
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 import warnings
 
 import torch
 
 from . import graph_launch, kernel_args, launch
-from .params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS
+from .params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS, TMA_ATTENTION_PARAMS
 from .workspace import WorkspaceLayout
+
+_MAPS_BYTES = TMA_ATTENTION_PARAMS.MAPS_BYTES
 
 
 def _stream_handle(device: int) -> int:
@@ -182,9 +185,34 @@ class PreparedCall:
                 raise launch.LaunchError(x.name, e) from e
 
 
+class TmaLaunch:
+    """The Hopper attention kernel's prepared launch: its parameter buffer starts with the three
+    TMA tensor maps of the call's q, k and v (``tma.AttentionMaps``, re-encoded only when the
+    pointers change, per thread), the pointers follow (``params.TMA_ATTENTION_PARAMS``).  Offers
+    what ``PreparedCall`` and ``graph_launch`` use of a ``launch.PreparedLaunch`` (``name``,
+    ``head``, ``new_slot``): a slot's ``pack`` writes the maps, then the pointers."""
+
+    def __init__(self, inner: launch.PreparedLaunch, maps):
+        self.inner, self.maps = inner, maps
+        self.name, self.head, self.params = inner.name, inner.head, inner.params
+
+    def new_slot(self) -> tuple:
+        pack, buf, head, argv, keep = self.inner.new_slot()
+        encode, name = self.maps.encode, self.name
+
+        def pack_with_maps(b, offset, qp, kp, vp, *rest):
+            try:
+                maps = encode(qp, kp, vp)
+            except Exception as e:  # noqa: BLE001 - the driver's refusal names the kernel like a launch error
+                raise launch.LaunchError(name, e, "cuTensorMapEncodeTiled") from e
+            ctypes.memmove(b, maps, _MAPS_BYTES)
+            pack(b, offset, qp, kp, vp, *rest)
+        return (pack_with_maps, buf, head, argv, keep)
+
+
 def build(*, sched, attn, combine, cfg, layout: WorkspaceLayout, batch: int, q, k, v, out, lse, page_table,
           scale: float, window: tuple, softcap: float, return_lse: bool, fixed_base: int | None,
-          sizes: dict) -> PreparedCall:
+          sizes: dict, maps=None) -> PreparedCall:
     """Prepare the launches of a validated call whose tensors are ``q``, ``k``, ``v``, ``out``,
     ``lse`` and ``page_table`` (shapes and strides are read, pointers are not kept).
 
@@ -192,7 +220,9 @@ def build(*, sched, attn, combine, cfg, layout: WorkspaceLayout, batch: int, q, 
     ``cfg`` the scheduler's ``metadata.SchedulerConfig``; the metadata describes ``batch``
     requests in ``layout.capacity`` slots.  ``fixed_base``: the address of a workspace the
     caller owns (AttentionPlan), None to allocate ``layout.nbytes`` per run.  ``return_lse``:
-    runs allocate lse when none is given.  Raises ValueError past metadata.MAX_CAPACITY.
+    runs allocate lse when none is given.  ``maps``: the ``tma.AttentionMaps`` of a Hopper
+    attention kernel (its launch is then a ``TmaLaunch``, which writes them per call).  Raises
+    ValueError past metadata.MAX_CAPACITY.
     """
     kernel_args.check_capacity(layout.capacity)
     threads, smem = kernel_args.scheduler_launch_shape(layout.capacity, sched.smem_bytes)
@@ -206,6 +236,9 @@ def build(*, sched, attn, combine, cfg, layout: WorkspaceLayout, batch: int, q, 
     if combine is not None:
         grid = kernel_args.combine_grid(out.shape[0], hq, combine.spec.rows_per_cta)
         combine_launch = combine.prepare(grid, kernel_args.combine_fields(out, lse, hq, strides))
-    return PreparedCall(device=q.device, sched=sched_launch, attn=attn_launch, combine=combine_launch, layout=layout,
-                        fixed_base=fixed_base, out_shape=tuple(out.shape), lse_shape=(hq, out.shape[0]) if return_lse else None,
-                        dtype=q.dtype, sizes=sizes, config=cfg)
+    kw = dict(device=q.device, sched=sched_launch, attn=attn_launch, combine=combine_launch, layout=layout,
+              fixed_base=fixed_base, out_shape=tuple(out.shape), lse_shape=(hq, out.shape[0]) if return_lse else None,
+              dtype=q.dtype, sizes=sizes, config=cfg)
+    if maps is not None:
+        kw["attn"] = TmaLaunch(attn_launch, maps)
+    return PreparedCall(**kw)

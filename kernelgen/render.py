@@ -12,7 +12,7 @@ from pathlib import Path
 import jinja2
 
 from . import metadata
-from .params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS
+from .params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS, TMA_ATTENTION_PARAMS
 
 
 def templates_dir() -> Path:
@@ -51,7 +51,8 @@ def context(spec) -> dict:
     ctx["spec_name"] = spec.name
     if spec.kind in ("attention", "fused"):
         ctx.update(_DTYPE_INFO[spec.dtype])
-        ctx["params_decl"] = ATTENTION_PARAMS.c_decl()
+        sm90 = getattr(spec, "mainloop", "sm80") == "sm90a"
+        ctx["params_decl"] = (TMA_ATTENTION_PARAMS if sm90 else ATTENTION_PARAMS).c_decl()
         ctx["variants"] = spec.variant_contexts()
     elif spec.kind == "scheduler":
         ctx["params_decl"] = SCHEDULER_PARAMS.c_decl()

@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass, field
 
 from . import launch
-from .params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS, ParamStruct
+from .params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS, TMA_ATTENTION_PARAMS, ParamStruct
 
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 #: The scheduler keeps up to four 4-byte values per request slot in dynamic shared memory (two
@@ -100,7 +100,8 @@ def _load(spec, device: int) -> Kernel:
 
     entry = get_cache().get(spec)
     if spec.kind == "attention":
-        threads, smem, params = spec.tile.num_warps * 32, spec.smem_bytes(), ATTENTION_PARAMS
+        threads, smem = spec.num_threads, spec.smem_bytes()
+        params = TMA_ATTENTION_PARAMS if spec.mainloop == "sm90a" else ATTENTION_PARAMS
     elif spec.kind == "scheduler":
         # dynamic smem is set per launch (api.scheduler_launch_shape), up to the opt-in below
         threads, smem, params = spec.num_threads, 0, SCHEDULER_PARAMS

@@ -17,6 +17,17 @@ DTYPES = ("fp16", "bf16")
 HEAD_DIMS = (64, 96, 128, 192, 256)
 MASKS = ("none", "causal", "local")
 LAYOUTS = ("soa", "aos")
+#: Attention mainloops: "sm80" (mma.sync, ldmatrix, cp.async; every arch from sm_80 on) and
+#: "sm90a" (wgmma, TMA, warp specialisation; sm_90a only, a subset of the variants).
+MAINLOOPS = ("sm80", "sm90a")
+#: Option letters of the Hopper mainloop (``AttentionSpec.sm90_opts``): "s" serial (no overlap of
+#: the softmax with the next block's Q K^T inside a warpgroup), "h" P V issued as 64-column halves,
+#: "p" ping-pong of the two consumer warpgroups' GEMM issue (not with "s"), "r" rescale O only
+#: when a row's max grew.
+SM90_OPTS = "hprs"
+_SM90_OPT_NAMES = {"h": "pvhalves", "p": "pingpong", "r": "lazyrescale", "s": "serial"}
+#: Head dims of the Hopper path (head_dim == head_dim_v).
+SM90_HEAD_DIMS = (64, 128)
 
 
 def _check(value, allowed, what):
@@ -55,9 +66,16 @@ class TileConfig:
 
 @dataclass(frozen=True)
 class AttentionSpec:
-    """The varlen attention forward kernel (sm_80 tensor-core path: mma.sync, ldmatrix, cp.async).
+    """The varlen attention forward kernel.
 
-    It runs on every arch from sm_80 on, sm_90a included (compiled for the exact arch).
+    ``mainloop="sm80"``: the tensor-core path of every arch from sm_80 on, sm_90a included
+    (mma.sync, ldmatrix, cp.async; templates/attention/fwd_sm80.cu.j2).  ``mainloop="sm90a"``: the
+    Hopper path (wgmma, TMA, mbarriers, a producer warpgroup and ``tile.num_warps / 4`` consumer
+    warpgroups; templates/attention/fwd_sm90.cu.j2) for packed K/V, head_dim == head_dim_v in
+    (64, 128), mask "none" or "causal", no pack-GQA, split-KV, paging or soft-cap; its tile has
+    block_m = 16 * num_warps (64 rows per consumer warpgroup).  ``sm90_opts``: letters of
+    ``SM90_OPTS`` (tuning variants of the Hopper mainloop, "" = the default).
+    Both are compiled for the exact arch (``arch``).
     """
 
     arch: str
@@ -74,10 +92,14 @@ class AttentionSpec:
     #: record one partial per token in row_splits although the variant does not split (the
     #: prefill variant of a fused launch whose decode variant splits: the combine kernel reads it)
     row_splits: bool = False
+    mainloop: str = "sm80"
+    sm90_opts: str = ""
 
     kind: ClassVar[str] = "attention"
-    template: ClassVar[str] = "attention/fwd_sm80.cu.j2"
     entry: ClassVar[str] = "kg_attention_fwd"
+    #: Registers per thread of the Hopper kernel's producer and consumer warpgroups after
+    #: ``setmaxnreg`` (one producer and two consumer warpgroups share 64 K registers).
+    SM90_REGS: ClassVar[dict] = {8: (24, 240)}
 
     def __post_init__(self):
         _check(self.arch, ARCHS, "arch")
@@ -86,6 +108,44 @@ class AttentionSpec:
         _check(self.head_dim_v, HEAD_DIMS, "head_dim_v")
         _check(self.mask, MASKS, "mask")
         _check(self.layout, LAYOUTS, "layout")
+        _check(self.mainloop, MAINLOOPS, "mainloop")
+        if self.mainloop == "sm90a":
+            why = self.sm90_unsupported()
+            if why:
+                raise ValueError(f"the sm90a mainloop does not support this variant: {why}")
+        elif self.sm90_opts:
+            raise ValueError("sm90_opts applies to mainloop='sm90a' only")
+
+    def sm90_unsupported(self) -> str:
+        """Why the Hopper mainloop cannot build this spec ("" when it can)."""
+        t = self.tile
+        if self.arch != "sm_90a":
+            return f"arch {self.arch} (wgmma and setmaxnreg need sm_90a)"
+        if self.head_dim != self.head_dim_v or self.head_dim not in SM90_HEAD_DIMS:
+            return f"head dims {self.head_dim}/{self.head_dim_v} (supported: equal, in {SM90_HEAD_DIMS})"
+        if self.mask not in ("none", "causal"):
+            return f"mask {self.mask!r}"
+        for flag in ("pack_gqa", "split", "paged", "softcap", "row_splits"):
+            if getattr(self, flag):
+                return flag
+        if t.num_warps not in self.SM90_REGS or t.block_m != 16 * t.num_warps:
+            return f"tile {t.tag} (needs 8 consumer warps and block_m = 128)"
+        if t.block_n % 16 or t.block_n > 256 or not 2 <= t.num_stages <= 4 or t.min_blocks != 1:
+            return f"tile {t.tag} (block_n a multiple of 16 up to 256, 2-4 stages, one CTA per SM)"
+        if set(self.sm90_opts) - set(SM90_OPTS) or "".join(sorted(set(self.sm90_opts))) != self.sm90_opts:
+            return f"sm90_opts {self.sm90_opts!r} (sorted distinct letters of {SM90_OPTS!r})"
+        if "p" in self.sm90_opts and "s" in self.sm90_opts:
+            return "sm90_opts 'p' (ping-pong) needs the overlapped mainloop (no 's')"
+        return ""
+
+    @property
+    def template(self) -> str:
+        return "attention/fwd_sm90.cu.j2" if self.mainloop == "sm90a" else "attention/fwd_sm80.cu.j2"
+
+    @property
+    def num_threads(self) -> int:
+        """Threads per CTA: the tile's warps, plus the producer warpgroup on the Hopper path."""
+        return (self.tile.num_warps + (4 if self.mainloop == "sm90a" else 0)) * 32
 
     @property
     def causal(self) -> bool:
@@ -94,9 +154,13 @@ class AttentionSpec:
     def smem_bytes(self) -> int:
         """Dynamic shared memory of one CTA (bytes): Q/O tile plus num_stages K and V tiles.
 
-        Rows are padded by 8 elements (16 bytes); must match SMEM_BYTES in fwd_sm80.cu.j2.
+        sm80: rows are padded by 8 elements (16 bytes); must match SMEM_BYTES in variant_sm80.cuh.
+        sm90a: unpadded 128-byte-swizzled tiles, 256 bytes of barriers and 1024 bytes of slack to
+        align the base (variant_sm90.cuh).
         """
         t = self.tile
+        if self.mainloop == "sm90a":
+            return 2 * self.head_dim * (t.block_m + 2 * t.num_stages * t.block_n) + 256 + 1024
         sq, sv = self.head_dim + 8, self.head_dim_v + 8
         q = t.block_m * max(sq, sv)
         return 2 * (q + t.num_stages * t.block_n * (sq + sv))
@@ -106,7 +170,8 @@ class AttentionSpec:
         hd = f"d{self.head_dim}" if self.head_dim == self.head_dim_v else f"d{self.head_dim}x{self.head_dim_v}"
         extra = "".join(f"_{flag}" for flag in ("pack", "split", "paged", "softcap", "rowsplits")
                         if getattr(self, {"pack": "pack_gqa", "rowsplits": "row_splits"}.get(flag, flag)))
-        return f"attn_{self.arch}_{self.dtype}_{hd}_{self.mask}{extra}_{self.layout}_{self.tile.tag}"
+        path = "" if self.mainloop == "sm80" else "_wgmma" + "".join(f"_{_SM90_OPT_NAMES[o]}" for o in self.sm90_opts)
+        return f"attn_{self.arch}{path}_{self.dtype}_{hd}_{self.mask}{extra}_{self.layout}_{self.tile.tag}"
 
     def template_vars(self) -> dict:
         return {
@@ -127,7 +192,16 @@ class AttentionSpec:
             "num_stages": self.tile.num_stages,
             "min_blocks": self.tile.min_blocks,
             "smem_bytes": self.smem_bytes(),
+            "mainloop": self.mainloop,
+            "sm90_opts": self.sm90_opts,
+            **self._sm90_regs(),
         }
+
+    def _sm90_regs(self) -> dict:
+        if self.mainloop != "sm90a":
+            return {}
+        producer, consumer = self.SM90_REGS[self.tile.num_warps]
+        return {"producer_regs": producer, "consumer_regs": consumer}
 
     def variant_contexts(self) -> list:
         """Template variables of each attention variant in the kernel, with its C++ namespace."""

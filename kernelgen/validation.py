@@ -270,3 +270,31 @@ def check_paged_values(page_table, seqused_k, num_pages: int, page_size: int) ->
         ids = pt[b, : int(need[b])]
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_pages):
             raise ValueError(f"page_table[{b}] has page ids outside the cache's {num_pages} pages")
+
+
+#: Environment variable that forces a mainloop for calls whose ``arch`` argument is None.
+ARCH_ENV = "KERNELGEN_ARCH"
+_ARCH_NAMES = {"sm_80": "sm80", "sm80": "sm80", "sm_90a": "sm90a", "sm90a": "sm90a", "auto": None, "": None}
+
+
+def arch(x, device_arch: str | None):
+    """The mainloop a call asks for: None (automatic), "sm80" or "sm90a".
+
+    ``x`` is varlen_attention's ``arch`` argument ("sm_80", "sm_90a", "auto" or None); None reads
+    ``KERNELGEN_ARCH`` (same values; unset means automatic).  "sm_90a" needs a device whose
+    compile target is sm_90a (``device_arch``; None skips that check).  Raises TypeError /
+    ValueError naming the argument (or the variable).
+    """
+    what = "arch"
+    if x is None:
+        x, what = os.environ.get(ARCH_ENV, ""), ARCH_ENV
+    if not isinstance(x, str):
+        raise TypeError(f"arch must be None or a str, got {type(x).__name__}")
+    key = x.strip().lower()
+    if key not in _ARCH_NAMES:
+        raise ValueError(f"{what} must be one of 'sm_80', 'sm_90a', 'auto' (or unset), got {x!r}")
+    m = _ARCH_NAMES[key]
+    if m == "sm90a" and device_arch is not None and device_arch != "sm_90a":
+        raise ValueError(f"{what}={x!r} needs a Hopper device (compute capability 9.0); this one compiles for "
+                         f"{device_arch}")
+    return m

@@ -52,7 +52,8 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
 
     Returns:
         The specs from ``heuristics.choose`` (the dispatcher's own function) for each
-        combination, and for paged calls with long queries those of ``heuristics.choose_fused``
+        combination (on sm_90a both the Hopper path's and, for ``arch="sm_80"`` calls and
+        plans, the sm_80 path's), and for paged calls with long queries those of ``heuristics.choose_fused``
         (the fused mixed-batch launch the dispatcher takes then), in first-seen order with
         duplicates removed.
 
@@ -68,10 +69,13 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
     for layout, dtype, head_dim, causal, phase, gqa, pg, cap in itertools.product(
             layouts, dtypes, head_dims, causals, phases, gqas, paged, caps):
         for max_q, max_k in PHASE_HINTS[phase]:
-            v = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), num_heads_q=8 * int(gqa), num_heads_kv=8,
-                                  mask="causal" if causal else "none", layout=layout, max_seqlen_q=max_q,
-                                  max_seqlen_k=max_k, paged=bool(pg), softcap=cap, num_sms=num_sms)
+            kw = dict(num_heads_q=8 * int(gqa), num_heads_kv=8, mask="causal" if causal else "none", layout=layout,
+                      max_seqlen_q=max_q, max_seqlen_k=max_k, paged=bool(pg), softcap=cap, num_sms=num_sms)
+            v = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), **kw)
             specs = [v.scheduler, v.attention, v.combine]
+            if v.attention.mainloop == "sm90a":  # arch="sm_80" calls (and plans) take the sm_80 path
+                v80 = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), mainloop="sm80", **kw)
+                specs += [v80.attention, v80.combine]
             hq = 8 * int(gqa)
             if pg and max_q > heuristics.short_query_tokens(hq, 8):
                 # a paged call with long queries takes the fused mixed-batch launch (fused.use_fused)

@@ -9,21 +9,23 @@ stream and the parameter bytes behind kernelParams).  The driver's graph API (``
 is a stand-in too (``FakeGraphDriver``): a graph launch records its kernel nodes as launches,
 in order, with the parameters they were last set to, so a test sees the same launches on either
 path.  Workspaces come from ``prepared.raw_alloc`` as CPU uint8 tensors the recorder keeps, the
-capture state is ``Recorder.capturing``.  Signature caches start empty.
+capture state is ``Recorder.capturing``; the TMA tensor-map encoder packs its arguments into the
+map's bytes (``fake_encode``).  Signature caches start empty.
 """
 from __future__ import annotations
 
 import ctypes
+import struct
 from dataclasses import dataclass
 
 import torch
 
-from kernelgen import api, graph_launch, launch, plan, prepared, runtime, signature
+from kernelgen import api, graph_launch, launch, plan, prepared, runtime, signature, tma
 from kernelgen import validation as V
-from kernelgen.params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS
+from kernelgen.params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS, TMA_ATTENTION_PARAMS
 
 PROPS = {"name": "fake H200", "cc": (9, 0), "num_sms": 132, "l2_bytes": 60 * 2 ** 20, "smem_optin": 232448}
-FUNC = {"scheduler": 0x1000, "attention": 0x2000, "combine": 0x3000, "fused": 0x4000}
+FUNC = {"scheduler": 0x1000, "attention": 0x2000, "combine": 0x3000, "fused": 0x4000, "attention_sm90": 0x5000}
 KIND = {v: k for k, v in FUNC.items()}
 
 
@@ -41,8 +43,34 @@ class _PairParams:
                     dict(zip(ATTENTION_PARAMS.names, ATTENTION_PARAMS.struct.unpack(b[n:]))))
 
 
+class _TmaParams:
+    """The Hopper kernel's parameter: three tensor maps, then AttnParams (fields() reads those)."""
+
+    size = TMA_ATTENTION_PARAMS.size
+    names = ATTENTION_PARAMS.names
+
+    class struct:
+        @staticmethod
+        def unpack(b):
+            o = TMA_ATTENTION_PARAMS.MAPS_BYTES
+            return ATTENTION_PARAMS.struct.unpack(b[o:o + ATTENTION_PARAMS.size])
+
+
 PARAMS = {"scheduler": SCHEDULER_PARAMS, "attention": ATTENTION_PARAMS, "combine": COMBINE_PARAMS,
-          "fused": _PairParams}
+          "fused": _PairParams, "attention_sm90": _TmaParams}
+#: What the stand-in tensor-map encoder writes: (base address, dims, strides in bytes, box), padded.
+FAKE_MAP = struct.Struct("<Q3Q2Q3I")
+
+
+def fake_encode(ptr, dims, strides_b, box, what):
+    """A stand-in of cuTensorMapEncodeTiled: its arguments packed into the 128 bytes."""
+    return FAKE_MAP.pack(ptr, *dims, *strides_b, *box).ljust(tma.MAP_BYTES, b"\0")
+
+
+def decode_map(raw: bytes) -> tuple:
+    """(ptr, dims, strides_b, box) of a fake_encode map."""
+    v = FAKE_MAP.unpack(raw[:FAKE_MAP.size])
+    return v[0], v[1:4], v[4:6], v[6:9]
 FUSED_GRID = 2 * 132
 STREAM = 0x5EED0
 ATTN_GRID = 4 * PROPS["num_sms"]
@@ -62,6 +90,11 @@ class Launch:
         """The parameter struct as a dict of field values."""
         p = PARAMS[self.kind]
         return dict(zip(p.names, p.struct.unpack(self.params)))
+
+    def maps(self) -> list:
+        """The Hopper kernel's three tensor maps (q, k, v), decoded (``decode_map``)."""
+        n = tma.MAP_BYTES
+        return [decode_map(self.params[i * n:(i + 1) * n]) for i in range(3)]
 
 
 class DriverError(RuntimeError):
@@ -196,8 +229,12 @@ class FakeGraphDriver:
 
 
 def _fake_load(spec, device):
+    if spec.kind == "attention" and spec.mainloop == "sm90a":
+        return runtime.Kernel(spec=spec, device=device, func_ptr=FUNC["attention_sm90"], num_threads=spec.num_threads,
+                              smem_bytes=spec.smem_bytes(), persistent_grid=PROPS["num_sms"],
+                              params=TMA_ATTENTION_PARAMS)
     if spec.kind == "attention":
-        threads, smem, grid = spec.tile.num_warps * 32, spec.smem_bytes(), ATTN_GRID
+        threads, smem, grid = spec.num_threads, spec.smem_bytes(), ATTN_GRID
     elif spec.kind == "fused":
         threads, smem, grid = spec.num_threads, spec.smem_bytes(), FUSED_GRID
     else:
@@ -240,6 +277,7 @@ def install(monkeypatch) -> Recorder:
     monkeypatch.setattr(prepared, "is_capturing", lambda: rec.capturing)
     monkeypatch.setattr(prepared, "raw_alloc", rec.raw_alloc)
     monkeypatch.setattr(prepared, "raw_delete", lambda address: None)
+    monkeypatch.setattr(tma, "_encoder", fake_encode)
 
     class _Device:                      # torch.cuda.device: records the switch, switches nothing
         def __init__(self, device):

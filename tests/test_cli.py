@@ -60,10 +60,11 @@ def test_warmup_process_pool(tmp_path, capsys):
 def test_warmup_mask_flags_select_variants(tmp_path, capsys):
     base = ["warmup", "--arch", "sm_90a", "--head-dim", "128", "--dtype", "bf16", "--layout", "soa",
             "--jobs", "1", "--cache-dir", str(tmp_path)]
+    # the scheduler, the Hopper path's kernel and the sm_80 path's (arch="sm_80" calls, plans)
     assert cli.main(base + ["--causal"]) == 0
-    assert _warmup_counts(capsys.readouterr().out)[1:4] == (2, 0, 2)
+    assert _warmup_counts(capsys.readouterr().out)[1:4] == (3, 0, 3)
     assert cli.main(base + ["--no-causal"]) == 0
-    assert _warmup_counts(capsys.readouterr().out)[1:4] == (1, 1, 2)  # the scheduler is shared
+    assert _warmup_counts(capsys.readouterr().out)[1:4] == (2, 1, 3)  # the scheduler is shared
     names = {e["name"] for e in KernelCache(tmp_path).entries()}
     assert any("_causal_" in n for n in names) and any("_none_" in n for n in names)
 
@@ -72,9 +73,10 @@ def test_warmup_specs_match_dispatcher_choice():
     from kernelgen import heuristics
 
     specs = cli.warmup_specs("sm_90a", [64, 128], ["fp16", "bf16"], [False, True], ["soa", "aos"])
-    assert len(specs) == len(set(specs)) == 2 + 2 * 2 * 2 * 2
+    assert len(specs) == len(set(specs)) == 2 + 2 * (2 * 2 * 2 * 2)  # both mainloops on sm_90a
     sched, attn = heuristics.specs_for("sm_90a", "bf16", 128, 128, True, "aos")
-    assert sched in specs and attn in specs
+    assert sched in specs and attn in specs and attn.mainloop == "sm90a"
+    assert heuristics.specs_for("sm_90a", "bf16", 128, 128, True, "aos", mainloop="sm80")[1] in specs
 
 
 @no_gpu

@@ -36,9 +36,12 @@ def test_tile_classes_and_split_variants():
     assert dec.attention.pack_gqa and dec.attention.tile.block_m == 16 and dec.attention.split
     assert dec.combine is not None and 1 < dec.max_splits <= H.MAX_AUTO_SPLITS and not dec.forced_splits
     pre = H.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal", max_seqlen_q=4096,
-                   max_seqlen_k=4096)
+                   max_seqlen_k=4096, mainloop="sm80")
     assert not pre.attention.pack_gqa and pre.attention.tile.block_m == 128 and pre.combine is None
     assert pre.attention.tile.num_stages == 3          # the faster 3-stage tile when nothing else is live
+    hop = H.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal", max_seqlen_q=4096,
+                   max_seqlen_k=4096)                  # automatic: the Hopper path for prefill on sm_90a
+    assert hop.attention.mainloop == "sm90a" and hop.attention.tile == H.SM90_TILE and hop.combine is None
     forced = H.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal", max_seqlen_q=4096,
                       max_seqlen_k=4096, num_splits=4)
     assert forced.forced_splits and forced.max_splits == 4 and forced.attention.tile.num_stages == 2

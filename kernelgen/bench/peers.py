@@ -19,7 +19,9 @@ Peers (names as they appear in the reports):
   ``score_mod``; on decode shapes it reads the gathered (unpaged) cache.
 * ``kernelgen_aos``, ``kernelgen_nosort``: kernelgen with the AoS metadata layout / with the
   scheduler's longest-first sort off.
-* ``kernelgen_sm90a``: the Hopper path (wgmma, TMA); not built yet, always reported unavailable.
+* ``kernelgen_sm90a``, ``kernelgen_sm80``: kernelgen forced onto the Hopper mainloop (wgmma, TMA;
+  ``arch="sm_90a"``, unavailable where that path does not support the call or the device) or the
+  sm_80 mainloop (mma.sync; ``arch="sm_80"``).  kernelgen's own entry is the automatic choice.
 """
 from __future__ import annotations
 
@@ -29,8 +31,7 @@ from typing import Callable
 SDPA_PEERS = ("torch_fa2", "cudnn_sdpa", "mem_efficient_sdpa")
 FA2_VARLEN = "torch_fa2_varlen"
 FLEX = "flex_attention"
-KG_AOS, KG_NOSORT, KG_SM90A = "kernelgen_aos", "kernelgen_nosort", "kernelgen_sm90a"
-SM90A_REASON = "sm_90a path not built yet (wgmma/TMA Hopper path, issue 5)"
+KG_AOS, KG_NOSORT, KG_SM90A, KG_SM80 = "kernelgen_aos", "kernelgen_nosort", "kernelgen_sm90a", "kernelgen_sm80"
 VARLEN_SDPA_REASON = "varlen batch: SDPA takes uniform-length (B, H, S, D) batches only"
 FLEX_SKIPPED_REASON = "not measured at --flex {policy} (each new shape recompiles; use --flex all)"
 

@@ -253,10 +253,9 @@ def measure_switches(settings: Settings, entry: dict, make_call, out) -> None:
     interleaved CUDA-graph replays (measure.time_interleaved): fills ``entry["us_graph"]`` (the
     default call per graph replay), ``peers`` and ``switch_base_us`` (record_switches), and the
     switches' output differences from ``out`` (kernelgen's result; they change the tile order, not
-    the result).  The sm_90a path is listed as unavailable.  A failure marks the switches
-    unavailable with its reason; it never raises."""
+    the result).  (The mainloop switches are peers: ``_mainloop_peers``.)  A failure marks the
+    switches unavailable with its reason; it never raises."""
     torch = _torch()
-    entry["unavailable"][peers.KG_SM90A] = peers.SM90A_REASON
     try:
         calls = {SWITCH_BASE: make_call(torch.empty_like(out))}
         for name, kw in SWITCHES.items():
@@ -276,6 +275,19 @@ def measure_switches(settings: Settings, entry: dict, make_call, out) -> None:
         return
     entry["us_graph"] = times[SWITCH_BASE]["us"]
     record_switches(entry, times, settings.interleaved_method())
+
+
+def _mainloop_peers(make_call, out) -> dict:
+    """kernelgen forced onto each mainloop (``make_call(out, arch)`` returns the call)."""
+    torch = _torch()
+
+    def build(arch):
+        def b():
+            run = make_call(torch.empty_like(out), arch)
+            run()  # a forced path that does not support the call raises here: the peer is unavailable
+            return peers.Peer(run, lambda r: r)
+        return b
+    return {peers.KG_SM90A: build("sm_90a"), peers.KG_SM80: build("sm_80")}
 
 
 def _gather(entry, kc, vc, pt, used):
@@ -335,7 +347,9 @@ def dense_entry(settings: Settings, name, batch, heads, seqlen, d, causal) -> di
         return o.transpose(1, 2).reshape(batch * seqlen, heads, d)
     builders = {p: peers.sdpa(p, q4, k4, v4, causal, to_packed=to_packed) for p in peers.SDPA_PEERS}
     builders[peers.FLEX] = settings.flex_builder(peers.flex_dense(q4, k4, v4, causal, to_packed), "all")
-    builders[peers.KG_SM90A] = peers.SM90A_REASON
+    builders.update(_mainloop_peers(
+        lambda o, arch: (lambda: varlen_attention(q, k, v, cu, cu, seqlen, seqlen, causal=causal, out=o, arch=arch)),
+        out))
     peers.measure(e, builders, settings.time, reference=out)
     return e
 
@@ -365,6 +379,7 @@ def varlen_prefill_entry(settings: Settings, model: ModelPreset) -> dict:
                                                   window_left=m.window_left)
     builders[peers.FLEX] = settings.flex_builder(
         peers.flex_document(q, k, v, lens, lens, True, softcap=m.softcap, window_left=m.window_left), "some")
+    builders.update(_mainloop_peers(lambda o, arch: make_call(o, arch=arch), out))
     peers.measure(e, builders, settings.time, reference=out)
     measure_switches(settings, e, make_call, out)
     return e
@@ -402,6 +417,7 @@ def decode_measure(settings: Settings, name: str, contexts, model: ModelPreset, 
     builders = {peers.FA2_VARLEN: peers.fa2_varlen(q, k, v, cu_q, cu_k, 1, maxk, True, softcap=m.softcap,
                                                    window_left=m.window_left)}
     builders.update(decode_sdpa_builders(q, k, v, contexts, m))
+    builders.update(_mainloop_peers(lambda o, arch: make_call(o, arch=arch), out))
     builders[peers.FLEX] = settings.flex_builder(
         peers.flex_document(q, k, v, [1] * b, contexts, True, softcap=m.softcap, window_left=m.window_left),
         flex_where)

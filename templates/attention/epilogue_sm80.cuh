@@ -1,27 +1,6 @@
-// ---- attention/epilogue_sm80.cuh: normalise and write O and LSE ----
-// A row that saw no key (row_sum == 0) gets O = 0 and LSE = -inf; LSE is the natural log.
+// ---- attention/epilogue_sm80.cuh: write O and LSE (normalised by finalize_rows, common/softmax.cuh) ----
 // Full results go through shared memory for 16-byte stores; split-KV partials (fp32, already
 // normalised, with their LSE) go straight from registers to the accumulation buffers.
-
-// Row-wise sum over the quad, normalise o in place; returns (per row) the natural-log LSE.
-__device__ __forceinline__ void finalize_rows(float (&o)[MT][DV / 8][4], const float (&row_max)[MT][2],
-                                              const float (&row_sum)[MT][2], float (&lse)[MT][2]) {
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float l = row_sum[mt][h];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float inv = l > 0.f ? 1.f / l : 0.f;
-      lse[mt][h] = l > 0.f ? (row_max[mt][h] + fast_log2(l)) * KG_LN2 : -KG_INF;
-#pragma unroll
-      for (int dt = 0; dt < DV / 8; ++dt) {
-        o[mt][dt][2 * h] *= inv;
-        o[mt][dt][2 * h + 1] *= inv;
-      }
-    }
-}
 
 // Final output: rows r < valid_rows go to out_row(r) (a u16*), LSE to lse_at(r) (a float* or null).
 template <class OutRow, class LseAt>

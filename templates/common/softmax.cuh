@@ -59,3 +59,71 @@ __device__ __forceinline__ void softmax_update(float (&s)[MT][BN / 8][4], float 
       }
     }
 }
+
+// softmax_update without the accumulator, on raw scores (S = Q K^T, masked with -inf): the
+// scale is folded into the exponent, p = 2^(s * scale_log2 - m) with one FFMA per score (row_max
+// and m stay in log2 units: the max of the raw scores times scale_log2 > 0 is the scaled max).
+// Leaves the probabilities in s, updates row_max and row_sum, and returns the factor corr[mt][h]
+// that the caller applies to O later with rescale_rows (the Hopper mainloop rescales O only once
+// the P.V of the previous block, still in flight on the tensor cores, has completed).  No soft-cap.
+__device__ __forceinline__ void softmax_scores(float (&s)[MT][BN / 8][4], float (&row_max)[MT][2],
+                                               float (&row_sum)[MT][2], float (&corr)[MT][2], float scale_log2) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = -KG_INF;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(row_max[mt][h], mx * scale_log2);
+      const float m_use = m_new == -KG_INF ? 0.f : m_new;
+      corr[mt][h] = fast_exp2(row_max[mt][h] - m_use);
+      row_max[mt][h] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pv = fast_exp2(fmaf(s[mt][nt][2 * h + e], scale_log2, -m_use));
+          s[mt][nt][2 * h + e] = pv;
+          sum += pv;
+        }
+      row_sum[mt][h] = row_sum[mt][h] * corr[mt][h] + sum;
+    }
+}
+
+__device__ __forceinline__ void rescale_rows(float (&o)[MT][DV / 8][4], const float (&corr)[MT][2]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int dt = 0; dt < DV / 8; ++dt) {
+      o[mt][dt][0] *= corr[mt][0];
+      o[mt][dt][1] *= corr[mt][0];
+      o[mt][dt][2] *= corr[mt][1];
+      o[mt][dt][3] *= corr[mt][1];
+    }
+}
+
+// After the last key block: a row that saw no key (row_sum == 0) gets O = 0 and LSE = -inf;
+// LSE is the natural log.
+// Row-wise sum over the quad, normalise o in place; returns (per row) the natural-log LSE.
+__device__ __forceinline__ void finalize_rows(float (&o)[MT][DV / 8][4], const float (&row_max)[MT][2],
+                                              const float (&row_sum)[MT][2], float (&lse)[MT][2]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float l = row_sum[mt][h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      lse[mt][h] = l > 0.f ? (row_max[mt][h] + fast_log2(l)) * KG_LN2 : -KG_INF;
+#pragma unroll
+      for (int dt = 0; dt < DV / 8; ++dt) {
+        o[mt][dt][2 * h] *= inv;
+        o[mt][dt][2 * h + 1] *= inv;
+      }
+    }
+}

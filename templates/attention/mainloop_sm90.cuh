@@ -1,0 +1,278 @@
+// ---- attention/mainloop_sm90.cuh: TMA producer, wgmma GEMMs and the consumer's key-block loop ----
+// Pipeline (all on mbarriers, common/tma.cuh): the producer warp loads, per tile with key blocks,
+// Q once (q_full / q_empty) and then K and V of each key block into STAGES ring slots
+// (k_full / k_empty, v_full / v_empty); key blocks are walked from the last (n_hi - 1) down to
+// n_lo, so the block that needs the key-length or causal mask comes first.  Both sides count
+// slots and phases the same way over the whole persistent loop.
+
+// Tensor maps of the launch (built on the host with cuTensorMapEncodeTiled, kernelgen/tma.py):
+// 3-D (head_dim, heads, tokens) views of q, k and v, boxes of 64 x 1 x BM (q) or BN (k, v) rows,
+// 128-byte swizzle.
+struct TmaMaps {
+  const void* q;
+  const void* k;
+  const void* v;
+};
+
+// The producer warp (all 32 lanes call; lane 0 issues): publishes tile indices to the consumers
+// (two slots, tile_full / tile_empty), takes the next tile from the semaphore after issuing the
+// current tile's loads, and releases the semaphore when the tiles run out.
+__device__ __forceinline__ void producer_loop(const AttnParams& p, const TmaMaps& maps, int* md, int cap4, int total,
+                                              u32 sb, volatile int* s_tile, int lane) {
+  const int qpk = p.num_heads_q / p.num_heads_kv;
+  int cursor = 0;
+  int t = blockIdx.x;
+  int stage = 0;
+  u32 phase = 0, q_iter = 0;
+  if (lane == 0) {
+    tma_prefetch_desc(maps.q);
+    tma_prefetch_desc(maps.k);
+    tma_prefetch_desc(maps.v);
+  }
+  for (int it = 0;; ++it) {
+    const int slot = it & 1;
+    if (lane == 0) {
+      mbar_wait(bar_tile_empty(sb, slot), ((it >> 1) & 1) ^ 1, 1);
+      s_tile[slot] = t;
+      mbar_arrive(bar_tile_full(sb, slot));
+    }
+    __syncwarp();
+    if (t >= total) break;
+    cursor = find_entry(md, cap4, t, cursor);
+    const TileInfo ti = tile_info(p, md, cap4, cursor, t, p.num_heads_q, qpk);
+    MaskInfo mi;
+    mi.seqlen_k = ti.seqlen_k;
+    mi.offset = ti.seqlen_k - ti.seqlen_q;
+    mi.left = -1;
+    mi.right = -1;
+    int n_lo, n_hi;
+    key_block_range(mi, ti.row0, ti.row0 + ti.valid_rows - 1, n_lo, n_hi);
+    if (n_hi > n_lo && lane == 0) {
+      const int kv_head = ti.head / qpk;
+      mbar_wait(bar_q_empty(sb), (q_iter & 1) ^ 1, 2);
+      mbar_arrive_expect_tx(bar_q_full(sb), Q_BYTES);
+#pragma unroll
+      for (int h = 0; h < HALVES; ++h)
+        tma_load_3d(sb + h * Q_HALF, maps.q, bar_q_full(sb), h * 64, ti.head, ti.q_start + ti.row0);
+      for (int n = n_hi - 1; n >= n_lo; --n) {
+        const int key0 = ti.k_start + n * BN;
+        mbar_wait(bar_k_empty(sb, stage), phase ^ 1, 3);
+        mbar_arrive_expect_tx(bar_k_full(sb, stage), KV_BYTES);
+#pragma unroll
+        for (int h = 0; h < HALVES; ++h)
+          tma_load_3d(sb + OFF_K + stage * KV_BYTES + h * KV_HALF, maps.k, bar_k_full(sb, stage), h * 64, kv_head, key0);
+        mbar_wait(bar_v_empty(sb, stage), phase ^ 1, 4);
+        mbar_arrive_expect_tx(bar_v_full(sb, stage), KV_BYTES);
+#pragma unroll
+        for (int h = 0; h < HALVES; ++h)
+          tma_load_3d(sb + OFF_V + stage * KV_BYTES + h * KV_HALF, maps.v, bar_v_full(sb, stage), h * 64, kv_head, key0);
+        if (++stage == STAGES) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+      ++q_iter;
+    }
+    __syncwarp();
+    int next = 0;
+    if (lane == 0) next = atomicAdd(&md[MD_SEMAPHORE], 1) + (int)gridDim.x;
+    t = __shfl_sync(0xffffffffu, next, 0);
+  }
+  if (lane == 0) release_semaphore(md);
+}
+
+// S (this warpgroup's 64 rows x BN keys) = Q K^T over the head dim: HALVES x 4 k16 steps.
+__device__ __forceinline__ void issue_qk(float (&s)[1][BN / 8][4], u32 q_base, u32 k_base) {
+  float* sf = &s[0][0][0];
+#pragma unroll
+  for (int h = 0; h < HALVES; ++h)
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const u64 da = wgmma_desc(q_base + h * Q_HALF + kk * 32, 16, 1024);
+      const u64 db = wgmma_desc(k_base + h * KV_HALF + kk * 32, 16, 1024);
+      wgmma_ss_n{{ v.block_n }}(sf, da, db, (h | kk) != 0);
+    }
+}
+
+// O (64 rows x DV) += P (registers, BN keys) V (BN x DV): BN / 16 k16 steps.
+__device__ __forceinline__ void issue_pv(float (&o)[1][DV / 8][4], const u32 (&pa)[BN / 16][4], u32 v_base) {
+  float* of = &o[0][0][0];
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) {
+    if (PV_HALVES) {
+#pragma unroll
+      for (int h = 0; h < HALVES; ++h)
+        wgmma_rs_n64(of + 32 * h, pa[kk], wgmma_desc(v_base + h * KV_HALF + kk * 2048, 1024, 1024));
+    } else {
+      wgmma_rs_n{{ v.head_dim_v }}(of, pa[kk], wgmma_desc(v_base + kk * 2048, KV_HALF, 1024));
+    }
+  }
+}
+
+// Probabilities (fp32, in s) -> bf16/fp16 A fragments of P V, one per 16 keys.
+__device__ __forceinline__ void pack_p(const float (&s)[1][BN / 8][4], u32 (&pa)[BN / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) {
+    pa[kk][0] = pack2(s[0][2 * kk][0], s[0][2 * kk][1]);
+    pa[kk][1] = pack2(s[0][2 * kk][2], s[0][2 * kk][3]);
+    pa[kk][2] = pack2(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+    pa[kk][3] = pack2(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+  }
+}
+
+// A key block that runs past the request's keys holds rows of whatever follows in k/v (another
+// request, or unused buffer space that may hold NaN/inf): their probabilities are exactly 0,
+// but 0 * inf is NaN in the MMA, so the rows >= valid of the V slot are zeroed before P V.  Each
+// consumer warpgroup zeroes the rows itself (both write the same zeros) and orders its writes
+// before its own wgmma reads (proxy fence + a warpgroup barrier).
+__device__ __forceinline__ void zero_v_tail(u32 v_base, int valid, int cg, int wg_tid) {
+#pragma unroll 1
+  for (int h = 0; h < HALVES; ++h)
+#pragma unroll 1
+    for (int c = valid * 8 + wg_tid; c < BN * 8; c += 128)
+      asm volatile("st.shared.v4.u32 [%0], { %1, %1, %1, %1};\n" ::"r"(v_base + h * KV_HALF + c * 16), "r"(0u)
+                   : "memory");
+  fence_proxy_async_smem();
+  named_sync(1 + cg, 128);
+}
+
+// Ping-pong of the two consumer warpgroups (option "p"; FlashAttention-3's inter-warpgroup
+// schedule): a warpgroup issues its GEMMs only in its turn (named barrier 3 + cg, completed by the
+// other warpgroup's arrival after its own issue), so one warpgroup's softmax runs while the other's
+// GEMMs occupy the tensor cores.  Every issue section of one warpgroup is matched by one of the
+// other (both walk the same tiles and blocks); warpgroup 1 opens with an arrival and warpgroup 0
+// takes the last one after the tile loop.
+__device__ __forceinline__ void turn_wait(int cg) {
+  if (PINGPONG) named_sync(3 + cg, 256);
+}
+__device__ __forceinline__ void turn_pass(int cg) {
+  if (PINGPONG) named_arrive(3 + (cg ^ 1), 256);
+}
+
+// Per-thread pipeline position of a consumer (the same sequence the producer walks).
+struct KvPos {
+  int stage;
+  u32 phase;
+  __device__ __forceinline__ void advance() {
+    if (++stage == STAGES) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+};
+
+__device__ __forceinline__ void release(u32 bar, int lane) {
+  __syncwarp();
+  if (lane == 0) mbar_arrive(bar);
+}
+
+// The key blocks [n_lo, n_hi) of one tile for this consumer warpgroup (warp cw of the consumers,
+// rows cw * 16 .. of the tile): accumulates o (unnormalised), row_max and row_sum.
+__device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const MaskInfo& mi, int n_lo, int n_hi,
+                                                  int row0, int pos_last, u32 sb, KvPos& kv, int cw, int lane,
+                                                  float (&o)[1][DV / 8][4], float (&row_max)[1][2],
+                                                  float (&row_sum)[1][2]) {
+  const int cg = cw >> 2;
+  const int wg_tid = (cw & 3) * 32 + lane;
+  const u32 q_base = sb + cg * 64 * 128;
+  const int pos_first = row0;
+  float s[1][BN / 8][4];
+  u32 pa[BN / 16][4];
+  float corr[1][2];
+  if (!OVERLAP) {
+    for (int n = n_hi - 1; n >= n_lo; --n) {
+      mbar_wait(bar_k_full(sb, kv.stage), kv.phase, 10);
+      fence_regs<BN / 2>(&s[0][0][0]);
+      wgmma_fence();
+      issue_qk(s, q_base, sb + OFF_K + kv.stage * KV_BYTES);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs<BN / 2>(&s[0][0][0]);
+      release(bar_k_empty(sb, kv.stage), lane);
+      if (n == n_lo) release(bar_q_empty(sb), lane);
+      if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
+      softmax_scores(s, row_max, row_sum, corr, p.scale_log2);
+      rescale_rows(o, corr);
+      pack_p(s, pa);
+      mbar_wait(bar_v_full(sb, kv.stage), kv.phase, 11);
+      const u32 v_base = sb + OFF_V + kv.stage * KV_BYTES;
+      if ((n + 1) * BN > mi.seqlen_k) zero_v_tail(v_base, mi.seqlen_k - n * BN, cg, wg_tid);
+      fence_regs<DV / 2>(&o[0][0][0]);
+      fence_regs<BN / 4>(&pa[0][0]);
+      wgmma_fence();
+      issue_pv(o, pa, v_base);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs<DV / 2>(&o[0][0][0]);
+      release(bar_v_empty(sb, kv.stage), lane);
+      kv.advance();
+    }
+    return;
+  }
+  // Overlapped: S of block n is issued together with P V of block n + 1 (the previous one); the
+  // softmax of block n runs while that P V is on the tensor cores.
+  int n = n_hi - 1;
+  mbar_wait(bar_k_full(sb, kv.stage), kv.phase, 12);
+  fence_regs<BN / 2>(&s[0][0][0]);
+  turn_wait(cg);
+  wgmma_fence();
+  issue_qk(s, q_base, sb + OFF_K + kv.stage * KV_BYTES);
+  wgmma_commit();
+  turn_pass(cg);
+  wgmma_wait<0>();
+  fence_regs<BN / 2>(&s[0][0][0]);
+  release(bar_k_empty(sb, kv.stage), lane);
+  if (n == n_lo) release(bar_q_empty(sb), lane);
+  if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
+  softmax_scores(s, row_max, row_sum, corr, p.scale_log2);  // o is still 0: no rescale
+  pack_p(s, pa);
+  KvPos pv = kv;  // the slot whose V the pending P V reads
+  kv.advance();
+  for (n = n_hi - 2; n >= n_lo; --n) {
+    mbar_wait(bar_k_full(sb, kv.stage), kv.phase, 13);
+    fence_regs<BN / 2>(&s[0][0][0]);
+    fence_regs<DV / 2>(&o[0][0][0]);
+    fence_regs<BN / 4>(&pa[0][0]);
+    turn_wait(cg);
+    wgmma_fence();
+    issue_qk(s, q_base, sb + OFF_K + kv.stage * KV_BYTES);
+    wgmma_commit();
+    mbar_wait(bar_v_full(sb, pv.stage), pv.phase, 14);
+    {
+      const u32 v_base = sb + OFF_V + pv.stage * KV_BYTES;
+      if ((n + 2) * BN > mi.seqlen_k) zero_v_tail(v_base, mi.seqlen_k - (n + 1) * BN, cg, wg_tid);
+      wgmma_fence();  // (ptxas would add this one itself after the wait loop: C7519)
+      issue_pv(o, pa, v_base);
+    }
+    wgmma_commit();
+    turn_pass(cg);
+    wgmma_wait<1>();  // S of block n is done; P V of block n + 1 may still run
+    fence_regs<BN / 2>(&s[0][0][0]);
+    release(bar_k_empty(sb, kv.stage), lane);
+    if (n == n_lo) release(bar_q_empty(sb), lane);
+    if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
+    softmax_scores(s, row_max, row_sum, corr, p.scale_log2);
+    wgmma_wait<0>();
+    fence_regs<DV / 2>(&o[0][0][0]);
+    fence_regs<BN / 4>(&pa[0][0]);
+    release(bar_v_empty(sb, pv.stage), lane);
+    if (!LAZY_RESCALE || __any_sync(0xffffffffu, corr[0][0] != 1.f || corr[0][1] != 1.f)) rescale_rows(o, corr);
+    pack_p(s, pa);
+    pv = kv;
+    kv.advance();
+  }
+  // P V of the last block (n_lo)
+  mbar_wait(bar_v_full(sb, pv.stage), pv.phase, 15);
+  const u32 v_base = sb + OFF_V + pv.stage * KV_BYTES;
+  if ((n_lo + 1) * BN > mi.seqlen_k) zero_v_tail(v_base, mi.seqlen_k - n_lo * BN, cg, wg_tid);
+  fence_regs<DV / 2>(&o[0][0][0]);
+  fence_regs<BN / 4>(&pa[0][0]);
+  turn_wait(cg);
+  wgmma_fence();
+  issue_pv(o, pa, v_base);
+  wgmma_commit();
+  turn_pass(cg);
+  wgmma_wait<0>();
+  fence_regs<DV / 2>(&o[0][0][0]);
+  release(bar_v_empty(sb, pv.stage), lane);
+}

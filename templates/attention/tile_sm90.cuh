@@ -1,0 +1,51 @@
+// ---- attention/tile_sm90.cuh: a consumer warp's persistent tile loop ----
+// Tile indices come from the producer through two shared-memory slots (tile_full / tile_empty);
+// every consumer warp walks the same tiles and the same K/V pipeline positions as the producer.
+__device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int cap4, int total, u32 sb,
+                                              const volatile int* s_tile, int cw, int lane) {
+  const int qpk = p.num_heads_q / p.num_heads_kv;
+  int cursor = 0;
+  KvPos kv;
+  kv.stage = 0;
+  kv.phase = 0;
+  u32 q_iter = 0;
+  if (PINGPONG && (cw >> 2) == 1) turn_pass(1);  // warpgroup 0 goes first
+  for (int it = 0;; ++it) {
+    const int slot = it & 1;
+    mbar_wait(bar_tile_full(sb, slot), (it >> 1) & 1, 5);
+    const int t = s_tile[slot];
+    release(bar_tile_empty(sb, slot), lane);
+    if (t >= total) break;
+    cursor = find_entry(md, cap4, t, cursor);
+    float o[1][DV / 8][4];
+    float row_max[1][2], row_sum[1][2];
+#pragma unroll
+    for (int j = 0; j < DV / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[0][j][e] = 0.f;
+    row_max[0][0] = row_max[0][1] = -KG_INF;
+    row_sum[0][0] = row_sum[0][1] = 0.f;
+    {
+      const TileInfo ti = tile_info(p, md, cap4, cursor, t, p.num_heads_q, qpk);
+      MaskInfo mi;
+      mi.seqlen_k = ti.seqlen_k;
+      mi.offset = ti.seqlen_k - ti.seqlen_q;
+      mi.left = -1;
+      mi.right = -1;
+      const int pos_last = ti.row0 + ti.valid_rows - 1;
+      int n_lo, n_hi;
+      key_block_range(mi, ti.row0, pos_last, n_lo, n_hi);
+      if (n_hi > n_lo) {
+        mbar_wait(bar_q_full(sb), q_iter & 1, 6);
+        ++q_iter;
+        consumer_mainloop(p, mi, n_lo, n_hi, ti.row0, pos_last, sb, kv, cw, lane, o, row_max, row_sum);
+      }
+    }
+    float lse[1][2];
+    finalize_rows(o, row_max, row_sum, lse);
+    // the tile's coordinates again (L1 hits) rather than live across the mainloop
+    const TileInfo te = tile_info(p, md, cap4, cursor, t, p.num_heads_q, qpk);
+    store_rows(p, te, o, lse, cw, lane);
+  }
+  if (PINGPONG && (cw >> 2) == 0) turn_wait(0);  // warpgroup 1's last pass
+}

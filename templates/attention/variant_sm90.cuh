@@ -1,0 +1,90 @@
+// ---- attention/variant_sm90.cuh: the Hopper (sm_90a) attention variant in namespace {{ v.ns }} ----
+// A CTA is one producer warpgroup (warp 0 issues the TMA loads; warps 1-3 only give their
+// registers back) and NW / 4 consumer warpgroups of 64 query rows each, which share one Q tile of
+// BM rows and each K/V block of BN keys.  Supported here: packed (non-paged) K/V, head_dim ==
+// head_dim_v in {64, 128}, no mask or causal, no split-KV, pack-GQA or soft-cap (the dispatcher
+// sends every other variant to the sm_80 path).
+namespace {{ v.ns }} {
+
+constexpr int D = {{ v.head_dim }};
+constexpr int DV = {{ v.head_dim_v }};
+constexpr int BM = {{ v.block_m }};
+constexpr int BN = {{ v.block_n }};
+constexpr int NW = {{ v.num_warps }};        // consumer warps (16 query rows each)
+constexpr int STAGES = {{ v.num_stages }};   // K/V pipeline depth
+constexpr bool CAUSAL = {{ "true" if v.mask == "causal" else "false" }};
+constexpr bool LOCAL = false;
+constexpr bool LPT = CAUSAL;                 // m-blocks last-first
+constexpr bool PACK_GQA = false;
+constexpr bool SPLIT = false;
+constexpr bool PAGED = false;
+constexpr bool SOFTCAP = false;
+constexpr bool ROW_SPLITS = false;
+// Mainloop options (spec.sm90_opts): OVERLAP issues block i+1's S = Q K^T before block i's P V
+// and computes block i+1's softmax while P V runs (FlashAttention-3's intra-warpgroup
+// pipelining); PV_HALVES issues P V as 64-column halves (one swizzle atom of V each);
+constexpr bool OVERLAP = {{ "false" if "s" in v.sm90_opts else "true" }};
+constexpr bool PV_HALVES = {{ "true" if ("h" in v.sm90_opts or v.head_dim_v == 64) else "false" }};
+// PINGPONG alternates the two consumer warpgroups' GEMM issue (named barriers 3 and 4);
+// LAZY_RESCALE skips a warp's O rescale when none of its rows' max grew (every factor is 1).
+constexpr bool PINGPONG = {{ "true" if "p" in v.sm90_opts else "false" }};
+constexpr bool LAZY_RESCALE = {{ "true" if "r" in v.sm90_opts else "false" }};
+constexpr int NCG = NW / 4;                  // consumer warpgroups
+constexpr int NT = (NW + 4) * 32;            // threads per CTA
+constexpr int MT = 1;                        // m16 row tiles per warp (the softmax/mask helpers' shape)
+constexpr int WM = 16;                       // query rows per warp
+constexpr int HALVES = D / 64;               // 128-byte (64-element) column blocks of a row
+static_assert(D == DV && (D == 64 || D == 128), "head dims of the Hopper path");
+static_assert(BM == 64 * NCG && BN % 16 == 0 && BN <= 256, "tile shape");
+static_assert(!PINGPONG || (OVERLAP && NCG == 2), "ping-pong needs the overlapped mainloop and two consumer warpgroups");
+static_assert(!SOFTCAP, "the Hopper softmax folds the plain scale into the exponent (softmax_scores)");
+
+// Shared memory (offsets from a 1024-byte aligned base): Q (BM rows), STAGES K blocks,
+// STAGES V blocks, each as HALVES column blocks of rows x 128 bytes in TMA's 128-byte swizzle;
+// then the mbarriers and the two tile-index slots.
+constexpr int Q_HALF = BM * 128;
+constexpr int KV_HALF = BN * 128;
+constexpr int Q_BYTES = BM * D * 2;
+constexpr int KV_BYTES = BN * D * 2;
+constexpr int OFF_K = Q_BYTES;
+constexpr int OFF_V = OFF_K + STAGES * KV_BYTES;
+constexpr int OFF_BAR = OFF_V + STAGES * KV_BYTES;
+constexpr int BAR_BYTES = 256;
+constexpr int SMEM_BYTES = OFF_BAR + BAR_BYTES + 1024;  // + slack for aligning the base
+static_assert(SMEM_BYTES == {{ v.smem_bytes }}, "host and device disagree on shared memory size");
+static_assert(8 * (2 + 4 * STAGES + 4) + 8 <= BAR_BYTES, "barrier area");
+
+// Barriers: arrival counts 1 for "full" (the producer's arrive.expect_tx; TMA completes the
+// bytes), NW for "empty" (lane 0 of every consumer warp).
+__device__ __forceinline__ u32 bar_q_full(u32 sb) { return sb + OFF_BAR; }
+__device__ __forceinline__ u32 bar_q_empty(u32 sb) { return sb + OFF_BAR + 8; }
+__device__ __forceinline__ u32 bar_k_full(u32 sb, int s) { return sb + OFF_BAR + 16 + 8 * s; }
+__device__ __forceinline__ u32 bar_k_empty(u32 sb, int s) { return sb + OFF_BAR + 16 + 8 * (STAGES + s); }
+__device__ __forceinline__ u32 bar_v_full(u32 sb, int s) { return sb + OFF_BAR + 16 + 8 * (2 * STAGES + s); }
+__device__ __forceinline__ u32 bar_v_empty(u32 sb, int s) { return sb + OFF_BAR + 16 + 8 * (3 * STAGES + s); }
+__device__ __forceinline__ u32 bar_tile_full(u32 sb, int i) { return sb + OFF_BAR + 16 + 8 * (4 * STAGES + i); }
+__device__ __forceinline__ u32 bar_tile_empty(u32 sb, int i) { return sb + OFF_BAR + 16 + 8 * (4 * STAGES + 2 + i); }
+constexpr int OFF_TILE = OFF_BAR + 16 + 8 * (4 * STAGES + 4);  // two ints
+
+__device__ __forceinline__ void init_barriers(u32 sb) {
+  mbar_init(bar_q_full(sb), 1);
+  mbar_init(bar_q_empty(sb), NW);
+  for (int s = 0; s < STAGES; ++s) {
+    mbar_init(bar_k_full(sb, s), 1);
+    mbar_init(bar_k_empty(sb, s), NW);
+    mbar_init(bar_v_full(sb, s), 1);
+    mbar_init(bar_v_empty(sb, s), NW);
+  }
+  for (int i = 0; i < 2; ++i) {
+    mbar_init(bar_tile_full(sb, i), 1);
+    mbar_init(bar_tile_empty(sb, i), NW);
+  }
+}
+
+{% include "attention/tile_scheduler.cuh" %}
+{% include "common/mask.cuh" %}
+{% include "common/softmax.cuh" %}
+{% include "attention/mainloop_sm90.cuh" %}
+{% include "attention/epilogue_sm90.cuh" %}
+{% include "attention/tile_sm90.cuh" %}
+}  // namespace {{ v.ns }}

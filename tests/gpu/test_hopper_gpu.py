@@ -1,0 +1,231 @@
+"""GPU correctness of the Hopper attention path (mainloop "sm90a": wgmma, TMA, warp specialisation).
+
+Every case compares against the float64 reference on fresh random inputs, with out and lse
+poisoned with NaN first; k/v carry NaN rows past the keys the batch uses (and past seqused_k), so
+a key block that reads beyond a request must neither leak nor turn 0 * NaN into NaN.  Failures
+print the largest error, where it is, and whether the LSE (which depends only on Q K^T and the
+softmax) is right, which separates the two GEMMs.  Skipped without a compute capability 9.0 GPU.
+"""
+import zlib
+
+import numpy as np
+import pytest
+import torch
+
+import kernelgen
+from kernelgen import api, heuristics, prepared
+from kernelgen.reference import attention_reference, tolerance
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                                 reason="needs a compute capability 9.0 (Hopper) GPU")]
+DT = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def make_batch(qlens, klens, hq, hkv, d, dtype, seed, garbage=7):
+    """q, k, v, cu_q, cu_k for the lengths; ``garbage`` NaN rows follow the used q/k/v rows."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    tq, tk = sum(qlens), sum(klens)
+    q = torch.randn(tq + garbage, hq, d, generator=g, device="cuda").to(dtype)
+    k = torch.randn(tk + garbage, hkv, d, generator=g, device="cuda").to(dtype)
+    v = torch.randn(tk + garbage, hkv, d, generator=g, device="cuda").to(dtype)
+    for t in (q, k, v):
+        t[t.shape[0] - garbage:] = float("nan")
+    cu_q = torch.tensor([0] + list(np.cumsum(qlens)), dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0] + list(np.cumsum(klens)), dtype=torch.int32, device="cuda")
+    return q, k, v, cu_q, cu_k
+
+
+def check(q, k, v, cu_q, cu_k, *, causal, layout="soa", arch="sm_90a", seqused_k=None, expect="sm90a",
+          max_q=None, max_k=None):
+    """Run with NaN-poisoned out/lse and compare with the reference; returns (out, lse)."""
+    rows = int(cu_q[-1].item())
+    hq, dv = q.shape[1], v.shape[2]
+    out = torch.full((q.shape[0], hq, dv), float("nan"), dtype=q.dtype, device="cuda")
+    lens_q = (cu_q[1:] - cu_q[:-1]).tolist()
+    lens_k = seqused_k.tolist() if seqused_k is not None else (cu_k[1:] - cu_k[:-1]).tolist()
+    max_q = max(lens_q + [1]) if max_q is None else max_q
+    max_k = max(lens_k + [1]) if max_k is None else max_k
+    o, lse = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max_q, max_k, causal=causal, return_lse=True, out=out,
+                                        metadata_layout=layout, seqused_k=seqused_k, arch=arch)
+    torch.cuda.synchronize()
+    name = api._CALLS._last[1].attn.name
+    assert ("_wgmma" in name) == (expect == "sm90a"), f"expected the {expect} path, ran {name}"
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=causal, seqused_k=seqused_k)
+    o, lse, ref, ref_lse = o[:rows], lse[:, :rows], ref[:rows], ref_lse[:, :rows]
+    assert torch.isnan(out[rows:]).all(), "rows past cu_seqlens_q[-1] were written"
+    empty = torch.isneginf(ref_lse)
+    fin = ~empty
+    lerr = (lse.double()[fin] - ref_lse[fin]).abs()
+    lse_ok = lerr.numel() == 0 or bool((lerr <= 2e-3 + 1e-4 * ref_lse[fin].abs()).all())
+    lse_info = f"lse max err {lerr.max().item() if lerr.numel() else 0:.3e} ({'ok' if lse_ok else 'WRONG'})"
+    nan_rows = torch.isnan(o).any(-1)
+    assert not nan_rows.any(), f"NaN/unwritten output at (token, head) {nan_rows.nonzero()[:8].tolist()}; {lse_info}"
+    atol, rtol = tolerance(q.dtype)
+    ref_c = ref.to(q.dtype).double()
+    err = (o.double() - ref_c).abs()
+    bad = err > atol + rtol * ref_c.abs()
+    if bad.any():
+        idx = bad.nonzero()
+        cols = torch.unique(idx[:, 2])[:16].tolist()
+        toks = torch.unique(idx[:, 0])
+        raise AssertionError(f"{name}: max err {err.max().item():.3e}, {int(bad.sum())} bad of {bad.numel()}, first "
+                             f"(token, head, col) {idx[:4].tolist()}, columns {cols}, tokens {toks[:8].tolist()}.."
+                             f"{toks[-4:].tolist()}; {lse_info}")
+    assert torch.equal(torch.isneginf(lse), empty), f"rows with no visible key must have lse = -inf; {lse_info}"
+    assert torch.all(o.transpose(0, 1)[empty] == 0), "rows with no visible key must be exactly 0"
+    assert lse_ok, lse_info
+    return o, lse
+
+
+def ragged(seed, n=6, qmax=400, kmax=520):
+    rng = np.random.default_rng(seed)
+    qlens = [int(x) for x in rng.integers(1, qmax, size=n)]
+    klens = [int(x) for x in rng.integers(1, kmax, size=n)]
+    qlens[1] = 0                      # empty query
+    klens[2] = 0                      # no keys: out 0, lse -inf
+    qlens[3], klens[3] = 300, 70      # seqlen_q > seqlen_k: causal rows that see nothing
+    qlens[4], klens[4] = 129, 257     # one row / one key past a block
+    return qlens, klens
+
+
+MATRIX = [(hd, dt, c, g, lay) for hd in (64, 128) for dt in ("bf16", "fp16") for c in (False, True)
+          for g in (1, 4) for lay in ("soa", "aos")]
+
+
+@pytest.mark.parametrize("hd,dt,causal,gqa,layout", MATRIX)
+def test_hopper_matrix(hd, dt, causal, gqa, layout):
+    seed = zlib.crc32(repr(("sm90", hd, dt, causal, gqa, layout)).encode()) % 100000
+    qlens, klens = ragged(seed)
+    q, k, v, cu_q, cu_k = make_batch(qlens, klens, 2 * gqa, 2, hd, DT[dt], seed)
+    check(q, k, v, cu_q, cu_k, causal=causal, layout=layout)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("qlen,klen", [(4096, 4096), (1000, 5000), (5000, 1000), (777, 777), (1, 3000)])
+def test_hopper_long_requests(qlen, klen, causal):
+    q, k, v, cu_q, cu_k = make_batch([qlen, 5], [klen, 9], 32, 8, 128, torch.bfloat16, qlen + klen)
+    check(q, k, v, cu_q, cu_k, causal=causal)
+
+
+def test_hopper_seqused_k_with_garbage_tail():
+    """seqused_k < each request's K segment: the unused keys (NaN here) must not be seen."""
+    qlens, klens = [300, 5, 130, 0, 64], [400, 40, 260, 7, 128]
+    q, k, v, cu_q, cu_k = make_batch(qlens, klens, 8, 2, 128, torch.bfloat16, 3)
+    used = torch.tensor([333, 1, 129, 7, 0], dtype=torch.int32, device="cuda")
+    for b, u in enumerate(used.tolist()):
+        k0, k1 = int(cu_k[b]), int(cu_k[b + 1])
+        k[k0 + u:k1] = float("nan")
+        v[k0 + u:k1] = float("nan")
+    for causal in (False, True):
+        check(q, k, v, cu_q, cu_k, causal=causal, seqused_k=used)
+
+
+def test_hopper_strided_views():
+    """q/k/v as views of one packed qkv tensor (token stride 3*H*d): TMA addresses them directly."""
+    hq, d, tq = 4, 128, 700
+    qkv = torch.randn(tq, 3 * hq, d, device="cuda", dtype=torch.bfloat16)
+    q, k, v = qkv[:, :hq], qkv[:, hq:2 * hq], qkv[:, 2 * hq:]
+    cu = torch.tensor([0, 200, 201, 700], dtype=torch.int32, device="cuda")
+    check(q, k, v, cu, cu, causal=True)
+
+
+@pytest.mark.parametrize("opts,stages,bn", [("", 2, 128), ("h", 2, 128), ("s", 2, 128), ("hp", 2, 128),
+                                            ("pr", 2, 128), ("p", 3, 128), ("p", 2, 192)])
+def test_hopper_mainloop_options(monkeypatch, opts, stages, bn):
+    """The mainloop's variants: without ping-pong, P V in 64-column halves, without the intra-
+    warpgroup overlap, lazy O rescale, a three-stage K/V ring, 192-key blocks."""
+    monkeypatch.setattr(heuristics, "SM90_OPTS", opts)
+    monkeypatch.setattr(heuristics, "SM90_TILE", heuristics.TileConfig(128, bn, 8, stages, 1))
+    api.clear_signature_cache()
+    try:
+        for causal in (False, True):
+            qlens, klens = ragged(11 + stages)
+            q, k, v, cu_q, cu_k = make_batch(qlens, klens, 8, 2, 128, torch.bfloat16, 5)
+            check(q, k, v, cu_q, cu_k, causal=causal)
+    finally:
+        api.clear_signature_cache()
+
+
+def test_dispatch_automatic_and_fallbacks(monkeypatch):
+    """No arch: prefill-shaped supported calls take the Hopper path; the variants it does not
+    support fall back to the sm_80 path (and are right); arch="sm_80" and KERNELGEN_ARCH force."""
+    qlens, klens = [600, 300, 0, 450], [600, 500, 10, 450]
+    q, k, v, cu_q, cu_k = make_batch(qlens, klens, 32, 8, 128, torch.bfloat16, 21)
+    api.clear_signature_cache()
+    check(q, k, v, cu_q, cu_k, causal=True, arch=None, expect="sm90a")
+    check(q, k, v, cu_q, cu_k, causal=True, arch="sm_80", expect="sm80")
+    monkeypatch.setenv("KERNELGEN_ARCH", "sm_80")
+    api.clear_signature_cache()
+    check(q, k, v, cu_q, cu_k, causal=False, arch=None, expect="sm80")
+    monkeypatch.delenv("KERNELGEN_ARCH")
+    api.clear_signature_cache()
+    # decode-shaped hints: the sm_80 path (pack-GQA, small tiles)
+    check(q, k, v, cu_q, cu_k, causal=True, arch=None, expect="sm80", max_q=1)
+    # head dim 96 and a head_dim_v that differs: not on the Hopper path
+    q96, k96, v96, cu_q, cu_k = make_batch(qlens, klens, 8, 2, 96, torch.bfloat16, 22)
+    check(q96, k96, v96, cu_q, cu_k, causal=True, arch=None, expect="sm80")
+    with pytest.raises(ValueError, match="Hopper"):
+        kernelgen.varlen_attention(q96, k96, v96, cu_q, cu_k, 600, 600, arch="sm_90a")
+    # a sliding window and a soft-cap: sm_80 path, compared with the reference
+    for kw in ({"window_size": (100, 0)}, {"softcap": 30.0}):
+        out = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 600, 600, causal=True, **kw)
+        assert "_wgmma" not in api._CALLS._last[1].attn.name
+        ref, _ = attention_reference(q, k, v, cu_q, cu_k, causal=True, **kw)
+        n = int(cu_q[-1])
+        atol, rtol = tolerance(q.dtype)
+        assert torch.allclose(out[:n].double(), ref[:n].to(q.dtype).double(), atol=atol, rtol=rtol)
+        with pytest.raises(ValueError, match="Hopper"):
+            kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 600, 600, causal=True, arch="sm_90a", **kw)
+
+
+def test_hopper_cuda_graph_replay():
+    """A Hopper call captured in a CUDA graph (tensor maps travel by value in the launch) and
+    replayed with new data in the same buffers."""
+    qlens, klens = [700, 130], [900, 128]
+    q, k, v, cu_q, cu_k = make_batch(qlens, klens, 16, 4, 128, torch.bfloat16, 31, garbage=0)
+    out = torch.empty_like(q)
+    kw = dict(causal=True, out=out, arch="sm_90a")
+    kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 700, 900, **kw)
+    assert isinstance(api._CALLS._last[1].attn, prepared.TmaLaunch)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s), torch.cuda.graph(g, stream=s):
+        kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 700, 900, **kw)
+    torch.cuda.current_stream().wait_stream(s)
+    for seed in (1, 2):
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        for t in (q, k, v):
+            t.copy_(torch.randn(t.shape, generator=gen, device="cuda").to(t.dtype))
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        ref, _ = attention_reference(q, k, v, cu_q, cu_k, causal=True)
+        atol, rtol = tolerance(q.dtype)
+        assert torch.allclose(out.double(), ref.to(q.dtype).double(), atol=atol, rtol=rtol)
+
+
+def test_hopper_graph_launch_repoints_tensor_maps():
+    """Cached Hopper calls go out as graph launches (kernelgen/graph_launch.py): each (q, k, v)
+    set's graph carries its own tensor maps; alternating two query tensors gives each its result."""
+    qlens, klens = [300, 77], [500, 256]
+    q, k, v, cu_q, cu_k = make_batch(qlens, klens, 16, 4, 128, torch.bfloat16, 41, garbage=0)
+    q2 = torch.randn_like(q)
+    kw = dict(causal=True, arch="sm_90a")
+    refs = {}
+    for qq in (q, q2):
+        ref, _ = attention_reference(qq, k, v, cu_q, cu_k, causal=True)
+        refs[qq.data_ptr()] = ref.to(torch.bfloat16).double()
+    atol, rtol = tolerance(torch.bfloat16)
+    out = torch.empty_like(q)
+    for step in range(6):
+        qq = (q, q2)[step % 2]
+        out.fill_(float("nan"))
+        kernelgen.varlen_attention(qq, k, v, cu_q, cu_k, 300, 500, out=out, **kw)
+        torch.cuda.synchronize()
+        r = refs[qq.data_ptr()]
+        assert ((out.double() - r).abs() <= atol + rtol * r.abs()).all(), f"step {step}"
+    prep = api._CALLS._last[1]
+    graphs = prep._tls.graphs[torch.cuda.current_stream().cuda_stream]
+    assert isinstance(prep.attn, prepared.TmaLaunch) and len(graphs) == 2

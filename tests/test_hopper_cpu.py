@@ -1,0 +1,314 @@
+"""The Hopper (sm_90a) attention path without a GPU: spec rules, the dispatcher's choice and its
+overrides, the TMA tensor-map arguments, the parameter ABI, the launch a call makes (CUDA stubbed,
+tests/fake_cuda.py), and NVRTC builds for sm_90a with no spills whose SASS holds warpgroup MMAs."""
+import itertools
+
+import pytest
+import torch
+
+import kernelgen
+from kernelgen import api, compiler, heuristics, render, sass, tma
+from kernelgen import validation as V
+from kernelgen.cache import KernelCache
+from kernelgen.params import ATTENTION_PARAMS, TMA_ATTENTION_PARAMS
+from kernelgen.spec import AttentionSpec, TileConfig
+
+BF16 = torch.bfloat16
+T90 = heuristics.SM90_TILE
+
+
+def sm90(dtype="bf16", d=128, mask="causal", layout="soa", tile=T90, opts="", **kw):
+    return AttentionSpec("sm_90a", dtype, d, d, mask, layout, tile, mainloop="sm90a", sm90_opts=opts, **kw)
+
+
+# ------------------------------------------------------------------------------------- spec
+
+
+def test_sm90_spec_shape_and_name():
+    s = sm90()
+    assert s.template == "attention/fwd_sm90.cu.j2" and s.num_threads == 384
+    assert s.name == "attn_sm_90a_wgmma_bf16_d128_causal_soa_m128n128w8s2b1"
+    assert heuristics.SM90_OPTS == "p"  # the dispatcher's default: ping-pong (docs/perf-notes.md)
+    assert sm90(opts="hs").name == "attn_sm_90a_wgmma_pvhalves_serial_bf16_d128_causal_soa_m128n128w8s2b1"
+    assert sm90(opts="pr").name == "attn_sm_90a_wgmma_pingpong_lazyrescale_bf16_d128_causal_soa_m128n128w8s2b1"
+    # Q (128 x 128) + 2 stages of K and V (128 x 128), bf16, + barriers + alignment slack
+    assert s.smem_bytes() == 2 * 128 * (128 + 2 * 2 * 128) + 256 + 1024
+    assert sm90(tile=TileConfig(128, 128, 8, 3, 1)).smem_bytes() <= heuristics.SMEM_LIMIT["sm_90a"]
+    s80 = AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa", TileConfig(128, 32, 4, 3, 2))
+    assert s80.template == "attention/fwd_sm80.cu.j2" and s80.num_threads == 128 and s80.name != s.name
+
+
+@pytest.mark.parametrize("kw,why", [
+    (dict(d=96), "head dims"), (dict(mask="local"), "mask"), (dict(pack_gqa=True), "pack_gqa"),
+    (dict(split=True), "split"), (dict(paged=True), "paged"), (dict(softcap=True), "softcap"),
+    (dict(tile=TileConfig(128, 32, 4, 3, 2)), "tile"), (dict(tile=TileConfig(128, 128, 8, 2, 2)), "tile"),
+    (dict(opts="x"), "sm90_opts"), (dict(opts="sh"), "sm90_opts"), (dict(opts="ps"), "ping-pong"),
+])
+def test_sm90_spec_rejects_what_it_does_not_build(kw, why):
+    with pytest.raises(ValueError, match=why):
+        sm90(**kw)
+
+
+def test_sm90_spec_needs_sm_90a_and_opts_need_sm90():
+    with pytest.raises(ValueError, match="sm_90a"):
+        AttentionSpec("sm_80", "bf16", 128, 128, "none", "soa", T90, mainloop="sm90a")
+    with pytest.raises(ValueError, match="sm90_opts"):
+        AttentionSpec("sm_90a", "bf16", 128, 128, "none", "soa", TileConfig(128, 32, 4, 3, 2), sm90_opts="h")
+
+
+# -------------------------------------------------------------------------------- dispatcher
+
+PREFILL = dict(num_heads_q=32, num_heads_kv=8, max_seqlen_q=4096, max_seqlen_k=4096)
+
+
+@pytest.mark.parametrize("dtype,d,mask", list(itertools.product(("bf16", "fp16"), (64, 128), ("none", "causal"))))
+def test_automatic_choice_is_hopper_for_supported_prefill(dtype, d, mask):
+    v = heuristics.choose("sm_90a", dtype, d, d, mask=mask, **PREFILL)
+    assert v.attention.mainloop == "sm90a" and v.attention.tile == T90 and v.attention.sm90_opts == heuristics.SM90_OPTS
+    assert v.combine is None and v.max_splits == 1 and v.scheduler.arch == "sm_90a"
+
+
+@pytest.mark.parametrize("kw", [
+    dict(paged=True), dict(softcap=True), dict(mask="local"), dict(num_splits=3), dict(pack_gqa=True),
+    dict(max_seqlen_q=1), dict(max_seqlen_q=48), dict(tma_ok=False),
+    dict(num_heads_q=1, num_heads_kv=1, max_seqlen_q=256, max_seqlen_k=65536),  # few tiles: split-KV pays
+])
+def test_automatic_choice_falls_back_to_sm80(kw):
+    v = heuristics.choose("sm_90a", "bf16", 128, 128, **{**PREFILL, **kw})
+    assert v.attention.mainloop == "sm80"
+
+
+@pytest.mark.parametrize("d,dv", [(96, 96), (192, 128), (256, 256), (128, 64)])
+def test_other_head_dims_fall_back_and_cannot_be_forced(d, dv):
+    assert heuristics.choose("sm_90a", "bf16", d, dv, **PREFILL).attention.mainloop == "sm80"
+    with pytest.raises(ValueError, match="Hopper"):
+        heuristics.choose("sm_90a", "bf16", d, dv, mainloop="sm90a", **PREFILL)
+
+
+def test_forced_mainloops():
+    assert heuristics.choose("sm_90a", "bf16", 128, 128, mainloop="sm80", **PREFILL).attention.mainloop == "sm80"
+    # forced Hopper on a decode-shaped call: no pack-GQA, one 128-row tile class
+    v = heuristics.choose("sm_90a", "bf16", 128, 128, mainloop="sm90a", **{**PREFILL, "max_seqlen_q": 1})
+    assert v.attention.mainloop == "sm90a" and not v.attention.pack_gqa
+    for kw in (dict(paged=True), dict(num_splits=2), dict(pack_gqa=True), dict(tma_ok=False)):
+        with pytest.raises(ValueError, match="Hopper"):
+            heuristics.choose("sm_90a", "bf16", 128, 128, mainloop="sm90a", **{**PREFILL, **kw})
+    with pytest.raises(ValueError, match="sm_90a"):
+        heuristics.choose("sm_80", "bf16", 128, 128, mainloop="sm90a", **PREFILL)
+    with pytest.raises(ValueError, match="mainloop"):
+        heuristics.choose("sm_90a", "bf16", 128, 128, mainloop="sm100", **PREFILL)
+    # an explicit tile without a mainloop is an sm_80 tile (the tile sweep's use)
+    v = heuristics.choose("sm_90a", "bf16", 128, 128, tile=TileConfig(128, 64, 8, 2, 1), **PREFILL)
+    assert v.attention.mainloop == "sm80"
+    assert heuristics.choose("sm_80", "bf16", 128, 128, **PREFILL).attention.mainloop == "sm80"
+
+
+def test_arch_argument_and_environment(monkeypatch):
+    monkeypatch.delenv(V.ARCH_ENV, raising=False)
+    assert V.arch(None, "sm_90a") is None and V.arch("auto", "sm_90a") is None
+    assert V.arch("sm_80", "sm_90a") == "sm80" and V.arch("SM_90A", "sm_90a") == "sm90a"
+    assert V.arch("sm_80", "sm_86") == "sm80"
+    with pytest.raises(ValueError, match="Hopper device"):
+        V.arch("sm_90a", "sm_80")
+    with pytest.raises(ValueError, match="arch"):
+        V.arch("sm_75", "sm_90a")
+    with pytest.raises(TypeError, match="arch"):
+        V.arch(90, "sm_90a")
+    monkeypatch.setenv(V.ARCH_ENV, "sm_80")
+    assert V.arch(None, "sm_90a") == "sm80" and V.arch("sm_90a", "sm_90a") == "sm90a"  # the argument wins
+    monkeypatch.setenv(V.ARCH_ENV, "hopper")
+    with pytest.raises(ValueError, match=V.ARCH_ENV):
+        V.arch(None, "sm_90a")
+
+
+# ------------------------------------------------------------------------------------ TMA
+
+
+def test_tma_map_args():
+    q = torch.empty(1000, 32, 128, dtype=BF16)
+    dims, strides, box = tma.map_args(0x1000, tuple(q.shape), tuple(q.stride()), 128)
+    assert dims == (128, 32, 1000) and strides == (256, 32 * 256) and box == (64, 1, 128)
+    qkv = torch.empty(300, 12, 64, dtype=BF16)
+    k = qkv[:, 4:8]
+    assert tma.map_args(16, tuple(k.shape), tuple(k.stride()), 64) == ((64, 4, 300), (128, 12 * 128), (64, 1, 64))
+    assert tma.tma_compatible(k) and tma.tma_compatible(q)
+
+
+@pytest.mark.parametrize("ptr,shape,strides,rows,what", [
+    (0x1008, (10, 2, 128), (256, 128, 1), 64, "aligned"),
+    (0x1000, (10, 2, 128), (260, 130, 1), 64, "stride"),
+    (0x1000, (0, 2, 128), (256, 128, 1), 64, "token"),
+    (0x1000, (10, 2, 96), (192, 96, 1), 64, "multiple of 64"),
+    (0x1000, (10, 2, 128), (256, 1, 2), 64, "contiguous"),
+    (0x1000, (10, 2, 128), (256, 128, 1), 300, "box_rows"),
+])
+def test_tma_map_args_refuses(ptr, shape, strides, rows, what):
+    with pytest.raises(ValueError, match=what):
+        tma.map_args(ptr, shape, strides, rows)
+
+
+def test_tma_param_struct_abi():
+    p = TMA_ATTENTION_PARAMS
+    assert p.MAPS_BYTES == 384 and p.size % 64 == 0 and p.size >= 384 + ATTENTION_PARAMS.size
+    static = {n: 0 for n in ATTENTION_PARAMS.names}
+    static.update(num_heads_q=32, scale_log2=0.5)
+    buf = bytearray(p.pack_static(static))
+    assert len(buf) == p.size and not any(buf[:384])
+    p.pointer_struct.pack_into(buf, 0, *range(1, len(p.pointer_names) + 1))
+    fields = p.unpack(bytes(buf))
+    assert fields["q"] == 1 and fields["k"] == 2 and fields["num_heads_q"] == 32 and fields["scale_log2"] == 0.5
+    maps = bytes(range(256)) + bytes(128)
+    assert p.pack({**static, "q": 5}, maps)[:384] == maps
+    decl = p.c_decl()
+    assert "struct TmaAttnParams { TmaDesc q; TmaDesc k; TmaDesc v; AttnParams p; };" in decl
+    assert f"sizeof(TmaAttnParams) == {p.size}" in decl
+
+
+# ---------------------------------------------------------------- the launch (CUDA stubbed)
+
+
+def prefill_inputs(hq=8, hkv=2, d=128, lens=(300, 0, 129), klens=(400, 5, 257)):
+    q = torch.randn(sum(lens), hq, d).to(BF16)
+    k = torch.randn(sum(klens), hkv, d).to(BF16)
+    v = torch.randn_like(k)
+    cu_q = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
+    cu_k = torch.tensor([0, *torch.tensor(klens).cumsum(0).tolist()], dtype=torch.int32)
+    return q, k, v, cu_q, cu_k
+
+
+def test_prefill_call_launches_the_hopper_kernel(fake_cuda):
+    q, k, v, cu_q, cu_k = prefill_inputs()
+    out = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400, causal=True)
+    assert out.shape == q.shape
+    assert fake_cuda.kinds() == ["scheduler", "attention_sm90"]
+    launch = fake_cuda.launches[1]
+    spec = api._CALLS._last[1].attn
+    assert launch.block == (384, 1, 1) and launch.grid == (132, 1, 1) and launch.smem == sm90().smem_bytes()
+    assert "_wgmma" in spec.name
+    f = launch.fields()
+    assert (f["q"], f["k"], f["v"], f["out"]) == (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr())
+    assert f["num_heads_q"] == 8 and f["num_heads_kv"] == 2 and f["q_row_stride"] == 8 * 128
+    mq, mk, mv = launch.maps()
+    assert mq == (q.data_ptr(), (128, 8, 429), (256, 8 * 256), (64, 1, 128))
+    assert mk == (k.data_ptr(), (128, 2, 662), (256, 2 * 256), (64, 1, 128))
+    assert mv[0] == v.data_ptr() and mv[1:] == mk[1:]
+    # the scheduler is configured with the Hopper tile
+    sched = fake_cuda.launches[0].fields()
+    assert (sched["block_m"], sched["block_n"], sched["num_ctas"]) == (128, 128, 132)
+
+
+def test_tensor_maps_encoded_once_per_pointer_set(fake_cuda, monkeypatch):
+    calls = []
+    from fake_cuda import fake_encode
+
+    def counting(*a):
+        calls.append(a[0])
+        return fake_encode(*a)
+
+    monkeypatch.setattr(tma, "_encoder", counting)
+    q, k, v, cu_q, cu_k = prefill_inputs()
+    out = torch.empty_like(q)
+    for _ in range(3):
+        kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400, out=out)
+    assert calls == [q.data_ptr(), k.data_ptr(), v.data_ptr()]
+    q2 = q.clone()
+    kernelgen.varlen_attention(q2, k, v, cu_q, cu_k, 300, 400, out=out)
+    assert calls[3:] == [q2.data_ptr(), k.data_ptr(), v.data_ptr()]
+    assert fake_cuda.launches[-1].maps()[0][0] == q2.data_ptr()
+
+
+def test_arch_override_and_environment(fake_cuda, monkeypatch):
+    q, k, v, cu_q, cu_k = prefill_inputs()
+    kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400, arch="sm_80")
+    assert fake_cuda.kinds()[:2] == ["scheduler", "attention"]
+    monkeypatch.setenv("KERNELGEN_ARCH", "sm_80")
+    api.clear_signature_cache()
+    fake_cuda.clear()
+    kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400)
+    assert fake_cuda.kinds()[:2] == ["scheduler", "attention"]
+    fake_cuda.clear()
+    kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400, arch="sm_90a")
+    assert fake_cuda.kinds() == ["scheduler", "attention_sm90"]
+    monkeypatch.setenv("KERNELGEN_ARCH", "bogus")
+    api.clear_signature_cache()
+    with pytest.raises(ValueError, match="KERNELGEN_ARCH"):
+        kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400)
+
+
+def test_unsupported_calls_fall_back_or_raise_when_forced(fake_cuda):
+    q, k, v, cu_q, cu_k = prefill_inputs()
+    for kw in (dict(window_size=(64, 0)), dict(softcap=20.0), dict(num_splits=2)):
+        fake_cuda.clear()
+        kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400, causal=True, **kw)
+        assert "attention_sm90" not in fake_cuda.kinds() and "attention" in fake_cuda.kinds()
+        with pytest.raises(ValueError, match="Hopper"):
+            kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400, causal=True, arch="sm_90a", **kw)
+    q96, k96, v96, cu_q, cu_k = prefill_inputs(d=96)
+    fake_cuda.clear()
+    kernelgen.varlen_attention(q96, k96, v96, cu_q, cu_k, 300, 400)
+    assert "attention" in fake_cuda.kinds() and "attention_sm90" not in fake_cuda.kinds()
+    with pytest.raises(ValueError, match="short_query_tokens"):
+        kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400, arch="sm_90a", short_query_tokens=4)
+
+
+def test_strides_tma_cannot_address_fall_back(fake_cuda):
+    """A one-head q whose head stride is not a multiple of 16 bytes passes validation (that dim
+    has one element) but no tensor map can describe it: the call takes the sm_80 path."""
+    T = 300
+    buf = torch.randn(T * 128 + 8).to(BF16)
+    q = torch.as_strided(buf, (T, 1, 128), (128, 3, 1))
+    k = torch.randn(T, 1, 128).to(BF16)
+    v = torch.randn_like(k)
+    cu = torch.tensor([0, T], dtype=torch.int32)
+    assert not tma.tma_compatible(q)
+    kernelgen.varlen_attention(q, k, v, cu, cu, T, T)
+    assert "attention" in fake_cuda.kinds() and "attention_sm90" not in fake_cuda.kinds()
+    with pytest.raises(ValueError, match="TMA"):
+        kernelgen.varlen_attention(q, k, v, cu, cu, T, T, arch="sm_90a")
+
+
+# ------------------------------------------------------------------------ render and compile
+
+
+def test_render_uses_the_hopper_instructions_and_keys_differ(tmp_path):
+    src = render.render(sm90())
+    for needle in ("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "cp.async.bulk.tensor.3d",
+                   "bar.arrive", "constexpr bool PINGPONG = false",
+                   "mbarrier.try_wait.parity", "setmaxnreg.inc.sync.aligned.u32 %0", "__grid_constant__",
+                   "setmaxnreg_dec<24>", "setmaxnreg_inc<240>"):
+        assert needle in src, needle
+    s80 = heuristics.choose("sm_90a", "bf16", 128, 128, mainloop="sm80", mask="causal", **PREFILL).attention
+    cache = KernelCache(tmp_path)
+    opts = compiler.default_options("sm_90a")
+    keys = {cache.key_for(render.render(s), "sm_90a", opts) for s in (sm90(), s80, sm90(opts="h"), sm90(mask="none"))}
+    assert len(keys) == 4
+
+
+_NVDISASM = sass.find_nvdisasm()
+COMPILE = [dict(dtype=dt, d=d, mask=m) for dt in ("bf16", "fp16") for d in (64, 128) for m in ("none", "causal")]
+COMPILE += [dict(opts="h"), dict(opts="s"), dict(opts="hs", mask="none"), dict(opts="p"), dict(opts="hp", d=64),
+            dict(opts="pr"), dict(opts="r", dtype="fp16"),
+            dict(layout="aos"),
+            dict(tile=TileConfig(128, 128, 8, 3, 1)), dict(d=64, tile=TileConfig(128, 128, 8, 4, 1))]
+
+
+@pytest.mark.parametrize("kw", COMPILE, ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))
+def test_hopper_kernel_compiles_without_spills_with_hgmma(kw):
+    spec = sm90(**kw)
+    assert spec.smem_bytes() <= heuristics.SMEM_LIMIT["sm_90a"]
+    res = compiler.compile_cubin(render.render(spec), "sm_90a", compiler.default_options("sm_90a"), spec.name)
+    r = res.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, r
+    assert r["registers"] * spec.num_threads <= 65536, r       # __launch_bounds__(384, 1)
+    # ptxas honoured setmaxnreg (C7508 says it ignored it), kept the wgmmas asynchronous
+    # (C7510: serialised) and needed no fence of its own (C7519)
+    for code in ("C7508", "C7510", "C7519"):
+        assert code not in res.log, res.log
+    assert _NVDISASM is not None, "nvdisasm is needed: pip install nvidia-cuda-nvdisasm (the test extra)"
+    ops = sass.opcode_counts(sass.disassemble(res.cubin, _NVDISASM))
+    halves = spec.head_dim // 64
+    pv = spec.tile.block_n // 16 * (halves if ("h" in spec.sm90_opts or halves == 1) else 1)
+    per_block = halves * 4 + pv                                     # Q K^T k-steps + P V k-steps
+    assert ops["HGMMA"] >= per_block and ops["HGMMA"] % per_block == 0, ops
+    assert ops["HMMA"] == 0 and ops["LDL"] == 0 and ops["STL"] == 0, ops
+    assert ops["UTMALDG"] >= 3 * halves and ops["USETMAXREG"] == 2, ops
