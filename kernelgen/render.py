@@ -1,8 +1,12 @@
 """Render a spec's Jinja template into CUDA source.
 
 The environment uses ``StrictUndefined``: a template that names a variable the spec does not give
-fails loudly instead of rendering an empty string.  Rendering is pure (no file writes), so a cache
-lookup never has side effects before it hits.
+fails loudly instead of rendering an empty string.  Rendering writes nothing but Jinja's compiled
+templates, into Jinja's own per-user cache directory (``jinja2.FileSystemBytecodeCache``: a 0700
+directory under the temp dir whose owner and mode Jinja checks; entries keyed by template name and
+source checksum): a new process then skips compiling the templates, about 60 ms of a warm kernel
+load (``compile_warm_load``, docs/perf-notes.md).  Without a usable directory, or when a write
+fails, templates are compiled as before.
 """
 from __future__ import annotations
 
@@ -24,9 +28,28 @@ def templates_dir() -> Path:
     raise FileNotFoundError(f"kernelgen templates not found next to {here}")
 
 
+class _BytecodeCache(jinja2.FileSystemBytecodeCache):
+    """Jinja's compiled-template cache in its default per-user directory; write failures (a
+    read-only or full temp dir) are ignored."""
+
+    def dump_bytecode(self, bucket) -> None:
+        try:
+            super().dump_bytecode(bucket)
+        except OSError:
+            pass
+
+
+def _bytecode_cache():
+    try:
+        return _BytecodeCache()
+    except (OSError, RuntimeError):   # no safe per-user directory: compile templates every process
+        return None
+
+
 @functools.lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
+        bytecode_cache=_bytecode_cache(),
         loader=jinja2.FileSystemLoader(str(templates_dir())),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,

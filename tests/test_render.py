@@ -77,3 +77,50 @@ def test_bad_spec_values_raise():
         TileConfig(100, 64, 4, 2)
     with pytest.raises(ValueError, match="shared memory"):
         heuristics.attention_spec("sm_86", "bf16", 256, 256, False, "soa", TileConfig(128, 64, 8, 2))
+
+
+def test_a_new_environment_loads_compiled_templates_from_jinja_bytecode_cache(monkeypatch):
+    """The second process (here: a fresh environment) renders the same spec without compiling a
+    template: Jinja's bytecode cache holds them (render.py)."""
+    import jinja2
+
+    from kernelgen import heuristics, render
+
+    spec = heuristics.specs_for("sm_90a", "bf16", 128, 128, True, "soa")[1]
+    render.environment.cache_clear()
+    first = render.render(spec)                       # fills the bytecode cache if it was empty
+    assert isinstance(render.environment().bytecode_cache, jinja2.FileSystemBytecodeCache)
+    compiled = []
+    real = jinja2.Environment.compile
+
+    def counted(self, *args, **kw):
+        compiled.append(args[1] if len(args) > 1 else kw.get("name"))
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(jinja2.Environment, "compile", counted)
+    render.environment.cache_clear()
+    try:
+        assert render.render(spec) == first
+    finally:
+        render.environment.cache_clear()
+    assert compiled == []
+
+
+def test_bytecode_cache_write_failure_is_ignored(monkeypatch, tmp_path):
+    from kernelgen import render
+
+    def refuse(*args, **kw):
+        raise OSError(30, "Read-only file system")
+
+    import tempfile
+
+    cache = render._BytecodeCache(str(tmp_path))
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", refuse)
+
+    class Bucket:
+        key = "k"
+
+        def write_bytecode(self, f):
+            raise AssertionError("not reached")
+    cache.dump_bytecode(Bucket())                     # no exception
+    assert list(tmp_path.iterdir()) == []
