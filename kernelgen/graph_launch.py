@@ -208,15 +208,6 @@ class KernelGraph:
         if rc:
             _check(rc, "cuGraphLaunch", self.name)
 
-    def run(self, pointer_sets: tuple) -> None:
-        """``point`` then ``launch``."""
-        self.point(pointer_sets)
-        self.launch()
-
-    def destroy(self) -> None:
-        """Free the graph now (also done when the object is collected)."""
-        self._finalizer()
-
 
 class GraphCache:
     """The graphs of one prepared call for one thread and stream, keyed by the call's pointers.
@@ -263,8 +254,3 @@ class GraphCache:
 
     def __len__(self) -> int:
         return len(self._by_pointers)
-
-    def clear(self) -> None:
-        """Drop every graph (each is freed when collected)."""
-        self._by_pointers.clear()
-        self._last = None
