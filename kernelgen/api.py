@@ -19,7 +19,7 @@ import torch
 
 from . import fused, heuristics, kernel_args, metadata, prepared, runtime, signature, tma, validation
 from .kernel_args import scheduler_launch_shape  # noqa: F401 (public helper, re-exported)
-from .params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS
+from .params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS, TMA_ATTENTION_PARAMS
 from .workspace import SplitBuffers, WorkspaceLayout
 
 _arch_cache: dict = {}
@@ -337,11 +337,14 @@ def scheduler_params(cu_seqlens_q, cu_seqlens_k, seqused_k, md, batch, capacity,
 
 def attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, capacity, scale, *, seqused_k=None,
                      page_table=None, window=(-1, -1), softcap=0.0, split: SplitBuffers | None = None,
-                     row_splits=None) -> bytes:
+                     row_splits=None, maps: bytes | None = None) -> bytes:
     """Packed AttnParams (strides in elements; ``scale`` is softmax_scale, folded with log2(e)).
     ``row_splits``: without ``split``, the int32 per-token count a non-splitting variant records
-    for the combine kernel (the long class of a fused launch)."""
-    return ATTENTION_PARAMS.pack({
+    for the combine kernel (the long class of a fused launch).  ``maps``: the Hopper kernel's
+    encoded q/k/v tensor maps (``tma.AttentionMaps.encode``), which then lead the parameter
+    (``params.TMA_ATTENTION_PARAMS``)."""
+    struct = ATTENTION_PARAMS if maps is None else TMA_ATTENTION_PARAMS
+    return struct.pack({
         "q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "out": out.data_ptr(),
         "lse": lse.data_ptr() if lse is not None else 0,
         "cu_seqlens_q": cu_seqlens_q.data_ptr(), "cu_seqlens_k": cu_seqlens_k.data_ptr() if cu_seqlens_k is not None else 0,
@@ -351,7 +354,7 @@ def attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, capacity
         "row_splits": split.row_splits.data_ptr() if split else row_splits.data_ptr() if row_splits is not None else 0,
         **kernel_args.attention_fields(q, k, v, out, lse, page_table, capacity, scale, window, softcap,
                                        kernel_args.split_strides(split)),
-    })
+    }, *(() if maps is None else (maps,)))
 
 
 def combine_params(bufs: SplitBuffers, cu_seqlens_q, md, out, lse, num_heads_q: int) -> bytes:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from . import api, fused, heuristics, metadata, prepared, runtime, signature, validation
+from . import api, fused, heuristics, metadata, prepared, runtime, signature, tma, validation
 from .workspace import WorkspaceLayout
 
 
@@ -43,12 +43,18 @@ class AttentionPlan:
             exceeds the default threshold; 0: off).  A fused plan owns two metadata buffers
             (``metadata`` for the long class, ``metadata_short``) and runs four launches a step.
 
-    A plan runs the sm_80 mainloop (mma.sync) on every arch: the Hopper path (``arch`` of
-    ``varlen_attention``) is not wired into plans yet.
+        arch: the attention mainloop, as in ``varlen_attention``: None (or "auto") reads
+            ``KERNELGEN_ARCH`` and otherwise lets the dispatcher choose (``heuristics.choose``:
+            the Hopper wgmma/TMA kernel on an sm_90a device for the variants it supports, from
+            the plan's length hints; the sm_80 mma.sync kernel elsewhere); "sm_80" or "sm_90a"
+            forces one.  A plan on the Hopper path needs q/k/v whose token and head strides TMA
+            can address (contiguous heads: any dense layout); a step with other strides raises
+            ValueError naming the tensor.  The fused mixed-batch plan runs the sm_80 kernels.
 
     Raises:
         ValueError / TypeError: bad capacities, head counts, head dims, dtype, window, softcap,
-            num_splits or layout.
+            num_splits, layout or arch (a forced "sm_90a" the plan's variant or device cannot
+            run, or with the fused launch).
     """
 
     def __init__(self, *, max_batch: int, num_heads_q: int, num_heads_kv: int, head_dim: int,
@@ -56,7 +62,7 @@ class AttentionPlan:
                  max_seqlen_q: int = 4096, max_seqlen_k: int = 4096, paged: bool = False, causal: bool = False,
                  window_size=(-1, -1), softcap: float = 0.0, num_splits: int = 0, pack_gqa: bool | None = None,
                  metadata_layout: str = "soa", sort: bool = True, head_swizzle: bool = True, device=None,
-                 short_query_tokens: int | None = None):
+                 short_query_tokens: int | None = None, arch: str | None = None):
         validation.nonneg_int("max_batch", max_batch)
         if not 1 <= max_batch <= metadata.MAX_CAPACITY:
             raise ValueError(f"max_batch must be in [1, {metadata.MAX_CAPACITY}], got {max_batch}")
@@ -79,9 +85,13 @@ class AttentionPlan:
         dev = self.device.index
         splits = validation.num_splits(num_splits)
         validation.short_query_tokens(short_query_tokens, pack_gqa, splits)
+        dev_arch = api.device_arch(dev)
+        mainloop = validation.arch(arch, dev_arch)
+        if mainloop == "sm90a" and short_query_tokens:
+            raise ValueError("arch='sm_90a' runs no fused mixed-batch launch: leave short_query_tokens None or 0")
         #: The fused mixed-batch launch (``fused.FusedKernels``), or None for the single-class one.
-        self.fused = self._fused_kernels(short_query_tokens, pack_gqa, splits, max_seqlen_q, max_seqlen_k, sort,
-                                         head_swizzle)
+        self.fused = None if mainloop == "sm90a" else self._fused_kernels(
+            short_query_tokens, pack_gqa, splits, max_seqlen_q, max_seqlen_k, sort, head_swizzle)
         if self.fused is not None:
             f = self.fused
             self.variants, self.sched_spec, self.attn_spec = f.variants, f.variants.scheduler, f.variants.fused
@@ -95,10 +105,10 @@ class AttentionPlan:
             return
         self.metadata_short = None
         self.variants = heuristics.choose(
-            api.device_arch(dev), validation.DTYPES[dtype], head_dim, head_dim_v, num_heads_q=num_heads_q,
+            dev_arch, validation.DTYPES[dtype], head_dim, head_dim_v, num_heads_q=num_heads_q,
             num_heads_kv=num_heads_kv, mask=self.mask, layout=self.layout, max_seqlen_q=max_seqlen_q,
             max_seqlen_k=max_seqlen_k, paged=self.paged, softcap=self.softcap > 0, pack_gqa=pack_gqa,
-            num_splits=splits, num_sms=runtime.device_properties(dev)["num_sms"], mainloop="sm80")
+            num_splits=splits, num_sms=runtime.device_properties(dev)["num_sms"], mainloop=mainloop)
         self.sched_spec, self.attn_spec = self.variants.scheduler, self.variants.attention
         self.sched = runtime.get_kernel(self.sched_spec, dev)
         self.attn = runtime.get_kernel(self.attn_spec, dev)
@@ -133,6 +143,11 @@ class AttentionPlan:
             return None
         return fused.load(fv, dev, self.num_heads_q, self.num_heads_kv, sort=sort, head_swizzle=head_swizzle,
                           window_left=self.window_left)
+
+    @property
+    def hopper(self) -> bool:
+        """Whether the plan runs the Hopper (sm_90a wgmma/TMA) attention kernel."""
+        return getattr(self.attn_spec, "mainloop", "sm80") == "sm90a"
 
     @property
     def metadata_bytes(self) -> int:
@@ -196,6 +211,12 @@ class AttentionPlan:
         sizes = validation.varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, None, None, out, seqused_k=seqused_k,
                                          page_table=page_table)
         self._check_shapes(sizes, q)
+        if self.hopper:
+            for name, t in (("q", q), ("k", k), ("v", v)):
+                if not tma.tma_compatible(t):
+                    raise ValueError(f"{name}: the plan runs the Hopper (TMA) kernel, whose loads need token and head "
+                                     f"strides that are multiples of 16 bytes, got strides {tuple(t.stride())}; make "
+                                     f"the plan with arch='sm_80' for such tensors")
         if lse is not None:
             validation.lse_buffer(lse, self.num_heads_q, sizes["total_q"], self.device)
         return sizes
@@ -206,7 +227,7 @@ class AttentionPlan:
                   softcap=self.softcap)
         md = self.metadata if self.fused is None else self.metadata_short
         packed = api.attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, self.capacity, scale,
-                                      split=self.split, **kw)
+                                      split=self.split, maps=self._maps(q, k, v), **kw)
         if self.fused is not None:  # the long class's struct first; it records row_splits only
             rs = None if self.split is None else self.split.row_splits
             packed = api.attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, self.metadata, self.capacity,
@@ -280,11 +301,23 @@ class AttentionPlan:
                                   layout=self.workspace_layout, batch=batch, q=q, k=k, v=v, out=out, lse=lse,
                                   page_table=page_table, scale=scale, window=(self.window_left, self.window_right),
                                   softcap=self.softcap, return_lse=bool(return_lse),
-                                  fixed_base=self._workspace.data_ptr(), sizes=sizes)
+                                  fixed_base=self._workspace.data_ptr(), sizes=sizes, maps=self._map_set(q, k, v))
         if key is not None and signature.cacheable(key):
             self._steps.put(key, step)
         out, lse = step.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
         return (out, lse) if (return_lse or lse is not None) else out
+
+    def _map_set(self, q, k, v):
+        """The TMA tensor maps of a step's signature (``tma.AttentionMaps``) on the Hopper path, else None."""
+        if not self.hopper:
+            return None
+        t = self.attn_spec.tile
+        return tma.AttentionMaps(q, k, v, t.block_m, t.block_n)
+
+    def _maps(self, q, k, v) -> bytes | None:
+        """The encoded tensor maps of these tensors (384 bytes) on the Hopper path, else None."""
+        m = self._map_set(q, k, v)
+        return None if m is None else m.encode(q.data_ptr(), k.data_ptr(), v.data_ptr())
 
     def _check_shapes(self, sizes, q):
         want = (self.num_heads_q, self.num_heads_kv, self.head_dim, self.head_dim_v)

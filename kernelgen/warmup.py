@@ -53,7 +53,7 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
     Returns:
         The specs from ``heuristics.choose`` (the dispatcher's own function) for each
         combination (on sm_90a both the Hopper path's and, for ``arch="sm_80"`` calls and
-        plans, the sm_80 path's), and for paged calls with long queries those of ``heuristics.choose_fused``
+        plans, and calls whose strides TMA cannot address, the sm_80 path's), and for paged calls with long queries those of ``heuristics.choose_fused``
         (the fused mixed-batch launch the dispatcher takes then), in first-seen order with
         duplicates removed.
 
@@ -73,7 +73,7 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                       max_seqlen_q=max_q, max_seqlen_k=max_k, paged=bool(pg), softcap=cap, num_sms=num_sms)
             v = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), **kw)
             specs = [v.scheduler, v.attention, v.combine]
-            if v.attention.mainloop == "sm90a":  # arch="sm_80" calls (and plans) take the sm_80 path
+            if v.attention.mainloop == "sm90a":  # arch="sm_80" calls and plans take the sm_80 path
                 v80 = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), mainloop="sm80", **kw)
                 specs += [v80.attention, v80.combine]
             hq = 8 * int(gqa)

@@ -267,6 +267,48 @@ def test_strides_tma_cannot_address_fall_back(fake_cuda):
         kernelgen.varlen_attention(q, k, v, cu, cu, T, T, arch="sm_90a")
 
 
+def test_plan_runs_the_hopper_kernel(fake_cuda, monkeypatch):
+    """A prefill-shaped AttentionPlan on sm_90a takes the Hopper kernel: run() and
+    schedule() + attend() launch it with the tensor maps of the step's q/k/v; arch="sm_80" keeps
+    the mma.sync kernel; strides TMA cannot address are refused, naming the tensor."""
+    from fake_cuda import make_plan
+
+    kw = dict(max_batch=4, num_heads_q=8, num_heads_kv=2, head_dim=128, max_total_q=429, max_seqlen_q=300,
+              max_seqlen_k=400, causal=True)
+    plan = make_plan(monkeypatch, **kw)
+    assert plan.hopper and plan.attn_spec.mainloop == "sm90a" and plan.combine is None
+    q, k, v, cu_q, cu_k = prefill_inputs()
+    out = torch.empty_like(q)
+    for _ in range(2):
+        fake_cuda.clear()
+        plan.run(q, k, v, cu_q, cu_k, out=out)
+        assert fake_cuda.kinds() == ["scheduler", "attention_sm90"]
+        f = fake_cuda.launches[1].fields()
+        assert (f["q"], f["out"], f["metadata"]) == (q.data_ptr(), out.data_ptr(), plan.metadata.data_ptr())
+        assert [m[0] for m in fake_cuda.launches[1].maps()] == [q.data_ptr(), k.data_ptr(), v.data_ptr()]
+        assert fake_cuda.launches[1].maps()[0][1:] == ((128, 8, 429), (256, 8 * 256), (64, 1, 128))
+    fake_cuda.clear()
+    plan.schedule(cu_q, cu_k)
+    q2 = q.clone()
+    plan.attend(q2, k, v, cu_q, cu_k, out=out)
+    assert fake_cuda.kinds() == ["scheduler", "attention_sm90"]
+    assert [m[0] for m in fake_cuda.launches[1].maps()] == [q2.data_ptr(), k.data_ptr(), v.data_ptr()]
+    assert fake_cuda.launches[1].fields()["q"] == q2.data_ptr()
+    # one head whose head stride (3 elements) passes validation but no tensor map can describe
+    one = make_plan(monkeypatch, **{**kw, "num_heads_q": 1, "num_heads_kv": 1})
+    T = 300
+    q1 = torch.as_strided(torch.randn(T * 128 + 8).to(BF16), (T, 1, 128), (128, 3, 1))
+    k1 = torch.randn(T, 1, 128).to(BF16)
+    cu = torch.tensor([0, T], dtype=torch.int32)
+    assert one.hopper and not tma.tma_compatible(q1)
+    with pytest.raises(ValueError, match="^q: the plan runs the Hopper"):
+        one.run(q1, k1, k1, cu, cu)
+    assert not make_plan(monkeypatch, arch="sm_80", **kw).hopper
+    assert not make_plan(monkeypatch, **{**kw, "max_seqlen_q": 1}).hopper   # decode-shaped: sm_80 tiles
+    with pytest.raises(ValueError, match="short_query_tokens"):
+        make_plan(monkeypatch, arch="sm_90a", short_query_tokens=4, **kw)
+
+
 # ------------------------------------------------------------------------ render and compile
 
 

@@ -177,3 +177,80 @@ def test_plan_checks_everything_before_launching():
         step.plan.schedule(step.cu_q, seqused_k=step.used[:4])
     torch.cuda.synchronize()
     assert torch.equal(step.plan.metadata, before), "no scheduler launch happened for the bad calls"
+
+
+def _hopper() -> bool:
+    return torch.cuda.get_device_capability() == (9, 0)
+
+
+@pytest.mark.parametrize("layout", ["soa", "aos"])
+def test_prefill_plan_on_hopper_path_graph_replays(layout):
+    """A prefill plan on an sm_90a device takes the Hopper (wgmma/TMA) kernel; one captured step is
+    replayed with new lengths and batches padded past the real ones (zero-length requests), with
+    out NaN-poisoned each time: real rows right, padding rows untouched.  schedule() + attend()
+    runs the same kernel with its tensor maps."""
+    if not _hopper():
+        pytest.skip("needs an sm_90a device")
+    hq, hkv, d, cap, max_q, max_k = 16, 4, 128, 8, 512, 1024
+    rng = np.random.default_rng(21 if layout == "soa" else 22)
+    plan = AttentionPlan(max_batch=cap, num_heads_q=hq, num_heads_kv=hkv, head_dim=d, max_total_q=cap * max_q,
+                         max_seqlen_q=max_q, max_seqlen_k=max_k, causal=True, metadata_layout=layout)
+    assert plan.attn_spec.mainloop == "sm90a", plan.attn_spec
+    tq, tk = cap * max_q, cap * max_k
+    q = torch.empty(tq, hq, d, device="cuda", dtype=BF16)
+    k = torch.empty(tk, hkv, d, device="cuda", dtype=BF16)
+    v = torch.empty(tk, hkv, d, device="cuda", dtype=BF16)
+    cu_q = torch.zeros(cap + 1, dtype=torch.int32, device="cuda")
+    cu_k = torch.zeros(cap + 1, dtype=torch.int32, device="cuda")
+    out = torch.empty(tq, hq, d, device="cuda", dtype=BF16)
+    lse = torch.empty(hq, tq, device="cuda", dtype=torch.float32)
+
+    def new_step(batch):
+        lq = np.zeros(cap, dtype=np.int64)
+        lk = np.zeros(cap, dtype=np.int64)
+        lq[:batch] = rng.integers(0, max_q + 1, size=batch)
+        lk[:batch] = np.maximum(lq[:batch], rng.integers(0, max_k + 1, size=batch))
+        cu_q.copy_(torch.tensor(np.concatenate([[0], np.cumsum(lq)]), dtype=torch.int32))
+        cu_k.copy_(torch.tensor(np.concatenate([[0], np.cumsum(lk)]), dtype=torch.int32))
+        for t in (q, k, v):
+            t.copy_(torch.randn(t.shape, device="cuda").to(BF16))
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        return int(lq.sum())
+
+    def check(rows):
+        ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True)
+        assert_close(out[:rows], ref[:rows])
+        fin = torch.isfinite(ref_lse[:, :rows])
+        assert torch.allclose(lse[:, :rows][fin].double(), ref_lse[:, :rows][fin], atol=2e-3, rtol=1e-4)
+        assert torch.isnan(out[rows:]).all(), "rows past the real tokens must not be written"
+
+    rows = new_step(cap)
+    plan.run(q, k, v, cu_q, cu_k, out=out, lse=lse)
+    torch.cuda.synchronize()
+    check(rows)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        plan.run(q, k, v, cu_q, cu_k, out=out, lse=lse)
+    for batch in (1, 3, 5, 8, 2):
+        rows = new_step(batch)
+        g.replay()
+        torch.cuda.synchronize()
+        check(rows)
+    rows = new_step(6)
+    plan.schedule(cu_q, cu_k)
+    plan.attend(q, k, v, cu_q, cu_k, out=out, lse=lse)
+    torch.cuda.synchronize()
+    check(rows)
+
+
+def test_plan_arch_switch():
+    """arch='sm_80' keeps a prefill plan on the mma.sync kernel; a decode-shaped plan stays there."""
+    kw = dict(max_batch=4, num_heads_q=8, num_heads_kv=8, head_dim=128, causal=True)
+    assert AttentionPlan(max_seqlen_q=1024, arch="sm_80", **kw).attn_spec.mainloop == "sm80"
+    assert AttentionPlan(max_seqlen_q=1, max_seqlen_k=8192, **kw).attn_spec.mainloop == "sm80"
+    if _hopper():
+        assert AttentionPlan(max_seqlen_q=1024, **kw).attn_spec.mainloop == "sm90a"
+    else:
+        with pytest.raises(ValueError, match="arch"):
+            AttentionPlan(max_seqlen_q=1024, arch="sm_90a", **kw)
