@@ -193,15 +193,17 @@ def sort_key(m: int, n: int, s: int) -> int:
     return min(_ceil_div(n, s), SORT_KEY_CAP) if m > 0 else -1
 
 
-#: The sort leaves a batch in request order when its work classes (``sort_key + 2``: 1 for a
-#: request without rows) span at most 1/SORT_MIN_SPREAD of the largest class: the work per tile
-#: is then already even, ordering gains nothing and would cost the radix pass (docs/perf-notes.md,
-#: scheduler v11).
+#: The sort leaves a batch in request order when the work classes (``sort_key + 2``) of its
+#: requests with query rows span at most 1/SORT_MIN_SPREAD of the largest class: the work per
+#: tile is then already even, ordering gains nothing and would cost the radix pass
+#: (docs/perf-notes.md, scheduler v11).  Requests without rows (class 1, no tiles) do not count,
+#: so padding a batch with zero-length requests never changes the decision (scheduler v13).
 SORT_MIN_SPREAD = 8
 
 
 def sort_needed(cmin: int, cmax: int) -> bool:
-    """Whether a batch whose work classes span [cmin, cmax] is sorted (see SORT_MIN_SPREAD)."""
+    """Whether a batch whose requests with rows have work classes in [cmin, cmax] is sorted (see
+    SORT_MIN_SPREAD)."""
     spread = cmax - cmin
     return spread > 0 and spread * SORT_MIN_SPREAD > cmax
 
@@ -229,7 +231,8 @@ def reference_schedule(cu_seqlens_q, cu_seqlens_k, batch: int, capacity: int, cf
     order = list(range(batch))
     if cfg.sort and batch > 1:
         keys = [sort_key(plans[i][0], plans[i][1], plans[i][2]) for i in range(batch)]
-        if sort_needed(min(keys) + 2, max(keys) + 2):
+        with_rows = [kk for kk in keys if kk >= 0]
+        if with_rows and sort_needed(min(with_rows) + 2, max(with_rows) + 2):
             order.sort(key=lambda i: (-keys[i], i))
     buf = np.zeros(buffer_ints(capacity), dtype=np.int32)
     cap = round_up(capacity, 4)
