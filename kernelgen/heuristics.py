@@ -9,10 +9,11 @@ Tile classes, by query rows per request tile (``max_seqlen_q`` times the pack-GQ
 ``prefill`` (FlashAttention-2 style 128-row tiles).  Every tile compiles with no register spills
 (tests/test_compile_matrix.py) and fits the arch's shared memory.
 
-Mainloop: on sm_90a, prefill-class calls the Hopper path supports (``sm90_unsupported``) and that
-would not split KV take the wgmma/TMA kernel (``mainloop="sm90a"``, tile ``SM90_TILE``, options
-``SM90_OPTS``); everything else, and every other arch, the sm_80 (mma.sync) kernels.  ``choose``'s
-``mainloop`` argument forces one (``varlen_attention(arch=...)``, ``KERNELGEN_ARCH``).
+Mainloop: on sm_90a, prefill-class calls the Hopper path supports (``sm90_unsupported``) take the
+wgmma/TMA kernel (``mainloop="sm90a"``, tile ``SM90_TILE``, options ``SM90_OPTS``), with split-KV
+when the split bound for that tile says so; everything else, and every other arch, the sm_80
+(mma.sync) kernels.  ``choose``'s ``mainloop`` argument forces one (``varlen_attention(arch=...)``,
+``KERNELGEN_ARCH``).
 
 Split-KV: the host picks an upper bound with FlashAttention-3's occupancy rule (treating a varlen
 batch as one request, as FA3 does); the GPU scheduler then gives each request its own count from
@@ -172,16 +173,16 @@ class Variants:
 def sm90_unsupported(arch: str, head_dim: int, head_dim_v: int, *, mask: str, paged: bool, softcap: bool,
                      pack: bool, num_splits: int, tma_ok: bool = True) -> str:
     """Why the Hopper mainloop cannot run a call ("" when it can): it needs sm_90a, packed K/V,
-    head_dim == head_dim_v in (64, 128), no mask or causal, no pack-GQA, soft-cap or forced
-    split-KV, and q/k/v strides TMA can address (``tma_ok``, see ``tma.tma_compatible``)."""
+    head_dim == head_dim_v in (64, 128), no mask or causal, no pack-GQA or soft-cap, and q/k/v
+    strides TMA can address (``tma_ok``, see ``tma.tma_compatible``).  Split-KV (automatic or a
+    forced ``num_splits``) runs on it; ``num_splits`` is kept for the callers' signature."""
     if arch != "sm_90a":
         return f"arch {arch} (the wgmma/TMA path needs sm_90a)"
     if head_dim != head_dim_v or head_dim not in SM90_HEAD_DIMS:
         return f"head dims {head_dim}/{head_dim_v} (supported: equal, in {SM90_HEAD_DIMS})"
     if mask not in ("none", "causal"):
         return f"mask {mask!r} (sliding window)"
-    for name, on in (("a paged K/V cache", paged), ("soft-cap", softcap), ("pack-GQA", pack),
-                     ("split-KV", num_splits > 1)):
+    for name, on in (("a paged K/V cache", paged), ("soft-cap", softcap), ("pack-GQA", pack)):
         if on:
             return name
     if not tma_ok:
@@ -196,9 +197,11 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
     """Every kernel variant of a call, from what the host knows (shapes, flags, max lengths).
 
     ``mainloop``: None picks the Hopper path ("sm90a": wgmma, TMA) on sm_90a for the variants it
-    supports (``sm90_unsupported``) when the call is prefill-shaped (128-row tiles) and would not
-    split KV, and the sm_80 path ("sm80": mma.sync) otherwise; "sm80" or "sm90a" forces one (a
-    forced "sm90a" that cannot run the call raises ValueError with the reason).  An explicit
+    supports (``sm90_unsupported``) when the call is prefill-shaped (128-row tiles), and the sm_80
+    path ("sm80": mma.sync) otherwise; the Hopper path splits KV like the sm_80 path (automatic
+    bound from ``num_splits_heuristic`` with the Hopper tile, or the forced ``num_splits``).
+    "sm80" or "sm90a" forces one (a forced "sm90a" that cannot run the call raises ValueError
+    with the reason).  An explicit
     ``tile`` belongs to the sm_80 path unless ``mainloop="sm90a"``.  ``tma_ok``: q/k/v strides
     that TMA can address.
 
@@ -224,15 +227,20 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
             raise ValueError(f"the Hopper (sm_90a) path does not support this call: {why}")
         if not why:
             t = tile or SM90_TILE
-            attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, mainloop="sm90a",
+            n = -(-max(max_seqlen_k, 1) // t.block_n)
+            if num_splits > 0:  # forced: never more splits than key blocks (sizes the partials)
+                max_splits, forced = max(1, min(num_splits, n)), True
+            else:
+                probe = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, mainloop="sm90a",
+                                      sm90_opts=SM90_OPTS)
+                ctas = estimated_ctas(arch, t, probe.smem_bytes(), num_sms)
+                max_splits, forced = num_splits_heuristic(num_heads_q * max(1, -(-rows // t.block_m)), n, ctas), False
+            split = max_splits > 1
+            attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, split=split, mainloop="sm90a",
                                  sm90_opts=SM90_OPTS)
-            sched_heads = num_heads_kv if pack else num_heads_q
-            n = -(-max(max_seqlen_k, 0) // t.block_n)
-            wants_split = num_splits == 0 and num_splits_heuristic(
-                sched_heads * max(1, -(-rows // t.block_m)), n, num_sms) > 1
-            if mainloop == "sm90a" or not wants_split:
-                _check_smem(attn, arch)
-                return Variants(SchedulerSpec(arch=arch, layout=layout), attn, None, 1, num_splits == 1)
+            _check_smem(attn, arch)
+            combine = CombineSpec(arch, dtype, head_dim_v) if split else None
+            return Variants(SchedulerSpec(arch=arch, layout=layout), attn, combine, max_splits, forced)
     fixed_tile = tile is not None
     tile = tile or tile_config(arch, head_dim, head_dim_v, tile_class, extra)
 

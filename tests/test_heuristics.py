@@ -43,8 +43,12 @@ def test_tile_classes_and_split_variants():
                    max_seqlen_k=4096)                  # automatic: the Hopper path for prefill on sm_90a
     assert hop.attention.mainloop == "sm90a" and hop.attention.tile == H.SM90_TILE and hop.combine is None
     forced = H.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal", max_seqlen_q=4096,
-                      max_seqlen_k=4096, num_splits=4)
+                      max_seqlen_k=4096, num_splits=4, mainloop="sm80")
     assert forced.forced_splits and forced.max_splits == 4 and forced.attention.tile.num_stages == 2
+    forced = H.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal", max_seqlen_q=4096,
+                      max_seqlen_k=4096, num_splits=4)   # automatic mainloop: the Hopper kernel splits too
+    assert forced.forced_splits and forced.max_splits == 4 and forced.attention.mainloop == "sm90a"
+    assert forced.attention.split and forced.attention.tile == H.SM90_TILE and forced.combine is not None
     mid = H.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, max_seqlen_q=8, max_seqlen_k=4096)
     assert mid.attention.pack_gqa and mid.attention.tile.block_m == 64
     with pytest.raises(ValueError, match="num_splits"):

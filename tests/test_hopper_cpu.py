@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import kernelgen
-from kernelgen import api, compiler, heuristics, render, sass, tma
+from kernelgen import api, compiler, heuristics, prepared, render, sass, tma
 from kernelgen import validation as V
 from kernelgen.cache import KernelCache
 from kernelgen.params import ATTENTION_PARAMS, TMA_ATTENTION_PARAMS
@@ -40,13 +40,22 @@ def test_sm90_spec_shape_and_name():
 
 @pytest.mark.parametrize("kw,why", [
     (dict(d=96), "head dims"), (dict(mask="local"), "mask"), (dict(pack_gqa=True), "pack_gqa"),
-    (dict(split=True), "split"), (dict(paged=True), "paged"), (dict(softcap=True), "softcap"),
+    (dict(row_splits=True), "row_splits"), (dict(paged=True), "paged"), (dict(softcap=True), "softcap"),
     (dict(tile=TileConfig(128, 32, 4, 3, 2)), "tile"), (dict(tile=TileConfig(128, 128, 8, 2, 2)), "tile"),
     (dict(opts="x"), "sm90_opts"), (dict(opts="sh"), "sm90_opts"), (dict(opts="ps"), "ping-pong"),
 ])
 def test_sm90_spec_rejects_what_it_does_not_build(kw, why):
     with pytest.raises(ValueError, match=why):
         sm90(**kw)
+
+
+def test_sm90_split_spec():
+    s = sm90(split=True)
+    assert s.split and s.name == "attn_sm_90a_wgmma_bf16_d128_causal_split_soa_m128n128w8s2b1"
+    assert s.smem_bytes() == sm90().smem_bytes()
+    src = render.render(s)
+    assert "constexpr bool SPLIT = true" in src and "constexpr bool ROW_SPLITS = SPLIT" in src
+    assert "constexpr bool SPLIT = false" in render.render(sm90())
 
 
 def test_sm90_spec_needs_sm_90a_and_opts_need_sm90():
@@ -69,13 +78,57 @@ def test_automatic_choice_is_hopper_for_supported_prefill(dtype, d, mask):
 
 
 @pytest.mark.parametrize("kw", [
-    dict(paged=True), dict(softcap=True), dict(mask="local"), dict(num_splits=3), dict(pack_gqa=True),
+    dict(paged=True), dict(softcap=True), dict(mask="local"), dict(pack_gqa=True),
     dict(max_seqlen_q=1), dict(max_seqlen_q=48), dict(tma_ok=False),
-    dict(num_heads_q=1, num_heads_kv=1, max_seqlen_q=256, max_seqlen_k=65536),  # few tiles: split-KV pays
 ])
 def test_automatic_choice_falls_back_to_sm80(kw):
     v = heuristics.choose("sm_90a", "bf16", 128, 128, **{**PREFILL, **kw})
     assert v.attention.mainloop == "sm80"
+
+
+@pytest.mark.parametrize("dtype,d,mask", list(itertools.product(("bf16", "fp16"), (64, 128), ("none", "causal"))))
+def test_automatic_split_takes_the_hopper_path(dtype, d, mask):
+    """Few tiles against many keys (1 request x 8 heads x 256 queries, 64k keys: 16 tiles on 132
+    SMs): the Hopper kernel with split-KV, bounded by the Hopper tile's key blocks."""
+    v = heuristics.choose("sm_90a", dtype, d, d, mask=mask, num_heads_q=8, num_heads_kv=2, max_seqlen_q=256,
+                          max_seqlen_k=65536)
+    assert v.attention.mainloop == "sm90a" and v.attention.tile == T90 and v.attention.split
+    assert v.combine is not None and v.combine.head_dim_v == d and not v.forced_splits
+    t = T90
+    # the same bound FlashAttention-3's rule gives for the Hopper tile (16 tiles, 512 key blocks, 1 CTA/SM)
+    assert v.max_splits == heuristics.num_splits_heuristic(8 * 2, 65536 // t.block_n, 132) > 1
+    assert v.max_splits <= heuristics.MAX_AUTO_SPLITS
+    # one request, one head, 256 queries, 64k keys: 2 tiles split much further
+    one = heuristics.choose("sm_90a", dtype, d, d, mask=mask, num_heads_q=1, num_heads_kv=1, max_seqlen_q=256,
+                            max_seqlen_k=65536)
+    assert one.attention.mainloop == "sm90a" and one.max_splits > v.max_splits
+    # enough tiles to fill the SMs: no split
+    full = heuristics.choose("sm_90a", dtype, d, d, mask=mask, num_heads_q=32, num_heads_kv=8, max_seqlen_q=2048,
+                             max_seqlen_k=65536)
+    assert full.attention.mainloop == "sm90a" and not full.attention.split and full.combine is None
+    # few key blocks (<= 4): no split however few the tiles
+    short = heuristics.choose("sm_90a", dtype, d, d, mask=mask, num_heads_q=1, num_heads_kv=1, max_seqlen_q=256,
+                              max_seqlen_k=512)
+    assert short.attention.mainloop == "sm90a" and short.max_splits == 1 and short.combine is None
+
+
+@pytest.mark.parametrize("mainloop", [None, "sm90a"])
+def test_forced_splits_on_the_hopper_path(mainloop):
+    for n in (2, 3, 7):
+        v = heuristics.choose("sm_90a", "bf16", 128, 128, mask="causal", num_splits=n, mainloop=mainloop, **PREFILL)
+        assert v.attention.mainloop == "sm90a" and v.attention.split and v.combine is not None
+        assert v.forced_splits and v.max_splits == n
+    # bounded by the Hopper tile's key blocks (300 keys: 3 blocks of 128)
+    v = heuristics.choose("sm_90a", "bf16", 64, 64, num_splits=7, mainloop=mainloop,
+                          **{**PREFILL, "max_seqlen_k": 300})
+    assert v.attention.mainloop == "sm90a" and v.max_splits == 3 and v.forced_splits
+    # num_splits=1: forced off
+    v = heuristics.choose("sm_90a", "bf16", 128, 128, num_splits=1, mainloop=mainloop, num_heads_q=1, num_heads_kv=1,
+                          max_seqlen_q=256, max_seqlen_k=65536)
+    assert v.attention.mainloop == "sm90a" and not v.attention.split and v.max_splits == 1 and v.forced_splits
+    # the sm_80 path keeps its own (lighter) split tile when forced there
+    v80 = heuristics.choose("sm_90a", "bf16", 128, 128, num_splits=3, mainloop="sm80", **PREFILL)
+    assert v80.attention.mainloop == "sm80" and v80.attention.split and v80.max_splits == 3
 
 
 @pytest.mark.parametrize("d,dv", [(96, 96), (192, 128), (256, 256), (128, 64)])
@@ -90,7 +143,7 @@ def test_forced_mainloops():
     # forced Hopper on a decode-shaped call: no pack-GQA, one 128-row tile class
     v = heuristics.choose("sm_90a", "bf16", 128, 128, mainloop="sm90a", **{**PREFILL, "max_seqlen_q": 1})
     assert v.attention.mainloop == "sm90a" and not v.attention.pack_gqa
-    for kw in (dict(paged=True), dict(num_splits=2), dict(pack_gqa=True), dict(tma_ok=False)):
+    for kw in (dict(paged=True), dict(pack_gqa=True), dict(tma_ok=False)):
         with pytest.raises(ValueError, match="Hopper"):
             heuristics.choose("sm_90a", "bf16", 128, 128, mainloop="sm90a", **{**PREFILL, **kw})
     with pytest.raises(ValueError, match="sm_90a"):
@@ -237,7 +290,7 @@ def test_arch_override_and_environment(fake_cuda, monkeypatch):
 
 def test_unsupported_calls_fall_back_or_raise_when_forced(fake_cuda):
     q, k, v, cu_q, cu_k = prefill_inputs()
-    for kw in (dict(window_size=(64, 0)), dict(softcap=20.0), dict(num_splits=2)):
+    for kw in (dict(window_size=(64, 0)), dict(softcap=20.0)):
         fake_cuda.clear()
         kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400, causal=True, **kw)
         assert "attention_sm90" not in fake_cuda.kinds() and "attention" in fake_cuda.kinds()
@@ -249,6 +302,33 @@ def test_unsupported_calls_fall_back_or_raise_when_forced(fake_cuda):
     assert "attention" in fake_cuda.kinds() and "attention_sm90" not in fake_cuda.kinds()
     with pytest.raises(ValueError, match="short_query_tokens"):
         kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400, arch="sm_90a", short_query_tokens=4)
+
+
+@pytest.mark.parametrize("arch", [None, "sm_90a"])
+def test_split_call_launches_hopper_kernel_and_combine(fake_cuda, arch):
+    """Forced and automatic split-KV: scheduler, the Hopper kernel (split variant) with the
+    workspace's partial buffers, then the combine kernel on the same buffers."""
+    q, k, v, cu_q, cu_k = prefill_inputs()
+    out = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400, causal=True, num_splits=3, arch=arch,
+                                     return_lse=True)[0]
+    assert fake_cuda.kinds() == ["scheduler", "attention_sm90", "combine"]
+    prep = api._CALLS._last[1]
+    assert isinstance(prep.attn, prepared.TmaLaunch) and "_split" in prep.attn.name
+    sched, attn, comb = (x.fields() for x in fake_cuda.launches)
+    assert (sched["max_splits"], sched["forced_splits"], sched["block_n"]) == (3, 1, 128)
+    assert attn["out_accum"] and attn["lse_accum"] and attn["row_splits"]
+    for f in ("out_accum", "lse_accum", "row_splits", "accum_split_stride", "accum_head_stride",
+              "lse_accum_split_stride", "lse_accum_head_stride"):
+        assert attn[f] == comb[f], f
+    assert comb["out"] == out.data_ptr() == attn["out"]
+    assert attn["accum_head_stride"] == q.shape[0] * 128 and attn["accum_split_stride"] == 8 * q.shape[0] * 128
+    # automatic: 1 request x 2 heads x 256 queries against 16k keys
+    fake_cuda.clear()
+    api.clear_signature_cache()
+    q, k, v, cu_q, cu_k = prefill_inputs(hq=2, hkv=1, lens=(256,), klens=(16384,))
+    kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 256, 16384, arch=arch)
+    assert fake_cuda.kinds() == ["scheduler", "attention_sm90", "combine"]
+    assert fake_cuda.launches[0].fields()["max_splits"] > 1 and not fake_cuda.launches[0].fields()["forced_splits"]
 
 
 def test_strides_tma_cannot_address_fall_back(fake_cuda):
@@ -331,6 +411,8 @@ COMPILE = [dict(dtype=dt, d=d, mask=m) for dt in ("bf16", "fp16") for d in (64, 
 COMPILE += [dict(opts="h"), dict(opts="s"), dict(opts="hs", mask="none"), dict(opts="p"), dict(opts="hp", d=64),
             dict(opts="pr"), dict(opts="r", dtype="fp16"),
             dict(layout="aos"),
+            dict(split=True, d=64), dict(split=True, dtype="fp16", d=64, mask="none"), dict(split=True),
+            dict(split=True, dtype="fp16", mask="none"), dict(split=True, layout="aos", opts="hs"),
             dict(tile=TileConfig(128, 128, 8, 3, 1)), dict(d=64, tile=TileConfig(128, 128, 8, 4, 1))]
 
 

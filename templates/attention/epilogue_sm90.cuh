@@ -19,3 +19,29 @@ __device__ __forceinline__ void store_rows(const AttnParams& p, const TileInfo& 
     }
   }
 }
+
+// Split-KV partial of split te.split (te.num_splits > 1): the fp32 O rows (normalised within the
+// split) and their natural-log LSE (-inf for a row that saw no key in this split) into the
+// workspace, in the layout the combine kernel reads (templates/combine/combine.cu.j2):
+// out_accum[split][head][token][DV] and lse_accum[split][head][token].  The LSE is written whether
+// or not the call returns one (the combine kernel weighs the partials by it).
+__device__ __forceinline__ void store_partial_rows(const AttnParams& p, const TileInfo& te,
+                                                   const float (&o)[1][DV / 8][4], const float (&lse)[1][2], int cw,
+                                                   int lane) {
+  const int g = lane >> 2, tq = lane & 3;
+  float* acc = static_cast<float*>(const_cast<void*>(p.out_accum)) + (i64)te.split * p.accum_split_stride +
+               (i64)te.head * p.accum_head_stride;
+  float* lacc = static_cast<float*>(const_cast<void*>(p.lse_accum)) + (i64)te.split * p.lse_accum_split_stride +
+                (i64)te.head * p.lse_accum_head_stride;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = cw * WM + g + 8 * h;
+    if (r < te.valid_rows) {
+      const int tok = te.q_start + te.row0 + r;
+      float* dst = acc + (i64)tok * DV + 2 * tq;
+#pragma unroll
+      for (int j = 0; j < DV / 8; ++j) *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[0][j][2 * h], o[0][j][2 * h + 1]);
+      if (tq == 0) lacc[tok] = lse[0][h];
+    }
+  }
+}

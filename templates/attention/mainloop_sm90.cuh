@@ -14,6 +14,19 @@ struct TmaMaps {
   const void* v;
 };
 
+// With split-KV, split `split` of `num_splits` covers one contiguous share of the tile's key
+// blocks [n_lo, n_hi) (the sm_80 path's rule, tile_sm80.cuh): ceil((n_hi - n_lo) / num_splits)
+// blocks each, the last shares shorter or empty (n_lo == n_hi: the producer loads nothing, the
+// consumers write O = 0 and LSE = -inf, which the combine kernel weighs 0).  Producer and
+// consumers compute the same range, so they walk the same pipeline slots.
+__device__ __forceinline__ void split_block_range(int split, int num_splits, int& n_lo, int& n_hi) {
+  if (SPLIT && num_splits > 1) {
+    const int per = n_hi > n_lo ? (n_hi - n_lo + num_splits - 1) / num_splits : 0;
+    n_lo = min(n_lo + split * per, n_hi);
+    n_hi = min(n_lo + per, n_hi);
+  }
+}
+
 // The producer warp (all 32 lanes call; lane 0 issues): publishes tile indices to the consumers
 // (two slots, tile_full / tile_empty), takes the next tile from the semaphore after issuing the
 // current tile's loads, and releases the semaphore when the tiles run out.
@@ -47,6 +60,7 @@ __device__ __forceinline__ void producer_loop(const AttnParams& p, const TmaMaps
     mi.right = -1;
     int n_lo, n_hi;
     key_block_range(mi, ti.row0, ti.row0 + ti.valid_rows - 1, n_lo, n_hi);
+    split_block_range(ti.split, ti.num_splits, n_lo, n_hi);
     if (n_hi > n_lo && lane == 0) {
       const int kv_head = ti.head / qpk;
       mbar_wait(bar_q_empty(sb), (q_iter & 1) ^ 1, 2);

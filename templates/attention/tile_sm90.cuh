@@ -35,6 +35,7 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
       const int pos_last = ti.row0 + ti.valid_rows - 1;
       int n_lo, n_hi;
       key_block_range(mi, ti.row0, pos_last, n_lo, n_hi);
+      split_block_range(ti.split, ti.num_splits, n_lo, n_hi);
       if (n_hi > n_lo) {
         mbar_wait(bar_q_full(sb), q_iter & 1, 6);
         ++q_iter;
@@ -45,7 +46,15 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
     finalize_rows(o, row_max, row_sum, lse);
     // the tile's coordinates again (L1 hits) rather than live across the mainloop
     const TileInfo te = tile_info(p, md, cap4, cursor, t, p.num_heads_q, qpk);
-    store_rows(p, te, o, lse, cw, lane);
+    if (ROW_SPLITS && te.split == 0) {  // how many partials each token has (read by the combine kernel)
+      int* row_splits = static_cast<int*>(const_cast<void*>(p.row_splits));
+      for (int r = cw * 32 + lane; r < te.valid_rows; r += NW * 32) row_splits[te.q_start + te.row0 + r] = te.num_splits;
+    }
+    if (SPLIT && te.num_splits > 1) {
+      store_partial_rows(p, te, o, lse, cw, lane);
+    } else {
+      store_rows(p, te, o, lse, cw, lane);
+    }
   }
   if (PINGPONG && (cw >> 2) == 0) turn_wait(0);  // warpgroup 1's last pass
 }

@@ -2,8 +2,9 @@
 // A CTA is one producer warpgroup (warp 0 issues the TMA loads; warps 1-3 only give their
 // registers back) and NW / 4 consumer warpgroups of 64 query rows each, which share one Q tile of
 // BM rows and each K/V block of BN keys.  Supported here: packed (non-paged) K/V, head_dim ==
-// head_dim_v in {64, 128}, no mask or causal, no split-KV, pack-GQA or soft-cap (the dispatcher
-// sends every other variant to the sm_80 path).
+// head_dim_v in {64, 128}, no mask or causal, split-KV (fp32 partials and their LSE for the
+// combine kernel, as on the sm_80 path); no pack-GQA or soft-cap (the dispatcher sends every
+// other variant to the sm_80 path).
 namespace {{ v.ns }} {
 
 constexpr int D = {{ v.head_dim }};
@@ -16,10 +17,10 @@ constexpr bool CAUSAL = {{ "true" if v.mask == "causal" else "false" }};
 constexpr bool LOCAL = false;
 constexpr bool LPT = CAUSAL;                 // m-blocks last-first
 constexpr bool PACK_GQA = false;
-constexpr bool SPLIT = false;
+constexpr bool SPLIT = {{ "true" if v.split else "false" }};        // split-KV partial outputs
 constexpr bool PAGED = false;
 constexpr bool SOFTCAP = false;
-constexpr bool ROW_SPLITS = false;
+constexpr bool ROW_SPLITS = SPLIT;  // per-token partial counts for the combine kernel
 // Mainloop options (spec.sm90_opts): OVERLAP issues block i+1's S = Q K^T before block i's P V
 // and computes block i+1's softmax while P V runs (FlashAttention-3's intra-warpgroup
 // pipelining); PV_HALVES issues P V as 64-column halves (one swizzle atom of V each);

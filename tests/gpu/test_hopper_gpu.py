@@ -37,8 +37,10 @@ def make_batch(qlens, klens, hq, hkv, d, dtype, seed, garbage=7):
 
 
 def check(q, k, v, cu_q, cu_k, *, causal, layout="soa", arch="sm_90a", seqused_k=None, expect="sm90a",
-          max_q=None, max_k=None):
-    """Run with NaN-poisoned out/lse and compare with the reference; returns (out, lse)."""
+          max_q=None, max_k=None, num_splits=0, expect_split=None):
+    """Run with NaN-poisoned out/lse and compare with the reference; returns (out, lse).
+    ``expect_split``: None = don't care, else whether the attention variant must be a split-KV one
+    (then the combine kernel ran and the partials went through the workspace)."""
     rows = int(cu_q[-1].item())
     hq, dv = q.shape[1], v.shape[2]
     out = torch.full((q.shape[0], hq, dv), float("nan"), dtype=q.dtype, device="cuda")
@@ -47,10 +49,13 @@ def check(q, k, v, cu_q, cu_k, *, causal, layout="soa", arch="sm_90a", seqused_k
     max_q = max(lens_q + [1]) if max_q is None else max_q
     max_k = max(lens_k + [1]) if max_k is None else max_k
     o, lse = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max_q, max_k, causal=causal, return_lse=True, out=out,
-                                        metadata_layout=layout, seqused_k=seqused_k, arch=arch)
+                                        metadata_layout=layout, seqused_k=seqused_k, arch=arch, num_splits=num_splits)
     torch.cuda.synchronize()
-    name = api._CALLS._last[1].attn.name
+    prep = api._CALLS._last[1]
+    name = prep.attn.name
     assert ("_wgmma" in name) == (expect == "sm90a"), f"expected the {expect} path, ran {name}"
+    if expect_split is not None:
+        assert ("_split" in name) == expect_split and (prep.combine is not None) == expect_split, name
     ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=causal, seqused_k=seqused_k)
     o, lse, ref, ref_lse = o[:rows], lse[:, :rows], ref[:rows], ref_lse[:, :rows]
     assert torch.isnan(out[rows:]).all(), "rows past cu_seqlens_q[-1] were written"
@@ -229,3 +234,57 @@ def test_hopper_graph_launch_repoints_tensor_maps():
     prep = api._CALLS._last[1]
     graphs = prep._tls.graphs[torch.cuda.current_stream().cuda_stream]
     assert isinstance(prep.attn, prepared.TmaLaunch) and len(graphs) == 2
+
+
+# ------------------------------------------------------------------------------- split-KV
+
+
+SPLIT_FORCED = [(n, c, hd, lay) for n in (2, 3, 7) for c in (False, True) for hd in (64, 128)
+                for lay in ("soa", "aos")]
+
+
+@pytest.mark.parametrize("splits,causal,hd,layout", SPLIT_FORCED)
+def test_hopper_forced_splits(splits, causal, hd, layout):
+    """Forced num_splits on a ragged varlen batch with empty requests (no query rows, no keys),
+    seqlen_q > seqlen_k, and requests with fewer key blocks than splits (empty split ranges: the
+    producer loads nothing, the partial has LSE -inf); GQA 4:1; then a long-context pair."""
+    seed = zlib.crc32(repr(("split", splits, causal, hd, layout)).encode()) % 100000
+    qlens, klens = ragged(seed, n=7, qmax=700, kmax=3000)
+    dt = torch.float16 if splits == 3 else torch.bfloat16
+    q, k, v, cu_q, cu_k = make_batch(qlens, klens, 8, 2, hd, dt, seed)
+    check(q, k, v, cu_q, cu_k, causal=causal, layout=layout, num_splits=splits, expect_split=True)
+    prep = api._CALLS._last[1]
+    assert prep.config.forced_splits and prep.config.max_splits == splits
+    q, k, v, cu_q, cu_k = make_batch([384, 0, 1000], [9000, 77, 5000], 8, 2, hd, dt, seed + 1)
+    check(q, k, v, cu_q, cu_k, causal=causal, layout=layout, num_splits=splits, expect_split=True)
+
+
+# (query lengths, key lengths, query heads, KV heads): few enough tiles that the split bound is > 1
+LONG = [([256], [65536], 8, 2), ([2048], [8192], 4, 1), ([512, 1024], [32768, 16384], 8, 2),
+        ([300, 0, 1024, 257], [20000, 5000, 8192, 0], 8, 2)]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", range(len(LONG)))
+def test_hopper_automatic_splits_long_context(shape, causal):
+    """Few-request long-context prefill (1-4 requests of 256-2048 queries against 8k-64k keys,
+    GQA 4:1, an empty request and one without keys): the dispatcher picks the Hopper kernel with
+    split-KV by itself; both layouts, bf16 and fp16, O and LSE against the float64 reference."""
+    qlens, klens, hq, hkv = LONG[shape]
+    for i, (layout, dt, hd) in enumerate((("soa", torch.bfloat16, 128), ("aos", torch.float16, 64))):
+        q, k, v, cu_q, cu_k = make_batch(qlens, klens, hq, hkv, hd, dt, 1000 * shape + 10 * i + causal)
+        check(q, k, v, cu_q, cu_k, causal=causal, layout=layout, arch=None, expect_split=True)
+        prep = api._CALLS._last[1]
+        assert not prep.config.forced_splits and prep.config.max_splits > 1
+
+
+def test_hopper_split_equals_unsplit():
+    """The same call with splits (forced 5, automatic) and without (num_splits=1): all within the
+    tolerance of the reference (check), and the split LSE within 1e-4 of the unsplit one."""
+    q, k, v, cu_q, cu_k = make_batch([700, 1], [12000, 3000], 8, 2, 128, torch.bfloat16, 77)
+    _, l1 = check(q, k, v, cu_q, cu_k, causal=True, num_splits=1, expect_split=False)
+    for n in (5, 0):
+        _, ln = check(q, k, v, cu_q, cu_k, causal=True, num_splits=n, expect_split=True)
+        fin = torch.isfinite(l1)
+        assert torch.equal(fin, torch.isfinite(ln))
+        assert (ln[fin] - l1[fin]).abs().max().item() < 1e-4
