@@ -24,7 +24,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from .spec import ARCHS, MAINLOOPS, SM90_HEAD_DIMS, AttentionSpec, CombineSpec, FusedAttentionSpec, SchedulerSpec, TileConfig
+from .spec import ARCHS, MAINLOOPS, MASKS, SM90_HEAD_DIMS, AttentionSpec, CombineSpec, FusedAttentionSpec, SchedulerSpec, TileConfig
 
 #: Largest dynamic shared memory one CTA may opt into, bytes (CUDA programming guide, per arch).
 SMEM_LIMIT = {"sm_80": 166912, "sm_86": 101376, "sm_89": 101376, "sm_90a": 232448}
@@ -172,15 +172,16 @@ class Variants:
 def sm90_unsupported(arch: str, head_dim: int, head_dim_v: int, *, mask: str, paged: bool, softcap: bool,
                      pack: bool, num_splits: int, tma_ok: bool = True) -> str:
     """Why the Hopper mainloop cannot run a call ("" when it can): it needs sm_90a, packed K/V,
-    head_dim == head_dim_v in (64, 128), no mask or causal, no pack-GQA, soft-cap or forced
-    split-KV, and q/k/v strides TMA can address (``tma_ok``, see ``tma.tma_compatible``)."""
+    head_dim == head_dim_v in (64, 128), no pack-GQA or forced split-KV, and q/k/v strides TMA can
+    address (``tma_ok``, see ``tma.tma_compatible``).  Every mask ("none", "causal", "local":
+    a sliding window) and soft-cap (``softcap``) run on it."""
     if arch != "sm_90a":
         return f"arch {arch} (the wgmma/TMA path needs sm_90a)"
     if head_dim != head_dim_v or head_dim not in SM90_HEAD_DIMS:
         return f"head dims {head_dim}/{head_dim_v} (supported: equal, in {SM90_HEAD_DIMS})"
-    if mask not in ("none", "causal"):
-        return f"mask {mask!r} (sliding window)"
-    for name, on in (("a paged K/V cache", paged), ("soft-cap", softcap), ("pack-GQA", pack),
+    if mask not in MASKS:
+        return f"mask {mask!r} (masks: {MASKS})"
+    for name, on in (("a paged K/V cache", paged), ("pack-GQA", pack),
                      ("split-KV", num_splits > 1)):
         if on:
             return name
@@ -224,8 +225,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
             raise ValueError(f"the Hopper (sm_90a) path does not support this call: {why}")
         if not why:
             t = tile or SM90_TILE
-            attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, mainloop="sm90a",
-                                 sm90_opts=SM90_OPTS)
+            attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, softcap=softcap,
+                                 mainloop="sm90a", sm90_opts=SM90_OPTS)
             sched_heads = num_heads_kv if pack else num_heads_q
             n = -(-max(max_seqlen_k, 0) // t.block_n)
             wants_split = num_splits == 0 and num_splits_heuristic(
