@@ -73,10 +73,9 @@ class AttentionSpec:
     Hopper path (wgmma, TMA, mbarriers, a producer warpgroup and ``tile.num_warps / 4`` consumer
     warpgroups; templates/attention/fwd_sm90.cu.j2) for packed K/V, head_dim == head_dim_v in
     (64, 128), any mask ("none", "causal", "local"), with or without soft-cap, no pack-GQA,
-    split-KV or paging; its tile has
-    block_m = 16 * num_warps (64 rows per consumer warpgroup).  ``sm90_opts``: letters of
-    ``SM90_OPTS`` (tuning variants of the Hopper mainloop, "" = the default).
-    Both are compiled for the exact arch (``arch``).
+    split-KV or paging; its tile has block_m = 16 * num_warps (64 rows per consumer warpgroup).
+    ``sm90_opts``: letters of ``SM90_OPTS`` (tuning variants of the Hopper mainloop, "" = the
+    default).  Both are compiled for the exact arch (``arch``).
     """
 
     arch: str
