@@ -25,7 +25,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from .spec import ARCHS, MAINLOOPS, SM90_HEAD_DIMS, AttentionSpec, CombineSpec, FusedAttentionSpec, SchedulerSpec, TileConfig
+from .spec import ARCHS, MAINLOOPS, MASKS, SM90_HEAD_DIMS, AttentionSpec, CombineSpec, FusedAttentionSpec, SchedulerSpec, TileConfig
 
 #: Largest dynamic shared memory one CTA may opt into, bytes (CUDA programming guide, per arch).
 SMEM_LIMIT = {"sm_80": 166912, "sm_86": 101376, "sm_89": 101376, "sm_90a": 232448}
@@ -173,16 +173,17 @@ class Variants:
 def sm90_unsupported(arch: str, head_dim: int, head_dim_v: int, *, mask: str, paged: bool, softcap: bool,
                      pack: bool, num_splits: int, tma_ok: bool = True) -> str:
     """Why the Hopper mainloop cannot run a call ("" when it can): it needs sm_90a, packed K/V,
-    head_dim == head_dim_v in (64, 128), no mask or causal, no pack-GQA or soft-cap, and q/k/v
-    strides TMA can address (``tma_ok``, see ``tma.tma_compatible``).  Split-KV (automatic or a
-    forced ``num_splits``) runs on it; ``num_splits`` is kept for the callers' signature."""
+    head_dim == head_dim_v in (64, 128), no pack-GQA, and q/k/v strides TMA can address
+    (``tma_ok``, see ``tma.tma_compatible``).  Every mask ("none", "causal", "local": a sliding
+    window), soft-cap (``softcap``) and split-KV (automatic or a forced ``num_splits``) run on it;
+    ``num_splits`` is kept for the callers' signature."""
     if arch != "sm_90a":
         return f"arch {arch} (the wgmma/TMA path needs sm_90a)"
     if head_dim != head_dim_v or head_dim not in SM90_HEAD_DIMS:
         return f"head dims {head_dim}/{head_dim_v} (supported: equal, in {SM90_HEAD_DIMS})"
-    if mask not in ("none", "causal"):
-        return f"mask {mask!r} (sliding window)"
-    for name, on in (("a paged K/V cache", paged), ("soft-cap", softcap), ("pack-GQA", pack)):
+    if mask not in MASKS:
+        return f"mask {mask!r} (masks: {MASKS})"
+    for name, on in (("a paged K/V cache", paged), ("pack-GQA", pack)):
         if on:
             return name
     if not tma_ok:
@@ -231,13 +232,13 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
             if num_splits > 0:  # forced: never more splits than key blocks (sizes the partials)
                 max_splits, forced = max(1, min(num_splits, n)), True
             else:
-                probe = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, mainloop="sm90a",
-                                      sm90_opts=SM90_OPTS)
+                probe = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, softcap=softcap,
+                                      mainloop="sm90a", sm90_opts=SM90_OPTS)
                 ctas = estimated_ctas(arch, t, probe.smem_bytes(), num_sms)
                 max_splits, forced = num_splits_heuristic(num_heads_q * max(1, -(-rows // t.block_m)), n, ctas), False
             split = max_splits > 1
-            attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, split=split, mainloop="sm90a",
-                                 sm90_opts=SM90_OPTS)
+            attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, split=split, softcap=softcap,
+                                 mainloop="sm90a", sm90_opts=SM90_OPTS)
             _check_smem(attn, arch)
             combine = CombineSpec(arch, dtype, head_dim_v) if split else None
             return Variants(SchedulerSpec(arch=arch, layout=layout), attn, combine, max_splits, forced)

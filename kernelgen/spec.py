@@ -72,10 +72,10 @@ class AttentionSpec:
     (mma.sync, ldmatrix, cp.async; templates/attention/fwd_sm80.cu.j2).  ``mainloop="sm90a"``: the
     Hopper path (wgmma, TMA, mbarriers, a producer warpgroup and ``tile.num_warps / 4`` consumer
     warpgroups; templates/attention/fwd_sm90.cu.j2) for packed K/V, head_dim == head_dim_v in
-    (64, 128), mask "none" or "causal", with or without split-KV, no pack-GQA, paging or
-    soft-cap; its tile has block_m = 16 * num_warps (64 rows per consumer warpgroup).  ``sm90_opts``: letters of
-    ``SM90_OPTS`` (tuning variants of the Hopper mainloop, "" = the default).
-    Both are compiled for the exact arch (``arch``).
+    (64, 128), any mask ("none", "causal", "local"), with or without soft-cap and split-KV, no
+    pack-GQA or paging; its tile has block_m = 16 * num_warps (64 rows per consumer warpgroup).
+    ``sm90_opts``: letters of ``SM90_OPTS`` (tuning variants of the Hopper mainloop, "" = the
+    default).  Both are compiled for the exact arch (``arch``).
     """
 
     arch: str
@@ -123,9 +123,7 @@ class AttentionSpec:
             return f"arch {self.arch} (wgmma and setmaxnreg need sm_90a)"
         if self.head_dim != self.head_dim_v or self.head_dim not in SM90_HEAD_DIMS:
             return f"head dims {self.head_dim}/{self.head_dim_v} (supported: equal, in {SM90_HEAD_DIMS})"
-        if self.mask not in ("none", "causal"):
-            return f"mask {self.mask!r}"
-        for flag in ("pack_gqa", "paged", "softcap", "row_splits"):
+        for flag in ("pack_gqa", "paged", "row_splits"):
             if getattr(self, flag):
                 return flag
         if t.num_warps not in self.SM90_REGS or t.block_m != 16 * t.num_warps:

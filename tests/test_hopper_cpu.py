@@ -39,8 +39,8 @@ def test_sm90_spec_shape_and_name():
 
 
 @pytest.mark.parametrize("kw,why", [
-    (dict(d=96), "head dims"), (dict(mask="local"), "mask"), (dict(pack_gqa=True), "pack_gqa"),
-    (dict(row_splits=True), "row_splits"), (dict(paged=True), "paged"), (dict(softcap=True), "softcap"),
+    (dict(d=96), "head dims"), (dict(pack_gqa=True), "pack_gqa"),
+    (dict(paged=True), "paged"), (dict(row_splits=True), "row_splits"),
     (dict(tile=TileConfig(128, 32, 4, 3, 2)), "tile"), (dict(tile=TileConfig(128, 128, 8, 2, 2)), "tile"),
     (dict(opts="x"), "sm90_opts"), (dict(opts="sh"), "sm90_opts"), (dict(opts="ps"), "ping-pong"),
 ])
@@ -77,8 +77,29 @@ def test_automatic_choice_is_hopper_for_supported_prefill(dtype, d, mask):
     assert v.combine is None and v.max_splits == 1 and v.scheduler.arch == "sm_90a"
 
 
+def test_sm90_spec_builds_window_and_softcap():
+    for mask, cap in (("local", False), ("local", True), ("causal", True), ("none", True)):
+        s = sm90(mask=mask, softcap=cap)
+        assert s.sm90_unsupported() == "" and s.template == "attention/fwd_sm90.cu.j2"
+    assert sm90(mask="local", softcap=True).name == "attn_sm_90a_wgmma_bf16_d128_local_softcap_soa_m128n128w8s2b1"
+
+
+@pytest.mark.parametrize("dtype,d,mask,softcap", [(dt, d, m, c) for dt in ("bf16", "fp16") for d in (64, 128)
+                                                  for m, c in (("local", False), ("local", True),
+                                                               ("causal", True), ("none", True))])
+def test_automatic_choice_is_hopper_for_window_and_softcap(dtype, d, mask, softcap):
+    v = heuristics.choose("sm_90a", dtype, d, d, mask=mask, softcap=softcap, **PREFILL)
+    a = v.attention
+    assert a.mainloop == "sm90a" and a.tile == T90 and a.mask == mask and a.softcap == softcap
+    assert v.combine is None and v.max_splits == 1
+    assert heuristics.sm90_unsupported("sm_90a", d, d, mask=mask, paged=False, softcap=softcap, pack=False,
+                                       num_splits=0) == ""
+    assert "mask" in heuristics.sm90_unsupported("sm_90a", d, d, mask="band", paged=False, softcap=False, pack=False,
+                                                 num_splits=0)
+
+
 @pytest.mark.parametrize("kw", [
-    dict(paged=True), dict(softcap=True), dict(mask="local"), dict(pack_gqa=True),
+    dict(paged=True), dict(pack_gqa=True), dict(mask="local", paged=True),
     dict(max_seqlen_q=1), dict(max_seqlen_q=48), dict(tma_ok=False),
 ])
 def test_automatic_choice_falls_back_to_sm80(kw):
@@ -288,9 +309,35 @@ def test_arch_override_and_environment(fake_cuda, monkeypatch):
         kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400)
 
 
+@pytest.mark.parametrize("causal,kw,mask,left,right", [
+    (False, dict(window_size=(64, -1)), "local", 64, -1),
+    (False, dict(window_size=(64, 32)), "local", 64, 32),
+    (True, dict(window_size=(64, 0)), "local", 64, 0),
+    (True, dict(window_size=(100, 7)), "local", 100, 0),   # causal clamps the right side to 0
+    (False, dict(softcap=20.0), "none", -1, -1),
+    (True, dict(softcap=20.0), "causal", -1, 0),
+    (True, dict(window_size=(128, 0), softcap=30.0), "local", 128, 0),
+])
+def test_window_and_softcap_calls_take_the_hopper_kernel(fake_cuda, causal, kw, mask, left, right):
+    q, k, v, cu_q, cu_k = prefill_inputs()
+    for arch in (None, "sm_90a"):
+        fake_cuda.clear()
+        kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400, causal=causal, arch=arch, **kw)
+        assert fake_cuda.kinds() == ["scheduler", "attention_sm90"]
+        f = fake_cuda.launches[1].fields()
+        assert (f["window_left"], f["window_right"]) == (left, right)
+        cap = kw.get("softcap", 0.0)
+        assert f["softcap_log2"] == pytest.approx(cap * 1.4426950408889634, rel=1e-6)
+        assert f["softcap_scale"] == pytest.approx(128 ** -0.5 / cap if cap else 0.0, rel=1e-6)
+        sched = fake_cuda.launches[0].fields()
+        assert sched["window_left"] == (left if mask == "local" else -1)
+        name = api._CALLS._last[1].attn.name
+        assert f"_{mask}_" in name and ("_softcap" in name) == (cap > 0) and "_wgmma" in name, name
+
+
 def test_unsupported_calls_fall_back_or_raise_when_forced(fake_cuda):
     q, k, v, cu_q, cu_k = prefill_inputs()
-    for kw in (dict(window_size=(64, 0)), dict(softcap=20.0)):
+    for kw in (dict(pack_gqa=True),):
         fake_cuda.clear()
         kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400, causal=True, **kw)
         assert "attention_sm90" not in fake_cuda.kinds() and "attention" in fake_cuda.kinds()
@@ -402,8 +449,16 @@ def test_render_uses_the_hopper_instructions_and_keys_differ(tmp_path):
     s80 = heuristics.choose("sm_90a", "bf16", 128, 128, mainloop="sm80", mask="causal", **PREFILL).attention
     cache = KernelCache(tmp_path)
     opts = compiler.default_options("sm_90a")
-    keys = {cache.key_for(render.render(s), "sm_90a", opts) for s in (sm90(), s80, sm90(opts="h"), sm90(mask="none"))}
-    assert len(keys) == 4
+    variants = (sm90(), s80, sm90(opts="h"), sm90(mask="none"), sm90(mask="local"), sm90(softcap=True),
+                sm90(mask="local", softcap=True))
+    keys = {cache.key_for(render.render(s), "sm_90a", opts) for s in variants}
+    assert len(keys) == len(variants)
+    src = render.render(sm90(mask="local", softcap=True))
+    for needle in ("constexpr bool LOCAL = true", "constexpr bool SOFTCAP = true", "constexpr bool LPT = CAUSAL || LOCAL",
+                   "tile_mask(p, ti)", "cap_scores(s, p)"):
+        assert needle in src, needle
+    plain = render.render(sm90())
+    assert "constexpr bool LOCAL = false" in plain and "constexpr bool SOFTCAP = false" in plain
 
 
 _NVDISASM = sass.find_nvdisasm()
@@ -414,6 +469,14 @@ COMPILE += [dict(opts="h"), dict(opts="s"), dict(opts="hs", mask="none"), dict(o
             dict(split=True, d=64), dict(split=True, dtype="fp16", d=64, mask="none"), dict(split=True),
             dict(split=True, dtype="fp16", mask="none"), dict(split=True, layout="aos", opts="hs"),
             dict(tile=TileConfig(128, 128, 8, 3, 1)), dict(d=64, tile=TileConfig(128, 128, 8, 4, 1))]
+# sliding window and soft-cap (issue 5): both dtypes and head dims, and the mainloop options
+COMPILE += [dict(dtype=dt, d=d, mask=m, softcap=c) for dt in ("bf16", "fp16") for d in (64, 128)
+            for m, c in (("local", False), ("local", True), ("causal", True), ("none", True))]
+COMPILE += [dict(mask="local", softcap=True, opts="s"), dict(mask="local", softcap=True, opts="hr"),
+            dict(mask="local", opts="pr", layout="aos")]
+# the slices together: split-KV with a window and soft-cap
+COMPILE += [dict(split=True, mask="local", softcap=True), dict(split=True, mask="causal", softcap=True, d=64,
+                                                                dtype="fp16"), dict(split=True, mask="local", layout="aos")]
 
 
 @pytest.mark.parametrize("kw", COMPILE, ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))

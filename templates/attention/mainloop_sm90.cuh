@@ -27,6 +27,18 @@ __device__ __forceinline__ void split_block_range(int split, int num_splits, int
   }
 }
 
+// The mask of tile ti (common/mask.cuh): its request's key count, the bottom-right diagonal offset
+// and, for a local mask, the call's window (p.window_left / p.window_right, -1 = unbounded).  The
+// producer and the consumers take the tile's key-block range from it, so both walk the same blocks.
+__device__ __forceinline__ MaskInfo tile_mask(const AttnParams& p, const TileInfo& ti) {
+  MaskInfo mi;
+  mi.seqlen_k = ti.seqlen_k;
+  mi.offset = ti.seqlen_k - ti.seqlen_q;
+  mi.left = LOCAL ? p.window_left : -1;
+  mi.right = LOCAL ? p.window_right : -1;
+  return mi;
+}
+
 // The producer warp (all 32 lanes call; lane 0 issues): publishes tile indices to the consumers
 // (two slots, tile_full / tile_empty), takes the next tile from the semaphore after issuing the
 // current tile's loads, and releases the semaphore when the tiles run out.
@@ -53,12 +65,8 @@ __device__ __forceinline__ void producer_loop(const AttnParams& p, const TmaMaps
     if (t >= total) break;
     cursor = find_entry(md, cap4, t, cursor);
     const TileInfo ti = tile_info(p, md, cap4, cursor, t, p.num_heads_q, qpk);
-    MaskInfo mi;
-    mi.seqlen_k = ti.seqlen_k;
-    mi.offset = ti.seqlen_k - ti.seqlen_q;
-    mi.left = -1;
-    mi.right = -1;
-    int n_lo, n_hi;
+    const MaskInfo mi = tile_mask(p, ti);
+    int n_lo, n_hi;  // a key block outside the causal mask or the window is never loaded
     key_block_range(mi, ti.row0, ti.row0 + ti.valid_rows - 1, n_lo, n_hi);
     split_block_range(ti.split, ti.num_splits, n_lo, n_hi);
     if (n_hi > n_lo && lane == 0) {
@@ -150,6 +158,15 @@ __device__ __forceinline__ void zero_v_tail(u32 v_base, int valid, int cg, int w
   named_sync(1 + cg, 128);
 }
 
+// Soft-cap (SOFTCAP): the raw scores S = Q K^T become c * log2(e) * tanh(S * scale / c) in place
+// (common/softmax.cuh's transform_scores, as on the sm_80 path), before the mask sets -inf, so
+// softmax_scores then takes them with the factor 1 (score_scale); without soft-cap the scale
+// stays folded into softmax_scores' exponent.
+__device__ __forceinline__ void cap_scores(float (&s)[1][BN / 8][4], const AttnParams& p) {
+  transform_scores(s, p.scale_log2, p.softcap_scale, p.softcap_log2);
+}
+__device__ __forceinline__ float score_scale(const AttnParams& p) { return SOFTCAP ? 1.f : p.scale_log2; }
+
 // Ping-pong of the two consumer warpgroups (option "p"; FlashAttention-3's inter-warpgroup
 // schedule): a warpgroup issues its GEMMs only in its turn (named barrier 3 + cg, completed by the
 // other warpgroup's arrival after its own issue), so one warpgroup's softmax runs while the other's
@@ -204,8 +221,9 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
       fence_regs<BN / 2>(&s[0][0][0]);
       release(bar_k_empty(sb, kv.stage), lane);
       if (n == n_lo) release(bar_q_empty(sb), lane);
+      if (SOFTCAP) cap_scores(s, p);
       if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
-      softmax_scores(s, row_max, row_sum, corr, p.scale_log2);
+      softmax_scores(s, row_max, row_sum, corr, score_scale(p));
       rescale_rows(o, corr);
       pack_p(s, pa);
       mbar_wait(bar_v_full(sb, kv.stage), kv.phase, 11);
@@ -237,8 +255,9 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   fence_regs<BN / 2>(&s[0][0][0]);
   release(bar_k_empty(sb, kv.stage), lane);
   if (n == n_lo) release(bar_q_empty(sb), lane);
+  if (SOFTCAP) cap_scores(s, p);
   if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
-  softmax_scores(s, row_max, row_sum, corr, p.scale_log2);  // o is still 0: no rescale
+  softmax_scores(s, row_max, row_sum, corr, score_scale(p));  // o is still 0: no rescale
   pack_p(s, pa);
   KvPos pv = kv;  // the slot whose V the pending P V reads
   kv.advance();
@@ -264,8 +283,9 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
     fence_regs<BN / 2>(&s[0][0][0]);
     release(bar_k_empty(sb, kv.stage), lane);
     if (n == n_lo) release(bar_q_empty(sb), lane);
+    if (SOFTCAP) cap_scores(s, p);
     if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
-    softmax_scores(s, row_max, row_sum, corr, p.scale_log2);
+    softmax_scores(s, row_max, row_sum, corr, score_scale(p));
     wgmma_wait<0>();
     fence_regs<DV / 2>(&o[0][0][0]);
     fence_regs<BN / 4>(&pa[0][0]);

@@ -27,11 +27,7 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
     row_sum[0][0] = row_sum[0][1] = 0.f;
     {
       const TileInfo ti = tile_info(p, md, cap4, cursor, t, p.num_heads_q, qpk);
-      MaskInfo mi;
-      mi.seqlen_k = ti.seqlen_k;
-      mi.offset = ti.seqlen_k - ti.seqlen_q;
-      mi.left = -1;
-      mi.right = -1;
+      const MaskInfo mi = tile_mask(p, ti);
       const int pos_last = ti.row0 + ti.valid_rows - 1;
       int n_lo, n_hi;
       key_block_range(mi, ti.row0, pos_last, n_lo, n_hi);

@@ -2,9 +2,9 @@
 // A CTA is one producer warpgroup (warp 0 issues the TMA loads; warps 1-3 only give their
 // registers back) and NW / 4 consumer warpgroups of 64 query rows each, which share one Q tile of
 // BM rows and each K/V block of BN keys.  Supported here: packed (non-paged) K/V, head_dim ==
-// head_dim_v in {64, 128}, no mask or causal, split-KV (fp32 partials and their LSE for the
-// combine kernel, as on the sm_80 path); no pack-GQA or soft-cap (the dispatcher sends every
-// other variant to the sm_80 path).
+// head_dim_v in {64, 128}, no mask, causal or a sliding window (local), with or without soft-cap,
+// split-KV (fp32 partials and their LSE for the combine kernel, as on the sm_80 path); no
+// pack-GQA (the dispatcher sends every other variant to the sm_80 path).
 namespace {{ v.ns }} {
 
 constexpr int D = {{ v.head_dim }};
@@ -14,12 +14,12 @@ constexpr int BN = {{ v.block_n }};
 constexpr int NW = {{ v.num_warps }};        // consumer warps (16 query rows each)
 constexpr int STAGES = {{ v.num_stages }};   // K/V pipeline depth
 constexpr bool CAUSAL = {{ "true" if v.mask == "causal" else "false" }};
-constexpr bool LOCAL = false;
-constexpr bool LPT = CAUSAL;                 // m-blocks last-first
+constexpr bool LOCAL = {{ "true" if v.mask == "local" else "false" }};   // sliding window
+constexpr bool LPT = CAUSAL || LOCAL;        // m-blocks last-first
 constexpr bool PACK_GQA = false;
 constexpr bool SPLIT = {{ "true" if v.split else "false" }};        // split-KV partial outputs
 constexpr bool PAGED = false;
-constexpr bool SOFTCAP = false;
+constexpr bool SOFTCAP = {{ "true" if v.softcap else "false" }};    // tanh logit capping
 constexpr bool ROW_SPLITS = SPLIT;  // per-token partial counts for the combine kernel
 // Mainloop options (spec.sm90_opts): OVERLAP issues block i+1's S = Q K^T before block i's P V
 // and computes block i+1's softmax while P V runs (FlashAttention-3's intra-warpgroup
@@ -38,7 +38,6 @@ constexpr int HALVES = D / 64;               // 128-byte (64-element) column blo
 static_assert(D == DV && (D == 64 || D == 128), "head dims of the Hopper path");
 static_assert(BM == 64 * NCG && BN % 16 == 0 && BN <= 256, "tile shape");
 static_assert(!PINGPONG || (OVERLAP && NCG == 2), "ping-pong needs the overlapped mainloop and two consumer warpgroups");
-static_assert(!SOFTCAP, "the Hopper softmax folds the plain scale into the exponent (softmax_scores)");
 
 // Shared memory (offsets from a 1024-byte aligned base): Q (BM rows), STAGES K blocks,
 // STAGES V blocks, each as HALVES column blocks of rows x 128 bytes in TMA's 128-byte swizzle;

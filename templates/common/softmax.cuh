@@ -65,7 +65,8 @@ __device__ __forceinline__ void softmax_update(float (&s)[MT][BN / 8][4], float 
 // and m stay in log2 units: the max of the raw scores times scale_log2 > 0 is the scaled max).
 // Leaves the probabilities in s, updates row_max and row_sum, and returns the factor corr[mt][h]
 // that the caller applies to O later with rescale_rows (the Hopper mainloop rescales O only once
-// the P.V of the previous block, still in flight on the tensor cores, has completed).  No soft-cap.
+// the P.V of the previous block, still in flight on the tensor cores, has completed).  Soft-capped
+// scores come in already transformed (transform_scores, in log2 units), with scale_log2 = 1.
 __device__ __forceinline__ void softmax_scores(float (&s)[MT][BN / 8][4], float (&row_max)[MT][2],
                                                float (&row_sum)[MT][2], float (&corr)[MT][2], float scale_log2) {
 #pragma unroll

@@ -37,10 +37,11 @@ def make_batch(qlens, klens, hq, hkv, d, dtype, seed, garbage=7):
 
 
 def check(q, k, v, cu_q, cu_k, *, causal, layout="soa", arch="sm_90a", seqused_k=None, expect="sm90a",
-          max_q=None, max_k=None, num_splits=0, expect_split=None):
-    """Run with NaN-poisoned out/lse and compare with the reference; returns (out, lse).
-    ``expect_split``: None = don't care, else whether the attention variant must be a split-KV one
-    (then the combine kernel ran and the partials went through the workspace)."""
+          max_q=None, max_k=None, num_splits=0, expect_split=None, window_size=(-1, -1), softcap=0.0):
+    """Run with NaN-poisoned out/lse and compare with the reference (same causal, window_size and
+    softcap); returns (out, lse).  ``expect_split``: None = don't care, else whether the attention
+    variant must be a split-KV one (then the combine kernel ran and the partials went through the
+    workspace)."""
     rows = int(cu_q[-1].item())
     hq, dv = q.shape[1], v.shape[2]
     out = torch.full((q.shape[0], hq, dv), float("nan"), dtype=q.dtype, device="cuda")
@@ -49,14 +50,16 @@ def check(q, k, v, cu_q, cu_k, *, causal, layout="soa", arch="sm_90a", seqused_k
     max_q = max(lens_q + [1]) if max_q is None else max_q
     max_k = max(lens_k + [1]) if max_k is None else max_k
     o, lse = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max_q, max_k, causal=causal, return_lse=True, out=out,
-                                        metadata_layout=layout, seqused_k=seqused_k, arch=arch, num_splits=num_splits)
+                                        metadata_layout=layout, seqused_k=seqused_k, arch=arch, num_splits=num_splits,
+                                        window_size=window_size, softcap=softcap)
     torch.cuda.synchronize()
     prep = api._CALLS._last[1]
     name = prep.attn.name
     assert ("_wgmma" in name) == (expect == "sm90a"), f"expected the {expect} path, ran {name}"
     if expect_split is not None:
         assert ("_split" in name) == expect_split and (prep.combine is not None) == expect_split, name
-    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=causal, seqused_k=seqused_k)
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=causal, seqused_k=seqused_k,
+                                       window_size=window_size, softcap=softcap)
     o, lse, ref, ref_lse = o[:rows], lse[:, :rows], ref[:rows], ref_lse[:, :rows]
     assert torch.isnan(out[rows:]).all(), "rows past cu_seqlens_q[-1] were written"
     empty = torch.isneginf(ref_lse)
@@ -111,6 +114,44 @@ def test_hopper_matrix(hd, dt, causal, gqa, layout):
 def test_hopper_long_requests(qlen, klen, causal):
     q, k, v, cu_q, cu_k = make_batch([qlen, 5], [klen, 9], 32, 8, 128, torch.bfloat16, qlen + klen)
     check(q, k, v, cu_q, cu_k, causal=causal)
+
+
+# Sliding windows and soft-cap (mask "local", softcap): (causal, window_size, softcap) per case.
+# With ragged()'s lengths (up to 400 queries, 520 keys, 128-key blocks) the windows leave whole key
+# blocks out on both sides, and request 3 (300 queries, 70 keys) has rows that see no key.
+WINDOW_CASES = {
+    "left": (False, (96, -1), 0.0),
+    "left_right": (False, (200, 33), 0.0),
+    "right": (False, (-1, 40), 0.0),
+    "causal_window": (True, (150, -1), 0.0),
+    "softcap": (False, (-1, -1), 15.0),
+    "softcap_causal": (True, (-1, -1), 15.0),
+    "softcap_window": (False, (257, 0), 20.0),
+}
+WINDOW_MATRIX = [(case, hd, dt, lay) for case in WINDOW_CASES for hd in (64, 128) for dt in ("bf16", "fp16")
+                 for lay in ("soa", "aos")]
+
+
+@pytest.mark.parametrize("case,hd,dt,layout", WINDOW_MATRIX)
+def test_hopper_window_softcap_matrix(case, hd, dt, layout):
+    """Varlen GQA batches with an empty query request and an empty key request, O and LSE against
+    the float64 reference, on the Hopper kernel of the window / soft-cap variant."""
+    causal, window, cap = WINDOW_CASES[case]
+    seed = zlib.crc32(repr(("sm90win", case, hd, dt, layout)).encode()) % 100000
+    qlens, klens = ragged(seed)
+    q, k, v, cu_q, cu_k = make_batch(qlens, klens, 8, 2, hd, DT[dt], seed)
+    check(q, k, v, cu_q, cu_k, causal=causal, layout=layout, window_size=window, softcap=cap)
+    name = api._CALLS._last[1].attn.name
+    assert ("_local_" in name) == (window != (-1, -1)) and ("_softcap" in name) == (cap > 0), name
+
+
+@pytest.mark.parametrize("qlen,klen", [(4096, 4096), (1000, 5000), (5000, 1000)])
+@pytest.mark.parametrize("causal,window,cap", [(True, (1000, -1), 0.0), (False, (300, 700), 0.0),
+                                               (True, (-1, -1), 30.0), (True, (513, 0), 50.0)])
+def test_hopper_window_softcap_long_requests(qlen, klen, causal, window, cap):
+    """Long requests: most key blocks lie outside the window and are never loaded."""
+    q, k, v, cu_q, cu_k = make_batch([qlen, 5], [klen, 9], 16, 4, 128, torch.bfloat16, qlen + 3 * klen)
+    check(q, k, v, cu_q, cu_k, causal=causal, window_size=window, softcap=cap)
 
 
 def test_hopper_seqused_k_with_garbage_tail():
@@ -172,16 +213,13 @@ def test_dispatch_automatic_and_fallbacks(monkeypatch):
     check(q96, k96, v96, cu_q, cu_k, causal=True, arch=None, expect="sm80")
     with pytest.raises(ValueError, match="Hopper"):
         kernelgen.varlen_attention(q96, k96, v96, cu_q, cu_k, 600, 600, arch="sm_90a")
-    # a sliding window and a soft-cap: sm_80 path, compared with the reference
-    for kw in ({"window_size": (100, 0)}, {"softcap": 30.0}):
-        out = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 600, 600, causal=True, **kw)
-        assert "_wgmma" not in api._CALLS._last[1].attn.name
-        ref, _ = attention_reference(q, k, v, cu_q, cu_k, causal=True, **kw)
-        n = int(cu_q[-1])
-        atol, rtol = tolerance(q.dtype)
-        assert torch.allclose(out[:n].double(), ref[:n].to(q.dtype).double(), atol=atol, rtol=rtol)
-        with pytest.raises(ValueError, match="Hopper"):
-            kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 600, 600, causal=True, arch="sm_90a", **kw)
+    # a sliding window and a soft-cap: the Hopper path automatically, the sm_80 path when forced
+    api.clear_signature_cache()
+    for kw in ({"window_size": (100, 0)}, {"softcap": 30.0}, {"window_size": (300, 20), "softcap": 10.0}):
+        o90, l90 = check(q, k, v, cu_q, cu_k, causal=True, arch=None, expect="sm90a", **kw)
+        o80, l80 = check(q, k, v, cu_q, cu_k, causal=True, arch="sm_80", expect="sm80", **kw)
+        fin = torch.isfinite(l80)
+        assert torch.equal(fin, torch.isfinite(l90)) and (l90[fin] - l80[fin]).abs().max() < 1e-3
 
 
 def test_hopper_cuda_graph_replay():
@@ -288,3 +326,18 @@ def test_hopper_split_equals_unsplit():
         fin = torch.isfinite(l1)
         assert torch.equal(fin, torch.isfinite(ln))
         assert (ln[fin] - l1[fin]).abs().max().item() < 1e-4
+
+
+@pytest.mark.parametrize("splits", [3, 0])
+@pytest.mark.parametrize("causal,window,cap", [(True, (2000, -1), 0.0), (False, (700, 300), 30.0),
+                                               (True, (-1, -1), 20.0)])
+def test_hopper_splits_with_window_and_softcap(splits, causal, window, cap):
+    """The slices together: split-KV (forced 3, automatic) on long-context requests with a sliding
+    window and/or soft-cap; each split's share of the windowed key blocks, combined."""
+    q, k, v, cu_q, cu_k = make_batch([512, 0, 300], [24000, 50, 9000], 8, 2, 128, torch.bfloat16,
+                                     int(splits) * 7 + int(causal) + int(cap))
+    check(q, k, v, cu_q, cu_k, causal=causal, arch=None, num_splits=splits, window_size=window, softcap=cap)
+    name = api._CALLS._last[1].attn.name
+    assert "_wgmma" in name and ("_local_" in name) == (window != (-1, -1)) and ("_softcap" in name) == (cap > 0), name
+    if splits:
+        assert "_split" in name, name
