@@ -10,9 +10,10 @@ Tile classes, by query rows per request tile (``max_seqlen_q`` times the pack-GQ
 (tests/test_compile_matrix.py) and fits the arch's shared memory.
 
 Mainloop: on sm_90a, prefill-class calls the Hopper path supports (``sm90_unsupported``) and that
-would not split KV take the wgmma/TMA kernel (``mainloop="sm90a"``, tile ``SM90_TILE``, options
-``SM90_OPTS``); everything else, and every other arch, the sm_80 (mma.sync) kernels.  ``choose``'s
-``mainloop`` argument forces one (``varlen_attention(arch=...)``, ``KERNELGEN_ARCH``).
+would not split KV take the wgmma/TMA kernel (``mainloop="sm90a"``, the head dims' tile
+``sm90_tile``, options ``SM90_OPTS``); everything else, and every other arch, the sm_80 (mma.sync)
+kernels.  ``choose``'s ``mainloop`` argument forces one (``varlen_attention(arch=...)``,
+``KERNELGEN_ARCH``).
 
 Split-KV: the host picks an upper bound with FlashAttention-3's occupancy rule (treating a varlen
 batch as one request, as FA3 does); the GPU scheduler then gives each request its own count from

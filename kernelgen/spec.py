@@ -80,8 +80,9 @@ class AttentionSpec:
     (mma.sync, ldmatrix, cp.async; templates/attention/fwd_sm80.cu.j2).  ``mainloop="sm90a"``: the
     Hopper path (wgmma, TMA, mbarriers, a producer warpgroup and ``tile.num_warps / 4`` consumer
     warpgroups; templates/attention/fwd_sm90.cu.j2) for packed K/V, (head_dim, head_dim_v) in
-    ``SM90_HEAD_DIM_PAIRS`` (64, 96, 128, 192 and 256 equal, and 192 x 128), mask "none" or "causal", no pack-GQA, split-KV, paging or soft-cap; its tile has
-    block_m = 16 * num_warps (64 rows per consumer warpgroup).  ``sm90_opts``: letters of
+    ``SM90_HEAD_DIM_PAIRS`` (64, 96, 128, 192 and 256 equal, and 192 x 128), mask "none" or
+    "causal", no pack-GQA, split-KV, paging or soft-cap; its tile has block_m = 16 * num_warps (64
+    rows per consumer warpgroup).  ``sm90_opts``: letters of
     ``SM90_OPTS`` (tuning variants of the Hopper mainloop, "" = the default).
     Both are compiled for the exact arch (``arch``).
     """

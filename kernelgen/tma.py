@@ -8,12 +8,13 @@ encodes it.  The kernel takes the three maps by value as ``__grid_constant__`` p
 (``params.TMA_ATTENTION_PARAMS``).
 
 Each map is a 3-D view ``(head_dim, heads, tokens)`` of a (tokens, heads, head_dim) tensor whose
-last dim is contiguous, in 16-bit elements (the dtype's bits are copied as is), with boxes of
-``64 x 1 x rows``: one 128-byte row segment per token, ``rows`` tokens, stored with the 128-byte
-swizzle the wgmma descriptors expect (templates/common/wgmma.cuh).  Tokens past the tensor's end
-read as zeros, and so do columns past head_dim: a head dim of 96 is loaded as two 64-column boxes
-whose second one holds columns 96..127 as zeros (the kernel's rows are padded to 128).  Requirements (checked by ``map_args``): a 16-byte aligned base, head and token
-strides that are multiples of 16 bytes and below 2^40, at least one token.
+last dim is contiguous, in 16-bit elements (the dtype's bits are copied as is), with boxes of ``64 x
+1 x rows``: one 128-byte row segment per token, ``rows`` tokens, stored with the 128-byte swizzle
+the wgmma descriptors expect (templates/common/wgmma.cuh).  Tokens past the tensor's end read as
+zeros, and so do columns past head_dim: a head dim of 96 is loaded as two 64-column boxes whose
+second one holds columns 96..127 as zeros (the kernel's rows are padded to 128).  Requirements
+(checked by ``map_args``): a 16-byte aligned base, head and token strides that are multiples of 16
+bytes and below 2^40, at least one token.
 """
 from __future__ import annotations
 

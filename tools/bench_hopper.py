@@ -1,13 +1,14 @@
 """Benchmark of the Hopper attention path against the sm_80 path, cuDNN SDPA and torch's FA2.
 
 Shapes (bf16): ``prefill_dense_causal_h128_s16k`` (1 x 32 heads x 16384, d 128, causal),
-``prefill_dense_h128_s4k`` (4 x 32 x 4096, d 128, no mask), ``prefill_dense_causal_h256_s4k``
-(2 x 16 x 4096, d 256, causal; the report's entry) and the same 2 x 16 x 4096 causal shape at head
-dims 192, 192 x 128 (head_dim_v 128) and 96, picked with ``--shapes`` (default: the two d 128).
-kernelgen runs as one varlen batch of equal requests; the SDPA peers get dense (B, H, S, D) copies.  GPU time is the median of CUDA-event
-timed calls with the L2 flushed before each (``kernelgen.bench.measure.time_gpu``); TFLOP/s count
-2 * (d + dv) * (visible query-key pairs) per head.  Each kernelgen entry's output is compared with cuDNN's
-(largest |difference|).  Also prints each Hopper kernel's registers, spills and shared memory.
+``prefill_dense_h128_s4k`` (4 x 32 x 4096, d 128, no mask), ``prefill_dense_causal_h256_s4k`` (2 x
+16 x 4096, d 256, causal; the report's entry) and the same 2 x 16 x 4096 causal shape at head dims
+192, 192 x 128 (head_dim_v 128) and 96, picked with ``--shapes`` (default: the two d 128).  kernelgen
+runs as one varlen batch of equal requests; the SDPA peers get dense (B, H, S, D) copies.  GPU time
+is the median of CUDA-event timed calls with the L2 flushed before each
+(``kernelgen.bench.measure.time_gpu``); TFLOP/s count 2 * (d + dv) * (visible query-key pairs) per
+head.  Each kernelgen entry's output is compared with cuDNN's (largest |difference|).  Also prints
+each Hopper kernel's registers, spills and shared memory.
 
 Usage: python tools/bench_hopper.py [--json FILE] [--repeat N] [--variants OPTS:STAGES[:BLOCK_N],...]
        [--shapes NAME,...]
