@@ -114,10 +114,10 @@ def varlen_attention(
             with that threshold; 0 turns it off.
         arch: which attention mainloop runs: None or "auto" picks the Hopper path (wgmma, TMA,
             warp specialisation; ``docs/perf-notes.md``, "Hopper path") on compute capability
-            9.0 for the calls it supports (packed K/V, head_dim == head_dim_v in (64, 128), any
-            mask, window and soft-cap, no pack-GQA or forced split-KV, prefill-sized
-            ``max_seqlen_q`` * query heads per tile, and a batch that fills the GPU without
-            split-KV) and the sm_80 path (mma.sync) otherwise; "sm_80" forces the sm_80 path,
+            9.0 for the calls it supports (packed K/V, head dims 64, 96, 128, 192 or 256 with
+            head_dim_v == head_dim, or 192 with head_dim_v 128; any mask, window and soft-cap;
+            split-KV, automatic or forced; no pack-GQA; prefill-sized
+            ``max_seqlen_q`` * query heads per tile) and the sm_80 path (mma.sync) otherwise; "sm_80" forces the sm_80 path,
             "sm_90a" the Hopper path (ValueError if the call or the device does not support it).
             None reads the ``KERNELGEN_ARCH`` environment variable (same values) when a call
             signature is first seen (``clear_signature_cache`` makes it read again).

@@ -10,9 +10,9 @@ Tile classes, by query rows per request tile (``max_seqlen_q`` times the pack-GQ
 (tests/test_compile_matrix.py) and fits the arch's shared memory.
 
 Mainloop: on sm_90a, prefill-class calls the Hopper path supports (``sm90_unsupported``) take the
-wgmma/TMA kernel (``mainloop="sm90a"``, tile ``SM90_TILE``, options ``SM90_OPTS``), with split-KV
-when the split bound for that tile says so; everything else, and every other arch, the sm_80
-(mma.sync) kernels.  ``choose``'s ``mainloop`` argument forces one (``varlen_attention(arch=...)``,
+wgmma/TMA kernel (``mainloop="sm90a"``, the head dims' tile ``sm90_tile``, options
+``SM90_OPTS``), with split-KV when the split bound for that tile says so; everything else, and
+every other arch, the sm_80 (mma.sync) kernels.  ``choose``'s ``mainloop`` argument forces one (``varlen_attention(arch=...)``,
 ``KERNELGEN_ARCH``).
 
 Split-KV: the host picks an upper bound with FlashAttention-3's occupancy rule (treating a varlen
@@ -25,7 +25,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from .spec import ARCHS, MAINLOOPS, MASKS, SM90_HEAD_DIMS, AttentionSpec, CombineSpec, FusedAttentionSpec, SchedulerSpec, TileConfig
+from .spec import ARCHS, MAINLOOPS, MASKS, SM90_HEAD_DIM_PAIRS, AttentionSpec, CombineSpec, FusedAttentionSpec, SchedulerSpec, TileConfig
 
 #: Largest dynamic shared memory one CTA may opt into, bytes (CUDA programming guide, per arch).
 SMEM_LIMIT = {"sm_80": 166912, "sm_86": 101376, "sm_89": 101376, "sm_90a": 232448}
@@ -77,6 +77,30 @@ SPLIT_GRANULARITY = {"prefill": 1, "mid": 1, "decode": 4}
 #: The Hopper path's tile (mainloop "sm90a"): 128 query rows in two consumer warpgroups of 64,
 #: blocks of 128 keys, a two-stage K/V ring (one CTA per SM: 160 KB of shared memory at head dim 128).
 SM90_TILE = TileConfig(128, 128, 8, 2, 1)
+#: The Hopper tile of the larger head dims, (head_dim, head_dim_v) -> tile; the others (64, 96
+#: stored as 128, 128) take ``SM90_TILE``.  Every tile keeps one CTA per SM with 128 query rows
+#: (two consumer warpgroups of 64) and two K/V stages; block_n is the largest that fits both
+#: limits (docs/perf-notes.md, "Hopper path: head dims"):
+#:  - shared memory (232,448 B per CTA, ``spec.AttentionSpec.smem_bytes``): 2 B x (Q 128 x d +
+#:    2 stages x block_n x (d + dv)) + 1280 B of barriers and alignment slack;
+#:  - registers (``setmaxnreg`` 240 a consumer thread, no spills): a consumer thread holds 64 x dv / 128
+#:    fp32 O accumulators (dv / 2), 64 x block_n / 128 fp32 scores (block_n / 2) and the bf16 P
+#:    fragments (block_n / 4), next to the softmax state and addresses (about 30).
+#: d 256: 2 x (128 x 256 + 2 x 80 x 512) = 229,376 + 1280 = 230,656 B; 128 + 40 + 20 registers.
+#: d 192: 2 x (128 x 192 + 2 x 112 x 384) = 221,184 + 1280 = 222,464 B; 96 + 56 + 28.
+#: d 192 x 128: 2 x (128 x 192 + 2 x 128 x 320) = 212,992 + 1280 = 214,272 B; 64 + 64 + 32.
+SM90_TILES = {
+    (256, 256): TileConfig(128, 80, 8, 2, 1),
+    (192, 192): TileConfig(128, 112, 8, 2, 1),
+    (192, 128): TileConfig(128, 128, 8, 2, 1),
+}
+
+
+def sm90_tile(head_dim: int, head_dim_v: int) -> TileConfig:
+    """The Hopper path's tile for a (head_dim, head_dim_v) pair: ``SM90_TILES``' entry, else
+    ``SM90_TILE`` (read at call time, so tuning runs can replace either)."""
+    return SM90_TILES.get((head_dim, head_dim_v), SM90_TILE)
+
 #: The Hopper mainloop's options (``AttentionSpec.sm90_opts``) the dispatcher uses: "p", the
 #: two consumer warpgroups' GEMMs in ping-pong (H200, docs/perf-notes.md "Hopper path": 648 vs
 #: 580 TFLOP/s without it on the causal 16k shape; P V over the whole head dim, softmax
@@ -173,14 +197,14 @@ class Variants:
 def sm90_unsupported(arch: str, head_dim: int, head_dim_v: int, *, mask: str, paged: bool, softcap: bool,
                      pack: bool, num_splits: int, tma_ok: bool = True) -> str:
     """Why the Hopper mainloop cannot run a call ("" when it can): it needs sm_90a, packed K/V,
-    head_dim == head_dim_v in (64, 128), no pack-GQA, and q/k/v strides TMA can address
-    (``tma_ok``, see ``tma.tma_compatible``).  Every mask ("none", "causal", "local": a sliding
-    window), soft-cap (``softcap``) and split-KV (automatic or a forced ``num_splits``) run on it;
-    ``num_splits`` is kept for the callers' signature."""
+    (head_dim, head_dim_v) in ``spec.SM90_HEAD_DIM_PAIRS``, no pack-GQA, and q/k/v strides TMA can
+    address (``tma_ok``, see ``tma.tma_compatible``).  Every mask ("none", "causal", "local": a
+    sliding window), soft-cap (``softcap``) and split-KV (automatic or a forced ``num_splits``) run
+    on it; ``num_splits`` is kept for the callers' signature."""
     if arch != "sm_90a":
         return f"arch {arch} (the wgmma/TMA path needs sm_90a)"
-    if head_dim != head_dim_v or head_dim not in SM90_HEAD_DIMS:
-        return f"head dims {head_dim}/{head_dim_v} (supported: equal, in {SM90_HEAD_DIMS})"
+    if (head_dim, head_dim_v) not in SM90_HEAD_DIM_PAIRS:
+        return f"head dims {head_dim}/{head_dim_v} (supported: {SM90_HEAD_DIM_PAIRS})"
     if mask not in MASKS:
         return f"mask {mask!r} (masks: {MASKS})"
     for name, on in (("a paged K/V cache", paged), ("pack-GQA", pack)):
@@ -227,7 +251,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
         if mainloop == "sm90a" and why:
             raise ValueError(f"the Hopper (sm_90a) path does not support this call: {why}")
         if not why:
-            t = tile or SM90_TILE
+            t = tile or sm90_tile(head_dim, head_dim_v)
             n = -(-max(max_seqlen_k, 1) // t.block_n)
             if num_splits > 0:  # forced: never more splits than key blocks (sizes the partials)
                 max_splits, forced = max(1, min(num_splits, n)), True

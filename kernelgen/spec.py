@@ -27,7 +27,15 @@ MAINLOOPS = ("sm80", "sm90a")
 SM90_OPTS = "hprs"
 _SM90_OPT_NAMES = {"h": "pvhalves", "p": "pingpong", "r": "lazyrescale", "s": "serial"}
 #: Head dims of the Hopper path (head_dim == head_dim_v).
-SM90_HEAD_DIMS = (64, 128)
+SM90_HEAD_DIMS = (64, 96, 128, 192, 256)
+#: (head_dim, head_dim_v) pairs of the Hopper path: the equal ones and DeepSeek's 192 x 128.
+SM90_HEAD_DIM_PAIRS = tuple((d, d) for d in SM90_HEAD_DIMS) + ((192, 128),)
+
+
+def sm90_padded(d: int) -> int:
+    """Columns a Hopper shared-memory row holds for head dim ``d``: whole 128-byte (64-element)
+    swizzle column blocks; head dim 96 is stored as 128 (TMA fills columns 96..127 with zeros)."""
+    return -(-d // 64) * 64
 
 
 def _check(value, allowed, what):
@@ -71,11 +79,12 @@ class AttentionSpec:
     ``mainloop="sm80"``: the tensor-core path of every arch from sm_80 on, sm_90a included
     (mma.sync, ldmatrix, cp.async; templates/attention/fwd_sm80.cu.j2).  ``mainloop="sm90a"``: the
     Hopper path (wgmma, TMA, mbarriers, a producer warpgroup and ``tile.num_warps / 4`` consumer
-    warpgroups; templates/attention/fwd_sm90.cu.j2) for packed K/V, head_dim == head_dim_v in
-    (64, 128), any mask ("none", "causal", "local"), with or without soft-cap and split-KV, no
-    pack-GQA or paging; its tile has block_m = 16 * num_warps (64 rows per consumer warpgroup).
-    ``sm90_opts``: letters of ``SM90_OPTS`` (tuning variants of the Hopper mainloop, "" = the
-    default).  Both are compiled for the exact arch (``arch``).
+    warpgroups; templates/attention/fwd_sm90.cu.j2) for packed K/V, (head_dim, head_dim_v) in
+    ``SM90_HEAD_DIM_PAIRS`` (64, 96, 128, 192 and 256 equal, and 192 x 128), any mask ("none",
+    "causal", "local"), with or without soft-cap and split-KV, no pack-GQA or paging; its tile has
+    block_m = 16 * num_warps (64 rows per consumer warpgroup).  ``sm90_opts``: letters of
+    ``SM90_OPTS`` (tuning variants of the Hopper mainloop, "" = the default).
+    Both are compiled for the exact arch (``arch``).
     """
 
     arch: str
@@ -121,8 +130,8 @@ class AttentionSpec:
         t = self.tile
         if self.arch != "sm_90a":
             return f"arch {self.arch} (wgmma and setmaxnreg need sm_90a)"
-        if self.head_dim != self.head_dim_v or self.head_dim not in SM90_HEAD_DIMS:
-            return f"head dims {self.head_dim}/{self.head_dim_v} (supported: equal, in {SM90_HEAD_DIMS})"
+        if (self.head_dim, self.head_dim_v) not in SM90_HEAD_DIM_PAIRS:
+            return f"head dims {self.head_dim}/{self.head_dim_v} (supported: {SM90_HEAD_DIM_PAIRS})"
         for flag in ("pack_gqa", "paged", "row_splits"):
             if getattr(self, flag):
                 return flag
@@ -153,12 +162,14 @@ class AttentionSpec:
         """Dynamic shared memory of one CTA (bytes): Q/O tile plus num_stages K and V tiles.
 
         sm80: rows are padded by 8 elements (16 bytes); must match SMEM_BYTES in variant_sm80.cuh.
-        sm90a: unpadded 128-byte-swizzled tiles, 256 bytes of barriers and 1024 bytes of slack to
+        sm90a: 128-byte-swizzled tiles whose rows hold ``sm90_padded(head_dim)`` (Q, K) and
+        ``sm90_padded(head_dim_v)`` (V) columns, 256 bytes of barriers and 1024 bytes of slack to
         align the base (variant_sm90.cuh).
         """
         t = self.tile
         if self.mainloop == "sm90a":
-            return 2 * self.head_dim * (t.block_m + 2 * t.num_stages * t.block_n) + 256 + 1024
+            dp, dvp = sm90_padded(self.head_dim), sm90_padded(self.head_dim_v)
+            return 2 * (dp * (t.block_m + t.num_stages * t.block_n) + dvp * t.num_stages * t.block_n) + 256 + 1024
         sq, sv = self.head_dim + 8, self.head_dim_v + 8
         q = t.block_m * max(sq, sv)
         return 2 * (q + t.num_stages * t.block_n * (sq + sv))

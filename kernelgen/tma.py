@@ -8,11 +8,13 @@ encodes it.  The kernel takes the three maps by value as ``__grid_constant__`` p
 (``params.TMA_ATTENTION_PARAMS``).
 
 Each map is a 3-D view ``(head_dim, heads, tokens)`` of a (tokens, heads, head_dim) tensor whose
-last dim is contiguous, in 16-bit elements (the dtype's bits are copied as is), with boxes of
-``64 x 1 x rows``: one 128-byte row segment per token, ``rows`` tokens, stored with the 128-byte
-swizzle the wgmma descriptors expect (templates/common/wgmma.cuh).  Tokens past the tensor's end
-read as zeros.  Requirements (checked by ``map_args``): a 16-byte aligned base, head and token
-strides that are multiples of 16 bytes and below 2^40, at least one token.
+last dim is contiguous, in 16-bit elements (the dtype's bits are copied as is), with boxes of ``64 x
+1 x rows``: one 128-byte row segment per token, ``rows`` tokens, stored with the 128-byte swizzle
+the wgmma descriptors expect (templates/common/wgmma.cuh).  Tokens past the tensor's end read as
+zeros, and so do columns past head_dim: a head dim of 96 is loaded as two 64-column boxes whose
+second one holds columns 96..127 as zeros (the kernel's rows are padded to 128).  Requirements
+(checked by ``map_args``): a 16-byte aligned base, head and token strides that are multiples of 16
+bytes and below 2^40, at least one token.
 """
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ INTERLEAVE_NONE = 0
 MAP_BYTES = 128
 #: Elements of one box row: 128 bytes of 16-bit values (the 128-byte swizzle's row).
 BOX_INNER = 64
+#: head_dim must be a multiple of this (96 is the one head dim that is not a multiple of 64).
+HEAD_DIM_MULTIPLE = 32
 
 
 class TensorMapError(RuntimeError):
@@ -44,7 +48,8 @@ def map_args(ptr: int, shape: tuple, strides: tuple, box_rows: int) -> tuple:
 
     Args:
         ptr: device address of element [0, 0, 0].
-        shape: (tokens, heads, head_dim); head_dim a multiple of 64.
+        shape: (tokens, heads, head_dim); head_dim a multiple of 32 (boxes of 64 columns; a
+            box past head_dim reads zeros).
         strides: the tensor's strides in elements, (token, head, 1).
         box_rows: tokens per box (1 .. 256).
 
@@ -59,8 +64,8 @@ def map_args(ptr: int, shape: tuple, strides: tuple, box_rows: int) -> tuple:
     s_tok, s_head, s_d = (int(x) for x in strides)
     if s_d != 1 and d > 1:
         raise ValueError(f"the last dim must be contiguous, got stride {s_d}")
-    if d % BOX_INNER:
-        raise ValueError(f"head_dim {d} must be a multiple of {BOX_INNER}")
+    if d % HEAD_DIM_MULTIPLE or d < BOX_INNER:
+        raise ValueError(f"head_dim {d} must be a multiple of {HEAD_DIM_MULTIPLE}, at least {BOX_INNER}")
     if tokens < 1 or heads < 1:
         raise ValueError(f"a tensor map needs at least one token and head, got shape {tuple(shape)}")
     if ptr % 16:

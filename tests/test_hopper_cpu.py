@@ -17,8 +17,14 @@ BF16 = torch.bfloat16
 T90 = heuristics.SM90_TILE
 
 
-def sm90(dtype="bf16", d=128, mask="causal", layout="soa", tile=T90, opts="", **kw):
-    return AttentionSpec("sm_90a", dtype, d, d, mask, layout, tile, mainloop="sm90a", sm90_opts=opts, **kw)
+def sm90(dtype="bf16", d=128, mask="causal", layout="soa", tile=None, opts="", dv=None, **kw):
+    dv = d if dv is None else dv
+    tile = heuristics.sm90_tile(d, dv) if tile is None else tile
+    return AttentionSpec("sm_90a", dtype, d, dv, mask, layout, tile, mainloop="sm90a", sm90_opts=opts, **kw)
+
+
+#: Every (head_dim, head_dim_v) pair of the Hopper path.
+PAIRS = [(64, 64), (96, 96), (128, 128), (192, 192), (192, 128), (256, 256)]
 
 
 # ------------------------------------------------------------------------------------- spec
@@ -39,8 +45,8 @@ def test_sm90_spec_shape_and_name():
 
 
 @pytest.mark.parametrize("kw,why", [
-    (dict(d=96), "head dims"), (dict(pack_gqa=True), "pack_gqa"),
-    (dict(paged=True), "paged"), (dict(row_splits=True), "row_splits"),
+    (dict(d=128, dv=64), "head dims"), (dict(d=256, dv=128), "head dims"), (dict(d=96, dv=64), "head dims"),
+    (dict(pack_gqa=True), "pack_gqa"), (dict(paged=True), "paged"), (dict(row_splits=True), "row_splits"),
     (dict(tile=TileConfig(128, 32, 4, 3, 2)), "tile"), (dict(tile=TileConfig(128, 128, 8, 2, 2)), "tile"),
     (dict(opts="x"), "sm90_opts"), (dict(opts="sh"), "sm90_opts"), (dict(opts="ps"), "ping-pong"),
 ])
@@ -70,10 +76,12 @@ def test_sm90_spec_needs_sm_90a_and_opts_need_sm90():
 PREFILL = dict(num_heads_q=32, num_heads_kv=8, max_seqlen_q=4096, max_seqlen_k=4096)
 
 
-@pytest.mark.parametrize("dtype,d,mask", list(itertools.product(("bf16", "fp16"), (64, 128), ("none", "causal"))))
-def test_automatic_choice_is_hopper_for_supported_prefill(dtype, d, mask):
-    v = heuristics.choose("sm_90a", dtype, d, d, mask=mask, **PREFILL)
-    assert v.attention.mainloop == "sm90a" and v.attention.tile == T90 and v.attention.sm90_opts == heuristics.SM90_OPTS
+@pytest.mark.parametrize("dtype,dd,mask", list(itertools.product(("bf16", "fp16"), PAIRS, ("none", "causal"))))
+def test_automatic_choice_is_hopper_for_supported_prefill(dtype, dd, mask):
+    d, dv = dd
+    v = heuristics.choose("sm_90a", dtype, d, dv, mask=mask, **PREFILL)
+    assert v.attention.mainloop == "sm90a" and v.attention.sm90_opts == heuristics.SM90_OPTS
+    assert v.attention.tile == heuristics.sm90_tile(d, dv) == heuristics.SM90_TILES.get((d, dv), T90)
     assert v.combine is None and v.max_splits == 1 and v.scheduler.arch == "sm_90a"
 
 
@@ -152,7 +160,27 @@ def test_forced_splits_on_the_hopper_path(mainloop):
     assert v80.attention.mainloop == "sm80" and v80.attention.split and v80.max_splits == 3
 
 
-@pytest.mark.parametrize("d,dv", [(96, 96), (192, 128), (256, 256), (128, 64)])
+def test_per_head_dim_tiles_fit_shared_memory_and_the_report_shape_dispatches_to_hopper():
+    """The tiles of heuristics.SM90_TILES: one CTA per SM within the 227 KB, the arithmetic of
+    their comment; the bench's prefill_dense_causal_h256_s4k (2 x 16 x 4096, d 256, causal) call
+    takes the Hopper path with the 128 x 80 tile."""
+    assert heuristics.sm90_tile(256, 256) == TileConfig(128, 80, 8, 2, 1)
+    assert heuristics.sm90_tile(192, 192) == TileConfig(128, 112, 8, 2, 1)
+    assert heuristics.sm90_tile(192, 128) == TileConfig(128, 128, 8, 2, 1)
+    assert heuristics.sm90_tile(96, 96) == heuristics.sm90_tile(128, 128) == heuristics.sm90_tile(64, 64) == T90
+    expect = {(256, 256): 230656, (192, 192): 222464, (192, 128): 214272, (96, 96): 165120, (128, 128): 165120,
+              (64, 64): 2 * 64 * (128 + 4 * 128) + 1280}
+    for (d, dv), nbytes in expect.items():
+        s = sm90(d=d, dv=dv)
+        assert s.smem_bytes() == nbytes <= heuristics.SMEM_LIMIT["sm_90a"], (d, dv)
+    v = heuristics.choose("sm_90a", "bf16", 256, 256, num_heads_q=16, num_heads_kv=16, mask="causal",
+                          max_seqlen_q=4096, max_seqlen_k=4096)
+    assert v.attention.mainloop == "sm90a" and v.attention.tile == TileConfig(128, 80, 8, 2, 1) and v.combine is None
+    with pytest.raises(ValueError, match="shared memory"):  # 96-key blocks at d 256: 263 KB
+        heuristics.choose("sm_90a", "bf16", 256, 256, mainloop="sm90a", tile=TileConfig(128, 96, 8, 2, 1), **PREFILL)
+
+
+@pytest.mark.parametrize("d,dv", [(128, 64), (256, 128), (96, 64), (64, 128)])
 def test_other_head_dims_fall_back_and_cannot_be_forced(d, dv):
     assert heuristics.choose("sm_90a", "bf16", d, dv, **PREFILL).attention.mainloop == "sm80"
     with pytest.raises(ValueError, match="Hopper"):
@@ -206,13 +234,17 @@ def test_tma_map_args():
     k = qkv[:, 4:8]
     assert tma.map_args(16, tuple(k.shape), tuple(k.stride()), 64) == ((64, 4, 300), (128, 12 * 128), (64, 1, 64))
     assert tma.tma_compatible(k) and tma.tma_compatible(q)
+    # head dim 96: boxes of 64 columns (the second reads columns 96..127 as zeros)
+    q96 = torch.empty(50, 4, 96, dtype=BF16)
+    assert tma.map_args(16, tuple(q96.shape), tuple(q96.stride()), 80) == ((96, 4, 50), (192, 4 * 192), (64, 1, 80))
 
 
 @pytest.mark.parametrize("ptr,shape,strides,rows,what", [
     (0x1008, (10, 2, 128), (256, 128, 1), 64, "aligned"),
     (0x1000, (10, 2, 128), (260, 130, 1), 64, "stride"),
     (0x1000, (0, 2, 128), (256, 128, 1), 64, "token"),
-    (0x1000, (10, 2, 96), (192, 96, 1), 64, "multiple of 64"),
+    (0x1000, (10, 2, 80), (160, 80, 1), 64, "multiple of 32"),
+    (0x1000, (10, 2, 32), (64, 32, 1), 64, "at least 64"),
     (0x1000, (10, 2, 128), (256, 1, 2), 64, "contiguous"),
     (0x1000, (10, 2, 128), (256, 128, 1), 300, "box_rows"),
 ])
@@ -343,9 +375,10 @@ def test_unsupported_calls_fall_back_or_raise_when_forced(fake_cuda):
         assert "attention_sm90" not in fake_cuda.kinds() and "attention" in fake_cuda.kinds()
         with pytest.raises(ValueError, match="Hopper"):
             kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400, causal=True, arch="sm_90a", **kw)
-    q96, k96, v96, cu_q, cu_k = prefill_inputs(d=96)
+    q, k, v, cu_q, cu_k = prefill_inputs()
+    v64 = v[..., :64].contiguous()
     fake_cuda.clear()
-    kernelgen.varlen_attention(q96, k96, v96, cu_q, cu_k, 300, 400)
+    kernelgen.varlen_attention(q, k, v64, cu_q, cu_k, 300, 400)  # head dims 128 x 64
     assert "attention" in fake_cuda.kinds() and "attention_sm90" not in fake_cuda.kinds()
     with pytest.raises(ValueError, match="short_query_tokens"):
         kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400, arch="sm_90a", short_query_tokens=4)
@@ -462,21 +495,26 @@ def test_render_uses_the_hopper_instructions_and_keys_differ(tmp_path):
 
 
 _NVDISASM = sass.find_nvdisasm()
-COMPILE = [dict(dtype=dt, d=d, mask=m) for dt in ("bf16", "fp16") for d in (64, 128) for m in ("none", "causal")]
+COMPILE = [dict(dtype=dt, d=d, dv=dv, mask=m) for dt in ("bf16", "fp16") for d, dv in PAIRS for m in ("none", "causal")]
 COMPILE += [dict(opts="h"), dict(opts="s"), dict(opts="hs", mask="none"), dict(opts="p"), dict(opts="hp", d=64),
             dict(opts="pr"), dict(opts="r", dtype="fp16"),
             dict(layout="aos"),
             dict(split=True, d=64), dict(split=True, dtype="fp16", d=64, mask="none"), dict(split=True),
             dict(split=True, dtype="fp16", mask="none"), dict(split=True, layout="aos", opts="hs"),
-            dict(tile=TileConfig(128, 128, 8, 3, 1)), dict(d=64, tile=TileConfig(128, 128, 8, 4, 1))]
+            dict(tile=TileConfig(128, 128, 8, 3, 1)), dict(d=64, tile=TileConfig(128, 128, 8, 4, 1)),
+            dict(d=256, opts="h"), dict(d=256, opts="s"), dict(d=256, opts="", layout="aos"), dict(d=192, opts="h"),
+            dict(d=192, dv=128, opts="h"), dict(d=96, opts="h"), dict(d=96, opts="s")]
 # sliding window and soft-cap (issue 5): both dtypes and head dims, and the mainloop options
 COMPILE += [dict(dtype=dt, d=d, mask=m, softcap=c) for dt in ("bf16", "fp16") for d in (64, 128)
             for m, c in (("local", False), ("local", True), ("causal", True), ("none", True))]
 COMPILE += [dict(mask="local", softcap=True, opts="s"), dict(mask="local", softcap=True, opts="hr"),
             dict(mask="local", opts="pr", layout="aos")]
-# the slices together: split-KV with a window and soft-cap
+# the slices together: split-KV with a window and soft-cap, and with the wide head dims
 COMPILE += [dict(split=True, mask="local", softcap=True), dict(split=True, mask="causal", softcap=True, d=64,
                                                                 dtype="fp16"), dict(split=True, mask="local", layout="aos")]
+COMPILE += [dict(d=d, dv=dv, split=True, mask="local", softcap=True) for d, dv in ((256, 256), (192, 192), (192, 128),
+                                                                                  (96, 96))]
+COMPILE += [dict(d=256, mask="causal", softcap=True), dict(d=96, split=True)]
 
 
 @pytest.mark.parametrize("kw", COMPILE, ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))
@@ -493,9 +531,9 @@ def test_hopper_kernel_compiles_without_spills_with_hgmma(kw):
         assert code not in res.log, res.log
     assert _NVDISASM is not None, "nvdisasm is needed: pip install nvidia-cuda-nvdisasm (the test extra)"
     ops = sass.opcode_counts(sass.disassemble(res.cubin, _NVDISASM))
-    halves = spec.head_dim // 64
-    pv = spec.tile.block_n // 16 * (halves if ("h" in spec.sm90_opts or halves == 1) else 1)
-    per_block = halves * 4 + pv                                     # Q K^T k-steps + P V k-steps
+    halves, vhalves = -(-spec.head_dim // 64), -(-spec.head_dim_v // 64)  # 64-column blocks (96 -> 2)
+    pv = spec.tile.block_n // 16 * (vhalves if ("h" in spec.sm90_opts or vhalves == 1) else 1)
+    per_block = spec.head_dim // 16 + pv                            # Q K^T k-steps + P V k-steps
     assert ops["HGMMA"] >= per_block and ops["HGMMA"] % per_block == 0, ops
     assert ops["HMMA"] == 0 and ops["LDL"] == 0 and ops["STL"] == 0, ops
-    assert ops["UTMALDG"] >= 3 * halves and ops["USETMAXREG"] == 2, ops
+    assert ops["UTMALDG"] >= 2 * halves + vhalves and ops["USETMAXREG"] == 2, ops

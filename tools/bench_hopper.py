@@ -1,13 +1,18 @@
 """Benchmark of the Hopper attention path against the sm_80 path, cuDNN SDPA and torch's FA2.
 
-Shapes (bf16, head dim 128): ``prefill_dense_causal_h128_s16k`` (1 x 32 heads x 16384, causal)
-and ``prefill_dense_h128_s4k`` (4 x 32 x 4096, no mask).  kernelgen runs as one varlen batch of
-equal requests; the SDPA peers get dense (B, H, S, D) copies.  GPU time is the median of CUDA-event
-timed calls with the L2 flushed before each (``kernelgen.bench.measure.time_gpu``); TFLOP/s count
-4 * d * (visible query-key pairs) per head.  Each kernelgen entry's output is compared with cuDNN's
-(largest |difference|).  Also prints each Hopper kernel's registers, spills and shared memory.
+Shapes (bf16): ``prefill_dense_causal_h128_s16k`` (1 x 32 heads x 16384, d 128, causal),
+``prefill_dense_h128_s4k`` (4 x 32 x 4096, d 128, no mask), ``prefill_dense_causal_h256_s4k`` (2 x
+16 x 4096, d 256, causal; the report's entry) and the same 2 x 16 x 4096 causal shape at head dims
+192, 192 x 128 (head_dim_v 128) and 96, picked with ``--shapes`` (default: the two d 128).  kernelgen
+runs as one varlen batch of equal requests; the SDPA peers get dense (B, H, S, D) copies.  GPU time
+is the median of CUDA-event timed calls with the L2 flushed before each
+(``kernelgen.bench.measure.time_gpu``); TFLOP/s count 2 * (d + dv) * (visible query-key pairs) per
+head.  Each kernelgen entry's output is compared with cuDNN's (largest |difference|).  Also prints
+each Hopper kernel's registers, spills and shared memory.
 
 Usage: python tools/bench_hopper.py [--json FILE] [--repeat N] [--variants OPTS:STAGES[:BLOCK_N],...]
+       [--shapes NAME,...]
+A variant without BLOCK_N keeps the head dim's own block_n (heuristics.sm90_tile).
 """
 from __future__ import annotations
 
@@ -18,7 +23,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-SHAPES = [("prefill_dense_causal_h128_s16k", 1, 32, 16384, True), ("prefill_dense_h128_s4k", 4, 32, 4096, False)]
+#: (name, batch, heads, seqlen, causal, head dim, head_dim_v)
+SHAPES = [("prefill_dense_causal_h128_s16k", 1, 32, 16384, True, 128, 128),
+          ("prefill_dense_h128_s4k", 4, 32, 4096, False, 128, 128),
+          ("prefill_dense_causal_h256_s4k", 2, 16, 4096, True, 256, 256),
+          ("prefill_dense_causal_h192_s4k", 2, 16, 4096, True, 192, 192),
+          ("prefill_dense_causal_h192x128_s4k", 2, 16, 4096, True, 192, 128),
+          ("prefill_dense_causal_h96_s4k", 2, 16, 4096, True, 96, 96)]
 
 
 def main(argv=None) -> int:
@@ -27,7 +38,13 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--variants", default="p:2,_:2,pr:2,r:2,p:3",
                     help="Hopper mainloop variants (opts:stages[:block_n])")
+    ap.add_argument("--shapes", default="prefill_dense_causal_h128_s16k,prefill_dense_h128_s4k",
+                    help="comma-separated shape names (%(default)s); also prefill_dense_causal_h256_s4k")
     args = ap.parse_args(argv)
+    wanted = args.shapes.split(",")
+    unknown = set(wanted) - {sh[0] for sh in SHAPES}
+    if unknown:
+        ap.error(f"unknown shapes {sorted(unknown)}")
 
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -39,14 +56,15 @@ def main(argv=None) -> int:
     from kernelgen.spec import TileConfig
 
     rows, report = [], {"device": torch.cuda.get_device_name(0), "entries": []}
-    for name, b, h, s, causal in SHAPES:
-        d = 128
+    default_opts, default_tile, default_tiles = heuristics.SM90_OPTS, heuristics.SM90_TILE, dict(heuristics.SM90_TILES)
+    for name, b, h, s, causal, d, dv in [sh for sh in SHAPES if sh[0] in wanted]:
         torch.manual_seed(0)
         q = torch.randn(b * s, h, d, device="cuda", dtype=torch.bfloat16)
-        k, v = torch.randn_like(q), torch.randn_like(q)
+        k = torch.randn_like(q)
+        v = torch.randn(b * s, h, dv, device="cuda", dtype=torch.bfloat16)
         cu = torch.arange(0, (b + 1) * s, s, dtype=torch.int32, device="cuda")
-        flops = 4 * d * h * b * visible_pairs(s, s, causal=causal)
-        q4, k4, v4 = (t.view(b, s, h, d).transpose(1, 2).contiguous() for t in (q, k, v))
+        flops = 2 * (d + dv) * h * b * visible_pairs(s, s, causal=causal)
+        q4, k4, v4 = (t.view(b, s, h, t.shape[-1]).transpose(1, 2).contiguous() for t in (q, k, v))
         entry = {"name": name, "flops": flops, "us": {}, "max_diff_vs_cudnn": {}, "kernels": {}}
         ref = None
 
@@ -59,19 +77,22 @@ def main(argv=None) -> int:
                 o = sdpa(backend)
                 torch.cuda.synchronize()
                 if ref is None:
-                    ref = o.transpose(1, 2).reshape(b * s, h, d).float()
+                    ref = o.transpose(1, 2).reshape(b * s, h, dv).float()
                 entry["us"][peer] = time_gpu(lambda: sdpa(backend), repeat=args.repeat, warmup=2)
             except Exception as e:  # noqa: BLE001 - a peer that cannot run is reported
                 entry["us"][peer] = None
                 entry.setdefault("errors", {})[peer] = str(e)[:200]
         runs = [("kernelgen_sm80", "sm_80", None)]
         runs += [(f"kernelgen_sm90a[{vv}]", "sm_90a", vv) for vv in args.variants.split(",") if vv]
-        out = torch.empty_like(q)
+        out = v.new_empty(b * s, h, dv)
         for label, arch, variant in runs:
             if variant is not None:
                 parts = variant.split(":")
                 heuristics.SM90_OPTS = "" if parts[0] == "_" else parts[0]
-                heuristics.SM90_TILE = TileConfig(128, int(parts[2]) if len(parts) > 2 else 128, 8, int(parts[1]), 1)
+                base = default_tiles.get((d, dv), default_tile)
+                tile = TileConfig(128, int(parts[2]) if len(parts) > 2 else base.block_n, 8, int(parts[1]), 1)
+                heuristics.SM90_TILE = tile
+                heuristics.SM90_TILES = {**default_tiles, (d, dv): tile} if (d, dv) in default_tiles else default_tiles
             api.clear_signature_cache()
 
             def call():
@@ -94,7 +115,7 @@ def main(argv=None) -> int:
                 entry.setdefault("errors", {})[label] = f"{type(e).__name__}: {str(e)[:300]}"
                 if "CUDA" in str(e) or "cuda" in str(e):
                     break  # a sticky CUDA error: later entries would fail too
-        heuristics.SM90_OPTS, heuristics.SM90_TILE = "", TileConfig(128, 128, 8, 2, 1)
+        heuristics.SM90_OPTS, heuristics.SM90_TILE, heuristics.SM90_TILES = default_opts, default_tile, default_tiles
         report["entries"].append(entry)
         for label, us in entry["us"].items():
             tf = flops / (us * 1e-6) / 1e12 if us else None

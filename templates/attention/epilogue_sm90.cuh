@@ -1,7 +1,8 @@
 // ---- attention/epilogue_sm90.cuh: write a consumer warp's O rows and LSE ----
 // Straight from the wgmma accumulators (normalised by finalize_rows): thread lane = 4g + t of
 // consumer warp cw holds tile rows cw * 16 + g and + 8, columns 8j + 2t, 8j + 2t + 1; a quad
-// writes 16 contiguous bytes of a row per 8-column slice.  Rows >= valid_rows are not written.
+// writes 16 contiguous bytes of a row per 8-column slice.  Only the head dim's DV_OUT columns are
+// stored (head dim 96's accumulators hold 128, the last 32 zero).  Rows >= valid_rows are not written.
 __device__ __forceinline__ void store_rows(const AttnParams& p, const TileInfo& te, const float (&o)[1][DV / 8][4],
                                            const float (&lse)[1][2], int cw, int lane) {
   const int g = lane >> 2, tq = lane & 3;
@@ -14,7 +15,7 @@ __device__ __forceinline__ void store_rows(const AttnParams& p, const TileInfo& 
       const int tok = te.q_start + te.row0 + r;
       u16* dst = O + (i64)tok * p.o_row_stride + (i64)te.head * p.o_head_stride + 2 * tq;
 #pragma unroll
-      for (int j = 0; j < DV / 8; ++j) *reinterpret_cast<u32*>(dst + 8 * j) = pack2(o[0][j][2 * h], o[0][j][2 * h + 1]);
+      for (int j = 0; j < DV_OUT / 8; ++j) *reinterpret_cast<u32*>(dst + 8 * j) = pack2(o[0][j][2 * h], o[0][j][2 * h + 1]);
       if (tq == 0 && LSE != nullptr) LSE[(i64)te.head * p.lse_head_stride + tok] = lse[0][h];
     }
   }
@@ -38,9 +39,9 @@ __device__ __forceinline__ void store_partial_rows(const AttnParams& p, const Ti
     const int r = cw * WM + g + 8 * h;
     if (r < te.valid_rows) {
       const int tok = te.q_start + te.row0 + r;
-      float* dst = acc + (i64)tok * DV + 2 * tq;
+      float* dst = acc + (i64)tok * DV_OUT + 2 * tq;  // rows of head_dim_v floats (DV_OUT; DV pads d 96)
 #pragma unroll
-      for (int j = 0; j < DV / 8; ++j) *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[0][j][2 * h], o[0][j][2 * h + 1]);
+      for (int j = 0; j < DV_OUT / 8; ++j) *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[0][j][2 * h], o[0][j][2 * h + 1]);
       if (tq == 0) lacc[tok] = lse[0][h];
     }
   }

@@ -7,7 +7,8 @@
 
 // Tensor maps of the launch (built on the host with cuTensorMapEncodeTiled, kernelgen/tma.py):
 // 3-D (head_dim, heads, tokens) views of q, k and v, boxes of 64 x 1 x BM (q) or BN (k, v) rows,
-// 128-byte swizzle.
+// 128-byte swizzle; HALVES boxes a Q or K row, VHALVES a V row (columns past the head dim read as
+// zeros: head dim 96's second box).
 struct TmaMaps {
   const void* q;
   const void* k;
@@ -79,15 +80,15 @@ __device__ __forceinline__ void producer_loop(const AttnParams& p, const TmaMaps
       for (int n = n_hi - 1; n >= n_lo; --n) {
         const int key0 = ti.k_start + n * BN;
         mbar_wait(bar_k_empty(sb, stage), phase ^ 1, 3);
-        mbar_arrive_expect_tx(bar_k_full(sb, stage), KV_BYTES);
+        mbar_arrive_expect_tx(bar_k_full(sb, stage), K_BYTES);
 #pragma unroll
         for (int h = 0; h < HALVES; ++h)
-          tma_load_3d(sb + OFF_K + stage * KV_BYTES + h * KV_HALF, maps.k, bar_k_full(sb, stage), h * 64, kv_head, key0);
+          tma_load_3d(sb + OFF_K + stage * K_BYTES + h * KV_HALF, maps.k, bar_k_full(sb, stage), h * 64, kv_head, key0);
         mbar_wait(bar_v_empty(sb, stage), phase ^ 1, 4);
-        mbar_arrive_expect_tx(bar_v_full(sb, stage), KV_BYTES);
+        mbar_arrive_expect_tx(bar_v_full(sb, stage), V_BYTES);
 #pragma unroll
-        for (int h = 0; h < HALVES; ++h)
-          tma_load_3d(sb + OFF_V + stage * KV_BYTES + h * KV_HALF, maps.v, bar_v_full(sb, stage), h * 64, kv_head, key0);
+        for (int h = 0; h < VHALVES; ++h)
+          tma_load_3d(sb + OFF_V + stage * V_BYTES + h * KV_HALF, maps.v, bar_v_full(sb, stage), h * 64, kv_head, key0);
         if (++stage == STAGES) {
           stage = 0;
           phase ^= 1;
@@ -103,17 +104,17 @@ __device__ __forceinline__ void producer_loop(const AttnParams& p, const TmaMaps
   if (lane == 0) release_semaphore(md);
 }
 
-// S (this warpgroup's 64 rows x BN keys) = Q K^T over the head dim: HALVES x 4 k16 steps.
+// S (this warpgroup's 64 rows x BN keys) = Q K^T over the head dim: QK_STEPS k16 steps, four
+// per 64-column block (step i: block i / 4, 32 bytes a step inside it).
 __device__ __forceinline__ void issue_qk(float (&s)[1][BN / 8][4], u32 q_base, u32 k_base) {
   float* sf = &s[0][0][0];
 #pragma unroll
-  for (int h = 0; h < HALVES; ++h)
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      const u64 da = wgmma_desc(q_base + h * Q_HALF + kk * 32, 16, 1024);
-      const u64 db = wgmma_desc(k_base + h * KV_HALF + kk * 32, 16, 1024);
-      wgmma_ss_n{{ v.block_n }}(sf, da, db, (h | kk) != 0);
-    }
+  for (int i = 0; i < QK_STEPS; ++i) {
+    const int h = i >> 2, kk = i & 3;
+    const u64 da = wgmma_desc(q_base + h * Q_HALF + kk * 32, 16, 1024);
+    const u64 db = wgmma_desc(k_base + h * KV_HALF + kk * 32, 16, 1024);
+    wgmma_ss_n{{ v.block_n }}(sf, da, db, i != 0);
+  }
 }
 
 // O (64 rows x DV) += P (registers, BN keys) V (BN x DV): BN / 16 k16 steps.
@@ -123,10 +124,10 @@ __device__ __forceinline__ void issue_pv(float (&o)[1][DV / 8][4], const u32 (&p
   for (int kk = 0; kk < BN / 16; ++kk) {
     if (PV_HALVES) {
 #pragma unroll
-      for (int h = 0; h < HALVES; ++h)
+      for (int h = 0; h < VHALVES; ++h)
         wgmma_rs_n64(of + 32 * h, pa[kk], wgmma_desc(v_base + h * KV_HALF + kk * 2048, 1024, 1024));
     } else {
-      wgmma_rs_n{{ v.head_dim_v }}(of, pa[kk], wgmma_desc(v_base + kk * 2048, KV_HALF, 1024));
+      wgmma_rs_n{{ (v.head_dim_v + 63) // 64 * 64 }}(of, pa[kk], wgmma_desc(v_base + kk * 2048, KV_HALF, 1024));
     }
   }
 }
@@ -149,7 +150,7 @@ __device__ __forceinline__ void pack_p(const float (&s)[1][BN / 8][4], u32 (&pa)
 // before its own wgmma reads (proxy fence + a warpgroup barrier).
 __device__ __forceinline__ void zero_v_tail(u32 v_base, int valid, int cg, int wg_tid) {
 #pragma unroll 1
-  for (int h = 0; h < HALVES; ++h)
+  for (int h = 0; h < VHALVES; ++h)
 #pragma unroll 1
     for (int c = valid * 8 + wg_tid; c < BN * 8; c += 128)
       asm volatile("st.shared.v4.u32 [%0], { %1, %1, %1, %1};\n" ::"r"(v_base + h * KV_HALF + c * 16), "r"(0u)
@@ -215,7 +216,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
       mbar_wait(bar_k_full(sb, kv.stage), kv.phase, 10);
       fence_regs<BN / 2>(&s[0][0][0]);
       wgmma_fence();
-      issue_qk(s, q_base, sb + OFF_K + kv.stage * KV_BYTES);
+      issue_qk(s, q_base, sb + OFF_K + kv.stage * K_BYTES);
       wgmma_commit();
       wgmma_wait<0>();
       fence_regs<BN / 2>(&s[0][0][0]);
@@ -227,7 +228,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
       rescale_rows(o, corr);
       pack_p(s, pa);
       mbar_wait(bar_v_full(sb, kv.stage), kv.phase, 11);
-      const u32 v_base = sb + OFF_V + kv.stage * KV_BYTES;
+      const u32 v_base = sb + OFF_V + kv.stage * V_BYTES;
       if ((n + 1) * BN > mi.seqlen_k) zero_v_tail(v_base, mi.seqlen_k - n * BN, cg, wg_tid);
       fence_regs<DV / 2>(&o[0][0][0]);
       fence_regs<BN / 4>(&pa[0][0]);
@@ -248,7 +249,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   fence_regs<BN / 2>(&s[0][0][0]);
   turn_wait(cg);
   wgmma_fence();
-  issue_qk(s, q_base, sb + OFF_K + kv.stage * KV_BYTES);
+  issue_qk(s, q_base, sb + OFF_K + kv.stage * K_BYTES);
   wgmma_commit();
   turn_pass(cg);
   wgmma_wait<0>();
@@ -268,11 +269,11 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
     fence_regs<BN / 4>(&pa[0][0]);
     turn_wait(cg);
     wgmma_fence();
-    issue_qk(s, q_base, sb + OFF_K + kv.stage * KV_BYTES);
+    issue_qk(s, q_base, sb + OFF_K + kv.stage * K_BYTES);
     wgmma_commit();
     mbar_wait(bar_v_full(sb, pv.stage), pv.phase, 14);
     {
-      const u32 v_base = sb + OFF_V + pv.stage * KV_BYTES;
+      const u32 v_base = sb + OFF_V + pv.stage * V_BYTES;
       if ((n + 2) * BN > mi.seqlen_k) zero_v_tail(v_base, mi.seqlen_k - (n + 1) * BN, cg, wg_tid);
       wgmma_fence();  // (ptxas would add this one itself after the wait loop: C7519)
       issue_pv(o, pa, v_base);
@@ -297,7 +298,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   }
   // P V of the last block (n_lo)
   mbar_wait(bar_v_full(sb, pv.stage), pv.phase, 15);
-  const u32 v_base = sb + OFF_V + pv.stage * KV_BYTES;
+  const u32 v_base = sb + OFF_V + pv.stage * V_BYTES;
   if ((n_lo + 1) * BN > mi.seqlen_k) zero_v_tail(v_base, mi.seqlen_k - n_lo * BN, cg, wg_tid);
   fence_regs<DV / 2>(&o[0][0][0]);
   fence_regs<BN / 4>(&pa[0][0]);

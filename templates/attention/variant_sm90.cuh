@@ -2,13 +2,19 @@
 // A CTA is one producer warpgroup (warp 0 issues the TMA loads; warps 1-3 only give their
 // registers back) and NW / 4 consumer warpgroups of 64 query rows each, which share one Q tile of
 // BM rows and each K/V block of BN keys.  Supported here: packed (non-paged) K/V, head_dim ==
-// head_dim_v in {64, 128}, no mask, causal or a sliding window (local), with or without soft-cap,
-// split-KV (fp32 partials and their LSE for the combine kernel, as on the sm_80 path); no
-// pack-GQA (the dispatcher sends every other variant to the sm_80 path).
+// head_dim_v in {64, 96, 128, 192, 256} or 192 x 128, no mask, causal or a sliding window
+// (local), with or without soft-cap, split-KV (fp32 partials and their LSE for the combine
+// kernel, as on the sm_80 path); no pack-GQA (the dispatcher sends every other variant to the
+// sm_80 path).
 namespace {{ v.ns }} {
 
-constexpr int D = {{ v.head_dim }};
-constexpr int DV = {{ v.head_dim_v }};
+constexpr int D = {{ v.head_dim }};                      // head dim of Q and K
+constexpr int DV_OUT = {{ v.head_dim_v }};                 // head dim of V and O
+// Shared-memory rows and the O accumulators hold whole 64-column (128-byte) swizzle blocks: head
+// dim 96 is padded to 128 (TMA reads columns 96..127 as zeros; Q K^T skips their k-steps, P V
+// computes them and the epilogue does not store them).  DV is the accumulators' width.
+constexpr int DP = (D + 63) / 64 * 64;
+constexpr int DV = (DV_OUT + 63) / 64 * 64;
 constexpr int BM = {{ v.block_m }};
 constexpr int BN = {{ v.block_n }};
 constexpr int NW = {{ v.num_warps }};        // consumer warps (16 query rows each)
@@ -34,21 +40,26 @@ constexpr int NCG = NW / 4;                  // consumer warpgroups
 constexpr int NT = (NW + 4) * 32;            // threads per CTA
 constexpr int MT = 1;                        // m16 row tiles per warp (the softmax/mask helpers' shape)
 constexpr int WM = 16;                       // query rows per warp
-constexpr int HALVES = D / 64;               // 128-byte (64-element) column blocks of a row
-static_assert(D == DV && (D == 64 || D == 128), "head dims of the Hopper path");
+constexpr int HALVES = DP / 64;              // 128-byte (64-element) column blocks of a Q/K row
+constexpr int VHALVES = DV / 64;             // ... of a V row
+constexpr int QK_STEPS = D / 16;             // k16 steps of Q K^T (the padding's are skipped)
+static_assert((D == DV_OUT && (D == 64 || D == 96 || D == 128 || D == 192 || D == 256)) ||
+              (D == 192 && DV_OUT == 128), "head dims of the Hopper path");
 static_assert(BM == 64 * NCG && BN % 16 == 0 && BN <= 256, "tile shape");
 static_assert(!PINGPONG || (OVERLAP && NCG == 2), "ping-pong needs the overlapped mainloop and two consumer warpgroups");
 
 // Shared memory (offsets from a 1024-byte aligned base): Q (BM rows), STAGES K blocks,
-// STAGES V blocks, each as HALVES column blocks of rows x 128 bytes in TMA's 128-byte swizzle;
-// then the mbarriers and the two tile-index slots.
+// STAGES V blocks, each as HALVES (V: VHALVES) column blocks of rows x 128 bytes in TMA's
+// 128-byte swizzle; then the mbarriers and the two tile-index slots.  BN * 128 is a multiple of
+// 1024 (BN % 8 == 0), so every column block starts on a swizzle atom.
 constexpr int Q_HALF = BM * 128;
 constexpr int KV_HALF = BN * 128;
-constexpr int Q_BYTES = BM * D * 2;
-constexpr int KV_BYTES = BN * D * 2;
+constexpr int Q_BYTES = BM * DP * 2;
+constexpr int K_BYTES = BN * DP * 2;
+constexpr int V_BYTES = BN * DV * 2;
 constexpr int OFF_K = Q_BYTES;
-constexpr int OFF_V = OFF_K + STAGES * KV_BYTES;
-constexpr int OFF_BAR = OFF_V + STAGES * KV_BYTES;
+constexpr int OFF_V = OFF_K + STAGES * K_BYTES;
+constexpr int OFF_BAR = OFF_V + STAGES * V_BYTES;
 constexpr int BAR_BYTES = 256;
 constexpr int SMEM_BYTES = OFF_BAR + BAR_BYTES + 1024;  // + slack for aligning the base
 static_assert(SMEM_BYTES == {{ v.smem_bytes }}, "host and device disagree on shared memory size");

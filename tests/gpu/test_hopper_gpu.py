@@ -22,13 +22,14 @@ pytestmark = [pytest.mark.gpu,
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def make_batch(qlens, klens, hq, hkv, d, dtype, seed, garbage=7):
-    """q, k, v, cu_q, cu_k for the lengths; ``garbage`` NaN rows follow the used q/k/v rows."""
+def make_batch(qlens, klens, hq, hkv, d, dtype, seed, garbage=7, dv=None):
+    """q, k, v, cu_q, cu_k for the lengths (v's head dim ``dv``, default ``d``); ``garbage`` NaN
+    rows follow the used q/k/v rows."""
     g = torch.Generator(device="cuda").manual_seed(seed)
     tq, tk = sum(qlens), sum(klens)
     q = torch.randn(tq + garbage, hq, d, generator=g, device="cuda").to(dtype)
     k = torch.randn(tk + garbage, hkv, d, generator=g, device="cuda").to(dtype)
-    v = torch.randn(tk + garbage, hkv, d, generator=g, device="cuda").to(dtype)
+    v = torch.randn(tk + garbage, hkv, d if dv is None else dv, generator=g, device="cuda").to(dtype)
     for t in (q, k, v):
         t[t.shape[0] - garbage:] = float("nan")
     cu_q = torch.tensor([0] + list(np.cumsum(qlens)), dtype=torch.int32, device="cuda")
@@ -107,6 +108,33 @@ def test_hopper_matrix(hd, dt, causal, gqa, layout):
     qlens, klens = ragged(seed)
     q, k, v, cu_q, cu_k = make_batch(qlens, klens, 2 * gqa, 2, hd, DT[dt], seed)
     check(q, k, v, cu_q, cu_k, causal=causal, layout=layout)
+
+
+#: The head dims beyond 64/128 (their own tiles, heuristics.SM90_TILES; 96 padded to 128).
+WIDE = [(96, 96), (192, 192), (192, 128), (256, 256)]
+WIDE_MATRIX = [(dd, dt, c, lay) for dd in WIDE for dt in ("bf16", "fp16") for c in (False, True)
+               for lay in ("soa", "aos")]
+
+
+@pytest.mark.parametrize("dd,dt,causal,layout", WIDE_MATRIX, ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
+def test_hopper_wide_head_dims(dd, dt, causal, layout):
+    """Head dims 96, 192, 256 and 192 x 128: varlen GQA (8 query heads on 2 KV heads) with empty
+    requests, O and LSE against the float64 reference, with the tile the dispatcher gives the pair."""
+    d, dv = dd
+    seed = zlib.crc32(repr(("sm90wide", d, dv, dt, causal, layout)).encode()) % 100000
+    qlens, klens = ragged(seed)
+    q, k, v, cu_q, cu_k = make_batch(qlens, klens, 8, 2, d, DT[dt], seed, dv=dv)
+    check(q, k, v, cu_q, cu_k, causal=causal, layout=layout)
+    assert api._CALLS._last[1].attn.name.endswith(heuristics.sm90_tile(d, dv).tag)
+
+
+@pytest.mark.parametrize("dd", WIDE, ids=lambda dd: f"{dd[0]}x{dd[1]}")
+def test_hopper_wide_head_dims_long(dd):
+    """One long causal request (4096 x 4096, the report's d 256 shape per head) and a short one,
+    16 heads: many key blocks per tile, the mask only on the diagonal ones."""
+    d, dv = dd
+    q, k, v, cu_q, cu_k = make_batch([4096, 77], [4096, 300], 16, 16, d, torch.bfloat16, d + dv, dv=dv)
+    check(q, k, v, cu_q, cu_k, causal=True)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -208,11 +236,16 @@ def test_dispatch_automatic_and_fallbacks(monkeypatch):
     api.clear_signature_cache()
     # decode-shaped hints: the sm_80 path (pack-GQA, small tiles)
     check(q, k, v, cu_q, cu_k, causal=True, arch=None, expect="sm80", max_q=1)
-    # head dim 96 and a head_dim_v that differs: not on the Hopper path
-    q96, k96, v96, cu_q, cu_k = make_batch(qlens, klens, 8, 2, 96, torch.bfloat16, 22)
-    check(q96, k96, v96, cu_q, cu_k, causal=True, arch=None, expect="sm80")
+    # the report's d 256 shape (2 x 16 x 4096, causal) and the other wide head dims: the Hopper path
+    for d, dv in WIDE:
+        qw, kw_, vw, cw, _ = make_batch([4096, 4096], [4096, 4096], 16, 16, d, torch.bfloat16, 23, dv=dv)
+        check(qw, kw_, vw, cw, cw, causal=True, arch=None, expect="sm90a")
+        del qw, kw_, vw
+    # a head_dim_v the Hopper path has no tile for (128 x 64): the sm_80 path
+    q2, k2, v2, cu_q, cu_k = make_batch(qlens, klens, 8, 2, 128, torch.bfloat16, 22, dv=64)
+    check(q2, k2, v2, cu_q, cu_k, causal=True, arch=None, expect="sm80")
     with pytest.raises(ValueError, match="Hopper"):
-        kernelgen.varlen_attention(q96, k96, v96, cu_q, cu_k, 600, 600, arch="sm_90a")
+        kernelgen.varlen_attention(q2, k2, v2, cu_q, cu_k, 600, 600, arch="sm_90a")
     # a sliding window and a soft-cap: the Hopper path automatically, the sm_80 path when forced
     api.clear_signature_cache()
     for kw in ({"window_size": (100, 0)}, {"softcap": 30.0}, {"window_size": (300, 20), "softcap": 10.0}):
@@ -341,3 +374,12 @@ def test_hopper_splits_with_window_and_softcap(splits, causal, window, cap):
     assert "_wgmma" in name and ("_local_" in name) == (window != (-1, -1)) and ("_softcap" in name) == (cap > 0), name
     if splits:
         assert "_split" in name, name
+
+
+@pytest.mark.parametrize("d,dv", [(96, 96), (192, 128), (256, 256)])
+def test_hopper_splits_wide_head_dims(d, dv):
+    """Split-KV partials of the wide head dims: rows of head_dim_v floats in the workspace (d 96's
+    accumulators are padded to 128 columns; only 96 are partial output)."""
+    q, k, v, cu_q, cu_k = make_batch([300, 0, 129], [9000, 40, 5000], 8, 2, d, torch.bfloat16, d + dv, dv=dv)
+    check(q, k, v, cu_q, cu_k, causal=True, num_splits=3, expect_split=True)
+    check(q, k, v, cu_q, cu_k, causal=False, num_splits=0, arch=None, window_size=(600, 100), softcap=25.0)
