@@ -219,7 +219,25 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
     dev_arch = device_arch(device)
     mainloop = validation.arch(arch, dev_arch)
     prep = None
-    if mainloop != "sm90a":
+
+    def choose():
+        return heuristics.choose(
+            dev_arch, validation.DTYPES[q.dtype], sizes["head_dim"], sizes["head_dim_v"],
+            num_heads_q=hq, num_heads_kv=sizes["num_heads_kv"], mask=mask, layout=layout,
+            max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, paged=sizes["paged"],
+            softcap=cap > 0, pack_gqa=pack_gqa, num_splits=splits,
+            num_sms=runtime.device_properties(device)["num_sms"], mainloop=mainloop,
+            tma_ok=all(tma.tma_compatible(t) for t in (q, k, v)), page_size=sizes.get("page_size", 0))
+
+    variants = None
+    if mainloop is None and short_query_tokens is None and heuristics.paged_prefers_hopper(
+            sizes["paged"], total_q, batch):
+        # long queries on average (chunked prefill on a paged cache): the Hopper path, where it
+        # runs the call, rather than the fused mixed-batch launch
+        variants = choose()
+        if variants.attention.mainloop != "sm90a":
+            variants = None
+    if mainloop != "sm90a" and variants is None:
         prep = _fused_call(short_query_tokens, q, k, v, out, lse, page_table, sizes, dev_arch, device, mask, layout,
                            left, right, cap, scale, pack_gqa, splits, max_seqlen_q, max_seqlen_k, sort, head_swizzle,
                            return_lse)
@@ -228,13 +246,8 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
             _CALLS.put(key, prep)
         out, lse = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
         return (out, lse) if return_lse else out
-    variants = heuristics.choose(
-        dev_arch, validation.DTYPES[q.dtype], sizes["head_dim"], sizes["head_dim_v"],
-        num_heads_q=hq, num_heads_kv=sizes["num_heads_kv"], mask=mask, layout=layout,
-        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, paged=sizes["paged"],
-        softcap=cap > 0, pack_gqa=pack_gqa, num_splits=splits,
-        num_sms=runtime.device_properties(device)["num_sms"], mainloop=mainloop,
-        tma_ok=not sizes["paged"] and all(tma.tma_compatible(t) for t in (q, k, v)))
+    if variants is None:
+        variants = choose()
     sched = runtime.get_kernel(variants.scheduler, device)
     attn = runtime.get_kernel(variants.attention, device)
     combine = runtime.get_kernel(variants.combine, device) if variants.combine is not None else None
@@ -245,7 +258,7 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
     maps = None
     if variants.attention.mainloop == "sm90a":
         t = variants.attention.tile
-        maps = tma.AttentionMaps(q, k, v, t.block_m, t.block_n)
+        maps = tma.AttentionMaps(q, k, v, t.block_m, t.block_n, kv_maps="g" not in variants.attention.sm90_opts)
     prep = prepared.build(sched=sched, attn=attn, combine=combine, cfg=cfg, layout=ws, batch=batch, q=q, k=k, v=v,
                           out=out, lse=lse, page_table=page_table, scale=scale, window=(left, right), softcap=cap,
                           return_lse=bool(return_lse), fixed_base=None, sizes=sizes, maps=maps)

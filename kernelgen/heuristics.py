@@ -11,7 +11,9 @@ Tile classes, by query rows per request tile (``max_seqlen_q`` times the pack-GQ
 
 Mainloop: on sm_90a, prefill-class calls the Hopper path supports (``sm90_unsupported``) and that
 would not split KV take the wgmma/TMA kernel (``mainloop="sm90a"``, tile ``SM90_TILE``, options
-``SM90_OPTS``); everything else, and every other arch, the sm_80 (mma.sync) kernels.  ``choose``'s
+``SM90_OPTS``; a paged cache whose pages do not hold whole key blocks adds "g": K/V rows gathered
+through the page table, ``sm90_options``); everything else, and every other arch, the sm_80
+(mma.sync) kernels.  ``choose``'s
 ``mainloop`` argument forces one (``varlen_attention(arch=...)``, ``KERNELGEN_ARCH``).
 
 Split-KV: the host picks an upper bound with FlashAttention-3's occupancy rule (treating a varlen
@@ -82,6 +84,13 @@ SM90_TILE = TileConfig(128, 128, 8, 2, 1)
 #: overlapped with the next block's Q K^T).  The environment variable ``KERNELGEN_SM90_OPTS``
 #: (read at import) overrides it, for tuning runs.
 SM90_OPTS = os.environ.get("KERNELGEN_SM90_OPTS", "p")
+
+#: A paged call whose requests average at least this many query tokens (total_q / batch, known
+#: on the host without a sync) skips the fused mixed-batch launch for the Hopper path (when that
+#: path runs it): each short request in such a batch costs at most one nearly empty 128-row tile
+#: per head against at least 4 full ones on average, which the Hopper mainloop's speed over the
+#: sm_80 one more than pays for (docs/perf-notes.md, "Hopper path", paged K/V).
+SM90_PAGED_MIN_MEAN_Q = 512
 
 #: Alternatives measured by the benchmark's tile sweep (tools/bench.py).
 CANDIDATE_TILES = {
@@ -169,19 +178,38 @@ class Variants:
     forced_splits: bool
 
 
+def sm90_options(paged: bool, page_size: int, block_n: int) -> str:
+    """The Hopper mainloop's options (``AttentionSpec.sm90_opts``) for a call: ``SM90_OPTS``
+    without "g" for packed K/V; for a paged cache, with "g" (the producer warps gather K/V rows
+    through the page table, any page size) unless every key block of ``block_n`` keys lies inside
+    one page (``page_size`` a multiple of ``block_n``: TMA boxes of whole blocks; ``page_size``
+    0 = unknown: gather) and ``SM90_OPTS`` does not ask for "g" itself."""
+    opts = set(SM90_OPTS) - {"g"}
+    if paged and ("g" in SM90_OPTS or page_size <= 0 or page_size % block_n):
+        opts.add("g")
+    return "".join(sorted(opts))
+
+
+def paged_prefers_hopper(paged: bool, total_q: int, batch: int) -> bool:
+    """Whether an automatic paged call (no ``short_query_tokens``) with ``total_q`` query tokens in
+    ``batch`` requests should try the Hopper path before the fused mixed-batch launch: its
+    requests average at least ``SM90_PAGED_MIN_MEAN_Q`` query tokens (chunked prefill)."""
+    return bool(paged) and batch > 0 and total_q >= SM90_PAGED_MIN_MEAN_Q * batch
+
+
 def sm90_unsupported(arch: str, head_dim: int, head_dim_v: int, *, mask: str, paged: bool, softcap: bool,
                      pack: bool, num_splits: int, tma_ok: bool = True) -> str:
-    """Why the Hopper mainloop cannot run a call ("" when it can): it needs sm_90a, packed K/V,
-    head_dim == head_dim_v in (64, 128), no mask or causal, no pack-GQA, soft-cap or forced
-    split-KV, and q/k/v strides TMA can address (``tma_ok``, see ``tma.tma_compatible``)."""
+    """Why the Hopper mainloop cannot run a call ("" when it can): it needs sm_90a, packed or
+    paged K/V, head_dim == head_dim_v in (64, 128), no mask or causal, no pack-GQA, soft-cap or
+    forced split-KV, and q/k/v strides TMA can address (``tma_ok``, see ``tma.tma_compatible``;
+    for a paged cache its page, slot and head strides)."""
     if arch != "sm_90a":
         return f"arch {arch} (the wgmma/TMA path needs sm_90a)"
     if head_dim != head_dim_v or head_dim not in SM90_HEAD_DIMS:
         return f"head dims {head_dim}/{head_dim_v} (supported: equal, in {SM90_HEAD_DIMS})"
     if mask not in ("none", "causal"):
         return f"mask {mask!r} (sliding window)"
-    for name, on in (("a paged K/V cache", paged), ("soft-cap", softcap), ("pack-GQA", pack),
-                     ("split-KV", num_splits > 1)):
+    for name, on in (("soft-cap", softcap), ("pack-GQA", pack), ("split-KV", num_splits > 1)):
         if on:
             return name
     if not tma_ok:
@@ -192,7 +220,8 @@ def sm90_unsupported(arch: str, head_dim: int, head_dim_v: int, *, mask: str, pa
 def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q: int, num_heads_kv: int,
            mask: str = "none", layout: str = "soa", max_seqlen_q: int, max_seqlen_k: int, paged: bool = False,
            softcap: bool = False, pack_gqa: bool | None = None, num_splits: int = 0, num_sms: int = 132,
-           tile: TileConfig | None = None, mainloop: str | None = None, tma_ok: bool = True) -> Variants:
+           tile: TileConfig | None = None, mainloop: str | None = None, tma_ok: bool = True,
+           page_size: int = 0) -> Variants:
     """Every kernel variant of a call, from what the host knows (shapes, flags, max lengths).
 
     ``mainloop``: None picks the Hopper path ("sm90a": wgmma, TMA) on sm_90a for the variants it
@@ -200,7 +229,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
     split KV, and the sm_80 path ("sm80": mma.sync) otherwise; "sm80" or "sm90a" forces one (a
     forced "sm90a" that cannot run the call raises ValueError with the reason).  An explicit
     ``tile`` belongs to the sm_80 path unless ``mainloop="sm90a"``.  ``tma_ok``: q/k/v strides
-    that TMA can address.
+    that TMA can address.  ``page_size``: tokens per page of a paged cache (0 = unknown), which
+    picks the Hopper path's K/V loads (``sm90_options``).
 
     Raises ValueError when the variant does not fit the arch (shared memory) or a value is bad.
     """
@@ -224,8 +254,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
             raise ValueError(f"the Hopper (sm_90a) path does not support this call: {why}")
         if not why:
             t = tile or SM90_TILE
-            attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, mainloop="sm90a",
-                                 sm90_opts=SM90_OPTS)
+            attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, paged=paged, mainloop="sm90a",
+                                 sm90_opts=sm90_options(paged, page_size, t.block_n))
             sched_heads = num_heads_kv if pack else num_heads_q
             n = -(-max(max_seqlen_k, 0) // t.block_n)
             wants_split = num_splits == 0 and num_splits_heuristic(

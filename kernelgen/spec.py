@@ -23,9 +23,10 @@ MAINLOOPS = ("sm80", "sm90a")
 #: Option letters of the Hopper mainloop (``AttentionSpec.sm90_opts``): "s" serial (no overlap of
 #: the softmax with the next block's Q K^T inside a warpgroup), "h" P V issued as 64-column halves,
 #: "p" ping-pong of the two consumer warpgroups' GEMM issue (not with "s"), "r" rescale O only
-#: when a row's max grew.
-SM90_OPTS = "hprs"
-_SM90_OPT_NAMES = {"h": "pvhalves", "p": "pingpong", "r": "lazyrescale", "s": "serial"}
+#: when a row's max grew, "g" paged K/V gathered row by row by the four producer warps (cp.async;
+#: any page size) instead of TMA boxes inside one page (page_size a multiple of block_n).
+SM90_OPTS = "ghprs"
+_SM90_OPT_NAMES = {"g": "gather", "h": "pvhalves", "p": "pingpong", "r": "lazyrescale", "s": "serial"}
 #: Head dims of the Hopper path (head_dim == head_dim_v).
 SM90_HEAD_DIMS = (64, 128)
 
@@ -71,8 +72,8 @@ class AttentionSpec:
     ``mainloop="sm80"``: the tensor-core path of every arch from sm_80 on, sm_90a included
     (mma.sync, ldmatrix, cp.async; templates/attention/fwd_sm80.cu.j2).  ``mainloop="sm90a"``: the
     Hopper path (wgmma, TMA, mbarriers, a producer warpgroup and ``tile.num_warps / 4`` consumer
-    warpgroups; templates/attention/fwd_sm90.cu.j2) for packed K/V, head_dim == head_dim_v in
-    (64, 128), mask "none" or "causal", no pack-GQA, split-KV, paging or soft-cap; its tile has
+    warpgroups; templates/attention/fwd_sm90.cu.j2) for packed or paged K/V, head_dim == head_dim_v in
+    (64, 128), mask "none" or "causal", no pack-GQA, split-KV or soft-cap; its tile has
     block_m = 16 * num_warps (64 rows per consumer warpgroup).  ``sm90_opts``: letters of
     ``SM90_OPTS`` (tuning variants of the Hopper mainloop, "" = the default).
     Both are compiled for the exact arch (``arch``).
@@ -100,6 +101,8 @@ class AttentionSpec:
     #: Registers per thread of the Hopper kernel's producer and consumer warpgroups after
     #: ``setmaxnreg`` (one producer and two consumer warpgroups share 64 K registers).
     SM90_REGS: ClassVar[dict] = {8: (24, 240)}
+    #: The same with option "g" (the producer warpgroup gathers paged K/V rows: more registers).
+    SM90_REGS_GATHER: ClassVar[dict] = {8: (56, 224)}
 
     def __post_init__(self):
         _check(self.arch, ARCHS, "arch")
@@ -125,7 +128,7 @@ class AttentionSpec:
             return f"head dims {self.head_dim}/{self.head_dim_v} (supported: equal, in {SM90_HEAD_DIMS})"
         if self.mask not in ("none", "causal"):
             return f"mask {self.mask!r}"
-        for flag in ("pack_gqa", "split", "paged", "softcap", "row_splits"):
+        for flag in ("pack_gqa", "split", "softcap", "row_splits"):
             if getattr(self, flag):
                 return flag
         if t.num_warps not in self.SM90_REGS or t.block_m != 16 * t.num_warps:
@@ -136,6 +139,10 @@ class AttentionSpec:
             return f"sm90_opts {self.sm90_opts!r} (sorted distinct letters of {SM90_OPTS!r})"
         if "p" in self.sm90_opts and "s" in self.sm90_opts:
             return "sm90_opts 'p' (ping-pong) needs the overlapped mainloop (no 's')"
+        if "g" in self.sm90_opts and not self.paged:
+            return "sm90_opts 'g' (gathered K/V rows) needs a paged cache"
+        if "g" in self.sm90_opts and t.block_n > 128:
+            return f"tile {t.tag} with sm90_opts 'g' (block_n up to 128: the consumers keep fewer registers)"
         return ""
 
     @property
@@ -200,7 +207,8 @@ class AttentionSpec:
     def _sm90_regs(self) -> dict:
         if self.mainloop != "sm90a":
             return {}
-        producer, consumer = self.SM90_REGS[self.tile.num_warps]
+        regs = self.SM90_REGS_GATHER if "g" in self.sm90_opts else self.SM90_REGS
+        producer, consumer = regs[self.tile.num_warps]
         return {"producer_regs": producer, "consumer_regs": consumer}
 
     def variant_contexts(self) -> list:
