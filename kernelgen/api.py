@@ -258,7 +258,9 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
     maps = None
     if variants.attention.mainloop == "sm90a":
         t = variants.attention.tile
-        maps = tma.AttentionMaps(q, k, v, t.block_m, t.block_n, kv_maps="g" not in variants.attention.sm90_opts)
+        kv_rows = min(t.block_n, sizes["page_size"]) if sizes["paged"] else t.block_n  # tma_load_paged's boxes
+        maps = tma.AttentionMaps(q, k, v, t.block_m, t.block_n, kv_maps="g" not in variants.attention.sm90_opts,
+                                 kv_rows=kv_rows)
     prep = prepared.build(sched=sched, attn=attn, combine=combine, cfg=cfg, layout=ws, batch=batch, q=q, k=k, v=v,
                           out=out, lse=lse, page_table=page_table, scale=scale, window=(left, right), softcap=cap,
                           return_lse=bool(return_lse), fixed_base=None, sizes=sizes, maps=maps)

@@ -181,13 +181,22 @@ class Variants:
 def sm90_options(paged: bool, page_size: int, block_n: int) -> str:
     """The Hopper mainloop's options (``AttentionSpec.sm90_opts``) for a call: ``SM90_OPTS``
     without "g" for packed K/V; for a paged cache, with "g" (the producer warps gather K/V rows
-    through the page table, any page size) unless every key block of ``block_n`` keys lies inside
-    one page (``page_size`` a multiple of ``block_n``: TMA boxes of whole blocks; ``page_size``
-    0 = unknown: gather) and ``SM90_OPTS`` does not ask for "g" itself."""
+    through the page table, any page size) unless TMA boxes fit the pages
+    (``sm90_paged_tma_fits``) and ``SM90_OPTS`` does not ask for "g" itself."""
     opts = set(SM90_OPTS) - {"g"}
-    if paged and ("g" in SM90_OPTS or page_size <= 0 or page_size % block_n):
+    if paged and ("g" in SM90_OPTS or not sm90_paged_tma_fits(page_size, block_n)):
         opts.add("g")
     return "".join(sorted(opts))
+
+
+def sm90_paged_tma_fits(page_size: int, block_n: int) -> bool:
+    """Whether the Hopper kernel loads a paged cache's key blocks of ``block_n`` keys with TMA
+    boxes of min(page_size, block_n) keys, each inside one page: ``page_size`` a multiple of
+    ``block_n`` (one box a block), or ``block_n`` a multiple of a ``page_size`` that is a multiple
+    of 8 (a box of whole 8-row swizzle atoms per page; 0 = unknown: no)."""
+    if page_size <= 0:
+        return False
+    return page_size % block_n == 0 or (block_n % page_size == 0 and page_size % 8 == 0)
 
 
 def paged_prefers_hopper(paged: bool, total_q: int, batch: int) -> bool:

@@ -101,7 +101,10 @@ class AttentionSpec:
     #: Registers per thread of the Hopper kernel's producer and consumer warpgroups after
     #: ``setmaxnreg`` (one producer and two consumer warpgroups share 64 K registers).
     SM90_REGS: ClassVar[dict] = {8: (24, 240)}
-    #: The same with option "g" (the producer warpgroup gathers paged K/V rows: more registers).
+    #: The same for a paged cache: TMA boxes page by page (the producer looks pages up) and, with
+    #: option "g", rows gathered by the whole producer warpgroup.  A CTA starts with 168 x 384
+    #: registers (__launch_bounds__(384, 1)): 128 * producer + 256 * consumer must not exceed that.
+    SM90_REGS_PAGED: ClassVar[dict] = {8: (40, 232)}
     SM90_REGS_GATHER: ClassVar[dict] = {8: (56, 224)}
 
     def __post_init__(self):
@@ -207,7 +210,8 @@ class AttentionSpec:
     def _sm90_regs(self) -> dict:
         if self.mainloop != "sm90a":
             return {}
-        regs = self.SM90_REGS_GATHER if "g" in self.sm90_opts else self.SM90_REGS
+        regs = (self.SM90_REGS_GATHER if "g" in self.sm90_opts else self.SM90_REGS_PAGED if self.paged
+                else self.SM90_REGS)
         producer, consumer = regs[self.tile.num_warps]
         return {"producer_regs": producer, "consumer_regs": consumer}
 

@@ -178,16 +178,18 @@ class AttentionMaps:
 
     Args: q, k, v (tokens, heads, head_dim) tensors of the signature (only shapes and strides
     are read), or k, v paged caches (num_pages, page_size, heads, head_dim): 4-D maps
-    (``paged_map_args``); block_m, block_n: the kernel's Q and K/V box rows.  ``kv_maps=False``:
-    k and v get no map (128 zero bytes each; the kernel gathers their rows itself, option "g").
-    Raises ValueError (map_args, paged_map_args).
+    (``paged_map_args``); block_m, block_n: the kernel's Q and K/V box rows (``kv_rows``: the
+    K/V box rows when they differ from block_n: min(page_size, block_n) for a paged cache).
+    ``kv_maps=False``: k and v get no map (128 zero bytes each; the kernel gathers their rows
+    itself, option "g").  Raises ValueError (map_args, paged_map_args).
     """
 
-    def __init__(self, q, k, v, block_m: int, block_n: int, kv_maps: bool = True):
+    def __init__(self, q, k, v, block_m: int, block_n: int, kv_maps: bool = True, kv_rows: int | None = None):
         def args(t, rows):
             fn = paged_map_args if t.dim() == 4 else map_args
             return fn(16, tuple(t.shape), tuple(t.stride()), rows)
-        self.args = (args(q, block_m),) + ((args(k, block_n), args(v, block_n)) if kv_maps else (None, None))
+        rows = block_n if kv_rows is None else kv_rows
+        self.args = (args(q, block_m),) + ((args(k, rows), args(v, rows)) if kv_maps else (None, None))
         self._tls = threading.local()
 
     def encode(self, qp: int, kp: int, vp: int) -> bytes:

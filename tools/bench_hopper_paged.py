@@ -9,7 +9,10 @@ shuffled page table.  GPU time: median of CUDA-event timed calls with the L2 flu
 Prints one ``BENCH`` line per (page size, path) with the largest |difference| from the Hopper
 output.
 
-Usage: python tools/bench_hopper_paged.py [--batch 4] [--chunk 2048] [--ctx 8192] [--page-sizes 16,256]
+Paths: ``hopper`` (the dispatcher's choice: TMA boxes where they fit the pages, else gathered
+rows), ``hopper_gather`` (option "g" forced where TMA would fit), ``sm80_fused``, ``sm80_single``.
+
+Usage: python tools/bench_hopper_paged.py [--batch 4] [--chunk 2048] [--ctx 8192] [--page-sizes 1,16,256]
 """
 from __future__ import annotations
 
@@ -25,14 +28,14 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--chunk", type=int, default=2048)
     ap.add_argument("--ctx", type=int, default=8192)
-    ap.add_argument("--page-sizes", default="16,256")
+    ap.add_argument("--page-sizes", default="1,16,256")
     ap.add_argument("--repeat", type=int, default=10)
     args = ap.parse_args(argv)
 
     import torch
 
     import kernelgen
-    from kernelgen import api
+    from kernelgen import api, heuristics
     from kernelgen.bench.measure import time_gpu
 
     hq, hkv, d, dt = 32, 8, 128, torch.bfloat16
@@ -43,21 +46,30 @@ def main(argv=None) -> int:
     q = torch.randn(b * qn, hq, d, generator=g, device="cuda", dtype=dt)
     cu_q = torch.arange(0, b * qn + 1, qn, dtype=torch.int32, device="cuda")
     used = torch.full((b,), kn, dtype=torch.int32, device="cuda")
+    saved = heuristics.SM90_OPTS
     for ps in (int(x) for x in args.page_sizes.split(",")):
         npg = -(-kn // ps)
         kc = torch.randn(b * npg, ps, hkv, d, generator=g, device="cuda", dtype=dt)
         vc = torch.randn_like(kc)
         pt = torch.randperm(b * npg, generator=g.manual_seed(ps), device="cuda").to(torch.int32).view(b, npg)
         ref = None
-        for label, kw in (("hopper", {}), ("sm80_fused", {"arch": "sm_80"}),
+        for label, kw in (("hopper", {}), ("hopper_gather", {}), ("sm80_fused", {"arch": "sm_80"}),
                           ("sm80_single", {"arch": "sm_80", "short_query_tokens": 0})):
             def fn(kw=kw):
                 return kernelgen.varlen_attention(q, kc, vc, cu_q, None, qn, kn, seqused_k=used, page_table=pt,
                                                   causal=True, **kw)
-            out = fn()
+            if label == "hopper_gather":       # option "g" forced: rows gathered on any page size
+                if not heuristics.sm90_paged_tma_fits(ps, heuristics.SM90_TILE.block_n):
+                    continue
+                heuristics.SM90_OPTS = "g" + saved
+                api.clear_signature_cache()
+            try:
+                out = fn()
+            finally:
+                heuristics.SM90_OPTS = saved
             torch.cuda.synchronize()
             name = api._CALLS._last[1].attn.name
-            us = time_gpu(fn, repeat=args.repeat)
+            us = time_gpu(fn, repeat=args.repeat)      # a cached signature: the prepared call
             if ref is None:
                 ref = out
             diff = (out.float() - ref.float()).abs().max().item()

@@ -8,20 +8,33 @@
 // Tensor maps of the launch (built on the host with cuTensorMapEncodeTiled, kernelgen/tma.py):
 // 3-D (head_dim, heads, tokens) views of q, k and v, boxes of 64 x 1 x BM (q) or BN (k, v) rows,
 // 128-byte swizzle.  Paged K/V (PAGED, not GATHER): 4-D (head_dim, heads, page slot, page) views
-// of the caches, boxes of 64 x 1 x BN x 1 (a block never crosses a page: page_size % BN == 0).
+// of the caches, boxes of 64 x 1 x min(page_size, BN) x 1 (tma_load_paged).
 struct TmaMaps {
   const void* q;
   const void* k;
   const void* v;
 };
 
-// One BN-row K or V box column block: key row `row` of the packed tensor (3-D map), or slot `row`
-// of page `page` of the paged cache (4-D map).
-__device__ __forceinline__ void tma_load_kv(u32 dst, const void* map, u32 bar, int c0, int head, int row, int page) {
-  if (PAGED)
-    tma_load_4d(dst, map, bar, c0, head, row, page);
-  else
-    tma_load_3d(dst, map, bar, c0, head, row);
+// Paged TMA (PAGED, not GATHER): the BN keys of a request from key0 on, as boxes of
+// rows = min(page_size, BN) keys (the 4-D map's box), each inside one page: page_size a multiple of
+// BN (one box), or BN a multiple of page_size with page_size a multiple of 8 (BN / page_size
+// boxes, each starting on a 1024-byte swizzle atom).  page0: the page of key0 (looked up before
+// the slot wait).  Boxes past the request's last page (last_pi) load that page again (rows past
+// seqlen_k are masked and their V rows zeroed), so no page-table entry past seqused_k is read.
+__device__ __forceinline__ void tma_load_paged(u32 dst, const void* map, u32 bar, int kv_head, const int* page_row,
+                                               int page_size, int key0, int last_pi, int page0) {
+  const int rows = min(page_size, BN);
+  int page = page0;
+#pragma unroll 1
+  for (int i = 0; i < BN; i += rows) {
+    const int key = key0 + i;
+    const int pi = key / page_size;
+    if (i > 0) page = page_row[min(pi, last_pi)];
+    const int slot = key - pi * page_size;
+#pragma unroll
+    for (int h = 0; h < HALVES; ++h)
+      tma_load_4d(dst + h * KV_HALF + (u32)i * 128u, map, bar, h * 64, kv_head, slot, page);
+  }
 }
 
 // The producer warp (all 32 lanes call; lane 0 issues): publishes tile indices to the consumers
@@ -65,25 +78,32 @@ __device__ __forceinline__ void producer_loop(const AttnParams& p, const TmaMaps
       for (int h = 0; h < HALVES; ++h)
         tma_load_3d(sb + h * Q_HALF, maps.q, bar_q_full(sb), h * 64, ti.head, ti.q_start + ti.row0);
       const int* page_row = PAGED ? static_cast<const int*>(p.page_table) + (i64)ti.b * p.page_table_stride : nullptr;
+      const int last_pi = PAGED ? (ti.seqlen_k - 1) / p.page_size : 0;
       for (int n = n_hi - 1; n >= n_lo; --n) {
-        int key0 = ti.k_start + n * BN, page = 0;  // paged: k_start is 0; key0 -> (slot, page)
-        if (PAGED) {
-          const int pi = key0 / p.page_size;
-          page = page_row[pi];
-          key0 -= pi * p.page_size;
-        }
+        const int key0 = ti.k_start + n * BN;  // paged: k_start is 0
+        const int page0 = PAGED ? page_row[key0 / p.page_size] : 0;
         mbar_wait(bar_k_empty(sb, stage), phase ^ 1, 3);
         mbar_arrive_expect_tx(bar_k_full(sb, stage), KV_BYTES);
+        if (PAGED) {
+          tma_load_paged(sb + OFF_K + stage * KV_BYTES, maps.k, bar_k_full(sb, stage), kv_head, page_row, p.page_size,
+                         key0, last_pi, page0);
+        } else {
 #pragma unroll
-        for (int h = 0; h < HALVES; ++h)
-          tma_load_kv(sb + OFF_K + stage * KV_BYTES + h * KV_HALF, maps.k, bar_k_full(sb, stage), h * 64, kv_head, key0,
-                      page);
+          for (int h = 0; h < HALVES; ++h)
+            tma_load_3d(sb + OFF_K + stage * KV_BYTES + h * KV_HALF, maps.k, bar_k_full(sb, stage), h * 64, kv_head,
+                        key0);
+        }
         mbar_wait(bar_v_empty(sb, stage), phase ^ 1, 4);
         mbar_arrive_expect_tx(bar_v_full(sb, stage), KV_BYTES);
+        if (PAGED) {
+          tma_load_paged(sb + OFF_V + stage * KV_BYTES, maps.v, bar_v_full(sb, stage), kv_head, page_row, p.page_size,
+                         key0, last_pi, page0);
+        } else {
 #pragma unroll
-        for (int h = 0; h < HALVES; ++h)
-          tma_load_kv(sb + OFF_V + stage * KV_BYTES + h * KV_HALF, maps.v, bar_v_full(sb, stage), h * 64, kv_head, key0,
-                      page);
+          for (int h = 0; h < HALVES; ++h)
+            tma_load_3d(sb + OFF_V + stage * KV_BYTES + h * KV_HALF, maps.v, bar_v_full(sb, stage), h * 64, kv_head,
+                        key0);
+        }
         if (++stage == STAGES) {
           stage = 0;
           phase ^= 1;

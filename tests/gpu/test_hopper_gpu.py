@@ -315,21 +315,22 @@ def paged_lens(seed, n=6):
 
 PAGE_CASES = [(128, "bf16", True, 4, "soa"), (64, "fp16", False, 1, "aos"), (128, "fp16", False, 8, "aos"),
               (64, "bf16", True, 2, "soa")]
-PAGED_MATRIX = [(ps, *c) for ps in (1, 16, 64, 128, 256) for c in PAGE_CASES]
+PAGED_MATRIX = [(ps, *c) for ps in (1, 8, 16, 24, 64, 128, 256) for c in PAGE_CASES]
 
 
 @pytest.mark.parametrize("page_size,hd,dt,causal,gqa,layout", PAGED_MATRIX)
 def test_hopper_paged_matrix(page_size, hd, dt, causal, gqa, layout):
-    """Page sizes 1, 16, 64 take the gather path, 128 and 256 the TMA boxes (block_n = 128)."""
+    """Page sizes 1 and 24 take the gather path; 8, 16 and 64 TMA boxes of one page (16, 8, 2
+    a block), 128 and 256 TMA boxes of one block (block_n = 128)."""
     seed = zlib.crc32(repr(("sm90paged", page_size, hd, dt, causal, gqa, layout)).encode()) % 100000
     qlens, klens = paged_lens(seed)
     args = make_paged_batch(qlens, klens, 2 * gqa, 2, hd, DT[dt], page_size, seed)
-    check_paged(*args, causal=causal, layout=layout, gather=page_size % 128 != 0)
+    check_paged(*args, causal=causal, layout=layout, gather=page_size in (1, 24))
 
 
-@pytest.mark.parametrize("page_size", [128, 256])
+@pytest.mark.parametrize("page_size", [16, 256])
 def test_hopper_paged_gather_on_large_pages(monkeypatch, page_size):
-    """Option "g" forced on pages TMA could take: the gather path on whole-block pages."""
+    """Option "g" forced on pages TMA could take: the gather path on 16-token and whole-block pages."""
     monkeypatch.setattr(heuristics, "SM90_OPTS", "gp")
     api.clear_signature_cache()
     try:
@@ -354,7 +355,7 @@ def test_hopper_paged_tma_64_key_blocks(monkeypatch):
         api.clear_signature_cache()
 
 
-@pytest.mark.parametrize("page_size", [16, 256])
+@pytest.mark.parametrize("page_size", [1, 16, 256])
 def test_hopper_paged_long_chunks_and_dispatch(page_size):
     """Chunked prefill of long requests (2048-token chunks against 5000-8000 keys, 32/8 heads):
     the automatic dispatcher takes the Hopper path (mean query length >= SM90_PAGED_MIN_MEAN_Q);
@@ -362,10 +363,10 @@ def test_hopper_paged_long_chunks_and_dispatch(page_size):
     qlens, klens = [2048, 1500, 2048, 700], [8000, 1500, 5000, 3001]
     args = make_paged_batch(qlens, klens, 32, 8, 128, torch.bfloat16, page_size, 7 + page_size)
     api.clear_signature_cache()
-    check_paged(*args, causal=True, arch=None, expect="sm90a", gather=page_size == 16)
-    check_paged(*args, causal=False, arch=None, expect="sm90a", gather=page_size == 16)
+    check_paged(*args, causal=True, arch=None, expect="sm90a", gather=page_size == 1)
+    check_paged(*args, causal=False, arch=None, expect="sm90a", gather=page_size == 1)
     check_paged(*args, causal=True, arch="sm_80", expect="sm80")
     short = make_paged_batch([900, 1, 1, 2, 1, 3], [4000, 100, 9, 3000, 1, 50], 32, 8, 128, torch.bfloat16,
                              page_size, 3)
     check_paged(*short, causal=True, arch=None, expect="sm80")
-    check_paged(*short, causal=True, arch="sm_90a", expect="sm90a", gather=page_size == 16)
+    check_paged(*short, causal=True, arch="sm_90a", expect="sm90a", gather=page_size == 1)
