@@ -114,10 +114,12 @@ def varlen_attention(
             with that threshold; 0 turns it off.
         arch: which attention mainloop runs: None or "auto" picks the Hopper path (wgmma, TMA,
             warp specialisation; ``docs/perf-notes.md``, "Hopper path") on compute capability
-            9.0 for the calls it supports (packed K/V, head_dim == head_dim_v in (64, 128), no
-            mask or causal, no window, soft-cap, pack-GQA or forced split-KV, prefill-sized
-            ``max_seqlen_q`` * query heads per tile, and a batch that fills the GPU without
-            split-KV) and the sm_80 path (mma.sync) otherwise; "sm_80" forces the sm_80 path,
+            9.0 for the calls it supports (packed or paged K/V, head_dim == head_dim_v in
+            (64, 128), no mask or causal, no window, soft-cap, pack-GQA or forced split-KV,
+            prefill-sized ``max_seqlen_q`` * query heads per tile, and a batch that fills the GPU
+            without split-KV; a paged batch of several requests only when they average at least
+            ``heuristics.SM90_PAGED_MIN_MEAN_Q`` query tokens, else the fused launch) and the
+            sm_80 path (mma.sync) otherwise; "sm_80" forces the sm_80 path,
             "sm_90a" the Hopper path (ValueError if the call or the device does not support it).
             None reads the ``KERNELGEN_ARCH`` environment variable (same values) when a call
             signature is first seen (``clear_signature_cache`` makes it read again).
