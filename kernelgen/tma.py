@@ -7,6 +7,9 @@ and CuPy already loaded; called through ctypes, so neither cuda-python nor a too
 encodes it.  The kernel takes the three maps by value as ``__grid_constant__`` parameters
 (``params.TMA_ATTENTION_PARAMS``).
 
+A paged K/V cache (num_pages, page_size, heads, head_dim) gets a 4-D map instead
+(``paged_map_args``: head_dim, heads, page slot, page; boxes inside one page).
+
 Each map is a 3-D view ``(head_dim, heads, tokens)`` of a (tokens, heads, head_dim) tensor whose
 last dim is contiguous, in 16-bit elements (the dtype's bits are copied as is), with boxes of
 ``64 x 1 x rows``: one 128-byte row segment per token, ``rows`` tokens, stored with the 128-byte
