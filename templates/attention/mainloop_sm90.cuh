@@ -321,10 +321,9 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
 // coalesced page-table load a lane, before the wait for the slot), and the copies take them by
 // shuffle.  A row is G_CPR 16-byte chunks (G_CPR lanes a row, G_RPS rows a warp step), chunk c of
 // block row r landing in column block c / 8 at chunk (c % 8) ^ (r % 8): the 128-byte swizzle TMA
-// writes and the wgmma descriptors read.  Keys at or past seqlen_k are
-// zero-filled (nothing read).  cp.async writes through the generic proxy: each thread waits for
-// its copies, fences them to the async proxy (wgmma reads) and then arrives on the "full" barrier
-// (NPROD arrivals).  Two copies stay in flight: K of a block is published once its V is issued,
+// writes and the wgmma descriptors read.  Keys at or past seqlen_k are zero-filled (nothing
+// read).  cp.async writes through the generic proxy: each thread waits for its copies, fences them
+// to the async proxy (wgmma reads) and then arrives on the "full" barrier (NPROD arrivals).  Two copies stay in flight: K of a block is published once its V is issued,
 // V once the next block's K is issued (and at the tile's end).
 constexpr int G_RW = BN / 4;              // rows per producer warp
 constexpr int G_RI = (G_RW + 31) / 32;    // looked-up rows per lane
