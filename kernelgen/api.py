@@ -115,9 +115,11 @@ def varlen_attention(
         arch: which attention mainloop runs: None or "auto" picks the Hopper path (wgmma, TMA,
             warp specialisation; ``docs/perf-notes.md``, "Hopper path") on compute capability
             9.0 for the calls it supports (packed K/V, head dims 64, 96, 128, 192 or 256 with
-            head_dim_v == head_dim, or 192 with head_dim_v 128; any mask, window and soft-cap;
-            split-KV, automatic or forced; no pack-GQA; prefill-sized
-            ``max_seqlen_q`` * query heads per tile) and the sm_80 path (mma.sync) otherwise; "sm_80" forces the sm_80 path,
+            head_dim_v == head_dim, or 192 with head_dim_v 128, or a paged cache at head dims 64
+            and 128; any mask, window and soft-cap; split-KV, automatic or forced; no pack-GQA;
+            prefill-sized ``max_seqlen_q`` * query heads per tile; a paged batch of several
+            requests only when they average at least ``heuristics.SM90_PAGED_MIN_MEAN_Q`` query
+            tokens, else the fused launch) and the sm_80 path (mma.sync) otherwise; "sm_80" forces the sm_80 path,
             "sm_90a" the Hopper path (ValueError if the call or the device does not support it).
             None reads the ``KERNELGEN_ARCH`` environment variable (same values) when a call
             signature is first seen (``clear_signature_cache`` makes it read again).
@@ -219,7 +221,25 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
     dev_arch = device_arch(device)
     mainloop = validation.arch(arch, dev_arch)
     prep = None
-    if mainloop != "sm90a":
+
+    def choose():
+        return heuristics.choose(
+            dev_arch, validation.DTYPES[q.dtype], sizes["head_dim"], sizes["head_dim_v"],
+            num_heads_q=hq, num_heads_kv=sizes["num_heads_kv"], mask=mask, layout=layout,
+            max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, paged=sizes["paged"],
+            softcap=cap > 0, pack_gqa=pack_gqa, num_splits=splits,
+            num_sms=runtime.device_properties(device)["num_sms"], mainloop=mainloop,
+            tma_ok=all(tma.tma_compatible(t) for t in (q, k, v)), page_size=sizes.get("page_size", 0))
+
+    variants = None
+    if mainloop is None and short_query_tokens is None and heuristics.paged_prefers_hopper(
+            sizes["paged"], total_q, batch):
+        # long queries on average (chunked prefill on a paged cache): the Hopper path, where it
+        # runs the call, rather than the fused mixed-batch launch
+        variants = choose()
+        if variants.attention.mainloop != "sm90a":
+            variants = None
+    if mainloop != "sm90a" and variants is None:
         prep = _fused_call(short_query_tokens, q, k, v, out, lse, page_table, sizes, dev_arch, device, mask, layout,
                            left, right, cap, scale, pack_gqa, splits, max_seqlen_q, max_seqlen_k, sort, head_swizzle,
                            return_lse)
@@ -228,13 +248,8 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
             _CALLS.put(key, prep)
         out, lse = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
         return (out, lse) if return_lse else out
-    variants = heuristics.choose(
-        dev_arch, validation.DTYPES[q.dtype], sizes["head_dim"], sizes["head_dim_v"],
-        num_heads_q=hq, num_heads_kv=sizes["num_heads_kv"], mask=mask, layout=layout,
-        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, paged=sizes["paged"],
-        softcap=cap > 0, pack_gqa=pack_gqa, num_splits=splits,
-        num_sms=runtime.device_properties(device)["num_sms"], mainloop=mainloop,
-        tma_ok=not sizes["paged"] and all(tma.tma_compatible(t) for t in (q, k, v)))
+    if variants is None:
+        variants = choose()
     sched = runtime.get_kernel(variants.scheduler, device)
     attn = runtime.get_kernel(variants.attention, device)
     combine = runtime.get_kernel(variants.combine, device) if variants.combine is not None else None
@@ -242,10 +257,7 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                            head_swizzle=bool(head_swizzle), max_splits=variants.max_splits,
                            forced_splits=variants.forced_splits, window_left=left)
     ws = WorkspaceLayout(batch, combine is not None, variants.max_splits, hq, total_q, sizes["head_dim_v"])
-    maps = None
-    if variants.attention.mainloop == "sm90a":
-        t = variants.attention.tile
-        maps = tma.AttentionMaps(q, k, v, t.block_m, t.block_n)
+    maps = hopper_maps(variants.attention, q, k, v, sizes["paged"]) if variants.attention.mainloop == "sm90a" else None
     prep = prepared.build(sched=sched, attn=attn, combine=combine, cfg=cfg, layout=ws, batch=batch, q=q, k=k, v=v,
                           out=out, lse=lse, page_table=page_table, scale=scale, window=(left, right), softcap=cap,
                           return_lse=bool(return_lse), fixed_base=None, sizes=sizes, maps=maps)
@@ -253,6 +265,16 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
         _CALLS.put(key, prep)
     out, lse = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
     return (out, lse) if return_lse else out
+
+
+def hopper_maps(spec, q, k, v, paged: bool):
+    """The ``tma.AttentionMaps`` of a Hopper attention kernel's call signature: q by 128-row boxes,
+    K/V by key blocks, or on a paged cache (num_pages, page_size, heads, dim) by boxes of
+    min(block_n, page_size) keys inside one page (``tma_load_paged``), none for the gather
+    option "g" (the producer warps copy K/V rows themselves)."""
+    t = spec.tile
+    kv_rows = min(t.block_n, k.shape[1]) if paged else t.block_n
+    return tma.AttentionMaps(q, k, v, t.block_m, t.block_n, kv_maps="g" not in spec.sm90_opts, kv_rows=kv_rows)
 
 
 def _fused_call(short_query_tokens, q, k, v, out, lse, page_table, sizes, arch, device, mask, layout, left, right,

@@ -11,9 +11,10 @@ Tile classes, by query rows per request tile (``max_seqlen_q`` times the pack-GQ
 
 Mainloop: on sm_90a, prefill-class calls the Hopper path supports (``sm90_unsupported``) take the
 wgmma/TMA kernel (``mainloop="sm90a"``, the head dims' tile ``sm90_tile``, options
-``SM90_OPTS``), with split-KV when the split bound for that tile says so; everything else, and
-every other arch, the sm_80 (mma.sync) kernels.  ``choose``'s ``mainloop`` argument forces one (``varlen_attention(arch=...)``,
-``KERNELGEN_ARCH``).
+``SM90_OPTS``; a paged cache whose pages do not hold whole key blocks adds "g": K/V rows gathered
+through the page table, ``sm90_options``), with split-KV when the split bound for that tile says
+so; everything else, and every other arch, the sm_80 (mma.sync) kernels.  ``choose``'s
+``mainloop`` argument forces one (``varlen_attention(arch=...)``, ``KERNELGEN_ARCH``).
 
 Split-KV: the host picks an upper bound with FlashAttention-3's occupancy rule (treating a varlen
 batch as one request, as FA3 does); the GPU scheduler then gives each request its own count from
@@ -25,7 +26,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from .spec import ARCHS, MAINLOOPS, MASKS, SM90_HEAD_DIM_PAIRS, AttentionSpec, CombineSpec, FusedAttentionSpec, SchedulerSpec, TileConfig
+from .spec import ARCHS, MAINLOOPS, MASKS, SM90_HEAD_DIM_PAIRS, SM90_PAGED_HEAD_DIMS, AttentionSpec, CombineSpec, FusedAttentionSpec, SchedulerSpec, TileConfig
 
 #: Largest dynamic shared memory one CTA may opt into, bytes (CUDA programming guide, per arch).
 SMEM_LIMIT = {"sm_80": 166912, "sm_86": 101376, "sm_89": 101376, "sm_90a": 232448}
@@ -107,6 +108,13 @@ def sm90_tile(head_dim: int, head_dim_v: int) -> TileConfig:
 #: overlapped with the next block's Q K^T).  The environment variable ``KERNELGEN_SM90_OPTS``
 #: (read at import) overrides it, for tuning runs.
 SM90_OPTS = os.environ.get("KERNELGEN_SM90_OPTS", "p")
+
+#: A paged call whose requests average at least this many query tokens (total_q / batch, known
+#: on the host without a sync) skips the fused mixed-batch launch for the Hopper path (when that
+#: path runs it): each short request in such a batch costs at most one nearly empty 128-row tile
+#: per head against at least 4 full ones on average, which the Hopper mainloop's speed over the
+#: sm_80 one more than pays for (docs/perf-notes.md, "Hopper path", paged K/V).
+SM90_PAGED_MIN_MEAN_Q = 512
 
 #: Alternatives measured by the benchmark's tile sweep (tools/bench.py).
 CANDIDATE_TILES = {
@@ -194,20 +202,52 @@ class Variants:
     forced_splits: bool
 
 
+def sm90_options(paged: bool, page_size: int, block_n: int) -> str:
+    """The Hopper mainloop's options (``AttentionSpec.sm90_opts``) for a call: ``SM90_OPTS``
+    without "g" for packed K/V; for a paged cache, with "g" (the producer warps gather K/V rows
+    through the page table, any page size) unless TMA boxes fit the pages
+    (``sm90_paged_tma_fits``) and ``SM90_OPTS`` does not ask for "g" itself."""
+    opts = set(SM90_OPTS) - {"g"}
+    if paged and ("g" in SM90_OPTS or not sm90_paged_tma_fits(page_size, block_n)):
+        opts.add("g")
+    return "".join(sorted(opts))
+
+
+def sm90_paged_tma_fits(page_size: int, block_n: int) -> bool:
+    """Whether the Hopper kernel loads a paged cache's key blocks of ``block_n`` keys with TMA
+    boxes of min(page_size, block_n) keys, each inside one page: ``page_size`` a multiple of
+    ``block_n`` (one box a block), or ``block_n`` a multiple of a ``page_size`` that is a multiple
+    of 8 (a box of whole 8-row swizzle atoms per page; 0 = unknown: no)."""
+    if page_size <= 0:
+        return False
+    return page_size % block_n == 0 or (block_n % page_size == 0 and page_size % 8 == 0)
+
+
+def paged_prefers_hopper(paged: bool, total_q: int, batch: int) -> bool:
+    """Whether an automatic paged call (no ``short_query_tokens``) with ``total_q`` query tokens in
+    ``batch`` requests should try the Hopper path before the fused mixed-batch launch: its
+    requests average at least ``SM90_PAGED_MIN_MEAN_Q`` query tokens (chunked prefill)."""
+    return bool(paged) and batch > 0 and total_q >= SM90_PAGED_MIN_MEAN_Q * batch
+
+
 def sm90_unsupported(arch: str, head_dim: int, head_dim_v: int, *, mask: str, paged: bool, softcap: bool,
                      pack: bool, num_splits: int, tma_ok: bool = True) -> str:
-    """Why the Hopper mainloop cannot run a call ("" when it can): it needs sm_90a, packed K/V,
-    (head_dim, head_dim_v) in ``spec.SM90_HEAD_DIM_PAIRS``, no pack-GQA, and q/k/v strides TMA can
-    address (``tma_ok``, see ``tma.tma_compatible``).  Every mask ("none", "causal", "local": a
-    sliding window), soft-cap (``softcap``) and split-KV (automatic or a forced ``num_splits``) run
-    on it; ``num_splits`` is kept for the callers' signature."""
+    """Why the Hopper mainloop cannot run a call ("" when it can): it needs sm_90a, packed K/V with
+    (head_dim, head_dim_v) in ``spec.SM90_HEAD_DIM_PAIRS`` or a paged cache with head_dim ==
+    head_dim_v in ``spec.SM90_PAGED_HEAD_DIMS``, no pack-GQA, and q/k/v strides TMA can address
+    (``tma_ok``, see ``tma.tma_compatible``; for a paged cache its page, slot and head strides).
+    Every mask ("none", "causal", "local": a sliding window), soft-cap (``softcap``) and split-KV
+    (automatic or a forced ``num_splits``) run on it; ``num_splits`` is kept for the callers'
+    signature."""
     if arch != "sm_90a":
         return f"arch {arch} (the wgmma/TMA path needs sm_90a)"
     if (head_dim, head_dim_v) not in SM90_HEAD_DIM_PAIRS:
         return f"head dims {head_dim}/{head_dim_v} (supported: {SM90_HEAD_DIM_PAIRS})"
+    if paged and (head_dim != head_dim_v or head_dim not in SM90_PAGED_HEAD_DIMS):
+        return f"a paged K/V cache at head dims {head_dim}/{head_dim_v} (paged: equal, in {SM90_PAGED_HEAD_DIMS})"
     if mask not in MASKS:
         return f"mask {mask!r} (masks: {MASKS})"
-    for name, on in (("a paged K/V cache", paged), ("pack-GQA", pack)):
+    for name, on in (("pack-GQA", pack),):
         if on:
             return name
     if not tma_ok:
@@ -218,7 +258,8 @@ def sm90_unsupported(arch: str, head_dim: int, head_dim_v: int, *, mask: str, pa
 def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q: int, num_heads_kv: int,
            mask: str = "none", layout: str = "soa", max_seqlen_q: int, max_seqlen_k: int, paged: bool = False,
            softcap: bool = False, pack_gqa: bool | None = None, num_splits: int = 0, num_sms: int = 132,
-           tile: TileConfig | None = None, mainloop: str | None = None, tma_ok: bool = True) -> Variants:
+           tile: TileConfig | None = None, mainloop: str | None = None, tma_ok: bool = True,
+           page_size: int = 0) -> Variants:
     """Every kernel variant of a call, from what the host knows (shapes, flags, max lengths).
 
     ``mainloop``: None picks the Hopper path ("sm90a": wgmma, TMA) on sm_90a for the variants it
@@ -228,7 +269,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
     "sm80" or "sm90a" forces one (a forced "sm90a" that cannot run the call raises ValueError
     with the reason).  An explicit
     ``tile`` belongs to the sm_80 path unless ``mainloop="sm90a"``.  ``tma_ok``: q/k/v strides
-    that TMA can address.
+    that TMA can address.  ``page_size``: tokens per page of a paged cache (0 = unknown), which
+    picks the Hopper path's K/V loads (``sm90_options``).
 
     Raises ValueError when the variant does not fit the arch (shared memory) or a value is bad.
     """
@@ -252,17 +294,18 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
             raise ValueError(f"the Hopper (sm_90a) path does not support this call: {why}")
         if not why:
             t = tile or sm90_tile(head_dim, head_dim_v)
+            opts = sm90_options(paged, page_size, t.block_n)
             n = -(-max(max_seqlen_k, 1) // t.block_n)
             if num_splits > 0:  # forced: never more splits than key blocks (sizes the partials)
                 max_splits, forced = max(1, min(num_splits, n)), True
             else:
-                probe = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, softcap=softcap,
-                                      mainloop="sm90a", sm90_opts=SM90_OPTS)
+                probe = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, paged=paged, softcap=softcap,
+                                      mainloop="sm90a", sm90_opts=opts)
                 ctas = estimated_ctas(arch, t, probe.smem_bytes(), num_sms)
                 max_splits, forced = num_splits_heuristic(num_heads_q * max(1, -(-rows // t.block_m)), n, ctas), False
             split = max_splits > 1
-            attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, split=split, softcap=softcap,
-                                 mainloop="sm90a", sm90_opts=SM90_OPTS)
+            attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, split=split, paged=paged,
+                                 softcap=softcap, mainloop="sm90a", sm90_opts=opts)
             _check_smem(attn, arch)
             combine = CombineSpec(arch, dtype, head_dim_v) if split else None
             return Variants(SchedulerSpec(arch=arch, layout=layout), attn, combine, max_splits, forced)

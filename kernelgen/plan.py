@@ -309,10 +309,7 @@ class AttentionPlan:
 
     def _map_set(self, q, k, v):
         """The TMA tensor maps of a step's signature (``tma.AttentionMaps``) on the Hopper path, else None."""
-        if not self.hopper:
-            return None
-        t = self.attn_spec.tile
-        return tma.AttentionMaps(q, k, v, t.block_m, t.block_n)
+        return api.hopper_maps(self.attn_spec, q, k, v, self.paged) if self.hopper else None
 
     def _maps(self, q, k, v) -> bytes | None:
         """The encoded tensor maps of these tensors (384 bytes) on the Hopper path, else None."""

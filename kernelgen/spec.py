@@ -23,13 +23,17 @@ MAINLOOPS = ("sm80", "sm90a")
 #: Option letters of the Hopper mainloop (``AttentionSpec.sm90_opts``): "s" serial (no overlap of
 #: the softmax with the next block's Q K^T inside a warpgroup), "h" P V issued as 64-column halves,
 #: "p" ping-pong of the two consumer warpgroups' GEMM issue (not with "s"), "r" rescale O only
-#: when a row's max grew.
-SM90_OPTS = "hprs"
-_SM90_OPT_NAMES = {"h": "pvhalves", "p": "pingpong", "r": "lazyrescale", "s": "serial"}
+#: when a row's max grew, "g" paged K/V gathered row by row by the four producer warps (cp.async;
+#: any page size) instead of TMA boxes inside one page (page_size a multiple of block_n).
+SM90_OPTS = "ghprs"
+_SM90_OPT_NAMES = {"g": "gather", "h": "pvhalves", "p": "pingpong", "r": "lazyrescale", "s": "serial"}
 #: Head dims of the Hopper path (head_dim == head_dim_v).
 SM90_HEAD_DIMS = (64, 96, 128, 192, 256)
 #: (head_dim, head_dim_v) pairs of the Hopper path: the equal ones and DeepSeek's 192 x 128.
 SM90_HEAD_DIM_PAIRS = tuple((d, d) for d in SM90_HEAD_DIMS) + ((192, 128),)
+#: Head dims (= head_dim_v) of the Hopper mainloop with a paged K/V cache (the gather path's warp
+#: steps and the tests cover these two).
+SM90_PAGED_HEAD_DIMS = (64, 128)
 
 
 def sm90_padded(d: int) -> int:
@@ -79,9 +83,10 @@ class AttentionSpec:
     ``mainloop="sm80"``: the tensor-core path of every arch from sm_80 on, sm_90a included
     (mma.sync, ldmatrix, cp.async; templates/attention/fwd_sm80.cu.j2).  ``mainloop="sm90a"``: the
     Hopper path (wgmma, TMA, mbarriers, a producer warpgroup and ``tile.num_warps / 4`` consumer
-    warpgroups; templates/attention/fwd_sm90.cu.j2) for packed K/V, (head_dim, head_dim_v) in
-    ``SM90_HEAD_DIM_PAIRS`` (64, 96, 128, 192 and 256 equal, and 192 x 128), any mask ("none",
-    "causal", "local"), with or without soft-cap and split-KV, no pack-GQA or paging; its tile has
+    warpgroups; templates/attention/fwd_sm90.cu.j2) for packed K/V with (head_dim, head_dim_v) in
+    ``SM90_HEAD_DIM_PAIRS`` (64, 96, 128, 192 and 256 equal, and 192 x 128) or paged K/V with
+    head_dim == head_dim_v in ``SM90_PAGED_HEAD_DIMS``, any mask ("none", "causal", "local"), with
+    or without soft-cap and split-KV, no pack-GQA; its tile has
     block_m = 16 * num_warps (64 rows per consumer warpgroup).  ``sm90_opts``: letters of
     ``SM90_OPTS`` (tuning variants of the Hopper mainloop, "" = the default).
     Both are compiled for the exact arch (``arch``).
@@ -109,6 +114,11 @@ class AttentionSpec:
     #: Registers per thread of the Hopper kernel's producer and consumer warpgroups after
     #: ``setmaxnreg`` (one producer and two consumer warpgroups share 64 K registers).
     SM90_REGS: ClassVar[dict] = {8: (24, 240)}
+    #: The same for a paged cache: TMA boxes page by page (the producer looks pages up) and, with
+    #: option "g", rows gathered by the whole producer warpgroup.  A CTA starts with 168 x 384
+    #: registers (__launch_bounds__(384, 1)): 128 * producer + 256 * consumer must not exceed that.
+    SM90_REGS_PAGED: ClassVar[dict] = {8: (40, 232)}
+    SM90_REGS_GATHER: ClassVar[dict] = {8: (56, 224)}
 
     def __post_init__(self):
         _check(self.arch, ARCHS, "arch")
@@ -132,7 +142,9 @@ class AttentionSpec:
             return f"arch {self.arch} (wgmma and setmaxnreg need sm_90a)"
         if (self.head_dim, self.head_dim_v) not in SM90_HEAD_DIM_PAIRS:
             return f"head dims {self.head_dim}/{self.head_dim_v} (supported: {SM90_HEAD_DIM_PAIRS})"
-        for flag in ("pack_gqa", "paged", "row_splits"):
+        if self.paged and (self.head_dim != self.head_dim_v or self.head_dim not in SM90_PAGED_HEAD_DIMS):
+            return f"paged at head dims {self.head_dim}/{self.head_dim_v} (paged: equal, in {SM90_PAGED_HEAD_DIMS})"
+        for flag in ("pack_gqa", "row_splits"):
             if getattr(self, flag):
                 return flag
         if t.num_warps not in self.SM90_REGS or t.block_m != 16 * t.num_warps:
@@ -143,6 +155,10 @@ class AttentionSpec:
             return f"sm90_opts {self.sm90_opts!r} (sorted distinct letters of {SM90_OPTS!r})"
         if "p" in self.sm90_opts and "s" in self.sm90_opts:
             return "sm90_opts 'p' (ping-pong) needs the overlapped mainloop (no 's')"
+        if "g" in self.sm90_opts and not self.paged:
+            return "sm90_opts 'g' (gathered K/V rows) needs a paged cache"
+        if "g" in self.sm90_opts and t.block_n > 128:
+            return f"tile {t.tag} with sm90_opts 'g' (block_n up to 128: the consumers keep fewer registers)"
         return ""
 
     @property
@@ -209,7 +225,9 @@ class AttentionSpec:
     def _sm90_regs(self) -> dict:
         if self.mainloop != "sm90a":
             return {}
-        producer, consumer = self.SM90_REGS[self.tile.num_warps]
+        regs = (self.SM90_REGS_GATHER if "g" in self.sm90_opts else self.SM90_REGS_PAGED if self.paged
+                else self.SM90_REGS)
+        producer, consumer = regs[self.tile.num_warps]
         return {"producer_regs": producer, "consumer_regs": consumer}
 
     def variant_contexts(self) -> list:

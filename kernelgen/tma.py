@@ -7,6 +7,9 @@ and CuPy already loaded; called through ctypes, so neither cuda-python nor a too
 encodes it.  The kernel takes the three maps by value as ``__grid_constant__`` parameters
 (``params.TMA_ATTENTION_PARAMS``).
 
+A paged K/V cache (num_pages, page_size, heads, head_dim) gets a 4-D map instead
+(``paged_map_args``: head_dim, heads, page slot, page; boxes inside one page).
+
 Each map is a 3-D view ``(head_dim, heads, tokens)`` of a (tokens, heads, head_dim) tensor whose
 last dim is contiguous, in 16-bit elements (the dtype's bits are copied as is), with boxes of ``64 x
 1 x rows``: one 128-byte row segment per token, ``rows`` tokens, stored with the 128-byte swizzle
@@ -79,11 +82,46 @@ def map_args(ptr: int, shape: tuple, strides: tuple, box_rows: int) -> tuple:
     return (d, heads, tokens), strides_b, (BOX_INNER, 1, box_rows)
 
 
+def paged_map_args(ptr: int, shape: tuple, strides: tuple, box_rows: int) -> tuple:
+    """The encoder's arguments for a paged K/V cache (num_pages, page_size, heads, head_dim) of
+    16-bit elements: a 4-D map (head_dim, heads, page slot, page) with boxes of
+    ``64 x 1 x box_rows x 1`` (``box_rows`` keys inside one page, 128-byte swizzle).
+
+    Args:
+        ptr: device address of element [0, 0, 0, 0].
+        shape: (num_pages, page_size, heads, head_dim); head_dim as for map_args (the dispatcher
+            runs paged K/V on head dims 64 and 128, spec.SM90_PAGED_HEAD_DIMS).
+        strides: the cache's strides in elements, (page, slot, head, 1).
+        box_rows: keys per box (1 .. 256, at most page_size).
+
+    Returns:
+        (global_dim, global_strides_bytes, box_dim), innermost first (strides of dims 1-3).
+
+    Raises:
+        ValueError: a requirement of the TMA unit does not hold (names which).
+    """
+    pages, page_size, heads, d = (int(x) for x in shape)
+    s_page, s_tok, s_head, s_d = (int(x) for x in strides)
+    if pages < 1 or page_size < 1:
+        raise ValueError(f"a paged tensor map needs at least one page and token, got shape {tuple(shape)}")
+    (dd, hh, tt), (sh, st), box = map_args(ptr, (page_size, heads, d), (s_tok, s_head, s_d), box_rows)
+    if box_rows > page_size:
+        raise ValueError(f"box_rows ({box_rows}) must not exceed page_size ({page_size})")
+    sp = 2 * s_page
+    if sp % 16 or not 0 < sp < 1 << 40:
+        raise ValueError(f"the page stride ({sp} bytes) must be a positive multiple of 16 below 2^40")
+    return (dd, hh, tt, pages), (sh, st, sp), box + (1,)
+
+
 def tma_compatible(t) -> bool:
-    """Whether a torch tensor (tokens, heads, head_dim) satisfies ``map_args``' requirements
-    (pointer alignment aside, which is checked per call)."""
+    """Whether a torch tensor (tokens, heads, head_dim), or a paged cache (num_pages, page_size,
+    heads, head_dim), satisfies ``map_args``' (``paged_map_args``') requirements (pointer
+    alignment aside, which is checked per call)."""
     try:
-        map_args(16, tuple(t.shape), tuple(t.stride()), 1)
+        if t.dim() == 4:  # a paged cache (num_pages, page_size, heads, head_dim)
+            paged_map_args(16, tuple(t.shape), tuple(t.stride()), 1)
+        else:
+            map_args(16, tuple(t.shape), tuple(t.stride()), 1)
     except ValueError:
         return False
     return True
@@ -121,11 +159,12 @@ def _encode_ctypes(ptr, dims, strides_b, box, what):
     fn = _driver()
     raw = ctypes.create_string_buffer(MAP_BYTES + 64)
     addr = (ctypes.addressof(raw) + 63) & ~63  # CUtensorMap is 64-byte aligned
-    gdim = (ctypes.c_uint64 * 3)(*dims)
-    gstr = (ctypes.c_uint64 * 2)(*strides_b)
-    bdim = (ctypes.c_uint32 * 3)(*box)
-    estr = (ctypes.c_uint32 * 3)(1, 1, 1)
-    rc = fn(ctypes.c_void_p(addr), DTYPE_UINT16, 3, ctypes.c_void_p(ptr), gdim, gstr, bdim, estr, INTERLEAVE_NONE,
+    rank = len(dims)
+    gdim = (ctypes.c_uint64 * rank)(*dims)
+    gstr = (ctypes.c_uint64 * (rank - 1))(*strides_b)
+    bdim = (ctypes.c_uint32 * rank)(*box)
+    estr = (ctypes.c_uint32 * rank)(*([1] * rank))
+    rc = fn(ctypes.c_void_p(addr), DTYPE_UINT16, rank, ctypes.c_void_p(ptr), gdim, gstr, bdim, estr, INTERLEAVE_NONE,
             SWIZZLE_128B, L2_PROMOTION_256B, OOB_FILL_ZEROS)
     if rc != 0:
         raise TensorMapError(what, rc, (hex(ptr), dims, strides_b, box))
@@ -147,12 +186,19 @@ class AttentionMaps:
     starts with; the last result is kept per thread and reused while the pointers repeat.
 
     Args: q, k, v (tokens, heads, head_dim) tensors of the signature (only shapes and strides
-    are read); block_m, block_n: the kernel's Q and K/V box rows.  Raises ValueError (map_args).
+    are read), or k, v paged caches (num_pages, page_size, heads, head_dim): 4-D maps
+    (``paged_map_args``); block_m, block_n: the kernel's Q and K/V box rows (``kv_rows``: the
+    K/V box rows when they differ from block_n: min(page_size, block_n) for a paged cache).
+    ``kv_maps=False``: k and v get no map (128 zero bytes each; the kernel gathers their rows
+    itself, option "g").  Raises ValueError (map_args, paged_map_args).
     """
 
-    def __init__(self, q, k, v, block_m: int, block_n: int):
-        self.args = tuple(map_args(16, tuple(t.shape), tuple(t.stride()), rows)
-                          for t, rows in ((q, block_m), (k, block_n), (v, block_n)))
+    def __init__(self, q, k, v, block_m: int, block_n: int, kv_maps: bool = True, kv_rows: int | None = None):
+        def args(t, rows):
+            fn = paged_map_args if t.dim() == 4 else map_args
+            return fn(16, tuple(t.shape), tuple(t.stride()), rows)
+        rows = block_n if kv_rows is None else kv_rows
+        self.args = (args(q, block_m),) + ((args(k, rows), args(v, rows)) if kv_maps else (None, None))
         self._tls = threading.local()
 
     def encode(self, qp: int, kp: int, vp: int) -> bytes:
@@ -160,7 +206,7 @@ class AttentionMaps:
         if last is not None and last[0] == (qp, kp, vp):
             return last[1]
         fn = _resolve()
-        maps = b"".join(fn(ptr, dims, strides, box, what)
-                        for ptr, (dims, strides, box), what in zip((qp, kp, vp), self.args, "qkv"))
+        maps = b"".join(bytes(MAP_BYTES) if a is None else fn(ptr, *a, what)
+                        for ptr, a, what in zip((qp, kp, vp), self.args, "qkv"))
         self._tls.last = ((qp, kp, vp), maps)
         return maps

@@ -52,8 +52,9 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
 
     Returns:
         The specs from ``heuristics.choose`` (the dispatcher's own function) for each
-        combination (on sm_90a both the Hopper path's and, for ``arch="sm_80"`` calls and
-        plans, and calls whose strides TMA cannot address, the sm_80 path's), and for paged calls with long queries those of ``heuristics.choose_fused``
+        combination (on sm_90a both the Hopper path's, for a paged cache both its K/V load paths,
+        and, for ``arch="sm_80"`` calls and plans, and calls whose strides TMA cannot address, the
+        sm_80 path's), and for paged calls with long queries those of ``heuristics.choose_fused``
         (the fused mixed-batch launch the dispatcher takes then), in first-seen order with
         duplicates removed.
 
@@ -76,6 +77,9 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
             if v.attention.mainloop == "sm90a":  # arch="sm_80" calls and plans take the sm_80 path
                 v80 = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), mainloop="sm80", **kw)
                 specs += [v80.attention, v80.combine]
+                if pg:  # both paged load paths: gathered rows (above) and TMA boxes (page sizes like 16)
+                    specs.append(heuristics.choose(arch, dtype, int(head_dim), int(head_dim), page_size=16,
+                                                   **kw).attention)
             hq = 8 * int(gqa)
             if pg and max_q > heuristics.short_query_tokens(hq, 8):
                 # a paged call with long queries takes the fused mixed-batch launch (fused.use_fused)

@@ -58,19 +58,23 @@ class _TmaParams:
 
 PARAMS = {"scheduler": SCHEDULER_PARAMS, "attention": ATTENTION_PARAMS, "combine": COMBINE_PARAMS,
           "fused": _PairParams, "attention_sm90": _TmaParams}
-#: What the stand-in tensor-map encoder writes: (base address, dims, strides in bytes, box), padded.
+#: What the stand-in tensor-map encoder writes: (base address, dims, strides in bytes, box), padded
+#: (3-D maps; FAKE_MAP4 for the 4-D maps of a paged cache).
 FAKE_MAP = struct.Struct("<Q3Q2Q3I")
+FAKE_MAP4 = struct.Struct("<Q4Q3Q4I")
 
 
 def fake_encode(ptr, dims, strides_b, box, what):
     """A stand-in of cuTensorMapEncodeTiled: its arguments packed into the 128 bytes."""
-    return FAKE_MAP.pack(ptr, *dims, *strides_b, *box).ljust(tma.MAP_BYTES, b"\0")
+    fmt = FAKE_MAP4 if len(dims) == 4 else FAKE_MAP
+    return fmt.pack(ptr, *dims, *strides_b, *box).ljust(tma.MAP_BYTES, b"\0")
 
 
-def decode_map(raw: bytes) -> tuple:
-    """(ptr, dims, strides_b, box) of a fake_encode map."""
-    v = FAKE_MAP.unpack(raw[:FAKE_MAP.size])
-    return v[0], v[1:4], v[4:6], v[6:9]
+def decode_map(raw: bytes, rank: int = 3) -> tuple:
+    """(ptr, dims, strides_b, box) of a fake_encode map of that rank."""
+    fmt = FAKE_MAP4 if rank == 4 else FAKE_MAP
+    v = fmt.unpack(raw[:fmt.size])
+    return v[0], v[1:1 + rank], v[1 + rank:2 * rank], v[2 * rank:3 * rank]
 FUSED_GRID = 2 * 132
 STREAM = 0x5EED0
 ATTN_GRID = 4 * PROPS["num_sms"]
@@ -91,10 +95,11 @@ class Launch:
         p = PARAMS[self.kind]
         return dict(zip(p.names, p.struct.unpack(self.params)))
 
-    def maps(self) -> list:
-        """The Hopper kernel's three tensor maps (q, k, v), decoded (``decode_map``)."""
+    def maps(self, kv_rank: int = 3) -> list:
+        """The Hopper kernel's three tensor maps (q, k, v), decoded (``decode_map``; k and v of
+        rank ``kv_rank``: 4 for a paged cache)."""
         n = tma.MAP_BYTES
-        return [decode_map(self.params[i * n:(i + 1) * n]) for i in range(3)]
+        return [decode_map(self.params[i * n:(i + 1) * n], 3 if i == 0 else kv_rank) for i in range(3)]
 
 
 class DriverError(RuntimeError):

@@ -80,9 +80,11 @@ def test_repeated_signature_reuses_the_prepared_fused_call(fake_cuda):
     ({"num_splits": 1}, ["scheduler", "attention"]),             # a forced split count: single class
     ({"pack_gqa": False}, ["scheduler", "attention"]),
 ])
-def test_fused_switched_off(fake_cuda, kw, expected):
-    call(*paged_inputs(QLENS, CTX), **kw)
-    assert fake_cuda.kinds() == expected
+@pytest.mark.parametrize("arch", ["sm_80", None])
+def test_fused_switched_off(fake_cuda, kw, expected, arch):
+    """One class; on the (fake) H200 without an arch its prefill tiles are the Hopper kernel's."""
+    call(*paged_inputs(QLENS, CTX), arch=arch, **kw)
+    assert fake_cuda.kinds() == (expected if arch else ["scheduler", "attention_sm90"])
 
 
 def test_packed_kv_only_when_forced(fake_cuda):

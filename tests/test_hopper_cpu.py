@@ -46,9 +46,11 @@ def test_sm90_spec_shape_and_name():
 
 @pytest.mark.parametrize("kw,why", [
     (dict(d=128, dv=64), "head dims"), (dict(d=256, dv=128), "head dims"), (dict(d=96, dv=64), "head dims"),
-    (dict(pack_gqa=True), "pack_gqa"), (dict(paged=True), "paged"), (dict(row_splits=True), "row_splits"),
+    (dict(pack_gqa=True), "pack_gqa"), (dict(row_splits=True), "row_splits"), (dict(opts="g"), "paged cache"),
+    (dict(d=256, paged=True), "paged at head dims"),
     (dict(tile=TileConfig(128, 32, 4, 3, 2)), "tile"), (dict(tile=TileConfig(128, 128, 8, 2, 2)), "tile"),
     (dict(opts="x"), "sm90_opts"), (dict(opts="sh"), "sm90_opts"), (dict(opts="ps"), "ping-pong"),
+    (dict(opts="gp", paged=True, tile=TileConfig(128, 192, 8, 2, 1)), "block_n up to 128"),
 ])
 def test_sm90_spec_rejects_what_it_does_not_build(kw, why):
     with pytest.raises(ValueError, match=why):
@@ -107,8 +109,8 @@ def test_automatic_choice_is_hopper_for_window_and_softcap(dtype, d, mask, softc
 
 
 @pytest.mark.parametrize("kw", [
-    dict(paged=True), dict(pack_gqa=True), dict(mask="local", paged=True),
-    dict(max_seqlen_q=1), dict(max_seqlen_q=48), dict(tma_ok=False),
+    dict(pack_gqa=True), dict(max_seqlen_q=1), dict(max_seqlen_q=48), dict(tma_ok=False),
+    dict(paged=True, max_seqlen_q=1),
 ])
 def test_automatic_choice_falls_back_to_sm80(kw):
     v = heuristics.choose("sm_90a", "bf16", 128, 128, **{**PREFILL, **kw})
@@ -192,7 +194,7 @@ def test_forced_mainloops():
     # forced Hopper on a decode-shaped call: no pack-GQA, one 128-row tile class
     v = heuristics.choose("sm_90a", "bf16", 128, 128, mainloop="sm90a", **{**PREFILL, "max_seqlen_q": 1})
     assert v.attention.mainloop == "sm90a" and not v.attention.pack_gqa
-    for kw in (dict(paged=True), dict(pack_gqa=True), dict(tma_ok=False)):
+    for kw in (dict(pack_gqa=True), dict(tma_ok=False)):
         with pytest.raises(ValueError, match="Hopper"):
             heuristics.choose("sm_90a", "bf16", 128, 128, mainloop="sm90a", **{**PREFILL, **kw})
     with pytest.raises(ValueError, match="sm_90a"):
@@ -467,6 +469,17 @@ def test_plan_runs_the_hopper_kernel(fake_cuda, monkeypatch):
     assert not make_plan(monkeypatch, **{**kw, "max_seqlen_q": 1}).hopper   # decode-shaped: sm_80 tiles
     with pytest.raises(ValueError, match="short_query_tokens"):
         make_plan(monkeypatch, arch="sm_90a", short_query_tokens=4, **kw)
+    # a paged prefill plan without the fused launch: the Hopper kernel gathering K/V rows (the
+    # page size is not known when the plan is made), no K/V tensor maps
+    paged = make_plan(monkeypatch, **{**kw, "num_heads_q": 32, "num_heads_kv": 8, "max_total_q": 1600,
+                                      "max_seqlen_q": 900, "max_seqlen_k": 1500}, paged=True, short_query_tokens=0)
+    assert paged.hopper and paged.attn_spec.paged and "g" in paged.attn_spec.sm90_opts
+    pq, kc, vc, pcu, used, pt = paged_prefill_inputs(16)
+    fake_cuda.clear()
+    paged.run(pq, kc, vc, pcu, seqused_k=used, page_table=pt)
+    assert fake_cuda.kinds() == ["scheduler", "attention_sm90"]
+    n = tma.MAP_BYTES
+    assert fake_cuda.launches[1].maps()[0][0] == pq.data_ptr() and fake_cuda.launches[1].params[n:3 * n] == bytes(2 * n)
 
 
 # ------------------------------------------------------------------------ render and compile
@@ -537,3 +550,173 @@ def test_hopper_kernel_compiles_without_spills_with_hgmma(kw):
     assert ops["HGMMA"] >= per_block and ops["HGMMA"] % per_block == 0, ops
     assert ops["HMMA"] == 0 and ops["LDL"] == 0 and ops["STL"] == 0, ops
     assert ops["UTMALDG"] >= 2 * halves + vhalves and ops["USETMAXREG"] == 2, ops
+
+
+# ------------------------------------------------------------------------- paged K/V (issue 5)
+
+
+def test_paged_spec_options_and_registers():
+    s = sm90(paged=True, opts="p")
+    assert s.name == "attn_sm_90a_wgmma_pingpong_bf16_d128_causal_paged_soa_m128n128w8s2b1"
+    g = sm90(paged=True, opts="gp")
+    assert g.name == "attn_sm_90a_wgmma_gather_pingpong_bf16_d128_causal_paged_soa_m128n128w8s2b1"
+    assert g.smem_bytes() == s.smem_bytes() == sm90().smem_bytes()
+    # paged producers keep more registers (the gathering one most); the consumers' increase must
+    # not exceed what the producer gives back from the launch's 168 a thread
+    (pr, cr), (pp, cp), (pr0, cr0) = (AttentionSpec.SM90_REGS_GATHER[8], AttentionSpec.SM90_REGS_PAGED[8],
+                                      AttentionSpec.SM90_REGS[8])
+    assert pr > pp > pr0
+    for a, b in ((pr, cr), (pp, cp), (pr0, cr0)):
+        assert 128 * a + 256 * b <= 168 * 384 and a % 8 == 0 and b % 8 == 0
+    assert g.template_vars()["producer_regs"] == pr and s.template_vars()["producer_regs"] == pp
+    assert sm90().template_vars()["producer_regs"] == pr0
+
+
+@pytest.mark.parametrize("page_size,opts", [(128, "p"), (256, "p"), (1024, "p"), (64, "p"), (16, "p"), (8, "p"),
+                                            (1, "gp"), (4, "gp"), (0, "gp"), (192, "gp"), (48, "gp"), (24, "gp")])
+def test_paged_choice_picks_the_load_path_from_the_page_size(page_size, opts):
+    v = heuristics.choose("sm_90a", "bf16", 128, 128, mask="causal", paged=True, page_size=page_size, **PREFILL)
+    assert v.attention.mainloop == "sm90a" and v.attention.paged and v.attention.sm90_opts == opts
+    assert heuristics.sm90_options(True, page_size, 128) == opts
+    assert heuristics.sm90_options(False, page_size, 128) == "p"
+
+
+def test_paged_choice_gather_forced_and_decode_shapes(monkeypatch):
+    monkeypatch.setattr(heuristics, "SM90_OPTS", "gp")  # "g" forces gathering on any page size
+    assert heuristics.choose("sm_90a", "bf16", 64, 64, paged=True, page_size=256, **PREFILL).attention.sm90_opts == "gp"
+    assert heuristics.choose("sm_90a", "bf16", 64, 64, **PREFILL).attention.sm90_opts == "p"  # packed K/V: no "g"
+    monkeypatch.setattr(heuristics, "SM90_OPTS", "p")
+    # decode-shaped paged calls stay on the sm_80 path (pack-GQA, small tiles) unless forced
+    kw = {**PREFILL, "max_seqlen_q": 1}
+    assert heuristics.choose("sm_90a", "bf16", 128, 128, paged=True, page_size=16, **kw).attention.mainloop == "sm80"
+    v = heuristics.choose("sm_90a", "bf16", 128, 128, paged=True, page_size=1, mainloop="sm90a", **kw)
+    assert v.attention.mainloop == "sm90a" and v.attention.sm90_opts == "gp" and not v.attention.pack_gqa
+    # soft-cap, a window and forced splits run paged on the Hopper path too
+    for extra in (dict(softcap=True), dict(mask="local"), dict(num_splits=2)):
+        v = heuristics.choose("sm_90a", "bf16", 128, 128, paged=True, page_size=16, **{**PREFILL, **extra})
+        assert v.attention.mainloop == "sm90a" and v.attention.paged
+    # paged head dims other than 64 and 128 fall back (and cannot be forced)
+    for d, dv in ((256, 256), (96, 96), (192, 128)):
+        assert heuristics.choose("sm_90a", "bf16", d, dv, paged=True, page_size=256,
+                                 **PREFILL).attention.mainloop == "sm80"
+        with pytest.raises(ValueError, match="Hopper"):
+            heuristics.choose("sm_90a", "bf16", d, dv, paged=True, page_size=256, mainloop="sm90a", **PREFILL)
+
+
+def test_paged_prefers_hopper_by_mean_query_length():
+    n = heuristics.SM90_PAGED_MIN_MEAN_Q
+    assert heuristics.paged_prefers_hopper(True, 4 * n, 4) and heuristics.paged_prefers_hopper(True, n, 1)
+    assert not heuristics.paged_prefers_hopper(True, 4 * n - 1, 4)
+    assert not heuristics.paged_prefers_hopper(False, 4 * n, 4)
+    assert not heuristics.paged_prefers_hopper(True, 0, 0)
+
+
+def test_paged_map_args():
+    kc = torch.empty(50, 128, 8, 128, dtype=BF16)
+    dims, strides, box = tma.paged_map_args(0x1000, tuple(kc.shape), tuple(kc.stride()), 128)
+    assert dims == (128, 8, 128, 50) and strides == (256, 8 * 256, 128 * 8 * 256) and box == (64, 1, 128, 1)
+    kv = torch.empty(50, 2, 64, 4, 64, dtype=BF16)       # interleaved K/V pages: page stride 2x
+    k = kv[:, 0]
+    assert tma.paged_map_args(16, tuple(k.shape), tuple(k.stride()), 64) == (
+        (64, 4, 64, 50), (128, 4 * 128, 2 * 64 * 4 * 128), (64, 1, 64, 1))
+    assert tma.tma_compatible(k) and tma.tma_compatible(kc)
+
+
+@pytest.mark.parametrize("ptr,shape,strides,rows,what", [
+    (0x1000, (10, 16, 2, 128), (16 * 256, 256, 128, 1), 64, "page_size"),
+    (0x1000, (0, 128, 2, 128), (128 * 256, 256, 128, 1), 64, "page"),
+    (0x1000, (10, 128, 2, 128), (128 * 256 + 4, 256, 128, 1), 64, "page stride"),
+    (0x1008, (10, 128, 2, 128), (128 * 256, 256, 128, 1), 64, "aligned"),
+    (0x1000, (10, 128, 2, 80), (128 * 160, 160, 80, 1), 64, "multiple of 32"),
+])
+def test_paged_map_args_refuses(ptr, shape, strides, rows, what):
+    with pytest.raises(ValueError, match=what):
+        tma.paged_map_args(ptr, shape, strides, rows)
+
+
+def paged_prefill_inputs(page_size, qlens=(900, 700), ctx=(1500, 900), hq=32, hkv=8, d=128):
+    need = [-(-c // page_size) for c in ctx]
+    kc = torch.randn(sum(need) + 3, page_size, hkv, d).to(BF16)
+    vc = torch.randn_like(kc)
+    pt = torch.arange(sum(need), dtype=torch.int32).flip(0)[:max(need)].repeat(len(ctx), 1)
+    q = torch.randn(sum(qlens), hq, d).to(BF16)
+    cu_q = torch.tensor([0, *torch.tensor(qlens).cumsum(0).tolist()], dtype=torch.int32)
+    used = torch.tensor(ctx, dtype=torch.int32)
+    return q, kc, vc, cu_q, used, pt
+
+
+@pytest.mark.parametrize("page_size", [128, 256, 16, 1, 24])
+def test_paged_prefill_call_launches_the_hopper_kernel(fake_cuda, page_size):
+    q, kc, vc, cu_q, used, pt = paged_prefill_inputs(page_size)
+    out = kernelgen.varlen_attention(q, kc, vc, cu_q, None, 900, 1500, seqused_k=used, page_table=pt, causal=True)
+    assert out.shape == q.shape and fake_cuda.kinds() == ["scheduler", "attention_sm90"]
+    spec = [k.spec for k in kernelgen.runtime.loaded_kernels() if getattr(k.spec, "mainloop", "") == "sm90a"
+            and k.spec.paged][-1]
+    gather = page_size in (1, 24)
+    assert spec.sm90_opts == ("gp" if gather else "p") and "_paged" in spec.name
+    launch = fake_cuda.launches[1]
+    assert launch.block == (384, 1, 1) and launch.smem == spec.smem_bytes()
+    f = launch.fields()
+    assert (f["k"], f["v"], f["page_table"], f["seqused_k"]) == (kc.data_ptr(), vc.data_ptr(), pt.data_ptr(),
+                                                               used.data_ptr())
+    assert f["page_size"] == page_size and f["k_page_stride"] == page_size * 8 * 128 and f["cu_seqlens_k"] == 0
+    mq = launch.maps()[0]
+    assert mq == (q.data_ptr(), (128, 32, 1600), (256, 32 * 256), (64, 1, 128))
+    n = tma.MAP_BYTES
+    if gather:          # no K/V maps: the producer warps gather the rows
+        assert launch.params[n:3 * n] == bytes(2 * n)
+    else:
+        _, mk, mv = launch.maps(kv_rank=4)
+        pages = kc.shape[0]
+        rows = min(page_size, 128)            # boxes of whole pages, or of whole blocks inside a page
+        assert mk == (kc.data_ptr(), (128, 8, page_size, pages), (256, 2048, page_size * 2048), (64, 1, rows, 1))
+        assert mv[0] == vc.data_ptr() and mv[1:] == mk[1:]
+
+
+def test_paged_calls_fused_or_sm80_where_the_hopper_path_does_not_pay(fake_cuda):
+    # mixed batch (short requests among long ones): the fused mixed-batch launch, as before
+    from test_fused_cpu import CTX, QLENS, paged_inputs
+    q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
+    kernelgen.varlen_attention(q, kc, vc, cu_q, None, max(QLENS), max(CTX), seqused_k=used, page_table=pt,
+                               causal=True)
+    assert "fused" in fake_cuda.kinds() and "attention_sm90" not in fake_cuda.kinds()
+    # arch="sm_80": the sm_80 path; arch="sm_90a" forces the Hopper kernel even for a mixed batch
+    q, kc, vc, cu_q, used, pt = paged_prefill_inputs(16)
+    fake_cuda.clear()
+    kernelgen.varlen_attention(q, kc, vc, cu_q, None, 900, 1500, seqused_k=used, page_table=pt, arch="sm_80")
+    assert "attention_sm90" not in fake_cuda.kinds()
+    fake_cuda.clear()
+    q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
+    kernelgen.varlen_attention(q, kc, vc, cu_q, None, max(QLENS), max(CTX), seqused_k=used, page_table=pt,
+                               causal=True, arch="sm_90a")
+    assert fake_cuda.kinds() == ["scheduler", "attention_sm90"]
+
+
+PAGED_COMPILE = [dict(dtype=dt, d=d, mask=m, opts=o) for dt in ("bf16", "fp16") for d in (64, 128)
+                 for m in ("none", "causal") for o in ("p", "gp")]
+PAGED_COMPILE += [dict(opts="gp", layout="aos"), dict(opts="g"), dict(opts="gs"), dict(opts="ghp", d=128),
+                  dict(opts="p", tile=TileConfig(128, 64, 8, 2, 1)), dict(opts="gp", d=64, tile=TileConfig(128, 64, 8, 3, 1))]
+# paged with the other slices: window, soft-cap and split-KV together (the fewest consumer registers)
+PAGED_COMPILE += [dict(opts="p", mask="local", softcap=True, split=True),
+                  dict(opts="gp", mask="local", softcap=True, split=True), dict(opts="gp", d=64, split=True)]
+
+
+@pytest.mark.parametrize("kw", PAGED_COMPILE, ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))
+def test_paged_hopper_kernel_compiles_without_spills(kw):
+    spec = sm90(paged=True, **kw)
+    assert spec.smem_bytes() <= heuristics.SMEM_LIMIT["sm_90a"]
+    res = compiler.compile_cubin(render.render(spec), "sm_90a", compiler.default_options("sm_90a"), spec.name)
+    r = res.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, r
+    for code in ("C7508", "C7510", "C7519"):
+        assert code not in res.log, res.log
+    assert _NVDISASM is not None, "nvdisasm is needed: pip install nvidia-cuda-nvdisasm (the test extra)"
+    ops = sass.opcode_counts(sass.disassemble(res.cubin, _NVDISASM),
+                               ("HGMMA", "HMMA", "LDL", "STL", "UTMALDG", "USETMAXREG", "LDGSTS", "FENCE"))
+    halves = spec.head_dim // 64
+    assert ops["HGMMA"] > 0 and ops.get("HMMA", 0) == 0 and ops.get("LDL", 0) == 0 and ops.get("STL", 0) == 0, ops
+    assert ops["USETMAXREG"] == 2, ops
+    if "g" in spec.sm90_opts:   # Q by TMA, K/V rows by cp.async (LDGSTS) with a proxy fence
+        assert ops["UTMALDG"] == halves and ops["LDGSTS"] > 0 and ops["FENCE"] > 0, ops
+    else:                       # Q, K and V by TMA, no cp.async
+        assert ops["UTMALDG"] >= 3 * halves and ops["LDGSTS"] == 0, ops

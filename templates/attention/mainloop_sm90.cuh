@@ -8,7 +8,8 @@
 // Tensor maps of the launch (built on the host with cuTensorMapEncodeTiled, kernelgen/tma.py):
 // 3-D (head_dim, heads, tokens) views of q, k and v, boxes of 64 x 1 x BM (q) or BN (k, v) rows,
 // 128-byte swizzle; HALVES boxes a Q or K row, VHALVES a V row (columns past the head dim read as
-// zeros: head dim 96's second box).
+// zeros: head dim 96's second box).  Paged K/V (PAGED, not GATHER): 4-D (head_dim, heads, page
+// slot, page) views of the caches, boxes of 64 x 1 x min(page_size, BN) x 1 (tma_load_paged).
 struct TmaMaps {
   const void* q;
   const void* k;
@@ -38,6 +39,30 @@ __device__ __forceinline__ MaskInfo tile_mask(const AttnParams& p, const TileInf
   mi.left = LOCAL ? p.window_left : -1;
   mi.right = LOCAL ? p.window_right : -1;
   return mi;
+}
+
+// Paged TMA (PAGED, not GATHER): the BN keys of a request from key0 on, as boxes of
+// rows = min(page_size, BN) keys (the 4-D map's box), each inside one page: page_size a multiple of
+// BN (one box), or BN a multiple of page_size with page_size a multiple of 8 (BN / page_size
+// boxes, each starting on a 1024-byte swizzle atom).  page0: the page of key0 (looked up before
+// the slot wait).  Boxes past the request's last page (last_pi) load that page again (rows past
+// seqlen_k are masked and their V rows zeroed), so no page-table entry past seqused_k is read.
+// NH: 64-column boxes a row (HALVES for K, VHALVES for V).
+template <int NH>
+__device__ __forceinline__ void tma_load_paged(u32 dst, const void* map, u32 bar, int kv_head, const int* page_row,
+                                               int page_size, int key0, int last_pi, int page0) {
+  const int rows = min(page_size, BN);
+  int page = page0;
+#pragma unroll 1
+  for (int i = 0; i < BN; i += rows) {
+    const int key = key0 + i;
+    const int pi = key / page_size;
+    if (i > 0) page = page_row[min(pi, last_pi)];
+    const int slot = key - pi * page_size;
+#pragma unroll
+    for (int h = 0; h < NH; ++h)
+      tma_load_4d(dst + h * KV_HALF + (u32)i * 128u, map, bar, h * 64, kv_head, slot, page);
+  }
 }
 
 // The producer warp (all 32 lanes call; lane 0 issues): publishes tile indices to the consumers
@@ -77,18 +102,33 @@ __device__ __forceinline__ void producer_loop(const AttnParams& p, const TmaMaps
 #pragma unroll
       for (int h = 0; h < HALVES; ++h)
         tma_load_3d(sb + h * Q_HALF, maps.q, bar_q_full(sb), h * 64, ti.head, ti.q_start + ti.row0);
+      const int* page_row = PAGED ? static_cast<const int*>(p.page_table) + (i64)ti.b * p.page_table_stride : nullptr;
+      const int last_pi = PAGED ? (ti.seqlen_k - 1) / p.page_size : 0;
       for (int n = n_hi - 1; n >= n_lo; --n) {
-        const int key0 = ti.k_start + n * BN;
+        const int key0 = ti.k_start + n * BN;  // paged: k_start is 0
+        const int page0 = PAGED ? page_row[key0 / p.page_size] : 0;
         mbar_wait(bar_k_empty(sb, stage), phase ^ 1, 3);
         mbar_arrive_expect_tx(bar_k_full(sb, stage), K_BYTES);
+        if (PAGED) {
+          tma_load_paged<HALVES>(sb + OFF_K + stage * K_BYTES, maps.k, bar_k_full(sb, stage), kv_head, page_row,
+                                 p.page_size, key0, last_pi, page0);
+        } else {
 #pragma unroll
-        for (int h = 0; h < HALVES; ++h)
-          tma_load_3d(sb + OFF_K + stage * K_BYTES + h * KV_HALF, maps.k, bar_k_full(sb, stage), h * 64, kv_head, key0);
+          for (int h = 0; h < HALVES; ++h)
+            tma_load_3d(sb + OFF_K + stage * K_BYTES + h * KV_HALF, maps.k, bar_k_full(sb, stage), h * 64, kv_head,
+                        key0);
+        }
         mbar_wait(bar_v_empty(sb, stage), phase ^ 1, 4);
         mbar_arrive_expect_tx(bar_v_full(sb, stage), V_BYTES);
+        if (PAGED) {
+          tma_load_paged<VHALVES>(sb + OFF_V + stage * V_BYTES, maps.v, bar_v_full(sb, stage), kv_head, page_row,
+                                  p.page_size, key0, last_pi, page0);
+        } else {
 #pragma unroll
-        for (int h = 0; h < VHALVES; ++h)
-          tma_load_3d(sb + OFF_V + stage * V_BYTES + h * KV_HALF, maps.v, bar_v_full(sb, stage), h * 64, kv_head, key0);
+          for (int h = 0; h < VHALVES; ++h)
+            tma_load_3d(sb + OFF_V + stage * V_BYTES + h * KV_HALF, maps.v, bar_v_full(sb, stage), h * 64, kv_head,
+                        key0);
+        }
         if (++stage == STAGES) {
           stage = 0;
           phase ^= 1;
@@ -310,4 +350,148 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   wgmma_wait<0>();
   fence_regs<DV / 2>(&o[0][0][0]);
   release(bar_v_empty(sb, pv.stage), lane);
+}
+
+// Gathered K/V (GATHER): key j of a request lives in slot j % page_size of page
+// page_table[b][j / page_size].  Producer warp pw copies rows [pw * G_RW, (pw + 1) * G_RW) of each
+// block: lane l looks up the page and slot of rows pw * G_RW + l + 32 i once per block (one
+// coalesced page-table load a lane, before the wait for the slot), and the copies take them by
+// shuffle.  A row is G_CPR 16-byte chunks (G_CPR lanes a row, G_RPS rows a warp step), chunk c of
+// block row r landing in column block c / 8 at chunk (c % 8) ^ (r % 8): the 128-byte swizzle TMA
+// writes and the wgmma descriptors read.  Keys at or past seqlen_k are zero-filled (nothing
+// read).  cp.async writes through the generic proxy: each thread waits for its copies, fences them
+// to the async proxy (wgmma reads) and then arrives on the "full" barrier (NPROD arrivals).  Two copies stay in flight: K of a block is published once its V is issued,
+// V once the next block's K is issued (and at the tile's end).
+constexpr int G_RW = BN / 4;              // rows per producer warp
+constexpr int G_RI = (G_RW + 31) / 32;    // looked-up rows per lane
+constexpr int G_CPR = D / 8;              // 16-byte chunks per row
+constexpr int G_RPS = 32 / G_CPR;         // rows per warp step
+static_assert(G_RW % G_RPS == 0, "gather steps");
+// (rows of D / 8 chunks filling a warp step: D in {64, 128, 256}; paged K/V runs on head dims
+// 64 and 128 with head_dim_v == head_dim, spec.sm90_unsupported)
+static_assert(!PAGED || (D == DV_OUT && (D == 64 || D == 128)), "paged K/V: head dims 64 and 128");
+
+struct GatherRows {
+  int page[G_RI];
+  int slot[G_RI];  // -1: past seqlen_k (zero-filled)
+};
+
+__device__ __forceinline__ void gather_lookup(GatherRows& g, const int* page_row, int page_size, int key0,
+                                              int seqlen_k, int pw, int lane) {
+#pragma unroll
+  for (int i = 0; i < G_RI; ++i) {
+    const int r = 32 * i + lane;
+    const int j = key0 + pw * G_RW + r;
+    const bool ok = r < G_RW && j < seqlen_k;
+    const int pi = ok ? j / page_size : 0;
+    g.page[i] = ok ? page_row[pi] : 0;
+    g.slot[i] = ok ? j - pi * page_size : -1;
+  }
+}
+
+// This warp's rows of one K or V block into the ring slot at `dst` (base: the cache at this KV
+// head; strides in elements).
+__device__ __forceinline__ void gather_copy(u32 dst, const u16* base, i64 row_stride, i64 page_stride,
+                                            const GatherRows& g, int pw, int lane) {
+  const int c = lane % G_CPR;
+  const u32 col = (u32)(c >> 3) * KV_HALF;
+#pragma unroll 4
+  for (int st = 0; st < G_RW / G_RPS; ++st) {
+    const int rr = st * G_RPS + lane / G_CPR;
+    const int ri = (st * G_RPS) >> 5;
+    const int page = __shfl_sync(0xffffffffu, G_RI == 1 ? g.page[0] : g.page[ri], rr & 31);
+    const int slot = __shfl_sync(0xffffffffu, G_RI == 1 ? g.slot[0] : g.slot[ri], rr & 31);
+    const int r = pw * G_RW + rr;
+    const bool ok = slot >= 0;
+    const u16* src = ok ? base + (i64)page * page_stride + (i64)slot * row_stride + c * 8 : base;
+    cp_async16(dst + col + (u32)r * 128u + ((u32)((c & 7) ^ (r & 7)) << 4), src, ok);
+  }
+}
+
+__device__ __forceinline__ void gather_publish(u32 bar) {
+  fence_proxy_async_smem();
+  mbar_arrive(bar);
+}
+
+// The producer loop of GATHER variants, run by all four producer warps (pw = 0..3): warp 0 hands
+// out the tiles and loads Q by TMA as producer_loop does; warps 1-3 take each tile index from the
+// same slots as the consumers (tile_empty counts them).
+__device__ __forceinline__ void producer_loop_gather(const AttnParams& p, const void* q_map, int* md, int cap4,
+                                                     int total, u32 sb, volatile int* s_tile, int pw, int lane) {
+  const int qpk = p.num_heads_q / p.num_heads_kv;
+  const u16* K = static_cast<const u16*>(p.k);
+  const u16* Vc = static_cast<const u16*>(p.v);
+  int cursor = 0;
+  int t = blockIdx.x;
+  int stage = 0;
+  u32 phase = 0, q_iter = 0;
+  if (pw == 0 && lane == 0) tma_prefetch_desc(q_map);
+  for (int it = 0;; ++it) {
+    const int slot = it & 1;
+    if (pw == 0) {
+      if (lane == 0) {
+        mbar_wait(bar_tile_empty(sb, slot), ((it >> 1) & 1) ^ 1, 1);
+        s_tile[slot] = t;
+        mbar_arrive(bar_tile_full(sb, slot));
+      }
+      __syncwarp();
+    } else {
+      mbar_wait(bar_tile_full(sb, slot), (it >> 1) & 1, 7);
+      t = s_tile[slot];
+      release(bar_tile_empty(sb, slot), lane);
+    }
+    if (t >= total) break;
+    cursor = find_entry(md, cap4, t, cursor);
+    const TileInfo ti = tile_info(p, md, cap4, cursor, t, p.num_heads_q, qpk);
+    const MaskInfo mi = tile_mask(p, ti);  // the consumers' key-block range (window, split share)
+    int n_lo, n_hi;
+    key_block_range(mi, ti.row0, ti.row0 + ti.valid_rows - 1, n_lo, n_hi);
+    split_block_range(ti.split, ti.num_splits, n_lo, n_hi);
+    if (n_hi > n_lo) {
+      const int kv_head = ti.head / qpk;
+      if (pw == 0 && lane == 0) {
+        mbar_wait(bar_q_empty(sb), (q_iter & 1) ^ 1, 2);
+        mbar_arrive_expect_tx(bar_q_full(sb), Q_BYTES);
+#pragma unroll
+        for (int h = 0; h < HALVES; ++h)
+          tma_load_3d(sb + h * Q_HALF, q_map, bar_q_full(sb), h * 64, ti.head, ti.q_start + ti.row0);
+      }
+      ++q_iter;
+      const int* page_row = static_cast<const int*>(p.page_table) + (i64)ti.b * p.page_table_stride;
+      const u16* kb = K + (i64)kv_head * p.k_head_stride;
+      const u16* vb = Vc + (i64)kv_head * p.v_head_stride;
+      int prev = -1;
+#pragma unroll 1
+      for (int n = n_hi - 1; n >= n_lo; --n) {
+        GatherRows g;
+        gather_lookup(g, page_row, p.page_size, n * BN, ti.seqlen_k, pw, lane);
+        mbar_wait(bar_k_empty(sb, stage), phase ^ 1, 3);
+        gather_copy(sb + OFF_K + stage * K_BYTES, kb, p.k_row_stride, p.k_page_stride, g, pw, lane);
+        cp_async_commit();
+        if (prev >= 0) {
+          cp_async_wait<1>();  // V of the previous block
+          gather_publish(bar_v_full(sb, prev));
+        }
+        mbar_wait(bar_v_empty(sb, stage), phase ^ 1, 4);
+        gather_copy(sb + OFF_V + stage * V_BYTES, vb, p.v_row_stride, p.v_page_stride, g, pw, lane);
+        cp_async_commit();
+        cp_async_wait<1>();  // K of this block
+        gather_publish(bar_k_full(sb, stage));
+        prev = stage;
+        if (++stage == STAGES) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+      cp_async_wait<0>();
+      gather_publish(bar_v_full(sb, prev));
+    }
+    if (pw == 0) {
+      __syncwarp();
+      int next = 0;
+      if (lane == 0) next = atomicAdd(&md[MD_SEMAPHORE], 1) + (int)gridDim.x;
+      t = __shfl_sync(0xffffffffu, next, 0);
+    }
+  }
+  if (pw == 0 && lane == 0) release_semaphore(md);
 }

@@ -1,11 +1,13 @@
 // ---- attention/variant_sm90.cuh: the Hopper (sm_90a) attention variant in namespace {{ v.ns }} ----
 // A CTA is one producer warpgroup (warp 0 issues the TMA loads; warps 1-3 only give their
 // registers back) and NW / 4 consumer warpgroups of 64 query rows each, which share one Q tile of
-// BM rows and each K/V block of BN keys.  Supported here: packed (non-paged) K/V, head_dim ==
+// BM rows and each K/V block of BN keys.  Supported here: packed or paged K/V, head_dim ==
 // head_dim_v in {64, 96, 128, 192, 256} or 192 x 128, no mask, causal or a sliding window
 // (local), with or without soft-cap, split-KV (fp32 partials and their LSE for the combine
 // kernel, as on the sm_80 path); no pack-GQA (the dispatcher sends every other variant to the
-// sm_80 path).
+// sm_80 path).  Paged K/V: TMA of whole blocks inside one page (page_size a multiple of BN), or
+// (option "g", GATHER) all four producer warps gather key rows with cp.async into the same
+// swizzled layout (any page size).
 namespace {{ v.ns }} {
 
 constexpr int D = {{ v.head_dim }};                      // head dim of Q and K
@@ -24,7 +26,7 @@ constexpr bool LOCAL = {{ "true" if v.mask == "local" else "false" }};   // slid
 constexpr bool LPT = CAUSAL || LOCAL;        // m-blocks last-first
 constexpr bool PACK_GQA = false;
 constexpr bool SPLIT = {{ "true" if v.split else "false" }};        // split-KV partial outputs
-constexpr bool PAGED = false;
+constexpr bool PAGED = {{ "true" if v.paged else "false" }};
 constexpr bool SOFTCAP = {{ "true" if v.softcap else "false" }};    // tanh logit capping
 constexpr bool ROW_SPLITS = SPLIT;  // per-token partial counts for the combine kernel
 // Mainloop options (spec.sm90_opts): OVERLAP issues block i+1's S = Q K^T before block i's P V
@@ -36,6 +38,11 @@ constexpr bool PV_HALVES = {{ "true" if ("h" in v.sm90_opts or v.head_dim_v == 6
 // LAZY_RESCALE skips a warp's O rescale when none of its rows' max grew (every factor is 1).
 constexpr bool PINGPONG = {{ "true" if "p" in v.sm90_opts else "false" }};
 constexpr bool LAZY_RESCALE = {{ "true" if "r" in v.sm90_opts else "false" }};
+// GATHER ("g", paged only): the producer warpgroup's 128 threads copy K/V rows found through the
+// page table (cp.async, then a proxy fence and one arrival each on the "full" barrier).
+constexpr bool GATHER = {{ "true" if "g" in v.sm90_opts else "false" }};
+constexpr int NPROD = 128;                   // producer threads that arrive on a gathered block
+static_assert(!GATHER || PAGED, "row gathering is for paged K/V");
 constexpr int NCG = NW / 4;                  // consumer warpgroups
 constexpr int NT = (NW + 4) * 32;            // threads per CTA
 constexpr int MT = 1;                        // m16 row tiles per warp (the softmax/mask helpers' shape)
@@ -66,7 +73,8 @@ static_assert(SMEM_BYTES == {{ v.smem_bytes }}, "host and device disagree on sha
 static_assert(8 * (2 + 4 * STAGES + 4) + 8 <= BAR_BYTES, "barrier area");
 
 // Barriers: arrival counts 1 for "full" (the producer's arrive.expect_tx; TMA completes the
-// bytes), NW for "empty" (lane 0 of every consumer warp).
+// bytes; NPROD for gathered K/V), NW for "empty" (lane 0 of every consumer warp; tile_empty also
+// counts producer warps 1-3 when they gather).
 __device__ __forceinline__ u32 bar_q_full(u32 sb) { return sb + OFF_BAR; }
 __device__ __forceinline__ u32 bar_q_empty(u32 sb) { return sb + OFF_BAR + 8; }
 __device__ __forceinline__ u32 bar_k_full(u32 sb, int s) { return sb + OFF_BAR + 16 + 8 * s; }
@@ -81,14 +89,14 @@ __device__ __forceinline__ void init_barriers(u32 sb) {
   mbar_init(bar_q_full(sb), 1);
   mbar_init(bar_q_empty(sb), NW);
   for (int s = 0; s < STAGES; ++s) {
-    mbar_init(bar_k_full(sb, s), 1);
+    mbar_init(bar_k_full(sb, s), GATHER ? NPROD : 1);
     mbar_init(bar_k_empty(sb, s), NW);
-    mbar_init(bar_v_full(sb, s), 1);
+    mbar_init(bar_v_full(sb, s), GATHER ? NPROD : 1);
     mbar_init(bar_v_empty(sb, s), NW);
   }
   for (int i = 0; i < 2; ++i) {
     mbar_init(bar_tile_full(sb, i), 1);
-    mbar_init(bar_tile_empty(sb, i), NW);
+    mbar_init(bar_tile_empty(sb, i), NW + (GATHER ? 3 : 0));
   }
 }
 

@@ -67,6 +67,15 @@ __device__ __forceinline__ void tma_load_3d(u32 dst, const void* tmap, u32 bar, 
       : "memory");
 }
 
+// 4-D tensor tile load (TMA), as tma_load_3d with a fourth coordinate c3 (the page of a paged
+// K/V cache: (head_dim, heads, page slot, page), kernelgen/tma.py paged_map_args).
+__device__ __forceinline__ void tma_load_4d(u32 dst, const void* tmap, u32 bar, int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, { %2, %3, %4, %5}], [%6];\n"
+      ::"r"(dst), "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+
 __device__ __forceinline__ void tma_prefetch_desc(const void* tmap) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(tmap) : "memory");
 }

@@ -383,3 +383,159 @@ def test_hopper_splits_wide_head_dims(d, dv):
     q, k, v, cu_q, cu_k = make_batch([300, 0, 129], [9000, 40, 5000], 8, 2, d, torch.bfloat16, d + dv, dv=dv)
     check(q, k, v, cu_q, cu_k, causal=True, num_splits=3, expect_split=True)
     check(q, k, v, cu_q, cu_k, causal=False, num_splits=0, arch=None, window_size=(600, 100), softcap=25.0)
+# ----------------------------------------------------------------------- paged K/V (issue 5)
+
+def make_paged_batch(qlens, klens, hq, hkv, d, dtype, page_size, seed, spare=5):
+    """q and a paged cache: each request's pages drawn at random from a shuffled pool with spare
+    pages between them; every slot a request does not use (spare pages, the tail of a last page,
+    page-table columns past a request's pages = -1) holds NaN, so reading one shows."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    need = [-(-n // page_size) for n in klens]
+    num_pages = sum(need) + spare
+    kc = torch.randn(num_pages, page_size, hkv, d, generator=g, device="cuda").to(dtype)
+    vc = torch.randn(num_pages, page_size, hkv, d, generator=g, device="cuda").to(dtype)
+    perm = rng.permutation(num_pages)
+    pt = np.full((len(qlens), max(need + [1]) + 1), -1, dtype=np.int32)
+    used_pages = set()
+    at = 0
+    for b, n in enumerate(need):
+        pt[b, :n] = perm[at:at + n]
+        used_pages.update(perm[at:at + n].tolist())
+        tail = klens[b] - (n - 1) * page_size if n else 0
+        if n and tail < page_size:
+            kc[int(pt[b, n - 1]), tail:] = float("nan")
+            vc[int(pt[b, n - 1]), tail:] = float("nan")
+        at += n
+    for p in set(range(num_pages)) - used_pages:
+        kc[p] = float("nan")
+        vc[p] = float("nan")
+    q = torch.randn(sum(qlens), hq, d, generator=g, device="cuda").to(dtype)
+    cu_q = torch.tensor([0] + list(np.cumsum(qlens)), dtype=torch.int32, device="cuda")
+    used = torch.tensor(klens, dtype=torch.int32, device="cuda")
+    return q, kc, vc, torch.tensor(pt, device="cuda"), used, cu_q
+
+
+def check_paged(q, kc, vc, pt, used, cu_q, *, causal, layout="soa", arch="sm_90a", expect="sm90a", gather=None,
+                window_size=(-1, -1), softcap=0.0, num_splits=0):
+    """A paged call with NaN-poisoned out/lse against the float64 reference on the gathered K/V
+    (same causal, window_size and softcap)."""
+    from kernelgen.reference import gather_paged
+    rows = int(cu_q[-1].item())
+    hq = q.shape[1]
+    out = torch.full((q.shape[0] + 3, hq, vc.shape[-1]), float("nan"), dtype=q.dtype, device="cuda")[:q.shape[0]]
+    max_q = max((cu_q[1:] - cu_q[:-1]).tolist() + [1])
+    o, lse = kernelgen.varlen_attention(q, kc, vc, cu_q, None, max_q, int(used.max().item()), seqused_k=used,
+                                        page_table=pt, causal=causal, return_lse=True, out=out,
+                                        metadata_layout=layout, arch=arch, window_size=window_size,
+                                        softcap=softcap, num_splits=num_splits)
+    torch.cuda.synchronize()
+    name = api._CALLS._last[1].attn.name
+    assert ("_wgmma" in name) == (expect == "sm90a"), f"expected the {expect} path, ran {name}"
+    if gather is not None:
+        assert ("_gather" in name) == gather, name
+    k, v, cu_k = gather_paged(kc, vc, pt, used)
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=causal, window_size=window_size, softcap=softcap)
+    o, lse, ref, ref_lse = o[:rows], lse[:, :rows], ref[:rows], ref_lse[:, :rows]
+    empty = torch.isneginf(ref_lse)
+    fin = ~empty
+    lerr = (lse.double()[fin] - ref_lse[fin]).abs()
+    lse_ok = lerr.numel() == 0 or bool((lerr <= 2e-3 + 1e-4 * ref_lse[fin].abs()).all())
+    lse_info = f"lse max err {lerr.max().item() if lerr.numel() else 0:.3e} ({'ok' if lse_ok else 'WRONG'})"
+    nan_rows = torch.isnan(o).any(-1)
+    assert not nan_rows.any(), f"{name}: NaN/unwritten output at (token, head) {nan_rows.nonzero()[:8].tolist()}; {lse_info}"
+    atol, rtol = tolerance(q.dtype)
+    ref_c = ref.to(q.dtype).double()
+    err = (o.double() - ref_c).abs()
+    bad = err > atol + rtol * ref_c.abs()
+    assert not bad.any(), (f"{name}: max err {err.max().item():.3e}, {int(bad.sum())} bad of {bad.numel()}, first "
+                           f"(token, head, col) {bad.nonzero()[:4].tolist()}; {lse_info}")
+    assert torch.equal(torch.isneginf(lse), empty), f"rows with no visible key must have lse = -inf; {lse_info}"
+    assert torch.all(o.transpose(0, 1)[empty] == 0), "rows with no visible key must be exactly 0"
+    assert lse_ok, f"{name}: {lse_info}"
+    print(f"PAGED_OK {name} max_err {err.max().item():.2e} lse_err {lerr.max().item() if lerr.numel() else 0:.2e}")
+
+
+def paged_lens(seed, n=6):
+    """Chunked-prefill lengths: query chunks at the end of longer contexts, plus the edge cases."""
+    rng = np.random.default_rng(seed)
+    qlens = [int(x) for x in rng.integers(1, 300, size=n)]
+    klens = [q + int(x) for q, x in zip(qlens, rng.integers(0, 700, size=n))]
+    qlens[1] = 0                      # empty query
+    klens[2] = 0                      # no keys: out 0, lse -inf
+    qlens[3], klens[3] = 300, 70      # seqlen_q > seqlen_k: causal rows that see nothing
+    qlens[4], klens[4] = 129, 512     # one row past a tile; keys a multiple of every page size
+    return qlens, klens
+
+
+PAGE_CASES = [(128, "bf16", True, 4, "soa"), (64, "fp16", False, 1, "aos"), (128, "fp16", False, 8, "aos"),
+              (64, "bf16", True, 2, "soa")]
+PAGED_MATRIX = [(ps, *c) for ps in (1, 8, 16, 24, 64, 128, 256) for c in PAGE_CASES]
+
+
+@pytest.mark.parametrize("page_size,hd,dt,causal,gqa,layout", PAGED_MATRIX)
+def test_hopper_paged_matrix(page_size, hd, dt, causal, gqa, layout):
+    """Page sizes 1 and 24 take the gather path; 8, 16 and 64 TMA boxes of one page (16, 8, 2
+    a block), 128 and 256 TMA boxes of one block (block_n = 128)."""
+    seed = zlib.crc32(repr(("sm90paged", page_size, hd, dt, causal, gqa, layout)).encode()) % 100000
+    qlens, klens = paged_lens(seed)
+    args = make_paged_batch(qlens, klens, 2 * gqa, 2, hd, DT[dt], page_size, seed)
+    check_paged(*args, causal=causal, layout=layout, gather=page_size in (1, 24))
+
+
+@pytest.mark.parametrize("page_size", [16, 256])
+def test_hopper_paged_gather_on_large_pages(monkeypatch, page_size):
+    """Option "g" forced on pages TMA could take: the gather path on 16-token and whole-block pages."""
+    monkeypatch.setattr(heuristics, "SM90_OPTS", "gp")
+    api.clear_signature_cache()
+    try:
+        qlens, klens = paged_lens(page_size + 1)
+        args = make_paged_batch(qlens, klens, 8, 2, 128, torch.bfloat16, page_size, page_size + 1)
+        for causal in (False, True):
+            check_paged(*args, causal=causal, gather=True)
+    finally:
+        api.clear_signature_cache()
+
+
+def test_hopper_paged_tma_64_key_blocks(monkeypatch):
+    """A 64-key block tile: TMA boxes on 64-token pages (the 4-D map's box follows block_n)."""
+    monkeypatch.setattr(heuristics, "SM90_TILE", heuristics.TileConfig(128, 64, 8, 2, 1))
+    api.clear_signature_cache()
+    try:
+        qlens, klens = paged_lens(64)
+        args = make_paged_batch(qlens, klens, 8, 2, 128, torch.bfloat16, 64, 64)
+        for causal in (False, True):
+            check_paged(*args, causal=causal, gather=False)
+    finally:
+        api.clear_signature_cache()
+
+
+@pytest.mark.parametrize("page_size", [1, 16, 256])
+def test_hopper_paged_long_chunks_and_dispatch(page_size):
+    """Chunked prefill of long requests (2048-token chunks against 5000-8000 keys, 32/8 heads):
+    the automatic dispatcher takes the Hopper path (mean query length >= SM90_PAGED_MIN_MEAN_Q);
+    a batch of mostly short requests takes the fused launch; arch="sm_80" the sm_80 path."""
+    qlens, klens = [2048, 1500, 2048, 700], [8000, 1500, 5000, 3001]
+    args = make_paged_batch(qlens, klens, 32, 8, 128, torch.bfloat16, page_size, 7 + page_size)
+    api.clear_signature_cache()
+    check_paged(*args, causal=True, arch=None, expect="sm90a", gather=page_size == 1)
+    check_paged(*args, causal=False, arch=None, expect="sm90a", gather=page_size == 1)
+    check_paged(*args, causal=True, arch="sm_80", expect="sm80")
+    short = make_paged_batch([900, 1, 1, 2, 1, 3], [4000, 100, 9, 3000, 1, 50], 32, 8, 128, torch.bfloat16,
+                             page_size, 3)
+    check_paged(*short, causal=True, arch=None, expect="sm80")
+    check_paged(*short, causal=True, arch="sm_90a", expect="sm90a", gather=page_size == 1)
+
+
+@pytest.mark.parametrize("page_size", [1, 16, 256])
+@pytest.mark.parametrize("splits,causal,window,cap", [(3, True, (-1, -1), 0.0), (0, True, (700, -1), 0.0),
+                                                      (2, False, (300, 200), 30.0), (0, True, (-1, -1), 15.0)])
+def test_hopper_paged_with_window_softcap_and_splits(page_size, splits, causal, window, cap):
+    """Paged K/V (gather on 1-token pages, TMA boxes of pages of 16, of blocks at 256) with the
+    other slices: forced and automatic split-KV, sliding windows and soft-cap."""
+    qlens, klens = [600, 0, 300, 129], [9000, 40, 4000, 129]
+    args = make_paged_batch(qlens, klens, 8, 2, 128, torch.bfloat16, page_size, 100 + page_size + splits)
+    check_paged(*args, causal=causal, arch="sm_90a", gather=page_size == 1, window_size=window, softcap=cap,
+                num_splits=splits)
+    name = api._CALLS._last[1].attn.name
+    assert ("_split" in name) == (splits > 0 or api._CALLS._last[1].combine is not None), name
