@@ -30,6 +30,10 @@ step() { echo "=== $* ($(date +%T))" | tee -a "$LOG"; }
 if has tests || has all; then
   step doctor;  timeout 60 "$PY" -m kernelgen doctor >> "$LOG" 2>&1
   step warmup;  timeout 120 "$PY" -m kernelgen warmup --serving --jobs "$(nproc)" >> "$LOG" 2>&1
+  # the Hopper GPU tests' kernels, compiled in parallel (the tests would compile them one by one)
+  timeout 90 "$PY" tools/hopper_dims_warm.py "$(nproc)" >> "$LOG" 2>&1
+  timeout 60 "$PY" tools/bench_hopper_window.py --warm-only --jobs "$(nproc)" >> "$LOG" 2>&1
+  timeout 60 "$PY" tools/hopper_tests_warm.py "$(nproc)" >> "$LOG" 2>&1
   step pytest
   timeout "${PYTEST_LIMIT:-420}" "$PY" -m pytest tests -m gpu -q -rf -p no:cacheprovider \
     --junitxml="$OUT/junit.xml" > "$OUT/pytest.log" 2>&1
