@@ -198,3 +198,108 @@ def use_fused(short_query_tokens, *, paged: bool, batch: int, max_seqlen_q: int,
     if batch < 2 or max_seqlen_q <= thr:
         return 0
     return thr
+
+
+# ------------------------------------------------------------------ sm_90a: the classes in turn
+@dataclass
+class PairKernels:
+    """The loaded kernels of a mixed batch on sm_90a (``heuristics.choose_pair``): the scheduler
+    (launched once per class), the long class's Hopper kernel, the short class's sm_80 decode
+    kernel, the combine kernel when the short class splits, and both classes' scheduler configs."""
+
+    variants: heuristics.PairVariants
+    sched: runtime.Kernel
+    attn_long: runtime.Kernel
+    attn_short: runtime.Kernel
+    combine: runtime.Kernel | None
+    cfg_long: metadata.SchedulerConfig
+    cfg_short: metadata.SchedulerConfig
+
+    def workspace(self, capacity: int, rows: int, num_heads_q: int, head_dim_v: int) -> FusedWorkspace:
+        return FusedWorkspace(WorkspaceLayout(capacity, self.combine is not None, self.variants.short.max_splits,
+                                              num_heads_q, rows, head_dim_v))
+
+
+def load_pair(variants: heuristics.PairVariants, device: int, num_heads_q: int, num_heads_kv: int, *,
+              sort: bool = True, head_swizzle: bool = True, window_left: int = -1) -> PairKernels:
+    """Load the kernels of ``variants`` on ``device`` and derive both classes' scheduler configs
+    (each kernel's own tile and grid; the long class unsplit, the short class with its split
+    bound), as ``load`` does for the fused launch."""
+    from .api import scheduler_config
+
+    lv, sv = variants.long, variants.short
+    sched = runtime.get_kernel(sv.scheduler, device)
+    attn_long = runtime.get_kernel(lv.attention, device)
+    attn_short = runtime.get_kernel(sv.attention, device)
+    combine = runtime.get_kernel(sv.combine, device) if sv.combine is not None else None
+    cfg_long = scheduler_config(lv.attention, attn_long, num_heads_q, num_heads_kv, sort=sort,
+                                head_swizzle=head_swizzle, max_splits=1, forced_splits=True, window_left=window_left)
+    cfg_long = dataclasses.replace(cfg_long, class_min_q=variants.short_max_q + 1, class_max_q=2 ** 31 - 1)
+    cfg_short = scheduler_config(sv.attention, attn_short, num_heads_q, num_heads_kv, sort=sort,
+                                 head_swizzle=head_swizzle, max_splits=sv.max_splits, forced_splits=sv.forced_splits,
+                                 window_left=window_left)
+    cfg_short = dataclasses.replace(cfg_short, class_min_q=0, class_max_q=variants.short_max_q)
+    return PairKernels(variants, sched, attn_long, attn_short, combine, cfg_long, cfg_short)
+
+
+class PreparedPairCall(prepared.PreparedCall):
+    """The five launches of one mixed-batch call signature on sm_90a (see ``build_pair``): both
+    schedulers, the long class's Hopper kernel (with its tensor maps), the short class's decode
+    kernel, the combine; the workspace as a fused call's."""
+
+    def __init__(self, *, device, kernels: PairKernels, sched_long, sched_short, attn_long, attn_short, combine,
+                 layout: FusedWorkspace, fixed_base, out_shape, lse_shape, dtype, sizes):
+        super().__init__(device=device, sched=sched_long, attn=attn_long, combine=combine, layout=layout.short,
+                         fixed_base=fixed_base, out_shape=out_shape, lse_shape=lse_shape, dtype=dtype, sizes=sizes,
+                         config=kernels.cfg_long)
+        self.kernels, self.layout, self.workspace_bytes = kernels, layout, layout.nbytes
+        self.sched_long, self.sched_short = sched_long, sched_short
+        self.attn_long, self.attn_short = attn_long, attn_short
+        self._long_md = layout.long_metadata_offset
+
+    def _launches(self) -> tuple:
+        return (self.sched_long, self.sched_short, self.attn_long, self.attn_short, self.combine)
+
+    def _pointer_sets(self, base, qp, kp, vp, op, lp, cq, ck, su, pt) -> tuple:
+        md_s, md_l = base, base + self._long_md
+        sched = ((cq, ck, su, md_l), (cq, ck, su, md_s))
+        if self.combine is None:
+            return sched + ((qp, kp, vp, op, lp, cq, ck, su, pt, md_l, 0, 0, 0),
+                            (qp, kp, vp, op, lp, cq, ck, su, pt, md_s, 0, 0, 0))
+        oa, la, rs = base + self._oa, base + self._la, base + self._rs
+        return sched + ((qp, kp, vp, op, lp, cq, ck, su, pt, md_l, 0, 0, rs),
+                        (qp, kp, vp, op, lp, cq, ck, su, pt, md_s, oa, la, rs),
+                        (oa, la, rs, cq, md_s, op, lp))
+
+
+def build_pair(kernels: PairKernels, *, layout: FusedWorkspace, batch: int, q, k, v, out, lse, page_table,
+               scale: float, window: tuple, softcap: float, return_lse: bool, fixed_base: int | None,
+               sizes: dict) -> PreparedPairCall:
+    """Prepare the launches of a validated mixed call on sm_90a (as ``build``): both scheduler
+    launches, the Hopper kernel (its tensor maps re-encoded when the pointers change), the decode
+    kernel, the combine."""
+    from .api import hopper_maps
+
+    cap = layout.capacity
+    kernel_args.check_capacity(cap)
+    threads, smem = kernel_args.scheduler_launch_shape(cap, kernels.sched.smem_bytes)
+    sched_long = kernels.sched.prepare(1, kernel_args.scheduler_fields(batch, cap, kernels.cfg_long), smem=smem,
+                                       threads=threads)
+    sched_short = kernels.sched.prepare(1, kernel_args.scheduler_fields(batch, cap, kernels.cfg_short), smem=smem,
+                                        threads=threads)
+    strides = layout.short.split_strides()
+    long_spec = kernels.variants.long.attention
+    attn_long = prepared.TmaLaunch(kernels.attn_long.prepare(kernels.attn_long.persistent_grid, kernel_args.attention_fields(
+        q, k, v, out, lse, page_table, cap, scale, window, softcap, None)),
+        hopper_maps(long_spec, q, k, v, page_table is not None))
+    attn_short = kernels.attn_short.prepare(kernels.attn_short.persistent_grid, kernel_args.attention_fields(
+        q, k, v, out, lse, page_table, cap, scale, window, softcap, strides))
+    hq = out.shape[1]
+    combine = None
+    if kernels.combine is not None:
+        grid = kernel_args.combine_grid(out.shape[0], hq, kernels.combine.spec.rows_per_cta)
+        combine = kernels.combine.prepare(grid, kernel_args.combine_fields(out, lse, hq, strides))
+    return PreparedPairCall(device=q.device, kernels=kernels, sched_long=sched_long, sched_short=sched_short,
+                            attn_long=attn_long, attn_short=attn_short, combine=combine, layout=layout,
+                            fixed_base=fixed_base, out_shape=tuple(out.shape),
+                            lse_shape=(hq, out.shape[0]) if return_lse else None, dtype=q.dtype, sizes=sizes)

@@ -398,6 +398,53 @@ def choose_fused(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_h
     return FusedVariants(short.scheduler, fused, short.combine, short.max_splits, short.forced_splits, thr)
 
 
+@dataclass(frozen=True)
+class PairVariants:
+    """The kernels of a mixed batch on sm_90a (``choose_pair``): the long class's Hopper variants
+    (no split; records row_splits when the short class splits) and the short class's sm_80
+    decode variants (pack-GQA, the automatic split bound, combine), with the class threshold."""
+
+    long: Variants
+    short: Variants
+    short_max_q: int
+
+
+def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q: int, num_heads_kv: int,
+                mask: str = "none", layout: str = "soa", max_seqlen_q: int, max_seqlen_k: int, paged: bool = False,
+                softcap: bool = False, short_max_q: int | None = None, num_sms: int = 132, page_size: int = 0,
+                tma_ok: bool = True) -> PairVariants | None:
+    """A mixed batch's two kernels on sm_90a, or None where they do not apply (another arch, a
+    long class the Hopper path cannot run, or a threshold whose short tiles are not decode tiles).
+
+    On an H200 the fused sm_80 launch (``choose_fused``) loses to running the classes one after
+    the other once the long class takes the Hopper kernel (``mixed_trace``: 5856 us fused against
+    5419 us as a prefill call then a decode call, docs/perf-notes.md), so a mixed call there runs
+    the long class's tiles on the Hopper kernel and then the short class's on the sm_80 decode
+    kernel, each from its own scheduler metadata (the same two-class scheduling as the fused
+    launch), on the caller's stream.
+    """
+    if arch != "sm_90a":
+        return None
+    thr = short_query_tokens(num_heads_q, num_heads_kv) if short_max_q is None else int(short_max_q)
+    if thr < 1:
+        return None
+    short = choose(arch, dtype, head_dim, head_dim_v, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, mask=mask,
+                   layout=layout, max_seqlen_q=thr, max_seqlen_k=max_seqlen_k, paged=paged, softcap=softcap,
+                   num_sms=num_sms, mainloop="sm80")
+    if short.attention.tile.num_warps != 1:
+        return None
+    if sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap, pack=False,
+                        num_splits=1, tma_ok=tma_ok):
+        return None
+    t = sm90_tile(head_dim, head_dim_v)
+    attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, paged=paged, softcap=softcap,
+                         row_splits=short.attention.split, mainloop="sm90a",
+                         sm90_opts=sm90_options(paged, page_size, t.block_n))
+    _check_smem(attn, arch)
+    long = Variants(short.scheduler, attn, None, 1, True)
+    return PairVariants(long, short, thr)
+
+
 def attention_spec(arch, dtype, head_dim, head_dim_v, causal, layout, tile: TileConfig | None = None,
                    mainloop: str | None = None) -> AttentionSpec:
     """The plain prefill attention spec (no pack, split, paging or softcap)."""

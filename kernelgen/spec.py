@@ -144,7 +144,7 @@ class AttentionSpec:
             return f"head dims {self.head_dim}/{self.head_dim_v} (supported: {SM90_HEAD_DIM_PAIRS})"
         if self.paged and (self.head_dim != self.head_dim_v or self.head_dim not in SM90_PAGED_HEAD_DIMS):
             return f"paged at head dims {self.head_dim}/{self.head_dim_v} (paged: equal, in {SM90_PAGED_HEAD_DIMS})"
-        for flag in ("pack_gqa", "row_splits"):
+        for flag in ("pack_gqa",):
             if getattr(self, flag):
                 return flag
         if t.num_warps not in self.SM90_REGS or t.block_m != 16 * t.num_warps:
@@ -155,6 +155,8 @@ class AttentionSpec:
             return f"sm90_opts {self.sm90_opts!r} (sorted distinct letters of {SM90_OPTS!r})"
         if "p" in self.sm90_opts and "s" in self.sm90_opts:
             return "sm90_opts 'p' (ping-pong) needs the overlapped mainloop (no 's')"
+        if self.row_splits and self.split:
+            return "row_splits with split (a split variant records them already)"
         if "g" in self.sm90_opts and not self.paged:
             return "sm90_opts 'g' (gathered K/V rows) needs a paged cache"
         if "g" in self.sm90_opts and t.block_n > 128:

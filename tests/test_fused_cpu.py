@@ -33,8 +33,10 @@ def call(q, kc, vc, cu_q, used, pt, **kw):
 
 
 def test_paged_mixed_call_takes_the_fused_launch(fake_cuda):
+    """The fused launch: the sm_80 path's mixed batch (arch="sm_80" on the fake H200, whose
+    automatic choice is test_mixed_call_on_sm90_runs_the_classes_in_turn's)."""
     args = paged_inputs(QLENS, CTX)
-    call(*args)
+    call(*args, arch="sm_80")
     assert fake_cuda.kinds() == ["scheduler", "scheduler", "fused", "combine"]
     s_long, s_short, f, c = fake_cuda.launches
     long_f, short_f = s_long.fields(), s_short.fields()
@@ -62,13 +64,15 @@ def test_paged_mixed_call_takes_the_fused_launch(fake_cuda):
     assert hi - lo >= md_bytes and b["out_accum"] >= short_f["metadata"] + md_bytes
 
 
-def test_repeated_signature_reuses_the_prepared_fused_call(fake_cuda):
+@pytest.mark.parametrize("arch,kinds", [("sm_80", ["scheduler", "scheduler", "fused", "combine"]),
+                                        (None, ["scheduler", "scheduler", "attention_sm90", "attention", "combine"])])
+def test_repeated_signature_reuses_the_prepared_fused_call(fake_cuda, arch, kinds):
     args = paged_inputs(QLENS, CTX)
-    call(*args)
+    call(*args, arch=arch)
     first = [x.fields() for x in fake_cuda.launches if x.kind == "scheduler"]
     fake_cuda.clear()
-    call(*args)
-    assert fake_cuda.kinds() == ["scheduler", "scheduler", "fused", "combine"]
+    call(*args, arch=arch)
+    assert fake_cuda.kinds() == kinds
     again = [x.fields() for x in fake_cuda.launches if x.kind == "scheduler"]
     drop = ("metadata",)  # a new workspace each call
     assert [{k: v for k, v in d.items() if k not in drop} for d in first] == \
@@ -96,9 +100,48 @@ def test_packed_kv_only_when_forced(fake_cuda):
     kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(QLENS), max(CTX), causal=True)
     assert "fused" not in fake_cuda.kinds()
     fake_cuda.clear()
-    kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(QLENS), max(CTX), causal=True, short_query_tokens=3)
+    kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(QLENS), max(CTX), causal=True, short_query_tokens=3,
+                               arch="sm_80")
     assert fake_cuda.kinds()[:3] == ["scheduler", "scheduler", "fused"]
     assert fake_cuda.launches[1].fields()["class_max_q"] == 3
+    fake_cuda.clear()     # the fake H200's automatic choice: the classes in turn, the long one on Hopper
+    kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(QLENS), max(CTX), causal=True, short_query_tokens=3)
+    assert fake_cuda.kinds()[:4] == ["scheduler", "scheduler", "attention_sm90", "attention"]
+    assert fake_cuda.launches[1].fields()["class_max_q"] == 3
+
+
+def test_mixed_call_on_sm90_runs_the_classes_in_turn(fake_cuda):
+    """On sm_90a without a forced arch a mixed batch runs both schedulers, the long class on the
+    Hopper kernel (unsplit, recording row_splits), the short class on the sm_80 decode kernel
+    (pack-GQA, split-KV), then the combine; with a sliding window too (which the fused launch
+    does not take)."""
+    args = paged_inputs(QLENS, CTX)
+    call(*args)
+    assert fake_cuda.kinds() == ["scheduler", "scheduler", "attention_sm90", "attention", "combine"]
+    s_long, s_short, a, b, c = fake_cuda.launches
+    lf, sf, af, bf, cf = s_long.fields(), s_short.fields(), a.fields(), b.fields(), c.fields()
+    thr = heuristics.short_query_tokens(HQ, HKV)
+    assert (lf["class_min_q"], lf["class_max_q"]) == (thr + 1, 2 ** 31 - 1)
+    assert (sf["class_min_q"], sf["class_max_q"]) == (0, thr)
+    assert (lf["block_m"], lf["block_n"], lf["max_splits"], lf["num_ctas"]) == (128, 128, 1, 132)
+    assert (sf["block_m"], sf["pack_factor"]) == (16, HQ // HKV) and sf["max_splits"] > 1
+    assert af["metadata"] == lf["metadata"] != bf["metadata"] == sf["metadata"] == cf["metadata"]
+    assert af["row_splits"] == bf["row_splits"] == cf["row_splits"] != 0
+    assert af["out_accum"] == 0 and bf["out_accum"] == cf["out_accum"] != 0
+    assert af["q"] == bf["q"] == args[0].data_ptr() and af["out"] == bf["out"] == cf["out"]
+    assert a.maps()[0][0] == args[0].data_ptr() and a.block == (384, 1, 1)
+    spec = [k.spec for k in kernelgen.runtime.loaded_kernels() if getattr(k.spec, "mainloop", "") == "sm90a"][-1]
+    assert spec.row_splits and spec.paged and not spec.split and "_rowsplits" in spec.name
+    fake_cuda.clear()
+    call(*args, window_size=(256, 0))
+    assert fake_cuda.kinds() == ["scheduler", "scheduler", "attention_sm90", "attention", "combine"]
+    assert fake_cuda.launches[2].fields()["window_left"] == 256
+    # a long class the Hopper path cannot run (paged head dim 96): the fused launch
+    fake_cuda.clear()
+    q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
+    kernelgen.varlen_attention(q[..., :96].contiguous(), kc[..., :96].contiguous(), vc[..., :96].contiguous(), cu_q,
+                               None, max(QLENS), max(CTX), seqused_k=used, page_table=pt, causal=True)
+    assert "fused" in fake_cuda.kinds() and "attention_sm90" not in fake_cuda.kinds()
 
 
 def test_all_short_batch_is_a_plain_decode_launch(fake_cuda):

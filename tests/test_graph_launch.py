@@ -157,15 +157,18 @@ def test_threads_get_their_own_graphs(fake_cuda, fixed_workspace):
     assert fake_cuda.graph_driver.live == 0       # freed with the threads' state
 
 
-def test_fused_call_is_one_graph_of_four_nodes(fake_cuda, fixed_workspace):
+@pytest.mark.parametrize("arch,kinds", [("sm_80", ["scheduler", "scheduler", "fused", "combine"]),
+                                        (None, ["scheduler", "scheduler", "attention_sm90", "attention", "combine"])])
+def test_fused_call_is_one_graph_of_four_nodes(fake_cuda, fixed_workspace, arch, kinds):
+    """The fused launch's four kernels, and sm_90a's five (the classes in turn), as one graph."""
     args = paged_inputs(QLENS, CTX)
     out = torch.empty_like(args[0])
-    fused_call(*args, out=out)
+    fused_call(*args, out=out, arch=arch)
     direct = recorded(fake_cuda)
     fake_cuda.clear()
-    fused_call(*args, out=out)
+    fused_call(*args, out=out, arch=arch)
     assert fake_cuda.graph_launches == 1
-    assert fake_cuda.kinds() == ["scheduler", "scheduler", "fused", "combine"]
+    assert fake_cuda.kinds() == kinds
     assert recorded(fake_cuda) == direct
 
 

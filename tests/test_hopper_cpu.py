@@ -46,7 +46,8 @@ def test_sm90_spec_shape_and_name():
 
 @pytest.mark.parametrize("kw,why", [
     (dict(d=128, dv=64), "head dims"), (dict(d=256, dv=128), "head dims"), (dict(d=96, dv=64), "head dims"),
-    (dict(pack_gqa=True), "pack_gqa"), (dict(row_splits=True), "row_splits"), (dict(opts="g"), "paged cache"),
+    (dict(pack_gqa=True), "pack_gqa"), (dict(row_splits=True, split=True), "row_splits"),
+    (dict(opts="g"), "paged cache"),
     (dict(d=256, paged=True), "paged at head dims"),
     (dict(tile=TileConfig(128, 32, 4, 3, 2)), "tile"), (dict(tile=TileConfig(128, 128, 8, 2, 2)), "tile"),
     (dict(opts="x"), "sm90_opts"), (dict(opts="sh"), "sm90_opts"), (dict(opts="ps"), "ping-pong"),
@@ -528,6 +529,8 @@ COMPILE += [dict(split=True, mask="local", softcap=True), dict(split=True, mask=
 COMPILE += [dict(d=d, dv=dv, split=True, mask="local", softcap=True) for d, dv in ((256, 256), (192, 192), (192, 128),
                                                                                   (96, 96))]
 COMPILE += [dict(d=256, mask="causal", softcap=True), dict(d=96, split=True)]
+# the long class of a mixed batch on sm_90a: unsplit, recording row_splits for the combine
+COMPILE += [dict(row_splits=True), dict(row_splits=True, mask="local", softcap=True, d=64)]
 
 
 @pytest.mark.parametrize("kw", COMPILE, ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))
@@ -674,12 +677,13 @@ def test_paged_prefill_call_launches_the_hopper_kernel(fake_cuda, page_size):
 
 
 def test_paged_calls_fused_or_sm80_where_the_hopper_path_does_not_pay(fake_cuda):
-    # mixed batch (short requests among long ones): the fused mixed-batch launch, as before
+    # mixed batch (short requests among long ones): the classes in turn, the long one on Hopper
+    # (test_fused_cpu.test_mixed_call_on_sm90_runs_the_classes_in_turn)
     from test_fused_cpu import CTX, QLENS, paged_inputs
     q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
     kernelgen.varlen_attention(q, kc, vc, cu_q, None, max(QLENS), max(CTX), seqused_k=used, page_table=pt,
                                causal=True)
-    assert "fused" in fake_cuda.kinds() and "attention_sm90" not in fake_cuda.kinds()
+    assert fake_cuda.kinds() == ["scheduler", "scheduler", "attention_sm90", "attention", "combine"]
     # arch="sm_80": the sm_80 path; arch="sm_90a" forces the Hopper kernel even for a mixed batch
     q, kc, vc, cu_q, used, pt = paged_prefill_inputs(16)
     fake_cuda.clear()
@@ -697,7 +701,8 @@ PAGED_COMPILE = [dict(dtype=dt, d=d, mask=m, opts=o) for dt in ("bf16", "fp16") 
 PAGED_COMPILE += [dict(opts="gp", layout="aos"), dict(opts="g"), dict(opts="gs"), dict(opts="ghp", d=128),
                   dict(opts="p", tile=TileConfig(128, 64, 8, 2, 1)), dict(opts="gp", d=64, tile=TileConfig(128, 64, 8, 3, 1))]
 # paged with the other slices: window, soft-cap and split-KV together (the fewest consumer registers)
-PAGED_COMPILE += [dict(opts="p", mask="local", softcap=True, split=True),
+PAGED_COMPILE += [dict(opts="p", row_splits=True), dict(opts="gp", row_splits=True, mask="local"),
+                  dict(opts="p", mask="local", softcap=True, split=True),
                   dict(opts="gp", mask="local", softcap=True, split=True), dict(opts="gp", d=64, split=True)]
 
 

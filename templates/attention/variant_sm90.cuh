@@ -28,7 +28,9 @@ constexpr bool PACK_GQA = false;
 constexpr bool SPLIT = {{ "true" if v.split else "false" }};        // split-KV partial outputs
 constexpr bool PAGED = {{ "true" if v.paged else "false" }};
 constexpr bool SOFTCAP = {{ "true" if v.softcap else "false" }};    // tanh logit capping
-constexpr bool ROW_SPLITS = SPLIT;  // per-token partial counts for the combine kernel
+// per-token partial counts for the combine kernel: a split variant's, or (row_splits) the long
+// class's rows of a mixed batch whose short class splits (one partial each: the combine skips them)
+constexpr bool ROW_SPLITS = SPLIT || {{ "true" if v.row_splits else "false" }};
 // Mainloop options (spec.sm90_opts): OVERLAP issues block i+1's S = Q K^T before block i's P V
 // and computes block i+1's softmax while P V runs (FlashAttention-3's intra-warpgroup
 // pipelining); PV_HALVES issues P V as 64-column halves (one swizzle atom of V each);

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import kernelgen
-from kernelgen import runtime
+from kernelgen import api, fused, runtime
 from kernelgen.plan import AttentionPlan
 from kernelgen.reference import attention_reference, gather_paged
 
@@ -18,6 +18,18 @@ BF16, FP16 = torch.bfloat16, torch.float16
 
 def fused_loaded() -> bool:
     return any(k.spec.kind == "fused" for k in runtime.loaded_kernels())
+
+
+def expect_mixed_launch(arch):
+    """The last call's prepared launches: the fused kernel (arch "sm_80", or any arch but sm_90a),
+    or on sm_90a without a forced arch the classes in turn with the long one on the Hopper kernel."""
+    prep = api._CALLS._last[1]
+    if arch is None and torch.cuda.get_device_capability() == (9, 0):
+        assert isinstance(prep, fused.PreparedPairCall), type(prep)
+        assert "_wgmma" in prep.attn_long.name and "_wgmma" not in prep.attn_short.name
+    else:
+        assert isinstance(prep, fused.PreparedFusedCall) and not isinstance(prep, fused.PreparedPairCall), type(prep)
+        assert fused_loaded()
 
 
 def mixed_lengths(rng, n_decode=40, n_prefill=3, max_ctx=5000, spec_tokens=4):
@@ -32,26 +44,28 @@ def mixed_lengths(rng, n_decode=40, n_prefill=3, max_ctx=5000, spec_tokens=4):
     return [qlens[i] for i in perm], [klens[i] for i in perm]
 
 
+@pytest.mark.parametrize("arch", ["sm_80", None])
 @pytest.mark.parametrize("layout", ["soa", "aos"])
 @pytest.mark.parametrize("hq,hkv,d,dtype,causal", [(32, 8, 128, BF16, True), (8, 1, 128, FP16, True),
                                                     (16, 16, 64, BF16, False), (28, 4, 128, BF16, True)])
-def test_fused_paged_mixed_matches_reference(layout, hq, hkv, d, dtype, causal):
+def test_fused_paged_mixed_matches_reference(layout, hq, hkv, d, dtype, causal, arch):
     rng = np.random.default_rng(hq * 7 + d + (layout == "aos"))
     qlens, klens = mixed_lengths(rng)
     q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, hq, hkv, d, d, 16, seed=hq + d, dtype=dtype)
     out = torch.full((q.shape[0], hq, d), float("nan"), dtype=dtype, device="cuda")
     o, lse = kernelgen.varlen_attention(q, kc, vc, cu_q, None, max(qlens), max(klens), seqused_k=used,
                                         page_table=pt, causal=causal, return_lse=True, out=out,
-                                        metadata_layout=layout)
+                                        metadata_layout=layout, arch=arch)
     torch.cuda.synchronize()
-    assert fused_loaded(), "a paged batch with long queries takes the fused launch"
+    expect_mixed_launch(arch)
     k, v, cu_k = gather_paged(kc, vc, pt, used)
     ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=causal)
     check(o, lse, ref, ref_lse, dtype)
 
 
+@pytest.mark.parametrize("arch", ["sm_80", None])
 @pytest.mark.parametrize("threshold", [1, 4, 16])
-def test_fused_packed_kv_forced_threshold(threshold):
+def test_fused_packed_kv_forced_threshold(threshold, arch):
     """short_query_tokens forces the fused launch on packed K/V and moves the class boundary."""
     rng = np.random.default_rng(threshold)
     hq, hkv, d = 32, 8, 128
@@ -65,9 +79,9 @@ def test_fused_packed_kv_forced_threshold(threshold):
     cu_k = torch.tensor([0] + list(np.cumsum(klens)), dtype=torch.int32, device="cuda")
     out = torch.full_like(q, float("nan"))
     o, lse = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), causal=True, return_lse=True,
-                                        out=out, short_query_tokens=threshold)
+                                        out=out, short_query_tokens=threshold, arch=arch)
     torch.cuda.synchronize()
-    assert fused_loaded()
+    expect_mixed_launch(arch)
     ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True)
     check(o, lse, ref, ref_lse, BF16)
 
@@ -146,3 +160,23 @@ def test_unfused_when_switched_off():
     ref, _ = attention_reference(q, k, v, cu_q, cu_k, causal=True)
     r = ref.to(BF16).double()
     assert ((o.double() - r).abs() <= 2e-2 + 2e-2 * r.abs()).all()
+
+
+@pytest.mark.parametrize("window,cap", [((300, 0), 0.0), ((-1, -1), 30.0)])
+def test_mixed_on_hopper_with_window_and_softcap(window, cap):
+    """The classes in turn on sm_90a with a sliding window (which the fused launch does not take)
+    and with soft-cap, against the reference."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90a device")
+    rng = np.random.default_rng(41 + int(cap))
+    qlens, klens = mixed_lengths(rng)
+    q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, 32, 8, 128, 128, 16, seed=44)
+    out = torch.full((q.shape[0], 32, 128), float("nan"), dtype=BF16, device="cuda")
+    o, lse = kernelgen.varlen_attention(q, kc, vc, cu_q, None, max(qlens), max(klens), seqused_k=used,
+                                        page_table=pt, causal=True, return_lse=True, out=out, window_size=window,
+                                        softcap=cap)
+    torch.cuda.synchronize()
+    expect_mixed_launch(None)
+    k, v, cu_k = gather_paged(kc, vc, pt, used)
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True, window_size=window, softcap=cap)
+    check(o, lse, ref, ref_lse, BF16)
