@@ -33,6 +33,10 @@ class AttentionPlan:
             the split bound (decode: max_seqlen_q = 1).  Steps may have any lengths: the kernels
             read them on the GPU.
         paged: steps pass a paged K/V cache with page_table and seqused_k.
+        page_size: with ``paged``, the cache's page size in tokens when every step uses the same
+            (then the Hopper kernel loads whole pages or key blocks by TMA where they fit;
+            steps with another page size raise ValueError); None: any page size (the Hopper
+            kernel gathers K/V rows through the page table).
         causal, window_size, softcap: the mask and logit capping (see ``varlen_attention``).
         num_splits: 0 = the GPU scheduler decides per request (up to the plan's bound), n > 0 forces n.
         pack_gqa: None = heuristic.
@@ -49,7 +53,10 @@ class AttentionPlan:
             the plan's length hints; the sm_80 mma.sync kernel elsewhere); "sm_80" or "sm_90a"
             forces one.  A plan on the Hopper path needs q/k/v whose token and head strides TMA
             can address (contiguous heads: any dense layout); a step with other strides raises
-            ValueError naming the tensor.  The fused mixed-batch plan runs the sm_80 kernels.
+            ValueError naming the tensor.  A mixed-batch plan (``short_query_tokens``) on sm_90a
+            runs the long class on the Hopper kernel and then the short class on the sm_80
+            decode kernel (``heuristics.choose_pair``); elsewhere, or with arch="sm_80", the fused
+            sm_80 launch.
 
     Raises:
         ValueError / TypeError: bad capacities, head counts, head dims, dtype, window, softcap,
@@ -62,7 +69,7 @@ class AttentionPlan:
                  max_seqlen_q: int = 4096, max_seqlen_k: int = 4096, paged: bool = False, causal: bool = False,
                  window_size=(-1, -1), softcap: float = 0.0, num_splits: int = 0, pack_gqa: bool | None = None,
                  metadata_layout: str = "soa", sort: bool = True, head_swizzle: bool = True, device=None,
-                 short_query_tokens: int | None = None, arch: str | None = None):
+                 short_query_tokens: int | None = None, arch: str | None = None, page_size: int | None = None):
         validation.nonneg_int("max_batch", max_batch)
         if not 1 <= max_batch <= metadata.MAX_CAPACITY:
             raise ValueError(f"max_batch must be in [1, {metadata.MAX_CAPACITY}], got {max_batch}")
@@ -79,6 +86,11 @@ class AttentionPlan:
         self.num_heads_q, self.num_heads_kv = num_heads_q, num_heads_kv
         self.head_dim, self.head_dim_v, self.dtype = head_dim, head_dim_v, dtype
         self.paged = bool(paged)
+        if page_size is not None:
+            validation.nonneg_int("page_size", page_size)
+            if not self.paged or page_size < 1:
+                raise ValueError(f"page_size ({page_size}) needs paged=True and at least 1 token")
+        self.page_size = page_size
         self.mask, self.window_left, self.window_right = validation.window(window_size, bool(causal))
         self.softcap = validation.softcap(softcap)
         self.layout = validation.layout(metadata_layout)
@@ -91,11 +103,16 @@ class AttentionPlan:
             raise ValueError("arch='sm_90a' runs no fused mixed-batch launch: leave short_query_tokens None or 0")
         #: The fused mixed-batch launch (``fused.FusedKernels``), or None for the single-class one.
         self.fused = None if mainloop == "sm90a" else self._fused_kernels(
-            short_query_tokens, pack_gqa, splits, max_seqlen_q, max_seqlen_k, sort, head_swizzle)
+            short_query_tokens, pack_gqa, splits, max_seqlen_q, max_seqlen_k, sort, head_swizzle, mainloop)
         if self.fused is not None:
             f = self.fused
-            self.variants, self.sched_spec, self.attn_spec = f.variants, f.variants.scheduler, f.variants.fused
-            self.sched, self.attn, self.combine, self.config = f.sched, f.fused, f.combine, f.cfg_long
+            if isinstance(f, fused.PairKernels):   # sm_90a: the long class's Hopper kernel is self.attn
+                self.variants, self.sched_spec, self.attn_spec = f.variants, f.variants.long.scheduler, \
+                    f.variants.long.attention
+                self.sched, self.attn, self.combine, self.config = f.sched, f.attn_long, f.combine, f.cfg_long
+            else:
+                self.variants, self.sched_spec, self.attn_spec = f.variants, f.variants.scheduler, f.variants.fused
+                self.sched, self.attn, self.combine, self.config = f.sched, f.fused, f.combine, f.cfg_long
             #: Placement of both classes' metadata and the split-KV partials in one workspace.
             self.workspace_layout = f.workspace(self.capacity, self.max_total_q, num_heads_q, head_dim_v)
             self._workspace = torch.zeros(self.workspace_layout.nbytes, dtype=torch.uint8, device=self.device)
@@ -108,7 +125,8 @@ class AttentionPlan:
             dev_arch, validation.DTYPES[dtype], head_dim, head_dim_v, num_heads_q=num_heads_q,
             num_heads_kv=num_heads_kv, mask=self.mask, layout=self.layout, max_seqlen_q=max_seqlen_q,
             max_seqlen_k=max_seqlen_k, paged=self.paged, softcap=self.softcap > 0, pack_gqa=pack_gqa,
-            num_splits=splits, num_sms=runtime.device_properties(dev)["num_sms"], mainloop=mainloop)
+            num_splits=splits, num_sms=runtime.device_properties(dev)["num_sms"], mainloop=mainloop,
+            page_size=self.page_size or 0)
         self.sched_spec, self.attn_spec = self.variants.scheduler, self.variants.attention
         self.sched = runtime.get_kernel(self.sched_spec, dev)
         self.attn = runtime.get_kernel(self.attn_spec, dev)
@@ -127,13 +145,24 @@ class AttentionPlan:
         #: Prepared steps by signature (``signature.key`` of run's arguments).
         self._steps = signature.SignatureCache(64)
 
-    def _fused_kernels(self, short_query_tokens, pack_gqa, splits, max_seqlen_q, max_seqlen_k, sort, head_swizzle):
+    def _fused_kernels(self, short_query_tokens, pack_gqa, splits, max_seqlen_q, max_seqlen_k, sort, head_swizzle,
+                       mainloop=None):
         thr = fused.use_fused(short_query_tokens, paged=self.paged, batch=self.capacity, max_seqlen_q=max_seqlen_q,
                               num_heads_q=self.num_heads_q, num_heads_kv=self.num_heads_kv, pack_gqa=pack_gqa,
                               num_splits=splits)
         if not thr:
             return None
         dev = self.device.index
+        if mainloop is None:
+            pv = heuristics.choose_pair(api.device_arch(dev), validation.DTYPES[self.dtype], self.head_dim,
+                                        self.head_dim_v, num_heads_q=self.num_heads_q, num_heads_kv=self.num_heads_kv,
+                                        mask=self.mask, layout=self.layout, max_seqlen_q=max_seqlen_q,
+                                        max_seqlen_k=max_seqlen_k, paged=self.paged, softcap=self.softcap > 0,
+                                        short_max_q=thr, num_sms=runtime.device_properties(dev)["num_sms"],
+                                        page_size=self.page_size or 0)
+            if pv is not None:
+                return fused.load_pair(pv, dev, self.num_heads_q, self.num_heads_kv, sort=sort,
+                                       head_swizzle=head_swizzle, window_left=self.window_left)
         fv = heuristics.choose_fused(api.device_arch(dev), validation.DTYPES[self.dtype], self.head_dim,
                                      self.head_dim_v, num_heads_q=self.num_heads_q, num_heads_kv=self.num_heads_kv,
                                      mask=self.mask, layout=self.layout, max_seqlen_k=max_seqlen_k, paged=self.paged,
@@ -226,6 +255,17 @@ class AttentionPlan:
         kw = dict(seqused_k=seqused_k, page_table=page_table, window=(self.window_left, self.window_right),
                   softcap=self.softcap)
         md = self.metadata if self.fused is None else self.metadata_short
+        if isinstance(self.fused, fused.PairKernels):  # the long class on Hopper, then the short one
+            rs = None if self.split is None else self.split.row_splits
+            self.attn.launch(self.attn.persistent_grid, stream, api.attention_params(
+                q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, self.metadata, self.capacity, scale, row_splits=rs,
+                maps=self._maps(q, k, v), **kw))
+            short = self.fused.attn_short
+            short.launch(short.persistent_grid, stream, api.attention_params(
+                q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, self.capacity, scale, split=self.split, **kw))
+            if self.combine is not None:
+                api.launch_combine(self.combine, stream, self.split, cu_seqlens_q, md, out, lse, self.num_heads_q)
+            return
         packed = api.attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, self.capacity, scale,
                                       split=self.split, maps=self._maps(q, k, v), **kw)
         if self.fused is not None:  # the long class's struct first; it records row_splits only
@@ -291,7 +331,12 @@ class AttentionPlan:
         scale = validation.softmax_scale(softmax_scale, self.head_dim)
         if out is None:
             out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=q.dtype, device=q.device)
-        if self.fused is not None:
+        if isinstance(self.fused, fused.PairKernels):
+            step = fused.build_pair(self.fused, layout=self.workspace_layout, batch=batch, q=q, k=k, v=v, out=out,
+                                    lse=lse, page_table=page_table, scale=scale,
+                                    window=(self.window_left, self.window_right), softcap=self.softcap,
+                                    return_lse=bool(return_lse), fixed_base=self._workspace.data_ptr(), sizes=sizes)
+        elif self.fused is not None:
             step = fused.build(self.fused, layout=self.workspace_layout, batch=batch, q=q, k=k, v=v, out=out, lse=lse,
                                page_table=page_table, scale=scale, window=(self.window_left, self.window_right),
                                softcap=self.softcap, return_lse=bool(return_lse),
@@ -327,6 +372,9 @@ class AttentionPlan:
             raise ValueError(f"q must be on the plan's device {self.device}, got {q.device}")
         if sizes["batch"] > self.capacity:
             raise ValueError(f"batch {sizes['batch']} exceeds the plan's capacity {self.capacity}")
+        if self.page_size is not None and sizes["page_size"] != self.page_size:
+            raise ValueError(f"the K/V cache has pages of {sizes['page_size']} tokens; the plan was made with "
+                             f"page_size={self.page_size}")
         if sizes["paged"] != self.paged:
             raise ValueError(f"the plan was made with paged={self.paged}; page_table must "
                              f"{'be given' if self.paged else 'be None'}")

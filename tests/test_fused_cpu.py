@@ -167,7 +167,7 @@ def test_forced_threshold_does_not_combine_with_forced_pack_or_splits(fake_cuda)
 
 def test_fused_plan_run_and_schedule(fake_cuda, monkeypatch):
     p = FC.make_plan(monkeypatch, max_batch=16, num_heads_q=HQ, num_heads_kv=HKV, head_dim=D, max_total_q=4096,
-                     max_seqlen_q=2048, max_seqlen_k=8192, paged=True, causal=True)
+                     max_seqlen_q=2048, max_seqlen_k=8192, paged=True, causal=True, arch="sm_80")
     assert p.fused is not None and p.metadata_short is not None
     assert p.metadata.data_ptr() != p.metadata_short.data_ptr()
     q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
@@ -204,3 +204,34 @@ def test_fused_workspace_regions_are_disjoint_and_aligned():
     md_long, md_short, split = ws.views(torch.zeros(ws.nbytes, dtype=torch.uint8))
     assert md_long.numel() == md_short.numel() == metadata.buffer_ints(100)
     assert split.out_accum.shape == (fv.short_max_splits, HQ, 4096, D)
+
+
+@pytest.mark.parametrize("page_size,opts", [(None, "gp"), (16, "p")])
+def test_mixed_plan_on_sm90_runs_the_classes_in_turn(fake_cuda, monkeypatch, page_size, opts):
+    """A mixed-batch plan on the (fake) H200: run() and schedule() + attend() launch both
+    schedulers on the plan's two metadata buffers, the Hopper kernel (gathering K/V rows unless
+    the plan knows the page size), the decode kernel and the combine; a step with another page
+    size than the plan's is refused."""
+    p = FC.make_plan(monkeypatch, max_batch=16, num_heads_q=HQ, num_heads_kv=HKV, head_dim=D, max_total_q=4096,
+                     max_seqlen_q=2048, max_seqlen_k=8192, paged=True, causal=True, page_size=page_size)
+    assert isinstance(p.fused, fused.PairKernels) and p.hopper and p.attn_spec.sm90_opts == opts
+    q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
+    out = torch.empty_like(q)
+    kinds = ["scheduler", "scheduler", "attention_sm90", "attention", "combine"]
+    p.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out)
+    assert fake_cuda.kinds() == kinds
+    s_long, s_short, a, b, c = fake_cuda.launches
+    assert s_long.fields()["metadata"] == p.metadata.data_ptr() == a.fields()["metadata"]
+    assert s_short.fields()["metadata"] == p.metadata_short.data_ptr() == b.fields()["metadata"]
+    assert a.fields()["row_splits"] == b.fields()["row_splits"] == p.split.row_splits.data_ptr()
+    assert a.maps()[0][0] == q.data_ptr()
+    fields = [x.fields() for x in fake_cuda.launches[2:]]
+    fake_cuda.clear()
+    p.schedule(cu_q, seqused_k=used)
+    p.attend(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out)
+    assert fake_cuda.kinds() == kinds
+    assert [x.fields() for x in fake_cuda.launches[2:]] == fields, "the one-off packers give the prepared step's"
+    if page_size is not None:     # a cache of 32-token pages
+        kc2 = torch.randn(kc.shape[0] // 2 + 1, 2 * PS, HKV, D).to(BF16)
+        with pytest.raises(ValueError, match="page_size=16"):
+            p.run(q, kc2, kc2, cu_q, seqused_k=used, page_table=pt, out=out)

@@ -86,9 +86,12 @@ def test_fused_packed_kv_forced_threshold(threshold, arch):
     check(o, lse, ref, ref_lse, BF16)
 
 
-def test_fused_plan_graph_replays_with_new_mixes():
-    """One captured fused step replayed with new mixes of prefills and decodes (and padding past the
-    runtime batch); the queues reset for the next replay."""
+@pytest.mark.parametrize("arch,page_size", [("sm_80", None), (None, None), (None, 16)])
+def test_fused_plan_graph_replays_with_new_mixes(arch, page_size):
+    """One captured mixed step replayed with new mixes of prefills and decodes (and padding past the
+    runtime batch); the queues reset for the next replay.  arch "sm_80": the fused launch; None on
+    sm_90a: the classes in turn, the long one on the Hopper kernel (gathering K/V rows, or by TMA
+    when the plan knows the page size)."""
     hq, hkv, d, ps, cap = 32, 8, 128, 16, 64
     max_ctx, max_tq = 4096, 2048
     max_pages = max_ctx // ps
@@ -102,7 +105,10 @@ def test_fused_plan_graph_replays_with_new_mixes():
     pt = torch.zeros(cap, max_pages, dtype=torch.int32, device="cuda")
     out = torch.empty(max_tq, hq, d, device="cuda", dtype=BF16)
     plan = AttentionPlan(max_batch=cap, num_heads_q=hq, num_heads_kv=hkv, head_dim=d, max_total_q=max_tq,
-                         max_seqlen_q=1024, max_seqlen_k=max_ctx, paged=True, causal=True)
+                         max_seqlen_q=1024, max_seqlen_k=max_ctx, paged=True, causal=True, arch=arch,
+                         page_size=page_size)
+    hopper = arch is None and torch.cuda.get_device_capability() == (9, 0)
+    assert isinstance(plan.fused, fused.PairKernels) == hopper and plan.hopper == hopper
     rng = np.random.default_rng(11)
 
     def new_step():
