@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import kernelgen
-from kernelgen import api, heuristics, prepared
+from kernelgen import api, fused, heuristics, prepared
 from kernelgen.reference import attention_reference, tolerance
 
 pytestmark = [pytest.mark.gpu,
@@ -514,7 +514,8 @@ def test_hopper_paged_tma_64_key_blocks(monkeypatch):
 def test_hopper_paged_long_chunks_and_dispatch(page_size):
     """Chunked prefill of long requests (2048-token chunks against 5000-8000 keys, 32/8 heads):
     the automatic dispatcher takes the Hopper path (mean query length >= SM90_PAGED_MIN_MEAN_Q);
-    a batch of mostly short requests takes the fused launch; arch="sm_80" the sm_80 path."""
+    a batch of mostly short requests runs its classes in turn (the long one on Hopper);
+    arch="sm_80" the sm_80 path."""
     qlens, klens = [2048, 1500, 2048, 700], [8000, 1500, 5000, 3001]
     args = make_paged_batch(qlens, klens, 32, 8, 128, torch.bfloat16, page_size, 7 + page_size)
     api.clear_signature_cache()
@@ -523,8 +524,11 @@ def test_hopper_paged_long_chunks_and_dispatch(page_size):
     check_paged(*args, causal=True, arch="sm_80", expect="sm80")
     short = make_paged_batch([900, 1, 1, 2, 1, 3], [4000, 100, 9, 3000, 1, 50], 32, 8, 128, torch.bfloat16,
                              page_size, 3)
-    check_paged(*short, causal=True, arch=None, expect="sm80")
+    # a mixed batch: the classes in turn, the long one on the Hopper kernel (fused.PreparedPairCall)
+    check_paged(*short, causal=True, arch=None, expect="sm90a", gather=page_size == 1)
+    assert isinstance(api._CALLS._last[1], fused.PreparedPairCall)
     check_paged(*short, causal=True, arch="sm_90a", expect="sm90a", gather=page_size == 1)
+    assert not isinstance(api._CALLS._last[1], fused.PreparedFusedCall)
 
 
 @pytest.mark.parametrize("page_size", [1, 16, 256])
