@@ -124,14 +124,17 @@ def test_graph_launch_seen_from_c_equals_the_direct_launches(stub, fake_cuda, mo
     assert len(fake_cuda.launches) == 3                    # no direct launch after the first call
 
 
-def test_fused_call_seen_from_c(stub, fake_cuda):
+@pytest.mark.parametrize("arch,kinds", [("sm_80", ["scheduler", "scheduler", "fused", "combine"]),
+                                        (None, ["scheduler", "scheduler", "attention_sm90", "attention", "combine"])])
+def test_fused_call_seen_from_c(stub, fake_cuda, arch, kinds):
+    """The fused launch (sm_80 path) and sm_90a's classes in turn, as graph nodes the C stub sees."""
     args = paged_inputs(QLENS, CTX)
     out = torch.empty_like(args[0])
-    fused_call(*args, out=out)
+    fused_call(*args, out=out, arch=arch)
     direct = recorded(fake_cuda)
-    fused_call(*args, out=out)
+    fused_call(*args, out=out, arch=arch)
     seen = stub.launches()
-    assert [x[0] for x in seen] == ["scheduler", "scheduler", "fused", "combine"]
+    assert [x[0] for x in seen] == kinds
     assert [x[:5] for x in seen] == direct
 
 

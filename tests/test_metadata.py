@@ -59,7 +59,8 @@ def test_every_tile_exactly_once(qlens, klens, extra, cfg, layout, causal):
                                                                       klens[int(d["batch_idx"][vb])], cfg)[1],
                             int(d["splits_nheads"][vb]) & 0xFFFF) for vb in range(batch)]
         order = [(-k, int(d["batch_idx"][vb])) for vb, k in enumerate(keys)]
-        if batch > 1 and md.sort_needed(min(keys) + 2, max(keys) + 2):
+        with_rows = [k for k in keys if k >= 0]   # requests without rows do not count (scheduler v13)
+        if batch > 1 and with_rows and md.sort_needed(min(with_rows) + 2, max(with_rows) + 2):
             assert order == sorted(order), "longest first, ties by request index"
         else:                                    # an even batch stays in request order
             assert d["batch_idx"][:batch].tolist() == list(range(batch))
