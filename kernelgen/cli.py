@@ -435,6 +435,10 @@ def cmd_demo(args) -> int:
 
 def cmd_compare_layouts(args) -> int:
     """``kernelgen compare-layouts``: see ``compare_layouts`` (1 when a padded replay was wrong)."""
+    from .demo import has_cuda_gpu
+
+    if not has_cuda_gpu():
+        raise UsageError("kernelgen compare-layouts needs a CUDA GPU (none found)")
     from .compare_layouts import main_args
 
     return main_args(args)

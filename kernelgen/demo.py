@@ -187,6 +187,8 @@ def run_demo(trace=None, max_tokens: int = traces.DEFAULT_MAX_TOKENS, max_len: i
         warmup(specs, root, jobs=jobs, desc=f"pre-warm {arch}")
         print(f"No CUDA GPU found: pre-warmed {len(specs)} kernel(s) for {arch} in {root}. "
               f"Running the demo needs an NVIDIA GPU (sm_80 or newer).", file=out)
+        if json_path:
+            print(f"{json_path} not written: the JSON report comes from a GPU run.", file=out)
         return 0
     return _run_gpu(lengths, layout, repeat, json_path, out, requested_arch=arch)
 

@@ -264,6 +264,16 @@ def test_from_json_reprints_and_replots(tmp_path, capsys):
         assert (tmp_path / "pl" / "roofline.png").exists() and (tmp_path / "pl" / "decode.png").exists()
 
 
+def test_from_json_refuses_other_reports(tmp_path, capsys):
+    """A JSON that is not a `kernelgen bench --json` report (tools/gpu_report.py's h200.json, no
+    entries) is a usage error, not an empty table."""
+    for name, rep in (("gpu_report.json", {"benchmarks": [{"name": "demo", "us": 1.0}]}), ("empty.json", {})):
+        path = tmp_path / name
+        path.write_text(json.dumps(rep))
+        assert cli.main(["bench", "--from-json", str(path)]) == 2
+        assert "is not a `kernelgen bench --json` report" in capsys.readouterr().err
+
+
 # --------------------------------------------------------------------------------------- plots
 @pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="matplotlib not installed")
 def test_plots_from_synthetic_results(tmp_path):

@@ -111,3 +111,10 @@ def test_cli_parses_compare_layouts():
     assert args.heads == "16/4" and args.no_sort and args.json
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["compare-layouts", "--layout", "csr"])
+
+
+def test_cli_without_a_gpu_is_a_usage_error(monkeypatch, capsys):
+    from kernelgen import demo
+    monkeypatch.setattr(demo, "has_cuda_gpu", lambda: False)
+    assert cli.main(["compare-layouts", "--batch", "4"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err

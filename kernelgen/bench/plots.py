@@ -210,7 +210,7 @@ def write_plots(entries: list, roofs: dict | None, outdir) -> list:
     Raises ImportError when matplotlib is missing (the runner reports it and goes on).
     """
     if not available():
-        raise ImportError("matplotlib is not installed")
+        raise ImportError('matplotlib is not installed (pip install -e ".[plots]" or pip install matplotlib)')
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     written = []

@@ -191,6 +191,9 @@ def replot(json_path, plots_dir=None, out=None) -> int:
     out = out or sys.stdout
     rep = json.loads(Path(json_path).read_text())
     entries = order_for_report(report.entries_from_report(rep))
+    if not entries or not all(e.get("suite") for e in entries):
+        raise ValueError(f"{json_path} is not a `kernelgen bench --json` report (its entries need a 'suite'; "
+                         f"docs/benchmarks/h200.json is tools/gpu_report.py's format)")
     print(report.format_report(entries, rep.get("roofs"), rep.get("device")), file=out)
     if plots_dir:
         from .plots import write_plots
