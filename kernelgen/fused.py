@@ -154,17 +154,20 @@ class PreparedFusedCall(prepared.PreparedCall):
                         (oa, la, rs, cq, md_s, op, lp))
 
 
+def _scheduler_launches(kernels, batch: int, cap: int) -> tuple:
+    """The two classes' prepared scheduler launches (long, short) of a mixed call."""
+    kernel_args.check_capacity(cap)
+    threads, smem = kernel_args.scheduler_launch_shape(cap, kernels.sched.smem_bytes)
+    return tuple(kernels.sched.prepare(1, kernel_args.scheduler_fields(batch, cap, cfg), smem=smem, threads=threads)
+                 for cfg in (kernels.cfg_long, kernels.cfg_short))
+
+
 def build(kernels: FusedKernels, *, layout: FusedWorkspace, batch: int, q, k, v, out, lse, page_table, scale: float,
           window: tuple, softcap: float, return_lse: bool, fixed_base: int | None, sizes: dict) -> PreparedFusedCall:
     """Prepare the launches of a validated fused call (as ``prepared.build``): both scheduler
     launches (the two classes' configs), the fused kernel's two parameter structs, the combine."""
     cap = layout.capacity
-    kernel_args.check_capacity(cap)
-    threads, smem = kernel_args.scheduler_launch_shape(cap, kernels.sched.smem_bytes)
-    sched_long = kernels.sched.prepare(1, kernel_args.scheduler_fields(batch, cap, kernels.cfg_long), smem=smem,
-                                       threads=threads)
-    sched_short = kernels.sched.prepare(1, kernel_args.scheduler_fields(batch, cap, kernels.cfg_short), smem=smem,
-                                        threads=threads)
+    sched_long, sched_short = _scheduler_launches(kernels, batch, cap)
     strides = layout.short.split_strides()
     static_long = kernel_args.attention_fields(q, k, v, out, lse, page_table, cap, scale, window, softcap, None)
     static_short = kernel_args.attention_fields(q, k, v, out, lse, page_table, cap, scale, window, softcap, strides)
@@ -281,12 +284,7 @@ def build_pair(kernels: PairKernels, *, layout: FusedWorkspace, batch: int, q, k
     from .api import hopper_maps
 
     cap = layout.capacity
-    kernel_args.check_capacity(cap)
-    threads, smem = kernel_args.scheduler_launch_shape(cap, kernels.sched.smem_bytes)
-    sched_long = kernels.sched.prepare(1, kernel_args.scheduler_fields(batch, cap, kernels.cfg_long), smem=smem,
-                                       threads=threads)
-    sched_short = kernels.sched.prepare(1, kernel_args.scheduler_fields(batch, cap, kernels.cfg_short), smem=smem,
-                                        threads=threads)
+    sched_long, sched_short = _scheduler_launches(kernels, batch, cap)
     strides = layout.short.split_strides()
     long_spec = kernels.variants.long.attention
     attn_long = prepared.TmaLaunch(kernels.attn_long.prepare(kernels.attn_long.persistent_grid, kernel_args.attention_fields(

@@ -367,6 +367,19 @@ class FusedVariants:
     short_max_q: int
 
 
+def _short_class(arch, dtype, head_dim, head_dim_v, num_heads_q, num_heads_kv, mask, layout, max_seqlen_k, paged,
+                 softcap, short_max_q, num_sms):
+    """(threshold, the short class's sm_80 decode variants) of a mixed batch, or (threshold, None)
+    when the threshold is below 1 or its tiles would not be one-warp decode tiles."""
+    thr = short_query_tokens(num_heads_q, num_heads_kv) if short_max_q is None else int(short_max_q)
+    if thr < 1:
+        return thr, None
+    short = choose(arch, dtype, head_dim, head_dim_v, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, mask=mask,
+                   layout=layout, max_seqlen_q=thr, max_seqlen_k=max_seqlen_k, paged=paged, softcap=softcap,
+                   num_sms=num_sms, mainloop="sm80")
+    return thr, (short if short.attention.tile.num_warps == 1 else None)
+
+
 def choose_fused(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q: int, num_heads_kv: int,
                  mask: str = "none", layout: str = "soa", max_seqlen_k: int, paged: bool = False,
                  softcap: bool = False, short_max_q: int | None = None, num_sms: int = 132) -> FusedVariants | None:
@@ -381,13 +394,9 @@ def choose_fused(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_h
     """
     if mask == "local":
         return None
-    thr = short_query_tokens(num_heads_q, num_heads_kv) if short_max_q is None else int(short_max_q)
-    if thr < 1:
-        return None
-    short = choose(arch, dtype, head_dim, head_dim_v, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, mask=mask,
-                   layout=layout, max_seqlen_q=thr, max_seqlen_k=max_seqlen_k, paged=paged, softcap=softcap,
-                   num_sms=num_sms, mainloop="sm80")
-    if short.attention.tile.num_warps != 1:
+    thr, short = _short_class(arch, dtype, head_dim, head_dim_v, num_heads_q, num_heads_kv, mask, layout,
+                              max_seqlen_k, paged, softcap, short_max_q, num_sms)
+    if short is None:
         return None
     long_tile = tile_config(arch, head_dim, head_dim_v, "prefill", True)
     long = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, long_tile, False, False, paged, softcap,
@@ -425,13 +434,9 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
     """
     if arch != "sm_90a":
         return None
-    thr = short_query_tokens(num_heads_q, num_heads_kv) if short_max_q is None else int(short_max_q)
-    if thr < 1:
-        return None
-    short = choose(arch, dtype, head_dim, head_dim_v, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, mask=mask,
-                   layout=layout, max_seqlen_q=thr, max_seqlen_k=max_seqlen_k, paged=paged, softcap=softcap,
-                   num_sms=num_sms, mainloop="sm80")
-    if short.attention.tile.num_warps != 1:
+    thr, short = _short_class(arch, dtype, head_dim, head_dim_v, num_heads_q, num_heads_kv, mask, layout,
+                              max_seqlen_k, paged, softcap, short_max_q, num_sms)
+    if short is None:
         return None
     if sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap, pack=False,
                         num_splits=1, tma_ok=tma_ok):
