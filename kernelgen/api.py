@@ -281,22 +281,30 @@ def _fused_call(short_query_tokens, q, k, v, out, lse, page_table, sizes, arch, 
                 cap, scale, pack_gqa, splits, max_seqlen_q, max_seqlen_k, sort, head_swizzle, return_lse,
                 mainloop=None):
     """The prepared launches of a call that may mix long- and short-query requests
-    (``fused.use_fused``): on sm_90a without a forced mainloop the two classes in turn, the long
-    one on the Hopper kernel (``heuristics.choose_pair``, ``fused.build_pair``), else the fused
-    launch; or None when the call takes the single-class launch."""
+    (``fused.use_fused``): on sm_90a without a forced mainloop the Hopper fused launch
+    (``heuristics.choose_fused_hopper``), or where it does not fit the two classes in turn, the
+    long one on the Hopper kernel (``heuristics.choose_pair``, ``fused.build_pair``); elsewhere the
+    sm_80 fused launch; or None when the call takes the single-class launch."""
     hq, hkv = sizes["num_heads_q"], sizes["num_heads_kv"]
     thr = fused.use_fused(short_query_tokens, paged=sizes["paged"], batch=sizes["batch"], max_seqlen_q=max_seqlen_q,
                           num_heads_q=hq, num_heads_kv=hkv, pack_gqa=pack_gqa, num_splits=splits)
     if not thr:
         return None
     if mainloop is None:
-        pv = heuristics.choose_pair(arch, validation.DTYPES[q.dtype], sizes["head_dim"], sizes["head_dim_v"],
-                                    num_heads_q=hq, num_heads_kv=hkv, mask=mask, layout=layout,
-                                    max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, paged=sizes["paged"],
-                                    softcap=cap > 0, short_max_q=thr,
-                                    num_sms=runtime.device_properties(device)["num_sms"],
-                                    page_size=sizes.get("page_size", 0),
-                                    tma_ok=all(tma.tma_compatible(t) for t in (q, k, v)))
+        kw = dict(num_heads_q=hq, num_heads_kv=hkv, mask=mask, layout=layout, max_seqlen_q=max_seqlen_q,
+                  max_seqlen_k=max_seqlen_k, paged=sizes["paged"], softcap=cap > 0, short_max_q=thr,
+                  num_sms=runtime.device_properties(device)["num_sms"], page_size=sizes.get("page_size", 0),
+                  tma_ok=all(tma.tma_compatible(t) for t in (q, k, v)))
+        fv = heuristics.choose_fused_hopper(arch, validation.DTYPES[q.dtype], sizes["head_dim"], sizes["head_dim_v"],
+                                            **kw)
+        if fv is not None:
+            kernels = fused.load(fv, device, hq, hkv, sort=bool(sort), head_swizzle=bool(head_swizzle),
+                                 window_left=left)
+            ws = kernels.workspace(sizes["batch"], sizes["total_q"], hq, sizes["head_dim_v"])
+            return fused.build(kernels, layout=ws, batch=sizes["batch"], q=q, k=k, v=v, out=out, lse=lse,
+                               page_table=page_table, scale=scale, window=(left, right), softcap=cap,
+                               return_lse=bool(return_lse), fixed_base=None, sizes=sizes)
+        pv = heuristics.choose_pair(arch, validation.DTYPES[q.dtype], sizes["head_dim"], sizes["head_dim_v"], **kw)
         if pv is not None:
             kernels = fused.load_pair(pv, device, hq, hkv, sort=bool(sort), head_swizzle=bool(head_swizzle),
                                       window_left=left)

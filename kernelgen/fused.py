@@ -6,8 +6,11 @@ A call whose batch may mix prefill chunks and decodes runs, on the current strea
    ``class_max_q``): requests with at most ``short_max_q`` query tokens are *short* and get
    one-warp decode tiles (pack-GQA, split-KV), the others *long* and get 128-row prefill tiles;
    each class has its own metadata buffer, so its own tile queue;
-2. the fused attention kernel (``FusedAttentionSpec``, templates/attention/fwd_fused_sm80.cu.j2),
-   whose CTAs take tiles from both queues; its parameter is one AttnParams per class;
+2. the fused attention kernel (``FusedAttentionSpec``), whose CTAs take tiles from both queues:
+   templates/attention/fwd_fused_sm80.cu.j2 (its parameter: one AttnParams per class), or on
+   sm_90a fwd_fused_sm90.cu.j2 (the long class on the Hopper variant, the short class's tiles on
+   the SMs of the CTAs that start on the short queue, ``FusedKernels.short_ctas``; its parameter:
+   ``params.FUSED_TMA_PARAMS``, written by ``HopperPairLaunch``);
 3. with split-KV in the short class, the combine kernel (long rows record one partial and are
    skipped).
 
@@ -25,8 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
-from . import heuristics, kernel_args, metadata, prepared, runtime
-from .params import ATTENTION_PARAMS
+from . import heuristics, kernel_args, launch, metadata, prepared, runtime
+from .params import ATTENTION_PARAMS, FUSED_TMA_PARAMS
 from .workspace import ALIGN, WorkspaceLayout
 
 
@@ -58,6 +61,16 @@ class FusedWorkspace:
         return md_long, md_short, split
 
 
+def short_class_workspace(capacity: int, rows: int, split: bool, max_splits: int, num_heads_q: int,
+                          head_dim_v: int, short_max_q: int) -> FusedWorkspace:
+    """The workspace of a mixed call: only the short class splits, and its requests have at most
+    ``short_max_q`` query tokens each, so its partials are indexed by (request, token of the
+    request) when ``capacity * short_max_q`` rows are fewer than the step's ``rows`` tokens
+    (``WorkspaceLayout.request_rows``)."""
+    by_request = short_max_q if capacity * short_max_q < rows else 0
+    return FusedWorkspace(WorkspaceLayout(capacity, split, max_splits, num_heads_q, rows, head_dim_v, by_request))
+
+
 @dataclass
 class FusedKernels:
     """The loaded kernels and scheduler configurations of a fused call (see the module doc)."""
@@ -68,10 +81,12 @@ class FusedKernels:
     combine: runtime.Kernel | None
     cfg_long: metadata.SchedulerConfig
     cfg_short: metadata.SchedulerConfig
+    #: Hopper fused kernel: CTAs that start on the short queue (``heuristics.sm90_mixed_short_ctas``).
+    short_ctas: int = 0
 
     def workspace(self, capacity: int, rows: int, num_heads_q: int, head_dim_v: int) -> FusedWorkspace:
-        return FusedWorkspace(WorkspaceLayout(capacity, self.combine is not None, self.variants.short_max_splits,
-                                              num_heads_q, rows, head_dim_v))
+        return short_class_workspace(capacity, rows, self.combine is not None, self.variants.short_max_splits,
+                                     num_heads_q, head_dim_v, self.variants.short_max_q)
 
 
 def load(variants: heuristics.FusedVariants, device: int, num_heads_q: int, num_heads_kv: int, *, sort: bool = True,
@@ -98,7 +113,8 @@ def load(variants: heuristics.FusedVariants, device: int, num_heads_q: int, num_
                                  window_left=window_left)
     cfg_short = dataclasses.replace(cfg_short, num_ctas=fused.persistent_grid * f.tiles_per_step
                          * heuristics.SPLIT_GRANULARITY["decode"], class_min_q=0, class_max_q=variants.short_max_q)
-    return FusedKernels(variants, sched, fused, combine, cfg_long, cfg_short)
+    short_ctas = heuristics.sm90_mixed_short_ctas(runtime.device_properties(device)["num_sms"]) if f.hopper else 0
+    return FusedKernels(variants, sched, fused, combine, cfg_long, cfg_short, short_ctas)
 
 
 class PairLaunch:
@@ -123,6 +139,45 @@ class PairLaunch:
             ps.pack_into(b, 0, *ptrs[:n])
             ps.pack_into(b, size, *ptrs[n:])
         return (pack, buf, self.head, ctypes.addressof(argv), argv)
+
+
+class HopperPairLaunch:
+    """A prepared launch of the Hopper fused kernel (``params.FUSED_TMA_PARAMS``): the long
+    class's tensor maps and AttnParams, the short class's AttnParams, ``short_ctas``; a launch
+    encodes the maps of its q/k/v pointers (``tma.AttentionMaps``, cached per pointer set) and
+    writes both structs' pointer fields, as ``prepared.TmaLaunch`` and ``PairLaunch`` do."""
+
+    def __init__(self, kernel: runtime.Kernel, static_long: dict, static_short: dict, maps, short_ctas: int):
+        self.name, self.maps, self.short_ctas = kernel.spec.name, maps, int(short_ctas)
+        self.template = FUSED_TMA_PARAMS.pack_static(static_long, static_short, short_ctas)
+        self.head = (int(kernel.func_ptr), kernel.persistent_grid, 1, 1, kernel.num_threads, 1, 1, kernel.smem_bytes)
+
+    def new_slot(self) -> tuple:
+        """(pack, buffer, head, kernelParams address, keep-alive) as ``PairLaunch.new_slot``'s;
+        ``pack`` also writes the tensor maps of the long pointers' q, k, v."""
+        buf = ctypes.create_string_buffer(self.template, len(self.template))
+        argv = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
+        n = len(ATTENTION_PARAMS.pointer_names)
+        long_ptrs, short_ptrs = FUSED_TMA_PARAMS.long_pointers, FUSED_TMA_PARAMS.short_pointers
+        encode, name, nbytes = self.maps.encode, self.name, FUSED_TMA_PARAMS.MAPS_BYTES
+
+        def pack(b, offset, *ptrs):
+            try:
+                maps = encode(ptrs[0], ptrs[1], ptrs[2])
+            except Exception as e:  # noqa: BLE001 - the driver's refusal names the kernel like a launch error
+                raise launch.LaunchError(name, e, "cuTensorMapEncodeTiled") from e
+            ctypes.memmove(b, maps, nbytes)
+            long_ptrs.pack_into(b, 0, *ptrs[:n])
+            short_ptrs.pack_into(b, 0, *ptrs[n:])
+        return (pack, buf, self.head, ctypes.addressof(argv), argv)
+
+
+def hopper_params(long_packed: bytes, short_packed: bytes, short_ctas: int) -> bytes:
+    """The Hopper fused kernel's parameter from the long class's packed ``TmaAttnParams`` (maps
+    first) and the short class's packed ``AttnParams`` (``api.attention_params``)."""
+    if len(long_packed) != FUSED_TMA_PARAMS.short_offset or len(short_packed) != ATTENTION_PARAMS.size:
+        raise ValueError("hopper_params takes a packed TmaAttnParams and a packed AttnParams")
+    return long_packed + short_packed + FUSED_TMA_PARAMS.tail.pack(int(short_ctas), 0)
 
 
 class PreparedFusedCall(prepared.PreparedCall):
@@ -171,7 +226,14 @@ def build(kernels: FusedKernels, *, layout: FusedWorkspace, batch: int, q, k, v,
     strides = layout.short.split_strides()
     static_long = kernel_args.attention_fields(q, k, v, out, lse, page_table, cap, scale, window, softcap, None)
     static_short = kernel_args.attention_fields(q, k, v, out, lse, page_table, cap, scale, window, softcap, strides)
-    pair = PairLaunch(kernels.fused, static_long, static_short)
+    f = kernels.variants.fused
+    if f.hopper:
+        from .api import hopper_maps
+
+        pair = HopperPairLaunch(kernels.fused, static_long, static_short,
+                                hopper_maps(f.long, q, k, v, page_table is not None), kernels.short_ctas)
+    else:
+        pair = PairLaunch(kernels.fused, static_long, static_short)
     hq = out.shape[1]
     combine = None
     if kernels.combine is not None:
@@ -203,7 +265,7 @@ def use_fused(short_query_tokens, *, paged: bool, batch: int, max_seqlen_q: int,
     return thr
 
 
-# ------------------------------------------------------------------ sm_90a: the classes in turn
+# ---------------------------- sm_90a: the classes in turn (where the Hopper fused kernel does not apply)
 @dataclass
 class PairKernels:
     """The loaded kernels of a mixed batch on sm_90a (``heuristics.choose_pair``): the scheduler
@@ -219,8 +281,8 @@ class PairKernels:
     cfg_short: metadata.SchedulerConfig
 
     def workspace(self, capacity: int, rows: int, num_heads_q: int, head_dim_v: int) -> FusedWorkspace:
-        return FusedWorkspace(WorkspaceLayout(capacity, self.combine is not None, self.variants.short.max_splits,
-                                              num_heads_q, rows, head_dim_v))
+        return short_class_workspace(capacity, rows, self.combine is not None, self.variants.short.max_splits,
+                                     num_heads_q, head_dim_v, self.variants.short_max_q)
 
 
 def load_pair(variants: heuristics.PairVariants, device: int, num_heads_q: int, num_heads_kv: int, *,

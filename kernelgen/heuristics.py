@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import os
+import dataclasses
 from dataclasses import dataclass
 
 from .spec import ARCHS, MAINLOOPS, MASKS, SM90_HEAD_DIM_PAIRS, SM90_PAGED_HEAD_DIMS, AttentionSpec, CombineSpec, FusedAttentionSpec, SchedulerSpec, TileConfig
@@ -425,12 +426,13 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
     """A mixed batch's two kernels on sm_90a, or None where they do not apply (another arch, a
     long class the Hopper path cannot run, or a threshold whose short tiles are not decode tiles).
 
-    On an H200 the fused sm_80 launch (``choose_fused``) loses to running the classes one after
-    the other once the long class takes the Hopper kernel (``mixed_trace``: 5856 us fused against
-    5419 us as a prefill call then a decode call, docs/perf-notes.md), so a mixed call there runs
-    the long class's tiles on the Hopper kernel and then the short class's on the sm_80 decode
-    kernel, each from its own scheduler metadata (the same two-class scheduling as the fused
-    launch), on the caller's stream.
+    The classes in turn: the long class's tiles on the Hopper kernel and then the short class's
+    on the sm_80 decode kernel, each from its own scheduler metadata (the same two-class
+    scheduling as the fused launch), on the caller's stream.  A mixed call on sm_90a takes the
+    one-launch Hopper fused kernel (``choose_fused_hopper``, built from these variants) where it
+    applies and this pair where it does not (head_dim_v above 128).  On an H200 the sm_80 fused
+    launch (``choose_fused``) lost to this pair once the long class took the Hopper kernel
+    (``mixed_trace``: 5856 us fused against 5456 us in turn, docs/perf-notes.md).
     """
     if arch != "sm_90a":
         return None
@@ -448,6 +450,64 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
     _check_smem(attn, arch)
     long = Variants(short.scheduler, attn, None, 1, True)
     return PairVariants(long, short, thr)
+
+
+#: CTAs of the Hopper fused mixed-batch launch that start on the short (decode) queue, as a fraction
+#: of the SMs.  Decode tiles are bound by memory bandwidth, so a few SMs with many bytes in flight
+#: each reach most of the H200's: the work they take in parallel with the long class costs
+#: only those SMs' time (docs/perf-notes.md, "mixed batches: one Hopper launch").  Either kind of
+#: CTA takes the other queue's tiles once its own is empty, so the choice moves work between
+#: phases, never leaves an SM idle.  ``KERNELGEN_MIXED_SHORT_CTAS`` (an int) overrides it.
+SM90_MIXED_SHORT_FRACTION = 0.30
+
+
+def sm90_mixed_short_ctas(num_sms: int) -> int:
+    """CTAs of a Hopper fused mixed-batch launch that start on the short queue (see
+    ``SM90_MIXED_SHORT_FRACTION``); ``KERNELGEN_MIXED_SHORT_CTAS`` overrides (0..num_sms)."""
+    env = os.environ.get("KERNELGEN_MIXED_SHORT_CTAS", "").strip()
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            raise ValueError(f"KERNELGEN_MIXED_SHORT_CTAS must be an int, got {env!r}") from None
+        if not 0 <= n <= num_sms:
+            raise ValueError(f"KERNELGEN_MIXED_SHORT_CTAS must be in [0, {num_sms}], got {n}")
+        return n
+    return max(1, round(num_sms * SM90_MIXED_SHORT_FRACTION))
+
+
+#: K/V pipeline stages of the decode tile in the Hopper fused kernel.  The tiles of the CTAs that
+#: start on the short queue must pull a whole SM's share of bandwidth, and an SM's bytes in flight
+#: are its warps' slices times (stages - 1) / stages: deeper rings (fewer warps, each with more
+#: blocks in flight) beat the standalone decode kernel's two stages there.
+SM90_FUSED_SHORT_STAGES = 2
+
+
+def choose_fused_hopper(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q: int,
+                        num_heads_kv: int, mask: str = "none", layout: str = "soa", max_seqlen_q: int,
+                        max_seqlen_k: int, paged: bool = False, softcap: bool = False,
+                        short_max_q: int | None = None, num_sms: int = 132, page_size: int = 0,
+                        tma_ok: bool = True, short_stages: int | None = None,
+                        short_block_n: int | None = None) -> FusedVariants | None:
+    """The one-launch kernels of a mixed batch on sm_90a: the Hopper long variant and the sm_80
+    one-warp decode variant of ``choose_pair`` in one persistent kernel (``FusedAttentionSpec``
+    with a Hopper long variant, templates/attention/fwd_fused_sm90.cu.j2), or None where
+    ``choose_pair`` gives None, head_dim_v is above ``FusedAttentionSpec.SM90_FUSED_MAX_DV`` (the
+    consumers' registers spill) or no short tile fits beside the long variant's shared memory."""
+    pv = choose_pair(arch, dtype, head_dim, head_dim_v, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv,
+                     mask=mask, layout=layout, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, paged=paged,
+                     softcap=softcap, short_max_q=short_max_q, num_sms=num_sms, page_size=page_size, tma_ok=tma_ok)
+    if pv is None or head_dim_v > FusedAttentionSpec.SM90_FUSED_MAX_DV:
+        return None
+    st = SM90_FUSED_SHORT_STAGES if short_stages is None else int(short_stages)
+    short = pv.short.attention
+    bn = short.tile.block_n if short_block_n is None else int(short_block_n)
+    short = dataclasses.replace(short, tile=dataclasses.replace(short.tile, num_stages=st, block_n=bn))
+    f = FusedAttentionSpec(pv.long.attention, short)
+    if f.short_tiles_first < 1 or f.short_tiles_after < 1 or f.smem_bytes() > SMEM_LIMIT[arch]:
+        return None
+    s = pv.short
+    return FusedVariants(s.scheduler, f, s.combine, s.max_splits, s.forced_splits, pv.short_max_q)
 
 
 def attention_spec(arch, dtype, head_dim, head_dim_v, causal, layout, tile: TileConfig | None = None,

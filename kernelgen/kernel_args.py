@@ -13,15 +13,17 @@ import math
 from . import metadata
 
 _LOG2E = 1.4426950408889634
-_SPLIT_STRIDES = ("accum_split_stride", "accum_head_stride", "lse_accum_split_stride", "lse_accum_head_stride")
+_SPLIT_STRIDES = ("accum_split_stride", "accum_head_stride", "lse_accum_split_stride", "lse_accum_head_stride",
+                  "split_request_rows")
 
 
 def split_strides(split) -> dict:
-    """The four partials strides of a ``SplitBuffers`` (all 0 for None)."""
+    """The four partials strides of a ``SplitBuffers`` and its ``request_rows`` (all 0 for None)."""
     if split is None:
         return dict.fromkeys(_SPLIT_STRIDES, 0)
     return {"accum_split_stride": split.out_accum.stride(0), "accum_head_stride": split.out_accum.stride(1),
-            "lse_accum_split_stride": split.lse_accum.stride(0), "lse_accum_head_stride": split.lse_accum.stride(1)}
+            "lse_accum_split_stride": split.lse_accum.stride(0), "lse_accum_head_stride": split.lse_accum.stride(1),
+            "split_request_rows": split.request_rows}
 
 
 def scheduler_fields(batch: int, capacity: int, cfg) -> dict:

@@ -71,7 +71,7 @@ ATTENTION_PARAMS = ParamStruct(
         ("accum_split_stride", "i64"), ("accum_head_stride", "i64"), ("lse_accum_split_stride", "i64"),
         ("lse_accum_head_stride", "i64"),
         ("num_heads_q", "i32"), ("num_heads_kv", "i32"), ("capacity", "i32"), ("total_q", "i32"),
-        ("page_size", "i32"), ("window_left", "i32"), ("window_right", "i32"),
+        ("page_size", "i32"), ("window_left", "i32"), ("window_right", "i32"), ("split_request_rows", "i32"),
         ("scale_log2", "f32"), ("softcap_scale", "f32"), ("softcap_log2", "f32"),
     ],
 )
@@ -157,3 +157,46 @@ class TmaParamStruct:
 
 
 TMA_ATTENTION_PARAMS = TmaParamStruct(ATTENTION_PARAMS)
+
+
+class FusedTmaParamStruct:
+    """The fused mixed-batch kernel's parameter on sm_90a (templates/attention/fwd_fused_sm90.cu.j2):
+    the long class's ``TmaAttnParams`` (three tensor maps, then its AttnParams), the short class's
+    ``AttnParams``, then ``short_ctas`` (int: CTAs that start on the short queue), padded to a
+    multiple of 64 bytes.
+
+    As ``TmaParamStruct`` it offers ``size``, ``MAPS_BYTES``, ``c_decl``; ``pack_static`` packs
+    both structs with zero pointers and zero maps, ``long_pointers`` / ``short_pointers`` rewrite
+    each struct's pointer fields in a packed buffer.
+    """
+
+    MAPS_BYTES = TmaParamStruct.MAPS_BYTES
+
+    def __init__(self, tma: TmaParamStruct, cname: str = "FusedTmaParams"):
+        self.tma, self.inner, self.cname = tma, tma.inner, cname
+        self.short_offset = tma.size
+        self.ctas_offset = tma.size + tma.inner.size
+        self.size = -(-(self.ctas_offset + 8) // 64) * 64
+        self.long_pointers = tma.pointer_struct
+        self.short_pointers = TmaParamStruct._OffsetStruct(tma.inner.pointer_struct, self.short_offset)
+        self.tail = struct.Struct(f"<ii{self.size - self.ctas_offset - 8}x")
+
+    def pack_static(self, static_long: dict, static_short: dict, short_ctas: int) -> bytes:
+        return (self.tma.pack_static(static_long) + self.inner.pack_static(static_short)
+                + self.tail.pack(int(short_ctas), 0))
+
+    def unpack(self, data: bytes) -> tuple:
+        """(long AttnParams fields, short AttnParams fields, short_ctas) of a packed buffer (tests)."""
+        n = self.inner.size
+        short = dict(zip(self.inner.names, self.inner.struct.unpack(data[self.short_offset:self.short_offset + n])))
+        return self.tma.unpack(data), short, struct.unpack_from("<i", data, self.ctas_offset)[0]
+
+    def c_decl(self) -> str:
+        return "\n".join([
+            self.tma.c_decl(),
+            f"struct {self.cname} {{ {self.tma.cname} a; {self.inner.cname} b; int short_ctas; int pad_; }};",
+            f'static_assert(sizeof({self.cname}) == {self.size}, "{self.cname} ABI size");',
+        ])
+
+
+FUSED_TMA_PARAMS = FusedTmaParamStruct(TMA_ATTENTION_PARAMS)

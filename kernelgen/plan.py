@@ -54,9 +54,10 @@ class AttentionPlan:
             forces one.  A plan on the Hopper path needs q/k/v whose token and head strides TMA
             can address (contiguous heads: any dense layout); a step with other strides raises
             ValueError naming the tensor.  A mixed-batch plan (``short_query_tokens``) on sm_90a
-            runs the long class on the Hopper kernel and then the short class on the sm_80
-            decode kernel (``heuristics.choose_pair``); elsewhere, or with arch="sm_80", the fused
-            sm_80 launch.
+            runs one launch whose long class takes the Hopper kernel and whose short class the
+            one-warp decode tiles, SM by SM (``heuristics.choose_fused_hopper``; the two classes
+            in turn, ``heuristics.choose_pair``, where it does not apply); elsewhere, or with
+            arch="sm_80", the fused sm_80 launch.
 
     Raises:
         ValueError / TypeError: bad capacities, head counts, head dims, dtype, window, softcap,
@@ -154,12 +155,16 @@ class AttentionPlan:
             return None
         dev = self.device.index
         if mainloop is None:
-            pv = heuristics.choose_pair(api.device_arch(dev), validation.DTYPES[self.dtype], self.head_dim,
-                                        self.head_dim_v, num_heads_q=self.num_heads_q, num_heads_kv=self.num_heads_kv,
-                                        mask=self.mask, layout=self.layout, max_seqlen_q=max_seqlen_q,
-                                        max_seqlen_k=max_seqlen_k, paged=self.paged, softcap=self.softcap > 0,
-                                        short_max_q=thr, num_sms=runtime.device_properties(dev)["num_sms"],
-                                        page_size=self.page_size or 0)
+            kw = dict(num_heads_q=self.num_heads_q, num_heads_kv=self.num_heads_kv, mask=self.mask,
+                      layout=self.layout, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, paged=self.paged,
+                      softcap=self.softcap > 0, short_max_q=thr, num_sms=runtime.device_properties(dev)["num_sms"],
+                      page_size=self.page_size or 0)
+            args = (api.device_arch(dev), validation.DTYPES[self.dtype], self.head_dim, self.head_dim_v)
+            fv = heuristics.choose_fused_hopper(*args, **kw)
+            if fv is not None:
+                return fused.load(fv, dev, self.num_heads_q, self.num_heads_kv, sort=sort, head_swizzle=head_swizzle,
+                                  window_left=self.window_left)
+            pv = heuristics.choose_pair(*args, **kw)
             if pv is not None:
                 return fused.load_pair(pv, dev, self.num_heads_q, self.num_heads_kv, sort=sort,
                                        head_swizzle=head_swizzle, window_left=self.window_left)
@@ -266,6 +271,17 @@ class AttentionPlan:
             if self.combine is not None:
                 api.launch_combine(self.combine, stream, self.split, cu_seqlens_q, md, out, lse, self.num_heads_q)
             return
+        if self.fused is not None and self.fused.variants.fused.hopper:  # maps + long struct, short struct
+            rs = None if self.split is None else self.split.row_splits
+            packed = fused.hopper_params(
+                api.attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, self.metadata, self.capacity,
+                                     scale, row_splits=rs, maps=self._maps(q, k, v), **kw),
+                api.attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, self.capacity, scale,
+                                     split=self.split, **kw), self.fused.short_ctas)
+            self.attn.launch(self.attn.persistent_grid, stream, packed)
+            if self.combine is not None:
+                api.launch_combine(self.combine, stream, self.split, cu_seqlens_q, md, out, lse, self.num_heads_q)
+            return
         packed = api.attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, self.capacity, scale,
                                       split=self.split, maps=self._maps(q, k, v), **kw)
         if self.fused is not None:  # the long class's struct first; it records row_splits only
@@ -354,7 +370,10 @@ class AttentionPlan:
 
     def _map_set(self, q, k, v):
         """The TMA tensor maps of a step's signature (``tma.AttentionMaps``) on the Hopper path, else None."""
-        return api.hopper_maps(self.attn_spec, q, k, v, self.paged) if self.hopper else None
+        if not self.hopper:
+            return None
+        spec = self.attn_spec.long if self.attn_spec.kind == "fused" else self.attn_spec
+        return api.hopper_maps(spec, q, k, v, self.paged)
 
     def _maps(self, q, k, v) -> bytes | None:
         """The encoded tensor maps of these tensors (384 bytes) on the Hopper path, else None."""

@@ -16,7 +16,7 @@ from pathlib import Path
 import jinja2
 
 from . import metadata
-from .params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS, TMA_ATTENTION_PARAMS
+from .params import ATTENTION_PARAMS, COMBINE_PARAMS, FUSED_TMA_PARAMS, SCHEDULER_PARAMS, TMA_ATTENTION_PARAMS
 
 
 def templates_dir() -> Path:
@@ -75,7 +75,10 @@ def context(spec) -> dict:
     if spec.kind in ("attention", "fused"):
         ctx.update(_DTYPE_INFO[spec.dtype])
         sm90 = getattr(spec, "mainloop", "sm80") == "sm90a"
-        ctx["params_decl"] = (TMA_ATTENTION_PARAMS if sm90 else ATTENTION_PARAMS).c_decl()
+        if spec.kind == "fused":
+            ctx["params_decl"] = (FUSED_TMA_PARAMS if sm90 else ATTENTION_PARAMS).c_decl()
+        else:
+            ctx["params_decl"] = (TMA_ATTENTION_PARAMS if sm90 else ATTENTION_PARAMS).c_decl()
         ctx["variants"] = spec.variant_contexts()
     elif spec.kind == "scheduler":
         ctx["params_decl"] = SCHEDULER_PARAMS.c_decl()

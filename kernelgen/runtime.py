@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass, field
 
 from . import launch
-from .params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS, TMA_ATTENTION_PARAMS, ParamStruct
+from .params import ATTENTION_PARAMS, COMBINE_PARAMS, FUSED_TMA_PARAMS, SCHEDULER_PARAMS, TMA_ATTENTION_PARAMS, ParamStruct
 
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 #: The scheduler keeps up to four 4-byte values per request slot in dynamic shared memory (two
@@ -105,8 +105,9 @@ def _load(spec, device: int) -> Kernel:
     elif spec.kind == "scheduler":
         # dynamic smem is set per launch (api.scheduler_launch_shape), up to the opt-in below
         threads, smem, params = spec.num_threads, 0, SCHEDULER_PARAMS
-    elif spec.kind == "fused":  # two attention variants, one AttnParams each
-        threads, smem, params = spec.num_threads, spec.smem_bytes(), ATTENTION_PARAMS
+    elif spec.kind == "fused":  # two attention variants, one AttnParams each (Hopper: after the maps)
+        threads, smem = spec.num_threads, spec.smem_bytes()
+        params = FUSED_TMA_PARAMS if spec.hopper else ATTENTION_PARAMS
     elif spec.kind == "combine":
         threads, smem, params = spec.num_threads, 0, COMBINE_PARAMS
     else:

@@ -309,45 +309,96 @@ class CombineSpec:
 @dataclass(frozen=True)
 class FusedAttentionSpec:
     """One persistent attention kernel with two variants (horizontal fusion): ``long`` runs the
-    tiles of long-query requests (prefill, chunked prefill) on the whole CTA, ``short`` runs
-    one-warp tiles of short-query requests (decode, speculative decode), one per warp group of the
-    CTA at a time.  Each variant has its own scheduler metadata (its request class) and the CTAs
-    take tiles from the two queues (templates/attention/fwd_fused_sm80.cu.j2).
+    tiles of long-query requests (prefill, chunked prefill), ``short`` runs one-warp tiles of
+    short-query requests (decode, speculative decode), one per warp at a time, each in its own
+    shared-memory slice.  Each variant has its own scheduler metadata (its request class) and the
+    CTAs take tiles from the two queues.
+
+    Two kernels: with an sm_80-path ``long`` (templates/attention/fwd_fused_sm80.cu.j2) every CTA
+    alternates between the queues tile by tile, ``long`` on the whole CTA and ``short`` tiles side
+    by side; with a Hopper ``long`` (mainloop "sm90a", fwd_fused_sm90.cu.j2, whose CTA holds the
+    whole SM) the last ``short_ctas`` CTAs of the launch (a run-time parameter) start on the short
+    queue with every warp, the others on the long queue, and each CTA takes the other queue's
+    tiles once its own is empty.
 
     The two variants share arch, dtype, head dims, mask, layout, paging and softcap; ``short`` is
-    a one-warp tile (it syncs only its warp).  When ``short`` splits KV, ``long`` records row_splits for its tokens
-    (the combine kernel reads every token's count).
+    an sm_80-path one-warp tile (it syncs only its warp).  When ``short`` splits KV, ``long``
+    records row_splits for its tokens (the combine kernel reads every token's count).
     """
 
     long: AttentionSpec
     short: AttentionSpec
 
     kind: ClassVar[str] = "fused"
-    template: ClassVar[str] = "attention/fwd_fused_sm80.cu.j2"
     entry: ClassVar[str] = "kg_attention_fused"
+    #: Dynamic shared memory a Hopper fused kernel may ask for (bytes): the sm_90a opt-in limit.
+    SM90_SMEM_LIMIT: ClassVar[int] = 232448
 
     def __post_init__(self):
         a, b = self.long, self.short
         for f in ("arch", "dtype", "head_dim", "head_dim_v", "mask", "layout", "paged", "softcap"):
             if getattr(a, f) != getattr(b, f):
                 raise ValueError(f"fused variants differ in {f}: {getattr(a, f)!r} vs {getattr(b, f)!r}")
-        if b.tile.num_warps != 1:
-            raise ValueError(f"the short variant must be a one-warp tile, got {b.tile.num_warps} warps")
+        if b.tile.num_warps != 1 or b.mainloop != "sm80":
+            raise ValueError(f"the short variant must be an sm80 one-warp tile, got {b.tile.num_warps} warps "
+                             f"({b.mainloop})")
         if b.split and not (a.split or a.row_splits):
             raise ValueError("a splitting short variant needs a long variant that records row_splits")
+        if self.hopper and a.split:
+            raise ValueError("the Hopper fused kernel's long variant does not split KV")
+        if self.hopper and a.head_dim_v > self.SM90_FUSED_MAX_DV:
+            raise ValueError(f"the Hopper fused kernel takes head_dim_v <= {self.SM90_FUSED_MAX_DV} "
+                             f"(got {a.head_dim_v}): wider O accumulators spill")
+
+    @property
+    def hopper(self) -> bool:
+        """Whether the long variant is the Hopper one (fwd_fused_sm90.cu.j2)."""
+        return self.long.mainloop == "sm90a"
+
+    @property
+    def mainloop(self) -> str:
+        return self.long.mainloop
+
+    @property
+    def template(self) -> str:
+        return "attention/fwd_fused_sm90.cu.j2" if self.hopper else "attention/fwd_fused_sm80.cu.j2"
 
     @property
     def tiles_per_step(self) -> int:
-        """Short tiles a CTA runs side by side (one per warp)."""
-        return self.long.tile.num_warps
+        """Short tiles a CTA runs side by side (one per warp): on the Hopper kernel, in a CTA that
+        starts on the short queue (``short_tiles_first``)."""
+        return self.short_tiles_first if self.hopper else self.long.tile.num_warps
+
+    @property
+    def short_tiles_first(self) -> int:
+        """Hopper kernel: short tiles side by side in a CTA that starts on the short queue (one
+        per warp, slices over the whole shared memory but its 1024-byte alignment slack)."""
+        dec = self.short.smem_bytes()
+        return max(0, min(self.num_threads // 32, (self._hopper_smem_budget() - 1024) // dec))
+
+    @property
+    def short_tiles_after(self) -> int:
+        """Hopper kernel: short tiles side by side in the consumer warps of a CTA whose long queue
+        ran out (slices below the long variant's mbarriers)."""
+        dec = self.short.smem_bytes()
+        off_bar = self.long.smem_bytes() - 256 - 1024
+        return max(0, min(self.long.tile.num_warps, off_bar // dec))
+
+    def _hopper_smem_budget(self) -> int:
+        dec = self.short.smem_bytes()
+        want = (self.num_threads // 32) * dec + 1024
+        return max(self.long.smem_bytes(), min(want, self.SM90_SMEM_LIMIT))
 
     @property
     def num_threads(self) -> int:
-        return self.long.tile.num_warps * 32
+        return self.long.num_threads
 
     def smem_bytes(self) -> int:
         """Dynamic shared memory of one CTA (bytes): the larger of the long tile's and the short
-        tiles' (one slice per short tile)."""
+        tiles' (one slice per short tile; on the Hopper kernel as many as fit the opt-in limit, up
+        to one per warp)."""
+        if self.hopper:
+            return self._hopper_smem_budget()
         return max(self.long.smem_bytes(), self.tiles_per_step * self.short.smem_bytes())
 
     @property
@@ -372,13 +423,39 @@ class FusedAttentionSpec:
         extra = "".join(f"_{f}" for f, on in (("pack", b.pack_gqa), ("split", b.split)) if on)
         return f"fused_{self.long.name}__{b.tile.tag}{extra}"
 
+    #: Registers per thread of the Hopper fused kernel's producer and consumer warpgroups after
+    #: ``setmaxnreg`` (packed K/V, paged by TMA, paged gathered): the producer keeps 8-16 more than
+    #: in the standalone kernel (``AttentionSpec.SM90_REGS*``), which ptxas otherwise meets by
+    #: spilling a value live across the reallocation (the decode-first branch before it); 128 x
+    #: producer + 256 x consumer stays within the CTA's 168 x 384.
+    #: head_dim_v above 128 (wide O accumulators) spills at these budgets (and at the standalone
+    #: 24/240 too): ``SM90_FUSED_MAX_DV``; such mixed batches run the classes in turn.
+    #: Gathering at head dim 64 spills a value across the reallocation below 72 producer registers.
+    SM90_FUSED_REGS: ClassVar[dict] = {"packed": (32, 232), "paged": (48, 224), "gather": (56, 224),
+                                       "gather_d64": (72, 216)}
+    SM90_FUSED_MAX_DV: ClassVar[int] = 128
+
+    def hopper_regs(self) -> tuple:
+        """(producer, consumer) registers of the Hopper fused kernel (``SM90_FUSED_REGS``)."""
+        a = self.long
+        if "g" in a.sm90_opts:
+            return self.SM90_FUSED_REGS["gather_d64" if max(a.head_dim, a.head_dim_v) <= 64 else "gather"]
+        return self.SM90_FUSED_REGS["paged" if a.paged else "packed"]
+
     def template_vars(self) -> dict:
-        return {"arch": self.arch, "dtype": self.dtype, "layout": self.layout,
-                "min_blocks": self.long.tile.min_blocks, "num_threads": self.num_threads,
-                "smem_bytes": self.smem_bytes(), "tiles_per_step": self.tiles_per_step}
+        d = {"arch": self.arch, "dtype": self.dtype, "layout": self.layout,
+             "min_blocks": self.long.tile.min_blocks, "num_threads": self.num_threads,
+             "smem_bytes": self.smem_bytes(), "tiles_per_step": self.tiles_per_step}
+        if self.hopper:
+            d["producer_regs"], d["consumer_regs"] = self.hopper_regs()
+            d.update(short_tiles_first=self.short_tiles_first, short_tiles_after=self.short_tiles_after)
+        return d
 
     def variant_contexts(self) -> list:
-        return [{"ns": "kpre", **self.long.template_vars()}, {"ns": "kdec", **self.short.template_vars()}]
+        long = {"ns": "kpre", **self.long.template_vars()}
+        if self.hopper:
+            long["queue_only"] = True
+        return [long, {"ns": "kdec", **self.short.template_vars()}]
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "long": self.long.to_json(), "short": self.short.to_json()}

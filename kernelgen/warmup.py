@@ -55,8 +55,9 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
         combination (on sm_90a both the Hopper path's, for a paged cache both its K/V load paths,
         and, for ``arch="sm_80"`` calls and plans, and calls whose strides TMA cannot address, the
         sm_80 path's), and for paged calls with long queries those of ``heuristics.choose_fused``
-        (the fused mixed-batch launch the dispatcher takes then), in first-seen order with
-        duplicates removed.
+        (the fused mixed-batch launch the dispatcher takes then; on sm_90a also
+        ``heuristics.choose_fused_hopper``'s, or ``choose_pair``'s where it does not apply), in
+        first-seen order with duplicates removed.
 
     Raises:
         ValueError: an unknown arch, dtype, head dim, layout or phase, or a variant that does not
@@ -83,11 +84,21 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
             hq = 8 * int(gqa)
             if pg and max_q > heuristics.short_query_tokens(hq, 8):
                 # a paged call with long queries takes the fused mixed-batch launch (fused.use_fused)
-                fv = heuristics.choose_fused(arch, dtype, int(head_dim), int(head_dim), num_heads_q=hq,
-                                             num_heads_kv=8, mask="causal" if causal else "none", layout=layout,
-                                             max_seqlen_k=max_k, paged=True, softcap=cap, num_sms=num_sms)
+                mkw = dict(num_heads_q=hq, num_heads_kv=8, mask="causal" if causal else "none", layout=layout,
+                           max_seqlen_k=max_k, paged=True, softcap=cap, num_sms=num_sms)
+                fv = heuristics.choose_fused(arch, dtype, int(head_dim), int(head_dim), **mkw)
                 if fv is not None:
                     specs += [fv.scheduler, fv.fused, fv.combine]
+                for ps in ((16, 0) if arch == "sm_90a" else ()):  # sm_90a: the Hopper fused launch
+                    hv = heuristics.choose_fused_hopper(arch, dtype, int(head_dim), int(head_dim), max_seqlen_q=max_q,
+                                                        page_size=ps, **mkw)
+                    if hv is not None:
+                        specs += [hv.scheduler, hv.fused, hv.combine]
+                        continue
+                    pv = heuristics.choose_pair(arch, dtype, int(head_dim), int(head_dim), max_seqlen_q=max_q,
+                                                page_size=ps, **mkw)
+                    if pv is not None:  # where it does not apply: the classes in turn
+                        specs += [pv.long.attention, pv.short.attention, pv.short.combine]
             for spec in specs:
                 if spec is not None:
                     out.setdefault(spec, None)

@@ -1,8 +1,16 @@
 """The device scratch memory of one call, in one allocation.
 
 A call needs the scheduler metadata (int32, ``metadata.buffer_ints(capacity)``) and, with
-split-KV, the fp32 partials ``out_accum`` (splits, Hq, rows, dv) and ``lse_accum``
-(splits, Hq, rows) and the int32 ``row_splits`` (rows,).  ``WorkspaceLayout`` places them in one
+split-KV, the fp32 partials ``out_accum`` (splits, Hq, partial rows, dv) and ``lse_accum``
+(splits, Hq, partial rows) and the int32 ``row_splits`` (rows,).
+
+Partial rows are the query tokens (``request_rows`` 0), or, for the short class of a mixed batch
+whose requests have at most ``request_rows`` query tokens each, ``capacity * request_rows`` rows
+indexed by (request, token of the request): a mixed step's prefill tokens never split, so sizing
+the partials by all of its tokens cost GBs (6.9 GiB for a 256-request, 8192-token Llama-3 plan,
+0.9 GiB by request).  ``row_splits[token]`` holds the token's partial count in its low 8 bits
+(at most ``heuristics.MAX_SPLITS`` = 128) and its partial row above them; the attention kernels
+write it, the combine kernel reads it.  ``WorkspaceLayout`` places them in one
 byte buffer at 256-byte aligned offsets, so ``varlen_attention`` makes one ``torch.empty`` per
 call (stream-ordered reuse by PyTorch's caching allocator makes a fresh buffer per call safe, also
 inside CUDA-graph capture) and ``AttentionPlan`` one buffer for its lifetime.
@@ -17,6 +25,8 @@ from . import metadata
 
 #: Alignment of every region, bytes (the caching allocator's own block alignment is 512).
 ALIGN = 256
+#: Most partial rows a workspace may hold: row_splits keeps the row above 8 bits of count.
+MAX_PARTIAL_ROWS = (1 << 23) - 1
 
 
 def _align(n: int) -> int:
@@ -24,11 +34,13 @@ def _align(n: int) -> int:
 
 
 class SplitBuffers:
-    """Split-KV partials: out_accum (splits, Hq, total_q, dv) and lse_accum (splits, Hq, total_q)
-    float32, and row_splits (total_q,) int32 (partials per token, written by the attention kernel)."""
+    """Split-KV partials: out_accum (splits, Hq, partial rows, dv) and lse_accum (splits, Hq,
+    partial rows) float32, and row_splits (total_q,) int32 (partials per token and the token's
+    partial row, written by the attention kernel); ``request_rows`` as ``WorkspaceLayout``'s."""
 
-    def __init__(self, out_accum, lse_accum, row_splits):
+    def __init__(self, out_accum, lse_accum, row_splits, request_rows: int = 0):
         self.out_accum, self.lse_accum, self.row_splits = out_accum, lse_accum, row_splits
+        self.request_rows = int(request_rows)
 
     @classmethod
     def allocate(cls, max_splits, num_heads_q, total_q, head_dim_v, device):
@@ -42,8 +54,10 @@ class WorkspaceLayout:
     """Byte offsets of the regions of one workspace.
 
     ``capacity``: requests the metadata describes; ``max_splits``, ``num_heads_q``, ``rows``
-    (query tokens the partials hold) and ``head_dim_v`` size the split-KV partials, which exist
-    only when ``split``.
+    (query tokens) and ``head_dim_v`` size the split-KV partials, which exist only when
+    ``split``; ``request_rows`` > 0 indexes the partials by (request, token of the request),
+    ``capacity * request_rows`` rows (see the module doc).  Raises ValueError for more than
+    ``MAX_PARTIAL_ROWS`` partial rows (row_splits keeps 23 bits for the row).
     """
 
     capacity: int
@@ -52,6 +66,17 @@ class WorkspaceLayout:
     num_heads_q: int = 1
     rows: int = 0
     head_dim_v: int = 0
+    request_rows: int = 0
+
+    def __post_init__(self):
+        if self.split and self.partial_rows > MAX_PARTIAL_ROWS:
+            raise ValueError(f"split-KV partials of {self.partial_rows} rows exceed {MAX_PARTIAL_ROWS} "
+                             f"(row_splits holds the row in 23 bits)")
+
+    @property
+    def partial_rows(self) -> int:
+        """Rows of the partials: the tokens, or ``capacity * request_rows``."""
+        return self.capacity * self.request_rows if self.request_rows > 0 else self.rows
 
     @property
     def metadata_offset(self) -> int:
@@ -67,11 +92,12 @@ class WorkspaceLayout:
 
     @property
     def lse_accum_offset(self) -> int:
-        return self.out_accum_offset + _align(4 * self.max_splits * self.num_heads_q * self.rows * self.head_dim_v)
+        return self.out_accum_offset + _align(4 * self.max_splits * self.num_heads_q * self.partial_rows
+                                              * self.head_dim_v)
 
     @property
     def row_splits_offset(self) -> int:
-        return self.lse_accum_offset + _align(4 * self.max_splits * self.num_heads_q * self.rows)
+        return self.lse_accum_offset + _align(4 * self.max_splits * self.num_heads_q * self.partial_rows)
 
     @property
     def nbytes(self) -> int:
@@ -84,10 +110,10 @@ class WorkspaceLayout:
         """Element strides of the partials, as the kernels' parameter fields (0 without split-KV)."""
         if not self.split:
             return dict.fromkeys(("accum_split_stride", "accum_head_stride", "lse_accum_split_stride",
-                                  "lse_accum_head_stride"), 0)
-        h, r, dv = self.num_heads_q, self.rows, self.head_dim_v
+                                  "lse_accum_head_stride", "split_request_rows"), 0)
+        h, r, dv = self.num_heads_q, self.partial_rows, self.head_dim_v
         return {"accum_split_stride": h * r * dv, "accum_head_stride": r * dv, "lse_accum_split_stride": h * r,
-                "lse_accum_head_stride": r}
+                "lse_accum_head_stride": r, "split_request_rows": self.request_rows}
 
     def views(self, ws: torch.Tensor):
         """(metadata int32 tensor, SplitBuffers or None) viewing a uint8 workspace of ``nbytes``."""
@@ -100,7 +126,8 @@ class WorkspaceLayout:
         md = region(self.metadata_offset, self.metadata_ints, torch.int32, (self.metadata_ints,))
         if not self.split:
             return md, None
-        s, h, r, dv = self.max_splits, self.num_heads_q, self.rows, self.head_dim_v
+        s, h, r, dv = self.max_splits, self.num_heads_q, self.partial_rows, self.head_dim_v
         return md, SplitBuffers(region(self.out_accum_offset, s * h * r * dv, torch.float32, (s, h, r, dv)),
                                 region(self.lse_accum_offset, s * h * r, torch.float32, (s, h, r)),
-                                region(self.row_splits_offset, r, torch.int32, (r,)))
+                                region(self.row_splits_offset, self.rows, torch.int32, (self.rows,)),
+                                self.request_rows)

@@ -11,6 +11,12 @@ in order, with the parameters they were last set to, so a test sees the same lau
 path.  Workspaces come from ``prepared.raw_alloc`` as CPU uint8 tensors the recorder keeps, the
 capture state is ``Recorder.capturing``; the TMA tensor-map encoder packs its arguments into the
 map's bytes (``fake_encode``).  Signature caches start empty.
+
+Kernel kinds (``FUNC``, the fake function handles, and ``PARAMS``, their parameter decoders):
+"scheduler", "attention" (sm_80 path), "attention_sm90" (Hopper kernel: maps + AttnParams),
+"combine", "fused" (sm_80 fused mixed-batch kernel: two AttnParams) and "fused_sm90" (the Hopper
+fused mixed-batch kernel, ``params.FUSED_TMA_PARAMS``: maps + long AttnParams, short AttnParams,
+short_ctas; ``Launch.fields()`` gives {"long": ..., "short": ..., "short_ctas": ...}).
 """
 from __future__ import annotations
 
@@ -22,10 +28,12 @@ import torch
 
 from kernelgen import api, graph_launch, launch, plan, prepared, runtime, signature, tma
 from kernelgen import validation as V
-from kernelgen.params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS, TMA_ATTENTION_PARAMS
+from kernelgen.params import (ATTENTION_PARAMS, COMBINE_PARAMS, FUSED_TMA_PARAMS, SCHEDULER_PARAMS,
+                              TMA_ATTENTION_PARAMS)
 
 PROPS = {"name": "fake H200", "cc": (9, 0), "num_sms": 132, "l2_bytes": 60 * 2 ** 20, "smem_optin": 232448}
-FUNC = {"scheduler": 0x1000, "attention": 0x2000, "combine": 0x3000, "fused": 0x4000, "attention_sm90": 0x5000}
+FUNC = {"scheduler": 0x1000, "attention": 0x2000, "combine": 0x3000, "fused": 0x4000, "attention_sm90": 0x5000,
+        "fused_sm90": 0x6000}
 KIND = {v: k for k, v in FUNC.items()}
 
 
@@ -56,8 +64,22 @@ class _TmaParams:
             return ATTENTION_PARAMS.struct.unpack(b[o:o + ATTENTION_PARAMS.size])
 
 
+class _FusedTmaParams:
+    """The Hopper fused kernel's parameter (``params.FUSED_TMA_PARAMS``): three tensor maps and the
+    long class's AttnParams, the short class's AttnParams, short_ctas; fields() reads them as
+    {"long": {...}, "short": {...}, "short_ctas": int} (maps() reads the maps)."""
+
+    size = FUSED_TMA_PARAMS.size
+    names = ("long", "short", "short_ctas")
+
+    class struct:
+        @staticmethod
+        def unpack(b):
+            return FUSED_TMA_PARAMS.unpack(b)
+
+
 PARAMS = {"scheduler": SCHEDULER_PARAMS, "attention": ATTENTION_PARAMS, "combine": COMBINE_PARAMS,
-          "fused": _PairParams, "attention_sm90": _TmaParams}
+          "fused": _PairParams, "attention_sm90": _TmaParams, "fused_sm90": _FusedTmaParams}
 #: What the stand-in tensor-map encoder writes: (base address, dims, strides in bytes, box), padded
 #: (3-D maps; FAKE_MAP4 for the 4-D maps of a paged cache).
 FAKE_MAP = struct.Struct("<Q3Q2Q3I")
@@ -76,6 +98,15 @@ def decode_map(raw: bytes, rank: int = 3) -> tuple:
     v = fmt.unpack(raw[:fmt.size])
     return v[0], v[1:1 + rank], v[1 + rank:2 * rank], v[2 * rank:3 * rank]
 FUSED_GRID = 2 * 132
+
+
+def default_short_ctas() -> int:
+    """The Hopper fused launch's CTAs that start on the short queue on the fake H200 without
+    KERNELGEN_MIXED_SHORT_CTAS (``heuristics.sm90_mixed_short_ctas`` of its 132 SMs; the number is
+    pinned by test_fused_hopper_cpu.test_default_short_ctas_is_a_share_of_the_sms)."""
+    from kernelgen import heuristics
+
+    return heuristics.sm90_mixed_short_ctas(PROPS["num_sms"])
 STREAM = 0x5EED0
 ATTN_GRID = 4 * PROPS["num_sms"]
 
@@ -97,7 +128,7 @@ class Launch:
 
     def maps(self, kv_rank: int = 3) -> list:
         """The Hopper kernel's three tensor maps (q, k, v), decoded (``decode_map``; k and v of
-        rank ``kv_rank``: 4 for a paged cache)."""
+        rank ``kv_rank``: 4 for a paged cache); they lead the Hopper fused kernel's parameter too."""
         n = tma.MAP_BYTES
         return [decode_map(self.params[i * n:(i + 1) * n], 3 if i == 0 else kv_rank) for i in range(3)]
 
@@ -234,6 +265,9 @@ class FakeGraphDriver:
 
 
 def _fake_load(spec, device):
+    if spec.kind == "fused" and spec.hopper:   # one CTA per SM (384 threads, the whole register file)
+        return runtime.Kernel(spec=spec, device=device, func_ptr=FUNC["fused_sm90"], num_threads=spec.num_threads,
+                              smem_bytes=spec.smem_bytes(), persistent_grid=PROPS["num_sms"], params=FUSED_TMA_PARAMS)
     if spec.kind == "attention" and spec.mainloop == "sm90a":
         return runtime.Kernel(spec=spec, device=device, func_ptr=FUNC["attention_sm90"], num_threads=spec.num_threads,
                               smem_bytes=spec.smem_bytes(), persistent_grid=PROPS["num_sms"],
@@ -266,6 +300,8 @@ class _RecordingTorch:
 
 def install(monkeypatch) -> Recorder:
     rec = Recorder()
+    # the Hopper fused launch's default split of the SMs (default_short_ctas)
+    monkeypatch.delenv("KERNELGEN_MIXED_SHORT_CTAS", raising=False)
     monkeypatch.setattr(V.varlen_inputs, "__defaults__", (("cpu",),))
     monkeypatch.setitem(runtime._device_props, None, dict(PROPS))
     monkeypatch.setattr(runtime, "_loaded", {})

@@ -1,13 +1,19 @@
 """The fused mixed-batch launch on the CPU (CUDA stubbed, tests/fake_cuda.py): when it is chosen,
 the four launches and their parameters (two scheduler classes, two AttnParams, the combine),
-the plan path, and the validation of ``short_query_tokens``."""
+the plan path, and the validation of ``short_query_tokens``.  On the fake H200 without a forced
+arch the fused launch is the Hopper one (``fused_sm90``: the long class on the wgmma/TMA variant,
+``params.FUSED_TMA_PARAMS``); the classes in turn (``heuristics.choose_pair``) remain the fallback
+where it does not apply (head_dim_v above 128), covered here directly and through the API.
+tests/test_fused_hopper_cpu.py has the Hopper fused launch's parameter layout and NVRTC builds."""
 import numpy as np
 import pytest
 import torch
 
 import fake_cuda as FC
 import kernelgen
-from kernelgen import fused, heuristics, metadata
+from kernelgen import api, fused, heuristics, metadata
+from kernelgen import validation as V
+from kernelgen.params import FUSED_TMA_PARAMS
 
 BF16 = torch.bfloat16
 HQ, HKV, D, PS = 32, 8, 128, 16
@@ -34,7 +40,7 @@ def call(q, kc, vc, cu_q, used, pt, **kw):
 
 def test_paged_mixed_call_takes_the_fused_launch(fake_cuda):
     """The fused launch: the sm_80 path's mixed batch (arch="sm_80" on the fake H200, whose
-    automatic choice is test_mixed_call_on_sm90_runs_the_classes_in_turn's)."""
+    automatic choice is test_mixed_call_on_sm90_takes_the_hopper_fused_launch's)."""
     args = paged_inputs(QLENS, CTX)
     call(*args, arch="sm_80")
     assert fake_cuda.kinds() == ["scheduler", "scheduler", "fused", "combine"]
@@ -65,7 +71,7 @@ def test_paged_mixed_call_takes_the_fused_launch(fake_cuda):
 
 
 @pytest.mark.parametrize("arch,kinds", [("sm_80", ["scheduler", "scheduler", "fused", "combine"]),
-                                        (None, ["scheduler", "scheduler", "attention_sm90", "attention", "combine"])])
+                                        (None, ["scheduler", "scheduler", "fused_sm90", "combine"])])
 def test_repeated_signature_reuses_the_prepared_fused_call(fake_cuda, arch, kinds):
     args = paged_inputs(QLENS, CTX)
     call(*args, arch=arch)
@@ -104,23 +110,139 @@ def test_packed_kv_only_when_forced(fake_cuda):
                                arch="sm_80")
     assert fake_cuda.kinds()[:3] == ["scheduler", "scheduler", "fused"]
     assert fake_cuda.launches[1].fields()["class_max_q"] == 3
-    fake_cuda.clear()     # the fake H200's automatic choice: the classes in turn, the long one on Hopper
+    fake_cuda.clear()     # the fake H200's automatic choice: the Hopper fused launch (K/V maps of rank 3)
     kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(QLENS), max(CTX), causal=True, short_query_tokens=3)
-    assert fake_cuda.kinds()[:4] == ["scheduler", "scheduler", "attention_sm90", "attention"]
+    assert fake_cuda.kinds() == ["scheduler", "scheduler", "fused_sm90", "combine"]
     assert fake_cuda.launches[1].fields()["class_max_q"] == 3
+    f = fake_cuda.launches[2]
+    assert [m[0] for m in f.maps()] == [q.data_ptr(), k.data_ptr(), v.data_ptr()]
+    assert f.maps()[1][1:] == ((D, HKV, sum(CTX)), (2 * D, 2 * D * HKV), (64, 1, 128))
+    fl = f.fields()
+    assert fl["long"]["cu_seqlens_k"] == fl["short"]["cu_seqlens_k"] == cu_k.data_ptr()
+    assert fl["long"]["page_table"] == fl["short"]["page_table"] == 0
+    spec = [k.spec for k in kernelgen.runtime.loaded_kernels() if k.spec.kind == "fused" and k.spec.hopper][-1]
+    assert not spec.long.paged and spec.long.sm90_opts == "p" and spec.template == "attention/fwd_fused_sm90.cu.j2"
 
 
-def test_mixed_call_on_sm90_runs_the_classes_in_turn(fake_cuda):
-    """On sm_90a without a forced arch a mixed batch runs both schedulers, the long class on the
-    Hopper kernel (unsplit, recording row_splits), the short class on the sm_80 decode kernel
-    (pack-GQA, split-KV), then the combine; with a sliding window too (which the fused launch
-    does not take)."""
+def test_mixed_call_on_sm90_takes_the_hopper_fused_launch(fake_cuda):
+    """On sm_90a without a forced arch a mixed batch runs both schedulers, ONE Hopper fused launch
+    (the long class on the wgmma/TMA variant, unsplit and recording row_splits; the short class on
+    the sm_80 one-warp decode variant, pack-GQA and split-KV), then the combine; with a sliding
+    window too (which the sm_80 fused launch does not take)."""
     args = paged_inputs(QLENS, CTX)
-    call(*args)
+    q, kc, vc, cu_q, used, pt = args
+    out = call(*args)
+    assert fake_cuda.kinds() == ["scheduler", "scheduler", "fused_sm90", "combine"]
+    s_long, s_short, f, c = fake_cuda.launches
+    lf, sf, ff, cf = s_long.fields(), s_short.fields(), f.fields(), c.fields()
+    af, bf = ff["long"], ff["short"]
+    thr = heuristics.short_query_tokens(HQ, HKV)
+    assert (lf["class_min_q"], lf["class_max_q"]) == (thr + 1, 2 ** 31 - 1)
+    assert (sf["class_min_q"], sf["class_max_q"]) == (0, thr)
+    assert (lf["block_m"], lf["block_n"], lf["max_splits"], lf["num_ctas"]) == (128, 128, 1, 132)
+    assert (sf["block_m"], sf["block_n"], sf["pack_factor"]) == (16, 16, HQ // HKV) and sf["max_splits"] > 1
+    assert af["metadata"] == lf["metadata"] != bf["metadata"] == sf["metadata"] == cf["metadata"]
+    assert af["row_splits"] == bf["row_splits"] == cf["row_splits"] != 0
+    assert af["out_accum"] == af["lse_accum"] == 0
+    assert bf["out_accum"] == cf["out_accum"] != 0 and bf["lse_accum"] == cf["lse_accum"] != 0
+    assert af["q"] == bf["q"] == q.data_ptr() and af["out"] == bf["out"] == cf["out"] == out.data_ptr()
+    assert (af["k"], af["page_table"], af["seqused_k"]) == (bf["k"], bf["page_table"], bf["seqused_k"]) == \
+        (kc.data_ptr(), pt.data_ptr(), used.data_ptr())
+    assert af["accum_split_stride"] == 0 and bf["accum_split_stride"] == cf["accum_split_stride"] != 0
+    assert ff["short_ctas"] == FC.default_short_ctas()     # a share of the 132 SMs (40)
+    mq, mk, mv = f.maps(kv_rank=4)
+    assert mq == (q.data_ptr(), (D, HQ, sum(QLENS)), (2 * D, 2 * D * HQ), (64, 1, 128))
+    # the page size is known from the cache: K/V by TMA, boxes of one 16-token page
+    assert mk == (kc.data_ptr(), (D, HKV, PS, kc.shape[0]), (2 * D, 2 * D * HKV, 2 * D * HKV * PS), (64, 1, PS, 1))
+    assert mv[0] == vc.data_ptr() and mv[1:] == mk[1:]
+    spec = [k.spec for k in kernelgen.runtime.loaded_kernels() if k.spec.kind == "fused"][-1]
+    assert spec.hopper and spec.mainloop == "sm90a" and spec.template == "attention/fwd_fused_sm90.cu.j2"
+    assert spec.long.row_splits and spec.long.paged and not spec.long.split and spec.long.sm90_opts == "p"
+    assert spec.short.pack_gqa and spec.short.split and spec.short.tile.num_warps == 1
+    assert f.block == (384, 1, 1) and f.grid == (132, 1, 1) and f.smem == spec.smem_bytes() == 232448
+    fake_cuda.clear()
+    call(*args, window_size=(256, 0))
+    assert fake_cuda.kinds() == ["scheduler", "scheduler", "fused_sm90", "combine"]
+    ff = fake_cuda.launches[2].fields()
+    assert ff["long"]["window_left"] == ff["short"]["window_left"] == 256
+    assert ff["long"]["window_right"] == ff["short"]["window_right"] == 0
+    assert fake_cuda.launches[0].fields()["window_left"] == fake_cuda.launches[1].fields()["window_left"] == 256
+    # a long class the Hopper path cannot run (paged head dim 96): the sm_80 fused launch
+    fake_cuda.clear()
+    kernelgen.varlen_attention(q[..., :96].contiguous(), kc[..., :96].contiguous(), vc[..., :96].contiguous(), cu_q,
+                               None, max(QLENS), max(CTX), seqused_k=used, page_table=pt, causal=True)
+    assert fake_cuda.kinds() == ["scheduler", "scheduler", "fused", "combine"]
+
+
+def test_mixed_call_without_short_splits_has_no_combine(fake_cuda):
+    """Few keys (at most 64): the short class does not split, so the Hopper fused launch is the
+    last one, the long class records no row_splits and the short class has no partials."""
+    qlens, ctx = [40, 1, 1, 3], [64, 10, 64, 7]
+    q, kc, vc, cu_q, used, pt = paged_inputs(qlens, ctx)
+    out = kernelgen.varlen_attention(q, kc, vc, cu_q, None, max(qlens), max(ctx), seqused_k=used, page_table=pt,
+                                     causal=True)
+    assert fake_cuda.kinds() == ["scheduler", "scheduler", "fused_sm90"]
+    s_long, s_short, f = fake_cuda.launches
+    assert s_short.fields()["max_splits"] == 1 and s_long.fields()["max_splits"] == 1
+    ff = f.fields()
+    for c in ("long", "short"):
+        assert (ff[c]["row_splits"], ff[c]["out_accum"], ff[c]["lse_accum"]) == (0, 0, 0), c
+        assert ff[c]["out"] == out.data_ptr() and ff[c]["accum_split_stride"] == 0
+    assert ff["long"]["metadata"] == s_long.fields()["metadata"] != ff["short"]["metadata"] == \
+        s_short.fields()["metadata"]
+    spec = [k.spec for k in kernelgen.runtime.loaded_kernels() if k.spec.kind == "fused"][-1]
+    assert spec.hopper and not spec.long.row_splits and not spec.short.split and "_rowsplits" not in spec.name
+
+
+def _pair_inputs(d):
+    """A mixed batch on packed K/V at head dim ``d`` (forced threshold 4: packed K/V is not fused
+    automatically)."""
+    q = torch.randn(sum(QLENS), HQ, d).to(BF16)
+    k = torch.randn(sum(CTX), HKV, d).to(BF16)
+    cu_q = torch.tensor(np.concatenate([[0], np.cumsum(QLENS)]), dtype=torch.int32)
+    cu_k = torch.tensor(np.concatenate([[0], np.cumsum(CTX)]), dtype=torch.int32)
+    return q, k, torch.randn_like(k), cu_q, cu_k
+
+
+def test_mixed_call_with_wide_head_dim_v_runs_the_classes_in_turn(fake_cuda):
+    """The fallback through the API: head_dim_v 256 is above the Hopper fused kernel's 128
+    (``choose_fused_hopper`` gives None), so the two classes run in turn: the long class on the
+    Hopper kernel, the short one on the sm_80 decode kernel, then the combine."""
+    q, k, v, cu_q, cu_k = _pair_inputs(256)
+    kw = dict(num_heads_q=HQ, num_heads_kv=HKV, mask="causal", max_seqlen_q=max(QLENS), max_seqlen_k=max(CTX),
+              short_max_q=4)
+    assert heuristics.choose_fused_hopper("sm_90a", "bf16", 256, 256, **kw) is None
+    assert heuristics.choose_pair("sm_90a", "bf16", 256, 256, **kw) is not None
+    kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(QLENS), max(CTX), causal=True, short_query_tokens=4)
+    assert fake_cuda.kinds() == ["scheduler", "scheduler", "attention_sm90", "attention", "combine"]
+    a, b = fake_cuda.launches[2].fields(), fake_cuda.launches[3].fields()
+    assert a["metadata"] == fake_cuda.launches[0].fields()["metadata"] != b["metadata"]
+    assert a["row_splits"] == b["row_splits"] != 0 and a["out_accum"] == 0 and b["out_accum"] != 0
+    assert isinstance(api._CALLS._last[1], fused.PreparedPairCall)
+
+
+def test_pair_path_runs_the_classes_in_turn(fake_cuda):
+    """The classes in turn, built directly (``choose_pair``, ``load_pair``, ``build_pair``): both
+    schedulers, the long class on the Hopper kernel (unsplit, recording row_splits), the short
+    class on the sm_80 decode kernel (pack-GQA, split-KV), then the combine."""
+    args = paged_inputs(QLENS, CTX)
+    q, kc, vc, cu_q, used, pt = args
+    out = torch.empty_like(q)
+    thr = heuristics.short_query_tokens(HQ, HKV)
+    pv = heuristics.choose_pair("sm_90a", "bf16", D, D, num_heads_q=HQ, num_heads_kv=HKV, mask="causal",
+                                max_seqlen_q=max(QLENS), max_seqlen_k=max(CTX), paged=True, short_max_q=thr,
+                                page_size=PS)
+    assert pv.long.attention.mainloop == "sm90a" and pv.short.attention.mainloop == "sm80" and pv.short_max_q == thr
+    kernels = fused.load_pair(pv, None, HQ, HKV)
+    sizes = V.varlen_inputs(q, kc, vc, cu_q, None, max(QLENS), max(CTX), out, seqused_k=used, page_table=pt)
+    ws = kernels.workspace(sizes["batch"], sizes["total_q"], HQ, D)
+    step = fused.build_pair(kernels, layout=ws, batch=sizes["batch"], q=q, k=kc, v=vc, out=out, lse=None,
+                            page_table=pt, scale=D ** -0.5, window=(-1, 0), softcap=0.0, return_lse=False,
+                            fixed_base=None, sizes=sizes)
+    step.run(q, kc, vc, cu_q, None, used, pt, out, None)
     assert fake_cuda.kinds() == ["scheduler", "scheduler", "attention_sm90", "attention", "combine"]
     s_long, s_short, a, b, c = fake_cuda.launches
     lf, sf, af, bf, cf = s_long.fields(), s_short.fields(), a.fields(), b.fields(), c.fields()
-    thr = heuristics.short_query_tokens(HQ, HKV)
     assert (lf["class_min_q"], lf["class_max_q"]) == (thr + 1, 2 ** 31 - 1)
     assert (sf["class_min_q"], sf["class_max_q"]) == (0, thr)
     assert (lf["block_m"], lf["block_n"], lf["max_splits"], lf["num_ctas"]) == (128, 128, 1, 132)
@@ -128,20 +250,10 @@ def test_mixed_call_on_sm90_runs_the_classes_in_turn(fake_cuda):
     assert af["metadata"] == lf["metadata"] != bf["metadata"] == sf["metadata"] == cf["metadata"]
     assert af["row_splits"] == bf["row_splits"] == cf["row_splits"] != 0
     assert af["out_accum"] == 0 and bf["out_accum"] == cf["out_accum"] != 0
-    assert af["q"] == bf["q"] == args[0].data_ptr() and af["out"] == bf["out"] == cf["out"]
-    assert a.maps()[0][0] == args[0].data_ptr() and a.block == (384, 1, 1)
-    spec = [k.spec for k in kernelgen.runtime.loaded_kernels() if getattr(k.spec, "mainloop", "") == "sm90a"][-1]
+    assert af["q"] == bf["q"] == q.data_ptr() and af["out"] == bf["out"] == cf["out"] == out.data_ptr()
+    assert a.maps()[0][0] == q.data_ptr() and a.block == (384, 1, 1) and b.block == (32, 1, 1)
+    spec = pv.long.attention
     assert spec.row_splits and spec.paged and not spec.split and "_rowsplits" in spec.name
-    fake_cuda.clear()
-    call(*args, window_size=(256, 0))
-    assert fake_cuda.kinds() == ["scheduler", "scheduler", "attention_sm90", "attention", "combine"]
-    assert fake_cuda.launches[2].fields()["window_left"] == 256
-    # a long class the Hopper path cannot run (paged head dim 96): the fused launch
-    fake_cuda.clear()
-    q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
-    kernelgen.varlen_attention(q[..., :96].contiguous(), kc[..., :96].contiguous(), vc[..., :96].contiguous(), cu_q,
-                               None, max(QLENS), max(CTX), seqused_k=used, page_table=pt, causal=True)
-    assert "fused" in fake_cuda.kinds() and "attention_sm90" not in fake_cuda.kinds()
 
 
 def test_all_short_batch_is_a_plain_decode_launch(fake_cuda):
@@ -207,31 +319,85 @@ def test_fused_workspace_regions_are_disjoint_and_aligned():
 
 
 @pytest.mark.parametrize("page_size,opts", [(None, "gp"), (16, "p")])
-def test_mixed_plan_on_sm90_runs_the_classes_in_turn(fake_cuda, monkeypatch, page_size, opts):
-    """A mixed-batch plan on the (fake) H200: run() and schedule() + attend() launch both
-    schedulers on the plan's two metadata buffers, the Hopper kernel (gathering K/V rows unless
-    the plan knows the page size), the decode kernel and the combine; a step with another page
-    size than the plan's is refused."""
+def test_mixed_plan_on_sm90_takes_the_hopper_fused_launch(fake_cuda, monkeypatch, page_size, opts):
+    """A mixed-batch plan on the (fake) H200: the Hopper fused kernel (its long variant gathering
+    K/V rows unless the plan knows the page size).  run() and schedule() + attend() launch both
+    schedulers on the plan's two metadata buffers, the fused kernel and the combine, and the
+    one-off packer of attend gives the prepared step's parameter bytes, tensor maps included; a
+    step with another page size than the plan's is refused."""
     p = FC.make_plan(monkeypatch, max_batch=16, num_heads_q=HQ, num_heads_kv=HKV, head_dim=D, max_total_q=4096,
                      max_seqlen_q=2048, max_seqlen_k=8192, paged=True, causal=True, page_size=page_size)
-    assert isinstance(p.fused, fused.PairKernels) and p.hopper and p.attn_spec.sm90_opts == opts
+    assert isinstance(p.fused, fused.FusedKernels) and p.fused.short_ctas == FC.default_short_ctas()
+    assert p.attn_spec.kind == "fused" and p.attn_spec.hopper and p.hopper and p.attn_spec.long.sm90_opts == opts
+    assert p.attn.func_ptr == FC.FUNC["fused_sm90"] and p.attn.params is FUSED_TMA_PARAMS
     q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
     out = torch.empty_like(q)
-    kinds = ["scheduler", "scheduler", "attention_sm90", "attention", "combine"]
+    kinds = ["scheduler", "scheduler", "fused_sm90", "combine"]
     p.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out)
+    assert fake_cuda.kinds() == kinds
+    s_long, s_short, f, c = fake_cuda.launches
+    ff = f.fields()
+    assert s_long.fields()["metadata"] == p.metadata.data_ptr() == ff["long"]["metadata"]
+    assert s_short.fields()["metadata"] == p.metadata_short.data_ptr() == ff["short"]["metadata"]
+    assert ff["long"]["row_splits"] == ff["short"]["row_splits"] == p.split.row_splits.data_ptr()
+    assert ff["short"]["out_accum"] == p.split.out_accum.data_ptr() == c.fields()["out_accum"]
+    assert ff["long"]["out_accum"] == 0 and ff["short_ctas"] == FC.default_short_ctas()
+    n = FC.tma.MAP_BYTES
+    assert f.maps()[0][0] == q.data_ptr()
+    if page_size is None:           # gathering: no K/V maps
+        assert f.params[n:3 * n] == bytes(2 * n)
+    else:
+        assert [m[0] for m in f.maps(kv_rank=4)[1:]] == [kc.data_ptr(), vc.data_ptr()]
+    run_params = [x.params for x in fake_cuda.launches]
+    fake_cuda.clear()
+    p.schedule(cu_q, seqused_k=used)
+    p.attend(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out)
+    # (the combine attend launches after them: test_mixed_plan_attend_on_sm90_launches_the_combine)
+    assert fake_cuda.kinds()[:3] == kinds[:3]
+    assert [x.params for x in fake_cuda.launches[:3]] == run_params[:3], "the one-off packers give the prepared step's"
+    assert len(run_params[2]) == FUSED_TMA_PARAMS.size == 1024
+    if page_size is not None:     # a cache of 32-token pages
+        kc2 = torch.randn(kc.shape[0] // 2 + 1, 2 * PS, HKV, D).to(BF16)
+        with pytest.raises(ValueError, match="page_size=16"):
+            p.run(q, kc2, kc2, cu_q, seqused_k=used, page_table=pt, out=out)
+
+
+def test_mixed_plan_with_wide_head_dim_v_runs_the_classes_in_turn(fake_cuda, monkeypatch):
+    """The plan's fallback: head_dim_v 256 (packed K/V, forced threshold) takes ``PairKernels``;
+    run() and schedule() + attend() launch the same five kernels with the same parameters."""
+    p = FC.make_plan(monkeypatch, max_batch=16, num_heads_q=HQ, num_heads_kv=HKV, head_dim=256, max_total_q=4096,
+                     max_seqlen_q=2048, max_seqlen_k=8192, causal=True, short_query_tokens=4)
+    assert isinstance(p.fused, fused.PairKernels) and p.hopper and p.attn_spec.kind == "attention"
+    q, k, v, cu_q, cu_k = _pair_inputs(256)
+    out = torch.empty_like(q)
+    kinds = ["scheduler", "scheduler", "attention_sm90", "attention", "combine"]
+    p.run(q, k, v, cu_q, cu_k, out=out)
     assert fake_cuda.kinds() == kinds
     s_long, s_short, a, b, c = fake_cuda.launches
     assert s_long.fields()["metadata"] == p.metadata.data_ptr() == a.fields()["metadata"]
     assert s_short.fields()["metadata"] == p.metadata_short.data_ptr() == b.fields()["metadata"]
     assert a.fields()["row_splits"] == b.fields()["row_splits"] == p.split.row_splits.data_ptr()
-    assert a.maps()[0][0] == q.data_ptr()
-    fields = [x.fields() for x in fake_cuda.launches[2:]]
+    run_params = [x.params for x in fake_cuda.launches]
+    fake_cuda.clear()
+    p.schedule(cu_q, cu_k)
+    p.attend(q, k, v, cu_q, cu_k, out=out)
+    assert fake_cuda.kinds() == kinds
+    assert [x.params for x in fake_cuda.launches] == run_params
+
+
+def test_mixed_plan_attend_on_sm90_launches_the_combine(fake_cuda, monkeypatch):
+    """schedule() + attend() of a Hopper fused plan whose short class splits KV: the combine
+    follows the fused launch (as in run() and in the sm_80 fused plan), with run()'s parameters."""
+    p = FC.make_plan(monkeypatch, max_batch=16, num_heads_q=HQ, num_heads_kv=HKV, head_dim=D, max_total_q=4096,
+                     max_seqlen_q=2048, max_seqlen_k=8192, paged=True, causal=True, page_size=PS)
+    assert p.attn_spec.hopper and p.combine is not None
+    q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
+    out = torch.empty_like(q)
+    p.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out)
+    combine = fake_cuda.launches[-1]
+    assert combine.kind == "combine"
     fake_cuda.clear()
     p.schedule(cu_q, seqused_k=used)
     p.attend(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out)
-    assert fake_cuda.kinds() == kinds
-    assert [x.fields() for x in fake_cuda.launches[2:]] == fields, "the one-off packers give the prepared step's"
-    if page_size is not None:     # a cache of 32-token pages
-        kc2 = torch.randn(kc.shape[0] // 2 + 1, 2 * PS, HKV, D).to(BF16)
-        with pytest.raises(ValueError, match="page_size=16"):
-            p.run(q, kc2, kc2, cu_q, seqused_k=used, page_table=pt, out=out)
+    assert fake_cuda.kinds() == ["scheduler", "scheduler", "fused_sm90", "combine"]
+    assert fake_cuda.launches[3].params == combine.params

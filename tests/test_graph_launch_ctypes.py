@@ -125,9 +125,10 @@ def test_graph_launch_seen_from_c_equals_the_direct_launches(stub, fake_cuda, mo
 
 
 @pytest.mark.parametrize("arch,kinds", [("sm_80", ["scheduler", "scheduler", "fused", "combine"]),
-                                        (None, ["scheduler", "scheduler", "attention_sm90", "attention", "combine"])])
+                                        (None, ["scheduler", "scheduler", "fused_sm90", "combine"])])
 def test_fused_call_seen_from_c(stub, fake_cuda, arch, kinds):
-    """The fused launch (sm_80 path) and sm_90a's classes in turn, as graph nodes the C stub sees."""
+    """The fused launch (sm_80 path, and sm_90a's Hopper fused kernel with its 1024-byte parameter),
+    as graph nodes the C stub sees."""
     args = paged_inputs(QLENS, CTX)
     out = torch.empty_like(args[0])
     fused_call(*args, out=out, arch=arch)
@@ -135,6 +136,7 @@ def test_fused_call_seen_from_c(stub, fake_cuda, arch, kinds):
     fused_call(*args, out=out, arch=arch)
     seen = stub.launches()
     assert [x[0] for x in seen] == kinds
+    assert [len(x[4]) for x in seen] == [PARAMS[kind].size for kind in kinds]   # fused_sm90: 1024 bytes
     assert [x[:5] for x in seen] == direct
 
 

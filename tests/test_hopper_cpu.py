@@ -677,13 +677,16 @@ def test_paged_prefill_call_launches_the_hopper_kernel(fake_cuda, page_size):
 
 
 def test_paged_calls_fused_or_sm80_where_the_hopper_path_does_not_pay(fake_cuda):
-    # mixed batch (short requests among long ones): the classes in turn, the long one on Hopper
-    # (test_fused_cpu.test_mixed_call_on_sm90_runs_the_classes_in_turn)
+    # mixed batch (short requests among long ones): one Hopper fused launch, the long class on the
+    # wgmma/TMA variant (test_fused_cpu.test_mixed_call_on_sm90_takes_the_hopper_fused_launch)
+    import fake_cuda as fake_cuda_module
     from test_fused_cpu import CTX, QLENS, paged_inputs
     q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
     kernelgen.varlen_attention(q, kc, vc, cu_q, None, max(QLENS), max(CTX), seqused_k=used, page_table=pt,
                                causal=True)
-    assert fake_cuda.kinds() == ["scheduler", "scheduler", "attention_sm90", "attention", "combine"]
+    assert fake_cuda.kinds() == ["scheduler", "scheduler", "fused_sm90", "combine"]
+    assert fake_cuda.launches[2].block == (384, 1, 1) and fake_cuda.launches[2].fields()["short_ctas"] == \
+        fake_cuda_module.default_short_ctas()
     # arch="sm_80": the sm_80 path; arch="sm_90a" forces the Hopper kernel even for a mixed batch
     q, kc, vc, cu_q, used, pt = paged_prefill_inputs(16)
     fake_cuda.clear()

@@ -149,7 +149,8 @@ def test_workspace_layout_regions():
         assert a % ALIGN == 0 and a + n <= b                   # aligned, in order, no overlap
     assert regions[-1][0] + regions[-1][1] <= lay.nbytes and lay.nbytes % ALIGN == 0
     assert lay.split_strides() == {"accum_split_stride": 8 * 33 * 128, "accum_head_stride": 33 * 128,
-                                   "lse_accum_split_stride": 8 * 33, "lse_accum_head_stride": 33}
+                                   "lse_accum_split_stride": 8 * 33, "lse_accum_head_stride": 33,
+                                   "split_request_rows": 0}
     ws = torch.zeros(lay.nbytes, dtype=torch.uint8)
     md, split = lay.views(ws)
     base = ws.data_ptr()

@@ -518,6 +518,7 @@ def _pre_issue9_attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, 
         "accum_head_stride": split.out_accum.stride(1) if split else 0,
         "lse_accum_split_stride": split.lse_accum.stride(0) if split else 0,
         "lse_accum_head_stride": split.lse_accum.stride(1) if split else 0,
+        "split_request_rows": split.request_rows if split else 0,   # added after issue 9 (mixed partials)
         "num_heads_q": hq, "num_heads_kv": k.shape[-2], "capacity": capacity, "total_q": total_q,
         "page_size": k.shape[1] if paged else 0, "window_left": window[0], "window_right": window[1],
         "scale_log2": scale * _LOG2E,

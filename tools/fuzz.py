@@ -343,8 +343,10 @@ def case_variants(case: dict, arch: str, num_sms: int):
 
 
 def case_fused(case: dict, arch: str, num_sms: int):
-    """The fused launch's variants (``heuristics.FusedVariants``) when the dispatcher takes it for
-    this case (``fused.use_fused``: a paged batch with long queries, no forced pack or split), else None."""
+    """The mixed-batch launch's variants when the dispatcher takes it for this case
+    (``fused.use_fused``: a paged batch with long queries, no forced pack or split), else None: on
+    sm_90a the Hopper fused launch's (``heuristics.FusedVariants``) or, where it does not apply,
+    the classes in turn's (``heuristics.PairVariants``); elsewhere the sm_80 fused launch's."""
     from kernelgen import fused, heuristics, validation
 
     total_q = total_q_rows(case)
@@ -360,14 +362,26 @@ def case_fused(case: dict, arch: str, num_sms: int):
     if not thr:
         return None
     mask, _, _ = validation.window(tuple(case["window"]), case["causal"])
-    return heuristics.choose_fused(arch, case["dtype"], case["head_dim"], case["head_dim_v"],
-                                   num_heads_q=case["num_heads_q"], num_heads_kv=case["num_heads_kv"], mask=mask,
-                                   layout=case["layout"], max_seqlen_k=mk, paged=True, softcap=case["softcap"] > 0,
-                                   short_max_q=thr, num_sms=num_sms)
+    kw = dict(num_heads_q=case["num_heads_q"], num_heads_kv=case["num_heads_kv"], mask=mask, layout=case["layout"],
+              max_seqlen_k=mk, paged=True, softcap=case["softcap"] > 0, short_max_q=thr, num_sms=num_sms)
+    args = (arch, case["dtype"], case["head_dim"], case["head_dim_v"])
+    if arch == "sm_90a":  # as api._fused_call: the Hopper fused launch, else the classes in turn
+        hk = dict(kw, max_seqlen_q=mq, page_size=case["page_size"], tma_ok=not case["strided"])
+        f = heuristics.choose_fused_hopper(*args, **hk)
+        if f is not None:
+            return f
+        pv = heuristics.choose_pair(*args, **hk)
+        if pv is not None:
+            return pv
+    return heuristics.choose_fused(*args, **kw)
 
 
 def case_specs(case: dict, arch: str, num_sms: int) -> list:
+    from kernelgen import heuristics
+
     f = case_fused(case, arch, num_sms)
+    if isinstance(f, heuristics.PairVariants):
+        return [s for s in (f.long.scheduler, f.long.attention, f.short.attention, f.short.combine) if s is not None]
     if f is not None:
         return [s for s in (f.scheduler, f.fused, f.combine) if s is not None]
     v = case_variants(case, arch, num_sms)
@@ -852,6 +866,17 @@ def sanitize_cases() -> list:
             seed=109, dtype="bf16", head_dim=128, head_dim_v=128, num_heads_q=8, num_heads_kv=2,
             qlens=[40, 1, 1, 0, 2, 130], klens=[60, 300, 1, 0, 2, 130], kv="paged", page_size=16, spare_pages=2,
             num_splits=0, causal=True, mask="causal", pad_rows=3)),
+        # the fused launch with every CTA starting on the short queue, then with none (on sm_90a the
+        # Hopper fused kernel: decode tiles in the shared memory TMA fills before and after them);
+        # other shapes than fused_mixed_paged's, so the call signature (and its kernels) is new
+        ("fused_mixed_decode_first", dict(case(
+            seed=110, dtype="bf16", head_dim=128, head_dim_v=128, num_heads_q=8, num_heads_kv=2,
+            qlens=[1, 150, 1, 3, 0, 1], klens=[700, 150, 20, 9, 0, 33], kv="paged", page_size=16, spare_pages=2,
+            num_splits=0, causal=True, mask="causal"), env={"KERNELGEN_MIXED_SHORT_CTAS": "132"})),
+        ("fused_mixed_long_first", dict(case(
+            seed=111, dtype="bf16", head_dim=64, head_dim_v=64, num_heads_q=8, num_heads_kv=2,
+            qlens=[70, 1, 1, 2, 1], klens=[90, 400, 5, 2, 1], kv="paged", page_size=16, spare_pages=2,
+            num_splits=0, causal=True, mask="causal"), env={"KERNELGEN_MIXED_SHORT_CTAS": "0"})),
         ("scheduler_sort_many_requests", case(
             seed=107, dtype="bf16", head_dim=64, head_dim_v=64, num_heads_q=2, num_heads_kv=1,
             qlens=[(i * 7) % 9 for i in range(40)], klens=[(i * 11) % 17 for i in range(40)], causal=True,
@@ -906,7 +931,17 @@ def run_sanitize_subset(device="cuda", log=print) -> dict:
     CPU, so the GPU runs almost only kernelgen's kernels).  Returns {"ok", "cases": {...}}."""
     results = {}
     for name, case in sanitize_cases():
-        r = run_case(case, device, poison=True, reference_device="cpu")
+        env = case.pop("env", {})
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)  # read when the call's kernels are loaded (its first run)
+        try:
+            r = run_case(case, device, poison=True, reference_device="cpu")
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
         results[name] = {"ok": r["ok"], "errors": r["errors"], "max_err": r["max_err"]}
         log(f"sanitize-subset: {name}: {'ok' if r['ok'] else 'FAIL ' + '; '.join(r['errors'])}")
     r = run_plan_padded(device)

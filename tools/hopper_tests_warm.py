@@ -60,17 +60,20 @@ def specs():
     for d, dv in ((96, 96), (192, 128), (256, 256)):
         out += _choose("bf16", d, dv, causal=True, max_q=300, max_k=9000, num_splits=3)
         out += _choose("bf16", d, dv, causal=False, window=(600, 100), cap=25.0, max_q=300, max_k=9000, mainloop=None)
-    # mixed batches on sm_90a (tests/gpu/test_fused_gpu.py): the long class's Hopper kernel and the
-    # short class's decode kernel
+    # mixed batches on sm_90a (tests/gpu/test_fused_gpu.py): the Hopper fused kernel, and the
+    # classes in turn (the long class's Hopper kernel, the short class's decode kernel)
     for hq, hkv, d, dt, causal in ((32, 8, 128, "bf16", True), (8, 1, 128, "fp16", True), (16, 16, 64, "bf16", False),
                                    (28, 4, 128, "bf16", True)):
         for lay in ("soa", "aos"):
             for window, cap in (((-1, -1), 0.0), ((300, 0), 0.0), ((-1, -1), 30.0)):
                 mask = "local" if window != (-1, -1) else ("causal" if causal else "none")
-                pv = heuristics.choose_pair("sm_90a", dt, d, d, num_heads_q=hq, num_heads_kv=hkv, mask=mask, layout=lay,
-                                            max_seqlen_q=900, max_seqlen_k=6000, paged=True, softcap=cap > 0,
-                                            page_size=16)
-                if pv is not None:
+                kw = dict(num_heads_q=hq, num_heads_kv=hkv, mask=mask, layout=lay, max_seqlen_q=900,
+                          max_seqlen_k=6000, paged=True, softcap=cap > 0, page_size=16)
+                fv = heuristics.choose_fused_hopper("sm_90a", dt, d, d, **kw)
+                if fv is not None:
+                    out += [x for x in (fv.scheduler, fv.fused, fv.combine) if x is not None]
+                pv = heuristics.choose_pair("sm_90a", dt, d, d, **kw)
+                if pv is not None:  # test_pair_path_still_right
                     out += [x for x in (pv.long.scheduler, pv.long.attention, pv.short.attention, pv.short.combine)
                             if x is not None]
     return list(dict.fromkeys(out))

@@ -24,7 +24,8 @@ __device__ __forceinline__ void store_rows(const AttnParams& p, const TileInfo& 
 // Split-KV partial of split te.split (te.num_splits > 1): the fp32 O rows (normalised within the
 // split) and their natural-log LSE (-inf for a row that saw no key in this split) into the
 // workspace, in the layout the combine kernel reads (templates/combine/combine.cu.j2):
-// out_accum[split][head][token][DV] and lse_accum[split][head][token].  The LSE is written whether
+// out_accum[split][head][partial row][DV] and lse_accum[split][head][partial row] (partial_row:
+// the token, or its (request, index) slot in a mixed batch's short class).  The LSE is written whether
 // or not the call returns one (the combine kernel weighs the partials by it).
 __device__ __forceinline__ void store_partial_rows(const AttnParams& p, const TileInfo& te,
                                                    const float (&o)[1][DV / 8][4], const float (&lse)[1][2], int cw,
@@ -38,11 +39,11 @@ __device__ __forceinline__ void store_partial_rows(const AttnParams& p, const Ti
   for (int h = 0; h < 2; ++h) {
     const int r = cw * WM + g + 8 * h;
     if (r < te.valid_rows) {
-      const int tok = te.q_start + te.row0 + r;
-      float* dst = acc + (i64)tok * DV_OUT + 2 * tq;  // rows of head_dim_v floats (DV_OUT; DV pads d 96)
+      const int prow = partial_row(p, te.b, te.q_start, te.q_start + te.row0 + r);
+      float* dst = acc + (i64)prow * DV_OUT + 2 * tq;  // rows of head_dim_v floats (DV_OUT; DV pads d 96)
 #pragma unroll
       for (int j = 0; j < DV_OUT / 8; ++j) *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[0][j][2 * h], o[0][j][2 * h + 1]);
-      if (tq == 0) lacc[tok] = lse[0][h];
+      if (tq == 0) lacc[prow] = lse[0][h];
     }
   }
 }

@@ -65,6 +65,20 @@ __device__ __forceinline__ void tma_load_paged(u32 dst, const void* map, u32 bar
   }
 }
 
+// Tile hand-out.  A standalone launch starts CTA c on tile c and takes later tiles from the
+// semaphore offset by the grid; in the fused mixed-batch kernel (QUEUE_ONLY) CTAs join the long
+// queue at different times (some run decode tiles first), so every tile comes from the semaphore
+// and the fused kernel resets both queues itself when its last CTA leaves.
+__device__ __forceinline__ int first_tile(int* md, int lane) {
+  if (!QUEUE_ONLY) return blockIdx.x;
+  int t = 0;
+  if (lane == 0) t = atomicAdd(&md[MD_SEMAPHORE], 1);
+  return __shfl_sync(0xffffffffu, t, 0);
+}
+__device__ __forceinline__ int next_tile_index(int* md) {
+  return atomicAdd(&md[MD_SEMAPHORE], 1) + (QUEUE_ONLY ? 0 : (int)gridDim.x);
+}
+
 // The producer warp (all 32 lanes call; lane 0 issues): publishes tile indices to the consumers
 // (two slots, tile_full / tile_empty), takes the next tile from the semaphore after issuing the
 // current tile's loads, and releases the semaphore when the tiles run out.
@@ -72,7 +86,7 @@ __device__ __forceinline__ void producer_loop(const AttnParams& p, const TmaMaps
                                               u32 sb, volatile int* s_tile, int lane) {
   const int qpk = p.num_heads_q / p.num_heads_kv;
   int cursor = 0;
-  int t = blockIdx.x;
+  int t = first_tile(md, lane);
   int stage = 0;
   u32 phase = 0, q_iter = 0;
   if (lane == 0) {
@@ -138,10 +152,10 @@ __device__ __forceinline__ void producer_loop(const AttnParams& p, const TmaMaps
     }
     __syncwarp();
     int next = 0;
-    if (lane == 0) next = atomicAdd(&md[MD_SEMAPHORE], 1) + (int)gridDim.x;
+    if (lane == 0) next = next_tile_index(md);
     t = __shfl_sync(0xffffffffu, next, 0);
   }
-  if (lane == 0) release_semaphore(md);
+  if (!QUEUE_ONLY && lane == 0) release_semaphore(md);
 }
 
 // S (this warpgroup's 64 rows x BN keys) = Q K^T over the head dim: QK_STEPS k16 steps, four
@@ -422,7 +436,7 @@ __device__ __forceinline__ void producer_loop_gather(const AttnParams& p, const 
   const u16* K = static_cast<const u16*>(p.k);
   const u16* Vc = static_cast<const u16*>(p.v);
   int cursor = 0;
-  int t = blockIdx.x;
+  int t = pw == 0 ? first_tile(md, lane) : 0;
   int stage = 0;
   u32 phase = 0, q_iter = 0;
   if (pw == 0 && lane == 0) tma_prefetch_desc(q_map);
@@ -489,9 +503,9 @@ __device__ __forceinline__ void producer_loop_gather(const AttnParams& p, const 
     if (pw == 0) {
       __syncwarp();
       int next = 0;
-      if (lane == 0) next = atomicAdd(&md[MD_SEMAPHORE], 1) + (int)gridDim.x;
+      if (lane == 0) next = next_tile_index(md);
       t = __shfl_sync(0xffffffffu, next, 0);
     }
   }
-  if (pw == 0 && lane == 0) release_semaphore(md);
+  if (!QUEUE_ONLY && pw == 0 && lane == 0) release_semaphore(md);
 }

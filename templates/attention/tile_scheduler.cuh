@@ -75,6 +75,18 @@ __device__ __forceinline__ TileInfo tile_info(const AttnParams& p, const int* md
   return ti;
 }
 
+// Row of the split-KV partials of token `tok` (global index) of request `b` whose tokens start at
+// `q_start`: the token itself, or with p.split_request_rows > 0 (the short class of a mixed batch,
+// at most that many tokens a request) b * split_request_rows + the token's index in its request.
+// row_splits[tok] holds the partial count in its low 8 bits and this row above them
+// (kernelgen/workspace.py); the combine kernel reads both.
+__device__ __forceinline__ int partial_row(const AttnParams& p, int b, int q_start, int tok) {
+  return p.split_request_rows > 0 ? b * p.split_request_rows + (tok - q_start) : tok;
+}
+__device__ __forceinline__ int row_splits_entry(const AttnParams& p, int b, int q_start, int tok, int num_splits) {
+  return num_splits | (partial_row(p, b, q_start, tok) << 8);
+}
+
 // Called by thread 0 when the CTA runs out of tiles: the last CTA to leave resets the semaphore
 // and the exit counter, so the same metadata can drive the next launch in stream order.
 __device__ __forceinline__ void release_semaphore(int* md) {

@@ -112,14 +112,23 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
     if (ROW_SPLITS && te.split == 0) {  // how many partials each token has (read by the combine kernel)
       int* row_splits = static_cast<int*>(const_cast<void*>(p.row_splits));
       for (int r = tid; r < te.valid_rows; r += NT)
-        if (!PACK_GQA || (te.row0 + r) % qpk == 0) row_splits[te.q_start + token_of(r)] = te.num_splits;
+        if (!PACK_GQA || (te.row0 + r) % qpk == 0) {
+          const int tok = te.q_start + token_of(r);
+          row_splits[tok] = row_splits_entry(p, te.b, te.q_start, tok, te.num_splits);
+        }
     }
     if (SPLIT && te.num_splits > 1) {
       float* acc = static_cast<float*>(const_cast<void*>(p.out_accum)) + (i64)te.split * p.accum_split_stride;
       float* lacc = static_cast<float*>(const_cast<void*>(p.lse_accum)) + (i64)te.split * p.lse_accum_split_stride;
       store_partial(o, lse,
-                    [&](int r) { return acc + (i64)qhead_of(r) * p.accum_head_stride + (i64)(te.q_start + token_of(r)) * DV; },
-                    [&](int r) { return lacc + (i64)qhead_of(r) * p.lse_accum_head_stride + te.q_start + token_of(r); },
+                    [&](int r) {
+                      return acc + (i64)qhead_of(r) * p.accum_head_stride +
+                             (i64)partial_row(p, te.b, te.q_start, te.q_start + token_of(r)) * DV;
+                    },
+                    [&](int r) {
+                      return lacc + (i64)qhead_of(r) * p.lse_accum_head_stride +
+                             partial_row(p, te.b, te.q_start, te.q_start + token_of(r));
+                    },
                     te.valid_rows, warp, lane);
     } else {
       u16* O = static_cast<u16*>(const_cast<void*>(p.out));

@@ -44,7 +44,10 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
     const TileInfo te = tile_info(p, md, cap4, cursor, t, p.num_heads_q, qpk);
     if (ROW_SPLITS && te.split == 0) {  // how many partials each token has (read by the combine kernel)
       int* row_splits = static_cast<int*>(const_cast<void*>(p.row_splits));
-      for (int r = cw * 32 + lane; r < te.valid_rows; r += NW * 32) row_splits[te.q_start + te.row0 + r] = te.num_splits;
+      for (int r = cw * 32 + lane; r < te.valid_rows; r += NW * 32) {
+        const int tok = te.q_start + te.row0 + r;
+        row_splits[tok] = row_splits_entry(p, te.b, te.q_start, tok, te.num_splits);
+      }
     }
     if (SPLIT && te.num_splits > 1) {
       store_partial_rows(p, te, o, lse, cw, lane);

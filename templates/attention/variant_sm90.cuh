@@ -43,6 +43,9 @@ constexpr bool LAZY_RESCALE = {{ "true" if "r" in v.sm90_opts else "false" }};
 // GATHER ("g", paged only): the producer warpgroup's 128 threads copy K/V rows found through the
 // page table (cp.async, then a proxy fence and one arrival each on the "full" barrier).
 constexpr bool GATHER = {{ "true" if "g" in v.sm90_opts else "false" }};
+// QUEUE_ONLY: the long-query variant of the fused mixed-batch kernel (fwd_fused_sm90.cu.j2), whose
+// CTAs take every tile from the semaphore and leave its reset to the kernel.
+constexpr bool QUEUE_ONLY = {{ "true" if v.get("queue_only") else "false" }};
 constexpr int NPROD = 128;                   // producer threads that arrive on a gathered block
 static_assert(!GATHER || PAGED, "row gathering is for paged K/V");
 constexpr int NCG = NW / 4;                  // consumer warpgroups

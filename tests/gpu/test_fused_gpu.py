@@ -21,19 +21,19 @@ def fused_loaded() -> bool:
 
 
 def expect_mixed_launch(arch, single=False):
-    """The last call's prepared launches: the fused kernel (arch "sm_80", or any arch but sm_90a),
-    or on sm_90a without a forced arch the classes in turn with the long one on the Hopper kernel;
+    """The last call's prepared launches: the fused kernel, on sm_90a without a forced arch the
+    Hopper one (the long class on the wgmma/TMA variant, fwd_fused_sm90), else the sm_80 one;
     ``single``: neither (a threshold whose short tiles are not one-warp decode tiles)."""
     prep = api._CALLS._last[1]
     if single:
         assert not isinstance(prep, (fused.PreparedFusedCall, fused.PreparedPairCall)), type(prep)
         return
-    if arch is None and torch.cuda.get_device_capability() == (9, 0):
-        assert isinstance(prep, fused.PreparedPairCall), type(prep)
-        assert "_wgmma" in prep.attn_long.name and "_wgmma" not in prep.attn_short.name
-    else:
-        assert isinstance(prep, fused.PreparedFusedCall) and not isinstance(prep, fused.PreparedPairCall), type(prep)
-        assert fused_loaded()
+    assert isinstance(prep, fused.PreparedFusedCall), type(prep)
+    hopper = arch is None and torch.cuda.get_device_capability() == (9, 0)
+    assert prep.kernels.variants.fused.hopper == hopper
+    assert isinstance(prep.pair, fused.HopperPairLaunch) == hopper
+    assert ("_wgmma" in prep.pair.name) == hopper
+    assert fused_loaded()
 
 
 def mixed_lengths(rng, n_decode=40, n_prefill=3, max_ctx=5000, spec_tokens=4):
@@ -94,9 +94,9 @@ def test_fused_packed_kv_forced_threshold(threshold, arch):
 @pytest.mark.parametrize("arch,page_size", [("sm_80", None), (None, None), (None, 16)])
 def test_fused_plan_graph_replays_with_new_mixes(arch, page_size):
     """One captured mixed step replayed with new mixes of prefills and decodes (and padding past the
-    runtime batch); the queues reset for the next replay.  arch "sm_80": the fused launch; None on
-    sm_90a: the classes in turn, the long one on the Hopper kernel (gathering K/V rows, or by TMA
-    when the plan knows the page size)."""
+    runtime batch); the queues reset for the next replay.  arch "sm_80": the sm_80 fused launch;
+    None on sm_90a: the Hopper fused launch (its long variant gathering K/V rows, or by TMA when
+    the plan knows the page size)."""
     hq, hkv, d, ps, cap = 32, 8, 128, 16, 64
     max_ctx, max_tq = 4096, 2048
     max_pages = max_ctx // ps
@@ -113,7 +113,8 @@ def test_fused_plan_graph_replays_with_new_mixes(arch, page_size):
                          max_seqlen_q=1024, max_seqlen_k=max_ctx, paged=True, causal=True, arch=arch,
                          page_size=page_size)
     hopper = arch is None and torch.cuda.get_device_capability() == (9, 0)
-    assert isinstance(plan.fused, fused.PairKernels) == hopper and plan.hopper == hopper
+    assert isinstance(plan.fused, fused.FusedKernels) and plan.hopper == hopper
+    assert plan.fused.variants.fused.hopper == hopper
     rng = np.random.default_rng(11)
 
     def new_step():
@@ -175,7 +176,7 @@ def test_unfused_when_switched_off():
 
 @pytest.mark.parametrize("window,cap", [((300, 0), 0.0), ((-1, -1), 30.0)])
 def test_mixed_on_hopper_with_window_and_softcap(window, cap):
-    """The classes in turn on sm_90a with a sliding window (which the fused launch does not take)
+    """The Hopper fused launch with a sliding window (which the sm_80 fused launch does not take)
     and with soft-cap, against the reference."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("needs an sm_90a device")
@@ -191,3 +192,82 @@ def test_mixed_on_hopper_with_window_and_softcap(window, cap):
     k, v, cu_k = gather_paged(kc, vc, pt, used)
     ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True, window_size=window, softcap=cap)
     check(o, lse, ref, ref_lse, BF16)
+
+
+def _hopper_only():
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90a device")
+
+
+@pytest.mark.parametrize("short_ctas", [0, 1, 33, 132])
+def test_hopper_fused_any_split_of_the_sms(short_ctas, monkeypatch):
+    """Every split of the SMs between the queues gives the reference's result: 0 (every CTA starts
+    on the long queue; the consumer warps take the decode tiles after it), 1, the default share,
+    and all (every CTA runs decode tiles first, then long tiles).  A plan run twice checks that the
+    last CTA out resets both queues."""
+    _hopper_only()
+    monkeypatch.setenv("KERNELGEN_MIXED_SHORT_CTAS", str(short_ctas))
+    rng = np.random.default_rng(100 + short_ctas)
+    qlens, klens = mixed_lengths(rng, n_decode=150, n_prefill=3, max_ctx=6000)
+    hq, hkv, d = 32, 8, 128
+    q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, hq, hkv, d, d, 16, seed=3 + short_ctas)
+    plan = AttentionPlan(max_batch=len(qlens), num_heads_q=hq, num_heads_kv=hkv, head_dim=d, max_total_q=q.shape[0],
+                         max_seqlen_q=max(qlens), max_seqlen_k=max(klens), paged=True, causal=True)
+    assert plan.fused.variants.fused.hopper and plan.fused.short_ctas == short_ctas
+    k, v, cu_k = gather_paged(kc, vc, pt, used)
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True)
+    for _ in range(2):
+        out = torch.full((q.shape[0], hq, d), float("nan"), dtype=BF16, device="cuda")
+        lse = torch.full((hq, q.shape[0]), float("nan"), dtype=torch.float32, device="cuda")
+        plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out, lse=lse)
+        torch.cuda.synchronize()
+        check(out, lse, ref, ref_lse, BF16)
+    sem = [int(x) for x in plan.metadata[:4].tolist()], [int(x) for x in plan.metadata_short[:4].tolist()]
+    assert sem[0][0] == 0 and sem[0][3] == 0 and sem[1][0] == 0, f"queues not reset: {sem}"
+
+
+@pytest.mark.parametrize("d,page_size", [(64, 16), (128, 256)])
+def test_hopper_fused_head_dims_and_tma_pages(d, page_size):
+    """The Hopper fused launch at head dim 64 (12 decode slices in a CTA that starts on the short
+    queue) and with 256-token pages (the long variant loads K/V by TMA)."""
+    _hopper_only()
+    rng = np.random.default_rng(d + page_size)
+    qlens, klens = mixed_lengths(rng, n_decode=60, max_ctx=3000)
+    q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, 16, 4, d, d, page_size, seed=d)
+    out = torch.full((q.shape[0], 16, d), float("nan"), dtype=BF16, device="cuda")
+    o, lse = kernelgen.varlen_attention(q, kc, vc, cu_q, None, max(qlens), max(klens), seqused_k=used,
+                                        page_table=pt, causal=True, return_lse=True, out=out)
+    torch.cuda.synchronize()
+    expect_mixed_launch(None)
+    k, v, cu_k = gather_paged(kc, vc, pt, used)
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True)
+    check(o, lse, ref, ref_lse, BF16)
+
+
+def test_pair_path_still_right():
+    """The classes in turn (``fused.build_pair``), the fallback where the Hopper fused kernel does
+    not apply, run directly against the reference."""
+    _hopper_only()
+    from kernelgen import heuristics
+
+    rng = np.random.default_rng(77)
+    qlens, klens = mixed_lengths(rng)
+    hq, hkv, d = 32, 8, 128
+    q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, hq, hkv, d, d, 16, seed=77)
+    pv = heuristics.choose_pair("sm_90a", "bf16", d, d, num_heads_q=hq, num_heads_kv=hkv, mask="causal",
+                                max_seqlen_q=max(qlens), max_seqlen_k=max(klens), paged=True, short_max_q=4,
+                                page_size=16)
+    kernels = fused.load_pair(pv, torch.cuda.current_device(), hq, hkv)
+    ws = kernels.workspace(len(qlens), q.shape[0], hq, d)
+    out = torch.full((q.shape[0], hq, d), float("nan"), dtype=BF16, device="cuda")
+    lse = torch.full((hq, q.shape[0]), float("nan"), dtype=torch.float32, device="cuda")
+    sizes = {"batch": len(qlens), "total_q": q.shape[0], "num_heads_q": hq, "num_heads_kv": hkv, "head_dim": d,
+             "head_dim_v": d, "paged": True, "page_size": 16}
+    prep = fused.build_pair(kernels, layout=ws, batch=len(qlens), q=q, k=kc, v=vc, out=out, lse=lse, page_table=pt,
+                            scale=d ** -0.5, window=(-1, 0), softcap=0.0, return_lse=True, fixed_base=None,
+                            sizes=sizes)
+    prep.run(q, kc, vc, cu_q, None, used, pt, out, lse)
+    torch.cuda.synchronize()
+    k, v, cu_k = gather_paged(kc, vc, pt, used)
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True)
+    check(out, lse, ref, ref_lse, BF16)

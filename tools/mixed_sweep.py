@@ -1,0 +1,191 @@
+"""Mixed prefill + decode batches on sm_90a: the one-launch Hopper fused kernel against the classes
+in turn and the serial peer, and the split of the SMs between the two queues (GPU).
+
+For each case (``--cases``) the same paged batch (the bench's ``mixed_trace`` construction:
+chunked prefills on Mooncake trace contexts plus decodes, pages of 16 tokens, causal, the
+``--model`` preset's window and soft-cap) runs as:
+
+* ``prefill_only`` / ``decode_only``: one call with only that class's requests (what ``serial``
+  adds up);
+* ``serial``: the prefill call then the decode call (the bench's peer);
+* ``in_turn``: both classes in one call, the long class on the Hopper kernel, then the short class
+  on the sm_80 decode kernel (``fused.build_pair``);
+* ``fused_k{N}``: the Hopper fused kernel with N CTAs starting on the short queue
+  (``--short-ctas``; ``fused.build`` with ``FusedKernels.short_ctas`` set); with ``--stages`` /
+  ``--block-n``, ``fused_s{S}n{B}_k{N}`` for each K/V pipeline depth S and key block B of the
+  decode tile; with ``--granularity``, a ``_g{F}`` suffix for each factor F of the short class's
+  split granularity (its scheduler's ``num_ctas``).
+
+All are timed as interleaved CUDA-graph replays (``kernelgen.bench.measure.time_interleaved``:
+L2 flushed before each replay, the configurations' order rotated every round, the median of the
+round medians), and every mixed configuration's output is compared with ``serial``'s.
+
+Cases: ``bench`` (3 chunks of 512/2048/4096 tokens + 192 decodes: ``mixed_trace``), ``light``
+(1 chunk of 512 + 64 decodes), ``heavy`` (4 chunks of 4096 + 256 decodes).
+
+Usage: PYTHONPATH=$PWD python tools/mixed_sweep.py [--cases bench,light,heavy]
+       [--short-ctas 0,16,24,33,48,66] [--stages 2,4] [--block-n 16,32] [--model llama3-8b] [--rounds 5] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+CASES = {"bench": None, "light": ([512], 64, 300), "heavy": ([4096] * 4, 256, 100)}
+
+
+def case_lengths(settings, case: str):
+    """(prefill query lengths, prefill key lengths, decode key lengths) of a case."""
+    from kernelgen.bench import suites
+
+    if CASES[case] is None:
+        return suites.mixed_lengths(settings)
+    pre_q, n_dec, row = CASES[case]
+    ctx = [min(max(1, int(r[0])), 32768) for r in suites.load_rows(settings.decode_trace, "mooncake_conv_sample.csv")]
+    pre_k = [c + q for c, q in zip(suites._take(ctx, 200, len(pre_q)), pre_q)]
+    return pre_q, pre_k, suites._take(ctx, row, n_dec)
+
+
+def build_case(case: str, model, short_ctas: list, settings, tiles=((None, None),), granularity=(1.0,)) -> tuple:
+    """({label: zero-argument call}, {label: output tensor}, description) of one case."""
+    import torch
+
+    from kernelgen import api, fused, heuristics, runtime, validation
+    from kernelgen.bench import suites
+
+    m = model
+    pre_q, pre_k, dec_k = case_lengths(settings, case)
+    qlens, klens = pre_q + [1] * len(dec_k), pre_k + dec_k
+    q, kc, vc, pt, used, cu_q = suites.paged_batch(qlens, klens, m, seed=12)
+    n_pre, t_pre = len(pre_q), sum(pre_q)
+    kw = dict(causal=True, window_size=m.window_size, softcap=m.softcap)
+    mask, left, right = validation.window(m.window_size, True)
+    outs, calls = {}, {}
+
+    def new_out(label):
+        outs[label] = torch.empty(q.shape[0], m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16)
+        return outs[label]
+
+    o = new_out("serial")
+    cu_pre, cu_dec = cu_q[: n_pre + 1], cu_q[n_pre:] - t_pre
+
+    def prefill(o):
+        api.varlen_attention(q[:t_pre], kc, vc, cu_pre, None, max(pre_q), max(pre_k), seqused_k=used[:n_pre],
+                             page_table=pt[:n_pre], out=o[:t_pre], **kw)
+
+    def decode(o):
+        api.varlen_attention(q[t_pre:], kc, vc, cu_dec, None, 1, max(dec_k), seqused_k=used[n_pre:],
+                             page_table=pt[n_pre:], out=o[t_pre:], **kw)
+    po, do = new_out("prefill_only"), new_out("decode_only")
+    calls["prefill_only"] = lambda: prefill(po)
+    calls["decode_only"] = lambda: decode(do)
+    calls["serial"] = lambda: (prefill(o), decode(o))
+
+    dev = torch.cuda.current_device()
+    hq, hkv = m.num_heads_q, m.num_heads_kv
+    thr = heuristics.short_query_tokens(hq, hkv)
+    args = ("sm_90a", "bf16", m.head_dim, m.head_dim_v)
+    choice = dict(num_heads_q=hq, num_heads_kv=hkv, mask=mask, max_seqlen_q=max(qlens), max_seqlen_k=max(klens),
+                  paged=True, softcap=m.softcap > 0, short_max_q=thr,
+                  num_sms=runtime.device_properties(dev)["num_sms"], page_size=kc.shape[1])
+    sizes = validation.varlen_inputs(q, kc, vc, cu_q, None, None, None, o, seqused_k=used, page_table=pt)
+    scale = validation.softmax_scale(None, m.head_dim)
+    # one workspace shared by every mixed configuration (they run one after the other on one
+    # stream): a call's own would be allocated in each captured graph's private pool, and the
+    # short class's split partials are sized by all of the batch's query rows (GBs here)
+    common = dict(batch=len(qlens), q=q, k=kc, v=vc, lse=None, page_table=pt, scale=scale, window=(left, right),
+                  softcap=m.softcap, return_lse=False, sizes=sizes)
+    pending = []  # (label, build function, kernels)
+    pv = heuristics.choose_pair(*args, **choice)
+    if pv is not None:
+        pending.append(("in_turn", fused.build_pair, fused.load_pair(pv, dev, hq, hkv, window_left=left)))
+    for st, bn in tiles:
+        fv = heuristics.choose_fused_hopper(*args, **choice, short_stages=st, short_block_n=bn)
+        if fv is None:
+            continue
+        fk = fused.load(fv, dev, hq, hkv, window_left=left)
+        for n in short_ctas:
+            for g in granularity:
+                label = (f"fused_s{st}n{bn}_k{n}" if len(tiles) > 1 else f"fused_k{n}") + (
+                    f"_g{g:g}" if len(granularity) > 1 else "")
+                cfg = dataclasses.replace(fk.cfg_short, num_ctas=max(1, round(fk.cfg_short.num_ctas * g)))
+                pending.append((label, fused.build, dataclasses.replace(
+                    fk, short_ctas=min(n, fk.fused.persistent_grid), cfg_short=cfg)))
+    layouts = [kern.workspace(len(qlens), q.shape[0], hq, m.head_dim_v) for _, _, kern in pending]
+    ws = torch.empty(max([x.nbytes for x in layouts] + [1]), dtype=torch.uint8, device="cuda")
+    outs["_workspace"] = ws
+    for (label, build, kern), lay in zip(pending, layouts):
+        oo = new_out(label)
+        prep = build(kern, layout=lay, out=oo, fixed_base=ws.data_ptr(), **common)
+        calls[label] = lambda p=prep, oo=oo: p.run(q, kc, vc, cu_q, None, used, pt, oo, None)
+    desc = f"{n_pre} prefill chunks {pre_q} + {len(dec_k)} decodes, {sum(klens)} keys, paged 16, {m.name}"
+    return calls, outs, desc
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", default="bench,light,heavy")
+    ap.add_argument("--short-ctas", default="0,16,24,33,48,66")
+    ap.add_argument("--stages", default="", help="decode-tile K/V stages to compare (comma list; default: "
+                    "heuristics.SM90_FUSED_SHORT_STAGES)")
+    ap.add_argument("--block-n", default="", help="decode-tile key blocks to compare (comma list; default: the "
+                    "decode tile's)")
+    ap.add_argument("--granularity", default="", help="factors of the short class's split granularity to compare "
+                    "(comma list; its scheduler's num_ctas times the factor: more, smaller decode tiles above 1)")
+    ap.add_argument("--model", default="llama3-8b")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    import torch
+
+    from kernelgen.bench import measure, suites
+    from kernelgen.bench.models import PRESETS
+
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        print("mixed_sweep: needs an sm_90a GPU", file=sys.stderr)
+        return 2
+    settings = suites.Settings()
+    model = PRESETS[a.model]
+    short_ctas = [int(x) for x in a.short_ctas.split(",") if x]
+    report = {"method": measure.INTERLEAVED_METHOD.format(launches=1, rounds=a.rounds, repeat=a.repeat),
+              "model": a.model, "cases": {}}
+    for case in [c for c in a.cases.split(",") if c]:
+        stages = [int(x) for x in a.stages.split(",") if x] or [None]
+        block_ns = [int(x) for x in a.block_n.split(",") if x] or [None]
+        tiles = [(st, bn) for st in stages for bn in block_ns]
+        granularity = [float(x) for x in a.granularity.split(",") if x] or [1.0]
+        calls, outs, desc = build_case(case, model, short_ctas, settings, tiles, granularity)
+        times = measure.time_interleaved(calls, rounds=a.rounds, repeat=a.repeat)
+        for f in calls.values():  # one more eager run of each, then the outputs against serial's
+            f()
+        torch.cuda.synchronize()
+        ref = outs["serial"].float()
+        rows = {}
+        outs.pop("_workspace", None)
+        for label, t in times.items():
+            err = None
+            if label not in ("prefill_only", "decode_only"):
+                err = float((outs[label].float() - ref).abs().max())
+            rows[label] = {"us": t["us"], "rounds": t["rounds"], "max_abs_diff_vs_serial": err}
+        serial = rows["serial"]["us"]
+        for r in rows.values():
+            r["ratio_to_serial"] = r["us"] / serial
+        report["cases"][case] = {"shape": desc, "rows": rows}
+        print(f"\n{case}: {desc}")
+        print(f"{'config':>14} {'us':>10} {'x serial':>9} {'max diff':>10}")
+        for label, r in rows.items():
+            d = "" if r["max_abs_diff_vs_serial"] is None else f"{r['max_abs_diff_vs_serial']:.2e}"
+            print(f"{label:>14} {r['us']:>10.1f} {r['ratio_to_serial']:>9.3f} {d:>10}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
