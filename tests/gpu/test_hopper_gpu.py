@@ -514,7 +514,7 @@ def test_hopper_paged_tma_64_key_blocks(monkeypatch):
 def test_hopper_paged_long_chunks_and_dispatch(page_size):
     """Chunked prefill of long requests (2048-token chunks against 5000-8000 keys, 32/8 heads):
     the automatic dispatcher takes the Hopper path (mean query length >= SM90_PAGED_MIN_MEAN_Q);
-    a batch of mostly short requests runs its classes in turn (the long one on Hopper);
+    a batch of mostly short requests takes the Hopper fused launch (the long class on Hopper);
     arch="sm_80" the sm_80 path."""
     qlens, klens = [2048, 1500, 2048, 700], [8000, 1500, 5000, 3001]
     args = make_paged_batch(qlens, klens, 32, 8, 128, torch.bfloat16, page_size, 7 + page_size)
@@ -524,9 +524,10 @@ def test_hopper_paged_long_chunks_and_dispatch(page_size):
     check_paged(*args, causal=True, arch="sm_80", expect="sm80")
     short = make_paged_batch([900, 1, 1, 2, 1, 3], [4000, 100, 9, 3000, 1, 50], 32, 8, 128, torch.bfloat16,
                              page_size, 3)
-    # a mixed batch: the classes in turn, the long one on the Hopper kernel (fused.PreparedPairCall)
+    # a mixed batch: the Hopper fused launch (its long variant on wgmma/TMA, decode tiles SM by SM)
     check_paged(*short, causal=True, arch=None, expect="sm90a", gather=page_size == 1)
-    assert isinstance(api._CALLS._last[1], fused.PreparedPairCall)
+    prep = api._CALLS._last[1]
+    assert isinstance(prep, fused.PreparedFusedCall) and prep.kernels.variants.fused.hopper
     check_paged(*short, causal=True, arch="sm_90a", expect="sm90a", gather=page_size == 1)
     assert not isinstance(api._CALLS._last[1], fused.PreparedFusedCall)
 
