@@ -83,7 +83,7 @@ def test_kernels_write_and_read_the_same_row_splits_encoding():
     partial_row."""
     fv = _llama_mixed()
     src = render.render(fv.fused)
-    assert "num_splits | (partial_row(p, b, q_start, tok) << 8)" in src
+    assert "(unsigned)num_splits | ((unsigned)partial_row(p, b, q_start, tok) << 8)" in src
     assert src.count("row_splits_entry(p, te.b, te.q_start, tok, te.num_splits)") == 2   # both variants
     assert "partial_row(p, te.b, te.q_start, te.q_start + token_of(r))" in src            # sm_80 partials
     assert "p.split_request_rows > 0 ? b * p.split_request_rows + (tok - q_start) : tok" in src

@@ -83,8 +83,10 @@ __device__ __forceinline__ TileInfo tile_info(const AttnParams& p, const int* md
 __device__ __forceinline__ int partial_row(const AttnParams& p, int b, int q_start, int tok) {
   return p.split_request_rows > 0 ? b * p.split_request_rows + (tok - q_start) : tok;
 }
+// (Unsigned shift: a row with one partial, which the combine kernel skips, may be a token index
+// past 2^23 in a long class; its bits above the count are then never read.)
 __device__ __forceinline__ int row_splits_entry(const AttnParams& p, int b, int q_start, int tok, int num_splits) {
-  return num_splits | (partial_row(p, b, q_start, tok) << 8);
+  return (int)((unsigned)num_splits | ((unsigned)partial_row(p, b, q_start, tok) << 8));
 }
 
 // Called by thread 0 when the CTA runs out of tiles: the last CTA to leave resets the semaphore
