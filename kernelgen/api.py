@@ -147,10 +147,10 @@ def varlen_attention(
     Host cost: the first call of a signature (tensor types, dtypes, devices, shapes and strides,
     the other arguments, including the length hints) validates, chooses and loads kernels (tens of
     us, or a compile); later calls of the signature skip to reading the data pointers, one
-    workspace allocation and the launches (three kernels; four for a fused mixed batch), enqueued
-    from a stream's second call on as one CUDA graph launch (``graph_launch.py``; about 13-19 us
-    of host time for a repeated decode call on the H200, ``docs/perf-notes.md``, "host
-    overhead").  A
+    workspace allocation and the launches (three kernels; four for a fused mixed batch, five for
+    the two classes in turn), enqueued from a stream's second call on as one CUDA graph launch
+    (``graph_launch.py``; 12-22 us of host time for a repeated decode call on the H200's hosts,
+    ``docs/perf-notes.md``, "host overhead").  A
     decode loop whose ``max_seqlen_k`` hint changes every step misses every time: use
     ``AttentionPlan`` there.
 

@@ -63,6 +63,7 @@ class AttentionPlan:
         ValueError / TypeError: bad capacities, head counts, head dims, dtype, window, softcap,
             num_splits, layout or arch (a forced "sm_90a" the plan's variant or device cannot
             run, or with the fused launch).
+        RuntimeError: ``device`` None and no CUDA device (or a torch without CUDA).
     """
 
     def __init__(self, *, max_batch: int, num_heads_q: int, num_heads_kv: int, head_dim: int,
@@ -81,7 +82,14 @@ class AttentionPlan:
         validation.nonneg_int("max_seqlen_q", max_seqlen_q)
         validation.nonneg_int("max_seqlen_k", max_seqlen_k)
         head_dim_v = head_dim if head_dim_v is None else head_dim_v
-        self.device = torch.device("cuda", torch.cuda.current_device() if device is None else torch.device(device).index)
+        if device is None:
+            try:
+                device = torch.cuda.current_device()
+            except (AssertionError, RuntimeError) as e:  # torch without CUDA, or no device
+                raise RuntimeError(f"AttentionPlan needs a CUDA device: {e}") from e
+        else:
+            device = torch.device(device).index
+        self.device = torch.device("cuda", device)
         self.capacity = int(max_batch)
         self.max_total_q = int(max_total_q) if max_total_q is not None else self.capacity * max(1, max_seqlen_q)
         self.num_heads_q, self.num_heads_kv = num_heads_q, num_heads_kv
@@ -315,8 +323,9 @@ class AttentionPlan:
 
         Host cost: the first step of a signature (the tensors' types, dtypes, devices, shapes and
         strides, ``return_lse``, ``softmax_scale``) is validated and prepared; later steps of it
-        read the data pointers, check their alignment and enqueue the kernels (three; as one CUDA
-        graph launch outside capture, ``graph_launch.py``), with no allocation when ``out`` (and
+        read the data pointers, check their alignment and enqueue the kernels (three; four for a
+        mixed-batch plan, five where it runs the two classes in turn; as one CUDA graph launch
+        outside capture, ``graph_launch.py``), with no allocation when ``out`` (and
         ``lse``, if returned) are given (``docs/perf-notes.md``, "host overhead").
         """
         try:

@@ -208,3 +208,11 @@ def test_window_bounds_and_seqused_and_lse_checks():
         V.lse_buffer(torch.empty(8, 10, device="meta", dtype=torch.float16), 8, 10, dev)
     with pytest.raises(ValueError, match="lse must be on"):
         V.lse_buffer(torch.empty(8, 10), 8, 10, dev)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message without a CUDA device")
+def test_plan_without_a_cuda_device_says_so():
+    """AttentionPlan with device=None on a machine without CUDA: a RuntimeError that says a CUDA
+    device is needed (torch's own is an AssertionError about its build)."""
+    with pytest.raises(RuntimeError, match="AttentionPlan needs a CUDA device"):
+        kernelgen.AttentionPlan(max_batch=4, num_heads_q=2, num_heads_kv=1, head_dim=64)
