@@ -92,6 +92,35 @@ def get_kernel(spec, device: int) -> Kernel:
     return k
 
 
+def register_budget(spec) -> tuple | None:
+    """(producer, consumer) registers a thread that a Hopper kernel's warpgroups ask for with
+    ``setmaxnreg`` (one producer warpgroup of 128 threads, the rest consumers), or None for a
+    kernel without register reallocation."""
+    if spec.kind == "fused" and spec.hopper:
+        return spec.hopper_regs()
+    if spec.kind == "attention" and spec.mainloop == "sm90a":
+        r = spec._sm90_regs()
+        return r["producer_regs"], r["consumer_regs"]
+    return None
+
+
+def check_register_pool(spec, resources: dict) -> None:
+    """Raise RuntimeError when a Hopper kernel's registers at launch (ptxas's count x threads)
+    cannot cover what its warpgroups ask for after ``setmaxnreg`` (128 x producer + the other
+    threads x consumer): ``setmaxnreg.inc`` would then wait for registers forever.  ptxas gives
+    these kernels 168 a thread (``__launch_bounds__(384, 1)``); the check guards against a
+    compiler that gives fewer."""
+    budget = register_budget(spec)
+    regs = resources.get("registers")
+    if budget is None or regs is None:
+        return
+    producer, consumer = budget
+    need = 128 * producer + (spec.num_threads - 128) * consumer
+    if int(regs) * spec.num_threads < need:
+        raise RuntimeError(f"{spec.name}: {regs} registers a thread x {spec.num_threads} threads cannot cover "
+                           f"setmaxnreg's {producer}/{consumer} ({need} registers); the consumers would wait forever")
+
+
 def _load(spec, device: int) -> Kernel:
     import cupy
     from cupy.cuda import driver, function
@@ -99,6 +128,7 @@ def _load(spec, device: int) -> Kernel:
     from .cache import get_cache
 
     entry = get_cache().get(spec)
+    check_register_pool(spec, entry.resources)
     if spec.kind == "attention":
         threads, smem = spec.num_threads, spec.smem_bytes()
         params = TMA_ATTENTION_PARAMS if spec.mainloop == "sm90a" else ATTENTION_PARAMS

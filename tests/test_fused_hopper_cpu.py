@@ -416,3 +416,22 @@ def test_hopper_fused_kernel_compiles_without_spills_with_hgmma_and_hmma(kw):
         assert ops["UTMALDG"] == halves, ops          # Q only
     else:
         assert ops["UTMALDG"] >= 3 * halves, ops      # Q, K, V
+
+
+def test_register_pool_check_guards_setmaxnreg():
+    """runtime.check_register_pool: the Hopper kernels' launch registers (168 x 384) cover every
+    budget they ask for with setmaxnreg, and a cubin with fewer is refused before it could hang."""
+    from kernelgen import runtime
+
+    fv = heuristics.choose_fused_hopper("sm_90a", "bf16", 64, 64, num_heads_q=32, num_heads_kv=8, mask="causal",
+                                        max_seqlen_q=4096, max_seqlen_k=32768, paged=True, page_size=1)
+    hop = heuristics.choose("sm_90a", "bf16", 128, 128, num_heads_q=8, num_heads_kv=8, mask="causal",
+                            max_seqlen_q=4096, max_seqlen_k=4096).attention
+    assert runtime.register_budget(fv.fused) == (72, 216) and runtime.register_budget(hop) == (24, 240)
+    assert runtime.register_budget(fv.fused.short) is None and runtime.register_budget(fv.scheduler) is None
+    for spec in (fv.fused, hop):
+        runtime.check_register_pool(spec, {"registers": 168})
+        with pytest.raises(RuntimeError, match="cannot cover setmaxnreg"):
+            runtime.check_register_pool(spec, {"registers": 160})
+    runtime.check_register_pool(fv.fused.short, {"registers": 40})     # no setmaxnreg: nothing to check
+    runtime.check_register_pool(fv.fused, {})                          # no count reported: nothing to check
