@@ -290,6 +290,13 @@ def _fused_call(short_query_tokens, q, k, v, out, lse, page_table, sizes, arch, 
                           num_heads_q=hq, num_heads_kv=hkv, pack_gqa=pack_gqa, num_splits=splits)
     if not thr:
         return None
+
+    def prepare(load, build, variants):
+        kernels = load(variants, device, hq, hkv, sort=bool(sort), head_swizzle=bool(head_swizzle), window_left=left)
+        ws = kernels.workspace(sizes["batch"], sizes["total_q"], hq, sizes["head_dim_v"])
+        return build(kernels, layout=ws, batch=sizes["batch"], q=q, k=k, v=v, out=out, lse=lse, page_table=page_table,
+                     scale=scale, window=(left, right), softcap=cap, return_lse=bool(return_lse), fixed_base=None,
+                     sizes=sizes)
     if mainloop is None:
         kw = dict(num_heads_q=hq, num_heads_kv=hkv, mask=mask, layout=layout, max_seqlen_q=max_seqlen_q,
                   max_seqlen_k=max_seqlen_k, paged=sizes["paged"], softcap=cap > 0, short_max_q=thr,
@@ -298,31 +305,15 @@ def _fused_call(short_query_tokens, q, k, v, out, lse, page_table, sizes, arch, 
         fv = heuristics.choose_fused_hopper(arch, validation.DTYPES[q.dtype], sizes["head_dim"], sizes["head_dim_v"],
                                             **kw)
         if fv is not None:
-            kernels = fused.load(fv, device, hq, hkv, sort=bool(sort), head_swizzle=bool(head_swizzle),
-                                 window_left=left)
-            ws = kernels.workspace(sizes["batch"], sizes["total_q"], hq, sizes["head_dim_v"])
-            return fused.build(kernels, layout=ws, batch=sizes["batch"], q=q, k=k, v=v, out=out, lse=lse,
-                               page_table=page_table, scale=scale, window=(left, right), softcap=cap,
-                               return_lse=bool(return_lse), fixed_base=None, sizes=sizes)
+            return prepare(fused.load, fused.build, fv)
         pv = heuristics.choose_pair(arch, validation.DTYPES[q.dtype], sizes["head_dim"], sizes["head_dim_v"], **kw)
         if pv is not None:
-            kernels = fused.load_pair(pv, device, hq, hkv, sort=bool(sort), head_swizzle=bool(head_swizzle),
-                                      window_left=left)
-            ws = kernels.workspace(sizes["batch"], sizes["total_q"], hq, sizes["head_dim_v"])
-            return fused.build_pair(kernels, layout=ws, batch=sizes["batch"], q=q, k=k, v=v, out=out, lse=lse,
-                                    page_table=page_table, scale=scale, window=(left, right), softcap=cap,
-                                    return_lse=bool(return_lse), fixed_base=None, sizes=sizes)
+            return prepare(fused.load_pair, fused.build_pair, pv)
     fv = heuristics.choose_fused(arch, validation.DTYPES[q.dtype], sizes["head_dim"], sizes["head_dim_v"],
                                  num_heads_q=hq, num_heads_kv=hkv, mask=mask, layout=layout, max_seqlen_k=max_seqlen_k,
                                  paged=sizes["paged"], softcap=cap > 0, short_max_q=thr,
                                  num_sms=runtime.device_properties(device)["num_sms"])
-    if fv is None:
-        return None
-    kernels = fused.load(fv, device, hq, hkv, sort=bool(sort), head_swizzle=bool(head_swizzle), window_left=left)
-    ws = kernels.workspace(sizes["batch"], sizes["total_q"], hq, sizes["head_dim_v"])
-    return fused.build(kernels, layout=ws, batch=sizes["batch"], q=q, k=k, v=v, out=out, lse=lse,
-                       page_table=page_table, scale=scale, window=(left, right), softcap=cap,
-                       return_lse=bool(return_lse), fixed_base=None, sizes=sizes)
+    return None if fv is None else prepare(fused.load, fused.build, fv)
 
 
 def scheduler_config(attn_spec, attn_kernel, num_heads_q: int, num_heads_kv: int, *, sort: bool = True,

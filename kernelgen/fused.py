@@ -209,6 +209,14 @@ class PreparedFusedCall(prepared.PreparedCall):
                         (oa, la, rs, cq, md_s, op, lp))
 
 
+def _combine_launch(kernels, out, lse, strides: dict):
+    """The prepared combine launch of a mixed call (None when its short class does not split)."""
+    if kernels.combine is None:
+        return None
+    grid = kernel_args.combine_grid(out.shape[0], out.shape[1], kernels.combine.spec.rows_per_cta)
+    return kernels.combine.prepare(grid, kernel_args.combine_fields(out, lse, out.shape[1], strides))
+
+
 def _scheduler_launches(kernels, batch: int, cap: int) -> tuple:
     """The two classes' prepared scheduler launches (long, short) of a mixed call."""
     kernel_args.check_capacity(cap)
@@ -235,10 +243,7 @@ def build(kernels: FusedKernels, *, layout: FusedWorkspace, batch: int, q, k, v,
     else:
         pair = PairLaunch(kernels.fused, static_long, static_short)
     hq = out.shape[1]
-    combine = None
-    if kernels.combine is not None:
-        grid = kernel_args.combine_grid(out.shape[0], hq, kernels.combine.spec.rows_per_cta)
-        combine = kernels.combine.prepare(grid, kernel_args.combine_fields(out, lse, hq, strides))
+    combine = _combine_launch(kernels, out, lse, strides)
     return PreparedFusedCall(device=q.device, kernels=kernels, sched_long=sched_long, sched_short=sched_short,
                              pair=pair, combine=combine, layout=layout, fixed_base=fixed_base,
                              out_shape=tuple(out.shape), lse_shape=(hq, out.shape[0]) if return_lse else None,
@@ -355,10 +360,7 @@ def build_pair(kernels: PairKernels, *, layout: FusedWorkspace, batch: int, q, k
     attn_short = kernels.attn_short.prepare(kernels.attn_short.persistent_grid, kernel_args.attention_fields(
         q, k, v, out, lse, page_table, cap, scale, window, softcap, strides))
     hq = out.shape[1]
-    combine = None
-    if kernels.combine is not None:
-        grid = kernel_args.combine_grid(out.shape[0], hq, kernels.combine.spec.rows_per_cta)
-        combine = kernels.combine.prepare(grid, kernel_args.combine_fields(out, lse, hq, strides))
+    combine = _combine_launch(kernels, out, lse, strides)
     return PreparedPairCall(device=q.device, kernels=kernels, sched_long=sched_long, sched_short=sched_short,
                             attn_long=attn_long, attn_short=attn_short, combine=combine, layout=layout,
                             fixed_base=fixed_base, out_shape=tuple(out.shape),
