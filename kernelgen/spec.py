@@ -189,7 +189,8 @@ class AttentionSpec:
             dp, dvp = sm90_padded(self.head_dim), sm90_padded(self.head_dim_v)
             return 2 * (dp * (t.block_m + t.num_stages * t.block_n) + dvp * t.num_stages * t.block_n) + 256 + 1024
         sq, sv = self.head_dim + 8, self.head_dim_v + 8
-        q = t.block_m * max(sq, sv)
+        # one-warp, one-m16 tiles (decode) keep Q in registers (Q_REGS in variant_sm80.cuh)
+        q = 0 if t.num_warps == 1 and t.block_m == 16 else t.block_m * max(sq, sv)
         return 2 * (q + t.num_stages * t.block_n * (sq + sv))
 
     @property

@@ -134,18 +134,19 @@ def test_fused_tma_params_c_layout_with_the_host_compiler(tmp_path):
 
 
 @pytest.mark.parametrize("d,dv,long_smem,short_smem,first,after,smem", [
-    # d 64: decode slice 2 * (16 * 72 + 2 * 16 * 144) = 11520; 12 warps * 11520 + 1024 = 139264 fits the
-    # opt-in 232448 (> the long tile's 83200): 12 slices first; (83200 - 1280) // 11520 = 7 after
-    (64, 64, 83200, 11520, 12, 7, 139264),
-    # d 128: slice 2 * (16 * 136 + 2 * 16 * 272) = 21760; 12 slices want 262144: the budget is the
-    # opt-in 232448, (232448 - 1024) // 21760 = 10 first; (165120 - 1280) // 21760 = 7 after
-    (128, 128, 165120, 21760, 10, 7, 232448),
-    # d 96 (packed K/V; Q/K/V rows padded to 128 on the Hopper side): slice 2 * (16 * 104 + 2 * 16 * 208)
-    # = 16640, 12 * 16640 + 1024 = 200704; 12 first; (165120 - 1280) // 16640 = 9, capped at the 8 consumer warps
-    (96, 96, 165120, 16640, 12, 8, 200704),
-    # d 192 x 128 (packed): slice 2 * (16 * 200 + 2 * 16 * (200 + 136)) = 27904; 231424 // 27904 = 8 first;
-    # (214272 - 1280) // 27904 = 7 after
-    (192, 128, 214272, 27904, 8, 7, 232448),
+    # The decode slice is the K/V stages only (Q in registers): 2 B x 2 stages x 16 keys x (d + 8 + dv + 8).
+    # d 64: slice 2 * 2 * 16 * 144 = 9216; 12 warps * 9216 + 1024 = 111616 fits the opt-in 232448
+    # (> the long tile's 83200): 12 slices first; (83200 - 1280) // 9216 = 8 after (the 8 consumer warps)
+    (64, 64, 83200, 9216, 12, 8, 111616),
+    # d 128: slice 2 * 2 * 16 * 272 = 17408; 12 * 17408 + 1024 = 209920: 12 first; (165120 - 1280) // 17408 = 9,
+    # capped at the 8 consumer warps
+    (128, 128, 165120, 17408, 12, 8, 209920),
+    # d 96 (packed K/V; Q/K/V rows padded to 128 on the Hopper side): slice 2 * 2 * 16 * 208 = 13312,
+    # 12 * 13312 + 1024 = 160768 < the long tile's 165120: 12 first; (165120 - 1280) // 13312 = 12, capped at 8
+    (96, 96, 165120, 13312, 12, 8, 165120),
+    # d 192 x 128 (packed): slice 2 * 2 * 16 * (200 + 136) = 21504; 12 slices want 259072: the budget is the
+    # opt-in 232448, (232448 - 1024) // 21504 = 10 first; (214272 - 1280) // 21504 = 9, capped at 8 after
+    (192, 128, 214272, 21504, 10, 8, 232448),
 ])
 def test_short_tiles_per_cta_and_shared_memory(d, dv, long_smem, short_smem, first, after, smem):
     pv = pair(d, dv, paged=d in (64, 128))
@@ -169,11 +170,11 @@ def test_short_tiles_per_cta_and_shared_memory(d, dv, long_smem, short_smem, fir
 
 
 def test_head_dim_256_is_not_fused_on_hopper():
-    """d 256 would fit 5 short tiles first and 5 after (decode slice 2 * (16 * 264 + 2 * 16 * 528) =
-    42240: (232448 - 1024) // 42240 = 5, (230656 - 1280) // 42240 = 5) but its 256-column O
+    """d 256 would fit 6 short tiles first and 6 after (decode slice 2 * 2 * 16 * 528 = 33792, Q in
+    registers: (232448 - 1024) // 33792 = 6, (230656 - 1280) // 33792 = 6) but its 256-column O
     accumulators are above the fused kernel's head_dim_v limit of 128: the classes in turn."""
     pv = pair(256, paged=False)
-    assert pv is not None and pv.long.attention.smem_bytes() == 230656 and pv.short.attention.smem_bytes() == 42240
+    assert pv is not None and pv.long.attention.smem_bytes() == 230656 and pv.short.attention.smem_bytes() == 33792
     assert FusedAttentionSpec.SM90_FUSED_MAX_DV == 128
     with pytest.raises(ValueError, match="head_dim_v <= 128"):
         FusedAttentionSpec(pv.long.attention, pv.short.attention)

@@ -13,7 +13,11 @@ N free SMs; a one-thread kernel after it on that stream sets the flag (the block
 after a second).  The decode call's time is taken with CUDA events around it on its stream; the
 median of ``--repeat`` runs.  The scheduler sees the cut grid too (fewer CTAs: fewer splits).
 
-Usage: PYTHONPATH=$PWD python tools/decode_sm_scaling.py [--sms 8,16,33,48,66,132] [--json FILE]
+``--hot-pages K`` maps every page-table entry to one of the first K pages (K x 32 KB at llama3-8b,
+pages of 16: L2-resident for K up to about 1500), so the same tiles read from L2 instead of HBM:
+the decode tile's own ceiling when memory latency and bandwidth are taken away.
+
+Usage: PYTHONPATH=$PWD python tools/decode_sm_scaling.py [--sms 8,16,33,48,66,132] [--hot-pages K] [--json FILE]
 """
 from __future__ import annotations
 
@@ -45,6 +49,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sms", default="8,16,24,33,40,48,66,99,132")
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--hot-pages", type=int, default=0, help="map the page table onto the first K pages (L2)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     import cupy
@@ -62,6 +67,8 @@ def main(argv=None) -> int:
     settings = suites.Settings()
     ctx = suites.decode_contexts(settings, "decode_trace_b128_paged16")
     q, kc, vc, pt, used, cu_q = suites.paged_batch([1] * len(ctx), ctx, m, seed=7)
+    if a.hot_pages > 0:
+        pt = pt % a.hot_pages
     out = torch.empty(len(ctx), m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16)
     nbytes = decode_bytes(ctx, m)
 
@@ -116,6 +123,7 @@ def main(argv=None) -> int:
     attn.persistent_grid = full_grid
     if a.json:
         Path(a.json).write_text(json.dumps({"batch": "decode_trace_b128_paged16 (llama3-8b)", "bytes": nbytes,
+                                            "hot_pages": a.hot_pages,
                                             "rows": rows}, indent=1))
     return 0
 

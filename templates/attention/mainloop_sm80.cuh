@@ -142,6 +142,43 @@ __device__ __forceinline__ void gemm_qk(float (&s)[MT][BN / 8][4], u32 sQ_base, 
   }
 }
 
+// Q_REGS tiles: the warp's 16 x D query rows as mma A fragments (qa[ks] for key dims 16 ks ..),
+// read straight from global memory, 4 bytes a load (rows >= valid_rows are zeros).  row_ptr(r)
+// gives row r's first element (called only for r < valid_rows).
+template <class RowPtr>
+__device__ __forceinline__ void load_q_frags(u32 (&qa)[D / 16][4], RowPtr row_ptr, int valid_rows, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  const u16* r0 = g < valid_rows ? row_ptr(g) + 2 * t : nullptr;
+  const u16* r1 = g + 8 < valid_rows ? row_ptr(g + 8) + 2 * t : nullptr;
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    qa[ks][0] = r0 != nullptr ? *reinterpret_cast<const u32*>(r0 + ks * 16) : 0u;
+    qa[ks][1] = r1 != nullptr ? *reinterpret_cast<const u32*>(r1 + ks * 16) : 0u;
+    qa[ks][2] = r0 != nullptr ? *reinterpret_cast<const u32*>(r0 + ks * 16 + 8) : 0u;
+    qa[ks][3] = r1 != nullptr ? *reinterpret_cast<const u32*>(r1 + ks * 16 + 8) : 0u;
+  }
+}
+
+// gemm_qk with Q from registers (Q_REGS: one warp, one m16 tile)
+__device__ __forceinline__ void gemm_qk_regs(float (&s)[MT][BN / 8][4], const u32 (&qa)[D / 16][4], u32 sK_base,
+                                             int lane) {
+#pragma unroll
+  for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[0][nt][e] = 0.f;
+  const u32 k_lane = sK_base + (u32)((((lane & 7) + ((lane >> 4) << 3)) * SQ + ((lane >> 3) & 1) * 8) * 2);
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+    for (int np = 0; np < BN / 16; ++np) {
+      u32 b0, b1, b2, b3;
+      ldsm_x4(k_lane + (u32)((np * 16 * SQ + ks * 16) * 2), b0, b1, b2, b3);
+      mma_16816(s[0][2 * np], qa[ks], b0, b1);
+      mma_16816(s[0][2 * np + 1], qa[ks], b2, b3);
+    }
+  }
+}
+
 // O[MT][DV/8] += P (WM x BN, from the probabilities left in s) * V_tile (BN x DV)
 __device__ __forceinline__ void gemm_pv(float (&o)[MT][DV / 8][4], const float (&s)[MT][BN / 8][4], u32 sV_base, int lane) {
   const u32 v_lane = sV_base + (u32)((((lane & 7) + ((lane >> 3) & 1) * 8) * SV + (lane >> 4) * 8) * 2);

@@ -1,7 +1,8 @@
 // ---- attention/tile_sm80.cuh: one work tile, start to finish ----
 // Tile t (of metadata md) on the tile's NT threads (tid in [0, NT)), with the variant's shared
 // memory at sQ (generic pointer; sQ_base is its shared-window address): the Q/O tile, then
-// STAGES K and V blocks.  `cursor` is this thread group's entry
+// STAGES K and V blocks (no Q/O tile for Q_REGS tiles: Q in registers, O staged in the K/V
+// stages).  `cursor` is this thread group's entry
 // search position (tile indices it sees only grow).
 __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4, int t, int& cursor, u16* sQ,
                                          u32 sQ_base, int tid) {
@@ -49,8 +50,16 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
     row_sum[mt][0] = row_sum[mt][1] = 0.f;
   }
 
+  u32 qa[D / 16][4];  // Q_REGS: the warp's Q fragments, all of head dim D (else unused)
   if (n_blocks > 0) {
-    if (PACK_GQA) {
+    if (Q_REGS) {
+      load_q_frags(qa, [&](int r) {
+        const int pr = row0 + r;
+        const int pos = PACK_GQA ? pr / qpk : pr;
+        const int head = PACK_GQA ? kv_head * qpk + pr - pos * qpk : ti.head;
+        return Q + (i64)(ti.q_start + pos) * p.q_row_stride + (i64)head * p.q_head_stride;
+      }, ti.valid_rows, lane);
+    } else if (PACK_GQA) {
       load_rows<BM, D, SQ>(sQ_base, [&](int r) {
         const int pr = row0 + r;
         const int pos = pr / qpk;
@@ -89,7 +98,8 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
       }
       const int st = i % STAGES;
       float s[MT][BN / 8][4];
-      gemm_qk(s, sQ_base, sK_base + st * K_ELEMS * 2, warp, lane);
+      if (Q_REGS) gemm_qk_regs(s, qa, sK_base + st * K_ELEMS * 2, lane);
+      else gemm_qk(s, sQ_base, sK_base + st * K_ELEMS * 2, warp, lane);
       transform_scores(s, p.scale_log2, p.softcap_scale, p.softcap_log2);
       if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, qpk, warp, lane);
       softmax_update(s, row_max, row_sum, o);

@@ -27,10 +27,16 @@ constexpr int WM = 16 * MT;         // query rows per warp
 constexpr int SQ = D + 8;
 constexpr int SV = DV + 8;
 constexpr int SO = DV + 8;
-constexpr int Q_ELEMS = BM * (SQ > SO ? SQ : SO);
+// One-warp, one-m16 tiles (the decode tile) keep Q in registers, read once from global memory
+// (D / 16 x 4 registers a lane), not in shared memory: that frees a sixth of a decode tile's shared
+// memory, so more of them (more warps, more bytes in flight) fit an SM, and saves D / 16 ldmatrix a
+// key block.  Their O staging (epilogue) reuses the K/V stages, idle by then.
+constexpr bool Q_REGS = NW == 1 && MT == 1;
+constexpr int Q_ELEMS = Q_REGS ? 0 : BM * (SQ > SO ? SQ : SO);
 constexpr int K_ELEMS = BN * SQ;
 constexpr int V_ELEMS = BN * SV;
 constexpr int SMEM_BYTES = 2 * (Q_ELEMS + STAGES * (K_ELEMS + V_ELEMS));
+static_assert(!Q_REGS || BM * SO <= STAGES * (K_ELEMS + V_ELEMS), "the O staging fits the K/V stages");
 static_assert(SMEM_BYTES == {{ v.smem_bytes }}, "host and device disagree on shared memory size");
 static_assert(BM % (16 * NW) == 0 && BN % 16 == 0 && D % 16 == 0 && DV % 16 == 0, "tile shape");
 
