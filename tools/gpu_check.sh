@@ -13,6 +13,8 @@
 # Parts can be combined with commas (e.g. all,reliability).
 # (tests and bench fit one 10-minute device call each; tools/gpu_report.py merges their folders.)
 # Each stage has its own time limit so a hang in one still leaves the others' results.
+# The device's copy of the tree may carry stale git metadata (a run of 39c4233 reported 43ec5e7):
+# regenerate the report here with KERNELGEN_COMMIT=$(git rev-parse HEAD) tools/gpu_report.py.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PART=",${1:-all},"
