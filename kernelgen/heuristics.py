@@ -63,8 +63,9 @@ _MID = {
 _MID_SMALL_SMEM = {**_MID, 256: TileConfig(64, 16, 4, 2, 1)}
 #: One warp, 16 query rows: at decode the tile is almost all K/V traffic, so many small CTAs per
 #: SM keep enough bytes in flight (16 rows keep the MMA work per byte low enough for mma.sync).
-#: 16-key blocks: one page lookup per block for the usual page sizes (16, 32, ...), and 20-80 KB of
-#: shared memory, so 3-10 CTAs per SM (H200 decode sweep in docs/perf-notes.md).
+#: 16-key blocks: one page lookup per block for the usual page sizes (16, 32, ...), and 9-42 KB of
+#: shared memory (up to head dim 128 the tile keeps Q in registers: K/V stages only), so 5-12 CTAs
+#: per SM (H200 decode sweeps in docs/perf-notes.md).
 _DECODE = {
     64: TileConfig(16, 16, 1, 2, 8),
     96: TileConfig(16, 16, 1, 2, 8),

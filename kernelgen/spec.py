@@ -176,8 +176,17 @@ class AttentionSpec:
     def causal(self) -> bool:
         return self.mask == "causal"
 
+    @property
+    def q_in_registers(self) -> bool:
+        """sm80 one-warp, 16-row tiles (decode) with head_dim <= 128 keep Q in registers and have no
+        Q/O tile in shared memory (Q_REGS in variant_sm80.cuh; docs/perf-notes.md, "The decode
+        tile's own ceiling")."""
+        t = self.tile
+        return self.mainloop == "sm80" and t.num_warps == 1 and t.block_m == 16 and self.head_dim <= 128
+
     def smem_bytes(self) -> int:
-        """Dynamic shared memory of one CTA (bytes): Q/O tile plus num_stages K and V tiles.
+        """Dynamic shared memory of one CTA (bytes): Q/O tile (none if ``q_in_registers``) plus
+        num_stages K and V tiles.
 
         sm80: rows are padded by 8 elements (16 bytes); must match SMEM_BYTES in variant_sm80.cuh.
         sm90a: 128-byte-swizzled tiles whose rows hold ``sm90_padded(head_dim)`` (Q, K) and
@@ -189,8 +198,7 @@ class AttentionSpec:
             dp, dvp = sm90_padded(self.head_dim), sm90_padded(self.head_dim_v)
             return 2 * (dp * (t.block_m + t.num_stages * t.block_n) + dvp * t.num_stages * t.block_n) + 256 + 1024
         sq, sv = self.head_dim + 8, self.head_dim_v + 8
-        # one-warp, one-m16 tiles (decode) keep Q in registers (Q_REGS in variant_sm80.cuh)
-        q = 0 if t.num_warps == 1 and t.block_m == 16 else t.block_m * max(sq, sv)
+        q = 0 if self.q_in_registers else t.block_m * max(sq, sv)
         return 2 * (q + t.num_stages * t.block_n * (sq + sv))
 
     @property

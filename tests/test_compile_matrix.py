@@ -66,6 +66,18 @@ def test_serving_variants_compile_without_spills(arch, dtype, hd, rows, mask, pa
         assert _compile(v.combine).resources["spill_stores"] == 0
 
 
+@pytest.mark.parametrize("arch", ("sm_80", "sm_90a"))
+@pytest.mark.parametrize("hd", (128, 256))
+def test_decode_tile_packed_no_mask_compiles_without_spills(arch, hd):
+    """The decode tile on packed K/V without a mask (a row FEATURES does not hold): at d 256 Q in
+    registers made it spill 12-20 bytes, so Q stays in shared memory above d 128."""
+    v = heuristics.choose(arch, "bf16", hd, hd, num_heads_q=32, num_heads_kv=8, mask="none", max_seqlen_q=1,
+                          max_seqlen_k=32768, paged=False)
+    assert v.attention.tile.num_warps == 1 and v.attention.q_in_registers == (hd <= 128)
+    r = _compile(v.attention).resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, (v.attention.name, r)
+
+
 def test_hdim_192_128_compiles():
     _, spec = heuristics.specs_for("sm_90a", "bf16", 192, 128, True, "soa")
     assert _compile(spec).resources["spill_stores"] == 0
@@ -127,6 +139,7 @@ def test_fused_not_used_where_it_does_not_fit():
     kw = dict(num_heads_q=32, num_heads_kv=8, max_seqlen_k=4096, paged=True)
     assert heuristics.choose_fused("sm_90a", "bf16", 128, 128, mask="local", **kw) is None
     assert heuristics.choose_fused("sm_90a", "bf16", 256, 256, mask="causal", **kw) is None
+    assert heuristics.choose_fused("sm_80", "bf16", 256, 256, mask="causal", **kw) is None
     assert heuristics.choose_fused("sm_90a", "bf16", 128, 128, mask="causal", short_max_q=0, **kw) is None
     # 32 query heads per KV head do not fit one 16-row tile: short tiles are per head, unpacked
     f = heuristics.choose_fused("sm_90a", "bf16", 128, 128, mask="causal", short_max_q=4, num_heads_q=32,

@@ -134,7 +134,7 @@ def test_fused_tma_params_c_layout_with_the_host_compiler(tmp_path):
 
 
 @pytest.mark.parametrize("d,dv,long_smem,short_smem,first,after,smem", [
-    # The decode slice is the K/V stages only (Q in registers): 2 B x 2 stages x 16 keys x (d + 8 + dv + 8).
+    # At d <= 128 the decode slice is the K/V stages only (Q in registers): 2 B x 2 stages x 16 keys x (d + 8 + dv + 8).
     # d 64: slice 2 * 2 * 16 * 144 = 9216; 12 warps * 9216 + 1024 = 111616 fits the opt-in 232448
     # (> the long tile's 83200): 12 slices first; (83200 - 1280) // 9216 = 8 after (the 8 consumer warps)
     (64, 64, 83200, 9216, 12, 8, 111616),
@@ -144,9 +144,9 @@ def test_fused_tma_params_c_layout_with_the_host_compiler(tmp_path):
     # d 96 (packed K/V; Q/K/V rows padded to 128 on the Hopper side): slice 2 * 2 * 16 * 208 = 13312,
     # 12 * 13312 + 1024 = 160768 < the long tile's 165120: 12 first; (165120 - 1280) // 13312 = 12, capped at 8
     (96, 96, 165120, 13312, 12, 8, 165120),
-    # d 192 x 128 (packed): slice 2 * 2 * 16 * (200 + 136) = 21504; 12 slices want 259072: the budget is the
-    # opt-in 232448, (232448 - 1024) // 21504 = 10 first; (214272 - 1280) // 21504 = 9, capped at 8 after
-    (192, 128, 214272, 21504, 10, 8, 232448),
+    # d 192 x 128 (packed; Q stays in shared memory above d 128): slice 2 * (16 * 200 + 2 * 16 * (200 + 136))
+    # = 27904; 231424 // 27904 = 8 first; (214272 - 1280) // 27904 = 7 after
+    (192, 128, 214272, 27904, 8, 7, 232448),
 ])
 def test_short_tiles_per_cta_and_shared_memory(d, dv, long_smem, short_smem, first, after, smem):
     pv = pair(d, dv, paged=d in (64, 128))
@@ -170,11 +170,12 @@ def test_short_tiles_per_cta_and_shared_memory(d, dv, long_smem, short_smem, fir
 
 
 def test_head_dim_256_is_not_fused_on_hopper():
-    """d 256 would fit 6 short tiles first and 6 after (decode slice 2 * 2 * 16 * 528 = 33792, Q in
-    registers: (232448 - 1024) // 33792 = 6, (230656 - 1280) // 33792 = 6) but its 256-column O
+    """d 256 would fit 5 short tiles first and 5 after (decode slice 2 * (16 * 264 + 2 * 16 * 528) =
+    42240, Q in shared memory above d 128: (232448 - 1024) // 42240 = 5, (230656 - 1280) // 42240 = 5)
+    but its 256-column O
     accumulators are above the fused kernel's head_dim_v limit of 128: the classes in turn."""
     pv = pair(256, paged=False)
-    assert pv is not None and pv.long.attention.smem_bytes() == 230656 and pv.short.attention.smem_bytes() == 33792
+    assert pv is not None and pv.long.attention.smem_bytes() == 230656 and pv.short.attention.smem_bytes() == 42240
     assert FusedAttentionSpec.SM90_FUSED_MAX_DV == 128
     with pytest.raises(ValueError, match="head_dim_v <= 128"):
         FusedAttentionSpec(pv.long.attention, pv.short.attention)
@@ -417,6 +418,19 @@ def test_hopper_fused_kernel_compiles_without_spills_with_hgmma_and_hmma(kw):
         assert ops["UTMALDG"] == halves, ops          # Q only
     else:
         assert ops["UTMALDG"] >= 3 * halves, ops      # Q, K, V
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_hopper_fused_d192x128_compiles_without_spills(dtype):
+    """The fused kernel of head dims 192 x 128 (packed K/V): its decode tile keeps Q in shared memory
+    (Q_REGS stops at d 128; 48 registers of Q made this kernel spill 4-8 bytes at 168)."""
+    fv = heuristics.choose_fused_hopper("sm_90a", dtype, 192, 128, num_heads_q=HQ, num_heads_kv=HKV, mask="causal",
+                                        max_seqlen_q=2048, max_seqlen_k=8192, paged=False, short_max_q=4)
+    assert fv is not None and not fv.fused.short.q_in_registers
+    assert (fv.fused.short_tiles_first, fv.fused.short_tiles_after) == (8, 7)
+    res = compiler.compile_cubin(render.render(fv.fused), "sm_90a", compiler.default_options("sm_90a"), fv.fused.name)
+    r = res.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0 and r["registers"] == 168, r
 
 
 def test_register_pool_check_guards_setmaxnreg():

@@ -126,17 +126,20 @@ def test_bytecode_cache_write_failure_is_ignored(monkeypatch, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("hd,hdv", [(64, 64), (128, 128), (192, 128), (256, 256)])
+@pytest.mark.parametrize("hd,hdv", [(64, 64), (96, 96), (128, 128), (192, 128), (256, 256)])
 def test_decode_tile_keeps_q_in_registers(hd, hdv):
-    """The one-warp, 16-row decode tile has no Q/O tile in shared memory (Q_REGS: Q in registers,
-    O staged in the K/V stages): its shared memory is the K/V stages alone; larger tiles keep it."""
+    """The one-warp, 16-row decode tile up to head dim 128 has no Q/O tile in shared memory (Q_REGS:
+    Q in registers, O staged in the K/V stages): its shared memory is the K/V stages alone; wider
+    decode tiles and larger tiles keep the Q/O tile."""
     dec = heuristics.choose("sm_90a", "bf16", hd, hdv, num_heads_q=32, num_heads_kv=8, mask="causal",
                             max_seqlen_q=1, max_seqlen_k=8192, paged=True, page_size=16).attention
     t = dec.tile
     assert (t.block_m, t.num_warps, dec.mainloop) == (16, 1, "sm80")
-    assert dec.smem_bytes() == 2 * t.num_stages * t.block_n * (hd + 8 + hdv + 8)
+    q = 0 if hd <= 128 else 16 * (max(hd, hdv) + 8)
+    assert dec.q_in_registers == (hd <= 128)
+    assert dec.smem_bytes() == 2 * (q + t.num_stages * t.block_n * (hd + 8 + hdv + 8))
     src = render.render(dec)
-    assert "constexpr bool Q_REGS = NW == 1 && MT == 1;" in src and "gemm_qk_regs(" in src
+    assert "constexpr bool Q_REGS = NW == 1 && MT == 1 && D <= 128;" in src and "gemm_qk_regs(" in src
     mid = AttentionSpec("sm_80", "bf16", hd, hdv, "causal", "soa", heuristics.tile_config("sm_80", hd, hdv, "mid"))
     st = mid.tile
     assert mid.smem_bytes() == 2 * (st.block_m * (max(hd, hdv) + 8) + st.num_stages * st.block_n * (hd + hdv + 16))

@@ -27,11 +27,12 @@ constexpr int WM = 16 * MT;         // query rows per warp
 constexpr int SQ = D + 8;
 constexpr int SV = DV + 8;
 constexpr int SO = DV + 8;
-// One-warp, one-m16 tiles (the decode tile) keep Q in registers, read once from global memory
-// (D / 16 x 4 registers a lane), not in shared memory: that frees a sixth of a decode tile's shared
-// memory, so more of them (more warps, more bytes in flight) fit an SM, and saves D / 16 ldmatrix a
-// key block.  Their O staging (epilogue) reuses the K/V stages, idle by then.
-constexpr bool Q_REGS = NW == 1 && MT == 1;
+// One-warp, one-m16 tiles (the decode tile) with D <= 128 keep Q in registers, read once from
+// global memory (D / 16 x 4 registers a lane), not in shared memory: that frees a sixth of a decode
+// tile's shared memory, so more of them (more warps, more bytes in flight) fit an SM, and saves
+// D / 16 ldmatrix a key block.  Their O staging (epilogue) reuses the K/V stages, idle by then.
+// Wider Q (48-64 registers) makes the d 256 tile and the fused kernels of d 192 x 128 spill.
+constexpr bool Q_REGS = NW == 1 && MT == 1 && D <= 128;
 constexpr int Q_ELEMS = Q_REGS ? 0 : BM * (SQ > SO ? SQ : SO);
 constexpr int K_ELEMS = BN * SQ;
 constexpr int V_ELEMS = BN * SV;
