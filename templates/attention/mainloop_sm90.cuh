@@ -41,27 +41,38 @@ __device__ __forceinline__ MaskInfo tile_mask(const AttnParams& p, const TileInf
   return mi;
 }
 
-// Paged TMA (PAGED, not GATHER): the BN keys of a request from key0 on, as boxes of
+// Paged TMA (PAGED, not GATHER): the BN keys of a request from key0 on, as NB boxes of
 // rows = min(page_size, BN) keys (the 4-D map's box), each inside one page: page_size a multiple of
-// BN (one box), or BN a multiple of page_size with page_size a multiple of 8 (BN / page_size
-// boxes, each starting on a 1024-byte swizzle atom).  page0: the page of key0 (looked up before
-// the slot wait).  Boxes past the request's last page (last_pi) load that page again (rows past
-// seqlen_k are masked and their V rows zeroed), so no page-table entry past seqused_k is read.
+// BN (one box a 64-column half, starting at key0's slot), or BN a multiple of page_size with
+// page_size a multiple of 8 (NB = BN / page_size boxes from slot 0, each starting on a 1024-byte
+// swizzle atom).  The whole producer warp takes part: lane l < NB looks up the page of box l (one
+// independent page-table load a lane, issued before the slot wait and kept for V) and issues that
+// box's TMA copies, so a block costs one load latency, not NB dependent ones in a row.  Boxes past
+// the request's last page (last_pi) load that page again (rows past seqlen_k are masked and their V
+// rows zeroed), so no page-table entry past seqused_k is read.
+struct PagedBoxes {
+  int page;  // this lane's page (lane < nb)
+  int slot;  // first slot of every box of the block
+  int nb;    // boxes a block
+  int rows;  // keys a box
+};
+__device__ __forceinline__ PagedBoxes paged_boxes(const int* page_row, int page_size, int key0, int last_pi, int lane) {
+  PagedBoxes pb;
+  pb.rows = min(page_size, BN);
+  pb.nb = BN / pb.rows;
+  const int pi0 = key0 / page_size;
+  pb.slot = key0 - pi0 * page_size;
+  pb.page = lane < pb.nb ? page_row[min(pi0 + lane, last_pi)] : 0;
+  return pb;
+}
 // NH: 64-column boxes a row (HALVES for K, VHALVES for V).
 template <int NH>
-__device__ __forceinline__ void tma_load_paged(u32 dst, const void* map, u32 bar, int kv_head, const int* page_row,
-                                               int page_size, int key0, int last_pi, int page0) {
-  const int rows = min(page_size, BN);
-  int page = page0;
-#pragma unroll 1
-  for (int i = 0; i < BN; i += rows) {
-    const int key = key0 + i;
-    const int pi = key / page_size;
-    if (i > 0) page = page_row[min(pi, last_pi)];
-    const int slot = key - pi * page_size;
+__device__ __forceinline__ void tma_load_paged(u32 dst, const void* map, u32 bar, int kv_head, const PagedBoxes& pb,
+                                               int lane) {
+  if (lane < pb.nb) {
 #pragma unroll
     for (int h = 0; h < NH; ++h)
-      tma_load_4d(dst + h * KV_HALF + (u32)i * 128u, map, bar, h * 64, kv_head, slot, page);
+      tma_load_4d(dst + h * KV_HALF + (u32)(lane * pb.rows) * 128u, map, bar, h * 64, kv_head, pb.slot, pb.page);
   }
 }
 
@@ -109,43 +120,52 @@ __device__ __forceinline__ void producer_loop(const AttnParams& p, const TmaMaps
     int n_lo, n_hi;  // a key block outside the causal mask or the window is never loaded
     key_block_range(mi, ti.row0, ti.row0 + ti.valid_rows - 1, n_lo, n_hi);
     split_block_range(ti.split, ti.num_splits, n_lo, n_hi);
-    if (n_hi > n_lo && lane == 0) {
+    if (n_hi > n_lo) {
       const int kv_head = ti.head / qpk;
-      mbar_wait(bar_q_empty(sb), (q_iter & 1) ^ 1, 2);
-      mbar_arrive_expect_tx(bar_q_full(sb), Q_BYTES);
+      if (lane == 0) {
+        mbar_wait(bar_q_empty(sb), (q_iter & 1) ^ 1, 2);
+        mbar_arrive_expect_tx(bar_q_full(sb), Q_BYTES);
 #pragma unroll
-      for (int h = 0; h < HALVES; ++h)
-        tma_load_3d(sb + h * Q_HALF, maps.q, bar_q_full(sb), h * 64, ti.head, ti.q_start + ti.row0);
-      const int* page_row = PAGED ? static_cast<const int*>(p.page_table) + (i64)ti.b * p.page_table_stride : nullptr;
-      const int last_pi = PAGED ? (ti.seqlen_k - 1) / p.page_size : 0;
-      for (int n = n_hi - 1; n >= n_lo; --n) {
-        const int key0 = ti.k_start + n * BN;  // paged: k_start is 0
-        const int page0 = PAGED ? page_row[key0 / p.page_size] : 0;
-        mbar_wait(bar_k_empty(sb, stage), phase ^ 1, 3);
-        mbar_arrive_expect_tx(bar_k_full(sb, stage), K_BYTES);
-        if (PAGED) {
-          tma_load_paged<HALVES>(sb + OFF_K + stage * K_BYTES, maps.k, bar_k_full(sb, stage), kv_head, page_row,
-                                 p.page_size, key0, last_pi, page0);
-        } else {
+        for (int h = 0; h < HALVES; ++h)
+          tma_load_3d(sb + h * Q_HALF, maps.q, bar_q_full(sb), h * 64, ti.head, ti.q_start + ti.row0);
+      }
+      if (PAGED) {  // the whole warp: one box a lane (tma_load_paged)
+        const int* page_row = static_cast<const int*>(p.page_table) + (i64)ti.b * p.page_table_stride;
+        const int last_pi = (ti.seqlen_k - 1) / p.page_size;
+        for (int n = n_hi - 1; n >= n_lo; --n) {
+          const PagedBoxes pb = paged_boxes(page_row, p.page_size, n * BN, last_pi, lane);  // paged: k_start is 0
+          mbar_wait(bar_k_empty(sb, stage), phase ^ 1, 3);
+          if (lane == 0) mbar_arrive_expect_tx(bar_k_full(sb, stage), K_BYTES);
+          __syncwarp();
+          tma_load_paged<HALVES>(sb + OFF_K + stage * K_BYTES, maps.k, bar_k_full(sb, stage), kv_head, pb, lane);
+          mbar_wait(bar_v_empty(sb, stage), phase ^ 1, 4);
+          if (lane == 0) mbar_arrive_expect_tx(bar_v_full(sb, stage), V_BYTES);
+          __syncwarp();
+          tma_load_paged<VHALVES>(sb + OFF_V + stage * V_BYTES, maps.v, bar_v_full(sb, stage), kv_head, pb, lane);
+          if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1;
+          }
+        }
+      } else if (lane == 0) {
+        for (int n = n_hi - 1; n >= n_lo; --n) {
+          const int key0 = ti.k_start + n * BN;
+          mbar_wait(bar_k_empty(sb, stage), phase ^ 1, 3);
+          mbar_arrive_expect_tx(bar_k_full(sb, stage), K_BYTES);
 #pragma unroll
           for (int h = 0; h < HALVES; ++h)
             tma_load_3d(sb + OFF_K + stage * K_BYTES + h * KV_HALF, maps.k, bar_k_full(sb, stage), h * 64, kv_head,
                         key0);
-        }
-        mbar_wait(bar_v_empty(sb, stage), phase ^ 1, 4);
-        mbar_arrive_expect_tx(bar_v_full(sb, stage), V_BYTES);
-        if (PAGED) {
-          tma_load_paged<VHALVES>(sb + OFF_V + stage * V_BYTES, maps.v, bar_v_full(sb, stage), kv_head, page_row,
-                                  p.page_size, key0, last_pi, page0);
-        } else {
+          mbar_wait(bar_v_empty(sb, stage), phase ^ 1, 4);
+          mbar_arrive_expect_tx(bar_v_full(sb, stage), V_BYTES);
 #pragma unroll
           for (int h = 0; h < VHALVES; ++h)
             tma_load_3d(sb + OFF_V + stage * V_BYTES + h * KV_HALF, maps.v, bar_v_full(sb, stage), h * 64, kv_head,
                         key0);
-        }
-        if (++stage == STAGES) {
-          stage = 0;
-          phase ^= 1;
+          if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1;
+          }
         }
       }
       ++q_iter;
