@@ -287,12 +287,12 @@ def test_encoder_refusal_names_the_fused_kernel(fake_cuda, monkeypatch):
 
 
 def test_default_short_ctas_is_a_share_of_the_sms(monkeypatch):
-    """The default: 30% of the SMs, rounded, at least one (40 of an H200's 132)."""
+    """The default: 42.5% of the SMs, rounded, at least one (56 of an H200's 132)."""
     monkeypatch.delenv(ENV, raising=False)
-    assert heuristics.SM90_MIXED_SHORT_FRACTION == 0.30
-    assert [heuristics.sm90_mixed_short_ctas(n) for n in (132, 114, 16, 2, 1)] == [40, 34, 5, 1, 1]
+    assert heuristics.SM90_MIXED_SHORT_FRACTION == 0.425
+    assert [heuristics.sm90_mixed_short_ctas(n) for n in (132, 114, 16, 2, 1)] == [56, 48, 7, 1, 1]
     monkeypatch.setenv(ENV, "  ")              # blank: the default
-    assert heuristics.sm90_mixed_short_ctas(132) == 40
+    assert heuristics.sm90_mixed_short_ctas(132) == 56
 
 
 @pytest.mark.parametrize("value,expected", [("7", 7), ("0", 0), ("132", 132), (" 12 ", 12)])

@@ -1,0 +1,133 @@
+"""Where the Hopper fused mixed-batch kernel spends its time, CTA by CTA (GPU, sm_90a).
+
+Builds the fused kernel with ``KERNELGEN_DEFINES=KG_TIMELINE`` (globaltimer stamps and short-tile
+counts per CTA, ``templates/attention/fwd_fused_sm90.cu.j2``), runs a ``tools/mixed_sweep.py`` case
+at each ``--short-ctas`` value and prints, for the CTAs that start on the short (decode) queue and
+for the others: how many, and the mean / max of each phase (short queue, long queue, short tiles
+after the long queue) in us from the launch's first stamp, plus the SM-time (CTA x us) of each
+phase and its tile counts.  The decode SM-time against ``decode_only``'s bytes gives the decode
+tiles' GB/s an SM inside the fused kernel; the long SM-time against ``prefill_only`` the prefill's.
+
+Usage: PYTHONPATH=$PWD python tools/mixed_timeline.py [--case bench] [--short-ctas 40,56,80] [--json F]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def summarise(tl, grid: int, short_ctas: int) -> dict:
+    """Phase statistics of one run from the (grid, 16) stamp array (ns; see the module doc)."""
+    import numpy as np
+
+    t = tl[:grid].astype(np.float64)
+    t0 = t[:, 0].min()
+    start, short_end, long_end, end = [(t[:, i] - t0) / 1e3 for i in range(4)]
+    clk = [t[:, 8 + i] for i in range(4)]
+
+    def mhz(a, b, sel):  # mean SM clock between stamps a and b (cycles / us) over the selected CTAs
+        dt = (t[sel, b] - t[sel, a]) / 1e3
+        ok = dt > 50
+        return float(((clk[b][sel] - clk[a][sel])[ok] / dt[ok]).mean()) if ok.any() else None
+    out = {"total_us": float(end.max())}
+    for name, sel in (("short_first", np.arange(grid) >= grid - short_ctas), ("long_first", np.arange(grid) < grid - short_ctas)):
+        if not sel.any():
+            continue
+        short = short_end[sel] - start[sel]
+        longp = long_end[sel] - short_end[sel]
+        after = end[sel] - long_end[sel]
+        out[name] = {
+            "ctas": int(sel.sum()),
+            "short_us_mean": float(short.mean()), "short_us_max": float(short.max()),
+            "long_us_mean": float(longp.mean()), "long_us_max": float(longp.max()),
+            "after_us_mean": float(after.mean()), "after_us_max": float(after.max()),
+            "end_us_min": float(end[sel].min()), "end_us_max": float(end[sel].max()),
+            "short_sm_ms": float(short.sum() / 1e3), "long_sm_ms": float(longp.sum() / 1e3),
+            "after_sm_ms": float(after.sum() / 1e3),
+            "short_tiles_first": int(t[sel, 4].sum()), "short_tiles_after": int(t[sel, 5].sum()),
+            "mhz_short": mhz(0, 1, sel), "mhz_long": mhz(1, 2, sel), "mhz_after": mhz(2, 3, sel),
+        }
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--case", default="bench")
+    ap.add_argument("--short-ctas", default="40,56,80")
+    ap.add_argument("--model", default="llama3-8b")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--soak", type=float, default=0.0, help="also run prefill_only, decode_only, serial and each "
+                    "fused_kN back to back for this many seconds each, printing wall-clock start/end times (to "
+                    "align with an `nvidia-smi --query-gpu=clocks.sm,power.draw -lms 50` log)")
+    a = ap.parse_args(argv)
+    os.environ["KERNELGEN_DEFINES"] = ",".join(x for x in (os.environ.get("KERNELGEN_DEFINES", ""), "KG_TIMELINE") if x)
+    import numpy as np
+    import torch
+    from cupy.cuda import runtime as cupy_rt
+
+    import mixed_sweep
+    from kernelgen.bench import measure, suites
+    from kernelgen.bench.models import PRESETS
+
+    ks = [int(x) for x in a.short_ctas.split(",") if x]
+    calls, _, desc = mixed_sweep.build_case(a.case, PRESETS[a.model], ks, suites.Settings())
+    from kernelgen import runtime
+
+    fused_kernels = [k for k in runtime.loaded_kernels() if k.spec.name.startswith("fused_attn_sm_90a")]
+    report = {"case": a.case, "shape": desc, "runs": {}}
+    base = {lab: calls[lab] for lab in ("prefill_only", "decode_only", "serial")}
+    times = measure.time_interleaved(base, rounds=3, repeat=5)
+    report["alone_us"] = {k: v["us"] for k, v in times.items()}
+    print(desc)
+    print({k: round(v["us"], 1) for k, v in times.items()})
+    for k in ks:
+        label = f"fused_k{k}"
+        calls[label]()  # warm
+        torch.cuda.synchronize()
+        kern = fused_kernels[0] if fused_kernels else None
+        if kern is None:
+            raise SystemExit("mixed_timeline: the fused kernel is not in runtime's table")
+        ptr = int(kern.module.get_global_var("kg_timeline"))  # device address
+        n = 2048 * 16
+        zero = np.zeros(n, dtype=np.uint64)
+        runs = []
+        for _ in range(3):
+            cupy_rt.memcpy(ptr, zero.ctypes.data, zero.nbytes, 1)  # host to device
+            calls[label]()
+            torch.cuda.synchronize()
+            host = np.empty(n, dtype=np.uint64)
+            cupy_rt.memcpy(host.ctypes.data, ptr, host.nbytes, 2)  # device to host
+            grid = int((host.reshape(-1, 16)[:, 3] > 0).sum())
+            runs.append(summarise(host.reshape(-1, 16), grid, min(k, grid)))
+        best = min(runs, key=lambda r: r["total_us"])
+        report["runs"][label] = best
+        print(f"\n{label}: total {best['total_us']:.1f} us")
+        for cls in ("short_first", "long_first"):
+            if cls in best:
+                print(f"  {cls}: " + ", ".join(f"{key} {val:.0f}" if isinstance(val, float) else f"{key} {val}"
+                                              for key, val in best[cls].items()))
+    if a.soak > 0:
+        import time
+        for label in ["prefill_only", "decode_only", "serial"] + [f"fused_k{k}" for k in ks]:
+            torch.cuda.synchronize()
+            t0 = time.time()
+            n = 0
+            while time.time() - t0 < a.soak:
+                for _ in range(20):
+                    calls[label]()
+                torch.cuda.synchronize()
+                n += 20
+            print(f"soak {label} {t0:.3f} {time.time():.3f} {n} calls", flush=True)
+    if a.json:
+        Path(a.json).write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
