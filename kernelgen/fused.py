@@ -81,15 +81,8 @@ class FusedKernels:
     combine: runtime.Kernel | None
     cfg_long: metadata.SchedulerConfig
     cfg_short: metadata.SchedulerConfig
-    #: Hopper fused kernel: CTAs that start on the short queue (``heuristics.sm90_mixed_short_ctas``;
-    #: -1: the kernel's own load estimate).
+    #: Hopper fused kernel: CTAs that start on the short queue (``heuristics.sm90_mixed_short_ctas``).
     short_ctas: int = 0
-
-    @property
-    def sm90_tail(self) -> tuple:
-        """The Hopper fused kernel's split parameters (``params.FUSED_TMA_PARAMS.pack_tail``):
-        (short_ctas, the short class's largest query length, ``heuristics.SM90_MIXED_SHORT_WEIGHT``)."""
-        return (self.short_ctas, self.variants.short_max_q, heuristics.SM90_MIXED_SHORT_WEIGHT)
 
     def workspace(self, capacity: int, rows: int, num_heads_q: int, head_dim_v: int) -> FusedWorkspace:
         return short_class_workspace(capacity, rows, self.combine is not None, self.variants.short_max_splits,
@@ -150,14 +143,13 @@ class PairLaunch:
 
 class HopperPairLaunch:
     """A prepared launch of the Hopper fused kernel (``params.FUSED_TMA_PARAMS``): the long
-    class's tensor maps and AttnParams, the short class's AttnParams, the split of the SMs
-    (``FusedKernels.sm90_tail``); a launch
+    class's tensor maps and AttnParams, the short class's AttnParams, ``short_ctas``; a launch
     encodes the maps of its q/k/v pointers (``tma.AttentionMaps``, cached per pointer set) and
     writes both structs' pointer fields, as ``prepared.TmaLaunch`` and ``PairLaunch`` do."""
 
-    def __init__(self, kernel: runtime.Kernel, static_long: dict, static_short: dict, maps, tail: tuple):
-        self.name, self.maps, self.short_ctas = kernel.spec.name, maps, int(tail[0])
-        self.template = FUSED_TMA_PARAMS.pack_static(static_long, static_short, tail)
+    def __init__(self, kernel: runtime.Kernel, static_long: dict, static_short: dict, maps, short_ctas: int):
+        self.name, self.maps, self.short_ctas = kernel.spec.name, maps, int(short_ctas)
+        self.template = FUSED_TMA_PARAMS.pack_static(static_long, static_short, short_ctas)
         self.head = (int(kernel.func_ptr), kernel.persistent_grid, 1, 1, kernel.num_threads, 1, 1, kernel.smem_bytes)
 
     def new_slot(self) -> tuple:
@@ -180,13 +172,12 @@ class HopperPairLaunch:
         return (pack, buf, self.head, ctypes.addressof(argv), argv)
 
 
-def hopper_params(long_packed: bytes, short_packed: bytes, tail: tuple) -> bytes:
+def hopper_params(long_packed: bytes, short_packed: bytes, short_ctas: int) -> bytes:
     """The Hopper fused kernel's parameter from the long class's packed ``TmaAttnParams`` (maps
-    first), the short class's packed ``AttnParams`` (``api.attention_params``) and the split of
-    the SMs (``FusedKernels.sm90_tail``).  Raises ValueError for structs of the wrong size."""
+    first) and the short class's packed ``AttnParams`` (``api.attention_params``)."""
     if len(long_packed) != FUSED_TMA_PARAMS.short_offset or len(short_packed) != ATTENTION_PARAMS.size:
         raise ValueError("hopper_params takes a packed TmaAttnParams and a packed AttnParams")
-    return long_packed + short_packed + FUSED_TMA_PARAMS.pack_tail(tail)
+    return long_packed + short_packed + FUSED_TMA_PARAMS.tail.pack(int(short_ctas), 0)
 
 
 class PreparedFusedCall(prepared.PreparedCall):
@@ -248,7 +239,7 @@ def build(kernels: FusedKernels, *, layout: FusedWorkspace, batch: int, q, k, v,
         from .api import hopper_maps
 
         pair = HopperPairLaunch(kernels.fused, static_long, static_short,
-                                hopper_maps(f.long, q, k, v, page_table is not None), kernels.sm90_tail)
+                                hopper_maps(f.long, q, k, v, page_table is not None), kernels.short_ctas)
     else:
         pair = PairLaunch(kernels.fused, static_long, static_short)
     hq = out.shape[1]

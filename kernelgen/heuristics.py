@@ -453,41 +453,31 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
     return PairVariants(long, short, thr)
 
 
-#: How the Hopper fused mixed-batch launch splits the SMs between its queues.  By default
-#: (``sm90_mixed_short_ctas`` returns -1) every CTA computes the split from the batch itself
-#: (templates/attention/fwd_fused_sm90.cu.j2, ``short_ctas_of``): the short class's share of the
-#: grid is its share of the estimated SM-time, with a long request costing its (query row, key)
-#: pairs a head (causal triangle and window subtracted) times the query heads and a short one its
-#: keys times the KV heads times ``SM90_MIXED_SHORT_WEIGHT``.  Decode tiles are bound by the bytes
-#: they read and prefill tiles by their FLOPs, both proportional to (head_dim + head_dim_v), so the
-#: weight is a per-SM FLOP rate over a per-SM byte rate and does not depend on the head dims.
-#: 74: measured on the H200 (``tools/mixed_timeline.py``, docs/perf-notes.md "Mixed batches after
-#: the paged TMA fix"): inside the fused kernel one SM reads about 52 GB/s of decode K/V and runs
-#: the prefill at 1.36e-10 SM-seconds a pair (4 d FLOPs): 9.8e-9 / 1.36e-10 = 72 pairs a key-head;
-#: the bench's mixed batch balances (both CTA kinds leave their queues together) at 56 of 132 CTAs,
-#: i.e. a weight of 74.  Either kind of CTA takes the other queue's tiles once its own is empty, so
-#: an estimate that is off moves work between phases and never leaves an SM idle.
-#: ``KERNELGEN_MIXED_SHORT_CTAS`` (an int in [0, num_sms], or ``auto``) fixes the split instead.
-SM90_MIXED_SHORT_WEIGHT = 74.0
-#: ``sm90_mixed_short_ctas``'s value for "the kernel's load estimate".
-SM90_MIXED_SHORT_AUTO = -1
+#: CTAs of the Hopper fused mixed-batch launch that start on the short (decode) queue, as a fraction
+#: of the SMs.  Decode tiles are bound by memory bandwidth, so a few SMs with many bytes in flight
+#: each reach most of the H200's: the work they take in parallel with the long class costs
+#: only those SMs' time (docs/perf-notes.md, "mixed batches: one Hopper launch").  Either kind of
+#: CTA takes the other queue's tiles once its own is empty, so the choice moves work between
+#: phases, never leaves an SM idle.  ``KERNELGEN_MIXED_SHORT_CTAS`` (an int) overrides it.
+#: 0.425 (56 of an H200's 132): with the paged prefill at 550 TFLOP/s (2026-12-01) the bench's
+#: mixed batch balances there (both CTA kinds leave their queues within 2 % of each other,
+#: ``tools/mixed_timeline.py``); it was 0.30 while the paged prefill ran at 300.
+SM90_MIXED_SHORT_FRACTION = 0.425
 
 
 def sm90_mixed_short_ctas(num_sms: int) -> int:
-    """CTAs of a Hopper fused mixed-batch launch that start on the short queue:
-    ``SM90_MIXED_SHORT_AUTO`` (-1, the kernel's load estimate; see ``SM90_MIXED_SHORT_WEIGHT``)
-    unless ``KERNELGEN_MIXED_SHORT_CTAS`` fixes it (0..num_sms, or ``auto``).  Raises ValueError
-    for another value of the variable."""
+    """CTAs of a Hopper fused mixed-batch launch that start on the short queue (see
+    ``SM90_MIXED_SHORT_FRACTION``); ``KERNELGEN_MIXED_SHORT_CTAS`` overrides (0..num_sms)."""
     env = os.environ.get("KERNELGEN_MIXED_SHORT_CTAS", "").strip()
-    if not env or env.lower() == "auto":
-        return SM90_MIXED_SHORT_AUTO
-    try:
-        n = int(env)
-    except ValueError:
-        raise ValueError(f"KERNELGEN_MIXED_SHORT_CTAS must be an int or 'auto', got {env!r}") from None
-    if not 0 <= n <= num_sms:
-        raise ValueError(f"KERNELGEN_MIXED_SHORT_CTAS must be in [0, {num_sms}], got {n}")
-    return n
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            raise ValueError(f"KERNELGEN_MIXED_SHORT_CTAS must be an int, got {env!r}") from None
+        if not 0 <= n <= num_sms:
+            raise ValueError(f"KERNELGEN_MIXED_SHORT_CTAS must be in [0, {num_sms}], got {n}")
+        return n
+    return max(1, round(num_sms * SM90_MIXED_SHORT_FRACTION))
 
 
 #: K/V pipeline stages of the decode tile in the Hopper fused kernel.  The tiles of the CTAs that

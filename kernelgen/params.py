@@ -162,10 +162,8 @@ TMA_ATTENTION_PARAMS = TmaParamStruct(ATTENTION_PARAMS)
 class FusedTmaParamStruct:
     """The fused mixed-batch kernel's parameter on sm_90a (templates/attention/fwd_fused_sm90.cu.j2):
     the long class's ``TmaAttnParams`` (three tensor maps, then its AttnParams), the short class's
-    ``AttnParams``, then the split of the SMs (``tail``: ``short_ctas``, int, CTAs that start on the
-    short queue, -1 for the kernel's own load estimate; ``short_max_q``, int, the short class's
-    largest query length; ``short_weight``, float, ``heuristics.SM90_MIXED_SHORT_WEIGHT``), padded
-    to a multiple of 64 bytes.
+    ``AttnParams``, then ``short_ctas`` (int: CTAs that start on the short queue), padded to a
+    multiple of 64 bytes.
 
     As ``TmaParamStruct`` it offers ``size``, ``MAPS_BYTES``, ``c_decl``; ``pack_static`` packs
     both structs with zero pointers and zero maps, ``long_pointers`` / ``short_pointers`` rewrite
@@ -178,23 +176,14 @@ class FusedTmaParamStruct:
         self.tma, self.inner, self.cname = tma, tma.inner, cname
         self.short_offset = tma.size
         self.ctas_offset = tma.size + tma.inner.size
-        self.size = -(-(self.ctas_offset + 16) // 64) * 64
+        self.size = -(-(self.ctas_offset + 8) // 64) * 64
         self.long_pointers = tma.pointer_struct
         self.short_pointers = TmaParamStruct._OffsetStruct(tma.inner.pointer_struct, self.short_offset)
-        self.tail = struct.Struct(f"<iif{self.size - self.ctas_offset - 12}x")
+        self.tail = struct.Struct(f"<ii{self.size - self.ctas_offset - 8}x")
 
-    def pack_tail(self, tail: tuple) -> bytes:
-        """The bytes after the short class's AttnParams: ``tail`` = (short_ctas, short_max_q,
-        short_weight)."""
-        short_ctas, short_max_q, short_weight = tail
-        return self.tail.pack(int(short_ctas), int(short_max_q), float(short_weight))
-
-    def pack_static(self, static_long: dict, static_short: dict, tail: tuple) -> bytes:
-        return self.tma.pack_static(static_long) + self.inner.pack_static(static_short) + self.pack_tail(tail)
-
-    def unpack_tail(self, data: bytes) -> tuple:
-        """(short_ctas, short_max_q, short_weight) of a packed buffer (tests)."""
-        return self.tail.unpack_from(data, self.ctas_offset)[:3]
+    def pack_static(self, static_long: dict, static_short: dict, short_ctas: int) -> bytes:
+        return (self.tma.pack_static(static_long) + self.inner.pack_static(static_short)
+                + self.tail.pack(int(short_ctas), 0))
 
     def unpack(self, data: bytes) -> tuple:
         """(long AttnParams fields, short AttnParams fields, short_ctas) of a packed buffer (tests)."""
@@ -205,8 +194,7 @@ class FusedTmaParamStruct:
     def c_decl(self) -> str:
         return "\n".join([
             self.tma.c_decl(),
-            f"struct {self.cname} {{ {self.tma.cname} a; {self.inner.cname} b; int short_ctas; int short_max_q; "
-            f"float short_weight; int pad_; }};",
+            f"struct {self.cname} {{ {self.tma.cname} a; {self.inner.cname} b; int short_ctas; int pad_; }};",
             f'static_assert(sizeof({self.cname}) == {self.size}, "{self.cname} ABI size");',
         ])
 

@@ -285,7 +285,7 @@ class AttentionPlan:
                 api.attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, self.metadata, self.capacity,
                                      scale, row_splits=rs, maps=self._maps(q, k, v), **kw),
                 api.attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, self.capacity, scale,
-                                     split=self.split, **kw), self.fused.sm90_tail)
+                                     split=self.split, **kw), self.fused.short_ctas)
             self.attn.launch(self.attn.persistent_grid, stream, packed)
             if self.combine is not None:
                 api.launch_combine(self.combine, stream, self.split, cu_seqlens_q, md, out, lse, self.num_heads_q)

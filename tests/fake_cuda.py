@@ -103,7 +103,7 @@ FUSED_GRID = 2 * 132
 def default_short_ctas() -> int:
     """The Hopper fused launch's CTAs that start on the short queue on the fake H200 without
     KERNELGEN_MIXED_SHORT_CTAS (``heuristics.sm90_mixed_short_ctas`` of its 132 SMs; the number is
-    pinned by test_fused_hopper_cpu.test_default_short_ctas_is_the_kernels_estimate)."""
+    pinned by test_fused_hopper_cpu.test_default_short_ctas_is_a_share_of_the_sms)."""
     from kernelgen import heuristics
 
     return heuristics.sm90_mixed_short_ctas(PROPS["num_sms"])

@@ -3,12 +3,12 @@ variant and the short class on the sm_80 one-warp decode variant in ONE persiste
 templates/attention/fwd_fused_sm90.cu.j2).
 
 Checked: the parameter ABI (``params.FUSED_TMA_PARAMS``: maps + the long class's AttnParams at
-384, padded to 704, the short class's AttnParams at 704, the split of the SMs right after it
-(``short_ctas``, ``short_max_q``, ``short_weight``), 1024 bytes; its C declaration, also laid out by the host C++ compiler); the short tiles per CTA and the shared memory of the spec
+384, padded to 704, the short class's AttnParams at 704, ``short_ctas`` right after it, 1024
+bytes; its C declaration, also laid out by the host C++ compiler); the short tiles per CTA and the shared memory of the spec
 (numbers worked out by hand from spec.py's formulas); what the prepared launch
 (``fused.HopperPairLaunch``) writes at which offset on the fake H200 (tests/fake_cuda.py): the
-tensor maps of the fake encoder, both pointer sets on the call's workspace, the split (-1, the
-kernel's load estimate, by default; ``KERNELGEN_MIXED_SHORT_CTAS`` and its validation); the plan's ``short_ctas``; the
+tensor maps of the fake encoder, both pointer sets on the call's workspace, ``short_ctas`` (40 of
+132 SMs, ``KERNELGEN_MIXED_SHORT_CTAS`` and its validation); the plan's ``short_ctas``; the
 rendered source; and NVRTC builds for sm_90a with no spills, 168 registers, and SASS holding both
 the long variant's warpgroup MMAs (HGMMA) and the decode tile's mma.sync (HMMA).
 """
@@ -61,7 +61,6 @@ def _fields(seed: int) -> dict:
 
 
 #: Bytes of one AttnParams (272 when the fused launch came; a field added since moves short_ctas only).
-#: The tail after it: short_ctas (int), short_max_q (int), short_weight (float), pad.
 AP = ATTENTION_PARAMS.size
 #: Where short_ctas sits: right after the short class's AttnParams (976 for a 272-byte AttnParams).
 CTAS = 704 + AP
@@ -72,13 +71,11 @@ def test_fused_tma_params_layout_and_round_trip():
     assert AP % 8 == 0 and 384 + AP <= 704 and TMA_ATTENTION_PARAMS.size == 704
     assert (P.MAPS_BYTES, P.short_offset, P.ctas_offset, P.size) == (384, 704, CTAS, 1024)
     long, short = _fields(1), _fields(2)
-    buf = bytearray(P.pack_static(long, short, (33, 4, 74.0)))
+    buf = bytearray(P.pack_static(long, short, 33))
     assert len(buf) == 1024
     assert buf[:384] == bytes(384)                 # maps: written per launch
     assert buf[384 + AP:704] == bytes(320 - AP)    # TmaAttnParams' padding to 64 bytes
-    assert struct.unpack_from("<iif", buf, CTAS) == (33, 4, 74.0)
-    assert buf[CTAS + 12:] == bytes(1012 - CTAS)   # pad_ and the padding to 1024
-    assert P.unpack_tail(bytes(buf)) == (33, 4, 74.0)
+    assert buf[CTAS + 4:] == bytes(1020 - CTAS)    # pad_ and the padding to 1024
     zero_ptrs = dict.fromkeys(ATTENTION_PARAMS.pointer_names, 0)
     assert P.unpack(bytes(buf)) == ({**long, **zero_ptrs}, {**short, **zero_ptrs}, 33)
     # the pointer writers touch their own struct only
@@ -95,23 +92,22 @@ def test_fused_tma_params_layout_and_round_trip():
     # the same bytes read at fixed offsets, without FUSED_TMA_PARAMS
     assert ATTENTION_PARAMS.struct.unpack_from(buf, 384)[:2] == (1, 2)
     assert ATTENTION_PARAMS.struct.unpack_from(buf, 704)[:2] == (101, 102)
-    assert struct.unpack_from("<iifi", buf, CTAS) == (33, 4, 74.0, 0)
+    assert struct.unpack_from("<ii", buf, CTAS) == (33, 0)
     # hopper_params (the plan's one-off packer) from a packed TmaAttnParams and AttnParams
     maps = bytes(range(256)) + bytes(range(128))
-    full = fused.hopper_params(TMA_ATTENTION_PARAMS.pack(long, maps), ATTENTION_PARAMS.pack(short), (-1, 8, 2.5))
+    full = fused.hopper_params(TMA_ATTENTION_PARAMS.pack(long, maps), ATTENTION_PARAMS.pack(short), 7)
     assert len(full) == 1024 and full[:384] == maps
-    assert P.unpack(full) == (long, short, -1) and P.unpack_tail(full) == (-1, 8, 2.5)
+    assert P.unpack(full) == (long, short, 7)
     with pytest.raises(ValueError, match="hopper_params"):
-        fused.hopper_params(ATTENTION_PARAMS.pack(long), ATTENTION_PARAMS.pack(short), (7, 4, 1.0))
+        fused.hopper_params(ATTENTION_PARAMS.pack(long), ATTENTION_PARAMS.pack(short), 7)
     with pytest.raises(ValueError, match="hopper_params"):
-        fused.hopper_params(TMA_ATTENTION_PARAMS.pack(long, maps), TMA_ATTENTION_PARAMS.pack(short), (7, 4, 1.0))
+        fused.hopper_params(TMA_ATTENTION_PARAMS.pack(long, maps), TMA_ATTENTION_PARAMS.pack(short), 7)
 
 
 def test_fused_tma_params_c_declaration():
     decl = FUSED_TMA_PARAMS.c_decl()
     assert TMA_ATTENTION_PARAMS.c_decl() in decl
-    assert ("struct FusedTmaParams { TmaAttnParams a; AttnParams b; int short_ctas; int short_max_q; "
-            "float short_weight; int pad_; };") in decl
+    assert "struct FusedTmaParams { TmaAttnParams a; AttnParams b; int short_ctas; int pad_; };" in decl
     assert 'static_assert(sizeof(FusedTmaParams) == 1024, "FusedTmaParams ABI size");' in decl
 
 
@@ -125,12 +121,11 @@ def test_fused_tma_params_c_layout_with_the_host_compiler(tmp_path):
     src.write_text("#include <cstddef>\n#include <cstdio>\n#define __align__(n) __attribute__((aligned(n)))\n"
                    + FUSED_TMA_PARAMS.c_decl() + "\nint main() { std::printf(\"%zu %zu %zu %zu %zu\", "
                    "sizeof(FusedTmaParams), offsetof(FusedTmaParams, b), offsetof(FusedTmaParams, short_ctas), "
-                   "offsetof(TmaAttnParams, p), alignof(FusedTmaParams)); std::printf(\" %zu %zu\", "
-                   "offsetof(FusedTmaParams, short_max_q), offsetof(FusedTmaParams, short_weight)); }\n")
+                   "offsetof(TmaAttnParams, p), alignof(FusedTmaParams)); }\n")
     exe = tmp_path / "layout"
     subprocess.run([cxx, "-std=c++17", "-o", str(exe), str(src)], check=True)
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
-    assert out.split() == ["1024", "704", str(CTAS), "384", "64", str(CTAS + 4), str(CTAS + 8)]
+    assert out.split() == ["1024", "704", str(CTAS), "384", "64"]
     assert [int(x) for x in out.split()[:3]] == [FUSED_TMA_PARAMS.size, FUSED_TMA_PARAMS.short_offset,
                                                  FUSED_TMA_PARAMS.ctas_offset]
 
@@ -227,7 +222,7 @@ def test_prepared_launch_writes_maps_and_both_pointer_sets(fake_cuda, monkeypatc
     prep = api._CALLS._last[1]
     assert isinstance(prep, fused.PreparedFusedCall) and isinstance(prep.pair, fused.HopperPairLaunch)
     ctas = default_short_ctas()
-    assert prep.pair.short_ctas == prep.kernels.short_ctas == ctas == heuristics.SM90_MIXED_SHORT_AUTO == -1
+    assert prep.pair.short_ctas == prep.kernels.short_ctas == ctas > 0
     assert encoded == [q.data_ptr(), kc.data_ptr(), vc.data_ptr()]
     s_long, s_short, f, c = fake_cuda.launches
     raw = f.params
@@ -239,12 +234,7 @@ def test_prepared_launch_writes_maps_and_both_pointer_sets(fake_cuda, monkeypatc
                                                (64, 1, PS, 1))
     a = dict(zip(ATTENTION_PARAMS.names, ATTENTION_PARAMS.struct.unpack_from(raw, 384)))
     b = dict(zip(ATTENTION_PARAMS.names, ATTENTION_PARAMS.struct.unpack_from(raw, 704)))
-    # the split: the kernel's own estimate, the short class's bound (heuristics.short_query_tokens),
-    # the weight of a short key
-    assert struct.unpack_from("<iif", raw, CTAS) == (ctas, prep.kernels.variants.short_max_q,
-                                                     heuristics.SM90_MIXED_SHORT_WEIGHT)
-    assert prep.kernels.variants.short_max_q == heuristics.short_query_tokens(HQ, HKV) > 0
-    assert raw[CTAS + 12:] == bytes(1012 - CTAS)
+    assert struct.unpack_from("<ii", raw, CTAS) == (ctas, 0) and raw[CTAS + 4:] == bytes(1020 - CTAS)
     assert raw[384 + AP:704] == bytes(320 - AP)
     assert f.fields() == {"long": a, "short": b, "short_ctas": ctas}
     # the workspace: the short class's metadata and partials where a single-class call has them,
@@ -296,15 +286,13 @@ def test_encoder_refusal_names_the_fused_kernel(fake_cuda, monkeypatch):
     assert "fused_sm90" not in fake_cuda.kinds()
 
 
-def test_default_short_ctas_is_the_kernels_estimate(monkeypatch):
-    """The default: -1 (the kernel splits the SMs by its own load estimate) on any SM count; blank
-    or "auto" in the variable mean the same."""
+def test_default_short_ctas_is_a_share_of_the_sms(monkeypatch):
+    """The default: 42.5% of the SMs, rounded, at least one (56 of an H200's 132)."""
     monkeypatch.delenv(ENV, raising=False)
-    assert heuristics.SM90_MIXED_SHORT_AUTO == -1 and heuristics.SM90_MIXED_SHORT_WEIGHT == 74.0
-    assert [heuristics.sm90_mixed_short_ctas(n) for n in (132, 114, 16, 2, 1)] == [-1] * 5
-    for blank in ("  ", "auto", " AUTO "):
-        monkeypatch.setenv(ENV, blank)
-        assert heuristics.sm90_mixed_short_ctas(132) == -1
+    assert heuristics.SM90_MIXED_SHORT_FRACTION == 0.425
+    assert [heuristics.sm90_mixed_short_ctas(n) for n in (132, 114, 16, 2, 1)] == [56, 48, 7, 1, 1]
+    monkeypatch.setenv(ENV, "  ")              # blank: the default
+    assert heuristics.sm90_mixed_short_ctas(132) == 56
 
 
 @pytest.mark.parametrize("value,expected", [("7", 7), ("0", 0), ("132", 132), (" 12 ", 12)])
@@ -359,8 +347,7 @@ def test_render_declares_the_fused_params_and_the_host_numbers():
     assert ctx["params_decl"] == FUSED_TMA_PARAMS.c_decl()
     src = render.render(f)
     tv = f.template_vars()
-    for needle in ("struct FusedTmaParams { TmaAttnParams a; AttnParams b; int short_ctas; int short_max_q; "
-                   "float short_weight; int pad_; };",
+    for needle in ("struct FusedTmaParams { TmaAttnParams a; AttnParams b; int short_ctas; int pad_; };",
                    "static_assert(sizeof(FusedTmaParams) == 1024",
                    "(const __grid_constant__ FusedTmaParams F)", f"constexpr int SMEM_TOTAL = {f.smem_bytes()};",
                    f"static_assert(NS_FIRST == {f.short_tiles_first} && NS_AFTER == {f.short_tiles_after},",
@@ -463,45 +450,3 @@ def test_register_pool_check_guards_setmaxnreg():
             runtime.check_register_pool(spec, {"registers": 160})
     runtime.check_register_pool(fv.fused.short, {"registers": 40})     # no setmaxnreg: nothing to check
     runtime.check_register_pool(fv.fused, {})                          # no count reported: nothing to check
-
-
-def short_ctas_estimate(qlens, klens, short_max_q, hq, hkv, grid=132, causal=True,
-                        weight=heuristics.SM90_MIXED_SHORT_WEIGHT):
-    """Python model of the kernel's ``short_ctas_of`` (fwd_fused_sm90.cu.j2), for the numbers below."""
-    ws = sum(k for q, k in zip(qlens, klens) if 0 < q <= short_max_q and k > 0)
-    wl = sum(max(q * k - (q * (q - 1) / 2 if causal else 0), 0) for q, k in zip(qlens, klens) if q > short_max_q and k > 0)
-    ts, tl = ws * hkv * weight, wl * hq
-    if ts <= 0:
-        return 0
-    if tl <= 0:
-        return grid
-    return min(max(round(grid * ts / (ts + tl)), 1), grid - 1)
-
-
-def test_short_ctas_estimate_on_the_bench_batches():
-    """The weight's calibration (heuristics.SM90_MIXED_SHORT_WEIGHT): the bench's mixed batch
-    (tools/mixed_sweep.py "bench": chunks of 512/2048/4096 tokens on 2089/11598/10613 keys, 192
-    decodes on 2,292,819 keys; llama3-8b 32/8 heads) balances at 56 of 132 CTAs on the H200; the
-    heavy batch (4 x 4096-token chunks, more prefill) takes fewer, the light one (one 512-token
-    chunk, 64 decodes) nearly all; a batch of one class takes all or none."""
-    bench = short_ctas_estimate([512, 2048, 4096] + [1] * 192, [2089, 11598, 10613] + [2292819 // 192] * 192, 4, 32, 8)
-    assert bench == 56
-    heavy = short_ctas_estimate([4096] * 4 + [1] * 256, [5673, 13646, 10613, 17634] + [2892808 // 256] * 256, 4, 32, 8)
-    assert heavy == 33
-    light = short_ctas_estimate([512] + [1] * 64, [2089] + [783770 // 64] * 64, 4, 32, 8)
-    assert light == 124
-    assert short_ctas_estimate([1] * 8, [100] * 8, 4, 32, 8) == 132
-    assert short_ctas_estimate([600], [900], 4, 32, 8) == 0
-    assert short_ctas_estimate([600, 1], [900, 1], 4, 32, 8) == 1     # at least one CTA for each class
-    assert short_ctas_estimate([5, 1], [5, 1 << 20], 4, 32, 8) == 131   # a tiny long request keeps one
-
-
-def test_rendered_fused_kernel_computes_the_split():
-    """The rendered kernel takes short_ctas from the parameter when it is >= 0, else from
-    short_ctas_of (the same terms as short_ctas_estimate above)."""
-    src = render.render(hopper_fused(128).fused)
-    assert "const int short_ctas = short_ctas_of(F, md, reinterpret_cast<float*>(sgen));" in src
-    assert "if (F.short_ctas >= 0) return F.short_ctas;" in src
-    assert "if (lq <= F.short_max_q) {" in src
-    assert "ws * (float)p.num_heads_kv * F.short_weight, tl = wl * (float)p.num_heads_q" in src
-    assert "(int)blockIdx.x >= (int)gridDim.x - short_ctas" in src

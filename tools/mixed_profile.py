@@ -28,7 +28,7 @@ def main(argv=None) -> int:
     from kernelgen.bench.models import PRESETS
 
     configs = [c for c in a.configs.split(",") if c]
-    ks = sorted({-1 if c.endswith("_kauto") else int(c.split("_k")[1]) for c in configs if c.startswith("fused_k")})
+    ks = sorted({int(c.split("_k")[1]) for c in configs if c.startswith("fused_k")})
     calls, _, desc = mixed_sweep.build_case(a.case, PRESETS[a.model], ks, suites.Settings())
     print(desc)
     for c in configs:

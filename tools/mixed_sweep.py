@@ -11,8 +11,7 @@ chunked prefills on Mooncake trace contexts plus decodes, pages of 16 tokens, ca
 * ``in_turn``: both classes in one call, the long class on the Hopper kernel, then the short class
   on the sm_80 decode kernel (``fused.build_pair``);
 * ``fused_k{N}``: the Hopper fused kernel with N CTAs starting on the short queue
-  (``--short-ctas``; ``fused.build`` with ``FusedKernels.short_ctas`` set; -1 gives ``fused_kauto``,
-  the kernel's own load estimate, the default); with ``--stages`` /
+  (``--short-ctas``; ``fused.build`` with ``FusedKernels.short_ctas`` set); with ``--stages`` /
   ``--block-n``, ``fused_s{S}n{B}_k{N}`` for each K/V pipeline depth S and key block B of the
   decode tile; with ``--granularity``, a ``_g{F}`` suffix for each factor F of the short class's
   split granularity (its scheduler's ``num_ctas``).
@@ -112,8 +111,7 @@ def build_case(case: str, model, short_ctas: list, settings, tiles=((None, None)
         fk = fused.load(fv, dev, hq, hkv, window_left=left)
         for n in short_ctas:
             for g in granularity:
-                kn = "auto" if n < 0 else str(n)
-                label = (f"fused_s{st}n{bn}_k{kn}" if len(tiles) > 1 else f"fused_k{kn}") + (
+                label = (f"fused_s{st}n{bn}_k{n}" if len(tiles) > 1 else f"fused_k{n}") + (
                     f"_g{g:g}" if len(granularity) > 1 else "")
                 cfg = dataclasses.replace(fk.cfg_short, num_ctas=max(1, round(fk.cfg_short.num_ctas * g)))
                 pending.append((label, fused.build, dataclasses.replace(

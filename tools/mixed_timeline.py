@@ -59,7 +59,7 @@ def summarise(tl, grid: int, short_ctas: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--case", default="bench")
-    ap.add_argument("--short-ctas", default="-1,40,56,80")
+    ap.add_argument("--short-ctas", default="40,56,80")
     ap.add_argument("--model", default="llama3-8b")
     ap.add_argument("--json", default=None)
     ap.add_argument("--soak", type=float, default=0.0, help="also run prefill_only, decode_only, serial and each "
@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     from kernelgen.bench import measure, suites
     from kernelgen.bench.models import PRESETS
 
-    ks = [int(x) for x in a.short_ctas.split(",") if x]  # -1: the kernel's own estimate (fused_kauto)
+    ks = [int(x) for x in a.short_ctas.split(",") if x]
     calls, _, desc = mixed_sweep.build_case(a.case, PRESETS[a.model], ks, suites.Settings())
     from kernelgen import runtime
 
@@ -87,7 +87,7 @@ def main(argv=None) -> int:
     print(desc)
     print({k: round(v["us"], 1) for k, v in times.items()})
     for k in ks:
-        label = f"fused_k{'auto' if k < 0 else k}"
+        label = f"fused_k{k}"
         calls[label]()  # warm
         torch.cuda.synchronize()
         kern = fused_kernels[0] if fused_kernels else None
@@ -104,18 +104,17 @@ def main(argv=None) -> int:
             host = np.empty(n, dtype=np.uint64)
             cupy_rt.memcpy(host.ctypes.data, ptr, host.nbytes, 2)  # device to host
             grid = int((host.reshape(-1, 16)[:, 3] > 0).sum())
-            chosen = int(host.reshape(-1, 16)[0, 6])  # the short_ctas the kernel used (slot 6)
-            runs.append({**summarise(host.reshape(-1, 16), grid, min(chosen, grid)), "short_ctas": chosen})
+            runs.append(summarise(host.reshape(-1, 16), grid, min(k, grid)))
         best = min(runs, key=lambda r: r["total_us"])
         report["runs"][label] = best
-        print(f"\n{label}: total {best['total_us']:.1f} us, {best['short_ctas']} CTAs started on the short queue")
+        print(f"\n{label}: total {best['total_us']:.1f} us")
         for cls in ("short_first", "long_first"):
             if cls in best:
                 print(f"  {cls}: " + ", ".join(f"{key} {val:.0f}" if isinstance(val, float) else f"{key} {val}"
                                               for key, val in best[cls].items()))
     if a.soak > 0:
         import time
-        for label in ["prefill_only", "decode_only", "serial"] + [f"fused_k{'auto' if k < 0 else k}" for k in ks]:
+        for label in ["prefill_only", "decode_only", "serial"] + [f"fused_k{k}" for k in ks]:
             torch.cuda.synchronize()
             t0 = time.time()
             n = 0

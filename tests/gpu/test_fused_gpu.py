@@ -199,18 +199,18 @@ def _hopper_only():
         pytest.skip("needs an sm_90a device")
 
 
-@pytest.mark.parametrize("short_ctas", [0, 1, 33, 132, -1])
+@pytest.mark.parametrize("short_ctas", [0, 1, 33, 132])
 def test_hopper_fused_any_split_of_the_sms(short_ctas, monkeypatch):
     """Every split of the SMs between the queues gives the reference's result: 0 (every CTA starts
-    on the long queue; the consumer warps take the decode tiles after it), 1, a share, all (every
-    CTA runs decode tiles first, then long tiles) and -1 (the default: the kernel's own load
-    estimate).  A plan run twice checks that the last CTA out resets both queues."""
+    on the long queue; the consumer warps take the decode tiles after it), 1, the default share,
+    and all (every CTA runs decode tiles first, then long tiles).  A plan run twice checks that the
+    last CTA out resets both queues."""
     _hopper_only()
-    monkeypatch.setenv("KERNELGEN_MIXED_SHORT_CTAS", "auto" if short_ctas < 0 else str(short_ctas))
-    rng = np.random.default_rng(100 + abs(short_ctas))
+    monkeypatch.setenv("KERNELGEN_MIXED_SHORT_CTAS", str(short_ctas))
+    rng = np.random.default_rng(100 + short_ctas)
     qlens, klens = mixed_lengths(rng, n_decode=150, n_prefill=3, max_ctx=6000)
     hq, hkv, d = 32, 8, 128
-    q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, hq, hkv, d, d, 16, seed=3 + abs(short_ctas))
+    q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, hq, hkv, d, d, 16, seed=3 + short_ctas)
     plan = AttentionPlan(max_batch=len(qlens), num_heads_q=hq, num_heads_kv=hkv, head_dim=d, max_total_q=q.shape[0],
                          max_seqlen_q=max(qlens), max_seqlen_k=max(klens), paged=True, causal=True)
     assert plan.fused.variants.fused.hopper and plan.fused.short_ctas == short_ctas
