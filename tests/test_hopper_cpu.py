@@ -2,6 +2,7 @@
 overrides, the TMA tensor-map arguments, the parameter ABI, the launch a call makes (CUDA stubbed,
 tests/fake_cuda.py), and NVRTC builds for sm_90a with no spills whose SASS holds warpgroup MMAs."""
 import itertools
+import re
 
 import pytest
 import torch
@@ -728,3 +729,76 @@ def test_paged_hopper_kernel_compiles_without_spills(kw):
         assert ops["UTMALDG"] == halves and ops["LDGSTS"] > 0 and ops["FENCE"] > 0, ops
     else:                       # Q, K and V by TMA, no cp.async
         assert ops["UTMALDG"] >= 3 * halves and ops["LDGSTS"] == 0, ops
+
+
+# ------------------------------------------------------- paged TMA: one box a producer lane
+
+
+def test_paged_tma_page_sizes_give_at_most_one_box_a_lane():
+    """Every page size the host sends to the paged TMA path (heuristics.sm90_paged_tma_fits) splits a
+    key block into at most 32 boxes (one a producer lane, tma_load_paged) of a whole number of
+    8-row swizzle atoms, or one box inside a page that is a multiple of the block."""
+    for bn in range(16, 257, 16):
+        for ps in range(1, 2049):
+            if not heuristics.sm90_paged_tma_fits(ps, bn):
+                continue
+            rows = min(ps, bn)
+            nb = bn // rows
+            assert nb * rows == bn and 1 <= nb <= 32, (bn, ps)
+            assert nb == 1 or rows % 8 == 0, (bn, ps)
+            if ps > bn:
+                assert ps % bn == 0, (bn, ps)
+
+
+def test_paged_tma_producer_source_runs_the_block_loop_on_the_whole_warp():
+    """The paged branch of producer_loop: every lane waits for the slot, lane 0 alone announces the
+    bytes, a __syncwarp orders that before the lanes' own boxes (K, then V)."""
+    spec = AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa", heuristics.SM90_TILE, mainloop="sm90a",
+                         sm90_opts="p", paged=True)
+    src = render.render(spec)
+    body = src[src.index("void producer_loop("):]
+    body = body[:body.index("\n}\n")]
+    paged = body[body.index("if (PAGED) {"):body.index("} else if (lane == 0) {")]
+    for bar, halves in (("bar_k", "HALVES"), ("bar_v", "VHALVES")):
+        i_wait = paged.index(f"mbar_wait({bar}_empty(")
+        i_exp = paged.index(f"if (lane == 0) mbar_arrive_expect_tx({bar}_full(")
+        i_sync = paged.index("__syncwarp();", i_exp)
+        i_tma = paged.index(f"tma_load_paged<{halves}>(")
+        assert i_wait < i_exp < i_sync < i_tma, bar
+    assert "paged_boxes(" in paged and paged.count("mbar_arrive_expect_tx") == 2
+
+
+def _producer_ops(cubin):
+    ins = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(.*?);", sass.disassemble(cubin, _NVDISASM))
+    return ins[next(i for i, s in enumerate(ins) if "USETMAXREG.DEALLOC" in s):]
+
+
+@pytest.mark.parametrize("d,tile", [(64, None), (128, None), (128, TileConfig(128, 64, 8, 2, 1))])
+@pytest.mark.parametrize("fused", [False, True])
+def test_paged_tma_sass_lane0_expect_tx_then_warp_sync_then_boxes(d, tile, fused):
+    """In the machine code of the producer: every paged K/V tensor copy (UTMALDG.4D) follows, since
+    the last mbarrier wait, a predicated expect-tx arrival (lane 0's) and a warp synchronisation;
+    2 copies (K, V) a 64-column half.  (Matches ptxas's instruction order: a new CUDA release may
+    need the patterns updated.)"""
+    assert _NVDISASM is not None
+    if fused:
+        if tile is not None:
+            pytest.skip("the fused kernel takes the default tile")
+        spec = heuristics.choose_fused_hopper("sm_90a", "bf16", d, d, num_heads_q=32, num_heads_kv=8, mask="causal",
+                                              max_seqlen_q=2048, max_seqlen_k=8192, paged=True, short_max_q=4,
+                                              page_size=16).fused
+    else:
+        spec = AttentionSpec("sm_90a", "bf16", d, d, "causal", "soa", tile or heuristics.SM90_TILE,
+                             mainloop="sm90a", sm90_opts="p", paged=True)
+    res = compiler.compile_cubin(render.render(spec), "sm_90a", compiler.default_options("sm_90a"), spec.name)
+    assert res.resources["spill_stores"] == 0 and res.resources["stack_frame"] == 0, res.resources
+    n4d, since_wait = 0, []
+    for s in _producer_ops(res.cubin):
+        if "SYNCS.PHASECHK" in s:
+            since_wait = []
+        since_wait.append(s)
+        if "UTMALDG.4D" in s:
+            n4d += 1
+            assert any(x.startswith("@") and "SYNCS.ARRIVE.TRANS64" in x for x in since_wait), since_wait
+            assert any("BRA.DIV" in x or "WARPSYNC" in x for x in since_wait), since_wait
+    assert n4d == 2 * (d // 64), n4d

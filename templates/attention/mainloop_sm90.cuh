@@ -50,6 +50,7 @@ __device__ __forceinline__ MaskInfo tile_mask(const AttnParams& p, const TileInf
 // box's TMA copies, so a block costs one load latency, not NB dependent ones in a row.  Boxes past
 // the request's last page (last_pi) load that page again (rows past seqlen_k are masked and their V
 // rows zeroed), so no page-table entry past seqused_k is read.
+static_assert(BN <= 32 * 8, "paged TMA: one box a producer lane, boxes of at least 8 keys");
 struct PagedBoxes {
   int page;  // this lane's page (lane < nb)
   int slot;  // first slot of every box of the block
@@ -90,7 +91,8 @@ __device__ __forceinline__ int next_tile_index(int* md) {
   return atomicAdd(&md[MD_SEMAPHORE], 1) + (QUEUE_ONLY ? 0 : (int)gridDim.x);
 }
 
-// The producer warp (all 32 lanes call; lane 0 issues): publishes tile indices to the consumers
+// The producer warp (all 32 lanes call; lane 0 issues Q and, without paging, K and V; with paged
+// K/V each lane issues its own box, tma_load_paged): publishes tile indices to the consumers
 // (two slots, tile_full / tile_empty), takes the next tile from the semaphore after issuing the
 // current tile's loads, and releases the semaphore when the tiles run out.
 __device__ __forceinline__ void producer_loop(const AttnParams& p, const TmaMaps& maps, int* md, int cap4, int total,
