@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    w = sub.add_parser("warmup", help="compile kernel variants into the disk cache (works without a GPU)",
+    w = sub.add_parser("warmup", help="compile kernel variants into the disk cache (works without a GPU given --arch)",
                        description="Compile the kernels the dispatcher would use for the given options "
                                    "into the disk cache.  Needs no GPU when --arch is given.")
     w.add_argument("--arch", type=_arch, default=None,
