@@ -153,12 +153,16 @@ _RES = {
 def parse_resources(log: str) -> dict:
     """Pull the ptxas report (registers, stack frame, spill bytes, static smem) out of an NVRTC log.
 
-    With several kernels in one program the largest value of each field is kept.
+    With several kernels in one program the largest value of each field is kept.  A field the
+    log does not mention is 0 (ptxas leaves out a zero static smem), except ``registers``: a log
+    without ptxas's "Used N registers" line (no report at all) gives None, "unknown", so no check
+    takes a missing report for a kernel that uses no registers (``runtime.check_register_pool``
+    skips it; ``kernelgen cache list`` prints "?").
     """
     res = {}
     for key, rx in _RES.items():
         vals = [int(m) for m in rx.findall(log)]
-        res[key] = max(vals) if vals else 0
+        res[key] = max(vals) if vals else (None if key == "registers" else 0)
     return res
 
 

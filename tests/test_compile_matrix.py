@@ -104,6 +104,17 @@ def test_parse_resources():
            "ptxas         .     16 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n")
     r = compiler.parse_resources(log)
     assert r == {"registers": 128, "stack_frame": 16, "spill_stores": 8, "spill_loads": 12, "shared_static": 64}
+    # no ptxas report at all: the register count is unknown (None), not 0, so the Hopper kernels'
+    # register-pool check does not refuse a kernel for a missing report
+    empty = compiler.parse_resources("")
+    assert empty == {"registers": None, "stack_frame": 0, "spill_stores": 0, "spill_loads": 0, "shared_static": 0}
+    from kernelgen import heuristics, runtime
+    spec = heuristics.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal",
+                             max_seqlen_q=4096, max_seqlen_k=4096).attention
+    assert spec.mainloop == "sm90a"
+    runtime.check_register_pool(spec, empty)                 # unknown: nothing to check
+    with pytest.raises(RuntimeError, match="cannot cover setmaxnreg"):
+        runtime.check_register_pool(spec, {**empty, "registers": 0})
 
 
 # Fused mixed-batch kernels (prefill + decode tiles in one launch) of the serving presets:
