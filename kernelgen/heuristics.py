@@ -486,18 +486,30 @@ def sm90_mixed_short_ctas(num_sms: int) -> int:
 #: blocks in flight) beat the standalone decode kernel's two stages there.
 SM90_FUSED_SHORT_STAGES = 2
 
+#: Query rows of the decode tile in the Hopper fused kernel: 8 takes the keys-as-rows tile
+#: (``TileConfig.keys_as_rows``, templates/attention/tile_kt_sm80.cuh: keys as the MMA's M, the
+#: tile's rows as its N; half the MMAs, exponentials and O rescaling of the 16-row tile, which at
+#: 4 query heads a KV head fills 4 of its 16 rows), 16 the sm_80 path's 16-row tile.  Head dims
+#: above 128 always take 16.  Requests of more than 8 rows (tokens x query heads a KV head) run as
+#: two or more 8-row tiles.  ``KERNELGEN_SM90_SHORT_ROWS`` (read at import) overrides it, for A/B runs.
+SM90_FUSED_SHORT_ROWS = int(os.environ.get("KERNELGEN_SM90_SHORT_ROWS", "8"))
+
 
 def choose_fused_hopper(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q: int,
                         num_heads_kv: int, mask: str = "none", layout: str = "soa", max_seqlen_q: int,
                         max_seqlen_k: int, paged: bool = False, softcap: bool = False,
                         short_max_q: int | None = None, num_sms: int = 132, page_size: int = 0,
                         tma_ok: bool = True, short_stages: int | None = None,
-                        short_block_n: int | None = None) -> FusedVariants | None:
+                        short_block_n: int | None = None, short_rows: int | None = None) -> FusedVariants | None:
     """The one-launch kernels of a mixed batch on sm_90a: the Hopper long variant and the sm_80
     one-warp decode variant of ``choose_pair`` in one persistent kernel (``FusedAttentionSpec``
     with a Hopper long variant, templates/attention/fwd_fused_sm90.cu.j2), or None where
     ``choose_pair`` gives None, head_dim_v is above ``FusedAttentionSpec.SM90_FUSED_MAX_DV`` (the
-    consumers' registers spill) or no short tile fits beside the long variant's shared memory."""
+    consumers' registers spill) or no short tile fits beside the long variant's shared memory.
+
+    The decode tile has ``short_rows`` query rows (default ``SM90_FUSED_SHORT_ROWS``; 8 is the
+    keys-as-rows tile, head dims <= 128 only, with 16-key blocks), ``short_stages`` K/V stages
+    (``SM90_FUSED_SHORT_STAGES``) and, for 16 rows, ``short_block_n`` keys a block."""
     pv = choose_pair(arch, dtype, head_dim, head_dim_v, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv,
                      mask=mask, layout=layout, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, paged=paged,
                      softcap=softcap, short_max_q=short_max_q, num_sms=num_sms, page_size=page_size, tma_ok=tma_ok)
@@ -506,7 +518,12 @@ def choose_fused_hopper(arch: str, dtype: str, head_dim: int, head_dim_v: int, *
     st = SM90_FUSED_SHORT_STAGES if short_stages is None else int(short_stages)
     short = pv.short.attention
     bn = short.tile.block_n if short_block_n is None else int(short_block_n)
-    short = dataclasses.replace(short, tile=dataclasses.replace(short.tile, num_stages=st, block_n=bn))
+    rows = SM90_FUSED_SHORT_ROWS if short_rows is None else int(short_rows)
+    if rows not in (8, 16):
+        raise ValueError(f"short_rows must be 8 or 16, got {rows}")
+    if rows == 8 and max(head_dim, head_dim_v) > 128:
+        rows = 16
+    short = dataclasses.replace(short, tile=dataclasses.replace(short.tile, num_stages=st, block_n=bn, block_m=rows))
     f = FusedAttentionSpec(pv.long.attention, short)
     if f.short_tiles_first < 1 or f.short_tiles_after < 1 or f.smem_bytes() > SMEM_LIMIT[arch]:
         return None

@@ -52,7 +52,8 @@ class TileConfig:
     """Tile shape of the attention mainloop.
 
     block_m: query rows per CTA tile; block_n: keys per inner step; num_warps: warps per CTA
-    (each warp owns block_m / num_warps query rows, a multiple of 16); num_stages: depth of the
+    (each warp owns block_m / num_warps query rows, a multiple of 16, except the keys-as-rows
+    decode tile: block_m 8, block_n 16, one warp, ``keys_as_rows``); num_stages: depth of the
     cp.async K/V pipeline (>= 2); min_blocks: CTAs per SM promised to the register allocator
     (``__launch_bounds__``), which caps registers at 65536 / (min_blocks * 32 * num_warps).
     """
@@ -64,12 +65,22 @@ class TileConfig:
     min_blocks: int = 1
 
     def __post_init__(self):
-        if self.block_m % (16 * self.num_warps):
+        if self.block_m == 8:
+            if self.num_warps != 1 or self.block_n != 16:
+                raise ValueError(f"block_m=8 is the keys-as-rows decode tile: one warp, block_n=16 "
+                                 f"(got {self.num_warps} warps, block_n={self.block_n})")
+        elif self.block_m % (16 * self.num_warps):
             raise ValueError(f"block_m={self.block_m} must be a multiple of 16*num_warps={16 * self.num_warps}")
         if self.block_n % 16 or self.block_n <= 0:
             raise ValueError(f"block_n={self.block_n} must be a positive multiple of 16")
         if self.num_stages < 2:
             raise ValueError(f"num_stages={self.num_stages} must be >= 2")
+
+    @property
+    def keys_as_rows(self) -> bool:
+        """The transposed one-warp decode tile (templates/attention/tile_kt_sm80.cuh): keys as the
+        MMA's M dimension, the tile's 8 query rows as N."""
+        return self.block_m == 8
 
     @property
     def tag(self) -> str:
@@ -134,6 +145,9 @@ class AttentionSpec:
                 raise ValueError(f"the sm90a mainloop does not support this variant: {why}")
         elif self.sm90_opts:
             raise ValueError("sm90_opts applies to mainloop='sm90a' only")
+        if self.tile.keys_as_rows and (self.mainloop != "sm80" or max(self.head_dim, self.head_dim_v) > 128):
+            raise ValueError(f"the keys-as-rows tile (block_m=8) is an sm80-mainloop tile of head dims <= 128, "
+                             f"got {self.head_dim}/{self.head_dim_v} on {self.mainloop}")
 
     def sm90_unsupported(self) -> str:
         """Why the Hopper mainloop cannot build this spec ("" when it can)."""
@@ -178,11 +192,11 @@ class AttentionSpec:
 
     @property
     def q_in_registers(self) -> bool:
-        """sm80 one-warp, 16-row tiles (decode) with head_dim <= 128 keep Q in registers and have no
-        Q/O tile in shared memory (Q_REGS in variant_sm80.cuh; docs/perf-notes.md, "The decode
-        tile's own ceiling")."""
+        """sm80 one-warp decode tiles (16 rows, or the keys-as-rows tile's 8) with head_dim <= 128
+        keep Q in registers and have no Q/O tile in shared memory (Q_REGS and KT in
+        variant_sm80.cuh; docs/perf-notes.md, "The decode tile's own ceiling")."""
         t = self.tile
-        return self.mainloop == "sm80" and t.num_warps == 1 and t.block_m == 16 and self.head_dim <= 128
+        return self.mainloop == "sm80" and t.num_warps == 1 and t.block_m in (8, 16) and self.head_dim <= 128
 
     def smem_bytes(self) -> int:
         """Dynamic shared memory of one CTA (bytes): Q/O tile (none if ``q_in_registers``) plus

@@ -12,8 +12,8 @@ chunked prefills on Mooncake trace contexts plus decodes, pages of 16 tokens, ca
   on the sm_80 decode kernel (``fused.build_pair``);
 * ``fused_k{N}``: the Hopper fused kernel with N CTAs starting on the short queue
   (``--short-ctas``; ``fused.build`` with ``FusedKernels.short_ctas`` set); with ``--stages`` /
-  ``--block-n``, ``fused_s{S}n{B}_k{N}`` for each K/V pipeline depth S and key block B of the
-  decode tile; with ``--granularity``, a ``_g{F}`` suffix for each factor F of the short class's
+  ``--block-n`` / ``--rows``, ``fused_s{S}n{B}m{R}_k{N}`` (the options given) for each K/V
+  pipeline depth S, key block B and query rows R (8: the keys-as-rows tile) of the decode tile; with ``--granularity``, a ``_g{F}`` suffix for each factor F of the short class's
   split granularity (its scheduler's ``num_ctas``).
 
 All are timed as interleaved CUDA-graph replays (``kernelgen.bench.measure.time_interleaved``:
@@ -24,7 +24,7 @@ Cases: ``bench`` (3 chunks of 512/2048/4096 tokens + 192 decodes: ``mixed_trace`
 (1 chunk of 512 + 64 decodes), ``heavy`` (4 chunks of 4096 + 256 decodes).
 
 Usage: PYTHONPATH=$PWD python tools/mixed_sweep.py [--cases bench,light,heavy]
-       [--short-ctas 0,16,24,33,48,66] [--stages 2,4] [--block-n 16,32] [--model llama3-8b] [--rounds 5] [--json FILE]
+       [--short-ctas 0,16,24,33,48,66] [--stages 2,4] [--block-n 16,32] [--rows 8,16] [--model llama3-8b] [--rounds 5] [--json FILE]
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def case_lengths(settings, case: str):
     return pre_q, pre_k, suites._take(ctx, row, n_dec)
 
 
-def build_case(case: str, model, short_ctas: list, settings, tiles=((None, None),), granularity=(1.0,)) -> tuple:
+def build_case(case: str, model, short_ctas: list, settings, tiles=((None, None, None),), granularity=(1.0,)) -> tuple:
     """({label: zero-argument call}, {label: output tensor}, description) of one case."""
     import torch
 
@@ -104,14 +104,15 @@ def build_case(case: str, model, short_ctas: list, settings, tiles=((None, None)
     pv = heuristics.choose_pair(*args, **choice)
     if pv is not None:
         pending.append(("in_turn", fused.build_pair, fused.load_pair(pv, dev, hq, hkv, window_left=left)))
-    for st, bn in tiles:
-        fv = heuristics.choose_fused_hopper(*args, **choice, short_stages=st, short_block_n=bn)
+    for st, bn, rows in tiles:
+        fv = heuristics.choose_fused_hopper(*args, **choice, short_stages=st, short_block_n=bn, short_rows=rows)
         if fv is None:
             continue
         fk = fused.load(fv, dev, hq, hkv, window_left=left)
         for n in short_ctas:
             for g in granularity:
-                label = (f"fused_s{st}n{bn}_k{n}" if len(tiles) > 1 else f"fused_k{n}") + (
+                tag = "".join(f"{c}{x}" for c, x in (("s", st), ("n", bn), ("m", rows)) if x is not None)
+                label = (f"fused_{tag}_k{n}" if len(tiles) > 1 else f"fused_k{n}") + (
                     f"_g{g:g}" if len(granularity) > 1 else "")
                 cfg = dataclasses.replace(fk.cfg_short, num_ctas=max(1, round(fk.cfg_short.num_ctas * g)))
                 pending.append((label, fused.build, dataclasses.replace(
@@ -135,6 +136,8 @@ def main(argv=None) -> int:
                     "heuristics.SM90_FUSED_SHORT_STAGES)")
     ap.add_argument("--block-n", default="", help="decode-tile key blocks to compare (comma list; default: the "
                     "decode tile's)")
+    ap.add_argument("--rows", default="", help="decode-tile query rows to compare (comma list of 8 (the "
+                    "keys-as-rows tile) and 16; default: heuristics.SM90_FUSED_SHORT_ROWS)")
     ap.add_argument("--granularity", default="", help="factors of the short class's split granularity to compare "
                     "(comma list; its scheduler's num_ctas times the factor: more, smaller decode tiles above 1)")
     ap.add_argument("--model", default="llama3-8b")
@@ -158,7 +161,8 @@ def main(argv=None) -> int:
     for case in [c for c in a.cases.split(",") if c]:
         stages = [int(x) for x in a.stages.split(",") if x] or [None]
         block_ns = [int(x) for x in a.block_n.split(",") if x] or [None]
-        tiles = [(st, bn) for st in stages for bn in block_ns]
+        rows_list = [int(x) for x in a.rows.split(",") if x] or [None]
+        tiles = [(st, bn, r) for st in stages for bn in block_ns for r in rows_list]
         granularity = [float(x) for x in a.granularity.split(",") if x] or [1.0]
         calls, outs, desc = build_case(case, model, short_ctas, settings, tiles, granularity)
         times = measure.time_interleaved(calls, rounds=a.rounds, repeat=a.repeat)

@@ -20,7 +20,10 @@ constexpr bool SOFTCAP = {{ "true" if v.softcap else "false" }};    // tanh logi
 // other variant splits (this one then records 1 for its tokens)
 constexpr bool ROW_SPLITS = SPLIT || {{ "true" if v.row_splits else "false" }};
 constexpr int NT = NW * 32;
-constexpr int MT = BM / (16 * NW);  // m16 row tiles per warp
+// The keys-as-rows decode tile (attention/tile_kt_sm80.cuh): one warp, 8 query rows as the MMA's
+// N dimension.  The 16-row code below (MT, WM, the shared helpers) is then compiled but unused.
+constexpr bool KT = BM == 8;
+constexpr int MT = KT ? 1 : BM / (16 * NW);  // m16 row tiles per warp
 constexpr int WM = 16 * MT;         // query rows per warp
 // Shared-memory row strides (elements), padded by 16 bytes: the 8 row addresses of every
 // ldmatrix phase then fall in distinct 16-byte bank groups.
@@ -33,13 +36,13 @@ constexpr int SO = DV + 8;
 // D / 16 ldmatrix a key block.  Their O staging (epilogue) reuses the K/V stages, idle by then.
 // Wider Q (48-64 registers) makes the d 256 tile and the fused kernels of d 192 x 128 spill.
 constexpr bool Q_REGS = NW == 1 && MT == 1 && D <= 128;
-constexpr int Q_ELEMS = Q_REGS ? 0 : BM * (SQ > SO ? SQ : SO);
+constexpr int Q_ELEMS = Q_REGS || KT ? 0 : BM * (SQ > SO ? SQ : SO);
 constexpr int K_ELEMS = BN * SQ;
 constexpr int V_ELEMS = BN * SV;
 constexpr int SMEM_BYTES = 2 * (Q_ELEMS + STAGES * (K_ELEMS + V_ELEMS));
-static_assert(!Q_REGS || BM * SO <= STAGES * (K_ELEMS + V_ELEMS), "the O staging fits the K/V stages");
+static_assert(KT || !Q_REGS || BM * SO <= STAGES * (K_ELEMS + V_ELEMS), "the O staging fits the K/V stages");
 static_assert(SMEM_BYTES == {{ v.smem_bytes }}, "host and device disagree on shared memory size");
-static_assert(BM % (16 * NW) == 0 && BN % 16 == 0 && D % 16 == 0 && DV % 16 == 0, "tile shape");
+static_assert((KT ? NW == 1 : BM % (16 * NW) == 0) && BN % 16 == 0 && D % 16 == 0 && DV % 16 == 0, "tile shape");
 
 // The tile's threads: a whole CTA, or a single warp of it (one-warp tiles only sync their warp,
 // so a fused CTA can run one such tile per warp independently).
@@ -56,5 +59,9 @@ __device__ __forceinline__ void tile_sync() {
 {% include "common/softmax.cuh" %}
 {% include "attention/mainloop_sm80.cuh" %}
 {% include "attention/epilogue_sm80.cuh" %}
+{% if v.block_m == 8 %}
+{% include "attention/tile_kt_sm80.cuh" %}
+{% else %}
 {% include "attention/tile_sm80.cuh" %}
+{% endif %}
 }  // namespace {{ v.ns }}

@@ -1,0 +1,266 @@
+// ---- attention/tile_kt_sm80.cuh: the keys-as-rows decode tile (8 query rows, one warp) ----
+// The same work as tile_sm80.cuh's one-warp tile, transposed.  A decode request has few query
+// rows (its tokens x the query heads of a KV head, 4 at 32 / 8 heads), so a 16-row tile wastes
+// most of its MMA rows.  Here the keys are the M dimension of mma.m16n8k16 and the tile's 8 query
+// rows its N: per block of 16 keys
+//   S^T (16 keys x 8 rows) = K (16 x D) Q^T (D x 8)      D / 16 MMAs, Q^T as B fragments in registers;
+//   column softmax of S^T (a column is a query row: max over the 8 lanes of a column, lane % 4);
+//   P^T as B fragment: movmatrix.trans turns the bf16 accumulator pairs (key, rows 2t, 2t+1)
+//     into (row, keys 2t, 2t+1), the B layout of the next MMA;
+//   O^T (DV x 8) += V^T (DV x 16 keys) P^T (16 x 8)       DV / 16 MMAs, V^T by ldmatrix.trans.
+// Half the MMAs, exponentials and O rescaling of the 16-row tile, and half its O and Q registers
+// (docs/perf-notes.md, "The keys-as-rows decode tile").  The idea of putting the short dimension
+// on the MMA's N side is the usual one for skinny GEMMs; the tile itself is kernelgen's.
+// Fragment coordinates (lane = 4 g + t): S^T / O^T accumulators hold (row g, cols 2t, 2t+1) and
+// (row g + 8, same cols), where rows are keys / value dims and cols are the tile's query rows.
+static_assert(KT && NW == 1 && BM == 8 && BN == 16, "the keys-as-rows tile is one warp, 8 rows, 16-key blocks");
+static_assert(D <= 128 && DV <= 128, "the keys-as-rows tile keeps Q^T and O^T in registers up to head dim 128");
+// fp32 O^T staging for the epilogue, rows of KT_SO floats (DV + 4: the 32 lanes' scalar stores
+// (row 2t + e, col g) fall in 32 distinct banks), in the K/V stages (idle by then)
+constexpr int KT_SO = DV + 4;
+static_assert(BM * KT_SO * 4 <= 2 * STAGES * (K_ELEMS + V_ELEMS), "the O staging fits the K/V stages");
+
+__device__ __forceinline__ u32 movm_trans(u32 x) {
+  u32 r;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(r) : "r"(x));
+  return r;
+}
+
+__device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4, int t, int& cursor, u16* sQ,
+                                         u32 sQ_base, int tid) {
+  const u32 sK_base = sQ_base;  // no Q tile: Q^T lives in registers
+  const u32 sV_base = sK_base + STAGES * K_ELEMS * 2;
+  const u16* Q = static_cast<const u16*>(p.q);
+  const u16* K = static_cast<const u16*>(p.k);
+  const u16* V = static_cast<const u16*>(p.v);
+  const int qpk = p.num_heads_q / p.num_heads_kv;
+  const int sched_heads = PACK_GQA ? p.num_heads_kv : p.num_heads_q;
+  const int lane = tid & 31;
+  const int g = lane >> 2, tq = lane & 3;
+
+  cursor = find_entry(md, cap4, t, cursor);
+  const TileInfo ti = tile_info(p, md, cap4, cursor, t, sched_heads, qpk);
+  const int kv_head = PACK_GQA ? ti.head : ti.head / qpk;
+  const int row0 = ti.row0;
+  MaskInfo mi;
+  mi.seqlen_k = ti.seqlen_k;
+  mi.offset = ti.seqlen_k - ti.seqlen_q;
+  mi.left = p.window_left;
+  mi.right = p.window_right;
+  const int pos_first = row_position(row0, qpk), pos_last = row_position(row0 + ti.valid_rows - 1, qpk);
+  int n_lo, n_hi;
+  key_block_range(mi, pos_first, pos_last, n_lo, n_hi);
+  if (SPLIT && ti.num_splits > 1) {  // this split's contiguous share of [n_lo, n_hi)
+    const int per = n_hi > n_lo ? (n_hi - n_lo + ti.num_splits - 1) / ti.num_splits : 0;
+    n_lo = min(n_lo + ti.split * per, n_hi);
+    n_hi = min(n_lo + per, n_hi);
+  }
+  const int n_blocks = n_hi - n_lo;
+
+  const u16* k_base = K + (i64)ti.k_start * p.k_row_stride + (i64)kv_head * p.k_head_stride;
+  const u16* v_base = V + (i64)ti.k_start * p.v_row_stride + (i64)kv_head * p.v_head_stride;
+  const int* page_row = PAGED ? static_cast<const int*>(p.page_table) + (i64)ti.b * p.page_table_stride : nullptr;
+
+  float o[DV / 16][4];                  // O^T: value dims 16 dp + g (+8) x query rows 2 tq (+1)
+  float row_max[2], row_sum[2];         // of query rows 2 tq + e; row_sum over this lane's keys only
+#pragma unroll
+  for (int dp = 0; dp < DV / 16; ++dp)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) o[dp][x] = 0.f;
+  row_max[0] = row_max[1] = -KG_INF;
+  row_sum[0] = row_sum[1] = 0.f;
+
+  if (n_blocks > 0) {
+    // Q^T as B fragments (k = head dims 16 ks + 2 tq (+8), n = query row g), from global memory
+    u32 qb[D / 16][2];
+    {
+      const u16* qr = nullptr;
+      if (g < ti.valid_rows) {
+        const int pr = row0 + g;
+        const int pos = PACK_GQA ? pr / qpk : pr;
+        const int head = PACK_GQA ? kv_head * qpk + pr - pos * qpk : ti.head;
+        qr = Q + (i64)(ti.q_start + pos) * p.q_row_stride + (i64)head * p.q_head_stride + 2 * tq;
+      }
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        qb[ks][0] = qr != nullptr ? *reinterpret_cast<const u32*>(qr + ks * 16) : 0u;
+        qb[ks][1] = qr != nullptr ? *reinterpret_cast<const u32*>(qr + ks * 16 + 8) : 0u;
+      }
+    }
+    // positions of this lane's two query rows (for the element masks)
+    const int pos_e0 = row_position(row0 + 2 * tq, qpk), pos_e1 = row_position(row0 + 2 * tq + 1, qpk);
+    // A fragments: K rows (keys) lane & 15, dims 8 (lane >> 4); V^T via ldmatrix.trans: keys
+    // (lane & 7) + 8 (lane >> 4), value dims 8 ((lane >> 3) & 1)
+    const u32 k_lane = (u32)(((lane & 15) * SQ + (lane >> 4) * 8) * 2);
+    const u32 v_lane = (u32)((((lane & 7) + ((lane >> 4) << 3)) * SV + ((lane >> 3) & 1) * 8) * 2);
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; ++st) {
+      if (st < n_blocks) {
+        const int n = n_hi - 1 - st;
+        load_kv_block<D, SQ>(sK_base + st * K_ELEMS * 2, k_base, p.k_row_stride, p.k_page_stride, page_row,
+                             p.page_size, n * BN, ti.seqlen_k, tid);
+        load_kv_block<DV, SV>(sV_base + st * V_ELEMS * 2, v_base, p.v_row_stride, p.v_page_stride, page_row,
+                              p.page_size, n * BN, ti.seqlen_k, tid);
+      }
+      cp_async_commit();
+    }
+    const float scale = SOFTCAP ? 1.f : p.scale_log2;
+    for (int i = 0; i < n_blocks; ++i) {
+      const int n = n_hi - 1 - i;
+      cp_async_wait<STAGES - 2>();
+      __syncwarp();
+      {
+        const int j = i + STAGES - 1;
+        if (j < n_blocks) {
+          const int nj = n_hi - 1 - j;
+          const int sj = j % STAGES;
+          load_kv_block<D, SQ>(sK_base + sj * K_ELEMS * 2, k_base, p.k_row_stride, p.k_page_stride, page_row,
+                               p.page_size, nj * BN, ti.seqlen_k, tid);
+          load_kv_block<DV, SV>(sV_base + sj * V_ELEMS * 2, v_base, p.v_row_stride, p.v_page_stride, page_row,
+                                p.page_size, nj * BN, ti.seqlen_k, tid);
+        }
+        cp_async_commit();
+      }
+      const int st = i % STAGES;
+      // S^T = K Q^T, in two accumulators (even / odd head-dim steps: half the dependent chain)
+      float s[4], s2[4];
+#pragma unroll
+      for (int x = 0; x < 4; ++x) s[x] = s2[x] = 0.f;
+      const u32 kb = sK_base + st * K_ELEMS * 2 + k_lane;
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        u32 a[4];
+        ldsm_x4(kb + ks * 32, a[0], a[1], a[2], a[3]);
+        mma_16816(ks % 2 == 0 ? s : s2, a, qb[ks][0], qb[ks][1]);
+      }
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        s[x] += s2[x];
+        if (SOFTCAP) s[x] = tanh_ex2(s[x] * p.softcap_scale) * p.softcap_log2;
+      }
+      if (block_needs_mask(mi, n, pos_first, pos_last)) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int pos = e == 0 ? pos_e0 : pos_e1;
+          const int hi = min(mi.seqlen_k - 1, key_hi(mi, pos));
+          const int lo = key_lo(mi, pos);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int key = n * BN + g + 8 * h;
+            if (key > hi || key < lo) s[2 * h + e] = -KG_INF;
+          }
+        }
+      }
+      // column softmax (base 2, the scale folded into the exponent as in softmax_scores)
+      float corr[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float mx = fmaxf(s[e], s[2 + e]);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+        const float m_new = fmaxf(row_max[e], mx * scale);
+        const float m_use = m_new == -KG_INF ? 0.f : m_new;
+        corr[e] = fast_exp2(row_max[e] - m_use);
+        row_max[e] = m_new;
+        s[e] = fast_exp2(fmaf(s[e], scale, -m_use));
+        s[2 + e] = fast_exp2(fmaf(s[2 + e], scale, -m_use));
+        row_sum[e] = row_sum[e] * corr[e] + (s[e] + s[2 + e]);
+      }
+      // P^T as B fragments: (keys g, rows 2t..) -> (row g, keys 2t..) for keys 0-7 and 8-15
+      const u32 pb0 = movm_trans(pack2(s[0], s[1]));
+      const u32 pb1 = movm_trans(pack2(s[2], s[3]));
+      const u32 vb = sV_base + st * V_ELEMS * 2 + v_lane;
+#pragma unroll
+      for (int dp = 0; dp < DV / 16; ++dp) {
+        o[dp][0] *= corr[0];
+        o[dp][1] *= corr[1];
+        o[dp][2] *= corr[0];
+        o[dp][3] *= corr[1];
+        u32 a[4];
+        ldsm_x4_t(vb + dp * 32, a[0], a[1], a[2], a[3]);
+        mma_16816(o[dp], a, pb0, pb1);
+      }
+    }
+    cp_async_wait<0>();
+    __syncwarp();
+  }
+
+  // finalize: a column's sum over its 8 lanes; a row that saw no key gets O = 0 and LSE = -inf
+  float lse[2];
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    float l = row_sum[e];
+    l += __shfl_xor_sync(0xffffffffu, l, 4);
+    l += __shfl_xor_sync(0xffffffffu, l, 8);
+    l += __shfl_xor_sync(0xffffffffu, l, 16);
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    lse[e] = l > 0.f ? (row_max[e] + fast_log2(l)) * KG_LN2 : -KG_INF;
+#pragma unroll
+    for (int dp = 0; dp < DV / 16; ++dp) {
+      o[dp][e] *= inv;
+      o[dp][2 + e] *= inv;
+    }
+  }
+  // O^T -> fp32 rows in the (idle) K/V stages: row 2 tq + e, value dim 16 dp + g + 8 h
+  float* sO = reinterpret_cast<float*>(sQ);
+#pragma unroll
+  for (int dp = 0; dp < DV / 16; ++dp)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) sO[(2 * tq + (x & 1)) * KT_SO + dp * 16 + g + 8 * (x >> 1)] = o[dp][x];
+  __syncwarp();
+  {
+    // Re-read the tile's coordinates after the mainloop (as tile_sm80.cuh does)
+    const TileInfo te = tile_info(p, md, cap4, cursor, t, sched_heads, qpk);
+    const int kvh = PACK_GQA ? te.head : te.head / qpk;
+    auto token_of = [&](int r) { return PACK_GQA ? (te.row0 + r) / qpk : te.row0 + r; };
+    auto qhead_of = [&](int r) { return PACK_GQA ? kvh * qpk + (te.row0 + r) % qpk : te.head; };
+    if (ROW_SPLITS && te.split == 0) {  // how many partials each token has (read by the combine kernel)
+      int* row_splits = static_cast<int*>(const_cast<void*>(p.row_splits));
+      if (lane < te.valid_rows && (!PACK_GQA || (te.row0 + lane) % qpk == 0)) {
+        const int tok = te.q_start + token_of(lane);
+        row_splits[tok] = row_splits_entry(p, te.b, te.q_start, tok, te.num_splits);
+      }
+    }
+    const bool partial = SPLIT && te.num_splits > 1;
+    // LSE: lanes 0-3 hold rows 2 tq, 2 tq + 1
+    if (g == 0) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int r = 2 * tq + e;
+        if (r < te.valid_rows) {
+          float* lp;
+          if (partial) {
+            lp = static_cast<float*>(const_cast<void*>(p.lse_accum)) + (i64)te.split * p.lse_accum_split_stride +
+                 (i64)qhead_of(r) * p.lse_accum_head_stride + partial_row(p, te.b, te.q_start, te.q_start + token_of(r));
+          } else {
+            lp = p.lse != nullptr ? static_cast<float*>(const_cast<void*>(p.lse)) + (i64)qhead_of(r) * p.lse_head_stride +
+                                        te.q_start + token_of(r)
+                                  : nullptr;
+          }
+          if (lp != nullptr) *lp = lse[e];
+        }
+      }
+    }
+    // rows out, 8 values (16 bytes of output or 32 of fp32 partial) a lane and step
+    constexpr int CPR = DV / 8;
+    for (int c = lane; c < BM * CPR; c += 32) {
+      const int r = c / CPR, col = (c - r * CPR) * 8;
+      if (r >= te.valid_rows) break;  // c grows with r
+      const float4 x0 = *reinterpret_cast<const float4*>(sO + r * KT_SO + col);
+      const float4 x1 = *reinterpret_cast<const float4*>(sO + r * KT_SO + col + 4);
+      if (partial) {
+        float* dst = static_cast<float*>(const_cast<void*>(p.out_accum)) + (i64)te.split * p.accum_split_stride +
+                     (i64)qhead_of(r) * p.accum_head_stride +
+                     (i64)partial_row(p, te.b, te.q_start, te.q_start + token_of(r)) * DV + col;
+        reinterpret_cast<float4*>(dst)[0] = x0;
+        reinterpret_cast<float4*>(dst)[1] = x1;
+      } else {
+        u16* dst = static_cast<u16*>(const_cast<void*>(p.out)) + (i64)(te.q_start + token_of(r)) * p.o_row_stride +
+                   (i64)qhead_of(r) * p.o_head_stride + col;
+        *reinterpret_cast<uint4*>(dst) =
+            make_uint4(pack2(x0.x, x0.y), pack2(x0.z, x0.w), pack2(x1.x, x1.y), pack2(x1.z, x1.w));
+      }
+    }
+  }
+}
