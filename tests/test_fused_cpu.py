@@ -127,7 +127,7 @@ def test_packed_kv_only_when_forced(fake_cuda):
 def test_mixed_call_on_sm90_takes_the_hopper_fused_launch(fake_cuda):
     """On sm_90a without a forced arch a mixed batch runs both schedulers, ONE Hopper fused launch
     (the long class on the wgmma/TMA variant, unsplit and recording row_splits; the short class on
-    the sm_80 one-warp decode variant, pack-GQA and split-KV), then the combine; with a sliding
+    the sm_80 one-warp keys-as-rows decode variant, pack-GQA and split-KV), then the combine; with a sliding
     window too (which the sm_80 fused launch does not take)."""
     args = paged_inputs(QLENS, CTX)
     q, kc, vc, cu_q, used, pt = args
@@ -140,7 +140,8 @@ def test_mixed_call_on_sm90_takes_the_hopper_fused_launch(fake_cuda):
     assert (lf["class_min_q"], lf["class_max_q"]) == (thr + 1, 2 ** 31 - 1)
     assert (sf["class_min_q"], sf["class_max_q"]) == (0, thr)
     assert (lf["block_m"], lf["block_n"], lf["max_splits"], lf["num_ctas"]) == (128, 128, 1, 132)
-    assert (sf["block_m"], sf["block_n"], sf["pack_factor"]) == (16, 16, HQ // HKV) and sf["max_splits"] > 1
+    # the short class's scheduler counts 8-row tiles: the keys-as-rows decode tile (heuristics.SM90_FUSED_SHORT_ROWS)
+    assert (sf["block_m"], sf["block_n"], sf["pack_factor"]) == (8, 16, HQ // HKV) and sf["max_splits"] > 1
     assert af["metadata"] == lf["metadata"] != bf["metadata"] == sf["metadata"] == cf["metadata"]
     assert af["row_splits"] == bf["row_splits"] == cf["row_splits"] != 0
     assert af["out_accum"] == af["lse_accum"] == 0

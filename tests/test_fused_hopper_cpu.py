@@ -165,7 +165,10 @@ def test_short_tiles_per_cta_and_shared_memory(d, dv, long_smem, short_smem, fir
     # the dispatcher's Hopper fused spec: the same long variant, a one-warp decode tile of its own stages
     assert fv.fused.long == f.long and fv.short_max_q == 4 and fv.combine is not None and fv.short_max_splits > 1
     assert fv.fused.short == dataclasses.replace(f.short, tile=fv.fused.short.tile)
-    assert fv.fused.short.tile.num_warps == 1 and fv.fused.short.tile.block_m == 16
+    # the keys-as-rows tile (8 rows) up to head dim 128, the 16-row tile above; same shared memory
+    kt = max(d, dv) <= 128
+    assert fv.fused.short.tile.num_warps == 1 and fv.fused.short.tile.block_m == (8 if kt else 16)
+    assert fv.fused.short.tile.keys_as_rows == kt and fv.fused.short.smem_bytes() == short_smem
     assert fv.fused.short_tiles_first >= 1 and fv.fused.short_tiles_after >= 1
 
 
@@ -402,16 +405,17 @@ def test_hopper_fused_kernel_compiles_without_spills_with_hgmma_and_hmma(kw):
         assert code not in res.log, res.log
     assert _NVDISASM is not None, "nvdisasm is needed: pip install nvidia-cuda-nvdisasm (the test extra)"
     ops = sass.opcode_counts(sass.disassemble(res.cubin, _NVDISASM),
-                             ("HGMMA", "HMMA", "LDL", "STL", "UTMALDG", "USETMAXREG", "LDGSTS"))
+                             ("HGMMA", "HMMA", "MOVM", "LDL", "STL", "UTMALDG", "USETMAXREG", "LDGSTS"))
     halves = d // 64
     # the long variant: Q K^T k-steps (d / 16) and P V k-steps (block_n / 16) per key block
     per_block = d // 16 + spec.long.tile.block_n // 16
     assert ops["HGMMA"] >= per_block and ops["HGMMA"] % per_block == 0, ops
-    # the decode tile per key block: Q K^T (block_n / 8 n-tiles x d / 16 k-steps) and P V (dv / 8 n-tiles
-    # x block_n / 16 k-steps)
-    bn = spec.short.tile.block_n
-    per_dec = bn // 8 * (d // 16) + spec.short.head_dim_v // 8 * (bn // 16)
-    assert ops["HMMA"] >= per_dec and ops["HMMA"] % per_dec == 0, ops
+    # the decode tile per key block, keys-as-rows (8 query rows as N, 16 keys as M): S^T = K Q^T in d / 16
+    # k-steps and O^T += V^T P^T in dv / 16 m-tiles, P^T's two B fragments by movmatrix; the tile runs
+    # at two call sites (CTAs that start on the short queue, consumer warps after the long queue)
+    assert spec.short.tile.keys_as_rows
+    per_dec = d // 16 + spec.short.head_dim_v // 16
+    assert ops["HMMA"] == 2 * per_dec and ops["MOVM"] == 2 * 2, ops
     assert ops["LDL"] == 0 and ops["STL"] == 0 and ops["USETMAXREG"] == 2, ops
     assert ops["LDGSTS"] > 0, ops                     # the decode tile's cp.async (and the gathered rows)
     if gather:
