@@ -99,9 +99,31 @@ SM90_TILES = {
 }
 
 
-def sm90_tile(head_dim: int, head_dim_v: int) -> TileConfig:
-    """The Hopper path's tile for a (head_dim, head_dim_v) pair: ``SM90_TILES``' entry, else
-    ``SM90_TILE`` (read at call time, so tuning runs can replace either)."""
+#: The Hopper tile of a paged K/V cache at head dims 192 and 256: 64-key blocks.  The paged
+#: producers need more registers (``AttentionSpec.SM90_REGS_PAGED``, ``SM90_REGS_GATHER``), which
+#: leaves the consumers 232 / 224 instead of 240, and their 80- and 112-key blocks then spill (d 256
+#: everywhere; d 192 with a window, soft-cap and split-KV); 64 keys take 16 fp32 scores and 8 P
+#: registers fewer than 80 (and 24 / 12 fewer than 112) and divide every power-of-two page size,
+#: so pages of 8 to 64 tokens take TMA boxes and pages of 64 or more whole-block boxes.
+SM90_PAGED_TILES = {
+    (256, 256): TileConfig(128, 64, 8, 2, 1),
+    (192, 192): TileConfig(128, 64, 8, 2, 1),
+}
+
+
+#: The Hopper tile of gathered K/V rows (option "g") at head dim 256: 48-key blocks.  The gather
+#: producers take 56 registers, leaving the consumers 224, where 64-key blocks spill 16 bytes.
+SM90_GATHER_TILES = {
+    (256, 256): TileConfig(128, 48, 8, 2, 1),
+}
+
+
+def sm90_tile(head_dim: int, head_dim_v: int, paged: bool = False) -> TileConfig:
+    """The Hopper path's tile for a (head_dim, head_dim_v) pair: for a paged cache
+    ``SM90_PAGED_TILES``' entry if any, else ``SM90_TILES``' entry, else ``SM90_TILE`` (read at
+    call time, so tuning runs can replace any)."""
+    if paged and (head_dim, head_dim_v) in SM90_PAGED_TILES:
+        return SM90_PAGED_TILES[(head_dim, head_dim_v)]
     return SM90_TILES.get((head_dim, head_dim_v), SM90_TILE)
 
 #: The Hopper mainloop's options (``AttentionSpec.sm90_opts``) the dispatcher uses: "p", the
@@ -215,6 +237,19 @@ def sm90_options(paged: bool, page_size: int, block_n: int) -> str:
     return "".join(sorted(opts))
 
 
+def sm90_tile_and_options(head_dim: int, head_dim_v: int, paged: bool, page_size: int,
+                          tile: TileConfig | None = None) -> tuple[TileConfig, str]:
+    """The Hopper path's (tile, ``sm90_opts``) for a call: ``tile`` or ``sm90_tile``, with the
+    options of its K/V loads (``sm90_options``); where those gather rows and ``SM90_GATHER_TILES``
+    has a lighter tile for the head dims (no explicit ``tile``), that tile and its own options."""
+    t = tile or sm90_tile(head_dim, head_dim_v, paged)
+    opts = sm90_options(paged, page_size, t.block_n)
+    if tile is None and "g" in opts and (head_dim, head_dim_v) in SM90_GATHER_TILES:
+        t = SM90_GATHER_TILES[(head_dim, head_dim_v)]
+        opts = sm90_options(paged, page_size, t.block_n)
+    return t, opts
+
+
 def sm90_paged_tma_fits(page_size: int, block_n: int) -> bool:
     """Whether the Hopper kernel loads a paged cache's key blocks of ``block_n`` keys with TMA
     boxes of min(page_size, block_n) keys, each inside one page: ``page_size`` a multiple of
@@ -295,8 +330,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
         if mainloop == "sm90a" and why:
             raise ValueError(f"the Hopper (sm_90a) path does not support this call: {why}")
         if not why:
-            t = tile or sm90_tile(head_dim, head_dim_v)
-            opts = sm90_options(paged, page_size, t.block_n)
+            t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, tile)
             n = -(-max(max_seqlen_k, 1) // t.block_n)
             if num_splits > 0:  # forced: never more splits than key blocks (sizes the partials)
                 max_splits, forced = max(1, min(num_splits, n)), True
@@ -444,10 +478,9 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
     if sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap, pack=False,
                         num_splits=1, tma_ok=tma_ok):
         return None
-    t = sm90_tile(head_dim, head_dim_v)
+    t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size)
     attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, paged=paged, softcap=softcap,
-                         row_splits=short.attention.split, mainloop="sm90a",
-                         sm90_opts=sm90_options(paged, page_size, t.block_n))
+                         row_splits=short.attention.split, mainloop="sm90a", sm90_opts=opts)
     _check_smem(attn, arch)
     long = Variants(short.scheduler, attn, None, 1, True)
     return PairVariants(long, short, thr)

@@ -33,7 +33,7 @@ SM90_HEAD_DIMS = (64, 96, 128, 192, 256)
 SM90_HEAD_DIM_PAIRS = tuple((d, d) for d in SM90_HEAD_DIMS) + ((192, 128),)
 #: Head dims (= head_dim_v) of the Hopper mainloop with a paged K/V cache (the gather path's warp
 #: steps and the tests cover these two).
-SM90_PAGED_HEAD_DIMS = (64, 128)
+SM90_PAGED_HEAD_DIMS = (64, 96, 128, 192, 256)
 
 
 def sm90_padded(d: int) -> int:

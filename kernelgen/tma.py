@@ -90,7 +90,7 @@ def paged_map_args(ptr: int, shape: tuple, strides: tuple, box_rows: int) -> tup
     Args:
         ptr: device address of element [0, 0, 0, 0].
         shape: (num_pages, page_size, heads, head_dim); head_dim as for map_args (the dispatcher
-            runs paged K/V on head dims 64 and 128, spec.SM90_PAGED_HEAD_DIMS).
+            runs paged K/V on every head dim of spec.SM90_PAGED_HEAD_DIMS).
         strides: the cache's strides in elements, (page, slot, head, 1).
         box_rows: keys per box (1 .. 256, at most page_size).
 

@@ -169,11 +169,14 @@ def test_mixed_call_on_sm90_takes_the_hopper_fused_launch(fake_cuda):
     assert ff["long"]["window_left"] == ff["short"]["window_left"] == 256
     assert ff["long"]["window_right"] == ff["short"]["window_right"] == 0
     assert fake_cuda.launches[0].fields()["window_left"] == fake_cuda.launches[1].fields()["window_left"] == 256
-    # a long class the Hopper path cannot run (paged head dim 96): the sm_80 fused launch
+    # paged head dim 96: the Hopper fused launch too (rows padded to 128 columns on the long side, the
+    # keys-as-rows decode tile at 96 on the short side)
     fake_cuda.clear()
     kernelgen.varlen_attention(q[..., :96].contiguous(), kc[..., :96].contiguous(), vc[..., :96].contiguous(), cu_q,
                                None, max(QLENS), max(CTX), seqused_k=used, page_table=pt, causal=True)
-    assert fake_cuda.kinds() == ["scheduler", "scheduler", "fused", "combine"]
+    assert fake_cuda.kinds() == ["scheduler", "scheduler", "fused_sm90", "combine"]
+    spec = [k.spec for k in kernelgen.runtime.loaded_kernels() if k.spec.kind == "fused"][-1]
+    assert spec.hopper and spec.long.head_dim == 96 and spec.long.paged and spec.short.tile.keys_as_rows
 
 
 def test_mixed_call_without_short_splits_has_no_combine(fake_cuda):

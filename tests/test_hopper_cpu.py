@@ -49,7 +49,7 @@ def test_sm90_spec_shape_and_name():
     (dict(d=128, dv=64), "head dims"), (dict(d=256, dv=128), "head dims"), (dict(d=96, dv=64), "head dims"),
     (dict(pack_gqa=True), "pack_gqa"), (dict(row_splits=True, split=True), "row_splits"),
     (dict(opts="g"), "paged cache"),
-    (dict(d=256, paged=True), "paged at head dims"),
+    (dict(d=192, dv=128, paged=True), "paged at head dims"),
     (dict(tile=TileConfig(128, 32, 4, 3, 2)), "tile"), (dict(tile=TileConfig(128, 128, 8, 2, 2)), "tile"),
     (dict(opts="x"), "sm90_opts"), (dict(opts="sh"), "sm90_opts"), (dict(opts="ps"), "ping-pong"),
     (dict(opts="gp", paged=True, tile=TileConfig(128, 192, 8, 2, 1)), "block_n up to 128"),
@@ -599,12 +599,19 @@ def test_paged_choice_gather_forced_and_decode_shapes(monkeypatch):
     for extra in (dict(softcap=True), dict(mask="local"), dict(num_splits=2)):
         v = heuristics.choose("sm_90a", "bf16", 128, 128, paged=True, page_size=16, **{**PREFILL, **extra})
         assert v.attention.mainloop == "sm90a" and v.attention.paged
-    # paged head dims other than 64 and 128 fall back (and cannot be forced)
-    for d, dv in ((256, 256), (96, 96), (192, 128)):
-        assert heuristics.choose("sm_90a", "bf16", d, dv, paged=True, page_size=256,
-                                 **PREFILL).attention.mainloop == "sm80"
-        with pytest.raises(ValueError, match="Hopper"):
-            heuristics.choose("sm_90a", "bf16", d, dv, paged=True, page_size=256, mainloop="sm90a", **PREFILL)
+    # paged head dims 96, 192 and 256 (head_dim == head_dim_v) run on the Hopper path: 192 and 256 on
+    # 64-key blocks (SM90_PAGED_TILES: TMA boxes for every power-of-two page size), gathered rows of
+    # d 256 on 48-key blocks (SM90_GATHER_TILES), which also make 24-token pages TMA boxes
+    cases = [(96, 256, 128, "p"), (96, 1, 128, "gp"), (192, 256, 64, "p"), (192, 16, 64, "p"), (192, 24, 64, "gp"),
+             (256, 256, 64, "p"), (256, 64, 64, "p"), (256, 8, 64, "p"), (256, 1, 48, "gp"), (256, 24, 48, "p")]
+    for d, ps, bn, opts in cases:
+        a = heuristics.choose("sm_90a", "bf16", d, d, paged=True, page_size=ps, **PREFILL).attention
+        assert (a.mainloop, a.tile.block_n, a.sm90_opts, a.paged) == ("sm90a", bn, opts, True), (d, ps, a.name)
+    # 192 x 128 paged falls back (and cannot be forced)
+    assert heuristics.choose("sm_90a", "bf16", 192, 128, paged=True, page_size=256,
+                             **PREFILL).attention.mainloop == "sm80"
+    with pytest.raises(ValueError, match="Hopper"):
+        heuristics.choose("sm_90a", "bf16", 192, 128, paged=True, page_size=256, mainloop="sm90a", **PREFILL)
 
 
 def test_paged_prefers_hopper_by_mean_query_length():
@@ -728,6 +735,35 @@ def test_paged_hopper_kernel_compiles_without_spills(kw):
     if "g" in spec.sm90_opts:   # Q by TMA, K/V rows by cp.async (LDGSTS) with a proxy fence
         assert ops["UTMALDG"] == halves and ops["LDGSTS"] > 0 and ops["FENCE"] > 0, ops
     else:                       # Q, K and V by TMA, no cp.async
+        assert ops["UTMALDG"] >= 3 * halves and ops["LDGSTS"] == 0, ops
+
+
+PAGED_WIDE_COMPILE = [dict(d=d, page_size=ps, **x) for d in (96, 192, 256) for ps in (16, 1)
+                      for x in (dict(mask="causal"), dict(mask="local", softcap=True, split=True))]
+PAGED_WIDE_COMPILE += [dict(d=256, page_size=24, mask="causal")]
+
+
+@pytest.mark.parametrize("kw", PAGED_WIDE_COMPILE, ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))
+def test_paged_wide_head_dims_compile_without_spills(kw):
+    """Paged K/V at head dims 96, 192 and 256 with the dispatcher's tile and loads
+    (``heuristics.sm90_tile_and_options``): no spills under the paged register budgets (producer
+    40 / consumers 232 with TMA boxes, 56 / 224 gathered), Q by TMA in whole 64-column boxes (d 96:
+    two, the second half past the head dim) and K/V by TMA boxes or gathered rows."""
+    kw = dict(kw)
+    d, ps = kw.pop("d"), kw.pop("page_size")
+    tile, opts = heuristics.sm90_tile_and_options(d, d, True, ps)
+    spec = sm90(d=d, tile=tile, opts=opts, paged=True, **kw)
+    assert spec.smem_bytes() <= heuristics.SMEM_LIMIT["sm_90a"]
+    res = compiler.compile_cubin(render.render(spec), "sm_90a", compiler.default_options("sm_90a"), spec.name)
+    r = res.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, (spec.name, r)
+    assert _NVDISASM is not None, "nvdisasm is needed: pip install nvidia-cuda-nvdisasm (the test extra)"
+    ops = sass.opcode_counts(sass.disassemble(res.cubin, _NVDISASM), ("HGMMA", "LDL", "STL", "UTMALDG", "LDGSTS"))
+    halves = -(-d // 64)
+    assert ops["HGMMA"] > 0 and ops.get("LDL", 0) == 0 and ops.get("STL", 0) == 0, ops
+    if "g" in opts:
+        assert ops["UTMALDG"] == halves and ops["LDGSTS"] > 0, ops
+    else:
         assert ops["UTMALDG"] >= 3 * halves and ops["LDGSTS"] == 0, ops
 
 

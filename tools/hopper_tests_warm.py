@@ -41,6 +41,26 @@ def specs():
                                        (0, True, (-1, -1), 15.0)):
             out += _choose("bf16", 128, causal=causal, window=window, cap=cap, max_q=600, max_k=9000, paged=True,
                            page_size=ps, num_splits=n)
+    # paged wide head dims (test_hopper_paged_wide_head_dims*)
+    for d in (96, 192, 256):
+        for ps in (1, 16, 24, 256):
+            for causal in (True, False):
+                out += _choose("bf16" if ps in (1, 256) else "fp16", d, causal=causal, max_q=300, max_k=1000,
+                               paged=True, page_size=ps)
+    for d, ps in ((96, 16), (192, 16), (256, 1), (256, 64)):
+        for n, causal, window, cap in ((3, True, (-1, -1), 0.0), (0, False, (300, 200), 30.0)):
+            out += _choose("bf16", d, causal=causal, window=window, cap=cap, max_q=600, max_k=9000, paged=True,
+                           page_size=ps, num_splits=n)
+    for d in (96, 256):
+        kw = dict(num_heads_q=32, num_heads_kv=8, mask="causal", max_seqlen_q=900, max_seqlen_k=4000, paged=True,
+                  page_size=16)
+        fv = heuristics.choose_fused_hopper("sm_90a", "bf16", d, d, **kw)
+        pv = heuristics.choose_pair("sm_90a", "bf16", d, d, **kw)
+        if fv is not None:
+            out += [x for x in (fv.scheduler, fv.fused, fv.combine) if x is not None]
+        elif pv is not None:
+            out += [x for x in (pv.long.scheduler, pv.long.attention, pv.short.attention, pv.short.combine)
+                    if x is not None]
     # forced splits (fp16 for 3 splits), automatic splits on long contexts
     for n in (2, 3, 7):
         for causal in (False, True):

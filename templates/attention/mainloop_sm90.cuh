@@ -400,12 +400,13 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
 // V once the next block's K is issued (and at the tile's end).
 constexpr int G_RW = BN / 4;              // rows per producer warp
 constexpr int G_RI = (G_RW + 31) / 32;    // looked-up rows per lane
-constexpr int G_CPR = D / 8;              // 16-byte chunks per row
+constexpr int G_CPR = DP / 8;             // 16-byte chunks per (padded) row
 constexpr int G_RPS = 32 / G_CPR;         // rows per warp step
+constexpr int G_LANES = G_RPS * G_CPR;    // lanes that copy (24 at head dim 192)
 static_assert(G_RW % G_RPS == 0, "gather steps");
-// (rows of D / 8 chunks filling a warp step: D in {64, 128, 256}; paged K/V runs on head dims
-// 64 and 128 with head_dim_v == head_dim, spec.sm90_unsupported)
-static_assert(!PAGED || (D == DV_OUT && (D == 64 || D == 128)), "paged K/V: head dims 64 and 128");
+// Head dim 96 (rows padded to 128 columns): chunks 12-15 of a row are zero-filled, as TMA's
+// out-of-bounds fill does on the other paths.
+static_assert(!PAGED || D == DV_OUT, "paged K/V: head_dim == head_dim_v");
 
 struct GatherRows {
   int page[G_RI];
@@ -433,14 +434,17 @@ __device__ __forceinline__ void gather_copy(u32 dst, const u16* base, i64 row_st
   const u32 col = (u32)(c >> 3) * KV_HALF;
 #pragma unroll 4
   for (int st = 0; st < G_RW / G_RPS; ++st) {
-    const int rr = st * G_RPS + lane / G_CPR;
+    // lanes >= G_LANES (head dim 192) take part in the shuffles only
+    const int rr = st * G_RPS + min(lane / G_CPR, G_RPS - 1);
     const int ri = (st * G_RPS) >> 5;
     const int page = __shfl_sync(0xffffffffu, G_RI == 1 ? g.page[0] : g.page[ri], rr & 31);
     const int slot = __shfl_sync(0xffffffffu, G_RI == 1 ? g.slot[0] : g.slot[ri], rr & 31);
     const int r = pw * G_RW + rr;
-    const bool ok = slot >= 0;
-    const u16* src = ok ? base + (i64)page * page_stride + (i64)slot * row_stride + c * 8 : base;
-    cp_async16(dst + col + (u32)r * 128u + ((u32)((c & 7) ^ (r & 7)) << 4), src, ok);
+    if (G_LANES == 32 || lane < G_LANES) {
+      const bool ok = slot >= 0 && (D == DP || c < D / 8);
+      const u16* src = ok ? base + (i64)page * page_stride + (i64)slot * row_stride + c * 8 : base;
+      cp_async16(dst + col + (u32)r * 128u + ((u32)((c & 7) ^ (r & 7)) << 4), src, ok);
+    }
   }
 }
 

@@ -483,6 +483,44 @@ def test_hopper_paged_matrix(page_size, hd, dt, causal, gqa, layout):
     check_paged(*args, causal=causal, layout=layout, gather=page_size in (1, 24))
 
 
+@pytest.mark.parametrize("page_size", [1, 16, 24, 256])
+@pytest.mark.parametrize("d", [96, 192, 256])
+def test_hopper_paged_wide_head_dims(d, page_size):
+    """Paged K/V at head dims 96, 192 and 256 on the Hopper path, causal and not: the tile and
+    loads ``heuristics.sm90_tile_and_options`` gives (d 96: the 128-key tile, rows padded to 128
+    columns; 192 and 256: 64-key blocks, TMA boxes for pages of 16 and 256; gathered rows for
+    pages of 1 (d 256: 48-key blocks) and 24 (d 96, 192; d 256's 48-key blocks take TMA boxes of 24))."""
+    seed = zlib.crc32(repr(("sm90paged_wide", d, page_size)).encode()) % 100000
+    qlens, klens = paged_lens(seed)
+    dt = torch.bfloat16 if page_size in (1, 256) else torch.float16
+    args = make_paged_batch(qlens, klens, 8, 2, d, dt, page_size, seed)
+    tile, opts = heuristics.sm90_tile_and_options(d, d, True, page_size)
+    for causal in (True, False):
+        check_paged(*args, causal=causal, gather="g" in opts)
+        assert api._CALLS._last[1].attn.name.endswith(tile.tag)
+
+
+@pytest.mark.parametrize("d,page_size", [(96, 16), (192, 16), (256, 1), (256, 64)])
+@pytest.mark.parametrize("splits,causal,window,cap", [(3, True, (-1, -1), 0.0), (0, False, (300, 200), 30.0)])
+def test_hopper_paged_wide_head_dims_with_slices(d, page_size, splits, causal, window, cap):
+    """Paged wide head dims with split-KV, a sliding window and soft-cap, on long keys."""
+    qlens, klens = [600, 0, 300, 129], [9000, 40, 4000, 129]
+    args = make_paged_batch(qlens, klens, 8, 2, d, torch.bfloat16, page_size, 300 + d + page_size + splits)
+    check_paged(*args, causal=causal, gather=page_size == 1, window_size=window, softcap=cap, num_splits=splits)
+
+
+@pytest.mark.parametrize("d", [96, 256])
+def test_hopper_paged_wide_head_dims_mixed_batch(d):
+    """A mixed batch (one long chunk, short requests) at paged head dims 96 and 256, dispatched
+    automatically: d 96 takes the Hopper fused launch (keys-as-rows decode tiles at 96), d 256 the
+    classes in turn (its long class on the Hopper kernel)."""
+    short = make_paged_batch([900, 1, 1, 2, 1, 3], [4000, 100, 9, 3000, 1, 50], 32, 8, d, torch.bfloat16, 16, 5 + d)
+    api.clear_signature_cache()
+    check_paged(*short, causal=True, arch=None, expect="sm90a", gather=False)
+    prep = api._CALLS._last[1]
+    assert isinstance(prep, fused.PreparedFusedCall) == (d == 96)
+
+
 @pytest.mark.parametrize("page_size", [16, 256])
 def test_hopper_paged_gather_on_large_pages(monkeypatch, page_size):
     """Option "g" forced on pages TMA could take: the gather path on 16-token and whole-block pages."""
