@@ -3,7 +3,7 @@ sm_80 path (``arch="sm_80"``: the fused mixed-batch launch the dispatcher takes 
 and the single-class sm_80 kernel with ``short_query_tokens=0``).
 
 Shape: ``--batch`` requests, each a ``--chunk``-token query chunk at the end of ``--ctx`` keys
-(causal), 32 query / 8 KV heads, head dim 128, bf16, pages of each ``--page-sizes`` entry in a
+(causal), 32 query / 8 KV heads, head dim ``--head-dim`` (128), bf16, pages of each ``--page-sizes`` entry in a
 shuffled page table.  GPU time: median of CUDA-event timed calls with the L2 flushed before each
 (``kernelgen.bench.measure.time_gpu``); TFLOP/s count 4 * d * (visible query-key pairs) per head.
 Prints one ``BENCH`` line per (page size, path) with the largest |difference| from the Hopper
@@ -13,6 +13,7 @@ Paths: ``hopper`` (the dispatcher's choice: TMA boxes where they fit the pages, 
 rows), ``hopper_gather`` (option "g" forced where TMA would fit), ``sm80_fused``, ``sm80_single``.
 
 Usage: python tools/bench_hopper_paged.py [--batch 4] [--chunk 2048] [--ctx 8192] [--page-sizes 1,16,256]
+       [--head-dim 128]
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ctx", type=int, default=8192)
     ap.add_argument("--page-sizes", default="1,16,256")
     ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--head-dim", type=int, default=128)
     args = ap.parse_args(argv)
 
     import torch
@@ -38,7 +40,7 @@ def main(argv=None) -> int:
     from kernelgen import api, heuristics
     from kernelgen.bench.measure import time_gpu
 
-    hq, hkv, d, dt = 32, 8, 128, torch.bfloat16
+    hq, hkv, d, dt = 32, 8, args.head_dim, torch.bfloat16
     b, qn, kn = args.batch, args.chunk, args.ctx
     pairs = b * (qn * (kn - qn) + qn * (qn + 1) // 2)
     flops = 4 * d * pairs * hq
@@ -59,7 +61,7 @@ def main(argv=None) -> int:
                 return kernelgen.varlen_attention(q, kc, vc, cu_q, None, qn, kn, seqused_k=used, page_table=pt,
                                                   causal=True, **kw)
             if label == "hopper_gather":       # option "g" forced: rows gathered on any page size
-                if not heuristics.sm90_paged_tma_fits(ps, heuristics.SM90_TILE.block_n):
+                if not heuristics.sm90_paged_tma_fits(ps, heuristics.sm90_tile(d, d, True).block_n):
                     continue
                 heuristics.SM90_OPTS = "g" + saved
                 api.clear_signature_cache()
@@ -73,7 +75,7 @@ def main(argv=None) -> int:
             if ref is None:
                 ref = out
             diff = (out.float() - ref.float()).abs().max().item()
-            print(f"BENCH paged_chunked_prefill b{b} q{qn} k{kn} ps{ps} {label}: {us:.1f} us "
+            print(f"BENCH paged_chunked_prefill d{d} b{b} q{qn} k{kn} ps{ps} {label}: {us:.1f} us "
                   f"{flops / us / 1e6:.0f} TFLOP/s maxdiff {diff:.2e} [{name}]", flush=True)
     return 0
 
