@@ -435,7 +435,7 @@ __device__ __forceinline__ void gather_copy(u32 dst, const u16* base, i64 row_st
 #pragma unroll 4
   for (int st = 0; st < G_RW / G_RPS; ++st) {
     // lanes >= G_LANES (head dim 192) take part in the shuffles only
-    const int rr = st * G_RPS + min(lane / G_CPR, G_RPS - 1);
+    const int rr = st * G_RPS + (G_LANES == 32 ? lane / G_CPR : min(lane / G_CPR, G_RPS - 1));
     const int ri = (st * G_RPS) >> 5;
     const int page = __shfl_sync(0xffffffffu, G_RI == 1 ? g.page[0] : g.page[ri], rr & 31);
     const int slot = __shfl_sync(0xffffffffu, G_RI == 1 ? g.slot[0] : g.slot[ri], rr & 31);
