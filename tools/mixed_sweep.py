@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -51,7 +52,8 @@ def case_lengths(settings, case: str):
     return pre_q, pre_k, suites._take(ctx, row, n_dec)
 
 
-def build_case(case: str, model, short_ctas: list, settings, tiles=((None, None, None),), granularity=(1.0,)) -> tuple:
+def build_case(case: str, model, short_ctas: list, settings, tiles=((None, None, None, None),),
+               granularity=(1.0,)) -> tuple:
     """({label: zero-argument call}, {label: output tensor}, description) of one case."""
     import torch
 
@@ -104,14 +106,16 @@ def build_case(case: str, model, short_ctas: list, settings, tiles=((None, None,
     pv = heuristics.choose_pair(*args, **choice)
     if pv is not None:
         pending.append(("in_turn", fused.build_pair, fused.load_pair(pv, dev, hq, hkv, window_left=left)))
-    for st, bn, rows in tiles:
+    for st, bn, rows, defs in tiles:
         fv = heuristics.choose_fused_hopper(*args, **choice, short_stages=st, short_block_n=bn, short_rows=rows)
         if fv is None:
             continue
-        fk = fused.load(fv, dev, hq, hkv, window_left=left)
+        fk = _load_with_defines(fv, dev, hq, hkv, left, defs)
         for n in short_ctas:
             for g in granularity:
                 tag = "".join(f"{c}{x}" for c, x in (("s", st), ("n", bn), ("m", rows)) if x is not None)
+                if defs is not None:
+                    tag += "_" + (defs.replace("KG_", "").replace("=", "").lower() or "nodefs")
                 label = (f"fused_{tag}_k{n}" if len(tiles) > 1 else f"fused_k{n}") + (
                     f"_g{g:g}" if len(granularity) > 1 else "")
                 cfg = dataclasses.replace(fk.cfg_short, num_ctas=max(1, round(fk.cfg_short.num_ctas * g)))
@@ -128,6 +132,27 @@ def build_case(case: str, model, short_ctas: list, settings, tiles=((None, None,
     return calls, outs, desc
 
 
+def _load_with_defines(fv, dev, hq, hkv, left, defs):
+    """fused.load with KERNELGEN_DEFINES set to ``defs`` while the fused kernel compiles (None:
+    as the environment has it); the in-memory kernel cache is bypassed so that each set of
+    defines gets its own build."""
+    from kernelgen import compiler, fused, runtime
+
+    if defs is None:
+        return fused.load(fv, dev, hq, hkv, window_left=left)
+    old = os.environ.get(compiler.DEFINES_ENV)
+    os.environ[compiler.DEFINES_ENV] = defs
+    runtime._loaded.pop((dev, fv.fused), None)
+    try:
+        return fused.load(fv, dev, hq, hkv, window_left=left)
+    finally:
+        if old is None:
+            os.environ.pop(compiler.DEFINES_ENV, None)
+        else:
+            os.environ[compiler.DEFINES_ENV] = old
+        runtime._loaded.pop((dev, fv.fused), None)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", default="bench,light,heavy")
@@ -138,6 +163,8 @@ def main(argv=None) -> int:
                     "decode tile's)")
     ap.add_argument("--rows", default="", help="decode-tile query rows to compare (comma list of 8 (the "
                     "keys-as-rows tile) and 16; default: heuristics.SM90_FUSED_SHORT_ROWS)")
+    ap.add_argument("--defines", default="", help="KERNELGEN_DEFINES values to compile the fused kernel with, "
+                    "';'-separated (an empty entry: none; e.g. ';KG_KT_PREFETCH=2')")
     ap.add_argument("--granularity", default="", help="factors of the short class's split granularity to compare "
                     "(comma list; its scheduler's num_ctas times the factor: more, smaller decode tiles above 1)")
     ap.add_argument("--model", default="llama3-8b")
@@ -162,7 +189,8 @@ def main(argv=None) -> int:
         stages = [int(x) for x in a.stages.split(",") if x] or [None]
         block_ns = [int(x) for x in a.block_n.split(",") if x] or [None]
         rows_list = [int(x) for x in a.rows.split(",") if x] or [None]
-        tiles = [(st, bn, r) for st in stages for bn in block_ns for r in rows_list]
+        defs_list = a.defines.split(";") if a.defines else [None]
+        tiles = [(st, bn, r, df) for st in stages for bn in block_ns for r in rows_list for df in defs_list]
         granularity = [float(x) for x in a.granularity.split(",") if x] or [1.0]
         calls, outs, desc = build_case(case, model, short_ctas, settings, tiles, granularity)
         times = measure.time_interleaved(calls, rounds=a.rounds, repeat=a.repeat)
