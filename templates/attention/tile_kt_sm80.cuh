@@ -20,18 +20,6 @@ static_assert(D <= 128 && DV <= 128, "the keys-as-rows tile keeps Q^T and O^T in
 constexpr int KT_SO = DV + 4;
 static_assert(BM * KT_SO * 4 <= 2 * STAGES * (K_ELEMS + V_ELEMS), "the O staging fits the K/V stages");
 
-#ifdef KG_KT_PREFETCH
-// Experiment (KERNELGEN_DEFINES=KG_KT_PREFETCH=N, sm_90 only): each block loop step asks L2 for
-// the key block N steps ahead (lanes 0-15 its K rows, 16-31 its V rows, a prefetch per 128-byte
-// line of the row), so the cp.async of that block later finds it in L2: more bytes on their way
-// from HBM a warp than its two shared-memory stages hold.
-__device__ __forceinline__ void prefetch_l2(const void* p, u32 bytes) {
-  const char* c = static_cast<const char*>(p);
-#pragma unroll
-  for (u32 o = 0; o < bytes; o += 128) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(c + o));
-}
-#endif
-
 __device__ __forceinline__ u32 movm_trans(u32 x) {
   u32 r;
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(r) : "r"(x));
@@ -133,24 +121,6 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
         }
         cp_async_commit();
       }
-#ifdef KG_KT_PREFETCH
-      if (i + KG_KT_PREFETCH < n_blocks) {
-        const int key = (n_hi - 1 - i - KG_KT_PREFETCH) * BN + (lane & 15);
-        if (key < ti.seqlen_k) {
-          const bool kr = lane < 16;
-          const u16* base = kr ? k_base : v_base;
-          const i64 rs = kr ? p.k_row_stride : p.v_row_stride;
-          const u16* row;
-          if (PAGED) {
-            const int pi = key / p.page_size;
-            row = base + (i64)page_row[pi] * (kr ? p.k_page_stride : p.v_page_stride) + (i64)(key - pi * p.page_size) * rs;
-          } else {
-            row = base + (i64)key * rs;
-          }
-          prefetch_l2(row, (kr ? D : DV) * 2);
-        }
-      }
-#endif
       const int st = i % STAGES;
       // S^T = K Q^T, in two accumulators (even / odd head-dim steps: half the dependent chain)
       float s[4], s2[4];
