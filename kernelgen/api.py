@@ -329,6 +329,10 @@ def scheduler_config(attn_spec, attn_kernel, num_heads_q: int, num_heads_kv: int
 
     The head-swizzle budget is a sixth of the device's L2 (about 10 MB on an H200; FlashAttention-3
     uses a fixed 8 MiB on 50 MB parts), counted in K+V blocks of one head.
+
+    A decode-class kernel launched on its own (``attn_kernel`` runs ``attn_spec``, not a fused
+    kernel) passes its persistent grid as ``wave_ctas``: the scheduler then rounds the split cap of
+    capped requests to whole waves (``metadata.wave_split_cap``).
     """
     qpk = num_heads_q // num_heads_kv
     pack = attn_spec.pack_gqa
@@ -348,7 +352,13 @@ def scheduler_config(attn_spec, attn_kernel, num_heads_q: int, num_heads_kv: int
         swizzle_mult=1 if pack else qpk,
         sort=sort,
         window_left=window_left if attn_spec.mask == "local" else -1,
+        wave_ctas=attn_kernel.persistent_grid if _wave_rounded(attn_spec, attn_kernel) else 0,
     )
+
+
+def _wave_rounded(attn_spec, attn_kernel) -> bool:
+    return (_tile_class(attn_spec) == "decode" and getattr(attn_kernel, "spec", None) == attn_spec
+            and getattr(attn_spec, "kind", "") == "attention")
 
 
 def _tile_class(attn_spec) -> str:

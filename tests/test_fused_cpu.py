@@ -142,6 +142,7 @@ def test_mixed_call_on_sm90_takes_the_hopper_fused_launch(fake_cuda):
     assert (lf["block_m"], lf["block_n"], lf["max_splits"], lf["num_ctas"]) == (128, 128, 1, 132)
     # the short class's scheduler counts 8-row tiles: the keys-as-rows decode tile (heuristics.SM90_FUSED_SHORT_ROWS)
     assert (sf["block_m"], sf["block_n"], sf["pack_factor"]) == (8, 16, HQ // HKV) and sf["max_splits"] > 1
+    assert lf["wave_ctas"] == sf["wave_ctas"] == 0    # no wave rounding in a fused launch
     assert af["metadata"] == lf["metadata"] != bf["metadata"] == sf["metadata"] == cf["metadata"]
     assert af["row_splits"] == bf["row_splits"] == cf["row_splits"] != 0
     assert af["out_accum"] == af["lse_accum"] == 0
@@ -252,6 +253,8 @@ def test_pair_path_runs_the_classes_in_turn(fake_cuda):
     assert (sf["class_min_q"], sf["class_max_q"]) == (0, thr)
     assert (lf["block_m"], lf["block_n"], lf["max_splits"], lf["num_ctas"]) == (128, 128, 1, 132)
     assert (sf["block_m"], sf["pack_factor"]) == (16, HQ // HKV) and sf["max_splits"] > 1
+    # the classes in turn: the short class's decode kernel runs alone, so its splits are wave-rounded
+    assert lf["wave_ctas"] == 0 and sf["wave_ctas"] == b.grid[0] > 0
     assert af["metadata"] == lf["metadata"] != bf["metadata"] == sf["metadata"] == cf["metadata"]
     assert af["row_splits"] == bf["row_splits"] == cf["row_splits"] != 0
     assert af["out_accum"] == 0 and bf["out_accum"] == cf["out_accum"] != 0
@@ -266,6 +269,10 @@ def test_all_short_batch_is_a_plain_decode_launch(fake_cuda):
     q, kc, vc, cu_q, used, pt = paged_inputs(qlens, ctx)
     kernelgen.varlen_attention(q, kc, vc, cu_q, None, 2, max(ctx), seqused_k=used, page_table=pt, causal=True)
     assert "fused" not in fake_cuda.kinds()
+    # a decode launch on its own: its scheduler rounds capped splits to waves of the kernel's grid
+    sched, attn = fake_cuda.launches[0], fake_cuda.launches[1]
+    assert fake_cuda.kinds()[:2] == ["scheduler", "attention"]
+    assert sched.fields()["wave_ctas"] == attn.grid[0] == FC.ATTN_GRID and sched.fields()["block_m"] == 16
 
 
 @pytest.mark.parametrize("value,err", [("4", TypeError), (True, TypeError), (2.0, TypeError), (-1, ValueError)])

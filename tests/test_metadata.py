@@ -20,7 +20,8 @@ configs = st.builds(
     num_heads=st.integers(1, 6), block_m=st.sampled_from([16, 64, 128]), block_n=st.sampled_from([32, 64]),
     pack_factor=st.sampled_from([1, 3, 4]), max_splits=st.sampled_from([1, 2, 7, 64]), forced_splits=st.booleans(),
     num_ctas=st.integers(1, 300), max_kvblocks_l2=st.sampled_from([0, 1, 40, 5000]), swizzle_mult=st.sampled_from([1, 2]),
-    sort=st.booleans(), window_left=st.sampled_from([-1, -1, 0, 7, 100, 1000]))
+    sort=st.booleans(), window_left=st.sampled_from([-1, -1, 0, 7, 100, 1000]),
+    wave_ctas=st.sampled_from([0, 0, 1, 37, 300]))
 
 
 @settings(max_examples=300, deadline=None)
@@ -123,6 +124,31 @@ def test_worked_example_b_dynamic_splits():
     assert [int(x) & 0xFFFF for x in d["splits_nheads"]] == [10, 4, 1, 1, 1]
     assert list(d["batch_idx"]) == [0, 3, 1, 2, 4]
     assert d["total_tiles"] == 8 * (10 + 4 + 1 + 1 + 1)
+
+
+def test_wave_split_cap_rounds_capped_requests_to_whole_waves():
+    """decode_long_b8_128k on an H200: 8 requests x 8192 key blocks, 8 packed KV heads, cap 55,
+    1584 one-warp CTAs (granularity 4): the quantum asks for 90 splits, the cap gives 3520 tiles
+    (2.22 waves); rounded, 49 splits give 3136 (1.98 waves)."""
+    cfg = SchedulerConfig(num_heads=8, block_m=16, block_n=16, pack_factor=4, max_splits=55, num_ctas=4 * 1584,
+                          wave_ctas=1584)
+    ms, ns = [1] * 8, [8192] * 8
+    share = md.split_share(ms, ns, cfg)
+    assert share == 92 and md.wave_split_cap(ms, ns, cfg, share) == 49
+    buf = md.reference_schedule(_cu([1] * 8), _cu([131072] * 8), 8, 8, cfg, "soa")
+    d = md.decode(buf, "soa", 8)
+    assert [int(x) & 0xFFFF for x in d["splits_nheads"]] == [49] * 8 and d["total_tiles"] == 8 * 8 * 49
+    # off (wave_ctas 0), forced splits, nothing capped, or a last wave at least half full: the cap stays
+    for c in (dataclasses.replace(cfg, wave_ctas=0), dataclasses.replace(cfg, forced_splits=True)):
+        assert md.wave_split_cap(ms, ns, c, share) == 55
+    assert md.wave_split_cap([1] * 8, [2000] * 8, cfg, share) == 55          # 22 splits wanted: not capped
+    assert md.wave_split_cap(ms, ns, dataclasses.replace(cfg, max_splits=64), share) == 64  # 4096: 2.59 waves
+    # a one-wave batch is never cut, and the free requests' tiles count: 2 free of 10 splits each
+    assert md.wave_split_cap(ms, ns, dataclasses.replace(cfg, wave_ctas=8 * 8 * 55), share) == 55
+    ms2, ns2 = [1] * 10, [8192] * 8 + [920] * 2
+    share2 = md.split_share(ms2, ns2, cfg)
+    free = 2 * -(-920 // share2)
+    assert md.wave_split_cap(ms2, ns2, cfg, share2) == (2 * 1584 // 8 - free) // 8
 
 
 def test_worked_example_offsets():

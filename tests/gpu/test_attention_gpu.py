@@ -160,7 +160,8 @@ def _random_config(rng, attn_spec, num_ctas):
         pack_factor=int(rng.choice([1, 4, 8])), max_splits=int(rng.choice([1, 2, 16, 64])),
         forced_splits=bool(rng.random() < 0.3), num_ctas=num_ctas,
         max_kvblocks_l2=int(rng.choice([0, 20, 160, 4000])), swizzle_mult=int(rng.choice([1, 4])),
-        sort=bool(rng.random() < 0.8), window_left=int(rng.choice([-1, -1, -1, 0, 100, 4095])), **_random_class(rng))
+        sort=bool(rng.random() < 0.8), window_left=int(rng.choice([-1, -1, -1, 0, 100, 4095])),
+        wave_ctas=int(rng.choice([0, 0, num_ctas, 37, 1584])), **_random_class(rng))
 
 
 def _random_class(rng) -> dict:
