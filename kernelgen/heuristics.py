@@ -524,8 +524,20 @@ SM90_FUSED_SHORT_STAGES = 2
 #: tile's rows as its N; half the MMAs, exponentials and O rescaling of the 16-row tile, which at
 #: 4 query heads a KV head fills 4 of its 16 rows), 16 the sm_80 path's 16-row tile.  Head dims
 #: above 128 always take 16.  Requests of more than 8 rows (tokens x query heads a KV head) run as
-#: two or more 8-row tiles.  ``KERNELGEN_SM90_SHORT_ROWS`` (read at import) overrides it, for A/B runs.
-SM90_FUSED_SHORT_ROWS = int(os.environ.get("KERNELGEN_SM90_SHORT_ROWS", "8"))
+#: two or more 8-row tiles.  ``KERNELGEN_SM90_SHORT_ROWS`` overrides it (``sm90_fused_short_rows``).
+SM90_FUSED_SHORT_ROWS = 8
+
+
+def sm90_fused_short_rows() -> int:
+    """Query rows of the Hopper fused launch's decode tile: ``KERNELGEN_SM90_SHORT_ROWS`` (8 or
+    16) when set, else ``SM90_FUSED_SHORT_ROWS``.  Raises ValueError naming the variable for any
+    other value."""
+    env = os.environ.get("KERNELGEN_SM90_SHORT_ROWS", "").strip()
+    if not env:
+        return SM90_FUSED_SHORT_ROWS
+    if env not in ("8", "16"):
+        raise ValueError(f"KERNELGEN_SM90_SHORT_ROWS must be 8 or 16, got {env!r}")
+    return int(env)
 
 
 def choose_fused_hopper(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q: int,
@@ -540,7 +552,7 @@ def choose_fused_hopper(arch: str, dtype: str, head_dim: int, head_dim_v: int, *
     ``choose_pair`` gives None, head_dim_v is above ``FusedAttentionSpec.SM90_FUSED_MAX_DV`` (the
     consumers' registers spill) or no short tile fits beside the long variant's shared memory.
 
-    The decode tile has ``short_rows`` query rows (default ``SM90_FUSED_SHORT_ROWS``; 8 is the
+    The decode tile has ``short_rows`` query rows (default ``sm90_fused_short_rows()``; 8 is the
     keys-as-rows tile, head dims <= 128 only, with 16-key blocks), ``short_stages`` K/V stages
     (``SM90_FUSED_SHORT_STAGES``) and, for 16 rows, ``short_block_n`` keys a block."""
     pv = choose_pair(arch, dtype, head_dim, head_dim_v, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv,
@@ -551,7 +563,7 @@ def choose_fused_hopper(arch: str, dtype: str, head_dim: int, head_dim_v: int, *
     st = SM90_FUSED_SHORT_STAGES if short_stages is None else int(short_stages)
     short = pv.short.attention
     bn = short.tile.block_n if short_block_n is None else int(short_block_n)
-    rows = SM90_FUSED_SHORT_ROWS if short_rows is None else int(short_rows)
+    rows = sm90_fused_short_rows() if short_rows is None else int(short_rows)
     if rows not in (8, 16):
         raise ValueError(f"short_rows must be 8 or 16, got {rows}")
     if rows == 8 and max(head_dim, head_dim_v) > 128:

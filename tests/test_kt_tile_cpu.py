@@ -70,6 +70,19 @@ def test_dispatcher_uses_it_in_the_hopper_fused_kernel_up_to_d128():
     assert v.attention.tile == ROWS16
 
 
+def test_short_rows_from_the_environment(monkeypatch):
+    monkeypatch.setenv("KERNELGEN_SM90_SHORT_ROWS", "16")
+    assert heuristics.sm90_fused_short_rows() == 16 and fused().fused.short.tile == ROWS16
+    monkeypatch.setenv("KERNELGEN_SM90_SHORT_ROWS", "8")
+    assert fused().fused.short.tile == KT
+    for bad in ("4", "x", "8.0"):
+        monkeypatch.setenv("KERNELGEN_SM90_SHORT_ROWS", bad)
+        with pytest.raises(ValueError, match="KERNELGEN_SM90_SHORT_ROWS must be 8 or 16"):
+            fused()
+    monkeypatch.delenv("KERNELGEN_SM90_SHORT_ROWS")
+    assert heuristics.sm90_fused_short_rows() == heuristics.SM90_FUSED_SHORT_ROWS == 8
+
+
 def test_render_takes_the_keys_as_rows_tile():
     src = render.render(spec())
     assert "tile_kt_sm80.cuh" in src and "movmatrix.sync.aligned.m8n8.trans.b16" in src
