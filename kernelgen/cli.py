@@ -1,7 +1,7 @@
 """The ``kernelgen`` command line: parses arguments and dispatches; the work lives elsewhere.
 
     kernelgen warmup [--arch sm_90a] [--head-dim 64,128] [--dtype bf16] [--causal|--no-causal]
-                     [--layout soa,aos] [--jobs N] [--cache-dir DIR]
+                     [--layout soa,aos] [--page-size 16,24] [--jobs N] [--cache-dir DIR]
     kernelgen cache path|list|verify [--repair]|clear [--cache-dir DIR]
     kernelgen doctor
     kernelgen demo [--trace FILE] [--max-tokens N] [--max-len N] [--layout soa|aos] [--arch sm_90a]
@@ -35,6 +35,21 @@ NO_GPU_MESSAGE = "no CUDA GPU found; pass --arch (e.g. --arch sm_90a)"
 
 class UsageError(Exception):
     """A bad command-line value; main() prints it and exits 2."""
+
+
+def _page_sizes(value: str) -> list:
+    """--page-size: positive ints, comma-separated, duplicates dropped."""
+    items = []
+    for raw in (x.strip() for x in value.split(",")):
+        if not raw:
+            continue
+        if not raw.isdigit() or int(raw) < 1:
+            raise argparse.ArgumentTypeError(f"page size {raw!r} is not a positive int")
+        if int(raw) not in items:
+            items.append(int(raw))
+    if not items:
+        raise argparse.ArgumentTypeError("empty page size list")
+    return items
 
 
 def _csv_list(value: str, allowed, what: str, convert=str) -> list:
@@ -121,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="packed and paged kernels")
     w.set_defaults(paged=[False])
     w.add_argument("--softcap", action="store_true", help="also the logit-capping variants")
+    w.add_argument("--page-size", type=_page_sizes, default=[16], metavar="N[,N...]",
+                   help="tokens per page of the paged caches (default: 16); on sm_90a the Hopper kernel's K/V "
+                        "loads (and at head dim 256 its tile) depend on it")
     w.add_argument("--serving", action="store_true",
                    help="shorthand for --phase prefill,chunked,decode --gqa 1,4,8 --both-paged")
     w.add_argument("--jobs", "-j", type=_positive_int, default=None,
@@ -260,7 +278,7 @@ def cmd_warmup(args) -> int:
     if args.serving:
         phases, gqas, paged = ["prefill", "chunked", "decode"], [1, 4, 8], [False, True]
     specs = warmup_specs(arch, args.head_dim, args.dtype, args.causal, args.layout, phases=phases, gqas=gqas,
-                         paged=paged, softcap=args.softcap)
+                         paged=paged, softcap=args.softcap, page_sizes=args.page_size)
     root = _cache(args.cache_dir).root
     try:
         compiled, cached = warmup(specs, root, jobs=args.jobs, desc=f"warmup {arch}")

@@ -35,7 +35,8 @@ PHASE_HINTS = {
 
 
 def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, True), layouts=LAYOUTS,
-                 phases=("prefill",), gqas=(1,), paged=(False,), softcap: bool = False, num_sms: int = 132) -> list:
+                 phases=("prefill",), gqas=(1,), paged=(False,), softcap: bool = False, num_sms: int = 132,
+                 page_sizes=(16,)) -> list:
     """Every kernel spec the dispatcher would use for the given product of call options.
 
     Args:
@@ -49,6 +50,9 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
         paged: K/V layouts to cover (False = packed, True = paged cache).
         softcap: also the logit-capping variants.
         num_sms: SM count used for the split bound (132 on an H100/H200).
+        page_sizes: tokens per page of the paged caches to cover (sm_90a: the Hopper path's K/V
+            loads and, at head dim 256, its tile depend on it; rows gathered through the page
+            table, what a call without a known page size takes, are always included).
 
     Returns:
         The specs from ``heuristics.choose`` (the dispatcher's own function) for each
@@ -79,8 +83,9 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                 v80 = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), mainloop="sm80", **kw)
                 specs += [v80.attention, v80.combine]
                 if pg:  # both paged load paths: gathered rows (above) and TMA boxes (page sizes like 16)
-                    specs.append(heuristics.choose(arch, dtype, int(head_dim), int(head_dim), page_size=16,
-                                                   **kw).attention)
+                    for ps in page_sizes:
+                        specs.append(heuristics.choose(arch, dtype, int(head_dim), int(head_dim), page_size=int(ps),
+                                                       **kw).attention)
             hq = 8 * int(gqa)
             if pg and max_q > heuristics.short_query_tokens(hq, 8):
                 # a paged call with long queries takes the fused mixed-batch launch (fused.use_fused)
@@ -89,7 +94,7 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                 fv = heuristics.choose_fused(arch, dtype, int(head_dim), int(head_dim), **mkw)
                 if fv is not None:
                     specs += [fv.scheduler, fv.fused, fv.combine]
-                for ps in ((16, 0) if arch == "sm_90a" else ()):  # sm_90a: the Hopper fused launch
+                for ps in ((*page_sizes, 0) if arch == "sm_90a" else ()):  # sm_90a: the Hopper fused launch
                     hv = heuristics.choose_fused_hopper(arch, dtype, int(head_dim), int(head_dim), max_seqlen_q=max_q,
                                                         page_size=ps, **mkw)
                     if hv is not None:

@@ -79,6 +79,26 @@ def test_warmup_specs_match_dispatcher_choice():
     assert heuristics.specs_for("sm_90a", "bf16", 128, 128, True, "aos", mainloop="sm80")[1] in specs
 
 
+def test_warmup_page_sizes_cover_the_hopper_paged_choices():
+    """Paged d 256 on sm_90a: pages of 16 take TMA boxes on 64-key blocks, calls without a page
+    size gathered rows on 48-key blocks, and pages of 24 TMA boxes on 48-key blocks: warmup builds
+    what the dispatcher picks for each page size it is given (gathered rows always)."""
+    from kernelgen import heuristics
+
+    kw = dict(phases=["prefill"], paged=[True])
+    names = lambda specs: {s.name for s in specs if getattr(s, "kind", "") == "attention" and s.mainloop == "sm90a"}  # noqa: E731
+    default = names(cli.warmup_specs("sm_90a", [256], ["bf16"], [True], ["soa"], **kw))
+    both = names(cli.warmup_specs("sm_90a", [256], ["bf16"], [True], ["soa"], page_sizes=[16, 24], **kw))
+    want = {heuristics.choose("sm_90a", "bf16", 256, 256, num_heads_q=8, num_heads_kv=8, mask="causal",
+                              max_seqlen_q=4096, max_seqlen_k=4096, paged=True, page_size=ps).attention.name
+            for ps in (0, 16, 24)}
+    assert len(want) == 3 and want <= both and not want <= default
+    assert {n for n in both if "_m128n48" in n and "_gather" not in n}  # the TMA variant of 24-token pages
+    with pytest.raises(SystemExit) as ei:
+        cli.main(["warmup", "--arch", "sm_90a", "--page-size", "0", "--cache-dir", "/nonexistent"])
+    assert ei.value.code == 2
+
+
 @no_gpu
 def test_warmup_without_arch_and_gpu_exits_2(tmp_path, capsys):
     assert cli.main(["warmup", "--cache-dir", str(tmp_path)]) == 2
