@@ -137,8 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.set_defaults(paged=[False])
     w.add_argument("--softcap", action="store_true", help="also the logit-capping variants")
     w.add_argument("--page-size", type=_page_sizes, default=[16], metavar="N[,N...]",
-                   help="tokens per page of the paged caches (default: 16); on sm_90a the Hopper kernel's K/V "
-                        "loads (and at head dim 256 its tile) depend on it")
+                   help="with --paged, --both-paged or --serving: tokens per page of the paged caches (default: "
+                        "16); on sm_90a the Hopper kernel's K/V loads (and at head dim 256 its tile) depend on it")
     w.add_argument("--serving", action="store_true",
                    help="shorthand for --phase prefill,chunked,decode --gqa 1,4,8 --both-paged")
     w.add_argument("--jobs", "-j", type=_positive_int, default=None,
