@@ -113,33 +113,6 @@ __device__ __forceinline__ void load_kv_block(u32 s_base, const u16* base, i64 r
   }
 }
 
-// K and V of key block n into pipeline stage st (both tile bodies, tile_sm80.cuh and tile_kt_sm80.cuh).
-__device__ __forceinline__ void load_kv_stage(const AttnParams& p, u32 sK_base, u32 sV_base, int st, const u16* k_base,
-                                              const u16* v_base, const int* page_row, int n, int seqlen_k, int tid) {
-  load_kv_block<D, SQ>(sK_base + st * K_ELEMS * 2, k_base, p.k_row_stride, p.k_page_stride, page_row, p.page_size,
-                       n * BN, seqlen_k, tid);
-  load_kv_block<DV, SV>(sV_base + st * V_ELEMS * 2, v_base, p.v_row_stride, p.v_page_stride, page_row, p.page_size,
-                        n * BN, seqlen_k, tid);
-}
-
-// A tile's mask and its key blocks [n_lo, n_hi): those its rows' positions [pos_first, pos_last]
-// can see, and with split-KV this split's contiguous share of them (both tile bodies).
-__device__ __forceinline__ void tile_key_blocks(const AttnParams& p, const TileInfo& ti, int qpk, MaskInfo& mi,
-                                                int& pos_first, int& pos_last, int& n_lo, int& n_hi) {
-  mi.seqlen_k = ti.seqlen_k;
-  mi.offset = ti.seqlen_k - ti.seqlen_q;
-  mi.left = p.window_left;
-  mi.right = p.window_right;
-  pos_first = row_position(ti.row0, qpk);
-  pos_last = row_position(ti.row0 + ti.valid_rows - 1, qpk);
-  key_block_range(mi, pos_first, pos_last, n_lo, n_hi);
-  if (SPLIT && ti.num_splits > 1) {
-    const int per = n_hi > n_lo ? (n_hi - n_lo + ti.num_splits - 1) / ti.num_splits : 0;
-    n_lo = min(n_lo + ti.split * per, n_hi);
-    n_hi = min(n_lo + per, n_hi);
-  }
-}
-
 // S[MT][BN/8] = Q_warp (WM x D) * K_tile^T (D x BN)
 __device__ __forceinline__ void gemm_qk(float (&s)[MT][BN / 8][4], u32 sQ_base, u32 sK_base, int warp, int lane) {
 #pragma unroll

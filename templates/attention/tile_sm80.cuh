@@ -20,8 +20,18 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
   const int kv_head = PACK_GQA ? ti.head : ti.head / qpk;
   const int row0 = ti.row0;
   MaskInfo mi;
-  int pos_first, pos_last, n_lo, n_hi;
-  tile_key_blocks(p, ti, qpk, mi, pos_first, pos_last, n_lo, n_hi);
+  mi.seqlen_k = ti.seqlen_k;
+  mi.offset = ti.seqlen_k - ti.seqlen_q;
+  mi.left = p.window_left;
+  mi.right = p.window_right;
+  const int pos_first = row_position(row0, qpk), pos_last = row_position(row0 + ti.valid_rows - 1, qpk);
+  int n_lo, n_hi;
+  key_block_range(mi, pos_first, pos_last, n_lo, n_hi);
+  if (SPLIT && ti.num_splits > 1) {  // this split's contiguous share of [n_lo, n_hi)
+    const int per = n_hi > n_lo ? (n_hi - n_lo + ti.num_splits - 1) / ti.num_splits : 0;
+    n_lo = min(n_lo + ti.split * per, n_hi);
+    n_hi = min(n_lo + per, n_hi);
+  }
   const int n_blocks = n_hi - n_lo;
 
   const u16* k_base = K + (i64)ti.k_start * p.k_row_stride + (i64)kv_head * p.k_head_stride;
@@ -62,7 +72,11 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
 #pragma unroll
     for (int st = 0; st < STAGES - 1; ++st) {
       if (st < n_blocks) {
-        load_kv_stage(p, sK_base, sV_base, st, k_base, v_base, page_row, n_hi - 1 - st, ti.seqlen_k, tid);
+        const int n = n_hi - 1 - st;
+        load_kv_block<D, SQ>(sK_base + st * K_ELEMS * 2, k_base, p.k_row_stride, p.k_page_stride, page_row,
+                             p.page_size, n * BN, ti.seqlen_k, tid);
+        load_kv_block<DV, SV>(sV_base + st * V_ELEMS * 2, v_base, p.v_row_stride, p.v_page_stride, page_row,
+                              p.page_size, n * BN, ti.seqlen_k, tid);
       }
       cp_async_commit();
     }
@@ -73,7 +87,12 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
       {
         const int j = i + STAGES - 1;
         if (j < n_blocks) {
-          load_kv_stage(p, sK_base, sV_base, j % STAGES, k_base, v_base, page_row, n_hi - 1 - j, ti.seqlen_k, tid);
+          const int nj = n_hi - 1 - j;
+          const int sj = j % STAGES;
+          load_kv_block<D, SQ>(sK_base + sj * K_ELEMS * 2, k_base, p.k_row_stride, p.k_page_stride, page_row,
+                               p.page_size, nj * BN, ti.seqlen_k, tid);
+          load_kv_block<DV, SV>(sV_base + sj * V_ELEMS * 2, v_base, p.v_row_stride, p.v_page_stride, page_row,
+                                p.page_size, nj * BN, ti.seqlen_k, tid);
         }
         cp_async_commit();
       }
