@@ -357,8 +357,7 @@ def scheduler_config(attn_spec, attn_kernel, num_heads_q: int, num_heads_kv: int
 
 
 def _wave_rounded(attn_spec, attn_kernel) -> bool:
-    return (_tile_class(attn_spec) == "decode" and getattr(attn_kernel, "spec", None) == attn_spec
-            and getattr(attn_spec, "kind", "") == "attention")
+    return _tile_class(attn_spec) == "decode" and attn_kernel.spec == attn_spec
 
 
 def _tile_class(attn_spec) -> str:

@@ -31,8 +31,8 @@ _SM90_OPT_NAMES = {"g": "gather", "h": "pvhalves", "p": "pingpong", "r": "lazyre
 SM90_HEAD_DIMS = (64, 96, 128, 192, 256)
 #: (head_dim, head_dim_v) pairs of the Hopper path: the equal ones and DeepSeek's 192 x 128.
 SM90_HEAD_DIM_PAIRS = tuple((d, d) for d in SM90_HEAD_DIMS) + ((192, 128),)
-#: Head dims (= head_dim_v) of the Hopper mainloop with a paged K/V cache (the gather path's warp
-#: steps and the tests cover these two).
+#: Head dims (= head_dim_v) of the Hopper mainloop with a paged K/V cache (TMA boxes or gathered
+#: rows at every one; 192 and 256 on the lighter tiles of ``heuristics.SM90_PAGED_TILES``).
 SM90_PAGED_HEAD_DIMS = (64, 96, 128, 192, 256)
 
 
