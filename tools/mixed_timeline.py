@@ -62,6 +62,10 @@ def main(argv=None) -> int:
     ap.add_argument("--short-ctas", default="40,56,80")
     ap.add_argument("--model", default="llama3-8b")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--runs", type=int, default=3, help="timed runs of each fused_kN (the best is summarised; "
+                    "with --all-runs every run's total, phases and clocks are printed and kept)")
+    ap.add_argument("--all-runs", action="store_true", help="print and keep every run (the run-to-run spread); "
+                    "each run is preceded by an L2 flush, as in mixed_sweep's timing")
     ap.add_argument("--soak", type=float, default=0.0, help="also run prefill_only, decode_only, serial and each "
                     "fused_kN back to back for this many seconds each, printing wall-clock start/end times (to "
                     "align with an `nvidia-smi --query-gpu=clocks.sm,power.draw -lms 50` log)")
@@ -97,8 +101,11 @@ def main(argv=None) -> int:
         n = 2048 * 16
         zero = np.zeros(n, dtype=np.uint64)
         runs = []
-        for _ in range(3):
+        flush = measure.flush_buffer()
+        for _ in range(a.runs):
             cupy_rt.memcpy(ptr, zero.ctypes.data, zero.nbytes, 1)  # host to device
+            if a.all_runs:
+                flush.zero_()
             calls[label]()
             torch.cuda.synchronize()
             host = np.empty(n, dtype=np.uint64)
@@ -107,6 +114,16 @@ def main(argv=None) -> int:
             runs.append(summarise(host.reshape(-1, 16), grid, min(k, grid)))
         best = min(runs, key=lambda r: r["total_us"])
         report["runs"][label] = best
+        if a.all_runs:
+            report.setdefault("all_runs", {})[label] = runs
+            print(f"\n{label}: every run (us; SM-ms of the decode-first CTAs' decode and the others' prefill; MHz)")
+            for r in runs:
+                sf, lf = r.get("short_first", {}), r.get("long_first", {})
+                print(f"  total {r['total_us']:7.1f}  decode-first: short {sf.get('short_us_max', 0):6.0f} us "
+                      f"{sf.get('short_sm_ms', 0):6.1f} SM-ms then long {sf.get('long_sm_ms', 0):5.1f}"
+                      f" @{sf.get('mhz_short') or 0:5.0f}  prefill-first: long {lf.get('long_us_max', 0):6.0f} us "
+                      f"{lf.get('long_sm_ms', 0):6.1f} SM-ms after {lf.get('after_sm_ms', 0):5.1f} "
+                      f"({lf.get('short_tiles_after', 0)} tiles) @{lf.get('mhz_long') or 0:5.0f}")
         print(f"\n{label}: total {best['total_us']:.1f} us")
         for cls in ("short_first", "long_first"):
             if cls in best:
