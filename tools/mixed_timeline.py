@@ -36,7 +36,16 @@ def summarise(tl, grid: int, short_ctas: int) -> dict:
         ok = dt > 50
         return float(((clk[b][sel] - clk[a][sel])[ok] / dt[ok]).mean()) if ok.any() else None
     out = {"total_us": float(end.max())}
-    for name, sel in (("short_first", np.arange(grid) >= grid - short_ctas), ("long_first", np.arange(grid) < grid - short_ctas)):
+    # a CTA that ran short tiles before the long queue started on the short queue (whatever the
+    # kernel's rule for choosing them: KG_ROLE)
+    first = t[:, 4] > 0
+    smid = t[:, 6].astype(np.int64) - 1  # -1: not recorded
+    out["short_first_smids"] = sorted(int(x) for x in smid[first])
+    pairs = {}
+    for x in out["short_first_smids"]:
+        pairs[x >> 1] = pairs.get(x >> 1, 0) + 1
+    out["short_first_pairs_both"] = sum(1 for v in pairs.values() if v == 2)
+    for name, sel in (("short_first", first), ("long_first", ~first)):
         if not sel.any():
             continue
         short = short_end[sel] - start[sel]
@@ -123,7 +132,9 @@ def main(argv=None) -> int:
                       f"{sf.get('short_sm_ms', 0):6.1f} SM-ms then long {sf.get('long_sm_ms', 0):5.1f}"
                       f" @{sf.get('mhz_short') or 0:5.0f}  prefill-first: long {lf.get('long_us_max', 0):6.0f} us "
                       f"{lf.get('long_sm_ms', 0):6.1f} SM-ms after {lf.get('after_sm_ms', 0):5.1f} "
-                      f"({lf.get('short_tiles_after', 0)} tiles) @{lf.get('mhz_long') or 0:5.0f}")
+                      f"({lf.get('short_tiles_after', 0)} tiles) @{lf.get('mhz_long') or 0:5.0f}  "
+                      f"{sf.get('ctas', 0)} short-first CTAs, {r['short_first_pairs_both']} SM pairs both short, "
+                      f"by smid // 22: {[sum(1 for x in r['short_first_smids'] if x // 22 == b) for b in range(6)]}")
         print(f"\n{label}: total {best['total_us']:.1f} us")
         for cls in ("short_first", "long_first"):
             if cls in best:
