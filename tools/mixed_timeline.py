@@ -45,6 +45,10 @@ def summarise(tl, grid: int, short_ctas: int) -> dict:
     for x in out["short_first_smids"]:
         pairs[x >> 1] = pairs.get(x >> 1, 0) + 1
     out["short_first_pairs_both"] = sum(1 for v in pairs.values() if v == 2)
+    # every CTA: [smid, started on the short queue, short, long, after phase (us)]
+    out["per_cta"] = [[int(smid[i]), int(first[i]), round(float(short_end[i] - start[i]), 1),
+                       round(float(long_end[i] - short_end[i]), 1), round(float(end[i] - long_end[i]), 1)]
+                      for i in range(grid)]
     for name, sel in (("short_first", first), ("long_first", ~first)):
         if not sel.any():
             continue

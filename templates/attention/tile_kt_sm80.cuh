@@ -18,11 +18,6 @@ static_assert(D <= 128 && DV <= 128, "the keys-as-rows tile keeps Q^T and O^T in
 // fp32 O^T staging for the epilogue, rows of KT_SO floats (DV + 4: the 32 lanes' scalar stores
 // (row 2t + e, col g) fall in 32 distinct banks), in the K/V stages (idle by then)
 constexpr int KT_SO = DV + 4;
-// K/V ring: 0 joint (a block's K and V one cp.async group, refilled at the next block's start),
-// 1 staggered (below), 2 staggered with each block's page id read one refill early
-#ifndef KG_KT_RING
-#define KG_KT_RING 2
-#endif
 static_assert(BM * KT_SO * 4 <= 2 * STAGES * (K_ELEMS + V_ELEMS), "the O staging fits the K/V stages");
 
 __device__ __forceinline__ u32 movm_trans(u32 x) {
@@ -98,7 +93,6 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
     // (lane & 7) + 8 (lane >> 4), value dims 8 ((lane >> 3) & 1)
     const u32 k_lane = (u32)(((lane & 15) * SQ + (lane >> 4) * 8) * 2);
     const u32 v_lane = (u32)((((lane & 7) + ((lane >> 4) << 3)) * SV + ((lane >> 3) & 1) * 8) * 2);
-#if KG_KT_RING == 0
 #pragma unroll
     for (int st = 0; st < STAGES - 1; ++st) {
       if (st < n_blocks) {
@@ -110,50 +104,9 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
       }
       cp_async_commit();
     }
-#else
-    // The staggered ring: K and V of a block are separate cp.async groups, and a slot is refilled
-    // as soon as it is read (K after S^T, V after O^T) with the block STAGES ahead.  Every slot is
-    // filled up front, so while a block is computed 2 STAGES - 2 to 2 STAGES - 1 half-blocks are
-    // in flight, against STAGES - 1 blocks (and none between its wait and its next issue) for the
-    // joint ring, in the same shared memory.
-    const bool page_ahead = KG_KT_RING == 2 && PAGED && p.page_size % BN == 0;
-    auto block_page = [&](int j) {
-      return page_ahead && j < n_blocks ? page_row[((n_hi - 1 - j) * BN) / p.page_size] : 0;
-    };
-    auto issue = [&](bool is_v, int j, int page) {
-      if (j < n_blocks) {
-        const int key0 = (n_hi - 1 - j) * BN;
-        const int sj = j % STAGES;
-        if (page_ahead) {
-          if (is_v)
-            load_tile<BN, DV, SV>(sV_base + sj * V_ELEMS * 2,
-                                  v_base + (i64)page * p.v_page_stride + (i64)(key0 % p.page_size) * p.v_row_stride,
-                                  p.v_row_stride, ti.seqlen_k - key0, tid);
-          else
-            load_tile<BN, D, SQ>(sK_base + sj * K_ELEMS * 2,
-                                 k_base + (i64)page * p.k_page_stride + (i64)(key0 % p.page_size) * p.k_row_stride,
-                                 p.k_row_stride, ti.seqlen_k - key0, tid);
-        } else if (is_v) {
-          load_kv_block<DV, SV>(sV_base + sj * V_ELEMS * 2, v_base, p.v_row_stride, p.v_page_stride, page_row,
-                                p.page_size, key0, ti.seqlen_k, tid);
-        } else {
-          load_kv_block<D, SQ>(sK_base + sj * K_ELEMS * 2, k_base, p.k_row_stride, p.k_page_stride, page_row,
-                               p.page_size, key0, ti.seqlen_k, tid);
-        }
-      }
-      cp_async_commit();
-    };
-#pragma unroll
-    for (int st = 0; st < STAGES; ++st) {
-      const int page = block_page(st);
-      issue(false, st, page);
-      issue(true, st, page);
-    }
-#endif
     const float scale = SOFTCAP ? 1.f : p.scale_log2;
     for (int i = 0; i < n_blocks; ++i) {
       const int n = n_hi - 1 - i;
-#if KG_KT_RING == 0
       cp_async_wait<STAGES - 2>();
       __syncwarp();
       {
@@ -168,12 +121,6 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
         }
         cp_async_commit();
       }
-#else
-      // the page of block i + STAGES, read now: its load is off the copies' path
-      const int page_next = block_page(i + STAGES);
-      cp_async_wait<2 * STAGES - 1>();  // K of block i (pending: V of i, blocks i + 1 .. i + STAGES - 1)
-      __syncwarp();
-#endif
       const int st = i % STAGES;
       // S^T = K Q^T, in two accumulators (even / odd head-dim steps: half the dependent chain)
       float s[4], s2[4];
@@ -186,10 +133,6 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
         ldsm_x4(kb + ks * 32, a[0], a[1], a[2], a[3]);
         mma_16816(ks % 2 == 0 ? s : s2, a, qb[ks][0], qb[ks][1]);
       }
-#if KG_KT_RING != 0
-      __syncwarp();  // every lane's K reads of this slot are done
-      issue(false, i + STAGES, page_next);
-#endif
 #pragma unroll
       for (int x = 0; x < 4; ++x) {
         s[x] += s2[x];
@@ -227,10 +170,6 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
       // P^T as B fragments: (keys g, rows 2t..) -> (row g, keys 2t..) for keys 0-7 and 8-15
       const u32 pb0 = movm_trans(pack2(s[0], s[1]));
       const u32 pb1 = movm_trans(pack2(s[2], s[3]));
-#if KG_KT_RING != 0
-      cp_async_wait<2 * STAGES - 1>();  // V of block i (pending: blocks i + 1 .. i + STAGES - 1, K of i + STAGES)
-      __syncwarp();
-#endif
       const u32 vb = sV_base + st * V_ELEMS * 2 + v_lane;
 #pragma unroll
       for (int dp = 0; dp < DV / 16; ++dp) {
@@ -242,10 +181,6 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
         ldsm_x4_t(vb + dp * 32, a[0], a[1], a[2], a[3]);
         mma_16816(o[dp], a, pb0, pb1);
       }
-#if KG_KT_RING != 0
-      __syncwarp();  // every lane's V reads of this slot are done
-      issue(true, i + STAGES, page_next);
-#endif
     }
     cp_async_wait<0>();
     __syncwarp();
