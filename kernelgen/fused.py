@@ -89,6 +89,20 @@ class FusedKernels:
                                      num_heads_q, head_dim_v, self.variants.short_max_q)
 
 
+def short_first_sms(grid: int, short_ctas: int) -> list[int]:
+    """SM ids whose CTA starts on the short queue in the Hopper fused launch (the kernel's
+    ``starts_short``, templates/attention/fwd_fused_sm90.cu.j2, which this mirrors for tests and
+    tools): SM ``s`` of ``0 .. grid - 1`` when ``s * short_ctas % grid < short_ctas``, i.e. exactly
+    ``short_ctas`` ids one every ``grid / short_ctas``.  (On a GPU whose SM ids reach past the grid
+    the kernel falls back to the last ``short_ctas`` CTAs by blockIdx.)
+
+    Raises ValueError unless ``0 <= short_ctas <= grid`` and ``grid >= 1``.
+    """
+    if grid < 1 or not 0 <= short_ctas <= grid:
+        raise ValueError(f"short_first_sms needs grid >= 1 and 0 <= short_ctas <= grid, got {grid}, {short_ctas}")
+    return [s for s in range(grid) if s * short_ctas % grid < short_ctas]
+
+
 def load(variants: heuristics.FusedVariants, device: int, num_heads_q: int, num_heads_kv: int, *, sort: bool = True,
          head_swizzle: bool = True, window_left: int = -1) -> FusedKernels:
     """Load the kernels of ``variants`` on ``device`` and derive both classes' scheduler configs.

@@ -7,7 +7,7 @@ Checked: the parameter ABI (``params.FUSED_TMA_PARAMS``: maps + the long class's
 bytes; its C declaration, also laid out by the host C++ compiler); the short tiles per CTA and the shared memory of the spec
 (numbers worked out by hand from spec.py's formulas); what the prepared launch
 (``fused.HopperPairLaunch``) writes at which offset on the fake H200 (tests/fake_cuda.py): the
-tensor maps of the fake encoder, both pointer sets on the call's workspace, ``short_ctas`` (40 of
+tensor maps of the fake encoder, both pointer sets on the call's workspace, ``short_ctas`` (44 of
 132 SMs, ``KERNELGEN_MIXED_SHORT_CTAS`` and its validation); the plan's ``short_ctas``; the
 rendered source; and NVRTC builds for sm_90a with no spills, 168 registers, and SASS holding both
 the long variant's warpgroup MMAs (HGMMA) and the decode tile's mma.sync (HMMA).
@@ -290,12 +290,40 @@ def test_encoder_refusal_names_the_fused_kernel(fake_cuda, monkeypatch):
 
 
 def test_default_short_ctas_is_a_share_of_the_sms(monkeypatch):
-    """The default: 42.5% of the SMs, rounded, at least one (56 of an H200's 132)."""
+    """The default: a third of the SMs, rounded, at least one (44 of an H200's 132)."""
     monkeypatch.delenv(ENV, raising=False)
-    assert heuristics.SM90_MIXED_SHORT_FRACTION == 0.425
-    assert [heuristics.sm90_mixed_short_ctas(n) for n in (132, 114, 16, 2, 1)] == [56, 48, 7, 1, 1]
+    assert heuristics.SM90_MIXED_SHORT_FRACTION == 1 / 3
+    assert [heuristics.sm90_mixed_short_ctas(n) for n in (132, 114, 16, 2, 1)] == [44, 38, 5, 1, 1]
     monkeypatch.setenv(ENV, "  ")              # blank: the default
-    assert heuristics.sm90_mixed_short_ctas(132) == 56
+    assert heuristics.sm90_mixed_short_ctas(132) == 44
+
+
+@pytest.mark.parametrize("grid", [132, 114, 16, 7, 1])
+def test_short_first_sms_are_spread_evenly(grid):
+    """Exactly short_ctas SM ids, evenly spaced: consecutive picks (cyclically) are floor or ceil of
+    grid / short_ctas apart."""
+    for k in range(grid + 1):
+        sms = fused.short_first_sms(grid, k)
+        assert len(sms) == k and sms == sorted(set(sms)) and all(0 <= s < grid for s in sms)
+        if k:
+            gaps = {(b - a) % grid or grid for a, b in zip(sms, sms[1:] + sms[:1])}
+            assert gaps <= {grid // k, -(-grid // k)}, (grid, k, gaps)
+    assert fused.short_first_sms(132, 44) == list(range(0, 132, 3))
+    assert fused.short_first_sms(132, 66) == list(range(0, 132, 2))
+    for bad in ((132, -1), (132, 133), (0, 0)):
+        with pytest.raises(ValueError, match="short_first_sms"):
+            fused.short_first_sms(*bad)
+
+
+def test_kernel_chooses_short_first_ctas_by_sm_id():
+    """The rendered kernel applies short_first_sms's rule to %smid (blockIdx only past the grid or
+    with the diagnostic KG_SHORT_BY_BLOCK)."""
+    fv = heuristics.choose_fused_hopper("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal",
+                                        max_seqlen_q=2048, max_seqlen_k=8192, paged=True, short_max_q=4, page_size=16)
+    src = render.render(fv.fused)
+    assert 'asm volatile("mov.u32 %0, %%smid;" : "=r"(r));' in src
+    assert "if (s < grid) return (int)(((long long)s * short_ctas) % grid) < short_ctas;" in src
+    assert "if (starts_short(F.short_ctas)) {" in src and "blockIdx.x >= (int)gridDim.x - F.short_ctas" not in src
 
 
 @pytest.mark.parametrize("value,expected", [("7", 7), ("0", 0), ("132", 132), (" 12 ", 12)])

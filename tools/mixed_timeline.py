@@ -37,7 +37,7 @@ def summarise(tl, grid: int, short_ctas: int) -> dict:
         return float(((clk[b][sel] - clk[a][sel])[ok] / dt[ok]).mean()) if ok.any() else None
     out = {"total_us": float(end.max())}
     # a CTA that ran short tiles before the long queue started on the short queue (whatever the
-    # kernel's rule for choosing them: KG_ROLE)
+    # kernel's rule for choosing them: starts_short)
     first = t[:, 4] > 0
     smid = t[:, 6].astype(np.int64) - 1  # -1: not recorded
     out["short_first_smids"] = sorted(int(x) for x in smid[first])
