@@ -8,7 +8,13 @@ after the long queue) in us from the launch's first stamp, plus the SM-time (CTA
 phase and its tile counts.  The decode SM-time against ``decode_only``'s bytes gives the decode
 tiles' GB/s an SM inside the fused kernel; the long SM-time against ``prefill_only`` the prefill's.
 
-Usage: PYTHONPATH=$PWD python tools/mixed_timeline.py [--case bench] [--short-ctas 40,56,80] [--json F]
+Each CTA's ``%smid`` is recorded too: ``--all-runs`` prints and keeps every launch (its total,
+phases, clocks and the SM ids of the CTAs that started on the short queue), which showed that the
+launch time depends on that SM set (docs/perf-notes.md, "Mixed batches: which SMs take the
+decodes").
+
+Usage: PYTHONPATH=$PWD python tools/mixed_timeline.py [--case bench] [--short-ctas 40,56,80]
+       [--runs 3] [--all-runs] [--json F]
 """
 from __future__ import annotations
 
