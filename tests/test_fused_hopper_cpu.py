@@ -15,9 +15,12 @@ the long variant's warpgroup MMAs (HGMMA) and the decode tile's mma.sync (HMMA).
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 import shutil
 import struct
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -310,20 +313,47 @@ def test_short_first_sms_are_spread_evenly(grid):
             assert gaps <= {grid // k, -(-grid // k)}, (grid, k, gaps)
     assert fused.short_first_sms(132, 44) == list(range(0, 132, 3))
     assert fused.short_first_sms(132, 66) == list(range(0, 132, 2))
+    # not the same as floor(i * grid / k): the picks start at 0 and round up
+    assert fused.short_first_sms(7, 3) == [0, 3, 5] and fused.short_first_sms(10, 4) == [0, 3, 5, 8]
     for bad in ((132, -1), (132, 133), (0, 0)):
         with pytest.raises(ValueError, match="short_first_sms"):
             fused.short_first_sms(*bad)
 
 
-def test_kernel_chooses_short_first_ctas_by_sm_id():
-    """The rendered kernel applies short_first_sms's rule to %smid (blockIdx only past the grid or
-    with the diagnostic KG_SHORT_BY_BLOCK)."""
+def _kernel_rule():
+    """starts_short's SM-id expression from the rendered kernel, as a Python function."""
     fv = heuristics.choose_fused_hopper("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal",
                                         max_seqlen_q=2048, max_seqlen_k=8192, paged=True, short_max_q=4, page_size=16)
     src = render.render(fv.fused)
+    m = re.search(r"if \(s < grid\) return (.+);", src)
+    assert m, "starts_short's SM-id rule is not in the rendered kernel"
+    expr = m.group(1).replace("(long long)", "").replace("(int)", "")
+    assert re.fullmatch(r"[\s()*%<a-z_]+", expr), expr  # only s, short_ctas, grid and integer operators
+    return src, lambda s, short_ctas, grid: eval(expr, {}, dict(s=s, short_ctas=short_ctas, grid=grid))
+
+
+def test_kernel_chooses_short_first_ctas_by_sm_id():
+    """The rendered kernel applies short_first_sms's rule to %smid (blockIdx only past the grid or
+    with the diagnostic KG_SHORT_BY_BLOCK), one decision for the whole CTA (a barrier's OR)."""
+    src, rule = _kernel_rule()
     assert 'asm volatile("mov.u32 %0, %%smid;" : "=r"(r));' in src
-    assert "if (s < grid) return (int)(((long long)s * short_ctas) % grid) < short_ctas;" in src
-    assert "if (starts_short(F.short_ctas)) {" in src and "blockIdx.x >= (int)gridDim.x - F.short_ctas" not in src
+    assert "if (__syncthreads_or(starts_short(F.short_ctas))) {" in src  # one decision for the whole CTA
+    assert "blockIdx.x >= (int)gridDim.x - F.short_ctas" not in src
+    for grid in (132, 114, 16, 7, 1):
+        for k in range(grid + 1):  # the kernel's expression (non-negative operands: C's % is Python's)
+            assert [s for s in range(grid) if rule(s, k, grid)] == fused.short_first_sms(grid, k), (grid, k)
+
+
+def test_short_first_sms_match_the_h200_runs():
+    """The SM ids whose CTAs started on the decodes in the H200 timelines of the SM-id rule
+    (docs/benchmarks/mixed_placement_h200.json, k 48 and 44 of 132) are short_first_sms's."""
+    data = json.loads((Path(__file__).resolve().parents[1] / "docs/benchmarks/mixed_placement_h200.json").read_text())
+    seen = 0
+    for name, k in (("timeline_run4_role1", 48), ("final_timeline_run6", 44)):
+        for run in data["runs"][name]["all_runs"][f"fused_k{k}"]:
+            assert json.loads(run["short_first_smids"]) == fused.short_first_sms(132, k), name
+            seen += 1
+    assert seen == 24
 
 
 @pytest.mark.parametrize("value,expected", [("7", 7), ("0", 0), ("132", 132), (" 12 ", 12)])

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def summarise(tl, grid: int, short_ctas: int) -> dict:
+def summarise(tl, grid: int) -> dict:
     """Phase statistics of one run from the (grid, 16) stamp array (ns; see the module doc)."""
     import numpy as np
 
@@ -130,7 +130,7 @@ def main(argv=None) -> int:
             host = np.empty(n, dtype=np.uint64)
             cupy_rt.memcpy(host.ctypes.data, ptr, host.nbytes, 2)  # device to host
             grid = int((host.reshape(-1, 16)[:, 3] > 0).sum())
-            runs.append(summarise(host.reshape(-1, 16), grid, min(k, grid)))
+            runs.append(summarise(host.reshape(-1, 16), grid))
         best = min(runs, key=lambda r: r["total_us"])
         report["runs"][label] = best
         if a.all_runs:
