@@ -341,8 +341,8 @@ class FusedAttentionSpec:
     alternates between the queues tile by tile, ``long`` on the whole CTA and ``short`` tiles side
     by side; with a Hopper ``long`` (mainloop "sm90a", fwd_fused_sm90.cu.j2, whose CTA holds the
     whole SM) ``short_ctas`` CTAs of the launch (a run-time parameter; those on SMs spread evenly
-    over the SM ids, ``fused.short_first_sms``) start on the short queue with every warp, the others on the long queue, and each CTA takes the other queue's
-    tiles once its own is empty.
+    over the SM ids, ``fused.short_first_sms``) start on the short queue with every warp, the
+    others on the long queue, and each CTA takes the other queue's tiles once its own is empty.
 
     The two variants share arch, dtype, head dims, mask, layout, paging and softcap; ``short`` is
     an sm_80-path one-warp tile (it syncs only its warp).  When ``short`` splits KV, ``long``

@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -47,9 +48,7 @@ def summarise(tl, grid: int) -> dict:
     first = t[:, 4] > 0
     smid = t[:, 6].astype(np.int64) - 1  # -1: not recorded
     out["short_first_smids"] = sorted(int(x) for x in smid[first])
-    pairs = {}
-    for x in out["short_first_smids"]:
-        pairs[x >> 1] = pairs.get(x >> 1, 0) + 1
+    pairs = Counter(x >> 1 for x in out["short_first_smids"])  # SM pairs (s, s ^ 1)
     out["short_first_pairs_both"] = sum(1 for v in pairs.values() if v == 2)
     # every CTA: [smid, started on the short queue, short, long, after phase (us)]
     out["per_cta"] = [[int(smid[i]), int(first[i]), round(float(short_end[i] - start[i]), 1),
