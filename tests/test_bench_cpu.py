@@ -22,6 +22,7 @@ no_gpu = pytest.mark.skipif(has_cuda_gpu(), reason="checks the no-GPU behaviour"
 REQUIRED = {
     "prefill_dense_causal_h128_s16k", "prefill_dense_h128_s4k", "prefill_dense_causal_h64_s2k",
     "prefill_dense_causal_h256_s4k", "prefill_varlen_trace",
+    "prefill_chunked_paged16", "prefill_chunked_paged64", "prefill_chunked_paged128",
     "decode_trace_b128_paged16", "decode_trace_b32_paged16", "decode_long_b8_128k", "graph_decode_step_b128",
     "mixed_trace",
     "scheduler_b8", "scheduler_b128", "scheduler_b1024", "scheduler_b4096", "varlen_trace_sorted",
@@ -168,11 +169,15 @@ def test_rates_fractions_ratios():
 def _synthetic() -> list:
     es = [
         {"name": "prefill_dense_causal_h128_s16k", "suite": "prefill", "model": None, "us": 7000.0,
-         "metric": "tflops", "flops": 2.2e12, "bytes": 5.37e8, "peers": {"torch_fa2": 6436.0, "cudnn_sdpa": 3325.0},
+         "metric": "tflops", "flops": 2.2e12, "bytes": 5.37e8,
+         "peers": {"torch_fa2": 6436.0, "cudnn_sdpa": 3325.0, "fa3": 3000.0, "fa4": 3100.0},
+         "first_call_s": {"torch_fa2": 0.2, "cudnn_sdpa": 0.5, "fa3": 0.4, "fa4": 14.0},
          "unavailable": {"mem_efficient_sdpa": "RuntimeError: no kernel", "kernelgen_sm90a": "ValueError: the Hopper (sm_90a) path does not support this call: soft-cap"},
          "max_diff": {"torch_fa2": 0.004, "cudnn_sdpa": 0.5}, "ref_max": {"torch_fa2": 0.9, "cudnn_sdpa": 0.9}},
         {"name": "decode_trace_b128_paged16", "suite": "decode", "model": "llama3-8b", "us": 1900.0, "metric": "tbps",
-         "flops": 9.9e11 / 1000, "bytes": 7.8e9, "peers": {"torch_fa2_varlen": 5700.0},
+         "flops": 9.9e11 / 1000, "bytes": 7.8e9,
+         "peers": {"torch_fa2_varlen": 5700.0, "fa3_unpaged": 2000.0, "fa4": 2400.0, "kernelgen_sm80": 1500.0},
+         "first_call_s": {"torch_fa2_varlen": 0.1, "fa3_unpaged": 0.3, "fa4": 9.0},
          "unavailable": {"torch_fa2": peers.VARLEN_SDPA_REASON}, "max_diff": {"torch_fa2_varlen": 0.001},
          "ref_max": {"torch_fa2_varlen": 0.3}},
         {"name": "decode_long_b8_128k_mla", "suite": "decode", "model": "mla", "us": None, "peers": {},
@@ -234,9 +239,15 @@ def test_markdown_tables():
     text = report.format_report(_synthetic(), ROOFS, "NVIDIA H200")
     assert "## kernelgen bench on NVIDIA H200" in text and "copy 4.00 TB/s" in text
     assert text.index("### prefill") < text.index("### decode") < text.index("### scheduler")
-    assert "| name | µs | TFLOP/s or TB/s | of roof | vs torch_fa2 | vs cudnn_sdpa |" in text
+    assert ("| name | µs | TFLOP/s or TB/s | of roof | vs best peer | vs torch_fa2 | vs cudnn_sdpa | vs fa3 | vs fa4 |"
+            in text)
     row = next(ln for ln in text.splitlines() if ln.startswith("| prefill_dense_causal_h128_s16k "))
     assert "7000.0" in row and "314 TFLOP/s" in row and "39%" in row and "0.92x" in row and "0.47x" in row
+    assert "| 0.43x fa3 |" in row  # the fastest other implementation: fa3 at 3000 us
+    row = next(ln for ln in text.splitlines() if ln.startswith("| decode_trace_b128_paged16 "))
+    assert "| 1.05x fa3_unpaged |" in row  # kernelgen_sm80 (1500 us) is kernelgen itself, not a peer
+    assert "### first calls" in text and "| fa4 | 2 | 11.50 | 14.00 (prefill_dense_causal_h128_s16k) |" in text
+    assert "cold compile of one variant (new process, empty cache): 4.00 s" in text
     assert "n/a" in row
     assert "mem_efficient_sdpa (prefill_dense_causal_h128_s16k): RuntimeError: no kernel" in text
     assert "| decode_long_b8_128k_mla | skipped: KV cache" in text
@@ -280,7 +291,7 @@ def test_plots_from_synthetic_results(tmp_path):
     written = plots.write_plots(_synthetic(), ROOFS, tmp_path / "plots")
     names = sorted(p.name for p in written)
     assert names == sorted(["prefill.png", "decode.png", "scheduler.png", "compile.png", "overhead.png",
-                            "roofline.png"])
+                            "peers.png", "roofline.png"])
     for p in written:
         data = p.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000

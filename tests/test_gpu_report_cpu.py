@@ -26,3 +26,23 @@ def test_no_alias_without_its_source():
     b = [{"name": "demo", "us": 1.0}]
     gpu_report.add_aliases(b)
     assert [x["name"] for x in b] == ["demo"]
+
+
+def test_report_carries_best_peer_and_first_calls(tmp_path, capsys):
+    """The GPU report keeps the bench's best peer per entry (a markdown column) and its first-call
+    summary."""
+    import json
+
+    from kernelgen.bench import report
+
+    e = report.finalize({"name": "prefill_dense_h128_s4k", "suite": "prefill", "us": 1000.0, "metric": "tflops",
+                         "flops": 6e11, "peers": {"fa3": 900.0, "fa4": 950.0, "kernelgen_sm80": 700.0},
+                         "unavailable": {}, "first_call_s": {"fa4": 12.0, "fa3": 0.3}}, None)
+    (tmp_path / "bench.json").write_text(json.dumps(report.build_report([e], None, "NVIDIA H200", commit="c")))
+    gpu_report.main(["--out", str(tmp_path), "--markdown", str(tmp_path / "h200.md")])
+    rep = json.loads((tmp_path / "gpu_report.json").read_text())
+    row = next(b for b in rep["benchmarks"] if b["name"] == "prefill_dense_h128_s4k")
+    assert row["best_peer"] == "fa3" and abs(row["vs_best"] - 0.9) < 1e-12
+    assert rep["extra"]["first_call"]["fa4"]["max_s"] == 12.0
+    md = (tmp_path / "h200.md").read_text()
+    assert "| prefill_dense_h128_s4k | 1000.0 | 600 |  | 0.90x fa3 | fa3 900 (0.90x)" in md

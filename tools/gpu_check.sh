@@ -7,7 +7,8 @@
 #   all (default): both, then gpu_report.json / h200.md and the summary table
 #   reliability: the 2000-batch numerical fuzz (fuzz.json) and compute-sanitizer memcheck/racecheck
 #   full-bench: the bench part with `kernelgen bench --suite all` for every preset instead of the
-#     llama3-8b run (bench.json, bench_all.md, plots/)
+#     llama3-8b run (bench.json, bench_all.md, plots/); FA3 and FA4 are measured when .peers/ came along
+#     (tools/peer_wheels.py)
 #   sort: sorted vs unsorted calls on every trace batch, three presets, with the A/A control and the
 #     scheduler alone (tools/sort_compare.py --control --scheduler: sort.json)
 # Parts can be combined with commas (e.g. all,reliability).
@@ -28,6 +29,16 @@ PY="${PYTHON:-python3}"
 LOG="$OUT/run.log"
 touch "$LOG"
 step() { echo "=== $* ($(date +%T))" | tee -a "$LOG"; }
+
+# The benchmark's FA3 / FA4 peers, when their parts travelled with this call or an earlier call of the
+# same lease (tools/peer_wheels.py: the two-call recipe).  Without them the peers are reported unavailable.
+if [ -f .peers/manifest.json ]; then
+  step peers
+  if timeout 120 "$PY" tools/peer_wheels.py install --dir .peers > "$OUT/peers.log" 2>&1; then
+    export PYTHONPATH="$PYTHONPATH:$(tail -n 1 "$OUT/peers.log")"
+  fi
+  cat "$OUT/peers.log" >> "$LOG"
+fi
 
 if has tests || has all; then
   step doctor;  timeout 60 "$PY" -m kernelgen doctor >> "$LOG" 2>&1

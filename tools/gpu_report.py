@@ -120,13 +120,14 @@ def markdown(report: dict) -> str:
              f"GPU tests: **{t['passed']} passed, {t['failed']} failed, {t['skipped']} skipped**.", "",
              "| check | result |", "| --- | --- |"]
     lines += [f"| {k} | {'ok' if v else 'FAIL'} |" for k, v in report["checks"].items()]
-    lines += ["", "| benchmark | us | TFLOP/s | TB/s | peers: us (peer time / kernelgen time) |",
-              "| --- | ---: | ---: | ---: | --- |"]
+    lines += ["", "| benchmark | us | TFLOP/s | TB/s | vs best peer | peers: us (peer time / kernelgen time) |",
+              "| --- | ---: | ---: | ---: | --- | --- |"]
     for b in report["benchmarks"]:
         peers = ", ".join(f"{p} {u:.0f} ({_ratio(b, p):.2f}x)" for p, u in (b.get("peers") or {}).items())
         tf = f"{b['tflops']:.0f}" if b.get("tflops") else ""
         tb = f"{b['tbps']:.2f}" if b.get("tbps") else ""
-        lines.append(f"| {b['name']} | {b['us']:.1f} | {tf} | {tb} | {peers} |")
+        best = f"{b['vs_best']:.2f}x {b['best_peer']}" if b.get("best_peer") else ""
+        lines.append(f"| {b['name']} | {b['us']:.1f} | {tf} | {tb} | {best} | {peers} |")
     earlier = (report.get("extra") or {}).get("fuzz_sanitizer_multigpu_commit")
     if earlier:
         lines += ["", f"The fuzz, sanitizer and 2-GPU checks (and 4 of the passed tests) ran on commit {earlier}."]
@@ -161,6 +162,7 @@ def main(argv=None) -> int:
         "checks": {},
         "benchmarks": [],
         "extra": {"failures": tests.get("failures", []), "roofs": (bench or {}).get("roofs"),
+                  "first_call": (bench or {}).get("first_call"),
                   "tile_sweep_causal_h128_s16k": (bench or {}).get("tile_sweep_causal_h128_s16k")},
     }
     for check, names in TEST_CHECKS.items():
@@ -180,8 +182,9 @@ def main(argv=None) -> int:
     else:
         report["checks"]["demo_matches_reference"] = False
     for e in (bench or {}).get("benchmarks", []):
-        report["benchmarks"].append({k: e.get(k) for k in ("name", "us", "tflops", "tbps", "peers", "ratios")
-                                     if k != "ratios" or e.get(k)})
+        report["benchmarks"].append({k: e.get(k) for k in ("name", "us", "tflops", "tbps", "peers", "ratios",
+                                                           "best_peer", "vs_best")
+                                     if k not in ("ratios", "best_peer", "vs_best") or e.get(k)})
         if e.get("unavailable"):
             report["extra"].setdefault("unavailable_peers", {})[e["name"]] = e["unavailable"]
     add_aliases(report["benchmarks"])

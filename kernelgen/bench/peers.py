@@ -17,6 +17,19 @@ Peers (names as they appear in the reports):
 * ``flex_attention``: ``torch.nn.attention.flex_attention`` compiled with ``torch.compile``, with a
   document mask (bottom-right causal per request, plus the window) and a tanh soft-cap
   ``score_mod``; on decode shapes it reads the gathered (unpaged) cache.
+* ``fa3``: FlashAttention-3 (the PyPI build ``fa3-fwd``, module ``fa3_fwd_interface``; Hopper only),
+  ``flash_attn_func`` on dense shapes and ``flash_attn_varlen_func`` on varlen ones, with its own
+  split and pack-GQA heuristics (``num_splits=0``, ``pack_gqa=None``).  That build has no paged
+  K/V, no local window and no fp16 (its ``fa3_fwd_config`` says so; the reasons name the flag).
+  ``fa3_unpaged``: the same on a paged entry's cache gathered into packed K/V outside the timing
+  (what an engine on this build would have to keep).
+* ``fa4``: FlashAttention-4 (``flash-attn-4``, CuTe DSL, ``flash_attn.cute.interface``), varlen
+  entry (dense shapes through ``flash_attn_func``), paged K/V through ``page_table`` +
+  ``seqused_k``; ``num_splits=1`` (FA4 has no split-KV on sm_90), ``pack_gqa=None``.  It compiles
+  each new kernel configuration with its own JIT on the first call, so ``first_call_s`` shows
+  that cost beside kernelgen's cold compile.
+  Both are imported from wherever Python finds them (``tools/peer_wheels.py`` carries them to a
+  GPU machine without a package registry); missing, they are unavailable with the import error.
 * ``kernelgen_aos``, ``kernelgen_nosort``: kernelgen with the AoS metadata layout / with the
   scheduler's longest-first sort off.
 * ``kernelgen_sm90a``, ``kernelgen_sm80``: kernelgen forced onto the Hopper mainloop (wgmma, TMA;
@@ -31,6 +44,10 @@ from typing import Callable
 SDPA_PEERS = ("torch_fa2", "cudnn_sdpa", "mem_efficient_sdpa")
 FA2_VARLEN = "torch_fa2_varlen"
 FLEX = "flex_attention"
+FA3, FA3_UNPAGED, FA4 = "fa3", "fa3_unpaged", "fa4"
+#: The other implementations (not kernelgen's own switches, not its serial/two-stream splits): the
+#: candidates of an entry's best peer (report.best_peer).
+EXTERNAL = SDPA_PEERS + (FA2_VARLEN, FLEX, FA3, FA3_UNPAGED, FA4)
 KG_AOS, KG_NOSORT, KG_SM90A, KG_SM80 = "kernelgen_aos", "kernelgen_nosort", "kernelgen_sm90a", "kernelgen_sm80"
 VARLEN_SDPA_REASON = "varlen batch: SDPA takes uniform-length (B, H, S, D) batches only"
 FLEX_SKIPPED_REASON = "not measured at --flex {policy} (each new shape recompiles; use --flex all)"
@@ -88,12 +105,14 @@ def _settle() -> None:
 def measure(entry: dict, builders: dict, timer, reference=None) -> None:
     """Build, run once, compare and time each peer; fills ``entry["peers"]`` (µs),
     ``entry["unavailable"]`` (reason), ``entry["max_diff"]`` (largest |peer - kernelgen|) and
-    ``entry["ref_max"]`` (largest |peer|, for the tolerance).
+    ``entry["ref_max"]`` (largest |peer|, for the tolerance) and ``entry["first_call_s"]`` (seconds
+    from building the peer through its first call's completion: a JIT peer's compile shows here).
 
     ``builders``: {peer name: zero-argument callable returning a Peer, or a str = the reason it is
     unavailable}.  ``timer(fn)`` times a call in µs.  ``reference``: kernelgen's output (or None).
     Never raises for a peer's failure (KeyboardInterrupt aside).
     """
+    import time
     import warnings
 
     entry.setdefault("peers", {})
@@ -107,9 +126,11 @@ def measure(entry: dict, builders: dict, timer, reference=None) -> None:
         try:
             with warnings.catch_warnings(record=True) as warned:
                 warnings.simplefilter("always")
+                t0 = time.perf_counter()
                 peer = build()
                 res = peer.fn()
                 _sync()
+                entry.setdefault("first_call_s", {})[name] = time.perf_counter() - t0
             if reference is not None and peer.output is not None:
                 out = peer.output(res)
                 diff = (out.float() - reference.float()).abs()
@@ -121,7 +142,7 @@ def measure(entry: dict, builders: dict, timer, reference=None) -> None:
         except Exception as e:  # noqa: BLE001 - a peer that cannot run is reported, not dropped
             entry["unavailable"][name] = reason(e, warned or ())
             entry["peers"].pop(name, None)
-            for key in ("max_diff", "ref_max"):
+            for key in ("max_diff", "ref_max", "first_call_s"):
                 (entry.get(key) or {}).pop(name, None)
         finally:
             peer = res = None
@@ -284,6 +305,147 @@ def flex_dense(q4, k4, v4, causal: bool, to_packed=None) -> Callable[[], Peer]:
         def fn():
             return flex(q4, k4, v4, block_mask=block_mask)
         return Peer(fn, to_packed)
+    return build
+
+
+# ------------------------------------------------------------------- FlashAttention-3 and -4
+def _first(res):
+    """The output of a call that returns ``out`` or ``(out, lse, ...)``."""
+    return res[0] if isinstance(res, (tuple, list)) else res
+
+
+def _require_hopper(who: str) -> None:
+    import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    if (major, minor) != (9, 0):
+        raise Unavailable(f"{who} runs on compute capability 9.0 (Hopper) only; this device is {major}.{minor}")
+
+
+def load_fa3():
+    """FlashAttention-3's interface module (``fa3_fwd_interface``) and its build flags.
+
+    Its interface imports ``flash_attn_config``, which the wheel ships as ``fa3_fwd_config``: when
+    no such module is importable, the one from fa3-fwd is registered under that name.  Raises
+    Unavailable when fa3-fwd is not installed.
+    """
+    import importlib
+    import sys
+
+    try:
+        config = importlib.import_module("fa3_fwd_config")
+    except ImportError as e:
+        raise Unavailable(f"fa3-fwd is not installed ({e}; tools/peer_wheels.py)") from None
+    if importlib.util.find_spec("flash_attn_config") is None:
+        sys.modules.setdefault("flash_attn_config", config)
+    try:
+        mod = importlib.import_module("fa3_fwd_interface")
+    except Exception as e:  # noqa: BLE001 - a broken install is a reason, not a crash
+        raise Unavailable(f"fa3-fwd does not import: {type(e).__name__}: {e}") from None
+    return mod, dict(config.CONFIG.get("build_flags", {}))
+
+
+def fa3_missing_feature(flags: dict, *, dtype_name: str = "bf16", window_left: int = -1, softcap: float = 0.0,
+                        head_dim: int = 128, head_dim_v: int = 128) -> str | None:
+    """Why this fa3-fwd build cannot run a call (from its build flags), or None."""
+    checks = (
+        (window_left >= 0, "FLASHATTENTION_DISABLE_LOCAL", "no local (sliding-window) attention"),
+        (dtype_name == "fp16", "FLASHATTENTION_DISABLE_FP16", "no fp16"),
+        (softcap > 0, "FLASHATTENTION_DISABLE_SOFTCAP", "no soft-cap"),
+        (head_dim != head_dim_v and (head_dim, head_dim_v) != (192, 128),
+         None, f"no head_dim {head_dim} with head_dim_v {head_dim_v}"),
+    )
+    for needed, flag, text in checks:
+        if needed and (flag is None or flags.get(flag)):
+            return f"this fa3-fwd build has {text}" + (f" ({flag})" if flag else "")
+    return None
+
+
+def fa3(q, k, v, causal: bool, *, cu_q=None, cu_k=None, max_q: int = 0, max_k: int = 0, softcap: float = 0.0,
+        window_left: int = -1, dense_batch: int = 0) -> Callable[[], Peer]:
+    """Builder for FlashAttention-3 on kernelgen's packed tensors: q (total_q, Hq, d), k/v (total_k,
+    Hkv, d/dv) with ``cu_q``/``cu_k`` (``flash_attn_varlen_func``), or with ``dense_batch`` > 0 the
+    same memory viewed as (batch, seqlen, heads, d) (``flash_attn_func``, no copy).  Causal is
+    bottom-right aligned as kernelgen's.  Split-KV and pack-GQA by FA3's own heuristics."""
+
+    def build():
+        import torch
+
+        mod, flags = load_fa3()
+        _require_hopper("fa3-fwd")
+        why = fa3_missing_feature(flags, dtype_name="fp16" if q.dtype == torch.float16 else "bf16",
+                                  window_left=window_left, softcap=softcap, head_dim=q.shape[-1],
+                                  head_dim_v=v.shape[-1])
+        if why:
+            raise Unavailable(why)
+        if dense_batch:
+            b = dense_batch
+            q4, k4, v4 = (t.view(b, t.shape[0] // b, *t.shape[1:]) for t in (q, k, v))
+
+            def fn():
+                return mod.flash_attn_func(q4, k4, v4, causal=causal, softcap=softcap, num_splits=0, pack_gqa=None)
+            return Peer(fn, lambda r: _first(r).reshape(-1, *_first(r).shape[2:]))
+
+        def fn():
+            return mod.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, causal=causal, softcap=softcap,
+                                              num_splits=0, pack_gqa=None)
+        return Peer(fn, _first)
+    return build
+
+
+def load_fa4():
+    """FlashAttention-4's interface (``flash_attn.cute.interface``).
+
+    The CuTe DSL's packages live in ``nvidia_cutlass_dsl/dsl_packages``, which its ``.pth`` file
+    puts on the path; installed with ``pip install --target`` that file is not read, so the folder
+    is added here when the package is found without it.  Raises Unavailable when flash-attn-4 or
+    the CuTe DSL is missing or fails to import.
+    """
+    import importlib
+    import os
+    import sys
+
+    try:
+        dsl = importlib.import_module("nvidia_cutlass_dsl")
+        extra = os.path.join(list(dsl.__path__)[0], "dsl_packages")
+        if os.path.isdir(extra) and extra not in sys.path:
+            sys.path.insert(0, extra)
+    except ImportError:
+        pass
+    try:
+        return importlib.import_module("flash_attn.cute.interface")
+    except ImportError as e:
+        raise Unavailable(f"flash-attn-4 is not installed or incomplete ({e}; tools/peer_wheels.py)") from None
+    except Exception as e:  # noqa: BLE001
+        raise Unavailable(f"flash-attn-4 does not import: {type(e).__name__}: {e}") from None
+
+
+def fa4(q, k, v, causal: bool, *, cu_q=None, cu_k=None, max_q: int = 0, max_k: int = 0, softcap: float = 0.0,
+        window_left: int = -1, page_table=None, seqused_k=None, dense_batch: int = 0) -> Callable[[], Peer]:
+    """Builder for FlashAttention-4: packed varlen tensors as :func:`fa3`, or a paged cache (k/v
+    (pages, page_size, Hkv, d/dv) with ``page_table`` and ``seqused_k``, ``cu_k`` None), or with
+    ``dense_batch`` the dense view (``flash_attn_func``).  ``num_splits=1`` (sm_90 has no split-KV
+    in FA4), ``pack_gqa`` by its heuristic; a window as ``window_size=(window_left, 0)``."""
+
+    def build():
+        iface = load_fa4()
+        kw = {"causal": causal, "softcap": softcap, "pack_gqa": None}
+        if window_left >= 0:
+            kw["window_size"] = (int(window_left), 0)
+        if dense_batch:
+            b = dense_batch
+            q4, k4, v4 = (t.view(b, t.shape[0] // b, *t.shape[1:]) for t in (q, k, v))
+
+            def fn():
+                return iface.flash_attn_func(q4, k4, v4, **kw)
+            return Peer(fn, lambda r: _first(r).reshape(-1, *_first(r).shape[2:]))
+        if page_table is not None:
+            kw.update(page_table=page_table, seqused_k=seqused_k)
+
+        def fn():
+            return iface.flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max_q,
+                                                max_seqlen_k=max_k, num_splits=1, **kw)
+        return Peer(fn, _first)
     return build
 
 

@@ -4,6 +4,9 @@
   are drawn as the fraction of the roof measured in the run (peer rate = kernelgen rate x
   kernelgen µs / peer µs); entries without one (scheduler, compile, overhead) as µs on a log
   axis.  A peer that could not run the entry is marked with a grey "x" on the axis.
+* ``peers.png``: kernelgen against FlashAttention-3, FlashAttention-4 and cuDNN: achieved TFLOP/s
+  per prefill shape and TB/s per decode batch (FA3 on a paged entry is ``fa3_unpaged``: the same
+  contexts gathered into packed K/V), titled with the device and commit.
 * ``roofline.png``: achieved TFLOP/s against arithmetic intensity (FLOP per compulsory byte) of
   every entry that has both counts, for kernelgen and each peer, under the measured roofs
   min(matmul rate, intensity x copy bandwidth).
@@ -42,7 +45,8 @@ def _figure(width, height, rows=1):
 COLORS = {KERNELGEN: "#1f77b4", "torch_fa2": "#ff7f0e", "cudnn_sdpa": "#2ca02c", "mem_efficient_sdpa": "#bcbd22",
           "torch_fa2_varlen": "#d62728", "flex_attention": "#9467bd", "flex_attention_paged": "#c5b0d5",
           "kernelgen_aos": "#7fb3dd", "kernelgen_nosort": "#aec7e8", "kernelgen_sm90a": "#08306b", "kernelgen_sm80": "#6baed6",
-          "serial": "#8c564b", "two_streams": "#e377c2"}
+          "serial": "#8c564b", "two_streams": "#e377c2", "fa3": "#e6ab02", "fa3_unpaged": "#a6761d",
+          "fa4": "#1b9e77"}
 _SPARE = ["#7f7f7f", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#5254a3", "#b5cf6b"]
 
 
@@ -160,6 +164,71 @@ def suite_bars(entries: list, suite: str, path) -> bool:
     return True
 
 
+#: The series of peers.png: (label, the peer names that feed it, first found wins).
+PEER_SERIES = (("kernelgen", (KERNELGEN,)), ("FA3", ("fa3", "fa3_unpaged")), ("FA4", ("fa4",)),
+               ("cuDNN", ("cudnn_sdpa",)))
+
+
+def peer_rates(entry: dict) -> dict:
+    """{series label: rate} of an entry with a rate (TFLOP/s or TB/s as its metric): kernelgen's
+    own and each peer series' (the entry's rate x kernelgen µs / peer µs)."""
+    metric = entry.get("metric")
+    rate = entry.get(metric) if metric in ("tflops", "tbps") else None
+    if not rate or not entry.get("us"):
+        return {}
+    out = {}
+    for label, names in PEER_SERIES:
+        for n in names:
+            t = entry["us"] if n == KERNELGEN else (entry.get("peers") or {}).get(n)
+            if t and t > 0:
+                out[label] = rate * entry["us"] / t
+                break
+    return out
+
+
+def peer_bars(entries: list, path, title: str = "") -> bool:
+    """Write peers.png: one panel of prefill entries (TFLOP/s) and one of decode entries (TB/s),
+    kernelgen, FA3, FA4 and cuDNN side by side; False when no entry has a peer series."""
+    panels = []
+    for suite, unit in (("prefill", "TFLOP/s"), ("decode", "TB/s")):
+        rows = [e for e in entries if e.get("suite") == suite and len(peer_rates(e)) > 1]
+        if rows:
+            panels.append((suite, unit, rows))
+    if not panels:
+        return False
+    labels = [lab for lab, _ in PEER_SERIES]
+    colors = {"kernelgen": COLORS[KERNELGEN], "FA3": COLORS["fa3"], "FA4": COLORS["fa4"],
+              "cuDNN": COLORS["cudnn_sdpa"]}
+    heights = [0.8 + 0.32 * len(rows) for _, _, rows in panels]
+    fig, axes = _figure(10.0, sum(heights) + 0.9, rows=len(panels))
+    if len(panels) > 1:
+        fig.clear()
+        gs = fig.add_gridspec(len(panels), 1, height_ratios=heights)
+        axes = [fig.add_subplot(gs[i, 0]) for i in range(len(panels))]
+    h = 0.8 / len(labels)
+    for ax, (suite, unit, rows) in zip(axes, panels):
+        for j, lab in enumerate(labels):
+            ys, vals = [], []
+            for i, e in enumerate(rows):
+                v = peer_rates(e).get(lab)
+                if v is not None:
+                    ys.append(i - 0.4 + h * (j + 0.5))
+                    vals.append(v)
+            if ys:
+                ax.barh(ys, vals, h, color=colors[lab], label=lab)
+        ax.set_yticks(range(len(rows)))
+        ax.set_yticklabels([e["name"] for e in rows], fontsize=7)
+        ax.set_ylim(len(rows) - 0.5, -0.5)
+        ax.set_xlabel(f"{unit} (higher is better)")
+        ax.set_title(suite, fontsize=9, loc="left")
+        ax.grid(axis="x", alpha=0.3)
+    axes[0].legend(fontsize=7, loc="lower right")
+    fig.suptitle(f"kernelgen vs FlashAttention-3, FlashAttention-4, cuDNN{': ' + title if title else ''}",
+                 fontsize=10)
+    fig.savefig(path, dpi=120)
+    return True
+
+
 def roofline(entries: list, roofs: dict | None, path) -> bool:
     """Write the roofline chart; False when no entry has FLOP and byte counts."""
     pts = [e for e in entries if e.get("us") and e.get("flops") and e.get("bytes")]
@@ -204,8 +273,9 @@ def roofline(entries: list, roofs: dict | None, path) -> bool:
     return True
 
 
-def write_plots(entries: list, roofs: dict | None, outdir) -> list:
-    """Every suite's bars and the roofline into ``outdir`` (created); returns the written paths.
+def write_plots(entries: list, roofs: dict | None, outdir, title: str = "") -> list:
+    """Every suite's bars, the peers chart and the roofline into ``outdir`` (created); returns the
+    written paths.  ``title``: the device and commit, shown on the peers chart.
 
     Raises ImportError when matplotlib is missing (the runner reports it and goes on).
     """
@@ -218,6 +288,9 @@ def write_plots(entries: list, roofs: dict | None, outdir) -> list:
         p = out / f"{s}.png"
         if suite_bars(entries, s, p):
             written.append(p)
+    p = out / "peers.png"
+    if peer_bars(entries, p, title):
+        written.append(p)
     p = out / "roofline.png"
     if roofline(entries, roofs, p):
         written.append(p)

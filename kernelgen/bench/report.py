@@ -9,13 +9,18 @@ Arithmetic (pure functions, no GPU):
 * ratio to a peer: ``peer_us / us``: above 1 kernelgen is faster by that factor.  kernelgen's
   own switches (``SWITCH_PEERS``) were timed with the default call in one interleaved
   measurement: their ratio is ``peer_us / switch_base_us`` (the default call's time from that
-  measurement) when the entry has one (:func:`entry_ratios`).
+  measurement) when the entry has one (:func:`entry_ratios`);
+* best peer: the fastest other implementation measured on the entry (``peers.EXTERNAL``: FA3,
+  FA4, the SDPA backends, FA2 varlen, FlexAttention; not kernelgen's switches, forced mainloops or
+  serial splits) and kernelgen's ratio to it, ``vs_best`` (:func:`best_peer`);
+* first calls: each peer's first call on each entry (``first_call_s``: a JIT peer compiles there)
+  summarised per peer beside kernelgen's cold compile (:func:`first_call_summary`).
 
 JSON (``build_report``), the shape of ``docs/benchmarks/h200.json``::
 
     {"commit", "date", "device", "tests": {}, "checks": {name: bool},
      "benchmarks": [{"name", "us", "tflops", "tbps", "peers": {peer: us}, ...extras}],
-     "roofs": {...}, "unavailable_peers": {entry: {peer: reason}}, "skipped": {entry: reason},
+     "roofs": {...}, "first_call": {...}, "unavailable_peers": {entry: {peer: reason}}, "skipped": {entry: reason},
      "errors": {entry: reason}, "settings": {...}}
 
 ``benchmarks`` holds only entries that produced a time; the others are under ``skipped`` and
@@ -30,6 +35,7 @@ import subprocess
 from pathlib import Path
 
 from . import SUITES
+from .peers import EXTERNAL
 
 #: Goals of issue 9 on the H200, checked when the entries ran: (entry, limit in µs, check name).
 GOALS = (
@@ -78,8 +84,19 @@ def entry_ratios(entry: dict) -> dict:
     return out
 
 
+def best_peer(entry: dict) -> tuple:
+    """(name, ratio) of the fastest other implementation (``peers.EXTERNAL``) measured on the
+    entry: ratio = its time / kernelgen's (above 1 kernelgen is faster); (None, None) when none ran."""
+    times = {p: t for p, t in (entry.get("peers") or {}).items() if p in EXTERNAL and t and t > 0}
+    if not times or not entry.get("us"):
+        return None, None
+    name = min(times, key=times.get)
+    return name, times[name] / entry["us"]
+
+
 def finalize(entry: dict, roofs: dict | None) -> dict:
-    """Fill tflops/tbps, roof_fraction, ratios and arithmetic_intensity of a raw entry (in place)."""
+    """Fill tflops/tbps, roof_fraction, ratios, best_peer / vs_best and arithmetic_intensity of a
+    raw entry (in place)."""
     metric, us = entry.get("metric"), entry.get("us")
     entry.setdefault("peers", {})
     entry.setdefault("unavailable", {})
@@ -88,6 +105,7 @@ def finalize(entry: dict, roofs: dict | None) -> dict:
     value = entry["tflops"] if metric == "tflops" else entry["tbps"] if metric == "tbps" else None
     entry["roof_fraction"] = roof_fraction(value, metric, roofs)
     entry["ratios"] = entry_ratios(entry)
+    entry["best_peer"], entry["vs_best"] = best_peer(entry)
     if entry.get("flops") and entry.get("bytes"):
         entry["arithmetic_intensity"] = entry["flops"] / entry["bytes"]
     return entry
@@ -133,6 +151,29 @@ def git_commit() -> str:
 _KEEP_OUT = {"ref_max"}
 
 
+def first_call_summary(entries: list) -> dict:
+    """{peer: {"entries", "median_s", "max_s", "max_entry"}} over the entries' ``first_call_s``
+    (build + first call + synchronise, in the bench's process), plus ``"kernelgen_cold_compile_s"``
+    from ``compile_cold_variant`` (a new process compiling one variant into an empty cache) when
+    it ran.  kernelgen's own calls in the entries find their kernels compiled before the entries
+    start (the bench pre-compiles them in parallel), so its cold compile is the comparable number."""
+    per: dict = {}
+    for e in entries:
+        for p, s in (e.get("first_call_s") or {}).items():
+            per.setdefault(p, []).append((s, e["name"]))
+    out: dict = {}
+    for p, vals in per.items():
+        times = sorted(v for v, _ in vals)
+        n = len(times)
+        median = times[n // 2] if n % 2 else (times[n // 2 - 1] + times[n // 2]) / 2
+        worst = max(vals)
+        out[p] = {"entries": n, "median_s": median, "max_s": worst[0], "max_entry": worst[1]}
+    cold = next((e for e in entries if e.get("name") == "compile_cold_variant" and e.get("us")), None)
+    if cold is not None:
+        out["kernelgen_cold_compile_s"] = cold["us"] / 1e6
+    return out
+
+
 def build_report(entries: list, roofs: dict | None, device: str, settings: dict | None = None,
                  commit: str | None = None, date: str | None = None) -> dict:
     """The JSON report (module doc) from finalized entries."""
@@ -145,6 +186,7 @@ def build_report(entries: list, roofs: dict | None, device: str, settings: dict 
         "checks": checks(entries),
         "benchmarks": [],
         "roofs": roofs,
+        "first_call": first_call_summary(entries),
         "unavailable_peers": {},
         "skipped": {e["name"]: e["skipped"] for e in entries if e.get("skipped")},
         "errors": {e["name"]: e["error"] for e in entries if e.get("error") and not e.get("skipped")},
@@ -170,6 +212,8 @@ def entries_from_report(rep: dict) -> list:
         e.setdefault("unavailable", dict((rep.get("unavailable_peers") or {}).get(e.get("name"), {})))
         if "ratios" not in e:
             finalize(e, rep.get("roofs"))
+        if "best_peer" not in e:
+            e["best_peer"], e["vs_best"] = best_peer(e)
     for e in rep.get("not_run", []):
         out.append(dict(e, us=None, peers={}, unavailable={}))
     return out
@@ -215,12 +259,12 @@ def suite_table(suite: str, entries: list) -> str:
         for p in list(e.get("peers", {})) + list(e.get("unavailable", {})):
             if p not in peer_names:
                 peer_names.append(p)
-    headers = ["name", "µs", "TFLOP/s or TB/s", "of roof"] + [f"vs {p}" for p in peer_names]
+    headers = ["name", "µs", "TFLOP/s or TB/s", "of roof", "vs best peer"] + [f"vs {p}" for p in peer_names]
     rows = []
     for e in rows_e:
         if e.get("us") is None:
             why = e.get("skipped") or e.get("error") or "no result"
-            rows.append([e["name"], ("skipped: " if e.get("skipped") else "error: ") + why[:100], "", ""]
+            rows.append([e["name"], ("skipped: " if e.get("skipped") else "error: ") + why[:100], "", "", ""]
                         + [""] * len(peer_names))
             continue
         r = entry_ratios(e)
@@ -232,7 +276,9 @@ def suite_table(suite: str, entries: list) -> str:
                 cells.append("n/a")
             else:
                 cells.append("")
-        rows.append([e["name"], fmt_us(e["us"]), fmt_rate(e), fmt_frac(e.get("roof_fraction"))] + cells)
+        best, vs = best_peer(e)
+        rows.append([e["name"], fmt_us(e["us"]), fmt_rate(e), fmt_frac(e.get("roof_fraction")),
+                     f"{vs:.2f}x {best}" if best else "-"] + cells)
     notes = _unavailable_notes(rows_e)
     text = f"### {suite}\n\n" + _md_table(headers, rows)
     if notes:
@@ -261,7 +307,9 @@ def format_report(entries: list, roofs: dict | None = None, device: str | None =
     if roofs:
         head.append(f"Roofs measured in this run: copy {roofs.get('copy_tbps', 0):.2f} TB/s, "
                     f"bf16 matmul {roofs.get('bf16_matmul_tflops', 0):.0f} TFLOP/s.")
-    head.append("Peer columns: peer time / kernelgen time (above 1: kernelgen is faster); n/a: the peer "
+    head.append("Peer columns: peer time / kernelgen time (above 1: kernelgen is faster); vs best peer: the same "
+                "ratio for the fastest other implementation measured on the entry (FA3, FA4, cuDNN, FA2, ...); "
+                "n/a: the peer "
                 "cannot run the shape (reason below the table).  kernelgen_aos / kernelgen_nosort: kernelgen's "
                 "metadata layout and sort switches, timed with the default call as interleaved CUDA-graph "
                 "replays (median of round medians) and divided by the default call's time from that "
@@ -271,4 +319,22 @@ def format_report(entries: list, roofs: dict | None = None, device: str | None =
         t = suite_table(s, entries)
         if t:
             parts.append(t)
+    fc = first_call_text(first_call_summary(entries))
+    if fc:
+        parts.append(fc)
     return "\n\n".join(parts) + "\n"
+
+
+def first_call_text(summary: dict) -> str:
+    """The first-call summary (:func:`first_call_summary`) as a markdown table ("" when empty)."""
+    rows = [[p, v["entries"], f"{v['median_s']:.2f}", f"{v['max_s']:.2f} ({v['max_entry']})"]
+            for p, v in summary.items() if isinstance(v, dict)]
+    if not rows:
+        return ""
+    text = "### first calls (s: build + first call, in this process)\n\n" + _md_table(
+        ["peer", "entries", "median", "max (entry)"], rows)
+    if "kernelgen_cold_compile_s" in summary:
+        text += (f"\n\nkernelgen's cold compile of one variant (new process, empty cache): "
+                 f"{summary['kernelgen_cold_compile_s']:.2f} s; its calls in the entries use kernels compiled "
+                 "before the entries start.")
+    return text

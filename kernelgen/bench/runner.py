@@ -179,7 +179,8 @@ def run(suites=("all",), models=None, trace=None, repeat=None, quick=False, flex
         try:
             from .plots import write_plots
 
-            for p in write_plots(entries, settings.roofs, plots_dir):
+            title = f"{props['name']}, commit {report.git_commit()[:10]}"
+            for p in write_plots(entries, settings.roofs, plots_dir, title=title):
                 print(f"wrote {p}", file=out)
         except Exception as e:  # noqa: BLE001 - the numbers are already out
             print(f"plots: not written ({type(e).__name__}: {e}; pip install matplotlib)", file=out)
@@ -198,7 +199,8 @@ def replot(json_path, plots_dir=None, out=None) -> int:
     if plots_dir:
         from .plots import write_plots
 
-        for p in write_plots(entries, rep.get("roofs"), plots_dir):
+        title = f"{rep.get('device', '?')}, commit {str(rep.get('commit', '?'))[:10]}, {rep.get('date', '?')}"
+        for p in write_plots(entries, rep.get("roofs"), plots_dir, title=title):
             print(f"wrote {p}", file=out)
     return 0
 

@@ -22,6 +22,11 @@ Suites and entries (``<model>`` suffix: see ``models.entry_name``):
   prefill batch of trace requests (32768-token budget, 8192-token cap: the demo's batch) per
   model preset; peers: FA2 varlen, FlexAttention (document mask), kernelgen AoS / no sort
   (interleaved graph replays; ``us_graph``: the default call's replay).
+  ``prefill_chunked_paged{16,64,128}`` (first preset): 4 chunks of 2048 query tokens at the end
+  of 8192 keys in a paged cache of 16-, 64- or 128-token pages.
+  FlashAttention-3 (``fa3``; ``fa3_unpaged`` on a paged cache gathered into packed K/V) and
+  FlashAttention-4 (``fa4``, on the paged cache itself) are peers of every prefill, decode and
+  mixed entry (``peers`` module doc).
 * ``decode``: ``decode_trace_b128_paged16``, ``decode_trace_b32_paged16`` (Mooncake contexts,
   pages of 16 tokens) and ``decode_long_b8_128k`` (8 x 131072) per preset: one query token per
   request against a paged cache (page ids shuffled); peers: FA2 varlen on the gathered cache,
@@ -32,7 +37,8 @@ Suites and entries (``<model>`` suffix: see ``models.entry_name``):
   32k) replayed from a CUDA graph.
 * ``mixed``: ``mixed_trace``: 3 chunked prefills (512-4096 tokens) + 192 decodes in one uniform
   call; peers: ``serial`` (prefill call, then decode call), ``two_streams`` (the two calls on two
-  streams), FA2 varlen on the gathered cache.
+  streams), FA2 varlen and FA3 (``fa3_unpaged``) on the gathered cache and FA4 on the paged cache,
+  each running the whole mixed batch in one varlen call (what an engine on them does).
 * ``scheduler``: ``scheduler_b{8,128,1024,4096}`` (one scheduler launch, mean of 20 launches
   replayed from a CUDA graph; peers kernelgen_aos and kernelgen_nosort, all three interleaved) and
   ``varlen_trace_sorted`` / ``varlen_trace_unsorted`` (a skewed trace batch of 512 requests with
@@ -299,7 +305,7 @@ def _gather(entry, kc, vc, pt, used):
         return gather_paged(kc, vc, pt, used)
     except Exception as ex:  # noqa: BLE001
         why = f"gathering the paged cache for the unpaged peers failed: {peers.reason(ex)}"
-        for p in (peers.FA2_VARLEN, peers.FLEX) + peers.SDPA_PEERS:
+        for p in (peers.FA2_VARLEN, peers.FLEX, peers.FA3_UNPAGED) + peers.SDPA_PEERS:
             entry["unavailable"].setdefault(p, why)
         _torch().cuda.empty_cache()
         return None
@@ -347,6 +353,8 @@ def dense_entry(settings: Settings, name, batch, heads, seqlen, d, causal) -> di
         return o.transpose(1, 2).reshape(batch * seqlen, heads, d)
     builders = {p: peers.sdpa(p, q4, k4, v4, causal, to_packed=to_packed) for p in peers.SDPA_PEERS}
     builders[peers.FLEX] = settings.flex_builder(peers.flex_dense(q4, k4, v4, causal, to_packed), "all")
+    builders[peers.FA3] = peers.fa3(q, k, v, causal, dense_batch=batch)
+    builders[peers.FA4] = peers.fa4(q, k, v, causal, dense_batch=batch)
     builders.update(_mainloop_peers(
         lambda o, arch: (lambda: varlen_attention(q, k, v, cu, cu, seqlen, seqlen, causal=causal, out=o, arch=arch)),
         out))
@@ -379,9 +387,51 @@ def varlen_prefill_entry(settings: Settings, model: ModelPreset) -> dict:
                                                   window_left=m.window_left)
     builders[peers.FLEX] = settings.flex_builder(
         peers.flex_document(q, k, v, lens, lens, True, softcap=m.softcap, window_left=m.window_left), "some")
+    for name, peer in ((peers.FA3, peers.fa3), (peers.FA4, peers.fa4)):
+        builders[name] = peer(q, k, v, True, cu_q=cu, cu_k=cu, max_q=mx, max_k=mx, softcap=m.softcap,
+                              window_left=m.window_left)
     builders.update(_mainloop_peers(lambda o, arch: make_call(o, arch=arch), out))
     peers.measure(e, builders, settings.time, reference=out)
     measure_switches(settings, e, make_call, out)
+    return e
+
+
+#: Chunked prefill on a paged cache: (requests, query chunk, keys); each chunk is the last ``chunk``
+#: tokens of its request's keys (causal), pages of each size in CHUNKED_PAGE_SIZES.
+CHUNKED_SHAPE = (4, 2048, 8192)
+CHUNKED_PAGE_SIZES = (16, 64, 128)
+
+
+def chunked_prefill_entry(settings: Settings, page_size: int, model: ModelPreset) -> dict:
+    """``prefill_chunked_paged{page_size}``: CHUNKED_SHAPE's chunks against a paged cache (page ids
+    shuffled).  Peers: FA4 on the same paged cache; FA3 (``fa3_unpaged``) and FA2 varlen on the
+    cache gathered into packed K/V (outside the timing); kernelgen forced onto each mainloop."""
+    torch = _torch()
+    m = model
+    b, qn, kn = CHUNKED_SHAPE
+    qlens, klens = [qn] * b, [kn] * b
+    q, kc, vc, pt, used, cu_q = paged_batch(qlens, klens, m, page_size, seed=13)
+    out = torch.empty(b * qn, m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16)
+
+    def make_call(o, **kw):
+        return _kg_call(q, kc, vc, cu_q, None, qn, kn, m, o, seqused_k=used, page_table=pt, **kw)
+    e = _entry(entry_name(f"prefill_chunked_paged{page_size}", m), "prefill", m, metric="tflops",
+               shape=f"{b} x {qn} query tokens on {kn} keys, pages of {page_size}",
+               flops=attention_flops(qlens, klens, m), bytes=prefill_bytes(qlens, klens, m), page_size=page_size)
+    e["us"] = settings.time(make_call(out))
+    builders = {peers.FA4: peers.fa4(q, kc, vc, True, cu_q=cu_q, max_q=qn, max_k=kn, softcap=m.softcap,
+                                     window_left=m.window_left, page_table=pt, seqused_k=used)}
+    builders.update(_mainloop_peers(lambda o, arch: make_call(o, arch=arch), out))
+    peers.measure(e, builders, settings.time, reference=out)
+    gathered = _gather(e, kc, vc, pt, used)
+    if gathered is None:
+        return e
+    k, v, cu_k = gathered
+    builders = {peers.FA3_UNPAGED: peers.fa3(q, k, v, True, cu_q=cu_q, cu_k=cu_k, max_q=qn, max_k=kn,
+                                             softcap=m.softcap, window_left=m.window_left),
+                peers.FA2_VARLEN: peers.fa2_varlen(q, k, v, cu_q, cu_k, qn, kn, True, softcap=m.softcap,
+                                                   window_left=m.window_left)}
+    peers.measure(e, builders, settings.time, reference=out)
     return e
 
 
@@ -409,13 +459,18 @@ def decode_measure(settings: Settings, name: str, contexts, model: ModelPreset, 
     run()
     torch.cuda.synchronize()
     measure_switches(settings, e, make_call, out)
+    peers.measure(e, {peers.FA4: peers.fa4(q, kc, vc, True, cu_q=cu_q, max_q=1, max_k=maxk, softcap=m.softcap,
+                                           window_left=m.window_left, page_table=pt, seqused_k=used)},
+                  settings.time, reference=out)
     # peers on the gathered (unpaged) cache, built outside the timing (the paged cache stays alive)
     gathered = _gather(e, kc, vc, pt, used)
     if gathered is None:
         return e
     k, v, cu_k = gathered
     builders = {peers.FA2_VARLEN: peers.fa2_varlen(q, k, v, cu_q, cu_k, 1, maxk, True, softcap=m.softcap,
-                                                   window_left=m.window_left)}
+                                                   window_left=m.window_left),
+                peers.FA3_UNPAGED: peers.fa3(q, k, v, True, cu_q=cu_q, cu_k=cu_k, max_q=1, max_k=maxk,
+                                             softcap=m.softcap, window_left=m.window_left)}
     builders.update(decode_sdpa_builders(q, k, v, contexts, m))
     builders.update(_mainloop_peers(lambda o, arch: make_call(o, arch=arch), out))
     builders[peers.FLEX] = settings.flex_builder(
@@ -527,7 +582,9 @@ def mixed_entry(settings: Settings, model: ModelPreset) -> dict:
     e["us"] = settings.time(run_all)
     ref = o.clone()
     builders = {"serial": lambda: peers.Peer(serial, lambda _r: o),
-                "two_streams": lambda: peers.Peer(two_streams, lambda _r: o)}
+                "two_streams": lambda: peers.Peer(two_streams, lambda _r: o),
+                peers.FA4: peers.fa4(q, kc, vc, True, cu_q=cu_q, max_q=max(qlens), max_k=max(klens),
+                                     softcap=m.softcap, window_left=m.window_left, page_table=pt, seqused_k=used)}
     peers.measure(e, builders, settings.time, reference=ref)
     gathered = _gather(e, kc, vc, pt, used)
     if gathered is None:
@@ -536,6 +593,8 @@ def mixed_entry(settings: Settings, model: ModelPreset) -> dict:
     builders = {p: peers.VARLEN_SDPA_REASON for p in peers.SDPA_PEERS}
     builders[peers.FA2_VARLEN] = peers.fa2_varlen(q, k, v, cu_q, cu_k, max(qlens), max(klens), True,
                                                   softcap=m.softcap, window_left=m.window_left)
+    builders[peers.FA3_UNPAGED] = peers.fa3(q, k, v, True, cu_q=cu_q, cu_k=cu_k, max_q=max(qlens), max_k=max(klens),
+                                            softcap=m.softcap, window_left=m.window_left)
     builders[peers.FLEX] = settings.flex_builder(
         peers.flex_document(q, k, v, qlens, klens, True, softcap=m.softcap, window_left=m.window_left), "all")
     peers.measure(e, builders, settings.time, reference=ref)
@@ -837,6 +896,11 @@ def _specs_prefill(model):
     return specs
 
 
+def _specs_chunked(model):
+    b, qn, kn = CHUNKED_SHAPE
+    return lambda settings, arch, num_sms: _variants(arch, num_sms, model, qn, kn, True, layouts=("soa",))
+
+
 def _specs_decode(model, shape, cap=None):
     def specs(settings, arch, num_sms):
         ctx = decode_contexts(settings, shape)
@@ -893,6 +957,11 @@ def registry(suites, models: list[ModelPreset]) -> list[EntryDef]:
                                         _specs_dense(h, d, s, causal)))
             out.append(EntryDef(entry_name("prefill_varlen_trace", m), "prefill", m.name,
                                 lambda st, m=m: varlen_prefill_entry(st, m), _specs_prefill(m)))
+            if first_pass:
+                for ps in CHUNKED_PAGE_SIZES:
+                    out.append(EntryDef(entry_name(f"prefill_chunked_paged{ps}", m), "prefill", m.name,
+                                        lambda st, ps=ps, m=m: chunked_prefill_entry(st, ps, m),
+                                        _specs_chunked(m)))
         if "decode" in suites:
             for shape in DECODE_SHAPES:
                 out.append(EntryDef(entry_name(shape, m), "decode", m.name,
