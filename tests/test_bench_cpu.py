@@ -21,7 +21,8 @@ REPO = Path(__file__).resolve().parents[1]
 no_gpu = pytest.mark.skipif(has_cuda_gpu(), reason="checks the no-GPU behaviour")
 REQUIRED = {
     "prefill_dense_causal_h128_s16k", "prefill_dense_h128_s4k", "prefill_dense_causal_h64_s2k",
-    "prefill_dense_causal_h256_s4k", "prefill_varlen_trace",
+    "prefill_dense_causal_h256_s4k", "prefill_dense_h64_s2k", "prefill_dense_h256_s4k",
+    "prefill_dense_causal_gqa_h128_s4k", "prefill_varlen_trace",
     "prefill_chunked_paged16", "prefill_chunked_paged64", "prefill_chunked_paged128",
     "decode_trace_b128_paged16", "decode_trace_b32_paged16", "decode_long_b8_128k", "graph_decode_step_b128",
     "mixed_trace",

@@ -289,7 +289,8 @@ def flex_document(q, k, v, lens_q, lens_k, causal: bool, *, softcap: float = 0.0
 
 
 def flex_dense(q4, k4, v4, causal: bool, to_packed=None) -> Callable[[], Peer]:
-    """Builder for compiled FlexAttention on dense (B, H, S, S) shapes (causal: top-left = bottom-right)."""
+    """Builder for compiled FlexAttention on dense (B, H, S, S) shapes (causal: top-left = bottom-right;
+    fewer KV heads than query heads: GQA)."""
 
     def build():
         from torch.nn.attention.flex_attention import create_block_mask
@@ -302,8 +303,10 @@ def flex_dense(q4, k4, v4, causal: bool, to_packed=None) -> Callable[[], Peer]:
                 return q_idx >= kv_idx
             block_mask = create_block_mask(causal_mod, None, None, s, s, device=q4.device)
 
+        gqa = q4.shape[1] != k4.shape[1]
+
         def fn():
-            return flex(q4, k4, v4, block_mask=block_mask)
+            return flex(q4, k4, v4, block_mask=block_mask, enable_gqa=gqa)
         return Peer(fn, to_packed)
     return build
 

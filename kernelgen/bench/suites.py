@@ -16,9 +16,10 @@ medians), and their ratio columns divide by the default call's time from the sam
 Suites and entries (``<model>`` suffix: see ``models.entry_name``):
 
 * ``prefill``: ``prefill_dense_causal_h128_s16k`` (1 x 32 heads x 16384, d 128, causal),
-  ``prefill_dense_h128_s4k`` (4 x 32 x 4096, d 128), ``prefill_dense_causal_h64_s2k`` (8 x 32 x
-  2048, d 64), ``prefill_dense_causal_h256_s4k`` (2 x 16 x 4096, d 256); peers: the three SDPA
-  backends (and FlexAttention at --flex all).  ``prefill_varlen_trace[_<model>]``: a causal
+  ``prefill_dense_h128_s4k`` (4 x 32 x 4096, d 128), ``prefill_dense[_causal]_h64_s2k`` (8 x 32 x
+  2048, d 64), ``prefill_dense[_causal]_h256_s4k`` (2 x 16 x 4096, d 256),
+  ``prefill_dense_causal_gqa_h128_s4k`` (4 x 4096, 32 query / 8 KV heads, d 128); peers: the
+  three SDPA backends (and FlexAttention at --flex all).  ``prefill_varlen_trace[_<model>]``: a causal
   prefill batch of trace requests (32768-token budget, 8192-token cap: the demo's batch) per
   model preset; peers: FA2 varlen, FlexAttention (document mask), kernelgen AoS / no sort
   (interleaved graph replays; ``us_graph``: the default call's replay).
@@ -70,12 +71,15 @@ from .models import (DEFAULT_MODEL, PRESETS, ModelPreset, attention_flops, decod
 #: top of it (up to 3 copies in all on a 141 GB H200).
 MAX_CACHE_BYTES = 32e9
 PAGE_SIZE = 16
-#: Dense prefill shapes: (name, batch, heads, seqlen, head dim, causal).
+#: Dense prefill shapes: (name, batch, query heads, seqlen, head dim, causal, KV heads).
 DENSE_SHAPES = (
-    ("prefill_dense_causal_h128_s16k", 1, 32, 16384, 128, True),
-    ("prefill_dense_h128_s4k", 4, 32, 4096, 128, False),
-    ("prefill_dense_causal_h64_s2k", 8, 32, 2048, 64, True),
-    ("prefill_dense_causal_h256_s4k", 2, 16, 4096, 256, True),
+    ("prefill_dense_causal_h128_s16k", 1, 32, 16384, 128, True, 32),
+    ("prefill_dense_h128_s4k", 4, 32, 4096, 128, False, 32),
+    ("prefill_dense_causal_h64_s2k", 8, 32, 2048, 64, True, 32),
+    ("prefill_dense_h64_s2k", 8, 32, 2048, 64, False, 32),
+    ("prefill_dense_causal_h256_s4k", 2, 16, 4096, 256, True, 16),
+    ("prefill_dense_h256_s4k", 2, 16, 4096, 256, False, 16),
+    ("prefill_dense_causal_gqa_h128_s4k", 4, 32, 4096, 128, True, 8),
 )
 DECODE_SHAPES = ("decode_trace_b128_paged16", "decode_trace_b32_paged16", "decode_long_b8_128k")
 SCHEDULER_BATCHES = (8, 128, 1024, 4096)
@@ -325,33 +329,38 @@ def _variants(arch, num_sms, model: ModelPreset, max_q, max_k, paged, layouts=("
     return out
 
 
-def _dense_preset(heads, d) -> ModelPreset:
-    return ModelPreset(f"dense_h{d}", heads, heads, d, d)
+def _dense_preset(heads, d, heads_kv=None) -> ModelPreset:
+    return ModelPreset(f"dense_h{d}", heads, heads_kv or heads, d, d)
 
 
 # ---------------------------------------------------------------------------------- prefill
-def dense_entry(settings: Settings, name, batch, heads, seqlen, d, causal) -> dict:
-    """Dense prefill, B x H x S, MHA, bf16 (from tools/bench.py).  kernelgen takes the packed
-    (tokens, heads, d) layout: the same data, transposed once outside the timing."""
+def dense_entry(settings: Settings, name, batch, heads, seqlen, d, causal, heads_kv=None) -> dict:
+    """Dense prefill, B x H x S, bf16, MHA or (``heads_kv`` < ``heads``) GQA (from tools/bench.py).
+    kernelgen takes the packed (tokens, heads, d) layout: the same data, transposed once outside
+    the timing; FA3 and FA4 take that memory viewed as (B, S, H, d)."""
     torch = _torch()
     from ..api import varlen_attention
 
+    hkv = heads_kv or heads
     torch.manual_seed(0)
     q4 = torch.randn(batch, heads, seqlen, d, device="cuda", dtype=torch.bfloat16)
-    k4, v4 = torch.randn_like(q4), torch.randn_like(q4)
-    q, k, v = (t.transpose(1, 2).reshape(batch * seqlen, heads, d).contiguous() for t in (q4, k4, v4))
+    k4 = torch.randn(batch, hkv, seqlen, d, device="cuda", dtype=torch.bfloat16)
+    v4 = torch.randn_like(k4)
+    q, k, v = (t.transpose(1, 2).reshape(batch * seqlen, t.shape[1], d).contiguous() for t in (q4, k4, v4))
     cu = torch.arange(0, batch + 1, dtype=torch.int32, device="cuda") * seqlen
     out = torch.empty_like(q)
     run = lambda: varlen_attention(q, k, v, cu, cu, seqlen, seqlen, causal=causal, out=out)  # noqa: E731
-    m = _dense_preset(heads, d)
+    m = _dense_preset(heads, d, hkv)
     lens = [seqlen] * batch
-    e = _entry(name, "prefill", None, metric="tflops", shape=f"{batch}x{heads}x{seqlen} d{d}" + (" causal" if causal else ""),
+    e = _entry(name, "prefill", None, metric="tflops",
+               shape=f"{batch}x{heads}x{seqlen} d{d}" + (f" {heads}/{hkv} heads" if hkv != heads else "")
+               + (" causal" if causal else ""),
                flops=attention_flops(lens, lens, m, causal), bytes=prefill_bytes(lens, lens, m))
     e["us"] = settings.time(run)
 
     def to_packed(o):
         return o.transpose(1, 2).reshape(batch * seqlen, heads, d)
-    builders = {p: peers.sdpa(p, q4, k4, v4, causal, to_packed=to_packed) for p in peers.SDPA_PEERS}
+    builders = {p: peers.sdpa(p, q4, k4, v4, causal, gqa=hkv != heads, to_packed=to_packed) for p in peers.SDPA_PEERS}
     builders[peers.FLEX] = settings.flex_builder(peers.flex_dense(q4, k4, v4, causal, to_packed), "all")
     builders[peers.FA3] = peers.fa3(q, k, v, causal, dense_batch=batch)
     builders[peers.FA4] = peers.fa4(q, k, v, causal, dense_batch=batch)
@@ -909,9 +918,9 @@ def _specs_decode(model, shape, cap=None):
     return specs
 
 
-def _specs_dense(heads, d, seqlen, causal):
-    return lambda settings, arch, num_sms: _variants(arch, num_sms, _dense_preset(heads, d), seqlen, seqlen, False,
-                                                     layouts=("soa",), causal=causal)
+def _specs_dense(heads, d, seqlen, causal, heads_kv=None):
+    return lambda settings, arch, num_sms: _variants(arch, num_sms, _dense_preset(heads, d, heads_kv), seqlen, seqlen,
+                                                     False, layouts=("soa",), causal=causal)
 
 
 def _specs_plan(model):
@@ -951,10 +960,10 @@ def registry(suites, models: list[ModelPreset]) -> list[EntryDef]:
     def per_model(m, first_pass: bool):
         if "prefill" in suites:
             if first_pass:
-                for name, b, h, s, d, causal in DENSE_SHAPES:
+                for name, b, h, s, d, causal, hkv in DENSE_SHAPES:
                     out.append(EntryDef(name, "prefill", None,
-                                        lambda st, a=(name, b, h, s, d, causal): dense_entry(st, *a),
-                                        _specs_dense(h, d, s, causal)))
+                                        lambda st, a=(name, b, h, s, d, causal, hkv): dense_entry(st, *a),
+                                        _specs_dense(h, d, s, causal, hkv)))
             out.append(EntryDef(entry_name("prefill_varlen_trace", m), "prefill", m.name,
                                 lambda st, m=m: varlen_prefill_entry(st, m), _specs_prefill(m)))
             if first_pass:
