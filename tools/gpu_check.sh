@@ -8,8 +8,6 @@
 #   reliability: the 2000-batch numerical fuzz (fuzz.json) and compute-sanitizer memcheck/racecheck
 #   full-bench: the bench part with `kernelgen bench --suite all` for every preset instead of the
 #     llama3-8b run (bench.json, bench_all.md, plots/)
-#   sort: sorted vs unsorted calls on every trace batch, three presets, with the A/A control and the
-#     scheduler alone (tools/sort_compare.py --control --scheduler: sort.json)
 # Parts can be combined with commas (e.g. all,reliability).
 # (tests and bench fit one 10-minute device call each; tools/gpu_report.py merges their folders.)
 # Each stage has its own time limit so a hang in one still leaves the others' results.
@@ -33,9 +31,6 @@ if has tests || has all; then
   step doctor;  timeout 60 "$PY" -m kernelgen doctor >> "$LOG" 2>&1
   step warmup;  timeout 120 "$PY" -m kernelgen warmup --serving --jobs "$(nproc)" >> "$LOG" 2>&1
   # the Hopper GPU tests' kernels, compiled in parallel (the tests would compile them one by one)
-  timeout 90 "$PY" tools/hopper_dims_warm.py "$(nproc)" >> "$LOG" 2>&1
-  timeout 60 "$PY" tools/bench_hopper_window.py --warm-only --jobs "$(nproc)" >> "$LOG" 2>&1
-  timeout 60 "$PY" tools/hopper_tests_warm.py "$(nproc)" >> "$LOG" 2>&1
   step pytest
   timeout "${PYTEST_LIMIT:-420}" "$PY" -m pytest tests -m gpu -q -rf -p no:cacheprovider \
     --junitxml="$OUT/junit.xml" > "$OUT/pytest.log" 2>&1
@@ -55,12 +50,6 @@ if has bench || has all || has full-bench; then
   else
     step bench;   timeout 300 "$PY" tools/bench.py --budget 240 --json "$OUT/bench.json" >> "$LOG" 2>&1
   fi
-fi
-if has sort; then
-  step sort-compare   # sorted vs unsorted calls as interleaved graph replays, every trace batch
-  timeout 240 "$PY" tools/sort_compare.py --model llama3-8b,gemma2-9b,mistral-7b --control --scheduler \
-    --cases decode_b32,decode_b128,trace512 --json "$OUT/sort.json" > "$OUT/sort.log" 2>&1
-  echo "sort-compare exit $?" >> "$LOG"; tail -n 16 "$OUT/sort.log" | tee -a "$LOG"
 fi
 if has reliability; then
   step fuzz;     timeout 420 "$PY" tools/fuzz.py --batches 2000 --seed 1 --time-limit 400 --json "$OUT/fuzz.json" \
