@@ -494,7 +494,7 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
 #: phases, never leaves an SM idle.  ``KERNELGEN_MIXED_SHORT_CTAS`` (an int) overrides it.
 #: 1/3 (44 of an H200's 132) since the short-first CTAs sit on SMs spread over the SM ids
 #: (``fused.short_first_sms``): there the decode tiles read about 70 GB/s an SM beside the prefill
-#: instead of 53, and the bench's mixed batch balances at 44-48 (``tools/mixed_timeline.py``; heavy
+#: instead of 53, and the bench's mixed batch balances at 44-48 (``benchmarks/experiments/mixed_timeline.py``; heavy
 #: prefill batches at 40); it was 0.425 (56) with the CTAs chosen by blockIdx, 0.30 while the paged
 #: prefill ran at 300 TFLOP/s.
 SM90_MIXED_SHORT_FRACTION = 1 / 3

@@ -26,7 +26,7 @@ from .params import ParamStruct
 
 #: ``launchKernel(f, gridX, gridY, gridZ, blockX, blockY, blockZ, smem, stream, kernelParams,
 #: extra)`` with int arguments: CuPy's binding of cuLaunchKernel (None until the first launch).
-#: Tests and tools/host_overhead_probe.py replace it with a stub.
+#: Tests replace it with a stub.
 _driver_launch = None
 
 
