@@ -113,7 +113,7 @@ def varlen_attention(
             heads, unless pack_gqa or num_splits is forced); an int >= 1 forces the fused launch
             with that threshold; 0 turns it off.
         arch: which attention mainloop runs: None or "auto" picks the Hopper path (wgmma, TMA,
-            warp specialisation; ``docs/perf-notes.md``, "Hopper path") on compute capability
+            warp specialisation; ``docs/dev/perf-log.md``, "Hopper path") on compute capability
             9.0 for the calls it supports (packed K/V, head dims 64, 96, 128, 192 or 256 with
             head_dim_v == head_dim, or 192 with head_dim_v 128, or a paged cache at head dims 64
             and 128; any mask, window and soft-cap; split-KV, automatic or forced; no pack-GQA;
@@ -150,7 +150,7 @@ def varlen_attention(
     workspace allocation and the launches (three kernels; four for a fused mixed batch, five for
     the two classes in turn), enqueued from a stream's second call on as one CUDA graph launch
     (``graph_launch.py``; 12-22 us of host time for a repeated decode call on the H200's hosts,
-    ``docs/perf-notes.md``, "host overhead").  A
+    ``docs/dev/perf-log.md``, "host overhead").  A
     decode loop whose ``max_seqlen_k`` hint changes every step misses every time: use
     ``AttentionPlan`` there.
 

@@ -1,6 +1,6 @@
 """Decode split counts (GPU): the automatic split-KV count against forced ones on the bench's
 decode shapes, to check how the scheduler's split quantum and the host's split bound fill the
-persistent grid (docs/perf-notes.md, "decode_long_b8_128k").
+persistent grid (docs/dev/perf-log.md, "decode_long_b8_128k").
 
 For each shape (``--shapes``, the bench's decode shapes of the ``--model`` preset: paged, pages of
 16, one query token a request, causal) the same batch runs as ``auto`` (the dispatcher's choice)

@@ -10,7 +10,7 @@ tiles' GB/s an SM inside the fused kernel; the long SM-time against ``prefill_on
 
 Each CTA's ``%smid`` is recorded too: ``--all-runs`` prints and keeps every launch (its total,
 phases, clocks and the SM ids of the CTAs that started on the short queue), which showed that the
-launch time depends on that SM set (docs/perf-notes.md, "Mixed batches: which SMs take the
+launch time depends on that SM set (docs/dev/perf-log.md, "Mixed batches: which SMs take the
 decodes").
 
 Usage: PYTHONPATH=$PWD python benchmarks/experiments/mixed_timeline.py [--case bench] [--short-ctas 40,56,80]
