@@ -7,7 +7,7 @@ whose kernels all match a commit that ran on the GPU needs no new GPU run for th
 
 Usage (one tree at a time; compare the JSON files):
   git worktree add /tmp/wt REV && (cd /tmp/wt && PYTHONPATH=$PWD python benchmarks/experiments/sass_compare.py /tmp/rev.json)
-  (a REV from before this script moved out of tools/: python tools/sass_compare.py there)
+  (in a REV from before this script moved here, it is in that tree's tools/ folder)
   PYTHONPATH=$PWD python benchmarks/experiments/sass_compare.py /tmp/head.json
 """
 import hashlib
