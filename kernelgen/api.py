@@ -113,10 +113,12 @@ def varlen_attention(
             heads, unless pack_gqa or num_splits is forced); an int >= 1 forces the fused launch
             with that threshold; 0 turns it off.
         arch: which attention mainloop runs: None or "auto" picks the Hopper path (wgmma, TMA,
-            warp specialisation; ``docs/perf-notes.md``, "Hopper path") on compute capability
+            warp specialisation; ``docs/dev/perf-log.md``, "Hopper path") on compute capability
             9.0 for the calls it supports (packed K/V, head dims 64, 96, 128, 192 or 256 with
-            head_dim_v == head_dim, or 192 with head_dim_v 128, or a paged cache at head dims 64
-            and 128; any mask, window and soft-cap; split-KV, automatic or forced; no pack-GQA;
+            head_dim_v == head_dim, or 192 with head_dim_v 128, or a paged cache with head_dim ==
+            head_dim_v in 64, 96, 128, 192 or 256: whole pages or key blocks loaded by TMA where
+            they fit, rows gathered through the page table otherwise; any mask, window and
+            soft-cap; split-KV, automatic or forced; no pack-GQA;
             prefill-sized ``max_seqlen_q`` * query heads per tile; a paged batch of several
             requests only when they average at least ``heuristics.SM90_PAGED_MIN_MEAN_Q`` query
             tokens, else the fused launch) and the sm_80 path (mma.sync) otherwise; "sm_80" forces the sm_80 path,
@@ -137,6 +139,8 @@ def varlen_attention(
             arguments missing or inconsistent, more than 8192 requests, or ``arch="sm_90a"`` for
             a call or device the Hopper path does not support.
         kernelgen.compiler.CompileError: NVRTC rejected a kernel (log and source path attached).
+        kernelgen.cache.KernelNotCachedError: ``KERNELGEN_DISABLE_JIT=1`` and a kernel the call
+            needs is not in the cache.
         kernelgen.launch.LaunchError: the driver refused a launch (the message names the kernel).
 
     The values of cu_seqlens, seqused_k and page_table are not read on the host (that would
@@ -147,10 +151,10 @@ def varlen_attention(
     Host cost: the first call of a signature (tensor types, dtypes, devices, shapes and strides,
     the other arguments, including the length hints) validates, chooses and loads kernels (tens of
     us, or a compile); later calls of the signature skip to reading the data pointers, one
-    workspace allocation and the launches (three kernels; four for a fused mixed batch, five for
-    the two classes in turn), enqueued from a stream's second call on as one CUDA graph launch
-    (``graph_launch.py``; 12-22 us of host time for a repeated decode call on the H200's hosts,
-    ``docs/perf-notes.md``, "host overhead").  A
+    workspace allocation and the launches (scheduler, attention and, with split-KV, combine; four
+    for a fused mixed batch, five for the two classes in turn), enqueued from a stream's second call on as one CUDA graph launch
+    (``graph_launch.py``; 12-41 us of host time for a repeated decode call on the hosts of the
+    H200 runs so far, ``docs/dev/perf-log.md``, "host overhead").  A
     decode loop whose ``max_seqlen_k`` hint changes every step misses every time: use
     ``AttentionPlan`` there.
 

@@ -3,7 +3,7 @@
 Why: on the H200's host a ``cuLaunchKernel`` call costs about 4 us of host time, so the three
 launches of a decode step (scheduler, attention, combine) cost 12-17 us, while ``cuGraphLaunch``
 of a graph holding the three kernels costs about as much as one kernel launch
-(docs/perf-notes.md, "host overhead").  Re-pointing a node of an instantiated graph
+(docs/dev/perf-log.md, "host overhead").  Re-pointing a node of an instantiated graph
 (``cuGraphExecKernelNodeSetParams``) costs about 2.8 us, so a graph is kept per set of pointers:
 outside stream capture, a prepared call keeps per thread and stream a ``GraphCache`` of executable
 graphs (built once with the driver's graph API) keyed by the call's pointer parameters.  A

@@ -41,7 +41,7 @@ MAX_SPLITS = 128
 _PREFILL_BIG_SMEM = {
     64: TileConfig(128, 64, 4, 2, 2),
     96: TileConfig(128, 32, 4, 2, 2),
-    128: TileConfig(128, 32, 4, 3, 2),  # H200 sweep (docs/perf-notes.md): 3 stages +3% over 2
+    128: TileConfig(128, 32, 4, 3, 2),  # H200 sweep (docs/dev/perf-log.md): 3 stages +3% over 2
     192: TileConfig(64, 64, 4, 2, 1),
     256: TileConfig(64, 32, 4, 2, 1),
 }
@@ -65,7 +65,7 @@ _MID_SMALL_SMEM = {**_MID, 256: TileConfig(64, 16, 4, 2, 1)}
 #: SM keep enough bytes in flight (16 rows keep the MMA work per byte low enough for mma.sync).
 #: 16-key blocks: one page lookup per block for the usual page sizes (16, 32, ...), and 9-42 KB of
 #: shared memory (up to head dim 128 the tile keeps Q in registers: K/V stages only), so 5-12 CTAs
-#: per SM (H200 decode sweeps in docs/perf-notes.md).
+#: per SM (H200 decode sweeps in docs/dev/perf-log.md).
 _DECODE = {
     64: TileConfig(16, 16, 1, 2, 8),
     96: TileConfig(16, 16, 1, 2, 8),
@@ -83,7 +83,7 @@ SM90_TILE = TileConfig(128, 128, 8, 2, 1)
 #: The Hopper tile of the larger head dims, (head_dim, head_dim_v) -> tile; the others (64, 96
 #: stored as 128, 128) take ``SM90_TILE``.  Every tile keeps one CTA per SM with 128 query rows
 #: (two consumer warpgroups of 64) and two K/V stages; block_n is the largest that fits both
-#: limits (docs/perf-notes.md, "Hopper path: head dims"):
+#: limits (docs/dev/perf-log.md, "Hopper path: head dims"):
 #:  - shared memory (232,448 B per CTA, ``spec.AttentionSpec.smem_bytes``): 2 B x (Q 128 x d +
 #:    2 stages x block_n x (d + dv)) + 1280 B of barriers and alignment slack;
 #:  - registers (``setmaxnreg`` 240 a consumer thread, no spills): a consumer thread holds 64 x dv / 128
@@ -127,7 +127,7 @@ def sm90_tile(head_dim: int, head_dim_v: int, paged: bool = False) -> TileConfig
     return SM90_TILES.get((head_dim, head_dim_v), SM90_TILE)
 
 #: The Hopper mainloop's options (``AttentionSpec.sm90_opts``) the dispatcher uses: "p", the
-#: two consumer warpgroups' GEMMs in ping-pong (H200, docs/perf-notes.md "Hopper path": 648 vs
+#: two consumer warpgroups' GEMMs in ping-pong (H200, docs/dev/perf-log.md "Hopper path": 648 vs
 #: 580 TFLOP/s without it on the causal 16k shape; P V over the whole head dim, softmax
 #: overlapped with the next block's Q K^T).  The environment variable ``KERNELGEN_SM90_OPTS``
 #: (read at import) overrides it, for tuning runs.
@@ -137,7 +137,7 @@ SM90_OPTS = os.environ.get("KERNELGEN_SM90_OPTS", "p")
 #: on the host without a sync) skips the fused mixed-batch launch for the Hopper path (when that
 #: path runs it): each short request in such a batch costs at most one nearly empty 128-row tile
 #: per head against at least 4 full ones on average, which the Hopper mainloop's speed over the
-#: sm_80 one more than pays for (docs/perf-notes.md, "Hopper path", paged K/V).
+#: sm_80 one more than pays for (docs/dev/perf-log.md, "Hopper path", paged K/V).
 SM90_PAGED_MIN_MEAN_Q = 512
 
 #: Alternatives measured by the benchmark's tile sweep (tools/bench.py).
@@ -467,7 +467,7 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
     one-launch Hopper fused kernel (``choose_fused_hopper``, built from these variants) where it
     applies and this pair where it does not (head_dim_v above 128).  On an H200 the sm_80 fused
     launch (``choose_fused``) lost to this pair once the long class took the Hopper kernel
-    (``mixed_trace``: 5856 us fused against 5456 us in turn, docs/perf-notes.md).
+    (``mixed_trace``: 5856 us fused against 5456 us in turn, docs/dev/perf-log.md).
     """
     if arch != "sm_90a":
         return None
@@ -489,12 +489,12 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
 #: CTAs of the Hopper fused mixed-batch launch that start on the short (decode) queue, as a fraction
 #: of the SMs.  Decode tiles are bound by memory bandwidth, so a few SMs with many bytes in flight
 #: each reach most of the H200's: the work they take in parallel with the long class costs
-#: only those SMs' time (docs/perf-notes.md, "mixed batches: one Hopper launch").  Either kind of
+#: only those SMs' time (docs/dev/perf-log.md, "mixed batches: one Hopper launch").  Either kind of
 #: CTA takes the other queue's tiles once its own is empty, so the choice moves work between
 #: phases, never leaves an SM idle.  ``KERNELGEN_MIXED_SHORT_CTAS`` (an int) overrides it.
 #: 1/3 (44 of an H200's 132) since the short-first CTAs sit on SMs spread over the SM ids
 #: (``fused.short_first_sms``): there the decode tiles read about 70 GB/s an SM beside the prefill
-#: instead of 53, and the bench's mixed batch balances at 44-48 (``tools/mixed_timeline.py``; heavy
+#: instead of 53, and the bench's mixed batch balances at 44-48 (``benchmarks/experiments/mixed_timeline.py``; heavy
 #: prefill batches at 40); it was 0.425 (56) with the CTAs chosen by blockIdx, 0.30 while the paged
 #: prefill ran at 300 TFLOP/s.
 SM90_MIXED_SHORT_FRACTION = 1 / 3

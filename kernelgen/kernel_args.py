@@ -70,7 +70,7 @@ def combine_grid(total_q: int, num_heads_q: int, rows_per_cta: int) -> int:
 
 
 #: Up to this many request slots the scheduler runs one thread per slot; above, two (then up to
-#: eight at 1024 threads).  Measured on the H200 (docs/perf-notes.md, scheduler v10): below it the
+#: eight at 1024 threads).  Measured on the H200 (docs/dev/perf-log.md, scheduler v10): below it the
 #: kernel is latency-bound and more warps win; above it, issue-bound, and half the threads do the
 #: same work in fewer instructions.
 SCHEDULER_ONE_SLOT_PER_THREAD = 512

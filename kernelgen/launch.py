@@ -5,7 +5,7 @@ Launches go to the driver's ``cuLaunchKernel`` through CuPy's Cython binding
 ``libcuda.so.1`` PyTorch uses, so the same primary contexts).  The binding costs about 0.1 us of
 host time a call besides the driver's own work, against 0.6 us for a ctypes foreign call with
 every argument prebuilt (both measured against a no-op ``cuLaunchKernel`` in a stub driver
-library, docs/perf-notes.md "host overhead"); it releases the GIL during the driver call.
+library, docs/dev/perf-log.md "host overhead"); it releases the GIL during the driver call.
 
 Every kernel takes one parameter struct by value: ``kernelParams`` is a one-element array holding
 the struct's address, and the driver copies the struct before ``cuLaunchKernel`` returns, so a
@@ -26,7 +26,7 @@ from .params import ParamStruct
 
 #: ``launchKernel(f, gridX, gridY, gridZ, blockX, blockY, blockZ, smem, stream, kernelParams,
 #: extra)`` with int arguments: CuPy's binding of cuLaunchKernel (None until the first launch).
-#: Tests and tools/host_overhead_probe.py replace it with a stub.
+#: Tests replace it with a stub.
 _driver_launch = None
 
 

@@ -202,7 +202,7 @@ def wave_split_cap(ms, ns, cfg: SchedulerConfig, share: int) -> int:
     capped requests' tiles then end at the last full wave instead of spilling a few tiles into
     a new one.  (8 decode requests of 128 K keys at 8 KV heads, cap 55, on 1584 one-warp CTAs:
     3520 tiles, 2.22 waves -> cap 49, 3136 tiles, 1.98 waves: 8 % faster on the H200,
-    docs/perf-notes.md "decode_long_b8_128k: the split count".)
+    docs/dev/perf-log.md "decode_long_b8_128k: the split count".)
     """
     cap = cfg.max_splits
     if cfg.wave_ctas <= 0 or cap <= 1 or cfg.forced_splits:
@@ -236,7 +236,7 @@ def sort_key(m: int, n: int, s: int) -> int:
 #: The sort leaves a batch in request order when the work classes (``sort_key + 2``) of its
 #: requests with query rows span at most 1/SORT_MIN_SPREAD of the largest class: the work per
 #: tile is then already even, ordering gains nothing and would cost the radix pass
-#: (docs/perf-notes.md, scheduler v11).  Requests without rows (class 1, no tiles) do not count,
+#: (docs/dev/perf-log.md, scheduler v11).  Requests without rows (class 1, no tiles) do not count,
 #: so padding a batch with zero-length requests never changes the decision (scheduler v13).
 SORT_MIN_SPREAD = 8
 

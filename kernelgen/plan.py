@@ -326,7 +326,7 @@ class AttentionPlan:
         read the data pointers, check their alignment and enqueue the kernels (three; four for a
         mixed-batch plan, five where it runs the two classes in turn; as one CUDA graph launch
         outside capture, ``graph_launch.py``), with no allocation when ``out`` (and
-        ``lse``, if returned) are given (``docs/perf-notes.md``, "host overhead").
+        ``lse``, if returned) are given (``docs/dev/perf-log.md``, "host overhead").
         """
         try:
             key = signature.key((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse), (),

@@ -5,7 +5,7 @@ fails loudly instead of rendering an empty string.  Rendering writes nothing but
 templates, into Jinja's own per-user cache directory (``jinja2.FileSystemBytecodeCache``: a 0700
 directory under the temp dir whose owner and mode Jinja checks; entries keyed by template name and
 source checksum): a new process then skips compiling the templates, about 60 ms of a warm kernel
-load (``compile_warm_load``, docs/perf-notes.md).  Without a usable directory, or when a write
+load (``compile_warm_load``, docs/dev/perf-log.md).  Without a usable directory, or when a write
 fails, templates are compiled as before.
 """
 from __future__ import annotations

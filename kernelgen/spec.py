@@ -194,7 +194,7 @@ class AttentionSpec:
     def q_in_registers(self) -> bool:
         """sm80 one-warp decode tiles (16 rows, or the keys-as-rows tile's 8) with head_dim <= 128
         keep Q in registers and have no Q/O tile in shared memory (Q_REGS and KT in
-        variant_sm80.cuh; docs/perf-notes.md, "The decode tile's own ceiling")."""
+        variant_sm80.cuh; docs/dev/perf-log.md, "The decode tile's own ceiling")."""
         t = self.tile
         return self.mainloop == "sm80" and t.num_warps == 1 and t.block_m in (8, 16) and self.head_dim <= 128
 

@@ -145,7 +145,7 @@ def test_visible_pairs_matches_demo():
 
 def test_flops_and_bytes():
     llama, mla, mistral = PRESETS["llama3-8b"], PRESETS["mla"], PRESETS["mistral-7b"]
-    # dense causal 1 x 32 x 16384, d 128: 2.20e12 FLOPs (docs/perf-notes.md)
+    # dense causal 1 x 32 x 16384, d 128: 2.20e12 FLOPs (docs/dev/perf-log.md)
     dense = ModelPreset("d", 32, 32, 128, 128)
     assert attention_flops([16384], [16384], dense) == 4 * 32 * 128 * (16384 * 16385 // 2)
     assert prefill_bytes([16384], [16384], dense) == 4 * 16384 * 32 * 128 * 2
@@ -481,7 +481,7 @@ def test_cold_compile_in_fresh_process(tmp_path):
 @pytest.mark.parametrize("env,expected", [(None, True), ("0", False), ("1", True)])
 def test_overhead_entry_reports_whether_the_graph_launch_was_on(monkeypatch, env, expected):
     """The overhead entries' ``graph_launch`` flag says whether the measured calls went out as one
-    CUDA graph launch: false while KERNELGEN_GRAPH_LAUNCH=0 (the A/B of docs/perf-notes.md)."""
+    CUDA graph launch: false while KERNELGEN_GRAPH_LAUNCH=0 (the A/B of docs/dev/perf-log.md)."""
     import torch
 
     from kernelgen import api, graph_launch, runtime

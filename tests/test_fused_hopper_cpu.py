@@ -346,8 +346,8 @@ def test_kernel_chooses_short_first_ctas_by_sm_id():
 
 def test_short_first_sms_match_the_h200_runs():
     """The SM ids whose CTAs started on the decodes in the H200 timelines of the SM-id rule
-    (docs/benchmarks/mixed_placement_h200.json, k 48 and 44 of 132) are short_first_sms's."""
-    data = json.loads((Path(__file__).resolve().parents[1] / "docs/benchmarks/mixed_placement_h200.json").read_text())
+    (docs/dev/benchmarks/mixed_placement_h200.json, k 48 and 44 of 132) are short_first_sms's."""
+    data = json.loads((Path(__file__).resolve().parents[1] / "docs/dev/benchmarks/mixed_placement_h200.json").read_text())
     seen = 0
     for name, k in (("timeline_run4_role1", 48), ("final_timeline_run6", 44)):
         for run in data["runs"][name]["all_runs"][f"fused_k{k}"]:

@@ -35,7 +35,7 @@ def test_sm90_spec_shape_and_name():
     s = sm90()
     assert s.template == "attention/fwd_sm90.cu.j2" and s.num_threads == 384
     assert s.name == "attn_sm_90a_wgmma_bf16_d128_causal_soa_m128n128w8s2b1"
-    assert heuristics.SM90_OPTS == "p"  # the dispatcher's default: ping-pong (docs/perf-notes.md)
+    assert heuristics.SM90_OPTS == "p"  # the dispatcher's default: ping-pong (docs/dev/perf-log.md)
     assert sm90(opts="hs").name == "attn_sm_90a_wgmma_pvhalves_serial_bf16_d128_causal_soa_m128n128w8s2b1"
     assert sm90(opts="pr").name == "attn_sm_90a_wgmma_pingpong_lazyrescale_bf16_d128_causal_soa_m128n128w8s2b1"
     # Q (128 x 128) + 2 stages of K and V (128 x 128), bf16, + barriers + alignment slack

@@ -672,9 +672,12 @@ def test_build_docs(tmp_path):
                        capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0, r.stdout + r.stderr
     html = (tmp_path / "index.html").read_text()
-    for page in ("quickstart.md", "api.md", "cli.md", "environment.md", "layouts.md", "serving.md", "cache.md"):
+    for page in ("quickstart.md", "api.md", "cli.md", "environment.md", "layouts.md", "serving.md", "cache.md",
+                 "performance.md"):
         assert (REPO / "docs" / page).is_file()
         assert f'id="{page}"' in html or f'id="docs/{page}"' in html
+    # the developer log is link-checked but not part of the user docs' page
+    assert (REPO / "docs" / "dev" / "perf-log.md").is_file() and 'id="docs/dev/perf-log.md"' not in html
 
 
 def test_build_docs_reports_broken_links(tmp_path):

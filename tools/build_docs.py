@@ -7,11 +7,13 @@
 
 The docs are plain Markdown (README.md and docs/**/*.md, read as they are on GitHub).  This script
 needs only the Python standard library.  It checks that every relative link and image in those
-files points to an existing file, and that every ``#anchor`` names a heading of its target page
-(GitHub's heading ids).  Then it converts the pages with a small Markdown subset (headings,
-paragraphs, lists, tables, fenced code, inline code, links, bold) into one self-contained
-``index.html``, with links between pages rewritten to in-page anchors.  Exit status: 0 when every
-link resolves, 1 otherwise (the broken links are listed; nothing is written).
+files, and in the READMEs of tools/ and benchmarks/, points to an existing file, and that every
+``#anchor`` names a heading of its target page (GitHub's heading ids).  Then it converts the user
+pages (README.md and docs/, without the developer pages under docs/dev/) with a small Markdown
+subset (headings, paragraphs, lists, tables, fenced code, inline code, links, bold; one-line HTML
+comments are dropped) into one self-contained ``index.html``, with links between pages rewritten
+to in-page anchors.  Exit status: 0 when every link resolves, 1 otherwise (the broken links are
+listed; nothing is written).
 """
 from __future__ import annotations
 
@@ -24,6 +26,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD_DIR = "docs/_build"
+#: Developer pages: link-checked, not part of the one-page user documentation.
+DEV_DIR = "docs/dev"
+#: Other Markdown files that are link-checked only (globs from the repository root).
+CHECKED_ONLY = ("tools/*.md", "benchmarks/**/*.md")
+_COMMENT = re.compile(r"^\s*<!--.*-->\s*$")
 
 _LINK = re.compile(r"!?\[(?P<text>(?:[^\[\]]|\[[^\]]*\])*)\]\((?P<target><[^>]*>|[^()\s]*(?:\([^()\s]*\)[^()\s]*)*)"
                    r"(?:\s+\"[^\"]*\")?\)")
@@ -40,6 +47,18 @@ def doc_files(root: Path) -> list[Path]:
     if docs.is_dir():
         files += sorted(p for p in docs.rglob("*.md") if BUILD_DIR not in p.relative_to(root).as_posix())
     return files
+
+
+def checked_files(root: Path) -> list[Path]:
+    """Every Markdown file whose links are checked: :func:`doc_files` and the tools' and
+    benchmarks' READMEs."""
+    extra = sorted({p for g in CHECKED_ONLY for p in root.glob(g) if p.is_file()})
+    return doc_files(root) + extra
+
+
+def user_pages(root: Path) -> list[Path]:
+    """The pages of the one-page HTML: :func:`doc_files` without the developer pages."""
+    return [p for p in doc_files(root) if not p.relative_to(root).as_posix().startswith(DEV_DIR + "/")]
 
 
 def _strip_code(lines: list[str]) -> list[tuple[int, str]]:
@@ -95,11 +114,12 @@ def links(path: Path) -> list[tuple[int, str]]:
 
 
 def check_links(root: Path) -> list[str]:
-    """Every broken relative link of README.md and docs/**/*.md, as 'file:line: message' strings."""
+    """Every broken relative link of README.md, docs/**/*.md and the tools' and benchmarks'
+    READMEs, as 'file:line: message' strings."""
     root = Path(root)
     errors = []
     cache: dict[Path, set[str]] = {}
-    for f in doc_files(root):
+    for f in checked_files(root):
         rel = f.relative_to(root).as_posix()
         for line, target in links(f):
             if not target or _SCHEME.match(target) or target.startswith("//"):
@@ -232,6 +252,9 @@ def to_html(path: Path, root: Path, pages: set[Path], out_dir: Path) -> str:
                 i += 1
             out.append(f"<{tag}>" + "".join(f"<li>{inline(x)}</li>" for x in items) + f"</{tag}>")
             continue
+        if _COMMENT.match(line):
+            i += 1
+            continue
         if not line.strip():
             flush()
         else:
@@ -242,8 +265,9 @@ def to_html(path: Path, root: Path, pages: set[Path], out_dir: Path) -> str:
 
 
 def page_order(root: Path) -> list[Path]:
-    """README, docs/index.md, then pages in the order docs/index.md links them, then the rest."""
-    files = doc_files(root)
+    """README, docs/index.md, then pages in the order docs/index.md links them, then the rest
+    (developer pages under docs/dev/ are not included)."""
+    files = user_pages(root)
     order = [p for p in (root / "README.md", root / "docs" / "index.md") if p in files]
     index = root / "docs" / "index.md"
     if index.is_file():
@@ -283,7 +307,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     root = Path(args.root).resolve()
     errors = check_links(root)
-    n = len(doc_files(root))
+    n = len(checked_files(root))
     if errors:
         print(f"{len(errors)} broken link(s) in {n} Markdown files:", file=sys.stderr)
         for e in errors:

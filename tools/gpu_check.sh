@@ -7,10 +7,9 @@
 #   all (default): both, then gpu_report.json / h200.md and the summary table
 #   reliability: the 2000-batch numerical fuzz (fuzz.json) and compute-sanitizer memcheck/racecheck
 #   full-bench: the bench part with `kernelgen bench --suite all` for every preset instead of the
-#     llama3-8b run (bench.json, bench_all.md, plots/); FA3 and FA4 are measured when .peers/ came along
-#     (tools/peer_wheels.py)
-#   sort: sorted vs unsorted calls on every trace batch, three presets, with the A/A control and the
-#     scheduler alone (tools/sort_compare.py --control --scheduler: sort.json)
+#     llama3-8b run (bench.json, bench_all.md); FA3 and FA4 are measured when .peers/ came along
+#     (tools/peer_wheels.py).  No plots on the device (a call brings back at most 8 files): draw them
+#     here with `kernelgen bench --from-json bench.json --plots DIR`.
 # Parts can be combined with commas (e.g. all,reliability).
 # (tests and bench fit one 10-minute device call each; tools/gpu_report.py merges their folders.)
 # Each stage has its own time limit so a hang in one still leaves the others' results.
@@ -44,9 +43,7 @@ if has tests || has all; then
   step doctor;  timeout 60 "$PY" -m kernelgen doctor >> "$LOG" 2>&1
   step warmup;  timeout 120 "$PY" -m kernelgen warmup --serving --jobs "$(nproc)" >> "$LOG" 2>&1
   # the Hopper GPU tests' kernels, compiled in parallel (the tests would compile them one by one)
-  timeout 90 "$PY" tools/hopper_dims_warm.py "$(nproc)" >> "$LOG" 2>&1
-  timeout 60 "$PY" tools/bench_hopper_window.py --warm-only --jobs "$(nproc)" >> "$LOG" 2>&1
-  timeout 60 "$PY" tools/hopper_tests_warm.py "$(nproc)" >> "$LOG" 2>&1
+  timeout 210 "$PY" tools/warm_gpu_tests.py --jobs "$(nproc)" >> "$LOG" 2>&1
   step pytest
   timeout "${PYTEST_LIMIT:-420}" "$PY" -m pytest tests -m gpu -q -rf -p no:cacheprovider \
     --junitxml="$OUT/junit.xml" > "$OUT/pytest.log" 2>&1
@@ -60,18 +57,12 @@ if has bench || has all || has full-bench; then
   timeout 60 "$PY" -m kernelgen compare-layouts --batch 5 --pad-to 16 --graph --json > "$OUT/compare.json" 2>> "$LOG"
   if has full-bench; then
     step full-bench   # every suite and preset, FlexAttention where it compiles in time
-    timeout 480 "$PY" -m kernelgen bench --suite all --json "$OUT/bench.json" --plots "$OUT/plots" \
+    timeout 480 "$PY" -m kernelgen bench --suite all --json "$OUT/bench.json" \
       > "$OUT/bench_all.md" 2>> "$LOG"
     echo "full-bench exit $?" >> "$LOG"
   else
     step bench;   timeout 300 "$PY" tools/bench.py --budget 240 --json "$OUT/bench.json" >> "$LOG" 2>&1
   fi
-fi
-if has sort; then
-  step sort-compare   # sorted vs unsorted calls as interleaved graph replays, every trace batch
-  timeout 240 "$PY" tools/sort_compare.py --model llama3-8b,gemma2-9b,mistral-7b --control --scheduler \
-    --cases decode_b32,decode_b128,trace512 --json "$OUT/sort.json" > "$OUT/sort.log" 2>&1
-  echo "sort-compare exit $?" >> "$LOG"; tail -n 16 "$OUT/sort.log" | tee -a "$LOG"
 fi
 if has reliability; then
   step fuzz;     timeout 420 "$PY" tools/fuzz.py --batches 2000 --seed 1 --time-limit 400 --json "$OUT/fuzz.json" \

@@ -17,7 +17,7 @@ Interleaved comparisons (:func:`time_interleaved`): kernelgen's own switches (me
 sort on/off) are compared as CUDA-graph replays measured in alternating rounds, median of the
 round medians.  Timed one after the other as eager calls, the first configuration measured came
 out 5-10 % slower than the same work measured later (clocks and caches settling), which is as
-large as the differences being measured (docs/perf-notes.md, "Sorted vs unsorted").
+large as the differences being measured (docs/dev/perf-log.md, "Sorted vs unsorted").
 
 Host time (:func:`host_time_us`): see its docstring.
 """

@@ -4,7 +4,7 @@ A preset is the attention shape of one layer of a model as a serving engine runs
 KV heads (after tensor parallelism), head dims, logit soft-capping and a sliding window.  Pure
 Python: the CLI imports this module to build its parser without importing torch.
 
-Counting conventions (also in docs/perf-notes.md):
+Counting conventions (also in docs/dev/perf-log.md):
 
 * FLOPs: ``2 * heads_q * (head_dim + head_dim_v)`` per visible (query row, key) pair, i.e.
   ``4 * heads * d * pairs`` when both head dims are equal (QK^T and PV; softmax not counted).

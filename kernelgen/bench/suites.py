@@ -889,7 +889,7 @@ def overhead_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
             fn = graph.replay
             e["launches"] = 1
     # kernels enqueued as one CUDA graph launch outside capture (kernelgen/graph_launch.py): the
-    # driver has the graph API and KERNELGEN_GRAPH_LAUNCH is not 0 (the A/B of docs/perf-notes.md)
+    # driver has the graph API and KERNELGEN_GRAPH_LAUNCH is not 0 (the A/B of docs/dev/perf-log.md)
     e["graph_launch"] = (which != "overhead_graph_replay" and graph_launch.driver() is not None
                          and graph_launch.enabled())
     e["us"] = measure.host_time_us(fn, samples=5 if settings.quick else 15)

@@ -6,8 +6,9 @@ dropped), so two trees whose JSON agree on a kernel compile it to the same machi
 whose kernels all match a commit that ran on the GPU needs no new GPU run for them.
 
 Usage (one tree at a time; compare the JSON files):
-  git worktree add /tmp/wt REV && (cd /tmp/wt && PYTHONPATH=$PWD python tools/sass_compare.py /tmp/rev.json)
-  PYTHONPATH=$PWD python tools/sass_compare.py /tmp/head.json
+  git worktree add /tmp/wt REV && (cd /tmp/wt && PYTHONPATH=$PWD python benchmarks/experiments/sass_compare.py /tmp/rev.json)
+  (in a REV from before this script moved here, it is in that tree's tools/ folder)
+  PYTHONPATH=$PWD python benchmarks/experiments/sass_compare.py /tmp/head.json
 """
 import hashlib
 import json
@@ -15,7 +16,7 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kernelgen import compiler, heuristics, render, sass  # noqa: E402
 
@@ -54,7 +55,7 @@ def fingerprint(spec) -> str:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
+    if len(argv) != 1 or argv[0].startswith("-"):
         print(__doc__, file=sys.stderr)
         return 2
     res = {label: fingerprint(spec) for label, spec in specs().items()}

@@ -1,7 +1,7 @@
 """Where the Hopper fused mixed-batch kernel spends its time, CTA by CTA (GPU, sm_90a).
 
 Builds the fused kernel with ``KERNELGEN_DEFINES=KG_TIMELINE`` (globaltimer stamps and short-tile
-counts per CTA, ``templates/attention/fwd_fused_sm90.cu.j2``), runs a ``tools/mixed_sweep.py`` case
+counts per CTA, ``templates/attention/fwd_fused_sm90.cu.j2``), runs a ``mixed_sweep.py`` (beside this file) case
 at each ``--short-ctas`` value and prints, for the CTAs that start on the short (decode) queue and
 for the others: how many, and the mean / max of each phase (short queue, long queue, short tiles
 after the long queue) in us from the launch's first stamp, plus the SM-time (CTA x us) of each
@@ -10,10 +10,10 @@ tiles' GB/s an SM inside the fused kernel; the long SM-time against ``prefill_on
 
 Each CTA's ``%smid`` is recorded too: ``--all-runs`` prints and keeps every launch (its total,
 phases, clocks and the SM ids of the CTAs that started on the short queue), which showed that the
-launch time depends on that SM set (docs/perf-notes.md, "Mixed batches: which SMs take the
+launch time depends on that SM set (docs/dev/perf-log.md, "Mixed batches: which SMs take the
 decodes").
 
-Usage: PYTHONPATH=$PWD python tools/mixed_timeline.py [--case bench] [--short-ctas 40,56,80]
+Usage: PYTHONPATH=$PWD python benchmarks/experiments/mixed_timeline.py [--case bench] [--short-ctas 40,56,80]
        [--runs 3] [--all-runs] [--json F]
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 

@@ -4,7 +4,7 @@
 
     ncu -k regex:kg_attention_fwd --launch-skip 2 --launch-count 1 --section SpeedOfLight \\
         --section ComputeWorkloadAnalysis --section WarpStateStats \\
-        python tools/hopper_profile.py --shape causal16k
+        python benchmarks/experiments/hopper_profile.py --shape causal16k
 
 Shapes (the report's entries): ``causal16k`` (1 x 32 heads x 16384, causal, d 128), ``dense4k``
 (4 x 32 x 4096, not causal, d 128), ``h64_2k`` (8 x 32 x 2048, causal, d 64), ``h256_4k``
@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 SHAPES = {"causal16k": (1, 32, 16384, 128, True), "dense4k": (4, 32, 4096, 128, False),
           "h64_2k": (8, 32, 2048, 64, True), "h256_4k": (2, 16, 4096, 256, True)}

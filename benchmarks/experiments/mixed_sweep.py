@@ -23,7 +23,7 @@ round medians), and every mixed configuration's output is compared with ``serial
 Cases: ``bench`` (3 chunks of 512/2048/4096 tokens + 192 decodes: ``mixed_trace``), ``light``
 (1 chunk of 512 + 64 decodes), ``heavy`` (4 chunks of 4096 + 256 decodes).
 
-Usage: PYTHONPATH=$PWD python tools/mixed_sweep.py [--cases bench,light,heavy]
+Usage: PYTHONPATH=$PWD python benchmarks/experiments/mixed_sweep.py [--cases bench,light,heavy]
        [--short-ctas 0,16,24,33,48,66] [--stages 2,4] [--block-n 16,32] [--rows 8,16] [--model llama3-8b] [--rounds 5] [--json FILE]
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 CASES = {"bench": None, "light": ([512], 64, 300), "heavy": ([4096] * 4, 256, 100)}
 

@@ -1,6 +1,6 @@
 """Decode split counts (GPU): the automatic split-KV count against forced ones on the bench's
 decode shapes, to check how the scheduler's split quantum and the host's split bound fill the
-persistent grid (docs/perf-notes.md, "decode_long_b8_128k").
+persistent grid (docs/dev/perf-log.md, "decode_long_b8_128k").
 
 For each shape (``--shapes``, the bench's decode shapes of the ``--model`` preset: paged, pages of
 16, one query token a request, causal) the same batch runs as ``auto`` (the dispatcher's choice)
@@ -10,7 +10,7 @@ min(N, its key blocks) splits), timed as interleaved CUDA-graph replays
 bench's job.  Every output is compared with ``auto``'s.  Prints us, GB/s of K/V read and the
 ratio to ``auto``.
 
-Usage: PYTHONPATH=$PWD python tools/decode_split_sweep.py [--shapes decode_long_b8_128k]
+Usage: PYTHONPATH=$PWD python benchmarks/experiments/decode_split_sweep.py [--shapes decode_long_b8_128k]
        [--splits 49,55,64,74,90,99] [--model llama3-8b] [--json FILE]
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def main(argv=None) -> int:

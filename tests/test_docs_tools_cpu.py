@@ -1,0 +1,173 @@
+"""The docs' links and the repository paths cited in code, the performance page's generator
+(tools/perf_page.py) and the GPU tests' warmer (tools/warm_gpu_tests.py); no GPU."""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _tool(name):
+    spec = importlib.util.spec_from_file_location(f"tools_{name}", REPO / "tools" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+build_docs = _tool("build_docs")
+perf_page = _tool("perf_page")
+
+
+# ----------------------------------------------------------------------------- links and paths
+def test_every_relative_link_of_the_docs_resolves():
+    """README.md, docs/**/*.md (the developer log included) and the READMEs of tools/ and
+    benchmarks/: every relative link names an existing file, and every #anchor a heading."""
+    checked = {p.relative_to(REPO).as_posix() for p in build_docs.checked_files(REPO)}
+    for page in ("README.md", "docs/performance.md", "docs/dev/perf-log.md", "tools/README.md",
+                 "benchmarks/experiments/README.md"):
+        assert page in checked
+    assert build_docs.check_links(REPO) == []
+
+
+def test_user_docs_do_not_send_users_to_the_developer_log():
+    """The log is linked from the performance page only (not from the README or the guides)."""
+    for page in ["README.md"] + [p.relative_to(REPO).as_posix() for p in (REPO / "docs").glob("*.md")]:
+        text = (REPO / page).read_text()
+        if page == "docs/performance.md":
+            assert "dev/perf-log.md" in text
+        else:
+            assert "perf-log" not in text and "perf-notes" not in text, page
+
+
+#: Paths cited in code that need not exist: build output and the link checker's own test fixtures.
+NOT_FILES = {"docs/_build", "docs/_build/index.html", "docs/a.md", "docs/missing.md"}
+#: Citations left stale on purpose: a template's comments are part of the rendered source, and so
+#: of every cache key built from it; they are updated with the next change to those kernels.
+TEMPLATE_CITATIONS = {("templates/attention/fwd_fused_sm90.cu.j2", "tools/mixed_timeline.py"),
+                      ("templates/attention/fwd_fused_sm90.cu.j2", "docs/perf-notes.md"),
+                      ("templates/attention/tile_kt_sm80.cuh", "docs/perf-notes.md")}
+_CITED = re.compile(r"(?<![\w/.-])((?:docs|tools|benchmarks|templates)/[\w./-]*\w)")
+
+
+def test_paths_cited_in_code_exist():
+    """Every docs/, tools/, benchmarks/ or templates/ path named in the package, the tools, the
+    experiments, the tests and the templates exists (a moved or deleted file leaves none behind)."""
+    files = [p for d in ("kernelgen", "tools", "benchmarks", "tests", "templates") for p in (REPO / d).rglob("*")
+             if p.is_file() and p.suffix in (".py", ".sh", ".j2", ".cuh", ".cu") and "__pycache__" not in p.parts
+             and p != Path(__file__).resolve()]
+    assert len(files) > 20
+    missing = []
+    for f in files:
+        rel = f.relative_to(REPO).as_posix()
+        for n, line in enumerate(f.read_text(errors="replace").splitlines(), 1):
+            for m in _CITED.finditer(line):
+                path = m.group(1)
+                if path in NOT_FILES or (rel, path) in TEMPLATE_CITATIONS or (REPO / path).exists():
+                    continue
+                missing.append(f"{rel}:{n}: {path}")
+    assert not missing, missing
+
+
+# ----------------------------------------------------------------------------- tools/perf_page.py
+REPORT = json.loads((REPO / "docs" / "benchmarks" / "h200.json").read_text())
+
+
+def test_performance_page_is_generated_from_the_committed_report():
+    """docs/performance.md's generated block is what tools/perf_page.py makes of h200.json
+    (after a new report: python tools/perf_page.py --write --plots docs/benchmarks/plots)."""
+    r = subprocess.run([sys.executable, str(REPO / "tools" / "perf_page.py"), "--check"], capture_output=True,
+                       text=True, cwd=REPO)
+    assert r.returncode == 0, r.stdout + r.stderr
+    page = (REPO / "docs" / "performance.md").read_text()
+    for b in REPORT["benchmarks"]:
+        if not b.get("same_as"):
+            assert f"| `{b['name']}` |" in page
+
+
+def test_perf_page_ratios_best_peer_and_slower_entries():
+    text = perf_page.render(REPORT)
+    # peers are other implementations; kernelgen's own paths are not
+    assert perf_page.best_peer(next(b for b in REPORT["benchmarks"] if b["name"] == "mixed_trace"))[0] == \
+        "torch_fa2_varlen"
+    row = next(line for line in text.splitlines() if line.startswith("| `decode_long_b8_128k` |"))
+    assert "`torch_fa2` 969 us" in row and "**0.89x** (slower)" in row and "`kernelgen_sm80` 1.00x" in row
+    row = next(line for line in text.splitlines() if line.startswith("| `prefill_dense_causal_h128_s16k` |"))
+    assert "`cudnn_sdpa` 3337 us | 1.01x |" in row and "665 TFLOP/s" in row
+    assert "`varlen_trace_prefill_gqa`" not in text          # gpu_report's alias is not listed twice
+    assert "Not in this report: `fa3`, `fa4`" in text
+    assert "`mem_efficient_sdpa` on `decode_long_b8_128k`: RuntimeError" in text
+
+
+def test_perf_page_with_fa3_and_fa4_peers():
+    """A report with the peers of issue 20: the fastest peer is chosen among them, the note about
+    missing peers goes, reasons are grouped."""
+    rep = copy.deepcopy(REPORT)
+    b = next(x for x in rep["benchmarks"] if x["name"] == "prefill_dense_causal_h128_s16k")
+    b["peers"].update(fa3=2900.0, fa4=3100.0)
+    b["ratios"].update(fa3=2900.0 / b["us"], fa4=3100.0 / b["us"])
+    rep["extra"]["unavailable_peers"]["decode_trace_b32_paged16"].update(fa3="no paged KV (measured as fa3_unpaged)")
+    text = perf_page.render(rep)
+    row = next(line for line in text.splitlines() if line.startswith("| `prefill_dense_causal_h128_s16k` |"))
+    assert "`fa3` 2900 us | **0.88x** (slower) |" in row and "`fa4` 0.94x" in row
+    assert "Not in this report" not in text
+    assert "`fa3` on `decode_trace_b32_paged16`: no paged KV (measured as fa3_unpaged)" in text
+    assert "slower than the fastest peer on **5 of 10** entries" in text
+
+
+def test_perf_page_splice_and_cli(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text(f"# P\n\nhand\n\n{perf_page.BEGIN}\nSTALE BLOCK\n{perf_page.END}\n\nafter\n")
+    assert perf_page.main(["--page", str(page), "--check"]) == 1
+    assert perf_page.main(["--page", str(page), "--write"]) == 0
+    text = page.read_text()
+    assert text.startswith("# P\n\nhand\n") and text.endswith(f"{perf_page.END}\n\nafter\n") and "STALE" not in text
+    assert perf_page.main(["--page", str(page), "--check"]) == 0
+    with pytest.raises(ValueError, match="perf_page:begin"):
+        perf_page.splice("no markers", "x")
+
+
+def test_perf_page_plot_entries(tmp_path):
+    entries = {e["name"]: e for e in perf_page.plot_entries(REPORT)}
+    assert entries["prefill_dense_causal_h128_s16k"]["suite"] == "prefill"
+    assert entries["graph_decode_step_b128"]["suite"] == "decode"
+    assert entries["varlen_trace_sorted"]["suite"] == "scheduler"
+    assert entries["overhead_plan_run"]["suite"] == "overhead" and entries["dispatch_in_memory"]["suite"] == "compile"
+    assert "demo_azure_conv_prefill" not in entries and "varlen_trace_prefill_gqa" not in entries
+    roof = REPORT["extra"]["roofs"]
+    assert entries["decode_long_b8_128k"]["roof_fraction"] == pytest.approx(
+        entries["decode_long_b8_128k"]["tbps"] / roof["copy_tbps"])
+    assert "flex_attention" in entries["prefill_varlen_trace"]["unavailable"]
+    pytest.importorskip("matplotlib")
+    written = perf_page.write_plots(REPORT, tmp_path)
+    assert sorted(p.name for p in written) == sorted(f"{s}.png" for s in ("prefill", "decode", "mixed", "scheduler",
+                                                                          "compile", "overhead"))
+
+
+# ----------------------------------------------------------------------------- tools/warm_gpu_tests.py
+def test_warm_gpu_tests_lists_the_hopper_test_kernels():
+    """The warmer's specs: Hopper kernels of the GPU tests (every head-dim pair, the mainloop
+    variants, paged, split and fused mixed kernels), no duplicates; --list prints them."""
+    sys.path.insert(0, str(REPO / "tools"))
+    try:
+        import warm_gpu_tests
+    finally:
+        sys.path.pop(0)
+    specs = warm_gpu_tests.specs()
+    names = [s.name for s in specs]
+    assert len(names) == len(set(names)) > 200
+    assert all(s.arch == "sm_90a" for s in specs)
+    for part in ("_d64_", "_d96_", "_d192_", "_d256_", "sched_", "fused_attn_sm_90a"):
+        assert any(part in n for n in names), part
+    assert any(getattr(s, "paged", False) for s in specs) and any(s.kind == "combine" for s in specs)
+    r = subprocess.run([sys.executable, str(REPO / "tools" / "warm_gpu_tests.py"), "--list"], capture_output=True,
+                       text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == names

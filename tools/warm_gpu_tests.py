@@ -1,0 +1,175 @@
+"""Compile the Hopper (sm_90a) kernels of the GPU tests into the kernel cache, in parallel and without
+a GPU, so that a GPU run (tools/gpu_check.sh) spends its time on the tests instead of compiling one
+kernel after another inside them.
+
+The specs come from the dispatcher's own functions (``heuristics.choose``, ``choose_fused_hopper``,
+``choose_pair``) called with the parameters of the tests in tests/gpu/test_hopper_gpu.py and
+tests/gpu/test_fused_gpu.py; a spec that a test ends up not using costs only its compile.
+``kernelgen warmup --serving`` (run before this by gpu_check.sh) covers the serving shapes.
+
+    python tools/warm_gpu_tests.py [--jobs N] [--cache-dir DIR] [--list]
+
+``--jobs``: worker processes (default: the CPU count); ``--cache-dir``: the cache (default:
+``$KERNELGEN_CACHE_DIR``, as ``kernelgen cache path`` prints); ``--list``: print the specs' names
+and compile nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kernelgen import heuristics  # noqa: E402
+from kernelgen.spec import AttentionSpec, SchedulerSpec, TileConfig  # noqa: E402
+
+ARCH = "sm_90a"
+#: (head_dim, head_dim_v) pairs of the head-dim matrix
+PAIRS = [(64, 64), (96, 96), (128, 128), (192, 192), (192, 128), (256, 256)]
+
+
+def _choose(dt, d, dv=None, *, hq=8, hkv=2, causal=True, window=(-1, -1), cap=0.0, layout="soa", max_q=700,
+            max_k=9000, paged=False, page_size=0, num_splits=0, mainloop="sm90a"):
+    mask = "local" if window != (-1, -1) else ("causal" if causal else "none")
+    v = heuristics.choose(ARCH, dt, d, d if dv is None else dv, num_heads_q=hq, num_heads_kv=hkv, mask=mask,
+                          layout=layout, max_seqlen_q=max_q, max_seqlen_k=max_k, paged=paged, softcap=cap > 0,
+                          num_splits=num_splits, num_sms=132, mainloop=mainloop, page_size=page_size)
+    return [s for s in (v.scheduler, v.attention, v.combine) if s is not None]
+
+
+def _mixed(dt, d, **kw) -> list:
+    """The fused Hopper launch's specs and the classes-in-turn pair's (the tests run both)."""
+    out = []
+    fv = heuristics.choose_fused_hopper(ARCH, dt, d, d, **kw)
+    if fv is not None:
+        out += [x for x in (fv.scheduler, fv.fused, fv.combine) if x is not None]
+    pv = heuristics.choose_pair(ARCH, dt, d, d, **kw)
+    if pv is not None:
+        out += [x for x in (pv.long.scheduler, pv.long.attention, pv.short.attention, pv.short.combine)
+                if x is not None]
+    return out
+
+
+def head_dim_specs() -> list:
+    """test_hopper_matrix / _wide_head_dims (every head-dim pair, both dtypes, masks and layouts),
+    test_hopper_mainloop_options (the mainloop variants at d 128), the d-256 tiles, and the sm_80
+    path's kernels of the causal 2 x 16 x 4096 shape at each head-dim pair (the sm_80 comparisons
+    of the tests and of the bench's ``kernelgen_sm80`` column)."""
+    out = [SchedulerSpec(ARCH, lay) for lay in ("soa", "aos")]
+    for (d, dv), dt, mask, lay in itertools.product(PAIRS, ("bf16", "fp16"), ("none", "causal"), ("soa", "aos")):
+        out.append(AttentionSpec(ARCH, dt, d, dv, mask, lay, heuristics.sm90_tile(d, dv), mainloop="sm90a",
+                                 sm90_opts=heuristics.SM90_OPTS))
+    t = heuristics.SM90_TILE
+    for opts, tile in [("", t), ("h", t), ("s", t), ("hp", t), ("pr", t), ("p", TileConfig(128, 128, 8, 3, 1)),
+                       ("p", TileConfig(128, 192, 8, 2, 1))]:
+        for mask in ("none", "causal"):
+            out.append(AttentionSpec(ARCH, "bf16", 128, 128, mask, "soa", tile, mainloop="sm90a", sm90_opts=opts))
+    t256 = heuristics.sm90_tile(256, 256)
+    for opts, tile in [("", t256), ("p", TileConfig(128, 64, 8, 2, 1))]:
+        out.append(AttentionSpec(ARCH, "bf16", 256, 256, "causal", "soa", tile, mainloop="sm90a", sm90_opts=opts))
+    for d, dv in ((256, 256), (128, 128), (128, 64), (192, 192), (192, 128), (96, 96)):
+        v = heuristics.choose(ARCH, "bf16", d, dv, num_heads_q=16, num_heads_kv=16, mask="causal",
+                              max_seqlen_q=4096, max_seqlen_k=4096, mainloop="sm80")
+        out.append(v.attention)
+    return out
+
+
+def window_softcap_specs() -> list:
+    """test_hopper_window_softcap_*: both dtypes, head dims 64 and 128, both layouts, every mask with
+    and without soft-cap (8 query / 2 KV heads)."""
+    out = []
+    for dt, d, lay, mask, cap in itertools.product(("bf16", "fp16"), (64, 128), ("soa", "aos"),
+                                                   ("none", "causal", "local"), (False, True)):
+        v = heuristics.choose(ARCH, dt, d, d, num_heads_q=8, num_heads_kv=2, mask=mask, softcap=cap, layout=lay,
+                              max_seqlen_q=4096, max_seqlen_k=4096, mainloop="sm90a")
+        out += [v.attention, v.scheduler]
+    return out
+
+
+def paged_split_mixed_specs() -> list:
+    """The paged, split-KV and combined-slice tests of test_hopper_gpu.py and the sm_90a mixed
+    batches of test_fused_gpu.py."""
+    out = []
+    # test_hopper_paged_matrix: page sizes x (head dim, dtype, causal, GQA, layout)
+    for ps in (1, 8, 16, 24, 64, 128, 256):
+        for hd, dt, causal, gqa, lay in ((128, "bf16", True, 4, "soa"), (64, "fp16", False, 1, "aos"),
+                                         (128, "fp16", False, 8, "aos"), (64, "bf16", True, 2, "soa")):
+            out += _choose(dt, hd, hq=2 * gqa, causal=causal, layout=lay, max_q=300, max_k=1000, paged=True,
+                           page_size=ps)
+    # paged long chunks (automatic dispatch) and the paged slices together
+    for ps in (1, 16, 256):
+        for causal in (False, True):
+            out += _choose("bf16", 128, hq=32, hkv=8, causal=causal, max_q=2048, max_k=8000, paged=True,
+                           page_size=ps, mainloop=None)
+        for n, causal, window, cap in ((3, True, (-1, -1), 0.0), (0, True, (700, -1), 0.0),
+                                       (2, False, (300, 200), 30.0), (0, True, (-1, -1), 15.0)):
+            out += _choose("bf16", 128, causal=causal, window=window, cap=cap, max_q=600, max_k=9000, paged=True,
+                           page_size=ps, num_splits=n)
+    # paged wide head dims (test_hopper_paged_wide_head_dims*)
+    for d, ps, causal in itertools.product((96, 192, 256), (1, 16, 24, 256), (True, False)):
+        out += _choose("bf16" if ps in (1, 256) else "fp16", d, causal=causal, max_q=300, max_k=1000, paged=True,
+                       page_size=ps)
+    for d, ps in ((96, 16), (192, 16), (256, 1), (256, 64)):
+        for n, causal, window, cap in ((3, True, (-1, -1), 0.0), (0, False, (300, 200), 30.0)):
+            out += _choose("bf16", d, causal=causal, window=window, cap=cap, max_q=600, max_k=9000, paged=True,
+                           page_size=ps, num_splits=n)
+    for d in (96, 256):
+        kw = dict(num_heads_q=32, num_heads_kv=8, mask="causal", max_seqlen_q=900, max_seqlen_k=4000, paged=True,
+                  page_size=16)
+        fv = heuristics.choose_fused_hopper(ARCH, "bf16", d, d, **kw)
+        if fv is not None:
+            out += [x for x in (fv.scheduler, fv.fused, fv.combine) if x is not None]
+        else:
+            out += _mixed("bf16", d, **kw)
+    # forced splits (fp16 for 3 splits), automatic splits on long contexts
+    for n, causal, hd, lay in itertools.product((2, 3, 7), (False, True), (64, 128), ("soa", "aos")):
+        out += _choose("fp16" if n == 3 else "bf16", hd, causal=causal, layout=lay, num_splits=n)
+    for qlens, klens, hq, hkv in (([256], [65536], 8, 2), ([2048], [8192], 4, 1), ([512, 1024], [32768, 16384], 8, 2),
+                                  ([300, 0, 1024, 257], [20000, 5000, 8192, 0], 8, 2)):
+        for (lay, dt, hd), causal in itertools.product((("soa", "bf16", 128), ("aos", "fp16", 64)), (False, True)):
+            out += _choose(dt, hd, hq=hq, hkv=hkv, causal=causal, layout=lay, max_q=max(qlens), max_k=max(klens),
+                           mainloop=None)
+    for n in (3, 0):
+        for causal, window, cap in ((True, (2000, -1), 0.0), (False, (700, 300), 30.0), (True, (-1, -1), 20.0)):
+            out += _choose("bf16", 128, causal=causal, window=window, cap=cap, max_q=512, max_k=24000, num_splits=n,
+                           mainloop=None)
+    for d, dv in ((96, 96), (192, 128), (256, 256)):
+        out += _choose("bf16", d, dv, causal=True, max_q=300, max_k=9000, num_splits=3)
+        out += _choose("bf16", d, dv, causal=False, window=(600, 100), cap=25.0, max_q=300, max_k=9000, mainloop=None)
+    # mixed batches on sm_90a (test_fused_gpu.py): the fused kernel, and the classes in turn
+    for hq, hkv, d, dt, causal in ((32, 8, 128, "bf16", True), (8, 1, 128, "fp16", True), (16, 16, 64, "bf16", False),
+                                   (28, 4, 128, "bf16", True)):
+        for lay, (window, cap) in itertools.product(("soa", "aos"), (((-1, -1), 0.0), ((300, 0), 0.0),
+                                                                     ((-1, -1), 30.0))):
+            mask = "local" if window != (-1, -1) else ("causal" if causal else "none")
+            out += _mixed(dt, d, num_heads_q=hq, num_heads_kv=hkv, mask=mask, layout=lay, max_seqlen_q=900,
+                          max_seqlen_k=6000, paged=True, softcap=cap > 0, page_size=16)
+    return out
+
+
+def specs() -> list:
+    """Every spec above, first-seen order, duplicates removed."""
+    return list(dict.fromkeys(head_dim_specs() + window_softcap_specs() + paged_split_mixed_specs()))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobs", type=int, default=None, help="worker processes (default: the CPU count)")
+    ap.add_argument("--cache-dir", default=None, help="kernel cache (default: $KERNELGEN_CACHE_DIR or the user cache)")
+    ap.add_argument("--list", action="store_true", help="print the specs' names, compile nothing")
+    a = ap.parse_args(argv)
+    s = specs()
+    if a.list:
+        print("\n".join(x.name for x in s))
+        return 0
+    from kernelgen import cache, warmup
+
+    compiled, cached = warmup.warmup(s, a.cache_dir or cache.default_cache_dir(), jobs=a.jobs, progress=False)
+    print(f"warm: {len(s)} specs, {compiled} compiled, {cached} cached")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
