@@ -215,7 +215,7 @@ def test_peer_rates_and_plot(tmp_path):
     assert not plots.peer_bars([_entry(name="alone")], tmp_path / "none.png")
 
 
-# --------------------------------------------------------------------------- tools/peer_wheels
+# ------------------------------------------------------------------------ tools/peer_wheels.py
 def test_split_sizes():
     pw = _tool()
     assert pw.split_sizes(10, 4) == [4, 3, 3]

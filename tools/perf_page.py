@@ -80,7 +80,12 @@ def _own(b: dict) -> str:
 
 
 def best_peer(b: dict):
-    """(peer, us, ratio) of the fastest peer of a row, or None when no peer ran."""
+    """(peer, us, ratio) of the fastest peer of a row, or None when no peer ran: the bench's own
+    choice (``best_peer``, kernelgen.bench.report.best_peer) when the row has one, else the fastest
+    row peer that is not kernelgen's own (reports made before the bench chose)."""
+    if b.get("best_peer"):
+        p = b["best_peer"]
+        return p, b["peers"][p], ratio(b, p)
     peers = [(p, u) for p, u in (b.get("peers") or {}).items() if not is_own(p) and u]
     if not peers:
         return None
@@ -164,13 +169,15 @@ def plot_entries(report: dict) -> list:
             frac = b["tflops"] / roofs["bf16_matmul_tflops"]
         elif b.get("tbps") and roofs.get("copy_tbps"):
             frac = b["tbps"] / roofs["copy_tbps"]
-        out.append({**b, "suite": suite, "roof_fraction": frac, "peers": dict(b.get("peers") or {}),
+        metric = "tflops" if b.get("tflops") else "tbps" if b.get("tbps") else None
+        out.append({**b, "suite": suite, "metric": metric, "roof_fraction": frac, "peers": dict(b.get("peers") or {}),
                     "unavailable": dict(unavailable.get(b["name"], {}))})
     return out
 
 
 def write_plots(report: dict, outdir: Path) -> list:
-    """One bar chart per suite (``kernelgen.bench.plots.suite_bars``) into outdir; the written paths."""
+    """One bar chart per suite (``kernelgen.bench.plots.suite_bars``) and kernelgen against FA3,
+    FA4 and cuDNN (``peer_bars``: peers.png) into outdir; the written paths."""
     sys.path.insert(0, str(REPO))
     from kernelgen.bench import plots
 
@@ -183,6 +190,10 @@ def write_plots(report: dict, outdir: Path) -> list:
         path = outdir / f"{suite}.png"
         if plots.suite_bars(entries, suite, path):
             written.append(path)
+    path = outdir / "peers.png"
+    title = f"{report.get('device', '?')}, commit {str(report.get('commit', '?'))[:10]}"
+    if plots.peer_bars(entries, path, title=title):
+        written.append(path)
     return written
 
 

@@ -46,7 +46,7 @@ COLORS = {KERNELGEN: "#1f77b4", "torch_fa2": "#ff7f0e", "cudnn_sdpa": "#2ca02c",
           "torch_fa2_varlen": "#d62728", "flex_attention": "#9467bd", "flex_attention_paged": "#c5b0d5",
           "kernelgen_aos": "#7fb3dd", "kernelgen_nosort": "#aec7e8", "kernelgen_sm90a": "#08306b", "kernelgen_sm80": "#6baed6",
           "serial": "#8c564b", "two_streams": "#e377c2", "fa3": "#e6ab02", "fa3_unpaged": "#a6761d",
-          "fa4": "#1b9e77"}
+          "fa4": "#c51b7d"}
 _SPARE = ["#7f7f7f", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#5254a3", "#b5cf6b"]
 
 
