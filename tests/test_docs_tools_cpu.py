@@ -148,7 +148,8 @@ def test_perf_page_plot_entries(tmp_path):
     pytest.importorskip("matplotlib")
     written = perf_page.write_plots(REPORT, tmp_path)
     assert sorted(p.name for p in written) == sorted(f"{s}.png" for s in ("prefill", "decode", "mixed", "scheduler",
-                                                                          "compile", "overhead"))
+                                                                          "compile", "overhead", "peers"))
+    assert entries["decode_long_b8_128k"]["metric"] == "tbps" and entries["prefill_varlen_trace"]["metric"] == "tflops"
 
 
 # ----------------------------------------------------------------------------- tools/warm_gpu_tests.py
