@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fake_cuda as FC  # noqa: E402
 
 import kernelgen  # noqa: E402
-from kernelgen import compiler, render, runtime, warmup  # noqa: E402
-from kernelgen.params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS  # noqa: E402
+from kernelgen.jit import compiler, render, runtime, warmup  # noqa: E402
+from kernelgen.kernels.params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS  # noqa: E402
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "dispatch_golden.json"
 

@@ -26,10 +26,13 @@ from dataclasses import dataclass
 
 import torch
 
-from kernelgen import api, graph_launch, launch, plan, prepared, runtime, signature, tma
-from kernelgen import validation as V
-from kernelgen.params import (ATTENTION_PARAMS, COMBINE_PARAMS, FUSED_TMA_PARAMS, SCHEDULER_PARAMS,
-                              TMA_ATTENTION_PARAMS)
+from kernelgen.front import api, plan
+from kernelgen.launch import graph_launch, launch, prepared
+from kernelgen.jit import runtime
+from kernelgen.selection import signature
+from kernelgen.kernels import tma
+from kernelgen.selection import validation as V
+from kernelgen.kernels.params import ATTENTION_PARAMS, COMBINE_PARAMS, FUSED_TMA_PARAMS, SCHEDULER_PARAMS, TMA_ATTENTION_PARAMS
 
 PROPS = {"name": "fake H200", "cc": (9, 0), "num_sms": 132, "l2_bytes": 60 * 2 ** 20, "smem_optin": 232448}
 FUNC = {"scheduler": 0x1000, "attention": 0x2000, "combine": 0x3000, "fused": 0x4000, "attention_sm90": 0x5000,
@@ -104,7 +107,7 @@ def default_short_ctas() -> int:
     """The Hopper fused launch's CTAs that start on the short queue on the fake H200 without
     KERNELGEN_MIXED_SHORT_CTAS (``heuristics.sm90_mixed_short_ctas`` of its 132 SMs; the number is
     pinned by test_fused_hopper_cpu.test_default_short_ctas_is_a_share_of_the_sms)."""
-    from kernelgen import heuristics
+    from kernelgen.selection import heuristics
 
     return heuristics.sm90_mixed_short_ctas(PROPS["num_sms"])
 STREAM = 0x5EED0

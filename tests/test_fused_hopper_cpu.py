@@ -27,9 +27,13 @@ import torch
 from fake_cuda import FUNC, decode_map, default_short_ctas, fake_encode, make_plan
 from test_fused_cpu import CTX, HKV, HQ, PS, QLENS, D, call, paged_inputs
 
-from kernelgen import api, compiler, fused, heuristics, render, sass, tma
-from kernelgen.params import ATTENTION_PARAMS, FUSED_TMA_PARAMS, TMA_ATTENTION_PARAMS
-from kernelgen.spec import FusedAttentionSpec, TileConfig
+from kernelgen.front import api
+from kernelgen.jit import compiler, render, sass
+from kernelgen.launch import fused
+from kernelgen.selection import heuristics
+from kernelgen.kernels import tma
+from kernelgen.kernels.params import ATTENTION_PARAMS, FUSED_TMA_PARAMS, TMA_ATTENTION_PARAMS
+from kernelgen.kernels.spec import FusedAttentionSpec, TileConfig
 
 ENV = "KERNELGEN_MIXED_SHORT_CTAS"
 #: The decode tile of the short class (one warp, 16 x 16, two stages, 8 CTAs per SM on its own).
@@ -280,7 +284,7 @@ def test_prepared_launch_writes_maps_and_both_pointer_sets(fake_cuda, monkeypatc
 
 
 def test_encoder_refusal_names_the_fused_kernel(fake_cuda, monkeypatch):
-    from kernelgen import launch
+    from kernelgen.launch import launch
 
     def refuse(*a):
         raise RuntimeError("CUDA_ERROR_INVALID_VALUE")
@@ -498,7 +502,7 @@ def test_hopper_fused_d192x128_compiles_without_spills(dtype):
 def test_register_pool_check_guards_setmaxnreg():
     """runtime.check_register_pool: the Hopper kernels' launch registers (168 x 384) cover every
     budget they ask for with setmaxnreg, and a cubin with fewer is refused before it could hang."""
-    from kernelgen import runtime
+    from kernelgen.jit import runtime
 
     fv = heuristics.choose_fused_hopper("sm_90a", "bf16", 64, 64, num_heads_q=32, num_heads_kv=8, mask="causal",
                                         max_seqlen_q=4096, max_seqlen_k=32768, paged=True, page_size=1)

@@ -8,11 +8,15 @@ import pytest
 import torch
 
 import kernelgen
-from kernelgen import api, compiler, heuristics, prepared, render, sass, tma
-from kernelgen import validation as V
-from kernelgen.cache import KernelCache
-from kernelgen.params import ATTENTION_PARAMS, TMA_ATTENTION_PARAMS
-from kernelgen.spec import AttentionSpec, TileConfig
+from kernelgen.front import api
+from kernelgen.jit import compiler, render, sass
+from kernelgen.selection import heuristics
+from kernelgen.launch import prepared
+from kernelgen.kernels import tma
+from kernelgen.selection import validation as V
+from kernelgen.jit.cache import KernelCache
+from kernelgen.kernels.params import ATTENTION_PARAMS, TMA_ATTENTION_PARAMS
+from kernelgen.kernels.spec import AttentionSpec, TileConfig
 
 BF16 = torch.bfloat16
 T90 = heuristics.SM90_TILE
@@ -661,7 +665,7 @@ def test_paged_prefill_call_launches_the_hopper_kernel(fake_cuda, page_size):
     q, kc, vc, cu_q, used, pt = paged_prefill_inputs(page_size)
     out = kernelgen.varlen_attention(q, kc, vc, cu_q, None, 900, 1500, seqused_k=used, page_table=pt, causal=True)
     assert out.shape == q.shape and fake_cuda.kinds() == ["scheduler", "attention_sm90"]
-    spec = [k.spec for k in kernelgen.runtime.loaded_kernels() if getattr(k.spec, "mainloop", "") == "sm90a"
+    spec = [k.spec for k in kernelgen.jit.runtime.loaded_kernels() if getattr(k.spec, "mainloop", "") == "sm90a"
             and k.spec.paged][-1]
     gather = page_size in (1, 24)
     assert spec.sm90_opts == ("gp" if gather else "p") and "_paged" in spec.name

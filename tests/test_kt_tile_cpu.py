@@ -7,8 +7,9 @@ import dataclasses
 
 import pytest
 
-from kernelgen import compiler, heuristics, render, sass
-from kernelgen.spec import AttentionSpec, TileConfig
+from kernelgen.jit import compiler, render, sass
+from kernelgen.selection import heuristics
+from kernelgen.kernels.spec import AttentionSpec, TileConfig
 
 KT = TileConfig(8, 16, 1, 2, 8)
 ROWS16 = TileConfig(16, 16, 1, 2, 8)

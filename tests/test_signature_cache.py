@@ -22,10 +22,14 @@ from fake_cuda import ATTN_GRID, STREAM, make_plan
 from test_validation_matrix import MATRIX, OPTION_FAULTS, _build, _expect, args_for, public
 
 import kernelgen
-from kernelgen import api, heuristics, kernel_args, launch, runtime, signature
-from kernelgen import validation as V
-from kernelgen.params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS
-from kernelgen.workspace import SplitBuffers
+from kernelgen.front import api
+from kernelgen.selection import heuristics, signature
+from kernelgen.kernels import kernel_args
+from kernelgen.launch import launch
+from kernelgen.jit import runtime
+from kernelgen.selection import validation as V
+from kernelgen.kernels.params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS
+from kernelgen.kernels.workspace import SplitBuffers
 
 BF16, I32 = torch.bfloat16, torch.int32
 _LOG2E = 1.4426950408889634
@@ -358,7 +362,7 @@ def test_exotic_option_types_work_uncached(fake_cuda, counts):
 
 
 def test_other_current_device_is_switched_for_the_launches(fake_cuda, monkeypatch):
-    from kernelgen import prepared
+    from kernelgen.launch import prepared
 
     a = paged_args()
     call(a, causal=True)
@@ -555,7 +559,7 @@ def _pre_issue9_scheduler_params(cu_seqlens_q, cu_seqlens_k, seqused_k, md, batc
 
 
 def test_one_off_packers_equal_the_pre_issue9_packer():
-    from kernelgen.metadata import SchedulerConfig
+    from kernelgen.kernels.metadata import SchedulerConfig
 
     md = torch.zeros(64, dtype=I32)
     for a, lse, split, window, softcap in (

@@ -1,12 +1,15 @@
 """CPU: the split-KV partials of a mixed batch's short class indexed by (request, token of the
-request) instead of by token (kernelgen/workspace.py, fused.short_class_workspace), the
+request) instead of by token (kernelgen/kernels/workspace.py, fused.short_class_workspace), the
 row_splits encoding the kernels share, and the parameter field that carries it."""
 import pytest
 import torch
 
-from kernelgen import fused, heuristics, kernel_args, render
-from kernelgen.params import ATTENTION_PARAMS
-from kernelgen.workspace import MAX_PARTIAL_ROWS, WorkspaceLayout
+from kernelgen.launch import fused
+from kernelgen.selection import heuristics
+from kernelgen.kernels import kernel_args
+from kernelgen.jit import render
+from kernelgen.kernels.params import ATTENTION_PARAMS
+from kernelgen.kernels.workspace import MAX_PARTIAL_ROWS, WorkspaceLayout
 
 
 def _llama_mixed():

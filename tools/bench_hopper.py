@@ -6,7 +6,7 @@ Shapes (bf16): ``prefill_dense_causal_h128_s16k`` (1 x 32 heads x 16384, d 128, 
 192, 192 x 128 (head_dim_v 128) and 96, picked with ``--shapes`` (default: the two d 128).  kernelgen
 runs as one varlen batch of equal requests; the SDPA peers get dense (B, H, S, D) copies.  GPU time
 is the median of CUDA-event timed calls with the L2 flushed before each
-(``kernelgen.bench.measure.time_gpu``); TFLOP/s count 2 * (d + dv) * (visible query-key pairs) per
+(``kernelgen.apps.bench.measure.time_gpu``); TFLOP/s count 2 * (d + dv) * (visible query-key pairs) per
 head.  Each kernelgen entry's output is compared with cuDNN's (largest |difference|).  Also prints
 each Hopper kernel's registers, spills and shared memory.
 
@@ -50,10 +50,12 @@ def main(argv=None) -> int:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     import kernelgen
-    from kernelgen import api, heuristics, runtime
-    from kernelgen.bench.measure import time_gpu
-    from kernelgen.demo import visible_pairs
-    from kernelgen.spec import TileConfig
+    from kernelgen.front import api
+    from kernelgen.selection import heuristics
+    from kernelgen.jit import runtime
+    from kernelgen.apps.bench.measure import time_gpu
+    from kernelgen.apps.demo import visible_pairs
+    from kernelgen.kernels.spec import TileConfig
 
     rows, report = [], {"device": torch.cuda.get_device_name(0), "entries": []}
     default_opts, default_tile, default_tiles = heuristics.SM90_OPTS, heuristics.SM90_TILE, dict(heuristics.SM90_TILES)

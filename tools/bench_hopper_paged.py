@@ -5,7 +5,7 @@ and the single-class sm_80 kernel with ``short_query_tokens=0``).
 Shape: ``--batch`` requests, each a ``--chunk``-token query chunk at the end of ``--ctx`` keys
 (causal), 32 query / 8 KV heads, head dim ``--head-dim`` (128), bf16, pages of each ``--page-sizes`` entry in a
 shuffled page table.  GPU time: median of CUDA-event timed calls with the L2 flushed before each
-(``kernelgen.bench.measure.time_gpu``); TFLOP/s count 4 * d * (visible query-key pairs) per head.
+(``kernelgen.apps.bench.measure.time_gpu``); TFLOP/s count 4 * d * (visible query-key pairs) per head.
 Prints one ``BENCH`` line per (page size, path) with the largest |difference| from the Hopper
 output.
 
@@ -37,8 +37,9 @@ def main(argv=None) -> int:
     import torch
 
     import kernelgen
-    from kernelgen import api, heuristics
-    from kernelgen.bench.measure import time_gpu
+    from kernelgen.front import api
+    from kernelgen.selection import heuristics
+    from kernelgen.apps.bench.measure import time_gpu
 
     hq, hkv, d, dt = 32, 8, args.head_dim, torch.bfloat16
     b, qn, kn = args.batch, args.chunk, args.ctx

@@ -3,7 +3,7 @@
 For each shape (bf16, head dim 128, GQA 4:1): the Hopper kernel with the dispatcher's automatic
 split (``num_splits=0``), the Hopper kernel without split (``num_splits=1``), and the sm_80 path
 with its automatic split (``arch="sm_80"``).  GPU time is the median of CUDA-event timed calls
-with the L2 flushed before each (``kernelgen.bench.measure.time_gpu``), in microseconds, the
+with the L2 flushed before each (``kernelgen.apps.bench.measure.time_gpu``), in microseconds, the
 scheduler and combine launches included; TFLOP/s count 4 * d * (visible query-key pairs) per
 head.  Each entry's output is compared with the unsplit Hopper output (largest |difference|).
 
@@ -34,9 +34,9 @@ def main(argv=None) -> int:
     import torch
 
     import kernelgen
-    from kernelgen import api
-    from kernelgen.bench.measure import time_gpu
-    from kernelgen.demo import visible_pairs
+    from kernelgen.front import api
+    from kernelgen.apps.bench.measure import time_gpu
+    from kernelgen.apps.demo import visible_pairs
 
     d = 128
     report = {"device": torch.cuda.get_device_name(0), "entries": []}

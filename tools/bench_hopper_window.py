@@ -5,7 +5,7 @@ Shapes (bf16, head dim 128, 32 query / 8 KV heads, equal-length requests as one 
 4096-token window), the same without the window (``prefill_dense_causal_h128_s16k_gqa``, for the
 ratio) and ``prefill_softcap_causal_h128_s4k`` (4 x 4096, causal, softcap 50, Gemma-2 style).
 GPU time: median of CUDA-event timed calls with the L2 flushed before each
-(``kernelgen.bench.measure.time_gpu``), in microseconds; TFLOP/s count 4 * d * (visible
+(``kernelgen.apps.bench.measure.time_gpu``), in microseconds; TFLOP/s count 4 * d * (visible
 query-key pairs) per query head.  ``max_diff`` is the largest |difference| of the two paths'
 outputs.  Prints one line per shape; ``--json`` writes the numbers.
 
@@ -43,7 +43,7 @@ def warm_specs() -> list:
     """The scheduler and Hopper attention specs of the window / soft-cap GPU tests (8/2 heads)."""
     import itertools
 
-    from kernelgen import heuristics
+    from kernelgen.selection import heuristics
     specs = set()
     for dt, d, lay, mask, cap in itertools.product(("bf16", "fp16"), (64, 128), ("soa", "aos"),
                                                    ("none", "causal", "local"), (False, True)):
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=None)
     args = ap.parse_args(argv)
     if args.warm_only:
-        from kernelgen import cache, warmup
+        from kernelgen.jit import cache, warmup
         specs = warm_specs()
         compiled, cached = warmup.warmup(specs, cache.default_cache_dir(), jobs=args.jobs, progress=False)
         print(f"WARM {len(specs)} specs: {compiled} compiled, {cached} already cached")
@@ -70,8 +70,8 @@ def main(argv=None) -> int:
     import torch
 
     import kernelgen
-    from kernelgen import api
-    from kernelgen.bench.measure import time_gpu
+    from kernelgen.front import api
+    from kernelgen.apps.bench.measure import time_gpu
 
     hq, hkv, d = 32, 8, 128
     report = {"device": torch.cuda.get_device_name(0), "entries": []}

@@ -320,7 +320,7 @@ def page_layout(case: dict) -> tuple:
 def case_variants(case: dict, arch: str, num_sms: int):
     """The kernel variants the dispatcher picks for this case (``heuristics.choose`` with the
     arguments ``varlen_attention`` derives); for pre-compiling.  None when the call launches nothing."""
-    from kernelgen import heuristics, validation
+    from kernelgen.selection import heuristics, validation
 
     total_q = total_q_rows(case)
     if total_q == 0 or not case["qlens"]:
@@ -347,7 +347,8 @@ def case_fused(case: dict, arch: str, num_sms: int):
     (``fused.use_fused``: a paged batch with long queries, no forced pack or split), else None: on
     sm_90a the Hopper fused launch's (``heuristics.FusedVariants``) or, where it does not apply,
     the classes in turn's (``heuristics.PairVariants``); elsewhere the sm_80 fused launch's."""
-    from kernelgen import fused, heuristics, validation
+    from kernelgen.launch import fused
+    from kernelgen.selection import heuristics, validation
 
     total_q = total_q_rows(case)
     if total_q == 0 or not case["qlens"]:
@@ -377,7 +378,7 @@ def case_fused(case: dict, arch: str, num_sms: int):
 
 
 def case_specs(case: dict, arch: str, num_sms: int) -> list:
-    from kernelgen import heuristics
+    from kernelgen.selection import heuristics
 
     f = case_fused(case, arch, num_sms)
     if isinstance(f, heuristics.PairVariants):
@@ -490,7 +491,7 @@ def build_inputs(case: dict, device="cuda") -> dict:
 
 
 class _PoisonedTorch:
-    """Stands in for ``torch`` inside ``kernelgen.api`` and ``kernelgen.prepared`` during a call:
+    """Stands in for ``torch`` inside ``kernelgen.front.api`` and ``kernelgen.launch.prepared`` during a call:
     ``torch.empty`` comes back filled with NaN (floating), POISON_INT (int32) or 0xFF bytes (the
     uint8 workspace of the metadata and split partials: -1 as int32, NaN as float32), so an lse
     row, a split partial or a metadata word the kernels forget to write shows up.  Everything
@@ -515,12 +516,12 @@ class _PoisonedTorch:
 
 
 #: Modules whose ``torch.empty`` calls make the buffers of a varlen_attention call.
-_ALLOCATING_MODULES = ("kernelgen.api", "kernelgen.prepared")
+_ALLOCATING_MODULES = ("kernelgen.front.api", "kernelgen.launch.prepared")
 
 
 @contextmanager
 def poisoned_allocations(enabled: bool = True):
-    """Within the block, buffers ``kernelgen.api`` and ``kernelgen.prepared`` allocate with
+    """Within the block, buffers ``kernelgen.front.api`` and ``kernelgen.launch.prepared`` allocate with
     torch.empty are poisoned."""
     import importlib
 
@@ -538,7 +539,7 @@ def poisoned_allocations(enabled: bool = True):
 
 def reference_for(case: dict, inp: dict):
     """(ref_out, ref_lse) float64 on the inputs' device (``reference.attention_reference``)."""
-    from kernelgen.reference import attention_reference, gather_paged
+    from kernelgen.apps.reference import attention_reference, gather_paged
 
     q = inp["q"]
     if case["kv"] == "paged":
@@ -555,7 +556,7 @@ def tolerances(case: dict) -> tuple:
     """(atol, rtol, lse_atol, lse_rtol): ``reference.tolerance`` for values, the GPU tests' LSE bound."""
     import torch
 
-    from kernelgen.reference import tolerance
+    from kernelgen.apps.reference import tolerance
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[case["dtype"]]
     atol, rtol = tolerance(dtype)
@@ -665,7 +666,7 @@ def run_case(case: dict, device="cuda", *, poison: bool = True, attention=None, 
 
 def prewarm(cases, arch: str, num_sms: int, jobs: int | None = None, progress: bool = False) -> dict:
     """Compile every kernel the cases need into the disk cache, in parallel (no GPU needed)."""
-    from kernelgen import cache, warmup
+    from kernelgen.jit import cache, warmup
 
     specs, bad = {}, 0
     for c in cases:
@@ -740,7 +741,8 @@ def run_fuzz(batches: int, seed: int, *, time_limit: float | None = None, device
 
     dev = torch.device(device)
     if arch is None:
-        from kernelgen import api, runtime
+        from kernelgen.front import api
+        from kernelgen.jit import runtime
 
         index = dev.index if dev.index is not None else torch.cuda.current_device()
         arch = api.device_arch(index)
@@ -890,8 +892,8 @@ def run_plan_padded(device="cuda") -> dict:
     reference, rows past the last request stay NaN."""
     import torch
 
-    from kernelgen.plan import AttentionPlan
-    from kernelgen.reference import attention_reference, tolerance
+    from kernelgen.front.plan import AttentionPlan
+    from kernelgen.apps.reference import attention_reference, tolerance
 
     g = torch.Generator().manual_seed(108)
     hq, hkv, d = 4, 2, 64
@@ -986,7 +988,8 @@ def main(argv=None) -> int:
     if a.prewarm_only:
         cases = [case_for_seed(s) for s in batch_seeds(a.seed, a.batches)]
         if a.arch is None:
-            from kernelgen import api, runtime
+            from kernelgen.front import api
+            from kernelgen.jit import runtime
 
             arch, sms = api.device_arch(0), runtime.device_properties(0)["num_sms"]
         else:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernelgen import heuristics  # noqa: E402
-from kernelgen.spec import AttentionSpec, SchedulerSpec, TileConfig  # noqa: E402
-from kernelgen.warmup import warmup  # noqa: E402
+from kernelgen.selection import heuristics  # noqa: E402
+from kernelgen.kernels.spec import AttentionSpec, SchedulerSpec, TileConfig  # noqa: E402
+from kernelgen.jit.warmup import warmup  # noqa: E402
 
 PAIRS = [(64, 64), (96, 96), (128, 128), (192, 192), (192, 128), (256, 256)]
 

@@ -30,8 +30,9 @@ VARIANTS = ["p:2", "_:2", "pr:2", "r:2", "hp:2", "s:2", "p:3"]
 
 
 def _set_variant(variant: str) -> None:
-    from kernelgen import api, heuristics
-    from kernelgen.spec import TileConfig
+    from kernelgen.front import api
+    from kernelgen.selection import heuristics
+    from kernelgen.kernels.spec import TileConfig
 
     heuristics.SM90_OPTS, heuristics.SM90_TILE = parse_variant(variant)
     api.clear_signature_cache()
@@ -39,7 +40,7 @@ def _set_variant(variant: str) -> None:
 
 def parse_variant(variant: str):
     """'opts:stages[:block_n]' -> (sm90_opts, TileConfig)."""
-    from kernelgen.spec import TileConfig
+    from kernelgen.kernels.spec import TileConfig
 
     parts = variant.split(":")
     bn = int(parts[2]) if len(parts) > 2 else 128
@@ -62,8 +63,8 @@ def run_variant(variant: str) -> dict:
     import torch
 
     import kernelgen
-    from kernelgen import api
-    from kernelgen.reference import attention_reference
+    from kernelgen.front import api
+    from kernelgen.apps.reference import attention_reference
 
     _set_variant(variant)
     res = {"variant": variant, "cases": {}}
@@ -176,9 +177,9 @@ def prewarm(jobs: int) -> None:
     """Compile what the smoke, the Hopper GPU tests and the bench use (CPU is enough)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from kernelgen import heuristics
-    from kernelgen.cache import get_cache
-    from kernelgen.spec import AttentionSpec, SchedulerSpec, TileConfig
+    from kernelgen.selection import heuristics
+    from kernelgen.jit.cache import get_cache
+    from kernelgen.kernels.spec import AttentionSpec, SchedulerSpec, TileConfig
 
     specs = set()
     for layout in ("soa", "aos"):

@@ -9,8 +9,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernelgen import heuristics  # noqa: E402
-from kernelgen.warmup import warmup  # noqa: E402
+from kernelgen.selection import heuristics  # noqa: E402
+from kernelgen.jit.warmup import warmup  # noqa: E402
 
 DT = {"bf16": "bf16", "fp16": "fp16"}
 
@@ -102,6 +102,6 @@ def specs():
 if __name__ == "__main__":
     s = specs()
     jobs = int(sys.argv[1]) if len(sys.argv) > 1 else None
-    from kernelgen import cache
+    from kernelgen.jit import cache
     compiled, cached = warmup(s, cache.default_cache_dir(), jobs=jobs, progress=False)
     print(f"warm: {len(s)} specs, {compiled} compiled, {cached} cached")

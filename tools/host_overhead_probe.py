@@ -1,6 +1,6 @@
 """CPU probe of the host (Python) cost of one decode call, without a GPU.
 
-Measures the call of ``kernelgen/bench/suites.py::overhead_entry`` -- a paged decode step of 32
+Measures the call of ``kernelgen/apps/bench/suites.py::overhead_entry`` -- a paged decode step of 32
 requests (Mooncake contexts capped at 8192, pages of 16 tokens, llama3-8b heads 32/8, d 128,
 bf16, causal, ``out=`` given, split-KV on: scheduler + attention + combine) -- through
 ``kernelgen.varlen_attention`` and ``AttentionPlan.run``, on CPU tensors, with the CUDA-specific
@@ -61,8 +61,9 @@ def install_stubs() -> None:
     torch.cuda.current_device = lambda: None
     torch.cuda.device = _NoDevice
 
-    from kernelgen import heuristics, runtime, validation
-    from kernelgen.params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS
+    from kernelgen.selection import heuristics, validation
+    from kernelgen.jit import runtime
+    from kernelgen.kernels.params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS
 
     validation.varlen_inputs.__defaults__ = (("cpu",),)
     runtime._device_props[None] = dict(DEVICE_PROPS)
@@ -80,7 +81,7 @@ def install_stubs() -> None:
 
     runtime._load = fake_load
     try:
-        from kernelgen import graph_launch, prepared
+        from kernelgen.launch import graph_launch, prepared
     except ImportError:                                           # before the graph launcher
         pass
     else:
@@ -92,7 +93,7 @@ def install_stubs() -> None:
 
     driver.launchKernel = _no_launch                              # the pre-issue-9 launcher calls it
     try:
-        from kernelgen import launch
+        from kernelgen.launch import launch
     except ImportError:                                           # pre-issue-9 checkout
         pass
     else:
@@ -123,7 +124,7 @@ def _no_launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
 
 def decode_inputs():
     """The overhead entry's decode step on the CPU (cache memory allocated, never touched)."""
-    from kernelgen.bench.suites import Settings, decode_contexts
+    from kernelgen.apps.bench.suites import Settings, decode_contexts
 
     ctx = [min(c, CONTEXT_CAP) for c in decode_contexts(Settings(), "decode_trace_b32_paged16")][:BATCH]
     need = [-(-c // PAGE_SIZE) for c in ctx]
@@ -141,7 +142,7 @@ def decode_inputs():
 
 def make_plan(b, maxk):
     """An AttentionPlan like the overhead entry's, built on the CPU (its torch.device is the CPU)."""
-    from kernelgen import plan as plan_mod
+    from kernelgen.front import plan as plan_mod
 
     real = plan_mod.torch
 
@@ -184,7 +185,7 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
 
     install_stubs()
-    from kernelgen.api import varlen_attention
+    from kernelgen.front.api import varlen_attention
 
     ctx, q, kc, vc, pt, used, cu_q, out = decode_inputs()
     maxk = max(ctx)
@@ -198,7 +199,7 @@ def main(argv=None) -> dict:
         return plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out)
 
     assert call() is out and step() is out
-    from kernelgen import api
+    from kernelgen.front import api
 
     def first_call():
         api.clear_signature_cache()

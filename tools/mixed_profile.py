@@ -24,8 +24,8 @@ def main(argv=None) -> int:
     import torch
 
     import mixed_sweep
-    from kernelgen.bench import suites
-    from kernelgen.bench.models import PRESETS
+    from kernelgen.apps.bench import suites
+    from kernelgen.apps.bench.models import PRESETS
 
     configs = [c for c in a.configs.split(",") if c]
     ks = sorted({int(c.split("_k")[1]) for c in configs if c.startswith("fused_k")})

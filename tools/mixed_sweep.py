@@ -16,7 +16,7 @@ chunked prefills on Mooncake trace contexts plus decodes, pages of 16 tokens, ca
   pipeline depth S, key block B and query rows R (8: the keys-as-rows tile) of the decode tile; with ``--granularity``, a ``_g{F}`` suffix for each factor F of the short class's
   split granularity (its scheduler's ``num_ctas``).
 
-All are timed as interleaved CUDA-graph replays (``kernelgen.bench.measure.time_interleaved``:
+All are timed as interleaved CUDA-graph replays (``kernelgen.apps.bench.measure.time_interleaved``:
 L2 flushed before each replay, the configurations' order rotated every round, the median of the
 round medians), and every mixed configuration's output is compared with ``serial``'s.
 
@@ -42,7 +42,7 @@ CASES = {"bench": None, "light": ([512], 64, 300), "heavy": ([4096] * 4, 256, 10
 
 def case_lengths(settings, case: str):
     """(prefill query lengths, prefill key lengths, decode key lengths) of a case."""
-    from kernelgen.bench import suites
+    from kernelgen.apps.bench import suites
 
     if CASES[case] is None:
         return suites.mixed_lengths(settings)
@@ -57,8 +57,11 @@ def build_case(case: str, model, short_ctas: list, settings, tiles=((None, None,
     """({label: zero-argument call}, {label: output tensor}, description) of one case."""
     import torch
 
-    from kernelgen import api, fused, heuristics, runtime, validation
-    from kernelgen.bench import suites
+    from kernelgen.front import api
+    from kernelgen.launch import fused
+    from kernelgen.selection import heuristics, validation
+    from kernelgen.jit import runtime
+    from kernelgen.apps.bench import suites
 
     m = model
     pre_q, pre_k, dec_k = case_lengths(settings, case)
@@ -136,7 +139,8 @@ def _load_with_defines(fv, dev, hq, hkv, left, defs):
     """fused.load with KERNELGEN_DEFINES set to ``defs`` while the fused kernel compiles (None:
     as the environment has it); the in-memory kernel cache is bypassed so that each set of
     defines gets its own build."""
-    from kernelgen import compiler, fused, runtime
+    from kernelgen.jit import compiler, runtime
+    from kernelgen.launch import fused
 
     if defs is None:
         return fused.load(fv, dev, hq, hkv, window_left=left)
@@ -174,8 +178,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     import torch
 
-    from kernelgen.bench import measure, suites
-    from kernelgen.bench.models import PRESETS
+    from kernelgen.apps.bench import measure, suites
+    from kernelgen.apps.bench.models import PRESETS
 
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         print("mixed_sweep: needs an sm_90a GPU", file=sys.stderr)

@@ -1,7 +1,7 @@
 """Sorted against unsorted kernelgen calls, timed as interleaved CUDA-graph replays (GPU).
 
 For each case the same call is built twice, with the scheduler's longest-first sort on and off
-(``sort=``; SoA metadata), and the two are timed with ``kernelgen.bench.measure.time_interleaved``:
+(``sort=``; SoA metadata), and the two are timed with ``kernelgen.apps.bench.measure.time_interleaved``:
 each captured in its own CUDA graph, ``--rounds`` rounds alternating the two (``--repeat``
 replays a round, L2 flushed before each, median), the median of the round medians reported.
 This is the method of docs/perf-notes.md ("Sorted vs unsorted on decode batches"); the ratio is
@@ -42,7 +42,7 @@ def decode_calls(model, shape: str, settings=None, variants=((True, {}), (False,
     repeated label gets "_again")."""
     import torch
 
-    from kernelgen.bench import suites
+    from kernelgen.apps.bench import suites
 
     settings = settings or suites.Settings()
     ctx = suites.decode_contexts(settings, shape)
@@ -62,7 +62,7 @@ def trace_calls(model, batch: int = 512, settings=None, control: bool = False) -
     plus "unsorted_again" with ``control``."""
     import torch
 
-    from kernelgen.bench import suites
+    from kernelgen.apps.bench import suites
 
     settings = settings or suites.Settings()
     lq, lk = suites._skewed(settings, batch, model)
@@ -85,8 +85,8 @@ def scheduler_calls(model, shape: str, settings=None) -> dict:
     batch (an AttentionPlan shaped like the call: paged, causal, the preset's window and soft-cap)."""
     import torch
 
-    from kernelgen.bench import suites
-    from kernelgen.plan import AttentionPlan
+    from kernelgen.apps.bench import suites
+    from kernelgen.front.plan import AttentionPlan
 
     settings = settings or suites.Settings()
     ctx = suites.decode_contexts(settings, shape)
@@ -107,7 +107,7 @@ def compare(calls: dict, rounds: int, repeat: int, launches: int = 1) -> dict:
     sorted) when both are there and "aa_ratio" (unsorted_again / unsorted) with the control."""
     import torch
 
-    from kernelgen.bench import measure
+    from kernelgen.apps.bench import measure
 
     t = measure.time_interleaved(calls, rounds=rounds, repeat=repeat, launches=launches)
     torch.cuda.synchronize()
@@ -132,7 +132,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from kernelgen.bench.models import resolve_models
+    from kernelgen.apps.bench.models import resolve_models
 
     if not torch.cuda.is_available():
         print("sort_compare: needs a CUDA GPU", file=sys.stderr)

@@ -11,9 +11,12 @@ import pytest
 import torch
 
 import kernelgen
-from kernelgen import api, heuristics, metadata, runtime
-from kernelgen.plan import AttentionPlan
-from kernelgen.reference import attention_reference, tolerance
+from kernelgen.front import api
+from kernelgen.selection import heuristics
+from kernelgen.kernels import metadata
+from kernelgen.jit import runtime
+from kernelgen.front.plan import AttentionPlan
+from kernelgen.apps.reference import attention_reference, tolerance
 
 pytestmark = pytest.mark.gpu
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16}

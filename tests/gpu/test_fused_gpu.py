@@ -6,9 +6,11 @@ import pytest
 import torch
 
 import kernelgen
-from kernelgen import api, fused, runtime
-from kernelgen.plan import AttentionPlan
-from kernelgen.reference import attention_reference, gather_paged
+from kernelgen.front import api
+from kernelgen.launch import fused
+from kernelgen.jit import runtime
+from kernelgen.front.plan import AttentionPlan
+from kernelgen.apps.reference import attention_reference, gather_paged
 
 from test_paged_decode_gpu import check, make_paged  # noqa: E402 (tests/gpu is on sys.path)
 
@@ -248,7 +250,7 @@ def test_pair_path_still_right():
     """The classes in turn (``fused.build_pair``), the fallback where the Hopper fused kernel does
     not apply, run directly against the reference."""
     _hopper_only()
-    from kernelgen import heuristics
+    from kernelgen.selection import heuristics
 
     rng = np.random.default_rng(77)
     qlens, klens = mixed_lengths(rng)

@@ -1,10 +1,10 @@
 """``kernelgen bench``: kernelgen against its peers, side by side, on the same inputs in one process.
 
 Suites (``--suite``, comma list or ``all``): ``prefill``, ``decode``, ``mixed``, ``scheduler``,
-``compile``, ``overhead``; entries are listed in :mod:`kernelgen.bench.suites`, peers in
-:mod:`kernelgen.bench.peers`, model presets in :mod:`kernelgen.bench.models`, the timing method in
-:mod:`kernelgen.bench.measure`.  Outputs (:mod:`kernelgen.bench.report`,
-:mod:`kernelgen.bench.plots`): a markdown table per suite on stdout, ``--json`` in the report shape
+``compile``, ``overhead``; entries are listed in :mod:`kernelgen.apps.bench.suites`, peers in
+:mod:`kernelgen.apps.bench.peers`, model presets in :mod:`kernelgen.apps.bench.models`, the timing method in
+:mod:`kernelgen.apps.bench.measure`.  Outputs (:mod:`kernelgen.apps.bench.report`,
+:mod:`kernelgen.apps.bench.plots`): a markdown table per suite on stdout, ``--json`` in the report shape
 of ``docs/benchmarks/h200.json`` and ``--plots DIR`` (PNG bars per suite and a roofline chart).
 
 This module stays light (no torch import) so the CLI can build its parser from it.

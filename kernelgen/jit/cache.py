@@ -69,8 +69,9 @@ from pathlib import Path
 
 import filelock
 
-from . import _version, compiler, render
-from .spec import spec_from_json
+from .. import _version
+from . import compiler, render
+from ..kernels.spec import spec_from_json
 
 #: ABI tag of the on-disk format; bump it to orphan every existing entry.
 CACHE_FORMAT = 1

@@ -220,7 +220,7 @@ def _entry(name, suite, model, **kw) -> dict:
 
 def _kg_call(q, k, v, cu_q, cu_k, max_q, max_k, model: ModelPreset, out, **kw):
     """A zero-argument kernelgen call for a preset (causal, its window and soft-cap)."""
-    from ..api import varlen_attention
+    from ...front.api import varlen_attention
 
     def run():
         return varlen_attention(q, k, v, cu_q, cu_k, max_q, max_k, causal=True, window_size=model.window_size,
@@ -307,7 +307,7 @@ def _gather(entry, kc, vc, pt, used):
 
 def _variants(arch, num_sms, model: ModelPreset, max_q, max_k, paged, layouts=("soa", "aos"), causal=True):
     """Kernel specs varlen_attention would use for a preset's call (mirrors api._validated_call)."""
-    from .. import heuristics, validation
+    from ...selection import heuristics, validation
 
     mask, _, _ = validation.window(model.window_size, causal)
     out = []
@@ -328,7 +328,7 @@ def dense_entry(settings: Settings, name, batch, heads, seqlen, d, causal) -> di
     """Dense prefill, B x H x S, MHA, bf16 (from tools/bench.py).  kernelgen takes the packed
     (tokens, heads, d) layout: the same data, transposed once outside the timing."""
     torch = _torch()
-    from ..api import varlen_attention
+    from ...front.api import varlen_attention
 
     torch.manual_seed(0)
     q4 = torch.randn(batch, heads, seqlen, d, device="cuda", dtype=torch.bfloat16)
@@ -453,7 +453,7 @@ def graph_decode_step_entry(settings: Settings, model: ModelPreset) -> dict:
     """One paged decode step (128 requests, Mooncake contexts capped at 32k) replayed from a CUDA
     graph through an AttentionPlan (from tools/bench.py's serving_entries)."""
     torch = _torch()
-    from ..plan import AttentionPlan
+    from ...front.plan import AttentionPlan
 
     m = model
     ctx = [min(c, 32768) for c in decode_contexts(settings, "decode_trace_b128_paged16")]
@@ -484,7 +484,7 @@ def mixed_entry(settings: Settings, model: ModelPreset) -> dict:
     peers: serial (prefill-only call then decode-only call) and two_streams (the two calls on two
     streams), and FA2 varlen on the gathered cache (from tools/bench.py's serving_entries)."""
     torch = _torch()
-    from ..api import varlen_attention
+    from ...front.api import varlen_attention
 
     m = model
     pre_q, pre_k, dec_k = mixed_lengths(settings)
@@ -559,8 +559,8 @@ def scheduler_entry(settings: Settings, batch: int, model: ModelPreset) -> dict:
     SoA with the sort off.  Each configuration is a CUDA graph of 20 launches (launch overhead
     excluded, the gaps between launches included), the three timed as interleaved replays
     (measure.time_interleaved); the time is per launch."""
-    from ..kernel_args import scheduler_launch_shape
-    from ..plan import AttentionPlan
+    from ...kernels.kernel_args import scheduler_launch_shape
+    from ...front.plan import AttentionPlan
 
     m = model
     lq, lk = _skewed(settings, batch, m)
@@ -626,9 +626,9 @@ def trace_sort_entry(settings: Settings, sort: bool, model: ModelPreset, batch: 
 _COLD_SCRIPT = r"""
 import json, sys, time
 t0 = time.perf_counter()
-from kernelgen import compiler
-from kernelgen.cache import KernelCache
-from kernelgen.spec import spec_from_json
+from kernelgen.jit import compiler
+from kernelgen.jit.cache import KernelCache
+from kernelgen.kernels.spec import spec_from_json
 t1 = time.perf_counter()
 compiler.nvrtc_version()
 t2 = time.perf_counter()
@@ -640,8 +640,8 @@ print(json.dumps({"us": (t3 - t1) * 1e6, "us_import": (t1 - t0) * 1e6, "us_nvrtc
 
 _WARM_SCRIPT = r"""
 import json, sys, time
-from kernelgen import cache, runtime
-from kernelgen.spec import spec_from_json
+from kernelgen.jit import cache, runtime
+from kernelgen.kernels.spec import spec_from_json
 import cupy
 spec = spec_from_json(json.loads(sys.argv[1]))
 dev = int(sys.argv[3])
@@ -661,7 +661,7 @@ print(json.dumps({"us": (t2 - t0) * 1e6, "us_disk": (t1 - t0) * 1e6, "us_module_
 
 def compile_spec(arch: str):
     """The attention variant the compile suite builds: llama3-8b's causal bf16 prefill (SoA)."""
-    from .. import heuristics
+    from ...selection import heuristics
 
     return heuristics.specs_for(arch, "bf16", 128, 128, True, "soa")[1]
 
@@ -703,7 +703,7 @@ def _compile_root() -> str:
 
 
 def compile_cold_entry(settings: Settings, model=None) -> dict:
-    from ..api import device_arch
+    from ...front.api import device_arch
 
     arch = device_arch(settings.device)
     root = tempfile.mkdtemp(prefix="cold-", dir=_compile_root())
@@ -718,7 +718,7 @@ def compile_cold_entry(settings: Settings, model=None) -> dict:
 
 
 def compile_warm_entry(settings: Settings, model=None) -> dict:
-    from ..api import device_arch
+    from ...front.api import device_arch
 
     arch = device_arch(settings.device)
     root = _compile_tmp.get("warm_root")
@@ -739,8 +739,9 @@ def compile_warm_entry(settings: Settings, model=None) -> dict:
 def dispatch_entry(settings: Settings, model: ModelPreset) -> dict:
     """dispatch_in_memory: a second runtime.get_kernel of a loaded kernel (µs per call); extra
     ``us_choose``: heuristics.choose for a decode call of the preset."""
-    from .. import heuristics, runtime
-    from ..api import device_arch
+    from ...selection import heuristics
+    from ...jit import runtime
+    from ...front.api import device_arch
 
     dev = settings.device
     arch = device_arch(dev)
@@ -780,9 +781,10 @@ def overhead_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
     kernel so nothing the calls enqueue runs during the measurement, and fewer calls than the
     launch queue holds are enqueued per sample, so no launch blocks)."""
     torch = _torch()
-    from .. import graph_launch, runtime
-    from ..api import device_arch, varlen_attention
-    from ..plan import AttentionPlan
+    from ...launch import graph_launch
+    from ...jit import runtime
+    from ...front.api import device_arch, varlen_attention
+    from ...front.plan import AttentionPlan
 
     m = model
     ctx, (q, kc, vc, pt, used, cu_q) = _overhead_inputs(settings, m)

@@ -15,17 +15,18 @@ from pathlib import Path
 
 import jinja2
 
-from . import metadata
-from .params import ATTENTION_PARAMS, COMBINE_PARAMS, FUSED_TMA_PARAMS, SCHEDULER_PARAMS, TMA_ATTENTION_PARAMS
+from ..kernels import metadata
+from ..kernels.params import ATTENTION_PARAMS, COMBINE_PARAMS, FUSED_TMA_PARAMS, SCHEDULER_PARAMS, TMA_ATTENTION_PARAMS
 
 
 def templates_dir() -> Path:
-    """The template folder: inside the installed package, or the checkout's top-level templates/."""
-    here = Path(__file__).resolve().parent
-    for cand in (here / "templates", here.parent / "templates"):
+    """The template folder: inside the installed package (``kernelgen/templates``, where the wheel
+    puts it), or the checkout's top-level templates/."""
+    package = Path(__file__).resolve().parent.parent
+    for cand in (package / "templates", package.parent / "templates"):
         if (cand / "common").is_dir():
             return cand
-    raise FileNotFoundError(f"kernelgen templates not found next to {here}")
+    raise FileNotFoundError(f"kernelgen templates not found next to {package}")
 
 
 class _BytecodeCache(jinja2.FileSystemBytecodeCache):

@@ -90,7 +90,7 @@ def _varlen_attention_impl(
 
     Raises:
         TypeError, ValueError: as :func:`kernelgen.varlen_attention` (the message names the argument).
-        kernelgen.compiler.CompileError: NVRTC rejected a kernel.
+        kernelgen.jit.compiler.CompileError: NVRTC rejected a kernel.
     """
     from . import api
 
@@ -139,7 +139,7 @@ def _varlen_attention_out_impl(
 
     Raises:
         TypeError, ValueError: as :func:`kernelgen.varlen_attention` (wrong ``out`` shape/dtype included).
-        kernelgen.compiler.CompileError: NVRTC rejected a kernel.
+        kernelgen.jit.compiler.CompileError: NVRTC rejected a kernel.
     """
     from . import api
 
@@ -177,8 +177,8 @@ def _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, cau
     """The checks of kernelgen.varlen_attention that read no tensor values (shapes, dtypes, scalar
     arguments), so a bad call fails while torch.compile traces; returns (total_q, num_heads_q,
     head_dim_v)."""
-    from . import validation
-    from .spec import HEAD_DIMS
+    from ..selection import validation
+    from ..kernels.spec import HEAD_DIMS
 
     validation.layout(metadata_layout)
     validation.window((window_left, window_right), bool(causal))
@@ -297,7 +297,7 @@ def varlen_attention(
     Raises:
         TypeError: an argument has the wrong type or dtype, e.g. window_size not a pair of ints.
         ValueError: wrong shapes, devices or values (see :func:`kernelgen.varlen_attention`).
-        kernelgen.compiler.CompileError: NVRTC rejected a kernel.
+        kernelgen.jit.compiler.CompileError: NVRTC rejected a kernel.
     """
     if not _through_op(q, k, v):
         from . import api
@@ -307,7 +307,7 @@ def varlen_attention(
             page_table=page_table, causal=causal, window_size=window_size, softcap=softcap,
             softmax_scale=softmax_scale, num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out,
             metadata_layout=metadata_layout, sort=sort, head_swizzle=head_swizzle)
-    from . import validation
+    from ..selection import validation
 
     # Validate before converting: float()/int() would turn a bad value into a raw conversion error
     # (or silently accept True, "3" or 2.5); the validators name the argument and return the

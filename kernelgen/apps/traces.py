@@ -3,7 +3,7 @@
 A trace is a CSV file with a header row that has (at least) the columns ``context_tokens`` and
 ``generated_tokens``; one row is one request, in arrival order (the schema of
 ``shared/data/traces/``).  The package ships a 2000-row sample of the Azure LLM inference trace
-2023 (conversation), CC-BY-4.0; see ``kernelgen/data/ATTRIBUTION.md``.
+2023 (conversation), CC-BY-4.0; see ``kernelgen/apps/data/ATTRIBUTION.md``.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import io
 from importlib import resources
 from pathlib import Path
 
-#: File name of the packaged sample inside ``kernelgen/data/``.
+#: File name of the packaged sample inside ``kernelgen/apps/data/``.
 SAMPLE_NAME = "azure_conv_sample.csv"
 #: Default prefill batch of ``kernelgen demo``: a token budget and a per-request cap, in tokens.
 DEFAULT_MAX_TOKENS = 32768
@@ -23,12 +23,12 @@ _COLUMNS = ("context_tokens", "generated_tokens")
 
 def sample_trace_path() -> str:
     """A printable location of the packaged sample (for messages; it may be inside a zip)."""
-    return str(resources.files("kernelgen").joinpath("data").joinpath(SAMPLE_NAME))
+    return str(resources.files(__package__).joinpath("data").joinpath(SAMPLE_NAME))
 
 
 def _read_text(path) -> tuple[str, str]:
     if path is None:
-        res = resources.files("kernelgen").joinpath("data").joinpath(SAMPLE_NAME)
+        res = resources.files(__package__).joinpath("data").joinpath(SAMPLE_NAME)
         try:
             return res.read_text(encoding="utf-8"), str(res)
         except (FileNotFoundError, OSError):  # a source checkout without package resources

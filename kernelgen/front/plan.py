@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import torch
 
-from . import api, fused, heuristics, metadata, prepared, runtime, signature, tma, validation
-from .workspace import WorkspaceLayout
+from . import api
+from ..launch import fused, prepared
+from ..selection import heuristics, signature, validation
+from ..kernels import metadata, tma
+from ..jit import runtime
+from ..kernels.workspace import WorkspaceLayout
 
 
 class AttentionPlan:
@@ -319,7 +323,7 @@ class AttentionPlan:
             ValueError / TypeError: inputs that do not match the plan (heads, head dims, dtype,
                 device, paging) or exceed its capacities (batch, max_total_q), and every error
                 ``varlen_attention`` raises for bad shapes; all before anything is launched.
-            kernelgen.launch.LaunchError: the driver refused a launch (names the kernel).
+            kernelgen.launch.launch.LaunchError: the driver refused a launch (names the kernel).
 
         Host cost: the first step of a signature (the tensors' types, dtypes, devices, shapes and
         strides, ``return_lse``, ``softmax_scale``) is validated and prepared; later steps of it

@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from .spec import HEAD_DIMS
+from ..kernels.spec import HEAD_DIMS
 
 DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 #: Largest finite sliding-window side (tokens): the kernels add it to positions in 32-bit ints.

@@ -28,9 +28,12 @@ from dataclasses import dataclass
 
 import torch
 
-from . import heuristics, kernel_args, launch, metadata, prepared, runtime
-from .params import ATTENTION_PARAMS, FUSED_TMA_PARAMS
-from .workspace import ALIGN, WorkspaceLayout
+from ..selection import heuristics
+from ..kernels import kernel_args, metadata
+from . import launch, prepared
+from ..jit import runtime
+from ..kernels.params import ATTENTION_PARAMS, FUSED_TMA_PARAMS
+from ..kernels.workspace import ALIGN, WorkspaceLayout
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,7 @@ def load(variants: heuristics.FusedVariants, device: int, num_heads_q: int, num_
     launch, whose one-warp CTAs fill the same warps).  ``window_left``: the call's left window in
     tokens (-1: none; used by a local mask's schedulers, see ``api.scheduler_config``).
     """
-    from .api import scheduler_config
+    from ..front.api import scheduler_config
 
     f = variants.fused
     sched = runtime.get_kernel(variants.scheduler, device)
@@ -250,7 +253,7 @@ def build(kernels: FusedKernels, *, layout: FusedWorkspace, batch: int, q, k, v,
     static_short = kernel_args.attention_fields(q, k, v, out, lse, page_table, cap, scale, window, softcap, strides)
     f = kernels.variants.fused
     if f.hopper:
-        from .api import hopper_maps
+        from ..front.api import hopper_maps
 
         pair = HopperPairLaunch(kernels.fused, static_long, static_short,
                                 hopper_maps(f.long, q, k, v, page_table is not None), kernels.short_ctas)
@@ -309,7 +312,7 @@ def load_pair(variants: heuristics.PairVariants, device: int, num_heads_q: int, 
     """Load the kernels of ``variants`` on ``device`` and derive both classes' scheduler configs
     (each kernel's own tile and grid; the long class unsplit, the short class with its split
     bound), as ``load`` does for the fused launch."""
-    from .api import scheduler_config
+    from ..front.api import scheduler_config
 
     lv, sv = variants.long, variants.short
     sched = runtime.get_kernel(sv.scheduler, device)
@@ -362,7 +365,7 @@ def build_pair(kernels: PairKernels, *, layout: FusedWorkspace, batch: int, q, k
     """Prepare the launches of a validated mixed call on sm_90a (as ``build``): both scheduler
     launches, the Hopper kernel (its tensor maps re-encoded when the pointers change), the decode
     kernel, the combine."""
-    from .api import hopper_maps
+    from ..front.api import hopper_maps
 
     cap = layout.capacity
     sched_long, sched_short = _scheduler_launches(kernels, batch, cap)

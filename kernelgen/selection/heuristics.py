@@ -27,7 +27,7 @@ import os
 import dataclasses
 from dataclasses import dataclass
 
-from .spec import ARCHS, MAINLOOPS, MASKS, SM90_HEAD_DIM_PAIRS, SM90_PAGED_HEAD_DIMS, AttentionSpec, CombineSpec, FusedAttentionSpec, SchedulerSpec, TileConfig
+from ..kernels.spec import ARCHS, MAINLOOPS, MASKS, SM90_HEAD_DIM_PAIRS, SM90_PAGED_HEAD_DIMS, AttentionSpec, CombineSpec, FusedAttentionSpec, SchedulerSpec, TileConfig
 
 #: Largest dynamic shared memory one CTA may opt into, bytes (CUDA programming guide, per arch).
 SMEM_LIMIT = {"sm_80": 166912, "sm_86": 101376, "sm_89": 101376, "sm_90a": 232448}

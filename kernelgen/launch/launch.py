@@ -22,7 +22,7 @@ from __future__ import annotations
 import ctypes
 import threading
 
-from .params import ParamStruct
+from ..kernels.params import ParamStruct
 
 #: ``launchKernel(f, gridX, gridY, gridZ, blockX, blockY, blockZ, smem, stream, kernelParams,
 #: extra)`` with int arguments: CuPy's binding of cuLaunchKernel (None until the first launch).

@@ -16,7 +16,7 @@ import os
 import sys
 
 from . import traces
-from .warmup import warmup, warmup_specs
+from ..jit.warmup import warmup, warmup_specs
 
 #: Llama-3-8B attention shapes.
 NUM_HEADS_Q = 32
@@ -137,7 +137,7 @@ def build_result(matches: bool, us: float, tflops: float, peer_us, peer_reason, 
 
 
 def _cache_root(cache_dir):
-    from . import cache
+    from ..jit import cache
 
     if cache_dir is not None:
         return cache.set_cache_dir(cache_dir).root
@@ -197,7 +197,7 @@ def _run_gpu(lengths, layout, repeat, json_path, out, requested_arch=None) -> in
     import torch
 
     from . import reference
-    from .api import device_arch, varlen_attention
+    from ..front.api import device_arch, varlen_attention
     from .timing import time_cuda
 
     device = torch.device("cuda", torch.cuda.current_device())

@@ -13,7 +13,10 @@ import json
 def tile_sweep(seqlen=16384, heads=32, d=128, causal=True) -> list:
     import torch
 
-    from .. import api, heuristics, metadata, runtime
+    from ...front import api
+    from ...selection import heuristics
+    from ...kernels import metadata
+    from ...jit import runtime
     from ..demo import visible_pairs
     from ..timing import time_cuda
 
@@ -52,8 +55,8 @@ def tile_sweep(seqlen=16384, heads=32, d=128, causal=True) -> list:
 
 def decode_sweep(settings=None) -> list:
     """Decode tile candidates for head dim 128 on the two decode shapes (no peers), llama3-8b."""
-    from .. import heuristics
-    from ..spec import TileConfig
+    from ...selection import heuristics
+    from ...kernels.spec import TileConfig
     from .models import PRESETS
     from .suites import Settings, decode_contexts, decode_measure
 

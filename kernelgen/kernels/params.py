@@ -107,7 +107,7 @@ class TmaParamStruct:
 
     It offers what the launchers use of a ``ParamStruct`` (``size``, ``pointer_names``,
     ``pointer_struct``, ``pack``, ``pack_static``, ``c_decl``); the tensor maps are written into
-    bytes ``[0, MAPS_BYTES)`` of a launch's buffer per call (``kernelgen/tma.py``), the pointers at
+    bytes ``[0, MAPS_BYTES)`` of a launch's buffer per call (``kernelgen/kernels/tma.py``), the pointers at
     ``MAPS_BYTES``.
     """
 

@@ -2,7 +2,7 @@
 
 The variants come from ``heuristics.specs_for``, the function the dispatcher calls at run time, so
 whatever is pre-warmed here is exactly what a later call looks up.  Compiles run in a process pool
-(NVRTC holds the GIL); each worker opens its own :class:`~kernelgen.cache.KernelCache` on the same
+(NVRTC holds the GIL); each worker opens its own :class:`~kernelgen.jit.cache.KernelCache` on the same
 root, and the cache's per-entry file locks keep concurrent warmups (or a warmup racing a running
 program) from compiling one entry twice.  Nothing here needs a GPU.
 
@@ -20,8 +20,8 @@ import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 
-from . import heuristics
-from .spec import DTYPES, HEAD_DIMS, LAYOUTS
+from ..selection import heuristics
+from ..kernels.spec import DTYPES, HEAD_DIMS, LAYOUTS
 
 
 #: Length hints (max_seqlen_q, max_seqlen_k) of the call shapes warmup pre-builds per phase: plain
@@ -197,7 +197,7 @@ def _pool_context():
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
     if ctx.get_start_method() == "forkserver":
-        ctx.set_forkserver_preload(["kernelgen.warmup", "kernelgen.cache"])
+        ctx.set_forkserver_preload(["kernelgen.jit.warmup", "kernelgen.jit.cache"])
     return ctx
 
 

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import torch
 
-from . import fused, heuristics, kernel_args, metadata, prepared, runtime, signature, tma, validation
-from .kernel_args import scheduler_launch_shape  # noqa: F401 (public helper, re-exported)
-from .params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS, TMA_ATTENTION_PARAMS
-from .workspace import SplitBuffers, WorkspaceLayout
+from ..launch import fused, prepared
+from ..selection import heuristics, signature, validation
+from ..kernels import kernel_args, metadata, tma
+from ..jit import runtime
+from ..kernels.kernel_args import scheduler_launch_shape  # noqa: F401 (public helper, re-exported)
+from ..kernels.params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS, TMA_ATTENTION_PARAMS
+from ..kernels.workspace import SplitBuffers, WorkspaceLayout
 
 _arch_cache: dict = {}
 #: Prepared calls of varlen_attention by signature (``signature.key``).
@@ -136,8 +139,8 @@ def varlen_attention(
             unsupported head dim, bad window/softcap/num_splits/softmax_scale/layout/arch, paged
             arguments missing or inconsistent, more than 8192 requests, or ``arch="sm_90a"`` for
             a call or device the Hopper path does not support.
-        kernelgen.compiler.CompileError: NVRTC rejected a kernel (log and source path attached).
-        kernelgen.launch.LaunchError: the driver refused a launch (the message names the kernel).
+        kernelgen.jit.compiler.CompileError: NVRTC rejected a kernel (log and source path attached).
+        kernelgen.launch.launch.LaunchError: the driver refused a launch (the message names the kernel).
 
     The values of cu_seqlens, seqused_k and page_table are not read on the host (that would
     synchronise): ``KERNELGEN_CHECK_INPUTS=1`` checks them (ordering, page ids inside the cache,

@@ -32,8 +32,8 @@ def _log(msg: str) -> None:
 def prewarm(defs, settings, arch: str, num_sms: int, jobs: int | None = None) -> dict:
     """Compile every kernel the entries will use into the process's cache, in parallel
     (``warmup``'s process pool); returns {"compiled", "cached", "seconds"} or {"error"}."""
-    from ..cache import get_cache
-    from ..warmup import warmup
+    from ...jit.cache import get_cache
+    from ...jit.warmup import warmup
 
     t0 = time.perf_counter()
     specs = []
@@ -112,8 +112,8 @@ def run(suites=("all",), models=None, trace=None, repeat=None, quick=False, flex
     JSON report (tools/bench.py's tile sweep)."""
     import torch
 
-    from .. import runtime
-    from ..api import device_arch
+    from ...jit import runtime
+    from ...front.api import device_arch
     from . import suites as S
 
     out = out or sys.stdout
@@ -155,7 +155,7 @@ def run(suites=("all",), models=None, trace=None, repeat=None, quick=False, flex
             "trace": trace or "packaged samples (Azure: prefill, scheduler; Mooncake: decode, mixed, overhead)",
             "torch": torch.__version__, "arch": arch, "models_detail": {p.name: p.describe() for p in presets}}
     try:
-        from .. import __version__
+        from ..._version import __version__
 
         info["kernelgen"] = __version__
     except Exception:  # noqa: BLE001
@@ -208,7 +208,7 @@ def main_args(args) -> int:
     if getattr(args, "from_json", None):
         return replot(args.from_json, args.plots)
     if getattr(args, "cache_dir", None):
-        from ..cache import set_cache_dir
+        from ...jit.cache import set_cache_dir
 
         os.environ["KERNELGEN_CACHE_DIR"] = str(args.cache_dir)
         set_cache_dir(args.cache_dir)

@@ -15,9 +15,10 @@ import warnings
 
 import torch
 
-from . import graph_launch, kernel_args, launch
-from .params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS, TMA_ATTENTION_PARAMS
-from .workspace import WorkspaceLayout
+from . import graph_launch, launch
+from ..kernels import kernel_args
+from ..kernels.params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS, TMA_ATTENTION_PARAMS
+from ..kernels.workspace import WorkspaceLayout
 
 _MAPS_BYTES = TMA_ATTENTION_PARAMS.MAPS_BYTES
 

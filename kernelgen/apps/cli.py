@@ -25,8 +25,8 @@ import platform
 import sys
 import time
 
-from .spec import ARCHS, DTYPES, HEAD_DIMS, LAYOUTS
-from .warmup import PHASE_HINTS, CacheDirectoryError, warmup, warmup_specs  # noqa: F401 - warmup_specs re-exported for scripts
+from ..kernels.spec import ARCHS, DTYPES, HEAD_DIMS, LAYOUTS
+from ..jit.warmup import PHASE_HINTS, CacheDirectoryError, warmup, warmup_specs  # noqa: F401 - warmup_specs re-exported for scripts
 
 PHASES = tuple(PHASE_HINTS)
 
@@ -94,7 +94,7 @@ def _add_cache_dir(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand (argparse exits 2 on a bad option or value)."""
-    from . import __version__
+    from .._version import __version__
 
     parser = argparse.ArgumentParser(
         prog="kernelgen",
@@ -250,7 +250,7 @@ def _add_bench_parser(sub) -> None:
 
 # --------------------------------------------------------------------------------------- commands
 def _cache(cache_dir):
-    from .cache import KernelCache
+    from ..jit.cache import KernelCache
 
     return KernelCache(cache_dir)  # None -> default_cache_dir()
 
@@ -268,7 +268,7 @@ def cmd_warmup(args) -> int:
     if arch is None:
         if not has_cuda_gpu():
             raise UsageError(NO_GPU_MESSAGE)
-        from .api import device_arch
+        from ..front.api import device_arch
 
         try:
             arch = device_arch(0)
@@ -362,7 +362,7 @@ def _cuda_version(v: int) -> str:
 
 def cmd_doctor(args) -> int:
     """``kernelgen doctor``: what kernelgen sees.  Every probe is guarded; always returns 0."""
-    from . import __version__
+    from .._version import __version__
 
     print(f"kernelgen      {__version__} ({os.path.dirname(os.path.abspath(__file__))})")
     print(f"python         {platform.python_version()} ({sys.executable})")
@@ -382,7 +382,7 @@ def cmd_doctor(args) -> int:
     print(f"cupy           {_guard(cupy_version)}")
 
     def nvrtc():
-        from .compiler import nvrtc_version
+        from ..jit.compiler import nvrtc_version
 
         return ".".join(map(str, nvrtc_version()))
 
@@ -401,8 +401,8 @@ def cmd_doctor(args) -> int:
 
         n = int(cuda_rt.getDeviceCount())
         lines = []
-        from .heuristics import arch_for_capability
-        from .runtime import device_properties
+        from ..selection.heuristics import arch_for_capability
+        from ..jit.runtime import device_properties
 
         for i in range(n):
             p = device_properties(i)
@@ -503,7 +503,7 @@ def main(argv=None) -> int:
         print(f"kernelgen {args.command}: interrupted after {time.perf_counter() - t0:.1f} s", file=sys.stderr)
         return 130
     except Exception as e:  # noqa: BLE001 - compile errors, lock timeouts: one clear line, exit 1
-        from .compiler import CompileError
+        from ..jit.compiler import CompileError
 
         if isinstance(e, CompileError):
             print(f"kernelgen {args.command}: {e}", file=sys.stderr)
