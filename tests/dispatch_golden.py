@@ -38,8 +38,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fake_cuda as FC  # noqa: E402
 
 import kernelgen  # noqa: E402
-from kernelgen.jit import compiler, render, runtime, warmup  # noqa: E402
+from kernelgen.jit import compiler, render, runtime  # noqa: E402
+from kernelgen.kernels.device import Device  # noqa: E402
 from kernelgen.kernels.params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS  # noqa: E402
+from kernelgen.selection import catalog  # noqa: E402
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "dispatch_golden.json"
 
@@ -209,7 +211,7 @@ class _Session:
             mp.delenv(var, raising=False)
         self.rec = FC.install(mp)
         props = DEVICES[device]
-        mp.setitem(runtime._device_props, None, dict(props))
+        mp.setitem(runtime._devices, None, Device(**props))
         self.specs = []
 
         def load(spec, dev):
@@ -334,7 +336,7 @@ WARMUP_ARGS = [
 
 def run_warmup(kw: dict) -> list:
     kw = dict(kw)
-    return [spec_record(s)["name"] for s in warmup.warmup_specs(kw.pop("arch"), **kw)]
+    return [spec_record(s)["name"] for s in catalog.warmup_specs(kw.pop("arch"), **kw)]
 
 
 def _key(c: dict) -> str:

@@ -13,7 +13,8 @@ import pytest
 
 from kernelgen.apps import cli
 from kernelgen.apps.bench import SUITES, peers, plots, report, runner, suites
-from kernelgen.apps.bench.models import DEFAULT_MODEL, PRESETS, ModelPreset, attention_flops, decode_bytes, entry_name, prefill_bytes, resolve_models, visible_pairs
+from kernelgen.apps.bench.models import (DEFAULT_MODEL, ModelPreset, PRESETS, attention_flops, decode_bytes, entry_name,
+                                         prefill_bytes, resolve_models, visible_pairs)
 from kernelgen.apps.demo import has_cuda_gpu
 
 REPO = Path(__file__).resolve().parents[1]
@@ -471,9 +472,8 @@ def test_overhead_entry_reports_whether_the_graph_launch_was_on(monkeypatch, env
     CUDA graph launch: false while KERNELGEN_GRAPH_LAUNCH=0 (the A/B of docs/perf-notes.md)."""
     import torch
 
-    from kernelgen.front import api
-    from kernelgen.launch import graph_launch
     from kernelgen.jit import runtime
+    from kernelgen.launch import graph_launch
 
     if env is None:
         monkeypatch.delenv("KERNELGEN_GRAPH_LAUNCH", raising=False)
@@ -494,7 +494,7 @@ def test_overhead_entry_reports_whether_the_graph_launch_was_on(monkeypatch, env
     monkeypatch.setattr(suites, "_torch", lambda: CpuTorch())
     monkeypatch.setattr(suites, "_overhead_inputs", lambda settings, model: ([64] * b, (q, q, q, q, q, q)))
     monkeypatch.setattr(suites, "_variants", lambda *a, **k: ("scheduler", "attention", "combine"))
-    monkeypatch.setattr(api, "device_arch", lambda dev: "sm90")
+    monkeypatch.setattr(runtime, "device_arch", lambda dev: "sm90")
     monkeypatch.setattr(runtime, "device_properties", lambda dev: {"num_sms": 132})
     monkeypatch.setattr(graph_launch, "driver", lambda: object())     # the driver has the graph API
     monkeypatch.setattr(suites.measure, "host_time_us", lambda fn, samples: 1.0)

@@ -26,10 +26,10 @@ from pathlib import Path
 import filelock
 import pytest
 
-from kernelgen.jit import cache, compiler, render
 from kernelgen.apps import cli
-from kernelgen.selection import heuristics
+from kernelgen.jit import cache, compiler, render
 from kernelgen.kernels.spec import SchedulerSpec
+from kernelgen.selection import heuristics
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC_A = SchedulerSpec("sm_90a", "soa")

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from kernelgen.apps import cli, traces
+from kernelgen.apps.demo import attention_flops, demo_specs, has_cuda_gpu, visible_pairs
 from kernelgen.jit import compiler
 from kernelgen.jit.cache import KernelCache
-from kernelgen.apps.demo import attention_flops, demo_specs, has_cuda_gpu, visible_pairs
 
 REPO = Path(__file__).resolve().parents[1]
 WARMUP_RE = re.compile(r"warmup (\S+): (\d+) compiled, (\d+) already cached \((\d+) variants\) in (.+)")

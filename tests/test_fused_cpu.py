@@ -12,11 +12,11 @@ import torch
 import fake_cuda as FC
 import kernelgen
 from kernelgen.front import api
-from kernelgen.launch import fused
-from kernelgen.selection import heuristics
+from kernelgen.jit import runtime
 from kernelgen.kernels import metadata
-from kernelgen.selection import validation as V
 from kernelgen.kernels.params import FUSED_TMA_PARAMS
+from kernelgen.launch import bind, fused
+from kernelgen.selection import arguments, decide, heuristics
 
 BF16 = torch.bfloat16
 HQ, HKV, D, PS = 32, 8, 128, 16
@@ -231,9 +231,9 @@ def test_mixed_call_with_wide_head_dim_v_runs_the_classes_in_turn(fake_cuda):
 
 
 def test_pair_path_runs_the_classes_in_turn(fake_cuda):
-    """The classes in turn, built directly (``choose_pair``, ``load_pair``, ``build_pair``): both
-    schedulers, the long class on the Hopper kernel (unsplit, recording row_splits), the short
-    class on the sm_80 decode kernel (pack-GQA, split-KV), then the combine."""
+    """The classes in turn, built directly (``choose_pair``, ``decide.recipe``, ``bind``,
+    ``build_pair``): both schedulers, the long class on the Hopper kernel (unsplit, recording
+    row_splits), the short class on the sm_80 decode kernel (pack-GQA, split-KV), then the combine."""
     args = paged_inputs(QLENS, CTX)
     q, kc, vc, cu_q, used, pt = args
     out = torch.empty_like(q)
@@ -242,10 +242,17 @@ def test_pair_path_runs_the_classes_in_turn(fake_cuda):
                                 max_seqlen_q=max(QLENS), max_seqlen_k=max(CTX), paged=True, short_max_q=thr,
                                 page_size=PS)
     assert pv.long.attention.mainloop == "sm90a" and pv.short.attention.mainloop == "sm80" and pv.short_max_q == thr
-    kernels = fused.load_pair(pv, None, HQ, HKV)
-    sizes = V.varlen_inputs(q, kc, vc, cu_q, None, max(QLENS), max(CTX), out, seqused_k=used, page_table=pt)
-    ws = kernels.workspace(sizes["batch"], sizes["total_q"], HQ, D)
-    step = fused.build_pair(kernels, layout=ws, batch=sizes["batch"], q=q, k=kc, v=vc, out=out, lse=None,
+    checked = arguments.varlen_call(q, kc, vc, cu_q, None, max(QLENS), max(CTX), seqused_k=used, page_table=pt,
+                                    out=out, causal=True, window_size=(-1, -1), softcap=0.0, softmax_scale=None,
+                                    num_splits=0, pack_gqa=None, metadata_layout="soa", sort=True, head_swizzle=True,
+                                    short_query_tokens=None, arch=None)
+    recipe = decide.recipe(pv, checked.signature, runtime.device(None))
+    assert recipe.kind == "pair" and recipe.specs == (pv.short.scheduler, pv.long.attention, pv.short.attention,
+                                                      pv.short.combine)
+    kernels = bind.bind(recipe, runtime.load(recipe.specs, None))
+    assert isinstance(kernels, fused.PairKernels)
+    sizes = checked.sizes
+    step = fused.build_pair(kernels, layout=recipe.workspace, batch=sizes["batch"], q=q, k=kc, v=vc, out=out, lse=None,
                             page_table=pt, scale=D ** -0.5, window=(-1, 0), softcap=0.0, return_lse=False,
                             fixed_base=None, sizes=sizes)
     step.run(q, kc, vc, cu_q, None, used, pt, out, None)
@@ -318,8 +325,8 @@ def test_fused_plan_run_and_schedule(fake_cuda, monkeypatch):
 def test_fused_workspace_regions_are_disjoint_and_aligned():
     fv = heuristics.choose_fused("sm_90a", "bf16", D, D, num_heads_q=HQ, num_heads_kv=HKV, mask="causal",
                                  max_seqlen_k=8192, paged=True)
-    from kernelgen.kernels.workspace import WorkspaceLayout
-    ws = fused.FusedWorkspace(WorkspaceLayout(100, True, fv.short_max_splits, HQ, 4096, D))
+    from kernelgen.kernels.workspace import FusedWorkspace, WorkspaceLayout
+    ws = FusedWorkspace(WorkspaceLayout(100, True, fv.short_max_splits, HQ, 4096, D))
     s = ws.short
     regions = [(0, 4 * metadata.buffer_ints(100)), (s.out_accum_offset, s.lse_accum_offset),
                (s.lse_accum_offset, s.row_splits_offset), (s.row_splits_offset, s.nbytes),

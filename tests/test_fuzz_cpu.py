@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from kernelgen.selection import validation as V
 from kernelgen.apps.reference import attention_reference, gather_paged
+from kernelgen.selection import validation as V
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,11 +9,11 @@ import threading
 import pytest
 import torch
 
-from kernelgen.launch import launch
 from kernelgen.kernels import metadata
-from kernelgen.selection import validation
-from kernelgen.kernels.params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS, ParamStruct
+from kernelgen.kernels.params import ATTENTION_PARAMS, COMBINE_PARAMS, ParamStruct, SCHEDULER_PARAMS
 from kernelgen.kernels.workspace import ALIGN, WorkspaceLayout
+from kernelgen.launch import launch
+from kernelgen.selection import validation
 
 
 class DriverError(RuntimeError):

@@ -11,8 +11,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import kernelgen
 import kernelgen.front.api
-from kernelgen.front import compat, ops
 from kernelgen.apps import reference
+from kernelgen.front import compat, ops
 
 REPO = Path(__file__).resolve().parents[1]
 BF16, FP16 = torch.bfloat16, torch.float16

@@ -50,12 +50,12 @@ def main(argv=None) -> int:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     import kernelgen
-    from kernelgen.front import api
-    from kernelgen.selection import heuristics
-    from kernelgen.jit import runtime
     from kernelgen.apps.bench.measure import time_gpu
     from kernelgen.apps.demo import visible_pairs
+    from kernelgen.front import api
+    from kernelgen.jit import runtime
     from kernelgen.kernels.spec import TileConfig
+    from kernelgen.selection import heuristics
 
     rows, report = [], {"device": torch.cuda.get_device_name(0), "entries": []}
     default_opts, default_tile, default_tiles = heuristics.SM90_OPTS, heuristics.SM90_TILE, dict(heuristics.SM90_TILES)

@@ -37,9 +37,9 @@ def main(argv=None) -> int:
     import torch
 
     import kernelgen
+    from kernelgen.apps.bench.measure import time_gpu
     from kernelgen.front import api
     from kernelgen.selection import heuristics
-    from kernelgen.apps.bench.measure import time_gpu
 
     hq, hkv, d, dt = 32, 8, args.head_dim, torch.bfloat16
     b, qn, kn = args.batch, args.chunk, args.ctx

@@ -34,9 +34,9 @@ def main(argv=None) -> int:
     import torch
 
     import kernelgen
-    from kernelgen.front import api
     from kernelgen.apps.bench.measure import time_gpu
     from kernelgen.apps.demo import visible_pairs
+    from kernelgen.front import api
 
     d = 128
     report = {"device": torch.cuda.get_device_name(0), "entries": []}

@@ -70,8 +70,8 @@ def main(argv=None) -> int:
     import torch
 
     import kernelgen
-    from kernelgen.front import api
     from kernelgen.apps.bench.measure import time_gpu
+    from kernelgen.front import api
 
     hq, hkv, d = 32, 8, 128
     report = {"device": torch.cuda.get_device_name(0), "entries": []}

@@ -55,10 +55,10 @@ def main(argv=None) -> int:
     import cupy
     import torch
 
-    from kernelgen.front import api
-    from kernelgen.jit import runtime
     from kernelgen.apps.bench import suites
     from kernelgen.apps.bench.models import PRESETS, decode_bytes
+    from kernelgen.front import api
+    from kernelgen.jit import runtime
 
     if not torch.cuda.is_available():
         print("decode_sm_scaling: needs a GPU", file=sys.stderr)

@@ -317,78 +317,43 @@ def page_layout(case: dict) -> tuple:
     return need, max(1, width), sum(need) + case["spare_pages"]
 
 
-def case_variants(case: dict, arch: str, num_sms: int):
-    """The kernel variants the dispatcher picks for this case (``heuristics.choose`` with the
-    arguments ``varlen_attention`` derives); for pre-compiling.  None when the call launches nothing."""
-    from kernelgen.selection import heuristics, validation
+#: Compute capability of each compile target, for the device a case's kernels are chosen for.
+_CAPABILITY = {"sm_80": (8, 0), "sm_86": (8, 6), "sm_89": (8, 9), "sm_90a": (9, 0)}
+
+
+def case_recipe(case: dict, arch: str, num_sms: int):
+    """The launch recipe the dispatcher makes for this case on a device of ``arch`` with
+    ``num_sms`` SMs (``selection.decide.decide`` with the signature ``varlen_attention`` derives,
+    the environment's overrides); None when the call launches nothing."""
+    from kernelgen.kernels.device import Device
+    from kernelgen.selection import decide, validation
+    from kernelgen.selection.settings import Settings
 
     total_q = total_q_rows(case)
     if total_q == 0 or not case["qlens"]:
         return None
-    mask, _, _ = validation.window(tuple(case["window"]), case["causal"])
+    mask, left, _ = validation.window(tuple(case["window"]), case["causal"])
     mq, mk = call_hints(case)
+    paged = case["kv"] == "paged"
     if mq is None:
         mq = total_q
     if mk is None:
-        if case["kv"] == "paged":
-            _, width, _ = page_layout(case)
-            mk = width * case["page_size"]
-        else:
-            mk = stored_keys(case)
-    return heuristics.choose(
-        arch, case["dtype"], case["head_dim"], case["head_dim_v"], num_heads_q=case["num_heads_q"],
-        num_heads_kv=case["num_heads_kv"], mask=mask, layout=case["layout"], max_seqlen_q=mq, max_seqlen_k=mk,
-        paged=case["kv"] == "paged", softcap=case["softcap"] > 0, pack_gqa=case["pack_gqa"],
-        num_splits=case["num_splits"], num_sms=num_sms)
-
-
-def case_fused(case: dict, arch: str, num_sms: int):
-    """The mixed-batch launch's variants when the dispatcher takes it for this case
-    (``fused.use_fused``: a paged batch with long queries, no forced pack or split), else None: on
-    sm_90a the Hopper fused launch's (``heuristics.FusedVariants``) or, where it does not apply,
-    the classes in turn's (``heuristics.PairVariants``); elsewhere the sm_80 fused launch's."""
-    from kernelgen.launch import fused
-    from kernelgen.selection import heuristics, validation
-
-    total_q = total_q_rows(case)
-    if total_q == 0 or not case["qlens"]:
-        return None
-    mq, mk = call_hints(case)
-    mq = total_q if mq is None else mq
-    if mk is None:
-        mk = page_layout(case)[1] * case["page_size"] if case["kv"] == "paged" else stored_keys(case)
-    thr = fused.use_fused(None, paged=case["kv"] == "paged", batch=len(case["qlens"]), max_seqlen_q=mq,
-                          num_heads_q=case["num_heads_q"], num_heads_kv=case["num_heads_kv"], pack_gqa=case["pack_gqa"],
-                          num_splits=case["num_splits"])
-    if not thr:
-        return None
-    mask, _, _ = validation.window(tuple(case["window"]), case["causal"])
-    kw = dict(num_heads_q=case["num_heads_q"], num_heads_kv=case["num_heads_kv"], mask=mask, layout=case["layout"],
-              max_seqlen_k=mk, paged=True, softcap=case["softcap"] > 0, short_max_q=thr, num_sms=num_sms)
-    args = (arch, case["dtype"], case["head_dim"], case["head_dim_v"])
-    if arch == "sm_90a":  # as api._fused_call: the Hopper fused launch, else the classes in turn
-        hk = dict(kw, max_seqlen_q=mq, page_size=case["page_size"], tma_ok=not case["strided"])
-        f = heuristics.choose_fused_hopper(*args, **hk)
-        if f is not None:
-            return f
-        pv = heuristics.choose_pair(*args, **hk)
-        if pv is not None:
-            return pv
-    return heuristics.choose_fused(*args, **kw)
+        mk = page_layout(case)[1] * case["page_size"] if paged else stored_keys(case)
+    sig = decide.CallSignature(
+        dtype=case["dtype"], head_dim=case["head_dim"], head_dim_v=case["head_dim_v"],
+        num_heads_q=case["num_heads_q"], num_heads_kv=case["num_heads_kv"], mask=mask, window_left=left,
+        layout=case["layout"], max_seqlen_q=mq, max_seqlen_k=mk, paged=paged,
+        page_size=case["page_size"] if paged else 0, softcap=case["softcap"] > 0, pack_gqa=case["pack_gqa"],
+        num_splits=case["num_splits"], short_query_tokens=None, arch=None, tma_ok=not case["strided"],
+        batch=len(case["qlens"]), rows=total_q, sort=case["sort"], head_swizzle=case["head_swizzle"])
+    device = Device(f"fuzz {arch}", _CAPABILITY[arch], num_sms, 50 * 2 ** 20)
+    return decide.decide(sig, device, Settings.from_env())
 
 
 def case_specs(case: dict, arch: str, num_sms: int) -> list:
-    from kernelgen.selection import heuristics
-
-    f = case_fused(case, arch, num_sms)
-    if isinstance(f, heuristics.PairVariants):
-        return [s for s in (f.long.scheduler, f.long.attention, f.short.attention, f.short.combine) if s is not None]
-    if f is not None:
-        return [s for s in (f.scheduler, f.fused, f.combine) if s is not None]
-    v = case_variants(case, arch, num_sms)
-    if v is None:
-        return []
-    return [s for s in (v.scheduler, v.attention, v.combine) if s is not None]
+    """The kernel specs a case launches (``case_recipe``), for pre-compiling."""
+    r = case_recipe(case, arch, num_sms)
+    return [] if r is None else list(r.specs)
 
 
 def features(case: dict) -> dict:
@@ -741,13 +706,11 @@ def run_fuzz(batches: int, seed: int, *, time_limit: float | None = None, device
 
     dev = torch.device(device)
     if arch is None:
-        from kernelgen.front import api
         from kernelgen.jit import runtime
 
         index = dev.index if dev.index is not None else torch.cuda.current_device()
-        arch = api.device_arch(index)
-        num_sms = runtime.device_properties(index)["num_sms"]
-        device_name = runtime.device_properties(index)["name"]
+        device = runtime.device(index)
+        arch, num_sms, device_name = device.arch, device.num_sms, device.name
     else:
         device_name = str(dev)
     seeds = batch_seeds(seed, batches)
@@ -892,8 +855,8 @@ def run_plan_padded(device="cuda") -> dict:
     reference, rows past the last request stay NaN."""
     import torch
 
-    from kernelgen.front.plan import AttentionPlan
     from kernelgen.apps.reference import attention_reference, tolerance
+    from kernelgen.front.plan import AttentionPlan
 
     g = torch.Generator().manual_seed(108)
     hq, hkv, d = 4, 2, 64
@@ -988,10 +951,9 @@ def main(argv=None) -> int:
     if a.prewarm_only:
         cases = [case_for_seed(s) for s in batch_seeds(a.seed, a.batches)]
         if a.arch is None:
-            from kernelgen.front import api
             from kernelgen.jit import runtime
 
-            arch, sms = api.device_arch(0), runtime.device_properties(0)["num_sms"]
+            arch, sms = runtime.device_arch(0), runtime.device(0).num_sms
         else:
             arch, sms = a.arch, a.num_sms
         p = prewarm(cases, arch, sms, jobs=a.jobs, progress=True)

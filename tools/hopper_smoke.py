@@ -31,8 +31,8 @@ VARIANTS = ["p:2", "_:2", "pr:2", "r:2", "hp:2", "s:2", "p:3"]
 
 def _set_variant(variant: str) -> None:
     from kernelgen.front import api
-    from kernelgen.selection import heuristics
     from kernelgen.kernels.spec import TileConfig
+    from kernelgen.selection import heuristics
 
     heuristics.SM90_OPTS, heuristics.SM90_TILE = parse_variant(variant)
     api.clear_signature_cache()
@@ -63,8 +63,8 @@ def run_variant(variant: str) -> dict:
     import torch
 
     import kernelgen
-    from kernelgen.front import api
     from kernelgen.apps.reference import attention_reference
+    from kernelgen.front import api
 
     _set_variant(variant)
     res = {"variant": variant, "cases": {}}
@@ -177,9 +177,9 @@ def prewarm(jobs: int) -> None:
     """Compile what the smoke, the Hopper GPU tests and the bench use (CPU is enough)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from kernelgen.selection import heuristics
     from kernelgen.jit.cache import get_cache
     from kernelgen.kernels.spec import AttentionSpec, SchedulerSpec, TileConfig
+    from kernelgen.selection import heuristics
 
     specs = set()
     for layout in ("soa", "aos"):

@@ -61,12 +61,13 @@ def install_stubs() -> None:
     torch.cuda.current_device = lambda: None
     torch.cuda.device = _NoDevice
 
-    from kernelgen.selection import heuristics, validation
     from kernelgen.jit import runtime
+    from kernelgen.kernels.device import Device
     from kernelgen.kernels.params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS
+    from kernelgen.selection import heuristics, validation
 
     validation.varlen_inputs.__defaults__ = (("cpu",),)
-    runtime._device_props[None] = dict(DEVICE_PROPS)
+    runtime._devices[None] = Device(**DEVICE_PROPS)
 
     def fake_load(spec, device):
         if spec.kind == "attention":

@@ -25,8 +25,9 @@ import platform
 import sys
 import time
 
+from ..jit.warmup import CacheDirectoryError, warmup
 from ..kernels.spec import ARCHS, DTYPES, HEAD_DIMS, LAYOUTS
-from ..jit.warmup import PHASE_HINTS, CacheDirectoryError, warmup, warmup_specs  # noqa: F401 - warmup_specs re-exported for scripts
+from ..selection.catalog import PHASE_HINTS, warmup_specs
 
 PHASES = tuple(PHASE_HINTS)
 
@@ -268,7 +269,7 @@ def cmd_warmup(args) -> int:
     if arch is None:
         if not has_cuda_gpu():
             raise UsageError(NO_GPU_MESSAGE)
-        from ..front.api import device_arch
+        from ..jit.runtime import device_arch
 
         try:
             arch = device_arch(0)
@@ -401,14 +402,13 @@ def cmd_doctor(args) -> int:
 
         n = int(cuda_rt.getDeviceCount())
         lines = []
-        from ..selection.heuristics import arch_for_capability
-        from ..jit.runtime import device_properties
+        from ..jit.runtime import device
 
         for i in range(n):
-            p = device_properties(i)
-            arch = _guard(lambda: arch_for_capability(*p["cc"]), "unsupported")
-            lines.append(f"  {i}: {p['name']}, compute capability {p['cc'][0]}.{p['cc'][1]}, kernelgen arch {arch}, "
-                         f"{p['num_sms']} SMs, L2 {p['l2_bytes'] / 2**20:.1f} MB")
+            d = device(i)
+            arch = _guard(lambda: d.arch, "unsupported")
+            lines.append(f"  {i}: {d.name}, compute capability {d.cc[0]}.{d.cc[1]}, kernelgen arch {arch}, "
+                         f"{d.num_sms} SMs, L2 {d.l2_bytes / 2**20:.1f} MB")
         return lines
 
     try:
@@ -463,13 +463,13 @@ def cmd_compare_layouts(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    """``kernelgen bench``: see ``kernelgen.bench`` (exit 2 without a GPU; failed entries are
+    """``kernelgen bench``: see ``kernelgen.apps.bench`` (exit 2 without a GPU; failed entries are
     reported in the tables and the JSON, not in the exit code)."""
     from .demo import has_cuda_gpu
 
     if not args.from_json and not has_cuda_gpu():
         raise UsageError("kernelgen bench needs a CUDA GPU (none found; --from-json only re-draws a saved report)")
-    from .bench import main_args
+    from .bench.runner import main_args
 
     return main_args(args)
 

@@ -66,8 +66,8 @@ def compare(layouts=("soa", "aos"), trace=None, batch: int = 64, pad_to: int | N
     """
     import torch
 
-    from .bench.measure import time_graph_launches
     from ..front.plan import AttentionPlan
+    from .bench.measure import time_graph_launches
     from .reference import attention_reference, tolerance
     from .timing import time_cuda
 

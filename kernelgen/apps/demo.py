@@ -15,8 +15,9 @@ import json
 import os
 import sys
 
+from ..jit.warmup import warmup
+from ..selection.catalog import warmup_specs
 from . import traces
-from ..jit.warmup import warmup, warmup_specs
 
 #: Llama-3-8B attention shapes.
 NUM_HEADS_Q = 32
@@ -65,7 +66,7 @@ def attention_flops(lengths_q, lengths_k=None, num_heads_q: int = NUM_HEADS_Q, h
 
 
 def demo_specs(arch: str, layout: str = "soa") -> list:
-    """The kernel specs the demo's call uses on ``arch`` (via ``heuristics.specs_for``)."""
+    """The kernel specs the demo's call uses on ``arch`` (``selection.catalog.warmup_specs``)."""
     return warmup_specs(arch, [HEAD_DIM], [DTYPE], [CAUSAL], [layout])
 
 
@@ -196,8 +197,9 @@ def run_demo(trace=None, max_tokens: int = traces.DEFAULT_MAX_TOKENS, max_len: i
 def _run_gpu(lengths, layout, repeat, json_path, out, requested_arch=None) -> int:
     import torch
 
+    from ..front.api import varlen_attention
+    from ..jit.runtime import device_arch
     from . import reference
-    from ..front.api import device_arch, varlen_attention
     from .timing import time_cuda
 
     device = torch.device("cuda", torch.cuda.current_device())

@@ -177,8 +177,8 @@ def _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, cau
     """The checks of kernelgen.varlen_attention that read no tensor values (shapes, dtypes, scalar
     arguments), so a bad call fails while torch.compile traces; returns (total_q, num_heads_q,
     head_dim_v)."""
-    from ..selection import validation
     from ..kernels.spec import HEAD_DIMS
+    from ..selection import validation
 
     validation.layout(metadata_layout)
     validation.window((window_left, window_right), bool(causal))

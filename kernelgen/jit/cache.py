@@ -70,8 +70,8 @@ from pathlib import Path
 import filelock
 
 from .. import _version
-from . import compiler, render
 from ..kernels.spec import spec_from_json
+from . import compiler, render
 
 #: ABI tag of the on-disk format; bump it to orphan every existing entry.
 CACHE_FORMAT = 1

@@ -1,18 +1,22 @@
-"""Loaded kernels per device, and launching them on a raw CUDA stream.
+"""Devices read once, and kernels loaded per device.
 
-A kernel is loaded once per (device, spec) from the cubin the cache hands back (CuPy's
-``Module.load`` -> cuModuleLoadData in the device's primary context, the one PyTorch uses), and
-launched with ``cuLaunchKernel`` (through ctypes, ``launch.py``) on the caller's stream.  Every
-kernel takes one parameter struct by value; the launcher packs it with the same field list the
-template was rendered from (``params.py``).  Nothing here synchronises the host or allocates device memory.
+``device(ordinal)`` reads a CUDA device's properties once (CuPy's ``getDeviceProperties``) into a
+``kernels.device.Device``, kept for the process: the decider, the loader and the reports all take
+that one object.  A kernel is loaded once per (device, spec) from the cubin the cache hands back
+(CuPy's ``Module.load`` -> cuModuleLoadData in the device's primary context, the one PyTorch
+uses) into a ``Kernel``: its function handle, CTA size, shared memory and persistent grid, which
+the launch layer (``launch``) launches.  Nothing here launches, synchronises the host or
+allocates device memory.
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass, field
 
-from ..launch import launch
-from ..kernels.params import ATTENTION_PARAMS, COMBINE_PARAMS, FUSED_TMA_PARAMS, SCHEDULER_PARAMS, TMA_ATTENTION_PARAMS, ParamStruct
+from ..kernels.device import Device
+from ..kernels.params import (ATTENTION_PARAMS, COMBINE_PARAMS, FUSED_TMA_PARAMS, ParamStruct, SCHEDULER_PARAMS,
+                              TMA_ATTENTION_PARAMS)
 
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 #: The scheduler keeps up to four 4-byte values per request slot in dynamic shared memory (two
@@ -22,7 +26,10 @@ _SCHEDULER_MAX_SMEM = 4 * 4 * 8192
 
 @dataclass
 class Kernel:
-    """One loaded kernel on one device."""
+    """One loaded kernel on one device: ``spec``, the device ordinal, the CUfunction handle, threads
+    per CTA, dynamic shared memory in bytes (the scheduler's: the most a launch may ask for), the
+    persistent grid (SMs x resident CTAs per SM, from the occupancy calculator) and the parameter
+    struct (``params``) its launches pack."""
 
     spec: object
     device: int
@@ -35,61 +42,50 @@ class Kernel:
     module: object = field(repr=False, default=None)  # keeps the CUmodule alive
     resources: dict = field(default_factory=dict)
 
-    def launch(self, grid: int, stream: int, packed: bytes, smem: int | None = None, threads: int | None = None) -> None:
-        """Launch with ``grid`` CTAs on the raw CUstream handle ``stream`` (0 = legacy default).
-
-        ``packed`` is the parameter struct from ``self.params.pack``; ``smem`` and ``threads``
-        override the kernel's dynamic shared memory (bytes) and CTA size.  Raises
-        ``launch.LaunchError`` (naming the kernel) if the driver rejects the launch.  The hot
-        paths use ``prepare`` instead.
-        """
-        launch.launch_packed(self.spec.name, self.func_ptr, grid, self.num_threads if threads is None else threads,
-                             self.smem_bytes if smem is None else smem, stream, packed)
-
-    def prepare(self, grid: int, static: dict, smem: int | None = None,
-                threads: int | None = None) -> launch.PreparedLaunch:
-        """A launch of this kernel with ``grid`` CTAs and the non-pointer parameters ``static``
-        fixed (``smem``/``threads`` as in ``launch``); see ``launch.PreparedLaunch``."""
-        return launch.PreparedLaunch(self.spec.name, self.func_ptr, grid,
-                                     self.num_threads if threads is None else threads,
-                                     self.smem_bytes if smem is None else smem, self.params, static)
-
 
 _loaded: dict = {}
 _lock = threading.Lock()
-_device_props: dict = {}
+_devices: dict = {}
 
 
-def device_properties(device: int) -> dict:
-    """Cached CUDA device properties: name, cc (major, minor), num_sms, l2_bytes, smem_optin."""
-    p = _device_props.get(device)
-    if p is None:
+def device(ordinal: int) -> Device:
+    """The ``Device`` description of CUDA device ``ordinal``, read from the driver on first use."""
+    d = _devices.get(ordinal)
+    if d is None:
         from cupy.cuda import runtime
 
-        raw = runtime.getDeviceProperties(device)
-        name = raw["name"]
-        p = {
-            "name": name.decode() if isinstance(name, bytes) else str(name),
-            "cc": (int(raw["major"]), int(raw["minor"])),
-            "num_sms": int(raw["multiProcessorCount"]),
-            "l2_bytes": int(raw["l2CacheSize"]),
-            "smem_optin": int(raw.get("sharedMemPerBlockOptin", 0)),
-        }
-        _device_props[device] = p
-    return p
+        d = _devices[ordinal] = Device.from_properties(runtime.getDeviceProperties(ordinal))
+    return d
 
 
-def get_kernel(spec, device: int) -> Kernel:
-    """The kernel for ``spec`` loaded on ``device`` (compiling or loading from the disk cache once)."""
-    k = _loaded.get((device, spec))
+def device_arch(ordinal: int) -> str:
+    """Compile target of CUDA device ``ordinal`` (e.g. 'sm_90a' on an H100/H200); RuntimeError for
+    a compute capability kernelgen has no kernels for."""
+    return device(ordinal).arch
+
+
+def device_properties(ordinal: int) -> dict:
+    """``device(ordinal)``'s fields as a dict (name, cc, num_sms, l2_bytes, smem_optin), for reports."""
+    return dataclasses.asdict(device(ordinal))
+
+
+def get_kernel(spec, ordinal: int) -> Kernel:
+    """The kernel for ``spec`` loaded on device ``ordinal`` (compiling or loading from the disk cache once)."""
+    k = _loaded.get((ordinal, spec))
     if k is not None:
         return k
     with _lock:
-        k = _loaded.get((device, spec))
+        k = _loaded.get((ordinal, spec))
         if k is None:
-            k = _load(spec, device)
-            _loaded[(device, spec)] = k
+            k = _load(spec, ordinal)
+            _loaded[(ordinal, spec)] = k
     return k
+
+
+def load(specs, ordinal: int) -> tuple:
+    """The kernels of ``specs`` (e.g. a recipe's, ``kernels.recipe.Recipe.specs``) loaded on device
+    ``ordinal``, in order (``get_kernel`` each)."""
+    return tuple(get_kernel(s, ordinal) for s in specs)
 
 
 def register_budget(spec) -> tuple | None:
@@ -121,7 +117,7 @@ def check_register_pool(spec, resources: dict) -> None:
                            f"setmaxnreg's {producer}/{consumer} ({need} registers); the consumers would wait forever")
 
 
-def _load(spec, device: int) -> Kernel:
+def _load(spec, ordinal: int) -> Kernel:
     import cupy
     from cupy.cuda import driver, function
 
@@ -133,7 +129,7 @@ def _load(spec, device: int) -> Kernel:
         threads, smem = spec.num_threads, spec.smem_bytes()
         params = TMA_ATTENTION_PARAMS if spec.mainloop == "sm90a" else ATTENTION_PARAMS
     elif spec.kind == "scheduler":
-        # dynamic smem is set per launch (api.scheduler_launch_shape), up to the opt-in below
+        # dynamic smem is set per launch (kernel_args.scheduler_launch_shape), up to the opt-in below
         threads, smem, params = spec.num_threads, 0, SCHEDULER_PARAMS
     elif spec.kind == "fused":  # two attention variants, one AttnParams each (Hopper: after the maps)
         threads, smem = spec.num_threads, spec.smem_bytes()
@@ -142,23 +138,25 @@ def _load(spec, device: int) -> Kernel:
         threads, smem, params = spec.num_threads, 0, COMBINE_PARAMS
     else:
         raise ValueError(f"unknown kernel kind {spec.kind!r}")
-    with cupy.cuda.Device(device):
+    dev = device(ordinal)
+    with cupy.cuda.Device(ordinal):
         module = function.Module()
         module.load(entry.cubin)
         fn = module.get_function(spec.entry)
         opt_in = smem
         if spec.kind == "scheduler":  # what the device allows next to the kernel's static shared memory
-            limit = device_properties(device)["smem_optin"] or 48 * 1024
+            limit = dev.smem_optin or 48 * 1024
             opt_in = min(_SCHEDULER_MAX_SMEM, limit - int(entry.resources.get("shared_static") or 0))
         if opt_in > 48 * 1024:
             driver.funcSetAttribute(fn.ptr, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, opt_in)
         per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, threads, smem)
         if per_sm < 1:
-            raise RuntimeError(f"{spec.name} cannot run on device {device}: occupancy 0 with {smem} B of shared memory")
-        grid = per_sm * device_properties(device)["num_sms"]
+            raise RuntimeError(f"{spec.name} cannot run on device {ordinal}: occupancy 0 with {smem} B of shared "
+                               f"memory")
+        grid = per_sm * dev.num_sms
     if spec.kind == "scheduler":
         smem = opt_in  # the most dynamic shared memory a launch may ask for (set per launch)
-    return Kernel(spec=spec, device=device, func_ptr=fn.ptr, num_threads=threads, smem_bytes=smem,
+    return Kernel(spec=spec, device=ordinal, func_ptr=fn.ptr, num_threads=threads, smem_bytes=smem,
                   persistent_grid=grid, params=params, module=module, resources=dict(entry.resources))
 
 

@@ -1,10 +1,10 @@
 """Values of the kernels' non-pointer parameter fields and launch shapes, from tensors and the
 call's configuration.
 
-One function per kernel, used both by the one-off packers in ``api`` (``scheduler_params``,
-``attention_params``, ``launch_combine``) and by the prepared launches of ``prepared``, so the
-two paths pack the same bytes.  Strides are in elements; pointer fields are packed per launch in
-``params.ParamStruct.pointer_names`` order.
+One function per kernel, used both by the one-off packers of ``launch.oneoff``
+(``scheduler_params``, ``attention_params``, ``launch_combine``) and by the prepared launches of
+``launch.prepared`` and ``launch.fused``, so the two paths pack the same bytes.  Strides are in
+elements; pointer fields are packed per launch in ``params.ParamStruct.pointer_names`` order.
 """
 from __future__ import annotations
 

@@ -210,3 +210,14 @@ class AttentionMaps:
                         for ptr, a, what in zip((qp, kp, vp), self.args, "qkv"))
         self._tls.last = ((qp, kp, vp), maps)
         return maps
+
+
+def attention_maps(spec, q, k, v, paged: bool) -> AttentionMaps:
+    """The ``AttentionMaps`` of a Hopper attention variant (``spec``, an sm90a ``AttentionSpec``) for
+    a call signature's q (tokens, heads, head_dim) and k, v: q by ``block_m``-row boxes, K/V by key
+    blocks, or on a paged cache (num_pages, page_size, heads, dim) by boxes of
+    min(block_n, page_size) keys inside one page (``tma_load_paged``), none for the gather option
+    "g" (the producer warps copy K/V rows themselves).  Raises ValueError (``map_args``)."""
+    t = spec.tile
+    kv_rows = min(t.block_n, k.shape[1]) if paged else t.block_n
+    return AttentionMaps(q, k, v, t.block_m, t.block_n, kv_maps="g" not in spec.sm90_opts, kv_rows=kv_rows)

@@ -13,7 +13,9 @@ the partials by all of its tokens cost GBs (6.9 GiB for a 256-request, 8192-toke
 write it, the combine kernel reads it.  ``WorkspaceLayout`` places them in one
 byte buffer at 256-byte aligned offsets, so ``varlen_attention`` makes one ``torch.empty`` per
 call (stream-ordered reuse by PyTorch's caching allocator makes a fresh buffer per call safe, also
-inside CUDA-graph capture) and ``AttentionPlan`` one buffer for its lifetime.
+inside CUDA-graph capture) and ``AttentionPlan`` one buffer for its lifetime.  A mixed batch's
+two request classes share one workspace (``FusedWorkspace``): the short class's metadata and
+partials as a ``WorkspaceLayout``, then the long class's metadata.
 """
 from __future__ import annotations
 
@@ -131,3 +133,42 @@ class WorkspaceLayout:
                                 region(self.lse_accum_offset, s * h * r, torch.float32, (s, h, r)),
                                 region(self.row_splits_offset, self.rows, torch.int32, (self.rows,)),
                                 self.request_rows)
+
+
+@dataclass(frozen=True)
+class FusedWorkspace:
+    """One workspace for a fused call: the short class's metadata and split-KV partials (laid out
+    as ``WorkspaceLayout``), then the long class's metadata."""
+
+    short: WorkspaceLayout
+
+    @property
+    def capacity(self) -> int:
+        return self.short.capacity
+
+    @property
+    def long_metadata_offset(self) -> int:
+        return self.short.nbytes
+
+    @property
+    def nbytes(self) -> int:
+        return self.short.nbytes + (4 * metadata.buffer_ints(self.capacity) + ALIGN - 1) // ALIGN * ALIGN
+
+    def views(self, ws: torch.Tensor):
+        """(long metadata, short metadata, short SplitBuffers or None) viewing a uint8 workspace of
+        ``nbytes``."""
+        md_short, split = self.short.views(ws)
+        n = metadata.buffer_ints(self.capacity)
+        off = self.long_metadata_offset
+        md_long = ws[off:off + 4 * n].view(torch.int32)
+        return md_long, md_short, split
+
+
+def short_class_workspace(capacity: int, rows: int, split: bool, max_splits: int, num_heads_q: int,
+                          head_dim_v: int, short_max_q: int) -> FusedWorkspace:
+    """The workspace of a mixed call: only the short class splits, and its requests have at most
+    ``short_max_q`` query tokens each, so its partials are indexed by (request, token of the
+    request) when ``capacity * short_max_q`` rows are fewer than the step's ``rows`` tokens
+    (``WorkspaceLayout.request_rows``)."""
+    by_request = short_max_q if capacity * short_max_q < rows else 0
+    return FusedWorkspace(WorkspaceLayout(capacity, split, max_splits, num_heads_q, rows, head_dim_v, by_request))

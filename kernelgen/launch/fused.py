@@ -14,82 +14,72 @@ A call whose batch may mix prefill chunks and decodes runs, on the current strea
 3. with split-KV in the short class, the combine kernel (long rows record one partial and are
    skipped).
 
-``FusedKernels`` is what a plan or a call signature keeps (kernels, scheduler configs, workspace
-layout); ``build`` turns it and a validated call into a ``PreparedFusedCall`` whose ``run``
-reads the data pointers, allocates the workspace unless the caller owns one, and enqueues the four
-launches.  The co-scheduling of prefill and decode work in one launch follows PoD-Attention
-(Kamath et al. 2024); the per-kind queues and one-warp decode tiles are kernelgen's.
+``FusedKernels`` is a fused recipe's kernels bound to its scheduler configs (``bind``), what a
+plan or a call signature keeps; ``build`` (its ``prepare``) turns it and a validated call into a
+``PreparedFusedCall`` whose ``run`` reads the data pointers, allocates the workspace unless the
+caller owns one, and enqueues the four launches.  ``PairKernels`` / ``build_pair`` do the same for
+the two classes in turn (sm_90a where the Hopper fused kernel does not apply).  The
+co-scheduling of prefill and decode work in one launch follows PoD-Attention (Kamath et al.
+2024); the per-kind queues and one-warp decode tiles are kernelgen's.
 """
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 from dataclasses import dataclass
 
-import torch
-
-from ..selection import heuristics
-from ..kernels import kernel_args, metadata
-from . import launch, prepared
-from ..jit import runtime
+from ..kernels import kernel_args, tma
+from ..kernels.metadata import SchedulerConfig
 from ..kernels.params import ATTENTION_PARAMS, FUSED_TMA_PARAMS
-from ..kernels.workspace import ALIGN, WorkspaceLayout
-
-
-@dataclass(frozen=True)
-class FusedWorkspace:
-    """One workspace for a fused call: the short class's metadata and split-KV partials (laid out
-    as ``WorkspaceLayout``), then the long class's metadata."""
-
-    short: WorkspaceLayout
-
-    @property
-    def capacity(self) -> int:
-        return self.short.capacity
-
-    @property
-    def long_metadata_offset(self) -> int:
-        return self.short.nbytes
-
-    @property
-    def nbytes(self) -> int:
-        return self.short.nbytes + (4 * metadata.buffer_ints(self.capacity) + ALIGN - 1) // ALIGN * ALIGN
-
-    def views(self, ws: torch.Tensor):
-        """(long metadata, short metadata, short SplitBuffers or None) viewing a uint8 workspace."""
-        md_short, split = self.short.views(ws)
-        n = metadata.buffer_ints(self.capacity)
-        off = self.long_metadata_offset
-        md_long = ws[off:off + 4 * n].view(torch.int32)
-        return md_long, md_short, split
-
-
-def short_class_workspace(capacity: int, rows: int, split: bool, max_splits: int, num_heads_q: int,
-                          head_dim_v: int, short_max_q: int) -> FusedWorkspace:
-    """The workspace of a mixed call: only the short class splits, and its requests have at most
-    ``short_max_q`` query tokens each, so its partials are indexed by (request, token of the
-    request) when ``capacity * short_max_q`` rows are fewer than the step's ``rows`` tokens
-    (``WorkspaceLayout.request_rows``)."""
-    by_request = short_max_q if capacity * short_max_q < rows else 0
-    return FusedWorkspace(WorkspaceLayout(capacity, split, max_splits, num_heads_q, rows, head_dim_v, by_request))
+from ..kernels.recipe import FusedVariants, PairVariants
+from ..kernels.workspace import FusedWorkspace
+from . import launch, prepared
 
 
 @dataclass
 class FusedKernels:
-    """The loaded kernels and scheduler configurations of a fused call (see the module doc)."""
+    """A fused recipe's loaded kernels (``jit.runtime.Kernel``: scheduler, fused attention kernel,
+    combine or None) and both request classes' scheduler configs (see the module doc)."""
 
-    variants: heuristics.FusedVariants
-    sched: runtime.Kernel
-    fused: runtime.Kernel
-    combine: runtime.Kernel | None
-    cfg_long: metadata.SchedulerConfig
-    cfg_short: metadata.SchedulerConfig
+    variants: FusedVariants
+    sched: object
+    fused: object
+    combine: object
+    cfg_long: SchedulerConfig
+    cfg_short: SchedulerConfig
     #: Hopper fused kernel: CTAs that start on the short queue (``heuristics.sm90_mixed_short_ctas``).
     short_ctas: int = 0
 
-    def workspace(self, capacity: int, rows: int, num_heads_q: int, head_dim_v: int) -> FusedWorkspace:
-        return short_class_workspace(capacity, rows, self.combine is not None, self.variants.short_max_splits,
-                                     num_heads_q, head_dim_v, self.variants.short_max_q)
+    @property
+    def attn(self):
+        """The kernel that runs the attention tiles: the fused kernel."""
+        return self.fused
+
+    @property
+    def config(self) -> SchedulerConfig:
+        """The long class's scheduler config (the short class's: ``cfg_short``)."""
+        return self.cfg_long
+
+    @property
+    def attn_spec(self):
+        return self.variants.fused
+
+    @property
+    def sched_spec(self):
+        return self.variants.scheduler
+
+    @property
+    def hopper(self) -> bool:
+        """Whether the long class runs the Hopper (wgmma/TMA) variant."""
+        return self.variants.fused.hopper
+
+    @property
+    def map_spec(self):
+        """The variant whose q/k/v TMA maps the launch writes (the long class's)."""
+        return self.variants.fused.long
+
+    def prepare(self, **call) -> "PreparedFusedCall":
+        """``build(self, **call)``."""
+        return build(self, **call)
 
 
 def short_first_sms(grid: int, short_ctas: int) -> list[int]:
@@ -106,40 +96,12 @@ def short_first_sms(grid: int, short_ctas: int) -> list[int]:
     return [s for s in range(grid) if s * short_ctas % grid < short_ctas]
 
 
-def load(variants: heuristics.FusedVariants, device: int, num_heads_q: int, num_heads_kv: int, *, sort: bool = True,
-         head_swizzle: bool = True, window_left: int = -1) -> FusedKernels:
-    """Load the kernels of ``variants`` on ``device`` and derive both classes' scheduler configs.
-
-    The long class's split share divides by the fused grid; the short class's by the grid times
-    the short tiles a CTA runs side by side times the decode split granularity (as for a decode
-    launch, whose one-warp CTAs fill the same warps).  ``window_left``: the call's left window in
-    tokens (-1: none; used by a local mask's schedulers, see ``api.scheduler_config``).
-    """
-    from ..front.api import scheduler_config
-
-    f = variants.fused
-    sched = runtime.get_kernel(variants.scheduler, device)
-    fused = runtime.get_kernel(f, device)
-    combine = runtime.get_kernel(variants.combine, device) if variants.combine is not None else None
-    big = 2 ** 31 - 1
-    cfg_long = scheduler_config(f.long, fused, num_heads_q, num_heads_kv, sort=sort, head_swizzle=head_swizzle,
-                                window_left=window_left)
-    cfg_long = dataclasses.replace(cfg_long, class_min_q=variants.short_max_q + 1, class_max_q=big)
-    cfg_short = scheduler_config(f.short, fused, num_heads_q, num_heads_kv, sort=sort, head_swizzle=head_swizzle,
-                                 max_splits=variants.short_max_splits, forced_splits=variants.short_forced_splits,
-                                 window_left=window_left)
-    cfg_short = dataclasses.replace(cfg_short, num_ctas=fused.persistent_grid * f.tiles_per_step
-                         * heuristics.SPLIT_GRANULARITY["decode"], class_min_q=0, class_max_q=variants.short_max_q)
-    short_ctas = heuristics.sm90_mixed_short_ctas(runtime.device_properties(device)["num_sms"]) if f.hopper else 0
-    return FusedKernels(variants, sched, fused, combine, cfg_long, cfg_short, short_ctas)
-
-
 class PairLaunch:
     """A prepared launch of the fused kernel: two AttnParams back to back (long, short), each
     packed once; a launch writes both structs' pointer fields (``launch.PreparedLaunch``'s
     scheme for a struct pair)."""
 
-    def __init__(self, kernel: runtime.Kernel, static_long: dict, static_short: dict):
+    def __init__(self, kernel, static_long: dict, static_short: dict):
         self.name = kernel.spec.name
         self.template = ATTENTION_PARAMS.pack_static(static_long) + ATTENTION_PARAMS.pack_static(static_short)
         self.head = (int(kernel.func_ptr), kernel.persistent_grid, 1, 1, kernel.num_threads, 1, 1, kernel.smem_bytes)
@@ -164,7 +126,7 @@ class HopperPairLaunch:
     encodes the maps of its q/k/v pointers (``tma.AttentionMaps``, cached per pointer set) and
     writes both structs' pointer fields, as ``prepared.TmaLaunch`` and ``PairLaunch`` do."""
 
-    def __init__(self, kernel: runtime.Kernel, static_long: dict, static_short: dict, maps, short_ctas: int):
+    def __init__(self, kernel, static_long: dict, static_short: dict, maps, short_ctas: int):
         self.name, self.maps, self.short_ctas = kernel.spec.name, maps, int(short_ctas)
         self.template = FUSED_TMA_PARAMS.pack_static(static_long, static_short, short_ctas)
         self.head = (int(kernel.func_ptr), kernel.persistent_grid, 1, 1, kernel.num_threads, 1, 1, kernel.smem_bytes)
@@ -191,7 +153,7 @@ class HopperPairLaunch:
 
 def hopper_params(long_packed: bytes, short_packed: bytes, short_ctas: int) -> bytes:
     """The Hopper fused kernel's parameter from the long class's packed ``TmaAttnParams`` (maps
-    first) and the short class's packed ``AttnParams`` (``api.attention_params``)."""
+    first) and the short class's packed ``AttnParams`` (``oneoff.attention_params``)."""
     if len(long_packed) != FUSED_TMA_PARAMS.short_offset or len(short_packed) != ATTENTION_PARAMS.size:
         raise ValueError("hopper_params takes a packed TmaAttnParams and a packed AttnParams")
     return long_packed + short_packed + FUSED_TMA_PARAMS.tail.pack(int(short_ctas), 0)
@@ -231,15 +193,15 @@ def _combine_launch(kernels, out, lse, strides: dict):
     if kernels.combine is None:
         return None
     grid = kernel_args.combine_grid(out.shape[0], out.shape[1], kernels.combine.spec.rows_per_cta)
-    return kernels.combine.prepare(grid, kernel_args.combine_fields(out, lse, out.shape[1], strides))
+    return launch.prepare(kernels.combine, grid, kernel_args.combine_fields(out, lse, out.shape[1], strides))
 
 
 def _scheduler_launches(kernels, batch: int, cap: int) -> tuple:
     """The two classes' prepared scheduler launches (long, short) of a mixed call."""
     kernel_args.check_capacity(cap)
     threads, smem = kernel_args.scheduler_launch_shape(cap, kernels.sched.smem_bytes)
-    return tuple(kernels.sched.prepare(1, kernel_args.scheduler_fields(batch, cap, cfg), smem=smem, threads=threads)
-                 for cfg in (kernels.cfg_long, kernels.cfg_short))
+    return tuple(launch.prepare(kernels.sched, 1, kernel_args.scheduler_fields(batch, cap, cfg), smem=smem,
+                                threads=threads) for cfg in (kernels.cfg_long, kernels.cfg_short))
 
 
 def build(kernels: FusedKernels, *, layout: FusedWorkspace, batch: int, q, k, v, out, lse, page_table, scale: float,
@@ -253,10 +215,8 @@ def build(kernels: FusedKernels, *, layout: FusedWorkspace, batch: int, q, k, v,
     static_short = kernel_args.attention_fields(q, k, v, out, lse, page_table, cap, scale, window, softcap, strides)
     f = kernels.variants.fused
     if f.hopper:
-        from ..front.api import hopper_maps
-
         pair = HopperPairLaunch(kernels.fused, static_long, static_short,
-                                hopper_maps(f.long, q, k, v, page_table is not None), kernels.short_ctas)
+                                tma.attention_maps(f.long, q, k, v, page_table is not None), kernels.short_ctas)
     else:
         pair = PairLaunch(kernels.fused, static_long, static_short)
     hq = out.shape[1]
@@ -267,66 +227,52 @@ def build(kernels: FusedKernels, *, layout: FusedWorkspace, batch: int, q, k, v,
                              dtype=q.dtype, sizes=sizes)
 
 
-def use_fused(short_query_tokens, *, paged: bool, batch: int, max_seqlen_q: int, num_heads_q: int,
-              num_heads_kv: int, pack_gqa, num_splits: int) -> int:
-    """The class threshold (query tokens) of a fused launch for a call, or 0 for none.
-
-    ``short_query_tokens`` None (automatic): fused for a paged cache with more than one request
-    whose ``max_seqlen_q`` exceeds the default threshold and no forced ``pack_gqa`` or
-    ``num_splits``; an int >= 1: fused with that threshold whenever some request may exceed it;
-    0: never.
-    """
-    if short_query_tokens == 0:
-        return 0
-    auto = short_query_tokens is None
-    thr = heuristics.short_query_tokens(num_heads_q, num_heads_kv) if auto else int(short_query_tokens)
-    if auto and (not paged or pack_gqa is not None or num_splits != 0):
-        return 0
-    if batch < 2 or max_seqlen_q <= thr:
-        return 0
-    return thr
-
-
 # ---------------------------- sm_90a: the classes in turn (where the Hopper fused kernel does not apply)
 @dataclass
 class PairKernels:
-    """The loaded kernels of a mixed batch on sm_90a (``heuristics.choose_pair``): the scheduler
-    (launched once per class), the long class's Hopper kernel, the short class's sm_80 decode
-    kernel, the combine kernel when the short class splits, and both classes' scheduler configs."""
+    """A pair recipe's loaded kernels (``jit.runtime.Kernel``): the scheduler (launched once per
+    class), the long class's Hopper kernel, the short class's sm_80 decode kernel, the combine
+    kernel when the short class splits (else None), and both classes' scheduler configs."""
 
-    variants: heuristics.PairVariants
-    sched: runtime.Kernel
-    attn_long: runtime.Kernel
-    attn_short: runtime.Kernel
-    combine: runtime.Kernel | None
-    cfg_long: metadata.SchedulerConfig
-    cfg_short: metadata.SchedulerConfig
+    variants: PairVariants
+    sched: object
+    attn_long: object
+    attn_short: object
+    combine: object
+    cfg_long: SchedulerConfig
+    cfg_short: SchedulerConfig
 
-    def workspace(self, capacity: int, rows: int, num_heads_q: int, head_dim_v: int) -> FusedWorkspace:
-        return short_class_workspace(capacity, rows, self.combine is not None, self.variants.short.max_splits,
-                                     num_heads_q, head_dim_v, self.variants.short_max_q)
+    @property
+    def attn(self):
+        """The long class's (Hopper) attention kernel."""
+        return self.attn_long
 
+    @property
+    def config(self) -> SchedulerConfig:
+        """The long class's scheduler config (the short class's: ``cfg_short``)."""
+        return self.cfg_long
 
-def load_pair(variants: heuristics.PairVariants, device: int, num_heads_q: int, num_heads_kv: int, *,
-              sort: bool = True, head_swizzle: bool = True, window_left: int = -1) -> PairKernels:
-    """Load the kernels of ``variants`` on ``device`` and derive both classes' scheduler configs
-    (each kernel's own tile and grid; the long class unsplit, the short class with its split
-    bound), as ``load`` does for the fused launch."""
-    from ..front.api import scheduler_config
+    @property
+    def attn_spec(self):
+        return self.variants.long.attention
 
-    lv, sv = variants.long, variants.short
-    sched = runtime.get_kernel(sv.scheduler, device)
-    attn_long = runtime.get_kernel(lv.attention, device)
-    attn_short = runtime.get_kernel(sv.attention, device)
-    combine = runtime.get_kernel(sv.combine, device) if sv.combine is not None else None
-    cfg_long = scheduler_config(lv.attention, attn_long, num_heads_q, num_heads_kv, sort=sort,
-                                head_swizzle=head_swizzle, max_splits=1, forced_splits=True, window_left=window_left)
-    cfg_long = dataclasses.replace(cfg_long, class_min_q=variants.short_max_q + 1, class_max_q=2 ** 31 - 1)
-    cfg_short = scheduler_config(sv.attention, attn_short, num_heads_q, num_heads_kv, sort=sort,
-                                 head_swizzle=head_swizzle, max_splits=sv.max_splits, forced_splits=sv.forced_splits,
-                                 window_left=window_left)
-    cfg_short = dataclasses.replace(cfg_short, class_min_q=0, class_max_q=variants.short_max_q)
-    return PairKernels(variants, sched, attn_long, attn_short, combine, cfg_long, cfg_short)
+    @property
+    def sched_spec(self):
+        return self.variants.long.scheduler
+
+    @property
+    def hopper(self) -> bool:
+        """Always: the long class runs the Hopper kernel."""
+        return True
+
+    @property
+    def map_spec(self):
+        """The variant whose q/k/v TMA maps the launch writes (the long class's)."""
+        return self.variants.long.attention
+
+    def prepare(self, **call) -> "PreparedPairCall":
+        """``build_pair(self, **call)``."""
+        return build_pair(self, **call)
 
 
 class PreparedPairCall(prepared.PreparedCall):
@@ -365,16 +311,15 @@ def build_pair(kernels: PairKernels, *, layout: FusedWorkspace, batch: int, q, k
     """Prepare the launches of a validated mixed call on sm_90a (as ``build``): both scheduler
     launches, the Hopper kernel (its tensor maps re-encoded when the pointers change), the decode
     kernel, the combine."""
-    from ..front.api import hopper_maps
-
     cap = layout.capacity
     sched_long, sched_short = _scheduler_launches(kernels, batch, cap)
     strides = layout.short.split_strides()
     long_spec = kernels.variants.long.attention
-    attn_long = prepared.TmaLaunch(kernels.attn_long.prepare(kernels.attn_long.persistent_grid, kernel_args.attention_fields(
-        q, k, v, out, lse, page_table, cap, scale, window, softcap, None)),
-        hopper_maps(long_spec, q, k, v, page_table is not None))
-    attn_short = kernels.attn_short.prepare(kernels.attn_short.persistent_grid, kernel_args.attention_fields(
+    attn_long = prepared.TmaLaunch(launch.prepare(kernels.attn_long, kernels.attn_long.persistent_grid,
+                                                  kernel_args.attention_fields(q, k, v, out, lse, page_table, cap,
+                                                                               scale, window, softcap, None)),
+                                   tma.attention_maps(long_spec, q, k, v, page_table is not None))
+    attn_short = launch.prepare(kernels.attn_short, kernels.attn_short.persistent_grid, kernel_args.attention_fields(
         q, k, v, out, lse, page_table, cap, scale, window, softcap, strides))
     hq = out.shape[1]
     combine = _combine_launch(kernels, out, lse, strides)

@@ -115,3 +115,21 @@ def launch_packed(name: str, func_ptr: int, grid: int, threads: int, smem: int, 
                                             ctypes.addressof(argv), 0)
     except Exception as e:  # noqa: BLE001 - whatever the binding raises, name the kernel
         raise LaunchError(name, e) from e
+
+
+def prepare(kernel, grid: int, static: dict, smem: int | None = None, threads: int | None = None) -> PreparedLaunch:
+    """A ``PreparedLaunch`` of a loaded kernel (``jit.runtime.Kernel``) with ``grid`` CTAs and the
+    non-pointer parameters ``static`` fixed; ``smem`` / ``threads`` override the kernel's dynamic
+    shared memory (bytes) and CTA size."""
+    return PreparedLaunch(kernel.spec.name, kernel.func_ptr, grid, kernel.num_threads if threads is None else threads,
+                          kernel.smem_bytes if smem is None else smem, kernel.params, static)
+
+
+def launch_kernel(kernel, grid: int, stream: int, packed: bytes, smem: int | None = None,
+                  threads: int | None = None) -> None:
+    """Launch a loaded kernel (``jit.runtime.Kernel``) with ``grid`` CTAs on the raw CUstream handle
+    ``stream`` (0 = legacy default) and its parameter struct ``packed`` (``kernel.params.pack``);
+    ``smem`` / ``threads`` as in ``prepare``.  Raises LaunchError (naming the kernel) if the driver
+    rejects the launch.  The hot paths use ``prepare`` instead."""
+    launch_packed(kernel.spec.name, kernel.func_ptr, grid, kernel.num_threads if threads is None else threads,
+                  kernel.smem_bytes if smem is None else smem, stream, packed)

@@ -12,13 +12,16 @@ from __future__ import annotations
 import ctypes
 import threading
 import warnings
+from dataclasses import dataclass
 
 import torch
 
-from . import graph_launch, launch
-from ..kernels import kernel_args
+from ..kernels import kernel_args, tma
+from ..kernels.metadata import SchedulerConfig
 from ..kernels.params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS, TMA_ATTENTION_PARAMS
+from ..kernels.recipe import Variants
 from ..kernels.workspace import WorkspaceLayout
+from . import graph_launch, launch
 
 _MAPS_BYTES = TMA_ATTENTION_PARAMS.MAPS_BYTES
 
@@ -217,7 +220,7 @@ def build(*, sched, attn, combine, cfg, layout: WorkspaceLayout, batch: int, q, 
     """Prepare the launches of a validated call whose tensors are ``q``, ``k``, ``v``, ``out``,
     ``lse`` and ``page_table`` (shapes and strides are read, pointers are not kept).
 
-    ``sched``/``attn``/``combine`` are loaded ``runtime.Kernel``s (combine None without split-KV),
+    ``sched``/``attn``/``combine`` are loaded ``jit.runtime.Kernel``s (combine None without split-KV),
     ``cfg`` the scheduler's ``metadata.SchedulerConfig``; the metadata describes ``batch``
     requests in ``layout.capacity`` slots.  ``fixed_base``: the address of a workspace the
     caller owns (AttentionPlan), None to allocate ``layout.nbytes`` per run.  ``return_lse``:
@@ -229,17 +232,55 @@ def build(*, sched, attn, combine, cfg, layout: WorkspaceLayout, batch: int, q, 
     threads, smem = kernel_args.scheduler_launch_shape(layout.capacity, sched.smem_bytes)
     strides = layout.split_strides()
     hq = out.shape[1]
-    sched_launch = sched.prepare(1, kernel_args.scheduler_fields(batch, layout.capacity, cfg), smem=smem,
-                                 threads=threads)
-    attn_launch = attn.prepare(attn.persistent_grid, kernel_args.attention_fields(
+    sched_launch = launch.prepare(sched, 1, kernel_args.scheduler_fields(batch, layout.capacity, cfg), smem=smem,
+                                  threads=threads)
+    attn_launch = launch.prepare(attn, attn.persistent_grid, kernel_args.attention_fields(
         q, k, v, out, lse, page_table, layout.capacity, scale, window, softcap, strides))
     combine_launch = None
     if combine is not None:
         grid = kernel_args.combine_grid(out.shape[0], hq, combine.spec.rows_per_cta)
-        combine_launch = combine.prepare(grid, kernel_args.combine_fields(out, lse, hq, strides))
+        combine_launch = launch.prepare(combine, grid, kernel_args.combine_fields(out, lse, hq, strides))
     kw = dict(device=q.device, sched=sched_launch, attn=attn_launch, combine=combine_launch, layout=layout,
               fixed_base=fixed_base, out_shape=tuple(out.shape), lse_shape=(hq, out.shape[0]) if return_lse else None,
               dtype=q.dtype, sizes=sizes, config=cfg)
     if maps is not None:
         kw["attn"] = TmaLaunch(attn_launch, maps)
     return PreparedCall(**kw)
+
+
+@dataclass
+class SingleKernels:
+    """A single-class recipe's loaded kernels (``jit.runtime.Kernel``: scheduler, attention,
+    combine or None without split-KV) and its scheduler config (``bind.bind``)."""
+
+    variants: Variants
+    sched: object
+    attn: object
+    combine: object
+    config: SchedulerConfig
+
+    @property
+    def attn_spec(self):
+        return self.variants.attention
+
+    @property
+    def sched_spec(self):
+        return self.variants.scheduler
+
+    @property
+    def hopper(self) -> bool:
+        """Whether the attention kernel is the Hopper (wgmma/TMA) one."""
+        return self.variants.attention.mainloop == "sm90a"
+
+    @property
+    def map_spec(self):
+        """The variant whose q/k/v TMA maps the launch writes (on the Hopper path)."""
+        return self.variants.attention
+
+    def prepare(self, *, layout: WorkspaceLayout, batch: int, q, k, v, out, lse, page_table, scale: float,
+                window: tuple, softcap: float, return_lse: bool, fixed_base: int | None, sizes: dict) -> PreparedCall:
+        """``build`` with these kernels and config (and the Hopper kernel's tensor maps)."""
+        maps = tma.attention_maps(self.map_spec, q, k, v, page_table is not None) if self.hopper else None
+        return build(sched=self.sched, attn=self.attn, combine=self.combine, cfg=self.config, layout=layout,
+                     batch=batch, q=q, k=k, v=v, out=out, lse=lse, page_table=page_table, scale=scale, window=window,
+                     softcap=softcap, return_lse=return_lse, fixed_base=fixed_base, sizes=sizes, maps=maps)

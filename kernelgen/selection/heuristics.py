@@ -1,8 +1,8 @@
-"""Variant choice: one function derives the kernel specs for a call.
+"""Variant choice: tiles, split bounds and the kernel specs of a call.
 
-``choose`` is used by the dispatcher at run time *and* by ``kernelgen warmup``, so a pre-warmed
-cache is always hit (the failure mode of FlashInfer issue #4737, where the pre-compile step and
-the launch path each had their own rule).  ``specs_for`` is its short form for plain prefill.
+``choose`` is used by the dispatcher at run time (``decide``) *and* by ``kernelgen warmup``
+(``catalog``), so a pre-warmed cache is always hit (the failure mode of FlashInfer issue #4737,
+where the pre-compile step and the launch path each had their own rule).  ``specs_for`` is its short form for plain prefill.
 
 Tile classes, by query rows per request tile (``max_seqlen_q`` times the pack-GQA factor):
 ``decode`` (<= 16 rows: one warp of 16 rows, many CTAs per SM, memory-bound), ``mid`` (<= 64) and
@@ -11,10 +11,14 @@ Tile classes, by query rows per request tile (``max_seqlen_q`` times the pack-GQ
 
 Mainloop: on sm_90a, prefill-class calls the Hopper path supports (``sm90_unsupported``) take the
 wgmma/TMA kernel (``mainloop="sm90a"``, the head dims' tile ``sm90_tile``, options
-``SM90_OPTS``; a paged cache whose pages do not hold whole key blocks adds "g": K/V rows gathered
-through the page table, ``sm90_options``), with split-KV when the split bound for that tile says
-so; everything else, and every other arch, the sm_80 (mma.sync) kernels.  ``choose``'s
-``mainloop`` argument forces one (``varlen_attention(arch=...)``, ``KERNELGEN_ARCH``).
+``SM90_OPTS`` or the ``sm90_opts`` override the decider passes from ``KERNELGEN_SM90_OPTS``; a paged
+cache whose pages do not hold whole key blocks adds "g": K/V rows gathered through the page table,
+``sm90_options``), with split-KV when the split bound for that tile says so; everything else, and
+every other arch, the sm_80 (mma.sync) kernels.  ``choose``'s ``mainloop`` argument forces one
+(``varlen_attention(arch=...)``, ``KERNELGEN_ARCH``).
+
+The choosers here are the decider's (``decide``) building blocks: they read no device and no
+environment (the device's SMs and the overrides come in as arguments).
 
 Split-KV: the host picks an upper bound with FlashAttention-3's occupancy rule (treating a varlen
 batch as one request, as FA3 does); the GPU scheduler then gives each request its own count from
@@ -22,12 +26,12 @@ the batch's real work (metadata.SchedulerConfig).
 """
 from __future__ import annotations
 
-import math
-import os
 import dataclasses
-from dataclasses import dataclass
+import math
 
-from ..kernels.spec import ARCHS, MAINLOOPS, MASKS, SM90_HEAD_DIM_PAIRS, SM90_PAGED_HEAD_DIMS, AttentionSpec, CombineSpec, FusedAttentionSpec, SchedulerSpec, TileConfig
+from ..kernels.recipe import FusedVariants, PairVariants, Variants
+from ..kernels.spec import (AttentionSpec, CombineSpec, FusedAttentionSpec, MAINLOOPS, MASKS, SM90_HEAD_DIM_PAIRS,
+                            SM90_PAGED_HEAD_DIMS, SchedulerSpec, TileConfig)
 
 #: Largest dynamic shared memory one CTA may opt into, bytes (CUDA programming guide, per arch).
 SMEM_LIMIT = {"sm_80": 166912, "sm_86": 101376, "sm_89": 101376, "sm_90a": 232448}
@@ -129,9 +133,10 @@ def sm90_tile(head_dim: int, head_dim_v: int, paged: bool = False) -> TileConfig
 #: The Hopper mainloop's options (``AttentionSpec.sm90_opts``) the dispatcher uses: "p", the
 #: two consumer warpgroups' GEMMs in ping-pong (H200, docs/perf-notes.md "Hopper path": 648 vs
 #: 580 TFLOP/s without it on the causal 16k shape; P V over the whole head dim, softmax
-#: overlapped with the next block's Q K^T).  The environment variable ``KERNELGEN_SM90_OPTS``
-#: (read at import) overrides it, for tuning runs.
-SM90_OPTS = os.environ.get("KERNELGEN_SM90_OPTS", "p")
+#: overlapped with the next block's Q K^T).  ``KERNELGEN_SM90_OPTS`` overrides it for tuning runs
+#: (``Settings.sm90_opts``, passed as the choosers' ``sm90_opts``; read at call time, so tuning
+#: runs may also replace this constant).
+SM90_OPTS = "p"
 
 #: A paged call whose requests average at least this many query tokens (total_q / batch, known
 #: on the host without a sync) skips the fused mixed-batch launch for the Hopper path (when that
@@ -214,39 +219,29 @@ def estimated_ctas(arch: str, tile: TileConfig, smem_bytes: int, num_sms: int) -
     return max(1, min(by_smem, by_regs, 32)) * num_sms
 
 
-@dataclass(frozen=True)
-class Variants:
-    """The kernels of one call: scheduler, attention and (with split-KV) combine, plus the split
-    bound the scheduler receives."""
-
-    scheduler: SchedulerSpec
-    attention: AttentionSpec
-    combine: CombineSpec | None
-    max_splits: int
-    forced_splits: bool
-
-
-def sm90_options(paged: bool, page_size: int, block_n: int) -> str:
-    """The Hopper mainloop's options (``AttentionSpec.sm90_opts``) for a call: ``SM90_OPTS``
-    without "g" for packed K/V; for a paged cache, with "g" (the producer warps gather K/V rows
-    through the page table, any page size) unless TMA boxes fit the pages
-    (``sm90_paged_tma_fits``) and ``SM90_OPTS`` does not ask for "g" itself."""
-    opts = set(SM90_OPTS) - {"g"}
-    if paged and ("g" in SM90_OPTS or not sm90_paged_tma_fits(page_size, block_n)):
+def sm90_options(paged: bool, page_size: int, block_n: int, sm90_opts: str | None = None) -> str:
+    """The Hopper mainloop's options (``AttentionSpec.sm90_opts``) for a call: ``sm90_opts``
+    (None: ``SM90_OPTS``) without "g" for packed K/V; for a paged cache, with "g" (the producer
+    warps gather K/V rows through the page table, any page size) unless TMA boxes fit the pages
+    (``sm90_paged_tma_fits``) and the options do not ask for "g" themselves."""
+    base = SM90_OPTS if sm90_opts is None else sm90_opts
+    opts = set(base) - {"g"}
+    if paged and ("g" in base or not sm90_paged_tma_fits(page_size, block_n)):
         opts.add("g")
     return "".join(sorted(opts))
 
 
 def sm90_tile_and_options(head_dim: int, head_dim_v: int, paged: bool, page_size: int,
-                          tile: TileConfig | None = None) -> tuple[TileConfig, str]:
+                          tile: TileConfig | None = None, sm90_opts: str | None = None) -> tuple[TileConfig, str]:
     """The Hopper path's (tile, ``sm90_opts``) for a call: ``tile`` or ``sm90_tile``, with the
     options of its K/V loads (``sm90_options``); where those gather rows and ``SM90_GATHER_TILES``
-    has a lighter tile for the head dims (no explicit ``tile``), that tile and its own options."""
+    has a lighter tile for the head dims (no explicit ``tile``), that tile and its own options.
+    ``sm90_opts``: as ``sm90_options``'."""
     t = tile or sm90_tile(head_dim, head_dim_v, paged)
-    opts = sm90_options(paged, page_size, t.block_n)
+    opts = sm90_options(paged, page_size, t.block_n, sm90_opts)
     if tile is None and "g" in opts and (head_dim, head_dim_v) in SM90_GATHER_TILES:
         t = SM90_GATHER_TILES[(head_dim, head_dim_v)]
-        opts = sm90_options(paged, page_size, t.block_n)
+        opts = sm90_options(paged, page_size, t.block_n, sm90_opts)
     return t, opts
 
 
@@ -296,7 +291,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
            mask: str = "none", layout: str = "soa", max_seqlen_q: int, max_seqlen_k: int, paged: bool = False,
            softcap: bool = False, pack_gqa: bool | None = None, num_splits: int = 0, num_sms: int = 132,
            tile: TileConfig | None = None, mainloop: str | None = None, tma_ok: bool = True,
-           page_size: int = 0) -> Variants:
+           page_size: int = 0, sm90_opts: str | None = None) -> Variants:
     """Every kernel variant of a call, from what the host knows (shapes, flags, max lengths).
 
     ``mainloop``: None picks the Hopper path ("sm90a": wgmma, TMA) on sm_90a for the variants it
@@ -307,7 +302,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
     with the reason).  An explicit
     ``tile`` belongs to the sm_80 path unless ``mainloop="sm90a"``.  ``tma_ok``: q/k/v strides
     that TMA can address.  ``page_size``: tokens per page of a paged cache (0 = unknown), which
-    picks the Hopper path's K/V loads (``sm90_options``).
+    picks the Hopper path's K/V loads (``sm90_options``).  ``sm90_opts``: the Hopper mainloop's
+    options (None: ``SM90_OPTS``).
 
     Raises ValueError when the variant does not fit the arch (shared memory) or a value is bad.
     """
@@ -330,7 +326,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
         if mainloop == "sm90a" and why:
             raise ValueError(f"the Hopper (sm_90a) path does not support this call: {why}")
         if not why:
-            t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, tile)
+            t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, tile, sm90_opts)
             n = -(-max(max_seqlen_k, 1) // t.block_n)
             if num_splits > 0:  # forced: never more splits than key blocks (sizes the partials)
                 max_splits, forced = max(1, min(num_splits, n)), True
@@ -389,20 +385,6 @@ def short_query_tokens(num_heads_q: int, num_heads_kv: int) -> int:
     return max(1, SHORT_TILE_ROWS // qpk) if 1 < qpk <= SHORT_TILE_ROWS else SHORT_TILE_ROWS
 
 
-@dataclass(frozen=True)
-class FusedVariants:
-    """The kernels of a fused mixed-batch call: one scheduler spec (launched once per request
-    class), the fused attention kernel, the combine kernel when the short class splits KV, the
-    short class's split bound and the class threshold (query tokens)."""
-
-    scheduler: SchedulerSpec
-    fused: FusedAttentionSpec
-    combine: CombineSpec | None
-    short_max_splits: int
-    short_forced_splits: bool
-    short_max_q: int
-
-
 def _short_class(arch, dtype, head_dim, head_dim_v, num_heads_q, num_heads_kv, mask, layout, max_seqlen_k, paged,
                  softcap, short_max_q, num_sms):
     """(threshold, the short class's sm_80 decode variants) of a mixed batch, or (threshold, None)
@@ -443,21 +425,10 @@ def choose_fused(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_h
     return FusedVariants(short.scheduler, fused, short.combine, short.max_splits, short.forced_splits, thr)
 
 
-@dataclass(frozen=True)
-class PairVariants:
-    """The kernels of a mixed batch on sm_90a (``choose_pair``): the long class's Hopper variants
-    (no split; records row_splits when the short class splits) and the short class's sm_80
-    decode variants (pack-GQA, the automatic split bound, combine), with the class threshold."""
-
-    long: Variants
-    short: Variants
-    short_max_q: int
-
-
 def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q: int, num_heads_kv: int,
                 mask: str = "none", layout: str = "soa", max_seqlen_q: int, max_seqlen_k: int, paged: bool = False,
                 softcap: bool = False, short_max_q: int | None = None, num_sms: int = 132, page_size: int = 0,
-                tma_ok: bool = True) -> PairVariants | None:
+                tma_ok: bool = True, sm90_opts: str | None = None) -> PairVariants | None:
     """A mixed batch's two kernels on sm_90a, or None where they do not apply (another arch, a
     long class the Hopper path cannot run, or a threshold whose short tiles are not decode tiles).
 
@@ -478,7 +449,7 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
     if sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap, pack=False,
                         num_splits=1, tma_ok=tma_ok):
         return None
-    t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size)
+    t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, sm90_opts=sm90_opts)
     attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, paged=paged, softcap=softcap,
                          row_splits=short.attention.split, mainloop="sm90a", sm90_opts=opts)
     _check_smem(attn, arch)
@@ -491,7 +462,8 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
 #: each reach most of the H200's: the work they take in parallel with the long class costs
 #: only those SMs' time (docs/perf-notes.md, "mixed batches: one Hopper launch").  Either kind of
 #: CTA takes the other queue's tiles once its own is empty, so the choice moves work between
-#: phases, never leaves an SM idle.  ``KERNELGEN_MIXED_SHORT_CTAS`` (an int) overrides it.
+#: phases, never leaves an SM idle.  ``KERNELGEN_MIXED_SHORT_CTAS`` (an int) overrides it
+#: (``Settings.mixed_short_ctas``).
 #: 1/3 (44 of an H200's 132) since the short-first CTAs sit on SMs spread over the SM ids
 #: (``fused.short_first_sms``): there the decode tiles read about 70 GB/s an SM beside the prefill
 #: instead of 53, and the bench's mixed batch balances at 44-48 (``tools/mixed_timeline.py``; heavy
@@ -500,18 +472,12 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
 SM90_MIXED_SHORT_FRACTION = 1 / 3
 
 
-def sm90_mixed_short_ctas(num_sms: int) -> int:
-    """CTAs of a Hopper fused mixed-batch launch that start on the short queue (see
-    ``SM90_MIXED_SHORT_FRACTION``); ``KERNELGEN_MIXED_SHORT_CTAS`` overrides (0..num_sms)."""
-    env = os.environ.get("KERNELGEN_MIXED_SHORT_CTAS", "").strip()
-    if env:
-        try:
-            n = int(env)
-        except ValueError:
-            raise ValueError(f"KERNELGEN_MIXED_SHORT_CTAS must be an int, got {env!r}") from None
-        if not 0 <= n <= num_sms:
-            raise ValueError(f"KERNELGEN_MIXED_SHORT_CTAS must be in [0, {num_sms}], got {n}")
-        return n
+def sm90_mixed_short_ctas(num_sms: int, override: int | None = None) -> int:
+    """CTAs of a Hopper fused mixed-batch launch on ``num_sms`` SMs that start on the short queue:
+    ``override`` (``Settings.mixed_short_ctas``, 0..num_sms) when given, else a
+    ``SM90_MIXED_SHORT_FRACTION`` share, at least 1."""
+    if override is not None:
+        return override
     return max(1, round(num_sms * SM90_MIXED_SHORT_FRACTION))
 
 
@@ -526,20 +492,8 @@ SM90_FUSED_SHORT_STAGES = 2
 #: tile's rows as its N; half the MMAs, exponentials and O rescaling of the 16-row tile, which at
 #: 4 query heads a KV head fills 4 of its 16 rows), 16 the sm_80 path's 16-row tile.  Head dims
 #: above 128 always take 16.  Requests of more than 8 rows (tokens x query heads a KV head) run as
-#: two or more 8-row tiles.  ``KERNELGEN_SM90_SHORT_ROWS`` overrides it (``sm90_fused_short_rows``).
+#: two or more 8-row tiles.  ``KERNELGEN_SM90_SHORT_ROWS`` overrides it (``Settings.sm90_short_rows``).
 SM90_FUSED_SHORT_ROWS = 8
-
-
-def sm90_fused_short_rows() -> int:
-    """Query rows of the Hopper fused launch's decode tile: ``KERNELGEN_SM90_SHORT_ROWS`` (8 or
-    16) when set, else ``SM90_FUSED_SHORT_ROWS``.  Raises ValueError naming the variable for any
-    other value."""
-    env = os.environ.get("KERNELGEN_SM90_SHORT_ROWS", "").strip()
-    if not env:
-        return SM90_FUSED_SHORT_ROWS
-    if env not in ("8", "16"):
-        raise ValueError(f"KERNELGEN_SM90_SHORT_ROWS must be 8 or 16, got {env!r}")
-    return int(env)
 
 
 def choose_fused_hopper(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q: int,
@@ -547,25 +501,27 @@ def choose_fused_hopper(arch: str, dtype: str, head_dim: int, head_dim_v: int, *
                         max_seqlen_k: int, paged: bool = False, softcap: bool = False,
                         short_max_q: int | None = None, num_sms: int = 132, page_size: int = 0,
                         tma_ok: bool = True, short_stages: int | None = None,
-                        short_block_n: int | None = None, short_rows: int | None = None) -> FusedVariants | None:
+                        short_block_n: int | None = None, short_rows: int | None = None,
+                        sm90_opts: str | None = None) -> FusedVariants | None:
     """The one-launch kernels of a mixed batch on sm_90a: the Hopper long variant and the sm_80
     one-warp decode variant of ``choose_pair`` in one persistent kernel (``FusedAttentionSpec``
     with a Hopper long variant, templates/attention/fwd_fused_sm90.cu.j2), or None where
     ``choose_pair`` gives None, head_dim_v is above ``FusedAttentionSpec.SM90_FUSED_MAX_DV`` (the
     consumers' registers spill) or no short tile fits beside the long variant's shared memory.
 
-    The decode tile has ``short_rows`` query rows (default ``sm90_fused_short_rows()``; 8 is the
+    The decode tile has ``short_rows`` query rows (default ``SM90_FUSED_SHORT_ROWS``; 8 is the
     keys-as-rows tile, head dims <= 128 only, with 16-key blocks), ``short_stages`` K/V stages
     (``SM90_FUSED_SHORT_STAGES``) and, for 16 rows, ``short_block_n`` keys a block."""
     pv = choose_pair(arch, dtype, head_dim, head_dim_v, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv,
                      mask=mask, layout=layout, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, paged=paged,
-                     softcap=softcap, short_max_q=short_max_q, num_sms=num_sms, page_size=page_size, tma_ok=tma_ok)
+                     softcap=softcap, short_max_q=short_max_q, num_sms=num_sms, page_size=page_size, tma_ok=tma_ok,
+                     sm90_opts=sm90_opts)
     if pv is None or head_dim_v > FusedAttentionSpec.SM90_FUSED_MAX_DV:
         return None
     st = SM90_FUSED_SHORT_STAGES if short_stages is None else int(short_stages)
     short = pv.short.attention
     bn = short.tile.block_n if short_block_n is None else int(short_block_n)
-    rows = sm90_fused_short_rows() if short_rows is None else int(short_rows)
+    rows = SM90_FUSED_SHORT_ROWS if short_rows is None else int(short_rows)
     if rows not in (8, 16):
         raise ValueError(f"short_rows must be 8 or 16, got {rows}")
     if rows == 8 and max(head_dim, head_dim_v) > 128:
@@ -597,18 +553,3 @@ def specs_for(arch, dtype, head_dim, head_dim_v, causal, layout, tile: TileConfi
                mask="causal" if causal else "none", layout=layout, max_seqlen_q=4096, max_seqlen_k=4096,
                num_splits=1, tile=tile, mainloop=mainloop)
     return v.scheduler, v.attention
-
-
-def arch_for_capability(major: int, minor: int) -> str:
-    """Compile target for a device's compute capability: the exact arch, with 'a' on Hopper."""
-    cc = major * 10 + minor
-    if cc == 90:
-        return "sm_90a"
-    if cc in (80, 86, 89):
-        return f"sm_{cc}"
-    if cc == 87:
-        return "sm_86"  # an sm_86 cubin runs on 8.7 (same major, higher minor)
-    raise RuntimeError(
-        f"compute capability {major}.{minor} is not supported by kernelgen's kernels "
-        f"(supported: {', '.join(ARCHS)})"
-    )

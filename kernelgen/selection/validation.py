@@ -277,17 +277,17 @@ ARCH_ENV = "KERNELGEN_ARCH"
 _ARCH_NAMES = {"sm_80": "sm80", "sm80": "sm80", "sm_90a": "sm90a", "sm90a": "sm90a", "auto": None, "": None}
 
 
-def arch(x, device_arch: str | None):
+def arch(x, device_arch: str | None, env: str | None = None):
     """The mainloop a call asks for: None (automatic), "sm80" or "sm90a".
 
-    ``x`` is varlen_attention's ``arch`` argument ("sm_80", "sm_90a", "auto" or None); None reads
-    ``KERNELGEN_ARCH`` (same values; unset means automatic).  "sm_90a" needs a device whose
-    compile target is sm_90a (``device_arch``; None skips that check).  Raises TypeError /
-    ValueError naming the argument (or the variable).
+    ``x`` is varlen_attention's ``arch`` argument ("sm_80", "sm_90a", "auto" or None); None takes
+    ``env``, the value of ``KERNELGEN_ARCH`` (``Settings.arch``; same values, None = unset =
+    automatic).  "sm_90a" needs a device whose compile target is sm_90a (``device_arch``; None
+    skips that check).  Raises TypeError / ValueError naming the argument (or the variable).
     """
     what = "arch"
     if x is None:
-        x, what = os.environ.get(ARCH_ENV, ""), ARCH_ENV
+        x, what = env or "", ARCH_ENV
     if not isinstance(x, str):
         raise TypeError(f"arch must be None or a str, got {type(x).__name__}")
     key = x.strip().lower()

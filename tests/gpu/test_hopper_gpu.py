@@ -13,10 +13,10 @@ import pytest
 import torch
 
 import kernelgen
+from kernelgen.apps.reference import attention_reference, tolerance
 from kernelgen.front import api
 from kernelgen.launch import fused, prepared
 from kernelgen.selection import heuristics
-from kernelgen.apps.reference import attention_reference, tolerance
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 import kernelgen
-from kernelgen.front import api
-from kernelgen.launch import graph_launch
-from kernelgen.front.plan import AttentionPlan
 from kernelgen.apps.reference import attention_reference, gather_paged, tolerance
+from kernelgen.front import api
+from kernelgen.front.plan import AttentionPlan
+from kernelgen.launch import graph_launch
 
 pytestmark = pytest.mark.gpu
 BF16 = torch.bfloat16

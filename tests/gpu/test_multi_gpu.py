@@ -16,8 +16,8 @@ import pytest
 import torch
 
 import kernelgen
-from kernelgen.jit import runtime
 from kernelgen.apps.reference import attention_reference, gather_paged, tolerance
+from kernelgen.jit import runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from kernelgen.front.plan import AttentionPlan
 from kernelgen.apps.reference import attention_reference, gather_paged, tolerance
+from kernelgen.front.plan import AttentionPlan
 
 pytestmark = pytest.mark.gpu
 BF16 = torch.bfloat16

@@ -7,18 +7,12 @@ Suites (``--suite``, comma list or ``all``): ``prefill``, ``decode``, ``mixed``,
 :mod:`kernelgen.apps.bench.plots`): a markdown table per suite on stdout, ``--json`` in the report shape
 of ``docs/benchmarks/h200.json`` and ``--plots DIR`` (PNG bars per suite and a roofline chart).
 
-This module stays light (no torch import) so the CLI can build its parser from it.
+This module stays light (no torch import) so the CLI can build its parser from it; the command
+itself is ``runner.main_args``.
 """
 from __future__ import annotations
 
 #: Suite names, in the order the report lists them.
 SUITES = ("prefill", "decode", "mixed", "scheduler", "compile", "overhead")
 
-__all__ = ["SUITES", "main_args"]
-
-
-def main_args(args) -> int:
-    """Entry point of ``kernelgen bench`` (args from cli.py's parser); see runner.main_args."""
-    from .runner import main_args as _main
-
-    return _main(args)
+__all__ = ["SUITES"]

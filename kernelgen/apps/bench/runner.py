@@ -113,7 +113,7 @@ def run(suites=("all",), models=None, trace=None, repeat=None, quick=False, flex
     import torch
 
     from ...jit import runtime
-    from ...front.api import device_arch
+    from ...jit.runtime import device_arch
     from . import suites as S
 
     out = out or sys.stdout

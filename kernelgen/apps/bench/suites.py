@@ -703,7 +703,7 @@ def _compile_root() -> str:
 
 
 def compile_cold_entry(settings: Settings, model=None) -> dict:
-    from ...front.api import device_arch
+    from ...jit.runtime import device_arch
 
     arch = device_arch(settings.device)
     root = tempfile.mkdtemp(prefix="cold-", dir=_compile_root())
@@ -718,7 +718,7 @@ def compile_cold_entry(settings: Settings, model=None) -> dict:
 
 
 def compile_warm_entry(settings: Settings, model=None) -> dict:
-    from ...front.api import device_arch
+    from ...jit.runtime import device_arch
 
     arch = device_arch(settings.device)
     root = _compile_tmp.get("warm_root")
@@ -741,7 +741,7 @@ def dispatch_entry(settings: Settings, model: ModelPreset) -> dict:
     ``us_choose``: heuristics.choose for a decode call of the preset."""
     from ...selection import heuristics
     from ...jit import runtime
-    from ...front.api import device_arch
+    from ...jit.runtime import device_arch
 
     dev = settings.device
     arch = device_arch(dev)
@@ -783,7 +783,8 @@ def overhead_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
     torch = _torch()
     from ...launch import graph_launch
     from ...jit import runtime
-    from ...front.api import device_arch, varlen_attention
+    from ...front.api import varlen_attention
+    from ...jit.runtime import device_arch
     from ...front.plan import AttentionPlan
 
     m = model

@@ -13,10 +13,10 @@ import json
 def tile_sweep(seqlen=16384, heads=32, d=128, causal=True) -> list:
     import torch
 
-    from ...front import api
-    from ...selection import heuristics
-    from ...kernels import metadata
     from ...jit import runtime
+    from ...kernels import metadata
+    from ...launch import launch, oneoff, prepared
+    from ...selection import decide, heuristics
     from ..demo import visible_pairs
     from ..timing import time_cuda
 
@@ -25,7 +25,7 @@ def tile_sweep(seqlen=16384, heads=32, d=128, causal=True) -> list:
     k, v = torch.randn_like(q), torch.randn_like(q)
     cu = torch.tensor([0, seqlen], dtype=torch.int32, device="cuda")
     flops = 4 * heads * d * visible_pairs(seqlen, seqlen, causal=True)
-    arch = api.device_arch(0)
+    arch = runtime.device_arch(0)
     rows = []
     ref = None
     for tile in heuristics.CANDIDATE_TILES[d]:
@@ -37,26 +37,28 @@ def tile_sweep(seqlen=16384, heads=32, d=128, causal=True) -> list:
             continue
         out = torch.empty_like(q)
         md = torch.empty(metadata.buffer_ints(1), dtype=torch.int32, device="cuda")
-        cfg = api.scheduler_config(attn_spec, attn, heads, heads)
+        cfg = decide.scheduler_plan(attn_spec, device=runtime.device(0), num_heads_q=heads,
+                                    num_heads_kv=heads).config(attn.persistent_grid)
 
         def run():
-            s = api._current_stream(0)
-            api.launch_scheduler(sched, s, cu, cu, None, md, 1, 1, cfg)
-            attn.launch(attn.persistent_grid, s, api.attention_params(q, k, v, out, None, cu, cu, md, 1, d ** -0.5))
+            s = prepared.current_stream(0)
+            oneoff.launch_scheduler(sched, s, cu, cu, None, md, 1, 1, cfg)
+            launch.launch_kernel(attn, attn.persistent_grid, s,
+                                 oneoff.attention_params(q, k, v, out, None, cu, cu, md, 1, d ** -0.5))
         us = time_cuda(run, repeat=8, warmup=2)
         if ref is None:
             ref = out.clone()
         rows.append({"tile": tile.tag, "us": us, "tflops": flops / (us * 1e-6) / 1e12,
                      "registers": attn.resources.get("registers"), "spills": attn.resources.get("spill_stores"),
-                     "ctas_per_sm": attn.persistent_grid // runtime.device_properties(0)["num_sms"],
+                     "ctas_per_sm": attn.persistent_grid // runtime.device(0).num_sms,
                      "max_diff_vs_first": float((out.float() - ref.float()).abs().max())})
     return rows
 
 
 def decode_sweep(settings=None) -> list:
     """Decode tile candidates for head dim 128 on the two decode shapes (no peers), llama3-8b."""
-    from ...selection import heuristics
     from ...kernels.spec import TileConfig
+    from ...selection import heuristics
     from .models import PRESETS
     from .suites import Settings, decode_contexts, decode_measure
 
