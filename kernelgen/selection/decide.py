@@ -91,9 +91,9 @@ def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) 
     """
     arch = device.arch
     mainloop = validation.arch(sig.arch, arch, settings.arch)
-    if mainloop == "sm90a" and sig.short_query_tokens:
-        raise ValueError("arch='sm_90a' runs no fused mixed-batch launch: leave short_query_tokens None or 0")
     if mainloop == "sm90a":
+        if sig.short_query_tokens:
+            raise ValueError("arch='sm_90a' runs no fused mixed-batch launch: leave short_query_tokens None or 0")
         return recipe(_choose(sig, arch, device, settings, "sm90a"), sig, device, settings)
     if (not sig.plan and mainloop is None and sig.short_query_tokens is None
             and heuristics.paged_prefers_hopper(sig.paged, sig.rows, sig.batch)):
@@ -103,7 +103,10 @@ def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) 
     thr = use_fused(sig)
     if thr:
         if mainloop is None:
-            kw = dict(_mixed_args(sig, device, thr), sm90_opts=settings.sm90_opts)
+            kw = dict(num_heads_q=sig.num_heads_q, num_heads_kv=sig.num_heads_kv, mask=sig.mask, layout=sig.layout,
+                      max_seqlen_q=sig.max_seqlen_q, max_seqlen_k=sig.max_seqlen_k, paged=sig.paged,
+                      softcap=sig.softcap, short_max_q=thr, num_sms=device.num_sms, page_size=sig.page_size,
+                      tma_ok=sig.tma_ok, sm90_opts=settings.sm90_opts)
             # the Hopper fused kernel is built from the classes-in-turn variants, where they apply
             pv = heuristics.choose_pair(arch, sig.dtype, sig.head_dim, sig.head_dim_v, **kw)
             if pv is not None:
@@ -127,12 +130,6 @@ def _choose(sig: CallSignature, arch: str, device: Device, settings: Settings, m
         paged=sig.paged, softcap=sig.softcap, pack_gqa=sig.pack_gqa, num_splits=sig.num_splits,
         num_sms=device.num_sms, mainloop=mainloop, tma_ok=sig.tma_ok, page_size=sig.page_size,
         sm90_opts=settings.sm90_opts)
-
-
-def _mixed_args(sig: CallSignature, device: Device, thr: int) -> dict:
-    return dict(num_heads_q=sig.num_heads_q, num_heads_kv=sig.num_heads_kv, mask=sig.mask, layout=sig.layout,
-                max_seqlen_q=sig.max_seqlen_q, max_seqlen_k=sig.max_seqlen_k, paged=sig.paged, softcap=sig.softcap,
-                short_max_q=thr, num_sms=device.num_sms, page_size=sig.page_size, tma_ok=sig.tma_ok)
 
 
 def use_fused(sig: CallSignature) -> int:
