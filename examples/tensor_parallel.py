@@ -96,7 +96,7 @@ def shard(batch: dict, rank: int, world: int):
 
 
 def reference(batch: dict, device):
-    from kernelgen.reference import attention_reference, gather_paged
+    from kernelgen.apps.reference import attention_reference, gather_paged
 
     q = batch["q"].to(device)
     if "page_table" in batch:
@@ -108,7 +108,7 @@ def reference(batch: dict, device):
 
 
 def within_tolerance(out, ref) -> bool:
-    from kernelgen.reference import tolerance
+    from kernelgen.apps.reference import tolerance
 
     atol, rtol = tolerance(DTYPE)
     r = ref.to(DTYPE).double()

@@ -4,25 +4,63 @@ Jinja templates -> NVRTC (through CuPy, no CUDA toolkit) -> cubins cached on dis
 from PyTorch on the caller's stream.  Start with ``kernelgen.varlen_attention`` (one-shot) or
 ``kernelgen.AttentionPlan`` (fixed capacity, CUDA-graph friendly).
 
-The public calls are imported lazily, so ``import kernelgen.cache`` (and the CLI's cache
-commands) do not pay for importing PyTorch.
+The package is layered along the path of one call (docs/architecture.md): ``front`` (the public
+calls) -> ``selection`` (validation and the one decider) -> ``jit`` (render, compile, cache,
+load) -> ``launch`` (prepared launches), all sharing ``kernels`` (specs and ABIs); ``apps`` holds
+the command line, demo and benchmark.
+
+The public calls are imported lazily, so ``import kernelgen.jit.cache`` (and the CLI's cache
+commands) do not pay for importing PyTorch.  ``kernelgen.ops`` and ``kernelgen.compat`` (torch
+custom ops, FlashAttention-3 entry points) are public module names of ``front.ops`` and
+``front.compat``: ``import kernelgen.ops`` and ``from kernelgen.compat import ...`` load them.
 """
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+
 from ._version import __version__
 
 __all__ = ["__version__", "varlen_attention", "AttentionPlan"]
 
+#: Lazily imported public names: name -> (module, attribute or None for the module itself).
+_LAZY = {
+    "varlen_attention": ("kernelgen.front.api", "varlen_attention"),
+    "AttentionPlan": ("kernelgen.front.plan", "AttentionPlan"),
+    "ops": ("kernelgen.front.ops", None),        # imports torch and registers torch.ops.kernelgen.*
+    "compat": ("kernelgen.front.compat", None),
+}
+
 
 def __getattr__(name):
-    if name == "varlen_attention":
-        from .api import varlen_attention
+    if name not in _LAZY:
+        raise AttributeError(f"module 'kernelgen' has no attribute {name!r}")
+    module, attr = _LAZY[name]
+    mod = importlib.import_module(module)
+    return mod if attr is None else getattr(mod, attr)
 
-        return varlen_attention
-    if name == "AttentionPlan":
-        from .plan import AttentionPlan
 
-        return AttentionPlan
-    if name in ("ops", "compat"):  # imports torch and registers torch.ops.kernelgen.*
-        import importlib  # (``from . import`` here would recurse into this __getattr__)
+def __dir__():
+    return sorted(set(__all__) | set(_LAZY))
 
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module 'kernelgen' has no attribute {name!r}")
+
+class _PublicModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``import kernelgen.ops`` / ``kernelgen.compat``: the public name of a front module is that
+    module object itself, registered under both names (its own ``__spec__`` kept)."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        prefix, _, name = fullname.rpartition(".")
+        if prefix == __name__ and name in _LAZY and _LAZY[name][1] is None:
+            return importlib.util.spec_from_loader(fullname, self)
+        return None
+
+    def create_module(self, spec):
+        module = importlib.import_module(_LAZY[spec.name.rpartition(".")[2]][0])
+        spec.loader_state = module.__spec__
+        return module
+
+    def exec_module(self, module):
+        module.__spec__ = module.__spec__.loader_state  # the import system set the public name's spec
+
+
+sys.meta_path.append(_PublicModules())

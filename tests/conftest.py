@@ -33,7 +33,7 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     root = os.environ.get("KERNELGEN_TEST_CACHE_DIR") or str(tmp_path_factory.getbasetemp() / "kernel-cache")
     monkeypatch.setenv("KERNELGEN_CACHE_DIR", root)
     try:
-        from kernelgen import cache
+        from kernelgen.jit import cache
 
         cache.set_cache_dir(root)
     except ImportError:

@@ -1,7 +1,7 @@
 """CPU stand-ins for the CUDA pieces of a kernelgen call, for tests without a GPU.
 
 ``install(monkeypatch)`` (the ``fake_cuda`` fixture of conftest.py) lets the public calls run on
-CPU tensors up to the driver: the inputs' device check accepts the CPU, device properties are an
+CPU tensors up to the driver: the inputs' device check accepts the CPU, the device is an
 H200's, kernels are "loaded" with fake function handles (no compile), the current device is the
 CPU tensors' index (None) and the current stream a fixed handle, and ``cuLaunchKernel`` is a
 stand-in of CuPy's binding that records each launch (function, grid, block, shared memory,
@@ -26,10 +26,14 @@ from dataclasses import dataclass
 
 import torch
 
-from kernelgen import api, graph_launch, launch, plan, prepared, runtime, signature, tma
-from kernelgen import validation as V
-from kernelgen.params import (ATTENTION_PARAMS, COMBINE_PARAMS, FUSED_TMA_PARAMS, SCHEDULER_PARAMS,
-                              TMA_ATTENTION_PARAMS)
+from kernelgen.front import api, plan
+from kernelgen.jit import runtime
+from kernelgen.kernels import tma
+from kernelgen.kernels.device import Device
+from kernelgen.kernels.params import (ATTENTION_PARAMS, COMBINE_PARAMS, FUSED_TMA_PARAMS, SCHEDULER_PARAMS,
+                                      TMA_ATTENTION_PARAMS)
+from kernelgen.launch import graph_launch, launch, prepared
+from kernelgen.selection import signature, validation as V
 
 PROPS = {"name": "fake H200", "cc": (9, 0), "num_sms": 132, "l2_bytes": 60 * 2 ** 20, "smem_optin": 232448}
 FUNC = {"scheduler": 0x1000, "attention": 0x2000, "combine": 0x3000, "fused": 0x4000, "attention_sm90": 0x5000,
@@ -104,7 +108,7 @@ def default_short_ctas() -> int:
     """The Hopper fused launch's CTAs that start on the short queue on the fake H200 without
     KERNELGEN_MIXED_SHORT_CTAS (``heuristics.sm90_mixed_short_ctas`` of its 132 SMs; the number is
     pinned by test_fused_hopper_cpu.test_default_short_ctas_is_a_share_of_the_sms)."""
-    from kernelgen import heuristics
+    from kernelgen.selection import heuristics
 
     return heuristics.sm90_mixed_short_ctas(PROPS["num_sms"])
 STREAM = 0x5EED0
@@ -303,12 +307,10 @@ def install(monkeypatch) -> Recorder:
     # the Hopper fused launch's default split of the SMs (default_short_ctas)
     monkeypatch.delenv("KERNELGEN_MIXED_SHORT_CTAS", raising=False)
     monkeypatch.setattr(V.varlen_inputs, "__defaults__", (("cpu",),))
-    monkeypatch.setitem(runtime._device_props, None, dict(PROPS))
+    monkeypatch.setitem(runtime._devices, None, Device(**PROPS))
     monkeypatch.setattr(runtime, "_loaded", {})
     monkeypatch.setattr(runtime, "_load", _fake_load)
-    monkeypatch.setattr(api, "_arch_cache", {})
     monkeypatch.setattr(api, "_CALLS", signature.SignatureCache())
-    monkeypatch.setattr(api, "_current_stream", lambda device: STREAM)
     monkeypatch.setattr(prepared, "current_device", lambda: None)
     monkeypatch.setattr(prepared, "current_stream", lambda device: STREAM)
     monkeypatch.setattr(prepared, "torch", _RecordingTorch(rec))

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from kernelgen import cli
-from kernelgen.bench import SUITES, peers, plots, report, runner, suites
-from kernelgen.bench.models import (DEFAULT_MODEL, PRESETS, ModelPreset, attention_flops, decode_bytes, entry_name,
-                                    prefill_bytes, resolve_models, visible_pairs)
-from kernelgen.demo import has_cuda_gpu
+from kernelgen.apps import cli
+from kernelgen.apps.bench import SUITES, peers, plots, report, runner, suites
+from kernelgen.apps.bench.models import (DEFAULT_MODEL, ModelPreset, PRESETS, attention_flops, decode_bytes, entry_name,
+                                         prefill_bytes, resolve_models, visible_pairs)
+from kernelgen.apps.demo import has_cuda_gpu
 
 REPO = Path(__file__).resolve().parents[1]
 no_gpu = pytest.mark.skipif(has_cuda_gpu(), reason="checks the no-GPU behaviour")
@@ -137,7 +137,7 @@ def test_visible_pairs_brute_force(lq, lk, wl):
 
 
 def test_visible_pairs_matches_demo():
-    from kernelgen.demo import visible_pairs as demo_pairs
+    from kernelgen.apps.demo import visible_pairs as demo_pairs
 
     for lq, lk in [(16384, 16384), (1, 131072), (512, 6000), (4085, 4085)]:
         assert visible_pairs(lq, lk, True) == demo_pairs(lq, lk, True)
@@ -324,7 +324,7 @@ def test_registry_covers_required_entries():
 
 def test_registry_specs_derive_and_are_valid():
     """Every kernel the full run pre-compiles can be derived for the H200 (sm_90a, 132 SMs)."""
-    from kernelgen.spec import AttentionSpec
+    from kernelgen.kernels.spec import AttentionSpec
 
     settings = suites.Settings()
     specs = []
@@ -425,7 +425,7 @@ def test_flex_document_mask_matches_reference(monkeypatch):
     import torch
     from torch.nn.attention.flex_attention import flex_attention
 
-    from kernelgen.reference import attention_reference
+    from kernelgen.apps.reference import attention_reference
 
     monkeypatch.setattr(peers, "_flex_compiled", flex_attention)
     torch.manual_seed(0)
@@ -449,7 +449,7 @@ def test_sdpa_decode_views_match_reference():
     """Uniform decode batches viewed as dense SDPA inputs without a copy (CPU flash backend)."""
     import torch
 
-    from kernelgen.reference import attention_reference
+    from kernelgen.apps.reference import attention_reference
 
     m = ModelPreset("t", 8, 2, 64, 64)
     b, s = 3, 50
@@ -484,7 +484,8 @@ def test_overhead_entry_reports_whether_the_graph_launch_was_on(monkeypatch, env
     CUDA graph launch: false while KERNELGEN_GRAPH_LAUNCH=0 (the A/B of docs/dev/perf-log.md)."""
     import torch
 
-    from kernelgen import api, graph_launch, runtime
+    from kernelgen.jit import runtime
+    from kernelgen.launch import graph_launch
 
     if env is None:
         monkeypatch.delenv("KERNELGEN_GRAPH_LAUNCH", raising=False)
@@ -505,7 +506,7 @@ def test_overhead_entry_reports_whether_the_graph_launch_was_on(monkeypatch, env
     monkeypatch.setattr(suites, "_torch", lambda: CpuTorch())
     monkeypatch.setattr(suites, "_overhead_inputs", lambda settings, model: ([64] * b, (q, q, q, q, q, q)))
     monkeypatch.setattr(suites, "_variants", lambda *a, **k: ("scheduler", "attention", "combine"))
-    monkeypatch.setattr(api, "device_arch", lambda dev: "sm90")
+    monkeypatch.setattr(runtime, "device_arch", lambda dev: "sm90")
     monkeypatch.setattr(runtime, "device_properties", lambda dev: {"num_sms": 132})
     monkeypatch.setattr(graph_launch, "driver", lambda: object())     # the driver has the graph API
     monkeypatch.setattr(suites.measure, "host_time_us", lambda fn, samples: 1.0)
@@ -518,7 +519,7 @@ def test_overhead_entry_reports_whether_the_graph_launch_was_on(monkeypatch, env
 def test_time_interleaved_rotates_and_takes_median_of_medians(monkeypatch):
     """Each configuration is captured once (launches calls a replay), every round times all of them
     in an order rotated by one, and the result is the median of the round medians per call."""
-    from kernelgen.bench import measure
+    from kernelgen.apps.bench import measure
 
     calls, graphs, order = {"a": 0, "b": 0, "c": 0}, {}, []
 

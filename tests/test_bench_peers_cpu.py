@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelgen.bench import peers, plots, report
+from kernelgen.apps.bench import peers, plots, report
 
 REPO = Path(__file__).resolve().parents[1]
 

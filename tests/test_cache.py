@@ -1,4 +1,4 @@
-"""Tests of the on-disk kernel cache (kernelgen/cache.py).  CPU only: NVRTC needs no GPU.
+"""Tests of the on-disk kernel cache (kernelgen/jit/cache.py).  CPU only: NVRTC needs no GPU.
 
 Every test uses a temporary cache root; KERNELGEN_CACHE_DIR is pointed into tmp_path so the
 user's real cache is never touched.  Edge cases from shared/research/edge_cases.md: E7
@@ -18,8 +18,9 @@ from pathlib import Path
 import filelock
 import pytest
 
-from kernelgen import _version, cache, compiler, render
-from kernelgen.spec import SchedulerSpec
+from kernelgen import _version
+from kernelgen.jit import cache, compiler, render
+from kernelgen.kernels.spec import SchedulerSpec
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC_A = SchedulerSpec("sm_90a", "soa")
@@ -94,8 +95,8 @@ def test_compile_once_then_memory_then_disk(tmp_path):
 
 THREADS_CHILD = r"""
 import json, sys, threading
-from kernelgen import cache, compiler
-from kernelgen.spec import SchedulerSpec
+from kernelgen.jit import cache, compiler
+from kernelgen.kernels.spec import SchedulerSpec
 c = cache.KernelCache(sys.argv[1])
 specs = [SchedulerSpec("sm_90a", "soa"), SchedulerSpec("sm_90a", "aos", 256)] * 4
 barrier, out, errors = threading.Barrier(len(specs)), [], []
@@ -130,8 +131,8 @@ def test_threads_compile_once_per_spec(tmp_path):
 # 2 ------------------------------------------------------------------------------------------
 CHILD = r"""
 import json, os, sys, time, hashlib
-from kernelgen import cache, compiler, render
-from kernelgen.spec import SchedulerSpec
+from kernelgen.jit import cache, compiler, render
+from kernelgen.kernels.spec import SchedulerSpec
 root, go, ready, layout, threads = sys.argv[1:6]
 spec = SchedulerSpec("sm_90a", layout, int(threads))
 c = cache.KernelCache(root)
@@ -509,8 +510,8 @@ def test_compile_error_propagates_and_publishes_nothing(tmp_path, monkeypatch):
 
 COLD_NVRTC_CHILD = r"""
 import json, threading
-from kernelgen import compiler, render
-from kernelgen.spec import SchedulerSpec
+from kernelgen.jit import compiler, render
+from kernelgen.kernels.spec import SchedulerSpec
 spec = SchedulerSpec("sm_90a", "soa")
 src, opts = render.render(spec), compiler.default_options(spec.arch)
 barrier, lock, errors = threading.Barrier(8), threading.Lock(), []

@@ -26,8 +26,10 @@ from pathlib import Path
 import filelock
 import pytest
 
-from kernelgen import cache, cli, compiler, heuristics, render
-from kernelgen.spec import SchedulerSpec
+from kernelgen.apps import cli
+from kernelgen.jit import cache, compiler, render
+from kernelgen.kernels.spec import SchedulerSpec
+from kernelgen.selection import heuristics
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC_A = SchedulerSpec("sm_90a", "soa")
@@ -88,8 +90,8 @@ def wait_for(paths, procs, timeout=120.0) -> None:
 # 1 --- eight processes, same and different variants -------------------------------------------
 MIXED_CHILD = r"""
 import hashlib, json, os, sys, time
-from kernelgen import cache, compiler, render
-from kernelgen.spec import spec_from_json
+from kernelgen.jit import cache, compiler, render
+from kernelgen.kernels.spec import spec_from_json
 root, go, ready = sys.argv[1:4]
 specs = [spec_from_json(d) for d in json.loads(sys.argv[4])]
 for s in specs:
@@ -169,8 +171,8 @@ E7_ROUNDS = 20
 E7_PROCS = 16
 E7_CHILD = r"""
 import hashlib, json, os, sys, time
-from kernelgen import cache, compiler, render
-from kernelgen.spec import spec_from_json
+from kernelgen.jit import cache, compiler, render
+from kernelgen.kernels.spec import spec_from_json
 base, ctl, me, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 spec = spec_from_json(json.loads(sys.argv[5]))
 render.render(spec); compiler.nvrtc_version()          # warm imports before the first barrier
@@ -241,8 +243,8 @@ def test_e7_sixteen_processes_one_key_twenty_rounds(tmp_path):
 # 2 --- a compiler process killed (SIGKILL) while it holds the entry lock -----------------------
 HOLDER_CHILD = r"""
 import os, sys, tempfile, time
-from kernelgen import cache, compiler
-from kernelgen.spec import SchedulerSpec
+from kernelgen.jit import cache, compiler
+from kernelgen.kernels.spec import SchedulerSpec
 root, stage, signal_path = sys.argv[1:4]
 spec = SchedulerSpec("sm_90a", "soa")
 
@@ -273,8 +275,8 @@ sys.exit("the holder was not stopped")
 
 GETTER_CHILD = r"""
 import json, sys, time
-from kernelgen import cache, compiler
-from kernelgen.spec import SchedulerSpec
+from kernelgen.jit import cache, compiler
+from kernelgen.kernels.spec import SchedulerSpec
 cache.LOCK_TIMEOUT = float(sys.argv[2])   # a stuck lock fails the test instead of hanging it
 if len(sys.argv) > 3:
     open(sys.argv[3], "w").close()

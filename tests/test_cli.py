@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from kernelgen import cli, compiler, traces
-from kernelgen.cache import KernelCache
-from kernelgen.demo import attention_flops, demo_specs, has_cuda_gpu, visible_pairs
+from kernelgen.apps import cli, traces
+from kernelgen.apps.demo import attention_flops, demo_specs, has_cuda_gpu, visible_pairs
+from kernelgen.jit import compiler
+from kernelgen.jit.cache import KernelCache
 
 REPO = Path(__file__).resolve().parents[1]
 WARMUP_RE = re.compile(r"warmup (\S+): (\d+) compiled, (\d+) already cached \((\d+) variants\) in (.+)")
@@ -70,7 +71,7 @@ def test_warmup_mask_flags_select_variants(tmp_path, capsys):
 
 
 def test_warmup_specs_match_dispatcher_choice():
-    from kernelgen import heuristics
+    from kernelgen.selection import heuristics
 
     specs = cli.warmup_specs("sm_90a", [64, 128], ["fp16", "bf16"], [False, True], ["soa", "aos"])
     assert len(specs) == len(set(specs)) == 2 + 2 * (2 * 2 * 2 * 2)  # both mainloops on sm_90a
@@ -83,7 +84,7 @@ def test_warmup_page_sizes_cover_the_hopper_paged_choices():
     """Paged d 256 on sm_90a: pages of 16 take TMA boxes on 64-key blocks, calls without a page
     size gathered rows on 48-key blocks, and pages of 24 TMA boxes on 48-key blocks: warmup builds
     what the dispatcher picks for each page size it is given (gathered rows always)."""
-    from kernelgen import heuristics
+    from kernelgen.selection import heuristics
 
     kw = dict(phases=["prefill"], paged=[True])
     names = lambda specs: {s.name for s in specs if getattr(s, "kind", "") == "attention" and s.mainloop == "sm90a"}  # noqa: E731
@@ -146,8 +147,8 @@ def test_warmup_into_group_or_world_writable_dir_fails_and_writes_nothing(tmp_pa
 
 
 def test_warmup_into_dir_owned_by_another_user_fails(tmp_path, capsys, monkeypatch):
-    from kernelgen import cache
-    from kernelgen.warmup import CacheDirectoryError, warmup
+    from kernelgen.jit import cache
+    from kernelgen.jit.warmup import CacheDirectoryError, warmup
 
     root = tmp_path / "theirs"
     root.mkdir(mode=0o700)
@@ -166,8 +167,8 @@ def test_warmup_into_dir_owned_by_another_user_fails(tmp_path, capsys, monkeypat
 def test_warmup_reports_kernels_it_could_not_write(tmp_path, capsys, monkeypatch):
     """A directory that cannot be written (simulated: root ignores chmod a-w) keeps nothing:
     warmup says how many kernels were not stored instead of counting them as compiled."""
-    from kernelgen import cache
-    from kernelgen.warmup import CacheDirectoryError, warmup
+    from kernelgen.jit import cache
+    from kernelgen.jit.warmup import CacheDirectoryError, warmup
 
     def full(path, data):
         raise OSError(28, "No space left on device", str(path))
@@ -191,8 +192,8 @@ def test_warmup_reports_kernels_it_could_not_write(tmp_path, capsys, monkeypatch
 def test_warmup_dir_made_untrusted_during_the_run(tmp_path, monkeypatch):
     """The directory passes the check, then becomes world-writable before the compiles: the kernels
     are compiled in memory only, and warmup says so with the reason."""
-    from kernelgen import cache
-    from kernelgen.warmup import CacheDirectoryError, warmup
+    from kernelgen.jit import cache
+    from kernelgen.jit.warmup import CacheDirectoryError, warmup
 
     root = tmp_path / "c"
     root.mkdir(mode=0o700)
@@ -371,7 +372,7 @@ def test_python_m_kernelgen_help():
 def test_compare_to_reference_on_cpu():
     import torch
 
-    from kernelgen.demo import compare_to_reference
+    from kernelgen.apps.demo import compare_to_reference
 
     ref = torch.randn(6, 2, 8, dtype=torch.float64)
     ref_lse = torch.randn(2, 6, dtype=torch.float64)
@@ -394,7 +395,7 @@ def test_compare_to_reference_on_cpu():
 def test_demo_result_json_shape():
     import json
 
-    from kernelgen.demo import build_result
+    from kernelgen.apps.demo import build_result
 
     r = build_result(True, 1234.5, 300.0, 1500.0, None, 0.01, [10, 20])
     assert r["check"] == {"demo_matches_reference": True}
@@ -408,7 +409,7 @@ def test_demo_result_json_shape():
 
 
 def test_warmup_text_progress_bar_without_tqdm(tmp_path, monkeypatch, capsys):
-    from kernelgen.warmup import warmup
+    from kernelgen.jit.warmup import warmup
 
     monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm -> ImportError
     specs = cli.warmup_specs("sm_86", [64], ["fp16"], [True], ["soa"])

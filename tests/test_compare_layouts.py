@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from kernelgen import cli, compare_layouts
-from kernelgen.compare_layouts import ATTENTION_TIMING, SCHEDULER_TIMING, format_table, result_row, trace_batch
-from kernelgen.traces import load_trace
+from kernelgen.apps import cli, compare_layouts
+from kernelgen.apps.compare_layouts import ATTENTION_TIMING, SCHEDULER_TIMING, format_table, result_row, trace_batch
+from kernelgen.apps.traces import load_trace
 
 
 def test_trace_batch_is_skewed_and_deterministic():
@@ -81,7 +81,7 @@ def test_time_graph_launches_divides_one_replay_by_the_launches(monkeypatch):
     """The composition of bench.measure.time_graph_launches, with the CUDA parts stubbed."""
     from types import SimpleNamespace
 
-    from kernelgen.bench import measure
+    from kernelgen.apps.bench import measure
 
     calls, captured, timed = [], [], []
 
@@ -114,7 +114,7 @@ def test_cli_parses_compare_layouts():
 
 
 def test_cli_without_a_gpu_is_a_usage_error(monkeypatch, capsys):
-    from kernelgen import demo
+    from kernelgen.apps import demo
     monkeypatch.setattr(demo, "has_cuda_gpu", lambda: False)
     assert cli.main(["compare-layouts", "--batch", "4"]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err

@@ -3,8 +3,9 @@ import itertools
 
 import pytest
 
-from kernelgen import compiler, heuristics, render
-from kernelgen.spec import DTYPES, HEAD_DIMS, LAYOUTS, SchedulerSpec
+from kernelgen.jit import compiler, render
+from kernelgen.kernels.spec import DTYPES, HEAD_DIMS, LAYOUTS, SchedulerSpec
+from kernelgen.selection import heuristics
 
 ARCHS = ("sm_80", "sm_90a")
 MATRIX = list(itertools.product(ARCHS, DTYPES, HEAD_DIMS, (False, True)))
@@ -108,7 +109,8 @@ def test_parse_resources():
     # register-pool check does not refuse a kernel for a missing report
     empty = compiler.parse_resources("")
     assert empty == {"registers": None, "stack_frame": 0, "spill_stores": 0, "spill_loads": 0, "shared_static": 0}
-    from kernelgen import heuristics, runtime
+    from kernelgen.jit import runtime
+    from kernelgen.selection import heuristics
     spec = heuristics.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal",
                              max_seqlen_q=4096, max_seqlen_k=4096).attention
     assert spec.mainloop == "sm90a"

@@ -11,9 +11,12 @@ import torch
 
 import fake_cuda as FC
 import kernelgen
-from kernelgen import api, fused, heuristics, metadata
-from kernelgen import validation as V
-from kernelgen.params import FUSED_TMA_PARAMS
+from kernelgen.front import api
+from kernelgen.jit import runtime
+from kernelgen.kernels import metadata
+from kernelgen.kernels.params import FUSED_TMA_PARAMS
+from kernelgen.launch import bind, fused
+from kernelgen.selection import arguments, decide, heuristics
 
 BF16 = torch.bfloat16
 HQ, HKV, D, PS = 32, 8, 128, 16
@@ -60,7 +63,7 @@ def test_paged_mixed_call_takes_the_fused_launch(fake_cuda):
     assert a["out_accum"] == 0 and b["out_accum"] != 0 and b["lse_accum"] != 0
     assert a["q"] == b["q"] == args[0].data_ptr() and a["out"] == b["out"]
     assert f.block == (128, 1, 1) and f.grid == (FC.FUSED_GRID, 1, 1)
-    spec = [k.spec for k in kernelgen.runtime.loaded_kernels() if k.spec.kind == "fused"][0]
+    spec = [k.spec for k in kernelgen.jit.runtime.loaded_kernels() if k.spec.kind == "fused"][0]
     assert f.smem == spec.smem_bytes() and spec.short.pack_gqa and spec.long.row_splits
     cf = c.fields()
     assert cf["metadata"] == short_f["metadata"] and cf["row_splits"] == b["row_splits"]
@@ -120,7 +123,7 @@ def test_packed_kv_only_when_forced(fake_cuda):
     fl = f.fields()
     assert fl["long"]["cu_seqlens_k"] == fl["short"]["cu_seqlens_k"] == cu_k.data_ptr()
     assert fl["long"]["page_table"] == fl["short"]["page_table"] == 0
-    spec = [k.spec for k in kernelgen.runtime.loaded_kernels() if k.spec.kind == "fused" and k.spec.hopper][-1]
+    spec = [k.spec for k in kernelgen.jit.runtime.loaded_kernels() if k.spec.kind == "fused" and k.spec.hopper][-1]
     assert not spec.long.paged and spec.long.sm90_opts == "p" and spec.template == "attention/fwd_fused_sm90.cu.j2"
 
 
@@ -157,7 +160,7 @@ def test_mixed_call_on_sm90_takes_the_hopper_fused_launch(fake_cuda):
     # the page size is known from the cache: K/V by TMA, boxes of one 16-token page
     assert mk == (kc.data_ptr(), (D, HKV, PS, kc.shape[0]), (2 * D, 2 * D * HKV, 2 * D * HKV * PS), (64, 1, PS, 1))
     assert mv[0] == vc.data_ptr() and mv[1:] == mk[1:]
-    spec = [k.spec for k in kernelgen.runtime.loaded_kernels() if k.spec.kind == "fused"][-1]
+    spec = [k.spec for k in kernelgen.jit.runtime.loaded_kernels() if k.spec.kind == "fused"][-1]
     assert spec.hopper and spec.mainloop == "sm90a" and spec.template == "attention/fwd_fused_sm90.cu.j2"
     assert spec.long.row_splits and spec.long.paged and not spec.long.split and spec.long.sm90_opts == "p"
     assert spec.short.pack_gqa and spec.short.split and spec.short.tile.num_warps == 1
@@ -176,7 +179,7 @@ def test_mixed_call_on_sm90_takes_the_hopper_fused_launch(fake_cuda):
     kernelgen.varlen_attention(q[..., :96].contiguous(), kc[..., :96].contiguous(), vc[..., :96].contiguous(), cu_q,
                                None, max(QLENS), max(CTX), seqused_k=used, page_table=pt, causal=True)
     assert fake_cuda.kinds() == ["scheduler", "scheduler", "fused_sm90", "combine"]
-    spec = [k.spec for k in kernelgen.runtime.loaded_kernels() if k.spec.kind == "fused"][-1]
+    spec = [k.spec for k in kernelgen.jit.runtime.loaded_kernels() if k.spec.kind == "fused"][-1]
     assert spec.hopper and spec.long.head_dim == 96 and spec.long.paged and spec.short.tile.keys_as_rows
 
 
@@ -196,7 +199,7 @@ def test_mixed_call_without_short_splits_has_no_combine(fake_cuda):
         assert ff[c]["out"] == out.data_ptr() and ff[c]["accum_split_stride"] == 0
     assert ff["long"]["metadata"] == s_long.fields()["metadata"] != ff["short"]["metadata"] == \
         s_short.fields()["metadata"]
-    spec = [k.spec for k in kernelgen.runtime.loaded_kernels() if k.spec.kind == "fused"][-1]
+    spec = [k.spec for k in kernelgen.jit.runtime.loaded_kernels() if k.spec.kind == "fused"][-1]
     assert spec.hopper and not spec.long.row_splits and not spec.short.split and "_rowsplits" not in spec.name
 
 
@@ -228,9 +231,9 @@ def test_mixed_call_with_wide_head_dim_v_runs_the_classes_in_turn(fake_cuda):
 
 
 def test_pair_path_runs_the_classes_in_turn(fake_cuda):
-    """The classes in turn, built directly (``choose_pair``, ``load_pair``, ``build_pair``): both
-    schedulers, the long class on the Hopper kernel (unsplit, recording row_splits), the short
-    class on the sm_80 decode kernel (pack-GQA, split-KV), then the combine."""
+    """The classes in turn, built directly (``choose_pair``, ``decide.recipe``, ``bind``,
+    ``build_pair``): both schedulers, the long class on the Hopper kernel (unsplit, recording
+    row_splits), the short class on the sm_80 decode kernel (pack-GQA, split-KV), then the combine."""
     args = paged_inputs(QLENS, CTX)
     q, kc, vc, cu_q, used, pt = args
     out = torch.empty_like(q)
@@ -239,10 +242,17 @@ def test_pair_path_runs_the_classes_in_turn(fake_cuda):
                                 max_seqlen_q=max(QLENS), max_seqlen_k=max(CTX), paged=True, short_max_q=thr,
                                 page_size=PS)
     assert pv.long.attention.mainloop == "sm90a" and pv.short.attention.mainloop == "sm80" and pv.short_max_q == thr
-    kernels = fused.load_pair(pv, None, HQ, HKV)
-    sizes = V.varlen_inputs(q, kc, vc, cu_q, None, max(QLENS), max(CTX), out, seqused_k=used, page_table=pt)
-    ws = kernels.workspace(sizes["batch"], sizes["total_q"], HQ, D)
-    step = fused.build_pair(kernels, layout=ws, batch=sizes["batch"], q=q, k=kc, v=vc, out=out, lse=None,
+    checked = arguments.varlen_call(q, kc, vc, cu_q, None, max(QLENS), max(CTX), seqused_k=used, page_table=pt,
+                                    out=out, causal=True, window_size=(-1, -1), softcap=0.0, softmax_scale=None,
+                                    num_splits=0, pack_gqa=None, metadata_layout="soa", sort=True, head_swizzle=True,
+                                    short_query_tokens=None, arch=None)
+    recipe = decide.recipe(pv, checked.signature, runtime.device(None))
+    assert recipe.kind == "pair" and recipe.specs == (pv.short.scheduler, pv.long.attention, pv.short.attention,
+                                                      pv.short.combine)
+    kernels = bind.bind(recipe, runtime.load(recipe.specs, None))
+    assert isinstance(kernels, fused.PairKernels)
+    sizes = checked.sizes
+    step = fused.build_pair(kernels, layout=recipe.workspace, batch=sizes["batch"], q=q, k=kc, v=vc, out=out, lse=None,
                             page_table=pt, scale=D ** -0.5, window=(-1, 0), softcap=0.0, return_lse=False,
                             fixed_base=None, sizes=sizes)
     step.run(q, kc, vc, cu_q, None, used, pt, out, None)
@@ -315,8 +325,8 @@ def test_fused_plan_run_and_schedule(fake_cuda, monkeypatch):
 def test_fused_workspace_regions_are_disjoint_and_aligned():
     fv = heuristics.choose_fused("sm_90a", "bf16", D, D, num_heads_q=HQ, num_heads_kv=HKV, mask="causal",
                                  max_seqlen_k=8192, paged=True)
-    from kernelgen.workspace import WorkspaceLayout
-    ws = fused.FusedWorkspace(WorkspaceLayout(100, True, fv.short_max_splits, HQ, 4096, D))
+    from kernelgen.kernels.workspace import FusedWorkspace, WorkspaceLayout
+    ws = FusedWorkspace(WorkspaceLayout(100, True, fv.short_max_splits, HQ, 4096, D))
     s = ws.short
     regions = [(0, 4 * metadata.buffer_ints(100)), (s.out_accum_offset, s.lse_accum_offset),
                (s.lse_accum_offset, s.row_splits_offset), (s.row_splits_offset, s.nbytes),

@@ -27,9 +27,14 @@ import torch
 from fake_cuda import FUNC, decode_map, default_short_ctas, fake_encode, make_plan
 from test_fused_cpu import CTX, HKV, HQ, PS, QLENS, D, call, paged_inputs
 
-from kernelgen import api, compiler, fused, heuristics, render, sass, tma
-from kernelgen.params import ATTENTION_PARAMS, FUSED_TMA_PARAMS, TMA_ATTENTION_PARAMS
-from kernelgen.spec import FusedAttentionSpec, TileConfig
+from kernelgen.front import api
+from kernelgen.jit import compiler, render, sass
+from kernelgen.kernels import tma
+from kernelgen.kernels.params import ATTENTION_PARAMS, FUSED_TMA_PARAMS, TMA_ATTENTION_PARAMS
+from kernelgen.kernels.spec import FusedAttentionSpec, TileConfig
+from kernelgen.launch import fused
+from kernelgen.selection import heuristics
+from kernelgen.selection.settings import Settings
 
 ENV = "KERNELGEN_MIXED_SHORT_CTAS"
 #: The decode tile of the short class (one warp, 16 x 16, two stages, 8 CTAs per SM on its own).
@@ -280,7 +285,7 @@ def test_prepared_launch_writes_maps_and_both_pointer_sets(fake_cuda, monkeypatc
 
 
 def test_encoder_refusal_names_the_fused_kernel(fake_cuda, monkeypatch):
-    from kernelgen import launch
+    from kernelgen.launch import launch
 
     def refuse(*a):
         raise RuntimeError("CUDA_ERROR_INVALID_VALUE")
@@ -296,9 +301,11 @@ def test_default_short_ctas_is_a_share_of_the_sms(monkeypatch):
     """The default: a third of the SMs, rounded, at least one (44 of an H200's 132)."""
     monkeypatch.delenv(ENV, raising=False)
     assert heuristics.SM90_MIXED_SHORT_FRACTION == 1 / 3
+    assert Settings.from_env().mixed_short_ctas(132) is None
     assert [heuristics.sm90_mixed_short_ctas(n) for n in (132, 114, 16, 2, 1)] == [44, 38, 5, 1, 1]
     monkeypatch.setenv(ENV, "  ")              # blank: the default
-    assert heuristics.sm90_mixed_short_ctas(132) == 44
+    assert Settings.from_env().mixed_short_ctas(132) is None
+    assert heuristics.sm90_mixed_short_ctas(132, Settings.from_env().mixed_short_ctas(132)) == 44
 
 
 @pytest.mark.parametrize("grid", [132, 114, 16, 7, 1])
@@ -359,7 +366,7 @@ def test_short_first_sms_match_the_h200_runs():
 @pytest.mark.parametrize("value,expected", [("7", 7), ("0", 0), ("132", 132), (" 12 ", 12)])
 def test_short_ctas_from_the_environment(fake_cuda, monkeypatch, value, expected):
     monkeypatch.setenv(ENV, value)
-    assert heuristics.sm90_mixed_short_ctas(132) == expected
+    assert heuristics.sm90_mixed_short_ctas(132, Settings.from_env().mixed_short_ctas(132)) == expected
     call(*paged_inputs(QLENS, CTX))
     assert fake_cuda.kinds() == ["scheduler", "scheduler", "fused_sm90", "combine"]
     raw = fake_cuda.launches[2].params
@@ -370,7 +377,7 @@ def test_short_ctas_from_the_environment(fake_cuda, monkeypatch, value, expected
 def test_invalid_short_ctas_environment_raises(fake_cuda, monkeypatch, value):
     monkeypatch.setenv(ENV, value)
     with pytest.raises(ValueError, match=ENV):
-        heuristics.sm90_mixed_short_ctas(132)
+        Settings.from_env().mixed_short_ctas(132)
     with pytest.raises(ValueError, match=ENV):
         call(*paged_inputs(QLENS, CTX))
     assert fake_cuda.launches == []
@@ -498,7 +505,7 @@ def test_hopper_fused_d192x128_compiles_without_spills(dtype):
 def test_register_pool_check_guards_setmaxnreg():
     """runtime.check_register_pool: the Hopper kernels' launch registers (168 x 384) cover every
     budget they ask for with setmaxnreg, and a cubin with fewer is refused before it could hang."""
-    from kernelgen import runtime
+    from kernelgen.jit import runtime
 
     fv = heuristics.choose_fused_hopper("sm_90a", "bf16", 64, 64, num_heads_q=32, num_heads_kv=8, mask="causal",
                                         max_seqlen_q=4096, max_seqlen_k=32768, paged=True, page_size=1)

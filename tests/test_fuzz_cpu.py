@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from kernelgen import validation as V
-from kernelgen.reference import attention_reference, gather_paged
+from kernelgen.apps.reference import attention_reference, gather_paged
+from kernelgen.selection import validation as V
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -266,7 +266,8 @@ def test_inputs_deterministic_and_paged_layout():
 
 
 def test_poisoned_allocations():
-    from kernelgen import api, prepared
+    from kernelgen.front import api
+    from kernelgen.launch import prepared
 
     real = api.torch
     with fuzz.poisoned_allocations(True):

@@ -33,7 +33,7 @@ def test_report_carries_best_peer_and_first_calls(tmp_path, capsys):
     summary."""
     import json
 
-    from kernelgen.bench import report
+    from kernelgen.apps.bench import report
 
     e = report.finalize({"name": "prefill_dense_h128_s4k", "suite": "prefill", "us": 1000.0, "metric": "tflops",
                          "flops": 6e11, "peers": {"fa3": 900.0, "fa4": 950.0, "kernelgen_sm80": 700.0},

@@ -1,4 +1,4 @@
-"""The graph launch of a prepared call (kernelgen/graph_launch.py, issue 9), on the CPU.
+"""The graph launch of a prepared call (kernelgen/launch/graph_launch.py, issue 9), on the CPU.
 
 The driver's graph API is a stand-in (tests/fake_cuda.py ``FakeGraphDriver``) that keeps each
 executable graph's kernel nodes with copies of their parameters and records a graph launch as
@@ -25,7 +25,7 @@ from test_fused_cpu import CTX, QLENS, paged_inputs
 from test_fused_cpu import call as fused_call
 from test_signature_cache import call, paged_args, recorded, the_prepared_call
 
-from kernelgen import graph_launch, launch, prepared
+from kernelgen.launch import graph_launch, launch, prepared
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The graph launch through real ctypes foreign calls (kernelgen/graph_launch.py), on the CPU.
+"""The graph launch through real ctypes foreign calls (kernelgen/launch/graph_launch.py), on the CPU.
 
 tests/fake_cuda.py's ``FakeGraphDriver`` is a Python object, so ``graph_launch.Driver``'s
 argtypes and ctypes' argument conversion are never exercised by it.  Here the driver is a C
@@ -26,7 +26,8 @@ from test_fused_cpu import CTX, QLENS, paged_inputs
 from test_fused_cpu import call as fused_call
 from test_signature_cache import call, paged_args, recorded
 
-from kernelgen import api, graph_launch, launch, prepared
+from kernelgen.front import api
+from kernelgen.launch import graph_launch, launch, prepared
 
 SOURCE = Path(__file__).with_name("stub_cuda_graph.c")
 F_CREATE, F_ADD, F_INST, F_SET, F_LAUNCH = range(5)

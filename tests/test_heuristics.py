@@ -1,7 +1,7 @@
 """Split-KV bound, pack-GQA and tile choice against hand-worked examples (CPU)."""
 import pytest
 
-from kernelgen import heuristics as H
+from kernelgen.selection import heuristics as H
 
 
 def test_fa3_worked_example_b_static_split():

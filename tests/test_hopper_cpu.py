@@ -8,11 +8,15 @@ import pytest
 import torch
 
 import kernelgen
-from kernelgen import api, compiler, heuristics, prepared, render, sass, tma
-from kernelgen import validation as V
-from kernelgen.cache import KernelCache
-from kernelgen.params import ATTENTION_PARAMS, TMA_ATTENTION_PARAMS
-from kernelgen.spec import AttentionSpec, TileConfig
+from kernelgen.front import api
+from kernelgen.jit import compiler, render, sass
+from kernelgen.jit.cache import KernelCache
+from kernelgen.kernels import tma
+from kernelgen.kernels.params import ATTENTION_PARAMS, TMA_ATTENTION_PARAMS
+from kernelgen.kernels.spec import AttentionSpec, TileConfig
+from kernelgen.launch import prepared
+from kernelgen.selection import heuristics, validation as V
+from kernelgen.selection.settings import Settings
 
 BF16 = torch.bfloat16
 T90 = heuristics.SM90_TILE
@@ -211,6 +215,7 @@ def test_forced_mainloops():
 
 def test_arch_argument_and_environment(monkeypatch):
     monkeypatch.delenv(V.ARCH_ENV, raising=False)
+    assert Settings.from_env().arch is None
     assert V.arch(None, "sm_90a") is None and V.arch("auto", "sm_90a") is None
     assert V.arch("sm_80", "sm_90a") == "sm80" and V.arch("SM_90A", "sm_90a") == "sm90a"
     assert V.arch("sm_80", "sm_86") == "sm80"
@@ -221,10 +226,12 @@ def test_arch_argument_and_environment(monkeypatch):
     with pytest.raises(TypeError, match="arch"):
         V.arch(90, "sm_90a")
     monkeypatch.setenv(V.ARCH_ENV, "sm_80")
-    assert V.arch(None, "sm_90a") == "sm80" and V.arch("sm_90a", "sm_90a") == "sm90a"  # the argument wins
+    env = Settings.from_env().arch
+    assert env == "sm_80"
+    assert V.arch(None, "sm_90a", env) == "sm80" and V.arch("sm_90a", "sm_90a", env) == "sm90a"  # the argument wins
     monkeypatch.setenv(V.ARCH_ENV, "hopper")
     with pytest.raises(ValueError, match=V.ARCH_ENV):
-        V.arch(None, "sm_90a")
+        V.arch(None, "sm_90a", Settings.from_env().arch)
 
 
 # ------------------------------------------------------------------------------------ TMA
@@ -661,7 +668,7 @@ def test_paged_prefill_call_launches_the_hopper_kernel(fake_cuda, page_size):
     q, kc, vc, cu_q, used, pt = paged_prefill_inputs(page_size)
     out = kernelgen.varlen_attention(q, kc, vc, cu_q, None, 900, 1500, seqused_k=used, page_table=pt, causal=True)
     assert out.shape == q.shape and fake_cuda.kinds() == ["scheduler", "attention_sm90"]
-    spec = [k.spec for k in kernelgen.runtime.loaded_kernels() if getattr(k.spec, "mainloop", "") == "sm90a"
+    spec = [k.spec for k in kernelgen.jit.runtime.loaded_kernels() if getattr(k.spec, "mainloop", "") == "sm90a"
             and k.spec.paged][-1]
     gather = page_size in (1, 24)
     assert spec.sm90_opts == ("gp" if gather else "p") and "_paged" in spec.name

@@ -7,8 +7,11 @@ import dataclasses
 
 import pytest
 
-from kernelgen import compiler, heuristics, render, sass
-from kernelgen.spec import AttentionSpec, TileConfig
+from kernelgen.jit import compiler, render, sass
+from kernelgen.kernels.device import Device
+from kernelgen.kernels.spec import AttentionSpec, TileConfig
+from kernelgen.selection import decide, heuristics
+from kernelgen.selection.settings import Settings
 
 KT = TileConfig(8, 16, 1, 2, 8)
 ROWS16 = TileConfig(16, 16, 1, 2, 8)
@@ -70,17 +73,31 @@ def test_dispatcher_uses_it_in_the_hopper_fused_kernel_up_to_d128():
     assert v.attention.tile == ROWS16
 
 
+def _decided(settings):
+    """The decider's Hopper fused kernel for the ``fused()`` batch on an H200 with ``settings``."""
+    sig = decide.CallSignature(dtype="bf16", head_dim=128, head_dim_v=128, num_heads_q=32, num_heads_kv=8,
+                               mask="causal", window_left=-1, layout="soa", max_seqlen_q=2048, max_seqlen_k=8192,
+                               paged=True, page_size=16, softcap=False, pack_gqa=None, num_splits=0,
+                               short_query_tokens=4, arch=None, tma_ok=True, batch=8, rows=4096)
+    r = decide.decide(sig, Device("H200", (9, 0), 132, 60 * 2 ** 20, 232448), settings)
+    assert r.kind == "fused"
+    return r.variants.fused
+
+
 def test_short_rows_from_the_environment(monkeypatch):
     monkeypatch.setenv("KERNELGEN_SM90_SHORT_ROWS", "16")
-    assert heuristics.sm90_fused_short_rows() == 16 and fused().fused.short.tile == ROWS16
+    s = Settings.from_env()
+    assert s.sm90_short_rows() == 16 and fused(short_rows=s.sm90_short_rows()).fused.short.tile == ROWS16
+    assert _decided(s).short.tile == ROWS16
     monkeypatch.setenv("KERNELGEN_SM90_SHORT_ROWS", "8")
-    assert fused().fused.short.tile == KT
+    assert _decided(Settings.from_env()).short.tile == KT
     for bad in ("4", "x", "8.0"):
         monkeypatch.setenv("KERNELGEN_SM90_SHORT_ROWS", bad)
         with pytest.raises(ValueError, match="KERNELGEN_SM90_SHORT_ROWS must be 8 or 16"):
-            fused()
+            _decided(Settings.from_env())
     monkeypatch.delenv("KERNELGEN_SM90_SHORT_ROWS")
-    assert heuristics.sm90_fused_short_rows() == heuristics.SM90_FUSED_SHORT_ROWS == 8
+    assert Settings.from_env().sm90_short_rows() is None and heuristics.SM90_FUSED_SHORT_ROWS == 8
+    assert _decided(Settings.from_env()).short.tile == KT
 
 
 def test_render_takes_the_keys_as_rows_tile():

@@ -1,4 +1,4 @@
-"""The launcher (kernelgen/launch.py), parameter templates (params.py) and the workspace layout
+"""The launcher (kernelgen/launch/launch.py), parameter templates (params.py) and the workspace layout
 (workspace.py), on the CPU: the cuLaunchKernel binding is a stub that reads the parameter struct
 behind kernelParams."""
 from __future__ import annotations
@@ -9,9 +9,11 @@ import threading
 import pytest
 import torch
 
-from kernelgen import launch, metadata, validation
-from kernelgen.params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS, ParamStruct
-from kernelgen.workspace import ALIGN, WorkspaceLayout
+from kernelgen.kernels import metadata
+from kernelgen.kernels.params import ATTENTION_PARAMS, COMBINE_PARAMS, ParamStruct, SCHEDULER_PARAMS
+from kernelgen.kernels.workspace import ALIGN, WorkspaceLayout
+from kernelgen.launch import launch
+from kernelgen.selection import validation
 
 
 class DriverError(RuntimeError):

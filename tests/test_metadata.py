@@ -6,8 +6,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from kernelgen import metadata as md
-from kernelgen.metadata import SchedulerConfig
+from kernelgen.kernels import metadata as md
+from kernelgen.kernels.metadata import SchedulerConfig
 
 
 def _cu(lengths):
@@ -232,7 +232,7 @@ def test_scheduler_launch_shape():
     """One thread per slot up to 512 slots (at least a warp), one per two above, at most 1024 (8
     slots a thread at the largest capacity); four 4-byte values per slot when the kernel may use
     that much shared memory (sort keys x2 and the staged plans), else only the two key buffers."""
-    from kernelgen.api import scheduler_launch_shape
+    from kernelgen.kernels.kernel_args import scheduler_launch_shape
 
     assert scheduler_launch_shape(5, 48 * 1024) == (32, 16 * 8)
     assert scheduler_launch_shape(128, 48 * 1024) == (128, 16 * 128)

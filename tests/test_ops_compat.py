@@ -10,8 +10,9 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import kernelgen
-import kernelgen.api
-from kernelgen import compat, ops, reference
+import kernelgen.front.api
+from kernelgen.apps import reference
+from kernelgen.front import compat, ops
 
 REPO = Path(__file__).resolve().parents[1]
 BF16, FP16 = torch.bfloat16, torch.float16
@@ -60,13 +61,13 @@ class Recorder:
 @pytest.fixture
 def recorder(monkeypatch):
     rec = Recorder()
-    monkeypatch.setattr(kernelgen.api, "varlen_attention", rec)
+    monkeypatch.setattr(kernelgen.front.api, "varlen_attention", rec)
     return rec
 
 
 @pytest.fixture
 def cpu_kernels(monkeypatch):
-    monkeypatch.setattr(kernelgen.api, "varlen_attention", reference_api)
+    monkeypatch.setattr(kernelgen.front.api, "varlen_attention", reference_api)
 
 
 def _maker(device, dtype, seed):
@@ -698,7 +699,7 @@ def test_build_docs_reports_broken_links(tmp_path):
 def test_cli_doc_covers_every_subcommand_and_flag():
     import argparse
 
-    from kernelgen.cli import build_parser
+    from kernelgen.apps.cli import build_parser
 
     text = (REPO / "docs" / "cli.md").read_text()
     missing = []

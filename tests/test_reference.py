@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from kernelgen.reference import attention_reference, max_error, tolerance
+from kernelgen.apps.reference import attention_reference, max_error, tolerance
 
 
 def naive(q, k, v, cq, ck, causal, scale, left=-1, right=-1, softcap=0.0):
@@ -90,7 +90,7 @@ def test_reference_window_softcap(causal, window, softcap):
 
 
 def test_gather_paged_and_seqused():
-    from kernelgen.reference import gather_paged
+    from kernelgen.apps.reference import gather_paged
 
     kc = torch.arange(6 * 4 * 1 * 2, dtype=torch.float32).view(6, 4, 1, 2)
     pt = torch.tensor([[5, 0, 3], [2, 1, 4]], dtype=torch.int32)

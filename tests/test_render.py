@@ -5,9 +5,11 @@ import re
 import jinja2
 import pytest
 
-from kernelgen import heuristics, render
-from kernelgen.params import ATTENTION_PARAMS, SCHEDULER_PARAMS
-from kernelgen.spec import ARCHS, DTYPES, HEAD_DIMS, LAYOUTS, AttentionSpec, SchedulerSpec, TileConfig, spec_from_json
+from kernelgen.jit import render
+from kernelgen.kernels.params import ATTENTION_PARAMS, SCHEDULER_PARAMS
+from kernelgen.kernels.spec import (ARCHS, AttentionSpec, DTYPES, HEAD_DIMS, LAYOUTS, SchedulerSpec, TileConfig,
+                                    spec_from_json)
+from kernelgen.selection import heuristics
 
 ALL = list(itertools.product(ARCHS, DTYPES, HEAD_DIMS, (False, True), LAYOUTS))
 
@@ -84,7 +86,8 @@ def test_a_new_environment_loads_compiled_templates_from_jinja_bytecode_cache(mo
     template: Jinja's bytecode cache holds them (render.py)."""
     import jinja2
 
-    from kernelgen import heuristics, render
+    from kernelgen.jit import render
+    from kernelgen.selection import heuristics
 
     spec = heuristics.specs_for("sm_90a", "bf16", 128, 128, True, "soa")[1]
     render.environment.cache_clear()
@@ -107,7 +110,7 @@ def test_a_new_environment_loads_compiled_templates_from_jinja_bytecode_cache(mo
 
 
 def test_bytecode_cache_write_failure_is_ignored(monkeypatch, tmp_path):
-    from kernelgen import render
+    from kernelgen.jit import render
 
     def refuse(*args, **kw):
         raise OSError(30, "Read-only file system")

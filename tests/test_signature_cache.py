@@ -5,7 +5,7 @@
 * A repeated signature skips validation and the variant choice; any change of a validated
   property misses and raises exactly what validation raised before (the validation matrix
   replayed after warming the cache); misaligned pointers of a cached signature still raise.
-* The parameter bytes of the fast path equal the one-off packers' (``api.scheduler_params``,
+* The parameter bytes of the fast path equal the one-off packers' (``oneoff.scheduler_params``,
   ``attention_params``, ``combine_params``), and those equal the pre-issue-9 packer.
 
 CUDA is stubbed (tests/fake_cuda.py): launches are recorded by a ctypes cuLaunchKernel stand-in.
@@ -22,10 +22,13 @@ from fake_cuda import ATTN_GRID, STREAM, make_plan
 from test_validation_matrix import MATRIX, OPTION_FAULTS, _build, _expect, args_for, public
 
 import kernelgen
-from kernelgen import api, heuristics, kernel_args, launch, runtime, signature
-from kernelgen import validation as V
-from kernelgen.params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS
-from kernelgen.workspace import SplitBuffers
+from kernelgen.front import api
+from kernelgen.jit import runtime
+from kernelgen.kernels import kernel_args
+from kernelgen.kernels.params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS
+from kernelgen.kernels.workspace import SplitBuffers
+from kernelgen.launch import launch, oneoff
+from kernelgen.selection import heuristics, signature, validation as V
 
 BF16, I32 = torch.bfloat16, torch.int32
 _LOG2E = 1.4426950408889634
@@ -102,17 +105,17 @@ def expected_launches(rec, prep, a, lse, options, *, md=None, split=None, capaci
     attn = kernels[prep.attn.name]
     threads, smem = kernel_args.scheduler_launch_shape(capacity, kernels[prep.sched.name].smem_bytes)
     res = [("scheduler", (1, 1, 1), (threads, 1, 1), smem,
-            api.scheduler_params(a["cu_seqlens_q"], a["cu_seqlens_k"], a["seqused_k"], md, batch, capacity,
+            oneoff.scheduler_params(a["cu_seqlens_q"], a["cu_seqlens_k"], a["seqused_k"], md, batch, capacity,
                                  prep.config)),
            ("attention", (ATTN_GRID, 1, 1), (attn.spec.tile.num_warps * 32, 1, 1), attn.spec.smem_bytes(),
-            api.attention_params(q, a["k"], a["v"], out, lse, a["cu_seqlens_q"], a["cu_seqlens_k"], md, capacity,
+            oneoff.attention_params(q, a["k"], a["v"], out, lse, a["cu_seqlens_q"], a["cu_seqlens_k"], md, capacity,
                                  scale, seqused_k=a["seqused_k"], page_table=a["page_table"], window=(left, right),
                                  softcap=options.get("softcap", 0.0), split=split))]
     if split is not None:
         comb = kernels[prep.combine.name]
         grid = max(1, math.ceil(out.shape[0] * hq / comb.spec.rows_per_cta))
         res.append(("combine", (grid, 1, 1), (comb.spec.num_threads, 1, 1), 0,
-                    api.combine_params(split, a["cu_seqlens_q"], md, out, lse, hq)))
+                    oneoff.combine_params(split, a["cu_seqlens_q"], md, out, lse, hq)))
     return res
 
 
@@ -358,7 +361,7 @@ def test_exotic_option_types_work_uncached(fake_cuda, counts):
 
 
 def test_other_current_device_is_switched_for_the_launches(fake_cuda, monkeypatch):
-    from kernelgen import prepared
+    from kernelgen.launch import prepared
 
     a = paged_args()
     call(a, causal=True)
@@ -555,7 +558,7 @@ def _pre_issue9_scheduler_params(cu_seqlens_q, cu_seqlens_k, seqused_k, md, batc
 
 
 def test_one_off_packers_equal_the_pre_issue9_packer():
-    from kernelgen.metadata import SchedulerConfig
+    from kernelgen.kernels.metadata import SchedulerConfig
 
     md = torch.zeros(64, dtype=I32)
     for a, lse, split, window, softcap in (
@@ -565,13 +568,13 @@ def test_one_off_packers_equal_the_pre_issue9_packer():
              SplitBuffers.allocate(2, 4, 8, 64, "cpu"), (-1, -1), 0.0)):
         args = (a["q"], a["k"], a["v"], a["out"], lse, a["cu_seqlens_q"], a["cu_seqlens_k"], md, 5, 0.125)
         kw = dict(seqused_k=a["seqused_k"], page_table=a["page_table"], window=window, softcap=softcap, split=split)
-        assert api.attention_params(*args, **kw) == _pre_issue9_attention_params(*args, **kw)
+        assert oneoff.attention_params(*args, **kw) == _pre_issue9_attention_params(*args, **kw)
         if split is not None:
             hq = a["q"].shape[1]
-            assert (api.combine_params(split, a["cu_seqlens_q"], md, a["out"], lse, hq)
+            assert (oneoff.combine_params(split, a["cu_seqlens_q"], md, a["out"], lse, hq)
                     == _pre_issue9_combine_params(split, a["cu_seqlens_q"], md, a["out"], lse, hq))
         cfg = SchedulerConfig(num_heads=3, block_m=16, block_n=16, pack_factor=4, max_splits=7, forced_splits=True,
                               num_ctas=528, max_kvblocks_l2=77, swizzle_mult=2, sort=False, window_left=window[0],
                               wave_ctas=132)
         sargs = (a["cu_seqlens_q"], a["cu_seqlens_k"], a["seqused_k"], md, 2, 5, cfg)
-        assert api.scheduler_params(*sargs) == _pre_issue9_scheduler_params(*sargs)
+        assert oneoff.scheduler_params(*sargs) == _pre_issue9_scheduler_params(*sargs)

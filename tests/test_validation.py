@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kernelgen
-from kernelgen import validation as V
+from kernelgen.selection import validation as V
 
 META = ("cuda", "meta")
 

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import kernelgen
-from kernelgen import validation as V
+from kernelgen.selection import validation as V
 
 BF16, FP16, I32 = torch.bfloat16, torch.float16, torch.int32
 META = ("cuda", "meta")

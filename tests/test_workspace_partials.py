@@ -1,12 +1,14 @@
 """CPU: the split-KV partials of a mixed batch's short class indexed by (request, token of the
-request) instead of by token (kernelgen/workspace.py, fused.short_class_workspace), the
+request) instead of by token (kernelgen/kernels/workspace.py, short_class_workspace), the
 row_splits encoding the kernels share, and the parameter field that carries it."""
 import pytest
 import torch
 
-from kernelgen import fused, heuristics, kernel_args, render
-from kernelgen.params import ATTENTION_PARAMS
-from kernelgen.workspace import MAX_PARTIAL_ROWS, WorkspaceLayout
+from kernelgen.jit import render
+from kernelgen.kernels import kernel_args
+from kernelgen.kernels.params import ATTENTION_PARAMS
+from kernelgen.kernels.workspace import MAX_PARTIAL_ROWS, WorkspaceLayout, short_class_workspace
+from kernelgen.selection import heuristics
 
 
 def _llama_mixed():
@@ -21,7 +23,7 @@ def test_serving_plan_partials_shrink_by_request():
     256 x 4 rows instead of 8192, 6.9 GiB -> 0.87 GiB."""
     fv = _llama_mixed()
     by_token = WorkspaceLayout(256, True, fv.short_max_splits, 32, 8192, 128)
-    ws = fused.short_class_workspace(256, 8192, True, fv.short_max_splits, 32, 128, fv.short_max_q)
+    ws = short_class_workspace(256, 8192, True, fv.short_max_splits, 32, 128, fv.short_max_q)
     lay = ws.short
     assert lay.request_rows == 4 and lay.partial_rows == 1024 and lay.rows == 8192
     s, h, dv = fv.short_max_splits, 32, 128
@@ -37,7 +39,7 @@ def test_serving_plan_partials_shrink_by_request():
 def test_by_token_when_requests_would_need_more_rows():
     """When capacity x threshold is not below the step's tokens (decode-heavy plans) the partials
     stay indexed by token: split_request_rows 0, the layout of a single-class call."""
-    ws = fused.short_class_workspace(64, 200, True, 8, 4, 64, 4)
+    ws = short_class_workspace(64, 200, True, 8, 4, 64, 4)
     assert ws.short.request_rows == 0 and ws.short.partial_rows == 200
     assert ws.short.split_strides()["split_request_rows"] == 0
     assert ws.short == WorkspaceLayout(64, True, 8, 4, 200, 64)

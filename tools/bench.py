@@ -1,6 +1,6 @@
 """GPU benchmark of the GPU check (tools/gpu_check.sh): a thin wrapper over ``kernelgen bench``.
 
-The measurements live in ``kernelgen/bench/`` (``kernelgen bench --help``).  This script keeps the
+The measurements live in ``kernelgen/apps/bench/`` (``kernelgen bench --help``).  This script keeps the
 flags the GPU check uses:
 
 * (no flag) every suite for llama3-8b without FlexAttention (its compiles do not fit the check's
@@ -29,14 +29,14 @@ def main(argv=None) -> int:
     ap.add_argument("--flex", choices=("off", "some", "all"), default="off", help="FlexAttention peers (default off)")
     args = ap.parse_args(argv)
 
-    from kernelgen.bench import runner, sweeps
+    from kernelgen.apps.bench import runner, sweeps
 
     if args.only_decode_sweep:
         sweeps.decode_sweep()
         return 0
     if args.only_scheduler:
-        from kernelgen.bench import suites
-        from kernelgen.bench.models import PRESETS
+        from kernelgen.apps.bench import suites
+        from kernelgen.apps.bench.models import PRESETS
 
         defs = [d for d in suites.registry(["scheduler"], [PRESETS["llama3-8b"]]) if d.name.startswith("scheduler_b")]
         for e in runner.run_entries(defs, suites.Settings(), log=lambda _m: None):

@@ -317,77 +317,43 @@ def page_layout(case: dict) -> tuple:
     return need, max(1, width), sum(need) + case["spare_pages"]
 
 
-def case_variants(case: dict, arch: str, num_sms: int):
-    """The kernel variants the dispatcher picks for this case (``heuristics.choose`` with the
-    arguments ``varlen_attention`` derives); for pre-compiling.  None when the call launches nothing."""
-    from kernelgen import heuristics, validation
+#: Compute capability of each compile target, for the device a case's kernels are chosen for.
+_CAPABILITY = {"sm_80": (8, 0), "sm_86": (8, 6), "sm_89": (8, 9), "sm_90a": (9, 0)}
+
+
+def case_recipe(case: dict, arch: str, num_sms: int):
+    """The launch recipe the dispatcher makes for this case on a device of ``arch`` with
+    ``num_sms`` SMs (``selection.decide.decide`` with the signature ``varlen_attention`` derives,
+    the environment's overrides); None when the call launches nothing."""
+    from kernelgen.kernels.device import Device
+    from kernelgen.selection import decide, validation
+    from kernelgen.selection.settings import Settings
 
     total_q = total_q_rows(case)
     if total_q == 0 or not case["qlens"]:
         return None
-    mask, _, _ = validation.window(tuple(case["window"]), case["causal"])
+    mask, left, _ = validation.window(tuple(case["window"]), case["causal"])
     mq, mk = call_hints(case)
+    paged = case["kv"] == "paged"
     if mq is None:
         mq = total_q
     if mk is None:
-        if case["kv"] == "paged":
-            _, width, _ = page_layout(case)
-            mk = width * case["page_size"]
-        else:
-            mk = stored_keys(case)
-    return heuristics.choose(
-        arch, case["dtype"], case["head_dim"], case["head_dim_v"], num_heads_q=case["num_heads_q"],
-        num_heads_kv=case["num_heads_kv"], mask=mask, layout=case["layout"], max_seqlen_q=mq, max_seqlen_k=mk,
-        paged=case["kv"] == "paged", softcap=case["softcap"] > 0, pack_gqa=case["pack_gqa"],
-        num_splits=case["num_splits"], num_sms=num_sms)
-
-
-def case_fused(case: dict, arch: str, num_sms: int):
-    """The mixed-batch launch's variants when the dispatcher takes it for this case
-    (``fused.use_fused``: a paged batch with long queries, no forced pack or split), else None: on
-    sm_90a the Hopper fused launch's (``heuristics.FusedVariants``) or, where it does not apply,
-    the classes in turn's (``heuristics.PairVariants``); elsewhere the sm_80 fused launch's."""
-    from kernelgen import fused, heuristics, validation
-
-    total_q = total_q_rows(case)
-    if total_q == 0 or not case["qlens"]:
-        return None
-    mq, mk = call_hints(case)
-    mq = total_q if mq is None else mq
-    if mk is None:
-        mk = page_layout(case)[1] * case["page_size"] if case["kv"] == "paged" else stored_keys(case)
-    thr = fused.use_fused(None, paged=case["kv"] == "paged", batch=len(case["qlens"]), max_seqlen_q=mq,
-                          num_heads_q=case["num_heads_q"], num_heads_kv=case["num_heads_kv"], pack_gqa=case["pack_gqa"],
-                          num_splits=case["num_splits"])
-    if not thr:
-        return None
-    mask, _, _ = validation.window(tuple(case["window"]), case["causal"])
-    kw = dict(num_heads_q=case["num_heads_q"], num_heads_kv=case["num_heads_kv"], mask=mask, layout=case["layout"],
-              max_seqlen_k=mk, paged=True, softcap=case["softcap"] > 0, short_max_q=thr, num_sms=num_sms)
-    args = (arch, case["dtype"], case["head_dim"], case["head_dim_v"])
-    if arch == "sm_90a":  # as api._fused_call: the Hopper fused launch, else the classes in turn
-        hk = dict(kw, max_seqlen_q=mq, page_size=case["page_size"], tma_ok=not case["strided"])
-        f = heuristics.choose_fused_hopper(*args, **hk)
-        if f is not None:
-            return f
-        pv = heuristics.choose_pair(*args, **hk)
-        if pv is not None:
-            return pv
-    return heuristics.choose_fused(*args, **kw)
+        mk = page_layout(case)[1] * case["page_size"] if paged else stored_keys(case)
+    sig = decide.CallSignature(
+        dtype=case["dtype"], head_dim=case["head_dim"], head_dim_v=case["head_dim_v"],
+        num_heads_q=case["num_heads_q"], num_heads_kv=case["num_heads_kv"], mask=mask, window_left=left,
+        layout=case["layout"], max_seqlen_q=mq, max_seqlen_k=mk, paged=paged,
+        page_size=case["page_size"] if paged else 0, softcap=case["softcap"] > 0, pack_gqa=case["pack_gqa"],
+        num_splits=case["num_splits"], short_query_tokens=None, arch=None, tma_ok=not case["strided"],
+        batch=len(case["qlens"]), rows=total_q, sort=case["sort"], head_swizzle=case["head_swizzle"])
+    device = Device(f"fuzz {arch}", _CAPABILITY[arch], num_sms, 50 * 2 ** 20)
+    return decide.decide(sig, device, Settings.from_env())
 
 
 def case_specs(case: dict, arch: str, num_sms: int) -> list:
-    from kernelgen import heuristics
-
-    f = case_fused(case, arch, num_sms)
-    if isinstance(f, heuristics.PairVariants):
-        return [s for s in (f.long.scheduler, f.long.attention, f.short.attention, f.short.combine) if s is not None]
-    if f is not None:
-        return [s for s in (f.scheduler, f.fused, f.combine) if s is not None]
-    v = case_variants(case, arch, num_sms)
-    if v is None:
-        return []
-    return [s for s in (v.scheduler, v.attention, v.combine) if s is not None]
+    """The kernel specs a case launches (``case_recipe``), for pre-compiling."""
+    r = case_recipe(case, arch, num_sms)
+    return [] if r is None else list(r.specs)
 
 
 def features(case: dict) -> dict:
@@ -490,7 +456,7 @@ def build_inputs(case: dict, device="cuda") -> dict:
 
 
 class _PoisonedTorch:
-    """Stands in for ``torch`` inside ``kernelgen.api`` and ``kernelgen.prepared`` during a call:
+    """Stands in for ``torch`` inside ``kernelgen.front.api`` and ``kernelgen.launch.prepared`` during a call:
     ``torch.empty`` comes back filled with NaN (floating), POISON_INT (int32) or 0xFF bytes (the
     uint8 workspace of the metadata and split partials: -1 as int32, NaN as float32), so an lse
     row, a split partial or a metadata word the kernels forget to write shows up.  Everything
@@ -515,12 +481,12 @@ class _PoisonedTorch:
 
 
 #: Modules whose ``torch.empty`` calls make the buffers of a varlen_attention call.
-_ALLOCATING_MODULES = ("kernelgen.api", "kernelgen.prepared")
+_ALLOCATING_MODULES = ("kernelgen.front.api", "kernelgen.launch.prepared")
 
 
 @contextmanager
 def poisoned_allocations(enabled: bool = True):
-    """Within the block, buffers ``kernelgen.api`` and ``kernelgen.prepared`` allocate with
+    """Within the block, buffers ``kernelgen.front.api`` and ``kernelgen.launch.prepared`` allocate with
     torch.empty are poisoned."""
     import importlib
 
@@ -538,7 +504,7 @@ def poisoned_allocations(enabled: bool = True):
 
 def reference_for(case: dict, inp: dict):
     """(ref_out, ref_lse) float64 on the inputs' device (``reference.attention_reference``)."""
-    from kernelgen.reference import attention_reference, gather_paged
+    from kernelgen.apps.reference import attention_reference, gather_paged
 
     q = inp["q"]
     if case["kv"] == "paged":
@@ -555,7 +521,7 @@ def tolerances(case: dict) -> tuple:
     """(atol, rtol, lse_atol, lse_rtol): ``reference.tolerance`` for values, the GPU tests' LSE bound."""
     import torch
 
-    from kernelgen.reference import tolerance
+    from kernelgen.apps.reference import tolerance
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[case["dtype"]]
     atol, rtol = tolerance(dtype)
@@ -665,7 +631,7 @@ def run_case(case: dict, device="cuda", *, poison: bool = True, attention=None, 
 
 def prewarm(cases, arch: str, num_sms: int, jobs: int | None = None, progress: bool = False) -> dict:
     """Compile every kernel the cases need into the disk cache, in parallel (no GPU needed)."""
-    from kernelgen import cache, warmup
+    from kernelgen.jit import cache, warmup
 
     specs, bad = {}, 0
     for c in cases:
@@ -740,12 +706,11 @@ def run_fuzz(batches: int, seed: int, *, time_limit: float | None = None, device
 
     dev = torch.device(device)
     if arch is None:
-        from kernelgen import api, runtime
+        from kernelgen.jit import runtime
 
         index = dev.index if dev.index is not None else torch.cuda.current_device()
-        arch = api.device_arch(index)
-        num_sms = runtime.device_properties(index)["num_sms"]
-        device_name = runtime.device_properties(index)["name"]
+        device = runtime.device(index)
+        arch, num_sms, device_name = device.arch, device.num_sms, device.name
     else:
         device_name = str(dev)
     seeds = batch_seeds(seed, batches)
@@ -890,8 +855,8 @@ def run_plan_padded(device="cuda") -> dict:
     reference, rows past the last request stay NaN."""
     import torch
 
-    from kernelgen.plan import AttentionPlan
-    from kernelgen.reference import attention_reference, tolerance
+    from kernelgen.apps.reference import attention_reference, tolerance
+    from kernelgen.front.plan import AttentionPlan
 
     g = torch.Generator().manual_seed(108)
     hq, hkv, d = 4, 2, 64
@@ -986,9 +951,9 @@ def main(argv=None) -> int:
     if a.prewarm_only:
         cases = [case_for_seed(s) for s in batch_seeds(a.seed, a.batches)]
         if a.arch is None:
-            from kernelgen import api, runtime
+            from kernelgen.jit import runtime
 
-            arch, sms = api.device_arch(0), runtime.device_properties(0)["num_sms"]
+            arch, sms = runtime.device_arch(0), runtime.device(0).num_sms
         else:
             arch, sms = a.arch, a.num_sms
         p = prewarm(cases, arch, sms, jobs=a.jobs, progress=True)

@@ -81,7 +81,7 @@ def _own(b: dict) -> str:
 
 def best_peer(b: dict):
     """(peer, us, ratio) of the fastest peer of a row, or None when no peer ran: the bench's own
-    choice (``best_peer``, kernelgen.bench.report.best_peer) when the row has one, else the fastest
+    choice (``best_peer``, kernelgen.apps.bench.report.best_peer) when the row has one, else the fastest
     row peer that is not kernelgen's own (reports made before the bench chose)."""
     if b.get("best_peer"):
         p = b["best_peer"]
@@ -154,7 +154,7 @@ def render(report: dict, source: str = "docs/benchmarks/h200.json") -> str:
 
 
 def plot_entries(report: dict) -> list:
-    """The report's rows as ``kernelgen.bench.plots`` takes them: with ``suite`` (from the name),
+    """The report's rows as ``kernelgen.apps.bench.plots`` takes them: with ``suite`` (from the name),
     ``roof_fraction`` (rate over the roof measured in the same run) and ``unavailable``."""
     extra = report.get("extra") or {}
     roofs = extra.get("roofs") or {}
@@ -176,10 +176,10 @@ def plot_entries(report: dict) -> list:
 
 
 def write_plots(report: dict, outdir: Path) -> list:
-    """One bar chart per suite (``kernelgen.bench.plots.suite_bars``) and kernelgen against FA3,
+    """One bar chart per suite (``kernelgen.apps.bench.plots.suite_bars``) and kernelgen against FA3,
     FA4 and cuDNN (``peer_bars``: peers.png) into outdir; the written paths."""
     sys.path.insert(0, str(REPO))
-    from kernelgen.bench import plots
+    from kernelgen.apps.bench import plots
 
     if not plots.available():
         raise ImportError('matplotlib is not installed (pip install -e ".[plots]")')

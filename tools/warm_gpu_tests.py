@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernelgen import heuristics  # noqa: E402
-from kernelgen.spec import AttentionSpec, SchedulerSpec, TileConfig  # noqa: E402
+from kernelgen.selection import heuristics  # noqa: E402
+from kernelgen.kernels.spec import AttentionSpec, SchedulerSpec, TileConfig  # noqa: E402
 
 ARCH = "sm_90a"
 #: (head_dim, head_dim_v) pairs of the head-dim matrix
@@ -164,7 +164,7 @@ def main(argv=None) -> int:
     if a.list:
         print("\n".join(x.name for x in s))
         return 0
-    from kernelgen import cache, warmup
+    from kernelgen.jit import cache, warmup
 
     compiled, cached = warmup.warmup(s, a.cache_dir or cache.default_cache_dir(), jobs=a.jobs, progress=False)
     print(f"warm: {len(s)} specs, {compiled} compiled, {cached} cached")

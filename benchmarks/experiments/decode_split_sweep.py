@@ -6,7 +6,7 @@ For each shape (``--shapes``, the bench's decode shapes of the ``--model`` prese
 16, one query token a request, causal) the same batch runs as ``auto`` (the dispatcher's choice)
 and ``s{N}`` for each ``--splits`` N (``varlen_attention(num_splits=N)``: every request gets
 min(N, its key blocks) splits), timed as interleaved CUDA-graph replays
-(``kernelgen.bench.measure.time_interleaved``, L2 flushed before each replay); the peers are the
+(``kernelgen.apps.bench.measure.time_interleaved``, L2 flushed before each replay); the peers are the
 bench's job.  Every output is compared with ``auto``'s.  Prints us, GB/s of K/V read and the
 ratio to ``auto``.
 
@@ -35,8 +35,8 @@ def main(argv=None) -> int:
     import torch
 
     from kernelgen import varlen_attention
-    from kernelgen.bench import measure, suites
-    from kernelgen.bench.models import PRESETS
+    from kernelgen.apps.bench import measure, suites
+    from kernelgen.apps.bench.models import PRESETS
 
     if not torch.cuda.is_available():
         print("decode_split_sweep: needs a GPU", file=sys.stderr)

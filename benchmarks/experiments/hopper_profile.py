@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     import torch
 
     import kernelgen
-    from kernelgen import api
+    from kernelgen.front import api
 
     b, h, s, d, causal = SHAPES[a.shape]
     g = torch.Generator(device="cuda").manual_seed(0)

@@ -16,7 +16,7 @@ chunked prefills on Mooncake trace contexts plus decodes, pages of 16 tokens, ca
   pipeline depth S, key block B and query rows R (8: the keys-as-rows tile) of the decode tile; with ``--granularity``, a ``_g{F}`` suffix for each factor F of the short class's
   split granularity (its scheduler's ``num_ctas``).
 
-All are timed as interleaved CUDA-graph replays (``kernelgen.bench.measure.time_interleaved``:
+All are timed as interleaved CUDA-graph replays (``kernelgen.apps.bench.measure.time_interleaved``:
 L2 flushed before each replay, the configurations' order rotated every round, the median of the
 round medians), and every mixed configuration's output is compared with ``serial``'s.
 
@@ -42,7 +42,7 @@ CASES = {"bench": None, "light": ([512], 64, 300), "heavy": ([4096] * 4, 256, 10
 
 def case_lengths(settings, case: str):
     """(prefill query lengths, prefill key lengths, decode key lengths) of a case."""
-    from kernelgen.bench import suites
+    from kernelgen.apps.bench import suites
 
     if CASES[case] is None:
         return suites.mixed_lengths(settings)
@@ -57,8 +57,11 @@ def build_case(case: str, model, short_ctas: list, settings, tiles=((None, None,
     """({label: zero-argument call}, {label: output tensor}, description) of one case."""
     import torch
 
-    from kernelgen import api, fused, heuristics, runtime, validation
-    from kernelgen.bench import suites
+    from kernelgen.apps.bench import suites
+    from kernelgen.front import api
+    from kernelgen.jit import runtime
+    from kernelgen.launch import bind, fused
+    from kernelgen.selection import arguments, decide, heuristics
 
     m = model
     pre_q, pre_k, dec_k = case_lengths(settings, case)
@@ -66,7 +69,6 @@ def build_case(case: str, model, short_ctas: list, settings, tiles=((None, None,
     q, kc, vc, pt, used, cu_q = suites.paged_batch(qlens, klens, m, seed=12)
     n_pre, t_pre = len(pre_q), sum(pre_q)
     kw = dict(causal=True, window_size=m.window_size, softcap=m.softcap)
-    mask, left, right = validation.window(m.window_size, True)
     outs, calls = {}, {}
 
     def new_out(label):
@@ -89,28 +91,35 @@ def build_case(case: str, model, short_ctas: list, settings, tiles=((None, None,
     calls["serial"] = lambda: (prefill(o), decode(o))
 
     dev = torch.cuda.current_device()
+    device = runtime.device(dev)
     hq, hkv = m.num_heads_q, m.num_heads_kv
     thr = heuristics.short_query_tokens(hq, hkv)
+    # the mixed call's checked signature: what the dispatcher chooses from (decide.recipe)
+    checked = arguments.varlen_call(q, kc, vc, cu_q, None, max(qlens), max(klens), seqused_k=used, page_table=pt,
+                                    out=o, softmax_scale=None, num_splits=0, pack_gqa=None, metadata_layout="soa",
+                                    sort=True, head_swizzle=True, short_query_tokens=thr, arch=None, **kw)
+    sig = checked.signature
     args = ("sm_90a", "bf16", m.head_dim, m.head_dim_v)
-    choice = dict(num_heads_q=hq, num_heads_kv=hkv, mask=mask, max_seqlen_q=max(qlens), max_seqlen_k=max(klens),
-                  paged=True, softcap=m.softcap > 0, short_max_q=thr,
-                  num_sms=runtime.device_properties(dev)["num_sms"], page_size=kc.shape[1])
-    sizes = validation.varlen_inputs(q, kc, vc, cu_q, None, None, None, o, seqused_k=used, page_table=pt)
-    scale = validation.softmax_scale(None, m.head_dim)
+    choice = dict(num_heads_q=hq, num_heads_kv=hkv, mask=sig.mask, max_seqlen_q=max(qlens), max_seqlen_k=max(klens),
+                  paged=True, softcap=m.softcap > 0, short_max_q=thr, num_sms=device.num_sms,
+                  page_size=kc.shape[1])
+    sizes, scale, (left, right) = checked.sizes, checked.scale, checked.window
     # one workspace shared by every mixed configuration (they run one after the other on one
     # stream): a call's own would be allocated in each captured graph's private pool, and the
     # short class's split partials are sized by all of the batch's query rows (GBs here)
     common = dict(batch=len(qlens), q=q, k=kc, v=vc, lse=None, page_table=pt, scale=scale, window=(left, right),
                   softcap=m.softcap, return_lse=False, sizes=sizes)
-    pending = []  # (label, build function, kernels)
+    pending = []  # (label, build function, kernels, workspace layout)
     pv = heuristics.choose_pair(*args, **choice)
     if pv is not None:
-        pending.append(("in_turn", fused.build_pair, fused.load_pair(pv, dev, hq, hkv, window_left=left)))
+        r = decide.recipe(pv, sig, device)
+        pending.append(("in_turn", fused.build_pair, bind.bind(r, runtime.load(r.specs, dev)), r.workspace))
     for st, bn, rows, defs in tiles:
         fv = heuristics.choose_fused_hopper(*args, **choice, short_stages=st, short_block_n=bn, short_rows=rows)
         if fv is None:
             continue
-        fk = _load_with_defines(fv, dev, hq, hkv, left, defs)
+        r = decide.recipe(fv, sig, device)
+        fk = _load_with_defines(r, dev, defs)
         for n in short_ctas:
             for g in granularity:
                 tag = "".join(f"{c}{x}" for c, x in (("s", st), ("n", bn), ("m", rows)) if x is not None)
@@ -120,11 +129,10 @@ def build_case(case: str, model, short_ctas: list, settings, tiles=((None, None,
                     f"_g{g:g}" if len(granularity) > 1 else "")
                 cfg = dataclasses.replace(fk.cfg_short, num_ctas=max(1, round(fk.cfg_short.num_ctas * g)))
                 pending.append((label, fused.build, dataclasses.replace(
-                    fk, short_ctas=min(n, fk.fused.persistent_grid), cfg_short=cfg)))
-    layouts = [kern.workspace(len(qlens), q.shape[0], hq, m.head_dim_v) for _, _, kern in pending]
-    ws = torch.empty(max([x.nbytes for x in layouts] + [1]), dtype=torch.uint8, device="cuda")
+                    fk, short_ctas=min(n, fk.fused.persistent_grid), cfg_short=cfg), r.workspace))
+    ws = torch.empty(max([lay.nbytes for *_, lay in pending] + [1]), dtype=torch.uint8, device="cuda")
     outs["_workspace"] = ws
-    for (label, build, kern), lay in zip(pending, layouts):
+    for label, build, kern, lay in pending:
         oo = new_out(label)
         prep = build(kern, layout=lay, out=oo, fixed_base=ws.data_ptr(), **common)
         calls[label] = lambda p=prep, oo=oo: p.run(q, kc, vc, cu_q, None, used, pt, oo, None)
@@ -132,25 +140,27 @@ def build_case(case: str, model, short_ctas: list, settings, tiles=((None, None,
     return calls, outs, desc
 
 
-def _load_with_defines(fv, dev, hq, hkv, left, defs):
-    """fused.load with KERNELGEN_DEFINES set to ``defs`` while the fused kernel compiles (None:
-    as the environment has it); the in-memory kernel cache is bypassed so that each set of
-    defines gets its own build."""
-    from kernelgen import compiler, fused, runtime
+def _load_with_defines(recipe, dev, defs):
+    """A fused recipe's kernels loaded and bound (``launch.bind``) with KERNELGEN_DEFINES set to
+    ``defs`` while the fused kernel compiles (None: as the environment has it); the in-memory
+    kernel cache is bypassed so that each set of defines gets its own build."""
+    from kernelgen.jit import compiler, runtime
+    from kernelgen.launch import bind
 
     if defs is None:
-        return fused.load(fv, dev, hq, hkv, window_left=left)
+        return bind.bind(recipe, runtime.load(recipe.specs, dev))
     old = os.environ.get(compiler.DEFINES_ENV)
     os.environ[compiler.DEFINES_ENV] = defs
-    runtime._loaded.pop((dev, fv.fused), None)
+    fused_spec = recipe.variants.fused
+    runtime._loaded.pop((dev, fused_spec), None)
     try:
-        return fused.load(fv, dev, hq, hkv, window_left=left)
+        return bind.bind(recipe, runtime.load(recipe.specs, dev))
     finally:
         if old is None:
             os.environ.pop(compiler.DEFINES_ENV, None)
         else:
             os.environ[compiler.DEFINES_ENV] = old
-        runtime._loaded.pop((dev, fv.fused), None)
+        runtime._loaded.pop((dev, fused_spec), None)
 
 
 def main(argv=None) -> int:
@@ -174,8 +184,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     import torch
 
-    from kernelgen.bench import measure, suites
-    from kernelgen.bench.models import PRESETS
+    from kernelgen.apps.bench import measure, suites
+    from kernelgen.apps.bench.models import PRESETS
 
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         print("mixed_sweep: needs an sm_90a GPU", file=sys.stderr)

@@ -94,12 +94,12 @@ def main(argv=None) -> int:
     from cupy.cuda import runtime as cupy_rt
 
     import mixed_sweep
-    from kernelgen.bench import measure, suites
-    from kernelgen.bench.models import PRESETS
+    from kernelgen.apps.bench import measure, suites
+    from kernelgen.apps.bench.models import PRESETS
 
     ks = [int(x) for x in a.short_ctas.split(",") if x]
     calls, _, desc = mixed_sweep.build_case(a.case, PRESETS[a.model], ks, suites.Settings())
-    from kernelgen import runtime
+    from kernelgen.jit import runtime
 
     fused_kernels = [k for k in runtime.loaded_kernels() if k.spec.name.startswith("fused_attn_sm_90a")]
     report = {"case": a.case, "shape": desc, "runs": {}}

@@ -18,7 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kernelgen import compiler, heuristics, render, sass  # noqa: E402
+from kernelgen.jit import compiler, render, sass
+from kernelgen.selection import heuristics  # noqa: E402
 
 def specs() -> dict:
     """{label: spec} of the kernels fingerprinted."""

@@ -11,9 +11,12 @@ import pytest
 import torch
 
 import kernelgen
-from kernelgen import api, heuristics, metadata, runtime
-from kernelgen.plan import AttentionPlan
-from kernelgen.reference import attention_reference, tolerance
+from kernelgen.apps.reference import attention_reference, tolerance
+from kernelgen.front.plan import AttentionPlan
+from kernelgen.jit import runtime
+from kernelgen.kernels import metadata
+from kernelgen.launch import launch, oneoff, prepared
+from kernelgen.selection import heuristics
 
 pytestmark = pytest.mark.gpu
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -182,11 +185,11 @@ def test_scheduler_kernel_matches_reference(layout):
     the sort key's saturation); odd trials launch with a random valid CTA size (1 to 8 requests a
     thread), every other one of them without room for the plans in shared memory."""
     rng = np.random.default_rng(5 if layout == "soa" else 6)
-    arch = api.device_arch(0)
+    arch = runtime.device_arch(0)
     _, attn_spec = heuristics.specs_for(arch, "bf16", 128, 128, True, layout)
     attn = runtime.get_kernel(attn_spec, 0)
     sched = runtime.get_kernel(heuristics.scheduler_spec(arch, layout), 0)
-    stream = api._current_stream(0)
+    stream = prepared.current_stream(0)
     for trial in range(520):
         batch = int(rng.integers(1, 4097)) if trial % 5 == 0 else int(rng.integers(1, 200))
         capacity = batch + int(rng.integers(0, 40))
@@ -205,14 +208,14 @@ def test_scheduler_kernel_matches_reference(layout):
         cfg = _random_config(rng, attn_spec, attn.persistent_grid)
         md = torch.full((metadata.buffer_ints(capacity),), -7, dtype=torch.int32, device="cuda")
         if trial % 2 == 0:
-            api.launch_scheduler(sched, stream, cu_q, None if use_seqused else cu_k, used, md, batch, capacity, cfg)
+            oneoff.launch_scheduler(sched, stream, cu_q, None if use_seqused else cu_k, used, md, batch, capacity, cfg)
         else:  # any valid CTA size (1 to 8 requests a thread), and on every other such trial two key
             # buffers only: sorted requests then re-read their lengths from global memory
             cap4 = metadata.round_up(capacity, 4)
             threads = int(rng.choice([t for t in (32, 64, 128, 256, 512, 1024) if 8 * t >= cap4]))
             smem = (8 if trial % 4 == 1 else 16) * cap4
-            sched.launch(1, stream, api.scheduler_params(cu_q, None if use_seqused else cu_k, used, md, batch, capacity,
-                                                         cfg), smem=smem, threads=threads)
+            packed = oneoff.scheduler_params(cu_q, None if use_seqused else cu_k, used, md, batch, capacity, cfg)
+            launch.launch_kernel(sched, 1, stream, packed, smem=smem, threads=threads)
         want = metadata.reference_schedule(cu_q.cpu().numpy(), cu_k.cpu().numpy(), batch, capacity, cfg, layout,
                                            seqused_k=klens if use_seqused else None)
         got = md.cpu().numpy()

@@ -6,9 +6,11 @@ import pytest
 import torch
 
 import kernelgen
-from kernelgen import api, fused, runtime
-from kernelgen.plan import AttentionPlan
-from kernelgen.reference import attention_reference, gather_paged
+from kernelgen.apps.reference import attention_reference, gather_paged
+from kernelgen.front import api
+from kernelgen.front.plan import AttentionPlan
+from kernelgen.jit import runtime
+from kernelgen.launch import fused
 
 from test_paged_decode_gpu import check, make_paged  # noqa: E402 (tests/gpu is on sys.path)
 
@@ -248,7 +250,8 @@ def test_pair_path_still_right():
     """The classes in turn (``fused.build_pair``), the fallback where the Hopper fused kernel does
     not apply, run directly against the reference."""
     _hopper_only()
-    from kernelgen import heuristics
+    from kernelgen.launch import bind
+    from kernelgen.selection import arguments, decide, heuristics
 
     rng = np.random.default_rng(77)
     qlens, klens = mixed_lengths(rng)
@@ -257,15 +260,18 @@ def test_pair_path_still_right():
     pv = heuristics.choose_pair("sm_90a", "bf16", d, d, num_heads_q=hq, num_heads_kv=hkv, mask="causal",
                                 max_seqlen_q=max(qlens), max_seqlen_k=max(klens), paged=True, short_max_q=4,
                                 page_size=16)
-    kernels = fused.load_pair(pv, torch.cuda.current_device(), hq, hkv)
-    ws = kernels.workspace(len(qlens), q.shape[0], hq, d)
     out = torch.full((q.shape[0], hq, d), float("nan"), dtype=BF16, device="cuda")
     lse = torch.full((hq, q.shape[0]), float("nan"), dtype=torch.float32, device="cuda")
-    sizes = {"batch": len(qlens), "total_q": q.shape[0], "num_heads_q": hq, "num_heads_kv": hkv, "head_dim": d,
-             "head_dim_v": d, "paged": True, "page_size": 16}
-    prep = fused.build_pair(kernels, layout=ws, batch=len(qlens), q=q, k=kc, v=vc, out=out, lse=lse, page_table=pt,
-                            scale=d ** -0.5, window=(-1, 0), softcap=0.0, return_lse=True, fixed_base=None,
-                            sizes=sizes)
+    checked = arguments.varlen_call(q, kc, vc, cu_q, None, max(qlens), max(klens), seqused_k=used, page_table=pt,
+                                    out=out, causal=True, window_size=(-1, -1), softcap=0.0, softmax_scale=None,
+                                    num_splits=0, pack_gqa=None, metadata_layout="soa", sort=True, head_swizzle=True,
+                                    short_query_tokens=None, arch=None)
+    dev = torch.cuda.current_device()
+    recipe = decide.recipe(pv, checked.signature, runtime.device(dev))
+    kernels = bind.bind(recipe, runtime.load(recipe.specs, dev))
+    prep = fused.build_pair(kernels, layout=recipe.workspace, batch=len(qlens), q=q, k=kc, v=vc, out=out, lse=lse,
+                            page_table=pt, scale=d ** -0.5, window=(-1, 0), softcap=0.0, return_lse=True,
+                            fixed_base=None, sizes=checked.sizes)
     prep.run(q, kc, vc, cu_q, None, used, pt, out, lse)
     torch.cuda.synchronize()
     k, v, cu_k = gather_paged(kc, vc, pt, used)

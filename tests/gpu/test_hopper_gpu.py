@@ -13,8 +13,10 @@ import pytest
 import torch
 
 import kernelgen
-from kernelgen import api, fused, heuristics, prepared
-from kernelgen.reference import attention_reference, tolerance
+from kernelgen.apps.reference import attention_reference, tolerance
+from kernelgen.front import api
+from kernelgen.launch import fused, prepared
+from kernelgen.selection import heuristics
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
@@ -283,7 +285,7 @@ def test_hopper_cuda_graph_replay():
 
 
 def test_hopper_graph_launch_repoints_tensor_maps():
-    """Cached Hopper calls go out as graph launches (kernelgen/graph_launch.py): each (q, k, v)
+    """Cached Hopper calls go out as graph launches (kernelgen/launch/graph_launch.py): each (q, k, v)
     set's graph carries its own tensor maps; alternating two query tensors gives each its result."""
     qlens, klens = [300, 77], [500, 256]
     q, k, v, cu_q, cu_k = make_batch(qlens, klens, 16, 4, 128, torch.bfloat16, 41, garbage=0)
@@ -420,7 +422,7 @@ def check_paged(q, kc, vc, pt, used, cu_q, *, causal, layout="soa", arch="sm_90a
                 window_size=(-1, -1), softcap=0.0, num_splits=0):
     """A paged call with NaN-poisoned out/lse against the float64 reference on the gathered K/V
     (same causal, window_size and softcap)."""
-    from kernelgen.reference import gather_paged
+    from kernelgen.apps.reference import gather_paged
     rows = int(cu_q[-1].item())
     hq = q.shape[1]
     out = torch.full((q.shape[0] + 3, hq, vc.shape[-1]), float("nan"), dtype=q.dtype, device="cuda")[:q.shape[0]]

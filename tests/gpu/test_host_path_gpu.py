@@ -4,7 +4,7 @@ The validated first call and the cached calls after it give the reference result
 a cached call from a new thread, a cached call captured in a CUDA graph and replayed with new
 data, and a cached call on a non-current device (two GPUs) work; the workspace of one call is
 not shared by two calls in flight on different streams; the graph launch of cached calls
-(kernelgen/graph_launch.py) re-points its nodes as queries and outputs change.
+(kernelgen/launch/graph_launch.py) re-points its nodes as queries and outputs change.
 """
 import threading
 
@@ -13,9 +13,10 @@ import pytest
 import torch
 
 import kernelgen
-from kernelgen import api, graph_launch
-from kernelgen.plan import AttentionPlan
-from kernelgen.reference import attention_reference, gather_paged, tolerance
+from kernelgen.apps.reference import attention_reference, gather_paged, tolerance
+from kernelgen.front import api
+from kernelgen.front.plan import AttentionPlan
+from kernelgen.launch import graph_launch
 
 pytestmark = pytest.mark.gpu
 BF16 = torch.bfloat16

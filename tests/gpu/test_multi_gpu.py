@@ -16,8 +16,8 @@ import pytest
 import torch
 
 import kernelgen
-from kernelgen import runtime
-from kernelgen.reference import attention_reference, gather_paged, tolerance
+from kernelgen.apps.reference import attention_reference, gather_paged, tolerance
+from kernelgen.jit import runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
@@ -168,7 +168,7 @@ def test_cuda1_in_device_context_on_side_stream(host, on_cuda0):
 
 def test_plan_on_cuda1_in_device_context(host):
     """AttentionPlan made for device 1 (scheduler + attention launched from the plan)."""
-    from kernelgen.plan import AttentionPlan
+    from kernelgen.front.plan import AttentionPlan
 
     x = host["prefill"]
     with torch.cuda.device(1):

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import kernelgen
-from kernelgen import compat, ops
-from kernelgen.reference import attention_reference, gather_paged, tolerance
+from kernelgen.apps.reference import attention_reference, gather_paged, tolerance
+from kernelgen.front import compat, ops
 
 pytestmark = pytest.mark.gpu
 BF16 = torch.bfloat16

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import kernelgen
-from kernelgen.reference import attention_reference, gather_paged, tolerance
+from kernelgen.apps.reference import attention_reference, gather_paged, tolerance
 
 pytestmark = pytest.mark.gpu
 BF16 = torch.bfloat16

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from kernelgen.plan import AttentionPlan
-from kernelgen.reference import attention_reference, gather_paged, tolerance
+from kernelgen.apps.reference import attention_reference, gather_paged, tolerance
+from kernelgen.front.plan import AttentionPlan
 
 pytestmark = pytest.mark.gpu
 BF16 = torch.bfloat16

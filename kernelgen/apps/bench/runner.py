@@ -1,0 +1,219 @@
+"""Runs the entries of ``kernelgen bench``: roofs, parallel pre-compile, entries under a time budget,
+then the table, the JSON report and the plots.
+
+Nothing an entry does stops the run: an exception becomes ``entry["error"]``, a deliberate skip
+(:class:`suites.Skip`, or the time budget) ``entry["skipped"]``; both are listed in the table and
+the JSON report.  The time budget (``--budget``, default 420 s for a full run) is checked before
+each entry, so the run ends at most one entry after it (entries run for the first preset across
+all suites first, so what is cut is the other presets' entries).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from . import SUITES, measure, report
+from .models import resolve_models
+
+#: Default wall-clock budgets (seconds) of a full run and of --quick (0 = none).
+DEFAULT_BUDGET_S, QUICK_BUDGET_S = 420.0, 240.0
+#: Share of the budget after which FlexAttention is not compiled for new shapes any more (its
+#: compiles are the slow part of a run), so the later presets still get kernelgen's numbers.
+FLEX_BUDGET_SHARE = 0.6
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def prewarm(defs, settings, arch: str, num_sms: int, jobs: int | None = None) -> dict:
+    """Compile every kernel the entries will use into the process's cache, in parallel
+    (``warmup``'s process pool); returns {"compiled", "cached", "seconds"} or {"error"}."""
+    from ...jit.cache import get_cache
+    from ...jit.warmup import warmup
+
+    t0 = time.perf_counter()
+    specs = []
+    for d in defs:
+        if d.specs is None:
+            continue
+        try:
+            specs += d.specs(settings, arch, num_sms)
+        except Exception as e:  # noqa: BLE001 - a spec that cannot be derived just compiles at run time
+            _log(f"prewarm: no specs for {d.name}: {type(e).__name__}: {e}")
+    specs = list(dict.fromkeys(specs))
+    try:
+        compiled, cached = warmup(specs, get_cache().root, jobs=jobs, progress=False, desc="bench prewarm")
+    except Exception as e:  # noqa: BLE001 - the entries compile what they need themselves
+        return {"error": f"{type(e).__name__}: {str(e)[:200]}", "seconds": time.perf_counter() - t0}
+    return {"compiled": compiled, "cached": cached, "kernels": len(specs), "seconds": time.perf_counter() - t0}
+
+
+def run_entries(defs, settings, budget_s: float = 0.0, start: float | None = None, log=_log) -> list:
+    """Run each entry (after a finished one, free the GPU memory it left); returns the finalized
+    entries.  ``budget_s`` > 0: entries that would start after that many seconds from ``start``
+    are skipped."""
+    import torch
+
+    from .suites import Skip
+
+    start = time.perf_counter() if start is None else start
+    out = []
+    for d in defs:
+        elapsed = time.perf_counter() - start
+        base = {"name": d.name, "suite": d.suite, "model": d.model, "us": None, "peers": {}, "unavailable": {}}
+        if budget_s and elapsed > budget_s:
+            e = dict(base, skipped=f"time budget of {budget_s:.0f} s spent (raise --budget)")
+        else:
+            t0 = time.perf_counter()
+            try:
+                e = d.run(settings)
+            except Skip as ex:
+                e = dict(base, skipped=str(ex))
+            except Exception as ex:  # noqa: BLE001 - one entry's failure never stops the suite
+                e = dict(base, error=f"{type(ex).__name__}: {str(ex).strip()[:300]}")
+            e["seconds"] = round(time.perf_counter() - t0, 2)
+            if torch.cuda.is_available():
+                try:
+                    torch.cuda.synchronize()
+                    torch.cuda.empty_cache()
+                except Exception as ex:  # noqa: BLE001 - a sticky CUDA error: later entries will say so
+                    e.setdefault("error", f"after the entry: {type(ex).__name__}: {ex}")
+        report.finalize(e, settings.roofs)
+        out.append(e)
+        log(_progress_line(e, time.perf_counter() - start))
+    return out
+
+
+def _progress_line(e, elapsed) -> str:
+    if e.get("us") is None:
+        why = e.get("skipped") or e.get("error")
+        return f"[{elapsed:6.1f} s] {e['name']}: {'skipped' if e.get('skipped') else 'ERROR'}: {why}"
+    peers = " ".join(f"{p}={r:.2f}x" for p, r in e.get("ratios", {}).items())
+    return (f"[{elapsed:6.1f} s] {e['name']}: {report.fmt_us(e['us'])} us {report.fmt_rate(e)} "
+            f"({e.get('seconds', 0):.1f} s) {peers}")
+
+
+def order_for_report(entries: list) -> list:
+    """Entries grouped by suite in SUITES order, registry order within a suite."""
+    rank = {s: i for i, s in enumerate(SUITES)}
+    return sorted(entries, key=lambda e: rank.get(e.get("suite"), len(rank)))
+
+
+def run(suites=("all",), models=None, trace=None, repeat=None, quick=False, flex=None, flush=True,
+        budget_s=None, json_path=None, plots_dir=None, out=None, jobs=None, after=None) -> int:
+    """The whole ``kernelgen bench`` run; returns the exit code (0 = it ran; entries that failed
+    are in the report, not in the exit code; 2 = no GPU).
+
+    ``after``: optional callable run after the entries; the dict it returns is merged into the
+    JSON report (tools/bench.py's tile sweep)."""
+    import torch
+
+    from ...jit import runtime
+    from ...jit.runtime import device_arch
+    from . import suites as S
+
+    out = out or sys.stdout
+    if not torch.cuda.is_available():
+        print("kernelgen bench: needs a CUDA GPU (none found)", file=sys.stderr)
+        return 2
+    t_start = time.perf_counter()
+    presets = resolve_models(models if models else (["llama3-8b"] if quick else ["all"]))
+    settings = S.Settings(
+        repeat=repeat or (measure.QUICK_REPEAT if quick else measure.DEFAULT_REPEAT),
+        warmup=measure.QUICK_WARMUP if quick else measure.DEFAULT_WARMUP,
+        rounds=measure.QUICK_ROUNDS if quick else measure.DEFAULT_ROUNDS,
+        flush=flush, flex=flex or ("off" if quick else "some"), prefill_trace=trace, decode_trace=trace,
+        quick=quick, device=torch.cuda.current_device())
+    budget = (QUICK_BUDGET_S if quick else DEFAULT_BUDGET_S) if budget_s is None else budget_s
+    if budget and budget > 0:
+        settings.flex_deadline = t_start + FLEX_BUDGET_SHARE * budget
+    dev = settings.device
+    props = runtime.device_properties(dev)
+    arch = device_arch(dev)
+    defs = S.registry(suites, presets)
+    _log(f"kernelgen bench: {len(defs)} entries, suites {','.join(suites)}, models "
+         f"{','.join(p.name for p in presets)}, repeat {settings.repeat}, flex {settings.flex}, budget "
+         f"{budget:.0f} s, device {props['name']} ({arch})")
+    try:
+        settings.roofs = measure.roofs()
+        _log(f"roofs: {json.dumps(settings.roofs)}")
+    except Exception as e:  # noqa: BLE001 - rates without fractions
+        settings.roofs = None
+        _log(f"roofs: failed ({type(e).__name__}: {e})")
+    torch.cuda.empty_cache()
+    pre = prewarm(defs, settings, arch, props["num_sms"], jobs=jobs)
+    _log(f"prewarm: {json.dumps(pre)}")
+    entries = order_for_report(run_entries(defs, settings, budget, start=t_start))
+    elapsed = time.perf_counter() - t_start
+    info = {"suites": list(suites), "models": [p.name for p in presets], "repeat": settings.repeat,
+            "warmup": settings.warmup, "switch_rounds": settings.rounds, "l2_flush_bytes": measure.FLUSH_BYTES if flush else 0, "flex": settings.flex,
+            "quick": quick, "budget_s": budget, "elapsed_s": round(elapsed, 1), "prewarm": pre,
+            "trace": trace or "packaged samples (Azure: prefill, scheduler; Mooncake: decode, mixed, overhead)",
+            "torch": torch.__version__, "arch": arch, "models_detail": {p.name: p.describe() for p in presets}}
+    try:
+        from ..._version import __version__
+
+        info["kernelgen"] = __version__
+    except Exception:  # noqa: BLE001
+        pass
+    print(report.format_report(entries, settings.roofs, props["name"]), file=out)
+    print(f"{sum(e.get('us') is not None for e in entries)} of {len(entries)} entries ran in {elapsed:.0f} s",
+          file=out)
+    extra = {}
+    if after is not None:
+        try:
+            extra = after() or {}
+        except Exception as e:  # noqa: BLE001
+            extra = {"after_error": f"{type(e).__name__}: {e}"}
+    if json_path:
+        rep = report.build_report(entries, settings.roofs, props["name"], info)
+        rep.update(extra)
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(json.dumps(rep, indent=2, default=str) + "\n")
+        print(f"wrote {json_path}", file=out)
+    if plots_dir:
+        try:
+            from .plots import write_plots
+
+            title = f"{props['name']}, commit {report.git_commit()[:10]}"
+            for p in write_plots(entries, settings.roofs, plots_dir, title=title):
+                print(f"wrote {p}", file=out)
+        except Exception as e:  # noqa: BLE001 - the numbers are already out
+            print(f"plots: not written ({type(e).__name__}: {e}; pip install matplotlib)", file=out)
+    return 0
+
+
+def replot(json_path, plots_dir=None, out=None) -> int:
+    """Print the tables of a saved report and (with ``plots_dir``) draw its plots; no GPU needed."""
+    out = out or sys.stdout
+    rep = json.loads(Path(json_path).read_text())
+    entries = order_for_report(report.entries_from_report(rep))
+    if not entries or not all(e.get("suite") for e in entries):
+        raise ValueError(f"{json_path} is not a `kernelgen bench --json` report (its entries need a 'suite'; "
+                         f"docs/benchmarks/h200.json is tools/gpu_report.py's format)")
+    print(report.format_report(entries, rep.get("roofs"), rep.get("device")), file=out)
+    if plots_dir:
+        from .plots import write_plots
+
+        title = f"{rep.get('device', '?')}, commit {str(rep.get('commit', '?'))[:10]}, {rep.get('date', '?')}"
+        for p in write_plots(entries, rep.get("roofs"), plots_dir, title=title):
+            print(f"wrote {p}", file=out)
+    return 0
+
+
+def main_args(args) -> int:
+    """CLI entry (args from cli.py's bench parser)."""
+    if getattr(args, "from_json", None):
+        return replot(args.from_json, args.plots)
+    if getattr(args, "cache_dir", None):
+        from ...jit.cache import set_cache_dir
+
+        os.environ["KERNELGEN_CACHE_DIR"] = str(args.cache_dir)
+        set_cache_dir(args.cache_dir)
+    return run(suites=args.suite, models=args.model, trace=args.trace, repeat=args.repeat, quick=args.quick,
+               flex=args.flex, flush=not args.no_flush, budget_s=args.budget, json_path=args.json,
+               plots_dir=args.plots, jobs=args.jobs)

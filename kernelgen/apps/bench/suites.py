@@ -1,0 +1,1010 @@
+"""The entries of ``kernelgen bench``, grouped in suites, and the registry that lists them.
+
+Every entry is a function ``(settings, model) -> dict`` that builds its inputs on the GPU, times
+kernelgen, then its peers (``peers.measure``) on the same inputs, and returns the raw entry:
+``name, suite, model, us`` plus ``flops``/``bytes``/``metric`` for the rate, ``peers`` and
+``unavailable`` and any extras.  ``report.finalize`` turns that into rates, roof fractions and
+ratios.  An entry that cannot run raises (:class:`Skip` for a deliberate skip, e.g. a KV cache
+too large for the device); the runner records it and goes on.
+
+kernelgen's own switches (``kernelgen_aos``: AoS metadata, ``kernelgen_nosort``: the scheduler's
+sort off) are not timed like the other peers: the default call and its switches are timed
+together as interleaved CUDA-graph replays (``measure.time_interleaved``, median of the round
+medians), and their ratio columns divide by the default call's time from the same measurement
+(``switch_base_us``), not by the entry's ``us``.
+
+Suites and entries (``<model>`` suffix: see ``models.entry_name``):
+
+* ``prefill``: ``prefill_dense_causal_h128_s16k`` (1 x 32 heads x 16384, d 128, causal),
+  ``prefill_dense_h128_s4k`` (4 x 32 x 4096, d 128), ``prefill_dense[_causal]_h64_s2k`` (8 x 32 x
+  2048, d 64), ``prefill_dense[_causal]_h256_s4k`` (2 x 16 x 4096, d 256),
+  ``prefill_dense_causal_gqa_h128_s4k`` (4 x 4096, 32 query / 8 KV heads, d 128); peers: the
+  three SDPA backends (and FlexAttention at --flex all).  ``prefill_varlen_trace[_<model>]``: a causal
+  prefill batch of trace requests (32768-token budget, 8192-token cap: the demo's batch) per
+  model preset; peers: FA2 varlen, FlexAttention (document mask), kernelgen AoS / no sort
+  (interleaved graph replays; ``us_graph``: the default call's replay).
+  ``prefill_chunked_paged{16,64,128}`` (first preset): 4 chunks of 2048 query tokens at the end
+  of 8192 keys in a paged cache of 16-, 64- or 128-token pages.
+  FlashAttention-3 (``fa3``; ``fa3_unpaged`` on a paged cache gathered into packed K/V) and
+  FlashAttention-4 (``fa4``, on the paged cache itself) are peers of every prefill, decode and
+  mixed entry (``peers`` module doc).
+* ``decode``: ``decode_trace_b128_paged16``, ``decode_trace_b32_paged16`` (Mooncake contexts,
+  pages of 16 tokens) and ``decode_long_b8_128k`` (8 x 131072) per preset: one query token per
+  request against a paged cache (page ids shuffled); peers: FA2 varlen on the gathered cache,
+  FlexAttention (document mask over the gathered cache), SDPA backends where the contexts are
+  uniform, kernelgen AoS / no sort (interleaved graph replays); also ``us_graph`` (the call
+  replayed from a CUDA graph, from the same measurement).
+  ``graph_decode_step_b128``: one AttentionPlan decode step (128 requests, contexts capped at
+  32k) replayed from a CUDA graph.
+* ``mixed``: ``mixed_trace``: 3 chunked prefills (512-4096 tokens) + 192 decodes in one uniform
+  call; peers: ``serial`` (prefill call, then decode call), ``two_streams`` (the two calls on two
+  streams), FA2 varlen and FA3 (``fa3_unpaged``) on the gathered cache and FA4 on the paged cache,
+  each running the whole mixed batch in one varlen call (what an engine on them does).
+* ``scheduler``: ``scheduler_b{8,128,1024,4096}`` (one scheduler launch, mean of 20 launches
+  replayed from a CUDA graph; peers kernelgen_aos and kernelgen_nosort, all three interleaved) and
+  ``varlen_trace_sorted`` / ``varlen_trace_unsorted`` (a skewed trace batch of 512 requests with
+  the sort on / off, the pair timed as interleaved graph replays; ``sort_speedup``).
+* ``compile``: ``compile_cold_variant``, ``compile_warm_load``, ``dispatch_in_memory``.
+* ``overhead``: ``overhead_decode_call``, ``overhead_plan_run``, ``overhead_graph_replay`` (one
+  call repeated), ``overhead_decode_call_32layers``, ``overhead_plan_run_32layers`` (calls cycling
+  through 32 layers' q and out).
+"""
+from __future__ import annotations
+
+import itertools
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from . import SUITES, measure, peers
+from .models import (DEFAULT_MODEL, PRESETS, ModelPreset, attention_flops, decode_bytes, decode_keys_read,
+                     entry_name, prefill_bytes)
+
+#: Largest KV cache (bytes) a decode/mixed entry allocates; the peers' gathered copies come on
+#: top of it (up to 3 copies in all on a 141 GB H200).
+MAX_CACHE_BYTES = 32e9
+PAGE_SIZE = 16
+#: Dense prefill shapes: (name, batch, query heads, seqlen, head dim, causal, KV heads).
+DENSE_SHAPES = (
+    ("prefill_dense_causal_h128_s16k", 1, 32, 16384, 128, True, 32),
+    ("prefill_dense_h128_s4k", 4, 32, 4096, 128, False, 32),
+    ("prefill_dense_causal_h64_s2k", 8, 32, 2048, 64, True, 32),
+    ("prefill_dense_h64_s2k", 8, 32, 2048, 64, False, 32),
+    ("prefill_dense_causal_h256_s4k", 2, 16, 4096, 256, True, 16),
+    ("prefill_dense_h256_s4k", 2, 16, 4096, 256, False, 16),
+    ("prefill_dense_causal_gqa_h128_s4k", 4, 32, 4096, 128, True, 8),
+)
+DECODE_SHAPES = ("decode_trace_b128_paged16", "decode_trace_b32_paged16", "decode_long_b8_128k")
+SCHEDULER_BATCHES = (8, 128, 1024, 4096)
+LONG_CONTEXT = 131072
+
+
+class Skip(Exception):
+    """The entry is deliberately not run (the message says why)."""
+
+
+@dataclass
+class Settings:
+    """What every entry needs to know about the run."""
+
+    repeat: int = measure.DEFAULT_REPEAT
+    warmup: int = measure.DEFAULT_WARMUP
+    #: rounds of the interleaved switch comparisons (measure.time_interleaved)
+    rounds: int = measure.DEFAULT_ROUNDS
+    flush: bool = True
+    flex: str = "some"  # off | some | all
+    prefill_trace: str | None = None  # None: the packaged Azure sample
+    decode_trace: str | None = None  # None: the packaged Mooncake sample
+    quick: bool = False
+    roofs: dict | None = None
+    device: int = 0
+    #: time.perf_counter() after which FlexAttention is no longer compiled for new shapes (None: never)
+    flex_deadline: float | None = None
+
+    def time(self, fn) -> float:
+        return measure.time_gpu(fn, repeat=self.repeat, warmup=self.warmup, flush=self.flush)
+
+    def time_graph(self, fn) -> float:
+        return measure.time_graph(fn, repeat=self.repeat, warmup=self.warmup, flush=self.flush)
+
+    def time_interleaved(self, fns: dict, launches: int = 1) -> dict:
+        return measure.time_interleaved(fns, rounds=self.rounds, repeat=self.repeat, warmup=self.warmup,
+                                        flush=self.flush, launches=launches)
+
+    def interleaved_method(self, launches: int = 1) -> str:
+        return measure.INTERLEAVED_METHOD.format(launches=launches, rounds=self.rounds, repeat=self.repeat)
+
+    def flex_builder(self, build, where: str):
+        """``build`` when FlexAttention is measured on this kind of entry ('some' or 'all'), else
+        the reason it is not."""
+        if self.flex == "off":
+            return "not measured (--flex off)"
+        if self.flex != "all" and where != "some":
+            return peers.FLEX_SKIPPED_REASON.format(policy=self.flex)
+        if self.flex_deadline is not None and time.perf_counter() > self.flex_deadline:
+            return ("not measured: past the share of the time budget kept for FlexAttention compiles "
+                    "(10-30 s a shape; raise --budget)")
+        return build
+
+
+@dataclass(frozen=True)
+class EntryDef:
+    """One registered entry: ``run(settings)`` returns the raw entry dict; ``specs(settings, arch,
+    num_sms)`` lists the kernelgen kernels it will use (compiled in parallel before the run)."""
+
+    name: str
+    suite: str
+    model: str | None
+    run: Callable
+    specs: Callable | None = None
+
+
+# ----------------------------------------------------------------------------------- helpers
+def _torch():
+    import torch
+
+    return torch
+
+
+def load_rows(path, default_name: str):
+    from .. import traces
+
+    if path is None:
+        path = Path(traces.__file__).resolve().parent / "data" / default_name
+    return traces.load_trace(path)
+
+
+def prefill_lengths(settings: Settings) -> list:
+    """The demo's prefill batch: consecutive trace requests, 32768 tokens, each capped at 8192."""
+    from .. import traces
+
+    return traces.prefill_batch(load_rows(settings.prefill_trace, traces.SAMPLE_NAME))
+
+
+def decode_contexts(settings: Settings, shape: str) -> list:
+    """Contexts (tokens) of a decode shape: Mooncake rows 0-127, 128-159, or 8 x 128k."""
+    if shape == "decode_long_b8_128k":
+        return [LONG_CONTEXT] * 8
+    ctx = [max(1, min(int(r[0]), LONG_CONTEXT)) for r in load_rows(settings.decode_trace, "mooncake_conv_sample.csv")]
+    if shape == "decode_trace_b128_paged16":
+        return _take(ctx, 0, 128)
+    if shape == "decode_trace_b32_paged16":
+        return _take(ctx, 128, 32)
+    raise ValueError(f"unknown decode shape {shape!r}")
+
+
+def _take(seq, start: int, n: int) -> list:
+    """n items from start, wrapping around a short trace."""
+    return [seq[(start + i) % len(seq)] for i in range(n)]
+
+
+def _cu(lengths, device):
+    import numpy as np
+
+    torch = _torch()
+    return torch.tensor(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32), dtype=torch.int32, device=device)
+
+
+def check_cache_budget(tokens: int, model: ModelPreset) -> None:
+    nbytes = tokens * model.kv_bytes_per_token
+    if nbytes > MAX_CACHE_BYTES:
+        raise Skip(f"KV cache of {nbytes / 1e9:.0f} GB ({tokens} tokens x {model.kv_bytes_per_token} B) exceeds "
+                   f"the suite's {MAX_CACHE_BYTES / 1e9:.0f} GB budget")
+
+
+def paged_batch(qlens, ctx, model: ModelPreset, page_size: int = PAGE_SIZE, seed: int = 11):
+    """Random bf16 q and a paged K/V cache holding ``ctx[i]`` tokens for request i (page ids
+    shuffled).  Returns q (total_q, Hq, d), k/v caches (pages, page_size, Hkv, d/dv), page_table,
+    seqused_k, cu_seqlens_q.  From tools/bench.py's _paged_batch, for any preset."""
+    torch = _torch()
+    check_cache_budget(sum(-(-c // page_size) for c in ctx) * page_size, model)
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    need = [-(-c // page_size) for c in ctx]
+    m = model
+    kc = torch.randn(sum(need), page_size, m.num_heads_kv, m.head_dim, generator=g, device="cuda", dtype=torch.bfloat16)
+    vc = torch.randn(sum(need), page_size, m.num_heads_kv, m.head_dim_v, generator=g, device="cuda",
+                     dtype=torch.bfloat16)
+    perm = torch.randperm(sum(need), device="cuda", generator=g).to(torch.int32)
+    pt = torch.zeros(len(ctx), max(need), dtype=torch.int32, device="cuda")
+    at = 0
+    for i, n in enumerate(need):
+        pt[i, :n] = perm[at:at + n]
+        at += n
+    q = torch.randn(sum(qlens), m.num_heads_q, m.head_dim, generator=g, device="cuda", dtype=torch.bfloat16)
+    return q, kc, vc, pt, torch.tensor(ctx, dtype=torch.int32, device="cuda"), _cu(qlens, "cuda")
+
+
+def _entry(name, suite, model, **kw) -> dict:
+    e = {"name": name, "suite": suite, "model": getattr(model, "name", model), "us": None, "tflops": None,
+         "tbps": None, "metric": None, "peers": {}, "unavailable": {}}
+    e.update(kw)
+    return e
+
+
+def _kg_call(q, k, v, cu_q, cu_k, max_q, max_k, model: ModelPreset, out, **kw):
+    """A zero-argument kernelgen call for a preset (causal, its window and soft-cap)."""
+    from ...front.api import varlen_attention
+
+    def run():
+        return varlen_attention(q, k, v, cu_q, cu_k, max_q, max_k, causal=True, window_size=model.window_size,
+                                softcap=model.softcap, out=out, **kw)
+    return run
+
+
+#: kernelgen's own switches, each against the default call (SoA metadata, sorted): keyword arguments.
+SWITCHES = {peers.KG_AOS: {"metadata_layout": "aos"}, peers.KG_NOSORT: {"sort": False}}
+#: Name of the default configuration in the interleaved switch measurement.
+SWITCH_BASE = "kernelgen"
+
+
+def record_switches(entry: dict, times: dict, method: str, base: str = SWITCH_BASE) -> None:
+    """Put an interleaved measurement (measure.time_interleaved's result) into ``entry``: each
+    switch's time under ``peers``, the default configuration's as ``switch_base_us`` (the switch
+    columns' ratios are switch / default, report.entry_ratios), and every configuration's round
+    medians and the method."""
+    entry["switch_base_us"] = times[base]["us"]
+    entry["switch_rounds_us"] = {name: t["rounds"] for name, t in times.items()}
+    entry["switch_method"] = method
+    for name, t in times.items():
+        if name != base:
+            entry["peers"][name] = t["us"]
+            entry["unavailable"].pop(name, None)
+
+
+def measure_switches(settings: Settings, entry: dict, make_call, out) -> None:
+    """kernelgen's own switches (``SWITCHES``) against the default call, timed together as
+    interleaved CUDA-graph replays (measure.time_interleaved): fills ``entry["us_graph"]`` (the
+    default call per graph replay), ``peers`` and ``switch_base_us`` (record_switches), and the
+    switches' output differences from ``out`` (kernelgen's result; they change the tile order, not
+    the result).  (The mainloop switches are peers: ``_mainloop_peers``.)  A failure marks the
+    switches unavailable with its reason; it never raises."""
+    torch = _torch()
+    try:
+        calls = {SWITCH_BASE: make_call(torch.empty_like(out))}
+        for name, kw in SWITCHES.items():
+            o = torch.empty_like(out)
+            calls[name] = make_call(o, **kw)
+            calls[name]()
+            diff = (o.float() - out.float()).abs()
+            entry.setdefault("max_diff", {})[name] = float(diff.max()) if diff.numel() else 0.0
+            entry.setdefault("ref_max", {})[name] = float(o.float().abs().max()) if o.numel() else 0.0
+            del diff
+        times = settings.time_interleaved(calls)
+        torch.cuda.synchronize()
+    except Exception as ex:  # noqa: BLE001 - kernelgen's own numbers stay
+        for name in SWITCHES:
+            entry["unavailable"][name] = peers.reason(ex)
+            entry["peers"].pop(name, None)
+        return
+    entry["us_graph"] = times[SWITCH_BASE]["us"]
+    record_switches(entry, times, settings.interleaved_method())
+
+
+def _mainloop_peers(make_call, out) -> dict:
+    """kernelgen forced onto each mainloop (``make_call(out, arch)`` returns the call)."""
+    torch = _torch()
+
+    def build(arch):
+        def b():
+            run = make_call(torch.empty_like(out), arch)
+            run()  # a forced path that does not support the call raises here: the peer is unavailable
+            return peers.Peer(run, lambda r: r)
+        return b
+    return {peers.KG_SM90A: build("sm_90a"), peers.KG_SM80: build("sm_80")}
+
+
+def _gather(entry, kc, vc, pt, used):
+    """The paged cache gathered into packed (k, v, cu_seqlens_k) for the unpaged peers, or None
+    after marking those peers unavailable (e.g. out of memory): kernelgen's numbers stay."""
+    from ..reference import gather_paged
+
+    try:
+        return gather_paged(kc, vc, pt, used)
+    except Exception as ex:  # noqa: BLE001
+        why = f"gathering the paged cache for the unpaged peers failed: {peers.reason(ex)}"
+        for p in (peers.FA2_VARLEN, peers.FLEX, peers.FA3_UNPAGED) + peers.SDPA_PEERS:
+            entry["unavailable"].setdefault(p, why)
+        _torch().cuda.empty_cache()
+        return None
+
+
+def _variants(arch, num_sms, model: ModelPreset, max_q, max_k, paged, layouts=("soa", "aos"), causal=True):
+    """Kernel specs varlen_attention would use for a preset's call (mirrors api._validated_call)."""
+    from ...selection import heuristics, validation
+
+    mask, _, _ = validation.window(model.window_size, causal)
+    out = []
+    for layout in layouts:
+        v = heuristics.choose(arch, "bf16", model.head_dim, model.head_dim_v, num_heads_q=model.num_heads_q,
+                              num_heads_kv=model.num_heads_kv, mask=mask, layout=layout, max_seqlen_q=max_q,
+                              max_seqlen_k=max_k, paged=paged, softcap=model.softcap > 0, num_sms=num_sms)
+        out += [v.scheduler, v.attention] + ([v.combine] if v.combine is not None else [])
+    return out
+
+
+def _dense_preset(heads, d, heads_kv=None) -> ModelPreset:
+    return ModelPreset(f"dense_h{d}", heads, heads_kv or heads, d, d)
+
+
+# ---------------------------------------------------------------------------------- prefill
+def dense_entry(settings: Settings, name, batch, heads, seqlen, d, causal, heads_kv=None) -> dict:
+    """Dense prefill, B x H x S, bf16, MHA or (``heads_kv`` < ``heads``) GQA (from tools/bench.py).
+    kernelgen takes the packed (tokens, heads, d) layout: the same data, transposed once outside
+    the timing; FA3 and FA4 take that memory viewed as (B, S, H, d)."""
+    torch = _torch()
+    from ...front.api import varlen_attention
+
+    hkv = heads_kv or heads
+    torch.manual_seed(0)
+    q4 = torch.randn(batch, heads, seqlen, d, device="cuda", dtype=torch.bfloat16)
+    k4 = torch.randn(batch, hkv, seqlen, d, device="cuda", dtype=torch.bfloat16)
+    v4 = torch.randn_like(k4)
+    q, k, v = (t.transpose(1, 2).reshape(batch * seqlen, t.shape[1], d).contiguous() for t in (q4, k4, v4))
+    cu = torch.arange(0, batch + 1, dtype=torch.int32, device="cuda") * seqlen
+    out = torch.empty_like(q)
+    run = lambda: varlen_attention(q, k, v, cu, cu, seqlen, seqlen, causal=causal, out=out)  # noqa: E731
+    m = _dense_preset(heads, d, hkv)
+    lens = [seqlen] * batch
+    e = _entry(name, "prefill", None, metric="tflops",
+               shape=f"{batch}x{heads}x{seqlen} d{d}" + (f" {heads}/{hkv} heads" if hkv != heads else "")
+               + (" causal" if causal else ""),
+               flops=attention_flops(lens, lens, m, causal), bytes=prefill_bytes(lens, lens, m))
+    e["us"] = settings.time(run)
+
+    def to_packed(o):
+        return o.transpose(1, 2).reshape(batch * seqlen, heads, d)
+    builders = {p: peers.sdpa(p, q4, k4, v4, causal, gqa=hkv != heads, to_packed=to_packed) for p in peers.SDPA_PEERS}
+    builders[peers.FLEX] = settings.flex_builder(peers.flex_dense(q4, k4, v4, causal, to_packed), "all")
+    builders[peers.FA3] = peers.fa3(q, k, v, causal, dense_batch=batch)
+    builders[peers.FA4] = peers.fa4(q, k, v, causal, dense_batch=batch)
+    builders.update(_mainloop_peers(
+        lambda o, arch: (lambda: varlen_attention(q, k, v, cu, cu, seqlen, seqlen, causal=causal, out=o, arch=arch)),
+        out))
+    peers.measure(e, builders, settings.time, reference=out)
+    return e
+
+
+def varlen_prefill_entry(settings: Settings, model: ModelPreset) -> dict:
+    """Causal prefill of a trace batch (the demo's batch) for a preset."""
+    torch = _torch()
+
+    lens = prefill_lengths(settings)
+    total, mx = sum(lens), max(lens)
+    g = torch.Generator(device="cuda").manual_seed(5)
+    m = model
+    q = torch.randn(total, m.num_heads_q, m.head_dim, generator=g, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(total, m.num_heads_kv, m.head_dim, generator=g, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(total, m.num_heads_kv, m.head_dim_v, generator=g, device="cuda", dtype=torch.bfloat16)
+    cu = _cu(lens, "cuda")
+    out = torch.empty(total, m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16)
+
+    def make_call(o, **kw):
+        return _kg_call(q, k, v, cu, cu, mx, mx, m, o, **kw)
+    e = _entry(entry_name("prefill_varlen_trace", m), "prefill", m, metric="tflops",
+               shape=f"{len(lens)} trace requests, {total} tokens, max {mx}",
+               flops=attention_flops(lens, lens, m), bytes=prefill_bytes(lens, lens, m))
+    e["us"] = settings.time(make_call(out))
+    builders = {p: peers.VARLEN_SDPA_REASON for p in peers.SDPA_PEERS}
+    builders[peers.FA2_VARLEN] = peers.fa2_varlen(q, k, v, cu, cu, mx, mx, True, softcap=m.softcap,
+                                                  window_left=m.window_left)
+    builders[peers.FLEX] = settings.flex_builder(
+        peers.flex_document(q, k, v, lens, lens, True, softcap=m.softcap, window_left=m.window_left), "some")
+    for name, peer in ((peers.FA3, peers.fa3), (peers.FA4, peers.fa4)):
+        builders[name] = peer(q, k, v, True, cu_q=cu, cu_k=cu, max_q=mx, max_k=mx, softcap=m.softcap,
+                              window_left=m.window_left)
+    builders.update(_mainloop_peers(lambda o, arch: make_call(o, arch=arch), out))
+    peers.measure(e, builders, settings.time, reference=out)
+    measure_switches(settings, e, make_call, out)
+    return e
+
+
+#: Chunked prefill on a paged cache: (requests, query chunk, keys); each chunk is the last ``chunk``
+#: tokens of its request's keys (causal), pages of each size in CHUNKED_PAGE_SIZES.
+CHUNKED_SHAPE = (4, 2048, 8192)
+CHUNKED_PAGE_SIZES = (16, 64, 128)
+
+
+def chunked_prefill_entry(settings: Settings, page_size: int, model: ModelPreset) -> dict:
+    """``prefill_chunked_paged{page_size}``: CHUNKED_SHAPE's chunks against a paged cache (page ids
+    shuffled).  Peers: FA4 on the same paged cache; FA3 (``fa3_unpaged``) and FA2 varlen on the
+    cache gathered into packed K/V (outside the timing); kernelgen forced onto each mainloop."""
+    torch = _torch()
+    m = model
+    b, qn, kn = CHUNKED_SHAPE
+    qlens, klens = [qn] * b, [kn] * b
+    q, kc, vc, pt, used, cu_q = paged_batch(qlens, klens, m, page_size, seed=13)
+    out = torch.empty(b * qn, m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16)
+
+    def make_call(o, **kw):
+        return _kg_call(q, kc, vc, cu_q, None, qn, kn, m, o, seqused_k=used, page_table=pt, **kw)
+    e = _entry(entry_name(f"prefill_chunked_paged{page_size}", m), "prefill", m, metric="tflops",
+               shape=f"{b} x {qn} query tokens on {kn} keys, pages of {page_size}",
+               flops=attention_flops(qlens, klens, m), bytes=prefill_bytes(qlens, klens, m), page_size=page_size)
+    e["us"] = settings.time(make_call(out))
+    builders = {peers.FA4: peers.fa4(q, kc, vc, True, cu_q=cu_q, max_q=qn, max_k=kn, softcap=m.softcap,
+                                     window_left=m.window_left, page_table=pt, seqused_k=used)}
+    builders.update(_mainloop_peers(lambda o, arch: make_call(o, arch=arch), out))
+    peers.measure(e, builders, settings.time, reference=out)
+    gathered = _gather(e, kc, vc, pt, used)
+    if gathered is None:
+        return e
+    k, v, cu_k = gathered
+    builders = {peers.FA3_UNPAGED: peers.fa3(q, k, v, True, cu_q=cu_q, cu_k=cu_k, max_q=qn, max_k=kn,
+                                             softcap=m.softcap, window_left=m.window_left),
+                peers.FA2_VARLEN: peers.fa2_varlen(q, k, v, cu_q, cu_k, qn, kn, True, softcap=m.softcap,
+                                                   window_left=m.window_left)}
+    peers.measure(e, builders, settings.time, reference=out)
+    return e
+
+
+# ----------------------------------------------------------------------------------- decode
+def decode_measure(settings: Settings, name: str, contexts, model: ModelPreset, page_size: int = PAGE_SIZE,
+                   with_peers: bool = True, flex_where: str = "all", suite: str = "decode") -> dict:
+    """Paged decode: one query token per request against its context (from tools/bench.py's
+    decode_entry).  tbps = K+V bytes read / time (a window caps the keys read)."""
+    torch = _torch()
+    m = model
+    b = len(contexts)
+    q, kc, vc, pt, used, cu_q = paged_batch([1] * b, contexts, m, page_size, seed=7)
+    out = torch.empty(b, m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16)
+    maxk = max(contexts)
+
+    def make_call(o, **kw):
+        return _kg_call(q, kc, vc, cu_q, None, 1, maxk, m, o, seqused_k=used, page_table=pt, **kw)
+    run = make_call(out)
+    e = _entry(name, suite, m, metric="tbps", shape=f"{b} requests, {sum(contexts)} context tokens, pages of {page_size}",
+               bytes=decode_bytes(contexts, m), flops=attention_flops([1] * b, contexts, m),
+               keys_read=decode_keys_read(contexts, m))
+    e["us"] = settings.time(run)
+    if not with_peers:
+        return e
+    run()
+    torch.cuda.synchronize()
+    measure_switches(settings, e, make_call, out)
+    peers.measure(e, {peers.FA4: peers.fa4(q, kc, vc, True, cu_q=cu_q, max_q=1, max_k=maxk, softcap=m.softcap,
+                                           window_left=m.window_left, page_table=pt, seqused_k=used)},
+                  settings.time, reference=out)
+    # peers on the gathered (unpaged) cache, built outside the timing (the paged cache stays alive)
+    gathered = _gather(e, kc, vc, pt, used)
+    if gathered is None:
+        return e
+    k, v, cu_k = gathered
+    builders = {peers.FA2_VARLEN: peers.fa2_varlen(q, k, v, cu_q, cu_k, 1, maxk, True, softcap=m.softcap,
+                                                   window_left=m.window_left),
+                peers.FA3_UNPAGED: peers.fa3(q, k, v, True, cu_q=cu_q, cu_k=cu_k, max_q=1, max_k=maxk,
+                                             softcap=m.softcap, window_left=m.window_left)}
+    builders.update(decode_sdpa_builders(q, k, v, contexts, m))
+    builders.update(_mainloop_peers(lambda o, arch: make_call(o, arch=arch), out))
+    builders[peers.FLEX] = settings.flex_builder(
+        peers.flex_document(q, k, v, [1] * b, contexts, True, softcap=m.softcap, window_left=m.window_left),
+        flex_where)
+    builders["flex_attention_paged"] = ("paged block mask not built by the suite; FlexAttention is measured on the "
+                                        "gathered cache (flex_attention)")
+    peers.measure(e, builders, settings.time, reference=out)
+    return e
+
+
+def decode_sdpa_builders(q, k, v, contexts, model: ModelPreset) -> dict:
+    """SDPA peers of a decode batch on the gathered packed k/v (total_k, Hkv, d): a uniform batch
+    (every context equal) is viewed as dense (B, Hkv, S, d) without a copy and q as (B, Hq, 1, d)
+    (one row sees every key, so no causal flag); other batches are varlen (unavailable)."""
+    m, b = model, len(contexts)
+    if len(set(contexts)) != 1:
+        return {p: peers.VARLEN_SDPA_REASON for p in peers.SDPA_PEERS}
+    s = contexts[0]
+    q4 = q.unsqueeze(2)
+    k4 = k.view(b, s, m.num_heads_kv, m.head_dim).transpose(1, 2)
+    v4 = v.view(b, s, m.num_heads_kv, m.head_dim_v).transpose(1, 2)
+    wl = m.window_left if (m.window_left >= 0 and s > m.window) else -1
+    return {p: peers.sdpa(p, q4, k4, v4, False, gqa=m.num_heads_q != m.num_heads_kv, softcap=m.softcap,
+                          window_left=wl, to_packed=lambda o: o.squeeze(2)) for p in peers.SDPA_PEERS}
+
+
+def decode_entry(settings: Settings, shape: str, model: ModelPreset) -> dict:
+    contexts = decode_contexts(settings, shape)
+    return decode_measure(settings, entry_name(shape, model), contexts, model,
+                          flex_where="some" if shape == "decode_trace_b32_paged16" else "all")
+
+
+def graph_decode_step_entry(settings: Settings, model: ModelPreset) -> dict:
+    """One paged decode step (128 requests, Mooncake contexts capped at 32k) replayed from a CUDA
+    graph through an AttentionPlan (from tools/bench.py's serving_entries)."""
+    torch = _torch()
+    from ...front.plan import AttentionPlan
+
+    m = model
+    ctx = [min(c, 32768) for c in decode_contexts(settings, "decode_trace_b128_paged16")]
+    q, kc, vc, pt, used, cu_q = paged_batch([1] * 128, ctx, m)
+    plan = AttentionPlan(max_batch=128, num_heads_q=m.num_heads_q, num_heads_kv=m.num_heads_kv, head_dim=m.head_dim,
+                         head_dim_v=m.head_dim_v, max_total_q=128, max_seqlen_q=1, max_seqlen_k=32768, paged=True,
+                         causal=True, window_size=m.window_size, softcap=m.softcap)
+    o = torch.empty(128, m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16)
+    e = _entry(entry_name("graph_decode_step_b128", m), "decode", m, metric="tbps", bytes=decode_bytes(ctx, m),
+               flops=attention_flops([1] * 128, ctx, m), shape=f"128 requests, {sum(ctx)} context tokens, plan + graph")
+    e["us"] = settings.time_graph(lambda: plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=o))
+    return e
+
+
+# ------------------------------------------------------------------------------------ mixed
+def mixed_lengths(settings: Settings):
+    """(prefill query lengths, prefill key lengths, decode key lengths) of mixed_trace: 3 chunks of
+    512, 2048 and 4096 tokens on trace contexts (rows 200-202) and 192 decodes (rows 300-491),
+    contexts capped at 32k."""
+    ctx = [min(max(1, int(r[0])), 32768) for r in load_rows(settings.decode_trace, "mooncake_conv_sample.csv")]
+    pre_q = [512, 2048, 4096]
+    pre_k = [c + q_ for c, q_ in zip(_take(ctx, 200, 3), pre_q)]
+    return pre_q, pre_k, _take(ctx, 300, 192)
+
+
+def mixed_entry(settings: Settings, model: ModelPreset) -> dict:
+    """3 chunked prefills (512-4096 tokens) + 192 decodes at trace contexts in one uniform call;
+    peers: serial (prefill-only call then decode-only call) and two_streams (the two calls on two
+    streams), and FA2 varlen on the gathered cache (from tools/bench.py's serving_entries)."""
+    torch = _torch()
+    from ...front.api import varlen_attention
+
+    m = model
+    pre_q, pre_k, dec_k = mixed_lengths(settings)
+    qlens, klens = pre_q + [1] * len(dec_k), pre_k + dec_k
+    q, kc, vc, pt, used, cu_q = paged_batch(qlens, klens, m, seed=12)
+    o = torch.empty(q.shape[0], m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16)
+    n_pre, t_pre = len(pre_q), sum(pre_q)
+    cu_pre, cu_dec = cu_q[: n_pre + 1], cu_q[n_pre:] - t_pre
+    q_pre, q_dec = q[:t_pre], q[t_pre:]
+    o_pre, o_dec = o[:t_pre], o[t_pre:]
+    kw = dict(causal=True, window_size=m.window_size, softcap=m.softcap)
+    run_all = lambda: varlen_attention(q, kc, vc, cu_q, None, max(qlens), max(klens), seqused_k=used,  # noqa: E731
+                                       page_table=pt, out=o, **kw)
+
+    def prefill():
+        varlen_attention(q_pre, kc, vc, cu_pre, None, max(pre_q), max(pre_k), seqused_k=used[:n_pre],
+                         page_table=pt[:n_pre], out=o_pre, **kw)
+
+    def decode():
+        varlen_attention(q_dec, kc, vc, cu_dec, None, 1, max(dec_k), seqused_k=used[n_pre:],
+                         page_table=pt[n_pre:], out=o_dec, **kw)
+
+    def serial():
+        prefill()
+        decode()
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+
+    def two_streams():
+        cur = torch.cuda.current_stream()
+        s1.wait_stream(cur)
+        s2.wait_stream(cur)
+        with torch.cuda.stream(s1):
+            prefill()
+        with torch.cuda.stream(s2):
+            decode()
+        cur.wait_stream(s1)
+        cur.wait_stream(s2)
+    e = _entry(entry_name("mixed_trace", m), "mixed", m, metric="tflops", flops=attention_flops(qlens, klens, m),
+               bytes=prefill_bytes(qlens, klens, m), shape=f"3 prefill chunks {pre_q} + {len(dec_k)} decodes, paged")
+    e["us"] = settings.time(run_all)
+    ref = o.clone()
+    builders = {"serial": lambda: peers.Peer(serial, lambda _r: o),
+                "two_streams": lambda: peers.Peer(two_streams, lambda _r: o),
+                peers.FA4: peers.fa4(q, kc, vc, True, cu_q=cu_q, max_q=max(qlens), max_k=max(klens),
+                                     softcap=m.softcap, window_left=m.window_left, page_table=pt, seqused_k=used)}
+    peers.measure(e, builders, settings.time, reference=ref)
+    gathered = _gather(e, kc, vc, pt, used)
+    if gathered is None:
+        return e
+    k, v, cu_k = gathered
+    builders = {p: peers.VARLEN_SDPA_REASON for p in peers.SDPA_PEERS}
+    builders[peers.FA2_VARLEN] = peers.fa2_varlen(q, k, v, cu_q, cu_k, max(qlens), max(klens), True,
+                                                  softcap=m.softcap, window_left=m.window_left)
+    builders[peers.FA3_UNPAGED] = peers.fa3(q, k, v, True, cu_q=cu_q, cu_k=cu_k, max_q=max(qlens), max_k=max(klens),
+                                            softcap=m.softcap, window_left=m.window_left)
+    builders[peers.FLEX] = settings.flex_builder(
+        peers.flex_document(q, k, v, qlens, klens, True, softcap=m.softcap, window_left=m.window_left), "all")
+    peers.measure(e, builders, settings.time, reference=ref)
+    return e
+
+
+# -------------------------------------------------------------------------------- scheduler
+def _skewed(settings: Settings, batch: int, model: ModelPreset):
+    from ..compare_layouts import trace_batch
+
+    lq, lk = trace_batch(load_rows(settings.prefill_trace, "azure_conv_sample.csv"), batch)
+    return lq, lk
+
+
+#: Scheduler launches per CUDA-graph replay in the scheduler_b* entries (the time is per launch).
+SCHEDULER_LAUNCHES = 20
+
+
+def scheduler_entry(settings: Settings, batch: int, model: ModelPreset) -> dict:
+    """scheduler_b{batch}: one scheduler launch (sort + splits + swizzle on), SoA; peers: AoS and
+    SoA with the sort off.  Each configuration is a CUDA graph of 20 launches (launch overhead
+    excluded, the gaps between launches included), the three timed as interleaved replays
+    (measure.time_interleaved); the time is per launch."""
+    from ...kernels.kernel_args import scheduler_launch_shape
+    from ...front.plan import AttentionPlan
+
+    m = model
+    lq, lk = _skewed(settings, batch, m)
+    cu_q, cu_k = _cu(lq, "cuda"), _cu(lk, "cuda")
+    e = _entry(entry_name(f"scheduler_b{batch}", m), "scheduler", m, shape=f"{batch} requests (skewed trace batch)")
+    calls = {}
+    for name, layout, srt in ((SWITCH_BASE, "soa", True), (peers.KG_AOS, "aos", True), (peers.KG_NOSORT, "soa", False)):
+        plan = AttentionPlan(max_batch=batch, num_heads_q=m.num_heads_q, num_heads_kv=m.num_heads_kv,
+                             head_dim=m.head_dim, head_dim_v=m.head_dim_v, causal=True, metadata_layout=layout,
+                             sort=srt)
+        calls[name] = lambda plan=plan: plan.schedule(cu_q, cu_k)
+    e["threads"], e["smem_bytes"] = scheduler_launch_shape(batch, plan.sched.smem_bytes)
+    times = settings.time_interleaved(calls, launches=SCHEDULER_LAUNCHES)
+    e["us"] = times[SWITCH_BASE]["us"]
+    record_switches(e, times, settings.interleaved_method(SCHEDULER_LAUNCHES))
+    e["us_soa"], e["us_aos"], e["us_soa_nosort"] = (times[n]["us"] for n in (SWITCH_BASE, peers.KG_AOS, peers.KG_NOSORT))
+    return e
+
+
+#: The sorted/unsorted pair of the varlen_trace entries, measured once for both (by model, batch).
+_trace_sort_times: dict = {}
+
+
+def trace_sort_entry(settings: Settings, sort: bool, model: ModelPreset, batch: int = 512) -> dict:
+    """varlen_trace_sorted / varlen_trace_unsorted: the same skewed trace batch (every 8th request
+    a prefill, the rest decodes; causal) with the scheduler's sort on / off.  Both calls are
+    timed together, as interleaved CUDA-graph replays (measure.time_interleaved), by whichever of
+    the two entries runs first; each entry reports its own time and ``sort_speedup`` (unsorted
+    time / sorted time: above 1 the sort pays), the sorted one the unsorted time as its
+    ``kernelgen_nosort`` peer."""
+    torch = _torch()
+
+    m = model
+    lq, lk = _skewed(settings, batch, m)
+    name = entry_name("varlen_trace_sorted" if sort else "varlen_trace_unsorted", m)
+    e = _entry(name, "scheduler", m, metric="tflops", flops=attention_flops(lq, lk, m), bytes=prefill_bytes(lq, lk, m),
+               shape=f"{batch} requests, every 8th a prefill")
+    key = (m.name, batch, settings.rounds, settings.repeat)
+    times = _trace_sort_times.pop(key, None)
+    if times is None:
+        torch.manual_seed(3)
+        q = torch.randn(sum(lq), m.num_heads_q, m.head_dim, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(sum(lk), m.num_heads_kv, m.head_dim, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(sum(lk), m.num_heads_kv, m.head_dim_v, device="cuda", dtype=torch.bfloat16)
+        cu_q, cu_k = _cu(lq, "cuda"), _cu(lk, "cuda")
+        calls = {}
+        for label, srt in (("sorted", True), ("unsorted", False)):
+            o = torch.empty(sum(lq), m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16)
+            calls[label] = _kg_call(q, k, v, cu_q, cu_k, max(lq), max(lk), m, o, sort=srt)
+        times = settings.time_interleaved(calls)
+        _trace_sort_times[key] = times  # for the other entry of the pair
+    e["us"] = times["sorted" if sort else "unsorted"]["us"]
+    if sort:  # the sort-off column of the other entries: unsorted / sorted
+        e["peers"][peers.KG_NOSORT] = times["unsorted"]["us"]
+        e["switch_base_us"] = e["us"]
+    e["sort_speedup"] = times["unsorted"]["us"] / times["sorted"]["us"]
+    e["rounds_us"] = {label: t["rounds"] for label, t in times.items()}
+    e["method"] = settings.interleaved_method()
+    return e
+
+
+# ---------------------------------------------------------------------------------- compile
+_COLD_SCRIPT = r"""
+import json, sys, time
+t0 = time.perf_counter()
+from kernelgen.jit import compiler
+from kernelgen.jit.cache import KernelCache
+from kernelgen.kernels.spec import spec_from_json
+t1 = time.perf_counter()
+compiler.nvrtc_version()
+t2 = time.perf_counter()
+entry = KernelCache(sys.argv[2]).get(spec_from_json(json.loads(sys.argv[1])))
+t3 = time.perf_counter()
+print(json.dumps({"us": (t3 - t1) * 1e6, "us_import": (t1 - t0) * 1e6, "us_nvrtc_init": (t2 - t1) * 1e6,
+                  "us_get": (t3 - t2) * 1e6, "compiled": entry.compiled, "resources": entry.resources}))
+"""
+
+_WARM_SCRIPT = r"""
+import json, sys, time
+from kernelgen.jit import cache, runtime
+from kernelgen.kernels.spec import spec_from_json
+import cupy
+spec = spec_from_json(json.loads(sys.argv[1]))
+dev = int(sys.argv[3])
+cache.set_cache_dir(sys.argv[2])
+with cupy.cuda.Device(dev):  # the CUDA context and the device properties exist before the timing
+    cupy.cuda.runtime.free(cupy.cuda.runtime.malloc(256))
+runtime.device_properties(dev)
+t0 = time.perf_counter()
+entry = cache.get_cache().get(spec)
+t1 = time.perf_counter()
+kernel = runtime.get_kernel(spec, dev)
+t2 = time.perf_counter()
+print(json.dumps({"us": (t2 - t0) * 1e6, "us_disk": (t1 - t0) * 1e6, "us_module_load": (t2 - t1) * 1e6,
+                  "compiled": entry.compiled, "persistent_grid": kernel.persistent_grid}))
+"""
+
+
+def compile_spec(arch: str):
+    """The attention variant the compile suite builds: llama3-8b's causal bf16 prefill (SoA)."""
+    from ...selection import heuristics
+
+    return heuristics.specs_for(arch, "bf16", 128, 128, True, "soa")[1]
+
+
+def run_script(script: str, *args, timeout: float = 300.0, env_extra: dict | None = None) -> dict:
+    """Run a measurement script in a new Python process (kernelgen importable from this checkout)
+    and return the JSON object on its last stdout line.  Raises RuntimeError with its stderr."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.pop("KERNELGEN_DISABLE_JIT", None)
+    env.update(env_extra or {})
+    p = subprocess.run([sys.executable, "-c", script, *map(str, args)], capture_output=True, text=True,
+                       timeout=timeout, env=env)
+    lines = [ln for ln in p.stdout.splitlines() if ln.strip().startswith("{")]
+    if p.returncode != 0 or not lines:
+        tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+        raise RuntimeError(f"measurement subprocess failed (exit {p.returncode}): {' | '.join(tail)}")
+    return json.loads(lines[-1])
+
+
+def cold_compile(arch: str, root) -> dict:
+    """Cold compile of ``compile_spec(arch)`` into the empty cache ``root``, in a new process:
+    µs from NVRTC's first use through KernelCache.get (render, compile, publish); the import of
+    kernelgen is reported apart (``us_import``).  Needs no GPU."""
+    spec = compile_spec(arch)
+    return run_script(_COLD_SCRIPT, json.dumps(spec.to_json()), root, env_extra={"KERNELGEN_CACHE_DIR": str(root)})
+
+
+_compile_tmp: dict = {}
+
+
+def _compile_root() -> str:
+    """The fresh temporary cache directory the compile suite shares between its two entries."""
+    if "dir" not in _compile_tmp:
+        _compile_tmp["obj"] = tempfile.TemporaryDirectory(prefix="kernelgen-bench-cache-")
+        _compile_tmp["dir"] = _compile_tmp["obj"].name
+    return _compile_tmp["dir"]
+
+
+def compile_cold_entry(settings: Settings, model=None) -> dict:
+    from ...jit.runtime import device_arch
+
+    arch = device_arch(settings.device)
+    root = tempfile.mkdtemp(prefix="cold-", dir=_compile_root())
+    r = cold_compile(arch, root)
+    _compile_tmp["warm_root"] = root
+    e = _entry("compile_cold_variant", "compile", None, variant=compile_spec(arch).name,
+               method="new process, empty cache dir: NVRTC init + render + compile + publish (KernelCache.get)")
+    e.update({k: r[k] for k in ("us", "us_import", "us_nvrtc_init", "us_get", "compiled", "resources")})
+    if not r["compiled"]:
+        raise RuntimeError("the cold compile found the kernel already cached")
+    return e
+
+
+def compile_warm_entry(settings: Settings, model=None) -> dict:
+    from ...jit.runtime import device_arch
+
+    arch = device_arch(settings.device)
+    root = _compile_tmp.get("warm_root")
+    if root is None:  # the cold entry did not run: fill a fresh cache first
+        root = tempfile.mkdtemp(prefix="warm-", dir=_compile_root())
+        cold_compile(arch, root)
+    r = run_script(_WARM_SCRIPT, json.dumps(compile_spec(arch).to_json()), root, settings.device,
+                   env_extra={"KERNELGEN_CACHE_DIR": str(root)})
+    e = _entry("compile_warm_load", "compile", None, variant=compile_spec(arch).name,
+               method="new process, CUDA context made first: KernelCache.get from disk (sha256 check) + "
+                      "runtime.get_kernel (module load, occupancy)")
+    e.update({k: r[k] for k in ("us", "us_disk", "us_module_load", "compiled")})
+    if r["compiled"]:
+        raise RuntimeError("the warm load compiled instead of reading the disk cache")
+    return e
+
+
+def dispatch_entry(settings: Settings, model: ModelPreset) -> dict:
+    """dispatch_in_memory: a second runtime.get_kernel of a loaded kernel (µs per call); extra
+    ``us_choose``: heuristics.choose for a decode call of the preset."""
+    from ...selection import heuristics
+    from ...jit import runtime
+    from ...jit.runtime import device_arch
+
+    dev = settings.device
+    arch = device_arch(dev)
+    spec = compile_spec(arch)
+    runtime.get_kernel(spec, dev)
+    e = _entry("dispatch_in_memory", "compile", None, variant=spec.name, method="perf_counter around 10000 calls")
+    e["us"] = measure.host_loop_us(lambda: runtime.get_kernel(spec, dev))
+    num_sms = runtime.device_properties(dev)["num_sms"]
+    m = model
+    e["us_choose"] = measure.host_loop_us(lambda: heuristics.choose(
+        arch, "bf16", m.head_dim, m.head_dim_v, num_heads_q=m.num_heads_q, num_heads_kv=m.num_heads_kv, mask="causal",
+        max_seqlen_q=1, max_seqlen_k=32768, paged=True, num_sms=num_sms), calls=2000)
+    return e
+
+
+# --------------------------------------------------------------------------------- overhead
+OVERHEAD_ENTRIES = ("overhead_decode_call", "overhead_plan_run", "overhead_graph_replay",
+                    "overhead_decode_call_32layers", "overhead_plan_run_32layers")
+OVERHEAD_CONTEXT_CAP = 8192
+#: Layers the ``_32layers`` entries cycle through (a 32-layer model's decode step).
+OVERHEAD_LAYERS = 32
+
+
+def _overhead_inputs(settings: Settings, model: ModelPreset):
+    ctx = [min(c, OVERHEAD_CONTEXT_CAP) for c in decode_contexts(settings, "decode_trace_b32_paged16")]
+    return ctx, paged_batch([1] * len(ctx), ctx, model, seed=21)
+
+
+def overhead_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
+    """Host time of one decode step (32 requests, Mooncake contexts capped at 8192, paged):
+    ``overhead_decode_call`` the one-shot varlen_attention (scheduler + attention + combine),
+    ``overhead_plan_run`` AttentionPlan.run, ``overhead_graph_replay`` a CUDA-graph replay of the
+    plan step, each repeated on the same tensors.  The ``_32layers`` entries cycle the call
+    through ``OVERHEAD_LAYERS`` layers' q and out, as the layers of a decode step do, so no call
+    has the previous call's pointers (the prepared call's graph launch then re-points a graph:
+    ``kernelgen/graph_launch.py``).  Method: measure.host_time_us (the GPU is kept busy by a spin
+    kernel so nothing the calls enqueue runs during the measurement, and fewer calls than the
+    launch queue holds are enqueued per sample, so no launch blocks)."""
+    torch = _torch()
+    from ...launch import graph_launch
+    from ...jit import runtime
+    from ...front.api import varlen_attention
+    from ...jit.runtime import device_arch
+    from ...front.plan import AttentionPlan
+
+    m = model
+    ctx, (q, kc, vc, pt, used, cu_q) = _overhead_inputs(settings, m)
+    b, maxk = len(ctx), max(ctx)
+    n_layers = OVERHEAD_LAYERS if which.endswith("_32layers") else 1
+    layers = [(q if i == 0 else q.clone(), torch.empty(b, m.num_heads_q, m.head_dim_v, device="cuda",
+                                                       dtype=torch.bfloat16)) for i in range(n_layers)]
+    turn = itertools.cycle(layers).__next__
+    method = measure.HOST_METHOD + (f"; calls cycle through {n_layers} layers' q and out" if n_layers > 1 else
+                                    "; the same call repeated")
+    e = _entry(entry_name(which, m), "overhead", m, shape=f"decode step, {b} requests, paged, {m.describe()}",
+               method=method)
+    e["layers"] = n_layers
+    if which.startswith("overhead_decode_call"):
+        def fn():
+            lq, lo = turn()
+            return varlen_attention(lq, kc, vc, cu_q, None, 1, maxk, seqused_k=used, page_table=pt, causal=True,
+                                    window_size=m.window_size, softcap=m.softcap, out=lo)
+        dev = settings.device
+        specs = _variants(device_arch(dev), runtime.device_properties(dev)["num_sms"], m, 1, maxk, True,
+                          layouts=("soa",))
+        e["launches"] = len(specs)  # scheduler + attention (+ combine)
+    else:
+        plan = AttentionPlan(max_batch=b, num_heads_q=m.num_heads_q, num_heads_kv=m.num_heads_kv, head_dim=m.head_dim,
+                             head_dim_v=m.head_dim_v, max_total_q=b, max_seqlen_q=1, max_seqlen_k=maxk, paged=True,
+                             causal=True, window_size=m.window_size, softcap=m.softcap)
+
+        def step():
+            lq, lo = turn()
+            return plan.run(lq, kc, vc, cu_q, seqused_k=used, page_table=pt, out=lo)
+        e["launches"] = 3 if plan.combine is not None else 2
+        if which.startswith("overhead_plan_run"):
+            fn = step
+        else:
+            graph = measure.capture_graph(step)
+            fn = graph.replay
+            e["launches"] = 1
+    # kernels enqueued as one CUDA graph launch outside capture (kernelgen/graph_launch.py): the
+    # driver has the graph API and KERNELGEN_GRAPH_LAUNCH is not 0 (the A/B of docs/dev/perf-log.md)
+    e["graph_launch"] = (which != "overhead_graph_replay" and graph_launch.driver() is not None
+                         and graph_launch.enabled())
+    e["us"] = measure.host_time_us(fn, samples=5 if settings.quick else 15)
+    e["gpu_us"] = settings.time(fn)
+    return e
+
+
+# --------------------------------------------------------------------------------- registry
+def _specs_prefill(model):
+    def specs(settings, arch, num_sms):
+        lens = prefill_lengths(settings)
+        return _variants(arch, num_sms, model, max(lens), max(lens), False)
+    return specs
+
+
+def _specs_chunked(model):
+    b, qn, kn = CHUNKED_SHAPE
+    return lambda settings, arch, num_sms: _variants(arch, num_sms, model, qn, kn, True, layouts=("soa",))
+
+
+def _specs_decode(model, shape, cap=None):
+    def specs(settings, arch, num_sms):
+        ctx = decode_contexts(settings, shape)
+        maxk = max(min(c, cap) for c in ctx) if cap else max(ctx)
+        return _variants(arch, num_sms, model, 1, maxk, True)
+    return specs
+
+
+def _specs_dense(heads, d, seqlen, causal, heads_kv=None):
+    return lambda settings, arch, num_sms: _variants(arch, num_sms, _dense_preset(heads, d, heads_kv), seqlen, seqlen,
+                                                     False, layouts=("soa",), causal=causal)
+
+
+def _specs_plan(model):
+    return lambda settings, arch, num_sms: _variants(arch, num_sms, model, 4096, 4096, False)
+
+
+def _specs_trace_sort(model):
+    def specs(settings, arch, num_sms):
+        lq, lk = _skewed(settings, 512, model)
+        return _variants(arch, num_sms, model, max(lq), max(lk), False, layouts=("soa",))
+    return specs
+
+
+def _specs_mixed(model):
+    def specs(settings, arch, num_sms):
+        pre_q, pre_k, dec_k = mixed_lengths(settings)
+        out = []
+        for mq, mk in ((max(pre_q), max(pre_k + dec_k)), (max(pre_q), max(pre_k)), (1, max(dec_k))):
+            out += _variants(arch, num_sms, model, mq, mk, True, layouts=("soa",))
+        return out
+    return specs
+
+
+def registry(suites, models: list[ModelPreset]) -> list[EntryDef]:
+    """The entries of the given suites, in run order: every suite for the first preset (the
+    single-shape entries use it), then the per-model prefill and decode entries of the others.
+
+    Raises ValueError for an unknown suite name.
+    """
+    suites = list(SUITES) if "all" in suites else list(suites)
+    bad = [s for s in suites if s not in SUITES]
+    if bad:
+        raise ValueError(f"unknown suite(s) {bad} (choose from {', '.join(SUITES)}, all)")
+    first = models[0] if models else PRESETS[DEFAULT_MODEL]
+    out: list[EntryDef] = []
+
+    def per_model(m, first_pass: bool):
+        if "prefill" in suites:
+            if first_pass:
+                for name, b, h, s, d, causal, hkv in DENSE_SHAPES:
+                    out.append(EntryDef(name, "prefill", None,
+                                        lambda st, a=(name, b, h, s, d, causal, hkv): dense_entry(st, *a),
+                                        _specs_dense(h, d, s, causal, hkv)))
+            out.append(EntryDef(entry_name("prefill_varlen_trace", m), "prefill", m.name,
+                                lambda st, m=m: varlen_prefill_entry(st, m), _specs_prefill(m)))
+            if first_pass:
+                for ps in CHUNKED_PAGE_SIZES:
+                    out.append(EntryDef(entry_name(f"prefill_chunked_paged{ps}", m), "prefill", m.name,
+                                        lambda st, ps=ps, m=m: chunked_prefill_entry(st, ps, m),
+                                        _specs_chunked(m)))
+        if "decode" in suites:
+            for shape in DECODE_SHAPES:
+                out.append(EntryDef(entry_name(shape, m), "decode", m.name,
+                                    lambda st, shape=shape, m=m: decode_entry(st, shape, m), _specs_decode(m, shape)))
+            if first_pass:
+                out.append(EntryDef(entry_name("graph_decode_step_b128", m), "decode", m.name,
+                                    lambda st, m=m: graph_decode_step_entry(st, m),
+                                    lambda st, arch, n, m=m: _variants(arch, n, m, 1, 32768, True)))
+
+    if "compile" in suites:
+        out.append(EntryDef("compile_cold_variant", "compile", None, compile_cold_entry))
+        out.append(EntryDef("compile_warm_load", "compile", None, compile_warm_entry))
+        out.append(EntryDef("dispatch_in_memory", "compile", first.name, lambda st, m=first: dispatch_entry(st, m),
+                            lambda st, arch, n: [compile_spec(arch)]))
+    if "overhead" in suites:
+        for which in OVERHEAD_ENTRIES:
+            out.append(EntryDef(entry_name(which, first), "overhead", first.name,
+                                lambda st, w=which, m=first: overhead_entry(st, w, m),
+                                _specs_decode(first, "decode_trace_b32_paged16", cap=OVERHEAD_CONTEXT_CAP)))
+    if "scheduler" in suites:
+        for b in SCHEDULER_BATCHES:
+            out.append(EntryDef(entry_name(f"scheduler_b{b}", first), "scheduler", first.name,
+                                lambda st, b=b, m=first: scheduler_entry(st, b, m), _specs_plan(first)))
+        for srt in (True, False):
+            out.append(EntryDef(entry_name("varlen_trace_sorted" if srt else "varlen_trace_unsorted", first),
+                                "scheduler", first.name, lambda st, s=srt, m=first: trace_sort_entry(st, s, m),
+                                _specs_trace_sort(first)))
+    per_model(first, True)
+    if "mixed" in suites:
+        out.append(EntryDef(entry_name("mixed_trace", first), "mixed", first.name,
+                            lambda st, m=first: mixed_entry(st, m), _specs_mixed(first)))
+    for m in models[1:]:
+        per_model(m, False)
+    return out

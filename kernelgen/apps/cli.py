@@ -1,0 +1,512 @@
+"""The ``kernelgen`` command line: parses arguments and dispatches; the work lives elsewhere.
+
+    kernelgen warmup [--arch sm_90a] [--head-dim 64,128] [--dtype bf16] [--causal|--no-causal]
+                     [--layout soa,aos] [--page-size 16,24] [--jobs N] [--cache-dir DIR]
+    kernelgen cache path|list|verify [--repair]|clear [--cache-dir DIR]
+    kernelgen doctor
+    kernelgen demo [--trace FILE] [--max-tokens N] [--max-len N] [--layout soa|aos] [--arch sm_90a]
+                   [--repeat N] [--json PATH] [--cache-dir DIR]
+    kernelgen compare-layouts [--layout soa,aos] [--trace FILE] [--batch N] [--pad-to N] [--graph]
+                   [--causal|--no-causal] [--head-dim D] [--heads Q/KV] [--no-sort] [--no-swizzle]
+                   [--repeat N] [--json]
+    kernelgen bench [--suite prefill,decode,mixed,scheduler,compile,overhead|all] [--model NAME[,NAME]|all]
+                   [--trace FILE] [--json PATH] [--plots DIR] [--repeat N] [--quick] [--flex off|some|all]
+                   [--budget S] [--no-flush] [--from-json PATH] [--jobs N] [--cache-dir DIR]
+
+Exit codes: 0 success, 1 failure (compile error, bad cache entries left, demo mismatch, a warmup
+cache directory that is not trusted or not writable),
+2 usage error (bad option, no GPU and no --arch).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+
+from ..jit.warmup import CacheDirectoryError, warmup
+from ..kernels.spec import ARCHS, DTYPES, HEAD_DIMS, LAYOUTS
+from ..selection.catalog import PHASE_HINTS, warmup_specs
+
+PHASES = tuple(PHASE_HINTS)
+
+NO_GPU_MESSAGE = "no CUDA GPU found; pass --arch (e.g. --arch sm_90a)"
+
+
+class UsageError(Exception):
+    """A bad command-line value; main() prints it and exits 2."""
+
+
+def _page_sizes(value: str) -> list:
+    """--page-size: positive ints, comma-separated, duplicates dropped."""
+    items = []
+    for raw in (x.strip() for x in value.split(",")):
+        if not raw:
+            continue
+        if not raw.isdigit() or int(raw) < 1:
+            raise argparse.ArgumentTypeError(f"page size {raw!r} is not a positive int")
+        if int(raw) not in items:
+            items.append(int(raw))
+    if not items:
+        raise argparse.ArgumentTypeError("empty page size list")
+    return items
+
+
+def _csv_list(value: str, allowed, what: str, convert=str) -> list:
+    items = []
+    for raw in value.split(","):
+        raw = raw.strip()
+        if not raw:
+            continue
+        try:
+            item = convert(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} {raw!r} is not valid (choose from {', '.join(map(str, allowed))})") from None
+        if item not in allowed:
+            raise argparse.ArgumentTypeError(f"{what} {raw!r} is not supported (choose from {', '.join(map(str, allowed))})")
+        if item not in items:
+            items.append(item)
+    if not items:
+        raise argparse.ArgumentTypeError(f"empty {what} list")
+    return items
+
+
+def _positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
+
+
+def _arch(value: str) -> str:
+    if value not in ARCHS:
+        raise argparse.ArgumentTypeError(f"arch {value!r} is not supported (choose from {', '.join(ARCHS)})")
+    return value
+
+
+def _add_cache_dir(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cache-dir", metavar="DIR", default=None,
+                   help="kernel cache directory (default: $KERNELGEN_CACHE_DIR, then the user cache dir)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand (argparse exits 2 on a bad option or value)."""
+    from .._version import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="kernelgen",
+        description="JIT-generated CUDA attention kernels: pre-warm and inspect the kernel cache, "
+                    "check the setup, run the demo.",
+    )
+    parser.add_argument("--version", action="version", version=f"kernelgen {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    w = sub.add_parser("warmup", help="compile kernel variants into the disk cache (works without a GPU given --arch)",
+                       description="Compile the kernels the dispatcher would use for the given options "
+                                   "into the disk cache.  Needs no GPU when --arch is given.")
+    w.add_argument("--arch", type=_arch, default=None,
+                   help=f"compile target ({', '.join(ARCHS)}); default: the current GPU's")
+    w.add_argument("--head-dim", type=lambda s: _csv_list(s, HEAD_DIMS, "head dim", int), default=list(HEAD_DIMS),
+                   metavar="D[,D...]", help=f"head dims (default: {','.join(map(str, HEAD_DIMS))})")
+    w.add_argument("--dtype", type=lambda s: _csv_list(s, DTYPES, "dtype"), default=list(DTYPES),
+                   metavar="T[,T...]", help=f"dtypes (default: {','.join(DTYPES)})")
+    mask = w.add_mutually_exclusive_group()
+    mask.add_argument("--causal", dest="causal", action="store_const", const=[True],
+                      help="only causal kernels (default: both masks)")
+    mask.add_argument("--no-causal", dest="causal", action="store_const", const=[False],
+                      help="only non-causal kernels (default: both masks)")
+    w.set_defaults(causal=[False, True])
+    w.add_argument("--layout", type=lambda s: _csv_list(s, LAYOUTS, "layout"), default=list(LAYOUTS),
+                   metavar="L[,L...]", help=f"scheduler-metadata layouts (default: {','.join(LAYOUTS)})")
+    w.add_argument("--phase", type=lambda s: _csv_list(s, PHASES, "phase"), default=["prefill"],
+                   metavar="P[,P...]", help=f"call shapes ({','.join(PHASES)}; default: prefill): chunked = a "
+                                           f"512-token chunk against a 32k context, decode = one token against 32k "
+                                           f"and 256-token contexts")
+    w.add_argument("--gqa", type=lambda s: _csv_list(s, (1, 2, 4, 8, 16), "gqa ratio", int), default=[1],
+                   metavar="G[,G...]", help="query heads per KV head (default: 1)")
+    pg = w.add_mutually_exclusive_group()
+    pg.add_argument("--paged", dest="paged", action="store_const", const=[True], help="only paged-cache kernels")
+    pg.add_argument("--no-paged", dest="paged", action="store_const", const=[False],
+                    help="only packed-k/v kernels (default)")
+    pg.add_argument("--both-paged", dest="paged", action="store_const", const=[False, True],
+                    help="packed and paged kernels")
+    w.set_defaults(paged=[False])
+    w.add_argument("--softcap", action="store_true", help="also the logit-capping variants")
+    w.add_argument("--page-size", type=_page_sizes, default=[16], metavar="N[,N...]",
+                   help="with --paged, --both-paged or --serving: tokens per page of the paged caches (default: "
+                        "16); on sm_90a the Hopper kernel's K/V loads (and at head dim 256 its tile) depend on it")
+    w.add_argument("--serving", action="store_true",
+                   help="shorthand for --phase prefill,chunked,decode --gqa 1,4,8 --both-paged")
+    w.add_argument("--jobs", "-j", type=_positive_int, default=None,
+                   help="compile processes (default: the number of CPUs)")
+    _add_cache_dir(w)
+
+    c = sub.add_parser("cache", help="inspect or manage the kernel cache")
+    csub = c.add_subparsers(dest="cache_command", metavar="ACTION")
+    csub.required = True
+    for name, help_ in (("path", "print the cache directory"),
+                        ("list", "list cached kernels"),
+                        ("verify", "check every entry's hash (exit 1 if bad entries remain)"),
+                        ("clear", "remove every cached kernel")):
+        p = csub.add_parser(name, help=help_, description=help_[0].upper() + help_[1:] + ".")
+        _add_cache_dir(p)
+        if name == "verify":
+            p.add_argument("--repair", action="store_true",
+                           help="delete bad entries and recompile them, remove orphaned files")
+
+    sub.add_parser("doctor", help="versions, driver, GPUs, NVRTC and the cache",
+                   description="Print what kernelgen sees: versions, CUDA driver, GPUs, NVRTC, cache.")
+
+    d = sub.add_parser("demo", help="causal varlen prefill on real request lengths, checked and timed",
+                       description="Llama-3-8B attention (32 q heads, 8 kv heads, head dim 128, bf16, "
+                                   "causal) on a prefill batch of real request lengths: checked against a "
+                                   "float64 reference and timed against torch's FA2 varlen kernel.  "
+                                   "Without a GPU it pre-warms the kernels it would use for --arch.")
+    d.add_argument("--trace", metavar="FILE", default=None,
+                   help="request-length CSV (default: the packaged Azure LLM 2023 conversation sample)")
+    d.add_argument("--max-tokens", type=_positive_int, default=32768, help="token budget of the batch (default 32768)")
+    d.add_argument("--max-len", type=_positive_int, default=8192, help="cap on one request's tokens (default 8192)")
+    d.add_argument("--layout", choices=LAYOUTS, default="soa", help="scheduler-metadata layout (default soa)")
+    d.add_argument("--arch", type=_arch, default=None,
+                   help="target to pre-warm when there is no GPU (default sm_90a)")
+    d.add_argument("--repeat", type=_positive_int, default=20, help="timed calls per kernel, median reported (default 20)")
+    d.add_argument("--json", metavar="PATH", default=None, help="also write the result as JSON")
+    d.add_argument("--jobs", "-j", type=_positive_int, default=None, help="compile processes when pre-warming")
+    _add_cache_dir(d)
+
+    cl = sub.add_parser("compare-layouts", help="the SoA and AoS scheduler-metadata layouts side by side (GPU)",
+                        description="Run one skewed trace batch (every 8th request a prefill, the rest decodes) "
+                                    "through a fixed-capacity plan in each metadata layout, optionally padded "
+                                    "with zero-length requests and replayed from a CUDA graph with new lengths; "
+                                    "print the scheduler's GPU time per launch (20 launches replayed from one CUDA "
+                                    "graph, host launch time excluded), eager attention time, metadata bytes, "
+                                    "max error against the float64 reference and whether the padded replay "
+                                    "was correct.")
+    cl.add_argument("--layout", type=lambda v: _csv_list(v, LAYOUTS, "layout"), default=list(LAYOUTS),
+                    help="comma list of layouts (default soa,aos)")
+    cl.add_argument("--trace", metavar="FILE", default=None, help="request-length CSV (default: the packaged sample)")
+    cl.add_argument("--batch", type=_positive_int, default=64, help="requests taken from the trace (default 64)")
+    cl.add_argument("--pad-to", type=_positive_int, default=None,
+                    help="pad the runtime batch with zero-length requests to this size (plan capacity)")
+    cl.add_argument("--graph", action="store_true", help="capture once in a CUDA graph, replay with new lengths")
+    cl.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True, help="causal mask (default on)")
+    cl.add_argument("--head-dim", type=int, choices=HEAD_DIMS, default=128, help="head dim (default 128)")
+    cl.add_argument("--heads", default="32/8", help="query/KV heads (default 32/8)")
+    cl.add_argument("--no-sort", action="store_true", help="turn the longest-first sort off")
+    cl.add_argument("--no-swizzle", action="store_true", help="turn the head swizzle off")
+    cl.add_argument("--repeat", type=_positive_int, default=20, help="timed runs, median reported (default 20)")
+    cl.add_argument("--json", action="store_true", help="print the results as JSON")
+
+    _add_bench_parser(sub)
+    return parser
+
+
+def _add_bench_parser(sub) -> None:
+    from .bench import SUITES
+    from .bench.models import MODEL_NAMES, PRESETS
+
+    b = sub.add_parser("bench", help="kernelgen against its peers (SDPA, FA2 varlen, FlexAttention) on a GPU",
+                       description="Benchmark suites measured side by side with torch SDPA (flash, cuDNN, "
+                                   "memory-efficient), torch's FA2 varlen entry, compiled FlexAttention and "
+                                   "kernelgen's own switches, in one process on the same inputs: CUDA events, "
+                                   "L2 flushed between repetitions, median; rates as a fraction of the copy "
+                                   "bandwidth and bf16 matmul rate measured in the same run.  Prints a markdown "
+                                   "table per suite; --json and --plots write the report and PNG charts.  "
+                                   "Model presets: " + "; ".join(p.describe() for p in PRESETS.values()) + ".")
+    b.add_argument("--suite", type=lambda v: _csv_list(v, SUITES + ("all",), "suite"), default=["all"],
+                   metavar="S[,S...]", help=f"suites: {', '.join(SUITES)} or all (default all)")
+    b.add_argument("--model", type=lambda v: _csv_list(v, MODEL_NAMES + ("all",), "model"), default=None,
+                   metavar="M[,M...]", help=f"model presets: {', '.join(MODEL_NAMES)} or all (default all; "
+                                            f"llama3-8b with --quick); the first one also drives the "
+                                            f"single-shape entries (scheduler, mixed, overhead)")
+    b.add_argument("--trace", metavar="FILE", default=None,
+                   help="request-length CSV for every trace-driven entry (default: the packaged Azure sample "
+                        "for prefill and the scheduler, the packaged Mooncake sample for decode and mixed)")
+    b.add_argument("--json", metavar="PATH", default=None, help="write the report as JSON (docs/benchmarks shape)")
+    b.add_argument("--plots", metavar="DIR", default=None,
+                   help="write PNG plots (one bar chart per suite and roofline.png) into DIR (needs matplotlib)")
+    b.add_argument("--repeat", type=_positive_int, default=None,
+                   help="timed repetitions per measurement, median reported (default 20; 5 with --quick)")
+    b.add_argument("--quick", action="store_true",
+                   help="much faster: llama3-8b only, 5 repetitions, no FlexAttention (unless asked for)")
+    b.add_argument("--flex", choices=("off", "some", "all"), default=None,
+                   help="FlexAttention peer: off, some (varlen prefill and decode_trace_b32 entries; the "
+                        "default), all (every shape; each new shape compiles, about 10-30 s)")
+    b.add_argument("--budget", type=float, default=None, metavar="S",
+                   help="seconds after which the remaining entries are skipped and reported as such "
+                        "(default 420; 240 with --quick; 0 = no limit)")
+    b.add_argument("--no-flush", action="store_true", help="do not flush L2 between repetitions")
+    b.add_argument("--from-json", metavar="PATH", default=None,
+                   help="measure nothing: print the tables of a saved --json report and, with --plots, draw its "
+                        "plots (no GPU needed)")
+    b.add_argument("--jobs", "-j", type=_positive_int, default=None,
+                   help="compile processes for the kernels the run needs (default: the number of CPUs)")
+    _add_cache_dir(b)
+
+
+# --------------------------------------------------------------------------------------- commands
+def _cache(cache_dir):
+    from ..jit.cache import KernelCache
+
+    return KernelCache(cache_dir)  # None -> default_cache_dir()
+
+
+def cmd_warmup(args) -> int:
+    """``kernelgen warmup``: compile the dispatcher's variants for the options; prints one summary line.
+
+    Returns 1 (with the directory and the reason on stderr) when the cache directory is not
+    trusted or the compiled kernels could not be written to it.  Raises UsageError (exit 2)
+    without --arch and without a supported GPU.
+    """
+    from .demo import has_cuda_gpu
+
+    arch = args.arch
+    if arch is None:
+        if not has_cuda_gpu():
+            raise UsageError(NO_GPU_MESSAGE)
+        from ..jit.runtime import device_arch
+
+        try:
+            arch = device_arch(0)
+        except RuntimeError as e:  # an unsupported compute capability
+            raise UsageError(f"{e}; pass --arch") from None
+    phases, gqas, paged = args.phase, args.gqa, args.paged
+    if args.serving:
+        phases, gqas, paged = ["prefill", "chunked", "decode"], [1, 4, 8], [False, True]
+    specs = warmup_specs(arch, args.head_dim, args.dtype, args.causal, args.layout, phases=phases, gqas=gqas,
+                         paged=paged, softcap=args.softcap, page_sizes=args.page_size)
+    root = _cache(args.cache_dir).root
+    try:
+        compiled, cached = warmup(specs, root, jobs=args.jobs, desc=f"warmup {arch}")
+    except CacheDirectoryError as e:  # untrusted or unwritable: nothing (or not everything) was kept
+        print(f"kernelgen warmup: error: {e}", file=sys.stderr)
+        return 1
+    print(f"warmup {arch}: {compiled} compiled, {cached} already cached ({len(specs)} variants) in {root}")
+    return 0
+
+
+def _fmt_table(headers, rows) -> str:
+    cols = list(zip(headers, *rows)) if rows else [(h,) for h in headers]
+    widths = [max(len(str(x)) for x in col) for col in cols]
+    lines = ["  ".join(str(h).ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    for r in rows:
+        lines.append("  ".join(str(x).rjust(w) if isinstance(x, (int, float)) else str(x).ljust(w)
+                               for x, w in zip(r, widths)).rstrip())
+    return "\n".join(lines)
+
+
+def cmd_cache(args) -> int:
+    """``kernelgen cache path|list|verify|clear``; verify returns 1 while bad entries remain."""
+    cache = _cache(args.cache_dir)
+    action = args.cache_command
+    if action == "path":
+        print(cache.root)
+        return 0
+    if action == "list":
+        entries = cache.entries()
+        if not entries:
+            print(f"no cached kernels in {cache.root}")
+            return 0
+        rows = []
+        for e in entries:
+            rows.append((
+                e.get("name") or e.get("stem"),
+                e.get("arch") or "?",
+                f"{(e.get('size') or 0) / 1024:.1f}",
+                "?" if e.get("registers") is None else e["registers"],
+                "?" if e.get("spill_bytes") is None else e["spill_bytes"],
+                "yes" if e.get("valid") else f"no ({e.get('reason', '?')})",
+            ))
+        print(_fmt_table(("name", "arch", "size KB", "registers", "spill bytes", "valid"), rows))
+        total = sum(e.get("size") or 0 for e in entries)
+        print(f"{len(entries)} entries, {total / 1024:.1f} KB in {cache.root}")
+        return 0
+    if action == "verify":
+        report = cache.verify(repair=args.repair)
+        bad = list(report.get("bad", []))
+        repaired = int(report.get("repaired", 0))
+        print(f"cache {cache.root}: {report.get('ok', 0)} ok, {len(bad)} bad"
+              + (f", {repaired} repaired, {report.get('orphans_removed', 0)} orphaned file(s) removed"
+                 if args.repair else ""))
+        for stem in bad:
+            print(f"  bad: {stem}")
+        remaining = len(bad) - repaired if args.repair else len(bad)
+        if remaining > 0:
+            hint = "" if args.repair else " (run `kernelgen cache verify --repair`)"
+            print(f"{remaining} bad entr{'y' if remaining == 1 else 'ies'} remain{'s' if remaining == 1 else ''}{hint}")
+            return 1
+        return 0
+    if action == "clear":
+        n = cache.clear()
+        print(f"removed {n} entr{'y' if n == 1 else 'ies'} from {cache.root}")
+        return 0
+    raise UsageError(f"unknown cache action {action!r}")
+
+
+def _guard(fn, default="unavailable"):
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - doctor never crashes
+        msg = str(e).splitlines()[0] if str(e) else ""
+        return f"{default} ({type(e).__name__}: {msg})" if msg else f"{default} ({type(e).__name__})"
+
+
+def _cuda_version(v: int) -> str:
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def cmd_doctor(args) -> int:
+    """``kernelgen doctor``: what kernelgen sees.  Every probe is guarded; always returns 0."""
+    from .._version import __version__
+
+    print(f"kernelgen      {__version__} ({os.path.dirname(os.path.abspath(__file__))})")
+    print(f"python         {platform.python_version()} ({sys.executable})")
+
+    def torch_version():
+        import torch
+
+        return f"{torch.__version__} (built for CUDA {torch.version.cuda or 'none: CPU-only build'})"
+
+    print(f"torch          {_guard(torch_version)}")
+
+    def cupy_version():
+        import cupy
+
+        return cupy.__version__
+
+    print(f"cupy           {_guard(cupy_version)}")
+
+    def nvrtc():
+        from ..jit.compiler import nvrtc_version
+
+        return ".".join(map(str, nvrtc_version()))
+
+    print(f"NVRTC          {_guard(nvrtc)}")
+
+    def driver():
+        from cupy.cuda import runtime
+
+        v = int(runtime.driverGetVersion())
+        return _cuda_version(v) if v > 0 else "not found (no NVIDIA driver installed)"
+
+    print(f"CUDA driver    {_guard(driver, 'not found')}")
+
+    def gpus():
+        from cupy.cuda import runtime as cuda_rt
+
+        n = int(cuda_rt.getDeviceCount())
+        lines = []
+        from ..jit.runtime import device
+
+        for i in range(n):
+            d = device(i)
+            arch = _guard(lambda: d.arch, "unsupported")
+            lines.append(f"  {i}: {d.name}, compute capability {d.cc[0]}.{d.cc[1]}, kernelgen arch {arch}, "
+                         f"{d.num_sms} SMs, L2 {d.l2_bytes / 2**20:.1f} MB")
+        return lines
+
+    try:
+        gpu_lines = gpus()
+    except Exception as e:  # noqa: BLE001
+        gpu_lines = []
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(f"GPUs           no CUDA GPU ({why})")
+    else:
+        if gpu_lines:
+            print(f"GPUs           {len(gpu_lines)}")
+            for line in gpu_lines:
+                print(line)
+        else:
+            print("GPUs           no CUDA GPU")
+
+    def cache_report():
+        cache = _cache(None)
+        entries = cache.entries()
+        valid = sum(1 for e in entries if e.get("valid"))
+        exists = "" if cache.root.is_dir() else " (does not exist yet)"
+        return (f"{cache.root}{exists}\n"
+                f"cache size     {cache.size_bytes() / 2**20:.2f} MB, {len(entries)} entries ({valid} valid)")
+
+    print(f"cache dir      {_guard(cache_report)}")
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith("KERNELGEN_"))
+    if env:
+        print("environment    " + "\n               ".join(f"{k}={v}" for k, v in env))
+    else:
+        print("environment    no KERNELGEN_* variables set")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    """``kernelgen demo``: see ``demo.run_demo`` (1 when the output does not match the reference)."""
+    from .demo import run_demo
+
+    return run_demo(trace=args.trace, max_tokens=args.max_tokens, max_len=args.max_len, layout=args.layout,
+                    arch=args.arch, repeat=args.repeat, json_path=args.json, cache_dir=args.cache_dir,
+                    jobs=args.jobs)
+
+
+def cmd_compare_layouts(args) -> int:
+    """``kernelgen compare-layouts``: see ``compare_layouts`` (1 when a padded replay was wrong)."""
+    from .demo import has_cuda_gpu
+
+    if not has_cuda_gpu():
+        raise UsageError("kernelgen compare-layouts needs a CUDA GPU (none found)")
+    from .compare_layouts import main_args
+
+    return main_args(args)
+
+
+def cmd_bench(args) -> int:
+    """``kernelgen bench``: see ``kernelgen.apps.bench`` (exit 2 without a GPU; failed entries are
+    reported in the tables and the JSON, not in the exit code)."""
+    from .demo import has_cuda_gpu
+
+    if not args.from_json and not has_cuda_gpu():
+        raise UsageError("kernelgen bench needs a CUDA GPU (none found; --from-json only re-draws a saved report)")
+    from .bench.runner import main_args
+
+    return main_args(args)
+
+
+_COMMANDS = {"warmup": cmd_warmup, "cache": cmd_cache, "doctor": cmd_doctor, "demo": cmd_demo,
+             "compare-layouts": cmd_compare_layouts, "bench": cmd_bench}
+
+
+def main(argv=None) -> int:
+    """Entry point of the ``kernelgen`` console script and ``python -m kernelgen``.
+
+    Args:
+        argv: argument list without the program name (default: ``sys.argv[1:]``).
+
+    Returns:
+        The exit code: 0 success, 1 failure, 2 usage error (argparse errors also exit 2 through
+        SystemExit, as usual).
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+    try:
+        return _COMMANDS[args.command](args)
+    except UsageError as e:
+        print(f"kernelgen {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, FileNotFoundError) as e:
+        print(f"kernelgen {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"kernelgen {args.command}: interrupted after {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - compile errors, lock timeouts: one clear line, exit 1
+        from ..jit.compiler import CompileError
+
+        if isinstance(e, CompileError):
+            print(f"kernelgen {args.command}: {e}", file=sys.stderr)
+        else:
+            print(f"kernelgen {args.command}: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1

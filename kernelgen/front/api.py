@@ -1,0 +1,199 @@
+"""``varlen_attention``: the one-shot public call.
+
+The path of one call, top to bottom through the layers: check the arguments
+(``selection.arguments``) -> choose the launches (``selection.decide``: a ``Recipe`` from the call's
+signature and the device, read once per device by ``jit.runtime.device``) -> get the kernels
+(``jit.runtime.load``: render, compile or load from the disk cache, load on the device) -> bind
+and prepare the launches (``launch.bind``) -> run them: allocate one workspace (scheduler
+metadata and split-KV partials), launch the scheduler kernel (writes the metadata), the
+persistent attention kernel and, with split-KV, the combine kernel.  All launches go on
+PyTorch's current stream of the tensors' device; nothing synchronises the host and every buffer
+comes from PyTorch's allocator, so the call can be captured in a CUDA graph.
+
+Everything before the allocation depends only on the call's signature (``selection.signature``:
+types, dtypes, devices, shapes and strides of the tensors, the other arguments' types and
+values), so the prepared call is kept per signature: a call whose signature was validated before
+only reads its data pointers, checks their alignment, allocates and launches.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..jit import runtime
+from ..launch import bind
+from ..selection import arguments, decide, signature, validation
+
+#: Prepared calls of varlen_attention by signature (``signature.key``).
+_CALLS = signature.SignatureCache(1024)
+
+
+def clear_signature_cache() -> None:
+    """Forget varlen_attention's prepared calls (the next call of each signature validates again)."""
+    _CALLS.clear()
+
+
+def varlen_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor | None = None,
+    max_seqlen_q: int | None = None,
+    max_seqlen_k: int | None = None,
+    *,
+    seqused_k: torch.Tensor | None = None,
+    page_table: torch.Tensor | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    softmax_scale: float | None = None,
+    num_splits: int = 0,
+    pack_gqa: bool | None = None,
+    return_lse: bool = False,
+    out: torch.Tensor | None = None,
+    metadata_layout: str = "soa",
+    sort: bool = True,
+    head_swizzle: bool = True,
+    short_query_tokens: int | None = None,
+    arch: str | None = None,
+):
+    """Attention over a ragged (varlen) batch of requests, prefill and decode alike.
+
+    Request ``i`` owns query rows ``cu_seqlens_q[i]:cu_seqlens_q[i+1]`` of ``q``.  Its keys are
+    rows ``cu_seqlens_k[i]:cu_seqlens_k[i+1]`` of a packed ``k``/``v`` (the first ``seqused_k[i]``
+    of them when ``seqused_k`` is given), or, with ``page_table``, the first ``seqused_k[i]``
+    tokens of a paged cache: token ``j`` lives at ``k[page_table[i, j // page_size], j % page_size]``.
+    Query head ``h`` attends to KV head ``h // (num_heads_q // num_heads_kv)`` (GQA/MQA).
+
+    Args:
+        q: (total_q, num_heads_q, head_dim), float16 or bfloat16, CUDA, last dim contiguous.
+        k: packed (total_k, num_heads_kv, head_dim) or paged (num_pages, page_size, num_heads_kv,
+            head_dim), q's dtype and device; any strides with a contiguous last dim.
+        v: like k with head_dim_v (64, 96, 128, 192 or 256) as the last dim.
+        cu_seqlens_q: int32 (batch + 1,), cumulative query lengths in tokens, starting at 0.
+        cu_seqlens_k: int32 (batch + 1,), cumulative key lengths (packed k/v only).
+        max_seqlen_q, max_seqlen_k: longest request lengths in tokens, used only to choose tiles,
+            pack-GQA and the split bound (kernels read lengths on the GPU).  None: assume
+            total_q (resp. the cache's capacity); pass them for decode speed.
+        seqused_k: int32 (batch,), keys used per request (required with page_table).
+        page_table: int32 (batch, max_pages_per_seq), page ids of each request's cache pages.
+        causal: bottom-right aligned causal mask: query row r of a request sees key j iff
+            ``j <= r + seqlen_k - seqlen_q``.
+        window_size: (left, right) sliding window around that diagonal (-1 = unbounded).
+        softcap: > 0 caps logits as ``softcap * tanh(logit / softcap)`` (0 = off).
+        softmax_scale: logit scale, default ``1 / sqrt(head_dim)``.
+        num_splits: split-KV: 0 lets the GPU scheduler decide per request, n > 0 forces n
+            (capped by each request's key blocks).
+        pack_gqa: put the query heads of one KV head in one tile (K/V read once per KV head);
+            None decides by heuristic (on for decode-like batches).
+        return_lse: also return the log-sum-exp of the scaled logits.
+        out: optional output tensor (total_q, num_heads_q, head_dim_v), q's dtype.
+        metadata_layout: "soa" or "aos", the scheduler-metadata layout (see ``metadata.py``).
+        sort: let the GPU scheduler order requests longest-first (ties by request index; a batch
+            whose longest tiles are within 1/8 of each other keeps request order).
+        head_swizzle: for causal/local masks, walk heads in sections sized to the device's L2 so
+            tiles running together share K/V in L2.  ``sort`` and ``head_swizzle`` change only
+            the order of work, never the result.
+        short_query_tokens: the request-class threshold of the fused launch for batches mixing
+            long-query (prefill) and short-query (decode) requests: requests with at most this
+            many query tokens run as one-warp decode tiles, the others as 128-row prefill tiles,
+            in one persistent launch (``docs/serving.md``).  None: automatic (fused for a paged
+            cache whose ``max_seqlen_q`` exceeds ``heuristics.short_query_tokens``, 4 for 32/8
+            heads, unless pack_gqa or num_splits is forced); an int >= 1 forces the fused launch
+            with that threshold; 0 turns it off.
+        arch: which attention mainloop runs: None or "auto" picks the Hopper path (wgmma, TMA,
+            warp specialisation; ``docs/dev/perf-log.md``, "Hopper path") on compute capability
+            9.0 for the calls it supports (packed K/V, head dims 64, 96, 128, 192 or 256 with
+            head_dim_v == head_dim, or 192 with head_dim_v 128, or a paged cache with head_dim ==
+            head_dim_v in 64, 96, 128, 192 or 256: whole pages or key blocks loaded by TMA where
+            they fit, rows gathered through the page table otherwise; any mask, window and
+            soft-cap; split-KV, automatic or forced; no pack-GQA;
+            prefill-sized ``max_seqlen_q`` * query heads per tile; a paged batch of several
+            requests only when they average at least ``heuristics.SM90_PAGED_MIN_MEAN_Q`` query
+            tokens, else the fused launch) and the sm_80 path (mma.sync) otherwise; "sm_80" forces the sm_80 path,
+            "sm_90a" the Hopper path (ValueError if the call or the device does not support it).
+            None reads the ``KERNELGEN_ARCH`` environment variable (same values) when a call
+            signature is first seen (``clear_signature_cache`` makes it read again).
+
+    Returns:
+        out (total_q, num_heads_q, head_dim_v) in q's dtype; with ``return_lse`` also
+        lse (num_heads_q, total_q) float32, natural log (FlashAttention-3's convention).  A row
+        that sees no key gets out = 0 and lse = -inf.  Query rows past ``cu_seqlens_q[-1]`` are
+        not written.
+
+    Raises:
+        TypeError: an argument has the wrong type or dtype (the message names it).
+        ValueError: wrong shape, device, stride/alignment, head counts that do not divide,
+            unsupported head dim, bad window/softcap/num_splits/softmax_scale/layout/arch, paged
+            arguments missing or inconsistent, more than 8192 requests, or ``arch="sm_90a"`` for
+            a call or device the Hopper path does not support.
+        kernelgen.jit.compiler.CompileError: NVRTC rejected a kernel (log and source path attached).
+        kernelgen.jit.cache.KernelNotCachedError: ``KERNELGEN_DISABLE_JIT=1`` and a kernel the call
+            needs is not in the cache.
+        kernelgen.launch.launch.LaunchError: the driver refused a launch (the message names the kernel).
+
+    The values of cu_seqlens, seqused_k and page_table are not read on the host (that would
+    synchronise): ``KERNELGEN_CHECK_INPUTS=1`` checks them (ordering, page ids inside the cache,
+    page_table wide enough, seqused_k within each request's keys) at the cost of a sync, on every
+    call.  Offsets are 64-bit, so caches past 2^31 elements are addressed correctly.
+
+    Host cost: the first call of a signature (tensor types, dtypes, devices, shapes and strides,
+    the other arguments, including the length hints) validates, chooses and loads kernels (tens of
+    us, or a compile); later calls of the signature skip to reading the data pointers, one
+    workspace allocation and the launches (scheduler, attention and, with split-KV, combine; four
+    for a fused mixed batch, five for the two classes in turn), enqueued from a stream's second call on as one CUDA graph launch
+    (``graph_launch.py``; 12-41 us of host time for a repeated decode call on the hosts of the
+    H200 runs so far, ``docs/dev/perf-log.md``, "host overhead").  A
+    decode loop whose ``max_seqlen_k`` hint changes every step misses every time: use
+    ``AttentionPlan`` there.
+
+    Algorithm: FlashAttention-2 tiling with an fp32 online softmax (Dao 2023; Milakov and
+    Gimelshein 2018) in a persistent kernel fed by a GPU scheduler after FlashAttention-3's varlen
+    scheduler (Shah et al. 2024, with a capacity-sized metadata buffer), split-KV after
+    FlashDecoding (Dao et al. 2023); on Hopper, FlashAttention-3's asynchronous design (wgmma,
+    TMA, producer/consumer warpgroups, softmax overlapped with the next block's GEMM).
+    """
+    try:
+        key = signature.key((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out), window_size,
+                            (max_seqlen_q, max_seqlen_k, causal, softcap, softmax_scale, num_splits, pack_gqa,
+                             return_lse, metadata_layout, sort, head_swizzle, short_query_tokens, arch))
+        prep = _CALLS.get(key)
+    except Exception:  # noqa: BLE001 - an argument that cannot be keyed: the validating path names it
+        key = prep = None
+    if prep is not None and not validation.host_checks_enabled():
+        res = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, None)
+        if res is not None:
+            return res if return_lse else res[0]
+    return _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
+                           page_table, causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, return_lse,
+                           out, metadata_layout, sort, head_swizzle, short_query_tokens, arch)
+
+
+def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table,
+                    causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, return_lse, out,
+                    metadata_layout, sort, head_swizzle, short_query_tokens=None, arch=None):
+    """varlen_attention for a signature not prepared yet: every check, the one decision, the
+    kernels; the prepared call is stored under ``key`` (None: not keyable) and run."""
+    call = arguments.varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=seqused_k,
+                                 page_table=page_table, out=out, causal=causal, window_size=window_size,
+                                 softcap=softcap, softmax_scale=softmax_scale, num_splits=num_splits,
+                                 pack_gqa=pack_gqa, metadata_layout=metadata_layout, sort=sort,
+                                 head_swizzle=head_swizzle, short_query_tokens=short_query_tokens, arch=arch)
+    sizes = call.sizes
+    if out is None:
+        out = torch.empty((sizes["total_q"], sizes["num_heads_q"], sizes["head_dim_v"]), dtype=q.dtype,
+                          device=q.device)
+    lse = torch.empty((sizes["num_heads_q"], sizes["total_q"]), dtype=torch.float32, device=q.device) \
+        if return_lse else None
+    if call.empty:
+        return (out, lse) if return_lse else out
+    ordinal = q.device.index
+    recipe = decide.decide(call.signature, runtime.device(ordinal), call.settings)
+    kernels = bind.bind(recipe, runtime.load(recipe.specs, ordinal))
+    prep = kernels.prepare(layout=recipe.workspace, batch=sizes["batch"], q=q, k=k, v=v, out=out, lse=lse,
+                           page_table=page_table, scale=call.scale, window=call.window, softcap=call.softcap,
+                           return_lse=bool(return_lse), fixed_base=None, sizes=sizes)
+    if key is not None and signature.cacheable(key):
+        _CALLS.put(key, prep)
+    out, lse = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
+    return (out, lse) if return_lse else out

@@ -1,0 +1,327 @@
+"""kernelgen as PyTorch custom ops, for ``torch.compile`` and CUDA graphs.
+
+Importing this module registers two operators in the ``kernelgen`` namespace (it imports torch;
+``import kernelgen`` alone does not, so the CLI's cache commands stay light):
+
+``torch.ops.kernelgen.varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None,
+max_seqlen_k=None, seqused_k=None, page_table=None, causal=False, window_left=-1, window_right=-1,
+softcap=0.0, softmax_scale=None, num_splits=0, pack_gqa=None, return_lse=False,
+metadata_layout="soa", sort=True, head_swizzle=True) -> (Tensor out, Tensor lse)``
+    Functional: allocates ``out`` (total_q, num_heads_q, head_dim_v) in q's dtype.  ``lse`` is
+    (num_heads_q, total_q) float32 (natural log) when ``return_lse`` is true, else an *empty*
+    float32 tensor of shape (0,) on q's device: the op always returns two tensors, and asking for
+    no LSE costs no allocation and no writes.
+
+``torch.ops.kernelgen.varlen_attention_out(out, q, k, v, cu_seqlens_q, ..., head_swizzle=True)
+-> Tensor lse``
+    The same with a caller-provided ``out`` that the op writes in place (declared with
+    ``mutates_args=("out",)``, so ``torch.compile`` functionalises it correctly); returns only
+    ``lse`` (same convention) because a custom op may not return one of its inputs.
+
+The arguments are those of :func:`kernelgen.varlen_attention` with two changes a custom-op schema
+needs: ``window_size=(left, right)`` becomes ``window_left, window_right`` (ints), and ``out``
+moves to the ``_out`` variant.  Shapes: q (total_q, Hq, d); packed k/v (total_k, Hkv, d/dv) with
+cu_seqlens_k, or paged k/v (num_pages, page_size, Hkv, d/dv) with page_table (batch,
+max_pages_per_seq) and seqused_k (batch,); all index tensors int32.
+
+The fake (meta) implementations compute only shapes and dtypes (they read no values), for packed
+and paged K/V alike, so a model that calls kernelgen traces with
+``torch.compile(fullgraph=True)``, including dynamic ``total_q``.  The real implementations call
+:func:`kernelgen.varlen_attention`, which allocates only through PyTorch and never synchronises
+the host, so the compiled graph can be captured in a CUDA graph
+(``torch.compile(mode="reduce-overhead")`` or ``torch.cuda.graph``).
+
+Most code should call :func:`varlen_attention` below rather than the raw ops: it has the exact
+signature of :func:`kernelgen.varlen_attention`, goes through the registered op while
+``torch.compile`` traces (or when given fake/meta tensors, or when autograd records), and calls
+the eager implementation directly otherwise, which skips the dispatcher's few microseconds of
+host time per call.
+
+There is no backward (kernelgen is for inference): a backward through the functional op, or a
+``torch.compile`` of a training graph that contains it, raises a RuntimeError that says to use
+``torch.no_grad()`` / ``torch.inference_mode()``.
+"""
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+__all__ = ["varlen_attention", "varlen_attention_op", "varlen_attention_out_op"]
+
+_EMPTY_LSE_SHAPE = (0,)
+
+
+def _lse_or_empty(lse: Optional[Tensor], q: Tensor) -> Tensor:
+    return lse if lse is not None else torch.empty(_EMPTY_LSE_SHAPE, dtype=torch.float32, device=q.device)
+
+
+def _varlen_attention_impl(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Optional[Tensor] = None,
+    max_seqlen_q: Optional[int] = None,
+    max_seqlen_k: Optional[int] = None,
+    seqused_k: Optional[Tensor] = None,
+    page_table: Optional[Tensor] = None,
+    causal: bool = False,
+    window_left: int = -1,
+    window_right: int = -1,
+    softcap: float = 0.0,
+    softmax_scale: Optional[float] = None,
+    num_splits: int = 0,
+    pack_gqa: Optional[bool] = None,
+    return_lse: bool = False,
+    metadata_layout: str = "soa",
+    sort: bool = True,
+    head_swizzle: bool = True,
+) -> Tuple[Tensor, Tensor]:
+    """``torch.ops.kernelgen.varlen_attention``: varlen attention that allocates its output.
+
+    Args: those of :func:`kernelgen.varlen_attention` (q (total_q, Hq, d); packed k/v
+    (total_k, Hkv, d) or paged (num_pages, page_size, Hkv, d); int32 cu_seqlens (batch + 1,),
+    seqused_k (batch,), page_table (batch, max_pages_per_seq); lengths in tokens), with
+    ``window_size`` given as ``window_left, window_right`` and no ``out``.
+
+    Returns:
+        (out, lse): out (total_q, Hq, head_dim_v) in q's dtype; lse (Hq, total_q) float32 natural
+        log when ``return_lse``, else an empty (0,) float32 tensor.
+
+    Raises:
+        TypeError, ValueError: as :func:`kernelgen.varlen_attention` (the message names the argument).
+        kernelgen.jit.compiler.CompileError: NVRTC rejected a kernel.
+    """
+    from . import api
+
+    res = api.varlen_attention(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=seqused_k,
+        page_table=page_table, causal=causal, window_size=(window_left, window_right), softcap=softcap,
+        softmax_scale=softmax_scale, num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse,
+        metadata_layout=metadata_layout, sort=sort, head_swizzle=head_swizzle)
+    if return_lse:
+        out, lse = res
+        return out, lse
+    return res, _lse_or_empty(None, q)
+
+
+def _varlen_attention_out_impl(
+    out: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Optional[Tensor] = None,
+    max_seqlen_q: Optional[int] = None,
+    max_seqlen_k: Optional[int] = None,
+    seqused_k: Optional[Tensor] = None,
+    page_table: Optional[Tensor] = None,
+    causal: bool = False,
+    window_left: int = -1,
+    window_right: int = -1,
+    softcap: float = 0.0,
+    softmax_scale: Optional[float] = None,
+    num_splits: int = 0,
+    pack_gqa: Optional[bool] = None,
+    return_lse: bool = False,
+    metadata_layout: str = "soa",
+    sort: bool = True,
+    head_swizzle: bool = True,
+) -> Tensor:
+    """``torch.ops.kernelgen.varlen_attention_out``: writes ``out`` in place, returns lse.
+
+    Args: ``out`` first, (total_q, Hq, head_dim_v) in q's dtype, last dim contiguous, 16-byte
+    aligned rows (a custom op may not take a tensor keyword-only); then the arguments of
+    ``torch.ops.kernelgen.varlen_attention``.
+
+    Returns:
+        lse (Hq, total_q) float32 natural log when ``return_lse``, else an empty (0,) float32 tensor.
+
+    Raises:
+        TypeError, ValueError: as :func:`kernelgen.varlen_attention` (wrong ``out`` shape/dtype included).
+        kernelgen.jit.compiler.CompileError: NVRTC rejected a kernel.
+    """
+    from . import api
+
+    res = api.varlen_attention(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=seqused_k,
+        page_table=page_table, causal=causal, window_size=(window_left, window_right), softcap=softcap,
+        softmax_scale=softmax_scale, num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out,
+        metadata_layout=metadata_layout, sort=sort, head_swizzle=head_swizzle)
+    return res[1] if return_lse else _lse_or_empty(None, q)
+
+
+#: ``torch.ops.kernelgen.varlen_attention`` (functional: allocates out).
+varlen_attention_op = torch.library.custom_op("kernelgen::varlen_attention", mutates_args=())(_varlen_attention_impl)
+varlen_attention_op.__doc__ = _varlen_attention_impl.__doc__
+#: ``torch.ops.kernelgen.varlen_attention_out`` (writes its first argument ``out`` in place).
+varlen_attention_out_op = torch.library.custom_op("kernelgen::varlen_attention_out",
+                                                  mutates_args=("out",))(_varlen_attention_out_impl)
+varlen_attention_out_op.__doc__ = _varlen_attention_out_impl.__doc__
+
+
+def _no_backward(ctx, *grads):
+    raise RuntimeError("kernelgen.varlen_attention has no backward (kernelgen is forward-only, for inference): "
+                       "call it under torch.no_grad() or torch.inference_mode(), or on detached inputs")
+
+
+# A clear error instead of PyTorch's generic one, at backward time (eager) or when torch.compile
+# traces a training graph.  (A mutating op cannot have an autograd formula: varlen_attention_out
+# keeps PyTorch's "no autograd formula" error.)
+varlen_attention_op.register_autograd(_no_backward, setup_context=lambda ctx, inputs, output: None)
+
+
+# ------------------------------------------------------------------------------ fake (meta) kernels
+def _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, causal, window_left, window_right,
+                 softcap, num_splits, metadata_layout):
+    """The checks of kernelgen.varlen_attention that read no tensor values (shapes, dtypes, scalar
+    arguments), so a bad call fails while torch.compile traces; returns (total_q, num_heads_q,
+    head_dim_v)."""
+    from ..kernels.spec import HEAD_DIMS
+    from ..selection import validation
+
+    validation.layout(metadata_layout)
+    validation.window((window_left, window_right), bool(causal))
+    validation.softcap(softcap)
+    validation.num_splits(num_splits)
+    if q.dim() != 3:
+        raise ValueError(f"q must have 3 dimensions (total_q, num_heads_q, head_dim), got shape {tuple(q.shape)}")
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        raise TypeError(f"q must have dtype float16 or bfloat16, got {q.dtype}")
+    paged = page_table is not None
+    kdim = 4 if paged else 3
+    what = "(num_pages, page_size, num_heads_kv, head_dim)" if paged else "(total_k, num_heads_kv, head_dim)"
+    for name, x in (("k", k), ("v", v)):
+        if x.dim() != kdim:
+            raise ValueError(f"{name} must have {kdim} dimensions {what}, got shape {tuple(x.shape)}")
+        if x.dtype != q.dtype:
+            raise TypeError(f"{name} must have q's dtype {q.dtype}, got {x.dtype}")
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"k head_dim {k.shape[-1]} must equal q head_dim {q.shape[-1]}")
+    if tuple(v.shape[:-1]) != tuple(k.shape[:-1]):
+        raise ValueError(f"v must have shape {tuple(k.shape[:-1]) + ('head_dim_v',)} like k, got {tuple(v.shape)}")
+    if q.shape[-1] not in HEAD_DIMS:
+        raise ValueError(f"q head_dim must be one of {HEAD_DIMS}, got {q.shape[-1]}")
+    if v.shape[-1] not in HEAD_DIMS:
+        raise ValueError(f"v head_dim_v must be one of {HEAD_DIMS}, got {v.shape[-1]}")
+    hq, hkv = q.shape[1], k.shape[-2]
+    if hkv < 1 or hq < 1 or hq % hkv != 0:  # hkv first: no modulo by zero heads
+        raise ValueError(f"q num_heads ({hq}) must be a positive multiple of k num_heads ({hkv})")
+    if cu_seqlens_q.dim() != 1 or cu_seqlens_q.dtype != torch.int32:
+        raise ValueError("cu_seqlens_q must be an int32 (batch + 1,) tensor")
+    if paged:
+        if seqused_k is None:
+            raise ValueError("seqused_k is required with a page_table (the keys of each request)")
+        if cu_seqlens_k is not None:
+            raise ValueError("cu_seqlens_k must be None with a page_table (key lengths come from seqused_k)")
+    elif cu_seqlens_k is None:
+        raise ValueError("cu_seqlens_k is required for packed k/v (give page_table and seqused_k for a paged cache)")
+    return q.shape[0], q.shape[1], v.shape[-1]
+
+
+def _fake_lse(q, return_lse):
+    shape = (q.shape[1], q.shape[0]) if return_lse else _EMPTY_LSE_SHAPE
+    return q.new_empty(shape, dtype=torch.float32)
+
+
+@varlen_attention_op.register_fake
+def _varlen_attention_fake(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
+                           seqused_k=None, page_table=None, causal=False, window_left=-1, window_right=-1,
+                           softcap=0.0, softmax_scale=None, num_splits=0, pack_gqa=None, return_lse=False,
+                           metadata_layout="soa", sort=True, head_swizzle=True):
+    total_q, hq, dv = _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, causal, window_left,
+                                   window_right, softcap, num_splits, metadata_layout)
+    return q.new_empty((total_q, hq, dv)), _fake_lse(q, return_lse)
+
+
+@varlen_attention_out_op.register_fake
+def _varlen_attention_out_fake(out, q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
+                               seqused_k=None, page_table=None, causal=False, window_left=-1, window_right=-1,
+                               softcap=0.0, softmax_scale=None, num_splits=0, pack_gqa=None, return_lse=False,
+                               metadata_layout="soa", sort=True, head_swizzle=True):
+    total_q, hq, dv = _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, causal, window_left,
+                                   window_right, softcap, num_splits, metadata_layout)
+    if tuple(out.shape) != (total_q, hq, dv) or out.dtype != q.dtype:
+        raise ValueError(f"out must be a {q.dtype} tensor of shape {(total_q, hq, dv)}, got {out.dtype} "
+                         f"{tuple(out.shape)}")
+    return _fake_lse(q, return_lse)
+
+
+# ------------------------------------------------------------------------------ Python entry point
+def _through_op(q, k, v) -> bool:
+    """Use the registered op while torch.compile traces, for fake/meta/subclass tensors, and when
+    autograd records (so a backward raises the op's clear "forward-only" error)."""
+    return (torch.compiler.is_compiling() or type(q) is not torch.Tensor or q.device.type == "meta"
+            or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)))
+
+
+def varlen_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Optional[Tensor] = None,
+    max_seqlen_q: Optional[int] = None,
+    max_seqlen_k: Optional[int] = None,
+    *,
+    seqused_k: Optional[Tensor] = None,
+    page_table: Optional[Tensor] = None,
+    causal: bool = False,
+    window_size: Tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    softmax_scale: Optional[float] = None,
+    num_splits: int = 0,
+    pack_gqa: Optional[bool] = None,
+    return_lse: bool = False,
+    out: Optional[Tensor] = None,
+    metadata_layout: str = "soa",
+    sort: bool = True,
+    head_swizzle: bool = True,
+):
+    """:func:`kernelgen.varlen_attention` that ``torch.compile(fullgraph=True)`` can trace.
+
+    Same arguments, shapes, results and errors as :func:`kernelgen.varlen_attention`: q
+    (total_q, num_heads_q, head_dim) fp16/bf16; k/v packed (total_k, num_heads_kv, head_dim[_v])
+    with cu_seqlens_k, or paged (num_pages, page_size, num_heads_kv, head_dim[_v]) with page_table
+    (batch, max_pages_per_seq) and seqused_k (batch,); index tensors int32; lengths in tokens.
+    While torch.compile traces, for fake or meta tensors, and when autograd records (an input
+    requires grad) the call goes through ``torch.ops.kernelgen.varlen_attention`` (or
+    ``varlen_attention_out`` when ``out`` is given); otherwise it calls the eager implementation
+    directly.  There is no backward: a backward through it raises RuntimeError (run inference
+    under ``torch.no_grad()`` or ``torch.inference_mode()``).
+
+    Returns:
+        out (total_q, num_heads_q, head_dim_v) in q's dtype (``out`` itself when given); with
+        ``return_lse`` also lse (num_heads_q, total_q) float32, natural log.
+
+    Raises:
+        TypeError: an argument has the wrong type or dtype, e.g. window_size not a pair of ints.
+        ValueError: wrong shapes, devices or values (see :func:`kernelgen.varlen_attention`).
+        kernelgen.jit.compiler.CompileError: NVRTC rejected a kernel.
+    """
+    if not _through_op(q, k, v):
+        from . import api
+
+        return api.varlen_attention(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=seqused_k,
+            page_table=page_table, causal=causal, window_size=window_size, softcap=softcap,
+            softmax_scale=softmax_scale, num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out,
+            metadata_layout=metadata_layout, sort=sort, head_swizzle=head_swizzle)
+    from ..selection import validation
+
+    # Validate before converting: float()/int() would turn a bad value into a raw conversion error
+    # (or silently accept True, "3" or 2.5); the validators name the argument and return the
+    # converted value.
+    validation.window(window_size, bool(causal))
+    softcap = validation.softcap(softcap)
+    num_splits = validation.num_splits(num_splits)
+    if softmax_scale is not None:
+        softmax_scale = validation.softmax_scale(softmax_scale, q.shape[-1])
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, bool(causal),
+            int(window_size[0]), int(window_size[1]), softcap, softmax_scale, num_splits, pack_gqa,
+            bool(return_lse), metadata_layout, bool(sort), bool(head_swizzle))
+    if out is None:
+        out, lse = torch.ops.kernelgen.varlen_attention(*args)
+    else:
+        lse = torch.ops.kernelgen.varlen_attention_out(out, *args)
+    return (out, lse) if return_lse else out

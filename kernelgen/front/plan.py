@@ -1,0 +1,239 @@
+"""Fixed-capacity attention state for serving loops and CUDA graphs (plan once, run every step).
+
+An ``AttentionPlan`` is made once for a head configuration and capacities: the largest batch
+(requests) and the most query tokens a step will have.  It chooses its kernels then (from the
+length hints, exactly as ``varlen_attention`` would) and owns every device buffer a step needs:
+the scheduler metadata (sized by the capacity, never by the runtime batch) and, with split-KV,
+the fp32 partial outputs.  ``run`` launches the GPU scheduler, the persistent attention kernel and
+(with split-KV) the combine kernel on the current stream, with no host synchronisation and no
+allocation when ``out`` (and ``lse``) are passed, so a step can be captured with
+``torch.cuda.graph`` and replayed with new lengths, new page tables and any batch up to the
+capacity.  A batch padded with zero-length requests does no work for the padding.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..jit import runtime
+from ..launch import bind, oneoff
+from ..selection import arguments, decide, signature, validation
+
+
+class AttentionPlan:
+    """State for varlen attention steps with at most ``max_batch`` requests and ``max_total_q``
+    query tokens.
+
+    Args:
+        max_batch: capacity in requests (1 .. 8192).
+        num_heads_q, num_heads_kv: query and KV heads (num_heads_q a multiple of num_heads_kv).
+        head_dim, head_dim_v: 64, 96, 128, 192 or 256 (head_dim_v defaults to head_dim).
+        dtype: torch.float16 or torch.bfloat16.
+        max_total_q: capacity in query tokens per step (sizes the split-KV partials); default
+            ``max_batch * max_seqlen_q``.
+        max_seqlen_q, max_seqlen_k: length hints in tokens that choose the tile shape, pack-GQA and
+            the split bound (decode: max_seqlen_q = 1).  Steps may have any lengths: the kernels
+            read them on the GPU.
+        paged: steps pass a paged K/V cache with page_table and seqused_k.
+        page_size: with ``paged``, the cache's page size in tokens when every step uses the same
+            (then the Hopper kernel loads whole pages or key blocks by TMA where they fit;
+            steps with another page size raise ValueError); None: any page size (the Hopper
+            kernel gathers K/V rows through the page table).
+        causal, window_size, softcap: the mask and logit capping (see ``varlen_attention``).
+        num_splits: 0 = the GPU scheduler decides per request (up to the plan's bound), n > 0 forces n.
+        pack_gqa: None = heuristic.
+        metadata_layout: "soa" or "aos".  sort, head_swizzle: scheduler switches.
+        device: CUDA device (default: the current one).
+        short_query_tokens: the fused mixed-batch launch's request-class threshold, as in
+            ``varlen_attention`` (None: automatic, fused for a paged plan whose max_seqlen_q
+            exceeds the default threshold; 0: off).  A fused plan owns two metadata buffers
+            (``metadata`` for the long class, ``metadata_short``) and runs four launches a step.
+
+        arch: the attention mainloop, as in ``varlen_attention``: None (or "auto") reads
+            ``KERNELGEN_ARCH`` and otherwise lets the dispatcher choose (``selection.decide``:
+            the Hopper wgmma/TMA kernel on an sm_90a device for the variants it supports, from
+            the plan's length hints; the sm_80 mma.sync kernel elsewhere); "sm_80" or "sm_90a"
+            forces one.  A plan on the Hopper path needs q/k/v whose token and head strides TMA
+            can address (contiguous heads: any dense layout); a step with other strides raises
+            ValueError naming the tensor.  A mixed-batch plan (``short_query_tokens``) on sm_90a
+            runs one launch whose long class takes the Hopper kernel and whose short class the
+            one-warp decode tiles, SM by SM (``heuristics.choose_fused_hopper``; the two classes
+            in turn, ``heuristics.choose_pair``, where it does not apply); elsewhere, or with
+            arch="sm_80", the fused sm_80 launch.
+
+    Raises:
+        ValueError / TypeError: bad capacities, head counts, head dims, dtype, window, softcap,
+            num_splits, layout or arch (a forced "sm_90a" the plan's variant or device cannot
+            run, or with the fused launch).
+        RuntimeError: ``device`` None and no CUDA device (or a torch without CUDA).
+    """
+
+    def __init__(self, *, max_batch: int, num_heads_q: int, num_heads_kv: int, head_dim: int,
+                 head_dim_v: int | None = None, dtype=torch.bfloat16, max_total_q: int | None = None,
+                 max_seqlen_q: int = 4096, max_seqlen_k: int = 4096, paged: bool = False, causal: bool = False,
+                 window_size=(-1, -1), softcap: float = 0.0, num_splits: int = 0, pack_gqa: bool | None = None,
+                 metadata_layout: str = "soa", sort: bool = True, head_swizzle: bool = True, device=None,
+                 short_query_tokens: int | None = None, arch: str | None = None, page_size: int | None = None):
+        arguments.plan_capacity(max_batch, dtype, num_heads_q, num_heads_kv, max_seqlen_q, max_seqlen_k)
+        head_dim_v = head_dim if head_dim_v is None else head_dim_v
+        if device is None:
+            try:
+                device = torch.cuda.current_device()
+            except (AssertionError, RuntimeError) as e:  # torch without CUDA, or no device
+                raise RuntimeError(f"AttentionPlan needs a CUDA device: {e}") from e
+        else:
+            device = torch.device(device).index
+        self.device = torch.device("cuda", device)
+        self.capacity = int(max_batch)
+        self.max_total_q = int(max_total_q) if max_total_q is not None else self.capacity * max(1, max_seqlen_q)
+        self.num_heads_q, self.num_heads_kv = num_heads_q, num_heads_kv
+        self.head_dim, self.head_dim_v, self.dtype = head_dim, head_dim_v, dtype
+        self.paged = bool(paged)
+        checked = arguments.plan_options(
+            capacity=self.capacity, max_total_q=self.max_total_q, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv,
+            head_dim=head_dim, head_dim_v=head_dim_v, dtype=dtype, max_seqlen_q=max_seqlen_q,
+            max_seqlen_k=max_seqlen_k, paged=self.paged, page_size=page_size, causal=causal, window_size=window_size,
+            softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa, metadata_layout=metadata_layout, sort=sort,
+            head_swizzle=head_swizzle, short_query_tokens=short_query_tokens, arch=arch)
+        self.page_size = checked.page_size
+        (self.window_left, self.window_right), self.softcap = checked.window, checked.softcap
+        self.mask, self.layout = checked.signature.mask, checked.signature.layout
+        #: What the plan launches (``kernels.recipe.Recipe``): kernels, scheduler configs, workspace layout.
+        self.recipe = decide.decide(checked.signature, runtime.device(device), checked.settings)
+        self._kernels = bind.bind(self.recipe, runtime.load(self.recipe.specs, device))
+        k = self._kernels
+        #: The two-class launch (``launch.fused.FusedKernels`` or ``PairKernels``), or None.
+        self.fused = None if self.recipe.kind == "single" else k
+        self.variants, self.sched_spec, self.attn_spec = k.variants, k.sched_spec, k.attn_spec
+        self.sched, self.attn, self.combine, self.config = k.sched, k.attn, k.combine, k.config
+        #: Whether the plan runs the Hopper (sm_90a wgmma/TMA) attention kernel.
+        self.hopper = k.hopper
+        #: Placement of the metadata (both classes' for a two-class plan) and the split-KV
+        #: partials in the plan's one workspace.
+        self.workspace_layout = self.recipe.workspace
+        self._workspace = torch.zeros(self.workspace_layout.nbytes, dtype=torch.uint8, device=self.device)
+        #: int32 scheduler metadata (``kernels.metadata``; the long class's in a two-class plan), sized by
+        #: the capacity only, the short class's (None for a single-class plan) and the split-KV
+        #: partials (None without split-KV), sized by max_total_q: views of the workspace.
+        if self.fused is None:
+            self.metadata, self.split = self.workspace_layout.views(self._workspace)
+            self.metadata_short = None
+        else:
+            self.metadata, self.metadata_short, self.split = self.workspace_layout.views(self._workspace)
+        #: Prepared steps by signature (``signature.key`` of run's arguments).
+        self._steps = signature.SignatureCache(64)
+
+    @property
+    def metadata_bytes(self) -> int:
+        """Size of the metadata buffer in bytes (depends on the capacity only)."""
+        return self.metadata.numel() * 4
+
+    def schedule(self, cu_seqlens_q, cu_seqlens_k=None, seqused_k=None) -> None:
+        """Launch the scheduler for one batch: it writes the plan's metadata on the current stream.
+
+        Args:
+            cu_seqlens_q: int32 (batch + 1,), cumulative query lengths in tokens (batch <= capacity).
+            cu_seqlens_k: int32 (batch + 1,), cumulative key lengths in tokens (packed k/v), or None.
+            seqused_k: int32 (batch,), keys used per request in tokens (required when cu_seqlens_k is None).
+
+        Raises:
+            ValueError: the batch exceeds the capacity, or neither key-length tensor is given, or
+                the two cu_seqlens differ in length.
+            TypeError: a length tensor is not int32.
+        """
+        batch = arguments.plan_lengths(cu_seqlens_q, cu_seqlens_k, seqused_k, device=self.device,
+                                       capacity=self.capacity)
+        with torch.cuda.device(self.device):
+            oneoff.schedule(self._kernels, cu_seqlens_q, cu_seqlens_k, seqused_k, self.metadata, self.metadata_short,
+                            batch, self.capacity)
+
+    def attend(self, q, k, v, cu_seqlens_q, cu_seqlens_k=None, *, seqused_k=None, page_table=None, out=None, lse=None,
+               softmax_scale=None):
+        """Launch attention (and the combine kernel) on the metadata the last ``schedule`` wrote.
+
+        Shapes as in ``varlen_attention``; ``lse`` is an optional (num_heads_q, total_q) float32
+        tensor to fill.  Returns out.  Raises ValueError / TypeError for inputs that do not match
+        the plan (heads, head dims, dtype, device, paging, capacities).
+        """
+        sizes = self._check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
+        scale = validation.softmax_scale(softmax_scale, self.head_dim)
+        if out is None:
+            out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=q.dtype, device=q.device)
+        with torch.cuda.device(self.device):
+            oneoff.attend(self._kernels, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse,
+                          md_long=self.metadata, md_short=self.metadata_short, split=self.split,
+                          capacity=self.capacity, scale=scale, window=(self.window_left, self.window_right),
+                          softcap=self.softcap)
+        return out
+
+    def run(self, q, k, v, cu_seqlens_q, cu_seqlens_k=None, *, seqused_k=None, page_table=None, out=None, lse=None,
+            return_lse=False, softmax_scale=None):
+        """Scheduler, attention and combine for one step, on the plan's device whatever the current
+        device is.
+
+        Args: as ``varlen_attention`` — q (total_q, num_heads_q, head_dim), packed k/v
+        (total_k, num_heads_kv, head_dim[_v]) with cu_seqlens_k (batch + 1,), or a paged cache
+        (num_pages, page_size, num_heads_kv, head_dim[_v]) with page_table (batch, max_pages) and
+        seqused_k (batch,) int32 (lengths in tokens); pass ``out`` (total_q, num_heads_q,
+        head_dim_v) and ``lse`` (num_heads_q, total_q) float32 to avoid allocating (e.g. inside a
+        CUDA graph).
+
+        Returns:
+            out, or (out, lse) when ``return_lse`` or ``lse`` is given.
+
+        Raises:
+            ValueError / TypeError: inputs that do not match the plan (heads, head dims, dtype,
+                device, paging) or exceed its capacities (batch, max_total_q), and every error
+                ``varlen_attention`` raises for bad shapes; all before anything is launched.
+            kernelgen.launch.launch.LaunchError: the driver refused a launch (names the kernel).
+
+        Host cost: the first step of a signature (the tensors' types, dtypes, devices, shapes and
+        strides, ``return_lse``, ``softmax_scale``) is validated and prepared; later steps of it
+        read the data pointers, check their alignment and enqueue the kernels (three; four for a
+        mixed-batch plan, five where it runs the two classes in turn; as one CUDA graph launch
+        outside capture, ``graph_launch.py``), with no allocation when ``out`` (and
+        ``lse``, if returned) are given (``docs/dev/perf-log.md``, "host overhead").
+        """
+        try:
+            key = signature.key((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse), (),
+                                (return_lse, softmax_scale))
+            step = self._steps.get(key)
+        except Exception:  # noqa: BLE001 - an argument that cannot be keyed: the validating path names it
+            key = step = None
+        if step is not None:
+            res = step.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
+            if res is not None:
+                return res if res[1] is not None else res[0]
+        if torch.cuda.current_device() != self.device.index:
+            with torch.cuda.device(self.device):
+                return self._validated_run(key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse,
+                                           return_lse, softmax_scale)
+        return self._validated_run(key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse,
+                                   return_lse, softmax_scale)
+
+    def _validated_run(self, key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, return_lse,
+                       softmax_scale):
+        """run for a signature not prepared yet: every check before anything is launched, then the
+        step is prepared, stored under ``key`` (None: not keyable) and run."""
+        if return_lse and lse is None:
+            lse = torch.empty((self.num_heads_q, q.shape[0]), dtype=torch.float32, device=q.device)
+        sizes = self._check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
+        batch = arguments.plan_lengths(cu_seqlens_q, cu_seqlens_k, seqused_k, device=self.device,
+                                       capacity=self.capacity)
+        scale = validation.softmax_scale(softmax_scale, self.head_dim)
+        if out is None:
+            out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=q.dtype, device=q.device)
+        step = self._kernels.prepare(layout=self.workspace_layout, batch=batch, q=q, k=k, v=v, out=out, lse=lse,
+                                     page_table=page_table, scale=scale, window=(self.window_left, self.window_right),
+                                     softcap=self.softcap, return_lse=bool(return_lse),
+                                     fixed_base=self._workspace.data_ptr(), sizes=sizes)
+        if key is not None and signature.cacheable(key):
+            self._steps.put(key, step)
+        out, lse = step.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
+        return (out, lse) if (return_lse or lse is not None) else out
+
+    def _check_inputs(self, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse) -> dict:
+        return arguments.plan_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse,
+                                     heads=(self.num_heads_q, self.num_heads_kv, self.head_dim, self.head_dim_v),
+                                     dtype=self.dtype, device=self.device, capacity=self.capacity, paged=self.paged,
+                                     page_size=self.page_size,
+                                     max_total_q=None if self.split is None else self.max_total_q, hopper=self.hopper)

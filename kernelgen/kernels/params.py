@@ -1,0 +1,202 @@
+"""Kernel parameter structs, defined once for both sides of the launch.
+
+Every kernel takes a single struct by value.  The field list below renders the C declaration in
+the template (``{{ params_decl }}``) and builds the ``struct.Struct`` the launcher packs, so the two
+can never disagree.  Fields are laid out 8-byte fields first, then 4-byte fields, and the struct is
+padded to a multiple of 8 bytes, which is exactly the C layout of the same declaration.
+"""
+from __future__ import annotations
+
+import struct
+
+_CTYPES = {"ptr": ("const void*", "Q", 8), "i64": ("long long", "q", 8), "i32": ("int", "i", 4), "f32": ("float", "f", 4)}
+
+
+class ParamStruct:
+    """A C struct of kernel arguments: ``fields`` is a list of (name, type) with type in ptr/i64/i32/f32."""
+
+    def __init__(self, cname: str, fields: list[tuple[str, str]]):
+        for name, ty in fields:
+            if ty not in _CTYPES:
+                raise ValueError(f"field {name}: unknown type {ty!r}")
+        # 8-byte fields first keeps the C layout free of interior padding.
+        self.cname = cname
+        self.fields = sorted(fields, key=lambda f: -_CTYPES[f[1]][2])
+        self.names = tuple(n for n, _ in self.fields)
+        fmt = "<" + "".join(_CTYPES[t][1] for _, t in self.fields)
+        size = struct.calcsize(fmt)
+        pad = (-size) % 8
+        self.struct = struct.Struct(fmt + "x" * pad)
+        self.size = self.struct.size
+        self._ptrs = frozenset(n for n, t in self.fields if t == "ptr")
+        #: The pointer fields, in layout order; they lead the struct (see ``pointer_struct``).
+        self.pointer_names = tuple(n for n, t in self.fields if t == "ptr")
+        if self.names[:len(self.pointer_names)] != self.pointer_names:
+            raise ValueError(f"{cname}: pointer fields must come first (declare them before the 8-byte integers)")
+        #: ``struct.Struct`` of the leading pointer fields: ``pack_into(buf, 0, *pointers)`` rewrites
+        #: them in a buffer that holds ``pack_static``'s bytes.
+        self.pointer_struct = struct.Struct("<" + "Q" * len(self.pointer_names))
+
+    def c_decl(self) -> str:
+        lines = [f"struct {self.cname} {{"]
+        lines += [f"  {_CTYPES[t][0]} {n};" for n, t in self.fields]
+        lines.append("};")
+        lines.append(f'static_assert(sizeof({self.cname}) == {self.size}, "{self.cname} ABI size");')
+        return "\n".join(lines)
+
+    def pack(self, values: dict) -> bytes:
+        """Pack a dict of field values (missing or None pointers become 0)."""
+        try:
+            return self.struct.pack(*[(values[n] or 0) if n in self._ptrs else values[n] for n in self.names])
+        except KeyError as e:
+            raise KeyError(f"{self.cname}: missing field {e.args[0]!r}") from None
+
+    def pack_static(self, values: dict) -> bytes:
+        """Pack the non-pointer fields of ``values`` with every pointer 0 (pointer entries of
+        ``values``, if any, are ignored): the template a launch's pointers are packed into."""
+        return self.pack({**values, **dict.fromkeys(self.pointer_names, 0)})
+
+
+ATTENTION_PARAMS = ParamStruct(
+    "AttnParams",
+    [
+        ("q", "ptr"), ("k", "ptr"), ("v", "ptr"), ("out", "ptr"), ("lse", "ptr"),
+        ("cu_seqlens_q", "ptr"), ("cu_seqlens_k", "ptr"), ("seqused_k", "ptr"), ("page_table", "ptr"),
+        ("metadata", "ptr"), ("out_accum", "ptr"), ("lse_accum", "ptr"), ("row_splits", "ptr"),
+        ("q_row_stride", "i64"), ("q_head_stride", "i64"),
+        ("k_row_stride", "i64"), ("k_head_stride", "i64"), ("k_page_stride", "i64"),
+        ("v_row_stride", "i64"), ("v_head_stride", "i64"), ("v_page_stride", "i64"),
+        ("o_row_stride", "i64"), ("o_head_stride", "i64"),
+        ("lse_head_stride", "i64"), ("page_table_stride", "i64"),
+        ("accum_split_stride", "i64"), ("accum_head_stride", "i64"), ("lse_accum_split_stride", "i64"),
+        ("lse_accum_head_stride", "i64"),
+        ("num_heads_q", "i32"), ("num_heads_kv", "i32"), ("capacity", "i32"), ("total_q", "i32"),
+        ("page_size", "i32"), ("window_left", "i32"), ("window_right", "i32"), ("split_request_rows", "i32"),
+        ("scale_log2", "f32"), ("softcap_scale", "f32"), ("softcap_log2", "f32"),
+    ],
+)
+
+COMBINE_PARAMS = ParamStruct(
+    "CombineParams",
+    [
+        ("out_accum", "ptr"), ("lse_accum", "ptr"), ("row_splits", "ptr"), ("cu_seqlens_q", "ptr"),
+        ("metadata", "ptr"), ("out", "ptr"), ("lse", "ptr"),
+        ("o_row_stride", "i64"), ("o_head_stride", "i64"), ("lse_head_stride", "i64"),
+        ("accum_split_stride", "i64"), ("accum_head_stride", "i64"), ("lse_accum_split_stride", "i64"),
+        ("lse_accum_head_stride", "i64"),
+        ("num_heads_q", "i32"), ("total_q", "i32"),
+    ],
+)
+
+SCHEDULER_PARAMS = ParamStruct(
+    "SchedParams",
+    [
+        ("cu_seqlens_q", "ptr"), ("cu_seqlens_k", "ptr"), ("seqused_k", "ptr"), ("metadata", "ptr"),
+        ("batch", "i32"), ("capacity", "i32"), ("num_heads", "i32"),
+        ("block_m", "i32"), ("block_n", "i32"), ("pack_factor", "i32"),
+        ("max_splits", "i32"), ("forced_splits", "i32"), ("num_ctas", "i32"),
+        ("max_kvblocks_l2", "i32"), ("swizzle_mult", "i32"), ("sort", "i32"),
+        ("class_min_q", "i32"), ("class_max_q", "i32"), ("window_left", "i32"), ("wave_ctas", "i32"),
+    ],
+)
+
+
+class TmaParamStruct:
+    """The Hopper attention kernel's parameter: three TMA tensor maps (``CUtensorMap``, 128 bytes,
+    64-byte aligned: q, k, v) followed by an ``AttnParams``, padded to a multiple of 64 bytes.
+
+    It offers what the launchers use of a ``ParamStruct`` (``size``, ``pointer_names``,
+    ``pointer_struct``, ``pack``, ``pack_static``, ``c_decl``); the tensor maps are written into
+    bytes ``[0, MAPS_BYTES)`` of a launch's buffer per call (``kernelgen/kernels/tma.py``), the pointers at
+    ``MAPS_BYTES``.
+    """
+
+    MAP_BYTES = 128
+    MAPS = ("q", "k", "v")
+    MAPS_BYTES = MAP_BYTES * len(MAPS)
+
+    class _OffsetStruct:
+        """``struct.Struct.pack_into`` of the pointer fields, shifted past the tensor maps."""
+
+        def __init__(self, inner: struct.Struct, offset: int):
+            self._pack_into, self.offset, self.size, self.format = inner.pack_into, offset, inner.size, inner.format
+
+        def pack_into(self, buf, offset: int, *values) -> None:
+            self._pack_into(buf, offset + self.offset, *values)
+
+    def __init__(self, inner: ParamStruct, cname: str = "TmaAttnParams"):
+        self.inner, self.cname = inner, cname
+        self.names = inner.names
+        self.pointer_names = inner.pointer_names
+        self.pointer_struct = self._OffsetStruct(inner.pointer_struct, self.MAPS_BYTES)
+        self.size = -(-(self.MAPS_BYTES + inner.size) // 64) * 64
+        self._pad = bytes(self.size - self.MAPS_BYTES - inner.size)
+
+    def pack(self, values: dict, maps: bytes = b"") -> bytes:
+        """Tensor maps (``maps``: 384 bytes, or zeros when empty) + the AttnParams of ``values``."""
+        if maps and len(maps) != self.MAPS_BYTES:
+            raise ValueError(f"{self.cname}: tensor maps must be {self.MAPS_BYTES} bytes, got {len(maps)}")
+        return (maps or bytes(self.MAPS_BYTES)) + self.inner.pack(values) + self._pad
+
+    def pack_static(self, values: dict) -> bytes:
+        return bytes(self.MAPS_BYTES) + self.inner.pack_static(values) + self._pad
+
+    def unpack(self, data: bytes) -> dict:
+        """The AttnParams fields of a packed buffer (tests)."""
+        n = self.inner.size
+        return dict(zip(self.inner.names, self.inner.struct.unpack(data[self.MAPS_BYTES:self.MAPS_BYTES + n])))
+
+    def c_decl(self) -> str:
+        maps = " ".join(f"TmaDesc {m};" for m in self.MAPS)
+        return "\n".join([
+            self.inner.c_decl(),
+            "struct __align__(64) TmaDesc { unsigned long long w[16]; };",
+            f"struct {self.cname} {{ {maps} {self.inner.cname} p; }};",
+            f'static_assert(sizeof({self.cname}) == {self.size}, "{self.cname} ABI size");',
+        ])
+
+
+TMA_ATTENTION_PARAMS = TmaParamStruct(ATTENTION_PARAMS)
+
+
+class FusedTmaParamStruct:
+    """The fused mixed-batch kernel's parameter on sm_90a (templates/attention/fwd_fused_sm90.cu.j2):
+    the long class's ``TmaAttnParams`` (three tensor maps, then its AttnParams), the short class's
+    ``AttnParams``, then ``short_ctas`` (int: CTAs that start on the short queue), padded to a
+    multiple of 64 bytes.
+
+    As ``TmaParamStruct`` it offers ``size``, ``MAPS_BYTES``, ``c_decl``; ``pack_static`` packs
+    both structs with zero pointers and zero maps, ``long_pointers`` / ``short_pointers`` rewrite
+    each struct's pointer fields in a packed buffer.
+    """
+
+    MAPS_BYTES = TmaParamStruct.MAPS_BYTES
+
+    def __init__(self, tma: TmaParamStruct, cname: str = "FusedTmaParams"):
+        self.tma, self.inner, self.cname = tma, tma.inner, cname
+        self.short_offset = tma.size
+        self.ctas_offset = tma.size + tma.inner.size
+        self.size = -(-(self.ctas_offset + 8) // 64) * 64
+        self.long_pointers = tma.pointer_struct
+        self.short_pointers = TmaParamStruct._OffsetStruct(tma.inner.pointer_struct, self.short_offset)
+        self.tail = struct.Struct(f"<ii{self.size - self.ctas_offset - 8}x")
+
+    def pack_static(self, static_long: dict, static_short: dict, short_ctas: int) -> bytes:
+        return (self.tma.pack_static(static_long) + self.inner.pack_static(static_short)
+                + self.tail.pack(int(short_ctas), 0))
+
+    def unpack(self, data: bytes) -> tuple:
+        """(long AttnParams fields, short AttnParams fields, short_ctas) of a packed buffer (tests)."""
+        n = self.inner.size
+        short = dict(zip(self.inner.names, self.inner.struct.unpack(data[self.short_offset:self.short_offset + n])))
+        return self.tma.unpack(data), short, struct.unpack_from("<i", data, self.ctas_offset)[0]
+
+    def c_decl(self) -> str:
+        return "\n".join([
+            self.tma.c_decl(),
+            f"struct {self.cname} {{ {self.tma.cname} a; {self.inner.cname} b; int short_ctas; int pad_; }};",
+            f'static_assert(sizeof({self.cname}) == {self.size}, "{self.cname} ABI size");',
+        ])
+
+
+FUSED_TMA_PARAMS = FusedTmaParamStruct(TMA_ATTENTION_PARAMS)

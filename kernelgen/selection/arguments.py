@@ -1,0 +1,194 @@
+"""The public calls' arguments checked and turned into the decider's input.
+
+``varlen_call`` does every check of ``varlen_attention`` (``validation``) and returns a
+``CheckedCall``: the derived sizes and run-time values, the ``decide.CallSignature`` and the
+environment's overrides (``Settings``).  ``plan_capacity`` / ``plan_options`` do the same for
+``AttentionPlan`` (their order is the constructor's: capacities, then the device, then the
+options), ``plan_step`` checks one step of a plan.  Nothing here reads device memory (but the
+opt-in host checks of ``KERNELGEN_CHECK_INPUTS``) or synchronises.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..kernels import metadata, tma
+from . import validation
+from .decide import CallSignature
+from .settings import Settings
+
+
+@dataclass(frozen=True)
+class CheckedCall:
+    """A checked call: ``sizes`` (``validation.varlen_inputs``' dict: total_q, batch, heads, head
+    dims, paging), the softmax ``scale``, the ``window`` (left, right) and ``softcap`` the kernels
+    take, the decider's ``signature`` and the ``settings`` it runs with."""
+
+    sizes: dict
+    scale: float
+    window: tuple
+    softcap: float
+    signature: CallSignature
+    settings: Settings
+
+    @property
+    def empty(self) -> bool:
+        """No query token or no request: nothing to launch."""
+        return self.sizes["total_q"] == 0 or self.sizes["batch"] == 0
+
+
+def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, seqused_k, page_table, out,
+                causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, metadata_layout, sort,
+                head_swizzle, short_query_tokens, arch) -> CheckedCall:
+    """Every check of ``varlen_attention``'s arguments (same names, shapes and types; see its
+    docstring), in its order, and the signature its kernels are chosen from: the length hints
+    default to total_q and the K/V capacity in tokens.
+
+    Raises TypeError / ValueError naming the argument (or the environment variable), and ValueError
+    for more than ``metadata.MAX_CAPACITY`` requests in a call that has query tokens.
+    """
+    sizes = validation.varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out,
+                                     seqused_k=seqused_k, page_table=page_table)
+    scale = validation.softmax_scale(softmax_scale, sizes["head_dim"])
+    layout = validation.layout(metadata_layout)
+    mask, left, right = validation.window(window_size, bool(causal))
+    cap = validation.softcap(softcap)
+    splits = validation.num_splits(num_splits)
+    if pack_gqa is not None and not isinstance(pack_gqa, bool):
+        raise TypeError(f"pack_gqa must be None or a bool, got {type(pack_gqa).__name__}")
+    validation.short_query_tokens(short_query_tokens, pack_gqa, splits)
+    settings = Settings.from_env()
+    if validation.arch(arch, None, settings.arch) == "sm90a" and short_query_tokens:
+        raise ValueError("arch='sm_90a' runs no fused mixed-batch launch: leave short_query_tokens None or 0")
+    if validation.host_checks_enabled():
+        validation.check_cu_seqlens_values("cu_seqlens_q", cu_seqlens_q, sizes["total_q"])
+        if cu_seqlens_k is not None:
+            validation.check_cu_seqlens_values("cu_seqlens_k", cu_seqlens_k, sizes["total_k"])
+        if page_table is not None:
+            validation.check_paged_values(page_table, seqused_k, sizes["num_pages"], sizes["page_size"])
+        elif seqused_k is not None:
+            validation.check_seqused_values(seqused_k, cu_seqlens_k)
+    total_q, batch = sizes["total_q"], sizes["batch"]
+    if total_q and batch and batch > metadata.MAX_CAPACITY:
+        raise ValueError(f"cu_seqlens_q describes {batch} requests; at most {metadata.MAX_CAPACITY} per call")
+    if max_seqlen_q is None:
+        max_seqlen_q = total_q
+    if max_seqlen_k is None:
+        max_seqlen_k = sizes["max_pages"] * sizes["page_size"] if sizes["paged"] else sizes["total_k"]
+    sig = CallSignature(
+        dtype=validation.DTYPES[q.dtype], head_dim=sizes["head_dim"], head_dim_v=sizes["head_dim_v"],
+        num_heads_q=sizes["num_heads_q"], num_heads_kv=sizes["num_heads_kv"], mask=mask, window_left=left,
+        layout=layout, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, paged=sizes["paged"],
+        page_size=sizes.get("page_size", 0), softcap=cap > 0, pack_gqa=pack_gqa, num_splits=splits,
+        short_query_tokens=short_query_tokens, arch=arch, tma_ok=all(tma.tma_compatible(t) for t in (q, k, v)),
+        batch=batch, rows=total_q, sort=bool(sort), head_swizzle=bool(head_swizzle))
+    return CheckedCall(sizes, scale, (left, right), cap, sig, settings)
+
+
+def plan_capacity(max_batch, dtype, num_heads_q: int, num_heads_kv: int, max_seqlen_q, max_seqlen_k) -> None:
+    """``AttentionPlan``'s first checks: capacity in requests (1 .. ``metadata.MAX_CAPACITY``),
+    dtype, head counts, length hints (ints >= 0, in tokens).  Raises TypeError / ValueError."""
+    validation.nonneg_int("max_batch", max_batch)
+    if not 1 <= max_batch <= metadata.MAX_CAPACITY:
+        raise ValueError(f"max_batch must be in [1, {metadata.MAX_CAPACITY}], got {max_batch}")
+    if dtype not in validation.DTYPES:
+        raise TypeError(f"dtype must be torch.float16 or torch.bfloat16, got {dtype}")
+    if num_heads_kv < 1 or num_heads_q % num_heads_kv:
+        raise ValueError(f"num_heads_q ({num_heads_q}) must be a multiple of num_heads_kv ({num_heads_kv})")
+    validation.nonneg_int("max_seqlen_q", max_seqlen_q)
+    validation.nonneg_int("max_seqlen_k", max_seqlen_k)
+
+
+@dataclass(frozen=True)
+class CheckedPlan:
+    """A checked plan: its ``signature`` (batch: the capacity; rows: ``max_total_q``), the
+    ``window`` (left, right) and ``softcap`` its kernels take, ``page_size`` (None: any), the
+    ``settings`` its kernels are chosen with."""
+
+    signature: CallSignature
+    window: tuple
+    softcap: float
+    page_size: int | None
+    settings: Settings
+
+
+def plan_options(*, capacity: int, max_total_q: int, num_heads_q: int, num_heads_kv: int, head_dim: int,
+                 head_dim_v: int, dtype, max_seqlen_q: int, max_seqlen_k: int, paged: bool, page_size,
+                 causal: bool, window_size, softcap, num_splits, pack_gqa, metadata_layout: str, sort: bool,
+                 head_swizzle: bool, short_query_tokens, arch) -> CheckedPlan:
+    """``AttentionPlan``'s remaining checks (page size, window, soft-cap, layout, num_splits,
+    short_query_tokens) and the signature its kernels are chosen from (see ``AttentionPlan`` for
+    the arguments; lengths in tokens).  Raises TypeError / ValueError naming the argument."""
+    if page_size is not None:
+        validation.nonneg_int("page_size", page_size)
+        if not paged or page_size < 1:
+            raise ValueError(f"page_size ({page_size}) needs paged=True and at least 1 token")
+    mask, left, right = validation.window(window_size, bool(causal))
+    cap = validation.softcap(softcap)
+    layout = validation.layout(metadata_layout)
+    splits = validation.num_splits(num_splits)
+    validation.short_query_tokens(short_query_tokens, pack_gqa, splits)
+    sig = CallSignature(
+        dtype=validation.DTYPES[dtype], head_dim=head_dim, head_dim_v=head_dim_v, num_heads_q=num_heads_q,
+        num_heads_kv=num_heads_kv, mask=mask, window_left=left, layout=layout, max_seqlen_q=max_seqlen_q,
+        max_seqlen_k=max_seqlen_k, paged=bool(paged), page_size=page_size or 0, softcap=cap > 0, pack_gqa=pack_gqa,
+        num_splits=splits, short_query_tokens=short_query_tokens, arch=arch, tma_ok=True, batch=capacity,
+        rows=max_total_q, sort=sort, head_swizzle=head_swizzle, plan=True)
+    return CheckedPlan(sig, (left, right), cap, page_size, Settings.from_env())
+
+
+def plan_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, *, heads: tuple, dtype,
+                device, capacity: int, paged: bool, page_size, max_total_q: int | None, hopper: bool) -> dict:
+    """The checks of one ``AttentionPlan`` step's tensors (shapes as in ``varlen_attention``; lse
+    (num_heads_q, total_q) float32): ``validation.varlen_inputs``' and that they match the plan:
+    ``heads`` (num_heads_q, num_heads_kv, head_dim, head_dim_v), ``dtype``, ``device``, at most
+    ``capacity`` requests, ``paged`` and ``page_size`` (None: any), at most ``max_total_q`` query
+    tokens (None: no bound: the plan has no split-KV partials), and on the Hopper path (``hopper``)
+    q/k/v strides TMA can address.  Returns the sizes dict.  Raises TypeError / ValueError."""
+    sizes = validation.varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, None, None, out, seqused_k=seqused_k,
+                                     page_table=page_table)
+    got = (sizes["num_heads_q"], sizes["num_heads_kv"], sizes["head_dim"], sizes["head_dim_v"])
+    if got != heads:
+        raise ValueError(f"q/k/v heads and head dims {got} differ from the plan's {heads}")
+    if q.dtype != dtype:
+        raise TypeError(f"q must have the plan's dtype {dtype}, got {q.dtype}")
+    if q.device != device:
+        raise ValueError(f"q must be on the plan's device {device}, got {q.device}")
+    if sizes["batch"] > capacity:
+        raise ValueError(f"batch {sizes['batch']} exceeds the plan's capacity {capacity}")
+    if page_size is not None and sizes["page_size"] != page_size:
+        raise ValueError(f"the K/V cache has pages of {sizes['page_size']} tokens; the plan was made with "
+                         f"page_size={page_size}")
+    if sizes["paged"] != paged:
+        raise ValueError(f"the plan was made with paged={paged}; page_table must "
+                         f"{'be given' if paged else 'be None'}")
+    if max_total_q is not None and sizes["total_q"] > max_total_q:
+        raise ValueError(f"q has {sizes['total_q']} tokens; the plan's max_total_q is {max_total_q}")
+    if hopper:
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if not tma.tma_compatible(t):
+                raise ValueError(f"{name}: the plan runs the Hopper (TMA) kernel, whose loads need token and head "
+                                 f"strides that are multiples of 16 bytes, got strides {tuple(t.stride())}; make "
+                                 f"the plan with arch='sm_80' for such tensors")
+    if lse is not None:
+        validation.lse_buffer(lse, heads[0], sizes["total_q"], device)
+    return sizes
+
+
+def plan_lengths(cu_seqlens_q, cu_seqlens_k, seqused_k, *, device, capacity: int) -> int:
+    """The checks of a plan step's length tensors (int32: cu_seqlens_q and cu_seqlens_k (batch + 1,),
+    seqused_k (batch,), lengths in tokens; cu_seqlens_k or seqused_k given); returns the batch.
+    Raises TypeError / ValueError, also for more than ``capacity`` requests."""
+    batch = validation.cu_seqlens("cu_seqlens_q", cu_seqlens_q, device)
+    if cu_seqlens_k is not None and validation.cu_seqlens("cu_seqlens_k", cu_seqlens_k, device) != batch:
+        raise ValueError("cu_seqlens_k must have as many entries as cu_seqlens_q")
+    if cu_seqlens_k is None and seqused_k is None:
+        raise ValueError("give cu_seqlens_k or seqused_k")
+    if seqused_k is not None:
+        validation.tensor("seqused_k", seqused_k, ndim=1, dtypes=(torch.int32,), device=device)
+        if seqused_k.shape[0] != batch or not seqused_k.is_contiguous():
+            raise ValueError(f"seqused_k must be a contiguous ({batch},) tensor, got shape {tuple(seqused_k.shape)}")
+    if batch > capacity:
+        raise ValueError(f"batch {batch} exceeds the plan's capacity {capacity}")
+    return batch

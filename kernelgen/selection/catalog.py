@@ -1,0 +1,105 @@
+"""The kernel specs ``kernelgen warmup`` pre-builds: the dispatcher's choices for a product of call options.
+
+``warmup_specs`` asks ``heuristics`` exactly what the decider (``decide``) asks it at run time, for
+each combination and for the alternatives a call with those options may take (the Hopper and the
+sm_80 mainloop, both paged K/V load paths, the fused mixed-batch launch or the classes in turn),
+so whatever is pre-warmed is what a later call looks up.  ``jit.warmup.warmup`` compiles them.
+"""
+from __future__ import annotations
+
+import itertools
+
+from ..kernels.spec import DTYPES, HEAD_DIMS, LAYOUTS
+from . import heuristics
+from .settings import Settings
+
+#: Length hints (max_seqlen_q, max_seqlen_k) of the call shapes warmup pre-builds per phase: plain
+#: prefill, a chunked prefill against a long context (split-KV), decode against a long context
+#: (split-KV + combine) and against a short one (no split).
+PHASE_HINTS = {
+    "prefill": ((4096, 4096),),
+    "chunked": ((512, 32768),),
+    "decode": ((1, 32768), (1, 256)),
+}
+
+
+def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, True), layouts=LAYOUTS,
+                 phases=("prefill",), gqas=(1,), paged=(False,), softcap: bool = False, num_sms: int = 132,
+                 page_sizes=(16,), settings: Settings | None = None) -> list:
+    """Every kernel spec the dispatcher would use for the given product of call options.
+
+    Args:
+        arch: compile target, e.g. "sm_80" or "sm_90a" (``spec.ARCHS``).
+        head_dims: head dims (head_dim == head_dim_v), each in 64, 96, 128, 192, 256.
+        dtypes: "fp16" and/or "bf16".
+        causals: mask choices, bools (True = causal).
+        layouts: scheduler-metadata layouts, "soa" and/or "aos".
+        phases: call shapes from ``PHASE_HINTS`` ("prefill", "chunked", "decode").
+        gqas: query heads per KV head (pack-GQA is chosen for decode-like calls when > 1).
+        paged: K/V layouts to cover (False = packed, True = paged cache).
+        softcap: also the logit-capping variants.
+        num_sms: SM count used for the split bound (132 on an H100/H200).
+        page_sizes: tokens per page of the paged caches to cover (sm_90a: the Hopper path's K/V
+            loads and, at head dim 256, its tile depend on it; rows gathered through the page
+            table, what a call without a known page size takes, are always included).
+        settings: the overrides the calls will run with (``KERNELGEN_SM90_OPTS``,
+            ``KERNELGEN_SM90_SHORT_ROWS``); None reads them from the environment now.
+
+    Returns:
+        The specs from ``heuristics.choose`` (the dispatcher's own function) for each
+        combination (on sm_90a both the Hopper path's, for a paged cache both its K/V load paths,
+        and, for ``arch="sm_80"`` calls and plans, and calls whose strides TMA cannot address, the
+        sm_80 path's), and for paged calls with long queries those of ``heuristics.choose_fused``
+        (the fused mixed-batch launch the dispatcher takes then; on sm_90a also
+        ``heuristics.choose_fused_hopper``'s, or ``choose_pair``'s where it does not apply), in
+        first-seen order with duplicates removed.
+
+    Raises:
+        ValueError: an unknown arch, dtype, head dim, layout or phase, or a variant that does not
+            fit the arch (the same error the dispatcher would raise for that call).
+    """
+    settings = Settings.from_env() if settings is None else settings
+    opts = settings.sm90_opts
+    out: dict = {}
+    for phase in phases:
+        if phase not in PHASE_HINTS:
+            raise ValueError(f"phase must be one of {tuple(PHASE_HINTS)}, got {phase!r}")
+    caps = (False, True) if softcap else (False,)
+    for layout, dtype, head_dim, causal, phase, gqa, pg, cap in itertools.product(
+            layouts, dtypes, head_dims, causals, phases, gqas, paged, caps):
+        for max_q, max_k in PHASE_HINTS[phase]:
+            kw = dict(num_heads_q=8 * int(gqa), num_heads_kv=8, mask="causal" if causal else "none", layout=layout,
+                      max_seqlen_q=max_q, max_seqlen_k=max_k, paged=bool(pg), softcap=cap, num_sms=num_sms,
+                      sm90_opts=opts)
+            v = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), **kw)
+            specs = [v.scheduler, v.attention, v.combine]
+            if v.attention.mainloop == "sm90a":  # arch="sm_80" calls and plans take the sm_80 path
+                v80 = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), mainloop="sm80", **kw)
+                specs += [v80.attention, v80.combine]
+                if pg:  # both paged load paths: gathered rows (above) and TMA boxes (page sizes like 16)
+                    for ps in page_sizes:
+                        specs.append(heuristics.choose(arch, dtype, int(head_dim), int(head_dim), page_size=int(ps),
+                                                       **kw).attention)
+            hq = 8 * int(gqa)
+            if pg and max_q > heuristics.short_query_tokens(hq, 8):
+                # a paged call with long queries takes the fused mixed-batch launch (decide.use_fused)
+                mkw = dict(num_heads_q=hq, num_heads_kv=8, mask="causal" if causal else "none", layout=layout,
+                           max_seqlen_k=max_k, paged=True, softcap=cap, num_sms=num_sms)
+                fv = heuristics.choose_fused(arch, dtype, int(head_dim), int(head_dim), **mkw)
+                if fv is not None:
+                    specs += [fv.scheduler, fv.fused, fv.combine]
+                for ps in ((*page_sizes, 0) if arch == "sm_90a" else ()):  # sm_90a: the Hopper fused launch
+                    hv = heuristics.choose_fused_hopper(arch, dtype, int(head_dim), int(head_dim), max_seqlen_q=max_q,
+                                                        page_size=ps, sm90_opts=opts,
+                                                        short_rows=settings.sm90_short_rows(), **mkw)
+                    if hv is not None:
+                        specs += [hv.scheduler, hv.fused, hv.combine]
+                        continue
+                    pv = heuristics.choose_pair(arch, dtype, int(head_dim), int(head_dim), max_seqlen_q=max_q,
+                                                page_size=ps, sm90_opts=opts, **mkw)
+                    if pv is not None:  # where it does not apply: the classes in turn
+                        specs += [pv.long.attention, pv.short.attention, pv.short.combine]
+            for spec in specs:
+                if spec is not None:
+                    out.setdefault(spec, None)
+    return list(out)

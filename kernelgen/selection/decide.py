@@ -1,0 +1,240 @@
+"""The one decider: a call's signature and a ``Device`` in, a launch ``Recipe`` out.
+
+``decide`` is the only place that picks the kind of launch (one attention kernel, the fused
+mixed-batch kernel, or the two classes in turn), the mainloop (sm_80 or Hopper) and, through
+``heuristics``, every variant, tile, split bound and scheduler setting.  It is pure: it reads no
+device, no environment (overrides come in as ``Settings``) and loads nothing, so a recipe can be
+computed and tested on a CPU for any described device.  ``varlen_attention`` and
+``AttentionPlan`` both call it; ``kernelgen warmup`` enumerates the same ``heuristics`` choices
+(``selection.catalog``).
+
+The order of the rules:
+
+1. ``arch`` (the call's argument, else ``KERNELGEN_ARCH``) resolved against the device: "sm_90a"
+   forces the Hopper kernel (ValueError where it cannot run the call), "sm_80" the sm_80 ones;
+2. a one-shot paged call whose requests average at least ``heuristics.SM90_PAGED_MIN_MEAN_Q``
+   query tokens (chunked prefill) takes the Hopper kernel where it runs the call;
+3. a batch that may mix long- and short-query requests (``use_fused``) takes, without a forced
+   mainloop and where the Hopper kernel runs its long class (``heuristics.choose_pair``), the
+   Hopper fused kernel (``heuristics.choose_fused_hopper``), or where that does not fit the two
+   classes in turn; otherwise (or with arch="sm_80") the sm_80 fused kernel
+   (``heuristics.choose_fused``) where it applies;
+4. everything else: ``heuristics.choose``'s scheduler, attention and combine kernels.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ..kernels.device import Device
+from ..kernels.metadata import SchedulerConfig
+from ..kernels.recipe import FusedVariants, PairVariants, Recipe, SchedulerPlan, Variants
+from ..kernels.spec import FusedAttentionSpec
+from ..kernels.workspace import WorkspaceLayout, short_class_workspace
+from . import heuristics, validation
+from .settings import Settings
+
+#: class_max_q of the long request class: no upper bound.
+_NO_LIMIT = 2 ** 31 - 1
+
+
+@dataclass(frozen=True)
+class CallSignature:
+    """What the choice of kernels depends on, for one call signature or one plan.
+
+    dtype: "fp16" or "bf16"; head_dim, head_dim_v; num_heads_q, num_heads_kv; mask: "none",
+    "causal" or "local", with ``window_left`` its left window in tokens (-1: none); layout: the
+    metadata layout, "soa" or "aos"; max_seqlen_q, max_seqlen_k: the length hints in tokens;
+    paged, page_size (tokens a page, 0 = unknown or packed K/V); softcap: logit capping on;
+    pack_gqa: None (heuristic) or forced; num_splits: 0 (automatic) or forced; short_query_tokens:
+    the fused launch's class threshold (None automatic, 0 off); arch: the call's ``arch``
+    argument (None: ``KERNELGEN_ARCH``, through ``Settings``); tma_ok: q/k/v strides TMA can
+    address; batch: the requests (a plan: its capacity); rows: the query tokens (a plan: its
+    ``max_total_q``), which size the workspace; sort, head_swizzle: scheduler switches; plan:
+    the batch and rows are capacities, not one call's lengths (the mean query length is then
+    unknown and rule 2 of the module doc does not apply).
+    """
+
+    dtype: str
+    head_dim: int
+    head_dim_v: int
+    num_heads_q: int
+    num_heads_kv: int
+    mask: str
+    window_left: int
+    layout: str
+    max_seqlen_q: int
+    max_seqlen_k: int
+    paged: bool
+    page_size: int
+    softcap: bool
+    pack_gqa: bool | None
+    num_splits: int
+    short_query_tokens: int | None
+    arch: str | None
+    tma_ok: bool
+    batch: int
+    rows: int
+    sort: bool = True
+    head_swizzle: bool = True
+    plan: bool = False
+
+
+def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) -> Recipe:
+    """The launch recipe of a call signature on a device (see the module doc for the rules).
+
+    Raises:
+        ValueError: ``arch`` (or ``KERNELGEN_ARCH``) asks for the Hopper kernel on another device
+            or for a call it cannot run, or with a fused launch; a variant does not fit the arch's
+            shared memory; an override in ``settings`` is malformed (the message names it).
+        RuntimeError: the device's compute capability has no kernels.
+    """
+    arch = device.arch
+    mainloop = validation.arch(sig.arch, arch, settings.arch)
+    if mainloop == "sm90a":
+        if sig.short_query_tokens:
+            raise ValueError("arch='sm_90a' runs no fused mixed-batch launch: leave short_query_tokens None or 0")
+        return recipe(_choose(sig, arch, device, settings, "sm90a"), sig, device, settings)
+    if (not sig.plan and mainloop is None and sig.short_query_tokens is None
+            and heuristics.paged_prefers_hopper(sig.paged, sig.rows, sig.batch)):
+        v = _choose(sig, arch, device, settings, None)
+        if v.attention.mainloop == "sm90a":
+            return recipe(v, sig, device, settings)
+    thr = use_fused(sig)
+    if thr:
+        if mainloop is None:
+            kw = dict(num_heads_q=sig.num_heads_q, num_heads_kv=sig.num_heads_kv, mask=sig.mask, layout=sig.layout,
+                      max_seqlen_q=sig.max_seqlen_q, max_seqlen_k=sig.max_seqlen_k, paged=sig.paged,
+                      softcap=sig.softcap, short_max_q=thr, num_sms=device.num_sms, page_size=sig.page_size,
+                      tma_ok=sig.tma_ok, sm90_opts=settings.sm90_opts)
+            # the Hopper fused kernel is built from the classes-in-turn variants, where they apply
+            pv = heuristics.choose_pair(arch, sig.dtype, sig.head_dim, sig.head_dim_v, **kw)
+            if pv is not None:
+                rows = settings.sm90_short_rows() if sig.head_dim_v <= FusedAttentionSpec.SM90_FUSED_MAX_DV else None
+                fv = heuristics.choose_fused_hopper(arch, sig.dtype, sig.head_dim, sig.head_dim_v, **kw,
+                                                    short_rows=rows)
+                return recipe(pv if fv is None else fv, sig, device, settings)
+        fv = heuristics.choose_fused(arch, sig.dtype, sig.head_dim, sig.head_dim_v, num_heads_q=sig.num_heads_q,
+                                     num_heads_kv=sig.num_heads_kv, mask=sig.mask, layout=sig.layout,
+                                     max_seqlen_k=sig.max_seqlen_k, paged=sig.paged, softcap=sig.softcap,
+                                     short_max_q=thr, num_sms=device.num_sms)
+        if fv is not None:
+            return recipe(fv, sig, device, settings)
+    return recipe(_choose(sig, arch, device, settings, mainloop), sig, device, settings)
+
+
+def _choose(sig: CallSignature, arch: str, device: Device, settings: Settings, mainloop) -> Variants:
+    return heuristics.choose(
+        arch, sig.dtype, sig.head_dim, sig.head_dim_v, num_heads_q=sig.num_heads_q, num_heads_kv=sig.num_heads_kv,
+        mask=sig.mask, layout=sig.layout, max_seqlen_q=sig.max_seqlen_q, max_seqlen_k=sig.max_seqlen_k,
+        paged=sig.paged, softcap=sig.softcap, pack_gqa=sig.pack_gqa, num_splits=sig.num_splits,
+        num_sms=device.num_sms, mainloop=mainloop, tma_ok=sig.tma_ok, page_size=sig.page_size,
+        sm90_opts=settings.sm90_opts)
+
+
+def use_fused(sig: CallSignature) -> int:
+    """The class threshold (query tokens) of a fused launch for a call, or 0 for none.
+
+    ``short_query_tokens`` None (automatic): fused for a paged cache with more than one request
+    whose ``max_seqlen_q`` exceeds the default threshold (``heuristics.short_query_tokens``) and
+    no forced ``pack_gqa`` or ``num_splits``; an int >= 1: fused with that threshold whenever
+    some request may exceed it; 0: never.
+    """
+    sqt = sig.short_query_tokens
+    if sqt == 0:
+        return 0
+    auto = sqt is None
+    thr = heuristics.short_query_tokens(sig.num_heads_q, sig.num_heads_kv) if auto else int(sqt)
+    if auto and (not sig.paged or sig.pack_gqa is not None or sig.num_splits != 0):
+        return 0
+    if sig.batch < 2 or sig.max_seqlen_q <= thr:
+        return 0
+    return thr
+
+
+def recipe(variants, sig: CallSignature, device: Device, settings: Settings = Settings()) -> Recipe:
+    """The recipe that launches ``variants`` (``Variants``, ``FusedVariants`` or ``PairVariants``)
+    for a call signature on a device: the scheduler plans of each request class and the workspace
+    (sized by ``sig.batch`` requests and ``sig.rows`` query tokens)."""
+    hq, dv = sig.num_heads_q, sig.head_dim_v
+    common = dict(device=device, num_heads_q=hq, num_heads_kv=sig.num_heads_kv, sort=sig.sort,
+                  head_swizzle=sig.head_swizzle, window_left=sig.window_left)
+    if isinstance(variants, Variants):
+        plan = scheduler_plan(variants.attention, **common, max_splits=variants.max_splits,
+                              forced_splits=variants.forced_splits)
+        ws = WorkspaceLayout(sig.batch, variants.combine is not None, variants.max_splits, hq, sig.rows, dv)
+        return Recipe("single", variants, (plan,), ws)
+    thr = variants.short_max_q
+    if isinstance(variants, FusedVariants):
+        f = variants.fused
+        long = scheduler_plan(f.long, **common, standalone=False)
+        short = scheduler_plan(f.short, **common, max_splits=variants.short_max_splits,
+                               forced_splits=variants.short_forced_splits, standalone=False)
+        # the short tiles of a fused CTA run side by side in its warps: as many shares as a decode launch's
+        short = dataclasses.replace(short, ctas_per_grid=f.tiles_per_step * heuristics.SPLIT_GRANULARITY["decode"])
+        split, max_splits = variants.combine is not None, variants.short_max_splits
+        short_ctas = heuristics.sm90_mixed_short_ctas(device.num_sms, settings.mixed_short_ctas(device.num_sms)) \
+            if f.hopper else 0
+        kind = "fused"
+    elif isinstance(variants, PairVariants):
+        lv, sv = variants.long, variants.short
+        long = scheduler_plan(lv.attention, **common, max_splits=1, forced_splits=True)
+        short = scheduler_plan(sv.attention, **common, max_splits=sv.max_splits, forced_splits=sv.forced_splits)
+        split, max_splits, short_ctas, kind = sv.combine is not None, sv.max_splits, 0, "pair"
+    else:
+        raise TypeError(f"recipe takes Variants, FusedVariants or PairVariants, got {type(variants).__name__}")
+    long = _with_class(long, thr + 1, _NO_LIMIT)
+    short = _with_class(short, 0, thr)
+    ws = short_class_workspace(sig.batch, sig.rows, split, max_splits, hq, dv, thr)
+    return Recipe(kind, variants, (long, short), ws, short_ctas)
+
+
+def _with_class(p: SchedulerPlan, class_min_q: int, class_max_q: int) -> SchedulerPlan:
+    return dataclasses.replace(p, base=dataclasses.replace(p.base, class_min_q=class_min_q, class_max_q=class_max_q))
+
+
+def tile_class(attn_spec) -> str:
+    """The split-granularity class of an attention variant's tile: "decode" (<= 16 rows), "mid"
+    (<= 64) or "prefill"."""
+    return "decode" if attn_spec.tile.block_m <= 16 else "mid" if attn_spec.tile.block_m <= 64 else "prefill"
+
+
+def scheduler_plan(attn_spec, *, device: Device, num_heads_q: int, num_heads_kv: int, sort: bool = True,
+                   head_swizzle: bool = True, max_splits: int = 1, forced_splits: bool = False,
+                   window_left: int = -1, standalone: bool = True) -> SchedulerPlan:
+    """The scheduler's run-time configuration for an attention variant on a device, but for the
+    CTA counts that follow the loaded kernel's persistent grid (``SchedulerPlan.config``).
+
+    ``window_left``: the call's left window in tokens for a local mask (-1: none), so that key
+    blocks, splits and the sort key count what the window leaves (``metadata.request_blocks``).
+
+    The dynamic split divides the work by the persistent grid times
+    ``heuristics.SPLIT_GRANULARITY`` of the tile's class (decode tiles: finer).
+
+    The head-swizzle budget is a sixth of the device's L2 (about 10 MB on an H200; FlashAttention-3
+    uses a fixed 8 MiB on 50 MB parts), counted in K+V blocks of one head.
+
+    ``standalone``: the variant runs as its own kernel (not a class of the fused kernel); a
+    decode-class one then passes its persistent grid as ``wave_ctas``, and the scheduler rounds
+    the split cap of capped requests to whole waves (``metadata.wave_split_cap``).
+    """
+    qpk = num_heads_q // num_heads_kv
+    pack = attn_spec.pack_gqa
+    budget = 0
+    if head_swizzle:
+        kv_block = attn_spec.tile.block_n * (attn_spec.head_dim + attn_spec.head_dim_v) * 2
+        budget = max(1, (device.l2_bytes // 6) // kv_block)
+    cls = tile_class(attn_spec)
+    base = SchedulerConfig(
+        num_heads=num_heads_kv if pack else num_heads_q,
+        block_m=attn_spec.tile.block_m,
+        block_n=attn_spec.tile.block_n,
+        pack_factor=qpk if pack else 1,
+        max_splits=max_splits,
+        forced_splits=forced_splits,
+        max_kvblocks_l2=budget,
+        swizzle_mult=1 if pack else qpk,
+        sort=sort,
+        window_left=window_left if attn_spec.mask == "local" else -1,
+    )
+    return SchedulerPlan(base, heuristics.SPLIT_GRANULARITY[cls], standalone and cls == "decode")

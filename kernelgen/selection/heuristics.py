@@ -1,0 +1,555 @@
+"""Variant choice: tiles, split bounds and the kernel specs of a call.
+
+``choose`` is used by the dispatcher at run time (``decide``) *and* by ``kernelgen warmup``
+(``catalog``), so a pre-warmed cache is always hit (the failure mode of FlashInfer issue #4737,
+where the pre-compile step and the launch path each had their own rule).  ``specs_for`` is its short form for plain prefill.
+
+Tile classes, by query rows per request tile (``max_seqlen_q`` times the pack-GQA factor):
+``decode`` (<= 16 rows: one warp of 16 rows, many CTAs per SM, memory-bound), ``mid`` (<= 64) and
+``prefill`` (FlashAttention-2 style 128-row tiles).  Every tile compiles with no register spills
+(tests/test_compile_matrix.py) and fits the arch's shared memory.
+
+Mainloop: on sm_90a, prefill-class calls the Hopper path supports (``sm90_unsupported``) take the
+wgmma/TMA kernel (``mainloop="sm90a"``, the head dims' tile ``sm90_tile``, options
+``SM90_OPTS`` or the ``sm90_opts`` override the decider passes from ``KERNELGEN_SM90_OPTS``; a paged
+cache whose pages do not hold whole key blocks adds "g": K/V rows gathered through the page table,
+``sm90_options``), with split-KV when the split bound for that tile says so; everything else, and
+every other arch, the sm_80 (mma.sync) kernels.  ``choose``'s ``mainloop`` argument forces one
+(``varlen_attention(arch=...)``, ``KERNELGEN_ARCH``).
+
+The choosers here are the decider's (``decide``) building blocks: they read no device and no
+environment (the device's SMs and the overrides come in as arguments).
+
+Split-KV: the host picks an upper bound with FlashAttention-3's occupancy rule (treating a varlen
+batch as one request, as FA3 does); the GPU scheduler then gives each request its own count from
+the batch's real work (metadata.SchedulerConfig).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from ..kernels.recipe import FusedVariants, PairVariants, Variants
+from ..kernels.spec import (AttentionSpec, CombineSpec, FusedAttentionSpec, MAINLOOPS, MASKS, SM90_HEAD_DIM_PAIRS,
+                            SM90_PAGED_HEAD_DIMS, SchedulerSpec, TileConfig)
+
+#: Largest dynamic shared memory one CTA may opt into, bytes (CUDA programming guide, per arch).
+SMEM_LIMIT = {"sm_80": 166912, "sm_86": 101376, "sm_89": 101376, "sm_90a": 232448}
+#: Shared memory per SM (bytes), for the occupancy estimate.
+SMEM_PER_SM = {"sm_80": 167936, "sm_86": 102400, "sm_89": 102400, "sm_90a": 233472}
+TILE_CLASSES = ("prefill", "mid", "decode")
+#: Upper bound of the automatic split count (the combine kernel handles any count).
+MAX_AUTO_SPLITS = 64
+MAX_SPLITS = 128
+
+_PREFILL_BIG_SMEM = {
+    64: TileConfig(128, 64, 4, 2, 2),
+    96: TileConfig(128, 32, 4, 2, 2),
+    128: TileConfig(128, 32, 4, 3, 2),  # H200 sweep (docs/dev/perf-log.md): 3 stages +3% over 2
+    192: TileConfig(64, 64, 4, 2, 1),
+    256: TileConfig(64, 32, 4, 2, 1),
+}
+_PREFILL_SM90 = {**_PREFILL_BIG_SMEM, 256: TileConfig(128, 64, 8, 2, 1)}
+_PREFILL_SMALL_SMEM = {
+    64: TileConfig(128, 64, 4, 2, 2),
+    96: TileConfig(128, 32, 4, 2, 2),
+    128: TileConfig(128, 32, 4, 2, 2),
+    192: TileConfig(64, 32, 4, 2, 1),
+    256: TileConfig(64, 16, 4, 2, 1),
+}
+_MID = {
+    64: TileConfig(64, 64, 4, 2, 2),
+    96: TileConfig(64, 64, 4, 2, 2),
+    128: TileConfig(64, 64, 4, 2, 2),
+    192: TileConfig(64, 32, 4, 2, 1),
+    256: TileConfig(64, 32, 4, 2, 1),
+}
+_MID_SMALL_SMEM = {**_MID, 256: TileConfig(64, 16, 4, 2, 1)}
+#: One warp, 16 query rows: at decode the tile is almost all K/V traffic, so many small CTAs per
+#: SM keep enough bytes in flight (16 rows keep the MMA work per byte low enough for mma.sync).
+#: 16-key blocks: one page lookup per block for the usual page sizes (16, 32, ...), and 9-42 KB of
+#: shared memory (up to head dim 128 the tile keeps Q in registers: K/V stages only), so 5-12 CTAs
+#: per SM (H200 decode sweeps in docs/dev/perf-log.md).
+_DECODE = {
+    64: TileConfig(16, 16, 1, 2, 8),
+    96: TileConfig(16, 16, 1, 2, 8),
+    128: TileConfig(16, 16, 1, 2, 8),
+    192: TileConfig(16, 16, 1, 2, 8),
+    256: TileConfig(16, 16, 1, 2, 8),
+}
+#: The dynamic split sizes tiles to about one CTA's share of the batch's work divided by this
+#: factor (per tile class): small decode CTAs share an SM, so finer tiles balance SMs better.
+SPLIT_GRANULARITY = {"prefill": 1, "mid": 1, "decode": 4}
+
+#: The Hopper path's tile (mainloop "sm90a"): 128 query rows in two consumer warpgroups of 64,
+#: blocks of 128 keys, a two-stage K/V ring (one CTA per SM: 160 KB of shared memory at head dim 128).
+SM90_TILE = TileConfig(128, 128, 8, 2, 1)
+#: The Hopper tile of the larger head dims, (head_dim, head_dim_v) -> tile; the others (64, 96
+#: stored as 128, 128) take ``SM90_TILE``.  Every tile keeps one CTA per SM with 128 query rows
+#: (two consumer warpgroups of 64) and two K/V stages; block_n is the largest that fits both
+#: limits (docs/dev/perf-log.md, "Hopper path: head dims"):
+#:  - shared memory (232,448 B per CTA, ``spec.AttentionSpec.smem_bytes``): 2 B x (Q 128 x d +
+#:    2 stages x block_n x (d + dv)) + 1280 B of barriers and alignment slack;
+#:  - registers (``setmaxnreg`` 240 a consumer thread, no spills): a consumer thread holds 64 x dv / 128
+#:    fp32 O accumulators (dv / 2), 64 x block_n / 128 fp32 scores (block_n / 2) and the bf16 P
+#:    fragments (block_n / 4), next to the softmax state and addresses (about 30).
+#: d 256: 2 x (128 x 256 + 2 x 80 x 512) = 229,376 + 1280 = 230,656 B; 128 + 40 + 20 registers.
+#: d 192: 2 x (128 x 192 + 2 x 112 x 384) = 221,184 + 1280 = 222,464 B; 96 + 56 + 28.
+#: d 192 x 128: 2 x (128 x 192 + 2 x 128 x 320) = 212,992 + 1280 = 214,272 B; 64 + 64 + 32.
+SM90_TILES = {
+    (256, 256): TileConfig(128, 80, 8, 2, 1),
+    (192, 192): TileConfig(128, 112, 8, 2, 1),
+    (192, 128): TileConfig(128, 128, 8, 2, 1),
+}
+
+
+#: The Hopper tile of a paged K/V cache at head dims 192 and 256: 64-key blocks.  The paged
+#: producers need more registers (``AttentionSpec.SM90_REGS_PAGED``, ``SM90_REGS_GATHER``), which
+#: leaves the consumers 232 / 224 instead of 240, and their 80- and 112-key blocks then spill (d 256
+#: everywhere; d 192 with a window, soft-cap and split-KV); 64 keys take 16 fp32 scores and 8 P
+#: registers fewer than 80 (and 24 / 12 fewer than 112) and divide every power-of-two page size,
+#: so pages of 8 to 64 tokens take TMA boxes and pages of 64 or more whole-block boxes.
+SM90_PAGED_TILES = {
+    (256, 256): TileConfig(128, 64, 8, 2, 1),
+    (192, 192): TileConfig(128, 64, 8, 2, 1),
+}
+
+
+#: The Hopper tile of gathered K/V rows (option "g") at head dim 256: 48-key blocks.  The gather
+#: producers take 56 registers, leaving the consumers 224, where 64-key blocks spill 16 bytes.
+SM90_GATHER_TILES = {
+    (256, 256): TileConfig(128, 48, 8, 2, 1),
+}
+
+
+def sm90_tile(head_dim: int, head_dim_v: int, paged: bool = False) -> TileConfig:
+    """The Hopper path's tile for a (head_dim, head_dim_v) pair: for a paged cache
+    ``SM90_PAGED_TILES``' entry if any, else ``SM90_TILES``' entry, else ``SM90_TILE`` (read at
+    call time, so tuning runs can replace any)."""
+    if paged and (head_dim, head_dim_v) in SM90_PAGED_TILES:
+        return SM90_PAGED_TILES[(head_dim, head_dim_v)]
+    return SM90_TILES.get((head_dim, head_dim_v), SM90_TILE)
+
+#: The Hopper mainloop's options (``AttentionSpec.sm90_opts``) the dispatcher uses: "p", the
+#: two consumer warpgroups' GEMMs in ping-pong (H200, docs/dev/perf-log.md "Hopper path": 648 vs
+#: 580 TFLOP/s without it on the causal 16k shape; P V over the whole head dim, softmax
+#: overlapped with the next block's Q K^T).  ``KERNELGEN_SM90_OPTS`` overrides it for tuning runs
+#: (``Settings.sm90_opts``, passed as the choosers' ``sm90_opts``; read at call time, so tuning
+#: runs may also replace this constant).
+SM90_OPTS = "p"
+
+#: A paged call whose requests average at least this many query tokens (total_q / batch, known
+#: on the host without a sync) skips the fused mixed-batch launch for the Hopper path (when that
+#: path runs it): each short request in such a batch costs at most one nearly empty 128-row tile
+#: per head against at least 4 full ones on average, which the Hopper mainloop's speed over the
+#: sm_80 one more than pays for (docs/dev/perf-log.md, "Hopper path", paged K/V).
+SM90_PAGED_MIN_MEAN_Q = 512
+
+#: Alternatives measured by the benchmark's tile sweep (tools/bench.py).
+CANDIDATE_TILES = {
+    128: [
+        TileConfig(128, 32, 4, 2, 2),
+        TileConfig(128, 32, 4, 3, 2),
+        TileConfig(128, 64, 8, 2, 1),
+        TileConfig(128, 128, 8, 2, 1),
+        TileConfig(64, 64, 4, 2, 2),
+    ],
+}
+
+
+def tile_config(arch: str, head_dim: int, head_dim_v: int, tile_class: str = "prefill",
+                extra_state: bool = False) -> TileConfig:
+    """The tile shape for a head dim (the larger of head_dim and head_dim_v) on an arch.
+
+    ``extra_state``: the variant also keeps split/paging/window/softcap state live, which costs the
+    three-stage head-dim-128 prefill tile its last registers; it then uses two stages.
+    """
+    d = max(head_dim, head_dim_v)
+    if tile_class == "prefill" and d == 128 and extra_state and arch in ("sm_80", "sm_90a"):
+        return TileConfig(128, 32, 4, 2, 2)
+    small = arch in ("sm_86", "sm_89")
+    if tile_class == "decode":
+        table = _DECODE
+    elif tile_class == "mid":
+        table = _MID_SMALL_SMEM if small else _MID
+    elif tile_class == "prefill":
+        table = _PREFILL_SM90 if arch == "sm_90a" else _PREFILL_SMALL_SMEM if small else _PREFILL_BIG_SMEM
+    else:
+        raise ValueError(f"tile_class must be one of {TILE_CLASSES}, got {tile_class!r}")
+    if d not in table:
+        raise ValueError(f"head_dim {head_dim}/{head_dim_v} has no tile config (supported: {sorted(table)})")
+    return table[d]
+
+
+def tile_class_for_rows(rows: int, packed: bool = False) -> str:
+    """Tile class for ``rows`` query rows per request tile (max_seqlen_q x pack factor).  Packed
+    tiles (per-row addresses for every query row) stay at <= 64 rows."""
+    return "decode" if rows <= 16 else "mid" if rows <= 64 or packed else "prefill"
+
+
+def default_pack_gqa(qpk: int, max_seqlen_q: int) -> bool:
+    """Pack the query heads of one KV head into a tile when a request has few query rows (decode,
+    speculative decode): K/V is then read once per KV head instead of once per query head."""
+    return qpk > 1 and max_seqlen_q * qpk <= 64
+
+
+def num_splits_heuristic(total_mblocks: int, n_blocks: int, num_ctas: int, max_splits: int = MAX_AUTO_SPLITS) -> int:
+    """Upper bound of split-KV, FlashAttention-3's rule (hopper/heuristics.h, described in
+    shared/research/fa3_scheduler.md 7.1): no split once the tiles fill 80 % of the CTAs or when a
+    request has <= 4 key blocks; else the smallest count whose wave efficiency is >= 85 % of the best."""
+    if total_mblocks >= 0.8 * num_ctas or n_blocks <= 4:
+        return 1
+    cap = max(1, min(max_splits, num_ctas, n_blocks))
+    eff = []
+    for s in range(1, cap + 1):
+        w = total_mblocks * s / num_ctas
+        eff.append(w / math.ceil(w))
+    best = max(eff)
+    for s, e in enumerate(eff, start=1):
+        if e >= 0.85 * best:
+            return s
+    return 1
+
+
+def estimated_ctas(arch: str, tile: TileConfig, smem_bytes: int, num_sms: int) -> int:
+    """Persistent CTAs the occupancy calculator will likely allow, assuming up to 255 registers a
+    thread; only used to bound the split count before a kernel is loaded."""
+    by_smem = SMEM_PER_SM.get(arch, 102400) // (smem_bytes + 1024)
+    by_regs = 65536 // (255 * 32 * tile.num_warps)
+    return max(1, min(by_smem, by_regs, 32)) * num_sms
+
+
+def sm90_options(paged: bool, page_size: int, block_n: int, sm90_opts: str | None = None) -> str:
+    """The Hopper mainloop's options (``AttentionSpec.sm90_opts``) for a call: ``sm90_opts``
+    (None: ``SM90_OPTS``) without "g" for packed K/V; for a paged cache, with "g" (the producer
+    warps gather K/V rows through the page table, any page size) unless TMA boxes fit the pages
+    (``sm90_paged_tma_fits``) and the options do not ask for "g" themselves."""
+    base = SM90_OPTS if sm90_opts is None else sm90_opts
+    opts = set(base) - {"g"}
+    if paged and ("g" in base or not sm90_paged_tma_fits(page_size, block_n)):
+        opts.add("g")
+    return "".join(sorted(opts))
+
+
+def sm90_tile_and_options(head_dim: int, head_dim_v: int, paged: bool, page_size: int,
+                          tile: TileConfig | None = None, sm90_opts: str | None = None) -> tuple[TileConfig, str]:
+    """The Hopper path's (tile, ``sm90_opts``) for a call: ``tile`` or ``sm90_tile``, with the
+    options of its K/V loads (``sm90_options``); where those gather rows and ``SM90_GATHER_TILES``
+    has a lighter tile for the head dims (no explicit ``tile``), that tile and its own options.
+    ``sm90_opts``: as ``sm90_options``'."""
+    t = tile or sm90_tile(head_dim, head_dim_v, paged)
+    opts = sm90_options(paged, page_size, t.block_n, sm90_opts)
+    if tile is None and "g" in opts and (head_dim, head_dim_v) in SM90_GATHER_TILES:
+        t = SM90_GATHER_TILES[(head_dim, head_dim_v)]
+        opts = sm90_options(paged, page_size, t.block_n, sm90_opts)
+    return t, opts
+
+
+def sm90_paged_tma_fits(page_size: int, block_n: int) -> bool:
+    """Whether the Hopper kernel loads a paged cache's key blocks of ``block_n`` keys with TMA
+    boxes of min(page_size, block_n) keys, each inside one page: ``page_size`` a multiple of
+    ``block_n`` (one box a block), or ``block_n`` a multiple of a ``page_size`` that is a multiple
+    of 8 (a box of whole 8-row swizzle atoms per page; 0 = unknown: no)."""
+    if page_size <= 0:
+        return False
+    return page_size % block_n == 0 or (block_n % page_size == 0 and page_size % 8 == 0)
+
+
+def paged_prefers_hopper(paged: bool, total_q: int, batch: int) -> bool:
+    """Whether an automatic paged call (no ``short_query_tokens``) with ``total_q`` query tokens in
+    ``batch`` requests should try the Hopper path before the fused mixed-batch launch: its
+    requests average at least ``SM90_PAGED_MIN_MEAN_Q`` query tokens (chunked prefill)."""
+    return bool(paged) and batch > 0 and total_q >= SM90_PAGED_MIN_MEAN_Q * batch
+
+
+def sm90_unsupported(arch: str, head_dim: int, head_dim_v: int, *, mask: str, paged: bool, softcap: bool,
+                     pack: bool, num_splits: int, tma_ok: bool = True) -> str:
+    """Why the Hopper mainloop cannot run a call ("" when it can): it needs sm_90a, packed K/V with
+    (head_dim, head_dim_v) in ``spec.SM90_HEAD_DIM_PAIRS`` or a paged cache with head_dim ==
+    head_dim_v in ``spec.SM90_PAGED_HEAD_DIMS``, no pack-GQA, and q/k/v strides TMA can address
+    (``tma_ok``, see ``tma.tma_compatible``; for a paged cache its page, slot and head strides).
+    Every mask ("none", "causal", "local": a sliding window), soft-cap (``softcap``) and split-KV
+    (automatic or a forced ``num_splits``) run on it; ``num_splits`` is kept for the callers'
+    signature."""
+    if arch != "sm_90a":
+        return f"arch {arch} (the wgmma/TMA path needs sm_90a)"
+    if (head_dim, head_dim_v) not in SM90_HEAD_DIM_PAIRS:
+        return f"head dims {head_dim}/{head_dim_v} (supported: {SM90_HEAD_DIM_PAIRS})"
+    if paged and (head_dim != head_dim_v or head_dim not in SM90_PAGED_HEAD_DIMS):
+        return f"a paged K/V cache at head dims {head_dim}/{head_dim_v} (paged: equal, in {SM90_PAGED_HEAD_DIMS})"
+    if mask not in MASKS:
+        return f"mask {mask!r} (masks: {MASKS})"
+    for name, on in (("pack-GQA", pack),):
+        if on:
+            return name
+    if not tma_ok:
+        return "q/k/v strides that TMA cannot address (token and head strides must be multiples of 16 bytes)"
+    return ""
+
+
+def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q: int, num_heads_kv: int,
+           mask: str = "none", layout: str = "soa", max_seqlen_q: int, max_seqlen_k: int, paged: bool = False,
+           softcap: bool = False, pack_gqa: bool | None = None, num_splits: int = 0, num_sms: int = 132,
+           tile: TileConfig | None = None, mainloop: str | None = None, tma_ok: bool = True,
+           page_size: int = 0, sm90_opts: str | None = None) -> Variants:
+    """Every kernel variant of a call, from what the host knows (shapes, flags, max lengths).
+
+    ``mainloop``: None picks the Hopper path ("sm90a": wgmma, TMA) on sm_90a for the variants it
+    supports (``sm90_unsupported``) when the call is prefill-shaped (128-row tiles), and the sm_80
+    path ("sm80": mma.sync) otherwise; the Hopper path splits KV like the sm_80 path (automatic
+    bound from ``num_splits_heuristic`` with the Hopper tile, or the forced ``num_splits``).
+    "sm80" or "sm90a" forces one (a forced "sm90a" that cannot run the call raises ValueError
+    with the reason).  An explicit
+    ``tile`` belongs to the sm_80 path unless ``mainloop="sm90a"``.  ``tma_ok``: q/k/v strides
+    that TMA can address.  ``page_size``: tokens per page of a paged cache (0 = unknown), which
+    picks the Hopper path's K/V loads (``sm90_options``).  ``sm90_opts``: the Hopper mainloop's
+    options (None: ``SM90_OPTS``).
+
+    Raises ValueError when the variant does not fit the arch (shared memory) or a value is bad.
+    """
+    if num_heads_kv < 1 or num_heads_q % num_heads_kv:
+        raise ValueError(f"num_heads_q ({num_heads_q}) must be a multiple of num_heads_kv ({num_heads_kv})")
+    if mainloop is not None and mainloop not in MAINLOOPS:
+        raise ValueError(f"mainloop must be None or one of {MAINLOOPS}, got {mainloop!r}")
+    if num_splits < 0 or num_splits > MAX_SPLITS:
+        raise ValueError(f"num_splits must be in [0, {MAX_SPLITS}] (0 = automatic), got {num_splits}")
+    qpk = num_heads_q // num_heads_kv
+    if mainloop == "sm90a" and pack_gqa is None:
+        pack_gqa = False
+    pack = default_pack_gqa(qpk, max_seqlen_q) if pack_gqa is None else bool(pack_gqa) and qpk > 1
+    rows = max(1, max_seqlen_q) * (qpk if pack else 1)
+    tile_class = tile_class_for_rows(rows, pack)
+    extra = paged or softcap or mask == "local"
+    if mainloop == "sm90a" or (mainloop is None and tile is None and tile_class == "prefill"):
+        why = sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap, pack=pack,
+                               num_splits=num_splits, tma_ok=tma_ok)
+        if mainloop == "sm90a" and why:
+            raise ValueError(f"the Hopper (sm_90a) path does not support this call: {why}")
+        if not why:
+            t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, tile, sm90_opts)
+            n = -(-max(max_seqlen_k, 1) // t.block_n)
+            if num_splits > 0:  # forced: never more splits than key blocks (sizes the partials)
+                max_splits, forced = max(1, min(num_splits, n)), True
+            else:
+                probe = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, paged=paged, softcap=softcap,
+                                      mainloop="sm90a", sm90_opts=opts)
+                ctas = estimated_ctas(arch, t, probe.smem_bytes(), num_sms)
+                max_splits, forced = num_splits_heuristic(num_heads_q * max(1, -(-rows // t.block_m)), n, ctas), False
+            split = max_splits > 1
+            attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, split=split, paged=paged,
+                                 softcap=softcap, mainloop="sm90a", sm90_opts=opts)
+            _check_smem(attn, arch)
+            combine = CombineSpec(arch, dtype, head_dim_v) if split else None
+            return Variants(SchedulerSpec(arch=arch, layout=layout), attn, combine, max_splits, forced)
+    fixed_tile = tile is not None
+    tile = tile or tile_config(arch, head_dim, head_dim_v, tile_class, extra)
+
+    def split_bound(t: TileConfig) -> tuple[int, bool]:
+        if num_splits > 0:
+            # a request never gets more splits than key blocks: size the partials for that
+            return max(1, min(num_splits, -(-max(max_seqlen_k, 1) // t.block_n))), True
+        probe = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, pack, False, paged, softcap)
+        sched_heads = num_heads_kv if pack else num_heads_q
+        m = max(1, -(-rows // t.block_m))
+        n = -(-max(max_seqlen_k, 0) // t.block_n)
+        return num_splits_heuristic(sched_heads * m, n, estimated_ctas(arch, t, probe.smem_bytes(), num_sms)), False
+
+    max_splits, forced = split_bound(tile)
+    if max_splits > 1 and not fixed_tile and not extra:  # split state needs the lighter tile, if any
+        lighter = tile_config(arch, head_dim, head_dim_v, tile_class, True)
+        if lighter != tile:
+            tile = lighter
+            max_splits, forced = split_bound(tile)
+    split = max_splits > 1
+    attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, tile, pack, split, paged, softcap)
+    _check_smem(attn, arch)
+    combine = CombineSpec(arch, dtype, head_dim_v) if split else None
+    return Variants(SchedulerSpec(arch=arch, layout=layout), attn, combine, max_splits, forced)
+
+
+def _check_smem(attn: AttentionSpec, arch: str) -> None:
+    limit = SMEM_LIMIT.get(arch, 101376)
+    if attn.smem_bytes() > limit:
+        raise ValueError(f"{attn.name} needs {attn.smem_bytes()} bytes of shared memory; {arch} allows {limit}")
+
+
+#: Query rows of a short-query (decode-class) tile in a fused launch: the one-warp decode tile.
+SHORT_TILE_ROWS = 16
+
+
+def short_query_tokens(num_heads_q: int, num_heads_kv: int) -> int:
+    """Default request-class threshold of a fused (mixed-batch) launch: requests with at most this
+    many query tokens run as one-warp decode tiles (16 rows: tokens x the pack-GQA factor when the
+    query heads of a KV head fit one tile), the others as prefill tiles."""
+    qpk = num_heads_q // max(num_heads_kv, 1)
+    return max(1, SHORT_TILE_ROWS // qpk) if 1 < qpk <= SHORT_TILE_ROWS else SHORT_TILE_ROWS
+
+
+def _short_class(arch, dtype, head_dim, head_dim_v, num_heads_q, num_heads_kv, mask, layout, max_seqlen_k, paged,
+                 softcap, short_max_q, num_sms):
+    """(threshold, the short class's sm_80 decode variants) of a mixed batch, or (threshold, None)
+    when the threshold is below 1 or its tiles would not be one-warp decode tiles."""
+    thr = short_query_tokens(num_heads_q, num_heads_kv) if short_max_q is None else int(short_max_q)
+    if thr < 1:
+        return thr, None
+    short = choose(arch, dtype, head_dim, head_dim_v, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, mask=mask,
+                   layout=layout, max_seqlen_q=thr, max_seqlen_k=max_seqlen_k, paged=paged, softcap=softcap,
+                   num_sms=num_sms, mainloop="sm80")
+    return thr, (short if short.attention.tile.num_warps == 1 else None)
+
+
+def choose_fused(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q: int, num_heads_kv: int,
+                 mask: str = "none", layout: str = "soa", max_seqlen_k: int, paged: bool = False,
+                 softcap: bool = False, short_max_q: int | None = None, num_sms: int = 132) -> FusedVariants | None:
+    """The fused launch of a batch that may mix long-query and short-query requests, or None when
+    it does not apply: a sliding window (the fused window variants do not fit the registers
+    without spilling), a threshold whose short tiles would not be one-warp decode tiles, or a
+    pair of tiles whose shared memory does not fit the arch.
+
+    The long class gets the prefill tile (the two-stage one, as with split-KV), no split, and
+    records row_splits when the short class splits; the short class gets what ``choose`` gives a
+    decode batch of ``short_max_q`` query tokens (pack-GQA and the automatic split bound).
+    """
+    if mask == "local":
+        return None
+    thr, short = _short_class(arch, dtype, head_dim, head_dim_v, num_heads_q, num_heads_kv, mask, layout,
+                              max_seqlen_k, paged, softcap, short_max_q, num_sms)
+    if short is None:
+        return None
+    long_tile = tile_config(arch, head_dim, head_dim_v, "prefill", True)
+    long = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, long_tile, False, False, paged, softcap,
+                         row_splits=short.attention.split)
+    fused = FusedAttentionSpec(long, short.attention)
+    if fused.smem_bytes() > SMEM_LIMIT.get(arch, 101376):
+        return None
+    return FusedVariants(short.scheduler, fused, short.combine, short.max_splits, short.forced_splits, thr)
+
+
+def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q: int, num_heads_kv: int,
+                mask: str = "none", layout: str = "soa", max_seqlen_q: int, max_seqlen_k: int, paged: bool = False,
+                softcap: bool = False, short_max_q: int | None = None, num_sms: int = 132, page_size: int = 0,
+                tma_ok: bool = True, sm90_opts: str | None = None) -> PairVariants | None:
+    """A mixed batch's two kernels on sm_90a, or None where they do not apply (another arch, a
+    long class the Hopper path cannot run, or a threshold whose short tiles are not decode tiles).
+
+    The classes in turn: the long class's tiles on the Hopper kernel and then the short class's
+    on the sm_80 decode kernel, each from its own scheduler metadata (the same two-class
+    scheduling as the fused launch), on the caller's stream.  A mixed call on sm_90a takes the
+    one-launch Hopper fused kernel (``choose_fused_hopper``, built from these variants) where it
+    applies and this pair where it does not (head_dim_v above 128).  On an H200 the sm_80 fused
+    launch (``choose_fused``) lost to this pair once the long class took the Hopper kernel
+    (``mixed_trace``: 5856 us fused against 5456 us in turn, docs/dev/perf-log.md).
+    """
+    if arch != "sm_90a":
+        return None
+    thr, short = _short_class(arch, dtype, head_dim, head_dim_v, num_heads_q, num_heads_kv, mask, layout,
+                              max_seqlen_k, paged, softcap, short_max_q, num_sms)
+    if short is None:
+        return None
+    if sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap, pack=False,
+                        num_splits=1, tma_ok=tma_ok):
+        return None
+    t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, sm90_opts=sm90_opts)
+    attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, paged=paged, softcap=softcap,
+                         row_splits=short.attention.split, mainloop="sm90a", sm90_opts=opts)
+    _check_smem(attn, arch)
+    long = Variants(short.scheduler, attn, None, 1, True)
+    return PairVariants(long, short, thr)
+
+
+#: CTAs of the Hopper fused mixed-batch launch that start on the short (decode) queue, as a fraction
+#: of the SMs.  Decode tiles are bound by memory bandwidth, so a few SMs with many bytes in flight
+#: each reach most of the H200's: the work they take in parallel with the long class costs
+#: only those SMs' time (docs/dev/perf-log.md, "mixed batches: one Hopper launch").  Either kind of
+#: CTA takes the other queue's tiles once its own is empty, so the choice moves work between
+#: phases, never leaves an SM idle.  ``KERNELGEN_MIXED_SHORT_CTAS`` (an int) overrides it
+#: (``Settings.mixed_short_ctas``).
+#: 1/3 (44 of an H200's 132) since the short-first CTAs sit on SMs spread over the SM ids
+#: (``fused.short_first_sms``): there the decode tiles read about 70 GB/s an SM beside the prefill
+#: instead of 53, and the bench's mixed batch balances at 44-48 (``benchmarks/experiments/mixed_timeline.py``; heavy
+#: prefill batches at 40); it was 0.425 (56) with the CTAs chosen by blockIdx, 0.30 while the paged
+#: prefill ran at 300 TFLOP/s.
+SM90_MIXED_SHORT_FRACTION = 1 / 3
+
+
+def sm90_mixed_short_ctas(num_sms: int, override: int | None = None) -> int:
+    """CTAs of a Hopper fused mixed-batch launch on ``num_sms`` SMs that start on the short queue:
+    ``override`` (``Settings.mixed_short_ctas``, 0..num_sms) when given, else a
+    ``SM90_MIXED_SHORT_FRACTION`` share, at least 1."""
+    if override is not None:
+        return override
+    return max(1, round(num_sms * SM90_MIXED_SHORT_FRACTION))
+
+
+#: K/V pipeline stages of the decode tile in the Hopper fused kernel.  The tiles of the CTAs that
+#: start on the short queue must pull a whole SM's share of bandwidth, and an SM's bytes in flight
+#: are its warps' slices times (stages - 1) / stages: deeper rings (fewer warps, each with more
+#: blocks in flight) beat the standalone decode kernel's two stages there.
+SM90_FUSED_SHORT_STAGES = 2
+
+#: Query rows of the decode tile in the Hopper fused kernel: 8 takes the keys-as-rows tile
+#: (``TileConfig.keys_as_rows``, templates/attention/tile_kt_sm80.cuh: keys as the MMA's M, the
+#: tile's rows as its N; half the MMAs, exponentials and O rescaling of the 16-row tile, which at
+#: 4 query heads a KV head fills 4 of its 16 rows), 16 the sm_80 path's 16-row tile.  Head dims
+#: above 128 always take 16.  Requests of more than 8 rows (tokens x query heads a KV head) run as
+#: two or more 8-row tiles.  ``KERNELGEN_SM90_SHORT_ROWS`` overrides it (``Settings.sm90_short_rows``).
+SM90_FUSED_SHORT_ROWS = 8
+
+
+def choose_fused_hopper(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q: int,
+                        num_heads_kv: int, mask: str = "none", layout: str = "soa", max_seqlen_q: int,
+                        max_seqlen_k: int, paged: bool = False, softcap: bool = False,
+                        short_max_q: int | None = None, num_sms: int = 132, page_size: int = 0,
+                        tma_ok: bool = True, short_stages: int | None = None,
+                        short_block_n: int | None = None, short_rows: int | None = None,
+                        sm90_opts: str | None = None) -> FusedVariants | None:
+    """The one-launch kernels of a mixed batch on sm_90a: the Hopper long variant and the sm_80
+    one-warp decode variant of ``choose_pair`` in one persistent kernel (``FusedAttentionSpec``
+    with a Hopper long variant, templates/attention/fwd_fused_sm90.cu.j2), or None where
+    ``choose_pair`` gives None, head_dim_v is above ``FusedAttentionSpec.SM90_FUSED_MAX_DV`` (the
+    consumers' registers spill) or no short tile fits beside the long variant's shared memory.
+
+    The decode tile has ``short_rows`` query rows (default ``SM90_FUSED_SHORT_ROWS``; 8 is the
+    keys-as-rows tile, head dims <= 128 only, with 16-key blocks), ``short_stages`` K/V stages
+    (``SM90_FUSED_SHORT_STAGES``) and, for 16 rows, ``short_block_n`` keys a block."""
+    pv = choose_pair(arch, dtype, head_dim, head_dim_v, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv,
+                     mask=mask, layout=layout, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, paged=paged,
+                     softcap=softcap, short_max_q=short_max_q, num_sms=num_sms, page_size=page_size, tma_ok=tma_ok,
+                     sm90_opts=sm90_opts)
+    if pv is None or head_dim_v > FusedAttentionSpec.SM90_FUSED_MAX_DV:
+        return None
+    st = SM90_FUSED_SHORT_STAGES if short_stages is None else int(short_stages)
+    short = pv.short.attention
+    bn = short.tile.block_n if short_block_n is None else int(short_block_n)
+    rows = SM90_FUSED_SHORT_ROWS if short_rows is None else int(short_rows)
+    if rows not in (8, 16):
+        raise ValueError(f"short_rows must be 8 or 16, got {rows}")
+    if rows == 8 and max(head_dim, head_dim_v) > 128:
+        rows = 16
+    short = dataclasses.replace(short, tile=dataclasses.replace(short.tile, num_stages=st, block_n=bn, block_m=rows))
+    f = FusedAttentionSpec(pv.long.attention, short)
+    if f.short_tiles_first < 1 or f.short_tiles_after < 1 or f.smem_bytes() > SMEM_LIMIT[arch]:
+        return None
+    s = pv.short
+    return FusedVariants(s.scheduler, f, s.combine, s.max_splits, s.forced_splits, pv.short_max_q)
+
+
+def attention_spec(arch, dtype, head_dim, head_dim_v, causal, layout, tile: TileConfig | None = None,
+                   mainloop: str | None = None) -> AttentionSpec:
+    """The plain prefill attention spec (no pack, split, paging or softcap)."""
+    return specs_for(arch, dtype, head_dim, head_dim_v, causal, layout, tile, mainloop)[1]
+
+
+def scheduler_spec(arch: str, layout: str) -> SchedulerSpec:
+    return SchedulerSpec(arch=arch, layout=layout)
+
+
+def specs_for(arch, dtype, head_dim, head_dim_v, causal, layout, tile: TileConfig | None = None,
+              mainloop: str | None = None):
+    """(scheduler spec, attention spec) of a plain prefill call: ``choose`` with one query head
+    per KV head, long queries and no split (on sm_90a the Hopper path where it applies, unless
+    ``mainloop`` or ``tile`` says otherwise)."""
+    v = choose(arch, dtype, head_dim, head_dim_v, num_heads_q=1, num_heads_kv=1,
+               mask="causal" if causal else "none", layout=layout, max_seqlen_q=4096, max_seqlen_k=4096,
+               num_splits=1, tile=tile, mainloop=mainloop)
+    return v.scheduler, v.attention

@@ -1,0 +1,69 @@
+"""The environment variables that change what the dispatcher chooses, read once per call signature.
+
+``Settings.from_env()`` reads them when a call signature is first seen (``varlen_attention``) or a
+plan is made (``AttentionPlan``) and the decider takes the result as an input
+(``selection.decide``), so no choosing function reads the environment itself:
+
+- ``KERNELGEN_ARCH``: the mainloop of calls whose ``arch`` argument is None ("sm_80", "sm_90a",
+  "auto"; ``validation.arch``);
+- ``KERNELGEN_SM90_OPTS``: the Hopper mainloop's option letters (``heuristics.SM90_OPTS``), for
+  tuning runs;
+- ``KERNELGEN_SM90_SHORT_ROWS``: query rows of the Hopper fused launch's decode tile, 8 or 16
+  (``heuristics.SM90_FUSED_SHORT_ROWS``);
+- ``KERNELGEN_MIXED_SHORT_CTAS``: CTAs of the Hopper fused launch that start on the short queue,
+  0 .. the SMs (``heuristics.SM90_MIXED_SHORT_FRACTION``).
+
+Values are kept as read; each is checked where the decider uses it (``sm90_short_rows``,
+``mixed_short_ctas``), so a malformed variable fails only the calls it concerns, with a
+ValueError naming it.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+ARCH = "KERNELGEN_ARCH"
+SM90_OPTS = "KERNELGEN_SM90_OPTS"
+SM90_SHORT_ROWS = "KERNELGEN_SM90_SHORT_ROWS"
+MIXED_SHORT_CTAS = "KERNELGEN_MIXED_SHORT_CTAS"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The overrides of one call signature (None: the variable is unset, the default applies)."""
+
+    arch: str | None = None
+    sm90_opts: str | None = None
+    short_rows: str | None = None
+    short_ctas: str | None = None
+
+    @classmethod
+    def from_env(cls, environ=None) -> "Settings":
+        """The overrides set in ``environ`` (default ``os.environ``) now; blank values count as unset
+        for the two numeric ones."""
+        env = os.environ if environ is None else environ
+        rows, ctas = env.get(SM90_SHORT_ROWS, "").strip(), env.get(MIXED_SHORT_CTAS, "").strip()
+        return cls(arch=env.get(ARCH), sm90_opts=env.get(SM90_OPTS), short_rows=rows or None,
+                   short_ctas=ctas or None)
+
+    def sm90_short_rows(self) -> int | None:
+        """``KERNELGEN_SM90_SHORT_ROWS`` as 8 or 16, None when unset.  Raises ValueError naming the
+        variable for any other value."""
+        if self.short_rows is None:
+            return None
+        if self.short_rows not in ("8", "16"):
+            raise ValueError(f"{SM90_SHORT_ROWS} must be 8 or 16, got {self.short_rows!r}")
+        return int(self.short_rows)
+
+    def mixed_short_ctas(self, num_sms: int) -> int | None:
+        """``KERNELGEN_MIXED_SHORT_CTAS`` as an int in [0, num_sms], None when unset.  Raises
+        ValueError naming the variable for a value that is not such an int."""
+        if self.short_ctas is None:
+            return None
+        try:
+            n = int(self.short_ctas)
+        except ValueError:
+            raise ValueError(f"{MIXED_SHORT_CTAS} must be an int, got {self.short_ctas!r}") from None
+        if not 0 <= n <= num_sms:
+            raise ValueError(f"{MIXED_SHORT_CTAS} must be in [0, {num_sms}], got {n}")
+        return n

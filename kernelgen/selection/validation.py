@@ -1,0 +1,300 @@
+"""Input checks for the public calls.
+
+Every failure raises ``TypeError`` (wrong type or dtype) or ``ValueError`` (wrong shape, device,
+layout or value) whose message starts with the argument's name and says what was expected.
+Only metadata is inspected: nothing here reads device memory or synchronises the host, so the
+*values* of cu_seqlens are the caller's contract (see ``check_cu_seqlens_values`` for the opt-in
+host check, enabled with ``KERNELGEN_CHECK_INPUTS=1``).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import os
+
+import torch
+
+from ..kernels.spec import HEAD_DIMS
+
+DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+#: Largest finite sliding-window side (tokens): the kernels add it to positions in 32-bit ints.
+MAX_WINDOW = 1 << 30
+LAYOUTS = ("soa", "aos")
+#: Environment variable that turns on the host checks of the length and page values (syncs).
+CHECK_INPUTS_ENV = "KERNELGEN_CHECK_INPUTS"
+# os.environ keeps its encoded entries in ``_data`` (CPython): a dict lookup there sees every change
+# made through os.environ at a tenth of ``os.environ.get``'s cost for an absent variable.
+_ENV_DATA = getattr(os.environ, "_data", None)
+_ENV_KEY = os.environ.encodekey(CHECK_INPUTS_ENV) if _ENV_DATA is not None else None
+_ENV_ONE = os.environ.encodevalue("1") if _ENV_DATA is not None else None
+
+
+def host_checks_enabled() -> bool:
+    """Whether ``KERNELGEN_CHECK_INPUTS=1`` is set in ``os.environ`` now (read on every call)."""
+    if _ENV_DATA is not None:
+        return _ENV_DATA.get(_ENV_KEY) == _ENV_ONE
+    return os.environ.get(CHECK_INPUTS_ENV) == "1"
+
+
+def tensor(name: str, x, *, ndim: int | None = None, dtypes=None, device=None, devtypes=("cuda",)):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if dtypes is not None and x.dtype not in dtypes:
+        want = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise TypeError(f"{name} must have dtype {want}, got {str(x.dtype).replace('torch.', '')}")
+    if ndim is not None and x.dim() != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(x.shape)}")
+    if device is None:
+        if x.device.type not in devtypes:
+            raise ValueError(f"{name} must be on a CUDA device, got {x.device}")
+    elif x.device != device:
+        raise ValueError(f"{name} must be on {device} (like q), got {x.device}")
+    return x
+
+
+def rows_16b(name: str, x: torch.Tensor):
+    """The kernels copy 16-byte chunks: last dim contiguous, other strides and the base 16-byte aligned."""
+    if x.stride(-1) != 1:
+        raise ValueError(f"{name} must be contiguous in its last dimension (stride 1), got strides {tuple(x.stride())}")
+    elem = x.element_size()
+    for d in range(x.dim() - 1):
+        if (x.stride(d) * elem) % 16 and x.shape[d] > 1:
+            raise ValueError(f"{name} stride {x.stride(d)} of dim {d} must be a multiple of {16 // elem} elements (16 bytes)")
+    if x.data_ptr() % 16:
+        raise ValueError(f"{name} must start at a 16-byte aligned address")
+
+
+def cu_seqlens(name: str, x, device) -> int:
+    """Validate a cu_seqlens tensor; returns the batch size."""
+    tensor(name, x, ndim=1, dtypes=(torch.int32,), device=device)
+    if x.shape[0] < 1:
+        raise ValueError(f"{name} must have batch+1 >= 1 entries, got shape {tuple(x.shape)}")
+    if not x.is_contiguous():
+        raise ValueError(f"{name} must be contiguous")
+    return x.shape[0] - 1
+
+
+def nonneg_int(name: str, x) -> int:
+    if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(x).__name__}")
+    if x < 0:
+        raise ValueError(f"{name} must be >= 0, got {x}")
+    return int(x)
+
+
+def softmax_scale(x, head_dim: int) -> float:
+    if x is None:
+        return 1.0 / math.sqrt(head_dim)
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"softmax_scale must be a float or None, got {type(x).__name__}")
+    x = float(x)
+    if not 0 < x < math.inf:  # NaN and inf fail too; comparisons trace under torch.compile
+        raise ValueError(f"softmax_scale must be a finite positive number, got {x}")
+    return x
+
+
+def layout(x) -> str:
+    if x not in LAYOUTS:
+        raise ValueError(f"metadata_layout must be one of {LAYOUTS}, got {x!r}")
+    return x
+
+
+def check_cu_seqlens_values(name: str, x: torch.Tensor, total: int) -> None:
+    """Opt-in host check (synchronises!): starts at 0, non-decreasing, last entry <= total rows."""
+    v = x.detach().to("cpu", torch.int64)
+    if v[0].item() != 0:
+        raise ValueError(f"{name}[0] must be 0, got {v[0].item()}")
+    if v.numel() > 1 and bool((v[1:] < v[:-1]).any()):
+        raise ValueError(f"{name} must be non-decreasing")
+    if v[-1].item() > total:
+        raise ValueError(f"{name}[-1] = {v[-1].item()} exceeds the {total} rows of the packed tensor")
+
+
+def varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out, devtypes=("cuda",), *,
+                  seqused_k=None, page_table=None):
+    """Checks for varlen_attention; returns a dict of the derived sizes.
+
+    Packed K/V: k (total_k, Hkv, d), v (total_k, Hkv, dv) with cu_seqlens_k (and optionally
+    seqused_k: the keys used per request, offsets still from cu_seqlens_k).  Paged K/V: k
+    (num_pages, page_size, Hkv, d), v (num_pages, page_size, Hkv, dv), page_table int32
+    (batch, max_pages_per_seq) and seqused_k int32 (batch,), no cu_seqlens_k.
+    ``devtypes`` lets shape-only callers (tests, fake tensors) pass "meta" tensors.
+    """
+    tensor("q", q, ndim=3, dtypes=tuple(DTYPES), devtypes=devtypes)
+    dev = q.device
+    paged = page_table is not None
+    kdim = 4 if paged else 3
+    if paged and isinstance(k, torch.Tensor) and k.dim() == 3:
+        raise ValueError("k must be a paged cache (num_pages, page_size, num_heads_kv, head_dim) when page_table is given")
+    tensor("k", k, ndim=kdim, dtypes=(q.dtype,), device=dev)
+    tensor("v", v, ndim=kdim, dtypes=(q.dtype,), device=dev)
+    total_q, hq, d = q.shape
+    hkv, dk = k.shape[-2], k.shape[-1]
+    if dk != d:
+        raise ValueError(f"k head_dim {dk} must equal q head_dim {d}")
+    if tuple(v.shape[:-1]) != tuple(k.shape[:-1]):
+        raise ValueError(f"v must have shape {tuple(k.shape[:-1]) + ('head_dim_v',)} like k, got {tuple(v.shape)}")
+    dv = v.shape[-1]
+    if d not in HEAD_DIMS:
+        raise ValueError(f"q head_dim must be one of {HEAD_DIMS}, got {d}")
+    if dv not in HEAD_DIMS:
+        raise ValueError(f"v head_dim_v must be one of {HEAD_DIMS}, got {dv}")
+    if hkv < 1 or hq < 1 or hq % hkv:
+        raise ValueError(f"q num_heads ({hq}) must be a positive multiple of k num_heads ({hkv})")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        rows_16b(name, x)
+    batch = cu_seqlens("cu_seqlens_q", cu_seqlens_q, dev)
+    sizes = {"total_q": total_q, "num_heads_q": hq, "num_heads_kv": hkv, "head_dim": d, "head_dim_v": dv,
+             "batch": batch, "paged": paged}
+    if paged:
+        if cu_seqlens_k is not None:
+            raise ValueError("cu_seqlens_k must be None with a page_table (key lengths come from seqused_k)")
+        if seqused_k is None:
+            raise ValueError("seqused_k is required with a page_table (the keys of each request)")
+        tensor("page_table", page_table, ndim=2, dtypes=(torch.int32,), device=dev)
+        if page_table.shape[0] != batch:
+            raise ValueError(f"page_table must have batch = {batch} rows, got shape {tuple(page_table.shape)}")
+        if page_table.stride(1) != 1:
+            raise ValueError("page_table must be contiguous in its last dimension")
+        sizes.update(num_pages=k.shape[0], page_size=k.shape[1], max_pages=page_table.shape[1], total_k=0)
+        if sizes["page_size"] < 1:
+            raise ValueError(f"k page_size must be >= 1, got {sizes['page_size']}")
+    else:
+        if cu_seqlens_k is None:
+            raise ValueError("cu_seqlens_k is required for packed k/v (give page_table and seqused_k for a paged cache)")
+        batch_k = cu_seqlens("cu_seqlens_k", cu_seqlens_k, dev)
+        if batch_k != batch:
+            raise ValueError(f"cu_seqlens_k must have batch+1 = {batch + 1} entries like cu_seqlens_q, got {batch_k + 1}")
+        sizes["total_k"] = k.shape[0]
+    if seqused_k is not None:
+        tensor("seqused_k", seqused_k, ndim=1, dtypes=(torch.int32,), device=dev)
+        if seqused_k.shape[0] != batch or not seqused_k.is_contiguous():
+            raise ValueError(f"seqused_k must be a contiguous ({batch},) tensor, got shape {tuple(seqused_k.shape)}")
+    if max_seqlen_q is not None:
+        nonneg_int("max_seqlen_q", max_seqlen_q)
+    if max_seqlen_k is not None:
+        nonneg_int("max_seqlen_k", max_seqlen_k)
+    if out is not None:
+        tensor("out", out, ndim=3, dtypes=(q.dtype,), device=dev)
+        if tuple(out.shape) != (total_q, hq, dv):
+            raise ValueError(f"out must have shape {(total_q, hq, dv)}, got {tuple(out.shape)}")
+        rows_16b("out", out)
+    return sizes
+
+
+def window(window_size, causal: bool) -> tuple[str, int, int]:
+    """(mask kind, left, right) from window_size=(left, right) (-1 = unbounded) and causal."""
+    if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
+            or not all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in window_size)):
+        raise TypeError(f"window_size must be a pair of ints (left, right), got {window_size!r}")
+    left, right = int(window_size[0]), int(window_size[1])
+    if left < -1 or right < -1 or left > MAX_WINDOW or right > MAX_WINDOW:
+        raise ValueError(f"window_size entries must be in [-1, {MAX_WINDOW}] tokens (-1 = unbounded), got "
+                         f"{window_size!r}")
+    if causal:
+        right = 0 if right < 0 else min(right, 0)
+    if left < 0 and right < 0:
+        return "none", -1, -1
+    if left < 0 and right == 0:
+        return "causal", -1, 0
+    return "local", left, right
+
+
+def softcap(x) -> float:
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"softcap must be a float, got {type(x).__name__}")
+    x = float(x)
+    if not 0 <= x < math.inf:  # NaN and inf fail too; comparisons trace under torch.compile
+        raise ValueError(f"softcap must be >= 0 (0 = off), got {x}")
+    return x
+
+
+def num_splits(x) -> int:
+    if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+        raise TypeError(f"num_splits must be an int, got {type(x).__name__}")
+    if not 0 <= x <= 128:
+        raise ValueError(f"num_splits must be in [0, 128] (0 = automatic), got {x}")
+    return int(x)
+
+
+def short_query_tokens(x, pack_gqa=None, num_splits: int = 0):
+    """The fused launch's class threshold: None (automatic) or an int >= 0 (0 = off).  A forced
+    threshold (>= 1) does not combine with a forced ``pack_gqa`` or ``num_splits`` (the fused
+    launch chooses both per class).  Raises TypeError / ValueError naming the argument."""
+    if x is None:
+        return None
+    if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+        raise TypeError(f"short_query_tokens must be None or an int, got {type(x).__name__}")
+    if not 0 <= x <= 1 << 20:
+        raise ValueError(f"short_query_tokens must be in [0, 2^20] query tokens (0 = no fused launch), got {x}")
+    if x > 0 and (pack_gqa is not None or num_splits):
+        raise ValueError("short_query_tokens >= 1 (a forced fused launch) cannot be combined with pack_gqa or "
+                         "num_splits: the fused launch chooses them per request class")
+    return int(x)
+
+
+def check_seqused_values(seqused_k, cu_seqlens_k) -> None:
+    """Opt-in host check (synchronises!) for packed k/v: 0 <= seqused_k[i] <= the keys request i
+    has in cu_seqlens_k."""
+    used = seqused_k.detach().to("cpu", torch.int64)
+    cu = cu_seqlens_k.detach().to("cpu", torch.int64)
+    span = cu[1:] - cu[:-1]
+    bad = ((used < 0) | (used > span)).nonzero().flatten()
+    if bad.numel():
+        i = int(bad[0])
+        raise ValueError(f"seqused_k[{i}] = {int(used[i])} must be in [0, {int(span[i])}] (the keys request {i} "
+                         f"has in cu_seqlens_k)")
+
+
+def lse_buffer(lse, num_heads_q: int, total_q: int, device) -> None:
+    """A caller-provided lse: float32 (num_heads_q, total_q) on ``device``, tokens contiguous."""
+    tensor("lse", lse, ndim=2, dtypes=(torch.float32,), device=device)
+    if tuple(lse.shape) != (num_heads_q, total_q):
+        raise ValueError(f"lse must have shape {(num_heads_q, total_q)}, got {tuple(lse.shape)}")
+    if lse.stride(1) != 1 and total_q > 1:
+        raise ValueError(f"lse must be contiguous along tokens (stride 1 in dim 1), got strides {tuple(lse.stride())}")
+
+
+def check_paged_values(page_table, seqused_k, num_pages: int, page_size: int) -> None:
+    """Opt-in host check (synchronises!): page ids in [0, num_pages) for the pages each request
+    uses, and page_table wide enough for seqused_k."""
+    used = seqused_k.detach().to("cpu", torch.int64)
+    if bool((used < 0).any()):
+        raise ValueError("seqused_k must be >= 0")
+    need = (used + page_size - 1) // page_size
+    if int(need.max().item() if need.numel() else 0) > page_table.shape[1]:
+        raise ValueError(f"page_table is too narrow: a request needs {int(need.max())} pages of {page_size} "
+                         f"tokens, page_table has {page_table.shape[1]} columns")
+    pt = page_table.detach().to("cpu", torch.int64)
+    for b in range(pt.shape[0]):
+        ids = pt[b, : int(need[b])]
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_pages):
+            raise ValueError(f"page_table[{b}] has page ids outside the cache's {num_pages} pages")
+
+
+#: Environment variable that forces a mainloop for calls whose ``arch`` argument is None.
+ARCH_ENV = "KERNELGEN_ARCH"
+_ARCH_NAMES = {"sm_80": "sm80", "sm80": "sm80", "sm_90a": "sm90a", "sm90a": "sm90a", "auto": None, "": None}
+
+
+def arch(x, device_arch: str | None, env: str | None = None):
+    """The mainloop a call asks for: None (automatic), "sm80" or "sm90a".
+
+    ``x`` is varlen_attention's ``arch`` argument ("sm_80", "sm_90a", "auto" or None); None takes
+    ``env``, the value of ``KERNELGEN_ARCH`` (``Settings.arch``; same values, None = unset =
+    automatic).  "sm_90a" needs a device whose compile target is sm_90a (``device_arch``; None
+    skips that check).  Raises TypeError / ValueError naming the argument (or the variable).
+    """
+    what = "arch"
+    if x is None:
+        x, what = env or "", ARCH_ENV
+    if not isinstance(x, str):
+        raise TypeError(f"arch must be None or a str, got {type(x).__name__}")
+    key = x.strip().lower()
+    if key not in _ARCH_NAMES:
+        raise ValueError(f"{what} must be one of 'sm_80', 'sm_90a', 'auto' (or unset), got {x!r}")
+    m = _ARCH_NAMES[key]
+    if m == "sm90a" and device_arch is not None and device_arch != "sm_90a":
+        raise ValueError(f"{what}={x!r} needs a Hopper device (compute capability 9.0); this one compiles for "
+                         f"{device_arch}")
+    return m

@@ -1,0 +1,147 @@
+"""The path of one call, traced module by module, goes down the layers (issue 21's done-criterion).
+
+A call runs under ``sys.setprofile`` on the CPU (CUDA stubbed, tests/fake_cuda.py); every call of a
+function defined in a kernelgen module is recorded, in order.  The pipeline layers are, top to
+bottom, front > selection > jit > launch; ``kernels`` is the vocabulary every layer reads (specs,
+ABIs, layouts), so its calls are left out of the path, and consecutive calls in one module make
+one visit.  A "return upward" is a visit to a higher layer than the visit before it: the path
+climbing back.  The first call of a signature (the validating
+path: checks, the one decision, the kernels, the prepared launches) climbs back at most three
+times: to the front's own validating function after the signature lookup, to the decider after
+the device is read, to the signature cache after the launches are prepared.  A repeated call
+never climbs.  (The flat package before the move, measured the same way: 9 modules, 33 visits and
+12 returns upward for the plain call, 53 visits and 16 returns for the mixed one, 36 visits and 7
+returns for the plan's first step; after it: 29 visits and 3 returns, 48 and 3, 31 and 2.)
+"""
+import os
+import sys
+
+import torch
+from fake_cuda import make_plan
+from test_fused_cpu import CTX, QLENS, paged_inputs
+from test_layers import LAYERS, MODULES, PACKAGE, layer, module_name
+
+import kernelgen
+
+PIPELINE = ("launch", "jit", "selection", "front")
+MAX_UPWARD = 3
+_FILES = {str(p): m for m, p in MODULES.items()}
+
+
+def trace(fn) -> list:
+    """(module, function) of every kernelgen function called while ``fn()`` runs, in order."""
+    calls = []
+    root = str(PACKAGE) + os.sep
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.startswith(root):
+            calls.append((_FILES.get(frame.f_code.co_filename) or module_name(frame.f_code.co_filename),
+                          frame.f_code.co_name))
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def visits(calls) -> list:
+    """The pipeline modules the path visits, in order: calls into ``kernels`` left out, then
+    consecutive calls in one module collapsed into one visit."""
+    pipe = [m for m, _ in calls if layer(m) != LAYERS["kernels"]]
+    return [m for i, m in enumerate(pipe) if i == 0 or pipe[i - 1] != m]
+
+
+def upward(path) -> list:
+    """The visits (index, from, to) where the path climbs to a higher layer than the visit before."""
+    return [(i + 1, a, b) for i, (a, b) in enumerate(zip(path, path[1:])) if layer(b) > layer(a)]
+
+
+def last_layer(path) -> str:
+    return {v: k for k, v in LAYERS.items()}[layer(path[-1])]
+
+
+def describe(path) -> str:
+    names = {v: k for k, v in LAYERS.items()}
+    return " > ".join(f"{m.removeprefix('kernelgen.')}[{names.get(layer(m), 'door')}]" for m in path)
+
+
+def check_path(calls, max_upward=MAX_UPWARD):
+    path = visits(calls)
+    ups = upward(path)
+    msg = (f"{len(path)} visits, {len(ups)} returns upward "
+           f"({', '.join(f'{a} -> {b}' for _, a, b in ups)}):\n{describe(path)}")
+    assert len(ups) <= max_upward, msg
+    return path, ups, msg
+
+
+def plain_call_args():
+    torch.manual_seed(0)
+    q = torch.randn(10, 4, 64).to(torch.bfloat16)
+    k = torch.randn(20, 4, 64).to(torch.bfloat16)
+    cq = torch.tensor([0, 3, 10], dtype=torch.int32)
+    ck = torch.tensor([0, 8, 20], dtype=torch.int32)
+    return q, k, torch.randn_like(k), cq, ck
+
+
+def test_first_call_goes_down_the_layers(fake_cuda):
+    q, k, v, cq, ck = plain_call_args()
+    call = kernelgen.varlen_attention
+    calls = trace(lambda: call(q, k, v, cq, ck, 7, 12, causal=True))
+    path, ups, msg = check_path(calls)
+    assert fake_cuda.kinds() == ["scheduler", "attention"]
+    assert path[0] == "kernelgen.front.api" and last_layer(path) == "launch", msg
+    assert {layer(m) for m in path} == {LAYERS[x] for x in PIPELINE}, msg
+    assert any(layer(m) == LAYERS["kernels"] for m, _ in calls)
+    # the layers in pipeline order: validation and the decision before any kernel is loaded, the
+    # kernels loaded before any launch is prepared
+    first = {x: next(i for i, m in enumerate(path) if layer(m) == LAYERS[x]) for x in PIPELINE}
+    assert first["front"] < first["selection"] < first["jit"] < first["launch"], msg
+    # the device is read once, by one call into jit.runtime, and the decision made once
+    assert calls.count(("kernelgen.jit.runtime", "device")) == 1
+    assert calls.count(("kernelgen.selection.decide", "decide")) == 1
+    assert [(a, b) for _, a, b in ups] == [("kernelgen.selection.signature", "kernelgen.front.api"),
+                                          ("kernelgen.jit.runtime", "kernelgen.selection.decide"),
+                                          ("kernelgen.launch.prepared", "kernelgen.selection.signature")], msg
+
+
+def test_repeated_call_never_climbs(fake_cuda):
+    q, k, v, cq, ck = plain_call_args()
+    call = kernelgen.varlen_attention
+    call(q, k, v, cq, ck, 7, 12, causal=True)
+    fake_cuda.clear()
+    calls = trace(lambda: call(q, k, v, cq, ck, 7, 12, causal=True))
+    path, ups, msg = check_path(calls, max_upward=0)
+    assert fake_cuda.kinds() == ["scheduler", "attention"]
+    assert {layer(m) for m in path} == {LAYERS["front"], LAYERS["selection"], LAYERS["launch"]}, msg
+    assert not any(m == "kernelgen.selection.decide" or m.startswith("kernelgen.jit.") for m in path), msg
+
+
+def test_mixed_call_goes_down_the_layers(fake_cuda):
+    """A paged batch mixing prefill chunks and decodes: the Hopper fused launch (four kernels)."""
+    q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
+    call = kernelgen.varlen_attention
+    calls = trace(lambda: call(q, kc, vc, cu_q, None, max(QLENS), max(CTX), seqused_k=used, page_table=pt,
+                               causal=True))
+    path, ups, msg = check_path(calls)
+    assert fake_cuda.kinds() == ["scheduler", "scheduler", "fused_sm90", "combine"]
+    assert calls.count(("kernelgen.jit.runtime", "device")) == 1
+    assert calls.count(("kernelgen.selection.decide", "decide")) == 1
+    assert "kernelgen.launch.fused" in path, msg
+
+
+def test_plan_run_goes_down_the_layers(fake_cuda, monkeypatch):
+    """The first step of an AttentionPlan (made before the trace): checks, the prepared step, the
+    launches; the plan chose its kernels when it was made, so the step reads no device."""
+    q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
+    plan = make_plan(monkeypatch, max_batch=16, num_heads_q=q.shape[1], num_heads_kv=kc.shape[2],
+                     head_dim=q.shape[2], max_total_q=4096, max_seqlen_q=max(QLENS), max_seqlen_k=max(CTX),
+                     paged=True, causal=True)
+    fake_cuda.clear()
+    calls = trace(lambda: plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt))
+    path, ups, msg = check_path(calls)
+    assert fake_cuda.kinds() == ["scheduler", "scheduler", "fused_sm90", "combine"]
+    assert path[0] == "kernelgen.front.plan" and last_layer(path) == "launch", msg
+    assert not any(m.startswith("kernelgen.jit.") or m == "kernelgen.selection.decide" for m in path), msg
+    assert len(ups) <= 2, msg

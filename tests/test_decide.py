@@ -1,0 +1,149 @@
+"""The one decider (``selection.decide``) on the CPU: a call signature and a described device in,
+a launch recipe out, with no CUDA, no fake driver and no environment (overrides are ``Settings``)."""
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+
+from kernelgen.kernels.device import Device, arch_for_capability
+from kernelgen.kernels.recipe import Recipe
+from kernelgen.kernels.workspace import FusedWorkspace, WorkspaceLayout
+from kernelgen.selection import decide, heuristics
+from kernelgen.selection.settings import Settings
+
+H200 = Device("H200", (9, 0), 132, 60 * 2 ** 20, 232448)
+A100 = Device("A100", (8, 0), 108, 40 * 2 ** 20, 166912)
+
+
+def sig(**kw) -> decide.CallSignature:
+    """A causal bf16 Llama-3-8B call (32 x 8 heads, d 128): a packed 4096-token prefill of 2 requests."""
+    base = dict(dtype="bf16", head_dim=128, head_dim_v=128, num_heads_q=32, num_heads_kv=8, mask="causal",
+                window_left=-1, layout="soa", max_seqlen_q=2048, max_seqlen_k=2048, paged=False, page_size=0,
+                softcap=False, pack_gqa=None, num_splits=0, short_query_tokens=None, arch=None, tma_ok=True,
+                batch=2, rows=4096)
+    return decide.CallSignature(**{**base, **kw})
+
+
+#: A paged batch mixing prefill chunks and decodes: 8 requests, 4096 query tokens, at most 2048 a request.
+MIXED = dict(paged=True, page_size=16, max_seqlen_q=2048, max_seqlen_k=8192, batch=8, rows=600)
+
+
+def test_the_device_description():
+    assert (H200.arch, A100.arch) == ("sm_90a", "sm_80")
+    assert arch_for_capability(8, 7) == "sm_86" and arch_for_capability(8, 9) == "sm_89"
+    with pytest.raises(RuntimeError, match="compute capability 7.5 is not supported"):
+        Device("T4", (7, 5), 40, 4 * 2 ** 20).arch
+    raw = {"name": b"NVIDIA H200", "major": 9, "minor": 0, "multiProcessorCount": 132, "l2CacheSize": 62914560,
+           "sharedMemPerBlockOptin": 232448}
+    assert Device.from_properties(raw) == Device("NVIDIA H200", (9, 0), 132, 62914560, 232448)
+
+
+def test_prefill_takes_the_hopper_kernel_on_an_h200_and_mma_sync_on_an_a100():
+    r = decide.decide(sig(), H200)
+    v = r.variants
+    assert r.kind == "single" and v.attention.mainloop == "sm90a" and v.attention.arch == "sm_90a"
+    assert v.attention.tile == heuristics.SM90_TILE and v.attention.sm90_opts == "p" and v.combine is None
+    assert r.specs == (v.scheduler, v.attention)
+    assert [(x.role, x.grid) for x in r.launches] == [("scheduler", "one"), ("attention", "persistent")]
+    assert r.workspace == WorkspaceLayout(2, False, 1, 32, 4096, 128)
+    r80 = decide.decide(sig(), A100)
+    assert r80.kind == "single" and r80.variants.attention.mainloop == "sm80"
+    assert r80.variants.attention.arch == "sm_80"
+
+
+def test_the_scheduler_plan_follows_the_device_and_the_loaded_grid():
+    (p,) = decide.decide(sig(), H200).schedulers
+    kv_block = 128 * (128 + 128) * 2                               # SM90_TILE's 128 keys of K and V
+    assert p.base.max_kvblocks_l2 == (60 * 2 ** 20 // 6) // kv_block
+    spec = decide.decide(sig(), H200).variants.attention
+    p80 = decide.scheduler_plan(spec, device=A100, num_heads_q=32, num_heads_kv=8)
+    assert p80.base.max_kvblocks_l2 == (40 * 2 ** 20 // 6) // kv_block    # the device's L2 sets the budget
+    assert decide.scheduler_plan(spec, device=H200, num_heads_q=32, num_heads_kv=8, head_swizzle=False) \
+        .base.max_kvblocks_l2 == 0
+    cfg = p.config(132)
+    assert (cfg.num_ctas, cfg.wave_ctas, cfg.num_heads, cfg.block_m, cfg.pack_factor) == (132, 0, 32, 128, 1)
+    assert (cfg.class_min_q, cfg.class_max_q, cfg.sort, cfg.window_left) == (0, 2 ** 31 - 1, True, -1)
+    # a decode launched on its own: pack-GQA, finer split shares, wave-rounded split caps
+    r = decide.decide(sig(max_seqlen_q=1, max_seqlen_k=32768, rows=64, batch=64, paged=True, page_size=16), H200)
+    (d,) = r.schedulers
+    assert r.variants.attention.tile.block_m == 16 and r.variants.attention.pack_gqa and r.combine is not None
+    cfg = d.config(1056)
+    assert (cfg.num_ctas, cfg.wave_ctas, cfg.num_heads, cfg.pack_factor) == (4 * 1056, 1056, 8, 4)
+    assert cfg.max_splits == r.variants.max_splits > 1 and r.launches[-1].grid == "rows"
+
+
+def test_a_mixed_batch_takes_the_hopper_fused_kernel():
+    r = decide.decide(sig(**MIXED), H200)
+    f = r.variants.fused
+    assert r.kind == "fused" and f.hopper and f.short.tile.block_m == 8             # the keys-as-rows tile
+    assert r.short_ctas == 44 == heuristics.sm90_mixed_short_ctas(132)
+    assert r.specs == (r.variants.scheduler, f, r.variants.combine)
+    assert [x.role for x in r.launches] == ["scheduler long", "scheduler short", "fused attention", "combine"]
+    long, short = (p.config(132) for p in r.schedulers)
+    assert (long.class_min_q, long.class_max_q) == (5, 2 ** 31 - 1) and (short.class_min_q, short.class_max_q) == (0, 4)
+    assert short.num_ctas == 132 * f.tiles_per_step * heuristics.SPLIT_GRANULARITY["decode"] and short.wave_ctas == 0
+    # the short class's partials by (request, token): 8 requests x 4 tokens instead of the 600 rows
+    assert isinstance(r.workspace, FusedWorkspace) and r.workspace.short.request_rows == 4
+    assert r.workspace.short.partial_rows == 32 and r.workspace.short.max_splits == r.variants.short_max_splits
+    # the same batch on an A100: the sm_80 fused kernel, no short-first CTAs
+    r80 = decide.decide(sig(**MIXED), A100)
+    assert r80.kind == "fused" and not r80.variants.fused.hopper and r80.short_ctas == 0
+
+
+def test_overrides_come_in_as_settings():
+    assert decide.decide(sig(**MIXED), H200, Settings(short_ctas="7")).short_ctas == 7
+    rows16 = decide.decide(sig(**MIXED), H200, Settings(short_rows="16")).variants.fused.short.tile
+    assert rows16.block_m == 16
+    with pytest.raises(ValueError, match="KERNELGEN_MIXED_SHORT_CTAS must be in \\[0, 132\\], got 500"):
+        decide.decide(sig(**MIXED), H200, Settings(short_ctas="500"))
+    assert decide.decide(sig(), H200, Settings(arch="sm_80")).variants.attention.mainloop == "sm80"
+    assert decide.decide(sig(arch="sm_90a"), H200, Settings(arch="sm_80")).variants.attention.mainloop == "sm90a"
+    assert decide.decide(sig(), H200, Settings(sm90_opts="")).variants.attention.sm90_opts == ""
+    with pytest.raises(ValueError, match="KERNELGEN_ARCH must be one of"):
+        decide.decide(sig(), H200, Settings(arch="hopper"))
+
+
+def test_wide_head_dim_v_runs_the_classes_in_turn():
+    r = decide.decide(sig(head_dim=256, head_dim_v=256, **MIXED), H200)
+    assert r.kind == "pair" and r.variants.long.attention.mainloop == "sm90a"
+    assert r.variants.short.attention.mainloop == "sm80"
+    assert [x.role for x in r.launches][:4] == ["scheduler long", "scheduler short", "attention long",
+                                                "attention short"]
+    long, short = (p.config(g) for p, g in zip(r.schedulers, (132, 1056)))
+    assert (long.max_splits, long.forced_splits, long.wave_ctas) == (1, True, 0) and short.wave_ctas == 1056
+
+
+def test_a_one_shot_chunked_prefill_prefers_hopper_a_plan_the_fused_kernel():
+    chunked = dict(MIXED, rows=4096, batch=4)           # 1024 query tokens a request on average
+    assert decide.decide(sig(**chunked), H200).kind == "single"
+    assert decide.decide(sig(**chunked, plan=True), H200).kind == "fused"
+    assert decide.decide(sig(**chunked, short_query_tokens=0), H200).kind == "single"
+
+
+def test_errors_name_the_cause():
+    with pytest.raises(ValueError, match="needs a Hopper device"):
+        decide.decide(sig(arch="sm_90a"), A100)
+    with pytest.raises(ValueError, match="runs no fused mixed-batch launch"):
+        decide.decide(sig(arch="sm_90a", short_query_tokens=4, **MIXED), H200)
+    with pytest.raises(RuntimeError, match="not supported"):
+        decide.decide(sig(), Device("V100", (7, 0), 80, 6 * 2 ** 20))
+    with pytest.raises(ValueError, match="a 'single' recipe takes Variants"):
+        Recipe("single", decide.decide(sig(**MIXED), H200).variants, (None,), None)
+
+
+def test_the_decider_needs_no_cuda():
+    """Importing and running the decider loads neither CuPy nor a CUDA context."""
+    code = ("import sys; from kernelgen.kernels.device import Device; from kernelgen.selection import decide; "
+            "s = decide.CallSignature('bf16', 128, 128, 32, 8, 'causal', -1, 'soa', 2048, 2048, False, 0, False, "
+            "None, 0, None, None, True, 2, 4096); "
+            "r = decide.decide(s, Device('H200', (9, 0), 132, 62914560)); "
+            "assert r.kind == 'single' and 'cupy' not in sys.modules, sorted(m for m in sys.modules if 'cupy' in m)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_recipe_is_a_value():
+    a, b = decide.decide(sig(**MIXED), H200), decide.decide(sig(**MIXED), H200)
+    assert a == b and hash(a) == hash(b)
+    assert dataclasses.replace(a, short_ctas=7) != a
