@@ -1,0 +1,97 @@
+"""kernelgen and a peer (FlashAttention-3 or -4) on the same bench shapes, for a profiler, side by side.
+
+For each shape: the inputs are built, the implementation is called ``--warm`` times (kernels
+compiled and loaded, clocks up), then one call runs between ``cudaProfilerStart`` and
+``cudaProfilerStop``, so that ``ncu --profile-from-start off`` profiles exactly that call's
+kernels (kernelgen: scheduler, attention and, with split-KV, combine; FA3: its prepare kernel,
+the forward and its combine).  A line ``SHAPE <name> <impl>`` precedes each profiled call, in
+the order ncu lists the kernels.  For example::
+
+    ncu --profile-from-start off --clock-control none --section SpeedOfLight \\
+        --section ComputeWorkloadAnalysis --section Occupancy --section WarpStateStats --csv \\
+        python benchmarks/experiments/profile_vs_peers.py --impl fa3 --shapes dense_causal_16k,decode_b32_tp8
+
+Shapes (the bench's entries, bf16): ``dense_causal_16k`` (1 x 32 x 16384, d 128, causal),
+``dense_4k`` (4 x 32 x 4096, d 128), ``dense_causal_h64`` (8 x 32 x 2048, d 64, causal),
+``dense_causal_h256`` (2 x 16 x 4096, d 256, causal), ``chunked_p16`` (4 chunks of 2048 on 8192
+keys, pages of 16, 32/8 heads), ``decode_b32_tp8`` (32 Mooncake decodes, 8/1 heads, pages of
+16), ``decode_b128`` (128 Mooncake decodes, 32/8 heads, pages of 16).  FA3 reads paged shapes'
+caches gathered into packed K/V (``fa3_unpaged``), as in the bench.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+SHAPES = ("dense_causal_16k", "dense_4k", "dense_causal_h64", "dense_causal_h256", "chunked_p16", "decode_b32_tp8",
+          "decode_b128")
+
+
+def build(shape: str, impl: str):
+    """A zero-argument call of ``impl`` on ``shape``'s inputs."""
+    import torch
+
+    import kernelgen
+    from kernelgen.apps.bench import peers, suites
+    from kernelgen.apps.bench.models import PRESETS, ModelPreset
+    from kernelgen.apps.reference import gather_paged
+
+    dense = {"dense_causal_16k": (1, 32, 16384, 128, True), "dense_4k": (4, 32, 4096, 128, False),
+             "dense_causal_h64": (8, 32, 2048, 64, True), "dense_causal_h256": (2, 16, 4096, 256, True)}
+    if shape in dense:
+        b, h, s, d, causal = dense[shape]
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v = (torch.randn(b * s, h, d, generator=g, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        cu = torch.arange(0, b * s + 1, s, dtype=torch.int32, device="cuda")
+        if impl == "kernelgen":
+            return lambda: kernelgen.varlen_attention(q, k, v, cu, cu, s, s, causal=causal)
+        return getattr(peers, impl)(q, k, v, causal, dense_batch=b)().fn
+    settings = suites.Settings()
+    if shape == "chunked_p16":
+        m, (b, qn, kn) = PRESETS["llama3-8b"], suites.CHUNKED_SHAPE
+        qlens, klens, page = [qn] * b, [kn] * b, 16
+    else:
+        m = PRESETS["llama3-70b-tp8" if shape == "decode_b32_tp8" else "llama3-8b"]
+        klens = suites.decode_contexts(settings, "decode_trace_b32_paged16" if shape == "decode_b32_tp8"
+                                       else "decode_trace_b128_paged16")
+        qlens, page = [1] * len(klens), 16
+    assert isinstance(m, ModelPreset)
+    q, kc, vc, pt, used, cu_q = suites.paged_batch(qlens, klens, m, page, seed=7)
+    mq, mk = max(qlens), max(klens)
+    if impl == "kernelgen":
+        return lambda: kernelgen.varlen_attention(q, kc, vc, cu_q, None, mq, mk, seqused_k=used, page_table=pt,
+                                                  causal=True)
+    if impl == "fa4":
+        return peers.fa4(q, kc, vc, True, cu_q=cu_q, max_q=mq, max_k=mk, page_table=pt, seqused_k=used)().fn
+    k, v, cu_k = gather_paged(kc, vc, pt, used)
+    return peers.fa3(q, k, v, True, cu_q=cu_q, cu_k=cu_k, max_q=mq, max_k=mk)().fn
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--impl", choices=("kernelgen", "fa3", "fa4"), default="kernelgen")
+    ap.add_argument("--shapes", default=",".join(SHAPES), help="comma list (default: all)")
+    ap.add_argument("--warm", type=int, default=3)
+    a = ap.parse_args(argv)
+    import torch
+
+    for shape in a.shapes.split(","):
+        if shape not in SHAPES:
+            raise SystemExit(f"unknown shape {shape!r} (choose from {', '.join(SHAPES)})")
+        fn = build(shape, a.impl)
+        for _ in range(a.warm):
+            fn()
+        torch.cuda.synchronize()
+        print(f"SHAPE {shape} {a.impl}", flush=True)
+        torch.cuda.cudart().cudaProfilerStart()
+        fn()
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
