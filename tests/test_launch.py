@@ -178,7 +178,8 @@ def test_check_inputs_flag_follows_the_environment(monkeypatch):
 
 def test_host_overhead_probe_runs():
     """tools/host_overhead_probe.py (CUDA stubbed) runs the overhead entry's decode call through
-    both paths, with a cached signature far cheaper than a new one."""
+    both paths and reports a time for each.  (That a cached signature skips validation and the
+    variant choice is asserted by counting in tests/test_signature_cache.py, not by timing it.)"""
     import json
     import os
     import subprocess
@@ -192,5 +193,5 @@ def test_host_overhead_probe_runs():
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert res["launches"] == 3
-    assert 0 < res["varlen_attention_us_min"] < res["first_call_of_signature_us_min"]
-    assert 0 < res["plan_run_us_min"] < res["first_call_of_signature_us_min"]
+    for name in ("varlen_attention", "plan_run", "cpu_torch_empty", "first_call_of_signature"):
+        assert 0 < res[f"{name}_us_min"] <= res[f"{name}_us"], name
