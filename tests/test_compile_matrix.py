@@ -74,7 +74,7 @@ def _serving_variant(arch, dtype, hd, rows, mask, pack, paged, softcap, splits):
 @pytest.mark.parametrize("rows,mask,pack,paged,softcap,splits,arch,dtype,hd",
                          sampling.matrix(SERVING, axes=lambda c: (c[:6], *c[6:])))
 def test_serving_variants_compile_without_spills(arch, dtype, hd, rows, mask, pack, paged, softcap, splits):
-    """Sampled: every pair of (FEATURES row, arch, dtype, head dim) values is compiled (26 of 100)."""
+    """Sampled: every pair of (FEATURES row, arch, dtype, head dim) values is compiled (28 of 100)."""
     v = _serving_variant(arch, dtype, hd, rows, mask, pack, paged, softcap, splits)
     r = _compile(v.attention).resources
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, (v.attention.name, r)
