@@ -1,6 +1,16 @@
+import hashlib
 import os
+import pickle
+import tempfile
+from pathlib import Path
 
 import pytest
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # One torch (OpenMP) thread per pytest-xdist worker: the workers already use every CPU, and
+    # OpenMP threads spin while they wait, which only costs CPU time on a busy machine.  Set before
+    # torch is imported; inherited by the child processes tests start.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def _has_gpu() -> bool:
@@ -15,13 +25,116 @@ def _has_gpu() -> bool:
 HAS_GPU = _has_gpu()
 
 
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (pyproject.toml's addopts): one worker per CPU this process may run on, but no
+    workers (tests in this process, as before) where a GPU is present: the GPU tests share one
+    device and must not run side by side.  ``-n N`` on the command line overrides both."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # xdist's own handling
+    if HAS_GPU:
+        return 0
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("kernelgen")
+    group.addoption("--full-matrix", action="store_true",
+                    help="run every case of the sampled compile matrices (tests/sampling.py; "
+                         "same as KERNELGEN_FULL_MATRIX=1)")
+    group.addoption("--no-nvrtc-memo", action="store_true",
+                    help="let every compile_cubin call in this process run NVRTC (no session-wide memo)")
+
+
+def pytest_configure(config):
+    if config.getoption("full_matrix"):
+        os.environ["KERNELGEN_FULL_MATRIX"] = "1"  # read by tests/sampling.py at collection, in every worker
+
+
 def pytest_collection_modifyitems(config, items):
+    import sampling
+
+    if not sampling.full_matrix():
+        keep, out = [], []
+        for item in items:
+            (out if item.get_closest_marker("full_matrix") else keep).append(item)
+        if out:
+            config.hook.pytest_deselected(items=out)
+            items[:] = keep
     if HAS_GPU:
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def session_dir(tmp_path_factory) -> Path:
+    """A directory of this test session, the same for all its xdist workers (each worker's
+    basetemp is ``<session>/popen-gwN``); pytest removes it with the session's other old ones."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _nvrtc_memo(request, tmp_path_factory):
+    """One session-wide compile cache below kernelgen's: ``compiler.compile_cubin`` of a
+    (source, arch, options) this session compiled before, in any xdist worker, returns that
+    compile's result (cubin, log, resources) instead of running NVRTC again.
+
+    Many tests compile the same kernel: every test of the kernel cache builds the same scheduler
+    into a fresh directory, and the compile matrices share kernels (schedulers, combines).  NVRTC
+    is deterministic for a given input (test_e7_sixteen_processes_one_key_twenty_rounds checks
+    it), so each kernel is compiled once a session and the rest is replay.  The layers above see
+    the same calls: the kernel cache still calls ``compile_cubin`` (and ``COMPILE_COUNT`` still
+    counts every call), so the cache's tests still test when and how often it compiles.  Failed
+    compiles are not remembered.  Child processes the tests start compile for real.  Off with
+    ``--no-nvrtc-memo`` (or KERNELGEN_TEST_NO_NVRTC_MEMO=1).
+    """
+    if request.config.getoption("no_nvrtc_memo") or os.environ.get("KERNELGEN_TEST_NO_NVRTC_MEMO"):
+        yield
+        return
+    import filelock
+
+    from kernelgen.jit import compiler
+
+    real = compiler.compile_cubin
+    root = session_dir(tmp_path_factory) / "nvrtc-memo"
+    root.mkdir(parents=True, exist_ok=True)
+
+    def compile_cubin(source, arch, options, name="kernel"):
+        h = hashlib.sha256(repr((compiler.nvrtc_version(), source, arch, tuple(options))).encode()).hexdigest()
+        path = root / f"{h}.pickle"
+
+        def replay():
+            try:
+                res = pickle.loads(path.read_bytes())
+            except (OSError, EOFError, pickle.UnpicklingError):
+                return None
+            with compiler._count_lock:
+                compiler.COMPILE_COUNT += 1
+            return res
+
+        res = replay()
+        if res is not None:
+            return res
+        with filelock.FileLock(str(root / f"{h}.lock")):  # another worker compiling it: wait for it
+            res = replay()
+            if res is None:
+                res = real(source, arch, options, name)
+                fd, tmp = tempfile.mkstemp(dir=root, suffix=".tmp")
+                with os.fdopen(fd, "wb") as f:
+                    pickle.dump(res, f)
+                os.replace(tmp, path)
+        return res
+
+    compile_cubin.__wrapped__ = real
+    compile_cubin.__doc__ = real.__doc__
+    compiler.compile_cubin = compile_cubin
+    yield
+    compiler.compile_cubin = real
 
 
 @pytest.fixture(autouse=True)

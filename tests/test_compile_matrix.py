@@ -1,7 +1,14 @@
-"""NVRTC compiles the variant matrix for sm_80 and sm_90a (no GPU needed) with zero spills."""
+"""NVRTC compiles the variant matrix for sm_80 and sm_90a (no GPU needed) with zero spills.
+
+The large matrices compile a sample by default (tests/sampling.py): the attention and serving
+variants a pairwise covering one, the fused presets each once; ``--full-matrix`` compiles all of
+them.  test_render.py renders every attention variant, test_every_serving_variant_renders and
+test_every_fused_variant_renders every serving and fused case.
+"""
 import itertools
 
 import pytest
+import sampling
 
 from kernelgen.jit import compiler, render
 from kernelgen.kernels.spec import DTYPES, HEAD_DIMS, LAYOUTS, SchedulerSpec
@@ -16,8 +23,9 @@ def _compile(spec):
     return compiler.compile_cubin(src, spec.arch, compiler.default_options(spec.arch), spec.name)
 
 
-@pytest.mark.parametrize("arch,dtype,hd,causal", MATRIX)
+@pytest.mark.parametrize("arch,dtype,hd,causal", sampling.matrix(MATRIX))
 def test_attention_compiles_without_spills(arch, dtype, hd, causal):
+    """Sampled: every pair of (arch, dtype, head dim, causal) values is compiled (10 of 40 cases)."""
     _, spec = heuristics.specs_for(arch, dtype, hd, hd, causal, "soa")
     res = _compile(spec)
     r = res.resources
@@ -55,16 +63,35 @@ FEATURES = [
 ]
 
 
-@pytest.mark.parametrize("arch,dtype,hd", list(itertools.product(ARCHS, DTYPES, HEAD_DIMS)))
-@pytest.mark.parametrize("rows,mask,pack,paged,softcap,splits", FEATURES)
+SERVING = [f + c for f in FEATURES for c in itertools.product(ARCHS, DTYPES, HEAD_DIMS)]
+
+
+def _serving_variant(arch, dtype, hd, rows, mask, pack, paged, softcap, splits):
+    return heuristics.choose(arch, dtype, hd, hd, num_heads_q=32, num_heads_kv=8, mask=mask, layout="soa",
+                             max_seqlen_q=rows, max_seqlen_k=32768, paged=paged, softcap=softcap, pack_gqa=pack,
+                             num_splits=splits)
+
+
+@pytest.mark.parametrize("rows,mask,pack,paged,softcap,splits,arch,dtype,hd",
+                         sampling.matrix(SERVING, axes=lambda c: (c[:6], *c[6:])))
 def test_serving_variants_compile_without_spills(arch, dtype, hd, rows, mask, pack, paged, softcap, splits):
-    v = heuristics.choose(arch, dtype, hd, hd, num_heads_q=32, num_heads_kv=8, mask=mask, layout="soa",
-                          max_seqlen_q=rows, max_seqlen_k=32768, paged=paged, softcap=softcap, pack_gqa=pack,
-                          num_splits=splits)
+    """Sampled: every pair of (FEATURES row, arch, dtype, head dim) values is compiled (28 of 100)."""
+    v = _serving_variant(arch, dtype, hd, rows, mask, pack, paged, softcap, splits)
     r = _compile(v.attention).resources
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, (v.attention.name, r)
     if v.combine is not None:
         assert _compile(v.combine).resources["spill_stores"] == 0
+
+
+def test_every_serving_variant_renders():
+    """All 100 serving cases, the sampled-out ones included: the dispatcher's choice renders
+    completely (no Jinja left) and fits the arch's shared memory."""
+    for rows, mask, pack, paged, softcap, splits, arch, dtype, hd in SERVING:
+        v = _serving_variant(arch, dtype, hd, rows, mask, pack, paged, softcap, splits)
+        assert v.attention.smem_bytes() <= heuristics.SMEM_LIMIT[arch], v.attention.name
+        for spec in filter(None, (v.attention, v.combine)):
+            src = render.render(spec)
+            assert "{{" not in src and "{%" not in src and "kg_" in src, spec.name
 
 
 @pytest.mark.parametrize("arch", ("sm_80", "sm_90a"))
@@ -132,9 +159,10 @@ FUSED = [
 ]
 
 
-@pytest.mark.parametrize("arch", ("sm_80", "sm_90a"))
-@pytest.mark.parametrize("hq,hkv,hd,mask,paged,softcap", FUSED)
+@pytest.mark.parametrize("hq,hkv,hd,mask,paged,softcap,arch",
+                         sampling.matrix([f + (a,) for f in FUSED for a in ARCHS], 1, lambda c: (c[:6], c[6])))
 def test_fused_variants_compile_without_spills(arch, hq, hkv, hd, mask, paged, softcap):
+    """Sampled: each preset of FUSED is compiled for one arch, both archs occur (7 of 14)."""
     f = heuristics.choose_fused(arch, "bf16", hd, hd, num_heads_q=hq, num_heads_kv=hkv, mask=mask,
                                 max_seqlen_k=32768, paged=paged, softcap=softcap)
     assert f is not None
@@ -145,6 +173,16 @@ def test_fused_variants_compile_without_spills(arch, hq, hkv, hd, mask, paged, s
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, (f.fused.name, r)
     assert r["registers"] * f.fused.num_threads * f.fused.long.tile.min_blocks <= 65536
     assert f.fused.smem_bytes() <= heuristics.SMEM_LIMIT[arch]
+
+
+def test_every_fused_variant_renders():
+    """Every FUSED preset on both archs, the sampled-out ones included: renders completely and fits."""
+    for (hq, hkv, hd, mask, paged, softcap), arch in itertools.product(FUSED, ARCHS):
+        f = heuristics.choose_fused(arch, "bf16", hd, hd, num_heads_q=hq, num_heads_kv=hkv, mask=mask,
+                                    max_seqlen_k=32768, paged=paged, softcap=softcap)
+        assert f is not None and f.fused.smem_bytes() <= heuristics.SMEM_LIMIT[arch], (arch, hq, hkv, hd)
+        src = render.render(f.fused)
+        assert "{{" not in src and "{%" not in src and "kg_" in src, f.fused.name
 
 
 def test_fused_not_used_where_it_does_not_fit():

@@ -23,6 +23,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import sampling
 import torch
 from fake_cuda import FUNC, decode_map, default_short_ctas, fake_encode, make_plan
 from test_fused_cpu import CTX, HKV, HQ, PS, QLENS, D, call, paged_inputs
@@ -436,7 +437,8 @@ _NVDISASM = sass.find_nvdisasm()
 #: The Hopper fused kernels the dispatcher picks (at most 8 builds): head dims 64 and 128 with K/V
 #: paged by TMA (pages of 16 and 256 tokens), gathered (page size 1, the "g" option, which is also
 #: what a plan made without page_size takes) and packed (the forced-threshold path); causal and local
-#: masks; soft-cap on/off and both dtypes for one case.
+#: masks; soft-cap on/off and both dtypes for one case.  By default a sample with each of these
+#: values at least once is built (tests/sampling.py); ``--full-matrix`` builds all of them.
 FUSED_COMPILE = [
     dict(d=64, page_size=16),
     dict(d=64, page_size=1),   # SM90_FUSED_REGS["gather_d64"]: 56/224 spilled across setmaxnreg
@@ -453,7 +455,13 @@ def _compile_id(kw) -> str:
     return "-".join(f"{k}={v}" for k, v in kw.items())
 
 
-@pytest.mark.parametrize("kw", FUSED_COMPILE, ids=_compile_id)
+def _fused_axes(kw) -> dict:
+    s = hopper_fused(**kw).fused.long
+    return dict(d=s.head_dim, page_size=kw.get("page_size"), mask=s.mask, softcap=s.softcap, dtype=s.dtype,
+                paged=s.paged, opts=s.sm90_opts)
+
+
+@pytest.mark.parametrize("kw", sampling.matrix(FUSED_COMPILE, 1, _fused_axes), ids=_compile_id)
 def test_hopper_fused_kernel_compiles_without_spills_with_hgmma_and_hmma(kw):
     fv = hopper_fused(**kw)
     spec = fv.fused

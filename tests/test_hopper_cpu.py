@@ -1,10 +1,15 @@
 """The Hopper (sm_90a) attention path without a GPU: spec rules, the dispatcher's choice and its
 overrides, the TMA tensor-map arguments, the parameter ABI, the launch a call makes (CUDA stubbed,
-tests/fake_cuda.py), and NVRTC builds for sm_90a with no spills whose SASS holds warpgroup MMAs."""
+tests/fake_cuda.py), and NVRTC builds for sm_90a with no spills whose SASS holds warpgroup MMAs.
+
+The three build lists (COMPILE, PAGED_COMPILE, PAGED_WIDE_COMPILE) compile a sample by default
+that holds every value of every spec field the list holds (tests/sampling.py), and all of them
+with ``--full-matrix``; test_every_build_case_renders renders every case of all three."""
 import itertools
 import re
 
 import pytest
+import sampling
 import torch
 
 import kernelgen
@@ -541,8 +546,18 @@ COMPILE += [dict(d=256, mask="causal", softcap=True), dict(d=96, split=True)]
 COMPILE += [dict(row_splits=True), dict(row_splits=True, mask="local", softcap=True, d=64)]
 
 
-@pytest.mark.parametrize("kw", COMPILE, ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))
+def _spec_axes(spec, **extra) -> dict:
+    """The axes a build list is sampled over (tests/sampling.py): the spec's own values, defaults included."""
+    return dict(dtype=spec.dtype, d=spec.head_dim, dv=spec.head_dim_v, mask=spec.mask, layout=spec.layout,
+                opts=spec.sm90_opts, split=spec.split, softcap=spec.softcap, row_splits=spec.row_splits,
+                tile=spec.tile, **extra)
+
+
+@pytest.mark.parametrize("kw", sampling.matrix(COMPILE, 1, lambda kw: _spec_axes(sm90(**kw))),
+                         ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))
 def test_hopper_kernel_compiles_without_spills_with_hgmma(kw):
+    """Sampled: each value of each spec field (dtype, head dims, mask, layout, options, split,
+    soft-cap, row splits, tile) that COMPILE holds is compiled in at least one case."""
     spec = sm90(**kw)
     assert spec.smem_bytes() <= heuristics.SMEM_LIMIT["sm_90a"]
     res = compiler.compile_cubin(render.render(spec), "sm_90a", compiler.default_options("sm_90a"), spec.name)
@@ -724,8 +739,10 @@ PAGED_COMPILE += [dict(opts="p", row_splits=True), dict(opts="gp", row_splits=Tr
                   dict(opts="gp", mask="local", softcap=True, split=True), dict(opts="gp", d=64, split=True)]
 
 
-@pytest.mark.parametrize("kw", PAGED_COMPILE, ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))
+@pytest.mark.parametrize("kw", sampling.matrix(PAGED_COMPILE, 1, lambda kw: _spec_axes(sm90(paged=True, **kw))),
+                         ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))
 def test_paged_hopper_kernel_compiles_without_spills(kw):
+    """Sampled: each value of each spec field that PAGED_COMPILE holds is compiled at least once."""
     spec = sm90(paged=True, **kw)
     assert spec.smem_bytes() <= heuristics.SMEM_LIMIT["sm_90a"]
     res = compiler.compile_cubin(render.render(spec), "sm_90a", compiler.default_options("sm_90a"), spec.name)
@@ -750,12 +767,25 @@ PAGED_WIDE_COMPILE = [dict(d=d, page_size=ps, **x) for d in (96, 192, 256) for p
 PAGED_WIDE_COMPILE += [dict(d=256, page_size=24, mask="causal")]
 
 
-@pytest.mark.parametrize("kw", PAGED_WIDE_COMPILE, ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))
+def _paged_wide_axes(kw):
+    return _spec_axes(_paged_wide_spec(kw), page_size=kw["page_size"])
+
+
+def _paged_wide_spec(kw):
+    kw = dict(kw)
+    d, ps = kw.pop("d"), kw.pop("page_size")
+    tile, opts = heuristics.sm90_tile_and_options(d, d, True, ps)
+    return sm90(d=d, tile=tile, opts=opts, paged=True, **kw)
+
+
+@pytest.mark.parametrize("kw", sampling.matrix(PAGED_WIDE_COMPILE, 1, _paged_wide_axes),
+                         ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))
 def test_paged_wide_head_dims_compile_without_spills(kw):
     """Paged K/V at head dims 96, 192 and 256 with the dispatcher's tile and loads
     (``heuristics.sm90_tile_and_options``): no spills under the paged register budgets (producer
     40 / consumers 232 with TMA boxes, 56 / 224 gathered), Q by TMA in whole 64-column boxes (d 96:
-    two, the second half past the head dim) and K/V by TMA boxes or gathered rows."""
+    two, the second half past the head dim) and K/V by TMA boxes or gathered rows.  Sampled: each
+    head dim, page size, mask, option and split that PAGED_WIDE_COMPILE holds at least once."""
     kw = dict(kw)
     d, ps = kw.pop("d"), kw.pop("page_size")
     tile, opts = heuristics.sm90_tile_and_options(d, d, True, ps)
@@ -772,6 +802,19 @@ def test_paged_wide_head_dims_compile_without_spills(kw):
         assert ops["UTMALDG"] == halves and ops["LDGSTS"] > 0, ops
     else:
         assert ops["UTMALDG"] >= 3 * halves and ops["LDGSTS"] == 0, ops
+
+
+def test_every_build_case_renders():
+    """Every case of COMPILE, PAGED_COMPILE and PAGED_WIDE_COMPILE, the sampled-out ones included:
+    the spec fits shared memory and renders the Hopper mainloop completely."""
+    specs = [sm90(**kw) for kw in COMPILE] + [sm90(paged=True, **kw) for kw in PAGED_COMPILE]
+    specs += [_paged_wide_spec(kw) for kw in PAGED_WIDE_COMPILE]
+    for spec in specs:
+        assert spec.smem_bytes() <= heuristics.SMEM_LIMIT["sm_90a"], spec.name
+        src = render.render(spec)
+        assert "wgmma.mma_async" in src and "setmaxnreg" in src, spec.name
+        assert "{{" not in src and "{%" not in src, spec.name
+    assert len({s.name for s in specs}) == len(specs)  # no case builds another's kernel
 
 
 # ------------------------------------------------------- paged TMA: one box a producer lane
