@@ -15,7 +15,9 @@ page is written by hand.
 Peers are the other implementations measured on the same inputs in the same run.  kernelgen's own
 configurations (``kernelgen_*`` switches and forced paths, and ``serial`` / ``two_streams``, which
 are kernelgen calls too) are not peers: they get their own column.  Ratios are peer time /
-kernelgen time: above 1 kernelgen is faster, below 1 it is slower.  Standard library only.
+kernelgen time: above 1 kernelgen is faster, below 1 it is slower.  The table needs only the
+standard library; the first-call summary is rendered by ``kernelgen.apps.bench.report`` and the
+charts by ``kernelgen.apps.bench.plots`` (matplotlib).
 """
 from __future__ import annotations
 
@@ -133,6 +135,14 @@ def render(report: dict, source: str = "docs/benchmarks/h200.json") -> str:
                 "| entry | kernelgen | rate | kernelgen's other paths (their time / default's) |",
                 "| --- | ---: | ---: | --- |"]
         out += [f"| `{b['name']}` | {_us(b['us'])} | {_rate(b)} | {_own(b)} |" for b in alone]
+    first = (report.get("extra") or {}).get("first_call")
+    if first:
+        sys.path.insert(0, str(REPO))
+        from kernelgen.apps.bench.report import first_call_text
+
+        out += ["", first_call_text(first).replace("### first calls", "First calls").replace(
+            "(s: build + first call, in this process)\n", "(seconds from building a peer to its first call's end, in "
+            "the bench's process: a JIT peer compiles there):\n")]
     unavailable = (report.get("extra") or {}).get("unavailable_peers") or {}
     by_reason: dict = {}  # reason -> peer -> entries
     for entry, d in unavailable.items():
