@@ -46,3 +46,29 @@ def test_report_carries_best_peer_and_first_calls(tmp_path, capsys):
     assert rep["extra"]["first_call"]["fa4"]["max_s"] == 12.0
     md = (tmp_path / "h200.md").read_text()
     assert "| prefill_dense_h128_s4k | 1000.0 | 600 |  | 0.90x fa3 | fa3 900 (0.90x)" in md
+
+
+def test_report_keeps_the_peers_agreement_with_kernelgen(tmp_path, capsys):
+    """A peer is only a fair bar if it computed the same attention: the bench compares every peer's
+    output with kernelgen's (``max_diff``, its ``<entry>_agrees_with_peers`` checks).  The GPU report
+    keeps both, so a peer called with the wrong arguments (a causal mask aligned top-left, a window
+    off by one) shows in the committed report and fails its summary instead of being dropped."""
+    import json
+
+    from kernelgen.apps.bench import report
+
+    ok = report.finalize({"name": "prefill_dense_h128_s4k", "suite": "prefill", "us": 1000.0, "metric": "tflops",
+                          "flops": 6e11, "peers": {"fa3": 900.0}, "unavailable": {}, "max_diff": {"fa3": 0.004},
+                          "ref_max": {"fa3": 3.0}}, None)
+    bad = report.finalize({"name": "prefill_chunked_paged16", "suite": "prefill", "us": 1000.0, "metric": "tflops",
+                           "flops": 6e11, "peers": {"fa4": 800.0}, "unavailable": {}, "max_diff": {"fa4": 1.5},
+                           "ref_max": {"fa4": 3.0}}, None)
+    (tmp_path / "bench.json").write_text(json.dumps(report.build_report([ok, bad], None, "NVIDIA H200", commit="c")))
+    gpu_report.main(["--out", str(tmp_path), "--markdown", str(tmp_path / "h200.md")])
+    rep = json.loads((tmp_path / "gpu_report.json").read_text())
+    assert rep["checks"]["prefill_dense_h128_s4k_agrees_with_peers"] is True
+    assert rep["checks"]["prefill_chunked_paged16_agrees_with_peers"] is False
+    rows = {b["name"]: b for b in rep["benchmarks"]}
+    assert rows["prefill_chunked_paged16"]["max_diff"] == {"fa4": 1.5}
+    assert rows["prefill_dense_h128_s4k"]["max_diff"] == {"fa3": 0.004}
+    assert "| prefill_chunked_paged16_agrees_with_peers | FAIL |" in (tmp_path / "h200.md").read_text()

@@ -1,7 +1,8 @@
 """Assemble gpu_report.json from one tools/gpu_check.sh run and print the summary table.
 
 Shape: {"commit", "date", "device", "tests": {"passed", "failed", "skipped"}, "checks": {name: bool},
-"benchmarks": [{"name", "us", "tflops", "tbps", "peers": {peer: us}}], plus "extra" details.
+"benchmarks": [{"name", "us", "tflops", "tbps", "peers": {peer: us}, "max_diff": {peer: largest |peer -
+kernelgen|}}], plus "extra" details.  The bench's ``<entry>_agrees_with_peers`` checks are report checks.
 """
 from __future__ import annotations
 
@@ -181,10 +182,14 @@ def main(argv=None) -> int:
         report["extra"]["demo"] = {k: demo.get(k) for k in ("max_error", "requests", "tokens")}
     else:
         report["checks"]["demo_matches_reference"] = False
+    # the bench's comparison of each peer's output with kernelgen's (report.checks): a peer that
+    # computed something else is no bar to measure against, so its disagreement fails the report
+    report["checks"].update({k: v for k, v in ((bench or {}).get("checks") or {}).items()
+                             if k.endswith("_agrees_with_peers")})
     for e in (bench or {}).get("benchmarks", []):
         report["benchmarks"].append({k: e.get(k) for k in ("name", "us", "tflops", "tbps", "peers", "ratios",
-                                                           "best_peer", "vs_best")
-                                     if k not in ("ratios", "best_peer", "vs_best") or e.get(k)})
+                                                           "best_peer", "vs_best", "max_diff")
+                                     if k not in ("ratios", "best_peer", "vs_best", "max_diff") or e.get(k)})
         if e.get("unavailable"):
             report["extra"].setdefault("unavailable_peers", {})[e["name"]] = e["unavailable"]
     add_aliases(report["benchmarks"])
