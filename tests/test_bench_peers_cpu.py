@@ -304,3 +304,18 @@ def test_pins_match_the_issue():
     assert {"quack-kernels", "apache-tvm-ffi", "torch-c-dlpack-ext", "nvidia-cutlass-dsl-libs-base",
             "nvidia-cutlass-dsl-libs-core"} <= set(pins)
     assert pw.MAX_PART_BYTES + 8 * 2 ** 20 <= 64 * 2 ** 20  # a part plus the working tree fits one call
+
+
+def test_install_replaces_a_stale_kept_part_with_the_carried_one(tmp_path, capsys):
+    """A part kept aside by an earlier call of the lease (an earlier ``pack``: same name, same size,
+    other bytes) does not hide the right part this call carries: the carried part is checked and
+    kept instead, and the peers unpack."""
+    pw = _tool()
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    files = {"fa3_fwd_config.py": "CONFIG = {}\n", "pkg/mod.py": f"X = '{os.urandom(600).hex()}'\n"}
+    man = _make_parts(pw, src, files, max_part=300)
+    stale = dest / "parts" / Path(man["parts"][0]["file"]).name
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(os.urandom(man["parts"][0]["bytes"]))      # what an earlier pack's part 1 left
+    assert pw.install(src, dest) == 0, capsys.readouterr().out
+    assert (dest / "site" / "pkg" / "mod.py").read_text() == files["pkg/mod.py"]

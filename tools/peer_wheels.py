@@ -191,8 +191,8 @@ def install(root: Path, dest: Path) -> int:
     have = []
     for p in m["parts"]:
         src, keep = root / p["file"], saved / Path(p["file"]).name
-        if src.exists() and not (keep.exists() and keep.stat().st_size == p["bytes"]):
-            shutil.copyfile(src, keep)  # outlives the working tree of this call
+        if src.exists() and not (keep.exists() and sha256(keep) == p["sha256"]):
+            shutil.copyfile(src, keep)  # outlives the working tree of this call (replaces a stale copy)
         if keep.exists():
             if sha256(keep) != p["sha256"]:
                 print(f"peers: {p['file']} does not match the manifest's sha256")
