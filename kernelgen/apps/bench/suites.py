@@ -316,7 +316,7 @@ def _gather(entry, kc, vc, pt, used):
 
 
 def _variants(arch, num_sms, model: ModelPreset, max_q, max_k, paged, layouts=("soa", "aos"), causal=True):
-    """Kernel specs varlen_attention would use for a preset's call (mirrors api._validated_call)."""
+    """Kernel specs varlen_attention would use for a preset's call (selection.decide's single-launch rule)."""
     from ...selection import heuristics, validation
 
     mask, _, _ = validation.window(model.window_size, causal)
@@ -845,7 +845,7 @@ def overhead_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
     plan step, each repeated on the same tensors.  The ``_32layers`` entries cycle the call
     through ``OVERHEAD_LAYERS`` layers' q and out, as the layers of a decode step do, so no call
     has the previous call's pointers (the prepared call's graph launch then re-points a graph:
-    ``kernelgen/graph_launch.py``).  Method: measure.host_time_us (the GPU is kept busy by a spin
+    ``kernelgen/launch/graph_launch.py``).  Method: measure.host_time_us (the GPU is kept busy by a spin
     kernel so nothing the calls enqueue runs during the measurement, and fewer calls than the
     launch queue holds are enqueued per sample, so no launch blocks)."""
     torch = _torch()
@@ -891,7 +891,7 @@ def overhead_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
             graph = measure.capture_graph(step)
             fn = graph.replay
             e["launches"] = 1
-    # kernels enqueued as one CUDA graph launch outside capture (kernelgen/graph_launch.py): the
+    # kernels enqueued as one CUDA graph launch outside capture (kernelgen/launch/graph_launch.py): the
     # driver has the graph API and KERNELGEN_GRAPH_LAUNCH is not 0 (the A/B of docs/dev/perf-log.md)
     e["graph_launch"] = (which != "overhead_graph_replay" and graph_launch.driver() is not None
                          and graph_launch.enabled())
