@@ -287,7 +287,7 @@ def _fake_load(spec, device):
 
 
 class _RecordingTorch:
-    """``torch`` for kernelgen.prepared: uint8 allocations (workspaces) are kept by the recorder."""
+    """``torch`` for kernelgen.launch.prepared: uint8 allocations (workspaces) are kept by the recorder."""
 
     def __init__(self, rec):
         self._rec = rec

@@ -22,7 +22,7 @@ BF16, FP16 = torch.bfloat16, torch.float16
 def reference_api(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, *, seqused_k=None,
                   page_table=None, causal=False, window_size=(-1, -1), softcap=0.0, softmax_scale=None, num_splits=0,
                   pack_gqa=None, return_lse=False, out=None, metadata_layout="soa", sort=True, head_swizzle=True):
-    """kernelgen.api.varlen_attention computed on the CPU with the float64 reference."""
+    """kernelgen.front.api.varlen_attention computed on the CPU with the float64 reference."""
     if page_table is not None:
         k, v, cu_seqlens_k = reference.gather_paged(k, v, page_table, seqused_k)
         seqused_k = None
@@ -37,7 +37,7 @@ def reference_api(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None, m
 
 
 class Recorder:
-    """Stands in for kernelgen.api.varlen_attention: records its arguments, returns tensors of the
+    """Stands in for kernelgen.front.api.varlen_attention: records its arguments, returns tensors of the
     right shapes (lse[h, t] = 1000 h + t so reshapes can be checked)."""
 
     def __init__(self):
