@@ -357,6 +357,35 @@ def test_arch_override_and_environment(fake_cuda, monkeypatch):
         kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400)
 
 
+def test_sm90_opts_from_the_environment_when_a_signature_is_first_seen(fake_cuda, monkeypatch):
+    """KERNELGEN_SM90_OPTS is read when a call signature is first seen (docs/environment.md; before
+    the move into layers it was read once, at import): a value set after the import reaches the next
+    new signature, a signature seen before keeps its kernel, and an empty value is no options."""
+    from kernelgen.jit import runtime
+
+    def hopper_opts():
+        return [k.spec.sm90_opts for k in runtime.loaded_kernels() if getattr(k.spec, "mainloop", "") == "sm90a"]
+
+    q, k, v, cu_q, cu_k = prefill_inputs()
+    monkeypatch.delenv("KERNELGEN_SM90_OPTS", raising=False)
+    kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400)
+    assert hopper_opts() == [heuristics.SM90_OPTS]
+    monkeypatch.setenv("KERNELGEN_SM90_OPTS", "hr")
+    kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400)      # the signature's prepared call
+    assert hopper_opts() == [heuristics.SM90_OPTS]
+    api.clear_signature_cache()
+    kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400)
+    assert hopper_opts() == [heuristics.SM90_OPTS, "hr"]
+    monkeypatch.setenv("KERNELGEN_SM90_OPTS", "")
+    api.clear_signature_cache()
+    kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400)
+    assert hopper_opts() == [heuristics.SM90_OPTS, "hr", ""]
+    monkeypatch.setenv("KERNELGEN_SM90_OPTS", "zz")
+    api.clear_signature_cache()
+    with pytest.raises(ValueError, match="sm90_opts 'z'"):
+        kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400)
+
+
 @pytest.mark.parametrize("causal,kw,mask,left,right", [
     (False, dict(window_size=(64, -1)), "local", 64, -1),
     (False, dict(window_size=(64, 32)), "local", 64, 32),
