@@ -52,12 +52,31 @@ def _resolve(module: str, node) -> list:
     return found
 
 
+def _dynamic(node) -> str | None:
+    """The kernelgen module a call ``importlib.import_module("kernelgen...")`` or
+    ``__import__("kernelgen...")`` names with a string literal (its nearest existing package for a
+    name that is not a module), else None."""
+    f = node.func
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+    if name not in ("import_module", "__import__") or not node.args:
+        return None
+    arg = node.args[0]
+    if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.split(".")[0] == "kernelgen"):
+        return None
+    target = arg.value
+    while target not in MODULES and "." in target:
+        target = target.rpartition(".")[0]
+    return target
+
+
 def imports(module: str) -> set:
     tree = ast.parse(MODULES[module].read_text())
     out = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             out.update(m for m in _resolve(module, node) if m != module)
+        elif isinstance(node, ast.Call) and _dynamic(node) not in (None, module):
+            out.add(_dynamic(node))
     return out
 
 
@@ -114,3 +133,12 @@ def test_the_checker_sees_function_local_and_relative_imports():
     assert "kernelgen.jit.cache" in GRAPH["kernelgen.jit.runtime"]  # inside _load
     assert "kernelgen.jit.runtime" in GRAPH["kernelgen.front.api"]
     assert "kernelgen.kernels.spec" in GRAPH["kernelgen.kernels.device"]
+
+
+def test_the_checker_sees_imports_by_name():
+    """``importlib.import_module("kernelgen.front.api")`` (or ``__import__``) in a lower layer is an
+    import like any other: it would load the higher layer just the same."""
+    tree = ast.parse("def f():\n    import importlib\n    return importlib.import_module('kernelgen.front.api')\n"
+                     "def g():\n    return __import__('kernelgen.selection.nothing_here')\n")
+    found = {_dynamic(n) for n in ast.walk(tree) if isinstance(n, ast.Call)} - {None}
+    assert found == {"kernelgen.front.api", "kernelgen.selection"}
