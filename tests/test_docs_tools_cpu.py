@@ -186,3 +186,30 @@ def test_warm_gpu_tests_lists_the_hopper_test_kernels():
                        text=True, cwd=REPO)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == names
+
+
+def test_warm_gpu_tests_follows_kernelgen_sm90_opts(monkeypatch):
+    """With KERNELGEN_SM90_OPTS set (a tuning run of the GPU tests), the dispatcher picks Hopper
+    kernels with those options; the warmer compiles those, as the flat package's warmers did (they
+    read heuristics.SM90_OPTS, which then held the variable), not the default options' kernels."""
+    sys.path.insert(0, str(REPO / "tools"))
+    try:
+        import warm_gpu_tests
+    finally:
+        sys.path.pop(0)
+    from kernelgen.kernels.device import Device
+    from kernelgen.selection import decide
+    from kernelgen.selection.settings import Settings
+
+    monkeypatch.setenv("KERNELGEN_SM90_OPTS", "hr")
+    specs = set(warm_gpu_tests.specs())
+    # test_hopper_matrix's call (d 128, bf16, causal, SoA): the kernel the dispatcher picks now
+    sig = decide.CallSignature(dtype="bf16", head_dim=128, head_dim_v=128, num_heads_q=8, num_heads_kv=2,
+                               mask="causal", window_left=-1, layout="soa", max_seqlen_q=700, max_seqlen_k=9000,
+                               paged=False, page_size=0, softcap=False, pack_gqa=None, num_splits=0,
+                               short_query_tokens=None, arch=None, tma_ok=True, batch=4, rows=2000)
+    r = decide.decide(sig, Device("H200", (9, 0), 132, 60 * 2 ** 20, 232448), Settings.from_env())
+    assert r.variants.attention.sm90_opts == "hr"
+    assert set(r.specs) <= specs
+    # paged: the options plus the gather path where the page size needs it
+    assert any(getattr(s, "paged", False) and s.sm90_opts in ("hr", "ghr") for s in specs)

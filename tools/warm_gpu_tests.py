@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernelgen.selection import heuristics  # noqa: E402
+from kernelgen.selection.settings import Settings  # noqa: E402
 from kernelgen.kernels.spec import AttentionSpec, SchedulerSpec, TileConfig  # noqa: E402
 
 ARCH = "sm_90a"
@@ -30,22 +31,29 @@ ARCH = "sm_90a"
 PAIRS = [(64, 64), (96, 96), (128, 128), (192, 192), (192, 128), (256, 256)]
 
 
+def _opts():
+    """The Hopper options the dispatcher takes in this environment: ``KERNELGEN_SM90_OPTS`` when set
+    (a tuning run of the GPU tests), else None (``heuristics.SM90_OPTS``)."""
+    return Settings.from_env().sm90_opts
+
+
 def _choose(dt, d, dv=None, *, hq=8, hkv=2, causal=True, window=(-1, -1), cap=0.0, layout="soa", max_q=700,
             max_k=9000, paged=False, page_size=0, num_splits=0, mainloop="sm90a"):
     mask = "local" if window != (-1, -1) else ("causal" if causal else "none")
     v = heuristics.choose(ARCH, dt, d, d if dv is None else dv, num_heads_q=hq, num_heads_kv=hkv, mask=mask,
                           layout=layout, max_seqlen_q=max_q, max_seqlen_k=max_k, paged=paged, softcap=cap > 0,
-                          num_splits=num_splits, num_sms=132, mainloop=mainloop, page_size=page_size)
+                          num_splits=num_splits, num_sms=132, mainloop=mainloop, page_size=page_size,
+                          sm90_opts=_opts())
     return [s for s in (v.scheduler, v.attention, v.combine) if s is not None]
 
 
 def _mixed(dt, d, **kw) -> list:
     """The fused Hopper launch's specs and the classes-in-turn pair's (the tests run both)."""
     out = []
-    fv = heuristics.choose_fused_hopper(ARCH, dt, d, d, **kw)
+    fv = heuristics.choose_fused_hopper(ARCH, dt, d, d, sm90_opts=_opts(), **kw)
     if fv is not None:
         out += [x for x in (fv.scheduler, fv.fused, fv.combine) if x is not None]
-    pv = heuristics.choose_pair(ARCH, dt, d, d, **kw)
+    pv = heuristics.choose_pair(ARCH, dt, d, d, sm90_opts=_opts(), **kw)
     if pv is not None:
         out += [x for x in (pv.long.scheduler, pv.long.attention, pv.short.attention, pv.short.combine)
                 if x is not None]
@@ -60,7 +68,7 @@ def head_dim_specs() -> list:
     out = [SchedulerSpec(ARCH, lay) for lay in ("soa", "aos")]
     for (d, dv), dt, mask, lay in itertools.product(PAIRS, ("bf16", "fp16"), ("none", "causal"), ("soa", "aos")):
         out.append(AttentionSpec(ARCH, dt, d, dv, mask, lay, heuristics.sm90_tile(d, dv), mainloop="sm90a",
-                                 sm90_opts=heuristics.SM90_OPTS))
+                                 sm90_opts=heuristics.SM90_OPTS if _opts() is None else _opts()))
     t = heuristics.SM90_TILE
     for opts, tile in [("", t), ("h", t), ("s", t), ("hp", t), ("pr", t), ("p", TileConfig(128, 128, 8, 3, 1)),
                        ("p", TileConfig(128, 192, 8, 2, 1))]:
@@ -83,7 +91,7 @@ def window_softcap_specs() -> list:
     for dt, d, lay, mask, cap in itertools.product(("bf16", "fp16"), (64, 128), ("soa", "aos"),
                                                    ("none", "causal", "local"), (False, True)):
         v = heuristics.choose(ARCH, dt, d, d, num_heads_q=8, num_heads_kv=2, mask=mask, softcap=cap, layout=lay,
-                              max_seqlen_q=4096, max_seqlen_k=4096, mainloop="sm90a")
+                              max_seqlen_q=4096, max_seqlen_k=4096, mainloop="sm90a", sm90_opts=_opts())
         out += [v.attention, v.scheduler]
     return out
 
@@ -118,7 +126,7 @@ def paged_split_mixed_specs() -> list:
     for d in (96, 256):
         kw = dict(num_heads_q=32, num_heads_kv=8, mask="causal", max_seqlen_q=900, max_seqlen_k=4000, paged=True,
                   page_size=16)
-        fv = heuristics.choose_fused_hopper(ARCH, "bf16", d, d, **kw)
+        fv = heuristics.choose_fused_hopper(ARCH, "bf16", d, d, sm90_opts=_opts(), **kw)
         if fv is not None:
             out += [x for x in (fv.scheduler, fv.fused, fv.combine) if x is not None]
         else:

@@ -211,6 +211,7 @@ def test_hopper_strided_views():
 def test_hopper_mainloop_options(monkeypatch, opts, stages, bn):
     """The mainloop's variants: without ping-pong, P V in 64-column halves, without the intra-
     warpgroup overlap, lazy O rescale, a three-stage K/V ring, 192-key blocks."""
+    monkeypatch.delenv("KERNELGEN_SM90_OPTS", raising=False)  # the variable would win over SM90_OPTS
     monkeypatch.setattr(heuristics, "SM90_OPTS", opts)
     monkeypatch.setattr(heuristics, "SM90_TILE", heuristics.TileConfig(128, bn, 8, stages, 1))
     api.clear_signature_cache()
@@ -526,6 +527,7 @@ def test_hopper_paged_wide_head_dims_mixed_batch(d):
 @pytest.mark.parametrize("page_size", [16, 256])
 def test_hopper_paged_gather_on_large_pages(monkeypatch, page_size):
     """Option "g" forced on pages TMA could take: the gather path on 16-token and whole-block pages."""
+    monkeypatch.delenv("KERNELGEN_SM90_OPTS", raising=False)  # the variable would win over SM90_OPTS
     monkeypatch.setattr(heuristics, "SM90_OPTS", "gp")
     api.clear_signature_cache()
     try:
