@@ -216,3 +216,27 @@ def test_plan_without_a_cuda_device_says_so():
     device is needed (torch's own is an AssertionError about its build)."""
     with pytest.raises(RuntimeError, match="AttentionPlan needs a CUDA device"):
         kernelgen.AttentionPlan(max_batch=4, num_heads_q=2, num_heads_kv=1, head_dim=64)
+
+
+@pytest.mark.parametrize("device", ["cuda", torch.device("cuda")])
+def test_plan_on_cuda_without_an_index_takes_the_current_device(monkeypatch, device):
+    """AttentionPlan(device="cuda") (or torch.device("cuda")): the current CUDA device, as torch
+    means it, not device index None (cupy's getDeviceProperties(None) raised "TypeError: an integer
+    is required", and steps on cuda:N tensors would not match a plan made on "cuda")."""
+    from kernelgen.front import plan as plan_mod
+    from kernelgen.jit import runtime
+
+    class Stop(Exception):
+        pass
+
+    asked = []
+
+    def read_device(ordinal):
+        asked.append(ordinal)
+        raise Stop
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    monkeypatch.setattr(runtime, "device", read_device)
+    with pytest.raises(Stop):
+        plan_mod.AttentionPlan(max_batch=4, num_heads_q=2, num_heads_kv=1, head_dim=64, device=device)
+    assert asked == [3]

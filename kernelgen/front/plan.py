@@ -81,7 +81,10 @@ class AttentionPlan:
             except (AssertionError, RuntimeError) as e:  # torch without CUDA, or no device
                 raise RuntimeError(f"AttentionPlan needs a CUDA device: {e}") from e
         else:
-            device = torch.device(device).index
+            dev = torch.device(device)
+            device = dev.index
+            if device is None and dev.type == "cuda":  # "cuda" without an index: the current device
+                device = torch.cuda.current_device()
         self.device = torch.device("cuda", device)
         self.capacity = int(max_batch)
         self.max_total_q = int(max_total_q) if max_total_q is not None else self.capacity * max(1, max_seqlen_q)
