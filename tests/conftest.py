@@ -154,6 +154,21 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     yield
 
 
+#: Variables that change what kernelgen chooses, compiles or checks (docs/environment.md): a CPU
+#: test starts without them, whatever the developer's shell has set (a test that needs one sets it).
+#: GPU tests keep them: a tuning run sets e.g. KERNELGEN_SM90_OPTS for the GPU tests on purpose.
+CHOICE_ENV = ("KERNELGEN_ARCH", "KERNELGEN_SM90_OPTS", "KERNELGEN_SM90_SHORT_ROWS", "KERNELGEN_MIXED_SHORT_CTAS",
+              "KERNELGEN_CHECK_INPUTS", "KERNELGEN_GRAPH_LAUNCH", "KERNELGEN_DEFINES", "KERNELGEN_DISABLE_JIT")
+
+
+@pytest.fixture(autouse=True)
+def _no_choice_env(request, monkeypatch):
+    if request.node.get_closest_marker("gpu") is None:
+        for name in CHOICE_ENV:
+            monkeypatch.delenv(name, raising=False)
+    yield
+
+
 @pytest.fixture
 def fake_cuda(monkeypatch):
     """kernelgen's public calls on CPU tensors with the CUDA pieces stubbed; returns the launch
