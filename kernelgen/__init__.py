@@ -2,7 +2,9 @@
 
 Jinja templates -> NVRTC (through CuPy, no CUDA toolkit) -> cubins cached on disk -> launched
 from PyTorch on the caller's stream.  Start with ``kernelgen.varlen_attention`` (one-shot) or
-``kernelgen.AttentionPlan`` (fixed capacity, CUDA-graph friendly).
+``kernelgen.AttentionPlan`` (fixed capacity, CUDA-graph friendly); besides TypeError and
+ValueError they raise ``kernelgen.CompileError``, ``kernelgen.KernelNotCachedError`` and
+``kernelgen.LaunchError``.
 
 The package is layered along the path of one call (docs/architecture.md): ``front`` (the public
 calls) -> ``selection`` (validation and the one decider) -> ``jit`` (render, compile, cache,
@@ -21,12 +23,16 @@ import sys
 
 from ._version import __version__
 
-__all__ = ["__version__", "varlen_attention", "AttentionPlan"]
+__all__ = ["__version__", "varlen_attention", "AttentionPlan", "CompileError", "KernelNotCachedError", "LaunchError"]
 
 #: Lazily imported public names: name -> (module, attribute or None for the module itself).
 _LAZY = {
     "varlen_attention": ("kernelgen.front.api", "varlen_attention"),
     "AttentionPlan": ("kernelgen.front.plan", "AttentionPlan"),
+    # the errors a call can raise besides TypeError / ValueError (docs/api.md, "Errors")
+    "CompileError": ("kernelgen.jit.compiler", "CompileError"),
+    "KernelNotCachedError": ("kernelgen.jit.cache", "KernelNotCachedError"),
+    "LaunchError": ("kernelgen.launch.launch", "LaunchError"),
     "ops": ("kernelgen.front.ops", None),        # imports torch and registers torch.ops.kernelgen.*
     "compat": ("kernelgen.front.compat", None),
 }

@@ -28,7 +28,7 @@ REQUIRED = {
     "mixed_trace",
     "scheduler_b8", "scheduler_b128", "scheduler_b1024", "scheduler_b4096", "varlen_trace_sorted",
     "varlen_trace_unsorted",
-    "compile_cold_variant", "compile_warm_load", "dispatch_in_memory",
+    "compile_cold_variant", "compile_cold_call", "compile_warm_load", "dispatch_in_memory",
     "overhead_decode_call", "overhead_plan_run", "overhead_graph_replay",
 }
 ROOFS = {"copy_tbps": 4.0, "bf16_matmul_tflops": 800.0}
@@ -248,7 +248,7 @@ def test_markdown_tables():
     row = next(ln for ln in text.splitlines() if ln.startswith("| decode_trace_b128_paged16 "))
     assert "| 1.05x fa3_unpaged |" in row  # kernelgen_sm80 (1500 us) is kernelgen itself, not a peer
     assert "### first calls" in text and "| fa4 | 2 | 11.50 | 14.00 (prefill_dense_causal_h128_s16k) |" in text
-    assert "cold compile of one variant (new process, empty cache): 4.00 s" in text
+    assert "cold compile of one attention variant (new process, empty cache): 4.00 s" in text
     assert "n/a" in row
     assert "mem_efficient_sdpa (prefill_dense_causal_h128_s16k): RuntimeError: no kernel" in text
     assert "| decode_long_b8_128k_mla | skipped: KV cache" in text
@@ -313,7 +313,7 @@ def test_registry_covers_required_entries():
     for m in PRESETS:
         for base in ("prefill_varlen_trace",) + suites.DECODE_SHAPES:
             assert entry_name(base, m) in names
-    assert [d.name for d in suites.registry(["compile"], [])] == ["compile_cold_variant", "compile_warm_load",
+    assert [d.name for d in suites.registry(["compile"], [])] == ["compile_cold_variant", "compile_cold_call", "compile_warm_load",
                                                                   "dispatch_in_memory"]
     sub = suites.registry(["scheduler", "overhead"], resolve_models(["mla"]))
     assert {d.suite for d in sub} == {"scheduler", "overhead"}
@@ -581,3 +581,14 @@ def test_switch_ratios_divide_by_the_interleaved_default():
     # without an interleaved base (an old report) the switch ratio is against us, as before
     old = dict(e, switch_base_us=None)
     assert report.entry_ratios(old)[peers.KG_NOSORT] == pytest.approx(197.6 / 400.0)
+
+
+def test_cold_call_compiles_every_kernel_of_a_first_call(tmp_path):
+    """compile_cold_call's subprocess: the scheduler and the attention kernel of a first call, each
+    compiled into the empty cache, with their own times."""
+    r = suites.cold_compile_call("sm_80", tmp_path / "cold")
+    names = [k["name"] for k in r["kernels"]]
+    assert names == [s.name for s in suites.call_specs("sm_80")] and len(names) == 2
+    assert names[0].startswith("sched") and all(k["compiled"] and k["us"] > 0 for k in r["kernels"])
+    assert r["us"] >= sum(k["us"] for k in r["kernels"])
+    assert len([p for p in (tmp_path / "cold").iterdir() if p.suffix == ".cubin"]) == 2

@@ -319,3 +319,27 @@ def test_install_replaces_a_stale_kept_part_with_the_carried_one(tmp_path, capsy
     stale.write_bytes(os.urandom(man["parts"][0]["bytes"]))      # what an earlier pack's part 1 left
     assert pw.install(src, dest) == 0, capsys.readouterr().out
     assert (dest / "site" / "pkg" / "mod.py").read_text() == files["pkg/mod.py"]
+
+
+def test_a_disagreeing_peer_is_not_the_best_peer():
+    """A peer whose output is outside bf16 tolerance computed something else: it cannot be the
+    bar kernelgen is measured against, and the entry's agreement check fails."""
+    e = _entry(peers={"fa3": 80.0, "fa4": 90.0}, max_diff={"fa3": 0.5, "fa4": 0.001}, ref_max={"fa3": 1.0, "fa4": 1.0})
+    assert (e["best_peer"], e["vs_best"]) == ("fa4", pytest.approx(0.9))
+    assert report.disagrees(e, "fa3") and not report.disagrees(e, "fa4") and report.agrees(e) is False
+
+
+def test_preload_reports_what_it_could_not_import(clean_modules):
+    if importlib.util.find_spec("fa3_fwd_config") is not None or importlib.util.find_spec("flash_attn") is not None:
+        pytest.skip("a peer is installed here")
+    got = peers.preload()
+    assert set(got) == {"fa3", "fa4"}
+    assert "fa3-fwd is not installed" in got["fa3"] and "flash-attn-4 is not installed" in got["fa4"]
+
+
+def test_first_call_text_names_the_cold_call():
+    s = report.first_call_summary([{"name": "compile_cold_variant", "us": 3.5e5},
+                                   {"name": "compile_cold_call", "us": 2.4e6},
+                                   _entry(name="a", first_call_s={"fa4": 3.0})])
+    assert s["kernelgen_cold_call_s"] == pytest.approx(2.4)
+    assert "of every kernel of a first call (scheduler and attention): 2.40 s" in report.first_call_text(s)

@@ -240,3 +240,16 @@ def test_plan_on_cuda_without_an_index_takes_the_current_device(monkeypatch, dev
     with pytest.raises(Stop):
         plan_mod.AttentionPlan(max_batch=4, num_heads_q=2, num_heads_kv=1, head_dim=64, device=device)
     assert asked == [3]
+
+
+def test_error_classes_are_top_level_names():
+    """The errors a call raises besides TypeError/ValueError are public top-level names (the
+    modules that define them moved when the package was split into layers)."""
+    import kernelgen
+    from kernelgen.jit.cache import KernelNotCachedError
+    from kernelgen.jit.compiler import CompileError
+    from kernelgen.launch.launch import LaunchError
+
+    assert kernelgen.CompileError is CompileError and kernelgen.LaunchError is LaunchError
+    assert kernelgen.KernelNotCachedError is KernelNotCachedError
+    assert {"CompileError", "KernelNotCachedError", "LaunchError"} <= set(dir(kernelgen)) & set(kernelgen.__all__)

@@ -127,10 +127,10 @@ def varlen_attention(
             unsupported head dim, bad window/softcap/num_splits/softmax_scale/layout/arch, paged
             arguments missing or inconsistent, more than 8192 requests, or ``arch="sm_90a"`` for
             a call or device the Hopper path does not support.
-        kernelgen.jit.compiler.CompileError: NVRTC rejected a kernel (log and source path attached).
-        kernelgen.jit.cache.KernelNotCachedError: ``KERNELGEN_DISABLE_JIT=1`` and a kernel the call
+        kernelgen.CompileError: NVRTC rejected a kernel (log and source path attached).
+        kernelgen.KernelNotCachedError: ``KERNELGEN_DISABLE_JIT=1`` and a kernel the call
             needs is not in the cache.
-        kernelgen.launch.launch.LaunchError: the driver refused a launch (the message names the kernel).
+        kernelgen.LaunchError: the driver refused a launch (the message names the kernel).
 
     The values of cu_seqlens, seqused_k and page_table are not read on the host (that would
     synchronise): ``KERNELGEN_CHECK_INPUTS=1`` checks them (ordering, page ids inside the cache,

@@ -187,7 +187,7 @@ class AttentionPlan:
             ValueError / TypeError: inputs that do not match the plan (heads, head dims, dtype,
                 device, paging) or exceed its capacities (batch, max_total_q), and every error
                 ``varlen_attention`` raises for bad shapes; all before anything is launched.
-            kernelgen.launch.launch.LaunchError: the driver refused a launch (names the kernel).
+            kernelgen.LaunchError: the driver refused a launch (names the kernel).
 
         Host cost: the first step of a signature (the tensors' types, dtypes, devices, shapes and
         strides, ``return_lse``, ``softmax_scale``) is validated and prepared; later steps of it

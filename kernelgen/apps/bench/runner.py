@@ -147,11 +147,16 @@ def run(suites=("all",), models=None, trace=None, repeat=None, quick=False, flex
     torch.cuda.empty_cache()
     pre = prewarm(defs, settings, arch, props["num_sms"], jobs=jobs)
     _log(f"prewarm: {json.dumps(pre)}")
+    from .peers import preload
+
+    peer_imports = preload()
+    _log(f"peer imports: {json.dumps(peer_imports)}")
     entries = order_for_report(run_entries(defs, settings, budget, start=t_start))
     elapsed = time.perf_counter() - t_start
     info = {"suites": list(suites), "models": [p.name for p in presets], "repeat": settings.repeat,
             "warmup": settings.warmup, "switch_rounds": settings.rounds, "l2_flush_bytes": measure.FLUSH_BYTES if flush else 0, "flex": settings.flex,
             "quick": quick, "budget_s": budget, "elapsed_s": round(elapsed, 1), "prewarm": pre,
+            "peer_imports": peer_imports,
             "trace": trace or "packaged samples (Azure: prefill, scheduler; Mooncake: decode, mixed, overhead)",
             "torch": torch.__version__, "arch": arch, "models_detail": {p.name: p.describe() for p in presets}}
     try:

@@ -44,7 +44,8 @@ Suites and entries (``<model>`` suffix: see ``models.entry_name``):
   replayed from a CUDA graph; peers kernelgen_aos and kernelgen_nosort, all three interleaved) and
   ``varlen_trace_sorted`` / ``varlen_trace_unsorted`` (a skewed trace batch of 512 requests with
   the sort on / off, the pair timed as interleaved graph replays; ``sort_speedup``).
-* ``compile``: ``compile_cold_variant``, ``compile_warm_load``, ``dispatch_in_memory``.
+* ``compile``: ``compile_cold_variant`` (one attention variant), ``compile_cold_call`` (every
+  kernel of a first call: scheduler and attention), ``compile_warm_load``, ``dispatch_in_memory``.
 * ``overhead``: ``overhead_decode_call``, ``overhead_plan_run``, ``overhead_graph_replay`` (one
   call repeated), ``overhead_decode_call_32layers``, ``overhead_plan_run_32layers`` (calls cycling
   through 32 layers' q and out).
@@ -706,6 +707,25 @@ print(json.dumps({"us": (t3 - t1) * 1e6, "us_import": (t1 - t0) * 1e6, "us_nvrtc
                   "us_get": (t3 - t2) * 1e6, "compiled": entry.compiled, "resources": entry.resources}))
 """
 
+_COLD_CALL_SCRIPT = r"""
+import json, sys, time
+t0 = time.perf_counter()
+from kernelgen.jit import compiler
+from kernelgen.jit.cache import KernelCache
+from kernelgen.kernels.spec import spec_from_json
+t1 = time.perf_counter()
+compiler.nvrtc_version()
+t2 = time.perf_counter()
+cache, kernels = KernelCache(sys.argv[2]), []
+for js in json.loads(sys.argv[1]):
+    a = time.perf_counter()
+    entry = cache.get(spec_from_json(js))
+    kernels.append({"name": entry.name, "us": (time.perf_counter() - a) * 1e6, "compiled": entry.compiled})
+t3 = time.perf_counter()
+print(json.dumps({"us": (t3 - t1) * 1e6, "us_import": (t1 - t0) * 1e6, "us_nvrtc_init": (t2 - t1) * 1e6,
+                  "kernels": kernels}))
+"""
+
 _WARM_SCRIPT = r"""
 import json, sys, time
 from kernelgen.jit import cache, runtime
@@ -734,6 +754,14 @@ def compile_spec(arch: str):
     return heuristics.specs_for(arch, "bf16", 128, 128, True, "soa")[1]
 
 
+def call_specs(arch: str) -> list:
+    """Every kernel the first call of ``compile_spec``'s signature compiles: its scheduler and
+    attention kernel (llama3-8b's causal bf16 prefill, SoA)."""
+    from ...selection import heuristics
+
+    return list(heuristics.specs_for(arch, "bf16", 128, 128, True, "soa"))
+
+
 def run_script(script: str, *args, timeout: float = 300.0, env_extra: dict | None = None) -> dict:
     """Run a measurement script in a new Python process (kernelgen importable from this checkout)
     and return the JSON object on its last stdout line.  Raises RuntimeError with its stderr."""
@@ -759,6 +787,14 @@ def cold_compile(arch: str, root) -> dict:
     return run_script(_COLD_SCRIPT, json.dumps(spec.to_json()), root, env_extra={"KERNELGEN_CACHE_DIR": str(root)})
 
 
+def cold_compile_call(arch: str, root) -> dict:
+    """Cold compile of every kernel of a first call (``call_specs``) into the empty cache
+    ``root``, one after the other as the call does, in a new process: µs from NVRTC's first use
+    through the last KernelCache.get, and each kernel's µs.  Needs no GPU."""
+    specs = json.dumps([s.to_json() for s in call_specs(arch)])
+    return run_script(_COLD_CALL_SCRIPT, specs, root, env_extra={"KERNELGEN_CACHE_DIR": str(root)})
+
+
 _compile_tmp: dict = {}
 
 
@@ -782,6 +818,23 @@ def compile_cold_entry(settings: Settings, model=None) -> dict:
     e.update({k: r[k] for k in ("us", "us_import", "us_nvrtc_init", "us_get", "compiled", "resources")})
     if not r["compiled"]:
         raise RuntimeError("the cold compile found the kernel already cached")
+    return e
+
+
+def compile_cold_call_entry(settings: Settings, model=None) -> dict:
+    """compile_cold_call: what a first call compiles with an empty cache (the scheduler and the
+    attention kernel of llama3-8b's causal prefill), the comparable number to a JIT peer's first
+    call (``first_call_s``)."""
+    from ...jit.runtime import device_arch
+
+    arch = device_arch(settings.device)
+    r = cold_compile_call(arch, tempfile.mkdtemp(prefix="cold-call-", dir=_compile_root()))
+    e = _entry("compile_cold_call", "compile", None, variants=[k["name"] for k in r["kernels"]],
+               method="new process, empty cache dir: NVRTC init + every kernel of a first prefill call compiled "
+                      "in turn (KernelCache.get)")
+    e.update({k: r[k] for k in ("us", "us_import", "us_nvrtc_init", "kernels")})
+    if not all(k["compiled"] for k in r["kernels"]):
+        raise RuntimeError("the cold call found a kernel already cached")
     return e
 
 
@@ -985,6 +1038,7 @@ def registry(suites, models: list[ModelPreset]) -> list[EntryDef]:
 
     if "compile" in suites:
         out.append(EntryDef("compile_cold_variant", "compile", None, compile_cold_entry))
+        out.append(EntryDef("compile_cold_call", "compile", None, compile_cold_call_entry))
         out.append(EntryDef("compile_warm_load", "compile", None, compile_warm_entry))
         out.append(EntryDef("dispatch_in_memory", "compile", first.name, lambda st, m=first: dispatch_entry(st, m),
                             lambda st, arch, n: [compile_spec(arch)]))
