@@ -13,6 +13,17 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+try:  # no wall-clock limits in property tests either: Hypothesis's per-example deadline (200 ms by
+    # default) and its too-slow data generation check fail on a busy machine, not on a bug
+    from hypothesis import HealthCheck
+    from hypothesis import settings as _hypothesis_settings
+
+    _hypothesis_settings.register_profile("kernelgen", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    _hypothesis_settings.load_profile("kernelgen")
+except ImportError:
+    pass
+
+
 def _has_gpu() -> bool:
     try:
         import torch
