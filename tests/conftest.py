@@ -36,6 +36,7 @@ def _has_gpu() -> bool:
 HAS_GPU = _has_gpu()
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist
 def pytest_xdist_auto_num_workers(config):
     """``-n auto`` (pyproject.toml's addopts): one worker per CPU this process may run on, but no
     workers (tests in this process, as before) where a GPU is present: the GPU tests share one
@@ -50,7 +51,13 @@ def pytest_xdist_auto_num_workers(config):
         return os.cpu_count() or 1
 
 
-def pytest_addoption(parser):
+def pytest_addoption(parser, pluginmanager):
+    if not pluginmanager.has_plugin("xdist"):
+        # pyproject.toml's addopts say "-n auto --dist worksteal"; without pytest-xdist (not installed,
+        # or -p no:xdist) they are accepted and ignored, and the tests run in this process
+        stand_in = parser.getgroup("xdist", "pytest-xdist not loaded: these are ignored")
+        stand_in._addoption("-n", "--numprocesses", dest="numprocesses", default=None, help="(needs pytest-xdist)")
+        stand_in.addoption("--dist", dest="dist", default="no", help="(needs pytest-xdist)")
     group = parser.getgroup("kernelgen")
     group.addoption("--full-matrix", action="store_true",
                     help="run every case of the sampled compile matrices (tests/sampling.py; "
