@@ -102,8 +102,9 @@ def _nvrtc_memo(request, tmp_path_factory):
     (source, arch, options) this session compiled before, in any xdist worker, returns that
     compile's result (cubin, log, resources) instead of running NVRTC again.
 
-    Many tests compile the same kernel: every test of the kernel cache builds the same scheduler
-    into a fresh directory, and the compile matrices share kernels (schedulers, combines).  NVRTC
+    Many tests compile the same kernel: the kernel cache's tests build the same few kernels into
+    fresh directories again and again, the CLI's warmups and E9 build schedulers and attention
+    variants the compile matrices build too, the serving variants share combines.  NVRTC
     is deterministic for a given input (test_e7_sixteen_processes_one_key_twenty_rounds checks
     it), so each kernel is compiled once a session and the rest is replay.  The layers above see
     the same calls: the kernel cache still calls ``compile_cubin`` (and ``COMPILE_COUNT`` still
@@ -157,7 +158,8 @@ def _nvrtc_memo(request, tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
-    """CPU tests never touch the user's cache: each session gets a temporary cache dir.
+    """CPU tests never touch the user's cache: each session (each xdist worker) gets a temporary
+    cache dir.
 
     GPU runs (tools/gpu_check.sh) set KERNELGEN_TEST_CACHE_DIR to share a pre-warmed cache.
     """
