@@ -13,6 +13,17 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+try:  # no wall-clock limits in property tests either: Hypothesis's per-example deadline (200 ms by
+    # default) and its too-slow data generation check fail on a busy machine, not on a bug
+    from hypothesis import HealthCheck
+    from hypothesis import settings as _hypothesis_settings
+
+    _hypothesis_settings.register_profile("kernelgen", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    _hypothesis_settings.load_profile("kernelgen")
+except ImportError:
+    pass
+
+
 def _has_gpu() -> bool:
     try:
         import torch
@@ -25,6 +36,7 @@ def _has_gpu() -> bool:
 HAS_GPU = _has_gpu()
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist
 def pytest_xdist_auto_num_workers(config):
     """``-n auto`` (pyproject.toml's addopts): one worker per CPU this process may run on, but no
     workers (tests in this process, as before) where a GPU is present: the GPU tests share one
@@ -39,7 +51,13 @@ def pytest_xdist_auto_num_workers(config):
         return os.cpu_count() or 1
 
 
-def pytest_addoption(parser):
+def pytest_addoption(parser, pluginmanager):
+    if not pluginmanager.has_plugin("xdist"):
+        # pyproject.toml's addopts say "-n auto --dist worksteal"; without pytest-xdist (not installed,
+        # or -p no:xdist) they are accepted and ignored, and the tests run in this process
+        stand_in = parser.getgroup("xdist", "pytest-xdist not loaded: these are ignored")
+        stand_in._addoption("-n", "--numprocesses", dest="numprocesses", default=None, help="(needs pytest-xdist)")
+        stand_in.addoption("--dist", dest="dist", default="no", help="(needs pytest-xdist)")
     group = parser.getgroup("kernelgen")
     group.addoption("--full-matrix", action="store_true",
                     help="run every case of the sampled compile matrices (tests/sampling.py; "
@@ -84,8 +102,9 @@ def _nvrtc_memo(request, tmp_path_factory):
     (source, arch, options) this session compiled before, in any xdist worker, returns that
     compile's result (cubin, log, resources) instead of running NVRTC again.
 
-    Many tests compile the same kernel: every test of the kernel cache builds the same scheduler
-    into a fresh directory, and the compile matrices share kernels (schedulers, combines).  NVRTC
+    Many tests compile the same kernel: the kernel cache's tests build the same few kernels into
+    fresh directories again and again, the CLI's warmups and E9 build schedulers and attention
+    variants the compile matrices build too, the serving variants share combines.  NVRTC
     is deterministic for a given input (test_e7_sixteen_processes_one_key_twenty_rounds checks
     it), so each kernel is compiled once a session and the rest is replay.  The layers above see
     the same calls: the kernel cache still calls ``compile_cubin`` (and ``COMPILE_COUNT`` still
@@ -139,7 +158,8 @@ def _nvrtc_memo(request, tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
-    """CPU tests never touch the user's cache: each session gets a temporary cache dir.
+    """CPU tests never touch the user's cache: each session (each xdist worker) gets a temporary
+    cache dir.
 
     GPU runs (tools/gpu_check.sh) set KERNELGEN_TEST_CACHE_DIR to share a pre-warmed cache.
     """

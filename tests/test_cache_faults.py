@@ -320,7 +320,7 @@ def start_holder(tmp_path: Path, root: Path, stage: str) -> subprocess.Popen:
 
 def kill(p: subprocess.Popen) -> None:
     os.kill(p.pid, signal.SIGKILL)
-    p.communicate(timeout=30)
+    p.communicate(timeout=HANG)
     assert p.returncode == -signal.SIGKILL
 
 

@@ -480,7 +480,7 @@ def apply_fault(a, c, fault):
     return True
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 @given(c=configs(), fault=st.sampled_from(FAULTS))
 def test_property_one_fault_one_named_error(c, fault):
     """Random valid shapes pass with consistent sizes; one fault gives the expected exception type,
