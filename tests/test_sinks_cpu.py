@@ -250,7 +250,8 @@ def test_plan_run_applies_sinks(fake_cuda, applied, monkeypatch, with_lse):
     plan's preallocated scratch; the fake kernels write nothing, so out/lse keep what the test put
     there and the rescale is checked exactly; a second step takes the fast path with no host sync,
     also while capturing, and reads the new sink values."""
-    q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
+    qlens, ctx = [300, 1, 1, 3, 1, 0], [900, 40, 500, 7, 1, 0]       # a small mixed step
+    q, kc, vc, cu_q, used, pt = paged_inputs(qlens, ctx)
     hq, tq = q.shape[1], q.shape[0]
     plan = make_plan(monkeypatch, max_batch=16, num_heads_q=hq, num_heads_kv=kc.shape[2], head_dim=q.shape[2],
                      max_total_q=4096, max_seqlen_q=max(QLENS), max_seqlen_k=max(CTX), paged=True, causal=True,
