@@ -14,16 +14,14 @@ out 0 and gets lse = sinks[h]; ``sinks[h] = -inf`` is no sink (factor 1, lse unc
 ``apply`` is the one place every path (``varlen_attention``, ``AttentionPlan.run`` / ``attend``,
 the fused mixed-batch launch, split-KV) calls after its launches: plain torch ops on the current
 stream, no host synchronisation, so it can be captured in a CUDA graph and reads the sink values
-on the device at replay time.  It costs one extra pass over ``out`` (read and write) and a few
-passes over the (num_heads_q, total_q) LSE; a kernel-fused version (the epilogue / the split-KV
-combine) would replace this function.
+on the device at replay time.  It costs one extra pass over ``out`` (read and write), a few
+passes over the (num_heads_q, total_q) LSE and about ten small torch launches (host time outside
+a CUDA graph); a kernel-fused version (the epilogue / the split-KV combine) would replace this
+function.
 """
 from __future__ import annotations
 
 import torch
-
-_NEG_INF = float("-inf")
-
 
 def apply(out: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor, cu_seqlens_q: torch.Tensor | None = None):
     """Rescale ``out`` in place for ``sinks`` and write the sink-inclusive LSE into ``lse`` in place.
@@ -43,12 +41,11 @@ def apply(out: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor, cu_seqlens_
     lse32 = lse if lse.dtype == torch.float32 else lse.float()
     s = sinks.to(lse32.dtype).reshape(-1, 1)                      # (H, 1), per query head
     new = torch.logaddexp(lse32, s)                               # -inf only when both are -inf
-    empty = lse32 == _NEG_INF
-    # exp(lse - new) <= 1; a row with no key has out = 0: factor 0 (never -inf - -inf = NaN)
-    factor = torch.where(empty, torch.zeros((), dtype=lse32.dtype, device=lse32.device), torch.exp(lse32 - new))
+    # exp(lse - new) in [0, 1]; NaN only for -inf - -inf: a row with no key (out = 0) and no sink
+    factor = torch.nan_to_num(torch.exp(lse32 - new), nan=0.0)
     if cu_seqlens_q is not None:
         valid = torch.arange(lse32.shape[1], device=lse32.device) < cu_seqlens_q[-1]   # (total_q,), on device
-        factor = torch.where(valid, factor, torch.ones((), dtype=lse32.dtype, device=lse32.device))
+        factor = torch.where(valid, factor, 1.0)
         new = torch.where(valid, new, lse32)
     # out (T, H, dv) *= factor (H, T): computed in float32 (the common dtype), stored in out's dtype
     out.mul_(factor.t().unsqueeze(-1))
