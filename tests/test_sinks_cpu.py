@@ -299,10 +299,17 @@ def test_plan_attend_and_per_step_scratch(fake_cuda, applied, monkeypatch):
     assert len(applied) == 1 and applied[0]["lse"].shape == (4, 10)
     with pytest.raises(ValueError, match="sinks must have shape"):
         plan.run(q, k, v, cq, ck, sinks=torch.zeros(5))
+    inf_sink = torch.tensor([0.0, float("inf"), 0.0, 0.0])
+    plan.run(q, k, v, cq, ck, sinks=inf_sink)                 # values are not read without the switch
+    with monkeypatch.context() as m:
+        m.setenv(V.CHECK_INPUTS_ENV, "1")
+        with pytest.raises(ValueError, match=r"sinks\[1\] = inf"):
+            plan.run(q, k, v, cq, ck, sinks=inf_sink)
+    applied.clear()
     plan.schedule(cq, ck)
     lse = torch.zeros(4, 10)
     plan.attend(q, k, v, cq, ck, lse=lse, sinks=sinks)
-    assert len(applied) == 2 and applied[1]["lse"] is lse and torch.allclose(lse, torch.full((4, 10), math.log(2)))
+    assert len(applied) == 1 and applied[0]["lse"] is lse and torch.allclose(lse, torch.full((4, 10), math.log(2)))
 
 
 # ----------------------------------------------------------------------------- torch ops and compat

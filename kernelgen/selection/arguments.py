@@ -148,8 +148,9 @@ def plan_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out,
     ``heads`` (num_heads_q, num_heads_kv, head_dim, head_dim_v), ``dtype``, ``device``, at most
     ``capacity`` requests, ``paged`` and ``page_size`` (None: any), at most ``max_total_q`` query
     tokens (None: no bound: the plan has no split-KV partials), and on the Hopper path (``hopper``)
-    q/k/v strides TMA can address; ``sinks`` None or float32 (num_heads_q,) on ``device`` (its values,
-    no NaN or +inf, only under ``KERNELGEN_CHECK_INPUTS=1``).  Returns the sizes dict.  Raises TypeError / ValueError."""
+    q/k/v strides TMA can address; ``sinks`` None or float32 (num_heads_q,) on ``device`` (its
+    values, no NaN or +inf, only under ``KERNELGEN_CHECK_INPUTS=1``).  Returns the sizes dict.
+    Raises TypeError / ValueError."""
     sizes = validation.varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, None, None, out, seqused_k=seqused_k,
                                      page_table=page_table)
     got = (sizes["num_heads_q"], sizes["num_heads_kv"], sizes["head_dim"], sizes["head_dim_v"])
