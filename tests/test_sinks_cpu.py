@@ -359,3 +359,22 @@ def test_compat_s_aux_alias(monkeypatch):
     kc = torch.randn(2, 16, 2, 64).to(BF16)
     compat.flash_attn_with_kvcache(q[:2].view(2, 1, 4, 64), kc, kc, cache_seqlens=5, s_aux=s)
     assert rec.last["sinks"] is s
+
+
+def test_opcheck_with_sinks(monkeypatch):
+    """The registered ops with sinks pass torch.library.opcheck (schema, fake impl, aliasing) on a
+    CPU stand-in of api.varlen_attention (the float64 reference, which takes sinks)."""
+    from test_ops_compat import reference_api
+
+    monkeypatch.setattr(kernelgen.front.api, "varlen_attention", reference_api)
+    q, k, v, cu = packed()
+    s = torch.tensor([0.5, NEG_INF, -1.0, 3.0])
+    for return_lse in (False, True):
+        torch.library.opcheck(torch.ops.kernelgen.varlen_attention.default, (q, k, v, cu),
+                              dict(cu_seqlens_k=cu, causal=True, return_lse=return_lse, sinks=s))
+        out = torch.empty(q.shape[0], q.shape[1], v.shape[-1], dtype=q.dtype)
+        torch.library.opcheck(torch.ops.kernelgen.varlen_attention_out.default, (out, q, k, v, cu),
+                              dict(cu_seqlens_k=cu, causal=True, return_lse=return_lse, sinks=s))
+    o, lse = ops.varlen_attention(q, k, v, cu, cu, causal=True, return_lse=True, sinks=s)
+    o0, lse0 = ops.varlen_attention(q, k, v, cu, cu, causal=True, return_lse=True)
+    assert torch.allclose(lse, torch.logaddexp(lse0, s[:, None]), atol=1e-5)
