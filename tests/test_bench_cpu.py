@@ -30,6 +30,7 @@ REQUIRED = {
     "varlen_trace_unsorted",
     "compile_cold_variant", "compile_cold_call", "compile_warm_load", "dispatch_in_memory",
     "overhead_decode_call", "overhead_plan_run", "overhead_graph_replay",
+    "sinks_prefill_causal_s16k", "sinks_decode_b128_paged16",
 }
 ROOFS = {"copy_tbps": 4.0, "bf16_matmul_tflops": 800.0}
 
@@ -592,3 +593,16 @@ def test_cold_call_compiles_every_kernel_of_a_first_call(tmp_path):
     assert names[0].startswith("sched") and all(k["compiled"] and k["us"] > 0 for k in r["kernels"])
     assert r["us"] >= sum(k["us"] for k in r["kernels"])
     assert len([p for p in (tmp_path / "cold").iterdir() if p.suffix == ".cubin"]) == 2
+
+
+def test_sinks_entries_registered_in_their_suites():
+    """The attention-sinks cost entries: the prefill one in ``prefill``, the decode one in ``decode``,
+    once (first preset), each with derivable kernel specs."""
+    defs = {d.name: d for d in suites.registry(["prefill", "decode"], resolve_models(["all"]))}
+    assert defs["sinks_prefill_causal_s16k"].suite == "prefill"
+    assert defs["sinks_decode_b128_paged16"].suite == "decode"
+    assert not any(n.startswith("sinks_") and n not in ("sinks_prefill_causal_s16k", "sinks_decode_b128_paged16")
+                   for n in defs)
+    assert "sinks_decode_b128_paged16" not in [d.name for d in suites.registry(["prefill"], [])]
+    for name in ("sinks_prefill_causal_s16k", "sinks_decode_b128_paged16"):
+        assert defs[name].specs(suites.Settings(), "sm_90a", 132)

@@ -21,14 +21,15 @@ BF16, FP16 = torch.bfloat16, torch.float16
 # ----------------------------------------------------------------------------- stand-ins for the GPU
 def reference_api(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, *, seqused_k=None,
                   page_table=None, causal=False, window_size=(-1, -1), softcap=0.0, softmax_scale=None, num_splits=0,
-                  pack_gqa=None, return_lse=False, out=None, metadata_layout="soa", sort=True, head_swizzle=True):
+                  pack_gqa=None, return_lse=False, out=None, metadata_layout="soa", sort=True, head_swizzle=True,
+                  sinks=None):
     """kernelgen.front.api.varlen_attention computed on the CPU with the float64 reference."""
     if page_table is not None:
         k, v, cu_seqlens_k = reference.gather_paged(k, v, page_table, seqused_k)
         seqused_k = None
     o, lse = reference.attention_reference(q.double(), k.double(), v.double(), cu_seqlens_q, cu_seqlens_k,
                                            causal=causal, softmax_scale=softmax_scale, window_size=window_size,
-                                           softcap=softcap, seqused_k=seqused_k)
+                                           softcap=softcap, seqused_k=seqused_k, sinks=sinks)
     o = o.nan_to_num().to(q.dtype)
     if out is not None:
         out.copy_(o)

@@ -3,6 +3,8 @@
 Conventions (shared/research/edge_cases.md): query head h uses KV head h // (Hq / Hkv); causal is
 bottom-right aligned (row r sees key j iff j <= r + seqlen_k - seqlen_q); a row that sees no key
 has out = 0 exactly and lse = -inf; lse is the natural log of the sum of exp(scaled logits).
+With attention sinks (gpt-oss) the sink logit of the row's query head joins that sum (and the
+softmax denominator) with no value: a row that sees no key has out = 0 and lse = sinks[h].
 """
 from __future__ import annotations
 
@@ -26,12 +28,15 @@ def gather_paged(k_cache, v_cache, page_table, seqused_k):
 
 
 def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, softmax_scale=None,
-                        window_size=(-1, -1), softcap=0.0, seqused_k=None, max_elements: int = 1 << 27):
+                        window_size=(-1, -1), softcap=0.0, seqused_k=None, max_elements: int = 1 << 27,
+                        sinks=None):
     """Returns (out, lse): out (total_q, Hq, Dv) float64, lse (Hq, total_q) float64.
 
     ``window_size`` = (left, right) around the bottom-right aligned diagonal (-1 = unbounded; causal
     sets right to 0); ``softcap`` > 0 caps scaled logits as softcap * tanh(logit / softcap);
-    ``seqused_k`` keeps only the first seqused_k[i] keys of request i.  Rows past cu_seqlens_q[-1]
+    ``seqused_k`` keeps only the first seqused_k[i] keys of request i; ``sinks`` (Hq,) adds the
+    value-less logit sinks[h] to every softmax denominator of query head h, computed directly
+    (the extra logit enters the row maximum and the sum; -inf: no sink).  Rows past cu_seqlens_q[-1]
     are NaN (no request owns them).  ``max_elements`` bounds the size of one logits block (heads
     are processed in groups to stay under it).
     """
@@ -45,6 +50,7 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
     left, right = int(window_size[0]), int(window_size[1])
     if causal:
         right = 0 if right < 0 else min(right, 0)
+    sink = None if sinks is None else sinks.detach().to(q.device, torch.float64)
     out = torch.full((total_q, hq, dv), float("nan"), dtype=torch.float64, device=q.device)
     lse = torch.full((hq, total_q), float("nan"), dtype=torch.float64, device=q.device)
     for b in range(len(cq) - 1):
@@ -56,7 +62,7 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
             continue
         if lk <= 0:
             out[q0:q1] = 0
-            lse[:, q0:q1] = float("-inf")
+            lse[:, q0:q1] = float("-inf") if sink is None else sink[:, None]
             continue
         qb = q[q0:q1].double().transpose(0, 1)                      # (Hq, lq, d)
         kb = k[k0:k1].double().transpose(0, 1).repeat_interleave(qpk, 0)   # (Hq, lk, d)
@@ -79,9 +85,13 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
             if mask is not None:
                 s = s.masked_fill(mask, float("-inf"))
             m = s.amax(dim=-1, keepdim=True)
+            if sink is not None:                                      # the sink is one more logit
+                m = torch.maximum(m, sink[h0:h1, None, None].expand_as(m))
             m_safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
             p = torch.exp(s - m_safe)
             z = p.sum(dim=-1, keepdim=True)
+            if sink is not None:                                      # ... with no value: z only
+                z = z + torch.exp(sink[h0:h1, None, None] - m_safe)
             o = torch.matmul(p, vb[h0:h1]) / torch.where(z > 0, z, torch.ones_like(z))
             o = torch.where(z > 0, o, torch.zeros_like(o))
             out[q0:q1, h0:h1] = o.transpose(0, 1)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from ..jit import runtime
-from ..launch import bind
+from ..launch import bind, sinks as _sinks
 from ..selection import arguments, decide, signature, validation
 
 #: Prepared calls of varlen_attention by signature (``signature.key``).
@@ -56,6 +56,7 @@ def varlen_attention(
     head_swizzle: bool = True,
     short_query_tokens: int | None = None,
     arch: str | None = None,
+    sinks: torch.Tensor | None = None,
 ):
     """Attention over a ragged (varlen) batch of requests, prefill and decode alike.
 
@@ -114,12 +115,22 @@ def varlen_attention(
             "sm_90a" the Hopper path (ValueError if the call or the device does not support it).
             None reads the ``KERNELGEN_ARCH`` environment variable (same values) when a call
             signature is first seen (``clear_signature_cache`` makes it read again).
+        sinks: attention sinks (gpt-oss): None, or a float32 (num_heads_q,) tensor on q's device,
+            one extra logit per *query* head that joins every row's softmax denominator and has
+            no value: ``p_j = exp(s_j) / (exp(sinks[h]) + sum_k exp(s_k))`` over the row's scaled
+            (soft-capped, masked) logits s.  The returned lse includes it:
+            ``logaddexp(lse, sinks[h])``; a row that sees no key keeps out = 0 and gets lse =
+            sinks[h].  -inf means no sink for that head.  Applied after the kernels as an exact
+            LSE rescale (``launch.sinks.apply``: the kernels write their LSE, then ``out *=
+            exp(lse - new_lse)`` in float32): one extra pass over out, on the device, no host
+            sync, CUDA-graph safe (the values are read at run time).  Values are not checked
+            (NaN or +inf raise ValueError only under ``KERNELGEN_CHECK_INPUTS=1``).
 
     Returns:
         out (total_q, num_heads_q, head_dim_v) in q's dtype; with ``return_lse`` also
         lse (num_heads_q, total_q) float32, natural log (FlashAttention-3's convention).  A row
-        that sees no key gets out = 0 and lse = -inf.  Query rows past ``cu_seqlens_q[-1]`` are
-        not written.
+        that sees no key gets out = 0 and lse = -inf (lse = sinks[h] with sinks).  Query rows past
+        ``cu_seqlens_q[-1]`` are not written.
 
     Raises:
         TypeError: an argument has the wrong type or dtype (the message names it).
@@ -154,7 +165,7 @@ def varlen_attention(
     TMA, producer/consumer warpgroups, softmax overlapped with the next block's GEMM).
     """
     try:
-        key = signature.key((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out), window_size,
+        key = signature.key((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, sinks), window_size,
                             (max_seqlen_q, max_seqlen_k, causal, softcap, softmax_scale, num_splits, pack_gqa,
                              return_lse, metadata_layout, sort, head_swizzle, short_query_tokens, arch))
         prep = _CALLS.get(key)
@@ -163,28 +174,34 @@ def varlen_attention(
     if prep is not None and not validation.host_checks_enabled():
         res = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, None)
         if res is not None:
+            if sinks is not None:
+                _sinks.apply(res[0], res[1], sinks, cu_seqlens_q)
             return res if return_lse else res[0]
     return _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
                            page_table, causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, return_lse,
-                           out, metadata_layout, sort, head_swizzle, short_query_tokens, arch)
+                           out, metadata_layout, sort, head_swizzle, short_query_tokens, arch, sinks)
 
 
 def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table,
                     causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, return_lse, out,
-                    metadata_layout, sort, head_swizzle, short_query_tokens=None, arch=None):
+                    metadata_layout, sort, head_swizzle, short_query_tokens=None, arch=None, sinks=None):
     """varlen_attention for a signature not prepared yet: every check, the one decision, the
-    kernels; the prepared call is stored under ``key`` (None: not keyable) and run."""
+    kernels; the prepared call is stored under ``key`` (None: not keyable) and run.  With
+    ``sinks`` the kernels always write an LSE (allocated per call when not returned), which
+    ``launch.sinks.apply`` uses after them."""
     call = arguments.varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=seqused_k,
                                  page_table=page_table, out=out, causal=causal, window_size=window_size,
                                  softcap=softcap, softmax_scale=softmax_scale, num_splits=num_splits,
                                  pack_gqa=pack_gqa, metadata_layout=metadata_layout, sort=sort,
-                                 head_swizzle=head_swizzle, short_query_tokens=short_query_tokens, arch=arch)
+                                 head_swizzle=head_swizzle, short_query_tokens=short_query_tokens, arch=arch,
+                                 sinks=sinks)
     sizes = call.sizes
+    kernel_lse = bool(return_lse) or sinks is not None
     if out is None:
         out = torch.empty((sizes["total_q"], sizes["num_heads_q"], sizes["head_dim_v"]), dtype=q.dtype,
                           device=q.device)
     lse = torch.empty((sizes["num_heads_q"], sizes["total_q"]), dtype=torch.float32, device=q.device) \
-        if return_lse else None
+        if kernel_lse else None
     if call.empty:
         return (out, lse) if return_lse else out
     ordinal = q.device.index
@@ -192,8 +209,10 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
     kernels = bind.bind(recipe, runtime.load(recipe.specs, ordinal))
     prep = kernels.prepare(layout=recipe.workspace, batch=sizes["batch"], q=q, k=k, v=v, out=out, lse=lse,
                            page_table=page_table, scale=call.scale, window=call.window, softcap=call.softcap,
-                           return_lse=bool(return_lse), fixed_base=None, sizes=sizes)
+                           return_lse=kernel_lse, fixed_base=None, sizes=sizes)
     if key is not None and signature.cacheable(key):
         _CALLS.put(key, prep)
     out, lse = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
+    if sinks is not None:
+        _sinks.apply(out, lse, sinks, cu_seqlens_q)
     return (out, lse) if return_lse else out

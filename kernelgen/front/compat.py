@@ -14,7 +14,9 @@ Mapping (FA3 -> kernelgen): ``cache_seqlens`` -> ``seqused_k``; ``page_table`` (
 ``block_table`` (FlashAttention-2 / vLLM's fork) -> ``page_table``; ``return_attn_probs`` (varlen,
 FA3's meaning: also return the LSE) or ``return_softmax_lse`` -> ``return_lse``; ``causal``,
 ``window_size``, ``softcap``, ``softmax_scale``, ``num_splits`` (0 = heuristic, 1 = no split,
-n = n splits), ``pack_gqa`` and ``out`` keep their names and meaning.  ``deterministic`` is
+n = n splits), ``pack_gqa`` and ``out`` keep their names and meaning; attention sinks (gpt-oss)
+are ``sinks`` or ``s_aux`` (vLLM's FA3 fork's name), a float32 (num_heads_q,) tensor (there is no
+FlashAttention-4 style entry point here, so no ``learnable_sink``).  ``deterministic`` is
 accepted and ignored: it selects FA3's *backward* algorithm, kernelgen has no backward, and its
 forward is deterministic by design (each output tile is computed by one CTA with no atomics on
 the data, and split-KV partials are merged in a fixed order).
@@ -110,6 +112,12 @@ def _page_table(fn: str, page_table, block_table):
     return page_table if page_table is not None else block_table
 
 
+def _sinks(fn: str, sinks, s_aux):
+    if sinks is not None and s_aux is not None:
+        raise ValueError(f"{fn}: give sinks or s_aux (the same thing, vLLM's name), not both")
+    return sinks if sinks is not None else s_aux
+
+
 def flash_attn_varlen_func(
     q,
     k,
@@ -142,6 +150,8 @@ def flash_attn_varlen_func(
     dropout_p: float = 0.0,
     alibi_slopes: Optional[torch.Tensor] = None,
     scheduler_metadata: Optional[torch.Tensor] = None,
+    s_aux: Optional[torch.Tensor] = None,
+    sinks: Optional[torch.Tensor] = None,
 ):
     """FlashAttention-3's ``flash_attn_varlen_func`` on kernelgen's kernels (forward only).
 
@@ -171,6 +181,10 @@ def flash_attn_varlen_func(
             (out, softmax_lse) for return_attn_probs; no attention probabilities are returned).
         block_table, page_table: int32 (batch, max_pages_per_seq) page ids (paged K/V).
         out: optional (total_q, num_heads_q, head_dim_v) output tensor in q's dtype.
+        s_aux, sinks: attention sinks (vLLM's FA3 fork calls them ``s_aux``; give one of the
+            two): float32 (num_heads_q,) on q's device, one value-less logit per query head in
+            every softmax denominator; the LSE includes it.  Applied after the kernels as an
+            exact LSE rescale (one extra pass over out; see :func:`kernelgen.varlen_attention`).
 
     Returns:
         out (total_q, num_heads_q, head_dim_v) in q's dtype, or (out, softmax_lse) with
@@ -216,7 +230,7 @@ def flash_attn_varlen_func(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=seqused_k, page_table=table,
         causal=causal, window_size=_window(window_size), softcap=softcap, softmax_scale=softmax_scale,
         num_splits=_num_splits(num_splits), pack_gqa=pack_gqa,
-        return_lse=bool(return_attn_probs or return_softmax_lse), out=out)
+        return_lse=bool(return_attn_probs or return_softmax_lse), out=out, sinks=_sinks(fn, sinks, s_aux))
 
 
 def _mergeable(x) -> bool:
@@ -259,6 +273,8 @@ def flash_attn_with_kvcache(
     block_table: Optional[torch.Tensor] = None,
     alibi_slopes: Optional[torch.Tensor] = None,
     out: Optional[torch.Tensor] = None,
+    s_aux: Optional[torch.Tensor] = None,
+    sinks: Optional[torch.Tensor] = None,
 ):
     """FlashAttention-3's ``flash_attn_with_kvcache`` on kernelgen's kernels (attention over an
     existing KV cache; forward only, no in-place append).
@@ -289,6 +305,7 @@ def flash_attn_with_kvcache(
         return_softmax_lse: also return the log-sum-exp.
         out: optional output tensor shaped like the returned out (a view of it must be possible
             as (total_q, num_heads_q, head_dim_v)).
+        s_aux, sinks: attention sinks, float32 (num_heads_q,), as in ``flash_attn_varlen_func``.
 
     Returns:
         out (batch, seqlen_q, num_heads_q, head_dim_v) in q's dtype ((total_q, num_heads_q,
@@ -407,7 +424,7 @@ def flash_attn_with_kvcache(
         q3, kk, vv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=cache_seqlens,
         page_table=table, causal=causal, window_size=_window(window_size), softcap=softcap,
         softmax_scale=softmax_scale, num_splits=_num_splits(num_splits), pack_gqa=pack_gqa,
-        return_lse=bool(return_softmax_lse), out=out3)
+        return_lse=bool(return_softmax_lse), out=out3, sinks=_sinks(fn, sinks, s_aux))
     o3, lse = (res if return_softmax_lse else (res, None))
     if seqlen_q is None:
         o = o3

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from ..jit import runtime
-from ..launch import bind, oneoff
+from ..launch import bind, oneoff, sinks as _sinks
 from ..selection import arguments, decide, signature, validation
 
 
@@ -59,6 +59,11 @@ class AttentionPlan:
             one-warp decode tiles, SM by SM (``heuristics.choose_fused_hopper``; the two classes
             in turn, ``heuristics.choose_pair``, where it does not apply); elsewhere, or with
             arch="sm_80", the fused sm_80 launch.
+        sinks: steps will pass ``sinks=`` (attention sinks, see ``run``): the plan preallocates
+            the float32 LSE scratch of num_heads_q * max_total_q values that those steps use when
+            no ``lse`` is passed, so a captured step allocates nothing for it.  Without it such
+            steps allocate their LSE scratch per step (like ``out=None``).  The kernels are the
+            same either way.
 
     Raises:
         ValueError / TypeError: bad capacities, head counts, head dims, dtype, window, softcap,
@@ -72,7 +77,8 @@ class AttentionPlan:
                  max_seqlen_q: int = 4096, max_seqlen_k: int = 4096, paged: bool = False, causal: bool = False,
                  window_size=(-1, -1), softcap: float = 0.0, num_splits: int = 0, pack_gqa: bool | None = None,
                  metadata_layout: str = "soa", sort: bool = True, head_swizzle: bool = True, device=None,
-                 short_query_tokens: int | None = None, arch: str | None = None, page_size: int | None = None):
+                 short_query_tokens: int | None = None, arch: str | None = None, page_size: int | None = None,
+                 sinks: bool = False):
         arguments.plan_capacity(max_batch, dtype, num_heads_q, num_heads_kv, max_seqlen_q, max_seqlen_k)
         head_dim_v = head_dim if head_dim_v is None else head_dim_v
         if device is None:
@@ -124,6 +130,17 @@ class AttentionPlan:
             self.metadata, self.metadata_short, self.split = self.workspace_layout.views(self._workspace)
         #: Prepared steps by signature (``signature.key`` of run's arguments).
         self._steps = signature.SignatureCache(64)
+        #: float32 LSE scratch of steps with sinks and no caller lse (``sinks=True``), else None.
+        self._sink_lse = (torch.empty(num_heads_q * self.max_total_q, dtype=torch.float32, device=self.device)
+                          if sinks else None)
+
+    def _lse_scratch(self, total_q: int):
+        """A contiguous (num_heads_q, total_q) float32 LSE for a step with sinks and no caller lse:
+        a view of the preallocated scratch when it is large enough, else a new tensor."""
+        n = self.num_heads_q * total_q
+        if self._sink_lse is not None and n <= self._sink_lse.numel():
+            return self._sink_lse[:n].view(self.num_heads_q, total_q)
+        return torch.empty((self.num_heads_q, total_q), dtype=torch.float32, device=self.device)
 
     @property
     def metadata_bytes(self) -> int:
@@ -150,26 +167,31 @@ class AttentionPlan:
                             batch, self.capacity)
 
     def attend(self, q, k, v, cu_seqlens_q, cu_seqlens_k=None, *, seqused_k=None, page_table=None, out=None, lse=None,
-               softmax_scale=None):
+               softmax_scale=None, sinks=None):
         """Launch attention (and the combine kernel) on the metadata the last ``schedule`` wrote.
 
         Shapes as in ``varlen_attention``; ``lse`` is an optional (num_heads_q, total_q) float32
-        tensor to fill.  Returns out.  Raises ValueError / TypeError for inputs that do not match
-        the plan (heads, head dims, dtype, device, paging, capacities).
+        tensor to fill; ``sinks`` an optional float32 (num_heads_q,) tensor of attention sinks
+        (as in ``run``; ``lse`` then receives the sink-inclusive LSE).  Returns out.  Raises
+        ValueError / TypeError for inputs that do not match the plan (heads, head dims, dtype,
+        device, paging, capacities).
         """
-        sizes = self._check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
+        sizes = self._check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks)
         scale = validation.softmax_scale(softmax_scale, self.head_dim)
         if out is None:
             out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=q.dtype, device=q.device)
+        kernel_lse = lse if (lse is not None or sinks is None) else self._lse_scratch(sizes["total_q"])
         with torch.cuda.device(self.device):
-            oneoff.attend(self._kernels, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse,
+            oneoff.attend(self._kernels, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, kernel_lse,
                           md_long=self.metadata, md_short=self.metadata_short, split=self.split,
                           capacity=self.capacity, scale=scale, window=(self.window_left, self.window_right),
                           softcap=self.softcap)
+            if sinks is not None:
+                _sinks.apply(out, kernel_lse, sinks, cu_seqlens_q)
         return out
 
     def run(self, q, k, v, cu_seqlens_q, cu_seqlens_k=None, *, seqused_k=None, page_table=None, out=None, lse=None,
-            return_lse=False, softmax_scale=None):
+            return_lse=False, softmax_scale=None, sinks=None):
         """Scheduler, attention and combine for one step, on the plan's device whatever the current
         device is.
 
@@ -178,7 +200,14 @@ class AttentionPlan:
         (num_pages, page_size, num_heads_kv, head_dim[_v]) with page_table (batch, max_pages) and
         seqused_k (batch,) int32 (lengths in tokens); pass ``out`` (total_q, num_heads_q,
         head_dim_v) and ``lse`` (num_heads_q, total_q) float32 to avoid allocating (e.g. inside a
-        CUDA graph).
+        CUDA graph).  ``sinks``: None, or attention sinks (gpt-oss), a float32 (num_heads_q,)
+        tensor on the plan's device, one value-less logit per query head in every row's softmax
+        denominator (semantics, -inf and empty rows as in ``varlen_attention``); the returned /
+        written lse includes it.  Applied after the kernels as an exact LSE rescale
+        (``launch.sinks.apply``, one extra pass over out) with torch ops on the current stream:
+        its values are read on the device, so a captured step replays with whatever the tensor
+        holds then.  Without ``lse`` the step's LSE goes to the plan's scratch (``sinks=True``
+        at construction) or a per-step tensor.
 
         Returns:
             out, or (out, lse) when ``return_lse`` or ``lse`` is given.
@@ -197,29 +226,56 @@ class AttentionPlan:
         ``lse``, if returned) are given (``docs/dev/perf-log.md``, "host overhead").
         """
         try:
-            key = signature.key((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse), (),
+            key = signature.key((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks), (),
                                 (return_lse, softmax_scale))
             step = self._steps.get(key)
         except Exception:  # noqa: BLE001 - an argument that cannot be keyed: the validating path names it
             key = step = None
         if step is not None:
-            res = step.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
-            if res is not None:
-                return res if res[1] is not None else res[0]
+            if sinks is None:
+                res = step.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
+                if res is not None:
+                    return res if res[1] is not None else res[0]
+            elif not validation.host_checks_enabled():
+                give = return_lse or lse is not None
+                kernel_lse = lse if lse is not None or return_lse else self._lse_scratch(q.shape[0])
+                if self.device.index != torch.cuda.current_device():
+                    with torch.cuda.device(self.device):
+                        res = self._sink_step(step, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out,
+                                              kernel_lse, sinks)
+                else:
+                    res = self._sink_step(step, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out,
+                                          kernel_lse, sinks)
+                if res is not None:
+                    return res if give else res[0]
         if torch.cuda.current_device() != self.device.index:
             with torch.cuda.device(self.device):
                 return self._validated_run(key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse,
-                                           return_lse, softmax_scale)
+                                           return_lse, softmax_scale, sinks)
         return self._validated_run(key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse,
-                                   return_lse, softmax_scale)
+                                   return_lse, softmax_scale, sinks)
+
+    @staticmethod
+    def _sink_step(step, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks):
+        """A prepared step whose LSE goes to ``lse`` (or is allocated), then the sinks' rescale;
+        None when the step's fast path declines (misaligned pointers)."""
+        res = step.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
+        if res is not None:
+            _sinks.apply(res[0], res[1], sinks, cu_seqlens_q)
+        return res
 
     def _validated_run(self, key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, return_lse,
-                       softmax_scale):
+                       softmax_scale, sinks=None):
         """run for a signature not prepared yet: every check before anything is launched, then the
-        step is prepared, stored under ``key`` (None: not keyable) and run."""
+        step is prepared, stored under ``key`` (None: not keyable) and run.  With ``sinks`` the
+        step always writes an LSE (the caller's, a new one when returned, else the plan's
+        scratch) and ``launch.sinks.apply`` follows it."""
+        give = bool(return_lse) or lse is not None
         if return_lse and lse is None:
             lse = torch.empty((self.num_heads_q, q.shape[0]), dtype=torch.float32, device=q.device)
-        sizes = self._check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
+        sizes = self._check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks)
+        if sinks is not None and lse is None:
+            lse = self._lse_scratch(sizes["total_q"])
         batch = arguments.plan_lengths(cu_seqlens_q, cu_seqlens_k, seqused_k, device=self.device,
                                        capacity=self.capacity)
         scale = validation.softmax_scale(softmax_scale, self.head_dim)
@@ -227,15 +283,18 @@ class AttentionPlan:
             out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=q.dtype, device=q.device)
         step = self._kernels.prepare(layout=self.workspace_layout, batch=batch, q=q, k=k, v=v, out=out, lse=lse,
                                      page_table=page_table, scale=scale, window=(self.window_left, self.window_right),
-                                     softcap=self.softcap, return_lse=bool(return_lse),
+                                     softcap=self.softcap, return_lse=bool(return_lse) or sinks is not None,
                                      fixed_base=self._workspace.data_ptr(), sizes=sizes)
         if key is not None and signature.cacheable(key):
             self._steps.put(key, step)
         out, lse = step.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
-        return (out, lse) if (return_lse or lse is not None) else out
+        if sinks is not None:
+            _sinks.apply(out, lse, sinks, cu_seqlens_q)
+        return (out, lse) if give else out
 
-    def _check_inputs(self, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse) -> dict:
+    def _check_inputs(self, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks=None) -> dict:
         return arguments.plan_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse,
+                                     sinks=sinks,
                                      heads=(self.num_heads_q, self.num_heads_kv, self.head_dim, self.head_dim_v),
                                      dtype=self.dtype, device=self.device, capacity=self.capacity, paged=self.paged,
                                      page_size=self.page_size,

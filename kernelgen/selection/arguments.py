@@ -40,7 +40,7 @@ class CheckedCall:
 
 def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, seqused_k, page_table, out,
                 causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, metadata_layout, sort,
-                head_swizzle, short_query_tokens, arch) -> CheckedCall:
+                head_swizzle, short_query_tokens, arch, sinks=None) -> CheckedCall:
     """Every check of ``varlen_attention``'s arguments (same names, shapes and types; see its
     docstring), in its order, and the signature its kernels are chosen from: the length hints
     default to total_q and the K/V capacity in tokens.
@@ -50,6 +50,7 @@ def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
     """
     sizes = validation.varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out,
                                      seqused_k=seqused_k, page_table=page_table)
+    validation.sinks(sinks, sizes["num_heads_q"], q.device)
     scale = validation.softmax_scale(softmax_scale, sizes["head_dim"])
     layout = validation.layout(metadata_layout)
     mask, left, right = validation.window(window_size, bool(causal))
@@ -69,6 +70,7 @@ def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
             validation.check_paged_values(page_table, seqused_k, sizes["num_pages"], sizes["page_size"])
         elif seqused_k is not None:
             validation.check_seqused_values(seqused_k, cu_seqlens_k)
+        validation.check_sinks_values(sinks)
     total_q, batch = sizes["total_q"], sizes["batch"]
     if total_q and batch and batch > metadata.MAX_CAPACITY:
         raise ValueError(f"cu_seqlens_q describes {batch} requests; at most {metadata.MAX_CAPACITY} per call")
@@ -139,13 +141,16 @@ def plan_options(*, capacity: int, max_total_q: int, num_heads_q: int, num_heads
 
 
 def plan_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, *, heads: tuple, dtype,
-                device, capacity: int, paged: bool, page_size, max_total_q: int | None, hopper: bool) -> dict:
+                device, capacity: int, paged: bool, page_size, max_total_q: int | None, hopper: bool,
+                sinks=None) -> dict:
     """The checks of one ``AttentionPlan`` step's tensors (shapes as in ``varlen_attention``; lse
     (num_heads_q, total_q) float32): ``validation.varlen_inputs``' and that they match the plan:
     ``heads`` (num_heads_q, num_heads_kv, head_dim, head_dim_v), ``dtype``, ``device``, at most
     ``capacity`` requests, ``paged`` and ``page_size`` (None: any), at most ``max_total_q`` query
     tokens (None: no bound: the plan has no split-KV partials), and on the Hopper path (``hopper``)
-    q/k/v strides TMA can address.  Returns the sizes dict.  Raises TypeError / ValueError."""
+    q/k/v strides TMA can address; ``sinks`` None or float32 (num_heads_q,) on ``device`` (its
+    values, no NaN or +inf, only under ``KERNELGEN_CHECK_INPUTS=1``).  Returns the sizes dict.
+    Raises TypeError / ValueError."""
     sizes = validation.varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, None, None, out, seqused_k=seqused_k,
                                      page_table=page_table)
     got = (sizes["num_heads_q"], sizes["num_heads_kv"], sizes["head_dim"], sizes["head_dim_v"])
@@ -173,6 +178,9 @@ def plan_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out,
                                  f"the plan with arch='sm_80' for such tensors")
     if lse is not None:
         validation.lse_buffer(lse, heads[0], sizes["total_q"], device)
+    validation.sinks(sinks, heads[0], device)
+    if sinks is not None and validation.host_checks_enabled():
+        validation.check_sinks_values(sinks)
     return sizes
 
 

@@ -255,6 +255,27 @@ def lse_buffer(lse, num_heads_q: int, total_q: int, device) -> None:
         raise ValueError(f"lse must be contiguous along tokens (stride 1 in dim 1), got strides {tuple(lse.stride())}")
 
 
+def sinks(x, num_heads_q: int, device) -> None:
+    """``sinks``: None, or a float32 (num_heads_q,) tensor on ``device`` (q's), one logit per query
+    head (any stride).  Its values are not read here (see ``check_sinks_values``)."""
+    if x is None:
+        return
+    tensor("sinks", x, ndim=1, dtypes=(torch.float32,), device=device)
+    if x.shape[0] != num_heads_q:
+        raise ValueError(f"sinks must have shape ({num_heads_q},) (one logit per query head), got {tuple(x.shape)}")
+
+
+def check_sinks_values(x) -> None:
+    """Opt-in host check (synchronises!): no sink is NaN or +inf (-inf is allowed: no sink)."""
+    if x is None:
+        return
+    v = x.detach().to("cpu", torch.float64)
+    bad = (torch.isnan(v) | (v == math.inf)).nonzero().flatten()
+    if bad.numel():
+        i = int(bad[0])
+        raise ValueError(f"sinks[{i}] = {float(v[i])} must be finite or -inf (no sink)")
+
+
 def check_paged_values(page_table, seqused_k, num_pages: int, page_size: int) -> None:
     """Opt-in host check (synchronises!): page ids in [0, num_pages) for the pages each request
     uses, and page_table wide enough for seqused_k."""

@@ -46,6 +46,11 @@ Suites and entries (``<model>`` suffix: see ``models.entry_name``):
   the sort on / off, the pair timed as interleaved graph replays; ``sort_speedup``).
 * ``compile``: ``compile_cold_variant`` (one attention variant), ``compile_cold_call`` (every
   kernel of a first call: scheduler and attention), ``compile_warm_load``, ``dispatch_in_memory``.
+* ``sinks_prefill_causal_s16k`` (suite ``prefill``: 1 x 16384 tokens, causal, the first preset's
+  heads) and ``sinks_decode_b128_paged16`` (suite ``decode``: decode_trace_b128_paged16's batch):
+  the cost of attention sinks (``sinks=``, applied as an LSE rescale after the kernels): the call
+  with and without sinks timed together as interleaved CUDA-graph replays; ``us`` is the call with
+  sinks, ``us_nosinks`` the one without, ``sinks_ratio`` = us / us_nosinks (1.0 = free).
 * ``overhead``: ``overhead_decode_call``, ``overhead_plan_run``, ``overhead_graph_replay`` (one
   call repeated), ``overhead_decode_call_32layers``, ``overhead_plan_run_32layers`` (calls cycling
   through 32 layers' q and out).
@@ -533,6 +538,67 @@ def graph_decode_step_entry(settings: Settings, model: ModelPreset) -> dict:
     return e
 
 
+#: The attention-sinks cost entries: (base name, suite).
+SINKS_ENTRIES = (("sinks_prefill_causal_s16k", "prefill"), ("sinks_decode_b128_paged16", "decode"))
+SINKS_PREFILL_TOKENS = 16384
+
+
+def sinks_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
+    """The cost of attention sinks on one call: ``sinks_prefill_causal_s16k`` (one causal request
+    of 16384 tokens, packed K/V) or ``sinks_decode_b128_paged16`` (128 decodes on Mooncake
+    contexts, pages of 16).  The call without sinks (``kernelgen``) and with them
+    (``kernelgen_sinks``: per-head sinks, the LSE written and the output rescaled after the
+    kernels) are timed together as interleaved CUDA-graph replays (measure.time_interleaved).
+    ``us``: with sinks; ``us_nosinks``: without; ``sinks_ratio``: us / us_nosinks."""
+    torch = _torch()
+    from ...front.api import varlen_attention
+
+    m = model
+    g = torch.Generator(device="cuda").manual_seed(17)
+    sinks = (torch.randn(m.num_heads_q, generator=g, device="cuda") * 2).float()
+    if which == "sinks_prefill_causal_s16k":
+        n = SINKS_PREFILL_TOKENS
+        q = torch.randn(n, m.num_heads_q, m.head_dim, generator=g, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(n, m.num_heads_kv, m.head_dim, generator=g, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(n, m.num_heads_kv, m.head_dim_v, generator=g, device="cuda", dtype=torch.bfloat16)
+        cu = _cu([n], "cuda")
+
+        def make_call(o, **kw):
+            return _kg_call(q, k, v, cu, cu, n, n, m, o, **kw)
+        e = _entry(entry_name(which, m), "prefill", m, metric="tflops",
+                   shape=f"1 x {n} tokens, causal, {m.describe()}, with vs without sinks",
+                   flops=attention_flops([n], [n], m), bytes=prefill_bytes([n], [n], m))
+        rows = n
+    elif which == "sinks_decode_b128_paged16":
+        ctx = decode_contexts(settings, "decode_trace_b128_paged16")
+        q, kc, vc, pt, used, cu_q = paged_batch([1] * len(ctx), ctx, m, seed=7)
+        maxk = max(ctx)
+
+        def make_call(o, **kw):
+            return _kg_call(q, kc, vc, cu_q, None, 1, maxk, m, o, seqused_k=used, page_table=pt, **kw)
+        e = _entry(entry_name(which, m), "decode", m, metric="tbps",
+                   shape=f"{len(ctx)} requests, {sum(ctx)} context tokens, pages of {PAGE_SIZE}, with vs without "
+                         f"sinks", bytes=decode_bytes(ctx, m), flops=attention_flops([1] * len(ctx), ctx, m),
+                   keys_read=decode_keys_read(ctx, m))
+        rows = len(ctx)
+    else:
+        raise ValueError(f"unknown sinks entry {which!r}")
+    outs = [torch.empty(rows, m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    calls = {SWITCH_BASE: make_call(outs[0]), "kernelgen_sinks": make_call(outs[1], sinks=sinks)}
+    for c in calls.values():
+        c()
+    torch.cuda.synchronize()
+    # the sinks only shrink rows (factor exp(lse - logaddexp(lse, sink)) <= 1): a sanity figure
+    e["sinks_max_abs_change"] = float((outs[1].float() - outs[0].float()).abs().max())
+    times = settings.time_interleaved(calls)
+    e["us"] = times["kernelgen_sinks"]["us"]
+    e["us_nosinks"] = times[SWITCH_BASE]["us"]
+    e["sinks_ratio"] = e["us"] / e["us_nosinks"] if e["us_nosinks"] else None
+    e["switch_rounds_us"] = {name: t["rounds"] for name, t in times.items()}
+    e["method"] = settings.interleaved_method()
+    return e
+
+
 # ------------------------------------------------------------------------------------ mixed
 def mixed_lengths(settings: Settings):
     """(prefill query lengths, prefill key lengths, decode key lengths) of mixed_trace: 3 chunks of
@@ -990,6 +1056,13 @@ def _specs_trace_sort(model):
     return specs
 
 
+def _specs_sinks(model, which):
+    if which == "sinks_decode_b128_paged16":
+        return _specs_decode(model, "decode_trace_b128_paged16")
+    n = SINKS_PREFILL_TOKENS
+    return lambda settings, arch, num_sms: _variants(arch, num_sms, model, n, n, False, layouts=("soa",))
+
+
 def _specs_mixed(model):
     def specs(settings, arch, num_sms):
         pre_q, pre_k, dec_k = mixed_lengths(settings)
@@ -1035,6 +1108,11 @@ def registry(suites, models: list[ModelPreset]) -> list[EntryDef]:
                 out.append(EntryDef(entry_name("graph_decode_step_b128", m), "decode", m.name,
                                     lambda st, m=m: graph_decode_step_entry(st, m),
                                     lambda st, arch, n, m=m: _variants(arch, n, m, 1, 32768, True)))
+        if first_pass:
+            for which, suite in SINKS_ENTRIES:
+                if suite in suites:
+                    out.append(EntryDef(entry_name(which, m), suite, m.name,
+                                        lambda st, w=which, m=m: sinks_entry(st, w, m), _specs_sinks(m, which)))
 
     if "compile" in suites:
         out.append(EntryDef("compile_cold_variant", "compile", None, compile_cold_entry))

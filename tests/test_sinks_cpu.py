@@ -1,0 +1,380 @@
+"""Attention sinks (``sinks=``, gpt-oss semantics) on the CPU: the rescale helper against the direct
+float64 softmax with the extra logit, the reference on a hand-computed case, the checks (errors
+name ``sinks``), the dispatcher's paths (varlen_attention single / Hopper / split-KV / fused
+mixed, AttentionPlan run and attend) through the CUDA stand-ins of tests/fake_cuda.py, the torch
+ops' schema and fake impl, and compat's ``s_aux`` alias.  No NVRTC compile."""
+import math
+
+import pytest
+import torch
+from fake_cuda import make_plan
+from test_fused_cpu import CTX, QLENS, paged_inputs
+from test_ops_compat import Recorder, packed
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import kernelgen
+from kernelgen.apps.reference import attention_reference
+from kernelgen.front import compat, ops
+from kernelgen.launch import sinks as S
+from kernelgen.selection import validation as V
+
+NEG_INF = float("-inf")
+BF16 = torch.bfloat16
+
+
+def _batch(qlens, klens, hq, hkv, d=32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(sum(qlens), hq, d, generator=g, dtype=torch.float64)
+    k = torch.randn(sum(klens), hkv, d, generator=g, dtype=torch.float64) * 2
+    v = torch.randn(sum(klens), hkv, d, generator=g, dtype=torch.float64)
+    cq = torch.tensor([0] + list(torch.tensor(qlens).cumsum(0)), dtype=torch.int32)
+    ck = torch.tensor([0] + list(torch.tensor(klens).cumsum(0)), dtype=torch.int32)
+    return q, k, v, cq, ck
+
+
+# ----------------------------------------------------------------------------- the rescale helper
+SINKS = [0.0, 3.0, -2.0, NEG_INF, 1000.0, -1000.0, 40.0, 0.5]   # large |sink|, no sink, ...
+
+
+@pytest.mark.parametrize("hq,hkv", [(8, 8), (8, 2), (8, 1)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_apply_equals_the_direct_softmax_with_sink(hq, hkv, causal):
+    """Plain attention (float64 reference) + apply == the reference computing the sink directly;
+    rows with no key (lse -inf) included: empty requests, causal rows with seqlen_q > seqlen_k."""
+    qlens, klens = [5, 0, 3, 9, 4], [7, 4, 0, 3, 20]
+    q, k, v, cq, ck = _batch(qlens, klens, hq, hkv, seed=hq * 10 + hkv + causal)
+    sinks = torch.tensor(SINKS[:hq], dtype=torch.float32)
+    plain, lse = attention_reference(q, k, v, cq, ck, causal=causal)
+    assert torch.isneginf(lse).any()                                # empty rows are covered
+    want, want_lse = attention_reference(q, k, v, cq, ck, causal=causal, sinks=sinks)
+    # float32 out: the helper's arithmetic is float32, so the match is to float32 rounding
+    out, l32 = plain.float(), lse.float()
+    got_lse = S.apply(out, l32, sinks, cq)
+    assert got_lse is l32
+    assert torch.allclose(out.double(), want, atol=1e-6, rtol=1e-5)
+    assert torch.equal(torch.isneginf(got_lse), torch.isneginf(want_lse))
+    fin = torch.isfinite(want_lse)
+    assert torch.allclose(got_lse.double()[fin], want_lse[fin], atol=1e-5, rtol=1e-6)
+    empty = torch.isneginf(lse)
+    assert torch.all(out.transpose(0, 1)[empty] == 0)               # no key: out stays exactly 0
+    h_of = torch.arange(hq)[:, None].expand_as(lse)
+    assert torch.equal(got_lse[empty], sinks[h_of[empty]])          # ... and lse = sink[h]
+    assert not torch.isnan(out).any() and not torch.isnan(got_lse).any()
+    # bf16 out: the reference at bf16 tolerance
+    ob = plain.to(BF16)
+    S.apply(ob, lse.float(), sinks, cq)
+    assert torch.allclose(ob.double(), want.to(BF16).double(), atol=1.6e-2, rtol=1.6e-2)
+
+
+def test_apply_sink_minus_inf_is_exactly_no_sink_and_large_sink_zeroes():
+    g = torch.Generator().manual_seed(3)
+    out0 = torch.randn(6, 2, 16, generator=g).to(BF16)
+    lse = torch.randn(2, 6, generator=g) * 5
+    lse[1, 2] = NEG_INF
+    out0[2, 1] = 0
+    out = out0.clone()
+    new = S.apply(out, lse.clone(), torch.tensor([NEG_INF, NEG_INF]))
+    assert torch.equal(out, out0) and torch.equal(new, lse)
+    out = out0.clone()
+    new = S.apply(out, lse.clone(), torch.tensor([1e4, 1e4]))
+    assert torch.all(out == 0) and torch.all(new == 1e4)
+
+
+def test_apply_leaves_rows_past_the_batch_alone():
+    """Rows at or past cu_seqlens_q[-1] are not written by the kernels: out and lse keep them."""
+    out = torch.full((5, 2, 8), float("nan"), dtype=BF16)
+    out[:3] = 1
+    lse = torch.full((2, 5), float("nan"))
+    lse[:, :3] = 0.0
+    S.apply(out, lse, torch.tensor([0.0, NEG_INF]), torch.tensor([0, 1, 3], dtype=torch.int32))
+    assert torch.isnan(out[3:]).all() and torch.isnan(lse[:, 3:]).all()
+    assert torch.all(out[:3, 0] == 0.5) and torch.all(out[:3, 1] == 1)
+    assert torch.allclose(lse[0, :3], torch.full((3,), math.log(2))) and torch.all(lse[1, :3] == 0)
+
+
+def test_reference_with_sinks_hand_computed():
+    """One query, two keys, scale 1: logits 1 and 0, sink 0.5."""
+    q = torch.tensor([[[1.0, 0.0]]])
+    k = torch.tensor([[[1.0, 0.0]], [[0.0, 0.0]]])
+    v = torch.tensor([[[2.0, 0.0]], [[0.0, 4.0]]])
+    cu_q, cu_k = torch.tensor([0, 1], dtype=torch.int32), torch.tensor([0, 2], dtype=torch.int32)
+    o, lse = attention_reference(q, k, v, cu_q, cu_k, softmax_scale=1.0, sinks=torch.tensor([0.5]))
+    z = math.e + 1.0 + math.exp(0.5)
+    assert torch.allclose(o[0, 0], torch.tensor([2 * math.e / z, 4 / z], dtype=torch.float64), atol=1e-12)
+    assert abs(lse[0, 0].item() - math.log(z)) < 1e-12
+    # no key: out 0, lse = the sink; sink -inf: no sink
+    o, lse = attention_reference(q, k[:0], v[:0], cu_q, torch.tensor([0, 0], dtype=torch.int32),
+                                 sinks=torch.tensor([0.5]))
+    assert torch.all(o == 0) and lse[0, 0].item() == 0.5
+    o1, l1 = attention_reference(q, k, v, cu_q, cu_k, sinks=torch.tensor([NEG_INF]))
+    o2, l2 = attention_reference(q, k, v, cu_q, cu_k)
+    assert torch.equal(o1, o2) and torch.equal(l1, l2)
+
+
+# ----------------------------------------------------------------------------- checks
+@pytest.mark.parametrize("x,exc,msg", [
+    ("no", TypeError, "sinks must be a torch.Tensor"),
+    (torch.zeros(4, dtype=torch.float16), TypeError, "sinks must have dtype float32"),
+    (torch.zeros(4, 1), ValueError, "sinks must have 1 dimensions"),
+    (torch.zeros(3), ValueError, r"sinks must have shape \(4,\)"),
+    (torch.zeros(4, device="meta"), ValueError, "sinks must be on cpu"),
+])
+def test_sinks_checks_name_the_argument(x, exc, msg):
+    with pytest.raises(exc, match=msg):
+        V.sinks(x, 4, torch.device("cpu"))
+
+
+def test_sinks_value_check():
+    V.check_sinks_values(torch.tensor([0.0, NEG_INF, 1e30]))
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"sinks\[1\]"):
+            V.check_sinks_values(torch.tensor([0.0, bad]))
+
+
+def test_varlen_attention_checks_sinks(fake_cuda, monkeypatch):
+    q, k, v, cq, ck = _plain()
+    with pytest.raises(ValueError, match="sinks must have shape"):
+        kernelgen.varlen_attention(q, k, v, cq, ck, sinks=torch.zeros(3))
+    with pytest.raises(TypeError, match="sinks must have dtype float32"):
+        kernelgen.varlen_attention(q, k, v, cq, ck, sinks=torch.zeros(4, dtype=torch.float64))
+    assert fake_cuda.kinds() == []
+    kernelgen.varlen_attention(q, k, v, cq, ck, sinks=torch.tensor([0.0, 1, 2, float("nan")]))  # not checked
+    monkeypatch.setenv(V.CHECK_INPUTS_ENV, "1")
+    with pytest.raises(ValueError, match=r"sinks\[3\] = nan"):
+        kernelgen.varlen_attention(q, k, v, cq, ck, sinks=torch.tensor([0.0, 1, 2, float("nan")]))
+
+
+# ----------------------------------------------------------------------------- the dispatcher's paths
+def _plain(total_k=20):
+    torch.manual_seed(0)
+    q = torch.randn(10, 4, 64).to(BF16)
+    k = torch.randn(total_k, 2, 64).to(BF16)
+    return q, k, torch.randn_like(k), torch.tensor([0, 3, 10], dtype=torch.int32), \
+        torch.tensor([0, total_k - 12, total_k], dtype=torch.int32)
+
+
+@pytest.fixture
+def applied(monkeypatch):
+    """Records every call of launch.sinks.apply (and runs it)."""
+    calls, real = [], S.apply
+
+    def rec(out, lse, sinks, cu_seqlens_q=None):
+        calls.append(dict(out=out, lse=lse, sinks=sinks, cu=cu_seqlens_q, lse_before=lse.clone()))
+        return real(out, lse, sinks, cu_seqlens_q)
+
+    monkeypatch.setattr(S, "apply", rec)
+    return calls
+
+
+def _lse_ptrs(rec):
+    """The lse pointer of every launch that writes one (attention, fused, combine)."""
+    ptrs = []
+    for launch in rec.launches:
+        if launch.kind == "scheduler":
+            continue
+        f = launch.fields()
+        ptrs.append(f["long"]["lse"] if "long" in f else f["lse"])
+    return ptrs
+
+
+def _no_host_sync():
+    """A context in which reading a tensor's values on the host raises."""
+    def boom(*a, **kw):
+        raise AssertionError("host sync")
+    m = pytest.MonkeyPatch()
+    for name in ("item", "tolist", "__bool__", "cpu"):
+        m.setattr(torch.Tensor, name, boom)
+    return m
+
+
+CASES = {
+    "sm80": (dict(arch="sm_80", num_splits=1), ["scheduler", "attention"]),
+    "hopper": (dict(arch="sm_90a", num_splits=1), ["scheduler", "attention_sm90"]),
+    "split": (dict(arch="sm_80", num_splits=3), ["scheduler", "attention", "combine"]),
+    "split_hopper": (dict(arch="sm_90a", num_splits=3), ["scheduler", "attention_sm90", "combine"]),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("return_lse", [False, True])
+def test_varlen_attention_applies_sinks(fake_cuda, applied, monkeypatch, case, return_lse):
+    kw, kinds = CASES[case]
+    q, k, v, cq, ck = _plain(2000)
+    sinks = torch.tensor([0.0, 1.0, -1.0, NEG_INF])
+    out = torch.ones(10, 4, 64, dtype=BF16)
+    for i in range(2):                       # the validating path, then the prepared call's fast path
+        fake_cuda.clear()
+        guard = _no_host_sync() if i else pytest.MonkeyPatch()
+        try:
+            res = kernelgen.varlen_attention(q, k, v, cq, ck, 7, 1988, causal=True, out=out,
+                                             return_lse=return_lse, sinks=sinks, **kw)
+        finally:
+            guard.undo()
+        assert fake_cuda.kinds() == kinds
+        c = applied[-1]
+        assert len(applied) == i + 1 and c["out"] is out and c["sinks"] is sinks and c["cu"] is cq
+        assert c["lse"].shape == (4, 10) and c["lse"].is_contiguous()
+        assert set(_lse_ptrs(fake_cuda)) == {c["lse"].data_ptr()}    # the kernels write the LSE apply reads
+        if return_lse:
+            assert res[0] is out and res[1] is c["lse"]
+        else:
+            assert res is out
+
+
+def test_varlen_attention_without_sinks_is_unchanged(fake_cuda, applied):
+    q, k, v, cq, ck = _plain()
+    kernelgen.varlen_attention(q, k, v, cq, ck, 7, 12, causal=True, arch="sm_80")
+    assert applied == [] and set(_lse_ptrs(fake_cuda)) == {0}
+
+
+@pytest.mark.parametrize("arch", [None, "sm_80"])
+def test_mixed_call_applies_sinks(fake_cuda, applied, arch):
+    q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
+    sinks = torch.linspace(-3, 3, q.shape[1])
+    kernelgen.varlen_attention(q, kc, vc, cu_q, None, max(QLENS), max(CTX), seqused_k=used, page_table=pt,
+                               causal=True, sinks=sinks, arch=arch)
+    assert fake_cuda.kinds() == (["scheduler", "scheduler", "fused_sm90", "combine"] if arch is None
+                                 else ["scheduler", "scheduler", "fused", "combine"])
+    assert len(applied) == 1 and applied[0]["lse"].shape == (q.shape[1], q.shape[0])
+    assert set(_lse_ptrs(fake_cuda)) == {applied[0]["lse"].data_ptr()}
+
+
+def _expected(out0, lse0, sinks):
+    new = torch.logaddexp(lse0, sinks[:, None])
+    return (out0.float() * torch.exp(lse0 - new).t()[..., None]).to(out0.dtype), new
+
+
+@pytest.mark.parametrize("with_lse", [False, True])
+def test_plan_run_applies_sinks(fake_cuda, applied, monkeypatch, with_lse):
+    """A paged mixed plan: the step writes its LSE into the caller's lse (rescaled in place) or the
+    plan's preallocated scratch; the fake kernels write nothing, so out/lse keep what the test put
+    there and the rescale is checked exactly; a second step takes the fast path with no host sync,
+    also while capturing, and reads the new sink values."""
+    qlens, ctx = [300, 1, 1, 3, 1, 0], [900, 40, 500, 7, 1, 0]       # a small mixed step
+    q, kc, vc, cu_q, used, pt = paged_inputs(qlens, ctx)
+    hq, tq = q.shape[1], q.shape[0]
+    plan = make_plan(monkeypatch, max_batch=16, num_heads_q=hq, num_heads_kv=kc.shape[2], head_dim=q.shape[2],
+                     max_total_q=4096, max_seqlen_q=max(QLENS), max_seqlen_k=max(CTX), paged=True, causal=True,
+                     sinks=True)
+    assert plan._sink_lse is not None and plan._sink_lse.numel() == hq * 4096
+    g = torch.Generator().manual_seed(1)
+    out0 = torch.randn(tq, hq, q.shape[2], generator=g).to(BF16)
+    lse0 = torch.randn(hq, tq, generator=g)
+    sinks = torch.linspace(-2, 2, hq)
+    for step in range(3):
+        fake_cuda.clear()
+        fake_cuda.capturing = step == 2
+        out, lse = out0.clone(), lse0.clone()
+        if not with_lse:
+            plan._sink_lse[:hq * tq].copy_(lse0.flatten())
+        guard = _no_host_sync() if step else pytest.MonkeyPatch()
+        try:
+            if with_lse:
+                res = plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out, lse=lse, sinks=sinks)
+            else:
+                res = plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out, sinks=sinks)
+        finally:
+            guard.undo()
+        assert fake_cuda.kinds() == ["scheduler", "scheduler", "fused_sm90", "combine"]
+        want_out, want_lse = _expected(out0, lse0, sinks)
+        if with_lse:
+            assert res[0] is out and res[1] is lse and torch.allclose(lse, want_lse)
+        else:
+            assert res is out
+            scratch = plan._sink_lse
+            assert set(_lse_ptrs(fake_cuda)) == {scratch.data_ptr()}
+            assert torch.allclose(scratch[:hq * tq].view(hq, tq), want_lse)
+        assert torch.equal(out, want_out)
+        sinks = sinks * 2 - 1                   # new values for the next step, same tensor signature
+
+
+def test_plan_attend_and_per_step_scratch(fake_cuda, applied, monkeypatch):
+    """A plan made without sinks=True allocates the step's LSE; attend applies sinks too."""
+    q, k, v, cq, ck = _plain()
+    plan = make_plan(monkeypatch, max_batch=4, num_heads_q=4, num_heads_kv=2, head_dim=64, max_seqlen_q=7,
+                     max_seqlen_k=12, causal=True, arch="sm_80")
+    assert plan._sink_lse is None
+    sinks = torch.zeros(4)
+    plan.run(q, k, v, cq, ck, sinks=sinks)
+    assert len(applied) == 1 and applied[0]["lse"].shape == (4, 10)
+    with pytest.raises(ValueError, match="sinks must have shape"):
+        plan.run(q, k, v, cq, ck, sinks=torch.zeros(5))
+    inf_sink = torch.tensor([0.0, float("inf"), 0.0, 0.0])
+    plan.run(q, k, v, cq, ck, sinks=inf_sink)                 # values are not read without the switch
+    with monkeypatch.context() as m:
+        m.setenv(V.CHECK_INPUTS_ENV, "1")
+        with pytest.raises(ValueError, match=r"sinks\[1\] = inf"):
+            plan.run(q, k, v, cq, ck, sinks=inf_sink)
+    applied.clear()
+    plan.schedule(cq, ck)
+    lse = torch.zeros(4, 10)
+    plan.attend(q, k, v, cq, ck, lse=lse, sinks=sinks)
+    assert len(applied) == 1 and applied[0]["lse"] is lse and torch.allclose(lse, torch.full((4, 10), math.log(2)))
+
+
+# ----------------------------------------------------------------------------- torch ops and compat
+def test_op_schema_has_sinks():
+    for op in (torch.ops.kernelgen.varlen_attention.default, torch.ops.kernelgen.varlen_attention_out.default):
+        arg = op._schema.arguments[-1]
+        assert arg.name == "sinks" and str(arg.type) == "Optional[Tensor]" and arg.default_value is None
+
+
+def test_op_fake_impl_takes_sinks():
+    with FakeTensorMode():
+        q, k, v, cu = packed(device="cuda")
+        o, lse = torch.ops.kernelgen.varlen_attention(q, k, v, cu, cu, return_lse=True,
+                                                      sinks=torch.empty(4, device="cuda"))
+        assert o.shape == (20, 4, 64) and lse.shape == (4, 20)
+        with pytest.raises(ValueError, match="sinks must have shape"):
+            torch.ops.kernelgen.varlen_attention(q, k, v, cu, cu, sinks=torch.empty(3, device="cuda"))
+        with pytest.raises(TypeError, match="sinks must have dtype float32"):
+            torch.ops.kernelgen.varlen_attention(q, k, v, cu, cu, sinks=torch.empty(4, device="cuda",
+                                                                                    dtype=BF16))
+
+
+def test_op_passes_sinks_down(monkeypatch):
+    rec = Recorder()
+    monkeypatch.setattr(kernelgen.front.api, "varlen_attention", rec)
+    q, k, v, cu = packed()
+    s = torch.zeros(4)
+    torch.ops.kernelgen.varlen_attention(q, k, v, cu, cu, sinks=s)
+    assert rec.last["sinks"] is s
+    ops.varlen_attention(q, k, v, cu, cu, sinks=s)          # eager entry
+    assert rec.last["sinks"] is s
+
+
+def test_compat_s_aux_alias(monkeypatch):
+    rec = Recorder()
+    monkeypatch.setattr(kernelgen.front.api, "varlen_attention", rec)
+    q, k, v, cu = packed()
+    s = torch.zeros(4)
+    compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, s_aux=s)
+    assert rec.last["sinks"] is s
+    compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, sinks=s)
+    assert rec.last["sinks"] is s
+    compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13)
+    assert rec.last["sinks"] is None
+    with pytest.raises(ValueError, match="s_aux"):
+        compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, s_aux=s, sinks=s)
+    kc = torch.randn(2, 16, 2, 64).to(BF16)
+    compat.flash_attn_with_kvcache(q[:2].view(2, 1, 4, 64), kc, kc, cache_seqlens=5, s_aux=s)
+    assert rec.last["sinks"] is s
+
+
+def test_opcheck_with_sinks(monkeypatch):
+    """The registered ops with sinks pass torch.library.opcheck (schema, fake impl, aliasing) on a
+    CPU stand-in of api.varlen_attention (the float64 reference, which takes sinks)."""
+    from test_ops_compat import reference_api
+
+    monkeypatch.setattr(kernelgen.front.api, "varlen_attention", reference_api)
+    q, k, v, cu = packed()
+    s = torch.tensor([0.5, NEG_INF, -1.0, 3.0])
+    for return_lse in (False, True):
+        torch.library.opcheck(torch.ops.kernelgen.varlen_attention.default, (q, k, v, cu),
+                              dict(cu_seqlens_k=cu, causal=True, return_lse=return_lse, sinks=s))
+        out = torch.empty(q.shape[0], q.shape[1], v.shape[-1], dtype=q.dtype)
+        torch.library.opcheck(torch.ops.kernelgen.varlen_attention_out.default, (out, q, k, v, cu),
+                              dict(cu_seqlens_k=cu, causal=True, return_lse=return_lse, sinks=s))
+    o, lse = ops.varlen_attention(q, k, v, cu, cu, causal=True, return_lse=True, sinks=s)
+    o0, lse0 = ops.varlen_attention(q, k, v, cu, cu, causal=True, return_lse=True)
+    assert torch.allclose(lse, torch.logaddexp(lse0, s[:, None]), atol=1e-5)
