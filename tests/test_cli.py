@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -418,3 +419,42 @@ def test_warmup_text_progress_bar_without_tqdm(tmp_path, monkeypatch, capsys):
     assert "2/2" in capsys.readouterr().err
     assert warmup(specs, tmp_path, jobs=1, progress=False) == (0, 2)
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("argv", [WARM_ARGS + ["--jobs", "1"], ["cache", "list"], ["cache", "verify"],
+                                  ["cache", "verify", "--repair"], ["cache", "clear"]])
+@pytest.mark.parametrize("via_env", [False, True])
+def test_cache_dir_that_is_a_file_fails_every_cache_command_first(tmp_path, capsys, monkeypatch, argv, via_env):
+    """A cache directory that is a file: one error line naming the path and the setting, exit 1,
+    nothing compiled (warmup used to compile everything, then warn twice; list/verify/clear said ok)."""
+    f = tmp_path / "cachefile"
+    f.write_text("not a directory")
+    if via_env:
+        monkeypatch.setenv("KERNELGEN_CACHE_DIR", str(f))
+    else:
+        argv = argv + ["--cache-dir", str(f)]
+    before = compiler.COMPILE_COUNT
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cli.main(argv) == 1
+    out, err = capsys.readouterr()
+    assert compiler.COMPILE_COUNT == before and out == ""
+    assert err.count("\n") == 1 and err.startswith("kernelgen ")
+    assert f"cache directory {f} exists but is not a directory" in err
+    assert ("KERNELGEN_CACHE_DIR" if via_env else "--cache-dir") in err
+    assert f.read_text() == "not a directory"
+
+
+def test_cache_dir_under_a_file_or_unwritable_fails_warmup_and_clear(tmp_path, capsys, monkeypatch):
+    f = tmp_path / "f"
+    f.write_text("")
+    assert cli.main(WARM_ARGS + ["--jobs", "1", "--cache-dir", str(f / "sub")]) == 1
+    assert f"{f} is not a directory (set by --cache-dir)" in capsys.readouterr().err
+    d = tmp_path / "ro"
+    d.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, m, **kw: False if Path(p) == d else real_access(p, m, **kw))
+    assert cli.main(["cache", "clear", "--cache-dir", str(d)]) == 1
+    assert f"cache directory {d} is not writable (set by --cache-dir)" in capsys.readouterr().err
+    assert cli.main(["cache", "list", "--cache-dir", str(d)]) == 0  # reading needs no write access
+    assert "no cached kernels" in capsys.readouterr().out

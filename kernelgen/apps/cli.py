@@ -14,7 +14,8 @@
                    [--budget S] [--no-flush] [--from-json PATH] [--jobs N] [--cache-dir DIR]
 
 Exit codes: 0 success, 1 failure (compile error, bad cache entries left, demo mismatch, a warmup
-cache directory that is not trusted or not writable),
+cache directory that is not trusted or not writable, a cache directory that is a file: checked
+before warmup compiles or a cache command reads anything),
 2 usage error (bad option, no GPU and no --arch).
 """
 from __future__ import annotations
@@ -256,6 +257,49 @@ def _cache(cache_dir):
     return KernelCache(cache_dir)  # None -> default_cache_dir()
 
 
+def _cache_dir_setting(cache_dir) -> str:
+    """Where a command's cache directory came from, for its error messages."""
+    if cache_dir is not None:
+        return "--cache-dir"
+    if os.environ.get("KERNELGEN_CACHE_DIR"):
+        return "KERNELGEN_CACHE_DIR"
+    return "the default (set --cache-dir or KERNELGEN_CACHE_DIR to choose another)"
+
+
+def cache_dir_problem(root, cache_dir, write: bool) -> str | None:
+    """Why the cache directory ``root`` cannot serve a command, or None.
+
+    Checked before any compile or report: ``root`` exists and is not a directory, or (``write``)
+    it (or, when missing, the nearest existing parent it would be created in) is not a writable
+    directory.  The message names the path and the setting it came from (``--cache-dir``, ``KERNELGEN_CACHE_DIR`` or the default).
+    """
+    from pathlib import Path
+
+    root = Path(root)
+    setting = _cache_dir_setting(cache_dir)
+    if root.exists() and not root.is_dir():
+        return f"cache directory {root} exists but is not a directory (set by {setting})"
+    if not write:
+        return None
+    probe = root
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"cache directory {root} cannot be created: {probe} is not a directory (set by {setting})"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        what = "is not writable" if probe == root else f"cannot be created: {probe} is not writable"
+        return f"cache directory {root} {what} (set by {setting})"
+    return None
+
+
+def _check_cache_dir(command: str, root, cache_dir, write: bool) -> bool:
+    """Print ``cache_dir_problem`` as the command's one error line; True when the directory is fine."""
+    problem = cache_dir_problem(root, cache_dir, write)
+    if problem:
+        print(f"kernelgen {command}: error: {problem}", file=sys.stderr)
+    return problem is None
+
+
 def cmd_warmup(args) -> int:
     """``kernelgen warmup``: compile the dispatcher's variants for the options; prints one summary line.
 
@@ -275,12 +319,14 @@ def cmd_warmup(args) -> int:
             arch = device_arch(0)
         except RuntimeError as e:  # an unsupported compute capability
             raise UsageError(f"{e}; pass --arch") from None
+    root = _cache(args.cache_dir).root
+    if not _check_cache_dir("warmup", root, args.cache_dir, write=True):
+        return 1
     phases, gqas, paged = args.phase, args.gqa, args.paged
     if args.serving:
         phases, gqas, paged = ["prefill", "chunked", "decode"], [1, 4, 8], [False, True]
     specs = warmup_specs(arch, args.head_dim, args.dtype, args.causal, args.layout, phases=phases, gqas=gqas,
                          paged=paged, softcap=args.softcap, page_sizes=args.page_size)
-    root = _cache(args.cache_dir).root
     try:
         compiled, cached = warmup(specs, root, jobs=args.jobs, desc=f"warmup {arch}")
     except CacheDirectoryError as e:  # untrusted or unwritable: nothing (or not everything) was kept
@@ -302,12 +348,17 @@ def _fmt_table(headers, rows) -> str:
 
 
 def cmd_cache(args) -> int:
-    """``kernelgen cache path|list|verify|clear``; verify returns 1 while bad entries remain."""
+    """``kernelgen cache path|list|verify|clear``; verify returns 1 while bad entries remain, and
+    list, verify and clear return 1 (one error line, nothing done) when the cache directory is a
+    file, or for clear and verify --repair not writable."""
     cache = _cache(args.cache_dir)
     action = args.cache_command
     if action == "path":
         print(cache.root)
         return 0
+    write = action == "clear" or (action == "verify" and args.repair)
+    if not _check_cache_dir(f"cache {action}", cache.root, args.cache_dir, write):
+        return 1
     if action == "list":
         entries = cache.entries()
         if not entries:
