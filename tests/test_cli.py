@@ -264,7 +264,7 @@ def test_doctor(capsys):
     assert "kernelgen" in out and "cache dir" in out
     assert "KERNELGEN_CACHE_DIR=" in out  # set by conftest
     if not has_cuda_gpu():
-        assert "no CUDA GPU" in out
+        assert re.search(r"GPUs\s+no (CUDA GPU|NVIDIA driver found|NVIDIA GPU found)", out)
 
 
 @no_gpu
@@ -458,3 +458,21 @@ def test_cache_dir_under_a_file_or_unwritable_fails_warmup_and_clear(tmp_path, c
     assert f"cache directory {d} is not writable (set by --cache-dir)" in capsys.readouterr().err
     assert cli.main(["cache", "list", "--cache-dir", str(d)]) == 0  # reading needs no write access
     assert "no cached kernels" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("driver, status, says", [
+    (0, 35, "no NVIDIA driver found"),             # libcuda missing: the runtime says "insufficient driver"
+    (13000, 100, "no NVIDIA GPU found"),
+])
+def test_doctor_without_driver_or_gpu_says_so_plainly(capsys, monkeypatch, driver, status, says):
+    from cupy.cuda import runtime
+
+    def no_devices():
+        raise runtime.CUDARuntimeError(status)
+
+    monkeypatch.setattr(runtime, "driverGetVersion", lambda: driver)
+    monkeypatch.setattr(runtime, "getDeviceCount", no_devices)
+    assert cli.main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert says in out and "insufficient" not in out
+    assert "kernelgen warmup --arch" in out and "kernelgen cache" in out

@@ -34,6 +34,14 @@ PHASES = tuple(PHASE_HINTS)
 
 NO_GPU_MESSAGE = "no CUDA GPU found; pass --arch (e.g. --arch sm_90a)"
 
+#: What doctor says still works on a machine without a GPU (or without a driver).
+NO_GPU_STILL_WORKS = (f"               without a GPU: `kernelgen warmup --arch {'|'.join(ARCHS)}` compiles "
+                      "kernels for a GPU machine,\n               `kernelgen cache path|list|verify|clear` and "
+                      "`kernelgen bench --from-json` work; running kernels needs an NVIDIA GPU")
+
+_CUDA_ERROR_INSUFFICIENT_DRIVER = 35  # cudaErrorInsufficientDriver, also what a missing libcuda gives
+_CUDA_ERROR_NO_DEVICE = 100  # cudaErrorNoDevice
+
 
 class UsageError(Exception):
     """A bad command-line value; main() prints it and exits 2."""
@@ -413,7 +421,8 @@ def _cuda_version(v: int) -> str:
 
 
 def cmd_doctor(args) -> int:
-    """``kernelgen doctor``: what kernelgen sees.  Every probe is guarded; always returns 0."""
+    """``kernelgen doctor``: what kernelgen sees.  Every probe is guarded; always returns 0 (also
+    without a driver or GPU: then it says so plainly and what still works)."""
     from .._version import __version__
 
     print(f"kernelgen      {__version__} ({os.path.dirname(os.path.abspath(__file__))})")
@@ -440,13 +449,16 @@ def cmd_doctor(args) -> int:
 
     print(f"NVRTC          {_guard(nvrtc)}")
 
-    def driver():
+    def driver_version() -> int:
         from cupy.cuda import runtime
 
-        v = int(runtime.driverGetVersion())
-        return _cuda_version(v) if v > 0 else "not found (no NVIDIA driver installed)"
+        return int(runtime.driverGetVersion())
 
-    print(f"CUDA driver    {_guard(driver, 'not found')}")
+    drv = _guard(driver_version, "not found")
+    if isinstance(drv, int):
+        print(f"CUDA driver    {_cuda_version(drv) if drv > 0 else 'not found (no NVIDIA driver installed)'}")
+    else:
+        print(f"CUDA driver    {drv}")
 
     def gpus():
         from cupy.cuda import runtime as cuda_rt
@@ -467,7 +479,15 @@ def cmd_doctor(args) -> int:
     except Exception as e:  # noqa: BLE001
         gpu_lines = []
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
-        print(f"GPUs           no CUDA GPU ({why})")
+        status = getattr(e, "status", None)
+        if drv == 0 or (not isinstance(drv, int) and status == _CUDA_ERROR_INSUFFICIENT_DRIVER):
+            # libcuda is missing: the CUDA runtime reports it as an "insufficient" driver
+            print("GPUs           no NVIDIA driver found, so no GPU can run kernels here")
+        elif status == _CUDA_ERROR_NO_DEVICE:
+            print("GPUs           no NVIDIA GPU found (the driver sees none)")
+        else:
+            print(f"GPUs           no CUDA GPU ({why})")
+        print(NO_GPU_STILL_WORKS)
     else:
         if gpu_lines:
             print(f"GPUs           {len(gpu_lines)}")
@@ -475,6 +495,7 @@ def cmd_doctor(args) -> int:
                 print(line)
         else:
             print("GPUs           no CUDA GPU")
+            print(NO_GPU_STILL_WORKS)
 
     def cache_report():
         cache = _cache(None)
