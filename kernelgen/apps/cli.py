@@ -8,7 +8,7 @@
                    [--repeat N] [--json PATH] [--cache-dir DIR]
     kernelgen compare-layouts [--layout soa,aos] [--trace FILE] [--batch N] [--pad-to N] [--graph]
                    [--causal|--no-causal] [--head-dim D] [--heads Q/KV] [--no-sort] [--no-swizzle]
-                   [--repeat N] [--json]
+                   [--repeat N] [--json PATH|-] [--cache-dir DIR]
     kernelgen bench [--suite prefill,decode,mixed,scheduler,compile,overhead|all] [--model NAME[,NAME]|all]
                    [--trace FILE] [--json PATH] [--plots DIR] [--repeat N] [--quick] [--flex off|some|all]
                    [--budget S] [--no-flush] [--from-json PATH] [--jobs N] [--cache-dir DIR]
@@ -209,7 +209,10 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("--no-sort", action="store_true", help="turn the longest-first sort off")
     cl.add_argument("--no-swizzle", action="store_true", help="turn the head swizzle off")
     cl.add_argument("--repeat", type=_positive_int, default=20, help="timed runs, median reported (default 20)")
-    cl.add_argument("--json", action="store_true", help="print the results as JSON")
+    cl.add_argument("--json", metavar="PATH", default=None,
+                    help="also write the results as JSON to PATH (as demo and bench do); '-' prints the JSON to "
+                         "stdout instead of the table")
+    _add_cache_dir(cl)
 
     _add_bench_parser(sub)
     return parser
