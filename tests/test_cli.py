@@ -476,3 +476,10 @@ def test_doctor_without_driver_or_gpu_says_so_plainly(capsys, monkeypatch, drive
     out = capsys.readouterr().out
     assert says in out and "insufficient" not in out
     assert "kernelgen warmup --arch" in out and "kernelgen cache" in out
+
+
+def test_warmup_accepts_the_untested_blackwell_archs():
+    for arch in ("sm_100", "sm_120"):
+        assert cli.build_parser().parse_args(["warmup", "--arch", arch]).arch == arch
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["warmup", "--arch", "sm_110"])

@@ -27,7 +27,7 @@ import sys
 import time
 
 from ..jit.warmup import CacheDirectoryError, warmup
-from ..kernels.spec import ARCHS, DTYPES, HEAD_DIMS, LAYOUTS
+from ..kernels.spec import ALL_ARCHS, ARCHS, DTYPES, HEAD_DIMS, LAYOUTS, UNTESTED_ARCHS
 from ..selection.catalog import PHASE_HINTS, warmup_specs
 
 PHASES = tuple(PHASE_HINTS)
@@ -92,8 +92,9 @@ def _positive_int(value: str) -> int:
 
 
 def _arch(value: str) -> str:
-    if value not in ARCHS:
-        raise argparse.ArgumentTypeError(f"arch {value!r} is not supported (choose from {', '.join(ARCHS)})")
+    if value not in ALL_ARCHS:
+        raise argparse.ArgumentTypeError(f"arch {value!r} is not supported (choose from {', '.join(ARCHS)}; "
+                                         f"untested: {', '.join(UNTESTED_ARCHS)})")
     return value
 
 
@@ -119,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Compile the kernels the dispatcher would use for the given options "
                                    "into the disk cache.  Needs no GPU when --arch is given.")
     w.add_argument("--arch", type=_arch, default=None,
-                   help=f"compile target ({', '.join(ARCHS)}); default: the current GPU's")
+                   help=f"compile target ({', '.join(ARCHS)}; {', '.join(UNTESTED_ARCHS)}: the sm_80 path for "
+                        f"Blackwell, untested, run with KERNELGEN_ALLOW_UNTESTED_ARCH=1); default: the current GPU's")
     w.add_argument("--head-dim", type=lambda s: _csv_list(s, HEAD_DIMS, "head dim", int), default=list(HEAD_DIMS),
                    metavar="D[,D...]", help=f"head dims (default: {','.join(map(str, HEAD_DIMS))})")
     w.add_argument("--dtype", type=lambda s: _csv_list(s, DTYPES, "dtype"), default=list(DTYPES),
@@ -326,9 +328,11 @@ def cmd_warmup(args) -> int:
             raise UsageError(NO_GPU_MESSAGE)
         from ..jit.runtime import device_arch
 
+        from ..selection.settings import allow_untested_arch
+
         try:
-            arch = device_arch(0)
-        except RuntimeError as e:  # an unsupported compute capability
+            arch = device_arch(0, allow_untested_arch())
+        except RuntimeError as e:  # an unsupported compute capability (or an untested one not allowed)
             raise UsageError(f"{e}; pass --arch") from None
     root = _cache(args.cache_dir).root
     if not _check_cache_dir("warmup", root, args.cache_dir, write=True):
@@ -470,9 +474,14 @@ def cmd_doctor(args) -> int:
         lines = []
         from ..jit.runtime import device
 
+        from ..selection.settings import allow_untested_arch
+
+        allow = allow_untested_arch()
         for i in range(n):
             d = device(i)
-            arch = _guard(lambda: d.arch, "unsupported")
+            arch = _guard(lambda: d.compile_arch(allow), "unsupported")
+            if arch in UNTESTED_ARCHS:
+                arch += " (untested: KERNELGEN_ALLOW_UNTESTED_ARCH=1)"
             lines.append(f"  {i}: {d.name}, compute capability {d.cc[0]}.{d.cc[1]}, kernelgen arch {arch}, "
                          f"{d.num_sms} SMs, L2 {d.l2_bytes / 2**20:.1f} MB")
         return lines

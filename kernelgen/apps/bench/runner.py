@@ -133,7 +133,9 @@ def run(suites=("all",), models=None, trace=None, repeat=None, quick=False, flex
         settings.flex_deadline = t_start + FLEX_BUDGET_SHARE * budget
     dev = settings.device
     props = runtime.device_properties(dev)
-    arch = device_arch(dev)
+    from ...selection.settings import allow_untested_arch
+
+    arch = device_arch(dev, allow_untested_arch())
     defs = S.registry(suites, presets)
     _log(f"kernelgen bench: {len(defs)} entries, suites {','.join(suites)}, models "
          f"{','.join(p.name for p in presets)}, repeat {settings.repeat}, flex {settings.flex}, budget "
