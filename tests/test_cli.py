@@ -483,3 +483,26 @@ def test_warmup_accepts_the_untested_blackwell_archs():
         assert cli.build_parser().parse_args(["warmup", "--arch", arch]).arch == arch
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["warmup", "--arch", "sm_110"])
+
+
+def test_warmup_and_cache_commands_run_without_torch(tmp_path):
+    """The build-machine install of docs/install.md ("Without a GPU": kernelgen with --no-deps plus
+    CuPy, NVRTC, Jinja2, filelock, NumPy, tqdm; no PyTorch): `kernelgen warmup --arch` and the
+    cache commands never import torch.  A `torch` package that raises on import stands in for
+    its absence (also in warmup's worker processes, which inherit PYTHONPATH)."""
+    blocker = tmp_path / "blocked" / "torch"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text('raise ImportError("torch is not installed here")\n')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(blocker.parent), str(REPO)]))
+    cache = str(tmp_path / "cache")
+    base = [sys.executable, "-m", "kernelgen"]
+    r = subprocess.run(base + ["warmup", "--arch", "sm_80", "--head-dim", "64", "--dtype", "bf16", "--causal",
+                               "--layout", "soa", "--jobs", "2", "--cache-dir", cache],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert _warmup_counts(r.stdout)[1:4] == (2, 0, 2)
+    r = subprocess.run(base + ["cache", "list", "--cache-dir", cache], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0 and "2 entries" in r.stdout, r.stderr
+    r = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True, env=env)
+    assert "torch is not installed here" in r.stderr  # the blocker was in effect
