@@ -506,3 +506,12 @@ def test_warmup_and_cache_commands_run_without_torch(tmp_path):
     assert r.returncode == 0 and "2 entries" in r.stdout, r.stderr
     r = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True, env=env)
     assert "torch is not installed here" in r.stderr  # the blocker was in effect
+
+
+def test_doctor_reports_a_cache_dir_that_is_a_file(tmp_path, capsys, monkeypatch):
+    f = tmp_path / "cachefile"
+    f.write_text("")
+    monkeypatch.setenv("KERNELGEN_CACHE_DIR", str(f))
+    assert cli.main(["doctor"]) == 0
+    assert f"unusable: cache directory {f} exists but is not a directory (set by KERNELGEN_CACHE_DIR)" in \
+        capsys.readouterr().out

@@ -511,6 +511,9 @@ def cmd_doctor(args) -> int:
 
     def cache_report():
         cache = _cache(None)
+        problem = cache_dir_problem(cache.root, None, write=False)
+        if problem:
+            return f"{cache.root} (unusable: {problem})"
         entries = cache.entries()
         valid = sum(1 for e in entries if e.get("valid"))
         exists = "" if cache.root.is_dir() else " (does not exist yet)"
