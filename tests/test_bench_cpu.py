@@ -618,7 +618,7 @@ def test_overhead_entry_reports_whether_the_graph_launch_was_on(monkeypatch, env
     monkeypatch.setattr(suites, "_torch", lambda: CpuTorch())
     monkeypatch.setattr(suites, "_overhead_inputs", lambda settings, model: ([64] * b, (q, q, q, q, q, q)))
     monkeypatch.setattr(suites, "_variants", lambda *a, **k: ("scheduler", "attention", "combine"))
-    monkeypatch.setattr(runtime, "device_arch", lambda dev: "sm90")
+    monkeypatch.setattr(runtime, "device_arch", lambda dev, allow_untested=False: "sm90")
     monkeypatch.setattr(runtime, "device_properties", lambda dev: {"num_sms": 132})
     monkeypatch.setattr(graph_launch, "driver", lambda: object())     # the driver has the graph API
     monkeypatch.setattr(suites.measure, "host_time_us", lambda fn, samples: 1.0)
