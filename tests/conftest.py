@@ -178,7 +178,8 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
 #: test starts without them, whatever the developer's shell has set (a test that needs one sets it).
 #: GPU tests keep them: a tuning run sets e.g. KERNELGEN_SM90_OPTS for the GPU tests on purpose.
 CHOICE_ENV = ("KERNELGEN_ARCH", "KERNELGEN_SM90_OPTS", "KERNELGEN_SM90_SHORT_ROWS", "KERNELGEN_MIXED_SHORT_CTAS",
-              "KERNELGEN_CHECK_INPUTS", "KERNELGEN_GRAPH_LAUNCH", "KERNELGEN_DEFINES", "KERNELGEN_DISABLE_JIT")
+              "KERNELGEN_CHECK_INPUTS", "KERNELGEN_GRAPH_LAUNCH", "KERNELGEN_DEFINES", "KERNELGEN_DISABLE_JIT",
+              "KERNELGEN_ALLOW_UNTESTED_ARCH")
 
 
 @pytest.fixture(autouse=True)

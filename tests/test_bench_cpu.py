@@ -278,19 +278,56 @@ def test_from_json_reprints_and_replots(tmp_path, capsys):
 
 
 def test_from_json_refuses_other_reports(tmp_path, capsys):
-    """A JSON that is not a `kernelgen bench --json` report (tools/gpu_report.py's h200.json, no
-    entries) is a usage error, not an empty table."""
-    for name, rep in (("gpu_report.json", {"benchmarks": [{"name": "demo", "us": 1.0}]}), ("empty.json", {})):
+    """A JSON without bench entries (none, or only names no suite uses) is a usage error, not an
+    empty table."""
+    for name, rep in (("other.json", {"benchmarks": [{"name": "demo", "us": 1.0}]}), ("empty.json", {})):
         path = tmp_path / name
         path.write_text(json.dumps(rep))
         assert cli.main(["bench", "--from-json", str(path)]) == 2
-        assert "is not a `kernelgen bench --json` report" in capsys.readouterr().err
+        assert "is neither a `kernelgen bench --json` report nor a tools/gpu_report.py" in capsys.readouterr().err
+
+
+def test_from_json_reads_the_committed_gpu_report_and_prints_its_commit(capsys):
+    """docs/benchmarks/h200.json (tools/gpu_report.py's format, which embeds the bench's entries;
+    the README's latest report) re-prints with its commit and date first, and no peer reason cut
+    mid-word in the "could not run" notes."""
+    path = REPO / "docs" / "benchmarks" / "h200.json"
+    rep = json.loads(path.read_text())
+    assert cli.main(["bench", "--from-json", str(path)]) == 0
+    out = capsys.readouterr().out
+    first = out.splitlines()[0]
+    assert first.startswith(f"Saved report: commit {rep['commit']}, date {rep['date']}, device {rep['device']}")
+    assert "### prefill" in out and "### decode" in out and "| prefill_dense_causal_h128_s16k | 3295.5 |" in out
+    assert "| varlen_trace_prefill_gqa |" not in out  # an alias of prefill_varlen_trace, not repeated
+    notes = [ln for ln in out.splitlines() if ln.startswith("- n/a ")]
+    assert notes and not any(ln.endswith(" To bro") for ln in notes)
+    assert any(ln.endswith("instead. To…") for ln in notes)  # the old report's cut, marked at a word
+    # commit and date "unknown" where a report has none
+    assert report.report_header({"device": "X"}) == ("Saved report: commit unknown, date unknown, device X "
+                                                     "(measured then, not now)")
+
+
+def test_reasons_are_cut_at_word_boundaries():
+    assert peers.clip("short", 10) == "short"
+    text = "Query.sizes(): [4, 32] instead. To broadcast the inputs use expand"
+    cut = peers.clip(text, 40)
+    assert len(cut) <= 40 and cut.endswith("…") and text.startswith(cut[:-1]) and cut[-2] != " "
+    assert text[len(cut) - 1] == " "  # the cut falls between words
+    r = peers.reason(RuntimeError("word " * 200))
+    assert len(r) <= 400 and r.endswith("word…")
+    assert report.full_reason("x" * 10) == "x" * 10
+
+
+def test_suite_of_names_every_registry_entry():
+    defs = suites.registry(["all"], resolve_models(["all"]))
+    assert all(report.suite_of(d.name) == d.suite for d in defs)
+    assert report.suite_of("demo_azure_conv_prefill") == "prefill" and report.suite_of("demo") is None
 
 
 # --------------------------------------------------------------------------------------- plots
 @pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="matplotlib not installed")
 def test_plots_from_synthetic_results(tmp_path):
-    written = plots.write_plots(_synthetic(), ROOFS, tmp_path / "plots")
+    written = plots.write_plots(_synthetic(), ROOFS, tmp_path / "plots", title="NVIDIA H200, commit abc")
     names = sorted(p.name for p in written)
     assert names == sorted(["prefill.png", "decode.png", "scheduler.png", "compile.png", "overhead.png",
                             "peers.png", "roofline.png"])
@@ -299,6 +336,81 @@ def test_plots_from_synthetic_results(tmp_path):
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
     assert not plots.suite_bars(_synthetic(), "mixed", tmp_path / "m.png")  # nothing timed there
     assert plots.roofline(_synthetic(), None, tmp_path / "r.png")  # without roofs too
+
+
+def _rgb(hex_color):
+    return tuple(int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+
+
+def test_plot_colours_are_distinct_and_peers_hatched():
+    """Every implementation a plot can show has its own colour (no two closer than 40 in RGB:
+    kernelgen's variants used to be four near-identical blues); kernelgen's variants are solid,
+    peers hatched."""
+    names = list(plots.COLORS) + ["some_new_peer", "another_peer"]
+    st = plots.styles(names)
+    colours = [st[n]["color"] for n in names]
+    assert len(set(colours)) == len(colours)
+    for i, a in enumerate(colours):
+        for b in colours[i + 1:]:
+            assert sum((x - y) ** 2 for x, y in zip(_rgb(a), _rgb(b))) ** 0.5 >= 40, (a, b)
+    family = [n for n in names if n.startswith("kernelgen")] + ["serial", "two_streams"]
+    assert len(family) == 7 and all(st[n]["hatch"] is None for n in family)
+    assert all(st[n]["hatch"] for n in names if n not in family)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="matplotlib not installed")
+def test_bars_drawn_with_the_assigned_colours_and_titles_name_device_and_commit(monkeypatch, tmp_path):
+    from matplotlib.colors import to_hex
+
+    figs = []
+    real = plots._figure
+    monkeypatch.setattr(plots, "_figure", lambda *a, **k: figs.append(real(*a, **k)) or figs[-1])
+    es = _synthetic()
+    assert plots.suite_bars(es, "decode", tmp_path / "d.png", title="NVIDIA H200, commit abc")
+    (fig, axes), = figs
+    by_label = {}
+    for ax in axes:
+        for c in ax.containers:
+            by_label[c.get_label()] = c.patches[0]
+    assert set(by_label) == {"kernelgen", "torch_fa2_varlen", "fa3_unpaged", "fa4", "kernelgen_sm80"}
+    for name, patch in by_label.items():
+        assert to_hex(patch.get_facecolor()) == plots.COLORS[name]
+        assert bool(patch.get_hatch()) == (not plots.is_kernelgen(name))
+    assert "NVIDIA H200, commit abc" in axes[0].get_title()
+    fig = plots.roofline_figure(es, ROOFS, title="NVIDIA H200, commit abc")
+    assert "NVIDIA H200, commit abc" in fig.axes[0].get_title()
+    assert plots.peer_bars(es, tmp_path / "p.png", title="NVIDIA H200, commit abc")
+    assert "NVIDIA H200, commit abc" in figs[-1][0]._suptitle.get_text()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="matplotlib not installed")
+def test_roofline_labels_do_not_overlap():
+    """Eight entries at nearly the same point (the labels used to be drawn on top of each other)."""
+    es = []
+    for i in range(8):
+        es.append(report.finalize({"name": f"prefill_entry_with_a_long_name_{i}", "suite": "prefill", "us": 1000.0 + i,
+                                   "metric": "tflops", "flops": 5e11 * (1 + 0.01 * i), "bytes": 1e9,
+                                   "peers": {"fa3": 900.0}, "unavailable": {}}, ROOFS))
+    fig = plots.roofline_figure(es, ROOFS)
+    for dpi in (fig.dpi, 120):  # as drawn, and as roofline() saves it
+        fig.set_dpi(dpi)
+        fig.canvas.draw()
+        r = fig.canvas.get_renderer()
+        from matplotlib.text import Text  # the label's text box, without its leader line
+        boxes = [Text.get_window_extent(t, r) for t in fig.axes[0].texts]
+        assert len(boxes) == 8
+        for i, a in enumerate(boxes):
+            for b in boxes[i + 1:]:
+                assert not a.overlaps(b), (dpi, a, b)
+
+
+def test_place_labels_keeps_boxes_apart():
+    pts = [(100.0, 100.0)] * 5 + [(300.0, 50.0)]
+    boxes = plots.place_labels(pts, [(60.0, 8.0)] * 6, bounds=(0, 0, 400, 300), taken=[(0, 0, 40, 40)])
+    for i, a in enumerate(boxes):
+        assert not plots._overlaps(a, (0, 0, 40, 40), 0)
+        for b in boxes[i + 1:]:
+            assert not plots._overlaps(a, b, 0)
 
 
 # ------------------------------------------------------------------------------------ registry
@@ -507,7 +619,7 @@ def test_overhead_entry_reports_whether_the_graph_launch_was_on(monkeypatch, env
     monkeypatch.setattr(suites, "_torch", lambda: CpuTorch())
     monkeypatch.setattr(suites, "_overhead_inputs", lambda settings, model: ([64] * b, (q, q, q, q, q, q)))
     monkeypatch.setattr(suites, "_variants", lambda *a, **k: ("scheduler", "attention", "combine"))
-    monkeypatch.setattr(runtime, "device_arch", lambda dev: "sm90")
+    monkeypatch.setattr(runtime, "device_arch", lambda dev, allow_untested=False: "sm90")
     monkeypatch.setattr(runtime, "device_properties", lambda dev: {"num_sms": 132})
     monkeypatch.setattr(graph_launch, "driver", lambda: object())     # the driver has the graph API
     monkeypatch.setattr(suites.measure, "host_time_us", lambda fn, samples: 1.0)

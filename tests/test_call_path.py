@@ -145,3 +145,23 @@ def test_plan_run_goes_down_the_layers(fake_cuda, monkeypatch):
     assert path[0] == "kernelgen.front.plan" and last_layer(path) == "launch", msg
     assert not any(m.startswith("kernelgen.jit.") or m == "kernelgen.selection.decide" for m in path), msg
     assert len(ups) <= 2, msg
+
+
+def test_untested_arch_switch_reaches_the_decision_through_settings(fake_cuda, monkeypatch):
+    """A first call on a (faked) compute capability 10.0 device: refused with the switch named,
+    then, with KERNELGEN_ALLOW_UNTESTED_ARCH=1 in the environment, run on sm_100 kernels."""
+    import pytest
+    from kernelgen.jit import runtime
+    from kernelgen.kernels.device import Device
+
+    monkeypatch.setitem(runtime._devices, None, Device("fake B200", (10, 0), 148, 126 * 2 ** 20, 232448))
+    loaded = []
+    real_load = runtime._load
+    monkeypatch.setattr(runtime, "_load", lambda spec, device: loaded.append(spec.arch) or real_load(spec, device))
+    q, k, v, cq, ck = plain_call_args()
+    with pytest.raises(RuntimeError, match="KERNELGEN_ALLOW_UNTESTED_ARCH=1"):
+        kernelgen.varlen_attention(q, k, v, cq, ck, 7, 12, causal=True)
+    assert loaded == [] and fake_cuda.kinds() == []
+    monkeypatch.setenv("KERNELGEN_ALLOW_UNTESTED_ARCH", "1")
+    kernelgen.varlen_attention(q, k, v, cq, ck, 7, 12, causal=True)
+    assert fake_cuda.kinds() == ["scheduler", "attention"] and set(loaded) == {"sm_100"}

@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -263,7 +264,7 @@ def test_doctor(capsys):
     assert "kernelgen" in out and "cache dir" in out
     assert "KERNELGEN_CACHE_DIR=" in out  # set by conftest
     if not has_cuda_gpu():
-        assert "no CUDA GPU" in out
+        assert re.search(r"GPUs\s+no (CUDA GPU|NVIDIA driver found|NVIDIA GPU found)", out)
 
 
 @no_gpu
@@ -418,3 +419,99 @@ def test_warmup_text_progress_bar_without_tqdm(tmp_path, monkeypatch, capsys):
     assert "2/2" in capsys.readouterr().err
     assert warmup(specs, tmp_path, jobs=1, progress=False) == (0, 2)
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("argv", [WARM_ARGS + ["--jobs", "1"], ["cache", "list"], ["cache", "verify"],
+                                  ["cache", "verify", "--repair"], ["cache", "clear"]])
+@pytest.mark.parametrize("via_env", [False, True])
+def test_cache_dir_that_is_a_file_fails_every_cache_command_first(tmp_path, capsys, monkeypatch, argv, via_env):
+    """A cache directory that is a file: one error line naming the path and the setting, exit 1,
+    nothing compiled (warmup used to compile everything, then warn twice; list/verify/clear said ok)."""
+    f = tmp_path / "cachefile"
+    f.write_text("not a directory")
+    if via_env:
+        monkeypatch.setenv("KERNELGEN_CACHE_DIR", str(f))
+    else:
+        argv = argv + ["--cache-dir", str(f)]
+    before = compiler.COMPILE_COUNT
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cli.main(argv) == 1
+    out, err = capsys.readouterr()
+    assert compiler.COMPILE_COUNT == before and out == ""
+    assert err.count("\n") == 1 and err.startswith("kernelgen ")
+    assert f"cache directory {f} exists but is not a directory" in err
+    assert ("KERNELGEN_CACHE_DIR" if via_env else "--cache-dir") in err
+    assert f.read_text() == "not a directory"
+
+
+def test_cache_dir_under_a_file_or_unwritable_fails_warmup_and_clear(tmp_path, capsys, monkeypatch):
+    f = tmp_path / "f"
+    f.write_text("")
+    assert cli.main(WARM_ARGS + ["--jobs", "1", "--cache-dir", str(f / "sub")]) == 1
+    assert f"{f} is not a directory (set by --cache-dir)" in capsys.readouterr().err
+    d = tmp_path / "ro"
+    d.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, m, **kw: False if Path(p) == d else real_access(p, m, **kw))
+    assert cli.main(["cache", "clear", "--cache-dir", str(d)]) == 1
+    assert f"cache directory {d} is not writable (set by --cache-dir)" in capsys.readouterr().err
+    assert cli.main(["cache", "list", "--cache-dir", str(d)]) == 0  # reading needs no write access
+    assert "no cached kernels" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("driver, status, says", [
+    (0, 35, "no NVIDIA driver found"),             # libcuda missing: the runtime says "insufficient driver"
+    (13000, 100, "no NVIDIA GPU found"),
+])
+def test_doctor_without_driver_or_gpu_says_so_plainly(capsys, monkeypatch, driver, status, says):
+    from cupy.cuda import runtime
+
+    def no_devices():
+        raise runtime.CUDARuntimeError(status)
+
+    monkeypatch.setattr(runtime, "driverGetVersion", lambda: driver)
+    monkeypatch.setattr(runtime, "getDeviceCount", no_devices)
+    assert cli.main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert says in out and "insufficient" not in out
+    assert "kernelgen warmup --arch" in out and "kernelgen cache" in out
+
+
+def test_warmup_accepts_the_untested_blackwell_archs():
+    for arch in ("sm_100", "sm_120"):
+        assert cli.build_parser().parse_args(["warmup", "--arch", arch]).arch == arch
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["warmup", "--arch", "sm_110"])
+
+
+def test_warmup_and_cache_commands_run_without_torch(tmp_path):
+    """The build-machine install of docs/install.md ("Without a GPU": kernelgen with --no-deps plus
+    CuPy, NVRTC, Jinja2, filelock, NumPy, tqdm; no PyTorch): `kernelgen warmup --arch` and the
+    cache commands never import torch.  A `torch` package that raises on import stands in for
+    its absence (also in warmup's worker processes, which inherit PYTHONPATH)."""
+    blocker = tmp_path / "blocked" / "torch"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text('raise ImportError("torch is not installed here")\n')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(blocker.parent), str(REPO)]))
+    cache = str(tmp_path / "cache")
+    base = [sys.executable, "-m", "kernelgen"]
+    r = subprocess.run(base + ["warmup", "--arch", "sm_80", "--head-dim", "64", "--dtype", "bf16", "--causal",
+                               "--layout", "soa", "--jobs", "2", "--cache-dir", cache],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert _warmup_counts(r.stdout)[1:4] == (2, 0, 2)
+    r = subprocess.run(base + ["cache", "list", "--cache-dir", cache], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0 and "2 entries" in r.stdout, r.stderr
+    r = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True, env=env)
+    assert "torch is not installed here" in r.stderr  # the blocker was in effect
+
+
+def test_doctor_reports_a_cache_dir_that_is_a_file(tmp_path, capsys, monkeypatch):
+    f = tmp_path / "cachefile"
+    f.write_text("")
+    monkeypatch.setenv("KERNELGEN_CACHE_DIR", str(f))
+    assert cli.main(["doctor"]) == 0
+    assert f"unusable: cache directory {f} exists but is not a directory (set by KERNELGEN_CACHE_DIR)" in \
+        capsys.readouterr().out

@@ -55,8 +55,8 @@ def test_json_names_the_timing_method():
     assert [r[k] for k in CONTEXT] == [5, 16, True, True, True, True, 40, 900]
 
 
-@pytest.mark.parametrize("as_json", [False, True])
-def test_main_prints_the_labelled_results(monkeypatch, capsys, as_json):
+@pytest.mark.parametrize("as_json", [False, "-", "file"])
+def test_main_prints_the_labelled_results(monkeypatch, capsys, tmp_path, as_json):
     """main_args with compare() stubbed (it needs a GPU): the table or the JSON, exit 1 on a WRONG replay."""
     seen = {}
 
@@ -65,12 +65,19 @@ def test_main_prints_the_labelled_results(monkeypatch, capsys, as_json):
         return _rows()
 
     monkeypatch.setattr(compare_layouts, "compare", fake_compare)
+    from kernelgen.jit import cache
+    monkeypatch.setattr(cache, "_default", cache._default)  # --cache-dir replaces the process-wide cache
     argv = ["compare-layouts", "--batch", "5", "--pad-to", "16", "--graph", "--repeat", "7"]
-    argv += ["--json"] if as_json else []
+    path = tmp_path / "compare.json"
+    argv += ["--json", "-"] if as_json == "-" else ["--json", str(path)] if as_json else []
+    argv += ["--cache-dir", str(tmp_path / "c")]
     assert compare_layouts.main_args(cli.build_parser().parse_args(argv)) == 1  # soa's replay is WRONG
     assert (seen["batch"], seen["pad_to"], seen["graph"], seen["repeat"]) == (5, 16, True, 7)
     out = capsys.readouterr().out
-    if as_json:
+    assert cache.get_cache().root == tmp_path / "c"  # --cache-dir, as demo and bench have it
+    if as_json == "file":
+        assert [r["scheduler_graph_us"] for r in json.loads(path.read_text())] == [3.25, 4.5]
+    if as_json == "-":
         assert [r["scheduler_graph_us"] for r in json.loads(out)] == [3.25, 4.5]
     else:
         assert out.splitlines()[0].startswith("batch 5 padded to 16 (CUDA graph replays), 40 query / 900 key tokens")
@@ -106,9 +113,10 @@ def test_time_graph_launches_divides_one_replay_by_the_launches(monkeypatch):
 
 def test_cli_parses_compare_layouts():
     args = cli.build_parser().parse_args(["compare-layouts", "--layout", "aos", "--batch", "5", "--pad-to", "16",
-                                          "--graph", "--no-causal", "--heads", "16/4", "--no-sort", "--json"])
+                                          "--graph", "--no-causal", "--heads", "16/4", "--no-sort", "--json", "out.json",
+                                          "--cache-dir", "/tmp/kc"])
     assert args.layout == ["aos"] and args.batch == 5 and args.pad_to == 16 and args.graph and not args.causal
-    assert args.heads == "16/4" and args.no_sort and args.json
+    assert args.heads == "16/4" and args.no_sort and args.json == "out.json" and args.cache_dir == "/tmp/kc"
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["compare-layouts", "--layout", "csr"])
 

@@ -53,6 +53,19 @@ def test_small_smem_archs_compile(arch):
         assert _compile(spec).resources["spill_stores"] == 0
 
 
+@pytest.mark.parametrize("arch", ("sm_100", "sm_120"))
+def test_untested_blackwell_archs_compile(arch):
+    """The sm_80 path compiles for Blackwell (what KERNELGEN_ALLOW_UNTESTED_ARCH=1 runs there): one
+    prefill kernel per arch (NVRTC 13 knows both targets), without spills, within the arch's
+    shared memory."""
+    _, spec = heuristics.specs_for(arch, "bf16", 128, 128, True, "soa")
+    assert spec.arch == arch and spec.mainloop == "sm80"
+    assert spec.smem_bytes() <= heuristics.SMEM_LIMIT[arch]
+    res = _compile(spec)
+    assert res.cubin[:4] == b"\x7fELF"
+    assert res.resources["spill_stores"] == 0 and res.resources["spill_loads"] == 0
+
+
 FEATURES = [
     # (tile class rows, mask, pack, paged, softcap, forced splits): the dispatcher's serving variants
     (1, "none", True, True, False, 0),       # decode, paged, auto split

@@ -39,6 +39,36 @@ def test_the_device_description():
     assert Device.from_properties(raw) == Device("NVIDIA H200", (9, 0), 132, 62914560, 232448)
 
 
+B200 = Device("B200", (10, 0), 148, 126 * 2 ** 20, 232448)
+RTX5090 = Device("RTX 5090", (12, 0), 170, 96 * 2 ** 20, 101376)
+
+
+@pytest.mark.parametrize("device, arch", [(B200, "sm_100"), (RTX5090, "sm_120")])
+def test_blackwell_is_refused_unless_allowed_then_takes_the_sm80_path(device, arch):
+    """Compute capability 10.x / 12.x: refused by default with a message naming the switch; with
+    KERNELGEN_ALLOW_UNTESTED_ARCH=1 (Settings.allow_untested_arch) the sm_80 path compiled for the
+    device's own arch, never the Hopper kernel."""
+    with pytest.raises(RuntimeError, match=rf"compute capability {device.cc[0]}\.0 \(Blackwell\) is not "
+                                           rf"supported.*KERNELGEN_ALLOW_UNTESTED_ARCH=1.*{arch}"):
+        decide.decide(sig(), device)
+    with pytest.raises(RuntimeError, match="KERNELGEN_ALLOW_UNTESTED_ARCH"):
+        device.arch
+    allow = Settings.from_env({"KERNELGEN_ALLOW_UNTESTED_ARCH": "1"})
+    assert allow.allow_untested_arch and not Settings.from_env({}).allow_untested_arch
+    assert not Settings.from_env({"KERNELGEN_ALLOW_UNTESTED_ARCH": "0"}).allow_untested_arch
+    for s in (sig(), sig(**MIXED), sig(max_seqlen_q=1, rows=2, paged=True, page_size=16, max_seqlen_k=32768)):
+        r = decide.decide(s, device, allow)
+        assert {x.arch for x in r.specs} == {arch}
+        assert all(getattr(x, "mainloop", "sm80") == "sm80" for x in r.specs)
+        assert all(x.smem_bytes() <= heuristics.SMEM_LIMIT[arch] for x in r.specs if hasattr(x, "smem_bytes"))
+    with pytest.raises(ValueError, match="needs a Hopper device"):
+        decide.decide(sig(arch="sm_90a"), device, allow)
+    # the same minor rule as 8.7 -> sm_86: a cubin runs on later minors of its major
+    assert arch_for_capability(device.cc[0], 3, allow_untested=True) == arch
+    with pytest.raises(RuntimeError, match="compute capability 11.0 is not supported"):
+        arch_for_capability(11, 0, allow_untested=True)
+
+
 def test_prefill_takes_the_hopper_kernel_on_an_h200_and_mma_sync_on_an_a100():
     r = decide.decide(sig(), H200)
     v = r.variants

@@ -253,3 +253,17 @@ def test_error_classes_are_top_level_names():
     assert kernelgen.CompileError is CompileError and kernelgen.LaunchError is LaunchError
     assert kernelgen.KernelNotCachedError is KernelNotCachedError
     assert {"CompileError", "KernelNotCachedError", "LaunchError"} <= set(dir(kernelgen)) & set(kernelgen.__all__)
+
+
+def test_dir_kernelgen_lists_the_lazy_public_names_without_importing_torch():
+    """``dir(kernelgen)`` in a fresh interpreter shows the public calls (they are lazy attributes,
+    listed by the module's ``__dir__``) and importing kernelgen does not import torch."""
+    import subprocess
+    import sys
+
+    code = ("import sys, kernelgen; d = dir(kernelgen); "
+            "print(sorted(set(d) & {'varlen_attention', 'AttentionPlan', '__version__', 'ops', 'compat'})); "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "['AttentionPlan', '__version__', 'compat', 'ops', 'varlen_attention']"
+    assert out[1] == "False"

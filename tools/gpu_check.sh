@@ -53,8 +53,7 @@ fi
 if has bench || has all || has full-bench; then
   step demo;    timeout 90 "$PY" -m kernelgen demo --json "$OUT/demo.json" >> "$LOG" 2>&1
   step compare-layouts
-  timeout 60 "$PY" -m kernelgen compare-layouts --batch 5 --pad-to 16 --graph >> "$LOG" 2>&1
-  timeout 60 "$PY" -m kernelgen compare-layouts --batch 5 --pad-to 16 --graph --json > "$OUT/compare.json" 2>> "$LOG"
+  timeout 60 "$PY" -m kernelgen compare-layouts --batch 5 --pad-to 16 --graph --json "$OUT/compare.json" >> "$LOG" 2>&1
   if has full-bench; then
     step full-bench   # every suite and preset, FlexAttention where it compiles in time
     timeout 480 "$PY" -m kernelgen bench --suite all --json "$OUT/bench.json" \

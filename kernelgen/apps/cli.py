@@ -8,13 +8,14 @@
                    [--repeat N] [--json PATH] [--cache-dir DIR]
     kernelgen compare-layouts [--layout soa,aos] [--trace FILE] [--batch N] [--pad-to N] [--graph]
                    [--causal|--no-causal] [--head-dim D] [--heads Q/KV] [--no-sort] [--no-swizzle]
-                   [--repeat N] [--json]
+                   [--repeat N] [--json PATH|-] [--cache-dir DIR]
     kernelgen bench [--suite prefill,decode,mixed,scheduler,compile,overhead|all] [--model NAME[,NAME]|all]
                    [--trace FILE] [--json PATH] [--plots DIR] [--repeat N] [--quick] [--flex off|some|all]
                    [--budget S] [--no-flush] [--from-json PATH] [--jobs N] [--cache-dir DIR]
 
 Exit codes: 0 success, 1 failure (compile error, bad cache entries left, demo mismatch, a warmup
-cache directory that is not trusted or not writable),
+cache directory that is not trusted or not writable, a cache directory that is a file: checked
+before warmup compiles or a cache command reads anything),
 2 usage error (bad option, no GPU and no --arch).
 """
 from __future__ import annotations
@@ -26,12 +27,20 @@ import sys
 import time
 
 from ..jit.warmup import CacheDirectoryError, warmup
-from ..kernels.spec import ARCHS, DTYPES, HEAD_DIMS, LAYOUTS
+from ..kernels.spec import ALL_ARCHS, ARCHS, DTYPES, HEAD_DIMS, LAYOUTS, UNTESTED_ARCHS
 from ..selection.catalog import PHASE_HINTS, warmup_specs
 
 PHASES = tuple(PHASE_HINTS)
 
 NO_GPU_MESSAGE = "no CUDA GPU found; pass --arch (e.g. --arch sm_90a)"
+
+#: What doctor says still works on a machine without a GPU (or without a driver).
+NO_GPU_STILL_WORKS = (f"               without a GPU: `kernelgen warmup --arch {'|'.join(ARCHS)}` compiles "
+                      "kernels for a GPU machine,\n               `kernelgen cache path|list|verify|clear` and "
+                      "`kernelgen bench --from-json` work; running kernels needs an NVIDIA GPU")
+
+_CUDA_ERROR_INSUFFICIENT_DRIVER = 35  # cudaErrorInsufficientDriver, also what a missing libcuda gives
+_CUDA_ERROR_NO_DEVICE = 100  # cudaErrorNoDevice
 
 
 class UsageError(Exception):
@@ -83,8 +92,9 @@ def _positive_int(value: str) -> int:
 
 
 def _arch(value: str) -> str:
-    if value not in ARCHS:
-        raise argparse.ArgumentTypeError(f"arch {value!r} is not supported (choose from {', '.join(ARCHS)})")
+    if value not in ALL_ARCHS:
+        raise argparse.ArgumentTypeError(f"arch {value!r} is not supported (choose from {', '.join(ARCHS)}; "
+                                         f"untested: {', '.join(UNTESTED_ARCHS)})")
     return value
 
 
@@ -110,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Compile the kernels the dispatcher would use for the given options "
                                    "into the disk cache.  Needs no GPU when --arch is given.")
     w.add_argument("--arch", type=_arch, default=None,
-                   help=f"compile target ({', '.join(ARCHS)}); default: the current GPU's")
+                   help=f"compile target ({', '.join(ARCHS)}; {', '.join(UNTESTED_ARCHS)}: the sm_80 path for "
+                        f"Blackwell, untested, run with KERNELGEN_ALLOW_UNTESTED_ARCH=1); default: the current GPU's")
     w.add_argument("--head-dim", type=lambda s: _csv_list(s, HEAD_DIMS, "head dim", int), default=list(HEAD_DIMS),
                    metavar="D[,D...]", help=f"head dims (default: {','.join(map(str, HEAD_DIMS))})")
     w.add_argument("--dtype", type=lambda s: _csv_list(s, DTYPES, "dtype"), default=list(DTYPES),
@@ -200,7 +211,10 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("--no-sort", action="store_true", help="turn the longest-first sort off")
     cl.add_argument("--no-swizzle", action="store_true", help="turn the head swizzle off")
     cl.add_argument("--repeat", type=_positive_int, default=20, help="timed runs, median reported (default 20)")
-    cl.add_argument("--json", action="store_true", help="print the results as JSON")
+    cl.add_argument("--json", metavar="PATH", default=None,
+                    help="also write the results as JSON to PATH (as demo and bench do); '-' prints the JSON to "
+                         "stdout instead of the table")
+    _add_cache_dir(cl)
 
     _add_bench_parser(sub)
     return parser
@@ -256,6 +270,49 @@ def _cache(cache_dir):
     return KernelCache(cache_dir)  # None -> default_cache_dir()
 
 
+def _cache_dir_setting(cache_dir) -> str:
+    """Where a command's cache directory came from, for its error messages."""
+    if cache_dir is not None:
+        return "--cache-dir"
+    if os.environ.get("KERNELGEN_CACHE_DIR"):
+        return "KERNELGEN_CACHE_DIR"
+    return "the default (set --cache-dir or KERNELGEN_CACHE_DIR to choose another)"
+
+
+def cache_dir_problem(root, cache_dir, write: bool) -> str | None:
+    """Why the cache directory ``root`` cannot serve a command, or None.
+
+    Checked before any compile or report: ``root`` exists and is not a directory, or (``write``)
+    it (or, when missing, the nearest existing parent it would be created in) is not a writable
+    directory.  The message names the path and the setting it came from (``--cache-dir``, ``KERNELGEN_CACHE_DIR`` or the default).
+    """
+    from pathlib import Path
+
+    root = Path(root)
+    setting = _cache_dir_setting(cache_dir)
+    if root.exists() and not root.is_dir():
+        return f"cache directory {root} exists but is not a directory (set by {setting})"
+    if not write:
+        return None
+    probe = root
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"cache directory {root} cannot be created: {probe} is not a directory (set by {setting})"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        what = "is not writable" if probe == root else f"cannot be created: {probe} is not writable"
+        return f"cache directory {root} {what} (set by {setting})"
+    return None
+
+
+def _check_cache_dir(command: str, root, cache_dir, write: bool) -> bool:
+    """Print ``cache_dir_problem`` as the command's one error line; True when the directory is fine."""
+    problem = cache_dir_problem(root, cache_dir, write)
+    if problem:
+        print(f"kernelgen {command}: error: {problem}", file=sys.stderr)
+    return problem is None
+
+
 def cmd_warmup(args) -> int:
     """``kernelgen warmup``: compile the dispatcher's variants for the options; prints one summary line.
 
@@ -271,16 +328,20 @@ def cmd_warmup(args) -> int:
             raise UsageError(NO_GPU_MESSAGE)
         from ..jit.runtime import device_arch
 
+        from ..selection.settings import allow_untested_arch
+
         try:
-            arch = device_arch(0)
-        except RuntimeError as e:  # an unsupported compute capability
+            arch = device_arch(0, allow_untested_arch())
+        except RuntimeError as e:  # an unsupported compute capability (or an untested one not allowed)
             raise UsageError(f"{e}; pass --arch") from None
+    root = _cache(args.cache_dir).root
+    if not _check_cache_dir("warmup", root, args.cache_dir, write=True):
+        return 1
     phases, gqas, paged = args.phase, args.gqa, args.paged
     if args.serving:
         phases, gqas, paged = ["prefill", "chunked", "decode"], [1, 4, 8], [False, True]
     specs = warmup_specs(arch, args.head_dim, args.dtype, args.causal, args.layout, phases=phases, gqas=gqas,
                          paged=paged, softcap=args.softcap, page_sizes=args.page_size)
-    root = _cache(args.cache_dir).root
     try:
         compiled, cached = warmup(specs, root, jobs=args.jobs, desc=f"warmup {arch}")
     except CacheDirectoryError as e:  # untrusted or unwritable: nothing (or not everything) was kept
@@ -302,12 +363,17 @@ def _fmt_table(headers, rows) -> str:
 
 
 def cmd_cache(args) -> int:
-    """``kernelgen cache path|list|verify|clear``; verify returns 1 while bad entries remain."""
+    """``kernelgen cache path|list|verify|clear``; verify returns 1 while bad entries remain, and
+    list, verify and clear return 1 (one error line, nothing done) when the cache directory is a
+    file, or for clear and verify --repair not writable."""
     cache = _cache(args.cache_dir)
     action = args.cache_command
     if action == "path":
         print(cache.root)
         return 0
+    write = action == "clear" or (action == "verify" and args.repair)
+    if not _check_cache_dir(f"cache {action}", cache.root, args.cache_dir, write):
+        return 1
     if action == "list":
         entries = cache.entries()
         if not entries:
@@ -362,7 +428,8 @@ def _cuda_version(v: int) -> str:
 
 
 def cmd_doctor(args) -> int:
-    """``kernelgen doctor``: what kernelgen sees.  Every probe is guarded; always returns 0."""
+    """``kernelgen doctor``: what kernelgen sees.  Every probe is guarded; always returns 0 (also
+    without a driver or GPU: then it says so plainly and what still works)."""
     from .._version import __version__
 
     print(f"kernelgen      {__version__} ({os.path.dirname(os.path.abspath(__file__))})")
@@ -389,13 +456,16 @@ def cmd_doctor(args) -> int:
 
     print(f"NVRTC          {_guard(nvrtc)}")
 
-    def driver():
+    def driver_version() -> int:
         from cupy.cuda import runtime
 
-        v = int(runtime.driverGetVersion())
-        return _cuda_version(v) if v > 0 else "not found (no NVIDIA driver installed)"
+        return int(runtime.driverGetVersion())
 
-    print(f"CUDA driver    {_guard(driver, 'not found')}")
+    drv = _guard(driver_version, "not found")
+    if isinstance(drv, int):
+        print(f"CUDA driver    {_cuda_version(drv) if drv > 0 else 'not found (no NVIDIA driver installed)'}")
+    else:
+        print(f"CUDA driver    {drv}")
 
     def gpus():
         from cupy.cuda import runtime as cuda_rt
@@ -404,9 +474,14 @@ def cmd_doctor(args) -> int:
         lines = []
         from ..jit.runtime import device
 
+        from ..selection.settings import allow_untested_arch
+
+        allow = allow_untested_arch()
         for i in range(n):
             d = device(i)
-            arch = _guard(lambda: d.arch, "unsupported")
+            arch = _guard(lambda: d.compile_arch(allow), "unsupported")
+            if arch in UNTESTED_ARCHS:
+                arch += " (untested: KERNELGEN_ALLOW_UNTESTED_ARCH=1)"
             lines.append(f"  {i}: {d.name}, compute capability {d.cc[0]}.{d.cc[1]}, kernelgen arch {arch}, "
                          f"{d.num_sms} SMs, L2 {d.l2_bytes / 2**20:.1f} MB")
         return lines
@@ -416,7 +491,15 @@ def cmd_doctor(args) -> int:
     except Exception as e:  # noqa: BLE001
         gpu_lines = []
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
-        print(f"GPUs           no CUDA GPU ({why})")
+        status = getattr(e, "status", None)
+        if drv == 0 or (not isinstance(drv, int) and status == _CUDA_ERROR_INSUFFICIENT_DRIVER):
+            # libcuda is missing: the CUDA runtime reports it as an "insufficient" driver
+            print("GPUs           no NVIDIA driver found, so no GPU can run kernels here")
+        elif status == _CUDA_ERROR_NO_DEVICE:
+            print("GPUs           no NVIDIA GPU found (the driver sees none)")
+        else:
+            print(f"GPUs           no CUDA GPU ({why})")
+        print(NO_GPU_STILL_WORKS)
     else:
         if gpu_lines:
             print(f"GPUs           {len(gpu_lines)}")
@@ -424,9 +507,13 @@ def cmd_doctor(args) -> int:
                 print(line)
         else:
             print("GPUs           no CUDA GPU")
+            print(NO_GPU_STILL_WORKS)
 
     def cache_report():
         cache = _cache(None)
+        problem = cache_dir_problem(cache.root, None, write=False)
+        if problem:
+            return f"{cache.root} (unusable: {problem})"
         entries = cache.entries()
         valid = sum(1 for e in entries if e.get("valid"))
         exists = "" if cache.root.is_dir() else " (does not exist yet)"

@@ -153,17 +153,27 @@ def format_table(results) -> str:
 
 
 def main_args(args) -> int:
-    """CLI entry: args from cli.py's compare-layouts parser."""
+    """CLI entry: args from cli.py's compare-layouts parser.  ``--json PATH`` writes the results
+    to PATH besides printing the table, ``--json -`` prints them instead of the table;
+    ``--cache-dir`` sets the kernel cache of the run."""
     hq, _, hkv = args.heads.partition("/")
     try:
         heads = (int(hq), int(hkv))
     except ValueError:
         print(f"kernelgen compare-layouts: --heads must look like 32/8, got {args.heads!r}", file=sys.stderr)
         return 2
+    if getattr(args, "cache_dir", None) is not None:
+        from ..jit.cache import set_cache_dir
+
+        set_cache_dir(args.cache_dir)
     results = compare(layouts=args.layout, trace=args.trace, batch=args.batch, pad_to=args.pad_to, graph=args.graph,
                       causal=args.causal, head_dim=args.head_dim, heads=heads, sort=not args.no_sort,
                       swizzle=not args.no_swizzle, repeat=args.repeat)
-    if args.json:
+    if args.json and args.json != "-":
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+            f.write("\n")
+    if args.json == "-":
         print(json.dumps(results, indent=1))
     else:
         r0 = results[0]

@@ -203,7 +203,9 @@ def _run_gpu(lengths, layout, repeat, json_path, out, requested_arch=None) -> in
     from .timing import time_cuda
 
     device = torch.device("cuda", torch.cuda.current_device())
-    arch = device_arch(device.index)
+    from ..selection.settings import allow_untested_arch
+
+    arch = device_arch(device.index, allow_untested_arch())
     name = torch.cuda.get_device_name(device)
     print(f"device: {name} ({arch}); metadata layout {layout}", file=out)
     seed = int.from_bytes(os.urandom(4), "little")

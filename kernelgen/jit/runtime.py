@@ -58,10 +58,11 @@ def device(ordinal: int) -> Device:
     return d
 
 
-def device_arch(ordinal: int) -> str:
+def device_arch(ordinal: int, allow_untested: bool = False) -> str:
     """Compile target of CUDA device ``ordinal`` (e.g. 'sm_90a' on an H100/H200); RuntimeError for
-    a compute capability kernelgen has no kernels for."""
-    return device(ordinal).arch
+    a compute capability kernelgen has no kernels for, or an untested one (Blackwell) unless
+    ``allow_untested`` (``selection.settings.allow_untested_arch()``)."""
+    return device(ordinal).compile_arch(allow_untested)
 
 
 def device_properties(ordinal: int) -> dict:

@@ -13,6 +13,13 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90a")
+#: Compile targets of the sm_80 path that NVRTC builds and the CPU tests compile, but that no
+#: kernelgen test has run on a GPU: Blackwell data-centre (sm_100: B200/GB200, B300) and
+#: consumer/workstation (sm_120: RTX 50, RTX PRO 6000; DGX Spark's 12.1) GPUs.  A device of such a
+#: compute capability runs them only with KERNELGEN_ALLOW_UNTESTED_ARCH=1 (``device.arch_for_capability``).
+UNTESTED_ARCHS = ("sm_100", "sm_120")
+#: Every compile target a spec may name.
+ALL_ARCHS = ARCHS + UNTESTED_ARCHS
 DTYPES = ("fp16", "bf16")
 HEAD_DIMS = (64, 96, 128, 192, 256)
 MASKS = ("none", "causal", "local")
@@ -132,7 +139,7 @@ class AttentionSpec:
     SM90_REGS_GATHER: ClassVar[dict] = {8: (56, 224)}
 
     def __post_init__(self):
-        _check(self.arch, ARCHS, "arch")
+        _check(self.arch, ALL_ARCHS, "arch")
         _check(self.dtype, DTYPES, "dtype")
         _check(self.head_dim, HEAD_DIMS, "head_dim")
         _check(self.head_dim_v, HEAD_DIMS, "head_dim_v")
@@ -278,7 +285,7 @@ class SchedulerSpec:
     entry: ClassVar[str] = "kg_scheduler"
 
     def __post_init__(self):
-        _check(self.arch, ARCHS, "arch")
+        _check(self.arch, ALL_ARCHS, "arch")
         _check(self.layout, LAYOUTS, "layout")
         if self.num_threads % 32 or not 32 <= self.num_threads <= 1024:
             raise ValueError(f"num_threads must be a multiple of 32 in [32, 1024], got {self.num_threads}")
@@ -311,7 +318,7 @@ class CombineSpec:
     rows_per_cta: ClassVar[int] = 8
 
     def __post_init__(self):
-        _check(self.arch, ARCHS, "arch")
+        _check(self.arch, ALL_ARCHS, "arch")
         _check(self.dtype, DTYPES, "dtype")
         _check(self.head_dim_v, HEAD_DIMS, "head_dim_v")
 

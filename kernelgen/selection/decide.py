@@ -87,9 +87,10 @@ def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) 
         ValueError: ``arch`` (or ``KERNELGEN_ARCH``) asks for the Hopper kernel on another device
             or for a call it cannot run, or with a fused launch; a variant does not fit the arch's
             shared memory; an override in ``settings`` is malformed (the message names it).
-        RuntimeError: the device's compute capability has no kernels.
+        RuntimeError: the device's compute capability has no kernels (or untested ones, Blackwell,
+            without ``settings.allow_untested_arch``).
     """
-    arch = device.arch
+    arch = device.compile_arch(settings.allow_untested_arch)
     mainloop = validation.arch(sig.arch, arch, settings.arch)
     if mainloop == "sm90a":
         if sig.short_query_tokens:

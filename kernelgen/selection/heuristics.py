@@ -34,9 +34,11 @@ from ..kernels.spec import (AttentionSpec, CombineSpec, FusedAttentionSpec, MAIN
                             SM90_PAGED_HEAD_DIMS, SchedulerSpec, TileConfig)
 
 #: Largest dynamic shared memory one CTA may opt into, bytes (CUDA programming guide, per arch).
-SMEM_LIMIT = {"sm_80": 166912, "sm_86": 101376, "sm_89": 101376, "sm_90a": 232448}
+SMEM_LIMIT = {"sm_80": 166912, "sm_86": 101376, "sm_89": 101376, "sm_90a": 232448,
+              "sm_100": 232448, "sm_120": 101376}
 #: Shared memory per SM (bytes), for the occupancy estimate.
-SMEM_PER_SM = {"sm_80": 167936, "sm_86": 102400, "sm_89": 102400, "sm_90a": 233472}
+SMEM_PER_SM = {"sm_80": 167936, "sm_86": 102400, "sm_89": 102400, "sm_90a": 233472,
+               "sm_100": 233472, "sm_120": 102400}
 TILE_CLASSES = ("prefill", "mid", "decode")
 #: Upper bound of the automatic split count (the combine kernel handles any count).
 MAX_AUTO_SPLITS = 64

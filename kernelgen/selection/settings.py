@@ -11,7 +11,10 @@ plan is made (``AttentionPlan``) and the decider takes the result as an input
 - ``KERNELGEN_SM90_SHORT_ROWS``: query rows of the Hopper fused launch's decode tile, 8 or 16
   (``heuristics.SM90_FUSED_SHORT_ROWS``);
 - ``KERNELGEN_MIXED_SHORT_CTAS``: CTAs of the Hopper fused launch that start on the short queue,
-  0 .. the SMs (``heuristics.SM90_MIXED_SHORT_FRACTION``).
+  0 .. the SMs (``heuristics.SM90_MIXED_SHORT_FRACTION``);
+- ``KERNELGEN_ALLOW_UNTESTED_ARCH``: "1" (or "true", "yes") lets a GPU of an untested compute
+  capability (Blackwell: 10.x, 12.x) run the sm_80 path compiled for its arch (sm_100, sm_120;
+  ``kernels.device.arch_for_capability``); unset, such a GPU is refused with a message naming it.
 
 Values are kept as read; each is checked where the decider uses it (``sm90_short_rows``,
 ``mixed_short_ctas``), so a malformed variable fails only the calls it concerns, with a
@@ -22,10 +25,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ..kernels.device import ALLOW_UNTESTED_ARCH_ENV
+
 ARCH = "KERNELGEN_ARCH"
 SM90_OPTS = "KERNELGEN_SM90_OPTS"
 SM90_SHORT_ROWS = "KERNELGEN_SM90_SHORT_ROWS"
 MIXED_SHORT_CTAS = "KERNELGEN_MIXED_SHORT_CTAS"
+ALLOW_UNTESTED_ARCH = ALLOW_UNTESTED_ARCH_ENV
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,7 @@ class Settings:
     sm90_opts: str | None = None
     short_rows: str | None = None
     short_ctas: str | None = None
+    allow_untested_arch: bool = False
 
     @classmethod
     def from_env(cls, environ=None) -> "Settings":
@@ -43,8 +50,9 @@ class Settings:
         for the two numeric ones."""
         env = os.environ if environ is None else environ
         rows, ctas = env.get(SM90_SHORT_ROWS, "").strip(), env.get(MIXED_SHORT_CTAS, "").strip()
+        allow = env.get(ALLOW_UNTESTED_ARCH, "").strip().lower() in ("1", "true", "yes", "on")
         return cls(arch=env.get(ARCH), sm90_opts=env.get(SM90_OPTS), short_rows=rows or None,
-                   short_ctas=ctas or None)
+                   short_ctas=ctas or None, allow_untested_arch=allow)
 
     def sm90_short_rows(self) -> int | None:
         """``KERNELGEN_SM90_SHORT_ROWS`` as 8 or 16, None when unset.  Raises ValueError naming the
@@ -67,3 +75,9 @@ class Settings:
         if not 0 <= n <= num_sms:
             raise ValueError(f"{MIXED_SHORT_CTAS} must be in [0, {num_sms}], got {n}")
         return n
+
+
+def allow_untested_arch(environ=None) -> bool:
+    """``KERNELGEN_ALLOW_UNTESTED_ARCH`` as set now (``Settings.allow_untested_arch``), for the
+    commands that ask for a device's compile target outside a call (warmup, demo, bench, doctor)."""
+    return Settings.from_env(environ).allow_untested_arch

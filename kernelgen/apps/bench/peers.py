@@ -67,6 +67,18 @@ class Peer:
     output: Callable | None = None
 
 
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters at a word boundary, with "…" where it was cut."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    head = text[:max(1, limit - 1)]
+    cut = head.rstrip().rfind(" ")
+    if cut > limit // 2:
+        head = head[:cut]
+    return head.rstrip(" ,;:([") + "…"
+
+
 def reason(e: BaseException, warned=(), limit: int = 400) -> str:
     """One-line reason from an exception, with the warnings the failed call issued (SDPA says
     there why each backend refused the inputs)."""
@@ -78,8 +90,8 @@ def reason(e: BaseException, warned=(), limit: int = 400) -> str:
         if line and line not in notes:
             notes.append(line)
     if notes:
-        text += " [" + "; ".join(notes)[:limit] + "]"
-    return text[:limit]
+        text += " [" + clip("; ".join(notes), limit) + "]"
+    return clip(text, limit)
 
 
 def _sync() -> None:

@@ -35,7 +35,7 @@ import subprocess
 from pathlib import Path
 
 from . import SUITES
-from .peers import EXTERNAL
+from .peers import EXTERNAL, clip
 
 #: Goals of issue 9 on the H200, checked when the entries ran: (entry, limit in µs, check name).
 GOALS = (
@@ -213,6 +213,64 @@ def build_report(entries: list, roofs: dict | None, device: str, settings: dict 
     return report
 
 
+#: The suite of an entry by its name's start (``suite_of``); the bench's registry (``suites.registry``)
+#: names every entry so (tests/test_bench_cpu.py checks it), and tools/gpu_report.py's demo entry
+#: (``demo_...``, a causal varlen prefill) counts as prefill.
+_SUITE_PREFIXES = (("prefill_", "prefill"), ("demo_", "prefill"), ("decode_", "decode"), ("graph_decode_", "decode"),
+                   ("mixed_", "mixed"), ("scheduler_", "scheduler"), ("varlen_trace_sorted", "scheduler"),
+                   ("varlen_trace_unsorted", "scheduler"), ("compile_", "compile"), ("dispatch_", "compile"),
+                   ("overhead_", "overhead"))
+
+
+def suite_of(name: str) -> str | None:
+    """The bench suite of an entry name (None for a name no suite uses)."""
+    for prefix, suite in _SUITE_PREFIXES:
+        if name.startswith(prefix):
+            return suite
+    return None
+
+
+def from_gpu_report(rep: dict) -> dict:
+    """A tools/gpu_report.py report (docs/benchmarks/h200.json: the bench's entries under
+    ``benchmarks`` without their suites, roofs and peer reasons under ``extra``) in the shape of a
+    ``kernelgen bench --json`` report: each entry gets its suite (``suite_of``; aliases, which
+    repeat an entry under another name, are dropped), its metric (the rate it carries) and its
+    roof fraction.  A bench report is returned unchanged."""
+    benchmarks = rep.get("benchmarks") or []
+    if not benchmarks or all(b.get("suite") for b in benchmarks):
+        return rep
+    extra = rep.get("extra") or {}
+    roofs = rep.get("roofs") or extra.get("roofs")
+    out = []
+    for b in benchmarks:
+        suite = b.get("suite") or suite_of(str(b.get("name", "")))
+        if b.get("same_as") or suite is None:
+            continue
+        e = dict(b, suite=suite)
+        if not e.get("metric"):
+            e["metric"] = "tflops" if e.get("tflops") is not None else "tbps" if e.get("tbps") is not None else None
+        value = e.get(e["metric"]) if e["metric"] else None
+        e.setdefault("roof_fraction", roof_fraction(value, e["metric"], roofs))
+        e["ratios"] = e.get("ratios") or entry_ratios(e)
+        if "best_peer" not in e:
+            e["best_peer"], e["vs_best"] = best_peer(e)
+        out.append(e)
+    return dict(rep, benchmarks=out, roofs=roofs,
+                unavailable_peers=rep.get("unavailable_peers") or extra.get("unavailable_peers") or {},
+                first_call=rep.get("first_call") or extra.get("first_call"))
+
+
+def report_header(rep: dict) -> str:
+    """The first line of a re-printed report: its commit, date and device ("unknown" where the
+    JSON does not say), so an old report is not read as a current one."""
+    def field(k):
+        v = rep.get(k)
+        return str(v) if v not in (None, "", "unknown") else "unknown"
+
+    return (f"Saved report: commit {field('commit')}, date {field('date')}, device {field('device')} "
+            f"(measured then, not now)")
+
+
 def entries_from_report(rep: dict) -> list:
     """The entries of a saved JSON report (timed ones, then the ones that did not run), for
     re-printing its tables and re-drawing its plots without a GPU."""
@@ -274,7 +332,7 @@ def suite_table(suite: str, entries: list) -> str:
     for e in rows_e:
         if e.get("us") is None:
             why = e.get("skipped") or e.get("error") or "no result"
-            rows.append([e["name"], ("skipped: " if e.get("skipped") else "error: ") + why[:100], "", "", ""]
+            rows.append([e["name"], ("skipped: " if e.get("skipped") else "error: ") + clip(why, 100), "", "", ""]
                         + [""] * len(peer_names))
             continue
         r = entry_ratios(e)
@@ -296,12 +354,26 @@ def suite_table(suite: str, entries: list) -> str:
     return text
 
 
+#: Reasons longer than this were cut by reports made before ``peers.clip`` (mid-word, no mark).
+_OLD_REASON_LIMIT = 400
+
+
+def full_reason(why: str) -> str:
+    """A peer's reason as shown in the "could not run" notes: whole, except that a reason an older
+    report cut mid-word at 400 characters ends at its last whole word with "…"."""
+    why = " ".join(str(why).split())
+    if len(why) >= _OLD_REASON_LIMIT and not why.endswith(("…", "]", ".", ")")):
+        cut = why.rfind(" ")
+        why = (why[:cut] if cut > 0 else why).rstrip(" ,;:([") + "…"
+    return why
+
+
 def _unavailable_notes(entries: list) -> str:
-    """One line per (peer, reason) with the entries it applies to."""
+    """One line per (peer, reason) with the entries it applies to; reasons whole (``full_reason``)."""
     groups: dict = {}
     for e in entries:
         for p, why in (e.get("unavailable") or {}).items():
-            groups.setdefault((p, why), []).append(e["name"])
+            groups.setdefault((p, full_reason(why)), []).append(e["name"])
     lines = []
     for (p, why), names in groups.items():
         where = ", ".join(names) if len(names) <= 4 else f"{', '.join(names[:3])} and {len(names) - 3} more"

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import SUITES, measure, report
+from . import SUITES, measure, peers, report
 from .models import resolve_models
 
 #: Default wall-clock budgets (seconds) of a full run and of --quick (0 = none).
@@ -48,7 +48,7 @@ def prewarm(defs, settings, arch: str, num_sms: int, jobs: int | None = None) ->
     try:
         compiled, cached = warmup(specs, get_cache().root, jobs=jobs, progress=False, desc="bench prewarm")
     except Exception as e:  # noqa: BLE001 - the entries compile what they need themselves
-        return {"error": f"{type(e).__name__}: {str(e)[:200]}", "seconds": time.perf_counter() - t0}
+        return {"error": f"{type(e).__name__}: {peers.clip(str(e), 200)}", "seconds": time.perf_counter() - t0}
     return {"compiled": compiled, "cached": cached, "kernels": len(specs), "seconds": time.perf_counter() - t0}
 
 
@@ -74,7 +74,7 @@ def run_entries(defs, settings, budget_s: float = 0.0, start: float | None = Non
             except Skip as ex:
                 e = dict(base, skipped=str(ex))
             except Exception as ex:  # noqa: BLE001 - one entry's failure never stops the suite
-                e = dict(base, error=f"{type(ex).__name__}: {str(ex).strip()[:300]}")
+                e = dict(base, error=f"{type(ex).__name__}: {peers.clip(str(ex).strip(), 300)}")
             e["seconds"] = round(time.perf_counter() - t0, 2)
             if torch.cuda.is_available():
                 try:
@@ -92,9 +92,9 @@ def _progress_line(e, elapsed) -> str:
     if e.get("us") is None:
         why = e.get("skipped") or e.get("error")
         return f"[{elapsed:6.1f} s] {e['name']}: {'skipped' if e.get('skipped') else 'ERROR'}: {why}"
-    peers = " ".join(f"{p}={r:.2f}x" for p, r in e.get("ratios", {}).items())
+    ratio_text = " ".join(f"{p}={r:.2f}x" for p, r in e.get("ratios", {}).items())
     return (f"[{elapsed:6.1f} s] {e['name']}: {report.fmt_us(e['us'])} us {report.fmt_rate(e)} "
-            f"({e.get('seconds', 0):.1f} s) {peers}")
+            f"({e.get('seconds', 0):.1f} s) {ratio_text}")
 
 
 def order_for_report(entries: list) -> list:
@@ -133,7 +133,9 @@ def run(suites=("all",), models=None, trace=None, repeat=None, quick=False, flex
         settings.flex_deadline = t_start + FLEX_BUDGET_SHARE * budget
     dev = settings.device
     props = runtime.device_properties(dev)
-    arch = device_arch(dev)
+    from ...selection.settings import allow_untested_arch
+
+    arch = device_arch(dev, allow_untested_arch())
     defs = S.registry(suites, presets)
     _log(f"kernelgen bench: {len(defs)} entries, suites {','.join(suites)}, models "
          f"{','.join(p.name for p in presets)}, repeat {settings.repeat}, flex {settings.flex}, budget "
@@ -184,7 +186,7 @@ def run(suites=("all",), models=None, trace=None, repeat=None, quick=False, flex
         try:
             from .plots import write_plots
 
-            title = f"{props['name']}, commit {report.git_commit()[:10]}"
+            title = plot_title(props["name"], report.git_commit())
             for p in write_plots(entries, settings.roofs, plots_dir, title=title):
                 print(f"wrote {p}", file=out)
         except Exception as e:  # noqa: BLE001 - the numbers are already out
@@ -193,21 +195,36 @@ def run(suites=("all",), models=None, trace=None, repeat=None, quick=False, flex
 
 
 def replot(json_path, plots_dir=None, out=None) -> int:
-    """Print the tables of a saved report and (with ``plots_dir``) draw its plots; no GPU needed."""
+    """Print the tables of a saved report and (with ``plots_dir``) draw its plots; no GPU needed.
+
+    Takes a ``kernelgen bench --json`` report or a tools/gpu_report.py one (docs/benchmarks/h200.json,
+    which embeds the bench's entries: ``report.from_gpu_report``).  The first line names the
+    report's commit, date and device ("unknown" where it has none).
+    """
     out = out or sys.stdout
-    rep = json.loads(Path(json_path).read_text())
+    rep = report.from_gpu_report(json.loads(Path(json_path).read_text()))
     entries = order_for_report(report.entries_from_report(rep))
     if not entries or not all(e.get("suite") for e in entries):
-        raise ValueError(f"{json_path} is not a `kernelgen bench --json` report (its entries need a 'suite'; "
-                         f"docs/benchmarks/h200.json is tools/gpu_report.py's format)")
+        raise ValueError(f"{json_path} is neither a `kernelgen bench --json` report nor a tools/gpu_report.py "
+                         f"report with bench entries (its entries need a 'suite' or a bench entry's name)")
+    print(report.report_header(rep), file=out)
     print(report.format_report(entries, rep.get("roofs"), rep.get("device")), file=out)
     if plots_dir:
         from .plots import write_plots
 
-        title = f"{rep.get('device', '?')}, commit {str(rep.get('commit', '?'))[:10]}, {rep.get('date', '?')}"
+        title = plot_title(rep.get("device"), rep.get("commit"), rep.get("date"))
         for p in write_plots(entries, rep.get("roofs"), plots_dir, title=title):
             print(f"wrote {p}", file=out)
     return 0
+
+
+def plot_title(device, commit, date=None) -> str:
+    """The device and commit (and date) every plot's title names ("unknown" where not known)."""
+    def known(v, n=None):
+        return str(v)[:n] if v not in (None, "", "unknown") else "unknown"
+
+    text = f"{known(device)}, commit {known(commit, 10)}"
+    return text + (f", {known(date)}" if date is not None else "")
 
 
 def main_args(args) -> int:

@@ -875,7 +875,9 @@ def _compile_root() -> str:
 def compile_cold_entry(settings: Settings, model=None) -> dict:
     from ...jit.runtime import device_arch
 
-    arch = device_arch(settings.device)
+    from ...selection.settings import allow_untested_arch
+
+    arch = device_arch(settings.device, allow_untested_arch())
     root = tempfile.mkdtemp(prefix="cold-", dir=_compile_root())
     r = cold_compile(arch, root)
     _compile_tmp["warm_root"] = root
@@ -893,7 +895,9 @@ def compile_cold_call_entry(settings: Settings, model=None) -> dict:
     call (``first_call_s``)."""
     from ...jit.runtime import device_arch
 
-    arch = device_arch(settings.device)
+    from ...selection.settings import allow_untested_arch
+
+    arch = device_arch(settings.device, allow_untested_arch())
     r = cold_compile_call(arch, tempfile.mkdtemp(prefix="cold-call-", dir=_compile_root()))
     e = _entry("compile_cold_call", "compile", None, variants=[k["name"] for k in r["kernels"]],
                method="new process, empty cache dir: NVRTC init + every kernel of a first prefill call compiled "
@@ -907,7 +911,9 @@ def compile_cold_call_entry(settings: Settings, model=None) -> dict:
 def compile_warm_entry(settings: Settings, model=None) -> dict:
     from ...jit.runtime import device_arch
 
-    arch = device_arch(settings.device)
+    from ...selection.settings import allow_untested_arch
+
+    arch = device_arch(settings.device, allow_untested_arch())
     root = _compile_tmp.get("warm_root")
     if root is None:  # the cold entry did not run: fill a fresh cache first
         root = tempfile.mkdtemp(prefix="warm-", dir=_compile_root())
@@ -930,8 +936,10 @@ def dispatch_entry(settings: Settings, model: ModelPreset) -> dict:
     from ...jit import runtime
     from ...jit.runtime import device_arch
 
+    from ...selection.settings import allow_untested_arch
+
     dev = settings.device
-    arch = device_arch(dev)
+    arch = device_arch(dev, allow_untested_arch())
     spec = compile_spec(arch)
     runtime.get_kernel(spec, dev)
     e = _entry("dispatch_in_memory", "compile", None, variant=spec.name, method="perf_counter around 10000 calls")
@@ -992,7 +1000,9 @@ def overhead_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
             return varlen_attention(lq, kc, vc, cu_q, None, 1, maxk, seqused_k=used, page_table=pt, causal=True,
                                     window_size=m.window_size, softcap=m.softcap, out=lo)
         dev = settings.device
-        specs = _variants(device_arch(dev), runtime.device_properties(dev)["num_sms"], m, 1, maxk, True,
+        from ...selection.settings import allow_untested_arch
+
+        specs = _variants(device_arch(dev, allow_untested_arch()), runtime.device_properties(dev)["num_sms"], m, 1, maxk, True,
                           layouts=("soa",))
         e["launches"] = len(specs)  # scheduler + attention (+ combine)
     else:
