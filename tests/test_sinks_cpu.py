@@ -378,3 +378,31 @@ def test_opcheck_with_sinks(monkeypatch):
     o, lse = ops.varlen_attention(q, k, v, cu, cu, causal=True, return_lse=True, sinks=s)
     o0, lse0 = ops.varlen_attention(q, k, v, cu, cu, causal=True, return_lse=True)
     assert torch.allclose(lse, torch.logaddexp(lse0, s[:, None]), atol=1e-5)
+
+
+def test_apply_records_no_autograd_for_learnable_sinks():
+    """gpt-oss keeps its sinks as an nn.Parameter (requires_grad): outside no_grad, apply must not
+    tie out / lse to an autograd graph.  With the plan's preallocated LSE scratch a recorded copy
+    made the scratch itself carry the graph, so every later step chained onto the previous one
+    (unbounded growth, and the next step's LSE a function of the last step's sinks)."""
+    sinks = torch.nn.Parameter(torch.tensor([0.5, NEG_INF]))
+    base = torch.zeros(2 * 3)                          # like AttentionPlan._sink_lse
+    for _ in range(2):
+        out = torch.ones(3, 2, 8, dtype=BF16)
+        lse = base[:6].view(2, 3)
+        S.apply(out, lse, sinks, torch.tensor([0, 3], dtype=torch.int32))
+        assert not out.requires_grad and out.grad_fn is None
+        assert not lse.requires_grad and base.grad_fn is None
+
+
+def test_ops_entry_goes_through_the_op_when_sinks_require_grad(monkeypatch):
+    """Autograd records when the sinks require grad (a learnable nn.Parameter): the Python entry
+    takes the registered op, whose backward raises the clear forward-only error."""
+    rec = Recorder()
+    monkeypatch.setattr(kernelgen.front.api, "varlen_attention", rec)
+    q, k, v, cu = packed()
+    s = torch.nn.Parameter(torch.zeros(4))
+    assert ops._through_op(q, k, v, s)
+    assert not ops._through_op(q, k, v, s.detach())
+    with torch.no_grad():
+        assert not ops._through_op(q, k, v, s)
