@@ -406,3 +406,19 @@ def test_ops_entry_goes_through_the_op_when_sinks_require_grad(monkeypatch):
     assert not ops._through_op(q, k, v, s.detach())
     with torch.no_grad():
         assert not ops._through_op(q, k, v, s)
+
+
+def test_plan_made_in_inference_mode_steps_outside_it(fake_cuda, applied, monkeypatch):
+    """The LSE scratch of a plan constructed under torch.inference_mode is a normal tensor: a step
+    outside inference mode (under no_grad) rescales into it in place (an inference tensor refuses
+    that: "Inplace update to inference tensor outside InferenceMode")."""
+    q, k, v, cq, ck = _plain()
+    with torch.inference_mode():
+        plan = make_plan(monkeypatch, max_batch=4, num_heads_q=4, num_heads_kv=2, head_dim=64, max_seqlen_q=7,
+                         max_seqlen_k=12, causal=True, arch="sm_80", sinks=True)
+    assert not plan._sink_lse.is_inference()
+    with torch.no_grad():
+        plan.run(q, k, v, cq, ck, sinks=torch.zeros(4))
+    with torch.inference_mode():
+        plan.run(q, k, v, cq, ck, sinks=torch.zeros(4))
+    assert len(applied) == 2 and all(c["lse"].data_ptr() == plan._sink_lse.data_ptr() for c in applied)
