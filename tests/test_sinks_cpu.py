@@ -422,3 +422,14 @@ def test_plan_made_in_inference_mode_steps_outside_it(fake_cuda, applied, monkey
     with torch.inference_mode():
         plan.run(q, k, v, cq, ck, sinks=torch.zeros(4))
     assert len(applied) == 2 and all(c["lse"].data_ptr() == plan._sink_lse.data_ptr() for c in applied)
+
+
+def test_apply_takes_inference_tensors_outside_inference_mode():
+    """Buffers made under torch.inference_mode (a serving loop's preallocated out / lse) and a call
+    outside it: the kernels write them through pointers, so the rescale must not refuse them."""
+    with torch.inference_mode():
+        out, lse = torch.ones(3, 2, 8, dtype=BF16), torch.zeros(2, 3)
+    with torch.no_grad():
+        S.apply(out, lse, torch.tensor([0.0, NEG_INF]), torch.tensor([0, 3], dtype=torch.int32))
+    assert torch.all(out[:, 0] == 0.5) and torch.all(out[:, 1] == 1)
+    assert torch.allclose(lse[0], torch.full((3,), math.log(2))) and torch.all(lse[1] == 0)

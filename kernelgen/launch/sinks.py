@@ -38,11 +38,13 @@ def apply(out: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor, cu_seqlens_
 
     Returns ``lse`` (now the sink-inclusive LSE).
 
-    Records no autograd (kernelgen is forward-only): learnable sinks (an ``nn.Parameter``) outside
-    ``no_grad`` would otherwise tie ``out`` and ``lse`` to a graph, and an ``AttentionPlan``'s
-    preallocated LSE scratch would chain every step onto the previous one.
+    Runs under ``torch.inference_mode``: it records no autograd (kernelgen is forward-only;
+    learnable sinks, an ``nn.Parameter``, would otherwise tie ``out`` and ``lse`` to a graph, and an
+    ``AttentionPlan``'s preallocated LSE scratch would chain every step onto the previous one), and
+    it updates in place buffers made under inference mode even when called outside it, as the
+    kernels (which write through pointers) do.
     """
-    with torch.no_grad():
+    with torch.inference_mode():
         return _apply(out, lse, sinks.detach(), cu_seqlens_q)
 
 
