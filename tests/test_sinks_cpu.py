@@ -378,3 +378,58 @@ def test_opcheck_with_sinks(monkeypatch):
     o, lse = ops.varlen_attention(q, k, v, cu, cu, causal=True, return_lse=True, sinks=s)
     o0, lse0 = ops.varlen_attention(q, k, v, cu, cu, causal=True, return_lse=True)
     assert torch.allclose(lse, torch.logaddexp(lse0, s[:, None]), atol=1e-5)
+
+
+def test_apply_records_no_autograd_for_learnable_sinks():
+    """gpt-oss keeps its sinks as an nn.Parameter (requires_grad): outside no_grad, apply must not
+    tie out / lse to an autograd graph.  With the plan's preallocated LSE scratch a recorded copy
+    made the scratch itself carry the graph, so every later step chained onto the previous one
+    (unbounded growth, and the next step's LSE a function of the last step's sinks)."""
+    sinks = torch.nn.Parameter(torch.tensor([0.5, NEG_INF]))
+    base = torch.zeros(2 * 3)                          # like AttentionPlan._sink_lse
+    for _ in range(2):
+        out = torch.ones(3, 2, 8, dtype=BF16)
+        lse = base[:6].view(2, 3)
+        S.apply(out, lse, sinks, torch.tensor([0, 3], dtype=torch.int32))
+        assert not out.requires_grad and out.grad_fn is None
+        assert not lse.requires_grad and base.grad_fn is None
+
+
+def test_ops_entry_goes_through_the_op_when_sinks_require_grad(monkeypatch):
+    """Autograd records when the sinks require grad (a learnable nn.Parameter): the Python entry
+    takes the registered op, whose backward raises the clear forward-only error."""
+    rec = Recorder()
+    monkeypatch.setattr(kernelgen.front.api, "varlen_attention", rec)
+    q, k, v, cu = packed()
+    s = torch.nn.Parameter(torch.zeros(4))
+    assert ops._through_op(q, k, v, s)
+    assert not ops._through_op(q, k, v, s.detach())
+    with torch.no_grad():
+        assert not ops._through_op(q, k, v, s)
+
+
+def test_plan_made_in_inference_mode_steps_outside_it(fake_cuda, applied, monkeypatch):
+    """The LSE scratch of a plan constructed under torch.inference_mode is a normal tensor: a step
+    outside inference mode (under no_grad) rescales into it in place (an inference tensor refuses
+    that: "Inplace update to inference tensor outside InferenceMode")."""
+    q, k, v, cq, ck = _plain()
+    with torch.inference_mode():
+        plan = make_plan(monkeypatch, max_batch=4, num_heads_q=4, num_heads_kv=2, head_dim=64, max_seqlen_q=7,
+                         max_seqlen_k=12, causal=True, arch="sm_80", sinks=True)
+    assert not plan._sink_lse.is_inference()
+    with torch.no_grad():
+        plan.run(q, k, v, cq, ck, sinks=torch.zeros(4))
+    with torch.inference_mode():
+        plan.run(q, k, v, cq, ck, sinks=torch.zeros(4))
+    assert len(applied) == 2 and all(c["lse"].data_ptr() == plan._sink_lse.data_ptr() for c in applied)
+
+
+def test_apply_takes_inference_tensors_outside_inference_mode():
+    """Buffers made under torch.inference_mode (a serving loop's preallocated out / lse) and a call
+    outside it: the kernels write them through pointers, so the rescale must not refuse them."""
+    with torch.inference_mode():
+        out, lse = torch.ones(3, 2, 8, dtype=BF16), torch.zeros(2, 3)
+    with torch.no_grad():
+        S.apply(out, lse, torch.tensor([0.0, NEG_INF]), torch.tensor([0, 3], dtype=torch.int32))
+    assert torch.all(out[:, 0] == 0.5) and torch.all(out[:, 1] == 1)
+    assert torch.allclose(lse[0], torch.full((3,), math.log(2))) and torch.all(lse[1] == 0)

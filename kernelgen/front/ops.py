@@ -256,11 +256,13 @@ def _varlen_attention_out_fake(out, q, k, v, cu_seqlens_q, cu_seqlens_k=None, ma
 
 
 # ------------------------------------------------------------------------------ Python entry point
-def _through_op(q, k, v) -> bool:
+def _through_op(q, k, v, sinks=None) -> bool:
     """Use the registered op while torch.compile traces, for fake/meta/subclass tensors, and when
-    autograd records (so a backward raises the op's clear "forward-only" error)."""
+    autograd records (so a backward raises the op's clear "forward-only" error): q, k, v or the
+    sinks (gpt-oss keeps them as an nn.Parameter) require grad."""
     return (torch.compiler.is_compiling() or type(q) is not torch.Tensor or q.device.type == "meta"
-            or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)))
+            or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad
+                                             or (sinks is not None and sinks.requires_grad))))
 
 
 def varlen_attention(
@@ -310,7 +312,7 @@ def varlen_attention(
         ValueError: wrong shapes, devices or values (see :func:`kernelgen.varlen_attention`).
         kernelgen.jit.compiler.CompileError: NVRTC rejected a kernel.
     """
-    if not _through_op(q, k, v):
+    if not _through_op(q, k, v, sinks):
         from . import api
 
         return api.varlen_attention(

@@ -130,9 +130,12 @@ class AttentionPlan:
             self.metadata, self.metadata_short, self.split = self.workspace_layout.views(self._workspace)
         #: Prepared steps by signature (``signature.key`` of run's arguments).
         self._steps = signature.SignatureCache(64)
-        #: float32 LSE scratch of steps with sinks and no caller lse (``sinks=True``), else None.
-        self._sink_lse = (torch.empty(num_heads_q * self.max_total_q, dtype=torch.float32, device=self.device)
-                          if sinks else None)
+        #: float32 LSE scratch of steps with sinks and no caller lse (``sinks=True``), else None.  A
+        #: normal tensor even for a plan made under torch.inference_mode: launch.sinks.apply updates
+        #: it in place, which an inference tensor refuses outside inference mode.
+        with torch.inference_mode(False):
+            self._sink_lse = (torch.empty(num_heads_q * self.max_total_q, dtype=torch.float32, device=self.device)
+                              if sinks else None)
 
     def _lse_scratch(self, total_q: int):
         """A contiguous (num_heads_q, total_q) float32 LSE for a step with sinks and no caller lse:

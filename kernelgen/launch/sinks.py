@@ -37,7 +37,18 @@ def apply(out: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor, cu_seqlens_
             values are compared on the device, no synchronisation).  None: every row is rescaled.
 
     Returns ``lse`` (now the sink-inclusive LSE).
+
+    Runs under ``torch.inference_mode``: it records no autograd (kernelgen is forward-only;
+    learnable sinks, an ``nn.Parameter``, would otherwise tie ``out`` and ``lse`` to a graph, and an
+    ``AttentionPlan``'s preallocated LSE scratch would chain every step onto the previous one), and
+    it updates in place buffers made under inference mode even when called outside it, as the
+    kernels (which write through pointers) do.
     """
+    with torch.inference_mode():
+        return _apply(out, lse, sinks.detach(), cu_seqlens_q)
+
+
+def _apply(out, lse, sinks, cu_seqlens_q):
     lse32 = lse if lse.dtype == torch.float32 else lse.float()
     s = sinks.to(lse32.dtype).reshape(-1, 1)                      # (H, 1), per query head
     new = torch.logaddexp(lse32, s)                               # -inf only when both are -inf
