@@ -223,7 +223,7 @@ def test_errors_name_the_problem(calls):
 # --- tiny models, one forward each --------------------------------------------------------------
 
 def tiny_config(family):
-    """Random-weight configs: 2 layers, hidden 256, 4 query / 2 KV heads of 64 (shared with the GPU test)."""
+    """Random-weight configs: 2 layers, hidden 256, 4 query / 2 KV heads of 64 (as in tests/gpu/test_transformers_gpu.py)."""
     common = dict(vocab_size=128, hidden_size=256, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, head_dim=64)
     if family == "llama":
@@ -235,8 +235,8 @@ def tiny_config(family):
     if family == "gemma2":   # layers alternate sliding (8) / full; logits soft-capped at 50 in attention
         return transformers.Gemma2Config(sliding_window=8, attn_logit_softcapping=50.0, query_pre_attn_scalar=64,
                                          **common)
-    if family == "gpt_oss":  # sinks, alternating sliding window; 4 experts of which 2 per token; bf16 MoE
-        return transformers.GptOssConfig(sliding_window=8, num_local_experts=4, num_experts_per_tok=2,
+    if family == "gpt_oss":  # sinks, alternating sliding window; bf16 MoE, 2 experts both used (no routing flips)
+        return transformers.GptOssConfig(sliding_window=8, num_local_experts=2, num_experts_per_tok=2,
                                          max_position_embeddings=131072, **common)
     raise KeyError(family)
 
