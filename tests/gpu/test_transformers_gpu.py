@@ -132,9 +132,17 @@ def errors(run, truth):
     return diff.max().item(), diff.mean().item()
 
 
+@pytest.fixture
+def no_tf32():
+    """The float32 truth in float32 (cuBLAS's matmul setting is not a plain attribute: no monkeypatch)."""
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = old
+
+
 @pytest.mark.parametrize("family", FAMILIES)
-def test_logits_and_tokens_match_transformers_attention(family, monkeypatch):
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)   # the float32 truth in float32
+def test_logits_and_tokens_match_transformers_attention(family, no_tf32):
     if family == "gpt_oss" and "sinks" not in inspect.signature(kernelgen.varlen_attention).parameters:
         pytest.skip("gpt-oss needs varlen_attention(sinks=...), not in this kernelgen")
     m = models(family)
