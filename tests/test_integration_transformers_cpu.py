@@ -59,8 +59,9 @@ def calls(monkeypatch):
     """Replace kernelgen's kernel call by the float32 reference; the list records each call."""
     seen = []
 
-    def fake(*args, **kw):
-        seen.append((args, kw))
+    def fake(*args, **kw):   # copies: continuous batching reuses its index tensors from step to step
+        seen.append((tuple(a.clone() if torch.is_tensor(a) else a for a in args),
+                     {n: a.clone() if torch.is_tensor(a) else a for n, a in kw.items()}))
         return reference_varlen(*args, **kw)
 
     monkeypatch.setattr(kh, "varlen_attention", fake)
@@ -292,3 +293,36 @@ def test_tiny_model_forward_equals_transformers_attention(family, calls):
     assert all(("sinks" in c[1]) == (family == "gpt_oss") for c in calls)
     scale = 64 ** -0.5
     assert all(abs(c[1]["softmax_scale"] - scale) < 1e-9 for c in calls)
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma2", "gpt_oss"])
+def test_paged_kernelgen_continuous_batching_equals_generate(family, calls, monkeypatch):
+    """transformers' continuous batching (``generate_batch``, which switches the model to
+    ``paged|kernelgen``) gives the tokens of plain ``generate`` with ``kernelgen``: prompts of 11, 3
+    and 13 tokens, 6 new tokens each (windows of 8 slide), in pages of 16 tokens."""
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+    from transformers.generation.continuous_batching import cache as cb_cache
+
+    # on the CPU transformers sizes the cache from psutil's free memory (0 without psutil)
+    monkeypatch.setattr(cb_cache.PagedAttentionMemoryHandler, "get_available_memory", lambda self: 1 << 30)
+    model = build(family, "kernelgen")
+    gc = transformers.GenerationConfig(max_new_tokens=6, do_sample=False, eos_token_id=None, pad_token_id=0)
+    cbc = ContinuousBatchingConfig(block_size=16, num_blocks=16, max_batch_tokens=64, use_cuda_graph=False,
+                                   use_async_batching=False)
+    prompts = [list(range(5, 16)), [20, 21, 22], [30, 31, 32] * 4 + [33]]
+    with torch.no_grad():
+        out = model.generate_batch(prompts, generation_config=gc, continuous_batching_config=cbc, progress_bar=False,
+                                   warmup=False)
+        paged = [out[k].generated_tokens for k in sorted(out, key=lambda r: int(r.split("_")[1]))]
+        paged_calls = len(calls)
+        model.set_attn_implementation("kernelgen")
+        plain = [model.generate(torch.tensor([p]), generation_config=gc)[0, len(p):].tolist() for p in prompts]
+    assert paged == plain
+    assert paged_calls >= 2 * 6
+    first = calls[0]     # the three prompts in one packed batch: only the paged path packs them
+    assert first[0][0].shape == (27, 4, 64) and sorted(first[0][3].diff().tolist()) == [3, 11, 13]
+    assert first[1]["causal"] and first[0][3].dtype == torch.int32
+    assert all(("sinks" in c[1]) == (family == "gpt_oss") for c in calls[:paged_calls])
+    assert all(c[1]["softcap"] == (50.0 if family == "gemma2" else 0.0) for c in calls[:paged_calls])
+    if family != "llama":
+        assert {c[1]["window_size"] for c in calls[:paged_calls]} == {(7, 0), (-1, -1)}
