@@ -183,3 +183,42 @@ def test_logits_and_tokens_match_transformers_attention(family, no_tf32):
     print(f"{family}: {compared} of {len(LENS) * STEPS} generated tokens compared (truth margin above twice "
           f"the two runs' errors at that step), all equal")
     assert compared > 0, report
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma2"])
+def test_continuous_batching_on_paged_kernelgen(family, no_tf32):
+    """transformers' continuous batching (``generate_batch``: the model runs ``paged|kernelgen``,
+    K/V in a paged cache of 16-token blocks, all requests packed in one varlen call per layer)
+    gives the float32 truth's greedy tokens wherever the truth's margin exceeds four times the
+    logit error the padded-batch kernelgen run had at that step (twice the argmax bound, and twice
+    again for the other batching: the same kernels, another split of the work)."""
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    m = models(family)
+    ids, mask = prompts(m["ref32"].config.vocab_size)
+    tokens = greedy_tokens(m["ref32"], ids, mask)
+    runs = {name: teacher_forced_logits(m[name], ids, mask, tokens) for name in ("ref32", "kernelgen")}
+    last = torch.tensor(LENS).cumsum(0) - 1
+    model = m["kernelgen"]
+    gc = transformers.GenerationConfig(max_new_tokens=STEPS, do_sample=False, eos_token_id=None, pad_token_id=0)
+    cbc = ContinuousBatchingConfig(block_size=16, num_blocks=32, max_batch_tokens=128, use_cuda_graph=False,
+                                   use_async_batching=False)
+    inputs = [ids[b, ids.shape[1] - L:].tolist() for b, L in enumerate(LENS)]
+    with torch.no_grad():
+        out = model.generate_batch(inputs, generation_config=gc, continuous_batching_config=cbc, progress_bar=False,
+                                   warmup=False)
+    got = [out[k].generated_tokens for k in sorted(out, key=lambda r: int(r.split("_")[1]))]
+    assert [len(g) for g in got] == [STEPS] * len(LENS)
+    compared = 0
+    for b in range(len(LENS)):
+        for t in range(STEPS):
+            if got[b][:t] != tokens[b, :t].tolist():
+                break
+            truth = runs["ref32"][0][last][b] if t == 0 else runs["ref32"][t][b]
+            ours = runs["kernelgen"][0][last][b] if t == 0 else runs["kernelgen"][t][b]
+            top2 = truth.topk(2).values
+            if (top2[0] - top2[1]).item() > 4 * (ours - truth).abs().max().item():
+                assert got[b][t] == tokens[b, t].item(), f"{family}: row {b} step {t}"
+                compared += 1
+    print(f"{family} continuous batching: {compared} of {len(LENS) * STEPS} tokens compared, all equal")
+    assert compared > 0
