@@ -3,7 +3,6 @@ attention arguments onto ``varlen_attention`` (captured with a stand-in that com
 float32 with torch), the errors, and one tiny random-weight forward per model family (Llama,
 Qwen2, Mistral, Gemma-2, gpt-oss) equal to transformers' own sdpa (eager for gpt-oss) attention.
 No downloads.  The GPU runs of the same families are tests/gpu/test_transformers_gpu.py."""
-import importlib
 import sys
 
 import pytest
@@ -224,7 +223,8 @@ def test_errors_name_the_problem(calls):
 # --- tiny models, one forward each --------------------------------------------------------------
 
 def tiny_config(family):
-    """Random-weight configs: 2 layers, hidden 256, 4 query / 2 KV heads of 64 (as in tests/gpu/test_transformers_gpu.py)."""
+    """Random-weight configs: 2 layers, hidden 256, 4 query / 2 KV heads of 64 (as in
+    tests/gpu/test_transformers_gpu.py)."""
     common = dict(vocab_size=128, hidden_size=256, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, head_dim=64)
     if family == "llama":

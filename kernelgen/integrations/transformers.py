@@ -168,7 +168,8 @@ def kernelgen_attention_forward(
     if all(kwargs.get(n) is not None for n in ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")):
         packed = (kwargs["cu_seq_lens_q"].to(torch.int32), kwargs["cu_seq_lens_k"].to(torch.int32),
                   int(kwargs["max_length_q"]), int(kwargs["max_length_k"]))
-    elif (p := _packed_from_position_ids(kwargs.get("position_ids"), batch)) is not None:
+    elif sq == sk > 1 and (p := _packed_from_position_ids(kwargs.get("position_ids"), batch)) is not None:
+        # (a step with cached keys, a decode step included, is never packed: no check, no host sync)
         packed = (p[0], p[0], p[1], p[1])
     if packed is not None:
         cu_q, cu_k, max_q, max_k = packed
