@@ -10,8 +10,9 @@ give flat logits): the output says how many rows are equal and where the first o
     python examples/hf_generate.py                       # tiny model (2 layers, hidden 256)
     python examples/hf_generate.py --layers 16 --hidden 2048 --heads 32 --kv-heads 8 --batch 32
 
-Prints one line per implementation (``tokens/s`` counts generated tokens only, after one warm-up
-generate that compiles kernelgen's kernels) and a line ``match: ...``.  Needs a CUDA GPU; without
+Prints one line per implementation (``tokens/s`` counts generated tokens only, the best of
+``--repeats`` runs after one warm-up generate that compiles kernelgen's kernels), how far apart
+the two implementations' prefill logits are, and a line ``match: ...``.  Needs a CUDA GPU; without
 one it says so and exits 0.
 """
 from __future__ import annotations
@@ -41,6 +42,7 @@ def parse(argv=None):
     p.add_argument("--max-len", type=int, default=512, help="longest prompt (tokens)")
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeats", type=int, default=3, help="timed generate runs per implementation (best counts)")
     return p.parse_args(argv)
 
 
@@ -70,16 +72,22 @@ def prompts(args):
     return ids.cuda(), mask.cuda(), lens
 
 
-def generate(model, impl, ids, mask, new_tokens):
+def generate(model, impl, ids, mask, new_tokens, repeats):
+    """Generated tokens (batch, new_tokens), the best time of ``repeats`` runs (s) and the prefill's
+    last-token logits (batch, vocab) float32."""
     model.set_attn_implementation(impl)
     with torch.inference_mode():
         model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=2, do_sample=False)   # warm-up
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False)
-        torch.cuda.synchronize()
-        dt = time.perf_counter() - t0
-    return out[:, ids.shape[1]:], dt
+        times = []
+        for _ in range(repeats):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False)
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, -1].float()
+    return out[:, ids.shape[1]:], min(times), logits
 
 
 def main(argv=None) -> int:
@@ -92,12 +100,18 @@ def main(argv=None) -> int:
     print(f"hf_generate: Llama-style {args.layers} layers, hidden {args.hidden}, heads {args.heads}/{args.kv_heads} x "
           f"{args.head_dim}, bf16, {torch.cuda.get_device_name()}; {args.batch} prompts of {min(lens)}-{max(lens)} "
           f"tokens (left-padded to {ids.shape[1]}), {args.new_tokens} new tokens each, greedy")
-    tokens = {}
-    for impl in ("kernelgen", "sdpa"):
-        out, dt = generate(model, impl, ids, mask, args.new_tokens)
+    tokens, logits = {}, {}
+    for impl in ("sdpa", "kernelgen"):
+        out, dt, logits[impl] = generate(model, impl, ids, mask, args.new_tokens, args.repeats)
         tokens[impl] = out
         n = out.numel()
-        print(f"{impl:>9}: {n} tokens in {dt:.3f} s = {n / dt:,.0f} tokens/s")
+        print(f"{impl:>9}: {n} tokens in {dt:.3f} s = {n / dt:,.0f} tokens/s (best of {args.repeats})")
+    diff = (logits["kernelgen"] - logits["sdpa"]).abs().max().item()
+    top2 = logits["sdpa"].topk(2, dim=-1).values
+    margin = (top2[:, 0] - top2[:, 1])
+    print(f"prefill last-token logits: max |kernelgen - sdpa| = {diff:.3e} "
+          f"(logit std {logits['sdpa'].std().item():.3e}; top-1 margins {margin.min().item():.1e}-"
+          f"{margin.max().item():.1e}: random weights give near ties)")
     a, b = tokens["kernelgen"], tokens["sdpa"]
     same_rows = int((a == b).all(dim=1).sum())
     diff = (a != b)
