@@ -16,7 +16,8 @@ BF16 = torch.bfloat16
 
 
 def reference_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, *,
-                     causal=False, window_size=(-1, -1), softcap=0.0, softmax_scale=None, sinks=None, **_):
+                     seqused_k=None, causal=False, window_size=(-1, -1), softcap=0.0, softmax_scale=None, sinks=None,
+                     **_):
     """varlen_attention's contract (docs/api.md) in float32 torch: bottom-right causal, window
     around the diagonal, soft-cap, gpt-oss sinks (an extra logit per head with no value)."""
     hq, d = q.shape[1], q.shape[2]
@@ -26,6 +27,8 @@ def reference_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None
     for i in range(len(cu_seqlens_q) - 1):
         q0, q1 = int(cu_seqlens_q[i]), int(cu_seqlens_q[i + 1])
         k0, k1 = int(cu_seqlens_k[i]), int(cu_seqlens_k[i + 1])
+        if seqused_k is not None:
+            k1 = k0 + int(seqused_k[i])
         lq, lk = q1 - q0, k1 - k0
         if lq == 0:
             continue
@@ -115,17 +118,37 @@ def test_no_padding_maps_to_uniform_cu_seqlens_gqa_and_scale(calls):
     torch.testing.assert_close(qp[5:10], q[1].transpose(0, 1))
 
 
-def test_left_padding_mask_becomes_varlen(calls):
+def test_left_padding_mask_becomes_varlen_without_gathers(calls):
+    """generate's left padding: every row stays, request b's keys start past its padding
+    (cu_seqlens_k[b] = b * Sk + pad_b, seqused_k = its real keys), padded queries see nothing."""
     q, k, v = qkv(b=3, sq=6, sk=6)
     mask = torch.tensor([[1] * 6, [0, 0, 1, 1, 1, 1], [0, 0, 0, 0, 0, 1]])
     out, _ = kh.kernelgen_attention_forward(Module(), q, k, v, mask)
     (args, kw), = calls
     qp, kp, _, cu_q, cu_k, mq, mk = args
-    assert cu_q.tolist() == [0, 6, 10, 11] and cu_k.tolist() == [0, 6, 10, 11] and (mq, mk) == (6, 6)
-    torch.testing.assert_close(kp[6:10], k[1, :, 2:].transpose(0, 1))
+    assert qp.shape == (18, 4, 64) and kp.shape == (18, 2, 64) and (mq, mk) == (6, 6)
+    assert cu_q.tolist() == [0, 6, 12, 18] and cu_k.tolist() == [0, 8, 17, 18]
+    assert kw["seqused_k"].tolist() == [6, 4, 1] and kw["seqused_k"].dtype == torch.int32
+    torch.testing.assert_close(kp[8:12], k[1, :, 2:].transpose(0, 1))
     assert (out[1, :2] == 0).all() and (out[2, :5] == 0).all()     # padded query rows are zeros
     torch.testing.assert_close(out[2, 5], reference_varlen(q[2, :, 5:].transpose(0, 1), k[2, :, 5:].transpose(0, 1),
                                                            v[2, :, 5:].transpose(0, 1), [0, 1], [0, 1], causal=True)[0])
+
+
+def test_the_mask_is_read_once_per_forward(calls, monkeypatch):
+    """Every layer of a forward gets the same mask object: its layout is computed once (one host
+    sync), and a changed mask (a new object, or the same one written in place) is read again."""
+    q, k, v = qkv(b=2, sq=1, sk=5)
+    mask = torch.tensor([[1] * 5, [0, 1, 1, 1, 1]])
+    seen = []
+    real = kh._Layout
+    monkeypatch.setattr(kh, "_Layout", lambda: seen.append(1) or real())
+    for _ in range(3):
+        kh.kernelgen_attention_forward(Module(), q, k, v, mask)
+    assert len(seen) == 1
+    mask[1, 1] = 0
+    kh.kernelgen_attention_forward(Module(), q, k, v, mask)
+    assert len(seen) == 2 and calls[-1][1]["seqused_k"].tolist() == [5, 3]
 
 
 def test_right_padding_prefill(calls):
@@ -145,7 +168,8 @@ def test_decode_step_with_cache_and_left_padding(calls):
     out, _ = kh.kernelgen_attention_forward(Module(), q, k, v, mask, sliding_window=3)
     (args, kw), = calls
     qp, kp, _, cu_q, cu_k, mq, mk = args
-    assert qp.shape == (2, 4, 64) and cu_q.tolist() == [0, 1, 2] and cu_k.tolist() == [0, 7, 11] and (mq, mk) == (1, 7)
+    assert qp.shape == (2, 4, 64) and cu_q.tolist() == [0, 1, 2] and cu_k.tolist() == [0, 10, 14] and (mq, mk) == (1, 7)
+    assert kw["seqused_k"].tolist() == [7, 4]
     assert kw["causal"] and kw["window_size"] == (2, 0)
     assert out.shape == (2, 1, 4, 64)
 
@@ -153,8 +177,8 @@ def test_decode_step_with_cache_and_left_padding(calls):
 def test_static_cache_longer_than_mask_is_cut(calls):
     q, k, v = qkv(b=1, sq=1, sk=16)
     kh.kernelgen_attention_forward(Module(), q, k, v, torch.ones(1, 9, dtype=torch.bool))
-    (args, _), = calls
-    assert args[1].shape[0] == 9 and args[4].tolist() == [0, 9]
+    (args, kw), = calls
+    assert args[1].shape[0] == 9 and args[4].tolist() == [0, 9] and kw["seqused_k"].tolist() == [9]
 
 
 def test_window_softcap_sinks_mapping(calls):
@@ -280,8 +304,9 @@ def test_tiny_model_forward_equals_transformers_attention(family, calls):
         torch.testing.assert_close(a.float(), b.float(), atol=3e-2, rtol=3e-2)
     assert len(calls) == 2 * 2                                     # 2 layers x (prefill, decode)
     (pre, kw), (pre1, kw1) = calls[0], calls[1]
-    assert pre[3].tolist() == [0, 20, 33, 38] and pre[4].tolist() == [0, 20, 33, 38]
-    assert pre[0].shape == (38, 4, 64) and pre[1].shape == (38, 2, 64)
+    assert pre[3].tolist() == [0, 20, 40, 60] and pre[4].tolist() == [0, 27, 55, 60]   # pads 0, 7, 15
+    assert kw["seqused_k"].tolist() == [20, 13, 5]
+    assert pre[0].shape == (60, 4, 64) and pre[1].shape == (60, 2, 64)
     dec = calls[2][0]
     assert dec[3].tolist() == [0, 1, 2, 3] and dec[0].shape == (3, 4, 64)
     assert kw["causal"] and kw1["causal"]

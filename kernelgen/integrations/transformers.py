@@ -18,10 +18,12 @@ Mapping onto ``kernelgen.varlen_attention`` (what transformers' FlashAttention-2
 ``transformers/modeling_flash_attention_utils.py``, without its unpad helpers):
 
 - query ``(B, Hq, Sq, D)``, key/value ``(B, Hkv, Sk, D)`` (Sk counts the cached tokens) become
-  packed ``(tokens, heads, D)`` tensors; a 2-D padding mask ``(B, Sk)`` (True = a real token)
-  becomes ``cu_seqlens_k`` from its row sums and the kept rows; the queries are the last Sq
-  positions of the mask (left padding, as ``generate`` pads; in a prefill, Sq == Sk, left or right
-  padding); the output is scattered back to ``(B, Sq, Hq, D)`` with zeros at padded positions;
+  packed ``(tokens, heads, D)`` tensors; a 2-D padding mask ``(B, Sk)`` (True = a real token),
+  read once per forward: left padding (``generate``'s) keeps every row and points each request's
+  keys past its padding (``cu_seqlens_k[b] = b * Sk + pad_b``, ``seqused_k`` = its real keys; a
+  padded query sees no key and gets zeros); any other padding (right padding in a prefill) keeps
+  the real rows (``cu_seqlens`` from the row sums; the queries are the last Sq mask columns) and
+  scatters the output back with zeros at padded positions;
 - ``is_causal`` -> ``causal`` (kernelgen aligns the diagonal bottom-right, so a query row of a step
   with cached tokens sees the whole past);
 - ``sliding_window=w`` (a query sees itself and the ``w - 1`` previous tokens: transformers' mask is
@@ -37,6 +39,8 @@ enabled (kernelgen has no backward), a dtype other than float16/bfloat16, a head
 64, 96, 128, 192, 256 raise ``ValueError`` / ``NotImplementedError`` naming the thing.
 """
 from __future__ import annotations
+
+import weakref
 
 import torch
 
@@ -95,6 +99,51 @@ def _extra(s_aux):
     return {} if s_aux is None else {"sinks": s_aux.float()}
 
 
+class _Layout:
+    """How a 2-D padding mask maps onto varlen_attention, computed once per mask (every layer of a
+    forward gets the same mask object): ``left`` (each row's real tokens are one run ending at the
+    last column) with ``cu_q``, ``cu_k`` (row b's keys start at ``b * Sk + pad_b``) and ``lens_k``
+    (seqused_k); otherwise the gather indices ``idx_q``/``idx_k``, ``cu_q``/``cu_k`` of the kept
+    rows and the longest lengths."""
+
+    __slots__ = ("left", "cu_q", "cu_k", "lens_k", "idx_q", "idx_k", "max_q", "max_k")
+
+
+#: id(mask) -> (weak reference to the mask, its version, sq, sk, _Layout); a handful of entries
+_LAYOUTS: dict = {}
+
+
+def _padding_layout(attention_mask, sq, sk):
+    key = id(attention_mask)
+    hit = _LAYOUTS.get(key)
+    if hit is not None and hit[0]() is attention_mask and hit[1:4] == (attention_mask._version, sq, sk):
+        return hit[4]
+    mask = attention_mask[:, -sk:].to(dtype=torch.bool)
+    batch, dev = mask.shape[0], mask.device
+    lay = _Layout()
+    lens_k = mask.sum(dim=1, dtype=torch.int32)
+    first = mask.to(torch.int8).argmax(dim=1).to(torch.int32)     # first real column (0 for an empty row)
+    # one host sync a forward: left padding or not (FlashAttention's unpadding syncs in every layer)
+    lay.left = bool(((first + lens_k == sk) | (lens_k == 0)).all())
+    if lay.left:
+        lay.cu_q = torch.arange(0, (batch + 1) * sq, sq, dtype=torch.int32, device=dev)
+        cu_k = torch.arange(0, (batch + 1) * sk, sk, dtype=torch.int32, device=dev)
+        cu_k[:-1] += sk - lens_k
+        lay.cu_k, lay.lens_k = cu_k, lens_k
+    else:
+        qmask = mask[:, -sq:]
+        lens_q = qmask.sum(dim=1, dtype=torch.int32)
+        lay.cu_q = torch.nn.functional.pad(lens_q.cumsum(0, dtype=torch.int32), (1, 0))
+        lay.cu_k = torch.nn.functional.pad(lens_k.cumsum(0, dtype=torch.int32), (1, 0))
+        lay.idx_q = qmask.reshape(-1).nonzero().view(-1)
+        lay.idx_k = mask.reshape(-1).nonzero().view(-1)
+        lay.max_q, lay.max_k = int(lens_q.max()), int(lens_k.max())
+    if len(_LAYOUTS) >= 8:
+        _LAYOUTS.clear()
+    _LAYOUTS[key] = (weakref.ref(attention_mask), attention_mask._version, sq, sk, lay)
+    return lay
+
+
 def _packed_from_position_ids(position_ids, batch):
     """cu_seqlens of sequences packed into one row (position ids restarting at 0), or None when the
     ids are one increasing run (transformers' ``_is_packed_sequence``)."""
@@ -140,28 +189,25 @@ def kernelgen_attention_forward(
     v = value.transpose(1, 2)
 
     if attention_mask is not None:
-        mask = attention_mask.to(dtype=torch.bool, device=query.device)
-        if mask.shape[0] != batch or mask.shape[1] < sq:
-            raise ValueError(f"kernelgen attention: attention_mask shape {tuple(mask.shape)} does not fit query "
-                             f"{tuple(query.shape)} and key {tuple(key.shape)}")
-        if sk > mask.shape[1]:           # a static cache longer than the tokens seen: its tail is unused
-            k, v = k[:, :mask.shape[1]], v[:, :mask.shape[1]]
-        elif sk < mask.shape[1]:
-            mask = mask[:, -sk:]
-        lens_k = mask.sum(dim=1, dtype=torch.int32)
-        cu_k = torch.nn.functional.pad(lens_k.cumsum(0, dtype=torch.int32), (1, 0))
-        idx_k = mask.reshape(-1).nonzero().view(-1)
-        k = k.reshape(-1, *k.shape[2:]).index_select(0, idx_k)
-        v = v.reshape(-1, *v.shape[2:]).index_select(0, idx_k)
-        qmask = mask[:, -sq:]
-        lens_q = qmask.sum(dim=1, dtype=torch.int32)
-        cu_q = torch.nn.functional.pad(lens_q.cumsum(0, dtype=torch.int32), (1, 0))
-        idx_q = qmask.reshape(-1).nonzero().view(-1)
-        qp = q.reshape(-1, hq, d).index_select(0, idx_q)
-        max_q, max_k = int(lens_q.max()), int(lens_k.max())   # one host sync (FlashAttention's unpad does it too)
-        out = varlen_attention(qp, k, v, cu_q, cu_k, max_q, max_k, **common)
+        if attention_mask.shape[0] != batch or attention_mask.shape[1] < sq:
+            raise ValueError(f"kernelgen attention: attention_mask shape {tuple(attention_mask.shape)} does not fit "
+                             f"query {tuple(query.shape)} and key {tuple(key.shape)}")
+        if sk > attention_mask.shape[1]:   # a static cache longer than the tokens seen: its tail is unused
+            k, v, sk = k[:, :attention_mask.shape[1]], v[:, :attention_mask.shape[1]], attention_mask.shape[1]
+        lay = _padding_layout(attention_mask, sq, sk)
+        kp, vp = k.reshape(-1, *k.shape[2:]), v.reshape(-1, *v.shape[2:])
+        if lay.left:
+            # left padding (what generate does): every row's real keys end at the last column, so
+            # request b's keys are rows cu_k[b] = b*Sk + pad_b onward of the packed keys, seqused_k
+            # of them; its Sq query rows all take part, and a padded query (before the first real
+            # key) sees no key under the bottom-right diagonal and gets zeros: no gather, no scatter
+            out = varlen_attention(q.reshape(-1, hq, d), kp, vp, lay.cu_q, lay.cu_k, sq, sk, seqused_k=lay.lens_k,
+                                   **common)
+            return out.view(batch, sq, hq, -1), None
+        out = varlen_attention(q.reshape(-1, hq, d).index_select(0, lay.idx_q), kp.index_select(0, lay.idx_k),
+                               vp.index_select(0, lay.idx_k), lay.cu_q, lay.cu_k, lay.max_q, lay.max_k, **common)
         full = out.new_zeros(batch * sq, hq, out.shape[-1])
-        full.index_copy_(0, idx_q, out)
+        full.index_copy_(0, lay.idx_q, out)
         return full.view(batch, sq, hq, -1), None
 
     packed = None
