@@ -149,6 +149,11 @@ def test_the_mask_is_read_once_per_forward(calls, monkeypatch):
     mask[1, 1] = 0
     kh.kernelgen_attention_forward(Module(), q, k, v, mask)
     assert len(seen) == 2 and calls[-1][1]["seqused_k"].tolist() == [5, 3]
+    with torch.inference_mode():                       # inference tensors have no version counter
+        imask = mask.clone()
+        for _ in range(2):
+            kh.kernelgen_attention_forward(Module(), q, k, v, imask)
+    assert len(seen) == 3 and calls[-1][1]["seqused_k"].tolist() == [5, 3]
 
 
 def test_right_padding_prefill(calls):

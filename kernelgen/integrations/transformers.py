@@ -113,10 +113,16 @@ class _Layout:
 _LAYOUTS: dict = {}
 
 
+def _version(t):
+    """The tensor's version counter (bumped by in-place writes); None for an inference-mode tensor,
+    which has none (generate makes a new mask every step, so a cached layout is never stale there)."""
+    return None if t.is_inference() else t._version
+
+
 def _padding_layout(attention_mask, sq, sk):
     key = id(attention_mask)
     hit = _LAYOUTS.get(key)
-    if hit is not None and hit[0]() is attention_mask and hit[1:4] == (attention_mask._version, sq, sk):
+    if hit is not None and hit[0]() is attention_mask and hit[1:4] == (_version(attention_mask), sq, sk):
         return hit[4]
     mask = attention_mask[:, -sk:].to(dtype=torch.bool)
     batch, dev = mask.shape[0], mask.device
@@ -140,7 +146,7 @@ def _padding_layout(attention_mask, sq, sk):
         lay.max_q, lay.max_k = int(lens_q.max()), int(lens_k.max())
     if len(_LAYOUTS) >= 8:
         _LAYOUTS.clear()
-    _LAYOUTS[key] = (weakref.ref(attention_mask), attention_mask._version, sq, sk, lay)
+    _LAYOUTS[key] = (weakref.ref(attention_mask), _version(attention_mask), sq, sk, lay)
     return lay
 
 
