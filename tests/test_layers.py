@@ -3,7 +3,8 @@
 through others (docs/architecture.md).
 
 Layers, lowest first: ``kernels`` (with ``_version``) < ``launch`` < ``jit`` < ``selection`` <
-``front`` < ``apps`` < the package's door (``kernelgen/__init__.py``, ``__main__.py``).
+``front`` < ``apps`` = ``integrations`` (application level: ``integrations`` holds the adapters to
+other libraries, e.g. Hugging Face transformers) < the package's door (``kernelgen/__init__.py``, ``__main__.py``).
 """
 import ast
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "kernelgen"
 #: Subpackage -> layer, lowest first.
-LAYERS = {"kernels": 0, "launch": 1, "jit": 2, "selection": 3, "front": 4, "apps": 5}
+LAYERS = {"kernels": 0, "launch": 1, "jit": 2, "selection": 3, "front": 4, "apps": 5, "integrations": 5}
 DOOR = 6
 
 

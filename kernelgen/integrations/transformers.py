@@ -1,0 +1,292 @@
+"""kernelgen as a Hugging Face transformers attention implementation (``docs/transformers.md``).
+
+    import kernelgen.integrations.transformers          # registers "kernelgen" and "paged|kernelgen"
+    model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.bfloat16,
+                                                 attn_implementation="kernelgen").cuda()
+
+Importing this module imports transformers (tested with 5.17) and calls ``register()``, which is
+idempotent.  It registers:
+
+- ``"kernelgen"`` in ``transformers.AttentionInterface`` (:func:`kernelgen_attention_forward`) and
+  in ``transformers.AttentionMaskInterface`` (transformers' own FlashAttention mask function: the
+  model then hands the attention a 2-D padding mask, or None when nothing is padded, instead of a
+  dense 4-D mask);
+- ``"paged|kernelgen"`` (:func:`kernelgen_paged_attention_forward`) for transformers' continuous
+  batching (``model.generate_batch`` / ``init_continuous_batching``).
+
+Mapping onto ``kernelgen.varlen_attention`` (what transformers' FlashAttention-2 integration does,
+``transformers/modeling_flash_attention_utils.py``, without its unpad helpers):
+
+- query ``(B, Hq, Sq, D)``, key/value ``(B, Hkv, Sk, D)`` (Sk counts the cached tokens) become
+  packed ``(tokens, heads, D)`` tensors; a 2-D padding mask ``(B, Sk)`` (True = a real token),
+  read once per forward: left padding (``generate``'s) keeps every row and points each request's
+  keys past its padding (``cu_seqlens_k[b] = b * Sk + pad_b``, ``seqused_k`` = its real keys; a
+  padded query sees no key and gets zeros); any other padding (right padding in a prefill) keeps
+  the real rows (``cu_seqlens`` from the row sums; the queries are the last Sq mask columns) and
+  scatters the output back with zeros at padded positions;
+- ``is_causal`` -> ``causal`` (kernelgen aligns the diagonal bottom-right, so a query row of a step
+  with cached tokens sees the whole past);
+- ``sliding_window=w`` (a query sees itself and the ``w - 1`` previous tokens: transformers' mask is
+  ``kv_idx > q_idx - w``) -> ``window_size=(w - 1, 0)`` (``(w - 1, w - 1)`` without causal);
+- ``softcap`` -> ``softcap``; ``scaling`` -> ``softmax_scale``; GQA passes through (kernelgen maps
+  query head h to KV head ``h // (Hq // Hkv)`` as transformers' ``repeat_kv`` does);
+- ``s_aux`` (gpt-oss attention sinks, one logit per query head) -> ``sinks=s_aux.float()``;
+- packed sequences (``cu_seq_lens_q``/``cu_seq_lens_k``/``max_length_q``/``max_length_k`` keyword
+  arguments, or position ids that restart inside one row) -> those cu_seqlens.
+
+Errors: a 4-D (dense, arbitrary) attention mask, dropout > 0, an input that requires grad with grad
+enabled (kernelgen has no backward), a dtype other than float16/bfloat16, a head dim outside
+64, 96, 128, 192, 256 raise ``ValueError`` / ``NotImplementedError`` naming the thing.
+"""
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from ..front.api import varlen_attention
+
+NAME = "kernelgen"
+PAGED_NAME = "paged|kernelgen"
+#: Head dims kernelgen compiles (docs/api.md).
+HEAD_DIMS = (64, 96, 128, 192, 256)
+#: The transformers versions this module is tested with (pyproject's ``transformers`` extra).
+TESTED_VERSIONS = ">=5.17,<5.18"
+
+_REGISTERED = False
+
+
+def register() -> None:
+    """Register ``"kernelgen"`` (attention and mask functions) and ``"paged|kernelgen"`` with
+    transformers.  Idempotent; called when this module is imported."""
+    global _REGISTERED
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
+
+    AttentionInterface.register(NAME, kernelgen_attention_forward)
+    AttentionInterface.register(PAGED_NAME, kernelgen_paged_attention_forward)
+    # FlashAttention's mask function: None when no token is padded, else the 2-D (B, kv_len) bool
+    # padding mask sliced to the layer's keys (sliding-window caches keep fewer keys)
+    AttentionMaskInterface.register(NAME, flash_attention_mask)
+    _REGISTERED = True
+
+
+def _check_tensors(query, key, value, dropout):
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if t.dtype not in (torch.float16, torch.bfloat16):
+            raise ValueError(f"kernelgen attention: {name} dtype {t.dtype} is not supported (float16 or bfloat16 "
+                             f"only): load the model with dtype=torch.bfloat16 or torch.float16")
+    if query.shape[-1] not in HEAD_DIMS or value.shape[-1] not in HEAD_DIMS:
+        raise ValueError(f"kernelgen attention: head dim {query.shape[-1]} (value {value.shape[-1]}) is not "
+                         f"supported; kernelgen compiles head dims {HEAD_DIMS}")
+    if dropout:
+        raise NotImplementedError(f"kernelgen attention: dropout={dropout} is not supported (inference only); "
+                                  f"call model.eval()")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
+        raise NotImplementedError("kernelgen attention has no backward (inference only): run the model under "
+                                  "torch.no_grad() or torch.inference_mode() (generate() does)")
+
+
+def _window(sliding_window, causal):
+    if sliding_window is None or sliding_window <= 0:
+        return (-1, -1)
+    w = int(sliding_window) - 1
+    return (w, 0) if causal else (w, w)
+
+
+def _extra(s_aux):
+    """``sinks=`` only for a model with sinks (gpt-oss), so other models run on a kernelgen without it."""
+    return {} if s_aux is None else {"sinks": s_aux.float()}
+
+
+class _Layout:
+    """How a 2-D padding mask maps onto varlen_attention, computed once per mask (every layer of a
+    forward gets the same mask object): ``left`` (each row's real tokens are one run ending at the
+    last column) with ``cu_q``, ``cu_k`` (row b's keys start at ``b * Sk + pad_b``) and ``lens_k``
+    (seqused_k); otherwise the gather indices ``idx_q``/``idx_k``, ``cu_q``/``cu_k`` of the kept
+    rows and the longest lengths."""
+
+    __slots__ = ("left", "cu_q", "cu_k", "lens_k", "idx_q", "idx_k", "max_q", "max_k")
+
+
+#: id(mask) -> (weak reference to the mask, its version, sq, sk, _Layout); a handful of entries
+_LAYOUTS: dict = {}
+
+
+def _version(t):
+    """The tensor's version counter (bumped by in-place writes); None for an inference-mode tensor,
+    which has none (generate makes a new mask every step, so a cached layout is never stale there)."""
+    return None if t.is_inference() else t._version
+
+
+def _padding_layout(attention_mask, sq, sk):
+    key = id(attention_mask)
+    hit = _LAYOUTS.get(key)
+    if hit is not None and hit[0]() is attention_mask and hit[1:4] == (_version(attention_mask), sq, sk):
+        return hit[4]
+    mask = attention_mask[:, -sk:].to(dtype=torch.bool)
+    batch, dev = mask.shape[0], mask.device
+    lay = _Layout()
+    lens_k = mask.sum(dim=1, dtype=torch.int32)
+    first = mask.to(torch.int8).argmax(dim=1).to(torch.int32)     # first real column (0 for an empty row)
+    # one host sync a forward: left padding or not (FlashAttention's unpadding syncs in every layer)
+    lay.left = bool(((first + lens_k == sk) | (lens_k == 0)).all())
+    if lay.left:
+        lay.cu_q = torch.arange(0, (batch + 1) * sq, sq, dtype=torch.int32, device=dev)
+        cu_k = torch.arange(0, (batch + 1) * sk, sk, dtype=torch.int32, device=dev)
+        cu_k[:-1] += sk - lens_k
+        lay.cu_k, lay.lens_k = cu_k, lens_k
+    else:
+        qmask = mask[:, -sq:]
+        lens_q = qmask.sum(dim=1, dtype=torch.int32)
+        lay.cu_q = torch.nn.functional.pad(lens_q.cumsum(0, dtype=torch.int32), (1, 0))
+        lay.cu_k = torch.nn.functional.pad(lens_k.cumsum(0, dtype=torch.int32), (1, 0))
+        lay.idx_q = qmask.reshape(-1).nonzero().view(-1)
+        lay.idx_k = mask.reshape(-1).nonzero().view(-1)
+        lay.max_q, lay.max_k = int(lens_q.max()), int(lens_k.max())
+    if len(_LAYOUTS) >= 8:
+        _LAYOUTS.clear()
+    _LAYOUTS[key] = (weakref.ref(attention_mask), _version(attention_mask), sq, sk, lay)
+    return lay
+
+
+def _packed_from_position_ids(position_ids, batch):
+    """cu_seqlens of sequences packed into one row (position ids restarting at 0), or None when the
+    ids are one increasing run (transformers' ``_is_packed_sequence``)."""
+    if position_ids is None or batch != 1:
+        return None
+    pos = position_ids.reshape(-1)
+    increasing = torch.arange(pos.numel(), device=pos.device) + pos.min()
+    if not bool((increasing - pos).abs().sum()):
+        return None
+    starts = (pos == pos.min()).nonzero().view(-1).to(torch.int32)
+    cu = torch.cat([starts, torch.tensor([pos.numel()], dtype=torch.int32, device=pos.device)])
+    return cu, int(cu.diff().max())
+
+
+def kernelgen_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    is_causal: bool | None = None,
+    s_aux: torch.Tensor | None = None,
+    **kwargs,
+):
+    """transformers attention function: query (B, Hq, Sq, D), key/value (B, Hkv, Sk, D[v]) ->
+    (attn_output (B, Sq, Hq, Dv), None).  See the module docstring for the mapping."""
+    _check_tensors(query, key, value, dropout)
+    if attention_mask is not None and attention_mask.dim() != 2:
+        raise ValueError(f"kernelgen attention: a {attention_mask.dim()}-D attention_mask is not supported: kernelgen "
+                         f"takes padding (a 2-D (batch, keys) mask) plus causal/sliding-window masks, not an arbitrary "
+                         f"dense mask. Pass a 2-D attention_mask, or use attn_implementation='sdpa' for custom masks")
+    causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
+    batch, hq, sq, d = query.shape
+    sk = key.shape[2]
+    common = dict(causal=causal, window_size=_window(sliding_window, causal),
+                  softcap=float(softcap) if softcap else 0.0, softmax_scale=scaling, **_extra(s_aux))
+    q = query.transpose(1, 2)           # (B, Sq, Hq, D) views
+    k = key.transpose(1, 2)
+    v = value.transpose(1, 2)
+
+    if attention_mask is not None:
+        if attention_mask.shape[0] != batch or attention_mask.shape[1] < sq:
+            raise ValueError(f"kernelgen attention: attention_mask shape {tuple(attention_mask.shape)} does not fit "
+                             f"query {tuple(query.shape)} and key {tuple(key.shape)}")
+        if sk > attention_mask.shape[1]:   # a static cache longer than the tokens seen: its tail is unused
+            k, v, sk = k[:, :attention_mask.shape[1]], v[:, :attention_mask.shape[1]], attention_mask.shape[1]
+        lay = _padding_layout(attention_mask, sq, sk)
+        kp, vp = k.reshape(-1, *k.shape[2:]), v.reshape(-1, *v.shape[2:])
+        if lay.left:
+            # left padding (what generate does): every row's real keys end at the last column, so
+            # request b's keys are rows cu_k[b] = b*Sk + pad_b onward of the packed keys, seqused_k
+            # of them; its Sq query rows all take part, and a padded query (before the first real
+            # key) sees no key under the bottom-right diagonal and gets zeros: no gather, no scatter
+            out = varlen_attention(q.reshape(-1, hq, d), kp, vp, lay.cu_q, lay.cu_k, sq, sk, seqused_k=lay.lens_k,
+                                   **common)
+            return out.view(batch, sq, hq, -1), None
+        out = varlen_attention(q.reshape(-1, hq, d).index_select(0, lay.idx_q), kp.index_select(0, lay.idx_k),
+                               vp.index_select(0, lay.idx_k), lay.cu_q, lay.cu_k, lay.max_q, lay.max_k, **common)
+        full = out.new_zeros(batch * sq, hq, out.shape[-1])
+        full.index_copy_(0, lay.idx_q, out)
+        return full.view(batch, sq, hq, -1), None
+
+    packed = None
+    if all(kwargs.get(n) is not None for n in ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")):
+        packed = (kwargs["cu_seq_lens_q"].to(torch.int32), kwargs["cu_seq_lens_k"].to(torch.int32),
+                  int(kwargs["max_length_q"]), int(kwargs["max_length_k"]))
+    elif sq == sk > 1 and (p := _packed_from_position_ids(kwargs.get("position_ids"), batch)) is not None:
+        # (a step with cached keys, a decode step included, is never packed: no check, no host sync)
+        packed = (p[0], p[0], p[1], p[1])
+    if packed is not None:
+        cu_q, cu_k, max_q, max_k = packed
+        out = varlen_attention(q.reshape(-1, hq, d), k.reshape(-1, *k.shape[2:]), v.reshape(-1, *v.shape[2:]),
+                               cu_q, cu_k, max_q, max_k, **common)
+        return out.view(batch, sq, hq, -1), None
+
+    # no padding: every row has Sq queries and Sk keys (a copy into packed rows; q often is one already)
+    cu_q = torch.arange(0, (batch + 1) * sq, sq, dtype=torch.int32, device=query.device)
+    cu_k = torch.arange(0, (batch + 1) * sk, sk, dtype=torch.int32, device=query.device)
+    out = varlen_attention(q.reshape(-1, hq, d), k.reshape(-1, *k.shape[2:]), v.reshape(-1, *v.shape[2:]),
+                           cu_q, cu_k, sq, sk, **common)
+    return out.view(batch, sq, hq, -1), None
+
+
+def kernelgen_paged_attention_forward(
+    module: torch.nn.Module,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    cache=None,
+    cu_seq_lens_q: torch.Tensor | None = None,
+    cu_seq_lens_k=None,
+    max_seqlen_q=None,
+    max_seqlen_k=None,
+    block_table: torch.Tensor | None = None,
+    **kwargs,
+):
+    """``paged|kernelgen``: transformers' continuous batching (what ``paged|flash_attention_2`` does
+    on its varlen path).  q (1, Hq, total_q, D), k/v (1, Hkv, new_tokens, D): the new tokens are
+    written into the ``PagedAttentionCache`` and the request's keys read back packed
+    (``cache.update`` with the batch's read/write indices), then one ``varlen_attention`` call with
+    ``cu_seq_lens_q``/``cu_seq_lens_k`` of this layer's type, bottom-right causal, the layer's
+    sliding window and sinks.  The 4-D mask continuous batching builds for non-flash
+    implementations is not used.  The decode fast path (``block_table``, a
+    ``flash_attn_with_kvcache`` call) is never offered to this name by transformers; given one, it
+    raises NotImplementedError."""
+    if cache is None:
+        raise ValueError("paged|kernelgen was called without a paged attention cache: it serves transformers' "
+                         "continuous batching; use attn_implementation='kernelgen' for a standard forward")
+    if block_table is not None:
+        raise NotImplementedError("paged|kernelgen: the block-table decode fast path is not implemented; run "
+                                  "continuous batching with max_blocks_per_request=0")
+    _check_tensors(q, k, v, kwargs.get("dropout", 0.0))
+    # the model passes its scaling, sliding_window, softcap and s_aux as keywords (some models, e.g.
+    # Mistral, have no sliding_window attribute on the module)
+    sliding = kwargs.get("sliding_window", getattr(module, "sliding_window", None))
+    window = _window(sliding, True)
+    if isinstance(cu_seq_lens_k, dict):
+        layer_type = "sliding_attention" if window != (-1, -1) and "sliding_attention" in cu_seq_lens_k \
+            else "full_attention"
+        if layer_type not in cu_seq_lens_k and len(cu_seq_lens_k) == 1:
+            layer_type = next(iter(cu_seq_lens_k))
+        cu_seq_lens_k, max_seqlen_k = cu_seq_lens_k[layer_type], max_seqlen_k[layer_type]
+    k, v = cache.update(key_states=k, value_states=v, layer_idx=module.layer_idx,
+                        read_index=kwargs["read_index"], write_index=kwargs["write_index"])
+    scaling = kwargs.get("scaling", getattr(module, "scaling", None))
+    softcap = kwargs.get("softcap", getattr(module, "attn_logit_softcapping", None))
+    qp = q.transpose(1, 2).squeeze(0).contiguous()
+    out = varlen_attention(qp, k.contiguous(), v.contiguous(), cu_seq_lens_q.to(torch.int32),
+                           cu_seq_lens_k.to(torch.int32), int(max_seqlen_q), int(max_seqlen_k), causal=True,
+                           window_size=window, softcap=float(softcap) if softcap else 0.0, softmax_scale=scaling,
+                           **_extra(kwargs.get("s_aux")))
+    return out, None
+
+
+register()
