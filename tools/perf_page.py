@@ -34,10 +34,19 @@ BEGIN, END = "<!-- perf_page:begin -->", "<!-- perf_page:end -->"
 OWN = ("serial", "two_streams")
 #: peers every report should have once issue 20 is in (a note says when a report lacks them)
 EXPECTED_PEERS = ("fa3", "fa4")
-#: suite of a report row by its name's prefix (the report keeps no suite; kernelgen bench's names)
-SUITE_PREFIXES = (("prefill_", "prefill"), ("decode_", "decode"), ("graph_decode_", "decode"), ("mixed_", "mixed"),
-                  ("scheduler_", "scheduler"), ("varlen_trace_", "scheduler"), ("compile_", "compile"),
-                  ("dispatch_", "compile"), ("overhead_", "overhead"))
+#: the suites in the order of the page and the plots (an entry's suite: kernelgen's report.suite_of)
+SUITES = ("prefill", "decode", "mixed", "scheduler", "compile", "overhead")
+
+
+def suite_of(name: str):
+    """The bench suite of a report row by its name (the report keeps no suite); None for the demo's
+    entry, which gpu_report.py adds beside the bench's own (it has no plot of its own)."""
+    if name.startswith("demo_"):
+        return None
+    sys.path.insert(0, str(REPO))
+    from kernelgen.apps.bench.report import suite_of as of
+
+    return of(name)
 
 
 def is_own(peer: str) -> bool:
@@ -171,7 +180,7 @@ def plot_entries(report: dict) -> list:
     unavailable = extra.get("unavailable_peers") or {}
     out = []
     for b in _rows(report):
-        suite = next((s for pre, s in SUITE_PREFIXES if b["name"].startswith(pre)), None)
+        suite = suite_of(b["name"])
         if suite is None:
             continue
         frac = None
@@ -196,7 +205,7 @@ def write_plots(report: dict, outdir: Path) -> list:
     entries = plot_entries(report)
     outdir.mkdir(parents=True, exist_ok=True)
     written = []
-    for suite in dict.fromkeys(s for _, s in SUITE_PREFIXES):
+    for suite in SUITES:
         path = outdir / f"{suite}.png"
         if plots.suite_bars(entries, suite, path):
             written.append(path)

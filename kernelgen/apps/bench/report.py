@@ -216,7 +216,8 @@ def build_report(entries: list, roofs: dict | None, device: str, settings: dict 
 #: The suite of an entry by its name's start (``suite_of``); the bench's registry (``suites.registry``)
 #: names every entry so (tests/test_bench_cpu.py checks it), and tools/gpu_report.py's demo entry
 #: (``demo_...``, a causal varlen prefill) counts as prefill.
-_SUITE_PREFIXES = (("prefill_", "prefill"), ("demo_", "prefill"), ("decode_", "decode"), ("graph_decode_", "decode"),
+_SUITE_PREFIXES = (("prefill_", "prefill"), ("sinks_prefill_", "prefill"), ("sinks_decode_", "decode"),
+                   ("demo_", "prefill"), ("decode_", "decode"), ("graph_decode_", "decode"),
                    ("mixed_", "mixed"), ("scheduler_", "scheduler"), ("varlen_trace_sorted", "scheduler"),
                    ("varlen_trace_unsorted", "scheduler"), ("compile_", "compile"), ("dispatch_", "compile"),
                    ("overhead_", "overhead"))
