@@ -382,7 +382,9 @@ def test_bars_drawn_with_the_assigned_colours_and_titles_name_device_and_commit(
     for name, patch in by_label.items():
         assert to_hex(patch.get_facecolor()) == plots.COLORS[name]
         assert bool(patch.get_hatch()) == (not plots.is_kernelgen(name))
-    assert "NVIDIA H200, commit abc" in axes[0].get_title()
+    assert "NVIDIA H200, commit abc" in figs[0][0]._suptitle.get_text()
+    renderer = fig.canvas.get_renderer()  # the title clear of the legend outside the axes
+    assert not fig._suptitle.get_window_extent(renderer).overlaps(fig.legends[0].get_window_extent(renderer))
     fig = plots.roofline_figure(es, ROOFS, title="NVIDIA H200, commit abc")
     assert "NVIDIA H200, commit abc" in fig.axes[0].get_title()
     assert plots.peer_bars(es, tmp_path / "p.png", title="NVIDIA H200, commit abc")

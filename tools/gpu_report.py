@@ -187,9 +187,9 @@ def main(argv=None) -> int:
     report["checks"].update({k: v for k, v in ((bench or {}).get("checks") or {}).items()
                              if k.endswith("_agrees_with_peers")})
     for e in (bench or {}).get("benchmarks", []):
-        report["benchmarks"].append({k: e.get(k) for k in ("name", "us", "tflops", "tbps", "peers", "ratios",
-                                                           "best_peer", "vs_best", "max_diff")
-                                     if k not in ("ratios", "best_peer", "vs_best", "max_diff") or e.get(k)})
+        report["benchmarks"].append({k: e.get(k) for k in ("name", "us", "tflops", "tbps", "flops", "bytes", "peers",
+                                                           "ratios", "best_peer", "vs_best", "max_diff")
+                                     if k not in ("flops", "bytes", "ratios", "best_peer", "vs_best", "max_diff") or e.get(k)})
         if e.get("unavailable"):
             report["extra"].setdefault("unavailable_peers", {})[e["name"]] = e["unavailable"]
     add_aliases(report["benchmarks"])

@@ -195,8 +195,10 @@ def plot_entries(report: dict) -> list:
 
 
 def write_plots(report: dict, outdir: Path) -> list:
-    """One bar chart per suite (``kernelgen.apps.bench.plots.suite_bars``) and kernelgen against FA3,
-    FA4 and cuDNN (``peer_bars``: peers.png) into outdir; the written paths."""
+    """One bar chart per suite (``kernelgen.apps.bench.plots.suite_bars``), kernelgen against FA3,
+    FA4 and cuDNN (``peer_bars``: peers.png) and the roofline (roofline.png, when the report's
+    entries carry FLOP and byte counts) into outdir, each titled with the device and commit; the
+    written paths."""
     sys.path.insert(0, str(REPO))
     from kernelgen.apps.bench import plots
 
@@ -204,14 +206,17 @@ def write_plots(report: dict, outdir: Path) -> list:
         raise ImportError('matplotlib is not installed (pip install -e ".[plots]")')
     entries = plot_entries(report)
     outdir.mkdir(parents=True, exist_ok=True)
+    title = f"{report.get('device', '?')}, commit {str(report.get('commit', '?'))[:10]}"
     written = []
     for suite in SUITES:
         path = outdir / f"{suite}.png"
-        if plots.suite_bars(entries, suite, path):
+        if plots.suite_bars(entries, suite, path, title=title):
             written.append(path)
     path = outdir / "peers.png"
-    title = f"{report.get('device', '?')}, commit {str(report.get('commit', '?'))[:10]}"
     if plots.peer_bars(entries, path, title=title):
+        written.append(path)
+    path = outdir / "roofline.png"  # reports from before gpu_report kept FLOP/byte counts have none
+    if plots.roofline(entries, (report.get("extra") or {}).get("roofs"), path, title=title):
         written.append(path)
     return written
 

@@ -182,7 +182,9 @@ def suite_bars(entries: list, suite: str, path, title: str = "") -> bool:
     drawn: set = set()
     for ax, (p, mode, impls) in zip(axes, panels):
         drawn |= _bar_panel(ax, p, impls, colors, mode)
-    axes[0].set_title(f"kernelgen bench: {suite}{' (' + title + ')' if title else ''}", fontsize=10)
+    # the figure's title (above the legend, which sits outside the axes on the right: an axes title
+    # ran under the legend)
+    fig.suptitle(f"kernelgen bench: {suite}{' (' + title + ')' if title else ''}", fontsize=10)
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
