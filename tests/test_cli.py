@@ -515,3 +515,54 @@ def test_doctor_reports_a_cache_dir_that_is_a_file(tmp_path, capsys, monkeypatch
     assert cli.main(["doctor"]) == 0
     assert f"unusable: cache directory {f} exists but is not a directory (set by KERNELGEN_CACHE_DIR)" in \
         capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ a new user's first hour
+def _stub_gpu(monkeypatch, present: bool) -> None:
+    """cli's commands ask ``demo.has_cuda_gpu`` (imported when they run): answer ``present``."""
+    from kernelgen.apps import demo
+
+    monkeypatch.setattr(demo, "has_cuda_gpu", lambda: present)
+
+
+@pytest.mark.parametrize("argv", [["demo", "--arch", "sm_80", "--jobs", "1"], ["compare-layouts"], ["bench", "--quick"]])
+@pytest.mark.parametrize("via_env", [False, True])
+def test_cache_dir_that_is_a_file_fails_demo_compare_and_bench_first(tmp_path, capsys, monkeypatch, argv, via_env):
+    """As warmup and the cache commands: one error line naming the path and the setting, exit 1,
+    nothing compiled (demo used to compile 3 kernels, warn `[Errno 17] File exists`, then raise)."""
+    _stub_gpu(monkeypatch, argv[0] != "demo")  # past the GPU check: the cache check must stop them
+    f = tmp_path / "x_file"
+    f.write_text("not a directory")
+    if via_env:
+        monkeypatch.setenv("KERNELGEN_CACHE_DIR", str(f))
+    else:
+        argv = argv + ["--cache-dir", str(f)]
+    before = compiler.COMPILE_COUNT
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cli.main(argv) == 1
+    out, err = capsys.readouterr()
+    assert compiler.COMPILE_COUNT == before and out == ""
+    setting = "KERNELGEN_CACHE_DIR" if via_env else "--cache-dir"
+    assert err == (f"kernelgen {argv[0]}: error: cache directory {f} exists but is not a directory "
+                   f"(set by {setting})\n")
+    assert f.read_text() == "not a directory"
+
+
+def test_bench_from_json_does_not_check_the_cache_dir(tmp_path, monkeypatch):
+    """--from-json compiles nothing, so a bad cache directory does not stop it."""
+    from kernelgen.apps.bench import runner
+
+    f = tmp_path / "x_file"
+    f.write_text("")
+    monkeypatch.setattr(runner, "replot", lambda path, plots: 0)
+    assert cli.main(["bench", "--from-json", str(tmp_path / "r.json"), "--cache-dir", str(f)]) == 0
+
+
+@pytest.mark.parametrize("command", ["compare-layouts", "bench"])
+def test_gpu_commands_without_gpu_say_the_prefix_once(capsys, monkeypatch, command):
+    _stub_gpu(monkeypatch, False)
+    assert cli.main([command]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kernelgen {command}: error: needs a CUDA GPU (none found")
+    assert err.count("kernelgen") == 1 and err.count("\n") == 1
