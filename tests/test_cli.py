@@ -581,3 +581,12 @@ def test_no_message_says_sm80_or_newer():
     source = Path(demo.__file__).read_text()
     assert "needs an NVIDIA GPU of {SUPPORTED_TEXT}; {UNTESTED_TEXT}" in source
     assert "9.0" in SUPPORTED_TEXT and "8.0" in SUPPORTED_TEXT
+
+
+def test_doctor_shows_the_package_directory(capsys):
+    import kernelgen
+
+    assert cli.main(["doctor"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith(f"({Path(kernelgen.__file__).resolve().parent})"), first
+    assert not first.rstrip(")").endswith("apps")

@@ -432,7 +432,8 @@ def cmd_doctor(args) -> int:
     without a driver or GPU: then it says so plainly and what still works)."""
     from .._version import __version__
 
-    print(f"kernelgen      {__version__} ({os.path.dirname(os.path.abspath(__file__))})")
+    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # kernelgen/, not kernelgen/apps
+    print(f"kernelgen      {__version__} ({package_dir})")
     print(f"python         {platform.python_version()} ({sys.executable})")
 
     def torch_version():
