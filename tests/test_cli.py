@@ -590,3 +590,18 @@ def test_doctor_shows_the_package_directory(capsys):
     first = capsys.readouterr().out.splitlines()[0]
     assert first.endswith(f"({Path(kernelgen.__file__).resolve().parent})"), first
     assert not first.rstrip(")").endswith("apps")
+
+
+@pytest.mark.parametrize("arch, noted", [("sm_100", True), ("sm_120", True), ("sm_80", False), ("sm_90a", False)])
+def test_warmup_for_an_untested_arch_prints_one_note(tmp_path, capsys, monkeypatch, arch, noted):
+    monkeypatch.setattr(cli, "warmup", lambda specs, root, **kw: (len(specs), 0))  # no NVRTC: only the output
+    assert cli.main(["warmup", "--arch", arch, "--head-dim", "64", "--dtype", "bf16", "--causal",
+                     "--cache-dir", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert _warmup_counts(lines[0])[0] == arch
+    notes = [ln for ln in lines if "untested on hardware" in ln]
+    if noted:
+        assert len(lines) == 2 and notes == [lines[1]]
+        assert arch in notes[0] and "KERNELGEN_ALLOW_UNTESTED_ARCH=1" in notes[0]
+    else:
+        assert lines == lines[:1]

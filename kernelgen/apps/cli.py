@@ -27,6 +27,7 @@ import sys
 import time
 
 from ..jit.warmup import CacheDirectoryError, warmup
+from ..kernels.device import ALLOW_UNTESTED_ARCH_ENV
 from ..kernels.spec import ALL_ARCHS, ARCHS, DTYPES, HEAD_DIMS, LAYOUTS, UNTESTED_ARCHS
 from ..selection.catalog import PHASE_HINTS, warmup_specs
 
@@ -348,7 +349,16 @@ def cmd_warmup(args) -> int:
         print(f"kernelgen warmup: error: {e}", file=sys.stderr)
         return 1
     print(f"warmup {arch}: {compiled} compiled, {cached} already cached ({len(specs)} variants) in {root}")
+    if arch in UNTESTED_ARCHS:
+        print(untested_arch_note(arch))
     return 0
+
+
+def untested_arch_note(arch: str) -> str:
+    """The one line warmup prints after building for an untested arch (sm_100, sm_120)."""
+    return (f"note: {arch} is untested on hardware (the sm_80 path compiled for Blackwell; no kernelgen test has "
+            f"run on such a GPU): running these kernels needs {ALLOW_UNTESTED_ARCH_ENV}=1; check the results "
+            f"(`kernelgen demo` compares against a float64 reference)")
 
 
 def _fmt_table(headers, rows) -> str:
