@@ -605,3 +605,19 @@ def test_warmup_for_an_untested_arch_prints_one_note(tmp_path, capsys, monkeypat
         assert arch in notes[0] and "KERNELGEN_ALLOW_UNTESTED_ARCH=1" in notes[0]
     else:
         assert lines == lines[:1]
+
+
+@pytest.mark.parametrize("example", ["hf_generate", "tensor_parallel"])
+def test_examples_without_gpu_exit_2(capsys, monkeypatch, example):
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location(f"kernelgen_example_{example}",
+                                                  REPO / "examples" / f"{example}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(sys, "argv", [f"{example}.py"])
+    assert mod.main() == 2
+    assert "needs CUDA GPU" in capsys.readouterr().out.replace("a CUDA GPU", "CUDA GPU")
