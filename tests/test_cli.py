@@ -621,3 +621,32 @@ def test_examples_without_gpu_exit_2(capsys, monkeypatch, example):
     monkeypatch.setattr(sys, "argv", [f"{example}.py"])
     assert mod.main() == 2
     assert "needs CUDA GPU" in capsys.readouterr().out.replace("a CUDA GPU", "CUDA GPU")
+
+
+def test_public_calls_without_torch_say_how_to_install_it(tmp_path):
+    """Without PyTorch, kernelgen.varlen_attention (and import kernelgen.ops) raise an ImportError
+    that names PyTorch and the install, chained from the ModuleNotFoundError; the errors that need
+    no torch still import."""
+    blocker = tmp_path / "blocked" / "torch"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text('raise ModuleNotFoundError("No module named \'torch\'", name="torch")\n')
+    code = """
+import kernelgen
+assert kernelgen.CompileError and kernelgen.KernelNotCachedError
+for get in (lambda: kernelgen.varlen_attention, lambda: kernelgen.AttentionPlan, lambda: __import__("kernelgen.ops")):
+    try:
+        get()
+    except ImportError as e:
+        assert type(e) is ImportError, type(e)
+        assert isinstance(e.__cause__, ModuleNotFoundError) and e.__cause__.name == "torch", repr(e.__cause__)
+        print(e)
+    else:
+        raise AssertionError("no ImportError")
+"""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(blocker.parent), str(REPO)]))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 3 and lines[0].startswith("kernelgen.varlen_attention needs PyTorch")
+    assert "pip install kernelgen" in lines[0] and "--no-deps" in lines[0] and "pip install torch" in lines[0]
+    assert lines[2].startswith("kernelgen.ops needs PyTorch")
