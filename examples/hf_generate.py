@@ -13,7 +13,7 @@ give flat logits): the output says how many rows are equal and where the first o
 Prints one line per implementation (``tokens/s`` counts generated tokens only, the best of
 ``--repeats`` runs after one warm-up generate that compiles kernelgen's kernels), how far apart
 the two implementations' prefill logits are, and a line ``match: ...``.  Needs a CUDA GPU; without
-one it says so and exits 0.
+one it says so and exits 2 (as examples/tensor_parallel.py does).
 """
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     args = parse(argv)
     if not torch.cuda.is_available():
         print("hf_generate: needs a CUDA GPU")
-        return 0
+        return 2
     model = build(args)
     ids, mask, lens = prompts(args)
     print(f"hf_generate: Llama-style {args.layers} layers, hidden {args.hidden}, heads {args.heads}/{args.kv_heads} x "

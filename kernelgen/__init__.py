@@ -38,11 +38,29 @@ _LAZY = {
 }
 
 
+def _import_public(name):
+    """Import the module behind the public name ``name``; without PyTorch, an ImportError that says
+    what needs it and how to install it (chained from the ModuleNotFoundError)."""
+    module = _LAZY[name][0]
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name != "torch" and not (e.name or "").startswith("torch."):
+            raise
+        raise ImportError(
+            f"kernelgen.{name} needs PyTorch, which is not installed: kernelgen's dispatcher "
+            f"(varlen_attention, AttentionPlan, kernelgen.ops) runs on torch tensors.  The full install "
+            f"(`pip install kernelgen`, or `pip install -e .` in a checkout) brings it; the warmup-only "
+            f"install (`pip install --no-deps`, docs/install.md \"Without a GPU\") does not: "
+            f"`pip install torch`.  `kernelgen warmup` and `kernelgen cache` work without it.",
+            name=e.name) from e
+
+
 def __getattr__(name):
     if name not in _LAZY:
         raise AttributeError(f"module 'kernelgen' has no attribute {name!r}")
-    module, attr = _LAZY[name]
-    mod = importlib.import_module(module)
+    mod = _import_public(name)
+    attr = _LAZY[name][1]
     return mod if attr is None else getattr(mod, attr)
 
 
@@ -61,7 +79,7 @@ class _PublicModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
     def create_module(self, spec):
-        module = importlib.import_module(_LAZY[spec.name.rpartition(".")[2]][0])
+        module = _import_public(spec.name.rpartition(".")[2])
         spec.loader_state = module.__spec__
         return module
 

@@ -15,7 +15,7 @@
 
 Exit codes: 0 success, 1 failure (compile error, bad cache entries left, demo mismatch, a warmup
 cache directory that is not trusted or not writable, a cache directory that is a file: checked
-before warmup compiles or a cache command reads anything),
+before warmup, demo, compare-layouts or bench compiles or a cache command reads anything),
 2 usage error (bad option, no GPU and no --arch).
 """
 from __future__ import annotations
@@ -27,6 +27,7 @@ import sys
 import time
 
 from ..jit.warmup import CacheDirectoryError, warmup
+from ..kernels.device import ALLOW_UNTESTED_ARCH_ENV
 from ..kernels.spec import ALL_ARCHS, ARCHS, DTYPES, HEAD_DIMS, LAYOUTS, UNTESTED_ARCHS
 from ..selection.catalog import PHASE_HINTS, warmup_specs
 
@@ -348,7 +349,16 @@ def cmd_warmup(args) -> int:
         print(f"kernelgen warmup: error: {e}", file=sys.stderr)
         return 1
     print(f"warmup {arch}: {compiled} compiled, {cached} already cached ({len(specs)} variants) in {root}")
+    if arch in UNTESTED_ARCHS:
+        print(untested_arch_note(arch))
     return 0
+
+
+def untested_arch_note(arch: str) -> str:
+    """The one line warmup prints after building for an untested arch (sm_100, sm_120)."""
+    return (f"note: {arch} is untested on hardware (the sm_80 path compiled for Blackwell; no kernelgen test has "
+            f"run on such a GPU): running these kernels needs {ALLOW_UNTESTED_ARCH_ENV}=1; check the results "
+            f"(`kernelgen demo` compares against a float64 reference)")
 
 
 def _fmt_table(headers, rows) -> str:
@@ -432,7 +442,8 @@ def cmd_doctor(args) -> int:
     without a driver or GPU: then it says so plainly and what still works)."""
     from .._version import __version__
 
-    print(f"kernelgen      {__version__} ({os.path.dirname(os.path.abspath(__file__))})")
+    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # kernelgen/, not kernelgen/apps
+    print(f"kernelgen      {__version__} ({package_dir})")
     print(f"python         {platform.python_version()} ({sys.executable})")
 
     def torch_version():
@@ -529,21 +540,33 @@ def cmd_doctor(args) -> int:
     return 0
 
 
+def _command_cache_ok(command: str, cache_dir) -> bool:
+    """The cache check of a command that compiles into the cache (demo, compare-layouts, bench):
+    ``_check_cache_dir`` on the directory ``--cache-dir`` or the default names, before anything runs."""
+    return _check_cache_dir(command, _cache(cache_dir).root, cache_dir, write=True)
+
+
 def cmd_demo(args) -> int:
-    """``kernelgen demo``: see ``demo.run_demo`` (1 when the output does not match the reference)."""
+    """``kernelgen demo``: see ``demo.run_demo`` (1 when the output does not match the reference,
+    or, nothing compiled, when the cache directory is a file or not writable)."""
     from .demo import run_demo
 
+    if not _command_cache_ok("demo", args.cache_dir):
+        return 1
     return run_demo(trace=args.trace, max_tokens=args.max_tokens, max_len=args.max_len, layout=args.layout,
                     arch=args.arch, repeat=args.repeat, json_path=args.json, cache_dir=args.cache_dir,
                     jobs=args.jobs)
 
 
 def cmd_compare_layouts(args) -> int:
-    """``kernelgen compare-layouts``: see ``compare_layouts`` (1 when a padded replay was wrong)."""
+    """``kernelgen compare-layouts``: see ``compare_layouts`` (1 when a padded replay was wrong, or
+    when the cache directory is a file or not writable)."""
     from .demo import has_cuda_gpu
 
     if not has_cuda_gpu():
-        raise UsageError("kernelgen compare-layouts needs a CUDA GPU (none found)")
+        raise UsageError("needs a CUDA GPU (none found)")  # main() prefixes "kernelgen compare-layouts: error: "
+    if not _command_cache_ok("compare-layouts", args.cache_dir):
+        return 1
     from .compare_layouts import main_args
 
     return main_args(args)
@@ -551,11 +574,14 @@ def cmd_compare_layouts(args) -> int:
 
 def cmd_bench(args) -> int:
     """``kernelgen bench``: see ``kernelgen.apps.bench`` (exit 2 without a GPU; failed entries are
-    reported in the tables and the JSON, not in the exit code)."""
+    reported in the tables and the JSON, not in the exit code; 1 when the cache directory is a
+    file or not writable, except with --from-json, which compiles nothing)."""
     from .demo import has_cuda_gpu
 
     if not args.from_json and not has_cuda_gpu():
-        raise UsageError("kernelgen bench needs a CUDA GPU (none found; --from-json only re-draws a saved report)")
+        raise UsageError("needs a CUDA GPU (none found; --from-json only re-draws a saved report)")
+    if not args.from_json and not _command_cache_ok("bench", args.cache_dir):
+        return 1
     from .bench.runner import main_args
 
     return main_args(args)

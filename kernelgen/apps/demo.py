@@ -16,6 +16,7 @@ import os
 import sys
 
 from ..jit.warmup import warmup
+from ..kernels.device import SUPPORTED_TEXT, UNTESTED_TEXT
 from ..selection.catalog import warmup_specs
 from . import traces
 
@@ -187,7 +188,7 @@ def run_demo(trace=None, max_tokens: int = traces.DEFAULT_MAX_TOKENS, max_len: i
         specs = demo_specs(arch, layout)
         warmup(specs, root, jobs=jobs, desc=f"pre-warm {arch}")
         print(f"No CUDA GPU found: pre-warmed {len(specs)} kernel(s) for {arch} in {root}. "
-              f"Running the demo needs an NVIDIA GPU (sm_80 or newer).", file=out)
+              f"Running the demo needs an NVIDIA GPU of {SUPPORTED_TEXT}; {UNTESTED_TEXT}.", file=out)
         if json_path:
             print(f"{json_path} not written: the JSON report comes from a GPU run.", file=out)
         return 0
