@@ -50,7 +50,7 @@ def _import_public(name):
         raise ImportError(
             f"kernelgen.{name} needs PyTorch, which is not installed: kernelgen's dispatcher "
             f"(varlen_attention, AttentionPlan, kernelgen.ops) runs on torch tensors.  The full install "
-            f"(`pip install kernelgen`, or `pip install -e .` in a checkout) brings it; the warmup-only "
+            f"(`pip install -e .` in a checkout) brings it; the warmup-only "
             f"install (`pip install --no-deps`, docs/install.md \"Without a GPU\") does not: "
             f"`pip install torch`.  `kernelgen warmup` and `kernelgen cache` work without it.",
             name=e.name) from e

@@ -648,5 +648,5 @@ for get in (lambda: kernelgen.varlen_attention, lambda: kernelgen.AttentionPlan,
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert len(lines) == 3 and lines[0].startswith("kernelgen.varlen_attention needs PyTorch")
-    assert "pip install kernelgen" in lines[0] and "--no-deps" in lines[0] and "pip install torch" in lines[0]
+    assert "pip install -e ." in lines[0] and "--no-deps" in lines[0] and "pip install torch" in lines[0]
     assert lines[2].startswith("kernelgen.ops needs PyTorch")
