@@ -605,9 +605,9 @@ def _chmod_tree(root: Path, clear: int = 0, add: int = 0) -> None:
 def test_e9_prewarmed_read_only_cache_with_jit_disabled(tmp_path, monkeypatch, capsys):
     arch = "sm_80"
     specs = list(dict.fromkeys(
-        s for dt, hd, causal, layout in itertools.product(("bf16", "fp16"), (64, 128), (True, False), ("soa", "aos"))
+        s for dt, hd, causal, layout in itertools.product(("bf16",), (64,), (True, False), ("soa", "aos"))
         for s in heuristics.specs_for(arch, dt, hd, hd, causal, layout)))
-    assert len(specs) == 18  # 16 attention variants + a scheduler per layout
+    assert len(specs) == 6  # 4 attention variants + a scheduler per layout
     root = tmp_path / "c"
 
     # pre-warm through the run-time path (KernelCache.get on heuristics.specs_for)
@@ -620,7 +620,7 @@ def test_e9_prewarmed_read_only_cache_with_jit_disabled(tmp_path, monkeypatch, c
     before = snapshot(root)
     n0 = compiler.COMPILE_COUNT
     assert not any(cache.KernelCache(root).get(s).compiled for s in specs)
-    warmup_argv = ["warmup", "--arch", arch, "--head-dim", "64,128", "--dtype", "bf16,fp16",
+    warmup_argv = ["warmup", "--arch", arch, "--head-dim", "64", "--dtype", "bf16",
                    "--layout", "soa,aos", "--jobs", "1", "--cache-dir", str(root)]
     assert cli.main(warmup_argv) == 0
     assert f"0 compiled, {len(specs)} already cached ({len(specs)} variants)" in capsys.readouterr().out
@@ -636,7 +636,7 @@ def test_e9_prewarmed_read_only_cache_with_jit_disabled(tmp_path, monkeypatch, c
         n0 = compiler.COMPILE_COUNT
         with warnings.catch_warnings(record=True) as rec:
             warnings.simplefilter("always")
-            for dt, hd, causal, layout in itertools.product(("bf16", "fp16"), (64, 128), (True, False), ("soa", "aos")):
+            for dt, hd, causal, layout in itertools.product(("bf16",), (64,), (True, False), ("soa", "aos")):
                 for s in heuristics.specs_for(arch, dt, hd, hd, causal, layout):  # what a call derives
                     e = c.get(s)
                     assert not e.compiled and e.path is not None and sha(e.cubin) == shas[s.name]
