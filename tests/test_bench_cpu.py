@@ -669,7 +669,7 @@ def test_time_interleaved_rotates_and_takes_median_of_medians(monkeypatch):
     monkeypatch.setattr(measure, "capture_graph", fake_capture)
     monkeypatch.setattr(measure, "time_gpu", fake_time_gpu)
     fns = {k: (lambda k=k: calls.__setitem__(k, calls[k] + 1)) for k in calls}
-    out = measure.time_interleaved(fns, rounds=3, repeat=7, warmup=2, flush=True, launches=4)
+    out = measure.time_interleaved(fns, rounds=3, repeat=7, warmup=2, flush=True, launches=4, warmup_ms=0)
     assert calls == {"a": 4, "b": 4, "c": 4}                   # one graph of 4 launches each
     assert [g.replays for g in graphs.values()] == [2, 2, 2]  # warm-up replays
     assert order == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
@@ -680,6 +680,33 @@ def test_time_interleaved_rotates_and_takes_median_of_medians(monkeypatch):
         measure.time_interleaved({}, rounds=3)
     with pytest.raises(ValueError):
         measure.time_interleaved(fns, rounds=0)
+
+
+def test_warm_up_runs_for_its_gpu_time_and_the_interleaved_graphs_each_warm(monkeypatch):
+    """The warm-up's calls, then one timed call, then enough calls for min_ms of GPU time (capped
+    at MAX_WARMUP_CALLS); time_interleaved warms each graph that way after its round-robin
+    replays, and time_gpu's warmup=0 means none."""
+    from kernelgen.apps.bench import measure
+
+    n = []
+    assert measure.warm_up(lambda: n.append(1), 3, 50.0, call_ms=lambda fn: (fn(), 0.4)[1]) == 3 + 1 + 124
+    assert len(n) == 128                                      # 3 + 0.4 ms x 125 = 50 ms
+    assert measure.warm_up(lambda: None, 3, 0.0, call_ms=lambda fn: 1 / 0) == 3   # no timed call
+    assert measure.warm_up(lambda: None, 0, 50.0, call_ms=lambda fn: 1e-6) == 1 + measure.MAX_WARMUP_CALLS
+    assert measure.warm_up(lambda: None, 1, 50.0, call_ms=lambda fn: 80.0) == 2   # one call covers it
+
+    class Graph:
+        def __init__(self):
+            self.replays = 0
+
+        def replay(self):
+            self.replays += 1
+    graphs = []
+    monkeypatch.setattr(measure, "capture_graph", lambda fn: graphs.append(Graph()) or graphs[-1])
+    monkeypatch.setattr(measure, "_call_ms", lambda fn: (fn(), 5.0)[1])
+    monkeypatch.setattr(measure, "time_gpu", lambda fn, repeat, warmup, flush: 1.0)
+    measure.time_interleaved({"a": lambda: None, "b": lambda: None}, rounds=1, repeat=1, warmup=2, warmup_ms=50.0)
+    assert [g.replays for g in graphs] == [2 + 1 + 9, 2 + 1 + 9]  # 5 ms a replay: 10 replays = 50 ms
 
 
 def test_switch_ratios_divide_by_the_interleaved_default():

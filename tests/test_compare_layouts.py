@@ -97,15 +97,15 @@ def test_time_graph_launches_divides_one_replay_by_the_launches(monkeypatch):
         fn()  # as capture_graph: the captured function runs (here once)
         return SimpleNamespace(replay="the graph's replay")
 
-    def fake_time_gpu(fn, repeat, warmup, flush):
-        timed.append((fn, repeat, warmup, flush))
+    def fake_time_gpu(fn, repeat, warmup, flush, warmup_ms):
+        timed.append((fn, repeat, warmup, flush, warmup_ms))
         return 50.0
 
     monkeypatch.setattr(measure, "capture_graph", fake_capture)
     monkeypatch.setattr(measure, "time_gpu", fake_time_gpu)
     assert measure.time_graph_launches(lambda: calls.append(1), repeat=9, warmup=2) == 50.0 / 20
     assert len(captured) == 1 and len(calls) == 20  # one graph holding 20 launches
-    assert timed == [("the graph's replay", 9, 2, True)]
+    assert timed == [("the graph's replay", 9, 2, True, measure.WARMUP_MS)]
     assert measure.time_graph_launches(lambda: None, launches=5) == 10.0
     with pytest.raises(ValueError, match="launches must be >= 1"):
         measure.time_graph_launches(lambda: None, launches=0)

@@ -3,8 +3,9 @@
 GPU time (:func:`time_gpu`): every timed call is bracketed by two CUDA events on the current
 stream; before each one a 256 MB buffer is zeroed (a 256 MB write evicts the H200's 50 MB L2, so
 no repetition finds the previous one's inputs in L2); the memset is outside the events.  Warm-up
-calls run first (module loads, autotuning, clocks), and the median over the repetitions is
-reported.  The host synchronises once, after all repetitions.
+calls run first (module loads, autotuning, clocks), then more until the warm-up has run for
+``WARMUP_MS`` of GPU time (:func:`warm_up`), and the median over the repetitions is reported.
+The host synchronises once, after all repetitions.
 
 Graph replays (:func:`time_graph`): the work is captured once in a CUDA graph (after one eager
 call outside the capture) and each replay is timed like a call above, so launch gaps between the
@@ -23,6 +24,7 @@ Host time (:func:`host_time_us`): see its docstring.
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
 
@@ -31,6 +33,16 @@ FLUSH_BYTES = 256 * 1024 * 1024
 #: Repetitions and warm-up calls of the full run and of --quick.
 DEFAULT_REPEAT, DEFAULT_WARMUP = 20, 3
 QUICK_REPEAT, QUICK_WARMUP = 5, 1
+#: Least GPU time a measurement's warm-up runs, in ms (beyond its ``warmup`` calls), full run and
+#: --quick.  With three warm-up calls only, the first measurement of an entry (kernelgen's own:
+#: it is measured before its peers) came out 8-12 % slower than the same kernels measured later
+#: in the same entry: decode_trace_b32_paged16 took 423.7 us, the identical recipe forced to
+#: arch="sm_80" 385 us, and the interleaved switch rounds 422 us in their first round, 385 us in
+#: the five after (H200 report of fc5aca9; 20 repetitions are ~8 ms of work).  Triton's
+#: ``do_bench`` likewise warms up for a fixed time (25 ms), not a fixed count.
+WARMUP_MS, QUICK_WARMUP_MS = 50.0, 10.0
+#: Most calls a time-based warm-up adds (a call of a few microseconds would otherwise need 10^4).
+MAX_WARMUP_CALLS = 2000
 
 _flush_buf = None
 
@@ -45,8 +57,37 @@ def flush_buffer():
     return _flush_buf
 
 
-def time_gpu(fn, repeat: int = DEFAULT_REPEAT, warmup: int = DEFAULT_WARMUP, flush: bool = True) -> float:
-    """Median GPU time of one call of ``fn`` in microseconds (module doc).
+def _call_ms(fn) -> float:
+    """GPU time of one call of ``fn`` in ms (CUDA events; synchronises)."""
+    import torch
+
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    fn()
+    e.record()
+    e.synchronize()
+    return s.elapsed_time(e)
+
+
+def warm_up(fn, calls: int, min_ms: float, call_ms=None) -> int:
+    """Call ``fn`` ``calls`` times, then, when ``min_ms`` > 0, time one more call with ``call_ms``
+    (default: CUDA events, :func:`_call_ms`) and call it again until the warm-up's GPU time reaches
+    about ``min_ms`` (at most ``MAX_WARMUP_CALLS`` more calls).  Returns the number of calls made."""
+    for _ in range(calls):
+        fn()
+    if min_ms <= 0:
+        return calls
+    one = (call_ms or _call_ms)(fn)
+    more = min(MAX_WARMUP_CALLS, max(0, math.ceil((min_ms - one) / max(one, 1e-3))))
+    for _ in range(more):
+        fn()
+    return calls + 1 + more
+
+
+def time_gpu(fn, repeat: int = DEFAULT_REPEAT, warmup: int = DEFAULT_WARMUP, flush: bool = True,
+             warmup_ms: float = WARMUP_MS) -> float:
+    """Median GPU time of one call of ``fn`` in microseconds (module doc); ``warmup`` 0: no
+    warm-up at all (``warmup_ms`` is then ignored).
 
     Raises ValueError for repeat < 1 or warmup < 0, and whatever ``fn`` raises.
     """
@@ -55,8 +96,8 @@ def time_gpu(fn, repeat: int = DEFAULT_REPEAT, warmup: int = DEFAULT_WARMUP, flu
     if repeat < 1 or warmup < 0:
         raise ValueError(f"repeat must be >= 1 and warmup >= 0, got {repeat}, {warmup}")
     buf = flush_buffer() if flush else None
-    for _ in range(warmup):
-        fn()
+    if warmup:
+        warm_up(fn, warmup, warmup_ms)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
     for s, e in zip(starts, ends):
@@ -83,10 +124,11 @@ def capture_graph(fn):
     return g
 
 
-def time_graph(fn, repeat: int = DEFAULT_REPEAT, warmup: int = DEFAULT_WARMUP, flush: bool = True) -> float:
+def time_graph(fn, repeat: int = DEFAULT_REPEAT, warmup: int = DEFAULT_WARMUP, flush: bool = True,
+               warmup_ms: float = WARMUP_MS) -> float:
     """Median GPU time of one replay of a CUDA graph of ``fn``, in microseconds."""
     g = capture_graph(fn)
-    return time_gpu(g.replay, repeat=repeat, warmup=warmup, flush=flush)
+    return time_gpu(g.replay, repeat=repeat, warmup=warmup, flush=flush, warmup_ms=warmup_ms)
 
 
 #: Launches captured in one graph by :func:`time_graph_launches` (as the bench's scheduler entries).
@@ -94,7 +136,7 @@ GRAPH_LAUNCHES = 20
 
 
 def time_graph_launches(fn, launches: int = GRAPH_LAUNCHES, repeat: int = DEFAULT_REPEAT,
-                        warmup: int = DEFAULT_WARMUP, flush: bool = True) -> float:
+                        warmup: int = DEFAULT_WARMUP, flush: bool = True, warmup_ms: float = WARMUP_MS) -> float:
     """GPU time of one call of ``fn`` in microseconds, without the host's launch time: ``launches``
     back-to-back calls captured in one CUDA graph (after one eager round), the graph's replay
     timed like :func:`time_gpu`, divided by ``launches``.  For kernels of a few microseconds (the
@@ -110,7 +152,7 @@ def time_graph_launches(fn, launches: int = GRAPH_LAUNCHES, repeat: int = DEFAUL
             fn()
 
     g = capture_graph(many)
-    return time_gpu(g.replay, repeat=repeat, warmup=warmup, flush=flush) / launches
+    return time_gpu(g.replay, repeat=repeat, warmup=warmup, flush=flush, warmup_ms=warmup_ms) / launches
 
 
 #: Rounds of an interleaved comparison (full run, --quick).
@@ -122,13 +164,14 @@ INTERLEAVED_METHOD = ("each configuration captured in its own CUDA graph ({launc
 
 
 def time_interleaved(fns: dict, rounds: int = DEFAULT_ROUNDS, repeat: int = DEFAULT_REPEAT,
-                     warmup: int = DEFAULT_WARMUP, flush: bool = True, launches: int = 1) -> dict:
+                     warmup: int = DEFAULT_WARMUP, flush: bool = True, launches: int = 1,
+                     warmup_ms: float = WARMUP_MS) -> dict:
     """GPU time of one call of each configuration, in microseconds, measured so that the
     configurations can be compared with each other.
 
     ``fns``: {name: zero-argument callable enqueuing one call}.  Each is captured in its own CUDA
     graph of ``launches`` back-to-back calls (after one eager round, :func:`capture_graph`); every
-    graph is replayed ``warmup`` times; then ``rounds`` rounds each time every graph as
+    graph is replayed ``warmup`` times, then each for ``warmup_ms`` of GPU time (:func:`warm_up`); then ``rounds`` rounds each time every graph as
     :func:`time_gpu` does (``repeat`` replays, L2 flushed before each, median), in the order of
     ``fns`` rotated by one more position each round, so that no configuration is always measured
     first.  Returns {name: {"us": median over the rounds of the round medians / launches,
@@ -151,6 +194,9 @@ def time_interleaved(fns: dict, rounds: int = DEFAULT_ROUNDS, repeat: int = DEFA
     for _ in range(warmup):
         for g in graphs.values():
             g.replay()
+    if warmup:
+        for g in graphs.values():  # then each for at least warmup_ms of replays (warm_up)
+            warm_up(g.replay, 0, warmup_ms)
     names = list(graphs)
     per = {name: [] for name in names}
     for r in range(rounds):

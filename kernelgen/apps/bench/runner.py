@@ -125,6 +125,7 @@ def run(suites=("all",), models=None, trace=None, repeat=None, quick=False, flex
     settings = S.Settings(
         repeat=repeat or (measure.QUICK_REPEAT if quick else measure.DEFAULT_REPEAT),
         warmup=measure.QUICK_WARMUP if quick else measure.DEFAULT_WARMUP,
+        warmup_ms=measure.QUICK_WARMUP_MS if quick else measure.WARMUP_MS,
         rounds=measure.QUICK_ROUNDS if quick else measure.DEFAULT_ROUNDS,
         flush=flush, flex=flex or ("off" if quick else "some"), prefill_trace=trace, decode_trace=trace,
         quick=quick, device=torch.cuda.current_device())

@@ -102,6 +102,8 @@ class Settings:
 
     repeat: int = measure.DEFAULT_REPEAT
     warmup: int = measure.DEFAULT_WARMUP
+    #: least GPU time of each measurement's warm-up, ms (measure.warm_up)
+    warmup_ms: float = measure.WARMUP_MS
     #: rounds of the interleaved switch comparisons (measure.time_interleaved)
     rounds: int = measure.DEFAULT_ROUNDS
     flush: bool = True
@@ -115,14 +117,15 @@ class Settings:
     flex_deadline: float | None = None
 
     def time(self, fn) -> float:
-        return measure.time_gpu(fn, repeat=self.repeat, warmup=self.warmup, flush=self.flush)
+        return measure.time_gpu(fn, repeat=self.repeat, warmup=self.warmup, flush=self.flush, warmup_ms=self.warmup_ms)
 
     def time_graph(self, fn) -> float:
-        return measure.time_graph(fn, repeat=self.repeat, warmup=self.warmup, flush=self.flush)
+        return measure.time_graph(fn, repeat=self.repeat, warmup=self.warmup, flush=self.flush,
+                                  warmup_ms=self.warmup_ms)
 
     def time_interleaved(self, fns: dict, launches: int = 1) -> dict:
         return measure.time_interleaved(fns, rounds=self.rounds, repeat=self.repeat, warmup=self.warmup,
-                                        flush=self.flush, launches=launches)
+                                        flush=self.flush, launches=launches, warmup_ms=self.warmup_ms)
 
     def interleaved_method(self, launches: int = 1) -> str:
         return measure.INTERLEAVED_METHOD.format(launches=launches, rounds=self.rounds, repeat=self.repeat)
