@@ -72,3 +72,21 @@ def test_report_keeps_the_peers_agreement_with_kernelgen(tmp_path, capsys):
     assert rows["prefill_chunked_paged16"]["max_diff"] == {"fa4": 1.5}
     assert rows["prefill_dense_h128_s4k"]["max_diff"] == {"fa3": 0.004}
     assert "| prefill_chunked_paged16_agrees_with_peers | FAIL |" in (tmp_path / "h200.md").read_text()
+
+
+def test_report_keeps_the_sinks_cost(tmp_path, capsys):
+    """docs/performance.md quotes the cost of attention sinks (the bench's ``sinks_ratio``, its
+    with/without-sinks interleaved measurement); the GPU report keeps it and ``us_nosinks`` so the
+    committed report backs that figure (it used to drop both)."""
+    import json
+
+    from kernelgen.apps.bench import report
+
+    e = report.finalize({"name": "sinks_decode_b128_paged16", "suite": "decode", "us": 1010.0, "metric": "tbps",
+                         "bytes": 4e9, "peers": {}, "unavailable": {}, "us_nosinks": 1000.0,
+                         "sinks_ratio": 1.01}, None)
+    (tmp_path / "bench.json").write_text(json.dumps(report.build_report([e], None, "NVIDIA H200", commit="c")))
+    gpu_report.main(["--out", str(tmp_path)])
+    rep = json.loads((tmp_path / "gpu_report.json").read_text())
+    row = next(b for b in rep["benchmarks"] if b["name"] == "sinks_decode_b128_paged16")
+    assert row["us_nosinks"] == 1000.0 and row["sinks_ratio"] == 1.01

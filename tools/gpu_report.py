@@ -187,9 +187,12 @@ def main(argv=None) -> int:
     report["checks"].update({k: v for k, v in ((bench or {}).get("checks") or {}).items()
                              if k.endswith("_agrees_with_peers")})
     for e in (bench or {}).get("benchmarks", []):
+        # (a sinks_* entry's us_nosinks / sinks_ratio: the cost docs/performance.md quotes)
         report["benchmarks"].append({k: e.get(k) for k in ("name", "us", "tflops", "tbps", "flops", "bytes", "peers",
-                                                           "ratios", "best_peer", "vs_best", "max_diff")
-                                     if k not in ("flops", "bytes", "ratios", "best_peer", "vs_best", "max_diff") or e.get(k)})
+                                                           "ratios", "best_peer", "vs_best", "max_diff",
+                                                           "us_nosinks", "sinks_ratio")
+                                     if k not in ("flops", "bytes", "ratios", "best_peer", "vs_best", "max_diff",
+                                                  "us_nosinks", "sinks_ratio") or e.get(k)})
         if e.get("unavailable"):
             report["extra"].setdefault("unavailable_peers", {})[e["name"]] = e["unavailable"]
     add_aliases(report["benchmarks"])
