@@ -356,3 +356,24 @@ def test_paged_kernelgen_continuous_batching_equals_generate(family, calls, monk
     assert all(c[1]["softcap"] == (50.0 if family == "gemma2" else 0.0) for c in calls[:paged_calls])
     if family != "llama":
         assert {c[1]["window_size"] for c in calls[:paged_calls]} == {(7, 0), (-1, -1)}
+
+
+def test_position_ids_are_read_once_per_forward(calls, monkeypatch):
+    """A prefill without a mask checks position_ids for packed sequences (two host syncs); every
+    layer gets the same position_ids object, so the check runs once per forward (as the mask's
+    layout does), and a new or rewritten position_ids is read again."""
+    q, k, v = qkv(b=1, sq=7, sk=7)
+    seen = []
+    real = kh._read_packed
+    monkeypatch.setattr(kh, "_read_packed", lambda p: seen.append(1) or real(p))
+    pos = torch.tensor([[0, 1, 2, 0, 1, 2, 3]])
+    for _ in range(3):
+        kh.kernelgen_attention_forward(Module(), q, k, v, None, position_ids=pos)
+    assert len(seen) == 1 and all(c[0][3].tolist() == [0, 3, 7] for c in calls)
+    pos[0, 3:] = torch.arange(3, 7)                    # rewritten in place: one run now
+    kh.kernelgen_attention_forward(Module(), q, k, v, None, position_ids=pos)
+    assert len(seen) == 2 and calls[-1][0][3].tolist() == [0, 7]
+    run = torch.arange(7).view(1, 7)                   # a new object, one run: the result None is kept too
+    for _ in range(2):
+        kh.kernelgen_attention_forward(Module(), q, k, v, None, position_ids=run)
+    assert len(seen) == 3 and calls[-1][0][3].tolist() == [0, 7]

@@ -150,11 +150,28 @@ def _padding_layout(attention_mask, sq, sk):
     return lay
 
 
+#: id(position_ids) -> (weak reference, its version, the result of _packed_from_position_ids)
+_PACKED: dict = {}
+
+
 def _packed_from_position_ids(position_ids, batch):
     """cu_seqlens of sequences packed into one row (position ids restarting at 0), or None when the
-    ids are one increasing run (transformers' ``_is_packed_sequence``)."""
+    ids are one increasing run (transformers' ``_is_packed_sequence``).  Read once per forward:
+    every layer gets the same position_ids object, and the check syncs with the host (two reads),
+    so the result (None included) is kept for that object and its version, as for masks."""
     if position_ids is None or batch != 1:
         return None
+    hit = _PACKED.get(id(position_ids))
+    if hit is not None and hit[0]() is position_ids and hit[1] == _version(position_ids):
+        return hit[2]
+    result = _read_packed(position_ids)
+    if len(_PACKED) >= 8:
+        _PACKED.clear()
+    _PACKED[id(position_ids)] = (weakref.ref(position_ids), _version(position_ids), result)
+    return result
+
+
+def _read_packed(position_ids):
     pos = position_ids.reshape(-1)
     increasing = torch.arange(pos.numel(), device=pos.device) + pos.min()
     if not bool((increasing - pos).abs().sum()):
