@@ -377,3 +377,22 @@ def test_position_ids_are_read_once_per_forward(calls, monkeypatch):
     for _ in range(2):
         kh.kernelgen_attention_forward(Module(), q, k, v, None, position_ids=run)
     assert len(seen) == 3 and calls[-1][0][3].tolist() == [0, 7]
+
+
+def test_head_dims_and_tested_versions_are_the_projects():
+    """The integration's head-dim check is kernelgen's own list (not a copy that can drift), and
+    TESTED_VERSIONS is the range pyproject's ``transformers`` extra pins (and that the installed
+    transformers the tests ran with satisfies)."""
+    import re
+    from pathlib import Path
+
+    from kernelgen.kernels import spec
+
+    assert kh.HEAD_DIMS is spec.HEAD_DIMS
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    extra = re.search(r'^transformers = \["transformers([^"]+)"\]', pyproject, re.M)
+    assert extra is not None and extra.group(1) == kh.TESTED_VERSIONS
+    import transformers
+    major_minor = tuple(int(x) for x in transformers.__version__.split(".")[:2])
+    lo, hi = (tuple(int(x) for x in m.split(".")) for m in re.findall(r"[<>]=?(\d+\.\d+)", kh.TESTED_VERSIONS))
+    assert lo <= major_minor < hi
