@@ -396,3 +396,17 @@ def test_head_dims_and_tested_versions_are_the_projects():
     major_minor = tuple(int(x) for x in transformers.__version__.split(".")[:2])
     lo, hi = (tuple(int(x) for x in m.split(".")) for m in re.findall(r"[<>]=?(\d+\.\d+)", kh.TESTED_VERSIONS))
     assert lo <= major_minor < hi
+
+
+def test_left_padded_query_rows_causal_zeros_noncausal_real_keys(calls):
+    """docs/transformers.md: on the left-padding path a padded query row gets zeros under causal
+    and, without causal, the attention over the request's real keys (what sdpa's padding mask gives)."""
+    q, k, v = qkv(b=2, sq=5, sk=5)
+    mask = torch.tensor([[1] * 5, [0, 0, 1, 1, 1]])
+    out_c, _ = kh.kernelgen_attention_forward(Module(), q, k, v, mask)
+    assert out_c[1, :2].abs().max() == 0 and out_c[1, 2:].abs().max() > 0
+    out_n, _ = kh.kernelgen_attention_forward(Module(is_causal=False), q, k, v, mask)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q[1:, :, :2].float(), k[1:, :, 2:].float().repeat_interleave(2, 1),
+        v[1:, :, 2:].float().repeat_interleave(2, 1))                        # (1, Hq, 2, D)
+    torch.testing.assert_close(out_n[1, :2].float(), ref[0].transpose(0, 1), atol=2e-2, rtol=2e-2)

@@ -20,8 +20,8 @@ Mapping onto ``kernelgen.varlen_attention`` (what transformers' FlashAttention-2
 - query ``(B, Hq, Sq, D)``, key/value ``(B, Hkv, Sk, D)`` (Sk counts the cached tokens) become
   packed ``(tokens, heads, D)`` tensors; a 2-D padding mask ``(B, Sk)`` (True = a real token),
   read once per forward: left padding (``generate``'s) keeps every row and points each request's
-  keys past its padding (``cu_seqlens_k[b] = b * Sk + pad_b``, ``seqused_k`` = its real keys; a
-  padded query sees no key and gets zeros); any other padding (right padding in a prefill) keeps
+  keys past its padding (``cu_seqlens_k[b] = b * Sk + pad_b``, ``seqused_k`` = its real keys; with
+  causal a padded query sees no key and gets zeros, without it the real keys); any other padding (right padding in a prefill) keeps
   the real rows (``cu_seqlens`` from the row sums; the queries are the last Sq mask columns) and
   scatters the output back with zeros at padded positions;
 - ``is_causal`` -> ``causal`` (kernelgen aligns the diagonal bottom-right, so a query row of a step
@@ -223,7 +223,8 @@ def kernelgen_attention_forward(
             # left padding (what generate does): every row's real keys end at the last column, so
             # request b's keys are rows cu_k[b] = b*Sk + pad_b onward of the packed keys, seqused_k
             # of them; its Sq query rows all take part, and a padded query (before the first real
-            # key) sees no key under the bottom-right diagonal and gets zeros: no gather, no scatter
+            # key) sees no key under the bottom-right causal diagonal and gets zeros (without causal
+            # it sees the real keys, as sdpa's padding mask lets it): no gather, no scatter
             out = varlen_attention(q.reshape(-1, hq, d), kp, vp, lay.cu_q, lay.cu_k, sq, sk, seqused_k=lay.lens_k,
                                    **common)
             return out.view(batch, sq, hq, -1), None
