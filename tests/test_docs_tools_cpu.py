@@ -213,3 +213,10 @@ def test_warm_gpu_tests_follows_kernelgen_sm90_opts(monkeypatch):
     assert set(r.specs) <= specs
     # paged: the options plus the gather path where the page size needs it
     assert any(getattr(s, "paged", False) and s.sm90_opts in ("hr", "ghr") for s in specs)
+
+
+def test_perf_page_suites_are_the_benchs():
+    """perf_page orders the page by the bench's suite list itself (it kept a copy before)."""
+    from kernelgen.apps import bench
+
+    assert perf_page.SUITES is bench.SUITES

@@ -15,9 +15,9 @@ page is written by hand.
 Peers are the other implementations measured on the same inputs in the same run.  kernelgen's own
 configurations (``kernelgen_*`` switches and forced paths, and ``serial`` / ``two_streams``, which
 are kernelgen calls too) are not peers: they get their own column.  Ratios are peer time /
-kernelgen time: above 1 kernelgen is faster, below 1 it is slower.  The table needs only the
-standard library; the first-call summary is rendered by ``kernelgen.apps.bench.report`` and the
-charts by ``kernelgen.apps.bench.plots`` (matplotlib).
+kernelgen time: above 1 kernelgen is faster, below 1 it is slower.  The table needs the standard
+library and kernelgen's light bench modules (no torch); the first-call summary is rendered by
+``kernelgen.apps.bench.report`` and the charts by ``kernelgen.apps.bench.plots`` (matplotlib).
 """
 from __future__ import annotations
 
@@ -34,8 +34,10 @@ BEGIN, END = "<!-- perf_page:begin -->", "<!-- perf_page:end -->"
 OWN = ("serial", "two_streams")
 #: peers every report should have once issue 20 is in (a note says when a report lacks them)
 EXPECTED_PEERS = ("fa3", "fa4")
-#: the suites in the order of the page and the plots (an entry's suite: kernelgen's report.suite_of)
-SUITES = ("prefill", "decode", "mixed", "scheduler", "compile", "overhead")
+sys.path.insert(0, str(REPO))
+#: the suites in the order of the page and the plots: the bench's own list (kernelgen.apps.bench,
+#: which imports no torch); an entry's suite: kernelgen's report.suite_of
+from kernelgen.apps.bench import SUITES  # noqa: E402
 
 
 def suite_of(name: str):
@@ -43,7 +45,6 @@ def suite_of(name: str):
     entry, which gpu_report.py adds beside the bench's own (it has no plot of its own)."""
     if name.startswith("demo_"):
         return None
-    sys.path.insert(0, str(REPO))
     from kernelgen.apps.bench.report import suite_of as of
 
     return of(name)
