@@ -220,3 +220,21 @@ def test_perf_page_suites_are_the_benchs():
     from kernelgen.apps import bench
 
     assert perf_page.SUITES is bench.SUITES
+
+
+def test_api_md_names_every_parameter_of_the_warmup_functions():
+    """docs/api.md spells out warmup_specs' and warmup's signatures: every parameter is named
+    there (it had lost ``settings`` and ``desc``)."""
+    import inspect
+    import re
+
+    from kernelgen.jit import warmup
+    from kernelgen.selection import catalog
+
+    text = (REPO / "docs" / "api.md").read_text()
+    for qual, fn in (("kernelgen.selection.catalog.warmup_specs", catalog.warmup_specs),
+                     ("kernelgen.jit.warmup.warmup", warmup.warmup)):
+        m = re.search(re.escape(qual) + r"\(([^)]*)\)", text)
+        assert m is not None, qual
+        named = [p.split("=")[0].strip() for p in m.group(1).split(",")]
+        assert named == list(inspect.signature(fn).parameters), (qual, named)
