@@ -15,7 +15,7 @@ import kernelgen
 
 PUBLIC_MODULES = ["kernelgen.front.api", "kernelgen.front.plan", "kernelgen.front.ops", "kernelgen.front.compat",
                   "kernelgen.jit.cache", "kernelgen.apps.traces", "kernelgen.apps.reference", "kernelgen.jit.warmup",
-                  "kernelgen.selection.catalog"]
+                  "kernelgen.selection.catalog", "kernelgen.integrations.transformers"]
 #: From kernelgen.front.api only these are public (the rest are the dispatcher's helpers, shared with plan.py).
 API_PUBLIC = {"varlen_attention"}
 EXTRA = ["kernelgen.apps.cli.main", "kernelgen.jit.compiler.CompileError"]
@@ -27,6 +27,8 @@ ENTRY_POINTS = {
     "kernelgen.front.compat.flash_attn_varlen_func", "kernelgen.front.compat.flash_attn_with_kvcache",
     "kernelgen.apps.traces.load_trace", "kernelgen.apps.traces.prefill_batch", "kernelgen.jit.cache.KernelCache.get",
     "kernelgen.jit.warmup.warmup", "kernelgen.selection.catalog.warmup_specs",
+    "kernelgen.integrations.transformers.kernelgen_attention_forward",
+    "kernelgen.integrations.transformers.kernelgen_paged_attention_forward",
 }
 #: Gaps in files this test's author does not own, reported to their owners; remove an entry once fixed.
 KNOWN_GAPS: dict = {}
@@ -95,7 +97,9 @@ def test_surface_is_enumerated():
     for must in ["kernelgen.front.api.varlen_attention", "kernelgen.front.plan.AttentionPlan", "kernelgen.front.plan.AttentionPlan.run",
                  "kernelgen.front.ops.varlen_attention", "kernelgen.front.compat.flash_attn_varlen_func",
                  "kernelgen.front.compat.flash_attn_with_kvcache", "kernelgen.jit.cache.KernelCache.verify",
-                 "kernelgen.apps.traces.load_trace", "kernelgen.front.ops.varlen_attention_op"]:
+                 "kernelgen.apps.traces.load_trace", "kernelgen.front.ops.varlen_attention_op",
+                 "kernelgen.integrations.transformers.kernelgen_attention_forward",
+                 "kernelgen.integrations.transformers.kernelgen_paged_attention_forward"]:
         assert must in OBJECTS, must
     assert kernelgen.varlen_attention is OBJECTS["kernelgen.front.api.varlen_attention"]
     assert kernelgen.AttentionPlan is OBJECTS["kernelgen.front.plan.AttentionPlan"]

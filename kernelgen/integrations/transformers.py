@@ -195,8 +195,16 @@ def kernelgen_attention_forward(
     s_aux: torch.Tensor | None = None,
     **kwargs,
 ):
-    """transformers attention function: query (B, Hq, Sq, D), key/value (B, Hkv, Sk, D[v]) ->
-    (attn_output (B, Sq, Hq, Dv), None).  See the module docstring for the mapping."""
+    """transformers attention function: query (B, Hq, Sq, D), key/value (B, Hkv, Sk, D[v]),
+    float16/bfloat16 on a CUDA device (Sq, Sk in tokens; Sk counts the cached tokens) ->
+    (attn_output (B, Sq, Hq, Dv) in query's dtype, None).  See the module docstring for the mapping.
+
+    Raises:
+        ValueError: a 4-D attention mask, a mask whose shape does not fit query/key, a dtype other
+            than float16/bfloat16, a head dim outside HEAD_DIMS; and what ``varlen_attention``
+            raises (e.g. for CPU tensors).
+        NotImplementedError: dropout > 0, or grad enabled with an input that requires grad.
+    """
     _check_tensors(query, key, value, dropout)
     if attention_mask is not None and attention_mask.dim() != 2:
         raise ValueError(f"kernelgen attention: a {attention_mask.dim()}-D attention_mask is not supported: kernelgen "
@@ -277,7 +285,14 @@ def kernelgen_paged_attention_forward(
     sliding window and sinks.  The 4-D mask continuous batching builds for non-flash
     implementations is not used.  The decode fast path (``block_table``, a
     ``flash_attn_with_kvcache`` call) is never offered to this name by transformers; given one, it
-    raises NotImplementedError."""
+    raises NotImplementedError.
+
+    Raises:
+        ValueError: no paged cache, a dtype other than float16/bfloat16 or a head dim outside
+            HEAD_DIMS; and what ``varlen_attention`` raises.
+        NotImplementedError: a block table (the decode fast path), dropout > 0, or grad enabled
+            with an input that requires grad.
+    """
     if cache is None:
         raise ValueError("paged|kernelgen was called without a paged attention cache: it serves transformers' "
                          "continuous batching; use attn_implementation='kernelgen' for a standard forward")
