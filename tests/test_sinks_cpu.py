@@ -330,6 +330,11 @@ def test_op_fake_impl_takes_sinks():
         with pytest.raises(TypeError, match="sinks must have dtype float32"):
             torch.ops.kernelgen.varlen_attention(q, k, v, cu, cu, sinks=torch.empty(4, device="cuda",
                                                                                     dtype=BF16))
+        # the fake impl checks as varlen_attention does (it had its own, shorter copy of the check)
+        with pytest.raises(ValueError, match="sinks must have 1 dimensions"):
+            torch.ops.kernelgen.varlen_attention(q, k, v, cu, cu, sinks=torch.empty(4, 1, device="cuda"))
+        with pytest.raises(ValueError, match="sinks must be on"):
+            torch.ops.kernelgen.varlen_attention(q, k, v, cu, cu, sinks=torch.empty(4, device="cpu"))
 
 
 def test_op_passes_sinks_down(monkeypatch):

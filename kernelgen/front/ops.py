@@ -219,11 +219,7 @@ def _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, cau
             raise ValueError("cu_seqlens_k must be None with a page_table (key lengths come from seqused_k)")
     elif cu_seqlens_k is None:
         raise ValueError("cu_seqlens_k is required for packed k/v (give page_table and seqused_k for a paged cache)")
-    if sinks is not None:
-        if sinks.dtype != torch.float32:
-            raise TypeError(f"sinks must have dtype float32, got {str(sinks.dtype).replace('torch.', '')}")
-        if sinks.dim() != 1 or sinks.shape[0] != hq:
-            raise ValueError(f"sinks must have shape ({hq},) (one logit per query head), got {tuple(sinks.shape)}")
+    validation.sinks(sinks, hq, q.device)     # varlen_attention's own check (dtype, 1-D, heads, device)
     return q.shape[0], q.shape[1], v.shape[-1]
 
 
