@@ -410,3 +410,22 @@ def test_left_padded_query_rows_causal_zeros_noncausal_real_keys(calls):
         q[1:, :, :2].float(), k[1:, :, 2:].float().repeat_interleave(2, 1),
         v[1:, :, 2:].float().repeat_interleave(2, 1))                        # (1, Hq, 2, D)
     torch.testing.assert_close(out_n[1, :2].float(), ref[0].transpose(0, 1), atol=2e-2, rtol=2e-2)
+
+
+def test_unpadded_cu_seqlens_are_made_once_per_shape(calls, monkeypatch):
+    """An unpadded batch (mask None, as generate's decode steps of one prompt) gets its uniform
+    cu_seqlens made once per (batch, Sq, Sk, device), not two new tensors in every layer."""
+    made = []
+    real = torch.arange
+    # (the float32 reference the fixture calls makes int64 aranges of its own: not counted)
+    monkeypatch.setattr(kh.torch, "arange",
+                        lambda *a, **kw: (kw.get("dtype") == torch.int32 and made.append(a)) or real(*a, **kw))
+    kh._UNIFORM.clear()
+    q, k, v = qkv(b=2, sq=1, sk=6)
+    for _ in range(4):                                  # four layers of one decode step
+        kh.kernelgen_attention_forward(Module(), q, k, v, None)
+    assert len(made) == 2
+    assert all(c[0][3].tolist() == [0, 1, 2] and c[0][4].tolist() == [0, 6, 12] for c in calls)
+    q, k, v = qkv(b=2, sq=1, sk=7)                      # the next step: one new pair
+    kh.kernelgen_attention_forward(Module(), q, k, v, None)
+    assert len(made) == 4 and calls[-1][0][4].tolist() == [0, 7, 14]

@@ -181,6 +181,26 @@ def _read_packed(position_ids):
     return cu, int(cu.diff().max())
 
 
+#: (batch, sq, sk, device) -> (cu_q, cu_k) of an unpadded batch; a handful of entries
+_UNIFORM: dict = {}
+
+
+def _uniform_cu(batch, sq, sk, device):
+    """``cu_seqlens`` of ``batch`` rows of ``sq`` queries and ``sk`` keys: int32 (batch + 1,)
+    tensors ``arange(batch + 1) * sq`` / ``* sk`` on ``device``, made once per shape (every layer
+    of a forward has the same one; a decode step of an unpadded batch would otherwise make two
+    small tensors, two launches, in every layer).  The kernels only read them."""
+    key = (batch, sq, sk, device)
+    hit = _UNIFORM.get(key)
+    if hit is None:
+        hit = (torch.arange(0, (batch + 1) * sq, sq, dtype=torch.int32, device=device),
+               torch.arange(0, (batch + 1) * sk, sk, dtype=torch.int32, device=device))
+        if len(_UNIFORM) >= 8:
+            _UNIFORM.clear()
+        _UNIFORM[key] = hit
+    return hit
+
+
 def kernelgen_attention_forward(
     module: torch.nn.Module,
     query: torch.Tensor,
@@ -256,8 +276,7 @@ def kernelgen_attention_forward(
         return out.view(batch, sq, hq, -1), None
 
     # no padding: every row has Sq queries and Sk keys (a copy into packed rows; q often is one already)
-    cu_q = torch.arange(0, (batch + 1) * sq, sq, dtype=torch.int32, device=query.device)
-    cu_k = torch.arange(0, (batch + 1) * sk, sk, dtype=torch.int32, device=query.device)
+    cu_q, cu_k = _uniform_cu(batch, sq, sk, query.device)
     out = varlen_attention(q.reshape(-1, hq, d), k.reshape(-1, *k.shape[2:]), v.reshape(-1, *v.shape[2:]),
                            cu_q, cu_k, sq, sk, **common)
     return out.view(batch, sq, hq, -1), None
