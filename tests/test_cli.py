@@ -422,12 +422,9 @@ def test_warmup_text_progress_bar_without_tqdm(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().err == ""
 
 
-@pytest.mark.parametrize("argv", [WARM_ARGS + ["--jobs", "1"], ["cache", "list"], ["cache", "verify"],
-                                  ["cache", "verify", "--repair"], ["cache", "clear"]])
-@pytest.mark.parametrize("via_env", [False, True])
-def test_cache_dir_that_is_a_file_fails_every_cache_command_first(tmp_path, capsys, monkeypatch, argv, via_env):
-    """A cache directory that is a file: one error line naming the path and the setting, exit 1,
-    nothing compiled (warmup used to compile everything, then warn twice; list/verify/clear said ok)."""
+def _refused_cache_file(tmp_path, capsys, monkeypatch, argv, via_env):
+    """Run ``argv`` with a file as the cache directory (through KERNELGEN_CACHE_DIR or --cache-dir):
+    exit 1, no warning, nothing compiled, nothing on stdout.  Returns (the file, stderr)."""
     f = tmp_path / "cachefile"
     f.write_text("not a directory")
     if via_env:
@@ -440,6 +437,16 @@ def test_cache_dir_that_is_a_file_fails_every_cache_command_first(tmp_path, caps
         assert cli.main(argv) == 1
     out, err = capsys.readouterr()
     assert compiler.COMPILE_COUNT == before and out == ""
+    return f, err
+
+
+@pytest.mark.parametrize("argv", [WARM_ARGS + ["--jobs", "1"], ["cache", "list"], ["cache", "verify"],
+                                  ["cache", "verify", "--repair"], ["cache", "clear"]])
+@pytest.mark.parametrize("via_env", [False, True])
+def test_cache_dir_that_is_a_file_fails_every_cache_command_first(tmp_path, capsys, monkeypatch, argv, via_env):
+    """A cache directory that is a file: one error line naming the path and the setting, exit 1,
+    nothing compiled (warmup used to compile everything, then warn twice; list/verify/clear said ok)."""
+    f, err = _refused_cache_file(tmp_path, capsys, monkeypatch, argv, via_env)
     assert err.count("\n") == 1 and err.startswith("kernelgen ")
     assert f"cache directory {f} exists but is not a directory" in err
     assert ("KERNELGEN_CACHE_DIR" if via_env else "--cache-dir") in err
@@ -532,18 +539,7 @@ def test_cache_dir_that_is_a_file_fails_demo_compare_and_bench_first(tmp_path, c
     """As warmup and the cache commands: one error line naming the path and the setting, exit 1,
     nothing compiled (demo used to compile 3 kernels, warn `[Errno 17] File exists`, then raise)."""
     _stub_gpu(monkeypatch, argv[0] != "demo")  # past the GPU check: the cache check must stop them
-    f = tmp_path / "x_file"
-    f.write_text("not a directory")
-    if via_env:
-        monkeypatch.setenv("KERNELGEN_CACHE_DIR", str(f))
-    else:
-        argv = argv + ["--cache-dir", str(f)]
-    before = compiler.COMPILE_COUNT
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert cli.main(argv) == 1
-    out, err = capsys.readouterr()
-    assert compiler.COMPILE_COUNT == before and out == ""
+    f, err = _refused_cache_file(tmp_path, capsys, monkeypatch, argv, via_env)
     setting = "KERNELGEN_CACHE_DIR" if via_env else "--cache-dir"
     assert err == (f"kernelgen {argv[0]}: error: cache directory {f} exists but is not a directory "
                    f"(set by {setting})\n")
