@@ -76,6 +76,16 @@ ATTENTION_PARAMS = ParamStruct(
     ],
 )
 
+#: The ALiBi variants' AttnParams (``AttentionSpec.alibi``): the same fields, then the slopes'
+#: address and batch stride.  The address is a static field (an i64, not one of the pointers a
+#: launch rewrites per call): a prepared call is keyed by the slopes tensor's address
+#: (``selection.signature``), an AttentionPlan owns its slopes buffer; the kernel reads the values
+#: from it at every launch (graph replays see new values).  ``alibi_batch_stride`` is 0 for
+#: ``(num_heads_q,)`` slopes and num_heads_q for ``(batch, num_heads_q)``.  Kernels without ALiBi
+#: keep ``ATTENTION_PARAMS`` (their source and parameters are unchanged).
+ATTENTION_PARAMS_ALIBI = ParamStruct(
+    "AttnParams", ATTENTION_PARAMS.fields + [("alibi_slopes", "i64"), ("alibi_batch_stride", "i32")])
+
 COMBINE_PARAMS = ParamStruct(
     "CombineParams",
     [
@@ -157,6 +167,16 @@ class TmaParamStruct:
 
 
 TMA_ATTENTION_PARAMS = TmaParamStruct(ATTENTION_PARAMS)
+TMA_ATTENTION_PARAMS_ALIBI = TmaParamStruct(ATTENTION_PARAMS_ALIBI)
+
+
+def attention_params_for(spec):
+    """The parameter struct of an attention spec: plain or ALiBi (``AttnParams``), with the Hopper
+    kernel's tensor maps in front (``TmaAttnParams``)."""
+    alibi = getattr(spec, "alibi", False)
+    if spec.mainloop == "sm90a":
+        return TMA_ATTENTION_PARAMS_ALIBI if alibi else TMA_ATTENTION_PARAMS
+    return ATTENTION_PARAMS_ALIBI if alibi else ATTENTION_PARAMS
 
 
 class FusedTmaParamStruct:
