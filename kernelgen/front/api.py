@@ -57,6 +57,7 @@ def varlen_attention(
     short_query_tokens: int | None = None,
     arch: str | None = None,
     sinks: torch.Tensor | None = None,
+    alibi_slopes: torch.Tensor | None = None,
 ):
     """Attention over a ragged (varlen) batch of requests, prefill and decode alike.
 
@@ -125,6 +126,17 @@ def varlen_attention(
             exp(lse - new_lse)`` in float32): one extra pass over out, on the device, no host
             sync, CUDA-graph safe (the values are read at run time).  Values are not checked
             (NaN or +inf raise ValueError only under ``KERNELGEN_CHECK_INPUTS=1``).
+        alibi_slopes: ALiBi (Press et al. 2022, "Train Short, Test Long"; FlashAttention-2's
+            argument and convention): None, or a float32 tensor on q's device of shape
+            ``(num_heads_q,)`` or ``(batch, num_heads_q)``, contiguous along the heads.  The
+            logit of query row i of request b (0-based in the request) and key j, after
+            ``softmax_scale`` and soft-cap, gets ``-alibi_slopes[b, h] * |i + seqlen_k - seqlen_q
+            - j|`` (seqlen_q, seqlen_k: the request's lengths); the returned lse is that of the
+            biased logits (FlashAttention-2's causal kernels add ``slope * j`` instead: the same
+            out, an lse shifted by a constant per row).  The kernels read the values on the
+            device at every launch (CUDA-graph safe); the tensor's address is part of the call
+            signature.  A mixed prefill + decode batch with ALiBi runs its classes in turn
+            (sm_90a) or as one class (no fused launch).
 
     Returns:
         out (total_q, num_heads_q, head_dim_v) in q's dtype; with ``return_lse`` also
@@ -165,9 +177,11 @@ def varlen_attention(
     TMA, producer/consumer warpgroups, softmax overlapped with the next block's GEMM).
     """
     try:
-        key = signature.key((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, sinks), window_size,
+        key = signature.key((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, sinks, alibi_slopes),
+                            window_size,
                             (max_seqlen_q, max_seqlen_k, causal, softcap, softmax_scale, num_splits, pack_gqa,
-                             return_lse, metadata_layout, sort, head_swizzle, short_query_tokens, arch))
+                             return_lse, metadata_layout, sort, head_swizzle, short_query_tokens, arch,
+                             None if alibi_slopes is None else alibi_slopes.data_ptr()))
         prep = _CALLS.get(key)
     except Exception:  # noqa: BLE001 - an argument that cannot be keyed: the validating path names it
         key = prep = None
@@ -179,12 +193,13 @@ def varlen_attention(
             return res if return_lse else res[0]
     return _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
                            page_table, causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, return_lse,
-                           out, metadata_layout, sort, head_swizzle, short_query_tokens, arch, sinks)
+                           out, metadata_layout, sort, head_swizzle, short_query_tokens, arch, sinks, alibi_slopes)
 
 
 def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table,
                     causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, return_lse, out,
-                    metadata_layout, sort, head_swizzle, short_query_tokens=None, arch=None, sinks=None):
+                    metadata_layout, sort, head_swizzle, short_query_tokens=None, arch=None, sinks=None,
+                    alibi_slopes=None):
     """varlen_attention for a signature not prepared yet: every check, the one decision, the
     kernels; the prepared call is stored under ``key`` (None: not keyable) and run.  With
     ``sinks`` the kernels always write an LSE (allocated per call when not returned), which
@@ -194,7 +209,7 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                                  softcap=softcap, softmax_scale=softmax_scale, num_splits=num_splits,
                                  pack_gqa=pack_gqa, metadata_layout=metadata_layout, sort=sort,
                                  head_swizzle=head_swizzle, short_query_tokens=short_query_tokens, arch=arch,
-                                 sinks=sinks)
+                                 sinks=sinks, alibi_slopes=alibi_slopes)
     sizes = call.sizes
     kernel_lse = bool(return_lse) or sinks is not None
     if out is None:
@@ -209,7 +224,8 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
     kernels = bind.bind(recipe, runtime.load(recipe.specs, ordinal))
     prep = kernels.prepare(layout=recipe.workspace, batch=sizes["batch"], q=q, k=k, v=v, out=out, lse=lse,
                            page_table=page_table, scale=call.scale, window=call.window, softcap=call.softcap,
-                           return_lse=kernel_lse, fixed_base=None, sizes=sizes)
+                           return_lse=kernel_lse, fixed_base=None, sizes=sizes,
+                           **({} if alibi_slopes is None else {"alibi": (alibi_slopes.data_ptr(), call.alibi_stride)}))
     if key is not None and signature.cacheable(key):
         _CALLS.put(key, prep)
     out, lse = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)

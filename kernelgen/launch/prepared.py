@@ -216,7 +216,7 @@ class TmaLaunch:
 
 def build(*, sched, attn, combine, cfg, layout: WorkspaceLayout, batch: int, q, k, v, out, lse, page_table,
           scale: float, window: tuple, softcap: float, return_lse: bool, fixed_base: int | None,
-          sizes: dict, maps=None) -> PreparedCall:
+          sizes: dict, maps=None, alibi: tuple | None = None) -> PreparedCall:
     """Prepare the launches of a validated call whose tensors are ``q``, ``k``, ``v``, ``out``,
     ``lse`` and ``page_table`` (shapes and strides are read, pointers are not kept).
 
@@ -225,7 +225,8 @@ def build(*, sched, attn, combine, cfg, layout: WorkspaceLayout, batch: int, q, 
     requests in ``layout.capacity`` slots.  ``fixed_base``: the address of a workspace the
     caller owns (AttentionPlan), None to allocate ``layout.nbytes`` per run.  ``return_lse``:
     runs allocate lse when none is given.  ``maps``: the ``tma.AttentionMaps`` of a Hopper
-    attention kernel (its launch is then a ``TmaLaunch``, which writes them per call).  Raises
+    attention kernel (its launch is then a ``TmaLaunch``, which writes them per call).  ``alibi``:
+    (address, batch stride) of the ALiBi slopes, static fields of an ALiBi kernel.  Raises
     ValueError past metadata.MAX_CAPACITY.
     """
     kernel_args.check_capacity(layout.capacity)
@@ -235,7 +236,7 @@ def build(*, sched, attn, combine, cfg, layout: WorkspaceLayout, batch: int, q, 
     sched_launch = launch.prepare(sched, 1, kernel_args.scheduler_fields(batch, layout.capacity, cfg), smem=smem,
                                   threads=threads)
     attn_launch = launch.prepare(attn, attn.persistent_grid, kernel_args.attention_fields(
-        q, k, v, out, lse, page_table, layout.capacity, scale, window, softcap, strides))
+        q, k, v, out, lse, page_table, layout.capacity, scale, window, softcap, strides, alibi))
     combine_launch = None
     if combine is not None:
         grid = kernel_args.combine_grid(out.shape[0], hq, combine.spec.rows_per_cta)
@@ -278,9 +279,10 @@ class SingleKernels:
         return self.variants.attention
 
     def prepare(self, *, layout: WorkspaceLayout, batch: int, q, k, v, out, lse, page_table, scale: float,
-                window: tuple, softcap: float, return_lse: bool, fixed_base: int | None, sizes: dict) -> PreparedCall:
+                window: tuple, softcap: float, return_lse: bool, fixed_base: int | None, sizes: dict,
+                alibi: tuple | None = None) -> PreparedCall:
         """``build`` with these kernels and config (and the Hopper kernel's tensor maps)."""
         maps = tma.attention_maps(self.map_spec, q, k, v, page_table is not None) if self.hopper else None
         return build(sched=self.sched, attn=self.attn, combine=self.combine, cfg=self.config, layout=layout,
                      batch=batch, q=q, k=k, v=v, out=out, lse=lse, page_table=page_table, scale=scale, window=window,
-                     softcap=softcap, return_lse=return_lse, fixed_base=fixed_base, sizes=sizes, maps=maps)
+                     softcap=softcap, return_lse=return_lse, fixed_base=fixed_base, sizes=sizes, maps=maps, alibi=alibi)

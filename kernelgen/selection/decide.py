@@ -78,6 +78,10 @@ class CallSignature:
     sort: bool = True
     head_swizzle: bool = True
     plan: bool = False
+    #: ALiBi biases (``alibi_slopes``): ALiBi attention variants; a mixed batch then runs its
+    #: classes in turn on sm_90a (``heuristics.choose_pair``) or as one class elsewhere (the fused
+    #: kernels take no ALiBi variant).
+    alibi: bool = False
 
 
 def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) -> Recipe:
@@ -102,6 +106,17 @@ def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) 
         if v.attention.mainloop == "sm90a":
             return recipe(v, sig, device, settings)
     thr = use_fused(sig)
+    if thr and sig.alibi:
+        if mainloop is None:
+            pv = heuristics.choose_pair(
+                arch, sig.dtype, sig.head_dim, sig.head_dim_v, num_heads_q=sig.num_heads_q,
+                num_heads_kv=sig.num_heads_kv, mask=sig.mask, layout=sig.layout, max_seqlen_q=sig.max_seqlen_q,
+                max_seqlen_k=sig.max_seqlen_k, paged=sig.paged, softcap=sig.softcap, short_max_q=thr,
+                num_sms=device.num_sms, page_size=sig.page_size, tma_ok=sig.tma_ok, sm90_opts=settings.sm90_opts,
+                alibi=True)
+            if pv is not None:
+                return recipe(pv, sig, device, settings)
+        thr = 0
     if thr:
         if mainloop is None:
             kw = dict(num_heads_q=sig.num_heads_q, num_heads_kv=sig.num_heads_kv, mask=sig.mask, layout=sig.layout,
@@ -130,7 +145,7 @@ def _choose(sig: CallSignature, arch: str, device: Device, settings: Settings, m
         mask=sig.mask, layout=sig.layout, max_seqlen_q=sig.max_seqlen_q, max_seqlen_k=sig.max_seqlen_k,
         paged=sig.paged, softcap=sig.softcap, pack_gqa=sig.pack_gqa, num_splits=sig.num_splits,
         num_sms=device.num_sms, mainloop=mainloop, tma_ok=sig.tma_ok, page_size=sig.page_size,
-        sm90_opts=settings.sm90_opts)
+        sm90_opts=settings.sm90_opts, alibi=sig.alibi)
 
 
 def use_fused(sig: CallSignature) -> int:
