@@ -31,13 +31,14 @@ from kernelgen.jit import runtime
 from kernelgen.kernels import tma
 from kernelgen.kernels.device import Device
 from kernelgen.kernels.params import (ATTENTION_PARAMS, COMBINE_PARAMS, FUSED_TMA_PARAMS, SCHEDULER_PARAMS,
-                                      TMA_ATTENTION_PARAMS)
+                                      TMA_ATTENTION_PARAMS, attention_params_for, ATTENTION_PARAMS_ALIBI,
+                                      TMA_ATTENTION_PARAMS_ALIBI)
 from kernelgen.launch import graph_launch, launch, prepared
 from kernelgen.selection import signature, validation as V
 
 PROPS = {"name": "fake H200", "cc": (9, 0), "num_sms": 132, "l2_bytes": 60 * 2 ** 20, "smem_optin": 232448}
 FUNC = {"scheduler": 0x1000, "attention": 0x2000, "combine": 0x3000, "fused": 0x4000, "attention_sm90": 0x5000,
-        "fused_sm90": 0x6000}
+        "fused_sm90": 0x6000, "attention_alibi": 0x7000, "attention_sm90_alibi": 0x8000}
 KIND = {v: k for k, v in FUNC.items()}
 
 
@@ -82,8 +83,22 @@ class _FusedTmaParams:
             return FUSED_TMA_PARAMS.unpack(b)
 
 
+class _TmaAlibiParams:
+    """The Hopper ALiBi kernel's parameter: three tensor maps, then the ALiBi AttnParams."""
+
+    size = TMA_ATTENTION_PARAMS_ALIBI.size
+    names = ATTENTION_PARAMS_ALIBI.names
+
+    class struct:
+        @staticmethod
+        def unpack(b):
+            o = TMA_ATTENTION_PARAMS_ALIBI.MAPS_BYTES
+            return ATTENTION_PARAMS_ALIBI.struct.unpack(b[o:o + ATTENTION_PARAMS_ALIBI.size])
+
+
 PARAMS = {"scheduler": SCHEDULER_PARAMS, "attention": ATTENTION_PARAMS, "combine": COMBINE_PARAMS,
-          "fused": _PairParams, "attention_sm90": _TmaParams, "fused_sm90": _FusedTmaParams}
+          "fused": _PairParams, "attention_sm90": _TmaParams, "fused_sm90": _FusedTmaParams,
+          "attention_alibi": ATTENTION_PARAMS_ALIBI, "attention_sm90_alibi": _TmaAlibiParams}
 #: What the stand-in tensor-map encoder writes: (base address, dims, strides in bytes, box), padded
 #: (3-D maps; FAKE_MAP4 for the 4-D maps of a paged cache).
 FAKE_MAP = struct.Struct("<Q3Q2Q3I")
@@ -273,17 +288,20 @@ def _fake_load(spec, device):
         return runtime.Kernel(spec=spec, device=device, func_ptr=FUNC["fused_sm90"], num_threads=spec.num_threads,
                               smem_bytes=spec.smem_bytes(), persistent_grid=PROPS["num_sms"], params=FUSED_TMA_PARAMS)
     if spec.kind == "attention" and spec.mainloop == "sm90a":
-        return runtime.Kernel(spec=spec, device=device, func_ptr=FUNC["attention_sm90"], num_threads=spec.num_threads,
+        func = FUNC["attention_sm90_alibi" if spec.alibi else "attention_sm90"]
+        return runtime.Kernel(spec=spec, device=device, func_ptr=func, num_threads=spec.num_threads,
                               smem_bytes=spec.smem_bytes(), persistent_grid=PROPS["num_sms"],
-                              params=TMA_ATTENTION_PARAMS)
+                              params=attention_params_for(spec))
     if spec.kind == "attention":
         threads, smem, grid = spec.num_threads, spec.smem_bytes(), ATTN_GRID
     elif spec.kind == "fused":
         threads, smem, grid = spec.num_threads, spec.smem_bytes(), FUSED_GRID
     else:
         threads, smem, grid = spec.num_threads, 0, PROPS["num_sms"]
-    return runtime.Kernel(spec=spec, device=device, func_ptr=FUNC[spec.kind], num_threads=threads, smem_bytes=smem,
-                          persistent_grid=grid, params=PARAMS[spec.kind] if spec.kind != "fused" else ATTENTION_PARAMS)
+    func = FUNC["attention_alibi" if spec.kind == "attention" and spec.alibi else spec.kind]
+    return runtime.Kernel(spec=spec, device=device, func_ptr=func, num_threads=threads, smem_bytes=smem,
+                          persistent_grid=grid, params=attention_params_for(spec) if spec.kind == "attention"
+                          else PARAMS[spec.kind] if spec.kind != "fused" else ATTENTION_PARAMS)
 
 
 class _RecordingTorch:
