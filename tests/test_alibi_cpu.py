@@ -274,3 +274,59 @@ def test_alibi_variants_compile_without_spills(name):
     if spec.mainloop == "sm90a":
         for code in ("C7508", "C7510", "C7519"):   # setmaxnreg honoured, wgmmas kept asynchronous
             assert code not in res.log, res.log
+
+
+# ----------------------------------------------------------------------------- AttentionPlan
+def _no_host_sync():
+    def boom(*a, **kw):
+        raise AssertionError("host sync")
+    m = pytest.MonkeyPatch()
+    for name in ("item", "tolist", "__bool__", "cpu"):
+        m.setattr(torch.Tensor, name, boom)
+    return m
+
+
+def test_plan_run_and_attend_pass_the_slopes(fake_cuda, monkeypatch):
+    """A paged mixed plan made with alibi=True: ALiBi kernels (the classes in turn on the fake
+    H200), the slopes' address in every attention launch, a repeated step (also while capturing)
+    on the fast path with no host sync; the (batch, heads) shape; a plan without ALiBi refuses
+    slopes and an ALiBi plan requires them; attend passes them too."""
+    from fake_cuda import make_plan
+    qlens, ctx = [300, 1, 1, 3, 1, 0], [900, 40, 500, 7, 1, 0]
+    q, kc, vc, cu_q, used, pt = paged_inputs(qlens, ctx)
+    hq = q.shape[1]
+    kw = dict(max_batch=16, num_heads_q=hq, num_heads_kv=kc.shape[2], head_dim=q.shape[2], max_total_q=4096,
+              max_seqlen_q=max(QLENS), max_seqlen_k=max(CTX), paged=True, causal=True)
+    plan = make_plan(monkeypatch, alibi=True, **kw)
+    assert plan.alibi and plan.recipe.kind == "pair" and all(s.alibi for s in _attn_specs(plan.recipe))
+    slopes = torch.linspace(0.01, 1.0, hq)
+    for step in range(3):
+        fake_cuda.clear()
+        fake_cuda.capturing = step == 2
+        guard = _no_host_sync() if step else pytest.MonkeyPatch()
+        try:
+            plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, alibi_slopes=slopes)
+        finally:
+            guard.undo()
+        assert fake_cuda.kinds()[:4] == ["scheduler", "scheduler", "attention_sm90_alibi", "attention_alibi"]
+        assert {(f["alibi_slopes"], f["alibi_batch_stride"]) for f in _attn_fields(fake_cuda)} == \
+            {(slopes.data_ptr(), 0)}
+        slopes.mul_(0.5)                         # new values, same tensor: read on the device
+    fake_cuda.capturing = False
+    per_req = torch.rand(len(qlens), hq)
+    fake_cuda.clear()
+    plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, alibi_slopes=per_req)
+    assert {(f["alibi_slopes"], f["alibi_batch_stride"]) for f in _attn_fields(fake_cuda)} == \
+        {(per_req.data_ptr(), hq)}
+    with pytest.raises(ValueError, match="alibi_slopes is required"):
+        plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt)
+    with pytest.raises(ValueError, match=r"alibi_slopes must have shape"):
+        plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, alibi_slopes=torch.rand(len(qlens) + 1, hq))
+    fake_cuda.clear()
+    plan.schedule(cu_q, None, used)
+    plan.attend(q, kc, vc, cu_q, seqused_k=used, page_table=pt, alibi_slopes=slopes)
+    assert {f["alibi_slopes"] for f in _attn_fields(fake_cuda)} == {slopes.data_ptr()}
+    plain = make_plan(monkeypatch, **kw)
+    assert not plain.alibi and plain.recipe.kind == "fused"
+    with pytest.raises(ValueError, match="made without ALiBi"):
+        plain.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, alibi_slopes=slopes)

@@ -8,7 +8,8 @@ and ``attend`` run a bound recipe's launches (``bind``) on a plan's own metadata
 from __future__ import annotations
 
 from ..kernels import kernel_args, tma
-from ..kernels.params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS, TMA_ATTENTION_PARAMS
+from ..kernels.params import (ATTENTION_PARAMS, ATTENTION_PARAMS_ALIBI, COMBINE_PARAMS, SCHEDULER_PARAMS,
+                              TMA_ATTENTION_PARAMS, TMA_ATTENTION_PARAMS_ALIBI)
 from ..kernels.workspace import SplitBuffers
 from . import fused, launch, prepared
 
@@ -27,13 +28,17 @@ def scheduler_params(cu_seqlens_q, cu_seqlens_k, seqused_k, md, batch, capacity,
 
 def attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, capacity, scale, *, seqused_k=None,
                      page_table=None, window=(-1, -1), softcap=0.0, split: SplitBuffers | None = None,
-                     row_splits=None, maps: bytes | None = None) -> bytes:
+                     row_splits=None, maps: bytes | None = None, alibi: tuple | None = None) -> bytes:
     """Packed AttnParams (tensors as in ``varlen_attention``; strides in elements; ``scale`` is
     softmax_scale, folded with log2(e)).  ``row_splits``: without ``split``, the int32 per-token
     count a non-splitting variant records for the combine kernel (the long class of a fused
     launch).  ``maps``: the Hopper kernel's encoded q/k/v tensor maps (``tma.AttentionMaps.encode``),
-    which then lead the parameter (``params.TMA_ATTENTION_PARAMS``)."""
-    struct = ATTENTION_PARAMS if maps is None else TMA_ATTENTION_PARAMS
+    which then lead the parameter (``params.TMA_ATTENTION_PARAMS``).  ``alibi``: (address, batch
+    stride) of an ALiBi kernel's slopes (``params.ATTENTION_PARAMS_ALIBI``)."""
+    if alibi is None:
+        struct = ATTENTION_PARAMS if maps is None else TMA_ATTENTION_PARAMS
+    else:
+        struct = ATTENTION_PARAMS_ALIBI if maps is None else TMA_ATTENTION_PARAMS_ALIBI
     return struct.pack({
         "q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "out": out.data_ptr(),
         "lse": lse.data_ptr() if lse is not None else 0,
@@ -43,7 +48,7 @@ def attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, capacity
         "out_accum": split.out_accum.data_ptr() if split else 0, "lse_accum": split.lse_accum.data_ptr() if split else 0,
         "row_splits": split.row_splits.data_ptr() if split else row_splits.data_ptr() if row_splits is not None else 0,
         **kernel_args.attention_fields(q, k, v, out, lse, page_table, capacity, scale, window, softcap,
-                                       kernel_args.split_strides(split)),
+                                       kernel_args.split_strides(split), alibi),
     }, *(() if maps is None else (maps,)))
 
 
@@ -88,12 +93,14 @@ def schedule(bound, cu_seqlens_q, cu_seqlens_k, seqused_k, md_long, md_short, ba
 
 
 def attend(bound, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, *, md_long, md_short,
-           split: SplitBuffers | None, capacity: int, scale: float, window: tuple, softcap: float) -> None:
+           split: SplitBuffers | None, capacity: int, scale: float, window: tuple, softcap: float,
+           alibi: tuple | None = None) -> None:
     """Launch a bound recipe's attention kernel(s) and combine on the metadata a ``schedule`` wrote
     (``md_long``; ``md_short`` for the two-class recipes, whose short class owns ``split``), on
-    PyTorch's current stream of its device.  Tensors as in ``varlen_attention``."""
+    PyTorch's current stream of its device.  Tensors as in ``varlen_attention``; ``alibi``:
+    (address, batch stride) of the ALiBi slopes of a recipe of ALiBi kernels."""
     stream = prepared.current_stream(bound.sched.device)
-    kw = dict(seqused_k=seqused_k, page_table=page_table, window=window, softcap=softcap)
+    kw = dict(seqused_k=seqused_k, page_table=page_table, window=window, softcap=softcap, alibi=alibi)
     args = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
     maps = None
     if bound.hopper:
