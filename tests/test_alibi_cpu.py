@@ -330,3 +330,56 @@ def test_plan_run_and_attend_pass_the_slopes(fake_cuda, monkeypatch):
     assert not plain.alibi and plain.recipe.kind == "fused"
     with pytest.raises(ValueError, match="made without ALiBi"):
         plain.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, alibi_slopes=slopes)
+
+
+# ----------------------------------------------------------------------------- torch ops and compat
+def test_op_schema_and_fake_impl_take_alibi_slopes():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from kernelgen.front import ops
+    for op in (torch.ops.kernelgen.varlen_attention, torch.ops.kernelgen.varlen_attention_out):
+        schema = str(op.default._schema)
+        assert "Tensor? alibi_slopes=None" in schema, schema
+    with FakeTensorMode():
+        q = torch.empty(10, 4, 64, dtype=BF16, device="cuda")
+        k = torch.empty(20, 2, 64, dtype=BF16, device="cuda")
+        cu = torch.empty(3, dtype=torch.int32, device="cuda")
+        out, lse = torch.ops.kernelgen.varlen_attention(q, k, k, cu, cu, alibi_slopes=torch.empty(4, device="cuda"))
+        assert out.shape == (10, 4, 64)
+        with pytest.raises(ValueError, match="alibi_slopes must have shape"):
+            torch.ops.kernelgen.varlen_attention(q, k, k, cu, cu, alibi_slopes=torch.empty(3, device="cuda"))
+        with pytest.raises(TypeError, match="alibi_slopes must have dtype float32"):
+            torch.ops.kernelgen.varlen_attention(q, k, k, cu, cu,
+                                                 alibi_slopes=torch.empty(4, dtype=torch.float16, device="cuda"))
+    assert ops.varlen_attention.__doc__ and "alibi_slopes" in ops.varlen_attention.__doc__
+
+
+def test_ops_and_compat_pass_alibi_slopes_down(monkeypatch):
+    from test_ops_compat import Recorder, packed
+
+    from kernelgen.front import compat, ops
+    rec = Recorder()
+    monkeypatch.setattr(kernelgen.front.api, "varlen_attention", rec)
+    q, k, v, cu = packed()
+    s = torch.rand(q.shape[1])
+    ops.varlen_attention(q, k, v, cu, cu, alibi_slopes=s)
+    assert rec.last["alibi_slopes"] is s
+    torch.ops.kernelgen.varlen_attention(q, k, v, cu, cu, alibi_slopes=s)
+    assert torch.equal(rec.last["alibi_slopes"], s)
+    compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, alibi_slopes=s)
+    assert rec.last["alibi_slopes"] is s
+    q4 = torch.randn(2, 1, 4, 64).to(BF16)
+    kc = torch.zeros(2, 24, 2, 64, dtype=BF16)
+    compat.flash_attn_with_kvcache(q4, kc, kc, alibi_slopes=s[:4])
+    assert rec.last["alibi_slopes"] is not None
+
+
+def test_ops_on_cpu_reference_with_alibi(monkeypatch):
+    """The op through the CPU reference stand-in equals the reference with the slopes."""
+    from test_ops_compat import packed, reference_api
+    monkeypatch.setattr(kernelgen.front.api, "varlen_attention", reference_api)
+    q, k, v, cu = packed()
+    s = torch.rand(q.shape[1])
+    out = torch.ops.kernelgen.varlen_attention(q, k, v, cu, cu, causal=True, alibi_slopes=s)[0]
+    want, _ = attention_reference(q.double(), k.double(), v.double(), cu, cu, causal=True, alibi_slopes=s)
+    assert torch.allclose(out.double(), want.nan_to_num().to(BF16).double())
