@@ -18,7 +18,7 @@ from kernelgen.apps.reference import attention_reference
 from kernelgen.jit import compiler, render
 from kernelgen.kernels.params import ATTENTION_PARAMS, ATTENTION_PARAMS_ALIBI, attention_params_for
 from kernelgen.kernels.spec import AttentionSpec, FusedAttentionSpec, TileConfig, spec_from_json
-from kernelgen.selection import decide, validation as V
+from kernelgen.selection import decide, heuristics, validation as V
 from test_decide import A100, H200, sig
 
 BF16 = torch.bfloat16
@@ -155,6 +155,12 @@ def test_decider_gives_alibi_specs_everywhere():
     r = decide.decide(sig(alibi=True), A100)
     (a,) = _attn_specs(r)
     assert a.alibi and a.tile == TileConfig(128, 32, 4, 2, 2)
+    # with soft-cap or a window beside the slopes: the lighter 64-row tile (no spill on sm_90a either)
+    for kw in (dict(softcap=True), dict(mask="local", window_left=100)):
+        (a,) = _attn_specs(decide.decide(sig(alibi=True, arch="sm_80", **kw), H200))
+        assert a.alibi and a.tile == heuristics.ALIBI_HEAVY_TILE, a.name
+        (a,) = _attn_specs(decide.decide(sig(arch="sm_80", **kw), H200))
+        assert a.tile == TileConfig(128, 32, 4, 2, 2)
     # Hopper prefill
     (a,) = _attn_specs(decide.decide(sig(alibi=True), H200))
     assert a.alibi and a.mainloop == "sm90a"
@@ -252,12 +258,15 @@ def test_mixed_call_with_alibi(fake_cuda, arch):
 # ----------------------------------------------------------------------------- NVRTC builds
 COMPILE = {
     "sm80_prefill": AttentionSpec("sm_80", "bf16", 128, 128, "causal", "soa", TileConfig(128, 32, 4, 2, 2)),
+    # the sm_80 mainloop compiled for sm_90a (forced arch="sm_80" on an H200): the tightest budget
+    "sm80_mainloop_on_sm90a_split": AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa",
+                                                  TileConfig(128, 32, 4, 2, 2), split=True),
     "sm80_decode_pack_split_paged": AttentionSpec("sm_80", "bf16", 128, 128, "causal", "soa",
                                                   TileConfig(16, 16, 1, 2, 8), True, True, True),
     "sm80_keys_as_rows": AttentionSpec("sm_80", "fp16", 128, 128, "none", "soa", TileConfig(8, 16, 1, 4, 1),
                                        pack_gqa=True, split=True, paged=True),
-    "sm90a_prefill": AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa", TileConfig(128, 128, 8, 2, 1),
-                                   mainloop="sm90a"),
+    "sm90a_prefill_pingpong": AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa",
+                                            TileConfig(128, 128, 8, 2, 1), mainloop="sm90a", sm90_opts="p"),
     "sm90a_paged_split_softcap_local": AttentionSpec("sm_90a", "bf16", 128, 128, "local", "soa",
                                                      TileConfig(128, 128, 8, 2, 1), split=True, paged=True,
                                                      softcap=True, mainloop="sm90a"),

@@ -200,7 +200,8 @@ class AttentionPlan:
         device, paging, capacities).
         """
         sizes = self._check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks)
-        alibi = self._alibi_arg(alibi_slopes, cu_seqlens_q)
+        # (no call without ALiBi: a plain step's path down the layers stays as it was)
+        alibi = None if alibi_slopes is None and not self.alibi else self._alibi_arg(alibi_slopes, cu_seqlens_q)
         scale = validation.softmax_scale(softmax_scale, self.head_dim)
         if out is None:
             out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=q.dtype, device=q.device)
@@ -302,7 +303,8 @@ class AttentionPlan:
         if return_lse and lse is None:
             lse = torch.empty((self.num_heads_q, q.shape[0]), dtype=torch.float32, device=q.device)
         sizes = self._check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks)
-        alibi = self._alibi_arg(alibi_slopes, cu_seqlens_q)
+        # (no call without ALiBi: a plain step's path down the layers stays as it was)
+        alibi = None if alibi_slopes is None and not self.alibi else self._alibi_arg(alibi_slopes, cu_seqlens_q)
         if sinks is not None and lse is None:
             lse = self._lse_scratch(sizes["total_q"])
         batch = arguments.plan_lengths(cu_seqlens_q, cu_seqlens_k, seqused_k, device=self.device,

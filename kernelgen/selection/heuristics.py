@@ -159,6 +159,11 @@ CANDIDATE_TILES = {
 }
 
 
+#: The sm_80 path's head-dim-128 prefill tile for ALiBi with a window or soft-cap: the 128-row
+#: two-stage tile spills there when compiled for sm_90a (24 spill stores with split-KV).
+ALIBI_HEAVY_TILE = TileConfig(64, 64, 4, 2, 2)
+
+
 def tile_config(arch: str, head_dim: int, head_dim_v: int, tile_class: str = "prefill",
                 extra_state: bool = False) -> TileConfig:
     """The tile shape for a head dim (the larger of head_dim and head_dim_v) on an arch.
@@ -348,6 +353,10 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
             return Variants(SchedulerSpec(arch=arch, layout=layout), attn, combine, max_splits, forced)
     fixed_tile = tile is not None
     tile = tile or tile_config(arch, head_dim, head_dim_v, tile_class, extra)
+    if alibi and not fixed_tile and tile_class == "prefill" and max(head_dim, head_dim_v) == 128 \
+            and (softcap or mask == "local"):
+        # the slopes beside a window / soft-cap state and split-KV spill the 128-row tile on sm_90a
+        tile = ALIBI_HEAVY_TILE
 
     def split_bound(t: TileConfig) -> tuple[int, bool]:
         if num_splits > 0:

@@ -18,10 +18,14 @@ __device__ __forceinline__ float alibi_slope(const AttnParams& p, int b, int hea
 __device__ __forceinline__ int alibi_head(int head, int row, int qpk) { return PACK_GQA ? head * qpk + row % qpk : head; }
 
 // slope * unit for this thread's rows of the m16 fragment layout (rows row0 + warp * WM + mt * 16
-// + g + 8 h), loaded once per tile.
+// + g + 8 h), loaded once per tile (without pack-GQA every row has the tile's head: sl[0][0] only).
 __device__ __forceinline__ void alibi_row_coefs(float (&sl)[MT][2], const AttnParams& p, int b, int head, int row0,
                                                 int qpk, int warp, int lane, float unit) {
   const int g = lane >> 2;
+  if (!PACK_GQA) {  // one head for the whole tile: one live value (apply_alibi reads sl[0][0] only)
+    sl[0][0] = alibi_slope(p, b, head) * unit;
+    return;
+  }
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -43,7 +47,7 @@ __device__ __forceinline__ void apply_alibi(float (&s)[MT][BN / 8][4], const flo
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int col = n * BN + nt * 8 + 2 * tq + e;
-          s[mt][nt][2 * h + e] -= sl[mt][h] * (float)abs(kpos - col);
+          s[mt][nt][2 * h + e] -= (PACK_GQA ? sl[mt][h] : sl[0][0]) * (float)abs(kpos - col);
         }
     }
 }
