@@ -392,3 +392,18 @@ def test_ops_on_cpu_reference_with_alibi(monkeypatch):
     out = torch.ops.kernelgen.varlen_attention(q, k, v, cu, cu, causal=True, alibi_slopes=s)[0]
     want, _ = attention_reference(q.double(), k.double(), v.double(), cu, cu, causal=True, alibi_slopes=s)
     assert torch.allclose(out.double(), want.nan_to_num().to(BF16).double())
+
+
+def test_warmup_specs_with_alibi():
+    """``kernelgen warmup --alibi``: the ALiBi variants besides the plain ones (which stay as they
+    were), no fused kernel with ALiBi, the classes-in-turn pair of a paged mixed call on sm_90a."""
+    from kernelgen.selection.catalog import warmup_specs
+    kw = dict(head_dims=(128,), dtypes=("bf16",), layouts=("soa",), phases=("prefill", "chunked", "decode"),
+              gqas=(4,), paged=(False, True))
+    plain = warmup_specs("sm_90a", **kw)
+    both = warmup_specs("sm_90a", alibi=True, **kw)
+    assert set(plain) <= set(both) and not any(getattr(s, "alibi", False) for s in plain)
+    al = [s for s in both if getattr(s, "alibi", False)]
+    assert any(s.mainloop == "sm90a" for s in al) and any(s.mainloop == "sm80" and s.pack_gqa for s in al)
+    assert any(s.row_splits for s in al)                      # the pair's Hopper long class
+    assert not any(s.kind == "fused" and (s.long.alibi or s.short.alibi) for s in both)
