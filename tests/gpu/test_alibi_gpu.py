@@ -2,9 +2,10 @@
 reference (which adds ``-slope * |i + seqlen_k - seqlen_q - j|`` to the scaled, soft-capped logits
 directly, ``attention_reference(..., alibi_slopes=)``): varlen prefill (causal and not, GQA,
 forced split-KV, the sm_80 mainloop and the automatic Hopper one, soft-cap and a window
-combined), pack-GQA decode, paged decode with forced splits (the keys-as-rows and 16-row decode
-tiles), a mixed prefill + decode step (the classes in turn on sm_90a, one class elsewhere: no
-fused kernel has ALiBi), the (batch, heads) slopes shape, and an AttentionPlan captured in a CUDA
+combined), pack-GQA decode, paged decode with forced splits (the sm_80 decode tiles; the
+keys-as-rows tile's ALiBi code is compiled by the CPU tests but no dispatch reaches it: only the
+Hopper fused kernel uses that tile), a mixed prefill + decode step (the classes in turn on
+sm_90a, one class elsewhere: no fused kernel has ALiBi), the (batch, heads) slopes shape, and an AttentionPlan captured in a CUDA
 graph and replayed with new slope values.  Outputs and LSE are NaN-poisoned; rows past the batch
 must stay unwritten."""
 import numpy as np
@@ -75,10 +76,14 @@ def test_varlen_prefill_causal_gqa(arch, num_splits, per_request):
     plain = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), causal=True, arch=arch,
                                        num_splits=num_splits)
     assert not torch.equal(plain, o)
-    # zero slopes are exactly no ALiBi (the bias adds 0.0)
-    zero = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), causal=True, arch=arch,
-                                      num_splits=num_splits, alibi_slopes=torch.zeros_like(slopes))
-    assert torch.equal(zero, plain)
+    # zero slopes are no ALiBi (the ALiBi kernel may have another tile or split bound: not bitwise)
+    ref0, ref0_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True)
+    out = torch.full((q.shape[0], hq, d), float("nan"), dtype=BF16, device="cuda")
+    o0, lse0 = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), causal=True, arch=arch,
+                                          num_splits=num_splits, return_lse=True, out=out,
+                                          alibi_slopes=torch.zeros_like(slopes))
+    torch.cuda.synchronize()
+    check(o0, lse0, ref0, ref0_lse, BF16)
 
 
 @pytest.mark.parametrize("variant", ["none", "softcap_window", "d64_mha"])
@@ -163,7 +168,10 @@ def test_mixed_step(arch):
     torch.cuda.synchronize()
     prep = prepared()
     assert not isinstance(prep, fused.PreparedFusedCall)
-    assert isinstance(prep, fused.PreparedPairCall) == (arch is None and HOPPER), type(prep)
+    if arch is None and HOPPER:   # the classes in turn (or, for long mean queries, one Hopper launch)
+        assert isinstance(prep, fused.PreparedPairCall) or "_wgmma" in prep.attn.name, type(prep)
+    else:
+        assert not isinstance(prep, fused.PreparedPairCall) and "_alibi" in prep.attn.name, prep.attn.name
     k, v, cu_k = gather_paged(kc, vc, pt, used)
     ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True, alibi_slopes=slopes)
     check(o, lse, ref, ref_lse, BF16)
