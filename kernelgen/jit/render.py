@@ -17,7 +17,7 @@ import jinja2
 
 from ..kernels import metadata
 from ..kernels.params import (ATTENTION_PARAMS, COMBINE_PARAMS, FUSED_TMA_PARAMS, SCHEDULER_PARAMS,
-                              attention_params_for)
+                              attention_params_for, combine_params_for)
 
 
 def templates_dir() -> Path:
@@ -86,7 +86,7 @@ def context(spec) -> dict:
         ctx["params_decl"] = SCHEDULER_PARAMS.c_decl()
     elif spec.kind == "combine":
         ctx.update(_DTYPE_INFO[spec.dtype])
-        ctx["params_decl"] = COMBINE_PARAMS.c_decl()
+        ctx["params_decl"] = combine_params_for(spec).c_decl()
     return ctx
 
 

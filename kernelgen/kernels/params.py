@@ -86,6 +86,12 @@ ATTENTION_PARAMS = ParamStruct(
 ATTENTION_PARAMS_ALIBI = ParamStruct(
     "AttnParams", ATTENTION_PARAMS.fields + [("alibi_slopes", "i64"), ("alibi_batch_stride", "i32")])
 
+#: Attention sinks fused in the kernels (``AttentionSpec.sinks``): the sinks' address (an i64
+#: static field, as ALiBi's slopes: a prepared call is keyed by the tensor's address and the kernel
+#: reads the values at every launch) after the plain (or ALiBi) fields.
+ATTENTION_PARAMS_SINKS = ParamStruct("AttnParams", ATTENTION_PARAMS.fields + [("sinks", "i64")])
+ATTENTION_PARAMS_ALIBI_SINKS = ParamStruct("AttnParams", ATTENTION_PARAMS_ALIBI.fields + [("sinks", "i64")])
+
 COMBINE_PARAMS = ParamStruct(
     "CombineParams",
     [
@@ -97,6 +103,15 @@ COMBINE_PARAMS = ParamStruct(
         ("num_heads_q", "i32"), ("total_q", "i32"),
     ],
 )
+
+#: The combine kernel of sink variants (``CombineSpec.sinks``): the sinks' address (i64, as above).
+COMBINE_PARAMS_SINKS = ParamStruct("CombineParams", COMBINE_PARAMS.fields + [("sinks", "i64")])
+
+
+def combine_params_for(spec):
+    """The combine kernel's parameter struct: plain, or with the sinks' address."""
+    return COMBINE_PARAMS_SINKS if getattr(spec, "sinks", False) else COMBINE_PARAMS
+
 
 SCHEDULER_PARAMS = ParamStruct(
     "SchedParams",
@@ -168,15 +183,19 @@ class TmaParamStruct:
 
 TMA_ATTENTION_PARAMS = TmaParamStruct(ATTENTION_PARAMS)
 TMA_ATTENTION_PARAMS_ALIBI = TmaParamStruct(ATTENTION_PARAMS_ALIBI)
+TMA_ATTENTION_PARAMS_SINKS = TmaParamStruct(ATTENTION_PARAMS_SINKS)
+TMA_ATTENTION_PARAMS_ALIBI_SINKS = TmaParamStruct(ATTENTION_PARAMS_ALIBI_SINKS)
 
 
 def attention_params_for(spec):
     """The parameter struct of an attention spec: plain or ALiBi (``AttnParams``), with the Hopper
     kernel's tensor maps in front (``TmaAttnParams``)."""
-    alibi = getattr(spec, "alibi", False)
+    alibi, sinks = getattr(spec, "alibi", False), getattr(spec, "sinks", False)
     if spec.mainloop == "sm90a":
-        return TMA_ATTENTION_PARAMS_ALIBI if alibi else TMA_ATTENTION_PARAMS
-    return ATTENTION_PARAMS_ALIBI if alibi else ATTENTION_PARAMS
+        return {(False, False): TMA_ATTENTION_PARAMS, (True, False): TMA_ATTENTION_PARAMS_ALIBI,
+                (False, True): TMA_ATTENTION_PARAMS_SINKS, (True, True): TMA_ATTENTION_PARAMS_ALIBI_SINKS}[alibi, sinks]
+    return {(False, False): ATTENTION_PARAMS, (True, False): ATTENTION_PARAMS_ALIBI,
+            (False, True): ATTENTION_PARAMS_SINKS, (True, True): ATTENTION_PARAMS_ALIBI_SINKS}[alibi, sinks]
 
 
 class FusedTmaParamStruct:

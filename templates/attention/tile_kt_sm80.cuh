@@ -218,6 +218,24 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
       o[dp][2 + e] *= inv;
     }
   }
+  {% if v.get("sinks") %}
+  {  // attention sinks (common/sinks.cuh) on rows written directly; lane's rows 2 tq + e
+    const TileInfo ts = tile_info(p, md, cap4, cursor, t, sched_heads, qpk);
+    if (!(SPLIT && ts.num_splits > 1)) {
+      const int kvh = PACK_GQA ? ts.head : ts.head / qpk;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int hq = PACK_GQA ? kvh * qpk + (ts.row0 + 2 * tq + e) % qpk : ts.head;
+        const float f = sink_rescale(lse[e], sink_of(p, hq));
+#pragma unroll
+        for (int dp = 0; dp < DV / 16; ++dp) {
+          o[dp][e] *= f;
+          o[dp][2 + e] *= f;
+        }
+      }
+    }
+  }
+  {% endif %}
   // O^T -> fp32 rows in the (idle) K/V stages: row 2 tq + e, value dim 16 dp + g + 8 h
   float* sO = reinterpret_cast<float*>(sQ);
 #pragma unroll

@@ -148,6 +148,20 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
                     },
                     te.valid_rows, warp, lane);
     } else {
+      {% if v.get("sinks") %}
+      // attention sinks (common/sinks.cuh): this row's head, as the LSE store below
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float f = sink_rescale(lse[mt][h], sink_of(p, qhead_of(warp * WM + mt * 16 + (lane >> 2) + 8 * h)));
+#pragma unroll
+          for (int dt = 0; dt < DV / 8; ++dt) {
+            o[mt][dt][2 * h] *= f;
+            o[mt][dt][2 * h + 1] *= f;
+          }
+        }
+      {% endif %}
       u16* O = static_cast<u16*>(const_cast<void*>(p.out));
       float* LSE = static_cast<float*>(const_cast<void*>(p.lse));
       store_output(o, lse, sQ,

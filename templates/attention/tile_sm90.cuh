@@ -57,6 +57,20 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
     if (SPLIT && te.num_splits > 1) {
       store_partial_rows(p, te, o, lse, cw, lane);
     } else {
+      {% if v.get("sinks") %}
+      {  // attention sinks (common/sinks.cuh): every row has the tile's head (store_rows)
+        const float sink = sink_of(p, te.head);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float f = sink_rescale(lse[0][h], sink);
+#pragma unroll
+          for (int j = 0; j < DV / 8; ++j) {
+            o[0][j][2 * h] *= f;
+            o[0][j][2 * h + 1] *= f;
+          }
+        }
+      }
+      {% endif %}
       store_rows(p, te, o, lse, cw, lane);
     }
   }

@@ -63,6 +63,9 @@ __device__ __forceinline__ void tile_sync() {
 {% if v.get("alibi") %}
 {% include "common/alibi.cuh" %}
 {% endif %}
+{% if v.get("sinks") %}
+{% include "common/sinks.cuh" %}
+{% endif %}
 {% include "attention/mainloop_sm80.cuh" %}
 {% include "attention/epilogue_sm80.cuh" %}
 {% if v.block_m == 8 %}

@@ -114,6 +114,9 @@ __device__ __forceinline__ void init_barriers(u32 sb) {
 {% if v.get("alibi") %}
 {% include "common/alibi.cuh" %}
 {% endif %}
+{% if v.get("sinks") %}
+{% include "common/sinks.cuh" %}
+{% endif %}
 {% include "attention/mainloop_sm90.cuh" %}
 {% include "attention/epilogue_sm90.cuh" %}
 {% include "attention/tile_sm90.cuh" %}
