@@ -188,16 +188,18 @@ def _no_host_sync():
 
 
 CASES = {
-    "sm80": (dict(arch="sm_80", num_splits=1), ["scheduler", "attention"]),
-    "hopper": (dict(arch="sm_90a", num_splits=1), ["scheduler", "attention_sm90"]),
-    "split": (dict(arch="sm_80", num_splits=3), ["scheduler", "attention", "combine"]),
-    "split_hopper": (dict(arch="sm_90a", num_splits=3), ["scheduler", "attention_sm90", "combine"]),
+    "sm80": (dict(arch="sm_80", num_splits=1), ["scheduler", "attention_sinks"]),
+    "hopper": (dict(arch="sm_90a", num_splits=1), ["scheduler", "attention_sm90_sinks"]),
+    "split": (dict(arch="sm_80", num_splits=3), ["scheduler", "attention_sinks", "combine_sinks"]),
+    "split_hopper": (dict(arch="sm_90a", num_splits=3), ["scheduler", "attention_sm90_sinks", "combine_sinks"]),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("return_lse", [False, True])
-def test_varlen_attention_applies_sinks(fake_cuda, applied, monkeypatch, case, return_lse):
+def test_varlen_attention_fuses_sinks(fake_cuda, applied, monkeypatch, case, return_lse):
+    """A single-class call runs the sink kernels (the epilogue / the combine apply the sinks, read
+    through AttnParams.sinks / CombineParams.sinks): no rescale after them, no LSE unless returned."""
     kw, kinds = CASES[case]
     q, k, v, cq, ck = _plain(2000)
     sinks = torch.tensor([0.0, 1.0, -1.0, NEG_INF])
@@ -211,14 +213,66 @@ def test_varlen_attention_applies_sinks(fake_cuda, applied, monkeypatch, case, r
         finally:
             guard.undo()
         assert fake_cuda.kinds() == kinds
-        c = applied[-1]
-        assert len(applied) == i + 1 and c["out"] is out and c["sinks"] is sinks and c["cu"] is cq
-        assert c["lse"].shape == (4, 10) and c["lse"].is_contiguous()
-        assert set(_lse_ptrs(fake_cuda)) == {c["lse"].data_ptr()}    # the kernels write the LSE apply reads
+        assert applied == []
+        for launch in fake_cuda.launches[1:]:
+            assert launch.fields()["sinks"] == sinks.data_ptr()
         if return_lse:
-            assert res[0] is out and res[1] is c["lse"]
+            assert res[0] is out and res[1].shape == (4, 10)
+            assert set(_lse_ptrs(fake_cuda)) == {res[1].data_ptr()}
         else:
             assert res is out
+            assert set(_lse_ptrs(fake_cuda)) == {0}                  # no LSE written: none asked for
+    # other sinks (another address): another prepared call, the new address
+    sinks2 = sinks.clone()
+    fake_cuda.clear()
+    kernelgen.varlen_attention(q, k, v, cq, ck, 7, 1988, causal=True, out=out, sinks=sinks2, **kw)
+    assert {launch.fields()["sinks"] for launch in fake_cuda.launches[1:]} == {sinks2.data_ptr()}
+    assert applied == []
+
+
+def test_sink_specs_and_params():
+    """AttentionSpec.sinks / CombineSpec.sinks: off leaves no trace (name, template variables,
+    to_json, parameters), on is named, round-trips and adds the sinks address to the parameters."""
+    import dataclasses
+    from kernelgen.kernels import params as P
+    from kernelgen.kernels.spec import AttentionSpec, CombineSpec, TileConfig, spec_from_json
+    a = AttentionSpec("sm_80", "bf16", 128, 128, "causal", "soa", TileConfig(128, 32, 4, 2, 2))
+    s = dataclasses.replace(a, sinks=True)
+    assert "sinks" not in a.to_json() and "sinks" not in a.template_vars() and "sinks" not in a.name
+    assert s.name == a.name.replace("_causal_", "_causal_sinks_")
+    assert spec_from_json(s.to_json()) == s and s.template_vars()["sinks"] is True
+    assert P.attention_params_for(a) is P.ATTENTION_PARAMS
+    assert P.attention_params_for(s) is P.ATTENTION_PARAMS_SINKS
+    assert set(P.ATTENTION_PARAMS_SINKS.names) == set(P.ATTENTION_PARAMS.names) | {"sinks"}
+    h = dataclasses.replace(s, mainloop="sm90a", arch="sm_90a", tile=TileConfig(128, 128, 8, 2, 1))
+    assert P.attention_params_for(h) is P.TMA_ATTENTION_PARAMS_SINKS
+    assert P.attention_params_for(dataclasses.replace(h, alibi=True)) is P.TMA_ATTENTION_PARAMS_ALIBI_SINKS
+    c = CombineSpec("sm_80", "bf16", 128)
+    cs = dataclasses.replace(c, sinks=True)
+    assert c.to_json() == {"arch": "sm_80", "dtype": "bf16", "head_dim_v": 128, "kind": "combine"}
+    assert cs.name == c.name + "_sinks" and spec_from_json(cs.to_json()) == cs
+    assert P.combine_params_for(c) is P.COMBINE_PARAMS and "sinks" in P.combine_params_for(cs).names
+
+
+def test_decider_gives_sink_specs_to_single_recipes_only():
+    """The sink variants keep the tiles and splits of the call without sinks; the mixed-batch kinds
+    keep the plain kernels (launch.sinks.apply after them)."""
+    import dataclasses
+    from kernelgen.selection import decide
+    from test_decide import H200, MIXED, sig
+    for base in (sig(max_seqlen_q=16384, max_seqlen_k=16384, mask="causal"),
+                 sig(max_seqlen_q=1, max_seqlen_k=4096, batch=128, rows=128, paged=True, page_size=16)):
+        plain = decide.decide(base, H200)
+        fused = decide.decide(dataclasses.replace(base, sinks=True), H200)
+        assert plain.kind == fused.kind == "single" and fused.sinks_fused and not plain.sinks_fused
+        assert fused.variants.attention == dataclasses.replace(plain.variants.attention, sinks=True)
+        assert (fused.combine is None) == (plain.combine is None)
+        if plain.combine is not None:
+            assert fused.combine == dataclasses.replace(plain.combine, sinks=True)
+        assert fused.schedulers == plain.schedulers and fused.workspace == plain.workspace
+    mixed = decide.decide(sig(**MIXED, sinks=True), H200)
+    assert mixed.kind in ("fused", "pair") and not mixed.sinks_fused
+    assert not any(getattr(s, "sinks", False) for s in mixed.specs)
 
 
 def test_varlen_attention_without_sinks_is_unchanged(fake_cuda, applied):

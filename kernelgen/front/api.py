@@ -181,14 +181,15 @@ def varlen_attention(
                             window_size,
                             (max_seqlen_q, max_seqlen_k, causal, softcap, softmax_scale, num_splits, pack_gqa,
                              return_lse, metadata_layout, sort, head_swizzle, short_query_tokens, arch,
-                             None if alibi_slopes is None else alibi_slopes.data_ptr()))
+                             None if alibi_slopes is None else alibi_slopes.data_ptr(),
+                             None if sinks is None else sinks.data_ptr()))
         prep = _CALLS.get(key)
     except Exception:  # noqa: BLE001 - an argument that cannot be keyed: the validating path names it
         key = prep = None
     if prep is not None and not validation.host_checks_enabled():
         res = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, None)
         if res is not None:
-            if sinks is not None:
+            if sinks is not None and not prep.sinks_fused:
                 _sinks.apply(res[0], res[1], sinks, cu_seqlens_q)
             return res if return_lse else res[0]
     return _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
@@ -202,8 +203,9 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                     alibi_slopes=None):
     """varlen_attention for a signature not prepared yet: every check, the one decision, the
     kernels; the prepared call is stored under ``key`` (None: not keyable) and run.  With
-    ``sinks`` the kernels always write an LSE (allocated per call when not returned), which
-    ``launch.sinks.apply`` uses after them."""
+    ``sinks`` a single-class recipe runs the sink kernels (``Recipe.sinks_fused``: the epilogue and
+    the combine apply them); the other recipes (mixed batches) write an LSE (allocated per call
+    when not returned), which ``launch.sinks.apply`` uses after them."""
     call = arguments.varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=seqused_k,
                                  page_table=page_table, out=out, causal=causal, window_size=window_size,
                                  softcap=softcap, softmax_scale=softmax_scale, num_splits=num_splits,
@@ -211,7 +213,12 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                                  head_swizzle=head_swizzle, short_query_tokens=short_query_tokens, arch=arch,
                                  sinks=sinks, alibi_slopes=alibi_slopes)
     sizes = call.sizes
-    kernel_lse = bool(return_lse) or sinks is not None
+    if call.empty:
+        kernel_lse = bool(return_lse) or sinks is not None
+    else:
+        ordinal = q.device.index
+        recipe = decide.decide(call.signature, runtime.device(ordinal), call.settings)
+        kernel_lse = bool(return_lse) or (sinks is not None and not recipe.sinks_fused)
     if out is None:
         out = torch.empty((sizes["total_q"], sizes["num_heads_q"], sizes["head_dim_v"]), dtype=q.dtype,
                           device=q.device)
@@ -219,16 +226,15 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
         if kernel_lse else None
     if call.empty:
         return (out, lse) if return_lse else out
-    ordinal = q.device.index
-    recipe = decide.decide(call.signature, runtime.device(ordinal), call.settings)
     kernels = bind.bind(recipe, runtime.load(recipe.specs, ordinal))
     prep = kernels.prepare(layout=recipe.workspace, batch=sizes["batch"], q=q, k=k, v=v, out=out, lse=lse,
                            page_table=page_table, scale=call.scale, window=call.window, softcap=call.softcap,
                            return_lse=kernel_lse, fixed_base=None, sizes=sizes,
-                           **({} if alibi_slopes is None else {"alibi": (alibi_slopes.data_ptr(), call.alibi_stride)}))
+                           **({} if alibi_slopes is None else {"alibi": (alibi_slopes.data_ptr(), call.alibi_stride)}),
+                           **({"sinks": sinks.data_ptr()} if recipe.sinks_fused else {}))
     if key is not None and signature.cacheable(key):
         _CALLS.put(key, prep)
     out, lse = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
-    if sinks is not None:
+    if sinks is not None and not recipe.sinks_fused:
         _sinks.apply(out, lse, sinks, cu_seqlens_q)
     return (out, lse) if return_lse else out

@@ -87,7 +87,8 @@ def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         layout=layout, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, paged=sizes["paged"],
         page_size=sizes.get("page_size", 0), softcap=cap > 0, pack_gqa=pack_gqa, num_splits=splits,
         short_query_tokens=short_query_tokens, arch=arch, tma_ok=all(tma.tma_compatible(t) for t in (q, k, v)),
-        batch=batch, rows=total_q, sort=bool(sort), head_swizzle=bool(head_swizzle), alibi=alibi_stride >= 0)
+        batch=batch, rows=total_q, sort=bool(sort), head_swizzle=bool(head_swizzle), alibi=alibi_stride >= 0,
+        sinks=sinks is not None)
     return CheckedCall(sizes, scale, (left, right), cap, sig, settings, alibi_stride)
 
 

@@ -82,6 +82,11 @@ class CallSignature:
     #: classes in turn on sm_90a (``heuristics.choose_pair``) or as one class elsewhere (the fused
     #: kernels take no ALiBi variant).
     alibi: bool = False
+    #: attention sinks (``sinks=``): a single-class recipe gets the sink variants
+    #: (``AttentionSpec.sinks``, ``CombineSpec.sinks``: the kernels apply them, ``Recipe.sinks_fused``);
+    #: the mixed-batch kinds (fused kernel, classes in turn) keep the plain kernels and
+    #: ``launch.sinks.apply`` after them.  The choice of tiles and splits is that of the call without sinks.
+    sinks: bool = False
 
 
 def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) -> Recipe:
@@ -173,6 +178,10 @@ def recipe(variants, sig: CallSignature, device: Device, settings: Settings = Se
     for a call signature on a device: the scheduler plans of each request class and the workspace
     (sized by ``sig.batch`` requests and ``sig.rows`` query tokens)."""
     hq, dv = sig.num_heads_q, sig.head_dim_v
+    if sig.sinks and isinstance(variants, Variants):
+        variants = dataclasses.replace(
+            variants, attention=dataclasses.replace(variants.attention, sinks=True),
+            combine=None if variants.combine is None else dataclasses.replace(variants.combine, sinks=True))
     common = dict(device=device, num_heads_q=hq, num_heads_kv=sig.num_heads_kv, sort=sig.sort,
                   head_swizzle=sig.head_swizzle, window_left=sig.window_left)
     if isinstance(variants, Variants):
