@@ -487,3 +487,50 @@ def test_apply_takes_inference_tensors_outside_inference_mode():
         S.apply(out, lse, torch.tensor([0.0, NEG_INF]), torch.tensor([0, 3], dtype=torch.int32))
     assert torch.all(out[:, 0] == 0.5) and torch.all(out[:, 1] == 1)
     assert torch.allclose(lse[0], torch.full((3,), math.log(2))) and torch.all(lse[1] == 0)
+
+
+# ----------------------------------------------------------------------------- NVRTC builds
+def test_sink_code_only_in_sink_sources():
+    """Without sinks the sources hold no sink code (the plain kernels are unchanged); with sinks
+    every attention mainloop's direct-store epilogue and the combine hold the rescale."""
+    import dataclasses
+    from test_alibi_cpu import COMPILE
+    from kernelgen.jit import render
+    from kernelgen.kernels.spec import CombineSpec
+    for spec in COMPILE.values():
+        plain, with_sinks = render.render(spec), render.render(dataclasses.replace(spec, sinks=True))
+        assert "sink" not in plain.lower()
+        assert "long long sinks;" in with_sinks and with_sinks.count("sink_rescale(") == 2   # definition + one use
+    plain = render.render(CombineSpec("sm_90a", "bf16", 128))
+    with_sinks = render.render(CombineSpec("sm_90a", "bf16", 128, sinks=True))
+    assert "sink" not in plain.lower() and "p.sinks" in with_sinks
+
+
+SINK_COMPILE = ["sm80_prefill", "sm80_mainloop_on_sm90a_split", "sm80_decode_pack_split_paged", "sm80_keys_as_rows",
+                "sm90a_prefill_pingpong", "sm90a_paged_split_softcap_local"]
+
+
+@pytest.mark.parametrize("name", SINK_COMPILE)
+def test_sink_variants_compile_without_spills(name):
+    """The sink variants (sm_80 16/128-row tiles, keys-as-rows, the sm_80 mainloop for sm_90a,
+    Hopper ping-pong and paged split soft-cap local) build with no spill, within the register budget."""
+    import dataclasses
+    from test_alibi_cpu import COMPILE
+    from kernelgen.jit import compiler, render
+    spec = dataclasses.replace(COMPILE[name], sinks=True)
+    res = compiler.compile_cubin(render.render(spec), spec.arch, compiler.default_options(spec.arch), spec.name)
+    r = res.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, (spec.name, r)
+    assert r["registers"] * spec.num_threads <= 65536 // spec.tile.min_blocks, (spec.name, r)
+    if spec.mainloop == "sm90a":
+        for code in ("C7508", "C7510", "C7519"):   # setmaxnreg honoured, wgmmas kept asynchronous
+            assert code not in res.log, res.log
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_sink_combine_compiles_without_spills(arch):
+    from kernelgen.jit import compiler, render
+    from kernelgen.kernels.spec import CombineSpec
+    spec = CombineSpec(arch, "bf16", 128, sinks=True)
+    r = compiler.compile_cubin(render.render(spec), spec.arch, compiler.default_options(spec.arch), spec.name).resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, r
