@@ -4,7 +4,7 @@ kernel after another inside them.
 
 The specs come from the dispatcher's own functions (``heuristics.choose``, ``choose_fused_hopper``,
 ``choose_pair``) called with the parameters of the tests in tests/gpu/test_hopper_gpu.py,
-tests/gpu/test_fused_gpu.py and tests/gpu/test_alibi_gpu.py; a spec that a test ends up not using costs only its compile.
+tests/gpu/test_fused_gpu.py, tests/gpu/test_alibi_gpu.py and tests/gpu/test_sinks_gpu.py; a spec that a test ends up not using costs only its compile.
 ``kernelgen warmup --serving`` (run before this by gpu_check.sh) covers the serving shapes.
 
     python tools/warm_gpu_tests.py [--jobs N] [--cache-dir DIR] [--list]
@@ -188,10 +188,32 @@ def alibi_specs() -> list:
     return out
 
 
+def _with_sinks(specs: list) -> list:
+    """The sink variants the decider gives a single-class call (``AttentionSpec.sinks``,
+    ``CombineSpec.sinks``; the scheduler is shared)."""
+    import dataclasses
+    return [dataclasses.replace(s, sinks=True) if s.kind in ("attention", "combine") else s for s in specs]
+
+
+def sinks_specs() -> list:
+    """tests/gpu/test_sinks_gpu.py: the sink variants of its causal GQA prefill (automatic and forced
+    splits) and paged decode (forced and automatic splits), on both mainloops (the mixed step and
+    the plans run the plain kernels, covered above)."""
+    out = []
+    for mainloop in (None, "sm80"):
+        for n in (0, 3):
+            out += _with_sinks(_choose("bf16", 128, hq=32, hkv=8, causal=True, max_q=600, max_k=600, num_splits=n,
+                                       mainloop=mainloop))
+        for n in (0, 4):
+            out += _with_sinks(_choose("bf16", 128, hq=32, hkv=8, causal=True, max_q=1, max_k=3000, paged=True,
+                                       page_size=16, num_splits=n, mainloop=mainloop))
+    return out
+
+
 def specs() -> list:
     """Every spec above, first-seen order, duplicates removed."""
     return list(dict.fromkeys(head_dim_specs() + window_softcap_specs() + paged_split_mixed_specs()
-                              + alibi_specs()))
+                              + alibi_specs() + sinks_specs()))
 
 
 def main(argv=None) -> int:

@@ -2,7 +2,9 @@
 (which computes the sink logit directly, ``attention_reference(..., sinks=)``): varlen prefill
 (causal, GQA, forced split-KV, the sm_80 mainloop and the automatic Hopper one), paged decode
 (pack-GQA, split-KV, rows with no key: lse = the sink), the fused mixed step, and an
-AttentionPlan captured in a CUDA graph and replayed with new sink values.  Outputs and LSE are
+AttentionPlan captured in a CUDA graph and replayed with new sink values.  The single-class calls
+(prefill, decode, split-KV) run the sink kernels (AttentionSpec.sinks: the epilogue and the combine
+add the sink); the fused mixed step and the plan keep the rescale after the kernels.  Outputs and LSE are
 NaN-poisoned; rows past the batch must stay unwritten."""
 import numpy as np
 import pytest
@@ -55,6 +57,8 @@ def test_varlen_prefill_causal_gqa(arch, num_splits):
         torch.cuda.synchronize()
         check(o, lse, ref, ref_lse, BF16)
         assert ("_wgmma" in prepared_name()) == (arch is None and HOPPER), prepared_name()
+        # the sinks are fused in the kernels (epilogue, combine): no rescale after them
+        assert "_sinks" in prepared_name() and api._CALLS._last[1].sinks_fused, prepared_name()
         if num_splits:
             assert api._CALLS._last[1].combine is not None
         o2 = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), causal=True, arch=arch,
@@ -87,6 +91,7 @@ def test_paged_decode(arch, num_splits):
     torch.cuda.synchronize()
     if num_splits:
         assert api._CALLS._last[1].combine is not None
+    assert "_sinks" in prepared_name() and api._CALLS._last[1].sinks_fused, prepared_name()
     k, v, cu_k = gather_paged(kc, vc, pt, used)
     ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True, sinks=sinks)
     check(o, lse, ref, ref_lse, BF16)
