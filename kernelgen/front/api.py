@@ -121,10 +121,12 @@ def varlen_attention(
             no value: ``p_j = exp(s_j) / (exp(sinks[h]) + sum_k exp(s_k))`` over the row's scaled
             (soft-capped, masked) logits s.  The returned lse includes it:
             ``logaddexp(lse, sinks[h])``; a row that sees no key keeps out = 0 and gets lse =
-            sinks[h].  -inf means no sink for that head.  Applied after the kernels as an exact
-            LSE rescale (``launch.sinks.apply``: the kernels write their LSE, then ``out *=
-            exp(lse - new_lse)`` in float32): one extra pass over out, on the device, no host
-            sync, CUDA-graph safe (the values are read at run time).  Values are not checked
+            sinks[h].  -inf means no sink for that head.  A call of one request class runs the
+            sink kernels (the epilogue's final normalisation and the split-KV combine add the
+            sink: ``AttentionSpec.sinks``); a mixed batch (fused launch, classes in turn) applies
+            it after the kernels as an exact LSE rescale (``launch.sinks.apply``: ``out *=
+            exp(lse - new_lse)`` in float32, one extra pass over out).  Either way on the device,
+            no host sync, CUDA-graph safe (the values are read at run time).  Values are not checked
             (NaN or +inf raise ValueError only under ``KERNELGEN_CHECK_INPUTS=1``).
         alibi_slopes: ALiBi (Press et al. 2022, "Train Short, Test Long"; FlashAttention-2's
             argument and convention): None, or a float32 tensor on q's device of shape
