@@ -199,6 +199,21 @@ def test_window_softcap_sinks_mapping(calls):
     assert not kw3["causal"]
 
 
+def test_sinks_keep_one_float32_copy_per_tensor(calls):
+    """The sink kernels key a prepared call by the sinks' address: a layer's bf16 sinks map to one
+    float32 copy across steps (a new copy only after an in-place update); float32 sinks pass as they are."""
+    q, k, v = qkv()
+    sinks, sinks32 = torch.randn(4).to(BF16), torch.randn(4)
+    for s_aux in (sinks, sinks, sinks32):
+        kh.kernelgen_attention_forward(Module(), q, k, v, None, s_aux=s_aux)
+    with torch.no_grad():
+        sinks.add_(1.0)
+    kh.kernelgen_attention_forward(Module(), q, k, v, None, s_aux=sinks)
+    (_, a), (_, b), (_, c), (_, d) = calls
+    assert a["sinks"] is b["sinks"] and c["sinks"] is sinks32
+    assert d["sinks"] is not a["sinks"] and torch.equal(d["sinks"], sinks.float())
+
+
 def test_window_convention_equals_transformers_sliding_mask(calls):
     """w = sliding_window: transformers' mask keeps kv_idx > q_idx - w (w keys with the diagonal)."""
     from transformers.masking_utils import and_masks, causal_mask_function, sliding_window_overlay
