@@ -30,7 +30,7 @@ Mapping onto ``kernelgen.varlen_attention`` (what transformers' FlashAttention-2
   ``kv_idx > q_idx - w``) -> ``window_size=(w - 1, 0)`` (``(w - 1, w - 1)`` without causal);
 - ``softcap`` -> ``softcap``; ``scaling`` -> ``softmax_scale``; GQA passes through (kernelgen maps
   query head h to KV head ``h // (Hq // Hkv)`` as transformers' ``repeat_kv`` does);
-- ``s_aux`` (gpt-oss attention sinks, one logit per query head) -> ``sinks=s_aux.float()``;
+- ``s_aux`` (gpt-oss attention sinks, one logit per query head) -> ``sinks=`` (float32; one copy per tensor);
 - packed sequences (``cu_seq_lens_q``/``cu_seq_lens_k``/``max_length_q``/``max_length_k`` keyword
   arguments, or position ids that restart inside one row) -> those cu_seqlens.
 
