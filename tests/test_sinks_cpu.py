@@ -534,3 +534,23 @@ def test_sink_combine_compiles_without_spills(arch):
     spec = CombineSpec(arch, "bf16", 128, sinks=True)
     r = compiler.compile_cubin(render.render(spec), spec.arch, compiler.default_options(spec.arch), spec.name).resources
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, r
+
+
+def test_warmup_specs_with_sinks():
+    """``kernelgen warmup --sinks`` (catalog.warmup_specs(sinks=True)): the plain specs plus the
+    sink variants of the single-class attention and combine kernels, which cover what the decider
+    gives a single-class call with sinks."""
+    import dataclasses
+    from kernelgen.selection import decide
+    from kernelgen.selection.catalog import warmup_specs
+    from test_decide import H200, sig
+    kw = dict(head_dims=(128,), dtypes=("bf16",), phases=("prefill", "decode"), gqas=(4,), paged=(False, True))
+    plain, with_sinks = warmup_specs("sm_90a", **kw), warmup_specs("sm_90a", **kw, sinks=True)
+    extra = [s for s in with_sinks if s not in plain]
+    assert set(plain) <= set(with_sinks) and extra
+    assert all(s.kind in ("attention", "combine") and s.sinks for s in extra)
+    assert not any(getattr(s, "sinks", False) for s in plain)
+    call = sig(num_heads_q=32, num_heads_kv=8, max_seqlen_q=1, max_seqlen_k=32768, batch=128, rows=128,
+               paged=True, page_size=16, sinks=True)
+    r = decide.decide(call, H200)
+    assert r.sinks_fused and set(r.specs) <= set(with_sinks), [s.name for s in r.specs]

@@ -7,6 +7,7 @@ so whatever is pre-warmed is what a later call looks up.  ``jit.warmup.warmup`` 
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 from ..kernels.spec import DTYPES, HEAD_DIMS, LAYOUTS
@@ -25,7 +26,8 @@ PHASE_HINTS = {
 
 def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, True), layouts=LAYOUTS,
                  phases=("prefill",), gqas=(1,), paged=(False,), softcap: bool = False, num_sms: int = 132,
-                 page_sizes=(16,), settings: Settings | None = None, alibi: bool = False) -> list:
+                 page_sizes=(16,), settings: Settings | None = None, alibi: bool = False,
+                 sinks: bool = False) -> list:
     """Every kernel spec the dispatcher would use for the given product of call options.
 
     Args:
@@ -46,6 +48,8 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
             ``KERNELGEN_SM90_SHORT_ROWS``); None reads them from the environment now.
         alibi: also the ALiBi variants (``alibi_slopes=``; their mixed batches take no fused
             launch: the classes in turn on sm_90a, one class elsewhere).
+        sinks: also the sink variants (``sinks=``) of the single-class calls' attention and
+            combine kernels (``AttentionSpec.sinks``; mixed batches keep the plain kernels).
 
     Returns:
         The specs from ``heuristics.choose`` (the dispatcher's own function) for each
@@ -83,6 +87,8 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                     for ps in page_sizes:
                         specs.append(heuristics.choose(arch, dtype, int(head_dim), int(head_dim), page_size=int(ps),
                                                        **kw).attention)
+            if sinks:  # the single-class calls' sink variants (decide.recipe: same tiles and splits)
+                specs += [dataclasses.replace(s, sinks=True) for s in specs if s is not None and s.kind != "scheduler"]
             hq = 8 * int(gqa)
             if pg and max_q > heuristics.short_query_tokens(hq, 8) and al:
                 # ALiBi: no fused kernel; the classes in turn on sm_90a (the single class is above)
