@@ -466,15 +466,17 @@ def test_plan_made_in_inference_mode_steps_outside_it(fake_cuda, applied, monkey
     """The LSE scratch of a plan constructed under torch.inference_mode is a normal tensor: a step
     outside inference mode (under no_grad) rescales into it in place (an inference tensor refuses
     that: "Inplace update to inference tensor outside InferenceMode")."""
-    q, k, v, cq, ck = _plain()
+    q, kc, vc, cu_q, used, pt = paged_inputs([300, 1, 1, 3, 1, 0], [900, 40, 500, 7, 1, 0])   # a mixed step
+    hq = q.shape[1]
     with torch.inference_mode():
-        plan = make_plan(monkeypatch, max_batch=4, num_heads_q=4, num_heads_kv=2, head_dim=64, max_seqlen_q=7,
-                         max_seqlen_k=12, causal=True, arch="sm_80", sinks=True)
-    assert not plan._sink_lse.is_inference()
+        plan = make_plan(monkeypatch, max_batch=16, num_heads_q=hq, num_heads_kv=kc.shape[2], head_dim=q.shape[2],
+                         max_total_q=4096, max_seqlen_q=max(QLENS), max_seqlen_k=max(CTX), paged=True, causal=True,
+                         sinks=True)
+    assert not plan.sinks_fused and not plan._sink_lse.is_inference()
     with torch.no_grad():
-        plan.run(q, k, v, cq, ck, sinks=torch.zeros(4))
+        plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, sinks=torch.zeros(hq))
     with torch.inference_mode():
-        plan.run(q, k, v, cq, ck, sinks=torch.zeros(4))
+        plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, sinks=torch.zeros(hq))
     assert len(applied) == 2 and all(c["lse"].data_ptr() == plan._sink_lse.data_ptr() for c in applied)
 
 
@@ -554,3 +556,37 @@ def test_warmup_specs_with_sinks():
                paged=True, page_size=16, sinks=True)
     r = decide.decide(call, H200)
     assert r.sinks_fused and set(r.specs) <= set(with_sinks), [s.name for s in r.specs]
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_single_class_plan_runs_the_sink_kernels(fake_cuda, applied, monkeypatch, num_splits):
+    """A single-class plan made with sinks=True runs the sink kernels: run (validating path, then
+    the fast path with no host sync) and attend pass the sinks' address (a new tensor: its own
+    address), a step without sinks passes the plan's -inf tensor; no rescale, no LSE scratch."""
+    q, k, v, cq, ck = _plain(2000)
+    plan = make_plan(monkeypatch, max_batch=4, num_heads_q=4, num_heads_kv=2, head_dim=64, max_seqlen_q=7,
+                     max_seqlen_k=1988, causal=True, arch="sm_80", sinks=True, num_splits=num_splits)
+    assert (plan.combine is not None) == (num_splits > 1)
+    assert plan.sinks_fused and plan._sink_lse is None and plan.recipe.sinks_fused
+    assert torch.all(torch.isneginf(plan._no_sinks)) and plan._no_sinks.shape == (4,)
+    kinds = ["scheduler", "attention_sinks"] + (["combine_sinks"] if num_splits > 1 else [])
+    sinks, sinks2 = torch.zeros(4), torch.ones(4)
+    for i, (s, want) in enumerate([(sinks, sinks), (sinks, sinks), (sinks2, sinks2), (None, plan._no_sinks)]):
+        fake_cuda.clear()
+        guard = _no_host_sync() if i == 1 else pytest.MonkeyPatch()
+        try:
+            out = plan.run(q, k, v, cq, ck, sinks=s)
+        finally:
+            guard.undo()
+        assert torch.is_tensor(out) and out.shape == (10, 4, 64)
+        assert fake_cuda.kinds() == kinds
+        assert {launch.fields()["sinks"] for launch in fake_cuda.launches[1:]} == {want.data_ptr()}
+    fake_cuda.clear()
+    out, lse = plan.run(q, k, v, cq, ck, sinks=sinks, return_lse=True)
+    assert lse.shape == (4, 10) and set(_lse_ptrs(fake_cuda)) == {lse.data_ptr()}
+    plan.schedule(cq, ck)
+    fake_cuda.clear()
+    plan.attend(q, k, v, cq, ck, sinks=sinks2)
+    assert fake_cuda.kinds() == kinds[1:]
+    assert {launch.fields()["sinks"] for launch in fake_cuda.launches} == {sinks2.data_ptr()}
+    assert applied == []

@@ -62,8 +62,10 @@ class AttentionPlan:
         sinks: steps will pass ``sinks=`` (attention sinks, see ``run``): the plan preallocates
             the float32 LSE scratch of num_heads_q * max_total_q values that those steps use when
             no ``lse`` is passed, so a captured step allocates nothing for it.  Without it such
-            steps allocate their LSE scratch per step (like ``out=None``).  The kernels are the
-            same either way.
+            steps allocate their LSE scratch per step (like ``out=None``).  A single-class plan
+            (no mixed-batch launch) then runs the sink kernels instead (``AttentionSpec.sinks``,
+            ``sinks_fused``: the epilogue and the combine add the sink, no rescale, no scratch);
+            its steps without ``sinks`` read a plan-owned -inf tensor (no sink).
         alibi: steps pass ``alibi_slopes=`` (ALiBi, see ``varlen_attention``): the plan runs the
             ALiBi kernels, and every step of it must pass the slopes ((num_heads_q,) or (batch,
             num_heads_q) float32 on the plan's device).  The kernels read the values on the device
@@ -108,7 +110,8 @@ class AttentionPlan:
             head_dim=head_dim, head_dim_v=head_dim_v, dtype=dtype, max_seqlen_q=max_seqlen_q,
             max_seqlen_k=max_seqlen_k, paged=self.paged, page_size=page_size, causal=causal, window_size=window_size,
             softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa, metadata_layout=metadata_layout, sort=sort,
-            head_swizzle=head_swizzle, short_query_tokens=short_query_tokens, arch=arch, alibi=alibi)
+            head_swizzle=head_swizzle, short_query_tokens=short_query_tokens, arch=arch, alibi=alibi,
+            **({"sinks": True} if sinks else {}))
         #: Whether the plan's kernels add ALiBi biases (steps then pass ``alibi_slopes``).
         self.alibi = bool(alibi)
         self.page_size = checked.page_size
@@ -141,9 +144,15 @@ class AttentionPlan:
         #: float32 LSE scratch of steps with sinks and no caller lse (``sinks=True``), else None.  A
         #: normal tensor even for a plan made under torch.inference_mode: launch.sinks.apply updates
         #: it in place, which an inference tensor refuses outside inference mode.
+        #: Whether the plan's kernels add the sinks themselves (a single-class plan made with
+        #: ``sinks=True``: ``Recipe.sinks_fused``); steps then skip ``launch.sinks.apply``.
+        self.sinks_fused = self.recipe.sinks_fused
         with torch.inference_mode(False):
             self._sink_lse = (torch.empty(num_heads_q * self.max_total_q, dtype=torch.float32, device=self.device)
-                              if sinks else None)
+                              if sinks and not self.sinks_fused else None)
+        #: -inf sinks (no sink) for the steps of a sink-kernel plan that pass no ``sinks``
+        self._no_sinks = (torch.full((num_heads_q,), float("-inf"), dtype=torch.float32, device=self.device)
+                          if self.sinks_fused else None)
 
     def _alibi_arg(self, alibi_slopes, cu_seqlens_q):
         """(address, batch stride) of a step's checked ``alibi_slopes``, None without ALiBi."""
@@ -205,13 +214,18 @@ class AttentionPlan:
         scale = validation.softmax_scale(softmax_scale, self.head_dim)
         if out is None:
             out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=q.dtype, device=q.device)
-        kernel_lse = lse if (lse is not None or sinks is None) else self._lse_scratch(sizes["total_q"])
+        fused_sinks = None
+        if self.sinks_fused:   # the kernels add the sinks (or -inf: none)
+            fused_sinks, kernel_lse = (self._no_sinks if sinks is None else sinks).data_ptr(), lse
+        else:
+            kernel_lse = lse if (lse is not None or sinks is None) else self._lse_scratch(sizes["total_q"])
         with torch.cuda.device(self.device):
             oneoff.attend(self._kernels, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, kernel_lse,
                           md_long=self.metadata, md_short=self.metadata_short, split=self.split,
                           capacity=self.capacity, scale=scale, window=(self.window_left, self.window_right),
-                          softcap=self.softcap, alibi=alibi)
-            if sinks is not None:
+                          softcap=self.softcap, alibi=alibi,
+                          **({} if fused_sinks is None else {"sinks": fused_sinks}))
+            if sinks is not None and fused_sinks is None:
                 _sinks.apply(out, kernel_lse, sinks, cu_seqlens_q)
         return out
 
@@ -256,12 +270,14 @@ class AttentionPlan:
         try:
             key = signature.key((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks,
                                  alibi_slopes), (),
-                                (return_lse, softmax_scale, None if alibi_slopes is None else alibi_slopes.data_ptr()))
+                                (return_lse, softmax_scale, None if alibi_slopes is None else alibi_slopes.data_ptr(),
+                                 None if sinks is None or not self.sinks_fused else sinks.data_ptr()))
             step = self._steps.get(key)
         except Exception:  # noqa: BLE001 - an argument that cannot be keyed: the validating path names it
             key = step = None
         if step is not None:
-            if sinks is None:
+            if sinks is None or (self.sinks_fused and not validation.host_checks_enabled()):
+                # (sink kernels: the sinks' address is in the step's parameters)
                 res = step.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
                 if res is not None:
                     return res if res[1] is not None else res[0]
@@ -305,7 +321,8 @@ class AttentionPlan:
         sizes = self._check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks)
         # (no call without ALiBi: a plain step's path down the layers stays as it was)
         alibi = None if alibi_slopes is None and not self.alibi else self._alibi_arg(alibi_slopes, cu_seqlens_q)
-        if sinks is not None and lse is None:
+        fused_sinks = (self._no_sinks if sinks is None else sinks).data_ptr() if self.sinks_fused else None
+        if sinks is not None and lse is None and fused_sinks is None:
             lse = self._lse_scratch(sizes["total_q"])
         batch = arguments.plan_lengths(cu_seqlens_q, cu_seqlens_k, seqused_k, device=self.device,
                                        capacity=self.capacity)
@@ -314,13 +331,15 @@ class AttentionPlan:
             out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=q.dtype, device=q.device)
         step = self._kernels.prepare(layout=self.workspace_layout, batch=batch, q=q, k=k, v=v, out=out, lse=lse,
                                      page_table=page_table, scale=scale, window=(self.window_left, self.window_right),
-                                     softcap=self.softcap, return_lse=bool(return_lse) or sinks is not None,
+                                     softcap=self.softcap,
+                                     return_lse=bool(return_lse) or (sinks is not None and fused_sinks is None),
                                      fixed_base=self._workspace.data_ptr(), sizes=sizes,
-                                     **({} if alibi is None else {"alibi": alibi}))
+                                     **({} if alibi is None else {"alibi": alibi}),
+                                     **({} if fused_sinks is None else {"sinks": fused_sinks}))
         if key is not None and signature.cacheable(key):
             self._steps.put(key, step)
         out, lse = step.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
-        if sinks is not None:
+        if sinks is not None and fused_sinks is None:
             _sinks.apply(out, lse, sinks, cu_seqlens_q)
         return (out, lse) if give else out
 

@@ -122,7 +122,7 @@ class CheckedPlan:
 def plan_options(*, capacity: int, max_total_q: int, num_heads_q: int, num_heads_kv: int, head_dim: int,
                  head_dim_v: int, dtype, max_seqlen_q: int, max_seqlen_k: int, paged: bool, page_size,
                  causal: bool, window_size, softcap, num_splits, pack_gqa, metadata_layout: str, sort: bool,
-                 head_swizzle: bool, short_query_tokens, arch, alibi: bool = False) -> CheckedPlan:
+                 head_swizzle: bool, short_query_tokens, arch, alibi: bool = False, sinks: bool = False) -> CheckedPlan:
     """``AttentionPlan``'s remaining checks (page size, window, soft-cap, layout, num_splits,
     short_query_tokens) and the signature its kernels are chosen from (see ``AttentionPlan`` for
     the arguments; lengths in tokens).  Raises TypeError / ValueError naming the argument."""
@@ -140,7 +140,7 @@ def plan_options(*, capacity: int, max_total_q: int, num_heads_q: int, num_heads
         num_heads_kv=num_heads_kv, mask=mask, window_left=left, layout=layout, max_seqlen_q=max_seqlen_q,
         max_seqlen_k=max_seqlen_k, paged=bool(paged), page_size=page_size or 0, softcap=cap > 0, pack_gqa=pack_gqa,
         num_splits=splits, short_query_tokens=short_query_tokens, arch=arch, tma_ok=True, batch=capacity,
-        rows=max_total_q, sort=sort, head_swizzle=head_swizzle, plan=True, alibi=bool(alibi))
+        rows=max_total_q, sort=sort, head_swizzle=head_swizzle, plan=True, alibi=bool(alibi), sinks=bool(sinks))
     return CheckedPlan(sig, (left, right), cap, page_size, Settings.from_env())
 
 
