@@ -242,7 +242,9 @@ class AttentionPlan:
         CUDA graph).  ``sinks``: None, or attention sinks (gpt-oss), a float32 (num_heads_q,)
         tensor on the plan's device, one value-less logit per query head in every row's softmax
         denominator (semantics, -inf and empty rows as in ``varlen_attention``); the returned /
-        written lse includes it.  Applied after the kernels as an exact LSE rescale
+        written lse includes it.  On a plan with ``sinks_fused`` (single class, made with
+        ``sinks=True``) the sink kernels add it (the address is a step parameter); otherwise it is
+        applied after the kernels as an exact LSE rescale
         (``launch.sinks.apply``, one extra pass over out) with torch ops on the current stream:
         its values are read on the device, so a captured step replays with whatever the tensor
         holds then.  Without ``lse`` the step's LSE goes to the plan's scratch (``sinks=True``

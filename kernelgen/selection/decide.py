@@ -84,6 +84,7 @@ class CallSignature:
     alibi: bool = False
     #: attention sinks (``sinks=``): a single-class recipe gets the sink variants
     #: (``AttentionSpec.sinks``, ``CombineSpec.sinks``: the kernels apply them, ``Recipe.sinks_fused``);
+    #: (calls with ``sinks=``, plans made with ``sinks=True``);
     #: the mixed-batch kinds (fused kernel, classes in turn) keep the plain kernels and
     #: ``launch.sinks.apply`` after them.  The choice of tiles and splits is that of the call without sinks.
     sinks: bool = False

@@ -117,15 +117,17 @@ def test_fused_mixed_step(arch):
     check(o, lse, ref, ref_lse, BF16)
 
 
-@pytest.mark.parametrize("kind", ["decode_with_lse", "mixed_scratch"])
+@pytest.mark.parametrize("kind", ["decode_with_lse", "decode_sink_kernels", "mixed_scratch"])
 def test_plan_graph_replays_with_new_sinks(kind):
     """One captured step replayed with new lengths *and new sink values* in the same tensor: the
     sinks are read on the device at replay.  decode_with_lse: a paged decode plan writing the
-    caller's lse; mixed_scratch: a mixed prefill + decode plan (fused launch) whose LSE goes to the
-    plan's scratch (sinks=True).  Rows past the batch stay NaN (out and lse)."""
+    caller's lse (plain kernels, the rescale after them); decode_sink_kernels: the same plan made
+    with sinks=True, which runs the sink kernels (the sinks' address in the captured parameters);
+    mixed_scratch: a mixed prefill + decode plan (fused launch) whose LSE goes to the plan's scratch
+    (sinks=True).  Rows past the batch stay NaN (out and lse)."""
     hq, hkv, d, ps, cap = 32, 8, 128, 16, 16
     max_ctx = 2048
-    max_tq = cap if kind == "decode_with_lse" else 640
+    max_tq = cap if kind.startswith("decode") else 640
     max_pages = max_ctx // ps
     num_pages = cap * max_pages
     g = torch.Generator(device="cuda").manual_seed(21)
@@ -138,12 +140,13 @@ def test_plan_graph_replays_with_new_sinks(kind):
     out = torch.empty(max_tq, hq, d, device="cuda", dtype=BF16)
     lse = torch.empty(hq, max_tq, device="cuda", dtype=torch.float32)
     sinks = torch.empty(hq, device="cuda", dtype=torch.float32)
-    decode = kind == "decode_with_lse"
+    decode = kind.startswith("decode")
     plan = AttentionPlan(max_batch=cap, num_heads_q=hq, num_heads_kv=hkv, head_dim=d, dtype=BF16,
                          max_total_q=max_tq, max_seqlen_q=1 if decode else 256, max_seqlen_k=max_ctx, paged=True,
-                         causal=True, sinks=not decode)
+                         causal=True, sinks=kind != "decode_with_lse")
     if not decode:
-        assert plan.fused is not None
+        assert plan.fused is not None and not plan.sinks_fused
+    assert plan.sinks_fused == (kind == "decode_sink_kernels")
     rng = np.random.default_rng(17)
 
     def new_step(seed):
