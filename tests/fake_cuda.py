@@ -31,13 +31,19 @@ from kernelgen.jit import runtime
 from kernelgen.kernels import tma
 from kernelgen.kernels.device import Device
 from kernelgen.kernels.params import (ATTENTION_PARAMS, COMBINE_PARAMS, FUSED_TMA_PARAMS, SCHEDULER_PARAMS,
-                                      TMA_ATTENTION_PARAMS)
+                                      TMA_ATTENTION_PARAMS, attention_params_for, ATTENTION_PARAMS_ALIBI, combine_params_for,
+                                      TMA_ATTENTION_PARAMS_ALIBI, ATTENTION_PARAMS_SINKS, ATTENTION_PARAMS_ALIBI_SINKS,
+                                      COMBINE_PARAMS_SINKS, TMA_ATTENTION_PARAMS_SINKS,
+                                      TMA_ATTENTION_PARAMS_ALIBI_SINKS)
 from kernelgen.launch import graph_launch, launch, prepared
 from kernelgen.selection import signature, validation as V
 
 PROPS = {"name": "fake H200", "cc": (9, 0), "num_sms": 132, "l2_bytes": 60 * 2 ** 20, "smem_optin": 232448}
 FUNC = {"scheduler": 0x1000, "attention": 0x2000, "combine": 0x3000, "fused": 0x4000, "attention_sm90": 0x5000,
-        "fused_sm90": 0x6000}
+        "fused_sm90": 0x6000, "attention_alibi": 0x7000, "attention_sm90_alibi": 0x8000,
+        # the sink kernels (AttentionSpec.sinks / CombineSpec.sinks; with ALiBi too)
+        "attention_sinks": 0x9000, "attention_sm90_sinks": 0xa000, "combine_sinks": 0xb000,
+        "attention_alibi_sinks": 0xc000, "attention_sm90_alibi_sinks": 0xd000}
 KIND = {v: k for k, v in FUNC.items()}
 
 
@@ -82,8 +88,40 @@ class _FusedTmaParams:
             return FUSED_TMA_PARAMS.unpack(b)
 
 
-PARAMS = {"scheduler": SCHEDULER_PARAMS, "attention": ATTENTION_PARAMS, "combine": COMBINE_PARAMS,
-          "fused": _PairParams, "attention_sm90": _TmaParams, "fused_sm90": _FusedTmaParams}
+class _TmaAlibiParams:
+    """The Hopper ALiBi kernel's parameter: three tensor maps, then the ALiBi AttnParams."""
+
+    size = TMA_ATTENTION_PARAMS_ALIBI.size
+    names = ATTENTION_PARAMS_ALIBI.names
+
+    class struct:
+        @staticmethod
+        def unpack(b):
+            o = TMA_ATTENTION_PARAMS_ALIBI.MAPS_BYTES
+            return ATTENTION_PARAMS_ALIBI.struct.unpack(b[o:o + ATTENTION_PARAMS_ALIBI.size])
+
+
+def _tma_wrap(tma_struct, inner):
+    """The parameter of a Hopper kernel with the AttnParams ``inner``: maps, then ``inner``."""
+    class W:
+        size = tma_struct.size
+        names = inner.names
+
+        class struct:
+            @staticmethod
+            def unpack(b):
+                o = tma_struct.MAPS_BYTES
+                return inner.struct.unpack(b[o:o + inner.size])
+    return W
+
+
+PARAMS = {"attention_sinks": ATTENTION_PARAMS_SINKS, "attention_alibi_sinks": ATTENTION_PARAMS_ALIBI_SINKS,
+          "combine_sinks": COMBINE_PARAMS_SINKS,
+          "attention_sm90_sinks": _tma_wrap(TMA_ATTENTION_PARAMS_SINKS, ATTENTION_PARAMS_SINKS),
+          "attention_sm90_alibi_sinks": _tma_wrap(TMA_ATTENTION_PARAMS_ALIBI_SINKS, ATTENTION_PARAMS_ALIBI_SINKS),
+          "scheduler": SCHEDULER_PARAMS, "attention": ATTENTION_PARAMS, "combine": COMBINE_PARAMS,
+          "fused": _PairParams, "attention_sm90": _TmaParams, "fused_sm90": _FusedTmaParams,
+          "attention_alibi": ATTENTION_PARAMS_ALIBI, "attention_sm90_alibi": _TmaAlibiParams}
 #: What the stand-in tensor-map encoder writes: (base address, dims, strides in bytes, box), padded
 #: (3-D maps; FAKE_MAP4 for the 4-D maps of a paged cache).
 FAKE_MAP = struct.Struct("<Q3Q2Q3I")
@@ -273,17 +311,22 @@ def _fake_load(spec, device):
         return runtime.Kernel(spec=spec, device=device, func_ptr=FUNC["fused_sm90"], num_threads=spec.num_threads,
                               smem_bytes=spec.smem_bytes(), persistent_grid=PROPS["num_sms"], params=FUSED_TMA_PARAMS)
     if spec.kind == "attention" and spec.mainloop == "sm90a":
-        return runtime.Kernel(spec=spec, device=device, func_ptr=FUNC["attention_sm90"], num_threads=spec.num_threads,
+        func = FUNC["attention_sm90" + ("_alibi" if spec.alibi else "") + ("_sinks" if spec.sinks else "")]
+        return runtime.Kernel(spec=spec, device=device, func_ptr=func, num_threads=spec.num_threads,
                               smem_bytes=spec.smem_bytes(), persistent_grid=PROPS["num_sms"],
-                              params=TMA_ATTENTION_PARAMS)
+                              params=attention_params_for(spec))
     if spec.kind == "attention":
         threads, smem, grid = spec.num_threads, spec.smem_bytes(), ATTN_GRID
     elif spec.kind == "fused":
         threads, smem, grid = spec.num_threads, spec.smem_bytes(), FUSED_GRID
     else:
         threads, smem, grid = spec.num_threads, 0, PROPS["num_sms"]
-    return runtime.Kernel(spec=spec, device=device, func_ptr=FUNC[spec.kind], num_threads=threads, smem_bytes=smem,
-                          persistent_grid=grid, params=PARAMS[spec.kind] if spec.kind != "fused" else ATTENTION_PARAMS)
+    func = FUNC[spec.kind + ("_alibi" if getattr(spec, "alibi", False) else "")
+                + ("_sinks" if getattr(spec, "sinks", False) else "")]
+    return runtime.Kernel(spec=spec, device=device, func_ptr=func, num_threads=threads, smem_bytes=smem,
+                          persistent_grid=grid, params=attention_params_for(spec) if spec.kind == "attention"
+                          else combine_params_for(spec) if spec.kind == "combine"
+                          else PARAMS[spec.kind] if spec.kind != "fused" else ATTENTION_PARAMS)
 
 
 class _RecordingTorch:

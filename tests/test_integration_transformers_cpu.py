@@ -199,6 +199,18 @@ def test_window_softcap_sinks_mapping(calls):
     assert not kw3["causal"]
 
 
+def test_sinks_keep_one_float32_copy_per_tensor():
+    """The sink kernels key a prepared call by the sinks' address: a layer's bf16 sinks map to one
+    float32 copy across steps (a new copy only after an in-place update); float32 sinks pass as they are."""
+    sinks, sinks32 = torch.randn(4).to(BF16), torch.randn(4)
+    a, b, c = kh._extra(sinks)["sinks"], kh._extra(sinks)["sinks"], kh._extra(sinks32)["sinks"]
+    assert a is b and a.dtype == torch.float32 and torch.equal(a, sinks.float()) and c is sinks32
+    with torch.no_grad():
+        sinks.add_(1.0)
+    d = kh._extra(sinks)["sinks"]
+    assert d is not a and torch.equal(d, sinks.float())
+
+
 def test_window_convention_equals_transformers_sliding_mask(calls):
     """w = sliding_window: transformers' mask keeps kv_idx > q_idx - w (w keys with the diagonal)."""
     from transformers.masking_utils import and_masks, causal_mask_function, sliding_window_overlay

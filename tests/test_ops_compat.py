@@ -22,14 +22,15 @@ BF16, FP16 = torch.bfloat16, torch.float16
 def reference_api(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, *, seqused_k=None,
                   page_table=None, causal=False, window_size=(-1, -1), softcap=0.0, softmax_scale=None, num_splits=0,
                   pack_gqa=None, return_lse=False, out=None, metadata_layout="soa", sort=True, head_swizzle=True,
-                  sinks=None):
+                  sinks=None, alibi_slopes=None):
     """kernelgen.front.api.varlen_attention computed on the CPU with the float64 reference."""
     if page_table is not None:
         k, v, cu_seqlens_k = reference.gather_paged(k, v, page_table, seqused_k)
         seqused_k = None
     o, lse = reference.attention_reference(q.double(), k.double(), v.double(), cu_seqlens_q, cu_seqlens_k,
                                            causal=causal, softmax_scale=softmax_scale, window_size=window_size,
-                                           softcap=softcap, seqused_k=seqused_k, sinks=sinks)
+                                           softcap=softcap, seqused_k=seqused_k, sinks=sinks,
+                                           alibi_slopes=alibi_slopes)
     o = o.nan_to_num().to(q.dtype)
     if out is not None:
         out.copy_(o)
@@ -583,11 +584,11 @@ def test_with_kvcache_bad_arguments(recorder, bad, exc, match):
 T = torch.zeros(2, dtype=torch.int32)
 VARLEN_UNSUPPORTED = [("seqused_q", T), ("qv", T), ("q_descale", T), ("k_descale", T), ("v_descale", T),
                       ("attention_chunk", 128), ("scheduler_metadata", T), ("sm_margin", 8), ("dropout_p", 0.1),
-                      ("alibi_slopes", T)]
+                      ]
 KVCACHE_UNSUPPORTED = [("k", T), ("v", T), ("qv", T), ("rotary_cos", T), ("rotary_sin", T), ("rotary_seqlens", T),
                        ("cache_batch_idx", T), ("cache_leftpad", T), ("cu_seqlens_k_new", T), ("q_descale", T),
                        ("k_descale", T), ("v_descale", T), ("attention_chunk", 64), ("scheduler_metadata", T),
-                       ("sm_margin", 4), ("alibi_slopes", T)]
+                       ("sm_margin", 4)]
 
 
 @pytest.mark.parametrize("name,value", VARLEN_UNSUPPORTED)

@@ -188,16 +188,18 @@ def _no_host_sync():
 
 
 CASES = {
-    "sm80": (dict(arch="sm_80", num_splits=1), ["scheduler", "attention"]),
-    "hopper": (dict(arch="sm_90a", num_splits=1), ["scheduler", "attention_sm90"]),
-    "split": (dict(arch="sm_80", num_splits=3), ["scheduler", "attention", "combine"]),
-    "split_hopper": (dict(arch="sm_90a", num_splits=3), ["scheduler", "attention_sm90", "combine"]),
+    "sm80": (dict(arch="sm_80", num_splits=1), ["scheduler", "attention_sinks"]),
+    "hopper": (dict(arch="sm_90a", num_splits=1), ["scheduler", "attention_sm90_sinks"]),
+    "split": (dict(arch="sm_80", num_splits=3), ["scheduler", "attention_sinks", "combine_sinks"]),
+    "split_hopper": (dict(arch="sm_90a", num_splits=3), ["scheduler", "attention_sm90_sinks", "combine_sinks"]),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("return_lse", [False, True])
-def test_varlen_attention_applies_sinks(fake_cuda, applied, monkeypatch, case, return_lse):
+def test_varlen_attention_fuses_sinks(fake_cuda, applied, monkeypatch, case, return_lse):
+    """A single-class call runs the sink kernels (the epilogue / the combine apply the sinks, read
+    through AttnParams.sinks / CombineParams.sinks): no rescale after them, no LSE unless returned."""
     kw, kinds = CASES[case]
     q, k, v, cq, ck = _plain(2000)
     sinks = torch.tensor([0.0, 1.0, -1.0, NEG_INF])
@@ -211,14 +213,66 @@ def test_varlen_attention_applies_sinks(fake_cuda, applied, monkeypatch, case, r
         finally:
             guard.undo()
         assert fake_cuda.kinds() == kinds
-        c = applied[-1]
-        assert len(applied) == i + 1 and c["out"] is out and c["sinks"] is sinks and c["cu"] is cq
-        assert c["lse"].shape == (4, 10) and c["lse"].is_contiguous()
-        assert set(_lse_ptrs(fake_cuda)) == {c["lse"].data_ptr()}    # the kernels write the LSE apply reads
+        assert applied == []
+        for launch in fake_cuda.launches[1:]:
+            assert launch.fields()["sinks"] == sinks.data_ptr()
         if return_lse:
-            assert res[0] is out and res[1] is c["lse"]
+            assert res[0] is out and res[1].shape == (4, 10)
+            assert set(_lse_ptrs(fake_cuda)) == {res[1].data_ptr()}
         else:
             assert res is out
+            assert set(_lse_ptrs(fake_cuda)) == {0}                  # no LSE written: none asked for
+    # other sinks (another address): another prepared call, the new address
+    sinks2 = sinks.clone()
+    fake_cuda.clear()
+    kernelgen.varlen_attention(q, k, v, cq, ck, 7, 1988, causal=True, out=out, sinks=sinks2, **kw)
+    assert {launch.fields()["sinks"] for launch in fake_cuda.launches[1:]} == {sinks2.data_ptr()}
+    assert applied == []
+
+
+def test_sink_specs_and_params():
+    """AttentionSpec.sinks / CombineSpec.sinks: off leaves no trace (name, template variables,
+    to_json, parameters), on is named, round-trips and adds the sinks address to the parameters."""
+    import dataclasses
+    from kernelgen.kernels import params as P
+    from kernelgen.kernels.spec import AttentionSpec, CombineSpec, TileConfig, spec_from_json
+    a = AttentionSpec("sm_80", "bf16", 128, 128, "causal", "soa", TileConfig(128, 32, 4, 2, 2))
+    s = dataclasses.replace(a, sinks=True)
+    assert "sinks" not in a.to_json() and "sinks" not in a.template_vars() and "sinks" not in a.name
+    assert s.name == a.name.replace("_causal_", "_causal_sinks_")
+    assert spec_from_json(s.to_json()) == s and s.template_vars()["sinks"] is True
+    assert P.attention_params_for(a) is P.ATTENTION_PARAMS
+    assert P.attention_params_for(s) is P.ATTENTION_PARAMS_SINKS
+    assert set(P.ATTENTION_PARAMS_SINKS.names) == set(P.ATTENTION_PARAMS.names) | {"sinks"}
+    h = dataclasses.replace(s, mainloop="sm90a", arch="sm_90a", tile=TileConfig(128, 128, 8, 2, 1))
+    assert P.attention_params_for(h) is P.TMA_ATTENTION_PARAMS_SINKS
+    assert P.attention_params_for(dataclasses.replace(h, alibi=True)) is P.TMA_ATTENTION_PARAMS_ALIBI_SINKS
+    c = CombineSpec("sm_80", "bf16", 128)
+    cs = dataclasses.replace(c, sinks=True)
+    assert c.to_json() == {"arch": "sm_80", "dtype": "bf16", "head_dim_v": 128, "kind": "combine"}
+    assert cs.name == c.name + "_sinks" and spec_from_json(cs.to_json()) == cs
+    assert P.combine_params_for(c) is P.COMBINE_PARAMS and "sinks" in P.combine_params_for(cs).names
+
+
+def test_decider_gives_sink_specs_to_single_recipes_only():
+    """The sink variants keep the tiles and splits of the call without sinks; the mixed-batch kinds
+    keep the plain kernels (launch.sinks.apply after them)."""
+    import dataclasses
+    from kernelgen.selection import decide
+    from test_decide import H200, MIXED, sig
+    for base in (sig(max_seqlen_q=16384, max_seqlen_k=16384, mask="causal"),
+                 sig(max_seqlen_q=1, max_seqlen_k=4096, batch=128, rows=128, paged=True, page_size=16)):
+        plain = decide.decide(base, H200)
+        fused = decide.decide(dataclasses.replace(base, sinks=True), H200)
+        assert plain.kind == fused.kind == "single" and fused.sinks_fused and not plain.sinks_fused
+        assert fused.variants.attention == dataclasses.replace(plain.variants.attention, sinks=True)
+        assert (fused.combine is None) == (plain.combine is None)
+        if plain.combine is not None:
+            assert fused.combine == dataclasses.replace(plain.combine, sinks=True)
+        assert fused.schedulers == plain.schedulers and fused.workspace == plain.workspace
+    mixed = decide.decide(sig(**MIXED, sinks=True), H200)
+    assert mixed.kind in ("fused", "pair") and not mixed.sinks_fused
+    assert not any(getattr(s, "sinks", False) for s in mixed.specs)
 
 
 def test_varlen_attention_without_sinks_is_unchanged(fake_cuda, applied):
@@ -315,8 +369,8 @@ def test_plan_attend_and_per_step_scratch(fake_cuda, applied, monkeypatch):
 # ----------------------------------------------------------------------------- torch ops and compat
 def test_op_schema_has_sinks():
     for op in (torch.ops.kernelgen.varlen_attention.default, torch.ops.kernelgen.varlen_attention_out.default):
-        arg = op._schema.arguments[-1]
-        assert arg.name == "sinks" and str(arg.type) == "Optional[Tensor]" and arg.default_value is None
+        arg = next(a for a in op._schema.arguments if a.name == "sinks")   # alibi_slopes follows it
+        assert str(arg.type) == "Optional[Tensor]" and arg.default_value is None
 
 
 def test_op_fake_impl_takes_sinks():
@@ -417,15 +471,17 @@ def test_plan_made_in_inference_mode_steps_outside_it(fake_cuda, applied, monkey
     """The LSE scratch of a plan constructed under torch.inference_mode is a normal tensor: a step
     outside inference mode (under no_grad) rescales into it in place (an inference tensor refuses
     that: "Inplace update to inference tensor outside InferenceMode")."""
-    q, k, v, cq, ck = _plain()
+    q, kc, vc, cu_q, used, pt = paged_inputs([300, 1, 1, 3, 1, 0], [900, 40, 500, 7, 1, 0])   # a mixed step
+    hq = q.shape[1]
     with torch.inference_mode():
-        plan = make_plan(monkeypatch, max_batch=4, num_heads_q=4, num_heads_kv=2, head_dim=64, max_seqlen_q=7,
-                         max_seqlen_k=12, causal=True, arch="sm_80", sinks=True)
-    assert not plan._sink_lse.is_inference()
+        plan = make_plan(monkeypatch, max_batch=16, num_heads_q=hq, num_heads_kv=kc.shape[2], head_dim=q.shape[2],
+                         max_total_q=4096, max_seqlen_q=max(QLENS), max_seqlen_k=max(CTX), paged=True, causal=True,
+                         sinks=True)
+    assert not plan.sinks_fused and not plan._sink_lse.is_inference()
     with torch.no_grad():
-        plan.run(q, k, v, cq, ck, sinks=torch.zeros(4))
+        plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, sinks=torch.zeros(hq))
     with torch.inference_mode():
-        plan.run(q, k, v, cq, ck, sinks=torch.zeros(4))
+        plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, sinks=torch.zeros(hq))
     assert len(applied) == 2 and all(c["lse"].data_ptr() == plan._sink_lse.data_ptr() for c in applied)
 
 
@@ -438,3 +494,104 @@ def test_apply_takes_inference_tensors_outside_inference_mode():
         S.apply(out, lse, torch.tensor([0.0, NEG_INF]), torch.tensor([0, 3], dtype=torch.int32))
     assert torch.all(out[:, 0] == 0.5) and torch.all(out[:, 1] == 1)
     assert torch.allclose(lse[0], torch.full((3,), math.log(2))) and torch.all(lse[1] == 0)
+
+
+# ----------------------------------------------------------------------------- NVRTC builds
+def test_sink_code_only_in_sink_sources():
+    """Without sinks the sources hold no sink code (the plain kernels are unchanged); with sinks
+    every attention mainloop's direct-store epilogue and the combine hold the rescale."""
+    import dataclasses
+    from test_alibi_cpu import COMPILE
+    from kernelgen.jit import render
+    from kernelgen.kernels.spec import CombineSpec
+    for spec in COMPILE.values():
+        plain, with_sinks = render.render(spec), render.render(dataclasses.replace(spec, sinks=True))
+        assert "sink" not in plain.lower()
+        assert "long long sinks;" in with_sinks and with_sinks.count("sink_rescale(") == 2   # definition + one use
+    plain = render.render(CombineSpec("sm_90a", "bf16", 128))
+    with_sinks = render.render(CombineSpec("sm_90a", "bf16", 128, sinks=True))
+    assert "sink" not in plain.lower() and "p.sinks" in with_sinks
+
+
+SINK_COMPILE = ["sm80_prefill", "sm80_mainloop_on_sm90a_split", "sm80_decode_pack_split_paged", "sm80_keys_as_rows",
+                "sm90a_prefill_pingpong", "sm90a_paged_split_softcap_local"]
+
+
+@pytest.mark.parametrize("name", SINK_COMPILE)
+def test_sink_variants_compile_without_spills(name):
+    """The sink variants (sm_80 16/128-row tiles, keys-as-rows, the sm_80 mainloop for sm_90a,
+    Hopper ping-pong and paged split soft-cap local) build with no spill, within the register budget."""
+    import dataclasses
+    from test_alibi_cpu import COMPILE
+    from kernelgen.jit import compiler, render
+    spec = dataclasses.replace(COMPILE[name], sinks=True)
+    res = compiler.compile_cubin(render.render(spec), spec.arch, compiler.default_options(spec.arch), spec.name)
+    r = res.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, (spec.name, r)
+    assert r["registers"] * spec.num_threads <= 65536 // spec.tile.min_blocks, (spec.name, r)
+    if spec.mainloop == "sm90a":
+        for code in ("C7508", "C7510", "C7519"):   # setmaxnreg honoured, wgmmas kept asynchronous
+            assert code not in res.log, res.log
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_sink_combine_compiles_without_spills(arch):
+    from kernelgen.jit import compiler, render
+    from kernelgen.kernels.spec import CombineSpec
+    spec = CombineSpec(arch, "bf16", 128, sinks=True)
+    r = compiler.compile_cubin(render.render(spec), spec.arch, compiler.default_options(spec.arch), spec.name).resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, r
+
+
+def test_warmup_specs_with_sinks():
+    """``kernelgen warmup --sinks`` (catalog.warmup_specs(sinks=True)): the plain specs plus the
+    sink variants of the single-class attention and combine kernels, which cover what the decider
+    gives a single-class call with sinks."""
+    import dataclasses
+    from kernelgen.selection import decide
+    from kernelgen.selection.catalog import warmup_specs
+    from test_decide import H200, sig
+    kw = dict(head_dims=(128,), dtypes=("bf16",), phases=("prefill", "decode"), gqas=(4,), paged=(False, True))
+    plain, with_sinks = warmup_specs("sm_90a", **kw), warmup_specs("sm_90a", **kw, sinks=True)
+    extra = [s for s in with_sinks if s not in plain]
+    assert set(plain) <= set(with_sinks) and extra
+    assert all(s.kind in ("attention", "combine") and s.sinks for s in extra)
+    assert not any(getattr(s, "sinks", False) for s in plain)
+    call = sig(num_heads_q=32, num_heads_kv=8, max_seqlen_q=1, max_seqlen_k=32768, batch=128, rows=128,
+               paged=True, page_size=16, sinks=True)
+    r = decide.decide(call, H200)
+    assert r.sinks_fused and set(r.specs) <= set(with_sinks), [s.name for s in r.specs]
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_single_class_plan_runs_the_sink_kernels(fake_cuda, applied, monkeypatch, num_splits):
+    """A single-class plan made with sinks=True runs the sink kernels: run (validating path, then
+    the fast path with no host sync) and attend pass the sinks' address (a new tensor: its own
+    address), a step without sinks passes the plan's -inf tensor; no rescale, no LSE scratch."""
+    q, k, v, cq, ck = _plain(2000)
+    plan = make_plan(monkeypatch, max_batch=4, num_heads_q=4, num_heads_kv=2, head_dim=64, max_seqlen_q=7,
+                     max_seqlen_k=1988, causal=True, arch="sm_80", sinks=True, num_splits=num_splits)
+    assert (plan.combine is not None) == (num_splits > 1)
+    assert plan.sinks_fused and plan._sink_lse is None and plan.recipe.sinks_fused
+    assert torch.all(torch.isneginf(plan._no_sinks)) and plan._no_sinks.shape == (4,)
+    kinds = ["scheduler", "attention_sinks"] + (["combine_sinks"] if num_splits > 1 else [])
+    sinks, sinks2 = torch.zeros(4), torch.ones(4)
+    for i, (s, want) in enumerate([(sinks, sinks), (sinks, sinks), (sinks2, sinks2), (None, plan._no_sinks)]):
+        fake_cuda.clear()
+        guard = _no_host_sync() if i == 1 else pytest.MonkeyPatch()
+        try:
+            out = plan.run(q, k, v, cq, ck, sinks=s)
+        finally:
+            guard.undo()
+        assert torch.is_tensor(out) and out.shape == (10, 4, 64)
+        assert fake_cuda.kinds() == kinds
+        assert {launch.fields()["sinks"] for launch in fake_cuda.launches[1:]} == {want.data_ptr()}
+    fake_cuda.clear()
+    out, lse = plan.run(q, k, v, cq, ck, sinks=sinks, return_lse=True)
+    assert lse.shape == (4, 10) and set(_lse_ptrs(fake_cuda)) == {lse.data_ptr()}
+    plan.schedule(cq, ck)
+    fake_cuda.clear()
+    plan.attend(q, k, v, cq, ck, sinks=sinks2)
+    assert fake_cuda.kinds() == kinds[1:]
+    assert {launch.fields()["sinks"] for launch in fake_cuda.launches} == {sinks2.data_ptr()}
+    assert applied == []

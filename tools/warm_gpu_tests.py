@@ -3,8 +3,8 @@ a GPU, so that a GPU run (tools/gpu_check.sh) spends its time on the tests inste
 kernel after another inside them.
 
 The specs come from the dispatcher's own functions (``heuristics.choose``, ``choose_fused_hopper``,
-``choose_pair``) called with the parameters of the tests in tests/gpu/test_hopper_gpu.py and
-tests/gpu/test_fused_gpu.py; a spec that a test ends up not using costs only its compile.
+``choose_pair``) called with the parameters of the tests in tests/gpu/test_hopper_gpu.py,
+tests/gpu/test_fused_gpu.py, tests/gpu/test_alibi_gpu.py and tests/gpu/test_sinks_gpu.py; a spec that a test ends up not using costs only its compile.
 ``kernelgen warmup --serving`` (run before this by gpu_check.sh) covers the serving shapes.
 
     python tools/warm_gpu_tests.py [--jobs N] [--cache-dir DIR] [--list]
@@ -38,12 +38,12 @@ def _opts():
 
 
 def _choose(dt, d, dv=None, *, hq=8, hkv=2, causal=True, window=(-1, -1), cap=0.0, layout="soa", max_q=700,
-            max_k=9000, paged=False, page_size=0, num_splits=0, mainloop="sm90a"):
+            max_k=9000, paged=False, page_size=0, num_splits=0, mainloop="sm90a", alibi=False, pack_gqa=None):
     mask = "local" if window != (-1, -1) else ("causal" if causal else "none")
     v = heuristics.choose(ARCH, dt, d, d if dv is None else dv, num_heads_q=hq, num_heads_kv=hkv, mask=mask,
                           layout=layout, max_seqlen_q=max_q, max_seqlen_k=max_k, paged=paged, softcap=cap > 0,
                           num_splits=num_splits, num_sms=132, mainloop=mainloop, page_size=page_size,
-                          sm90_opts=_opts())
+                          sm90_opts=_opts(), alibi=alibi, pack_gqa=pack_gqa)
     return [s for s in (v.scheduler, v.attention, v.combine) if s is not None]
 
 
@@ -157,9 +157,63 @@ def paged_split_mixed_specs() -> list:
     return out
 
 
+def alibi_specs() -> list:
+    """tests/gpu/test_alibi_gpu.py: the ALiBi variants of its prefill (causal GQA, non-causal,
+    soft-cap + window, d 64 MHA; automatic and forced splits), pack-GQA decode, paged decode (forced
+    and automatic splits), mixed steps (the classes in turn) and plans, on both mainloops."""
+    out = []
+    for mainloop in (None, "sm80"):
+        for n in (0, 3):
+            out += _choose("bf16", 128, hq=32, hkv=8, causal=True, max_q=600, max_k=600, num_splits=n,
+                           mainloop=mainloop, alibi=True)
+        for hq, hkv, d, window, cap in ((16, 4, 128, (-1, -1), 0.0), (16, 4, 128, (200, 50), 30.0),
+                                        (8, 8, 64, (-1, -1), 0.0)):
+            out += _choose("bf16", d, hq=hq, hkv=hkv, causal=False, window=window, cap=cap, max_q=700, max_k=700,
+                           mainloop=mainloop, alibi=True)
+        for n in (0, 4):
+            out += _choose("bf16", 128, hq=32, hkv=8, causal=True, max_q=1, max_k=3000, paged=True, page_size=16,
+                           num_splits=n, mainloop=mainloop, alibi=True)
+    for max_q in (1, 4):
+        out += _choose("bf16", 128, hq=32, hkv=4, causal=True, max_q=max_q, max_k=2100, pack_gqa=True,
+                       mainloop=None, alibi=True)
+    for max_q, max_k in ((900, 3000), (256, 2048)):
+        pv = heuristics.choose_pair(ARCH, "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal",
+                                    max_seqlen_q=max_q, max_seqlen_k=max_k, paged=True, page_size=16,
+                                    sm90_opts=_opts(), alibi=True)
+        if pv is not None:
+            out += [x for x in (pv.long.scheduler, pv.long.attention, pv.short.attention, pv.short.combine)
+                    if x is not None]
+        out += _choose("bf16", 128, hq=32, hkv=8, causal=True, max_q=max_q, max_k=max_k, paged=True, page_size=16,
+                       mainloop="sm80", alibi=True)
+    return out
+
+
+def _with_sinks(specs: list) -> list:
+    """The sink variants the decider gives a single-class call (``AttentionSpec.sinks``,
+    ``CombineSpec.sinks``; the scheduler is shared)."""
+    import dataclasses
+    return [dataclasses.replace(s, sinks=True) if s.kind in ("attention", "combine") else s for s in specs]
+
+
+def sinks_specs() -> list:
+    """tests/gpu/test_sinks_gpu.py: the sink variants of its causal GQA prefill (automatic and forced
+    splits) and paged decode (forced and automatic splits), on both mainloops (the mixed step and
+    the plans run the plain kernels, covered above)."""
+    out = []
+    for mainloop in (None, "sm80"):
+        for n in (0, 3):
+            out += _with_sinks(_choose("bf16", 128, hq=32, hkv=8, causal=True, max_q=600, max_k=600, num_splits=n,
+                                       mainloop=mainloop))
+        for n in (0, 4):
+            out += _with_sinks(_choose("bf16", 128, hq=32, hkv=8, causal=True, max_q=1, max_k=3000, paged=True,
+                                       page_size=16, num_splits=n, mainloop=mainloop))
+    return out
+
+
 def specs() -> list:
     """Every spec above, first-seen order, duplicates removed."""
-    return list(dict.fromkeys(head_dim_specs() + window_softcap_specs() + paged_split_mixed_specs()))
+    return list(dict.fromkeys(head_dim_specs() + window_softcap_specs() + paged_split_mixed_specs()
+                              + alibi_specs() + sinks_specs()))
 
 
 def main(argv=None) -> int:

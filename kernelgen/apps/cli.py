@@ -149,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="packed and paged kernels")
     w.set_defaults(paged=[False])
     w.add_argument("--softcap", action="store_true", help="also the logit-capping variants")
+    w.add_argument("--alibi", action="store_true", help="also the ALiBi variants (alibi_slopes=)")
+    w.add_argument("--sinks", action="store_true", help="also the attention-sink variants (sinks=)")
     w.add_argument("--page-size", type=_page_sizes, default=[16], metavar="N[,N...]",
                    help="with --paged, --both-paged or --serving: tokens per page of the paged caches (default: "
                         "16); on sm_90a the Hopper kernel's K/V loads (and at head dim 256 its tile) depend on it")
@@ -342,7 +344,8 @@ def cmd_warmup(args) -> int:
     if args.serving:
         phases, gqas, paged = ["prefill", "chunked", "decode"], [1, 4, 8], [False, True]
     specs = warmup_specs(arch, args.head_dim, args.dtype, args.causal, args.layout, phases=phases, gqas=gqas,
-                         paged=paged, softcap=args.softcap, page_sizes=args.page_size)
+                         paged=paged, softcap=args.softcap, page_sizes=args.page_size,
+                         **({"alibi": True} if args.alibi else {}), **({"sinks": True} if args.sinks else {}))
     try:
         compiled, cached = warmup(specs, root, jobs=args.jobs, desc=f"warmup {arch}")
     except CacheDirectoryError as e:  # untrusted or unwritable: nothing (or not everything) was kept

@@ -29,7 +29,7 @@ def gather_paged(k_cache, v_cache, page_table, seqused_k):
 
 def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, softmax_scale=None,
                         window_size=(-1, -1), softcap=0.0, seqused_k=None, max_elements: int = 1 << 27,
-                        sinks=None):
+                        sinks=None, alibi_slopes=None):
     """Returns (out, lse): out (total_q, Hq, Dv) float64, lse (Hq, total_q) float64.
 
     ``window_size`` = (left, right) around the bottom-right aligned diagonal (-1 = unbounded; causal
@@ -37,7 +37,10 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
     ``seqused_k`` keeps only the first seqused_k[i] keys of request i; ``sinks`` (Hq,) adds the
     value-less logit sinks[h] to every softmax denominator of query head h, computed directly
     (the extra logit enters the row maximum and the sum; -inf: no sink).  Rows past cu_seqlens_q[-1]
-    are NaN (no request owns them).  ``max_elements`` bounds the size of one logits block (heads
+    are NaN (no request owns them).  ``alibi_slopes`` (Hq,) or (batch, Hq): ALiBi (FlashAttention-2's
+    convention, Press et al. 2022), computed directly: the scaled, soft-capped logit of query row i
+    (0-based in its request) and key j gets ``-slope[b, h] * |i + lk - lq - j|`` before the mask
+    (lk, lq: the request's key and query counts).  ``max_elements`` bounds the size of one logits block (heads
     are processed in groups to stay under it).
     """
     total_q, hq, d = q.shape
@@ -51,6 +54,7 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
     if causal:
         right = 0 if right < 0 else min(right, 0)
     sink = None if sinks is None else sinks.detach().to(q.device, torch.float64)
+    alibi = None if alibi_slopes is None else alibi_slopes.detach().to(q.device, torch.float64)
     out = torch.full((total_q, hq, dv), float("nan"), dtype=torch.float64, device=q.device)
     lse = torch.full((hq, total_q), float("nan"), dtype=torch.float64, device=q.device)
     for b in range(len(cq) - 1):
@@ -82,6 +86,11 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
             s = torch.matmul(qb[h0:h1], kb[h0:h1].transpose(1, 2)) * scale
             if softcap > 0:
                 s = softcap * torch.tanh(s / softcap)
+            if alibi is not None:
+                slope = (alibi if alibi.dim() == 1 else alibi[b])[h0:h1]
+                dist = (torch.arange(lq, device=q.device)[:, None] + (lk - lq)
+                        - torch.arange(lk, device=q.device)[None, :]).abs().double()
+                s = s - slope[:, None, None] * dist
             if mask is not None:
                 s = s.masked_fill(mask, float("-inf"))
             m = s.amax(dim=-1, keepdim=True)

@@ -57,6 +57,7 @@ def varlen_attention(
     short_query_tokens: int | None = None,
     arch: str | None = None,
     sinks: torch.Tensor | None = None,
+    alibi_slopes: torch.Tensor | None = None,
 ):
     """Attention over a ragged (varlen) batch of requests, prefill and decode alike.
 
@@ -120,11 +121,24 @@ def varlen_attention(
             no value: ``p_j = exp(s_j) / (exp(sinks[h]) + sum_k exp(s_k))`` over the row's scaled
             (soft-capped, masked) logits s.  The returned lse includes it:
             ``logaddexp(lse, sinks[h])``; a row that sees no key keeps out = 0 and gets lse =
-            sinks[h].  -inf means no sink for that head.  Applied after the kernels as an exact
-            LSE rescale (``launch.sinks.apply``: the kernels write their LSE, then ``out *=
-            exp(lse - new_lse)`` in float32): one extra pass over out, on the device, no host
-            sync, CUDA-graph safe (the values are read at run time).  Values are not checked
+            sinks[h].  -inf means no sink for that head.  A call of one request class runs the
+            sink kernels (the epilogue's final normalisation and the split-KV combine add the
+            sink: ``AttentionSpec.sinks``); a mixed batch (fused launch, classes in turn) applies
+            it after the kernels as an exact LSE rescale (``launch.sinks.apply``: ``out *=
+            exp(lse - new_lse)`` in float32, one extra pass over out).  Either way on the device,
+            no host sync, CUDA-graph safe (the values are read at run time).  Values are not checked
             (NaN or +inf raise ValueError only under ``KERNELGEN_CHECK_INPUTS=1``).
+        alibi_slopes: ALiBi (Press et al. 2022, "Train Short, Test Long"; FlashAttention-2's
+            argument and convention): None, or a float32 tensor on q's device of shape
+            ``(num_heads_q,)`` or ``(batch, num_heads_q)``, contiguous along the heads.  The
+            logit of query row i of request b (0-based in the request) and key j, after
+            ``softmax_scale`` and soft-cap, gets ``-alibi_slopes[b, h] * |i + seqlen_k - seqlen_q
+            - j|`` (seqlen_q, seqlen_k: the request's lengths); the returned lse is that of the
+            biased logits (FlashAttention-2's causal kernels add ``slope * j`` instead: the same
+            out, an lse shifted by a constant per row).  The kernels read the values on the
+            device at every launch (CUDA-graph safe); the tensor's address is part of the call
+            signature.  A mixed prefill + decode batch with ALiBi runs its classes in turn
+            (sm_90a) or as one class (no fused launch).
 
     Returns:
         out (total_q, num_heads_q, head_dim_v) in q's dtype; with ``return_lse`` also
@@ -165,38 +179,48 @@ def varlen_attention(
     TMA, producer/consumer warpgroups, softmax overlapped with the next block's GEMM).
     """
     try:
-        key = signature.key((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, sinks), window_size,
+        key = signature.key((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, sinks, alibi_slopes),
+                            window_size,
                             (max_seqlen_q, max_seqlen_k, causal, softcap, softmax_scale, num_splits, pack_gqa,
-                             return_lse, metadata_layout, sort, head_swizzle, short_query_tokens, arch))
+                             return_lse, metadata_layout, sort, head_swizzle, short_query_tokens, arch,
+                             None if alibi_slopes is None else alibi_slopes.data_ptr(),
+                             None if sinks is None else sinks.data_ptr()))
         prep = _CALLS.get(key)
     except Exception:  # noqa: BLE001 - an argument that cannot be keyed: the validating path names it
         key = prep = None
     if prep is not None and not validation.host_checks_enabled():
         res = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, None)
         if res is not None:
-            if sinks is not None:
+            if sinks is not None and not prep.sinks_fused:
                 _sinks.apply(res[0], res[1], sinks, cu_seqlens_q)
             return res if return_lse else res[0]
     return _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
                            page_table, causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, return_lse,
-                           out, metadata_layout, sort, head_swizzle, short_query_tokens, arch, sinks)
+                           out, metadata_layout, sort, head_swizzle, short_query_tokens, arch, sinks, alibi_slopes)
 
 
 def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table,
                     causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, return_lse, out,
-                    metadata_layout, sort, head_swizzle, short_query_tokens=None, arch=None, sinks=None):
+                    metadata_layout, sort, head_swizzle, short_query_tokens=None, arch=None, sinks=None,
+                    alibi_slopes=None):
     """varlen_attention for a signature not prepared yet: every check, the one decision, the
     kernels; the prepared call is stored under ``key`` (None: not keyable) and run.  With
-    ``sinks`` the kernels always write an LSE (allocated per call when not returned), which
-    ``launch.sinks.apply`` uses after them."""
+    ``sinks`` a single-class recipe runs the sink kernels (``Recipe.sinks_fused``: the epilogue and
+    the combine apply them); the other recipes (mixed batches) write an LSE (allocated per call
+    when not returned), which ``launch.sinks.apply`` uses after them."""
     call = arguments.varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=seqused_k,
                                  page_table=page_table, out=out, causal=causal, window_size=window_size,
                                  softcap=softcap, softmax_scale=softmax_scale, num_splits=num_splits,
                                  pack_gqa=pack_gqa, metadata_layout=metadata_layout, sort=sort,
                                  head_swizzle=head_swizzle, short_query_tokens=short_query_tokens, arch=arch,
-                                 sinks=sinks)
+                                 sinks=sinks, alibi_slopes=alibi_slopes)
     sizes = call.sizes
-    kernel_lse = bool(return_lse) or sinks is not None
+    if call.empty:
+        kernel_lse = bool(return_lse) or sinks is not None
+    else:
+        ordinal = q.device.index
+        recipe = decide.decide(call.signature, runtime.device(ordinal), call.settings)
+        kernel_lse = bool(return_lse) or (sinks is not None and not recipe.sinks_fused)
     if out is None:
         out = torch.empty((sizes["total_q"], sizes["num_heads_q"], sizes["head_dim_v"]), dtype=q.dtype,
                           device=q.device)
@@ -204,15 +228,15 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
         if kernel_lse else None
     if call.empty:
         return (out, lse) if return_lse else out
-    ordinal = q.device.index
-    recipe = decide.decide(call.signature, runtime.device(ordinal), call.settings)
     kernels = bind.bind(recipe, runtime.load(recipe.specs, ordinal))
     prep = kernels.prepare(layout=recipe.workspace, batch=sizes["batch"], q=q, k=k, v=v, out=out, lse=lse,
                            page_table=page_table, scale=call.scale, window=call.window, softcap=call.softcap,
-                           return_lse=kernel_lse, fixed_base=None, sizes=sizes)
+                           return_lse=kernel_lse, fixed_base=None, sizes=sizes,
+                           **({} if alibi_slopes is None else {"alibi": (alibi_slopes.data_ptr(), call.alibi_stride)}),
+                           **({"sinks": sinks.data_ptr()} if recipe.sinks_fused else {}))
     if key is not None and signature.cacheable(key):
         _CALLS.put(key, prep)
     out, lse = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
-    if sinks is not None:
+    if sinks is not None and not recipe.sinks_fused:
         _sinks.apply(out, lse, sinks, cu_seqlens_q)
     return (out, lse) if return_lse else out

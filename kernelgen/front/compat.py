@@ -25,7 +25,7 @@ Every other FA3 (or vLLM fork) argument kernelgen does not implement raises
 ``NotImplementedError`` naming the argument, but only when it is set to something other than its
 default: ``seqused_q``, ``qv``, ``q_descale``/``k_descale``/``v_descale`` (FP8), ``attention_chunk``,
 ``scheduler_metadata`` (kernelgen schedules on the GPU every call; see ``AttentionPlan`` for a
-fixed-capacity plan), ``sm_margin``, ``dropout_p``, ``alibi_slopes``; with_kvcache also ``k``/``v``
+fixed-capacity plan), ``sm_margin``, ``dropout_p``; with_kvcache also ``k``/``v``
 (appending new tokens), ``rotary_cos``/``rotary_sin``/``rotary_seqlens``, ``cache_batch_idx``,
 ``cache_leftpad`` and ``cu_seqlens_k_new``.
 """
@@ -51,7 +51,6 @@ _HINTS = {
                           "CUDA-graph friendly plan use kernelgen.AttentionPlan",
     "sm_margin": "kernelgen's persistent kernels use every SM",
     "dropout_p": "kernelgen is inference-only (no dropout)",
-    "alibi_slopes": "ALiBi biases are not implemented",
     "k": "appending new keys/values to the cache is not implemented: write them into k_cache/v_cache first "
          "(your cache-update kernel) and pass cache_seqlens that include them",
     "v": "appending new keys/values to the cache is not implemented: write them into k_cache/v_cache first "
@@ -185,6 +184,9 @@ def flash_attn_varlen_func(
             two): float32 (num_heads_q,) on q's device, one value-less logit per query head in
             every softmax denominator; the LSE includes it.  Applied after the kernels as an
             exact LSE rescale (one extra pass over out; see :func:`kernelgen.varlen_attention`).
+        alibi_slopes: ALiBi slopes, FlashAttention-2/3's argument and convention: float32
+            (num_heads_q,) or (batch, num_heads_q) on q's device; the logit of query row i and key
+            j gets ``-slope * |i + seqlen_k - seqlen_q - j|`` (see :func:`kernelgen.varlen_attention`).
 
     Returns:
         out (total_q, num_heads_q, head_dim_v) in q's dtype, or (out, softmax_lse) with
@@ -192,7 +194,7 @@ def flash_attn_varlen_func(
 
     Raises:
         NotImplementedError: an unsupported FA3 argument (seqused_q, qv, q/k/v_descale,
-            attention_chunk, scheduler_metadata, sm_margin, dropout_p, alibi_slopes) is set;
+            attention_chunk, scheduler_metadata, sm_margin, dropout_p) is set;
             the message names it.
         TypeError: cu_seqlens_q is not a tensor (e.g. vLLM's positional order), or a kernelgen
             type/dtype check failed.
@@ -212,7 +214,6 @@ def flash_attn_varlen_func(
         scheduler_metadata=(scheduler_metadata, scheduler_metadata is None),
         sm_margin=(sm_margin, _is_zero(sm_margin)),
         dropout_p=(dropout_p, _is_zero(dropout_p)),
-        alibi_slopes=(alibi_slopes, alibi_slopes is None),
     )
     if not isinstance(cu_seqlens_q, torch.Tensor):
         raise TypeError(f"{fn}: cu_seqlens_q must be an int32 tensor, got {type(cu_seqlens_q).__name__}; "
@@ -230,7 +231,8 @@ def flash_attn_varlen_func(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=seqused_k, page_table=table,
         causal=causal, window_size=_window(window_size), softcap=softcap, softmax_scale=softmax_scale,
         num_splits=_num_splits(num_splits), pack_gqa=pack_gqa,
-        return_lse=bool(return_attn_probs or return_softmax_lse), out=out, sinks=_sinks(fn, sinks, s_aux))
+        return_lse=bool(return_attn_probs or return_softmax_lse), out=out, sinks=_sinks(fn, sinks, s_aux),
+        alibi_slopes=alibi_slopes)
 
 
 def _mergeable(x) -> bool:
@@ -306,6 +308,8 @@ def flash_attn_with_kvcache(
         out: optional output tensor shaped like the returned out (a view of it must be possible
             as (total_q, num_heads_q, head_dim_v)).
         s_aux, sinks: attention sinks, float32 (num_heads_q,), as in ``flash_attn_varlen_func``.
+        alibi_slopes: ALiBi slopes, float32 (num_heads_q,) or (batch, num_heads_q), as in
+            ``flash_attn_varlen_func`` (query row i of a request is its i-th new token).
 
     Returns:
         out (batch, seqlen_q, num_heads_q, head_dim_v) in q's dtype ((total_q, num_heads_q,
@@ -316,7 +320,7 @@ def flash_attn_with_kvcache(
     Raises:
         NotImplementedError: an unsupported argument is set (k/v append, qv, rotary_*,
             cache_batch_idx, cache_leftpad, cu_seqlens_k_new, q/k/v_descale, attention_chunk,
-            scheduler_metadata, sm_margin, alibi_slopes); the message names it.
+            scheduler_metadata, sm_margin); the message names it.
         TypeError: cache_seqlens is not an integer or an int32 tensor (a bool or a float
             included), or a kernelgen type check failed.
         ValueError: q/k_cache/out shapes that do not fit together (named), an integer
@@ -341,7 +345,6 @@ def flash_attn_with_kvcache(
         attention_chunk=(attention_chunk, _is_zero(attention_chunk)),
         scheduler_metadata=(scheduler_metadata, scheduler_metadata is None),
         sm_margin=(sm_margin, _is_zero(sm_margin)),
-        alibi_slopes=(alibi_slopes, alibi_slopes is None),
     )
     table = _page_table(fn, page_table, block_table)
     if not isinstance(q, torch.Tensor):
@@ -424,7 +427,7 @@ def flash_attn_with_kvcache(
         q3, kk, vv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=cache_seqlens,
         page_table=table, causal=causal, window_size=_window(window_size), softcap=softcap,
         softmax_scale=softmax_scale, num_splits=_num_splits(num_splits), pack_gqa=pack_gqa,
-        return_lse=bool(return_softmax_lse), out=out3, sinks=_sinks(fn, sinks, s_aux))
+        return_lse=bool(return_softmax_lse), out=out3, sinks=_sinks(fn, sinks, s_aux), alibi_slopes=alibi_slopes)
     o3, lse = (res if return_softmax_lse else (res, None))
     if seqlen_q is None:
         o = o3

@@ -6,14 +6,14 @@ Importing this module registers two operators in the ``kernelgen`` namespace (it
 ``torch.ops.kernelgen.varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None,
 max_seqlen_k=None, seqused_k=None, page_table=None, causal=False, window_left=-1, window_right=-1,
 softcap=0.0, softmax_scale=None, num_splits=0, pack_gqa=None, return_lse=False,
-metadata_layout="soa", sort=True, head_swizzle=True, sinks=None) -> (Tensor out, Tensor lse)``
+metadata_layout="soa", sort=True, head_swizzle=True, sinks=None, alibi_slopes=None) -> (Tensor out, Tensor lse)``
     Functional: allocates ``out`` (total_q, num_heads_q, head_dim_v) in q's dtype.  ``lse`` is
     (num_heads_q, total_q) float32 (natural log) when ``return_lse`` is true, else an *empty*
     float32 tensor of shape (0,) on q's device: the op always returns two tensors, and asking for
     no LSE costs no allocation and no writes.
 
 ``torch.ops.kernelgen.varlen_attention_out(out, q, k, v, cu_seqlens_q, ..., head_swizzle=True,
-sinks=None) -> Tensor lse``
+sinks=None, alibi_slopes=None) -> Tensor lse``
     The same with a caller-provided ``out`` that the op writes in place (declared with
     ``mutates_args=("out",)``, so ``torch.compile`` functionalises it correctly); returns only
     ``lse`` (same convention) because a custom op may not return one of its inputs.
@@ -77,6 +77,7 @@ def _varlen_attention_impl(
     sort: bool = True,
     head_swizzle: bool = True,
     sinks: Optional[Tensor] = None,
+    alibi_slopes: Optional[Tensor] = None,
 ) -> Tuple[Tensor, Tensor]:
     """``torch.ops.kernelgen.varlen_attention``: varlen attention that allocates its output.
 
@@ -84,7 +85,9 @@ def _varlen_attention_impl(
     (total_k, Hkv, d) or paged (num_pages, page_size, Hkv, d); int32 cu_seqlens (batch + 1,),
     seqused_k (batch,), page_table (batch, max_pages_per_seq); lengths in tokens), with
     ``window_size`` given as ``window_left, window_right`` and no ``out``; ``sinks`` float32
-    (Hq,) attention sinks or None (applied as an LSE rescale after the kernels).
+    (Hq,) attention sinks or None (applied as an LSE rescale after the kernels);
+    ``alibi_slopes`` float32 (Hq,) or (batch, Hq) ALiBi slopes or None (FlashAttention-2's
+    convention, see :func:`kernelgen.varlen_attention`).
 
     Returns:
         (out, lse): out (total_q, Hq, head_dim_v) in q's dtype; lse (Hq, total_q) float32 natural
@@ -100,7 +103,8 @@ def _varlen_attention_impl(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=seqused_k,
         page_table=page_table, causal=causal, window_size=(window_left, window_right), softcap=softcap,
         softmax_scale=softmax_scale, num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse,
-        metadata_layout=metadata_layout, sort=sort, head_swizzle=head_swizzle, sinks=sinks)
+        metadata_layout=metadata_layout, sort=sort, head_swizzle=head_swizzle, sinks=sinks,
+        alibi_slopes=alibi_slopes)
     if return_lse:
         out, lse = res
         return out, lse
@@ -130,12 +134,13 @@ def _varlen_attention_out_impl(
     sort: bool = True,
     head_swizzle: bool = True,
     sinks: Optional[Tensor] = None,
+    alibi_slopes: Optional[Tensor] = None,
 ) -> Tensor:
     """``torch.ops.kernelgen.varlen_attention_out``: writes ``out`` in place, returns lse.
 
     Args: ``out`` first, (total_q, Hq, head_dim_v) in q's dtype, last dim contiguous, 16-byte
     aligned rows (a custom op may not take a tensor keyword-only); then the arguments of
-    ``torch.ops.kernelgen.varlen_attention`` (``sinks`` included).
+    ``torch.ops.kernelgen.varlen_attention`` (``sinks`` and ``alibi_slopes`` included).
 
     Returns:
         lse (Hq, total_q) float32 natural log when ``return_lse``, else an empty (0,) float32 tensor.
@@ -150,7 +155,8 @@ def _varlen_attention_out_impl(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=seqused_k,
         page_table=page_table, causal=causal, window_size=(window_left, window_right), softcap=softcap,
         softmax_scale=softmax_scale, num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out,
-        metadata_layout=metadata_layout, sort=sort, head_swizzle=head_swizzle, sinks=sinks)
+        metadata_layout=metadata_layout, sort=sort, head_swizzle=head_swizzle, sinks=sinks,
+        alibi_slopes=alibi_slopes)
     return res[1] if return_lse else _lse_or_empty(None, q)
 
 
@@ -176,7 +182,7 @@ varlen_attention_op.register_autograd(_no_backward, setup_context=lambda ctx, in
 
 # ------------------------------------------------------------------------------ fake (meta) kernels
 def _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, causal, window_left, window_right,
-                 softcap, num_splits, metadata_layout, sinks=None):
+                 softcap, num_splits, metadata_layout, sinks=None, alibi_slopes=None):
     """The checks of kernelgen.varlen_attention that read no tensor values (shapes, dtypes, scalar
     arguments), so a bad call fails while torch.compile traces; returns (total_q, num_heads_q,
     head_dim_v)."""
@@ -219,7 +225,8 @@ def _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, cau
             raise ValueError("cu_seqlens_k must be None with a page_table (key lengths come from seqused_k)")
     elif cu_seqlens_k is None:
         raise ValueError("cu_seqlens_k is required for packed k/v (give page_table and seqused_k for a paged cache)")
-    validation.sinks(sinks, hq, q.device)     # varlen_attention's own check (dtype, 1-D, heads, device)
+    validation.sinks(sinks, hq, q.device)     # varlen_attention's own checks (dtype, shape, device)
+    validation.alibi_slopes(alibi_slopes, hq, None, q.device)
     return q.shape[0], q.shape[1], v.shape[-1]
 
 
@@ -232,9 +239,9 @@ def _fake_lse(q, return_lse):
 def _varlen_attention_fake(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
                            seqused_k=None, page_table=None, causal=False, window_left=-1, window_right=-1,
                            softcap=0.0, softmax_scale=None, num_splits=0, pack_gqa=None, return_lse=False,
-                           metadata_layout="soa", sort=True, head_swizzle=True, sinks=None):
+                           metadata_layout="soa", sort=True, head_swizzle=True, sinks=None, alibi_slopes=None):
     total_q, hq, dv = _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, causal, window_left,
-                                   window_right, softcap, num_splits, metadata_layout, sinks)
+                                   window_right, softcap, num_splits, metadata_layout, sinks, alibi_slopes)
     return q.new_empty((total_q, hq, dv)), _fake_lse(q, return_lse)
 
 
@@ -242,9 +249,10 @@ def _varlen_attention_fake(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_
 def _varlen_attention_out_fake(out, q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
                                seqused_k=None, page_table=None, causal=False, window_left=-1, window_right=-1,
                                softcap=0.0, softmax_scale=None, num_splits=0, pack_gqa=None, return_lse=False,
-                               metadata_layout="soa", sort=True, head_swizzle=True, sinks=None):
+                               metadata_layout="soa", sort=True, head_swizzle=True, sinks=None,
+                               alibi_slopes=None):
     total_q, hq, dv = _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, causal, window_left,
-                                   window_right, softcap, num_splits, metadata_layout, sinks)
+                                   window_right, softcap, num_splits, metadata_layout, sinks, alibi_slopes)
     if tuple(out.shape) != (total_q, hq, dv) or out.dtype != q.dtype:
         raise ValueError(f"out must be a {q.dtype} tensor of shape {(total_q, hq, dv)}, got {out.dtype} "
                          f"{tuple(out.shape)}")
@@ -284,6 +292,7 @@ def varlen_attention(
     sort: bool = True,
     head_swizzle: bool = True,
     sinks: Optional[Tensor] = None,
+    alibi_slopes: Optional[Tensor] = None,
 ):
     """:func:`kernelgen.varlen_attention` that ``torch.compile(fullgraph=True)`` can trace.
 
@@ -292,7 +301,9 @@ def varlen_attention(
     with cu_seqlens_k, or paged (num_pages, page_size, num_heads_kv, head_dim[_v]) with page_table
     (batch, max_pages_per_seq) and seqused_k (batch,); index tensors int32; lengths in tokens;
     ``sinks`` float32 (num_heads_q,) attention sinks (gpt-oss semantics, applied as an exact LSE
-    rescale after the kernels, one extra pass over out; see :func:`kernelgen.varlen_attention`).
+    rescale after the kernels, one extra pass over out; see :func:`kernelgen.varlen_attention`);
+    ``alibi_slopes`` float32 (num_heads_q,) or (batch, num_heads_q) ALiBi slopes (FlashAttention-2's
+    convention; see :func:`kernelgen.varlen_attention`).
     While torch.compile traces, for fake or meta tensors, and when autograd records (an input
     requires grad) the call goes through ``torch.ops.kernelgen.varlen_attention`` (or
     ``varlen_attention_out`` when ``out`` is given); otherwise it calls the eager implementation
@@ -315,7 +326,8 @@ def varlen_attention(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=seqused_k,
             page_table=page_table, causal=causal, window_size=window_size, softcap=softcap,
             softmax_scale=softmax_scale, num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out,
-            metadata_layout=metadata_layout, sort=sort, head_swizzle=head_swizzle, sinks=sinks)
+            metadata_layout=metadata_layout, sort=sort, head_swizzle=head_swizzle, sinks=sinks,
+        alibi_slopes=alibi_slopes)
     from ..selection import validation
 
     # Validate before converting: float()/int() would turn a bad value into a raw conversion error
@@ -328,7 +340,7 @@ def varlen_attention(
         softmax_scale = validation.softmax_scale(softmax_scale, q.shape[-1])
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, bool(causal),
             int(window_size[0]), int(window_size[1]), softcap, softmax_scale, num_splits, pack_gqa,
-            bool(return_lse), metadata_layout, bool(sort), bool(head_swizzle), sinks)
+            bool(return_lse), metadata_layout, bool(sort), bool(head_swizzle), sinks, alibi_slopes)
     if out is None:
         out, lse = torch.ops.kernelgen.varlen_attention(*args)
     else:

@@ -62,8 +62,16 @@ class AttentionPlan:
         sinks: steps will pass ``sinks=`` (attention sinks, see ``run``): the plan preallocates
             the float32 LSE scratch of num_heads_q * max_total_q values that those steps use when
             no ``lse`` is passed, so a captured step allocates nothing for it.  Without it such
-            steps allocate their LSE scratch per step (like ``out=None``).  The kernels are the
-            same either way.
+            steps allocate their LSE scratch per step (like ``out=None``).  A single-class plan
+            (no mixed-batch launch) then runs the sink kernels instead (``AttentionSpec.sinks``,
+            ``sinks_fused``: the epilogue and the combine add the sink, no rescale, no scratch);
+            its steps without ``sinks`` read a plan-owned -inf tensor (no sink).
+        alibi: steps pass ``alibi_slopes=`` (ALiBi, see ``varlen_attention``): the plan runs the
+            ALiBi kernels, and every step of it must pass the slopes ((num_heads_q,) or (batch,
+            num_heads_q) float32 on the plan's device).  The kernels read the values on the device
+            at every launch (a captured step replays with what the tensor holds then); the
+            tensor's address and shape are part of the step's signature.  A mixed-batch plan
+            with ALiBi runs its classes in turn (sm_90a) or as one class (no fused launch).
 
     Raises:
         ValueError / TypeError: bad capacities, head counts, head dims, dtype, window, softcap,
@@ -78,7 +86,7 @@ class AttentionPlan:
                  window_size=(-1, -1), softcap: float = 0.0, num_splits: int = 0, pack_gqa: bool | None = None,
                  metadata_layout: str = "soa", sort: bool = True, head_swizzle: bool = True, device=None,
                  short_query_tokens: int | None = None, arch: str | None = None, page_size: int | None = None,
-                 sinks: bool = False):
+                 sinks: bool = False, alibi: bool = False):
         arguments.plan_capacity(max_batch, dtype, num_heads_q, num_heads_kv, max_seqlen_q, max_seqlen_k)
         head_dim_v = head_dim if head_dim_v is None else head_dim_v
         if device is None:
@@ -102,7 +110,10 @@ class AttentionPlan:
             head_dim=head_dim, head_dim_v=head_dim_v, dtype=dtype, max_seqlen_q=max_seqlen_q,
             max_seqlen_k=max_seqlen_k, paged=self.paged, page_size=page_size, causal=causal, window_size=window_size,
             softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa, metadata_layout=metadata_layout, sort=sort,
-            head_swizzle=head_swizzle, short_query_tokens=short_query_tokens, arch=arch)
+            head_swizzle=head_swizzle, short_query_tokens=short_query_tokens, arch=arch, alibi=alibi,
+            **({"sinks": True} if sinks else {}))
+        #: Whether the plan's kernels add ALiBi biases (steps then pass ``alibi_slopes``).
+        self.alibi = bool(alibi)
         self.page_size = checked.page_size
         (self.window_left, self.window_right), self.softcap = checked.window, checked.softcap
         self.mask, self.layout = checked.signature.mask, checked.signature.layout
@@ -133,9 +144,26 @@ class AttentionPlan:
         #: float32 LSE scratch of steps with sinks and no caller lse (``sinks=True``), else None.  A
         #: normal tensor even for a plan made under torch.inference_mode: launch.sinks.apply updates
         #: it in place, which an inference tensor refuses outside inference mode.
+        #: Whether the plan's kernels add the sinks themselves (a single-class plan made with
+        #: ``sinks=True``: ``Recipe.sinks_fused``); steps then skip ``launch.sinks.apply``.
+        self.sinks_fused = self.recipe.sinks_fused
         with torch.inference_mode(False):
             self._sink_lse = (torch.empty(num_heads_q * self.max_total_q, dtype=torch.float32, device=self.device)
-                              if sinks else None)
+                              if sinks and not self.sinks_fused else None)
+        #: -inf sinks (no sink) for the steps of a sink-kernel plan that pass no ``sinks``
+        self._no_sinks = (torch.full((num_heads_q,), float("-inf"), dtype=torch.float32, device=self.device)
+                          if self.sinks_fused else None)
+
+    def _alibi_arg(self, alibi_slopes, cu_seqlens_q):
+        """(address, batch stride) of a step's checked ``alibi_slopes``, None without ALiBi."""
+        if alibi_slopes is None:
+            if self.alibi:
+                raise ValueError("alibi_slopes is required: this plan was made with alibi=True (ALiBi kernels)")
+            return None
+        if not self.alibi:
+            raise ValueError("alibi_slopes given to a plan made without ALiBi: make it with alibi=True")
+        stride = validation.alibi_slopes(alibi_slopes, self.num_heads_q, cu_seqlens_q.shape[0] - 1, self.device)
+        return alibi_slopes.data_ptr(), stride
 
     def _lse_scratch(self, total_q: int):
         """A contiguous (num_heads_q, total_q) float32 LSE for a step with sinks and no caller lse:
@@ -170,31 +198,39 @@ class AttentionPlan:
                             batch, self.capacity)
 
     def attend(self, q, k, v, cu_seqlens_q, cu_seqlens_k=None, *, seqused_k=None, page_table=None, out=None, lse=None,
-               softmax_scale=None, sinks=None):
+               softmax_scale=None, sinks=None, alibi_slopes=None):
         """Launch attention (and the combine kernel) on the metadata the last ``schedule`` wrote.
 
         Shapes as in ``varlen_attention``; ``lse`` is an optional (num_heads_q, total_q) float32
         tensor to fill; ``sinks`` an optional float32 (num_heads_q,) tensor of attention sinks
-        (as in ``run``; ``lse`` then receives the sink-inclusive LSE).  Returns out.  Raises
+        (as in ``run``; ``lse`` then receives the sink-inclusive LSE); ``alibi_slopes`` the ALiBi
+        slopes of a plan made with ``alibi=True`` (as in ``run``).  Returns out.  Raises
         ValueError / TypeError for inputs that do not match the plan (heads, head dims, dtype,
         device, paging, capacities).
         """
         sizes = self._check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks)
+        # (no call without ALiBi: a plain step's path down the layers stays as it was)
+        alibi = None if alibi_slopes is None and not self.alibi else self._alibi_arg(alibi_slopes, cu_seqlens_q)
         scale = validation.softmax_scale(softmax_scale, self.head_dim)
         if out is None:
             out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=q.dtype, device=q.device)
-        kernel_lse = lse if (lse is not None or sinks is None) else self._lse_scratch(sizes["total_q"])
+        fused_sinks = None
+        if self.sinks_fused:   # the kernels add the sinks (or -inf: none)
+            fused_sinks, kernel_lse = (self._no_sinks if sinks is None else sinks).data_ptr(), lse
+        else:
+            kernel_lse = lse if (lse is not None or sinks is None) else self._lse_scratch(sizes["total_q"])
         with torch.cuda.device(self.device):
             oneoff.attend(self._kernels, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, kernel_lse,
                           md_long=self.metadata, md_short=self.metadata_short, split=self.split,
                           capacity=self.capacity, scale=scale, window=(self.window_left, self.window_right),
-                          softcap=self.softcap)
-            if sinks is not None:
+                          softcap=self.softcap, alibi=alibi,
+                          **({} if fused_sinks is None else {"sinks": fused_sinks}))
+            if sinks is not None and fused_sinks is None:
                 _sinks.apply(out, kernel_lse, sinks, cu_seqlens_q)
         return out
 
     def run(self, q, k, v, cu_seqlens_q, cu_seqlens_k=None, *, seqused_k=None, page_table=None, out=None, lse=None,
-            return_lse=False, softmax_scale=None, sinks=None):
+            return_lse=False, softmax_scale=None, sinks=None, alibi_slopes=None):
         """Scheduler, attention and combine for one step, on the plan's device whatever the current
         device is.
 
@@ -206,11 +242,16 @@ class AttentionPlan:
         CUDA graph).  ``sinks``: None, or attention sinks (gpt-oss), a float32 (num_heads_q,)
         tensor on the plan's device, one value-less logit per query head in every row's softmax
         denominator (semantics, -inf and empty rows as in ``varlen_attention``); the returned /
-        written lse includes it.  Applied after the kernels as an exact LSE rescale
+        written lse includes it.  On a plan with ``sinks_fused`` (single class, made with
+        ``sinks=True``) the sink kernels add it (the address is a step parameter); otherwise it is
+        applied after the kernels as an exact LSE rescale
         (``launch.sinks.apply``, one extra pass over out) with torch ops on the current stream:
         its values are read on the device, so a captured step replays with whatever the tensor
         holds then.  Without ``lse`` the step's LSE goes to the plan's scratch (``sinks=True``
-        at construction) or a per-step tensor.
+        at construction) or a per-step tensor.  ``alibi_slopes``: the ALiBi slopes, required by
+        (and only by) a plan made with ``alibi=True``: float32 (num_heads_q,) or (batch,
+        num_heads_q) on the plan's device, FlashAttention-2's convention (``varlen_attention``);
+        read on the device at every launch, so a captured step replays with new values.
 
         Returns:
             out, or (out, lse) when ``return_lse`` or ``lse`` is given.
@@ -229,13 +270,16 @@ class AttentionPlan:
         ``lse``, if returned) are given (``docs/dev/perf-log.md``, "host overhead").
         """
         try:
-            key = signature.key((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks), (),
-                                (return_lse, softmax_scale))
+            key = signature.key((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks,
+                                 alibi_slopes), (),
+                                (return_lse, softmax_scale, None if alibi_slopes is None else alibi_slopes.data_ptr(),
+                                 None if sinks is None or not self.sinks_fused else sinks.data_ptr()))
             step = self._steps.get(key)
         except Exception:  # noqa: BLE001 - an argument that cannot be keyed: the validating path names it
             key = step = None
         if step is not None:
-            if sinks is None:
+            if sinks is None or (self.sinks_fused and not validation.host_checks_enabled()):
+                # (sink kernels: the sinks' address is in the step's parameters)
                 res = step.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
                 if res is not None:
                     return res if res[1] is not None else res[0]
@@ -254,9 +298,9 @@ class AttentionPlan:
         if torch.cuda.current_device() != self.device.index:
             with torch.cuda.device(self.device):
                 return self._validated_run(key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse,
-                                           return_lse, softmax_scale, sinks)
+                                           return_lse, softmax_scale, sinks, alibi_slopes)
         return self._validated_run(key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse,
-                                   return_lse, softmax_scale, sinks)
+                                   return_lse, softmax_scale, sinks, alibi_slopes)
 
     @staticmethod
     def _sink_step(step, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks):
@@ -268,7 +312,7 @@ class AttentionPlan:
         return res
 
     def _validated_run(self, key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, return_lse,
-                       softmax_scale, sinks=None):
+                       softmax_scale, sinks=None, alibi_slopes=None):
         """run for a signature not prepared yet: every check before anything is launched, then the
         step is prepared, stored under ``key`` (None: not keyable) and run.  With ``sinks`` the
         step always writes an LSE (the caller's, a new one when returned, else the plan's
@@ -277,7 +321,10 @@ class AttentionPlan:
         if return_lse and lse is None:
             lse = torch.empty((self.num_heads_q, q.shape[0]), dtype=torch.float32, device=q.device)
         sizes = self._check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks)
-        if sinks is not None and lse is None:
+        # (no call without ALiBi: a plain step's path down the layers stays as it was)
+        alibi = None if alibi_slopes is None and not self.alibi else self._alibi_arg(alibi_slopes, cu_seqlens_q)
+        fused_sinks = (self._no_sinks if sinks is None else sinks).data_ptr() if self.sinks_fused else None
+        if sinks is not None and lse is None and fused_sinks is None:
             lse = self._lse_scratch(sizes["total_q"])
         batch = arguments.plan_lengths(cu_seqlens_q, cu_seqlens_k, seqused_k, device=self.device,
                                        capacity=self.capacity)
@@ -286,12 +333,15 @@ class AttentionPlan:
             out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=q.dtype, device=q.device)
         step = self._kernels.prepare(layout=self.workspace_layout, batch=batch, q=q, k=k, v=v, out=out, lse=lse,
                                      page_table=page_table, scale=scale, window=(self.window_left, self.window_right),
-                                     softcap=self.softcap, return_lse=bool(return_lse) or sinks is not None,
-                                     fixed_base=self._workspace.data_ptr(), sizes=sizes)
+                                     softcap=self.softcap,
+                                     return_lse=bool(return_lse) or (sinks is not None and fused_sinks is None),
+                                     fixed_base=self._workspace.data_ptr(), sizes=sizes,
+                                     **({} if alibi is None else {"alibi": alibi}),
+                                     **({} if fused_sinks is None else {"sinks": fused_sinks}))
         if key is not None and signature.cacheable(key):
             self._steps.put(key, step)
         out, lse = step.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
-        if sinks is not None:
+        if sinks is not None and fused_sinks is None:
             _sinks.apply(out, lse, sinks, cu_seqlens_q)
         return (out, lse) if give else out
 

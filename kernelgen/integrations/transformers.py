@@ -30,7 +30,7 @@ Mapping onto ``kernelgen.varlen_attention`` (what transformers' FlashAttention-2
   ``kv_idx > q_idx - w``) -> ``window_size=(w - 1, 0)`` (``(w - 1, w - 1)`` without causal);
 - ``softcap`` -> ``softcap``; ``scaling`` -> ``softmax_scale``; GQA passes through (kernelgen maps
   query head h to KV head ``h // (Hq // Hkv)`` as transformers' ``repeat_kv`` does);
-- ``s_aux`` (gpt-oss attention sinks, one logit per query head) -> ``sinks=s_aux.float()``;
+- ``s_aux`` (gpt-oss attention sinks, one logit per query head) -> ``sinks=`` (float32; one copy per tensor);
 - packed sequences (``cu_seq_lens_q``/``cu_seq_lens_k``/``max_length_q``/``max_length_k`` keyword
   arguments, or position ids that restart inside one row) -> those cu_seqlens.
 
@@ -94,9 +94,30 @@ def _window(sliding_window, causal):
     return (w, 0) if causal else (w, w)
 
 
+#: float32 copies of non-float32 sinks: id(s_aux) -> (weak reference, s_aux._version, copy).  The
+#: sink kernels take the sinks' address as a static parameter (a prepared call is keyed by it), so a
+#: layer's sinks keep one address across steps instead of a new ``.float()`` copy every call
+#: (which would miss the prepared call each time).
+_SINKS32: dict = {}
+
+
+def _sinks32(s_aux):
+    if s_aux.dtype == torch.float32:
+        return s_aux
+    hit = _SINKS32.get(id(s_aux))
+    if hit is not None and hit[0]() is s_aux and hit[1] == s_aux._version:
+        return hit[2]
+    with torch.no_grad():
+        copy = s_aux.detach().float()
+    if len(_SINKS32) >= 4096:
+        _SINKS32.clear()
+    _SINKS32[id(s_aux)] = (weakref.ref(s_aux), s_aux._version, copy)
+    return copy
+
+
 def _extra(s_aux):
     """``sinks=`` only for a model with sinks (gpt-oss), so other models run on a kernelgen without it."""
-    return {} if s_aux is None else {"sinks": s_aux.float()}
+    return {} if s_aux is None else {"sinks": _sinks32(s_aux)}
 
 
 class _Layout:

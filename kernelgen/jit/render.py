@@ -16,7 +16,8 @@ from pathlib import Path
 import jinja2
 
 from ..kernels import metadata
-from ..kernels.params import ATTENTION_PARAMS, COMBINE_PARAMS, FUSED_TMA_PARAMS, SCHEDULER_PARAMS, TMA_ATTENTION_PARAMS
+from ..kernels.params import (ATTENTION_PARAMS, COMBINE_PARAMS, FUSED_TMA_PARAMS, SCHEDULER_PARAMS,
+                              attention_params_for, combine_params_for)
 
 
 def templates_dir() -> Path:
@@ -79,13 +80,13 @@ def context(spec) -> dict:
         if spec.kind == "fused":
             ctx["params_decl"] = (FUSED_TMA_PARAMS if sm90 else ATTENTION_PARAMS).c_decl()
         else:
-            ctx["params_decl"] = (TMA_ATTENTION_PARAMS if sm90 else ATTENTION_PARAMS).c_decl()
+            ctx["params_decl"] = attention_params_for(spec).c_decl()
         ctx["variants"] = spec.variant_contexts()
     elif spec.kind == "scheduler":
         ctx["params_decl"] = SCHEDULER_PARAMS.c_decl()
     elif spec.kind == "combine":
         ctx.update(_DTYPE_INFO[spec.dtype])
-        ctx["params_decl"] = COMBINE_PARAMS.c_decl()
+        ctx["params_decl"] = combine_params_for(spec).c_decl()
     return ctx
 
 

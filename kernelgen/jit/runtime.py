@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from ..kernels.device import Device
 from ..kernels.params import (ATTENTION_PARAMS, COMBINE_PARAMS, FUSED_TMA_PARAMS, ParamStruct, SCHEDULER_PARAMS,
-                              TMA_ATTENTION_PARAMS)
+                              TMA_ATTENTION_PARAMS, attention_params_for, combine_params_for)
 
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 #: The scheduler keeps up to four 4-byte values per request slot in dynamic shared memory (two
@@ -128,7 +128,7 @@ def _load(spec, ordinal: int) -> Kernel:
     check_register_pool(spec, entry.resources)
     if spec.kind == "attention":
         threads, smem = spec.num_threads, spec.smem_bytes()
-        params = TMA_ATTENTION_PARAMS if spec.mainloop == "sm90a" else ATTENTION_PARAMS
+        params = attention_params_for(spec)
     elif spec.kind == "scheduler":
         # dynamic smem is set per launch (kernel_args.scheduler_launch_shape), up to the opt-in below
         threads, smem, params = spec.num_threads, 0, SCHEDULER_PARAMS
@@ -136,7 +136,7 @@ def _load(spec, ordinal: int) -> Kernel:
         threads, smem = spec.num_threads, spec.smem_bytes()
         params = FUSED_TMA_PARAMS if spec.hopper else ATTENTION_PARAMS
     elif spec.kind == "combine":
-        threads, smem, params = spec.num_threads, 0, COMBINE_PARAMS
+        threads, smem, params = spec.num_threads, 0, combine_params_for(spec)
     else:
         raise ValueError(f"unknown kernel kind {spec.kind!r}")
     dev = device(ordinal)

@@ -36,12 +36,20 @@ def scheduler_fields(batch: int, capacity: int, cfg) -> dict:
 
 
 def attention_fields(q, k, v, out, lse, page_table, capacity: int, scale: float, window=(-1, -1),
-                     softcap: float = 0.0, strides: dict | None = None) -> dict:
+                     softcap: float = 0.0, strides: dict | None = None, alibi: tuple | None = None,
+                     sinks: int | None = None) -> dict:
     """AttnParams' strides, sizes and scales (``scale`` is softmax_scale, folded with log2(e));
-    ``strides`` are the partials' (``split_strides``), None without split-KV."""
+    ``strides`` are the partials' (``split_strides``), None without split-KV.  ``alibi``: (address,
+    batch stride) of the ALiBi slopes (``params.ATTENTION_PARAMS_ALIBI``), None without ALiBi (the
+    plain AttnParams has no such fields).  ``sinks``: the address of the float32 sinks of a sink
+    kernel (``params.ATTENTION_PARAMS_SINKS``), None otherwise."""
     paged = page_table is not None
     total_q, hq, _ = out.shape
+    extra = {} if alibi is None else {"alibi_slopes": int(alibi[0]), "alibi_batch_stride": int(alibi[1])}
+    if sinks is not None:
+        extra["sinks"] = int(sinks)
     return {
+        **extra,
         "q_row_stride": q.stride(0), "q_head_stride": q.stride(1),
         "k_row_stride": k.stride(1 if paged else 0), "k_head_stride": k.stride(-2), "k_page_stride": k.stride(0) if paged else 0,
         "v_row_stride": v.stride(1 if paged else 0), "v_head_stride": v.stride(-2), "v_page_stride": v.stride(0) if paged else 0,
@@ -57,9 +65,10 @@ def attention_fields(q, k, v, out, lse, page_table, capacity: int, scale: float,
     }
 
 
-def combine_fields(out, lse, num_heads_q: int, strides: dict) -> dict:
-    """CombineParams' strides and sizes (``strides``: the partials', ``split_strides``)."""
-    return {"o_row_stride": out.stride(0), "o_head_stride": out.stride(1),
+def combine_fields(out, lse, num_heads_q: int, strides: dict, sinks: int | None = None) -> dict:
+    """CombineParams' strides and sizes (``strides``: the partials', ``split_strides``); ``sinks``:
+    the sinks' address of a sink combine kernel (``params.COMBINE_PARAMS_SINKS``)."""
+    return {**({} if sinks is None else {"sinks": int(sinks)}), "o_row_stride": out.stride(0), "o_head_stride": out.stride(1),
             "lse_head_stride": lse.stride(0) if lse is not None else 0, **strides,
             "num_heads_q": num_heads_q, "total_q": out.shape[0]}
 

@@ -76,6 +76,22 @@ ATTENTION_PARAMS = ParamStruct(
     ],
 )
 
+#: The ALiBi variants' AttnParams (``AttentionSpec.alibi``): the same fields, then the slopes'
+#: address and batch stride.  The address is a static field (an i64, not one of the pointers a
+#: launch rewrites per call): a prepared call is keyed by the slopes tensor's address
+#: (``selection.signature``), an AttentionPlan owns its slopes buffer; the kernel reads the values
+#: from it at every launch (graph replays see new values).  ``alibi_batch_stride`` is 0 for
+#: ``(num_heads_q,)`` slopes and num_heads_q for ``(batch, num_heads_q)``.  Kernels without ALiBi
+#: keep ``ATTENTION_PARAMS`` (their source and parameters are unchanged).
+ATTENTION_PARAMS_ALIBI = ParamStruct(
+    "AttnParams", ATTENTION_PARAMS.fields + [("alibi_slopes", "i64"), ("alibi_batch_stride", "i32")])
+
+#: Attention sinks fused in the kernels (``AttentionSpec.sinks``): the sinks' address (an i64
+#: static field, as ALiBi's slopes: a prepared call is keyed by the tensor's address and the kernel
+#: reads the values at every launch) after the plain (or ALiBi) fields.
+ATTENTION_PARAMS_SINKS = ParamStruct("AttnParams", ATTENTION_PARAMS.fields + [("sinks", "i64")])
+ATTENTION_PARAMS_ALIBI_SINKS = ParamStruct("AttnParams", ATTENTION_PARAMS_ALIBI.fields + [("sinks", "i64")])
+
 COMBINE_PARAMS = ParamStruct(
     "CombineParams",
     [
@@ -87,6 +103,15 @@ COMBINE_PARAMS = ParamStruct(
         ("num_heads_q", "i32"), ("total_q", "i32"),
     ],
 )
+
+#: The combine kernel of sink variants (``CombineSpec.sinks``): the sinks' address (i64, as above).
+COMBINE_PARAMS_SINKS = ParamStruct("CombineParams", COMBINE_PARAMS.fields + [("sinks", "i64")])
+
+
+def combine_params_for(spec):
+    """The combine kernel's parameter struct: plain, or with the sinks' address."""
+    return COMBINE_PARAMS_SINKS if getattr(spec, "sinks", False) else COMBINE_PARAMS
+
 
 SCHEDULER_PARAMS = ParamStruct(
     "SchedParams",
@@ -157,6 +182,20 @@ class TmaParamStruct:
 
 
 TMA_ATTENTION_PARAMS = TmaParamStruct(ATTENTION_PARAMS)
+TMA_ATTENTION_PARAMS_ALIBI = TmaParamStruct(ATTENTION_PARAMS_ALIBI)
+TMA_ATTENTION_PARAMS_SINKS = TmaParamStruct(ATTENTION_PARAMS_SINKS)
+TMA_ATTENTION_PARAMS_ALIBI_SINKS = TmaParamStruct(ATTENTION_PARAMS_ALIBI_SINKS)
+
+
+def attention_params_for(spec):
+    """The parameter struct of an attention spec: plain or ALiBi (``AttnParams``), with the Hopper
+    kernel's tensor maps in front (``TmaAttnParams``)."""
+    alibi, sinks = getattr(spec, "alibi", False), getattr(spec, "sinks", False)
+    if spec.mainloop == "sm90a":
+        return {(False, False): TMA_ATTENTION_PARAMS, (True, False): TMA_ATTENTION_PARAMS_ALIBI,
+                (False, True): TMA_ATTENTION_PARAMS_SINKS, (True, True): TMA_ATTENTION_PARAMS_ALIBI_SINKS}[alibi, sinks]
+    return {(False, False): ATTENTION_PARAMS, (True, False): ATTENTION_PARAMS_ALIBI,
+            (False, True): ATTENTION_PARAMS_SINKS, (True, True): ATTENTION_PARAMS_ALIBI_SINKS}[alibi, sinks]
 
 
 class FusedTmaParamStruct:

@@ -136,6 +136,12 @@ class Recipe:
         return tuple(s for s in specs if s is not None)
 
     @property
+    def sinks_fused(self) -> bool:
+        """The kernels apply the attention sinks (a single-class recipe of sink variants,
+        ``AttentionSpec.sinks``); else ``launch.sinks.apply`` rescales after them."""
+        return self.kind == "single" and getattr(self.variants.attention, "sinks", False)
+
+    @property
     def combine(self) -> CombineSpec | None:
         v = self.variants
         return v.short.combine if self.kind == "pair" else v.combine

@@ -126,6 +126,19 @@ class AttentionSpec:
     row_splits: bool = False
     mainloop: str = "sm80"
     sm90_opts: str = ""
+    #: ALiBi (Press et al. 2022, FlashAttention-2's ``alibi_slopes``): the scaled (and soft-capped)
+    #: logit of query row i and key j gets ``-slope[b, h] * |i + seqlen_k - seqlen_q - j|``, the
+    #: slope read from ``AttnParams.alibi_slopes`` (``params.ATTENTION_PARAMS_ALIBI``).  Off, the
+    #: field is absent from the template variables, the name and ``to_json``: the source and the
+    #: cache key of every other spec are unchanged.
+    alibi: bool = False
+    #: Attention sinks fused in the kernel (gpt-oss, ``launch.sinks``' semantics): at the final
+    #: normalisation of a row written directly (not a split-KV partial: the combine kernel adds the
+    #: sink once, ``CombineSpec.sinks``) the row's LSE becomes logaddexp(lse, sinks[h]) and O is
+    #: scaled by exp(lse - new lse), h the row's query head (``AttnParams.sinks``,
+    #: ``params.ATTENTION_PARAMS_SINKS``).  Off, absent from the name, template variables and
+    #: ``to_json`` (other specs' sources and cache keys unchanged).
+    sinks: bool = False
 
     kind: ClassVar[str] = "attention"
     entry: ClassVar[str] = "kg_attention_fwd"
@@ -225,7 +238,7 @@ class AttentionSpec:
     @property
     def name(self) -> str:
         hd = f"d{self.head_dim}" if self.head_dim == self.head_dim_v else f"d{self.head_dim}x{self.head_dim_v}"
-        extra = "".join(f"_{flag}" for flag in ("pack", "split", "paged", "softcap", "rowsplits")
+        extra = "".join(f"_{flag}" for flag in ("pack", "split", "paged", "softcap", "alibi", "sinks", "rowsplits")
                         if getattr(self, {"pack": "pack_gqa", "rowsplits": "row_splits"}.get(flag, flag)))
         path = "" if self.mainloop == "sm80" else "_wgmma" + "".join(f"_{_SM90_OPT_NAMES[o]}" for o in self.sm90_opts)
         return f"attn_{self.arch}{path}_{self.dtype}_{hd}_{self.mask}{extra}_{self.layout}_{self.tile.tag}"
@@ -252,6 +265,8 @@ class AttentionSpec:
             "mainloop": self.mainloop,
             "sm90_opts": self.sm90_opts,
             **self._sm90_regs(),
+            **({"alibi": True} if self.alibi else {}),
+            **({"sinks": True} if self.sinks else {}),
         }
 
     def _sm90_regs(self) -> dict:
@@ -268,6 +283,10 @@ class AttentionSpec:
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
+        if not self.alibi:
+            del d["alibi"]       # the records (and cache keys) of specs without ALiBi stay as before
+        if not self.sinks:
+            del d["sinks"]
         d["kind"] = self.kind
         return d
 
@@ -310,6 +329,9 @@ class CombineSpec:
     arch: str
     dtype: str
     head_dim_v: int
+    #: add each row's attention sink once when merging (``CombineParams.sinks``); off: absent from
+    #: the name, template variables and ``to_json`` (the plain combine kernel is unchanged)
+    sinks: bool = False
 
     kind: ClassVar[str] = "combine"
     template: ClassVar[str] = "combine/combine.cu.j2"
@@ -324,14 +346,17 @@ class CombineSpec:
 
     @property
     def name(self) -> str:
-        return f"combine_{self.arch}_{self.dtype}_dv{self.head_dim_v}"
+        return f"combine_{self.arch}_{self.dtype}_dv{self.head_dim_v}" + ("_sinks" if self.sinks else "")
 
     def template_vars(self) -> dict:
         # the metadata header is layout-independent; "soa" only satisfies the shared include
-        return {"arch": self.arch, "dtype": self.dtype, "head_dim_v": self.head_dim_v, "layout": "soa"}
+        return {"arch": self.arch, "dtype": self.dtype, "head_dim_v": self.head_dim_v, "layout": "soa",
+                **({"sinks": True} if self.sinks else {})}
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
+        if not self.sinks:
+            del d["sinks"]
         d["kind"] = self.kind
         return d
 
@@ -369,6 +394,10 @@ class FusedAttentionSpec:
         for f in ("arch", "dtype", "head_dim", "head_dim_v", "mask", "layout", "paged", "softcap"):
             if getattr(a, f) != getattr(b, f):
                 raise ValueError(f"fused variants differ in {f}: {getattr(a, f)!r} vs {getattr(b, f)!r}")
+        if a.sinks or b.sinks:
+            raise ValueError("the fused kernels take no sinks variant (launch.sinks.apply rescales after them)")
+        if a.alibi or b.alibi:
+            raise ValueError("the fused kernels take no ALiBi variant (an ALiBi mixed batch runs the classes in turn)")
         if b.tile.num_warps != 1 or b.mainloop != "sm80":
             raise ValueError(f"the short variant must be an sm80 one-warp tile, got {b.tile.num_warps} warps "
                              f"({b.mainloop})")

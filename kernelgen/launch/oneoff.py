@@ -8,7 +8,10 @@ and ``attend`` run a bound recipe's launches (``bind``) on a plan's own metadata
 from __future__ import annotations
 
 from ..kernels import kernel_args, tma
-from ..kernels.params import ATTENTION_PARAMS, COMBINE_PARAMS, SCHEDULER_PARAMS, TMA_ATTENTION_PARAMS
+from ..kernels.params import (ATTENTION_PARAMS, ATTENTION_PARAMS_ALIBI, ATTENTION_PARAMS_ALIBI_SINKS,
+                              ATTENTION_PARAMS_SINKS, COMBINE_PARAMS, COMBINE_PARAMS_SINKS, SCHEDULER_PARAMS,
+                              TMA_ATTENTION_PARAMS, TMA_ATTENTION_PARAMS_ALIBI, TMA_ATTENTION_PARAMS_ALIBI_SINKS,
+                              TMA_ATTENTION_PARAMS_SINKS)
 from ..kernels.workspace import SplitBuffers
 from . import fused, launch, prepared
 
@@ -27,13 +30,24 @@ def scheduler_params(cu_seqlens_q, cu_seqlens_k, seqused_k, md, batch, capacity,
 
 def attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, capacity, scale, *, seqused_k=None,
                      page_table=None, window=(-1, -1), softcap=0.0, split: SplitBuffers | None = None,
-                     row_splits=None, maps: bytes | None = None) -> bytes:
+                     row_splits=None, maps: bytes | None = None, alibi: tuple | None = None,
+                     sinks: int | None = None) -> bytes:
     """Packed AttnParams (tensors as in ``varlen_attention``; strides in elements; ``scale`` is
     softmax_scale, folded with log2(e)).  ``row_splits``: without ``split``, the int32 per-token
     count a non-splitting variant records for the combine kernel (the long class of a fused
     launch).  ``maps``: the Hopper kernel's encoded q/k/v tensor maps (``tma.AttentionMaps.encode``),
-    which then lead the parameter (``params.TMA_ATTENTION_PARAMS``)."""
-    struct = ATTENTION_PARAMS if maps is None else TMA_ATTENTION_PARAMS
+    which then lead the parameter (``params.TMA_ATTENTION_PARAMS``).  ``alibi``: (address, batch
+    stride) of an ALiBi kernel's slopes (``params.ATTENTION_PARAMS_ALIBI``); ``sinks``: the sinks'
+    address of a sink kernel (``params.ATTENTION_PARAMS_SINKS``)."""
+    if sinks is not None:
+        if alibi is None:
+            struct = ATTENTION_PARAMS_SINKS if maps is None else TMA_ATTENTION_PARAMS_SINKS
+        else:
+            struct = ATTENTION_PARAMS_ALIBI_SINKS if maps is None else TMA_ATTENTION_PARAMS_ALIBI_SINKS
+    elif alibi is None:
+        struct = ATTENTION_PARAMS if maps is None else TMA_ATTENTION_PARAMS
+    else:
+        struct = ATTENTION_PARAMS_ALIBI if maps is None else TMA_ATTENTION_PARAMS_ALIBI
     return struct.pack({
         "q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "out": out.data_ptr(),
         "lse": lse.data_ptr() if lse is not None else 0,
@@ -43,18 +57,19 @@ def attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, capacity
         "out_accum": split.out_accum.data_ptr() if split else 0, "lse_accum": split.lse_accum.data_ptr() if split else 0,
         "row_splits": split.row_splits.data_ptr() if split else row_splits.data_ptr() if row_splits is not None else 0,
         **kernel_args.attention_fields(q, k, v, out, lse, page_table, capacity, scale, window, softcap,
-                                       kernel_args.split_strides(split)),
+                                       kernel_args.split_strides(split), alibi, sinks),
     }, *(() if maps is None else (maps,)))
 
 
-def combine_params(bufs: SplitBuffers, cu_seqlens_q, md, out, lse, num_heads_q: int) -> bytes:
+def combine_params(bufs: SplitBuffers, cu_seqlens_q, md, out, lse, num_heads_q: int, sinks: int | None = None) -> bytes:
     """Packed CombineParams: the partials ``bufs``, cu_seqlens_q (batch + 1,) int32, the metadata
-    ``md``, out (total_q, num_heads_q, head_dim_v) and lse (num_heads_q, total_q) or None."""
-    return COMBINE_PARAMS.pack({
+    ``md``, out (total_q, num_heads_q, head_dim_v) and lse (num_heads_q, total_q) or None;
+    ``sinks``: the sinks' address of a sink combine kernel."""
+    return (COMBINE_PARAMS if sinks is None else COMBINE_PARAMS_SINKS).pack({
         "out_accum": bufs.out_accum.data_ptr(), "lse_accum": bufs.lse_accum.data_ptr(),
         "row_splits": bufs.row_splits.data_ptr(), "cu_seqlens_q": cu_seqlens_q.data_ptr(), "metadata": md.data_ptr(),
         "out": out.data_ptr(), "lse": lse.data_ptr() if lse is not None else 0,
-        **kernel_args.combine_fields(out, lse, num_heads_q, kernel_args.split_strides(bufs)),
+        **kernel_args.combine_fields(out, lse, num_heads_q, kernel_args.split_strides(bufs), sinks),
     })
 
 
@@ -68,11 +83,12 @@ def launch_scheduler(sched, stream, cu_seqlens_q, cu_seqlens_k, seqused_k, md, b
                                                             capacity, cfg), smem=smem, threads=threads)
 
 
-def launch_combine(combine, stream, bufs: SplitBuffers, cu_seqlens_q, md, out, lse, num_heads_q: int) -> None:
+def launch_combine(combine, stream, bufs: SplitBuffers, cu_seqlens_q, md, out, lse, num_heads_q: int,
+                   sinks: int | None = None) -> None:
     """Merge split-KV partials into ``out`` (and ``lse``): one warp per (token, head) row
     (``combine_params``' tensors).  Raises launch.LaunchError if the driver refuses."""
     grid = kernel_args.combine_grid(out.shape[0], num_heads_q, combine.spec.rows_per_cta)
-    launch.launch_kernel(combine, grid, stream, combine_params(bufs, cu_seqlens_q, md, out, lse, num_heads_q))
+    launch.launch_kernel(combine, grid, stream, combine_params(bufs, cu_seqlens_q, md, out, lse, num_heads_q, sinks))
 
 
 def schedule(bound, cu_seqlens_q, cu_seqlens_k, seqused_k, md_long, md_short, batch: int, capacity: int) -> None:
@@ -88,12 +104,15 @@ def schedule(bound, cu_seqlens_q, cu_seqlens_k, seqused_k, md_long, md_short, ba
 
 
 def attend(bound, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, *, md_long, md_short,
-           split: SplitBuffers | None, capacity: int, scale: float, window: tuple, softcap: float) -> None:
+           split: SplitBuffers | None, capacity: int, scale: float, window: tuple, softcap: float,
+           alibi: tuple | None = None, sinks: int | None = None) -> None:
     """Launch a bound recipe's attention kernel(s) and combine on the metadata a ``schedule`` wrote
     (``md_long``; ``md_short`` for the two-class recipes, whose short class owns ``split``), on
-    PyTorch's current stream of its device.  Tensors as in ``varlen_attention``."""
+    PyTorch's current stream of its device.  Tensors as in ``varlen_attention``; ``alibi``:
+    (address, batch stride) of the ALiBi slopes of a recipe of ALiBi kernels; ``sinks``: the sinks'
+    address of a single-class recipe of sink kernels (``Recipe.sinks_fused``)."""
     stream = prepared.current_stream(bound.sched.device)
-    kw = dict(seqused_k=seqused_k, page_table=page_table, window=window, softcap=softcap)
+    kw = dict(seqused_k=seqused_k, page_table=page_table, window=window, softcap=softcap, alibi=alibi)
     args = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
     maps = None
     if bound.hopper:
@@ -113,9 +132,9 @@ def attend(bound, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, ou
                                      bound.short_ctas)
         launch.launch_kernel(bound.attn, bound.attn.persistent_grid, stream, packed)
     else:
-        packed = attention_params(*args, md, capacity, scale, split=split, maps=maps, **kw)
+        packed = attention_params(*args, md, capacity, scale, split=split, maps=maps, sinks=sinks, **kw)
         if isinstance(bound, fused.FusedKernels):  # the long class's struct first; it records row_splits only
             packed = attention_params(*args, md_long, capacity, scale, row_splits=rs, **kw) + packed
         launch.launch_kernel(bound.attn, bound.attn.persistent_grid, stream, packed)
     if bound.combine is not None:
-        launch_combine(bound.combine, stream, split, cu_seqlens_q, md, out, lse, out.shape[1])
+        launch_combine(bound.combine, stream, split, cu_seqlens_q, md, out, lse, out.shape[1], sinks)

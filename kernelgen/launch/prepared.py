@@ -70,6 +70,10 @@ for _params, _order in _POINTER_ORDER.items():
 class PreparedCall:
     """The launches of one call signature (see ``build``)."""
 
+    #: the kernels apply the attention sinks themselves (``AttentionSpec.sinks``): no
+    #: ``launch.sinks.apply`` after them; False for every other call (the rescale follows)
+    sinks_fused: bool = False
+
     def __init__(self, *, device: torch.device, sched, attn, combine, layout: WorkspaceLayout,
                  fixed_base: int | None, out_shape: tuple, lse_shape: tuple | None, dtype, sizes: dict, config=None):
         self.device, self.device_index = device, device.index
@@ -216,7 +220,7 @@ class TmaLaunch:
 
 def build(*, sched, attn, combine, cfg, layout: WorkspaceLayout, batch: int, q, k, v, out, lse, page_table,
           scale: float, window: tuple, softcap: float, return_lse: bool, fixed_base: int | None,
-          sizes: dict, maps=None) -> PreparedCall:
+          sizes: dict, maps=None, alibi: tuple | None = None, sinks: int | None = None) -> PreparedCall:
     """Prepare the launches of a validated call whose tensors are ``q``, ``k``, ``v``, ``out``,
     ``lse`` and ``page_table`` (shapes and strides are read, pointers are not kept).
 
@@ -225,7 +229,9 @@ def build(*, sched, attn, combine, cfg, layout: WorkspaceLayout, batch: int, q, 
     requests in ``layout.capacity`` slots.  ``fixed_base``: the address of a workspace the
     caller owns (AttentionPlan), None to allocate ``layout.nbytes`` per run.  ``return_lse``:
     runs allocate lse when none is given.  ``maps``: the ``tma.AttentionMaps`` of a Hopper
-    attention kernel (its launch is then a ``TmaLaunch``, which writes them per call).  Raises
+    attention kernel (its launch is then a ``TmaLaunch``, which writes them per call).  ``alibi``:
+    (address, batch stride) of the ALiBi slopes, static fields of an ALiBi kernel.  ``sinks``: the
+    address of the sinks of sink kernels (``AttentionSpec.sinks``; the call's ``sinks_fused``).  Raises
     ValueError past metadata.MAX_CAPACITY.
     """
     kernel_args.check_capacity(layout.capacity)
@@ -235,17 +241,19 @@ def build(*, sched, attn, combine, cfg, layout: WorkspaceLayout, batch: int, q, 
     sched_launch = launch.prepare(sched, 1, kernel_args.scheduler_fields(batch, layout.capacity, cfg), smem=smem,
                                   threads=threads)
     attn_launch = launch.prepare(attn, attn.persistent_grid, kernel_args.attention_fields(
-        q, k, v, out, lse, page_table, layout.capacity, scale, window, softcap, strides))
+        q, k, v, out, lse, page_table, layout.capacity, scale, window, softcap, strides, alibi, sinks))
     combine_launch = None
     if combine is not None:
         grid = kernel_args.combine_grid(out.shape[0], hq, combine.spec.rows_per_cta)
-        combine_launch = launch.prepare(combine, grid, kernel_args.combine_fields(out, lse, hq, strides))
+        combine_launch = launch.prepare(combine, grid, kernel_args.combine_fields(out, lse, hq, strides, sinks))
     kw = dict(device=q.device, sched=sched_launch, attn=attn_launch, combine=combine_launch, layout=layout,
               fixed_base=fixed_base, out_shape=tuple(out.shape), lse_shape=(hq, out.shape[0]) if return_lse else None,
               dtype=q.dtype, sizes=sizes, config=cfg)
     if maps is not None:
         kw["attn"] = TmaLaunch(attn_launch, maps)
-    return PreparedCall(**kw)
+    call = PreparedCall(**kw)
+    call.sinks_fused = sinks is not None
+    return call
 
 
 @dataclass
@@ -278,9 +286,11 @@ class SingleKernels:
         return self.variants.attention
 
     def prepare(self, *, layout: WorkspaceLayout, batch: int, q, k, v, out, lse, page_table, scale: float,
-                window: tuple, softcap: float, return_lse: bool, fixed_base: int | None, sizes: dict) -> PreparedCall:
+                window: tuple, softcap: float, return_lse: bool, fixed_base: int | None, sizes: dict,
+                alibi: tuple | None = None, sinks: int | None = None) -> PreparedCall:
         """``build`` with these kernels and config (and the Hopper kernel's tensor maps)."""
         maps = tma.attention_maps(self.map_spec, q, k, v, page_table is not None) if self.hopper else None
         return build(sched=self.sched, attn=self.attn, combine=self.combine, cfg=self.config, layout=layout,
                      batch=batch, q=q, k=k, v=v, out=out, lse=lse, page_table=page_table, scale=scale, window=window,
-                     softcap=softcap, return_lse=return_lse, fixed_base=fixed_base, sizes=sizes, maps=maps)
+                     softcap=softcap, return_lse=return_lse, fixed_base=fixed_base, sizes=sizes, maps=maps, alibi=alibi,
+                     sinks=sinks)

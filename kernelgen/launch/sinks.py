@@ -11,13 +11,16 @@ exact rescale of their output:
 (float32 arithmetic, out cast back to its dtype).  A row that sees no key (out 0, lse -inf) keeps
 out 0 and gets lse = sinks[h]; ``sinks[h] = -inf`` is no sink (factor 1, lse unchanged).
 
-``apply`` is the one place every path (``varlen_attention``, ``AttentionPlan.run`` / ``attend``,
-the fused mixed-batch launch, split-KV) calls after its launches: plain torch ops on the current
+``apply`` is the one place the paths without sink kernels (``AttentionPlan.run`` / ``attend`` of a
+plan without them, the fused mixed-batch launch and the classes in turn) call after their launches: plain torch ops on the current
 stream, no host synchronisation, so it can be captured in a CUDA graph and reads the sink values
 on the device at replay time.  It costs one extra pass over ``out`` (read and write), a few
 passes over the (num_heads_q, total_q) LSE and about ten small torch launches (host time outside
-a CUDA graph); a kernel-fused version (the epilogue / the split-KV combine) would replace this
-function.
+a CUDA graph).  Single-class ``varlen_attention`` calls no longer come here: their kernels apply
+the sinks themselves (``AttentionSpec.sinks`` / ``CombineSpec.sinks``, ``Recipe.sinks_fused``,
+templates/common/sinks.cuh, the same arithmetic per row); this function remains for the mixed
+batches (fused launch, classes in turn) and ``AttentionPlan``s without sink kernels (mixed, or
+made without ``sinks=True``).
 """
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ so whatever is pre-warmed is what a later call looks up.  ``jit.warmup.warmup`` 
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 from ..kernels.spec import DTYPES, HEAD_DIMS, LAYOUTS
@@ -25,7 +26,8 @@ PHASE_HINTS = {
 
 def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, True), layouts=LAYOUTS,
                  phases=("prefill",), gqas=(1,), paged=(False,), softcap: bool = False, num_sms: int = 132,
-                 page_sizes=(16,), settings: Settings | None = None) -> list:
+                 page_sizes=(16,), settings: Settings | None = None, alibi: bool = False,
+                 sinks: bool = False) -> list:
     """Every kernel spec the dispatcher would use for the given product of call options.
 
     Args:
@@ -44,6 +46,10 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
             table, what a call without a known page size takes, are always included).
         settings: the overrides the calls will run with (``KERNELGEN_SM90_OPTS``,
             ``KERNELGEN_SM90_SHORT_ROWS``); None reads them from the environment now.
+        alibi: also the ALiBi variants (``alibi_slopes=``; their mixed batches take no fused
+            launch: the classes in turn on sm_90a, one class elsewhere).
+        sinks: also the sink variants (``sinks=``) of the single-class calls' attention and
+            combine kernels (``AttentionSpec.sinks``; mixed batches keep the plain kernels).
 
     Returns:
         The specs from ``heuristics.choose`` (the dispatcher's own function) for each
@@ -65,12 +71,13 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
         if phase not in PHASE_HINTS:
             raise ValueError(f"phase must be one of {tuple(PHASE_HINTS)}, got {phase!r}")
     caps = (False, True) if softcap else (False,)
-    for layout, dtype, head_dim, causal, phase, gqa, pg, cap in itertools.product(
-            layouts, dtypes, head_dims, causals, phases, gqas, paged, caps):
+    alibis = (False, True) if alibi else (False,)
+    for layout, dtype, head_dim, causal, phase, gqa, pg, cap, al in itertools.product(
+            layouts, dtypes, head_dims, causals, phases, gqas, paged, caps, alibis):
         for max_q, max_k in PHASE_HINTS[phase]:
             kw = dict(num_heads_q=8 * int(gqa), num_heads_kv=8, mask="causal" if causal else "none", layout=layout,
                       max_seqlen_q=max_q, max_seqlen_k=max_k, paged=bool(pg), softcap=cap, num_sms=num_sms,
-                      sm90_opts=opts)
+                      sm90_opts=opts, **({"alibi": True} if al else {}))
             v = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), **kw)
             specs = [v.scheduler, v.attention, v.combine]
             if v.attention.mainloop == "sm90a":  # arch="sm_80" calls and plans take the sm_80 path
@@ -80,8 +87,19 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                     for ps in page_sizes:
                         specs.append(heuristics.choose(arch, dtype, int(head_dim), int(head_dim), page_size=int(ps),
                                                        **kw).attention)
+            if sinks:  # the single-class calls' sink variants (decide.recipe: same tiles and splits)
+                specs += [dataclasses.replace(s, sinks=True) for s in specs if s is not None and s.kind != "scheduler"]
             hq = 8 * int(gqa)
-            if pg and max_q > heuristics.short_query_tokens(hq, 8):
+            if pg and max_q > heuristics.short_query_tokens(hq, 8) and al:
+                # ALiBi: no fused kernel; the classes in turn on sm_90a (the single class is above)
+                for ps in ((*page_sizes, 0) if arch == "sm_90a" else ()):
+                    pv = heuristics.choose_pair(arch, dtype, int(head_dim), int(head_dim), num_heads_q=hq,
+                                                num_heads_kv=8, mask="causal" if causal else "none", layout=layout,
+                                                max_seqlen_q=max_q, max_seqlen_k=max_k, paged=True, softcap=cap,
+                                                num_sms=num_sms, page_size=ps, sm90_opts=opts, alibi=True)
+                    if pv is not None:
+                        specs += [pv.long.attention, pv.short.attention, pv.short.combine]
+            elif pg and max_q > heuristics.short_query_tokens(hq, 8):
                 # a paged call with long queries takes the fused mixed-batch launch (decide.use_fused)
                 mkw = dict(num_heads_q=hq, num_heads_kv=8, mask="causal" if causal else "none", layout=layout,
                            max_seqlen_k=max_k, paged=True, softcap=cap, num_sms=num_sms)

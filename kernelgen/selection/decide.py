@@ -78,6 +78,16 @@ class CallSignature:
     sort: bool = True
     head_swizzle: bool = True
     plan: bool = False
+    #: ALiBi biases (``alibi_slopes``): ALiBi attention variants; a mixed batch then runs its
+    #: classes in turn on sm_90a (``heuristics.choose_pair``) or as one class elsewhere (the fused
+    #: kernels take no ALiBi variant).
+    alibi: bool = False
+    #: attention sinks (``sinks=``): a single-class recipe gets the sink variants
+    #: (``AttentionSpec.sinks``, ``CombineSpec.sinks``: the kernels apply them, ``Recipe.sinks_fused``);
+    #: (calls with ``sinks=``, plans made with ``sinks=True``);
+    #: the mixed-batch kinds (fused kernel, classes in turn) keep the plain kernels and
+    #: ``launch.sinks.apply`` after them.  The choice of tiles and splits is that of the call without sinks.
+    sinks: bool = False
 
 
 def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) -> Recipe:
@@ -102,6 +112,17 @@ def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) 
         if v.attention.mainloop == "sm90a":
             return recipe(v, sig, device, settings)
     thr = use_fused(sig)
+    if thr and sig.alibi:
+        if mainloop is None:
+            pv = heuristics.choose_pair(
+                arch, sig.dtype, sig.head_dim, sig.head_dim_v, num_heads_q=sig.num_heads_q,
+                num_heads_kv=sig.num_heads_kv, mask=sig.mask, layout=sig.layout, max_seqlen_q=sig.max_seqlen_q,
+                max_seqlen_k=sig.max_seqlen_k, paged=sig.paged, softcap=sig.softcap, short_max_q=thr,
+                num_sms=device.num_sms, page_size=sig.page_size, tma_ok=sig.tma_ok, sm90_opts=settings.sm90_opts,
+                alibi=True)
+            if pv is not None:
+                return recipe(pv, sig, device, settings)
+        thr = 0
     if thr:
         if mainloop is None:
             kw = dict(num_heads_q=sig.num_heads_q, num_heads_kv=sig.num_heads_kv, mask=sig.mask, layout=sig.layout,
@@ -130,7 +151,7 @@ def _choose(sig: CallSignature, arch: str, device: Device, settings: Settings, m
         mask=sig.mask, layout=sig.layout, max_seqlen_q=sig.max_seqlen_q, max_seqlen_k=sig.max_seqlen_k,
         paged=sig.paged, softcap=sig.softcap, pack_gqa=sig.pack_gqa, num_splits=sig.num_splits,
         num_sms=device.num_sms, mainloop=mainloop, tma_ok=sig.tma_ok, page_size=sig.page_size,
-        sm90_opts=settings.sm90_opts)
+        sm90_opts=settings.sm90_opts, alibi=sig.alibi)
 
 
 def use_fused(sig: CallSignature) -> int:
@@ -158,6 +179,10 @@ def recipe(variants, sig: CallSignature, device: Device, settings: Settings = Se
     for a call signature on a device: the scheduler plans of each request class and the workspace
     (sized by ``sig.batch`` requests and ``sig.rows`` query tokens)."""
     hq, dv = sig.num_heads_q, sig.head_dim_v
+    if sig.sinks and isinstance(variants, Variants):
+        variants = dataclasses.replace(
+            variants, attention=dataclasses.replace(variants.attention, sinks=True),
+            combine=None if variants.combine is None else dataclasses.replace(variants.combine, sinks=True))
     common = dict(device=device, num_heads_q=hq, num_heads_kv=sig.num_heads_kv, sort=sig.sort,
                   head_swizzle=sig.head_swizzle, window_left=sig.window_left)
     if isinstance(variants, Variants):

@@ -159,6 +159,11 @@ CANDIDATE_TILES = {
 }
 
 
+#: The sm_80 path's head-dim-128 prefill tile for ALiBi with a window or soft-cap: the 128-row
+#: two-stage tile spills there when compiled for sm_90a (24 spill stores with split-KV).
+ALIBI_HEAVY_TILE = TileConfig(64, 64, 4, 2, 2)
+
+
 def tile_config(arch: str, head_dim: int, head_dim_v: int, tile_class: str = "prefill",
                 extra_state: bool = False) -> TileConfig:
     """The tile shape for a head dim (the larger of head_dim and head_dim_v) on an arch.
@@ -293,8 +298,11 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
            mask: str = "none", layout: str = "soa", max_seqlen_q: int, max_seqlen_k: int, paged: bool = False,
            softcap: bool = False, pack_gqa: bool | None = None, num_splits: int = 0, num_sms: int = 132,
            tile: TileConfig | None = None, mainloop: str | None = None, tma_ok: bool = True,
-           page_size: int = 0, sm90_opts: str | None = None) -> Variants:
+           page_size: int = 0, sm90_opts: str | None = None, alibi: bool = False) -> Variants:
     """Every kernel variant of a call, from what the host knows (shapes, flags, max lengths).
+
+    ``alibi``: the attention variant adds ALiBi biases (``AttentionSpec.alibi``); its slopes stay
+    live in the mainloop, so it takes the lighter prefill tile like the other extra state.
 
     ``mainloop``: None picks the Hopper path ("sm90a": wgmma, TMA) on sm_90a for the variants it
     supports (``sm90_unsupported``) when the call is prefill-shaped (128-row tiles), and the sm_80
@@ -321,7 +329,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
     pack = default_pack_gqa(qpk, max_seqlen_q) if pack_gqa is None else bool(pack_gqa) and qpk > 1
     rows = max(1, max_seqlen_q) * (qpk if pack else 1)
     tile_class = tile_class_for_rows(rows, pack)
-    extra = paged or softcap or mask == "local"
+    extra = paged or softcap or mask == "local" or alibi
     if mainloop == "sm90a" or (mainloop is None and tile is None and tile_class == "prefill"):
         why = sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap, pack=pack,
                                num_splits=num_splits, tma_ok=tma_ok)
@@ -339,12 +347,16 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                 max_splits, forced = num_splits_heuristic(num_heads_q * max(1, -(-rows // t.block_m)), n, ctas), False
             split = max_splits > 1
             attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, split=split, paged=paged,
-                                 softcap=softcap, mainloop="sm90a", sm90_opts=opts)
+                                 softcap=softcap, mainloop="sm90a", sm90_opts=opts, alibi=alibi)
             _check_smem(attn, arch)
             combine = CombineSpec(arch, dtype, head_dim_v) if split else None
             return Variants(SchedulerSpec(arch=arch, layout=layout), attn, combine, max_splits, forced)
     fixed_tile = tile is not None
     tile = tile or tile_config(arch, head_dim, head_dim_v, tile_class, extra)
+    if alibi and not fixed_tile and tile_class == "prefill" and max(head_dim, head_dim_v) == 128 \
+            and (softcap or mask == "local"):
+        # the slopes beside a window / soft-cap state and split-KV spill the 128-row tile on sm_90a
+        tile = ALIBI_HEAVY_TILE
 
     def split_bound(t: TileConfig) -> tuple[int, bool]:
         if num_splits > 0:
@@ -363,7 +375,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
             tile = lighter
             max_splits, forced = split_bound(tile)
     split = max_splits > 1
-    attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, tile, pack, split, paged, softcap)
+    attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, tile, pack, split, paged, softcap,
+                         alibi=alibi)
     _check_smem(attn, arch)
     combine = CombineSpec(arch, dtype, head_dim_v) if split else None
     return Variants(SchedulerSpec(arch=arch, layout=layout), attn, combine, max_splits, forced)
@@ -388,7 +401,7 @@ def short_query_tokens(num_heads_q: int, num_heads_kv: int) -> int:
 
 
 def _short_class(arch, dtype, head_dim, head_dim_v, num_heads_q, num_heads_kv, mask, layout, max_seqlen_k, paged,
-                 softcap, short_max_q, num_sms):
+                 softcap, short_max_q, num_sms, alibi=False):
     """(threshold, the short class's sm_80 decode variants) of a mixed batch, or (threshold, None)
     when the threshold is below 1 or its tiles would not be one-warp decode tiles."""
     thr = short_query_tokens(num_heads_q, num_heads_kv) if short_max_q is None else int(short_max_q)
@@ -396,7 +409,7 @@ def _short_class(arch, dtype, head_dim, head_dim_v, num_heads_q, num_heads_kv, m
         return thr, None
     short = choose(arch, dtype, head_dim, head_dim_v, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, mask=mask,
                    layout=layout, max_seqlen_q=thr, max_seqlen_k=max_seqlen_k, paged=paged, softcap=softcap,
-                   num_sms=num_sms, mainloop="sm80")
+                   num_sms=num_sms, mainloop="sm80", alibi=alibi)
     return thr, (short if short.attention.tile.num_warps == 1 else None)
 
 
@@ -430,7 +443,7 @@ def choose_fused(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_h
 def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q: int, num_heads_kv: int,
                 mask: str = "none", layout: str = "soa", max_seqlen_q: int, max_seqlen_k: int, paged: bool = False,
                 softcap: bool = False, short_max_q: int | None = None, num_sms: int = 132, page_size: int = 0,
-                tma_ok: bool = True, sm90_opts: str | None = None) -> PairVariants | None:
+                tma_ok: bool = True, sm90_opts: str | None = None, alibi: bool = False) -> PairVariants | None:
     """A mixed batch's two kernels on sm_90a, or None where they do not apply (another arch, a
     long class the Hopper path cannot run, or a threshold whose short tiles are not decode tiles).
 
@@ -445,7 +458,7 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
     if arch != "sm_90a":
         return None
     thr, short = _short_class(arch, dtype, head_dim, head_dim_v, num_heads_q, num_heads_kv, mask, layout,
-                              max_seqlen_k, paged, softcap, short_max_q, num_sms)
+                              max_seqlen_k, paged, softcap, short_max_q, num_sms, alibi)
     if short is None:
         return None
     if sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap, pack=False,
@@ -453,7 +466,7 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
         return None
     t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, sm90_opts=sm90_opts)
     attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, paged=paged, softcap=softcap,
-                         row_splits=short.attention.split, mainloop="sm90a", sm90_opts=opts)
+                         row_splits=short.attention.split, mainloop="sm90a", sm90_opts=opts, alibi=alibi)
     _check_smem(attn, arch)
     long = Variants(short.scheduler, attn, None, 1, True)
     return PairVariants(long, short, thr)

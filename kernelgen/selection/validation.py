@@ -265,6 +265,34 @@ def sinks(x, num_heads_q: int, device) -> None:
         raise ValueError(f"sinks must have shape ({num_heads_q},) (one logit per query head), got {tuple(x.shape)}")
 
 
+def alibi_slopes(x, num_heads_q: int, batch: int | None, device) -> int:
+    """``alibi_slopes``: None, or a float32 tensor on ``device`` (q's) of shape ``(num_heads_q,)``
+    or ``(batch, num_heads_q)`` (FlashAttention-2's argument: one ALiBi slope per query head, or
+    per request and query head), contiguous along the heads.  Returns the batch stride in elements
+    the kernels read the slopes with (0 for ``(num_heads_q,)``; -1 for None).  ``batch`` None: any
+    number of rows (an AttentionPlan's capacity is checked by the plan).  The values are read on
+    the device only."""
+    if x is None:
+        return -1
+    tensor("alibi_slopes", x, dtypes=(torch.float32,), device=device)
+    if x.dim() == 1:
+        if x.shape[0] != num_heads_q:
+            raise ValueError(f"alibi_slopes must have shape ({num_heads_q},) or (batch, {num_heads_q}) "
+                             f"(one slope per query head), got {tuple(x.shape)}")
+    elif x.dim() == 2:
+        if x.shape[1] != num_heads_q or (batch is not None and x.shape[0] != batch):
+            want = "batch" if batch is None else batch
+            raise ValueError(f"alibi_slopes must have shape ({num_heads_q},) or ({want}, {num_heads_q}) "
+                             f"(one slope per request and query head), got {tuple(x.shape)}")
+    else:
+        raise ValueError(f"alibi_slopes must have 1 or 2 dimensions ((num_heads_q,) or (batch, num_heads_q)), "
+                         f"got shape {tuple(x.shape)}")
+    if x.stride(-1) != 1 and num_heads_q > 1:
+        raise ValueError(f"alibi_slopes must be contiguous along the heads (stride 1 in its last dimension), "
+                         f"got strides {tuple(x.stride())}")
+    return x.stride(0) if x.dim() == 2 and x.shape[0] > 1 else 0
+
+
 def check_sinks_values(x) -> None:
     """Opt-in host check (synchronises!): no sink is NaN or +inf (-inf is allowed: no sink)."""
     if x is None:

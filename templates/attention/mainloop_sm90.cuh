@@ -279,7 +279,7 @@ __device__ __forceinline__ void release(u32 bar, int lane) {
 __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const MaskInfo& mi, int n_lo, int n_hi,
                                                   int row0, int pos_last, u32 sb, KvPos& kv, int cw, int lane,
                                                   float (&o)[1][DV / 8][4], float (&row_max)[1][2],
-                                                  float (&row_sum)[1][2]) {
+                                                  float (&row_sum)[1][2]{% if v.get("alibi") %}, const float (&alibi_sl)[1][2]{% endif %}) {
   const int cg = cw >> 2;
   const int wg_tid = (cw & 3) * 32 + lane;
   const u32 q_base = sb + cg * 64 * 128;
@@ -299,6 +299,9 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
       release(bar_k_empty(sb, kv.stage), lane);
       if (n == n_lo) release(bar_q_empty(sb), lane);
       if (SOFTCAP) cap_scores(s, p);
+      {% if v.get("alibi") %}
+      apply_alibi(s, alibi_sl, mi, n, row0, 1, cw, lane);
+      {% endif %}
       if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
       softmax_scores(s, row_max, row_sum, corr, score_scale(p));
       rescale_rows(o, corr);
@@ -333,6 +336,9 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   release(bar_k_empty(sb, kv.stage), lane);
   if (n == n_lo) release(bar_q_empty(sb), lane);
   if (SOFTCAP) cap_scores(s, p);
+  {% if v.get("alibi") %}
+  apply_alibi(s, alibi_sl, mi, n, row0, 1, cw, lane);
+  {% endif %}
   if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
   softmax_scores(s, row_max, row_sum, corr, score_scale(p));  // o is still 0: no rescale
   pack_p(s, pa);
@@ -361,6 +367,9 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
     release(bar_k_empty(sb, kv.stage), lane);
     if (n == n_lo) release(bar_q_empty(sb), lane);
     if (SOFTCAP) cap_scores(s, p);
+    {% if v.get("alibi") %}
+    apply_alibi(s, alibi_sl, mi, n, row0, 1, cw, lane);
+    {% endif %}
     if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
     softmax_scores(s, row_max, row_sum, corr, score_scale(p));
     wgmma_wait<0>();

@@ -105,6 +105,18 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
       cp_async_commit();
     }
     const float scale = SOFTCAP ? 1.f : p.scale_log2;
+    {% if v.get("alibi") %}
+    // ALiBi: slope of this lane's query rows 2 tq + e in the units of s (raw scores unless
+    // soft-capped: the scale is folded into the exponent below), and their key positions
+    float alibi_sl[2];
+    int alibi_kpos[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      alibi_sl[e] = alibi_slope(p, ti.b, alibi_head(PACK_GQA ? kv_head : ti.head, row0 + 2 * tq + e, qpk)) *
+                    (ALIBI_LOG2E / scale);
+      alibi_kpos[e] = (e == 0 ? pos_e0 : pos_e1) + mi.offset;
+    }
+    {% endif %}
     for (int i = 0; i < n_blocks; ++i) {
       const int n = n_hi - 1 - i;
       cp_async_wait<STAGES - 2>();
@@ -138,6 +150,10 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
         s[x] += s2[x];
         if (SOFTCAP) s[x] = tanh_ex2(s[x] * p.softcap_scale) * p.softcap_log2;
       }
+      {% if v.get("alibi") %}
+#pragma unroll
+      for (int x = 0; x < 4; ++x) s[x] -= alibi_sl[x & 1] * (float)abs(alibi_kpos[x & 1] - (n * BN + g + 8 * (x >> 1)));
+      {% endif %}
       if (block_needs_mask(mi, n, pos_first, pos_last)) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
@@ -202,6 +218,24 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
       o[dp][2 + e] *= inv;
     }
   }
+  {% if v.get("sinks") %}
+  {  // attention sinks (common/sinks.cuh) on rows written directly; lane's rows 2 tq + e
+    const TileInfo ts = tile_info(p, md, cap4, cursor, t, sched_heads, qpk);
+    if (!(SPLIT && ts.num_splits > 1)) {
+      const int kvh = PACK_GQA ? ts.head : ts.head / qpk;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int hq = PACK_GQA ? kvh * qpk + (ts.row0 + 2 * tq + e) % qpk : ts.head;
+        const float f = sink_rescale(lse[e], sink_of(p, hq));
+#pragma unroll
+        for (int dp = 0; dp < DV / 16; ++dp) {
+          o[dp][e] *= f;
+          o[dp][2 + e] *= f;
+        }
+      }
+    }
+  }
+  {% endif %}
   // O^T -> fp32 rows in the (idle) K/V stages: row 2 tq + e, value dim 16 dp + g + 8 h
   float* sO = reinterpret_cast<float*>(sQ);
 #pragma unroll

@@ -33,6 +33,10 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
     n_hi = min(n_lo + per, n_hi);
   }
   const int n_blocks = n_hi - n_lo;
+  {% if v.get("alibi") %}
+  float alibi_sl[MT][2];  // ALiBi: slope * log2(e) of this thread's rows (the scores are in log2 units)
+  alibi_row_coefs(alibi_sl, p, ti.b, PACK_GQA ? kv_head : ti.head, row0, qpk, warp, lane, ALIBI_LOG2E);
+  {% endif %}
 
   const u16* k_base = K + (i64)ti.k_start * p.k_row_stride + (i64)kv_head * p.k_head_stride;
   const u16* v_base = V + (i64)ti.k_start * p.v_row_stride + (i64)kv_head * p.v_head_stride;
@@ -101,6 +105,9 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
       if (Q_REGS) gemm_qk_regs(s, qa, sK_base + st * K_ELEMS * 2, lane);
       else gemm_qk(s, sQ_base, sK_base + st * K_ELEMS * 2, warp, lane);
       transform_scores(s, p.scale_log2, p.softcap_scale, p.softcap_log2);
+      {% if v.get("alibi") %}
+      apply_alibi(s, alibi_sl, mi, n, row0, qpk, warp, lane);
+      {% endif %}
       if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, qpk, warp, lane);
       softmax_update(s, row_max, row_sum, o);
       gemm_pv(o, s, sV_base + st * V_ELEMS * 2, lane);
@@ -141,6 +148,20 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
                     },
                     te.valid_rows, warp, lane);
     } else {
+      {% if v.get("sinks") %}
+      // attention sinks (common/sinks.cuh): this row's head, as the LSE store below
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float f = sink_rescale(lse[mt][h], sink_of(p, qhead_of(warp * WM + mt * 16 + (lane >> 2) + 8 * h)));
+#pragma unroll
+          for (int dt = 0; dt < DV / 8; ++dt) {
+            o[mt][dt][2 * h] *= f;
+            o[mt][dt][2 * h + 1] *= f;
+          }
+        }
+      {% endif %}
       u16* O = static_cast<u16*>(const_cast<void*>(p.out));
       float* LSE = static_cast<float*>(const_cast<void*>(p.lse));
       store_output(o, lse, sQ,

@@ -35,7 +35,12 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
       if (n_hi > n_lo) {
         mbar_wait(bar_q_full(sb), q_iter & 1, 6);
         ++q_iter;
-        consumer_mainloop(p, mi, n_lo, n_hi, ti.row0, pos_last, sb, kv, cw, lane, o, row_max, row_sum);
+        {% if v.get("alibi") %}
+        // ALiBi: slope of this thread's rows in the units of the scores (raw unless soft-capped)
+        float alibi_sl[1][2];
+        alibi_row_coefs(alibi_sl, p, ti.b, ti.head, ti.row0, qpk, cw, lane, ALIBI_LOG2E / score_scale(p));
+        {% endif %}
+        consumer_mainloop(p, mi, n_lo, n_hi, ti.row0, pos_last, sb, kv, cw, lane, o, row_max, row_sum{% if v.get("alibi") %}, alibi_sl{% endif %});
       }
     }
     float lse[1][2];
@@ -52,6 +57,20 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
     if (SPLIT && te.num_splits > 1) {
       store_partial_rows(p, te, o, lse, cw, lane);
     } else {
+      {% if v.get("sinks") %}
+      {  // attention sinks (common/sinks.cuh): every row has the tile's head (store_rows)
+        const float sink = sink_of(p, te.head);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float f = sink_rescale(lse[0][h], sink);
+#pragma unroll
+          for (int j = 0; j < DV / 8; ++j) {
+            o[0][j][2 * h] *= f;
+            o[0][j][2 * h + 1] *= f;
+          }
+        }
+      }
+      {% endif %}
       store_rows(p, te, o, lse, cw, lane);
     }
   }

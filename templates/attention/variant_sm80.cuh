@@ -16,6 +16,9 @@ constexpr bool PACK_GQA = {{ "true" if v.pack_gqa else "false" }};  // query hea
 constexpr bool SPLIT = {{ "true" if v.split else "false" }};        // split-KV partial outputs
 constexpr bool PAGED = {{ "true" if v.paged else "false" }};        // K/V from a paged cache
 constexpr bool SOFTCAP = {{ "true" if v.softcap else "false" }};    // tanh logit capping
+{% if v.get("alibi") %}
+constexpr bool ALIBI = true;                                          // ALiBi biases (common/alibi.cuh)
+{% endif %}
 // per-token partial counts for the combine kernel: with split-KV, and in a fused launch whose
 // other variant splits (this one then records 1 for its tokens)
 constexpr bool ROW_SPLITS = SPLIT || {{ "true" if v.row_splits else "false" }};
@@ -57,6 +60,12 @@ __device__ __forceinline__ void tile_sync() {
 {% include "attention/tile_scheduler.cuh" %}
 {% include "common/mask.cuh" %}
 {% include "common/softmax.cuh" %}
+{% if v.get("alibi") %}
+{% include "common/alibi.cuh" %}
+{% endif %}
+{% if v.get("sinks") %}
+{% include "common/sinks.cuh" %}
+{% endif %}
 {% include "attention/mainloop_sm80.cuh" %}
 {% include "attention/epilogue_sm80.cuh" %}
 {% if v.block_m == 8 %}

@@ -28,6 +28,9 @@ constexpr bool PACK_GQA = false;
 constexpr bool SPLIT = {{ "true" if v.split else "false" }};        // split-KV partial outputs
 constexpr bool PAGED = {{ "true" if v.paged else "false" }};
 constexpr bool SOFTCAP = {{ "true" if v.softcap else "false" }};    // tanh logit capping
+{% if v.get("alibi") %}
+constexpr bool ALIBI = true;                                          // ALiBi biases (common/alibi.cuh)
+{% endif %}
 // per-token partial counts for the combine kernel: a split variant's, or (row_splits) the long
 // class's rows of a mixed batch whose short class splits (one partial each: the combine skips them)
 constexpr bool ROW_SPLITS = SPLIT || {{ "true" if v.row_splits else "false" }};
@@ -108,6 +111,12 @@ __device__ __forceinline__ void init_barriers(u32 sb) {
 {% include "attention/tile_scheduler.cuh" %}
 {% include "common/mask.cuh" %}
 {% include "common/softmax.cuh" %}
+{% if v.get("alibi") %}
+{% include "common/alibi.cuh" %}
+{% endif %}
+{% if v.get("sinks") %}
+{% include "common/sinks.cuh" %}
+{% endif %}
 {% include "attention/mainloop_sm90.cuh" %}
 {% include "attention/epilogue_sm90.cuh" %}
 {% include "attention/tile_sm90.cuh" %}

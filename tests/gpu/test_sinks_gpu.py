@@ -2,7 +2,9 @@
 (which computes the sink logit directly, ``attention_reference(..., sinks=)``): varlen prefill
 (causal, GQA, forced split-KV, the sm_80 mainloop and the automatic Hopper one), paged decode
 (pack-GQA, split-KV, rows with no key: lse = the sink), the fused mixed step, and an
-AttentionPlan captured in a CUDA graph and replayed with new sink values.  Outputs and LSE are
+AttentionPlan captured in a CUDA graph and replayed with new sink values.  The single-class calls
+(prefill, decode, split-KV) run the sink kernels (AttentionSpec.sinks: the epilogue and the combine
+add the sink); the fused mixed step and the plan keep the rescale after the kernels.  Outputs and LSE are
 NaN-poisoned; rows past the batch must stay unwritten."""
 import numpy as np
 import pytest
@@ -55,6 +57,8 @@ def test_varlen_prefill_causal_gqa(arch, num_splits):
         torch.cuda.synchronize()
         check(o, lse, ref, ref_lse, BF16)
         assert ("_wgmma" in prepared_name()) == (arch is None and HOPPER), prepared_name()
+        # the sinks are fused in the kernels (epilogue, combine): no rescale after them
+        assert "_sinks" in prepared_name() and api._CALLS._last[1].sinks_fused, prepared_name()
         if num_splits:
             assert api._CALLS._last[1].combine is not None
         o2 = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), causal=True, arch=arch,
@@ -87,6 +91,7 @@ def test_paged_decode(arch, num_splits):
     torch.cuda.synchronize()
     if num_splits:
         assert api._CALLS._last[1].combine is not None
+    assert "_sinks" in prepared_name() and api._CALLS._last[1].sinks_fused, prepared_name()
     k, v, cu_k = gather_paged(kc, vc, pt, used)
     ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True, sinks=sinks)
     check(o, lse, ref, ref_lse, BF16)
@@ -112,15 +117,17 @@ def test_fused_mixed_step(arch):
     check(o, lse, ref, ref_lse, BF16)
 
 
-@pytest.mark.parametrize("kind", ["decode_with_lse", "mixed_scratch"])
+@pytest.mark.parametrize("kind", ["decode_with_lse", "decode_sink_kernels", "mixed_scratch"])
 def test_plan_graph_replays_with_new_sinks(kind):
     """One captured step replayed with new lengths *and new sink values* in the same tensor: the
     sinks are read on the device at replay.  decode_with_lse: a paged decode plan writing the
-    caller's lse; mixed_scratch: a mixed prefill + decode plan (fused launch) whose LSE goes to the
-    plan's scratch (sinks=True).  Rows past the batch stay NaN (out and lse)."""
+    caller's lse (plain kernels, the rescale after them); decode_sink_kernels: the same plan made
+    with sinks=True, which runs the sink kernels (the sinks' address in the captured parameters);
+    mixed_scratch: a mixed prefill + decode plan (fused launch) whose LSE goes to the plan's scratch
+    (sinks=True).  Rows past the batch stay NaN (out and lse)."""
     hq, hkv, d, ps, cap = 32, 8, 128, 16, 16
     max_ctx = 2048
-    max_tq = cap if kind == "decode_with_lse" else 640
+    max_tq = cap if kind.startswith("decode") else 640
     max_pages = max_ctx // ps
     num_pages = cap * max_pages
     g = torch.Generator(device="cuda").manual_seed(21)
@@ -133,12 +140,13 @@ def test_plan_graph_replays_with_new_sinks(kind):
     out = torch.empty(max_tq, hq, d, device="cuda", dtype=BF16)
     lse = torch.empty(hq, max_tq, device="cuda", dtype=torch.float32)
     sinks = torch.empty(hq, device="cuda", dtype=torch.float32)
-    decode = kind == "decode_with_lse"
+    decode = kind.startswith("decode")
     plan = AttentionPlan(max_batch=cap, num_heads_q=hq, num_heads_kv=hkv, head_dim=d, dtype=BF16,
                          max_total_q=max_tq, max_seqlen_q=1 if decode else 256, max_seqlen_k=max_ctx, paged=True,
-                         causal=True, sinks=not decode)
+                         causal=True, sinks=kind != "decode_with_lse")
     if not decode:
-        assert plan.fused is not None
+        assert plan.fused is not None and not plan.sinks_fused
+    assert plan.sinks_fused == (kind == "decode_sink_kernels")
     rng = np.random.default_rng(17)
 
     def new_step(seed):

@@ -48,7 +48,7 @@ Suites and entries (``<model>`` suffix: see ``models.entry_name``):
   kernel of a first call: scheduler and attention), ``compile_warm_load``, ``dispatch_in_memory``.
 * ``sinks_prefill_causal_s16k`` (suite ``prefill``: 1 x 16384 tokens, causal, the first preset's
   heads) and ``sinks_decode_b128_paged16`` (suite ``decode``: decode_trace_b128_paged16's batch):
-  the cost of attention sinks (``sinks=``, applied as an LSE rescale after the kernels): the call
+  the cost of attention sinks (``sinks=``, in the kernels: AttentionSpec.sinks): the call
   with and without sinks timed together as interleaved CUDA-graph replays; ``us`` is the call with
   sinks, ``us_nosinks`` the one without, ``sinks_ratio`` = us / us_nosinks (1.0 = free).
 * ``overhead``: ``overhead_decode_call``, ``overhead_plan_run``, ``overhead_graph_replay`` (one
@@ -550,8 +550,9 @@ def sinks_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
     """The cost of attention sinks on one call: ``sinks_prefill_causal_s16k`` (one causal request
     of 16384 tokens, packed K/V) or ``sinks_decode_b128_paged16`` (128 decodes on Mooncake
     contexts, pages of 16).  The call without sinks (``kernelgen``) and with them
-    (``kernelgen_sinks``: per-head sinks, the LSE written and the output rescaled after the
-    kernels) are timed together as interleaved CUDA-graph replays (measure.time_interleaved).
+    (``kernelgen_sinks``: per-head sinks; both are single-class calls, so the sink kernels run:
+    ``AttentionSpec.sinks``, the sink added at the epilogue / in the combine, no rescale after
+    them) are timed together as interleaved CUDA-graph replays (measure.time_interleaved).
     ``us``: with sinks; ``us_nosinks``: without; ``sinks_ratio``: us / us_nosinks."""
     torch = _torch()
     from ...front.api import varlen_attention

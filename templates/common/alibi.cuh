@@ -1,0 +1,53 @@
+// ---- common/alibi.cuh: ALiBi biases (Press et al. 2022, "Train Short, Test Long") ----
+// Included only by the ALiBi variants (AttentionSpec.alibi).  FlashAttention-2's convention: the
+// logit of query position r (0-based in its request) and key j, after softmax_scale and soft-cap,
+// gets -slope * |r + seqlen_k - seqlen_q - j| (with causal the distance is never negative; FA2
+// adds slope * j there, the same softmax shifted by a constant per row: its LSE differs by that
+// constant, ours is the LSE of the logits as written).  slope = alibi_slopes[b * batch_stride + h]
+// for request b and query head h (batch_stride 0 for (num_heads_q,) slopes).  A tile row's head
+// is the CTA's head, or with pack-GQA kv_head * qpk + row % qpk.  The bias is added in the units
+// of the scores it meets (`unit`: log2(e) on scores already scaled to log2 units, log2(e) /
+// scale_log2 on raw scores whose scale is folded into the exponent later); -inf (masked) stays.
+constexpr float ALIBI_LOG2E = 1.4426950408889634f;
+
+__device__ __forceinline__ float alibi_slope(const AttnParams& p, int b, int head) {
+  return __ldg(reinterpret_cast<const float*>(p.alibi_slopes) + (i64)b * p.alibi_batch_stride + head);
+}
+
+// The query head of tile row `row` (head: the CTA's query head, or its KV head with pack-GQA).
+__device__ __forceinline__ int alibi_head(int head, int row, int qpk) { return PACK_GQA ? head * qpk + row % qpk : head; }
+
+// slope * unit for this thread's rows of the m16 fragment layout (rows row0 + warp * WM + mt * 16
+// + g + 8 h), loaded once per tile (without pack-GQA every row has the tile's head: sl[0][0] only).
+__device__ __forceinline__ void alibi_row_coefs(float (&sl)[MT][2], const AttnParams& p, int b, int head, int row0,
+                                                int qpk, int warp, int lane, float unit) {
+  const int g = lane >> 2;
+  if (!PACK_GQA) {  // one head for the whole tile: one live value (apply_alibi reads sl[0][0] only)
+    sl[0][0] = alibi_slope(p, b, head) * unit;
+    return;
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      sl[mt][h] = alibi_slope(p, b, alibi_head(head, row0 + warp * WM + mt * 16 + g + 8 * h, qpk)) * unit;
+}
+
+// s -= coef * |pos + seqlen_k - seqlen_q - key| on a block of scores (the layout apply_mask uses).
+__device__ __forceinline__ void apply_alibi(float (&s)[MT][BN / 8][4], const float (&sl)[MT][2], const MaskInfo& mi,
+                                            int n, int row0, int qpk, int warp, int lane) {
+  const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int kpos = row_position(row0 + warp * WM + mt * 16 + g + 8 * h, qpk) + mi.offset;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = n * BN + nt * 8 + 2 * tq + e;
+          s[mt][nt][2 * h + e] -= (PACK_GQA ? sl[mt][h] : sl[0][0]) * (float)abs(kpos - col);
+        }
+    }
+}
