@@ -956,3 +956,32 @@ def test_peers_without_sinks_or_alibi_state_why():
     assert e["unavailable"]["flex_attention"] == peers.FLEX_NO_SINKS
     assert e["unavailable"]["fa2_alibi"] == peers.FA2_NO_ALIBI and "ALiBi" in peers.FA2_NO_ALIBI
     assert "sinks" in peers.FA3_NO_SINKS and "ALiBi" in peers.FA3_NO_ALIBI
+
+
+def test_flex_first_call_score_mod_is_a_new_function_with_the_same_logits():
+    """variant_compile_first_call's FlexAttention score_mod: a new code object each time (so
+    torch.compile cannot reuse a graph: a closure float would be passed as an input), computing
+    the ALiBi bias times the constant."""
+    import torch
+
+    slopes = torch.tensor([0.5, 0.25])
+    a, b = peers.alibi_score_mod(slopes, factor=1.000000123), peers.alibi_score_mod(slopes, factor=1.000000456)
+    assert a.__code__ is not b.__code__ and "1.000000123" in a.__code__.co_filename
+    s, qi, ki = torch.tensor(0.0), torch.tensor(10), torch.tensor(4)
+    assert float(a(s, 0, 1, qi, ki)) == pytest.approx(-0.25 * 6 * 1.000000123)
+    plain = peers.alibi_score_mod(slopes)
+    assert float(plain(s, 0, 0, qi, ki)) == -3.0
+
+
+def test_only_selects_entries_by_pattern():
+    """``--only``: the issue-25 entries alone fit one device call (the other entries are not run or
+    listed)."""
+    args = cli.build_parser().parse_args(["bench", "--only", "alibi_*,variant_*,*gpt-oss*"])
+    assert args.only == ["alibi_*", "variant_*", "*gpt-oss*"]
+    assert cli.build_parser().parse_args(["bench"]).only is None
+    defs = suites.registry(["prefill", "decode", "compile"], resolve_models(["llama3-8b", "gpt-oss"]))
+    names = [d.name for d in runner.select(defs, args.only)]
+    assert names == [d.name for d in defs if d.name.startswith(("alibi_", "variant_")) or "gpt-oss" in d.name]
+    assert "variant_compile_first_call" in names and "prefill_varlen_trace_gpt-oss-w128" in names
+    assert "prefill_varlen_trace" not in names and "sinks_prefill_causal_s16k" not in names
+    assert runner.select(defs, None) == defs and runner.select(defs, ["nothing*"]) == []

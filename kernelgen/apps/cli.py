@@ -10,6 +10,7 @@
                    [--causal|--no-causal] [--head-dim D] [--heads Q/KV] [--no-sort] [--no-swizzle]
                    [--repeat N] [--json PATH|-] [--cache-dir DIR]
     kernelgen bench [--suite prefill,decode,mixed,scheduler,compile,overhead|all] [--model NAME[,NAME]|all]
+                   [--only PATTERN[,PATTERN]]
                    [--trace FILE] [--json PATH] [--plots DIR] [--repeat N] [--quick] [--flex off|some|all]
                    [--budget S] [--no-flush] [--from-json PATH] [--jobs N] [--cache-dir DIR]
 
@@ -245,6 +246,10 @@ def _add_bench_parser(sub) -> None:
                                             f"variant_*); a preset with alternating layers (gpt-oss) also runs "
                                             f"its windowed layers' prefill and 128-request decode "
                                             f"(*_<preset>-w<window>)")
+    b.add_argument("--only", type=lambda v: [x for x in v.split(",") if x] or None, default=None,
+                   metavar="PATTERN[,PATTERN...]",
+                   help="run only the entries (of --suite and --model) whose names match one of these shell "
+                        "patterns, e.g. 'alibi_*,variant_*,*gpt-oss*' (default: every entry)")
     b.add_argument("--trace", metavar="FILE", default=None,
                    help="request-length CSV for every trace-driven entry (default: the packaged Azure sample "
                         "for prefill and the scheduler, the packaged Mooncake sample for decode and mixed)")

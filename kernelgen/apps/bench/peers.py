@@ -272,30 +272,42 @@ def softcap_score_mod(softcap: float):
     return score_mod
 
 
-def alibi_score_mod(slopes, qpos=None, kpos=None):
+def alibi_score_mod(slopes, qpos=None, kpos=None, factor: float | None = None):
     """FlexAttention score_mod adding ALiBi (kernelgen's and FlashAttention-2's convention): the
     scaled logit minus ``slopes[h] * |i + seqlen_k - seqlen_q - j|``.  ``qpos`` / ``kpos``: callables
     mapping FlexAttention's (packed) q_idx / kv_idx to the row's bottom-right aligned position
     ``i + seqlen_k - seqlen_q`` and the key's position ``j`` within its request (None: the indices
-    themselves, one request with as many queries as keys)."""
+    themselves, one request with as many queries as keys).
+
+    ``factor``: the bias times this literal, in a function compiled from its own source text, so
+    torch.compile has never seen it (a new code object fails its guards and recompiles; a float
+    closure would not, torch passes unspecialised floats as inputs): the first-call entry's fresh
+    score_mod.  None: the plain ALiBi closure."""
     import torch
 
-    def score_mod(score, b, h, q_idx, kv_idx):
-        qp = q_idx if qpos is None else qpos(q_idx)
-        kp = kv_idx if kpos is None else kpos(kv_idx)
-        return score - slopes[h] * torch.abs(qp - kp)
-    return score_mod
+    ident = lambda x: x  # noqa: E731
+    qp, kp = qpos or ident, kpos or ident
+    if factor is None:
+        def score_mod(score, b, h, q_idx, kv_idx):
+            return score - slopes[h] * torch.abs(qp(q_idx) - kp(kv_idx))
+        return score_mod
+    ns = {"torch": torch, "slopes": slopes, "qp": qp, "kp": kp}
+    exec(compile(f"def score_mod(score, b, h, q_idx, kv_idx):\n"
+                 f"    return score - {float(factor)!r} * slopes[h] * torch.abs(qp(q_idx) - kp(kv_idx))\n",
+                 f"<alibi score_mod x{float(factor)!r}>", "exec"), ns)
+    return ns["score_mod"]
 
 
 def flex_document(q, k, v, lens_q, lens_k, causal: bool, *, softcap: float = 0.0, window_left: int = -1,
-                  scale: float | None = None, alibi_slopes=None, sinks: bool = False) -> Callable[[], Peer]:
+                  scale: float | None = None, alibi_slopes=None, alibi_factor: float | None = None,
+                  sinks: bool = False) -> Callable[[], Peer]:
     """Builder for compiled FlexAttention over a packed varlen batch with a document mask.
 
     q (total_q, Hq, d), k/v (total_k, Hkv, d/dv) packed (a paged cache gathered first); viewed as
     (1, H, tokens, d) without a copy.  Request ``i``'s rows only see its own keys; with ``causal``
     bottom-right aligned, with ``window_left`` >= 0 a window.  The block mask is built once here.
     ``alibi_slopes`` (float32 (Hq,)): ALiBi as a score_mod (:func:`alibi_score_mod`, positions
-    within each request).  ``sinks``: the entry has attention sinks, which FlexAttention cannot
+    within each request; ``alibi_factor``: its never-seen variant).  ``sinks``: the entry has attention sinks, which FlexAttention cannot
     express (unavailable).
     """
 
@@ -336,7 +348,7 @@ def flex_document(q, k, v, lens_q, lens_k, causal: bool, *, softcap: float = 0.0
         score_mod = softcap_score_mod(softcap) if softcap else None
         if alibi_slopes is not None:
             score_mod = alibi_score_mod(alibi_slopes, qpos=lambda qi: qi - start_q[doc_q[qi]] + shift[doc_q[qi]],
-                                        kpos=lambda ki: ki - start_k[doc_k[ki]])
+                                        kpos=lambda ki: ki - start_k[doc_k[ki]], factor=alibi_factor)
         q4 = q.unsqueeze(0).transpose(1, 2)
         k4 = k.unsqueeze(0).transpose(1, 2)
         v4 = v.unsqueeze(0).transpose(1, 2)
@@ -572,9 +584,9 @@ def fa4_alibi_score_mod(factor: float = 1.0):
     @cute.jit
     def alibi(score, batch_idx, head_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
         slopes = aux_tensors[0]
-        h = cute.make_fragment(1, cutlass.Int32)
+        h = cute.make_rmem_tensor(1, cutlass.Int32)
         h.store(head_idx)
-        slope = cute.make_fragment(1, cutlass.Float32)
+        slope = cute.make_rmem_tensor(1, cutlass.Float32)
         slope[0] = slopes[h[0]]
         dist = (q_idx + (seqlen_info.seqlen_k - seqlen_info.seqlen_q) - kv_idx).to(cutlass.Float32)
         zero = cute.full_like(dist, 0.0)

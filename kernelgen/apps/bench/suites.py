@@ -866,8 +866,9 @@ def variant_compile_first_call_entry(settings: Settings, model: ModelPreset) -> 
     the snippet), so no cache, in memory or on disk, has it.  ``us``: perf_counter from the call to
     its synchronised end; ``us_second_call``: the same call again (the compile's share is the
     difference).  Peers, each with its own fresh constant-bearing score_mod and the same constant:
-    ``flex_attention`` (a new closure constant: torch.compile recompiles; its block mask built in
-    the timing, as its first call needs it) and ``fa4`` (FA4 keys its compile cache on the score_mod's
+    ``flex_attention`` (a score_mod compiled from source text holding the constant, a code object
+    torch.compile has not seen: it recompiles; its block mask built in the timing, as its first
+    call needs it) and ``fa4`` (FA4 keys its compile cache on the score_mod's
     source and closure: a new constant compiles a new kernel; its disk cache is off unless
     FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1); their first-call µs (build + first call +
     synchronise) are their ``peers`` times, so the ratio is their first call / kernelgen's.  Each
@@ -889,7 +890,6 @@ def variant_compile_first_call_entry(settings: Settings, model: ModelPreset) -> 
     v = torch.randn(n, m.num_heads_kv, m.head_dim_v, generator=g, device="cuda", dtype=torch.bfloat16)
     cu = _cu([n], "cuda")
     slopes = alibi_slopes(m.num_heads_q)
-    scaled = slopes * c  # the peers' slopes: the constant folded in (same logits)
     out = torch.empty(n, m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16)
     e = _entry(VARIANT_COMPILE_ENTRY, "compile", m, score_mod=snippet,
                shape=f"1 x {n} tokens, causal, {m.describe()}, a never-seen user variant",
@@ -910,7 +910,8 @@ def variant_compile_first_call_entry(settings: Settings, model: ModelPreset) -> 
     torch.cuda.synchronize()
     e["us_second_call"] = (time.perf_counter() - t0) * 1e6
     builders = {
-        peers.FLEX: settings.flex_builder(peers.flex_document(q, k, v, [n], [n], True, alibi_slopes=scaled), "some"),
+        peers.FLEX: settings.flex_builder(peers.flex_document(q, k, v, [n], [n], True, alibi_slopes=slopes,
+                                                              alibi_factor=c), "some"),
         peers.FA4: peers.fa4(q, k, v, True, cu_q=cu, cu_k=cu, max_q=n, max_k=n,
                              score_mod=lambda: peers.fa4_alibi_score_mod(c), aux_tensors=[slopes]),
     }
