@@ -31,6 +31,8 @@ REQUIRED = {
     "compile_cold_variant", "compile_cold_call", "compile_warm_load", "dispatch_in_memory",
     "overhead_decode_call", "overhead_plan_run", "overhead_graph_replay",
     "sinks_prefill_causal_s16k", "sinks_decode_b128_paged16",
+    "alibi_prefill_causal_s16k", "alibi_decode_b128_paged16",
+    "variant_alibi_prefill_causal_s16k", "variant_softcap_prefill_causal_s16k", "variant_compile_first_call",
 }
 ROOFS = {"copy_tbps": 4.0, "bf16_matmul_tflops": 800.0}
 
@@ -94,7 +96,8 @@ def test_tools_bench_wrapper_without_gpu(tmp_path, capsys):
 def test_presets():
     want = {"llama3-8b": (32, 8, 128, 128, 0.0, 0), "llama3-70b-tp8": (8, 1, 128, 128, 0.0, 0),
             "qwen2.5-7b": (28, 4, 128, 128, 0.0, 0), "gemma2-9b": (16, 8, 256, 256, 50.0, 0),
-            "mistral-7b": (32, 8, 128, 128, 0.0, 4096), "mla": (128, 128, 192, 128, 0.0, 0)}
+            "mistral-7b": (32, 8, 128, 128, 0.0, 4096), "mla": (128, 128, 192, 128, 0.0, 0),
+            "gpt-oss": (64, 8, 64, 64, 0.0, 0)}
     assert set(PRESETS) == set(want) and DEFAULT_MODEL == "llama3-8b"
     for name, p in PRESETS.items():
         assert (p.num_heads_q, p.num_heads_kv, p.head_dim, p.head_dim_v, p.softcap, p.window) == want[name]
@@ -435,7 +438,7 @@ def test_registry_covers_required_entries():
         for base in ("prefill_varlen_trace",) + suites.DECODE_SHAPES:
             assert entry_name(base, m) in names
     assert [d.name for d in suites.registry(["compile"], [])] == ["compile_cold_variant", "compile_cold_call", "compile_warm_load",
-                                                                  "dispatch_in_memory"]
+                                                                  "dispatch_in_memory", "variant_compile_first_call"]
     sub = suites.registry(["scheduler", "overhead"], resolve_models(["mla"]))
     assert {d.suite for d in sub} == {"scheduler", "overhead"}
     assert "scheduler_b8_mla" in [d.name for d in sub]
@@ -753,3 +756,237 @@ def test_sinks_entries_registered_in_their_suites():
     assert "sinks_decode_b128_paged16" not in [d.name for d in suites.registry(["prefill"], [])]
     for name in ("sinks_prefill_causal_s16k", "sinks_decode_b128_paged16"):
         assert defs[name].specs(suites.Settings(), "sm_90a", 132)
+
+
+def test_gpt_oss_preset_and_its_layer_flavours():
+    """gpt-oss (issue 25): 64 query / 8 KV heads, d 64, per-head sinks on every layer, a 128-token
+    sliding window on every other layer.  The preset is the full-attention layer; its windowed
+    layer is a derived preset (``gpt-oss-w128``, window_size (127, 0) with causal, sinks kept)."""
+    p = PRESETS["gpt-oss"]
+    assert (p.num_heads_q, p.num_heads_kv, p.head_dim, p.head_dim_v) == (64, 8, 64, 64)
+    assert p.sinks and p.alt_window == 128 and p.window == 0 and p.window_size == (-1, -1)
+    full, win = p.layer_flavours()
+    assert full is p
+    assert win.name == "gpt-oss-w128" and win.window == 128 and win.window_size == (127, 0) and win.sinks
+    assert (win.num_heads_q, win.num_heads_kv, win.head_dim) == (64, 8, 64) and win.alt_window == 0
+    assert "sinks" in p.describe() and "window 128 on alternate layers" in p.describe()
+    assert [f.name for f in PRESETS["llama3-8b"].layer_flavours()] == ["llama3-8b"]
+    with pytest.raises(ValueError):
+        PRESETS["llama3-8b"].windowed_layer()
+    assert [m.name for m in resolve_models(["gpt-oss"])] == ["gpt-oss"]
+    assert "gpt-oss" in [m.name for m in resolve_models(["all"])]
+    # the window caps the keys a decode of the windowed layer reads
+    assert decode_bytes([1000], win) == 128 * p.kv_bytes_per_token
+    assert visible_pairs(300, 300, True, win.window_left) == sum(min(r + 1, 128) for r in range(300))
+
+
+def test_gpt_oss_entries_in_both_layer_flavours():
+    """``--model gpt-oss`` runs the trace prefill and the 128-request decode for the full-attention
+    and the window-128 layers, the other decode shapes for the full layer; the kernels they
+    pre-compile include the sink variants (and the local mask of the windowed layer)."""
+    from kernelgen.kernels.spec import AttentionSpec
+
+    names = [d.name for d in suites.registry(["prefill", "decode"], resolve_models(["llama3-8b", "gpt-oss"]))]
+    for n in ("prefill_varlen_trace_gpt-oss", "prefill_varlen_trace_gpt-oss-w128", "decode_trace_b128_paged16_gpt-oss",
+              "decode_trace_b128_paged16_gpt-oss-w128", "decode_trace_b32_paged16_gpt-oss",
+              "decode_long_b8_128k_gpt-oss"):
+        assert n in names
+    assert "decode_trace_b32_paged16_gpt-oss-w128" not in names and len(names) == len(set(names))
+    defs = {d.name: d for d in suites.registry(["prefill", "decode"], resolve_models(["gpt-oss"]))}
+    assert defs["prefill_varlen_trace_gpt-oss-w128"].model == "gpt-oss-w128"
+    st = suites.Settings()
+    win = [s for s in defs["prefill_varlen_trace_gpt-oss-w128"].specs(st, "sm_90a", 132) if isinstance(s, AttentionSpec)]
+    assert any(s.sinks and s.mask == "local" and s.head_dim == 64 for s in win)
+    dec = [s for s in defs["decode_trace_b128_paged16_gpt-oss"].specs(st, "sm_90a", 132) if isinstance(s, AttentionSpec)]
+    assert any(s.sinks and s.paged for s in dec)
+    # the presets without sinks pre-compile no sink kernels
+    plain = suites.registry(["prefill"], resolve_models(["llama3-8b"]))
+    specs = [s for d in plain if d.name == "prefill_varlen_trace" for s in d.specs(st, "sm_90a", 132)]
+    assert specs and not any(getattr(s, "sinks", False) for s in specs)
+    assert all(report.suite_of(n) == defs[n].suite for n in defs)
+
+
+def test_gpt_oss_on_the_command_line():
+    args = cli.build_parser().parse_args(["bench", "--model", "gpt-oss,llama3-8b"])
+    assert args.model == ["gpt-oss", "llama3-8b"]
+    assert cli.build_parser().parse_args(["bench", "--model", "all"]).model == ["all"]
+    b = next(a for a in cli.build_parser()._subparsers._group_actions[0].choices.items() if a[0] == "bench")[1]
+    text = b.format_help()
+    for name in PRESETS:
+        assert name in text
+    assert "gpt-oss" in (REPO / "docs" / "cli.md").read_text()
+
+
+def test_alibi_and_variant_entries_registered_in_their_suites():
+    """The ALiBi cost entries sit beside the sinks ones (prefill / decode, first preset, once); the
+    user-variant entries are in prefill (the s16k pair) and compile (the first call); all carry
+    derivable kernel specs but the first-call one (its variant is new by design)."""
+    from kernelgen.kernels.spec import AttentionSpec
+
+    defs = {d.name: d for d in suites.registry(["all"], resolve_models(["all"]))}
+    assert defs["alibi_prefill_causal_s16k"].suite == "prefill" and defs["alibi_decode_b128_paged16"].suite == "decode"
+    assert defs["variant_alibi_prefill_causal_s16k"].suite == "prefill"
+    assert defs["variant_softcap_prefill_causal_s16k"].suite == "prefill"
+    assert defs["variant_compile_first_call"].suite == "compile" and defs["variant_compile_first_call"].specs is None
+    assert not any(n.startswith(("alibi_", "variant_")) and n not in REQUIRED for n in defs)
+    assert "alibi_decode_b128_paged16" not in [d.name for d in suites.registry(["prefill"], [])]
+    assert "variant_compile_first_call" not in [d.name for d in suites.registry(["prefill", "decode"], [])]
+    st = suites.Settings()
+    for name in ("alibi_prefill_causal_s16k", "alibi_decode_b128_paged16", "variant_alibi_prefill_causal_s16k"):
+        attn = [s for s in defs[name].specs(st, "sm_90a", 132) if isinstance(s, AttentionSpec)]
+        assert any(s.alibi for s in attn) and any(not s.alibi for s in attn)
+    soft = [s for s in defs["variant_softcap_prefill_causal_s16k"].specs(st, "sm_90a", 132)
+            if isinstance(s, AttentionSpec)]
+    assert any(s.softcap for s in soft)
+    sink = [s for s in defs["sinks_decode_b128_paged16"].specs(st, "sm_90a", 132) if isinstance(s, AttentionSpec)]
+    assert any(s.sinks for s in sink) and any(not s.sinks for s in sink)
+    for name in defs:
+        assert report.suite_of(name) == defs[name].suite
+
+
+def test_alibi_slopes_are_the_papers_geometric_sequence():
+    """2^(-8 i / H), i = 1..H: for 8 heads 1/2, 1/4, ..., 1/256 (ALiBi's paper)."""
+    torch = pytest.importorskip("torch")
+    import types
+
+    from kernelgen.apps.bench import suites as S
+
+    real = torch.tensor
+    fake = types.SimpleNamespace(tensor=lambda data, dtype=None, device=None: real(data, dtype=dtype),
+                                 float32=torch.float32)  # (on the CPU: the entry puts them on the GPU)
+    saved = S._torch
+    S._torch = lambda: fake
+    try:
+        s8, s64 = S.alibi_slopes(8), S.alibi_slopes(64)
+    finally:
+        S._torch = saved
+    assert s8.dtype == torch.float32 and s8.tolist() == [2.0 ** -k for k in range(1, 9)]
+    assert s64.shape == (64,) and abs(float(s64[7]) - 0.5) < 1e-7 and abs(float(s64[-1]) - 2.0 ** -8) < 1e-12
+
+
+def test_variant_entries_skip_without_the_variant_api(monkeypatch):
+    """Before branch ``variant`` is merged kernelgen has no ``Variant``: the variant entries are
+    recorded as skipped with the stated reason (the runner's Skip), never an error."""
+    import types
+
+    from kernelgen.front import api
+
+    monkeypatch.setitem(sys.modules, "kernelgen.front.variant", None)  # (importing it raises ImportError)
+    with pytest.raises(suites.Skip, match=r"^kernelgen has no Variant \(branch variant not merged\)$"):
+        suites.variant_api()
+    defs = {d.name: d for d in suites.registry(["prefill", "compile"], resolve_models([DEFAULT_MODEL]))}
+    for name in ("variant_alibi_prefill_causal_s16k", "variant_softcap_prefill_causal_s16k",
+                 "variant_compile_first_call"):
+        with pytest.raises(suites.Skip, match="branch variant not merged"):
+            defs[name].run(suites.Settings())
+    # a Variant class alone is not enough: varlen_attention must take variant=
+    monkeypatch.setitem(sys.modules, "kernelgen.front.variant", types.SimpleNamespace(Variant=object))
+    monkeypatch.setattr(api, "varlen_attention", lambda q, k, v, cu_seqlens_q, *, causal=False: None)
+    with pytest.raises(suites.Skip):
+        suites.variant_api()
+    monkeypatch.setattr(api, "varlen_attention", lambda q, k, v, cu_seqlens_q, *, variant=None: None)
+    assert suites.variant_api() is object
+
+
+def test_variant_score_mods_are_the_issues_snippets():
+    assert suites.VARIANT_ALIBI_SCORE_MOD == "score - slopes[head] * fabsf((float)(q_idx + kv_len - q_len - kv_idx))"
+    assert suites.VARIANT_SOFTCAP_SCORE_MOD == "50.f * tanhf(score / 50.f)" and suites.VARIANT_SOFTCAP == 50.0
+
+
+def test_cost_entries_show_their_own_baseline_and_divide_peers_by_peer_base():
+    """A cost entry's ``us`` is an interleaved graph-replay time (with its baseline in the same
+    measurement); its peers, timed as eager calls, are divided by ``peer_base_us`` (kernelgen's call
+    timed their way).  The table's "vs own baseline" column shows the ratio to the baseline."""
+    e = report.finalize({"name": "alibi_decode_b128_paged16", "suite": "decode", "us": 1010.0, "metric": "tbps",
+                         "bytes": 4e9, "peers": {"fa4": 1100.0}, "unavailable": {"fa3_unpaged": "no ALiBi"},
+                         "us_noalibi": 1000.0, "alibi_ratio": 1.01, "peer_base_us": 1050.0}, ROOFS)
+    assert e["ratios"]["fa4"] == pytest.approx(1100.0 / 1050.0)
+    assert e["best_peer"] == "fa4" and e["vs_best"] == pytest.approx(1100.0 / 1050.0)
+    assert report.own_baseline_text(e) == "1.01x without ALiBi (1000.0 µs)"
+    assert report.own_baseline_text({"variant_ratio": 0.98, "us_builtin": 3900.0}) == "0.98x built-in (3900.0 µs)"
+    assert report.own_baseline_text({"sinks_ratio": 1.0, "us_nosinks": 50.0}) == "1.00x without sinks (50.00 µs)"
+    assert report.own_baseline_text({"us": 3.0}) == ""
+    plain = report.finalize({"name": "decode_trace_b32_paged16", "suite": "decode", "us": 100.0, "metric": "tbps",
+                             "bytes": 4e8, "peers": {"fa4": 90.0}, "unavailable": {}}, ROOFS)
+    t = report.suite_table("decode", [e, plain])
+    assert "vs own baseline" in t and "1.01x without ALiBi" in t
+    assert "| decode_trace_b32_paged16 | 100.0 | 4.00 TB/s | 100% | 0.90x fa4 | - |" in t
+    assert "vs own baseline" not in report.suite_table("decode", [plain])
+    # a report of them re-prints with the same ratios (from-json)
+    rep = report.build_report([e, plain], ROOFS, "NVIDIA H200", commit="c")
+    again = {x["name"]: x for x in report.entries_from_report(json.loads(json.dumps(rep)))}
+    assert again["alibi_decode_b128_paged16"]["ratios"]["fa4"] == pytest.approx(1100.0 / 1050.0)
+    assert again["alibi_decode_b128_paged16"]["alibi_ratio"] == 1.01
+
+
+def test_flex_alibi_score_mod_matches_reference(monkeypatch):
+    """The FlexAttention ALiBi peer (alibi_entry, the user-variant entries) computes kernelgen's
+    ALiBi (bottom-right distance within each request, GQA, a window), run eagerly on the CPU,
+    against the float64 reference with ``alibi_slopes``; one request with as many queries as keys
+    is the variant entries' s16k shape."""
+    import torch
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from kernelgen.apps.reference import attention_reference
+
+    monkeypatch.setattr(peers, "_flex_compiled", flex_attention)
+    torch.manual_seed(1)
+    for lq, lk, hq, hkv, wl in (([37, 100, 5], [37, 100, 5], 4, 2, -1), ([1] * 4, [300, 17, 129, 1], 8, 2, -1),
+                                ([130, 1], [130, 400], 4, 1, 31), ([96], [96], 8, 8, -1)):
+        q, k, v = torch.randn(sum(lq), hq, 64), torch.randn(sum(lk), hkv, 64), torch.randn(sum(lk), hkv, 64)
+        slopes = torch.tensor([2.0 ** (-8.0 * i / hq) for i in range(1, hq + 1)])
+        peer = peers.flex_document(q, k, v, lq, lk, True, window_left=wl, alibi_slopes=slopes)()
+        out = peer.output(peer.fn())
+        cu_q = torch.tensor([0] + list(torch.cumsum(torch.tensor(lq), 0)), dtype=torch.int32)
+        cu_k = torch.tensor([0] + list(torch.cumsum(torch.tensor(lk), 0)), dtype=torch.int32)
+        ref, _ = attention_reference(q.double(), k.double(), v.double(), cu_q, cu_k, causal=True,
+                                     window_size=(wl, 0) if wl >= 0 else (-1, -1), alibi_slopes=slopes.double())
+        assert float((out.double() - ref).abs().max()) < 1e-4
+
+
+def test_peers_without_sinks_or_alibi_state_why():
+    """The peers that cannot run gpt-oss's sinks or ALiBi are unavailable with the reason (never
+    run without them, which would compare a different attention)."""
+    import torch
+
+    q = k = v = torch.zeros(4, 2, 64)
+    cu = torch.tensor([0, 4], dtype=torch.int32)
+    e = {"peers": {}, "unavailable": {}}
+    peers.measure(e, {"torch_fa2_varlen": peers.fa2_varlen(q, k, v, cu, cu, 4, 4, True, sinks=True),
+                      "flex_attention": peers.flex_document(q, k, v, [4], [4], True, sinks=True),
+                      "fa2_alibi": peers.fa2_varlen(q, k, v, cu, cu, 4, 4, True, alibi=True)},
+                  lambda fn: 1.0)
+    assert e["peers"] == {}
+    assert e["unavailable"]["torch_fa2_varlen"] == peers.FA2_NO_SINKS and "sinks" in peers.FA2_NO_SINKS
+    assert e["unavailable"]["flex_attention"] == peers.FLEX_NO_SINKS
+    assert e["unavailable"]["fa2_alibi"] == peers.FA2_NO_ALIBI and "ALiBi" in peers.FA2_NO_ALIBI
+    assert "sinks" in peers.FA3_NO_SINKS and "ALiBi" in peers.FA3_NO_ALIBI
+
+
+def test_flex_first_call_score_mod_is_a_new_function_with_the_same_logits():
+    """variant_compile_first_call's FlexAttention score_mod: a new code object each time (so
+    torch.compile cannot reuse a graph: a closure float would be passed as an input), computing
+    the ALiBi bias times the constant."""
+    import torch
+
+    slopes = torch.tensor([0.5, 0.25])
+    a, b = peers.alibi_score_mod(slopes, factor=1.000000123), peers.alibi_score_mod(slopes, factor=1.000000456)
+    assert a.__code__ is not b.__code__ and "1.000000123" in a.__code__.co_filename
+    s, qi, ki = torch.tensor(0.0), torch.tensor(10), torch.tensor(4)
+    assert float(a(s, 0, 1, qi, ki)) == pytest.approx(-0.25 * 6 * 1.000000123)
+    plain = peers.alibi_score_mod(slopes)
+    assert float(plain(s, 0, 0, qi, ki)) == -3.0
+
+
+def test_only_selects_entries_by_pattern():
+    """``--only``: the issue-25 entries alone fit one device call (the other entries are not run or
+    listed)."""
+    args = cli.build_parser().parse_args(["bench", "--only", "alibi_*,variant_*,*gpt-oss*"])
+    assert args.only == ["alibi_*", "variant_*", "*gpt-oss*"]
+    assert cli.build_parser().parse_args(["bench"]).only is None
+    defs = suites.registry(["prefill", "decode", "compile"], resolve_models(["llama3-8b", "gpt-oss"]))
+    names = [d.name for d in runner.select(defs, args.only)]
+    assert names == [d.name for d in defs if d.name.startswith(("alibi_", "variant_")) or "gpt-oss" in d.name]
+    assert "variant_compile_first_call" in names and "prefill_varlen_trace_gpt-oss-w128" in names
+    assert "prefill_varlen_trace" not in names and "sinks_prefill_causal_s16k" not in names
+    assert runner.select(defs, None) == defs and runner.select(defs, ["nothing*"]) == []

@@ -90,3 +90,41 @@ def test_report_keeps_the_sinks_cost(tmp_path, capsys):
     rep = json.loads((tmp_path / "gpu_report.json").read_text())
     row = next(b for b in rep["benchmarks"] if b["name"] == "sinks_decode_b128_paged16")
     assert row["us_nosinks"] == 1000.0 and row["sinks_ratio"] == 1.01
+
+
+def test_report_keeps_the_alibi_and_variant_costs_and_shows_them(tmp_path, capsys):
+    """Issue 25's figures: the ALiBi entries' us_noalibi / alibi_ratio, the user-variant entries'
+    us_builtin / variant_ratio, the kernelgen time their peers are divided by (peer_base_us) and the
+    first-call entry's second call are kept, and the markdown shows each cost entry's ratio to its
+    own baseline; the GPU report's own baselines are the bench's."""
+    import json
+
+    from kernelgen.apps.bench import report
+
+    assert gpu_report.OWN_BASELINES == report.OWN_BASELINES
+    alibi = report.finalize({"name": "alibi_prefill_causal_s16k", "suite": "prefill", "us": 4040.0, "metric": "tflops",
+                             "flops": 2e12, "peers": {"fa4": 4400.0}, "unavailable": {"fa3": "no ALiBi"},
+                             "us_noalibi": 4000.0, "alibi_ratio": 1.01, "peer_base_us": 4100.0,
+                             "max_diff": {"fa4": 0.004}, "ref_max": {"fa4": 3.0}}, None)
+    var = report.finalize({"name": "variant_softcap_prefill_causal_s16k", "suite": "prefill", "us": 3900.0,
+                           "metric": "tflops", "flops": 2e12, "peers": {}, "unavailable": {},
+                           "us_builtin": 3950.0, "variant_ratio": 3900.0 / 3950.0, "peer_base_us": 3920.0}, None)
+    first = report.finalize({"name": "variant_compile_first_call", "suite": "compile", "us": 2.5e6,
+                             "peers": {"fa4": 30e6, "flex_attention": 12e6}, "unavailable": {},
+                             "us_second_call": 300.0, "first_call_s": {"fa4": 30.0, "flex_attention": 12.0}}, None)
+    (tmp_path / "bench.json").write_text(json.dumps(report.build_report([alibi, var, first], None, "NVIDIA H200",
+                                                                        commit="c")))
+    gpu_report.main(["--out", str(tmp_path), "--markdown", str(tmp_path / "h200.md")])
+    rep = json.loads((tmp_path / "gpu_report.json").read_text())
+    rows = {b["name"]: b for b in rep["benchmarks"]}
+    a = rows["alibi_prefill_causal_s16k"]
+    assert (a["us_noalibi"], a["alibi_ratio"], a["peer_base_us"]) == (4000.0, 1.01, 4100.0)
+    assert abs(a["ratios"]["fa4"] - 4400.0 / 4100.0) < 1e-12
+    v = rows["variant_softcap_prefill_causal_s16k"]
+    assert v["us_builtin"] == 3950.0 and abs(v["variant_ratio"] - 3900.0 / 3950.0) < 1e-12
+    f = rows["variant_compile_first_call"]
+    assert f["us"] == 2.5e6 and f["us_second_call"] == 300.0 and f["peers"] == {"fa4": 30e6, "flex_attention": 12e6}
+    md = (tmp_path / "h200.md").read_text()
+    assert "| 1.01x without ALiBi (4000.0 us) |" in md and "0.99x built-in (3950.0 us)" in md
+    assert "fa4 4400 (1.07x)" in md
+    assert rep["checks"]["alibi_prefill_causal_s16k_agrees_with_peers"] is True

@@ -92,6 +92,28 @@ def add_aliases(benchmarks: list) -> None:
             benchmarks.append({**names[src], "name": alias, "same_as": src})
 
 
+#: Fields of a bench entry the report keeps when the entry has them: the rates' counts, the peer
+#: ratios, best peer and agreement; the cost entries' own baselines (``sinks_*``: us_nosinks /
+#: sinks_ratio, the cost docs/performance.md quotes; ``alibi_*``: us_noalibi / alibi_ratio;
+#: ``variant_*``: us_builtin / variant_ratio) and the kernelgen time their peers are divided by
+#: (``peer_base_us``); ``variant_compile_first_call``'s second call (its ``us`` and its peers'
+#: times are first calls).
+KEPT_IF_SET = ("flops", "bytes", "ratios", "best_peer", "vs_best", "max_diff", "us_nosinks", "sinks_ratio",
+               "us_noalibi", "alibi_ratio", "us_builtin", "variant_ratio", "peer_base_us", "us_second_call")
+#: The cost entries' own baselines as the tables show them (kernelgen.apps.bench.report.OWN_BASELINES).
+OWN_BASELINES = (("sinks_ratio", "us_nosinks", "without sinks"), ("alibi_ratio", "us_noalibi", "without ALiBi"),
+                 ("variant_ratio", "us_builtin", "built-in"))
+
+
+def own_baseline(b: dict) -> str:
+    """A cost entry's ratio to its own baseline ("1.02x without ALiBi (3850.0 us)"), "" for the others."""
+    for ratio_key, base_key, what in OWN_BASELINES:
+        if b.get(ratio_key) is not None:
+            base = b.get(base_key)
+            return f"{b[ratio_key]:.2f}x {what}" + (f" ({base:.1f} us)" if base is not None else "")
+    return ""
+
+
 def commit() -> str:
     if os.environ.get("KERNELGEN_COMMIT"):
         return os.environ["KERNELGEN_COMMIT"]
@@ -107,9 +129,10 @@ def load(path: Path):
 
 def _ratio(b: dict, peer: str) -> float:
     """Peer time / kernelgen time of a benchmark row: the bench's own ratio when it has one (its
-    switch columns divide by the default call's time from their interleaved measurement)."""
+    switch columns divide by the default call's time from their interleaved measurement, a cost
+    entry's peers by ``peer_base_us``)."""
     r = (b.get("ratios") or {}).get(peer)
-    return r if r is not None else b["peers"][peer] / b["us"]
+    return r if r is not None else b["peers"][peer] / (b.get("peer_base_us") or b["us"])
 
 
 def markdown(report: dict) -> str:
@@ -121,14 +144,19 @@ def markdown(report: dict) -> str:
              f"GPU tests: **{t['passed']} passed, {t['failed']} failed, {t['skipped']} skipped**.", "",
              "| check | result |", "| --- | --- |"]
     lines += [f"| {k} | {'ok' if v else 'FAIL'} |" for k, v in report["checks"].items()]
-    lines += ["", "| benchmark | us | TFLOP/s | TB/s | vs best peer | peers: us (peer time / kernelgen time) |",
-              "| --- | ---: | ---: | ---: | --- | --- |"]
+    lines += ["", "| benchmark | us | TFLOP/s | TB/s | vs best peer | peers: us (peer time / kernelgen time) "
+                  "| vs own baseline |",
+              "| --- | ---: | ---: | ---: | --- | --- | --- |"]
     for b in report["benchmarks"]:
         peers = ", ".join(f"{p} {u:.0f} ({_ratio(b, p):.2f}x)" for p, u in (b.get("peers") or {}).items())
         tf = f"{b['tflops']:.0f}" if b.get("tflops") else ""
         tb = f"{b['tbps']:.2f}" if b.get("tbps") else ""
         best = f"{b['vs_best']:.2f}x {b['best_peer']}" if b.get("best_peer") else ""
-        lines.append(f"| {b['name']} | {b['us']:.1f} | {tf} | {tb} | {best} | {peers} |")
+        lines.append(f"| {b['name']} | {b['us']:.1f} | {tf} | {tb} | {best} | {peers} | {own_baseline(b)} |")
+    lines += ["", "vs own baseline: a cost entry's time over kernelgen's call without the feature (sinks_*, "
+                  "alibi_*) or over the built-in form of a user variant (variant_*), both from one interleaved "
+                  "CUDA-graph measurement; their peers are divided by the entry's call timed as the peers are "
+                  "(peer_base_us)."]
     earlier = (report.get("extra") or {}).get("fuzz_sanitizer_multigpu_commit")
     if earlier:
         lines += ["", f"The fuzz, sanitizer and 2-GPU checks (and 4 of the passed tests) ran on commit {earlier}."]
@@ -187,12 +215,8 @@ def main(argv=None) -> int:
     report["checks"].update({k: v for k, v in ((bench or {}).get("checks") or {}).items()
                              if k.endswith("_agrees_with_peers")})
     for e in (bench or {}).get("benchmarks", []):
-        # (a sinks_* entry's us_nosinks / sinks_ratio: the cost docs/performance.md quotes)
-        report["benchmarks"].append({k: e.get(k) for k in ("name", "us", "tflops", "tbps", "flops", "bytes", "peers",
-                                                           "ratios", "best_peer", "vs_best", "max_diff",
-                                                           "us_nosinks", "sinks_ratio")
-                                     if k not in ("flops", "bytes", "ratios", "best_peer", "vs_best", "max_diff",
-                                                  "us_nosinks", "sinks_ratio") or e.get(k)})
+        report["benchmarks"].append({k: e.get(k) for k in ("name", "us", "tflops", "tbps", "peers") + KEPT_IF_SET
+                                     if k not in KEPT_IF_SET or e.get(k)})
         if e.get("unavailable"):
             report["extra"].setdefault("unavailable_peers", {})[e["name"]] = e["unavailable"]
     add_aliases(report["benchmarks"])

@@ -10,6 +10,7 @@
                    [--causal|--no-causal] [--head-dim D] [--heads Q/KV] [--no-sort] [--no-swizzle]
                    [--repeat N] [--json PATH|-] [--cache-dir DIR]
     kernelgen bench [--suite prefill,decode,mixed,scheduler,compile,overhead|all] [--model NAME[,NAME]|all]
+                   [--only PATTERN[,PATTERN]]
                    [--trace FILE] [--json PATH] [--plots DIR] [--repeat N] [--quick] [--flex off|some|all]
                    [--budget S] [--no-flush] [--from-json PATH] [--jobs N] [--cache-dir DIR]
 
@@ -229,7 +230,8 @@ def _add_bench_parser(sub) -> None:
 
     b = sub.add_parser("bench", help="kernelgen against its peers (SDPA, FA2 varlen, FlexAttention) on a GPU",
                        description="Benchmark suites measured side by side with torch SDPA (flash, cuDNN, "
-                                   "memory-efficient), torch's FA2 varlen entry, compiled FlexAttention and "
+                                   "memory-efficient), torch's FA2 varlen entry, compiled FlexAttention, "
+                                   "FlashAttention-3 and -4 (where installed) and "
                                    "kernelgen's own switches, in one process on the same inputs: CUDA events, "
                                    "L2 flushed between repetitions, median; rates as a fraction of the copy "
                                    "bandwidth and bf16 matmul rate measured in the same run.  Prints a markdown "
@@ -240,7 +242,14 @@ def _add_bench_parser(sub) -> None:
     b.add_argument("--model", type=lambda v: _csv_list(v, MODEL_NAMES + ("all",), "model"), default=None,
                    metavar="M[,M...]", help=f"model presets: {', '.join(MODEL_NAMES)} or all (default all; "
                                             f"llama3-8b with --quick); the first one also drives the "
-                                            f"single-shape entries (scheduler, mixed, overhead)")
+                                            f"single-shape entries (scheduler, mixed, overhead, sinks_*, alibi_*, "
+                                            f"variant_*); a preset with alternating layers (gpt-oss) also runs "
+                                            f"its windowed layers' prefill and 128-request decode "
+                                            f"(*_<preset>-w<window>)")
+    b.add_argument("--only", type=lambda v: [x for x in v.split(",") if x] or None, default=None,
+                   metavar="PATTERN[,PATTERN...]",
+                   help="run only the entries (of --suite and --model) whose names match one of these shell "
+                        "patterns, e.g. 'alibi_*,variant_*,*gpt-oss*' (default: every entry)")
     b.add_argument("--trace", metavar="FILE", default=None,
                    help="request-length CSV for every trace-driven entry (default: the packaged Azure sample "
                         "for prefill and the scheduler, the packaged Mooncake sample for decode and mixed)")

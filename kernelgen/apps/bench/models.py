@@ -1,7 +1,9 @@
 """Model presets of ``kernelgen bench`` and the work counts (FLOPs, bytes) of its shapes.
 
 A preset is the attention shape of one layer of a model as a serving engine runs it: query and
-KV heads (after tensor parallelism), head dims, logit soft-capping and a sliding window.  Pure
+KV heads (after tensor parallelism), head dims, logit soft-capping, a sliding window, attention
+sinks, and for models whose layers alternate between full attention and a sliding window (gpt-oss)
+the window of the windowed layers (``alt_window``: :meth:`ModelPreset.layer_flavours`).  Pure
 Python: the CLI imports this module to build its parser without importing torch.
 
 Counting conventions (also in docs/dev/perf-log.md):
@@ -17,7 +19,7 @@ Counting conventions (also in docs/dev/perf-log.md):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 #: Bytes per element of the benchmarked dtype (bf16).
 ELEM_BYTES = 2
@@ -30,7 +32,12 @@ class ModelPreset:
     name: preset name on the command line; num_heads_q / num_heads_kv: heads per GPU;
     head_dim / head_dim_v: QK and V head dims; softcap: logit cap (0 = off); window: sliding
     window in tokens including the query's own position (0 = none), passed to kernels as
-    ``window_size=(window - 1, 0)`` with the causal mask.
+    ``window_size=(window - 1, 0)`` with the causal mask; sinks: the model has attention sinks (one
+    learned float32 logit per query head in every row's softmax denominator: gpt-oss), passed to
+    kernelgen as ``sinks=`` and to FlashAttention-4 as ``learnable_sink=`` by the per-model
+    prefill and decode entries; alt_window: the sliding window of the model's windowed layers
+    when its layers alternate between full attention (this preset) and a window (0 = no such
+    layers; :meth:`layer_flavours`).
     """
 
     name: str
@@ -41,6 +48,8 @@ class ModelPreset:
     softcap: float = 0.0
     window: int = 0
     note: str = ""
+    sinks: bool = False
+    alt_window: int = 0
 
     def __post_init__(self):
         if self.num_heads_kv < 1 or self.num_heads_q % self.num_heads_kv:
@@ -65,8 +74,23 @@ class ModelPreset:
     def describe(self) -> str:
         d = f"d {self.head_dim}" if self.head_dim == self.head_dim_v else f"d {self.head_dim}/{self.head_dim_v}"
         extra = "".join([f", softcap {self.softcap:g}" if self.softcap else "",
-                         f", window {self.window}" if self.window else ""])
+                         f", window {self.window}" if self.window else "",
+                         ", sinks" if self.sinks else "",
+                         f", window {self.alt_window} on alternate layers" if self.alt_window else ""])
         return f"{self.name}: {self.num_heads_q}/{self.num_heads_kv} heads, {d}{extra}"
+
+    def windowed_layer(self) -> "ModelPreset":
+        """The preset of the model's sliding-window layers (``alt_window``), named
+        ``<name>-w<window>`` (its entries' suffix); raises ValueError for a preset without them."""
+        if not self.alt_window:
+            raise ValueError(f"{self.name} has no alternate sliding-window layers")
+        return replace(self, name=f"{self.name}-w{self.alt_window}", window=self.alt_window, alt_window=0,
+                       note=f"{self.name}'s sliding-window layers")
+
+    def layer_flavours(self) -> list:
+        """The layer kinds the per-model entries run: this preset (its full-attention layers) and,
+        for a model whose layers alternate, its windowed layers (:meth:`windowed_layer`)."""
+        return [self] + ([self.windowed_layer()] if self.alt_window else [])
 
 
 PRESETS: dict[str, ModelPreset] = {p.name: p for p in (
@@ -76,6 +100,9 @@ PRESETS: dict[str, ModelPreset] = {p.name: p for p in (
     ModelPreset("gemma2-9b", 16, 8, 256, 256, softcap=50.0),
     ModelPreset("mistral-7b", 32, 8, 128, 128, window=4096),
     ModelPreset("mla", 128, 128, 192, 128, note="MLA-style prefill: 128 heads, QK dim 192 (128 + 64 rope), V dim 128"),
+    ModelPreset("gpt-oss", 64, 8, 64, 64, sinks=True, alt_window=128,
+                note="gpt-oss (120b: 64 query / 8 KV heads, d 64): per-head attention sinks on every layer, a "
+                     "128-token sliding window on every other layer"),
 )}
 #: The preset of the single-shape entries (scheduler, mixed, overhead) and of the unsuffixed
 #: entry names, as tools/bench.py measured them.

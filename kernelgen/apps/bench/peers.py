@@ -27,7 +27,12 @@ Peers (names as they appear in the reports):
   entry (dense shapes through ``flash_attn_func``), paged K/V through ``page_table`` +
   ``seqused_k``; ``num_splits=1`` (FA4 has no split-KV on sm_90), ``pack_gqa=None``.  It compiles
   each new kernel configuration with its own JIT on the first call, so ``first_call_s`` shows
-  that cost beside kernelgen's cold compile.
+  that cost beside kernelgen's cold compile.  Attention sinks go in as ``learnable_sink`` (float32
+  (Hq,), natural-unit logits as kernelgen's ``sinks=``); it has no ALiBi argument, so ALiBi and
+  the user-variant entries give it a CuTe DSL ``score_mod`` (``fa4_alibi_score_mod``,
+  ``fa4_softcap_score_mod``; its sm_90 path applies user score_mods, only sm_8x refuses them).
+  FA3 (this build) has neither sinks nor ALiBi nor score_mods, torch's FA2 entry neither sinks
+  nor ALiBi, FlexAttention no sinks (its ALiBi is a score_mod): the reasons are stated.
   Both are imported from wherever Python finds them (``tools/peer_wheels.py`` carries them to a
   GPU machine without a package registry); missing, they are unavailable with the import error.
 * ``kernelgen_aos``, ``kernelgen_nosort``: kernelgen with the AoS metadata layout / with the
@@ -50,6 +55,16 @@ FA3, FA3_UNPAGED, FA4 = "fa3", "fa3_unpaged", "fa4"
 EXTERNAL = SDPA_PEERS + (FA2_VARLEN, FLEX, FA3, FA3_UNPAGED, FA4)
 KG_AOS, KG_NOSORT, KG_SM90A, KG_SM80 = "kernelgen_aos", "kernelgen_nosort", "kernelgen_sm90a", "kernelgen_sm80"
 VARLEN_SDPA_REASON = "varlen batch: SDPA takes uniform-length (B, H, S, D) batches only"
+FA2_NO_SINKS = ("aten._flash_attention_forward (torch's FA2) has no attention sinks (no learnable_sink / s_aux "
+                "argument)")
+FA2_NO_ALIBI = ("aten._flash_attention_forward (torch's FA2) takes no ALiBi slopes (FlashAttention-2's alibi_slopes "
+                "is not exposed by torch)")
+FA3_NO_SINKS = "this fa3-fwd build has no attention sinks (its flash_attn_varlen_func has no learnable_sink / s_aux)"
+FA3_NO_ALIBI = ("this fa3-fwd build has no ALiBi (FlashAttention-3 dropped alibi_slopes: its docstring still lists "
+                "them, its signature has no such argument)")
+FLEX_NO_SINKS = ("FlexAttention has no attention sinks (a value-less logit in the softmax denominator is not a "
+                 "score_mod or a mask)")
+SDPA_NO_ALIBI = "SDPA takes no ALiBi slopes (only an explicit float mask, which forces another kernel)"
 FLEX_SKIPPED_REASON = "not measured at --flex {policy} (each new shape recompiles; use --flex all)"
 
 
@@ -190,14 +205,20 @@ def sdpa(backend_name: str, q4, k4, v4, causal: bool, *, gqa: bool = False, soft
 
 # ---------------------------------------------------------------------------- FA2 varlen (aten)
 def fa2_varlen(q, k, v, cu_q, cu_k, max_q: int, max_k: int, causal: bool, *, softcap: float = 0.0,
-               window_left: int = -1) -> Callable[[], Peer]:
-    """Builder for torch's FA2 varlen entry on packed q (total_q, Hq, d), k/v (total_k, Hkv, d)."""
+               window_left: int = -1, sinks: bool = False, alibi: bool = False) -> Callable[[], Peer]:
+    """Builder for torch's FA2 varlen entry on packed q (total_q, Hq, d), k/v (total_k, Hkv, d).
+    ``sinks`` / ``alibi``: the entry's call has attention sinks / ALiBi slopes, which torch's FA2
+    entry cannot take (unavailable, with the reason)."""
 
     def build():
         import torch
 
         if softcap:
             raise Unavailable("aten._flash_attention_forward has no soft-cap argument")
+        if sinks:
+            raise Unavailable(FA2_NO_SINKS)
+        if alibi:
+            raise Unavailable(FA2_NO_ALIBI)
         kw = {}
         if window_left >= 0:
             kw = {"window_size_left": int(window_left), "window_size_right": 0}
@@ -251,19 +272,53 @@ def softcap_score_mod(softcap: float):
     return score_mod
 
 
+def alibi_score_mod(slopes, qpos=None, kpos=None, factor: float | None = None):
+    """FlexAttention score_mod adding ALiBi (kernelgen's and FlashAttention-2's convention): the
+    scaled logit minus ``slopes[h] * |i + seqlen_k - seqlen_q - j|``.  ``qpos`` / ``kpos``: callables
+    mapping FlexAttention's (packed) q_idx / kv_idx to the row's bottom-right aligned position
+    ``i + seqlen_k - seqlen_q`` and the key's position ``j`` within its request (None: the indices
+    themselves, one request with as many queries as keys).
+
+    ``factor``: the bias times this literal, in a function compiled from its own source text, so
+    torch.compile has never seen it (a new code object fails its guards and recompiles; a float
+    closure would not, torch passes unspecialised floats as inputs): the first-call entry's fresh
+    score_mod.  None: the plain ALiBi closure."""
+    import torch
+
+    ident = lambda x: x  # noqa: E731
+    qp, kp = qpos or ident, kpos or ident
+    if factor is None:
+        def score_mod(score, b, h, q_idx, kv_idx):
+            return score - slopes[h] * torch.abs(qp(q_idx) - kp(kv_idx))
+        return score_mod
+    ns = {"torch": torch, "slopes": slopes, "qp": qp, "kp": kp}
+    exec(compile(f"def score_mod(score, b, h, q_idx, kv_idx):\n"
+                 f"    return score - {float(factor)!r} * slopes[h] * torch.abs(qp(q_idx) - kp(kv_idx))\n",
+                 f"<alibi score_mod x{float(factor)!r}>", "exec"), ns)
+    return ns["score_mod"]
+
+
 def flex_document(q, k, v, lens_q, lens_k, causal: bool, *, softcap: float = 0.0, window_left: int = -1,
-                  scale: float | None = None) -> Callable[[], Peer]:
+                  scale: float | None = None, alibi_slopes=None, alibi_factor: float | None = None,
+                  sinks: bool = False) -> Callable[[], Peer]:
     """Builder for compiled FlexAttention over a packed varlen batch with a document mask.
 
     q (total_q, Hq, d), k/v (total_k, Hkv, d/dv) packed (a paged cache gathered first); viewed as
     (1, H, tokens, d) without a copy.  Request ``i``'s rows only see its own keys; with ``causal``
     bottom-right aligned, with ``window_left`` >= 0 a window.  The block mask is built once here.
+    ``alibi_slopes`` (float32 (Hq,)): ALiBi as a score_mod (:func:`alibi_score_mod`, positions
+    within each request; ``alibi_factor``: its never-seen variant).  ``sinks``: the entry has attention sinks, which FlexAttention cannot
+    express (unavailable).
     """
 
     def build():
         import torch
         from torch.nn.attention.flex_attention import create_block_mask
 
+        if sinks:
+            raise Unavailable(FLEX_NO_SINKS)
+        if softcap and alibi_slopes is not None:
+            raise Unavailable("soft-cap and ALiBi together are not built by the suite for FlexAttention")
         flex = _flex()
         dev = q.device
         lq = torch.tensor(list(lens_q), dtype=torch.int64, device=dev)
@@ -291,6 +346,9 @@ def flex_document(q, k, v, lens_q, lens_k, causal: bool, *, softcap: float = 0.0
 
         block_mask = create_block_mask(mask_mod, None, None, tq, tk, device=dev)
         score_mod = softcap_score_mod(softcap) if softcap else None
+        if alibi_slopes is not None:
+            score_mod = alibi_score_mod(alibi_slopes, qpos=lambda qi: qi - start_q[doc_q[qi]] + shift[doc_q[qi]],
+                                        kpos=lambda ki: ki - start_k[doc_k[ki]], factor=alibi_factor)
         q4 = q.unsqueeze(0).transpose(1, 2)
         k4 = k.unsqueeze(0).transpose(1, 2)
         v4 = v.unsqueeze(0).transpose(1, 2)
@@ -302,9 +360,10 @@ def flex_document(q, k, v, lens_q, lens_k, causal: bool, *, softcap: float = 0.0
     return build
 
 
-def flex_dense(q4, k4, v4, causal: bool, to_packed=None) -> Callable[[], Peer]:
+def flex_dense(q4, k4, v4, causal: bool, to_packed=None, score_mod=None) -> Callable[[], Peer]:
     """Builder for compiled FlexAttention on dense (B, H, S, S) shapes (causal: top-left = bottom-right;
-    fewer KV heads than query heads: GQA)."""
+    fewer KV heads than query heads: GQA); ``score_mod``: FlexAttention's (score, b, h, q_idx,
+    kv_idx) modification of the scaled logits (None: none)."""
 
     def build():
         from torch.nn.attention.flex_attention import create_block_mask
@@ -320,7 +379,7 @@ def flex_dense(q4, k4, v4, causal: bool, to_packed=None) -> Callable[[], Peer]:
         gqa = q4.shape[1] != k4.shape[1]
 
         def fn():
-            return flex(q4, k4, v4, block_mask=block_mask, enable_gqa=gqa)
+            return flex(q4, k4, v4, score_mod=score_mod, block_mask=block_mask, enable_gqa=gqa)
         return Peer(fn, to_packed)
     return build
 
@@ -397,17 +456,26 @@ def fa3_missing_feature(flags: dict, *, dtype_name: str = "bf16", window_left: i
 
 
 def fa3(q, k, v, causal: bool, *, cu_q=None, cu_k=None, max_q: int = 0, max_k: int = 0, softcap: float = 0.0,
-        window_left: int = -1, dense_batch: int = 0) -> Callable[[], Peer]:
+        window_left: int = -1, dense_batch: int = 0, sinks: bool = False, alibi: bool = False) -> Callable[[], Peer]:
     """Builder for FlashAttention-3 on kernelgen's packed tensors: q (total_q, Hq, d), k/v (total_k,
     Hkv, d/dv) with ``cu_q``/``cu_k`` (``flash_attn_varlen_func``), or with ``dense_batch`` > 0 the
     same memory viewed as (batch, seqlen, heads, d) (``flash_attn_func``, no copy).  Causal is
-    bottom-right aligned as kernelgen's.  Split-KV and pack-GQA by FA3's own heuristics."""
+    bottom-right aligned as kernelgen's.  Split-KV and pack-GQA by FA3's own heuristics.
+    ``sinks`` / ``alibi``: the entry's call has attention sinks / ALiBi, which this build cannot
+    run (unavailable, with the reason; a local window's reason, when the call also has one, comes
+    first as the build flag says)."""
 
     def build():
         import torch
 
         mod, flags = load_fa3()
         _require_hopper("fa3-fwd")
+        if window_left >= 0 and flags.get("FLASHATTENTION_DISABLE_LOCAL"):
+            raise Unavailable(fa3_missing_feature(flags, window_left=window_left))
+        if sinks:
+            raise Unavailable(FA3_NO_SINKS)
+        if alibi:
+            raise Unavailable(FA3_NO_ALIBI)
         why = fa3_missing_feature(flags, dtype_name="fp16" if q.dtype == torch.float16 else "bf16",
                                   window_left=window_left, softcap=softcap, head_dim=q.shape[-1],
                                   head_dim_v=v.shape[-1])
@@ -456,17 +524,31 @@ def load_fa4():
 
 
 def fa4(q, k, v, causal: bool, *, cu_q=None, cu_k=None, max_q: int = 0, max_k: int = 0, softcap: float = 0.0,
-        window_left: int = -1, page_table=None, seqused_k=None, dense_batch: int = 0) -> Callable[[], Peer]:
+        window_left: int = -1, page_table=None, seqused_k=None, dense_batch: int = 0, learnable_sink=None,
+        score_mod=None, aux_tensors=None) -> Callable[[], Peer]:
     """Builder for FlashAttention-4: packed varlen tensors as :func:`fa3`, or a paged cache (k/v
     (pages, page_size, Hkv, d/dv) with ``page_table`` and ``seqused_k``, ``cu_k`` None), or with
     ``dense_batch`` the dense view (``flash_attn_func``).  ``num_splits=1`` (sm_90 has no split-KV
-    in FA4), ``pack_gqa`` by its heuristic; a window as ``window_size=(window_left, 0)``."""
+    in FA4), ``pack_gqa`` by its heuristic; a window as ``window_size=(window_left, 0)``.
+
+    ``learnable_sink``: attention sinks, float32 (Hq,) (FA4's argument: one logit per query head in
+    the softmax denominator, natural units, as kernelgen's ``sinks=``).  ``score_mod``: a zero-argument
+    callable returning FA4's CuTe DSL score_mod (built inside the peer, so a missing CuTe DSL is a
+    reason: :func:`fa4_alibi_score_mod`, :func:`fa4_softcap_score_mod`), with ``aux_tensors`` (the
+    tensors it reads).  FA4 applies its score_mod to the scaled logits on sm_90 (only sm_8x refuses a
+    user score_mod in 4.0.0b36)."""
 
     def build():
         iface = load_fa4()
         kw = {"causal": causal, "softcap": softcap, "pack_gqa": None}
         if window_left >= 0:
             kw["window_size"] = (int(window_left), 0)
+        if learnable_sink is not None:
+            kw["learnable_sink"] = learnable_sink
+        if score_mod is not None:
+            kw["score_mod"] = score_mod()
+            if aux_tensors is not None:
+                kw["aux_tensors"] = list(aux_tensors)
         if dense_batch:
             b = dense_batch
             q4, k4, v4 = (t.view(b, t.shape[0] // b, *t.shape[1:]) for t in (q, k, v))
@@ -482,6 +564,48 @@ def fa4(q, k, v, causal: bool, *, cu_q=None, cu_k=None, max_q: int = 0, max_k: i
                                                 max_seqlen_k=max_k, num_splits=1, **kw)
         return Peer(fn, _first)
     return build
+
+
+def fa4_alibi_score_mod(factor: float = 1.0):
+    """FA4's CuTe DSL score_mod for ALiBi with the slopes in ``aux_tensors[0]`` (float32 (Hq,)): the
+    scaled logit minus ``factor * slopes[h] * |i + seqlen_k - seqlen_q - j|`` (kernelgen's and
+    FlashAttention-2's bottom-right convention; FA4's q_idx / kv_idx are positions within the
+    request and ``seqlen_info`` holds the request's lengths, ``seqused_k`` on a paged cache).
+    ``factor``: 1 for ALiBi; another value is a fresh compile-time constant (FA4 keys its compile
+    cache on the callable's source and closure), as the first-call entry needs.  FA4 reads aux
+    tensors one score at a time (its vec size 1)."""
+    import operator
+
+    import cutlass
+    import cutlass.cute as cute
+
+    c = float(factor)
+
+    @cute.jit
+    def alibi(score, batch_idx, head_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
+        slopes = aux_tensors[0]
+        h = cute.make_rmem_tensor(1, cutlass.Int32)
+        h.store(head_idx)
+        slope = cute.make_rmem_tensor(1, cutlass.Float32)
+        slope[0] = slopes[h[0]]
+        dist = (q_idx + (seqlen_info.seqlen_k - seqlen_info.seqlen_q) - kv_idx).to(cutlass.Float32)
+        zero = cute.full_like(dist, 0.0)
+        dist = cute.where(operator.lt(dist, zero), zero - dist, dist)
+        return score - slope.load() * dist * c
+    return alibi
+
+
+def fa4_softcap_score_mod(cap: float):
+    """FA4's CuTe DSL score_mod ``cap * tanh(score / cap)`` written as a user score_mod (the
+    variant entries' peer; FA4's own ``softcap=`` builds the same kind of callable internally)."""
+    import cutlass.cute as cute
+
+    c = float(cap)
+
+    @cute.jit
+    def softcap(score, batch_idx, head_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
+        return cute.math.tanh(score * (1.0 / c), fastmath=True) * c
+    return softcap
 
 
 def kernelgen_switch(fn) -> Callable[[], Peer]:

@@ -9,7 +9,12 @@ Arithmetic (pure functions, no GPU):
 * ratio to a peer: ``peer_us / us``: above 1 kernelgen is faster by that factor.  kernelgen's
   own switches (``SWITCH_PEERS``) were timed with the default call in one interleaved
   measurement: their ratio is ``peer_us / switch_base_us`` (the default call's time from that
-  measurement) when the entry has one (:func:`entry_ratios`);
+  measurement) when the entry has one (:func:`entry_ratios`); a cost entry (``alibi_*``,
+  ``variant_*``) whose ``us`` is an interleaved graph-replay time divides its peers by
+  ``peer_base_us``, its call timed the peers' way (:func:`peer_base`);
+* own baselines: the cost entries' ratio to kernelgen without the feature (``sinks_ratio``,
+  ``alibi_ratio``) or to the built-in form of a user variant (``variant_ratio``), shown in a
+  "vs own baseline" column (:data:`OWN_BASELINES`);
 * best peer: the fastest other implementation measured on the entry (``peers.EXTERNAL``: FA3,
   FA4, the SDPA backends, FA2 varlen, FlexAttention; not kernelgen's switches, forced mainloops or
   serial splits) and kernelgen's ratio to it, ``vs_best`` (:func:`best_peer`);
@@ -49,6 +54,21 @@ ROOF_KEYS = {"tflops": "bf16_matmul_tflops", "tbps": "copy_tbps"}
 #: kernelgen's own switches (peers.KG_AOS, peers.KG_NOSORT): compared with switch_base_us.
 SWITCH_PEERS = ("kernelgen_aos", "kernelgen_nosort")
 UNITS = {"tflops": "TFLOP/s", "tbps": "TB/s"}
+#: The cost entries' own baselines: (ratio field, baseline µs field, what the baseline is).  The
+#: ratio is the entry's time / the baseline's, both from one interleaved measurement.
+OWN_BASELINES = (("sinks_ratio", "us_nosinks", "without sinks"), ("alibi_ratio", "us_noalibi", "without ALiBi"),
+                 ("variant_ratio", "us_builtin", "built-in"))
+
+
+def own_baseline_text(entry: dict) -> str:
+    """"1.02x without sinks (3,850 µs)" for a cost entry ("" for the others): its time over its own
+    baseline's (:data:`OWN_BASELINES`; above 1 the feature costs that factor)."""
+    for ratio_key, base_key, what in OWN_BASELINES:
+        r = entry.get(ratio_key)
+        if r is not None:
+            base = entry.get(base_key)
+            return f"{r:.2f}x {what}" + (f" ({fmt_us(base)} µs)" if base is not None else "")
+    return ""
 
 
 def rate(amount, us):
@@ -73,10 +93,17 @@ def ratios(us, peer_us: dict) -> dict:
     return {p: t / us for p, t in (peer_us or {}).items() if t is not None and t > 0}
 
 
+def peer_base(entry: dict):
+    """The kernelgen time the entry's peers are divided by: ``peer_base_us`` where the entry has one
+    (a cost entry whose ``us`` comes from interleaved CUDA-graph replays with its baseline call
+    also times kernelgen's call the peers' way, CUDA events around eager calls), else ``us``."""
+    return entry.get("peer_base_us") or entry.get("us")
+
+
 def entry_ratios(entry: dict) -> dict:
-    """{peer: ratio} of an entry: peer time / the entry's ``us``, except for kernelgen's own
-    switches when the entry has ``switch_base_us`` (peer time / that)."""
-    out = ratios(entry.get("us"), entry.get("peers") or {})
+    """{peer: ratio} of an entry: peer time / the entry's ``us`` (``peer_base``), except for
+    kernelgen's own switches when the entry has ``switch_base_us`` (peer time / that)."""
+    out = ratios(peer_base(entry), entry.get("peers") or {})
     base = entry.get("switch_base_us")
     if base:
         sw = {p: t for p, t in (entry.get("peers") or {}).items() if p in SWITCH_PEERS}
@@ -96,10 +123,10 @@ def best_peer(entry: dict) -> tuple:
     ratio = its time / kernelgen's (above 1 kernelgen is faster); (None, None) when none ran."""
     times = {p: t for p, t in (entry.get("peers") or {}).items()
              if p in EXTERNAL and t and t > 0 and not disagrees(entry, p)}
-    if not times or not entry.get("us"):
+    if not times or not peer_base(entry):
         return None, None
     name = min(times, key=times.get)
-    return name, times[name] / entry["us"]
+    return name, times[name] / peer_base(entry)
 
 
 def finalize(entry: dict, roofs: dict | None) -> dict:
@@ -217,6 +244,8 @@ def build_report(entries: list, roofs: dict | None, device: str, settings: dict 
 #: names every entry so (tests/test_bench_cpu.py checks it), and tools/gpu_report.py's demo entry
 #: (``demo_...``, a causal varlen prefill) counts as prefill.
 _SUITE_PREFIXES = (("prefill_", "prefill"), ("sinks_prefill_", "prefill"), ("sinks_decode_", "decode"),
+                   ("alibi_prefill_", "prefill"), ("alibi_decode_", "decode"), ("variant_compile_", "compile"),
+                   ("variant_", "prefill"),
                    ("demo_", "prefill"), ("decode_", "decode"), ("graph_decode_", "decode"),
                    ("mixed_", "mixed"), ("scheduler_", "scheduler"), ("varlen_trace_sorted", "scheduler"),
                    ("varlen_trace_unsorted", "scheduler"), ("compile_", "compile"), ("dispatch_", "compile"),
@@ -328,13 +357,15 @@ def suite_table(suite: str, entries: list) -> str:
         for p in list(e.get("peers", {})) + list(e.get("unavailable", {})):
             if p not in peer_names:
                 peer_names.append(p)
-    headers = ["name", "µs", "TFLOP/s or TB/s", "of roof", "vs best peer"] + [f"vs {p}" for p in peer_names]
+    own = any(own_baseline_text(e) for e in rows_e)
+    headers = (["name", "µs", "TFLOP/s or TB/s", "of roof", "vs best peer"] + (["vs own baseline"] if own else [])
+               + [f"vs {p}" for p in peer_names])
     rows = []
     for e in rows_e:
         if e.get("us") is None:
             why = e.get("skipped") or e.get("error") or "no result"
             rows.append([e["name"], ("skipped: " if e.get("skipped") else "error: ") + clip(why, 100), "", "", ""]
-                        + [""] * len(peer_names))
+                        + ([""] if own else []) + [""] * len(peer_names))
             continue
         r = entry_ratios(e)
         cells = []
@@ -347,7 +378,7 @@ def suite_table(suite: str, entries: list) -> str:
                 cells.append("")
         best, vs = best_peer(e)
         rows.append([e["name"], fmt_us(e["us"]), fmt_rate(e), fmt_frac(e.get("roof_fraction")),
-                     f"{vs:.2f}x {best}" if best else "-"] + cells)
+                     f"{vs:.2f}x {best}" if best else "-"] + ([own_baseline_text(e) or "-"] if own else []) + cells)
     notes = _unavailable_notes(rows_e)
     text = f"### {suite}\n\n" + _md_table(headers, rows)
     if notes:
@@ -396,7 +427,9 @@ def format_report(entries: list, roofs: dict | None = None, device: str | None =
                 "cannot run the shape (reason below the table).  kernelgen_aos / kernelgen_nosort: kernelgen's "
                 "metadata layout and sort switches, timed with the default call as interleaved CUDA-graph "
                 "replays (median of round medians) and divided by the default call's time from that "
-                "measurement.")
+                "measurement.  vs own baseline (the sinks_*, alibi_* and variant_* entries): the entry's time over "
+                "kernelgen's call without the feature, or over a user variant's built-in form, from one such "
+                "interleaved measurement (above 1: the feature costs that factor).")
     parts = ["\n\n".join(head)]
     for s in SUITES:
         t = suite_table(s, entries)

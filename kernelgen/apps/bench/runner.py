@@ -103,10 +103,21 @@ def order_for_report(entries: list) -> list:
     return sorted(entries, key=lambda e: rank.get(e.get("suite"), len(rank)))
 
 
+def select(defs, only) -> list:
+    """The entries whose name matches one of the shell patterns ``only`` (fnmatch: ``alibi_*``,
+    ``*gpt-oss*``), in registry order; all of them when ``only`` is empty or None."""
+    from fnmatch import fnmatchcase
+
+    if not only:
+        return list(defs)
+    return [d for d in defs if any(fnmatchcase(d.name, p) for p in only)]
+
+
 def run(suites=("all",), models=None, trace=None, repeat=None, quick=False, flex=None, flush=True,
-        budget_s=None, json_path=None, plots_dir=None, out=None, jobs=None, after=None) -> int:
+        budget_s=None, json_path=None, plots_dir=None, out=None, jobs=None, after=None, only=None) -> int:
     """The whole ``kernelgen bench`` run; returns the exit code (0 = it ran; entries that failed
-    are in the report, not in the exit code; 2 = no GPU).
+    are in the report, not in the exit code; 2 = no GPU).  ``only``: shell patterns of the entry
+    names to run (:func:`select`; None: every entry of the suites and presets).
 
     ``after``: optional callable run after the entries; the dict it returns is merged into the
     JSON report (tools/bench.py's tile sweep)."""
@@ -137,7 +148,7 @@ def run(suites=("all",), models=None, trace=None, repeat=None, quick=False, flex
     from ...selection.settings import allow_untested_arch
 
     arch = device_arch(dev, allow_untested_arch())
-    defs = S.registry(suites, presets)
+    defs = select(S.registry(suites, presets), only)
     _log(f"kernelgen bench: {len(defs)} entries, suites {','.join(suites)}, models "
          f"{','.join(p.name for p in presets)}, repeat {settings.repeat}, flex {settings.flex}, budget "
          f"{budget:.0f} s, device {props['name']} ({arch})")
@@ -158,7 +169,7 @@ def run(suites=("all",), models=None, trace=None, repeat=None, quick=False, flex
     elapsed = time.perf_counter() - t_start
     info = {"suites": list(suites), "models": [p.name for p in presets], "repeat": settings.repeat,
             "warmup": settings.warmup, "switch_rounds": settings.rounds, "l2_flush_bytes": measure.FLUSH_BYTES if flush else 0, "flex": settings.flex,
-            "quick": quick, "budget_s": budget, "elapsed_s": round(elapsed, 1), "prewarm": pre,
+            "quick": quick, "budget_s": budget, "only": list(only) if only else None, "elapsed_s": round(elapsed, 1), "prewarm": pre,
             "peer_imports": peer_imports,
             "trace": trace or "packaged samples (Azure: prefill, scheduler; Mooncake: decode, mixed, overhead)",
             "torch": torch.__version__, "arch": arch, "models_detail": {p.name: p.describe() for p in presets}}
@@ -239,4 +250,4 @@ def main_args(args) -> int:
         set_cache_dir(args.cache_dir)
     return run(suites=args.suite, models=args.model, trace=args.trace, repeat=args.repeat, quick=args.quick,
                flex=args.flex, flush=not args.no_flush, budget_s=args.budget, json_path=args.json,
-               plots_dir=args.plots, jobs=args.jobs)
+               plots_dir=args.plots, jobs=args.jobs, only=getattr(args, "only", None))

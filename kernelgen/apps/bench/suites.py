@@ -51,6 +51,19 @@ Suites and entries (``<model>`` suffix: see ``models.entry_name``):
   the cost of attention sinks (``sinks=``, in the kernels: AttentionSpec.sinks): the call
   with and without sinks timed together as interleaved CUDA-graph replays; ``us`` is the call with
   sinks, ``us_nosinks`` the one without, ``sinks_ratio`` = us / us_nosinks (1.0 = free).
+  ``alibi_prefill_causal_s16k`` / ``alibi_decode_b128_paged16``: the same for built-in ALiBi
+  (``alibi_slopes=``: ``us_noalibi``, ``alibi_ratio``), with peers (FA4 with an ALiBi score_mod,
+  FlexAttention at --flex all; FA3 and torch's FA2 take no slopes: ``alibi_entry``).
+* User variants (``kernelgen.Variant``; skipped while kernelgen has none, ``VARIANT_MISSING``):
+  ``variant_alibi_prefill_causal_s16k`` and ``variant_softcap_prefill_causal_s16k`` (suite
+  ``prefill``: a user score_mod against the built-in ALiBi / soft-cap, ``us_builtin``,
+  ``variant_ratio``; peers FlexAttention and FA4 with the same score_mod) and
+  ``variant_compile_first_call`` (suite ``compile``: the first call of a never-seen variant, its
+  compile included, against FlexAttention's and FA4's first call with a new score_mod).
+* Model presets with sinks (gpt-oss) pass them (``preset_sinks``) in their trace prefill and
+  decode entries (and the first preset's graph decode step); a preset with alternating layers
+  (``ModelPreset.alt_window``) also runs ``prefill_varlen_trace`` and
+  ``decode_trace_b128_paged16`` for its windowed layers (``<entry>_<preset>-w<window>``).
 * ``overhead``: ``overhead_decode_call``, ``overhead_plan_run``, ``overhead_graph_replay`` (one
   call repeated), ``overhead_decode_call_32layers``, ``overhead_plan_run_32layers`` (calls cycling
   through 32 layers' q and out).
@@ -65,7 +78,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -238,12 +251,15 @@ def _entry(name, suite, model, **kw) -> dict:
 
 
 def _kg_call(q, k, v, cu_q, cu_k, max_q, max_k, model: ModelPreset, out, **kw):
-    """A zero-argument kernelgen call for a preset (causal, its window and soft-cap)."""
+    """A zero-argument kernelgen call for a preset (causal, its window and soft-cap; ``kw`` adds to
+    or overrides them)."""
     from ...front.api import varlen_attention
 
+    args = dict(causal=True, window_size=model.window_size, softcap=model.softcap, out=out)
+    args.update(kw)
+
     def run():
-        return varlen_attention(q, k, v, cu_q, cu_k, max_q, max_k, causal=True, window_size=model.window_size,
-                                softcap=model.softcap, out=out, **kw)
+        return varlen_attention(q, k, v, cu_q, cu_k, max_q, max_k, **args)
     return run
 
 
@@ -324,8 +340,14 @@ def _gather(entry, kc, vc, pt, used):
         return None
 
 
-def _variants(arch, num_sms, model: ModelPreset, max_q, max_k, paged, layouts=("soa", "aos"), causal=True):
-    """Kernel specs varlen_attention would use for a preset's call (selection.decide's single-launch rule)."""
+def _variants(arch, num_sms, model: ModelPreset, max_q, max_k, paged, layouts=("soa", "aos"), causal=True,
+              alibi=False, sinks=False):
+    """Kernel specs varlen_attention would use for a preset's call (selection.decide's single-launch rule).
+    ``alibi``: the ALiBi variants (``AttentionSpec.alibi``); ``sinks``: also the sink variants of the
+    attention and combine kernels (``AttentionSpec.sinks``, ``CombineSpec.sinks``: a single-class
+    call with ``sinks=``)."""
+    import dataclasses
+
     from ...selection import heuristics, validation
 
     mask, _, _ = validation.window(model.window_size, causal)
@@ -333,8 +355,12 @@ def _variants(arch, num_sms, model: ModelPreset, max_q, max_k, paged, layouts=("
     for layout in layouts:
         v = heuristics.choose(arch, "bf16", model.head_dim, model.head_dim_v, num_heads_q=model.num_heads_q,
                               num_heads_kv=model.num_heads_kv, mask=mask, layout=layout, max_seqlen_q=max_q,
-                              max_seqlen_k=max_k, paged=paged, softcap=model.softcap > 0, num_sms=num_sms)
-        out += [v.scheduler, v.attention] + ([v.combine] if v.combine is not None else [])
+                              max_seqlen_k=max_k, paged=paged, softcap=model.softcap > 0, num_sms=num_sms,
+                              alibi=alibi)
+        specs = [v.scheduler, v.attention] + ([v.combine] if v.combine is not None else [])
+        out += specs
+        if sinks:
+            out += [dataclasses.replace(s, sinks=True) for s in specs if s.kind in ("attention", "combine")]
     return out
 
 
@@ -380,8 +406,22 @@ def dense_entry(settings: Settings, name, batch, heads, seqlen, d, causal, heads
     return e
 
 
+def preset_sinks(model: ModelPreset, seed: int = 19):
+    """A preset's attention sinks for its per-model entries: float32 (Hq,) logits (random, N(0, 2^2):
+    gpt-oss's learned sinks are per-query-head float32 logits, p_j = exp(s_j) / (exp(sink) +
+    sum_k exp(s_k))), or None for a preset without sinks."""
+    if not model.sinks:
+        return None
+    torch = _torch()
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return (torch.randn(model.num_heads_q, generator=g, device="cuda") * 2).float()
+
+
 def varlen_prefill_entry(settings: Settings, model: ModelPreset) -> dict:
-    """Causal prefill of a trace batch (the demo's batch) for a preset."""
+    """Causal prefill of a trace batch (the demo's batch) for a preset (one layer kind of it:
+    ``ModelPreset.layer_flavours``).  A preset with sinks (gpt-oss) passes them to kernelgen
+    (``sinks=``) and to FA4 (``learnable_sink=``); the peers without sinks (FA3, FA2 varlen,
+    FlexAttention) are unavailable with the reason."""
     torch = _torch()
 
     lens = prefill_lengths(settings)
@@ -393,21 +433,26 @@ def varlen_prefill_entry(settings: Settings, model: ModelPreset) -> dict:
     v = torch.randn(total, m.num_heads_kv, m.head_dim_v, generator=g, device="cuda", dtype=torch.bfloat16)
     cu = _cu(lens, "cuda")
     out = torch.empty(total, m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16)
+    sinks = preset_sinks(m)
+    extra = {"sinks": sinks} if sinks is not None else {}
 
     def make_call(o, **kw):
-        return _kg_call(q, k, v, cu, cu, mx, mx, m, o, **kw)
+        return _kg_call(q, k, v, cu, cu, mx, mx, m, o, **{**extra, **kw})
     e = _entry(entry_name("prefill_varlen_trace", m), "prefill", m, metric="tflops",
-               shape=f"{len(lens)} trace requests, {total} tokens, max {mx}",
+               shape=f"{len(lens)} trace requests, {total} tokens, max {mx}" + (", sinks" if sinks is not None else ""),
                flops=attention_flops(lens, lens, m), bytes=prefill_bytes(lens, lens, m))
     e["us"] = settings.time(make_call(out))
     builders = {p: peers.VARLEN_SDPA_REASON for p in peers.SDPA_PEERS}
+    has_sinks = sinks is not None
     builders[peers.FA2_VARLEN] = peers.fa2_varlen(q, k, v, cu, cu, mx, mx, True, softcap=m.softcap,
-                                                  window_left=m.window_left)
+                                                  window_left=m.window_left, sinks=has_sinks)
     builders[peers.FLEX] = settings.flex_builder(
-        peers.flex_document(q, k, v, lens, lens, True, softcap=m.softcap, window_left=m.window_left), "some")
-    for name, peer in ((peers.FA3, peers.fa3), (peers.FA4, peers.fa4)):
-        builders[name] = peer(q, k, v, True, cu_q=cu, cu_k=cu, max_q=mx, max_k=mx, softcap=m.softcap,
-                              window_left=m.window_left)
+        peers.flex_document(q, k, v, lens, lens, True, softcap=m.softcap, window_left=m.window_left, sinks=has_sinks),
+        "some")
+    builders[peers.FA3] = peers.fa3(q, k, v, True, cu_q=cu, cu_k=cu, max_q=mx, max_k=mx, softcap=m.softcap,
+                                    window_left=m.window_left, sinks=has_sinks)
+    builders[peers.FA4] = peers.fa4(q, k, v, True, cu_q=cu, cu_k=cu, max_q=mx, max_k=mx, softcap=m.softcap,
+                                    window_left=m.window_left, learnable_sink=sinks)
     builders.update(_mainloop_peers(lambda o, arch: make_call(o, arch=arch), out))
     peers.measure(e, builders, settings.time, reference=out)
     measure_switches(settings, e, make_call, out)
@@ -457,18 +502,24 @@ def chunked_prefill_entry(settings: Settings, page_size: int, model: ModelPreset
 def decode_measure(settings: Settings, name: str, contexts, model: ModelPreset, page_size: int = PAGE_SIZE,
                    with_peers: bool = True, flex_where: str = "all", suite: str = "decode") -> dict:
     """Paged decode: one query token per request against its context (from tools/bench.py's
-    decode_entry).  tbps = K+V bytes read / time (a window caps the keys read)."""
+    decode_entry).  tbps = K+V bytes read / time (a window caps the keys read).  A preset with
+    sinks (gpt-oss) passes them to kernelgen (``sinks=``, its switches and forced mainloops too) and
+    to FA4 (``learnable_sink=``); the peers without sinks are unavailable with the reason."""
     torch = _torch()
     m = model
     b = len(contexts)
     q, kc, vc, pt, used, cu_q = paged_batch([1] * b, contexts, m, page_size, seed=7)
     out = torch.empty(b, m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16)
     maxk = max(contexts)
+    sinks = preset_sinks(m)
+    extra = {"sinks": sinks} if sinks is not None else {}
+    has_sinks = sinks is not None
 
     def make_call(o, **kw):
-        return _kg_call(q, kc, vc, cu_q, None, 1, maxk, m, o, seqused_k=used, page_table=pt, **kw)
+        return _kg_call(q, kc, vc, cu_q, None, 1, maxk, m, o, seqused_k=used, page_table=pt, **{**extra, **kw})
     run = make_call(out)
-    e = _entry(name, suite, m, metric="tbps", shape=f"{b} requests, {sum(contexts)} context tokens, pages of {page_size}",
+    e = _entry(name, suite, m, metric="tbps", shape=f"{b} requests, {sum(contexts)} context tokens, pages of {page_size}"
+               + (", sinks" if has_sinks else ""),
                bytes=decode_bytes(contexts, m), flops=attention_flops([1] * b, contexts, m),
                keys_read=decode_keys_read(contexts, m))
     e["us"] = settings.time(run)
@@ -478,7 +529,8 @@ def decode_measure(settings: Settings, name: str, contexts, model: ModelPreset, 
     torch.cuda.synchronize()
     measure_switches(settings, e, make_call, out)
     peers.measure(e, {peers.FA4: peers.fa4(q, kc, vc, True, cu_q=cu_q, max_q=1, max_k=maxk, softcap=m.softcap,
-                                           window_left=m.window_left, page_table=pt, seqused_k=used)},
+                                           window_left=m.window_left, page_table=pt, seqused_k=used,
+                                           learnable_sink=sinks)},
                   settings.time, reference=out)
     # peers on the gathered (unpaged) cache, built outside the timing (the paged cache stays alive)
     gathered = _gather(e, kc, vc, pt, used)
@@ -486,14 +538,14 @@ def decode_measure(settings: Settings, name: str, contexts, model: ModelPreset, 
         return e
     k, v, cu_k = gathered
     builders = {peers.FA2_VARLEN: peers.fa2_varlen(q, k, v, cu_q, cu_k, 1, maxk, True, softcap=m.softcap,
-                                                   window_left=m.window_left),
+                                                   window_left=m.window_left, sinks=has_sinks),
                 peers.FA3_UNPAGED: peers.fa3(q, k, v, True, cu_q=cu_q, cu_k=cu_k, max_q=1, max_k=maxk,
-                                             softcap=m.softcap, window_left=m.window_left)}
+                                             softcap=m.softcap, window_left=m.window_left, sinks=has_sinks)}
     builders.update(decode_sdpa_builders(q, k, v, contexts, m))
     builders.update(_mainloop_peers(lambda o, arch: make_call(o, arch=arch), out))
     builders[peers.FLEX] = settings.flex_builder(
-        peers.flex_document(q, k, v, [1] * b, contexts, True, softcap=m.softcap, window_left=m.window_left),
-        flex_where)
+        peers.flex_document(q, k, v, [1] * b, contexts, True, softcap=m.softcap, window_left=m.window_left,
+                            sinks=has_sinks), flex_where)
     builders["flex_attention_paged"] = ("paged block mask not built by the suite; FlexAttention is measured on the "
                                         "gathered cache (flex_attention)")
     peers.measure(e, builders, settings.time, reference=out)
@@ -507,6 +559,8 @@ def decode_sdpa_builders(q, k, v, contexts, model: ModelPreset) -> dict:
     m, b = model, len(contexts)
     if len(set(contexts)) != 1:
         return {p: peers.VARLEN_SDPA_REASON for p in peers.SDPA_PEERS}
+    if m.sinks:
+        return {p: peers.SDPA_NO_SINKS for p in peers.SDPA_PEERS}
     s = contexts[0]
     q4 = q.unsqueeze(2)
     k4 = k.view(b, s, m.num_heads_kv, m.head_dim).transpose(1, 2)
@@ -524,26 +578,99 @@ def decode_entry(settings: Settings, shape: str, model: ModelPreset) -> dict:
 
 def graph_decode_step_entry(settings: Settings, model: ModelPreset) -> dict:
     """One paged decode step (128 requests, Mooncake contexts capped at 32k) replayed from a CUDA
-    graph through an AttentionPlan (from tools/bench.py's serving_entries)."""
+    graph through an AttentionPlan (from tools/bench.py's serving_entries); a preset with sinks
+    makes the plan with ``sinks=True`` and passes them at every step."""
     torch = _torch()
     from ...front.plan import AttentionPlan
 
     m = model
     ctx = [min(c, 32768) for c in decode_contexts(settings, "decode_trace_b128_paged16")]
     q, kc, vc, pt, used, cu_q = paged_batch([1] * 128, ctx, m)
+    sinks = preset_sinks(m)
     plan = AttentionPlan(max_batch=128, num_heads_q=m.num_heads_q, num_heads_kv=m.num_heads_kv, head_dim=m.head_dim,
                          head_dim_v=m.head_dim_v, max_total_q=128, max_seqlen_q=1, max_seqlen_k=32768, paged=True,
-                         causal=True, window_size=m.window_size, softcap=m.softcap)
+                         causal=True, window_size=m.window_size, softcap=m.softcap,
+                         **({"sinks": True} if sinks is not None else {}))
     o = torch.empty(128, m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16)
     e = _entry(entry_name("graph_decode_step_b128", m), "decode", m, metric="tbps", bytes=decode_bytes(ctx, m),
-               flops=attention_flops([1] * 128, ctx, m), shape=f"128 requests, {sum(ctx)} context tokens, plan + graph")
-    e["us"] = settings.time_graph(lambda: plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=o))
+               flops=attention_flops([1] * 128, ctx, m), shape=f"128 requests, {sum(ctx)} context tokens, plan + graph"
+               + (", sinks" if sinks is not None else ""))
+    kw = {"sinks": sinks} if sinks is not None else {}
+    e["us"] = settings.time_graph(lambda: plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=o, **kw))
     return e
 
 
 #: The attention-sinks cost entries: (base name, suite).
 SINKS_ENTRIES = (("sinks_prefill_causal_s16k", "prefill"), ("sinks_decode_b128_paged16", "decode"))
+#: The built-in ALiBi cost entries: (base name, suite).
+ALIBI_ENTRIES = (("alibi_prefill_causal_s16k", "prefill"), ("alibi_decode_b128_paged16", "decode"))
 SINKS_PREFILL_TOKENS = 16384
+
+
+def alibi_slopes(num_heads: int):
+    """ALiBi's slopes (Press et al. 2022) for ``num_heads`` heads as float32 on the GPU: the geometric
+    sequence ``2^(-8 i / H)``, i = 1..H (for a power-of-two H the paper's ``2^(-8/H)``, its square,
+    ...; the bench keeps that formula for the others too)."""
+    torch = _torch()
+    h = int(num_heads)
+    return torch.tensor([2.0 ** (-8.0 * i / h) for i in range(1, h + 1)], dtype=torch.float32, device="cuda")
+
+
+def _cost_inputs(settings: Settings, which: str, model: ModelPreset, label: str):
+    """The inputs of a with/without cost entry (sinks_*, alibi_*, variant_*): ``*_prefill_causal_s16k``
+    (one causal request of SINKS_PREFILL_TOKENS tokens, packed K/V) or ``*_decode_b128_paged16``
+    (decode_trace_b128_paged16's 128 decodes, pages of 16).  Returns (make_call(out, **kw), the raw
+    entry, output rows, the tensors for peers: {"q", "k", "v", "cu_q", "cu_k", "max_q", "max_k",
+    "lens_q", "lens_k"} plus "page_table" / "seqused_k" on the paged cache)."""
+    torch = _torch()
+    m = model
+    g = torch.Generator(device="cuda").manual_seed(17)
+    if which.endswith("_prefill_causal_s16k"):
+        n = SINKS_PREFILL_TOKENS
+        q = torch.randn(n, m.num_heads_q, m.head_dim, generator=g, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(n, m.num_heads_kv, m.head_dim, generator=g, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(n, m.num_heads_kv, m.head_dim_v, generator=g, device="cuda", dtype=torch.bfloat16)
+        cu = _cu([n], "cuda")
+
+        def make_call(o, **kw):
+            return _kg_call(q, k, v, cu, cu, n, n, m, o, **kw)
+        e = _entry(entry_name(which, m), "prefill", m, metric="tflops",
+                   shape=f"1 x {n} tokens, causal, {m.describe()}, {label}",
+                   flops=attention_flops([n], [n], m), bytes=prefill_bytes([n], [n], m))
+        io = {"q": q, "k": k, "v": v, "cu_q": cu, "cu_k": cu, "max_q": n, "max_k": n, "lens_q": [n], "lens_k": [n]}
+        return make_call, e, n, io
+    if which.endswith("_decode_b128_paged16"):
+        ctx = decode_contexts(settings, "decode_trace_b128_paged16")
+        q, kc, vc, pt, used, cu_q = paged_batch([1] * len(ctx), ctx, m, seed=7)
+        maxk = max(ctx)
+
+        def make_call(o, **kw):
+            return _kg_call(q, kc, vc, cu_q, None, 1, maxk, m, o, seqused_k=used, page_table=pt, **kw)
+        e = _entry(entry_name(which, m), "decode", m, metric="tbps",
+                   shape=f"{len(ctx)} requests, {sum(ctx)} context tokens, pages of {PAGE_SIZE}, {label}",
+                   bytes=decode_bytes(ctx, m), flops=attention_flops([1] * len(ctx), ctx, m),
+                   keys_read=decode_keys_read(ctx, m))
+        io = {"q": q, "k": kc, "v": vc, "cu_q": cu_q, "cu_k": None, "max_q": 1, "max_k": maxk,
+              "lens_q": [1] * len(ctx), "lens_k": ctx, "page_table": pt, "seqused_k": used}
+        return make_call, e, len(ctx), io
+    raise ValueError(f"unknown cost entry {which!r}")
+
+
+def _with_without(settings: Settings, e: dict, calls: dict, outs: list, key: str, base_field: str,
+                  ratio_field: str) -> None:
+    """Time a cost entry's two kernelgen calls (``calls``: {SWITCH_BASE: without, key: with}, their
+    outputs ``outs``) together as interleaved CUDA-graph replays (measure.time_interleaved): ``us``
+    the call with the feature, ``base_field`` the one without, ``ratio_field`` = us / that."""
+    torch = _torch()
+    for c in calls.values():
+        c()
+    torch.cuda.synchronize()
+    times = settings.time_interleaved(calls)
+    e["us"] = times[key]["us"]
+    e[base_field] = times[SWITCH_BASE]["us"]
+    e[ratio_field] = e["us"] / e[base_field] if e[base_field] else None
+    e["switch_rounds_us"] = {name: t["rounds"] for name, t in times.items()}
+    e["method"] = settings.interleaved_method()
 
 
 def sinks_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
@@ -555,52 +682,278 @@ def sinks_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
     them) are timed together as interleaved CUDA-graph replays (measure.time_interleaved).
     ``us``: with sinks; ``us_nosinks``: without; ``sinks_ratio``: us / us_nosinks."""
     torch = _torch()
-    from ...front.api import varlen_attention
-
+    if which not in dict(SINKS_ENTRIES):
+        raise ValueError(f"unknown sinks entry {which!r}")
     m = model
     g = torch.Generator(device="cuda").manual_seed(17)
     sinks = (torch.randn(m.num_heads_q, generator=g, device="cuda") * 2).float()
-    if which == "sinks_prefill_causal_s16k":
-        n = SINKS_PREFILL_TOKENS
-        q = torch.randn(n, m.num_heads_q, m.head_dim, generator=g, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(n, m.num_heads_kv, m.head_dim, generator=g, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn(n, m.num_heads_kv, m.head_dim_v, generator=g, device="cuda", dtype=torch.bfloat16)
-        cu = _cu([n], "cuda")
-
-        def make_call(o, **kw):
-            return _kg_call(q, k, v, cu, cu, n, n, m, o, **kw)
-        e = _entry(entry_name(which, m), "prefill", m, metric="tflops",
-                   shape=f"1 x {n} tokens, causal, {m.describe()}, with vs without sinks",
-                   flops=attention_flops([n], [n], m), bytes=prefill_bytes([n], [n], m))
-        rows = n
-    elif which == "sinks_decode_b128_paged16":
-        ctx = decode_contexts(settings, "decode_trace_b128_paged16")
-        q, kc, vc, pt, used, cu_q = paged_batch([1] * len(ctx), ctx, m, seed=7)
-        maxk = max(ctx)
-
-        def make_call(o, **kw):
-            return _kg_call(q, kc, vc, cu_q, None, 1, maxk, m, o, seqused_k=used, page_table=pt, **kw)
-        e = _entry(entry_name(which, m), "decode", m, metric="tbps",
-                   shape=f"{len(ctx)} requests, {sum(ctx)} context tokens, pages of {PAGE_SIZE}, with vs without "
-                         f"sinks", bytes=decode_bytes(ctx, m), flops=attention_flops([1] * len(ctx), ctx, m),
-                   keys_read=decode_keys_read(ctx, m))
-        rows = len(ctx)
-    else:
-        raise ValueError(f"unknown sinks entry {which!r}")
+    make_call, e, rows, _io = _cost_inputs(settings, which, m, "with vs without sinks")
     outs = [torch.empty(rows, m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
     calls = {SWITCH_BASE: make_call(outs[0]), "kernelgen_sinks": make_call(outs[1], sinks=sinks)}
-    for c in calls.values():
-        c()
-    torch.cuda.synchronize()
+    _with_without(settings, e, calls, outs, "kernelgen_sinks", "us_nosinks", "sinks_ratio")
     # the sinks only shrink rows (factor exp(lse - logaddexp(lse, sink)) <= 1): a sanity figure
     e["sinks_max_abs_change"] = float((outs[1].float() - outs[0].float()).abs().max())
-    times = settings.time_interleaved(calls)
-    e["us"] = times["kernelgen_sinks"]["us"]
-    e["us_nosinks"] = times[SWITCH_BASE]["us"]
-    e["sinks_ratio"] = e["us"] / e["us_nosinks"] if e["us_nosinks"] else None
-    e["switch_rounds_us"] = {name: t["rounds"] for name, t in times.items()}
-    e["method"] = settings.interleaved_method()
     return e
+
+
+def alibi_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
+    """The cost of built-in ALiBi on one call, and the peers that can run it:
+    ``alibi_prefill_causal_s16k`` (one causal request of 16384 tokens, packed K/V) or
+    ``alibi_decode_b128_paged16`` (decode_trace_b128_paged16's 128 decodes, pages of 16), the first
+    preset's heads, window and soft-cap.  kernelgen without ALiBi (``kernelgen``) and with
+    ``alibi_slopes=`` (``kernelgen_alibi``: float32 (Hq,) slopes ``2^(-8 i / H)`` as in ALiBi's
+    paper; the ALiBi kernel variants, ``AttentionSpec.alibi``) are timed together as interleaved
+    CUDA-graph replays (measure.time_interleaved): ``us`` with ALiBi, ``us_noalibi`` without,
+    ``alibi_ratio`` = us / us_noalibi (1.0 = free; issue 25 asks for at most 1.03).
+
+    Peers on the ALiBi call, timed as every peer (CUDA events around eager calls, ``settings.time``)
+    and divided by kernelgen's ALiBi call timed the same way (``peer_base_us``): ``fa4`` with ALiBi
+    written as its CuTe DSL ``score_mod`` reading the slopes from ``aux_tensors`` (FA4 4.0.0b36 has
+    no built-in ALiBi: no ``alibi_slopes`` argument; its sm_90 path takes a user score_mod), on the
+    packed K/V or the paged cache itself; ``flex_attention`` (``--flex all``) with an ALiBi
+    score_mod; ``fa3`` / ``fa3_unpaged`` and ``torch_fa2_varlen`` unavailable with the reason (no
+    ALiBi argument in either).  Each peer's output is compared with kernelgen's ALiBi output."""
+    torch = _torch()
+    if which not in dict(ALIBI_ENTRIES):
+        raise ValueError(f"unknown ALiBi entry {which!r}")
+    m = model
+    slopes = alibi_slopes(m.num_heads_q)
+    make_call, e, rows, io = _cost_inputs(settings, which, m, "with vs without ALiBi (slopes 2^(-8i/H))")
+    outs = [torch.empty(rows, m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    calls = {SWITCH_BASE: make_call(outs[0]), "kernelgen_alibi": make_call(outs[1], alibi_slopes=slopes)}
+    _with_without(settings, e, calls, outs, "kernelgen_alibi", "us_noalibi", "alibi_ratio")
+    e["alibi_max_abs_change"] = float((outs[1].float() - outs[0].float()).abs().max())
+    e["peer_base_us"] = settings.time(calls["kernelgen_alibi"])
+    ref = outs[1]
+    q, k, v = io["q"], io["k"], io["v"]
+    wl = m.window_left
+    builders = {peers.FA4: peers.fa4(q, k, v, True, cu_q=io["cu_q"], cu_k=io["cu_k"], max_q=io["max_q"],
+                                     max_k=io["max_k"], softcap=m.softcap, window_left=wl,
+                                     page_table=io.get("page_table"), seqused_k=io.get("seqused_k"),
+                                     score_mod=peers.fa4_alibi_score_mod, aux_tensors=[slopes])}
+    if "page_table" not in io:
+        builders[peers.FA3] = peers.fa3(q, k, v, True, cu_q=io["cu_q"], cu_k=io["cu_k"], max_q=io["max_q"],
+                                        max_k=io["max_k"], softcap=m.softcap, window_left=wl, alibi=True)
+        builders[peers.FA2_VARLEN] = peers.FA2_NO_ALIBI
+        builders[peers.FLEX] = settings.flex_builder(
+            peers.flex_document(q, k, v, io["lens_q"], io["lens_k"], True, softcap=m.softcap, window_left=wl,
+                                alibi_slopes=slopes), "all")
+        peers.measure(e, builders, settings.time, reference=ref)
+        return e
+    peers.measure(e, builders, settings.time, reference=ref)
+    e["unavailable"][peers.FA3_UNPAGED] = peers.FA3_NO_ALIBI
+    e["unavailable"][peers.FA2_VARLEN] = peers.FA2_NO_ALIBI
+    where = settings.flex_builder("build", "all")
+    if where != "build":
+        e["unavailable"][peers.FLEX] = where
+        return e
+    gathered = _gather(e, k, v, io["page_table"], io["seqused_k"])
+    if gathered is None:
+        return e
+    kg, vg, cu_k = gathered
+    peers.measure(e, {peers.FLEX: peers.flex_document(q, kg, vg, io["lens_q"], io["lens_k"], True, softcap=m.softcap,
+                                                      window_left=wl, alibi_slopes=slopes)},
+                  settings.time, reference=ref)
+    return e
+
+
+# ------------------------------------------------------------------------------- user variants
+#: The user-variant entries of suite ``prefill`` (base names), and the first-call entry (``compile``).
+VARIANT_PREFILL_ENTRIES = ("variant_alibi_prefill_causal_s16k", "variant_softcap_prefill_causal_s16k")
+VARIANT_COMPILE_ENTRY = "variant_compile_first_call"
+#: Why the variant entries are skipped on a kernelgen without the user-variant API.
+VARIANT_MISSING = "kernelgen has no Variant (branch variant not merged)"
+#: The user score_mods (C++ expressions of kernelgen.Variant; ``score`` is the scaled logit in
+#: natural units, the tensors are flat ``const T*`` pointers): ALiBi as the built-in
+#: ``alibi_slopes`` computes it (bottom-right aligned distance), and a tanh soft-cap at 50.
+VARIANT_ALIBI_SCORE_MOD = "score - slopes[head] * fabsf((float)(q_idx + kv_len - q_len - kv_idx))"
+VARIANT_SOFTCAP = 50.0
+VARIANT_SOFTCAP_SCORE_MOD = "50.f * tanhf(score / 50.f)"
+#: Query (= key) tokens of the first-call entry's one causal request: the compile dominates it.
+VARIANT_FIRST_CALL_TOKENS = 4096
+
+
+def variant_api():
+    """``kernelgen.Variant`` when kernelgen has the user-variant API (the class, public as
+    ``kernelgen.Variant`` from ``kernelgen.front.variant``, and ``varlen_attention(..., variant=)``);
+    raises :class:`Skip` with VARIANT_MISSING otherwise."""
+    import importlib
+    import inspect
+
+    from ...front import api
+
+    # an optional module until branch variant is merged: imported by name (a static import of a
+    # missing module is an error of tests/test_layers.py); kernelgen.front sits below apps
+    try:
+        cls = getattr(importlib.import_module("kernelgen.front.variant"), "Variant", None)
+    except ImportError:
+        cls = None
+    try:
+        takes = "variant" in inspect.signature(api.varlen_attention).parameters
+    except (TypeError, ValueError):
+        takes = False
+    if cls is None or not takes:
+        raise Skip(VARIANT_MISSING)
+    return cls
+
+
+def _plain(model: ModelPreset) -> ModelPreset:
+    """A preset's heads and head dims without its window, soft-cap and sinks (the variant entries
+    compare one score modification, nothing else)."""
+    return replace(model, softcap=0.0, window=0, sinks=False, alt_window=0)
+
+
+def variant_prefill_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
+    """A user score_mod (``kernelgen.Variant``, JIT-compiled into the attention kernel) against the
+    same modification built in, on one causal request of 16384 tokens with the first preset's
+    heads and head dims (no window, soft-cap or sinks):
+
+    * ``variant_alibi_prefill_causal_s16k``: ``VARIANT_ALIBI_SCORE_MOD`` with tensors={"slopes":
+      slopes} (ALiBi's geometric slopes) against ``alibi_slopes=slopes``;
+    * ``variant_softcap_prefill_causal_s16k``: ``VARIANT_SOFTCAP_SCORE_MOD`` against ``softcap=50``.
+
+    The two calls are timed together as interleaved CUDA-graph replays: ``us`` the user variant,
+    ``us_builtin`` the built-in call, ``variant_ratio`` = us / us_builtin (1.0: a user variant costs
+    what the built-in one does); ``variant_max_abs_diff_vs_builtin``: their outputs' largest
+    difference.  Peers, on the user variant's output and divided by its call timed their way
+    (``peer_base_us``): ``flex_attention`` compiled with the same score_mod (measured at the default
+    --flex some: this entry is where FlexAttention's user score_mods are the comparison) and
+    ``fa4`` with the same score_mod as a CuTe DSL callable (FA4 4.0.0b36's sm_90 path applies a
+    user score_mod; only sm_8x refuses one), ALiBi's slopes in ``aux_tensors``.  Skipped with
+    VARIANT_MISSING on a kernelgen without ``Variant``."""
+    torch = _torch()
+    if which not in VARIANT_PREFILL_ENTRIES:
+        raise ValueError(f"unknown variant entry {which!r}")
+    Variant = variant_api()
+    m = _plain(model)
+    alibi = which.startswith("variant_alibi_")
+    label = ("user ALiBi score_mod vs built-in alibi_slopes" if alibi else
+             f"user soft-cap score_mod vs built-in softcap={VARIANT_SOFTCAP:g}")
+    make_call, e, rows, io = _cost_inputs(settings, which, m, label)
+    outs = [torch.empty(rows, m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    if alibi:
+        slopes = alibi_slopes(m.num_heads_q)
+        variant = Variant(score_mod=VARIANT_ALIBI_SCORE_MOD, mask_mod=None, kv_range=None,
+                          tensors={"slopes": slopes}, name="bench_alibi")
+        builtin = make_call(outs[0], alibi_slopes=slopes)
+        e["score_mod"] = VARIANT_ALIBI_SCORE_MOD
+    else:
+        slopes = None
+        variant = Variant(score_mod=VARIANT_SOFTCAP_SCORE_MOD, mask_mod=None, kv_range=None, tensors=None,
+                          name="bench_softcap")
+        builtin = make_call(outs[0], softcap=VARIANT_SOFTCAP)
+        e["score_mod"] = VARIANT_SOFTCAP_SCORE_MOD
+    calls = {SWITCH_BASE: builtin, "kernelgen_variant": make_call(outs[1], variant=variant)}
+    _with_without(settings, e, calls, outs, "kernelgen_variant", "us_builtin", "variant_ratio")
+    e["variant_max_abs_diff_vs_builtin"] = float((outs[1].float() - outs[0].float()).abs().max())
+    e["peer_base_us"] = settings.time(calls["kernelgen_variant"])
+    q, k, v = io["q"], io["k"], io["v"]
+    n = io["max_q"]
+    flex = peers.flex_document(q, k, v, io["lens_q"], io["lens_k"], True, alibi_slopes=slopes,
+                               softcap=0.0 if alibi else VARIANT_SOFTCAP)
+    if alibi:
+        fa4_mod, aux = peers.fa4_alibi_score_mod, [slopes]
+    else:
+        fa4_mod, aux = (lambda: peers.fa4_softcap_score_mod(VARIANT_SOFTCAP)), None
+    builders = {peers.FLEX: settings.flex_builder(flex, "some"),
+                peers.FA4: peers.fa4(q, k, v, True, cu_q=io["cu_q"], cu_k=io["cu_k"], max_q=n, max_k=n,
+                                     score_mod=fa4_mod, aux_tensors=aux),
+                peers.FA3: peers.FA3_NO_ALIBI if alibi else "fa3-fwd takes no user score_mod (its soft-cap is "
+                                                              "built in: the built-in comparison is us_builtin)"}
+    peers.measure(e, builders, settings.time, reference=outs[1])
+    return e
+
+
+def variant_compile_first_call_entry(settings: Settings, model: ModelPreset) -> dict:
+    """``variant_compile_first_call``: the wall time of the first call of a never-seen user variant,
+    the NVRTC compile of its attention kernel included (the scheduler and the rest are cached), on
+    one causal request of VARIANT_FIRST_CALL_TOKENS tokens with the first preset's heads.  The
+    variant is ALiBi's score_mod times a fresh constant (1 + a random multiple of 1e-9, printed in
+    the snippet), so no cache, in memory or on disk, has it.  ``us``: perf_counter from the call to
+    its synchronised end; ``us_second_call``: the same call again (the compile's share is the
+    difference).  Peers, each with its own fresh constant-bearing score_mod and the same constant:
+    ``flex_attention`` (a score_mod compiled from source text holding the constant, a code object
+    torch.compile has not seen: it recompiles; its block mask built in the timing, as its first
+    call needs it) and ``fa4`` (FA4 keys its compile cache on the score_mod's
+    source and closure: a new constant compiles a new kernel; its disk cache is off unless
+    FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1); their first-call µs (build + first call +
+    synchronise) are their ``peers`` times, so the ratio is their first call / kernelgen's.  Each
+    output is compared with kernelgen's.  Skipped with VARIANT_MISSING on a kernelgen without
+    ``Variant``."""
+    import secrets
+
+    torch = _torch()
+    Variant = variant_api()
+    from ...front.api import varlen_attention
+
+    m = _plain(model)
+    n = VARIANT_FIRST_CALL_TOKENS
+    c = 1.0 + (1 + secrets.randbelow(999_999)) * 1e-9
+    snippet = f"score - {c:.9f}f * slopes[head] * fabsf((float)(q_idx + kv_len - q_len - kv_idx))"
+    g = torch.Generator(device="cuda").manual_seed(23)
+    q = torch.randn(n, m.num_heads_q, m.head_dim, generator=g, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(n, m.num_heads_kv, m.head_dim, generator=g, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(n, m.num_heads_kv, m.head_dim_v, generator=g, device="cuda", dtype=torch.bfloat16)
+    cu = _cu([n], "cuda")
+    slopes = alibi_slopes(m.num_heads_q)
+    out = torch.empty(n, m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16)
+    e = _entry(VARIANT_COMPILE_ENTRY, "compile", m, score_mod=snippet,
+               shape=f"1 x {n} tokens, causal, {m.describe()}, a never-seen user variant",
+               method="wall time (perf_counter) of the first call through its synchronised end, NVRTC compile "
+                      "included; peers: build + first call + synchronise, each with a never-seen score_mod")
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    varlen_attention(q, k, v, cu, cu, n, n, causal=True, out=out,
+                     variant=Variant(score_mod=snippet, mask_mod=None, kv_range=None, tensors={"slopes": slopes},
+                                     name=None))
+    torch.cuda.synchronize()
+    e["us"] = (time.perf_counter() - t0) * 1e6
+    second = torch.empty_like(out)
+    t0 = time.perf_counter()
+    varlen_attention(q, k, v, cu, cu, n, n, causal=True, out=second,
+                     variant=Variant(score_mod=snippet, mask_mod=None, kv_range=None, tensors={"slopes": slopes},
+                                     name=None))
+    torch.cuda.synchronize()
+    e["us_second_call"] = (time.perf_counter() - t0) * 1e6
+    builders = {
+        peers.FLEX: settings.flex_builder(peers.flex_document(q, k, v, [n], [n], True, alibi_slopes=slopes,
+                                                              alibi_factor=c), "some"),
+        peers.FA4: peers.fa4(q, k, v, True, cu_q=cu, cu_k=cu, max_q=n, max_k=n,
+                             score_mod=lambda: peers.fa4_alibi_score_mod(c), aux_tensors=[slopes]),
+    }
+    first_calls(e, builders, reference=out)
+    return e
+
+
+def first_calls(entry: dict, builders: dict, reference=None) -> None:
+    """Each peer's first call, timed whole: build + first call + synchronise (perf_counter), into
+    ``peers`` (µs) and ``first_call_s``; its output compared with ``reference`` (``max_diff``,
+    ``ref_max``).  A peer that fails is unavailable with the reason; never raises for a peer."""
+    torch = _torch()
+    for name, build in builders.items():
+        if isinstance(build, str):
+            entry["unavailable"][name] = build
+            continue
+        peer = res = None
+        try:
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            peer = build()
+            res = peer.fn()
+            torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+            entry["peers"][name] = dt * 1e6
+            entry.setdefault("first_call_s", {})[name] = dt
+            if reference is not None and peer.output is not None:
+                o = peer.output(res).float()
+                entry.setdefault("max_diff", {})[name] = float((o - reference.float()).abs().max())
+                entry.setdefault("ref_max", {})[name] = float(o.abs().max())
+        except Exception as ex:  # noqa: BLE001 - a peer that cannot run is reported
+            entry["unavailable"][name] = peers.reason(ex)
+            entry["peers"].pop(name, None)
+        finally:
+            peer = res = None
+            peers._settle()
 
 
 # ------------------------------------------------------------------------------------ mixed
@@ -1037,7 +1390,7 @@ def overhead_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
 def _specs_prefill(model):
     def specs(settings, arch, num_sms):
         lens = prefill_lengths(settings)
-        return _variants(arch, num_sms, model, max(lens), max(lens), False)
+        return _variants(arch, num_sms, model, max(lens), max(lens), False, sinks=model.sinks)
     return specs
 
 
@@ -1046,11 +1399,11 @@ def _specs_chunked(model):
     return lambda settings, arch, num_sms: _variants(arch, num_sms, model, qn, kn, True, layouts=("soa",))
 
 
-def _specs_decode(model, shape, cap=None):
+def _specs_decode(model, shape, cap=None, sinks=False, alibi=False):
     def specs(settings, arch, num_sms):
         ctx = decode_contexts(settings, shape)
         maxk = max(min(c, cap) for c in ctx) if cap else max(ctx)
-        return _variants(arch, num_sms, model, 1, maxk, True)
+        return _variants(arch, num_sms, model, 1, maxk, True, sinks=sinks, alibi=alibi)
     return specs
 
 
@@ -1071,10 +1424,26 @@ def _specs_trace_sort(model):
 
 
 def _specs_sinks(model, which):
-    if which == "sinks_decode_b128_paged16":
-        return _specs_decode(model, "decode_trace_b128_paged16")
-    n = SINKS_PREFILL_TOKENS
-    return lambda settings, arch, num_sms: _variants(arch, num_sms, model, n, n, False, layouts=("soa",))
+    """The kernels of a cost entry (sinks_*, alibi_*, variant_*): the plain call's and the built-in
+    feature's variants (a user variant's kernels compile on its first call)."""
+    alibi = which.startswith(("alibi_", "variant_alibi_"))
+    sinks = which.startswith("sinks_")
+    if which.startswith("variant_"):
+        model = _plain(model)
+        if which.startswith("variant_softcap_"):
+            model = replace(model, softcap=VARIANT_SOFTCAP)
+
+    def specs(settings, arch, num_sms):
+        if which.endswith("_decode_b128_paged16"):
+            q, k, paged, layouts = 1, max(decode_contexts(settings, "decode_trace_b128_paged16")), True, ("soa",)
+        else:
+            q = k = SINKS_PREFILL_TOKENS
+            paged, layouts = False, ("soa",)
+        out = _variants(arch, num_sms, model, q, k, paged, layouts=layouts)
+        if alibi or sinks:
+            out += _variants(arch, num_sms, model, q, k, paged, layouts=layouts, sinks=sinks, alibi=alibi)
+        return out
+    return specs
 
 
 def _specs_mixed(model):
@@ -1101,14 +1470,18 @@ def registry(suites, models: list[ModelPreset]) -> list[EntryDef]:
     out: list[EntryDef] = []
 
     def per_model(m, first_pass: bool):
+        # a model whose layers alternate (gpt-oss) also runs its windowed layers' prefill and
+        # 128-request decode (``<entry>_<preset>-w<window>``)
+        flavours = m.layer_flavours()
         if "prefill" in suites:
             if first_pass:
                 for name, b, h, s, d, causal, hkv in DENSE_SHAPES:
                     out.append(EntryDef(name, "prefill", None,
                                         lambda st, a=(name, b, h, s, d, causal, hkv): dense_entry(st, *a),
                                         _specs_dense(h, d, s, causal, hkv)))
-            out.append(EntryDef(entry_name("prefill_varlen_trace", m), "prefill", m.name,
-                                lambda st, m=m: varlen_prefill_entry(st, m), _specs_prefill(m)))
+            for f in flavours:
+                out.append(EntryDef(entry_name("prefill_varlen_trace", f), "prefill", f.name,
+                                    lambda st, f=f: varlen_prefill_entry(st, f), _specs_prefill(f)))
             if first_pass:
                 for ps in CHUNKED_PAGE_SIZES:
                     out.append(EntryDef(entry_name(f"prefill_chunked_paged{ps}", m), "prefill", m.name,
@@ -1116,17 +1489,28 @@ def registry(suites, models: list[ModelPreset]) -> list[EntryDef]:
                                         _specs_chunked(m)))
         if "decode" in suites:
             for shape in DECODE_SHAPES:
-                out.append(EntryDef(entry_name(shape, m), "decode", m.name,
-                                    lambda st, shape=shape, m=m: decode_entry(st, shape, m), _specs_decode(m, shape)))
+                for f in (flavours if shape == "decode_trace_b128_paged16" else flavours[:1]):
+                    out.append(EntryDef(entry_name(shape, f), "decode", f.name,
+                                        lambda st, shape=shape, f=f: decode_entry(st, shape, f),
+                                        _specs_decode(f, shape, sinks=f.sinks)))
             if first_pass:
                 out.append(EntryDef(entry_name("graph_decode_step_b128", m), "decode", m.name,
                                     lambda st, m=m: graph_decode_step_entry(st, m),
-                                    lambda st, arch, n, m=m: _variants(arch, n, m, 1, 32768, True)))
+                                    lambda st, arch, n, m=m: _variants(arch, n, m, 1, 32768, True, sinks=m.sinks)))
         if first_pass:
             for which, suite in SINKS_ENTRIES:
                 if suite in suites:
                     out.append(EntryDef(entry_name(which, m), suite, m.name,
                                         lambda st, w=which, m=m: sinks_entry(st, w, m), _specs_sinks(m, which)))
+            for which, suite in ALIBI_ENTRIES:
+                if suite in suites:
+                    out.append(EntryDef(entry_name(which, m), suite, m.name,
+                                        lambda st, w=which, m=m: alibi_entry(st, w, m), _specs_sinks(m, which)))
+            if "prefill" in suites:
+                for which in VARIANT_PREFILL_ENTRIES:
+                    out.append(EntryDef(entry_name(which, m), "prefill", m.name,
+                                        lambda st, w=which, m=m: variant_prefill_entry(st, w, m),
+                                        _specs_sinks(m, which)))
 
     if "compile" in suites:
         out.append(EntryDef("compile_cold_variant", "compile", None, compile_cold_entry))
@@ -1134,6 +1518,8 @@ def registry(suites, models: list[ModelPreset]) -> list[EntryDef]:
         out.append(EntryDef("compile_warm_load", "compile", None, compile_warm_entry))
         out.append(EntryDef("dispatch_in_memory", "compile", first.name, lambda st, m=first: dispatch_entry(st, m),
                             lambda st, arch, n: [compile_spec(arch)]))
+        out.append(EntryDef(VARIANT_COMPILE_ENTRY, "compile", first.name,
+                            lambda st, m=first: variant_compile_first_call_entry(st, m)))
     if "overhead" in suites:
         for which in OVERHEAD_ENTRIES:
             out.append(EntryDef(entry_name(which, first), "overhead", first.name,
