@@ -49,6 +49,7 @@ import json
 
 import torch
 
+from ..selection.signature import VariantKey
 from ..kernels.variant_code import CTYPES, MAX_TENSORS, VariantCode, check_snippet, check_tensor_name
 
 #: torch dtype -> the dtype name of ``variant_code.CTYPES``.
@@ -118,9 +119,10 @@ class Variant:
         """The tensors' data pointers, in declaration order (the kernels' ``user0`` ..)."""
         return tuple(t.data_ptr() for t in self.tensors.values())
 
-    def key(self) -> tuple:
-        """What a prepared call depends on: the code and each tensor's (dtype, device, address)."""
-        return (self.code, tuple((t.dtype, t.device, t.data_ptr()) for t in self.tensors.values()))
+    def key(self) -> VariantKey:
+        """What a prepared call depends on: the code and each tensor's (dtype, device, address)
+        (``selection.signature.VariantKey``)."""
+        return VariantKey((self.code, tuple((t.dtype, t.device, t.data_ptr()) for t in self.tensors.values())))
 
     def with_tensors(self, **tensors) -> "Variant":
         """The same snippets with some tensors replaced (same names and dtypes; ValueError else)."""
