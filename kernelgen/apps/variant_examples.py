@@ -5,7 +5,7 @@ tensors) and the Python callables ``attention_reference(..., score_mod=, mask_mo
 (FlexAttention-style, on broadcast torch tensors: ``score`` (heads, Sq, Sk) float64, ``head``
 (heads, 1, 1), ``q_idx`` (1, Sq, 1) and ``kv_idx`` (1, 1, Sk) int64, ``batch``, ``q_len`` and
 ``kv_len`` ints), None where the variant has no such snippet.  The tests (tests/test_variant_cpu.py,
-tests/gpu/test_variant_gpu.py) and tools/warm_gpu_tests.py use them; docs/variants.md shows them.
+tests/gpu/test_variant_gpu.py) and tools/warm_gpu_tests.py use them.
 
 - ``alibi``: ALiBi as a score_mod, equal to the built-in ``alibi_slopes`` (FA2's convention);
 - ``softcap``: logit soft-capping as a score_mod, equal to the built-in ``softcap``;
