@@ -388,11 +388,16 @@ def _compile_spec(name, where):
                                variant=v.code)
         assert vv.attention.mainloop == "sm90a" and vv.attention.split
         return vv.attention
+    if where == "sm90a_gather":           # paged, page size unknown: the producers gather rows (kv_range there too)
+        vv = heuristics.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal",
+                               max_seqlen_q=700, max_seqlen_k=9000, paged=True, page_size=0, variant=v.code)
+        assert "g" in vv.attention.sm90_opts
+        return vv.attention
     raise AssertionError(where)
 
 
 WHERE = ("sm80_prefill", "sm80_on_sm90a_split", "sm80_decode_pack_split_paged", "keys_as_rows", "sm90a_prefill",
-         "sm90a_paged_split")
+         "sm90a_paged_split", "sm90a_gather")
 
 
 @pytest.mark.parametrize("where", WHERE)

@@ -142,7 +142,7 @@ def varlen_attention(
             (sm_90a) or as one class (no fused launch).
         variant: a user attention variant (``kernelgen.Variant``: C++ ``score_mod`` /
             ``mask_mod`` / ``kv_range`` snippets and the CUDA tensors they read, FlexAttention's
-            idea, see ``kernelgen.front.variant``), or None.  Its kernels are compiled at first use
+            idea, see ``kernelgen.selection.variant``), or None.  Its kernels are compiled at first use
             (NVRTC, cached on disk by the snippets' source and the tensors' dtypes); its tensors
             must be contiguous and on q's device, their values are read on the device at every
             launch (CUDA-graph safe) and their addresses are part of the call signature.  The

@@ -175,6 +175,20 @@ VARIANT_PREFILL_TILES = {
 }
 
 
+#: The Hopper tile's block_n for user variants whose paged K/V rows are gathered (option "g"): the
+#: gathering producers leave the consumers 224 registers, where 128-key blocks spill with a snippet
+#: on every logit (12-56 bytes for the five sample variants at head dim 128); 96 keys do not.
+VARIANT_GATHER_BLOCK_N = 96
+
+
+def variant_sm90_tile(t: TileConfig, opts: str, variant) -> TileConfig:
+    """The Hopper tile ``t`` (options ``opts``) for a user variant (``variant`` not None): 96-key
+    blocks when the producers gather rows (``VARIANT_GATHER_BLOCK_N``), else ``t`` itself."""
+    if variant is not None and "g" in opts and t.block_n > VARIANT_GATHER_BLOCK_N:
+        return dataclasses.replace(t, block_n=VARIANT_GATHER_BLOCK_N)
+    return t
+
+
 def tile_config(arch: str, head_dim: int, head_dim_v: int, tile_class: str = "prefill",
                 extra_state: bool = False) -> TileConfig:
     """The tile shape for a head dim (the larger of head_dim and head_dim_v) on an arch.
@@ -353,6 +367,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
             raise ValueError(f"the Hopper (sm_90a) path does not support this call: {why}")
         if not why:
             t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, tile, sm90_opts)
+            if tile is None:
+                t = variant_sm90_tile(t, opts, variant)
             n = -(-max(max_seqlen_k, 1) // t.block_n)
             if num_splits > 0:  # forced: never more splits than key blocks (sizes the partials)
                 max_splits, forced = max(1, min(num_splits, n)), True
@@ -484,6 +500,7 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
                         num_splits=1, tma_ok=tma_ok):
         return None
     t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, sm90_opts=sm90_opts)
+    t = variant_sm90_tile(t, opts, variant)
     attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, paged=paged, softcap=softcap,
                          row_splits=short.attention.split, mainloop="sm90a", sm90_opts=opts, alibi=alibi,
                          variant=variant)

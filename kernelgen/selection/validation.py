@@ -355,7 +355,7 @@ def variant(x, device):
     argument and the tensor.  The tensors' values are never read here."""
     if x is None:
         return None
-    from ..front.variant import check   # (the public class lives in front; no import cycle at load time)
+    from .variant import check   # (imports torch-free kernels code only; loaded on first use)
 
     check(x, device)
     return x.code
