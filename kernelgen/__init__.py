@@ -23,14 +23,17 @@ import sys
 
 from ._version import __version__
 
-__all__ = ["__version__", "varlen_attention", "AttentionPlan", "CompileError", "KernelNotCachedError", "LaunchError"]
+__all__ = ["__version__", "varlen_attention", "AttentionPlan", "Variant", "CompileError", "VariantCompileError",
+           "KernelNotCachedError", "LaunchError"]
 
 #: Lazily imported public names: name -> (module, attribute or None for the module itself).
 _LAZY = {
     "varlen_attention": ("kernelgen.front.api", "varlen_attention"),
     "AttentionPlan": ("kernelgen.front.plan", "AttentionPlan"),
+    "Variant": ("kernelgen.front.variant", "Variant"),
     # the errors a call can raise besides TypeError / ValueError (docs/api.md, "Errors")
     "CompileError": ("kernelgen.jit.compiler", "CompileError"),
+    "VariantCompileError": ("kernelgen.jit.compiler", "VariantCompileError"),
     "KernelNotCachedError": ("kernelgen.jit.cache", "KernelNotCachedError"),
     "LaunchError": ("kernelgen.launch.launch", "LaunchError"),
     "ops": ("kernelgen.front.ops", None),        # imports torch and registers torch.ops.kernelgen.*

@@ -306,7 +306,28 @@ class FakeGraphDriver:
         return 0
 
 
+def _variant_func(spec) -> int:
+    """A function id (and kind name, in FUNC / KIND / PARAMS) for a user variant kernel's parameter
+    struct (``params.user_params``: the base AttnParams, then user0..user{n-1}): kinds
+    ``attention[_sm90]_variant{n}[_alibi][_sinks]``."""
+    sm90 = spec.mainloop == "sm90a"
+    kind = ("attention" + ("_sm90" if sm90 else "") + f"_variant{len(spec.variant.tensors)}"
+            + ("_alibi" if spec.alibi else "") + ("_sinks" if spec.sinks else ""))
+    if kind not in FUNC:
+        func = 0x10000 + 0x100 * len([k for k in FUNC if "_variant" in k])
+        FUNC[kind] = func
+        KIND[func] = kind
+        st = attention_params_for(spec)
+        PARAMS[kind] = _tma_wrap(st, st.inner) if sm90 else st
+    return FUNC[kind]
+
+
 def _fake_load(spec, device):
+    if spec.kind == "attention" and spec.variant is not None:
+        sm90 = spec.mainloop == "sm90a"
+        return runtime.Kernel(spec=spec, device=device, func_ptr=_variant_func(spec), num_threads=spec.num_threads,
+                              smem_bytes=spec.smem_bytes(), persistent_grid=PROPS["num_sms"] if sm90 else ATTN_GRID,
+                              params=attention_params_for(spec))
     if spec.kind == "fused" and spec.hopper:   # one CTA per SM (384 threads, the whole register file)
         return runtime.Kernel(spec=spec, device=device, func_ptr=FUNC["fused_sm90"], num_threads=spec.num_threads,
                               smem_bytes=spec.smem_bytes(), persistent_grid=PROPS["num_sms"], params=FUSED_TMA_PARAMS)

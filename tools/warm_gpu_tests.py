@@ -4,7 +4,8 @@ kernel after another inside them.
 
 The specs come from the dispatcher's own functions (``heuristics.choose``, ``choose_fused_hopper``,
 ``choose_pair``) called with the parameters of the tests in tests/gpu/test_hopper_gpu.py,
-tests/gpu/test_fused_gpu.py, tests/gpu/test_alibi_gpu.py and tests/gpu/test_sinks_gpu.py; a spec that a test ends up not using costs only its compile.
+tests/gpu/test_fused_gpu.py, tests/gpu/test_alibi_gpu.py, tests/gpu/test_sinks_gpu.py and
+tests/gpu/test_variant_gpu.py; a spec that a test ends up not using costs only its compile.
 ``kernelgen warmup --serving`` (run before this by gpu_check.sh) covers the serving shapes.
 
     python tools/warm_gpu_tests.py [--jobs N] [--cache-dir DIR] [--list]
@@ -38,12 +39,14 @@ def _opts():
 
 
 def _choose(dt, d, dv=None, *, hq=8, hkv=2, causal=True, window=(-1, -1), cap=0.0, layout="soa", max_q=700,
-            max_k=9000, paged=False, page_size=0, num_splits=0, mainloop="sm90a", alibi=False, pack_gqa=None):
+            max_k=9000, paged=False, page_size=0, num_splits=0, mainloop="sm90a", alibi=False, pack_gqa=None,
+            variant=None):
     mask = "local" if window != (-1, -1) else ("causal" if causal else "none")
     v = heuristics.choose(ARCH, dt, d, d if dv is None else dv, num_heads_q=hq, num_heads_kv=hkv, mask=mask,
                           layout=layout, max_seqlen_q=max_q, max_seqlen_k=max_k, paged=paged, softcap=cap > 0,
                           num_splits=num_splits, num_sms=132, mainloop=mainloop, page_size=page_size,
-                          sm90_opts=_opts(), alibi=alibi, pack_gqa=pack_gqa)
+                          sm90_opts=_opts(), alibi=alibi, pack_gqa=pack_gqa,
+                          **({"variant": variant} if variant is not None else {}))
     return [s for s in (v.scheduler, v.attention, v.combine) if s is not None]
 
 
@@ -188,6 +191,68 @@ def alibi_specs() -> list:
     return out
 
 
+def variant_codes() -> dict:
+    """The ``VariantCode`` of each variant tests/gpu/test_variant_gpu.py runs (the five examples of
+    kernelgen.apps.variant_examples with its parameters, and its fully-masked-rows mask), with the
+    test's mask choice (causal or not): the code depends on the snippets and dtypes only."""
+    import torch
+
+    from kernelgen.apps import variant_examples as X
+    from kernelgen.front.variant import Variant
+
+    i32 = torch.zeros(1, dtype=torch.int32)
+    return {
+        "alibi": (X.alibi(torch.zeros(16))[0].code, True),
+        "softcap": (X.softcap(30.0)[0].code, True),
+        "t5_bias": (X.t5_bias(torch.zeros(16, 32), X.t5_buckets())[0].code, True),
+        "document_mask": (X.document_mask(i32, i32, i32, i32)[0].code, True),
+        "prefix_lm": (X.prefix_lm(i32)[0].code, False),
+        "masked_rows": (Variant(mask_mod="q_idx % 2 == 0").code, True),
+    }
+
+
+def variant_specs() -> list:
+    """tests/gpu/test_variant_gpu.py: each variant's kernels for its varlen prefill (16/4 heads,
+    automatic and forced splits), paged decode (automatic and forced splits), pack-GQA decode, mixed
+    steps (the classes in turn on sm_90a, one class on sm_80) and decode plans, on both mainloops;
+    and the built-in ALiBi / soft-cap kernels its prefill compares with."""
+    out = []
+    codes = variant_codes()
+    for name, (code, causal) in codes.items():
+        for mainloop in ("sm90a", "sm80"):
+            for n in ((0, 3) if name != "masked_rows" else (1, 5)):
+                hq, hkv = (16, 4) if name != "masked_rows" else (8, 2)
+                out += _choose("bf16", 128, hq=hq, hkv=hkv, causal=causal, max_q=600 if hq == 16 else 300,
+                               max_k=600 if hq == 16 else 900, num_splits=n, mainloop=mainloop, variant=code)
+                if name in ("alibi", "softcap"):
+                    out += _choose("bf16", 128, hq=16, hkv=4, causal=True, max_q=600, max_k=600, num_splits=n,
+                                   mainloop=mainloop, alibi=name == "alibi", cap=30.0 if name == "softcap" else 0.0)
+            if name == "masked_rows":
+                continue
+            for n in (0, 4):
+                out += _choose("bf16", 128, hq=32, hkv=8, causal=causal, max_q=1, max_k=3000, paged=True,
+                               page_size=16, num_splits=n, mainloop=mainloop, variant=code)
+        if name == "masked_rows":
+            continue
+        if name in ("alibi", "t5_bias", "document_mask"):
+            for max_q in (1, 4):
+                out += _choose("bf16", 128, hq=32, hkv=4, causal=causal, max_q=max_q, max_k=2100, pack_gqa=True,
+                               mainloop=None, variant=code)
+        for max_q, max_k in ((900, 3000),):
+            pv = heuristics.choose_pair(ARCH, "bf16", 128, 128, num_heads_q=32, num_heads_kv=8,
+                                        mask="causal" if causal else "none", max_seqlen_q=max_q, max_seqlen_k=max_k,
+                                        paged=True, page_size=16, sm90_opts=_opts(), variant=code)
+            if pv is not None:
+                out += [x for x in (pv.long.scheduler, pv.long.attention, pv.short.attention, pv.short.combine)
+                        if x is not None]
+            out += _choose("bf16", 128, hq=32, hkv=8, causal=causal, max_q=max_q, max_k=max_k, paged=True,
+                           page_size=16, mainloop="sm80", variant=code)
+        if name in ("t5_bias", "prefix_lm"):   # the decode plan (no page size: gathered rows on Hopper)
+            out += _choose("bf16", 128, hq=32, hkv=8, causal=causal, max_q=1, max_k=2048, paged=True,
+                           mainloop=None, variant=code)
+    return out
+
+
 def _with_sinks(specs: list) -> list:
     """The sink variants the decider gives a single-class call (``AttentionSpec.sinks``,
     ``CombineSpec.sinks``; the scheduler is shared)."""
@@ -213,7 +278,7 @@ def sinks_specs() -> list:
 def specs() -> list:
     """Every spec above, first-seen order, duplicates removed."""
     return list(dict.fromkeys(head_dim_specs() + window_softcap_specs() + paged_split_mixed_specs()
-                              + alibi_specs() + sinks_specs()))
+                              + alibi_specs() + sinks_specs() + variant_specs()))
 
 
 def main(argv=None) -> int:

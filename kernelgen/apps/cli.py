@@ -152,6 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--softcap", action="store_true", help="also the logit-capping variants")
     w.add_argument("--alibi", action="store_true", help="also the ALiBi variants (alibi_slopes=)")
     w.add_argument("--sinks", action="store_true", help="also the attention-sink variants (sinks=)")
+    w.add_argument("--variant", action="append", default=[], metavar="FILE",
+                   help="a user variant (kernelgen.Variant) as a JSON file: {\"score_mod\": \"...\", "
+                        "\"mask_mod\": \"...\", \"kv_range\": \"...\", \"tensors\": {\"bias\": \"float32\"}} "
+                        "(Variant.to_json's format; snippets may be omitted); builds that variant's kernels "
+                        "instead of the plain ones (repeatable)")
     w.add_argument("--page-size", type=_page_sizes, default=[16], metavar="N[,N...]",
                    help="with --paged, --both-paged or --serving: tokens per page of the paged caches (default: "
                         "16); on sm_90a the Hopper kernel's K/V loads (and at head dim 256 its tile) depend on it")
@@ -325,6 +330,21 @@ def _check_cache_dir(command: str, root, cache_dir, write: bool) -> bool:
     return problem is None
 
 
+def _variant_file(path: str):
+    """The ``VariantCode`` of a ``--variant`` JSON file; UsageError (exit 2) naming the file."""
+    import json
+
+    from ..kernels.variant_code import VariantCode
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            return VariantCode.from_json(json.load(f))
+    except OSError as e:
+        raise UsageError(f"--variant {path}: cannot read it: {e}") from None
+    except (ValueError, TypeError) as e:
+        raise UsageError(f"--variant {path}: not a variant description: {e}") from None
+
+
 def cmd_warmup(args) -> int:
     """``kernelgen warmup``: compile the dispatcher's variants for the options; prints one summary line.
 
@@ -349,12 +369,14 @@ def cmd_warmup(args) -> int:
     root = _cache(args.cache_dir).root
     if not _check_cache_dir("warmup", root, args.cache_dir, write=True):
         return 1
+    codes = [_variant_file(f) for f in args.variant]
     phases, gqas, paged = args.phase, args.gqa, args.paged
     if args.serving:
         phases, gqas, paged = ["prefill", "chunked", "decode"], [1, 4, 8], [False, True]
     specs = warmup_specs(arch, args.head_dim, args.dtype, args.causal, args.layout, phases=phases, gqas=gqas,
                          paged=paged, softcap=args.softcap, page_sizes=args.page_size,
-                         **({"alibi": True} if args.alibi else {}), **({"sinks": True} if args.sinks else {}))
+                         **({"alibi": True} if args.alibi else {}), **({"sinks": True} if args.sinks else {}),
+                         **({"variants": codes} if codes else {}))
     try:
         compiled, cached = warmup(specs, root, jobs=args.jobs, desc=f"warmup {arch}")
     except CacheDirectoryError as e:  # untrusted or unwritable: nothing (or not everything) was kept

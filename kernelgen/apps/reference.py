@@ -29,7 +29,7 @@ def gather_paged(k_cache, v_cache, page_table, seqused_k):
 
 def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, softmax_scale=None,
                         window_size=(-1, -1), softcap=0.0, seqused_k=None, max_elements: int = 1 << 27,
-                        sinks=None, alibi_slopes=None):
+                        sinks=None, alibi_slopes=None, score_mod=None, mask_mod=None):
     """Returns (out, lse): out (total_q, Hq, Dv) float64, lse (Hq, total_q) float64.
 
     ``window_size`` = (left, right) around the bottom-right aligned diagonal (-1 = unbounded; causal
@@ -40,7 +40,14 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
     are NaN (no request owns them).  ``alibi_slopes`` (Hq,) or (batch, Hq): ALiBi (FlashAttention-2's
     convention, Press et al. 2022), computed directly: the scaled, soft-capped logit of query row i
     (0-based in its request) and key j gets ``-slope[b, h] * |i + lk - lq - j|`` before the mask
-    (lk, lq: the request's key and query counts).  ``max_elements`` bounds the size of one logits block (heads
+    (lk, lq: the request's key and query counts).  ``score_mod`` / ``mask_mod``: a user variant's
+    reference (``kernelgen.Variant``; FlexAttention's convention, Dong et al. 2024), Python callables
+    on broadcast torch tensors, applied per request b after ALiBi and before the built-in masks:
+    ``score_mod(score, b, head, q_idx, kv_idx, lq, lk)`` returns the new logits from ``score``
+    (heads, lq, lk) float64 (scaled, soft-capped, ALiBi-biased, natural-log units), ``head``
+    (heads, 1, 1), ``q_idx`` (1, lq, 1) and ``kv_idx`` (1, 1, lk) int64 tensors (query rows in
+    the request, keys); ``mask_mod(b, head, q_idx, kv_idx, lq, lk)`` returns a boolean tensor
+    broadcastable to (heads, lq, lk), False = masked (-inf).  ``max_elements`` bounds the size of one logits block (heads
     are processed in groups to stay under it).
     """
     total_q, hq, d = q.shape
@@ -91,6 +98,16 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
                 dist = (torch.arange(lq, device=q.device)[:, None] + (lk - lq)
                         - torch.arange(lk, device=q.device)[None, :]).abs().double()
                 s = s - slope[:, None, None] * dist
+            if score_mod is not None or mask_mod is not None:
+                hh = torch.arange(h0, h1, device=q.device)[:, None, None]
+                qi = torch.arange(lq, device=q.device)[None, :, None]
+                kj = torch.arange(lk, device=q.device)[None, None, :]
+                if score_mod is not None:
+                    s = torch.as_tensor(score_mod(s, b, hh, qi, kj, lq, lk), dtype=torch.float64,
+                                        device=q.device).expand_as(s).clone()
+                if mask_mod is not None:
+                    keep = torch.as_tensor(mask_mod(b, hh, qi, kj, lq, lk), device=q.device).bool()
+                    s = s.masked_fill(~keep.expand_as(s), float("-inf"))
             if mask is not None:
                 s = s.masked_fill(mask, float("-inf"))
             m = s.amax(dim=-1, keepdim=True)

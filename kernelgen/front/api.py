@@ -58,6 +58,7 @@ def varlen_attention(
     arch: str | None = None,
     sinks: torch.Tensor | None = None,
     alibi_slopes: torch.Tensor | None = None,
+    variant=None,
 ):
     """Attention over a ragged (varlen) batch of requests, prefill and decode alike.
 
@@ -139,6 +140,15 @@ def varlen_attention(
             device at every launch (CUDA-graph safe); the tensor's address is part of the call
             signature.  A mixed prefill + decode batch with ALiBi runs its classes in turn
             (sm_90a) or as one class (no fused launch).
+        variant: a user attention variant (``kernelgen.Variant``: C++ ``score_mod`` /
+            ``mask_mod`` / ``kv_range`` snippets and the CUDA tensors they read, FlexAttention's
+            idea, see ``kernelgen.selection.variant``), or None.  Its kernels are compiled at first use
+            (NVRTC, cached on disk by the snippets' source and the tensors' dtypes); its tensors
+            must be contiguous and on q's device, their values are read on the device at every
+            launch (CUDA-graph safe) and their addresses are part of the call signature.  The
+            score_mod sees the logit after softmax_scale, soft-cap and ALiBi; the built-in masks
+            (causal, window, key length) apply after the variant.  A mixed prefill + decode batch
+            with a variant runs its classes in turn (sm_90a) or as one class (no fused launch).
 
     Returns:
         out (total_q, num_heads_q, head_dim_v) in q's dtype; with ``return_lse`` also
@@ -152,7 +162,9 @@ def varlen_attention(
             unsupported head dim, bad window/softcap/num_splits/softmax_scale/layout/arch, paged
             arguments missing or inconsistent, more than 8192 requests, or ``arch="sm_90a"`` for
             a call or device the Hopper path does not support.
-        kernelgen.CompileError: NVRTC rejected a kernel (log and source path attached).
+        kernelgen.CompileError: NVRTC rejected a kernel (log and source path attached);
+            ``kernelgen.VariantCompileError`` (also a ValueError) when a variant's snippet does not
+            compile: NVRTC's diagnostics at the snippet's own line numbers and the snippet.
         kernelgen.KernelNotCachedError: ``KERNELGEN_DISABLE_JIT=1`` and a kernel the call
             needs is not in the cache.
         kernelgen.LaunchError: the driver refused a launch (the message names the kernel).
@@ -184,7 +196,8 @@ def varlen_attention(
                             (max_seqlen_q, max_seqlen_k, causal, softcap, softmax_scale, num_splits, pack_gqa,
                              return_lse, metadata_layout, sort, head_swizzle, short_query_tokens, arch,
                              None if alibi_slopes is None else alibi_slopes.data_ptr(),
-                             None if sinks is None else sinks.data_ptr()))
+                             None if sinks is None else sinks.data_ptr(),
+                             None if variant is None else variant.key()))
         prep = _CALLS.get(key)
     except Exception:  # noqa: BLE001 - an argument that cannot be keyed: the validating path names it
         key = prep = None
@@ -196,13 +209,14 @@ def varlen_attention(
             return res if return_lse else res[0]
     return _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
                            page_table, causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, return_lse,
-                           out, metadata_layout, sort, head_swizzle, short_query_tokens, arch, sinks, alibi_slopes)
+                           out, metadata_layout, sort, head_swizzle, short_query_tokens, arch, sinks, alibi_slopes,
+                           variant)
 
 
 def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table,
                     causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, return_lse, out,
                     metadata_layout, sort, head_swizzle, short_query_tokens=None, arch=None, sinks=None,
-                    alibi_slopes=None):
+                    alibi_slopes=None, variant=None):
     """varlen_attention for a signature not prepared yet: every check, the one decision, the
     kernels; the prepared call is stored under ``key`` (None: not keyable) and run.  With
     ``sinks`` a single-class recipe runs the sink kernels (``Recipe.sinks_fused``: the epilogue and
@@ -213,7 +227,7 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                                  softcap=softcap, softmax_scale=softmax_scale, num_splits=num_splits,
                                  pack_gqa=pack_gqa, metadata_layout=metadata_layout, sort=sort,
                                  head_swizzle=head_swizzle, short_query_tokens=short_query_tokens, arch=arch,
-                                 sinks=sinks, alibi_slopes=alibi_slopes)
+                                 sinks=sinks, alibi_slopes=alibi_slopes, variant=variant)
     sizes = call.sizes
     if call.empty:
         kernel_lse = bool(return_lse) or sinks is not None
@@ -233,7 +247,8 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                            page_table=page_table, scale=call.scale, window=call.window, softcap=call.softcap,
                            return_lse=kernel_lse, fixed_base=None, sizes=sizes,
                            **({} if alibi_slopes is None else {"alibi": (alibi_slopes.data_ptr(), call.alibi_stride)}),
-                           **({"sinks": sinks.data_ptr()} if recipe.sinks_fused else {}))
+                           **({"sinks": sinks.data_ptr()} if recipe.sinks_fused else {}),
+                           **({} if call.user is None else {"user": call.user}))
     if key is not None and signature.cacheable(key):
         _CALLS.put(key, prep)
     out, lse = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)

@@ -72,6 +72,13 @@ class AttentionPlan:
             at every launch (a captured step replays with what the tensor holds then); the
             tensor's address and shape are part of the step's signature.  A mixed-batch plan
             with ALiBi runs its classes in turn (sm_90a) or as one class (no fused launch).
+        variant: a user attention variant (``kernelgen.Variant``, see ``varlen_attention``): the
+            plan runs its kernels (compiled now).  Steps use this Variant's tensors, or those of
+            the ``variant=`` a step passes (the same snippets and tensor dtypes; ValueError
+            otherwise).  The kernels read the tensors' values at every launch, so a captured step
+            replays with what the same tensors hold then; their addresses are part of the step's
+            signature (new tensors prepare the step again, and a graph must be captured again).
+            A mixed-batch plan with a variant runs its classes in turn (sm_90a) or as one class.
 
     Raises:
         ValueError / TypeError: bad capacities, head counts, head dims, dtype, window, softcap,
@@ -86,7 +93,7 @@ class AttentionPlan:
                  window_size=(-1, -1), softcap: float = 0.0, num_splits: int = 0, pack_gqa: bool | None = None,
                  metadata_layout: str = "soa", sort: bool = True, head_swizzle: bool = True, device=None,
                  short_query_tokens: int | None = None, arch: str | None = None, page_size: int | None = None,
-                 sinks: bool = False, alibi: bool = False):
+                 sinks: bool = False, alibi: bool = False, variant=None):
         arguments.plan_capacity(max_batch, dtype, num_heads_q, num_heads_kv, max_seqlen_q, max_seqlen_k)
         head_dim_v = head_dim if head_dim_v is None else head_dim_v
         if device is None:
@@ -105,13 +112,16 @@ class AttentionPlan:
         self.num_heads_q, self.num_heads_kv = num_heads_q, num_heads_kv
         self.head_dim, self.head_dim_v, self.dtype = head_dim, head_dim_v, dtype
         self.paged = bool(paged)
+        code = validation.variant(variant, self.device)
+        #: The plan's user variant (``kernelgen.Variant``), or None.
+        self.variant = variant
         checked = arguments.plan_options(
             capacity=self.capacity, max_total_q=self.max_total_q, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv,
             head_dim=head_dim, head_dim_v=head_dim_v, dtype=dtype, max_seqlen_q=max_seqlen_q,
             max_seqlen_k=max_seqlen_k, paged=self.paged, page_size=page_size, causal=causal, window_size=window_size,
             softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa, metadata_layout=metadata_layout, sort=sort,
             head_swizzle=head_swizzle, short_query_tokens=short_query_tokens, arch=arch, alibi=alibi,
-            **({"sinks": True} if sinks else {}))
+            **({"sinks": True} if sinks else {}), **({"variant": code} if code is not None else {}))
         #: Whether the plan's kernels add ALiBi biases (steps then pass ``alibi_slopes``).
         self.alibi = bool(alibi)
         self.page_size = checked.page_size
@@ -165,6 +175,21 @@ class AttentionPlan:
         stride = validation.alibi_slopes(alibi_slopes, self.num_heads_q, cu_seqlens_q.shape[0] - 1, self.device)
         return alibi_slopes.data_ptr(), stride
 
+    def _variant_arg(self, variant):
+        """The tensor addresses of a step's variant (``variant``, else the plan's), None for a plan
+        without one.  Raises ValueError for a variant the plan's kernels were not built for."""
+        if self.variant is None:
+            if variant is not None:
+                raise ValueError("variant given to a plan made without one: make the plan with variant=")
+            return None
+        if variant is None:
+            variant = self.variant
+        validation.variant(variant, self.device)
+        if variant.code != self.variant.code:
+            raise ValueError("the step's variant has other snippets or tensor dtypes than the plan's: make a plan "
+                             "for it (its kernels differ)")
+        return variant.addresses()
+
     def _lse_scratch(self, total_q: int):
         """A contiguous (num_heads_q, total_q) float32 LSE for a step with sinks and no caller lse:
         a view of the preallocated scratch when it is large enough, else a new tensor."""
@@ -198,19 +223,20 @@ class AttentionPlan:
                             batch, self.capacity)
 
     def attend(self, q, k, v, cu_seqlens_q, cu_seqlens_k=None, *, seqused_k=None, page_table=None, out=None, lse=None,
-               softmax_scale=None, sinks=None, alibi_slopes=None):
+               softmax_scale=None, sinks=None, alibi_slopes=None, variant=None):
         """Launch attention (and the combine kernel) on the metadata the last ``schedule`` wrote.
 
         Shapes as in ``varlen_attention``; ``lse`` is an optional (num_heads_q, total_q) float32
         tensor to fill; ``sinks`` an optional float32 (num_heads_q,) tensor of attention sinks
         (as in ``run``; ``lse`` then receives the sink-inclusive LSE); ``alibi_slopes`` the ALiBi
-        slopes of a plan made with ``alibi=True`` (as in ``run``).  Returns out.  Raises
+        slopes of a plan made with ``alibi=True`` (as in ``run``); ``variant`` as in ``run``.  Returns out.  Raises
         ValueError / TypeError for inputs that do not match the plan (heads, head dims, dtype,
         device, paging, capacities).
         """
         sizes = self._check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks)
         # (no call without ALiBi: a plain step's path down the layers stays as it was)
         alibi = None if alibi_slopes is None and not self.alibi else self._alibi_arg(alibi_slopes, cu_seqlens_q)
+        user = None if variant is None and self.variant is None else self._variant_arg(variant)
         scale = validation.softmax_scale(softmax_scale, self.head_dim)
         if out is None:
             out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=q.dtype, device=q.device)
@@ -224,13 +250,14 @@ class AttentionPlan:
                           md_long=self.metadata, md_short=self.metadata_short, split=self.split,
                           capacity=self.capacity, scale=scale, window=(self.window_left, self.window_right),
                           softcap=self.softcap, alibi=alibi,
-                          **({} if fused_sinks is None else {"sinks": fused_sinks}))
+                          **({} if fused_sinks is None else {"sinks": fused_sinks}),
+                          **({} if user is None else {"user": user}))
             if sinks is not None and fused_sinks is None:
                 _sinks.apply(out, kernel_lse, sinks, cu_seqlens_q)
         return out
 
     def run(self, q, k, v, cu_seqlens_q, cu_seqlens_k=None, *, seqused_k=None, page_table=None, out=None, lse=None,
-            return_lse=False, softmax_scale=None, sinks=None, alibi_slopes=None):
+            return_lse=False, softmax_scale=None, sinks=None, alibi_slopes=None, variant=None):
         """Scheduler, attention and combine for one step, on the plan's device whatever the current
         device is.
 
@@ -252,6 +279,10 @@ class AttentionPlan:
         (and only by) a plan made with ``alibi=True``: float32 (num_heads_q,) or (batch,
         num_heads_q) on the plan's device, FlashAttention-2's convention (``varlen_attention``);
         read on the device at every launch, so a captured step replays with new values.
+        ``variant``: None (the plan's variant, if it has one) or a ``kernelgen.Variant`` with the
+        plan's snippets and tensor dtypes (its tensors replace the plan's for this step; ValueError
+        for other snippets, or for a plan made without a variant).  Its tensors are read on the
+        device at every launch (a captured step replays with their new values).
 
         Returns:
             out, or (out, lse) when ``return_lse`` or ``lse`` is given.
@@ -273,7 +304,8 @@ class AttentionPlan:
             key = signature.key((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks,
                                  alibi_slopes), (),
                                 (return_lse, softmax_scale, None if alibi_slopes is None else alibi_slopes.data_ptr(),
-                                 None if sinks is None or not self.sinks_fused else sinks.data_ptr()))
+                                 None if sinks is None or not self.sinks_fused else sinks.data_ptr(),
+                                 None if variant is None else variant.key()))
             step = self._steps.get(key)
         except Exception:  # noqa: BLE001 - an argument that cannot be keyed: the validating path names it
             key = step = None
@@ -298,9 +330,9 @@ class AttentionPlan:
         if torch.cuda.current_device() != self.device.index:
             with torch.cuda.device(self.device):
                 return self._validated_run(key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse,
-                                           return_lse, softmax_scale, sinks, alibi_slopes)
+                                           return_lse, softmax_scale, sinks, alibi_slopes, variant)
         return self._validated_run(key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse,
-                                   return_lse, softmax_scale, sinks, alibi_slopes)
+                                   return_lse, softmax_scale, sinks, alibi_slopes, variant)
 
     @staticmethod
     def _sink_step(step, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks):
@@ -312,7 +344,7 @@ class AttentionPlan:
         return res
 
     def _validated_run(self, key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, return_lse,
-                       softmax_scale, sinks=None, alibi_slopes=None):
+                       softmax_scale, sinks=None, alibi_slopes=None, variant=None):
         """run for a signature not prepared yet: every check before anything is launched, then the
         step is prepared, stored under ``key`` (None: not keyable) and run.  With ``sinks`` the
         step always writes an LSE (the caller's, a new one when returned, else the plan's
@@ -323,6 +355,7 @@ class AttentionPlan:
         sizes = self._check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks)
         # (no call without ALiBi: a plain step's path down the layers stays as it was)
         alibi = None if alibi_slopes is None and not self.alibi else self._alibi_arg(alibi_slopes, cu_seqlens_q)
+        user = None if variant is None and self.variant is None else self._variant_arg(variant)
         fused_sinks = (self._no_sinks if sinks is None else sinks).data_ptr() if self.sinks_fused else None
         if sinks is not None and lse is None and fused_sinks is None:
             lse = self._lse_scratch(sizes["total_q"])
@@ -337,7 +370,8 @@ class AttentionPlan:
                                      return_lse=bool(return_lse) or (sinks is not None and fused_sinks is None),
                                      fixed_base=self._workspace.data_ptr(), sizes=sizes,
                                      **({} if alibi is None else {"alibi": alibi}),
-                                     **({} if fused_sinks is None else {"sinks": fused_sinks}))
+                                     **({} if fused_sinks is None else {"sinks": fused_sinks}),
+                                     **({} if user is None else {"user": user}))
         if key is not None and signature.cacheable(key):
             self._steps.put(key, step)
         out, lse = step.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)

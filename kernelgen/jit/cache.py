@@ -319,10 +319,17 @@ class KernelCache:
     def get(self, spec) -> CacheEntry:
         """The compiled kernel for ``spec``: from memory, from disk, or compiled and published.
 
-        Raises compiler.CompileError (NVRTC failure), KernelNotCachedError (JIT disabled and entry
+        Raises compiler.CompileError (NVRTC failure; ``compiler.VariantCompileError`` for a user
+        variant's kernel: the snippets' diagnostics at their own line numbers), KernelNotCachedError (JIT disabled and entry
         missing or bad), CacheLockTimeoutError.  An unusable cache directory only warns.
         """
-        return self._get(spec, allow_jit=not jit_disabled())
+        try:
+            return self._get(spec, allow_jit=not jit_disabled())
+        except compiler.CompileError as e:
+            code = getattr(spec, "variant", None)
+            if code is None or isinstance(e, compiler.VariantCompileError):
+                raise
+            raise compiler.VariantCompileError.from_error(e, code) from None
 
     def _get(self, spec, allow_jit: bool) -> CacheEntry:
         source, options, key = self._derive(spec)

@@ -29,6 +29,48 @@ class CompileError(RuntimeError):
         super().__init__(f"NVRTC failed to compile {name} (rendered source saved at {source_path}):\n{log}")
 
 
+_SNIPPET_DIAG = re.compile(r"^(score_mod|mask_mod|kv_range)\((\d+)\)")
+
+
+class VariantCompileError(CompileError, ValueError):
+    """NVRTC rejected a kernel of a user variant (``kernelgen.Variant``): the message shows NVRTC's
+    diagnostics at the snippets' own line numbers (``score_mod(2): error: ...``) and the snippets
+    with their line numbers; ``log`` is the whole NVRTC log, ``source_path`` the saved rendered
+    source, ``code`` the ``VariantCode``.  A ValueError too: the snippet is an argument."""
+
+    def __init__(self, name: str, log: str, source_path: str | None, code):
+        self.code = code
+        lines = log.splitlines()
+        picked = []
+        for i, line in enumerate(lines):
+            if _SNIPPET_DIAG.match(line):
+                picked.append("  " + line)
+                # NVRTC follows a diagnostic with the offending line and a caret
+                for follow in lines[i + 1:i + 3]:
+                    if follow.strip() and not re.match(r"^\S+\(\d+\)", follow) and "error" not in follow:
+                        picked.append("  " + follow)
+        if not picked:  # the failure shows outside the snippets (e.g. a type they produce): the errors
+            picked = ["  " + x for x in lines if "error" in x][:8] or ["  " + x for x in lines[:8]]
+        shown = []
+        for what in ("score_mod", "mask_mod", "kv_range"):
+            src = getattr(code, what, None)
+            if src is not None:
+                shown.append(f"{what}:")
+                shown += [f"  {n:3d} | {text}" for n, text in enumerate(src.splitlines(), 1)]
+        RuntimeError.__init__(
+            self, f"NVRTC rejected the user variant's code in {name}:\n" + "\n".join(picked) +
+            "\nthe snippets (line numbers as NVRTC counts them):\n" + "\n".join(shown) +
+            f"\n(full NVRTC log in .log; rendered source saved at {source_path})")
+        self.name, self.log, self.source_path = name, log, source_path
+
+    def __reduce__(self):  # (warmup's worker processes send it back pickled)
+        return (type(self), (self.name, self.log, self.source_path, self.code))
+
+    @classmethod
+    def from_error(cls, err: CompileError, code) -> "VariantCompileError":
+        return cls(err.name, err.log, err.source_path, code)
+
+
 @dataclass(frozen=True)
 class CompileResult:
     cubin: bytes

@@ -90,8 +90,22 @@ def context(spec) -> dict:
     return ctx
 
 
+#: A line the user-variant template (common/user_mod.cuh) puts after each snippet: ``render``
+#: turns it into a ``#line`` directive back to the program's own file and line, so NVRTC reports a
+#: snippet's errors at the snippet's own line numbers ("score_mod(2): error ...", from its
+#: ``#line 1 "score_mod"``) and everything after it at its real place.
+LINE_RESTORE = "//@@kg_line_restore@@"
+
+
 def render(spec) -> str:
     """CUDA source of ``spec`` (a string; deterministic for a given spec and template tree)."""
     template = environment().get_template(spec.template)
     header = f"// kernelgen generated: {spec.name}\n"
-    return header + template.render(**context(spec))
+    source = header + template.render(**context(spec))
+    if LINE_RESTORE in source:
+        lines = source.split("\n")
+        for i, line in enumerate(lines):
+            if line.strip() == LINE_RESTORE:
+                lines[i] = f'#line {i + 2} "{spec.name}.cu"'   # the next line is line i + 2 (1-based)
+        source = "\n".join(lines)
+    return source

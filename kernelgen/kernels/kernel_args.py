@@ -37,17 +37,20 @@ def scheduler_fields(batch: int, capacity: int, cfg) -> dict:
 
 def attention_fields(q, k, v, out, lse, page_table, capacity: int, scale: float, window=(-1, -1),
                      softcap: float = 0.0, strides: dict | None = None, alibi: tuple | None = None,
-                     sinks: int | None = None) -> dict:
+                     sinks: int | None = None, user: tuple | None = None) -> dict:
     """AttnParams' strides, sizes and scales (``scale`` is softmax_scale, folded with log2(e));
     ``strides`` are the partials' (``split_strides``), None without split-KV.  ``alibi``: (address,
     batch stride) of the ALiBi slopes (``params.ATTENTION_PARAMS_ALIBI``), None without ALiBi (the
     plain AttnParams has no such fields).  ``sinks``: the address of the float32 sinks of a sink
-    kernel (``params.ATTENTION_PARAMS_SINKS``), None otherwise."""
+    kernel (``params.ATTENTION_PARAMS_SINKS``), None otherwise.  ``user``: the addresses of a user
+    variant's tensors (``AttnParams.user0`` .., ``params.user_params``), None without a variant."""
     paged = page_table is not None
     total_q, hq, _ = out.shape
     extra = {} if alibi is None else {"alibi_slopes": int(alibi[0]), "alibi_batch_stride": int(alibi[1])}
     if sinks is not None:
         extra["sinks"] = int(sinks)
+    if user is not None:
+        extra.update((f"user{i}", int(a)) for i, a in enumerate(user))
     return {
         **extra,
         "q_row_stride": q.stride(0), "q_head_stride": q.stride(1),

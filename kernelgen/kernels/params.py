@@ -187,10 +187,36 @@ TMA_ATTENTION_PARAMS_SINKS = TmaParamStruct(ATTENTION_PARAMS_SINKS)
 TMA_ATTENTION_PARAMS_ALIBI_SINKS = TmaParamStruct(ATTENTION_PARAMS_ALIBI_SINKS)
 
 
+#: Names of the user-variant tensor address fields (``AttentionSpec.variant``), in order.
+USER_FIELDS = tuple(f"user{i}" for i in range(8))
+_USER_STRUCTS: dict = {}
+
+
+def user_params(base, n: int, hopper: bool):
+    """``base`` (an ``AttnParams`` ParamStruct) with ``n`` user tensor addresses appended (i64
+    static fields ``user0`` .. ``user{n-1}``, as ALiBi's slopes: a prepared call is keyed by the
+    tensors' addresses and the kernel reads the values at every launch), wrapped in the Hopper
+    kernel's ``TmaAttnParams`` when ``hopper``.  n == 0 still adds nothing but is a distinct
+    struct only by identity (a variant with no tensors has the base fields)."""
+    key = (base.names, n, hopper)
+    st = _USER_STRUCTS.get(key)
+    if st is None:
+        inner = ParamStruct("AttnParams", base.fields + [(f, "i64") for f in USER_FIELDS[:n]])
+        st = TmaParamStruct(inner) if hopper else inner
+        _USER_STRUCTS[key] = st
+    return st
+
+
 def attention_params_for(spec):
     """The parameter struct of an attention spec: plain or ALiBi (``AttnParams``), with the Hopper
-    kernel's tensor maps in front (``TmaAttnParams``)."""
+    kernel's tensor maps in front (``TmaAttnParams``); a user variant's (``spec.variant``) appends
+    its tensors' addresses (``user_params``)."""
     alibi, sinks = getattr(spec, "alibi", False), getattr(spec, "sinks", False)
+    code = getattr(spec, "variant", None)
+    if code is not None:
+        base = {(False, False): ATTENTION_PARAMS, (True, False): ATTENTION_PARAMS_ALIBI,
+                (False, True): ATTENTION_PARAMS_SINKS, (True, True): ATTENTION_PARAMS_ALIBI_SINKS}[alibi, sinks]
+        return user_params(base, len(code.tensors), spec.mainloop == "sm90a")
     if spec.mainloop == "sm90a":
         return {(False, False): TMA_ATTENTION_PARAMS, (True, False): TMA_ATTENTION_PARAMS_ALIBI,
                 (False, True): TMA_ATTENTION_PARAMS_SINKS, (True, True): TMA_ATTENTION_PARAMS_ALIBI_SINKS}[alibi, sinks]

@@ -12,6 +12,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
+from .variant_code import VariantCode
+
 ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90a")
 #: Compile targets of the sm_80 path that NVRTC builds and the CPU tests compile, but that no
 #: kernelgen test has run on a GPU: Blackwell data-centre (sm_100: B200/GB200, B300) and
@@ -139,6 +141,12 @@ class AttentionSpec:
     #: ``params.ATTENTION_PARAMS_SINKS``).  Off, absent from the name, template variables and
     #: ``to_json`` (other specs' sources and cache keys unchanged).
     sinks: bool = False
+    #: A user attention variant (``kernelgen.Variant``; ``variant_code.VariantCode``: score_mod,
+    #: mask_mod, kv_range snippets and the user tensors' names and dtypes), rendered in place by
+    #: common/user_mod.cuh; the tensors' addresses are ``AttnParams.user0..`` fields
+    #: (``params.attention_params_for``).  None: absent from the name, template variables and
+    #: ``to_json`` (every other spec's source and cache key unchanged).
+    variant: VariantCode | None = None
 
     kind: ClassVar[str] = "attention"
     entry: ClassVar[str] = "kg_attention_fwd"
@@ -165,6 +173,8 @@ class AttentionSpec:
                 raise ValueError(f"the sm90a mainloop does not support this variant: {why}")
         elif self.sm90_opts:
             raise ValueError("sm90_opts applies to mainloop='sm90a' only")
+        if self.variant is not None and not isinstance(self.variant, VariantCode):
+            raise TypeError(f"variant must be a VariantCode or None, got {type(self.variant).__name__}")
         if self.tile.keys_as_rows and (self.mainloop != "sm80" or max(self.head_dim, self.head_dim_v) > 128):
             raise ValueError(f"the keys-as-rows tile (block_m=8) is an sm80-mainloop tile of head dims <= 128, "
                              f"got {self.head_dim}/{self.head_dim_v} on {self.mainloop}")
@@ -240,6 +250,8 @@ class AttentionSpec:
         hd = f"d{self.head_dim}" if self.head_dim == self.head_dim_v else f"d{self.head_dim}x{self.head_dim_v}"
         extra = "".join(f"_{flag}" for flag in ("pack", "split", "paged", "softcap", "alibi", "sinks", "rowsplits")
                         if getattr(self, {"pack": "pack_gqa", "rowsplits": "row_splits"}.get(flag, flag)))
+        if self.variant is not None:
+            extra += f"_var{self.variant.digest}"
         path = "" if self.mainloop == "sm80" else "_wgmma" + "".join(f"_{_SM90_OPT_NAMES[o]}" for o in self.sm90_opts)
         return f"attn_{self.arch}{path}_{self.dtype}_{hd}_{self.mask}{extra}_{self.layout}_{self.tile.tag}"
 
@@ -267,6 +279,7 @@ class AttentionSpec:
             **self._sm90_regs(),
             **({"alibi": True} if self.alibi else {}),
             **({"sinks": True} if self.sinks else {}),
+            **({"user": self.variant.template_vars()} if self.variant is not None else {}),
         }
 
     def _sm90_regs(self) -> dict:
@@ -287,6 +300,10 @@ class AttentionSpec:
             del d["alibi"]       # the records (and cache keys) of specs without ALiBi stay as before
         if not self.sinks:
             del d["sinks"]
+        if self.variant is None:
+            del d["variant"]
+        else:
+            d["variant"] = self.variant.to_json()
         d["kind"] = self.kind
         return d
 
@@ -398,6 +415,9 @@ class FusedAttentionSpec:
             raise ValueError("the fused kernels take no sinks variant (launch.sinks.apply rescales after them)")
         if a.alibi or b.alibi:
             raise ValueError("the fused kernels take no ALiBi variant (an ALiBi mixed batch runs the classes in turn)")
+        if a.variant is not None or b.variant is not None:
+            raise ValueError("the fused kernels take no user variant (a mixed batch with a kernelgen.Variant runs "
+                             "the classes in turn)")
         if b.tile.num_warps != 1 or b.mainloop != "sm80":
             raise ValueError(f"the short variant must be an sm80 one-warp tile, got {b.tile.num_warps} warps "
                              f"({b.mainloop})")
@@ -526,6 +546,8 @@ def spec_from_json(d: dict):
     kind = d.pop("kind")
     if kind == "attention":
         d["tile"] = TileConfig(**d["tile"])
+        if d.get("variant") is not None:
+            d["variant"] = VariantCode.from_json(d["variant"])
         return AttentionSpec(**d)
     if kind == "fused":
         return FusedAttentionSpec(spec_from_json(d["long"]), spec_from_json(d["short"]))

@@ -206,12 +206,14 @@ def _scheduler_launches(kernels, batch: int, cap: int) -> tuple:
 
 def build(kernels: FusedKernels, *, layout: FusedWorkspace, batch: int, q, k, v, out, lse, page_table, scale: float,
           window: tuple, softcap: float, return_lse: bool, fixed_base: int | None, sizes: dict,
-          alibi: tuple | None = None) -> PreparedFusedCall:
+          alibi: tuple | None = None, user: tuple | None = None) -> PreparedFusedCall:
     """Prepare the launches of a validated fused call (as ``prepared.build``): both scheduler
     launches (the two classes' configs), the fused kernel's two parameter structs, the combine.
     The fused kernels have no ALiBi variant (``alibi`` must be None)."""
     if alibi is not None:
         raise ValueError("the fused kernels take no ALiBi slopes (the decider runs such batches otherwise)")
+    if user is not None:
+        raise ValueError("the fused kernels take no user variant (the decider runs such batches otherwise)")
     cap = layout.capacity
     sched_long, sched_short = _scheduler_launches(kernels, batch, cap)
     strides = layout.short.split_strides()
@@ -311,7 +313,7 @@ class PreparedPairCall(prepared.PreparedCall):
 
 def build_pair(kernels: PairKernels, *, layout: FusedWorkspace, batch: int, q, k, v, out, lse, page_table,
                scale: float, window: tuple, softcap: float, return_lse: bool, fixed_base: int | None,
-               sizes: dict, alibi: tuple | None = None) -> PreparedPairCall:
+               sizes: dict, alibi: tuple | None = None, user: tuple | None = None) -> PreparedPairCall:
     """Prepare the launches of a validated mixed call on sm_90a (as ``build``): both scheduler
     launches, the Hopper kernel (its tensor maps re-encoded when the pointers change), the decode
     kernel, the combine."""
@@ -321,10 +323,11 @@ def build_pair(kernels: PairKernels, *, layout: FusedWorkspace, batch: int, q, k
     long_spec = kernels.variants.long.attention
     attn_long = prepared.TmaLaunch(launch.prepare(kernels.attn_long, kernels.attn_long.persistent_grid,
                                                   kernel_args.attention_fields(q, k, v, out, lse, page_table, cap,
-                                                                               scale, window, softcap, None, alibi)),
+                                                                               scale, window, softcap, None, alibi,
+                                                                               user=user)),
                                    tma.attention_maps(long_spec, q, k, v, page_table is not None))
     attn_short = launch.prepare(kernels.attn_short, kernels.attn_short.persistent_grid, kernel_args.attention_fields(
-        q, k, v, out, lse, page_table, cap, scale, window, softcap, strides, alibi))
+        q, k, v, out, lse, page_table, cap, scale, window, softcap, strides, alibi, user=user))
     hq = out.shape[1]
     combine = _combine_launch(kernels, out, lse, strides)
     return PreparedPairCall(device=q.device, kernels=kernels, sched_long=sched_long, sched_short=sched_short,

@@ -7,7 +7,7 @@ and ``attend`` run a bound recipe's launches (``bind``) on a plan's own metadata
 """
 from __future__ import annotations
 
-from ..kernels import kernel_args, tma
+from ..kernels import kernel_args, params, tma
 from ..kernels.params import (ATTENTION_PARAMS, ATTENTION_PARAMS_ALIBI, ATTENTION_PARAMS_ALIBI_SINKS,
                               ATTENTION_PARAMS_SINKS, COMBINE_PARAMS, COMBINE_PARAMS_SINKS, SCHEDULER_PARAMS,
                               TMA_ATTENTION_PARAMS, TMA_ATTENTION_PARAMS_ALIBI, TMA_ATTENTION_PARAMS_ALIBI_SINKS,
@@ -31,14 +31,15 @@ def scheduler_params(cu_seqlens_q, cu_seqlens_k, seqused_k, md, batch, capacity,
 def attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, capacity, scale, *, seqused_k=None,
                      page_table=None, window=(-1, -1), softcap=0.0, split: SplitBuffers | None = None,
                      row_splits=None, maps: bytes | None = None, alibi: tuple | None = None,
-                     sinks: int | None = None) -> bytes:
+                     sinks: int | None = None, user: tuple | None = None) -> bytes:
     """Packed AttnParams (tensors as in ``varlen_attention``; strides in elements; ``scale`` is
     softmax_scale, folded with log2(e)).  ``row_splits``: without ``split``, the int32 per-token
     count a non-splitting variant records for the combine kernel (the long class of a fused
     launch).  ``maps``: the Hopper kernel's encoded q/k/v tensor maps (``tma.AttentionMaps.encode``),
     which then lead the parameter (``params.TMA_ATTENTION_PARAMS``).  ``alibi``: (address, batch
     stride) of an ALiBi kernel's slopes (``params.ATTENTION_PARAMS_ALIBI``); ``sinks``: the sinks'
-    address of a sink kernel (``params.ATTENTION_PARAMS_SINKS``)."""
+    address of a sink kernel (``params.ATTENTION_PARAMS_SINKS``); ``user``: the addresses of a user
+    variant's tensors (``params.user_params``)."""
     if sinks is not None:
         if alibi is None:
             struct = ATTENTION_PARAMS_SINKS if maps is None else TMA_ATTENTION_PARAMS_SINKS
@@ -48,6 +49,8 @@ def attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, capacity
         struct = ATTENTION_PARAMS if maps is None else TMA_ATTENTION_PARAMS
     else:
         struct = ATTENTION_PARAMS_ALIBI if maps is None else TMA_ATTENTION_PARAMS_ALIBI
+    if user is not None:
+        struct = params.user_params(struct.inner if maps is not None else struct, len(user), maps is not None)
     return struct.pack({
         "q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "out": out.data_ptr(),
         "lse": lse.data_ptr() if lse is not None else 0,
@@ -57,7 +60,7 @@ def attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, capacity
         "out_accum": split.out_accum.data_ptr() if split else 0, "lse_accum": split.lse_accum.data_ptr() if split else 0,
         "row_splits": split.row_splits.data_ptr() if split else row_splits.data_ptr() if row_splits is not None else 0,
         **kernel_args.attention_fields(q, k, v, out, lse, page_table, capacity, scale, window, softcap,
-                                       kernel_args.split_strides(split), alibi, sinks),
+                                       kernel_args.split_strides(split), alibi, sinks, user),
     }, *(() if maps is None else (maps,)))
 
 
@@ -105,14 +108,14 @@ def schedule(bound, cu_seqlens_q, cu_seqlens_k, seqused_k, md_long, md_short, ba
 
 def attend(bound, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, *, md_long, md_short,
            split: SplitBuffers | None, capacity: int, scale: float, window: tuple, softcap: float,
-           alibi: tuple | None = None, sinks: int | None = None) -> None:
+           alibi: tuple | None = None, sinks: int | None = None, user: tuple | None = None) -> None:
     """Launch a bound recipe's attention kernel(s) and combine on the metadata a ``schedule`` wrote
     (``md_long``; ``md_short`` for the two-class recipes, whose short class owns ``split``), on
     PyTorch's current stream of its device.  Tensors as in ``varlen_attention``; ``alibi``:
     (address, batch stride) of the ALiBi slopes of a recipe of ALiBi kernels; ``sinks``: the sinks'
     address of a single-class recipe of sink kernels (``Recipe.sinks_fused``)."""
     stream = prepared.current_stream(bound.sched.device)
-    kw = dict(seqused_k=seqused_k, page_table=page_table, window=window, softcap=softcap, alibi=alibi)
+    kw = dict(seqused_k=seqused_k, page_table=page_table, window=window, softcap=softcap, alibi=alibi, user=user)
     args = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
     maps = None
     if bound.hopper:

@@ -33,6 +33,8 @@ class CheckedCall:
     settings: Settings
     #: the batch stride of ``alibi_slopes`` in elements (0: one slope per head), -1 without ALiBi
     alibi_stride: int = -1
+    #: the addresses of a user variant's tensors (``AttnParams.user0`` ..), None without a variant
+    user: tuple | None = None
 
     @property
     def empty(self) -> bool:
@@ -42,7 +44,7 @@ class CheckedCall:
 
 def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, seqused_k, page_table, out,
                 causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, metadata_layout, sort,
-                head_swizzle, short_query_tokens, arch, sinks=None, alibi_slopes=None) -> CheckedCall:
+                head_swizzle, short_query_tokens, arch, sinks=None, alibi_slopes=None, variant=None) -> CheckedCall:
     """Every check of ``varlen_attention``'s arguments (same names, shapes and types; see its
     docstring), in its order, and the signature its kernels are chosen from: the length hints
     default to total_q and the K/V capacity in tokens.
@@ -54,6 +56,7 @@ def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                      seqused_k=seqused_k, page_table=page_table)
     validation.sinks(sinks, sizes["num_heads_q"], q.device)
     alibi_stride = validation.alibi_slopes(alibi_slopes, sizes["num_heads_q"], sizes["batch"], q.device)
+    code = validation.variant(variant, q.device)
     scale = validation.softmax_scale(softmax_scale, sizes["head_dim"])
     layout = validation.layout(metadata_layout)
     mask, left, right = validation.window(window_size, bool(causal))
@@ -88,8 +91,9 @@ def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         page_size=sizes.get("page_size", 0), softcap=cap > 0, pack_gqa=pack_gqa, num_splits=splits,
         short_query_tokens=short_query_tokens, arch=arch, tma_ok=all(tma.tma_compatible(t) for t in (q, k, v)),
         batch=batch, rows=total_q, sort=bool(sort), head_swizzle=bool(head_swizzle), alibi=alibi_stride >= 0,
-        sinks=sinks is not None)
-    return CheckedCall(sizes, scale, (left, right), cap, sig, settings, alibi_stride)
+        sinks=sinks is not None, variant=code)
+    return CheckedCall(sizes, scale, (left, right), cap, sig, settings, alibi_stride,
+                       None if variant is None else variant.addresses())
 
 
 def plan_capacity(max_batch, dtype, num_heads_q: int, num_heads_kv: int, max_seqlen_q, max_seqlen_k) -> None:
@@ -122,7 +126,8 @@ class CheckedPlan:
 def plan_options(*, capacity: int, max_total_q: int, num_heads_q: int, num_heads_kv: int, head_dim: int,
                  head_dim_v: int, dtype, max_seqlen_q: int, max_seqlen_k: int, paged: bool, page_size,
                  causal: bool, window_size, softcap, num_splits, pack_gqa, metadata_layout: str, sort: bool,
-                 head_swizzle: bool, short_query_tokens, arch, alibi: bool = False, sinks: bool = False) -> CheckedPlan:
+                 head_swizzle: bool, short_query_tokens, arch, alibi: bool = False, sinks: bool = False,
+                 variant=None) -> CheckedPlan:
     """``AttentionPlan``'s remaining checks (page size, window, soft-cap, layout, num_splits,
     short_query_tokens) and the signature its kernels are chosen from (see ``AttentionPlan`` for
     the arguments; lengths in tokens).  Raises TypeError / ValueError naming the argument."""
@@ -140,7 +145,8 @@ def plan_options(*, capacity: int, max_total_q: int, num_heads_q: int, num_heads
         num_heads_kv=num_heads_kv, mask=mask, window_left=left, layout=layout, max_seqlen_q=max_seqlen_q,
         max_seqlen_k=max_seqlen_k, paged=bool(paged), page_size=page_size or 0, softcap=cap > 0, pack_gqa=pack_gqa,
         num_splits=splits, short_query_tokens=short_query_tokens, arch=arch, tma_ok=True, batch=capacity,
-        rows=max_total_q, sort=sort, head_swizzle=head_swizzle, plan=True, alibi=bool(alibi), sinks=bool(sinks))
+        rows=max_total_q, sort=sort, head_swizzle=head_swizzle, plan=True, alibi=bool(alibi), sinks=bool(sinks),
+        variant=variant)
     return CheckedPlan(sig, (left, right), cap, page_size, Settings.from_env())
 
 

@@ -27,7 +27,7 @@ PHASE_HINTS = {
 def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, True), layouts=LAYOUTS,
                  phases=("prefill",), gqas=(1,), paged=(False,), softcap: bool = False, num_sms: int = 132,
                  page_sizes=(16,), settings: Settings | None = None, alibi: bool = False,
-                 sinks: bool = False) -> list:
+                 sinks: bool = False, variants=()) -> list:
     """Every kernel spec the dispatcher would use for the given product of call options.
 
     Args:
@@ -50,6 +50,10 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
             launch: the classes in turn on sm_90a, one class elsewhere).
         sinks: also the sink variants (``sinks=``) of the single-class calls' attention and
             combine kernels (``AttentionSpec.sinks``; mixed batches keep the plain kernels).
+        variants: user variants' code (``kernels.variant_code.VariantCode``, e.g. from
+            ``kernelgen warmup --variant FILE``): when given, only their kernels (every option
+            combination with each variant; their mixed batches take no fused launch, as ALiBi's),
+            instead of the plain ones.
 
     Returns:
         The specs from ``heuristics.choose`` (the dispatcher's own function) for each
@@ -72,12 +76,13 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
             raise ValueError(f"phase must be one of {tuple(PHASE_HINTS)}, got {phase!r}")
     caps = (False, True) if softcap else (False,)
     alibis = (False, True) if alibi else (False,)
-    for layout, dtype, head_dim, causal, phase, gqa, pg, cap, al in itertools.product(
-            layouts, dtypes, head_dims, causals, phases, gqas, paged, caps, alibis):
+    codes = tuple(variants) or (None,)
+    for layout, dtype, head_dim, causal, phase, gqa, pg, cap, al, var in itertools.product(
+            layouts, dtypes, head_dims, causals, phases, gqas, paged, caps, alibis, codes):
         for max_q, max_k in PHASE_HINTS[phase]:
             kw = dict(num_heads_q=8 * int(gqa), num_heads_kv=8, mask="causal" if causal else "none", layout=layout,
                       max_seqlen_q=max_q, max_seqlen_k=max_k, paged=bool(pg), softcap=cap, num_sms=num_sms,
-                      sm90_opts=opts, **({"alibi": True} if al else {}))
+                      sm90_opts=opts, **({"alibi": True} if al else {}), **({"variant": var} if var is not None else {}))
             v = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), **kw)
             specs = [v.scheduler, v.attention, v.combine]
             if v.attention.mainloop == "sm90a":  # arch="sm_80" calls and plans take the sm_80 path
@@ -90,13 +95,14 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
             if sinks:  # the single-class calls' sink variants (decide.recipe: same tiles and splits)
                 specs += [dataclasses.replace(s, sinks=True) for s in specs if s is not None and s.kind != "scheduler"]
             hq = 8 * int(gqa)
-            if pg and max_q > heuristics.short_query_tokens(hq, 8) and al:
-                # ALiBi: no fused kernel; the classes in turn on sm_90a (the single class is above)
+            if pg and max_q > heuristics.short_query_tokens(hq, 8) and (al or var is not None):
+                # ALiBi or a user variant: no fused kernel; the classes in turn on sm_90a (the single class is above)
                 for ps in ((*page_sizes, 0) if arch == "sm_90a" else ()):
                     pv = heuristics.choose_pair(arch, dtype, int(head_dim), int(head_dim), num_heads_q=hq,
                                                 num_heads_kv=8, mask="causal" if causal else "none", layout=layout,
                                                 max_seqlen_q=max_q, max_seqlen_k=max_k, paged=True, softcap=cap,
-                                                num_sms=num_sms, page_size=ps, sm90_opts=opts, alibi=True)
+                                                num_sms=num_sms, page_size=ps, sm90_opts=opts, alibi=al,
+                                                **({"variant": var} if var is not None else {}))
                     if pv is not None:
                         specs += [pv.long.attention, pv.short.attention, pv.short.combine]
             elif pg and max_q > heuristics.short_query_tokens(hq, 8):

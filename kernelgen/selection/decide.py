@@ -30,6 +30,7 @@ from ..kernels.device import Device
 from ..kernels.metadata import SchedulerConfig
 from ..kernels.recipe import FusedVariants, PairVariants, Recipe, SchedulerPlan, Variants
 from ..kernels.spec import FusedAttentionSpec
+from ..kernels.variant_code import VariantCode
 from ..kernels.workspace import WorkspaceLayout, short_class_workspace
 from . import heuristics, validation
 from .settings import Settings
@@ -88,6 +89,10 @@ class CallSignature:
     #: the mixed-batch kinds (fused kernel, classes in turn) keep the plain kernels and
     #: ``launch.sinks.apply`` after them.  The choice of tiles and splits is that of the call without sinks.
     sinks: bool = False
+    #: a user attention variant's code (``kernelgen.Variant``, ``kernels.variant_code.VariantCode``):
+    #: its attention variants (``AttentionSpec.variant``); a mixed batch then runs its classes in
+    #: turn on sm_90a or as one class elsewhere, as with ALiBi (the fused kernels take no variant).
+    variant: VariantCode | None = None
 
 
 def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) -> Recipe:
@@ -112,14 +117,14 @@ def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) 
         if v.attention.mainloop == "sm90a":
             return recipe(v, sig, device, settings)
     thr = use_fused(sig)
-    if thr and sig.alibi:
+    if thr and (sig.alibi or sig.variant is not None):
         if mainloop is None:
             pv = heuristics.choose_pair(
                 arch, sig.dtype, sig.head_dim, sig.head_dim_v, num_heads_q=sig.num_heads_q,
                 num_heads_kv=sig.num_heads_kv, mask=sig.mask, layout=sig.layout, max_seqlen_q=sig.max_seqlen_q,
                 max_seqlen_k=sig.max_seqlen_k, paged=sig.paged, softcap=sig.softcap, short_max_q=thr,
                 num_sms=device.num_sms, page_size=sig.page_size, tma_ok=sig.tma_ok, sm90_opts=settings.sm90_opts,
-                alibi=True)
+                alibi=sig.alibi, variant=sig.variant)
             if pv is not None:
                 return recipe(pv, sig, device, settings)
         thr = 0
@@ -151,7 +156,7 @@ def _choose(sig: CallSignature, arch: str, device: Device, settings: Settings, m
         mask=sig.mask, layout=sig.layout, max_seqlen_q=sig.max_seqlen_q, max_seqlen_k=sig.max_seqlen_k,
         paged=sig.paged, softcap=sig.softcap, pack_gqa=sig.pack_gqa, num_splits=sig.num_splits,
         num_sms=device.num_sms, mainloop=mainloop, tma_ok=sig.tma_ok, page_size=sig.page_size,
-        sm90_opts=settings.sm90_opts, alibi=sig.alibi)
+        sm90_opts=settings.sm90_opts, alibi=sig.alibi, variant=sig.variant)
 
 
 def use_fused(sig: CallSignature) -> int:

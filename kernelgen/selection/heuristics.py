@@ -30,6 +30,7 @@ import dataclasses
 import math
 
 from ..kernels.recipe import FusedVariants, PairVariants, Variants
+from ..kernels.variant_code import VariantCode
 from ..kernels.spec import (AttentionSpec, CombineSpec, FusedAttentionSpec, MAINLOOPS, MASKS, SM90_HEAD_DIM_PAIRS,
                             SM90_PAGED_HEAD_DIMS, SchedulerSpec, TileConfig)
 
@@ -162,6 +163,30 @@ CANDIDATE_TILES = {
 #: The sm_80 path's head-dim-128 prefill tile for ALiBi with a window or soft-cap: the 128-row
 #: two-stage tile spills there when compiled for sm_90a (24 spill stores with split-KV).
 ALIBI_HEAVY_TILE = TileConfig(64, 64, 4, 2, 2)
+
+#: The sm_80 path's prefill tiles of user variants (``kernelgen.Variant``), by head dim: the mid
+#: class's 64-row tiles.  A snippet's index arithmetic and tensor loads run on every logit beside
+#: the 128-row tiles' 64 fp32 scores a thread; the 64-row tiles leave them room (the five sample
+#: variants of tests/test_variant_cpu.py compile without spills on sm_80 and sm_90a).
+VARIANT_PREFILL_TILES = {
+    64: TileConfig(64, 64, 4, 2, 2),
+    96: TileConfig(64, 64, 4, 2, 2),
+    128: TileConfig(64, 64, 4, 2, 2),
+}
+
+
+#: The Hopper tile's block_n for user variants whose paged K/V rows are gathered (option "g"): the
+#: gathering producers leave the consumers 224 registers, where 128-key blocks spill with a snippet
+#: on every logit (12-56 bytes for the five sample variants at head dim 128); 96 keys do not.
+VARIANT_GATHER_BLOCK_N = 96
+
+
+def variant_sm90_tile(t: TileConfig, opts: str, variant) -> TileConfig:
+    """The Hopper tile ``t`` (options ``opts``) for a user variant (``variant`` not None): 96-key
+    blocks when the producers gather rows (``VARIANT_GATHER_BLOCK_N``), else ``t`` itself."""
+    if variant is not None and "g" in opts and t.block_n > VARIANT_GATHER_BLOCK_N:
+        return dataclasses.replace(t, block_n=VARIANT_GATHER_BLOCK_N)
+    return t
 
 
 def tile_config(arch: str, head_dim: int, head_dim_v: int, tile_class: str = "prefill",
@@ -298,8 +323,13 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
            mask: str = "none", layout: str = "soa", max_seqlen_q: int, max_seqlen_k: int, paged: bool = False,
            softcap: bool = False, pack_gqa: bool | None = None, num_splits: int = 0, num_sms: int = 132,
            tile: TileConfig | None = None, mainloop: str | None = None, tma_ok: bool = True,
-           page_size: int = 0, sm90_opts: str | None = None, alibi: bool = False) -> Variants:
+           page_size: int = 0, sm90_opts: str | None = None, alibi: bool = False,
+           variant: VariantCode | None = None) -> Variants:
     """Every kernel variant of a call, from what the host knows (shapes, flags, max lengths).
+
+    ``variant``: a user variant's code (``kernelgen.Variant``, ``AttentionSpec.variant``): its
+    snippets run on every logit, so the sm_80 path takes the lighter tiles (the 64-row tile of
+    the mid class for prefill, ``VARIANT_PREFILL_TILES``) and the Hopper path its usual tile.
 
     ``alibi``: the attention variant adds ALiBi biases (``AttentionSpec.alibi``); its slopes stay
     live in the mainloop, so it takes the lighter prefill tile like the other extra state.
@@ -329,7 +359,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
     pack = default_pack_gqa(qpk, max_seqlen_q) if pack_gqa is None else bool(pack_gqa) and qpk > 1
     rows = max(1, max_seqlen_q) * (qpk if pack else 1)
     tile_class = tile_class_for_rows(rows, pack)
-    extra = paged or softcap or mask == "local" or alibi
+    extra = paged or softcap or mask == "local" or alibi or variant is not None
     if mainloop == "sm90a" or (mainloop is None and tile is None and tile_class == "prefill"):
         why = sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap, pack=pack,
                                num_splits=num_splits, tma_ok=tma_ok)
@@ -337,6 +367,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
             raise ValueError(f"the Hopper (sm_90a) path does not support this call: {why}")
         if not why:
             t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, tile, sm90_opts)
+            if tile is None:
+                t = variant_sm90_tile(t, opts, variant)
             n = -(-max(max_seqlen_k, 1) // t.block_n)
             if num_splits > 0:  # forced: never more splits than key blocks (sizes the partials)
                 max_splits, forced = max(1, min(num_splits, n)), True
@@ -347,7 +379,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                 max_splits, forced = num_splits_heuristic(num_heads_q * max(1, -(-rows // t.block_m)), n, ctas), False
             split = max_splits > 1
             attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, split=split, paged=paged,
-                                 softcap=softcap, mainloop="sm90a", sm90_opts=opts, alibi=alibi)
+                                 softcap=softcap, mainloop="sm90a", sm90_opts=opts, alibi=alibi, variant=variant)
             _check_smem(attn, arch)
             combine = CombineSpec(arch, dtype, head_dim_v) if split else None
             return Variants(SchedulerSpec(arch=arch, layout=layout), attn, combine, max_splits, forced)
@@ -357,6 +389,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
             and (softcap or mask == "local"):
         # the slopes beside a window / soft-cap state and split-KV spill the 128-row tile on sm_90a
         tile = ALIBI_HEAVY_TILE
+    if variant is not None and not fixed_tile and tile_class == "prefill":
+        tile = VARIANT_PREFILL_TILES.get(max(head_dim, head_dim_v), tile)
 
     def split_bound(t: TileConfig) -> tuple[int, bool]:
         if num_splits > 0:
@@ -376,7 +410,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
             max_splits, forced = split_bound(tile)
     split = max_splits > 1
     attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, tile, pack, split, paged, softcap,
-                         alibi=alibi)
+                         alibi=alibi, variant=variant)
     _check_smem(attn, arch)
     combine = CombineSpec(arch, dtype, head_dim_v) if split else None
     return Variants(SchedulerSpec(arch=arch, layout=layout), attn, combine, max_splits, forced)
@@ -401,7 +435,7 @@ def short_query_tokens(num_heads_q: int, num_heads_kv: int) -> int:
 
 
 def _short_class(arch, dtype, head_dim, head_dim_v, num_heads_q, num_heads_kv, mask, layout, max_seqlen_k, paged,
-                 softcap, short_max_q, num_sms, alibi=False):
+                 softcap, short_max_q, num_sms, alibi=False, variant=None):
     """(threshold, the short class's sm_80 decode variants) of a mixed batch, or (threshold, None)
     when the threshold is below 1 or its tiles would not be one-warp decode tiles."""
     thr = short_query_tokens(num_heads_q, num_heads_kv) if short_max_q is None else int(short_max_q)
@@ -409,7 +443,7 @@ def _short_class(arch, dtype, head_dim, head_dim_v, num_heads_q, num_heads_kv, m
         return thr, None
     short = choose(arch, dtype, head_dim, head_dim_v, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, mask=mask,
                    layout=layout, max_seqlen_q=thr, max_seqlen_k=max_seqlen_k, paged=paged, softcap=softcap,
-                   num_sms=num_sms, mainloop="sm80", alibi=alibi)
+                   num_sms=num_sms, mainloop="sm80", alibi=alibi, variant=variant)
     return thr, (short if short.attention.tile.num_warps == 1 else None)
 
 
@@ -443,7 +477,8 @@ def choose_fused(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_h
 def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q: int, num_heads_kv: int,
                 mask: str = "none", layout: str = "soa", max_seqlen_q: int, max_seqlen_k: int, paged: bool = False,
                 softcap: bool = False, short_max_q: int | None = None, num_sms: int = 132, page_size: int = 0,
-                tma_ok: bool = True, sm90_opts: str | None = None, alibi: bool = False) -> PairVariants | None:
+                tma_ok: bool = True, sm90_opts: str | None = None, alibi: bool = False,
+                variant: VariantCode | None = None) -> PairVariants | None:
     """A mixed batch's two kernels on sm_90a, or None where they do not apply (another arch, a
     long class the Hopper path cannot run, or a threshold whose short tiles are not decode tiles).
 
@@ -458,15 +493,17 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
     if arch != "sm_90a":
         return None
     thr, short = _short_class(arch, dtype, head_dim, head_dim_v, num_heads_q, num_heads_kv, mask, layout,
-                              max_seqlen_k, paged, softcap, short_max_q, num_sms, alibi)
+                              max_seqlen_k, paged, softcap, short_max_q, num_sms, alibi, variant)
     if short is None:
         return None
     if sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap, pack=False,
                         num_splits=1, tma_ok=tma_ok):
         return None
     t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, sm90_opts=sm90_opts)
+    t = variant_sm90_tile(t, opts, variant)
     attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, paged=paged, softcap=softcap,
-                         row_splits=short.attention.split, mainloop="sm90a", sm90_opts=opts, alibi=alibi)
+                         row_splits=short.attention.split, mainloop="sm90a", sm90_opts=opts, alibi=alibi,
+                         variant=variant)
     _check_smem(attn, arch)
     long = Variants(short.scheduler, attn, None, 1, True)
     return PairVariants(long, short, thr)

@@ -17,7 +17,17 @@ from __future__ import annotations
 
 import torch
 
-_PLAIN = frozenset((bool, int, float, str, type(None)))
+
+
+class VariantKey(tuple):
+    """A user variant's part of a call key (``kernelgen.Variant.key``): (its ``VariantCode``, and
+    each tensor's (dtype, device, address)).  Its parts compare by value (strings, ints, torch
+    dtypes and devices), so it counts as a plain scalar for ``cacheable``."""
+
+    __slots__ = ()
+
+
+_PLAIN = frozenset((bool, int, float, str, type(None), VariantKey))
 
 
 def tensor_key(x):

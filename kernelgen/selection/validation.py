@@ -347,3 +347,15 @@ def arch(x, device_arch: str | None, env: str | None = None):
         raise ValueError(f"{what}={x!r} needs a Hopper device (compute capability 9.0); this one compiles for "
                          f"{device_arch}")
     return m
+
+
+def variant(x, device):
+    """``variant``: None or a ``kernelgen.Variant`` whose tensors are contiguous and on ``device``
+    (q's).  Returns its ``VariantCode`` (None for None).  Raises TypeError / ValueError naming the
+    argument and the tensor.  The tensors' values are never read here."""
+    if x is None:
+        return None
+    from .variant import check   # (imports torch-free kernels code only; loaded on first use)
+
+    check(x, device)
+    return x.code

@@ -121,6 +121,9 @@ __device__ __forceinline__ void producer_loop(const AttnParams& p, const TmaMaps
     const MaskInfo mi = tile_mask(p, ti);
     int n_lo, n_hi;  // a key block outside the causal mask or the window is never loaded
     key_block_range(mi, ti.row0, ti.row0 + ti.valid_rows - 1, n_lo, n_hi);
+    {% if v.get("user") %}
+    if (USER_RANGE) user_block_range(p, user_tile(ti, qpk), ti.row0, ti.row0 + ti.valid_rows, n_lo, n_hi);
+    {% endif %}
     split_block_range(ti.split, ti.num_splits, n_lo, n_hi);
     if (n_hi > n_lo) {
       const int kv_head = ti.head / qpk;
@@ -279,7 +282,7 @@ __device__ __forceinline__ void release(u32 bar, int lane) {
 __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const MaskInfo& mi, int n_lo, int n_hi,
                                                   int row0, int pos_last, u32 sb, KvPos& kv, int cw, int lane,
                                                   float (&o)[1][DV / 8][4], float (&row_max)[1][2],
-                                                  float (&row_sum)[1][2]{% if v.get("alibi") %}, const float (&alibi_sl)[1][2]{% endif %}) {
+                                                  float (&row_sum)[1][2]{% if v.get("alibi") %}, const float (&alibi_sl)[1][2]{% endif %}{% if v.get("user") %}, const UserTile& ut{% endif %}) {
   const int cg = cw >> 2;
   const int wg_tid = (cw & 3) * 32 + lane;
   const u32 q_base = sb + cg * 64 * 128;
@@ -301,6 +304,9 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
       if (SOFTCAP) cap_scores(s, p);
       {% if v.get("alibi") %}
       apply_alibi(s, alibi_sl, mi, n, row0, 1, cw, lane);
+      {% endif %}
+      {% if v.get("user") %}
+      apply_user(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, USER_LOG2E / score_scale(p));
       {% endif %}
       if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
       softmax_scores(s, row_max, row_sum, corr, score_scale(p));
@@ -339,6 +345,9 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   {% if v.get("alibi") %}
   apply_alibi(s, alibi_sl, mi, n, row0, 1, cw, lane);
   {% endif %}
+  {% if v.get("user") %}
+  apply_user(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, USER_LOG2E / score_scale(p));
+  {% endif %}
   if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
   softmax_scores(s, row_max, row_sum, corr, score_scale(p));  // o is still 0: no rescale
   pack_p(s, pa);
@@ -369,6 +378,9 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
     if (SOFTCAP) cap_scores(s, p);
     {% if v.get("alibi") %}
     apply_alibi(s, alibi_sl, mi, n, row0, 1, cw, lane);
+    {% endif %}
+    {% if v.get("user") %}
+    apply_user(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, USER_LOG2E / score_scale(p));
     {% endif %}
     if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
     softmax_scores(s, row_max, row_sum, corr, score_scale(p));
@@ -495,6 +507,9 @@ __device__ __forceinline__ void producer_loop_gather(const AttnParams& p, const 
     const MaskInfo mi = tile_mask(p, ti);  // the consumers' key-block range (window, split share)
     int n_lo, n_hi;
     key_block_range(mi, ti.row0, ti.row0 + ti.valid_rows - 1, n_lo, n_hi);
+    {% if v.get("user") %}
+    if (USER_RANGE) user_block_range(p, user_tile(ti, qpk), ti.row0, ti.row0 + ti.valid_rows, n_lo, n_hi);
+    {% endif %}
     split_block_range(ti.split, ti.num_splits, n_lo, n_hi);
     if (n_hi > n_lo) {
       const int kv_head = ti.head / qpk;

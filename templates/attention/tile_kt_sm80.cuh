@@ -50,6 +50,11 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
   const int pos_first = row_position(row0, qpk), pos_last = row_position(row0 + ti.valid_rows - 1, qpk);
   int n_lo, n_hi;
   key_block_range(mi, pos_first, pos_last, n_lo, n_hi);
+  {% if v.get("user") %}
+  // user variant (common/user_mod.cuh): the request and rows its snippets see; kv_range narrows the blocks
+  const UserTile ut = user_tile(ti, qpk);
+  if (USER_RANGE) user_block_range(p, ut, pos_first, pos_last + 1, n_lo, n_hi);
+  {% endif %}
   if (SPLIT && ti.num_splits > 1) {  // this split's contiguous share of [n_lo, n_hi)
     const int per = n_hi > n_lo ? (n_hi - n_lo + ti.num_splits - 1) / ti.num_splits : 0;
     n_lo = min(n_lo + ti.split * per, n_hi);
@@ -153,6 +158,21 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
       {% if v.get("alibi") %}
 #pragma unroll
       for (int x = 0; x < 4; ++x) s[x] -= alibi_sl[x & 1] * (float)abs(alibi_kpos[x & 1] - (n * BN + g + 8 * (x >> 1)));
+      {% endif %}
+      {% if v.get("user") %}
+      // user variant: s is in the units of `scale` (raw, or log2 when soft-capped); its natural-log
+      // value is s * scale * ln 2.  Element x: key n * BN + g + 8 (x >> 1), tile row 2 tq + (x & 1).
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int lr = 2 * tq + (x & 1);
+        const int kv_idx = n * BN + g + 8 * (x >> 1);
+        if (lr < ut.valid_rows && kv_idx < ut.kv_len) {
+          const int r = row0 + lr;
+          const int q_idx = row_position(r, qpk);
+          const int head = PACK_GQA ? kv_head * qpk + (r - q_idx * qpk) : ut.head;
+          s[x] = user_logit(p, ut, head, q_idx, kv_idx, s[x], scale * KG_LN2, USER_LOG2E / scale);
+        }
+      }
       {% endif %}
       if (block_needs_mask(mi, n, pos_first, pos_last)) {
 #pragma unroll

@@ -27,6 +27,11 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
   const int pos_first = row_position(row0, qpk), pos_last = row_position(row0 + ti.valid_rows - 1, qpk);
   int n_lo, n_hi;
   key_block_range(mi, pos_first, pos_last, n_lo, n_hi);
+  {% if v.get("user") %}
+  // user variant (common/user_mod.cuh): the request and rows its snippets see; kv_range narrows the blocks
+  const UserTile ut = user_tile(ti, qpk);
+  if (USER_RANGE) user_block_range(p, ut, pos_first, pos_last + 1, n_lo, n_hi);
+  {% endif %}
   if (SPLIT && ti.num_splits > 1) {  // this split's contiguous share of [n_lo, n_hi)
     const int per = n_hi > n_lo ? (n_hi - n_lo + ti.num_splits - 1) / ti.num_splits : 0;
     n_lo = min(n_lo + ti.split * per, n_hi);
@@ -107,6 +112,9 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
       transform_scores(s, p.scale_log2, p.softcap_scale, p.softcap_log2);
       {% if v.get("alibi") %}
       apply_alibi(s, alibi_sl, mi, n, row0, qpk, warp, lane);
+      {% endif %}
+      {% if v.get("user") %}
+      apply_user(s, p, ut, n, row0, qpk, warp, lane, KG_LN2, USER_LOG2E);  // scores in log2 units
       {% endif %}
       if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, qpk, warp, lane);
       softmax_update(s, row_max, row_sum, o);

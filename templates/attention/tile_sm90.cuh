@@ -31,6 +31,10 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
       const int pos_last = ti.row0 + ti.valid_rows - 1;
       int n_lo, n_hi;
       key_block_range(mi, ti.row0, pos_last, n_lo, n_hi);
+      {% if v.get("user") %}
+      const UserTile ut = user_tile(ti, qpk);  // user variant (common/user_mod.cuh)
+      if (USER_RANGE) user_block_range(p, ut, ti.row0, pos_last + 1, n_lo, n_hi);
+      {% endif %}
       split_block_range(ti.split, ti.num_splits, n_lo, n_hi);
       if (n_hi > n_lo) {
         mbar_wait(bar_q_full(sb), q_iter & 1, 6);
@@ -40,7 +44,7 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
         float alibi_sl[1][2];
         alibi_row_coefs(alibi_sl, p, ti.b, ti.head, ti.row0, qpk, cw, lane, ALIBI_LOG2E / score_scale(p));
         {% endif %}
-        consumer_mainloop(p, mi, n_lo, n_hi, ti.row0, pos_last, sb, kv, cw, lane, o, row_max, row_sum{% if v.get("alibi") %}, alibi_sl{% endif %});
+        consumer_mainloop(p, mi, n_lo, n_hi, ti.row0, pos_last, sb, kv, cw, lane, o, row_max, row_sum{% if v.get("alibi") %}, alibi_sl{% endif %}{% if v.get("user") %}, ut{% endif %});
       }
     }
     float lse[1][2];

@@ -66,6 +66,9 @@ __device__ __forceinline__ void tile_sync() {
 {% if v.get("sinks") %}
 {% include "common/sinks.cuh" %}
 {% endif %}
+{% if v.get("user") %}
+{% include "common/user_mod.cuh" %}
+{% endif %}
 {% include "attention/mainloop_sm80.cuh" %}
 {% include "attention/epilogue_sm80.cuh" %}
 {% if v.block_m == 8 %}

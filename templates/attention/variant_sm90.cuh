@@ -117,6 +117,9 @@ __device__ __forceinline__ void init_barriers(u32 sb) {
 {% if v.get("sinks") %}
 {% include "common/sinks.cuh" %}
 {% endif %}
+{% if v.get("user") %}
+{% include "common/user_mod.cuh" %}
+{% endif %}
 {% include "attention/mainloop_sm90.cuh" %}
 {% include "attention/epilogue_sm90.cuh" %}
 {% include "attention/tile_sm90.cuh" %}

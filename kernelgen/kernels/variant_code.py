@@ -1,0 +1,166 @@
+"""The source of a user attention variant (``kernelgen.Variant``) as a kernel spec sees it.
+
+A ``VariantCode`` is what of a ``kernelgen.Variant`` changes the rendered kernel: the three C++
+snippets (``score_mod``, ``mask_mod``, ``kv_range``) and the user tensors' names and dtypes, in
+order.  It is part of ``AttentionSpec`` (``AttentionSpec.variant``), so of the spec's name (a short
+digest of it) and of the cache key (the rendered source holds the snippets); the tensors' shapes
+and addresses are not (a new per-step tensor of the same dtype reuses the compiled kernel; the
+addresses are ``AttnParams`` fields ``user0`` .. ``user7``).  Torch-free: the warmup-only install
+builds these from a JSON file (``kernelgen warmup --variant FILE``).
+
+The idea and the names follow FlexAttention (Dong et al. 2024, "Flex Attention: A Programming
+Model for Generating Optimized Attention Kernels": ``score_mod``, ``mask_mod`` and block masks)
+and FlashAttention-4's CuTe-DSL ``score_mod``; here the snippets are CUDA C++ rendered into the
+Jinja templates and compiled by NVRTC.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+
+#: Most user tensors a variant may declare (``AttnParams.user0`` .. ``user7``).
+MAX_TENSORS = 8
+
+#: dtype name -> the C++ element type of the snippet's pointer (``const T* __restrict__ name``).
+#: ``__half`` / ``__nv_bfloat16`` are kernelgen's own 2-byte structs (NVRTC here has no CUDA
+#: headers); read them with ``to_float(x)``.
+CTYPES = {
+    "float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "int32": "int", "int64": "long long",
+    "int8": "signed char", "uint8": "unsigned char", "bool": "bool",
+}
+
+#: The names a snippet sees besides the user tensors (a tensor may not take one of them).
+SCOPE_NAMES = ("score", "batch", "head", "kv_head", "q_idx", "kv_idx", "q_len", "kv_len", "q_offset",
+               "kv_lo", "kv_hi", "q_lo", "q_hi")
+#: Device helpers the snippets may call (common/user_mod.cuh).
+HELPER_NAMES = ("kg_min", "kg_max", "clamp", "kg_log", "kg_exp", "kg_abs", "kg_tanh", "to_float", "__half",
+                "__nv_bfloat16")
+
+#: C++ keywords and alternative tokens: no tensor may be named like one.
+CPP_KEYWORDS = frozenset("""
+alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t char32_t class compl
+concept const consteval constexpr constinit const_cast continue co_await co_return co_yield decltype default delete
+do double dynamic_cast else enum explicit export extern false float for friend goto if inline int long mutable
+namespace new noexcept not not_eq nullptr operator or or_eq private protected public register reinterpret_cast
+requires return short signed sizeof static static_assert static_cast struct switch template this thread_local throw
+true try typedef typeid typename union unsigned using virtual void volatile wchar_t while xor xor_eq
+""".split())
+
+SNIPPETS = ("score_mod", "mask_mod", "kv_range")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_RETURN = re.compile(r"\breturn\b")
+
+
+def check_tensor_name(name) -> None:
+    """ValueError / TypeError unless ``name`` can name a user tensor in a snippet: a C identifier,
+    not a C++ keyword, not a name in scope (``SCOPE_NAMES``), not a helper, not starting with
+    ``kg_``/``KG_`` (kernelgen's own) or two underscores (reserved)."""
+    if not isinstance(name, str):
+        raise TypeError(f"variant tensor names must be str, got {type(name).__name__}")
+    if not _IDENT.match(name):
+        raise ValueError(f"variant tensor name {name!r} is not a C identifier ([A-Za-z_][A-Za-z0-9_]*)")
+    if name in CPP_KEYWORDS:
+        raise ValueError(f"variant tensor name {name!r} is a C++ keyword")
+    if name in SCOPE_NAMES or name in HELPER_NAMES:
+        raise ValueError(f"variant tensor name {name!r} collides with a name the snippets already see "
+                         f"({', '.join(SCOPE_NAMES + HELPER_NAMES)})")
+    if name.lower().startswith("kg_") or name.startswith("__"):
+        raise ValueError(f"variant tensor name {name!r} is reserved (kg_/KG_ prefixes and a leading '__' are kernelgen's)")
+
+
+def check_snippet(what: str, code) -> None:
+    """TypeError / ValueError unless ``code`` is None or a non-empty str."""
+    if code is None:
+        return
+    if not isinstance(code, str):
+        raise TypeError(f"{what} must be a str of C++ (or None), got {type(code).__name__}")
+    if not code.strip():
+        raise ValueError(f"{what} is empty: give C++ source or None")
+    if "\0" in code:
+        raise ValueError(f"{what} contains a NUL character")
+
+
+def body(code: str, what: str) -> str:
+    """The C++ function body of a snippet: a function body (it contains ``return``; for
+    ``kv_range`` always the statements as written) is kept as written, an expression is wrapped
+    as ``return (expr);`` on the same lines, so NVRTC's line numbers are the snippet's."""
+    if what == "kv_range" or _RETURN.search(code):
+        return code.rstrip() + "\n"
+    return "return (" + code.rstrip() + "\n);\n"
+
+
+@dataclass(frozen=True)
+class VariantCode:
+    """A user variant's snippets and its tensors' (name, dtype) pairs (see the module doc).
+
+    score_mod: C++ expression or body returning the new logit from ``float score`` (natural-log
+    units, after soft-cap and ALiBi) and the indices; mask_mod: a bool of the indices (false: the
+    logit is -inf); kv_range: statements narrowing ``int& kv_lo, int& kv_hi`` for a tile's query
+    rows [q_lo, q_hi); tensors: ((name, dtype), ...) with dtype a key of ``CTYPES``.
+    """
+
+    score_mod: str | None = None
+    mask_mod: str | None = None
+    kv_range: str | None = None
+    tensors: tuple = ()
+
+    def __post_init__(self):
+        for what in SNIPPETS:
+            check_snippet(what, getattr(self, what))
+        if self.score_mod is None and self.mask_mod is None and self.kv_range is None:
+            raise ValueError("a variant needs at least one of score_mod, mask_mod, kv_range")
+        if self.kv_range is not None and self.mask_mod is None:
+            raise ValueError("kv_range only skips key blocks: give the mask_mod that masks the keys outside it "
+                             "element by element too")
+        if not isinstance(self.tensors, tuple):
+            object.__setattr__(self, "tensors", tuple(tuple(t) for t in self.tensors))
+        if len(self.tensors) > MAX_TENSORS:
+            raise ValueError(f"a variant takes at most {MAX_TENSORS} tensors, got {len(self.tensors)}")
+        seen = set()
+        for entry in self.tensors:
+            if len(entry) != 2:
+                raise ValueError(f"variant tensors must be (name, dtype) pairs, got {entry!r}")
+            name, dtype = entry
+            check_tensor_name(name)
+            if name in seen:
+                raise ValueError(f"variant tensor {name!r} is declared twice")
+            seen.add(name)
+            if dtype not in CTYPES:
+                raise ValueError(f"variant tensor {name!r} has dtype {dtype!r}; supported: {', '.join(CTYPES)}")
+
+    @property
+    def digest(self) -> str:
+        """10 hex digits of the sha256 of ``to_json`` (the spec name's suffix)."""
+        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()[:10]
+
+    def template_vars(self) -> dict:
+        """What the templates render (common/user_mod.cuh): each snippet's body (None: absent) and
+        the tensors as (name, C type)."""
+        return {
+            "score_mod": None if self.score_mod is None else body(self.score_mod, "score_mod"),
+            "mask_mod": None if self.mask_mod is None else body(self.mask_mod, "mask_mod"),
+            "kv_range": None if self.kv_range is None else body(self.kv_range, "kv_range"),
+            "tensors": [(n, CTYPES[d]) for n, d in self.tensors],
+            "half": any(d in ("float16", "bfloat16") for _, d in self.tensors),
+        }
+
+    def to_json(self) -> dict:
+        return {"score_mod": self.score_mod, "mask_mod": self.mask_mod, "kv_range": self.kv_range,
+                "tensors": [list(t) for t in self.tensors]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "VariantCode":
+        """From ``to_json`` output, or the warmup file format: ``tensors`` a list of [name, dtype]
+        pairs or a {name: dtype} object (in order).  Unknown keys other than ``name`` raise
+        ValueError."""
+        if not isinstance(d, dict):
+            raise TypeError(f"a variant description must be a JSON object, got {type(d).__name__}")
+        extra = set(d) - {"score_mod", "mask_mod", "kv_range", "tensors", "name"}
+        if extra:
+            raise ValueError(f"unknown variant keys {sorted(extra)} (score_mod, mask_mod, kv_range, tensors, name)")
+        tensors = d.get("tensors") or ()
+        if isinstance(tensors, dict):
+            tensors = tuple(tensors.items())
+        return cls(d.get("score_mod"), d.get("mask_mod"), d.get("kv_range"), tuple(tuple(t) for t in tensors))

@@ -1,0 +1,277 @@
+"""GPU: user attention variants (``kernelgen.Variant``) against the float64 reference, which takes the
+same variant as Python callables (``attention_reference(..., score_mod=, mask_mod=)``).  The five
+examples of kernelgen.apps.variant_examples: ALiBi as a score_mod (also equal to the built-in
+``alibi_slopes``), soft-cap as a score_mod (also equal to the built-in ``softcap``), a T5-style
+bucketed bias from a (heads, buckets) table, a document mask from per-token document ids with a
+kv_range, and a prefix-LM mask (``causal=False`` plus mask_mod, with a kv_range); each on varlen
+prefill, paged decode (automatic and forced split-KV), a mixed prefill + decode step (the classes
+in turn on sm_90a, one class elsewhere: no fused kernel takes a variant), on the Hopper mainloop
+(sm_90a) and the sm_80 one (forced ``arch=``); pack-GQA decode (the head of each packed row); rows
+whose keys are all masked (out 0, lse -inf, through the split-KV combine too); and a decode
+AttentionPlan captured in a CUDA graph and replayed with new tensor values.  Outputs and LSE are
+NaN-poisoned; tolerances from ``reference.tolerance``.
+
+    pytest -q -p no:xdist tests/gpu/test_variant_gpu.py
+"""
+import numpy as np
+import pytest
+import torch
+
+import kernelgen
+from kernelgen.apps import variant_examples as X
+from kernelgen.apps.reference import attention_reference, gather_paged
+from kernelgen.front import api
+from kernelgen.front.plan import AttentionPlan
+from kernelgen.launch import fused
+
+from test_fused_gpu import mixed_lengths  # noqa: E402 (tests/gpu is on sys.path)
+from test_paged_decode_gpu import check, make_paged  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+BF16 = torch.bfloat16
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+ARCHS = ["sm_80", "sm_90a"]
+
+
+def _arch(arch):
+    if arch == "sm_90a" and not HOPPER:
+        pytest.skip("the Hopper mainloop needs an sm_90a device")
+    return arch
+
+
+def prepared():
+    return api._CALLS._last[1]
+
+
+def make(name, hq, qlens, klens, seed=0):
+    """(variant, score_mod, mask_mod, causal) of example ``name`` for a batch of these lengths,
+    with CUDA tensors (random values from ``seed``)."""
+    g = torch.Generator().manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    if name == "alibi":
+        slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / hq) for h in range(hq)])[torch.randperm(hq, generator=g)]
+        return (*X.alibi(slopes.contiguous().cuda()), True)
+    if name == "softcap":
+        return (*X.softcap(30.0), True)
+    if name == "t5_bias":
+        return (*X.t5_bias((torch.randn(hq, 32, generator=g) * 2).cuda(), X.t5_buckets().cuda()), True)
+    if name == "document_mask":
+        docs = []
+        for n in klens:
+            lens, left = [], n
+            while left > 0:
+                x = int(min(left, rng.integers(1, max(2, n // 2) + 1)))
+                lens.append(x)
+                left -= x
+            docs.append(lens)
+        return (*X.document_mask(*X.document_ids(docs)), True)
+    if name == "prefix_lm":
+        pl = torch.tensor([int(rng.integers(0, n + 1)) if n else 0 for n in klens], dtype=torch.int32)
+        return (*X.prefix_lm(pl.cuda()), False)
+    raise AssertionError(name)
+
+
+def _packed(qlens, klens, hq, hkv, d, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(sum(qlens), hq, d, generator=g, device="cuda").to(BF16)
+    k = torch.randn(sum(klens), hkv, d, generator=g, device="cuda").to(BF16)
+    v = torch.randn(sum(klens), hkv, d, generator=g, device="cuda").to(BF16)
+    cu_q = torch.tensor([0] + list(np.cumsum(qlens)), dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0] + list(np.cumsum(klens)), dtype=torch.int32, device="cuda")
+    return q, k, v, cu_q, cu_k
+
+
+def _builtin_kw(name, variant):
+    """The built-in arguments an example equals (None for the others)."""
+    if name == "alibi":
+        return {"alibi_slopes": variant.tensors["slopes"]}
+    if name == "softcap":
+        return {"softcap": 30.0}
+    return None
+
+
+@pytest.mark.parametrize("num_splits", [0, 3])
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("name", X.EXAMPLES)
+def test_varlen_prefill(name, arch, num_splits):
+    """Varlen prefill (16/4 heads, d 128; a request with seqlen_q < seqlen_k and an empty one)."""
+    arch = _arch(arch)
+    qlens, klens = [600, 300, 0, 450, 77], [600, 500, 10, 450, 77]
+    hq, hkv, d = 16, 4, 128
+    q, k, v, cu_q, cu_k = _packed(qlens, klens, hq, hkv, d, 7)
+    var, sm, mm, causal = make(name, hq, qlens, klens, seed=1)
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=causal, score_mod=sm, mask_mod=mm)
+    for _ in range(2):                                  # validating path, then the prepared call
+        out = torch.full((q.shape[0], hq, d), float("nan"), dtype=BF16, device="cuda")
+        o, lse = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), causal=causal,
+                                            return_lse=True, out=out, arch=arch, num_splits=num_splits,
+                                            variant=var)
+        torch.cuda.synchronize()
+        check(o, lse, ref, ref_lse, BF16)
+        name_ = prepared().attn.name
+        assert "_var" in name_ and ("_wgmma" in name_) == (arch == "sm_90a"), name_
+        if num_splits:
+            assert prepared().combine is not None
+    builtin = _builtin_kw(name, var)
+    if builtin is not None:   # the same attention as the built-in argument (other kernels: not bitwise)
+        ob, lb = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), causal=causal,
+                                            return_lse=True, arch=arch, num_splits=num_splits, **builtin)
+        check(o, lse, ob.double(), lb.double(), BF16)
+
+
+@pytest.mark.parametrize("num_splits", [0, 4])
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("name", X.EXAMPLES)
+def test_paged_decode(name, arch, num_splits):
+    """Paged decode (32/8 heads, pages of 16), automatic and forced splits, requests with no key."""
+    arch = _arch(arch)
+    rng = np.random.default_rng(5)
+    n = 20
+    klens = [int(x) for x in rng.integers(1, 3000, size=n)]
+    klens[3] = klens[10] = 0
+    qlens = [1] * n
+    hq, hkv, d = 32, 8, 128
+    q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, hq, hkv, d, d, 16, seed=9)
+    var, sm, mm, causal = make(name, hq, qlens, klens, seed=2)
+    out = torch.full((n, hq, d), float("nan"), dtype=BF16, device="cuda")
+    o, lse = kernelgen.varlen_attention(q, kc, vc, cu_q, None, 1, max(klens), seqused_k=used, page_table=pt,
+                                        causal=causal, return_lse=True, out=out, arch=arch, num_splits=num_splits,
+                                        variant=var)
+    torch.cuda.synchronize()
+    assert "_var" in prepared().attn.name
+    if num_splits:
+        assert prepared().combine is not None
+    k, v, cu_k = gather_paged(kc, vc, pt, used)
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=causal, score_mod=sm, mask_mod=mm)
+    check(o, lse, ref, ref_lse, BF16)
+    assert torch.all(o[3] == 0) and torch.all(o[10] == 0)
+
+
+@pytest.mark.parametrize("max_q", [1, 4])
+@pytest.mark.parametrize("name", ["alibi", "t5_bias", "document_mask"])
+def test_decode_pack_gqa(name, max_q):
+    """Packed K/V, decode-shaped, pack-GQA tiles (each packed row has its own query head)."""
+    n = 12
+    rng = np.random.default_rng(3)
+    qlens = [max_q] * n
+    klens = [int(x) + max_q for x in rng.integers(0, 2000, size=n)]
+    hq, hkv, d = 32, 4, 128
+    q, k, v, cu_q, cu_k = _packed(qlens, klens, hq, hkv, d, 5)
+    var, sm, mm, causal = make(name, hq, qlens, klens, seed=3)
+    out = torch.full((q.shape[0], hq, d), float("nan"), dtype=BF16, device="cuda")
+    o, lse = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max_q, max(klens), causal=causal, return_lse=True,
+                                        out=out, pack_gqa=True, variant=var)
+    torch.cuda.synchronize()
+    assert "_pack" in prepared().attn.name and "_var" in prepared().attn.name, prepared().attn.name
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=causal, score_mod=sm, mask_mod=mm)
+    check(o, lse, ref, ref_lse, BF16)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", None])
+@pytest.mark.parametrize("name", X.EXAMPLES)
+def test_mixed_step(name, arch):
+    """A paged step mixing prefill chunks and decodes: the classes in turn on sm_90a (arch None),
+    else one class; never a fused kernel."""
+    rng = np.random.default_rng(13)
+    qlens, klens = mixed_lengths(rng, n_decode=24, n_prefill=2, max_ctx=3000)
+    hq, hkv, d = 32, 8, 128
+    q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, hq, hkv, d, d, 16, seed=13)
+    var, sm, mm, causal = make(name, hq, qlens, klens, seed=4)
+    out = torch.full((q.shape[0], hq, d), float("nan"), dtype=BF16, device="cuda")
+    o, lse = kernelgen.varlen_attention(q, kc, vc, cu_q, None, max(qlens), max(klens), seqused_k=used,
+                                        page_table=pt, causal=causal, return_lse=True, out=out, arch=arch,
+                                        variant=var)
+    torch.cuda.synchronize()
+    prep = prepared()
+    assert not isinstance(prep, fused.PreparedFusedCall)
+    if arch is None and HOPPER:
+        assert isinstance(prep, fused.PreparedPairCall) or "_wgmma" in prep.attn.name, type(prep)
+    else:
+        assert not isinstance(prep, fused.PreparedPairCall) and "_var" in prep.attn.name, prep.attn.name
+    k, v, cu_k = gather_paged(kc, vc, pt, used)
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=causal, score_mod=sm, mask_mod=mm)
+    check(o, lse, ref, ref_lse, BF16)
+
+
+@pytest.mark.parametrize("num_splits", [1, 5])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_fully_masked_rows(arch, num_splits):
+    """A mask_mod that hides every key of the odd query rows: out 0 and lse -inf there, also when
+    the split-KV combine merges the partials (every split's lse is -inf)."""
+    arch = _arch(arch)
+    qlens, klens = [300, 129, 1], [700, 129, 900]
+    hq, hkv, d = 8, 2, 128
+    q, k, v, cu_q, cu_k = _packed(qlens, klens, hq, hkv, d, 8)
+    var = kernelgen.Variant(mask_mod="q_idx % 2 == 0")
+    out = torch.full((q.shape[0], hq, d), float("nan"), dtype=BF16, device="cuda")
+    o, lse = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), causal=True, return_lse=True,
+                                        out=out, arch=arch, num_splits=num_splits, variant=var)
+    torch.cuda.synchronize()
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True,
+                                       mask_mod=lambda b, h, qi, kj, lq, lk: (qi % 2 == 0) & (kj >= 0))
+    check(o, lse, ref, ref_lse, BF16)
+    assert torch.isneginf(lse[:, 1]).all() and torch.all(o[1] == 0)
+
+
+@pytest.mark.parametrize("name", ["t5_bias", "prefix_lm"])
+def test_plan_graph_replays_with_new_tensor_values(name):
+    """A paged decode AttentionPlan with a variant, captured in a CUDA graph and replayed with new
+    lengths and new values in the variant's same tensors (a new bias table; new prefix lengths):
+    the kernels read them at replay.  Rows past the batch stay NaN."""
+    hq, hkv, d, ps, cap = 32, 8, 128, 16, 16
+    max_ctx = 2048
+    max_pages = max_ctx // ps
+    num_pages = cap * max_pages
+    g = torch.Generator(device="cuda").manual_seed(21)
+    kc = torch.randn(num_pages, ps, hkv, d, generator=g, device="cuda").to(BF16)
+    vc = torch.randn_like(kc)
+    q = torch.empty(cap, hq, d, device="cuda", dtype=BF16)
+    cu_q = torch.zeros(cap + 1, dtype=torch.int32, device="cuda")
+    used = torch.zeros(cap, dtype=torch.int32, device="cuda")
+    pt = torch.zeros(cap, max_pages, dtype=torch.int32, device="cuda")
+    out = torch.empty(cap, hq, d, device="cuda", dtype=BF16)
+    lse = torch.empty(hq, cap, device="cuda", dtype=torch.float32)
+    var, _, _, causal = make(name, hq, [1] * cap, [max_ctx] * cap, seed=5)
+    plan = AttentionPlan(max_batch=cap, num_heads_q=hq, num_heads_kv=hkv, head_dim=d, dtype=BF16,
+                         max_total_q=cap, max_seqlen_q=1, max_seqlen_k=max_ctx, paged=True, causal=causal,
+                         variant=var)
+    assert all(s.variant == var.code for s in plan.recipe.specs if getattr(s, "kind", "") == "attention")
+    rng = np.random.default_rng(17)
+
+    def new_step(seed):
+        batch = int(rng.integers(2, cap + 1))
+        lq = np.zeros(cap, dtype=np.int64)
+        lq[:batch] = 1
+        ctx = np.zeros(cap, dtype=np.int64)
+        ctx[:batch] = 1 + rng.integers(0, max_ctx - 1, size=batch)
+        perm = rng.permutation(num_pages).reshape(cap, max_pages)
+        cu_q.copy_(torch.tensor(np.concatenate([[0], np.cumsum(lq)]), dtype=torch.int32))
+        used.copy_(torch.tensor(ctx, dtype=torch.int32))
+        pt.copy_(torch.tensor(perm, dtype=torch.int32))
+        q.copy_(torch.randn(cap, hq, d, device="cuda").to(BF16))
+        fresh, sm, mm, _ = make(name, hq, list(lq), list(ctx), seed=seed)   # new values, same tensors
+        for tname, t in var.tensors.items():
+            t.copy_(fresh.tensors[tname])
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        return batch, sm, mm
+
+    def run():
+        plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out, lse=lse)
+
+    new_step(100)
+    run()                                          # warm: validate, prepare, compile
+    run()                                          # the prepared step's fast path
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    for i in range(3):
+        batch, sm, mm = new_step(200 + i)
+        graph.replay()
+        torch.cuda.synchronize()
+        k, v, cu_k = gather_paged(kc, vc, pt[:batch], used[:batch])
+        ref, ref_lse = attention_reference(q[:batch], k, v, cu_q[: batch + 1], cu_k, causal=causal, score_mod=sm,
+                                           mask_mod=mm)
+        check(out[:batch], lse[:, :batch], ref, ref_lse, BF16)
+        assert torch.isnan(out[batch:]).all()

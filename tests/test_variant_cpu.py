@@ -1,0 +1,433 @@
+"""User attention variants (``kernelgen.Variant``: score_mod / mask_mod / kv_range C++ snippets and
+their tensors) on the CPU: the float64 reference's ``score_mod`` / ``mask_mod`` on hand-computed
+cases and against the built-in ALiBi and soft-cap; the checks (errors name the argument); the spec
+(off: no trace; on: the snippets in the name's digest, the source and the cache key, the tensors'
+dtypes but not their shapes); the rendered source (``#line`` of each snippet, the program's
+numbering restored after it); the decider (no fused kernel: the classes in turn on sm_90a, one
+class elsewhere); the dispatcher through tests/fake_cuda.py (the tensors' addresses in AttnParams,
+the prepared call's fast path, a new tensor, AttentionPlan run/attend); ``kernelgen warmup
+--variant``; NVRTC builds of the five example variants (kernelgen.apps.variant_examples) for the
+sm_80 16-row tile, the keys-as-rows tile and the Hopper mainloop without spills, and a broken
+snippet's ``VariantCompileError`` with the snippet's own line number."""
+import dataclasses
+import json
+import math
+
+import pytest
+import torch
+from test_decide import A100, H200, MIXED, sig
+from test_fused_cpu import CTX, QLENS, paged_inputs
+
+import kernelgen
+from kernelgen.apps import variant_examples as X
+from kernelgen.apps.reference import attention_reference
+from kernelgen.jit import compiler, render
+from kernelgen.kernels.params import ATTENTION_PARAMS, attention_params_for
+from kernelgen.kernels.spec import AttentionSpec, FusedAttentionSpec, TileConfig, spec_from_json
+from kernelgen.kernels.variant_code import VariantCode
+from kernelgen.selection import decide, heuristics
+
+BF16 = torch.bfloat16
+H = 4
+
+
+def _examples(device="cpu"):
+    """The five example variants with CPU tensors (their code is what the kernels see)."""
+    doc, ds, de, ko = X.document_ids([[3, 5], [4, 4, 4]], device=device)
+    return {
+        "alibi": X.alibi(torch.linspace(0.1, 0.8, H)),
+        "softcap": X.softcap(30.0),
+        "t5_bias": X.t5_bias(torch.randn(H, 32), X.t5_buckets()),
+        "document_mask": X.document_mask(doc, ds, de, ko),
+        "prefix_lm": X.prefix_lm(torch.tensor([2, 5], dtype=torch.int32)),
+    }
+
+
+# ----------------------------------------------------------------------------- the reference
+def _tiny():
+    q = torch.tensor([[[0.0, 0.0]], [[1.0, 0.0]]])
+    k = torch.tensor([[[1.0, 0.0]], [[0.0, 0.0]], [[2.0, 0.0]]])
+    v = torch.tensor([[[1.0, 0.0]], [[0.0, 1.0]], [[3.0, 3.0]]])
+    return q, k, v, torch.tensor([0, 2], dtype=torch.int32), torch.tensor([0, 3], dtype=torch.int32)
+
+
+def test_reference_score_mod_and_mask_mod_hand_computed():
+    """Query row 1 (of 2), three keys, scale 1: logits 1, 0, 2; score_mod adds kv_idx - q_idx
+    (0, -1, 1 -> 0, -1, 3); mask_mod hides key 1 -> softmax over keys 0 and 2 only."""
+    q, k, v, cq, ck = _tiny()
+    o, lse = attention_reference(q, k, v, cq, ck, softmax_scale=1.0,
+                                 score_mod=lambda s, b, h, qi, kj, lq, lk: s + (kj - qi).double(),
+                                 mask_mod=lambda b, h, qi, kj, lq, lk: kj != 1)
+    w = [math.exp(0.0), math.exp(3.0)]
+    z = sum(w)
+    want = torch.tensor([(w[0] + 3 * w[1]) / z, 3 * w[1] / z], dtype=torch.float64)
+    assert torch.allclose(o[1, 0], want, atol=1e-12)
+    assert abs(lse[0, 1].item() - math.log(z)) < 1e-12
+
+
+def test_reference_fully_masked_rows_give_zero_and_minus_inf():
+    q, k, v, cq, ck = _tiny()
+    o, lse = attention_reference(q, k, v, cq, ck, mask_mod=lambda b, h, qi, kj, lq, lk: (qi == 1) & (kj >= 0))
+    assert torch.equal(o[0], torch.zeros_like(o[0])) and lse[0, 0].item() == float("-inf")
+    assert torch.isfinite(lse[0, 1])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_reference_examples_equal_the_builtins(causal):
+    """ALiBi and soft-cap written as score_mods give the built-in arguments' results."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(9, H, 16), torch.randn(14, 2, 16), torch.randn(14, 2, 16)
+    cq, ck = torch.tensor([0, 4, 9], dtype=torch.int32), torch.tensor([0, 6, 14], dtype=torch.int32)
+    slopes = torch.linspace(0.1, 0.8, H)
+    _, sm, _ = X.alibi(slopes)
+    a = attention_reference(q, k, v, cq, ck, causal=causal, alibi_slopes=slopes)
+    b = attention_reference(q, k, v, cq, ck, causal=causal, score_mod=sm)
+    assert torch.allclose(a[0], b[0], atol=1e-12) and torch.allclose(a[1], b[1], atol=1e-12)
+    _, sm, _ = X.softcap(0.7)
+    a = attention_reference(q, k, v, cq, ck, causal=causal, softcap=0.7)
+    b = attention_reference(q, k, v, cq, ck, causal=causal, score_mod=sm)
+    assert torch.allclose(a[0], b[0], atol=1e-12) and torch.allclose(a[1], b[1], atol=1e-12)
+
+
+def test_reference_document_and_prefix_masks():
+    torch.manual_seed(1)
+    q, k, v = torch.randn(8, H, 16), torch.randn(8, 2, 16), torch.randn(8, 2, 16)
+    cq = ck = torch.tensor([0, 8], dtype=torch.int32)
+    doc, ds, de, ko = X.document_ids([[3, 5]], device="cpu")
+    _, _, mm = X.document_mask(doc, ds, de, ko)
+    o, _ = attention_reference(q, k, v, cq, ck, causal=True, mask_mod=mm)
+    o0, _ = attention_reference(q[:3], k[:3], v[:3], torch.tensor([0, 3], dtype=torch.int32),
+                                torch.tensor([0, 3], dtype=torch.int32), causal=True)
+    o1, _ = attention_reference(q[3:], k[3:], v[3:], torch.tensor([0, 5], dtype=torch.int32),
+                                torch.tensor([0, 5], dtype=torch.int32), causal=True)
+    assert torch.allclose(o, torch.cat([o0, o1]), atol=1e-12)
+    _, _, pm = X.prefix_lm(torch.tensor([8], dtype=torch.int32))   # the whole request: bidirectional
+    a, _ = attention_reference(q, k, v, cq, ck, mask_mod=pm)
+    b, _ = attention_reference(q, k, v, cq, ck)
+    assert torch.allclose(a, b, atol=1e-12)
+    _, _, pm = X.prefix_lm(torch.tensor([0], dtype=torch.int32))   # no prefix: causal
+    a, _ = attention_reference(q, k, v, cq, ck, mask_mod=pm)
+    b, _ = attention_reference(q, k, v, cq, ck, causal=True)
+    assert torch.allclose(a, b, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- checks
+@pytest.mark.parametrize("kw, exc, msg", [
+    (dict(), ValueError, "at least one of score_mod"),
+    (dict(score_mod=3), TypeError, "score_mod must be a str"),
+    (dict(mask_mod="  "), ValueError, "mask_mod is empty"),
+    (dict(kv_range="kv_lo = 0;"), ValueError, "kv_range only skips"),
+    (dict(score_mod="score", tensors=[1]), TypeError, "dict of name"),
+    (dict(score_mod="score", tensors={"1x": torch.zeros(1)}), ValueError, "not a C identifier"),
+    (dict(score_mod="score", tensors={"int": torch.zeros(1)}), ValueError, "C\\+\\+ keyword"),
+    (dict(score_mod="score", tensors={"head": torch.zeros(1)}), ValueError, "collides"),
+    (dict(score_mod="score", tensors={"kg_x": torch.zeros(1)}), ValueError, "reserved"),
+    (dict(score_mod="score", tensors={"b": [1.0]}), TypeError, "must be a torch.Tensor"),
+    (dict(score_mod="score", tensors={"b": torch.zeros(2, dtype=torch.complex64)}), ValueError, "dtype"),
+    (dict(score_mod="score", tensors={"b": torch.zeros(4, 4).t()}), ValueError, "contiguous"),
+    (dict(score_mod="score", tensors={f"t{i}": torch.zeros(1) for i in range(9)}), ValueError, "at most 8"),
+])
+def test_variant_checks_name_the_argument(kw, exc, msg):
+    with pytest.raises(exc, match=msg):
+        kernelgen.Variant(**kw)
+
+
+def test_variant_json_round_trip_and_with_tensors():
+    v, _, _ = _examples()["t5_bias"]
+    d = json.loads(json.dumps(v.to_json()))
+    assert d["tensors"] == {"table": "float32", "buckets": "int32"} and d["name"] == "t5_bias"
+    w = kernelgen.Variant.from_json(d, dict(v.tensors))
+    assert w.code == v.code and VariantCode.from_json(d) == v.code
+    with pytest.raises(ValueError, match="dtypes"):
+        kernelgen.Variant.from_json(d, {"table": torch.zeros(2, dtype=torch.float16), "buckets": v.tensors["buckets"]})
+    u = v.with_tensors(table=torch.zeros(7, 3))
+    assert u.code == v.code and u.tensors["table"].shape == (7, 3)
+    with pytest.raises(ValueError, match="another dtype"):
+        v.with_tensors(table=torch.zeros(3, dtype=torch.int32))
+    assert "t5_bias" in repr(v)
+
+
+# ----------------------------------------------------------------------------- spec and source
+BASE = AttentionSpec("sm_80", "bf16", 128, 128, "causal", "soa", TileConfig(64, 64, 4, 2, 2))
+
+
+def test_spec_off_leaves_no_trace_and_on_round_trips():
+    assert "variant" not in BASE.to_json() and "user" not in BASE.template_vars()
+    assert "user_mod" not in render.render(BASE) and "score_mod" not in render.render(BASE)
+    assert attention_params_for(BASE) is ATTENTION_PARAMS
+    for name, (v, _, _) in _examples().items():
+        s = dataclasses.replace(BASE, variant=v.code)
+        assert "_var" in s.name and s.name != BASE.name
+        assert spec_from_json(json.loads(json.dumps(s.to_json()))) == s
+        names = attention_params_for(s).names
+        assert [n for n in names if n.startswith("user")] == [f"user{i}" for i in range(len(v.tensors))]
+
+
+def test_cache_key_follows_snippets_and_dtypes_not_shapes():
+    a = kernelgen.Variant(score_mod="score + bias[head]", tensors={"bias": torch.zeros(4)})
+    b = kernelgen.Variant(score_mod="score + bias[head]", tensors={"bias": torch.zeros(2, 9)})  # another shape
+    c = kernelgen.Variant(score_mod="score + bias[head]", tensors={"bias": torch.zeros(4, dtype=torch.float16)})
+    d = kernelgen.Variant(score_mod="score - bias[head]", tensors={"bias": torch.zeros(4)})
+    spec = lambda v: dataclasses.replace(BASE, variant=v.code)  # noqa: E731
+    assert spec(a) == spec(b) and render.render(spec(a)) == render.render(spec(b))
+    names = {spec(x).name for x in (a, c, d)}
+    assert len(names) == 3
+    assert len({render.render(spec(x)) for x in (a, c, d)}) == 3
+
+
+def test_source_has_line_directives_and_restores_the_numbering():
+    v = kernelgen.Variant(score_mod="const float x = score;\nreturn x + 1.f;", mask_mod="kv_idx <= q_idx + 5",
+                          tensors={"t": torch.zeros(1, dtype=torch.bfloat16)})
+    spec = dataclasses.replace(BASE, variant=v.code)
+    src = render.render(spec)
+    lines = src.split("\n")
+    i = lines.index('#line 1 "score_mod"')
+    assert lines[i + 1:i + 3] == ["const float x = score;", "return x + 1.f;"]
+    assert '#line 1 "mask_mod"' in lines and "return (kv_idx <= q_idx + 5" in src
+    restores = [(n, x) for n, x in enumerate(lines) if x.startswith("#line") and spec.name in x]
+    assert len(restores) == 2
+    for n, x in restores:       # "#line N" names the line after it: its own 1-based number is n + 1
+        assert x == f'#line {n + 2} "{spec.name}.cu"'
+    assert "const __nv_bfloat16* __restrict__ t" in src
+    assert "//@@kg_line_restore@@" not in src
+
+
+def test_fused_spec_refuses_variants():
+    v = _examples()["alibi"][0]
+    long = AttentionSpec("sm_80", "bf16", 128, 128, "causal", "soa", TileConfig(128, 32, 4, 2, 2), variant=v.code)
+    short = AttentionSpec("sm_80", "bf16", 128, 128, "causal", "soa", TileConfig(16, 16, 1, 2, 8))
+    with pytest.raises(ValueError, match="no user variant"):
+        FusedAttentionSpec(long, short)
+
+
+# ----------------------------------------------------------------------------- decider
+def _attn_specs(r):
+    return [s for s in r.specs if s.kind == "attention"]
+
+
+def test_decider_gives_variant_specs():
+    code = _examples()["document_mask"][0].code
+    r = decide.decide(sig(variant=code), H200)
+    (a,) = _attn_specs(r)
+    assert a.variant == code and a.mainloop == "sm90a"
+    r = decide.decide(sig(variant=code, arch="sm_80"), H200)
+    (a,) = _attn_specs(r)
+    assert a.variant == code and a.tile == heuristics.VARIANT_PREFILL_TILES[128]
+    r = decide.decide(sig(variant=code, max_seqlen_q=1, paged=True, page_size=16, rows=2), A100)
+    (a,) = _attn_specs(r)
+    assert a.variant == code and a.tile.num_warps == 1
+    assert not any(s.variant is not None for s in _attn_specs(decide.decide(sig(), H200)))
+
+
+def test_mixed_batch_with_a_variant_runs_the_classes_in_turn_or_as_one_class():
+    code = _examples()["prefix_lm"][0].code
+    r = decide.decide(sig(variant=code, **MIXED), H200)
+    assert r.kind == "pair" and all(s.variant == code for s in _attn_specs(r))
+    r = decide.decide(sig(variant=code, **MIXED), A100)
+    assert r.kind == "single" and all(s.variant == code for s in _attn_specs(r))
+
+
+# ----------------------------------------------------------------------------- the dispatcher
+def _plain(total_k=2000):
+    torch.manual_seed(0)
+    q = torch.randn(10, H, 64).to(BF16)
+    k = torch.randn(total_k, 2, 64).to(BF16)
+    return q, k, torch.randn_like(k), torch.tensor([0, 3, 10], dtype=torch.int32), \
+        torch.tensor([0, total_k - 12, total_k], dtype=torch.int32)
+
+
+def _attn_fields(rec):
+    return [x.fields() for x in rec.launches if x.kind.startswith("attention")]
+
+
+CASES = {
+    "sm80": (dict(arch="sm_80", num_splits=1), ["scheduler", "attention_variant2"]),
+    "hopper": (dict(arch="sm_90a", num_splits=1), ["scheduler", "attention_sm90_variant2"]),
+    "split": (dict(arch="sm_80", num_splits=3), ["scheduler", "attention_variant2", "combine"]),
+    "split_hopper": (dict(arch="sm_90a", num_splits=3), ["scheduler", "attention_sm90_variant2", "combine"]),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_varlen_attention_passes_the_tensors(fake_cuda, case):
+    kw, kinds = CASES[case]
+    q, k, v, cq, ck = _plain()
+    var = X.t5_bias(torch.randn(H, 32), X.t5_buckets())[0]
+    for _ in range(2):                       # the validating path, then the prepared call's fast path
+        fake_cuda.clear()
+        kernelgen.varlen_attention(q, k, v, cq, ck, 7, 1988, causal=True, variant=var, **kw)
+        assert fake_cuda.kinds() == kinds
+        (f,) = _attn_fields(fake_cuda)
+        assert (f["user0"], f["user1"]) == var.addresses()
+    other = var.with_tensors(table=var.tensors["table"].clone())   # a new tensor: its own prepared call
+    fake_cuda.clear()
+    kernelgen.varlen_attention(q, k, v, cq, ck, 7, 1988, causal=True, variant=other, **kw)
+    (f,) = _attn_fields(fake_cuda)
+    assert (f["user0"], f["user1"]) == other.addresses() != var.addresses()
+
+
+def test_prepared_calls_are_cached_per_variant(fake_cuda, monkeypatch):
+    from kernelgen.front import api
+
+    q, k, v, cq, ck = _plain()
+    var = X.alibi(torch.rand(H))[0]
+    kernelgen.varlen_attention(q, k, v, cq, ck, 7, 1988, variant=var, arch="sm_80")
+    calls = []
+    monkeypatch.setattr(api, "_validated_call", lambda *a, **kw: calls.append(1))
+    kernelgen.varlen_attention(q, k, v, cq, ck, 7, 1988, variant=var, arch="sm_80")
+    assert calls == []                      # the fast path: no validation again
+    kernelgen.varlen_attention(q, k, v, cq, ck, 7, 1988, variant=X.softcap(20.0)[0], arch="sm_80")
+    assert calls == [1]
+
+
+def test_varlen_attention_checks_variant(fake_cuda):
+    q, k, v, cq, ck = _plain()
+    with pytest.raises(TypeError, match="variant must be a kernelgen.Variant"):
+        kernelgen.varlen_attention(q, k, v, cq, ck, variant="score")
+    var = kernelgen.Variant(score_mod="score", tensors={"t": torch.zeros(1, device="meta")})
+    with pytest.raises(ValueError, match="variant tensor 't' is on meta"):
+        kernelgen.varlen_attention(q, k, v, cq, ck, variant=var)
+    assert fake_cuda.kinds() == []
+
+
+@pytest.mark.parametrize("arch", [None, "sm_80"])
+def test_mixed_call_with_a_variant(fake_cuda, arch):
+    q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
+    var = X.prefix_lm(torch.zeros(len(QLENS), dtype=torch.int32))[0]
+    kernelgen.varlen_attention(q, kc, vc, cu_q, None, max(QLENS), max(CTX), seqused_k=used, page_table=pt,
+                               variant=var, arch=arch)
+    kinds = fake_cuda.kinds()
+    if arch is None:   # the classes in turn: Hopper long class, sm_80 decode class
+        assert kinds[:4] == ["scheduler", "scheduler", "attention_sm90_variant1", "attention_variant1"]
+    else:
+        assert kinds[:2] == ["scheduler", "attention_variant1"]
+    assert "fused" not in kinds and "fused_sm90" not in kinds
+    assert {f["user0"] for f in _attn_fields(fake_cuda)} == {var.addresses()[0]}
+
+
+def test_plan_run_and_attend_pass_the_tensors(fake_cuda, monkeypatch):
+    import fake_cuda as FC
+
+    var = X.alibi(torch.rand(H))[0]
+    plan = FC.make_plan(monkeypatch, max_batch=4, num_heads_q=H, num_heads_kv=2, head_dim=64, dtype=BF16,
+                        max_seqlen_q=1, max_seqlen_k=4096, paged=False, arch="sm_80", variant=var)
+    assert plan.attn_spec.variant == var.code
+    q, k, v, cq, ck = _plain()
+    q = q[:2]
+    cq = torch.tensor([0, 1, 2], dtype=torch.int32)
+    for step_var, want in ((None, var), (var, var), (var.with_tensors(slopes=torch.rand(H)), None)):
+        fake_cuda.clear()
+        plan.run(q, k, v, cq, ck, variant=step_var)
+        (f,) = _attn_fields(fake_cuda)
+        assert f["user0"] == (want or step_var).addresses()[0]
+    fake_cuda.clear()
+    plan.schedule(cq, ck)
+    plan.attend(q, k, v, cq, ck)
+    (f,) = _attn_fields(fake_cuda)
+    assert f["user0"] == var.addresses()[0]
+    with pytest.raises(ValueError, match="other snippets"):
+        plan.run(q, k, v, cq, ck, variant=X.softcap(3.0)[0])
+    plain = FC.make_plan(monkeypatch, max_batch=4, num_heads_q=H, num_heads_kv=2, head_dim=64, dtype=BF16,
+                         max_seqlen_q=1, max_seqlen_k=4096, arch="sm_80")
+    with pytest.raises(ValueError, match="made without one"):
+        plain.run(q, k, v, cq, ck, variant=var)
+
+
+# ----------------------------------------------------------------------------- warmup
+def test_warmup_specs_and_cli_with_a_variant(tmp_path, monkeypatch, capsys):
+    from kernelgen.apps import cli
+    from kernelgen.selection.catalog import warmup_specs
+
+    code = _examples()["document_mask"][0].code
+    kw = dict(head_dims=(128,), dtypes=("bf16",), layouts=("soa",), phases=("prefill", "decode"), paged=(False, True))
+    specs = warmup_specs("sm_90a", variants=[code], **kw)
+    attn = [s for s in specs if s.kind == "attention"]
+    assert attn and all(s.variant == code for s in attn)
+    assert not any(s.kind == "fused" for s in specs)
+    f = tmp_path / "doc.json"
+    f.write_text(json.dumps(_examples()["document_mask"][0].to_json()))
+    seen = {}
+    monkeypatch.setattr(cli, "warmup", lambda specs, root, **k: seen.setdefault("specs", specs) and (len(specs), 0))
+    rc = cli.main(["warmup", "--arch", "sm_80", "--head-dim", "128", "--dtype", "bf16", "--layout", "soa",
+                   "--cache-dir", str(tmp_path / "cache"), "--variant", str(f)])
+    assert rc == 0
+    assert all(s.variant == code for s in seen["specs"] if s.kind == "attention")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"score_mod": 3}')
+    assert cli.main(["warmup", "--arch", "sm_80", "--cache-dir", str(tmp_path / "cache"), "--variant", str(bad)]) == 2
+    assert "bad.json" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- NVRTC builds
+def _compile_spec(name, where):
+    v = _examples()[name][0]
+    if where == "sm80_prefill":        # what the decider gives arch="sm_80" prefill at d 128 (64-row tile)
+        vv = heuristics.choose("sm_80", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal",
+                               max_seqlen_q=4096, max_seqlen_k=4096, mainloop="sm80", variant=v.code)
+        return vv.attention
+    if where == "sm80_on_sm90a_split":  # the sm_80 mainloop compiled for sm_90a, split-KV
+        vv = heuristics.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal",
+                               max_seqlen_q=700, max_seqlen_k=9000, num_splits=3, mainloop="sm80", variant=v.code)
+        return vv.attention
+    if where == "sm80_decode_pack_split_paged":
+        vv = heuristics.choose("sm_80", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="none",
+                               max_seqlen_q=1, max_seqlen_k=8192, paged=True, num_splits=4, variant=v.code)
+        assert vv.attention.pack_gqa and vv.attention.split
+        return vv.attention
+    if where == "keys_as_rows":
+        return AttentionSpec("sm_80", "fp16", 128, 128, "none", "soa", TileConfig(8, 16, 1, 4, 1), pack_gqa=True,
+                             split=True, paged=True, variant=v.code)
+    if where == "sm90a_prefill":
+        vv = heuristics.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal",
+                               max_seqlen_q=4096, max_seqlen_k=4096, variant=v.code)
+        assert vv.attention.mainloop == "sm90a"
+        return vv.attention
+    if where == "sm90a_paged_split":
+        vv = heuristics.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="none",
+                               max_seqlen_q=700, max_seqlen_k=9000, paged=True, page_size=16, num_splits=3,
+                               variant=v.code)
+        assert vv.attention.mainloop == "sm90a" and vv.attention.split
+        return vv.attention
+    if where == "sm90a_gather":           # paged, page size unknown: the producers gather rows (kv_range there too)
+        vv = heuristics.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal",
+                               max_seqlen_q=700, max_seqlen_k=9000, paged=True, page_size=0, variant=v.code)
+        assert "g" in vv.attention.sm90_opts
+        return vv.attention
+    raise AssertionError(where)
+
+
+WHERE = ("sm80_prefill", "sm80_on_sm90a_split", "sm80_decode_pack_split_paged", "keys_as_rows", "sm90a_prefill",
+         "sm90a_paged_split", "sm90a_gather")
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("name", X.EXAMPLES)
+def test_example_variants_compile_without_spills(name, where):
+    spec = _compile_spec(name, where)
+    res = compiler.compile_cubin(render.render(spec), spec.arch, compiler.default_options(spec.arch), spec.name)
+    r = res.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, (spec.name, r)
+    assert r["registers"] * spec.num_threads <= 65536 // spec.tile.min_blocks, (spec.name, r)
+    if spec.mainloop == "sm90a":
+        for c in ("C7508", "C7510", "C7519"):   # setmaxnreg honoured, wgmmas kept asynchronous
+            assert c not in res.log, res.log
+
+
+@pytest.mark.parametrize("where", ["sm80_prefill", "sm90a_prefill"])
+def test_a_broken_snippet_names_its_own_line(tmp_path, monkeypatch, where):
+    from kernelgen.jit.cache import KernelCache
+
+    v = kernelgen.Variant(score_mod="const float x = score;\nreturn x + undefined_thing;",
+                          mask_mod="kv_idx >= 0", tensors={"bias": torch.zeros(1)})
+    spec = dataclasses.replace(_compile_spec("alibi", where), variant=v.code)
+    with pytest.raises(kernelgen.VariantCompileError) as e:
+        KernelCache(tmp_path / "c").get(spec)
+    msg = str(e.value)
+    assert "score_mod(2)" in msg and "undefined_thing" in msg
+    assert "  2 | return x + undefined_thing;" in msg
+    assert isinstance(e.value, ValueError) and isinstance(e.value, kernelgen.CompileError)
+    assert "score_mod(2)" in e.value.log
+    import pickle
+
+    again = pickle.loads(pickle.dumps(e.value))
+    assert str(again) == msg
