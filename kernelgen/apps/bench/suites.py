@@ -768,7 +768,7 @@ VARIANT_MISSING = "kernelgen has no Variant (branch variant not merged)"
 #: ``alibi_slopes`` computes it (bottom-right aligned distance), and a tanh soft-cap at 50.
 VARIANT_ALIBI_SCORE_MOD = "score - slopes[head] * fabsf((float)(q_idx + kv_len - q_len - kv_idx))"
 VARIANT_SOFTCAP = 50.0
-VARIANT_SOFTCAP_SCORE_MOD = "50.f * tanhf(score / 50.f)"
+VARIANT_SOFTCAP_SCORE_MOD = "50.f * kg_tanh(score / 50.f)"   # kg_tanh: tanhf is tanh.approx under fast math
 #: Query (= key) tokens of the first-call entry's one causal request: the compile dominates it.
 VARIANT_FIRST_CALL_TOKENS = 4096
 
