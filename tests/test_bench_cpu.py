@@ -990,3 +990,14 @@ def test_only_selects_entries_by_pattern():
     assert "variant_compile_first_call" in names and "prefill_varlen_trace_gpt-oss-w128" in names
     assert "prefill_varlen_trace" not in names and "sinks_prefill_causal_s16k" not in names
     assert runner.select(defs, None) == defs and runner.select(defs, ["nothing*"]) == []
+
+
+def test_every_peers_constant_the_suites_name_exists():
+    """suites.py reads reasons and names from peers.py (a missing one raised AttributeError in the
+    middle of a GPU run: decode_long_b8_128k_gpt-oss, peers.SDPA_NO_SINKS)."""
+    import re
+    from pathlib import Path
+    src = Path(suites.__file__).read_text()
+    names = sorted(set(re.findall(r"\bpeers\.([A-Z][A-Z0-9_]*)\b", src)))
+    assert "SDPA_NO_SINKS" in names and len(names) > 10
+    assert [n for n in names if not hasattr(peers, n)] == []

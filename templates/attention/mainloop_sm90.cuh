@@ -246,6 +246,12 @@ __device__ __forceinline__ void cap_scores(float (&s)[1][BN / 8][4], const AttnP
   transform_scores(s, p.scale_log2, p.softcap_scale, p.softcap_log2);
 }
 __device__ __forceinline__ float score_scale(const AttnParams& p) { return SOFTCAP ? 1.f : p.scale_log2; }
+{% if v.get("user") %}
+// User variants: the factor softmax_scores applies to the logits it is given: score_scale, or
+// log2(e) after a score_mod, which leaves them in natural-log units (apply_user converts them
+// once, not back).
+__device__ __forceinline__ float exp_scale(const AttnParams& p) { return USER_SCORE ? USER_LOG2E : score_scale(p); }
+{% endif %}
 
 // Ping-pong of the two consumer warpgroups (option "p"; FlashAttention-3's inter-warpgroup
 // schedule): a warpgroup issues its GEMMs only in its turn (named barrier 3 + cg, completed by the
@@ -306,10 +312,10 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
       apply_alibi(s, alibi_sl, mi, n, row0, 1, cw, lane);
       {% endif %}
       {% if v.get("user") %}
-      apply_user(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, USER_LOG2E / score_scale(p));
+      apply_user(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, 1.f);  // leaves natural-log logits
       {% endif %}
       if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
-      softmax_scores(s, row_max, row_sum, corr, score_scale(p));
+      softmax_scores(s, row_max, row_sum, corr, {{ "exp_scale(p)" if v.get("user") else "score_scale(p)" }});
       rescale_rows(o, corr);
       pack_p(s, pa);
       mbar_wait(bar_v_full(sb, kv.stage), kv.phase, 11);
@@ -346,10 +352,10 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   apply_alibi(s, alibi_sl, mi, n, row0, 1, cw, lane);
   {% endif %}
   {% if v.get("user") %}
-  apply_user(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, USER_LOG2E / score_scale(p));
+  apply_user(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, 1.f);  // leaves natural-log logits
   {% endif %}
   if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
-  softmax_scores(s, row_max, row_sum, corr, score_scale(p));  // o is still 0: no rescale
+  softmax_scores(s, row_max, row_sum, corr, {{ "exp_scale(p)" if v.get("user") else "score_scale(p)" }});  // o is still 0: no rescale
   pack_p(s, pa);
   KvPos pv = kv;  // the slot whose V the pending P V reads
   kv.advance();
@@ -380,10 +386,10 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
     apply_alibi(s, alibi_sl, mi, n, row0, 1, cw, lane);
     {% endif %}
     {% if v.get("user") %}
-    apply_user(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, USER_LOG2E / score_scale(p));
+    apply_user(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, 1.f);  // leaves natural-log logits
     {% endif %}
     if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
-    softmax_scores(s, row_max, row_sum, corr, score_scale(p));
+    softmax_scores(s, row_max, row_sum, corr, {{ "exp_scale(p)" if v.get("user") else "score_scale(p)" }});
     wgmma_wait<0>();
     fence_regs<DV / 2>(&o[0][0][0]);
     fence_regs<BN / 4>(&pa[0][0]);

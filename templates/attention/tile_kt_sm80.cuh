@@ -162,16 +162,14 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
       {% if v.get("user") %}
       // user variant: s is in the units of `scale` (raw, or log2 when soft-capped); its natural-log
       // value is s * scale * ln 2.  Element x: key n * BN + g + 8 (x >> 1), tile row 2 tq + (x & 1).
+      // (out-of-range elements at clamped indices, no branch: see apply_user)
 #pragma unroll
       for (int x = 0; x < 4; ++x) {
-        const int lr = 2 * tq + (x & 1);
-        const int kv_idx = n * BN + g + 8 * (x >> 1);
-        if (lr < ut.valid_rows && kv_idx < ut.kv_len) {
-          const int r = row0 + lr;
-          const int q_idx = row_position(r, qpk);
-          const int head = PACK_GQA ? kv_head * qpk + (r - q_idx * qpk) : ut.head;
-          s[x] = user_logit(p, ut, head, q_idx, kv_idx, s[x], scale * KG_LN2, USER_LOG2E / scale);
-        }
+        const int r = row0 + 2 * tq + (x & 1);
+        const int kv_idx = min(n * BN + g + 8 * (x >> 1), ut.kv_len - 1);
+        const int pos = row_position(r, qpk);
+        const int head = PACK_GQA ? kv_head * qpk + (r - pos * qpk) : ut.head;
+        s[x] = user_logit(p, ut, head, min(pos, ut.q_len - 1), kv_idx, s[x], scale * KG_LN2, USER_LOG2E / scale);
       }
       {% endif %}
       if (block_needs_mask(mi, n, pos_first, pos_last)) {

@@ -64,6 +64,8 @@ FA3_NO_ALIBI = ("this fa3-fwd build has no ALiBi (FlashAttention-3 dropped alibi
                 "them, its signature has no such argument)")
 FLEX_NO_SINKS = ("FlexAttention has no attention sinks (a value-less logit in the softmax denominator is not a "
                  "score_mod or a mask)")
+SDPA_NO_SINKS = ("SDPA has no attention sinks (a value-less logit in the softmax denominator is not an attention "
+                 "mask)")
 SDPA_NO_ALIBI = "SDPA takes no ALiBi slopes (only an explicit float mask, which forces another kernel)"
 FLEX_SKIPPED_REASON = "not measured at --flex {policy} (each new shape recompiles; use --flex all)"
 
