@@ -431,3 +431,21 @@ def test_a_broken_snippet_names_its_own_line(tmp_path, monkeypatch, where):
 
     again = pickle.loads(pickle.dumps(e.value))
     assert str(again) == msg
+
+
+def test_the_variants_guide_shows_the_tested_snippets():
+    """docs/variants.md's examples are the snippets of kernelgen.apps.variant_examples (the ones the
+    GPU tests check against the float64 reference), not untested look-alikes."""
+    from pathlib import Path
+    page = Path(__file__).resolve().parents[1].joinpath("docs", "variants.md").read_text()
+    ex = _examples()
+    snippets = [ex["alibi"][0].code.score_mod, ex["document_mask"][0].code.mask_mod,
+                ex["prefix_lm"][0].code.mask_mod, ex["prefix_lm"][0].code.kv_range,
+                X.softcap(50.0)[0].code.score_mod]
+    for s in snippets:
+        body = s.strip()
+        if body.startswith("return (") and body.endswith(");"):
+            body = body[len("return ("):-2]
+        assert body in page, body
+    for line in ex["t5_bias"][0].code.score_mod.strip().splitlines() + ex["document_mask"][0].code.kv_range.strip().splitlines():
+        assert line.strip() in page, line
