@@ -126,6 +126,13 @@ def test_reference_document_and_prefix_masks():
     (dict(score_mod="score", tensors={"b": torch.zeros(2, dtype=torch.complex64)}), ValueError, "dtype"),
     (dict(score_mod="score", tensors={"b": torch.zeros(4, 4).t()}), ValueError, "contiguous"),
     (dict(score_mod="score", tensors={f"t{i}": torch.zeros(1) for i in range(9)}), ValueError, "at most 8"),
+    (dict(score_mod="score", tensors={"_Pragma": torch.zeros(1)}), ValueError, "reserved"),
+    (dict(score_mod="score", tensors={"MD_BATCH": torch.zeros(1)}), ValueError, "reserved"),
+    (dict(score_mod="score", tensors={"b": torch.zeros(0)}), ValueError, "empty"),
+    (dict(mask_mod="#define MT 0\nreturn true;"), ValueError, "preprocessor"),
+    (dict(mask_mod="return true; }\n__device__ int evil() { return 1;"), ValueError, "unmatched"),
+    (dict(score_mod="(score"), ValueError, "unbalanced"),
+    (dict(score_mod="score // note \\"), ValueError, "line continuation"),
 ])
 def test_variant_checks_name_the_argument(kw, exc, msg):
     with pytest.raises(exc, match=msg):
@@ -449,3 +456,33 @@ def test_the_variants_guide_shows_the_tested_snippets():
         assert body in page, body
     for line in ex["t5_bias"][0].code.score_mod.strip().splitlines() + ex["document_mask"][0].code.kv_range.strip().splitlines():
         assert line.strip() in page, line
+
+
+def test_return_in_a_comment_or_string_does_not_make_a_body():
+    from kernelgen.kernels.variant_code import body
+    assert body("score * 2.0f // return the doubled score", "score_mod").startswith("return (score")
+    assert body('score + 0.f /* "return" */', "score_mod").startswith("return (")
+    assert body("if (score > 0.f) return score;\nreturn 0.f;", "score_mod").startswith("if (")
+    assert hash(kernelgen.kernels.variant_code.VariantCode("score", tensors=(["b", "float32"],))) == \
+        hash(kernelgen.kernels.variant_code.VariantCode("score", tensors=(("b", "float32"),)))
+
+
+def test_variant_tensors_are_read_only_and_rechecked_per_call():
+    from kernelgen.selection import variant as V
+    t = torch.zeros(4)
+    var = kernelgen.Variant(score_mod="score + b[head]", tensors={"b": t})
+    with pytest.raises(TypeError):
+        var.tensors["b"] = torch.zeros(4, dtype=torch.float64)
+    V.check(var, t.device)
+    t.data = torch.zeros(4, dtype=torch.float64)      # the same tensor object, changed in place
+    with pytest.raises(ValueError, match="dtype"):
+        V.check(var, t.device)
+
+
+def test_a_body_that_can_end_without_returning_is_a_compile_error(tmp_path):
+    from kernelgen.jit.cache import KernelCache
+    v = kernelgen.Variant(mask_mod="if (kv_idx > q_idx) return false;")
+    vv = heuristics.choose("sm_80", "bf16", 64, 64, num_heads_q=4, num_heads_kv=4, mask="none", max_seqlen_q=1,
+                           max_seqlen_k=512, variant=v.code)
+    with pytest.raises(kernelgen.VariantCompileError, match="missing return statement"):
+        KernelCache(tmp_path).get(vv.attention)

@@ -242,6 +242,8 @@ class KernelCache:
     def _derive(self, spec) -> tuple[str, tuple[str, ...], str]:
         source = render.render(spec)
         options = compiler.default_options(spec.arch)
+        if getattr(spec, "variant", None) is not None:
+            options += compiler.VARIANT_OPTIONS
         return source, options, self.key_for(source, spec.arch, options)
 
     def unsafe_reason(self) -> str | None:

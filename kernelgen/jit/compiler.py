@@ -29,6 +29,10 @@ class CompileError(RuntimeError):
         super().__init__(f"NVRTC failed to compile {name} (rendered source saved at {source_path}):\n{log}")
 
 
+#: Extra NVRTC options of user-variant kernels: a snippet body that can end without returning
+#: (NVRTC's warning 940, "missing return statement") is an error, not a kernel that returns garbage.
+VARIANT_OPTIONS = ("--diag-error=940",)
+
 _SNIPPET_DIAG = re.compile(r"^(score_mod|mask_mod|kv_range)\((\d+)\)")
 
 
@@ -49,8 +53,10 @@ class VariantCompileError(CompileError, ValueError):
                 for follow in lines[i + 1:i + 3]:
                     if follow.strip() and not re.match(r"^\S+\(\d+\)", follow) and "error" not in follow:
                         picked.append("  " + follow)
-        if not picked:  # the failure shows outside the snippets (e.g. a type they produce): the errors
-            picked = ["  " + x for x in lines if "error" in x][:8] or ["  " + x for x in lines[:8]]
+        if not any("error" in x for x in picked):  # the failure shows outside the snippets (e.g. a type
+            # they produce), or the snippets only drew warnings: the errors too
+            picked += ["  " + x for x in lines if "error" in x and "  " + x not in picked][:8] or \
+                ["  " + x for x in lines[:8]]
         shown = []
         for what in ("score_mod", "mask_mod", "kv_range"):
             src = getattr(code, what, None)
@@ -60,7 +66,7 @@ class VariantCompileError(CompileError, ValueError):
         RuntimeError.__init__(
             self, f"NVRTC rejected the user variant's code in {name}:\n" + "\n".join(picked) +
             "\nthe snippets (line numbers as NVRTC counts them):\n" + "\n".join(shown) +
-            f"\n(full NVRTC log in .log; rendered source saved at {source_path})")
+            f"\n(the full NVRTC log is the exception's .log; the rendered source is saved at {source_path})")
         self.name, self.log, self.source_path = name, log, source_path
 
     def __reduce__(self):  # (warmup's worker processes send it back pickled)

@@ -51,6 +51,13 @@ true try typedef typeid typename union unsigned using virtual void volatile wcha
 SNIPPETS = ("score_mod", "mask_mod", "kv_range")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _RETURN = re.compile(r"\breturn\b")
+#: C++ comments and string / character literals (blanked before looking for ``return`` or braces).
+_COMMENTS_STRINGS = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+
+
+def code_only(code: str) -> str:
+    """``code`` with its comments and string/character literals blanked (same length per line)."""
+    return _COMMENTS_STRINGS.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), code)
 
 
 def check_tensor_name(name) -> None:
@@ -66,8 +73,9 @@ def check_tensor_name(name) -> None:
     if name in SCOPE_NAMES or name in HELPER_NAMES:
         raise ValueError(f"variant tensor name {name!r} collides with a name the snippets already see "
                          f"({', '.join(SCOPE_NAMES + HELPER_NAMES)})")
-    if name.lower().startswith("kg_") or name.startswith("__"):
-        raise ValueError(f"variant tensor name {name!r} is reserved (kg_/KG_ prefixes and a leading '__' are kernelgen's)")
+    if name.lower().startswith("kg_") or name.startswith("_") or name.startswith("MD_"):
+        raise ValueError(f"variant tensor name {name!r} is reserved (kg_/KG_/MD_ prefixes and a leading '_' are "
+                         f"kernelgen's or the compiler's)")
 
 
 def check_snippet(what: str, code) -> None:
@@ -80,13 +88,29 @@ def check_snippet(what: str, code) -> None:
         raise ValueError(f"{what} is empty: give C++ source or None")
     if "\0" in code:
         raise ValueError(f"{what} contains a NUL character")
+    bare = code_only(code)
+    if any(line.lstrip().startswith("#") for line in bare.splitlines()):
+        raise ValueError(f"{what} contains a preprocessor directive (#...): a snippet is the body of one function")
+    depth = {"{": 0, "(": 0}
+    for ch in bare:
+        if ch in "{(":
+            depth[ch] += 1
+        elif ch in "})":
+            opener = "{" if ch == "}" else "("
+            depth[opener] -= 1
+            if depth[opener] < 0:
+                raise ValueError(f"{what} has an unmatched {ch!r}: a snippet is the body of one function")
+    if depth["{"] or depth["("]:
+        raise ValueError(f"{what} has unbalanced braces or parentheses")
+    if code.rstrip().endswith("\\"):
+        raise ValueError(f"{what} ends in a line continuation (\\)")
 
 
 def body(code: str, what: str) -> str:
     """The C++ function body of a snippet: a function body (it contains ``return``; for
     ``kv_range`` always the statements as written) is kept as written, an expression is wrapped
     as ``return (expr);`` on the same lines, so NVRTC's line numbers are the snippet's."""
-    if what == "kv_range" or _RETURN.search(code):
+    if what == "kv_range" or _RETURN.search(code_only(code)):
         return code.rstrip() + "\n"
     return "return (" + code.rstrip() + "\n);\n"
 
@@ -114,13 +138,15 @@ class VariantCode:
         if self.kv_range is not None and self.mask_mod is None:
             raise ValueError("kv_range only skips key blocks: give the mask_mod that masks the keys outside it "
                              "element by element too")
-        if not isinstance(self.tensors, tuple):
-            object.__setattr__(self, "tensors", tuple(tuple(t) for t in self.tensors))
+        if not isinstance(self.tensors, (tuple, list)):
+            raise TypeError(f"variant tensors must be (name, dtype) pairs, got {type(self.tensors).__name__}")
+        object.__setattr__(self, "tensors", tuple(tuple(t) if isinstance(t, (tuple, list)) else t
+                                                  for t in self.tensors))
         if len(self.tensors) > MAX_TENSORS:
             raise ValueError(f"a variant takes at most {MAX_TENSORS} tensors, got {len(self.tensors)}")
         seen = set()
         for entry in self.tensors:
-            if len(entry) != 2:
+            if not isinstance(entry, tuple) or len(entry) != 2:
                 raise ValueError(f"variant tensors must be (name, dtype) pairs, got {entry!r}")
             name, dtype = entry
             check_tensor_name(name)

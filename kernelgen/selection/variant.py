@@ -30,8 +30,9 @@ A variant is up to three CUDA C++ snippets that the attention templates render i
     those query rows, and ``mask_mod`` (required with ``kv_range``) still masks it element by
     element; kv_range only skips work.  Document masks and prefix-LM masks skip blocks this way.
 
-The snippets are never called on out-of-range elements (padding rows of a tile, keys at or past
-kv_len), so they may index their tensors without bounds checks.  The tensors' values are never
+The snippets only ever see indices in range: out-of-range elements (padding rows of a tile, keys
+at or past kv_len) are evaluated at clamped indices (the last row, the last key) and discarded, so
+the snippets may index their tensors without bounds checks.  The tensors' values are never
 read on the host (no sync): the kernels read them at every launch, so a CUDA graph replays with
 what they hold then; their addresses are kernel parameters (``AttnParams.user0`` ..), part of a
 prepared call's key.  The snippets' source and the tensors' (name, dtype) pairs are part of the
@@ -46,6 +47,7 @@ CuTe-DSL ``score_mod``; here the snippets are C++ compiled by NVRTC into kernelg
 from __future__ import annotations
 
 import json
+import types
 
 import torch
 
@@ -99,8 +101,8 @@ class Variant:
             decl.append((tname, _tensor_dtype(tname, t)))
         #: The kernel-side description (``kernels.variant_code.VariantCode``): snippets, (name, dtype).
         self.code = VariantCode(score_mod, mask_mod, kv_range, tuple(decl))
-        #: The user tensors, in declaration order.
-        self.tensors = dict(tensors)
+        #: The user tensors, in declaration order (read-only: ``with_tensors`` makes a new Variant).
+        self.tensors = types.MappingProxyType(dict(tensors))
         self.name = name
 
     @property
@@ -184,6 +186,9 @@ def _tensor_dtype(name: str, t) -> str:
     if not t.is_contiguous():
         raise ValueError(f"Variant tensor {name!r} must be contiguous (the snippets index it flat), "
                          f"got strides {tuple(t.stride())} for shape {tuple(t.shape)}")
+    if t.numel() == 0:
+        raise ValueError(f"Variant tensor {name!r} is empty (shape {tuple(t.shape)}): the kernels would read "
+                         f"through a null pointer")
     return dt
 
 
@@ -194,11 +199,16 @@ def check(variant, device) -> None:
         return
     if not isinstance(variant, Variant):
         raise TypeError(f"variant must be a kernelgen.Variant or None, got {type(variant).__name__}")
-    for name, t in variant.tensors.items():
+    for (name, dtype), t in zip(variant.code.tensors, variant.tensors.values()):
         if t.device != device:
             raise ValueError(f"variant tensor {name!r} is on {t.device}; it must be on q's device {device}")
-        if not t.is_contiguous():   # a tensor changed in place since (e.g. resized) is checked again
-            raise ValueError(f"variant tensor {name!r} must be contiguous, got strides {tuple(t.stride())}")
+        # a tensor changed in place since the Variant was made (dtype view, resize, transpose) is
+        # checked again here (a prepared call of the same addresses skips this: keep them as made)
+        if TORCH_DTYPES.get(t.dtype) != dtype:
+            raise ValueError(f"variant tensor {name!r} has dtype {t.dtype} now; the variant was made with {dtype}")
+        if not t.is_contiguous() or t.numel() == 0:
+            raise ValueError(f"variant tensor {name!r} must be contiguous and non-empty, got shape "
+                             f"{tuple(t.shape)} and strides {tuple(t.stride())}")
 
 
 assert set(TORCH_DTYPES.values()) == set(CTYPES)
