@@ -61,19 +61,6 @@ class _PairParams:
                     dict(zip(ATTENTION_PARAMS.names, ATTENTION_PARAMS.struct.unpack(b[n:]))))
 
 
-class _TmaParams:
-    """The Hopper kernel's parameter: three tensor maps, then AttnParams (fields() reads those)."""
-
-    size = TMA_ATTENTION_PARAMS.size
-    names = ATTENTION_PARAMS.names
-
-    class struct:
-        @staticmethod
-        def unpack(b):
-            o = TMA_ATTENTION_PARAMS.MAPS_BYTES
-            return ATTENTION_PARAMS.struct.unpack(b[o:o + ATTENTION_PARAMS.size])
-
-
 class _FusedTmaParams:
     """The Hopper fused kernel's parameter (``params.FUSED_TMA_PARAMS``): three tensor maps and the
     long class's AttnParams, the short class's AttnParams, short_ctas; fields() reads them as
@@ -86,19 +73,6 @@ class _FusedTmaParams:
         @staticmethod
         def unpack(b):
             return FUSED_TMA_PARAMS.unpack(b)
-
-
-class _TmaAlibiParams:
-    """The Hopper ALiBi kernel's parameter: three tensor maps, then the ALiBi AttnParams."""
-
-    size = TMA_ATTENTION_PARAMS_ALIBI.size
-    names = ATTENTION_PARAMS_ALIBI.names
-
-    class struct:
-        @staticmethod
-        def unpack(b):
-            o = TMA_ATTENTION_PARAMS_ALIBI.MAPS_BYTES
-            return ATTENTION_PARAMS_ALIBI.struct.unpack(b[o:o + ATTENTION_PARAMS_ALIBI.size])
 
 
 def _tma_wrap(tma_struct, inner):
@@ -120,8 +94,9 @@ PARAMS = {"attention_sinks": ATTENTION_PARAMS_SINKS, "attention_alibi_sinks": AT
           "attention_sm90_sinks": _tma_wrap(TMA_ATTENTION_PARAMS_SINKS, ATTENTION_PARAMS_SINKS),
           "attention_sm90_alibi_sinks": _tma_wrap(TMA_ATTENTION_PARAMS_ALIBI_SINKS, ATTENTION_PARAMS_ALIBI_SINKS),
           "scheduler": SCHEDULER_PARAMS, "attention": ATTENTION_PARAMS, "combine": COMBINE_PARAMS,
-          "fused": _PairParams, "attention_sm90": _TmaParams, "fused_sm90": _FusedTmaParams,
-          "attention_alibi": ATTENTION_PARAMS_ALIBI, "attention_sm90_alibi": _TmaAlibiParams}
+          "fused": _PairParams, "attention_sm90": _tma_wrap(TMA_ATTENTION_PARAMS, ATTENTION_PARAMS),
+          "fused_sm90": _FusedTmaParams, "attention_alibi": ATTENTION_PARAMS_ALIBI,
+          "attention_sm90_alibi": _tma_wrap(TMA_ATTENTION_PARAMS_ALIBI, ATTENTION_PARAMS_ALIBI)}
 #: What the stand-in tensor-map encoder writes: (base address, dims, strides in bytes, box), padded
 #: (3-D maps; FAKE_MAP4 for the 4-D maps of a paged cache).
 FAKE_MAP = struct.Struct("<Q3Q2Q3I")
@@ -416,3 +391,31 @@ def make_plan(monkeypatch, **kw):
         p = plan.AttentionPlan(device="cpu", **kw)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: None)
     return p
+
+
+# ------------------------------------------------------------ shared by the variant dispatcher tests
+def small_batch(total_k: int = 2000, num_heads_q: int = 4):
+    """(q, k, v, cu_seqlens_q, cu_seqlens_k) of two bf16 requests (3 and 7 queries; 2 KV heads, d
+    64) whose keys split total_k as total_k - 12 and 12: a CPU batch for the dispatcher tests."""
+    torch.manual_seed(0)
+    q = torch.randn(10, num_heads_q, 64).to(torch.bfloat16)
+    k = torch.randn(total_k, 2, 64).to(torch.bfloat16)
+    return q, k, torch.randn_like(k), torch.tensor([0, 3, 10], dtype=torch.int32), \
+        torch.tensor([0, total_k - 12, total_k], dtype=torch.int32)
+
+
+def attention_fields(rec) -> list:
+    """The AttnParams fields of every attention launch ``rec`` recorded."""
+    return [x.fields() for x in rec.launches if x.kind.startswith("attention")]
+
+
+def single_class_cases(suffix: str, combine: str = "combine") -> dict:
+    """{case: (varlen_attention keywords, the launch kinds expected)} for one class of a variant's
+    kernels (kinds ``attention<suffix>`` / ``attention_sm90<suffix>``): sm_80 and sm_90a, without
+    and with 3 forced splits (then the ``combine`` kernel)."""
+    return {
+        "sm80": (dict(arch="sm_80", num_splits=1), ["scheduler", f"attention{suffix}"]),
+        "hopper": (dict(arch="sm_90a", num_splits=1), ["scheduler", f"attention_sm90{suffix}"]),
+        "split": (dict(arch="sm_80", num_splits=3), ["scheduler", f"attention{suffix}", combine]),
+        "split_hopper": (dict(arch="sm_90a", num_splits=3), ["scheduler", f"attention_sm90{suffix}", combine]),
+    }

@@ -11,6 +11,8 @@ import math
 
 import pytest
 import torch
+
+import fake_cuda as fake_cuda_mod   # (the fixture is named fake_cuda)
 from test_fused_cpu import CTX, QLENS, paged_inputs
 
 import kernelgen
@@ -183,24 +185,9 @@ def test_mixed_batch_with_alibi_runs_the_classes_in_turn_or_as_one_class():
 
 
 # ----------------------------------------------------------------------------- the dispatcher
-def _plain(total_k=2000):
-    torch.manual_seed(0)
-    q = torch.randn(10, 4, 64).to(BF16)
-    k = torch.randn(total_k, 2, 64).to(BF16)
-    return q, k, torch.randn_like(k), torch.tensor([0, 3, 10], dtype=torch.int32), \
-        torch.tensor([0, total_k - 12, total_k], dtype=torch.int32)
-
-
-def _attn_fields(rec):
-    return [x.fields() for x in rec.launches if x.kind.startswith("attention")]
-
-
-CASES = {
-    "sm80": (dict(arch="sm_80", num_splits=1), ["scheduler", "attention_alibi"]),
-    "hopper": (dict(arch="sm_90a", num_splits=1), ["scheduler", "attention_sm90_alibi"]),
-    "split": (dict(arch="sm_80", num_splits=3), ["scheduler", "attention_alibi", "combine"]),
-    "split_hopper": (dict(arch="sm_90a", num_splits=3), ["scheduler", "attention_sm90_alibi", "combine"]),
-}
+_plain = fake_cuda_mod.small_batch
+_attn_fields = fake_cuda_mod.attention_fields
+CASES = fake_cuda_mod.single_class_cases("_alibi")
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -7,6 +7,8 @@ import math
 
 import pytest
 import torch
+
+import fake_cuda as fake_cuda_mod   # (the fixture is named fake_cuda)
 from fake_cuda import make_plan
 from test_fused_cpu import CTX, QLENS, paged_inputs
 from test_ops_compat import Recorder, packed
@@ -146,11 +148,7 @@ def test_varlen_attention_checks_sinks(fake_cuda, monkeypatch):
 
 # ----------------------------------------------------------------------------- the dispatcher's paths
 def _plain(total_k=20):
-    torch.manual_seed(0)
-    q = torch.randn(10, 4, 64).to(BF16)
-    k = torch.randn(total_k, 2, 64).to(BF16)
-    return q, k, torch.randn_like(k), torch.tensor([0, 3, 10], dtype=torch.int32), \
-        torch.tensor([0, total_k - 12, total_k], dtype=torch.int32)
+    return fake_cuda_mod.small_batch(total_k)
 
 
 @pytest.fixture
@@ -187,12 +185,7 @@ def _no_host_sync():
     return m
 
 
-CASES = {
-    "sm80": (dict(arch="sm_80", num_splits=1), ["scheduler", "attention_sinks"]),
-    "hopper": (dict(arch="sm_90a", num_splits=1), ["scheduler", "attention_sm90_sinks"]),
-    "split": (dict(arch="sm_80", num_splits=3), ["scheduler", "attention_sinks", "combine_sinks"]),
-    "split_hopper": (dict(arch="sm_90a", num_splits=3), ["scheduler", "attention_sm90_sinks", "combine_sinks"]),
-}
+CASES = fake_cuda_mod.single_class_cases("_sinks", combine="combine_sinks")
 
 
 @pytest.mark.parametrize("case", list(CASES))
