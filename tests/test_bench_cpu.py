@@ -1001,3 +1001,46 @@ def test_every_peers_constant_the_suites_name_exists():
     names = sorted(set(re.findall(r"\bpeers\.([A-Z][A-Z0-9_]*)\b", src)))
     assert "SDPA_NO_SINKS" in names and len(names) > 10
     assert [n for n in names if not hasattr(peers, n)] == []
+
+
+def test_auto_choice_compares_forced_columns_timed_with_the_automatic_call():
+    timed = {"kernelgen": [100.0], "kernelgen_sm80": [100.0], "kernelgen_splits1": [90.0], "kernelgen_aos": [80.0]}
+    e = {"name": "d", "us": 120.0, "switch_base_us": 100.0, "switch_rounds_us": timed,
+         "peers": {"kernelgen_sm80": 100.5, "kernelgen_splits1": 97.0, "kernelgen_aos": 80.0, "fa3": 90.0}}
+    # the layout switch and the external peer are not dispatcher choices; splits1 is the fastest forced one
+    assert report.auto_choice(e) == ("kernelgen_splits1", 0.97)
+    assert report.entry_ratios(e)["kernelgen_splits1"] == 0.97    # against switch_base_us, not us
+    assert report.auto_choice_misses([e]) == {"d": ["kernelgen_splits1", 0.97]}
+    assert report.checks([e])["auto_choice_within_2pct"] is False
+    e["peers"]["kernelgen_splits1"] = 98.5
+    assert report.auto_choice_misses([e]) == {} and report.checks([e])["auto_choice_within_2pct"] is True
+    # forced columns timed apart from the automatic call (no switch rounds) are not compared
+    apart = {"name": "p", "us": 100.0, "peers": {"kernelgen_sm80": 50.0}}
+    assert report.auto_choice(apart) == (None, None) and "auto_choice_within_2pct" not in report.checks([apart])
+
+
+def test_measure_switches_times_forced_choices_beside_the_default_and_skips_the_unsupported(monkeypatch):
+    import torch
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    out = torch.ones(4)
+
+    def make_call(o, **kw):
+        def run():
+            if kw.get("arch") == "sm_90a":
+                raise ValueError("the Hopper (sm_90a) path does not support this call: a reason")
+            o.copy_(out)
+        return run
+
+    class S:
+        def time_interleaved(self, calls):
+            return {n: {"us": 10.0 + i, "rounds": [10.0 + i]} for i, n in enumerate(calls)}
+
+        def interleaved_method(self):
+            return "interleaved"
+    e = {"name": "x", "peers": {}, "unavailable": {}}
+    suites.measure_switches(S(), e, make_call, out, forced=suites.DECODE_FORCED)
+    assert "Hopper" in e["unavailable"][peers.KG_SM90A] and peers.KG_SM90A not in e["peers"]
+    assert set(e["switch_rounds_us"]) == {"kernelgen", peers.KG_AOS, peers.KG_NOSORT, peers.KG_SM80,
+                                          peers.KG_SPLITS1, peers.KG_NOPACK}
+    assert e["switch_base_us"] == 10.0 and e["peers"][peers.KG_SM80] == 13.0
+    assert e["max_diff"][peers.KG_NOPACK] == 0.0

@@ -213,7 +213,10 @@ def main(argv=None) -> int:
     # the bench's comparison of each peer's output with kernelgen's (report.checks): a peer that
     # computed something else is no bar to measure against, so its disagreement fails the report
     report["checks"].update({k: v for k, v in ((bench or {}).get("checks") or {}).items()
-                             if k.endswith("_agrees_with_peers")})
+                             if k.endswith("_agrees_with_peers") or k == "auto_choice_within_2pct"})
+    if bench and "auto_choice_within_2pct" in (bench.get("checks") or {}):
+        from kernelgen.apps.bench.report import auto_choice_misses
+        report["extra"]["auto_choice_misses"] = auto_choice_misses(bench.get("benchmarks", []))
     for e in (bench or {}).get("benchmarks", []):
         report["benchmarks"].append({k: e.get(k) for k in ("name", "us", "tflops", "tbps", "peers") + KEPT_IF_SET
                                      if k not in KEPT_IF_SET or e.get(k)})

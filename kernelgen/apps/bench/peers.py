@@ -54,6 +54,8 @@ FA3, FA3_UNPAGED, FA4 = "fa3", "fa3_unpaged", "fa4"
 #: candidates of an entry's best peer (report.best_peer).
 EXTERNAL = SDPA_PEERS + (FA2_VARLEN, FLEX, FA3, FA3_UNPAGED, FA4)
 KG_AOS, KG_NOSORT, KG_SM90A, KG_SM80 = "kernelgen_aos", "kernelgen_nosort", "kernelgen_sm90a", "kernelgen_sm80"
+#: kernelgen forced to one split (no split-KV) and to one query head a tile (no pack-GQA).
+KG_SPLITS1, KG_NOPACK = "kernelgen_splits1", "kernelgen_nopack"
 VARLEN_SDPA_REASON = "varlen batch: SDPA takes uniform-length (B, H, S, D) batches only"
 FA2_NO_SINKS = ("aten._flash_attention_forward (torch's FA2) has no attention sinks (no learnable_sink / s_aux "
                 "argument)")

@@ -283,30 +283,48 @@ def record_switches(entry: dict, times: dict, method: str, base: str = SWITCH_BA
             entry["unavailable"].pop(name, None)
 
 
-def measure_switches(settings: Settings, entry: dict, make_call, out) -> None:
-    """kernelgen's own switches (``SWITCHES``) against the default call, timed together as
-    interleaved CUDA-graph replays (measure.time_interleaved): fills ``entry["us_graph"]`` (the
-    default call per graph replay), ``peers`` and ``switch_base_us`` (record_switches), and the
-    switches' output differences from ``out`` (kernelgen's result; they change the tile order, not
-    the result).  (The mainloop switches are peers: ``_mainloop_peers``.)  A failure marks the
-    switches unavailable with its reason; it never raises."""
+#: kernelgen forced onto each mainloop, timed with the switches (report.FORCED_CHOICES).
+FORCED = {peers.KG_SM90A: {"arch": "sm_90a"}, peers.KG_SM80: {"arch": "sm_80"}}
+#: Decode's forced choices: the mainloops, one split, no pack-GQA.
+DECODE_FORCED = {**FORCED, peers.KG_SPLITS1: {"num_splits": 1}, peers.KG_NOPACK: {"pack_gqa": False}}
+
+
+def measure_switches(settings: Settings, entry: dict, make_call, out, forced: dict | None = None) -> None:
+    """kernelgen's own switches (``SWITCHES``) and the ``forced`` choices (e.g. ``FORCED``: the
+    same call forced onto each mainloop) against the default call, timed together as interleaved
+    CUDA-graph replays (measure.time_interleaved), so each column is compared with the default
+    call of the same rounds (the automatic choice against the forced ones: report.auto_choice).
+    Fills ``entry["us_graph"]`` (the default call per graph replay), ``peers`` and
+    ``switch_base_us`` (record_switches), and the configurations' output differences from ``out``
+    (kernelgen's result; they change the tile order or the kernels, not the result).  A
+    configuration the call does not support (a forced mainloop that cannot run it) is unavailable
+    with its reason; a failure of the measurement marks them all; it never raises."""
     torch = _torch()
-    try:
-        calls = {SWITCH_BASE: make_call(torch.empty_like(out))}
-        for name, kw in SWITCHES.items():
+    configs = {**SWITCHES, **(forced or {})}
+    calls = {SWITCH_BASE: make_call(torch.empty_like(out))}
+    for name, kw in configs.items():
+        try:
             o = torch.empty_like(out)
-            calls[name] = make_call(o, **kw)
-            calls[name]()
-            diff = (o.float() - out.float()).abs()
-            entry.setdefault("max_diff", {})[name] = float(diff.max()) if diff.numel() else 0.0
-            entry.setdefault("ref_max", {})[name] = float(o.float().abs().max()) if o.numel() else 0.0
-            del diff
+            call = make_call(o, **kw)
+            call()
+            torch.cuda.synchronize()
+        except Exception as ex:  # noqa: BLE001 - e.g. the Hopper path refusing the call
+            entry["unavailable"][name] = peers.reason(ex)
+            entry["peers"].pop(name, None)
+            continue
+        calls[name] = call
+        diff = (o.float() - out.float()).abs()
+        entry.setdefault("max_diff", {})[name] = float(diff.max()) if diff.numel() else 0.0
+        entry.setdefault("ref_max", {})[name] = float(o.float().abs().max()) if o.numel() else 0.0
+        del diff
+    try:
         times = settings.time_interleaved(calls)
         torch.cuda.synchronize()
     except Exception as ex:  # noqa: BLE001 - kernelgen's own numbers stay
-        for name in SWITCHES:
-            entry["unavailable"][name] = peers.reason(ex)
-            entry["peers"].pop(name, None)
+        for name in calls:
+            if name != SWITCH_BASE:
+                entry["unavailable"][name] = peers.reason(ex)
+                entry["peers"].pop(name, None)
         return
     entry["us_graph"] = times[SWITCH_BASE]["us"]
     record_switches(entry, times, settings.interleaved_method())
@@ -453,9 +471,8 @@ def varlen_prefill_entry(settings: Settings, model: ModelPreset) -> dict:
                                     window_left=m.window_left, sinks=has_sinks)
     builders[peers.FA4] = peers.fa4(q, k, v, True, cu_q=cu, cu_k=cu, max_q=mx, max_k=mx, softcap=m.softcap,
                                     window_left=m.window_left, learnable_sink=sinks)
-    builders.update(_mainloop_peers(lambda o, arch: make_call(o, arch=arch), out))
     peers.measure(e, builders, settings.time, reference=out)
-    measure_switches(settings, e, make_call, out)
+    measure_switches(settings, e, make_call, out, forced=FORCED)
     return e
 
 
@@ -527,7 +544,7 @@ def decode_measure(settings: Settings, name: str, contexts, model: ModelPreset, 
         return e
     run()
     torch.cuda.synchronize()
-    measure_switches(settings, e, make_call, out)
+    measure_switches(settings, e, make_call, out, forced=DECODE_FORCED)
     peers.measure(e, {peers.FA4: peers.fa4(q, kc, vc, True, cu_q=cu_q, max_q=1, max_k=maxk, softcap=m.softcap,
                                            window_left=m.window_left, page_table=pt, seqused_k=used,
                                            learnable_sink=sinks)},
@@ -542,7 +559,6 @@ def decode_measure(settings: Settings, name: str, contexts, model: ModelPreset, 
                 peers.FA3_UNPAGED: peers.fa3(q, k, v, True, cu_q=cu_q, cu_k=cu_k, max_q=1, max_k=maxk,
                                              softcap=m.softcap, window_left=m.window_left, sinks=has_sinks)}
     builders.update(decode_sdpa_builders(q, k, v, contexts, m))
-    builders.update(_mainloop_peers(lambda o, arch: make_call(o, arch=arch), out))
     builders[peers.FLEX] = settings.flex_builder(
         peers.flex_document(q, k, v, [1] * b, contexts, True, softcap=m.softcap, window_left=m.window_left,
                             sinks=has_sinks), flex_where)
