@@ -308,14 +308,17 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
       release(bar_k_empty(sb, kv.stage), lane);
       if (n == n_lo) release(bar_q_empty(sb), lane);
       if (SOFTCAP) cap_scores(s, p);
-      {% if v.get("alibi") %}
+      {% if v.get("alibi") and v.mask == "causal" and not v.get("user") %}
+      float roff[1][2];  // causal ALiBi: the scores come back shifted by roff per row (common/alibi.cuh)
+      apply_alibi_causal(s, alibi_sl, mi, n, row0, 1, cw, lane, roff);
+      {% elif v.get("alibi") %}
       apply_alibi(s, alibi_sl, mi, n, row0, 1, cw, lane);
       {% endif %}
       {% if v.get("user") %}
       apply_user(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, 1.f);  // leaves natural-log logits
       {% endif %}
       if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
-      softmax_scores(s, row_max, row_sum, corr, {{ "exp_scale(p)" if v.get("user") else "score_scale(p)" }});
+      softmax_scores(s, row_max, row_sum, corr, {{ "exp_scale(p)" if v.get("user") else "score_scale(p)" }}{{ ", roff" if v.get("alibi") and v.mask == "causal" and not v.get("user") else "" }});
       rescale_rows(o, corr);
       pack_p(s, pa);
       mbar_wait(bar_v_full(sb, kv.stage), kv.phase, 11);
@@ -348,14 +351,17 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   release(bar_k_empty(sb, kv.stage), lane);
   if (n == n_lo) release(bar_q_empty(sb), lane);
   if (SOFTCAP) cap_scores(s, p);
-  {% if v.get("alibi") %}
+  {% if v.get("alibi") and v.mask == "causal" and not v.get("user") %}
+  float roff[1][2];  // causal ALiBi: the scores come back shifted by roff per row (common/alibi.cuh)
+  apply_alibi_causal(s, alibi_sl, mi, n, row0, 1, cw, lane, roff);
+  {% elif v.get("alibi") %}
   apply_alibi(s, alibi_sl, mi, n, row0, 1, cw, lane);
   {% endif %}
   {% if v.get("user") %}
   apply_user(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, 1.f);  // leaves natural-log logits
   {% endif %}
   if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
-  softmax_scores(s, row_max, row_sum, corr, {{ "exp_scale(p)" if v.get("user") else "score_scale(p)" }});  // o is still 0: no rescale
+  softmax_scores(s, row_max, row_sum, corr, {{ "exp_scale(p)" if v.get("user") else "score_scale(p)" }}{{ ", roff" if v.get("alibi") and v.mask == "causal" and not v.get("user") else "" }});  // o is still 0: no rescale
   pack_p(s, pa);
   KvPos pv = kv;  // the slot whose V the pending P V reads
   kv.advance();
@@ -382,14 +388,17 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
     release(bar_k_empty(sb, kv.stage), lane);
     if (n == n_lo) release(bar_q_empty(sb), lane);
     if (SOFTCAP) cap_scores(s, p);
-    {% if v.get("alibi") %}
+    {% if v.get("alibi") and v.mask == "causal" and not v.get("user") %}
+    float roff[1][2];  // causal ALiBi: the scores come back shifted by roff per row (common/alibi.cuh)
+    apply_alibi_causal(s, alibi_sl, mi, n, row0, 1, cw, lane, roff);
+    {% elif v.get("alibi") %}
     apply_alibi(s, alibi_sl, mi, n, row0, 1, cw, lane);
     {% endif %}
     {% if v.get("user") %}
     apply_user(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, 1.f);  // leaves natural-log logits
     {% endif %}
     if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
-    softmax_scores(s, row_max, row_sum, corr, {{ "exp_scale(p)" if v.get("user") else "score_scale(p)" }});
+    softmax_scores(s, row_max, row_sum, corr, {{ "exp_scale(p)" if v.get("user") else "score_scale(p)" }}{{ ", roff" if v.get("alibi") and v.mask == "causal" and not v.get("user") else "" }});
     wgmma_wait<0>();
     fence_regs<DV / 2>(&o[0][0][0]);
     fence_regs<BN / 4>(&pa[0][0]);

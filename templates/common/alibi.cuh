@@ -53,3 +53,27 @@ __device__ __forceinline__ void apply_alibi(float (&s)[MT][BN / 8][4], const flo
         for (int e = 0; e < 2; ++e) s[mt][nt][2 * h + e] = fmaf(-coef, fabsf(d0 - (float)(nt * 8 + e)), s[mt][nt][2 * h + e]);
     }
 }
+
+// Causal ALiBi with one FFMA per score.  Under a causal mask every key a row keeps is at or before
+// its position, so the bias is -coef * (kpos - col) without |.|, which splits into
+//   -coef * (kpos - n BN - 2 tq)  (one value per row and lane: roff, taken off in softmax_scores)
+//   +coef * (nt * 8 + e)          (an immediate per score: one FFMA)
+// The scores leave here as true score + roff; softmax_scores subtracts roff from the row's max and
+// folds it into the exponent's offset, so row_max, row_sum and the LSE are those of the true
+// scores.  The added terms stay below coef * BN (no large magnitudes, unlike FA2's slope * j).
+__device__ __forceinline__ void apply_alibi_causal(float (&s)[MT][BN / 8][4], const float (&sl)[MT][2],
+                                                   const MaskInfo& mi, int n, int row0, int qpk, int warp, int lane,
+                                                   float (&roff)[MT][2]) {
+  const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float coef = PACK_GQA ? sl[mt][h] : sl[0][0];
+      roff[mt][h] = coef * (float)(row_position(row0 + warp * WM + mt * 16 + g + 8 * h, qpk) + mi.offset - n * BN - 2 * tq);
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) s[mt][nt][2 * h + e] = fmaf(coef, (float)(nt * 8 + e), s[mt][nt][2 * h + e]);
+    }
+}
