@@ -93,6 +93,11 @@ class CallSignature:
     #: its attention variants (``AttentionSpec.variant``); a mixed batch then runs its classes in
     #: turn on sm_90a or as one class elsewhere, as with ALiBi (the fused kernels take no variant).
     variant: VariantCode | None = None
+    #: FP8 K/V cache ("e4m3" or "e5m2"; "" = k/v in ``dtype``): the sm_80 mainloop's FP8 variants
+    #: (``AttentionSpec.kv_dtype``: converted to ``dtype`` on load, ``k_descale`` / ``v_descale``
+    #: applied), on every arch (the Hopper kernels take no FP8 cache yet); a mixed batch runs as
+    #: one class (the fused kernels take no FP8 variant).
+    kv_dtype: str = ""
 
 
 def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) -> Recipe:
