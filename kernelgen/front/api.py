@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from ..jit import runtime
+from ..kernels import kernel_args
 from ..launch import bind, sinks as _sinks
 from ..selection import arguments, decide, signature, validation
 
@@ -247,8 +248,6 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                                  head_swizzle=head_swizzle, short_query_tokens=short_query_tokens, arch=arch,
                                  sinks=sinks, alibi_slopes=alibi_slopes, variant=variant, k_descale=k_descale,
                                  v_descale=v_descale)
-    if call.descale is not None:  # FP8 K/V: the kernels come with the spec axis (next step)
-        raise NotImplementedError("k/v: FP8 K/V caches are validated but have no kernels yet")
     sizes = call.sizes
     if call.empty:
         kernel_lse = bool(return_lse) or sinks is not None
@@ -269,7 +268,9 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                            return_lse=kernel_lse, fixed_base=None, sizes=sizes,
                            **({} if alibi_slopes is None else {"alibi": (alibi_slopes.data_ptr(), call.alibi_stride)}),
                            **({"sinks": sinks.data_ptr()} if recipe.sinks_fused else {}),
-                           **({} if call.user is None else {"user": call.user}))
+                           **({} if call.user is None else {"user": call.user}),
+                           **({} if call.descale is None else
+                              {"descale": kernel_args.descale_fields(k_descale, v_descale, call.descale)}))
     if key is not None and signature.cacheable(key):
         _CALLS.put(key, prep)
     out, lse = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
