@@ -297,7 +297,24 @@ def _variant_func(spec) -> int:
     return FUNC[kind]
 
 
+def _fp8_func(spec) -> int:
+    """A function id (and kind name) for an FP8 K/V kernel's parameter struct (``params.fp8_params``):
+    kinds ``attention_fp8[_variant{n}][_alibi][_sinks]`` (sm_80 mainloop only)."""
+    kind = ("attention_fp8" + ("" if spec.variant is None else f"_variant{len(spec.variant.tensors)}")
+            + ("_alibi" if spec.alibi else "") + ("_sinks" if spec.sinks else ""))
+    if kind not in FUNC:
+        func = 0x40000 + 0x100 * len([k for k in FUNC if k.startswith("attention_fp8")])
+        FUNC[kind] = func
+        KIND[func] = kind
+        PARAMS[kind] = attention_params_for(spec)
+    return FUNC[kind]
+
+
 def _fake_load(spec, device):
+    if spec.kind == "attention" and spec.kv_dtype:
+        return runtime.Kernel(spec=spec, device=device, func_ptr=_fp8_func(spec), num_threads=spec.num_threads,
+                              smem_bytes=spec.smem_bytes(), persistent_grid=ATTN_GRID,
+                              params=attention_params_for(spec))
     if spec.kind == "attention" and spec.variant is not None:
         sm90 = spec.mainloop == "sm90a"
         return runtime.Kernel(spec=spec, device=device, func_ptr=_variant_func(spec), num_threads=spec.num_threads,

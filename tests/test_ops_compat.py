@@ -22,7 +22,7 @@ BF16, FP16 = torch.bfloat16, torch.float16
 def reference_api(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, *, seqused_k=None,
                   page_table=None, causal=False, window_size=(-1, -1), softcap=0.0, softmax_scale=None, num_splits=0,
                   pack_gqa=None, return_lse=False, out=None, metadata_layout="soa", sort=True, head_swizzle=True,
-                  sinks=None, alibi_slopes=None):
+                  sinks=None, alibi_slopes=None, k_descale=None, v_descale=None):
     """kernelgen.front.api.varlen_attention computed on the CPU with the float64 reference."""
     if page_table is not None:
         k, v, cu_seqlens_k = reference.gather_paged(k, v, page_table, seqused_k)
@@ -30,7 +30,7 @@ def reference_api(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None, m
     o, lse = reference.attention_reference(q.double(), k.double(), v.double(), cu_seqlens_q, cu_seqlens_k,
                                            causal=causal, softmax_scale=softmax_scale, window_size=window_size,
                                            softcap=softcap, seqused_k=seqused_k, sinks=sinks,
-                                           alibi_slopes=alibi_slopes)
+                                           alibi_slopes=alibi_slopes, k_descale=k_descale, v_descale=v_descale)
     o = o.nan_to_num().to(q.dtype)
     if out is not None:
         out.copy_(o)
@@ -582,12 +582,13 @@ def test_with_kvcache_bad_arguments(recorder, bad, exc, match):
 
 # ----------------------------------------------------------------------------- compat: unsupported FA3 arguments
 T = torch.zeros(2, dtype=torch.int32)
-VARLEN_UNSUPPORTED = [("seqused_q", T), ("qv", T), ("q_descale", T), ("k_descale", T), ("v_descale", T),
+# (k_descale / v_descale are FP8 K/V arguments now: tests/test_fp8_cpu.py; a q_descale other than None or 1 raises)
+VARLEN_UNSUPPORTED = [("seqused_q", T), ("qv", T), ("q_descale", T), ("q_descale", 0.5),
                       ("attention_chunk", 128), ("scheduler_metadata", T), ("sm_margin", 8), ("dropout_p", 0.1),
                       ]
 KVCACHE_UNSUPPORTED = [("k", T), ("v", T), ("qv", T), ("rotary_cos", T), ("rotary_sin", T), ("rotary_seqlens", T),
                        ("cache_batch_idx", T), ("cache_leftpad", T), ("cu_seqlens_k_new", T), ("q_descale", T),
-                       ("k_descale", T), ("v_descale", T), ("attention_chunk", 64), ("scheduler_metadata", T),
+                       ("attention_chunk", 64), ("scheduler_metadata", T),
                        ("sm_margin", 4)]
 
 

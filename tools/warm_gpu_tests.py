@@ -5,7 +5,7 @@ kernel after another inside them.
 The specs come from the dispatcher's own functions (``heuristics.choose``, ``choose_fused_hopper``,
 ``choose_pair``) called with the parameters of the tests in tests/gpu/test_hopper_gpu.py,
 tests/gpu/test_fused_gpu.py, tests/gpu/test_alibi_gpu.py, tests/gpu/test_sinks_gpu.py and
-tests/gpu/test_variant_gpu.py; a spec that a test ends up not using costs only its compile.
+tests/gpu/test_variant_gpu.py and tests/gpu/test_fp8_gpu.py; a spec that a test ends up not using costs only its compile.
 ``kernelgen warmup --serving`` (run before this by gpu_check.sh) covers the serving shapes.
 
     python tools/warm_gpu_tests.py [--jobs N] [--cache-dir DIR] [--list]
@@ -275,10 +275,40 @@ def sinks_specs() -> list:
     return out
 
 
+def _with_kv(specs: list, kv: str) -> list:
+    """The FP8 K/V variants the decider gives an FP8 call (``decide``: the sm_80 mainloop's choice
+    with ``AttentionSpec.kv_dtype``; scheduler and combine unchanged)."""
+    import dataclasses
+    return [dataclasses.replace(s, kv_dtype=kv) if s.kind == "attention" else s for s in specs]
+
+
+def fp8_specs() -> list:
+    """tests/gpu/test_fp8_gpu.py: the FP8 K/V variants (sm_80 mainloop on the H200) of its causal
+    GQA prefill (bf16 and fp16, e4m3 and e5m2, automatic and forced splits), the head-dim / window /
+    soft-cap prefill, paged decode (pages of 16 and 1 tokens, automatic and forced splits), the mixed
+    step (one class) and the small packed calls."""
+    out = []
+    for dt, kv, n in itertools.product(("bf16", "fp16"), ("e4m3", "e5m2"), (0, 3)):
+        out += _with_kv(_choose(dt, 128, hq=32, hkv=8, causal=True, max_q=600, max_k=600, num_splits=n,
+                                mainloop="sm80"), kv)
+    for (d, dv), (causal, window, cap) in itertools.product(((64, 64), (96, 96), (192, 128), (256, 256)),
+                                                            ((True, (-1, -1), 0.0), (False, (200, 50), 30.0))):
+        out += _with_kv(_choose("bf16", d, dv, hq=16, hkv=4, causal=causal, window=window, cap=cap, max_q=300,
+                                max_k=700, mainloop="sm80"), "e4m3")
+    for kv, n, ps in itertools.product(("e4m3", "e5m2"), (0, 4), (16, 1)):
+        out += _with_kv(_choose("bf16", 128, hq=32, hkv=8, causal=True, max_q=1, max_k=3000, paged=True,
+                                page_size=ps, num_splits=n, mainloop="sm80"), kv)
+    out += _with_kv(_choose("bf16", 128, hq=32, hkv=8, causal=True, max_q=900, max_k=3000, paged=True, page_size=16,
+                            mainloop="sm80"), "e4m3")
+    out += _with_kv(_choose("fp16", 128, hq=16, hkv=2, causal=False, max_q=40, max_k=900, mainloop="sm80"), "e4m3")
+    out += _with_kv(_choose("bf16", 64, hq=8, hkv=2, causal=False, max_q=9, max_k=100, mainloop="sm80"), "e4m3")
+    return out
+
+
 def specs() -> list:
     """Every spec above, first-seen order, duplicates removed."""
     return list(dict.fromkeys(head_dim_specs() + window_softcap_specs() + paged_split_mixed_specs()
-                              + alibi_specs() + sinks_specs() + variant_specs()))
+                              + alibi_specs() + sinks_specs() + variant_specs() + fp8_specs()))
 
 
 def main(argv=None) -> int:

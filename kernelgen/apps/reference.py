@@ -29,7 +29,8 @@ def gather_paged(k_cache, v_cache, page_table, seqused_k):
 
 def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, softmax_scale=None,
                         window_size=(-1, -1), softcap=0.0, seqused_k=None, max_elements: int = 1 << 27,
-                        sinks=None, alibi_slopes=None, score_mod=None, mask_mod=None):
+                        sinks=None, alibi_slopes=None, score_mod=None, mask_mod=None, k_descale=None,
+                        v_descale=None):
     """Returns (out, lse): out (total_q, Hq, Dv) float64, lse (Hq, total_q) float64.
 
     ``window_size`` = (left, right) around the bottom-right aligned diagonal (-1 = unbounded; causal
@@ -48,7 +49,10 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
     (heads, 1, 1), ``q_idx`` (1, lq, 1) and ``kv_idx`` (1, 1, lk) int64 tensors (query rows in
     the request, keys); ``mask_mod(b, head, q_idx, kv_idx, lq, lk)`` returns a boolean tensor
     broadcastable to (heads, lq, lk), False = masked (-inf).  ``max_elements`` bounds the size of one logits block (heads
-    are processed in groups to stay under it).
+    are processed in groups to stay under it).  ``k_descale`` / ``v_descale`` (FP8 K/V, FlashAttention-3's
+    convention): None (1) or float32 tensors that broadcast to (batch, Hkv); request b's keys and values of
+    KV head h are dequantised exactly, ``k.double() * k_descale[b, h]`` (every FP8 value and its product
+    with a float32 factor are exact in float64).
     """
     total_q, hq, d = q.shape
     hkv, dv = k.shape[1], v.shape[2]
@@ -62,6 +66,9 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
         right = 0 if right < 0 else min(right, 0)
     sink = None if sinks is None else sinks.detach().to(q.device, torch.float64)
     alibi = None if alibi_slopes is None else alibi_slopes.detach().to(q.device, torch.float64)
+    nb = len(cq) - 1
+    kd, vd = (None if x is None else torch.broadcast_to(x.detach().to(q.device, torch.float64), (nb, hkv))
+              for x in (k_descale, v_descale))
     out = torch.full((total_q, hq, dv), float("nan"), dtype=torch.float64, device=q.device)
     lse = torch.full((hq, total_q), float("nan"), dtype=torch.float64, device=q.device)
     for b in range(len(cq) - 1):
@@ -76,8 +83,13 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
             lse[:, q0:q1] = float("-inf") if sink is None else sink[:, None]
             continue
         qb = q[q0:q1].double().transpose(0, 1)                      # (Hq, lq, d)
-        kb = k[k0:k1].double().transpose(0, 1).repeat_interleave(qpk, 0)   # (Hq, lk, d)
-        vb = v[k0:k1].double().transpose(0, 1).repeat_interleave(qpk, 0)   # (Hq, lk, dv)
+        kb, vb = k[k0:k1].double().transpose(0, 1), v[k0:k1].double().transpose(0, 1)   # (Hkv, lk, d / dv)
+        if kd is not None:
+            kb = kb * kd[b][:, None, None]
+        if vd is not None:
+            vb = vb * vd[b][:, None, None]
+        kb = kb.repeat_interleave(qpk, 0)                            # (Hq, lk, d)
+        vb = vb.repeat_interleave(qpk, 0)                            # (Hq, lk, dv)
         mask = None
         if left >= 0 or right >= 0:
             r = torch.arange(lq, device=q.device)[:, None] + (lk - lq)   # row's key position
@@ -126,8 +138,31 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
     return out, lse
 
 
-def tolerance(dtype) -> tuple[float, float]:
-    """(atol, rtol) against the float64 reference cast to ``dtype`` (edge_cases.md conventions)."""
+def tolerance(dtype, kv_dtype=None) -> tuple[float, float]:
+    """(atol, rtol) against the float64 reference cast to ``dtype`` (edge_cases.md conventions).
+
+    ``kv_dtype``: the K/V cache's dtype when it differs from ``dtype`` (``torch.float8_e4m3fn`` or
+    ``torch.float8_e5m2``, with ``k_descale`` / ``v_descale``); the bound is then that of ``dtype``
+    (q's, the compute and output dtype), for inputs whose *dequantised* values are of the scale the
+    16-bit tolerances assume (|q|, |k * k_descale|, |v * v_descale| about N(0, 1)).  Derivation:
+    the reference dequantises the same FP8 values exactly, so the cache's quantisation error
+    (e4m3: 3 mantissa bits, each element within 2^-4 of its value relative to |x|; e5m2: 2^-3) is
+    in both sides and cancels; what remains is the kernel's arithmetic.  The kernel converts each
+    FP8 element to ``dtype`` exactly (every e4m3 / e5m2 value is an fp16 and a bf16 value), forms
+    Q K^T with fp32 accumulation of exact products and multiplies by ``softmax_scale *
+    k_descale`` in fp32 (one more relative rounding of 2^-24 per logit), rounds P to ``dtype``
+    for P V as with a 16-bit cache, and multiplies O by ``v_descale`` in fp32 before the one
+    rounding to ``dtype`` (2^-24 relative, against the output's own rounding of 2^-11 relative for
+    fp16, 2^-8 for bf16).  So the error budget is the 16-bit path's plus terms of order 2^-23 |out|, well
+    inside the rounding of the output: the same (atol, rtol).  (Against attention on the
+    *unquantised* 16-bit K/V the quantisation error does count: a relative error of up to 2^-4
+    per K element moves a logit by at most 2^-4 * scale * sum_i |q_i k_i|, which changes each
+    probability by a factor within exp(+-2^-3 * scale * sum_i |q_i k_i|), and each V element by
+    2^-4 |v|; that bound is the caller's to apply, not ``tolerance``'s.)
+    """
+    fp8 = {getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n)}
+    if kv_dtype is not None and kv_dtype != dtype and kv_dtype not in fp8:
+        raise ValueError(f"no tolerance for a {kv_dtype} cache")
     if dtype == torch.bfloat16:
         return 1.6e-2, 1.6e-2
     if dtype == torch.float16:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from ..jit import runtime
+from ..kernels import kernel_args
 from ..launch import bind, sinks as _sinks
 from ..selection import arguments, decide, signature, validation
 
@@ -59,6 +60,8 @@ def varlen_attention(
     sinks: torch.Tensor | None = None,
     alibi_slopes: torch.Tensor | None = None,
     variant=None,
+    k_descale: torch.Tensor | None = None,
+    v_descale: torch.Tensor | None = None,
 ):
     """Attention over a ragged (varlen) batch of requests, prefill and decode alike.
 
@@ -149,6 +152,19 @@ def varlen_attention(
             score_mod sees the logit after softmax_scale, soft-cap and ALiBi; the built-in masks
             (causal, window, key length) apply after the variant.  A mixed prefill + decode batch
             with a variant runs its classes in turn (sm_90a) or as one class (no fused launch).
+        k_descale, v_descale: FP8 K/V caches (``k`` and ``v`` ``torch.float8_e4m3fn`` or
+            ``torch.float8_e5m2`` with fp16/bf16 ``q``; FlashAttention-3's argument names and
+            convention): None (factor 1) or float32 tensors on q's device of shape
+            ``(batch, num_heads_kv)`` or one that broadcasts to it (``()``, ``(1, 1)``: a
+            per-tensor scale; any strides).  Request b's keys of KV head h are ``k * k_descale[b,
+            h]`` (folded into the softmax scale), its values ``v * v_descale[b, h]`` (applied to
+            O); out is in q's dtype.  Given with a 16-bit cache they raise ValueError.  The
+            kernels read the factors on the device at every launch (CUDA-graph safe); the
+            tensors' addresses are part of the call signature.  FP8 caches run on the sm_80
+            mainloop on every arch (converted to q's dtype as they are loaded into shared
+            memory); ``arch="sm_90a"`` refuses them, and a mixed prefill + decode batch runs as
+            one class (no fused launch).  Non-finite factors raise ValueError under
+            ``KERNELGEN_CHECK_INPUTS=1`` only (the values are not read otherwise).
 
     Returns:
         out (total_q, num_heads_q, head_dim_v) in q's dtype; with ``return_lse`` also
@@ -191,13 +207,16 @@ def varlen_attention(
     TMA, producer/consumer warpgroups, softmax overlapped with the next block's GEMM).
     """
     try:
-        key = signature.key((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, sinks, alibi_slopes),
+        key = signature.key((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, sinks, alibi_slopes)
+                            + (() if k_descale is None and v_descale is None else (k_descale, v_descale)),
                             window_size,
                             (max_seqlen_q, max_seqlen_k, causal, softcap, softmax_scale, num_splits, pack_gqa,
                              return_lse, metadata_layout, sort, head_swizzle, short_query_tokens, arch,
                              None if alibi_slopes is None else alibi_slopes.data_ptr(),
                              None if sinks is None else sinks.data_ptr(),
-                             None if variant is None else variant.key()))
+                             None if variant is None else variant.key())
+                            + (() if k_descale is None and v_descale is None else
+                               tuple(None if x is None else x.data_ptr() for x in (k_descale, v_descale))))
         prep = _CALLS.get(key)
     except Exception:  # noqa: BLE001 - an argument that cannot be keyed: the validating path names it
         key = prep = None
@@ -210,13 +229,13 @@ def varlen_attention(
     return _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
                            page_table, causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, return_lse,
                            out, metadata_layout, sort, head_swizzle, short_query_tokens, arch, sinks, alibi_slopes,
-                           variant)
+                           variant, k_descale, v_descale)
 
 
 def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table,
                     causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, return_lse, out,
                     metadata_layout, sort, head_swizzle, short_query_tokens=None, arch=None, sinks=None,
-                    alibi_slopes=None, variant=None):
+                    alibi_slopes=None, variant=None, k_descale=None, v_descale=None):
     """varlen_attention for a signature not prepared yet: every check, the one decision, the
     kernels; the prepared call is stored under ``key`` (None: not keyable) and run.  With
     ``sinks`` a single-class recipe runs the sink kernels (``Recipe.sinks_fused``: the epilogue and
@@ -227,7 +246,8 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                                  softcap=softcap, softmax_scale=softmax_scale, num_splits=num_splits,
                                  pack_gqa=pack_gqa, metadata_layout=metadata_layout, sort=sort,
                                  head_swizzle=head_swizzle, short_query_tokens=short_query_tokens, arch=arch,
-                                 sinks=sinks, alibi_slopes=alibi_slopes, variant=variant)
+                                 sinks=sinks, alibi_slopes=alibi_slopes, variant=variant, k_descale=k_descale,
+                                 v_descale=v_descale)
     sizes = call.sizes
     if call.empty:
         kernel_lse = bool(return_lse) or sinks is not None
@@ -248,7 +268,9 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                            return_lse=kernel_lse, fixed_base=None, sizes=sizes,
                            **({} if alibi_slopes is None else {"alibi": (alibi_slopes.data_ptr(), call.alibi_stride)}),
                            **({"sinks": sinks.data_ptr()} if recipe.sinks_fused else {}),
-                           **({} if call.user is None else {"user": call.user}))
+                           **({} if call.user is None else {"user": call.user}),
+                           **({} if call.descale is None else
+                              {"descale": kernel_args.descale_fields(k_descale, v_descale, call.descale)}))
     if key is not None and signature.cacheable(key):
         _CALLS.put(key, prep)
     out, lse = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)

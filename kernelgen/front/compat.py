@@ -23,11 +23,17 @@ the data, and split-KV partials are merged in a fixed order).
 
 Every other FA3 (or vLLM fork) argument kernelgen does not implement raises
 ``NotImplementedError`` naming the argument, but only when it is set to something other than its
-default: ``seqused_q``, ``qv``, ``q_descale``/``k_descale``/``v_descale`` (FP8), ``attention_chunk``,
+default: ``seqused_q``, ``qv``, ``q_descale`` (FP8 queries; None or a factor of 1 with a 16-bit q is
+accepted), ``attention_chunk``,
 ``scheduler_metadata`` (kernelgen schedules on the GPU every call; see ``AttentionPlan`` for a
 fixed-capacity plan), ``sm_margin``, ``dropout_p``; with_kvcache also ``k``/``v``
 (appending new tokens), ``rotary_cos``/``rotary_sin``/``rotary_seqlens``, ``cache_batch_idx``,
 ``cache_leftpad`` and ``cu_seqlens_k_new``.
+
+FP8 K/V caches: ``k``/``v`` (``k_cache``/``v_cache``) in float8_e4m3fn or float8_e5m2 with a
+float16/bfloat16 ``q`` take FA3's ``k_descale`` / ``v_descale`` (float32 (batch, num_heads_kv) or
+broadcastable; see :func:`kernelgen.varlen_attention`); ``q_descale`` must be None (or 1: an
+FP8 query is a later step and raises NotImplementedError naming it).
 """
 import numbers
 from typing import Optional
@@ -43,9 +49,8 @@ _INT32_MAX = 2 ** 31 - 1
 _HINTS = {
     "seqused_q": "kernelgen reads query lengths from cu_seqlens_q only",
     "qv": "there is no extra query-value product (DeepSeek MLA) in kernelgen",
-    "q_descale": "kernelgen supports float16/bfloat16 only (no FP8)",
-    "k_descale": "kernelgen supports float16/bfloat16 only (no FP8)",
-    "v_descale": "kernelgen supports float16/bfloat16 only (no FP8)",
+    "q_descale": "FP8 queries are not implemented yet (FP8 k/v with float16/bfloat16 q are: pass q_descale=None "
+                 "or 1 with a 16-bit q)",
     "attention_chunk": "chunked (Llama-4 style) attention is not implemented; use window_size for a sliding window",
     "scheduler_metadata": "kernelgen builds its scheduler metadata on the GPU in every call; for a fixed-capacity, "
                           "CUDA-graph friendly plan use kernelgen.AttentionPlan",
@@ -115,6 +120,18 @@ def _sinks(fn: str, sinks, s_aux):
     if sinks is not None and s_aux is not None:
         raise ValueError(f"{fn}: give sinks or s_aux (the same thing, vLLM's name), not both")
     return sinks if sinks is not None else s_aux
+
+
+def _unit_q_descale(q, x) -> bool:
+    """Whether ``q_descale`` is FA3's default for a 16-bit q: None, or a factor of exactly 1 (a
+    number, or a float32 tensor of ones; reading a CUDA tensor's values synchronises once)."""
+    if x is None:
+        return True
+    if isinstance(q, torch.Tensor) and q.dtype not in (torch.float16, torch.bfloat16):
+        return False
+    if isinstance(x, numbers.Real) and not isinstance(x, bool):
+        return float(x) == 1.0
+    return isinstance(x, torch.Tensor) and x.dtype == torch.float32 and bool((x == 1).all())
 
 
 def flash_attn_varlen_func(
@@ -187,13 +204,17 @@ def flash_attn_varlen_func(
         alibi_slopes: ALiBi slopes, FlashAttention-2/3's argument and convention: float32
             (num_heads_q,) or (batch, num_heads_q) on q's device; the logit of query row i and key
             j gets ``-slope * |i + seqlen_k - seqlen_q - j|`` (see :func:`kernelgen.varlen_attention`).
+        q_descale, k_descale, v_descale: FA3's FP8 descale factors.  With k/v float8_e4m3fn or
+            float8_e5m2 and a float16/bfloat16 q: k_descale / v_descale float32 (batch,
+            num_heads_kv) or broadcastable, or None (1); q_descale None or 1 (FP8 queries:
+            NotImplementedError).  See :func:`kernelgen.varlen_attention`.
 
     Returns:
         out (total_q, num_heads_q, head_dim_v) in q's dtype, or (out, softmax_lse) with
         softmax_lse (num_heads_q, total_q) float32, natural log.
 
     Raises:
-        NotImplementedError: an unsupported FA3 argument (seqused_q, qv, q/k/v_descale,
+        NotImplementedError: an unsupported FA3 argument (seqused_q, qv, q_descale other than None or 1,
             attention_chunk, scheduler_metadata, sm_margin, dropout_p) is set;
             the message names it.
         TypeError: cu_seqlens_q is not a tensor (e.g. vLLM's positional order), or a kernelgen
@@ -207,9 +228,7 @@ def flash_attn_varlen_func(
         fn,
         seqused_q=(seqused_q, seqused_q is None),
         qv=(qv, qv is None),
-        q_descale=(q_descale, q_descale is None),
-        k_descale=(k_descale, k_descale is None),
-        v_descale=(v_descale, v_descale is None),
+        q_descale=(q_descale, _unit_q_descale(q, q_descale)),
         attention_chunk=(attention_chunk, _is_zero(attention_chunk)),
         scheduler_metadata=(scheduler_metadata, scheduler_metadata is None),
         sm_margin=(sm_margin, _is_zero(sm_margin)),
@@ -232,7 +251,7 @@ def flash_attn_varlen_func(
         causal=causal, window_size=_window(window_size), softcap=softcap, softmax_scale=softmax_scale,
         num_splits=_num_splits(num_splits), pack_gqa=pack_gqa,
         return_lse=bool(return_attn_probs or return_softmax_lse), out=out, sinks=_sinks(fn, sinks, s_aux),
-        alibi_slopes=alibi_slopes)
+        alibi_slopes=alibi_slopes, k_descale=k_descale, v_descale=v_descale)
 
 
 def _mergeable(x) -> bool:
@@ -310,6 +329,8 @@ def flash_attn_with_kvcache(
         s_aux, sinks: attention sinks, float32 (num_heads_q,), as in ``flash_attn_varlen_func``.
         alibi_slopes: ALiBi slopes, float32 (num_heads_q,) or (batch, num_heads_q), as in
             ``flash_attn_varlen_func`` (query row i of a request is its i-th new token).
+        q_descale, k_descale, v_descale: as in ``flash_attn_varlen_func`` (FP8 k_cache/v_cache with a
+            16-bit q; q_descale None or 1).
 
     Returns:
         out (batch, seqlen_q, num_heads_q, head_dim_v) in q's dtype ((total_q, num_heads_q,
@@ -319,7 +340,7 @@ def flash_attn_with_kvcache(
 
     Raises:
         NotImplementedError: an unsupported argument is set (k/v append, qv, rotary_*,
-            cache_batch_idx, cache_leftpad, cu_seqlens_k_new, q/k/v_descale, attention_chunk,
+            cache_batch_idx, cache_leftpad, cu_seqlens_k_new, q_descale (but None or 1), attention_chunk,
             scheduler_metadata, sm_margin); the message names it.
         TypeError: cache_seqlens is not an integer or an int32 tensor (a bool or a float
             included), or a kernelgen type check failed.
@@ -339,9 +360,7 @@ def flash_attn_with_kvcache(
         cache_batch_idx=(cache_batch_idx, cache_batch_idx is None),
         cache_leftpad=(cache_leftpad, cache_leftpad is None),
         cu_seqlens_k_new=(cu_seqlens_k_new, cu_seqlens_k_new is None),
-        q_descale=(q_descale, q_descale is None),
-        k_descale=(k_descale, k_descale is None),
-        v_descale=(v_descale, v_descale is None),
+        q_descale=(q_descale, _unit_q_descale(q, q_descale)),
         attention_chunk=(attention_chunk, _is_zero(attention_chunk)),
         scheduler_metadata=(scheduler_metadata, scheduler_metadata is None),
         sm_margin=(sm_margin, _is_zero(sm_margin)),
@@ -427,7 +446,8 @@ def flash_attn_with_kvcache(
         q3, kk, vv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=cache_seqlens,
         page_table=table, causal=causal, window_size=_window(window_size), softcap=softcap,
         softmax_scale=softmax_scale, num_splits=_num_splits(num_splits), pack_gqa=pack_gqa,
-        return_lse=bool(return_softmax_lse), out=out3, sinks=_sinks(fn, sinks, s_aux), alibi_slopes=alibi_slopes)
+        return_lse=bool(return_softmax_lse), out=out3, sinks=_sinks(fn, sinks, s_aux), alibi_slopes=alibi_slopes,
+        k_descale=k_descale, v_descale=v_descale)
     o3, lse = (res if return_softmax_lse else (res, None))
     if seqlen_q is None:
         o = o3

@@ -6,14 +6,15 @@ Importing this module registers two operators in the ``kernelgen`` namespace (it
 ``torch.ops.kernelgen.varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None,
 max_seqlen_k=None, seqused_k=None, page_table=None, causal=False, window_left=-1, window_right=-1,
 softcap=0.0, softmax_scale=None, num_splits=0, pack_gqa=None, return_lse=False,
-metadata_layout="soa", sort=True, head_swizzle=True, sinks=None, alibi_slopes=None) -> (Tensor out, Tensor lse)``
+metadata_layout="soa", sort=True, head_swizzle=True, sinks=None, alibi_slopes=None, k_descale=None,
+v_descale=None) -> (Tensor out, Tensor lse)``
     Functional: allocates ``out`` (total_q, num_heads_q, head_dim_v) in q's dtype.  ``lse`` is
     (num_heads_q, total_q) float32 (natural log) when ``return_lse`` is true, else an *empty*
     float32 tensor of shape (0,) on q's device: the op always returns two tensors, and asking for
     no LSE costs no allocation and no writes.
 
 ``torch.ops.kernelgen.varlen_attention_out(out, q, k, v, cu_seqlens_q, ..., head_swizzle=True,
-sinks=None, alibi_slopes=None) -> Tensor lse``
+sinks=None, alibi_slopes=None, k_descale=None, v_descale=None) -> Tensor lse``
     The same with a caller-provided ``out`` that the op writes in place (declared with
     ``mutates_args=("out",)``, so ``torch.compile`` functionalises it correctly); returns only
     ``lse`` (same convention) because a custom op may not return one of its inputs.
@@ -78,6 +79,8 @@ def _varlen_attention_impl(
     head_swizzle: bool = True,
     sinks: Optional[Tensor] = None,
     alibi_slopes: Optional[Tensor] = None,
+    k_descale: Optional[Tensor] = None,
+    v_descale: Optional[Tensor] = None,
 ) -> Tuple[Tensor, Tensor]:
     """``torch.ops.kernelgen.varlen_attention``: varlen attention that allocates its output.
 
@@ -87,7 +90,8 @@ def _varlen_attention_impl(
     ``window_size`` given as ``window_left, window_right`` and no ``out``; ``sinks`` float32
     (Hq,) attention sinks or None (applied as an LSE rescale after the kernels);
     ``alibi_slopes`` float32 (Hq,) or (batch, Hq) ALiBi slopes or None (FlashAttention-2's
-    convention, see :func:`kernelgen.varlen_attention`).
+    convention, see :func:`kernelgen.varlen_attention`); ``k_descale`` / ``v_descale`` float32
+    (batch, Hkv) or broadcastable descale factors of an FP8 k/v cache, or None.
 
     Returns:
         (out, lse): out (total_q, Hq, head_dim_v) in q's dtype; lse (Hq, total_q) float32 natural
@@ -104,7 +108,7 @@ def _varlen_attention_impl(
         page_table=page_table, causal=causal, window_size=(window_left, window_right), softcap=softcap,
         softmax_scale=softmax_scale, num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse,
         metadata_layout=metadata_layout, sort=sort, head_swizzle=head_swizzle, sinks=sinks,
-        alibi_slopes=alibi_slopes)
+        alibi_slopes=alibi_slopes, k_descale=k_descale, v_descale=v_descale)
     if return_lse:
         out, lse = res
         return out, lse
@@ -135,6 +139,8 @@ def _varlen_attention_out_impl(
     head_swizzle: bool = True,
     sinks: Optional[Tensor] = None,
     alibi_slopes: Optional[Tensor] = None,
+    k_descale: Optional[Tensor] = None,
+    v_descale: Optional[Tensor] = None,
 ) -> Tensor:
     """``torch.ops.kernelgen.varlen_attention_out``: writes ``out`` in place, returns lse.
 
@@ -156,7 +162,7 @@ def _varlen_attention_out_impl(
         page_table=page_table, causal=causal, window_size=(window_left, window_right), softcap=softcap,
         softmax_scale=softmax_scale, num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out,
         metadata_layout=metadata_layout, sort=sort, head_swizzle=head_swizzle, sinks=sinks,
-        alibi_slopes=alibi_slopes)
+        alibi_slopes=alibi_slopes, k_descale=k_descale, v_descale=v_descale)
     return res[1] if return_lse else _lse_or_empty(None, q)
 
 
@@ -182,7 +188,8 @@ varlen_attention_op.register_autograd(_no_backward, setup_context=lambda ctx, in
 
 # ------------------------------------------------------------------------------ fake (meta) kernels
 def _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, causal, window_left, window_right,
-                 softcap, num_splits, metadata_layout, sinks=None, alibi_slopes=None):
+                 softcap, num_splits, metadata_layout, sinks=None, alibi_slopes=None, k_descale=None,
+                 v_descale=None):
     """The checks of kernelgen.varlen_attention that read no tensor values (shapes, dtypes, scalar
     arguments), so a bad call fails while torch.compile traces; returns (total_q, num_heads_q,
     head_dim_v)."""
@@ -203,8 +210,10 @@ def _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, cau
     for name, x in (("k", k), ("v", v)):
         if x.dim() != kdim:
             raise ValueError(f"{name} must have {kdim} dimensions {what}, got shape {tuple(x.shape)}")
-        if x.dtype != q.dtype:
-            raise TypeError(f"{name} must have q's dtype {q.dtype}, got {x.dtype}")
+        if name == "k" and x.dtype != q.dtype and x.dtype not in validation.KV_FP8_DTYPES:
+            raise TypeError(f"k must have q's dtype {q.dtype} (or an FP8 dtype), got {x.dtype}")
+        if name == "v" and x.dtype != k.dtype:
+            raise TypeError(f"v must have k's dtype {k.dtype}, got {x.dtype}")
     if k.shape[-1] != q.shape[-1]:
         raise ValueError(f"k head_dim {k.shape[-1]} must equal q head_dim {q.shape[-1]}")
     if tuple(v.shape[:-1]) != tuple(k.shape[:-1]):
@@ -227,6 +236,9 @@ def _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, cau
         raise ValueError("cu_seqlens_k is required for packed k/v (give page_table and seqused_k for a paged cache)")
     validation.sinks(sinks, hq, q.device)     # varlen_attention's own checks (dtype, shape, device)
     validation.alibi_slopes(alibi_slopes, hq, None, q.device)
+    kv_dtype = validation.KV_FP8_DTYPES.get(k.dtype)
+    validation.descale("k_descale", k_descale, None, hkv, q.device, kv_dtype)
+    validation.descale("v_descale", v_descale, None, hkv, q.device, kv_dtype)
     return q.shape[0], q.shape[1], v.shape[-1]
 
 
@@ -239,9 +251,11 @@ def _fake_lse(q, return_lse):
 def _varlen_attention_fake(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
                            seqused_k=None, page_table=None, causal=False, window_left=-1, window_right=-1,
                            softcap=0.0, softmax_scale=None, num_splits=0, pack_gqa=None, return_lse=False,
-                           metadata_layout="soa", sort=True, head_swizzle=True, sinks=None, alibi_slopes=None):
+                           metadata_layout="soa", sort=True, head_swizzle=True, sinks=None, alibi_slopes=None,
+                           k_descale=None, v_descale=None):
     total_q, hq, dv = _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, causal, window_left,
-                                   window_right, softcap, num_splits, metadata_layout, sinks, alibi_slopes)
+                                   window_right, softcap, num_splits, metadata_layout, sinks, alibi_slopes,
+                                   k_descale, v_descale)
     return q.new_empty((total_q, hq, dv)), _fake_lse(q, return_lse)
 
 
@@ -250,9 +264,10 @@ def _varlen_attention_out_fake(out, q, k, v, cu_seqlens_q, cu_seqlens_k=None, ma
                                seqused_k=None, page_table=None, causal=False, window_left=-1, window_right=-1,
                                softcap=0.0, softmax_scale=None, num_splits=0, pack_gqa=None, return_lse=False,
                                metadata_layout="soa", sort=True, head_swizzle=True, sinks=None,
-                               alibi_slopes=None):
+                               alibi_slopes=None, k_descale=None, v_descale=None):
     total_q, hq, dv = _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, causal, window_left,
-                                   window_right, softcap, num_splits, metadata_layout, sinks, alibi_slopes)
+                                   window_right, softcap, num_splits, metadata_layout, sinks, alibi_slopes,
+                                   k_descale, v_descale)
     if tuple(out.shape) != (total_q, hq, dv) or out.dtype != q.dtype:
         raise ValueError(f"out must be a {q.dtype} tensor of shape {(total_q, hq, dv)}, got {out.dtype} "
                          f"{tuple(out.shape)}")
@@ -293,6 +308,8 @@ def varlen_attention(
     head_swizzle: bool = True,
     sinks: Optional[Tensor] = None,
     alibi_slopes: Optional[Tensor] = None,
+    k_descale: Optional[Tensor] = None,
+    v_descale: Optional[Tensor] = None,
 ):
     """:func:`kernelgen.varlen_attention` that ``torch.compile(fullgraph=True)`` can trace.
 
@@ -303,7 +320,8 @@ def varlen_attention(
     ``sinks`` float32 (num_heads_q,) attention sinks (gpt-oss semantics, applied as an exact LSE
     rescale after the kernels, one extra pass over out; see :func:`kernelgen.varlen_attention`);
     ``alibi_slopes`` float32 (num_heads_q,) or (batch, num_heads_q) ALiBi slopes (FlashAttention-2's
-    convention; see :func:`kernelgen.varlen_attention`).
+    convention; see :func:`kernelgen.varlen_attention`); ``k_descale`` / ``v_descale`` float32
+    (batch, num_heads_kv) or broadcastable descale factors of an FP8 k/v cache (FlashAttention-3's).
     While torch.compile traces, for fake or meta tensors, and when autograd records (an input
     requires grad) the call goes through ``torch.ops.kernelgen.varlen_attention`` (or
     ``varlen_attention_out`` when ``out`` is given); otherwise it calls the eager implementation
@@ -327,7 +345,7 @@ def varlen_attention(
             page_table=page_table, causal=causal, window_size=window_size, softcap=softcap,
             softmax_scale=softmax_scale, num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out,
             metadata_layout=metadata_layout, sort=sort, head_swizzle=head_swizzle, sinks=sinks,
-        alibi_slopes=alibi_slopes)
+            alibi_slopes=alibi_slopes, k_descale=k_descale, v_descale=v_descale)
     from ..selection import validation
 
     # Validate before converting: float()/int() would turn a bad value into a raw conversion error
@@ -340,7 +358,7 @@ def varlen_attention(
         softmax_scale = validation.softmax_scale(softmax_scale, q.shape[-1])
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, bool(causal),
             int(window_size[0]), int(window_size[1]), softcap, softmax_scale, num_splits, pack_gqa,
-            bool(return_lse), metadata_layout, bool(sort), bool(head_swizzle), sinks, alibi_slopes)
+            bool(return_lse), metadata_layout, bool(sort), bool(head_swizzle), sinks, alibi_slopes, k_descale, v_descale)
     if out is None:
         out, lse = torch.ops.kernelgen.varlen_attention(*args)
     else:

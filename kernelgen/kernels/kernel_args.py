@@ -37,13 +37,14 @@ def scheduler_fields(batch: int, capacity: int, cfg) -> dict:
 
 def attention_fields(q, k, v, out, lse, page_table, capacity: int, scale: float, window=(-1, -1),
                      softcap: float = 0.0, strides: dict | None = None, alibi: tuple | None = None,
-                     sinks: int | None = None, user: tuple | None = None) -> dict:
+                     sinks: int | None = None, user: tuple | None = None, descale: dict | None = None) -> dict:
     """AttnParams' strides, sizes and scales (``scale`` is softmax_scale, folded with log2(e));
     ``strides`` are the partials' (``split_strides``), None without split-KV.  ``alibi``: (address,
     batch stride) of the ALiBi slopes (``params.ATTENTION_PARAMS_ALIBI``), None without ALiBi (the
     plain AttnParams has no such fields).  ``sinks``: the address of the float32 sinks of a sink
     kernel (``params.ATTENTION_PARAMS_SINKS``), None otherwise.  ``user``: the addresses of a user
-    variant's tensors (``AttnParams.user0`` .., ``params.user_params``), None without a variant."""
+    variant's tensors (``AttnParams.user0`` .., ``params.user_params``), None without a variant.
+    ``descale``: an FP8 kernel's descale fields (``descale_fields``), None for a 16-bit cache."""
     paged = page_table is not None
     total_q, hq, _ = out.shape
     extra = {} if alibi is None else {"alibi_slopes": int(alibi[0]), "alibi_batch_stride": int(alibi[1])}
@@ -51,6 +52,8 @@ def attention_fields(q, k, v, out, lse, page_table, capacity: int, scale: float,
         extra["sinks"] = int(sinks)
     if user is not None:
         extra.update((f"user{i}", int(a)) for i, a in enumerate(user))
+    if descale is not None:
+        extra.update(descale)
     return {
         **extra,
         "q_row_stride": q.stride(0), "q_head_stride": q.stride(1),
@@ -66,6 +69,17 @@ def attention_fields(q, k, v, out, lse, page_table, capacity: int, scale: float,
         "softcap_scale": scale / softcap if softcap > 0 else 0.0,
         "softcap_log2": softcap * _LOG2E,
     }
+
+
+def descale_fields(k_descale, v_descale, strides: tuple) -> dict:
+    """The FP8 variants' AttnParams fields (``params.FP8_FIELDS``): the addresses of ``k_descale``
+    and ``v_descale`` (0 for None: factor 1) and their (batch, head) strides in elements
+    (``strides``: ``validation.descale``'s results for the two, None for None)."""
+    d = {}
+    for name, x, st in (("k_descale", k_descale, strides[0]), ("v_descale", v_descale, strides[1])):
+        d[name] = 0 if x is None else int(x.data_ptr())
+        d[f"{name}_batch_stride"], d[f"{name}_head_stride"] = (0, 0) if st is None else (int(st[0]), int(st[1]))
+    return d
 
 
 def combine_fields(out, lse, num_heads_q: int, strides: dict, sinks: int | None = None) -> dict:

@@ -187,6 +187,25 @@ TMA_ATTENTION_PARAMS_SINKS = TmaParamStruct(ATTENTION_PARAMS_SINKS)
 TMA_ATTENTION_PARAMS_ALIBI_SINKS = TmaParamStruct(ATTENTION_PARAMS_ALIBI_SINKS)
 
 
+#: The fields of FP8 K/V variants (``AttentionSpec.kv_dtype``), appended after the plain, ALiBi and
+#: sinks fields (before a user variant's): the float32 ``k_descale`` / ``v_descale`` addresses (i64
+#: static fields, as ALiBi's slopes: a prepared call is keyed by the tensors' addresses, the kernel
+#: reads the values at every launch; 0 = factor 1) and the (batch, KV head) strides in elements the
+#: factor of request b and KV head h is read at (0 along a broadcast dimension).
+FP8_FIELDS = [("k_descale", "i64"), ("v_descale", "i64"), ("k_descale_batch_stride", "i32"),
+              ("k_descale_head_stride", "i32"), ("v_descale_batch_stride", "i32"), ("v_descale_head_stride", "i32")]
+ATTENTION_PARAMS_FP8 = ParamStruct("AttnParams", ATTENTION_PARAMS.fields + FP8_FIELDS)
+_FP8_STRUCTS: dict = {ATTENTION_PARAMS.names: ATTENTION_PARAMS_FP8}
+
+
+def fp8_params(base: ParamStruct) -> ParamStruct:
+    """``base`` (an ``AttnParams`` ParamStruct) with the FP8 descale fields appended."""
+    st = _FP8_STRUCTS.get(base.names)
+    if st is None:
+        st = _FP8_STRUCTS[base.names] = ParamStruct("AttnParams", base.fields + FP8_FIELDS)
+    return st
+
+
 #: Names of the user-variant tensor address fields (``AttentionSpec.variant``), in order.
 USER_FIELDS = tuple(f"user{i}" for i in range(8))
 _USER_STRUCTS: dict = {}
@@ -213,6 +232,11 @@ def attention_params_for(spec):
     its tensors' addresses (``user_params``)."""
     alibi, sinks = getattr(spec, "alibi", False), getattr(spec, "sinks", False)
     code = getattr(spec, "variant", None)
+    if getattr(spec, "kv_dtype", ""):   # (an sm_80-mainloop variant: no tensor maps)
+        base = fp8_params({(False, False): ATTENTION_PARAMS, (True, False): ATTENTION_PARAMS_ALIBI,
+                           (False, True): ATTENTION_PARAMS_SINKS,
+                           (True, True): ATTENTION_PARAMS_ALIBI_SINKS}[alibi, sinks])
+        return base if code is None else user_params(base, len(code.tensors), False)
     if code is not None:
         base = {(False, False): ATTENTION_PARAMS, (True, False): ATTENTION_PARAMS_ALIBI,
                 (False, True): ATTENTION_PARAMS_SINKS, (True, True): ATTENTION_PARAMS_ALIBI_SINKS}[alibi, sinks]

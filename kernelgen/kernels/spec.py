@@ -23,6 +23,9 @@ UNTESTED_ARCHS = ("sm_100", "sm_120")
 #: Every compile target a spec may name.
 ALL_ARCHS = ARCHS + UNTESTED_ARCHS
 DTYPES = ("fp16", "bf16")
+#: FP8 K/V cache dtypes of the sm_80 mainloop (``AttentionSpec.kv_dtype``): OCP e4m3 (torch's
+#: float8_e4m3fn) and e5m2, converted to the 16-bit ``dtype`` as they are loaded.
+KV_DTYPES = ("e4m3", "e5m2")
 HEAD_DIMS = (64, 96, 128, 192, 256)
 MASKS = ("none", "causal", "local")
 LAYOUTS = ("soa", "aos")
@@ -147,6 +150,14 @@ class AttentionSpec:
     #: (``params.attention_params_for``).  None: absent from the name, template variables and
     #: ``to_json`` (every other spec's source and cache key unchanged).
     variant: VariantCode | None = None
+    #: FP8 K/V cache ("e4m3" or "e5m2"; "" = K/V in ``dtype``): the sm_80 mainloop copies each
+    #: block's FP8 bytes into shared-memory staging stages (cp.async, the same pipeline depth) and
+    #: converts the block it is about to use into one 16-bit K and V tile (exact: every FP8 value
+    #: is a ``dtype`` value); ``k_descale[b, kv head]`` multiplies the softmax scale of a tile, and
+    #: ``v_descale[b, kv head]`` its O in the epilogue (``params.ATTENTION_PARAMS_FP8``' fields;
+    #: null addresses read as 1).  "": absent from the name, template variables and ``to_json``
+    #: (every other spec's source and cache key unchanged).
+    kv_dtype: str = ""
 
     kind: ClassVar[str] = "attention"
     entry: ClassVar[str] = "kg_attention_fwd"
@@ -167,6 +178,8 @@ class AttentionSpec:
         _check(self.mask, MASKS, "mask")
         _check(self.layout, LAYOUTS, "layout")
         _check(self.mainloop, MAINLOOPS, "mainloop")
+        if self.kv_dtype:
+            _check(self.kv_dtype, KV_DTYPES, "kv_dtype")
         if self.mainloop == "sm90a":
             why = self.sm90_unsupported()
             if why:
@@ -191,6 +204,8 @@ class AttentionSpec:
         for flag in ("pack_gqa",):
             if getattr(self, flag):
                 return flag
+        if self.kv_dtype:
+            return f"kv_dtype {self.kv_dtype!r} (FP8 K/V runs on the sm_80 mainloop for now)"
         if t.num_warps not in self.SM90_REGS or t.block_m != 16 * t.num_warps:
             return f"tile {t.tag} (needs 8 consumer warps and block_m = 128)"
         if t.block_n % 16 or t.block_n > 256 or not 2 <= t.num_stages <= 4 or t.min_blocks != 1:
@@ -243,6 +258,8 @@ class AttentionSpec:
             return 2 * (dp * (t.block_m + t.num_stages * t.block_n) + dvp * t.num_stages * t.block_n) + 256 + 1024
         sq, sv = self.head_dim + 8, self.head_dim_v + 8
         q = 0 if self.q_in_registers else t.block_m * max(sq, sv)
+        if self.kv_dtype:   # one 16-bit K and V tile, num_stages FP8 stages of unpadded rows
+            return 2 * (q + t.block_n * (sq + sv)) + t.num_stages * t.block_n * (self.head_dim + self.head_dim_v)
         return 2 * (q + t.num_stages * t.block_n * (sq + sv))
 
     @property
@@ -252,6 +269,8 @@ class AttentionSpec:
                         if getattr(self, {"pack": "pack_gqa", "rowsplits": "row_splits"}.get(flag, flag)))
         if self.variant is not None:
             extra += f"_var{self.variant.digest}"
+        if self.kv_dtype:
+            extra += f"_kv{self.kv_dtype}"
         path = "" if self.mainloop == "sm80" else "_wgmma" + "".join(f"_{_SM90_OPT_NAMES[o]}" for o in self.sm90_opts)
         return f"attn_{self.arch}{path}_{self.dtype}_{hd}_{self.mask}{extra}_{self.layout}_{self.tile.tag}"
 
@@ -280,6 +299,7 @@ class AttentionSpec:
             **({"alibi": True} if self.alibi else {}),
             **({"sinks": True} if self.sinks else {}),
             **({"user": self.variant.template_vars()} if self.variant is not None else {}),
+            **({"kv_dtype": self.kv_dtype} if self.kv_dtype else {}),
         }
 
     def _sm90_regs(self) -> dict:
@@ -304,6 +324,8 @@ class AttentionSpec:
             del d["variant"]
         else:
             d["variant"] = self.variant.to_json()
+        if not self.kv_dtype:
+            del d["kv_dtype"]
         d["kind"] = self.kind
         return d
 
@@ -415,6 +437,8 @@ class FusedAttentionSpec:
             raise ValueError("the fused kernels take no sinks variant (launch.sinks.apply rescales after them)")
         if a.alibi or b.alibi:
             raise ValueError("the fused kernels take no ALiBi variant (an ALiBi mixed batch runs the classes in turn)")
+        if a.kv_dtype or b.kv_dtype:
+            raise ValueError("the fused kernels take no FP8 K/V variant (an FP8 mixed batch runs as one class)")
         if a.variant is not None or b.variant is not None:
             raise ValueError("the fused kernels take no user variant (a mixed batch with a kernelgen.Variant runs "
                              "the classes in turn)")

@@ -221,7 +221,7 @@ class TmaLaunch:
 def build(*, sched, attn, combine, cfg, layout: WorkspaceLayout, batch: int, q, k, v, out, lse, page_table,
           scale: float, window: tuple, softcap: float, return_lse: bool, fixed_base: int | None,
           sizes: dict, maps=None, alibi: tuple | None = None, sinks: int | None = None,
-          user: tuple | None = None) -> PreparedCall:
+          user: tuple | None = None, descale: dict | None = None) -> PreparedCall:
     """Prepare the launches of a validated call whose tensors are ``q``, ``k``, ``v``, ``out``,
     ``lse`` and ``page_table`` (shapes and strides are read, pointers are not kept).
 
@@ -233,7 +233,8 @@ def build(*, sched, attn, combine, cfg, layout: WorkspaceLayout, batch: int, q, 
     attention kernel (its launch is then a ``TmaLaunch``, which writes them per call).  ``alibi``:
     (address, batch stride) of the ALiBi slopes, static fields of an ALiBi kernel.  ``sinks``: the
     address of the sinks of sink kernels (``AttentionSpec.sinks``; the call's ``sinks_fused``).
-    ``user``: the addresses of a user variant's tensors (``AttentionSpec.variant``).  Raises
+    ``user``: the addresses of a user variant's tensors (``AttentionSpec.variant``).  ``descale``:
+    an FP8 kernel's descale fields (``kernel_args.descale_fields``; ``AttentionSpec.kv_dtype``).  Raises
     ValueError past metadata.MAX_CAPACITY.
     """
     kernel_args.check_capacity(layout.capacity)
@@ -243,7 +244,7 @@ def build(*, sched, attn, combine, cfg, layout: WorkspaceLayout, batch: int, q, 
     sched_launch = launch.prepare(sched, 1, kernel_args.scheduler_fields(batch, layout.capacity, cfg), smem=smem,
                                   threads=threads)
     attn_launch = launch.prepare(attn, attn.persistent_grid, kernel_args.attention_fields(
-        q, k, v, out, lse, page_table, layout.capacity, scale, window, softcap, strides, alibi, sinks, user))
+        q, k, v, out, lse, page_table, layout.capacity, scale, window, softcap, strides, alibi, sinks, user, descale))
     combine_launch = None
     if combine is not None:
         grid = kernel_args.combine_grid(out.shape[0], hq, combine.spec.rows_per_cta)
@@ -289,10 +290,11 @@ class SingleKernels:
 
     def prepare(self, *, layout: WorkspaceLayout, batch: int, q, k, v, out, lse, page_table, scale: float,
                 window: tuple, softcap: float, return_lse: bool, fixed_base: int | None, sizes: dict,
-                alibi: tuple | None = None, sinks: int | None = None, user: tuple | None = None) -> PreparedCall:
+                alibi: tuple | None = None, sinks: int | None = None, user: tuple | None = None,
+                descale: dict | None = None) -> PreparedCall:
         """``build`` with these kernels and config (and the Hopper kernel's tensor maps)."""
         maps = tma.attention_maps(self.map_spec, q, k, v, page_table is not None) if self.hopper else None
         return build(sched=self.sched, attn=self.attn, combine=self.combine, cfg=self.config, layout=layout,
                      batch=batch, q=q, k=k, v=v, out=out, lse=lse, page_table=page_table, scale=scale, window=window,
                      softcap=softcap, return_lse=return_lse, fixed_base=fixed_base, sizes=sizes, maps=maps, alibi=alibi,
-                     sinks=sinks, user=user)
+                     sinks=sinks, user=user, descale=descale)

@@ -35,6 +35,9 @@ class CheckedCall:
     alibi_stride: int = -1
     #: the addresses of a user variant's tensors (``AttnParams.user0`` ..), None without a variant
     user: tuple | None = None
+    #: FP8 K/V (``sizes["kv_dtype"]``): ((k_descale batch, head strides) or None, (v_descale ...) or
+    #: None) in elements (``validation.descale``; None: factor 1); None for a 16-bit cache
+    descale: tuple | None = None
 
     @property
     def empty(self) -> bool:
@@ -44,7 +47,8 @@ class CheckedCall:
 
 def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, seqused_k, page_table, out,
                 causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, metadata_layout, sort,
-                head_swizzle, short_query_tokens, arch, sinks=None, alibi_slopes=None, variant=None) -> CheckedCall:
+                head_swizzle, short_query_tokens, arch, sinks=None, alibi_slopes=None, variant=None,
+                k_descale=None, v_descale=None) -> CheckedCall:
     """Every check of ``varlen_attention``'s arguments (same names, shapes and types; see its
     docstring), in its order, and the signature its kernels are chosen from: the length hints
     default to total_q and the K/V capacity in tokens.
@@ -54,6 +58,9 @@ def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
     """
     sizes = validation.varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out,
                                      seqused_k=seqused_k, page_table=page_table)
+    kv_dtype = sizes.get("kv_dtype")
+    descale = tuple(validation.descale(name, x, sizes["batch"], sizes["num_heads_kv"], q.device, kv_dtype)
+                    for name, x in (("k_descale", k_descale), ("v_descale", v_descale)))
     validation.sinks(sinks, sizes["num_heads_q"], q.device)
     alibi_stride = validation.alibi_slopes(alibi_slopes, sizes["num_heads_q"], sizes["batch"], q.device)
     code = validation.variant(variant, q.device)
@@ -77,6 +84,8 @@ def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         elif seqused_k is not None:
             validation.check_seqused_values(seqused_k, cu_seqlens_k)
         validation.check_sinks_values(sinks)
+        validation.check_descale_values("k_descale", k_descale)
+        validation.check_descale_values("v_descale", v_descale)
     total_q, batch = sizes["total_q"], sizes["batch"]
     if total_q and batch and batch > metadata.MAX_CAPACITY:
         raise ValueError(f"cu_seqlens_q describes {batch} requests; at most {metadata.MAX_CAPACITY} per call")
@@ -91,9 +100,9 @@ def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         page_size=sizes.get("page_size", 0), softcap=cap > 0, pack_gqa=pack_gqa, num_splits=splits,
         short_query_tokens=short_query_tokens, arch=arch, tma_ok=all(tma.tma_compatible(t) for t in (q, k, v)),
         batch=batch, rows=total_q, sort=bool(sort), head_swizzle=bool(head_swizzle), alibi=alibi_stride >= 0,
-        sinks=sinks is not None, variant=code)
+        sinks=sinks is not None, variant=code, **({"kv_dtype": kv_dtype} if kv_dtype else {}))
     return CheckedCall(sizes, scale, (left, right), cap, sig, settings, alibi_stride,
-                       None if variant is None else variant.addresses())
+                       None if variant is None else variant.addresses(), descale if kv_dtype else None)
 
 
 def plan_capacity(max_batch, dtype, num_heads_q: int, num_heads_kv: int, max_seqlen_q, max_seqlen_k) -> None:
@@ -186,6 +195,9 @@ def plan_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out,
                 raise ValueError(f"{name}: the plan runs the Hopper (TMA) kernel, whose loads need token and head "
                                  f"strides that are multiples of 16 bytes, got strides {tuple(t.stride())}; make "
                                  f"the plan with arch='sm_80' for such tensors")
+    if "kv_dtype" in sizes:
+        raise NotImplementedError("k: an FP8 K/V cache (float8_e4m3fn / float8_e5m2) runs through varlen_attention "
+                                  "(k_descale=, v_descale=); AttentionPlan does not take one yet")
     if lse is not None:
         validation.lse_buffer(lse, heads[0], sizes["total_q"], device)
     validation.sinks(sinks, heads[0], device)

@@ -93,6 +93,11 @@ class CallSignature:
     #: its attention variants (``AttentionSpec.variant``); a mixed batch then runs its classes in
     #: turn on sm_90a or as one class elsewhere, as with ALiBi (the fused kernels take no variant).
     variant: VariantCode | None = None
+    #: FP8 K/V cache ("e4m3" or "e5m2"; "" = k/v in ``dtype``): the sm_80 mainloop's FP8 variants
+    #: (``AttentionSpec.kv_dtype``: converted to ``dtype`` on load, ``k_descale`` / ``v_descale``
+    #: applied), on every arch (the Hopper kernels take no FP8 cache yet); a mixed batch runs as
+    #: one class (the fused kernels take no FP8 variant).
+    kv_dtype: str = ""
 
 
 def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) -> Recipe:
@@ -107,6 +112,15 @@ def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) 
     """
     arch = device.compile_arch(settings.allow_untested_arch)
     mainloop = validation.arch(sig.arch, arch, settings.arch)
+    if sig.kv_dtype:
+        # FP8 K/V: the sm_80 mainloop's FP8 variants on every arch, one class (no fused kernel)
+        if mainloop == "sm90a":
+            raise ValueError(f"arch='sm_90a' (or {validation.ARCH_ENV}): the Hopper kernels take no FP8 K/V cache "
+                             f"({sig.kv_dtype}) yet; FP8 caches run on the sm_80 mainloop (arch=None or 'sm_80')")
+        if sig.short_query_tokens:
+            raise ValueError("short_query_tokens >= 1 forces the fused launch, which takes no FP8 K/V cache: leave "
+                             "it None or 0")
+        return recipe(_choose(sig, arch, device, settings, "sm80"), sig, device, settings)
     if mainloop == "sm90a":
         if sig.short_query_tokens:
             raise ValueError("arch='sm_90a' runs no fused mixed-batch launch: leave short_query_tokens None or 0")
@@ -184,6 +198,11 @@ def recipe(variants, sig: CallSignature, device: Device, settings: Settings = Se
     for a call signature on a device: the scheduler plans of each request class and the workspace
     (sized by ``sig.batch`` requests and ``sig.rows`` query tokens)."""
     hq, dv = sig.num_heads_q, sig.head_dim_v
+    if sig.kv_dtype:
+        if not isinstance(variants, Variants) or variants.attention.mainloop != "sm80":
+            raise ValueError(f"an FP8 K/V cache ({sig.kv_dtype}) runs one sm_80-mainloop class, got {variants!r}")
+        variants = dataclasses.replace(variants, attention=dataclasses.replace(variants.attention,
+                                                                               kv_dtype=sig.kv_dtype))
     if sig.sinks and isinstance(variants, Variants):
         variants = dataclasses.replace(
             variants, attention=dataclasses.replace(variants.attention, sinks=True),

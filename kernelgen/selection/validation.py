@@ -17,6 +17,10 @@ import torch
 from ..kernels.spec import HEAD_DIMS
 
 DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+#: FP8 K/V cache dtypes (``AttentionSpec.kv_dtype``): k and v in one of these with 16-bit queries;
+#: the kernels convert the cache to q's dtype on load (exactly: every e4m3/e5m2 value is an fp16
+#: and a bf16 value) and apply ``k_descale`` / ``v_descale``.
+KV_FP8_DTYPES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 #: Largest finite sliding-window side (tokens): the kernels add it to positions in 32-bit ints.
 MAX_WINDOW = 1 << 30
 LAYOUTS = ("soa", "aos")
@@ -126,8 +130,8 @@ def varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
     kdim = 4 if paged else 3
     if paged and isinstance(k, torch.Tensor) and k.dim() == 3:
         raise ValueError("k must be a paged cache (num_pages, page_size, num_heads_kv, head_dim) when page_table is given")
-    tensor("k", k, ndim=kdim, dtypes=(q.dtype,), device=dev)
-    tensor("v", v, ndim=kdim, dtypes=(q.dtype,), device=dev)
+    tensor("k", k, ndim=kdim, dtypes=(q.dtype,) + tuple(KV_FP8_DTYPES), device=dev)
+    tensor("v", v, ndim=kdim, dtypes=(k.dtype,), device=dev)
     total_q, hq, d = q.shape
     hkv, dk = k.shape[-2], k.shape[-1]
     if dk != d:
@@ -146,6 +150,8 @@ def varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
     batch = cu_seqlens("cu_seqlens_q", cu_seqlens_q, dev)
     sizes = {"total_q": total_q, "num_heads_q": hq, "num_heads_kv": hkv, "head_dim": d, "head_dim_v": dv,
              "batch": batch, "paged": paged}
+    if k.dtype in KV_FP8_DTYPES:
+        sizes["kv_dtype"] = KV_FP8_DTYPES[k.dtype]
     if paged:
         if cu_seqlens_k is not None:
             raise ValueError("cu_seqlens_k must be None with a page_table (key lengths come from seqused_k)")
@@ -291,6 +297,42 @@ def alibi_slopes(x, num_heads_q: int, batch: int | None, device) -> int:
         raise ValueError(f"alibi_slopes must be contiguous along the heads (stride 1 in its last dimension), "
                          f"got strides {tuple(x.stride())}")
     return x.stride(0) if x.dim() == 2 and x.shape[0] > 1 else 0
+
+
+def descale(name: str, x, batch: int | None, num_heads_kv: int, device, kv_dtype: str | None) -> tuple:
+    """``k_descale`` / ``v_descale`` (FlashAttention-3's arguments): None (1.0), or a float32 tensor
+    on ``device`` (q's) of shape ``(batch, num_heads_kv)`` or one that broadcasts to it (``()``,
+    ``(1,)``, ``(num_heads_kv,)``, ``(1, 1)``, ``(batch, 1)``, ``(1, num_heads_kv)``: a per-tensor
+    scale is the broadcast case; any strides, ``expand``ed tensors included).  Given only with an
+    FP8 K/V cache (``kv_dtype``).  Returns the (batch, head) strides in elements the kernels read
+    the factor of (request b, KV head h) at (0 along a broadcast dimension), None for None.
+    ``batch`` None: any number of rows (a plan's capacity is checked by the plan).  The values are
+    read on the device only (``check_descale_values``: finite, under ``KERNELGEN_CHECK_INPUTS=1``)."""
+    if x is None:
+        return None
+    if kv_dtype is None:
+        raise ValueError(f"{name} applies to an FP8 K/V cache (k/v float8_e4m3fn or float8_e5m2) only; "
+                         f"k/v here have q's 16-bit dtype: pass {name}=None")
+    tensor(name, x, dtypes=(torch.float32,), device=device)
+    if x.dim() > 2:
+        raise ValueError(f"{name} must have shape (batch, num_heads_kv) or broadcast to it, got {tuple(x.shape)}")
+    shape = (1,) * (2 - x.dim()) + tuple(x.shape)
+    stride = (0,) * (2 - x.dim()) + tuple(x.stride())
+    want_b = "batch" if batch is None else batch
+    if (batch is not None and shape[0] not in (1, batch)) or shape[1] not in (1, num_heads_kv):
+        raise ValueError(f"{name} must have shape ({want_b}, {num_heads_kv}) (batch, num_heads_kv), or one that "
+                         f"broadcasts to it ((), (1, 1), ({want_b}, 1), (1, {num_heads_kv})), got {tuple(x.shape)}")
+    return (stride[0] if shape[0] > 1 else 0, stride[1] if shape[1] > 1 else 0)
+
+
+def check_descale_values(name: str, x) -> None:
+    """Opt-in host check (synchronises!): every descale factor is finite."""
+    if x is None:
+        return
+    v = x.detach().to("cpu", torch.float64).flatten()
+    bad = (~torch.isfinite(v)).nonzero().flatten()
+    if bad.numel():
+        raise ValueError(f"{name} holds a non-finite factor ({float(v[int(bad[0])])}); descale factors must be finite")
 
 
 def check_sinks_values(x) -> None:

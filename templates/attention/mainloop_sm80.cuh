@@ -204,3 +204,142 @@ __device__ __forceinline__ void gemm_pv(float (&o)[MT][DV / 8][4], const float (
     }
   }
 }
+{% if v.get("kv_dtype") %}
+
+// ---- FP8 K/V ({{ v.kv_dtype }}): cp.async the cache's bytes into FP8 stages (rows of COLS bytes,
+// unpadded), then, for the block about to be used, convert a stage into the one 16-bit K and V tile
+// the GEMMs read (exact: every {{ v.kv_dtype }} value is an {{ v.dtype }} value). ----
+typedef unsigned char u8;
+
+// ROWS x COLS bytes from global (row stride `row_stride` bytes) into an FP8 stage; rows >=
+// valid_rows are zero-filled (source size 0: nothing is read).
+template <int ROWS, int COLS>
+__device__ __forceinline__ void load_tile8(u32 s_base, const u8* g, i64 row_stride, int valid_rows, int tid) {
+  constexpr int CPR = COLS / 16;  // 16-byte chunks per row
+  constexpr int TPR = copy_tpr(CPR);
+  constexpr int RSTEP = NT / TPR;
+  const int r0 = tid / TPR, c0 = tid % TPR;
+  const u8* src = g + (i64)r0 * row_stride + c0 * 16;
+  const i64 step = (i64)RSTEP * row_stride;
+  const u32 dst = s_base + (u32)(r0 * COLS + c0 * 16);
+#pragma unroll
+  for (int i = 0; i < (ROWS + RSTEP - 1) / RSTEP; ++i) {
+    const int r = r0 + i * RSTEP;
+    if (ROWS % RSTEP == 0 || r < ROWS) {
+      const bool ok = r < valid_rows;
+#pragma unroll
+      for (int j = 0; j < CPR / TPR; ++j) cp_async16(dst + (u32)(i * RSTEP * COLS + j * TPR * 16), src + j * TPR * 16, ok);
+    }
+    src += step;
+    asm volatile("" : "+l"(src));
+  }
+}
+
+// load_kv_block for an FP8 cache: one block of BN keys into an FP8 stage (same paging rules).
+template <int COLS>
+__device__ __forceinline__ void load_kv8_block(u32 s_base, const u8* base, i64 row_stride, i64 page_stride,
+                                               const int* page_row, int page_size, int key0, int seqlen_k, int tid) {
+  const int valid = seqlen_k - key0;
+  if (!PAGED) {
+    load_tile8<BN, COLS>(s_base, base + (i64)key0 * row_stride, row_stride, valid, tid);
+  } else if (page_size % BN == 0) {
+    const int page = page_row[key0 / page_size];
+    load_tile8<BN, COLS>(s_base, base + (i64)page * page_stride + (i64)(key0 % page_size) * row_stride, row_stride,
+                         valid, tid);
+  } else {
+    constexpr int CPR = COLS / 16;
+    constexpr int TPR = copy_tpr(CPR);
+    constexpr int RSTEP = NT / TPR;
+    constexpr int R = BN / 32 + 1;
+    const int lane = tid & 31;
+    const int r0 = tid / TPR, c0 = tid % TPR;
+    const int first = key0 / page_size;
+    const int last = (min(key0 + BN, seqlen_k) - 1) / page_size;
+    int lp[R];
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      const int idx = first + k * 32 + lane;
+      lp[k] = idx <= last ? page_row[idx] : 0;
+    }
+    const u32 dst = s_base + (u32)(r0 * COLS + c0 * 16);
+#pragma unroll 2
+    for (int i = 0; i < (BN + RSTEP - 1) / RSTEP; ++i) {
+      const int r = r0 + i * RSTEP;
+      const int j = key0 + r;
+      const int pidx = min(j / page_size, last) - first;
+      int page = 0;
+#pragma unroll
+      for (int k = 0; k < R; ++k) {
+        const int v = __shfl_sync(0xffffffffu, lp[k], pidx & 31);
+        if ((pidx >> 5) == k) page = v;
+      }
+      if (BN % RSTEP == 0 || r < BN) {
+        const bool ok = j < seqlen_k;
+        const u8* src = base + (i64)page * page_stride + (i64)(j - (first + pidx) * page_size) * row_stride + c0 * 16;
+#pragma unroll
+        for (int jj = 0; jj < CPR / TPR; ++jj)
+          cp_async16(dst + (u32)(i * RSTEP * COLS + jj * TPR * 16), src + jj * TPR * 16, ok);
+      }
+    }
+  }
+}
+
+// Four FP8 values (byte i of w = element i) -> four 16-bit values, elements 0, 1 in lo (0 in the
+// low half), 2, 3 in hi.  Each byte is moved into the high byte of a 16-bit lane first.
+__device__ __forceinline__ void fp8x4_to_16(u32 w, u32& lo, u32& hi) {
+  u32 a = __byte_perm(w, 0u, 0x1404), b = __byte_perm(w, 0u, 0x3424);
+  {% if v.kv_dtype == "e4m3" %}
+  // e4m3 (bias 7) -> fp16 (bias 15): sign kept, exponent and mantissa shifted right by one bit:
+  // the fp16 value x * 2^-8 (normal and subnormal alike), then * 256 (exact).  e4m3fn's NaN
+  // (S.1111.111) has no fp16 image here and reads as +-480.
+  const u32 k256 = 0x5C005C00u;
+  a = (a & 0x80008000u) | ((a >> 1) & 0x3F803F80u);
+  b = (b & 0x80008000u) | ((b >> 1) & 0x3F803F80u);
+  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(a) : "r"(a), "r"(k256));
+  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(b) : "r"(b), "r"(k256));
+  {% endif %}
+  // (e5m2 is the high byte of an fp16: nothing more to do for fp16)
+  {% if v.dtype == "bf16" %}
+  // fp16 -> fp32 -> bf16, both exact (at most 4 significant bits; no fp32 subnormal on the way)
+  {
+    float f[4];
+    asm("cvt.f32.f16 %0, %1;\n" : "=f"(f[0]) : "h"((u16)(a & 0xffffu)));
+    asm("cvt.f32.f16 %0, %1;\n" : "=f"(f[1]) : "h"((u16)(a >> 16)));
+    asm("cvt.f32.f16 %0, %1;\n" : "=f"(f[2]) : "h"((u16)(b & 0xffffu)));
+    asm("cvt.f32.f16 %0, %1;\n" : "=f"(f[3]) : "h"((u16)(b >> 16)));
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(a) : "f"(f[1]), "f"(f[0]));
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(b) : "f"(f[3]), "f"(f[2]));
+  }
+  {% endif %}
+  lo = a;
+  hi = b;
+}
+
+// An FP8 stage (BN rows of COLS bytes at `src`) -> the 16-bit tile (row stride S elements at `dst`).
+template <int COLS, int S>
+__device__ __forceinline__ void convert_kv8(u16* dst, const u8* src, int tid) {
+  constexpr int CPR = COLS / 16;
+#pragma unroll 1
+  for (int c0 = 0; c0 < BN * CPR; c0 += NT) {
+    const int c = c0 + tid;
+    if ((BN * CPR) % NT == 0 || c < BN * CPR) {
+      const int r = c / CPR, col = (c - r * CPR) * 16;
+      const uint4 x = *reinterpret_cast<const uint4*>(src + r * COLS + col);
+      uint4 y0, y1;
+      fp8x4_to_16(x.x, y0.x, y0.y);
+      fp8x4_to_16(x.y, y0.z, y0.w);
+      fp8x4_to_16(x.z, y1.x, y1.y);
+      fp8x4_to_16(x.w, y1.z, y1.w);
+      uint4* d = reinterpret_cast<uint4*>(dst + r * S + col);
+      d[0] = y0;
+      d[1] = y1;
+    }
+  }
+}
+
+// The descale factor of request b, KV head h (FlashAttention-3's (batch, num_heads_kv) tensor at
+// `addr` with strides bs, hs; 0 along a broadcast dimension); a null address reads as 1.
+__device__ __forceinline__ float descale_of(i64 addr, int bs, int hs, int b, int h) {
+  return addr != 0 ? reinterpret_cast<const float*>(addr)[(i64)b * bs + (i64)h * hs] : 1.f;
+}
+{% endif %}

@@ -18,7 +18,11 @@ static_assert(D <= 128 && DV <= 128, "the keys-as-rows tile keeps Q^T and O^T in
 // fp32 O^T staging for the epilogue, rows of KT_SO floats (DV + 4: the 32 lanes' scalar stores
 // (row 2t + e, col g) fall in 32 distinct banks), in the K/V stages (idle by then)
 constexpr int KT_SO = DV + 4;
+{% if v.get("kv_dtype") %}
+static_assert(BM * KT_SO * 4 <= KV_BYTES, "the O staging fits the K/V stages");
+{% else %}
 static_assert(BM * KT_SO * 4 <= 2 * STAGES * (K_ELEMS + V_ELEMS), "the O staging fits the K/V stages");
+{% endif %}
 
 __device__ __forceinline__ u32 movm_trans(u32 x) {
   u32 r;
@@ -28,11 +32,19 @@ __device__ __forceinline__ u32 movm_trans(u32 x) {
 
 __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4, int t, int& cursor, u16* sQ,
                                          u32 sQ_base, int tid) {
+{% if v.get("kv_dtype") %}
+  const u32 sK_base = sQ_base;  // no Q tile: Q^T lives in registers; the 16-bit K tile
+  const u32 sV_base = sK_base + K_ELEMS * 2;         // the 16-bit V tile
+  const u32 s8K_base = sV_base + V_ELEMS * 2;        // STAGES FP8 stages of K, then of V
+  const u32 s8V_base = s8K_base + STAGES * K8_BYTES;
+  u8* const smem8 = reinterpret_cast<u8*>(sQ);       // sK_base as a generic pointer
+{% else %}
   const u32 sK_base = sQ_base;  // no Q tile: Q^T lives in registers
   const u32 sV_base = sK_base + STAGES * K_ELEMS * 2;
+{% endif %}
   const u16* Q = static_cast<const u16*>(p.q);
-  const u16* K = static_cast<const u16*>(p.k);
-  const u16* V = static_cast<const u16*>(p.v);
+  const {{ "u8" if v.get("kv_dtype") else "u16" }}* K = static_cast<const {{ "u8" if v.get("kv_dtype") else "u16" }}*>(p.k);
+  const {{ "u8" if v.get("kv_dtype") else "u16" }}* V = static_cast<const {{ "u8" if v.get("kv_dtype") else "u16" }}*>(p.v);
   const int qpk = p.num_heads_q / p.num_heads_kv;
   const int sched_heads = PACK_GQA ? p.num_heads_kv : p.num_heads_q;
   const int lane = tid & 31;
@@ -62,9 +74,14 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
   }
   const int n_blocks = n_hi - n_lo;
 
-  const u16* k_base = K + (i64)ti.k_start * p.k_row_stride + (i64)kv_head * p.k_head_stride;
-  const u16* v_base = V + (i64)ti.k_start * p.v_row_stride + (i64)kv_head * p.v_head_stride;
+  const {{ "u8" if v.get("kv_dtype") else "u16" }}* k_base = K + (i64)ti.k_start * p.k_row_stride + (i64)kv_head * p.k_head_stride;
+  const {{ "u8" if v.get("kv_dtype") else "u16" }}* v_base = V + (i64)ti.k_start * p.v_row_stride + (i64)kv_head * p.v_head_stride;
   const int* page_row = PAGED ? static_cast<const int*>(p.page_table) + (i64)ti.b * p.page_table_stride : nullptr;
+  {% if v.get("kv_dtype") %}
+  // FP8: k_descale of this tile's (request, KV head) folded into the logit scale
+  const float k_desc = descale_of(p.k_descale, p.k_descale_batch_stride, p.k_descale_head_stride, ti.b, kv_head);
+  const float kv_scale_log2 = p.scale_log2 * k_desc, kv_softcap_scale = p.softcap_scale * k_desc;
+  {% endif %}
 
   float o[DV / 16][4];                  // O^T: value dims 16 dp + g (+8) x query rows 2 tq (+1)
   float row_max[2], row_sum[2];         // of query rows 2 tq + e; row_sum over this lane's keys only
@@ -102,14 +119,25 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
     for (int st = 0; st < STAGES - 1; ++st) {
       if (st < n_blocks) {
         const int n = n_hi - 1 - st;
+{% if v.get("kv_dtype") %}
+        load_kv8_block<D>(s8K_base + st * K8_BYTES, k_base, p.k_row_stride, p.k_page_stride, page_row, p.page_size,
+                          n * BN, ti.seqlen_k, tid);
+        load_kv8_block<DV>(s8V_base + st * V8_BYTES, v_base, p.v_row_stride, p.v_page_stride, page_row, p.page_size,
+                           n * BN, ti.seqlen_k, tid);
+{% else %}
         load_kv_block<D, SQ>(sK_base + st * K_ELEMS * 2, k_base, p.k_row_stride, p.k_page_stride, page_row,
                              p.page_size, n * BN, ti.seqlen_k, tid);
         load_kv_block<DV, SV>(sV_base + st * V_ELEMS * 2, v_base, p.v_row_stride, p.v_page_stride, page_row,
                               p.page_size, n * BN, ti.seqlen_k, tid);
+{% endif %}
       }
       cp_async_commit();
     }
+{% if v.get("kv_dtype") %}
+    const float scale = SOFTCAP ? 1.f : kv_scale_log2;
+{% else %}
     const float scale = SOFTCAP ? 1.f : p.scale_log2;
+{% endif %}
     {% if v.get("alibi") %}
     // ALiBi: slope of this lane's query rows 2 tq + e in the units of s (raw scores unless
     // soft-capped: the scale is folded into the exponent below), and their key positions
@@ -131,14 +159,31 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
         if (j < n_blocks) {
           const int nj = n_hi - 1 - j;
           const int sj = j % STAGES;
+{% if v.get("kv_dtype") %}
+          load_kv8_block<D>(s8K_base + sj * K8_BYTES, k_base, p.k_row_stride, p.k_page_stride, page_row,
+                            p.page_size, nj * BN, ti.seqlen_k, tid);
+          load_kv8_block<DV>(s8V_base + sj * V8_BYTES, v_base, p.v_row_stride, p.v_page_stride, page_row,
+                             p.page_size, nj * BN, ti.seqlen_k, tid);
+{% else %}
           load_kv_block<D, SQ>(sK_base + sj * K_ELEMS * 2, k_base, p.k_row_stride, p.k_page_stride, page_row,
                                p.page_size, nj * BN, ti.seqlen_k, tid);
           load_kv_block<DV, SV>(sV_base + sj * V_ELEMS * 2, v_base, p.v_row_stride, p.v_page_stride, page_row,
                                 p.page_size, nj * BN, ti.seqlen_k, tid);
+{% endif %}
         }
         cp_async_commit();
       }
+{% if v.get("kv_dtype") %}
+      // FP8: convert this block's stage into the 16-bit K and V tiles, which the GEMMs then read
+      const int st8 = i % STAGES;
+      convert_kv8<D, SQ>(reinterpret_cast<u16*>(smem8), smem8 + 2 * (K_ELEMS + V_ELEMS) + st8 * K8_BYTES, tid);
+      convert_kv8<DV, SV>(reinterpret_cast<u16*>(smem8) + K_ELEMS,
+                          smem8 + 2 * (K_ELEMS + V_ELEMS) + STAGES * K8_BYTES + st8 * V8_BYTES, tid);
+      tile_sync();
+      const int st = 0;
+{% else %}
       const int st = i % STAGES;
+{% endif %}
       // S^T = K Q^T, in two accumulators (even / odd head-dim steps: half the dependent chain)
       float s[4], s2[4];
 #pragma unroll
@@ -153,7 +198,11 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
 #pragma unroll
       for (int x = 0; x < 4; ++x) {
         s[x] += s2[x];
+{% if v.get("kv_dtype") %}
+        if (SOFTCAP) s[x] = tanh_ex2(s[x] * kv_softcap_scale) * p.softcap_log2;
+{% else %}
         if (SOFTCAP) s[x] = tanh_ex2(s[x] * p.softcap_scale) * p.softcap_log2;
+{% endif %}
       }
       {% if v.get("alibi") %}
 #pragma unroll
@@ -267,6 +316,10 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
     const int kvh = PACK_GQA ? te.head : te.head / qpk;
     auto token_of = [&](int r) { return PACK_GQA ? (te.row0 + r) / qpk : te.row0 + r; };
     auto qhead_of = [&](int r) { return PACK_GQA ? kvh * qpk + (te.row0 + r) % qpk : te.head; };
+    {% if v.get("kv_dtype") %}
+    // FP8: v_descale of the tile's (request, KV head), applied to O as it leaves the staging
+    const float vd = descale_of(p.v_descale, p.v_descale_batch_stride, p.v_descale_head_stride, te.b, kvh);
+    {% endif %}
     if (ROW_SPLITS && te.split == 0) {  // how many partials each token has (read by the combine kernel)
       int* row_splits = static_cast<int*>(const_cast<void*>(p.row_splits));
       if (lane < te.valid_rows && (!PACK_GQA || (te.row0 + lane) % qpk == 0)) {
@@ -299,8 +352,13 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
     for (int c = lane; c < BM * CPR; c += 32) {
       const int r = c / CPR, col = (c - r * CPR) * 8;
       if (r >= te.valid_rows) break;  // c grows with r
-      const float4 x0 = *reinterpret_cast<const float4*>(sO + r * KT_SO + col);
-      const float4 x1 = *reinterpret_cast<const float4*>(sO + r * KT_SO + col + 4);
+      {{ "" if v.get("kv_dtype") else "const " }}float4 x0 = *reinterpret_cast<const float4*>(sO + r * KT_SO + col);
+      {{ "" if v.get("kv_dtype") else "const " }}float4 x1 = *reinterpret_cast<const float4*>(sO + r * KT_SO + col + 4);
+{% if v.get("kv_dtype") %}
+      x0.x *= vd; x0.y *= vd; x0.z *= vd; x0.w *= vd;
+      x1.x *= vd; x1.y *= vd; x1.z *= vd; x1.w *= vd;
+{% else %}
+{% endif %}
       if (partial) {
         float* dst = static_cast<float*>(const_cast<void*>(p.out_accum)) + (i64)te.split * p.accum_split_stride +
                      (i64)qhead_of(r) * p.accum_head_stride +

@@ -6,11 +6,19 @@
 // search position (tile indices it sees only grow).
 __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4, int t, int& cursor, u16* sQ,
                                          u32 sQ_base, int tid) {
+{% if v.get("kv_dtype") %}
+  const u32 sK_base = sQ_base + Q_ELEMS * 2;        // the 16-bit K tile
+  const u32 sV_base = sK_base + K_ELEMS * 2;         // the 16-bit V tile
+  const u32 s8K_base = sV_base + V_ELEMS * 2;        // STAGES FP8 stages of K, then of V
+  const u32 s8V_base = s8K_base + STAGES * K8_BYTES;
+  u8* const smem8 = reinterpret_cast<u8*>(sQ) + Q_ELEMS * 2;  // sK_base as a generic pointer
+{% else %}
   const u32 sK_base = sQ_base + Q_ELEMS * 2;
   const u32 sV_base = sK_base + STAGES * K_ELEMS * 2;
+{% endif %}
   const u16* Q = static_cast<const u16*>(p.q);
-  const u16* K = static_cast<const u16*>(p.k);
-  const u16* V = static_cast<const u16*>(p.v);
+  const {{ "u8" if v.get("kv_dtype") else "u16" }}* K = static_cast<const {{ "u8" if v.get("kv_dtype") else "u16" }}*>(p.k);
+  const {{ "u8" if v.get("kv_dtype") else "u16" }}* V = static_cast<const {{ "u8" if v.get("kv_dtype") else "u16" }}*>(p.v);
   const int qpk = p.num_heads_q / p.num_heads_kv;
   const int sched_heads = PACK_GQA ? p.num_heads_kv : p.num_heads_q;
   const int lane = tid & 31, warp = tid >> 5;
@@ -43,9 +51,14 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
   alibi_row_coefs(alibi_sl, p, ti.b, PACK_GQA ? kv_head : ti.head, row0, qpk, warp, lane, ALIBI_LOG2E);
   {% endif %}
 
-  const u16* k_base = K + (i64)ti.k_start * p.k_row_stride + (i64)kv_head * p.k_head_stride;
-  const u16* v_base = V + (i64)ti.k_start * p.v_row_stride + (i64)kv_head * p.v_head_stride;
+  const {{ "u8" if v.get("kv_dtype") else "u16" }}* k_base = K + (i64)ti.k_start * p.k_row_stride + (i64)kv_head * p.k_head_stride;
+  const {{ "u8" if v.get("kv_dtype") else "u16" }}* v_base = V + (i64)ti.k_start * p.v_row_stride + (i64)kv_head * p.v_head_stride;
   const int* page_row = PAGED ? static_cast<const int*>(p.page_table) + (i64)ti.b * p.page_table_stride : nullptr;
+  {% if v.get("kv_dtype") %}
+  // FP8: k_descale of this tile's (request, KV head) folded into the logit scale
+  const float k_desc = descale_of(p.k_descale, p.k_descale_batch_stride, p.k_descale_head_stride, ti.b, kv_head);
+  const float kv_scale_log2 = p.scale_log2 * k_desc, kv_softcap_scale = p.softcap_scale * k_desc;
+  {% endif %}
 
   float o[MT][DV / 8][4];
   float row_max[MT][2], row_sum[MT][2];
@@ -82,10 +95,17 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
     for (int st = 0; st < STAGES - 1; ++st) {
       if (st < n_blocks) {
         const int n = n_hi - 1 - st;
+{% if v.get("kv_dtype") %}
+        load_kv8_block<D>(s8K_base + st * K8_BYTES, k_base, p.k_row_stride, p.k_page_stride, page_row, p.page_size,
+                          n * BN, ti.seqlen_k, tid);
+        load_kv8_block<DV>(s8V_base + st * V8_BYTES, v_base, p.v_row_stride, p.v_page_stride, page_row, p.page_size,
+                           n * BN, ti.seqlen_k, tid);
+{% else %}
         load_kv_block<D, SQ>(sK_base + st * K_ELEMS * 2, k_base, p.k_row_stride, p.k_page_stride, page_row,
                              p.page_size, n * BN, ti.seqlen_k, tid);
         load_kv_block<DV, SV>(sV_base + st * V_ELEMS * 2, v_base, p.v_row_stride, p.v_page_stride, page_row,
                               p.page_size, n * BN, ti.seqlen_k, tid);
+{% endif %}
       }
       cp_async_commit();
     }
@@ -98,18 +118,39 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
         if (j < n_blocks) {
           const int nj = n_hi - 1 - j;
           const int sj = j % STAGES;
+{% if v.get("kv_dtype") %}
+          load_kv8_block<D>(s8K_base + sj * K8_BYTES, k_base, p.k_row_stride, p.k_page_stride, page_row,
+                            p.page_size, nj * BN, ti.seqlen_k, tid);
+          load_kv8_block<DV>(s8V_base + sj * V8_BYTES, v_base, p.v_row_stride, p.v_page_stride, page_row,
+                             p.page_size, nj * BN, ti.seqlen_k, tid);
+{% else %}
           load_kv_block<D, SQ>(sK_base + sj * K_ELEMS * 2, k_base, p.k_row_stride, p.k_page_stride, page_row,
                                p.page_size, nj * BN, ti.seqlen_k, tid);
           load_kv_block<DV, SV>(sV_base + sj * V_ELEMS * 2, v_base, p.v_row_stride, p.v_page_stride, page_row,
                                 p.page_size, nj * BN, ti.seqlen_k, tid);
+{% endif %}
         }
         cp_async_commit();
       }
+{% if v.get("kv_dtype") %}
+      // FP8: convert this block's stage into the 16-bit K and V tiles, which the GEMMs then read
+      const int st8 = i % STAGES;
+      convert_kv8<D, SQ>(reinterpret_cast<u16*>(smem8), smem8 + 2 * (K_ELEMS + V_ELEMS) + st8 * K8_BYTES, tid);
+      convert_kv8<DV, SV>(reinterpret_cast<u16*>(smem8) + K_ELEMS,
+                          smem8 + 2 * (K_ELEMS + V_ELEMS) + STAGES * K8_BYTES + st8 * V8_BYTES, tid);
+      tile_sync();
+      const int st = 0;
+{% else %}
       const int st = i % STAGES;
+{% endif %}
       float s[MT][BN / 8][4];
       if (Q_REGS) gemm_qk_regs(s, qa, sK_base + st * K_ELEMS * 2, lane);
       else gemm_qk(s, sQ_base, sK_base + st * K_ELEMS * 2, warp, lane);
+{% if v.get("kv_dtype") %}
+      transform_scores(s, kv_scale_log2, kv_softcap_scale, p.softcap_log2);
+{% else %}
       transform_scores(s, p.scale_log2, p.softcap_scale, p.softcap_log2);
+{% endif %}
       {% if v.get("alibi") %}
       apply_alibi(s, alibi_sl, mi, n, row0, qpk, warp, lane);
       {% endif %}
@@ -131,6 +172,17 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
     // live across it (they are L1/L2 hits; keeping them costs registers the mainloop needs).
     const TileInfo te = tile_info(p, md, cap4, cursor, t, sched_heads, qpk);
     const int kvh = PACK_GQA ? te.head : te.head / qpk;
+    {% if v.get("kv_dtype") %}
+    {  // FP8: v_descale of the tile's (request, KV head) on O (full rows and split-KV partials alike)
+      const float vd = descale_of(p.v_descale, p.v_descale_batch_stride, p.v_descale_head_stride, te.b, kvh);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int dt = 0; dt < DV / 8; ++dt)
+#pragma unroll
+          for (int x = 0; x < 4; ++x) o[mt][dt][x] *= vd;
+    }
+    {% endif %}
     // (token, query head) of tile row r
     auto token_of = [&](int r) { return PACK_GQA ? (te.row0 + r) / qpk : te.row0 + r; };
     auto qhead_of = [&](int r) { return PACK_GQA ? kvh * qpk + (te.row0 + r) % qpk : te.head; };

@@ -42,8 +42,18 @@ constexpr bool Q_REGS = NW == 1 && MT == 1 && D <= 128;
 constexpr int Q_ELEMS = Q_REGS || KT ? 0 : BM * (SQ > SO ? SQ : SO);
 constexpr int K_ELEMS = BN * SQ;
 constexpr int V_ELEMS = BN * SV;
+{% if v.get("kv_dtype") %}
+// FP8 K/V ({{ v.kv_dtype }}): one 16-bit K and V tile (what the GEMMs read), then STAGES FP8
+// stages of K and of V (rows of D / DV bytes, unpadded) that cp.async fills
+constexpr int K8_BYTES = BN * D;
+constexpr int V8_BYTES = BN * DV;
+constexpr int KV_BYTES = 2 * (K_ELEMS + V_ELEMS) + STAGES * (K8_BYTES + V8_BYTES);
+constexpr int SMEM_BYTES = 2 * Q_ELEMS + KV_BYTES;
+static_assert(KT || !Q_REGS || BM * SO * 2 <= KV_BYTES, "the O staging fits the K/V stages");
+{% else %}
 constexpr int SMEM_BYTES = 2 * (Q_ELEMS + STAGES * (K_ELEMS + V_ELEMS));
 static_assert(KT || !Q_REGS || BM * SO <= STAGES * (K_ELEMS + V_ELEMS), "the O staging fits the K/V stages");
+{% endif %}
 static_assert(SMEM_BYTES == {{ v.smem_bytes }}, "host and device disagree on shared memory size");
 static_assert((KT ? NW == 1 : BM % (16 * NW) == 0) && BN % 16 == 0 && D % 16 == 0 && DV % 16 == 0, "tile shape");
 

@@ -1,0 +1,162 @@
+"""GPU: FP8 K/V caches (``k``/``v`` float8_e4m3fn or float8_e5m2 with fp16/bf16 ``q``,
+``k_descale`` / ``v_descale`` of shape (batch, num_heads_kv) or broadcast; issue 24's first slice)
+against the float64 reference, which dequantises the same FP8 values exactly
+(``attention_reference(..., k_descale=, v_descale=)``), within ``tolerance(dtype, kv_dtype)``
+(the compute dtype's: see its derivation).  FP8 runs on the sm_80 mainloop on every arch (on an
+H200 too): varlen prefill (causal GQA, forced and automatic split-KV, head dims 64 to 256 and 192 x
+128, soft-cap and a window), paged decode (pack-GQA, splits, pages of 16 and 1 tokens: the
+per-row page lookup), a mixed prefill + decode step (one class: no fused kernel takes FP8),
+per-tensor and absent descales, and new descale values read by a repeated (graph-launched) call.
+Outputs and LSE are NaN-poisoned; rows past the batch must stay unwritten.  Written without a GPU
+(the session that added FP8 had none): the first GPU run of this branch must run it."""
+import numpy as np
+import pytest
+import torch
+
+import kernelgen
+from kernelgen.apps.reference import attention_reference, gather_paged, tolerance
+from kernelgen.front import api
+
+from test_paged_decode_gpu import make_paged  # noqa: E402 (tests/gpu is on sys.path)
+
+pytestmark = pytest.mark.gpu
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+BF16, FP16 = torch.bfloat16, torch.float16
+
+
+def prepared():
+    return api._CALLS._last[1]
+
+
+def descales(batch, hkv, seed, per_tensor=False):
+    """k_descale, v_descale: factors in [0.5, 2) per (request, KV head), or one per tensor."""
+    g = torch.Generator().manual_seed(seed)
+    shape = () if per_tensor else (batch, hkv)
+    return tuple((0.5 + 1.5 * torch.rand(shape, generator=g)).float().cuda() for _ in range(2))
+
+
+def check(out, lse, ref, ref_lse, dtype, kv_dtype, total_rows=None):
+    assert not torch.isnan(out[:total_rows]).any(), "unwritten or NaN output rows"
+    assert not torch.isnan(lse[:, :total_rows]).any(), "unwritten or NaN lse"
+    atol, rtol = tolerance(dtype, kv_dtype)
+    r = ref.to(dtype).double()
+    err = (out.double() - r).abs()
+    assert (err <= atol + rtol * r.abs()).all(), f"max err {err.max().item():.3e}"
+    empty = torch.isneginf(ref_lse)
+    assert torch.equal(torch.isneginf(lse), empty), "rows with no visible key must have lse = -inf exactly"
+    assert torch.all(out.transpose(0, 1)[empty] == 0)
+    fin = ~empty
+    lerr = (lse.double()[fin] - ref_lse[fin]).abs()
+    assert lerr.numel() == 0 or (lerr <= 2e-3 + 1e-4 * ref_lse[fin].abs()).all(), f"lse err {lerr.max().item():.3e}"
+
+
+def _packed(qlens, klens, hq, hkv, d, dv, dtype, kv_dtype, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(sum(qlens), hq, d, generator=g, device="cuda").to(dtype)
+    k = torch.randn(sum(klens), hkv, d, generator=g, device="cuda").to(kv_dtype)
+    v = torch.randn(sum(klens), hkv, dv, generator=g, device="cuda").to(kv_dtype)
+    cu_q = torch.tensor([0] + list(np.cumsum(qlens)), dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0] + list(np.cumsum(klens)), dtype=torch.int32, device="cuda")
+    return q, k, v, cu_q, cu_k
+
+
+def _run(q, k, v, cu_q, cu_k, maxq, maxk, kd, vd, dv, **kw):
+    out = torch.full((q.shape[0], q.shape[1], dv), float("nan"), dtype=q.dtype, device="cuda")
+    o, lse = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, maxq, maxk, return_lse=True, out=out, k_descale=kd,
+                                        v_descale=vd, **kw)
+    torch.cuda.synchronize()
+    return o, lse
+
+
+@pytest.mark.parametrize("kv_dtype", [E4M3, E5M2])
+@pytest.mark.parametrize("dtype", [BF16, FP16])
+@pytest.mark.parametrize("num_splits", [0, 3])
+@pytest.mark.parametrize("arch", [None, "sm_80"])
+def test_varlen_prefill_causal_gqa(arch, num_splits, dtype, kv_dtype):
+    qlens, klens = [600, 300, 0, 450], [600, 500, 10, 450]
+    hq, hkv, d = 32, 8, 128
+    q, k, v, cu_q, cu_k = _packed(qlens, klens, hq, hkv, d, d, dtype, kv_dtype, 7)
+    kd, vd = descales(len(qlens), hkv, 1)
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True, k_descale=kd, v_descale=vd)
+    for _ in range(2):                                  # validating path, then the prepared call
+        o, lse = _run(q, k, v, cu_q, cu_k, max(qlens), max(klens), kd, vd, d, causal=True, arch=arch,
+                      num_splits=num_splits)
+        check(o, lse, ref, ref_lse, dtype, kv_dtype)
+        name = prepared().attn.name
+        assert "_kve" in name and "_wgmma" not in name, name
+        if num_splits:
+            assert prepared().combine is not None
+
+
+@pytest.mark.parametrize("d,dv", [(64, 64), (96, 96), (192, 128), (256, 256)])
+@pytest.mark.parametrize("causal,window,softcap", [(True, (-1, -1), 0.0), (False, (200, 50), 30.0)])
+def test_varlen_prefill_head_dims_window_softcap(d, dv, causal, window, softcap):
+    qlens, klens = [300, 1, 257], [700, 64, 257]
+    hq, hkv = 16, 4
+    q, k, v, cu_q, cu_k = _packed(qlens, klens, hq, hkv, d, dv, BF16, E4M3, d)
+    kd, vd = descales(len(qlens), hkv, 2)
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=causal, window_size=window, softcap=softcap,
+                                       k_descale=kd, v_descale=vd)
+    o, lse = _run(q, k, v, cu_q, cu_k, max(qlens), max(klens), kd, vd, dv, causal=causal, window_size=window,
+                  softcap=softcap)
+    check(o, lse, ref, ref_lse, BF16, E4M3)
+
+
+@pytest.mark.parametrize("page_size", [16, 1])
+@pytest.mark.parametrize("num_splits", [0, 4])
+@pytest.mark.parametrize("kv_dtype", [E4M3, E5M2])
+def test_paged_decode_pack_gqa(kv_dtype, num_splits, page_size):
+    klens = [3000, 1, 0, 777, 64]
+    qlens = [1] * len(klens)
+    hq, hkv, d = 32, 8, 128
+    q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, hq, hkv, d, d, page_size, 5)
+    kc, vc = kc.to(kv_dtype), vc.to(kv_dtype)
+    kd, vd = descales(len(klens), hkv, 3)
+    k, v, cu_k = gather_paged(kc, vc, pt, used)
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True, k_descale=kd, v_descale=vd)
+    for _ in range(2):
+        o, lse = _run(q, kc, vc, cu_q, None, 1, max(klens), kd, vd, d, seqused_k=used, page_table=pt, causal=True,
+                      num_splits=num_splits)
+        check(o, lse, ref, ref_lse, BF16, kv_dtype)
+        assert "_kve" in prepared().attn.name
+
+
+def test_mixed_prefill_decode_step_runs_as_one_class():
+    qlens, klens = [300, 1, 1, 3, 900, 1], [900, 40, 3000, 7, 2048, 1]
+    hq, hkv, d = 32, 8, 128
+    q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, hq, hkv, d, d, 16, 9)
+    kc, vc = kc.to(E4M3), vc.to(E4M3)
+    kd, vd = descales(len(klens), hkv, 4)
+    k, v, cu_k = gather_paged(kc, vc, pt, used)
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True, k_descale=kd, v_descale=vd)
+    o, lse = _run(q, kc, vc, cu_q, None, max(qlens), max(klens), kd, vd, d, seqused_k=used, page_table=pt,
+                  causal=True)
+    check(o, lse, ref, ref_lse, BF16, E4M3)
+
+
+def test_per_tensor_and_absent_descales_and_new_values_each_call():
+    qlens, klens = [5, 1, 40], [900, 300, 40]
+    hq, hkv, d = 16, 2, 128
+    q, k, v, cu_q, cu_k = _packed(qlens, klens, hq, hkv, d, d, FP16, E4M3, 11)
+    kd, vd = descales(len(qlens), hkv, 5, per_tensor=True)
+    for kk, vv in ((kd, vd), (None, None), (kd.expand(3, 2), None)):
+        ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, k_descale=kk, v_descale=vv)
+        o, lse = _run(q, k, v, cu_q, cu_k, max(qlens), max(klens), kk, vv, d)
+        check(o, lse, ref, ref_lse, FP16, E4M3)
+    for step in range(3):               # the same tensors, new values: read on the device at every launch
+        kd.fill_(0.5 + step)
+        vd.fill_(2.0 - 0.5 * step)
+        ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, k_descale=kd, v_descale=vd)
+        o, lse = _run(q, k, v, cu_q, cu_k, max(qlens), max(klens), kd, vd, d)
+        check(o, lse, ref, ref_lse, FP16, E4M3)
+
+
+def test_rows_past_the_batch_stay_unwritten():
+    qlens, klens = [7, 9], [100, 9]
+    q, k, v, cu_q, cu_k = _packed(qlens, klens, 8, 2, 64, 64, BF16, E4M3, 13)
+    q = torch.cat([q, torch.randn(5, 8, 64, device="cuda").to(BF16)])     # 5 rows no request owns
+    kd, vd = descales(2, 2, 6)
+    out = torch.full((q.shape[0], 8, 64), float("nan"), dtype=BF16, device="cuda")
+    kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 9, 100, k_descale=kd, v_descale=vd, out=out)
+    torch.cuda.synchronize()
+    assert torch.isnan(out[16:]).all() and not torch.isnan(out[:16]).any()

@@ -1,0 +1,455 @@
+"""FP8 K/V caches (issue 24, first slice) on the CPU: the float64 reference dequantises exactly,
+the checks of k/v dtypes and of ``k_descale`` / ``v_descale`` (FlashAttention-3's shapes; errors
+name the argument), the tolerance."""
+import math
+
+import pytest
+import torch
+
+from kernelgen.apps.reference import attention_reference, gather_paged, tolerance
+from kernelgen.selection import validation as V
+
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+CPU = torch.device("cpu")
+
+
+def _fp8_batch(kv_dtype=E4M3, hq=4, hkv=2, d=16, lq=(3, 1), lk=(5, 7), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    cq = torch.tensor([0] + torch.tensor(lq).cumsum(0).tolist(), dtype=torch.int32)
+    ck = torch.tensor([0] + torch.tensor(lk).cumsum(0).tolist(), dtype=torch.int32)
+    q = torch.randn(int(cq[-1]), hq, d, generator=g).half()
+    k = (4 * torch.randn(int(ck[-1]), hkv, d, generator=g)).to(kv_dtype)
+    v = (4 * torch.randn(int(ck[-1]), hkv, d, generator=g)).to(kv_dtype)
+    return q, k, v, cq, ck
+
+
+# ----------------------------------------------------------------------------- the reference
+@pytest.mark.parametrize("kv_dtype", [E4M3, E5M2])
+@pytest.mark.parametrize("causal", [False, True])
+def test_reference_dequantises_exactly_per_request_and_kv_head(kv_dtype, causal):
+    q, k, v, cq, ck = _fp8_batch(kv_dtype)
+    kd = torch.tensor([[0.25, 0.5], [0.125, 2.0]])
+    vd = torch.tensor([[1.5, 0.75], [0.5, 0.0625]])
+    out, lse = attention_reference(q, k, v, cq, ck, causal=causal, k_descale=kd, v_descale=vd)
+    # by hand: dequantise each request's rows, then the 16-bit reference on float64 inputs
+    kk, vv = k.double().clone(), v.double().clone()
+    for b in range(2):
+        kk[ck[b]:ck[b + 1]] *= kd[b].double()[None, :, None]
+        vv[ck[b]:ck[b + 1]] *= vd[b].double()[None, :, None]
+    o2, l2 = attention_reference(q, kk, vv, cq, ck, causal=causal)
+    assert torch.equal(out, o2) and torch.equal(lse, l2)
+
+
+def test_reference_per_tensor_scales_broadcast():
+    q, k, v, cq, ck = _fp8_batch()
+    full = attention_reference(q, k, v, cq, ck, k_descale=torch.full((2, 2), 0.5), v_descale=torch.full((2, 2), 3.0))
+    for kd, vd in ((torch.tensor(0.5), torch.tensor(3.0)), (torch.tensor([[0.5]]), torch.tensor([[3.0]])),
+                   (torch.tensor([0.5]).expand(2, 2), torch.tensor(3.0).expand(2, 2))):
+        o, l = attention_reference(q, k, v, cq, ck, k_descale=kd, v_descale=vd)
+        assert torch.equal(o, full[0]) and torch.equal(l, full[1])
+    # no descale: factor 1
+    o, _ = attention_reference(q, k, v, cq, ck)
+    o1, _ = attention_reference(q, k, v, cq, ck, k_descale=torch.ones(()), v_descale=torch.ones(()))
+    assert torch.equal(o, o1)
+
+
+def test_reference_fp8_hand_computed():
+    """One query, two keys: q = (1, 0), k = (2, 0), (-1, 0) in e4m3 with k_descale 0.5 (keys 1 and
+    -0.5), v = 3 and 448 (e4m3's largest) with v_descale 0.25; scale 1."""
+    q = torch.tensor([[[1.0, 0.0]]]).half()
+    k = torch.tensor([[[2.0, 0.0]], [[-1.0, 0.0]]]).to(E4M3)
+    v = torch.tensor([[[3.0, 0.0]], [[448.0, 0.0]]]).to(E4M3)
+    cu_q, cu_k = torch.tensor([0, 1], dtype=torch.int32), torch.tensor([0, 2], dtype=torch.int32)
+    o, lse = attention_reference(q, k, v, cu_q, cu_k, softmax_scale=1.0, k_descale=torch.tensor(0.5),
+                                 v_descale=torch.tensor(0.25))
+    w = [math.exp(1.0), math.exp(-0.5)]
+    assert o[0, 0, 0].item() == pytest.approx((0.75 * w[0] + 112.0 * w[1]) / sum(w), rel=1e-15)
+    assert lse[0, 0].item() == pytest.approx(math.log(sum(w)), rel=1e-15)
+
+
+def test_reference_paged_fp8_cache():
+    g = torch.Generator().manual_seed(1)
+    kc = torch.randn(6, 4, 2, 16, generator=g).to(E4M3)
+    vc = torch.randn(6, 4, 2, 16, generator=g).to(E4M3)
+    pt = torch.tensor([[5, 0, 3], [1, 2, 4]], dtype=torch.int32)
+    used = torch.tensor([9, 6], dtype=torch.int32)
+    k, v, ck = gather_paged(kc, vc, pt, used)
+    assert k.dtype == E4M3 and k.shape == (15, 2, 16)
+    q = torch.randn(3, 4, 16, generator=g).half()
+    cq = torch.tensor([0, 2, 3], dtype=torch.int32)
+    kd = torch.rand(2, 2) + 0.5
+    out, _ = attention_reference(q, k, v, cq, ck, k_descale=kd, v_descale=kd)
+    assert torch.isfinite(out).all()
+
+
+def test_tolerance_of_an_fp8_cache_is_the_compute_dtypes():
+    for dt in (torch.float16, torch.bfloat16):
+        for kv in (E4M3, E5M2, None, dt):
+            assert tolerance(dt, kv) == tolerance(dt)
+    with pytest.raises(ValueError):
+        tolerance(torch.float16, torch.float32)
+
+
+# ----------------------------------------------------------------------------- the checks
+def _kv(dtype=E4M3, paged=False):
+    shape = (3, 16, 2, 64) if paged else (12, 2, 64)
+    return torch.zeros(shape).to(dtype), torch.zeros(shape).to(dtype)
+
+
+def _inputs(k, v, q_dtype=torch.float16):
+    q = torch.zeros(10, 8, 64, dtype=q_dtype)
+    cq = torch.tensor([0, 4, 10], dtype=torch.int32)
+    ck = torch.tensor([0, 5, 12], dtype=torch.int32)
+    return q, k, v, cq, ck
+
+
+@pytest.mark.parametrize("kv_dtype,name", [(E4M3, "e4m3"), (E5M2, "e5m2")])
+@pytest.mark.parametrize("q_dtype", [torch.float16, torch.bfloat16])
+def test_fp8_k_v_with_16_bit_q_pass_the_checks(kv_dtype, name, q_dtype):
+    q, k, v, cq, ck = _inputs(*_kv(kv_dtype), q_dtype)
+    sizes = V.varlen_inputs(q, k, v, cq, ck, None, None, None, devtypes=("cpu",))
+    assert sizes["kv_dtype"] == name
+    kc, vc = _kv(kv_dtype, paged=True)
+    pt = torch.zeros(2, 1, dtype=torch.int32)
+    sizes = V.varlen_inputs(q, kc, vc, cq, None, None, None, None, devtypes=("cpu",), seqused_k=torch.zeros(
+        2, dtype=torch.int32), page_table=pt)
+    assert sizes["kv_dtype"] == name and sizes["paged"]
+    # a 16-bit cache has no kv_dtype entry (the sizes of every existing call are unchanged)
+    q, k, v, cq, ck = _inputs(*_kv(q_dtype), q_dtype)
+    assert "kv_dtype" not in V.varlen_inputs(q, k, v, cq, ck, None, None, None, devtypes=("cpu",))
+
+
+@pytest.mark.parametrize("k_dtype,v_dtype,exc,msg", [
+    (E4M3, E5M2, TypeError, "v must have dtype float8_e4m3fn"),
+    (E4M3, torch.float16, TypeError, "v must have dtype float8_e4m3fn"),
+    (torch.float16, E4M3, TypeError, "v must have dtype float16"),
+    (torch.float32, torch.float32, TypeError, "k must have dtype float16, float8_e4m3fn, float8_e5m2"),
+])
+def test_mismatched_k_v_dtypes_name_the_argument(k_dtype, v_dtype, exc, msg):
+    q, _, _, cq, ck = _inputs(*_kv())
+    k, v = torch.zeros(12, 2, 64).to(k_dtype), torch.zeros(12, 2, 64).to(v_dtype)
+    with pytest.raises(exc, match=msg):
+        V.varlen_inputs(q, k, v, cq, ck, None, None, None, devtypes=("cpu",))
+
+
+def test_fp8_rows_must_be_16_byte_aligned():
+    q, _, _, cq, ck = _inputs(*_kv())
+    k = torch.zeros(12, 2, 72).to(E4M3)[..., :64]      # head stride 72 bytes: not a multiple of 16
+    with pytest.raises(ValueError, match="k stride 72 of dim 1 must be a multiple of 16 elements"):
+        V.varlen_inputs(q, k, k, cq, ck, None, None, None, devtypes=("cpu",))
+
+
+@pytest.mark.parametrize("x,strides", [
+    (torch.ones(2, 4), (4, 1)), (torch.ones(()), (0, 0)), (torch.ones(1), (0, 0)), (torch.ones(1, 1), (0, 0)),
+    (torch.ones(4), (0, 1)), (torch.ones(2, 1), (1, 0)), (torch.ones(1, 4), (0, 1)),
+    (torch.ones(()).expand(2, 4), (0, 0)), (torch.ones(4, 2).t(), (1, 2)), (torch.ones(2, 8)[:, ::2], (8, 2)),
+])
+def test_descale_shapes_and_strides(x, strides):
+    assert V.descale("k_descale", x, 2, 4, CPU, "e4m3") == strides
+    assert V.descale("k_descale", None, 2, 4, CPU, "e4m3") is None
+
+
+@pytest.mark.parametrize("x,exc,msg", [
+    ("no", TypeError, "k_descale must be a torch.Tensor"),
+    (torch.ones(2, 4, dtype=torch.float16), TypeError, "k_descale must have dtype float32"),
+    (torch.ones(2, 4, dtype=torch.float64), TypeError, "k_descale must have dtype float32"),
+    (torch.ones(3, 4), ValueError, r"k_descale must have shape \(2, 4\) \(batch, num_heads_kv\)"),
+    (torch.ones(2, 3), ValueError, r"k_descale must have shape \(2, 4\)"),
+    (torch.ones(8), ValueError, r"k_descale must have shape \(2, 4\)"),
+    (torch.ones(1, 2, 4), ValueError, "k_descale must have shape"),
+    (torch.ones(2, 4, device="meta"), ValueError, "k_descale must be on cpu"),
+])
+def test_bad_descales_name_the_argument(x, exc, msg):
+    with pytest.raises(exc, match=msg):
+        V.descale("k_descale", x, 2, 4, CPU, "e4m3")
+
+
+def test_descale_with_a_16_bit_cache_is_refused():
+    with pytest.raises(ValueError, match="v_descale applies to an FP8 K/V cache"):
+        V.descale("v_descale", torch.ones(2, 4), 2, 4, CPU, None)
+
+
+def test_non_finite_descales_raise_under_the_host_checks():
+    V.check_descale_values("k_descale", torch.ones(2, 4))
+    V.check_descale_values("k_descale", None)
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        x = torch.ones(2, 4)
+        x[1, 2] = bad
+        with pytest.raises(ValueError, match="k_descale holds a non-finite factor"):
+            V.check_descale_values("k_descale", x)
+
+
+# ----------------------------------------------------------------------------- the spec and the kernels
+import dataclasses   # noqa: E402
+
+import fake_cuda as fake_cuda_mod   # noqa: E402   (the fixture is named fake_cuda)
+from test_decide import A100, H200, sig   # noqa: E402
+from test_fused_cpu import CTX, QLENS, paged_inputs   # noqa: E402
+
+import kernelgen   # noqa: E402
+from kernelgen.jit import compiler, render   # noqa: E402
+from kernelgen.kernels import params as P   # noqa: E402
+from kernelgen.kernels.spec import AttentionSpec, FusedAttentionSpec, TileConfig, spec_from_json   # noqa: E402
+from kernelgen.selection import decide   # noqa: E402
+
+BASE = AttentionSpec("sm_80", "bf16", 128, 128, "causal", "soa", TileConfig(128, 32, 4, 2, 2))
+
+
+def test_spec_axis_off_leaves_no_trace_and_on_is_named_and_round_trips():
+    assert "kv_dtype" not in BASE.to_json() and "kv_dtype" not in BASE.template_vars() and "_kv" not in BASE.name
+    for kv in ("e4m3", "e5m2"):
+        s = dataclasses.replace(BASE, kv_dtype=kv)
+        assert s.name == BASE.name.replace("_causal_", f"_causal_kv{kv}_")
+        assert s.to_json()["kv_dtype"] == kv and s.template_vars()["kv_dtype"] == kv
+        assert spec_from_json(s.to_json()) == s
+    with pytest.raises(ValueError, match="kv_dtype must be one of"):
+        dataclasses.replace(BASE, kv_dtype="fp8")
+
+
+def test_spec_smem_one_16_bit_tile_and_fp8_stages():
+    s = dataclasses.replace(BASE, kv_dtype="e4m3")
+    bm, bn, st = 128, 32, 2
+    assert s.smem_bytes() == 2 * (bm * 136 + bn * 136 * 2) + st * bn * 256
+    assert s.smem_bytes() <= BASE.smem_bytes()        # never more than the 16-bit variant's
+    kt = AttentionSpec("sm_80", "fp16", 128, 128, "none", "soa", TileConfig(8, 16, 1, 4, 1), kv_dtype="e5m2")
+    assert kt.smem_bytes() == 2 * 16 * 136 * 2 + 4 * 16 * 256
+
+
+def test_hopper_and_fused_specs_refuse_fp8():
+    with pytest.raises(ValueError, match="kv_dtype 'e4m3'"):
+        AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa", TileConfig(128, 128, 8, 2, 1), mainloop="sm90a",
+                      kv_dtype="e4m3")
+    long = dataclasses.replace(BASE, kv_dtype="e4m3")
+    short = AttentionSpec("sm_80", "bf16", 128, 128, "causal", "soa", TileConfig(16, 32, 1, 2, 1), kv_dtype="e4m3")
+    with pytest.raises(ValueError, match="the fused kernels take no FP8"):
+        FusedAttentionSpec(long, short)
+
+
+def test_fp8_params_append_the_descale_fields():
+    s = dataclasses.replace(BASE, kv_dtype="e4m3")
+    st = P.attention_params_for(s)
+    assert st is P.ATTENTION_PARAMS_FP8
+    assert st.names[-6:] == tuple(n for n, _ in P.FP8_FIELDS) or set(n for n, _ in P.FP8_FIELDS) <= set(st.names)
+    both = P.attention_params_for(dataclasses.replace(s, alibi=True, sinks=True))
+    assert {"alibi_slopes", "sinks", "k_descale", "v_descale_head_stride"} <= set(both.names)
+    assert P.attention_params_for(BASE) is P.ATTENTION_PARAMS
+
+
+def test_source_of_the_fp8_variants():
+    src = render.render(dataclasses.replace(BASE, kv_dtype="e4m3"))
+    assert "load_kv8_block<D>(s8K_base" in src and "convert_kv8<D, SQ>" in src and "mul.rn.f16x2" in src
+    assert "cvt.rn.bf16x2.f32" in src and "kv_scale_log2" in src and "p.v_descale" in src
+    src = render.render(AttentionSpec("sm_80", "fp16", 64, 64, "none", "soa", TileConfig(8, 16, 1, 4, 1),
+                                      kv_dtype="e5m2"))
+    assert "load_kv8_block" in src and "mul.rn.f16x2" not in src and "cvt.rn.bf16x2" not in src
+    assert "x0.x *= vd" in src
+    plain = render.render(BASE)
+    assert "kv8" not in plain and "descale" not in plain
+
+
+def _e4m3_to_f16_bits(byte: int) -> int:
+    """The kernel's e4m3 -> fp16 bit trick (fp8x4_to_16), before the * 256."""
+    a = byte << 8
+    return (a & 0x8000) | ((a >> 1) & 0x3F80)
+
+
+def test_the_conversion_bit_trick_is_exact_for_every_e4m3_and_e5m2_value():
+    b = torch.arange(256, dtype=torch.int32)
+    x = b.to(torch.uint8).view(E4M3)
+    h = torch.tensor([_e4m3_to_f16_bits(int(i)) for i in b], dtype=torch.int32).to(torch.int16).view(torch.float16)
+    got = (h.float() * 256).half()                   # mul.rn.f16x2 by 256: a power of two, exact
+    ok = ~torch.isnan(x.float())
+    assert torch.equal(got[ok].double(), x[ok].double())
+    assert torch.equal(got[ok].float().to(torch.bfloat16).double(), x[ok].double())   # and on to bf16
+    assert set(got[~ok].abs().tolist()) == {480.0}    # e4m3fn's NaN reads as +-480 (documented)
+    y = b.to(torch.uint8).view(E5M2)                 # e5m2: the high byte of an fp16
+    h5 = (b << 8).to(torch.int16).view(torch.float16)
+    fin = torch.isfinite(y.float())
+    assert torch.equal(h5[fin].double(), y[fin].double())
+
+
+# NVRTC builds: decode (paged, pack-GQA, split; 16-row and keys-as-rows) and prefill, sm_80 and
+# the sm_80 mainloop compiled for sm_90a (an H200 runs FP8 there), without spills
+COMPILE = {
+    "prefill_sm80_bf16": AttentionSpec("sm_80", "bf16", 128, 128, "causal", "soa", TileConfig(128, 32, 4, 2, 2)),
+    "prefill_sm90a_fp16_split": AttentionSpec("sm_90a", "fp16", 128, 128, "causal", "soa",
+                                              TileConfig(128, 32, 4, 2, 2), split=True),
+    "decode_pack_split_paged": AttentionSpec("sm_80", "bf16", 128, 128, "causal", "soa", TileConfig(16, 16, 1, 2, 8),
+                                             True, True, True),
+    "keys_as_rows_sm90a": AttentionSpec("sm_90a", "fp16", 128, 128, "none", "soa", TileConfig(8, 16, 1, 4, 1),
+                                        pack_gqa=True, split=True, paged=True),
+}
+
+
+@pytest.mark.parametrize("kv", ["e4m3", "e5m2"])
+@pytest.mark.parametrize("name", list(COMPILE))
+def test_fp8_variants_compile_without_spills(name, kv):
+    spec = dataclasses.replace(COMPILE[name], kv_dtype=kv)
+    res = compiler.compile_cubin(render.render(spec), spec.arch, compiler.default_options(spec.arch), spec.name)
+    r = res.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, (spec.name, r)
+    assert r["registers"] * spec.num_threads <= 65536 // spec.tile.min_blocks, (spec.name, r)
+
+
+# ----------------------------------------------------------------------------- the decider
+def _attn_specs(r):
+    return [s for s in r.specs if s.kind == "attention"]
+
+
+@pytest.mark.parametrize("dev", [A100, H200])
+def test_decider_routes_fp8_to_the_sm80_mainloop(dev):
+    for kw in (dict(), dict(max_seqlen_q=1, rows=8, batch=8, paged=True, page_size=16, max_seqlen_k=32768),
+               dict(max_seqlen_q=1, rows=8, batch=8, paged=True, page_size=16, max_seqlen_k=32768, num_splits=4)):
+        r = decide.decide(sig(kv_dtype="e4m3", **kw), dev)
+        (a,) = _attn_specs(r)
+        assert r.kind == "single" and a.mainloop == "sm80" and a.kv_dtype == "e4m3"
+        plain = decide.decide(sig(**kw), dev)
+        assert not any(s.kv_dtype for s in _attn_specs(plain))
+
+
+def test_decider_fp8_mixed_batch_runs_as_one_class_and_hopper_refuses():
+    mixed = dict(paged=True, page_size=16, max_seqlen_q=2048, max_seqlen_k=5000, batch=7, rows=2355)
+    for dev in (A100, H200):
+        assert decide.decide(sig(**mixed), dev).kind in ("fused", "pair")
+        r = decide.decide(sig(kv_dtype="e5m2", **mixed), dev)
+        assert r.kind == "single" and _attn_specs(r)[0].kv_dtype == "e5m2"
+    with pytest.raises(ValueError, match="the Hopper kernels take no FP8 K/V cache"):
+        decide.decide(sig(kv_dtype="e4m3", arch="sm_90a"), H200)
+    with pytest.raises(ValueError, match="short_query_tokens >= 1 forces the fused launch"):
+        decide.decide(sig(kv_dtype="e4m3", short_query_tokens=4, **mixed), H200)
+
+
+# ----------------------------------------------------------------------------- the dispatcher
+def _fp8_small_batch(kv_dtype=E4M3):
+    q, k, v, cq, ck = fake_cuda_mod.small_batch()
+    return q, k.to(kv_dtype), v.to(kv_dtype), cq, ck
+
+
+def _fields(rec):
+    return fake_cuda_mod.attention_fields(rec)
+
+
+@pytest.mark.parametrize("splits,kinds", [(1, ["scheduler", "attention_fp8"]),
+                                          (3, ["scheduler", "attention_fp8", "combine"])])
+@pytest.mark.parametrize("arch", [None, "sm_80"])
+def test_varlen_attention_passes_the_descales(fake_cuda, splits, kinds, arch):
+    q, k, v, cq, ck = _fp8_small_batch()
+    kd, vd = torch.rand(2, 2) + 0.5, torch.rand(2, 2) + 0.5
+    for _ in range(2):                       # the validating path, then the prepared call's fast path
+        fake_cuda.clear()
+        out = kernelgen.varlen_attention(q, k, v, cq, ck, 7, 1988, causal=True, k_descale=kd, v_descale=vd,
+                                         num_splits=splits, arch=arch)
+        assert out.dtype == q.dtype and fake_cuda.kinds() == kinds
+        (f,) = _fields(fake_cuda)
+        assert (f["k_descale"], f["v_descale"]) == (kd.data_ptr(), vd.data_ptr())
+        assert (f["k_descale_batch_stride"], f["k_descale_head_stride"]) == (2, 1)
+        assert f["k_row_stride"] == k.stride(0) and f["k_head_stride"] == k.stride(1)
+    other = kd.clone()                       # a new descale tensor: its own prepared call
+    fake_cuda.clear()
+    kernelgen.varlen_attention(q, k, v, cq, ck, 7, 1988, causal=True, k_descale=other, v_descale=vd,
+                               num_splits=splits, arch=arch)
+    assert _fields(fake_cuda)[0]["k_descale"] == other.data_ptr()
+
+
+def test_varlen_attention_per_tensor_and_absent_descales(fake_cuda):
+    q, k, v, cq, ck = _fp8_small_batch(E5M2)
+    s = torch.tensor(0.5)
+    kernelgen.varlen_attention(q, k, v, cq, ck, 7, 1988, k_descale=s, v_descale=s.expand(2, 2))
+    (f,) = _fields(fake_cuda)
+    assert f["k_descale"] == f["v_descale"] == s.data_ptr()
+    assert all(f[n] == 0 for n in ("k_descale_batch_stride", "k_descale_head_stride", "v_descale_batch_stride",
+                                   "v_descale_head_stride"))
+    fake_cuda.clear()
+    kernelgen.varlen_attention(q, k, v, cq, ck, 7, 1988)       # no descale: factor 1 (null addresses)
+    (f,) = _fields(fake_cuda)
+    assert f["k_descale"] == f["v_descale"] == 0
+
+
+def test_varlen_attention_fp8_checks(fake_cuda):
+    q, k, v, cq, ck = _fp8_small_batch()
+    with pytest.raises(ValueError, match=r"k_descale must have shape \(2, 2\)"):
+        kernelgen.varlen_attention(q, k, v, cq, ck, k_descale=torch.ones(3, 2))
+    with pytest.raises(TypeError, match="v_descale must have dtype float32"):
+        kernelgen.varlen_attention(q, k, v, cq, ck, v_descale=torch.ones(2, 2, dtype=torch.float16))
+    with pytest.raises(ValueError, match="the Hopper kernels take no FP8 K/V cache"):
+        kernelgen.varlen_attention(q, k, v, cq, ck, arch="sm_90a")
+    q16, k16, v16, _, _ = fake_cuda_mod.small_batch()
+    with pytest.raises(ValueError, match="k_descale applies to an FP8 K/V cache"):
+        kernelgen.varlen_attention(q16, k16, v16, cq, ck, k_descale=torch.ones(2, 2))
+    assert fake_cuda.kinds() == []
+
+
+def test_varlen_attention_fp8_non_finite_descale_under_host_checks(fake_cuda, monkeypatch):
+    q, k, v, cq, ck = _fp8_small_batch()
+    monkeypatch.setenv("KERNELGEN_CHECK_INPUTS", "1")
+    with pytest.raises(ValueError, match="v_descale holds a non-finite factor"):
+        kernelgen.varlen_attention(q, k, v, cq, ck, v_descale=torch.tensor([[1.0, float("nan")]]))
+
+
+def test_mixed_paged_fp8_batch_runs_as_one_sm80_class(fake_cuda):
+    q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
+    kc, vc = kc.to(E4M3), vc.to(E4M3)
+    kd = torch.full((len(QLENS), kc.shape[2]), 0.25)
+    kernelgen.varlen_attention(q, kc, vc, cu_q, None, max(QLENS), max(CTX), seqused_k=used, page_table=pt,
+                               causal=True, k_descale=kd, v_descale=kd)
+    kinds = fake_cuda.kinds()
+    assert kinds[:2] == ["scheduler", "attention_fp8"] and not any(x.startswith("fused") for x in kinds)
+    assert {f["k_descale"] for f in _fields(fake_cuda)} == {kd.data_ptr()}
+
+
+def test_plan_refuses_an_fp8_step(fake_cuda):
+    from kernelgen.selection import arguments
+    q, k, v, cq, ck = _fp8_small_batch()
+    with pytest.raises(NotImplementedError, match="AttentionPlan does not take one yet"):
+        arguments.plan_inputs(q, k, v, cq, ck, None, None, None, None, heads=(4, 2, 64, 64), dtype=q.dtype,
+                              device=q.device, capacity=8, paged=False, page_size=None, max_total_q=None,
+                              hopper=False)
+
+
+# ----------------------------------------------------------------------------- torch ops and compat
+def test_op_schema_and_fake_impl_take_the_descales():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from kernelgen.front import ops  # noqa: F401  (registers the ops)
+    for op in (torch.ops.kernelgen.varlen_attention, torch.ops.kernelgen.varlen_attention_out):
+        schema = str(op.default._schema)
+        assert "Tensor? k_descale=None" in schema and "Tensor? v_descale=None" in schema, schema
+    with FakeTensorMode():
+        q = torch.empty(10, 4, 64, dtype=torch.bfloat16, device="cuda")
+        k = torch.empty(20, 2, 64, dtype=E4M3, device="cuda")
+        cu = torch.empty(3, dtype=torch.int32, device="cuda")
+        out, _ = torch.ops.kernelgen.varlen_attention(q, k, k, cu, cu, k_descale=torch.empty(2, 2, device="cuda"))
+        assert out.shape == (10, 4, 64) and out.dtype == torch.bfloat16
+        with pytest.raises(ValueError, match="k_descale must have shape"):
+            torch.ops.kernelgen.varlen_attention(q, k, k, cu, cu, k_descale=torch.empty(2, 3, device="cuda"))
+        with pytest.raises(TypeError, match="v must have k's dtype"):
+            torch.ops.kernelgen.varlen_attention(q, k, k.to(E5M2), cu, cu)
+        k16 = torch.empty(20, 2, 64, dtype=torch.bfloat16, device="cuda")
+        with pytest.raises(ValueError, match="v_descale applies to an FP8 K/V cache"):
+            torch.ops.kernelgen.varlen_attention(q, k16, k16, cu, cu, v_descale=torch.empty(2, 2, device="cuda"))
+
+
+def test_ops_and_compat_pass_the_descales_down(monkeypatch):
+    from test_ops_compat import Recorder, packed
+
+    from kernelgen.front import compat, ops
+    rec = Recorder()
+    monkeypatch.setattr(kernelgen.front.api, "varlen_attention", rec)
+    q, k, v, cu = packed()
+    k, v = k.to(E4M3), v.to(E4M3)
+    kd, vd = torch.rand(2, k.shape[1]), torch.rand(())
+    ops.varlen_attention(q, k, v, cu, cu, k_descale=kd, v_descale=vd)
+    assert rec.last["k_descale"] is kd and rec.last["v_descale"] is vd
+    torch.ops.kernelgen.varlen_attention(q, k, v, cu, cu, k_descale=kd, v_descale=vd)
+    assert torch.equal(rec.last["k_descale"], kd)
+    for qd in (None, 1, 1.0, torch.ones(2, k.shape[1])):     # FA3's q_descale: None or 1 with a 16-bit q
+        compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, q_descale=qd, k_descale=kd, v_descale=vd)
+        assert rec.last["k_descale"] is kd and rec.last["v_descale"] is vd
+    kc = torch.zeros(2, 24, 2, 64).to(E4M3)
+    compat.flash_attn_with_kvcache(torch.randn(2, 1, 4, 64).to(torch.bfloat16), kc, kc, k_descale=kd, v_descale=vd)
+    assert rec.last["k_descale"] is kd
+    for qd in (0.5, torch.full((2, 2), 2.0), torch.ones(2, 2, dtype=torch.float16)):
+        with pytest.raises(NotImplementedError, match="argument q_descale=.*FP8 queries are not implemented"):
+            compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, q_descale=qd, k_descale=kd)
+    with pytest.raises(NotImplementedError, match="argument q_descale="):
+        compat.flash_attn_varlen_func(q.to(E4M3), k, v, cu, cu, 13, 13, q_descale=torch.ones(2, 2))
