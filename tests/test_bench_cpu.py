@@ -1044,3 +1044,34 @@ def test_measure_switches_times_forced_choices_beside_the_default_and_skips_the_
                                           peers.KG_SPLITS1, peers.KG_NOPACK}
     assert e["switch_base_us"] == 10.0 and e["peers"][peers.KG_SM80] == 13.0
     assert e["max_diff"][peers.KG_NOPACK] == 0.0
+
+
+# ------------------------------------------------------------------------------------ FP8 entries
+def test_fp8_entries_registered_per_suite_once():
+    defs = {d.name: d for d in suites.registry(["prefill", "decode"], resolve_models(["llama3-8b"]))}
+    for base, suite in suites.FP8_ENTRIES:
+        name = entry_name(base, PRESETS["llama3-8b"])
+        assert defs[name].suite == suite == report.suite_of(name)
+    only_prefill = [d.name for d in suites.registry(["prefill"], resolve_models(["llama3-8b"]))]
+    assert not any(n.startswith("fp8_decode") for n in only_prefill)
+
+
+def test_quantize_e4m3_maps_amax_onto_448_and_dequantises_within_a_step():
+    torch = pytest.importorskip("torch")
+    t = torch.tensor([[-3.0, 0.5, 1.25], [2.0, -0.01, 6.0]])
+    q, scale = suites.quantize_e4m3(t)
+    assert q.dtype == torch.float8_e4m3fn and float(scale) == pytest.approx(6.0 / 448.0)
+    assert float(q.float().abs().max()) == 448.0
+    back = q.float() * scale
+    # e4m3 keeps 3 mantissa bits: round-to-nearest is within 2^-4 relative of every normal value
+    normal = t.abs() >= 2.0 ** -6 * float(scale)
+    assert torch.all((back - t).abs()[normal] <= 2.0 ** -4 * t.abs()[normal])
+    q2, s2 = suites.quantize_e4m3(t, scale)
+    assert s2 is scale and torch.equal(q2.float(), q.float())
+
+
+def test_fp8_peer_bound_is_used_by_disagrees():
+    e = {"max_diff": {"fa3": 0.06}, "ref_max": {"fa3": 1.0}}
+    assert report.disagrees(e, "fa3")
+    e["peer_atol"] = suites.FP8_PEER_ATOL
+    assert not report.disagrees(e, "fa3")

@@ -460,19 +460,26 @@ def fa3_missing_feature(flags: dict, *, dtype_name: str = "bf16", window_left: i
 
 
 def fa3(q, k, v, causal: bool, *, cu_q=None, cu_k=None, max_q: int = 0, max_k: int = 0, softcap: float = 0.0,
-        window_left: int = -1, dense_batch: int = 0, sinks: bool = False, alibi: bool = False) -> Callable[[], Peer]:
+        window_left: int = -1, dense_batch: int = 0, sinks: bool = False, alibi: bool = False,
+        descales: tuple | None = None) -> Callable[[], Peer]:
     """Builder for FlashAttention-3 on kernelgen's packed tensors: q (total_q, Hq, d), k/v (total_k,
     Hkv, d/dv) with ``cu_q``/``cu_k`` (``flash_attn_varlen_func``), or with ``dense_batch`` > 0 the
     same memory viewed as (batch, seqlen, heads, d) (``flash_attn_func``, no copy).  Causal is
     bottom-right aligned as kernelgen's.  Split-KV and pack-GQA by FA3's own heuristics.
     ``sinks`` / ``alibi``: the entry's call has attention sinks / ALiBi, which this build cannot
     run (unavailable, with the reason; a local window's reason, when the call also has one, comes
-    first as the build flag says)."""
+    first as the build flag says).  ``descales``: (q_descale, k_descale, v_descale), float32
+    (batch, Hkv), for FA3's FP8 path (q, k and v all float8_e4m3fn; output bf16)."""
 
     def build():
         import torch
 
         mod, flags = load_fa3()
+        kw = {}
+        if descales is not None:
+            if flags.get("FLASHATTENTION_DISABLE_FP8"):
+                raise Unavailable("this fa3-fwd build has no FP8 (FLASHATTENTION_DISABLE_FP8)")
+            kw = dict(zip(("q_descale", "k_descale", "v_descale"), descales))
         _require_hopper("fa3-fwd")
         if window_left >= 0 and flags.get("FLASHATTENTION_DISABLE_LOCAL"):
             raise Unavailable(fa3_missing_feature(flags, window_left=window_left))
@@ -490,12 +497,13 @@ def fa3(q, k, v, causal: bool, *, cu_q=None, cu_k=None, max_q: int = 0, max_k: i
             q4, k4, v4 = (t.view(b, t.shape[0] // b, *t.shape[1:]) for t in (q, k, v))
 
             def fn():
-                return mod.flash_attn_func(q4, k4, v4, causal=causal, softcap=softcap, num_splits=0, pack_gqa=None)
+                return mod.flash_attn_func(q4, k4, v4, causal=causal, softcap=softcap, num_splits=0, pack_gqa=None,
+                                           **kw)
             return Peer(fn, lambda r: _first(r).reshape(-1, *_first(r).shape[2:]))
 
         def fn():
             return mod.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, causal=causal, softcap=softcap,
-                                              num_splits=0, pack_gqa=None)
+                                              num_splits=0, pack_gqa=None, **kw)
         return Peer(fn, _first)
     return build
 

@@ -131,7 +131,8 @@ def auto_choice(entry: dict) -> tuple:
 def disagrees(entry: dict, peer: str) -> bool:
     """True when the peer's output was compared with kernelgen's and is outside bf16 tolerance."""
     d = (entry.get("max_diff") or {}).get(peer)
-    return d is not None and d > ATOL + RTOL * (entry.get("ref_max") or {}).get(peer, 1.0)
+    atol = entry.get("peer_atol", ATOL)   # an FP8 entry states its own bound (suites.FP8_PEER_ATOL)
+    return d is not None and d > atol + RTOL * (entry.get("ref_max") or {}).get(peer, 1.0)
 
 
 def best_peer(entry: dict) -> tuple:
@@ -277,7 +278,8 @@ def build_report(entries: list, roofs: dict | None, device: str, settings: dict 
 #: names every entry so (tests/test_bench_cpu.py checks it), and tools/gpu_report.py's demo entry
 #: (``demo_...``, a causal varlen prefill) counts as prefill.
 _SUITE_PREFIXES = (("prefill_", "prefill"), ("sinks_prefill_", "prefill"), ("sinks_decode_", "decode"),
-                   ("alibi_prefill_", "prefill"), ("alibi_decode_", "decode"), ("variant_compile_", "compile"),
+                   ("alibi_prefill_", "prefill"), ("alibi_decode_", "decode"), ("fp8_prefill_", "prefill"),
+                   ("fp8_decode_", "decode"), ("variant_compile_", "compile"),
                    ("variant_", "prefill"),
                    ("demo_", "prefill"), ("decode_", "decode"), ("graph_decode_", "decode"),
                    ("mixed_", "mixed"), ("scheduler_", "scheduler"), ("varlen_trace_sorted", "scheduler"),
