@@ -8,6 +8,7 @@ import torch
 
 from kernelgen.apps.reference import attention_reference, gather_paged, tolerance
 from kernelgen.selection import validation as V
+from kernelgen.selection.heuristics import FP8_DECODE_STAGES, fp8_tile
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 CPU = torch.device("cpu")
@@ -237,11 +238,16 @@ def test_fp8_params_append_the_descale_fields():
 
 def test_source_of_the_fp8_variants():
     src = render.render(dataclasses.replace(BASE, kv_dtype="e4m3"))
-    assert "load_kv8_block<D>(s8K_base" in src and "convert_kv8<D, SQ>" in src and "mul.rn.f16x2" in src
-    assert "cvt.rn.bf16x2.f32" in src and "kv_scale_log2" in src and "p.v_descale" in src
+    assert "load_kv8_block<D>(s8K_base" in src and "convert_kv8<D, SQ>" in src and "fma.rn.bf16x2" in src
+    assert "0x7B807B80u" in src and "mul.rn.f16x2" not in src and "cvt." not in src.split("fp8x4_to_16")[1][:2000]
+    assert "kv_scale_log2" in src and "p.v_descale" in src
+    src16 = render.render(dataclasses.replace(BASE, dtype="fp16", kv_dtype="e4m3"))
+    assert "mul.rn.f16x2" in src16 and "fma.rn.bf16x2" not in src16
+    src5 = render.render(dataclasses.replace(BASE, kv_dtype="e5m2"))
+    assert "0x77807780u" in src5 and "0x7B807B80u" not in src5
     src = render.render(AttentionSpec("sm_80", "fp16", 64, 64, "none", "soa", TileConfig(8, 16, 1, 4, 1),
                                       kv_dtype="e5m2"))
-    assert "load_kv8_block" in src and "mul.rn.f16x2" not in src and "cvt.rn.bf16x2" not in src
+    assert "load_kv8_block" in src and "mul.rn.f16x2" not in src and "fma.rn.bf16x2" not in src
     assert "x0.x *= vd" in src
     plain = render.render(BASE)
     assert "kv8" not in plain and "descale" not in plain
@@ -268,6 +274,32 @@ def test_the_conversion_bit_trick_is_exact_for_every_e4m3_and_e5m2_value():
     assert torch.equal(h5[fin].double(), y[fin].double())
 
 
+def _fp8_to_bf16_bits(byte: int, kv_dtype: str) -> int:
+    """The kernel's FP8 -> bf16 bit trick (fp8x4_to_16 with dtype bf16), before the * 2^120 / 2^112."""
+    a = byte << 8
+    sh, keep = (4, 0x07F0) if kv_dtype == "e4m3" else (3, 0x0FE0)
+    return (a & 0x8000) | ((a >> sh) & keep)
+
+
+@pytest.mark.parametrize("kv_dtype", ["e4m3", "e5m2"])
+def test_the_bf16_conversion_bit_trick_is_exact_for_every_finite_value(kv_dtype):
+    b = torch.arange(256, dtype=torch.int32)
+    x = b.to(torch.uint8).view(E4M3 if kv_dtype == "e4m3" else E5M2)
+    bits = torch.tensor([_fp8_to_bf16_bits(int(i), kv_dtype) for i in b], dtype=torch.int32).to(torch.int16)
+    # fma.rn.bf16x2 by 2^120 / 2^112 (a power of two; bf16 subnormals kept): exact, computed in float64
+    got = bits.view(torch.bfloat16).double() * 2.0 ** (120 if kv_dtype == "e4m3" else 112)
+    assert torch.equal(got.to(torch.bfloat16).double(), got)      # representable in bf16: the fma is exact
+    fin = torch.isfinite(x.float())
+    assert torch.equal(got[fin], x[fin].double())
+    assert (got[x.float() == 0] == 0).all() and torch.equal(torch.signbit(got[fin]), torch.signbit(x[fin].float()))
+    sub = fin & (x.float() != 0) & (x.float().abs() < (2.0 ** -6 if kv_dtype == "e4m3" else 2.0 ** -14))
+    assert sub.sum() == (14 if kv_dtype == "e4m3" else 6) and (bits[sub].view(torch.bfloat16).float() != 0).all()   # bf16 subnormal inputs
+    if kv_dtype == "e4m3":
+        assert set(got[~fin].abs().tolist()) == {480.0}
+    else:
+        assert float(got[~fin].abs().min()) == 65536.0
+
+
 # NVRTC builds: decode (paged, pack-GQA, split; 16-row and keys-as-rows) and prefill, sm_80 and
 # the sm_80 mainloop compiled for sm_90a (an H200 runs FP8 there), without spills
 COMPILE = {
@@ -284,11 +316,20 @@ COMPILE = {
 @pytest.mark.parametrize("kv", ["e4m3", "e5m2"])
 @pytest.mark.parametrize("name", list(COMPILE))
 def test_fp8_variants_compile_without_spills(name, kv):
-    spec = dataclasses.replace(COMPILE[name], kv_dtype=kv)
+    base = COMPILE[name]
+    spec = dataclasses.replace(base, kv_dtype=kv, tile=fp8_tile(base.tile))   # the tile the decider gives FP8
     res = compiler.compile_cubin(render.render(spec), spec.arch, compiler.default_options(spec.arch), spec.name)
     r = res.resources
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, (spec.name, r)
     assert r["registers"] * spec.num_threads <= 65536 // spec.tile.min_blocks, (spec.name, r)
+
+
+def test_fp8_decode_tiles_take_more_stages_and_the_others_keep_theirs():
+    assert fp8_tile(TileConfig(16, 16, 1, 2, 8)) == TileConfig(16, 16, 1, FP8_DECODE_STAGES, 8)
+    assert fp8_tile(TileConfig(8, 16, 1, 2, 1)).num_stages == FP8_DECODE_STAGES
+    assert fp8_tile(TileConfig(8, 16, 1, 6, 1)).num_stages == 6
+    prefill = TileConfig(128, 32, 4, 2, 2)
+    assert fp8_tile(prefill) is prefill
 
 
 # ----------------------------------------------------------------------------- the decider

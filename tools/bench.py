@@ -8,7 +8,8 @@ flags the GPU check uses:
   report (its ``benchmarks``, ``roofs`` and ``device`` are what tools/gpu_report.py reads);
 * ``--sweep``: also the head-dim-128 prefill tile sweep (``tile_sweep_causal_h128_s16k`` in the JSON);
 * ``--only-scheduler``: only the scheduler entries, one line each;
-* ``--only-decode-sweep``: only the decode tile sweep.
+* ``--only-decode-sweep``: only the decode tile sweep;
+* ``--fp8-stage-sweep``: only the FP8 decode at 2-8 K/V stages (``heuristics.FP8_DECODE_STAGES``).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sweep", action="store_true", help="also sweep the head-dim-128 prefill tiles")
     ap.add_argument("--only-scheduler", action="store_true", help="only the scheduler entries")
     ap.add_argument("--only-decode-sweep", action="store_true", help="only the decode tile sweep")
+    ap.add_argument("--fp8-stage-sweep", action="store_true", help="only the FP8 decode's stage sweep")
     ap.add_argument("--budget", type=float, default=130.0, help="seconds before remaining entries are skipped")
     ap.add_argument("--flex", choices=("off", "some", "all"), default="off", help="FlexAttention peers (default off)")
     args = ap.parse_args(argv)
@@ -33,6 +35,9 @@ def main(argv=None) -> int:
 
     if args.only_decode_sweep:
         sweeps.decode_sweep()
+        return 0
+    if args.fp8_stage_sweep:
+        sweeps.fp8_stage_sweep()
         return 0
     if args.only_scheduler:
         from kernelgen.apps.bench import suites

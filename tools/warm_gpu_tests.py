@@ -277,9 +277,12 @@ def sinks_specs() -> list:
 
 def _with_kv(specs: list, kv: str) -> list:
     """The FP8 K/V variants the decider gives an FP8 call (``decide``: the sm_80 mainloop's choice
-    with ``AttentionSpec.kv_dtype``; scheduler and combine unchanged)."""
+    with ``AttentionSpec.kv_dtype`` and ``heuristics.fp8_tile``; scheduler and combine unchanged)."""
     import dataclasses
-    return [dataclasses.replace(s, kv_dtype=kv) if s.kind == "attention" else s for s in specs]
+
+    from kernelgen.selection.heuristics import fp8_tile
+    return [dataclasses.replace(s, kv_dtype=kv, tile=fp8_tile(s.tile)) if s.kind == "attention" else s
+            for s in specs]
 
 
 def fp8_specs() -> list:

@@ -201,8 +201,9 @@ def recipe(variants, sig: CallSignature, device: Device, settings: Settings = Se
     if sig.kv_dtype:
         if not isinstance(variants, Variants) or variants.attention.mainloop != "sm80":
             raise ValueError(f"an FP8 K/V cache ({sig.kv_dtype}) runs one sm_80-mainloop class, got {variants!r}")
-        variants = dataclasses.replace(variants, attention=dataclasses.replace(variants.attention,
-                                                                               kv_dtype=sig.kv_dtype))
+        att = variants.attention
+        variants = dataclasses.replace(variants, attention=dataclasses.replace(
+            att, kv_dtype=sig.kv_dtype, tile=heuristics.fp8_tile(att.tile)))
     if sig.sinks and isinstance(variants, Variants):
         variants = dataclasses.replace(
             variants, attention=dataclasses.replace(variants.attention, sinks=True),

@@ -80,6 +80,22 @@ _DECODE = {
     192: TileConfig(16, 16, 1, 2, 8),
     256: TileConfig(16, 16, 1, 2, 8),
 }
+#: K/V stages of the one-warp decode tiles on an FP8 cache (``AttentionSpec.kv_dtype``).  An FP8
+#: stage holds half the bytes of a 16-bit one, and the tile's CTAs keep their 16-bit K and V tile
+#: besides, so at the 16-bit tables' two stages an SM holds about half the decode's bytes in flight
+#: and the FP8 decode ran only 1.25x the bf16 one (H200, decode_trace_b128_paged16); more stages give
+#: each CTA as many bytes in flight as a 16-bit CTA (docs/dev/perf-log.md, "FP8 K/V caches").
+FP8_DECODE_STAGES = 4
+
+
+def fp8_tile(t: TileConfig) -> TileConfig:
+    """The sm_80 mainloop's tile ``t`` on an FP8 K/V cache: the one-warp decode tiles (16-row and
+    keys-as-rows) take ``FP8_DECODE_STAGES`` stages (never fewer than ``t``'s); the others as is."""
+    if t.num_warps == 1 and t.block_m <= 16 and t.num_stages < FP8_DECODE_STAGES:
+        return dataclasses.replace(t, num_stages=FP8_DECODE_STAGES)
+    return t
+
+
 #: The dynamic split sizes tiles to about one CTA's share of the batch's work divided by this
 #: factor (per tile class): small decode CTAs share an SM, so finer tiles balance SMs better.
 SPLIT_GRANULARITY = {"prefill": 1, "mid": 1, "decode": 4}

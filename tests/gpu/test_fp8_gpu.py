@@ -160,3 +160,27 @@ def test_rows_past_the_batch_stay_unwritten():
     kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 9, 100, k_descale=kd, v_descale=vd, out=out)
     torch.cuda.synchronize()
     assert torch.isnan(out[16:]).all() and not torch.isnan(out[:16]).any()
+
+
+@pytest.mark.parametrize("dtype", [BF16, FP16])
+@pytest.mark.parametrize("kv_dtype", [E4M3, E5M2])
+def test_every_fp8_code_converts_exactly(dtype, kv_dtype):
+    """One key per request: the softmax weight is exactly 1, so the output is V converted to the
+    16-bit dtype (v_descale 1).  V holds all 256 codes (over 2 heads x 128 lanes), so every value's
+    conversion (subnormals included) is checked exactly (-0 reads as +0: the P V sum starts at +0,
+    and +0 + -0 = +0); the codes of
+    non-finite values (e4m3fn's NaN, e5m2's inf / NaN: outside what a cache holds) are replaced by 0."""
+    raw = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    raw[~torch.isfinite(raw.view(kv_dtype).float())] = 0
+    codes = raw.view(kv_dtype)
+    v = codes.view(1, 2, 128).cuda()
+    k = torch.zeros(1, 2, 128, dtype=kv_dtype, device="cuda")
+    q = torch.randn(1, 2, 128, dtype=dtype, device="cuda")
+    cu = torch.tensor([0, 1], dtype=torch.int32, device="cuda")
+    out = torch.full((1, 2, 128), float("nan"), dtype=dtype, device="cuda")
+    kernelgen.varlen_attention(q, k, v, cu, cu, 1, 1, causal=True, out=out)
+    torch.cuda.synchronize()
+    want = v.float().to(dtype)
+    assert torch.equal(out.float(), want.float()), "a code converted inexactly"
+    assert torch.count_nonzero(want) == 254 - (~torch.isfinite(torch.arange(256, dtype=torch.int32).to(
+        torch.uint8).view(kv_dtype).float())).sum()   # every nonzero finite code is there
