@@ -324,9 +324,12 @@ def test_fp8_variants_compile_without_spills(name, kv):
     assert r["registers"] * spec.num_threads <= 65536 // spec.tile.min_blocks, (spec.name, r)
 
 
-def test_fp8_decode_tiles_take_more_stages_and_the_others_keep_theirs():
-    assert fp8_tile(TileConfig(16, 16, 1, 2, 8)) == TileConfig(16, 16, 1, FP8_DECODE_STAGES, 8)
-    assert fp8_tile(TileConfig(8, 16, 1, 2, 1)).num_stages == FP8_DECODE_STAGES
+def test_fp8_decode_tiles_take_at_least_the_fp8_stages_and_the_others_keep_theirs(monkeypatch):
+    from kernelgen.selection import heuristics
+    assert fp8_tile(TileConfig(16, 16, 1, 2, 8)) == TileConfig(16, 16, 1, max(2, FP8_DECODE_STAGES), 8)
+    monkeypatch.setattr(heuristics, "FP8_DECODE_STAGES", 4)
+    assert fp8_tile(TileConfig(16, 16, 1, 2, 8)) == TileConfig(16, 16, 1, 4, 8)
+    assert fp8_tile(TileConfig(8, 16, 1, 2, 1)).num_stages == 4
     assert fp8_tile(TileConfig(8, 16, 1, 6, 1)).num_stages == 6
     prefill = TileConfig(128, 32, 4, 2, 2)
     assert fp8_tile(prefill) is prefill

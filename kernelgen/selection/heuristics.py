@@ -81,11 +81,13 @@ _DECODE = {
     256: TileConfig(16, 16, 1, 2, 8),
 }
 #: K/V stages of the one-warp decode tiles on an FP8 cache (``AttentionSpec.kv_dtype``).  An FP8
-#: stage holds half the bytes of a 16-bit one, and the tile's CTAs keep their 16-bit K and V tile
-#: besides, so at the 16-bit tables' two stages an SM holds about half the decode's bytes in flight
-#: and the FP8 decode ran only 1.25x the bf16 one (H200, decode_trace_b128_paged16); more stages give
-#: each CTA as many bytes in flight as a 16-bit CTA (docs/dev/perf-log.md, "FP8 K/V caches").
-FP8_DECODE_STAGES = 4
+#: stage holds half the bytes of a 16-bit one, so deeper rings looked like the way to keep as many
+#: bytes in flight; measured on the H200 (decode_trace_b128_paged16, e4m3 against bf16,
+#: ``tools/bench.py --fp8-stage-sweep``) they lose: 2 / 3 / 4 / 6 / 8 stages ran 1.21 / 1.14 / 1.09 /
+#: 0.91 / 0.77x the bf16 call, because the tile is bound by its warps' latency (164 registers: at
+#: most 12 one-warp CTAs an SM) and every stage past two costs CTAs (shared memory).  So two, as
+#: the 16-bit table; the hook stays for the sweep (docs/dev/perf-log.md, "FP8 K/V caches").
+FP8_DECODE_STAGES = 2
 
 
 def fp8_tile(t: TileConfig) -> TileConfig:
