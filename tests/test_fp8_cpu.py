@@ -441,13 +441,214 @@ def test_mixed_paged_fp8_batch_runs_as_one_sm80_class(fake_cuda):
     assert {f["k_descale"] for f in _fields(fake_cuda)} == {kd.data_ptr()}
 
 
-def test_plan_refuses_an_fp8_step(fake_cuda):
+# ----------------------------------------------------------------------------- AttentionPlan
+def _no_host_sync():
+    def boom(*a, **kw):
+        raise AssertionError("host sync")
+    m = pytest.MonkeyPatch()
+    for name in ("item", "tolist", "__bool__", "cpu"):
+        m.setattr(torch.Tensor, name, boom)
+    return m
+
+
+_PLAN = dict(max_batch=4, num_heads_q=4, num_heads_kv=2, head_dim=64, max_seqlen_q=7, max_seqlen_k=1988, causal=True)
+
+
+@pytest.mark.parametrize("kv,name", [("e4m3", "e4m3"), (E4M3, "e4m3"), ("e5m2", "e5m2"), (E5M2, "e5m2"),
+                                     (None, None)])
+def test_plan_kv_dtype_argument(fake_cuda, monkeypatch, kv, name):
+    from fake_cuda import make_plan
+    plan = make_plan(monkeypatch, kv_dtype=kv, **_PLAN)
+    assert plan.kv_dtype == name and plan.recipe.kind == "single" and not plan.hopper
+    (a,) = _attn_specs(plan.recipe)
+    assert a.kv_dtype == (name or "") and (a.mainloop == "sm80" or not name)
+
+
+@pytest.mark.parametrize("bad", ["fp8", "E4M3", torch.float16, torch.bfloat16, torch.float32, 8, True])
+def test_plan_bad_kv_dtype_names_the_argument(fake_cuda, monkeypatch, bad):
+    from fake_cuda import make_plan
+    with pytest.raises(ValueError, match="kv_dtype must be None, 'e4m3', 'e5m2'"):
+        make_plan(monkeypatch, kv_dtype=bad, **_PLAN)
+
+
+def test_plan_fp8_hopper_and_fused_refused_and_mixed_plan_is_one_class(fake_cuda, monkeypatch):
+    from fake_cuda import make_plan
+    with pytest.raises(ValueError, match="the Hopper kernels take no FP8 K/V cache"):
+        make_plan(monkeypatch, kv_dtype="e4m3", arch="sm_90a", **_PLAN)
+    mixed = dict(max_batch=16, num_heads_q=32, num_heads_kv=8, head_dim=128, max_total_q=4096, max_seqlen_q=2048,
+                 max_seqlen_k=5000, paged=True, causal=True)
+    with pytest.raises(ValueError, match="short_query_tokens >= 1 forces the fused launch"):
+        make_plan(monkeypatch, kv_dtype="e4m3", short_query_tokens=4, **mixed)
+    assert make_plan(monkeypatch, **mixed).recipe.kind in ("fused", "pair")
+    for arch in (None, "sm_80"):
+        plan = make_plan(monkeypatch, kv_dtype=E5M2, arch=arch, **mixed)
+        assert plan.recipe.kind == "single" and plan.fused is None and plan.metadata_short is None
+        (a,) = _attn_specs(plan.recipe)
+        assert a.kv_dtype == "e5m2" and a.mainloop == "sm80"
+
+
+def _descale_fields(f):
+    return (f["k_descale"], f["v_descale"], f["k_descale_batch_stride"], f["k_descale_head_stride"],
+            f["v_descale_batch_stride"], f["v_descale_head_stride"])
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_plan_run_and_attend_pass_the_descales(fake_cuda, monkeypatch, num_splits):
+    """A plan made with kv_dtype: run passes the descales' addresses and strides in the attention
+    launch (validating path, then the prepared step with no host sync, also while capturing: new
+    values written in place keep the address a captured graph reads), a new tensor its own address,
+    per-tensor and absent descales (0: factor 1); attend passes them too."""
+    from fake_cuda import make_plan
+    plan = make_plan(monkeypatch, kv_dtype="e4m3", arch="sm_80", num_splits=num_splits, **_PLAN)
+    q, k, v, cq, ck = _fp8_small_batch()
+    kinds = ["scheduler", "attention_fp8"] + (["combine"] if num_splits > 1 else [])
+    kd, vd = torch.rand(2, 2) + 0.5, (torch.rand(2, 2) + 0.5).t()     # v_descale transposed: strides (1, 2)
+    out = torch.empty(10, 4, 64, dtype=q.dtype)
+    for step in range(3):
+        fake_cuda.clear()
+        fake_cuda.capturing = step == 2
+        guard = _no_host_sync() if step else pytest.MonkeyPatch()
+        try:
+            res = plan.run(q, k, v, cq, ck, out=out, k_descale=kd, v_descale=vd)
+        finally:
+            guard.undo()
+        assert res is out and fake_cuda.kinds() == kinds
+        (f,) = _fields(fake_cuda)
+        assert _descale_fields(f) == (kd.data_ptr(), vd.data_ptr(), 2, 1, 1, 2)
+        assert f["k_row_stride"] == k.stride(0) and f["k_head_stride"] == k.stride(1)
+        kd.mul_(0.5)                                     # new values, same tensor: read on the device
+    fake_cuda.capturing = False
+    assert len(plan._steps._d) <= 1
+    other = kd.clone()                                   # a new tensor: its own step
+    fake_cuda.clear()
+    plan.run(q, k, v, cq, ck, k_descale=other, v_descale=vd)
+    assert _descale_fields(_fields(fake_cuda)[0])[:2] == (other.data_ptr(), vd.data_ptr())
+    s = torch.tensor(0.25)
+    for kk, vv, want in ((s, s.expand(2, 2), (s.data_ptr(), s.data_ptr(), 0, 0, 0, 0)),
+                         (None, None, (0, 0, 0, 0, 0, 0)), (None, kd[:, :1], (0, kd.data_ptr(), 0, 0, 2, 0))):
+        fake_cuda.clear()
+        plan.run(q, k, v, cq, ck, k_descale=kk, v_descale=vv)
+        assert _descale_fields(_fields(fake_cuda)[0]) == want
+    plan.schedule(cq, ck)
+    fake_cuda.clear()
+    plan.attend(q, k, v, cq, ck, k_descale=kd, v_descale=vd)
+    assert fake_cuda.kinds() == kinds[1:]
+    assert _descale_fields(_fields(fake_cuda)[0]) == (kd.data_ptr(), vd.data_ptr(), 2, 1, 1, 2)
+    fake_cuda.clear()
+    plan.attend(q, k, v, cq, ck)
+    assert _descale_fields(_fields(fake_cuda)[0]) == (0, 0, 0, 0, 0, 0)
+
+
+def test_plan_fp8_with_sinks_and_alibi(fake_cuda, monkeypatch):
+    """FP8 with the plan's other per-step tensors: sink kernels (sinks=True, one class) and ALiBi,
+    every address in the one FP8 attention launch."""
+    from fake_cuda import make_plan
+    plan = make_plan(monkeypatch, kv_dtype="e5m2", sinks=True, alibi=True, num_splits=3, **_PLAN)
+    assert plan.sinks_fused
+    q, k, v, cq, ck = _fp8_small_batch(E5M2)
+    sinks, slopes, kd = torch.zeros(4), torch.rand(4), torch.rand(2, 2) + 0.5
+    for _ in range(2):
+        fake_cuda.clear()
+        plan.run(q, k, v, cq, ck, sinks=sinks, alibi_slopes=slopes, k_descale=kd)
+        assert fake_cuda.kinds() == ["scheduler", "attention_fp8_alibi_sinks", "combine_sinks"]
+        (f,) = _fields(fake_cuda)
+        assert (f["sinks"], f["alibi_slopes"]) == (sinks.data_ptr(), slopes.data_ptr())
+        assert _descale_fields(f) == (kd.data_ptr(), 0, 2, 1, 0, 0)
+
+
+def test_plan_padded_batch_descales_have_a_row_per_request_slot(fake_cuda, monkeypatch):
+    """A paged decode plan at capacity 8 run with a batch padded by zero-length requests: the
+    (batch, num_heads_kv) descales have a row per request of the step (padding included)."""
+    from fake_cuda import make_plan
+    qlens, ctx = [1, 1, 1, 0, 0, 0, 0, 0], [40, 500, 7, 0, 0, 0, 0, 0]
+    q, kc, vc, cu_q, used, pt = paged_inputs(qlens, ctx)
+    kc, vc = kc.to(E4M3), vc.to(E4M3)
+    hkv = kc.shape[2]
+    plan = make_plan(monkeypatch, kv_dtype="e4m3", max_batch=8, num_heads_q=q.shape[1], num_heads_kv=hkv,
+                     head_dim=q.shape[2], max_total_q=8, max_seqlen_q=1, max_seqlen_k=4096, paged=True, causal=True)
+    kd = torch.rand(8, hkv) + 0.5
+    plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, k_descale=kd, v_descale=kd)
+    assert fake_cuda.kinds()[:2] == ["scheduler", "attention_fp8"]
+    assert {_descale_fields(f) for f in _fields(fake_cuda)} == {(kd.data_ptr(), kd.data_ptr(), hkv, 1, hkv, 1)}
+    with pytest.raises(ValueError, match=rf"k_descale must have shape \(8, {hkv}\)"):
+        plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, k_descale=kd[:3])
+
+
+@pytest.mark.parametrize("kv,max_q,max_tq", [("e4m3", 1, 16), ("e5m2", 256, 640)])
+def test_plan_gpu_test_kernels_are_warmed(fake_cuda, monkeypatch, kv, max_q, max_tq):
+    """The kernels of tests/gpu/test_fp8_gpu.py's graph-replayed plans (the fake H200 has the
+    H200's SM count) are among tools/warm_gpu_tests.py's fp8_specs."""
+    import sys
+    from pathlib import Path
+
+    from fake_cuda import make_plan
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    try:
+        import warm_gpu_tests
+    finally:
+        sys.path.pop(0)
+    plan = make_plan(monkeypatch, kv_dtype=kv, max_batch=16, num_heads_q=32, num_heads_kv=8, head_dim=128,
+                     max_total_q=max_tq, max_seqlen_q=max_q, max_seqlen_k=2048, paged=True, causal=True)
+    assert set(plan.recipe.specs) <= set(warm_gpu_tests.fp8_specs())
+
+
+def test_plan_fp8_step_checks(fake_cuda, monkeypatch):
+    """A k dtype other than the plan's kv_dtype is a ValueError naming k (16-bit k to an FP8 plan,
+    e5m2 to an e4m3 plan, FP8 k to a plan made without kv_dtype: the message says to pass it);
+    descales to a 16-bit plan, or of a bad shape or dtype, name the argument; non-finite factors
+    raise under KERNELGEN_CHECK_INPUTS=1 even for a prepared step; nothing is launched."""
+    from fake_cuda import make_plan
+    plan = make_plan(monkeypatch, kv_dtype="e4m3", arch="sm_80", **_PLAN)
+    plain = make_plan(monkeypatch, arch="sm_80", **_PLAN)
+    q, k, v, cq, ck = _fp8_small_batch()
+    q16, k16, v16, _, _ = fake_cuda_mod.small_batch()
+    k5, v5 = k16.to(E5M2), v16.to(E5M2)
+    for call in (lambda: plan.run(q16, k16, v16, cq, ck), lambda: plan.attend(q16, k16, v16, cq, ck)):
+        with pytest.raises(ValueError, match=r"^k must have the plan's FP8 dtype torch.float8_e4m3fn "
+                                             r"\(kv_dtype='e4m3'\), got torch.bfloat16"):
+            call()
+    with pytest.raises(ValueError, match=r"^k must have the plan's FP8 dtype .* got torch.float8_e5m2; make a plan "
+                                         r"with kv_dtype='e5m2'"):
+        plan.run(q, k5, v5, cq, ck)
+    with pytest.raises(TypeError, match="v must have dtype float8_e4m3fn"):
+        plan.run(q, k, v5, cq, ck)
+    for x, kk in ((k, "e4m3"), (k5, "e5m2")):
+        with pytest.raises(ValueError, match=rf"^k: an FP8 K/V cache .* pass kv_dtype='{kk}' to AttentionPlan"):
+            plain.run(q, x, x, cq, ck)
+    with pytest.raises(ValueError, match="k_descale applies to an FP8 K/V cache"):
+        plain.run(q16, k16, v16, cq, ck, k_descale=torch.ones(2, 2))
+    with pytest.raises(ValueError, match="v_descale applies to an FP8 K/V cache"):
+        plain.attend(q16, k16, v16, cq, ck, v_descale=torch.ones(()))
+    with pytest.raises(ValueError, match=r"k_descale must have shape \(2, 2\)"):
+        plan.run(q, k, v, cq, ck, k_descale=torch.ones(3, 2))
+    with pytest.raises(TypeError, match="v_descale must have dtype float32"):
+        plan.run(q, k, v, cq, ck, v_descale=torch.ones(2, 2, dtype=torch.float16))
+    assert fake_cuda.kinds() == []
+    kd = torch.ones(2, 2)
+    plan.run(q, k, v, cq, ck, k_descale=kd)              # prepared
+    fake_cuda.clear()
+    kd[1, 1] = float("inf")
+    monkeypatch.setenv("KERNELGEN_CHECK_INPUTS", "1")
+    with pytest.raises(ValueError, match="k_descale holds a non-finite factor"):
+        plan.run(q, k, v, cq, ck, k_descale=kd)
+    assert fake_cuda.kinds() == []
+
+
+def test_plan_inputs_refuse_an_fp8_k_without_kv_dtype(fake_cuda):
     from kernelgen.selection import arguments
     q, k, v, cq, ck = _fp8_small_batch()
-    with pytest.raises(NotImplementedError, match="AttentionPlan does not take one yet"):
-        arguments.plan_inputs(q, k, v, cq, ck, None, None, None, None, heads=(4, 2, 64, 64), dtype=q.dtype,
-                              device=q.device, capacity=8, paged=False, page_size=None, max_total_q=None,
-                              hopper=False)
+    kw = dict(heads=(4, 2, 64, 64), dtype=q.dtype, device=q.device, capacity=8, paged=False, page_size=None,
+              max_total_q=None, hopper=False)
+    with pytest.raises(ValueError, match="pass kv_dtype='e4m3'"):
+        arguments.plan_inputs(q, k, v, cq, ck, None, None, None, None, **kw)
+    sizes = arguments.plan_inputs(q, k, v, cq, ck, None, None, None, None, kv_dtype="e4m3", **kw)
+    assert sizes["kv_dtype"] == "e4m3"
+
+
+def test_validation_kv_dtype():
+    assert V.kv_dtype(None) == "" and V.kv_dtype("e5m2") == "e5m2" and V.kv_dtype(E4M3) == "e4m3"
+    with pytest.raises(ValueError, match="kv_dtype must be"):
+        V.kv_dtype(torch.uint8)
 
 
 # ----------------------------------------------------------------------------- torch ops and compat

@@ -289,7 +289,8 @@ def fp8_specs() -> list:
     """tests/gpu/test_fp8_gpu.py: the FP8 K/V variants (sm_80 mainloop on the H200) of its causal
     GQA prefill (bf16 and fp16, e4m3 and e5m2, automatic and forced splits), the head-dim / window /
     soft-cap prefill, paged decode (pages of 16 and 1 tokens, automatic and forced splits), the mixed
-    step (one class) and the small packed calls."""
+    step (one class), the small packed calls and the CUDA-graph plans (paged decode, e4m3; mixed
+    prefill + decode, e5m2; no page size)."""
     out = []
     for dt, kv, n in itertools.product(("bf16", "fp16"), ("e4m3", "e5m2"), (0, 3)):
         out += _with_kv(_choose(dt, 128, hq=32, hkv=8, causal=True, max_q=600, max_k=600, num_splits=n,
@@ -305,6 +306,9 @@ def fp8_specs() -> list:
                             mainloop="sm80"), "e4m3")
     out += _with_kv(_choose("fp16", 128, hq=16, hkv=2, causal=False, max_q=40, max_k=900, mainloop="sm80"), "e4m3")
     out += _with_kv(_choose("bf16", 64, hq=8, hkv=2, causal=False, max_q=9, max_k=100, mainloop="sm80"), "e4m3")
+    for kv, max_q in (("e4m3", 1), ("e5m2", 256)):       # test_plan_graph_replays_with_new_descales
+        out += _with_kv(_choose("bf16", 128, hq=32, hkv=8, causal=True, max_q=max_q, max_k=2048, paged=True,
+                                mainloop="sm80"), kv)
     return out
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from ..jit import runtime
+from ..kernels import kernel_args
 from ..launch import bind, oneoff, sinks as _sinks
 from ..selection import arguments, decide, signature, validation
 
@@ -79,11 +80,20 @@ class AttentionPlan:
             replays with what the same tensors hold then; their addresses are part of the step's
             signature (new tensors prepare the step again, and a graph must be captured again).
             A mixed-batch plan with a variant runs its classes in turn (sm_90a) or as one class.
+        kv_dtype: steps pass an FP8 K/V cache (k and v ``torch.float8_e4m3fn`` or
+            ``torch.float8_e5m2``; ``dtype`` stays q's and out's, fp16 or bf16): "e4m3" or
+            ``torch.float8_e4m3fn``, "e5m2" or ``torch.float8_e5m2``; None (default): k/v in
+            ``dtype``.  The plan runs the sm_80 mainloop's FP8 kernels on every arch (the cache is
+            converted to ``dtype`` as it is loaded into shared memory), as one request class (a
+            mixed prefill + decode plan runs no fused launch; ``arch="sm_90a"`` and
+            ``short_query_tokens`` >= 1 raise ValueError).  Steps pass ``k_descale`` /
+            ``v_descale`` (see ``run``); every step's k must have this dtype (ValueError naming
+            ``k`` otherwise), and a plan made without ``kv_dtype`` refuses an FP8 k.
 
     Raises:
-        ValueError / TypeError: bad capacities, head counts, head dims, dtype, window, softcap,
-            num_splits, layout or arch (a forced "sm_90a" the plan's variant or device cannot
-            run, or with the fused launch).
+        ValueError / TypeError: bad capacities, head counts, head dims, dtype, kv_dtype, window,
+            softcap, num_splits, layout or arch (a forced "sm_90a" the plan's variant, FP8 cache
+            or device cannot run, or with the fused launch).
         RuntimeError: ``device`` None and no CUDA device (or a torch without CUDA).
     """
 
@@ -93,8 +103,9 @@ class AttentionPlan:
                  window_size=(-1, -1), softcap: float = 0.0, num_splits: int = 0, pack_gqa: bool | None = None,
                  metadata_layout: str = "soa", sort: bool = True, head_swizzle: bool = True, device=None,
                  short_query_tokens: int | None = None, arch: str | None = None, page_size: int | None = None,
-                 sinks: bool = False, alibi: bool = False, variant=None):
+                 sinks: bool = False, alibi: bool = False, variant=None, kv_dtype=None):
         arguments.plan_capacity(max_batch, dtype, num_heads_q, num_heads_kv, max_seqlen_q, max_seqlen_k)
+        kv = validation.kv_dtype(kv_dtype)
         head_dim_v = head_dim if head_dim_v is None else head_dim_v
         if device is None:
             try:
@@ -121,7 +132,10 @@ class AttentionPlan:
             max_seqlen_k=max_seqlen_k, paged=self.paged, page_size=page_size, causal=causal, window_size=window_size,
             softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa, metadata_layout=metadata_layout, sort=sort,
             head_swizzle=head_swizzle, short_query_tokens=short_query_tokens, arch=arch, alibi=alibi,
-            **({"sinks": True} if sinks else {}), **({"variant": code} if code is not None else {}))
+            **({"sinks": True} if sinks else {}), **({"variant": code} if code is not None else {}),
+            **({"kv_dtype": kv} if kv else {}))
+        #: The FP8 K/V cache dtype of the plan's steps ("e4m3" or "e5m2"), None for k/v in ``dtype``.
+        self.kv_dtype = kv or None
         #: Whether the plan's kernels add ALiBi biases (steps then pass ``alibi_slopes``).
         self.alibi = bool(alibi)
         self.page_size = checked.page_size
@@ -175,6 +189,17 @@ class AttentionPlan:
         stride = validation.alibi_slopes(alibi_slopes, self.num_heads_q, cu_seqlens_q.shape[0] - 1, self.device)
         return alibi_slopes.data_ptr(), stride
 
+    def _descale_arg(self, k_descale, v_descale, batch: int):
+        """The FP8 kernels' descale fields of a step of ``batch`` requests (``kernel_args.descale_fields``:
+        the checked ``k_descale`` / ``v_descale`` addresses and strides; None: factor 1), None for a
+        plan without ``kv_dtype`` (which refuses descales as ``varlen_attention`` does with a 16-bit cache)."""
+        strides = tuple(validation.descale(name, x, batch, self.num_heads_kv, self.device, self.kv_dtype)
+                        for name, x in (("k_descale", k_descale), ("v_descale", v_descale)))
+        if validation.host_checks_enabled():
+            validation.check_descale_values("k_descale", k_descale)
+            validation.check_descale_values("v_descale", v_descale)
+        return None if self.kv_dtype is None else kernel_args.descale_fields(k_descale, v_descale, strides)
+
     def _variant_arg(self, variant):
         """The tensor addresses of a step's variant (``variant``, else the plan's), None for a plan
         without one.  Raises ValueError for a variant the plan's kernels were not built for."""
@@ -223,17 +248,20 @@ class AttentionPlan:
                             batch, self.capacity)
 
     def attend(self, q, k, v, cu_seqlens_q, cu_seqlens_k=None, *, seqused_k=None, page_table=None, out=None, lse=None,
-               softmax_scale=None, sinks=None, alibi_slopes=None, variant=None):
+               softmax_scale=None, sinks=None, alibi_slopes=None, variant=None, k_descale=None, v_descale=None):
         """Launch attention (and the combine kernel) on the metadata the last ``schedule`` wrote.
 
         Shapes as in ``varlen_attention``; ``lse`` is an optional (num_heads_q, total_q) float32
         tensor to fill; ``sinks`` an optional float32 (num_heads_q,) tensor of attention sinks
         (as in ``run``; ``lse`` then receives the sink-inclusive LSE); ``alibi_slopes`` the ALiBi
-        slopes of a plan made with ``alibi=True`` (as in ``run``); ``variant`` as in ``run``.  Returns out.  Raises
+        slopes of a plan made with ``alibi=True`` (as in ``run``); ``variant``, ``k_descale`` and
+        ``v_descale`` as in ``run``.  Returns out.  Raises
         ValueError / TypeError for inputs that do not match the plan (heads, head dims, dtype,
-        device, paging, capacities).
+        kv_dtype, device, paging, capacities).
         """
         sizes = self._check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks)
+        descale = None if self.kv_dtype is None and k_descale is None and v_descale is None else \
+            self._descale_arg(k_descale, v_descale, sizes["batch"])
         # (no call without ALiBi: a plain step's path down the layers stays as it was)
         alibi = None if alibi_slopes is None and not self.alibi else self._alibi_arg(alibi_slopes, cu_seqlens_q)
         user = None if variant is None and self.variant is None else self._variant_arg(variant)
@@ -251,13 +279,15 @@ class AttentionPlan:
                           capacity=self.capacity, scale=scale, window=(self.window_left, self.window_right),
                           softcap=self.softcap, alibi=alibi,
                           **({} if fused_sinks is None else {"sinks": fused_sinks}),
-                          **({} if user is None else {"user": user}))
+                          **({} if user is None else {"user": user}),
+                          **({} if descale is None else {"descale": descale}))
             if sinks is not None and fused_sinks is None:
                 _sinks.apply(out, kernel_lse, sinks, cu_seqlens_q)
         return out
 
     def run(self, q, k, v, cu_seqlens_q, cu_seqlens_k=None, *, seqused_k=None, page_table=None, out=None, lse=None,
-            return_lse=False, softmax_scale=None, sinks=None, alibi_slopes=None, variant=None):
+            return_lse=False, softmax_scale=None, sinks=None, alibi_slopes=None, variant=None, k_descale=None,
+            v_descale=None):
         """Scheduler, attention and combine for one step, on the plan's device whatever the current
         device is.
 
@@ -283,14 +313,25 @@ class AttentionPlan:
         plan's snippets and tensor dtypes (its tensors replace the plan's for this step; ValueError
         for other snippets, or for a plan made without a variant).  Its tensors are read on the
         device at every launch (a captured step replays with their new values).
+        ``k_descale``, ``v_descale``: a plan made with ``kv_dtype`` (FP8 k/v of that dtype): None
+        (factor 1) or float32 tensors on the plan's device of shape (batch, num_heads_kv) (batch:
+        the step's ``cu_seqlens_q`` entries - 1, padding requests included) or one that broadcasts
+        to it (``()``, ``(1, 1)``: per tensor), FlashAttention-3's convention as in
+        ``varlen_attention``.  The kernels read the factors on the device at every launch: their
+        addresses are parameters of the step (part of its signature, like ``alibi_slopes``), so a
+        captured step replays with the values the same tensors hold then (write new scales in
+        place); new tensors prepare the step again (capture again).  Given to a plan without
+        ``kv_dtype`` they raise ValueError.
 
         Returns:
             out, or (out, lse) when ``return_lse`` or ``lse`` is given.
 
         Raises:
             ValueError / TypeError: inputs that do not match the plan (heads, head dims, dtype,
-                device, paging) or exceed its capacities (batch, max_total_q), and every error
-                ``varlen_attention`` raises for bad shapes; all before anything is launched.
+                device, paging; a k dtype other than the plan's ``kv_dtype``: ValueError naming
+                ``k``) or exceed its capacities (batch, max_total_q), and every error
+                ``varlen_attention`` raises for bad shapes (descales included); all before
+                anything is launched.
             kernelgen.LaunchError: the driver refused a launch (names the kernel).
 
         Host cost: the first step of a signature (the tensors' types, dtypes, devices, shapes and
@@ -301,12 +342,17 @@ class AttentionPlan:
         ``lse``, if returned) are given (``docs/dev/perf-log.md``, "host overhead").
         """
         try:
+            descaled = k_descale is not None or v_descale is not None
             key = signature.key((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks,
-                                 alibi_slopes), (),
+                                 alibi_slopes) + ((k_descale, v_descale) if descaled else ()), (),
                                 (return_lse, softmax_scale, None if alibi_slopes is None else alibi_slopes.data_ptr(),
                                  None if sinks is None or not self.sinks_fused else sinks.data_ptr(),
-                                 None if variant is None else variant.key()))
+                                 None if variant is None else variant.key())
+                                + (tuple(None if x is None else x.data_ptr() for x in (k_descale, v_descale))
+                                   if descaled else ()))
             step = self._steps.get(key)
+            if descaled and validation.host_checks_enabled():
+                step = None        # (the descales' values are checked on the validating path)
         except Exception:  # noqa: BLE001 - an argument that cannot be keyed: the validating path names it
             key = step = None
         if step is not None:
@@ -330,9 +376,10 @@ class AttentionPlan:
         if torch.cuda.current_device() != self.device.index:
             with torch.cuda.device(self.device):
                 return self._validated_run(key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse,
-                                           return_lse, softmax_scale, sinks, alibi_slopes, variant)
+                                           return_lse, softmax_scale, sinks, alibi_slopes, variant, k_descale,
+                                           v_descale)
         return self._validated_run(key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse,
-                                   return_lse, softmax_scale, sinks, alibi_slopes, variant)
+                                   return_lse, softmax_scale, sinks, alibi_slopes, variant, k_descale, v_descale)
 
     @staticmethod
     def _sink_step(step, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks):
@@ -344,7 +391,7 @@ class AttentionPlan:
         return res
 
     def _validated_run(self, key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, return_lse,
-                       softmax_scale, sinks=None, alibi_slopes=None, variant=None):
+                       softmax_scale, sinks=None, alibi_slopes=None, variant=None, k_descale=None, v_descale=None):
         """run for a signature not prepared yet: every check before anything is launched, then the
         step is prepared, stored under ``key`` (None: not keyable) and run.  With ``sinks`` the
         step always writes an LSE (the caller's, a new one when returned, else the plan's
@@ -356,6 +403,8 @@ class AttentionPlan:
         # (no call without ALiBi: a plain step's path down the layers stays as it was)
         alibi = None if alibi_slopes is None and not self.alibi else self._alibi_arg(alibi_slopes, cu_seqlens_q)
         user = None if variant is None and self.variant is None else self._variant_arg(variant)
+        descale = None if self.kv_dtype is None and k_descale is None and v_descale is None else \
+            self._descale_arg(k_descale, v_descale, sizes["batch"])
         fused_sinks = (self._no_sinks if sinks is None else sinks).data_ptr() if self.sinks_fused else None
         if sinks is not None and lse is None and fused_sinks is None:
             lse = self._lse_scratch(sizes["total_q"])
@@ -371,7 +420,8 @@ class AttentionPlan:
                                      fixed_base=self._workspace.data_ptr(), sizes=sizes,
                                      **({} if alibi is None else {"alibi": alibi}),
                                      **({} if fused_sinks is None else {"sinks": fused_sinks}),
-                                     **({} if user is None else {"user": user}))
+                                     **({} if user is None else {"user": user}),
+                                     **({} if descale is None else {"descale": descale}))
         if key is not None and signature.cacheable(key):
             self._steps.put(key, step)
         out, lse = step.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
@@ -381,7 +431,7 @@ class AttentionPlan:
 
     def _check_inputs(self, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks=None) -> dict:
         return arguments.plan_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse,
-                                     sinks=sinks,
+                                     sinks=sinks, kv_dtype=self.kv_dtype or "",
                                      heads=(self.num_heads_q, self.num_heads_kv, self.head_dim, self.head_dim_v),
                                      dtype=self.dtype, device=self.device, capacity=self.capacity, paged=self.paged,
                                      page_size=self.page_size,

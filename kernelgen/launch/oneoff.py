@@ -31,7 +31,7 @@ def scheduler_params(cu_seqlens_q, cu_seqlens_k, seqused_k, md, batch, capacity,
 def attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, capacity, scale, *, seqused_k=None,
                      page_table=None, window=(-1, -1), softcap=0.0, split: SplitBuffers | None = None,
                      row_splits=None, maps: bytes | None = None, alibi: tuple | None = None,
-                     sinks: int | None = None, user: tuple | None = None) -> bytes:
+                     sinks: int | None = None, user: tuple | None = None, descale: dict | None = None) -> bytes:
     """Packed AttnParams (tensors as in ``varlen_attention``; strides in elements; ``scale`` is
     softmax_scale, folded with log2(e)).  ``row_splits``: without ``split``, the int32 per-token
     count a non-splitting variant records for the combine kernel (the long class of a fused
@@ -39,7 +39,8 @@ def attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, capacity
     which then lead the parameter (``params.TMA_ATTENTION_PARAMS``).  ``alibi``: (address, batch
     stride) of an ALiBi kernel's slopes (``params.ATTENTION_PARAMS_ALIBI``); ``sinks``: the sinks'
     address of a sink kernel (``params.ATTENTION_PARAMS_SINKS``); ``user``: the addresses of a user
-    variant's tensors (``params.user_params``)."""
+    variant's tensors (``params.user_params``); ``descale``: an FP8 K/V kernel's descale fields
+    (``kernel_args.descale_fields``, ``params.fp8_params``; sm_80 mainloop, no maps)."""
     if sinks is not None:
         if alibi is None:
             struct = ATTENTION_PARAMS_SINKS if maps is None else TMA_ATTENTION_PARAMS_SINKS
@@ -49,6 +50,8 @@ def attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, capacity
         struct = ATTENTION_PARAMS if maps is None else TMA_ATTENTION_PARAMS
     else:
         struct = ATTENTION_PARAMS_ALIBI if maps is None else TMA_ATTENTION_PARAMS_ALIBI
+    if descale is not None:   # (the FP8 fields come before a user variant's, as params.attention_params_for)
+        struct = params.fp8_params(struct)
     if user is not None:
         struct = params.user_params(struct.inner if maps is not None else struct, len(user), maps is not None)
     return struct.pack({
@@ -60,7 +63,7 @@ def attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, capacity
         "out_accum": split.out_accum.data_ptr() if split else 0, "lse_accum": split.lse_accum.data_ptr() if split else 0,
         "row_splits": split.row_splits.data_ptr() if split else row_splits.data_ptr() if row_splits is not None else 0,
         **kernel_args.attention_fields(q, k, v, out, lse, page_table, capacity, scale, window, softcap,
-                                       kernel_args.split_strides(split), alibi, sinks, user),
+                                       kernel_args.split_strides(split), alibi, sinks, user, descale),
     }, *(() if maps is None else (maps,)))
 
 
@@ -108,12 +111,14 @@ def schedule(bound, cu_seqlens_q, cu_seqlens_k, seqused_k, md_long, md_short, ba
 
 def attend(bound, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, *, md_long, md_short,
            split: SplitBuffers | None, capacity: int, scale: float, window: tuple, softcap: float,
-           alibi: tuple | None = None, sinks: int | None = None, user: tuple | None = None) -> None:
+           alibi: tuple | None = None, sinks: int | None = None, user: tuple | None = None,
+           descale: dict | None = None) -> None:
     """Launch a bound recipe's attention kernel(s) and combine on the metadata a ``schedule`` wrote
     (``md_long``; ``md_short`` for the two-class recipes, whose short class owns ``split``), on
     PyTorch's current stream of its device.  Tensors as in ``varlen_attention``; ``alibi``:
     (address, batch stride) of the ALiBi slopes of a recipe of ALiBi kernels; ``sinks``: the sinks'
-    address of a single-class recipe of sink kernels (``Recipe.sinks_fused``)."""
+    address of a single-class recipe of sink kernels (``Recipe.sinks_fused``); ``descale``: the
+    descale fields of a single-class recipe of FP8 K/V kernels (``kernel_args.descale_fields``)."""
     stream = prepared.current_stream(bound.sched.device)
     kw = dict(seqused_k=seqused_k, page_table=page_table, window=window, softcap=softcap, alibi=alibi, user=user)
     args = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
@@ -135,7 +140,8 @@ def attend(bound, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, ou
                                      bound.short_ctas)
         launch.launch_kernel(bound.attn, bound.attn.persistent_grid, stream, packed)
     else:
-        packed = attention_params(*args, md, capacity, scale, split=split, maps=maps, sinks=sinks, **kw)
+        packed = attention_params(*args, md, capacity, scale, split=split, maps=maps, sinks=sinks, descale=descale,
+                                  **kw)
         if isinstance(bound, fused.FusedKernels):  # the long class's struct first; it records row_splits only
             packed = attention_params(*args, md_long, capacity, scale, row_splits=rs, **kw) + packed
         launch.launch_kernel(bound.attn, bound.attn.persistent_grid, stream, packed)

@@ -136,10 +136,12 @@ def plan_options(*, capacity: int, max_total_q: int, num_heads_q: int, num_heads
                  head_dim_v: int, dtype, max_seqlen_q: int, max_seqlen_k: int, paged: bool, page_size,
                  causal: bool, window_size, softcap, num_splits, pack_gqa, metadata_layout: str, sort: bool,
                  head_swizzle: bool, short_query_tokens, arch, alibi: bool = False, sinks: bool = False,
-                 variant=None) -> CheckedPlan:
+                 variant=None, kv_dtype: str = "") -> CheckedPlan:
     """``AttentionPlan``'s remaining checks (page size, window, soft-cap, layout, num_splits,
     short_query_tokens) and the signature its kernels are chosen from (see ``AttentionPlan`` for
-    the arguments; lengths in tokens).  Raises TypeError / ValueError naming the argument."""
+    the arguments; lengths in tokens; ``kv_dtype``: "e4m3" / "e5m2" for an FP8 K/V cache,
+    ``validation.kv_dtype``'s result, "" for none).  Raises TypeError / ValueError naming the
+    argument."""
     if page_size is not None:
         validation.nonneg_int("page_size", page_size)
         if not paged or page_size < 1:
@@ -155,21 +157,22 @@ def plan_options(*, capacity: int, max_total_q: int, num_heads_q: int, num_heads
         max_seqlen_k=max_seqlen_k, paged=bool(paged), page_size=page_size or 0, softcap=cap > 0, pack_gqa=pack_gqa,
         num_splits=splits, short_query_tokens=short_query_tokens, arch=arch, tma_ok=True, batch=capacity,
         rows=max_total_q, sort=sort, head_swizzle=head_swizzle, plan=True, alibi=bool(alibi), sinks=bool(sinks),
-        variant=variant)
+        variant=variant, **({"kv_dtype": kv_dtype} if kv_dtype else {}))
     return CheckedPlan(sig, (left, right), cap, page_size, Settings.from_env())
 
 
 def plan_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, *, heads: tuple, dtype,
                 device, capacity: int, paged: bool, page_size, max_total_q: int | None, hopper: bool,
-                sinks=None) -> dict:
+                sinks=None, kv_dtype: str = "") -> dict:
     """The checks of one ``AttentionPlan`` step's tensors (shapes as in ``varlen_attention``; lse
     (num_heads_q, total_q) float32): ``validation.varlen_inputs``' and that they match the plan:
     ``heads`` (num_heads_q, num_heads_kv, head_dim, head_dim_v), ``dtype``, ``device``, at most
     ``capacity`` requests, ``paged`` and ``page_size`` (None: any), at most ``max_total_q`` query
     tokens (None: no bound: the plan has no split-KV partials), and on the Hopper path (``hopper``)
     q/k/v strides TMA can address; ``sinks`` None or float32 (num_heads_q,) on ``device`` (its
-    values, no NaN or +inf, only under ``KERNELGEN_CHECK_INPUTS=1``).  Returns the sizes dict.
-    Raises TypeError / ValueError."""
+    values, no NaN or +inf, only under ``KERNELGEN_CHECK_INPUTS=1``); k/v in the plan's FP8
+    ``kv_dtype`` ("e4m3" / "e5m2"; "": q's dtype).  Returns the sizes dict.  Raises TypeError /
+    ValueError (a k dtype other than the plan's: ValueError naming ``k``)."""
     sizes = validation.varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, None, None, out, seqused_k=seqused_k,
                                      page_table=page_table)
     got = (sizes["num_heads_q"], sizes["num_heads_kv"], sizes["head_dim"], sizes["head_dim_v"])
@@ -195,9 +198,14 @@ def plan_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out,
                 raise ValueError(f"{name}: the plan runs the Hopper (TMA) kernel, whose loads need token and head "
                                  f"strides that are multiples of 16 bytes, got strides {tuple(t.stride())}; make "
                                  f"the plan with arch='sm_80' for such tensors")
-    if "kv_dtype" in sizes:
-        raise NotImplementedError("k: an FP8 K/V cache (float8_e4m3fn / float8_e5m2) runs through varlen_attention "
-                                  "(k_descale=, v_descale=); AttentionPlan does not take one yet")
+    got_kv = sizes.get("kv_dtype", "")
+    if got_kv != kv_dtype:
+        if not kv_dtype:
+            raise ValueError(f"k: an FP8 K/V cache ({k.dtype}) needs a plan made for it: pass kv_dtype='{got_kv}' "
+                             f"to AttentionPlan (its FP8 kernels); this plan's k/v have q's dtype {dtype}")
+        want = next(t for t, n in validation.KV_FP8_DTYPES.items() if n == kv_dtype)
+        raise ValueError(f"k must have the plan's FP8 dtype {want} (kv_dtype='{kv_dtype}'), got {k.dtype}; make a "
+                         f"plan with kv_dtype={'None' if not got_kv else repr(got_kv)} for such a cache")
     if lse is not None:
         validation.lse_buffer(lse, heads[0], sizes["total_q"], device)
     validation.sinks(sinks, heads[0], device)

@@ -325,6 +325,20 @@ def descale(name: str, x, batch: int | None, num_heads_kv: int, device, kv_dtype
     return (stride[0] if shape[0] > 1 else 0, stride[1] if shape[1] > 1 else 0)
 
 
+def kv_dtype(x) -> str:
+    """``AttentionPlan``'s ``kv_dtype``: None (K/V in q's dtype), or an FP8 K/V cache's dtype, as
+    "e4m3" / "e5m2" or ``torch.float8_e4m3fn`` / ``torch.float8_e5m2``.  Returns "e4m3", "e5m2"
+    or "" (None).  Raises ValueError naming ``kv_dtype`` for anything else."""
+    if x is None:
+        return ""
+    if isinstance(x, torch.dtype) and x in KV_FP8_DTYPES:
+        return KV_FP8_DTYPES[x]
+    if isinstance(x, str) and x in KV_FP8_DTYPES.values():
+        return x
+    raise ValueError(f"kv_dtype must be None, 'e4m3', 'e5m2', torch.float8_e4m3fn or torch.float8_e5m2 (the FP8 "
+                     f"K/V cache's dtype), got {x!r}")
+
+
 def check_descale_values(name: str, x) -> None:
     """Opt-in host check (synchronises!): every descale factor is finite."""
     if x is None:

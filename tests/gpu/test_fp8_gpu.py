@@ -6,8 +6,10 @@ against the float64 reference, which dequantises the same FP8 values exactly
 H200 too): varlen prefill (causal GQA, forced and automatic split-KV, head dims 64 to 256 and 192 x
 128, soft-cap and a window), paged decode (pack-GQA, splits, pages of 16 and 1 tokens: the
 per-row page lookup), a mixed prefill + decode step (one class: no fused kernel takes FP8),
-per-tensor and absent descales, and new descale values read by a repeated (graph-launched) call.
-Outputs and LSE are NaN-poisoned; rows past the batch must stay unwritten.  Written without a GPU
+per-tensor and absent descales, new descale values read by a repeated (graph-launched) call, and
+an ``AttentionPlan(kv_dtype=)`` captured in a CUDA graph and replayed with new inputs and new descale
+values written in place (padded batches).  Outputs and LSE are NaN-poisoned; rows past the batch
+must stay unwritten.  Written without a GPU
 (the session that added FP8 had none): the first GPU run of this branch must run it."""
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ import torch
 import kernelgen
 from kernelgen.apps.reference import attention_reference, gather_paged, tolerance
 from kernelgen.front import api
+from kernelgen.front.plan import AttentionPlan
 
 from test_paged_decode_gpu import make_paged  # noqa: E402 (tests/gpu is on sys.path)
 
@@ -184,3 +187,79 @@ def test_every_fp8_code_converts_exactly(dtype, kv_dtype):
     assert torch.equal(out.float(), want.float()), "a code converted inexactly"
     assert torch.count_nonzero(want) == 254 - (~torch.isfinite(torch.arange(256, dtype=torch.int32).to(
         torch.uint8).view(kv_dtype).float())).sum()   # every nonzero finite code is there
+
+
+@pytest.mark.parametrize("kind,kv_dtype", [("decode", E4M3), ("mixed", E5M2)])
+def test_plan_graph_replays_with_new_descales(kind, kv_dtype):
+    """An AttentionPlan made with kv_dtype, one step captured in a CUDA graph and replayed with new
+    lengths, page tables, queries, cache contents *and new descale values written in place* into
+    the same tensors (the kernels read them at replay).  decode: a paged decode plan with (batch,
+    num_heads_kv) descales (a row per request slot, padding included); mixed: a mixed prefill +
+    decode plan (one class: no fused kernel takes FP8) with per-tensor descales.  Batches are padded
+    with zero-length requests up to the capacity; rows past the batch's tokens stay NaN."""
+    hq, hkv, d, ps, cap = 32, 8, 128, 16, 16
+    max_ctx = 2048
+    decode = kind == "decode"
+    max_tq = cap if decode else 640
+    max_pages = max_ctx // ps
+    num_pages = cap * max_pages
+    kc = torch.empty(num_pages, ps, hkv, d, device="cuda", dtype=kv_dtype)
+    vc = torch.empty_like(kc)
+    q = torch.empty(max_tq, hq, d, device="cuda", dtype=BF16)
+    cu_q = torch.zeros(cap + 1, dtype=torch.int32, device="cuda")
+    used = torch.zeros(cap, dtype=torch.int32, device="cuda")
+    pt = torch.zeros(cap, max_pages, dtype=torch.int32, device="cuda")
+    out = torch.empty(max_tq, hq, d, device="cuda", dtype=BF16)
+    lse = torch.empty(hq, max_tq, device="cuda", dtype=torch.float32)
+    shape = (cap, hkv) if decode else ()
+    kd = torch.ones(shape, device="cuda", dtype=torch.float32)
+    vd = torch.ones(shape, device="cuda", dtype=torch.float32)
+    plan = AttentionPlan(max_batch=cap, num_heads_q=hq, num_heads_kv=hkv, head_dim=d, dtype=BF16,
+                         max_total_q=max_tq, max_seqlen_q=1 if decode else 256, max_seqlen_k=max_ctx, paged=True,
+                         causal=True, kv_dtype=kv_dtype)
+    assert plan.recipe.kind == "single" and not plan.hopper and "_kve" in plan.attn.name
+    rng = np.random.default_rng(23)
+
+    def new_step(seed):
+        batch = int(rng.integers(2, cap + 1))
+        lq = np.zeros(cap, dtype=np.int64)
+        lq[:batch] = 1
+        if not decode:
+            lq[:2] = rng.integers(5, 250, size=2)
+        ctx = np.zeros(cap, dtype=np.int64)
+        ctx[:batch] = lq[:batch] + rng.integers(0, max_ctx - 256, size=batch)
+        perm = rng.permutation(num_pages).reshape(cap, max_pages)
+        cu_q.copy_(torch.tensor(np.concatenate([[0], np.cumsum(lq)]), dtype=torch.int32))
+        used.copy_(torch.tensor(ctx, dtype=torch.int32))
+        pt.copy_(torch.tensor(perm, dtype=torch.int32))
+        q.copy_(torch.randn(max_tq, hq, d, device="cuda").to(BF16))
+        kc.copy_((2 * torch.randn(kc.shape, device="cuda")).to(kv_dtype))
+        vc.copy_((2 * torch.randn(vc.shape, device="cuda")).to(kv_dtype))
+        new_kd, new_vd = descales(cap, hkv, seed, per_tensor=not decode)
+        kd.copy_(new_kd)                          # in place: the captured kernels read the same addresses
+        vd.copy_(new_vd)
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        return batch, int(lq.sum())
+
+    def run():
+        plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out, lse=lse, k_descale=kd, v_descale=vd)
+
+    new_step(100)
+    run()                                          # warm: validate, prepare, compile
+    run()                                          # the prepared step's fast path
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    for i in range(2):
+        batch, tq = new_step(200 + i)
+        graph.replay()
+        torch.cuda.synchronize()
+        k, v, cu_k = gather_paged(kc, vc, pt[:batch], used[:batch])
+        kk, vv = (kd[:batch], vd[:batch]) if decode else (kd, vd)
+        ref, ref_lse = attention_reference(q[:tq], k, v, cu_q[: batch + 1], cu_k, causal=True, k_descale=kk,
+                                           v_descale=vv)
+        check(out[:tq], lse[:, :tq], ref, ref_lse, BF16, kv_dtype)
+        assert torch.isnan(out[tq:]).all(), "rows past the batch's tokens must not be written"
+        assert torch.isnan(lse[:, tq:]).all(), "lse rows past the batch must not be written"
