@@ -325,7 +325,7 @@ __device__ __forceinline__ void fp8x4_to_16(u32 w, u32& lo, u32& hi) {
 template <int COLS, int S>
 __device__ __forceinline__ void convert_kv8(u16* dst, const u8* src, int tid) {
   constexpr int CPR = COLS / 16;
-#pragma unroll 1
+#pragma unroll {{ 2 if v.num_warps == 1 else 1 }}  // (unrolled, the 128-row tile spills)
   for (int c0 = 0; c0 < BN * CPR; c0 += NT) {
     const int c = c0 + tid;
     if ((BN * CPR) % NT == 0 || c < BN * CPR) {
