@@ -102,6 +102,84 @@ def test_warmup_page_sizes_cover_the_hopper_paged_choices():
     assert ei.value.code == 2
 
 
+def test_warmup_specs_with_kv_dtypes():
+    """``kv_dtypes`` (``kernelgen warmup --kv-dtype``): the plain specs plus the FP8 K/V variants
+    (sm_80 mainloop, compiled for the arch: sm_90a too) of every combination, which cover what
+    the decider gives FP8 calls of those shapes (prefill, chunked, decode, a mixed paged batch: one
+    class; with sinks the sink variants); none without it."""
+    from kernelgen.selection import decide
+    from kernelgen.selection.catalog import warmup_specs
+    from test_decide import A100, H200, sig
+
+    kw = dict(head_dims=(128,), dtypes=("bf16",), causals=(True,), layouts=("soa",),
+              phases=("prefill", "chunked", "decode"), gqas=(4,), paged=(False, True))
+    for arch, dev in (("sm_90a", H200), ("sm_80", A100)):
+        plain = warmup_specs(arch, **kw)
+        both = warmup_specs(arch, kv_dtypes=("e4m3", "e5m2"), **kw)
+        extra = [s for s in both if s not in plain]
+        assert set(plain) <= set(both) and extra and not any(getattr(s, "kv_dtype", "") for s in plain)
+        assert all(s.kind == "attention" and s.kv_dtype in ("e4m3", "e5m2") and s.mainloop == "sm80"
+                   and s.arch == arch for s in extra)
+        assert {s.kv_dtype for s in extra} == {"e4m3", "e5m2"}
+        assert len([s for s in extra if s.kv_dtype == "e4m3"]) == len([s for s in extra if s.kv_dtype == "e5m2"])
+        calls = [dict(max_seqlen_q=4096, max_seqlen_k=4096), dict(max_seqlen_q=512, max_seqlen_k=32768, paged=True),
+                 dict(max_seqlen_q=1, max_seqlen_k=32768, paged=True, page_size=16, batch=64, rows=64),
+                 dict(max_seqlen_q=1, max_seqlen_k=256, batch=64, rows=64),
+                 dict(max_seqlen_q=4096, max_seqlen_k=4096, paged=True, page_size=16, batch=8, rows=4096)]
+        for call in calls:
+            for kv in ("e4m3", "e5m2"):
+                r = decide.decide(sig(kv_dtype=kv, **call), dev)
+                assert r.kind == "single" and set(r.specs) <= set(both), (call, [x.name for x in r.specs])
+        sinks = warmup_specs(arch, kv_dtypes=("e4m3",), sinks=True, **kw)
+        r = decide.decide(sig(kv_dtype="e4m3", sinks=True, max_seqlen_q=1, max_seqlen_k=32768, paged=True,
+                              batch=64, rows=64), dev)
+        assert r.sinks_fused and set(r.specs) <= set(sinks)
+    with pytest.raises(ValueError, match="kv_dtypes: each must be one of"):
+        warmup_specs("sm_80", kv_dtypes=("fp8",), **kw)
+    from kernelgen.selection import catalog           # its restatement of decide.fp8_attention (no torch there)
+    for s in plain:
+        if s.kind == "attention" and s.mainloop == "sm80":
+            assert catalog._fp8_attention(s, "e5m2") == decide.fp8_attention(s, "e5m2")
+
+
+def test_warmup_kv_dtype_flag_lists_fp8_specs_and_nvrtc_compiles_one(tmp_path, capsys, monkeypatch):
+    """``kernelgen warmup --serving --kv-dtype e4m3,e5m2 --arch sm_90a`` hands warmup the serving set
+    plus its FP8 variants (kv_dtype set, the sm_80 mainloop for sm_90a); without the flag none;
+    NVRTC builds one (an FP8 paged decode kernel for sm_90a) into the cache; a bad value is a usage
+    error."""
+    seen = {}
+
+    def fake_warmup(specs, root, jobs=None, progress=True, desc="warmup"):
+        seen["specs"] = list(specs)
+        return 0, len(seen["specs"])
+
+    monkeypatch.setattr(cli, "warmup", fake_warmup)
+    base = ["warmup", "--arch", "sm_90a", "--serving", "--head-dim", "128", "--dtype", "bf16", "--layout", "soa",
+            "--causal", "--cache-dir", str(tmp_path)]
+    assert cli.main(base) == 0
+    plain = seen["specs"]
+    assert not any(getattr(s, "kv_dtype", "") for s in plain)
+    assert cli.main(base + ["--kv-dtype", "e4m3,e5m2"]) == 0
+    fp8 = [s for s in seen["specs"] if getattr(s, "kv_dtype", "")]
+    assert set(plain) <= set(seen["specs"]) and len(seen["specs"]) == len(plain) + len(fp8)
+    assert {s.kv_dtype for s in fp8} == {"e4m3", "e5m2"}
+    assert all(s.kind == "attention" and s.mainloop == "sm80" and s.arch == "sm_90a" for s in fp8)
+    assert any(s.paged and s.tile.block_m <= 16 for s in fp8) and any(not s.paged for s in fp8)
+    assert cli.main(base + ["--kv-dtype", "e5m2"]) == 0
+    assert {s.kv_dtype for s in seen["specs"] if getattr(s, "kv_dtype", "")} == {"e5m2"}
+    out = capsys.readouterr().out
+    assert _warmup_counts(out)[0] == "sm_90a"
+    for bad in ("fp8", "e4m3,int8", ""):
+        with pytest.raises(SystemExit) as ei:
+            cli.main(base + ["--kv-dtype", bad])
+        assert ei.value.code == 2
+    capsys.readouterr()
+    spec = next(s for s in fp8 if s.paged and s.tile.block_m <= 16 and s.kv_dtype == "e4m3")
+    entry = KernelCache(tmp_path).get(spec)
+    assert entry.compiled and KernelCache(tmp_path).lookup(spec) is not None
+    assert "_kve4m3" in spec.name
+
+
 @no_gpu
 def test_warmup_without_arch_and_gpu_exits_2(tmp_path, capsys):
     assert cli.main(["warmup", "--cache-dir", str(tmp_path)]) == 2
@@ -505,13 +583,13 @@ def test_warmup_and_cache_commands_run_without_torch(tmp_path):
     cache = str(tmp_path / "cache")
     base = [sys.executable, "-m", "kernelgen"]
     r = subprocess.run(base + ["warmup", "--arch", "sm_80", "--head-dim", "64", "--dtype", "bf16", "--causal",
-                               "--layout", "soa", "--jobs", "2", "--cache-dir", cache],
+                               "--layout", "soa", "--kv-dtype", "e4m3", "--jobs", "2", "--cache-dir", cache],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert _warmup_counts(r.stdout)[1:4] == (2, 0, 2)
+    assert _warmup_counts(r.stdout)[1:4] == (3, 0, 3)      # scheduler, attention and its FP8 variant
     r = subprocess.run(base + ["cache", "list", "--cache-dir", cache], capture_output=True, text=True, env=env,
                        timeout=120)
-    assert r.returncode == 0 and "2 entries" in r.stdout, r.stderr
+    assert r.returncode == 0 and "3 entries" in r.stdout and "_kve4m3" in r.stdout, r.stderr
     r = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True, env=env)
     assert "torch is not installed here" in r.stderr  # the blocker was in effect
 

@@ -234,7 +234,7 @@ def test_api_md_names_every_parameter_of_the_warmup_functions():
     text = (REPO / "docs" / "api.md").read_text()
     for qual, fn in (("kernelgen.selection.catalog.warmup_specs", catalog.warmup_specs),
                      ("kernelgen.jit.warmup.warmup", warmup.warmup)):
-        m = re.search(re.escape(qual) + r"\(([^)]*)\)", text)
+        m = re.search(re.escape(qual) + r"\(((?:[^()]|\(\))*)\)", text)     # (defaults like "()" inside)
         assert m is not None, qual
         named = [p.split("=")[0].strip() for p in m.group(1).split(",")]
         assert named == list(inspect.signature(fn).parameters), (qual, named)

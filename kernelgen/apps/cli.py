@@ -1,7 +1,9 @@
 """The ``kernelgen`` command line: parses arguments and dispatches; the work lives elsewhere.
 
     kernelgen warmup [--arch sm_90a] [--head-dim 64,128] [--dtype bf16] [--causal|--no-causal]
-                     [--layout soa,aos] [--page-size 16,24] [--jobs N] [--cache-dir DIR]
+                     [--layout soa,aos] [--phase prefill,chunked,decode] [--gqa 1,4,8] [--paged|--both-paged]
+                     [--page-size 16,24] [--serving] [--softcap] [--alibi] [--sinks] [--variant FILE]
+                     [--kv-dtype e4m3[,e5m2]] [--jobs N] [--cache-dir DIR]
     kernelgen cache path|list|verify [--repair]|clear [--cache-dir DIR]
     kernelgen doctor
     kernelgen demo [--trace FILE] [--max-tokens N] [--max-len N] [--layout soa|aos] [--arch sm_90a]
@@ -30,7 +32,7 @@ import time
 from ..jit.warmup import CacheDirectoryError, warmup
 from ..kernels.device import ALLOW_UNTESTED_ARCH_ENV
 from ..kernels.spec import ALL_ARCHS, ARCHS, DTYPES, HEAD_DIMS, LAYOUTS, UNTESTED_ARCHS
-from ..selection.catalog import PHASE_HINTS, warmup_specs
+from ..selection.catalog import KV_DTYPES, PHASE_HINTS, warmup_specs
 
 PHASES = tuple(PHASE_HINTS)
 
@@ -162,6 +164,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "16); on sm_90a the Hopper kernel's K/V loads (and at head dim 256 its tile) depend on it")
     w.add_argument("--serving", action="store_true",
                    help="shorthand for --phase prefill,chunked,decode --gqa 1,4,8 --both-paged")
+    w.add_argument("--kv-dtype", type=lambda s: _csv_list(s, KV_DTYPES, "kv dtype"), default=[],
+                   metavar="K[,K...]",
+                   help=f"FP8 K/V caches ({','.join(KV_DTYPES)}; k/v float8_e4m3fn / float8_e5m2 with "
+                        f"k_descale/v_descale): also build the FP8 variants of every selected call shape (one "
+                        f"class of the sm_80 mainloop, which FP8 caches run on every arch, sm_90a included); "
+                        f"default: no FP8 kernels")
     w.add_argument("--jobs", "-j", type=_positive_int, default=None,
                    help="compile processes (default: the number of CPUs)")
     _add_cache_dir(w)
@@ -346,7 +354,8 @@ def _variant_file(path: str):
 
 
 def cmd_warmup(args) -> int:
-    """``kernelgen warmup``: compile the dispatcher's variants for the options; prints one summary line.
+    """``kernelgen warmup``: compile the dispatcher's variants for the options (with ``--kv-dtype``
+    also their FP8 K/V variants); prints one summary line.
 
     Returns 1 (with the directory and the reason on stderr) when the cache directory is not
     trusted or the compiled kernels could not be written to it.  Raises UsageError (exit 2)
@@ -376,7 +385,8 @@ def cmd_warmup(args) -> int:
     specs = warmup_specs(arch, args.head_dim, args.dtype, args.causal, args.layout, phases=phases, gqas=gqas,
                          paged=paged, softcap=args.softcap, page_sizes=args.page_size,
                          **({"alibi": True} if args.alibi else {}), **({"sinks": True} if args.sinks else {}),
-                         **({"variants": codes} if codes else {}))
+                         **({"variants": codes} if codes else {}),
+                         **({"kv_dtypes": args.kv_dtype} if args.kv_dtype else {}))
     try:
         compiled, cached = warmup(specs, root, jobs=args.jobs, desc=f"warmup {arch}")
     except CacheDirectoryError as e:  # untrusted or unwritable: nothing (or not everything) was kept

@@ -2,7 +2,8 @@
 
 ``warmup_specs`` asks ``heuristics`` exactly what the decider (``decide``) asks it at run time, for
 each combination and for the alternatives a call with those options may take (the Hopper and the
-sm_80 mainloop, both paged K/V load paths, the fused mixed-batch launch or the classes in turn),
+sm_80 mainloop, both paged K/V load paths, the fused mixed-batch launch or the classes in turn;
+with ``kv_dtypes`` the FP8 K/V variants of the sm_80 mainloop, which FP8 calls take on every arch),
 so whatever is pre-warmed is what a later call looks up.  ``jit.warmup.warmup`` compiles them.
 """
 from __future__ import annotations
@@ -14,6 +15,9 @@ from ..kernels.spec import DTYPES, HEAD_DIMS, LAYOUTS
 from . import heuristics
 from .settings import Settings
 
+#: FP8 K/V cache dtypes ``kv_dtypes`` takes (``AttentionSpec.kv_dtype``).
+KV_DTYPES = ("e4m3", "e5m2")
+
 #: Length hints (max_seqlen_q, max_seqlen_k) of the call shapes warmup pre-builds per phase: plain
 #: prefill, a chunked prefill against a long context (split-KV), decode against a long context
 #: (split-KV + combine) and against a short one (no split).
@@ -24,10 +28,16 @@ PHASE_HINTS = {
 }
 
 
+def _fp8_attention(attn_spec, kv_dtype: str):
+    """``decide.fp8_attention`` (what a recipe runs for an FP8 call), restated here: ``decide``
+    imports torch (through ``validation``), and ``kernelgen warmup`` runs without it."""
+    return dataclasses.replace(attn_spec, kv_dtype=kv_dtype, tile=heuristics.fp8_tile(attn_spec.tile))
+
+
 def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, True), layouts=LAYOUTS,
                  phases=("prefill",), gqas=(1,), paged=(False,), softcap: bool = False, num_sms: int = 132,
                  page_sizes=(16,), settings: Settings | None = None, alibi: bool = False,
-                 sinks: bool = False, variants=()) -> list:
+                 sinks: bool = False, variants=(), kv_dtypes=()) -> list:
     """Every kernel spec the dispatcher would use for the given product of call options.
 
     Args:
@@ -54,6 +64,11 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
             ``kernelgen warmup --variant FILE``): when given, only their kernels (every option
             combination with each variant; their mixed batches take no fused launch, as ALiBi's),
             instead of the plain ones.
+        kv_dtypes: FP8 K/V cache dtypes ("e4m3", "e5m2"; ``kernelgen warmup --kv-dtype``): also
+            the FP8 variants of every combination's single-class kernels (an FP8 call runs one
+            class of the sm_80 mainloop on every arch, ``decide``: the sm_80 choice with
+            ``decide.fp8_attention``'s spec; with ``sinks``, ``alibi`` or ``variants`` theirs too;
+            compiled for ``arch``, sm_90a included).  Empty (default): none.
 
     Returns:
         The specs from ``heuristics.choose`` (the dispatcher's own function) for each
@@ -65,8 +80,8 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
         first-seen order with duplicates removed.
 
     Raises:
-        ValueError: an unknown arch, dtype, head dim, layout or phase, or a variant that does not
-            fit the arch (the same error the dispatcher would raise for that call).
+        ValueError: an unknown arch, dtype, head dim, layout, phase or kv dtype, or a variant
+            that does not fit the arch (the same error the dispatcher would raise for that call).
     """
     settings = Settings.from_env() if settings is None else settings
     opts = settings.sm90_opts
@@ -74,6 +89,10 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
     for phase in phases:
         if phase not in PHASE_HINTS:
             raise ValueError(f"phase must be one of {tuple(PHASE_HINTS)}, got {phase!r}")
+    kv_dtypes = tuple(dict.fromkeys(kv_dtypes))
+    for kv in kv_dtypes:
+        if kv not in KV_DTYPES:
+            raise ValueError(f"kv_dtypes: each must be one of {KV_DTYPES}, got {kv!r}")
     caps = (False, True) if softcap else (False,)
     alibis = (False, True) if alibi else (False,)
     codes = tuple(variants) or (None,)
@@ -92,6 +111,9 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                     for ps in page_sizes:
                         specs.append(heuristics.choose(arch, dtype, int(head_dim), int(head_dim), page_size=int(ps),
                                                        **kw).attention)
+            if kv_dtypes:  # FP8 K/V: one class of the sm_80 mainloop on every arch (decide)
+                v8 = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), mainloop="sm80", **kw)
+                specs += [v8.scheduler, v8.combine] + [_fp8_attention(v8.attention, kv) for kv in kv_dtypes]
             if sinks:  # the single-class calls' sink variants (decide.recipe: same tiles and splits)
                 specs += [dataclasses.replace(s, sinks=True) for s in specs if s is not None and s.kind != "scheduler"]
             hq = 8 * int(gqa)

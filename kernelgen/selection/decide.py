@@ -201,9 +201,7 @@ def recipe(variants, sig: CallSignature, device: Device, settings: Settings = Se
     if sig.kv_dtype:
         if not isinstance(variants, Variants) or variants.attention.mainloop != "sm80":
             raise ValueError(f"an FP8 K/V cache ({sig.kv_dtype}) runs one sm_80-mainloop class, got {variants!r}")
-        att = variants.attention
-        variants = dataclasses.replace(variants, attention=dataclasses.replace(
-            att, kv_dtype=sig.kv_dtype, tile=heuristics.fp8_tile(att.tile)))
+        variants = dataclasses.replace(variants, attention=fp8_attention(variants.attention, sig.kv_dtype))
     if sig.sinks and isinstance(variants, Variants):
         variants = dataclasses.replace(
             variants, attention=dataclasses.replace(variants.attention, sinks=True),
@@ -238,6 +236,13 @@ def recipe(variants, sig: CallSignature, device: Device, settings: Settings = Se
     short = _with_class(short, 0, thr)
     ws = short_class_workspace(sig.batch, sig.rows, split, max_splits, hq, dv, thr)
     return Recipe(kind, variants, (long, short), ws, short_ctas)
+
+
+def fp8_attention(attn_spec, kv_dtype: str):
+    """The FP8 K/V variant ("e4m3" / "e5m2") of an sm_80-mainloop attention spec, as a recipe for
+    an FP8 call runs it: ``AttentionSpec.kv_dtype`` set, the tile ``heuristics.fp8_tile``'s (its
+    scheduler and combine kernels are the 16-bit call's).  ``selection.catalog`` warms these."""
+    return dataclasses.replace(attn_spec, kv_dtype=kv_dtype, tile=heuristics.fp8_tile(attn_spec.tile))
 
 
 def _with_class(p: SchedulerPlan, class_min_q: int, class_max_q: int) -> SchedulerPlan:
