@@ -243,6 +243,16 @@ class AttentionSpec:
         t = self.tile
         return self.mainloop == "sm80" and t.num_warps == 1 and t.block_m in (8, 16) and self.head_dim <= 128
 
+    @property
+    def fp8_in_registers(self) -> bool:
+        """FP8 K/V converted in registers, straight from the FP8 stages into the MMA fragments (no
+        16-bit K/V tile; FP8_REGS in variant_sm80.cuh): the 16-row one-warp decode tile with Q in
+        registers, 16-key blocks, head_dim_v a multiple of 32, without ALiBi or a user variant
+        (its key order inside a block is permuted, which only the built-in mask follows)."""
+        t = self.tile
+        return (bool(self.kv_dtype) and self.q_in_registers and t.block_m == 16 and t.block_n == 16
+                and self.head_dim_v % 32 == 0 and not self.alibi and self.variant is None)
+
     def smem_bytes(self) -> int:
         """Dynamic shared memory of one CTA (bytes): Q/O tile (none if ``q_in_registers``) plus
         num_stages K and V tiles.
@@ -258,6 +268,8 @@ class AttentionSpec:
             return 2 * (dp * (t.block_m + t.num_stages * t.block_n) + dvp * t.num_stages * t.block_n) + 256 + 1024
         sq, sv = self.head_dim + 8, self.head_dim_v + 8
         q = 0 if self.q_in_registers else t.block_m * max(sq, sv)
+        if self.fp8_in_registers:   # num_stages FP8 stages only (the O staging reuses them)
+            return t.num_stages * t.block_n * (self.head_dim + self.head_dim_v)
         if self.kv_dtype:   # one 16-bit K and V tile, num_stages FP8 stages of unpadded rows
             return 2 * (q + t.block_n * (sq + sv)) + t.num_stages * t.block_n * (self.head_dim + self.head_dim_v)
         return 2 * (q + t.num_stages * t.block_n * (sq + sv))
@@ -300,6 +312,7 @@ class AttentionSpec:
             **({"sinks": True} if self.sinks else {}),
             **({"user": self.variant.template_vars()} if self.variant is not None else {}),
             **({"kv_dtype": self.kv_dtype} if self.kv_dtype else {}),
+            **({"fp8_regs": True} if self.fp8_in_registers else {}),
         }
 
     def _sm90_regs(self) -> dict:

@@ -17,9 +17,22 @@ __device__ __forceinline__ void store_output(const float (&o)[MT][DV / 8][4], co
         float* lp = lse_at(row);
         if (lp != nullptr) *lp = lse[mt][h];
       }
+{% if v.get("fp8_regs") %}
+      // FP8_REGS: block dt, column 2 tq + x is head dim 32 (dt / 4) + 8 tq + 4 x + dt % 4 (mainloop_sm80.cuh)
+#pragma unroll
+      for (int q = 0; q < DV / 32; ++q) {
+        uint4 w;
+        w.x = pack2(o[mt][4 * q][2 * h], o[mt][4 * q + 1][2 * h]);
+        w.y = pack2(o[mt][4 * q + 2][2 * h], o[mt][4 * q + 3][2 * h]);
+        w.z = pack2(o[mt][4 * q][2 * h + 1], o[mt][4 * q + 1][2 * h + 1]);
+        w.w = pack2(o[mt][4 * q + 2][2 * h + 1], o[mt][4 * q + 3][2 * h + 1]);
+        *reinterpret_cast<uint4*>(sO + row * SO + 32 * q + 8 * tq) = w;
+      }
+{% else %}
 #pragma unroll
       for (int dt = 0; dt < DV / 8; ++dt)
         *reinterpret_cast<u32*>(sO + row * SO + dt * 8 + 2 * tq) = pack2(o[mt][dt][2 * h], o[mt][dt][2 * h + 1]);
+{% endif %}
     }
   tile_sync();
   constexpr int CPR = DV / 8;
@@ -51,9 +64,20 @@ __device__ __forceinline__ void store_partial(const float (&o)[MT][DV / 8][4], c
       if (row < valid_rows) {
         if (tq == 0) *lse_at(row) = lse[mt][h];
         float* dst = acc_row(row);
+{% if v.get("fp8_regs") %}
+#pragma unroll
+        for (int q = 0; q < DV / 32; ++q) {   // FP8_REGS' head-dim order (store_output)
+          *reinterpret_cast<float4*>(dst + 32 * q + 8 * tq) =
+              make_float4(o[mt][4 * q][2 * h], o[mt][4 * q + 1][2 * h], o[mt][4 * q + 2][2 * h], o[mt][4 * q + 3][2 * h]);
+          *reinterpret_cast<float4*>(dst + 32 * q + 8 * tq + 4) =
+              make_float4(o[mt][4 * q][2 * h + 1], o[mt][4 * q + 1][2 * h + 1], o[mt][4 * q + 2][2 * h + 1],
+                          o[mt][4 * q + 3][2 * h + 1]);
+        }
+{% else %}
 #pragma unroll
         for (int dt = 0; dt < DV / 8; ++dt)
           *reinterpret_cast<float2*>(dst + dt * 8 + 2 * tq) = make_float2(o[mt][dt][2 * h], o[mt][dt][2 * h + 1]);
+{% endif %}
       }
     }
 }

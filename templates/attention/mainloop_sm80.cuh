@@ -321,6 +321,102 @@ __device__ __forceinline__ void fp8x4_to_16(u32 w, u32& lo, u32& hi) {
   hi = b;
 }
 
+{% if v.get("fp8_regs") %}
+// ---- FP8 in registers (FP8_REGS: the 16-row one-warp decode tile, AttentionSpec.fp8_in_registers):
+// the GEMMs read the FP8 stages and convert in registers, no 16-bit K/V tile.
+// S = Q K^T sums over the head dim, so Q and K may take the same permutation of it: lane (g, t)
+// reads the bytes [(D/4) t, (D/4) (t+1)) of its key rows, and word ks of them is its B fragment's
+// head dims {2t, 2t+1, 2t+8, 2t+9} of k-step ks; Q's fragments are read in that order
+// (load_q_frags_fp8).  P V sums over the keys, so inside a 16-key block S's column c may hold any
+// key: it holds fp8_key(c) = 4 (c % 8 / 2) + 2 (c / 8) + c % 2, which makes lane t's B-fragment keys
+// {2t, 2t+1, 2t+8, 2t+9} the consecutive rows 4t .. 4t+3: four words of them, transposed bytewise,
+// give one word per head dim (the mask follows: common/mask.cuh).  V's n8 block dt, column n, is
+// head dim 4 (8 (dt / 4) + n) + dt % 4, so O's block dt, column 2t + x, is head dim
+// 32 (dt / 4) + 8 t + 4 x + dt % 4: eight consecutive head dims a lane for each dt / 4
+// (epilogue_sm80.cuh).
+__device__ __forceinline__ int fp8_key(int c) { return 4 * ((c & 7) >> 1) + 2 * (c >> 3) + (c & 1); }
+
+// Q_REGS fragments in FP8_REGS' head-dim order: qa[ks] = head dims (D/4) t + 4 ks .. + 3 of rows g,
+// g + 8 (one 8-byte load each; rows >= valid_rows are zeros).
+template <class RowPtr>
+__device__ __forceinline__ void load_q_frags_fp8(u32 (&qa)[D / 16][4], RowPtr row_ptr, int valid_rows, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  const u16* r0 = g < valid_rows ? row_ptr(g) + (D / 4) * t : nullptr;
+  const u16* r1 = g + 8 < valid_rows ? row_ptr(g + 8) + (D / 4) * t : nullptr;
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    const uint2 a = r0 != nullptr ? *reinterpret_cast<const uint2*>(r0 + 4 * ks) : make_uint2(0u, 0u);
+    const uint2 b = r1 != nullptr ? *reinterpret_cast<const uint2*>(r1 + 4 * ks) : make_uint2(0u, 0u);
+    qa[ks][0] = a.x;
+    qa[ks][2] = a.y;
+    qa[ks][1] = b.x;
+    qa[ks][3] = b.y;
+  }
+}
+
+// S (16 x 16) = Q K^T from an FP8 K stage (BN rows of D bytes at s8K)
+__device__ __forceinline__ void gemm_qk_fp8(float (&s)[MT][BN / 8][4], const u32 (&qa)[D / 16][4], const u8* s8K,
+                                            int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int nb = 0; nb < BN / 8; ++nb) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[0][nb][e] = 0.f;
+    const u8* row = s8K + fp8_key(8 * nb + g) * D + (D / 4) * t;
+    u32 w[D / 16];
+    if ((D / 4) % 16 == 0) {
+#pragma unroll
+      for (int i = 0; i < D / 64; ++i) {
+        const uint4 x = reinterpret_cast<const uint4*>(row)[i];
+        w[4 * i] = x.x; w[4 * i + 1] = x.y; w[4 * i + 2] = x.z; w[4 * i + 3] = x.w;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < D / 32; ++i) {
+        const uint2 x = reinterpret_cast<const uint2*>(row)[i];
+        w[2 * i] = x.x; w[2 * i + 1] = x.y;
+      }
+    }
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      u32 b0, b1;
+      fp8x4_to_16(w[ks], b0, b1);
+      mma_16816(s[0][nb], qa[ks], b0, b1);
+    }
+  }
+}
+
+// O (16 x DV) += P V from an FP8 V stage (BN rows of DV bytes at s8V)
+__device__ __forceinline__ void gemm_pv_fp8(float (&o)[MT][DV / 8][4], const float (&s)[MT][BN / 8][4], const u8* s8V,
+                                            int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  u32 pa[4];
+  pa[0] = pack2(s[0][0][0], s[0][0][1]);
+  pa[1] = pack2(s[0][0][2], s[0][0][3]);
+  pa[2] = pack2(s[0][1][0], s[0][1][1]);
+  pa[3] = pack2(s[0][1][2], s[0][1][3]);
+  const u8* base = s8V + 4 * t * DV + 4 * g;   // keys 4t .., head dims 4 g ..
+#pragma unroll
+  for (int q = 0; q < DV / 32; ++q) {
+    const u32 a0 = *reinterpret_cast<const u32*>(base + 32 * q);
+    const u32 a1 = *reinterpret_cast<const u32*>(base + DV + 32 * q);
+    const u32 a2 = *reinterpret_cast<const u32*>(base + 2 * DV + 32 * q);
+    const u32 a3 = *reinterpret_cast<const u32*>(base + 3 * DV + 32 * q);
+    // 4 x 4 byte transpose: w[r] = byte r of a0, a1, a2, a3 (head dim 4 (8 q + g) + r of keys 4t .. 4t+3)
+    const u32 t0 = __byte_perm(a0, a1, 0x5140), t1 = __byte_perm(a0, a1, 0x7362);
+    const u32 t2 = __byte_perm(a2, a3, 0x5140), t3 = __byte_perm(a2, a3, 0x7362);
+    const u32 w[4] = {__byte_perm(t0, t2, 0x5410), __byte_perm(t0, t2, 0x7632), __byte_perm(t1, t3, 0x5410),
+                      __byte_perm(t1, t3, 0x7632)};
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      u32 b0, b1;
+      fp8x4_to_16(w[r], b0, b1);
+      mma_16816(o[0][4 * q + r], pa, b0, b1);
+    }
+  }
+}
+{% endif %}
+
 // An FP8 stage (BN rows of COLS bytes at `src`) -> the 16-bit tile (row stride S elements at `dst`).
 template <int COLS, int S>
 __device__ __forceinline__ void convert_kv8(u16* dst, const u8* src, int tid) {

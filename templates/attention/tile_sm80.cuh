@@ -6,7 +6,12 @@
 // search position (tile indices it sees only grow).
 __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4, int t, int& cursor, u16* sQ,
                                          u32 sQ_base, int tid) {
-{% if v.get("kv_dtype") %}
+{% if v.get("fp8_regs") %}
+  const u32 sK_base = sQ_base, sV_base = sQ_base;   // (no 16-bit K/V tile: FP8_REGS)
+  const u32 s8K_base = sQ_base;                      // STAGES FP8 stages of K, then of V
+  const u32 s8V_base = s8K_base + STAGES * K8_BYTES;
+  const u8* const smem8 = reinterpret_cast<const u8*>(sQ);
+{% elif v.get("kv_dtype") %}
   const u32 sK_base = sQ_base + Q_ELEMS * 2;        // the 16-bit K tile
   const u32 sV_base = sK_base + K_ELEMS * 2;         // the 16-bit V tile
   const u32 s8K_base = sV_base + V_ELEMS * 2;        // STAGES FP8 stages of K, then of V
@@ -75,7 +80,7 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
   u32 qa[D / 16][4];  // Q_REGS: the warp's Q fragments, all of head dim D (else unused)
   if (n_blocks > 0) {
     if (Q_REGS) {
-      load_q_frags(qa, [&](int r) {
+      load_q_frags{{ "_fp8" if v.get("fp8_regs") else "" }}(qa, [&](int r) {
         const int pr = row0 + r;
         const int pos = PACK_GQA ? pr / qpk : pr;
         const int head = PACK_GQA ? kv_head * qpk + pr - pos * qpk : ti.head;
@@ -132,6 +137,12 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
         }
         cp_async_commit();
       }
+{% if v.get("fp8_regs") %}
+      // FP8_REGS: the GEMMs read this block's FP8 stages and convert in registers
+      const int st8 = i % STAGES;
+      float s[MT][BN / 8][4];
+      gemm_qk_fp8(s, qa, smem8 + st8 * K8_BYTES, lane);
+{% else %}
 {% if v.get("kv_dtype") %}
       // FP8: convert this block's stage into the 16-bit K and V tiles, which the GEMMs then read
       const int st8 = i % STAGES;
@@ -146,6 +157,7 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
       float s[MT][BN / 8][4];
       if (Q_REGS) gemm_qk_regs(s, qa, sK_base + st * K_ELEMS * 2, lane);
       else gemm_qk(s, sQ_base, sK_base + st * K_ELEMS * 2, warp, lane);
+{% endif %}
 {% if v.get("kv_dtype") %}
       transform_scores(s, kv_scale_log2, kv_softcap_scale, p.softcap_log2);
 {% else %}
@@ -159,7 +171,11 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
       {% endif %}
       if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, qpk, warp, lane);
       softmax_update(s, row_max, row_sum, o);
+{% if v.get("fp8_regs") %}
+      gemm_pv_fp8(o, s, smem8 + STAGES * K8_BYTES + st8 * V8_BYTES, lane);
+{% else %}
       gemm_pv(o, s, sV_base + st * V_ELEMS * 2, lane);
+{% endif %}
     }
     cp_async_wait<0>();
     tile_sync();

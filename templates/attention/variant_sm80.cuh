@@ -47,7 +47,13 @@ constexpr int V_ELEMS = BN * SV;
 // stages of K and of V (rows of D / DV bytes, unpadded) that cp.async fills
 constexpr int K8_BYTES = BN * D;
 constexpr int V8_BYTES = BN * DV;
+{% if v.get("fp8_regs") %}
+// FP8_REGS (AttentionSpec.fp8_in_registers): the stages are converted in registers, straight into
+// the MMA fragments, so no 16-bit tile (tile_sm80.cuh, "FP8 in registers")
+constexpr int KV_BYTES = STAGES * (K8_BYTES + V8_BYTES);
+{% else %}
 constexpr int KV_BYTES = 2 * (K_ELEMS + V_ELEMS) + STAGES * (K8_BYTES + V8_BYTES);
+{% endif %}
 constexpr int SMEM_BYTES = 2 * Q_ELEMS + KV_BYTES;
 static_assert(KT || !Q_REGS || BM * SO * 2 <= KV_BYTES, "the O staging fits the K/V stages");
 {% else %}

@@ -57,7 +57,11 @@ __device__ __forceinline__ void apply_mask(float (&s)[MT][BN / 8][4], const Mask
       for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
+{% if v.get("fp8_regs") %}
+          const int col = n * BN + 4 * tq + 2 * nt + e;   // FP8_REGS: S column 8 nt + 2 tq + e is key fp8_key(that)
+{% else %}
           const int col = n * BN + nt * 8 + 2 * tq + e;
+{% endif %}
           if (col > hi || col < lo) s[mt][nt][2 * h + e] = -KG_INF;
         }
     }
