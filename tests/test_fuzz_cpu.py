@@ -1,7 +1,8 @@
 """CPU checks of the fuzzer (tools/fuzz.py): the case generator covers every feature, respects the
-batch limits and is deterministic; its inputs pass the library's validation; the comparison
-catches unwritten rows, wrong values, inexact empty rows and writes past the last request (with a
-reference-backed stand-in for the GPU call).  Also the head sharding of examples/tensor_parallel.py
+batch limits and is deterministic; its inputs pass the library's validation (FP8 caches: the
+quantised ``x / descale`` construction and the descales' shapes and range); the comparison
+catches unwritten rows, wrong values, inexact empty rows, writes past the last request and an
+ignored descale (with a reference-backed stand-in for the GPU call).  Also the head sharding of examples/tensor_parallel.py
 (the multi-GPU example's math, without NCCL)."""
 import importlib.util
 import json
@@ -107,6 +108,7 @@ def test_covers_every_feature(cases):
         "pad_rows": {"True", "False"},
         "strided": {"True", "False"},
         "hint": set(fuzz.HINTS),
+        "kv_dtype": {"16-bit", "e4m3", "e5m2"},
     }
     for k, vals in want.items():
         assert vals <= seen[k], f"{k}: missing {vals - seen[k]}"
@@ -125,6 +127,11 @@ def test_covers_every_feature(cases):
     assert any(c["interleaved_kv"] for c in cases)
     assert any(not c["return_lse"] for c in cases) and any(not c["out_given"] for c in cases)
     assert any(len(c["qlens"]) > 2048 for c in cases) or any(len(c["qlens"]) > 512 for c in cases)
+    fp8 = [c for c in cases if c["kv_dtype"]]                           # about one batch in six
+    assert abs(len(fp8) / len(cases) - fuzz.FP8_SHARE) < 0.04
+    assert {c["kv"] for c in fp8} == {"packed", "paged"} and {c["dtype"] for c in fp8} == {"bf16", "fp16"}
+    assert any(c["interleaved_kv"] for c in fp8) and any(c["strided"] for c in fp8)
+    assert {c["num_splits"] > 1 for c in fp8} == {True, False} and {c["phase"] for c in fp8} == set(fuzz.PHASES)
     # the last page of a request partly filled, and exactly full
     paged = [(n, c["page_size"]) for c in cases if c["kv"] == "paged" for n in c["klens"] if n]
     assert any(n % ps for n, ps in paged if ps > 1) and any(n % ps == 0 for n, ps in paged if ps > 1)
@@ -143,6 +150,13 @@ def test_every_case_has_variants(cases, arch):
     assert {s.tile.block_m for s in attn} >= {16, 64, 128}
     assert any(s.split and s.paged and s.pack_gqa for s in attn)
     assert any(s.mask == "local" and s.softcap for s in attn)
+    fp8 = [s for s in attn if s.kv_dtype]                               # FP8 caches: the sm_80 mainloop
+    assert {s.kv_dtype for s in fp8} == {"e4m3", "e5m2"} and all(s.mainloop == "sm80" for s in fp8)
+    assert any(s.paged and s.tile.block_m <= 16 for s in fp8) and any(s.tile.block_m == 128 for s in fp8)
+    for c in cases[:600]:                                               # an FP8 case runs one class
+        if c["kv_dtype"] and fuzz.case_recipe(c, arch, 132) is not None:
+            r = fuzz.case_recipe(c, arch, 132)
+            assert r.kind == "single" and r.variants.attention.kv_dtype == c["kv_dtype"]
 
 
 def test_inputs_pass_validation(cases):
@@ -158,6 +172,13 @@ def test_inputs_pass_validation(cases):
         kw = inp["kwargs"]
         V.window(kw["window_size"], kw["causal"])
         V.num_splits(kw["num_splits"])
+        assert s.get("kv_dtype") == c["kv_dtype"]
+        if c["kv_dtype"]:
+            for name in ("k_descale", "v_descale"):
+                assert V.descale(name, kw[name], s["batch"], c["num_heads_kv"], inp["q"].device, c["kv_dtype"]) \
+                    == (c["num_heads_kv"] if s["batch"] > 1 else 0, 1 if c["num_heads_kv"] > 1 else 0)
+        else:
+            assert "k_descale" not in kw and inp["k_descale"] is None
 
 
 def small_seeds(n, max_q=600, max_keys=3000, max_ref=3e6):
@@ -175,13 +196,33 @@ def small_seeds(n, max_q=600, max_keys=3000, max_ref=3e6):
 SMALL = small_seeds(24)
 
 
+def small_fp8_seeds(n):
+    out = []
+    for s in range(200000):
+        c = fuzz.case_for_seed(s)
+        if c["kv_dtype"] and fuzz.total_q_rows(c) <= 600 and fuzz.stored_keys(c) <= 3000 \
+                and fuzz.ref_elems(c) <= 3e6 and len(c["qlens"]) <= 64 \
+                and any(q > 0 and k > 0 for q, k in zip(c["qlens"], c["klens"])):
+            out.append(s)
+            if len(out) == n:
+                return out
+    return out
+
+
+SMALL_FP8 = small_fp8_seeds(12)
+
+
 def fake_attention(q, k, v, cu_q, cu_k, max_seqlen_q=None, max_seqlen_k=None, *, out=None, seqused_k=None,
                    page_table=None, causal=False, window_size=(-1, -1), softcap=0.0, softmax_scale=None,
                    num_splits=0, pack_gqa=None, return_lse=False, metadata_layout="soa", sort=True,
-                   head_swizzle=True, bug=None):
+                   head_swizzle=True, k_descale=None, v_descale=None, bug=None):
     """The public call's contract on the CPU, from the float64 reference (and optional bugs)."""
-    V.varlen_inputs(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, out, devtypes=("cpu",),
-                    seqused_k=seqused_k, page_table=page_table)
+    sizes = V.varlen_inputs(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, out, devtypes=("cpu",),
+                            seqused_k=seqused_k, page_table=page_table)
+    for name, x in (("k_descale", k_descale), ("v_descale", v_descale)):
+        V.descale(name, x, sizes["batch"], sizes["num_heads_kv"], q.device, sizes.get("kv_dtype"))
+    if bug == "no_descale":
+        k_descale = v_descale = None
     V.check_cu_seqlens_values("cu_seqlens_q", cu_q, q.shape[0])
     if page_table is not None:
         V.check_paged_values(page_table, seqused_k, k.shape[0], k.shape[1])
@@ -191,7 +232,8 @@ def fake_attention(q, k, v, cu_q, cu_k, max_seqlen_q=None, max_seqlen_k=None, *,
         V.check_cu_seqlens_values("cu_seqlens_k", cu_k, k.shape[0])
         k2, v2, ck, used = k, v, cu_k, seqused_k
     ref, ref_lse = attention_reference(q, k2, v2, cu_q, ck, causal=causal, softmax_scale=softmax_scale,
-                                       window_size=window_size, softcap=softcap, seqused_k=used)
+                                       window_size=window_size, softcap=softcap, seqused_k=used,
+                                       k_descale=k_descale, v_descale=v_descale)
     rows = int(cu_q[-1])
     total, hq = q.shape[:2]
     if out is None:
@@ -222,6 +264,76 @@ def test_pipeline_on_cpu_with_reference_stand_in(seed):
     r = fuzz.run_case(c, "cpu", poison=True, attention=fake_attention)
     assert r["ok"], (seed, r["errors"])
     assert r["unwritten_rows"] == 0 and r["seed"] == seed
+
+
+@pytest.mark.parametrize("seed", SMALL_FP8)
+def test_fp8_pipeline_on_cpu_with_reference_stand_in(seed):
+    """FP8 cases through build_inputs -> call (with k_descale / v_descale) -> reference (which
+    dequantises) -> compare with tolerance(dtype, kv_dtype); a call that ignores the descales is
+    caught."""
+    c = fuzz.case_for_seed(seed)
+    assert c["kv_dtype"] in fuzz.KV_DTYPES
+    r = fuzz.run_case(c, "cpu", poison=True, attention=fake_attention)
+    assert r["ok"], (seed, r["errors"])
+    bad = fuzz.run_case(c, "cpu", attention=lambda *a, **kw: fake_attention(*a, bug="no_descale", **kw))
+    assert not bad["ok"] and any("out error" in e or "lse error" in e for e in bad["errors"]), bad["errors"]
+
+
+def test_fp8_is_drawn_last():
+    """The FP8 choice is the case's last draw: with no FP8 share every seed's case is the same but
+    for kv_dtype (the cases of seeds drawn before FP8 caches were fuzzed are unchanged)."""
+    seeds = fuzz.batch_seeds(3, 300)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(fuzz, "FP8_SHARE", 0.0)
+        plain = [fuzz.case_for_seed(s) for s in seeds]
+    drawn = [fuzz.case_for_seed(s) for s in seeds]
+    assert all(p["kv_dtype"] is None for p in plain) and any(d["kv_dtype"] for d in drawn)
+    for p, d in zip(plain, drawn):
+        assert {**d, "kv_dtype": None} == p
+
+
+@pytest.mark.parametrize("layout", ["packed", "paged", "interleaved", "strided"])
+def test_fp8_inputs_are_the_16_bit_draws_over_their_descales(layout):
+    """An FP8 case's k / v are its 16-bit draws divided by their request's and KV head's factor,
+    quantised (so the dequantised values are those draws within the FP8 rounding: 2^-4 relative
+    for e4m3, 2^-3 for e5m2, and the subnormal step); descales float32 (batch, num_heads_kv) in
+    [0.5, 2), deterministic; q and the lengths are the 16-bit case's."""
+    pred = {"packed": lambda c: c["kv"] == "packed" and not c["strided"],
+            "paged": lambda c: c["kv"] == "paged" and not c["interleaved_kv"],
+            "interleaved": lambda c: c["interleaved_kv"], "strided": lambda c: c["strided"]}[layout]
+    for s in range(200000):
+        c = fuzz.case_for_seed(s)
+        if c["kv_dtype"] and pred(c) and fuzz.stored_keys(c) <= 20000 and len(c["qlens"]) <= 64 \
+                and any(c["klens"]):
+            break
+    fp8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[c["kv_dtype"]]
+    inp, again = fuzz.build_inputs(c, "cpu"), fuzz.build_inputs(c, "cpu")
+    ref = fuzz.build_inputs({**c, "kv_dtype": None}, "cpu")
+    assert torch.equal(inp["q"], ref["q"]) and torch.equal(inp["k_descale"], again["k_descale"])
+    assert torch.equal(inp["k"].view(torch.uint8), again["k"].view(torch.uint8))
+    batch, hkv = len(c["qlens"]), c["num_heads_kv"]
+    for name in ("k_descale", "v_descale"):
+        x = inp[name]
+        assert x.dtype == torch.float32 and x.shape == (batch, hkv) and x.is_contiguous()
+        assert bool((x >= fuzz.DESCALE_RANGE[0]).all()) and bool((x < fuzz.DESCALE_RANGE[1]).all())
+        assert inp["kwargs"][name] is x
+    assert not torch.equal(inp["k_descale"], inp["v_descale"])
+    rel, tiny = (2.0 ** -4, 2.0 ** -9) if c["kv_dtype"] == "e4m3" else (2.0 ** -3, 2.0 ** -16)
+    if c["kv"] == "paged":
+        ks, vs, cu = gather_paged(inp["k"], inp["v"], inp["page_table"], inp["seqused_k"])
+        k16, v16, _ = gather_paged(ref["k"], ref["v"], ref["page_table"], ref["seqused_k"])
+        lens = c["klens"]
+    else:
+        ks, vs, k16, v16 = inp["k"], inp["v"], ref["k"], ref["v"]
+        lens = [a + b for a, b in zip(c["klens"], c["kv_slack"])]
+        assert (inp["k"].stride(0) > hkv * c["head_dim"]) == c["strided"]
+    assert ks.dtype == vs.dtype == fp8 and ks.shape == k16.shape and vs.shape == v16.shape
+    req = torch.repeat_interleave(torch.arange(batch), torch.tensor(lens))
+    for x8, x16, ds in ((ks, k16, inp["k_descale"]), (vs, v16, inp["v_descale"])):
+        deq = x8.double() * ds[req].double()[:, :, None]
+        want = x16.double()             # the draw rounded to 16 bits: within 2^-8 of the float32 draw
+        err = (deq - want).abs()
+        assert bool((err <= (rel + 2.0 ** -8) * want.abs() + tiny * 2).all()), float(err.max())
 
 
 def _with_feature(pred):
@@ -305,6 +417,10 @@ def test_sanitize_cases_cover_kernel_families():
     assert any(s.mask == "local" and s.softcap for s in attn)
     assert any(s.tile.block_m == 64 for s in attn)
     assert any(s.kind == "fused" and s.short.split for s in specs)                         # fused mixed batch
+    fp8 = [s for s in attn if s.kv_dtype]                                                  # FP8 caches
+    assert {s.kv_dtype for s in fp8} == {"e4m3", "e5m2"}
+    assert any(s.paged and s.pack_gqa and s.split and s.tile.block_m == 16 for s in fp8)
+    assert any(not s.paged and s.mask == "causal" and s.tile.block_m >= 64 for s in fp8)
     zero = [c for _, c in fuzz.sanitize_cases() if 0 in c["qlens"] or 0 in c["klens"]]
     assert len(zero) >= 3
 

@@ -5,11 +5,14 @@ Every batch draws a random configuration over the supported features (``draw_cas
 sizes 1, 16, 64, 256 in random page order, forced splits 1..64 or automatic, GQA 1/2/4/8, no mask /
 causal / sliding windows (left-only, right > 0, right-only), softcap, bf16 / fp16, head dims
 64/128 mostly and 96/192/256 and 192x128 sometimes, both metadata layouts, sort / head_swizzle,
-pack_gqa None/True/False, strided q/k/v views, padding rows past ``cu_seqlens_q[-1]``), runs the
-call with ``out`` pre-filled with NaN and every buffer the call allocates itself (``lse``, the
-metadata, the split-KV partials) poisoned (NaN / -7), and compares with the float64 reference:
-``reference.tolerance`` on values, exact 0 / -inf on rows that see no key, no NaN, no unwritten
-rows, nothing written past the last request.
+pack_gqa None/True/False, strided q/k/v views, padding rows past ``cu_seqlens_q[-1]``, and in
+about one batch of six an FP8 K/V cache, e4m3 or e5m2, with per-(request, KV head) descales in
+[0.5, 2): the cache holds ``x / descale`` quantised, so the dequantised keys and values are about
+N(0, 1) as ``reference.tolerance`` assumes), runs the call with ``out`` pre-filled with NaN and
+every buffer the call allocates itself (``lse``, the metadata, the split-KV partials) poisoned
+(NaN / -7), and compares with the float64 reference (which dequantises the same FP8 values
+exactly): ``reference.tolerance(dtype, kv_dtype)`` on values, exact 0 / -inf on rows that see no
+key, no NaN, no unwritten rows, nothing written past the last request.
 
 Usage (GPU):
     python tools/fuzz.py --batches 2000 --seed 1 [--json PATH] [--time-limit 300]
@@ -75,6 +78,9 @@ BOUNDARY_LENS = (1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 2
 WINDOW_SIZES = (0, 1, 2, 3, 7, 15, 16, 17, 31, 64, 100, 127, 128, 129, 255, 511, 1000, 2048, 4096)
 HINTS = ("exact", "none", "loose")
 HINT_WEIGHTS = (0.7, 0.15, 0.15)
+KV_DTYPES = ("e4m3", "e5m2")  #: FP8 K/V caches (``kv_dtype``)
+FP8_SHARE = 1 / 6             #: share of the batches with an FP8 K/V cache
+DESCALE_RANGE = (0.5, 2.0)    #: k_descale / v_descale per (request, KV head), uniform in [lo, hi)
 
 
 def _pick(rng, values, p=None):
@@ -209,7 +215,9 @@ def draw_case(rng, seed: int | None = None) -> dict:
     unused keys after each request), page_size, spare_pages, extra_cols (paged), causal, window
     [left, right], mask (the drawn kind), softcap, softmax_scale, q_scale, num_splits, pack_gqa,
     layout, sort, head_swizzle, hint ("exact" | "none" | "loose" max_seqlen hints), return_lse,
-    out_given, pad_rows (query rows past the last request), strided (q/k/v are views), interleaved_kv.
+    out_given, pad_rows (query rows past the last request), strided (q/k/v are views), interleaved_kv,
+    kv_dtype (None, or an FP8 cache "e4m3" / "e5m2": about ``FP8_SHARE`` of the cases; drawn last,
+    so every other field of a seed's case is what it was before FP8 caches were fuzzed).
     """
     c: dict = {"seed": seed}
     c["dtype"] = _pick(rng, DTYPES)
@@ -285,6 +293,7 @@ def draw_case(rng, seed: int | None = None) -> dict:
     c["pad_rows"] = int(rng.integers(1, 65)) if rng.random() < 0.15 else 0
     c["strided"] = bool(rng.random() < 0.15)
     c["interleaved_kv"] = bool(c["kv"] == "paged" and c["head_dim"] == c["head_dim_v"] and rng.random() < 0.15)
+    c["kv_dtype"] = _pick(rng, KV_DTYPES) if rng.random() < FP8_SHARE else None
     _shrink(c)
     return c
 
@@ -345,7 +354,8 @@ def case_recipe(case: dict, arch: str, num_sms: int):
         layout=case["layout"], max_seqlen_q=mq, max_seqlen_k=mk, paged=paged,
         page_size=case["page_size"] if paged else 0, softcap=case["softcap"] > 0, pack_gqa=case["pack_gqa"],
         num_splits=case["num_splits"], short_query_tokens=None, arch=None, tma_ok=not case["strided"],
-        batch=len(case["qlens"]), rows=total_q, sort=case["sort"], head_swizzle=case["head_swizzle"])
+        batch=len(case["qlens"]), rows=total_q, sort=case["sort"], head_swizzle=case["head_swizzle"],
+        **({"kv_dtype": case["kv_dtype"]} if case.get("kv_dtype") else {}))
     device = Device(f"fuzz {arch}", _CAPABILITY[arch], num_sms, 50 * 2 ** 20)
     return decide.decide(sig, device, Settings.from_env())
 
@@ -367,7 +377,7 @@ def features(case: dict) -> dict:
         "head_swizzle": case["head_swizzle"], "phase": case["phase"],
         "zero_q": any(x == 0 for x in case["qlens"]), "zero_k": any(x == 0 for x in case["klens"]),
         "long": max(case["klens"] + case["qlens"] + [0]) > 8192, "pad_rows": case["pad_rows"] > 0,
-        "strided": case["strided"], "hint": case["hint"],
+        "strided": case["strided"], "hint": case["hint"], "kv_dtype": case.get("kv_dtype") or "16-bit",
     }
     return d
 
@@ -381,8 +391,14 @@ def build_inputs(case: dict, device="cuda") -> dict:
 
     Values come from a torch generator seeded with the case seed (on the device for CUDA, so the
     same seed gives the same inputs on every GPU of one kind).  Returns q, k, v (views when
-    ``strided``), cu_seqlens_q, cu_seqlens_k (None for paged), seqused_k, page_table, and the
-    call's keyword arguments in ``kwargs``.
+    ``strided``), cu_seqlens_q, cu_seqlens_k (None for paged), seqused_k, page_table, k_descale and
+    v_descale (None without an FP8 cache), and the call's keyword arguments in ``kwargs``.
+
+    An FP8 case (``kv_dtype``): k_descale / v_descale float32 (batch, num_heads_kv) uniform in
+    ``DESCALE_RANGE`` (from the seed); k and v hold the 16-bit path's N(0, 1) draws divided by
+    their request's and head's factor, quantised to FP8 (``x / descale``, as an engine stores a
+    scaled cache), so the dequantised values are about N(0, 1); unused pages and the strided
+    views' extra heads are quantised with factor 1.
     """
     import torch
 
@@ -412,6 +428,32 @@ def build_inputs(case: dict, device="cuda") -> dict:
         return randn(*big, scale=scale).narrow(heads_dim, 0, shape[heads_dim])
 
     qlens, klens = case["qlens"], case["klens"]
+    fp8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}.get(case.get("kv_dtype"))
+    descales = None
+    if fp8 is not None:   # (from their own generator: the 16-bit draws of the case stay as they are)
+        lo, hi = DESCALE_RANGE
+        drng = np.random.default_rng(seed + 2)
+        descales = [torch.empty(len(qlens), hkv, dtype=torch.float32, device=dev) if meta else
+                    torch.tensor(drng.uniform(lo, hi, size=(len(qlens), hkv)), dtype=torch.float32).to(dev)
+                    for _ in range(2)]
+
+    def kv_view(shape, heads_dim, scales=None):
+        """heads_view's K or V; with an FP8 cache the draws divided by ``scales`` (broadcasting
+        against the drawn tensor, heads padded with factor 1 for the extra heads) and quantised."""
+        if fp8 is None:
+            return heads_view(shape, heads_dim)
+        big = list(shape)
+        big[heads_dim] += extra
+        if meta:
+            x = torch.empty(*big, dtype=fp8, device=dev)
+        else:
+            x = torch.randn(*big, generator=gen, device=dev, dtype=torch.float32)
+            if extra:
+                pad = torch.ones(*scales.shape[:-1], extra, dtype=torch.float32, device=dev)
+                scales = torch.cat([scales, pad], dim=-1)
+            x = (x / scales.reshape(scales.shape + (1,) * (x.dim() - scales.dim()))).to(fp8)
+        return x.narrow(heads_dim, 0, shape[heads_dim]) if extra else x
+
     total_q = total_q_rows(case)
     q = heads_view((total_q, hq, d), 1, case["q_scale"])
     cu_q_np = np.concatenate([[0], np.cumsum(qlens, dtype=np.int64)]).astype(np.int32)
@@ -420,38 +462,55 @@ def build_inputs(case: dict, device="cuda") -> dict:
     if case["kv"] == "paged":
         ps = case["page_size"]
         need, width, num_pages = page_layout(case)
-        if case["interleaved_kv"]:
-            shape = (num_pages, 2, ps, hkv + extra, d)
-            kv = randn(*shape)
-            k, v = kv[:, 0, :, :hkv], kv[:, 1, :, :hkv]
-        else:
-            k = heads_view((num_pages, ps, hkv, d), 2)
-            v = heads_view((num_pages, ps, hkv, dv), 2)
         perm = rng.permutation(num_pages)
         pt = np.full((len(qlens), width), -1, dtype=np.int32)   # unused slots hold -1 (never read)
+        owner = np.full(num_pages, len(qlens), dtype=np.int64)  # each page's request (spare: factor 1)
         at = 0
         for b, n in enumerate(need):
             pt[b, :n] = perm[at:at + n]
+            owner[perm[at:at + n]] = b
             at += n
+        page_scales = [None, None]
+        if descales is not None and not meta:     # (num_pages, 1, hkv): per page, broadcast over its rows
+            idx = torch.tensor(owner, dtype=torch.int64).to(dev)
+            page_scales = [torch.cat([x, torch.ones(1, hkv, dtype=torch.float32, device=dev)])[idx][:, None]
+                           for x in descales]
+        if case["interleaved_kv"]:
+            shape = (num_pages, 2, ps, hkv + extra, d)
+            if fp8 is None:
+                kv = randn(*shape)
+            else:   # (num_pages, 2, 1, hkv): k's factors, then v's
+                both = None if meta else torch.stack(page_scales, dim=1)
+                kv = kv_view((num_pages, 2, ps, hkv, d), 3, both)
+            k, v = kv[:, 0, :, :hkv], kv[:, 1, :, :hkv]
+        else:
+            k = kv_view((num_pages, ps, hkv, d), 2, page_scales[0])
+            v = kv_view((num_pages, ps, hkv, dv), 2, page_scales[1])
         res["page_table"] = torch.tensor(pt, dtype=torch.int32).to(dev)
         res["seqused_k"] = torch.tensor(klens, dtype=torch.int32).to(dev)
     else:
         alloc = [a + s for a, s in zip(klens, case["kv_slack"])]
         total_k = sum(alloc)
-        k = heads_view((total_k, hkv, d), 1)
-        v = heads_view((total_k, hkv, dv), 1)
+        row_scales = [None, None]
+        if descales is not None and not meta:     # (total_k, hkv): each row its request's factors
+            idx = torch.repeat_interleave(torch.arange(len(alloc)), torch.tensor(alloc, dtype=torch.int64)).to(dev)
+            row_scales = [x[idx] for x in descales]
+        k = kv_view((total_k, hkv, d), 1, row_scales[0])
+        v = kv_view((total_k, hkv, dv), 1, row_scales[1])
         cu_k = np.concatenate([[0], np.cumsum(alloc, dtype=np.int64)]).astype(np.int32)
         res["cu_seqlens_k"] = torch.tensor(cu_k, dtype=torch.int32).to(dev)
         if case["seqused"]:
             res["seqused_k"] = torch.tensor(klens, dtype=torch.int32).to(dev)
     res["k"], res["v"] = k, v
+    res["k_descale"], res["v_descale"] = descales if descales is not None else (None, None)
     mq, mk = call_hints(case)
     res["max_seqlen_q"], res["max_seqlen_k"] = mq, mk
     res["kwargs"] = dict(
         seqused_k=res["seqused_k"], page_table=res["page_table"], causal=case["causal"],
         window_size=tuple(case["window"]), softcap=case["softcap"], softmax_scale=case["softmax_scale"],
         num_splits=case["num_splits"], pack_gqa=case["pack_gqa"], return_lse=case["return_lse"],
-        metadata_layout=case["layout"], sort=case["sort"], head_swizzle=case["head_swizzle"])
+        metadata_layout=case["layout"], sort=case["sort"], head_swizzle=case["head_swizzle"],
+        **({} if descales is None else {"k_descale": descales[0], "v_descale": descales[1]}))
     return res
 
 
@@ -514,17 +573,20 @@ def reference_for(case: dict, inp: dict):
         k, v, cu_k, used = inp["k"], inp["v"], inp["cu_seqlens_k"], inp["seqused_k"]
     return attention_reference(q, k, v, inp["cu_seqlens_q"], cu_k, causal=case["causal"],
                                softmax_scale=case["softmax_scale"], window_size=tuple(case["window"]),
-                               softcap=case["softcap"], seqused_k=used)
+                               softcap=case["softcap"], seqused_k=used, k_descale=inp.get("k_descale"),
+                               v_descale=inp.get("v_descale"))
 
 
 def tolerances(case: dict) -> tuple:
-    """(atol, rtol, lse_atol, lse_rtol): ``reference.tolerance`` for values, the GPU tests' LSE bound."""
+    """(atol, rtol, lse_atol, lse_rtol): ``reference.tolerance(dtype, kv_dtype)`` for values (an FP8
+    cache's: the compute dtype's, see its derivation), the GPU tests' LSE bound."""
     import torch
 
     from kernelgen.apps.reference import tolerance
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[case["dtype"]]
-    atol, rtol = tolerance(dtype)
+    kv = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}.get(case.get("kv_dtype"))
+    atol, rtol = tolerance(dtype, kv)
     return atol, rtol, 2e-3, 1e-4
 
 
@@ -797,7 +859,7 @@ def sanitize_cases() -> list:
     base = dict(seed=0, phase="fixed", kv="packed", page_size=None, spare_pages=0, extra_cols=0, seqused=False,
                 causal=False, window=[-1, -1], mask="none", softcap=0.0, softmax_scale=None, q_scale=1.0,
                 num_splits=1, pack_gqa=None, layout="soa", sort=True, head_swizzle=True, hint="exact",
-                return_lse=True, out_given=True, pad_rows=0, strided=False, interleaved_kv=False)
+                return_lse=True, out_given=True, pad_rows=0, strided=False, interleaved_kv=False, kv_dtype=None)
 
     def case(**kw):
         c = dict(base)
@@ -842,6 +904,15 @@ def sanitize_cases() -> list:
             seed=111, dtype="bf16", head_dim=64, head_dim_v=64, num_heads_q=8, num_heads_kv=2,
             qlens=[70, 1, 1, 2, 1], klens=[90, 400, 5, 2, 1], kv="paged", page_size=16, spare_pages=2,
             num_splits=0, causal=True, mask="causal"), env={"KERNELGEN_MIXED_SHORT_CTAS": "0"})),
+        # FP8 K/V caches (the sm_80 mainloop's FP8 variants on every arch): paged decode with
+        # pack-GQA, splits and the combine (e4m3), and a causal packed prefill with padding (e5m2)
+        ("fp8_decode_paged_packgqa_split", case(
+            seed=112, dtype="bf16", head_dim=128, head_dim_v=128, num_heads_q=8, num_heads_kv=2,
+            qlens=[1, 1, 0, 1], klens=[300, 0, 5, 1000], kv="paged", page_size=16, spare_pages=2,
+            extra_cols=1, num_splits=4, pack_gqa=True, causal=True, mask="causal", kv_dtype="e4m3")),
+        ("fp8_prefill_causal_packed", case(
+            seed=113, dtype="fp16", head_dim=64, head_dim_v=64, num_heads_q=4, num_heads_kv=2,
+            qlens=[37, 0, 130], klens=[37, 5, 200], causal=True, mask="causal", pad_rows=3, kv_dtype="e5m2")),
         ("scheduler_sort_many_requests", case(
             seed=107, dtype="bf16", head_dim=64, head_dim_v=64, num_heads_q=2, num_heads_kv=1,
             qlens=[(i * 7) % 9 for i in range(40)], klens=[(i * 11) % 17 for i in range(40)], causal=True,
