@@ -324,6 +324,27 @@ def test_fp8_variants_compile_without_spills(name, kv):
     assert r["registers"] * spec.num_threads <= 65536 // spec.tile.min_blocks, (spec.name, r)
 
 
+@pytest.mark.parametrize("kw", [dict(alibi=True, sinks=True), dict(variant=True),
+                                dict(alibi=True, max_seqlen_q=1, max_seqlen_k=32768, paged=True, page_size=16,
+                                     batch=64, rows=64),
+                                dict(variant=True, sinks=True, max_seqlen_q=1, max_seqlen_k=32768, paged=True,
+                                     page_size=16, batch=64, rows=64)],
+                         ids=["prefill_alibi_sinks", "prefill_variant", "decode_alibi", "decode_variant_sinks"])
+def test_fp8_with_alibi_sinks_and_variants_compiles_without_spills(kw):
+    """FP8 combined with ALiBi, sinks and a user variant: the decider's kernels (one class, FP8
+    variants of the ALiBi / sink / variant kernels) build for sm_90a without spills."""
+    from kernelgen.front.variant import Variant
+    if kw.get("variant"):
+        kw = dict(kw, variant=Variant(score_mod="score - 0.01f * (float)(q_idx - kv_idx)").code)
+    r = decide.decide(sig(kv_dtype="e4m3", **kw), H200)
+    (a,) = _attn_specs(r)
+    assert r.kind == "single" and a.kv_dtype == "e4m3" and a.mainloop == "sm80"
+    assert (a.alibi, a.sinks, a.variant is not None) == (bool(kw.get("alibi")), bool(kw.get("sinks")),
+                                                       kw.get("variant") is not None)
+    res = compiler.compile_cubin(render.render(a), a.arch, compiler.default_options(a.arch), a.name).resources
+    assert res["spill_stores"] == 0 and res["spill_loads"] == 0 and res["stack_frame"] == 0, (a.name, res)
+
+
 def test_fp8_decode_tiles_take_at_least_the_fp8_stages_and_the_others_keep_theirs(monkeypatch):
     from kernelgen.selection import heuristics
     assert fp8_tile(TileConfig(16, 16, 1, 2, 8)) == TileConfig(16, 16, 1, max(2, FP8_DECODE_STAGES), 8)
