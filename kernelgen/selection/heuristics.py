@@ -88,13 +88,19 @@ _DECODE = {
 #: most 12 one-warp CTAs an SM) and every stage past two costs CTAs (shared memory).  So two, as
 #: the 16-bit table; the hook stays for the sweep (docs/dev/perf-log.md, "FP8 K/V caches").
 FP8_DECODE_STAGES = 2
+#: CTAs per SM promised to the register allocator (``TileConfig.min_blocks``) by the one-warp decode
+#: tiles on an FP8 cache: with the conversion in registers (``AttentionSpec.fp8_in_registers``) the
+#: 16-row tile needs 8 KB of shared memory at head dim 128, so registers alone bound its CTAs per SM.
+FP8_DECODE_MIN_BLOCKS = 8
 
 
 def fp8_tile(t: TileConfig) -> TileConfig:
     """The sm_80 mainloop's tile ``t`` on an FP8 K/V cache: the one-warp decode tiles (16-row and
-    keys-as-rows) take ``FP8_DECODE_STAGES`` stages (never fewer than ``t``'s); the others as is."""
-    if t.num_warps == 1 and t.block_m <= 16 and t.num_stages < FP8_DECODE_STAGES:
-        return dataclasses.replace(t, num_stages=FP8_DECODE_STAGES)
+    keys-as-rows) take at least ``FP8_DECODE_STAGES`` stages and ``FP8_DECODE_MIN_BLOCKS`` CTAs per
+    SM; the others as is."""
+    if t.num_warps == 1 and t.block_m <= 16:
+        return dataclasses.replace(t, num_stages=max(t.num_stages, FP8_DECODE_STAGES),
+                                   min_blocks=max(t.min_blocks, FP8_DECODE_MIN_BLOCKS))
     return t
 
 
