@@ -345,13 +345,15 @@ def test_fp8_with_alibi_sinks_and_variants_compiles_without_spills(kw):
     assert res["spill_stores"] == 0 and res["spill_loads"] == 0 and res["stack_frame"] == 0, (a.name, res)
 
 
-def test_fp8_decode_tiles_take_at_least_the_fp8_stages_and_the_others_keep_theirs(monkeypatch):
+def test_fp8_decode_tiles_take_at_least_the_fp8_stages_and_ctas_and_the_others_keep_theirs(monkeypatch):
     from kernelgen.selection import heuristics
-    assert fp8_tile(TileConfig(16, 16, 1, 2, 8)) == TileConfig(16, 16, 1, max(2, FP8_DECODE_STAGES), 8)
+    assert fp8_tile(TileConfig(16, 16, 1, 2, 8)) == TileConfig(16, 16, 1, max(2, FP8_DECODE_STAGES),
+                                                               max(8, heuristics.FP8_DECODE_MIN_BLOCKS))
     monkeypatch.setattr(heuristics, "FP8_DECODE_STAGES", 4)
-    assert fp8_tile(TileConfig(16, 16, 1, 2, 8)) == TileConfig(16, 16, 1, 4, 8)
-    assert fp8_tile(TileConfig(8, 16, 1, 2, 1)).num_stages == 4
-    assert fp8_tile(TileConfig(8, 16, 1, 6, 1)).num_stages == 6
+    monkeypatch.setattr(heuristics, "FP8_DECODE_MIN_BLOCKS", 10)
+    assert fp8_tile(TileConfig(16, 16, 1, 2, 8)) == TileConfig(16, 16, 1, 4, 10)
+    assert fp8_tile(TileConfig(8, 16, 1, 2, 1)) == TileConfig(8, 16, 1, 4, 10)
+    assert fp8_tile(TileConfig(8, 16, 1, 6, 12)) == TileConfig(8, 16, 1, 6, 12)
     prefill = TileConfig(128, 32, 4, 2, 2)
     assert fp8_tile(prefill) is prefill
 

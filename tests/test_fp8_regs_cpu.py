@@ -39,7 +39,6 @@ def test_smem_is_the_fp8_stages_only_and_the_source_has_no_16_bit_tile():
     assert "4 * tq + 2 * nt + e" in src and "32 * q + 8 * tq" in src
     other = render.render(dataclasses.replace(DECODE, alibi=True))
     assert "gemm_qk_fp8(s, qa" not in other and "convert_kv8<D, SQ>(" in other
-    assert "constexpr bool FP8_SWZ = false;" in other and "constexpr bool FP8_SWZ = true;" in src
 
 
 @pytest.mark.parametrize("d", [64, 96, 128])
@@ -126,64 +125,3 @@ def test_the_lanes_fragments_compute_q_kt_and_p_v(d):
     p_phys[:, [fp8_key(c) for c in range(16)]] = p
     assert np.allclose(out, p_phys @ v)
 
-
-def fp8_swz(r: int) -> int:
-    """templates/attention/mainloop_sm80.cuh's fp8_swz: stage row r's 16-byte chunk c lives at c ^ fp8_swz(r)."""
-    return (r & 1) ^ (((r >> 2) & 3) << 1)
-
-
-def _stage(cols: int):
-    """A 16-row FP8 stage as load_tile8 writes it (swizzled: rows of 128 bytes or more): returns
-    (smem bytes, logical[row][col] values) with every byte distinct enough to identify (row, col)."""
-    logical = np.arange(16 * cols, dtype=np.int64).reshape(16, cols)
-    smem = np.full(16 * cols, -1, dtype=np.int64)
-    for r in range(16):
-        for c in range(cols // 16):
-            at = r * cols + ((c ^ fp8_swz(r)) if cols % 128 == 0 else c) * 16
-            smem[at:at + 16] = logical[r, 16 * c:16 * c + 16]
-    assert (smem >= 0).all()
-    return smem, logical
-
-
-def _banks_conflict_free(addrs, width):
-    """One shared-memory instruction of 32 lanes reading ``width`` bytes at ``addrs``: True when no
-    bank (4 bytes) is hit by two different addresses within one wavefront (phases of 128 bytes)."""
-    lanes_per_phase = 32 * 4 // (4 * max(width // 4, 1)) if width > 4 else 32
-    for p in range(0, 32, lanes_per_phase):
-        seen = {}
-        for a in addrs[p:p + lanes_per_phase]:
-            for w in range(max(width // 4, 1)):
-                bank = (a // 4 + w) % 32
-                if seen.setdefault(bank, a) != a:
-                    return False
-    return True
-
-
-@pytest.mark.parametrize("d", [64, 96, 128])
-def test_the_swizzled_stages_read_back_the_logical_bytes_without_bank_conflicts(d):
-    smem, logical = _stage(d)
-    swz = d % 128 == 0
-    # gemm_qk_fp8: lane (g, t) reads chunk (D/64) t + i of row fp8_key(8 nb + g) (16-byte loads)
-    if (d // 4) % 16 == 0:
-        for nb in range(2):
-            for i in range(d // 64):
-                addrs = []
-                for lane in range(32):
-                    g, t = lane >> 2, lane & 3
-                    key, c = fp8_key(8 * nb + g), (d // 64) * t + i
-                    at = key * d + ((c ^ fp8_swz(key)) if swz else c) * 16
-                    assert list(smem[at:at + 16]) == list(logical[key, 16 * c:16 * c + 16])
-                    addrs.append(at)
-                assert _banks_conflict_free(addrs, 16) or not swz
-    # gemm_pv_fp8: lane (g, t) reads word g % 4 of chunk 2q + g / 4 of row 4t + j
-    for q in range(d // 32):
-        for j in range(4):
-            addrs = []
-            for lane in range(32):
-                g, t = lane >> 2, lane & 3
-                c = 2 * q + (g >> 2)
-                at = (4 * t + j) * d + ((c ^ fp8_swz(4 * t + j)) if swz else c) * 16 + 4 * (g & 3)
-                assert list(smem[at:at + 4]) == list(logical[4 * t + j, 32 * q + 4 * g:32 * q + 4 * g + 4])
-                addrs.append(at)
-            if swz:
-                assert _banks_conflict_free(addrs, 4)

@@ -90,8 +90,10 @@ _DECODE = {
 FP8_DECODE_STAGES = 2
 #: CTAs per SM promised to the register allocator (``TileConfig.min_blocks``) by the one-warp decode
 #: tiles on an FP8 cache: with the conversion in registers (``AttentionSpec.fp8_in_registers``) the
-#: 16-row tile needs 8 KB of shared memory at head dim 128, so registers alone bound its CTAs per SM.
-FP8_DECODE_MIN_BLOCKS = 8
+#: 16-row tile needs 8 KB of shared memory at head dim 128, so registers alone bound its CTAs per SM;
+#: 12 caps them at 168 (164 used at d 128, no spills; 14 spills) and ran 1.56x the bf16 decode
+#: against 1.45x at 8 (H200, ``tools/bench.py --fp8-stage-sweep``: 2 or 4 stages equal).
+FP8_DECODE_MIN_BLOCKS = 12
 
 
 def fp8_tile(t: TileConfig) -> TileConfig:

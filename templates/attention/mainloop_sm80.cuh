@@ -211,12 +211,6 @@ __device__ __forceinline__ void gemm_pv(float (&o)[MT][DV / 8][4], const float (
 // the GEMMs read (exact: every {{ v.kv_dtype }} value is an {{ v.dtype }} value). ----
 typedef unsigned char u8;
 
-// FP8_REGS reads its stages in patterns that hit a bank several times (V: four lanes a bank,
-// K: two), so there 16-byte chunk c of stage row r lives at chunk c ^ fp8_swz(r) in rows of 128
-// bytes or more (every read of gemm_qk_fp8 / gemm_pv_fp8 then conflict-free: see there).
-constexpr bool FP8_SWZ = {{ "true" if v.get("fp8_regs") else "false" }};
-__device__ __forceinline__ int fp8_swz(int r) { return (r & 1) ^ (((r >> 2) & 3) << 1); }
-
 // ROWS x COLS bytes from global (row stride `row_stride` bytes) into an FP8 stage; rows >=
 // valid_rows are zero-filled (source size 0: nothing is read).
 template <int ROWS, int COLS>
@@ -224,7 +218,6 @@ __device__ __forceinline__ void load_tile8(u32 s_base, const u8* g, i64 row_stri
   constexpr int CPR = COLS / 16;  // 16-byte chunks per row
   constexpr int TPR = copy_tpr(CPR);
   constexpr int RSTEP = NT / TPR;
-  constexpr bool SWZ = FP8_SWZ && COLS % 128 == 0;
   const int r0 = tid / TPR, c0 = tid % TPR;
   const u8* src = g + (i64)r0 * row_stride + c0 * 16;
   const i64 step = (i64)RSTEP * row_stride;
@@ -235,10 +228,7 @@ __device__ __forceinline__ void load_tile8(u32 s_base, const u8* g, i64 row_stri
     if (ROWS % RSTEP == 0 || r < ROWS) {
       const bool ok = r < valid_rows;
 #pragma unroll
-      for (int j = 0; j < CPR / TPR; ++j) {
-        if (SWZ) cp_async16(s_base + (u32)(r * COLS + (((c0 + j * TPR) ^ fp8_swz(r)) << 4)), src + j * TPR * 16, ok);
-        else cp_async16(dst + (u32)(i * RSTEP * COLS + j * TPR * 16), src + j * TPR * 16, ok);
-      }
+      for (int j = 0; j < CPR / TPR; ++j) cp_async16(dst + (u32)(i * RSTEP * COLS + j * TPR * 16), src + j * TPR * 16, ok);
     }
     src += step;
     asm volatile("" : "+l"(src));
@@ -261,7 +251,6 @@ __device__ __forceinline__ void load_kv8_block(u32 s_base, const u8* base, i64 r
     constexpr int TPR = copy_tpr(CPR);
     constexpr int RSTEP = NT / TPR;
     constexpr int R = BN / 32 + 1;
-    constexpr bool SWZ = FP8_SWZ && COLS % 128 == 0;
     const int lane = tid & 31;
     const int r0 = tid / TPR, c0 = tid % TPR;
     const int first = key0 / page_size;
@@ -288,10 +277,8 @@ __device__ __forceinline__ void load_kv8_block(u32 s_base, const u8* base, i64 r
         const bool ok = j < seqlen_k;
         const u8* src = base + (i64)page * page_stride + (i64)(j - (first + pidx) * page_size) * row_stride + c0 * 16;
 #pragma unroll
-        for (int jj = 0; jj < CPR / TPR; ++jj) {
-          if (SWZ) cp_async16(s_base + (u32)(r * COLS + (((c0 + jj * TPR) ^ fp8_swz(r)) << 4)), src + jj * TPR * 16, ok);
-          else cp_async16(dst + (u32)(i * RSTEP * COLS + jj * TPR * 16), src + jj * TPR * 16, ok);
-        }
+        for (int jj = 0; jj < CPR / TPR; ++jj)
+          cp_async16(dst + (u32)(i * RSTEP * COLS + jj * TPR * 16), src + jj * TPR * 16, ok);
       }
     }
   }
@@ -375,18 +362,12 @@ __device__ __forceinline__ void gemm_qk_fp8(float (&s)[MT][BN / 8][4], const u32
   for (int nb = 0; nb < BN / 8; ++nb) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) s[0][nb][e] = 0.f;
-    const int key = fp8_key(8 * nb + g);
-    const u8* row = s8K + key * D + (D / 4) * t;
+    const u8* row = s8K + fp8_key(8 * nb + g) * D + (D / 4) * t;
     u32 w[D / 16];
     if ((D / 4) % 16 == 0) {
-      // chunk (D/64) t + i of the row, swizzled (FP8_SWZ, D >= 128): in each 8-lane phase the two
-      // rows fp8_key(8 nb + 2p), fp8_key(8 nb + 2p + 1) differ in bit 0 and share bits 2-3, so the
-      // lanes' chunks 2t + i ^ (2p | row & 1) are 8 distinct ones
-      const uint4* row16 = reinterpret_cast<const uint4*>(s8K + key * D);
 #pragma unroll
       for (int i = 0; i < D / 64; ++i) {
-        const int c = (D / 64) * t + i;
-        const uint4 x = row16[FP8_SWZ && D % 128 == 0 ? c ^ fp8_swz(key) : c];
+        const uint4 x = reinterpret_cast<const uint4*>(row)[i];
         w[4 * i] = x.x; w[4 * i + 1] = x.y; w[4 * i + 2] = x.z; w[4 * i + 3] = x.w;
       }
     } else {
@@ -414,18 +395,13 @@ __device__ __forceinline__ void gemm_pv_fp8(float (&o)[MT][DV / 8][4], const flo
   pa[1] = pack2(s[0][0][2], s[0][0][3]);
   pa[2] = pack2(s[0][1][0], s[0][1][1]);
   pa[3] = pack2(s[0][1][2], s[0][1][3]);
-  // keys 4t + j, head dims 4 (8 q + g) ..: chunk 2q + g / 4, word g % 4 of it.  Swizzled (FP8_SWZ,
-  // DV >= 128) the chunk is (2q + g / 4) ^ (j & 1) ^ 2t: over a warp's lanes 8 distinct chunks of
-  // 4 words, so 32 distinct banks (unswizzled the four lanes t of one g share a bank)
-  constexpr bool SWZ = FP8_SWZ && DV % 128 == 0;
-  const u8* base = s8V + 4 * t * DV + 4 * (g & 3);
-  auto word = [&](int j, int q) {
-    const int c = 2 * q + (g >> 2);
-    return *reinterpret_cast<const u32*>(base + j * DV + ((SWZ ? c ^ fp8_swz(4 * t + j) : c) << 4));
-  };
+  const u8* base = s8V + 4 * t * DV + 4 * g;   // keys 4t .., head dims 4 g ..
 #pragma unroll
   for (int q = 0; q < DV / 32; ++q) {
-    const u32 a0 = word(0, q), a1 = word(1, q), a2 = word(2, q), a3 = word(3, q);
+    const u32 a0 = *reinterpret_cast<const u32*>(base + 32 * q);
+    const u32 a1 = *reinterpret_cast<const u32*>(base + DV + 32 * q);
+    const u32 a2 = *reinterpret_cast<const u32*>(base + 2 * DV + 32 * q);
+    const u32 a3 = *reinterpret_cast<const u32*>(base + 3 * DV + 32 * q);
     // 4 x 4 byte transpose: w[r] = byte r of a0, a1, a2, a3 (head dim 4 (8 q + g) + r of keys 4t .. 4t+3)
     const u32 t0 = __byte_perm(a0, a1, 0x5140), t1 = __byte_perm(a0, a1, 0x7362);
     const u32 t2 = __byte_perm(a2, a3, 0x5140), t3 = __byte_perm(a2, a3, 0x7362);
