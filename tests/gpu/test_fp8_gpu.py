@@ -217,7 +217,7 @@ def test_plan_graph_replays_with_new_descales(kind, kv_dtype):
     plan = AttentionPlan(max_batch=cap, num_heads_q=hq, num_heads_kv=hkv, head_dim=d, dtype=BF16,
                          max_total_q=max_tq, max_seqlen_q=1 if decode else 256, max_seqlen_k=max_ctx, paged=True,
                          causal=True, kv_dtype=kv_dtype)
-    assert plan.recipe.kind == "single" and not plan.hopper and "_kve" in plan.attn.name
+    assert plan.recipe.kind == "single" and not plan.hopper and "_kve" in plan.attn.spec.name
     rng = np.random.default_rng(23)
 
     def new_step(seed):
