@@ -142,7 +142,7 @@ def test_fp8_rows_must_be_16_byte_aligned():
 
 @pytest.mark.parametrize("x,strides", [
     (torch.ones(2, 4), (4, 1)), (torch.ones(()), (0, 0)), (torch.ones(1), (0, 0)), (torch.ones(1, 1), (0, 0)),
-    (torch.ones(4), (0, 1)), (torch.ones(2, 1), (1, 0)), (torch.ones(1, 4), (0, 1)),
+    (torch.ones(2, 1), (1, 0)), (torch.ones(1, 4), (0, 1)),
     (torch.ones(()).expand(2, 4), (0, 0)), (torch.ones(4, 2).t(), (1, 2)), (torch.ones(2, 8)[:, ::2], (8, 2)),
 ])
 def test_descale_shapes_and_strides(x, strides):
@@ -157,6 +157,8 @@ def test_descale_shapes_and_strides(x, strides):
     (torch.ones(3, 4), ValueError, r"k_descale must have shape \(2, 4\) \(batch, num_heads_kv\)"),
     (torch.ones(2, 3), ValueError, r"k_descale must have shape \(2, 4\)"),
     (torch.ones(8), ValueError, r"k_descale must have shape \(2, 4\)"),
+    (torch.ones(4), ValueError, r"a 1-D tensor of several factors is ambiguous"),   # per head or per request?
+    (torch.ones(2), ValueError, r"got \(2,\)"),
     (torch.ones(1, 2, 4), ValueError, "k_descale must have shape"),
     (torch.ones(2, 4, device="meta"), ValueError, "k_descale must be on cpu"),
 ])
@@ -317,7 +319,7 @@ COMPILE = {
 @pytest.mark.parametrize("name", list(COMPILE))
 def test_fp8_variants_compile_without_spills(name, kv):
     base = COMPILE[name]
-    spec = dataclasses.replace(base, kv_dtype=kv, tile=fp8_tile(base.tile))   # the tile the decider gives FP8
+    spec = dataclasses.replace(base, kv_dtype=kv, tile=fp8_tile(base.tile, base.head_dim, base.head_dim_v))   # the tile the decider gives FP8
     res = compiler.compile_cubin(render.render(spec), spec.arch, compiler.default_options(spec.arch), spec.name)
     r = res.resources
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, (spec.name, r)
@@ -347,15 +349,16 @@ def test_fp8_with_alibi_sinks_and_variants_compiles_without_spills(kw):
 
 def test_fp8_decode_tiles_take_at_least_the_fp8_stages_and_ctas_and_the_others_keep_theirs(monkeypatch):
     from kernelgen.selection import heuristics
-    assert fp8_tile(TileConfig(16, 16, 1, 2, 8)) == TileConfig(16, 16, 1, max(2, FP8_DECODE_STAGES),
+    assert fp8_tile(TileConfig(16, 16, 1, 2, 8), 128, 128) == TileConfig(16, 16, 1, max(2, FP8_DECODE_STAGES),
                                                                max(8, heuristics.FP8_DECODE_MIN_BLOCKS))
     monkeypatch.setattr(heuristics, "FP8_DECODE_STAGES", 4)
     monkeypatch.setattr(heuristics, "FP8_DECODE_MIN_BLOCKS", 10)
-    assert fp8_tile(TileConfig(16, 16, 1, 2, 8)) == TileConfig(16, 16, 1, 4, 10)
-    assert fp8_tile(TileConfig(8, 16, 1, 2, 1)) == TileConfig(8, 16, 1, 4, 10)
-    assert fp8_tile(TileConfig(8, 16, 1, 6, 12)) == TileConfig(8, 16, 1, 6, 12)
+    assert fp8_tile(TileConfig(16, 16, 1, 2, 8), 128, 128) == TileConfig(16, 16, 1, 4, 10)
+    assert fp8_tile(TileConfig(8, 16, 1, 2, 1), 128, 128) == TileConfig(8, 16, 1, 4, 10)
+    assert fp8_tile(TileConfig(8, 16, 1, 6, 12), 64, 64) == TileConfig(8, 16, 1, 6, 12)
     prefill = TileConfig(128, 32, 4, 2, 2)
-    assert fp8_tile(prefill) is prefill
+    assert fp8_tile(prefill, 128, 128) is prefill
+    assert fp8_tile(TileConfig(16, 16, 1, 2, 8), 128, 256).min_blocks == 8   # larger head dims keep theirs
 
 
 # ----------------------------------------------------------------------------- the decider
@@ -710,14 +713,34 @@ def test_ops_and_compat_pass_the_descales_down(monkeypatch):
     assert rec.last["k_descale"] is kd and rec.last["v_descale"] is vd
     torch.ops.kernelgen.varlen_attention(q, k, v, cu, cu, k_descale=kd, v_descale=vd)
     assert torch.equal(rec.last["k_descale"], kd)
-    for qd in (None, 1, 1.0, torch.ones(2, k.shape[1])):     # FA3's q_descale: None or 1 with a 16-bit q
+    # FA3 ignores q_descale with a 16-bit q (vLLM passes its scales on every call): so does compat
+    for qd in (None, 1, 1.0, 0.5, torch.ones(2, k.shape[1]), torch.full((2, 2), 2.0)):
         compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, q_descale=qd, k_descale=kd, v_descale=vd)
         assert rec.last["k_descale"] is kd and rec.last["v_descale"] is vd
+    # and k_descale / v_descale with a 16-bit cache (dropped, never read)
+    q16, k16, v16, _ = packed()
+    compat.flash_attn_varlen_func(q16, k16, v16, cu, cu, 13, 13, q_descale=kd, k_descale=kd, v_descale=vd)
+    assert rec.last["k_descale"] is None and rec.last["v_descale"] is None
     kc = torch.zeros(2, 24, 2, 64).to(E4M3)
     compat.flash_attn_with_kvcache(torch.randn(2, 1, 4, 64).to(torch.bfloat16), kc, kc, k_descale=kd, v_descale=vd)
     assert rec.last["k_descale"] is kd
-    for qd in (0.5, torch.full((2, 2), 2.0), torch.ones(2, 2, dtype=torch.float16)):
-        with pytest.raises(NotImplementedError, match="argument q_descale=.*FP8 queries are not implemented"):
-            compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, q_descale=qd, k_descale=kd)
     with pytest.raises(NotImplementedError, match="argument q_descale="):
         compat.flash_attn_varlen_func(q.to(E4M3), k, v, cu, cu, 13, 13, q_descale=torch.ones(2, 2))
+
+
+def test_compat_ignores_fa3s_unused_descales_without_reading_them(fake_cuda):
+    """vLLM's FA3 backend passes q_descale (and k/v_descale) on every call, FP8 cache or not: FA3
+    ignores them where they do not apply, and so must compat, without a host sync (CUDA graphs)."""
+    from kernelgen.front import compat
+    q, k, v, cq, ck = _fp8_small_batch()
+    kd, qd = torch.ones(2, 2), torch.ones(()).expand(2, 2)
+    compat.flash_attn_varlen_func(q, k, v, cq, ck, 7, 1988, q_descale=qd, k_descale=kd, v_descale=kd)
+    guard = _no_host_sync()
+    try:
+        compat.flash_attn_varlen_func(q, k, v, cq, ck, 7, 1988, q_descale=qd, k_descale=kd, v_descale=kd)
+        q16, k16, v16, cq16, ck16 = fake_cuda_mod.small_batch()
+        fake_cuda.clear()
+        compat.flash_attn_varlen_func(q16, k16, v16, cq16, ck16, 7, 1988, q_descale=qd, k_descale=kd, v_descale=kd)
+    finally:
+        guard.undo()
+    assert "attention_fp8" not in fake_cuda.kinds() and "attention" in fake_cuda.kinds()

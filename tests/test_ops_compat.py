@@ -582,12 +582,13 @@ def test_with_kvcache_bad_arguments(recorder, bad, exc, match):
 
 # ----------------------------------------------------------------------------- compat: unsupported FA3 arguments
 T = torch.zeros(2, dtype=torch.int32)
-# (k_descale / v_descale are FP8 K/V arguments now: tests/test_fp8_cpu.py; a q_descale other than None or 1 raises)
-VARLEN_UNSUPPORTED = [("seqused_q", T), ("qv", T), ("q_descale", T), ("q_descale", 0.5),
+# (k_descale / v_descale are FP8 K/V arguments now, and q_descale is ignored with a 16-bit q as FA3
+# does: tests/test_fp8_cpu.py)
+VARLEN_UNSUPPORTED = [("seqused_q", T), ("qv", T),
                       ("attention_chunk", 128), ("scheduler_metadata", T), ("sm_margin", 8), ("dropout_p", 0.1),
                       ]
 KVCACHE_UNSUPPORTED = [("k", T), ("v", T), ("qv", T), ("rotary_cos", T), ("rotary_sin", T), ("rotary_seqlens", T),
-                       ("cache_batch_idx", T), ("cache_leftpad", T), ("cu_seqlens_k_new", T), ("q_descale", T),
+                       ("cache_batch_idx", T), ("cache_leftpad", T), ("cu_seqlens_k_new", T),
                        ("attention_chunk", 64), ("scheduler_metadata", T),
                        ("sm_margin", 4)]
 

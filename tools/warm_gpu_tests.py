@@ -281,7 +281,7 @@ def _with_kv(specs: list, kv: str) -> list:
     import dataclasses
 
     from kernelgen.selection.heuristics import fp8_tile
-    return [dataclasses.replace(s, kv_dtype=kv, tile=fp8_tile(s.tile)) if s.kind == "attention" else s
+    return [dataclasses.replace(s, kv_dtype=kv, tile=fp8_tile(s.tile, s.head_dim, s.head_dim_v)) if s.kind == "attention" else s
             for s in specs]
 
 

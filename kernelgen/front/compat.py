@@ -32,8 +32,10 @@ fixed-capacity plan), ``sm_margin``, ``dropout_p``; with_kvcache also ``k``/``v`
 
 FP8 K/V caches: ``k``/``v`` (``k_cache``/``v_cache``) in float8_e4m3fn or float8_e5m2 with a
 float16/bfloat16 ``q`` take FA3's ``k_descale`` / ``v_descale`` (float32 (batch, num_heads_kv) or
-broadcastable; see :func:`kernelgen.varlen_attention`); ``q_descale`` must be None (or 1: an
-FP8 query is a later step and raises NotImplementedError naming it).
+broadcastable; see :func:`kernelgen.varlen_attention`).  As FA3, the descales are ignored where
+they do not apply (never read, so vLLM's calls stay free of host syncs and graph-capturable):
+``q_descale`` with a float16/bfloat16 q, ``k_descale`` / ``v_descale`` with a 16-bit cache.  An FP8
+q is a later step: ``q_descale`` with one raises NotImplementedError naming it.
 """
 import numbers
 from typing import Optional
@@ -122,16 +124,20 @@ def _sinks(fn: str, sinks, s_aux):
     return sinks if sinks is not None else s_aux
 
 
-def _unit_q_descale(q, x) -> bool:
-    """Whether ``q_descale`` is FA3's default for a 16-bit q: None, or a factor of exactly 1 (a
-    number, or a float32 tensor of ones; reading a CUDA tensor's values synchronises once)."""
-    if x is None:
-        return True
-    if isinstance(q, torch.Tensor) and q.dtype not in (torch.float16, torch.bfloat16):
-        return False
-    if isinstance(x, numbers.Real) and not isinstance(x, bool):
-        return float(x) == 1.0
-    return isinstance(x, torch.Tensor) and x.dtype == torch.float32 and bool((x == 1).all())
+def _q_descale_ok(q, x) -> bool:
+    """Whether ``q_descale`` can be honoured: FA3 reads it only for an FP8 q (its flash_api.cpp)
+    and ignores it with a float16/bfloat16 q, which vLLM relies on (it passes its scales on every
+    call); kernelgen ignores it there too, never reading its values (no host sync, CUDA-graph safe).
+    With an FP8 q (not implemented) it cannot."""
+    return x is None or (isinstance(q, torch.Tensor) and q.dtype in (torch.float16, torch.bfloat16))
+
+
+def _kv_descales(k, k_descale, v_descale) -> tuple:
+    """FA3's ``k_descale`` / ``v_descale``, which it ignores for a 16-bit cache (vLLM passes them on
+    every call): passed on with an FP8 ``k`` only (:func:`kernelgen.varlen_attention` refuses them
+    otherwise), never read here."""
+    fp8 = isinstance(k, torch.Tensor) and k.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
+    return (k_descale, v_descale) if fp8 else (None, None)
 
 
 def flash_attn_varlen_func(
@@ -206,8 +212,9 @@ def flash_attn_varlen_func(
             j gets ``-slope * |i + seqlen_k - seqlen_q - j|`` (see :func:`kernelgen.varlen_attention`).
         q_descale, k_descale, v_descale: FA3's FP8 descale factors.  With k/v float8_e4m3fn or
             float8_e5m2 and a float16/bfloat16 q: k_descale / v_descale float32 (batch,
-            num_heads_kv) or broadcastable, or None (1); q_descale None or 1 (FP8 queries:
-            NotImplementedError).  See :func:`kernelgen.varlen_attention`.
+            num_heads_kv) or broadcastable, or None (1).  Ignored (never read) where FA3 ignores
+            them: q_descale with a 16-bit q, k_descale / v_descale with a 16-bit cache.  FP8
+            queries: NotImplementedError.  See :func:`kernelgen.varlen_attention`.
 
     Returns:
         out (total_q, num_heads_q, head_dim_v) in q's dtype, or (out, softmax_lse) with
@@ -228,7 +235,7 @@ def flash_attn_varlen_func(
         fn,
         seqused_q=(seqused_q, seqused_q is None),
         qv=(qv, qv is None),
-        q_descale=(q_descale, _unit_q_descale(q, q_descale)),
+        q_descale=(q_descale, _q_descale_ok(q, q_descale)),
         attention_chunk=(attention_chunk, _is_zero(attention_chunk)),
         scheduler_metadata=(scheduler_metadata, scheduler_metadata is None),
         sm_margin=(sm_margin, _is_zero(sm_margin)),
@@ -251,7 +258,7 @@ def flash_attn_varlen_func(
         causal=causal, window_size=_window(window_size), softcap=softcap, softmax_scale=softmax_scale,
         num_splits=_num_splits(num_splits), pack_gqa=pack_gqa,
         return_lse=bool(return_attn_probs or return_softmax_lse), out=out, sinks=_sinks(fn, sinks, s_aux),
-        alibi_slopes=alibi_slopes, k_descale=k_descale, v_descale=v_descale)
+        alibi_slopes=alibi_slopes, **dict(zip(("k_descale", "v_descale"), _kv_descales(k, k_descale, v_descale))))
 
 
 def _mergeable(x) -> bool:
@@ -360,7 +367,7 @@ def flash_attn_with_kvcache(
         cache_batch_idx=(cache_batch_idx, cache_batch_idx is None),
         cache_leftpad=(cache_leftpad, cache_leftpad is None),
         cu_seqlens_k_new=(cu_seqlens_k_new, cu_seqlens_k_new is None),
-        q_descale=(q_descale, _unit_q_descale(q, q_descale)),
+        q_descale=(q_descale, _q_descale_ok(q, q_descale)),
         attention_chunk=(attention_chunk, _is_zero(attention_chunk)),
         scheduler_metadata=(scheduler_metadata, scheduler_metadata is None),
         sm_margin=(sm_margin, _is_zero(sm_margin)),
@@ -447,7 +454,7 @@ def flash_attn_with_kvcache(
         page_table=table, causal=causal, window_size=_window(window_size), softcap=softcap,
         softmax_scale=softmax_scale, num_splits=_num_splits(num_splits), pack_gqa=pack_gqa,
         return_lse=bool(return_softmax_lse), out=out3, sinks=_sinks(fn, sinks, s_aux), alibi_slopes=alibi_slopes,
-        k_descale=k_descale, v_descale=v_descale)
+        **dict(zip(("k_descale", "v_descale"), _kv_descales(kk, k_descale, v_descale))))
     o3, lse = (res if return_softmax_lse else (res, None))
     if seqlen_q is None:
         o = o3

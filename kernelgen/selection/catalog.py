@@ -31,7 +31,8 @@ PHASE_HINTS = {
 def _fp8_attention(attn_spec, kv_dtype: str):
     """``decide.fp8_attention`` (what a recipe runs for an FP8 call), restated here: ``decide``
     imports torch (through ``validation``), and ``kernelgen warmup`` runs without it."""
-    return dataclasses.replace(attn_spec, kv_dtype=kv_dtype, tile=heuristics.fp8_tile(attn_spec.tile))
+    tile = heuristics.fp8_tile(attn_spec.tile, attn_spec.head_dim, attn_spec.head_dim_v)
+    return dataclasses.replace(attn_spec, kv_dtype=kv_dtype, tile=tile)
 
 
 def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, True), layouts=LAYOUTS,

@@ -242,7 +242,8 @@ def fp8_attention(attn_spec, kv_dtype: str):
     """The FP8 K/V variant ("e4m3" / "e5m2") of an sm_80-mainloop attention spec, as a recipe for
     an FP8 call runs it: ``AttentionSpec.kv_dtype`` set, the tile ``heuristics.fp8_tile``'s (its
     scheduler and combine kernels are the 16-bit call's).  ``selection.catalog`` warms these."""
-    return dataclasses.replace(attn_spec, kv_dtype=kv_dtype, tile=heuristics.fp8_tile(attn_spec.tile))
+    tile = heuristics.fp8_tile(attn_spec.tile, attn_spec.head_dim, attn_spec.head_dim_v)
+    return dataclasses.replace(attn_spec, kv_dtype=kv_dtype, tile=tile)
 
 
 def _with_class(p: SchedulerPlan, class_min_q: int, class_max_q: int) -> SchedulerPlan:

@@ -96,13 +96,13 @@ FP8_DECODE_STAGES = 2
 FP8_DECODE_MIN_BLOCKS = 12
 
 
-def fp8_tile(t: TileConfig) -> TileConfig:
+def fp8_tile(t: TileConfig, head_dim: int, head_dim_v: int) -> TileConfig:
     """The sm_80 mainloop's tile ``t`` on an FP8 K/V cache: the one-warp decode tiles (16-row and
-    keys-as-rows) take at least ``FP8_DECODE_STAGES`` stages and ``FP8_DECODE_MIN_BLOCKS`` CTAs per
-    SM; the others as is."""
+    keys-as-rows) take at least ``FP8_DECODE_STAGES`` stages, and at head dims up to 128 at least
+    ``FP8_DECODE_MIN_BLOCKS`` CTAs per SM (larger head dims spill at 168 registers); the others as is."""
     if t.num_warps == 1 and t.block_m <= 16:
-        return dataclasses.replace(t, num_stages=max(t.num_stages, FP8_DECODE_STAGES),
-                                   min_blocks=max(t.min_blocks, FP8_DECODE_MIN_BLOCKS))
+        mb = max(t.min_blocks, FP8_DECODE_MIN_BLOCKS) if max(head_dim, head_dim_v) <= 128 else t.min_blocks
+        return dataclasses.replace(t, num_stages=max(t.num_stages, FP8_DECODE_STAGES), min_blocks=mb)
     return t
 
 

@@ -302,8 +302,10 @@ def alibi_slopes(x, num_heads_q: int, batch: int | None, device) -> int:
 def descale(name: str, x, batch: int | None, num_heads_kv: int, device, kv_dtype: str | None) -> tuple:
     """``k_descale`` / ``v_descale`` (FlashAttention-3's arguments): None (1.0), or a float32 tensor
     on ``device`` (q's) of shape ``(batch, num_heads_kv)`` or one that broadcasts to it (``()``,
-    ``(1,)``, ``(num_heads_kv,)``, ``(1, 1)``, ``(batch, 1)``, ``(1, num_heads_kv)``: a per-tensor
-    scale is the broadcast case; any strides, ``expand``ed tensors included).  Given only with an
+    ``(1,)``, ``(1, 1)``, ``(batch, 1)``, ``(1, num_heads_kv)``: a per-tensor scale is the broadcast
+    case; any strides, ``expand``ed tensors included).  A 1-D tensor of more than one element is
+    refused (FA3 takes exactly (batch, num_heads_kv); one factor per request or per head would be
+    ambiguous).  Given only with an
     FP8 K/V cache (``kv_dtype``).  Returns the (batch, head) strides in elements the kernels read
     the factor of (request b, KV head h) at (0 along a broadcast dimension), None for None.
     ``batch`` None: any number of rows (a plan's capacity is checked by the plan).  The values are
@@ -314,11 +316,13 @@ def descale(name: str, x, batch: int | None, num_heads_kv: int, device, kv_dtype
         raise ValueError(f"{name} applies to an FP8 K/V cache (k/v float8_e4m3fn or float8_e5m2) only; "
                          f"k/v here have q's 16-bit dtype: pass {name}=None")
     tensor(name, x, dtypes=(torch.float32,), device=device)
-    if x.dim() > 2:
-        raise ValueError(f"{name} must have shape (batch, num_heads_kv) or broadcast to it, got {tuple(x.shape)}")
+    want_b = "batch" if batch is None else batch
+    if x.dim() > 2 or (x.dim() == 1 and x.numel() != 1):
+        raise ValueError(f"{name} must have shape ({want_b}, {num_heads_kv}) (batch, num_heads_kv), or (), (1,), "
+                         f"(1, 1), ({want_b}, 1), (1, {num_heads_kv}); got {tuple(x.shape)} (a 1-D tensor of several "
+                         f"factors is ambiguous: per request or per KV head? reshape it)")
     shape = (1,) * (2 - x.dim()) + tuple(x.shape)
     stride = (0,) * (2 - x.dim()) + tuple(x.stride())
-    want_b = "batch" if batch is None else batch
     if (batch is not None and shape[0] not in (1, batch)) or shape[1] not in (1, num_heads_kv):
         raise ValueError(f"{name} must have shape ({want_b}, {num_heads_kv}) (batch, num_heads_kv), or one that "
                          f"broadcasts to it ((), (1, 1), ({want_b}, 1), (1, {num_heads_kv})), got {tuple(x.shape)}")
