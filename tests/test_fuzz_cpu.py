@@ -481,6 +481,20 @@ def test_run_fuzz_time_limit(small_limits):
     assert any("stopped after" in line for line in lines)
 
 
+def test_run_fuzz_time_limit_counts_the_prewarm(small_limits, monkeypatch):
+    """A prewarm longer than the limit leaves no time for batches: the run stops at once and still
+    returns its summary (a caller's wall-clock limit just above --time-limit always gets it)."""
+    def slow_prewarm(cases, arch, num_sms, jobs=None, progress=False):
+        import time
+        time.sleep(0.3)
+        return {"kernels": 0, "compiled": 0, "cached": 0, "seconds": 0.3, "error": None}
+    monkeypatch.setattr(fuzz, "prewarm", slow_prewarm)
+    lines = []
+    s = fuzz.run_fuzz(50, 1, device="cpu", attention=fake_attention, arch="sm_90a", do_prewarm=True,
+                      hang_s=0, time_limit=0.2, log=lines.append)
+    assert s["ran"] == 0 and not s["complete"] and s["prewarm"]["seconds"] == 0.3
+
+
 def test_cli_without_gpu_says_so(capsys):
     if torch.cuda.is_available():
         pytest.skip("has a GPU")
