@@ -32,7 +32,8 @@ REQUIRED = {
     "overhead_decode_call", "overhead_plan_run", "overhead_graph_replay",
     "sinks_prefill_causal_s16k", "sinks_decode_b128_paged16",
     "alibi_prefill_causal_s16k", "alibi_decode_b128_paged16",
-    "variant_alibi_prefill_causal_s16k", "variant_softcap_prefill_causal_s16k", "variant_compile_first_call",
+    "variant_alibi_prefill_causal_s16k", "variant_softcap_prefill_causal_s16k",
+    "variant_softcap_approx_prefill_causal_s16k", "variant_compile_first_call",
 }
 ROOFS = {"copy_tbps": 4.0, "bf16_matmul_tflops": 800.0}
 
@@ -827,6 +828,8 @@ def test_alibi_and_variant_entries_registered_in_their_suites():
     assert defs["alibi_prefill_causal_s16k"].suite == "prefill" and defs["alibi_decode_b128_paged16"].suite == "decode"
     assert defs["variant_alibi_prefill_causal_s16k"].suite == "prefill"
     assert defs["variant_softcap_prefill_causal_s16k"].suite == "prefill"
+    assert defs["variant_softcap_approx_prefill_causal_s16k"].suite == "prefill"
+    assert "tanhf(" in suites.VARIANT_SOFTCAP_APPROX_SCORE_MOD and "kg_tanh(" in suites.VARIANT_SOFTCAP_SCORE_MOD
     assert defs["variant_compile_first_call"].suite == "compile" and defs["variant_compile_first_call"].specs is None
     assert not any(n.startswith(("alibi_", "variant_")) and n not in REQUIRED for n in defs)
     assert "alibi_decode_b128_paged16" not in [d.name for d in suites.registry(["prefill"], [])]
@@ -835,9 +838,9 @@ def test_alibi_and_variant_entries_registered_in_their_suites():
     for name in ("alibi_prefill_causal_s16k", "alibi_decode_b128_paged16", "variant_alibi_prefill_causal_s16k"):
         attn = [s for s in defs[name].specs(st, "sm_90a", 132) if isinstance(s, AttentionSpec)]
         assert any(s.alibi for s in attn) and any(not s.alibi for s in attn)
-    soft = [s for s in defs["variant_softcap_prefill_causal_s16k"].specs(st, "sm_90a", 132)
-            if isinstance(s, AttentionSpec)]
-    assert any(s.softcap for s in soft)
+    for name in ("variant_softcap_prefill_causal_s16k", "variant_softcap_approx_prefill_causal_s16k"):
+        soft = [s for s in defs[name].specs(st, "sm_90a", 132) if isinstance(s, AttentionSpec)]
+        assert any(s.softcap for s in soft)
     sink = [s for s in defs["sinks_decode_b128_paged16"].specs(st, "sm_90a", 132) if isinstance(s, AttentionSpec)]
     assert any(s.sinks for s in sink) and any(not s.sinks for s in sink)
     for name in defs:

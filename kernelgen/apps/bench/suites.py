@@ -852,7 +852,8 @@ def fp8_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
 
 # ------------------------------------------------------------------------------- user variants
 #: The user-variant entries of suite ``prefill`` (base names), and the first-call entry (``compile``).
-VARIANT_PREFILL_ENTRIES = ("variant_alibi_prefill_causal_s16k", "variant_softcap_prefill_causal_s16k")
+VARIANT_PREFILL_ENTRIES = ("variant_alibi_prefill_causal_s16k", "variant_softcap_prefill_causal_s16k",
+                           "variant_softcap_approx_prefill_causal_s16k")
 VARIANT_COMPILE_ENTRY = "variant_compile_first_call"
 #: Why the variant entries are skipped on a kernelgen without the user-variant API.
 VARIANT_MISSING = "kernelgen has no Variant (branch variant not merged)"
@@ -862,6 +863,9 @@ VARIANT_MISSING = "kernelgen has no Variant (branch variant not merged)"
 VARIANT_ALIBI_SCORE_MOD = "score - slopes[head] * fabsf((float)(q_idx + kv_len - q_len - kv_idx))"
 VARIANT_SOFTCAP = 50.0
 VARIANT_SOFTCAP_SCORE_MOD = "50.f * kg_tanh(score / 50.f)"   # kg_tanh: tanhf is tanh.approx under fast math
+#: The same soft-cap with the hardware tanh approximation (``tanhf`` under fast math: tanh.approx,
+#: about 2^-11 relative error, as FA4's soft-cap): issue 25's "user variant against FA4" at equal accuracy.
+VARIANT_SOFTCAP_APPROX_SCORE_MOD = "50.f * tanhf(score / 50.f)"
 #: Query (= key) tokens of the first-call entry's one causal request: the compile dominates it.
 VARIANT_FIRST_CALL_TOKENS = 4096
 
@@ -903,7 +907,9 @@ def variant_prefill_entry(settings: Settings, which: str, model: ModelPreset) ->
 
     * ``variant_alibi_prefill_causal_s16k``: ``VARIANT_ALIBI_SCORE_MOD`` with tensors={"slopes":
       slopes} (ALiBi's geometric slopes) against ``alibi_slopes=slopes``;
-    * ``variant_softcap_prefill_causal_s16k``: ``VARIANT_SOFTCAP_SCORE_MOD`` against ``softcap=50``.
+    * ``variant_softcap_prefill_causal_s16k``: ``VARIANT_SOFTCAP_SCORE_MOD`` against ``softcap=50``;
+    * ``variant_softcap_approx_prefill_causal_s16k``: ``VARIANT_SOFTCAP_APPROX_SCORE_MOD`` (tanh.approx,
+      FA4's accuracy) against ``softcap=50``.
 
     The two calls are timed together as interleaved CUDA-graph replays: ``us`` the user variant,
     ``us_builtin`` the built-in call, ``variant_ratio`` = us / us_builtin (1.0: a user variant costs
@@ -922,6 +928,8 @@ def variant_prefill_entry(settings: Settings, which: str, model: ModelPreset) ->
     alibi = which.startswith("variant_alibi_")
     label = ("user ALiBi score_mod vs built-in alibi_slopes" if alibi else
              f"user soft-cap score_mod vs built-in softcap={VARIANT_SOFTCAP:g}")
+    if which.startswith("variant_softcap_approx_"):
+        label += " (tanh.approx)"
     make_call, e, rows, io = _cost_inputs(settings, which, m, label)
     outs = [torch.empty(rows, m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
     if alibi:
@@ -932,10 +940,12 @@ def variant_prefill_entry(settings: Settings, which: str, model: ModelPreset) ->
         e["score_mod"] = VARIANT_ALIBI_SCORE_MOD
     else:
         slopes = None
-        variant = Variant(score_mod=VARIANT_SOFTCAP_SCORE_MOD, mask_mod=None, kv_range=None, tensors=None,
-                          name="bench_softcap")
+        mod = (VARIANT_SOFTCAP_APPROX_SCORE_MOD if which.startswith("variant_softcap_approx_")
+               else VARIANT_SOFTCAP_SCORE_MOD)
+        variant = Variant(score_mod=mod, mask_mod=None, kv_range=None, tensors=None,
+                          name="bench_softcap_approx" if mod == VARIANT_SOFTCAP_APPROX_SCORE_MOD else "bench_softcap")
         builtin = make_call(outs[0], softcap=VARIANT_SOFTCAP)
-        e["score_mod"] = VARIANT_SOFTCAP_SCORE_MOD
+        e["score_mod"] = mod
     calls = {SWITCH_BASE: builtin, "kernelgen_variant": make_call(outs[1], variant=variant)}
     _with_without(settings, e, calls, outs, "kernelgen_variant", "us_builtin", "variant_ratio")
     e["variant_max_abs_diff_vs_builtin"] = float((outs[1].float() - outs[0].float()).abs().max())
