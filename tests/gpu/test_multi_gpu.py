@@ -1,7 +1,9 @@
-"""More than one GPU (issue 7 item 5): kernels load per device and launches follow the tensors'
-device and the current stream.  ``cuda:1`` gives the same results as ``cuda:0`` bit for bit, both
-while the current device is 0 and inside ``torch.cuda.device(1)`` on a side stream; the
-tensor-parallel example (torch.distributed, NCCL, one process per GPU) matches one GPU.
+"""More than one GPU (issue 7 item 5, issue 27): kernels load per device and launches follow the
+tensors' device and the current stream.  ``cuda:1`` gives the same results as ``cuda:0`` bit for
+bit, both while the current device is 0 and inside ``torch.cuda.device(1)`` on a side stream, for
+prefill (the Hopper path on an H200), paged decode, a fused mixed step and an FP8 cache; a plan for
+device 1 runs eagerly and replays from a CUDA graph captured there; the tensor-parallel example
+(torch.distributed, NCCL, one process per GPU) matches one GPU.
 
 Needs two GPUs (skipped otherwise).  NVLink multicast stays off (NCCL_NVLS_ENABLE=0,
 TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1).
@@ -182,6 +184,110 @@ def test_plan_on_cuda1_in_device_context(host):
     r = ref.to(BF16).double()
     assert not torch.isnan(out).any()
     assert bool(((out.double() - r).abs() <= atol + rtol * r.abs()).all())
+
+
+def _host_mixed_paged(seed=4, hq=32, hkv=8, d=128):
+    """A mixed step on a paged cache (host tensors): chunked prefills, decodes, speculative steps and
+    empty requests (test_fused_gpu's mixed_lengths), pages in random order."""
+    from test_fused_gpu import mixed_lengths
+    from test_paged_decode_gpu import make_paged
+
+    qlens, klens = mixed_lengths(np.random.default_rng(seed))
+    with torch.cuda.device(0):
+        q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, hq, hkv, d, d, 16, seed=seed)
+    return {k: t.cpu() for k, t in dict(q=q, kc=kc, vc=vc, pt=pt, used=used, cu_q=cu_q).items()}, max(qlens), max(klens)
+
+
+def _mixed_call(x, maxq, maxk):
+    out = torch.full(tuple(x["q"].shape), float("nan"), dtype=BF16, device=x["q"].device)
+    return kernelgen.varlen_attention(x["q"], x["kc"], x["vc"], x["cu_q"], None, maxq, maxk, seqused_k=x["used"],
+                                      page_table=x["pt"], causal=True, return_lse=True, out=out)
+
+
+def test_fused_mixed_step_on_cuda1():
+    """A mixed prefill + decode step on cuda:1 (current device 0) runs the fused launch (on an H200
+    the Hopper one) and equals cuda:0 bit for bit and the float64 reference (issue 27)."""
+    from test_fused_gpu import expect_mixed_launch
+
+    host, maxq, maxk = _host_mixed_paged()
+    torch.cuda.set_device(0)
+    o0, l0 = _mixed_call(to(host, "cuda:0"), maxq, maxk)
+    x1 = to(host, "cuda:1")
+    o1, l1 = _mixed_call(x1, maxq, maxk)
+    expect_mixed_launch(None)
+    assert torch.cuda.current_device() == 0 and o1.device == torch.device("cuda", 1)
+    torch.cuda.synchronize(0)
+    torch.cuda.synchronize(1)
+    k, v, cu_k = gather_paged(x1["kc"], x1["vc"], x1["pt"], x1["used"])
+    ref, ref_lse = attention_reference(x1["q"], k, v, x1["cu_q"], cu_k, causal=True)
+    check_reference(o1, l1, ref, ref_lse)
+    _assert_bitwise((o1.cpu(), l1.cpu()), (o0.cpu(), l0.cpu()), "fused mixed step")
+
+
+def test_fp8_decode_on_cuda1(host):
+    """A paged decode on an e4m3 cache with per-(request, KV head) descales on cuda:1 (current device
+    0): equal to cuda:0 bit for bit and to the float64 reference, which dequantises exactly."""
+    g = torch.Generator().manual_seed(9)
+    d = dict(host["decode"])
+    d["kc"], d["vc"] = d["kc"].to(torch.float8_e4m3fn), d["vc"].to(torch.float8_e4m3fn)
+    b = d["q"].shape[0]
+    d["kd"], d["vd"] = ((0.5 + 1.5 * torch.rand(b, 4, generator=g)).float() for _ in range(2))
+
+    def call(x):
+        out = torch.full((b, 32, 128), float("nan"), dtype=BF16, device=x["q"].device)
+        return kernelgen.varlen_attention(x["q"], x["kc"], x["vc"], x["cu_q"], None, 1, x["maxk"],
+                                          seqused_k=x["used"], page_table=x["pt"], causal=True, return_lse=True,
+                                          out=out, k_descale=x["kd"], v_descale=x["vd"])
+    torch.cuda.set_device(0)
+    o0, l0 = call(to(d, "cuda:0"))
+    x1 = to(d, "cuda:1")
+    o1, l1 = call(x1)
+    torch.cuda.synchronize(0)
+    torch.cuda.synchronize(1)
+    k, v, cu_k = gather_paged(x1["kc"], x1["vc"], x1["pt"], x1["used"])
+    ref, ref_lse = attention_reference(x1["q"], k, v, x1["cu_q"], cu_k, causal=True, k_descale=x1["kd"],
+                                       v_descale=x1["vd"])
+    check_reference(o1, l1, ref, ref_lse)
+    _assert_bitwise((o1.cpu(), l1.cpu()), (o0.cpu(), l0.cpu()), "fp8 decode")
+
+
+def test_plan_graph_replays_on_cuda1(host):
+    """An AttentionPlan for device 1 captured in a CUDA graph on a cuda:1 stream, replayed with new
+    inputs written in place (a smaller batch the second time: rows past it padded), against the
+    float64 reference each time."""
+    from kernelgen.front.plan import AttentionPlan
+
+    d = host["decode"]
+    cap = d["q"].shape[0]
+    with torch.cuda.device(1):
+        x = to(d, "cuda:1")
+        plan = AttentionPlan(max_batch=cap, num_heads_q=32, num_heads_kv=4, head_dim=128, max_total_q=cap,
+                             max_seqlen_q=1, max_seqlen_k=8192, paged=True, causal=True, device=1)
+        out = torch.full((cap, 32, 128), float("nan"), dtype=BF16, device="cuda:1")
+        lse = torch.full((32, cap), float("nan"), dtype=torch.float32, device="cuda:1")
+
+        def run():
+            plan.run(x["q"], x["kc"], x["vc"], x["cu_q"], seqused_k=x["used"], page_table=x["pt"], out=out, lse=lse)
+        run()
+        run()
+        torch.cuda.synchronize(1)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            run()
+        g = torch.Generator(device="cuda:1").manual_seed(11)
+        for step, batch in enumerate((cap, cap - 2)):
+            x["q"].copy_(torch.randn(x["q"].shape, generator=g, device="cuda:1").to(BF16))
+            x["kc"].copy_(torch.randn(x["kc"].shape, generator=g, device="cuda:1").to(BF16))
+            cu = torch.arange(cap + 1, dtype=torch.int32).clamp(max=batch)
+            x["cu_q"].copy_(cu)
+            out.fill_(float("nan"))
+            lse.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize(1)
+            k, v, cu_k = gather_paged(x["kc"], x["vc"], x["pt"][:batch], x["used"][:batch])
+            ref, ref_lse = attention_reference(x["q"][:batch], k, v, x["cu_q"][:batch + 1], cu_k, causal=True)
+            check_reference(out[:batch], lse[:, :batch], ref, ref_lse)
+            assert torch.isnan(out[batch:]).all(), f"step {step}: rows past the batch were written"
 
 
 def test_tensor_parallel_example():
