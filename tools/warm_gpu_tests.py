@@ -304,6 +304,11 @@ def fp8_specs() -> list:
                                 page_size=ps, num_splits=n, mainloop="sm80"), kv)
     out += _with_kv(_choose("bf16", 128, hq=32, hkv=8, causal=True, max_q=900, max_k=3000, paged=True, page_size=16,
                             mainloop="sm80"), "e4m3")
+    # the register-conversion decode tile with a window / soft-cap, head dims 64-128, small pages
+    for (d, dv, ps), (window, cap) in itertools.product(((64, 64, 16), (96, 96, 8), (128, 128, 5), (128, 64, 16)),
+                                                        (((-1, -1), 0.0), ((300, 0), 20.0))):
+        out += _with_kv(_choose("bf16", d, dv, hq=16, hkv=4, causal=True, window=window, cap=cap, max_q=1,
+                                max_k=2500, paged=True, page_size=ps, mainloop="sm80"), "e4m3")
     out += _with_kv(_choose("fp16", 128, hq=16, hkv=2, causal=False, max_q=40, max_k=900, mainloop="sm80"), "e4m3")
     out += _with_kv(_choose("bf16", 64, hq=8, hkv=2, causal=False, max_q=9, max_k=100, mainloop="sm80"), "e4m3")
     for kv, max_q in (("e4m3", 1), ("e5m2", 256)):       # test_plan_graph_replays_with_new_descales

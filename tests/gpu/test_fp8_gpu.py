@@ -124,6 +124,29 @@ def test_paged_decode_pack_gqa(kv_dtype, num_splits, page_size):
         assert "_kve" in prepared().attn.name
 
 
+@pytest.mark.parametrize("d,dv,page_size", [(64, 64, 16), (96, 96, 8), (128, 128, 5), (128, 64, 16)])
+@pytest.mark.parametrize("window,softcap", [((-1, -1), 0.0), ((300, 0), 20.0)])
+def test_register_conversion_decode_tile_window_softcap_head_dims(d, dv, page_size, window, softcap):
+    """The 16-row decode tile that converts FP8 in registers (AttentionSpec.fp8_in_registers: keys
+    inside a block permuted, the mask following them, O's columns permuted back) with a sliding
+    window (which masks inside blocks), a soft-cap, head dims 64 / 96 / 128, head_dim_v != head_dim,
+    and pages of 5 and 8 tokens (the per-row page lookup), split-KV automatic."""
+    klens = [2500, 1, 301, 0, 47, 1200]
+    qlens = [1] * len(klens)
+    hq, hkv = 16, 4
+    q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, hq, hkv, d, dv, page_size, d + page_size)
+    kc, vc = kc.to(E4M3), vc.to(E4M3)
+    kd, vd = descales(len(klens), hkv, 6)
+    k, v, cu_k = gather_paged(kc, vc, pt, used)
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True, window_size=window, softcap=softcap,
+                                       k_descale=kd, v_descale=vd)
+    o, lse = _run(q, kc, vc, cu_q, None, 1, max(klens), kd, vd, dv, seqused_k=used, page_table=pt, causal=True,
+                  window_size=window, softcap=softcap)
+    check(o, lse, ref, ref_lse, BF16, E4M3)
+    name = prepared().attn.name
+    assert "_kve4m3" in name and "_m16n16w1" in name, name      # the 16-row one-warp tile: FP8 in registers
+
+
 def test_mixed_prefill_decode_step_runs_as_one_class():
     qlens, klens = [300, 1, 1, 3, 900, 1], [900, 40, 3000, 7, 2048, 1]
     hq, hkv, d = 32, 8, 128
