@@ -269,7 +269,8 @@ def scheduler_plan(attn_spec, *, device: Device, num_heads_q: int, num_heads_kv:
     ``heuristics.SPLIT_GRANULARITY`` of the tile's class (decode tiles: finer).
 
     The head-swizzle budget is a sixth of the device's L2 (about 10 MB on an H200; FlashAttention-3
-    uses a fixed 8 MiB on 50 MB parts), counted in K+V blocks of one head.
+    uses a fixed 8 MiB on 50 MB parts), counted in K+V blocks of one head (one byte an element on
+    an FP8 cache).
 
     ``standalone``: the variant runs as its own kernel (not a class of the fused kernel); a
     decode-class one then passes its persistent grid as ``wave_ctas``, and the scheduler rounds
@@ -279,7 +280,7 @@ def scheduler_plan(attn_spec, *, device: Device, num_heads_q: int, num_heads_kv:
     pack = attn_spec.pack_gqa
     budget = 0
     if head_swizzle:
-        kv_block = attn_spec.tile.block_n * (attn_spec.head_dim + attn_spec.head_dim_v) * 2
+        kv_block = attn_spec.tile.block_n * (attn_spec.head_dim + attn_spec.head_dim_v) * (1 if attn_spec.kv_dtype else 2)
         budget = max(1, (device.l2_bytes // 6) // kv_block)
     cls = tile_class(attn_spec)
     base = SchedulerConfig(
