@@ -12,7 +12,7 @@ tests/gpu/test_variant_gpu.py and tests/gpu/test_fp8_gpu.py; a spec that a test 
 
 ``--jobs``: worker processes (default: the CPU count); ``--cache-dir``: the cache (default:
 ``$KERNELGEN_CACHE_DIR``, as ``kernelgen cache path`` prints); ``--list``: print the specs' names
-and compile nothing.
+and compile nothing; ``--only fp8,alibi``: those groups only.
 """
 from __future__ import annotations
 
@@ -317,10 +317,16 @@ def fp8_specs() -> list:
     return out
 
 
-def specs() -> list:
-    """Every spec above, first-seen order, duplicates removed."""
-    return list(dict.fromkeys(head_dim_specs() + window_softcap_specs() + paged_split_mixed_specs()
-                              + alibi_specs() + sinks_specs() + variant_specs() + fp8_specs()))
+#: the groups above by name (``--only``)
+GROUPS = {"head_dim": head_dim_specs, "window_softcap": window_softcap_specs,
+          "paged_split_mixed": paged_split_mixed_specs, "alibi": alibi_specs, "sinks": sinks_specs,
+          "variant": variant_specs, "fp8": fp8_specs}
+
+
+def specs(only=None) -> list:
+    """Every spec of the groups named in ``only`` (default: all of ``GROUPS``), first-seen order,
+    duplicates removed."""
+    return list(dict.fromkeys(s for g in (only or GROUPS) for s in GROUPS[g]()))
 
 
 def main(argv=None) -> int:
@@ -328,8 +334,13 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=None, help="worker processes (default: the CPU count)")
     ap.add_argument("--cache-dir", default=None, help="kernel cache (default: $KERNELGEN_CACHE_DIR or the user cache)")
     ap.add_argument("--list", action="store_true", help="print the specs' names, compile nothing")
+    ap.add_argument("--only", default=None, help="comma-separated groups of " + ", ".join(GROUPS) + " (default: all)")
     a = ap.parse_args(argv)
-    s = specs()
+    only = a.only.split(",") if a.only else None
+    unknown = sorted(set(only or ()) - set(GROUPS))
+    if unknown:
+        ap.error(f"--only: unknown group(s) {unknown}; known: {sorted(GROUPS)}")
+    s = specs(only)
     if a.list:
         print("\n".join(x.name for x in s))
         return 0
