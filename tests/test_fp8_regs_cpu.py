@@ -25,8 +25,6 @@ def test_which_tiles_convert_in_registers():
     assert not dataclasses.replace(DECODE, kv_dtype="").fp8_in_registers
     assert not dataclasses.replace(DECODE, alibi=True).fp8_in_registers            # ALiBi reads key indices
     assert not dataclasses.replace(DECODE, tile=TileConfig(8, 16, 1, 4, 1)).fp8_in_registers     # keys-as-rows
-    assert dataclasses.replace(DECODE, tile=TileConfig(16, 32, 1, 2, 12)).fp8_in_registers
-    assert not dataclasses.replace(DECODE, tile=TileConfig(16, 64, 1, 2, 12)).fp8_in_registers
     assert not dataclasses.replace(DECODE, tile=TileConfig(128, 32, 4, 2, 2)).fp8_in_registers   # prefill
     assert not dataclasses.replace(DECODE, head_dim=192, head_dim_v=128).fp8_in_registers     # Q in shared memory
     for d in (64, 96, 128):
@@ -38,34 +36,26 @@ def test_smem_is_the_fp8_stages_only_and_the_source_has_no_16_bit_tile():
     src = render.render(DECODE)
     assert "gemm_qk_fp8(s, qa" in src and "gemm_pv_fp8(o, s" in src and "load_q_frags_fp8(qa" in src
     assert "convert_kv8<D, SQ>(" not in src.split("run_tile")[1]
-    assert "16 * (nt >> 1) + 4 * tq + 2 * (nt & 1) + e" in src and "32 * q + 8 * tq" in src
+    assert "4 * tq + 2 * nt + e" in src and "32 * q + 8 * tq" in src
     other = render.render(dataclasses.replace(DECODE, alibi=True))
     assert "gemm_qk_fp8(s, qa" not in other and "convert_kv8<D, SQ>(" in other
 
 
-@pytest.mark.parametrize("bn", [16, 32])
 @pytest.mark.parametrize("d", [64, 96, 128])
-def test_fp8_register_tiles_compile_without_spills(d, bn):
-    spec = dataclasses.replace(DECODE, head_dim=d, head_dim_v=d, softcap=True, mask="local",
-                               tile=TileConfig(16, bn, 1, 2, 12))
+def test_fp8_register_tiles_compile_without_spills(d):
+    spec = dataclasses.replace(DECODE, head_dim=d, head_dim_v=d, softcap=True, mask="local")
     res = compiler.compile_cubin(render.render(spec), spec.arch, compiler.default_options(spec.arch), spec.name)
     r = res.resources
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, r
     assert r["registers"] * 32 <= 65536 // spec.tile.min_blocks
 
 
-def block_key(c: int) -> int:
-    """The key inside a 16- or 32-key block of S's column c: 16-key halves, each permuted by fp8_key."""
-    return 16 * (c >> 4) + fp8_key(c & 15)
-
-
 def test_the_mask_column_is_fp8_key_of_the_score_column():
-    for nt in range(4):
+    for nt in range(2):
         for tq in range(4):
             for e in range(2):
-                assert 16 * (nt >> 1) + 4 * tq + 2 * (nt & 1) + e == block_key(nt * 8 + 2 * tq + e)
+                assert 4 * tq + 2 * nt + e == fp8_key(nt * 8 + 2 * tq + e)
     assert sorted(fp8_key(c) for c in range(16)) == list(range(16))
-    assert sorted(block_key(c) for c in range(32)) == list(range(32))
 
 
 def _mma(c, a_frags, b_frags):
@@ -88,43 +78,41 @@ def _c_frag(cmat, lane):
     return [cmat[g, 2 * t], cmat[g, 2 * t + 1], cmat[g + 8, 2 * t], cmat[g + 8, 2 * t + 1]]
 
 
-@pytest.mark.parametrize("bn", [16, 32])
 @pytest.mark.parametrize("d", [64, 96, 128])
-def test_the_lanes_fragments_compute_q_kt_and_p_v(d, bn):
+def test_the_lanes_fragments_compute_q_kt_and_p_v(d):
     rng = np.random.default_rng(d)
-    q, k, v = rng.standard_normal((16, d)), rng.standard_normal((bn, d)), rng.standard_normal((bn, d))
+    q, k, v = rng.standard_normal((16, d)), rng.standard_normal((16, d)), rng.standard_normal((16, d))
     # S = Q K^T: gemm_qk_fp8 with load_q_frags_fp8's fragments
-    s = [np.zeros((16, 8)) for _ in range(bn // 8)]
-    for nb in range(bn // 8):
+    s = [np.zeros((16, 8)) for _ in range(2)]
+    for nb in range(2):
         for ks in range(d // 16):
             af, bf = [], []
             for lane in range(32):
                 g, t = lane >> 2, lane & 3
                 c0 = (d // 4) * t + 4 * ks
                 af.append((q[g, c0:c0 + 2], q[g + 8, c0:c0 + 2], q[g, c0 + 2:c0 + 4], q[g + 8, c0 + 2:c0 + 4]))
-                w = k[16 * (nb >> 1) + fp8_key(8 * (nb & 1) + g), c0:c0 + 4]   # word ks of the lane's key row
+                w = k[fp8_key(8 * nb + g), c0:c0 + 4]          # word ks of the lane's key row
                 bf.append((w[0:2], w[2:4]))                     # fp8x4_to_16: lo = bytes 0, 1; hi = 2, 3
             s[nb] = _mma(s[nb], af, bf)
     s_logical = np.concatenate(s, axis=1)
     want = q @ k.T
-    assert np.allclose(s_logical, want[:, [block_key(c) for c in range(bn)]])
+    assert np.allclose(s_logical, want[:, [fp8_key(c) for c in range(16)]])
     # O = P V: gemm_pv_fp8 (P from the score registers, V words transposed), then the epilogue's columns
-    p = rng.standard_normal((16, bn))                           # logical columns, as s_logical
+    p = rng.standard_normal((16, 16))                           # logical columns, as s_logical
+    pa = []
+    for lane in range(32):
+        f0, f1 = _c_frag(p[:, 0:8], lane), _c_frag(p[:, 8:16], lane)
+        pa.append(((f0[0], f0[1]), (f0[2], f0[3]), (f1[0], f1[1]), (f1[2], f1[3])))
     o = [np.zeros((16, 8)) for _ in range(d // 8)]
-    for kk in range(bn // 16):
-        pa = []
-        for lane in range(32):
-            f0, f1 = _c_frag(p[:, 16 * kk:16 * kk + 8], lane), _c_frag(p[:, 16 * kk + 8:16 * kk + 16], lane)
-            pa.append(((f0[0], f0[1]), (f0[2], f0[3]), (f1[0], f1[1]), (f1[2], f1[3])))
-        for qq in range(d // 32):
-            for r in range(4):
-                bf = []
-                for lane in range(32):
-                    g, t = lane >> 2, lane & 3
-                    col = 32 * qq + 4 * g + r                       # byte r of the words at 4 (8 q + g)
-                    w = [v[16 * kk + 4 * t + i, col] for i in range(4)]   # transposed: keys 16 kk + 4t ..
-                    bf.append((w[0:2], w[2:4]))
-                o[4 * qq + r] = _mma(o[4 * qq + r], pa, bf)
+    for qq in range(d // 32):
+        for r in range(4):
+            bf = []
+            for lane in range(32):
+                g, t = lane >> 2, lane & 3
+                col = 32 * qq + 4 * g + r                           # byte r of the words at 4 (8 q + g)
+                w = [v[4 * t + i, col] for i in range(4)]           # the transposed word: keys 4t .. 4t+3
+                bf.append((w[0:2], w[2:4]))
+            o[4 * qq + r] = _mma(o[4 * qq + r], pa, bf)
     out = np.full((16, d), np.nan)
     for lane in range(32):
         g, t = lane >> 2, lane & 3
@@ -133,7 +121,7 @@ def test_the_lanes_fragments_compute_q_kt_and_p_v(d, bn):
                 for x in range(2):
                     for r in range(4):
                         out[g + 8 * h, 32 * qq + 8 * t + 4 * x + r] = _c_frag(o[4 * qq + r], lane)[2 * h + x]
-    p_phys = np.zeros((16, bn))
-    p_phys[:, [block_key(c) for c in range(bn)]] = p
+    p_phys = np.zeros((16, 16))
+    p_phys[:, [fp8_key(c) for c in range(16)]] = p
     assert np.allclose(out, p_phys @ v)
 

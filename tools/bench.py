@@ -9,8 +9,8 @@ flags the GPU check uses:
 * ``--sweep``: also the head-dim-128 prefill tile sweep (``tile_sweep_causal_h128_s16k`` in the JSON);
 * ``--only-scheduler``: only the scheduler entries, one line each;
 * ``--only-decode-sweep``: only the decode tile sweep;
-* ``--fp8-stage-sweep``: only the FP8 decode at 2 or 4 K/V stages and blocks of 16 or 32 keys
-  (``heuristics.FP8_DECODE_STAGES``, ``FP8_DECODE_BLOCK_N``).
+* ``--fp8-stage-sweep``: only the FP8 decode at 2-4 K/V stages and 8 or 12 CTAs an SM
+  (``heuristics.FP8_DECODE_STAGES``, ``FP8_DECODE_MIN_BLOCKS``).
 """
 from __future__ import annotations
 

@@ -247,11 +247,11 @@ class AttentionSpec:
     def fp8_in_registers(self) -> bool:
         """FP8 K/V converted in registers, straight from the FP8 stages into the MMA fragments (no
         16-bit K/V tile; FP8_REGS in variant_sm80.cuh): the 16-row one-warp decode tile with Q in
-        registers, 16- or 32-key blocks, head_dim_v a multiple of 32 up to 128 (larger ones spill), without
+        registers, 16-key blocks, head_dim_v a multiple of 32 up to 128 (larger ones spill), without
         ALiBi or a user variant
         (its key order inside a block is permuted, which only the built-in mask follows)."""
         t = self.tile
-        return (bool(self.kv_dtype) and self.q_in_registers and t.block_m == 16 and t.block_n in (16, 32)
+        return (bool(self.kv_dtype) and self.q_in_registers and t.block_m == 16 and t.block_n == 16
                 and self.head_dim_v % 32 == 0 and self.head_dim_v <= 128 and not self.alibi and self.variant is None)
 
     def smem_bytes(self) -> int:

@@ -94,10 +94,6 @@ FP8_DECODE_STAGES = 2
 #: 12 caps them at 168 (164 used at d 128, no spills; 14 spills) and ran 1.56x the bf16 decode
 #: against 1.45x at 8 (H200, ``tools/bench.py --fp8-stage-sweep``: 2 or 4 stages equal).
 FP8_DECODE_MIN_BLOCKS = 12
-#: Keys per block of the 16-row one-warp decode tile on an FP8 cache (16 or 32; the register
-#: conversion takes both): 32 pays the per-block wait, barrier and softmax shuffles once per 32
-#: keys.  Not measured yet (branch fp8-bn32: ``tools/bench.py --fp8-stage-sweep``).
-FP8_DECODE_BLOCK_N = 16
 
 
 def fp8_tile(t: TileConfig, head_dim: int, head_dim_v: int) -> TileConfig:
@@ -106,8 +102,7 @@ def fp8_tile(t: TileConfig, head_dim: int, head_dim_v: int) -> TileConfig:
     ``FP8_DECODE_MIN_BLOCKS`` CTAs per SM (larger head dims spill at 168 registers); the others as is."""
     if t.num_warps == 1 and t.block_m <= 16:
         mb = max(t.min_blocks, FP8_DECODE_MIN_BLOCKS) if max(head_dim, head_dim_v) <= 128 else t.min_blocks
-        bn = FP8_DECODE_BLOCK_N if t.block_m == 16 and max(head_dim, head_dim_v) <= 128 else t.block_n
-        return dataclasses.replace(t, num_stages=max(t.num_stages, FP8_DECODE_STAGES), min_blocks=mb, block_n=bn)
+        return dataclasses.replace(t, num_stages=max(t.num_stages, FP8_DECODE_STAGES), min_blocks=mb)
     return t
 
 

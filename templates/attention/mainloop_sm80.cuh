@@ -362,8 +362,7 @@ __device__ __forceinline__ void gemm_qk_fp8(float (&s)[MT][BN / 8][4], const u32
   for (int nb = 0; nb < BN / 8; ++nb) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) s[0][nb][e] = 0.f;
-    // blocks of 32 keys: two 16-key halves, each permuted as one block of 16
-    const u8* row = s8K + (16 * (nb >> 1) + fp8_key(8 * (nb & 1) + g)) * D + (D / 4) * t;
+    const u8* row = s8K + fp8_key(8 * nb + g) * D + (D / 4) * t;
     u32 w[D / 16];
     if ((D / 4) % 16 == 0) {
 #pragma unroll
@@ -391,31 +390,28 @@ __device__ __forceinline__ void gemm_qk_fp8(float (&s)[MT][BN / 8][4], const u32
 __device__ __forceinline__ void gemm_pv_fp8(float (&o)[MT][DV / 8][4], const float (&s)[MT][BN / 8][4], const u8* s8V,
                                             int lane) {
   const int g = lane >> 2, t = lane & 3;
+  u32 pa[4];
+  pa[0] = pack2(s[0][0][0], s[0][0][1]);
+  pa[1] = pack2(s[0][0][2], s[0][0][3]);
+  pa[2] = pack2(s[0][1][0], s[0][1][1]);
+  pa[3] = pack2(s[0][1][2], s[0][1][3]);
+  const u8* base = s8V + 4 * t * DV + 4 * g;   // keys 4t .., head dims 4 g ..
 #pragma unroll
-  for (int kk = 0; kk < BN / 16; ++kk) {   // 16-key halves of the block
-    u32 pa[4];
-    pa[0] = pack2(s[0][2 * kk][0], s[0][2 * kk][1]);
-    pa[1] = pack2(s[0][2 * kk][2], s[0][2 * kk][3]);
-    pa[2] = pack2(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
-    pa[3] = pack2(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
-    const u8* base = s8V + (16 * kk + 4 * t) * DV + 4 * g;   // keys 16 kk + 4t .., head dims 4 g ..
+  for (int q = 0; q < DV / 32; ++q) {
+    const u32 a0 = *reinterpret_cast<const u32*>(base + 32 * q);
+    const u32 a1 = *reinterpret_cast<const u32*>(base + DV + 32 * q);
+    const u32 a2 = *reinterpret_cast<const u32*>(base + 2 * DV + 32 * q);
+    const u32 a3 = *reinterpret_cast<const u32*>(base + 3 * DV + 32 * q);
+    // 4 x 4 byte transpose: w[r] = byte r of a0, a1, a2, a3 (head dim 4 (8 q + g) + r of keys 4t .. 4t+3)
+    const u32 t0 = __byte_perm(a0, a1, 0x5140), t1 = __byte_perm(a0, a1, 0x7362);
+    const u32 t2 = __byte_perm(a2, a3, 0x5140), t3 = __byte_perm(a2, a3, 0x7362);
+    const u32 w[4] = {__byte_perm(t0, t2, 0x5410), __byte_perm(t0, t2, 0x7632), __byte_perm(t1, t3, 0x5410),
+                      __byte_perm(t1, t3, 0x7632)};
 #pragma unroll
-    for (int q = 0; q < DV / 32; ++q) {
-      const u32 a0 = *reinterpret_cast<const u32*>(base + 32 * q);
-      const u32 a1 = *reinterpret_cast<const u32*>(base + DV + 32 * q);
-      const u32 a2 = *reinterpret_cast<const u32*>(base + 2 * DV + 32 * q);
-      const u32 a3 = *reinterpret_cast<const u32*>(base + 3 * DV + 32 * q);
-      // 4 x 4 byte transpose: w[r] = byte r of a0, a1, a2, a3 (head dim 4 (8 q + g) + r of keys 4t .. 4t+3)
-      const u32 t0 = __byte_perm(a0, a1, 0x5140), t1 = __byte_perm(a0, a1, 0x7362);
-      const u32 t2 = __byte_perm(a2, a3, 0x5140), t3 = __byte_perm(a2, a3, 0x7362);
-      const u32 w[4] = {__byte_perm(t0, t2, 0x5410), __byte_perm(t0, t2, 0x7632), __byte_perm(t1, t3, 0x5410),
-                        __byte_perm(t1, t3, 0x7632)};
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        u32 b0, b1;
-        fp8x4_to_16(w[r], b0, b1);
-        mma_16816(o[0][4 * q + r], pa, b0, b1);
-      }
+    for (int r = 0; r < 4; ++r) {
+      u32 b0, b1;
+      fp8x4_to_16(w[r], b0, b1);
+      mma_16816(o[0][4 * q + r], pa, b0, b1);
     }
   }
 }

@@ -58,8 +58,7 @@ __device__ __forceinline__ void apply_mask(float (&s)[MT][BN / 8][4], const Mask
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
 {% if v.get("fp8_regs") %}
-          // FP8_REGS: S column 8 nt + 2 tq + e is key 16 (nt / 2) + fp8_key(8 (nt % 2) + 2 tq + e)
-          const int col = n * BN + 16 * (nt >> 1) + 4 * tq + 2 * (nt & 1) + e;
+          const int col = n * BN + 4 * tq + 2 * nt + e;   // FP8_REGS: S column 8 nt + 2 tq + e is key fp8_key(that)
 {% else %}
           const int col = n * BN + nt * 8 + 2 * tq + e;
 {% endif %}

@@ -84,32 +84,28 @@ def decode_sweep(settings=None) -> list:
     return out
 
 
-def fp8_stage_sweep(stages=(2, 4), min_blocks=(12,), block_n=(16, 32)) -> list:
+def fp8_stage_sweep(stages=(2, 3, 4), min_blocks=(8, 12)) -> list:
     """The FP8 decode (``fp8_decode_b128_paged16``: 128 paged decodes, e4m3 cache against the same
-    call on the bf16 cache) at each combination of ``heuristics.FP8_DECODE_STAGES``,
-    ``FP8_DECODE_MIN_BLOCKS`` and ``FP8_DECODE_BLOCK_N``: rows of {"stages", "min_blocks",
-    "block_n", "us", "us_bf16", "fp8_speedup", "tbps"} (``tools/bench.py --fp8-stage-sweep``)."""
+    call on the bf16 cache) at each pair of ``heuristics.FP8_DECODE_STAGES`` and
+    ``heuristics.FP8_DECODE_MIN_BLOCKS``: rows of {"stages", "min_blocks", "us", "us_bf16",
+    "fp8_speedup", "tbps"} (``tools/bench.py --fp8-stage-sweep``)."""
     from ...front import api
     from ...selection import heuristics
     from . import suites
     from .models import PRESETS, DEFAULT_MODEL
 
     settings = suites.Settings()
-    names = ("FP8_DECODE_STAGES", "FP8_DECODE_MIN_BLOCKS", "FP8_DECODE_BLOCK_N")
-    keep, rows = tuple(getattr(heuristics, n) for n in names), []
+    keep, rows = (heuristics.FP8_DECODE_STAGES, heuristics.FP8_DECODE_MIN_BLOCKS), []
     try:
         for s in stages:
             for mb in min_blocks:
-                for bn in block_n:
-                    for n, val in zip(names, (s, mb, bn)):
-                        setattr(heuristics, n, val)
-                    api.clear_signature_cache()
-                    e = suites.fp8_entry(settings, "fp8_decode_b128_paged16", PRESETS[DEFAULT_MODEL])
-                    rows.append({"stages": s, "min_blocks": mb, "block_n": bn, "us": e["us"], "us_bf16": e["us_bf16"],
-                                 "fp8_speedup": e["fp8_speedup"], "tbps": e["bytes"] / e["us"] / 1e6})
-                    print(json.dumps(rows[-1]), flush=True)
+                heuristics.FP8_DECODE_STAGES, heuristics.FP8_DECODE_MIN_BLOCKS = s, mb
+                api.clear_signature_cache()
+                e = suites.fp8_entry(settings, "fp8_decode_b128_paged16", PRESETS[DEFAULT_MODEL])
+                rows.append({"stages": s, "min_blocks": mb, "us": e["us"], "us_bf16": e["us_bf16"],
+                             "fp8_speedup": e["fp8_speedup"], "tbps": e["bytes"] / e["us"] / 1e6})
+                print(json.dumps(rows[-1]), flush=True)
     finally:
-        for n, val in zip(names, keep):
-            setattr(heuristics, n, val)
+        heuristics.FP8_DECODE_STAGES, heuristics.FP8_DECODE_MIN_BLOCKS = keep
         api.clear_signature_cache()
     return rows
