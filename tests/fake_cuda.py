@@ -103,10 +103,17 @@ FAKE_MAP = struct.Struct("<Q3Q2Q3I")
 FAKE_MAP4 = struct.Struct("<Q4Q3Q4I")
 
 
-def fake_encode(ptr, dims, strides_b, box, what):
-    """A stand-in of cuTensorMapEncodeTiled: its arguments packed into the 128 bytes."""
+def fake_encode(ptr, dims, strides_b, box, what, kind=tma.KIND_16):
+    """A stand-in of cuTensorMapEncodeTiled: its arguments packed into the 128 bytes, the element
+    kind in the last byte (1: ``tma.KIND_FP8``; ``map_kind``)."""
     fmt = FAKE_MAP4 if len(dims) == 4 else FAKE_MAP
-    return fmt.pack(ptr, *dims, *strides_b, *box).ljust(tma.MAP_BYTES, b"\0")
+    raw = fmt.pack(ptr, *dims, *strides_b, *box).ljust(tma.MAP_BYTES - 1, b"\0")
+    return raw + bytes([kind == tma.KIND_FP8])
+
+
+def map_kind(raw: bytes) -> str:
+    """The element kind of a fake_encode map."""
+    return tma.KIND_FP8 if raw[tma.MAP_BYTES - 1] else tma.KIND_16
 
 
 def decode_map(raw: bytes, rank: int = 3) -> tuple:
@@ -299,21 +306,26 @@ def _variant_func(spec) -> int:
 
 def _fp8_func(spec) -> int:
     """A function id (and kind name) for an FP8 K/V kernel's parameter struct (``params.fp8_params``):
-    kinds ``attention_fp8[_variant{n}][_alibi][_sinks]`` (sm_80 mainloop only)."""
-    kind = ("attention_fp8" + ("" if spec.variant is None else f"_variant{len(spec.variant.tensors)}")
+    kinds ``attention_fp8[_variant{n}][_alibi][_sinks]`` (sm_80 mainloop) and
+    ``attention_sm90_fp8[_sinks]`` (the Hopper kernel: maps + AttnParams)."""
+    sm90 = spec.mainloop == "sm90a"
+    kind = ("attention" + ("_sm90" if sm90 else "") + "_fp8"
+            + ("" if spec.variant is None else f"_variant{len(spec.variant.tensors)}")
             + ("_alibi" if spec.alibi else "") + ("_sinks" if spec.sinks else ""))
     if kind not in FUNC:
-        func = 0x40000 + 0x100 * len([k for k in FUNC if k.startswith("attention_fp8")])
+        func = 0x40000 + 0x100 * len([k for k in FUNC if "_fp8" in k])
         FUNC[kind] = func
         KIND[func] = kind
-        PARAMS[kind] = attention_params_for(spec)
+        st = attention_params_for(spec)
+        PARAMS[kind] = _tma_wrap(st, st.inner) if sm90 else st
     return FUNC[kind]
 
 
 def _fake_load(spec, device):
     if spec.kind == "attention" and spec.kv_dtype:
+        sm90 = spec.mainloop == "sm90a"
         return runtime.Kernel(spec=spec, device=device, func_ptr=_fp8_func(spec), num_threads=spec.num_threads,
-                              smem_bytes=spec.smem_bytes(), persistent_grid=ATTN_GRID,
+                              smem_bytes=spec.smem_bytes(), persistent_grid=PROPS["num_sms"] if sm90 else ATTN_GRID,
                               params=attention_params_for(spec))
     if spec.kind == "attention" and spec.variant is not None:
         sm90 = spec.mainloop == "sm90a"

@@ -218,10 +218,27 @@ def test_spec_smem_one_16_bit_tile_and_fp8_stages():
     assert kt.smem_bytes() == 2 * 16 * 136 * 2 + 4 * 16 * 256
 
 
-def test_hopper_and_fused_specs_refuse_fp8():
-    with pytest.raises(ValueError, match="kv_dtype 'e4m3'"):
-        AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa", TileConfig(128, 128, 8, 2, 1), mainloop="sm90a",
-                      kv_dtype="e4m3")
+def test_hopper_spec_takes_fp8_with_landing_stages_and_the_fused_kernels_refuse_it():
+    """The Hopper FP8 spec: the 16-bit ring plus ``land_stages`` FP8 landing stages (2 where they fit,
+    else 1), the producer/consumer register split of ``SM90_REGS_FP8``; no ALiBi, user variant or
+    gathered rows with it; the fused kernels take no FP8 variant."""
+    def hop(d, dv, bn, **kw):
+        return AttentionSpec("sm_90a", "bf16", d, dv, "causal", "soa", TileConfig(128, bn, 8, 2, 1), mainloop="sm90a",
+                             kv_dtype="e4m3", **{"sm90_opts": "p", **kw})
+    s = hop(128, 128, 128)
+    ring = 2 * (128 * (128 + 2 * 128) + 128 * 2 * 128) + 256 + 1024
+    assert s.land_stages == 2 and s.smem_bytes() == ring + 2 * 128 * 256 == 230656
+    assert s.template_vars()["land_stages"] == 2 
+    assert s.name == "attn_sm_90a_wgmma_pingpong_bf16_d128_causal_kve4m3_soa_m128n128w8s2b1"
+    assert (s.template_vars()["producer_regs"], s.template_vars()["consumer_regs"]) == AttentionSpec.SM90_REGS_FP8[8]
+    d256 = hop(256, 256, 64)
+    assert d256.land_stages == 1 and d256.smem_bytes() == 2 * (256 * 256 + 256 * 128) + 1280 + 64 * 512
+    assert hop(96, 96, 128).smem_bytes() == s.smem_bytes()          # d 96 padded to 128 columns
+    assert dataclasses.replace(s, kv_dtype="").land_stages == 0
+    assert dataclasses.replace(s, kv_dtype="").smem_bytes() == ring
+    for kw in (dict(alibi=True), dict(paged=True, sm90_opts="gp")):
+        with pytest.raises(ValueError, match="kv_dtype 'e4m3' with ALiBi, a user variant or gathered rows"):
+            hop(128, 128, 128, **kw)
     long = dataclasses.replace(BASE, kv_dtype="e4m3")
     short = AttentionSpec("sm_80", "bf16", 128, 128, "causal", "soa", TileConfig(16, 32, 1, 2, 1), kv_dtype="e4m3")
     with pytest.raises(ValueError, match="the fused kernels take no FP8"):
@@ -367,24 +384,36 @@ def _attn_specs(r):
 
 
 @pytest.mark.parametrize("dev", [A100, H200])
-def test_decider_routes_fp8_to_the_sm80_mainloop(dev):
-    for kw in (dict(), dict(max_seqlen_q=1, rows=8, batch=8, paged=True, page_size=16, max_seqlen_k=32768),
-               dict(max_seqlen_q=1, rows=8, batch=8, paged=True, page_size=16, max_seqlen_k=32768, num_splits=4)):
+def test_decider_routes_fp8(dev):
+    """Prefill-shaped FP8 calls take the Hopper kernel on an H200 (the 16-bit call's choice, with the
+    FP8 tile), decode-shaped ones and every call elsewhere the sm_80 mainloop; pages TMA cannot box
+    (gathered rows) and ALiBi keep FP8 on the sm_80 mainloop."""
+    hopper = dev is H200
+    for kw, on_hopper in ((dict(), hopper), (dict(paged=True, page_size=64, max_seqlen_k=8192), hopper),
+                          (dict(paged=True, page_size=5, max_seqlen_k=8192), False), (dict(alibi=True), False),
+                          (dict(max_seqlen_q=1, rows=8, batch=8, paged=True, page_size=16, max_seqlen_k=32768), False),
+                          (dict(max_seqlen_q=1, rows=8, batch=8, paged=True, page_size=16, max_seqlen_k=32768,
+                                num_splits=4), False)):
         r = decide.decide(sig(kv_dtype="e4m3", **kw), dev)
         (a,) = _attn_specs(r)
-        assert r.kind == "single" and a.mainloop == "sm80" and a.kv_dtype == "e4m3"
+        assert r.kind == "single" and a.kv_dtype == "e4m3" and (a.mainloop == "sm90a") == on_hopper, (kw, a.name)
         plain = decide.decide(sig(**kw), dev)
         assert not any(s.kv_dtype for s in _attn_specs(plain))
+        if on_hopper:
+            assert a.land_stages == 2 and a.tile == _attn_specs(plain)[0].tile
 
 
-def test_decider_fp8_mixed_batch_runs_as_one_class_and_hopper_refuses():
+def test_decider_fp8_mixed_batch_runs_as_one_class_and_forced_hopper():
     mixed = dict(paged=True, page_size=16, max_seqlen_q=2048, max_seqlen_k=5000, batch=7, rows=2355)
     for dev in (A100, H200):
         assert decide.decide(sig(**mixed), dev).kind in ("fused", "pair")
         r = decide.decide(sig(kv_dtype="e5m2", **mixed), dev)
         assert r.kind == "single" and _attn_specs(r)[0].kv_dtype == "e5m2"
-    with pytest.raises(ValueError, match="the Hopper kernels take no FP8 K/V cache"):
-        decide.decide(sig(kv_dtype="e4m3", arch="sm_90a"), H200)
+    r = decide.decide(sig(kv_dtype="e5m2", **mixed), H200)        # page size known: the Hopper kernel, one class
+    assert _attn_specs(r)[0].mainloop == "sm90a"
+    assert _attn_specs(decide.decide(sig(kv_dtype="e4m3", arch="sm_90a"), H200))[0].mainloop == "sm90a"
+    with pytest.raises(ValueError, match=r"FP8 K/V cache \(e4m3\) with ALiBi"):
+        decide.decide(sig(kv_dtype="e4m3", arch="sm_90a", alibi=True), H200)
     with pytest.raises(ValueError, match="short_query_tokens >= 1 forces the fused launch"):
         decide.decide(sig(kv_dtype="e4m3", short_query_tokens=4, **mixed), H200)
 
@@ -441,8 +470,8 @@ def test_varlen_attention_fp8_checks(fake_cuda):
         kernelgen.varlen_attention(q, k, v, cq, ck, k_descale=torch.ones(3, 2))
     with pytest.raises(TypeError, match="v_descale must have dtype float32"):
         kernelgen.varlen_attention(q, k, v, cq, ck, v_descale=torch.ones(2, 2, dtype=torch.float16))
-    with pytest.raises(ValueError, match="the Hopper kernels take no FP8 K/V cache"):
-        kernelgen.varlen_attention(q, k, v, cq, ck, arch="sm_90a")
+    with pytest.raises(ValueError, match=r"FP8 K/V cache \(e4m3\) with ALiBi"):
+        kernelgen.varlen_attention(q, k, v, cq, ck, arch="sm_90a", alibi_slopes=torch.ones(4))
     q16, k16, v16, _, _ = fake_cuda_mod.small_batch()
     with pytest.raises(ValueError, match="k_descale applies to an FP8 K/V cache"):
         kernelgen.varlen_attention(q16, k16, v16, cq, ck, k_descale=torch.ones(2, 2))
@@ -456,15 +485,28 @@ def test_varlen_attention_fp8_non_finite_descale_under_host_checks(fake_cuda, mo
         kernelgen.varlen_attention(q, k, v, cq, ck, v_descale=torch.tensor([[1.0, float("nan")]]))
 
 
-def test_mixed_paged_fp8_batch_runs_as_one_sm80_class(fake_cuda):
+@pytest.mark.parametrize("arch,kind", [(None, "attention_sm90_fp8"), ("sm_80", "attention_fp8")])
+def test_mixed_paged_fp8_batch_runs_as_one_class(fake_cuda, arch, kind):
+    """A mixed paged batch on an FP8 cache: one class, no fused kernel; on the (fake) H200 the Hopper
+    kernel, whose K/V tensor maps are FP8 maps (1-byte strides, boxes of 64 columns x the page's
+    rows), the q map a 16-bit one."""
+    from fake_cuda import map_kind
     q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
     kc, vc = kc.to(E4M3), vc.to(E4M3)
     kd = torch.full((len(QLENS), kc.shape[2]), 0.25)
     kernelgen.varlen_attention(q, kc, vc, cu_q, None, max(QLENS), max(CTX), seqused_k=used, page_table=pt,
-                               causal=True, k_descale=kd, v_descale=kd)
+                               causal=True, k_descale=kd, v_descale=kd, arch=arch)
     kinds = fake_cuda.kinds()
-    assert kinds[:2] == ["scheduler", "attention_fp8"] and not any(x.startswith("fused") for x in kinds)
+    assert kinds[:2] == ["scheduler", kind] and not any(x.startswith("fused") for x in kinds)
     assert {f["k_descale"] for f in _fields(fake_cuda)} == {kd.data_ptr()}
+    if arch is None:
+        launch = next(x for x in fake_cuda.launches if x.kind == kind)
+        raw = launch.params
+        assert map_kind(raw[:128]) == "16bit" and map_kind(raw[128:256]) == map_kind(raw[256:384]) == "fp8"
+        ptr, dims, strides, box = launch.maps(kv_rank=4)[1]
+        ps = kc.shape[1]
+        assert ptr == kc.data_ptr() and dims == (kc.shape[3], kc.shape[2], ps, kc.shape[0])
+        assert strides == (kc.stride(2), kc.stride(1), kc.stride(0)) and box == (64, 1, min(ps, 128), 1)
 
 
 # ----------------------------------------------------------------------------- AttentionPlan
@@ -497,10 +539,9 @@ def test_plan_bad_kv_dtype_names_the_argument(fake_cuda, monkeypatch, bad):
         make_plan(monkeypatch, kv_dtype=bad, **_PLAN)
 
 
-def test_plan_fp8_hopper_and_fused_refused_and_mixed_plan_is_one_class(fake_cuda, monkeypatch):
+def test_plan_fp8_hopper_and_mixed_plan_is_one_class(fake_cuda, monkeypatch):
     from fake_cuda import make_plan
-    with pytest.raises(ValueError, match="the Hopper kernels take no FP8 K/V cache"):
-        make_plan(monkeypatch, kv_dtype="e4m3", arch="sm_90a", **_PLAN)
+    assert make_plan(monkeypatch, kv_dtype="e4m3", arch="sm_90a", **_PLAN).hopper
     mixed = dict(max_batch=16, num_heads_q=32, num_heads_kv=8, head_dim=128, max_total_q=4096, max_seqlen_q=2048,
                  max_seqlen_k=5000, paged=True, causal=True)
     with pytest.raises(ValueError, match="short_query_tokens >= 1 forces the fused launch"):
@@ -510,7 +551,9 @@ def test_plan_fp8_hopper_and_fused_refused_and_mixed_plan_is_one_class(fake_cuda
         plan = make_plan(monkeypatch, kv_dtype=E5M2, arch=arch, **mixed)
         assert plan.recipe.kind == "single" and plan.fused is None and plan.metadata_short is None
         (a,) = _attn_specs(plan.recipe)
-        assert a.kv_dtype == "e5m2" and a.mainloop == "sm80"
+        assert a.kv_dtype == "e5m2" and a.mainloop == "sm80"     # no page size: the Hopper kernel cannot box pages
+    plan = make_plan(monkeypatch, kv_dtype=E5M2, page_size=16, **mixed)
+    assert plan.recipe.kind == "single" and plan.hopper and _attn_specs(plan.recipe)[0].kv_dtype == "e5m2"
 
 
 def _descale_fields(f):

@@ -150,8 +150,9 @@ def test_every_case_has_variants(cases, arch):
     assert {s.tile.block_m for s in attn} >= {16, 64, 128}
     assert any(s.split and s.paged and s.pack_gqa for s in attn)
     assert any(s.mask == "local" and s.softcap for s in attn)
-    fp8 = [s for s in attn if s.kv_dtype]                               # FP8 caches: the sm_80 mainloop
-    assert {s.kv_dtype for s in fp8} == {"e4m3", "e5m2"} and all(s.mainloop == "sm80" for s in fp8)
+    fp8 = [s for s in attn if s.kv_dtype]                               # FP8 caches: both mainloops on sm_90a
+    assert {s.kv_dtype for s in fp8} == {"e4m3", "e5m2"}
+    assert {s.mainloop for s in fp8} == ({"sm80", "sm90a"} if arch == "sm_90a" else {"sm80"})
     assert any(s.paged and s.tile.block_m <= 16 for s in fp8) and any(s.tile.block_m == 128 for s in fp8)
     for c in cases[:600]:                                               # an FP8 case runs one class
         if c["kv_dtype"] and fuzz.case_recipe(c, arch, 132) is not None:

@@ -544,7 +544,7 @@ def test_render_uses_the_hopper_instructions_and_keys_differ(tmp_path):
     assert len(keys) == len(variants)
     src = render.render(sm90(mask="local", softcap=True))
     for needle in ("constexpr bool LOCAL = true", "constexpr bool SOFTCAP = true", "constexpr bool LPT = CAUSAL || LOCAL",
-                   "tile_mask(p, ti)", "cap_scores(s, p)"):
+                   "tile_mask(p, ti)", "cap_scores(s, p, kd)"):
         assert needle in src, needle
     plain = render.render(sm90())
     assert "constexpr bool LOCAL = false" in plain and "constexpr bool SOFTCAP = false" in plain

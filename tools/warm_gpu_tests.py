@@ -40,13 +40,14 @@ def _opts():
 
 def _choose(dt, d, dv=None, *, hq=8, hkv=2, causal=True, window=(-1, -1), cap=0.0, layout="soa", max_q=700,
             max_k=9000, paged=False, page_size=0, num_splits=0, mainloop="sm90a", alibi=False, pack_gqa=None,
-            variant=None):
+            variant=None, kv_dtype=""):
     mask = "local" if window != (-1, -1) else ("causal" if causal else "none")
     v = heuristics.choose(ARCH, dt, d, d if dv is None else dv, num_heads_q=hq, num_heads_kv=hkv, mask=mask,
                           layout=layout, max_seqlen_q=max_q, max_seqlen_k=max_k, paged=paged, softcap=cap > 0,
                           num_splits=num_splits, num_sms=132, mainloop=mainloop, page_size=page_size,
                           sm90_opts=_opts(), alibi=alibi, pack_gqa=pack_gqa,
-                          **({"variant": variant} if variant is not None else {}))
+                          **({"variant": variant} if variant is not None else {}),
+                          **({"kv_dtype": kv_dtype} if kv_dtype else {}))
     return [s for s in (v.scheduler, v.attention, v.combine) if s is not None]
 
 
@@ -275,45 +276,45 @@ def sinks_specs() -> list:
     return out
 
 
-def _with_kv(specs: list, kv: str) -> list:
-    """The FP8 K/V variants the decider gives an FP8 call (``decide``: the sm_80 mainloop's choice
-    with ``AttentionSpec.kv_dtype`` and ``heuristics.fp8_tile``; scheduler and combine unchanged)."""
-    import dataclasses
-
-    from kernelgen.selection.heuristics import fp8_tile
-    return [dataclasses.replace(s, kv_dtype=kv, tile=fp8_tile(s.tile, s.head_dim, s.head_dim_v)) if s.kind == "attention" else s
-            for s in specs]
+def _with_kv(kv: str, *args, **kw) -> list:
+    """The FP8 K/V (``kv``) variants the decider gives an FP8 call of ``_choose``'s arguments, automatic
+    (the Hopper kernel for prefill-shaped calls it takes) and forced to the sm_80 mainloop."""
+    return _choose(*args, kv_dtype=kv, mainloop=None, **kw) + _choose(*args, kv_dtype=kv, mainloop="sm80", **kw)
 
 
 def fp8_specs() -> list:
-    """tests/gpu/test_fp8_gpu.py: the FP8 K/V variants (sm_80 mainloop on the H200) of its causal
-    GQA prefill (bf16 and fp16, e4m3 and e5m2, automatic and forced splits), the head-dim / window /
-    soft-cap prefill, paged decode (pages of 16 and 1 tokens, automatic and forced splits), the mixed
-    step (one class), the small packed calls and the CUDA-graph plans (paged decode, e4m3; mixed
-    prefill + decode, e5m2; no page size)."""
+    """tests/gpu/test_fp8_gpu.py: the FP8 K/V variants (automatic: the Hopper kernel for prefill-shaped
+    calls; and forced to the sm_80 mainloop) of its causal GQA prefill (bf16 and fp16, e4m3 and e5m2,
+    automatic and forced splits), the head-dim / window / soft-cap prefill, paged decode (pages of 16
+    and 1 tokens, automatic and forced splits), the mixed step (one class), chunked paged prefill
+    (pages of 16, 64, 128 and 5 tokens), the small packed calls, every code through both mainloops and
+    the CUDA-graph plans (paged decode, e4m3; mixed prefill + decode, e5m2, without and e4m3 with a
+    page size)."""
     out = []
     for dt, kv, n in itertools.product(("bf16", "fp16"), ("e4m3", "e5m2"), (0, 3)):
-        out += _with_kv(_choose(dt, 128, hq=32, hkv=8, causal=True, max_q=600, max_k=600, num_splits=n,
-                                mainloop="sm80"), kv)
+        out += _with_kv(kv, dt, 128, hq=32, hkv=8, causal=True, max_q=600, max_k=600, num_splits=n)
     for (d, dv), (causal, window, cap) in itertools.product(((64, 64), (96, 96), (192, 128), (256, 256)),
                                                             ((True, (-1, -1), 0.0), (False, (200, 50), 30.0))):
-        out += _with_kv(_choose("bf16", d, dv, hq=16, hkv=4, causal=causal, window=window, cap=cap, max_q=300,
-                                max_k=700, mainloop="sm80"), "e4m3")
+        out += _with_kv("e4m3", "bf16", d, dv, hq=16, hkv=4, causal=causal, window=window, cap=cap, max_q=300,
+                        max_k=700)
     for kv, n, ps in itertools.product(("e4m3", "e5m2"), (0, 4), (16, 1)):
-        out += _with_kv(_choose("bf16", 128, hq=32, hkv=8, causal=True, max_q=1, max_k=3000, paged=True,
-                                page_size=ps, num_splits=n, mainloop="sm80"), kv)
-    out += _with_kv(_choose("bf16", 128, hq=32, hkv=8, causal=True, max_q=900, max_k=3000, paged=True, page_size=16,
-                            mainloop="sm80"), "e4m3")
+        out += _with_kv(kv, "bf16", 128, hq=32, hkv=8, causal=True, max_q=1, max_k=3000, paged=True,
+                        page_size=ps, num_splits=n)
+    out += _with_kv("e4m3", "bf16", 128, hq=32, hkv=8, causal=True, max_q=900, max_k=3000, paged=True, page_size=16)
+    for kv, n, ps in itertools.product(("e4m3", "e5m2"), (0, 3), (16, 64, 128, 5)):   # chunked paged prefill
+        out += _with_kv(kv, "bf16", 128, hq=32, hkv=8, causal=True, max_q=700, max_k=3000, paged=True, page_size=ps,
+                        num_splits=n)
     # the register-conversion decode tile with a window / soft-cap, head dims 64-128, small pages
     for (d, dv, ps), (window, cap) in itertools.product(((64, 64, 16), (96, 96, 8), (128, 128, 5), (128, 64, 16)),
                                                         (((-1, -1), 0.0), ((300, 0), 20.0))):
-        out += _with_kv(_choose("bf16", d, dv, hq=16, hkv=4, causal=True, window=window, cap=cap, max_q=1,
-                                max_k=2500, paged=True, page_size=ps, mainloop="sm80"), "e4m3")
-    out += _with_kv(_choose("fp16", 128, hq=16, hkv=2, causal=False, max_q=40, max_k=900, mainloop="sm80"), "e4m3")
-    out += _with_kv(_choose("bf16", 64, hq=8, hkv=2, causal=False, max_q=9, max_k=100, mainloop="sm80"), "e4m3")
-    for kv, max_q in (("e4m3", 1), ("e5m2", 256)):       # test_plan_graph_replays_with_new_descales
-        out += _with_kv(_choose("bf16", 128, hq=32, hkv=8, causal=True, max_q=max_q, max_k=2048, paged=True,
-                                mainloop="sm80"), kv)
+        out += _with_kv("e4m3", "bf16", d, dv, hq=16, hkv=4, causal=True, window=window, cap=cap, max_q=1,
+                        max_k=2500, paged=True, page_size=ps)
+    out += _with_kv("e4m3", "fp16", 128, hq=16, hkv=2, causal=False, max_q=40, max_k=900)
+    out += _with_kv("e4m3", "bf16", 64, hq=8, hkv=2, causal=False, max_q=9, max_k=100)
+    for kv, max_q, ps in (("e4m3", 1, 0), ("e5m2", 256, 0), ("e4m3", 256, 16)):   # test_plan_graph_replays_...
+        out += _with_kv(kv, "bf16", 128, hq=32, hkv=8, causal=True, max_q=max_q, max_k=2048, paged=True, page_size=ps)
+    for dt, kv in itertools.product(("bf16", "fp16"), ("e4m3", "e5m2")):   # every code, forced to the Hopper kernel
+        out += _choose(dt, 128, hq=2, hkv=2, causal=True, max_q=1, max_k=1, kv_dtype=kv)
     return out
 
 

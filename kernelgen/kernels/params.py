@@ -226,16 +226,29 @@ def user_params(base, n: int, hopper: bool):
     return st
 
 
+_TMA_FP8: dict = {}
+
+
+def _tma_fp8(base: ParamStruct) -> TmaParamStruct:
+    """The Hopper kernel's ``TmaAttnParams`` around an FP8 ``AttnParams`` (one instance per base)."""
+    st = _TMA_FP8.get(base.names)
+    if st is None:
+        st = _TMA_FP8[base.names] = TmaParamStruct(base)
+    return st
+
+
 def attention_params_for(spec):
     """The parameter struct of an attention spec: plain or ALiBi (``AttnParams``), with the Hopper
     kernel's tensor maps in front (``TmaAttnParams``); a user variant's (``spec.variant``) appends
     its tensors' addresses (``user_params``)."""
     alibi, sinks = getattr(spec, "alibi", False), getattr(spec, "sinks", False)
     code = getattr(spec, "variant", None)
-    if getattr(spec, "kv_dtype", ""):   # (an sm_80-mainloop variant: no tensor maps)
+    if getattr(spec, "kv_dtype", ""):
         base = fp8_params({(False, False): ATTENTION_PARAMS, (True, False): ATTENTION_PARAMS_ALIBI,
                            (False, True): ATTENTION_PARAMS_SINKS,
                            (True, True): ATTENTION_PARAMS_ALIBI_SINKS}[alibi, sinks])
+        if spec.mainloop == "sm90a":   # (the Hopper FP8 variants take no ALiBi or user variant)
+            return _tma_fp8(base)
         return base if code is None else user_params(base, len(code.tensors), False)
     if code is not None:
         base = {(False, False): ATTENTION_PARAMS, (True, False): ATTENTION_PARAMS_ALIBI,

@@ -169,6 +169,10 @@ class AttentionSpec:
     #: registers (__launch_bounds__(384, 1)): 128 * producer + 256 * consumer must not exceed that.
     SM90_REGS_PAGED: ClassVar[dict] = {8: (40, 232)}
     SM90_REGS_GATHER: ClassVar[dict] = {8: (56, 224)}
+    #: An FP8 K/V cache (``kv_dtype``): producer warps 1-3 convert the landing stages.
+    SM90_REGS_FP8: ClassVar[dict] = {8: (40, 232)}
+    #: Shared memory of one Hopper CTA at most (bytes; the landing stages of an FP8 cache fill it up).
+    SM90_SMEM_LIMIT: ClassVar[int] = 232448
 
     def __post_init__(self):
         _check(self.arch, ALL_ARCHS, "arch")
@@ -204,8 +208,9 @@ class AttentionSpec:
         for flag in ("pack_gqa",):
             if getattr(self, flag):
                 return flag
-        if self.kv_dtype:
-            return f"kv_dtype {self.kv_dtype!r} (FP8 K/V runs on the sm_80 mainloop for now)"
+        if self.kv_dtype and (self.alibi or self.variant is not None or "g" in self.sm90_opts):
+            return (f"kv_dtype {self.kv_dtype!r} with ALiBi, a user variant or gathered rows (option 'g'): "
+                    f"those FP8 calls run on the sm_80 mainloop")
         if t.num_warps not in self.SM90_REGS or t.block_m != 16 * t.num_warps:
             return f"tile {t.tag} (needs 8 consumer warps and block_m = 128)"
         if t.block_n % 16 or t.block_n > 256 or not 2 <= t.num_stages <= 4 or t.min_blocks != 1:
@@ -266,7 +271,8 @@ class AttentionSpec:
         t = self.tile
         if self.mainloop == "sm90a":
             dp, dvp = sm90_padded(self.head_dim), sm90_padded(self.head_dim_v)
-            return 2 * (dp * (t.block_m + t.num_stages * t.block_n) + dvp * t.num_stages * t.block_n) + 256 + 1024
+            ring = 2 * (dp * (t.block_m + t.num_stages * t.block_n) + dvp * t.num_stages * t.block_n) + 256 + 1024
+            return ring + self.land_stages * t.block_n * (dp + dvp)
         sq, sv = self.head_dim + 8, self.head_dim_v + 8
         q = 0 if self.q_in_registers else t.block_m * max(sq, sv)
         if self.fp8_in_registers:   # num_stages FP8 stages only (the O staging reuses them)
@@ -274,6 +280,18 @@ class AttentionSpec:
         if self.kv_dtype:   # one 16-bit K and V tile, num_stages FP8 stages of unpadded rows
             return 2 * (q + t.block_n * (sq + sv)) + t.num_stages * t.block_n * (self.head_dim + self.head_dim_v)
         return 2 * (q + t.num_stages * t.block_n * (sq + sv))
+
+    @property
+    def land_stages(self) -> int:
+        """FP8 K/V on the Hopper mainloop: landing stages of the FP8 bytes (TMA writes them, producer
+        warps 1-3 convert them into the 16-bit ring; variant_sm90.cuh): 2 where they fit in
+        ``SM90_SMEM_LIMIT`` beside the ring, else 1; 0 for every other spec."""
+        if self.mainloop != "sm90a" or not self.kv_dtype:
+            return 0
+        t = self.tile
+        dp, dvp = sm90_padded(self.head_dim), sm90_padded(self.head_dim_v)
+        ring = 2 * (dp * (t.block_m + t.num_stages * t.block_n) + dvp * t.num_stages * t.block_n) + 256 + 1024
+        return 2 if ring + 2 * t.block_n * (dp + dvp) <= self.SM90_SMEM_LIMIT else 1
 
     @property
     def name(self) -> str:
@@ -314,13 +332,14 @@ class AttentionSpec:
             **({"user": self.variant.template_vars()} if self.variant is not None else {}),
             **({"kv_dtype": self.kv_dtype} if self.kv_dtype else {}),
             **({"fp8_regs": True} if self.fp8_in_registers else {}),
+            **({"land_stages": self.land_stages} if self.land_stages else {}),
         }
 
     def _sm90_regs(self) -> dict:
         if self.mainloop != "sm90a":
             return {}
-        regs = (self.SM90_REGS_GATHER if "g" in self.sm90_opts else self.SM90_REGS_PAGED if self.paged
-                else self.SM90_REGS)
+        regs = (self.SM90_REGS_GATHER if "g" in self.sm90_opts else self.SM90_REGS_FP8 if self.kv_dtype
+                else self.SM90_REGS_PAGED if self.paged else self.SM90_REGS)
         producer, consumer = regs[self.tile.num_warps]
         return {"producer_regs": producer, "consumer_regs": consumer}
 

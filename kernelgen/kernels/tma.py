@@ -26,7 +26,9 @@ import threading
 
 #: CUtensorMapDataType, CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill,
 #: CUtensorMapInterleave values (cuda.h).
+DTYPE_UINT8 = 0
 DTYPE_UINT16 = 1
+SWIZZLE_64B = 2
 SWIZZLE_128B = 3
 L2_PROMOTION_256B = 3
 OOB_FILL_ZEROS = 0
@@ -36,6 +38,12 @@ MAP_BYTES = 128
 BOX_INNER = 64
 #: head_dim must be a multiple of this (96 is the one head dim that is not a multiple of 64).
 HEAD_DIM_MULTIPLE = 32
+#: The element kinds of a map: 16-bit (128-byte boxes, 128-byte swizzle: what wgmma reads) and FP8
+#: K/V (1 byte: 64-byte boxes of the same 64 columns, 64-byte swizzle: the landing stages the Hopper
+#: kernel's producer warps convert, templates/attention/mainloop_sm90.cuh).
+KIND_16 = "16bit"
+KIND_FP8 = "fp8"
+_KINDS = {KIND_16: (2, DTYPE_UINT16, SWIZZLE_128B), KIND_FP8: (1, DTYPE_UINT8, SWIZZLE_64B)}
 
 
 class TensorMapError(RuntimeError):
@@ -46,8 +54,9 @@ class TensorMapError(RuntimeError):
         super().__init__(f"cuTensorMapEncodeTiled failed for {what} with CUresult {code}; arguments {args}")
 
 
-def map_args(ptr: int, shape: tuple, strides: tuple, box_rows: int) -> tuple:
-    """The encoder's arguments for a (tokens, heads, head_dim) tensor of 16-bit elements.
+def map_args(ptr: int, shape: tuple, strides: tuple, box_rows: int, elem_bytes: int = 2) -> tuple:
+    """The encoder's arguments for a (tokens, heads, head_dim) tensor of 16-bit elements (or of
+    ``elem_bytes`` 1: an FP8 K/V cache).
 
     Args:
         ptr: device address of element [0, 0, 0].
@@ -73,7 +82,7 @@ def map_args(ptr: int, shape: tuple, strides: tuple, box_rows: int) -> tuple:
         raise ValueError(f"a tensor map needs at least one token and head, got shape {tuple(shape)}")
     if ptr % 16:
         raise ValueError(f"the base address {ptr:#x} must be 16-byte aligned")
-    strides_b = (2 * s_head, 2 * s_tok)
+    strides_b = (elem_bytes * s_head, elem_bytes * s_tok)
     for name, s in zip(("head", "token"), strides_b):
         if s % 16 or not 0 < s < 1 << 40:
             raise ValueError(f"the {name} stride ({s} bytes) must be a positive multiple of 16 below 2^40")
@@ -82,7 +91,7 @@ def map_args(ptr: int, shape: tuple, strides: tuple, box_rows: int) -> tuple:
     return (d, heads, tokens), strides_b, (BOX_INNER, 1, box_rows)
 
 
-def paged_map_args(ptr: int, shape: tuple, strides: tuple, box_rows: int) -> tuple:
+def paged_map_args(ptr: int, shape: tuple, strides: tuple, box_rows: int, elem_bytes: int = 2) -> tuple:
     """The encoder's arguments for a paged K/V cache (num_pages, page_size, heads, head_dim) of
     16-bit elements: a 4-D map (head_dim, heads, page slot, page) with boxes of
     ``64 x 1 x box_rows x 1`` (``box_rows`` keys inside one page, 128-byte swizzle).
@@ -104,10 +113,10 @@ def paged_map_args(ptr: int, shape: tuple, strides: tuple, box_rows: int) -> tup
     s_page, s_tok, s_head, s_d = (int(x) for x in strides)
     if pages < 1 or page_size < 1:
         raise ValueError(f"a paged tensor map needs at least one page and token, got shape {tuple(shape)}")
-    (dd, hh, tt), (sh, st), box = map_args(ptr, (page_size, heads, d), (s_tok, s_head, s_d), box_rows)
+    (dd, hh, tt), (sh, st), box = map_args(ptr, (page_size, heads, d), (s_tok, s_head, s_d), box_rows, elem_bytes)
     if box_rows > page_size:
         raise ValueError(f"box_rows ({box_rows}) must not exceed page_size ({page_size})")
-    sp = 2 * s_page
+    sp = elem_bytes * s_page
     if sp % 16 or not 0 < sp < 1 << 40:
         raise ValueError(f"the page stride ({sp} bytes) must be a positive multiple of 16 below 2^40")
     return (dd, hh, tt, pages), (sh, st, sp), box + (1,)
@@ -116,12 +125,12 @@ def paged_map_args(ptr: int, shape: tuple, strides: tuple, box_rows: int) -> tup
 def tma_compatible(t) -> bool:
     """Whether a torch tensor (tokens, heads, head_dim), or a paged cache (num_pages, page_size,
     heads, head_dim), satisfies ``map_args``' (``paged_map_args``') requirements (pointer
-    alignment aside, which is checked per call)."""
+    alignment aside, which is checked per call); FP8 tensors by their 1-byte elements."""
     try:
         if t.dim() == 4:  # a paged cache (num_pages, page_size, heads, head_dim)
-            paged_map_args(16, tuple(t.shape), tuple(t.stride()), 1)
+            paged_map_args(16, tuple(t.shape), tuple(t.stride()), 1, t.element_size())
         else:
-            map_args(16, tuple(t.shape), tuple(t.stride()), 1)
+            map_args(16, tuple(t.shape), tuple(t.stride()), 1, t.element_size())
     except ValueError:
         return False
     return True
@@ -147,15 +156,16 @@ def _driver():
     return _lib
 
 
-def encode(ptr: int, dims: tuple, strides_b: tuple, box: tuple, what: str = "tensor") -> bytes:
-    """One tensor map (128 bytes) from ``map_args``' output and the base address ``ptr``.
+def encode(ptr: int, dims: tuple, strides_b: tuple, box: tuple, what: str = "tensor", kind: str = KIND_16) -> bytes:
+    """One tensor map (128 bytes) from ``map_args``' output and the base address ``ptr``; ``kind``
+    ``KIND_16`` or ``KIND_FP8`` (element type and swizzle).
 
     Raises TensorMapError when the driver refuses (its CUresult is in the message).
     """
-    return _resolve()(ptr, dims, strides_b, box, what)
+    return _resolve()(ptr, dims, strides_b, box, what, kind)
 
 
-def _encode_ctypes(ptr, dims, strides_b, box, what):
+def _encode_ctypes(ptr, dims, strides_b, box, what, kind=KIND_16):
     fn = _driver()
     raw = ctypes.create_string_buffer(MAP_BYTES + 64)
     addr = (ctypes.addressof(raw) + 63) & ~63  # CUtensorMap is 64-byte aligned
@@ -164,8 +174,9 @@ def _encode_ctypes(ptr, dims, strides_b, box, what):
     gstr = (ctypes.c_uint64 * (rank - 1))(*strides_b)
     bdim = (ctypes.c_uint32 * rank)(*box)
     estr = (ctypes.c_uint32 * rank)(*([1] * rank))
-    rc = fn(ctypes.c_void_p(addr), DTYPE_UINT16, rank, ctypes.c_void_p(ptr), gdim, gstr, bdim, estr, INTERLEAVE_NONE,
-            SWIZZLE_128B, L2_PROMOTION_256B, OOB_FILL_ZEROS)
+    _, dtype, swizzle = _KINDS[kind]
+    rc = fn(ctypes.c_void_p(addr), dtype, rank, ctypes.c_void_p(ptr), gdim, gstr, bdim, estr, INTERLEAVE_NONE,
+            swizzle, L2_PROMOTION_256B, OOB_FILL_ZEROS)
     if rc != 0:
         raise TensorMapError(what, rc, (hex(ptr), dims, strides_b, box))
     return ctypes.string_at(addr, MAP_BYTES)
@@ -190,13 +201,15 @@ class AttentionMaps:
     (``paged_map_args``); block_m, block_n: the kernel's Q and K/V box rows (``kv_rows``: the
     K/V box rows when they differ from block_n: min(page_size, block_n) for a paged cache).
     ``kv_maps=False``: k and v get no map (128 zero bytes each; the kernel gathers their rows
-    itself, option "g").  Raises ValueError (map_args, paged_map_args).
+    itself, option "g").  FP8 k and v (1-byte elements) get ``KIND_FP8`` maps.  Raises ValueError
+    (map_args, paged_map_args).
     """
 
     def __init__(self, q, k, v, block_m: int, block_n: int, kv_maps: bool = True, kv_rows: int | None = None):
         def args(t, rows):
             fn = paged_map_args if t.dim() == 4 else map_args
-            return fn(16, tuple(t.shape), tuple(t.stride()), rows)
+            eb = t.element_size()
+            return fn(16, tuple(t.shape), tuple(t.stride()), rows, eb) + ((KIND_FP8,) if eb == 1 else ())
         rows = block_n if kv_rows is None else kv_rows
         self.args = (args(q, block_m),) + ((args(k, rows), args(v, rows)) if kv_maps else (None, None))
         self._tls = threading.local()
@@ -206,7 +219,7 @@ class AttentionMaps:
         if last is not None and last[0] == (qp, kp, vp):
             return last[1]
         fn = _resolve()
-        maps = b"".join(bytes(MAP_BYTES) if a is None else fn(ptr, *a, what)
+        maps = b"".join(bytes(MAP_BYTES) if a is None else fn(ptr, *a[:3], what, *a[3:])
                         for ptr, a, what in zip((qp, kp, vp), self.args, "qkv"))
         self._tls.last = ((qp, kp, vp), maps)
         return maps

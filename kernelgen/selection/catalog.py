@@ -3,7 +3,8 @@
 ``warmup_specs`` asks ``heuristics`` exactly what the decider (``decide``) asks it at run time, for
 each combination and for the alternatives a call with those options may take (the Hopper and the
 sm_80 mainloop, both paged K/V load paths, the fused mixed-batch launch or the classes in turn;
-with ``kv_dtypes`` the FP8 K/V variants of the sm_80 mainloop, which FP8 calls take on every arch),
+with ``kv_dtypes`` the FP8 K/V variants: the Hopper kernel's where it takes the call, and the sm_80
+mainloop's),
 so whatever is pre-warmed is what a later call looks up.  ``jit.warmup.warmup`` compiles them.
 """
 from __future__ import annotations
@@ -26,13 +27,6 @@ PHASE_HINTS = {
     "chunked": ((512, 32768),),
     "decode": ((1, 32768), (1, 256)),
 }
-
-
-def _fp8_attention(attn_spec, kv_dtype: str):
-    """``decide.fp8_attention`` (what a recipe runs for an FP8 call), restated here: ``decide``
-    imports torch (through ``validation``), and ``kernelgen warmup`` runs without it."""
-    tile = heuristics.fp8_tile(attn_spec.tile, attn_spec.head_dim, attn_spec.head_dim_v)
-    return dataclasses.replace(attn_spec, kv_dtype=kv_dtype, tile=tile)
 
 
 def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, True), layouts=LAYOUTS,
@@ -67,9 +61,9 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
             instead of the plain ones.
         kv_dtypes: FP8 K/V cache dtypes ("e4m3", "e5m2"; ``kernelgen warmup --kv-dtype``): also
             the FP8 variants of every combination's single-class kernels (an FP8 call runs one
-            class of the sm_80 mainloop on every arch, ``decide``: the sm_80 choice with
-            ``decide.fp8_attention``'s spec; with ``sinks``, ``alibi`` or ``variants`` theirs too;
-            compiled for ``arch``, sm_90a included).  Empty (default): none.
+            class, ``decide``: ``heuristics.choose`` with ``kv_dtype``, automatic and forced to
+            the sm_80 mainloop, on sm_90a with each page size too; with ``sinks``, ``alibi`` or
+            ``variants`` theirs too).  Empty (default): none.
 
     Returns:
         The specs from ``heuristics.choose`` (the dispatcher's own function) for each
@@ -112,9 +106,11 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                     for ps in page_sizes:
                         specs.append(heuristics.choose(arch, dtype, int(head_dim), int(head_dim), page_size=int(ps),
                                                        **kw).attention)
-            if kv_dtypes:  # FP8 K/V: one class of the sm_80 mainloop on every arch (decide)
-                v8 = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), mainloop="sm80", **kw)
-                specs += [v8.scheduler, v8.combine] + [_fp8_attention(v8.attention, kv) for kv in kv_dtypes]
+            for kv in kv_dtypes:  # FP8 K/V: one class (decide), automatic and forced to the sm_80 mainloop
+                for extra in ({}, {"mainloop": "sm80"}, *({"page_size": int(ps)} for ps in page_sizes
+                                                           if pg and arch == "sm_90a")):
+                    v8 = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), kv_dtype=kv, **extra, **kw)
+                    specs += [v8.scheduler, v8.attention, v8.combine]
             if sinks:  # the single-class calls' sink variants (decide.recipe: same tiles and splits)
                 specs += [dataclasses.replace(s, sinks=True) for s in specs if s is not None and s.kind != "scheduler"]
             hq = 8 * int(gqa)

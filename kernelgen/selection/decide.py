@@ -93,10 +93,10 @@ class CallSignature:
     #: its attention variants (``AttentionSpec.variant``); a mixed batch then runs its classes in
     #: turn on sm_90a or as one class elsewhere, as with ALiBi (the fused kernels take no variant).
     variant: VariantCode | None = None
-    #: FP8 K/V cache ("e4m3" or "e5m2"; "" = k/v in ``dtype``): the sm_80 mainloop's FP8 variants
-    #: (``AttentionSpec.kv_dtype``: converted to ``dtype`` on load, ``k_descale`` / ``v_descale``
-    #: applied), on every arch (the Hopper kernels take no FP8 cache yet); a mixed batch runs as
-    #: one class (the fused kernels take no FP8 variant).
+    #: FP8 K/V cache ("e4m3" or "e5m2"; "" = k/v in ``dtype``): FP8 variants
+    #: (``AttentionSpec.kv_dtype``: converted to ``dtype`` exactly, ``k_descale`` / ``v_descale``
+    #: applied) of the Hopper kernel where it takes the call (``heuristics.choose``), else of the
+    #: sm_80 mainloop; a mixed batch runs as one class (the fused kernels take no FP8 variant).
     kv_dtype: str = ""
 
 
@@ -113,14 +113,12 @@ def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) 
     arch = device.compile_arch(settings.allow_untested_arch)
     mainloop = validation.arch(sig.arch, arch, settings.arch)
     if sig.kv_dtype:
-        # FP8 K/V: the sm_80 mainloop's FP8 variants on every arch, one class (no fused kernel)
-        if mainloop == "sm90a":
-            raise ValueError(f"arch='sm_90a' (or {validation.ARCH_ENV}): the Hopper kernels take no FP8 K/V cache "
-                             f"({sig.kv_dtype}) yet; FP8 caches run on the sm_80 mainloop (arch=None or 'sm_80')")
+        # FP8 K/V: one class (no fused kernel): the Hopper kernel where it takes the call (prefill-shaped,
+        # TMA-loadable), else the sm_80 mainloop's FP8 variants
         if sig.short_query_tokens:
             raise ValueError("short_query_tokens >= 1 forces the fused launch, which takes no FP8 K/V cache: leave "
                              "it None or 0")
-        return recipe(_choose(sig, arch, device, settings, "sm80"), sig, device, settings)
+        return recipe(_choose(sig, arch, device, settings, mainloop), sig, device, settings)
     if mainloop == "sm90a":
         if sig.short_query_tokens:
             raise ValueError("arch='sm_90a' runs no fused mixed-batch launch: leave short_query_tokens None or 0")
@@ -170,7 +168,7 @@ def _choose(sig: CallSignature, arch: str, device: Device, settings: Settings, m
         mask=sig.mask, layout=sig.layout, max_seqlen_q=sig.max_seqlen_q, max_seqlen_k=sig.max_seqlen_k,
         paged=sig.paged, softcap=sig.softcap, pack_gqa=sig.pack_gqa, num_splits=sig.num_splits,
         num_sms=device.num_sms, mainloop=mainloop, tma_ok=sig.tma_ok, page_size=sig.page_size,
-        sm90_opts=settings.sm90_opts, alibi=sig.alibi, variant=sig.variant)
+        sm90_opts=settings.sm90_opts, alibi=sig.alibi, variant=sig.variant, kv_dtype=sig.kv_dtype)
 
 
 def use_fused(sig: CallSignature) -> int:
@@ -198,10 +196,8 @@ def recipe(variants, sig: CallSignature, device: Device, settings: Settings = Se
     for a call signature on a device: the scheduler plans of each request class and the workspace
     (sized by ``sig.batch`` requests and ``sig.rows`` query tokens)."""
     hq, dv = sig.num_heads_q, sig.head_dim_v
-    if sig.kv_dtype:
-        if not isinstance(variants, Variants) or variants.attention.mainloop != "sm80":
-            raise ValueError(f"an FP8 K/V cache ({sig.kv_dtype}) runs one sm_80-mainloop class, got {variants!r}")
-        variants = dataclasses.replace(variants, attention=fp8_attention(variants.attention, sig.kv_dtype))
+    if sig.kv_dtype and (not isinstance(variants, Variants) or variants.attention.kv_dtype != sig.kv_dtype):
+        raise ValueError(f"an FP8 K/V cache ({sig.kv_dtype}) runs one class of its FP8 variant, got {variants!r}")
     if sig.sinks and isinstance(variants, Variants):
         variants = dataclasses.replace(
             variants, attention=dataclasses.replace(variants.attention, sinks=True),
@@ -236,14 +232,6 @@ def recipe(variants, sig: CallSignature, device: Device, settings: Settings = Se
     short = _with_class(short, 0, thr)
     ws = short_class_workspace(sig.batch, sig.rows, split, max_splits, hq, dv, thr)
     return Recipe(kind, variants, (long, short), ws, short_ctas)
-
-
-def fp8_attention(attn_spec, kv_dtype: str):
-    """The FP8 K/V variant ("e4m3" / "e5m2") of an sm_80-mainloop attention spec, as a recipe for
-    an FP8 call runs it: ``AttentionSpec.kv_dtype`` set, the tile ``heuristics.fp8_tile``'s (its
-    scheduler and combine kernels are the 16-bit call's).  ``selection.catalog`` warms these."""
-    tile = heuristics.fp8_tile(attn_spec.tile, attn_spec.head_dim, attn_spec.head_dim_v)
-    return dataclasses.replace(attn_spec, kv_dtype=kv_dtype, tile=tile)
 
 
 def _with_class(p: SchedulerPlan, class_min_q: int, class_max_q: int) -> SchedulerPlan:

@@ -151,10 +151,25 @@ SM90_GATHER_TILES = {
 }
 
 
-def sm90_tile(head_dim: int, head_dim_v: int, paged: bool = False) -> TileConfig:
+#: The Hopper tile on an FP8 K/V cache (``AttentionSpec.kv_dtype``), where it differs from
+#: ``SM90_TILE``: the FP8 landing stages (``AttentionSpec.land_stages``) take shared memory beside
+#: the 16-bit ring, and the converting producer warps leave the consumers 232 registers
+#: (``AttentionSpec.SM90_REGS_FP8``), so the large head dims take 64-key blocks (d 256: one landing
+#: stage, 230,656 B; d 192 and 192 x 128: two).  d 64, 96, 128: 128 keys, two landing stages
+#: (d 128: 163,840 B of ring and Q + 65,536 B of landing + 1280 = 230,656 B).
+SM90_FP8_TILES = {
+    (256, 256): TileConfig(128, 64, 8, 2, 1),
+    (192, 192): TileConfig(128, 64, 8, 2, 1),
+    (192, 128): TileConfig(128, 64, 8, 2, 1),
+}
+
+
+def sm90_tile(head_dim: int, head_dim_v: int, paged: bool = False, kv_dtype: str = "") -> TileConfig:
     """The Hopper path's tile for a (head_dim, head_dim_v) pair: for a paged cache
     ``SM90_PAGED_TILES``' entry if any, else ``SM90_TILES``' entry, else ``SM90_TILE`` (read at
-    call time, so tuning runs can replace any)."""
+    call time, so tuning runs can replace any); on an FP8 cache ``SM90_FP8_TILES``' entry, if any."""
+    if kv_dtype and (head_dim, head_dim_v) in SM90_FP8_TILES:
+        return SM90_FP8_TILES[(head_dim, head_dim_v)]
     if paged and (head_dim, head_dim_v) in SM90_PAGED_TILES:
         return SM90_PAGED_TILES[(head_dim, head_dim_v)]
     return SM90_TILES.get((head_dim, head_dim_v), SM90_TILE)
@@ -290,14 +305,15 @@ def sm90_options(paged: bool, page_size: int, block_n: int, sm90_opts: str | Non
 
 
 def sm90_tile_and_options(head_dim: int, head_dim_v: int, paged: bool, page_size: int,
-                          tile: TileConfig | None = None, sm90_opts: str | None = None) -> tuple[TileConfig, str]:
+                          tile: TileConfig | None = None, sm90_opts: str | None = None,
+                          kv_dtype: str = "") -> tuple[TileConfig, str]:
     """The Hopper path's (tile, ``sm90_opts``) for a call: ``tile`` or ``sm90_tile``, with the
     options of its K/V loads (``sm90_options``); where those gather rows and ``SM90_GATHER_TILES``
-    has a lighter tile for the head dims (no explicit ``tile``), that tile and its own options.
-    ``sm90_opts``: as ``sm90_options``'."""
-    t = tile or sm90_tile(head_dim, head_dim_v, paged)
+    has a lighter tile for the head dims (no explicit ``tile``, no FP8 cache), that tile and its own
+    options.  ``sm90_opts``: as ``sm90_options``'; ``kv_dtype``: an FP8 cache (``sm90_tile``)."""
+    t = tile or sm90_tile(head_dim, head_dim_v, paged, kv_dtype)
     opts = sm90_options(paged, page_size, t.block_n, sm90_opts)
-    if tile is None and "g" in opts and (head_dim, head_dim_v) in SM90_GATHER_TILES:
+    if tile is None and not kv_dtype and "g" in opts and (head_dim, head_dim_v) in SM90_GATHER_TILES:
         t = SM90_GATHER_TILES[(head_dim, head_dim_v)]
         opts = sm90_options(paged, page_size, t.block_n, sm90_opts)
     return t, opts
@@ -350,8 +366,13 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
            softcap: bool = False, pack_gqa: bool | None = None, num_splits: int = 0, num_sms: int = 132,
            tile: TileConfig | None = None, mainloop: str | None = None, tma_ok: bool = True,
            page_size: int = 0, sm90_opts: str | None = None, alibi: bool = False,
-           variant: VariantCode | None = None) -> Variants:
+           variant: VariantCode | None = None, kv_dtype: str = "") -> Variants:
     """Every kernel variant of a call, from what the host knows (shapes, flags, max lengths).
+
+    ``kv_dtype``: an FP8 K/V cache ("e4m3" / "e5m2"; ``AttentionSpec.kv_dtype``).  The Hopper
+    path takes it where it takes the 16-bit call, with ``SM90_FP8_TILES`` and TMA boxes (no ALiBi,
+    user variant or gathered rows: those calls take the sm_80 path); the sm_80 path's tile becomes
+    ``fp8_tile``'s (splits chosen with the 16-bit tile, whose block_n it keeps).
 
     ``variant``: a user variant's code (``kernelgen.Variant``, ``AttentionSpec.variant``): its
     snippets run on every logit, so the sm_80 path takes the lighter tiles (the 64-row tile of
@@ -389,10 +410,13 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
     if mainloop == "sm90a" or (mainloop is None and tile is None and tile_class == "prefill"):
         why = sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap, pack=pack,
                                num_splits=num_splits, tma_ok=tma_ok)
+        t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, tile, sm90_opts, kv_dtype)
+        if not why and kv_dtype and (alibi or variant is not None or "g" in opts):
+            why = (f"an FP8 K/V cache ({kv_dtype}) with " + ("ALiBi" if alibi else "a user variant" if variant is not None
+                   else f"pages TMA boxes do not fit (page_size {page_size}, block_n {t.block_n})"))
         if mainloop == "sm90a" and why:
             raise ValueError(f"the Hopper (sm_90a) path does not support this call: {why}")
         if not why:
-            t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, tile, sm90_opts)
             if tile is None:
                 t = variant_sm90_tile(t, opts, variant)
             n = -(-max(max_seqlen_k, 1) // t.block_n)
@@ -405,7 +429,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                 max_splits, forced = num_splits_heuristic(num_heads_q * max(1, -(-rows // t.block_m)), n, ctas), False
             split = max_splits > 1
             attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, split=split, paged=paged,
-                                 softcap=softcap, mainloop="sm90a", sm90_opts=opts, alibi=alibi, variant=variant)
+                                 softcap=softcap, mainloop="sm90a", sm90_opts=opts, alibi=alibi, variant=variant,
+                                 kv_dtype=kv_dtype)
             _check_smem(attn, arch)
             combine = CombineSpec(arch, dtype, head_dim_v) if split else None
             return Variants(SchedulerSpec(arch=arch, layout=layout), attn, combine, max_splits, forced)
@@ -437,6 +462,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
     split = max_splits > 1
     attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, tile, pack, split, paged, softcap,
                          alibi=alibi, variant=variant)
+    if kv_dtype:
+        attn = dataclasses.replace(attn, kv_dtype=kv_dtype, tile=fp8_tile(tile, head_dim, head_dim_v))
     _check_smem(attn, arch)
     combine = CombineSpec(arch, dtype, head_dim_v) if split else None
     return Variants(SchedulerSpec(arch=arch, layout=layout), attn, combine, max_splits, forced)

@@ -66,14 +66,16 @@ __device__ __forceinline__ PagedBoxes paged_boxes(const int* page_row, int page_
   pb.page = lane < pb.nb ? page_row[min(pi0 + lane, last_pi)] : 0;
   return pb;
 }
-// NH: 64-column boxes a row (HALVES for K, VHALVES for V).
-template <int NH>
+// NH: 64-column boxes a row (HALVES for K, VHALVES for V); HALF_BYTES apart in shared memory, rows
+// of ROW_BYTES (16-bit slots: KV_HALF and 128; FP8 landing stages: K8_HALF and 64).
+template <int NH, int HALF_BYTES = KV_HALF, int ROW_BYTES = 128>
 __device__ __forceinline__ void tma_load_paged(u32 dst, const void* map, u32 bar, int kv_head, const PagedBoxes& pb,
                                                int lane) {
   if (lane < pb.nb) {
 #pragma unroll
     for (int h = 0; h < NH; ++h)
-      tma_load_4d(dst + h * KV_HALF + (u32)(lane * pb.rows) * 128u, map, bar, h * 64, kv_head, pb.slot, pb.page);
+      tma_load_4d(dst + h * HALF_BYTES + (u32)(lane * pb.rows * ROW_BYTES), map, bar, h * 64, kv_head, pb.slot,
+                  pb.page);
   }
 }
 
@@ -94,7 +96,9 @@ __device__ __forceinline__ int next_tile_index(int* md) {
 // The producer warp (all 32 lanes call; lane 0 issues Q and, without paging, K and V; with paged
 // K/V each lane issues its own box, tma_load_paged): publishes tile indices to the consumers
 // (two slots, tile_full / tile_empty), takes the next tile from the semaphore after issuing the
-// current tile's loads, and releases the semaphore when the tiles run out.
+// current tile's loads, and releases the semaphore when the tiles run out.  FP8 K/V: each block's
+// K and V bytes go to one landing stage (land_full / land_empty; LAND stages), which producer
+// warps 1-3 convert into the 16-bit ring (producer_loop_convert).
 __device__ __forceinline__ void producer_loop(const AttnParams& p, const TmaMaps& maps, int* md, int cap4, int total,
                                               u32 sb, volatile int* s_tile, int lane) {
   const int qpk = p.num_heads_q / p.num_heads_kv;
@@ -134,7 +138,42 @@ __device__ __forceinline__ void producer_loop(const AttnParams& p, const TmaMaps
         for (int h = 0; h < HALVES; ++h)
           tma_load_3d(sb + h * Q_HALF, maps.q, bar_q_full(sb), h * 64, ti.head, ti.q_start + ti.row0);
       }
-      if (PAGED) {  // the whole warp: one box a lane (tma_load_paged)
+      if (PAGED && FP8) {  // FP8 boxes into the landing stage (the whole warp: one box a lane)
+        const int* page_row = static_cast<const int*>(p.page_table) + (i64)ti.b * p.page_table_stride;
+        const int last_pi = (ti.seqlen_k - 1) / p.page_size;
+        for (int n = n_hi - 1; n >= n_lo; --n) {
+          const PagedBoxes pb = paged_boxes(page_row, p.page_size, n * BN, last_pi, lane);
+          mbar_wait(bar_land_empty(sb, stage), phase ^ 1, 9);
+          if (lane == 0) mbar_arrive_expect_tx(bar_land_full(sb, stage), K8_BYTES + V8_BYTES);
+          __syncwarp();
+          const u32 land = sb + OFF_LAND + stage * LAND_BYTES;
+          tma_load_paged<HALVES, K8_HALF, 64>(land, maps.k, bar_land_full(sb, stage), kv_head, pb, lane);
+          tma_load_paged<VHALVES, K8_HALF, 64>(land + K8_BYTES, maps.v, bar_land_full(sb, stage), kv_head, pb, lane);
+          if (++stage == LAND) {
+            stage = 0;
+            phase ^= 1;
+          }
+        }
+      } else if (FP8) {  // FP8: lane 0 loads K and V of a block into one landing stage
+        if (lane == 0) {
+          for (int n = n_hi - 1; n >= n_lo; --n) {
+            const int key0 = ti.k_start + n * BN;
+            const u32 land = sb + OFF_LAND + stage * LAND_BYTES;
+            mbar_wait(bar_land_empty(sb, stage), phase ^ 1, 9);
+            mbar_arrive_expect_tx(bar_land_full(sb, stage), K8_BYTES + V8_BYTES);
+#pragma unroll
+            for (int h = 0; h < HALVES; ++h)
+              tma_load_3d(land + h * K8_HALF, maps.k, bar_land_full(sb, stage), h * 64, kv_head, key0);
+#pragma unroll
+            for (int h = 0; h < VHALVES; ++h)
+              tma_load_3d(land + K8_BYTES + h * K8_HALF, maps.v, bar_land_full(sb, stage), h * 64, kv_head, key0);
+            if (++stage == LAND) {
+              stage = 0;
+              phase ^= 1;
+            }
+          }
+        }
+      } else if (PAGED) {  // the whole warp: one box a lane (tma_load_paged)
         const int* page_row = static_cast<const int*>(p.page_table) + (i64)ti.b * p.page_table_stride;
         const int last_pi = (ti.seqlen_k - 1) / p.page_size;
         for (int n = n_hi - 1; n >= n_lo; --n) {
@@ -242,10 +281,13 @@ __device__ __forceinline__ void zero_v_tail(u32 v_base, int valid, int cg, int w
 // (common/softmax.cuh's transform_scores, as on the sm_80 path), before the mask sets -inf, so
 // softmax_scores then takes them with the factor 1 (score_scale); without soft-cap the scale
 // stays folded into softmax_scores' exponent.
-__device__ __forceinline__ void cap_scores(float (&s)[1][BN / 8][4], const AttnParams& p) {
-  transform_scores(s, p.scale_log2, p.softcap_scale, p.softcap_log2);
+// FP8 K/V: kd, the tile's k_descale, multiplies the logits' scale (1 otherwise).
+__device__ __forceinline__ void cap_scores(float (&s)[1][BN / 8][4], const AttnParams& p, float kd = 1.f) {
+  transform_scores(s, p.scale_log2 * kd, p.softcap_scale * kd, p.softcap_log2);
 }
-__device__ __forceinline__ float score_scale(const AttnParams& p) { return SOFTCAP ? 1.f : p.scale_log2; }
+__device__ __forceinline__ float score_scale(const AttnParams& p, float kd = 1.f) {
+  return SOFTCAP ? 1.f : p.scale_log2 * kd;
+}
 {% if v.get("user") %}
 // User variants: the factor softmax_scores applies to the logits it is given: score_scale, or
 // log2(e) after a score_mod, which leaves them in natural-log units (apply_user converts them
@@ -288,7 +330,7 @@ __device__ __forceinline__ void release(u32 bar, int lane) {
 __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const MaskInfo& mi, int n_lo, int n_hi,
                                                   int row0, int pos_last, u32 sb, KvPos& kv, int cw, int lane,
                                                   float (&o)[1][DV / 8][4], float (&row_max)[1][2],
-                                                  float (&row_sum)[1][2]{% if v.get("alibi") %}, const float (&alibi_sl)[1][2]{% endif %}{% if v.get("user") %}, const UserTile& ut{% endif %}) {
+                                                  float (&row_sum)[1][2], float kd{% if v.get("alibi") %}, const float (&alibi_sl)[1][2]{% endif %}{% if v.get("user") %}, const UserTile& ut{% endif %}) {
   const int cg = cw >> 2;
   const int wg_tid = (cw & 3) * 32 + lane;
   const u32 q_base = sb + cg * 64 * 128;
@@ -307,7 +349,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
       fence_regs<BN / 2>(&s[0][0][0]);
       release(bar_k_empty(sb, kv.stage), lane);
       if (n == n_lo) release(bar_q_empty(sb), lane);
-      if (SOFTCAP) cap_scores(s, p);
+      if (SOFTCAP) cap_scores(s, p, kd);
       {% if v.get("alibi") and v.mask == "causal" and not v.get("user") %}
       float roff[1][2];  // causal ALiBi: the scores come back shifted by roff per row (common/alibi.cuh)
       apply_alibi_causal(s, alibi_sl, mi, n, row0, 1, cw, lane, roff);
@@ -318,7 +360,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
       apply_user(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, 1.f);  // leaves natural-log logits
       {% endif %}
       if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
-      softmax_scores(s, row_max, row_sum, corr, {{ "exp_scale(p)" if v.get("user") else "score_scale(p)" }}{{ ", roff" if v.get("alibi") and v.mask == "causal" and not v.get("user") else "" }});
+      softmax_scores(s, row_max, row_sum, corr, {{ "exp_scale(p)" if v.get("user") else "score_scale(p, kd)" }}{{ ", roff" if v.get("alibi") and v.mask == "causal" and not v.get("user") else "" }});
       rescale_rows(o, corr);
       pack_p(s, pa);
       mbar_wait(bar_v_full(sb, kv.stage), kv.phase, 11);
@@ -350,7 +392,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   fence_regs<BN / 2>(&s[0][0][0]);
   release(bar_k_empty(sb, kv.stage), lane);
   if (n == n_lo) release(bar_q_empty(sb), lane);
-  if (SOFTCAP) cap_scores(s, p);
+  if (SOFTCAP) cap_scores(s, p, kd);
   {% if v.get("alibi") and v.mask == "causal" and not v.get("user") %}
   float roff[1][2];  // causal ALiBi: the scores come back shifted by roff per row (common/alibi.cuh)
   apply_alibi_causal(s, alibi_sl, mi, n, row0, 1, cw, lane, roff);
@@ -361,7 +403,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   apply_user(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, 1.f);  // leaves natural-log logits
   {% endif %}
   if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
-  softmax_scores(s, row_max, row_sum, corr, {{ "exp_scale(p)" if v.get("user") else "score_scale(p)" }}{{ ", roff" if v.get("alibi") and v.mask == "causal" and not v.get("user") else "" }});  // o is still 0: no rescale
+  softmax_scores(s, row_max, row_sum, corr, {{ "exp_scale(p)" if v.get("user") else "score_scale(p, kd)" }}{{ ", roff" if v.get("alibi") and v.mask == "causal" and not v.get("user") else "" }});  // o is still 0: no rescale
   pack_p(s, pa);
   KvPos pv = kv;  // the slot whose V the pending P V reads
   kv.advance();
@@ -387,7 +429,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
     fence_regs<BN / 2>(&s[0][0][0]);
     release(bar_k_empty(sb, kv.stage), lane);
     if (n == n_lo) release(bar_q_empty(sb), lane);
-    if (SOFTCAP) cap_scores(s, p);
+    if (SOFTCAP) cap_scores(s, p, kd);
     {% if v.get("alibi") and v.mask == "causal" and not v.get("user") %}
     float roff[1][2];  // causal ALiBi: the scores come back shifted by roff per row (common/alibi.cuh)
     apply_alibi_causal(s, alibi_sl, mi, n, row0, 1, cw, lane, roff);
@@ -398,7 +440,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
     apply_user(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, 1.f);  // leaves natural-log logits
     {% endif %}
     if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
-    softmax_scores(s, row_max, row_sum, corr, {{ "exp_scale(p)" if v.get("user") else "score_scale(p)" }}{{ ", roff" if v.get("alibi") and v.mask == "causal" and not v.get("user") else "" }});
+    softmax_scores(s, row_max, row_sum, corr, {{ "exp_scale(p)" if v.get("user") else "score_scale(p, kd)" }}{{ ", roff" if v.get("alibi") and v.mask == "causal" and not v.get("user") else "" }});
     wgmma_wait<0>();
     fence_regs<DV / 2>(&o[0][0][0]);
     fence_regs<BN / 4>(&pa[0][0]);
@@ -574,3 +616,83 @@ __device__ __forceinline__ void producer_loop_gather(const AttnParams& p, const 
   }
   if (!QUEUE_ONLY && pw == 0 && lane == 0) release_semaphore(md);
 }
+{% if v.get("kv_dtype") %}
+
+// ---- FP8 K/V ({{ v.kv_dtype }}): producer warps 1-3 convert each landing stage into the 16-bit ring.
+// A landing stage holds a block's K then V bytes as column blocks of 64 head dims (BN rows x 64
+// bytes, K8_HALF apart), in TMA's 64-byte swizzle: 16-byte chunk c of row r sits at chunk
+// c ^ ((r >> 1) & 3).  Converter thread i (of NCONV) takes chunks i, i + NCONV, ... numbered
+// column block, chunk, row (row fastest), so the eight threads of a 16-byte shared-memory phase read
+// eight consecutive rows (distinct banks under the 64-byte swizzle) and write the two 16-bit chunks
+// 2c, 2c + 1 of those rows at (2c) ^ (r & 7) and (2c + 1) ^ (r & 7) in the 128-byte swizzle the
+// wgmma descriptors read (distinct banks again).  The values are exact (fp8x4_to_16).
+template <int NH>
+__device__ __forceinline__ void convert_block(u32 dst, u32 src, int tid) {
+  constexpr int CHUNKS = NH * BN * 4;
+#pragma unroll 1
+  for (int c = tid; c < CHUNKS; c += NCONV) {
+    const int h = c / (BN * 4), rem = c - h * (BN * 4);
+    const int cc = rem / BN, r = rem - cc * BN;
+    u32 x0, x1, x2, x3;
+    asm volatile("ld.shared.v4.u32 { %0, %1, %2, %3}, [%4];\n"
+                 : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)
+                 : "r"(src + h * K8_HALF + r * 64 + ((cc ^ ((r >> 1) & 3)) << 4)));
+    u32 y[8];
+    fp8x4_to_16(x0, y[0], y[1]);
+    fp8x4_to_16(x1, y[2], y[3]);
+    fp8x4_to_16(x2, y[4], y[5]);
+    fp8x4_to_16(x3, y[6], y[7]);
+    const u32 row = dst + h * KV_HALF + r * 128;
+    asm volatile("st.shared.v4.u32 [%0], { %1, %2, %3, %4};\n" ::"r"(row + (((2 * cc) ^ (r & 7)) << 4)), "r"(y[0]),
+                 "r"(y[1]), "r"(y[2]), "r"(y[3]) : "memory");
+    asm volatile("st.shared.v4.u32 [%0], { %1, %2, %3, %4};\n" ::"r"(row + (((2 * cc + 1) ^ (r & 7)) << 4)),
+                 "r"(y[4]), "r"(y[5]), "r"(y[6]), "r"(y[7]) : "memory");
+  }
+}
+
+// Producer warps 1-3 (pw): take each tile index from the consumers' slots (tile_empty counts them),
+// walk the tile's key blocks as the consumers do, and per block wait for its landing stage, convert
+// K into the ring slot once the consumers freed it, publish it (proxy fence, one k_full arrival a
+// thread), the same for V, then free the landing stage (land_empty).
+__device__ __forceinline__ void producer_loop_convert(const AttnParams& p, int* md, int cap4, int total, u32 sb,
+                                                      volatile int* s_tile, int pw, int lane) {
+  const int qpk = p.num_heads_q / p.num_heads_kv;
+  const int tid = (pw - 1) * 32 + lane;
+  int cursor = 0;
+  int stage = 0, ls = 0;
+  u32 phase = 0, lphase = 0;
+  for (int it = 0;; ++it) {
+    const int slot = it & 1;
+    mbar_wait(bar_tile_full(sb, slot), (it >> 1) & 1, 7);
+    const int t = s_tile[slot];
+    release(bar_tile_empty(sb, slot), lane);
+    if (t >= total) break;
+    cursor = find_entry(md, cap4, t, cursor);
+    const TileInfo ti = tile_info(p, md, cap4, cursor, t, p.num_heads_q, qpk);
+    const MaskInfo mi = tile_mask(p, ti);
+    int n_lo, n_hi;
+    key_block_range(mi, ti.row0, ti.row0 + ti.valid_rows - 1, n_lo, n_hi);
+    split_block_range(ti.split, ti.num_splits, n_lo, n_hi);
+#pragma unroll 1
+    for (int n = n_hi - 1; n >= n_lo; --n) {
+      const u32 land = sb + OFF_LAND + ls * LAND_BYTES;
+      mbar_wait(bar_land_full(sb, ls), lphase, 8);
+      mbar_wait(bar_k_empty(sb, stage), phase ^ 1, 3);
+      convert_block<HALVES>(sb + OFF_K + stage * K_BYTES, land, tid);
+      gather_publish(bar_k_full(sb, stage));
+      mbar_wait(bar_v_empty(sb, stage), phase ^ 1, 4);
+      convert_block<VHALVES>(sb + OFF_V + stage * V_BYTES, land + K8_BYTES, tid);
+      gather_publish(bar_v_full(sb, stage));
+      mbar_arrive(bar_land_empty(sb, ls));
+      if (++stage == STAGES) {
+        stage = 0;
+        phase ^= 1;
+      }
+      if (++ls == LAND) {
+        ls = 0;
+        lphase ^= 1;
+      }
+    }
+  }
+}
+{% endif %}

@@ -44,13 +44,28 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
         float alibi_sl[1][2];
         alibi_row_coefs(alibi_sl, p, ti.b, ti.head, ti.row0, qpk, cw, lane, ALIBI_LOG2E / score_scale(p));
         {% endif %}
-        consumer_mainloop(p, mi, n_lo, n_hi, ti.row0, pos_last, sb, kv, cw, lane, o, row_max, row_sum{% if v.get("alibi") %}, alibi_sl{% endif %}{% if v.get("user") %}, ut{% endif %});
+        {% if v.get("kv_dtype") %}
+        // FP8: the tile's k_descale (request, KV head) multiplies the logits' scale
+        const float kd = descale_of(p.k_descale, p.k_descale_batch_stride, p.k_descale_head_stride, ti.b, ti.head / qpk);
+        {% else %}
+        const float kd = 1.f;
+        {% endif %}
+        consumer_mainloop(p, mi, n_lo, n_hi, ti.row0, pos_last, sb, kv, cw, lane, o, row_max, row_sum, kd{% if v.get("alibi") %}, alibi_sl{% endif %}{% if v.get("user") %}, ut{% endif %});
       }
     }
     float lse[1][2];
     finalize_rows(o, row_max, row_sum, lse);
     // the tile's coordinates again (L1 hits) rather than live across the mainloop
     const TileInfo te = tile_info(p, md, cap4, cursor, t, p.num_heads_q, qpk);
+    {% if v.get("kv_dtype") %}
+    {  // FP8: the tile's v_descale on O (full rows and split-KV partials alike)
+      const float vd = descale_of(p.v_descale, p.v_descale_batch_stride, p.v_descale_head_stride, te.b, te.head / qpk);
+#pragma unroll
+      for (int j = 0; j < DV / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[0][j][e] *= vd;
+    }
+    {% endif %}
     if (ROW_SPLITS && te.split == 0) {  // how many partials each token has (read by the combine kernel)
       int* row_splits = static_cast<int*>(const_cast<void*>(p.row_splits));
       for (int r = cw * 32 + lane; r < te.valid_rows; r += NW * 32) {

@@ -50,6 +50,14 @@ constexpr bool GATHER = {{ "true" if "g" in v.sm90_opts else "false" }};
 // CTAs take every tile from the semaphore and leave its reset to the kernel.
 constexpr bool QUEUE_ONLY = {{ "true" if v.get("queue_only") else "false" }};
 constexpr int NPROD = 128;                   // producer threads that arrive on a gathered block
+// FP8 K/V ({{ v.get("kv_dtype") or "off" }}): producer warp 0 TMA-loads each block's FP8 K and V into one of
+// LAND landing stages; warps 1-3 (NCONV threads) convert them into the 16-bit K/V ring, which the
+// consumers read unchanged (mainloop_sm90.cuh, producer_loop_convert); k_descale scales the logits,
+// v_descale O (tile_sm90.cuh).
+constexpr bool FP8 = {{ "true" if v.get("kv_dtype") else "false" }};
+constexpr int LAND = {{ v.get("land_stages", 0) }};
+constexpr int NCONV = 96;
+static_assert(!FP8 || (!GATHER && LAND >= 1), "FP8 K/V: TMA landing stages, no row gathering");
 static_assert(!GATHER || PAGED, "row gathering is for paged K/V");
 constexpr int NCG = NW / 4;                  // consumer warpgroups
 constexpr int NT = (NW + 4) * 32;            // threads per CTA
@@ -74,11 +82,16 @@ constexpr int K_BYTES = BN * DP * 2;
 constexpr int V_BYTES = BN * DV * 2;
 constexpr int OFF_K = Q_BYTES;
 constexpr int OFF_V = OFF_K + STAGES * K_BYTES;
-constexpr int OFF_BAR = OFF_V + STAGES * V_BYTES;
+constexpr int K8_HALF = BN * 64;              // FP8 landing: a 64-column block of BN rows (64-byte swizzle)
+constexpr int K8_BYTES = BN * DP;
+constexpr int V8_BYTES = BN * DV;
+constexpr int LAND_BYTES = K8_BYTES + V8_BYTES;
+constexpr int OFF_LAND = OFF_V + STAGES * V_BYTES;
+constexpr int OFF_BAR = OFF_LAND + LAND * LAND_BYTES;
 constexpr int BAR_BYTES = 256;
 constexpr int SMEM_BYTES = OFF_BAR + BAR_BYTES + 1024;  // + slack for aligning the base
 static_assert(SMEM_BYTES == {{ v.smem_bytes }}, "host and device disagree on shared memory size");
-static_assert(8 * (2 + 4 * STAGES + 4) + 8 <= BAR_BYTES, "barrier area");
+static_assert(8 * (2 + 4 * STAGES + 4) + 8 + 16 * LAND <= BAR_BYTES, "barrier area");
 
 // Barriers: arrival counts 1 for "full" (the producer's arrive.expect_tx; TMA completes the
 // bytes; NPROD for gathered K/V), NW for "empty" (lane 0 of every consumer warp; tile_empty also
@@ -92,19 +105,25 @@ __device__ __forceinline__ u32 bar_v_empty(u32 sb, int s) { return sb + OFF_BAR 
 __device__ __forceinline__ u32 bar_tile_full(u32 sb, int i) { return sb + OFF_BAR + 16 + 8 * (4 * STAGES + i); }
 __device__ __forceinline__ u32 bar_tile_empty(u32 sb, int i) { return sb + OFF_BAR + 16 + 8 * (4 * STAGES + 2 + i); }
 constexpr int OFF_TILE = OFF_BAR + 16 + 8 * (4 * STAGES + 4);  // two ints
+__device__ __forceinline__ u32 bar_land_full(u32 sb, int s) { return sb + OFF_TILE + 8 + 8 * s; }
+__device__ __forceinline__ u32 bar_land_empty(u32 sb, int s) { return sb + OFF_TILE + 8 + 8 * (LAND + s); }
 
 __device__ __forceinline__ void init_barriers(u32 sb) {
   mbar_init(bar_q_full(sb), 1);
   mbar_init(bar_q_empty(sb), NW);
   for (int s = 0; s < STAGES; ++s) {
-    mbar_init(bar_k_full(sb, s), GATHER ? NPROD : 1);
+    mbar_init(bar_k_full(sb, s), GATHER ? NPROD : FP8 ? NCONV : 1);
     mbar_init(bar_k_empty(sb, s), NW);
-    mbar_init(bar_v_full(sb, s), GATHER ? NPROD : 1);
+    mbar_init(bar_v_full(sb, s), GATHER ? NPROD : FP8 ? NCONV : 1);
     mbar_init(bar_v_empty(sb, s), NW);
   }
   for (int i = 0; i < 2; ++i) {
     mbar_init(bar_tile_full(sb, i), 1);
-    mbar_init(bar_tile_empty(sb, i), NW + (GATHER ? 3 : 0));
+    mbar_init(bar_tile_empty(sb, i), NW + (GATHER || FP8 ? 3 : 0));
+  }
+  for (int s = 0; s < LAND; ++s) {
+    mbar_init(bar_land_full(sb, s), 1);
+    mbar_init(bar_land_empty(sb, s), NCONV);
   }
 }
 
@@ -119,6 +138,9 @@ __device__ __forceinline__ void init_barriers(u32 sb) {
 {% endif %}
 {% if v.get("user") %}
 {% include "common/user_mod.cuh" %}
+{% endif %}
+{% if v.get("kv_dtype") %}
+{% include "common/fp8.cuh" %}
 {% endif %}
 {% include "attention/mainloop_sm90.cuh" %}
 {% include "attention/epilogue_sm90.cuh" %}

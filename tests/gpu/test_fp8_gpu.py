@@ -2,9 +2,12 @@
 ``k_descale`` / ``v_descale`` of shape (batch, num_heads_kv) or broadcast; issue 24's first slice)
 against the float64 reference, which dequantises the same FP8 values exactly
 (``attention_reference(..., k_descale=, v_descale=)``), within ``tolerance(dtype, kv_dtype)``
-(the compute dtype's: see its derivation).  FP8 runs on the sm_80 mainloop on every arch (on an
-H200 too): varlen prefill (causal GQA, forced and automatic split-KV, head dims 64 to 256 and 192 x
-128, soft-cap and a window), paged decode (pack-GQA, splits, pages of 16 and 1 tokens: the
+(the compute dtype's: see its derivation).  Prefill-shaped calls run on the Hopper kernel on an H200
+(TMA into FP8 landing stages, converted by the producer warps; ``arch="sm_80"`` forces the sm_80
+mainloop, decode-shaped calls take it anyway): varlen prefill (causal GQA, forced and automatic
+split-KV, head dims 64 to 256 and 192 x 128, soft-cap and a window; both mainloops), chunked paged
+prefill with TMA page boxes (pages of 16, 64 and 128 tokens) and with pages TMA cannot box (5: the
+sm_80 mainloop), paged decode (pack-GQA, splits, pages of 16 and 1 tokens: the
 per-row page lookup), a mixed prefill + decode step (one class: no fused kernel takes FP8),
 per-tensor and absent descales, new descale values read by a repeated (graph-launched) call, and
 an ``AttentionPlan(kv_dtype=)`` captured in a CUDA graph and replayed with new inputs and new descale
@@ -86,14 +89,15 @@ def test_varlen_prefill_causal_gqa(arch, num_splits, dtype, kv_dtype):
                       num_splits=num_splits)
         check(o, lse, ref, ref_lse, dtype, kv_dtype)
         name = prepared().attn.name
-        assert "_kve" in name and "_wgmma" not in name, name
+        assert "_kve" in name and ("_wgmma" in name) == (arch is None), name
         if num_splits:
             assert prepared().combine is not None
 
 
+@pytest.mark.parametrize("arch", [None, "sm_80"])
 @pytest.mark.parametrize("d,dv", [(64, 64), (96, 96), (192, 128), (256, 256)])
 @pytest.mark.parametrize("causal,window,softcap", [(True, (-1, -1), 0.0), (False, (200, 50), 30.0)])
-def test_varlen_prefill_head_dims_window_softcap(d, dv, causal, window, softcap):
+def test_varlen_prefill_head_dims_window_softcap(d, dv, causal, window, softcap, arch):
     qlens, klens = [300, 1, 257], [700, 64, 257]
     hq, hkv = 16, 4
     q, k, v, cu_q, cu_k = _packed(qlens, klens, hq, hkv, d, dv, BF16, E4M3, d)
@@ -101,8 +105,29 @@ def test_varlen_prefill_head_dims_window_softcap(d, dv, causal, window, softcap)
     ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=causal, window_size=window, softcap=softcap,
                                        k_descale=kd, v_descale=vd)
     o, lse = _run(q, k, v, cu_q, cu_k, max(qlens), max(klens), kd, vd, dv, causal=causal, window_size=window,
-                  softcap=softcap)
+                  softcap=softcap, arch=arch)
     check(o, lse, ref, ref_lse, BF16, E4M3)
+    assert ("_wgmma" in prepared().attn.name) == (arch is None), prepared().attn.name
+
+
+@pytest.mark.parametrize("page_size,hopper", [(16, True), (64, True), (128, True), (5, False)])
+@pytest.mark.parametrize("kv_dtype,num_splits", [(E4M3, 0), (E5M2, 3)])
+def test_chunked_paged_prefill(page_size, hopper, kv_dtype, num_splits):
+    """Chunked prefill on a paged FP8 cache: TMA boxes of whole pages (16: eight a 128-key block;
+    64; 128: one) into the Hopper kernel's landing stages; pages of 5 tokens cannot be boxed, so
+    the call runs on the sm_80 mainloop.  Contexts end mid-page and mid-block."""
+    qlens, klens = [700, 129, 300], [3000, 129, 1000]
+    hq, hkv, d = 32, 8, 128
+    q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, hq, hkv, d, d, page_size, 31 + page_size)
+    kc, vc = kc.to(kv_dtype), vc.to(kv_dtype)
+    kd, vd = descales(len(klens), hkv, 8)
+    k, v, cu_k = gather_paged(kc, vc, pt, used)
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True, k_descale=kd, v_descale=vd)
+    o, lse = _run(q, kc, vc, cu_q, None, max(qlens), max(klens), kd, vd, d, seqused_k=used, page_table=pt,
+                  causal=True, num_splits=num_splits)
+    check(o, lse, ref, ref_lse, BF16, kv_dtype)
+    name = prepared().attn.name
+    assert "_kve" in name and ("_wgmma" in name) == hopper, name
 
 
 @pytest.mark.parametrize("page_size", [16, 1])
@@ -188,14 +213,16 @@ def test_rows_past_the_batch_stay_unwritten():
     assert torch.isnan(out[16:]).all() and not torch.isnan(out[:16]).any()
 
 
+@pytest.mark.parametrize("arch", [None, "sm_90a"])
 @pytest.mark.parametrize("dtype", [BF16, FP16])
 @pytest.mark.parametrize("kv_dtype", [E4M3, E5M2])
-def test_every_fp8_code_converts_exactly(dtype, kv_dtype):
+def test_every_fp8_code_converts_exactly(dtype, kv_dtype, arch):
     """One key per request: the softmax weight is exactly 1, so the output is V converted to the
     16-bit dtype (v_descale 1).  V holds all 256 codes (over 2 heads x 128 lanes), so every value's
     conversion (subnormals included) is checked exactly (-0 reads as +0: the P V sum starts at +0,
     and +0 + -0 = +0); the codes of
-    non-finite values (e4m3fn's NaN, e5m2's inf / NaN: outside what a cache holds) are replaced by 0."""
+    non-finite values (e4m3fn's NaN, e5m2's inf / NaN: outside what a cache holds) are replaced by 0.
+    ``arch="sm_90a"``: through the Hopper kernel's landing stages and producer conversion."""
     raw = torch.arange(256, dtype=torch.int32).to(torch.uint8)
     raw[~torch.isfinite(raw.view(kv_dtype).float())] = 0
     codes = raw.view(kv_dtype)
@@ -204,21 +231,23 @@ def test_every_fp8_code_converts_exactly(dtype, kv_dtype):
     q = torch.randn(1, 2, 128, dtype=dtype, device="cuda")
     cu = torch.tensor([0, 1], dtype=torch.int32, device="cuda")
     out = torch.full((1, 2, 128), float("nan"), dtype=dtype, device="cuda")
-    kernelgen.varlen_attention(q, k, v, cu, cu, 1, 1, causal=True, out=out)
+    kernelgen.varlen_attention(q, k, v, cu, cu, 1, 1, causal=True, out=out, arch=arch)
     torch.cuda.synchronize()
+    assert ("_wgmma" in prepared().attn.name) == (arch == "sm_90a")
     want = v.float().to(dtype)
     assert torch.equal(out.float(), want.float()), "a code converted inexactly"
     assert torch.count_nonzero(want) == 254 - (~torch.isfinite(torch.arange(256, dtype=torch.int32).to(
         torch.uint8).view(kv_dtype).float())).sum()   # every nonzero finite code is there
 
 
-@pytest.mark.parametrize("kind,kv_dtype", [("decode", E4M3), ("mixed", E5M2)])
+@pytest.mark.parametrize("kind,kv_dtype", [("decode", E4M3), ("mixed", E5M2), ("mixed_hopper", E4M3)])
 def test_plan_graph_replays_with_new_descales(kind, kv_dtype):
     """An AttentionPlan made with kv_dtype, one step captured in a CUDA graph and replayed with new
     lengths, page tables, queries, cache contents *and new descale values written in place* into
     the same tensors (the kernels read them at replay).  decode: a paged decode plan with (batch,
     num_heads_kv) descales (a row per request slot, padding included); mixed: a mixed prefill +
-    decode plan (one class: no fused kernel takes FP8) with per-tensor descales.  Batches are padded
+    decode plan (one class: no fused kernel takes FP8) with per-tensor descales; mixed_hopper: the same
+    with the page size given, so the plan runs the Hopper kernel (TMA page boxes).  Batches are padded
     with zero-length requests up to the capacity; rows past the batch's tokens stay NaN."""
     hq, hkv, d, ps, cap = 32, 8, 128, 16, 16
     max_ctx = 2048
@@ -239,8 +268,8 @@ def test_plan_graph_replays_with_new_descales(kind, kv_dtype):
     vd = torch.ones(shape, device="cuda", dtype=torch.float32)
     plan = AttentionPlan(max_batch=cap, num_heads_q=hq, num_heads_kv=hkv, head_dim=d, dtype=BF16,
                          max_total_q=max_tq, max_seqlen_q=1 if decode else 256, max_seqlen_k=max_ctx, paged=True,
-                         causal=True, kv_dtype=kv_dtype)
-    assert plan.recipe.kind == "single" and not plan.hopper and "_kve" in plan.attn.spec.name
+                         causal=True, kv_dtype=kv_dtype, **({"page_size": ps} if kind == "mixed_hopper" else {}))
+    assert plan.recipe.kind == "single" and plan.hopper == (kind == "mixed_hopper") and "_kve" in plan.attn.spec.name
     rng = np.random.default_rng(23)
 
     def new_step(seed):
