@@ -10,7 +10,9 @@ flags the GPU check uses:
 * ``--only-scheduler``: only the scheduler entries, one line each;
 * ``--only-decode-sweep``: only the decode tile sweep;
 * ``--fp8-stage-sweep``: only the FP8 decode at 2-4 K/V stages and 8 or 12 CTAs an SM
-  (``heuristics.FP8_DECODE_STAGES``, ``FP8_DECODE_MIN_BLOCKS``).
+  (``heuristics.FP8_DECODE_STAGES``, ``FP8_DECODE_MIN_BLOCKS``);
+* ``--fp8-prefill-sweep``: only FP8 prefill shapes on the dispatched kernel and the sm_80 mainloop,
+  beside the bf16 call (``sweeps.fp8_prefill_mainloops``).
 """
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only-scheduler", action="store_true", help="only the scheduler entries")
     ap.add_argument("--only-decode-sweep", action="store_true", help="only the decode tile sweep")
     ap.add_argument("--fp8-stage-sweep", action="store_true", help="only the FP8 decode's stage sweep")
+    ap.add_argument("--fp8-prefill-sweep", action="store_true",
+                    help="only FP8 prefill: the dispatched kernel, the sm_80 mainloop and bf16 per shape")
     ap.add_argument("--budget", type=float, default=130.0, help="seconds before remaining entries are skipped")
     ap.add_argument("--flex", choices=("off", "some", "all"), default="off", help="FlexAttention peers (default off)")
     args = ap.parse_args(argv)
@@ -39,6 +43,9 @@ def main(argv=None) -> int:
         return 0
     if args.fp8_stage_sweep:
         sweeps.fp8_stage_sweep()
+        return 0
+    if args.fp8_prefill_sweep:
+        sweeps.fp8_prefill_mainloops()
         return 0
     if args.only_scheduler:
         from kernelgen.apps.bench import suites

@@ -109,3 +109,66 @@ def fp8_stage_sweep(stages=(2, 3, 4), min_blocks=(8, 12)) -> list:
         heuristics.FP8_DECODE_STAGES, heuristics.FP8_DECODE_MIN_BLOCKS = keep
         api.clear_signature_cache()
     return rows
+
+
+#: Shapes of ``fp8_prefill_mainloops``: (name, batch, q tokens a request, keys a request, query heads,
+#: KV heads, head dim, causal, page size (0: packed K/V)).
+FP8_PREFILL_SHAPES = (
+    ("causal_s16k_d128", 1, 16384, 16384, 32, 8, 128, True, 0),
+    ("noncausal_b4_s4k_d128", 4, 4096, 4096, 32, 8, 128, False, 0),
+    ("causal_b8_s2k_d64", 8, 2048, 2048, 32, 8, 64, True, 0),
+    ("causal_b2_s4k_d256", 2, 4096, 4096, 16, 4, 256, True, 0),
+    ("chunked_b4_q2k_k8k_paged16", 4, 2048, 8192, 32, 8, 128, True, 16),
+    ("chunked_b4_q2k_k8k_paged64", 4, 2048, 8192, 32, 8, 128, True, 64),
+)
+
+
+def fp8_prefill_mainloops(shapes=FP8_PREFILL_SHAPES) -> list:
+    """FP8 (e4m3) K/V prefill on each mainloop against the bf16 call (``tools/bench.py
+    --fp8-prefill-sweep``): per shape, interleaved graph replays of the FP8 call as dispatched
+    (``fp8_auto``: the Hopper kernel on an H200), forced to ``arch="sm_80"`` (``fp8_sm80``) and the
+    same call on the bf16 K/V (``bf16``), bf16 q throughout; rows of {"shape", "us": {...},
+    "tflops": {...}, "kernel": the automatic FP8 kernel's name}."""
+    import torch
+
+    import kernelgen
+    from ...front import api
+    from . import suites
+
+    settings = suites.Settings()
+    rows = []
+    for name, b, lq, lk, hq, hkv, d, causal, ps in shapes:
+        torch.manual_seed(3)
+        q = torch.randn(b * lq, hq, d, device="cuda", dtype=torch.bfloat16)
+        cu_q = torch.arange(0, b + 1, device="cuda", dtype=torch.int32) * lq
+        kw = dict(causal=causal)
+        if ps:
+            pages = -(-lk // ps)
+            k = torch.randn(b * pages, ps, hkv, d, device="cuda", dtype=torch.bfloat16)
+            kw.update(page_table=torch.randperm(b * pages, device="cuda", dtype=torch.int32).view(b, pages),
+                      seqused_k=torch.full((b,), lk, device="cuda", dtype=torch.int32))
+            cu_k = None
+        else:
+            k = torch.randn(b * lk, hkv, d, device="cuda", dtype=torch.bfloat16)
+            cu_k = torch.arange(0, b + 1, device="cuda", dtype=torch.int32) * lk
+        v = torch.randn_like(k)
+        k8, ks = suites.quantize_e4m3(k)
+        v8, vs = suites.quantize_e4m3(v)
+        kd, vd = (s.reshape(1, 1).expand(b, hkv).contiguous() for s in (ks, vs))
+        out = torch.empty_like(q)
+
+        def call(kk, vv, **extra):
+            return lambda: kernelgen.varlen_attention(q, kk, vv, cu_q, cu_k, lq, lk, out=out, **kw, **extra)
+        fns = {"fp8_auto": call(k8, v8, k_descale=kd, v_descale=vd),
+               "fp8_sm80": call(k8, v8, k_descale=kd, v_descale=vd, arch="sm_80"),
+               "bf16": call(k, v)}
+        fns["fp8_auto"]()
+        kernel = api._CALLS._last[1].attn.name
+        times = {n: r["us"] for n, r in settings.time_interleaved(fns).items()}
+        pairs = b * (lq * lk - (lq * (lq - 1) // 2 if causal else 0)) if causal else b * lq * lk
+        flops = 4 * hq * d * pairs
+        rows.append({"shape": name, "us": times, "tflops": {n: flops / t / 1e6 for n, t in times.items()},
+                     "kernel": kernel})
+        print(json.dumps(rows[-1]), flush=True)
+        del q, k, v, k8, v8
+    return rows
