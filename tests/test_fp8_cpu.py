@@ -561,16 +561,20 @@ def _descale_fields(f):
             f["v_descale_batch_stride"], f["v_descale_head_stride"])
 
 
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("num_splits", [1, 3])
-def test_plan_run_and_attend_pass_the_descales(fake_cuda, monkeypatch, num_splits):
+def test_plan_run_and_attend_pass_the_descales(fake_cuda, monkeypatch, num_splits, arch):
     """A plan made with kv_dtype: run passes the descales' addresses and strides in the attention
     launch (validating path, then the prepared step with no host sync, also while capturing: new
     values written in place keep the address a captured graph reads), a new tensor its own address,
-    per-tensor and absent descales (0: factor 1); attend passes them too."""
+    per-tensor and absent descales (0: factor 1); attend (packed per launch) passes them too.  Both
+    mainloops (sm_90a: the Hopper kernel's maps lead the same AttnParams)."""
     from fake_cuda import make_plan
-    plan = make_plan(monkeypatch, kv_dtype="e4m3", arch="sm_80", num_splits=num_splits, **_PLAN)
+    plan = make_plan(monkeypatch, kv_dtype="e4m3", arch=arch, num_splits=num_splits, **_PLAN)
+    assert plan.hopper == (arch == "sm_90a")
     q, k, v, cq, ck = _fp8_small_batch()
-    kinds = ["scheduler", "attention_fp8"] + (["combine"] if num_splits > 1 else [])
+    kinds = ["scheduler", "attention_sm90_fp8" if plan.hopper else "attention_fp8"] + \
+        (["combine"] if num_splits > 1 else [])
     kd, vd = torch.rand(2, 2) + 0.5, (torch.rand(2, 2) + 0.5).t()     # v_descale transposed: strides (1, 2)
     out = torch.empty(10, 4, 64, dtype=q.dtype)
     for step in range(3):

@@ -313,6 +313,9 @@ def fp8_specs() -> list:
     out += _with_kv("e4m3", "bf16", 64, hq=8, hkv=2, causal=False, max_q=9, max_k=100)
     for kv, max_q, ps in (("e4m3", 1, 0), ("e5m2", 256, 0), ("e4m3", 256, 16)):   # test_plan_graph_replays_...
         out += _with_kv(kv, "bf16", 128, hq=32, hkv=8, causal=True, max_q=max_q, max_k=2048, paged=True, page_size=ps)
+    out += _with_sinks(_with_kv("e4m3", "bf16", 64, hq=16, hkv=4, causal=True, max_q=300, max_k=700, num_splits=1)
+                       + _with_kv("e4m3", "bf16", 64, hq=16, hkv=4, causal=True, max_q=1, max_k=2000, paged=True,
+                                  page_size=16, num_splits=3))          # test_sinks_with_an_fp8_cache
     for dt, kv in itertools.product(("bf16", "fp16"), ("e4m3", "e5m2")):   # every code, forced to the Hopper kernel
         out += _choose(dt, 128, hq=2, hkv=2, causal=True, max_q=1, max_k=1, kv_dtype=kv)
     return out

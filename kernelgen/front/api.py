@@ -160,10 +160,11 @@ def varlen_attention(
             h]`` (folded into the softmax scale), its values ``v * v_descale[b, h]`` (applied to
             O); out is in q's dtype.  Given with a 16-bit cache they raise ValueError.  The
             kernels read the factors on the device at every launch (CUDA-graph safe); the
-            tensors' addresses are part of the call signature.  FP8 caches run on the sm_80
-            mainloop on every arch (converted to q's dtype as they are loaded into shared
-            memory); ``arch="sm_90a"`` refuses them, and a mixed prefill + decode batch runs as
-            one class (no fused launch).  Non-finite factors raise ValueError under
+            tensors' addresses are part of the call signature.  FP8 values are converted
+            exactly to q's dtype in shared memory: on an H200 prefill-shaped calls TMA can load
+            take the Hopper kernel (its producer warps convert), the others the sm_80 mainloop
+            (``arch="sm_90a"`` raises ValueError for ALiBi, a user variant or pages TMA cannot
+            box); a mixed prefill + decode batch runs as one class (no fused launch).  Non-finite factors raise ValueError under
             ``KERNELGEN_CHECK_INPUTS=1`` only (the values are not read otherwise).
 
     Returns:

@@ -83,10 +83,11 @@ class AttentionPlan:
         kv_dtype: steps pass an FP8 K/V cache (k and v ``torch.float8_e4m3fn`` or
             ``torch.float8_e5m2``; ``dtype`` stays q's and out's, fp16 or bf16): "e4m3" or
             ``torch.float8_e4m3fn``, "e5m2" or ``torch.float8_e5m2``; None (default): k/v in
-            ``dtype``.  The plan runs the sm_80 mainloop's FP8 kernels on every arch (the cache is
-            converted to ``dtype`` as it is loaded into shared memory), as one request class (a
-            mixed prefill + decode plan runs no fused launch; ``arch="sm_90a"`` and
-            ``short_query_tokens`` >= 1 raise ValueError).  Steps pass ``k_descale`` /
+            ``dtype``.  The plan runs FP8 kernels (the cache converted exactly to ``dtype`` in shared
+            memory: the Hopper kernel for prefill-shaped plans on an H200 with packed K/V or a
+            ``page_size`` TMA can box, else the sm_80 mainloop), as one request class (a mixed
+            prefill + decode plan runs no fused launch; ``short_query_tokens`` >= 1 raises
+            ValueError).  Steps pass ``k_descale`` /
             ``v_descale`` (see ``run``); every step's k must have this dtype (ValueError naming
             ``k`` otherwise), and a plan made without ``kv_dtype`` refuses an FP8 k.
 

@@ -229,8 +229,9 @@ def user_params(base, n: int, hopper: bool):
 _TMA_FP8: dict = {}
 
 
-def _tma_fp8(base: ParamStruct) -> TmaParamStruct:
-    """The Hopper kernel's ``TmaAttnParams`` around an FP8 ``AttnParams`` (one instance per base)."""
+def tma_fp8_params(base: ParamStruct) -> TmaParamStruct:
+    """The Hopper kernel's ``TmaAttnParams`` around an FP8 ``AttnParams`` (``fp8_params``' result; one
+    instance per base)."""
     st = _TMA_FP8.get(base.names)
     if st is None:
         st = _TMA_FP8[base.names] = TmaParamStruct(base)
@@ -248,7 +249,7 @@ def attention_params_for(spec):
                            (False, True): ATTENTION_PARAMS_SINKS,
                            (True, True): ATTENTION_PARAMS_ALIBI_SINKS}[alibi, sinks])
         if spec.mainloop == "sm90a":   # (the Hopper FP8 variants take no ALiBi or user variant)
-            return _tma_fp8(base)
+            return tma_fp8_params(base)
         return base if code is None else user_params(base, len(code.tensors), False)
     if code is not None:
         base = {(False, False): ATTENTION_PARAMS, (True, False): ATTENTION_PARAMS_ALIBI,

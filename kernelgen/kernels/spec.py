@@ -23,7 +23,7 @@ UNTESTED_ARCHS = ("sm_100", "sm_120")
 #: Every compile target a spec may name.
 ALL_ARCHS = ARCHS + UNTESTED_ARCHS
 DTYPES = ("fp16", "bf16")
-#: FP8 K/V cache dtypes of the sm_80 mainloop (``AttentionSpec.kv_dtype``): OCP e4m3 (torch's
+#: FP8 K/V cache dtypes (``AttentionSpec.kv_dtype``): OCP e4m3 (torch's
 #: float8_e4m3fn) and e5m2, converted to the 16-bit ``dtype`` as they are loaded.
 KV_DTYPES = ("e4m3", "e5m2")
 HEAD_DIMS = (64, 96, 128, 192, 256)
@@ -153,7 +153,8 @@ class AttentionSpec:
     #: FP8 K/V cache ("e4m3" or "e5m2"; "" = K/V in ``dtype``): the sm_80 mainloop copies each
     #: block's FP8 bytes into shared-memory staging stages (cp.async, the same pipeline depth) and
     #: converts the block it is about to use into one 16-bit K and V tile (exact: every FP8 value
-    #: is a ``dtype`` value); ``k_descale[b, kv head]`` multiplies the softmax scale of a tile, and
+    #: is a ``dtype`` value); the Hopper mainloop TMA-loads them into ``land_stages`` landing
+    #: stages, which producer warps 1-3 convert into its 16-bit K/V ring; ``k_descale[b, kv head]`` multiplies the softmax scale of a tile, and
     #: ``v_descale[b, kv head]`` its O in the epilogue (``params.ATTENTION_PARAMS_FP8``' fields;
     #: null addresses read as 1).  "": absent from the name, template variables and ``to_json``
     #: (every other spec's source and cache key unchanged).

@@ -40,7 +40,8 @@ def attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, capacity
     stride) of an ALiBi kernel's slopes (``params.ATTENTION_PARAMS_ALIBI``); ``sinks``: the sinks'
     address of a sink kernel (``params.ATTENTION_PARAMS_SINKS``); ``user``: the addresses of a user
     variant's tensors (``params.user_params``); ``descale``: an FP8 K/V kernel's descale fields
-    (``kernel_args.descale_fields``, ``params.fp8_params``; sm_80 mainloop, no maps)."""
+    (``kernel_args.descale_fields``, ``params.fp8_params``; on the Hopper kernel after its maps,
+    ``params.tma_fp8_params``)."""
     if sinks is not None:
         if alibi is None:
             struct = ATTENTION_PARAMS_SINKS if maps is None else TMA_ATTENTION_PARAMS_SINKS
@@ -51,7 +52,7 @@ def attention_params(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, md, capacity
     else:
         struct = ATTENTION_PARAMS_ALIBI if maps is None else TMA_ATTENTION_PARAMS_ALIBI
     if descale is not None:   # (the FP8 fields come before a user variant's, as params.attention_params_for)
-        struct = params.fp8_params(struct)
+        struct = params.fp8_params(struct) if maps is None else params.tma_fp8_params(params.fp8_params(struct.inner))
     if user is not None:
         struct = params.user_params(struct.inner if maps is not None else struct, len(user), maps is not None)
     return struct.pack({

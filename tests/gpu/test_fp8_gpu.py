@@ -185,6 +185,35 @@ def test_mixed_prefill_decode_step_runs_as_one_class():
     check(o, lse, ref, ref_lse, BF16, E4M3)
 
 
+@pytest.mark.parametrize("kind", ["prefill", "decode_split"])
+def test_sinks_with_an_fp8_cache(kind):
+    """Attention sinks (gpt-oss) on an FP8 cache: a prefill on the Hopper kernel (the sink in its
+    epilogue) and a split paged decode on the sm_80 mainloop (the sink in the combine kernel)."""
+    from test_sinks_gpu import make_sinks
+    hq, hkv, d = 16, 4, 64
+    if kind == "prefill":
+        qlens, klens = [300, 129], [300, 700]
+        q, k, v, cu_q, cu_k = _packed(qlens, klens, hq, hkv, d, d, BF16, E4M3, 41)
+        kw, maxq = dict(num_splits=1), max(qlens)
+    else:
+        klens = [2000, 35, 900]
+        qlens = [1] * len(klens)
+        q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, hq, hkv, d, d, 16, 43)
+        k, v = kc.to(E4M3), vc.to(E4M3)
+        kw, maxq, cu_k = dict(seqused_k=used, page_table=pt, num_splits=3), 1, None
+    sinks = make_sinks(hq, 2)
+    kd, vd = descales(len(klens), hkv, 9)
+    if kind == "prefill":
+        ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True, k_descale=kd, v_descale=vd, sinks=sinks)
+    else:
+        kk, vv, ck = gather_paged(k, v, pt, used)
+        ref, ref_lse = attention_reference(q, kk, vv, cu_q, ck, causal=True, k_descale=kd, v_descale=vd, sinks=sinks)
+    o, lse = _run(q, k, v, cu_q, cu_k, maxq, max(klens), kd, vd, d, causal=True, sinks=sinks, **kw)
+    check(o, lse, ref, ref_lse, BF16, E4M3)
+    name = prepared().attn.name
+    assert "_kve4m3" in name and "_sinks" in name and ("_wgmma" in name) == (kind == "prefill"), name
+
+
 def test_per_tensor_and_absent_descales_and_new_values_each_call():
     qlens, klens = [5, 1, 40], [900, 300, 40]
     hq, hkv, d = 16, 2, 128

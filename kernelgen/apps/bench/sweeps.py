@@ -131,7 +131,6 @@ def fp8_prefill_mainloops(shapes=FP8_PREFILL_SHAPES) -> list:
     "tflops": {...}, "kernel": the automatic FP8 kernel's name}."""
     import torch
 
-    import kernelgen
     from ...front import api
     from . import suites
 
@@ -158,7 +157,7 @@ def fp8_prefill_mainloops(shapes=FP8_PREFILL_SHAPES) -> list:
         out = torch.empty_like(q)
 
         def call(kk, vv, **extra):
-            return lambda: kernelgen.varlen_attention(q, kk, vv, cu_q, cu_k, lq, lk, out=out, **kw, **extra)
+            return lambda: api.varlen_attention(q, kk, vv, cu_q, cu_k, lq, lk, out=out, **kw, **extra)
         fns = {"fp8_auto": call(k8, v8, k_descale=kd, v_descale=vd),
                "fp8_sm80": call(k8, v8, k_descale=kd, v_descale=vd, arch="sm_80"),
                "bf16": call(k, v)}
