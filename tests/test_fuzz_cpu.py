@@ -422,6 +422,8 @@ def test_sanitize_cases_cover_kernel_families():
     assert {s.kv_dtype for s in fp8} == {"e4m3", "e5m2"}
     assert any(s.paged and s.pack_gqa and s.split and s.tile.block_m == 16 for s in fp8)
     assert any(not s.paged and s.mask == "causal" and s.tile.block_m >= 64 for s in fp8)
+    assert any(s.mainloop == "sm90a" and s.paged for s in fp8) and any(s.mainloop == "sm90a" and not s.paged
+                                                                        for s in fp8)   # the Hopper FP8 kernel
     zero = [c for _, c in fuzz.sanitize_cases() if 0 in c["qlens"] or 0 in c["klens"]]
     assert len(zero) >= 3
 

@@ -908,8 +908,9 @@ def sanitize_cases() -> list:
             seed=111, dtype="bf16", head_dim=64, head_dim_v=64, num_heads_q=8, num_heads_kv=2,
             qlens=[70, 1, 1, 2, 1], klens=[90, 400, 5, 2, 1], kv="paged", page_size=16, spare_pages=2,
             num_splits=0, causal=True, mask="causal"), env={"KERNELGEN_MIXED_SHORT_CTAS": "0"})),
-        # FP8 K/V caches (the sm_80 mainloop's FP8 variants on every arch): paged decode with
-        # pack-GQA, splits and the combine (e4m3), and a causal packed prefill with padding (e5m2)
+        # FP8 K/V caches: paged decode with pack-GQA, splits and the combine (e4m3; the sm_80
+        # mainloop), a causal packed prefill with padding (e5m2) and a chunked paged prefill (e4m3,
+        # TMA page boxes), both on the Hopper kernel on sm_90a (landing stages, producer conversion)
         ("fp8_decode_paged_packgqa_split", case(
             seed=112, dtype="bf16", head_dim=128, head_dim_v=128, num_heads_q=8, num_heads_kv=2,
             qlens=[1, 1, 0, 1], klens=[300, 0, 5, 1000], kv="paged", page_size=16, spare_pages=2,
@@ -917,6 +918,10 @@ def sanitize_cases() -> list:
         ("fp8_prefill_causal_packed", case(
             seed=113, dtype="fp16", head_dim=64, head_dim_v=64, num_heads_q=4, num_heads_kv=2,
             qlens=[37, 0, 130], klens=[37, 5, 200], causal=True, mask="causal", pad_rows=3, kv_dtype="e5m2")),
+        ("fp8_chunked_prefill_paged", case(
+            seed=114, dtype="bf16", head_dim=128, head_dim_v=128, num_heads_q=4, num_heads_kv=2,
+            qlens=[90, 1, 100], klens=[300, 40, 180], kv="paged", page_size=16, spare_pages=2, num_splits=0,
+            causal=True, mask="causal", kv_dtype="e4m3")),
         ("scheduler_sort_many_requests", case(
             seed=107, dtype="bf16", head_dim=64, head_dim_v=64, num_heads_q=2, num_heads_kv=1,
             qlens=[(i * 7) % 9 for i in range(40)], klens=[(i * 11) % 17 for i in range(40)], causal=True,
