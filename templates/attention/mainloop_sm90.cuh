@@ -263,12 +263,13 @@ __device__ __forceinline__ void pack_p(const float (&s)[1][BN / 8][4], u32 (&pa)
 
 // A key block that runs past the request's keys holds rows of whatever follows in k/v (another
 // request, or unused buffer space that may hold NaN/inf): their probabilities are exactly 0,
-// but 0 * inf is NaN in the MMA, so the rows >= valid of the V slot are zeroed before P V.  Each
+// but 0 * inf is NaN in the MMA, so the rows >= valid of the V slot are zeroed before P V (FP8:
+// the converter has written them as zeros, convert_block, and only the barrier is left).  Each
 // consumer warpgroup zeroes the rows itself (both write the same zeros) and orders its writes
 // before its own wgmma reads (proxy fence + a warpgroup barrier).
 __device__ __forceinline__ void zero_v_tail(u32 v_base, int valid, int cg, int wg_tid) {
 #pragma unroll 1
-  for (int h = 0; h < VHALVES; ++h)
+  for (int h = 0; h < (FP8 ? 0 : VHALVES); ++h)
 #pragma unroll 1
     for (int c = valid * 8 + wg_tid; c < BN * 8; c += 128)
       asm volatile("st.shared.v4.u32 [%0], { %1, %1, %1, %1};\n" ::"r"(v_base + h * KV_HALF + c * 16), "r"(0u)
@@ -626,17 +627,21 @@ __device__ __forceinline__ void producer_loop_gather(const AttnParams& p, const 
 // eight consecutive rows (distinct banks under the 64-byte swizzle) and write the two 16-bit chunks
 // 2c, 2c + 1 of those rows at (2c) ^ (r & 7) and (2c + 1) ^ (r & 7) in the 128-byte swizzle the
 // wgmma descriptors read (distinct banks again).  The values are exact (fp8x4_to_16).
+// Rows >= valid (keys past the request's end, in the last block) are written as zeros: the V
+// rows' probabilities are 0 there but 0 * a stray value could be NaN in the MMA (zero_v_tail's job
+// on the other paths, done here so that only the converter writes the slot).
 template <int NH>
-__device__ __forceinline__ void convert_block(u32 dst, u32 src, int tid) {
+__device__ __forceinline__ void convert_block(u32 dst, u32 src, int tid, int valid = BN) {
   constexpr int CHUNKS = NH * BN * 4;
 #pragma unroll 1
   for (int c = tid; c < CHUNKS; c += NCONV) {
     const int h = c / (BN * 4), rem = c - h * (BN * 4);
     const int cc = rem / BN, r = rem - cc * BN;
-    u32 x0, x1, x2, x3;
-    asm volatile("ld.shared.v4.u32 { %0, %1, %2, %3}, [%4];\n"
-                 : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)
-                 : "r"(src + h * K8_HALF + r * 64 + ((cc ^ ((r >> 1) & 3)) << 4)));
+    u32 x0 = 0u, x1 = 0u, x2 = 0u, x3 = 0u;   // FP8 code 0 is +0
+    if (r < valid)
+      asm volatile("ld.shared.v4.u32 { %0, %1, %2, %3}, [%4];\n"
+                   : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)
+                   : "r"(src + h * K8_HALF + r * 64 + ((cc ^ ((r >> 1) & 3)) << 4)));
     u32 y[8];
     fp8x4_to_16(x0, y[0], y[1]);
     fp8x4_to_16(x1, y[2], y[3]);
@@ -681,7 +686,7 @@ __device__ __forceinline__ void producer_loop_convert(const AttnParams& p, int* 
       convert_block<HALVES>(sb + OFF_K + stage * K_BYTES, land, tid);
       gather_publish(bar_k_full(sb, stage));
       mbar_wait(bar_v_empty(sb, stage), phase ^ 1, 4);
-      convert_block<VHALVES>(sb + OFF_V + stage * V_BYTES, land + K8_BYTES, tid);
+      convert_block<VHALVES>(sb + OFF_V + stage * V_BYTES, land + K8_BYTES, tid, min(BN, ti.seqlen_k - n * BN));
       gather_publish(bar_v_full(sb, stage));
       mbar_arrive(bar_land_empty(sb, ls));
       if (++stage == STAGES) {
