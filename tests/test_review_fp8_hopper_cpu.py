@@ -179,3 +179,46 @@ def test_forced_hopper_fp8_with_a_user_variant_names_it(fake_cuda):
     kernelgen.varlen_attention(q, k, v, cq, ck, 150, 300, causal=True, variant=var)
     assert [a.kind for a in _attn(fake_cuda)] == ["attention_fp8_variant0"]
 
+
+# ----------------------------------------------------------------------------- the docs
+from pathlib import Path   # noqa: E402
+import re   # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_cli_md_counts_the_fp8_kernels_serving_warmup_adds_on_sm90a():
+    """docs/cli.md: "`--serving --kv-dtype e4m3` adds N kernels for `sm_90a`" -- what ``kernelgen
+    warmup`` builds (cmd_warmup's warmup_specs call with the parser's defaults).  It said 320, the
+    count from when FP8 ran on the sm_80 mainloop only (sm_80's count); the Hopper FP8 kernels add more."""
+    from kernelgen.apps import cli
+    from kernelgen.selection.catalog import warmup_specs
+
+    m = re.search(r"`--serving --kv-dtype e4m3` adds (\d+) kernels for `sm_90a`", (REPO / "docs/cli.md").read_text())
+    assert m is not None
+
+    def count(argv):
+        a = cli.build_parser().parse_args(["warmup", "--arch", "sm_90a", "--serving", *argv])
+        return len(warmup_specs("sm_90a", a.head_dim, a.dtype, a.causal, a.layout, phases=["prefill", "chunked", "decode"],
+                                gqas=[1, 4, 8], paged=[False, True], page_sizes=a.page_size,
+                                **({"kv_dtypes": a.kv_dtype} if a.kv_dtype else {})))
+    assert int(m.group(1)) == count(["--kv-dtype", "e4m3"]) - count([])
+
+
+def test_api_md_fp8_section_says_prefill_runs_on_the_hopper_kernel():
+    """docs/api.md "FP8 K/V caches": the table row "mainloop" and the status paragraph said every
+    FP8 call runs the sm_80 mainloop and that arch="sm_90a" raises ValueError; prefill-shaped FP8
+    calls now take the Hopper kernel on an H200 (decide) and arch="sm_90a" forces it."""
+    import sys
+    sys.path.insert(0, str(REPO / "tests"))
+    from test_decide import H200, sig
+    from kernelgen.selection import decide
+
+    r = decide.decide(sig(kv_dtype="e4m3", arch="sm_90a"), H200)          # no ValueError
+    assert [s.mainloop for s in r.specs if s.kind == "attention"] == ["sm90a"]
+    text = (REPO / "docs/api.md").read_text()
+    section = text[text.index("### FP8 K/V caches"):text.index("### User variants")]
+    (row,) = [ln for ln in section.splitlines() if ln.startswith("| mainloop |")]
+    assert "Hopper" in row and "the sm_80 mainloop on every arch" not in row, row
+    flat = " ".join(section.split())
+    assert "an FP8 prefill runs on the sm_80 mainloop on the H200 too" not in flat
