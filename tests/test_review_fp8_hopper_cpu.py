@@ -222,3 +222,18 @@ def test_api_md_fp8_section_says_prefill_runs_on_the_hopper_kernel():
     assert "Hopper" in row and "the sm_80 mainloop on every arch" not in row, row
     flat = " ".join(section.split())
     assert "an FP8 prefill runs on the sm_80 mainloop on the H200 too" not in flat
+
+
+def test_forced_hopper_fp8_with_gather_options_names_the_options_not_the_page_size():
+    """KERNELGEN_SM90_OPTS with "g" makes paged calls gather rows, which the FP8 Hopper kernel cannot:
+    the forced call's ValueError named "pages TMA boxes do not fit (page_size 16, block_n 128)",
+    although they fit (the options are the reason)."""
+    from kernelgen.selection import heuristics as H
+    kw = dict(num_heads_q=8, num_heads_kv=2, max_seqlen_q=500, max_seqlen_k=900, paged=True, page_size=16,
+              kv_dtype="e4m3", mainloop="sm90a")
+    assert H.choose("sm_90a", "bf16", 128, 128, **kw).attention.mainloop == "sm90a"
+    with pytest.raises(ValueError, match=r"FP8 K/V cache \(e4m3\) with rows gathered .* ask for 'g'") as e:
+        H.choose("sm_90a", "bf16", 128, 128, sm90_opts="gp", **kw)
+    assert "do not fit" not in str(e.value)
+    with pytest.raises(ValueError, match=r"pages TMA boxes do not fit \(page_size 24, block_n 128\)"):
+        H.choose("sm_90a", "bf16", 128, 128, **{**kw, "page_size": 24})
