@@ -413,7 +413,10 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
         t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, tile, sm90_opts, kv_dtype)
         if not why and kv_dtype and (alibi or variant is not None or "g" in opts):
             why = (f"an FP8 K/V cache ({kv_dtype}) with " + ("ALiBi" if alibi else "a user variant" if variant is not None
-                   else f"pages TMA boxes do not fit (page_size {page_size}, block_n {t.block_n})"))
+                   else f"pages TMA boxes do not fit (page_size {page_size}, block_n {t.block_n})"
+                   if not sm90_paged_tma_fits(page_size, t.block_n)
+                   else f"rows gathered through the page table (the Hopper options {opts!r} ask for 'g', "
+                        f"KERNELGEN_SM90_OPTS)"))
         if mainloop == "sm90a" and why:
             raise ValueError(f"the Hopper (sm_90a) path does not support this call: {why}")
         if not why:
