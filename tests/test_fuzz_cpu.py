@@ -531,3 +531,19 @@ def test_tensor_parallel_sharding_on_cpu():
             got, got_lse = torch.cat(outs, dim=1), torch.cat(lses, dim=0)
             assert torch.allclose(got, full, atol=1e-12, rtol=0, equal_nan=True)
             assert torch.allclose(got_lse, full_lse, atol=1e-12, rtol=0, equal_nan=True)
+
+
+def test_case_recipe_takes_tma_compatibility_from_the_built_inputs(cases):
+    """case_recipe's ``tma_ok`` comes from the inputs build_inputs makes (the strided views keep
+    16-byte strides: TMA-compatible), so the prewarmed kernels are the ones the call runs (before,
+    every strided case was assumed to take the sm_80 path)."""
+    from kernelgen.kernels import tma
+    strided = [c for c in cases if c["strided"]]
+    assert strided
+    for c in strided[:60]:
+        inp = fuzz.build_inputs(c, "meta")
+        assert fuzz._tma_ok(c) == all(tma.tma_compatible(inp[n]) for n in ("q", "k", "v"))
+    assert any(fuzz._tma_ok(c) for c in strided)
+    hopper = [c for c in strided[:200] if fuzz._tma_ok(c) and (r := fuzz.case_recipe(c, "sm_90a", 132)) is not None
+              and any(getattr(s, "mainloop", "") == "sm90a" for s in r.specs)]
+    assert hopper, "some strided case takes the Hopper kernel"

@@ -353,11 +353,21 @@ def case_recipe(case: dict, arch: str, num_sms: int):
         num_heads_q=case["num_heads_q"], num_heads_kv=case["num_heads_kv"], mask=mask, window_left=left,
         layout=case["layout"], max_seqlen_q=mq, max_seqlen_k=mk, paged=paged,
         page_size=case["page_size"] if paged else 0, softcap=case["softcap"] > 0, pack_gqa=case["pack_gqa"],
-        num_splits=case["num_splits"], short_query_tokens=None, arch=None, tma_ok=not case["strided"],
+        num_splits=case["num_splits"], short_query_tokens=None, arch=None, tma_ok=_tma_ok(case),
         batch=len(case["qlens"]), rows=total_q, sort=case["sort"], head_swizzle=case["head_swizzle"],
         **({"kv_dtype": case["kv_dtype"]} if case.get("kv_dtype") else {}))
     device = Device(f"fuzz {arch}", _CAPABILITY[arch], num_sms, 50 * 2 ** 20)
     return decide.decide(sig, device, Settings.from_env())
+
+
+def _tma_ok(case: dict) -> bool:
+    """Whether the Hopper kernel's TMA can address the case's q/k/v (``tma.tma_compatible``, as
+    ``varlen_attention`` decides it), from the same shapes and strides ``build_inputs`` gives the
+    real tensors (its "meta" build: no memory).  The strided views keep 16-byte strides, so most
+    strided cases are TMA-compatible too."""
+    from kernelgen.kernels import tma
+    inp = build_inputs(case, "meta")
+    return all(tma.tma_compatible(inp[n]) for n in ("q", "k", "v"))
 
 
 def case_specs(case: dict, arch: str, num_sms: int) -> list:
