@@ -1,13 +1,14 @@
 // ---- attention/variant_sm90.cuh: the Hopper (sm_90a) attention variant in namespace {{ v.ns }} ----
 // A CTA is one producer warpgroup (warp 0 issues the TMA loads; warps 1-3 only give their
-// registers back) and NW / 4 consumer warpgroups of 64 query rows each, which share one Q tile of
-// BM rows and each K/V block of BN keys.  Supported here: packed or paged K/V, head_dim ==
-// head_dim_v in {64, 96, 128, 192, 256} or 192 x 128, no mask, causal or a sliding window
-// (local), with or without soft-cap, split-KV (fp32 partials and their LSE for the combine
-// kernel, as on the sm_80 path); no pack-GQA (the dispatcher sends every other variant to the
-// sm_80 path).  Paged K/V: TMA of whole blocks inside one page (page_size a multiple of BN), or
-// (option "g", GATHER) all four producer warps gather key rows with cp.async into the same
-// swizzled layout (any page size).
+// registers back, or convert an FP8 cache's blocks) and NW / 4 consumer warpgroups of 64 query
+// rows each, which share one Q tile of BM rows and each K/V block of BN keys.  Supported here:
+// packed or paged K/V (16-bit, or FP8 converted by the producer warps), head_dim == head_dim_v in
+// {64, 96, 128, 192, 256} or 192 x 128, no mask, causal or a sliding window (local), with or
+// without soft-cap, split-KV (fp32 partials and their LSE for the combine kernel, as on the sm_80
+// path); no pack-GQA (the dispatcher sends every other variant to the sm_80 path).  Paged K/V:
+// TMA of whole blocks inside one page (page_size a multiple of BN), or (option "g", GATHER, 16-bit
+// caches only) all four producer warps gather key rows with cp.async into the same swizzled
+// layout (any page size).
 namespace {{ v.ns }} {
 
 constexpr int D = {{ v.head_dim }};                      // head dim of Q and K
