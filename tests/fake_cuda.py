@@ -288,37 +288,48 @@ class FakeGraphDriver:
         return 0
 
 
-def _variant_func(spec) -> int:
-    """A function id (and kind name, in FUNC / KIND / PARAMS) for a user variant kernel's parameter
-    struct (``params.user_params``: the base AttnParams, then user0..user{n-1}): kinds
-    ``attention[_sm90]_variant{n}[_alibi][_sinks]``."""
-    sm90 = spec.mainloop == "sm90a"
-    kind = ("attention" + ("_sm90" if sm90 else "") + f"_variant{len(spec.variant.tensors)}"
-            + ("_alibi" if spec.alibi else "") + ("_sinks" if spec.sinks else ""))
+def _kind_func(kind: str, spec, base: int, marker: str) -> int:
+    """The function id of a kernel kind registered on first use (FUNC / KIND / PARAMS): ids from
+    ``base`` on, one 0x100 step per kind containing ``marker``; the parameter struct is the spec's
+    (``attention_params_for``), seen past the maps on the Hopper kernel."""
     if kind not in FUNC:
-        func = 0x10000 + 0x100 * len([k for k in FUNC if "_variant" in k])
+        func = base + 0x100 * len([k for k in FUNC if marker in k])
         FUNC[kind] = func
         KIND[func] = kind
         st = attention_params_for(spec)
-        PARAMS[kind] = _tma_wrap(st, st.inner) if sm90 else st
+        PARAMS[kind] = _tma_wrap(st, st.inner) if spec.mainloop == "sm90a" else st
     return FUNC[kind]
+
+
+def _variant_func(spec) -> int:
+    """A user variant kernel's function id (``params.user_params``: the base AttnParams, then
+    user0..user{n-1}): kinds ``attention[_sm90]_variant{n}[_alibi][_sinks]``."""
+    kind = ("attention" + ("_sm90" if spec.mainloop == "sm90a" else "") + f"_variant{len(spec.variant.tensors)}"
+            + ("_alibi" if spec.alibi else "") + ("_sinks" if spec.sinks else ""))
+    return _kind_func(kind, spec, 0x10000, "_variant")
 
 
 def _fp8_func(spec) -> int:
-    """A function id (and kind name) for an FP8 K/V kernel's parameter struct (``params.fp8_params``):
-    kinds ``attention_fp8[_variant{n}][_alibi][_sinks]`` (sm_80 mainloop) and
-    ``attention_sm90_fp8[_sinks]`` (the Hopper kernel: maps + AttnParams)."""
-    sm90 = spec.mainloop == "sm90a"
-    kind = ("attention" + ("_sm90" if sm90 else "") + "_fp8"
+    """An FP8 K/V kernel's function id (``params.fp8_params``): kinds
+    ``attention_fp8[_variant{n}][_alibi][_sinks]`` (sm_80 mainloop) and ``attention_sm90_fp8[_sinks]``
+    (the Hopper kernel: maps + AttnParams)."""
+    kind = ("attention" + ("_sm90" if spec.mainloop == "sm90a" else "") + "_fp8"
             + ("" if spec.variant is None else f"_variant{len(spec.variant.tensors)}")
             + ("_alibi" if spec.alibi else "") + ("_sinks" if spec.sinks else ""))
-    if kind not in FUNC:
-        func = 0x40000 + 0x100 * len([k for k in FUNC if "_fp8" in k])
-        FUNC[kind] = func
-        KIND[func] = kind
-        st = attention_params_for(spec)
-        PARAMS[kind] = _tma_wrap(st, st.inner) if sm90 else st
-    return FUNC[kind]
+    return _kind_func(kind, spec, 0x40000, "_fp8")
+
+
+def no_host_sync():
+    """A MonkeyPatch in which reading a tensor's values on the host raises (``undo()`` ends it):
+    the prepared and captured steps must not sync."""
+    import pytest
+
+    def boom(*a, **kw):
+        raise AssertionError("host sync")
+    m = pytest.MonkeyPatch()
+    for name in ("item", "tolist", "__bool__", "cpu"):
+        m.setattr(torch.Tensor, name, boom)
+    return m
 
 
 def _fake_load(spec, device):

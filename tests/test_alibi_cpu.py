@@ -277,15 +277,6 @@ def test_alibi_variants_compile_without_spills(name):
 
 
 # ----------------------------------------------------------------------------- AttentionPlan
-def _no_host_sync():
-    def boom(*a, **kw):
-        raise AssertionError("host sync")
-    m = pytest.MonkeyPatch()
-    for name in ("item", "tolist", "__bool__", "cpu"):
-        m.setattr(torch.Tensor, name, boom)
-    return m
-
-
 def test_plan_run_and_attend_pass_the_slopes(fake_cuda, monkeypatch):
     """A paged mixed plan made with alibi=True: ALiBi kernels (the classes in turn on the fake
     H200), the slopes' address in every attention launch, a repeated step (also while capturing)
@@ -303,7 +294,7 @@ def test_plan_run_and_attend_pass_the_slopes(fake_cuda, monkeypatch):
     for step in range(3):
         fake_cuda.clear()
         fake_cuda.capturing = step == 2
-        guard = _no_host_sync() if step else pytest.MonkeyPatch()
+        guard = fake_cuda_mod.no_host_sync() if step else pytest.MonkeyPatch()
         try:
             plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, alibi_slopes=slopes)
         finally:

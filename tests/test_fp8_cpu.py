@@ -510,15 +510,6 @@ def test_mixed_paged_fp8_batch_runs_as_one_class(fake_cuda, arch, kind):
 
 
 # ----------------------------------------------------------------------------- AttentionPlan
-def _no_host_sync():
-    def boom(*a, **kw):
-        raise AssertionError("host sync")
-    m = pytest.MonkeyPatch()
-    for name in ("item", "tolist", "__bool__", "cpu"):
-        m.setattr(torch.Tensor, name, boom)
-    return m
-
-
 _PLAN = dict(max_batch=4, num_heads_q=4, num_heads_kv=2, head_dim=64, max_seqlen_q=7, max_seqlen_k=1988, causal=True)
 
 
@@ -580,7 +571,7 @@ def test_plan_run_and_attend_pass_the_descales(fake_cuda, monkeypatch, num_split
     for step in range(3):
         fake_cuda.clear()
         fake_cuda.capturing = step == 2
-        guard = _no_host_sync() if step else pytest.MonkeyPatch()
+        guard = fake_cuda_mod.no_host_sync() if step else pytest.MonkeyPatch()
         try:
             res = plan.run(q, k, v, cq, ck, out=out, k_descale=kd, v_descale=vd)
         finally:
@@ -782,7 +773,7 @@ def test_compat_ignores_fa3s_unused_descales_without_reading_them(fake_cuda):
     q, k, v, cq, ck = _fp8_small_batch()
     kd, qd = torch.ones(2, 2), torch.ones(()).expand(2, 2)
     compat.flash_attn_varlen_func(q, k, v, cq, ck, 7, 1988, q_descale=qd, k_descale=kd, v_descale=kd)
-    guard = _no_host_sync()
+    guard = fake_cuda_mod.no_host_sync()
     try:
         compat.flash_attn_varlen_func(q, k, v, cq, ck, 7, 1988, q_descale=qd, k_descale=kd, v_descale=kd)
         q16, k16, v16, cq16, ck16 = fake_cuda_mod.small_batch()

@@ -175,16 +175,6 @@ def _lse_ptrs(rec):
     return ptrs
 
 
-def _no_host_sync():
-    """A context in which reading a tensor's values on the host raises."""
-    def boom(*a, **kw):
-        raise AssertionError("host sync")
-    m = pytest.MonkeyPatch()
-    for name in ("item", "tolist", "__bool__", "cpu"):
-        m.setattr(torch.Tensor, name, boom)
-    return m
-
-
 CASES = fake_cuda_mod.single_class_cases("_sinks", combine="combine_sinks")
 
 
@@ -199,7 +189,7 @@ def test_varlen_attention_fuses_sinks(fake_cuda, applied, monkeypatch, case, ret
     out = torch.ones(10, 4, 64, dtype=BF16)
     for i in range(2):                       # the validating path, then the prepared call's fast path
         fake_cuda.clear()
-        guard = _no_host_sync() if i else pytest.MonkeyPatch()
+        guard = fake_cuda_mod.no_host_sync() if i else pytest.MonkeyPatch()
         try:
             res = kernelgen.varlen_attention(q, k, v, cq, ck, 7, 1988, causal=True, out=out,
                                              return_lse=return_lse, sinks=sinks, **kw)
@@ -314,7 +304,7 @@ def test_plan_run_applies_sinks(fake_cuda, applied, monkeypatch, with_lse):
         out, lse = out0.clone(), lse0.clone()
         if not with_lse:
             plan._sink_lse[:hq * tq].copy_(lse0.flatten())
-        guard = _no_host_sync() if step else pytest.MonkeyPatch()
+        guard = fake_cuda_mod.no_host_sync() if step else pytest.MonkeyPatch()
         try:
             if with_lse:
                 res = plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out, lse=lse, sinks=sinks)
@@ -571,7 +561,7 @@ def test_single_class_plan_runs_the_sink_kernels(fake_cuda, applied, monkeypatch
     sinks, sinks2 = torch.zeros(4), torch.ones(4)
     for i, (s, want) in enumerate([(sinks, sinks), (sinks, sinks), (sinks2, sinks2), (None, plan._no_sinks)]):
         fake_cuda.clear()
-        guard = _no_host_sync() if i == 1 else pytest.MonkeyPatch()
+        guard = fake_cuda_mod.no_host_sync() if i == 1 else pytest.MonkeyPatch()
         try:
             out = plan.run(q, k, v, cq, ck, sinks=s)
         finally:
