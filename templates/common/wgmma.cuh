@@ -75,6 +75,43 @@ __device__ __forceinline__ void wgmma_rs_n{{ n }}(float* d, const u32* a, u64 db
 }
 {%- endmacro %}
 
+{% macro wgmma_ss8(n, at, bt) -%}
+// FP8 (issue 24, design variant B): D(64 x {{ n }}) (+)= A(64 x 32, smem, K-major, {{ at }}) *
+// B(32 x {{ n }}, smem, K-major, {{ bt }}); no transpose immediates (8-bit operands are K-major
+// only).  A k32 step is 32 bytes, as a k16 step of 16-bit operands, so the descriptors are the same.
+__device__ __forceinline__ void wgmma_ss8_n{{ n }}_{{ at }}_{{ bt }}(float* d, u64 da, u64 db, int scale_d) {
+  asm volatile(
+      "{ .reg .pred p; setp.ne.b32 p, %{{ n // 2 + 2 }}, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n{{ n }}k32.f32.{{ at }}.{{ bt }} "
+      "{ {% for i in range(n // 2) %}%{{ i }}{{ ", " if not loop.last else "" }}{% endfor %}}, "
+      "%{{ n // 2 }}, %{{ n // 2 + 1 }}, p, 1, 1; }\n"
+      : {% for i in range(n // 2) %}"+f"(d[{{ i }}]){{ ", " if not loop.last else "" }}{% endfor %}
+
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+{%- endmacro %}
+
+{% macro wgmma_rs8(n, at, bt) -%}
+// FP8: D(64 x {{ n }}) += A(64 x 32, registers, {{ at }}: four bytes a register, rows g / g + 8,
+// k 4t..4t+3 and 16+4t..) * B(32 x {{ n }}, smem, K-major, {{ bt }}: V^T, keys contiguous).
+__device__ __forceinline__ void wgmma_rs8_n{{ n }}_{{ at }}_{{ bt }}(float* d, const u32* a, u64 db) {
+  asm volatile(
+      "{ .reg .pred p; setp.ne.b32 p, %{{ n // 2 + 5 }}, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n{{ n }}k32.f32.{{ at }}.{{ bt }} "
+      "{ {% for i in range(n // 2) %}%{{ i }}{{ ", " if not loop.last else "" }}{% endfor %}}, "
+      "{ %{{ n // 2 }}, %{{ n // 2 + 1 }}, %{{ n // 2 + 2 }}, %{{ n // 2 + 3 }}}, %{{ n // 2 + 4 }}, p, 1, 1; }\n"
+      : {% for i in range(n // 2) %}"+f"(d[{{ i }}]){{ ", " if not loop.last else "" }}{% endfor %}
+
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+{%- endmacro %}
+
+{% for n, at, bt in (wgmma8_ss_shapes if wgmma8_ss_shapes is defined else []) %}
+{{ wgmma_ss8(n, at, bt) }}
+{% endfor %}
+{% for n, at, bt in (wgmma8_rs_shapes if wgmma8_rs_shapes is defined else []) %}
+{{ wgmma_rs8(n, at, bt) }}
+{% endfor %}
 {% for n in wgmma_ss_shapes %}
 {{ wgmma_ss(n) }}
 {% endfor %}
