@@ -23,6 +23,10 @@ def swz128(addr: int) -> int:
     return addr ^ ((addr >> 3) & 0x70)
 
 
+def swz64(addr: int) -> int:
+    return addr ^ ((addr >> 3) & 0x30)
+
+
 def test_vt_key_is_a_permutation_matching_the_accumulators():
     assert sorted(vt_key(p) for p in range(32)) == list(range(32))
     for t in range(4):          # a thread's keys in the group: its accumulator columns
@@ -44,7 +48,7 @@ def pack_p8(s_frag):
     return out
 
 
-@pytest.mark.parametrize("nb,dv", [(128, 128), (256, 128)])
+@pytest.mark.parametrize("nb,dv", [(128, 128), (256, 128), (128, 64), (128, 256)])
 def test_packed_p_times_transposed_v_is_p_v(nb, dv):
     rng = np.random.default_rng(nb)
     P = rng.integers(-4, 5, size=(16, nb)).astype(np.float64)      # one warp's 16 rows (exact values)
@@ -61,10 +65,10 @@ def test_packed_p_times_transposed_v_is_p_v(nb, dv):
                     A[row, 32 * i + k0 + byte] = regs[r][byte]
     assert not np.isnan(A).any()
     # V^T as transpose_v8 writes it (position p of the block <- key (p & ~31) + vt_key(p & 31))
-    land = np.zeros(nb * 128, dtype=np.int64)
+    land = np.zeros(nb * dv, dtype=np.int64)      # variant A's landing stage: 64-dim blocks, 64-byte swizzle
     for key in range(nb):
         for d in range(dv):
-            land[swz128(key * 128 + d)] = V[key, d]
+            land[(d >> 6) * nb * 64 + swz64(key * 64 + (d & 63))] = V[key, d]
     vt = np.full(nb // 128 * dv * 128, 99, dtype=np.int64)
     load_banks, store_banks = {}, {}
     for u in range((nb // 4) * (dv // 4)):
@@ -74,8 +78,9 @@ def test_packed_p_times_transposed_v_is_p_v(nb, dv):
         w = []
         for e in range(4):
             key = (p0 & ~31) + vt_key((p0 & 31) + e)
-            a = key * 128 + ((((d0 >> 4) ^ (key & 7)) << 4) | (d0 & 15))
-            assert a == swz128(key * 128 + d0)
+            c = (d0 & 63) >> 4
+            a = (d0 >> 6) * (nb * 64) + key * 64 + (((c ^ ((key >> 1) & 3)) << 4) | (d0 & 15))
+            assert a == (d0 >> 6) * nb * 64 + swz64(key * 64 + (d0 & 63))
             w.append(land[a:a + 4])
             load_banks.setdefault((step, e), []).append((a // 4) % 32)
         for i in range(4):
@@ -85,10 +90,13 @@ def test_packed_p_times_transposed_v_is_p_v(nb, dv):
             assert a == cb * dv * 128 + swz128(row * 128 + b)
             vt[a:a + 4] = [w[e][i] for e in range(4)]
             store_banks.setdefault((step, i), []).append((a // 4) % 32)
-    # every unit written once, each warp load conflict-free, each store at most 4-way
+    # every unit written once; bank conflicts of a warp's loads and stores (ways: the most threads
+    # on one bank)
     assert (vt != 99).all()
-    assert all(len(set(b)) == 32 for b in load_banks.values())
-    assert all(max(np.bincount(b)) <= 4 for b in store_banks.values())
+    ways_ld = max(max(np.bincount(b)) for b in load_banks.values())
+    ways_st = max(max(np.bincount(b)) for b in store_banks.values())
+    print(f"transpose_v8 nb {nb} dv {dv}: loads {ways_ld}-way, stores {ways_st}-way")
+    assert ways_ld <= 2 and ways_st <= 4
     # B operand (K-major, k = position): B[p][n] read back through the 128-byte swizzle
     B = np.array([[vt[(p >> 7) * dv * 128 + swz128(n * 128 + (p & 127))] for n in range(dv)] for p in range(nb)])
     np.testing.assert_array_equal(A @ B, P @ V)

@@ -51,19 +51,19 @@ __device__ __forceinline__ void transpose4x4(const u32 (&w)[4], u32 (&out)[4]) {
   out[3] = __byte_perm(t2, t3, 0x7632);
 }
 
-// One V block, FP8 rows as TMA lands them (NK keys x ND = 128 head dims: rows of 128 bytes,
-// 128-byte swizzle: chunk c of row r at c ^ (r % 8)), into V^T (ND rows x
-// NK keys in column blocks of 128 keys, ND rows x 128 bytes each, 128-byte swizzle; keys permuted
-// by vt_key inside every 32-key group).  A unit is 4 V^T positions x 4 head dims: four 32-bit
-// loads (one a key), a 4 x 4 byte transpose, four 32-bit stores (one a head dim).  Keys >= valid
-// are written as zeros.  Thread tid of nthr takes units tid, tid + nthr, ...; the 32 units of a
-// warp's step are 4 position quads x 8 head-dim quads (lane & 3, lane >> 2), which makes every load
-// conflict-free under the 128-byte swizzle and the stores 4-way (tests/test_fp8_mma_cpu.py counts
-// them; ldmatrix.trans / stmatrix would do better: FlashAttention-3's way, to measure on the GPU).
+// One V block, FP8 rows as the Hopper kernel's landing stages hold them (NK keys x ND head dims in
+// column blocks of 64 dims, NK rows x 64 bytes each, TMA's 64-byte swizzle: chunk c of row r at
+// c ^ ((r >> 1) & 3); variant A's layout, mainloop_sm90.cuh), into V^T (ND rows x NK keys in
+// column blocks of 128 keys, ND rows x 128 bytes each, 128-byte swizzle; keys permuted by vt_key
+// inside every 32-key group).  A unit is 4 V^T positions x 4 head dims: four 32-bit loads (one a
+// key), a 4 x 4 byte transpose, four 32-bit stores (one a head dim).  Keys >= valid are written as
+// zeros.  Thread tid of nthr takes units tid, tid + nthr, ...; the 32 units of a warp's step are
+// 4 position quads x 8 head-dim quads (lane & 3, lane >> 2); tests/test_fp8_mma_cpu.py counts the
+// bank conflicts this gives (ldmatrix.trans / stmatrix, FlashAttention-3's way, would do better:
+// to measure on the GPU).
 template <int NK, int ND>
 __device__ __forceinline__ void transpose_v8(u32 vt, u32 land, int tid, int nthr, int valid) {
-  static_assert(NK % 128 == 0 && ND == 128, "V^T blocks of 128 keys, 128-byte V rows (head dim 128)");
-  static_assert(((NK / 4) * (ND / 4)) % 32 == 0, "whole warp steps");
+  static_assert(NK % 128 == 0 && ND % 64 == 0, "V^T blocks of 128 keys, 64-dim landing blocks");
   constexpr int UNITS = (NK / 4) * (ND / 4);
 #pragma unroll 1
   for (int u = tid; u < UNITS; u += nthr) {
@@ -76,7 +76,8 @@ __device__ __forceinline__ void transpose_v8(u32 vt, u32 land, int tid, int nthr
       const int key = (p0 & ~31) + vt_key((p0 & 31) + e);
       w[e] = 0u;
       if (key < valid) {
-        const u32 a = land + key * 128 + ((((d0 >> 4) ^ (key & 7)) << 4) | (d0 & 15));
+        const int c = (d0 & 63) >> 4;
+        const u32 a = land + (d0 >> 6) * (NK * 64) + key * 64 + (((c ^ ((key >> 1) & 3)) << 4) | (d0 & 15));
         asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(w[e]) : "r"(a));
       }
     }
