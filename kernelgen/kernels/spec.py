@@ -159,6 +159,10 @@ class AttentionSpec:
     #: null addresses read as 1).  "": absent from the name, template variables and ``to_json``
     #: (every other spec's source and cache key unchanged).
     kv_dtype: str = ""
+    #: FP8 tensor-core GEMMs on the Hopper kernel (design variant B; branch fp8-mma, experimental):
+    #: q in e4m3 too (its descale folded into ``k_descale`` by the caller), S and P V on FP8 wgmma,
+    #: K read from the landing stages, V transposed into an FP8 V^T ring; ``dtype`` is the output's.
+    fp8_mma: bool = False
 
     kind: ClassVar[str] = "attention"
     entry: ClassVar[str] = "kg_attention_fwd"
@@ -209,6 +213,9 @@ class AttentionSpec:
         for flag in ("pack_gqa",):
             if getattr(self, flag):
                 return flag
+        if self.fp8_mma and (not self.kv_dtype or self.head_dim != self.head_dim_v or self.head_dim % 64
+                             or t.block_n % 128):
+            return "fp8_mma needs kv_dtype, head_dim == head_dim_v a multiple of 64 and 128-key blocks"
         if self.kv_dtype and (self.alibi or self.variant is not None or "g" in self.sm90_opts):
             return (f"kv_dtype {self.kv_dtype!r} with ALiBi, a user variant or gathered rows (option 'g'): "
                     f"those FP8 calls run on the sm_80 mainloop")
@@ -272,6 +279,9 @@ class AttentionSpec:
         t = self.tile
         if self.mainloop == "sm90a":
             dp, dvp = sm90_padded(self.head_dim), sm90_padded(self.head_dim_v)
+            if self.fp8_mma:   # Q8, V^T slots, landing stages (K read there)
+                return dp * t.block_m + t.num_stages * dvp * t.block_n + self.land_stages * t.block_n * (dp + dvp) \
+                    + 256 + 1024
             ring = 2 * (dp * (t.block_m + t.num_stages * t.block_n) + dvp * t.num_stages * t.block_n) + 256 + 1024
             return ring + self.land_stages * t.block_n * (dp + dvp)
         sq, sv = self.head_dim + 8, self.head_dim_v + 8
@@ -290,6 +300,8 @@ class AttentionSpec:
         if self.mainloop != "sm90a" or not self.kv_dtype:
             return 0
         t = self.tile
+        if self.fp8_mma:
+            return t.num_stages
         dp, dvp = sm90_padded(self.head_dim), sm90_padded(self.head_dim_v)
         ring = 2 * (dp * (t.block_m + t.num_stages * t.block_n) + dvp * t.num_stages * t.block_n) + 256 + 1024
         return 2 if ring + 2 * t.block_n * (dp + dvp) <= self.SM90_SMEM_LIMIT else 1
@@ -302,7 +314,7 @@ class AttentionSpec:
         if self.variant is not None:
             extra += f"_var{self.variant.digest}"
         if self.kv_dtype:
-            extra += f"_kv{self.kv_dtype}"
+            extra += f"_kv{self.kv_dtype}" + ("_fp8mma" if self.fp8_mma else "")
         path = "" if self.mainloop == "sm80" else "_wgmma" + "".join(f"_{_SM90_OPT_NAMES[o]}" for o in self.sm90_opts)
         return f"attn_{self.arch}{path}_{self.dtype}_{hd}_{self.mask}{extra}_{self.layout}_{self.tile.tag}"
 
@@ -334,6 +346,7 @@ class AttentionSpec:
             **({"kv_dtype": self.kv_dtype} if self.kv_dtype else {}),
             **({"fp8_regs": True} if self.fp8_in_registers else {}),
             **({"land_stages": self.land_stages} if self.land_stages else {}),
+            **({"fp8_mma": True} if self.fp8_mma else {}),
         }
 
     def _sm90_regs(self) -> dict:
@@ -360,6 +373,8 @@ class AttentionSpec:
             d["variant"] = self.variant.to_json()
         if not self.kv_dtype:
             del d["kv_dtype"]
+        if not self.fp8_mma:
+            del d["fp8_mma"]
         d["kind"] = self.kind
         return d
 

@@ -164,6 +164,11 @@ SM90_FP8_TILES = {
 }
 
 
+#: Experimental (branch fp8-mma): FP8 calls on the Hopper kernel take the FP8 tensor-core GEMMs
+#: (``AttentionSpec.fp8_mma``; q must then be e4m3 too).  Off: design variant A.
+SM90_FP8_MMA = False
+
+
 def sm90_tile(head_dim: int, head_dim_v: int, paged: bool = False, kv_dtype: str = "") -> TileConfig:
     """The Hopper path's tile for a (head_dim, head_dim_v) pair: for a paged cache
     ``SM90_PAGED_TILES``' entry if any, else ``SM90_TILES``' entry, else ``SM90_TILE`` (read at
@@ -431,9 +436,11 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                 ctas = estimated_ctas(arch, t, probe.smem_bytes(), num_sms)
                 max_splits, forced = num_splits_heuristic(num_heads_q * max(1, -(-rows // t.block_m)), n, ctas), False
             split = max_splits > 1
+            mma8 = bool(SM90_FP8_MMA and kv_dtype and head_dim == head_dim_v and head_dim % 64 == 0
+                        and t.block_n % 128 == 0)
             attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, split=split, paged=paged,
                                  softcap=softcap, mainloop="sm90a", sm90_opts=opts, alibi=alibi, variant=variant,
-                                 kv_dtype=kv_dtype)
+                                 kv_dtype=kv_dtype, fp8_mma=mma8)
             _check_smem(attn, arch)
             combine = CombineSpec(arch, dtype, head_dim_v) if split else None
             return Variants(SchedulerSpec(arch=arch, layout=layout), attn, combine, max_splits, forced)

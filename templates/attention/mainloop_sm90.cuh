@@ -226,6 +226,17 @@ __device__ __forceinline__ void producer_loop(const AttnParams& p, const TmaMaps
 // per 64-column block (step i: block i / 4, 32 bytes a step inside it).
 __device__ __forceinline__ void issue_qk(float (&s)[1][BN / 8][4], u32 q_base, u32 k_base) {
   float* sf = &s[0][0][0];
+  {% if v.get("fp8_mma") %}
+  // FP8_MMA: D / 32 k32 steps over 64-byte column blocks (Q8: BM rows, the landing stage's K: BN
+  // rows), two steps a block, both in the 64-byte swizzle.
+#pragma unroll
+  for (int i = 0; i < D / 32; ++i) {
+    const int h = i >> 1, kk = i & 1;
+    wgmma_ss8_n{{ v.block_n }}_e4m3_{{ v.kv_dtype }}(sf, wgmma_desc_sw64(q_base + h * Q_HALF + kk * 32),
+                                                     wgmma_desc_sw64(k_base + h * K8_HALF + kk * 32), i != 0);
+  }
+  return;
+  {% endif %}
 #pragma unroll
   for (int i = 0; i < QK_STEPS; ++i) {
     const int h = i >> 2, kk = i & 3;
@@ -236,8 +247,16 @@ __device__ __forceinline__ void issue_qk(float (&s)[1][BN / 8][4], u32 q_base, u
 }
 
 // O (64 rows x DV) += P (registers, BN keys) V (BN x DV): BN / 16 k16 steps.
-__device__ __forceinline__ void issue_pv(float (&o)[1][DV / 8][4], const u32 (&pa)[BN / 16][4], u32 v_base) {
+__device__ __forceinline__ void issue_pv(float (&o)[1][DV / 8][4], const u32 (&pa)[PA_N][4], u32 v_base) {
   float* of = &o[0][0][0];
+  {% if v.get("fp8_mma") %}
+  // FP8_MMA: BN / 32 k32 steps; V^T rows of 128 keys (128-byte swizzle), 32 bytes a step
+#pragma unroll
+  for (int i = 0; i < BN / 32; ++i)
+    wgmma_rs8_n{{ (v.head_dim_v + 63) // 64 * 64 }}_e4m3_{{ v.kv_dtype }}(of, pa[i],
+                                                     wgmma_desc(v_base + (i >> 2) * VT_HALF + (i & 3) * 32, 16, 1024));
+  return;
+  {% endif %}
 #pragma unroll
   for (int kk = 0; kk < BN / 16; ++kk) {
     if (PV_HALVES) {
@@ -251,7 +270,11 @@ __device__ __forceinline__ void issue_pv(float (&o)[1][DV / 8][4], const u32 (&p
 }
 
 // Probabilities (fp32, in s) -> bf16/fp16 A fragments of P V, one per 16 keys.
-__device__ __forceinline__ void pack_p(const float (&s)[1][BN / 8][4], u32 (&pa)[BN / 16][4]) {
+__device__ __forceinline__ void pack_p(const float (&s)[1][BN / 8][4], u32 (&pa)[PA_N][4]) {
+  {% if v.get("fp8_mma") %}
+  pack_p8<BN>(s, pa);   // e4m3 A fragments of k32 (common/fp8_mma.cuh)
+  return;
+  {% endif %}
 #pragma unroll
   for (int kk = 0; kk < BN / 16; ++kk) {
     pa[kk][0] = pack2(s[0][2 * kk][0], s[0][2 * kk][1]);
@@ -334,21 +357,21 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
                                                   float (&row_sum)[1][2], float kd{% if v.get("alibi") %}, const float (&alibi_sl)[1][2]{% endif %}{% if v.get("user") %}, const UserTile& ut{% endif %}) {
   const int cg = cw >> 2;
   const int wg_tid = (cw & 3) * 32 + lane;
-  const u32 q_base = sb + cg * 64 * 128;
+  const u32 q_base = sb + cg * 64 * (FP8_MMA ? 64 : 128);
   const int pos_first = row0;
   float s[1][BN / 8][4];
-  u32 pa[BN / 16][4];
+  u32 pa[PA_N][4];
   float corr[1][2];
   if (!OVERLAP) {
     for (int n = n_hi - 1; n >= n_lo; --n) {
-      mbar_wait(bar_k_full(sb, kv.stage), kv.phase, 10);
+      mbar_wait(FP8_MMA ? bar_land_full(sb, kv.stage) : bar_k_full(sb, kv.stage), kv.phase, 10);
       fence_regs<BN / 2>(&s[0][0][0]);
       wgmma_fence();
-      issue_qk(s, q_base, sb + OFF_K + kv.stage * K_BYTES);
+      issue_qk(s, q_base, FP8_MMA ? sb + OFF_LAND + kv.stage * LAND_BYTES : sb + OFF_K + kv.stage * K_BYTES);
       wgmma_commit();
       wgmma_wait<0>();
       fence_regs<BN / 2>(&s[0][0][0]);
-      release(bar_k_empty(sb, kv.stage), lane);
+      release(FP8_MMA ? bar_land_empty(sb, kv.stage) : bar_k_empty(sb, kv.stage), lane);
       if (n == n_lo) release(bar_q_empty(sb), lane);
       if (SOFTCAP) cap_scores(s, p, kd);
       {% if v.get("alibi") and v.mask == "causal" and not v.get("user") %}
@@ -368,7 +391,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
       const u32 v_base = sb + OFF_V + kv.stage * V_BYTES;
       if ((n + 1) * BN > mi.seqlen_k) zero_v_tail(v_base, mi.seqlen_k - n * BN, cg, wg_tid);
       fence_regs<DV / 2>(&o[0][0][0]);
-      fence_regs<BN / 4>(&pa[0][0]);
+      fence_regs<PA_N * 4>(&pa[0][0]);
       wgmma_fence();
       issue_pv(o, pa, v_base);
       wgmma_commit();
@@ -382,16 +405,16 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   // Overlapped: S of block n is issued together with P V of block n + 1 (the previous one); the
   // softmax of block n runs while that P V is on the tensor cores.
   int n = n_hi - 1;
-  mbar_wait(bar_k_full(sb, kv.stage), kv.phase, 12);
+  mbar_wait(FP8_MMA ? bar_land_full(sb, kv.stage) : bar_k_full(sb, kv.stage), kv.phase, 12);
   fence_regs<BN / 2>(&s[0][0][0]);
   turn_wait(cg);
   wgmma_fence();
-  issue_qk(s, q_base, sb + OFF_K + kv.stage * K_BYTES);
+  issue_qk(s, q_base, FP8_MMA ? sb + OFF_LAND + kv.stage * LAND_BYTES : sb + OFF_K + kv.stage * K_BYTES);
   wgmma_commit();
   turn_pass(cg);
   wgmma_wait<0>();
   fence_regs<BN / 2>(&s[0][0][0]);
-  release(bar_k_empty(sb, kv.stage), lane);
+  release(FP8_MMA ? bar_land_empty(sb, kv.stage) : bar_k_empty(sb, kv.stage), lane);
   if (n == n_lo) release(bar_q_empty(sb), lane);
   if (SOFTCAP) cap_scores(s, p, kd);
   {% if v.get("alibi") and v.mask == "causal" and not v.get("user") %}
@@ -409,13 +432,13 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   KvPos pv = kv;  // the slot whose V the pending P V reads
   kv.advance();
   for (n = n_hi - 2; n >= n_lo; --n) {
-    mbar_wait(bar_k_full(sb, kv.stage), kv.phase, 13);
+    mbar_wait(FP8_MMA ? bar_land_full(sb, kv.stage) : bar_k_full(sb, kv.stage), kv.phase, 13);
     fence_regs<BN / 2>(&s[0][0][0]);
     fence_regs<DV / 2>(&o[0][0][0]);
-    fence_regs<BN / 4>(&pa[0][0]);
+    fence_regs<PA_N * 4>(&pa[0][0]);
     turn_wait(cg);
     wgmma_fence();
-    issue_qk(s, q_base, sb + OFF_K + kv.stage * K_BYTES);
+    issue_qk(s, q_base, FP8_MMA ? sb + OFF_LAND + kv.stage * LAND_BYTES : sb + OFF_K + kv.stage * K_BYTES);
     wgmma_commit();
     mbar_wait(bar_v_full(sb, pv.stage), pv.phase, 14);
     {
@@ -428,7 +451,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
     turn_pass(cg);
     wgmma_wait<1>();  // S of block n is done; P V of block n + 1 may still run
     fence_regs<BN / 2>(&s[0][0][0]);
-    release(bar_k_empty(sb, kv.stage), lane);
+    release(FP8_MMA ? bar_land_empty(sb, kv.stage) : bar_k_empty(sb, kv.stage), lane);
     if (n == n_lo) release(bar_q_empty(sb), lane);
     if (SOFTCAP) cap_scores(s, p, kd);
     {% if v.get("alibi") and v.mask == "causal" and not v.get("user") %}
@@ -444,7 +467,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
     softmax_scores(s, row_max, row_sum, corr, {{ "exp_scale(p)" if v.get("user") else "score_scale(p, kd)" }}{{ ", roff" if v.get("alibi") and v.mask == "causal" and not v.get("user") else "" }});
     wgmma_wait<0>();
     fence_regs<DV / 2>(&o[0][0][0]);
-    fence_regs<BN / 4>(&pa[0][0]);
+    fence_regs<PA_N * 4>(&pa[0][0]);
     release(bar_v_empty(sb, pv.stage), lane);
     if (!LAZY_RESCALE || __any_sync(0xffffffffu, corr[0][0] != 1.f || corr[0][1] != 1.f)) rescale_rows(o, corr);
     pack_p(s, pa);
@@ -456,7 +479,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   const u32 v_base = sb + OFF_V + pv.stage * V_BYTES;
   if ((n_lo + 1) * BN > mi.seqlen_k) zero_v_tail(v_base, mi.seqlen_k - n_lo * BN, cg, wg_tid);
   fence_regs<DV / 2>(&o[0][0][0]);
-  fence_regs<BN / 4>(&pa[0][0]);
+  fence_regs<PA_N * 4>(&pa[0][0]);
   turn_wait(cg);
   wgmma_fence();
   issue_pv(o, pa, v_base);
@@ -682,12 +705,19 @@ __device__ __forceinline__ void producer_loop_convert(const AttnParams& p, int* 
     for (int n = n_hi - 1; n >= n_lo; --n) {
       const u32 land = sb + OFF_LAND + ls * LAND_BYTES;
       mbar_wait(bar_land_full(sb, ls), lphase, 8);
+      {% if v.get("fp8_mma") %}
+      // FP8_MMA: K stays in the landing stage (the consumers read it); V is transposed into V^T
+      mbar_wait(bar_v_empty(sb, stage), phase ^ 1, 4);
+      transpose_v8<BN, DV>(sb + OFF_V + stage * V_BYTES, land + K8_BYTES, tid, NCONV, min(BN, ti.seqlen_k - n * BN));
+      gather_publish(bar_v_full(sb, stage));
+      {% else %}
       mbar_wait(bar_k_empty(sb, stage), phase ^ 1, 3);
       convert_block<HALVES>(sb + OFF_K + stage * K_BYTES, land, tid);
       gather_publish(bar_k_full(sb, stage));
       mbar_wait(bar_v_empty(sb, stage), phase ^ 1, 4);
       convert_block<VHALVES>(sb + OFF_V + stage * V_BYTES, land + K8_BYTES, tid, min(BN, ti.seqlen_k - n * BN));
       gather_publish(bar_v_full(sb, stage));
+      {% endif %}
       mbar_arrive(bar_land_empty(sb, ls));
       if (++stage == STAGES) {
         stage = 0;

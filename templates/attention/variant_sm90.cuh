@@ -57,6 +57,13 @@ constexpr int NPROD = 128;                   // producer threads that arrive on 
 // v_descale O (tile_sm90.cuh).
 constexpr bool FP8 = {{ "true" if v.get("kv_dtype") else "false" }};
 constexpr int LAND = {{ v.get("land_stages", 0) }};
+// FP8_MMA (design variant B, docs/dev/fp8_hopper_design.md section 0): q, K and V in FP8, S = Q K^T on
+// FP8 wgmma reading Q8 and the landing stage's K directly (64-byte swizzle), V transposed by warps
+// 1-3 into an FP8 V^T ring (transpose_v8), P packed to e4m3 (pack_p8) for O += P V^T on FP8 wgmma.
+// LAND == STAGES: landing slot and V^T slot share the consumers' pipeline position.
+constexpr bool FP8_MMA = {{ "true" if v.get("fp8_mma") else "false" }};
+static_assert(!FP8_MMA || (FP8 && LAND == STAGES && D == DV_OUT && D % 64 == 0 && BN % 128 == 0),
+              "FP8 wgmma: head dims multiple of 64, 128-key blocks, one landing stage a ring slot");
 constexpr int NCONV = 96;
 static_assert(!FP8 || (!GATHER && LAND >= 1), "FP8 K/V: TMA landing stages, no row gathering");
 static_assert(!GATHER || PAGED, "row gathering is for paged K/V");
@@ -76,11 +83,13 @@ static_assert(!PINGPONG || (OVERLAP && NCG == 2), "ping-pong needs the overlappe
 // STAGES V blocks, each as HALVES (V: VHALVES) column blocks of rows x 128 bytes in TMA's
 // 128-byte swizzle; then the mbarriers and the two tile-index slots.  BN * 128 is a multiple of
 // 1024 (BN % 8 == 0), so every column block starts on a swizzle atom.
-constexpr int Q_HALF = BM * 128;
+constexpr int Q_HALF = BM * (FP8_MMA ? 64 : 128);    // FP8 q: 64-byte boxes, 64-byte swizzle
 constexpr int KV_HALF = BN * 128;
-constexpr int Q_BYTES = BM * DP * 2;
-constexpr int K_BYTES = BN * DP * 2;
-constexpr int V_BYTES = BN * DV * 2;
+constexpr int Q_BYTES = BM * DP * (FP8_MMA ? 1 : 2);
+constexpr int K_BYTES = FP8_MMA ? 0 : BN * DP * 2;     // FP8_MMA: K is read from the landing stage
+constexpr int V_BYTES = FP8_MMA ? DV * BN : BN * DV * 2;   // FP8_MMA: a V^T slot (DV rows of BN keys)
+constexpr int VT_HALF = DV * 128;                      // FP8_MMA: a V^T column block of 128 keys
+constexpr int PA_N = FP8_MMA ? BN / 32 : BN / 16;      // P's A fragments: k32 (FP8) or k16 steps
 constexpr int OFF_K = Q_BYTES;
 constexpr int OFF_V = OFF_K + STAGES * K_BYTES;
 constexpr int K8_HALF = BN * 64;              // FP8 landing: a 64-column block of BN rows (64-byte swizzle)
@@ -124,7 +133,7 @@ __device__ __forceinline__ void init_barriers(u32 sb) {
   }
   for (int s = 0; s < LAND; ++s) {
     mbar_init(bar_land_full(sb, s), 1);
-    mbar_init(bar_land_empty(sb, s), NCONV);
+    mbar_init(bar_land_empty(sb, s), NCONV + (FP8_MMA ? NW : 0));   // FP8_MMA: the consumers read K there
   }
 }
 
@@ -142,6 +151,9 @@ __device__ __forceinline__ void init_barriers(u32 sb) {
 {% endif %}
 {% if v.get("kv_dtype") %}
 {% include "common/fp8.cuh" %}
+{% endif %}
+{% if v.get("fp8_mma") %}
+{% include "common/fp8_mma.cuh" %}
 {% endif %}
 {% include "attention/mainloop_sm90.cuh" %}
 {% include "attention/epilogue_sm90.cuh" %}

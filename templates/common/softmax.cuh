@@ -88,6 +88,12 @@ __device__ __forceinline__ void softmax_scores(float (&s)[MT][BN / 8][4], float 
       {% if v.get("alibi") and v.mask == "causal" and not v.get("user") %}
       const float m_use = (m_new == -KG_INF ? 0.f : m_new) + roff[mt][h] * scale_log2;
       corr[mt][h] = fast_exp2(row_max[mt][h] - (m_new == -KG_INF ? 0.f : m_new));
+      {% elif v.get("fp8_mma") %}
+      // FP8 P: exponents against the max - 8, so P lies in [0, 256] (e4m3 up to 448) and rounds
+      // with e4m3's relative precision well below the max; O / sum cancels the 2^8, the LSE takes it off
+      const float m_base = m_new == -KG_INF ? 0.f : m_new;
+      corr[mt][h] = fast_exp2(row_max[mt][h] - m_base);
+      const float m_use = m_base - 8.f;
       {% else %}
       const float m_use = m_new == -KG_INF ? 0.f : m_new;
       corr[mt][h] = fast_exp2(row_max[mt][h] - m_use);
@@ -131,7 +137,7 @@ __device__ __forceinline__ void finalize_rows(float (&o)[MT][DV / 8][4], const f
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       const float inv = l > 0.f ? 1.f / l : 0.f;
-      lse[mt][h] = l > 0.f ? (row_max[mt][h] + fast_log2(l)) * KG_LN2 : -KG_INF;
+      lse[mt][h] = l > 0.f ? (row_max[mt][h] + fast_log2(l){{ " - 8.f" if v.get("fp8_mma") else "" }}) * KG_LN2 : -KG_INF;
 #pragma unroll
       for (int dt = 0; dt < DV / 8; ++dt) {
         o[mt][dt][2 * h] *= inv;

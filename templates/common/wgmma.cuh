@@ -27,6 +27,11 @@ __device__ __forceinline__ u64 wgmma_desc(u32 smem, u32 lbo_bytes, u32 sbo_bytes
          ((u64)((sbo_bytes & 0x3FFFF) >> 4) << 32) | ((u64)1 << 62);
 }
 
+// The same with the 64-byte swizzle (mode 2): 8-row atoms of 64-byte rows, stride 512 bytes.
+__device__ __forceinline__ u64 wgmma_desc_sw64(u32 smem) {
+  return (u64)((smem & 0x3FFFF) >> 4) | ((u64)1 << 16) | ((u64)(512 >> 4) << 32) | ((u64)2 << 62);
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
