@@ -73,7 +73,13 @@ def test_one_hot_rows_give_the_chosen_value_exactly(monkeypatch, causal):
     out, _, _, _ = run_mma(monkeypatch, q8, k8, v8, [lq], [lk], kd, vd, causal)
     want = torch.stack([v8.float()[target[:, h].cuda(), 0] for h in range(hq)], dim=1).to(BF16)
     bad = (out.float() != want.float()).any(dim=-1)
-    assert not bad.any(), f"{int(bad.sum())} rows differ; first (row, head): {bad.nonzero()[:5].tolist()}"
+    if bad.any():   # which key's value came back instead (a layout error shows as a key permutation)
+        vals = v8.float()[:, 0].to(BF16).float()                       # (lk, d)
+        notes = []
+        for r, h in bad.nonzero()[:12].tolist():
+            hits = (vals == out[r, h].float()).all(dim=-1).nonzero().flatten().tolist()
+            notes.append(f"row {r} head {h}: want key {int(target[r, h])}, got key(s) {hits[:3] or 'none'}")
+        pytest.fail(f"{int(bad.sum())} of {bad.numel()} rows differ:\n" + "\n".join(notes))
 
 
 def quantize(t):
