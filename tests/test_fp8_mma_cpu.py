@@ -48,6 +48,78 @@ def pack_p8(s_frag):
     return out
 
 
+def byte_perm(x, y, sel):
+    """__byte_perm on byte lists: result byte i = (x + y)[nibble i of sel]."""
+    src = list(x) + list(y)
+    return [src[(sel >> (4 * i)) & 7] for i in range(4)]
+
+
+def ways(addrs):
+    """The bank-conflict ways of one 8-row matrix phase (16 bytes a row): the most rows on one bank."""
+    banks = [((a // 4) + w) % 32 for a in addrs for w in range(4)]
+    return max(np.bincount(banks))
+
+
+def transpose_v8(land, nb, dv, valid, nthr=128):
+    """fp8_mma.cuh's transpose_v8, lane by lane: ldmatrix.x4.trans (lane l: row address of matrix
+    l >> 3; receives, per matrix, b16 column l >> 2 of rows 2 (l & 3) and 2 (l & 3) + 1), the byte
+    permutes and stmatrix.x4 (lane l: row address of matrix l >> 3; register m to row l >> 2 of
+    matrix m, bytes 4 (l & 3)..).  Returns V^T (99 where nothing was written) and the worst
+    bank-conflict ways of the ldmatrix and stmatrix phases."""
+    vt = np.full(nb // 128 * dv * 128, 99, dtype=np.int64)
+    units = (nb // 32) * (dv // 16)
+    worst_ld = worst_st = 0
+    for w in range(nthr // 32):
+        for u in range(w, units, nthr // 32):
+            G, C = u % (nb // 32), u // (nb // 32)
+            ld_addr, st_addr = [], []
+            for lane in range(32):
+                m, i = lane >> 3, lane & 7
+                ld_addr.append((C >> 2) * (nb * 64) + G * 2048 + (8 * m + i) * 64 + (((C & 3) ^ ((i >> 1) & 3)) << 4))
+                dl = 2 * i + ((m & 1) ^ (1 if i >= 4 else 0))
+                b = 2 * (G & 3) + (m >> 1)
+                st_addr.append((G >> 2) * (dv * 128) + C * 16 * 128 + dl * 128 + ((b ^ (dl & 7)) << 4))
+            for m in range(4):
+                worst_ld = max(worst_ld, ways(ld_addr[8 * m:8 * m + 8]))
+                worst_st = max(worst_st, ways(st_addr[8 * m:8 * m + 8]))
+            regs = []
+            for lane in range(32):
+                j, t = lane >> 2, lane & 3
+                r = []
+                for m in range(4):
+                    rows = [land[ld_addr[8 * m + 2 * t + e]:ld_addr[8 * m + 2 * t + e] + 16] for e in range(2)]
+                    word = [rows[0][2 * j], rows[0][2 * j + 1], rows[1][2 * j], rows[1][2 * j + 1]]
+                    if 32 * G + 32 > valid:
+                        key = 32 * G + 8 * m + 2 * t
+                        word = [x if key + (e >> 1) < valid else 0 for e, x in enumerate(word)]
+                    r.append(word)
+                sa, sb = (0x6420, 0x7531) if j < 4 else (0x7531, 0x6420)
+                regs.append([byte_perm(r[0], r[1], sa), byte_perm(r[0], r[1], sb),
+                             byte_perm(r[2], r[3], sa), byte_perm(r[2], r[3], sb)])
+            for m in range(4):
+                for lane in range(32):
+                    row = lane >> 2
+                    a = st_addr[8 * m + row] + 4 * (lane & 3)
+                    assert (vt[a:a + 4] == 99).all(), "written twice"
+                    vt[a:a + 4] = regs[lane][m]
+    return vt, worst_ld, worst_st
+
+
+def test_transpose_v8_zeroes_keys_past_valid():
+    nb, dv, valid = 128, 64, 70
+    rng = np.random.default_rng(1)
+    V = rng.integers(1, 100, size=(nb, dv))
+    land = np.zeros(nb * dv, dtype=np.int64)
+    for key in range(nb):
+        for d in range(dv):
+            land[(d >> 6) * nb * 64 + swz64(key * 64 + (d & 63))] = V[key, d]
+    vt, _, _ = transpose_v8(land, nb, dv, valid, nthr=96)
+    for p in range(nb):
+        key = (p & ~31) + vt_key(p & 31)
+        got = [vt[(p >> 7) * dv * 128 + swz128(n * 128 + (p & 127))] for n in range(dv)]
+        assert got == (list(V[key]) if key < valid else [0] * dv), (p, key)
+
+
 @pytest.mark.parametrize("nb,dv", [(128, 128), (256, 128), (128, 64), (128, 256)])
 def test_packed_p_times_transposed_v_is_p_v(nb, dv):
     rng = np.random.default_rng(nb)
@@ -69,34 +141,9 @@ def test_packed_p_times_transposed_v_is_p_v(nb, dv):
     for key in range(nb):
         for d in range(dv):
             land[(d >> 6) * nb * 64 + swz64(key * 64 + (d & 63))] = V[key, d]
-    vt = np.full(nb // 128 * dv * 128, 99, dtype=np.int64)
-    load_banks, store_banks = {}, {}
-    for u in range((nb // 4) * (dv // 4)):
-        lane, step = u & 31, u >> 5
-        pq, dq = (step % (nb // 16)) * 4 + (lane & 3), (step // (nb // 16)) * 8 + (lane >> 2)
-        p0, d0 = 4 * pq, 4 * dq
-        w = []
-        for e in range(4):
-            key = (p0 & ~31) + vt_key((p0 & 31) + e)
-            c = (d0 & 63) >> 4
-            a = (d0 >> 6) * (nb * 64) + key * 64 + (((c ^ ((key >> 1) & 3)) << 4) | (d0 & 15))
-            assert a == (d0 >> 6) * nb * 64 + swz64(key * 64 + (d0 & 63))
-            w.append(land[a:a + 4])
-            load_banks.setdefault((step, e), []).append((a // 4) % 32)
-        for i in range(4):
-            row = d0 + i
-            cb, b = p0 >> 7, p0 & 127
-            a = cb * (dv * 128) + row * 128 + ((((b >> 4) ^ (row & 7)) << 4) | (b & 15))
-            assert a == cb * dv * 128 + swz128(row * 128 + b)
-            vt[a:a + 4] = [w[e][i] for e in range(4)]
-            store_banks.setdefault((step, i), []).append((a // 4) % 32)
-    # every unit written once; bank conflicts of a warp's loads and stores (ways: the most threads
-    # on one bank)
-    assert (vt != 99).all()
-    ways_ld = max(max(np.bincount(b)) for b in load_banks.values())
-    ways_st = max(max(np.bincount(b)) for b in store_banks.values())
-    print(f"transpose_v8 nb {nb} dv {dv}: loads {ways_ld}-way, stores {ways_st}-way")
-    assert ways_ld <= 2 and ways_st <= 4
+    vt, ways_ld, ways_st = transpose_v8(land, nb, dv, nb)
+    print(f"transpose_v8 nb {nb} dv {dv}: ldmatrix {ways_ld}-way, stmatrix {ways_st}-way")
+    assert ways_ld == 1 and ways_st == 1
     # B operand (K-major, k = position): B[p][n] read back through the 128-byte swizzle
     B = np.array([[vt[(p >> 7) * dv * 128 + swz128(n * 128 + (p & 127))] for n in range(dv)] for p in range(nb)])
     np.testing.assert_array_equal(A @ B, P @ V)

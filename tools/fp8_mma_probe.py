@@ -14,7 +14,7 @@ from kernelgen.launch import oneoff  # noqa: E402
 from kernelgen.selection import heuristics  # noqa: E402
 
 
-def main(n=16384, hq=32, hkv=8, d=128):
+def main(n=16384, hq=32, hkv=8, d=128, paths=("fp8_mma", "fp8_variant_a", "bf16"), warm=3, calls=10):
     torch.manual_seed(0)
     q = torch.randn(n, hq, d, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(n, hkv, d, device="cuda", dtype=torch.bfloat16)
@@ -33,6 +33,8 @@ def main(n=16384, hq=32, hkv=8, d=128):
     for name, mma, qq, kk, vv, kdv in (("fp8_mma", True, q8, k8, v8, (qs * ks, vs)),
                                         ("fp8_variant_a", False, q, k8, v8, (ks, vs)),
                                         ("bf16", False, q, k, v, None)):
+        if name not in paths:
+            continue
         heuristics.SM90_FP8_MMA = mma
         plan = AttentionPlan(max_batch=1, num_heads_q=hq, num_heads_kv=hkv, head_dim=d, dtype=torch.bfloat16,
                              max_total_q=n, max_seqlen_q=n, max_seqlen_k=n, causal=True, arch="sm_90a",
@@ -49,10 +51,11 @@ def main(n=16384, hq=32, hkv=8, d=128):
                           md_short=plan.metadata_short, split=plan.split, capacity=1, scale=d ** -0.5,
                           window=(plan.window_left, plan.window_right), softcap=0.0, alibi=None,
                           **({"descale": desc} if desc else {}))
-        for _ in range(3):
+        for _ in range(warm):
             call()
+        torch.cuda.synchronize()
         ts = []
-        for _ in range(10):
+        for _ in range(calls):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
             call()
@@ -67,4 +70,10 @@ def main(n=16384, hq=32, hkv=8, d=128):
 
 
 if __name__ == "__main__":
-    main()
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--paths", default="fp8_mma,fp8_variant_a,bf16")
+    ap.add_argument("--warm", type=int, default=3)
+    ap.add_argument("--calls", type=int, default=10)
+    a = ap.parse_args()
+    main(paths=a.paths.split(","), warm=a.warm, calls=a.calls)

@@ -41,54 +41,61 @@ __device__ __forceinline__ void pack_p8(const float (&s)[1][NB / 8][4], u32 (&pa
   }
 }
 
-// 4 x 4 byte transpose: out[i] byte e = w[e] byte i.
-__device__ __forceinline__ void transpose4x4(const u32 (&w)[4], u32 (&out)[4]) {
-  const u32 t0 = __byte_perm(w[0], w[1], 0x5140), t1 = __byte_perm(w[2], w[3], 0x5140);
-  const u32 t2 = __byte_perm(w[0], w[1], 0x7362), t3 = __byte_perm(w[2], w[3], 0x7362);
-  out[0] = __byte_perm(t0, t1, 0x5410);
-  out[1] = __byte_perm(t0, t1, 0x7632);
-  out[2] = __byte_perm(t2, t3, 0x5410);
-  out[3] = __byte_perm(t2, t3, 0x7632);
+// stmatrix (sm_90): four 8 x 8 b16 matrices; lane l gives the address of row l & 7 of matrix l >> 3
+// and, in register m, bytes 4 (l & 3) .. 4 (l & 3) + 3 of row l >> 2 of matrix m.
+__device__ __forceinline__ void stsm_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], { %1, %2, %3, %4 };\n"
+               ::"r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
 }
 
 // One V block, FP8 rows as the Hopper kernel's landing stages hold them (NK keys x ND head dims in
 // column blocks of 64 dims, NK rows x 64 bytes each, TMA's 64-byte swizzle: chunk c of row r at
 // c ^ ((r >> 1) & 3); variant A's layout, mainloop_sm90.cuh), into V^T (ND rows x NK keys in
 // column blocks of 128 keys, ND rows x 128 bytes each, 128-byte swizzle; keys permuted by vt_key
-// inside every 32-key group).  A unit is 4 V^T positions x 4 head dims: four 32-bit loads (one a
-// key), a 4 x 4 byte transpose, four 32-bit stores (one a head dim).  Keys >= valid are written as
-// zeros.  Thread tid of nthr takes units tid, tid + nthr, ...; the 32 units of a warp's step are
-// 4 position quads x 8 head-dim quads (lane & 3, lane >> 2); tests/test_fp8_mma_cpu.py counts the
-// bank conflicts this gives (ldmatrix.trans / stmatrix, FlashAttention-3's way, would do better:
-// to measure on the GPU).
+// inside every 32-key group).  Keys >= valid are written as zeros.
+//
+// A unit is a 32-key group x 16 head dims (512 bytes), one per warp instruction pair, the way
+// FlashAttention-3 transposes FP8 V (ldmatrix.trans, byte permutes, stmatrix; our own layout):
+// - ldmatrix.x4.trans reads matrices m = 0..3 (keys 8m..8m+7 of the group, 16 bytes of dims each,
+//   lanes 8m..8m+7 give the rows): lane (j = l >> 2, t = l & 3) receives in r_m, as b16 column j,
+//   bytes [key 8m+2t: dims 2j, 2j+1; key 8m+2t+1: dims 2j, 2j+1];
+// - two byte permutes per pair (r0, r1), (r2, r3) give, for dim 2j and for dim 2j+1, the four
+//   bytes of positions 16h + 4t .. 16h + 4t + 3, which vt_key maps to keys 16h + {2t, 2t+1, 8+2t,
+//   9+2t}: exactly the keys r_(2h) and r_(2h+1) hold;
+// - stmatrix.x4 writes them: matrix 2h + q, row j = dim 2j + (q ^ (j >= 4)) (lanes j >= 4 swap
+//   even and odd, so that a matrix's 8 rows fall in 8 distinct 16-byte chunks of the 128-byte
+//   swizzle: no bank conflicts), bytes 4t.. of the 16 positions 16h ...
+// Warp w of nw takes units w, w + nw, ...; tests/test_fp8_mma_cpu.py emulates the lanes.
 template <int NK, int ND>
 __device__ __forceinline__ void transpose_v8(u32 vt, u32 land, int tid, int nthr, int valid) {
   static_assert(NK % 128 == 0 && ND % 64 == 0, "V^T blocks of 128 keys, 64-dim landing blocks");
-  constexpr int UNITS = (NK / 4) * (ND / 4);
+  constexpr int UNITS = (NK / 32) * (ND / 16);
+  const int lane = tid & 31, w = tid >> 5, nw = nthr >> 5;
+  const int m = lane >> 3, i = lane & 7, j = lane >> 2, t = lane & 3;
+  // ldmatrix row of this lane: key 8m + i of the group; its 64-byte swizzle term (key >> 1) & 3
+  const u32 ld_row = land + (8 * m + i) * 64;
+  const int ld_swz = (i >> 1) & 3;
+  // stmatrix row of this lane: dim dl of the 16, positions 16 (m >> 1) of the group
+  const int dl = 2 * i + ((m & 1) ^ (i >= 4 ? 1 : 0));
+  const u32 st_row = vt + dl * 128;
+  const u32 sel_a = j < 4 ? 0x6420u : 0x7531u, sel_b = j < 4 ? 0x7531u : 0x6420u;
+  // key of byte 0 / byte 2 of r_m, for the tail mask
+  const int k0 = 2 * t;
 #pragma unroll 1
-  for (int u = tid; u < UNITS; u += nthr) {
-    const int lane = u & 31, step = u >> 5;
-    const int pq = (step % (NK / 16)) * 4 + (lane & 3), dq = (step / (NK / 16)) * 8 + (lane >> 2);
-    const int p0 = 4 * pq, d0 = 4 * dq;
-    u32 w[4];
+  for (int u = w; u < UNITS; u += nw) {
+    const int G = u % (NK / 32), C = u / (NK / 32);   // key group, 16-dim chunk
+    u32 r[4];
+    ldsm_x4_t(ld_row + (C >> 2) * (NK * 64) + G * 2048 + (((C & 3) ^ ld_swz) << 4), r[0], r[1], r[2], r[3]);
+    if (32 * G + 32 > valid) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int key = (p0 & ~31) + vt_key((p0 & 31) + e);
-      w[e] = 0u;
-      if (key < valid) {
-        const int c = (d0 & 63) >> 4;
-        const u32 a = land + (d0 >> 6) * (NK * 64) + key * 64 + (((c ^ ((key >> 1) & 3)) << 4) | (d0 & 15));
-        asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(w[e]) : "r"(a));
+      for (int q = 0; q < 4; ++q) {
+        const int key = 32 * G + 8 * q + k0;
+        r[q] &= (key < valid ? 0x0000ffffu : 0u) | (key + 1 < valid ? 0xffff0000u : 0u);
       }
     }
-    u32 o[4];
-    transpose4x4(w, o);
-    const int cb = p0 >> 7, b = p0 & 127;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int row = d0 + i;
-      const u32 a = vt + cb * (ND * 128) + row * 128 + ((((b >> 4) ^ (row & 7)) << 4) | (b & 15));
-      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(o[i]) : "memory");
-    }
+    const u32 a0 = __byte_perm(r[0], r[1], sel_a), b0 = __byte_perm(r[0], r[1], sel_b);
+    const u32 a1 = __byte_perm(r[2], r[3], sel_a), b1 = __byte_perm(r[2], r[3], sel_b);
+    const int b = 2 * (G & 3) + (m >> 1);             // 16-position chunk of the 128-key row
+    stsm_x4(st_row + (G >> 2) * (ND * 128) + C * 16 * 128 + ((b ^ (dl & 7)) << 4), a0, b0, a1, b1);
   }
 }
