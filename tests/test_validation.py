@@ -30,7 +30,7 @@ def check(**kw):
 def test_good_input_sizes():
     s = check()
     assert s == {"total_q": 10, "total_k": 12, "num_heads_q": 8, "num_heads_kv": 2, "head_dim": 64,
-                 "head_dim_v": 64, "batch": 2, "paged": False}
+                 "head_dim_v": 64, "batch": 2, "paged": False, "dtype": torch.bfloat16}
 
 
 M = lambda *shape, dtype=torch.bfloat16: torch.empty(*shape, dtype=dtype, device="meta")  # noqa: E731

@@ -285,7 +285,7 @@ def test_public_call_device_and_type_without_widening():
             public(a)
     a = args_for("cpu")
     a["q"] = a["q"].float()
-    with pytest.raises(TypeError, match=r"^q must have dtype float16, bfloat16, got float32"):
+    with pytest.raises(TypeError, match=r"^q must have dtype float16, bfloat16, float8_e4m3fn, got float32"):
         public(a)
     with pytest.raises(TypeError, match=r"^q must be a torch.Tensor, got list"):
         kernelgen.varlen_attention([[0.0]], a["k"], a["v"], a["cu_seqlens_q"], a["cu_seqlens_k"])

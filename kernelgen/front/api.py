@@ -62,6 +62,8 @@ def varlen_attention(
     variant=None,
     k_descale: torch.Tensor | None = None,
     v_descale: torch.Tensor | None = None,
+    q_descale: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
 ):
     """Attention over a ragged (varlen) batch of requests, prefill and decode alike.
 
@@ -72,7 +74,8 @@ def varlen_attention(
     Query head ``h`` attends to KV head ``h // (num_heads_q // num_heads_kv)`` (GQA/MQA).
 
     Args:
-        q: (total_q, num_heads_q, head_dim), float16 or bfloat16, CUDA, last dim contiguous.
+        q: (total_q, num_heads_q, head_dim), float16 or bfloat16, CUDA, last dim contiguous; or
+            float8_e4m3fn with an FP8 K/V cache (FlashAttention-3's FP8 forward; see ``q_descale``).
         k: packed (total_k, num_heads_kv, head_dim) or paged (num_pages, page_size, num_heads_kv,
             head_dim), q's dtype and device; any strides with a contiguous last dim.
         v: like k with head_dim_v (64, 96, 128, 192 or 256) as the last dim.
@@ -166,9 +169,21 @@ def varlen_attention(
             (``arch="sm_90a"`` raises ValueError for ALiBi, a user variant or pages TMA cannot
             box); a mixed prefill + decode batch runs as one class (no fused launch).  Non-finite factors raise ValueError under
             ``KERNELGEN_CHECK_INPUTS=1`` only (the values are not read otherwise).
+        q_descale: an FP8 q (``torch.float8_e4m3fn``, with FP8 k/v): None (factor 1) or a float32
+            tensor shaped as ``k_descale`` (``(batch, num_heads_kv)`` or broadcasting to it):
+            request b's queries of the query heads of KV head h are ``q * q_descale[b, h]`` (folded
+            into the softmax scale with ``k_descale``).  On an H200 prefill-shaped calls whose
+            head_dim == head_dim_v is 64 or 128 run the Hopper kernel's FP8 tensor-core variant
+            (S = Q K^T and P V on FP8 wgmma; P rounded to e4m3 after the softmax: accuracy in
+            ``docs/api.md``, "FP8"); every other call converts q exactly to ``out_dtype`` first
+            (one elementwise pass over q) and runs the FP8 K/V kernels.  With a 16-bit q it
+            raises ValueError.
+        out_dtype: the output's dtype for an FP8 q: torch.bfloat16 (None's default) or
+            torch.float16 (``out``'s dtype when ``out`` is given).  With a 16-bit q it must be None
+            or q's dtype (ValueError).
 
     Returns:
-        out (total_q, num_heads_q, head_dim_v) in q's dtype; with ``return_lse`` also
+        out (total_q, num_heads_q, head_dim_v) in q's dtype (``out_dtype`` for an FP8 q); with ``return_lse`` also
         lse (num_heads_q, total_q) float32, natural log (FlashAttention-3's convention).  A row
         that sees no key gets out = 0 and lse = -inf (lse = sinks[h] with sinks).  Query rows past
         ``cu_seqlens_q[-1]`` are not written.
@@ -208,20 +223,23 @@ def varlen_attention(
     TMA, producer/consumer warpgroups, softmax overlapped with the next block's GEMM).
     """
     try:
+        descaled = k_descale is not None or v_descale is not None or q_descale is not None
         key = signature.key((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, sinks, alibi_slopes)
-                            + (() if k_descale is None and v_descale is None else (k_descale, v_descale)),
+                            + ((k_descale, v_descale, q_descale) if descaled else ()),
                             window_size,
                             (max_seqlen_q, max_seqlen_k, causal, softcap, softmax_scale, num_splits, pack_gqa,
                              return_lse, metadata_layout, sort, head_swizzle, short_query_tokens, arch,
                              None if alibi_slopes is None else alibi_slopes.data_ptr(),
                              None if sinks is None else sinks.data_ptr(),
-                             None if variant is None else variant.key())
-                            + (() if k_descale is None and v_descale is None else
-                               tuple(None if x is None else x.data_ptr() for x in (k_descale, v_descale))))
+                             None if variant is None else variant.key(), out_dtype)
+                            + (tuple(None if x is None else x.data_ptr() for x in (k_descale, v_descale, q_descale))
+                               if descaled else ()))
         prep = _CALLS.get(key)
     except Exception:  # noqa: BLE001 - an argument that cannot be keyed: the validating path names it
         key = prep = None
     if prep is not None and not validation.host_checks_enabled():
+        if prep.q_convert is not None:
+            q = q.to(prep.q_convert)
         res = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, None)
         if res is not None:
             if sinks is not None and not prep.sinks_fused:
@@ -230,13 +248,14 @@ def varlen_attention(
     return _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
                            page_table, causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, return_lse,
                            out, metadata_layout, sort, head_swizzle, short_query_tokens, arch, sinks, alibi_slopes,
-                           variant, k_descale, v_descale)
+                           variant, k_descale, v_descale, q_descale, out_dtype)
 
 
 def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table,
                     causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, return_lse, out,
                     metadata_layout, sort, head_swizzle, short_query_tokens=None, arch=None, sinks=None,
-                    alibi_slopes=None, variant=None, k_descale=None, v_descale=None):
+                    alibi_slopes=None, variant=None, k_descale=None, v_descale=None, q_descale=None,
+                    out_dtype=None):
     """varlen_attention for a signature not prepared yet: every check, the one decision, the
     kernels; the prepared call is stored under ``key`` (None: not keyable) and run.  With
     ``sinks`` a single-class recipe runs the sink kernels (``Recipe.sinks_fused``: the epilogue and
@@ -248,7 +267,7 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                                  pack_gqa=pack_gqa, metadata_layout=metadata_layout, sort=sort,
                                  head_swizzle=head_swizzle, short_query_tokens=short_query_tokens, arch=arch,
                                  sinks=sinks, alibi_slopes=alibi_slopes, variant=variant, k_descale=k_descale,
-                                 v_descale=v_descale)
+                                 v_descale=v_descale, q_descale=q_descale, out_dtype=out_dtype)
     sizes = call.sizes
     if call.empty:
         kernel_lse = bool(return_lse) or sinks is not None
@@ -257,13 +276,16 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
         recipe = decide.decide(call.signature, runtime.device(ordinal), call.settings)
         kernel_lse = bool(return_lse) or (sinks is not None and not recipe.sinks_fused)
     if out is None:
-        out = torch.empty((sizes["total_q"], sizes["num_heads_q"], sizes["head_dim_v"]), dtype=q.dtype,
+        out = torch.empty((sizes["total_q"], sizes["num_heads_q"], sizes["head_dim_v"]), dtype=sizes["dtype"],
                           device=q.device)
     lse = torch.empty((sizes["num_heads_q"], sizes["total_q"]), dtype=torch.float32, device=q.device) \
         if kernel_lse else None
     if call.empty:
         return (out, lse) if return_lse else out
+    q_convert = decide.kernel_q_dtype(recipe, sizes.get("q_dtype", ""), sizes["dtype"])
     kernels = bind.bind(recipe, runtime.load(recipe.specs, ordinal))
+    if q_convert is not None:
+        q = q.to(q_convert)
     prep = kernels.prepare(layout=recipe.workspace, batch=sizes["batch"], q=q, k=k, v=v, out=out, lse=lse,
                            page_table=page_table, scale=call.scale, window=call.window, softcap=call.softcap,
                            return_lse=kernel_lse, fixed_base=None, sizes=sizes,
@@ -271,10 +293,12 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                            **({"sinks": sinks.data_ptr()} if recipe.sinks_fused else {}),
                            **({} if call.user is None else {"user": call.user}),
                            **({} if call.descale is None else
-                              {"descale": kernel_args.descale_fields(k_descale, v_descale, call.descale)}))
+                              {"descale": kernel_args.descale_fields(k_descale, v_descale, call.descale, q_descale)}))
+    prep.q_convert = q_convert
     if key is not None and signature.cacheable(key):
         _CALLS.put(key, prep)
     out, lse = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
     if sinks is not None and not recipe.sinks_fused:
         _sinks.apply(out, lse, sinks, cu_seqlens_q)
     return (out, lse) if return_lse else out
+

@@ -90,6 +90,13 @@ class AttentionPlan:
             ValueError).  Steps pass ``k_descale`` /
             ``v_descale`` (see ``run``); every step's k must have this dtype (ValueError naming
             ``k`` otherwise), and a plan made without ``kv_dtype`` refuses an FP8 k.
+        q_dtype: steps pass an FP8 q (FlashAttention-3's FP8 forward): "e4m3" or
+            ``torch.float8_e4m3fn`` (needs ``kv_dtype``); ``dtype`` is then the output's.  None
+            (default): q in ``dtype``.  Prefill-shaped plans on an H200 whose head_dim ==
+            head_dim_v is 64 or 128 run the Hopper kernel's FP8 tensor-core variant
+            (``attn_spec.fp8_mma``); the others convert each step's q exactly to ``dtype`` first
+            (``q_convert``: one elementwise pass and a temporary, also inside a captured graph).
+            Steps pass ``q_descale`` (see ``run``).
 
     Raises:
         ValueError / TypeError: bad capacities, head counts, head dims, dtype, kv_dtype, window,
@@ -104,9 +111,10 @@ class AttentionPlan:
                  window_size=(-1, -1), softcap: float = 0.0, num_splits: int = 0, pack_gqa: bool | None = None,
                  metadata_layout: str = "soa", sort: bool = True, head_swizzle: bool = True, device=None,
                  short_query_tokens: int | None = None, arch: str | None = None, page_size: int | None = None,
-                 sinks: bool = False, alibi: bool = False, variant=None, kv_dtype=None):
+                 sinks: bool = False, alibi: bool = False, variant=None, kv_dtype=None, q_dtype=None):
         arguments.plan_capacity(max_batch, dtype, num_heads_q, num_heads_kv, max_seqlen_q, max_seqlen_k)
         kv = validation.kv_dtype(kv_dtype)
+        qd = validation.q_dtype(q_dtype, kv)
         head_dim_v = head_dim if head_dim_v is None else head_dim_v
         if device is None:
             try:
@@ -134,9 +142,11 @@ class AttentionPlan:
             softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa, metadata_layout=metadata_layout, sort=sort,
             head_swizzle=head_swizzle, short_query_tokens=short_query_tokens, arch=arch, alibi=alibi,
             **({"sinks": True} if sinks else {}), **({"variant": code} if code is not None else {}),
-            **({"kv_dtype": kv} if kv else {}))
+            **({"kv_dtype": kv} if kv else {}), **({"q_dtype": qd} if qd else {}))
         #: The FP8 K/V cache dtype of the plan's steps ("e4m3" or "e5m2"), None for k/v in ``dtype``.
         self.kv_dtype = kv or None
+        #: The FP8 q dtype of the plan's steps ("e4m3"), None for q in ``dtype``.
+        self.q_dtype = qd or None
         #: Whether the plan's kernels add ALiBi biases (steps then pass ``alibi_slopes``).
         self.alibi = bool(alibi)
         self.page_size = checked.page_size
@@ -150,6 +160,9 @@ class AttentionPlan:
         self.fused = None if self.recipe.kind == "single" else k
         self.variants, self.sched_spec, self.attn_spec = k.variants, k.sched_spec, k.attn_spec
         self.sched, self.attn, self.combine, self.config = k.sched, k.attn, k.combine, k.config
+        #: The dtype each step's FP8 q is converted to before the kernels (``decide.kernel_q_dtype``:
+        #: ``dtype`` unless the plan runs the FP8 tensor-core variant), None when q goes in as it is.
+        self.q_convert = decide.kernel_q_dtype(self.recipe, qd, dtype)
         #: Whether the plan runs the Hopper (sm_90a wgmma/TMA) attention kernel.
         self.hopper = k.hopper
         #: Placement of the metadata (both classes' for a two-class plan) and the split-KV
@@ -190,16 +203,18 @@ class AttentionPlan:
         stride = validation.alibi_slopes(alibi_slopes, self.num_heads_q, cu_seqlens_q.shape[0] - 1, self.device)
         return alibi_slopes.data_ptr(), stride
 
-    def _descale_arg(self, k_descale, v_descale, batch: int):
+    def _descale_arg(self, k_descale, v_descale, batch: int, q_descale=None):
         """The FP8 kernels' descale fields of a step of ``batch`` requests (``kernel_args.descale_fields``:
-        the checked ``k_descale`` / ``v_descale`` addresses and strides; None: factor 1), None for a
-        plan without ``kv_dtype`` (which refuses descales as ``varlen_attention`` does with a 16-bit cache)."""
+        the checked ``k_descale`` / ``v_descale`` / ``q_descale`` addresses and strides; None: factor
+        1), None for a plan without ``kv_dtype`` (which refuses descales as ``varlen_attention`` does
+        with a 16-bit cache; ``q_descale`` needs a plan made with ``q_dtype``)."""
         strides = tuple(validation.descale(name, x, batch, self.num_heads_kv, self.device, self.kv_dtype)
                         for name, x in (("k_descale", k_descale), ("v_descale", v_descale)))
+        strides += (validation.q_descale(q_descale, batch, self.num_heads_kv, self.device, self.q_dtype),)
         if validation.host_checks_enabled():
-            validation.check_descale_values("k_descale", k_descale)
-            validation.check_descale_values("v_descale", v_descale)
-        return None if self.kv_dtype is None else kernel_args.descale_fields(k_descale, v_descale, strides)
+            for name, x in (("k_descale", k_descale), ("v_descale", v_descale), ("q_descale", q_descale)):
+                validation.check_descale_values(name, x)
+        return None if self.kv_dtype is None else kernel_args.descale_fields(k_descale, v_descale, strides, q_descale)
 
     def _variant_arg(self, variant):
         """The tensor addresses of a step's variant (``variant``, else the plan's), None for a plan
@@ -249,26 +264,29 @@ class AttentionPlan:
                             batch, self.capacity)
 
     def attend(self, q, k, v, cu_seqlens_q, cu_seqlens_k=None, *, seqused_k=None, page_table=None, out=None, lse=None,
-               softmax_scale=None, sinks=None, alibi_slopes=None, variant=None, k_descale=None, v_descale=None):
+               softmax_scale=None, sinks=None, alibi_slopes=None, variant=None, k_descale=None, v_descale=None,
+               q_descale=None):
         """Launch attention (and the combine kernel) on the metadata the last ``schedule`` wrote.
 
         Shapes as in ``varlen_attention``; ``lse`` is an optional (num_heads_q, total_q) float32
         tensor to fill; ``sinks`` an optional float32 (num_heads_q,) tensor of attention sinks
         (as in ``run``; ``lse`` then receives the sink-inclusive LSE); ``alibi_slopes`` the ALiBi
-        slopes of a plan made with ``alibi=True`` (as in ``run``); ``variant``, ``k_descale`` and
-        ``v_descale`` as in ``run``.  Returns out.  Raises
+        slopes of a plan made with ``alibi=True`` (as in ``run``); ``variant``, ``k_descale``,
+        ``v_descale`` and ``q_descale`` as in ``run``.  Returns out.  Raises
         ValueError / TypeError for inputs that do not match the plan (heads, head dims, dtype,
         kv_dtype, device, paging, capacities).
         """
         sizes = self._check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks)
-        descale = None if self.kv_dtype is None and k_descale is None and v_descale is None else \
-            self._descale_arg(k_descale, v_descale, sizes["batch"])
+        descale = None if self.kv_dtype is None and k_descale is None and v_descale is None and q_descale is None \
+            else self._descale_arg(k_descale, v_descale, sizes["batch"], q_descale)
         # (no call without ALiBi: a plain step's path down the layers stays as it was)
         alibi = None if alibi_slopes is None and not self.alibi else self._alibi_arg(alibi_slopes, cu_seqlens_q)
         user = None if variant is None and self.variant is None else self._variant_arg(variant)
         scale = validation.softmax_scale(softmax_scale, self.head_dim)
         if out is None:
-            out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=q.dtype, device=q.device)
+            out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=self.dtype, device=q.device)
+        if self.q_convert is not None:
+            q = q.to(self.q_convert)
         fused_sinks = None
         if self.sinks_fused:   # the kernels add the sinks (or -inf: none)
             fused_sinks, kernel_lse = (self._no_sinks if sinks is None else sinks).data_ptr(), lse
@@ -288,7 +306,7 @@ class AttentionPlan:
 
     def run(self, q, k, v, cu_seqlens_q, cu_seqlens_k=None, *, seqused_k=None, page_table=None, out=None, lse=None,
             return_lse=False, softmax_scale=None, sinks=None, alibi_slopes=None, variant=None, k_descale=None,
-            v_descale=None):
+            v_descale=None, q_descale=None):
         """Scheduler, attention and combine for one step, on the plan's device whatever the current
         device is.
 
@@ -322,7 +340,8 @@ class AttentionPlan:
         addresses are parameters of the step (part of its signature, like ``alibi_slopes``), so a
         captured step replays with the values the same tensors hold then (write new scales in
         place); new tensors prepare the step again (capture again).  Given to a plan without
-        ``kv_dtype`` they raise ValueError.
+        ``kv_dtype`` they raise ValueError.  ``q_descale``: a plan made with ``q_dtype`` (FP8 q):
+        None or a float32 tensor shaped as ``k_descale``, read the same way (``varlen_attention``).
 
         Returns:
             out, or (out, lse) when ``return_lse`` or ``lse`` is given.
@@ -343,13 +362,13 @@ class AttentionPlan:
         ``lse``, if returned) are given (``docs/dev/perf-log.md``, "host overhead").
         """
         try:
-            descaled = k_descale is not None or v_descale is not None
+            descaled = k_descale is not None or v_descale is not None or q_descale is not None
             key = signature.key((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks,
-                                 alibi_slopes) + ((k_descale, v_descale) if descaled else ()), (),
+                                 alibi_slopes) + ((k_descale, v_descale, q_descale) if descaled else ()), (),
                                 (return_lse, softmax_scale, None if alibi_slopes is None else alibi_slopes.data_ptr(),
                                  None if sinks is None or not self.sinks_fused else sinks.data_ptr(),
                                  None if variant is None else variant.key())
-                                + (tuple(None if x is None else x.data_ptr() for x in (k_descale, v_descale))
+                                + (tuple(None if x is None else x.data_ptr() for x in (k_descale, v_descale, q_descale))
                                    if descaled else ()))
             step = self._steps.get(key)
             if descaled and validation.host_checks_enabled():
@@ -357,6 +376,8 @@ class AttentionPlan:
         except Exception:  # noqa: BLE001 - an argument that cannot be keyed: the validating path names it
             key = step = None
         if step is not None:
+            if self.q_convert is not None:
+                q = q.to(self.q_convert)
             if sinks is None or (self.sinks_fused and not validation.host_checks_enabled()):
                 # (sink kernels: the sinks' address is in the step's parameters)
                 res = step.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
@@ -378,9 +399,10 @@ class AttentionPlan:
             with torch.cuda.device(self.device):
                 return self._validated_run(key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse,
                                            return_lse, softmax_scale, sinks, alibi_slopes, variant, k_descale,
-                                           v_descale)
+                                           v_descale, q_descale)
         return self._validated_run(key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse,
-                                   return_lse, softmax_scale, sinks, alibi_slopes, variant, k_descale, v_descale)
+                                   return_lse, softmax_scale, sinks, alibi_slopes, variant, k_descale, v_descale,
+                                   q_descale)
 
     @staticmethod
     def _sink_step(step, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks):
@@ -392,7 +414,8 @@ class AttentionPlan:
         return res
 
     def _validated_run(self, key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, return_lse,
-                       softmax_scale, sinks=None, alibi_slopes=None, variant=None, k_descale=None, v_descale=None):
+                       softmax_scale, sinks=None, alibi_slopes=None, variant=None, k_descale=None, v_descale=None,
+                       q_descale=None):
         """run for a signature not prepared yet: every check before anything is launched, then the
         step is prepared, stored under ``key`` (None: not keyable) and run.  With ``sinks`` the
         step always writes an LSE (the caller's, a new one when returned, else the plan's
@@ -404,8 +427,8 @@ class AttentionPlan:
         # (no call without ALiBi: a plain step's path down the layers stays as it was)
         alibi = None if alibi_slopes is None and not self.alibi else self._alibi_arg(alibi_slopes, cu_seqlens_q)
         user = None if variant is None and self.variant is None else self._variant_arg(variant)
-        descale = None if self.kv_dtype is None and k_descale is None and v_descale is None else \
-            self._descale_arg(k_descale, v_descale, sizes["batch"])
+        descale = None if self.kv_dtype is None and k_descale is None and v_descale is None and q_descale is None \
+            else self._descale_arg(k_descale, v_descale, sizes["batch"], q_descale)
         fused_sinks = (self._no_sinks if sinks is None else sinks).data_ptr() if self.sinks_fused else None
         if sinks is not None and lse is None and fused_sinks is None:
             lse = self._lse_scratch(sizes["total_q"])
@@ -413,7 +436,9 @@ class AttentionPlan:
                                        capacity=self.capacity)
         scale = validation.softmax_scale(softmax_scale, self.head_dim)
         if out is None:
-            out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=q.dtype, device=q.device)
+            out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=self.dtype, device=q.device)
+        if self.q_convert is not None:
+            q = q.to(self.q_convert)
         step = self._kernels.prepare(layout=self.workspace_layout, batch=batch, q=q, k=k, v=v, out=out, lse=lse,
                                      page_table=page_table, scale=scale, window=(self.window_left, self.window_right),
                                      softcap=self.softcap,
@@ -432,7 +457,7 @@ class AttentionPlan:
 
     def _check_inputs(self, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks=None) -> dict:
         return arguments.plan_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse,
-                                     sinks=sinks, kv_dtype=self.kv_dtype or "",
+                                     sinks=sinks, kv_dtype=self.kv_dtype or "", q_dtype=self.q_dtype or "",
                                      heads=(self.num_heads_q, self.num_heads_kv, self.head_dim, self.head_dim_v),
                                      dtype=self.dtype, device=self.device, capacity=self.capacity, paged=self.paged,
                                      page_size=self.page_size,

@@ -71,12 +71,15 @@ def attention_fields(q, k, v, out, lse, page_table, capacity: int, scale: float,
     }
 
 
-def descale_fields(k_descale, v_descale, strides: tuple) -> dict:
-    """The FP8 variants' AttnParams fields (``params.FP8_FIELDS``): the addresses of ``k_descale``
-    and ``v_descale`` (0 for None: factor 1) and their (batch, head) strides in elements
-    (``strides``: ``validation.descale``'s results for the two, None for None)."""
+def descale_fields(k_descale, v_descale, strides: tuple, q_descale=None) -> dict:
+    """The FP8 variants' AttnParams fields (``params.FP8_FIELDS``): the addresses of ``k_descale``,
+    ``v_descale`` and ``q_descale`` (0 for None: factor 1) and their (batch, head) strides in
+    elements (``strides``: ``validation.descale``'s results for k and v, then optionally q's; None
+    for None)."""
     d = {}
-    for name, x, st in (("k_descale", k_descale, strides[0]), ("v_descale", v_descale, strides[1])):
+    qs = strides[2] if len(strides) > 2 else None
+    for name, x, st in (("k_descale", k_descale, strides[0]), ("v_descale", v_descale, strides[1]),
+                        ("q_descale", q_descale, qs)):
         d[name] = 0 if x is None else int(x.data_ptr())
         d[f"{name}_batch_stride"], d[f"{name}_head_stride"] = (0, 0) if st is None else (int(st[0]), int(st[1]))
     return d

@@ -191,9 +191,12 @@ TMA_ATTENTION_PARAMS_ALIBI_SINKS = TmaParamStruct(ATTENTION_PARAMS_ALIBI_SINKS)
 #: sinks fields (before a user variant's): the float32 ``k_descale`` / ``v_descale`` addresses (i64
 #: static fields, as ALiBi's slopes: a prepared call is keyed by the tensors' addresses, the kernel
 #: reads the values at every launch; 0 = factor 1) and the (batch, KV head) strides in elements the
-#: factor of request b and KV head h is read at (0 along a broadcast dimension).
+#: factor of request b and KV head h is read at (0 along a broadcast dimension); then ``q_descale``'s
+#: (an FP8 q, FlashAttention-3's (batch, num_heads_kv) factor; the kernels multiply it into
+#: ``k_descale``'s; 0 = factor 1, as for every call with a 16-bit q).
 FP8_FIELDS = [("k_descale", "i64"), ("v_descale", "i64"), ("k_descale_batch_stride", "i32"),
-              ("k_descale_head_stride", "i32"), ("v_descale_batch_stride", "i32"), ("v_descale_head_stride", "i32")]
+              ("k_descale_head_stride", "i32"), ("v_descale_batch_stride", "i32"), ("v_descale_head_stride", "i32"),
+              ("q_descale", "i64"), ("q_descale_batch_stride", "i32"), ("q_descale_head_stride", "i32")]
 ATTENTION_PARAMS_FP8 = ParamStruct("AttnParams", ATTENTION_PARAMS.fields + FP8_FIELDS)
 _FP8_STRUCTS: dict = {ATTENTION_PARAMS.names: ATTENTION_PARAMS_FP8}
 

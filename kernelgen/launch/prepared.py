@@ -73,6 +73,9 @@ class PreparedCall:
     #: the kernels apply the attention sinks themselves (``AttentionSpec.sinks``): no
     #: ``launch.sinks.apply`` after them; False for every other call (the rescale follows)
     sinks_fused: bool = False
+    #: an FP8 q whose kernels take a 16-bit q (every kernel but the Hopper FP8 tensor-core variant,
+    #: ``AttentionSpec.fp8_mma``): the dtype the caller converts q to before ``run``; None otherwise
+    q_convert = None
 
     def __init__(self, *, device: torch.device, sched, attn, combine, layout: WorkspaceLayout,
                  fixed_base: int | None, out_shape: tuple, lse_shape: tuple | None, dtype, sizes: dict, config=None):
@@ -251,7 +254,7 @@ def build(*, sched, attn, combine, cfg, layout: WorkspaceLayout, batch: int, q, 
         combine_launch = launch.prepare(combine, grid, kernel_args.combine_fields(out, lse, hq, strides, sinks))
     kw = dict(device=q.device, sched=sched_launch, attn=attn_launch, combine=combine_launch, layout=layout,
               fixed_base=fixed_base, out_shape=tuple(out.shape), lse_shape=(hq, out.shape[0]) if return_lse else None,
-              dtype=q.dtype, sizes=sizes, config=cfg)
+              dtype=out.dtype, sizes=sizes, config=cfg)
     if maps is not None:
         kw["attn"] = TmaLaunch(attn_launch, maps)
     call = PreparedCall(**kw)

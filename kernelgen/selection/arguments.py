@@ -36,7 +36,8 @@ class CheckedCall:
     #: the addresses of a user variant's tensors (``AttnParams.user0`` ..), None without a variant
     user: tuple | None = None
     #: FP8 K/V (``sizes["kv_dtype"]``): ((k_descale batch, head strides) or None, (v_descale ...) or
-    #: None) in elements (``validation.descale``; None: factor 1); None for a 16-bit cache
+    #: None, (q_descale ...) or None) in elements (``validation.descale``, ``validation.q_descale``;
+    #: None: factor 1); None for a 16-bit cache
     descale: tuple | None = None
 
     @property
@@ -48,7 +49,7 @@ class CheckedCall:
 def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, seqused_k, page_table, out,
                 causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, metadata_layout, sort,
                 head_swizzle, short_query_tokens, arch, sinks=None, alibi_slopes=None, variant=None,
-                k_descale=None, v_descale=None) -> CheckedCall:
+                k_descale=None, v_descale=None, q_descale=None, out_dtype=None) -> CheckedCall:
     """Every check of ``varlen_attention``'s arguments (same names, shapes and types; see its
     docstring), in its order, and the signature its kernels are chosen from: the length hints
     default to total_q and the K/V capacity in tokens.
@@ -57,10 +58,12 @@ def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
     for more than ``metadata.MAX_CAPACITY`` requests in a call that has query tokens.
     """
     sizes = validation.varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out,
-                                     seqused_k=seqused_k, page_table=page_table)
+                                     seqused_k=seqused_k, page_table=page_table, out_dtype=out_dtype)
     kv_dtype = sizes.get("kv_dtype")
     descale = tuple(validation.descale(name, x, sizes["batch"], sizes["num_heads_kv"], q.device, kv_dtype)
                     for name, x in (("k_descale", k_descale), ("v_descale", v_descale)))
+    descale += (validation.q_descale(q_descale, sizes["batch"], sizes["num_heads_kv"], q.device,
+                                     sizes.get("q_dtype")),)
     validation.sinks(sinks, sizes["num_heads_q"], q.device)
     alibi_stride = validation.alibi_slopes(alibi_slopes, sizes["num_heads_q"], sizes["batch"], q.device)
     code = validation.variant(variant, q.device)
@@ -86,6 +89,7 @@ def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         validation.check_sinks_values(sinks)
         validation.check_descale_values("k_descale", k_descale)
         validation.check_descale_values("v_descale", v_descale)
+        validation.check_descale_values("q_descale", q_descale)
     total_q, batch = sizes["total_q"], sizes["batch"]
     if total_q and batch and batch > metadata.MAX_CAPACITY:
         raise ValueError(f"cu_seqlens_q describes {batch} requests; at most {metadata.MAX_CAPACITY} per call")
@@ -94,13 +98,14 @@ def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
     if max_seqlen_k is None:
         max_seqlen_k = sizes["max_pages"] * sizes["page_size"] if sizes["paged"] else sizes["total_k"]
     sig = CallSignature(
-        dtype=validation.DTYPES[q.dtype], head_dim=sizes["head_dim"], head_dim_v=sizes["head_dim_v"],
+        dtype=validation.DTYPES[sizes["dtype"]], head_dim=sizes["head_dim"], head_dim_v=sizes["head_dim_v"],
         num_heads_q=sizes["num_heads_q"], num_heads_kv=sizes["num_heads_kv"], mask=mask, window_left=left,
         layout=layout, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, paged=sizes["paged"],
         page_size=sizes.get("page_size", 0), softcap=cap > 0, pack_gqa=pack_gqa, num_splits=splits,
         short_query_tokens=short_query_tokens, arch=arch, tma_ok=all(tma.tma_compatible(t) for t in (q, k, v)),
         batch=batch, rows=total_q, sort=bool(sort), head_swizzle=bool(head_swizzle), alibi=alibi_stride >= 0,
-        sinks=sinks is not None, variant=code, **({"kv_dtype": kv_dtype} if kv_dtype else {}))
+        sinks=sinks is not None, variant=code, **({"kv_dtype": kv_dtype} if kv_dtype else {}),
+        **({"q_dtype": sizes["q_dtype"]} if "q_dtype" in sizes else {}))
     return CheckedCall(sizes, scale, (left, right), cap, sig, settings, alibi_stride,
                        None if variant is None else variant.addresses(), descale if kv_dtype else None)
 
@@ -136,11 +141,11 @@ def plan_options(*, capacity: int, max_total_q: int, num_heads_q: int, num_heads
                  head_dim_v: int, dtype, max_seqlen_q: int, max_seqlen_k: int, paged: bool, page_size,
                  causal: bool, window_size, softcap, num_splits, pack_gqa, metadata_layout: str, sort: bool,
                  head_swizzle: bool, short_query_tokens, arch, alibi: bool = False, sinks: bool = False,
-                 variant=None, kv_dtype: str = "") -> CheckedPlan:
+                 variant=None, kv_dtype: str = "", q_dtype: str = "") -> CheckedPlan:
     """``AttentionPlan``'s remaining checks (page size, window, soft-cap, layout, num_splits,
     short_query_tokens) and the signature its kernels are chosen from (see ``AttentionPlan`` for
     the arguments; lengths in tokens; ``kv_dtype``: "e4m3" / "e5m2" for an FP8 K/V cache,
-    ``validation.kv_dtype``'s result, "" for none).  Raises TypeError / ValueError naming the
+    ``validation.kv_dtype``'s result, "" for none; ``q_dtype``: "e4m3" for an FP8 q).  Raises TypeError / ValueError naming the
     argument."""
     if page_size is not None:
         validation.nonneg_int("page_size", page_size)
@@ -157,13 +162,13 @@ def plan_options(*, capacity: int, max_total_q: int, num_heads_q: int, num_heads
         max_seqlen_k=max_seqlen_k, paged=bool(paged), page_size=page_size or 0, softcap=cap > 0, pack_gqa=pack_gqa,
         num_splits=splits, short_query_tokens=short_query_tokens, arch=arch, tma_ok=True, batch=capacity,
         rows=max_total_q, sort=sort, head_swizzle=head_swizzle, plan=True, alibi=bool(alibi), sinks=bool(sinks),
-        variant=variant, **({"kv_dtype": kv_dtype} if kv_dtype else {}))
+        variant=variant, **({"kv_dtype": kv_dtype} if kv_dtype else {}), **({"q_dtype": q_dtype} if q_dtype else {}))
     return CheckedPlan(sig, (left, right), cap, page_size, Settings.from_env())
 
 
 def plan_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, *, heads: tuple, dtype,
                 device, capacity: int, paged: bool, page_size, max_total_q: int | None, hopper: bool,
-                sinks=None, kv_dtype: str = "") -> dict:
+                sinks=None, kv_dtype: str = "", q_dtype: str = "") -> dict:
     """The checks of one ``AttentionPlan`` step's tensors (shapes as in ``varlen_attention``; lse
     (num_heads_q, total_q) float32): ``validation.varlen_inputs``' and that they match the plan:
     ``heads`` (num_heads_q, num_heads_kv, head_dim, head_dim_v), ``dtype``, ``device``, at most
@@ -171,15 +176,20 @@ def plan_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out,
     tokens (None: no bound: the plan has no split-KV partials), and on the Hopper path (``hopper``)
     q/k/v strides TMA can address; ``sinks`` None or float32 (num_heads_q,) on ``device`` (its
     values, no NaN or +inf, only under ``KERNELGEN_CHECK_INPUTS=1``); k/v in the plan's FP8
-    ``kv_dtype`` ("e4m3" / "e5m2"; "": q's dtype).  Returns the sizes dict.  Raises TypeError /
+    ``kv_dtype`` ("e4m3" / "e5m2"; "": q's dtype); q in FP8 exactly when the plan's ``q_dtype``
+    is "e4m3" (out then in ``dtype``).  Returns the sizes dict.  Raises TypeError /
     ValueError (a k dtype other than the plan's: ValueError naming ``k``)."""
+    if q_dtype:
+        validation.tensor("q", q, dtypes=tuple(validation.Q_FP8_DTYPES))
+    elif isinstance(q, torch.Tensor) and q.dtype != dtype:
+        raise TypeError(f"q must have the plan's dtype {dtype}, got {q.dtype}"
+                        + ("; an FP8 q needs a plan made with q_dtype='e4m3'" if q.dtype in validation.Q_FP8_DTYPES
+                           else ""))
     sizes = validation.varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, None, None, out, seqused_k=seqused_k,
-                                     page_table=page_table)
+                                     page_table=page_table, out_dtype=dtype if q_dtype else None)
     got = (sizes["num_heads_q"], sizes["num_heads_kv"], sizes["head_dim"], sizes["head_dim_v"])
     if got != heads:
         raise ValueError(f"q/k/v heads and head dims {got} differ from the plan's {heads}")
-    if q.dtype != dtype:
-        raise TypeError(f"q must have the plan's dtype {dtype}, got {q.dtype}")
     if q.device != device:
         raise ValueError(f"q must be on the plan's device {device}, got {q.device}")
     if sizes["batch"] > capacity:

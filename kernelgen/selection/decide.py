@@ -98,6 +98,10 @@ class CallSignature:
     #: applied) of the Hopper kernel where it takes the call (``heuristics.choose``), else of the
     #: sm_80 mainloop; a mixed batch runs as one class (the fused kernels take no FP8 variant).
     kv_dtype: str = ""
+    #: FP8 q ("e4m3"; "" = q in ``dtype``, which is then the output's): the Hopper kernel's FP8
+    #: tensor-core variant where it takes the call (``AttentionSpec.fp8_mma``), else the kernels of
+    #: the call with q converted to ``dtype`` (``heuristics.choose``).
+    q_dtype: str = ""
 
 
 def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) -> Recipe:
@@ -162,13 +166,25 @@ def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) 
     return recipe(_choose(sig, arch, device, settings, mainloop), sig, device, settings)
 
 
+def kernel_q_dtype(recipe, q_dtype: str, dtype):
+    """The torch dtype an FP8 q (``q_dtype`` "e4m3") is converted to before the kernels of
+    ``recipe`` run: ``dtype`` (the output's) for every kernel but the Hopper FP8 tensor-core
+    variant (``AttentionSpec.fp8_mma``), which reads q as it is (None); None for a 16-bit q.
+    The conversion is exact (every e4m3 value is a bf16 and an fp16 value)."""
+    if not q_dtype:
+        return None
+    attn = getattr(recipe.variants, "attention", None)
+    return None if attn is not None and attn.fp8_mma else dtype
+
+
 def _choose(sig: CallSignature, arch: str, device: Device, settings: Settings, mainloop) -> Variants:
     return heuristics.choose(
         arch, sig.dtype, sig.head_dim, sig.head_dim_v, num_heads_q=sig.num_heads_q, num_heads_kv=sig.num_heads_kv,
         mask=sig.mask, layout=sig.layout, max_seqlen_q=sig.max_seqlen_q, max_seqlen_k=sig.max_seqlen_k,
         paged=sig.paged, softcap=sig.softcap, pack_gqa=sig.pack_gqa, num_splits=sig.num_splits,
         num_sms=device.num_sms, mainloop=mainloop, tma_ok=sig.tma_ok, page_size=sig.page_size,
-        sm90_opts=settings.sm90_opts, alibi=sig.alibi, variant=sig.variant, kv_dtype=sig.kv_dtype)
+        sm90_opts=settings.sm90_opts, alibi=sig.alibi, variant=sig.variant, kv_dtype=sig.kv_dtype,
+        q_dtype=sig.q_dtype)
 
 
 def use_fused(sig: CallSignature) -> int:

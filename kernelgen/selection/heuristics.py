@@ -164,9 +164,11 @@ SM90_FP8_TILES = {
 }
 
 
-#: Experimental (branch fp8-mma): FP8 calls on the Hopper kernel take the FP8 tensor-core GEMMs
-#: (``AttentionSpec.fp8_mma``; q must then be e4m3 too).  Off: design variant A.
-SM90_FP8_MMA = False
+#: Calls with an FP8 q and K/V on the Hopper kernel take its FP8 tensor-core variant
+#: (``AttentionSpec.fp8_mma``, docs/dev/fp8_hopper_design.md variant B) where the tile allows it
+#: (head_dim == head_dim_v, a multiple of 64; 128-key blocks); False: q converted to 16 bits and
+#: the FP8 K/V variant (A/B measurements).
+SM90_FP8_MMA = True
 
 
 def sm90_tile(head_dim: int, head_dim_v: int, paged: bool = False, kv_dtype: str = "") -> TileConfig:
@@ -371,13 +373,16 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
            softcap: bool = False, pack_gqa: bool | None = None, num_splits: int = 0, num_sms: int = 132,
            tile: TileConfig | None = None, mainloop: str | None = None, tma_ok: bool = True,
            page_size: int = 0, sm90_opts: str | None = None, alibi: bool = False,
-           variant: VariantCode | None = None, kv_dtype: str = "") -> Variants:
+           variant: VariantCode | None = None, kv_dtype: str = "", q_dtype: str = "") -> Variants:
     """Every kernel variant of a call, from what the host knows (shapes, flags, max lengths).
 
     ``kv_dtype``: an FP8 K/V cache ("e4m3" / "e5m2"; ``AttentionSpec.kv_dtype``).  The Hopper
     path takes it where it takes the 16-bit call, with ``SM90_FP8_TILES`` and TMA boxes (no ALiBi,
     user variant or gathered rows: those calls take the sm_80 path); the sm_80 path's tile becomes
     ``fp8_tile``'s (splits chosen with the 16-bit tile, whose block_n it keeps).
+    ``q_dtype``: "e4m3" for an FP8 q (with an FP8 cache): the Hopper variant becomes the FP8
+    tensor-core one (``AttentionSpec.fp8_mma``, ``SM90_FP8_MMA``) where the head dims and tile allow
+    it; the caller converts q to ``dtype`` for every other variant.
 
     ``variant``: a user variant's code (``kernelgen.Variant``, ``AttentionSpec.variant``): its
     snippets run on every logit, so the sm_80 path takes the lighter tiles (the 64-row tile of
@@ -436,7 +441,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                 ctas = estimated_ctas(arch, t, probe.smem_bytes(), num_sms)
                 max_splits, forced = num_splits_heuristic(num_heads_q * max(1, -(-rows // t.block_m)), n, ctas), False
             split = max_splits > 1
-            mma8 = bool(SM90_FP8_MMA and kv_dtype and head_dim == head_dim_v and head_dim % 64 == 0
+            mma8 = bool(SM90_FP8_MMA and q_dtype and kv_dtype and head_dim == head_dim_v and head_dim % 64 == 0
                         and t.block_n % 128 == 0)
             attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, split=split, paged=paged,
                                  softcap=softcap, mainloop="sm90a", sm90_opts=opts, alibi=alibi, variant=variant,

@@ -21,6 +21,11 @@ DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 #: the kernels convert the cache to q's dtype on load (exactly: every e4m3/e5m2 value is an fp16
 #: and a bf16 value) and apply ``k_descale`` / ``v_descale``.
 KV_FP8_DTYPES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
+#: FP8 query dtypes (FlashAttention-3's FP8 forward: q, k and v in FP8): q in one of these needs an
+#: FP8 K/V cache; the output is 16-bit (``out_dtype``, default bfloat16).  On the Hopper kernel's FP8
+#: tensor-core variant (``AttentionSpec.fp8_mma``) the GEMMs read q as it is; the other kernels get
+#: q converted exactly to the output dtype first (one elementwise pass over q).
+Q_FP8_DTYPES = {torch.float8_e4m3fn: "e4m3"}
 #: Largest finite sliding-window side (tokens): the kernels add it to positions in 32-bit ints.
 MAX_WINDOW = 1 << 30
 LAYOUTS = ("soa", "aos")
@@ -115,21 +120,31 @@ def check_cu_seqlens_values(name: str, x: torch.Tensor, total: int) -> None:
 
 
 def varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out, devtypes=("cuda",), *,
-                  seqused_k=None, page_table=None):
+                  seqused_k=None, page_table=None, out_dtype=None):
     """Checks for varlen_attention; returns a dict of the derived sizes.
 
     Packed K/V: k (total_k, Hkv, d), v (total_k, Hkv, dv) with cu_seqlens_k (and optionally
     seqused_k: the keys used per request, offsets still from cu_seqlens_k).  Paged K/V: k
     (num_pages, page_size, Hkv, d), v (num_pages, page_size, Hkv, dv), page_table int32
     (batch, max_pages_per_seq) and seqused_k int32 (batch,), no cu_seqlens_k.
-    ``devtypes`` lets shape-only callers (tests, fake tensors) pass "meta" tensors.
+    ``devtypes`` lets shape-only callers (tests, fake tensors) pass "meta" tensors.  An FP8 q
+    (``Q_FP8_DTYPES``) needs FP8 k/v; ``sizes["dtype"]`` is the output's (and the kernels' 16-bit)
+    dtype: ``out``'s, else ``out_dtype``, else bfloat16 for an FP8 q and q's dtype otherwise;
+    ``sizes["q_dtype"]`` is "e4m3" for an FP8 q.
     """
-    tensor("q", q, ndim=3, dtypes=tuple(DTYPES), devtypes=devtypes)
+    tensor("q", q, ndim=3, dtypes=tuple(DTYPES) + tuple(Q_FP8_DTYPES), devtypes=devtypes)
     dev = q.device
+    q_fp8 = q.dtype in Q_FP8_DTYPES
+    dtype = output_dtype(q, out, out_dtype)
     paged = page_table is not None
     kdim = 4 if paged else 3
     if paged and isinstance(k, torch.Tensor) and k.dim() == 3:
         raise ValueError("k must be a paged cache (num_pages, page_size, num_heads_kv, head_dim) when page_table is given")
+    if q_fp8:
+        tensor("k", k, ndim=kdim, device=dev)
+        if k.dtype not in KV_FP8_DTYPES:
+            raise TypeError(f"k must have an FP8 dtype (float8_e4m3fn or float8_e5m2) with an FP8 q, got "
+                            f"{str(k.dtype).replace('torch.', '')}; convert q to float16/bfloat16 for a 16-bit cache")
     tensor("k", k, ndim=kdim, dtypes=(q.dtype,) + tuple(KV_FP8_DTYPES), device=dev)
     tensor("v", v, ndim=kdim, dtypes=(k.dtype,), device=dev)
     total_q, hq, d = q.shape
@@ -152,6 +167,9 @@ def varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
              "batch": batch, "paged": paged}
     if k.dtype in KV_FP8_DTYPES:
         sizes["kv_dtype"] = KV_FP8_DTYPES[k.dtype]
+    sizes["dtype"] = dtype
+    if q_fp8:
+        sizes["q_dtype"] = Q_FP8_DTYPES[q.dtype]
     if paged:
         if cu_seqlens_k is not None:
             raise ValueError("cu_seqlens_k must be None with a page_table (key lengths come from seqused_k)")
@@ -181,11 +199,31 @@ def varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
     if max_seqlen_k is not None:
         nonneg_int("max_seqlen_k", max_seqlen_k)
     if out is not None:
-        tensor("out", out, ndim=3, dtypes=(q.dtype,), device=dev)
+        tensor("out", out, ndim=3, dtypes=(dtype,), device=dev)
         if tuple(out.shape) != (total_q, hq, dv):
             raise ValueError(f"out must have shape {(total_q, hq, dv)}, got {tuple(out.shape)}")
         rows_16b("out", out)
     return sizes
+
+
+def output_dtype(q, out, out_dtype):
+    """The output's dtype: ``out``'s when given, else ``out_dtype`` (float16 or bfloat16; None:
+    bfloat16 for an FP8 q, q's dtype otherwise).  ``out_dtype`` other than q's with a 16-bit q, or
+    other than ``out``'s, raises ValueError naming it; anything but float16/bfloat16 TypeError."""
+    q_fp8 = q.dtype in Q_FP8_DTYPES
+    if out_dtype is not None:
+        if out_dtype not in DTYPES:
+            raise TypeError(f"out_dtype must be None, torch.float16 or torch.bfloat16, got {out_dtype!r}")
+        if not q_fp8 and out_dtype != q.dtype:
+            raise ValueError(f"out_dtype ({out_dtype}) must be q's dtype {q.dtype} (or None): the output of a "
+                             f"16-bit q is in q's dtype; out_dtype chooses the output of an FP8 q")
+        if isinstance(out, torch.Tensor) and out.dtype != out_dtype:
+            raise ValueError(f"out_dtype ({out_dtype}) differs from out's dtype {out.dtype}")
+    if isinstance(out, torch.Tensor) and q_fp8 and out.dtype in DTYPES:
+        return out.dtype
+    if out_dtype is not None:
+        return out_dtype
+    return torch.bfloat16 if q_fp8 else q.dtype
 
 
 def window(window_size, causal: bool) -> tuple[str, int, int]:
@@ -315,6 +353,22 @@ def descale(name: str, x, batch: int | None, num_heads_kv: int, device, kv_dtype
     if kv_dtype is None:
         raise ValueError(f"{name} applies to an FP8 K/V cache (k/v float8_e4m3fn or float8_e5m2) only; "
                          f"k/v here have q's 16-bit dtype: pass {name}=None")
+    return _descale_strides(name, x, batch, num_heads_kv, device)
+
+
+def q_descale(x, batch: int | None, num_heads_kv: int, device, q_dtype: str | None) -> tuple:
+    """``q_descale`` (FlashAttention-3's argument): as ``descale`` (shape ``(batch, num_heads_kv)``
+    or one that broadcasts to it, float32, on q's device), given only with an FP8 q (``q_dtype``
+    "e4m3"): request b's queries of the heads of KV head h are ``q * q_descale[b, h]``."""
+    if x is None:
+        return None
+    if not q_dtype:
+        raise ValueError("q_descale applies to an FP8 q (float8_e4m3fn) only; q here is float16/bfloat16: pass "
+                         "q_descale=None (k_descale / v_descale scale an FP8 K/V cache)")
+    return _descale_strides("q_descale", x, batch, num_heads_kv, device)
+
+
+def _descale_strides(name: str, x, batch: int | None, num_heads_kv: int, device) -> tuple:
     tensor(name, x, dtypes=(torch.float32,), device=device)
     want_b = "batch" if batch is None else batch
     if x.dim() > 2 or (x.dim() == 1 and x.numel() != 1):
@@ -341,6 +395,19 @@ def kv_dtype(x) -> str:
         return x
     raise ValueError(f"kv_dtype must be None, 'e4m3', 'e5m2', torch.float8_e4m3fn or torch.float8_e5m2 (the FP8 "
                      f"K/V cache's dtype), got {x!r}")
+
+
+def q_dtype(x, kv: str) -> str:
+    """``AttentionPlan``'s ``q_dtype``: None (q in the plan's 16-bit dtype) or an FP8 q's dtype,
+    "e4m3" or ``torch.float8_e4m3fn``, which needs an FP8 K/V cache (``kv``: ``kv_dtype``'s
+    result).  Returns "e4m3" or "".  Raises ValueError naming ``q_dtype``."""
+    if x is None:
+        return ""
+    if not ((isinstance(x, torch.dtype) and x in Q_FP8_DTYPES) or (isinstance(x, str) and x in Q_FP8_DTYPES.values())):
+        raise ValueError(f"q_dtype must be None, 'e4m3' or torch.float8_e4m3fn (an FP8 q), got {x!r}")
+    if not kv:
+        raise ValueError("q_dtype (an FP8 q) needs an FP8 K/V cache: pass kv_dtype too")
+    return "e4m3"
 
 
 def check_descale_values(name: str, x) -> None:

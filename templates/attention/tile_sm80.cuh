@@ -60,8 +60,9 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
   const {{ "u8" if v.get("kv_dtype") else "u16" }}* v_base = V + (i64)ti.k_start * p.v_row_stride + (i64)kv_head * p.v_head_stride;
   const int* page_row = PAGED ? static_cast<const int*>(p.page_table) + (i64)ti.b * p.page_table_stride : nullptr;
   {% if v.get("kv_dtype") %}
-  // FP8: k_descale of this tile's (request, KV head) folded into the logit scale
-  const float k_desc = descale_of(p.k_descale, p.k_descale_batch_stride, p.k_descale_head_stride, ti.b, kv_head);
+  // FP8: k_descale (times an FP8 q's q_descale) of this tile's (request, KV head) folded into the logit scale
+  const float k_desc = descale_of(p.k_descale, p.k_descale_batch_stride, p.k_descale_head_stride, ti.b, kv_head)
+                       * descale_of(p.q_descale, p.q_descale_batch_stride, p.q_descale_head_stride, ti.b, kv_head);
   const float kv_scale_log2 = p.scale_log2 * k_desc, kv_softcap_scale = p.softcap_scale * k_desc;
   {% endif %}
 

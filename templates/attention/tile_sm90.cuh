@@ -45,8 +45,9 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
         alibi_row_coefs(alibi_sl, p, ti.b, ti.head, ti.row0, qpk, cw, lane, ALIBI_LOG2E / score_scale(p));
         {% endif %}
         {% if v.get("kv_dtype") %}
-        // FP8: the tile's k_descale (request, KV head) multiplies the logits' scale
-        const float kd = descale_of(p.k_descale, p.k_descale_batch_stride, p.k_descale_head_stride, ti.b, ti.head / qpk);
+        // FP8: the tile's k_descale (request, KV head), times an FP8 q's q_descale, multiplies the logits' scale
+        const float kd = descale_of(p.k_descale, p.k_descale_batch_stride, p.k_descale_head_stride, ti.b, ti.head / qpk)
+                         * descale_of(p.q_descale, p.q_descale_batch_stride, p.q_descale_head_stride, ti.b, ti.head / qpk);
         {% else %}
         const float kd = 1.f;
         {% endif %}
