@@ -1,79 +1,100 @@
-"""Branch fp8-mma: time the Hopper kernel's FP8 paths on one causal prefill (1 x 16384 tokens, 32/8
-heads, d 128): FP8 tensor-core GEMMs (``heuristics.SM90_FP8_MMA``, q in e4m3), design variant A (bf16
-q, FP8 K/V converted) and the bf16 call.  Prints µs and TFLOP/s per path (CUDA events, 10 calls
-after 3 warm-up calls, median)."""
+"""Time the FP8 prefill paths of the Hopper kernel through ``kernelgen.varlen_attention`` (GPU,
+sm_90a): FP8 q/K/V on the FP8 tensor-core variant (``AttentionSpec.fp8_mma``) at each ring depth
+of ``--stages`` (``heuristics.SM90_FP8_MMA_TILES``), the FP8 K/V variant with a bf16 q (design
+variant A) and the bf16 call, on the shapes of issue 24 (``--shapes``).  CUDA events around
+``--calls`` calls after ``--warm`` warm-up calls, median; prints µs and TFLOP/s (causal FLOPs
+halved) per path, and one JSON line per shape when ``--json`` is given.
+
+    python tools/fp8_mma_probe.py --shapes causal16k,dense4k,h64_2k --stages 2,3,4
+"""
+from __future__ import annotations
+
+import argparse
+import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
-
-from kernelgen.front.plan import AttentionPlan  # noqa: E402
-from kernelgen.launch import oneoff  # noqa: E402
-from kernelgen.selection import heuristics  # noqa: E402
+#: name: (batch, heads_q, heads_kv, seqlen, head_dim, causal)
+SHAPES = {"causal16k": (1, 32, 8, 16384, 128, True), "dense4k": (4, 32, 8, 4096, 128, False),
+          "h64_2k": (8, 32, 8, 2048, 64, True), "h256_4k": (2, 16, 16, 4096, 256, True)}
 
 
-def main(n=16384, hq=32, hkv=8, d=128, paths=("fp8_mma", "fp8_variant_a", "bf16"), warm=3, calls=10):
-    torch.manual_seed(0)
-    q = torch.randn(n, hq, d, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(n, hkv, d, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn_like(k)
+def quant(t):
+    import torch
+    s = t.abs().amax().float() / 448
+    return (t.float() / s).to(torch.float8_e4m3fn), s.reshape(1, 1)
 
-    def quant(t):
-        s = t.abs().amax().float() / 448
-        return (t.float() / s).to(torch.float8_e4m3fn), s
-    q8, qs = quant(q)
-    k8, ks = quant(k)
-    v8, vs = quant(v)
-    cu = torch.tensor([0, n], dtype=torch.int32, device="cuda")
+
+def time_call(fn, warm: int, calls: int) -> float:
+    import torch
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(calls):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b) * 1000)
+    return sorted(ts)[len(ts) // 2]
+
+
+def probe(shape: str, stages, warm: int, calls: int) -> dict:
+    import torch
+
+    import kernelgen
+    from kernelgen.front import api
+    from kernelgen.kernels.spec import TileConfig
+    from kernelgen.selection import heuristics
+
+    b, hq, hkv, s, d, causal = SHAPES[shape]
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(b * s, h, d, generator=g, device="cuda", dtype=torch.bfloat16) for h in (hq, hkv, hkv))
+    (q8, qs), (k8, ks), (v8, vs) = quant(q), quant(k), quant(v)
+    cu = torch.arange(0, b * s + 1, s, dtype=torch.int32, device="cuda")
     out = torch.empty_like(q)
-    flops = 4 * hq * d * (n * (n + 1) // 2)
-    res = {}
-    for name, mma, qq, kk, vv, kdv in (("fp8_mma", True, q8, k8, v8, (qs * ks, vs)),
-                                        ("fp8_variant_a", False, q, k8, v8, (ks, vs)),
-                                        ("bf16", False, q, k, v, None)):
-        if name not in paths:
-            continue
-        heuristics.SM90_FP8_MMA = mma
-        plan = AttentionPlan(max_batch=1, num_heads_q=hq, num_heads_kv=hkv, head_dim=d, dtype=torch.bfloat16,
-                             max_total_q=n, max_seqlen_q=n, max_seqlen_k=n, causal=True, arch="sm_90a",
-                             kv_dtype="e4m3" if kdv else None)
-        desc = None
-        if kdv:
-            kd = kdv[0].reshape(1, 1).expand(1, hkv).contiguous()
-            vd = kdv[1].reshape(1, 1).expand(1, hkv).contiguous()
-            desc = plan._descale_arg(kd, vd, 1)
-        plan.schedule(cu, cu)
+    flops = 4 * b * hq * d * (s * (s + 1) // 2 if causal else s * s)
+    res = {"shape": shape}
 
-        def call():
-            oneoff.attend(plan._kernels, qq, kk, vv, cu, cu, None, None, out, None, md_long=plan.metadata,
-                          md_short=plan.metadata_short, split=plan.split, capacity=1, scale=d ** -0.5,
-                          window=(plan.window_left, plan.window_right), softcap=0.0, alibi=None,
-                          **({"descale": desc} if desc else {}))
-        for _ in range(warm):
-            call()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(calls):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            call()
-            b.record()
-            b.synchronize()
-            ts.append(a.elapsed_time(b) * 1000)
-        us = sorted(ts)[len(ts) // 2]
-        res[name] = us
-        print(f"{name}: {plan.attn_spec.name} {us:.0f} us {flops / us / 1e6:.0f} TFLOP/s", flush=True)
-    heuristics.SM90_FP8_MMA = False
+    def run(name, qq, kk, vv, **kw):
+        kernelgen.clear_signature_cache()
+        fn = lambda: kernelgen.varlen_attention(qq, kk, vv, cu, cu, s, s, causal=causal, out=out, **kw)  # noqa: E731
+        us = time_call(fn, warm, calls)
+        res[name] = {"us": round(us, 1), "tflops": round(flops / us / 1e6, 1), "kernel": api._CALLS._last[1].attn.name
+                     if hasattr(api._CALLS, "_last") else ""}
+        print(f"{shape} {name}: {us:.0f} us {flops / us / 1e6:.0f} TFLOP/s {res[name]['kernel']}", flush=True)
+
+    saved = dict(heuristics.SM90_FP8_MMA_TILES)
+    try:
+        for st in (stages if d <= 128 else ()):
+            heuristics.SM90_FP8_MMA_TILES[(d, d)] = TileConfig(128, 128, 8, st, 1)
+            run(f"fp8_mma_s{st}", q8, k8, v8, q_descale=qs, k_descale=ks, v_descale=vs)
+    finally:
+        heuristics.SM90_FP8_MMA_TILES.clear()
+        heuristics.SM90_FP8_MMA_TILES.update(saved)
+    run("fp8_kv_bf16_q", q, k8, v8, k_descale=ks, v_descale=vs)
+    run("bf16", q, k, v)
+    kernelgen.clear_signature_cache()
     return res
 
 
-if __name__ == "__main__":
-    import argparse
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--paths", default="fp8_mma,fp8_variant_a,bf16")
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shapes", default="causal16k")
+    ap.add_argument("--stages", default="2")
     ap.add_argument("--warm", type=int, default=3)
     ap.add_argument("--calls", type=int, default=10)
-    a = ap.parse_args()
-    main(paths=a.paths.split(","), warm=a.warm, calls=a.calls)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    rows = [probe(sh, [int(x) for x in a.stages.split(",")], a.warm, a.calls) for sh in a.shapes.split(",")]
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -30,7 +30,7 @@ def gather_paged(k_cache, v_cache, page_table, seqused_k):
 def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, softmax_scale=None,
                         window_size=(-1, -1), softcap=0.0, seqused_k=None, max_elements: int = 1 << 27,
                         sinks=None, alibi_slopes=None, score_mod=None, mask_mod=None, k_descale=None,
-                        v_descale=None):
+                        v_descale=None, q_descale=None, fp8_p_bound: bool = False):
     """Returns (out, lse): out (total_q, Hq, Dv) float64, lse (Hq, total_q) float64.
 
     ``window_size`` = (left, right) around the bottom-right aligned diagonal (-1 = unbounded; causal
@@ -52,7 +52,18 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
     are processed in groups to stay under it).  ``k_descale`` / ``v_descale`` (FP8 K/V, FlashAttention-3's
     convention): None (1) or float32 tensors that broadcast to (batch, Hkv); request b's keys and values of
     KV head h are dequantised exactly, ``k.double() * k_descale[b, h]`` (every FP8 value and its product
-    with a float32 factor are exact in float64).
+    with a float32 factor are exact in float64).  ``q_descale`` likewise for an FP8 q (request b's
+    queries of the query heads of KV head h times ``q_descale[b, h]``).
+
+    ``fp8_p_bound``: also return a third tensor shaped as out, the per-element bound on the error
+    of a kernel that rounds the probabilities to e4m3 for P V (the Hopper FP8 tensor-core variant,
+    ``AttentionSpec.fp8_mma``; docs/dev/fp8_hopper_design.md section 8): P is formed against the
+    row maximum - 8 (values up to 256), so each normal e4m3 probability is within 2^-4 of its
+    value (relative) and a subnormal one within 2^-10 of 256 * its row's largest (absolute:
+    2^-18 * max_j a_j in units of the normalised probabilities); the row sum is exact fp32 of the
+    unrounded values.  Per element: 1.05 * (2^-4 * sum_j a_j |v_j| + 2^-18 * max_j a_j * sum_j
+    |v_j|) (the rounding of P; 5 % for the fp32 accumulation and the sum), + 2^-20 * sum_j a_j |v_j|
+    (the fp32 accumulation), + 2^-8 |out| (the output's bf16 rounding; fp16's is smaller).
     """
     total_q, hq, d = q.shape
     hkv, dv = k.shape[1], v.shape[2]
@@ -67,8 +78,9 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
     sink = None if sinks is None else sinks.detach().to(q.device, torch.float64)
     alibi = None if alibi_slopes is None else alibi_slopes.detach().to(q.device, torch.float64)
     nb = len(cq) - 1
-    kd, vd = (None if x is None else torch.broadcast_to(x.detach().to(q.device, torch.float64), (nb, hkv))
-              for x in (k_descale, v_descale))
+    kd, vd, qd = (None if x is None else torch.broadcast_to(x.detach().to(q.device, torch.float64), (nb, hkv))
+                  for x in (k_descale, v_descale, q_descale))
+    bound = torch.full((total_q, hq, dv), float("nan"), dtype=torch.float64, device=q.device) if fp8_p_bound else None
     out = torch.full((total_q, hq, dv), float("nan"), dtype=torch.float64, device=q.device)
     lse = torch.full((hq, total_q), float("nan"), dtype=torch.float64, device=q.device)
     for b in range(len(cq) - 1):
@@ -80,9 +92,13 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
             continue
         if lk <= 0:
             out[q0:q1] = 0
+            if bound is not None:
+                bound[q0:q1] = 0
             lse[:, q0:q1] = float("-inf") if sink is None else sink[:, None]
             continue
         qb = q[q0:q1].double().transpose(0, 1)                      # (Hq, lq, d)
+        if qd is not None:
+            qb = qb * qd[b].repeat_interleave(qpk)[:, None, None]
         kb, vb = k[k0:k1].double().transpose(0, 1), v[k0:k1].double().transpose(0, 1)   # (Hkv, lk, d / dv)
         if kd is not None:
             kb = kb * kd[b][:, None, None]
@@ -133,9 +149,16 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
             o = torch.matmul(p, vb[h0:h1]) / torch.where(z > 0, z, torch.ones_like(z))
             o = torch.where(z > 0, o, torch.zeros_like(o))
             out[q0:q1, h0:h1] = o.transpose(0, 1)
+            if bound is not None:
+                a = torch.where(z > 0, p / torch.where(z > 0, z, torch.ones_like(z)), torch.zeros_like(p))
+                va = vb[h0:h1].abs()
+                s1 = torch.matmul(a, va)
+                bb = 1.05 * (2.0 ** -4 * s1 + 2.0 ** -18 * a.amax(dim=-1, keepdim=True) * va.sum(dim=1, keepdim=True)) \
+                    + 2.0 ** -20 * s1 + 2.0 ** -8 * o.abs()
+                bound[q0:q1, h0:h1] = bb.transpose(0, 1)
             lse[h0:h1, q0:q1] = torch.where(z[..., 0] > 0, torch.log(z[..., 0]) + m_safe[..., 0],
                                             torch.full_like(z[..., 0], float("-inf")))
-    return out, lse
+    return (out, lse, bound) if fp8_p_bound else (out, lse)
 
 
 def tolerance(dtype, kv_dtype=None) -> tuple[float, float]:

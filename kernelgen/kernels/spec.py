@@ -176,6 +176,9 @@ class AttentionSpec:
     SM90_REGS_GATHER: ClassVar[dict] = {8: (56, 224)}
     #: An FP8 K/V cache (``kv_dtype``): producer warps 1-3 convert the landing stages.
     SM90_REGS_FP8: ClassVar[dict] = {8: (40, 232)}
+    #: The FP8 tensor-core variant (``fp8_mma``) at head dims up to 64: its consumers hold half the
+    #: O accumulators, and its producer spilled a loop bound at 40 (d 64, one 4-byte value).
+    SM90_REGS_FP8_MMA_SMALL: ClassVar[dict] = {8: (56, 224)}
     #: Shared memory of one Hopper CTA at most (bytes; the landing stages of an FP8 cache fill it up).
     SM90_SMEM_LIMIT: ClassVar[int] = 232448
 
@@ -352,7 +355,9 @@ class AttentionSpec:
     def _sm90_regs(self) -> dict:
         if self.mainloop != "sm90a":
             return {}
-        regs = (self.SM90_REGS_GATHER if "g" in self.sm90_opts else self.SM90_REGS_FP8 if self.kv_dtype
+        regs = (self.SM90_REGS_GATHER if "g" in self.sm90_opts
+                else self.SM90_REGS_FP8_MMA_SMALL if self.fp8_mma and self.head_dim <= 64
+                else self.SM90_REGS_FP8 if self.kv_dtype
                 else self.SM90_REGS_PAGED if self.paged else self.SM90_REGS)
         producer, consumer = regs[self.tile.num_warps]
         return {"producer_regs": producer, "consumer_regs": consumer}

@@ -170,6 +170,12 @@ SM90_FP8_TILES = {
 #: the FP8 K/V variant (A/B measurements).
 SM90_FP8_MMA = True
 
+#: Tiles of the FP8 tensor-core variant by (head_dim, head_dim_v) (block_n a multiple of 128);
+#: absent pairs take the 16-bit call's tile.  Its shared memory (FP8 Q, landing stages, FP8 V^T
+#: ring: 115,968 B at d 128 with two stages) leaves room for deeper rings (tools/fp8_mma_probe.py
+#: --stages measures them).
+SM90_FP8_MMA_TILES: dict = {}
+
 
 def sm90_tile(head_dim: int, head_dim_v: int, paged: bool = False, kv_dtype: str = "") -> TileConfig:
     """The Hopper path's tile for a (head_dim, head_dim_v) pair: for a paged cache
@@ -421,6 +427,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
         why = sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap, pack=pack,
                                num_splits=num_splits, tma_ok=tma_ok)
         t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, tile, sm90_opts, kv_dtype)
+        if q_dtype and kv_dtype and SM90_FP8_MMA and tile is None and (head_dim, head_dim_v) in SM90_FP8_MMA_TILES:
+            t = SM90_FP8_MMA_TILES[(head_dim, head_dim_v)]
         if not why and kv_dtype and (alibi or variant is not None or "g" in opts):
             why = (f"an FP8 K/V cache ({kv_dtype}) with " + ("ALiBi" if alibi else "a user variant" if variant is not None
                    else f"pages TMA boxes do not fit (page_size {page_size}, block_n {t.block_n})"

@@ -645,8 +645,8 @@ def alibi_slopes(num_heads: int):
 def _cost_inputs(settings: Settings, which: str, model: ModelPreset, label: str):
     """The inputs of a with/without cost entry (sinks_*, alibi_*, variant_*): ``*_prefill_causal_s16k``
     (one causal request of SINKS_PREFILL_TOKENS tokens, packed K/V) or ``*_decode_b128_paged16``
-    (decode_trace_b128_paged16's 128 decodes, pages of 16).  Returns (make_call(out, k=, v=, **kw): k/v
-    replace the 16-bit cache (same shape, e.g. its FP8 copy), the raw
+    (decode_trace_b128_paged16's 128 decodes, pages of 16).  Returns (make_call(out, k=, v=, q=, **kw):
+    k/v replace the 16-bit cache (same shape, e.g. its FP8 copy), q the bf16 queries, the raw
     entry, output rows, the tensors for peers: {"q", "k", "v", "cu_q", "cu_k", "max_q", "max_k",
     "lens_q", "lens_k"} plus "page_table" / "seqused_k" on the paged cache)."""
     torch = _torch()
@@ -659,7 +659,7 @@ def _cost_inputs(settings: Settings, which: str, model: ModelPreset, label: str)
         v = torch.randn(n, m.num_heads_kv, m.head_dim_v, generator=g, device="cuda", dtype=torch.bfloat16)
         cu = _cu([n], "cuda")
 
-        def make_call(o, k=k, v=v, **kw):
+        def make_call(o, k=k, v=v, q=q, **kw):
             return _kg_call(q, k, v, cu, cu, n, n, m, o, **kw)
         e = _entry(entry_name(which, m), "prefill", m, metric="tflops",
                    shape=f"1 x {n} tokens, causal, {m.describe()}, {label}",
@@ -671,7 +671,7 @@ def _cost_inputs(settings: Settings, which: str, model: ModelPreset, label: str)
         q, kc, vc, pt, used, cu_q = paged_batch([1] * len(ctx), ctx, m, seed=7)
         maxk = max(ctx)
 
-        def make_call(o, k=kc, v=vc, **kw):
+        def make_call(o, k=kc, v=vc, q=q, **kw):
             return _kg_call(q, k, v, cu_q, None, 1, maxk, m, o, seqused_k=used, page_table=pt, **kw)
         e = _entry(entry_name(which, m), "decode", m, metric="tbps",
                    shape=f"{len(ctx)} requests, {sum(ctx)} context tokens, pages of {PAGE_SIZE}, {label}",
@@ -697,6 +697,7 @@ def _with_without(settings: Settings, e: dict, calls: dict, outs: list, key: str
     e[base_field] = times[SWITCH_BASE]["us"]
     e[ratio_field] = e["us"] / e[base_field] if e[base_field] else None
     e["switch_rounds_us"] = {name: t["rounds"] for name, t in times.items()}
+    e["switch_us"] = {name: t["us"] for name, t in times.items()}
     e["method"] = settings.interleaved_method()
 
 
@@ -794,14 +795,17 @@ def quantize_e4m3(t, scale=None):
 
 
 def fp8_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
-    """FP8 (e4m3) K/V with bf16 queries (issue 24) against the same call on the bf16 cache:
-    ``fp8_prefill_causal_s16k`` (one causal request of 16384 tokens, packed K/V) or
-    ``fp8_decode_b128_paged16`` (decode_trace_b128_paged16's 128 decodes, pages of 16), the first
-    preset's heads, window and soft-cap.  The cache is quantised per tensor (scale amax / 448,
-    passed as ``k_descale`` / ``v_descale`` of shape (batch, Hkv)).  The bf16 call (``kernelgen``)
-    and the FP8 one (``kernelgen_fp8``) are timed together as interleaved CUDA-graph replays:
-    ``us`` FP8, ``us_bf16`` bf16, ``fp8_speedup`` = us_bf16 / us (issue 24 asks for 1.8x on the
-    decode).  ``bytes`` counts K/V at one byte (the decode's TB/s is in FP8 bytes; ``bytes_bf16``
+    """FP8 (e4m3) attention (issue 24) against the same call in bf16:
+    ``fp8_prefill_causal_s16k`` (one causal request of 16384 tokens, packed K/V; q, k and v in
+    e4m3, as FA3's FP8 forward: the Hopper kernel's FP8 tensor-core variant) or
+    ``fp8_decode_b128_paged16`` (decode_trace_b128_paged16's 128 decodes, pages of 16; an e4m3
+    cache with bf16 queries, as serving engines run an FP8 KV cache), the first preset's heads,
+    window and soft-cap.  Tensors are quantised per tensor (scale amax / 448, passed as
+    ``q_descale`` / ``k_descale`` / ``v_descale`` of shape (batch, Hkv)).  The bf16 call
+    (``kernelgen``) and the FP8 one (``kernelgen_fp8``; on the prefill also the e4m3 cache with the
+    bf16 q, ``kernelgen_fp8_kv``, ``us_fp8_kv``) are timed together as interleaved CUDA-graph
+    replays: ``us`` FP8, ``us_bf16`` bf16, ``fp8_speedup`` = us_bf16 / us (issue 24 asks for 1.8x
+    on the decode).  ``bytes`` counts K/V at one byte (the decode's TB/s is in FP8 bytes; ``bytes_bf16``
     the bf16 call's).
 
     Peer ``fa3`` (``fa3_unpaged`` on the decode: the gathered cache) runs FA3's FP8 path, which
@@ -817,20 +821,27 @@ def fp8_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
     k8, ks = quantize_e4m3(io["k"])
     v8, vs = quantize_e4m3(io["v"])
     kd, vd = (s.reshape(1, 1).expand(batch, m.num_heads_kv).contiguous() for s in (ks, vs))
-    outs = [torch.empty(rows, m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
-    calls = {SWITCH_BASE: make_call(outs[0]),
-             "kernelgen_fp8": make_call(outs[1], k=k8, v=v8, k_descale=kd, v_descale=vd)}
+    outs = [torch.empty(rows, m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+    q8, qs = quantize_e4m3(io["q"])
+    qd = qs.reshape(1, 1).expand(batch, m.num_heads_kv).contiguous()
+    prefill = "page_table" not in io
+    calls = {SWITCH_BASE: make_call(outs[0])}
+    if prefill:
+        calls["kernelgen_fp8"] = make_call(outs[1], q=q8, k=k8, v=v8, q_descale=qd, k_descale=kd, v_descale=vd)
+        calls["kernelgen_fp8_kv"] = make_call(outs[2], k=k8, v=v8, k_descale=kd, v_descale=vd)
+    else:
+        calls["kernelgen_fp8"] = make_call(outs[1], k=k8, v=v8, k_descale=kd, v_descale=vd)
     _with_without(settings, e, calls, outs, "kernelgen_fp8", "us_bf16", "fp8_ratio")
+    if prefill:
+        e["us_fp8_kv"] = e["switch_us"]["kernelgen_fp8_kv"]
     e["fp8_speedup"] = e["us_bf16"] / e["us"] if e["us"] else None
     e["fp8_max_abs_change"] = float((outs[1].float() - outs[0].float()).abs().max())
     if e["metric"] == "tbps":   # decode: bytes are K/V only, 2 per element in bf16, 1 in e4m3
         e["bytes_bf16"], e["bytes"] = e["bytes"], e["bytes"] // 2
     e["peer_base_us"] = settings.time(calls["kernelgen_fp8"])
     e["peer_atol"] = FP8_PEER_ATOL
-    q8, qs = quantize_e4m3(io["q"])
-    qd = qs.reshape(1, 1).expand(batch, m.num_heads_kv).contiguous()
     wl = m.window_left
-    if "page_table" not in io:
+    if prefill:
         builders = {peers.FA3: peers.fa3(q8, k8, v8, True, cu_q=io["cu_q"], cu_k=io["cu_k"], max_q=io["max_q"],
                                          max_k=io["max_k"], softcap=m.softcap, window_left=wl,
                                          descales=(qd, kd, vd))}

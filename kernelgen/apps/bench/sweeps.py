@@ -124,15 +124,18 @@ FP8_PREFILL_SHAPES = (
 
 
 def fp8_prefill_mainloops(shapes=FP8_PREFILL_SHAPES) -> list:
-    """FP8 (e4m3) K/V prefill on each mainloop against the bf16 call (``tools/bench.py
-    --fp8-prefill-sweep``): per shape, interleaved graph replays of the FP8 call as dispatched
-    (``fp8_auto``: the Hopper kernel on an H200), forced to ``arch="sm_80"`` (``fp8_sm80``) and the
-    same call on the bf16 K/V (``bf16``), bf16 q throughout; rows of {"shape", "us": {...},
-    "tflops": {...}, "kernel": the automatic FP8 kernel's name}."""
+    """FP8 (e4m3) prefill on each path against the bf16 call and FlashAttention-3's FP8 forward
+    (``tools/bench.py --fp8-prefill-sweep``): per shape, interleaved graph replays of the FP8 K/V
+    call with a bf16 q as dispatched (``fp8_auto``: the Hopper kernel on an H200), forced to
+    ``arch="sm_80"`` (``fp8_sm80``), the call with q in e4m3 too (``fp8_q``: the FP8 tensor-core
+    variant where it applies, per-tensor ``q_descale``), the bf16 call (``bf16``) and, on packed K/V
+    when fa3-fwd is installed, FA3 on the same e4m3 q/k/v with the same descales (``fa3_fp8``); rows
+    of {"shape", "us": {...}, "tflops": {...}, "kernel": the automatic FP8 K/V kernel's name,
+    "kernel_fp8_q": the FP8-q call's, "fa3_fp8": null or why FA3 did not run}."""
     import torch
 
     from ...front import api
-    from . import suites
+    from . import peers, suites
 
     settings = suites.Settings()
     rows = []
@@ -156,18 +159,33 @@ def fp8_prefill_mainloops(shapes=FP8_PREFILL_SHAPES) -> list:
         kd, vd = (s.reshape(1, 1).expand(b, hkv).contiguous() for s in (ks, vs))
         out = torch.empty_like(q)
 
-        def call(kk, vv, **extra):
-            return lambda: api.varlen_attention(q, kk, vv, cu_q, cu_k, lq, lk, out=out, **kw, **extra)
+        q8, qs = suites.quantize_e4m3(q)
+        qd = qs.reshape(1, 1).expand(b, hkv).contiguous()
+
+        def call(kk, vv, qq=q, **extra):
+            return lambda: api.varlen_attention(qq, kk, vv, cu_q, cu_k, lq, lk, out=out, **kw, **extra)
         fns = {"fp8_auto": call(k8, v8, k_descale=kd, v_descale=vd),
                "fp8_sm80": call(k8, v8, k_descale=kd, v_descale=vd, arch="sm_80"),
+               "fp8_q": call(k8, v8, q8, q_descale=qd, k_descale=kd, v_descale=vd),
                "bf16": call(k, v)}
+        fns["fp8_q"]()
+        kernel_q = api._CALLS._last[1].attn.name
         fns["fp8_auto"]()
         kernel = api._CALLS._last[1].attn.name
+        fa3_why = "paged K/V (FA3 would run on a gathered copy)" if ps else None
+        if not ps:
+            try:
+                fns["fa3_fp8"] = peers.fa3(q8, k8, v8, causal, cu_q=cu_q, cu_k=cu_k, max_q=lq, max_k=lk,
+                                           descales=(qd, kd, vd))().fn
+                fns["fa3_fp8"]()
+            except Exception as e:  # noqa: BLE001 - peers.Unavailable, an import or launch failure
+                fns.pop("fa3_fp8", None)
+                fa3_why = f"{type(e).__name__}: {e}"[:300]
         times = {n: r["us"] for n, r in settings.time_interleaved(fns).items()}
         pairs = b * (lq * lk - (lq * (lq - 1) // 2 if causal else 0)) if causal else b * lq * lk
         flops = 4 * hq * d * pairs
         rows.append({"shape": name, "us": times, "tflops": {n: flops / t / 1e6 for n, t in times.items()},
-                     "kernel": kernel})
+                     "kernel": kernel, "kernel_fp8_q": kernel_q, "fa3_fp8": fa3_why})
         print(json.dumps(rows[-1]), flush=True)
-        del q, k, v, k8, v8
+        del q, k, v, k8, v8, q8, fns
     return rows

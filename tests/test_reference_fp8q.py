@@ -1,0 +1,79 @@
+"""CPU: the float64 reference for an FP8 q (``attention_reference(..., q_descale=)``) and the
+per-element bound of the Hopper FP8 tensor-core variant (``fp8_p_bound=True``; docs/dev/
+fp8_hopper_design.md section 8): q dequantised exactly per (request, KV head), and the bound
+holding, tightly, for an emulation of the kernel's arithmetic (P formed against the row max - 8,
+rounded to e4m3, row sum from the unrounded values)."""
+import math
+
+import pytest
+import torch
+
+from kernelgen.apps.reference import attention_reference
+
+E4M3 = torch.float8_e4m3fn
+
+
+def _batch(hq=4, hkv=2, d=16, lq=(5, 1, 3), lk=(9, 7, 3), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    cq = torch.tensor([0] + torch.tensor(lq).cumsum(0).tolist(), dtype=torch.int32)
+    ck = torch.tensor([0] + torch.tensor(lk).cumsum(0).tolist(), dtype=torch.int32)
+    q = (8 * torch.randn(int(cq[-1]), hq, d, generator=g)).to(E4M3)
+    k = (8 * torch.randn(int(ck[-1]), hkv, d, generator=g)).to(E4M3)
+    v = (8 * torch.randn(int(ck[-1]), hkv, d, generator=g)).to(E4M3)
+    return q, k, v, cq, ck
+
+
+def test_q_descale_dequantises_per_request_and_kv_head():
+    q, k, v, cq, ck = _batch()
+    qd = torch.tensor([[0.25, 0.5], [0.125, 2.0], [1.0, 0.0625]])
+    out, lse = attention_reference(q, k, v, cq, ck, causal=True, q_descale=qd)
+    qq = q.double().clone()
+    for b in range(3):
+        for h in range(4):                        # query head h belongs to KV head h // 2
+            qq[cq[b]:cq[b + 1], h] *= float(qd[b, h // 2])
+    o2, l2 = attention_reference(qq, k, v, cq, ck, causal=True)
+    assert torch.equal(out, o2) and torch.equal(lse, l2)
+    # a per-tensor factor broadcasts
+    o3, _ = attention_reference(q, k, v, cq, ck, q_descale=torch.tensor(0.5))
+    o4, _ = attention_reference(q, k, v, cq, ck, q_descale=torch.full((3, 2), 0.5))
+    assert torch.equal(o3, o4)
+
+
+def _kernel_like(q, k, v, cq, ck, scale):
+    """The FP8 tensor-core variant's arithmetic, emulated in float64 except where the kernel rounds:
+    logits from the exact FP8 products, P = exp2(s * log2e - (max - 8)) rounded to e4m3, the row sum
+    from the unrounded P, O = P_e4m3 V / sum."""
+    out = torch.zeros(q.shape[0], q.shape[1], v.shape[2], dtype=torch.float64)
+    qpk = q.shape[1] // k.shape[1]
+    for b in range(len(cq) - 1):
+        q0, q1, k0, k1 = int(cq[b]), int(cq[b + 1]), int(ck[b]), int(ck[b + 1])
+        for h in range(q.shape[1]):
+            s = q[q0:q1, h].double() @ k[k0:k1, h // qpk].double().T * scale * math.log2(math.e)
+            m = s.amax(dim=-1, keepdim=True)
+            p = torch.exp2(s - (m - 8))
+            p8 = p.float().to(E4M3).double()
+            out[q0:q1, h] = (p8 @ v[k0:k1, h // qpk].double()) / p.sum(dim=-1, keepdim=True)
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_fp8_p_bound_holds_for_the_kernels_arithmetic(seed):
+    q, k, v, cq, ck = _batch(d=32, lq=(40, 1, 17), lk=(60, 33, 17), seed=seed)
+    scale = 0.02
+    ref, lse, bound = attention_reference(q, k, v, cq, ck, softmax_scale=scale, fp8_p_bound=True)
+    ref2, lse2 = attention_reference(q, k, v, cq, ck, softmax_scale=scale)
+    assert torch.equal(ref, ref2) and torch.equal(lse, lse2), "the bound must not change out / lse"
+    assert bound.shape == ref.shape and (bound > 0).all()
+    emu = _kernel_like(q, k, v, cq, ck, scale)
+    err = (emu - ref).abs()
+    assert (err <= bound).all(), float((err / bound).max())
+    # the rounding of P is visible (the emulation differs) and the bound is not loose by orders of magnitude
+    assert float(err.max()) > 0
+    assert float((err / bound).max()) > 0.05
+
+
+def test_the_bound_of_rows_without_keys_is_zero():
+    q, k, v, cq, ck = _batch(lq=(2, 3), lk=(0, 4))
+    ref, lse, bound = attention_reference(q, k, v, cq, ck, fp8_p_bound=True)
+    assert torch.equal(bound[:2], torch.zeros_like(bound[:2])) and torch.equal(ref[:2], torch.zeros_like(ref[:2]))
+    assert torch.isneginf(lse[:, :2]).all()
