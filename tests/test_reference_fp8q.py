@@ -1,8 +1,9 @@
 """CPU: the float64 reference for an FP8 q (``attention_reference(..., q_descale=)``) and the
-per-element bound of the Hopper FP8 tensor-core variant (``fp8_p_bound=True``; docs/dev/
-fp8_hopper_design.md section 8): q dequantised exactly per (request, KV head), and the bound
-holding, tightly, for an emulation of the kernel's arithmetic (P formed against the row max - 8,
-rounded to e4m3, row sum from the unrounded values)."""
+per-element bounds of the Hopper FP8 tensor-core variant (``fp8_mma_bounds=True``; docs/dev/
+fp8_hopper_design.md section 8): q dequantised exactly per (request, KV head), and the bounds
+holding, tightly, for an emulation of the kernel's arithmetic (Q K^T summed 32 products at a time
+into an accumulator truncated to 13 mantissa bits, P formed against the row max - 8, rounded to
+e4m3, row sum from the unrounded values)."""
 import math
 
 import pytest
@@ -39,41 +40,61 @@ def test_q_descale_dequantises_per_request_and_kv_head():
     assert torch.equal(o3, o4)
 
 
+def _trunc13(x):
+    """x with its mantissa truncated to 13 bits (toward zero), as Hopper's FP8 wgmma accumulator."""
+    m, e = torch.frexp(x)                       # x = m * 2^e, 0.5 <= |m| < 1
+    return torch.ldexp(torch.trunc(m * 2.0 ** 14) / 2.0 ** 14, e)
+
+
 def _kernel_like(q, k, v, cq, ck, scale):
     """The FP8 tensor-core variant's arithmetic, emulated in float64 except where the kernel rounds:
-    logits from the exact FP8 products, P = exp2(s * log2e - (max - 8)) rounded to e4m3, the row sum
-    from the unrounded P, O = P_e4m3 V / sum."""
+    Q K^T as k32 steps, each adding 32 exact products to the accumulator and truncating it to 13
+    mantissa bits; P = exp2(s * log2e - (max - 8)) rounded to e4m3; the row sum from the unrounded
+    P; O = P_e4m3 V / sum.  Returns (out, lse)."""
     out = torch.zeros(q.shape[0], q.shape[1], v.shape[2], dtype=torch.float64)
+    lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float64)
     qpk = q.shape[1] // k.shape[1]
+    d = q.shape[2]
     for b in range(len(cq) - 1):
         q0, q1, k0, k1 = int(cq[b]), int(cq[b + 1]), int(ck[b]), int(ck[b + 1])
+        if k1 == k0:
+            continue
         for h in range(q.shape[1]):
-            s = q[q0:q1, h].double() @ k[k0:k1, h // qpk].double().T * scale * math.log2(math.e)
+            qq, kk = q[q0:q1, h].double(), k[k0:k1, h // qpk].double()
+            acc = torch.zeros(q1 - q0, k1 - k0, dtype=torch.float64)
+            for c in range(0, d, 32):
+                acc = _trunc13(acc + qq[:, c:c + 32] @ kk[:, c:c + 32].T)
+            s = acc * scale * math.log2(math.e)
             m = s.amax(dim=-1, keepdim=True)
             p = torch.exp2(s - (m - 8))
             p8 = p.float().to(E4M3).double()
-            out[q0:q1, h] = (p8 @ v[k0:k1, h // qpk].double()) / p.sum(dim=-1, keepdim=True)
-    return out
+            z = p.sum(dim=-1, keepdim=True)
+            out[q0:q1, h] = (p8 @ v[k0:k1, h // qpk].double()) / z
+            lse[h, q0:q1] = ((m - 8 + torch.log2(z)) * math.log(2))[:, 0]
+    return out, lse
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_fp8_p_bound_holds_for_the_kernels_arithmetic(seed):
     q, k, v, cq, ck = _batch(d=32, lq=(40, 1, 17), lk=(60, 33, 17), seed=seed)
     scale = 0.02
-    ref, lse, bound = attention_reference(q, k, v, cq, ck, softmax_scale=scale, fp8_p_bound=True)
+    ref, lse, bound, lse_bound = attention_reference(q, k, v, cq, ck, softmax_scale=scale, fp8_mma_bounds=True)
     ref2, lse2 = attention_reference(q, k, v, cq, ck, softmax_scale=scale)
-    assert torch.equal(ref, ref2) and torch.equal(lse, lse2), "the bound must not change out / lse"
-    assert bound.shape == ref.shape and (bound > 0).all()
-    emu = _kernel_like(q, k, v, cq, ck, scale)
+    assert torch.equal(ref, ref2) and torch.equal(lse, lse2), "the bounds must not change out / lse"
+    assert bound.shape == ref.shape and (bound > 0).all() and lse_bound.shape == lse.shape and (lse_bound > 0).all()
+    emu, emu_lse = _kernel_like(q, k, v, cq, ck, scale)
     err = (emu - ref).abs()
     assert (err <= bound).all(), float((err / bound).max())
-    # the rounding of P is visible (the emulation differs) and the bound is not loose by orders of magnitude
-    assert float(err.max()) > 0
-    assert float((err / bound).max()) > 0.05
+    lerr = (emu_lse - lse).abs()
+    assert (lerr <= lse_bound + 1e-12).all(), float((lerr / lse_bound).max())
+    # both roundings are visible (the emulation differs) and the bounds are not loose by orders of magnitude
+    assert float(err.max()) > 0 and float(lerr.max()) > 0
+    assert float((err / bound).max()) > 0.05 and float((lerr / lse_bound).max()) > 0.01
 
 
 def test_the_bound_of_rows_without_keys_is_zero():
     q, k, v, cq, ck = _batch(lq=(2, 3), lk=(0, 4))
-    ref, lse, bound = attention_reference(q, k, v, cq, ck, fp8_p_bound=True)
+    ref, lse, bound, lse_bound = attention_reference(q, k, v, cq, ck, fp8_mma_bounds=True)
     assert torch.equal(bound[:2], torch.zeros_like(bound[:2])) and torch.equal(ref[:2], torch.zeros_like(ref[:2]))
+    assert torch.equal(lse_bound[:, :2], torch.zeros_like(lse_bound[:, :2]))
     assert torch.isneginf(lse[:, :2]).all()

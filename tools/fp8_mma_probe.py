@@ -61,7 +61,7 @@ def probe(shape: str, stages, warm: int, calls: int) -> dict:
     res = {"shape": shape}
 
     def run(name, qq, kk, vv, **kw):
-        kernelgen.clear_signature_cache()
+        api.clear_signature_cache()
         fn = lambda: kernelgen.varlen_attention(qq, kk, vv, cu, cu, s, s, causal=causal, out=out, **kw)  # noqa: E731
         us = time_call(fn, warm, calls)
         res[name] = {"us": round(us, 1), "tflops": round(flops / us / 1e6, 1), "kernel": api._CALLS._last[1].attn.name
@@ -78,7 +78,7 @@ def probe(shape: str, stages, warm: int, calls: int) -> dict:
         heuristics.SM90_FP8_MMA_TILES.update(saved)
     run("fp8_kv_bf16_q", q, k8, v8, k_descale=ks, v_descale=vs)
     run("bf16", q, k, v)
-    kernelgen.clear_signature_cache()
+    api.clear_signature_cache()
     return res
 
 

@@ -30,7 +30,7 @@ def gather_paged(k_cache, v_cache, page_table, seqused_k):
 def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, softmax_scale=None,
                         window_size=(-1, -1), softcap=0.0, seqused_k=None, max_elements: int = 1 << 27,
                         sinks=None, alibi_slopes=None, score_mod=None, mask_mod=None, k_descale=None,
-                        v_descale=None, q_descale=None, fp8_p_bound: bool = False):
+                        v_descale=None, q_descale=None, fp8_mma_bounds: bool = False):
     """Returns (out, lse): out (total_q, Hq, Dv) float64, lse (Hq, total_q) float64.
 
     ``window_size`` = (left, right) around the bottom-right aligned diagonal (-1 = unbounded; causal
@@ -55,15 +55,24 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
     with a float32 factor are exact in float64).  ``q_descale`` likewise for an FP8 q (request b's
     queries of the query heads of KV head h times ``q_descale[b, h]``).
 
-    ``fp8_p_bound``: also return a third tensor shaped as out, the per-element bound on the error
-    of a kernel that rounds the probabilities to e4m3 for P V (the Hopper FP8 tensor-core variant,
-    ``AttentionSpec.fp8_mma``; docs/dev/fp8_hopper_design.md section 8): P is formed against the
-    row maximum - 8 (values up to 256), so each normal e4m3 probability is within 2^-4 of its
-    value (relative) and a subnormal one within 2^-10 of 256 * its row's largest (absolute:
-    2^-18 * max_j a_j in units of the normalised probabilities); the row sum is exact fp32 of the
-    unrounded values.  Per element: 1.05 * (2^-4 * sum_j a_j |v_j| + 2^-18 * max_j a_j * sum_j
-    |v_j|) (the rounding of P; 5 % for the fp32 accumulation and the sum), + 2^-20 * sum_j a_j |v_j|
-    (the fp32 accumulation), + 2^-8 |out| (the output's bf16 rounding; fp16's is smaller).
+    ``fp8_mma_bounds``: also return two tensors, the per-element bounds on the error of out
+    (shaped as out) and of lse (shaped as lse) of the Hopper FP8 tensor-core variant
+    (``AttentionSpec.fp8_mma``; docs/dev/fp8_hopper_design.md section 8), from its two roundings:
+    - the logits: Q K^T on FP8 wgmma, whose accumulator keeps 13 mantissa bits (an e8m13 sum,
+      truncated: DeepSeek-V3's report, section 3.3.2, measured about 14 bits on Hopper; PyTorch's
+      FP8 notes, e8m13), so each k32 instruction adds at most 2 units of 2^-13 relative to the sum
+      of the absolute products it has seen: |ds| <= delta = head_dim / 32 * 2^-12 * scale * max_j
+      sum_i |q_i k_ij| (dequantised, natural-log units; a soft-cap only shrinks it).  The lse moves
+      by at most delta; each normalised probability by a factor within exp(+-2 delta), so out by at
+      most (exp(2 delta) - 1) * sum_j a_j |v_j|;
+    - the probabilities: P formed against the row maximum - 8 (values up to 256) and rounded to
+      e4m3 for P V: each normal value within 2^-4 of itself (relative), a subnormal one within 2^-10
+      of 256 * its row's largest (absolute: 2^-18 * max_j a_j in units of the normalised
+      probabilities); the row sum is fp32 of the unrounded values: 1.05 * (2^-4 * sum_j a_j |v_j| +
+      2^-18 * max_j a_j * sum_j |v_j|) (5 % for the fp32 accumulation and the sum);
+    plus 2^-20 * sum_j a_j |v_j| (fp32 accumulation) and 2^-8 |out| (the output's bf16 rounding;
+    fp16's is smaller).  The lse bound adds nothing for its own fp32 arithmetic: callers keep their
+    16-bit tolerance beside it.
     """
     total_q, hq, d = q.shape
     hkv, dv = k.shape[1], v.shape[2]
@@ -80,7 +89,8 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
     nb = len(cq) - 1
     kd, vd, qd = (None if x is None else torch.broadcast_to(x.detach().to(q.device, torch.float64), (nb, hkv))
                   for x in (k_descale, v_descale, q_descale))
-    bound = torch.full((total_q, hq, dv), float("nan"), dtype=torch.float64, device=q.device) if fp8_p_bound else None
+    bound = torch.full((total_q, hq, dv), float("nan"), dtype=torch.float64, device=q.device) if fp8_mma_bounds else None
+    lse_bound = torch.zeros((hq, total_q), dtype=torch.float64, device=q.device) if fp8_mma_bounds else None
     out = torch.full((total_q, hq, dv), float("nan"), dtype=torch.float64, device=q.device)
     lse = torch.full((hq, total_q), float("nan"), dtype=torch.float64, device=q.device)
     for b in range(len(cq) - 1):
@@ -153,12 +163,15 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
                 a = torch.where(z > 0, p / torch.where(z > 0, z, torch.ones_like(z)), torch.zeros_like(p))
                 va = vb[h0:h1].abs()
                 s1 = torch.matmul(a, va)
+                sabs = torch.matmul(qb[h0:h1].abs(), kb[h0:h1].abs().transpose(1, 2)) * scale
+                delta = (d / 32) * 2.0 ** -12 * sabs.amax(dim=-1, keepdim=True)          # (heads, lq, 1)
                 bb = 1.05 * (2.0 ** -4 * s1 + 2.0 ** -18 * a.amax(dim=-1, keepdim=True) * va.sum(dim=1, keepdim=True)) \
-                    + 2.0 ** -20 * s1 + 2.0 ** -8 * o.abs()
+                    + torch.expm1(2 * delta) * s1 + 2.0 ** -20 * s1 + 2.0 ** -8 * o.abs()
                 bound[q0:q1, h0:h1] = bb.transpose(0, 1)
+                lse_bound[h0:h1, q0:q1] = delta[..., 0]
             lse[h0:h1, q0:q1] = torch.where(z[..., 0] > 0, torch.log(z[..., 0]) + m_safe[..., 0],
                                             torch.full_like(z[..., 0], float("-inf")))
-    return (out, lse, bound) if fp8_p_bound else (out, lse)
+    return (out, lse, bound, lse_bound) if fp8_mma_bounds else (out, lse)
 
 
 def tolerance(dtype, kv_dtype=None) -> tuple[float, float]:
