@@ -179,6 +179,9 @@ class AttentionSpec:
     #: The FP8 tensor-core variant (``fp8_mma``) at head dims up to 64: its consumers hold half the
     #: O accumulators, and its producer spilled a loop bound at 40 (d 64, one 4-byte value).
     SM90_REGS_FP8_MMA_SMALL: ClassVar[dict] = {8: (56, 224)}
+    #: ... and above 128: 128 fp32 O accumulators a consumer thread (d 256) need FlashAttention-3's
+    #: 240 (the producer warps then have 24; the transposing warps spill a few loop counters).
+    SM90_REGS_FP8_MMA_LARGE: ClassVar[dict] = {8: (24, 240)}
     #: Shared memory of one Hopper CTA at most (bytes; the landing stages of an FP8 cache fill it up).
     SM90_SMEM_LIMIT: ClassVar[int] = 232448
 
@@ -357,6 +360,7 @@ class AttentionSpec:
             return {}
         regs = (self.SM90_REGS_GATHER if "g" in self.sm90_opts
                 else self.SM90_REGS_FP8_MMA_SMALL if self.fp8_mma and self.head_dim <= 64
+                else self.SM90_REGS_FP8_MMA_LARGE if self.fp8_mma and self.head_dim > 128
                 else self.SM90_REGS_FP8 if self.kv_dtype
                 else self.SM90_REGS_PAGED if self.paged else self.SM90_REGS)
         producer, consumer = regs[self.tile.num_warps]

@@ -687,8 +687,8 @@ __device__ __forceinline__ void producer_loop_convert(const AttnParams& p, int* 
   const int qpk = p.num_heads_q / p.num_heads_kv;
   const int tid = (pw - 1) * 32 + lane;
   int cursor = 0;
-  int stage = 0, ls = 0;
-  u32 phase = 0, lphase = 0;
+  int stage = 0{{ "" if v.get("fp8_mma") else ", ls = 0" }};
+  u32 phase = 0{{ "" if v.get("fp8_mma") else ", lphase = 0" }};
   for (int it = 0;; ++it) {
     const int slot = it & 1;
     mbar_wait(bar_tile_full(sb, slot), (it >> 1) & 1, 7);
@@ -701,23 +701,34 @@ __device__ __forceinline__ void producer_loop_convert(const AttnParams& p, int* 
     int n_lo, n_hi;
     key_block_range(mi, ti.row0, ti.row0 + ti.valid_rows - 1, n_lo, n_hi);
     split_block_range(ti.split, ti.num_splits, n_lo, n_hi);
+    {% if v.get("fp8_mma") %}
+    // FP8_MMA: K stays in the landing stage (the consumers read it); V is transposed into V^T.
+    // LAND == STAGES: the landing slot is the ring slot (one stage / phase pair: fewer registers).
+    const int seqlen_k = ti.seqlen_k;
+#pragma unroll 1
+    for (int n = n_hi - 1; n >= n_lo; --n) {
+      mbar_wait(bar_land_full(sb, stage), phase, 8);
+      mbar_wait(bar_v_empty(sb, stage), phase ^ 1, 4);
+      transpose_v8<BN, DV>(sb + OFF_V + stage * V_BYTES, sb + OFF_LAND + stage * LAND_BYTES + K8_BYTES, tid, NCONV,
+                           min(BN, seqlen_k - n * BN));
+      gather_publish(bar_v_full(sb, stage));
+      mbar_arrive(bar_land_empty(sb, stage));
+      if (++stage == STAGES) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+    {% else %}
 #pragma unroll 1
     for (int n = n_hi - 1; n >= n_lo; --n) {
       const u32 land = sb + OFF_LAND + ls * LAND_BYTES;
       mbar_wait(bar_land_full(sb, ls), lphase, 8);
-      {% if v.get("fp8_mma") %}
-      // FP8_MMA: K stays in the landing stage (the consumers read it); V is transposed into V^T
-      mbar_wait(bar_v_empty(sb, stage), phase ^ 1, 4);
-      transpose_v8<BN, DV>(sb + OFF_V + stage * V_BYTES, land + K8_BYTES, tid, NCONV, min(BN, ti.seqlen_k - n * BN));
-      gather_publish(bar_v_full(sb, stage));
-      {% else %}
       mbar_wait(bar_k_empty(sb, stage), phase ^ 1, 3);
       convert_block<HALVES>(sb + OFF_K + stage * K_BYTES, land, tid);
       gather_publish(bar_k_full(sb, stage));
       mbar_wait(bar_v_empty(sb, stage), phase ^ 1, 4);
       convert_block<VHALVES>(sb + OFF_V + stage * V_BYTES, land + K8_BYTES, tid, min(BN, ti.seqlen_k - n * BN));
       gather_publish(bar_v_full(sb, stage));
-      {% endif %}
       mbar_arrive(bar_land_empty(sb, ls));
       if (++stage == STAGES) {
         stage = 0;
@@ -728,6 +739,7 @@ __device__ __forceinline__ void producer_loop_convert(const AttnParams& p, int* 
         lphase ^= 1;
       }
     }
+    {% endif %}
   }
 }
 {% endif %}

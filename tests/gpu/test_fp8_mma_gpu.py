@@ -144,6 +144,27 @@ def test_varlen_prefill_within_the_fp8_p_bound(d, causal, num_splits):
     print(f"fp8_mma d {d} causal {causal} splits {num_splits}: worst err / bound {ratio:.3f}")
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_head_dim_256_with_128_key_blocks(monkeypatch, causal):
+    """d 256 on the FP8 tensor-core variant with 128-key blocks (``heuristics.SM90_FP8_MMA_TILES``;
+    24 / 240 registers, 230,656 B of shared memory)."""
+    from kernelgen.kernels.spec import TileConfig
+    from kernelgen.selection import heuristics
+    monkeypatch.setitem(heuristics.SM90_FP8_MMA_TILES, (256, 256), TileConfig(128, 128, 8, 2, 1))
+    api.clear_signature_cache()
+    qlens, klens = [300, 1, 257, 129], [700, 64, 257, 129]
+    hq, hkv, d = 16, 4, 256
+    q8, k8, v8, cu_q, cu_k, qs, ks, vs = packed(qlens, klens, hq, hkv, d, 13)
+    qd = per_head(qs, len(qlens), hkv, 7)
+    ref, ref_lse, bound, lb = attention_reference(q8, k8, v8, cu_q, cu_k, causal=causal, q_descale=qd, k_descale=ks,
+                                                  v_descale=vs, fp8_mma_bounds=True)
+    o, lse = call(q8, k8, v8, cu_q, cu_k, max(qlens), max(klens), d, causal=causal, q_descale=qd, k_descale=ks,
+                  v_descale=vs)
+    assert "_fp8mma" in prepared().attn.name and "n128" in prepared().attn.name, prepared().attn.name
+    check_mma(o, lse, ref, ref_lse, bound, lb)
+    api.clear_signature_cache()
+
+
 @pytest.mark.parametrize("kv_dtype", [E4M3, E5M2])
 def test_window_softcap_sinks_and_fp16_output(kv_dtype):
     qlens, klens = [300, 1, 257], [700, 64, 257]
