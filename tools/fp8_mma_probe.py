@@ -1,11 +1,12 @@
 """Time the FP8 prefill paths of the Hopper kernel through ``kernelgen.varlen_attention`` (GPU,
-sm_90a): FP8 q/K/V on the FP8 tensor-core variant (``AttentionSpec.fp8_mma``) at each ring depth
-of ``--stages`` (``heuristics.SM90_FP8_MMA_TILES``), the FP8 K/V variant with a bf16 q (design
+sm_90a): FP8 q/K/V on the FP8 tensor-core variant (``AttentionSpec.fp8_mma``) with each tile of
+``--tiles`` for the shape's head dim (``head_dim:block_n:stages``, set as
+``heuristics.SM90_FP8_MMA_TILES``), the FP8 K/V variant with a bf16 q (design
 variant A) and the bf16 call, on the shapes of issue 24 (``--shapes``).  CUDA events around
 ``--calls`` calls after ``--warm`` warm-up calls, median; prints µs and TFLOP/s (causal FLOPs
 halved) per path, and one JSON line per shape when ``--json`` is given.
 
-    python tools/fp8_mma_probe.py --shapes causal16k,dense4k,h64_2k --stages 2,3,4
+    python tools/fp8_mma_probe.py --shapes causal16k,dense4k,h64_2k,h256_4k --tiles 64:256:2,128:128:2,256:128:2
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def time_call(fn, warm: int, calls: int) -> float:
     return sorted(ts)[len(ts) // 2]
 
 
-def probe(shape: str, stages, warm: int, calls: int) -> dict:
+def probe(shape: str, tiles, warm: int, calls: int) -> dict:
     import torch
 
     import kernelgen
@@ -70,9 +71,11 @@ def probe(shape: str, stages, warm: int, calls: int) -> dict:
 
     saved = dict(heuristics.SM90_FP8_MMA_TILES)
     try:
-        for st in (stages if d <= 128 else [s for s in stages if s == 2]):   # d 256: 2 stages fill the 227 KB
-            heuristics.SM90_FP8_MMA_TILES[(d, d)] = TileConfig(128, 128, 8, st, 1)
-            run(f"fp8_mma_s{st}", q8, k8, v8, q_descale=qs, k_descale=ks, v_descale=vs)
+        for td, bn, st in tiles:
+            if td != d:
+                continue
+            heuristics.SM90_FP8_MMA_TILES[(d, d)] = TileConfig(128, bn, 8, st, 1)
+            run(f"fp8_mma_n{bn}_s{st}", q8, k8, v8, q_descale=qs, k_descale=ks, v_descale=vs)
     finally:
         heuristics.SM90_FP8_MMA_TILES.clear()
         heuristics.SM90_FP8_MMA_TILES.update(saved)
@@ -85,12 +88,14 @@ def probe(shape: str, stages, warm: int, calls: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", default="causal16k")
-    ap.add_argument("--stages", default="2")
+    ap.add_argument("--tiles", default="64:128:2,64:256:2,128:128:2,256:128:2",
+                    help="head_dim:block_n:stages,... (FP8 tensor-core tiles to time)")
     ap.add_argument("--warm", type=int, default=3)
     ap.add_argument("--calls", type=int, default=10)
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
-    rows = [probe(sh, [int(x) for x in a.stages.split(",")], a.warm, a.calls) for sh in a.shapes.split(",")]
+    tiles = [tuple(int(x) for x in t.split(":")) for t in a.tiles.split(",")]
+    rows = [probe(sh, tiles, a.warm, a.calls) for sh in a.shapes.split(",")]
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
     return 0
