@@ -16,7 +16,11 @@ Kernel kinds (``FUNC``, the fake function handles, and ``PARAMS``, their paramet
 "scheduler", "attention" (sm_80 path), "attention_sm90" (Hopper kernel: maps + AttnParams),
 "combine", "fused" (sm_80 fused mixed-batch kernel: two AttnParams) and "fused_sm90" (the Hopper
 fused mixed-batch kernel, ``params.FUSED_TMA_PARAMS``: maps + long AttnParams, short AttnParams,
-short_ctas; ``Launch.fields()`` gives {"long": ..., "short": ..., "short_ctas": ...}).
+short_ctas; ``Launch.fields()`` gives {"long": ..., "short": ..., "short_ctas": ...}); kinds of the
+FP8, ALiBi, sink and user-variant kernels are registered on first use (``_fp8_func``: e.g.
+"attention_fp8", "attention_sm90_fp8", "attention_sm90_fp8mma" for the FP8 tensor-core variant).
+``Recorder.hooks`` run on each launch as it is recorded, while the call's temporaries (a converted
+q) are alive.
 """
 from __future__ import annotations
 
@@ -179,6 +183,9 @@ class Recorder:
         self.graph_launches = 0                      # cuGraphLaunch calls that launched
         self.set_params = 0                          # cuGraphExecKernelNodeSetParams calls
         self.graph_rc = 0                            # returned by cuGraphLaunch (with fail_kind as for rc)
+        #: callables run with each Launch as it is recorded (direct and graph launches), while the
+        #: call's tensors are alive: a test can read the memory a launch's pointers address
+        self.hooks: list = []
 
     def __call__(self, f, gx, gy, gz, bx, by, bz, smem, stream, argv, extra):
         self.record(f, (gx, gy, gz), (bx, by, bz), smem, stream, argv, extra)
@@ -188,8 +195,12 @@ class Recorder:
     def record(self, f, grid, block, smem, stream, argv, extra) -> None:
         kind = KIND[f]
         param_addr = ctypes.cast(argv, ctypes.POINTER(ctypes.c_void_p))[0]
-        self.launches.append(Launch(kind, grid, block, smem, stream,
-                                    ctypes.string_at(param_addr, PARAMS[kind].size), extra))
+        self.append(Launch(kind, grid, block, smem, stream, ctypes.string_at(param_addr, PARAMS[kind].size), extra))
+
+    def append(self, x: "Launch") -> None:
+        self.launches.append(x)
+        for hook in self.hooks:
+            hook(x)
 
     def raw_alloc(self, nbytes, stream) -> int:
         t = torch.empty(nbytes, dtype=torch.uint8)
@@ -275,7 +286,7 @@ class FakeGraphDriver:
             return rec.graph_rc
         rec.graph_launches += 1
         for func, grid, block, smem, params in nodes:
-            rec.launches.append(Launch(KIND[func], grid, block, smem, stream, params, 0))
+            rec.append(Launch(KIND[func], grid, block, smem, stream, params, 0))
         return 0
 
     def cuGraphExecDestroy(self, exe):
@@ -312,8 +323,9 @@ def _variant_func(spec) -> int:
 def _fp8_func(spec) -> int:
     """An FP8 K/V kernel's function id (``params.fp8_params``): kinds
     ``attention_fp8[_variant{n}][_alibi][_sinks]`` (sm_80 mainloop) and ``attention_sm90_fp8[_sinks]``
-    (the Hopper kernel: maps + AttnParams)."""
-    kind = ("attention" + ("_sm90" if spec.mainloop == "sm90a" else "") + "_fp8"
+    (the Hopper kernel: maps + AttnParams), ``attention_sm90_fp8mma[_sinks]`` for its FP8
+    tensor-core variant (``AttentionSpec.fp8_mma``: an FP8 q read as it is)."""
+    kind = ("attention" + ("_sm90" if spec.mainloop == "sm90a" else "") + "_fp8" + ("mma" if spec.fp8_mma else "")
             + ("" if spec.variant is None else f"_variant{len(spec.variant.tensors)}")
             + ("_alibi" if spec.alibi else "") + ("_sinks" if spec.sinks else ""))
     return _kind_func(kind, spec, 0x40000, "_fp8")

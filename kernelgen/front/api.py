@@ -238,9 +238,10 @@ def varlen_attention(
     except Exception:  # noqa: BLE001 - an argument that cannot be keyed: the validating path names it
         key = prep = None
     if prep is not None and not validation.host_checks_enabled():
-        if prep.q_convert is not None:
-            q = q.to(prep.q_convert)
-        res = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, None)
+        # an FP8 q converted for the kernels (its own alignment checked as the validating path
+        # does); a declined run goes down the validating path with the caller's q
+        kq = q if prep.q_convert is None else None if q.data_ptr() & 15 else q.to(prep.q_convert)
+        res = None if kq is None else prep.run(kq, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, None)
         if res is not None:
             if sinks is not None and not prep.sinks_fused:
                 _sinks.apply(res[0], res[1], sinks, cu_seqlens_q)

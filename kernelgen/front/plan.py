@@ -375,12 +375,16 @@ class AttentionPlan:
                 step = None        # (the descales' values are checked on the validating path)
         except Exception:  # noqa: BLE001 - an argument that cannot be keyed: the validating path names it
             key = step = None
+        kq = q
+        if step is not None and self.q_convert is not None:
+            # an FP8 q converted for the kernels (a misaligned one goes down the validating path,
+            # which names it); a declined step goes down the validating path with the caller's q
+            kq = None if q.data_ptr() & 15 else q.to(self.q_convert)
+            step = None if kq is None else step
         if step is not None:
-            if self.q_convert is not None:
-                q = q.to(self.q_convert)
             if sinks is None or (self.sinks_fused and not validation.host_checks_enabled()):
                 # (sink kernels: the sinks' address is in the step's parameters)
-                res = step.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
+                res = step.run(kq, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
                 if res is not None:
                     return res if res[1] is not None else res[0]
             elif not validation.host_checks_enabled():
@@ -388,10 +392,10 @@ class AttentionPlan:
                 kernel_lse = lse if lse is not None or return_lse else self._lse_scratch(q.shape[0])
                 if self.device.index != torch.cuda.current_device():
                     with torch.cuda.device(self.device):
-                        res = self._sink_step(step, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out,
-                                              kernel_lse, sinks)
+                        res = self._sink_step(step, kq, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table,
+                                              out, kernel_lse, sinks)
                 else:
-                    res = self._sink_step(step, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out,
+                    res = self._sink_step(step, kq, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out,
                                           kernel_lse, sinks)
                 if res is not None:
                     return res if give else res[0]

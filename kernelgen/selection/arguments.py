@@ -179,9 +179,11 @@ def plan_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out,
     ``kv_dtype`` ("e4m3" / "e5m2"; "": q's dtype); q in FP8 exactly when the plan's ``q_dtype``
     is "e4m3" (out then in ``dtype``).  Returns the sizes dict.  Raises TypeError /
     ValueError (a k dtype other than the plan's: ValueError naming ``k``)."""
-    if q_dtype:
-        validation.tensor("q", q, dtypes=tuple(validation.Q_FP8_DTYPES))
-    elif isinstance(q, torch.Tensor) and q.dtype != dtype:
+    if q_dtype and isinstance(q, torch.Tensor) and q.dtype not in validation.Q_FP8_DTYPES:
+        # (dtype only: varlen_inputs checks the rest, on the device types it accepts)
+        raise TypeError(f"q must have dtype float8_e4m3fn (the plan's q_dtype='e4m3'), got "
+                        f"{str(q.dtype).replace('torch.', '')}")
+    elif not q_dtype and isinstance(q, torch.Tensor) and q.dtype != dtype:
         raise TypeError(f"q must have the plan's dtype {dtype}, got {q.dtype}"
                         + ("; an FP8 q needs a plan made with q_dtype='e4m3'" if q.dtype in validation.Q_FP8_DTYPES
                            else ""))

@@ -10,8 +10,9 @@ so a call whose key was seen (and validated) before skips validation and the cho
 
 Scalars enter the key as (type, value): ``True`` and ``1``, or ``2.0`` and ``2``, validate
 differently and hash alike.  ``window_size`` enters as its type, its entries' types and its
-entries.  Only calls whose scalars are plain ``bool``/``int``/``float``/``str``/``None`` are
-stored (``cacheable``), so a lookup never compares exotic objects for equality.
+entries.  Only calls whose scalars are plain ``bool``/``int``/``float``/``str``/``None`` (or a
+``torch.dtype``, e.g. ``out_dtype``: compared by identity) are stored (``cacheable``), so a lookup
+never compares exotic objects for equality.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ class VariantKey(tuple):
     __slots__ = ()
 
 
-_PLAIN = frozenset((bool, int, float, str, type(None), VariantKey))
+_PLAIN = frozenset((bool, int, float, str, type(None), VariantKey, torch.dtype))
 
 
 def tensor_key(x):
