@@ -16,22 +16,30 @@ from kernelgen.front import compat, ops
 
 REPO = Path(__file__).resolve().parents[1]
 BF16, FP16 = torch.bfloat16, torch.float16
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+
+
+def _out_dtype(q, out_dtype=None):
+    """The output dtype kernelgen gives q (an FP8 q: out_dtype, else bfloat16)."""
+    return (out_dtype or BF16) if q.dtype == E4M3 else q.dtype
 
 
 # ----------------------------------------------------------------------------- stand-ins for the GPU
 def reference_api(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, *, seqused_k=None,
                   page_table=None, causal=False, window_size=(-1, -1), softcap=0.0, softmax_scale=None, num_splits=0,
                   pack_gqa=None, return_lse=False, out=None, metadata_layout="soa", sort=True, head_swizzle=True,
-                  sinks=None, alibi_slopes=None, k_descale=None, v_descale=None):
-    """kernelgen.front.api.varlen_attention computed on the CPU with the float64 reference."""
+                  sinks=None, alibi_slopes=None, k_descale=None, v_descale=None, q_descale=None, out_dtype=None):
+    """kernelgen.front.api.varlen_attention computed on the CPU with the float64 reference (an FP8 q
+    dequantised with q_descale; the output in out_dtype, bfloat16 by default, for it)."""
     if page_table is not None:
         k, v, cu_seqlens_k = reference.gather_paged(k, v, page_table, seqused_k)
         seqused_k = None
     o, lse = reference.attention_reference(q.double(), k.double(), v.double(), cu_seqlens_q, cu_seqlens_k,
                                            causal=causal, softmax_scale=softmax_scale, window_size=window_size,
                                            softcap=softcap, seqused_k=seqused_k, sinks=sinks,
-                                           alibi_slopes=alibi_slopes, k_descale=k_descale, v_descale=v_descale)
-    o = o.nan_to_num().to(q.dtype)
+                                           alibi_slopes=alibi_slopes, k_descale=k_descale, v_descale=v_descale,
+                                           q_descale=q_descale)
+    o = o.nan_to_num().to(out.dtype if out is not None else _out_dtype(q, out_dtype))
     if out is not None:
         out.copy_(o)
         o = out
@@ -51,7 +59,7 @@ class Recorder:
         total_q, hq = q.shape[:2]
         out = kw.get("out")
         if out is None:
-            out = torch.zeros(total_q, hq, v.shape[-1], dtype=q.dtype)
+            out = torch.zeros(total_q, hq, v.shape[-1], dtype=_out_dtype(q, kw.get("out_dtype")))
         lse = (torch.arange(hq).view(hq, 1) * 1000 + torch.arange(total_q).view(1, total_q)).float()
         return (out, lse) if kw.get("return_lse") else out
 
@@ -262,6 +270,159 @@ def test_zero_kv_heads_is_a_value_error_not_a_division(layout):
         ops.varlen_attention(q, k0, k0, cu, cu)
 
 
+# ----------------------------------------------------------------------------- FP8 q: schema and fake implementations
+_OP_ARGS = ["q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "seqused_k", "page_table",
+            "causal", "window_left", "window_right", "softcap", "softmax_scale", "num_splits", "pack_gqa",
+            "return_lse", "metadata_layout", "sort", "head_swizzle", "sinks", "alibi_slopes", "k_descale",
+            "v_descale", "q_descale", "out_dtype"]
+
+
+def test_op_schemas_append_q_descale_and_out_dtype():
+    """The earlier arguments keep their order (positional calls stay valid); q_descale (Tensor?) and
+    out_dtype (ScalarType?, from the Optional[torch.dtype] annotation) come last, default None."""
+    for op, lead in ((torch.ops.kernelgen.varlen_attention, []), (torch.ops.kernelgen.varlen_attention_out, ["out"])):
+        schema = op.default._schema
+        assert [a.name for a in schema.arguments] == lead + _OP_ARGS
+        assert "Tensor? q_descale=None, ScalarType? out_dtype=None)" in str(schema), str(schema)
+    import inspect
+
+    p = list(inspect.signature(ops.varlen_attention).parameters)
+    assert p[-4:] == ["k_descale", "v_descale", "q_descale", "out_dtype"]
+    assert [x for x in p if x not in ("window_size", "out")] == _OP_ARGS[:10] + _OP_ARGS[12:]
+
+
+def _fp8_fake_inputs(layout, kv=E4M3, total_q=37):
+    """(q, k, v, cu_seqlens_q, keywords) of an e4m3 q and an FP8 cache, fake CUDA tensors (under
+    FakeTensorMode): packed or paged, 8 x 2 heads, d 128; batch 2 (paged: 3)."""
+    q = torch.empty(total_q, 8, 128, dtype=E4M3, device="cuda")
+    if layout == "packed":
+        k = torch.empty(50, 2, 128, dtype=kv, device="cuda")
+        cu = torch.empty(3, dtype=torch.int32, device="cuda")
+        return q, k, torch.empty_like(k), cu, dict(cu_seqlens_k=cu)
+    k = torch.empty(10, 16, 2, 128, dtype=kv, device="cuda")
+    cu = torch.empty(4, dtype=torch.int32, device="cuda")
+    return q, k, torch.empty_like(k), cu, dict(page_table=torch.empty(3, 3, dtype=torch.int32, device="cuda"),
+                                               seqused_k=torch.empty(3, dtype=torch.int32, device="cuda"))
+
+
+@pytest.mark.parametrize("out_dtype", [None, BF16, FP16])
+@pytest.mark.parametrize("kv", [E4M3, E5M2])
+@pytest.mark.parametrize("layout", ["packed", "paged"])
+def test_fake_output_of_an_fp8_q_has_the_output_dtype(out_dtype, kv, layout):
+    """The fake kernels' out is in out_dtype (bfloat16 by default, FA3's), not in q's FP8 dtype; the
+    _out variant checks out against it; the Python entry point routes fake tensors through the ops."""
+    want = out_dtype or BF16
+    with FakeTensorMode():
+        q, k, v, cu, kw = _fp8_fake_inputs(layout, kv)
+        qd = torch.empty(2, 1, device="cuda")
+        for return_lse in (False, True):
+            o, lse = torch.ops.kernelgen.varlen_attention(q, k, v, cu, q_descale=qd, out_dtype=out_dtype,
+                                                          return_lse=return_lse, causal=True, **kw)
+            assert o.dtype == want and o.shape == (37, 8, 128) and o.device.type == "cuda"
+            assert lse.dtype == torch.float32 and lse.shape == ((8, 37) if return_lse else (0,))
+        out = torch.empty(37, 8, 128, dtype=want, device="cuda")
+        lse = torch.ops.kernelgen.varlen_attention_out(out, q, k, v, cu, q_descale=qd, out_dtype=out_dtype, **kw)
+        assert lse.shape == (0,)
+        o = ops.varlen_attention(q, k, v, cu, q_descale=qd, out_dtype=out_dtype, **kw)
+        assert o.dtype == want and o.shape == (37, 8, 128)
+        assert ops.varlen_attention(q, k, v, cu, out=out, q_descale=qd, **kw) is out    # out's dtype, any of the two
+
+
+def test_fake_output_of_a_16_bit_q_keeps_qs_dtype_with_out_dtype():
+    with FakeTensorMode():
+        q, k, v, cu = packed(device="cuda", dtype=FP16)
+        o, _ = torch.ops.kernelgen.varlen_attention(q, k.to(E4M3), v.to(E4M3), cu, cu_seqlens_k=cu, out_dtype=FP16)
+        assert o.dtype == FP16
+
+
+def test_meta_fp8_q_goes_through_the_op():
+    q = torch.empty(20, 4, 64, dtype=E4M3, device="meta")
+    k = torch.empty(20, 2, 64, dtype=E4M3, device="meta")
+    cu = torch.empty(3, dtype=torch.int32, device="meta")
+    o, lse = ops.varlen_attention(q, k, k, cu, cu, return_lse=True, q_descale=torch.empty((), device="meta"))
+    assert o.device.type == "meta" and o.dtype == BF16 and o.shape == (20, 4, 64) and lse.shape == (4, 20)
+    assert ops.varlen_attention(q, k, k, cu, cu, out_dtype=FP16).dtype == FP16
+
+
+@pytest.mark.parametrize("case,exc,match", [
+    ("k_16bit", TypeError, r"^k must have an FP8 dtype \(float8_e4m3fn or float8_e5m2\) with an FP8 q"),
+    ("q_e5m2", TypeError, "^q must have dtype float16, bfloat16 or float8_e4m3fn, got torch.float8_e5m2"),
+    ("q_descale_16bit_q", ValueError, r"^q_descale applies to an FP8 q \(float8_e4m3fn\) only"),
+    ("q_descale_shape", ValueError, r"^q_descale must have shape \(batch, 2\)"),
+    ("q_descale_1d", ValueError, "^q_descale must have shape .* ambiguous"),
+    ("q_descale_dtype", TypeError, "^q_descale must have dtype float32, got float16"),
+    ("q_descale_device", ValueError, "^q_descale must be on cuda:0"),
+    ("q_descale_not_a_tensor", RuntimeError, "Optional\\[Tensor\\]' for argument 'q_descale'"),
+    ("out_dtype_fp32", TypeError, "^out_dtype must be None, torch.float16 or torch.bfloat16, got torch.float32"),
+    ("out_dtype_fp8", TypeError, "^out_dtype must be None, torch.float16 or torch.bfloat16"),
+    ("out_dtype_16bit_q", ValueError, r"^out_dtype \(torch.float16\) must be q's dtype torch.bfloat16"),
+    ("out_fp32", ValueError, r"^out must be a torch.bfloat16 tensor of shape \(37, 8, 128\), got torch.float32"),
+    ("out_fp8", ValueError, r"^out must be a torch.bfloat16 tensor"),
+    ("out_vs_out_dtype", ValueError, r"^out_dtype \(torch.bfloat16\) differs from out's dtype torch.float16"),
+])
+def test_fake_fp8_q_errors_name_the_argument(case, exc, match):
+    with FakeTensorMode():
+        q, k, v, cu, kw = _fp8_fake_inputs("packed")
+        op = torch.ops.kernelgen.varlen_attention
+        args = [q, k, v, cu]
+        if case == "k_16bit":
+            args[1] = args[2] = torch.empty(50, 2, 128, dtype=BF16, device="cuda")
+        elif case == "q_e5m2":
+            args[0] = torch.empty(37, 8, 128, dtype=E5M2, device="cuda")
+        elif case == "q_descale_16bit_q":
+            args[0] = torch.empty(37, 8, 128, dtype=BF16, device="cuda")
+            kw["q_descale"] = torch.empty(2, 2, device="cuda")
+        elif case == "q_descale_shape":
+            kw["q_descale"] = torch.empty(2, 3, device="cuda")
+        elif case == "q_descale_1d":
+            kw["q_descale"] = torch.empty(2, device="cuda")
+        elif case == "q_descale_dtype":
+            kw["q_descale"] = torch.empty(2, 2, dtype=FP16, device="cuda")
+        elif case == "q_descale_device":
+            kw["q_descale"] = torch.empty(2, 2)
+        elif case == "q_descale_not_a_tensor":        # the schema's Tensor? refuses it (the dispatcher)
+            kw["q_descale"] = 1.0
+        elif case == "out_dtype_fp32":
+            kw["out_dtype"] = torch.float32
+        elif case == "out_dtype_fp8":
+            kw["out_dtype"] = E4M3
+        elif case == "out_dtype_16bit_q":
+            args[0] = torch.empty(37, 8, 128, dtype=BF16, device="cuda")
+            args[1] = args[2] = torch.empty(50, 2, 128, dtype=BF16, device="cuda")
+            kw["out_dtype"] = FP16
+        else:
+            op = torch.ops.kernelgen.varlen_attention_out
+            dt = {"out_fp32": torch.float32, "out_fp8": E4M3, "out_vs_out_dtype": FP16}[case]
+            args = [torch.empty(37, 8, 128, dtype=dt, device="cuda")] + args
+            if case == "out_vs_out_dtype":
+                kw["out_dtype"] = BF16
+        with pytest.raises(exc, match=match):
+            op(*args, **kw)
+
+
+def _meta_fp8():
+    q = torch.empty(20, 4, 64, dtype=E4M3, device="meta")
+    k = torch.empty(20, 2, 64, dtype=E4M3, device="meta")
+    return q, k, torch.empty(3, dtype=torch.int32, device="meta")
+
+
+@pytest.mark.parametrize("bad", ["bf16", torch.float32, 5])
+def test_python_entry_point_checks_out_dtype_before_the_op(bad):
+    """The op's schema (ScalarType?) refuses a non-dtype with a dispatcher RuntimeError (and takes an
+    int as a ScalarType); the Python entry point raises TypeError naming out_dtype first."""
+    q, k, cu = _meta_fp8()
+    with pytest.raises(TypeError, match="^out_dtype must be None, torch.float16 or torch.bfloat16") as ei:
+        ops.varlen_attention(q, k, k, cu, cu, out_dtype=bad)
+    assert type(ei.value) is TypeError
+
+
+@pytest.mark.parametrize("bad,exc", [("bf16", RuntimeError), (torch.float32, TypeError)])
+def test_raw_op_refuses_a_bad_out_dtype_naming_it(bad, exc):
+    q, k, cu = _meta_fp8()
+    with pytest.raises(exc, match="out_dtype"):
+        torch.ops.kernelgen.varlen_attention(q, k, k, cu, cu, out_dtype=bad)
+
+
 # ----------------------------------------------------------------------------- real op through a CPU stand-in
 @pytest.mark.parametrize("layout", ["packed", "paged"])
 def test_opcheck(cpu_kernels, layout):
@@ -277,6 +438,62 @@ def test_opcheck(cpu_kernels, layout):
         out = torch.empty(q.shape[0], q.shape[1], v.shape[-1], dtype=q.dtype)
         torch.library.opcheck(torch.ops.kernelgen.varlen_attention_out.default, (out, q, k, v, cu),
                               dict(kw, return_lse=return_lse))
+
+
+@pytest.mark.parametrize("kv", [E4M3, E5M2])
+@pytest.mark.parametrize("out_dtype", [None, FP16])
+def test_opcheck_fp8_q(cpu_kernels, kv, out_dtype):
+    """The registered ops with an FP8 q (fake vs real outputs: out in out_dtype, bf16 by default).
+    opcheck's test_schema cannot run on CPU FP8 inputs (its SchemaCheckMode multiplies them: no CPU
+    kernel); the schema is test_opcheck's and test_op_schemas_append_q_descale_and_out_dtype's."""
+    q, k, v, cu = packed()
+    q8, k8, v8 = q.to(E4M3), k.to(kv), v.to(kv)
+    qd, kd = torch.rand(2, 2) + 0.5, torch.rand(2, 1) + 0.5
+    kw = dict(cu_seqlens_k=cu, causal=True, q_descale=qd, k_descale=kd, out_dtype=out_dtype)
+    utils = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+    for return_lse in (False, True):
+        torch.library.opcheck(torch.ops.kernelgen.varlen_attention.default, (q8, k8, v8, cu),
+                              dict(kw, return_lse=return_lse), test_utils=utils)
+        out = torch.empty(20, 4, 64, dtype=out_dtype or BF16)
+        torch.library.opcheck(torch.ops.kernelgen.varlen_attention_out.default, (out, q8, k8, v8, cu),
+                              dict(kw, return_lse=return_lse), test_utils=utils)
+
+
+def test_fp8_q_values_through_the_op_and_the_entry_point(cpu_kernels):
+    """q_descale and out_dtype reach kernelgen.varlen_attention on both paths (the values are the
+    reference's: q dequantised by q_descale per (request, KV head))."""
+    q, k, v, cu = packed()
+    q8, k8, v8 = (4 * q).to(E4M3), k.to(E4M3), v.to(E4M3)
+    qd, kd, vd = torch.tensor([[0.25, 2.0], [0.5, 1.0]]), torch.rand(2, 2) + 0.5, torch.rand(()) + 0.5
+    ref, ref_lse = reference.attention_reference(q8, k8, v8, cu, cu, causal=True, q_descale=qd, k_descale=kd,
+                                                 v_descale=vd)
+    o1, l1 = torch.ops.kernelgen.varlen_attention(q8, k8, v8, cu, cu, causal=True, return_lse=True, q_descale=qd,
+                                                  k_descale=kd, v_descale=vd, out_dtype=FP16)
+    assert o1.dtype == FP16 and torch.equal(o1, ref.to(FP16)) and torch.equal(l1, ref_lse.float())
+    o2 = ops.varlen_attention(q8, k8, v8, cu, cu, causal=True, q_descale=qd, k_descale=kd, v_descale=vd)
+    assert o2.dtype == BF16 and torch.equal(o2, ref.to(BF16))
+    o3 = ops.varlen_attention(q8, k8, v8, cu, cu, causal=True, k_descale=kd, v_descale=vd)
+    assert not torch.equal(o3, o2)                                         # the factor was applied
+    out = torch.empty(20, 4, 64, dtype=FP16)
+    lse = torch.ops.kernelgen.varlen_attention_out(out, q8, k8, v8, cu, cu, causal=True, q_descale=qd, k_descale=kd,
+                                                   v_descale=vd)
+    assert torch.equal(out, ref.to(FP16)) and lse.shape == (0,)
+
+
+def test_compile_fullgraph_fp8_q(cpu_kernels):
+    torch._dynamo.reset()
+
+    def f(q, k, v, cu, qd):
+        return ops.varlen_attention(q, k, v, cu, cu, causal=True, q_descale=qd, out_dtype=FP16).float() * 2
+
+    q, k, v, cu = packed()
+    q8, k8, v8 = q.to(E4M3), k.to(E4M3), v.to(E4M3)
+    qd = torch.rand(2, 2) + 0.5
+    e = f(q8, k8, v8, cu, qd)
+    c = torch.compile(f, fullgraph=True, backend="aot_eager")(q8, k8, v8, cu, qd)
+    assert torch.equal(e, c)
+    ref, _ = reference.attention_reference(q8, k8, v8, cu, cu, causal=True, q_descale=qd)
+    assert torch.equal(e, ref.to(FP16).float() * 2)
 
 
 def test_op_matches_python_entry_point(cpu_kernels):

@@ -7,14 +7,15 @@ Importing this module registers two operators in the ``kernelgen`` namespace (it
 max_seqlen_k=None, seqused_k=None, page_table=None, causal=False, window_left=-1, window_right=-1,
 softcap=0.0, softmax_scale=None, num_splits=0, pack_gqa=None, return_lse=False,
 metadata_layout="soa", sort=True, head_swizzle=True, sinks=None, alibi_slopes=None, k_descale=None,
-v_descale=None) -> (Tensor out, Tensor lse)``
-    Functional: allocates ``out`` (total_q, num_heads_q, head_dim_v) in q's dtype.  ``lse`` is
+v_descale=None, q_descale=None, out_dtype=None) -> (Tensor out, Tensor lse)``
+    Functional: allocates ``out`` (total_q, num_heads_q, head_dim_v) in q's dtype (an FP8 q:
+    ``out_dtype``, bfloat16 by default).  ``lse`` is
     (num_heads_q, total_q) float32 (natural log) when ``return_lse`` is true, else an *empty*
     float32 tensor of shape (0,) on q's device: the op always returns two tensors, and asking for
     no LSE costs no allocation and no writes.
 
 ``torch.ops.kernelgen.varlen_attention_out(out, q, k, v, cu_seqlens_q, ..., head_swizzle=True,
-sinks=None, alibi_slopes=None, k_descale=None, v_descale=None) -> Tensor lse``
+sinks=None, alibi_slopes=None, k_descale=None, v_descale=None, q_descale=None, out_dtype=None) -> Tensor lse``
     The same with a caller-provided ``out`` that the op writes in place (declared with
     ``mutates_args=("out",)``, so ``torch.compile`` functionalises it correctly); returns only
     ``lse`` (same convention) because a custom op may not return one of its inputs.
@@ -25,9 +26,15 @@ moves to the ``_out`` variant.  Shapes: q (total_q, Hq, d); packed k/v (total_k,
 cu_seqlens_k, or paged k/v (num_pages, page_size, Hkv, d/dv) with page_table (batch,
 max_pages_per_seq) and seqused_k (batch,); all index tensors int32.
 
+FP8 (FlashAttention-3's FP8 forward): k/v may be float8_e4m3fn or float8_e5m2 with ``k_descale`` /
+``v_descale`` (float32, (batch, Hkv) or broadcasting to it); q may then be float8_e4m3fn too, with
+``q_descale`` (same shape rules) and ``out_dtype`` (``ScalarType? out_dtype=None`` in the schema:
+torch.bfloat16, the default, or torch.float16; with a 16-bit q None or q's dtype).  The appended
+arguments keep every earlier positional call valid.
+
 The fake (meta) implementations compute only shapes and dtypes (they read no values), for packed
-and paged K/V alike, so a model that calls kernelgen traces with
-``torch.compile(fullgraph=True)``, including dynamic ``total_q``.  The real implementations call
+and paged K/V alike (the output in ``out_dtype`` for an FP8 q), so a model that calls kernelgen
+traces with ``torch.compile(fullgraph=True)``, including dynamic ``total_q``.  The real implementations call
 :func:`kernelgen.varlen_attention`, which allocates only through PyTorch and never synchronises
 the host, so the compiled graph can be captured in a CUDA graph
 (``torch.compile(mode="reduce-overhead")`` or ``torch.cuda.graph``).
@@ -81,6 +88,8 @@ def _varlen_attention_impl(
     alibi_slopes: Optional[Tensor] = None,
     k_descale: Optional[Tensor] = None,
     v_descale: Optional[Tensor] = None,
+    q_descale: Optional[Tensor] = None,
+    out_dtype: Optional[torch.dtype] = None,
 ) -> Tuple[Tensor, Tensor]:
     """``torch.ops.kernelgen.varlen_attention``: varlen attention that allocates its output.
 
@@ -91,11 +100,14 @@ def _varlen_attention_impl(
     (Hq,) attention sinks or None (applied as an LSE rescale after the kernels);
     ``alibi_slopes`` float32 (Hq,) or (batch, Hq) ALiBi slopes or None (FlashAttention-2's
     convention, see :func:`kernelgen.varlen_attention`); ``k_descale`` / ``v_descale`` float32
-    (batch, Hkv) or broadcastable descale factors of an FP8 k/v cache, or None.
+    (batch, Hkv) or broadcastable descale factors of an FP8 k/v cache, or None; ``q_descale``
+    the same for a float8_e4m3fn q (which needs an FP8 k/v cache), or None; ``out_dtype`` the
+    output's dtype for an FP8 q (torch.bfloat16 when None, or torch.float16; with a 16-bit q None
+    or q's dtype).
 
     Returns:
-        (out, lse): out (total_q, Hq, head_dim_v) in q's dtype; lse (Hq, total_q) float32 natural
-        log when ``return_lse``, else an empty (0,) float32 tensor.
+        (out, lse): out (total_q, Hq, head_dim_v) in q's dtype (``out_dtype`` for an FP8 q); lse
+        (Hq, total_q) float32 natural log when ``return_lse``, else an empty (0,) float32 tensor.
 
     Raises:
         TypeError, ValueError: as :func:`kernelgen.varlen_attention` (the message names the argument).
@@ -108,7 +120,8 @@ def _varlen_attention_impl(
         page_table=page_table, causal=causal, window_size=(window_left, window_right), softcap=softcap,
         softmax_scale=softmax_scale, num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse,
         metadata_layout=metadata_layout, sort=sort, head_swizzle=head_swizzle, sinks=sinks,
-        alibi_slopes=alibi_slopes, k_descale=k_descale, v_descale=v_descale)
+        alibi_slopes=alibi_slopes, k_descale=k_descale, v_descale=v_descale, q_descale=q_descale,
+        out_dtype=out_dtype)
     if return_lse:
         out, lse = res
         return out, lse
@@ -141,12 +154,15 @@ def _varlen_attention_out_impl(
     alibi_slopes: Optional[Tensor] = None,
     k_descale: Optional[Tensor] = None,
     v_descale: Optional[Tensor] = None,
+    q_descale: Optional[Tensor] = None,
+    out_dtype: Optional[torch.dtype] = None,
 ) -> Tensor:
     """``torch.ops.kernelgen.varlen_attention_out``: writes ``out`` in place, returns lse.
 
-    Args: ``out`` first, (total_q, Hq, head_dim_v) in q's dtype, last dim contiguous, 16-byte
-    aligned rows (a custom op may not take a tensor keyword-only); then the arguments of
-    ``torch.ops.kernelgen.varlen_attention`` (``sinks`` and ``alibi_slopes`` included).
+    Args: ``out`` first, (total_q, Hq, head_dim_v) in q's dtype (an FP8 q: bfloat16 or float16,
+    ``out_dtype`` if given), last dim contiguous, 16-byte aligned rows (a custom op may not take a
+    tensor keyword-only); then the arguments of ``torch.ops.kernelgen.varlen_attention``
+    (``sinks``, ``alibi_slopes``, the descales and ``out_dtype`` included).
 
     Returns:
         lse (Hq, total_q) float32 natural log when ``return_lse``, else an empty (0,) float32 tensor.
@@ -162,7 +178,8 @@ def _varlen_attention_out_impl(
         page_table=page_table, causal=causal, window_size=(window_left, window_right), softcap=softcap,
         softmax_scale=softmax_scale, num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out,
         metadata_layout=metadata_layout, sort=sort, head_swizzle=head_swizzle, sinks=sinks,
-        alibi_slopes=alibi_slopes, k_descale=k_descale, v_descale=v_descale)
+        alibi_slopes=alibi_slopes, k_descale=k_descale, v_descale=v_descale, q_descale=q_descale,
+        out_dtype=out_dtype)
     return res[1] if return_lse else _lse_or_empty(None, q)
 
 
@@ -189,10 +206,11 @@ varlen_attention_op.register_autograd(_no_backward, setup_context=lambda ctx, in
 # ------------------------------------------------------------------------------ fake (meta) kernels
 def _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, causal, window_left, window_right,
                  softcap, num_splits, metadata_layout, sinks=None, alibi_slopes=None, k_descale=None,
-                 v_descale=None):
+                 v_descale=None, q_descale=None, out_dtype=None, out=None):
     """The checks of kernelgen.varlen_attention that read no tensor values (shapes, dtypes, scalar
     arguments), so a bad call fails while torch.compile traces; returns (total_q, num_heads_q,
-    head_dim_v)."""
+    head_dim_v, the output's dtype): q's, or for a float8_e4m3fn q (which needs an FP8 k/v)
+    ``out``'s, else ``out_dtype``, else bfloat16 (``validation.output_dtype``)."""
     from ..kernels.spec import HEAD_DIMS
     from ..selection import validation
 
@@ -202,14 +220,18 @@ def _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, cau
     validation.num_splits(num_splits)
     if q.dim() != 3:
         raise ValueError(f"q must have 3 dimensions (total_q, num_heads_q, head_dim), got shape {tuple(q.shape)}")
-    if q.dtype not in (torch.float16, torch.bfloat16):
-        raise TypeError(f"q must have dtype float16 or bfloat16, got {q.dtype}")
+    if q.dtype not in validation.DTYPES and q.dtype not in validation.Q_FP8_DTYPES:
+        raise TypeError(f"q must have dtype float16, bfloat16 or float8_e4m3fn, got {q.dtype}")
+    q_fp8 = q.dtype in validation.Q_FP8_DTYPES
+    dtype = validation.output_dtype(q, out, out_dtype)
     paged = page_table is not None
     kdim = 4 if paged else 3
     what = "(num_pages, page_size, num_heads_kv, head_dim)" if paged else "(total_k, num_heads_kv, head_dim)"
     for name, x in (("k", k), ("v", v)):
         if x.dim() != kdim:
             raise ValueError(f"{name} must have {kdim} dimensions {what}, got shape {tuple(x.shape)}")
+        if name == "k" and q_fp8 and x.dtype not in validation.KV_FP8_DTYPES:
+            raise TypeError(f"k must have an FP8 dtype (float8_e4m3fn or float8_e5m2) with an FP8 q, got {x.dtype}")
         if name == "k" and x.dtype != q.dtype and x.dtype not in validation.KV_FP8_DTYPES:
             raise TypeError(f"k must have q's dtype {q.dtype} (or an FP8 dtype), got {x.dtype}")
         if name == "v" and x.dtype != k.dtype:
@@ -239,7 +261,8 @@ def _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, cau
     kv_dtype = validation.KV_FP8_DTYPES.get(k.dtype)
     validation.descale("k_descale", k_descale, None, hkv, q.device, kv_dtype)
     validation.descale("v_descale", v_descale, None, hkv, q.device, kv_dtype)
-    return q.shape[0], q.shape[1], v.shape[-1]
+    validation.q_descale(q_descale, None, hkv, q.device, validation.Q_FP8_DTYPES.get(q.dtype))
+    return q.shape[0], q.shape[1], v.shape[-1], dtype
 
 
 def _fake_lse(q, return_lse):
@@ -252,11 +275,11 @@ def _varlen_attention_fake(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_
                            seqused_k=None, page_table=None, causal=False, window_left=-1, window_right=-1,
                            softcap=0.0, softmax_scale=None, num_splits=0, pack_gqa=None, return_lse=False,
                            metadata_layout="soa", sort=True, head_swizzle=True, sinks=None, alibi_slopes=None,
-                           k_descale=None, v_descale=None):
-    total_q, hq, dv = _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, causal, window_left,
-                                   window_right, softcap, num_splits, metadata_layout, sinks, alibi_slopes,
-                                   k_descale, v_descale)
-    return q.new_empty((total_q, hq, dv)), _fake_lse(q, return_lse)
+                           k_descale=None, v_descale=None, q_descale=None, out_dtype=None):
+    total_q, hq, dv, dtype = _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, causal,
+                                          window_left, window_right, softcap, num_splits, metadata_layout, sinks,
+                                          alibi_slopes, k_descale, v_descale, q_descale, out_dtype)
+    return q.new_empty((total_q, hq, dv), dtype=dtype), _fake_lse(q, return_lse)
 
 
 @varlen_attention_out_op.register_fake
@@ -264,12 +287,12 @@ def _varlen_attention_out_fake(out, q, k, v, cu_seqlens_q, cu_seqlens_k=None, ma
                                seqused_k=None, page_table=None, causal=False, window_left=-1, window_right=-1,
                                softcap=0.0, softmax_scale=None, num_splits=0, pack_gqa=None, return_lse=False,
                                metadata_layout="soa", sort=True, head_swizzle=True, sinks=None,
-                               alibi_slopes=None, k_descale=None, v_descale=None):
-    total_q, hq, dv = _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, causal, window_left,
-                                   window_right, softcap, num_splits, metadata_layout, sinks, alibi_slopes,
-                                   k_descale, v_descale)
-    if tuple(out.shape) != (total_q, hq, dv) or out.dtype != q.dtype:
-        raise ValueError(f"out must be a {q.dtype} tensor of shape {(total_q, hq, dv)}, got {out.dtype} "
+                               alibi_slopes=None, k_descale=None, v_descale=None, q_descale=None, out_dtype=None):
+    total_q, hq, dv, dtype = _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, causal,
+                                          window_left, window_right, softcap, num_splits, metadata_layout, sinks,
+                                          alibi_slopes, k_descale, v_descale, q_descale, out_dtype, out)
+    if tuple(out.shape) != (total_q, hq, dv) or out.dtype != dtype:
+        raise ValueError(f"out must be a {dtype} tensor of shape {(total_q, hq, dv)}, got {out.dtype} "
                          f"{tuple(out.shape)}")
     return _fake_lse(q, return_lse)
 
@@ -310,31 +333,38 @@ def varlen_attention(
     alibi_slopes: Optional[Tensor] = None,
     k_descale: Optional[Tensor] = None,
     v_descale: Optional[Tensor] = None,
+    q_descale: Optional[Tensor] = None,
+    out_dtype: Optional[torch.dtype] = None,
 ):
     """:func:`kernelgen.varlen_attention` that ``torch.compile(fullgraph=True)`` can trace.
 
     Same arguments, shapes, results and errors as :func:`kernelgen.varlen_attention`: q
-    (total_q, num_heads_q, head_dim) fp16/bf16; k/v packed (total_k, num_heads_kv, head_dim[_v])
+    (total_q, num_heads_q, head_dim) fp16/bf16, or float8_e4m3fn with an FP8 k/v; k/v packed (total_k, num_heads_kv, head_dim[_v])
     with cu_seqlens_k, or paged (num_pages, page_size, num_heads_kv, head_dim[_v]) with page_table
     (batch, max_pages_per_seq) and seqused_k (batch,); index tensors int32; lengths in tokens;
     ``sinks`` float32 (num_heads_q,) attention sinks (gpt-oss semantics, applied as an exact LSE
     rescale after the kernels, one extra pass over out; see :func:`kernelgen.varlen_attention`);
     ``alibi_slopes`` float32 (num_heads_q,) or (batch, num_heads_q) ALiBi slopes (FlashAttention-2's
     convention; see :func:`kernelgen.varlen_attention`); ``k_descale`` / ``v_descale`` float32
-    (batch, num_heads_kv) or broadcastable descale factors of an FP8 k/v cache (FlashAttention-3's).
-    While torch.compile traces, for fake or meta tensors, and when autograd records (an input
+    (batch, num_heads_kv) or broadcastable descale factors of an FP8 k/v cache (FlashAttention-3's);
+    ``q_descale`` the same for a float8_e4m3fn q (FlashAttention-3's FP8 forward); ``out_dtype``
+    the output's dtype for an FP8 q (torch.bfloat16 when None, FlashAttention-3's, or
+    torch.float16; with a 16-bit q None or q's dtype).  While torch.compile traces, for fake or meta tensors, and when autograd records (an input
     requires grad) the call goes through ``torch.ops.kernelgen.varlen_attention`` (or
     ``varlen_attention_out`` when ``out`` is given); otherwise it calls the eager implementation
     directly.  There is no backward: a backward through it raises RuntimeError (run inference
     under ``torch.no_grad()`` or ``torch.inference_mode()``).
 
     Returns:
-        out (total_q, num_heads_q, head_dim_v) in q's dtype (``out`` itself when given); with
-        ``return_lse`` also lse (num_heads_q, total_q) float32, natural log.
+        out (total_q, num_heads_q, head_dim_v) in q's dtype, ``out_dtype`` (default bfloat16) for
+        an FP8 q (``out`` itself when given); with ``return_lse`` also lse (num_heads_q, total_q)
+        float32, natural log.
 
     Raises:
-        TypeError: an argument has the wrong type or dtype, e.g. window_size not a pair of ints.
-        ValueError: wrong shapes, devices or values (see :func:`kernelgen.varlen_attention`).
+        TypeError: an argument has the wrong type or dtype, e.g. window_size not a pair of ints,
+            an FP8 q with a 16-bit k (names k), out_dtype not float16/bfloat16.
+        ValueError: wrong shapes, devices or values (see :func:`kernelgen.varlen_attention`), e.g.
+            q_descale with a 16-bit q or of a wrong shape, out_dtype other than a 16-bit q's dtype.
         kernelgen.jit.compiler.CompileError: NVRTC rejected a kernel.
     """
     if not _through_op(q, k, v, sinks):
@@ -345,7 +375,8 @@ def varlen_attention(
             page_table=page_table, causal=causal, window_size=window_size, softcap=softcap,
             softmax_scale=softmax_scale, num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out,
             metadata_layout=metadata_layout, sort=sort, head_swizzle=head_swizzle, sinks=sinks,
-            alibi_slopes=alibi_slopes, k_descale=k_descale, v_descale=v_descale)
+            alibi_slopes=alibi_slopes, k_descale=k_descale, v_descale=v_descale, q_descale=q_descale,
+            out_dtype=out_dtype)
     from ..selection import validation
 
     # Validate before converting: float()/int() would turn a bad value into a raw conversion error
@@ -356,9 +387,12 @@ def varlen_attention(
     num_splits = validation.num_splits(num_splits)
     if softmax_scale is not None:
         softmax_scale = validation.softmax_scale(softmax_scale, q.shape[-1])
+    if out_dtype is not None:   # (the schema's ScalarType? refuses a non-dtype with a dispatcher RuntimeError)
+        validation.output_dtype(q, out, out_dtype)
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, bool(causal),
             int(window_size[0]), int(window_size[1]), softcap, softmax_scale, num_splits, pack_gqa,
-            bool(return_lse), metadata_layout, bool(sort), bool(head_swizzle), sinks, alibi_slopes, k_descale, v_descale)
+            bool(return_lse), metadata_layout, bool(sort), bool(head_swizzle), sinks, alibi_slopes, k_descale, v_descale,
+            q_descale, out_dtype)
     if out is None:
         out, lse = torch.ops.kernelgen.varlen_attention(*args)
     else:
