@@ -3,7 +3,8 @@ CPU: the checks of q / k / ``q_descale`` / ``out_dtype`` / ``out`` (errors name 
 dispatch through the fake CUDA layer (tests/fake_cuda.py: the Hopper FP8 tensor-core variant reads
 the FP8 q itself, every other kernel gets q converted exactly to the output dtype, read back from
 the memory the launch addresses), the ``q_descale`` parameter fields, the prepared fast path, and
-``AttentionPlan(q_dtype=)``."""
+``AttentionPlan(q_dtype=)``.  The torch ops and the FlashAttention-3 entry points:
+tests/test_ops_compat.py (and the end of this file)."""
 import ctypes
 
 import pytest
@@ -499,6 +500,34 @@ def test_plan_fast_path_declines_with_the_callers_q(fake_cuda, monkeypatch):
     with pytest.raises(ValueError, match="^q must start at a 16-byte aligned address"):
         plan.run(qm, k, v, cq, ck, out=out)
     assert fake_cuda.kinds() == []
+
+
+# ----------------------------------------------------------------------------- compat, end to end
+def test_compat_fp8_forward_returns_bf16_with_every_descale_in_the_launch(fake_cuda):
+    """FA3's FP8 forward through kernelgen.compat on the fake layer: q, k, v e4m3 with the three
+    descales, bf16 out; the kernel receives the three factors' addresses."""
+    from kernelgen.front import compat
+    q, k, v, cq, ck = _batch(**PREFILL)
+    qd, kd, vd = torch.rand(2, 2) + 0.5, torch.rand(2, 2) + 0.5, torch.rand(2, 2) + 0.5
+    out, lse = compat.flash_attn_varlen_func(q, k, v, cq, ck, 200, 400, causal=True, q_descale=qd, k_descale=kd,
+                                             v_descale=vd, return_attn_probs=True)
+    assert out.dtype == BF16 and out.shape == (256, 4, 128) and lse.shape == (4, 256)
+    f = _attn(fake_cuda)[0].fields()
+    assert (f["q"], f["q_descale"], f["k_descale"], f["v_descale"]) == (q.data_ptr(), qd.data_ptr(), kd.data_ptr(),
+                                                                        vd.data_ptr())
+    fake_cuda.clear()
+    b, hq, hkv = 2, 4, 2
+    q4 = q[:2].view(b, 1, hq, 128)
+    kc = k[:2 * 300].view(b, 300, hkv, 128)
+    o4 = compat.flash_attn_with_kvcache(q4, kc, kc, cache_seqlens=torch.tensor([100, 300], dtype=torch.int32),
+                                        q_descale=qd, k_descale=kd, v_descale=vd)
+    assert o4.dtype == BF16 and o4.shape == (b, 1, hq, 128)
+    f = _attn(fake_cuda)[0].fields()
+    assert f["q"] != q4.data_ptr() and _q_descale_fields(f) == (qd.data_ptr(), 2, 1)   # decode: converted q
+    with pytest.raises(TypeError, match="^k must have an FP8 dtype"):
+        compat.flash_attn_varlen_func(q, k.to(BF16), v.to(BF16), cq, ck, 200, 400, q_descale=qd)
+    with pytest.raises(TypeError, match="^q_descale must be a torch.Tensor, got float"):
+        compat.flash_attn_varlen_func(q, k, v, cq, ck, 200, 400, q_descale=1.0)
 
 
 def test_plan_sink_step_gets_the_converted_q(fake_cuda, monkeypatch):

@@ -649,6 +649,72 @@ def test_varlen_func_mapping(recorder):
     assert recorder.last["return_lse"] is True
 
 
+@pytest.mark.parametrize("kv", [E4M3, E5M2])
+def test_varlen_func_fp8_forward(recorder, kv):
+    """FA3's FP8 forward: q, k, v FP8 (kernelgen also takes an e5m2 cache with the e4m3 q) with the
+    three descales, passed on as they are; the output bf16 (kernelgen's default for an FP8 q, FA3's
+    dtype); a 16-bit q's q_descale is dropped (FA3 ignores it)."""
+    q, k, v, cu = packed()
+    q8, k8, v8 = q.to(E4M3), k.to(kv), v.to(kv)
+    qd, kd, vd = torch.rand(2, 2), torch.rand(2, 1), torch.rand(())
+    res = compat.flash_attn_varlen_func(q8, k8, v8, cu, cu, 13, 13, None, None, 0.3, True, None, qd, kd, vd)
+    c = recorder.last
+    assert c["q"] is q8 and c["k"] is k8 and c["v"] is v8
+    assert c["q_descale"] is qd and c["k_descale"] is kd and c["v_descale"] is vd
+    assert c["out_dtype"] is None and c["causal"] is True and c["softmax_scale"] == 0.3
+    assert res.dtype == BF16 and res.shape == (20, 4, 64)
+    out = torch.empty(20, 4, 64, dtype=BF16)
+    o, lse = compat.flash_attn_varlen_func(q8, k8, v8, cu, cu, 13, 13, q_descale=qd, return_attn_probs=True, out=out)
+    assert o is out and recorder.last["out"] is out and recorder.last["q_descale"] is qd and lse.shape == (4, 20)
+    compat.flash_attn_varlen_func(q, k8, v8, cu, cu, 13, 13, q_descale=qd, k_descale=kd)
+    assert recorder.last["q_descale"] is None and recorder.last["k_descale"] is kd
+
+
+def test_with_kvcache_fp8_forward(recorder):
+    b, s, hq, hkv, d = 3, 2, 4, 2, 64
+    q8 = torch.randn(b, s, hq, d).to(E4M3)
+    kc = torch.randn(b, 40, hkv, d).to(E4M3)
+    qd, kd = torch.rand(b, hkv), torch.rand(())
+    used = torch.tensor([3, 40, 17], dtype=torch.int32)
+    o, lse = compat.flash_attn_with_kvcache(q8, kc, kc, cache_seqlens=used, q_descale=qd, k_descale=kd,
+                                            v_descale=kd, causal=True, return_softmax_lse=True)
+    c = recorder.last
+    assert c["q"].shape == (b * s, hq, d) and c["q"].data_ptr() == q8.data_ptr() and c["q"].dtype == E4M3
+    assert c["q_descale"] is qd and c["k_descale"] is kd and c["v_descale"] is kd and c["out_dtype"] is None
+    assert o.dtype == BF16 and o.shape == (b, s, hq, d) and lse.shape == (b, hq, s)
+    cu_q = torch.tensor([0, 1, 3, 6], dtype=torch.int32)
+    o = compat.flash_attn_with_kvcache(q8.view(b * s, hq, d), kc, kc, cache_seqlens=used, cu_seqlens_q=cu_q,
+                                       max_seqlen_q=3, q_descale=qd)
+    assert recorder.last["q_descale"] is qd and o.dtype == BF16 and o.shape == (b * s, hq, d)
+    # a 16-bit q: q_descale dropped, never read
+    compat.flash_attn_with_kvcache(q8.to(BF16), kc, kc, cache_seqlens=used, q_descale=qd)
+    assert recorder.last["q_descale"] is None
+
+
+def test_compat_fp8_forward_values(cpu_kernels):
+    """flash_attn_varlen_func / flash_attn_with_kvcache with FP8 q/k/v and the descales: the
+    reference's values, in bf16."""
+    torch.manual_seed(5)
+    q, k, v, cu = packed()
+    q8, k8, v8 = (4 * q).to(E4M3), k.to(E4M3), v.to(E4M3)
+    qd, kd, vd = torch.rand(2, 2) + 0.5, torch.rand(2, 2) + 0.5, torch.rand(2, 2) + 0.5
+    ref, _ = reference.attention_reference(q8, k8, v8, cu, cu, causal=True, q_descale=qd, k_descale=kd, v_descale=vd)
+    o = compat.flash_attn_varlen_func(q8, k8, v8, cu, cu, 13, 13, causal=True, q_descale=qd, k_descale=kd,
+                                      v_descale=vd)
+    assert o.dtype == BF16 and torch.equal(o, ref.to(BF16))
+    b, hkv = 2, 2
+    q4 = q8[:b].view(b, 1, 4, 64)
+    kc, vc = k8.view(b, 10, hkv, 64), v8.view(b, 10, hkv, 64)
+    used = torch.tensor([4, 10], dtype=torch.int32)
+    o4 = compat.flash_attn_with_kvcache(q4, kc, vc, cache_seqlens=used, q_descale=qd, k_descale=kd, v_descale=vd)
+    for i in range(b):
+        n = int(used[i])
+        r, _ = reference.attention_reference(q4[i], kc[i, :n], vc[i, :n], torch.tensor([0, 1], dtype=torch.int32),
+                                             torch.tensor([0, n], dtype=torch.int32), q_descale=qd[i:i + 1],
+                                             k_descale=kd[i:i + 1], v_descale=vd[i:i + 1])
+        assert torch.equal(o4[i], r.to(BF16))
+
+
 def test_varlen_func_paged(recorder):
     q, kc, vc, pt, used, cu = paged(seqlen_q=2)
     cu_k = torch.tensor([0, 5, 38, 86], dtype=torch.int32)

@@ -23,19 +23,21 @@ the data, and split-KV partials are merged in a fixed order).
 
 Every other FA3 (or vLLM fork) argument kernelgen does not implement raises
 ``NotImplementedError`` naming the argument, but only when it is set to something other than its
-default: ``seqused_q``, ``qv``, ``q_descale`` (FP8 queries; None or a factor of 1 with a 16-bit q is
-accepted), ``attention_chunk``,
+default: ``seqused_q``, ``qv``, ``attention_chunk``,
 ``scheduler_metadata`` (kernelgen schedules on the GPU every call; see ``AttentionPlan`` for a
 fixed-capacity plan), ``sm_margin``, ``dropout_p``; with_kvcache also ``k``/``v``
 (appending new tokens), ``rotary_cos``/``rotary_sin``/``rotary_seqlens``, ``cache_batch_idx``,
 ``cache_leftpad`` and ``cu_seqlens_k_new``.
 
-FP8 K/V caches: ``k``/``v`` (``k_cache``/``v_cache``) in float8_e4m3fn or float8_e5m2 with a
+FP8: ``k``/``v`` (``k_cache``/``v_cache``) in float8_e4m3fn or float8_e5m2 with a
 float16/bfloat16 ``q`` take FA3's ``k_descale`` / ``v_descale`` (float32 (batch, num_heads_kv) or
-broadcastable; see :func:`kernelgen.varlen_attention`).  As FA3, the descales are ignored where
-they do not apply (never read, so vLLM's calls stay free of host syncs and graph-capturable):
-``q_descale`` with a float16/bfloat16 q, ``k_descale`` / ``v_descale`` with a 16-bit cache.  An FP8
-q is a later step: ``q_descale`` with one raises NotImplementedError naming it.
+broadcastable; see :func:`kernelgen.varlen_attention`).  FA3's FP8 forward, q, k and v all
+float8_e4m3fn, works too, with ``q_descale`` (same shapes) beside the other two, and returns
+bfloat16 as FA3 does (an ``out`` may be bfloat16 or float16); kernelgen also takes an e4m3 q with an
+e5m2 cache (FA3 wants one FP8 dtype for the three).  An FP8 q with a 16-bit cache raises TypeError
+naming k.  As FA3, the descales are ignored where they do not apply (never read, so vLLM's calls
+stay free of host syncs and graph-capturable): ``q_descale`` with a float16/bfloat16 q,
+``k_descale`` / ``v_descale`` with a 16-bit cache.
 """
 import numbers
 from typing import Optional
@@ -51,8 +53,6 @@ _INT32_MAX = 2 ** 31 - 1
 _HINTS = {
     "seqused_q": "kernelgen reads query lengths from cu_seqlens_q only",
     "qv": "there is no extra query-value product (DeepSeek MLA) in kernelgen",
-    "q_descale": "FP8 queries are not implemented yet (FP8 k/v with float16/bfloat16 q are: pass q_descale=None "
-                 "or 1 with a 16-bit q)",
     "attention_chunk": "chunked (Llama-4 style) attention is not implemented; use window_size for a sliding window",
     "scheduler_metadata": "kernelgen builds its scheduler metadata on the GPU in every call; for a fixed-capacity, "
                           "CUDA-graph friendly plan use kernelgen.AttentionPlan",
@@ -124,12 +124,13 @@ def _sinks(fn: str, sinks, s_aux):
     return sinks if sinks is not None else s_aux
 
 
-def _q_descale_ok(q, x) -> bool:
-    """Whether ``q_descale`` can be honoured: FA3 reads it only for an FP8 q (its flash_api.cpp)
-    and ignores it with a float16/bfloat16 q, which vLLM relies on (it passes its scales on every
-    call); kernelgen ignores it there too, never reading its values (no host sync, CUDA-graph safe).
-    With an FP8 q (not implemented) it cannot."""
-    return x is None or (isinstance(q, torch.Tensor) and q.dtype in (torch.float16, torch.bfloat16))
+def _q_descale(q, x):
+    """FA3's ``q_descale``, which it reads only for an FP8 q (its flash_api.cpp) and ignores with a
+    float16/bfloat16 q, which vLLM relies on (it passes its scales on every call): passed on with
+    an FP8 q only (:func:`kernelgen.varlen_attention` checks it there: float32, (batch,
+    num_heads_kv) or broadcastable), dropped otherwise, never read here (no host sync, CUDA-graph
+    safe)."""
+    return None if isinstance(q, torch.Tensor) and q.dtype in (torch.float16, torch.bfloat16) else x
 
 
 def _kv_descales(k, k_descale, v_descale) -> tuple:
@@ -183,9 +184,11 @@ def flash_attn_varlen_func(
     keyword-only arguments come from FlashAttention-2 / vLLM's fork.
 
     Args:
-        q: (total_q, num_heads_q, head_dim), float16 or bfloat16, CUDA.
+        q: (total_q, num_heads_q, head_dim), float16 or bfloat16, CUDA; or float8_e4m3fn with FP8
+            k/v (FA3's FP8 forward; see ``q_descale``).
         k, v: packed (total_k, num_heads_kv, head_dim / head_dim_v), or with ``block_table`` /
-            ``page_table`` a paged cache (num_pages, page_size, num_heads_kv, head_dim / head_dim_v).
+            ``page_table`` a paged cache (num_pages, page_size, num_heads_kv, head_dim / head_dim_v);
+            q's dtype, or float8_e4m3fn / float8_e5m2 (an FP8 cache; required with an FP8 q).
         cu_seqlens_q, cu_seqlens_k: int32 (batch + 1,), cumulative lengths in tokens.  With a page
             table, ``cu_seqlens_k`` only gives key lengths (FlashAttention-2's paged convention)
             unless ``seqused_k`` is given.
@@ -202,7 +205,8 @@ def flash_attn_varlen_func(
         return_attn_probs, return_softmax_lse: also return the log-sum-exp (FA3 returns
             (out, softmax_lse) for return_attn_probs; no attention probabilities are returned).
         block_table, page_table: int32 (batch, max_pages_per_seq) page ids (paged K/V).
-        out: optional (total_q, num_heads_q, head_dim_v) output tensor in q's dtype.
+        out: optional (total_q, num_heads_q, head_dim_v) output tensor in q's dtype (an FP8 q:
+            bfloat16, FA3's, or float16).
         s_aux, sinks: attention sinks (vLLM's FA3 fork calls them ``s_aux``; give one of the
             two): float32 (num_heads_q,) on q's device, one value-less logit per query head in
             every softmax denominator; the LSE includes it.  Applied after the kernels as an
@@ -210,32 +214,36 @@ def flash_attn_varlen_func(
         alibi_slopes: ALiBi slopes, FlashAttention-2/3's argument and convention: float32
             (num_heads_q,) or (batch, num_heads_q) on q's device; the logit of query row i and key
             j gets ``-slope * |i + seqlen_k - seqlen_q - j|`` (see :func:`kernelgen.varlen_attention`).
-        q_descale, k_descale, v_descale: FA3's FP8 descale factors.  With k/v float8_e4m3fn or
-            float8_e5m2 and a float16/bfloat16 q: k_descale / v_descale float32 (batch,
-            num_heads_kv) or broadcastable, or None (1).  Ignored (never read) where FA3 ignores
-            them: q_descale with a 16-bit q, k_descale / v_descale with a 16-bit cache.  FP8
-            queries: NotImplementedError.  See :func:`kernelgen.varlen_attention`.
+        q_descale, k_descale, v_descale: FA3's FP8 descale factors: float32 tensors (batch,
+            num_heads_kv) or broadcastable (a (1,) or () factor for the whole tensor), or None
+            (1).  k_descale / v_descale with k/v float8_e4m3fn or float8_e5m2, q_descale with a
+            float8_e4m3fn q (request b's queries of the query heads of KV head h are ``q *
+            q_descale[b, h]``).  Ignored (never read) where FA3 ignores them: q_descale with a
+            16-bit q, k_descale / v_descale with a 16-bit cache.  See
+            :func:`kernelgen.varlen_attention`.
 
     Returns:
-        out (total_q, num_heads_q, head_dim_v) in q's dtype, or (out, softmax_lse) with
-        softmax_lse (num_heads_q, total_q) float32, natural log.
+        out (total_q, num_heads_q, head_dim_v) in q's dtype (bfloat16 for an FP8 q, as FA3, or
+        ``out``'s dtype), or (out, softmax_lse) with softmax_lse (num_heads_q, total_q) float32,
+        natural log.
 
     Raises:
-        NotImplementedError: an unsupported FA3 argument (seqused_q, qv, q_descale other than None or 1,
-            attention_chunk, scheduler_metadata, sm_margin, dropout_p) is set;
-            the message names it.
+        NotImplementedError: an unsupported FA3 argument (seqused_q, qv, attention_chunk,
+            scheduler_metadata, sm_margin, dropout_p) is set; the message names it.
         TypeError: cu_seqlens_q is not a tensor (e.g. vLLM's positional order), or a kernelgen
-            type/dtype check failed.
+            type/dtype check failed (the message names the argument): e.g. an FP8 q with a 16-bit
+            k (k), a float8_e5m2 q (q), a q_descale not a float32 tensor, an ``out`` neither
+            bfloat16 nor float16 for an FP8 q.
         ValueError: shapes, devices or values rejected by :func:`kernelgen.varlen_attention`
-            (the message names kernelgen's argument: page_table for block_table), or both
-            page_table and block_table given, or a page table without key lengths.
+            (the message names kernelgen's argument: page_table for block_table; q_descale of a
+            wrong shape), or both page_table and block_table given, or a page table without key
+            lengths.
     """
     fn = "flash_attn_varlen_func"
     _reject_unsupported(
         fn,
         seqused_q=(seqused_q, seqused_q is None),
         qv=(qv, qv is None),
-        q_descale=(q_descale, _q_descale_ok(q, q_descale)),
         attention_chunk=(attention_chunk, _is_zero(attention_chunk)),
         scheduler_metadata=(scheduler_metadata, scheduler_metadata is None),
         sm_margin=(sm_margin, _is_zero(sm_margin)),
@@ -258,7 +266,8 @@ def flash_attn_varlen_func(
         causal=causal, window_size=_window(window_size), softcap=softcap, softmax_scale=softmax_scale,
         num_splits=_num_splits(num_splits), pack_gqa=pack_gqa,
         return_lse=bool(return_attn_probs or return_softmax_lse), out=out, sinks=_sinks(fn, sinks, s_aux),
-        alibi_slopes=alibi_slopes, **dict(zip(("k_descale", "v_descale"), _kv_descales(k, k_descale, v_descale))))
+        alibi_slopes=alibi_slopes, **dict(zip(("k_descale", "v_descale"), _kv_descales(k, k_descale, v_descale))),
+        q_descale=_q_descale(q, q_descale))
 
 
 def _mergeable(x) -> bool:
@@ -318,10 +327,12 @@ def flash_attn_with_kvcache(
 
     Args:
         q: (batch, seqlen_q, num_heads_q, head_dim), or (total_q, num_heads_q, head_dim) with
-            ``cu_seqlens_q``; float16 or bfloat16, CUDA.
+            ``cu_seqlens_q``; float16 or bfloat16, CUDA; or float8_e4m3fn with an FP8 cache (FA3's
+            FP8 forward; see ``q_descale``).
         k_cache, v_cache: (batch_size_cache >= batch, seqlen_cache, num_heads_kv, head_dim /
             head_dim_v) without a page table, or (num_pages, page_size, num_heads_kv, head_dim /
-            head_dim_v) with one; last dim contiguous.
+            head_dim_v) with one; last dim contiguous; q's dtype, or float8_e4m3fn / float8_e5m2
+            (required with an FP8 q).
         cache_seqlens: keys in the cache per request (tokens): an integer (Python int or numpy
             integer scalar, the same for every request), or an int32 (batch,) tensor.  None: every request uses the whole cache row (seqlen_cache, or
             max_pages_per_seq * page_size when paged).
@@ -332,25 +343,28 @@ def flash_attn_with_kvcache(
         rotary_interleaved: ignored (only meaningful with rotary_cos, which is unsupported).
         return_softmax_lse: also return the log-sum-exp.
         out: optional output tensor shaped like the returned out (a view of it must be possible
-            as (total_q, num_heads_q, head_dim_v)).
+            as (total_q, num_heads_q, head_dim_v)), in q's dtype (an FP8 q: bfloat16 or float16).
         s_aux, sinks: attention sinks, float32 (num_heads_q,), as in ``flash_attn_varlen_func``.
         alibi_slopes: ALiBi slopes, float32 (num_heads_q,) or (batch, num_heads_q), as in
             ``flash_attn_varlen_func`` (query row i of a request is its i-th new token).
-        q_descale, k_descale, v_descale: as in ``flash_attn_varlen_func`` (FP8 k_cache/v_cache with a
-            16-bit q; q_descale None or 1).
+        q_descale, k_descale, v_descale: as in ``flash_attn_varlen_func``: float32 (batch,
+            num_heads_kv) or broadcastable, k_descale / v_descale for an FP8 k_cache/v_cache,
+            q_descale for a float8_e4m3fn q; ignored (never read) where FA3 ignores them.
 
     Returns:
-        out (batch, seqlen_q, num_heads_q, head_dim_v) in q's dtype ((total_q, num_heads_q,
-        head_dim_v) with cu_seqlens_q); with ``return_softmax_lse`` also softmax_lse float32,
+        out (batch, seqlen_q, num_heads_q, head_dim_v) in q's dtype (bfloat16 for an FP8 q, as
+        FA3, or ``out``'s dtype) ((total_q, num_heads_q, head_dim_v) with cu_seqlens_q); with
+        ``return_softmax_lse`` also softmax_lse float32,
         natural log: (batch, num_heads_q, seqlen_q) as in FA3 (a small contiguous copy of
         kernelgen's (num_heads_q, total_q)), or (num_heads_q, total_q) with cu_seqlens_q.
 
     Raises:
         NotImplementedError: an unsupported argument is set (k/v append, qv, rotary_*,
-            cache_batch_idx, cache_leftpad, cu_seqlens_k_new, q_descale (but None or 1), attention_chunk,
-            scheduler_metadata, sm_margin); the message names it.
+            cache_batch_idx, cache_leftpad, cu_seqlens_k_new, attention_chunk, scheduler_metadata,
+            sm_margin); the message names it.
         TypeError: cache_seqlens is not an integer or an int32 tensor (a bool or a float
-            included), or a kernelgen type check failed.
+            included), or a kernelgen type check failed (named; an FP8 q with a 16-bit cache
+            names k).
         ValueError: q/k_cache/out shapes that do not fit together (named), an integer
             cache_seqlens outside [0, 2^31 - 1], or shapes, devices or values rejected by
             :func:`kernelgen.varlen_attention`.
@@ -367,7 +381,6 @@ def flash_attn_with_kvcache(
         cache_batch_idx=(cache_batch_idx, cache_batch_idx is None),
         cache_leftpad=(cache_leftpad, cache_leftpad is None),
         cu_seqlens_k_new=(cu_seqlens_k_new, cu_seqlens_k_new is None),
-        q_descale=(q_descale, _q_descale_ok(q, q_descale)),
         attention_chunk=(attention_chunk, _is_zero(attention_chunk)),
         scheduler_metadata=(scheduler_metadata, scheduler_metadata is None),
         sm_margin=(sm_margin, _is_zero(sm_margin)),
@@ -454,7 +467,8 @@ def flash_attn_with_kvcache(
         page_table=table, causal=causal, window_size=_window(window_size), softcap=softcap,
         softmax_scale=softmax_scale, num_splits=_num_splits(num_splits), pack_gqa=pack_gqa,
         return_lse=bool(return_softmax_lse), out=out3, sinks=_sinks(fn, sinks, s_aux), alibi_slopes=alibi_slopes,
-        **dict(zip(("k_descale", "v_descale"), _kv_descales(kk, k_descale, v_descale))))
+        **dict(zip(("k_descale", "v_descale"), _kv_descales(kk, k_descale, v_descale))),
+        q_descale=_q_descale(q3, q_descale))
     o3, lse = (res if return_softmax_lse else (res, None))
     if seqlen_q is None:
         o = o3
