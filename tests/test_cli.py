@@ -129,8 +129,10 @@ def test_warmup_specs_with_kv_dtypes():
                  dict(max_seqlen_q=4096, max_seqlen_k=4096, paged=True, page_size=16, batch=8, rows=4096)]
         for call in calls:
             for kv in ("e4m3", "e5m2"):
-                r = decide.decide(sig(kv_dtype=kv, **call), dev)
-                assert r.kind == "single" and set(r.specs) <= set(both), (call, [x.name for x in r.specs])
+                for qd in ("", "e4m3"):     # an FP8 q too: its tensor-core kernels (sm_90a prefill shapes)
+                    r = decide.decide(sig(kv_dtype=kv, q_dtype=qd, **call), dev)
+                    assert r.kind == "single" and set(r.specs) <= set(both), (call, qd, [x.name for x in r.specs])
+        assert any(s.fp8_mma for s in extra) == (arch == "sm_90a")
         sinks = warmup_specs(arch, kv_dtypes=("e4m3",), sinks=True, **kw)
         r = decide.decide(sig(kv_dtype="e4m3", sinks=True, max_seqlen_q=1, max_seqlen_k=32768, paged=True,
                               batch=64, rows=64), dev)

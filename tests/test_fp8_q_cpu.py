@@ -104,7 +104,7 @@ def test_e5m2_q_names_q():
         _check(*_inputs(E5M2, E5M2))
 
 
-@pytest.mark.parametrize("bad", [torch.float32, E4M3, E5M2, torch.int8, "bf16", 16])
+@pytest.mark.parametrize("bad", [torch.float32, E4M3, E5M2, torch.int8, "bf16", 16, [torch.bfloat16]])
 def test_out_dtype_not_16_bit_is_a_type_error(bad):
     for q_dtype in (E4M3, BF16):
         with pytest.raises(TypeError, match=r"^out_dtype must be None, torch.float16 or torch.bfloat16, got "):
@@ -429,6 +429,12 @@ def test_plan_steps_with_the_wrong_q_dtype_name_q(fake_cuda, monkeypatch):
         fp8q.run(q, k, v, cq, ck, q_descale=torch.ones(3, 2))
     with pytest.raises(TypeError, match="^k must have an FP8 dtype"):
         fp8q.run(q, k.to(BF16), v.to(BF16), cq, ck)
+    # out of another dtype than the plan's: named as out (the plan passes no out_dtype of the user's)
+    out16 = torch.zeros(q.shape[0], q.shape[1], q.shape[2], dtype=FP16)
+    for call in (lambda: fp8q.run(q, k, v, cq, ck, out=out16), lambda: fp8q.attend(q, k, v, cq, ck, out=out16)):
+        with pytest.raises(TypeError, match=r"^out must have the plan's dtype torch.bfloat16 \(the output of its FP8 "
+                                            r"q\), got torch.float16"):
+            call()
     assert fake_cuda.kinds() == []
 
 

@@ -168,8 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="K[,K...]",
                    help=f"FP8 K/V caches ({','.join(KV_DTYPES)}; k/v float8_e4m3fn / float8_e5m2 with "
                         f"k_descale/v_descale): also build the FP8 variants of every selected call shape (one "
-                        f"class: on sm_90a the Hopper kernel's for prefill shapes and the sm_80 mainloop's); "
-                        f"default: no FP8 kernels")
+                        f"class: on sm_90a the Hopper kernel's for prefill shapes and the sm_80 mainloop's), and "
+                        f"those of an e4m3 q with q_descale (FA3's FP8 attention: the Hopper FP8 tensor-core "
+                        f"kernels); default: no FP8 kernels")
     w.add_argument("--jobs", "-j", type=_positive_int, default=None,
                    help="compile processes (default: the number of CPUs)")
     _add_cache_dir(w)

@@ -187,6 +187,8 @@ def plan_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out,
         raise TypeError(f"q must have the plan's dtype {dtype}, got {q.dtype}"
                         + ("; an FP8 q needs a plan made with q_dtype='e4m3'" if q.dtype in validation.Q_FP8_DTYPES
                            else ""))
+    if q_dtype and isinstance(out, torch.Tensor) and out.dtype != dtype:
+        raise TypeError(f"out must have the plan's dtype {dtype} (the output of its FP8 q), got {out.dtype}")
     sizes = validation.varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, None, None, out, seqused_k=seqused_k,
                                      page_table=page_table, out_dtype=dtype if q_dtype else None)
     got = (sizes["num_heads_q"], sizes["num_heads_kv"], sizes["head_dim"], sizes["head_dim_v"])

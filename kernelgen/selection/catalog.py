@@ -63,7 +63,8 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
             the FP8 variants of every combination's single-class kernels (an FP8 call runs one
             class, ``decide``: ``heuristics.choose`` with ``kv_dtype``, automatic and forced to
             the sm_80 mainloop, on sm_90a with each page size too; with ``sinks``, ``alibi`` or
-            ``variants`` theirs too).  Empty (default): none.
+            ``variants`` theirs too), and those of the same calls with an e4m3 q (``q_dtype``:
+            the Hopper FP8 tensor-core variant where it applies).  Empty (default): none.
 
     Returns:
         The specs from ``heuristics.choose`` (the dispatcher's own function) for each
@@ -111,6 +112,10 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                                                            if pg and arch == "sm_90a")):
                     v8 = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), kv_dtype=kv, **extra, **kw)
                     specs += [v8.scheduler, v8.attention, v8.combine]
+                    if "mainloop" not in extra:   # an FP8 q as well: the FP8 tensor-core variant where it applies
+                        vq = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), kv_dtype=kv, q_dtype="e4m3",
+                                               **extra, **kw)
+                        specs += [vq.attention, vq.combine]
             if sinks:  # the single-class calls' sink variants (decide.recipe: same tiles and splits)
                 specs += [dataclasses.replace(s, sinks=True) for s in specs if s is not None and s.kind != "scheduler"]
             hq = 8 * int(gqa)

@@ -212,7 +212,7 @@ def output_dtype(q, out, out_dtype):
     other than ``out``'s, raises ValueError naming it; anything but float16/bfloat16 TypeError."""
     q_fp8 = q.dtype in Q_FP8_DTYPES
     if out_dtype is not None:
-        if out_dtype not in DTYPES:
+        if not isinstance(out_dtype, torch.dtype) or out_dtype not in DTYPES:
             raise TypeError(f"out_dtype must be None, torch.float16 or torch.bfloat16, got {out_dtype!r}")
         if not q_fp8 and out_dtype != q.dtype:
             raise ValueError(f"out_dtype ({out_dtype}) must be q's dtype {q.dtype} (or None): the output of a "
