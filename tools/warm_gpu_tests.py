@@ -40,14 +40,14 @@ def _opts():
 
 def _choose(dt, d, dv=None, *, hq=8, hkv=2, causal=True, window=(-1, -1), cap=0.0, layout="soa", max_q=700,
             max_k=9000, paged=False, page_size=0, num_splits=0, mainloop="sm90a", alibi=False, pack_gqa=None,
-            variant=None, kv_dtype=""):
+            variant=None, kv_dtype="", q_dtype=""):
     mask = "local" if window != (-1, -1) else ("causal" if causal else "none")
     v = heuristics.choose(ARCH, dt, d, d if dv is None else dv, num_heads_q=hq, num_heads_kv=hkv, mask=mask,
                           layout=layout, max_seqlen_q=max_q, max_seqlen_k=max_k, paged=paged, softcap=cap > 0,
                           num_splits=num_splits, num_sms=132, mainloop=mainloop, page_size=page_size,
                           sm90_opts=_opts(), alibi=alibi, pack_gqa=pack_gqa,
                           **({"variant": variant} if variant is not None else {}),
-                          **({"kv_dtype": kv_dtype} if kv_dtype else {}))
+                          **({"kv_dtype": kv_dtype} if kv_dtype else {}), **({"q_dtype": q_dtype} if q_dtype else {}))
     return [s for s in (v.scheduler, v.attention, v.combine) if s is not None]
 
 
@@ -321,10 +321,35 @@ def fp8_specs() -> list:
     return out
 
 
+def fp8_q_specs() -> list:
+    """tests/gpu/test_fp8_mma_gpu.py: an e4m3 q (automatic choice: the FP8 tensor-core variant for its
+    prefill calls at d 64 and 128, causal and not, automatic and 3 splits; window + soft-cap + sinks
+    with e4m3 and e5m2 caches; chunked paged prefill at pages of 16 and 64; the prefill plan) and the
+    converted-q calls (paged decode, d 256, forced sm_80; the decode plan)."""
+    out = []
+    kw = dict(kv_dtype="e4m3", q_dtype="e4m3", mainloop=None)
+    for d, causal, n in itertools.product((64, 128), (True, False), (0, 3)):
+        out += _choose("bf16", d, hq=16, hkv=4, causal=causal, max_q=600, max_k=600, num_splits=n, **kw)
+    out += _choose("bf16", 128, hq=2, hkv=1, causal=True, max_q=256, max_k=256, kv_dtype="e4m3", q_dtype="e4m3")
+    out += _choose("bf16", 128, hq=2, hkv=1, causal=False, max_q=256, max_k=256, kv_dtype="e4m3", q_dtype="e4m3")
+    for kv in ("e4m3", "e5m2"):
+        for dt in ("bf16", "fp16"):
+            out += _with_sinks(_choose(dt, 128, hq=16, hkv=4, causal=False, window=(200, 50), cap=30.0, max_q=300,
+                                       max_k=700, kv_dtype=kv, q_dtype="e4m3", mainloop=None))
+    for ps in (16, 64):
+        out += _choose("bf16", 128, hq=32, hkv=8, causal=True, max_q=700, max_k=3000, paged=True, page_size=ps, **kw)
+    out += _choose("bf16", 128, hq=16, hkv=4, causal=True, max_q=1, max_k=3000, paged=True, page_size=16, **kw)
+    out += _choose("bf16", 256, hq=16, hkv=4, causal=True, max_q=300, max_k=700, **kw)
+    out += _choose("bf16", 128, hq=16, hkv=4, causal=True, max_q=300, max_k=700, kv_dtype="e4m3", mainloop="sm80")
+    for max_q in (250, 1):   # test_plan_captured_in_a_cuda_graph
+        out += _choose("bf16", 128, hq=16, hkv=4, causal=True, max_q=max_q, max_k=2048, paged=True, page_size=64, **kw)
+    return out
+
+
 #: the groups above by name (``--only``)
 GROUPS = {"head_dim": head_dim_specs, "window_softcap": window_softcap_specs,
           "paged_split_mixed": paged_split_mixed_specs, "alibi": alibi_specs, "sinks": sinks_specs,
-          "variant": variant_specs, "fp8": fp8_specs}
+          "variant": variant_specs, "fp8": fp8_specs, "fp8_q": fp8_q_specs}
 
 
 def specs(only=None) -> list:
