@@ -1,9 +1,15 @@
 """CPU checks of the fuzzer (tools/fuzz.py): the case generator covers every feature, respects the
 batch limits and is deterministic; its inputs pass the library's validation (FP8 caches: the
-quantised ``x / descale`` construction and the descales' shapes and range); the comparison
-catches unwritten rows, wrong values, inexact empty rows, writes past the last request and an
-ignored descale (with a reference-backed stand-in for the GPU call).  Also the head sharding of examples/tensor_parallel.py
-(the multi-GPU example's math, without NCCL)."""
+quantised ``x / descale`` construction and the descales' shapes and range; FP8 queries: e4m3 q
+with a (batch, num_heads_kv) ``q_descale``, ``out_dtype``); the comparison catches unwritten rows,
+wrong values, inexact empty rows, writes past the last request and an ignored descale (with a
+reference-backed stand-in for the GPU call).  FP8 queries: drawn last (seeds keep every other
+field, checked against values recorded from the fuzzer before FP8 queries were added), the
+reference gets ``q_descale``, the dispatcher's choice (through tests/fake_cuda.py) decides
+between the FP8 tensor-core variant's bounds and the 16-bit tolerance, and the prewarm compiles
+the FP8-q kernels.  Also the head sharding of examples/tensor_parallel.py (the multi-GPU
+example's math, without NCCL)."""
+import hashlib
 import importlib.util
 import json
 import sys
@@ -109,6 +115,8 @@ def test_covers_every_feature(cases):
         "strided": {"True", "False"},
         "hint": set(fuzz.HINTS),
         "kv_dtype": {"16-bit", "e4m3", "e5m2"},
+        "q": {"16-bit", "e4m3"},
+        "out_dtype": {"16-bit q", "argument", "out", "default"},
     }
     for k, vals in want.items():
         assert vals <= seen[k], f"{k}: missing {vals - seen[k]}"
@@ -164,13 +172,23 @@ def test_inputs_pass_validation(cases):
     """Shapes only ("meta"): every drawn case builds inputs the public call accepts."""
     for c in cases[:400]:
         inp = fuzz.build_inputs(c, "meta")
+        kw = inp["kwargs"]
+        out = torch.empty(inp["q"].shape[:2] + (c["head_dim_v"],), dtype=inp["out_dtype"], device="meta") \
+            if c["out_given"] else None
         s = V.varlen_inputs(inp["q"], inp["k"], inp["v"], inp["cu_seqlens_q"], inp["cu_seqlens_k"],
-                            inp["max_seqlen_q"], inp["max_seqlen_k"], None, devtypes=("meta",),
-                            seqused_k=inp["seqused_k"], page_table=inp["page_table"])
+                            inp["max_seqlen_q"], inp["max_seqlen_k"], out, devtypes=("meta",),
+                            seqused_k=inp["seqused_k"], page_table=inp["page_table"], out_dtype=kw.get("out_dtype"))
         assert s["batch"] == len(c["qlens"]) and s["total_q"] == fuzz.total_q_rows(c)
         assert s["paged"] == (c["kv"] == "paged")
         assert (inp["q"].stride(0) > c["num_heads_q"] * c["head_dim"]) == c["strided"]
-        kw = inp["kwargs"]
+        assert s["dtype"] == inp["out_dtype"] == {"bf16": torch.bfloat16, "fp16": torch.float16}[c["dtype"]]
+        assert s.get("q_dtype") == ("e4m3" if c["q_fp8"] else None)
+        if c["q_fp8"]:
+            assert inp["q"].dtype == torch.float8_e4m3fn and kw["q_descale"] is inp["q_descale"]
+            assert V.q_descale(kw["q_descale"], s["batch"], c["num_heads_kv"], inp["q"].device, "e4m3") \
+                == (c["num_heads_kv"] if s["batch"] > 1 else 0, 1 if c["num_heads_kv"] > 1 else 0)
+        else:
+            assert "q_descale" not in kw and "out_dtype" not in kw and inp["q_descale"] is None
         V.window(kw["window_size"], kw["causal"])
         V.num_splits(kw["num_splits"])
         assert s.get("kv_dtype") == c["kv_dtype"]
@@ -216,14 +234,17 @@ SMALL_FP8 = small_fp8_seeds(12)
 def fake_attention(q, k, v, cu_q, cu_k, max_seqlen_q=None, max_seqlen_k=None, *, out=None, seqused_k=None,
                    page_table=None, causal=False, window_size=(-1, -1), softcap=0.0, softmax_scale=None,
                    num_splits=0, pack_gqa=None, return_lse=False, metadata_layout="soa", sort=True,
-                   head_swizzle=True, k_descale=None, v_descale=None, bug=None):
+                   head_swizzle=True, k_descale=None, v_descale=None, q_descale=None, out_dtype=None, bug=None):
     """The public call's contract on the CPU, from the float64 reference (and optional bugs)."""
     sizes = V.varlen_inputs(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, out, devtypes=("cpu",),
-                            seqused_k=seqused_k, page_table=page_table)
+                            seqused_k=seqused_k, page_table=page_table, out_dtype=out_dtype)
     for name, x in (("k_descale", k_descale), ("v_descale", v_descale)):
         V.descale(name, x, sizes["batch"], sizes["num_heads_kv"], q.device, sizes.get("kv_dtype"))
+    V.q_descale(q_descale, sizes["batch"], sizes["num_heads_kv"], q.device, sizes.get("q_dtype"))
     if bug == "no_descale":
         k_descale = v_descale = None
+    if bug == "no_q_descale":
+        q_descale = None
     V.check_cu_seqlens_values("cu_seqlens_q", cu_q, q.shape[0])
     if page_table is not None:
         V.check_paged_values(page_table, seqused_k, k.shape[0], k.shape[1])
@@ -234,13 +255,14 @@ def fake_attention(q, k, v, cu_q, cu_k, max_seqlen_q=None, max_seqlen_k=None, *,
         k2, v2, ck, used = k, v, cu_k, seqused_k
     ref, ref_lse = attention_reference(q, k2, v2, cu_q, ck, causal=causal, softmax_scale=softmax_scale,
                                        window_size=window_size, softcap=softcap, seqused_k=used,
-                                       k_descale=k_descale, v_descale=v_descale)
+                                       k_descale=k_descale, v_descale=v_descale, q_descale=q_descale)
     rows = int(cu_q[-1])
     total, hq = q.shape[:2]
+    dtype = sizes["dtype"]                                             # the output's (an FP8 q: out_dtype / bf16)
     if out is None:
-        out = torch.full((total, hq, v.shape[-1]), float("nan"), dtype=q.dtype)
+        out = torch.full((total, hq, v.shape[-1]), float("nan"), dtype=dtype)
     lse = torch.full((hq, total), float("nan"), dtype=torch.float32)
-    out[:rows] = ref[:rows].to(q.dtype)
+    out[:rows] = ref[:rows].to(dtype)
     lse[:, :rows] = ref_lse[:, :rows].float()
     if bug == "unwritten" and rows:
         out[rows - 1, 0] = float("nan")
@@ -288,9 +310,9 @@ def test_fp8_is_drawn_last():
         m.setattr(fuzz, "FP8_SHARE", 0.0)
         plain = [fuzz.case_for_seed(s) for s in seeds]
     drawn = [fuzz.case_for_seed(s) for s in seeds]
-    assert all(p["kv_dtype"] is None for p in plain) and any(d["kv_dtype"] for d in drawn)
+    assert all(p["kv_dtype"] is None and not p["q_fp8"] for p in plain) and any(d["kv_dtype"] for d in drawn)
     for p, d in zip(plain, drawn):
-        assert {**d, "kv_dtype": None} == p
+        assert {**d, "kv_dtype": None, "q_fp8": False, "out_dtype": None} == p
 
 
 @pytest.mark.parametrize("layout", ["packed", "paged", "interleaved", "strided"])
@@ -304,7 +326,7 @@ def test_fp8_inputs_are_the_16_bit_draws_over_their_descales(layout):
             "interleaved": lambda c: c["interleaved_kv"], "strided": lambda c: c["strided"]}[layout]
     for s in range(200000):
         c = fuzz.case_for_seed(s)
-        if c["kv_dtype"] and pred(c) and fuzz.stored_keys(c) <= 20000 and len(c["qlens"]) <= 64 \
+        if c["kv_dtype"] and not c["q_fp8"] and pred(c) and fuzz.stored_keys(c) <= 20000 and len(c["qlens"]) <= 64 \
                 and any(c["klens"]):
             break
     fp8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[c["kv_dtype"]]
@@ -335,6 +357,446 @@ def test_fp8_inputs_are_the_16_bit_draws_over_their_descales(layout):
         want = x16.double()             # the draw rounded to 16 bits: within 2^-8 of the float32 draw
         err = (deq - want).abs()
         assert bool((err <= (rel + 2.0 ** -8) * want.abs() + tiny * 2).all()), float(err.max())
+
+
+# ----------------------------------------------------------------------------- FP8 queries
+#: Recorded with the fuzzer before FP8 queries were added (tools/fuzz.py at 5145b81): per seed, the
+#: first 16 hex digits of the sha256 of the drawn case as sorted JSON.  Seeds from batch_seeds(12345)
+#: and the first FP8-cache seeds (several of which are FP8-q cases now).
+PRE_FP8_Q_CASES = {
+    1501552845: "32482cf279146587", 488200390: "9fe9a96484f2554f", 1693606510: "2ebda68a9fb502b6",
+    680233354: "f1aab106a23cbc05", 438466540: "ee3c664efdd20d3b", 1712329280: "018287ab26d0aff4",
+    5: "9c6641d790444aa8", 10: "cbee670fbe63da50", 13: "4586020465d77d05", 22: "19bf9f9f3a9c3bda",
+    33: "cdffb37c10d356cb", 39: "078abfc7d1524bc1",
+}
+#: Recorded the same way: the first 16 hex digits of the sha256 of build_inputs(case, "cpu")'s
+#: tensors' bytes (q: the 16-bit q of the case before FP8 queries), with torch 2.14.1's CPU
+#: generator (another torch whose CPU randn or float8 rounding differs would need them recorded again).
+PRE_FP8_Q_INPUTS = {
+    3: dict(q="fb0545936e511e8a", k="62c43e04162d2309", v="082abdedd0a2b8b0"),
+    5: dict(q="a0cd20eaed19e79c", k="3b43a4c37555e56f", v="336ff2590298cc33", k_descale="d040ac9b4dd2394c",
+            v_descale="cd32121f81b9b144"),
+    13: dict(q="b7250d2ff2949ea2", k="f1495c6f45eeeed1", v="eeed03b841eaa161", k_descale="941c0d1623dd5f20",
+             v_descale="e1d5dbc2d59a880b"),
+    54: dict(q="31ad60574c5a6b89", k="95d9e2df439b7053", v="e67b864fec3925fc", k_descale="c5cfefa5f8f72cf6",
+             v_descale="4ffdd0c08b6f2b48"),
+    211: dict(q="afb27460117f5a0e", k="049b109014008fc2", v="4ec2a0dffa5bda11", k_descale="4da4af6441ce33cc",
+              v_descale="450d561560c62fb3"),
+}
+Q_FIELDS = ("q_fp8", "out_dtype")
+
+
+def _digest(x) -> str:
+    return hashlib.sha256(json.dumps(x, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _tensor_digest(x) -> str:
+    return hashlib.sha256(x.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()[:16]
+
+
+def _without_fp8_q(c) -> dict:
+    return {**c, "q_fp8": False, "out_dtype": None}
+
+
+def _named(name) -> dict:
+    (c,) = [c for n, c in fuzz.sanitize_cases() if n == name]
+    return c
+
+
+def test_seeds_reproduce_the_cases_drawn_before_fp8_queries():
+    """Every field but the two new ones is what the fuzzer drew for the seed before FP8 queries
+    (recorded values); the FP8-q fields are drawn for some of these seeds (FP8-cache ones)."""
+    drawn = {}
+    for seed, case_digest in PRE_FP8_Q_CASES.items():
+        c = fuzz.case_for_seed(seed)
+        drawn[seed] = c["q_fp8"]
+        assert _digest({k: v for k, v in c.items() if k not in Q_FIELDS}) == case_digest, seed
+        assert c["q_fp8"] or c["out_dtype"] is None
+    assert sorted(s for s, q in drawn.items() if q) == [5, 13, 22, 39, 680233354]
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_an_fp8_q_changes_the_kernels_only_for_the_tensor_core_variant(cases, arch):
+    """An FP8-q case's kernels (what the prewarm compiles) are those of the same case with a 16-bit
+    q (the FP8-cache kernels of the output dtype: q is converted) except where its recipe takes the
+    FP8 tensor-core variant (sm_90a only)."""
+    sms = 132 if arch == "sm_90a" else 108
+    kinds = set()
+    for c in [c for c in cases if c["q_fp8"]]:
+        attn = getattr(getattr(fuzz.case_recipe(c, arch, sms), "variants", None), "attention", None)
+        mma = attn is not None and attn.fp8_mma
+        same = set(fuzz.case_specs(c, arch, sms)) == set(fuzz.case_specs(_without_fp8_q(c), arch, sms))
+        assert same != mma, (c["seed"], attn.name if attn else None)
+        kinds.add(mma)
+    assert kinds == ({True, False} if arch == "sm_90a" else {False})
+
+
+def test_seeds_reproduce_the_inputs_built_before_fp8_queries():
+    """k, v and their descales are the bytes built before FP8 queries (recorded values), FP8-q
+    case or not; an FP8-q case's q is the quantised form of the recorded 16-bit q, whose draws
+    the 16-bit build of the case still makes."""
+    kinds = set()
+    for seed, want in PRE_FP8_Q_INPUTS.items():
+        c = fuzz.case_for_seed(seed)
+        inp = fuzz.build_inputs(c, "cpu")
+        q16 = fuzz.build_inputs(_without_fp8_q(c), "cpu")["q"] if c["q_fp8"] else inp["q"]
+        got = {"q": _tensor_digest(q16)}
+        got.update({n: _tensor_digest(inp[n]) for n in ("k", "v", "k_descale", "v_descale") if inp[n] is not None})
+        assert got == want, seed
+        assert inp["q"].dtype == (torch.float8_e4m3fn if c["q_fp8"] else inp["out_dtype"])
+        kinds.add((bool(c["kv_dtype"]), c["q_fp8"]))
+    assert kinds == {(False, False), (True, False), (True, True)}
+
+
+def test_fp8_q_share_and_out_dtype(cases):
+    """q_fp8 only on an FP8 cache, about half of those; out_dtype only for an FP8 q, the case's
+    dtype, sometimes (always for fp16 without out: the default would be bf16)."""
+    fp8 = [c for c in cases if c["kv_dtype"]]
+    fp8q = [c for c in fp8 if c["q_fp8"]]
+    assert all(not c["q_fp8"] and c["out_dtype"] is None for c in cases if not c["kv_dtype"])
+    assert abs(len(fp8q) / len(fp8) - fuzz.Q_FP8_SHARE) < 0.1 and len(fp8q) > 100
+    assert all(c["out_dtype"] in (None, c["dtype"]) for c in fp8q)
+    assert all(c["out_dtype"] == "fp16" for c in fp8q if c["dtype"] == "fp16" and not c["out_given"])
+    explicit = [c for c in fp8q if c["out_dtype"]]
+    assert 0.35 < len(explicit) / len(fp8q) < 0.75
+    assert {c["out_dtype"] for c in explicit} == {"bf16", "fp16"}
+    assert {(c["dtype"], c["out_given"], c["out_dtype"] is not None) for c in fp8q} >= {
+        ("bf16", True, True), ("bf16", True, False), ("bf16", False, False), ("fp16", True, False),
+        ("fp16", True, True), ("fp16", False, True)}
+    assert {c["kv_dtype"] for c in fp8q} == {"e4m3", "e5m2"} and {c["kv"] for c in fp8q} == {"packed", "paged"}
+    assert {c["phase"] for c in fp8q} == set(fuzz.PHASES) and any(c["strided"] for c in fp8q)
+    assert {(c["head_dim"], c["head_dim_v"]) for c in fp8q} == set(fuzz.HEAD_DIM_PAIRS)
+
+
+def test_fp8_q_is_drawn_last():
+    """With no FP8-q share (or no explicit out_dtype) every seed's case is the same but for the
+    FP8-q fields; with no FP8 cache there is no FP8 q."""
+    seeds = fuzz.batch_seeds(11, 400)
+    drawn = [fuzz.case_for_seed(s) for s in seeds]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(fuzz, "Q_FP8_SHARE", 0.0)
+        plain = [fuzz.case_for_seed(s) for s in seeds]
+        m.setattr(fuzz, "Q_FP8_SHARE", 1.0)
+        m.setattr(fuzz, "OUT_DTYPE_SHARE", 0.0)
+        every = [fuzz.case_for_seed(s) for s in seeds]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(fuzz, "FP8_SHARE", 0.0)
+        m.setattr(fuzz, "Q_FP8_SHARE", 1.0)
+        none = [fuzz.case_for_seed(s) for s in seeds]
+    assert any(d["q_fp8"] for d in drawn) and not any(p["q_fp8"] for p in plain)
+    assert [e["q_fp8"] for e in every] == [bool(e["kv_dtype"]) for e in every]
+    assert all(e["out_dtype"] == ("fp16" if e["dtype"] == "fp16" and not e["out_given"] else None)
+               for e in every if e["q_fp8"])
+    assert not any(n["q_fp8"] for n in none)
+    for p, d, e in zip(plain, drawn, every):
+        assert _without_fp8_q(d) == p and _without_fp8_q(e) == p
+
+
+def _small_fp8_q_seed(pred, limit=200000):
+    for s in range(limit):
+        c = fuzz.case_for_seed(s)
+        if c["q_fp8"] and pred(c) and fuzz.stored_keys(c) <= 20000 and fuzz.total_q_rows(c) <= 3000 \
+                and len(c["qlens"]) <= 64 and sum(c["qlens"]) > 0:
+            return c
+    raise AssertionError("no small FP8-q case with that feature")
+
+
+@pytest.mark.parametrize("layout", ["packed", "paged", "strided", "pad_rows"])
+def test_fp8_q_inputs_are_e4m3_with_a_q_descale(layout):
+    """An FP8-q case's q is e4m3: the 16-bit case's draws divided by their request's and KV head's
+    q_descale (padding rows and the strided view's extra heads by 1), quantised (within 2^-4
+    relative, and the subnormal step, of the 16-bit q); q_descale float32 (batch, num_heads_kv) in
+    [0.5, 2), deterministic, in the call's arguments; k / v and their descales are the 16-bit-q
+    build's; out_dtype in the arguments exactly when the case draws it."""
+    pred = {"packed": lambda c: c["kv"] == "packed" and not c["strided"] and not c["pad_rows"],
+            "paged": lambda c: c["kv"] == "paged" and not c["strided"],
+            "strided": lambda c: c["strided"], "pad_rows": lambda c: c["pad_rows"] > 0}[layout]
+    c = _small_fp8_q_seed(pred)
+    inp, again = fuzz.build_inputs(c, "cpu"), fuzz.build_inputs(c, "cpu")
+    ref = fuzz.build_inputs(_without_fp8_q(c), "cpu")
+    batch, hq, hkv, d = len(c["qlens"]), c["num_heads_q"], c["num_heads_kv"], c["head_dim"]
+    q8, qd = inp["q"], inp["q_descale"]
+    assert q8.dtype == torch.float8_e4m3fn and q8.shape == (fuzz.total_q_rows(c), hq, d)
+    assert (q8.stride(0) > hq * d) == c["strided"]
+    assert qd.dtype == torch.float32 and qd.shape == (batch, hkv) and qd.is_contiguous()
+    assert bool((qd >= fuzz.DESCALE_RANGE[0]).all()) and bool((qd < fuzz.DESCALE_RANGE[1]).all())
+    assert inp["kwargs"]["q_descale"] is qd and torch.equal(qd, again["q_descale"])
+    assert torch.equal(q8.view(torch.uint8), again["q"].view(torch.uint8))
+    assert not torch.equal(qd, inp["k_descale"]) and not torch.equal(qd, inp["v_descale"])
+    for n in ("k", "v", "k_descale", "v_descale"):
+        assert torch.equal(inp[n].view(torch.uint8), ref[n].view(torch.uint8)), n
+    assert ref["q"].dtype == inp["out_dtype"] and ref["q_descale"] is None
+    assert ("out_dtype" in inp["kwargs"]) == (c["out_dtype"] is not None)
+    if c["out_dtype"]:
+        assert inp["kwargs"]["out_dtype"] == inp["out_dtype"] == {"bf16": torch.bfloat16, "fp16": torch.float16}[
+            c["out_dtype"]]
+    # each row's factor: its request's (padding rows: 1), per KV head over its query heads;
+    # strided: the view's storage, the extra heads with factor 1
+    owner = torch.repeat_interleave(torch.arange(batch + 1), torch.tensor(c["qlens"] + [c["pad_rows"]]))
+    factor = torch.cat([qd, torch.ones(1, hkv)])[owner].repeat_interleave(hq // hkv, dim=1).double()
+    heads = hq + (2 if c["strided"] else 0)
+    full8 = q8.as_strided((q8.shape[0], heads, d), q8.stride())
+    full16 = ref["q"].as_strided((q8.shape[0], heads, d), ref["q"].stride())
+    factor = torch.cat([factor, torch.ones(q8.shape[0], heads - hq, dtype=torch.float64)], dim=1)
+    deq, want = full8.double() * factor[:, :, None], full16.double()
+    tol = (2.0 ** -4 + 2.0 ** -8) * want.abs() + 2.0 ** -8
+    assert bool(((deq - want).abs() <= tol).all()), float((deq - want).abs().max())
+    assert not bool(((full8.double() - want).abs()[:, :hq] <= tol[:, :hq]).all())   # the factors are applied
+    if c["pad_rows"]:
+        rows = sum(c["qlens"])
+        assert bool(((full8[rows:].double() - want[rows:]).abs() <= tol[rows:]).all())
+
+
+def _spy_reference(monkeypatch):
+    from kernelgen.apps import reference
+    calls = []
+    real = reference.attention_reference
+
+    def spy(q, *a, **kw):
+        calls.append((q, kw))
+        return real(q, *a, **kw)
+    monkeypatch.setattr(reference, "attention_reference", spy)
+    return calls
+
+
+def test_the_reference_gets_the_q_descale(monkeypatch):
+    """run_case hands the reference the e4m3 q and its q_descale (no bounds: the stand-in is not
+    the FP8 tensor-core variant); a 16-bit case passes none."""
+    calls = _spy_reference(monkeypatch)
+    c = _small_fp8_q_seed(lambda c: True)
+    r = fuzz.run_case(c, "cpu", attention=fake_attention)
+    assert r["ok"] and r["fp8_mma"] is False and r["kernel"] is None, r
+    ((q, kw),) = calls
+    want = fuzz.build_inputs(c, "cpu")
+    assert q.dtype == torch.float8_e4m3fn and torch.equal(q.view(torch.uint8), want["q"].view(torch.uint8))
+    assert kw["q_descale"].dtype == torch.float32 and torch.equal(kw["q_descale"], want["q_descale"])
+    assert torch.equal(kw["k_descale"], want["k_descale"]) and "fp8_mma_bounds" not in kw
+    calls.clear()
+    fuzz.run_case(fuzz.case_for_seed(SMALL[0]), "cpu", attention=fake_attention)
+    assert calls[0][1]["q_descale"] is None and calls[0][0].dtype in (torch.bfloat16, torch.float16)
+
+
+def small_fp8_q_seeds(n):
+    return [s for s in SMALL_FP8_POOL if fuzz.case_for_seed(s)["q_fp8"]][:n]
+
+
+SMALL_FP8_POOL = small_fp8_seeds(40)
+
+
+@pytest.mark.parametrize("seed", small_fp8_q_seeds(8))
+def test_fp8_q_pipeline_on_cpu_with_reference_stand_in(seed):
+    """FP8-q cases through build_inputs -> call (q_descale, out_dtype) -> reference (which applies
+    q_descale) -> compare; a call that ignores q_descale is caught (so the reference applies it)."""
+    c = fuzz.case_for_seed(seed)
+    assert c["q_fp8"]
+    r = fuzz.run_case(c, "cpu", poison=True, attention=fake_attention)
+    assert r["ok"] and not r["fp8_mma"], (seed, r["errors"])
+    bad = fuzz.run_case(c, "cpu", attention=lambda *a, **kw: fake_attention(*a, bug="no_q_descale", **kw))
+    assert not bad["ok"] and any("out error" in e or "lse error" in e for e in bad["errors"]), bad["errors"]
+
+
+def test_fp8_q_output_dtype_is_checked():
+    """An FP8-q call whose output is not the case's dtype (an out_dtype ignored) fails."""
+    c = _small_fp8_q_seed(lambda c: c["dtype"] == "fp16" and not c["out_given"])
+
+    def ignores_out_dtype(*a, out_dtype=None, **kw):
+        return fake_attention(*a, **kw)
+    r = fuzz.run_case(c, "cpu", attention=ignores_out_dtype)
+    assert not r["ok"] and r["errors"] == ["the output has dtype torch.bfloat16, want torch.float16"]
+
+
+def _dispatching(values):
+    """A stand-in for the GPU call: kernelgen.varlen_attention on the fake CUDA layer (validation,
+    the dispatcher's choice and the prepared call run_case reads the kernel of), then ``values``
+    (out, lse: float64, of every row) written into the batch's rows of its outputs."""
+    import kernelgen
+
+    def attention(q, k, v, cu_q, *a, **kw):
+        res = kernelgen.varlen_attention(q, k, v, cu_q, *a, **kw)
+        out, lse = res if kw.get("return_lse") else (res, None)
+        rows = int(cu_q[-1])
+        out[:rows] = values[0][:rows].to(out.dtype)
+        if lse is not None:
+            lse[:, :rows] = values[1][:, :rows].float()
+        return res
+    return attention
+
+
+def _perturbed(c, inp, scale_all, scale_one):
+    """(ref, ref_lse, out_bound, lse_bound, out values, worst element): the reference off by
+    ``scale_all`` times the FP8 tensor-core bound everywhere (alternating signs) and ``scale_one``
+    times it at the element where the bound exceeds the 16-bit tolerance most."""
+    ref, ref_lse, ob, lb = fuzz.reference_for(c, inp, fp8_mma_bounds=True)
+    rows = sum(c["qlens"])
+    atol, rtol, _, _ = fuzz.tolerances(c)
+    ratio = (ob / (atol + rtol * ref.abs()))[:rows]
+    worst = tuple(int(i) for i in np.unravel_index(int(ratio.argmax()), tuple(ratio.shape)))
+    assert float(ratio.max()) > 2       # there the bound is well beyond the 16-bit tolerance
+    sign = torch.where(torch.arange(ob.numel()).view(ob.shape) % 2 == 0, 1.0, -1.0).double()
+    off = scale_all * ob * sign
+    off[worst] = scale_one * ob[worst] * sign[worst]
+    return ref, ref_lse, ob, lb, ref + off, worst
+
+
+def test_a_call_that_ran_fp8_mma_is_compared_within_its_bounds(fake_cuda):
+    """The causal packed FP8-q prefill (d 128, GQA) runs the FP8 tensor-core variant on the fake
+    H200: run_case reads that from the prepared call and compares within fp8_mma_bounds, as
+    test_fp8_mma_gpu.check_mma does: an output 0.2 bound off (0.95 at one element) with the lse
+    off by its bound + 1.5e-3 passes there (and fails the 16-bit tolerance); an element past its
+    bound, a systematic error of 0.3 bound, an lse past its bound fail."""
+    c = _named("fp8q_prefill_causal_packed_gqa")
+    inp = fuzz.build_inputs(c, "cpu")
+    rows = sum(c["qlens"])
+    ref, ref_lse, ob, lb, out, worst = _perturbed(c, inp, 0.2, 0.95)
+    lse = ref_lse + lb + 1.5e-3
+    r = fuzz.run_case(c, "cpu", attention=_dispatching((out, lse)))
+    assert r["ok"], r["errors"]
+    assert r["fp8_mma"] is True and fuzz.FP8_MMA_TAG in r["kernel"] and "_d128_" in r["kernel"], r["kernel"]
+    assert 0.9 < r["bound_ratio"] <= 1.0
+    assert r["max_err"] == pytest.approx(float((out - ref)[:rows].abs().max()), rel=0.01)
+    # the same output against the 16-bit tolerance fails (values and lse)
+    o16 = torch.full((fuzz.total_q_rows(c), c["num_heads_q"], c["head_dim_v"]), float("nan"), dtype=torch.float16)
+    o16[:rows] = out[:rows].half()
+    l32 = torch.full((c["num_heads_q"], fuzz.total_q_rows(c)), float("nan"))
+    l32[:, :rows] = lse[:, :rows].float()
+    plain = fuzz.compare(c, o16, l32, ref, ref_lse, rows)
+    assert not plain["ok"] and any(e.startswith("out error") for e in plain["errors"]) \
+        and any(e.startswith("lse error") for e in plain["errors"]), plain["errors"]
+    # past the bounds
+    _, _, _, _, beyond, _ = _perturbed(c, inp, 0.2, 1.5)
+    r = fuzz.run_case(c, "cpu", attention=_dispatching((beyond, ref_lse)))
+    assert not r["ok"] and r["fp8_mma"] and len(r["errors"]) == 1 and "beyond the FP8 tensor-core bound" in \
+        r["errors"][0] and f"{list(worst)}" in r["errors"][0], r["errors"]
+    assert 1.45 < r["bound_ratio"] < 1.55
+    _, _, _, _, systematic, _ = _perturbed(c, inp, 0.3, 0.3)
+    r = fuzz.run_case(c, "cpu", attention=_dispatching((systematic, ref_lse)))
+    assert not r["ok"] and len(r["errors"]) == 1 and r["errors"][0].startswith("mean out error"), r["errors"]
+    r = fuzz.run_case(c, "cpu", attention=_dispatching((ref, ref_lse + lb + 2.5e-3 + 2e-4 * ref_lse.abs())))
+    assert not r["ok"] and len(r["errors"]) == 1 and r["errors"][0].startswith("lse error") \
+        and "FP8 tensor-core bound" in r["errors"][0], r["errors"]
+
+
+def test_a_call_with_q_converted_is_compared_within_the_tolerance(fake_cuda):
+    """The FP8-q paged decode runs a converted-q kernel (no fp8mma in its name): run_case keeps
+    the 16-bit tolerance, so an output within the FP8 tensor-core bound but past the tolerance
+    fails; the reference's values pass; the output is the default bf16 (no out, no out_dtype)."""
+    c = _named("fp8q_decode_paged_converted")
+    assert c["dtype"] == "bf16" and not c["out_given"] and c["out_dtype"] is None
+    inp = fuzz.build_inputs(c, "cpu")
+    ref, ref_lse, ob, lb, out, worst = _perturbed(c, inp, 0.0, 0.95)
+    r = fuzz.run_case(c, "cpu", attention=_dispatching((ref, ref_lse)))
+    assert r["ok"] and r["fp8_mma"] is False and "bound_ratio" not in r, r
+    assert fuzz.FP8_MMA_TAG not in r["kernel"] and "_kve5m2_" in r["kernel"] and "_bf16_" in r["kernel"], r["kernel"]
+    r = fuzz.run_case(c, "cpu", attention=_dispatching((out, ref_lse)))
+    assert not r["ok"] and r["fp8_mma"] is False and len(r["errors"]) == 1, r["errors"]
+    assert r["errors"][0].startswith("out error") and f"{list(worst)}" in r["errors"][0], r["errors"]
+
+
+def test_the_kernel_is_read_from_the_call_just_made(fake_cuda):
+    """run_case forgets the previous call's prepared kernel first: a call after an FP8 tensor-core
+    one that prepares nothing (a stand-in) is not taken for one."""
+    c = _named("fp8q_prefill_causal_packed_gqa")
+    inp = fuzz.build_inputs(c, "cpu")
+    ref, ref_lse = fuzz.reference_for(c, inp)
+    assert fuzz.run_case(c, "cpu", attention=_dispatching((ref, ref_lse)))["fp8_mma"] is True
+    assert fuzz.FP8_MMA_TAG in fuzz.prepared_kernel_name()
+    r = fuzz.run_case(c, "cpu", attention=fake_attention)
+    assert r["ok"] and r["kernel"] is None and r["fp8_mma"] is False
+
+
+def test_case_recipe_is_the_dispatch_of_fp8_q_cases(fake_cuda):
+    """case_recipe (what the prewarm compiles) chooses the kernel run_case's call prepares, for
+    FP8-q cases (out, out_dtype and q_descale as the fuzz passes them; the fake device: an H200):
+    q_dtype reaches the dispatcher as in varlen_call, and run_case's comparison follows the kernel
+    (the reference's values pass either way)."""
+    classes: dict = {}                    # up to 6 small cases of each: d64 / d128 on the variant, q converted
+    for s in range(20000):
+        c = fuzz.case_for_seed(s)
+        if c["q_fp8"] and sum(c["qlens"]) > 0 and fuzz.stored_keys(c) <= 20000 and fuzz.total_q_rows(c) <= 4000 \
+                and fuzz.ref_elems(c) <= 2e7 and len(c["qlens"]) <= 256:
+            attn = fuzz.case_recipe(c, "sm_90a", 132).variants.attention
+            group = classes.setdefault(c["head_dim"] if attn.fp8_mma else "converted", [])
+            if len(group) < 6:
+                group.append(c)
+            if len(classes) == 3 and all(len(g) == 6 for g in classes.values()):
+                break
+    assert sorted(map(str, classes)) == ["128", "64", "converted"]
+    picked = [c for g in classes.values() for c in g]
+    picked += [_named("fp8q_prefill_causal_packed_gqa"), _named("fp8q_decode_paged_converted")]
+    names = []
+    for c in picked:
+        ref = fuzz.reference_for(c, fuzz.build_inputs(c, "cpu"))
+        r = fuzz.run_case(c, "cpu", attention=_dispatching(ref))
+        want = fuzz.case_recipe(c, "sm_90a", 132).variants.attention.name
+        assert r["ok"] and r["kernel"] == want and r["fp8_mma"] == (fuzz.FP8_MMA_TAG in want), (c["seed"], r)
+        names.append(want)
+    mma = [n for n in names if fuzz.FP8_MMA_TAG in n]
+    assert mma and len(mma) < len(names) and any("_d64_" in n for n in mma) and any("_d128_" in n for n in mma)
+    assert {c["out_dtype"] for c in picked} == {None, "bf16", "fp16"} and {c["out_given"] for c in picked} == {
+        True, False}
+
+
+def test_recipes_and_prewarm_include_the_fp8_q_kernels(cases, monkeypatch):
+    """On sm_90a the FP8-q cases' recipes take the FP8 tensor-core variant at head dims 64 / 128
+    (not every one: decode-shaped calls convert q), no other case does, sm_80 never; the prewarm
+    compiles exactly the drawn cases' kernels, those included."""
+    from kernelgen.jit import warmup
+
+    fp8q = [c for c in cases if c["q_fp8"]]
+    mma_cases = []
+    for c in cases[:600] + fp8q:
+        attn = getattr(getattr(fuzz.case_recipe(c, "sm_90a", 132), "variants", None), "attention", None)
+        if attn is not None and attn.fp8_mma:
+            assert c["q_fp8"] and c["head_dim"] == c["head_dim_v"] and c["head_dim"] in (64, 128)
+            assert fuzz.FP8_MMA_TAG in attn.name
+            mma_cases.append(c)
+        attn80 = getattr(getattr(fuzz.case_recipe(c, "sm_80", 108), "variants", None), "attention", None)
+        assert attn80 is None or not attn80.fp8_mma
+    assert {c["kv_dtype"] for c in mma_cases} == {"e4m3", "e5m2"} and {c["head_dim"] for c in mma_cases} == {64, 128}
+    assert {c["dtype"] for c in mma_cases} == {"bf16", "fp16"} and {c["kv"] for c in mma_cases} == {"packed", "paged"}
+    assert any(c["head_dim"] in (64, 128) and c["head_dim"] == c["head_dim_v"] and c not in mma_cases for c in fp8q)
+    got = []
+
+    def record(specs, root, jobs=None, progress=False, desc=""):
+        got.extend(specs)
+        return len(specs), 0
+    monkeypatch.setattr(warmup, "warmup", record)
+    batch = fp8q[:60] + [_named("fp8q_prefill_causal_packed_gqa")]
+    p = fuzz.prewarm(batch, "sm_90a", 132)
+    assert p["error"] is None and p["unplannable_cases"] == 0 and p["kernels"] == len(got) == len(set(got))
+    assert set(got) == {s for c in batch for s in fuzz.case_specs(c, "sm_90a", 132)}
+    assert sum(1 for s in got if s.kind == "attention" and s.fp8_mma) >= 2
+    assert not any(s.kind == "attention" and s.fp8_mma for c in batch
+                   for s in fuzz.case_specs(_without_fp8_q(c), "sm_90a", 132))
+
+
+def test_run_fuzz_reports_the_fp8_mma_batches(monkeypatch):
+    """The summary counts the batches compared within the FP8 tensor-core bounds apart (their
+    errors, worst error / bound), the FP8-q kernels in the coverage, fp8_mma in the failures."""
+    seeds = fuzz.batch_seeds(21, 400)
+    cases = {s: fuzz.case_for_seed(s) for s in seeds}
+    assert sum(c["q_fp8"] for c in cases.values()) >= 4
+
+    def canned(case, dev, poison=True, attention=None):
+        mma = case["q_fp8"] and case["head_dim"] == 128
+        ok = not (mma and case["dtype"] == "bf16")
+        return {"seed": case["seed"], "ok": ok, "unwritten_rows": 0, "max_err": 0.5 if mma else 0.001,
+                "lse_err": 0.0, "errors": [] if ok else ["out error x beyond the FP8 tensor-core bound"],
+                "fp8_mma": mma, "kernel": "k_fp8mma" if mma else "k", "seconds": 0.0,
+                **({"bound_ratio": 0.7} if mma else {})}
+    monkeypatch.setattr(fuzz, "run_case", canned)
+    lines = []
+    s = fuzz.run_fuzz(400, 21, device="cpu", arch="sm_90a", do_prewarm=False, hang_s=0, log=lines.append)
+    fp8q = [c for c in cases.values() if c["q_fp8"]]
+    n_mma = sum(c["head_dim"] == 128 for c in fp8q)
+    assert n_mma >= 1 and s["fp8_mma"] == {"batches": n_mma, "max_err": 0.5, "max_bound_ratio": 0.7}
+    assert s["max_err"] == {"bf16": 0.001, "fp16": 0.001}
+    assert s["coverage"]["fp8_q_kernel"] == {"fp8_mma": n_mma, "converted": len(fp8q) - n_mma}
+    assert sum(s["coverage"]["q"].values()) == 400 and s["coverage"]["q"]["e4m3"] == len(fp8q)
+    bad = [c for c in fp8q if c["head_dim"] == 128 and c["dtype"] == "bf16"]
+    assert s["mismatches"] == len(bad) and [f["seed"] for f in s["failures"]] == [c["seed"] for c in bad]
+    assert all(f["fp8_mma"] is True and f["kernel"] == "k_fp8mma" for f in s["failures"])
+    assert all("[FP8 tensor-core bounds]" in line for line in lines if "MISMATCH" in line)
 
 
 def _with_feature(pred):
@@ -426,6 +888,24 @@ def test_sanitize_cases_cover_kernel_families():
                                                                         for s in fp8)   # the Hopper FP8 kernel
     zero = [c for _, c in fuzz.sanitize_cases() if 0 in c["qlens"] or 0 in c["klens"]]
     assert len(zero) >= 3
+    # FP8 q: the causal packed GQA prefill at d 128 on the FP8 tensor-core variant, the paged
+    # decode on a converted q (the FP8-cache decode kernel of the output dtype)
+    fp8q = {n: c for n, c in fuzz.sanitize_cases() if c["q_fp8"]}
+    assert sorted(fp8q) == ["fp8q_decode_paged_converted", "fp8q_prefill_causal_packed_gqa"]
+    for name, c in fp8q.items():
+        inp = fuzz.build_inputs(c, "meta")
+        assert inp["q"].dtype == torch.float8_e4m3fn and inp["kwargs"]["q_descale"].shape == (len(c["qlens"]),
+                                                                                            c["num_heads_kv"])
+        assert c["num_heads_q"] > c["num_heads_kv"] and c["kv_dtype"], name
+    pre = fp8q["fp8q_prefill_causal_packed_gqa"]
+    attn = fuzz.case_recipe(pre, "sm_90a", 132).variants.attention
+    assert attn.fp8_mma and fuzz.FP8_MMA_TAG in attn.name and attn.head_dim == 128 and attn.mask == "causal" \
+        and not attn.paged and attn.dtype == "fp16" and max(pre["qlens"]) > 64 and pre["kv"] == "packed"
+    assert not fuzz.case_recipe(pre, "sm_80", 108).variants.attention.fp8_mma
+    dec = fp8q["fp8q_decode_paged_converted"]
+    attn = fuzz.case_recipe(dec, "sm_90a", 132).variants.attention
+    assert not attn.fp8_mma and attn.paged and attn.split and attn.pack_gqa and attn.kv_dtype == "e5m2" \
+        and attn.dtype == "bf16" and max(dec["qlens"]) == 1 and not dec["out_given"]
 
 
 def test_water_fill():

@@ -8,11 +8,28 @@ causal / sliding windows (left-only, right > 0, right-only), softcap, bf16 / fp1
 pack_gqa None/True/False, strided q/k/v views, padding rows past ``cu_seqlens_q[-1]``, and in
 about one batch of six an FP8 K/V cache, e4m3 or e5m2, with per-(request, KV head) descales in
 [0.5, 2): the cache holds ``x / descale`` quantised, so the dequantised keys and values are about
-N(0, 1) as ``reference.tolerance`` assumes), runs the call with ``out`` pre-filled with NaN and
-every buffer the call allocates itself (``lse``, the metadata, the split-KV partials) poisoned
-(NaN / -7), and compares with the float64 reference (which dequantises the same FP8 values
-exactly): ``reference.tolerance(dtype, kv_dtype)`` on values, exact 0 / -inf on rows that see no
-key, no NaN, no unwritten rows, nothing written past the last request.
+N(0, 1) as ``reference.tolerance`` assumes; in about half of those an FP8 query too,
+``q_fp8``: q in e4m3 quantised the same way with its own per-(request, KV head) ``q_descale``,
+the case's 16-bit dtype the output's, passed as ``out_dtype`` in about half of them, else set
+by ``out`` or the bf16 default), runs the call with ``out`` pre-filled with NaN and every buffer the
+call allocates itself (``lse``, the metadata, the split-KV partials) poisoned (NaN / -7), and
+compares with the float64 reference (which dequantises the same FP8 values exactly, q with
+``q_descale`` included): ``reference.tolerance(dtype, kv_dtype)`` on values, exact 0 / -inf on
+rows that see no key, no NaN, no unwritten rows, nothing written past the last request.
+
+An FP8-q call that ran the Hopper FP8 tensor-core variant (its prepared call's attention kernel,
+read right after the call, has ``_fp8mma`` in its name: on sm_90a the prefill-shaped calls at
+head dims 64 / 128) rounds P to e4m3 and accumulates Q K^T with 13-bit mantissas, so its values
+are compared within the per-element bounds of ``attention_reference(..., fp8_mma_bounds=True)``
+instead, as tests/gpu/test_fp8_mma_gpu.py's ``check_mma`` does (|out - ref| <= bound, the mean
+error within a quarter of the mean bound, the LSE within 2e-3 + 1e-4 |lse| + its bound); every
+other FP8-q call converts q exactly to the output dtype and keeps the tolerance.  Each batch's
+result says which (``"fp8_mma": true``, ``"kernel"``), and the summary counts those batches
+apart (``"fp8_mma"``: batches, max error, worst error / bound; coverage ``fp8_q_kernel``).  The
+FP8-q fields are the case's last draws, made only for FP8-cache cases, so every other field of a
+seed's case (and every case without an FP8 cache) is what it was before FP8 queries were
+fuzzed.  The prewarm compiles the FP8-q kernels too (``case_recipe`` passes ``q_dtype="e4m3"``
+to the dispatcher as ``varlen_attention`` does).
 
 Usage (GPU):
     python tools/fuzz.py --batches 2000 --seed 1 [--json PATH] [--time-limit 300]
@@ -80,7 +97,9 @@ HINTS = ("exact", "none", "loose")
 HINT_WEIGHTS = (0.7, 0.15, 0.15)
 KV_DTYPES = ("e4m3", "e5m2")  #: FP8 K/V caches (``kv_dtype``)
 FP8_SHARE = 1 / 6             #: share of the batches with an FP8 K/V cache
-DESCALE_RANGE = (0.5, 2.0)    #: k_descale / v_descale per (request, KV head), uniform in [lo, hi)
+DESCALE_RANGE = (0.5, 2.0)    #: k_descale / v_descale (and q_descale) per (request, KV head), uniform in [lo, hi)
+Q_FP8_SHARE = 0.5             #: share of the FP8-cache batches whose q is FP8 too (e4m3, ``q_fp8``)
+OUT_DTYPE_SHARE = 0.5         #: share of the FP8-q batches passing ``out_dtype`` explicitly (else out / bf16 decide)
 
 
 def _pick(rng, values, p=None):
@@ -216,8 +235,14 @@ def draw_case(rng, seed: int | None = None) -> dict:
     [left, right], mask (the drawn kind), softcap, softmax_scale, q_scale, num_splits, pack_gqa,
     layout, sort, head_swizzle, hint ("exact" | "none" | "loose" max_seqlen hints), return_lse,
     out_given, pad_rows (query rows past the last request), strided (q/k/v are views), interleaved_kv,
-    kv_dtype (None, or an FP8 cache "e4m3" / "e5m2": about ``FP8_SHARE`` of the cases; drawn last,
-    so every other field of a seed's case is what it was before FP8 caches were fuzzed).
+    kv_dtype (None, or an FP8 cache "e4m3" / "e5m2": about ``FP8_SHARE`` of the cases; drawn after
+    every field above, so those are what they were before FP8 caches were fuzzed), q_fp8 (an e4m3 q
+    with ``q_descale``: about ``Q_FP8_SHARE`` of the FP8-cache cases, never without one) and
+    out_dtype (None, or the case's ``dtype`` passed as ``out_dtype``: FP8-q cases only, about
+    ``OUT_DTYPE_SHARE`` of them, and always for fp16 without ``out``, whose output would be bf16
+    otherwise); these two are drawn last, and only for FP8-cache cases, so every other field of a
+    seed's case is what it was before FP8 queries were fuzzed.  ``dtype`` is the output's dtype
+    (and the kernels' 16-bit one) in every case.
     """
     c: dict = {"seed": seed}
     c["dtype"] = _pick(rng, DTYPES)
@@ -294,6 +319,14 @@ def draw_case(rng, seed: int | None = None) -> dict:
     c["strided"] = bool(rng.random() < 0.15)
     c["interleaved_kv"] = bool(c["kv"] == "paged" and c["head_dim"] == c["head_dim_v"] and rng.random() < 0.15)
     c["kv_dtype"] = _pick(rng, KV_DTYPES) if rng.random() < FP8_SHARE else None
+    # the FP8-q draws come last and only for an FP8 cache (no draw otherwise): the fields above,
+    # and whole cases without an FP8 cache, are those of the seed before FP8 queries were fuzzed
+    c["q_fp8"], c["out_dtype"] = False, None
+    if c["kv_dtype"] and rng.random() < Q_FP8_SHARE:
+        c["q_fp8"] = True
+        explicit = rng.random() < OUT_DTYPE_SHARE
+        if explicit or (c["dtype"] == "fp16" and not c["out_given"]):
+            c["out_dtype"] = c["dtype"]
     _shrink(c)
     return c
 
@@ -333,7 +366,10 @@ _CAPABILITY = {"sm_80": (8, 0), "sm_86": (8, 6), "sm_89": (8, 9), "sm_90a": (9, 
 def case_recipe(case: dict, arch: str, num_sms: int):
     """The launch recipe the dispatcher makes for this case on a device of ``arch`` with
     ``num_sms`` SMs (``selection.decide.decide`` with the signature ``varlen_attention`` derives,
-    the environment's overrides); None when the call launches nothing."""
+    the environment's overrides); None when the call launches nothing.  An FP8-q case's signature
+    has ``q_dtype="e4m3"`` (``arguments.varlen_call`` passes validation's ``sizes["q_dtype"]``), so
+    on sm_90a its prefill-shaped calls at head dims 64 / 128 get the FP8 tensor-core variant
+    (``AttentionSpec.fp8_mma``) and the rest the FP8-cache kernels of the output dtype (``dtype``)."""
     from kernelgen.kernels.device import Device
     from kernelgen.selection import decide, validation
     from kernelgen.selection.settings import Settings
@@ -355,7 +391,8 @@ def case_recipe(case: dict, arch: str, num_sms: int):
         page_size=case["page_size"] if paged else 0, softcap=case["softcap"] > 0, pack_gqa=case["pack_gqa"],
         num_splits=case["num_splits"], short_query_tokens=None, arch=None, tma_ok=_tma_ok(case),
         batch=len(case["qlens"]), rows=total_q, sort=case["sort"], head_swizzle=case["head_swizzle"],
-        **({"kv_dtype": case["kv_dtype"]} if case.get("kv_dtype") else {}))
+        **({"kv_dtype": case["kv_dtype"]} if case.get("kv_dtype") else {}),
+        **({"q_dtype": "e4m3"} if case.get("q_fp8") else {}))
     device = Device(f"fuzz {arch}", _CAPABILITY[arch], num_sms, 50 * 2 ** 20)
     return decide.decide(sig, device, Settings.from_env())
 
@@ -388,6 +425,9 @@ def features(case: dict) -> dict:
         "zero_q": any(x == 0 for x in case["qlens"]), "zero_k": any(x == 0 for x in case["klens"]),
         "long": max(case["klens"] + case["qlens"] + [0]) > 8192, "pad_rows": case["pad_rows"] > 0,
         "strided": case["strided"], "hint": case["hint"], "kv_dtype": case.get("kv_dtype") or "16-bit",
+        "q": "e4m3" if case.get("q_fp8") else "16-bit",
+        "out_dtype": "16-bit q" if not case.get("q_fp8") else "argument" if case.get("out_dtype")
+        else "out" if case["out_given"] else "default",
     }
     return d
 
@@ -402,13 +442,21 @@ def build_inputs(case: dict, device="cuda") -> dict:
     Values come from a torch generator seeded with the case seed (on the device for CUDA, so the
     same seed gives the same inputs on every GPU of one kind).  Returns q, k, v (views when
     ``strided``), cu_seqlens_q, cu_seqlens_k (None for paged), seqused_k, page_table, k_descale and
-    v_descale (None without an FP8 cache), and the call's keyword arguments in ``kwargs``.
+    v_descale (None without an FP8 cache), q_descale (None without an FP8 q), out_dtype (the torch
+    dtype of the output), and the call's keyword arguments in ``kwargs``.
 
     An FP8 case (``kv_dtype``): k_descale / v_descale float32 (batch, num_heads_kv) uniform in
     ``DESCALE_RANGE`` (from the seed); k and v hold the 16-bit path's N(0, 1) draws divided by
     their request's and head's factor, quantised to FP8 (``x / descale``, as an engine stores a
     scaled cache), so the dequantised values are about N(0, 1); unused pages and the strided
     views' extra heads are quantised with factor 1.
+
+    An FP8-q case (``q_fp8``): q_descale float32 (batch, num_heads_kv) uniform in ``DESCALE_RANGE``
+    (from its own generator, so k_descale / v_descale and k / v are the FP8-cache case's); q holds
+    the 16-bit path's draws (the same generator calls, ``q_scale`` included) divided by the factor
+    of their request and KV head, quantised to e4m3 (padding rows past the last request and the
+    strided view's extra heads with factor 1), so the dequantised q is the 16-bit case's within the
+    e4m3 rounding.  ``kwargs`` then has ``q_descale``, and ``out_dtype`` when the case passes it.
     """
     import torch
 
@@ -446,6 +494,35 @@ def build_inputs(case: dict, device="cuda") -> dict:
         descales = [torch.empty(len(qlens), hkv, dtype=torch.float32, device=dev) if meta else
                     torch.tensor(drng.uniform(lo, hi, size=(len(qlens), hkv)), dtype=torch.float32).to(dev)
                     for _ in range(2)]
+    q_fp8 = bool(case.get("q_fp8"))
+    if q_fp8 and fp8 is None:
+        raise ValueError("an FP8 q (q_fp8) needs an FP8 K/V cache (kv_dtype)")
+    q_descale = None
+    if q_fp8:             # (its own generator too: k / v and their descales are the FP8-cache case's)
+        lo, hi = DESCALE_RANGE
+        qrng = np.random.default_rng(seed + 3)
+        q_descale = torch.empty(len(qlens), hkv, dtype=torch.float32, device=dev) if meta else \
+            torch.tensor(qrng.uniform(lo, hi, size=(len(qlens), hkv)), dtype=torch.float32).to(dev)
+
+    def q_fp8_view(shape, scale):
+        """heads_view's q (the same draws), divided by each row's request and KV head factor
+        (padding rows and extra heads: 1) and quantised to e4m3."""
+        big = list(shape)
+        big[1] += extra
+        if meta:
+            x = torch.empty(*big, dtype=torch.float8_e4m3fn, device=dev)
+        else:
+            x = torch.randn(*big, generator=gen, device=dev, dtype=torch.float32)
+            if scale != 1.0:
+                x.mul_(scale)
+            qpk = hq // hkv
+            owner = torch.repeat_interleave(torch.arange(len(qlens) + 1), torch.tensor(qlens + [case["pad_rows"]]))
+            per_row = torch.cat([q_descale.cpu(), torch.ones(1, hkv, dtype=torch.float32)])[owner]  # (rows, hkv)
+            per_row = per_row.repeat_interleave(qpk, dim=1)                                          # (rows, hq)
+            if extra:
+                per_row = torch.cat([per_row, torch.ones(per_row.shape[0], extra, dtype=torch.float32)], dim=1)
+            x = (x / per_row.to(dev)[:, :, None]).to(torch.float8_e4m3fn)
+        return x.narrow(1, 0, shape[1]) if extra else x
 
     def kv_view(shape, heads_dim, scales=None):
         """heads_view's K or V; with an FP8 cache the draws divided by ``scales`` (broadcasting
@@ -465,7 +542,7 @@ def build_inputs(case: dict, device="cuda") -> dict:
         return x.narrow(heads_dim, 0, shape[heads_dim]) if extra else x
 
     total_q = total_q_rows(case)
-    q = heads_view((total_q, hq, d), 1, case["q_scale"])
+    q = q_fp8_view((total_q, hq, d), case["q_scale"]) if q_fp8 else heads_view((total_q, hq, d), 1, case["q_scale"])
     cu_q_np = np.concatenate([[0], np.cumsum(qlens, dtype=np.int64)]).astype(np.int32)
     cu_q = torch.tensor(cu_q_np, dtype=torch.int32).to(dev)
     res = {"q": q, "cu_seqlens_q": cu_q, "cu_seqlens_k": None, "seqused_k": None, "page_table": None}
@@ -513,6 +590,8 @@ def build_inputs(case: dict, device="cuda") -> dict:
             res["seqused_k"] = torch.tensor(klens, dtype=torch.int32).to(dev)
     res["k"], res["v"] = k, v
     res["k_descale"], res["v_descale"] = descales if descales is not None else (None, None)
+    res["q_descale"] = q_descale
+    res["out_dtype"] = dtype
     mq, mk = call_hints(case)
     res["max_seqlen_q"], res["max_seqlen_k"] = mq, mk
     res["kwargs"] = dict(
@@ -520,7 +599,10 @@ def build_inputs(case: dict, device="cuda") -> dict:
         window_size=tuple(case["window"]), softcap=case["softcap"], softmax_scale=case["softmax_scale"],
         num_splits=case["num_splits"], pack_gqa=case["pack_gqa"], return_lse=case["return_lse"],
         metadata_layout=case["layout"], sort=case["sort"], head_swizzle=case["head_swizzle"],
-        **({} if descales is None else {"k_descale": descales[0], "v_descale": descales[1]}))
+        **({} if descales is None else {"k_descale": descales[0], "v_descale": descales[1]}),
+        **({"q_descale": q_descale} if q_fp8 else {}),
+        **({"out_dtype": {"bf16": torch.bfloat16, "fp16": torch.float16}[case["out_dtype"]]}
+           if q_fp8 and case.get("out_dtype") else {}))
     return res
 
 
@@ -571,9 +653,12 @@ def poisoned_allocations(enabled: bool = True):
             m.torch = real
 
 
-def reference_for(case: dict, inp: dict):
-    """(ref_out, ref_lse) float64 on the inputs' device (``reference.attention_reference``)."""
-    from kernelgen.apps.reference import attention_reference, gather_paged
+def reference_for(case: dict, inp: dict, fp8_mma_bounds: bool = False):
+    """(ref_out, ref_lse) float64 on the inputs' device (``reference.attention_reference``, with
+    the FP8 q's ``q_descale``); with ``fp8_mma_bounds`` (ref_out, ref_lse, out_bound, lse_bound),
+    the per-element bounds of the Hopper FP8 tensor-core variant."""
+    from kernelgen.apps import reference
+    from kernelgen.apps.reference import gather_paged
 
     q = inp["q"]
     if case["kv"] == "paged":
@@ -581,15 +666,18 @@ def reference_for(case: dict, inp: dict):
         used = None
     else:
         k, v, cu_k, used = inp["k"], inp["v"], inp["cu_seqlens_k"], inp["seqused_k"]
-    return attention_reference(q, k, v, inp["cu_seqlens_q"], cu_k, causal=case["causal"],
-                               softmax_scale=case["softmax_scale"], window_size=tuple(case["window"]),
-                               softcap=case["softcap"], seqused_k=used, k_descale=inp.get("k_descale"),
-                               v_descale=inp.get("v_descale"))
+    return reference.attention_reference(
+        q, k, v, inp["cu_seqlens_q"], cu_k, causal=case["causal"], softmax_scale=case["softmax_scale"],
+        window_size=tuple(case["window"]), softcap=case["softcap"], seqused_k=used, k_descale=inp.get("k_descale"),
+        v_descale=inp.get("v_descale"), q_descale=inp.get("q_descale"),
+        **({"fp8_mma_bounds": True} if fp8_mma_bounds else {}))
 
 
 def tolerances(case: dict) -> tuple:
     """(atol, rtol, lse_atol, lse_rtol): ``reference.tolerance(dtype, kv_dtype)`` for values (an FP8
-    cache's: the compute dtype's, see its derivation), the GPU tests' LSE bound."""
+    cache's: the compute dtype's, see its derivation; an FP8 q converted exactly to ``dtype`` adds
+    nothing), the GPU tests' LSE bound.  (The FP8 tensor-core variant's own bounds: ``compare``'s
+    ``bounds``.)"""
     import torch
 
     from kernelgen.apps.reference import tolerance
@@ -601,9 +689,18 @@ def tolerances(case: dict) -> tuple:
 
 
 def compare(case: dict, out, lse, ref, ref_lse, rows: int, *, out_poisoned: bool = True,
-            lse_poisoned: bool = True) -> dict:
+            lse_poisoned: bool = True, bounds=None) -> dict:
     """Check one batch's results.  ``rows`` = cu_seqlens_q[-1]; rows past it must stay NaN when the
-    buffer was poisoned.  Returns {"ok", "unwritten_rows", "max_err", "lse_err", "errors": [...]}."""
+    buffer was poisoned.  Returns {"ok", "unwritten_rows", "max_err", "lse_err", "errors": [...]},
+    with "bound_ratio" (the largest error / bound) when ``bounds`` are given.
+
+    ``bounds``: None for the 16-bit tolerance (``tolerances``: out against the reference rounded to
+    out's dtype), or (out_bound, lse_bound) of ``attention_reference(..., fp8_mma_bounds=True)``
+    for a call that ran the Hopper FP8 tensor-core variant, applied as
+    tests/gpu/test_fp8_mma_gpu.py's ``check_mma`` does: |out - ref| <= out_bound per element
+    (against the unrounded reference: the bound includes the output's rounding), the mean error
+    within a quarter of the mean bound, |lse - ref_lse| <= lse_atol + lse_rtol |ref_lse| +
+    lse_bound.  Either way rows that see no key must be exactly 0 with lse exactly -inf."""
     import torch
 
     errors = []
@@ -621,14 +718,29 @@ def compare(case: dict, out, lse, ref, ref_lse, rows: int, *, out_poisoned: bool
         errors.append(f"out rows past cu_seqlens_q[-1] = {rows} were written")
     if lse is not None and lse_poisoned and lse.shape[1] > rows and not bool(torch.isnan(lse[:, rows:]).all()):
         errors.append(f"lse rows past cu_seqlens_q[-1] = {rows} were written")
-    r = ref[:rows].to(dtype).double()
-    err = (o - r).abs()
     finite_o = ~torch.isnan(o)
-    bad = (err > atol + rtol * r.abs()) & finite_o
+    bound_ratio = None
+    if bounds is None:
+        r = ref[:rows].to(dtype).double()
+        err = (o - r).abs()
+        bad = (err > atol + rtol * r.abs()) & finite_o
+    else:
+        ob = bounds[0][:rows].to(o.device, torch.float64)
+        err = (o - ref[:rows].double()).abs()
+        bad = (err > ob) & finite_o
+        e, b = err[finite_o], ob[finite_o]
+        bound_ratio = float((e / b.clamp(min=1e-300)).max().item()) if e.numel() else 0.0
+        if e.numel() and float(e.mean()) > 0.25 * float(b.mean()):
+            errors.append(f"mean out error {float(e.mean()):.3e} > a quarter of the mean FP8 tensor-core bound "
+                          f"{float(b.mean()):.3e} (a systematic error)")
     max_err = float(err[finite_o].max().item()) if bool(finite_o.any()) else 0.0
     if bool(bad.any()):
         where = bad.nonzero()[:3].tolist()
-        errors.append(f"out error {max_err:.3e} > {atol:g} + {rtol:g}|ref| at (token, head, dim) {where}")
+        if bounds is None:
+            errors.append(f"out error {max_err:.3e} > {atol:g} + {rtol:g}|ref| at (token, head, dim) {where}")
+        else:
+            errors.append(f"out error {max_err:.3e} beyond the FP8 tensor-core bound (worst error / bound "
+                          f"{bound_ratio:.3f}) at (token, head, dim) {where}")
     empty = torch.isneginf(ref_lse[:, :rows])                 # (hq, rows): rows that see no key
     ot = o.transpose(0, 1)                                    # (hq, rows, dv)
     written = ~nan_rows.transpose(0, 1)
@@ -644,10 +756,42 @@ def compare(case: dict, out, lse, ref, ref_lse, rows: int, *, out_poisoned: bool
         if bool(fin.any()):
             lerr = (lt[fin] - ref_lse[:, :rows][fin]).abs()
             lse_err = float(lerr.max().item())
-            if not bool((lerr <= lse_atol + lse_rtol * ref_lse[:, :rows][fin].abs()).all()):
-                errors.append(f"lse error {lse_err:.3e}")
-    return {"ok": not errors, "unwritten_rows": unwritten, "max_err": max_err, "lse_err": lse_err,
-            "errors": errors}
+            tol = lse_atol + lse_rtol * ref_lse[:, :rows][fin].abs()
+            if bounds is not None:
+                tol = tol + bounds[1][:, :rows].to(lt.device, torch.float64)[fin]
+            if not bool((lerr <= tol).all()):
+                errors.append(f"lse error {lse_err:.3e}" + ("" if bounds is None else
+                              f" beyond the FP8 tensor-core bound (worst error / tolerance "
+                              f"{float((lerr / tol).max()):.3f})"))
+    res = {"ok": not errors, "unwritten_rows": unwritten, "max_err": max_err, "lse_err": lse_err, "errors": errors}
+    if bound_ratio is not None:
+        res["bound_ratio"] = bound_ratio
+    return res
+
+
+#: What an attention kernel's name contains when it is the Hopper FP8 tensor-core variant
+#: (``AttentionSpec.fp8_mma``; ``AttentionSpec.name``).
+FP8_MMA_TAG = "_fp8mma"
+
+
+def forget_prepared_call() -> None:
+    """Clear the memo of the call ``kernelgen.varlen_attention`` prepared or found last (the
+    signature cache's last entry; the cache itself stays), so ``prepared_kernel_name`` names the
+    next call's kernel or nothing (a call with no query rows prepares nothing)."""
+    from kernelgen.front import api
+
+    api._CALLS._last = (None, None)
+
+
+def prepared_kernel_name():
+    """The attention kernel's name (``AttentionSpec.name``) of the call ``varlen_attention``
+    prepared or found last (``api._CALLS._last``, as tests/gpu/test_fp8_mma_gpu.py's ``prepared()``
+    reads it), None when there is none or it has no single attention launch."""
+    from kernelgen.front import api
+
+    attn = getattr(api._CALLS._last[1], "attn", None)
+    name = getattr(attn, "name", None)
+    return name if isinstance(name, str) else None
 
 
 def run_case(case: dict, device="cuda", *, poison: bool = True, attention=None, reference_device=None) -> dict:
@@ -655,7 +799,10 @@ def run_case(case: dict, device="cuda", *, poison: bool = True, attention=None, 
 
     ``attention``: the function under test (default ``kernelgen.varlen_attention``).
     ``reference_device``: where the reference runs ("cpu" under compute-sanitizer; default: the
-    inputs' device).  Returns compare()'s dict plus seed, seconds and (on an exception) error.
+    inputs' device).  Returns compare()'s dict plus seed, seconds, kernel (the prepared call's
+    attention kernel, read right after the call: ``prepared_kernel_name``), fp8_mma (whether that
+    is the FP8 tensor-core variant: then compared within ``fp8_mma_bounds``, else within the 16-bit
+    tolerance) and (on an exception) error.
     """
     import torch
 
@@ -670,29 +817,43 @@ def run_case(case: dict, device="cuda", *, poison: bool = True, attention=None, 
     rows = sum(case["qlens"])
     out = None
     if case["out_given"]:
-        out = torch.full((q.shape[0], hq, dv), float("nan"), dtype=q.dtype, device=q.device)
+        out = torch.full((q.shape[0], hq, dv), float("nan"), dtype=inp["out_dtype"], device=q.device)
+    kernel = None
+    forget_prepared_call()
     try:
         with poisoned_allocations(poison):
             res = attention(q, inp["k"], inp["v"], inp["cu_seqlens_q"], inp["cu_seqlens_k"], inp["max_seqlen_q"],
                             inp["max_seqlen_k"], out=out, **inp["kwargs"])
+        kernel = prepared_kernel_name()
         o, lse = res if case["return_lse"] else (res, None)
         if q.is_cuda:
             torch.cuda.synchronize(q.device)
     except Exception as e:  # noqa: BLE001 - a raising call is a failed batch, reported with its seed
         return {"seed": case["seed"], "ok": False, "unwritten_rows": 0, "max_err": float("nan"), "lse_err": float("nan"),
-                "errors": [f"{type(e).__name__}: {str(e)[:400]}"], "exception": True,
-                "seconds": time.perf_counter() - t0}
+                "errors": [f"{type(e).__name__}: {str(e)[:400]}"], "exception": True, "kernel": kernel,
+                "fp8_mma": False, "seconds": time.perf_counter() - t0}
+    fp8_mma = kernel is not None and FP8_MMA_TAG in kernel
+    fail = None
     if case["out_given"] and o.data_ptr() != out.data_ptr():
+        fail = "the call did not return the given out tensor"
+    elif o.dtype != inp["out_dtype"]:
+        fail = f"the output has dtype {o.dtype}, want {inp['out_dtype']}"
+    elif fp8_mma and not case.get("q_fp8"):
+        fail = f"a 16-bit q ran the FP8 tensor-core kernel {kernel}"
+    if fail is not None:
         return {"seed": case["seed"], "ok": False, "unwritten_rows": 0, "max_err": float("nan"),
-                "lse_err": float("nan"), "errors": ["the call did not return the given out tensor"],
+                "lse_err": float("nan"), "errors": [fail], "kernel": kernel, "fp8_mma": fp8_mma,
                 "seconds": time.perf_counter() - t0}
     if reference_device is not None and torch.device(reference_device) != q.device:
         inp = {key: (val.to(reference_device) if isinstance(val, torch.Tensor) else val) for key, val in inp.items()}
         o = o.to(reference_device)
         lse = lse.to(reference_device) if lse is not None else None
-    ref, ref_lse = reference_for(case, inp)
-    result = compare(case, o, lse, ref, ref_lse, rows, out_poisoned=case["out_given"] or poison, lse_poisoned=poison)
+    ref = reference_for(case, inp, fp8_mma_bounds=fp8_mma)
+    result = compare(case, o, lse, ref[0], ref[1], rows, out_poisoned=case["out_given"] or poison, lse_poisoned=poison,
+                     bounds=ref[2:] if fp8_mma else None)
     result["seed"] = case["seed"]
+    result["kernel"] = kernel
+    result["fp8_mma"] = fp8_mma
     result["seconds"] = time.perf_counter() - t0
     return result
 
@@ -775,7 +936,11 @@ def run_fuzz(batches: int, seed: int, *, time_limit: float | None = None, device
     ``attention``, ``arch`` and ``num_sms`` stand in for the GPU in CPU tests (default: the
     public call, and the device's arch and SM count).
     Returns a summary dict: seed, requested, ran, mismatches, unwritten_rows, seconds,
-    prewarm, failures (first ``max_failures_kept``: seed, errors, case features), coverage.
+    prewarm, failures (first ``max_failures_kept``: seed, errors, fp8_mma, kernel, case), coverage
+    (the case features, and "fp8_q_kernel": "fp8_mma" / "converted" counts of the FP8-q batches
+    that ran), max_err (per output dtype, batches compared within the 16-bit tolerance),
+    fp8_mma ({"batches", "max_err", "max_bound_ratio"}: the batches that ran the FP8 tensor-core
+    variant, compared within its bounds).
     """
     import torch
 
@@ -799,6 +964,7 @@ def run_fuzz(batches: int, seed: int, *, time_limit: float | None = None, device
     coverage: dict = {}
     failures, mismatches, unwritten, ran, exceptions = [], 0, 0, 0, 0
     max_err = {"bf16": 0.0, "fp16": 0.0}
+    mma = {"batches": 0, "max_err": 0.0, "max_bound_ratio": 0.0}
     slowest: list = []
     dog = _Watchdog(hang_s)
     t0 = time.perf_counter()
@@ -813,22 +979,33 @@ def run_fuzz(batches: int, seed: int, *, time_limit: float | None = None, device
             dog.leave()
             ran += 1
             slowest = sorted(slowest + [(round(r["seconds"], 3), case["seed"])], reverse=True)[:5]
-            for key, val in features(case).items():
+            labels = features(case)
+            if case.get("q_fp8") and not r.get("exception"):
+                labels["fp8_q_kernel"] = "fp8_mma" if r.get("fp8_mma") else "converted"
+            for key, val in labels.items():
                 coverage.setdefault(key, {}).setdefault(str(val), 0)
                 coverage[key][str(val)] += 1
             unwritten += r["unwritten_rows"]
-            if r["max_err"] == r["max_err"]:
+            if r.get("fp8_mma"):
+                mma["batches"] += 1
+                if r["max_err"] == r["max_err"]:
+                    mma["max_err"] = max(mma["max_err"], r["max_err"])
+                mma["max_bound_ratio"] = max(mma["max_bound_ratio"], r.get("bound_ratio") or 0.0)
+            elif r["max_err"] == r["max_err"]:
                 max_err[case["dtype"]] = max(max_err[case["dtype"]], r["max_err"])
             if not r["ok"]:
                 mismatches += 1
                 exceptions += bool(r.get("exception"))
                 if mismatches <= MAX_LOGGED_FAILURES:
-                    log(f"fuzz: MISMATCH batch {i} seed {case['seed']}: {'; '.join(r['errors'])}")
+                    how = " [FP8 tensor-core bounds]" if r.get("fp8_mma") else ""
+                    log(f"fuzz: MISMATCH batch {i} seed {case['seed']}{how}: {'; '.join(r['errors'])}")
                     log(f"fuzz:   replay: python tools/fuzz.py --replay {case['seed']}   case: {short_case(case)}")
                 elif mismatches == MAX_LOGGED_FAILURES + 1:
                     log("fuzz: (further mismatches are counted, not printed; their seeds are in --json)")
                 if len(failures) < max_failures_kept:
-                    failures.append({"batch": i, "seed": case["seed"], "errors": r["errors"], "case": short_case(case)})
+                    failures.append({"batch": i, "seed": case["seed"], "errors": r["errors"],
+                                     "fp8_mma": bool(r.get("fp8_mma")), "kernel": r.get("kernel"),
+                                     "case": short_case(case)})
                 if r.get("exception") and dev.type == "cuda" and not _cuda_alive(dev):
                     log("fuzz: the CUDA context is lost (sticky error); stopping")
                     stopped_early = True
@@ -845,7 +1022,7 @@ def run_fuzz(batches: int, seed: int, *, time_limit: float | None = None, device
         log(f"fuzz: stopped after {ran} of {batches} batches (time limit {time_limit} s or a lost context)")
     return {"seed": seed, "requested": batches, "ran": ran, "complete": ran == batches, "mismatches": mismatches,
             "exceptions": exceptions, "unwritten_rows": unwritten, "seconds": seconds, "prewarm": pre,
-            "max_err": max_err, "device": device_name, "arch": arch,
+            "max_err": max_err, "fp8_mma": mma, "device": device_name, "arch": arch,
             "poison": poison, "failures": failures, "slowest_batches": slowest, "coverage": coverage}
 
 
@@ -873,7 +1050,8 @@ def sanitize_cases() -> list:
     base = dict(seed=0, phase="fixed", kv="packed", page_size=None, spare_pages=0, extra_cols=0, seqused=False,
                 causal=False, window=[-1, -1], mask="none", softcap=0.0, softmax_scale=None, q_scale=1.0,
                 num_splits=1, pack_gqa=None, layout="soa", sort=True, head_swizzle=True, hint="exact",
-                return_lse=True, out_given=True, pad_rows=0, strided=False, interleaved_kv=False, kv_dtype=None)
+                return_lse=True, out_given=True, pad_rows=0, strided=False, interleaved_kv=False, kv_dtype=None,
+                q_fp8=False, out_dtype=None)
 
     def case(**kw):
         c = dict(base)
@@ -932,6 +1110,18 @@ def sanitize_cases() -> list:
             seed=114, dtype="bf16", head_dim=128, head_dim_v=128, num_heads_q=4, num_heads_kv=2,
             qlens=[90, 1, 100], klens=[300, 40, 180], kv="paged", page_size=16, spare_pages=2, num_splits=0,
             causal=True, mask="causal", kv_dtype="e4m3")),
+        # FP8 q (e4m3, q_descale): a causal packed prefill at d 128 with GQA 4 (on sm_90a the FP8
+        # tensor-core variant: compared within its bounds; fp16 output through out and out_dtype)
+        # and a paged decode with pack-GQA and splits on an e5m2 cache (q converted to the default
+        # bf16 output: the 16-bit tolerance; no out given)
+        ("fp8q_prefill_causal_packed_gqa", case(
+            seed=115, dtype="fp16", head_dim=128, head_dim_v=128, num_heads_q=8, num_heads_kv=2,
+            qlens=[130, 0, 60], klens=[130, 9, 260], causal=True, mask="causal", pad_rows=2, kv_dtype="e4m3",
+            q_fp8=True, out_dtype="fp16")),
+        ("fp8q_decode_paged_converted", case(
+            seed=116, dtype="bf16", head_dim=128, head_dim_v=128, num_heads_q=8, num_heads_kv=2,
+            qlens=[1, 1, 0, 1], klens=[700, 0, 9, 65], kv="paged", page_size=16, spare_pages=2, num_splits=3,
+            pack_gqa=True, causal=True, mask="causal", kv_dtype="e5m2", q_fp8=True, out_given=False)),
         ("scheduler_sort_many_requests", case(
             seed=107, dtype="bf16", head_dim=64, head_dim_v=64, num_heads_q=2, num_heads_kv=1,
             qlens=[(i * 7) % 9 for i in range(40)], klens=[(i * 11) % 17 for i in range(40)], causal=True,
@@ -997,8 +1187,10 @@ def run_sanitize_subset(device="cuda", log=print) -> dict:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
-        results[name] = {"ok": r["ok"], "errors": r["errors"], "max_err": r["max_err"]}
-        log(f"sanitize-subset: {name}: {'ok' if r['ok'] else 'FAIL ' + '; '.join(r['errors'])}")
+        results[name] = {"ok": r["ok"], "errors": r["errors"], "max_err": r["max_err"], "fp8_mma": r["fp8_mma"],
+                         "kernel": r["kernel"]}
+        how = " (FP8 tensor-core bounds)" if r["fp8_mma"] else ""
+        log(f"sanitize-subset: {name}{how}: {'ok' if r['ok'] else 'FAIL ' + '; '.join(r['errors'])}")
     r = run_plan_padded(device)
     results["plan_capacity8_batch6_padded"] = r
     log(f"sanitize-subset: plan_capacity8_batch6_padded: {'ok' if r['ok'] else 'FAIL ' + '; '.join(r['errors'])}")
@@ -1077,6 +1269,8 @@ def main(argv=None) -> int:
         Path(a.json).parent.mkdir(parents=True, exist_ok=True)
         Path(a.json).write_text(json.dumps(s, indent=1, default=_json_default))
     print(f"fuzz: max abs error bf16 {s['max_err']['bf16']:.3e}, fp16 {s['max_err']['fp16']:.3e}; "
+          f"FP8 tensor-core batches {s['fp8_mma']['batches']} (max abs error {s['fp8_mma']['max_err']:.3e}, "
+          f"worst error / bound {s['fp8_mma']['max_bound_ratio']:.3f}); "
           f"{s['exceptions']} exceptions; complete: {s['complete']}")
     print(summary_line(s), flush=True)
     return 0 if s["mismatches"] == 0 and s["unwritten_rows"] == 0 else 1
