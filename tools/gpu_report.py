@@ -55,7 +55,7 @@ def optional_checks(out: Path, report: dict, tests: dict) -> None:
                                             fuzz.get("mismatches") == 0 and fuzz.get("unwritten_rows") == 0 and
                                             fuzz.get("exceptions") == 0)
         report["extra"]["fuzz"] = {k: fuzz.get(k) for k in ("seed", "ran", "mismatches", "unwritten_rows",
-                                                             "exceptions", "seconds", "poison")}
+                                                             "exceptions", "seconds", "poison", "fp8_mma")}
     for tool, pattern in (("memcheck", r"ERROR SUMMARY: (\d+) error"),
                           ("racecheck", r"RACECHECK SUMMARY: \d+ hazards displayed \((\d+) error")):
         log = out / f"sanitize_{tool}.log"

@@ -49,8 +49,9 @@ def test_replay_builds_the_same_inputs():
         if x.element_size() == 1 and x.is_floating_point():   # an FP8 cache: torch.equal has no FP8 kernel
             x, y = x.view(torch.uint8), y.view(torch.uint8)
         assert torch.equal(x, y), key
-    for key in ("k_descale", "v_descale"):
-        assert (a[key] is None) == (b[key] is None) and (a[key] is None or torch.equal(a[key], b[key])), key
+    for key in ("k_descale", "v_descale", "q_descale"):
+        x, y = a.get(key), b.get(key)
+        assert (x is None) == (y is None) and (x is None or torch.equal(x, y)), key
 
 
 def test_sanitize_subset_without_sanitizer():
