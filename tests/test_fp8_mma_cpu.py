@@ -196,3 +196,31 @@ def test_the_fp8_pieces_compile_for_sm_90a():
     text = sass.disassemble(res.cubin, nvd)
     assert "QGMMA.64x128x32.F32.E4M3.E4M3" in text
     assert "F2FP.SATFINITE.E4M3.F32" in text
+
+
+@pytest.mark.parametrize("d,mask,paged,splits", [(64, "causal", False, 0), (128, "none", True, 3), (256, "causal", False, 0)])
+def test_the_dispatched_tensor_core_variants_compile(d, mask, paged, splits):
+    """The FP8 tensor-core variants ``heuristics.choose`` gives an e4m3 q (d 64: 128 x 256 tiles at
+    56/224 registers; d 128 paged with forced splits; d 256: 128-key blocks at 24/240) compile for
+    sm_90a with QGMMA for both GEMMs, ldmatrix.trans / stmatrix for V^T and the e4m3 packing of P;
+    no spills, except at d 256 the transposing producer warps' loop counters (at most 20 bytes, all
+    after the producer's register release: the consumers spill nothing)."""
+    from kernelgen.jit import sass
+    from kernelgen.selection import heuristics
+    v = heuristics.choose("sm_90a", "bf16", d, d, num_heads_q=16, num_heads_kv=4, mask=mask, max_seqlen_q=4096,
+                          max_seqlen_k=4096, paged=paged, page_size=16 if paged else 0, num_splits=splits,
+                          kv_dtype="e4m3", q_dtype="e4m3")
+    a = v.attention
+    assert a.fp8_mma and a.tile.block_n == (256 if d == 64 else 128) and (v.combine is not None) == bool(splits)
+    res = compiler.compile_cubin(render.render(a), "sm_90a", compiler.default_options("sm_90a"), a.entry)
+    r = res.resources
+    text = sass.disassemble(res.cubin, sass.find_nvdisasm())
+    assert f"QGMMA.64x{a.tile.block_n}x32.F32.E4M3.E4M3" in text and f"QGMMA.64x{d}x32.F32.E4M3.E4M3" in text
+    assert "LDSM.16.MT88.4" in text and "STSM.16.M88.4" in text and "F2FP.SATFINITE.E4M3.F32" in text
+    if d <= 128:
+        assert r["spill_stores"] == 0 and r["spill_loads"] == 0, r
+    else:
+        assert r["spill_stores"] <= 20 and r["spill_loads"] <= 28, r
+        lines = text.splitlines()
+        release = next(i for i, x in enumerate(lines) if "USETMAXREG.DEALLOC" in x)
+        assert all(i > release for i, x in enumerate(lines) if "STL" in x or "LDL" in x)

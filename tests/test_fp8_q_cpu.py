@@ -242,13 +242,13 @@ def test_prefill_d128_runs_the_fp8_tensor_core_variant_on_the_fp8_q(fake_cuda, a
 
 @pytest.mark.parametrize("case,kw,kind", [
     ("decode", dict(DECODE), "attention_fp8"),
-    ("d256", dict(PREFILL, d=256), "attention_sm90_fp8"),
+    ("d96", dict(PREFILL, d=96), "attention_sm90_fp8"),
     ("sm_80", dict(PREFILL), "attention_fp8"),
     ("e5m2_decode", dict(DECODE, kv_dtype=E5M2), "attention_fp8"),
 ])
 @pytest.mark.parametrize("out_dtype", [None, FP16])
 def test_other_kernels_get_q_converted_to_the_output_dtype(fake_cuda, case, kw, kind, out_dtype):
-    """A decode-shaped call, head dim 256 (a tile the tensor-core variant does not take) or the
+    """A decode-shaped call, head dim 96 (not a multiple of 64: the tensor-core variant does not take it) or the
     sm_80 path: a kernel without fp8_mma, whose launch addresses a 16-bit copy of q in the output
     dtype (exact: every e4m3 value is a bf16 and an fp16 value), not q; again on the prepared fast
     path (a new conversion each call)."""

@@ -709,7 +709,7 @@ def test_case_recipe_is_the_dispatch_of_fp8_q_cases(fake_cuda):
     FP8-q cases (out, out_dtype and q_descale as the fuzz passes them; the fake device: an H200):
     q_dtype reaches the dispatcher as in varlen_call, and run_case's comparison follows the kernel
     (the reference's values pass either way)."""
-    classes: dict = {}                    # up to 6 small cases of each: d64 / d128 on the variant, q converted
+    classes: dict = {}                    # up to 6 small cases of each: d64 / d128 / d256 on the variant, q converted
     for s in range(20000):
         c = fuzz.case_for_seed(s)
         if c["q_fp8"] and sum(c["qlens"]) > 0 and fuzz.stored_keys(c) <= 20000 and fuzz.total_q_rows(c) <= 4000 \
@@ -718,9 +718,9 @@ def test_case_recipe_is_the_dispatch_of_fp8_q_cases(fake_cuda):
             group = classes.setdefault(c["head_dim"] if attn.fp8_mma else "converted", [])
             if len(group) < 6:
                 group.append(c)
-            if len(classes) == 3 and all(len(g) == 6 for g in classes.values()):
+            if len(classes) == 4 and all(len(g) == 6 for g in classes.values()):
                 break
-    assert sorted(map(str, classes)) == ["128", "64", "converted"]
+    assert sorted(map(str, classes)) == ["128", "256", "64", "converted"]
     picked = [c for g in classes.values() for c in g]
     picked += [_named("fp8q_prefill_causal_packed_gqa"), _named("fp8q_decode_paged_converted")]
     names = []
@@ -731,13 +731,13 @@ def test_case_recipe_is_the_dispatch_of_fp8_q_cases(fake_cuda):
         assert r["ok"] and r["kernel"] == want and r["fp8_mma"] == (fuzz.FP8_MMA_TAG in want), (c["seed"], r)
         names.append(want)
     mma = [n for n in names if fuzz.FP8_MMA_TAG in n]
-    assert mma and len(mma) < len(names) and any("_d64_" in n for n in mma) and any("_d128_" in n for n in mma)
+    assert mma and len(mma) < len(names) and all(any(f"_d{d}_" in n for n in mma) for d in (64, 128, 256))
     assert {c["out_dtype"] for c in picked} == {None, "bf16", "fp16"} and {c["out_given"] for c in picked} == {
         True, False}
 
 
 def test_recipes_and_prewarm_include_the_fp8_q_kernels(cases, monkeypatch):
-    """On sm_90a the FP8-q cases' recipes take the FP8 tensor-core variant at head dims 64 / 128
+    """On sm_90a the FP8-q cases' recipes take the FP8 tensor-core variant at head dims 64 / 128 / 256
     (not every one: decode-shaped calls convert q), no other case does, sm_80 never; the prewarm
     compiles exactly the drawn cases' kernels, those included."""
     from kernelgen.jit import warmup
@@ -747,14 +747,14 @@ def test_recipes_and_prewarm_include_the_fp8_q_kernels(cases, monkeypatch):
     for c in cases[:600] + fp8q:
         attn = getattr(getattr(fuzz.case_recipe(c, "sm_90a", 132), "variants", None), "attention", None)
         if attn is not None and attn.fp8_mma:
-            assert c["q_fp8"] and c["head_dim"] == c["head_dim_v"] and c["head_dim"] in (64, 128)
+            assert c["q_fp8"] and c["head_dim"] == c["head_dim_v"] and c["head_dim"] in (64, 128, 256)
             assert fuzz.FP8_MMA_TAG in attn.name
             mma_cases.append(c)
         attn80 = getattr(getattr(fuzz.case_recipe(c, "sm_80", 108), "variants", None), "attention", None)
         assert attn80 is None or not attn80.fp8_mma
-    assert {c["kv_dtype"] for c in mma_cases} == {"e4m3", "e5m2"} and {c["head_dim"] for c in mma_cases} == {64, 128}
+    assert {c["kv_dtype"] for c in mma_cases} == {"e4m3", "e5m2"} and {c["head_dim"] for c in mma_cases} == {64, 128, 256}
     assert {c["dtype"] for c in mma_cases} == {"bf16", "fp16"} and {c["kv"] for c in mma_cases} == {"packed", "paged"}
-    assert any(c["head_dim"] in (64, 128) and c["head_dim"] == c["head_dim_v"] and c not in mma_cases for c in fp8q)
+    assert any(c["head_dim"] in (64, 128, 256) and c["head_dim"] == c["head_dim_v"] and c not in mma_cases for c in fp8q)
     got = []
 
     def record(specs, root, jobs=None, progress=False, desc=""):

@@ -325,7 +325,7 @@ def fp8_q_specs() -> list:
     """tests/gpu/test_fp8_mma_gpu.py: an e4m3 q (automatic choice: the FP8 tensor-core variant for its
     prefill calls at d 64 and 128, causal and not, automatic and 3 splits; window + soft-cap + sinks
     with e4m3 and e5m2 caches; chunked paged prefill at pages of 16 and 64; the prefill plan) and the
-    converted-q calls (paged decode, d 256, forced sm_80; the decode plan)."""
+    converted-q calls (paged decode, d 96, forced sm_80; the decode plan); d 256's tensor-core tile."""
     out = []
     kw = dict(kv_dtype="e4m3", q_dtype="e4m3", mainloop=None)
     for d, causal, n in itertools.product((64, 128), (True, False), (0, 3)):
@@ -339,7 +339,9 @@ def fp8_q_specs() -> list:
     for ps in (16, 64):
         out += _choose("bf16", 128, hq=32, hkv=8, causal=True, max_q=700, max_k=3000, paged=True, page_size=ps, **kw)
     out += _choose("bf16", 128, hq=16, hkv=4, causal=True, max_q=1, max_k=3000, paged=True, page_size=16, **kw)
-    out += _choose("bf16", 256, hq=16, hkv=4, causal=True, max_q=300, max_k=700, **kw)
+    for causal in (True, False):    # d 256: the tensor-core variant's 128-key tile
+        out += _choose("bf16", 256, hq=16, hkv=4, causal=causal, max_q=300, max_k=700, **kw)
+    out += _choose("bf16", 96, hq=16, hkv=4, causal=True, max_q=300, max_k=700, **kw)   # q converted
     out += _choose("bf16", 128, hq=16, hkv=4, causal=True, max_q=300, max_k=700, kv_dtype="e4m3", mainloop="sm80")
     for max_q in (250, 1):   # test_plan_captured_in_a_cuda_graph
         out += _choose("bf16", 128, hq=16, hkv=4, causal=True, max_q=max_q, max_k=2048, paged=True, page_size=64, **kw)

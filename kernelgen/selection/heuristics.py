@@ -171,10 +171,14 @@ SM90_FP8_TILES = {
 SM90_FP8_MMA = True
 
 #: Tiles of the FP8 tensor-core variant by (head_dim, head_dim_v) (block_n a multiple of 128);
-#: absent pairs take the 16-bit call's tile.  Its shared memory (FP8 Q, landing stages, FP8 V^T
-#: ring: 115,968 B at d 128 with two stages) leaves room for deeper rings (tools/fp8_mma_probe.py
-#: --stages measures them).
-SM90_FP8_MMA_TILES: dict = {}
+#: absent pairs (d 128: 128 x 128, two stages) take the 16-bit call's tile.  Measured on the H200
+#: (tools/fp8_mma_probe.py --tiles, docs/dev/perf-log.md "FP8 tensor-core GEMMs"): d 64 with
+#: 256-key blocks 421 us against 466 with 128 (causal 8 x 2k; three stages the same); d 256 with
+#: 128-key blocks (the variant's smallest; 230,656 B, 24 / 240 registers) 460 us, against 1276 for
+#: the FP8 K/V variant with q converted and 491 for the bf16 call.  Deeper rings at d 128 measured
+#: within noise (2812 / 2881 / 2905 us for 2 / 3 / 4 stages on causal 16k).  A paged call whose
+#: pages TMA cannot box at the entry's block_n keeps its usual tile.
+SM90_FP8_MMA_TILES: dict = {(64, 64): TileConfig(128, 256, 8, 2, 1), (256, 256): TileConfig(128, 128, 8, 2, 1)}
 
 
 def sm90_tile(head_dim: int, head_dim_v: int, paged: bool = False, kv_dtype: str = "") -> TileConfig:
@@ -426,9 +430,11 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
     if mainloop == "sm90a" or (mainloop is None and tile is None and tile_class == "prefill"):
         why = sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap, pack=pack,
                                num_splits=num_splits, tma_ok=tma_ok)
-        t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, tile, sm90_opts, kv_dtype)
-        if q_dtype and kv_dtype and SM90_FP8_MMA and tile is None and (head_dim, head_dim_v) in SM90_FP8_MMA_TILES:
-            t = SM90_FP8_MMA_TILES[(head_dim, head_dim_v)]
+        mma_tile = (SM90_FP8_MMA_TILES.get((head_dim, head_dim_v))
+                    if q_dtype and kv_dtype and SM90_FP8_MMA and tile is None else None)
+        t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, tile or mma_tile, sm90_opts, kv_dtype)
+        if mma_tile is not None and "g" in opts:   # pages TMA cannot box at its block_n: the call's usual tile
+            t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, None, sm90_opts, kv_dtype)
         if not why and kv_dtype and (alibi or variant is not None or "g" in opts):
             why = (f"an FP8 K/V cache ({kv_dtype}) with " + ("ALiBi" if alibi else "a user variant" if variant is not None
                    else f"pages TMA boxes do not fit (page_size {page_size}, block_n {t.block_n})"
