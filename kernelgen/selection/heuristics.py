@@ -177,8 +177,29 @@ SM90_FP8_MMA = True
 #: 128-key blocks (the variant's smallest; 230,656 B, 24 / 240 registers) 460 us, against 1276 for
 #: the FP8 K/V variant with q converted and 491 for the bf16 call.  Deeper rings at d 128 measured
 #: within noise (2812 / 2881 / 2905 us for 2 / 3 / 4 stages on causal 16k).  A paged call whose
-#: pages TMA cannot box at the entry's block_n keeps its usual tile.
+#: pages TMA cannot box at the entry's block_n, or whose soft-cap, window or split-KV the entry does
+#: not take (``SM90_FP8_MMA_TILE_LIMITS``), keeps its usual tile.
 SM90_FP8_MMA_TILES: dict = {(64, 64): TileConfig(128, 256, 8, 2, 1), (256, 256): TileConfig(128, 128, 8, 2, 1)}
+
+#: What each ``SM90_FP8_MMA_TILES`` entry does not take ("softcap", "local": a sliding window,
+#: "split": split-KV): such calls keep their usual tile.  NVRTC for sm_90a: the consumer warpgroups
+#: of d 64's 256-key blocks spill 24-44 bytes with a soft-cap (the 128-key tile none), those of d
+#: 256's 128-key blocks 36-124 bytes with a window, split-KV or a soft-cap (the plain tile's
+#: producer spills 20-28 bytes of loop counters, its consumers none); tests/test_review_fp8q_cpu.py
+#: compiles every dispatched variant.
+SM90_FP8_MMA_TILE_LIMITS: dict = {(64, 64): frozenset({"softcap"}), (256, 256): frozenset({"softcap", "local", "split"})}
+
+
+def fp8_mma_tile(head_dim: int, head_dim_v: int, *, softcap: bool = False, local: bool = False,
+                 split: bool = False) -> TileConfig | None:
+    """The FP8 tensor-core variant's tile for a call (``SM90_FP8_MMA_TILES``' entry), or None where
+    there is none or the entry does not take the call's soft-cap, window or split-KV
+    (``SM90_FP8_MMA_TILE_LIMITS``): the call then keeps its usual tile."""
+    t = SM90_FP8_MMA_TILES.get((head_dim, head_dim_v))
+    limits = SM90_FP8_MMA_TILE_LIMITS.get((head_dim, head_dim_v), frozenset())
+    if t is None or (softcap and "softcap" in limits) or (local and "local" in limits) or (split and "split" in limits):
+        return None
+    return t
 
 
 def sm90_tile(head_dim: int, head_dim_v: int, paged: bool = False, kv_dtype: str = "") -> TileConfig:
@@ -428,22 +449,27 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
     tile_class = tile_class_for_rows(rows, pack)
     extra = paged or softcap or mask == "local" or alibi or variant is not None
     if mainloop == "sm90a" or (mainloop is None and tile is None and tile_class == "prefill"):
-        why = sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap, pack=pack,
-                               num_splits=num_splits, tma_ok=tma_ok)
-        mma_tile = (SM90_FP8_MMA_TILES.get((head_dim, head_dim_v))
+        unsupported = sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap,
+                                       pack=pack, num_splits=num_splits, tma_ok=tma_ok)
+        mma_tile = (fp8_mma_tile(head_dim, head_dim_v, softcap=softcap, local=mask == "local")
                     if q_dtype and kv_dtype and SM90_FP8_MMA and tile is None else None)
-        t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, tile or mma_tile, sm90_opts, kv_dtype)
-        if mma_tile is not None and "g" in opts:   # pages TMA cannot box at its block_n: the call's usual tile
-            t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, None, sm90_opts, kv_dtype)
-        if not why and kv_dtype and (alibi or variant is not None or "g" in opts):
-            why = (f"an FP8 K/V cache ({kv_dtype}) with " + ("ALiBi" if alibi else "a user variant" if variant is not None
-                   else f"pages TMA boxes do not fit (page_size {page_size}, block_n {t.block_n})"
-                   if not sm90_paged_tma_fits(page_size, t.block_n)
-                   else f"rows gathered through the page table (the Hopper options {opts!r} ask for 'g', "
-                        f"KERNELGEN_SM90_OPTS)"))
-        if mainloop == "sm90a" and why:
-            raise ValueError(f"the Hopper (sm_90a) path does not support this call: {why}")
-        if not why:
+        # the FP8 tensor-core variant's own tile first (where it applies), else the call's usual tile
+        for cand in ((mma_tile, None) if mma_tile is not None else (None,)):
+            t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, tile or cand, sm90_opts, kv_dtype)
+            if cand is not None and "g" in opts:   # pages TMA cannot box at its block_n: the call's usual tile
+                continue
+            why = unsupported
+            if not why and kv_dtype and (alibi or variant is not None or "g" in opts):
+                why = (f"an FP8 K/V cache ({kv_dtype}) with " + ("ALiBi" if alibi else "a user variant"
+                       if variant is not None
+                       else f"pages TMA boxes do not fit (page_size {page_size}, block_n {t.block_n})"
+                       if not sm90_paged_tma_fits(page_size, t.block_n)
+                       else f"rows gathered through the page table (the Hopper options {opts!r} ask for 'g', "
+                            f"KERNELGEN_SM90_OPTS)"))
+            if mainloop == "sm90a" and why:
+                raise ValueError(f"the Hopper (sm_90a) path does not support this call: {why}")
+            if why:
+                break
             if tile is None:
                 t = variant_sm90_tile(t, opts, variant)
             n = -(-max(max_seqlen_k, 1) // t.block_n)
@@ -455,6 +481,9 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                 ctas = estimated_ctas(arch, t, probe.smem_bytes(), num_sms)
                 max_splits, forced = num_splits_heuristic(num_heads_q * max(1, -(-rows // t.block_m)), n, ctas), False
             split = max_splits > 1
+            if cand is not None and split and fp8_mma_tile(head_dim, head_dim_v, softcap=softcap,
+                                                           local=mask == "local", split=True) is None:
+                continue   # the entry takes no split-KV: the call's usual tile (and its own split bound)
             mma8 = bool(SM90_FP8_MMA and q_dtype and kv_dtype and head_dim == head_dim_v and head_dim % 64 == 0
                         and t.block_n % 128 == 0)
             attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, split=split, paged=paged,
