@@ -64,3 +64,56 @@ def test_an_automatic_split_leaves_the_d256_tensor_core_tile():
     assert v == heuristics.choose("sm_90a", "bf16", 256, 256, max_seqlen_q=128, **{**kw, "q_dtype": ""})
     big = heuristics.choose("sm_90a", "bf16", 256, 256, max_seqlen_q=32768, **kw)
     assert big.attention.fp8_mma and big.attention.tile.block_n == 128 and big.max_splits == 1
+
+
+# ----------------------------------------------------------------------------- the reference's bound
+def _trunc13(x):
+    """x with its mantissa truncated to 13 bits (toward zero): Hopper's FP8 wgmma accumulator, as
+    tests/test_reference_fp8q.py models it."""
+    import torch
+    m, e = torch.frexp(x)
+    return torch.ldexp(torch.trunc(m * 2.0 ** 14) / 2.0 ** 14, e)
+
+
+def _kernel_like_row(q, k, v, scale):
+    """One query head's rows against all keys as the FP8 tensor-core variant computes them: Q K^T
+    and P V both on k32 FP8 wgmma steps into a 13-bit accumulator (O accumulates across every key
+    block: issue_pv adds into the running O), P against the row max - 8 rounded to e4m3, the row
+    sum of the unrounded P.  q (lq, d), k (lk, d), v (lk, dv) e4m3; returns out (lq, dv) float64."""
+    import math
+
+    import torch
+    qq, kk, vv = q.double(), k.double(), v.double()
+    acc = torch.zeros(q.shape[0], k.shape[0], dtype=torch.float64)
+    for c in range(0, q.shape[1], 32):
+        acc = _trunc13(acc + qq[:, c:c + 32] @ kk[:, c:c + 32].T)
+    s = acc * scale * math.log2(math.e)
+    m = s.amax(dim=-1, keepdim=True)
+    p = torch.exp2(s - (m - 8))
+    p8 = p.float().to(torch.float8_e4m3fn).double()
+    o = torch.zeros(q.shape[0], v.shape[1], dtype=torch.float64)
+    for c in range(0, k.shape[0], 32):
+        o = _trunc13(o + p8[:, c:c + 32] @ vv[c:c + 32])
+    return o / p.sum(dim=-1, keepdim=True)
+
+
+def test_the_fp8_mma_bound_counts_the_p_v_accumulation_of_long_rows():
+    """attention_reference(fp8_mma_bounds=True) takes Q K^T's FP8 wgmma accumulation (13 mantissa
+    bits, 2^-12 per k32 step) into the logits' bound but counted P V's, the same instruction, as fp32
+    (2^-20 S1), although O accumulates through it across every key of the row: one 2^-12 S1 a k32
+    step.  With 131072 keys of one sign (uniform-ish attention: P's e4m3 rounding nearly exact) the
+    emulated kernel was 1.76x the bound; the bound must hold and stay within 20 times the error (the existing test's tightness)."""
+    import torch
+
+    from kernelgen.apps.reference import attention_reference
+    E4M3 = torch.float8_e4m3fn
+    g = torch.Generator().manual_seed(0)
+    lq, lk, d = 2, 131072, 32
+    q = (0.5 * torch.randn(lq, 1, d, generator=g)).to(E4M3)
+    k = (0.5 * torch.randn(lk, 1, d, generator=g)).to(E4M3)
+    v = (1 + torch.rand(lk, 1, d, generator=g)).to(E4M3)
+    cq, ck = torch.tensor([0, lq], dtype=torch.int32), torch.tensor([0, lk], dtype=torch.int32)
+    ref, _, bound, _ = attention_reference(q, k, v, cq, ck, softmax_scale=0.01, fp8_mma_bounds=True)
+    err = (_kernel_like_row(q[:, 0], k[:, 0], v[:, 0], 0.01) - ref[:, 0]).abs()
+    ratio = float((err / bound[:, 0]).max())
+    assert 0.05 < ratio <= 1.0, ratio

@@ -70,6 +70,10 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
       of 256 * its row's largest (absolute: 2^-18 * max_j a_j in units of the normalised
       probabilities); the row sum is fp32 of the unrounded values: 1.05 * (2^-4 * sum_j a_j |v_j| +
       2^-18 * max_j a_j * sum_j |v_j|) (5 % for the fp32 accumulation and the sum);
+    - P V on the same FP8 wgmma: O accumulates across every key block of the row, each k32 step
+      adding at most 2^-12 of the absolute sum it has seen, (1 + 2^-4) sum_j a_j |v_j| + the
+      subnormal term above (P rounded up): (ceil(n / 32) + 1) * 2^-12 * that, n the row's visible
+      keys (the k32 steps meeting one);
     plus 2^-20 * sum_j a_j |v_j| (fp32 accumulation) and 2^-8 |out| (the output's bf16 rounding;
     fp16's is smaller).  The lse bound adds nothing for its own fp32 arithmetic: callers keep their
     16-bit tolerance beside it.
@@ -165,8 +169,11 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
                 s1 = torch.matmul(a, va)
                 sabs = torch.matmul(qb[h0:h1].abs(), kb[h0:h1].abs().transpose(1, 2)) * scale
                 delta = (d / 32) * 2.0 ** -12 * sabs.amax(dim=-1, keepdim=True)          # (heads, lq, 1)
-                bb = 1.05 * (2.0 ** -4 * s1 + 2.0 ** -18 * a.amax(dim=-1, keepdim=True) * va.sum(dim=1, keepdim=True)) \
-                    + torch.expm1(2 * delta) * s1 + 2.0 ** -20 * s1 + 2.0 ** -8 * o.abs()
+                sub = 2.0 ** -18 * a.amax(dim=-1, keepdim=True) * va.sum(dim=1, keepdim=True)
+                # P V's k32 steps (O accumulates across the row's keys): those meeting a visible key
+                steps = torch.div(torch.isfinite(s).sum(dim=-1, keepdim=True) + 31, 32, rounding_mode="floor") + 1
+                bb = 1.05 * (2.0 ** -4 * s1 + sub) + torch.expm1(2 * delta) * s1 + 2.0 ** -20 * s1 \
+                    + steps * 2.0 ** -12 * (1.0625 * s1 + sub) + 2.0 ** -8 * o.abs()
                 bound[q0:q1, h0:h1] = bb.transpose(0, 1)
                 lse_bound[h0:h1, q0:q1] = delta[..., 0]
             lse[h0:h1, q0:q1] = torch.where(z[..., 0] > 0, torch.log(z[..., 0]) + m_safe[..., 0],
