@@ -117,3 +117,80 @@ def test_the_fp8_mma_bound_counts_the_p_v_accumulation_of_long_rows():
     err = (_kernel_like_row(q[:, 0], k[:, 0], v[:, 0], 0.01) - ref[:, 0]).abs()
     ratio = float((err / bound[:, 0]).max())
     assert 0.05 < ratio <= 1.0, ratio
+
+
+# ----------------------------------------------------------------------------- docs
+def _api_md() -> str:
+    from pathlib import Path
+    return (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text()
+
+
+def _call_text(text: str, head: str, after: str = "") -> str:
+    """The argument list of the first ``head(...)`` in ``text`` past ``after`` (balanced parentheses)."""
+    i = text.index(head, text.index(after)) + len(head)
+    depth, j = 1, i
+    while depth:
+        depth += {"(": 1, ")": -1}.get(text[j], 0)
+        j += 1
+    return text[i:j - 1]
+
+
+def _names(args: str) -> list:
+    out, depth, cur = [], 0, ""
+    for ch in args + ",":
+        if ch == "," and depth == 0:
+            name = cur.split("=")[0].strip().split()[-1] if cur.strip() else ""
+            if name and name != "*":
+                out.append(name)
+            cur = ""
+            continue
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        cur += ch
+    return out
+
+
+def test_api_md_signatures_name_every_parameter():
+    """docs/api.md's signature blocks of varlen_attention, AttentionPlan, plan.run / plan.attend and
+    the torch ops name every parameter, in order: they had none of q_descale / out_dtype / q_dtype
+    (the ops' schema not even k_descale / v_descale)."""
+    import inspect
+
+    import torch
+
+    import kernelgen
+    import kernelgen.ops  # noqa: F401   (registers the ops)
+    text = _api_md()
+
+    def params(fn):
+        return [p for p in inspect.signature(fn).parameters if p != "self"]
+    for head, anchor, fn in (
+            ("kernelgen.varlen_attention(", "## kernelgen.varlen_attention", kernelgen.varlen_attention),
+            ("kernelgen.AttentionPlan(", "## kernelgen.AttentionPlan", kernelgen.AttentionPlan.__init__),
+            ("plan.run(", "## kernelgen.AttentionPlan", kernelgen.AttentionPlan.run),
+            ("plan.attend(", "## kernelgen.AttentionPlan", kernelgen.AttentionPlan.attend)):
+        assert _names(_call_text(text, head, anchor)) == params(fn), head
+    schema = [a.name for a in torch.ops.kernelgen.varlen_attention.default._schema.arguments]
+    assert _names(_call_text(text, "kernelgen::varlen_attention(")) == schema
+
+
+def test_api_md_and_docstrings_name_the_head_dims_of_the_tensor_core_variant():
+    """Which prefill calls run the FP8 tensor-core variant (heuristics.choose): head dims 64 and 128,
+    and 256 without a soft-cap, window or split-KV (since SM90_FP8_MMA_TILES gave d 256 a tile);
+    docs/api.md, varlen_attention's and AttentionPlan's docstrings said 64 or 128 only, and listed
+    256 among the converted head dims."""
+    import kernelgen
+    from kernelgen.kernels.spec import SM90_HEAD_DIMS
+
+    def mma(d, **kw):
+        return heuristics.choose("sm_90a", "bf16", d, d, num_heads_q=16, num_heads_kv=4, mask="causal",
+                                 max_seqlen_q=4096, max_seqlen_k=4096, kv_dtype="e4m3", q_dtype="e4m3",
+                                 **kw).attention.fp8_mma
+    assert [d for d in SM90_HEAD_DIMS if mma(d)] == [64, 128, 256]
+    assert mma(64, softcap=True) and mma(128, softcap=True) and not mma(256, softcap=True)
+    text = " ".join(_api_md().split())
+    section = text[text.index("### FP8 attention (FP8 q, k and v)"):text.index("### User variants")]
+    assert "head dims 96, 192 and 256" not in section and "is 64 or 128 (" not in section
+    assert "is 64 or 128, or 256 without a soft-cap, window or split-KV" in section
+    for doc in (kernelgen.varlen_attention.__doc__, kernelgen.AttentionPlan.__doc__):
+        flat = " ".join(doc.split())
+        assert "64 or 128, or 256 without a soft-cap, window or split-KV" in flat
