@@ -35,7 +35,7 @@ typedef struct CUDA_KERNEL_NODE_PARAMS_v2_st {
 #define MAXE 128       /* executable graphs */
 #define MAXK 8         /* nodes per graph */
 #define MAXL 1024      /* launched nodes recorded */
-#define MAXF 16        /* functions with a parameter size */
+#define MAXF 256       /* functions with a parameter size (every fake kernel kind a test worker registers) */
 
 typedef struct {
     void *func;

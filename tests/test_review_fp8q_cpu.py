@@ -194,3 +194,33 @@ def test_api_md_and_docstrings_name_the_head_dims_of_the_tensor_core_variant():
     for doc in (kernelgen.varlen_attention.__doc__, kernelgen.AttentionPlan.__doc__):
         flat = " ".join(doc.split())
         assert "64 or 128, or 256 without a soft-cap, window or split-KV" in flat
+
+
+# ----------------------------------------------------------------------------- test infrastructure
+def test_the_c_stub_graph_driver_takes_every_kernel_kind_a_worker_registers(tmp_path, fake_cuda):
+    """tests/test_graph_launch_ctypes.py's Stub registers the parameter size of every fake kernel
+    kind (fake_cuda.FUNC), and kinds are registered on first use, so a worker that ran the FP8 /
+    FP8-q / variant tests first has more than the stub's 16 slots (MAXF): the full suite errored
+    there depending on which worker took which test (seen: attention_sm90_fp8mma's 768 bytes)."""
+    import dataclasses
+    import shutil
+    import subprocess
+
+    import fake_cuda as fake_cuda_mod
+    import test_graph_launch_ctypes as T
+    from kernelgen.selection import heuristics as H
+
+    base = H.choose("sm_90a", "bf16", 128, 128, num_heads_q=8, num_heads_kv=2, mask="causal", max_seqlen_q=512,
+                    max_seqlen_k=512, kv_dtype="e4m3", q_dtype="e4m3").attention
+    sm80 = H.choose("sm_90a", "bf16", 128, 128, num_heads_q=8, num_heads_kv=2, mask="causal", max_seqlen_q=512,
+                    max_seqlen_k=512, kv_dtype="e4m3", mainloop="sm80").attention
+    for spec in (base, dataclasses.replace(base, sinks=True), dataclasses.replace(base, fp8_mma=False),
+                 dataclasses.replace(base, fp8_mma=False, sinks=True), sm80, dataclasses.replace(sm80, sinks=True),
+                 dataclasses.replace(sm80, alibi=True), dataclasses.replace(sm80, alibi=True, sinks=True)):
+        fake_cuda_mod._fp8_func(spec)
+    assert len(fake_cuda_mod.FUNC) > 16
+    lib = tmp_path / "libstub.so"
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", str(lib), str(T.SOURCE)], check=True)
+    stub = T.Stub(lib)                                     # registers every kind's size
+    assert stub.counts()["graphs"] == 0
