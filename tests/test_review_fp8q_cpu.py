@@ -224,3 +224,36 @@ def test_the_c_stub_graph_driver_takes_every_kernel_kind_a_worker_registers(tmp_
     subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", str(lib), str(T.SOURCE)], check=True)
     stub = T.Stub(lib)                                     # registers every kind's size
     assert stub.counts()["graphs"] == 0
+
+
+# ----------------------------------------------------------------------------- plans
+def test_an_empty_step_on_a_hopper_plan_returns_empty_outputs(fake_cuda, monkeypatch):
+    """A step with no query token (total_q == 0; varlen_attention returns at once for it, an sm_80
+    plan launches kernels that do nothing) on a Hopper plan, the FP8 tensor-core one included,
+    raised 'q: the plan runs the Hopper (TMA) kernel, whose loads need token and head strides that
+    are multiples of 16 bytes' for a q whose strides are fine: a TMA map needs a token, and there is
+    nothing to load.  It returns out (0, Hq, Dv) in the plan's dtype (and lse (Hq, 0)) and launches
+    nothing, through run, run with sinks and attend."""
+    import torch
+
+    from fake_cuda import make_plan
+    E4M3, BF16 = torch.float8_e4m3fn, torch.bfloat16
+    kw = dict(max_batch=4, num_heads_q=4, num_heads_kv=2, head_dim=128, max_seqlen_q=256, max_seqlen_k=400,
+              max_total_q=256, causal=True, arch="sm_90a", num_splits=1, kv_dtype="e4m3")
+    cq = torch.zeros(3, dtype=torch.int32)
+    ck = torch.tensor([0, 300, 700], dtype=torch.int32)
+    k = torch.zeros(700, 2, 128).to(E4M3)
+    for q_dtype, dtype in (("e4m3", BF16), (None, torch.float16)):
+        plan = make_plan(monkeypatch, q_dtype=q_dtype, dtype=dtype, **kw)
+        assert plan.hopper and plan.attn_spec.fp8_mma == (q_dtype is not None)
+        q = torch.zeros(0, 4, 128).to(E4M3 if q_dtype else dtype)
+        fake_cuda.clear()
+        out, lse = plan.run(q, k, k, cq, ck, return_lse=True, q_descale=torch.ones(2, 2) if q_dtype else None)
+        assert out.shape == (0, 4, 128) and out.dtype == dtype and lse.shape == (4, 0) and lse.dtype == torch.float32
+        out = plan.run(q, k, k, cq, ck, sinks=torch.zeros(4), out=torch.empty(0, 4, 128, dtype=dtype))
+        assert out.shape == (0, 4, 128)
+        plan.schedule(cq, ck)
+        assert plan.attend(q, k, k, cq, ck).shape == (0, 4, 128)
+        assert [x for x in fake_cuda.kinds() if x != "scheduler"] == []
+        with pytest.raises(TypeError, match="^q must"):                       # still checked
+            plan.run(q.to(torch.float32), k, k, cq, ck)

@@ -286,6 +286,8 @@ class AttentionPlan:
         scale = validation.softmax_scale(softmax_scale, self.head_dim)
         if out is None:
             out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=self.dtype, device=q.device)
+        if self.hopper and not sizes["total_q"]:   # no query token: nothing to load (a TMA map needs a token)
+            return out
         if self.q_convert is not None:
             q = q.to(self.q_convert)
         fused_sinks = None
@@ -442,6 +444,8 @@ class AttentionPlan:
         scale = validation.softmax_scale(softmax_scale, self.head_dim)
         if out is None:
             out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=self.dtype, device=q.device)
+        if self.hopper and not sizes["total_q"]:   # no query token: nothing to load (a TMA map needs a token)
+            return (out, lse) if give else out
         if self.q_convert is not None:
             q = q.to(self.q_convert)
         step = self._kernels.prepare(layout=self.workspace_layout, batch=batch, q=q, k=k, v=v, out=out, lse=lse,

@@ -206,7 +206,7 @@ def plan_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out,
                          f"{'be given' if paged else 'be None'}")
     if max_total_q is not None and sizes["total_q"] > max_total_q:
         raise ValueError(f"q has {sizes['total_q']} tokens; the plan's max_total_q is {max_total_q}")
-    if hopper:
+    if hopper and sizes["total_q"]:   # (a step with no query token loads nothing: the plan launches nothing)
         for name, t in (("q", q), ("k", k), ("v", v)):
             if not tma.tma_compatible(t):
                 raise ValueError(f"{name}: the plan runs the Hopper (TMA) kernel, whose loads need token and head "
