@@ -194,6 +194,10 @@ def test_api_md_and_docstrings_name_the_head_dims_of_the_tensor_core_variant():
     for doc in (kernelgen.varlen_attention.__doc__, kernelgen.AttentionPlan.__doc__):
         flat = " ".join(doc.split())
         assert "64 or 128, or 256 without a soft-cap, window or split-KV" in flat
+    from pathlib import Path
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    assert "head dim 256 and an FP8 cache with a 16-bit q still convert" not in readme
+    assert "head dim 256 runs there without a soft-cap, window or split-KV" in readme
 
 
 # ----------------------------------------------------------------------------- test infrastructure

@@ -19,8 +19,8 @@ rows that see no key, no NaN, no unwritten rows, nothing written past the last r
 
 An FP8-q call that ran the Hopper FP8 tensor-core variant (its prepared call's attention kernel,
 read right after the call, has ``_fp8mma`` in its name: on sm_90a the prefill-shaped calls at
-head dims 64 / 128) rounds P to e4m3 and accumulates Q K^T with 13-bit mantissas, so its values
-are compared within the per-element bounds of ``attention_reference(..., fp8_mma_bounds=True)``
+head dims 64 / 128, and 256 without a soft-cap, window or split-KV) rounds P to e4m3 and
+accumulates Q K^T and P V with 13-bit mantissas, so its values are compared within the per-element bounds of ``attention_reference(..., fp8_mma_bounds=True)``
 instead, as tests/gpu/test_fp8_mma_gpu.py's ``check_mma`` does (|out - ref| <= bound, the mean
 error within a quarter of the mean bound, the LSE within 2e-3 + 1e-4 |lse| + its bound); every
 other FP8-q call converts q exactly to the output dtype and keeps the tolerance.  Each batch's
@@ -368,8 +368,8 @@ def case_recipe(case: dict, arch: str, num_sms: int):
     ``num_sms`` SMs (``selection.decide.decide`` with the signature ``varlen_attention`` derives,
     the environment's overrides); None when the call launches nothing.  An FP8-q case's signature
     has ``q_dtype="e4m3"`` (``arguments.varlen_call`` passes validation's ``sizes["q_dtype"]``), so
-    on sm_90a its prefill-shaped calls at head dims 64 / 128 get the FP8 tensor-core variant
-    (``AttentionSpec.fp8_mma``) and the rest the FP8-cache kernels of the output dtype (``dtype``)."""
+    on sm_90a its prefill-shaped calls at head dims 64 / 128 (256 without a soft-cap, window or
+    split-KV) get the FP8 tensor-core variant (``AttentionSpec.fp8_mma``) and the rest the FP8-cache kernels of the output dtype (``dtype``)."""
     from kernelgen.kernels.device import Device
     from kernelgen.selection import decide, validation
     from kernelgen.selection.settings import Settings
