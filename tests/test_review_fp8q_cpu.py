@@ -261,3 +261,15 @@ def test_an_empty_step_on_a_hopper_plan_returns_empty_outputs(fake_cuda, monkeyp
         assert [x for x in fake_cuda.kinds() if x != "scheduler"] == []
         with pytest.raises(TypeError, match="^q must"):                       # still checked
             plan.run(q.to(torch.float32), k, k, cq, ck)
+
+
+def test_negative_descales_are_refused_by_the_host_checks(monkeypatch):
+    """KERNELGEN_CHECK_INPUTS=1: a negative q/k/v descale factor is refused naming the argument (the
+    softmax's running maximum assumes a positive logit scale); 0 and positive factors pass."""
+    import torch
+
+    from kernelgen.selection import validation
+    for name in ("q_descale", "k_descale", "v_descale"):
+        with pytest.raises(ValueError, match=rf"^{name} holds a negative factor \(-0.5\); descale factors must be >= 0"):
+            validation.check_descale_values(name, torch.tensor([[1.0, -0.5]]))
+        validation.check_descale_values(name, torch.tensor([[0.0, 2.0]]))

@@ -411,13 +411,19 @@ def q_dtype(x, kv: str) -> str:
 
 
 def check_descale_values(name: str, x) -> None:
-    """Opt-in host check (synchronises!): every descale factor is finite."""
+    """Opt-in host check (synchronises!): every descale factor is finite and not negative (the
+    kernels' online softmax takes the row maximum of the raw scores times the positive softmax
+    scale; a negative k_descale * q_descale would turn it into the minimum)."""
     if x is None:
         return
     v = x.detach().to("cpu", torch.float64).flatten()
     bad = (~torch.isfinite(v)).nonzero().flatten()
     if bad.numel():
         raise ValueError(f"{name} holds a non-finite factor ({float(v[int(bad[0])])}); descale factors must be finite")
+    neg = (v < 0).nonzero().flatten()
+    if neg.numel():
+        raise ValueError(f"{name} holds a negative factor ({float(v[int(neg[0])])}); descale factors must be >= 0 "
+                         f"(an FP8 tensor's scale)")
 
 
 def check_sinks_values(x) -> None:
