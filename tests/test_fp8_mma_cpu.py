@@ -1,5 +1,5 @@
 """CPU: the FP8 tensor-core building blocks of the Hopper kernel (templates/common/fp8_mma.cuh,
-design variant B of docs/dev/fp8_hopper_design.md; not wired into the attention kernel yet).
+design variant B of docs/dev/fp8_hopper_design.md; the attention kernel's ``AttentionSpec.fp8_mma``).
 
 An emulation of the fragments shows that P packed by ``pack_p8`` (from S's fp32 accumulator
 layout) as the k32 A operand, times V^T written by ``transpose_v8`` (keys relabelled by

@@ -159,8 +159,8 @@ class AttentionSpec:
     #: null addresses read as 1).  "": absent from the name, template variables and ``to_json``
     #: (every other spec's source and cache key unchanged).
     kv_dtype: str = ""
-    #: FP8 tensor-core GEMMs on the Hopper kernel (design variant B; branch fp8-mma, experimental):
-    #: q in e4m3 too (its descale folded into ``k_descale`` by the caller), S and P V on FP8 wgmma,
+    #: FP8 tensor-core GEMMs on the Hopper kernel (design variant B; ``heuristics.choose`` with
+    #: ``q_dtype``): q in e4m3 too (``q_descale`` read beside ``k_descale``), S and P V on FP8 wgmma,
     #: K read from the landing stages, V transposed into an FP8 V^T ring; ``dtype`` is the output's.
     fp8_mma: bool = False
 

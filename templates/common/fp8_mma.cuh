@@ -1,6 +1,6 @@
 // ---- common/fp8_mma.cuh: FP8 tensor-core building blocks of the Hopper kernel (design variant B) ----
-// docs/dev/fp8_hopper_design.md section 4.  Not wired into the attention kernel yet: these are the
-// pieces whose layouts tests/test_fp8_mma_cpu.py pins down (numpy emulation) and compiles.
+// docs/dev/fp8_hopper_design.md section 4; used by the attention kernel's FP8 tensor-core variant
+// (AttentionSpec.fp8_mma).  tests/test_fp8_mma_cpu.py pins their layouts (numpy emulation) and compiles them.
 //
 // P V with FP8 operands: P (scores after the softmax, fp32 accumulators of S = Q K^T) becomes the
 // register A operand of wgmma m64nNk32 e4m3 and V^T (head dims as rows, keys contiguous) the
