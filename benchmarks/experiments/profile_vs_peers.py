@@ -15,7 +15,9 @@ Shapes (the bench's entries, bf16): ``dense_causal_16k`` (1 x 32 x 16384, d 128,
 ``dense_4k`` (4 x 32 x 4096, d 128), ``dense_causal_h64`` (8 x 32 x 2048, d 64, causal),
 ``dense_causal_h256`` (2 x 16 x 4096, d 256, causal), ``chunked_p16`` (4 chunks of 2048 on 8192
 keys, pages of 16, 32/8 heads), ``decode_b32_tp8`` (32 Mooncake decodes, 8/1 heads, pages of
-16), ``decode_b128`` (128 Mooncake decodes, 32/8 heads, pages of 16).  FA3 reads paged shapes'
+16), ``decode_b128`` (128 Mooncake decodes, 32/8 heads, pages of 16); ``fp8_causal_16k``, ``fp8_causal_h64``,
+``fp8_causal_h256``: the causal dense shapes with q, k and v in e4m3 (per-tensor descales; FA3's FP8
+forward, kernelgen's FP8 tensor-core variant).  FA3 reads paged shapes'
 caches gathered into packed K/V (``fa3_unpaged``), as in the bench.
 """
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 SHAPES = ("dense_causal_16k", "dense_4k", "dense_causal_h64", "dense_causal_h256", "chunked_p16", "decode_b32_tp8",
-          "decode_b128")
+          "decode_b128", "fp8_causal_16k", "fp8_causal_h64", "fp8_causal_h256")
 
 
 def build(shape: str, impl: str):
@@ -41,6 +43,19 @@ def build(shape: str, impl: str):
 
     dense = {"dense_causal_16k": (1, 32, 16384, 128, True), "dense_4k": (4, 32, 4096, 128, False),
              "dense_causal_h64": (8, 32, 2048, 64, True), "dense_causal_h256": (2, 16, 4096, 256, True)}
+    fp8 = {"fp8_causal_16k": "dense_causal_16k", "fp8_causal_h64": "dense_causal_h64",
+           "fp8_causal_h256": "dense_causal_h256"}
+    if shape in fp8:   # q, k and v in e4m3 with per-tensor descales (FA3's FP8 forward; kernelgen's fp8_mma)
+        b, h, s, d, causal = dense[fp8[shape]]
+        g = torch.Generator(device="cuda").manual_seed(0)
+        (q, qs), (k, ks), (v, vs) = (suites.quantize_e4m3(torch.randn(b * s, h, d, generator=g, device="cuda",
+                                                                      dtype=torch.bfloat16)) for _ in range(3))
+        qd, kd, vd = (x.reshape(1, 1).expand(b, h).contiguous() for x in (qs, ks, vs))
+        cu = torch.arange(0, b * s + 1, s, dtype=torch.int32, device="cuda")
+        if impl == "kernelgen":
+            return lambda: kernelgen.varlen_attention(q, k, v, cu, cu, s, s, causal=causal, q_descale=qd,
+                                                      k_descale=kd, v_descale=vd)
+        return peers.fa3(q, k, v, causal, cu_q=cu, cu_k=cu, max_q=s, max_k=s, descales=(qd, kd, vd))().fn
     if shape in dense:
         b, h, s, d, causal = dense[shape]
         g = torch.Generator(device="cuda").manual_seed(0)

@@ -167,18 +167,19 @@ class AttentionSpec:
     kind: ClassVar[str] = "attention"
     entry: ClassVar[str] = "kg_attention_fwd"
     #: Registers per thread of the Hopper kernel's producer and consumer warpgroups after
-    #: ``setmaxnreg`` (one producer and two consumer warpgroups share 64 K registers).
-    SM90_REGS: ClassVar[dict] = {8: (24, 240)}
+    #: ``setmaxnreg``, by consumer warps: one producer and two (8 warps) or three (12 warps, the
+    #: 192-row tile: FlashAttention-3's at head dim 64) consumer warpgroups share 64 K registers.
+    SM90_REGS: ClassVar[dict] = {8: (24, 240), 12: (24, 160)}
     #: The same for a paged cache: TMA boxes page by page (the producer looks pages up) and, with
     #: option "g", rows gathered by the whole producer warpgroup.  A CTA starts with 168 x 384
     #: registers (__launch_bounds__(384, 1)): 128 * producer + 256 * consumer must not exceed that.
-    SM90_REGS_PAGED: ClassVar[dict] = {8: (40, 232)}
-    SM90_REGS_GATHER: ClassVar[dict] = {8: (56, 224)}
+    SM90_REGS_PAGED: ClassVar[dict] = {8: (40, 232), 12: (40, 152)}
+    SM90_REGS_GATHER: ClassVar[dict] = {8: (56, 224), 12: (56, 152)}
     #: An FP8 K/V cache (``kv_dtype``): producer warps 1-3 convert the landing stages.
-    SM90_REGS_FP8: ClassVar[dict] = {8: (40, 232)}
+    SM90_REGS_FP8: ClassVar[dict] = {8: (40, 232), 12: (40, 152)}
     #: The FP8 tensor-core variant (``fp8_mma``) at head dims up to 64: its consumers hold half the
     #: O accumulators, and its producer spilled a loop bound at 40 (d 64, one 4-byte value).
-    SM90_REGS_FP8_MMA_SMALL: ClassVar[dict] = {8: (56, 224)}
+    SM90_REGS_FP8_MMA_SMALL: ClassVar[dict] = {8: (56, 224), 12: (56, 152)}
     #: ... and above 128: 128 fp32 O accumulators a consumer thread (d 256) need FlashAttention-3's
     #: 240 (the producer warps then have 24; the transposing warps spill a few loop counters: 20-28
     #: bytes; with a window, soft-cap or split-KV the consumers spill too, so those calls keep their
@@ -227,8 +228,9 @@ class AttentionSpec:
         if self.kv_dtype and (self.alibi or self.variant is not None or "g" in self.sm90_opts):
             return (f"kv_dtype {self.kv_dtype!r} with ALiBi, a user variant or gathered rows (option 'g'): "
                     f"those FP8 calls run on the sm_80 mainloop")
-        if t.num_warps not in self.SM90_REGS or t.block_m != 16 * t.num_warps:
-            return f"tile {t.tag} (needs 8 consumer warps and block_m = 128)"
+        if t.num_warps not in self._sm90_regs_table() or t.block_m != 16 * t.num_warps:
+            return (f"tile {t.tag} (needs consumer warps in {sorted(self._sm90_regs_table())} and block_m = 16 x "
+                    f"warps)")
         if t.block_n % 16 or t.block_n > 256 or not 2 <= t.num_stages <= 4 or t.min_blocks != 1:
             return f"tile {t.tag} (block_n a multiple of 16 up to 256, 2-4 stages, one CTA per SM)"
         if set(self.sm90_opts) - set(SM90_OPTS) or "".join(sorted(set(self.sm90_opts))) != self.sm90_opts:
@@ -357,15 +359,18 @@ class AttentionSpec:
             **({"fp8_mma": True} if self.fp8_mma else {}),
         }
 
-    def _sm90_regs(self) -> dict:
-        if self.mainloop != "sm90a":
-            return {}
-        regs = (self.SM90_REGS_GATHER if "g" in self.sm90_opts
+    def _sm90_regs_table(self) -> dict:
+        """The Hopper kernel's (producer, consumer) registers by consumer warps for this variant."""
+        return (self.SM90_REGS_GATHER if "g" in self.sm90_opts
                 else self.SM90_REGS_FP8_MMA_SMALL if self.fp8_mma and self.head_dim <= 64
                 else self.SM90_REGS_FP8_MMA_LARGE if self.fp8_mma and self.head_dim > 128
                 else self.SM90_REGS_FP8 if self.kv_dtype
                 else self.SM90_REGS_PAGED if self.paged else self.SM90_REGS)
-        producer, consumer = regs[self.tile.num_warps]
+
+    def _sm90_regs(self) -> dict:
+        if self.mainloop != "sm90a":
+            return {}
+        producer, consumer = self._sm90_regs_table()[self.tile.num_warps]
         return {"producer_regs": producer, "consumer_regs": consumer}
 
     def variant_contexts(self) -> list:
@@ -509,6 +514,9 @@ class FusedAttentionSpec:
             raise ValueError("a splitting short variant needs a long variant that records row_splits")
         if self.hopper and a.split:
             raise ValueError("the Hopper fused kernel's long variant does not split KV")
+        if self.hopper and a.tile.num_warps != 8:
+            raise ValueError(f"the Hopper fused kernel's long variant has 8 consumer warps (got {a.tile.num_warps}: "
+                             f"its named barriers and register split are the two-warpgroup ones)")
         if self.hopper and a.head_dim_v > self.SM90_FUSED_MAX_DV:
             raise ValueError(f"the Hopper fused kernel takes head_dim_v <= {self.SM90_FUSED_MAX_DV} "
                              f"(got {a.head_dim_v}): wider O accumulators spill")

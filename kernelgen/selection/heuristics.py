@@ -113,10 +113,13 @@ SPLIT_GRANULARITY = {"prefill": 1, "mid": 1, "decode": 4}
 #: The Hopper path's tile (mainloop "sm90a"): 128 query rows in two consumer warpgroups of 64,
 #: blocks of 128 keys, a two-stage K/V ring (one CTA per SM: 160 KB of shared memory at head dim 128).
 SM90_TILE = TileConfig(128, 128, 8, 2, 1)
-#: The Hopper tile of the larger head dims, (head_dim, head_dim_v) -> tile; the others (64, 96
-#: stored as 128, 128) take ``SM90_TILE``.  Every tile keeps one CTA per SM with 128 query rows
-#: (two consumer warpgroups of 64) and two K/V stages; block_n is the largest that fits both
-#: limits (docs/dev/perf-log.md, "Hopper path: head dims"):
+#: The Hopper tile by (head_dim, head_dim_v); the others (96 stored as 128, 128) take
+#: ``SM90_TILE``.  Head dim 64 takes FlashAttention-3's 192-row tile: three consumer warpgroups
+#: (12 warps, 160 registers each: 32 O accumulators, 64 scores, 32 P registers), so that a third
+#: warpgroup's softmax hides behind the other two's GEMMs where the 128-row tile's softmax issue
+#: rate was the limit (docs/dev/perf-log.md, "Head dim 64: three consumer warpgroups").  The larger
+#: head dims keep one CTA per SM with 128 query rows (two consumer warpgroups of 64) and two K/V
+#: stages; block_n is the largest that fits both limits (docs/dev/perf-log.md, "Hopper path: head dims"):
 #:  - shared memory (232,448 B per CTA, ``spec.AttentionSpec.smem_bytes``): 2 B x (Q 128 x d +
 #:    2 stages x block_n x (d + dv)) + 1280 B of barriers and alignment slack;
 #:  - registers (``setmaxnreg`` 240 a consumer thread, no spills): a consumer thread holds 64 x dv / 128
@@ -126,6 +129,7 @@ SM90_TILE = TileConfig(128, 128, 8, 2, 1)
 #: d 192: 2 x (128 x 192 + 2 x 112 x 384) = 221,184 + 1280 = 222,464 B; 96 + 56 + 28.
 #: d 192 x 128: 2 x (128 x 192 + 2 x 128 x 320) = 212,992 + 1280 = 214,272 B; 64 + 64 + 32.
 SM90_TILES = {
+    (64, 64): TileConfig(192, 128, 12, 2, 1),
     (256, 256): TileConfig(128, 80, 8, 2, 1),
     (192, 192): TileConfig(128, 112, 8, 2, 1),
     (192, 128): TileConfig(128, 128, 8, 2, 1),
@@ -202,15 +206,27 @@ def fp8_mma_tile(head_dim: int, head_dim_v: int, *, softcap: bool = False, local
     return t
 
 
-def sm90_tile(head_dim: int, head_dim_v: int, paged: bool = False, kv_dtype: str = "") -> TileConfig:
+def two_warpgroups(t: TileConfig) -> TileConfig:
+    """``t`` with 128 query rows in two consumer warpgroups (8 warps), its keys and stages kept."""
+    return t if t.num_warps == 8 else dataclasses.replace(t, block_m=128, num_warps=8)
+
+
+def sm90_tile(head_dim: int, head_dim_v: int, paged: bool = False, kv_dtype: str = "",
+              heavy: bool = False) -> TileConfig:
     """The Hopper path's tile for a (head_dim, head_dim_v) pair: for a paged cache
     ``SM90_PAGED_TILES``' entry if any, else ``SM90_TILES``' entry, else ``SM90_TILE`` (read at
-    call time, so tuning runs can replace any); on an FP8 cache ``SM90_FP8_TILES``' entry, if any."""
+    call time, so tuning runs can replace any); on an FP8 cache ``SM90_FP8_TILES``' entry, if any.
+    A three-warpgroup tile (12 warps) serves only packed 16-bit K/V without extra per-logit state:
+    its consumers keep 160 registers (152 beside the paged and FP8 producers), where a paged or FP8
+    cache, a soft-cap, ALiBi or a user variant (``heavy``) spill (28-64 bytes at head dim 64,
+    NVRTC for sm_90a); those calls take the same tile in two warpgroups (``two_warpgroups``)."""
     if kv_dtype and (head_dim, head_dim_v) in SM90_FP8_TILES:
-        return SM90_FP8_TILES[(head_dim, head_dim_v)]
-    if paged and (head_dim, head_dim_v) in SM90_PAGED_TILES:
-        return SM90_PAGED_TILES[(head_dim, head_dim_v)]
-    return SM90_TILES.get((head_dim, head_dim_v), SM90_TILE)
+        t = SM90_FP8_TILES[(head_dim, head_dim_v)]
+    elif paged and (head_dim, head_dim_v) in SM90_PAGED_TILES:
+        t = SM90_PAGED_TILES[(head_dim, head_dim_v)]
+    else:
+        t = SM90_TILES.get((head_dim, head_dim_v), SM90_TILE)
+    return two_warpgroups(t) if paged or kv_dtype or heavy else t
 
 #: The Hopper mainloop's options (``AttentionSpec.sm90_opts``) the dispatcher uses: "p", the
 #: two consumer warpgroups' GEMMs in ping-pong (H200, docs/dev/perf-log.md "Hopper path": 648 vs
@@ -344,12 +360,13 @@ def sm90_options(paged: bool, page_size: int, block_n: int, sm90_opts: str | Non
 
 def sm90_tile_and_options(head_dim: int, head_dim_v: int, paged: bool, page_size: int,
                           tile: TileConfig | None = None, sm90_opts: str | None = None,
-                          kv_dtype: str = "") -> tuple[TileConfig, str]:
+                          kv_dtype: str = "", heavy: bool = False) -> tuple[TileConfig, str]:
     """The Hopper path's (tile, ``sm90_opts``) for a call: ``tile`` or ``sm90_tile``, with the
     options of its K/V loads (``sm90_options``); where those gather rows and ``SM90_GATHER_TILES``
     has a lighter tile for the head dims (no explicit ``tile``, no FP8 cache), that tile and its own
-    options.  ``sm90_opts``: as ``sm90_options``'; ``kv_dtype``: an FP8 cache (``sm90_tile``)."""
-    t = tile or sm90_tile(head_dim, head_dim_v, paged, kv_dtype)
+    options.  ``sm90_opts``: as ``sm90_options``'; ``kv_dtype``: an FP8 cache, ``heavy``: a soft-cap,
+    ALiBi or a user variant (``sm90_tile``)."""
+    t = tile or sm90_tile(head_dim, head_dim_v, paged, kv_dtype, heavy)
     opts = sm90_options(paged, page_size, t.block_n, sm90_opts)
     if tile is None and not kv_dtype and "g" in opts and (head_dim, head_dim_v) in SM90_GATHER_TILES:
         t = SM90_GATHER_TILES[(head_dim, head_dim_v)]
@@ -455,7 +472,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                     if q_dtype and kv_dtype and SM90_FP8_MMA and tile is None else None)
         # the FP8 tensor-core variant's own tile first (where it applies), else the call's usual tile
         for cand in ((mma_tile, None) if mma_tile is not None else (None,)):
-            t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, tile or cand, sm90_opts, kv_dtype)
+            t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, tile or cand, sm90_opts, kv_dtype,
+                                            heavy=softcap or alibi or variant is not None)
             if cand is not None and "g" in opts:   # pages TMA cannot box at its block_n: the call's usual tile
                 continue
             why = unsupported
@@ -610,7 +628,8 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
     if sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap, pack=False,
                         num_splits=1, tma_ok=tma_ok):
         return None
-    t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, sm90_opts=sm90_opts)
+    t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, sm90_opts=sm90_opts,
+                                    heavy=softcap or alibi or variant is not None)
     t = variant_sm90_tile(t, opts, variant)
     attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, paged=paged, softcap=softcap,
                          row_splits=short.attention.split, mainloop="sm90a", sm90_opts=opts, alibi=alibi,
@@ -690,7 +709,10 @@ def choose_fused_hopper(arch: str, dtype: str, head_dim: int, head_dim_v: int, *
     if rows == 8 and max(head_dim, head_dim_v) > 128:
         rows = 16
     short = dataclasses.replace(short, tile=dataclasses.replace(short.tile, num_stages=st, block_n=bn, block_m=rows))
-    f = FusedAttentionSpec(pv.long.attention, short)
+    long = pv.long.attention
+    if long.tile.num_warps != 8:   # the fused kernel's long variant has two consumer warpgroups
+        long = dataclasses.replace(long, tile=dataclasses.replace(long.tile, block_m=128, num_warps=8))
+    f = FusedAttentionSpec(long, short)
     if f.short_tiles_first < 1 or f.short_tiles_after < 1 or f.smem_bytes() > SMEM_LIMIT[arch]:
         return None
     s = pv.short

@@ -319,17 +319,19 @@ __device__ __forceinline__ float score_scale(const AttnParams& p, float kd = 1.f
 __device__ __forceinline__ float exp_scale(const AttnParams& p) { return USER_SCORE ? USER_LOG2E : score_scale(p); }
 {% endif %}
 
-// Ping-pong of the two consumer warpgroups (option "p"; FlashAttention-3's inter-warpgroup
-// schedule): a warpgroup issues its GEMMs only in its turn (named barrier 3 + cg, completed by the
-// other warpgroup's arrival after its own issue), so one warpgroup's softmax runs while the other's
-// GEMMs occupy the tensor cores.  Every issue section of one warpgroup is matched by one of the
-// other (both walk the same tiles and blocks); warpgroup 1 opens with an arrival and warpgroup 0
-// takes the last one after the tile loop.
+// Ping-pong of the consumer warpgroups (option "p"; FlashAttention-3's inter-warpgroup schedule):
+// a warpgroup issues its GEMMs only in its turn (named barrier PP_BAR + cg, completed by the
+// previous warpgroup's arrival after its own issue; round robin over NCG = 2 or 3), so one
+// warpgroup's softmax runs while another's GEMMs occupy the tensor cores.  Every issue section of
+// one warpgroup is matched by one of each other (all walk the same tiles and blocks); the last
+// warpgroup opens with an arrival and warpgroup 0 takes the last one after the tile loop.
+// Barriers 1 .. NCG are zero_v_tail's (one a warpgroup).
+constexpr int PP_BAR = NCG == 2 ? 3 : 4;
 __device__ __forceinline__ void turn_wait(int cg) {
-  if (PINGPONG) named_sync(3 + cg, 256);
+  if (PINGPONG) named_sync(PP_BAR + cg, 256);
 }
 __device__ __forceinline__ void turn_pass(int cg) {
-  if (PINGPONG) named_arrive(3 + (cg ^ 1), 256);
+  if (PINGPONG) named_arrive(PP_BAR + (cg + 1 == NCG ? 0 : cg + 1), 256);
 }
 
 // Per-thread pipeline position of a consumer (the same sequence the producer walks).

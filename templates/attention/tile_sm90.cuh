@@ -9,7 +9,7 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
   kv.stage = 0;
   kv.phase = 0;
   u32 q_iter = 0;
-  if (PINGPONG && (cw >> 2) == 1) turn_pass(1);  // warpgroup 0 goes first
+  if (PINGPONG && (cw >> 2) == NCG - 1) turn_pass(NCG - 1);  // warpgroup 0 goes first
   for (int it = 0;; ++it) {
     const int slot = it & 1;
     mbar_wait(bar_tile_full(sb, slot), (it >> 1) & 1, 5);
@@ -94,5 +94,5 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
       store_rows(p, te, o, lse, cw, lane);
     }
   }
-  if (PINGPONG && (cw >> 2) == 0) turn_wait(0);  // warpgroup 1's last pass
+  if (PINGPONG && (cw >> 2) == 0) turn_wait(0);  // the last warpgroup's last pass
 }

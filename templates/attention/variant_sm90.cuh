@@ -1,6 +1,6 @@
 // ---- attention/variant_sm90.cuh: the Hopper (sm_90a) attention variant in namespace {{ v.ns }} ----
 // A CTA is one producer warpgroup (warp 0 issues the TMA loads; warps 1-3 only give their
-// registers back, or convert an FP8 cache's blocks) and NW / 4 consumer warpgroups of 64 query
+// registers back, or convert an FP8 cache's blocks) and NW / 4 (2 or 3) consumer warpgroups of 64 query
 // rows each, which share one Q tile of BM rows and each K/V block of BN keys.  Supported here:
 // packed or paged K/V (16-bit, or FP8 converted by the producer warps), head_dim == head_dim_v in
 // {64, 96, 128, 192, 256} or 192 x 128, no mask, causal or a sliding window (local), with or
@@ -77,7 +77,7 @@ constexpr int QK_STEPS = D / 16;             // k16 steps of Q K^T (the padding'
 static_assert((D == DV_OUT && (D == 64 || D == 96 || D == 128 || D == 192 || D == 256)) ||
               (D == 192 && DV_OUT == 128), "head dims of the Hopper path");
 static_assert(BM == 64 * NCG && BN % 16 == 0 && BN <= 256, "tile shape");
-static_assert(!PINGPONG || (OVERLAP && NCG == 2), "ping-pong needs the overlapped mainloop and two consumer warpgroups");
+static_assert(!PINGPONG || (OVERLAP && (NCG == 2 || NCG == 3)), "ping-pong needs the overlapped mainloop and 2-3 consumer warpgroups");
 
 // Shared memory (offsets from a 1024-byte aligned base): Q (BM rows), STAGES K blocks,
 // STAGES V blocks, each as HALVES (V: VHALVES) column blocks of rows x 128 bytes in TMA's

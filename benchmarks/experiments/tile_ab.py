@@ -1,0 +1,108 @@
+"""A/B of Hopper tiles and mainloop options on dense prefill shapes, as interleaved CUDA-graph
+replays (``bench.measure.time_interleaved``), with FlashAttention-3 on the same inputs when
+fa3-fwd is importable.
+
+Each configuration ``name=path:d:bm:bn:stages:opts`` patches the tile table of its path for head
+dim ``d`` (``bf16``: ``heuristics.SM90_TILES``; ``fp8q``: ``heuristics.SM90_FP8_MMA_TILES``, q, K
+and V in e4m3) and ``heuristics.SM90_OPTS`` while its call is prepared; the prepared call (kernels
+fixed) is what the graphs replay (block_m 192 means three consumer warpgroups, 12 warps).  ``fa3`` / ``fa3fp8`` name the
+peers.  Shapes: ``NAME=batch:seqlen:heads_q:heads_kv:d:causal``.  Prints one JSON row per shape.
+
+    python benchmarks/experiments/tile_ab.py --shapes h64=8:2048:32:32:64:1 \\
+        --configs t128=bf16:64:128:128:2:p,t192=bf16:64:192:128:2:p,fa3=fa3
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+
+def patched(path: str, d: int, tile, opts: str, fn):
+    """``fn()`` with the tile table of ``path`` and the Hopper options patched, then restored."""
+    from kernelgen.front import api
+    from kernelgen.selection import heuristics
+    table = heuristics.SM90_FP8_MMA_TILES if path == "fp8q" else heuristics.SM90_TILES
+    saved, saved_opts = dict(table), heuristics.SM90_OPTS
+    table[(d, d)] = tile
+    heuristics.SM90_OPTS = opts
+    api.clear_signature_cache()
+    try:
+        return fn()
+    finally:
+        table.clear()
+        table.update(saved)
+        heuristics.SM90_OPTS = saved_opts
+        api.clear_signature_cache()
+
+
+def run_shape(name: str, shape: str, configs: dict) -> dict:
+    import torch
+
+    from kernelgen.apps.bench import measure, peers, suites
+    from kernelgen.front import api
+    from kernelgen.kernels.spec import TileConfig
+
+    b, s, hq, hkv, d, causal = (int(x) for x in shape.split(":"))
+    causal = bool(causal)
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(b * s, h, d, device="cuda", dtype=torch.bfloat16) for h in (hq, hkv, hkv))
+    cu = torch.arange(0, b + 1, device="cuda", dtype=torch.int32) * s
+    (q8, qs), (k8, ks), (v8, vs) = (suites.quantize_e4m3(t) for t in (q, k, v))
+    qd, kd, vd = (x.reshape(1, 1).expand(b, hkv).contiguous() for x in (qs, ks, vs))
+    fns, kernels, diffs, first = {}, {}, {}, {}
+    for cname, spec in configs.items():
+        parts = spec.split(":")
+        if parts[0] in ("fa3", "fa3fp8"):
+            try:
+                args = (q8, k8, v8) if parts[0] == "fa3fp8" else (q, k, v)
+                fns[cname] = peers.fa3(*args, causal, cu_q=cu, cu_k=cu, max_q=s, max_k=s,
+                                       descales=(qd, kd, vd) if parts[0] == "fa3fp8" else None)().fn
+            except Exception as e:  # noqa: BLE001 - fa3-fwd missing or refusing the call
+                kernels[cname] = f"unavailable: {type(e).__name__}: {e}"[:200]
+            continue
+        path, td, bm, bn, st, opts = parts[0], *(int(x) for x in parts[1:5]), parts[5] if len(parts) > 5 else "p"
+        if td != d:
+            continue
+        tile = TileConfig(bm, bn, bm // 16, st, 1)
+        kw = dict(q_descale=qd, k_descale=kd, v_descale=vd) if path == "fp8q" else {}
+        qq, kk, vv = (q8, k8, v8) if path == "fp8q" else (q, k, v)
+
+        out = torch.full_like(q, float("nan"))
+        patched(path, d, tile, opts, lambda: api.varlen_attention(qq, kk, vv, cu, cu, s, s, causal=causal, out=out,
+                                                                  **kw))
+        prep = api._CALLS._last[1]   # the prepared call (its kernels fixed): timed directly
+        kernels[cname] = prep.attn.name
+        # the output against the path's first configuration (same inputs: equal up to summation order)
+        ref = first.setdefault(path, out)
+        diffs[cname] = float((out.float() - ref.float()).abs().nan_to_num(float("inf")).max())
+        fns[cname] = lambda prep=prep, qq=qq, kk=kk, vv=vv, out=out: prep.run(qq, kk, vv, cu, cu, None, None, out, None)
+    times = measure.time_interleaved(fns, rounds=5, repeat=10) if fns else {}
+    pairs = b * (s * (s + 1) // 2 if causal else s * s)
+    flops = 4 * hq * d * pairs
+    row = {"shape": name, "dims": shape, "us": {n: round(r["us"], 1) for n, r in times.items()},
+           "tflops": {n: round(flops / r["us"] / 1e6, 1) for n, r in times.items()},
+           "rounds": {n: [round(x, 1) for x in r["rounds"]] for n, r in times.items()}, "kernels": kernels,
+           "max_abs_diff_vs_first_of_path": diffs}
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shapes", required=True, help="NAME=batch:seqlen:heads_q:heads_kv:d:causal,...")
+    ap.add_argument("--configs", required=True, help="NAME=path:d:bm:bn:stages:opts or NAME=fa3|fa3fp8,...")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    configs = dict(c.split("=", 1) for c in a.configs.split(","))
+    rows = [run_shape(*sh.split("=", 1), configs) for sh in a.shapes.split(",")]
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
