@@ -72,9 +72,10 @@ def run_shape(name: str, shape: str, configs: dict) -> dict:
         qq, kk, vv = (q8, k8, v8) if path == "fp8q" else (q, k, v)
 
         out = torch.full_like(q, float("nan"))
-        patched(path, d, tile, opts, lambda: api.varlen_attention(qq, kk, vv, cu, cu, s, s, causal=causal, out=out,
-                                                                  **kw))
-        prep = api._CALLS._last[1]   # the prepared call (its kernels fixed): timed directly
+        def prepare(qq=qq, kk=kk, vv=vv, kw=kw, out=out):
+            api.varlen_attention(qq, kk, vv, cu, cu, s, s, causal=causal, out=out, **kw)
+            return api._CALLS._last[1]   # the prepared call (its kernels fixed): timed directly
+        prep = patched(path, d, tile, opts, prepare)
         kernels[cname] = prep.attn.name
         # the output against the path's first configuration (same inputs: equal up to summation order)
         ref = first.setdefault(path, out)
