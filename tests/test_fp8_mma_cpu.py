@@ -67,18 +67,22 @@ def transpose_v8(land, nb, dv, valid, nthr=128):
     matrix m, bytes 4 (l & 3)..).  Returns V^T (99 where nothing was written) and the worst
     bank-conflict ways of the ldmatrix and stmatrix phases."""
     vt = np.full(nb // 128 * dv * 128, 99, dtype=np.int64)
-    units = (nb // 32) * (dv // 16)
+    ng, nc, nw = nb // 32, dv // 16, nthr // 32
     worst_ld = worst_st = 0
-    for w in range(nthr // 32):
-        for u in range(w, units, nthr // 32):
-            G, C = u % (nb // 32), u // (nb // 32)
+    for w in range(nw):
+        for G, C in ((G, C) for C in range(w, nc, nw) for G in range(ng)):   # warp w: chunks w, w + nw, ...
             ld_addr, st_addr = [], []
             for lane in range(32):
                 m, i = lane >> 3, lane & 7
-                ld_addr.append((C >> 2) * (nb * 64) + G * 2048 + (8 * m + i) * 64 + (((C & 3) ^ ((i >> 1) & 3)) << 4))
+                ld_row = (8 * m + i) * 64
+                ld = ld_row + (C >> 2) * (nb * 64) + (((C & 3) ^ ((i >> 1) & 3)) << 4)
+                ld_addr.append(ld + G * 2048)
                 dl = 2 * i + ((m & 1) ^ (1 if i >= 4 else 0))
+                st = dl * 128 + (((m >> 1) ^ (dl & 7)) << 4) + C * 16 * 128      # the chunk's group-0 address
+                st_addr.append((st ^ ((G & 3) << 5)) + (G >> 2) * (dv * 128))
+                # the same as the swizzled chunk 2 (G & 3) + (m >> 1) of row dl, computed directly
                 b = 2 * (G & 3) + (m >> 1)
-                st_addr.append((G >> 2) * (dv * 128) + C * 16 * 128 + dl * 128 + ((b ^ (dl & 7)) << 4))
+                assert st_addr[-1] == (G >> 2) * (dv * 128) + C * 16 * 128 + dl * 128 + ((b ^ (dl & 7)) << 4)
             for m in range(4):
                 worst_ld = max(worst_ld, ways(ld_addr[8 * m:8 * m + 8]))
                 worst_st = max(worst_st, ways(st_addr[8 * m:8 * m + 8]))
@@ -89,9 +93,9 @@ def transpose_v8(land, nb, dv, valid, nthr=128):
                 for m in range(4):
                     rows = [land[ld_addr[8 * m + 2 * t + e]:ld_addr[8 * m + 2 * t + e] + 16] for e in range(2)]
                     word = [rows[0][2 * j], rows[0][2 * j + 1], rows[1][2 * j], rows[1][2 * j + 1]]
-                    if 32 * G + 32 > valid:
-                        key = 32 * G + 8 * m + 2 * t
-                        word = [x if key + (e >> 1) < valid else 0 for e, x in enumerate(word)]
+                    left = valid - 32 * G - 2 * t       # transpose_unit's tail mask (the slow path)
+                    if valid < nb and left < 32:
+                        word = [x if 8 * m + (e >> 1) < left else 0 for e, x in enumerate(word)]
                     r.append(word)
                 sa, sb = (0x6420, 0x7531) if j < 4 else (0x7531, 0x6420)
                 regs.append([byte_perm(r[0], r[1], sa), byte_perm(r[0], r[1], sb),
@@ -198,29 +202,63 @@ def test_the_fp8_pieces_compile_for_sm_90a():
     assert "F2FP.SATFINITE.E4M3.F32" in text
 
 
+def transpose_unit_loops(text: str) -> list:
+    """The innermost loops of a kernel's SASS (``nvdisasm`` text) that hold an ``LDSM.16.MT88.4``
+    (transpose_v8's unit loops: the fast one and the tail-masking one), each as its instructions
+    from the branch target to the backward branch."""
+    import re
+    ins, labels, pending = [], {}, []
+    for line in text.splitlines():
+        m = re.match(r"\s*\.(L_x_\d+):", line)
+        if m:
+            pending.append(m.group(1))
+            continue
+        m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
+        if m:
+            for lab in pending:
+                labels[lab] = len(ins)
+            pending = []
+            ins.append(m.group(2).strip())
+    loops = []
+    for k, x in enumerate(ins):
+        m = re.search(r"BRA\s+`\(\.(L_x_\d+)\)", x)
+        if m and labels.get(m.group(1), k + 1) <= k:
+            body = ins[labels[m.group(1)]:k + 1]
+            if any("LDSM.16.MT88.4" in b for b in body):
+                loops.append(body)
+    return [b for b in loops if not any(len(o) < len(b) and set(o) <= set(b) for o in loops)]
+
+
 @pytest.mark.parametrize("d,mask,paged,splits", [(64, "causal", False, 0), (128, "none", True, 3), (256, "causal", False, 0)])
 def test_the_dispatched_tensor_core_variants_compile(d, mask, paged, splits):
-    """The FP8 tensor-core variants ``heuristics.choose`` gives an e4m3 q (d 64: 128 x 256 tiles at
-    56/224 registers; d 128 paged with forced splits; d 256: 128-key blocks at 24/240) compile for
+    """The FP8 tensor-core variants ``heuristics.choose`` gives an e4m3 q (d 64: 192 x 128 tiles in
+    three consumer warpgroups at 56/152 registers; d 128 paged with forced splits; d 256: 128-key
+    blocks at 24/240) compile for
     sm_90a with QGMMA for both GEMMs, ldmatrix.trans / stmatrix for V^T and the e4m3 packing of P;
-    no spills, except at d 256 the transposing producer warps' loop counters (at most 20 bytes, all
-    after the producer's register release: the consumers spill nothing)."""
+    no spills, except at d 256 the transposing producer warps' block-loop state (at most 36 bytes,
+    all after the producer's register release: the consumers spill nothing; none in the unit loops).
+    The V^T transpose's unit loop without the tail mask is at most 16 instructions (ldmatrix, four
+    byte permutes, stmatrix and its addressing; ~36 when every unit divided its index)."""
     from kernelgen.jit import sass
     from kernelgen.selection import heuristics
     v = heuristics.choose("sm_90a", "bf16", d, d, num_heads_q=16, num_heads_kv=4, mask=mask, max_seqlen_q=4096,
                           max_seqlen_k=4096, paged=paged, page_size=16 if paged else 0, num_splits=splits,
                           kv_dtype="e4m3", q_dtype="e4m3")
     a = v.attention
-    assert a.fp8_mma and a.tile.block_n == (256 if d == 64 else 128) and (v.combine is not None) == bool(splits)
+    assert a.fp8_mma and a.tile.block_n == 128 and a.tile.num_warps == (12 if d == 64 else 8)
+    assert (v.combine is not None) == bool(splits)
     res = compiler.compile_cubin(render.render(a), "sm_90a", compiler.default_options("sm_90a"), a.entry)
     r = res.resources
     text = sass.disassemble(res.cubin, sass.find_nvdisasm())
     assert f"QGMMA.64x{a.tile.block_n}x32.F32.E4M3.E4M3" in text and f"QGMMA.64x{d}x32.F32.E4M3.E4M3" in text
     assert "LDSM.16.MT88.4" in text and "STSM.16.M88.4" in text and "F2FP.SATFINITE.E4M3.F32" in text
+    loops = transpose_unit_loops(text)
+    assert len(loops) == 2 and min(len(b) for b in loops) <= 16, [len(b) for b in loops]
+    assert not any("LDL" in x or "STL" in x for b in loops for x in b)
     if d <= 128:
         assert r["spill_stores"] == 0 and r["spill_loads"] == 0, r
     else:
-        assert r["spill_stores"] <= 20 and r["spill_loads"] <= 28, r
+        assert r["spill_stores"] <= 36 and r["spill_loads"] <= 48, r
         lines = text.splitlines()
         release = next(i for i, x in enumerate(lines) if "USETMAXREG.DEALLOC" in x)
         assert all(i > release for i, x in enumerate(lines) if "STL" in x or "LDL" in x)

@@ -194,6 +194,20 @@ def test_head_dim_256_is_not_fused_on_hopper():
     assert hopper_fused(256, paged=False) is None
 
 
+def test_packed_head_dim_64_fuses_on_two_warpgroups():
+    """A packed d 64 mixed batch: its long class alone (the classes in turn) takes the 192-row tile
+    in three consumer warpgroups; the fused kernel keeps two (its named barriers 1-5 and register
+    split are the two-warpgroup ones), so its long variant is the same tile on 128 rows, and a
+    12-warp long variant is refused naming the warps."""
+    pv = pair(64, paged=False)
+    assert pv.long.attention.tile == TileConfig(192, 128, 12, 2, 1)
+    fv = hopper_fused(64, paged=False)
+    assert fv is not None and fv.fused.long.tile == TileConfig(128, 128, 8, 2, 1)
+    assert fv.fused.long == dataclasses.replace(pv.long.attention, tile=TileConfig(128, 128, 8, 2, 1))
+    with pytest.raises(ValueError, match="8 consumer warps"):
+        FusedAttentionSpec(pv.long.attention, fv.fused.short)
+
+
 def test_hopper_fused_spec_rules():
     pv = pair(128)
     long, short = pv.long.attention, pv.short.attention

@@ -29,7 +29,8 @@ T90 = heuristics.SM90_TILE
 
 def sm90(dtype="bf16", d=128, mask="causal", layout="soa", tile=None, opts="", dv=None, **kw):
     dv = d if dv is None else dv
-    tile = heuristics.sm90_tile(d, dv) if tile is None else tile
+    heavy = bool(kw.get("softcap") or kw.get("alibi") or kw.get("variant") is not None)
+    tile = heuristics.sm90_tile(d, dv, kw.get("paged", False), kw.get("kv_dtype", ""), heavy) if tile is None else tile
     return AttentionSpec("sm_90a", dtype, d, dv, mask, layout, tile, mainloop="sm90a", sm90_opts=opts, **kw)
 
 
@@ -111,8 +112,10 @@ def test_sm90_spec_builds_window_and_softcap():
 def test_automatic_choice_is_hopper_for_window_and_softcap(dtype, d, mask, softcap):
     v = heuristics.choose("sm_90a", dtype, d, d, mask=mask, softcap=softcap, **PREFILL)
     a = v.attention
-    assert a.mainloop == "sm90a" and a.tile == T90 and a.mask == mask and a.softcap == softcap
-    assert v.combine is None and v.max_splits == 1
+    # d 64 takes the three-warpgroup tile unless soft-capped (heuristics.sm90_tile)
+    assert a.tile == (TileConfig(192, 128, 12, 2, 1) if d == 64 and not softcap else T90)
+    assert a.mainloop == "sm90a" and a.tile == heuristics.sm90_tile(d, d, heavy=softcap) and a.mask == mask
+    assert a.softcap == softcap and v.combine is None and v.max_splits == 1
     assert heuristics.sm90_unsupported("sm_90a", d, d, mask=mask, paged=False, softcap=softcap, pack=False,
                                        num_splits=0) == ""
     assert "mask" in heuristics.sm90_unsupported("sm_90a", d, d, mask="band", paged=False, softcap=False, pack=False,
@@ -134,9 +137,9 @@ def test_automatic_split_takes_the_hopper_path(dtype, d, mask):
     SMs): the Hopper kernel with split-KV, bounded by the Hopper tile's key blocks."""
     v = heuristics.choose("sm_90a", dtype, d, d, mask=mask, num_heads_q=8, num_heads_kv=2, max_seqlen_q=256,
                           max_seqlen_k=65536)
-    assert v.attention.mainloop == "sm90a" and v.attention.tile == T90 and v.attention.split
+    t = heuristics.sm90_tile(d, d)
+    assert v.attention.mainloop == "sm90a" and v.attention.tile == t and v.attention.split
     assert v.combine is not None and v.combine.head_dim_v == d and not v.forced_splits
-    t = T90
     # the same bound FlashAttention-3's rule gives for the Hopper tile (16 tiles, 512 key blocks, 1 CTA/SM)
     assert v.max_splits == heuristics.num_splits_heuristic(8 * 2, 65536 // t.block_n, 132) > 1
     assert v.max_splits <= heuristics.MAX_AUTO_SPLITS
@@ -180,9 +183,14 @@ def test_per_head_dim_tiles_fit_shared_memory_and_the_report_shape_dispatches_to
     assert heuristics.sm90_tile(256, 256) == TileConfig(128, 80, 8, 2, 1)
     assert heuristics.sm90_tile(192, 192) == TileConfig(128, 112, 8, 2, 1)
     assert heuristics.sm90_tile(192, 128) == TileConfig(128, 128, 8, 2, 1)
-    assert heuristics.sm90_tile(96, 96) == heuristics.sm90_tile(128, 128) == heuristics.sm90_tile(64, 64) == T90
+    assert heuristics.sm90_tile(96, 96) == heuristics.sm90_tile(128, 128) == T90
+    # d 64: 192 rows in three consumer warpgroups (FlashAttention-3's tile), packed 16-bit K/V without
+    # extra per-logit state only; the rest keep its keys and stages in two warpgroups
+    assert heuristics.sm90_tile(64, 64) == TileConfig(192, 128, 12, 2, 1)
+    for kw in ({"paged": True}, {"kv_dtype": "e4m3"}, {"heavy": True}):
+        assert heuristics.sm90_tile(64, 64, **kw) == T90, kw
     expect = {(256, 256): 230656, (192, 192): 222464, (192, 128): 214272, (96, 96): 165120, (128, 128): 165120,
-              (64, 64): 2 * 64 * (128 + 4 * 128) + 1280}
+              (64, 64): 2 * 64 * (192 + 4 * 128) + 1280}
     for (d, dv), nbytes in expect.items():
         s = sm90(d=d, dv=dv)
         assert s.smem_bytes() == nbytes <= heuristics.SMEM_LIMIT["sm_90a"], (d, dv)

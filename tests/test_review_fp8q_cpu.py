@@ -19,13 +19,13 @@ def _consumer_and_producer_spills(spec) -> tuple:
     return res.resources, sum(i < release for i in spills), sum(i > release for i in spills)
 
 
-# (head_dim, mask, softcap, num_splits, paged): the FP8 tensor-core tiles (d 64: 256-key blocks, d 256:
-# 128-key blocks) beside a soft-cap, a window and split-KV, and the plain calls that keep them
+# (head_dim, mask, softcap, num_splits, paged): the FP8 tensor-core tiles (d 64: 192 rows in three
+# consumer warpgroups, d 256: 128-key blocks) beside a soft-cap, a window and split-KV, and the plain calls that keep them
 @pytest.mark.parametrize("d,mask,softcap,splits,paged,mma,block_n", [
-    (64, "causal", False, 0, False, True, 256),
-    (64, "local", False, 3, True, True, 256),
-    (64, "causal", True, 0, False, True, 128),        # soft-cap: n256's consumers spilled 24 bytes
-    (64, "local", True, 3, True, True, 128),          # ... 28-44 with split-KV / a window
+    (64, "causal", False, 0, False, True, 128),       # 192 rows (three consumer warpgroups)
+    (64, "local", False, 3, True, True, 128),
+    (64, "causal", True, 0, False, True, 128),        # soft-cap: 128 rows (192 spill 16-24 bytes, n256 24-44)
+    (64, "local", True, 3, True, True, 128),
     (128, "local", True, 3, True, True, 128),
     (256, "causal", False, 0, False, True, 128),
     (256, "none", False, 0, True, True, 128),
@@ -35,21 +35,23 @@ def _consumer_and_producer_spills(spec) -> tuple:
 ])
 def test_dispatched_fp8_q_variants_do_not_spill_in_their_consumers(d, mask, softcap, splits, paged, mma, block_n):
     """Every Hopper kernel ``heuristics.choose`` gives an e4m3 q compiles with no spill in its consumer
-    warpgroups (the softmax and both GEMMs): SM90_FP8_MMA_TILES' 256-key tile at d 64 and 128-key tile
-    at d 256 were taken whatever the call's soft-cap, window or split-KV, where they spill (24-124
-    bytes, stores before the producer's register release).  Those calls keep their usual tile (d 64:
-    128 keys, still the tensor-core variant; d 256: the FP8 K/V variant's 64 keys with q converted).
-    Only d 256's tensor-core producer spills (loop counters, at most 28 bytes)."""
+    warpgroups (the softmax and both GEMMs): SM90_FP8_MMA_TILES' tiles at d 64 (256-key blocks then,
+    192 rows now) and d 256 (128-key blocks) were taken whatever the call's soft-cap, window or
+    split-KV, where they spill (16-124 bytes, stores before the producer's register release).  Those
+    calls keep their usual tile (d 64: 128 x 128 in two warpgroups, still the tensor-core variant;
+    d 256: the FP8 K/V variant's 64 keys with q converted).
+    Only d 256's tensor-core producer spills (its block-loop state, at most 52 bytes paged)."""
     v = heuristics.choose("sm_90a", "bf16", d, d, num_heads_q=16, num_heads_kv=4, mask=mask, max_seqlen_q=4096,
                           max_seqlen_k=4096, paged=paged, page_size=16 if paged else 0, num_splits=splits,
                           softcap=softcap, kv_dtype="e4m3", q_dtype="e4m3")
     a = v.attention
     assert a.mainloop == "sm90a" and (a.fp8_mma, a.tile.block_n) == (mma, block_n), a.name
+    assert a.tile.num_warps == (12 if d == 64 and not softcap else 8), a.name
     assert (v.combine is not None) == bool(splits)
     r, consumer, producer = _consumer_and_producer_spills(a)
     assert consumer == 0, (a.name, r)
     if a.fp8_mma and d > 128:
-        assert r["spill_stores"] <= 28 and r["spill_loads"] <= 40, (a.name, r)
+        assert r["spill_stores"] <= 52 and r["spill_loads"] <= 56, (a.name, r)
     else:
         assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and producer == 0, (a.name, r)
 

@@ -176,21 +176,23 @@ SM90_FP8_MMA = True
 
 #: Tiles of the FP8 tensor-core variant by (head_dim, head_dim_v) (block_n a multiple of 128);
 #: absent pairs (d 128: 128 x 128, two stages) take the 16-bit call's tile.  Measured on the H200
-#: (tools/fp8_mma_probe.py --tiles, docs/dev/perf-log.md "FP8 tensor-core GEMMs"): d 64 with
-#: 256-key blocks 421 us against 466 with 128 (causal 8 x 2k; three stages the same); d 256 with
+#: (tools/fp8_mma_probe.py --tiles, benchmarks/experiments/tile_ab.py; docs/dev/perf-log.md "FP8
+#: tensor-core GEMMs", "Head dim 64: three consumer warpgroups"): d 64 on 192 rows in three consumer
+#: warpgroups (56 / 152 registers) 347 us causal and 531 non-causal (8 x 2k, 32 heads) against 379 /
+#: 604 for 128 x 256 (which beat 128 x 128 by 11 %), FA3's FP8 328 / 498 in the same run; d 256 with
 #: 128-key blocks (the variant's smallest; 230,656 B, 24 / 240 registers) 460 us, against 1276 for
 #: the FP8 K/V variant with q converted and 491 for the bf16 call.  Deeper rings at d 128 measured
 #: within noise (2812 / 2881 / 2905 us for 2 / 3 / 4 stages on causal 16k).  A paged call whose
 #: pages TMA cannot box at the entry's block_n, or whose soft-cap, window or split-KV the entry does
 #: not take (``SM90_FP8_MMA_TILE_LIMITS``), keeps its usual tile.
-SM90_FP8_MMA_TILES: dict = {(64, 64): TileConfig(128, 256, 8, 2, 1), (256, 256): TileConfig(128, 128, 8, 2, 1)}
+SM90_FP8_MMA_TILES: dict = {(64, 64): TileConfig(192, 128, 12, 2, 1), (256, 256): TileConfig(128, 128, 8, 2, 1)}
 
 #: What each ``SM90_FP8_MMA_TILES`` entry does not take ("softcap", "local": a sliding window,
-#: "split": split-KV): such calls keep their usual tile.  NVRTC for sm_90a: the consumer warpgroups
-#: of d 64's 256-key blocks spill 24-44 bytes with a soft-cap (the 128-key tile none), those of d
-#: 256's 128-key blocks 36-124 bytes with a window, split-KV or a soft-cap (the plain tile's
-#: producer spills 20-28 bytes of loop counters, its consumers none); tests/test_review_fp8q_cpu.py
-#: compiles every dispatched variant.
+#: "split": split-KV): such calls keep their usual tile.  NVRTC for sm_90a: d 64's 192-row tile
+#: spills 16-24 bytes with a soft-cap (as the 256-key tile did: 24-44; the 128 x 128 tile none),
+#: d 256's 128-key blocks 36-124 bytes in the consumers with a window, split-KV or a soft-cap (the
+#: plain tile's producer spills 36-52 bytes of its block-loop state, its consumers none);
+#: tests/test_review_fp8q_cpu.py compiles every dispatched variant.
 SM90_FP8_MMA_TILE_LIMITS: dict = {(64, 64): frozenset({"softcap"}), (256, 256): frozenset({"softcap", "local", "split"})}
 
 

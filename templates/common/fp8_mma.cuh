@@ -65,37 +65,64 @@ __device__ __forceinline__ void stsm_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3
 // - stmatrix.x4 writes them: matrix 2h + q, row j = dim 2j + (q ^ (j >= 4)) (lanes j >= 4 swap
 //   even and odd, so that a matrix's 8 rows fall in 8 distinct 16-byte chunks of the 128-byte
 //   swizzle: no bank conflicts), bytes 4t.. of the 16 positions 16h ...
-// Warp w of nw takes units w, w + nw, ...; tests/test_fp8_mma_cpu.py emulates the lanes.
+// Warp w of nw takes the 16-dim chunks C = w, w + nw, ... and, per chunk, the NK / 32 key groups in
+// an unrolled loop: the chunk's ldmatrix and stmatrix addresses are computed once, a group's are
+// immediate offsets (ldmatrix: + 2048 G) or one XOR (stmatrix: the swizzled 16-byte chunk
+// 2 (G & 3) + (m >> 1) ^ (dl & 7) is the chunk's own XOR 2 (G & 3), bits 5-6 of an address whose
+// other terms are multiples of 128), so a unit costs ldmatrix, four byte permutes, one XOR and
+// stmatrix (the loop over units with a division per unit issued ~36 instructions a unit and made
+// the d 256 kernel issue 1.46x FlashAttention-3's instructions; ncu, docs/dev/perf-log.md).
+// tests/test_fp8_mma_cpu.py emulates the lanes.
+// One unit: ldmatrix.x4.trans at `ld`, the byte permutes, stmatrix.x4 at `st`.  `left`: keys of the
+// block past this lane's byte-0 key of r_0 (valid - 32 G - 2t), below 32: r_q's bytes of keys
+// 8q + 2t (+ 1) at or past it are zeroed.
+__device__ __forceinline__ void transpose_unit(u32 ld, u32 st, u32 sel_a, u32 sel_b, int left = 32) {
+  u32 r[4];
+  ldsm_x4_t(ld, r[0], r[1], r[2], r[3]);
+  if (left < 32) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      r[q] &= (8 * q < left ? 0x0000ffffu : 0u) | (8 * q + 1 < left ? 0xffff0000u : 0u);
+  }
+  const u32 a0 = __byte_perm(r[0], r[1], sel_a), b0 = __byte_perm(r[0], r[1], sel_b);
+  const u32 a1 = __byte_perm(r[2], r[3], sel_a), b1 = __byte_perm(r[2], r[3], sel_b);
+  stsm_x4(st, a0, b0, a1, b1);
+}
+
 template <int NK, int ND>
 __device__ __forceinline__ void transpose_v8(u32 vt, u32 land, int tid, int nthr, int valid) {
   static_assert(NK % 128 == 0 && ND % 64 == 0, "V^T blocks of 128 keys, 64-dim landing blocks");
-  constexpr int UNITS = (NK / 32) * (ND / 16);
+  constexpr int NG = NK / 32, NC = ND / 16;
+  // the lane's constants are recomputed per block (a dozen instructions) rather than hoisted out of
+  // the caller's block loop, where they would stay live beside its state (the d 256 producer's 24
+  // registers spilled them)
+  asm volatile("" : "+r"(tid));
   const int lane = tid & 31, w = tid >> 5, nw = nthr >> 5;
   const int m = lane >> 3, i = lane & 7, j = lane >> 2, t = lane & 3;
   // ldmatrix row of this lane: key 8m + i of the group; its 64-byte swizzle term (key >> 1) & 3
   const u32 ld_row = land + (8 * m + i) * 64;
   const int ld_swz = (i >> 1) & 3;
-  // stmatrix row of this lane: dim dl of the 16, positions 16 (m >> 1) of the group
+  // stmatrix row of this lane: dim dl of the 16, positions 16 (m >> 1) of the group, its swizzled
+  // 16-byte chunk without the group's part
   const int dl = 2 * i + ((m & 1) ^ (i >= 4 ? 1 : 0));
-  const u32 st_row = vt + dl * 128;
+  const u32 st_row = vt + dl * 128 + ((u32)((m >> 1) ^ (dl & 7)) << 4);
   const u32 sel_a = j < 4 ? 0x6420u : 0x7531u, sel_b = j < 4 ? 0x7531u : 0x6420u;
   // key of byte 0 / byte 2 of r_m, for the tail mask
   const int k0 = 2 * t;
+  // group G's stmatrix address in a chunk whose group-0 address is st (blocks of 128 keys ND * 128 apart)
+  auto st_of = [](u32 st, int G) -> u32 { return (st ^ (u32)((G & 3) << 5)) + (NG > 4 ? (G >> 2) * (ND * 128) : 0); };
 #pragma unroll 1
-  for (int u = w; u < UNITS; u += nw) {
-    const int G = u % (NK / 32), C = u / (NK / 32);   // key group, 16-dim chunk
-    u32 r[4];
-    ldsm_x4_t(ld_row + (C >> 2) * (NK * 64) + G * 2048 + (((C & 3) ^ ld_swz) << 4), r[0], r[1], r[2], r[3]);
-    if (32 * G + 32 > valid) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int key = 32 * G + 8 * q + k0;
-        r[q] &= (key < valid ? 0x0000ffffu : 0u) | (key + 1 < valid ? 0xffff0000u : 0u);
-      }
+  for (int C = w; C < NC; C += nw) {
+    const u32 ld = ld_row + (u32)(C >> 2) * (NK * 64) + ((u32)((C & 3) ^ ld_swz) << 4);
+    const u32 st = st_row + (u32)C * (16 * 128);
+    if (valid >= NK) {   // every key of the block: no tail mask in the unit loop
+#pragma unroll 1
+      for (int G = 0; G < NG; ++G) transpose_unit(ld + G * 2048, st_of(st, G),
+                                                  sel_a, sel_b);
+    } else {
+#pragma unroll 1
+      for (int G = 0; G < NG; ++G) transpose_unit(ld + G * 2048, st_of(st, G),
+                                                  sel_a, sel_b, valid - 32 * G - k0);
     }
-    const u32 a0 = __byte_perm(r[0], r[1], sel_a), b0 = __byte_perm(r[0], r[1], sel_b);
-    const u32 a1 = __byte_perm(r[2], r[3], sel_a), b1 = __byte_perm(r[2], r[3], sel_b);
-    const int b = 2 * (G & 3) + (m >> 1);             // 16-position chunk of the 128-key row
-    stsm_x4(st_row + (G >> 2) * (ND * 128) + C * 16 * 128 + ((b ^ (dl & 7)) << 4), a0, b0, a1, b1);
   }
 }
