@@ -14,16 +14,16 @@ import torch
 
 import kernelgen
 from kernelgen.apps.reference import attention_reference, gather_paged
-from kernelgen.front import api
 from kernelgen.launch import fused
 from kernelgen.front.plan import AttentionPlan
 
+from gpu_helpers import (HOPPER, capture, check, check_rows, decode_lengths, draw_lengths,  # noqa: E402
+                         make_packed, plan_buffers, prepared, replay, write_lengths)
 from test_fused_gpu import mixed_lengths  # noqa: E402 (tests/gpu is on sys.path)
-from test_paged_decode_gpu import check, make_paged  # noqa: E402
+from test_paged_decode_gpu import make_paged  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 BF16 = torch.bfloat16
-HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
 
 def alibi_slopes(hq, batch=None, seed=0):
@@ -37,20 +37,6 @@ def alibi_slopes(hq, batch=None, seed=0):
     return base.contiguous().cuda()
 
 
-def prepared():
-    return api._CALLS._last[1]
-
-
-def _packed(qlens, klens, hq, hkv, d, seed):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    q = torch.randn(sum(qlens), hq, d, generator=g, device="cuda").to(BF16)
-    k = torch.randn(sum(klens), hkv, d, generator=g, device="cuda").to(BF16)
-    v = torch.randn(sum(klens), hkv, d, generator=g, device="cuda").to(BF16)
-    cu_q = torch.tensor([0] + list(np.cumsum(qlens)), dtype=torch.int32, device="cuda")
-    cu_k = torch.tensor([0] + list(np.cumsum(klens)), dtype=torch.int32, device="cuda")
-    return q, k, v, cu_q, cu_k
-
-
 @pytest.mark.parametrize("per_request", [False, True])
 @pytest.mark.parametrize("num_splits", [0, 3])
 @pytest.mark.parametrize("arch", ["sm_80", None])
@@ -59,7 +45,7 @@ def test_varlen_prefill_causal_gqa(arch, num_splits, per_request):
     takes the Hopper path on sm_90a; (batch, heads) slopes with ``per_request``."""
     qlens, klens = [600, 300, 0, 450], [600, 500, 10, 450]
     hq, hkv, d = 32, 8, 128
-    q, k, v, cu_q, cu_k = _packed(qlens, klens, hq, hkv, d, 7)
+    q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, 7)
     slopes = alibi_slopes(hq, len(qlens) if per_request else None, seed=1)
     ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True, alibi_slopes=slopes)
     for _ in range(2):                                  # validating path, then the prepared call
@@ -93,7 +79,7 @@ def test_varlen_prefill_non_causal(arch, variant):
     goes after the cap), and MHA at head dim 64."""
     qlens, klens = [333, 1, 700], [400, 257, 700]
     hq, hkv, d = (8, 8, 64) if variant == "d64_mha" else (16, 4, 128)
-    q, k, v, cu_q, cu_k = _packed(qlens, klens, hq, hkv, d, 11)
+    q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, 11)
     slopes = alibi_slopes(hq, seed=2)
     kw = dict(softcap=30.0, window_size=(200, 50)) if variant == "softcap_window" else {}
     ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, alibi_slopes=slopes, **kw)
@@ -113,7 +99,7 @@ def test_decode_pack_gqa(max_q):
     qlens = [max_q] * n
     klens = [int(x) + max_q for x in rng.integers(0, 2000, size=n)]
     hq, hkv, d = 32, 4, 128
-    q, k, v, cu_q, cu_k = _packed(qlens, klens, hq, hkv, d, 5)
+    q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, 5)
     slopes = alibi_slopes(hq, seed=3)
     out = torch.full((q.shape[0], hq, d), float("nan"), dtype=BF16, device="cuda")
     o, lse = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max_q, max(klens), causal=True, return_lse=True,
@@ -130,11 +116,8 @@ def test_decode_pack_gqa(max_q):
 def test_paged_decode(arch, num_splits, per_request):
     """Paged decode (32/8 heads, pages of 16), forced and automatic splits, requests with no key
     (out 0, lse -inf)."""
-    rng = np.random.default_rng(5)
     n = 24
-    klens = [int(x) for x in rng.integers(1, 3000, size=n)]
-    klens[3] = klens[10] = 0
-    qlens = [1] * n
+    qlens, klens = decode_lengths(n, seed=5)
     hq, hkv, d = 32, 8, 128
     q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, hq, hkv, d, d, 16, seed=9)
     slopes = alibi_slopes(hq, n if per_request else None, seed=4)
@@ -186,17 +169,7 @@ def test_plan_graph_replays_with_new_slopes(kind):
     max_ctx = 2048
     decode = kind == "decode"
     max_tq = cap if decode else 640
-    max_pages = max_ctx // ps
-    num_pages = cap * max_pages
-    g = torch.Generator(device="cuda").manual_seed(21)
-    kc = torch.randn(num_pages, ps, hkv, d, generator=g, device="cuda").to(BF16)
-    vc = torch.randn_like(kc)
-    q = torch.empty(max_tq, hq, d, device="cuda", dtype=BF16)
-    cu_q = torch.zeros(cap + 1, dtype=torch.int32, device="cuda")
-    used = torch.zeros(cap, dtype=torch.int32, device="cuda")
-    pt = torch.zeros(cap, max_pages, dtype=torch.int32, device="cuda")
-    out = torch.empty(max_tq, hq, d, device="cuda", dtype=BF16)
-    lse = torch.empty(hq, max_tq, device="cuda", dtype=torch.float32)
+    kc, vc, q, cu_q, used, pt, out, lse = plan_buffers(cap, max_tq, hq, hkv, d, ps, max_ctx, cache_seed=21)
     slopes = torch.empty((hq,) if decode else (cap, hq), device="cuda", dtype=torch.float32)
     plan = AttentionPlan(max_batch=cap, num_heads_q=hq, num_heads_kv=hkv, head_dim=d, dtype=BF16,
                          max_total_q=max_tq, max_seqlen_q=1 if decode else 256, max_seqlen_k=max_ctx, paged=True,
@@ -205,17 +178,8 @@ def test_plan_graph_replays_with_new_slopes(kind):
     rng = np.random.default_rng(17)
 
     def new_step(seed):
-        batch = int(rng.integers(2, cap + 1))
-        lq = np.zeros(cap, dtype=np.int64)
-        lq[:batch] = 1
-        if not decode:
-            lq[:2] = rng.integers(5, 250, size=2)
-        ctx = np.zeros(cap, dtype=np.int64)
-        ctx[:batch] = lq[:batch] + rng.integers(0, max_ctx - 256, size=batch)
-        perm = rng.permutation(num_pages).reshape(cap, max_pages)
-        cu_q.copy_(torch.tensor(np.concatenate([[0], np.cumsum(lq)]), dtype=torch.int32))
-        used.copy_(torch.tensor(ctx, dtype=torch.int32))
-        pt.copy_(torch.tensor(perm, dtype=torch.int32))
+        batch, lq, ctx = draw_lengths(rng, cap, max_ctx, prefill=not decode)
+        write_lengths(rng, lq, ctx, cu_q, used, pt)
         q.copy_(torch.randn(max_tq, hq, d, device="cuda").to(BF16))
         slopes.copy_(alibi_slopes(hq, None if decode else cap, seed=seed))
         out.fill_(float("nan"))
@@ -226,24 +190,14 @@ def test_plan_graph_replays_with_new_slopes(kind):
         plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out, lse=lse, alibi_slopes=slopes)
 
     new_step(100)
-    run()                                          # warm: validate, prepare, compile
-    run()                                          # the prepared step's fast path
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
+    graph = capture(run)                           # warm (validate, prepare, compile; the fast path), capture
     for i in range(4):
         batch, tq = new_step(200 + i)
-        graph.replay()
-        torch.cuda.synchronize()
+        replay(graph)
         k, v, cu_k = gather_paged(kc, vc, pt[:batch], used[:batch])
         s = slopes if decode else slopes[:batch]
         ref, ref_lse = attention_reference(q[:tq], k, v, cu_q[: batch + 1], cu_k, causal=True, alibi_slopes=s)
-        r = ref.to(BF16).double()
-        err = (out[:tq].double() - r).abs()
-        assert not torch.isnan(out[:tq]).any()
-        assert (err <= 1.6e-2 + 1.6e-2 * r.abs()).all(), f"max err {err.max().item():.3e}"
-        assert torch.isnan(out[tq:]).all(), "rows past the batch's tokens must not be written"
+        check_rows(out, ref, tq, 1.6e-2)
         fin = torch.isfinite(ref_lse)
         assert torch.allclose(lse[:, :tq][fin].double(), ref_lse[fin], atol=2e-3, rtol=1e-4)
         assert torch.isnan(lse[:, tq:]).all(), "lse rows past the batch must not be written"

@@ -19,10 +19,11 @@ import pytest
 import torch
 
 import kernelgen
-from kernelgen.apps.reference import attention_reference, gather_paged, tolerance
-from kernelgen.front import api
+from kernelgen.apps.reference import attention_reference, gather_paged
 from kernelgen.front.plan import AttentionPlan
 
+from gpu_helpers import (capture, check, draw_lengths, make_packed, plan_buffers, prepared,  # noqa: E402
+                         replay, write_lengths)
 from test_paged_decode_gpu import make_paged  # noqa: E402 (tests/gpu is on sys.path)
 
 pytestmark = pytest.mark.gpu
@@ -30,40 +31,11 @@ E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 BF16, FP16 = torch.bfloat16, torch.float16
 
 
-def prepared():
-    return api._CALLS._last[1]
-
-
 def descales(batch, hkv, seed, per_tensor=False):
     """k_descale, v_descale: factors in [0.5, 2) per (request, KV head), or one per tensor."""
     g = torch.Generator().manual_seed(seed)
     shape = () if per_tensor else (batch, hkv)
     return tuple((0.5 + 1.5 * torch.rand(shape, generator=g)).float().cuda() for _ in range(2))
-
-
-def check(out, lse, ref, ref_lse, dtype, kv_dtype, total_rows=None):
-    assert not torch.isnan(out[:total_rows]).any(), "unwritten or NaN output rows"
-    assert not torch.isnan(lse[:, :total_rows]).any(), "unwritten or NaN lse"
-    atol, rtol = tolerance(dtype, kv_dtype)
-    r = ref.to(dtype).double()
-    err = (out.double() - r).abs()
-    assert (err <= atol + rtol * r.abs()).all(), f"max err {err.max().item():.3e}"
-    empty = torch.isneginf(ref_lse)
-    assert torch.equal(torch.isneginf(lse), empty), "rows with no visible key must have lse = -inf exactly"
-    assert torch.all(out.transpose(0, 1)[empty] == 0)
-    fin = ~empty
-    lerr = (lse.double()[fin] - ref_lse[fin]).abs()
-    assert lerr.numel() == 0 or (lerr <= 2e-3 + 1e-4 * ref_lse[fin].abs()).all(), f"lse err {lerr.max().item():.3e}"
-
-
-def _packed(qlens, klens, hq, hkv, d, dv, dtype, kv_dtype, seed):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    q = torch.randn(sum(qlens), hq, d, generator=g, device="cuda").to(dtype)
-    k = torch.randn(sum(klens), hkv, d, generator=g, device="cuda").to(kv_dtype)
-    v = torch.randn(sum(klens), hkv, dv, generator=g, device="cuda").to(kv_dtype)
-    cu_q = torch.tensor([0] + list(np.cumsum(qlens)), dtype=torch.int32, device="cuda")
-    cu_k = torch.tensor([0] + list(np.cumsum(klens)), dtype=torch.int32, device="cuda")
-    return q, k, v, cu_q, cu_k
 
 
 def _run(q, k, v, cu_q, cu_k, maxq, maxk, kd, vd, dv, **kw):
@@ -81,7 +53,7 @@ def _run(q, k, v, cu_q, cu_k, maxq, maxk, kd, vd, dv, **kw):
 def test_varlen_prefill_causal_gqa(arch, num_splits, dtype, kv_dtype):
     qlens, klens = [600, 300, 0, 450], [600, 500, 10, 450]
     hq, hkv, d = 32, 8, 128
-    q, k, v, cu_q, cu_k = _packed(qlens, klens, hq, hkv, d, d, dtype, kv_dtype, 7)
+    q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, 7, dtype=dtype, kv_dtype=kv_dtype)
     kd, vd = descales(len(qlens), hkv, 1)
     ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True, k_descale=kd, v_descale=vd)
     for _ in range(2):                                  # validating path, then the prepared call
@@ -100,7 +72,7 @@ def test_varlen_prefill_causal_gqa(arch, num_splits, dtype, kv_dtype):
 def test_varlen_prefill_head_dims_window_softcap(d, dv, causal, window, softcap, arch):
     qlens, klens = [300, 1, 257], [700, 64, 257]
     hq, hkv = 16, 4
-    q, k, v, cu_q, cu_k = _packed(qlens, klens, hq, hkv, d, dv, BF16, E4M3, d)
+    q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, d, dv=dv, kv_dtype=E4M3)
     kd, vd = descales(len(qlens), hkv, 2)
     ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=causal, window_size=window, softcap=softcap,
                                        k_descale=kd, v_descale=vd)
@@ -193,7 +165,7 @@ def test_sinks_with_an_fp8_cache(kind):
     hq, hkv, d = 16, 4, 64
     if kind == "prefill":
         qlens, klens = [300, 129], [300, 700]
-        q, k, v, cu_q, cu_k = _packed(qlens, klens, hq, hkv, d, d, BF16, E4M3, 41)
+        q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, 41, kv_dtype=E4M3)
         kw, maxq = dict(num_splits=1), max(qlens)
     else:
         klens = [2000, 35, 900]
@@ -217,7 +189,7 @@ def test_sinks_with_an_fp8_cache(kind):
 def test_per_tensor_and_absent_descales_and_new_values_each_call():
     qlens, klens = [5, 1, 40], [900, 300, 40]
     hq, hkv, d = 16, 2, 128
-    q, k, v, cu_q, cu_k = _packed(qlens, klens, hq, hkv, d, d, FP16, E4M3, 11)
+    q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, 11, dtype=FP16, kv_dtype=E4M3)
     kd, vd = descales(len(qlens), hkv, 5, per_tensor=True)
     for kk, vv in ((kd, vd), (None, None), (kd.expand(3, 2), None)):
         ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, k_descale=kk, v_descale=vv)
@@ -233,7 +205,7 @@ def test_per_tensor_and_absent_descales_and_new_values_each_call():
 
 def test_rows_past_the_batch_stay_unwritten():
     qlens, klens = [7, 9], [100, 9]
-    q, k, v, cu_q, cu_k = _packed(qlens, klens, 8, 2, 64, 64, BF16, E4M3, 13)
+    q, k, v, cu_q, cu_k = make_packed(qlens, klens, 8, 2, 64, 13, kv_dtype=E4M3)
     q = torch.cat([q, torch.randn(5, 8, 64, device="cuda").to(BF16)])     # 5 rows no request owns
     kd, vd = descales(2, 2, 6)
     out = torch.full((q.shape[0], 8, 64), float("nan"), dtype=BF16, device="cuda")
@@ -282,16 +254,7 @@ def test_plan_graph_replays_with_new_descales(kind, kv_dtype):
     max_ctx = 2048
     decode = kind == "decode"
     max_tq = cap if decode else 640
-    max_pages = max_ctx // ps
-    num_pages = cap * max_pages
-    kc = torch.empty(num_pages, ps, hkv, d, device="cuda", dtype=kv_dtype)
-    vc = torch.empty_like(kc)
-    q = torch.empty(max_tq, hq, d, device="cuda", dtype=BF16)
-    cu_q = torch.zeros(cap + 1, dtype=torch.int32, device="cuda")
-    used = torch.zeros(cap, dtype=torch.int32, device="cuda")
-    pt = torch.zeros(cap, max_pages, dtype=torch.int32, device="cuda")
-    out = torch.empty(max_tq, hq, d, device="cuda", dtype=BF16)
-    lse = torch.empty(hq, max_tq, device="cuda", dtype=torch.float32)
+    kc, vc, q, cu_q, used, pt, out, lse = plan_buffers(cap, max_tq, hq, hkv, d, ps, max_ctx, kv_dtype=kv_dtype)
     shape = (cap, hkv) if decode else ()
     kd = torch.ones(shape, device="cuda", dtype=torch.float32)
     vd = torch.ones(shape, device="cuda", dtype=torch.float32)
@@ -302,17 +265,8 @@ def test_plan_graph_replays_with_new_descales(kind, kv_dtype):
     rng = np.random.default_rng(23)
 
     def new_step(seed):
-        batch = int(rng.integers(2, cap + 1))
-        lq = np.zeros(cap, dtype=np.int64)
-        lq[:batch] = 1
-        if not decode:
-            lq[:2] = rng.integers(5, 250, size=2)
-        ctx = np.zeros(cap, dtype=np.int64)
-        ctx[:batch] = lq[:batch] + rng.integers(0, max_ctx - 256, size=batch)
-        perm = rng.permutation(num_pages).reshape(cap, max_pages)
-        cu_q.copy_(torch.tensor(np.concatenate([[0], np.cumsum(lq)]), dtype=torch.int32))
-        used.copy_(torch.tensor(ctx, dtype=torch.int32))
-        pt.copy_(torch.tensor(perm, dtype=torch.int32))
+        batch, lq, ctx = draw_lengths(rng, cap, max_ctx, prefill=not decode)
+        write_lengths(rng, lq, ctx, cu_q, used, pt)
         q.copy_(torch.randn(max_tq, hq, d, device="cuda").to(BF16))
         kc.copy_((2 * torch.randn(kc.shape, device="cuda")).to(kv_dtype))
         vc.copy_((2 * torch.randn(vc.shape, device="cuda")).to(kv_dtype))
@@ -327,16 +281,10 @@ def test_plan_graph_replays_with_new_descales(kind, kv_dtype):
         plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out, lse=lse, k_descale=kd, v_descale=vd)
 
     new_step(100)
-    run()                                          # warm: validate, prepare, compile
-    run()                                          # the prepared step's fast path
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
+    graph = capture(run)                           # warm (validate, prepare, compile; the fast path), capture
     for i in range(2):
         batch, tq = new_step(200 + i)
-        graph.replay()
-        torch.cuda.synchronize()
+        replay(graph)
         k, v, cu_k = gather_paged(kc, vc, pt[:batch], used[:batch])
         kk, vv = (kd[:batch], vd[:batch]) if decode else (kd, vd)
         ref, ref_lse = attention_reference(q[:tq], k, v, cu_q[: batch + 1], cu_k, causal=True, k_descale=kk,

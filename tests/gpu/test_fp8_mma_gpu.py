@@ -7,7 +7,7 @@ P rounded to e4m3).  Its outputs are checked against the float64 reference on th
 within the per-element bounds ``attention_reference(..., fp8_mma_bounds=True)`` derives
 (docs/dev/fp8_hopper_design.md section 8), and the mean error within a quarter of the mean bound
 (no systematic error), and the LSE within its bound (the logits' FP8 accumulation) plus
-``test_fp8_gpu.check``'s tolerance.  One-hot rows pin the layouts exactly.  Every other call (decode-shaped, head dim 96,
+``gpu_helpers.check``'s tolerance.  One-hot rows pin the layouts exactly.  Every other call (decode-shaped, head dim 96,
 ``arch="sm_80"``) converts q exactly to the output dtype and must meet ``tolerance(dtype, kv_dtype)``.
 Outputs and LSE are NaN-poisoned; rows past the batch must stay unwritten."""
 import numpy as np
@@ -16,18 +16,14 @@ import torch
 
 import kernelgen
 from kernelgen.apps.reference import attention_reference, gather_paged
-from kernelgen.front import api
 from kernelgen.front.plan import AttentionPlan
 
-from test_fp8_gpu import check as check_converted  # noqa: E402 (tests/gpu is on sys.path)
+from gpu_helpers import capture, draw_lengths, plan_buffers, prepared, replay, write_lengths  # noqa: E402
+from gpu_helpers import check as check_converted  # noqa: E402 (tests/gpu is on sys.path)
 from test_paged_decode_gpu import make_paged  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 E4M3, E5M2, BF16, FP16 = torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16, torch.float16
-
-
-def prepared():
-    return api._CALLS._last[1]
 
 
 def quantize(t, dtype=E4M3):
@@ -64,7 +60,7 @@ def call(q8, k8, v8, cu_q, cu_k, maxq, maxk, dv, out_dtype=BF16, **kw):
 def check_mma(out, lse, ref, ref_lse, bound, lse_bound, rows=None):
     """The FP8 tensor-core variant's bounds (per element, and the mean error within a quarter of the
     mean bound), exact zeros and -inf for rows that see no key, the LSE within its bound plus
-    test_fp8_gpu.check's tolerance."""
+    gpu_helpers.check's tolerance."""
     out, lse = out[:rows], lse[:, :rows]
     assert not torch.isnan(out).any(), "unwritten or NaN output rows"
     assert not torch.isnan(lse).any(), "unwritten or NaN lse"
@@ -233,35 +229,20 @@ def test_plan_captured_in_a_cuda_graph(decode):
     values written in place; a prefill plan runs the FP8 tensor-core variant, a decode plan the
     converted q (the conversion is captured too)."""
     cap, hq, hkv, d, ps = 4, 16, 4, 128, 64
-    max_ctx, max_pages = 2048, 2048 // 64
-    num_pages = cap * max_pages
+    max_ctx = 2048
     max_tq = cap if decode else 2 * 250 + cap
     plan = AttentionPlan(max_batch=cap, num_heads_q=hq, num_heads_kv=hkv, head_dim=d, dtype=BF16,
                          max_total_q=max_tq, max_seqlen_q=1 if decode else 250, max_seqlen_k=max_ctx, paged=True,
                          page_size=ps, causal=True, kv_dtype="e4m3", q_dtype="e4m3")
     assert ("_fp8mma" in plan.attn.spec.name) == (not decode) and (plan.q_convert is None) == (not decode)
-    q = torch.zeros(max_tq, hq, d, device="cuda").to(E4M3)
-    kc = torch.zeros(num_pages, ps, hkv, d, device="cuda").to(E4M3)
-    vc = torch.zeros_like(kc)
-    cu_q = torch.zeros(cap + 1, dtype=torch.int32, device="cuda")
-    used = torch.zeros(cap, dtype=torch.int32, device="cuda")
-    pt = torch.zeros(cap, max_pages, dtype=torch.int32, device="cuda")
+    kc, vc, q, cu_q, used, pt, out, lse = plan_buffers(cap, max_tq, hq, hkv, d, ps, max_ctx, kv_dtype=E4M3,
+                                                       q_dtype=E4M3)
     qd, kd, vd = (torch.ones(cap, hkv, device="cuda") for _ in range(3))
-    out = torch.full((max_tq, hq, d), float("nan"), dtype=BF16, device="cuda")
-    lse = torch.full((hq, max_tq), float("nan"), dtype=torch.float32, device="cuda")
     rng = np.random.default_rng(29)
 
     def new_step(seed):
-        batch = int(rng.integers(2, cap + 1))
-        lq = np.zeros(cap, dtype=np.int64)
-        lq[:batch] = 1
-        if not decode:
-            lq[:2] = rng.integers(5, 250, size=2)
-        ctx = np.zeros(cap, dtype=np.int64)
-        ctx[:batch] = lq[:batch] + rng.integers(0, max_ctx - 256, size=batch)
-        cu_q.copy_(torch.tensor(np.concatenate([[0], np.cumsum(lq)]), dtype=torch.int32))
-        used.copy_(torch.tensor(ctx, dtype=torch.int32))
-        pt.copy_(torch.tensor(rng.permutation(num_pages).reshape(cap, max_pages), dtype=torch.int32))
+        batch, lq, ctx = draw_lengths(rng, cap, max_ctx, prefill=not decode)
+        write_lengths(rng, lq, ctx, cu_q, used, pt)
         for t, x in ((q, torch.randn(q.shape, device="cuda")), (kc, torch.randn(kc.shape, device="cuda")),
                      (vc, torch.randn(vc.shape, device="cuda"))):
             t.copy_(quantize(x)[0])
@@ -276,16 +257,10 @@ def test_plan_captured_in_a_cuda_graph(decode):
                  v_descale=vd)
 
     new_step(100)
-    run()
-    run()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
+    graph = capture(run)
     for i in range(2):
         batch, tq = new_step(200 + 10 * i)
-        graph.replay()
-        torch.cuda.synchronize()
+        replay(graph)
         k, v, cu_k = gather_paged(kc, vc, pt[:batch], used[:batch])
         got = attention_reference(q[:tq], k, v, cu_q[: batch + 1], cu_k, causal=True, q_descale=qd[:batch],
                                   k_descale=kd[:batch], v_descale=vd[:batch], fp8_mma_bounds=not decode)

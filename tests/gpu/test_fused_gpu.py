@@ -7,12 +7,13 @@ import torch
 
 import kernelgen
 from kernelgen.apps.reference import attention_reference, gather_paged
-from kernelgen.front import api
 from kernelgen.front.plan import AttentionPlan
 from kernelgen.jit import runtime
 from kernelgen.launch import fused
 
-from test_paged_decode_gpu import check, make_paged  # noqa: E402 (tests/gpu is on sys.path)
+from gpu_helpers import (capture, check, check_rows, make_packed, plan_buffers, prepared,  # noqa: E402
+                         replay, write_lengths)
+from test_paged_decode_gpu import make_paged  # noqa: E402 (tests/gpu is on sys.path)
 
 pytestmark = pytest.mark.gpu
 BF16, FP16 = torch.bfloat16, torch.float16
@@ -26,7 +27,7 @@ def expect_mixed_launch(arch, single=False):
     """The last call's prepared launches: the fused kernel, on sm_90a without a forced arch the
     Hopper one (the long class on the wgmma/TMA variant, fwd_fused_sm90), else the sm_80 one;
     ``single``: neither (a threshold whose short tiles are not one-warp decode tiles)."""
-    prep = api._CALLS._last[1]
+    prep = prepared()
     if single:
         assert not isinstance(prep, (fused.PreparedFusedCall, fused.PreparedPairCall)), type(prep)
         return
@@ -77,13 +78,7 @@ def test_fused_packed_kv_forced_threshold(threshold, arch):
     rng = np.random.default_rng(threshold)
     hq, hkv, d = 32, 8, 128
     qlens, klens = mixed_lengths(rng, n_decode=20, spec_tokens=16)
-    tq, tk = sum(qlens), sum(klens)
-    g = torch.Generator(device="cuda").manual_seed(threshold)
-    q = torch.randn(tq, hq, d, generator=g, device="cuda").to(BF16)
-    k = torch.randn(tk, hkv, d, generator=g, device="cuda").to(BF16)
-    v = torch.randn(tk, hkv, d, generator=g, device="cuda").to(BF16)
-    cu_q = torch.tensor([0] + list(np.cumsum(qlens)), dtype=torch.int32, device="cuda")
-    cu_k = torch.tensor([0] + list(np.cumsum(klens)), dtype=torch.int32, device="cuda")
+    q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, threshold)
     out = torch.full_like(q, float("nan"))
     o, lse = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), causal=True, return_lse=True,
                                         out=out, short_query_tokens=threshold, arch=arch)
@@ -101,16 +96,7 @@ def test_fused_plan_graph_replays_with_new_mixes(arch, page_size):
     the plan knows the page size)."""
     hq, hkv, d, ps, cap = 32, 8, 128, 16, 64
     max_ctx, max_tq = 4096, 2048
-    max_pages = max_ctx // ps
-    g = torch.Generator(device="cuda").manual_seed(0)
-    num_pages = cap * max_pages
-    kc = torch.randn(num_pages, ps, hkv, d, generator=g, device="cuda").to(BF16)
-    vc = torch.randn_like(kc)
-    q = torch.empty(max_tq, hq, d, device="cuda", dtype=BF16)
-    cu_q = torch.zeros(cap + 1, dtype=torch.int32, device="cuda")
-    used = torch.zeros(cap, dtype=torch.int32, device="cuda")
-    pt = torch.zeros(cap, max_pages, dtype=torch.int32, device="cuda")
-    out = torch.empty(max_tq, hq, d, device="cuda", dtype=BF16)
+    kc, vc, q, cu_q, used, pt, out, _ = plan_buffers(cap, max_tq, hq, hkv, d, ps, max_ctx, cache_seed=0)
     plan = AttentionPlan(max_batch=cap, num_heads_q=hq, num_heads_kv=hkv, head_dim=d, max_total_q=max_tq,
                          max_seqlen_q=1024, max_seqlen_k=max_ctx, paged=True, causal=True, arch=arch,
                          page_size=page_size)
@@ -129,10 +115,7 @@ def test_fused_plan_graph_replays_with_new_mixes(arch, page_size):
         lq[batch:] = 0
         ctx = np.zeros(cap, dtype=np.int64)
         ctx[:batch] = lq[:batch] + rng.integers(0, max_ctx - 600, size=batch)
-        perm = rng.permutation(num_pages).reshape(cap, max_pages)
-        cu_q.copy_(torch.tensor(np.concatenate([[0], np.cumsum(lq)]), dtype=torch.int32))
-        used.copy_(torch.tensor(ctx, dtype=torch.int32))
-        pt.copy_(torch.tensor(perm, dtype=torch.int32))
+        write_lengths(rng, lq, ctx, cu_q, used, pt)
         q.copy_(torch.randn(max_tq, hq, d, device="cuda").to(BF16))
         out.fill_(float("nan"))
         return batch, int(lq.sum())
@@ -144,20 +127,13 @@ def test_fused_plan_graph_replays_with_new_mixes(arch, page_size):
     run()
     torch.cuda.synchronize()
     assert plan.fused is not None
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
+    graph = capture(run, warm=0)
     for _ in range(12):
         batch, tq = new_step()
-        graph.replay()
-        torch.cuda.synchronize()
+        replay(graph)
         k, v, cu_k = gather_paged(kc, vc, pt[:batch], used[:batch])
         ref, _ = attention_reference(q[:tq], k, v, cu_q[: batch + 1], cu_k, causal=True)
-        r = ref.to(BF16).double()
-        err = (out[:tq].double() - r).abs()
-        assert not torch.isnan(out[:tq]).any()
-        assert (err <= 2e-2 + 2e-2 * r.abs()).all(), f"max err {err.max().item():.3e}"
-        assert torch.isnan(out[tq:]).all(), "rows past the batch's tokens must not be written"
+        check_rows(out, ref, tq, 2e-2)
 
 
 def test_unfused_when_switched_off():

@@ -7,6 +7,8 @@ import torch
 from kernelgen.apps.reference import attention_reference, gather_paged, tolerance
 from kernelgen.front.plan import AttentionPlan
 
+from gpu_helpers import capture, replay, write_lengths  # noqa: E402 (tests/gpu is on sys.path)
+
 pytestmark = pytest.mark.gpu
 BF16 = torch.bfloat16
 
@@ -47,10 +49,7 @@ class PagedDecodeStep:
         lq[:batch] = 1
         used = np.zeros(self.capacity, dtype=np.int64)
         used[:batch] = ctx
-        pt = rng.permutation(self.num_pages)[: self.capacity * self.max_pages].reshape(self.capacity, self.max_pages)
-        self.cu_q.copy_(torch.tensor(np.concatenate([[0], np.cumsum(lq)]), dtype=torch.int32))
-        self.used.copy_(torch.tensor(used, dtype=torch.int32))
-        self.page_table.copy_(torch.tensor(pt, dtype=torch.int32))
+        write_lengths(rng, lq, used, self.cu_q, self.used, self.page_table)
         self.q.copy_(torch.randn(self.capacity, self.hq, self.d, device="cuda").to(BF16))
         self.out.fill_(float("nan"))
         return batch
@@ -74,15 +73,10 @@ def test_graph_decode_step_100_replays(layout):
     step = PagedDecodeStep(capacity=64, layout=layout)
     rng = np.random.default_rng(1 if layout == "soa" else 2)
     step.set_batch(rng, 64)
-    step.run()                                    # warm: compile, load
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        step.run()
+    g = capture(step.run, warm=1)                 # warm: compile, load
     for _ in range(100):
         batch = step.set_batch(rng, int(rng.integers(1, 65)))
-        g.replay()
-        torch.cuda.synchronize()
+        replay(g)
         step.check(batch)
 
 
@@ -145,14 +139,11 @@ def test_e6_back_to_back_on_side_stream_and_graph_replays():
         side.synchronize()
         step.check(batch)
     step.set_batch(rng, 16)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        step.run()
+    g = capture(step.run, warm=0)
     for _ in range(3):
         batch = step.set_batch(rng, 16)
         step.out.zero_()
-        g.replay()
-        torch.cuda.synchronize()
+        replay(g)
         assert not torch.all(step.out == 0)
         step.check(batch)
 
@@ -234,8 +225,7 @@ def test_prefill_plan_on_hopper_path_graph_replays(layout):
         plan.run(q, k, v, cu_q, cu_k, out=out, lse=lse)
     for batch in (1, 3, 5, 8, 2):
         rows = new_step(batch)
-        g.replay()
-        torch.cuda.synchronize()
+        replay(g)
         check(rows)
     rows = new_step(6)
     plan.schedule(cu_q, cu_k)

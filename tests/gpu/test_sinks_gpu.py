@@ -15,12 +15,13 @@ from kernelgen.apps.reference import attention_reference, gather_paged
 from kernelgen.front import api
 from kernelgen.front.plan import AttentionPlan
 
+from gpu_helpers import (HOPPER, capture, check, check_rows, decode_lengths, draw_lengths,  # noqa: E402
+                         make_packed, plan_buffers, replay, write_lengths)
 from test_fused_gpu import expect_mixed_launch, mixed_lengths  # noqa: E402 (tests/gpu is on sys.path)
-from test_paged_decode_gpu import check, make_paged  # noqa: E402
+from test_paged_decode_gpu import make_paged  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 BF16 = torch.bfloat16
-HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
 
 def make_sinks(hq, seed):
@@ -42,12 +43,7 @@ def test_varlen_prefill_causal_gqa(arch, num_splits):
     """Prefill-shaped GQA batch (32/8 heads, d 128): arch None takes the Hopper path on sm_90a."""
     qlens, klens = [600, 300, 0, 450], [600, 500, 10, 450]
     hq, hkv, d = 32, 8, 128
-    g = torch.Generator(device="cuda").manual_seed(7)
-    q = torch.randn(sum(qlens), hq, d, generator=g, device="cuda").to(BF16)
-    k = torch.randn(sum(klens), hkv, d, generator=g, device="cuda").to(BF16)
-    v = torch.randn(sum(klens), hkv, d, generator=g, device="cuda").to(BF16)
-    cu_q = torch.tensor([0] + list(np.cumsum(qlens)), dtype=torch.int32, device="cuda")
-    cu_k = torch.tensor([0] + list(np.cumsum(klens)), dtype=torch.int32, device="cuda")
+    q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, 7)
     sinks = make_sinks(hq, 1)
     ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True, sinks=sinks)
     for _ in range(2):                                  # validating path, then the prepared call
@@ -76,11 +72,8 @@ def test_varlen_prefill_causal_gqa(arch, num_splits):
 @pytest.mark.parametrize("arch", ["sm_80", None])
 def test_paged_decode(arch, num_splits):
     """Paged decode (32/8 heads, pages of 16), requests with no key (out 0, lse = the sink)."""
-    rng = np.random.default_rng(5)
     n = 24
-    klens = [int(x) for x in rng.integers(1, 3000, size=n)]
-    klens[3] = klens[10] = 0
-    qlens = [1] * n
+    qlens, klens = decode_lengths(n, seed=5)
     hq, hkv, d = 32, 8, 128
     q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, hq, hkv, d, d, 16, seed=9)
     sinks = make_sinks(hq, 2)
@@ -128,17 +121,7 @@ def test_plan_graph_replays_with_new_sinks(kind):
     hq, hkv, d, ps, cap = 32, 8, 128, 16, 16
     max_ctx = 2048
     max_tq = cap if kind.startswith("decode") else 640
-    max_pages = max_ctx // ps
-    num_pages = cap * max_pages
-    g = torch.Generator(device="cuda").manual_seed(21)
-    kc = torch.randn(num_pages, ps, hkv, d, generator=g, device="cuda").to(BF16)
-    vc = torch.randn_like(kc)
-    q = torch.empty(max_tq, hq, d, device="cuda", dtype=BF16)
-    cu_q = torch.zeros(cap + 1, dtype=torch.int32, device="cuda")
-    used = torch.zeros(cap, dtype=torch.int32, device="cuda")
-    pt = torch.zeros(cap, max_pages, dtype=torch.int32, device="cuda")
-    out = torch.empty(max_tq, hq, d, device="cuda", dtype=BF16)
-    lse = torch.empty(hq, max_tq, device="cuda", dtype=torch.float32)
+    kc, vc, q, cu_q, used, pt, out, lse = plan_buffers(cap, max_tq, hq, hkv, d, ps, max_ctx, cache_seed=21)
     sinks = torch.empty(hq, device="cuda", dtype=torch.float32)
     decode = kind.startswith("decode")
     plan = AttentionPlan(max_batch=cap, num_heads_q=hq, num_heads_kv=hkv, head_dim=d, dtype=BF16,
@@ -150,18 +133,9 @@ def test_plan_graph_replays_with_new_sinks(kind):
     rng = np.random.default_rng(17)
 
     def new_step(seed):
-        batch = int(rng.integers(2, cap + 1))
-        lq = np.zeros(cap, dtype=np.int64)
-        lq[:batch] = 1
-        if not decode:
-            lq[:2] = rng.integers(5, 250, size=2)
-        ctx = np.zeros(cap, dtype=np.int64)
-        ctx[:batch] = lq[:batch] + rng.integers(0, max_ctx - 256, size=batch)
+        batch, lq, ctx = draw_lengths(rng, cap, max_ctx, prefill=not decode)
         ctx[1] = 0 if decode else ctx[1]                  # a decode row with no key
-        perm = rng.permutation(num_pages).reshape(cap, max_pages)
-        cu_q.copy_(torch.tensor(np.concatenate([[0], np.cumsum(lq)]), dtype=torch.int32))
-        used.copy_(torch.tensor(ctx, dtype=torch.int32))
-        pt.copy_(torch.tensor(perm, dtype=torch.int32))
+        write_lengths(rng, lq, ctx, cu_q, used, pt)
         q.copy_(torch.randn(max_tq, hq, d, device="cuda").to(BF16))
         sinks.copy_(make_sinks(hq, seed))
         out.fill_(float("nan"))
@@ -175,23 +149,13 @@ def test_plan_graph_replays_with_new_sinks(kind):
             plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out, sinks=sinks)
 
     new_step(100)
-    run()                                          # warm: validate, prepare, compile
-    run()                                          # the prepared step's fast path
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
+    graph = capture(run)                           # warm (validate, prepare, compile; the fast path), capture
     for i in range(4):
         batch, tq = new_step(200 + i)
-        graph.replay()
-        torch.cuda.synchronize()
+        replay(graph)
         k, v, cu_k = gather_paged(kc, vc, pt[:batch], used[:batch])
         ref, ref_lse = attention_reference(q[:tq], k, v, cu_q[: batch + 1], cu_k, causal=True, sinks=sinks)
-        r = ref.to(BF16).double()
-        err = (out[:tq].double() - r).abs()
-        assert not torch.isnan(out[:tq]).any()
-        assert (err <= 1.6e-2 + 1.6e-2 * r.abs()).all(), f"max err {err.max().item():.3e}"
-        assert torch.isnan(out[tq:]).all(), "rows past the batch's tokens must not be written"
+        check_rows(out, ref, tq, 1.6e-2)
         if decode:
             fin = torch.isfinite(ref_lse)
             assert torch.equal(torch.isneginf(lse[:, :tq]), ~fin)

@@ -20,16 +20,16 @@ import torch
 import kernelgen
 from kernelgen.apps import variant_examples as X
 from kernelgen.apps.reference import attention_reference, gather_paged
-from kernelgen.front import api
 from kernelgen.front.plan import AttentionPlan
 from kernelgen.launch import fused
 
+from gpu_helpers import (HOPPER, capture, check, decode_lengths, draw_lengths, make_packed,  # noqa: E402
+                         plan_buffers, prepared, replay, write_lengths)
 from test_fused_gpu import mixed_lengths  # noqa: E402 (tests/gpu is on sys.path)
-from test_paged_decode_gpu import check, make_paged  # noqa: E402
+from test_paged_decode_gpu import make_paged  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 BF16 = torch.bfloat16
-HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 ARCHS = ["sm_80", "sm_90a"]
 
 
@@ -37,10 +37,6 @@ def _arch(arch):
     if arch == "sm_90a" and not HOPPER:
         pytest.skip("the Hopper mainloop needs an sm_90a device")
     return arch
-
-
-def prepared():
-    return api._CALLS._last[1]
 
 
 def make(name, hq, qlens, klens, seed=0):
@@ -71,16 +67,6 @@ def make(name, hq, qlens, klens, seed=0):
     raise AssertionError(name)
 
 
-def _packed(qlens, klens, hq, hkv, d, seed):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    q = torch.randn(sum(qlens), hq, d, generator=g, device="cuda").to(BF16)
-    k = torch.randn(sum(klens), hkv, d, generator=g, device="cuda").to(BF16)
-    v = torch.randn(sum(klens), hkv, d, generator=g, device="cuda").to(BF16)
-    cu_q = torch.tensor([0] + list(np.cumsum(qlens)), dtype=torch.int32, device="cuda")
-    cu_k = torch.tensor([0] + list(np.cumsum(klens)), dtype=torch.int32, device="cuda")
-    return q, k, v, cu_q, cu_k
-
-
 def _builtin_kw(name, variant):
     """The built-in arguments an example equals (None for the others)."""
     if name == "alibi":
@@ -98,7 +84,7 @@ def test_varlen_prefill(name, arch, num_splits):
     arch = _arch(arch)
     qlens, klens = [600, 300, 0, 450, 77], [600, 500, 10, 450, 77]
     hq, hkv, d = 16, 4, 128
-    q, k, v, cu_q, cu_k = _packed(qlens, klens, hq, hkv, d, 7)
+    q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, 7)
     var, sm, mm, causal = make(name, hq, qlens, klens, seed=1)
     ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=causal, score_mod=sm, mask_mod=mm)
     for _ in range(2):                                  # validating path, then the prepared call
@@ -125,11 +111,8 @@ def test_varlen_prefill(name, arch, num_splits):
 def test_paged_decode(name, arch, num_splits):
     """Paged decode (32/8 heads, pages of 16), automatic and forced splits, requests with no key."""
     arch = _arch(arch)
-    rng = np.random.default_rng(5)
     n = 20
-    klens = [int(x) for x in rng.integers(1, 3000, size=n)]
-    klens[3] = klens[10] = 0
-    qlens = [1] * n
+    qlens, klens = decode_lengths(n, seed=5)
     hq, hkv, d = 32, 8, 128
     q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, hq, hkv, d, d, 16, seed=9)
     var, sm, mm, causal = make(name, hq, qlens, klens, seed=2)
@@ -156,7 +139,7 @@ def test_decode_pack_gqa(name, max_q):
     qlens = [max_q] * n
     klens = [int(x) + max_q for x in rng.integers(0, 2000, size=n)]
     hq, hkv, d = 32, 4, 128
-    q, k, v, cu_q, cu_k = _packed(qlens, klens, hq, hkv, d, 5)
+    q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, 5)
     var, sm, mm, causal = make(name, hq, qlens, klens, seed=3)
     out = torch.full((q.shape[0], hq, d), float("nan"), dtype=BF16, device="cuda")
     o, lse = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max_q, max(klens), causal=causal, return_lse=True,
@@ -201,7 +184,7 @@ def test_fully_masked_rows(arch, num_splits):
     arch = _arch(arch)
     qlens, klens = [300, 129, 1], [700, 129, 900]
     hq, hkv, d = 8, 2, 128
-    q, k, v, cu_q, cu_k = _packed(qlens, klens, hq, hkv, d, 8)
+    q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, 8)
     var = kernelgen.Variant(mask_mod="q_idx % 2 == 0")
     out = torch.full((q.shape[0], hq, d), float("nan"), dtype=BF16, device="cuda")
     o, lse = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), causal=True, return_lse=True,
@@ -220,17 +203,7 @@ def test_plan_graph_replays_with_new_tensor_values(name):
     the kernels read them at replay.  Rows past the batch stay NaN."""
     hq, hkv, d, ps, cap = 32, 8, 128, 16, 16
     max_ctx = 2048
-    max_pages = max_ctx // ps
-    num_pages = cap * max_pages
-    g = torch.Generator(device="cuda").manual_seed(21)
-    kc = torch.randn(num_pages, ps, hkv, d, generator=g, device="cuda").to(BF16)
-    vc = torch.randn_like(kc)
-    q = torch.empty(cap, hq, d, device="cuda", dtype=BF16)
-    cu_q = torch.zeros(cap + 1, dtype=torch.int32, device="cuda")
-    used = torch.zeros(cap, dtype=torch.int32, device="cuda")
-    pt = torch.zeros(cap, max_pages, dtype=torch.int32, device="cuda")
-    out = torch.empty(cap, hq, d, device="cuda", dtype=BF16)
-    lse = torch.empty(hq, cap, device="cuda", dtype=torch.float32)
+    kc, vc, q, cu_q, used, pt, out, lse = plan_buffers(cap, cap, hq, hkv, d, ps, max_ctx, cache_seed=21)
     var, _, _, causal = make(name, hq, [1] * cap, [max_ctx] * cap, seed=5)
     plan = AttentionPlan(max_batch=cap, num_heads_q=hq, num_heads_kv=hkv, head_dim=d, dtype=BF16,
                          max_total_q=cap, max_seqlen_q=1, max_seqlen_k=max_ctx, paged=True, causal=causal,
@@ -239,15 +212,8 @@ def test_plan_graph_replays_with_new_tensor_values(name):
     rng = np.random.default_rng(17)
 
     def new_step(seed):
-        batch = int(rng.integers(2, cap + 1))
-        lq = np.zeros(cap, dtype=np.int64)
-        lq[:batch] = 1
-        ctx = np.zeros(cap, dtype=np.int64)
-        ctx[:batch] = 1 + rng.integers(0, max_ctx - 1, size=batch)
-        perm = rng.permutation(num_pages).reshape(cap, max_pages)
-        cu_q.copy_(torch.tensor(np.concatenate([[0], np.cumsum(lq)]), dtype=torch.int32))
-        used.copy_(torch.tensor(ctx, dtype=torch.int32))
-        pt.copy_(torch.tensor(perm, dtype=torch.int32))
+        batch, lq, ctx = draw_lengths(rng, cap, max_ctx, ctx_high=max_ctx - 1)
+        write_lengths(rng, lq, ctx, cu_q, used, pt)
         q.copy_(torch.randn(cap, hq, d, device="cuda").to(BF16))
         fresh, sm, mm, _ = make(name, hq, list(lq), list(ctx), seed=seed)   # new values, same tensors
         for tname, t in var.tensors.items():
@@ -260,16 +226,10 @@ def test_plan_graph_replays_with_new_tensor_values(name):
         plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out, lse=lse)
 
     new_step(100)
-    run()                                          # warm: validate, prepare, compile
-    run()                                          # the prepared step's fast path
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
+    graph = capture(run)                           # warm (validate, prepare, compile; the fast path), capture
     for i in range(3):
         batch, sm, mm = new_step(200 + i)
-        graph.replay()
-        torch.cuda.synchronize()
+        replay(graph)
         k, v, cu_k = gather_paged(kc, vc, pt[:batch], used[:batch])
         ref, ref_lse = attention_reference(q[:batch], k, v, cu_q[: batch + 1], cu_k, causal=causal, score_mod=sm,
                                            mask_mod=mm)
