@@ -206,6 +206,25 @@ def test_hopper_strided_views():
     check(q, k, v, cu, cu, causal=True)
 
 
+@pytest.mark.parametrize("opts", ["", "p", "pr", "s"])
+def test_hopper_three_warpgroups(monkeypatch, opts):
+    """Head dim 64's 192-row tile (three consumer warpgroups, the ping-pong's turn passed round
+    robin) with each mainloop variant, on ragged batches with partial last tiles (rows past a
+    request's end, 192 not dividing the lengths), causal and not."""
+    monkeypatch.delenv("KERNELGEN_SM90_OPTS", raising=False)
+    monkeypatch.setattr(heuristics, "SM90_OPTS", opts)
+    assert heuristics.sm90_tile(64, 64).num_warps == 12
+    api.clear_signature_cache()
+    try:
+        for causal in (False, True):
+            qlens, klens = ragged(23)
+            q, k, v, cu_q, cu_k = make_batch(qlens, klens, 8, 2, 64, torch.bfloat16, 9)
+            check(q, k, v, cu_q, cu_k, causal=causal)
+            assert "_m192n128w12" in api._CALLS._last[1].attn.name
+    finally:
+        api.clear_signature_cache()
+
+
 @pytest.mark.parametrize("opts,stages,bn", [("", 2, 128), ("h", 2, 128), ("s", 2, 128), ("hp", 2, 128),
                                             ("pr", 2, 128), ("p", 3, 128), ("p", 2, 192)])
 def test_hopper_mainloop_options(monkeypatch, opts, stages, bn):
