@@ -66,7 +66,7 @@ def transpose_v8(land, nb, dv, valid, nthr=128):
     permutes and stmatrix.x4 (lane l: row address of matrix l >> 3; register m to row l >> 2 of
     matrix m, bytes 4 (l & 3)..).  Returns V^T (99 where nothing was written) and the worst
     bank-conflict ways of the ldmatrix and stmatrix phases."""
-    vt = np.full(nb // 128 * dv * 128, 99, dtype=np.int64)
+    vt = np.full(-(-nb // 128) * dv * 128, 99, dtype=np.int64)    # whole 128-key column blocks
     ng, nc, nw = nb // 32, dv // 16, nthr // 32
     worst_ld = worst_st = 0
     for w in range(nw):
@@ -124,7 +124,7 @@ def test_transpose_v8_zeroes_keys_past_valid():
         assert got == (list(V[key]) if key < valid else [0] * dv), (p, key)
 
 
-@pytest.mark.parametrize("nb,dv", [(128, 128), (256, 128), (128, 64), (128, 256)])
+@pytest.mark.parametrize("nb,dv", [(128, 128), (256, 128), (128, 64), (128, 256), (192, 128)])
 def test_packed_p_times_transposed_v_is_p_v(nb, dv):
     rng = np.random.default_rng(nb)
     P = rng.integers(-4, 5, size=(16, nb)).astype(np.float64)      # one warp's 16 rows (exact values)
@@ -262,3 +262,22 @@ def test_the_dispatched_tensor_core_variants_compile(d, mask, paged, splits):
         lines = text.splitlines()
         release = next(i for i, x in enumerate(lines) if "USETMAXREG.DEALLOC" in x)
         assert all(i > release for i, x in enumerate(lines) if "STL" in x or "LDL" in x)
+
+
+def test_a_192_key_tensor_core_tile_compiles():
+    """Key blocks that are not a multiple of 128 (here 192 at head dim 128, FlashAttention-3's FP8
+    blocks are 224 there): V^T keeps whole 128-key column blocks (the second half used; the smem
+    formula counts them), Q K^T is one n192 wgmma, P V six k32 steps; compiles for sm_90a without
+    spills (causal), and a 96-key block is refused."""
+    from kernelgen.jit import sass
+    from kernelgen.kernels.spec import AttentionSpec, TileConfig
+    a = AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa", TileConfig(128, 192, 8, 2, 1), mainloop="sm90a",
+                      sm90_opts="p", kv_dtype="e4m3", fp8_mma=True)
+    assert a.smem_bytes() == 128 * 128 + 2 * 128 * 256 + a.land_stages * 192 * 256 + 256 + 1024
+    res = compiler.compile_cubin(render.render(a), "sm_90a", compiler.default_options("sm_90a"), a.entry)
+    assert res.resources["spill_stores"] == 0 and res.resources["spill_loads"] == 0, res.resources
+    text = sass.disassemble(res.cubin, sass.find_nvdisasm())
+    assert "QGMMA.64x192x32.F32.E4M3.E4M3" in text and "QGMMA.64x128x32.F32.E4M3.E4M3" in text
+    with pytest.raises(ValueError, match="key blocks of 128 or more"):
+        AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa", TileConfig(128, 96, 8, 2, 1), mainloop="sm90a",
+                      sm90_opts="p", kv_dtype="e4m3", fp8_mma=True)

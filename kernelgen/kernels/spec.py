@@ -223,8 +223,9 @@ class AttentionSpec:
             if getattr(self, flag):
                 return flag
         if self.fp8_mma and (not self.kv_dtype or self.head_dim != self.head_dim_v or self.head_dim % 64
-                             or t.block_n % 128):
-            return "fp8_mma needs kv_dtype, head_dim == head_dim_v a multiple of 64 and 128-key blocks"
+                             or t.block_n % 64 or t.block_n < 128):
+            return ("fp8_mma needs kv_dtype, head_dim == head_dim_v a multiple of 64 and key blocks of 128 or more, "
+                    "a multiple of 64")
         if self.kv_dtype and (self.alibi or self.variant is not None or "g" in self.sm90_opts):
             return (f"kv_dtype {self.kv_dtype!r} with ALiBi, a user variant or gathered rows (option 'g'): "
                     f"those FP8 calls run on the sm_80 mainloop")
@@ -289,8 +290,9 @@ class AttentionSpec:
         t = self.tile
         if self.mainloop == "sm90a":
             dp, dvp = sm90_padded(self.head_dim), sm90_padded(self.head_dim_v)
-            if self.fp8_mma:   # Q8, V^T slots, landing stages (K read there)
-                return dp * t.block_m + t.num_stages * dvp * t.block_n + self.land_stages * t.block_n * (dp + dvp) \
+            if self.fp8_mma:   # Q8, V^T slots (whole 128-key column blocks), landing stages (K read there)
+                vt_keys = -(-t.block_n // 128) * 128
+                return dp * t.block_m + t.num_stages * dvp * vt_keys + self.land_stages * t.block_n * (dp + dvp) \
                     + 256 + 1024
             ring = 2 * (dp * (t.block_m + t.num_stages * t.block_n) + dvp * t.num_stages * t.block_n) + 256 + 1024
             return ring + self.land_stages * t.block_n * (dp + dvp)

@@ -505,7 +505,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                                                            local=mask == "local", split=True) is None:
                 continue   # the entry takes no split-KV: the call's usual tile (and its own split bound)
             mma8 = bool(SM90_FP8_MMA and q_dtype and kv_dtype and head_dim == head_dim_v and head_dim % 64 == 0
-                        and t.block_n % 128 == 0)
+                        and t.block_n % 64 == 0 and t.block_n >= 128)
             attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, split=split, paged=paged,
                                  softcap=softcap, mainloop="sm90a", sm90_opts=opts, alibi=alibi, variant=variant,
                                  kv_dtype=kv_dtype, fp8_mma=mma8)

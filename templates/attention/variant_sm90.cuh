@@ -62,8 +62,8 @@ constexpr int LAND = {{ v.get("land_stages", 0) }};
 // 1-3 into an FP8 V^T ring (transpose_v8), P packed to e4m3 (pack_p8) for O += P V^T on FP8 wgmma.
 // LAND == STAGES: landing slot and V^T slot share the consumers' pipeline position.
 constexpr bool FP8_MMA = {{ "true" if v.get("fp8_mma") else "false" }};
-static_assert(!FP8_MMA || (FP8 && LAND == STAGES && D == DV_OUT && D % 64 == 0 && BN % 128 == 0),
-              "FP8 wgmma: head dims multiple of 64, 128-key blocks, one landing stage a ring slot");
+static_assert(!FP8_MMA || (FP8 && LAND == STAGES && D == DV_OUT && D % 64 == 0 && BN % 64 == 0 && BN >= 128),
+              "FP8 wgmma: head dims multiple of 64, key blocks of 128 or more (multiples of 64), one landing stage a ring slot");
 constexpr int NCONV = 96;
 static_assert(!FP8 || (!GATHER && LAND >= 1), "FP8 K/V: TMA landing stages, no row gathering");
 static_assert(!GATHER || PAGED, "row gathering is for paged K/V");
@@ -87,7 +87,8 @@ constexpr int Q_HALF = BM * (FP8_MMA ? 64 : 128);    // FP8 q: 64-byte boxes, 64
 constexpr int KV_HALF = BN * 128;
 constexpr int Q_BYTES = BM * DP * (FP8_MMA ? 1 : 2);
 constexpr int K_BYTES = FP8_MMA ? 0 : BN * DP * 2;     // FP8_MMA: K is read from the landing stage
-constexpr int V_BYTES = FP8_MMA ? DV * BN : BN * DV * 2;   // FP8_MMA: a V^T slot (DV rows of BN keys)
+constexpr int VT_KEYS = (BN + 127) / 128 * 128;           // FP8_MMA: V^T rows hold whole 128-key column blocks
+constexpr int V_BYTES = FP8_MMA ? DV * VT_KEYS : BN * DV * 2;   // FP8_MMA: a V^T slot (DV rows of BN keys)
 constexpr int VT_HALF = DV * 128;                      // FP8_MMA: a V^T column block of 128 keys
 constexpr int PA_N = FP8_MMA ? BN / 32 : BN / 16;      // P's A fragments: k32 (FP8) or k16 steps
 constexpr int OFF_K = Q_BYTES;

@@ -91,7 +91,7 @@ __device__ __forceinline__ void transpose_unit(u32 ld, u32 st, u32 sel_a, u32 se
 
 template <int NK, int ND>
 __device__ __forceinline__ void transpose_v8(u32 vt, u32 land, int tid, int nthr, int valid) {
-  static_assert(NK % 128 == 0 && ND % 64 == 0, "V^T blocks of 128 keys, 64-dim landing blocks");
+  static_assert(NK % 64 == 0 && NK >= 128 && ND % 64 == 0, "V^T blocks of 128 keys (the last may hold 64), 64-dim landing blocks");
   constexpr int NG = NK / 32, NC = ND / 16;
   // the lane's constants are recomputed per block (a dozen instructions) rather than hoisted out of
   // the caller's block loop, where they would stay live beside its state (the d 256 producer's 24
