@@ -878,6 +878,9 @@ def test_sanitize_cases_cover_kernel_families():
     assert any(s.kind == "combine" for s in specs)
     assert {s.layout for s in specs if s.kind == "scheduler"} == {"soa", "aos"}
     assert any(s.tile.block_m == 128 and s.mask == "causal" and not s.paged for s in attn)   # prefill
+    # head dim 64 on sm_90a: 192 rows in three consumer warpgroups, 16-bit and FP8 tensor-core
+    assert any(s.tile.block_m == 192 and s.tile.num_warps == 12 and not s.kv_dtype for s in attn)
+    assert any(s.tile.block_m == 192 and s.fp8_mma for s in attn)
     assert any(s.tile.block_m == 16 and s.pack_gqa and s.paged and s.split for s in attn)   # decode + combine
     assert any(s.mask == "local" and s.softcap for s in attn)
     assert any(s.tile.block_m == 64 for s in attn)
@@ -893,7 +896,8 @@ def test_sanitize_cases_cover_kernel_families():
     # FP8 q: the causal packed GQA prefill at d 128 on the FP8 tensor-core variant, the paged
     # decode on a converted q (the FP8-cache decode kernel of the output dtype)
     fp8q = {n: c for n, c in fuzz.sanitize_cases() if c["q_fp8"]}
-    assert sorted(fp8q) == ["fp8q_decode_paged_converted", "fp8q_prefill_causal_packed_gqa"]
+    assert sorted(fp8q) == ["fp8q_decode_paged_converted", "fp8q_prefill_causal_packed_gqa",
+                            "fp8q_prefill_d64_three_warpgroups"]
     for name, c in fp8q.items():
         inp = fuzz.build_inputs(c, "meta")
         assert inp["q"].dtype == torch.float8_e4m3fn and inp["kwargs"]["q_descale"].shape == (len(c["qlens"]),

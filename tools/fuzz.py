@@ -1122,6 +1122,12 @@ def sanitize_cases() -> list:
             seed=116, dtype="bf16", head_dim=128, head_dim_v=128, num_heads_q=8, num_heads_kv=2,
             qlens=[1, 1, 0, 1], klens=[700, 0, 9, 65], kv="paged", page_size=16, spare_pages=2, num_splits=3,
             pack_gqa=True, causal=True, mask="causal", kv_dtype="e5m2", q_fp8=True, out_given=False)),
+        # the d 64 FP8 tensor-core kernel on sm_90a: 192 query rows in three consumer warpgroups
+        # (round-robin ping-pong), V^T transposed 16-dim chunk by chunk by the three producer warps
+        ("fp8q_prefill_d64_three_warpgroups", case(
+            seed=117, dtype="bf16", head_dim=64, head_dim_v=64, num_heads_q=4, num_heads_kv=2,
+            qlens=[130, 0, 50], klens=[200, 9, 50], causal=True, mask="causal", pad_rows=2, kv_dtype="e4m3",
+            q_fp8=True)),
         ("scheduler_sort_many_requests", case(
             seed=107, dtype="bf16", head_dim=64, head_dim_v=64, num_heads_q=2, num_heads_kv=1,
             qlens=[(i * 7) % 9 for i in range(40)], klens=[(i * 11) % 17 for i in range(40)], causal=True,
