@@ -31,6 +31,12 @@ class CompileError(RuntimeError):
 
 #: Extra NVRTC options of user-variant kernels: a snippet body that can end without returning
 #: (NVRTC's warning 940, "missing return statement") is an error, not a kernel that returns garbage.
+#: No faster-compile option is among them (docs/dev/perf-log.md, "First call of a user variant:
+#: where the compile time goes (CPU)"): on the Hopper variant kernel, the options that keep its
+#: SASS (``-lineinfo`` off, ``-Xptxas -O2``, ``--minimal``, ``--split-compile``) save at most 1.7 %
+#: of NVRTC's work, and ``--Ofast-compile=mid|max`` (-54 / -65 %) give up the unrolled wgmma loop
+#: and ``setmaxnreg``.  They also leave NVRTC 13.0 changed: after one ``--Ofast-compile=max``
+#: compile, later compiles in the process, with unchanged options and cache keys, give other SASS.
 VARIANT_OPTIONS = ("--diag-error=940",)
 
 _SNIPPET_DIAG = re.compile(r"^(score_mod|mask_mod|kv_range)\((\d+)\)")
