@@ -962,3 +962,22 @@ def test_head_dim_64_call_and_plan_launch_the_192_row_tile(fake_cuda, monkeypatc
     assert fake_cuda.launches[1].maps()[0][3] == (64, 1, 192)
     f = fake_cuda.launches[0].fields()
     assert (f["block_m"], f["block_n"], f["max_splits"]) == (192, 128, bound)
+
+
+def test_every_hopper_register_split_fits_the_pool_of_its_warp_count():
+    """Every (producer, consumer) split of the AttentionSpec tables, for each consumer warp count
+    (8: 384 threads, 12: 512), is a multiple of 8 that setmaxnreg takes (24..256) and fits the
+    65536 registers ptxas gives the CTA at launch (65536 / threads a thread); check_register_pool
+    refuses a 12-warp kernel compiled with fewer than 128 registers a thread."""
+    from kernelgen.jit import runtime
+    for table in (AttentionSpec.SM90_REGS, AttentionSpec.SM90_REGS_PAGED, AttentionSpec.SM90_REGS_GATHER,
+                  AttentionSpec.SM90_REGS_FP8, AttentionSpec.SM90_REGS_FP8_MMA_SMALL,
+                  AttentionSpec.SM90_REGS_FP8_MMA_LARGE):
+        for warps, (p, c) in table.items():
+            assert warps in (8, 12) and p % 8 == 0 and c % 8 == 0 and 24 <= p <= c <= 256, (table, warps)
+            assert 128 * p + 32 * warps * c <= 65536, (table, warps)
+    s = sm90(d=64, mask="causal", opts="p")
+    assert s.tile.num_warps == 12 and s.num_threads == 512
+    runtime.check_register_pool(s, {"registers": 128})
+    with pytest.raises(RuntimeError, match="wait forever"):
+        runtime.check_register_pool(s, {"registers": 120})
