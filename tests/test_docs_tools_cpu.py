@@ -188,6 +188,33 @@ def test_warm_gpu_tests_lists_the_hopper_test_kernels():
     assert r.stdout.split() == names
 
 
+def test_warm_gpu_tests_lists_the_three_warpgroup_kernels_of_each_mainloop_option():
+    """tests/gpu/test_hopper_gpu.py's test_hopper_three_warpgroups runs head dim 64's 192-row tile
+    (three consumer warpgroups) with the options "", "p", "pr" and "s" on its ragged batch: the
+    warmer lists every kernel the dispatcher picks for those calls (it had the default "p" only)."""
+    import numpy as np
+
+    sys.path.insert(0, str(REPO / "tools"))
+    try:
+        import warm_gpu_tests
+    finally:
+        sys.path.pop(0)
+    from kernelgen.selection import heuristics
+
+    rng = np.random.default_rng(23)   # test_hopper_gpu.ragged(23)
+    qlens = [int(x) for x in rng.integers(1, 400, size=6)]
+    klens = [int(x) for x in rng.integers(1, 520, size=6)]
+    qlens[1], klens[2], (qlens[3], klens[3]), (qlens[4], klens[4]) = 0, 0, (300, 70), (129, 257)
+    specs = set(warm_gpu_tests.specs())
+    for opts in ("", "p", "pr", "s"):
+        for mask in ("none", "causal"):
+            v = heuristics.choose("sm_90a", "bf16", 64, 64, num_heads_q=8, num_heads_kv=2, mask=mask,
+                                  max_seqlen_q=max(qlens), max_seqlen_k=max(klens), mainloop="sm90a", sm90_opts=opts)
+            assert v.attention.tile.num_warps == 12, v.attention.name
+            for s in (v.scheduler, v.attention, v.combine):
+                assert s is None or s in specs, s.name
+
+
 def test_warm_gpu_tests_follows_kernelgen_sm90_opts(monkeypatch):
     """With KERNELGEN_SM90_OPTS set (a tuning run of the GPU tests), the dispatcher picks Hopper
     kernels with those options; the warmer compiles those, as the flat package's warmers did (they

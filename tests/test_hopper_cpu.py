@@ -925,3 +925,59 @@ def test_paged_tma_sass_lane0_expect_tx_then_warp_sync_then_boxes(d, tile, fused
             assert any(x.startswith("@") and "SYNCS.ARRIVE.TRANS64" in x for x in since_wait), since_wait
             assert any("BRA.DIV" in x or "WARPSYNC" in x for x in since_wait), since_wait
     assert n4d == 2 * (d // 64), n4d
+
+
+def test_head_dim_64_call_and_plan_launch_the_192_row_tile(fake_cuda, monkeypatch):
+    """Head dim 64's 192-row tile (three consumer warpgroups) through the launch layers: 512
+    threads, a Q box of 192 rows, the scheduler's block_m 192 (tiles of 192 rows), the split bound
+    counted in 192-row blocks; the same in a plan, whose split-KV partials are sized by tokens."""
+    from fake_cuda import make_plan
+
+    T192 = TileConfig(192, 128, 12, 2, 1)
+    q, k, v, cu_q, cu_k = prefill_inputs(d=64)
+    kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400, causal=True)
+    assert api._CALLS._last[1].attn.name.endswith("_" + T192.tag)
+    assert fake_cuda.kinds() == ["scheduler", "attention_sm90"]
+    launch = fake_cuda.launches[1]
+    assert launch.block == (512, 1, 1) and launch.smem == sm90(d=64).smem_bytes()
+    assert launch.maps()[0][1:] == ((64, 8, 429), (128, 8 * 128), (64, 1, 192))
+    assert launch.maps()[1][3] == (64, 1, 128)
+    assert fake_cuda.launches[0].fields()["block_m"] == 192
+    # a long context: split-KV with the bound FlashAttention-3's rule gives 8 heads x 2 m-blocks of 192 rows
+    plan = make_plan(monkeypatch, max_batch=2, num_heads_q=8, num_heads_kv=2, head_dim=64, max_total_q=400,
+                     max_seqlen_q=300, max_seqlen_k=65536, causal=True)
+    assert plan.hopper and plan.attn_spec.tile == T192 and plan.attn_spec.split and plan.combine is not None
+    bound = heuristics.num_splits_heuristic(8 * 2, 65536 // 128, 132)
+    assert plan.recipe.variants.max_splits == bound > 1
+    assert plan.split.out_accum.shape == (bound, 8, 400, 64) and plan.split.row_splits.shape == (400,)
+    fake_cuda.clear()
+    lens, klens = (300, 100), (65536, 9000)
+    q = torch.randn(sum(lens), 8, 64).to(BF16)
+    k = torch.randn(sum(klens), 2, 64).to(BF16)
+    cu_q = torch.tensor([0, 300, 400], dtype=torch.int32)
+    cu_k = torch.tensor([0, 65536, 65536 + 9000], dtype=torch.int32)
+    plan.run(q, k, k, cu_q, cu_k)
+    assert fake_cuda.kinds() == ["scheduler", "attention_sm90", "combine"]
+    assert fake_cuda.launches[1].block == (512, 1, 1)
+    assert fake_cuda.launches[1].maps()[0][3] == (64, 1, 192)
+    f = fake_cuda.launches[0].fields()
+    assert (f["block_m"], f["block_n"], f["max_splits"]) == (192, 128, bound)
+
+
+def test_every_hopper_register_split_fits_the_pool_of_its_warp_count():
+    """Every (producer, consumer) split of the AttentionSpec tables, for each consumer warp count
+    (8: 384 threads, 12: 512), is a multiple of 8 that setmaxnreg takes (24..256) and fits the
+    65536 registers ptxas gives the CTA at launch (65536 / threads a thread); check_register_pool
+    refuses a 12-warp kernel compiled with fewer than 128 registers a thread."""
+    from kernelgen.jit import runtime
+    for table in (AttentionSpec.SM90_REGS, AttentionSpec.SM90_REGS_PAGED, AttentionSpec.SM90_REGS_GATHER,
+                  AttentionSpec.SM90_REGS_FP8, AttentionSpec.SM90_REGS_FP8_MMA_SMALL,
+                  AttentionSpec.SM90_REGS_FP8_MMA_LARGE):
+        for warps, (p, c) in table.items():
+            assert warps in (8, 12) and p % 8 == 0 and c % 8 == 0 and 24 <= p <= c <= 256, (table, warps)
+            assert 128 * p + 32 * warps * c <= 65536, (table, warps)
+    s = sm90(d=64, mask="causal", opts="p")
+    assert s.tile.num_warps == 12 and s.num_threads == 512
+    runtime.check_register_pool(s, {"registers": 128})
+    with pytest.raises(RuntimeError, match="wait forever"):
+        runtime.check_register_pool(s, {"registers": 120})

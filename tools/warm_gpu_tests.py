@@ -66,7 +66,8 @@ def _mixed(dt, d, **kw) -> list:
 
 def head_dim_specs() -> list:
     """test_hopper_matrix / _wide_head_dims (every head-dim pair, both dtypes, masks and layouts),
-    test_hopper_mainloop_options (the mainloop variants at d 128), the d-256 tiles, and the sm_80
+    test_hopper_mainloop_options (the mainloop variants at d 128), test_hopper_three_warpgroups (d 64's
+    192-row tile with each option), the d-256 tiles, and the sm_80
     path's kernels of the causal 2 x 16 x 4096 shape at each head-dim pair (the sm_80 comparisons
     of the tests and of the bench's ``kernelgen_sm80`` column)."""
     out = [SchedulerSpec(ARCH, lay) for lay in ("soa", "aos")]
@@ -78,6 +79,11 @@ def head_dim_specs() -> list:
                        ("p", TileConfig(128, 192, 8, 2, 1))]:
         for mask in ("none", "causal"):
             out.append(AttentionSpec(ARCH, "bf16", 128, 128, mask, "soa", tile, mainloop="sm90a", sm90_opts=opts))
+    # test_hopper_three_warpgroups: d 64's 192-row tile with each option (ragged(23): 300 / 443 tokens at most)
+    for opts, mask in itertools.product(("", "p", "pr", "s"), ("none", "causal")):
+        v = heuristics.choose(ARCH, "bf16", 64, 64, num_heads_q=8, num_heads_kv=2, mask=mask, max_seqlen_q=300,
+                              max_seqlen_k=443, num_sms=132, mainloop="sm90a", sm90_opts=opts)
+        out += [s for s in (v.attention, v.combine) if s is not None]
     t256 = heuristics.sm90_tile(256, 256)
     for opts, tile in [("", t256), ("p", TileConfig(128, 64, 8, 2, 1))]:
         out.append(AttentionSpec(ARCH, "bf16", 256, 256, "causal", "soa", tile, mainloop="sm90a", sm90_opts=opts))

@@ -105,8 +105,8 @@ def check_register_pool(spec, resources: dict) -> None:
     """Raise RuntimeError when a Hopper kernel's registers at launch (ptxas's count x threads)
     cannot cover what its warpgroups ask for after ``setmaxnreg`` (128 x producer + the other
     threads x consumer): ``setmaxnreg.inc`` would then wait for registers forever.  ptxas gives
-    these kernels 168 a thread (``__launch_bounds__(384, 1)``); the check guards against a
-    compiler that gives fewer."""
+    these kernels 65536 / threads a thread (``__launch_bounds__(threads, 1)``: 168 with two consumer
+    warpgroups, 128 with three); the check guards against a compiler that gives fewer."""
     budget = register_budget(spec)
     regs = resources.get("registers")
     if budget is None or regs is None:

@@ -34,9 +34,10 @@ LAYOUTS = ("soa", "aos")
 MAINLOOPS = ("sm80", "sm90a")
 #: Option letters of the Hopper mainloop (``AttentionSpec.sm90_opts``): "s" serial (no overlap of
 #: the softmax with the next block's Q K^T inside a warpgroup), "h" P V issued as 64-column halves,
-#: "p" ping-pong of the two consumer warpgroups' GEMM issue (not with "s"), "r" rescale O only
-#: when a row's max grew, "g" paged K/V gathered row by row by the four producer warps (cp.async;
-#: any page size) instead of TMA boxes inside one page (page_size a multiple of block_n).
+#: "p" ping-pong of the consumer warpgroups' GEMM issue (round robin over two or three; not with
+#: "s"), "r" rescale O only when a row's max grew, "g" paged K/V gathered row by row by the four
+#: producer warps (cp.async; any page size) instead of TMA boxes inside one page (page_size a
+#: multiple of block_n).
 SM90_OPTS = "ghprs"
 _SM90_OPT_NAMES = {"g": "gather", "h": "pvhalves", "p": "pingpong", "r": "lazyrescale", "s": "serial"}
 #: Head dims of the Hopper path (head_dim == head_dim_v).
@@ -171,8 +172,9 @@ class AttentionSpec:
     #: 192-row tile: FlashAttention-3's at head dim 64) consumer warpgroups share 64 K registers.
     SM90_REGS: ClassVar[dict] = {8: (24, 240), 12: (24, 160)}
     #: The same for a paged cache: TMA boxes page by page (the producer looks pages up) and, with
-    #: option "g", rows gathered by the whole producer warpgroup.  A CTA starts with 168 x 384
-    #: registers (__launch_bounds__(384, 1)): 128 * producer + 256 * consumer must not exceed that.
+    #: option "g", rows gathered by the whole producer warpgroup.  A CTA starts with 65536 / threads
+    #: registers a thread (__launch_bounds__(threads, 1): 168 x 384 with 8 consumer warps, 128 x 512
+    #: with 12): 128 * producer + 32 * warps * consumer must not exceed that (multiples of 8).
     SM90_REGS_PAGED: ClassVar[dict] = {8: (40, 232), 12: (40, 152)}
     SM90_REGS_GATHER: ClassVar[dict] = {8: (56, 224), 12: (56, 152)}
     #: An FP8 K/V cache (``kv_dtype``): producer warps 1-3 convert the landing stages.

@@ -6,8 +6,9 @@ where the pre-compile step and the launch path each had their own rule).  ``spec
 
 Tile classes, by query rows per request tile (``max_seqlen_q`` times the pack-GQA factor):
 ``decode`` (<= 16 rows: one warp of 16 rows, many CTAs per SM, memory-bound), ``mid`` (<= 64) and
-``prefill`` (FlashAttention-2 style 128-row tiles).  Every tile compiles with no register spills
-(tests/test_compile_matrix.py) and fits the arch's shared memory.
+``prefill`` (FlashAttention-2 style 128-row tiles; the Hopper path's ``sm90_tile``: 192 rows at head
+dim 64).  Every tile compiles with no register spills (tests/test_compile_matrix.py) and fits the
+arch's shared memory.
 
 Mainloop: on sm_90a, prefill-class calls the Hopper path supports (``sm90_unsupported``) take the
 wgmma/TMA kernel (``mainloop="sm90a"``, the head dims' tile ``sm90_tile``, options
@@ -231,11 +232,11 @@ def sm90_tile(head_dim: int, head_dim_v: int, paged: bool = False, kv_dtype: str
     return two_warpgroups(t) if paged or kv_dtype or heavy else t
 
 #: The Hopper mainloop's options (``AttentionSpec.sm90_opts``) the dispatcher uses: "p", the
-#: two consumer warpgroups' GEMMs in ping-pong (H200, docs/dev/perf-log.md "Hopper path": 648 vs
-#: 580 TFLOP/s without it on the causal 16k shape; P V over the whole head dim, softmax
-#: overlapped with the next block's Q K^T).  ``KERNELGEN_SM90_OPTS`` overrides it for tuning runs
-#: (``Settings.sm90_opts``, passed as the choosers' ``sm90_opts``; read at call time, so tuning
-#: runs may also replace this constant).
+#: consumer warpgroups' GEMMs in ping-pong (two; three in turn on the 192-row tile) (H200,
+#: docs/dev/perf-log.md "Hopper path": 648 vs 580 TFLOP/s without it on the causal 16k shape; P V
+#: over the whole head dim, softmax overlapped with the next block's Q K^T).  ``KERNELGEN_SM90_OPTS``
+#: overrides it for tuning runs (``Settings.sm90_opts``, passed as the choosers' ``sm90_opts``; read
+#: at call time, so tuning runs may also replace this constant).
 SM90_OPTS = "p"
 
 #: A paged call whose requests average at least this many query tokens (total_q / batch, known
@@ -442,7 +443,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
     live in the mainloop, so it takes the lighter prefill tile like the other extra state.
 
     ``mainloop``: None picks the Hopper path ("sm90a": wgmma, TMA) on sm_90a for the variants it
-    supports (``sm90_unsupported``) when the call is prefill-shaped (128-row tiles), and the sm_80
+    supports (``sm90_unsupported``) when the call is prefill-shaped (more than 64 rows), and the sm_80
     path ("sm80": mma.sync) otherwise; the Hopper path splits KV like the sm_80 path (automatic
     bound from ``num_splits_heuristic`` with the Hopper tile, or the forced ``num_splits``).
     "sm80" or "sm90a" forces one (a forced "sm90a" that cannot run the call raises ValueError

@@ -288,7 +288,7 @@ __device__ __forceinline__ void pack_p(const float (&s)[1][BN / 8][4], u32 (&pa)
 // request, or unused buffer space that may hold NaN/inf): their probabilities are exactly 0,
 // but 0 * inf is NaN in the MMA, so the rows >= valid of the V slot are zeroed before P V (FP8:
 // the converter has written them as zeros, convert_block, and only the barrier is left).  Each
-// consumer warpgroup zeroes the rows itself (both write the same zeros) and orders its writes
+// consumer warpgroup zeroes the rows itself (all write the same zeros) and orders its writes
 // before its own wgmma reads (proxy fence + a warpgroup barrier).
 __device__ __forceinline__ void zero_v_tail(u32 v_base, int valid, int cg, int wg_tid) {
 #pragma unroll 1

@@ -40,7 +40,8 @@ constexpr bool ROW_SPLITS = SPLIT || {{ "true" if v.row_splits else "false" }};
 // pipelining); PV_HALVES issues P V as 64-column halves (one swizzle atom of V each);
 constexpr bool OVERLAP = {{ "false" if "s" in v.sm90_opts else "true" }};
 constexpr bool PV_HALVES = {{ "true" if ("h" in v.sm90_opts or v.head_dim_v == 64) else "false" }};
-// PINGPONG alternates the two consumer warpgroups' GEMM issue (named barriers 3 and 4);
+// PINGPONG passes the GEMM issue round robin between the consumer warpgroups (named barriers
+// PP_BAR + cg, mainloop_sm90.cuh);
 // LAZY_RESCALE skips a warp's O rescale when none of its rows' max grew (every factor is 1).
 constexpr bool PINGPONG = {{ "true" if "p" in v.sm90_opts else "false" }};
 constexpr bool LAZY_RESCALE = {{ "true" if "r" in v.sm90_opts else "false" }};
