@@ -26,7 +26,10 @@ def _consumer_and_producer_spills(spec) -> tuple:
     (64, "local", False, 3, True, True, 128),
     (64, "causal", True, 0, False, True, 128),        # soft-cap: 128 rows (192 spill 16-24 bytes, n256 24-44)
     (64, "local", True, 3, True, True, 128),
-    (128, "local", True, 3, True, True, 128),
+    (128, "local", True, 3, True, True, 128),         # soft-cap: 128 keys (192 spill 40 bytes)
+    (128, "causal", False, 0, False, True, 192),
+    (128, "none", False, 0, False, True, 128),        # no mask: 128 keys (192 spill 4 bytes)
+    (128, "local", False, 3, True, True, 192),
     (256, "causal", False, 0, False, True, 128),
     (256, "none", False, 0, True, True, 128),
     (256, "local", False, 0, False, False, 64),       # a window: n128's consumers spilled 36 bytes

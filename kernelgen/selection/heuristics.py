@@ -175,8 +175,10 @@ SM90_FP8_TILES = {
 #: the FP8 K/V variant (A/B measurements).
 SM90_FP8_MMA = True
 
-#: Tiles of the FP8 tensor-core variant by (head_dim, head_dim_v) (block_n a multiple of 128);
-#: absent pairs (d 128: 128 x 128, two stages) take the 16-bit call's tile.  Measured on the H200
+#: Tiles of the FP8 tensor-core variant by (head_dim, head_dim_v) (block_n a multiple of 64, at least 128);
+#: absent pairs take the 16-bit call's tile.  d 128: 192-key blocks (FlashAttention-3 takes 224),
+#: causal 1 x 16k x 32/8 heads 2747 us against 3150 for 128 keys, FA3's FP8 2798 in the same run
+#: (benchmarks/experiments/tile_ab.py; non-causal 4 x 4k: 1462 against 1501).  Measured on the H200
 #: (tools/fp8_mma_probe.py --tiles, benchmarks/experiments/tile_ab.py; docs/dev/perf-log.md "FP8
 #: tensor-core GEMMs", "Head dim 64: three consumer warpgroups"): d 64 on 192 rows in three consumer
 #: warpgroups (56 / 152 registers) 347 us causal and 531 non-causal (8 x 2k, 32 heads) against 379 /
@@ -186,25 +188,30 @@ SM90_FP8_MMA = True
 #: within noise (2812 / 2881 / 2905 us for 2 / 3 / 4 stages on causal 16k).  A paged call whose
 #: pages TMA cannot box at the entry's block_n, or whose soft-cap, window or split-KV the entry does
 #: not take (``SM90_FP8_MMA_TILE_LIMITS``), keeps its usual tile.
-SM90_FP8_MMA_TILES: dict = {(64, 64): TileConfig(192, 128, 12, 2, 1), (256, 256): TileConfig(128, 128, 8, 2, 1)}
+SM90_FP8_MMA_TILES: dict = {(64, 64): TileConfig(192, 128, 12, 2, 1), (128, 128): TileConfig(128, 192, 8, 2, 1),
+                            (256, 256): TileConfig(128, 128, 8, 2, 1)}
 
 #: What each ``SM90_FP8_MMA_TILES`` entry does not take ("softcap", "local": a sliding window,
-#: "split": split-KV): such calls keep their usual tile.  NVRTC for sm_90a: d 64's 192-row tile
+#: "split": split-KV, "nomask": no causal mask or window): such calls keep their usual tile.  NVRTC
+#: for sm_90a: d 128's 192-key blocks spill 8-40 bytes with a soft-cap and 4 without a mask (not
+#: with split-KV; the masked ones none); d 64's 192-row tile
 #: spills 16-24 bytes with a soft-cap (as the 256-key tile did: 24-44; the 128 x 128 tile none),
 #: d 256's 128-key blocks 36-124 bytes in the consumers with a window, split-KV or a soft-cap (the
 #: plain tile's producer spills 36-52 bytes of its block-loop state, its consumers none);
 #: tests/test_review_fp8q_cpu.py compiles every dispatched variant.
-SM90_FP8_MMA_TILE_LIMITS: dict = {(64, 64): frozenset({"softcap"}), (256, 256): frozenset({"softcap", "local", "split"})}
+SM90_FP8_MMA_TILE_LIMITS: dict = {(64, 64): frozenset({"softcap"}), (128, 128): frozenset({"softcap", "nomask"}),
+                                  (256, 256): frozenset({"softcap", "local", "split"})}
 
 
 def fp8_mma_tile(head_dim: int, head_dim_v: int, *, softcap: bool = False, local: bool = False,
-                 split: bool = False) -> TileConfig | None:
+                 split: bool = False, nomask: bool = False) -> TileConfig | None:
     """The FP8 tensor-core variant's tile for a call (``SM90_FP8_MMA_TILES``' entry), or None where
-    there is none or the entry does not take the call's soft-cap, window or split-KV
-    (``SM90_FP8_MMA_TILE_LIMITS``): the call then keeps its usual tile."""
+    there is none or the entry does not take the call's soft-cap, window, split-KV or lack of a
+    mask (``SM90_FP8_MMA_TILE_LIMITS``): the call then keeps its usual tile."""
     t = SM90_FP8_MMA_TILES.get((head_dim, head_dim_v))
     limits = SM90_FP8_MMA_TILE_LIMITS.get((head_dim, head_dim_v), frozenset())
-    if t is None or (softcap and "softcap" in limits) or (local and "local" in limits) or (split and "split" in limits):
+    if t is None or (softcap and "softcap" in limits) or (local and "local" in limits) or (split and "split" in limits) \
+            or (nomask and "nomask" in limits):
         return None
     return t
 
@@ -471,7 +478,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
     if mainloop == "sm90a" or (mainloop is None and tile is None and tile_class == "prefill"):
         unsupported = sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap,
                                        pack=pack, num_splits=num_splits, tma_ok=tma_ok)
-        mma_tile = (fp8_mma_tile(head_dim, head_dim_v, softcap=softcap, local=mask == "local")
+        mma_tile = (fp8_mma_tile(head_dim, head_dim_v, softcap=softcap, local=mask == "local", nomask=mask == "none")
                     if q_dtype and kv_dtype and SM90_FP8_MMA and tile is None else None)
         # the FP8 tensor-core variant's own tile first (where it applies), else the call's usual tile
         for cand in ((mma_tile, None) if mma_tile is not None else (None,)):
