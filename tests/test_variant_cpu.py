@@ -34,7 +34,7 @@ H = 4
 
 
 def _examples(device="cpu"):
-    """The five example variants with CPU tensors (their code is what the kernels see)."""
+    """The six example variants with CPU tensors (their code is what the kernels see)."""
     doc, ds, de, ko = X.document_ids([[3, 5], [4, 4, 4]], device=device)
     return {
         "alibi": X.alibi(torch.linspace(0.1, 0.8, H)),
@@ -42,6 +42,7 @@ def _examples(device="cpu"):
         "t5_bias": X.t5_bias(torch.randn(H, 32), X.t5_buckets()),
         "document_mask": X.document_mask(doc, ds, de, ko),
         "prefix_lm": X.prefix_lm(torch.tensor([2, 5], dtype=torch.int32)),
+        "index_arith": X.index_arith(torch.linspace(0.1, 0.8, H)),
     }
 
 
@@ -476,3 +477,72 @@ def test_a_body_that_can_end_without_returning_is_a_compile_error(tmp_path):
                            max_seqlen_k=512, variant=v.code)
     with pytest.raises(kernelgen.VariantCompileError, match="missing return statement"):
         KernelCache(tmp_path).get(vv.attention)
+
+
+# ----------------------------------------------------------------------------- the index type (kg_idx)
+def _sass_ops(spec, opcodes):
+    from kernelgen.jit import sass
+    tool = sass.find_nvdisasm()
+    assert tool is not None, "nvdisasm is needed: pip install nvidia-cuda-nvdisasm (the test extra)"
+    options = compiler.default_options(spec.arch) + (compiler.VARIANT_OPTIONS if spec.variant is not None else ())
+    res = compiler.compile_cubin(render.render(spec), spec.arch, options, spec.name)
+    text = sass.disassemble(res.cubin, tool)
+    return {op: len(__import__("re").findall(rf"\b{op}\b", text)) for op in opcodes}, res.resources
+
+
+def test_alibi_score_mod_converts_no_index_per_logit():
+    """ALiBi written with the snippets' indices, ``(float)(q_idx + kv_len - q_len - kv_idx)``, builds
+    a Hopper kernel with no int-to-float conversion per logit: the indices' float copies (kg_idx)
+    carry it.  With int indices it had 128 I2FP (one per logit of the peeled and the looped key
+    block); the built-in ALiBi kernel has 4."""
+    code = VariantCode(score_mod="score - slopes[head] * fabsf((float)(q_idx + kv_len - q_len - kv_idx))",
+                       tensors=(("slopes", "float32"),))
+    kw = dict(num_heads_q=32, num_heads_kv=8, mask="causal", max_seqlen_q=16384, max_seqlen_k=16384)
+    var = heuristics.choose("sm_90a", "bf16", 128, 128, variant=code, **kw).attention
+    builtin = heuristics.choose("sm_90a", "bf16", 128, 128, alibi=True, **kw).attention
+    ops = ("I2F", "I2FP", "FADD", "HGMMA")
+    v_ops, v_res = _sass_ops(var, ops)
+    b_ops, _ = _sass_ops(builtin, ops)
+    assert v_ops["HGMMA"] == b_ops["HGMMA"] > 0
+    assert v_ops["I2F"] + v_ops["I2FP"] <= b_ops["I2F"] + b_ops["I2FP"] + 4, (v_ops, b_ops)
+    assert v_res["spill_stores"] == 0 and v_res["stack_frame"] == 0, v_res
+
+
+_INDEX_FORMS = """
+auto d = q_idx + kv_len - q_len - kv_idx;   // kg_idx
+kg_idx d2 = -d; d2 = 5; d2 = 2.7f; d2 += d; d2 -= kv_idx; d2 *= 2; d2 /= 3; d2 %= 5; d2 <<= 1; d2 >>= 1;
+d2 &= 7; d2 |= 1; d2 ^= 2; d2 += 1u; d2 -= 2ll; ++d2; --d2; d2++; d2--;
+const int i0 = d, i1 = q_idx * 2, i2 = kv_idx / 3, i3 = q_idx % 4, i4 = kv_idx & 1, i5 = q_idx >> 1, i6 = ~kv_idx;
+const unsigned u0 = kv_idx + 1u;
+const long long l0 = (long long)kv_idx * 3 + q_offset, l1 = kv_idx + 2ll;
+const bool b0 = q_idx < kv_idx, b1 = q_idx == 3, b2 = !kv_idx, b3 = q_idx && kv_idx, b4 = d < 0.5f;
+if (q_idx) {}
+switch (kv_idx) { default: break; }
+const float f0 = (float)d, f1 = static_cast<float>(kv_idx), f2 = float(q_len), f3{kv_len};
+const float f4 = 0.5f * d + d * 0.5f + 1.5f - d + d - 1.5f + d / 2.f + 2.f / (kv_len + 1);
+const double g0 = (double)d + 0.5 * q_idx + (q_idx + 0.25);
+const float f5 = fabsf(d) + to_float(kv_idx - q_idx) + kg_log(kv_len + 1) + kg_exp(-q_idx) + float(kg_abs(d));
+const int c0 = clamp(kv_idx - q_idx, -8, 8), c1 = kg_min(q_idx, 4), c2 = kg_max(3, kv_idx), c3 = min(q_idx, 5);
+const int c4 = max(kv_idx, q_idx), c5 = abs(d), c6 = b0 ? q_idx : kv_idx, c7 = b1 ? q_idx : 0;
+const float h0 = kg_max(q_idx, 2.5f), h1 = clamp(d, -1.5f, 1.5f), h2 = b2 ? d : 0.5f;
+const int t0 = slopes_i[q_idx] + slopes_i[kv_idx + 1] + slopes_i[clamp(d, 0, 3)];
+return score + 1e-9f * (i0 + i1 + i2 + i3 + i4 + i5 + i6 + (int)u0 + (int)l0 + (int)l1 + b0 + b1 + b2 + b3 + b4 + c0
+                        + c1 + c2 + c3 + c4 + c5 + c6 + c7 + t0 + (int)d2) + 1e-9f * (f0 + f1 + f2 + f3 + f4 + f5 + h0
+                        + h1 + h2 + (float)g0);
+"""
+
+
+def test_index_expressions_compile():
+    """Every kind of expression a user may write with an ``int`` index compiles with the kg_idx
+    indices (no ambiguous overload, no missing operator): arithmetic with ints of every width,
+    floats and doubles, compound assignment, increments, comparisons, logical and bitwise
+    operators, if / switch conditions, casts, the helpers and the CUDA math functions, ternaries,
+    tensor indexing.  (Their values are checked on the GPU by the ``index_arith`` example.)"""
+    code = VariantCode(score_mod=_INDEX_FORMS, mask_mod="kv_idx <= q_idx + kv_len - q_len || q_offset > 0",
+                       tensors=(("slopes_i", "int32"),))
+    spec = heuristics.choose("sm_80", "bf16", 64, 64, num_heads_q=4, num_heads_kv=4, mask="none",
+                             max_seqlen_q=512, max_seqlen_k=512, variant=code).attention
+    from kernelgen.jit.cache import KernelCache
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        KernelCache(d).get(spec)   # raises VariantCompileError with NVRTC's message otherwise

@@ -199,7 +199,7 @@ def alibi_specs() -> list:
 
 
 def variant_codes() -> dict:
-    """The ``VariantCode`` of each variant tests/gpu/test_variant_gpu.py runs (the five examples of
+    """The ``VariantCode`` of each variant tests/gpu/test_variant_gpu.py runs (the six examples of
     kernelgen.apps.variant_examples with its parameters, and its fully-masked-rows mask), with the
     test's mask choice (causal or not): the code depends on the snippets and dtypes only."""
     import torch
@@ -214,6 +214,7 @@ def variant_codes() -> dict:
         "t5_bias": (X.t5_bias(torch.zeros(16, 32), X.t5_buckets())[0].code, True),
         "document_mask": (X.document_mask(i32, i32, i32, i32)[0].code, True),
         "prefix_lm": (X.prefix_lm(i32)[0].code, False),
+        "index_arith": (X.index_arith(torch.zeros(16))[0].code, True),
         "masked_rows": (Variant(mask_mod="q_idx % 2 == 0").code, True),
     }
 

@@ -1,4 +1,4 @@
-"""Five example user variants (``kernelgen.Variant``), each with its float64 reference functions.
+"""Six example user variants (``kernelgen.Variant``), each with its float64 reference functions.
 
 Every maker returns ``(variant, score_mod, mask_mod)``: the Variant (C++ snippets and their CUDA
 tensors) and the Python callables ``attention_reference(..., score_mod=, mask_mod=)`` takes
@@ -16,7 +16,9 @@ tests/gpu/test_variant_gpu.py) and tools/warm_gpu_tests.py use them.
   kv_range that skips the key blocks of other documents;
 - ``prefix_lm``: bidirectional attention within the first ``prefix_len[batch]`` keys of each
   request, causal after (use with ``causal=False``), with a kv_range that skips the keys past a
-  tile's last visible one.
+  tile's last visible one;
+- ``index_arith``: ALiBi plus small index-dependent terms, written with every kind of index
+  expression a snippet may use (the ``kg_idx`` index type's operators, casts and helpers).
 """
 from __future__ import annotations
 
@@ -145,5 +147,37 @@ def prefix_lm(prefix_len: torch.Tensor):
     return v, None, mask_mod
 
 
+def index_arith(slopes: torch.Tensor):
+    """A score_mod that works the snippets' index type (``kg_idx``: an int with an exact float
+    copy, docs/variants.md) through every kind of expression a user may write: sums and
+    differences kept as indices, ``auto`` locals with compound assignment and increments, integer
+    ``/``, ``&`` and ``clamp`` through the int, explicit casts to float and long long,
+    ``kg_abs`` / ``kg_min`` / ``kg_max`` / ``to_float``, and products with floats.  An ALiBi bias
+    plus small index-dependent terms; slopes float32 (num_heads_q,).  Its reference computes the
+    same expression in int64 / float64."""
+    v = Variant(score_mod=("auto d = q_idx + kv_len - q_len - kv_idx;\n"
+                           "auto e = kv_idx;\n"
+                           "e += 3; e -= 1; ++e; e--; e -= q_idx;\n"
+                           "const int t = clamp(kv_idx - q_idx, -64, 64);\n"
+                           "const float w = (q_idx & 1) ? 0.25f : -0.25f;\n"
+                           "return score - slopes[head] * (float)kg_abs(d) + 0.001f * to_float(e) + 0.002f * t + w\n"
+                           "       + 0.003f * (float)((long long)q_idx - batch) + 0.0005f * (q_idx / 3)\n"
+                           "       + 0.0001f * (kv_idx * 0.5f) - (float)kg_min(q_idx, 5) * 0.01f\n"
+                           "       + 0.002f * kg_max(q_idx - q_len, -2.5f);"),
+                tensors={"slopes": slopes}, name="index_arith")
+    sl = slopes.detach().double()
+
+    def score_mod(score, batch, head, q_idx, kv_idx, q_len, kv_len):
+        d = q_idx + kv_len - q_len - kv_idx
+        e = kv_idx + 2 - q_idx
+        t = (kv_idx - q_idx).clamp(-64, 64)
+        w = torch.where((q_idx & 1) == 1, 0.25, -0.25)
+        return (score - sl.to(score.device)[head] * d.abs() + 0.001 * e + 0.002 * t + w
+                + 0.003 * (q_idx - batch) + 0.0005 * torch.div(q_idx, 3, rounding_mode="trunc")
+                + 0.0001 * (kv_idx * 0.5) - q_idx.clamp(max=5) * 0.01
+                + 0.002 * (q_idx - q_len).double().clamp(min=-2.5))
+    return v, score_mod, None
+
+
 #: name -> maker, for loops over the examples (arguments differ: see each).
-EXAMPLES = ("alibi", "softcap", "t5_bias", "document_mask", "prefix_lm")
+EXAMPLES = ("alibi", "softcap", "t5_bias", "document_mask", "prefix_lm", "index_arith")

@@ -11,7 +11,10 @@ A variant is up to three CUDA C++ snippets that the attention templates render i
     request, in [0, q_len)), ``kv_idx`` (the key, in [0, kv_len)), ``q_len``, ``kv_len`` (the
     request's query and key counts; with causal masks the query row i stands at key position
     ``i + kv_len - q_len``) and ``q_offset`` (``cu_seqlens_q[batch]``: the token index of the
-    request's first query row in q); each user tensor as ``const T* __restrict__ name``, a flat
+    request's first query row in q) -- the five token indices are ``kg_idx`` values, an int
+    with an exact float copy: ints wherever an int is expected, while casts to float and float
+    arithmetic on their sums and differences take the float copy (no int-to-float conversion
+    per logit; exact below 2^24; docs/variants.md, "The index type"); each user tensor as ``const T* __restrict__ name``, a flat
     pointer to its (contiguous) elements, T from its dtype (float32 -> float, float16 ->
     __half, bfloat16 -> __nv_bfloat16, int32 -> int, int64 -> long long, int8 -> signed char,
     uint8 -> unsigned char, bool -> bool).  Helpers: ``kg_min``, ``kg_max``, ``clamp(x, lo,

@@ -463,7 +463,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
     apply_alibi(s, alibi_sl, mi, n, row0, 1, cw, lane);
     {% endif %}
     {% if v.get("user") %}
-    apply_user(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, 1.f);  // leaves natural-log logits
+    apply_user<false>(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, 1.f);  // (block n < n_hi - 1: keys in range)
     {% endif %}
     if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
     softmax_scores(s, row_max, row_sum, corr, {{ "exp_scale(p)" if v.get("user") else "score_scale(p, kd)" }}{{ ", roff" if v.get("alibi") and v.mask == "causal" and not v.get("user") else "" }});

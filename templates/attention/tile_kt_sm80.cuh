@@ -219,7 +219,8 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
         const int kv_idx = min(n * BN + g + 8 * (x >> 1), ut.kv_len - 1);
         const int pos = row_position(r, qpk);
         const int head = PACK_GQA ? kv_head * qpk + (r - pos * qpk) : ut.head;
-        s[x] = user_logit(p, ut, head, min(pos, ut.q_len - 1), kv_idx, s[x], scale * KG_LN2, USER_LOG2E / scale);
+        s[x] = user_logit(p, ut, head, kg_idx(min(pos, ut.q_len - 1)), kg_idx(kv_idx), s[x], scale * KG_LN2,
+                           USER_LOG2E / scale);
       }
       {% endif %}
       if (block_needs_mask(mi, n, pos_first, pos_last)) {

@@ -24,8 +24,130 @@ struct __align__(2) kg_bf16_t { unsigned short x; };
 typedef kg_half_t __half;
 typedef kg_bf16_t __nv_bfloat16;
 
+// The token indices a snippet sees (q_idx, kv_idx, q_len, kv_len, q_offset) are kg_idx values: an
+// int that also carries its exact float value, so that float arithmetic on sums and differences of
+// indices costs float adds, not an int-to-float conversion per logit (I2F runs at a quarter of the
+// FP32 rate on sm_80 / sm_90, on the pipe the softmax's exp2 needs: the ALiBi score_mod
+// `score - slopes[head] * fabsf((float)(q_idx + kv_len - q_len - kv_idx))` cost 1.14x the built-in
+// ALiBi with int indices).  kg_idx behaves as an int everywhere an int is expected (implicit
+// operator int: comparisons, indexing, integer arithmetic, calls taking int); + and - with ints or
+// other kg_idx keep both copies, (float) / static_cast<float> and +, -, *, / with a float or
+// double take the float copy.  The float copy equals (float) of the int as long as every value on
+// the way stays below 2^24 in magnitude (16,777,216 tokens).
+template <class T> struct kg_kind { static constexpr int value = 0; };      // 0: not arithmetic
+template <> struct kg_kind<bool> { static constexpr int value = 1; };         // 1: promotes to int
+template <> struct kg_kind<char> { static constexpr int value = 1; };
+template <> struct kg_kind<signed char> { static constexpr int value = 1; };
+template <> struct kg_kind<unsigned char> { static constexpr int value = 1; };
+template <> struct kg_kind<short> { static constexpr int value = 1; };
+template <> struct kg_kind<unsigned short> { static constexpr int value = 1; };
+template <> struct kg_kind<int> { static constexpr int value = 1; };
+template <> struct kg_kind<unsigned> { static constexpr int value = 2; };      // 2: other integers
+template <> struct kg_kind<long> { static constexpr int value = 2; };
+template <> struct kg_kind<unsigned long> { static constexpr int value = 2; };
+template <> struct kg_kind<long long> { static constexpr int value = 2; };
+template <> struct kg_kind<unsigned long long> { static constexpr int value = 2; };
+template <> struct kg_kind<float> { static constexpr int value = 3; };        // 3: floating
+template <> struct kg_kind<double> { static constexpr int value = 3; };
+template <bool B> struct kg_enable {};
+template <> struct kg_enable<true> { typedef int type; };
+
+// The float copy is kept as two parts, f0 + f1: f1 holds what the kernel knows at compile time
+// (a key's column within its block after unrolling) and is -0.f when there is none (x + -0.f folds
+// to x, x + 0.f does not), so `(float)(row_part - kv_idx)` costs one add per logit once the
+// row part less the block's first key is formed (once a row and block).
+struct kg_idx {
+  int i;     // the index
+  float f0;  // f0 + f1 == (float)i, exact below 2^24
+  float f1;
+  kg_idx() = default;
+  __device__ __forceinline__ kg_idx(int i_, float f0_, float f1_ = -0.f) : i(i_), f0(f0_), f1(f1_) {}
+  __device__ __forceinline__ explicit kg_idx(int v) : i(v), f0((float)v), f1(-0.f) {}
+  __device__ __forceinline__ float fl() const { return f0 + f1; }
+  __device__ __forceinline__ operator int() const { return i; }
+  // explicit conversions (casts, if (...)): the float copy for float / double, the int otherwise
+  template <class T, typename kg_enable<kg_kind<T>::value != 0>::type = 0>
+  __device__ __forceinline__ explicit operator T() const {
+    if constexpr (kg_kind<T>::value == 3) return (T)fl();
+    else return (T)i;
+  }
+  template <class T, typename kg_enable<kg_kind<T>::value != 0>::type = 0>
+  __device__ __forceinline__ kg_idx& operator=(T v) {
+    i = v;
+    f0 = (float)i;
+    f1 = -0.f;
+    return *this;
+  }
+  __device__ __forceinline__ kg_idx& operator+=(kg_idx b) { return *this = kg_add(*this, b); }
+  __device__ __forceinline__ kg_idx& operator-=(kg_idx b) { return *this = kg_sub(*this, b); }
+  template <class T, typename kg_enable<kg_kind<T>::value != 0>::type = 0>
+  __device__ __forceinline__ kg_idx& operator+=(T b) {
+    if constexpr (kg_kind<T>::value == 1) { i += b; f1 += (float)b; } else { i += b; f0 = (float)i; f1 = -0.f; }
+    return *this;
+  }
+  template <class T, typename kg_enable<kg_kind<T>::value != 0>::type = 0>
+  __device__ __forceinline__ kg_idx& operator-=(T b) {
+    if constexpr (kg_kind<T>::value == 1) { i -= b; f1 = -((float)b - f1); } else { i -= b; f0 = (float)i; f1 = -0.f; }
+    return *this;
+  }
+#define KG_IDX_COMPOUND(OP) \
+  template <class T> __device__ __forceinline__ kg_idx& operator OP(T b) { i OP b; f0 = (float)i; f1 = -0.f; return *this; }
+  KG_IDX_COMPOUND(*=) KG_IDX_COMPOUND(/=) KG_IDX_COMPOUND(%=) KG_IDX_COMPOUND(<<=) KG_IDX_COMPOUND(>>=)
+  KG_IDX_COMPOUND(&=) KG_IDX_COMPOUND(|=) KG_IDX_COMPOUND(^=)
+#undef KG_IDX_COMPOUND
+  __device__ __forceinline__ kg_idx& operator++() { ++i; f1 += 1.f; return *this; }
+  __device__ __forceinline__ kg_idx& operator--() { --i; f1 = -(1.f - f1); return *this; }
+  __device__ __forceinline__ kg_idx operator++(int) { kg_idx t = *this; ++*this; return t; }
+  __device__ __forceinline__ kg_idx operator--(int) { kg_idx t = *this; --*this; return t; }
+  // a - b written -(b - a): equal parts give -0.f (which folds away), as f1 = -0.f - -0.f would not
+  static __device__ __forceinline__ kg_idx kg_add(kg_idx a, kg_idx b) { return kg_idx(a.i + b.i, a.f0 + b.f0, a.f1 + b.f1); }
+  static __device__ __forceinline__ kg_idx kg_sub(kg_idx a, kg_idx b) {
+    return kg_idx(a.i - b.i, a.f0 - b.f0, -(b.f1 - a.f1));
+  }
+};
+__device__ __forceinline__ kg_idx operator+(kg_idx a, kg_idx b) { return kg_idx::kg_add(a, b); }
+__device__ __forceinline__ kg_idx operator-(kg_idx a, kg_idx b) { return kg_idx::kg_sub(a, b); }
+__device__ __forceinline__ kg_idx operator-(kg_idx a) { return kg_idx(-a.i, -a.f0, -(a.f1 + 0.f)); }  // -0.f stays -0.f
+__device__ __forceinline__ kg_idx operator+(kg_idx a) { return a; }
+// kg_idx with another arithmetic type: + and - keep an index (ints) or take the float copy
+// (floating types); * and / only with floating types (with integers the built-in int operators
+// apply through operator int).
+template <class T, int K = kg_kind<T>::value, typename kg_enable<K != 0>::type = 0>
+__device__ __forceinline__ auto operator+(kg_idx a, T b) {
+  if constexpr (K == 1) return kg_idx(a.i + b, a.f0, a.f1 + (float)b);
+  else if constexpr (K == 2) return a.i + b;
+  else return a.fl() + b;
+}
+template <class T, int K = kg_kind<T>::value, typename kg_enable<K != 0>::type = 0>
+__device__ __forceinline__ auto operator+(T b, kg_idx a) {
+  if constexpr (K == 1) return kg_idx(b + a.i, a.f0, (float)b + a.f1);
+  else if constexpr (K == 2) return b + a.i;
+  else return b + a.fl();
+}
+template <class T, int K = kg_kind<T>::value, typename kg_enable<K != 0>::type = 0>
+__device__ __forceinline__ auto operator-(kg_idx a, T b) {
+  if constexpr (K == 1) return kg_idx(a.i - b, a.f0, -((float)b - a.f1));
+  else if constexpr (K == 2) return a.i - b;
+  else return a.fl() - b;
+}
+template <class T, int K = kg_kind<T>::value, typename kg_enable<K != 0>::type = 0>
+__device__ __forceinline__ auto operator-(T b, kg_idx a) {
+  if constexpr (K == 1) return kg_idx(b - a.i, -a.f0, (float)b - a.f1);
+  else if constexpr (K == 2) return b - a.i;
+  else return b - a.fl();
+}
+template <class T, typename kg_enable<kg_kind<T>::value == 3>::type = 0>
+__device__ __forceinline__ T operator*(kg_idx a, T b) { return a.fl() * b; }
+template <class T, typename kg_enable<kg_kind<T>::value == 3>::type = 0>
+__device__ __forceinline__ T operator*(T b, kg_idx a) { return b * a.fl(); }
+template <class T, typename kg_enable<kg_kind<T>::value == 3>::type = 0>
+__device__ __forceinline__ T operator/(kg_idx a, T b) { return a.fl() / b; }
+template <class T, typename kg_enable<kg_kind<T>::value == 3>::type = 0>
+__device__ __forceinline__ T operator/(T b, kg_idx a) { return b / a.fl(); }
+
 // Helpers a snippet may call.
 __device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(kg_idx x) { return x.fl(); }
 __device__ __forceinline__ float to_float(__half x) {
   float f;
   asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(x.x));
@@ -37,21 +159,34 @@ __device__ __forceinline__ float to_float(long long x) { return (float)x; }
 __device__ __forceinline__ float to_float(signed char x) { return (float)x; }
 __device__ __forceinline__ float to_float(unsigned char x) { return (float)x; }
 __device__ __forceinline__ float to_float(bool x) { return x ? 1.f : 0.f; }
+// (the result type is that of a + b; explicit casts keep a kg_idx's float copy)
 template <class A, class B>
-__device__ __forceinline__ auto kg_min(A a, B b) -> decltype(a + b) { return a < b ? a : b; }
+__device__ __forceinline__ auto kg_min(A a, B b) -> decltype(a + b) {
+  typedef decltype(a + b) R;
+  return a < b ? R(a) : R(b);
+}
 template <class A, class B>
-__device__ __forceinline__ auto kg_max(A a, B b) -> decltype(a + b) { return a < b ? b : a; }
+__device__ __forceinline__ auto kg_max(A a, B b) -> decltype(a + b) {
+  typedef decltype(a + b) R;
+  return a < b ? R(b) : R(a);
+}
 template <class X, class L, class H>
-__device__ __forceinline__ auto clamp(X x, L lo, H hi) -> decltype(x + lo + hi) { return x < lo ? lo : (hi < x ? hi : x); }
+__device__ __forceinline__ auto clamp(X x, L lo, H hi) -> decltype(x + lo + hi) {
+  typedef decltype(x + lo + hi) R;
+  return x < lo ? R(lo) : (hi < x ? R(hi) : R(x));
+}
 template <class X>
-__device__ __forceinline__ X kg_abs(X x) { return x < 0 ? -x : x; }
+__device__ __forceinline__ X kg_abs(X x) { return x < 0 ? X(-x) : x; }
+__device__ __forceinline__ kg_idx kg_abs(kg_idx x) { return kg_idx(abs(x.i), fabsf(x.fl())); }  // each copy alone
 __device__ __forceinline__ float kg_tanh(float x) { return tanh_ex2(x); }  // about 1e-7 (tanhf: tanh.approx)
 __device__ __forceinline__ float kg_log(float x) { return logf(x); }
+__device__ __forceinline__ float kg_log(kg_idx x) { return logf(x.fl()); }
 __device__ __forceinline__ float kg_exp(float x) { return expf(x); }
+__device__ __forceinline__ float kg_exp(kg_idx x) { return expf(x.fl()); }
 
 {% if u.score_mod is not none %}
-__device__ __forceinline__ float kg_user_score_mod(float score, int batch, int head, int kv_head, int q_idx, int kv_idx,
-                                                   int q_len, int kv_len, int q_offset{% for n, t in u.tensors %},
+__device__ __forceinline__ float kg_user_score_mod(float score, int batch, int head, int kv_head, kg_idx q_idx,
+                                                   kg_idx kv_idx, kg_idx q_len, kg_idx kv_len, kg_idx q_offset{% for n, t in u.tensors %},
                                                    const {{ t }}* __restrict__ {{ n }}{% endfor %}) {
 #line 1 "score_mod"
 {{ u.score_mod }}
@@ -59,8 +194,8 @@ __device__ __forceinline__ float kg_user_score_mod(float score, int batch, int h
 }
 {% endif %}
 {% if u.mask_mod is not none %}
-__device__ __forceinline__ bool kg_user_mask_mod(int batch, int head, int kv_head, int q_idx, int kv_idx, int q_len,
-                                                 int kv_len, int q_offset{% for n, t in u.tensors %},
+__device__ __forceinline__ bool kg_user_mask_mod(int batch, int head, int kv_head, kg_idx q_idx, kg_idx kv_idx,
+                                                 kg_idx q_len, kg_idx kv_len, kg_idx q_offset{% for n, t in u.tensors %},
                                                  const {{ t }}* __restrict__ {{ n }}{% endfor %}) {
 #line 1 "mask_mod"
 {{ u.mask_mod }}
@@ -79,9 +214,11 @@ __device__ __forceinline__ void kg_user_kv_range(int& kv_lo, int& kv_hi, int bat
 
 // What the element-wise snippets need of a tile: request b (its q_len query and kv_len key
 // tokens, its first query at token q_offset of q), the tile's query head (without pack-GQA) and
-// KV head, and its valid rows (the tile's rows past them are padding).
+// KV head, and its valid rows (the tile's rows past them are padding); the lengths and the offset
+// also as the snippets' kg_idx values (their float copies converted once a tile).
 struct UserTile {
   int b, head, kv_head, q_len, kv_len, q_offset, valid_rows;
+  kg_idx q_len_x, kv_len_x, q_offset_x;
 };
 
 // The UserTile of a work tile (tile_scheduler.cuh; with pack-GQA ti.head is the KV head).
@@ -94,12 +231,16 @@ __device__ __forceinline__ UserTile user_tile(const TileInfo& ti, int qpk) {
   ut.kv_len = ti.seqlen_k;
   ut.q_offset = ti.q_start;
   ut.valid_rows = ti.valid_rows;
+  ut.q_len_x = kg_idx(ut.q_len);
+  ut.kv_len_x = kg_idx(ut.kv_len);
+  ut.q_offset_x = kg_idx(ut.q_offset);
   return ut;
 }
 
-__device__ __forceinline__ bool user_keep(const AttnParams& p, const UserTile& ut, int head, int q_idx, int kv_idx) {
+__device__ __forceinline__ bool user_keep(const AttnParams& p, const UserTile& ut, int head, kg_idx q_idx,
+                                          kg_idx kv_idx) {
 {% if u.mask_mod is not none %}
-  return kg_user_mask_mod(ut.b, head, ut.kv_head, q_idx, kv_idx, ut.q_len, ut.kv_len, ut.q_offset
+  return kg_user_mask_mod(ut.b, head, ut.kv_head, q_idx, kv_idx, ut.q_len_x, ut.kv_len_x, ut.q_offset_x
                           {%- for n, t in u.tensors %}, reinterpret_cast<const {{ t }}*>(p.user{{ loop.index0 }}){% endfor %});
 {% else %}
   return true;
@@ -108,11 +249,11 @@ __device__ __forceinline__ bool user_keep(const AttnParams& p, const UserTile& u
 
 // One logit x (in units whose natural-log value is x * to_nat) through mask_mod and score_mod;
 // the result is in the same units (from_nat = 1 / to_nat).
-__device__ __forceinline__ float user_logit(const AttnParams& p, const UserTile& ut, int head, int q_idx, int kv_idx,
-                                            float x, float to_nat, float from_nat) {
+__device__ __forceinline__ float user_logit(const AttnParams& p, const UserTile& ut, int head, kg_idx q_idx,
+                                            kg_idx kv_idx, float x, float to_nat, float from_nat) {
   if (USER_MASK && !user_keep(p, ut, head, q_idx, kv_idx)) return -KG_INF;
 {% if u.score_mod is not none %}
-  x = kg_user_score_mod(x * to_nat, ut.b, head, ut.kv_head, q_idx, kv_idx, ut.q_len, ut.kv_len, ut.q_offset
+  x = kg_user_score_mod(x * to_nat, ut.b, head, ut.kv_head, q_idx, kv_idx, ut.q_len_x, ut.kv_len_x, ut.q_offset_x
                         {%- for n, t in u.tensors %}, reinterpret_cast<const {{ t }}*>(p.user{{ loop.index0 }}){% endfor %}) * from_nat;
 {% endif %}
   return x;
@@ -145,9 +286,15 @@ __device__ __forceinline__ void user_block_range(const AttnParams& p, const User
 // the last key): every read stays in bounds, and no branch splits the warp around the snippet (a
 // guard made the loop branch around each logit: 1.26x the built-in ALiBi's time, 2x its soft-cap);
 // their results never count (apply_mask then masks keys past kv_len; padding rows are not stored).
+// CLAMP_KV false: the caller knows every key of block n is below kv_len (a tile's key blocks but its
+// last), so the keys go unclamped.  The keys' float copies: one add a column from the block's base.
+template <bool CLAMP_KV = true>
 __device__ __forceinline__ void apply_user(float (&s)[MT][BN / 8][4], const AttnParams& p, const UserTile& ut, int n,
                                            int row0, int qpk, int warp, int lane, float to_nat, float from_nat) {
   const int g = lane >> 2, tq = lane & 3;
+  const int col0 = n * BN + 2 * tq;
+  const float col0_f = (float)(n * BN) + (float)(2 * tq);
+  const float kv_last_f = ut.kv_len_x.f0 - 1.f;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -155,12 +302,14 @@ __device__ __forceinline__ void apply_user(float (&s)[MT][BN / 8][4], const Attn
       const int r = row0 + warp * WM + mt * 16 + g + 8 * h;
       const int pos = row_position(r, qpk);
       const int head = PACK_GQA ? ut.kv_head * qpk + (r - pos * qpk) : ut.head;
-      const int q_idx = min(pos, ut.q_len - 1);
+      const kg_idx q_idx(min(pos, ut.q_len - 1));
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int kv_idx = min(n * BN + nt * 8 + 2 * tq + e, ut.kv_len - 1);
+          const int c = nt * 8 + e;
+          const kg_idx kv_idx = CLAMP_KV ? kg_idx(min(col0 + c, ut.kv_len - 1), fminf(col0_f + (float)c, kv_last_f))
+                                         : kg_idx(col0 + c, col0_f, (float)c);
           s[mt][nt][2 * h + e] = user_logit(p, ut, head, q_idx, kv_idx, s[mt][nt][2 * h + e], to_nat, from_nat);
         }
     }

@@ -61,6 +61,9 @@ def make(name, hq, qlens, klens, seed=0):
                 left -= x
             docs.append(lens)
         return (*X.document_mask(*X.document_ids(docs)), True)
+    if name == "index_arith":
+        slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / hq) for h in range(hq)])
+        return (*X.index_arith(slopes.cuda()), True)
     if name == "prefix_lm":
         pl = torch.tensor([int(rng.integers(0, n + 1)) if n else 0 for n in klens], dtype=torch.int32)
         return (*X.prefix_lm(pl.cuda()), False)
