@@ -981,3 +981,60 @@ def test_every_hopper_register_split_fits_the_pool_of_its_warp_count():
     runtime.check_register_pool(s, {"registers": 128})
     with pytest.raises(RuntimeError, match="wait forever"):
         runtime.check_register_pool(s, {"registers": 120})
+
+
+# ----------------------------------------------------------------------------- option "e": exp2 on the FMA pipe
+def _exp2_fma_source():
+    spec = heuristics.choose("sm_90a", "bf16", 64, 64, num_heads_q=8, num_heads_kv=8, mask="causal",
+                             max_seqlen_q=4096, max_seqlen_k=4096, sm90_opts="ep").attention
+    assert "e" in spec.sm90_opts and "_exp2fma" in spec.name
+    src = render.render(spec)
+    body = src[src.index("__device__ __forceinline__ float exp2_fma(float x) {"):]
+    return spec, body[:body.index("\n}\n")]
+
+
+def _emulate_exp2_fma(body: str, x):
+    """exp2_fma's operations in float32 (numpy), with the constants read from the rendered source."""
+    import numpy as np
+    f32 = np.float32
+    (lo,) = re.findall(r"fmaxf\(x, (-?[\d.]+)f\)", body)
+    (magic,) = set(re.findall(r"__fadd_rn\(x, ([\d.]+)f\)", body))
+    c3, c2, c1, c0 = (f32(float(c)) for c in re.search(
+        r"fmaf\(fmaf\(fmaf\(([\d.e-]+)f, f, ([\d.e-]+)f\), f, ([\d.e-]+)f\), f, ([\d.e-]+)f\)", body).groups())
+    x = np.maximum(np.asarray(x, dtype=f32), f32(float(lo)))
+    t = (x + f32(float(magic))).astype(f32)
+    j = (t - f32(float(magic))).astype(f32)
+    f = (x - j).astype(f32)
+    p = ((((c3 * f + c2).astype(f32) * f + c1).astype(f32) * f + c0)).astype(f32)  # fmaf rounds once; close enough
+    scale = (t.view(np.int32).astype(np.int64) << 23).astype(np.uint32).view(np.int32).view(f32)
+    return (p * scale).astype(f32)
+
+
+def test_exp2_fma_matches_exp2_within_its_polynomial_bound():
+    """The rendered exp2_fma (option "e"), emulated operation by operation in float32: relative
+    error at most 8e-5 against 2^x over the softmax's whole range (x in [-126, 8]: <= 0 after the
+    max, up to +8 on the FP8 path), 0 exactly at and below -127 and for -inf (a masked logit), and
+    the kernel's SASS computes it on the FMA pipe (a quarter fewer MUFU ops) without spills."""
+    import numpy as np
+    spec, body = _exp2_fma_source()
+    x = np.concatenate([np.linspace(-126.0, 8.0, 400001), -np.arange(0, 126, 1.0), -np.arange(0, 126) - 0.5,
+                        [0.0, -0.0, 7.999, -1e-7, 1e-7]]).astype(np.float32)
+    got = _emulate_exp2_fma(body, x).astype(np.float64)
+    want = np.exp2(x.astype(np.float64))
+    rel = np.abs(got - want) / want
+    assert rel.max() <= 8e-5, (rel.max(), x[rel.argmax()])
+    assert rel.max() >= 1e-6       # it is the degree-3 polynomial, not ex2.approx
+    dead = _emulate_exp2_fma(body, np.array([-127.0, -127.4, -200.0, -3e38, -np.inf], dtype=np.float32))
+    assert (dead == 0).all(), dead
+    assert "softmax_exp2(fmaf(" in render.render(spec)
+    import dataclasses
+    plain = dataclasses.replace(spec, sm90_opts="p")
+    counts = {}
+    for s in (spec, plain):
+        res = compiler.compile_cubin(render.render(s), s.arch, compiler.default_options(s.arch), s.name)
+        assert res.resources["spill_stores"] == 0 and res.resources["stack_frame"] == 0, res.resources
+        counts[s.sm90_opts] = sass.opcode_counts(sass.disassemble(res.cubin), ("MUFU", "HGMMA"))
+    per_block = spec.tile.block_n // 8 * 2 * 2   # exponentials of one key block per thread: 2 keys x 2 rows
+    # the peeled first key block and the loop each hold one softmax: a quarter of each on the FMA pipe
+    assert counts["p"]["MUFU"] - counts["ep"]["MUFU"] == 2 * per_block // 4, counts
+    assert counts["p"]["HGMMA"] == counts["ep"]["HGMMA"]
