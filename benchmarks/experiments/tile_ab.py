@@ -1,6 +1,7 @@
 """A/B of Hopper tiles and mainloop options on dense prefill shapes, as interleaved CUDA-graph
 replays (``bench.measure.time_interleaved``), with FlashAttention-3 on the same inputs when
-fa3-fwd is importable.
+fa3-fwd is importable (``--score-mod`` / ``--softcap``: a user variant or the built-in soft-cap in
+every kernelgen configuration; the peers run without).
 
 Each configuration ``name=path:d:bm:bn:stages:opts`` patches the tile table of its path for head
 dim ``d`` (``bf16``: ``heuristics.SM90_TILES``; ``fp8q``: ``heuristics.SM90_FP8_MMA_TILES``, q, K
@@ -39,7 +40,7 @@ def patched(path: str, d: int, tile, opts: str, fn):
         api.clear_signature_cache()
 
 
-def run_shape(name: str, shape: str, configs: dict) -> dict:
+def run_shape(name: str, shape: str, configs: dict, score_mod: str | None = None, softcap: float = 0.0) -> dict:
     import torch
 
     from kernelgen.apps.bench import measure, peers, suites
@@ -69,6 +70,11 @@ def run_shape(name: str, shape: str, configs: dict) -> dict:
             continue
         tile = TileConfig(bm, bn, bm // 16, st, 1)
         kw = dict(q_descale=qd, k_descale=kd, v_descale=vd) if path == "fp8q" else {}
+        if score_mod:
+            import kernelgen
+            kw["variant"] = kernelgen.Variant(score_mod=score_mod)
+        if softcap:
+            kw["softcap"] = softcap
         qq, kk, vv = (q8, k8, v8) if path == "fp8q" else (q, k, v)
 
         out = torch.full_like(q, float("nan"))
@@ -97,9 +103,11 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", required=True, help="NAME=batch:seqlen:heads_q:heads_kv:d:causal,...")
     ap.add_argument("--configs", required=True, help="NAME=path:d:bm:bn:stages:opts or NAME=fa3|fa3fp8,...")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--score-mod", default=None, help="a user score_mod snippet for every kernelgen configuration")
+    ap.add_argument("--softcap", type=float, default=0.0, help="the built-in soft-cap for every kernelgen configuration")
     a = ap.parse_args(argv)
     configs = dict(c.split("=", 1) for c in a.configs.split(","))
-    rows = [run_shape(*sh.split("=", 1), configs) for sh in a.shapes.split(",")]
+    rows = [run_shape(*sh.split("=", 1), configs, a.score_mod, a.softcap) for sh in a.shapes.split(",")]
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
     return 0
