@@ -37,11 +37,9 @@ MAINLOOPS = ("sm80", "sm90a")
 #: "p" ping-pong of the consumer warpgroups' GEMM issue (round robin over two or three; not with
 #: "s"), "r" rescale O only when a row's max grew, "g" paged K/V gathered row by row by the four
 #: producer warps (cp.async; any page size) instead of TMA boxes inside one page (page_size a
-#: multiple of block_n), "e" a quarter of the softmax's exponentials (every fourth 8-key column
-#: group) on the FMA pipe as a polynomial instead of the MUFU unit (common/softmax.cuh, exp2_fma).
-SM90_OPTS = "eghprs"
-_SM90_OPT_NAMES = {"e": "exp2fma", "g": "gather", "h": "pvhalves", "p": "pingpong", "r": "lazyrescale",
-                   "s": "serial"}
+#: multiple of block_n).
+SM90_OPTS = "ghprs"
+_SM90_OPT_NAMES = {"g": "gather", "h": "pvhalves", "p": "pingpong", "r": "lazyrescale", "s": "serial"}
 #: Head dims of the Hopper path (head_dim == head_dim_v).
 SM90_HEAD_DIMS = (64, 96, 128, 192, 256)
 #: (head_dim, head_dim_v) pairs of the Hopper path: the equal ones and DeepSeek's 192 x 128.

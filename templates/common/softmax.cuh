@@ -60,37 +60,6 @@ __device__ __forceinline__ void softmax_update(float (&s)[MT][BN / 8][4], float 
     }
 }
 
-{% if "e" in (v.get("sm90_opts") or "") %}
-// exp2 on the FMA pipe (Hopper option "e"): every EXP2_FMA_PERIOD-th 8-key column group of
-// softmax_scores takes its exponentials here instead of ex2.approx, whose MUFU unit gives 16
-// results a clock per SM (a quarter of the FP32 rate): where the GEMMs of a key block are short
-// (head dim 64, FP8) or a soft-cap spends MUFU work of its own, the MUFU unit bounds the softmax.
-// (The idea of FlashAttention-4's exp2 emulation on Blackwell; our own code and polynomial.)
-// 2^x = 2^j * 2^f with j = round(x), f in [-0.5, 0.5]: j comes from adding 1.5 * 2^23 + 127 (the
-// mantissa's low bits then hold j + 127), 2^f from a degree-3 polynomial (minimax in relative
-// error: 7.6e-5, a 26th of bf16's rounding of P), 2^j from j + 127 shifted into the exponent
-// field.  x is clamped at -127, whose exponent field 0 makes the result exactly 0 (a masked
-// logit: -inf); x stays below 128 (x <= 0 but for the FP8 path's +8).  3 FADD, 3 FFMA, FMUL,
-// FMNMX and SHF against one MUFU.
-#ifndef KG_EXP2_FMA_PERIOD
-#define KG_EXP2_FMA_PERIOD 4
-#endif
-constexpr int EXP2_FMA_PERIOD = KG_EXP2_FMA_PERIOD;
-__device__ __forceinline__ float exp2_fma(float x) {
-  x = fmaxf(x, -127.f);
-  const float t = __fadd_rn(x, 12583039.f);  // 1.5 * 2^23 + 127: round(x) + 127 in the low bits
-  const float j = __fsub_rn(t, 12583039.f);  // round(x)
-  const float f = __fsub_rn(x, j);
-  const float p = fmaf(fmaf(fmaf(0.055174146f, f, 0.24261758f), f, 0.69326109f), f, 0.99992758f);
-  return p * __int_as_float(__float_as_int(t) << 23);
-}
-__device__ __forceinline__ float softmax_exp2(float x, int nt) {
-  return nt % EXP2_FMA_PERIOD == EXP2_FMA_PERIOD - 1 ? exp2_fma(x) : fast_exp2(x);
-}
-{% else %}
-__device__ __forceinline__ float softmax_exp2(float x, int) { return fast_exp2(x); }
-{% endif %}
-
 // softmax_update without the accumulator, on raw scores (S = Q K^T, masked with -inf): the
 // scale is folded into the exponent, p = 2^(s * scale_log2 - m) with one FFMA per score (row_max
 // and m stay in log2 units: the max of the raw scores times scale_log2 > 0 is the scaled max).
@@ -135,7 +104,7 @@ __device__ __forceinline__ void softmax_scores(float (&s)[MT][BN / 8][4], float 
       for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float pv = softmax_exp2(fmaf(s[mt][nt][2 * h + e], scale_log2, -m_use), nt);
+          const float pv = fast_exp2(fmaf(s[mt][nt][2 * h + e], scale_log2, -m_use));
           s[mt][nt][2 * h + e] = pv;
           sum += pv;
         }
