@@ -526,15 +526,21 @@ const int c0 = clamp(kv_idx - q_idx, -8, 8), c1 = kg_min(q_idx, 4), c2 = kg_max(
 const int c4 = max(kv_idx, q_idx), c5 = abs(d), c6 = b0 ? q_idx : kv_idx, c7 = b1 ? q_idx : 0;
 const float h0 = kg_max(q_idx, 2.5f), h1 = clamp(d, -1.5f, 1.5f), h2 = b2 ? d : 0.5f;
 const int t0 = slopes_i[q_idx] + slopes_i[kv_idx + 1] + slopes_i[clamp(d, 0, 3)];
+auto s0 = score / 50.f; auto s1 = 2 * score * 0.5; auto s2 = -score; auto s3 = score;
+s3 += 1.f; s3 -= 0.5f; s3 *= 2; s3 /= 2.f; s3 = s0; s3 = 1.5f; s3 = q_idx;
+const float k0 = tanhf(s0) + fmaxf(score, 0.f) + max(score, 1.f) + (score > 0 ? score : 0.f) + (b0 ? score : -score);
+const float k1 = score * q_idx + q_idx * score + score / (kv_idx + 1) + (score + kv_idx) + (kv_idx - score) + score * score;
+const float k2 = kg_tanh(score * 0.02f) + kg_exp(score - 1.f) + kg_log(fabsf(score) + 1.f) + to_float(score) + s1 + s2;
 return score + 1e-9f * (i0 + i1 + i2 + i3 + i4 + i5 + i6 + (int)u0 + (int)l0 + (int)l1 + b0 + b1 + b2 + b3 + b4 + c0
                         + c1 + c2 + c3 + c4 + c5 + c6 + c7 + t0 + (int)d2) + 1e-9f * (f0 + f1 + f2 + f3 + f4 + f5 + h0
-                        + h1 + h2 + (float)g0);
+                        + h1 + h2 + (float)g0) + 1e-9f * (k0 + k1 + k2 + s3);
 """
 
 
 def test_index_expressions_compile():
-    """Every kind of expression a user may write with an ``int`` index compiles with the kg_idx
-    indices (no ambiguous overload, no missing operator): arithmetic with ints of every width,
+    """Every kind of expression a user may write with an ``int`` index and a ``float`` score
+    compiles with the kg_idx indices and the kg_score score (no ambiguous overload, no missing
+    operator): arithmetic with ints of every width,
     floats and doubles, compound assignment, increments, comparisons, logical and bitwise
     operators, if / switch conditions, casts, the helpers and the CUDA math functions, ternaries,
     tensor indexing.  (Their values are checked on the GPU by the ``index_arith`` example.)"""

@@ -5,8 +5,10 @@ A variant is up to three CUDA C++ snippets that the attention templates render i
 
 ``score_mod``
     A C++ expression (wrapped as ``return (expr);``) or a function body containing ``return``,
-    giving the new logit.  In scope: ``float score``, the scaled logit q.k * softmax_scale in
-    natural-log units (after the built-in soft-cap and ALiBi when those are on); ``int batch``
+    giving the new logit.  In scope: ``score``, the scaled logit q.k * softmax_scale in
+    natural-log units (after the built-in soft-cap and ALiBi when those are on), a ``kg_score``
+    that converts to float and folds products with numbers into the scale (docs/variants.md,
+    "The score"); ``int batch``
     (the request), ``head`` (query head), ``kv_head``, ``q_idx`` (the query's row in its
     request, in [0, q_len)), ``kv_idx`` (the key, in [0, kv_len)), ``q_len``, ``kv_len`` (the
     request's query and key counts; with causal masks the query row i stands at key position

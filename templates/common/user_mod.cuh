@@ -145,6 +145,42 @@ __device__ __forceinline__ T operator/(kg_idx a, T b) { return a.fl() / b; }
 template <class T, typename kg_enable<kg_kind<T>::value == 3>::type = 0>
 __device__ __forceinline__ T operator/(T b, kg_idx a) { return b / a.fl(); }
 
+// The logit a score_mod sees, `score`, is a kg_score: the scaled logit raw * scale kept as its
+// two factors until a float is needed, so that a product or quotient with a number folds into the
+// factor (once a tile) instead of costing a multiply per logit: `tanhf(score / 50.f)` is one FMUL,
+// raw * (scale / 50), not two.  It converts to float implicitly (every float context: calls,
+// arithmetic with floats, comparisons, `return score;`); * and / by an arithmetic value and unary
+// minus keep a kg_score; compound assignment and assigning a float work as on a float.
+struct kg_score {
+  float raw;    // the logit before its scale
+  float scale;  // raw * scale == the float value
+  __device__ __forceinline__ operator float() const { return raw * scale; }
+  template <class T, typename kg_enable<kg_kind<T>::value != 0>::type = 0>
+  __device__ __forceinline__ kg_score& operator=(T v) { raw = (float)v; scale = 1.f; return *this; }
+  __device__ __forceinline__ kg_score& operator=(kg_idx v) { raw = v.fl(); scale = 1.f; return *this; }
+  template <class T> __device__ __forceinline__ kg_score& operator+=(T b) { raw = (float)*this + b; scale = 1.f; return *this; }
+  template <class T> __device__ __forceinline__ kg_score& operator-=(T b) { raw = (float)*this - b; scale = 1.f; return *this; }
+  template <class T, typename kg_enable<kg_kind<T>::value != 0>::type = 0>
+  __device__ __forceinline__ kg_score& operator*=(T b) { scale *= (float)b; return *this; }
+  template <class T, typename kg_enable<kg_kind<T>::value != 0>::type = 0>
+  __device__ __forceinline__ kg_score& operator/=(T b) { scale /= (float)b; return *this; }
+};
+template <class T, typename kg_enable<kg_kind<T>::value != 0>::type = 0>
+__device__ __forceinline__ kg_score operator*(kg_score a, T b) { return kg_score{a.raw, a.scale * (float)b}; }
+template <class T, typename kg_enable<kg_kind<T>::value != 0>::type = 0>
+__device__ __forceinline__ kg_score operator*(T b, kg_score a) { return kg_score{a.raw, (float)b * a.scale}; }
+template <class T, typename kg_enable<kg_kind<T>::value != 0>::type = 0>
+__device__ __forceinline__ kg_score operator/(kg_score a, T b) { return kg_score{a.raw, a.scale / (float)b}; }
+__device__ __forceinline__ kg_score operator-(kg_score a) { return kg_score{a.raw, -a.scale}; }
+__device__ __forceinline__ kg_score operator+(kg_score a) { return a; }
+__device__ __forceinline__ float operator*(kg_score a, kg_idx b) { return (float)a * b.fl(); }
+__device__ __forceinline__ float operator*(kg_idx b, kg_score a) { return b.fl() * (float)a; }
+__device__ __forceinline__ float operator/(kg_score a, kg_idx b) { return (float)a / b.fl(); }
+__device__ __forceinline__ float operator+(kg_score a, kg_idx b) { return (float)a + b.fl(); }
+__device__ __forceinline__ float operator+(kg_idx b, kg_score a) { return b.fl() + (float)a; }
+__device__ __forceinline__ float operator-(kg_score a, kg_idx b) { return (float)a - b.fl(); }
+__device__ __forceinline__ float operator-(kg_idx b, kg_score a) { return b.fl() - (float)a; }
+
 // Helpers a snippet may call.
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(kg_idx x) { return x.fl(); }
@@ -185,7 +221,7 @@ __device__ __forceinline__ float kg_exp(float x) { return expf(x); }
 __device__ __forceinline__ float kg_exp(kg_idx x) { return expf(x.fl()); }
 
 {% if u.score_mod is not none %}
-__device__ __forceinline__ float kg_user_score_mod(float score, int batch, int head, int kv_head, kg_idx q_idx,
+__device__ __forceinline__ float kg_user_score_mod(kg_score score, int batch, int head, int kv_head, kg_idx q_idx,
                                                    kg_idx kv_idx, kg_idx q_len, kg_idx kv_len, kg_idx q_offset{% for n, t in u.tensors %},
                                                    const {{ t }}* __restrict__ {{ n }}{% endfor %}) {
 #line 1 "score_mod"
@@ -253,7 +289,7 @@ __device__ __forceinline__ float user_logit(const AttnParams& p, const UserTile&
                                             kg_idx kv_idx, float x, float to_nat, float from_nat) {
   if (USER_MASK && !user_keep(p, ut, head, q_idx, kv_idx)) return -KG_INF;
 {% if u.score_mod is not none %}
-  x = kg_user_score_mod(x * to_nat, ut.b, head, ut.kv_head, q_idx, kv_idx, ut.q_len_x, ut.kv_len_x, ut.q_offset_x
+  x = kg_user_score_mod(kg_score{x, to_nat}, ut.b, head, ut.kv_head, q_idx, kv_idx, ut.q_len_x, ut.kv_len_x, ut.q_offset_x
                         {%- for n, t in u.tensors %}, reinterpret_cast<const {{ t }}*>(p.user{{ loop.index0 }}){% endfor %}) * from_nat;
 {% endif %}
   return x;
