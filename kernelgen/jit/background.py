@@ -10,7 +10,7 @@ path) waits on the cache's per-key lock and takes the build's result; another pr
 entry's file lock.
 
 Builds run one at a time on one worker thread: NVRTC compiles on one core, and the first call that
-started the build compiles its own quick kernel meanwhile (``front.first_call``).  ``state(spec)``
+started the build compiles its own quick kernel meanwhile (``selection.tiered``).  ``state(spec)``
 says where a spec's build is; ``wait_for_compiles`` (public as ``kernelgen.wait_for_compiles``)
 blocks until the builds started so far are done.
 

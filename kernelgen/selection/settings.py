@@ -16,7 +16,7 @@ plan is made (``AttentionPlan``) and the decider takes the result as an input
   capability (Blackwell: 10.x, 12.x) run the sm_80 path compiled for its arch (sm_100, sm_120;
   ``kernels.device.arch_for_capability``); unset, such a GPU is refused with a message naming it;
 - ``KERNELGEN_TIERED_COMPILE``: "0" (or "false", "no", "off") turns off the tiered first call of a
-  new user variant (``front.first_call``: the sm_80 kernel runs while the Hopper kernel builds in
+  new user variant (``selection.tiered``: the sm_80 kernel runs while the Hopper kernel builds in
   the background); unset or any other value: on.
 
 Values are kept as read; each is checked where the decider uses it (``sm90_short_rows``,
