@@ -89,8 +89,9 @@ def wait_for_compiles(timeout: float | None = None) -> list[str]:
     Background builds are started by the first calls of a new user variant (``kernelgen.Variant``)
     on an H200: such a call runs the variant's sm_80 kernel at once and builds its Hopper kernel
     in the background (docs/variants.md, "First call").  After this returns, the next call of
-    that signature loads and runs the Hopper kernel.  Call it before timing a variant, or before
-    capturing a CUDA graph of its calls.
+    that signature loads and runs the Hopper kernel (and keeps its prepared call).  Call it after
+    a new variant's first call and before timing it; before capturing a CUDA graph of its calls,
+    call it and then make one more call, so that the capture neither builds nor loads a kernel.
 
     Args:
         timeout: the most seconds to wait (float); None waits as long as the builds take.
