@@ -23,14 +23,16 @@ import sys
 
 from ._version import __version__
 
-__all__ = ["__version__", "varlen_attention", "AttentionPlan", "Variant", "CompileError", "VariantCompileError",
-           "KernelNotCachedError", "LaunchError"]
+__all__ = ["__version__", "varlen_attention", "AttentionPlan", "Variant", "wait_for_compiles", "CompileError",
+           "VariantCompileError", "KernelNotCachedError", "LaunchError"]
 
 #: Lazily imported public names: name -> (module, attribute or None for the module itself).
 _LAZY = {
     "varlen_attention": ("kernelgen.front.api", "varlen_attention"),
     "AttentionPlan": ("kernelgen.front.plan", "AttentionPlan"),
     "Variant": ("kernelgen.front.variant", "Variant"),
+    # the background builds of a new variant's Hopper kernels (docs/variants.md, "First call")
+    "wait_for_compiles": ("kernelgen.jit.background", "wait_for_compiles"),
     # the errors a call can raise besides TypeError / ValueError (docs/api.md, "Errors")
     "CompileError": ("kernelgen.jit.compiler", "CompileError"),
     "VariantCompileError": ("kernelgen.jit.compiler", "VariantCompileError"),

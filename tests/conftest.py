@@ -179,7 +179,7 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
 #: GPU tests keep them: a tuning run sets e.g. KERNELGEN_SM90_OPTS for the GPU tests on purpose.
 CHOICE_ENV = ("KERNELGEN_ARCH", "KERNELGEN_SM90_OPTS", "KERNELGEN_SM90_SHORT_ROWS", "KERNELGEN_MIXED_SHORT_CTAS",
               "KERNELGEN_CHECK_INPUTS", "KERNELGEN_GRAPH_LAUNCH", "KERNELGEN_DEFINES", "KERNELGEN_DISABLE_JIT",
-              "KERNELGEN_ALLOW_UNTESTED_ARCH")
+              "KERNELGEN_ALLOW_UNTESTED_ARCH", "KERNELGEN_TIERED_COMPILE")
 
 
 @pytest.fixture(autouse=True)
@@ -197,3 +197,19 @@ def fake_cuda(monkeypatch):
     import fake_cuda
 
     return fake_cuda.install(monkeypatch)
+
+
+@pytest.fixture(autouse=True)
+def _background_builds(monkeypatch):
+    """Each test starts with no background builds (kernelgen.jit.background: a new user variant's
+    Hopper kernels built off the caller's thread) and ends once the builds it started are done, so
+    none compiles into the next test's cache or changes its compile counts."""
+    try:
+        from kernelgen.jit import background
+    except ImportError:
+        yield
+        return
+    monkeypatch.setattr(background, "_futures", {})
+    monkeypatch.setattr(background, "_unreported", [])
+    yield
+    background.wait_for_compiles(timeout=600)

@@ -9,7 +9,8 @@ stream and the parameter bytes behind kernelParams).  The driver's graph API (``
 is a stand-in too (``FakeGraphDriver``): a graph launch records its kernel nodes as launches,
 in order, with the parameters they were last set to, so a test sees the same launches on either
 path.  Workspaces come from ``prepared.raw_alloc`` as CPU uint8 tensors the recorder keeps, the
-capture state is ``Recorder.capturing``; the TMA tensor-map encoder packs its arguments into the
+capture state (``prepared.is_capturing`` and ``torch.cuda.is_current_stream_capturing``, which
+``selection.tiered`` asks) is ``Recorder.capturing``; the TMA tensor-map encoder packs its arguments into the
 map's bytes (``fake_encode``).  Signature caches start empty.
 
 Kernel kinds (``FUNC``, the fake function handles, and ``PARAMS``, their parameter decoders):
@@ -409,6 +410,7 @@ def install(monkeypatch) -> Recorder:
     rec.graph_driver = FakeGraphDriver(rec)
     monkeypatch.setattr(graph_launch, "_driver", rec.graph_driver)
     monkeypatch.setattr(prepared, "is_capturing", lambda: rec.capturing)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: rec.capturing)
     monkeypatch.setattr(prepared, "raw_alloc", rec.raw_alloc)
     monkeypatch.setattr(prepared, "raw_delete", lambda address: None)
     monkeypatch.setattr(tma, "_encoder", fake_encode)

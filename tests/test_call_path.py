@@ -9,7 +9,9 @@ climbing back.  The first call of a signature (the validating
 path: checks, the one decision, the kernels, the prepared launches) climbs back at most three
 times: to the front's own validating function after the signature lookup, to the decider after
 the device is read, to the signature cache after the launches are prepared.  A repeated call
-never climbs.  (The flat package before the move, measured the same way: 9 modules, 33 visits and
+never climbs.  A new user variant's first call that runs its sm_80 recipe while the Hopper kernel
+builds (``selection.tiered``) climbs twice more: back from reading the kernels' state (jit) to the
+sm_80 decision, and back from starting the build to the call's own path.  (The flat package before the move, measured the same way: 9 modules, 33 visits and
 12 returns upward for the plain call, 53 visits and 16 returns for the mixed one, 36 visits and 7
 returns for the plan's first step; after it: 29 visits and 3 returns, 48 and 3, 31 and 2.)
 """
@@ -165,3 +167,31 @@ def test_untested_arch_switch_reaches_the_decision_through_settings(fake_cuda, m
     monkeypatch.setenv("KERNELGEN_ALLOW_UNTESTED_ARCH", "1")
     kernelgen.varlen_attention(q, k, v, cq, ck, 7, 12, causal=True)
     assert fake_cuda.kinds() == ["scheduler", "attention"] and set(loaded) == {"sm_100"}
+
+
+def test_tiered_first_call_climbs_twice_more(fake_cuda, monkeypatch):
+    """A new user variant's first call whose Hopper kernel is not built (selection.tiered): after
+    the decision the kernels' state is read (jit: loaded, building, on disk), then the sm_80
+    decision is made (a climb back from jit to selection), the build is started (jit.background;
+    here a build that does nothing) and the call goes on as a first call with the sm_80 recipe (a
+    climb back from jit to selection), so two climbs more than a plain first call."""
+    from kernelgen.jit import background, compiler
+
+    monkeypatch.setattr(background, "_build", lambda cache, spec: None)
+    compiler.nvrtc_version()            # (NVRTC imported, as after any earlier compile)
+    torch.manual_seed(0)
+    q = torch.randn(256, 4, 64).to(torch.bfloat16)
+    k = torch.randn(256, 2, 64).to(torch.bfloat16)
+    cu = torch.tensor([0, 128, 256], dtype=torch.int32)
+    var = kernelgen.Variant(score_mod="score * 0.5f")
+    call = kernelgen.varlen_attention
+    calls = trace(lambda: call(q, k, torch.randn_like(k), cu, cu, 128, 128, causal=True, variant=var))
+    path, ups, msg = check_path(calls, max_upward=MAX_UPWARD + 2)
+    assert fake_cuda.kinds() == ["scheduler", "attention_variant0"] and len(background._futures) == 2
+    assert calls.count(("kernelgen.jit.runtime", "device")) == 1
+    assert calls.count(("kernelgen.selection.decide", "decide")) == 2     # the call's, then its sm_80 one
+    assert [(a, b) for _, a, b in ups] == [("kernelgen.selection.signature", "kernelgen.front.api"),
+                                          ("kernelgen.jit.runtime", "kernelgen.selection.decide"),
+                                          ("kernelgen.jit.cache", "kernelgen.selection.tiered"),
+                                          ("kernelgen.jit.cache", "kernelgen.selection.arguments"),
+                                          ("kernelgen.launch.prepared", "kernelgen.selection.signature")], msg

@@ -111,7 +111,9 @@ def test_report_keeps_the_alibi_and_variant_costs_and_shows_them(tmp_path, capsy
                            "us_builtin": 3950.0, "variant_ratio": 3900.0 / 3950.0, "peer_base_us": 3920.0}, None)
     first = report.finalize({"name": "variant_compile_first_call", "suite": "compile", "us": 2.5e6,
                              "peers": {"fa4": 30e6, "flex_attention": 12e6}, "unavailable": {},
-                             "us_second_call": 300.0, "first_call_s": {"fa4": 30.0, "flex_attention": 12.0}}, None)
+                             "us_second_call": 300.0, "first_call_s": {"fa4": 30.0, "flex_attention": 12.0},
+                             "us_hopper_ready": 1.5e6, "first_call_kernels": ["attn_sm_90a_var1"],
+                             "hopper_built": ["attn_sm_90a_wgmma_var1"]}, None)
     (tmp_path / "bench.json").write_text(json.dumps(report.build_report([alibi, var, first], None, "NVIDIA H200",
                                                                         commit="c")))
     gpu_report.main(["--out", str(tmp_path), "--markdown", str(tmp_path / "h200.md")])
@@ -124,6 +126,8 @@ def test_report_keeps_the_alibi_and_variant_costs_and_shows_them(tmp_path, capsy
     assert v["us_builtin"] == 3950.0 and abs(v["variant_ratio"] - 3900.0 / 3950.0) < 1e-12
     f = rows["variant_compile_first_call"]
     assert f["us"] == 2.5e6 and f["us_second_call"] == 300.0 and f["peers"] == {"fa4": 30e6, "flex_attention": 12e6}
+    assert f["us_hopper_ready"] == 1.5e6 and f["hopper_built"] == ["attn_sm_90a_wgmma_var1"]
+    assert f["first_call_kernels"] == ["attn_sm_90a_var1"]
     md = (tmp_path / "h200.md").read_text()
     assert "| 1.01x without ALiBi (4000.0 us) |" in md and "0.99x built-in (3950.0 us)" in md
     assert "fa4 4400 (1.07x)" in md

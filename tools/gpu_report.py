@@ -97,9 +97,12 @@ def add_aliases(benchmarks: list) -> None:
 #: sinks_ratio, the cost docs/performance.md quotes; ``alibi_*``: us_noalibi / alibi_ratio;
 #: ``variant_*``: us_builtin / variant_ratio) and the kernelgen time their peers are divided by
 #: (``peer_base_us``); ``variant_compile_first_call``'s second call (its ``us`` and its peers'
-#: times are first calls).
+#: times are first calls), the time until its Hopper kernel was built (``us_hopper_ready``: the
+#: first call runs the sm_80 kernel meanwhile), the kernels its first call ran and the background
+#: build returned.
 KEPT_IF_SET = ("flops", "bytes", "ratios", "best_peer", "vs_best", "max_diff", "us_nosinks", "sinks_ratio",
-               "us_noalibi", "alibi_ratio", "us_builtin", "variant_ratio", "peer_base_us", "us_second_call")
+               "us_noalibi", "alibi_ratio", "us_builtin", "variant_ratio", "peer_base_us", "us_second_call",
+               "us_hopper_ready", "first_call_kernels", "hopper_built")
 #: The cost entries' own baselines as the tables show them (kernelgen.apps.bench.report.OWN_BASELINES).
 OWN_BASELINES = (("sinks_ratio", "us_nosinks", "without sinks"), ("alibi_ratio", "us_noalibi", "without ALiBi"),
                  ("variant_ratio", "us_builtin", "built-in"))

@@ -10,6 +10,10 @@ persistent attention kernel and, with split-KV, the combine kernel.  All launche
 PyTorch's current stream of the tensors' device; nothing synchronises the host and every buffer
 comes from PyTorch's allocator, so the call can be captured in a CUDA graph.
 
+A new user variant's first calls on an H200 run its sm_80-mainloop kernel while its Hopper kernel
+builds in the background (``selection.tiered``, ``jit.background``); such a provisional call is not
+kept per signature, so the calls after the build run the Hopper kernel.
+
 Everything before the allocation depends only on the call's signature (``selection.signature``:
 types, dtypes, devices, shapes and strides of the tensors, the other arguments' types and
 values), so the prepared call is kept per signature: a call whose signature was validated before
@@ -22,7 +26,7 @@ import torch
 from ..jit import runtime
 from ..kernels import kernel_args
 from ..launch import bind, sinks as _sinks
-from ..selection import arguments, decide, signature, validation
+from ..selection import arguments, decide, signature, tiered, validation
 
 #: Prepared calls of varlen_attention by signature (``signature.key``).
 _CALLS = signature.SignatureCache(1024)
@@ -149,7 +153,15 @@ def varlen_attention(
         variant: a user attention variant (``kernelgen.Variant``: C++ ``score_mod`` /
             ``mask_mod`` / ``kv_range`` snippets and the CUDA tensors they read, FlexAttention's
             idea, see ``kernelgen.selection.variant``), or None.  Its kernels are compiled at first use
-            (NVRTC, cached on disk by the snippets' source and the tensors' dtypes); its tensors
+            (NVRTC, cached on disk by the snippets' source and the tensors' dtypes).  Where the
+            Hopper kernel would run (``arch`` None or "auto", ``KERNELGEN_ARCH`` unset) and is not
+            built yet, the call runs the variant's sm_80-mainloop kernel (about half the compile)
+            while the Hopper kernel builds in a background thread, and so do the calls of the
+            signature until it is built; later calls run the Hopper kernel (the results agree
+            within ``kernelgen.apps.reference.tolerance``, not bitwise).  ``KERNELGEN_TIERED_COMPILE=0``
+            turns this off, ``kernelgen.wait_for_compiles()`` waits for the builds; under CUDA
+            graph capture, with ``KERNELGEN_DISABLE_JIT`` and in ``AttentionPlan`` the Hopper kernel
+            is built at once (docs/variants.md, "First call").  Its tensors
             must be contiguous and on q's device, their values are read on the device at every
             launch (CUDA-graph safe) and their addresses are part of the call signature.  The
             score_mod sees the logit after softmax_scale, soft-cap and ALiBi; the built-in masks
@@ -197,7 +209,8 @@ def varlen_attention(
             a call or device the Hopper path does not support.
         kernelgen.CompileError: NVRTC rejected a kernel (log and source path attached);
             ``kernelgen.VariantCompileError`` (also a ValueError) when a variant's snippet does not
-            compile: NVRTC's diagnostics at the snippet's own line numbers and the snippet.
+            compile: NVRTC's diagnostics at the snippet's own line numbers and the snippet (a
+            background build's failure is raised by the next call that needs the kernel).
         kernelgen.KernelNotCachedError: ``KERNELGEN_DISABLE_JIT=1`` and a kernel the call
             needs is not in the cache.
         kernelgen.LaunchError: the driver refused a launch (the message names the kernel).
@@ -271,11 +284,17 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                                  sinks=sinks, alibi_slopes=alibi_slopes, variant=variant, k_descale=k_descale,
                                  v_descale=v_descale, q_descale=q_descale, out_dtype=out_dtype)
     sizes = call.sizes
+    provisional = None
     if call.empty:
         kernel_lse = bool(return_lse) or sinks is not None
     else:
         ordinal = q.device.index
-        recipe = decide.decide(call.signature, runtime.device(ordinal), call.settings)
+        device = runtime.device(ordinal)
+        recipe = decide.decide(call.signature, device, call.settings)
+        # a new user variant's Hopper kernel still building: its sm_80 recipe now (selection.tiered)
+        provisional = tiered.provisional_recipe(recipe, call, device, ordinal)
+        if provisional is not None:
+            recipe = provisional
         kernel_lse = bool(return_lse) or (sinks is not None and not recipe.sinks_fused)
     if out is None:
         out = torch.empty((sizes["total_q"], sizes["num_heads_q"], sizes["head_dim_v"]), dtype=sizes["dtype"],
@@ -297,7 +316,7 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                            **({} if call.descale is None else
                               {"descale": kernel_args.descale_fields(k_descale, v_descale, call.descale, q_descale)}))
     prep.q_convert = q_convert
-    if key is not None and signature.cacheable(key):
+    if key is not None and signature.cacheable(key) and provisional is None:   # (a provisional call is not kept)
         _CALLS.put(key, prep)
     out, lse = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
     if sinks is not None and not recipe.sinks_fused:

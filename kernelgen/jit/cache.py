@@ -64,6 +64,7 @@ import tempfile
 import threading
 import time
 import warnings
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -202,6 +203,24 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
+#: Every KernelCache of the process, for the fork handler below.
+_instances: "weakref.WeakSet[KernelCache]" = weakref.WeakSet()
+
+
+def _free_locks_in_child() -> None:
+    """After ``os.fork`` in the child: every cache's thread locks start free.  A lock another thread
+    held at the fork (a background build's key lock, ``jit.background``) would never be released
+    in the child, where that thread does not exist (its file lock is released when the parent's
+    build ends)."""
+    for c in list(_instances):
+        c._mutex = threading.Lock()
+        c._key_locks = {}
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_free_locks_in_child)
+
+
 class KernelCache:
     """A directory of compiled kernels.  Thread-safe and multi-process safe."""
 
@@ -211,6 +230,7 @@ class KernelCache:
         self._memory: dict[str, CacheEntry] = {}
         self._mutex = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
+        _instances.add(self)
 
     # ----------------------------------------------------------------- keys and paths
     def key_for(self, source: str, arch: str, options: tuple[str, ...]) -> str:

@@ -83,6 +83,11 @@ def get_kernel(spec, ordinal: int) -> Kernel:
     return k
 
 
+def is_loaded(spec, ordinal: int) -> bool:
+    """Whether the kernel for ``spec`` is loaded on device ``ordinal`` already (nothing to build)."""
+    return (ordinal, spec) in _loaded
+
+
 def load(specs, ordinal: int) -> tuple:
     """The kernels of ``specs`` (e.g. a recipe's, ``kernels.recipe.Recipe.specs``) loaded on device
     ``ordinal``, in order (``get_kernel`` each)."""

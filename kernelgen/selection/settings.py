@@ -14,7 +14,10 @@ plan is made (``AttentionPlan``) and the decider takes the result as an input
   0 .. the SMs (``heuristics.SM90_MIXED_SHORT_FRACTION``);
 - ``KERNELGEN_ALLOW_UNTESTED_ARCH``: "1" (or "true", "yes") lets a GPU of an untested compute
   capability (Blackwell: 10.x, 12.x) run the sm_80 path compiled for its arch (sm_100, sm_120;
-  ``kernels.device.arch_for_capability``); unset, such a GPU is refused with a message naming it.
+  ``kernels.device.arch_for_capability``); unset, such a GPU is refused with a message naming it;
+- ``KERNELGEN_TIERED_COMPILE``: "0" (or "false", "no", "off") turns off the tiered first call of a
+  new user variant (``selection.tiered``: the sm_80 kernel runs while the Hopper kernel builds in
+  the background); unset or any other value: on.
 
 Values are kept as read; each is checked where the decider uses it (``sm90_short_rows``,
 ``mixed_short_ctas``), so a malformed variable fails only the calls it concerns, with a
@@ -32,6 +35,7 @@ SM90_OPTS = "KERNELGEN_SM90_OPTS"
 SM90_SHORT_ROWS = "KERNELGEN_SM90_SHORT_ROWS"
 MIXED_SHORT_CTAS = "KERNELGEN_MIXED_SHORT_CTAS"
 ALLOW_UNTESTED_ARCH = ALLOW_UNTESTED_ARCH_ENV
+TIERED_COMPILE = "KERNELGEN_TIERED_COMPILE"
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,9 @@ class Settings:
     short_rows: str | None = None
     short_ctas: str | None = None
     allow_untested_arch: bool = False
+    #: ``KERNELGEN_TIERED_COMPILE`` not "0" / "false" / "no" / "off" (any case): a new user
+    #: variant's first calls may run the sm_80 kernel while its Hopper kernel builds
+    tiered_compile: bool = True
 
     @classmethod
     def from_env(cls, environ=None) -> "Settings":
@@ -51,8 +58,9 @@ class Settings:
         env = os.environ if environ is None else environ
         rows, ctas = env.get(SM90_SHORT_ROWS, "").strip(), env.get(MIXED_SHORT_CTAS, "").strip()
         allow = env.get(ALLOW_UNTESTED_ARCH, "").strip().lower() in ("1", "true", "yes", "on")
+        tiered = env.get(TIERED_COMPILE, "").strip().lower() not in ("0", "false", "no", "off")
         return cls(arch=env.get(ARCH), sm90_opts=env.get(SM90_OPTS), short_rows=rows or None,
-                   short_ctas=ctas or None, allow_untested_arch=allow)
+                   short_ctas=ctas or None, allow_untested_arch=allow, tiered_compile=tiered)
 
     def sm90_short_rows(self) -> int | None:
         """``KERNELGEN_SM90_SHORT_ROWS`` as 8 or 16, None when unset.  Raises ValueError naming the

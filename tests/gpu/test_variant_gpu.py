@@ -7,8 +7,10 @@ kv_range, and a prefix-LM mask (``causal=False`` plus mask_mod, with a kv_range)
 prefill, paged decode (automatic and forced split-KV), a mixed prefill + decode step (the classes
 in turn on sm_90a, one class elsewhere: no fused kernel takes a variant), on the Hopper mainloop
 (sm_90a) and the sm_80 one (forced ``arch=``); pack-GQA decode (the head of each packed row); rows
-whose keys are all masked (out 0, lse -inf, through the split-KV combine too); and a decode
-AttentionPlan captured in a CUDA graph and replayed with new tensor values.  Outputs and LSE are
+whose keys are all masked (out 0, lse -inf, through the split-KV combine too); a decode
+AttentionPlan captured in a CUDA graph and replayed with new tensor values; and a never-seen
+variant's first call (the sm_80 kernel while the Hopper kernel builds) and the call after
+``kernelgen.wait_for_compiles()`` (the Hopper kernel).  Outputs and LSE are
 NaN-poisoned; tolerances from ``reference.tolerance``.
 
     pytest -q -p no:xdist tests/gpu/test_variant_gpu.py
@@ -155,9 +157,11 @@ def test_decode_pack_gqa(name, max_q):
 
 @pytest.mark.parametrize("arch", ["sm_80", None])
 @pytest.mark.parametrize("name", X.EXAMPLES)
-def test_mixed_step(name, arch):
+def test_mixed_step(name, arch, monkeypatch):
     """A paged step mixing prefill chunks and decodes: the classes in turn on sm_90a (arch None),
-    else one class; never a fused kernel."""
+    else one class; never a fused kernel.  (The decision itself: no tiered first call, which would
+    run one sm_80 class while the Hopper kernel builds; test_first_call_of_a_new_variant.)"""
+    monkeypatch.setenv("KERNELGEN_TIERED_COMPILE", "0")
     rng = np.random.default_rng(13)
     qlens, klens = mixed_lengths(rng, n_decode=24, n_prefill=2, max_ctx=3000)
     hq, hkv, d = 32, 8, 128
@@ -177,6 +181,42 @@ def test_mixed_step(name, arch):
     k, v, cu_k = gather_paged(kc, vc, pt, used)
     ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=causal, score_mod=sm, mask_mod=mm)
     check(o, lse, ref, ref_lse, BF16)
+
+
+def test_first_call_of_a_new_variant(monkeypatch):
+    """A never-seen variant (a random constant in its snippet, so no cache has its kernels) on the
+    automatic arch: its first call (on an H200 the sm_80 kernel, while the Hopper kernel builds in
+    the background: docs/variants.md, "First call") equals the float64 reference; after
+    ``wait_for_compiles()`` the call runs the Hopper kernel, equal to the reference too."""
+    from kernelgen.jit import runtime
+    from kernelgen.selection import tiered
+
+    monkeypatch.delenv("KERNELGEN_TIERED_COMPILE", raising=False)
+    monkeypatch.delenv("KERNELGEN_ARCH", raising=False)
+    c = 0.5 + float(np.random.default_rng().integers(1, 10 ** 9)) * 1e-9
+    var = kernelgen.Variant(score_mod=f"score * {c:.9f}f")
+    qlens, klens = [600, 300, 450], [600, 500, 450]
+    hq, hkv, d = 16, 4, 128
+    q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, 11)
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True,
+                                       score_mod=lambda s, b, h, qi, kj, lq, lk: s * float(f"{c:.9f}"))
+    before = {id(x) for x in runtime.loaded_kernels()}
+    for i in range(2):
+        out = torch.full((q.shape[0], hq, d), float("nan"), dtype=BF16, device="cuda")
+        o, lse = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), causal=True,
+                                            return_lse=True, out=out, variant=var)
+        torch.cuda.synchronize()
+        check(o, lse, ref, ref_lse, BF16)
+        if i == 0:
+            first = [x.spec for x in runtime.loaded_kernels() if id(x) not in before and x.spec.kind == "attention"]
+            built = kernelgen.wait_for_compiles()
+            if HOPPER:   # the sm_80 kernel ran, the Hopper kernel was built behind it
+                assert first and not any(tiered.is_slow(s) for s in first), [s.name for s in first]
+                assert any("_wgmma" in n and "_var" in n for n in built), built
+    hopper = [x.spec for x in runtime.loaded_kernels() if tiered.is_slow(x.spec) and x.spec.variant == var.code]
+    assert hopper if HOPPER else not hopper
+    if HOPPER:
+        assert "_wgmma" in prepared().attn.name and "_var" in prepared().attn.name, prepared().attn.name
 
 
 @pytest.mark.parametrize("num_splits", [1, 5])

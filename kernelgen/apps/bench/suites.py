@@ -59,7 +59,10 @@ Suites and entries (``<model>`` suffix: see ``models.entry_name``):
   ``prefill``: a user score_mod against the built-in ALiBi / soft-cap, ``us_builtin``,
   ``variant_ratio``; peers FlexAttention and FA4 with the same score_mod) and
   ``variant_compile_first_call`` (suite ``compile``: the first call of a never-seen variant, its
-  compile included, against FlexAttention's and FA4's first call with a new score_mod).
+  compile included, against FlexAttention's and FA4's first call with a new score_mod; on an H200
+  that call runs the sm_80 kernel while the Hopper kernel builds, ``us_hopper_ready`` is the time
+  until the Hopper kernel is built).  The prefill entries wait for the background builds
+  (``kernelgen.wait_for_compiles``) before they warm up and time, so they time the Hopper kernel.
 * Model presets with sinks (gpt-oss) pass them (``preset_sinks``) in their trace prefill and
   decode entries (and the first preset's graph decode step); a preset with alternating layers
   (``ModelPreset.alt_window``) also runs ``prefill_varlen_trace`` and
@@ -935,6 +938,7 @@ def variant_prefill_entry(settings: Settings, which: str, model: ModelPreset) ->
     if which not in VARIANT_PREFILL_ENTRIES:
         raise ValueError(f"unknown variant entry {which!r}")
     Variant = variant_api()
+    from ...jit.background import wait_for_compiles
     m = _plain(model)
     alibi = which.startswith("variant_alibi_")
     label = ("user ALiBi score_mod vs built-in alibi_slopes" if alibi else
@@ -958,6 +962,10 @@ def variant_prefill_entry(settings: Settings, which: str, model: ModelPreset) ->
         builtin = make_call(outs[0], softcap=VARIANT_SOFTCAP)
         e["score_mod"] = mod
     calls = {SWITCH_BASE: builtin, "kernelgen_variant": make_call(outs[1], variant=variant)}
+    # the variant's first call may run its sm_80 kernel while the Hopper kernel builds in the
+    # background (docs/variants.md, "First call"): the warm-up and the timing run the Hopper kernel
+    calls["kernelgen_variant"]()
+    wait_for_compiles()
     _with_without(settings, e, calls, outs, "kernelgen_variant", "us_builtin", "variant_ratio")
     e["variant_max_abs_diff_vs_builtin"] = float((outs[1].float() - outs[0].float()).abs().max())
     e["peer_base_us"] = settings.time(calls["kernelgen_variant"])
@@ -980,13 +988,18 @@ def variant_prefill_entry(settings: Settings, which: str, model: ModelPreset) ->
 
 def variant_compile_first_call_entry(settings: Settings, model: ModelPreset) -> dict:
     """``variant_compile_first_call``: the wall time of the first call of a never-seen user variant,
-    the NVRTC compile of its attention kernel included (the scheduler and the rest are cached), on
-    one causal request of VARIANT_FIRST_CALL_TOKENS tokens with the first preset's heads, in a
-    process that has made a plain call of the shape first (as a serving process has).  The
-    variant is ALiBi's score_mod times a fresh constant (1 + a random multiple of 1e-9, printed in
-    the snippet), so no cache, in memory or on disk, has it.  ``us``: perf_counter from the call to
-    its synchronised end; ``us_second_call``: the same call again (the compile's share is the
-    difference).  Peers, each with its own fresh constant-bearing score_mod and the same constant:
+    the NVRTC compile of the attention kernel it runs included (the scheduler and the rest are
+    cached), on one causal request of VARIANT_FIRST_CALL_TOKENS tokens with the first preset's
+    heads, in a process that has made a plain call of the shape first (as a serving process has).
+    The variant is ALiBi's score_mod times a fresh constant (1 + a random multiple of 1e-9, printed
+    in the snippet), so no cache, in memory or on disk, has it.  On an H200 the first call runs the
+    variant's sm_80-mainloop kernel while its Hopper kernel builds in the background
+    (``selection.tiered``; docs/variants.md, "First call").  ``us``: perf_counter from the first
+    call to its synchronised end; ``us_hopper_ready``: from the same start until
+    ``wait_for_compiles()`` returns after it (the Hopper kernel built; about ``us`` when the first
+    call built it itself); ``first_call_kernels``: the attention kernel(s) the first call ran (the
+    names of its loaded attention kernels), ``hopper_built``: what ``wait_for_compiles`` returned;
+    ``us_second_call``: the same call after that (loads and runs the Hopper kernel).  Peers, each with its own fresh constant-bearing score_mod and the same constant:
     ``flex_attention`` (a score_mod compiled from source text holding the constant, a code object
     torch.compile has not seen: it recompiles; its block mask built in the timing, as its first
     call needs it) and ``fa4`` (FA4 keys its compile cache on the score_mod's
@@ -1000,6 +1013,8 @@ def variant_compile_first_call_entry(settings: Settings, model: ModelPreset) -> 
     torch = _torch()
     Variant = variant_api()
     from ...front.api import varlen_attention
+    from ...jit import runtime
+    from ...jit.background import wait_for_compiles
 
     m = _plain(model)
     n = VARIANT_FIRST_CALL_TOKENS
@@ -1020,13 +1035,19 @@ def variant_compile_first_call_entry(settings: Settings, model: ModelPreset) -> 
     # shape loaded): what is timed is what a serving process pays for a new variant
     varlen_attention(q, k, v, cu, cu, n, n, causal=True, out=out)
     second = torch.empty_like(out)
-    for key, dest in (("us", out), ("us_second_call", second)):   # the compile, then the same call again
+    loaded = {id(x) for x in runtime.loaded_kernels()}
+    for key, dest in (("us", out), ("us_second_call", second)):   # the first call, then the same call again
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         varlen_attention(q, k, v, cu, cu, n, n, causal=True, out=dest,
                          variant=Variant(score_mod=snippet, tensors={"slopes": slopes}))
         torch.cuda.synchronize()
         e[key] = (time.perf_counter() - t0) * 1e6
+        if key == "us":   # its kernels; then the Hopper kernel's background build, if it started one
+            e["first_call_kernels"] = [x.spec.name for x in runtime.loaded_kernels()
+                                       if id(x) not in loaded and x.spec.kind == "attention"]
+            e["hopper_built"] = wait_for_compiles()
+            e["us_hopper_ready"] = (time.perf_counter() - t0) * 1e6
     builders = {
         peers.FLEX: settings.flex_builder(peers.flex_document(q, k, v, [n], [n], True, alibi_slopes=slopes,
                                                               alibi_factor=c), "some"),
