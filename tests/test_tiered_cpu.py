@@ -371,3 +371,25 @@ def test_a_forked_child_starts_without_builds(fake_cuda, builds):
     builds.gate.set()
     assert os.waitstatus_to_exitcode(status) == 0
     assert kernelgen.wait_for_compiles() == [spec.name]
+
+
+def test_only_quick_kernels_missing_take_the_synchronous_path(fake_cuda, builds, monkeypatch):
+    """The variant's Hopper kernel is in the disk cache but the scheduler is not (a later process,
+    the scheduler's entry gone): the call builds the scheduler and runs the Hopper kernel, not the
+    sm_80 recipe (whose variant kernel it would compile, the slower build, for nothing)."""
+    x = _inputs()
+    var = _variant()
+    builds.gate.set()
+    _call(x, variant=var, arch="sm_90a")          # synchronous: the Hopper kernel and the scheduler on disk
+    monkeypatch.setattr(runtime, "_loaded", {})
+    monkeypatch.setattr(api, "_CALLS", type(api._CALLS)())
+    root = cache.get_cache().root
+    for p in root.iterdir():
+        if p.name.startswith("sched"):
+            p.unlink()
+    cache.set_cache_dir(root)
+    fake_cuda.clear()
+    n = len(builds.names)
+    _call(x, variant=var)
+    assert fake_cuda.kinds() == HOPPER and background._futures == {}
+    assert [n for n in builds.names[n:] if "_var" in n] == []    # no variant kernel compiled

@@ -17,7 +17,8 @@ build has finished (loaded from the cache's memory; that prepared call is kept a
 
 It returns None, and the call builds and runs ``recipe`` on its own thread as before, when:
 
-- ``recipe`` has no slow kernel, or each of its kernels is loaded, in the disk cache or built;
+- ``recipe`` has no slow kernel, or each of its slow kernels is loaded, in the disk cache or built
+  (the other kernels it lacks, quick to build, are built on the caller's thread);
 - ``allowed`` says no: ``KERNELGEN_TIERED_COMPILE`` is off, or the call's ``arch`` or
   ``KERNELGEN_ARCH`` forces a mainloop (honoured as asked);
 - JIT is disabled (``KERNELGEN_DISABLE_JIT``: the call raises ``KernelNotCachedError`` naming
@@ -91,7 +92,7 @@ def provisional_recipe(recipe, call, device, ordinal: int):
             return None
         if state == "pending" or (state is None and cache.get_cache().lookup(spec) is None):
             missing.append(spec)
-    if not missing:
+    if not any(is_slow(s) for s in missing):   # only quick kernels to build: build them now
         return None
     quick = quick_recipe(call.signature, device, call.settings)
     if quick is None:
