@@ -555,3 +555,25 @@ def test_index_expressions_compile():
     import tempfile
     with tempfile.TemporaryDirectory() as d:
         KernelCache(d).get(spec)   # raises VariantCompileError with NVRTC's message otherwise
+
+
+_COMPOUND_FORMS = """
+kg_score s = score;
+s *= q_idx; s /= kv_idx + 1; s *= score; s /= s0_helper(score);
+s++; ++s; --s; const float o = s--;
+kg_idx d = q_idx; d = score; d += score; d -= score; q_idx += score; kv_idx -= score; q_len = score;
+return s + o + 1e-9f * (d + q_idx + kv_idx + q_len);
+"""
+
+
+def test_compound_assignments_with_index_and_score_operands_compile():
+    """What a float score and int indices take, the kg_score / kg_idx take too: ``score *= q_idx``,
+    ``score /= kv_idx + 1``, ``score *= score``, ``score++`` / ``--score``, ``q_idx += score``,
+    ``q_idx = score`` (review16: these were 'no operator matches these operands')."""
+    code = VariantCode(score_mod=_COMPOUND_FORMS.replace("s0_helper(score)", "(score + 2.f)"))
+    spec = heuristics.choose("sm_80", "bf16", 64, 64, num_heads_q=4, num_heads_kv=4, mask="none",
+                             max_seqlen_q=512, max_seqlen_k=512, variant=code).attention
+    from kernelgen.jit.cache import KernelCache
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        KernelCache(d).get(spec)   # raises VariantCompileError with NVRTC's message otherwise

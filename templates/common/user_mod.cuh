@@ -71,7 +71,8 @@ struct kg_idx {
     if constexpr (kg_kind<T>::value == 3) return (T)fl();
     else return (T)i;
   }
-  template <class T, typename kg_enable<kg_kind<T>::value != 0>::type = 0>
+  // (any type an int takes: arithmetic types, a kg_score; a kg_idx takes the copy assignment)
+  template <class T>
   __device__ __forceinline__ kg_idx& operator=(T v) {
     i = v;
     f0 = (float)i;
@@ -80,12 +81,12 @@ struct kg_idx {
   }
   __device__ __forceinline__ kg_idx& operator+=(kg_idx b) { return *this = kg_add(*this, b); }
   __device__ __forceinline__ kg_idx& operator-=(kg_idx b) { return *this = kg_sub(*this, b); }
-  template <class T, typename kg_enable<kg_kind<T>::value != 0>::type = 0>
+  template <class T>
   __device__ __forceinline__ kg_idx& operator+=(T b) {
     if constexpr (kg_kind<T>::value == 1) { i += b; f1 += (float)b; } else { i += b; f0 = (float)i; f1 = -0.f; }
     return *this;
   }
-  template <class T, typename kg_enable<kg_kind<T>::value != 0>::type = 0>
+  template <class T>
   __device__ __forceinline__ kg_idx& operator-=(T b) {
     if constexpr (kg_kind<T>::value == 1) { i -= b; f1 = -((float)b - f1); } else { i -= b; f0 = (float)i; f1 = -0.f; }
     return *this;
@@ -164,6 +165,14 @@ struct kg_score {
   __device__ __forceinline__ kg_score& operator*=(T b) { scale *= (float)b; return *this; }
   template <class T, typename kg_enable<kg_kind<T>::value != 0>::type = 0>
   __device__ __forceinline__ kg_score& operator/=(T b) { scale /= (float)b; return *this; }
+  __device__ __forceinline__ kg_score& operator*=(kg_idx b) { scale *= b.fl(); return *this; }
+  __device__ __forceinline__ kg_score& operator/=(kg_idx b) { scale /= b.fl(); return *this; }
+  __device__ __forceinline__ kg_score& operator*=(kg_score b) { scale *= (float)b; return *this; }
+  __device__ __forceinline__ kg_score& operator/=(kg_score b) { scale /= (float)b; return *this; }
+  __device__ __forceinline__ kg_score& operator++() { raw = (float)*this + 1.f; scale = 1.f; return *this; }
+  __device__ __forceinline__ kg_score& operator--() { raw = (float)*this - 1.f; scale = 1.f; return *this; }
+  __device__ __forceinline__ float operator++(int) { const float t = *this; ++*this; return t; }
+  __device__ __forceinline__ float operator--(int) { const float t = *this; --*this; return t; }
 };
 template <class T, typename kg_enable<kg_kind<T>::value != 0>::type = 0>
 __device__ __forceinline__ kg_score operator*(kg_score a, T b) { return kg_score{a.raw, a.scale * (float)b}; }
