@@ -577,3 +577,23 @@ def test_compound_assignments_with_index_and_score_operands_compile():
     import tempfile
     with tempfile.TemporaryDirectory() as d:
         KernelCache(d).get(spec)   # raises VariantCompileError with NVRTC's message otherwise
+
+
+def test_a_conditional_of_the_score_and_an_integer_does_not_compile():
+    """``c ? score : -10000`` with a float score is a float; with a class type convertible to
+    float, C++ gives it the type int (the kg_score converts to the int, not the other way) and
+    truncates the score (review16: 9.35 came out 9).  It is made ambiguous instead: a compile
+    error naming the operation; ``-10000.f`` compiles."""
+    from kernelgen.jit.cache import KernelCache
+    from kernelgen.jit.compiler import VariantCompileError
+    import tempfile
+
+    def spec(body):
+        return heuristics.choose("sm_80", "bf16", 64, 64, num_heads_q=4, num_heads_kv=4, mask="none",
+                                 max_seqlen_q=512, max_seqlen_k=512, variant=VariantCode(score_mod=body)).attention
+
+    with tempfile.TemporaryDirectory() as d:
+        for body in ("return q_idx >= kv_idx ? score : -10000;", "return q_idx < kv_idx ? 0 : score;"):
+            with pytest.raises(VariantCompileError, match=r'ambiguous "\?" operation'):
+                KernelCache(d).get(spec(body))
+        KernelCache(d).get(spec("return q_idx >= kv_idx ? score : -10000.f;"))

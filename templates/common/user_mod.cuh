@@ -155,6 +155,13 @@ __device__ __forceinline__ T operator/(T b, kg_idx a) { return b / a.fl(); }
 struct kg_score {
   float raw;    // the logit before its scale
   float scale;  // raw * scale == the float value
+  kg_score() = default;
+  __device__ __forceinline__ kg_score(float raw_, float scale_) : raw(raw_), scale(scale_) {}
+  // An integer converts to a kg_score as well as a kg_score to an integer (through float), so that
+  // `c ? score : 0` is ambiguous (a compile error) instead of a conditional of type int that
+  // truncates the score (write `0.f`).
+  template <class T, typename kg_enable<kg_kind<T>::value == 1 || kg_kind<T>::value == 2>::type = 0>
+  __device__ __forceinline__ kg_score(T v) : raw((float)v), scale(1.f) {}
   __device__ __forceinline__ operator float() const { return raw * scale; }
   template <class T, typename kg_enable<kg_kind<T>::value != 0>::type = 0>
   __device__ __forceinline__ kg_score& operator=(T v) { raw = (float)v; scale = 1.f; return *this; }
@@ -180,15 +187,20 @@ template <class T, typename kg_enable<kg_kind<T>::value != 0>::type = 0>
 __device__ __forceinline__ kg_score operator*(T b, kg_score a) { return kg_score{a.raw, (float)b * a.scale}; }
 template <class T, typename kg_enable<kg_kind<T>::value != 0>::type = 0>
 __device__ __forceinline__ kg_score operator/(kg_score a, T b) { return kg_score{a.raw, a.scale / (float)b}; }
-__device__ __forceinline__ kg_score operator-(kg_score a) { return kg_score{a.raw, -a.scale}; }
-__device__ __forceinline__ kg_score operator+(kg_score a) { return a; }
-__device__ __forceinline__ float operator*(kg_score a, kg_idx b) { return (float)a * b.fl(); }
-__device__ __forceinline__ float operator*(kg_idx b, kg_score a) { return b.fl() * (float)a; }
-__device__ __forceinline__ float operator/(kg_score a, kg_idx b) { return (float)a / b.fl(); }
-__device__ __forceinline__ float operator+(kg_score a, kg_idx b) { return (float)a + b.fl(); }
-__device__ __forceinline__ float operator+(kg_idx b, kg_score a) { return b.fl() + (float)a; }
-__device__ __forceinline__ float operator-(kg_score a, kg_idx b) { return (float)a - b.fl(); }
-__device__ __forceinline__ float operator-(kg_idx b, kg_score a) { return b.fl() - (float)a; }
+template <class S> struct kg_is_score { static constexpr bool value = false; };
+template <> struct kg_is_score<kg_score> { static constexpr bool value = true; };
+// (templates: an int, which converts to a kg_score, never picks them over the int operators)
+#define KG_SCORE_ONLY template <class S, typename kg_enable<kg_is_score<S>::value>::type = 0> __device__ __forceinline__
+KG_SCORE_ONLY float operator*(S a, kg_idx b) { return (float)a * b.fl(); }
+KG_SCORE_ONLY float operator*(kg_idx b, S a) { return b.fl() * (float)a; }
+KG_SCORE_ONLY float operator/(S a, kg_idx b) { return (float)a / b.fl(); }
+KG_SCORE_ONLY float operator+(S a, kg_idx b) { return (float)a + b.fl(); }
+KG_SCORE_ONLY float operator+(kg_idx b, S a) { return b.fl() + (float)a; }
+KG_SCORE_ONLY float operator-(S a, kg_idx b) { return (float)a - b.fl(); }
+KG_SCORE_ONLY float operator-(kg_idx b, S a) { return b.fl() - (float)a; }
+KG_SCORE_ONLY S operator-(S a) { return kg_score{a.raw, -a.scale}; }
+KG_SCORE_ONLY S operator+(S a) { return a; }
+#undef KG_SCORE_ONLY
 
 // Helpers a snippet may call.
 __device__ __forceinline__ float to_float(float x) { return x; }
