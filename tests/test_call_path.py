@@ -193,5 +193,5 @@ def test_tiered_first_call_climbs_twice_more(fake_cuda, monkeypatch):
     assert [(a, b) for _, a, b in ups] == [("kernelgen.selection.signature", "kernelgen.front.api"),
                                           ("kernelgen.jit.runtime", "kernelgen.selection.decide"),
                                           ("kernelgen.jit.cache", "kernelgen.selection.tiered"),
-                                          ("kernelgen.jit.cache", "kernelgen.selection.arguments"),
+                                          ("kernelgen.jit.runtime", "kernelgen.selection.arguments"),
                                           ("kernelgen.launch.prepared", "kernelgen.selection.signature")], msg

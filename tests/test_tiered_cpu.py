@@ -113,7 +113,7 @@ def test_first_call_runs_sm80_while_the_hopper_kernel_builds(fake_cuda, builds, 
     var, kept = _variant(), len(api._CALLS)
     _call(x, variant=var)
     assert fake_cuda.kinds() == SM80
-    (spec,) = background._futures                 # one build: the variant's Hopper kernel
+    (spec,) = [x for _, x in background._futures]                 # one build: the variant's Hopper kernel
     assert tiered.is_slow(spec) and spec.variant == var.code and background.state(spec) == "pending"
     assert builds.started.wait(60)
     assert len(api._CALLS) == kept                # the provisional prepared call is not kept
@@ -124,7 +124,7 @@ def test_first_call_runs_sm80_while_the_hopper_kernel_builds(fake_cuda, builds, 
         fake_cuda.clear()
         _call(x, variant=var)
         assert fake_cuda.kinds() == SM80
-    assert builds.names == compiled and list(background._futures) == [spec]
+    assert builds.names == compiled and [x for _, x in background._futures] == [spec]
     builds.gate.set()
     assert kernelgen.wait_for_compiles() == [spec.name]
     assert background.state(spec) == "built"
@@ -136,7 +136,7 @@ def test_first_call_runs_sm80_while_the_hopper_kernel_builds(fake_cuda, builds, 
     fake_cuda.clear()
     _call(x, variant=var)
     assert fake_cuda.kinds() == HOPPER
-    assert builds.names.count(spec.name) == 1 and list(background._futures) == [spec]
+    assert builds.names.count(spec.name) == 1 and [x for _, x in background._futures] == [spec]
 
 
 @pytest.mark.parametrize("value, on", [("0", False), ("false", False), ("No", False), ("OFF", False), (" off ", False),
@@ -230,14 +230,14 @@ def test_a_foreground_build_of_a_kernel_being_built_waits_for_it(fake_cuda, buil
     x = _inputs()
     _warm(fake_cuda, x)
     _call(x, variant=_variant())
-    (spec,) = background._futures
+    (spec,) = [x for _, x in background._futures]
     got = []
     t = threading.Thread(target=lambda: got.append(cache.get_cache().get(spec)))
     t.start()
     builds.gate.set()
     t.join(60)
     assert kernelgen.wait_for_compiles() == [spec.name]
-    assert got and got[0].cubin == background._futures[spec].result().cubin
+    assert got and got[0].cubin == next(f for (_, x), f in background._futures.items() if x == spec).result().cubin
     assert builds.names.count(spec.name) == 1
 
 
@@ -250,12 +250,12 @@ def test_a_failed_build_raises_at_the_next_call(fake_cuda, builds):
     assert fake_cuda.kinds() == SM80
     builds.gate.set()
     assert kernelgen.wait_for_compiles() == []     # a failed build is not listed
-    (spec,) = background._futures
+    (spec,) = [x for _, x in background._futures]
     assert background.state(spec) == "failed"
     for _ in range(2):                              # the synchronous path: built again, the error raised
         with pytest.raises(kernelgen.VariantCompileError, match="nope"):
             _call(x, variant=var)
-    assert builds.names.count(spec.name) == 3 and list(background._futures) == [spec]
+    assert builds.names.count(spec.name) == 3 and [x for _, x in background._futures] == [spec]
 
 
 def test_a_snippet_that_does_not_compile_raises_at_the_first_call(fake_cuda, builds):
@@ -282,7 +282,7 @@ def test_a_mixed_batch_runs_one_sm80_class_while_the_long_class_builds(fake_cuda
 
     kinds = call()
     assert kinds[:2] == ["scheduler", "attention_variant0"] and not any("sm90" in x for x in kinds)
-    first = next(iter(background._futures))
+    first = next(iter(background._futures))[1]
     assert tiered.is_slow(first)
     builds.gate.set()
     assert kernelgen.wait_for_compiles()[0] == first.name
@@ -294,7 +294,7 @@ def test_wait_for_compiles_returns_names_once_and_honours_the_timeout(fake_cuda,
     x = _inputs()
     _warm(fake_cuda, x)
     _call(x, variant=_variant())
-    (spec,) = background._futures
+    (spec,) = [x for _, x in background._futures]
     with pytest.raises(TimeoutError, match=spec.name):
         kernelgen.wait_for_compiles(timeout=0.01)
     assert background.state(spec) == "pending"
@@ -308,8 +308,8 @@ def test_submit_dedupes_per_spec(fake_cuda, builds):
     x = _inputs()
     _warm(fake_cuda, x)
     _call(x, variant=_variant())
-    (spec,) = background._futures
-    f = background._futures[spec]
+    (spec,) = [x for _, x in background._futures]
+    f = next(f for (_, x), f in background._futures.items() if x == spec)
     done = []
     threads = [threading.Thread(target=lambda: done.append(background.submit([spec]))) for _ in range(4)]
     for t in threads:
@@ -359,7 +359,7 @@ def test_a_forked_child_starts_without_builds(fake_cuda, builds):
     x = _inputs()
     _warm(fake_cuda, x)
     _call(x, variant=_variant())
-    (spec,) = background._futures
+    (spec,) = [x for _, x in background._futures]
     assert builds.started.wait(60)                 # the worker holds the entry's key lock now
     key = cache.get_cache()._derive(spec)[2]
     pid = os.fork()
@@ -393,3 +393,48 @@ def test_only_quick_kernels_missing_take_the_synchronous_path(fake_cuda, builds,
     _call(x, variant=var)
     assert fake_cuda.kinds() == HOPPER and background._futures == {}
     assert [n for n in builds.names[n:] if "_var" in n] == []    # no variant kernel compiled
+
+
+def test_a_cache_directory_set_during_a_build_gets_its_own_build(fake_cuda, builds, tmp_path):
+    """A build counts for the cache directory it was started in: after ``set_cache_dir`` to another
+    one, the next call of the variant runs the sm_80 recipe again and builds the Hopper kernel into
+    the new directory in the background (it does not compile it in the foreground), then runs it."""
+    x = _inputs()
+    _warm(fake_cuda, x)
+    var = _variant()
+    _call(x, variant=var)
+    (spec,) = [s for _, s in background._futures]
+    assert builds.started.wait(60)
+    cache.set_cache_dir(tmp_path / "other")
+    builds.gate.set()
+    assert kernelgen.wait_for_compiles() == [spec.name]
+    fake_cuda.clear()
+    _call(x, variant=var)
+    assert fake_cuda.kinds() == SM80
+    assert [s for _, s in background._futures] == [spec, spec] and background.state(spec) in ("pending", "built")
+    assert kernelgen.wait_for_compiles() == [spec.name]
+    assert builds.names.count(spec.name) == 2
+    fake_cuda.clear()
+    _call(x, variant=var)
+    assert fake_cuda.kinds() == HOPPER
+
+
+def test_a_quick_kernel_that_does_not_build_falls_back_to_the_hopper_kernel(fake_cuda, builds):
+    """The sm_80 kernel of the provisional recipe fails to compile while the Hopper one builds: the
+    call takes the full recipe (waiting for the background build) instead of failing."""
+    x = _inputs()
+    _warm(fake_cuda, x)
+
+    def fail(name):
+        if "_var" in name and not _is_hopper_variant(name):
+            builds.gate.set()          # the Hopper build may finish now
+            return True
+        return False
+
+    builds.fail = fail
+    out = _call(x, variant=_variant())
+    assert out.shape == (256, 4, 64)
+    assert fake_cuda.kinds() == HOPPER
+    fake_cuda.clear()
+    _call(x, variant=_variant())          # kept per signature: no decision, no new build
+    assert fake_cuda.kinds() == ["scheduler", "attention_sm90_variant0"]

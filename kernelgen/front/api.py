@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from ..jit import runtime
+from ..jit import compiler, runtime
 from ..kernels import kernel_args
 from ..launch import bind, sinks as _sinks
 from ..selection import arguments, decide, signature, tiered, validation
@@ -294,7 +294,13 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
         # a new user variant's Hopper kernel still building: its sm_80 recipe now (selection.tiered)
         provisional = tiered.provisional_recipe(recipe, call, device, ordinal)
         if provisional is not None:
-            recipe = provisional
+            try:
+                runtime.load(provisional.specs, ordinal)
+                recipe = provisional
+            except compiler.CompileError:
+                # its sm_80 kernel does not build: the full recipe (whose Hopper kernel the
+                # background build delivers, or whose error the synchronous build raises)
+                provisional = None
         kernel_lse = bool(return_lse) or (sinks is not None and not recipe.sinks_fused)
     if out is None:
         out = torch.empty((sizes["total_q"], sizes["num_heads_q"], sizes["head_dim_v"]), dtype=sizes["dtype"],

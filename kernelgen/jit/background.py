@@ -38,7 +38,8 @@ from .cache import get_cache
 __all__ = ["wait_for_compiles"]
 
 _lock = threading.Lock()
-#: spec -> its build's Future (pending, or done: built or failed), for the process.
+#: (cache directory, spec) -> its build's Future (pending, or done: built or failed), for the
+#: process (a build into another cache directory does not count for the current one).
 _futures: dict = {}
 #: (spec, Future) of the builds not yet returned by ``wait_for_compiles``, in start order.
 _unreported: list = []
@@ -61,21 +62,24 @@ def submit(specs, cache=None) -> list:
     out = []
     with _lock:
         for spec in specs:
-            f = _futures.get(spec)
+            f = _futures.get((str(cache.root), spec))
             if f is None:
                 if _pool is None:
                     _pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernelgen-build")
                 f = _pool.submit(_build, cache, spec)
-                _futures[spec] = f
+                _futures[(str(cache.root), spec)] = f
                 _unreported.append((spec, f))
             out.append(f)
     return out
 
 
-def state(spec) -> str | None:
-    """Where the background build of ``spec`` is: "pending" (queued or compiling), "built",
-    "failed", or None when none was started in this process."""
-    f = _futures.get(spec)
+def state(spec, cache=None) -> str | None:
+    """Where the background build of ``spec`` into ``cache`` (default: ``cache.get_cache()`` now)
+    is: "pending" (queued or compiling), "built", "failed", or None when none was started in this
+    process."""
+    if cache is None:
+        cache = get_cache()
+    f = _futures.get((str(cache.root), spec))
     if f is None:
         return None
     if not f.done():

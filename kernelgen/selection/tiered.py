@@ -66,10 +66,11 @@ def allowed(sig: decide.CallSignature, settings: Settings) -> bool:
 def quick_recipe(sig: decide.CallSignature, device, settings: Settings = Settings()):
     """The recipe of the same call on the sm_80 mainloop (the decider's with ``arch="sm_80"``, what
     a call forcing it runs) on ``device`` (a ``kernels.device.Device``), or None when there is none
-    without a slow kernel (the decider raises ValueError for it, or it still holds one)."""
+    without a slow kernel (the decider raises for it: ValueError or RuntimeError, or it still holds
+    one)."""
     try:
         r = decide.decide(dataclasses.replace(sig, arch="sm_80"), device, settings)
-    except ValueError:
+    except (ValueError, RuntimeError):
         return None
     return None if slow_specs(r) else r
 

@@ -108,7 +108,8 @@ struct kg_idx {
 };
 __device__ __forceinline__ kg_idx operator+(kg_idx a, kg_idx b) { return kg_idx::kg_add(a, b); }
 __device__ __forceinline__ kg_idx operator-(kg_idx a, kg_idx b) { return kg_idx::kg_sub(a, b); }
-__device__ __forceinline__ kg_idx operator-(kg_idx a) { return kg_idx(-a.i, -a.f0, -(a.f1 + 0.f)); }  // -0.f stays -0.f
+// (0.f - f0: the negation of index 0 is +0.f, as (float)-0 is; -(f1 + 0.f): an absent f1 stays -0.f)
+__device__ __forceinline__ kg_idx operator-(kg_idx a) { return kg_idx(-a.i, 0.f - a.f0, -(a.f1 + 0.f)); }
 __device__ __forceinline__ kg_idx operator+(kg_idx a) { return a; }
 // kg_idx with another arithmetic type: + and - keep an index (ints) or take the float copy
 // (floating types); * and / only with floating types (with integers the built-in int operators
