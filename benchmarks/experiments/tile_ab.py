@@ -3,9 +3,9 @@ replays (``bench.measure.time_interleaved``), with FlashAttention-3 on the same 
 fa3-fwd is importable (``--score-mod`` / ``--softcap``: a user variant or the built-in soft-cap in
 every kernelgen configuration; the peers run without).
 
-Each configuration ``name=path:d:bm:bn:stages:opts`` patches the tile table of its path for head
+Each configuration ``name=path:d:bm:bn:stages:opts[:defines]`` patches the tile table of its path for head
 dim ``d`` (``bf16``: ``heuristics.SM90_TILES``; ``fp8q``: ``heuristics.SM90_FP8_MMA_TILES``, q, K
-and V in e4m3) and ``heuristics.SM90_OPTS`` while its call is prepared; the prepared call (kernels
+and V in e4m3) and ``heuristics.SM90_OPTS`` (and ``KERNELGEN_DEFINES`` with ``defines``, NAME[=VALUE] joined by '+') while its call is prepared; the prepared call (kernels
 fixed) is what the graphs replay (block_m 192 means three consumer warpgroups, 12 warps).  ``fa3`` / ``fa3fp8`` name the
 peers.  Shapes: ``NAME=batch:seqlen:heads_q:heads_kv:d:causal``.  Prints one JSON row per shape.
 
@@ -22,14 +22,24 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
-def patched(path: str, d: int, tile, opts: str, fn):
-    """``fn()`` with the tile table of ``path`` and the Hopper options patched, then restored."""
+def patched(path: str, d: int, tile, opts: str, fn, defines: str = ""):
+    """``fn()`` with the tile table of ``path``, the Hopper options and ``KERNELGEN_DEFINES``
+    (``defines``: NAME[=VALUE] joined by '+', compiled into this configuration's kernels) patched,
+    then restored."""
+    import os
+
     from kernelgen.front import api
     from kernelgen.selection import heuristics
     table = heuristics.SM90_FP8_MMA_TILES if path == "fp8q" else heuristics.SM90_TILES
     saved, saved_opts = dict(table), heuristics.SM90_OPTS
+    saved_defs = os.environ.get("KERNELGEN_DEFINES")
     table[(d, d)] = tile
     heuristics.SM90_OPTS = opts
+    from kernelgen.jit import runtime
+    saved_loaded = dict(runtime._loaded)
+    if defines:   # (loaded kernels are kept per spec, which the defines do not change: load afresh)
+        os.environ["KERNELGEN_DEFINES"] = defines.replace("+", ",")
+        runtime._loaded.clear()
     api.clear_signature_cache()
     try:
         return fn()
@@ -37,6 +47,13 @@ def patched(path: str, d: int, tile, opts: str, fn):
         table.clear()
         table.update(saved)
         heuristics.SM90_OPTS = saved_opts
+        if saved_defs is None:
+            os.environ.pop("KERNELGEN_DEFINES", None)
+        else:
+            os.environ["KERNELGEN_DEFINES"] = saved_defs
+        if defines:
+            runtime._loaded.clear()
+            runtime._loaded.update(saved_loaded)
         api.clear_signature_cache()
 
 
@@ -66,6 +83,7 @@ def run_shape(name: str, shape: str, configs: dict, score_mod: str | None = None
                 kernels[cname] = f"unavailable: {type(e).__name__}: {e}"[:200]
             continue
         path, td, bm, bn, st, opts = parts[0], *(int(x) for x in parts[1:5]), parts[5] if len(parts) > 5 else "p"
+        defines = parts[6] if len(parts) > 6 else ""
         if td != d:
             continue
         tile = TileConfig(bm, bn, bm // 16, st, 1)
@@ -81,7 +99,7 @@ def run_shape(name: str, shape: str, configs: dict, score_mod: str | None = None
         def prepare(qq=qq, kk=kk, vv=vv, kw=kw, out=out):
             api.varlen_attention(qq, kk, vv, cu, cu, s, s, causal=causal, out=out, **kw)
             return api._CALLS._last[1]   # the prepared call (its kernels fixed): timed directly
-        prep = patched(path, d, tile, opts, prepare)
+        prep = patched(path, d, tile, opts, prepare, defines)
         kernels[cname] = prep.attn.name
         # the output against the path's first configuration (same inputs: equal up to summation order)
         ref = first.setdefault(path, out)
