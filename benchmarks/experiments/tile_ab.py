@@ -22,6 +22,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
+_KEEP: list = []   # kernels loaded under a configuration's defines (their modules stay loaded)
+
+
 def patched(path: str, d: int, tile, opts: str, fn, defines: str = ""):
     """``fn()`` with the tile table of ``path``, the Hopper options and ``KERNELGEN_DEFINES``
     (``defines``: NAME[=VALUE] joined by '+', compiled into this configuration's kernels) patched,
@@ -51,7 +54,8 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = ""):
             os.environ.pop("KERNELGEN_DEFINES", None)
         else:
             os.environ["KERNELGEN_DEFINES"] = saved_defs
-        if defines:
+        if defines:   # (the prepared call holds function handles only: keep its modules loaded)
+            _KEEP.extend(runtime._loaded.values())
             runtime._loaded.clear()
             runtime._loaded.update(saved_loaded)
         api.clear_signature_cache()
