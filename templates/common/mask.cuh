@@ -43,40 +43,26 @@ __device__ __forceinline__ bool block_needs_mask(const MaskInfo& mi, int n, int 
   return false;
 }
 
-// Each row's limits are taken relative to the thread's first column of the block (col0), so that
-// the test of an element compares a register with the element's compile-time column offset c (one
-// ISETP with an immediate and one FSEL an element; the absolute column cost an add and, for the
-// lower limit that only a window has, a second compare).  Without a window lo is 0 and every key
-// of a block is >= 0, so only the upper limit is tested.
 __device__ __forceinline__ void apply_mask(float (&s)[MT][BN / 8][4], const MaskInfo& mi, int n, int row0, int qpk,
                                            int warp, int lane) {
   const int g = lane >> 2, tq = lane & 3;
-{% if v.get("fp8_regs") %}
-  const int col0 = n * BN + 4 * tq;   // FP8_REGS: S column 8 nt + 2 tq + e is key col0 + 2 nt + e (fp8_key)
-{% else %}
-  const int col0 = n * BN + 2 * tq;   // S column nt * 8 + 2 tq + e is key col0 + nt * 8 + e
-{% endif %}
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int pos = row_position(row0 + warp * WM + mt * 16 + g + 8 * h, qpk);
-      const int hi = min(mi.seqlen_k - 1, key_hi(mi, pos)) - col0;
-      const int lo = key_lo(mi, pos) - col0;
+      const int hi = min(mi.seqlen_k - 1, key_hi(mi, pos));
+      const int lo = key_lo(mi, pos);
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
 {% if v.get("fp8_regs") %}
-          const int c = 2 * nt + e;
+          const int col = n * BN + 4 * tq + 2 * nt + e;   // FP8_REGS: S column 8 nt + 2 tq + e is key fp8_key(that)
 {% else %}
-          const int c = nt * 8 + e;
+          const int col = n * BN + nt * 8 + 2 * tq + e;
 {% endif %}
-#ifdef KG_MASK_ABSOLUTE
-          if (col0 + c > hi + col0 || col0 + c < lo + col0) s[mt][nt][2 * h + e] = -KG_INF;
-#else
-          if (c > hi || (LOCAL && c < lo)) s[mt][nt][2 * h + e] = -KG_INF;
-#endif
+          if (col > hi || col < lo) s[mt][nt][2 * h + e] = -KG_INF;
         }
     }
 }
