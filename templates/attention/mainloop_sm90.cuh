@@ -334,6 +334,27 @@ __device__ __forceinline__ void turn_pass(int cg) {
   if (PINGPONG) named_arrive(PP_BAR + (cg + 1 == NCG ? 0 : cg + 1), 256);
 }
 
+{#- The scores of key block n, from S = Q K^T to P: soft-cap, ALiBi, the user variant (its keys clamped
+    unless every key of the block is in range: clamp_kv), the masks, the online softmax (rendered at
+    the three places a consumer takes a block: the serial loop, the overlapped loop's peeled first
+    block and its loop). -#}
+{% macro block_scores(clamp_kv=True, comment="") -%}
+if (SOFTCAP) cap_scores(s, p, kd);
+{% if v.get("alibi") and v.mask == "causal" and not v.get("user") -%}
+float roff[1][2];  // causal ALiBi: the scores come back shifted by roff per row (common/alibi.cuh)
+apply_alibi_causal(s, alibi_sl, mi, n, row0, 1, cw, lane, roff);
+{% elif v.get("alibi") -%}
+apply_alibi(s, alibi_sl, mi, n, row0, 1, cw, lane);
+{% endif -%}
+{% if v.get("user") and clamp_kv -%}
+apply_user(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, 1.f);  // leaves natural-log logits
+{% elif v.get("user") -%}
+apply_user<false>(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, 1.f);  // (block n < n_hi - 1: keys in range)
+{% endif -%}
+if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
+softmax_scores(s, row_max, row_sum, corr, {{ "exp_scale(p)" if v.get("user") else "score_scale(p, kd)" }}{{ ", roff" if v.get("alibi") and v.mask == "causal" and not v.get("user") else "" }});{{ comment }}
+{%- endmacro %}
+
 // Per-thread pipeline position of a consumer (the same sequence the producer walks).
 struct KvPos {
   int stage;
@@ -375,18 +396,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
       fence_regs<BN / 2>(&s[0][0][0]);
       release(FP8_MMA ? bar_land_empty(sb, kv.stage) : bar_k_empty(sb, kv.stage), lane);
       if (n == n_lo) release(bar_q_empty(sb), lane);
-      if (SOFTCAP) cap_scores(s, p, kd);
-      {% if v.get("alibi") and v.mask == "causal" and not v.get("user") %}
-      float roff[1][2];  // causal ALiBi: the scores come back shifted by roff per row (common/alibi.cuh)
-      apply_alibi_causal(s, alibi_sl, mi, n, row0, 1, cw, lane, roff);
-      {% elif v.get("alibi") %}
-      apply_alibi(s, alibi_sl, mi, n, row0, 1, cw, lane);
-      {% endif %}
-      {% if v.get("user") %}
-      apply_user(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, 1.f);  // leaves natural-log logits
-      {% endif %}
-      if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
-      softmax_scores(s, row_max, row_sum, corr, {{ "exp_scale(p)" if v.get("user") else "score_scale(p, kd)" }}{{ ", roff" if v.get("alibi") and v.mask == "causal" and not v.get("user") else "" }});
+      {{ block_scores() | indent(6) }}
       rescale_rows(o, corr);
       pack_p(s, pa);
       mbar_wait(bar_v_full(sb, kv.stage), kv.phase, 11);
@@ -418,18 +428,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   fence_regs<BN / 2>(&s[0][0][0]);
   release(FP8_MMA ? bar_land_empty(sb, kv.stage) : bar_k_empty(sb, kv.stage), lane);
   if (n == n_lo) release(bar_q_empty(sb), lane);
-  if (SOFTCAP) cap_scores(s, p, kd);
-  {% if v.get("alibi") and v.mask == "causal" and not v.get("user") %}
-  float roff[1][2];  // causal ALiBi: the scores come back shifted by roff per row (common/alibi.cuh)
-  apply_alibi_causal(s, alibi_sl, mi, n, row0, 1, cw, lane, roff);
-  {% elif v.get("alibi") %}
-  apply_alibi(s, alibi_sl, mi, n, row0, 1, cw, lane);
-  {% endif %}
-  {% if v.get("user") %}
-  apply_user(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, 1.f);  // leaves natural-log logits
-  {% endif %}
-  if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
-  softmax_scores(s, row_max, row_sum, corr, {{ "exp_scale(p)" if v.get("user") else "score_scale(p, kd)" }}{{ ", roff" if v.get("alibi") and v.mask == "causal" and not v.get("user") else "" }});  // o is still 0: no rescale
+  {{ block_scores(comment="  // o is still 0: no rescale") | indent(2) }}
   pack_p(s, pa);
   KvPos pv = kv;  // the slot whose V the pending P V reads
   kv.advance();
@@ -455,18 +454,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
     fence_regs<BN / 2>(&s[0][0][0]);
     release(FP8_MMA ? bar_land_empty(sb, kv.stage) : bar_k_empty(sb, kv.stage), lane);
     if (n == n_lo) release(bar_q_empty(sb), lane);
-    if (SOFTCAP) cap_scores(s, p, kd);
-    {% if v.get("alibi") and v.mask == "causal" and not v.get("user") %}
-    float roff[1][2];  // causal ALiBi: the scores come back shifted by roff per row (common/alibi.cuh)
-    apply_alibi_causal(s, alibi_sl, mi, n, row0, 1, cw, lane, roff);
-    {% elif v.get("alibi") %}
-    apply_alibi(s, alibi_sl, mi, n, row0, 1, cw, lane);
-    {% endif %}
-    {% if v.get("user") %}
-    apply_user<false>(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, 1.f);  // (block n < n_hi - 1: keys in range)
-    {% endif %}
-    if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
-    softmax_scores(s, row_max, row_sum, corr, {{ "exp_scale(p)" if v.get("user") else "score_scale(p, kd)" }}{{ ", roff" if v.get("alibi") and v.mask == "causal" and not v.get("user") else "" }});
+    {{ block_scores(clamp_kv=False) | indent(4) }}
     wgmma_wait<0>();
     fence_regs<DV / 2>(&o[0][0][0]);
     fence_regs<PA_N * 4>(&pa[0][0]);
