@@ -1,9 +1,9 @@
 """The tiered first call of a new user variant (issue 25: a new variant's first call within 1 s).
 
 A user variant's Hopper attention kernel (``AttentionSpec.mainloop == "sm90a"`` with a
-``variant``: ``is_slow``) takes about 1.5 s of NVRTC on the H200 host, the same variant's
-sm_80-mainloop kernel (mma.sync, which runs on an H200 too) about half of that
-(docs/dev/perf-log.md, "First call of a user variant: where the compile time goes (CPU)").
+``variant``: ``is_slow``) took 0.9-1.5 s of NVRTC on the H200 hosts, the same variant's
+sm_80-mainloop kernel (mma.sync, which runs on an H200 too) about half of that: 0.47-0.52 s
+(docs/dev/perf-log.md, "First call of a user variant": the sm_80 kernel first).
 
 ``provisional_recipe(recipe, call, device, ordinal)`` is asked by ``varlen_attention`` after the
 decision of every call it validates.  When ``recipe`` holds a slow kernel and one of its kernels is
@@ -28,6 +28,9 @@ It returns None, and the call builds and runs ``recipe`` on its own thread as be
 - a background build of one of its kernels failed (the call builds it again and raises the
   error, e.g. ``VariantCompileError``);
 - the same call has no sm_80 recipe without a slow kernel.
+
+The caller also falls back to ``recipe`` when the provisional recipe's own kernels fail to compile
+(``front.api``: it then waits for the background build through the cache's per-key lock).
 
 ``is_slow``, ``slow_specs``, ``allowed`` and ``quick_recipe`` are pure (the decider's inputs only);
 ``provisional_recipe`` also reads the kernels' state and PyTorch's capture state, and starts builds.
