@@ -3,11 +3,13 @@ replays (``bench.measure.time_interleaved``), with FlashAttention-3 on the same 
 fa3-fwd is importable (``--score-mod`` / ``--softcap``: a user variant or the built-in soft-cap in
 every kernelgen configuration; the peers run without).
 
-Each configuration ``name=path:d:bm:bn:stages:opts[:defines]`` patches the tile table of its path for head
+Each configuration ``name=path:d:bm:bn:stages:opts[:defines[:templates]]`` patches the tile table of its path for head
 dim ``d`` (``bf16``: ``heuristics.SM90_TILES``; ``fp8q``: ``heuristics.SM90_FP8_MMA_TILES``, q, K
 and V in e4m3) and ``heuristics.SM90_OPTS`` (and ``KERNELGEN_DEFINES`` with ``defines``, NAME[=VALUE] joined by '+') while its call is prepared; the prepared call (kernels
 fixed) is what the graphs replay (block_m 192 means three consumer warpgroups, 12 warps).  ``fa3`` / ``fa3fp8`` name the
-peers.  Shapes: ``NAME=batch:seqlen:heads_q:heads_kv:d:causal``.  Prints one JSON row per shape.
+peers.  ``templates``: another template folder (say a branch's ``templates/`` exported with
+``git archive``) rendered for that configuration only, so that two versions of the kernels
+run interleaved in one process.  Shapes: ``NAME=batch:seqlen:heads_q:heads_kv:d:causal``.  Prints one JSON row per shape.
 
     python benchmarks/experiments/tile_ab.py --shapes h64=8:2048:32:32:64:1 \\
         --configs t128=bf16:64:128:128:2:p,t192=bf16:64:192:128:2:p,fa3=fa3
@@ -25,13 +27,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 _KEEP: list = []   # kernels loaded under a configuration's defines (their modules stay loaded)
 
 
-def patched(path: str, d: int, tile, opts: str, fn, defines: str = ""):
-    """``fn()`` with the tile table of ``path``, the Hopper options and ``KERNELGEN_DEFINES``
-    (``defines``: NAME[=VALUE] joined by '+', compiled into this configuration's kernels) patched,
-    then restored."""
+def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates: str = ""):
+    """``fn()`` with the tile table of ``path``, the Hopper options, ``KERNELGEN_DEFINES``
+    (``defines``: NAME[=VALUE] joined by '+', compiled into this configuration's kernels) and the
+    template folder (``templates``) patched, then restored."""
     import os
 
     from kernelgen.front import api
+    from kernelgen.jit import render
     from kernelgen.selection import heuristics
     table = heuristics.SM90_FP8_MMA_TILES if path == "fp8q" else heuristics.SM90_TILES
     saved, saved_opts = dict(table), heuristics.SM90_OPTS
@@ -39,9 +42,14 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = ""):
     table[(d, d)] = tile
     heuristics.SM90_OPTS = opts
     from kernelgen.jit import runtime
-    saved_loaded = dict(runtime._loaded)
-    if defines:   # (loaded kernels are kept per spec, which the defines do not change: load afresh)
+    saved_loaded, saved_tdir = dict(runtime._loaded), render.templates_dir
+    fresh = bool(defines or templates)
+    if defines:
         os.environ["KERNELGEN_DEFINES"] = defines.replace("+", ",")
+    if templates:
+        render.templates_dir = lambda: Path(templates).resolve()
+        render.environment.cache_clear()
+    if fresh:   # (loaded kernels are kept per spec, which defines and templates do not change: load afresh)
         runtime._loaded.clear()
     api.clear_signature_cache()
     try:
@@ -54,7 +62,10 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = ""):
             os.environ.pop("KERNELGEN_DEFINES", None)
         else:
             os.environ["KERNELGEN_DEFINES"] = saved_defs
-        if defines:   # (the prepared call holds function handles only: keep its modules loaded)
+        if templates:
+            render.templates_dir = saved_tdir
+            render.environment.cache_clear()
+        if fresh:   # (the prepared call holds function handles only: keep its modules loaded)
             _KEEP.extend(runtime._loaded.values())
             runtime._loaded.clear()
             runtime._loaded.update(saved_loaded)
@@ -88,6 +99,7 @@ def run_shape(name: str, shape: str, configs: dict, score_mod: str | None = None
             continue
         path, td, bm, bn, st, opts = parts[0], *(int(x) for x in parts[1:5]), parts[5] if len(parts) > 5 else "p"
         defines = parts[6] if len(parts) > 6 else ""
+        templates = parts[7] if len(parts) > 7 else ""
         if td != d:
             continue
         tile = TileConfig(bm, bn, bm // 16, st, 1)
@@ -103,7 +115,7 @@ def run_shape(name: str, shape: str, configs: dict, score_mod: str | None = None
         def prepare(qq=qq, kk=kk, vv=vv, kw=kw, out=out):
             api.varlen_attention(qq, kk, vv, cu, cu, s, s, causal=causal, out=out, **kw)
             return api._CALLS._last[1]   # the prepared call (its kernels fixed): timed directly
-        prep = patched(path, d, tile, opts, prepare, defines)
+        prep = patched(path, d, tile, opts, prepare, defines, templates)
         kernels[cname] = prep.attn.name
         # the output against the path's first configuration (same inputs: equal up to summation order)
         ref = first.setdefault(path, out)
@@ -123,7 +135,7 @@ def run_shape(name: str, shape: str, configs: dict, score_mod: str | None = None
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", required=True, help="NAME=batch:seqlen:heads_q:heads_kv:d:causal,...")
-    ap.add_argument("--configs", required=True, help="NAME=path:d:bm:bn:stages:opts or NAME=fa3|fa3fp8,...")
+    ap.add_argument("--configs", required=True, help="NAME=path:d:bm:bn:stages:opts[:defines[:templates]] or NAME=fa3|fa3fp8,...")
     ap.add_argument("--json", default=None)
     ap.add_argument("--score-mod", default=None, help="a user score_mod snippet for every kernelgen configuration")
     ap.add_argument("--softcap", type=float, default=0.0, help="the built-in soft-cap for every kernelgen configuration")
