@@ -981,3 +981,39 @@ def test_every_hopper_register_split_fits_the_pool_of_its_warp_count():
     runtime.check_register_pool(s, {"registers": 128})
     with pytest.raises(RuntimeError, match="wait forever"):
         runtime.check_register_pool(s, {"registers": 120})
+
+
+def _key_block_loop_ops(sass_text: str) -> dict:
+    """Opcode counts of the consumer's overlapped key-block loop: the shortest backward-branch body
+    holding at least the 12 HGMMA of one key block (S and P V)."""
+    lines = sass_text.splitlines()
+    labels = {m.group(1): i for i, line in enumerate(lines) for m in [re.match(r"^\.(L_x_\d+):", line)] if m}
+    best = None
+    for i, line in enumerate(lines):
+        m = re.search(r"BRA `\(\.(L_x_\d+)\)", line)
+        if m and labels.get(m.group(1), 1 << 30) < i:
+            body = lines[labels[m.group(1)]:i + 1]
+            if sum("HGMMA" in x for x in body) >= 12 and (best is None or len(body) < len(best)):
+                best = body
+    assert best is not None, "no key-block loop found"
+    ops = {}
+    for line in best:
+        m = re.search(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", line)
+        if m:
+            ops[m.group(1)] = ops.get(m.group(1), 0) + 1
+    return ops
+
+
+def test_the_key_block_loop_advances_descriptors_instead_of_building_them():
+    """issue_qk / issue_pv build each operand's wgmma descriptor once (wgmma_desc2) and advance its
+    low half by one add a k step (desc_at): the d 64 causal kernel's key-block loop holds no
+    descriptor bit-building (it held 25 ULOP3 and 12 USHF, 691 instructions; FlashAttention-3's 423,
+    docs/dev/fa3_d64_sass.md)."""
+    spec = heuristics.choose("sm_90a", "bf16", 64, 64, num_heads_q=32, num_heads_kv=32, mask="causal",
+                             max_seqlen_q=2048, max_seqlen_k=2048).attention
+    res = compiler.compile_cubin(render.render(spec), spec.arch, compiler.default_options(spec.arch), spec.name)
+    assert _NVDISASM is not None, "nvdisasm is needed: pip install nvidia-cuda-nvdisasm (the test extra)"
+    ops = _key_block_loop_ops(sass.disassemble(res.cubin, _NVDISASM))
+    assert ops["HGMMA"] == 12, ops
+    assert ops.get("ULOP3", 0) <= 4 and ops.get("USHF", 0) == 0, ops
+    assert sum(ops.values()) <= 665, sum(ops.values())

@@ -229,20 +229,20 @@ __device__ __forceinline__ void issue_qk(float (&s)[1][BN / 8][4], u32 q_base, u
   {% if v.get("fp8_mma") %}
   // FP8_MMA: D / 32 k32 steps over 64-byte column blocks (Q8: BM rows, the landing stage's K: BN
   // rows), two steps a block, both in the 64-byte swizzle.
+  const WgmmaDesc dq8 = wgmma_desc2_sw64(q_base), dk8 = wgmma_desc2_sw64(k_base);
 #pragma unroll
   for (int i = 0; i < D / 32; ++i) {
     const int h = i >> 1, kk = i & 1;
-    wgmma_ss8_n{{ v.block_n }}_e4m3_{{ v.kv_dtype }}(sf, wgmma_desc_sw64(q_base + h * Q_HALF + kk * 32),
-                                                     wgmma_desc_sw64(k_base + h * K8_HALF + kk * 32), i != 0);
+    wgmma_ss8_n{{ v.block_n }}_e4m3_{{ v.kv_dtype }}(sf, desc_at(dq8, h * Q_HALF + kk * 32),
+                                                     desc_at(dk8, h * K8_HALF + kk * 32), i != 0);
   }
   return;
   {% endif %}
+  const WgmmaDesc dq = wgmma_desc2(q_base, 16, 1024), dk = wgmma_desc2(k_base, 16, 1024);
 #pragma unroll
   for (int i = 0; i < QK_STEPS; ++i) {
     const int h = i >> 2, kk = i & 3;
-    const u64 da = wgmma_desc(q_base + h * Q_HALF + kk * 32, 16, 1024);
-    const u64 db = wgmma_desc(k_base + h * KV_HALF + kk * 32, 16, 1024);
-    wgmma_ss_n{{ v.block_n }}(sf, da, db, i != 0);
+    wgmma_ss_n{{ v.block_n }}(sf, desc_at(dq, h * Q_HALF + kk * 32), desc_at(dk, h * KV_HALF + kk * 32), i != 0);
   }
 }
 
@@ -251,20 +251,22 @@ __device__ __forceinline__ void issue_pv(float (&o)[1][DV / 8][4], const u32 (&p
   float* of = &o[0][0][0];
   {% if v.get("fp8_mma") %}
   // FP8_MMA: BN / 32 k32 steps; V^T rows of 128 keys (128-byte swizzle), 32 bytes a step
+  const WgmmaDesc dvt = wgmma_desc2(v_base, 16, 1024);
 #pragma unroll
   for (int i = 0; i < BN / 32; ++i)
     wgmma_rs8_n{{ (v.head_dim_v + 63) // 64 * 64 }}_e4m3_{{ v.kv_dtype }}(of, pa[i],
-                                                     wgmma_desc(v_base + (i >> 2) * VT_HALF + (i & 3) * 32, 16, 1024));
+                                                     desc_at(dvt, (i >> 2) * VT_HALF + (i & 3) * 32));
   return;
   {% endif %}
+  const WgmmaDesc dvh = wgmma_desc2(v_base, 1024, 1024), dv = wgmma_desc2(v_base, KV_HALF, 1024);
 #pragma unroll
   for (int kk = 0; kk < BN / 16; ++kk) {
     if (PV_HALVES) {
 #pragma unroll
       for (int h = 0; h < VHALVES; ++h)
-        wgmma_rs_n64(of + 32 * h, pa[kk], wgmma_desc(v_base + h * KV_HALF + kk * 2048, 1024, 1024));
+        wgmma_rs_n64(of + 32 * h, pa[kk], desc_at(dvh, h * KV_HALF + kk * 2048));
     } else {
-      wgmma_rs_n{{ (v.head_dim_v + 63) // 64 * 64 }}(of, pa[kk], wgmma_desc(v_base + kk * 2048, KV_HALF, 1024));
+      wgmma_rs_n{{ (v.head_dim_v + 63) // 64 * 64 }}(of, pa[kk], desc_at(dv, kk * 2048));
     }
   }
 }
