@@ -6,6 +6,7 @@ typedef long long i64;
 typedef unsigned long long u64;
 
 #define KG_INF __int_as_float(0x7f800000)
+#define KG_FLT_MAX 3.402823466e38f
 #define KG_LN2 0.69314718055994530942f
 
 __device__ __forceinline__ u32 smem_addr(const void* p) {

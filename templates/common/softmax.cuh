@@ -76,9 +76,9 @@ __device__ __forceinline__ void softmax_scores(float (&s)[MT][BN / 8][4], float 
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float mx = -KG_INF;
+      float mx = fmaxf(s[mt][0][2 * h], s[mt][0][2 * h + 1]);   // (seeded with the first pair: no -inf max)
 #pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+      for (int nt = 1; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
       {% if v.get("alibi") and v.mask == "causal" and not v.get("user") %}
       mx -= roff[mt][h];  // this lane's offset (before the quad's reduction: the lanes' offsets differ)
       {% endif %}
@@ -86,20 +86,24 @@ __device__ __forceinline__ void softmax_scores(float (&s)[MT][BN / 8][4], float 
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(row_max[mt][h], mx * scale_log2);
       {% if v.get("alibi") and v.mask == "causal" and not v.get("user") %}
-      const float m_use = (m_new == -KG_INF ? 0.f : m_new) + roff[mt][h] * scale_log2;
-      corr[mt][h] = fast_exp2(row_max[mt][h] - (m_new == -KG_INF ? 0.f : m_new));
+      const float m_fin = fmaxf(m_new, -KG_FLT_MAX);   // (a row with no key yet: finite, see below)
+      const float m_use = m_fin + roff[mt][h] * scale_log2;
+      corr[mt][h] = fast_exp2(row_max[mt][h] - m_fin);
       {% elif v.get("fp8_mma") %}
       // FP8 P: exponents against the max - 8, so P lies in [0, 256] (e4m3 up to 448) and rounds
       // with e4m3's relative precision well below the max; O / sum cancels the 2^8, the LSE takes it off
-      const float m_base = m_new == -KG_INF ? 0.f : m_new;
+      const float m_base = fmaxf(m_new, -KG_FLT_MAX);
       corr[mt][h] = fast_exp2(row_max[mt][h] - m_base);
       const float m_use = m_base - 8.f;
       {% else %}
-      const float m_use = m_new == -KG_INF ? 0.f : m_new;
+      // A row that has seen no key (every score -inf so far) has m_new = -inf; its exponents are taken
+      // against -FLT_MAX instead (one FMNMX; -inf - -inf would be NaN): the scores' -inf and the old
+      // max's -inf still give 0.
+      const float m_use = fmaxf(m_new, -KG_FLT_MAX);
       corr[mt][h] = fast_exp2(row_max[mt][h] - m_use);
       {% endif %}
       row_max[mt][h] = m_new;
-      float sum = 0.f;
+      float sum = -0.f;   // (-0.f + x folds to x; 0.f + x does not)
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
