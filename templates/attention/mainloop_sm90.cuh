@@ -434,6 +434,12 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   pack_p(s, pa);
   KvPos pv = kv;  // the slot whose V the pending P V reads
   kv.advance();
+  // Only the first pending P V's block (n_hi - 1) can run past the keys: zero its V tail here,
+  // out of the steady loop (a block the loop's P V reads later is whole).
+  if (n_hi - 2 >= n_lo && n_hi * BN > mi.seqlen_k) {
+    mbar_wait(bar_v_full(sb, pv.stage), pv.phase, 16);
+    zero_v_tail(sb + OFF_V + pv.stage * V_BYTES, mi.seqlen_k - (n_hi - 1) * BN, cg, wg_tid);
+  }
   for (n = n_hi - 2; n >= n_lo; --n) {
     mbar_wait(FP8_MMA ? bar_land_full(sb, kv.stage) : bar_k_full(sb, kv.stage), kv.phase, 13);
     fence_regs<BN / 2>(&s[0][0][0]);
@@ -446,7 +452,6 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
     mbar_wait(bar_v_full(sb, pv.stage), pv.phase, 14);
     {
       const u32 v_base = sb + OFF_V + pv.stage * V_BYTES;
-      if ((n + 2) * BN > mi.seqlen_k) zero_v_tail(v_base, mi.seqlen_k - (n + 1) * BN, cg, wg_tid);
       wgmma_fence();  // (ptxas would add this one itself after the wait loop: C7519)
       issue_pv(o, pa, v_base);
     }
