@@ -357,6 +357,17 @@ if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, 
 softmax_scores(s, row_max, row_sum, corr, {{ "exp_scale(p)" if v.get("user") else "score_scale(p, kd)" }}{{ ", roff" if v.get("alibi") and v.mask == "causal" and not v.get("user") else "" }});{{ comment }}
 {%- endmacro %}
 
+// ptxas orders wgmma.wait_group only against memory operations: it hoists the wait for the previous
+// block's P V above this block's softmax, so the warpgroup idles until its P V is done instead of
+// computing the softmax meanwhile (SASS: the DEPBAR before the row max and every exponential).  A
+// shared store of the first row's new max (lane 0 of each warp, its own word of OFF_PIN, never read)
+// keeps the wait after the row max; ptxas then issues part of the exponentials before it.  16-bit
+// P V only: FP8 P V ran 0-7 % slower with it (H200; docs/dev/perf-log.md, "The P V wait").
+__device__ __forceinline__ void pin_pv_wait(u32 sb, int cw, int lane, const float (&row_max)[1][2]) {
+  if (!FP8_MMA && lane == 0)
+    asm volatile("st.shared.f32 [%0], %1;" :: "r"(sb + OFF_PIN + 4 * cw), "f"(row_max[0][0]) : "memory");
+}
+
 // Per-thread pipeline position of a consumer (the same sequence the producer walks).
 struct KvPos {
   int stage;
@@ -468,6 +479,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
     release(FP8_MMA ? bar_land_empty(sb, kv.stage) : bar_k_empty(sb, kv.stage), lane);
     if (n == n_lo) release(bar_q_empty(sb), lane);
     {{ block_scores(clamp_kv=False) | indent(4) }}
+    pin_pv_wait(sb, cw, lane, row_max);
     wgmma_wait<0>();
     fence_regs<DV / 2>(&o[0][0][0]);
     fence_regs<PA_N * 4>(&pa[0][0]);

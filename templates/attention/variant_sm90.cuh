@@ -103,7 +103,9 @@ constexpr int OFF_BAR = OFF_LAND + LAND * LAND_BYTES;
 constexpr int BAR_BYTES = 256;
 constexpr int SMEM_BYTES = OFF_BAR + BAR_BYTES + 1024;  // + slack for aligning the base
 static_assert(SMEM_BYTES == {{ v.smem_bytes }}, "host and device disagree on shared memory size");
-static_assert(8 * (2 + 4 * STAGES + 4) + 8 + 16 * LAND <= BAR_BYTES, "barrier area");
+static_assert(8 * (2 + 4 * STAGES + 4) + 8 + 16 * LAND <= BAR_BYTES - 4 * 16, "barrier area");
+constexpr int OFF_PIN = OFF_BAR + BAR_BYTES - 4 * 16;  // a word a consumer warp (mainloop_sm90.cuh: pin_pv_wait)
+static_assert(NW <= 16, "pin words");
 
 // Barriers: arrival counts 1 for "full" (the producer's arrive.expect_tx; TMA completes the
 // bytes; NPROD for gathered K/V), NW for "empty" (lane 0 of every consumer warp; tile_empty also
