@@ -363,8 +363,12 @@ softmax_scores(s, row_max, row_sum, corr, {{ "exp_scale(p)" if v.get("user") els
 // shared store of the first row's new max (lane 0 of each warp, its own word of OFF_PIN, never read)
 // keeps the wait after the row max; ptxas then issues part of the exponentials before it.  16-bit
 // P V only: FP8 P V ran 0-7 % slower with it (H200; docs/dev/perf-log.md, "The P V wait").
+// KG_PIN_PV_WAIT (0 or 1, KERNELGEN_DEFINES) overrides the choice for experiments.
+#ifndef KG_PIN_PV_WAIT
+#define KG_PIN_PV_WAIT 1
+#endif
 __device__ __forceinline__ void pin_pv_wait(u32 sb, int cw, int lane, const float (&row_max)[1][2]) {
-  if (!FP8_MMA && lane == 0)
+  if (KG_PIN_PV_WAIT && !FP8_MMA && lane == 0)
     asm volatile("st.shared.f32 [%0], %1;" :: "r"(sb + OFF_PIN + 4 * cw), "f"(row_max[0][0]) : "memory");
 }
 
