@@ -39,6 +39,10 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates
     table = heuristics.SM90_FP8_MMA_TILES if path == "fp8q" else heuristics.SM90_TILES
     saved, saved_opts = dict(table), heuristics.SM90_OPTS
     saved_defs = os.environ.get("KERNELGEN_DEFINES")
+    saved_tiered = os.environ.get("KERNELGEN_TIERED_COMPILE")
+    # the prepared call must hold this configuration's Hopper kernel, built here under its defines and
+    # templates (a first call of a user variant would otherwise build it in the background, later)
+    os.environ["KERNELGEN_TIERED_COMPILE"] = "0"
     table[(d, d)] = tile
     heuristics.SM90_OPTS = opts
     from kernelgen.jit import runtime
@@ -62,6 +66,10 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates
             os.environ.pop("KERNELGEN_DEFINES", None)
         else:
             os.environ["KERNELGEN_DEFINES"] = saved_defs
+        if saved_tiered is None:
+            os.environ.pop("KERNELGEN_TIERED_COMPILE", None)
+        else:
+            os.environ["KERNELGEN_TIERED_COMPILE"] = saved_tiered
         if templates:
             render.templates_dir = saved_tdir
             render.environment.cache_clear()

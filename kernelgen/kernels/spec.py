@@ -49,6 +49,14 @@ SM90_HEAD_DIM_PAIRS = tuple((d, d) for d in SM90_HEAD_DIMS) + ((192, 128),)
 SM90_PAGED_HEAD_DIMS = (64, 96, 128, 192, 256)
 
 
+def sm90_bar_bytes(num_stages: int, land_stages: int) -> int:
+    """The Hopper kernel's barrier area (bytes; ``BAR_BYTES`` in variant_sm90.cuh): the mbarriers of
+    the Q, K/V ring, tile slots and landing stages, and the 64 bytes of the P V wait's pin words
+    (mainloop_sm90.cuh ``pin_pv_wait``); 256, or 320 where deep rings with landing stages need
+    more."""
+    return 256 if 8 * (6 + 4 * num_stages) + 8 + 16 * land_stages + 64 <= 256 else 320
+
+
 def sm90_padded(d: int) -> int:
     """Columns a Hopper shared-memory row holds for head dim ``d``: whole 128-byte (64-element)
     swizzle column blocks; head dim 96 is stored as 128 (TMA fills columns 96..127 with zeros)."""
@@ -286,8 +294,8 @@ class AttentionSpec:
 
         sm80: rows are padded by 8 elements (16 bytes); must match SMEM_BYTES in variant_sm80.cuh.
         sm90a: 128-byte-swizzled tiles whose rows hold ``sm90_padded(head_dim)`` (Q, K) and
-        ``sm90_padded(head_dim_v)`` (V) columns, 256 bytes of barriers and 1024 bytes of slack to
-        align the base (variant_sm90.cuh).
+        ``sm90_padded(head_dim_v)`` (V) columns, the barrier area (``sm90_bar_bytes``: 256 bytes, 320
+        with deep rings) and 1024 bytes of slack to align the base (variant_sm90.cuh).
         """
         t = self.tile
         if self.mainloop == "sm90a":
@@ -295,8 +303,9 @@ class AttentionSpec:
             if self.fp8_mma:   # Q8, V^T slots (whole 128-key column blocks), landing stages (K read there)
                 vt_keys = -(-t.block_n // 128) * 128
                 return dp * t.block_m + t.num_stages * dvp * vt_keys + self.land_stages * t.block_n * (dp + dvp) \
-                    + 256 + 1024
-            ring = 2 * (dp * (t.block_m + t.num_stages * t.block_n) + dvp * t.num_stages * t.block_n) + 256 + 1024
+                    + sm90_bar_bytes(t.num_stages, self.land_stages) + 1024
+            ring = 2 * (dp * (t.block_m + t.num_stages * t.block_n) + dvp * t.num_stages * t.block_n) \
+                + sm90_bar_bytes(t.num_stages, self.land_stages) + 1024
             return ring + self.land_stages * t.block_n * (dp + dvp)
         sq, sv = self.head_dim + 8, self.head_dim_v + 8
         q = 0 if self.q_in_registers else t.block_m * max(sq, sv)
@@ -317,8 +326,8 @@ class AttentionSpec:
         if self.fp8_mma:
             return t.num_stages
         dp, dvp = sm90_padded(self.head_dim), sm90_padded(self.head_dim_v)
-        ring = 2 * (dp * (t.block_m + t.num_stages * t.block_n) + dvp * t.num_stages * t.block_n) + 256 + 1024
-        return 2 if ring + 2 * t.block_n * (dp + dvp) <= self.SM90_SMEM_LIMIT else 1
+        ring = 2 * (dp * (t.block_m + t.num_stages * t.block_n) + dvp * t.num_stages * t.block_n) + 1024
+        return 2 if ring + sm90_bar_bytes(t.num_stages, 2) + 2 * t.block_n * (dp + dvp) <= self.SM90_SMEM_LIMIT else 1
 
     @property
     def name(self) -> str:
@@ -556,7 +565,7 @@ class FusedAttentionSpec:
         """Hopper kernel: short tiles side by side in the consumer warps of a CTA whose long queue
         ran out (slices below the long variant's mbarriers)."""
         dec = self.short.smem_bytes()
-        off_bar = self.long.smem_bytes() - 256 - 1024
+        off_bar = self.long.smem_bytes() - sm90_bar_bytes(self.long.tile.num_stages, self.long.land_stages) - 1024
         return max(0, min(self.long.tile.num_warps, off_bar // dec))
 
     def _hopper_smem_budget(self) -> int:

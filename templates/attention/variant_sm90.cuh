@@ -100,10 +100,11 @@ constexpr int V8_BYTES = BN * DV;
 constexpr int LAND_BYTES = K8_BYTES + V8_BYTES;
 constexpr int OFF_LAND = OFF_V + STAGES * V_BYTES;
 constexpr int OFF_BAR = OFF_LAND + LAND * LAND_BYTES;
-constexpr int BAR_BYTES = 256;
+constexpr int BAR_USED = 8 * (2 + 4 * STAGES + 4) + 8 + 16 * LAND;   // mbarriers and tile slots
+constexpr int BAR_BYTES = BAR_USED + 4 * 16 <= 256 ? 256 : 320;        // + the pin words (spec.sm90_bar_bytes)
 constexpr int SMEM_BYTES = OFF_BAR + BAR_BYTES + 1024;  // + slack for aligning the base
 static_assert(SMEM_BYTES == {{ v.smem_bytes }}, "host and device disagree on shared memory size");
-static_assert(8 * (2 + 4 * STAGES + 4) + 8 + 16 * LAND <= BAR_BYTES - 4 * 16, "barrier area");
+static_assert(BAR_USED <= BAR_BYTES - 4 * 16, "barrier area");
 constexpr int OFF_PIN = OFF_BAR + BAR_BYTES - 4 * 16;  // a word a consumer warp (mainloop_sm90.cuh: pin_pv_wait)
 static_assert(NW <= 16, "pin words");
 

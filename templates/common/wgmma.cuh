@@ -39,17 +39,13 @@ struct WgmmaDesc {
 __device__ __forceinline__ WgmmaDesc wgmma_desc2(u32 smem, u32 lbo_bytes, u32 sbo_bytes) {
   return WgmmaDesc{((smem & 0x3FFFF) >> 4) | (((lbo_bytes & 0x3FFFF) >> 4) << 16), ((sbo_bytes & 0x3FFFF) >> 4) | (1u << 30)};
 }
+// The same with the 64-byte swizzle (mode 2): 8-row atoms of 64-byte rows, stride 512 bytes.
 __device__ __forceinline__ WgmmaDesc wgmma_desc2_sw64(u32 smem) {
   return WgmmaDesc{((smem & 0x3FFFF) >> 4) | (1u << 16), (512u >> 4) | (2u << 30)};
 }
 // The descriptor of the operand `offset_bytes` (a multiple of 16) past d's start address.
 __device__ __forceinline__ u64 desc_at(WgmmaDesc d, u32 offset_bytes) {
   return ((u64)d.hi << 32) | (u64)(d.lo + (offset_bytes >> 4));
-}
-
-// The same with the 64-byte swizzle (mode 2): 8-row atoms of 64-byte rows, stride 512 bytes.
-__device__ __forceinline__ u64 wgmma_desc_sw64(u32 smem) {
-  return (u64)((smem & 0x3FFFF) >> 4) | ((u64)1 << 16) | ((u64)(512 >> 4) << 32) | ((u64)2 << 62);
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
