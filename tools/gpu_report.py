@@ -102,7 +102,7 @@ def add_aliases(benchmarks: list) -> None:
 #: build returned.
 KEPT_IF_SET = ("flops", "bytes", "ratios", "best_peer", "vs_best", "max_diff", "us_nosinks", "sinks_ratio",
                "us_noalibi", "alibi_ratio", "us_builtin", "variant_ratio", "peer_base_us", "us_second_call",
-               "us_hopper_ready", "first_call_kernels", "hopper_built")
+               "us_hopper_ready", "first_call_kernels", "hopper_built", "commit")
 #: The cost entries' own baselines as the tables show them (kernelgen.apps.bench.report.OWN_BASELINES).
 OWN_BASELINES = (("sinks_ratio", "us_nosinks", "without sinks"), ("alibi_ratio", "us_noalibi", "without ALiBi"),
                  ("variant_ratio", "us_builtin", "built-in"))
@@ -148,18 +148,23 @@ def markdown(report: dict) -> str:
              "| check | result |", "| --- | --- |"]
     lines += [f"| {k} | {'ok' if v else 'FAIL'} |" for k, v in report["checks"].items()]
     lines += ["", "| benchmark | us | TFLOP/s | TB/s | vs best peer | peers: us (peer time / kernelgen time) "
-                  "| vs own baseline |",
-              "| --- | ---: | ---: | ---: | --- | --- | --- |"]
+                  "| vs own baseline | measured at |",
+              "| --- | ---: | ---: | ---: | --- | --- | --- | --- |"]
     for b in report["benchmarks"]:
         peers = ", ".join(f"{p} {u:.0f} ({_ratio(b, p):.2f}x)" for p, u in (b.get("peers") or {}).items())
         tf = f"{b['tflops']:.0f}" if b.get("tflops") else ""
         tb = f"{b['tbps']:.2f}" if b.get("tbps") else ""
         best = f"{b['vs_best']:.2f}x {b['best_peer']}" if b.get("best_peer") else ""
-        lines.append(f"| {b['name']} | {b['us']:.1f} | {tf} | {tb} | {best} | {peers} | {own_baseline(b)} |")
+        at = "" if not b.get("commit") or str(report["commit"]).startswith(str(b["commit"])[:7]) else f"`{b['commit']}`"
+        lines.append(f"| {b['name']} | {b['us']:.1f} | {tf} | {tb} | {best} | {peers} | {own_baseline(b)} | {at} |")
     lines += ["", "vs own baseline: a cost entry's time over kernelgen's call without the feature (sinks_*, "
                   "alibi_*) or over the built-in form of a user variant (variant_*), both from one interleaved "
                   "CUDA-graph measurement; their peers are divided by the entry's call timed as the peers are "
                   "(peer_base_us)."]
+    older = [b for b in report["benchmarks"] if b.get("commit") and not str(report["commit"]).startswith(str(b["commit"])[:7])]
+    if older:
+        lines += ["", f"{len(older)} of {len(report['benchmarks'])} benchmark entries were measured at an earlier "
+                      "commit (column measured at); the rest at the report's commit."]
     earlier = (report.get("extra") or {}).get("fuzz_sanitizer_multigpu_commit")
     if earlier:
         lines += ["", f"The fuzz, sanitizer and 2-GPU checks (and 4 of the passed tests) ran on commit {earlier}."]
