@@ -363,9 +363,11 @@ softmax_scores(s, row_max, row_sum, corr, {{ "exp_scale(p)" if v.get("user") els
 // shared store of the first row's new max (lane 0 of each warp, its own word of OFF_PIN, never read)
 // keeps the wait after the row max; ptxas then issues part of the exponentials before it.  16-bit
 // P V only: FP8 P V ran 0-7 % slower with it (H200; docs/dev/perf-log.md, "The P V wait").
-// KG_PIN_PV_WAIT (0 or 1, KERNELGEN_DEFINES) overrides the choice for experiments.
+// Not at head dim 256 without a mask: the pin's address register made ptxas spill 12 bytes of the
+// tile loop's state there (NVRTC 13.0).  KG_PIN_PV_WAIT (0 or 1, KERNELGEN_DEFINES) overrides the
+// choice for experiments.
 #ifndef KG_PIN_PV_WAIT
-#define KG_PIN_PV_WAIT 1
+#define KG_PIN_PV_WAIT {{ 0 if (v.head_dim_v > 192 and v.mask == "none") else 1 }}
 #endif
 __device__ __forceinline__ void pin_pv_wait(u32 sb, int cw, int lane, const float (&row_max)[1][2]) {
   if (KG_PIN_PV_WAIT && !FP8_MMA && lane == 0)
