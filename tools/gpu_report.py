@@ -138,6 +138,11 @@ def _ratio(b: dict, peer: str) -> float:
     return r if r is not None else b["peers"][peer] / (b.get("peer_base_us") or b["us"])
 
 
+def _measured_earlier(b: dict, report: dict) -> bool:
+    """Whether bench entry ``b`` carries a commit other than the report's (merged from an earlier run)."""
+    return bool(b.get("commit")) and not str(report["commit"]).startswith(str(b["commit"])[:7])
+
+
 def markdown(report: dict) -> str:
     """docs/benchmarks/h200.md: the report as readable tables."""
     t = report["tests"]
@@ -155,13 +160,13 @@ def markdown(report: dict) -> str:
         tf = f"{b['tflops']:.0f}" if b.get("tflops") else ""
         tb = f"{b['tbps']:.2f}" if b.get("tbps") else ""
         best = f"{b['vs_best']:.2f}x {b['best_peer']}" if b.get("best_peer") else ""
-        at = "" if not b.get("commit") or str(report["commit"]).startswith(str(b["commit"])[:7]) else f"`{b['commit']}`"
+        at = f"`{b['commit']}`" if _measured_earlier(b, report) else ""
         lines.append(f"| {b['name']} | {b['us']:.1f} | {tf} | {tb} | {best} | {peers} | {own_baseline(b)} | {at} |")
     lines += ["", "vs own baseline: a cost entry's time over kernelgen's call without the feature (sinks_*, "
                   "alibi_*) or over the built-in form of a user variant (variant_*), both from one interleaved "
                   "CUDA-graph measurement; their peers are divided by the entry's call timed as the peers are "
                   "(peer_base_us)."]
-    older = [b for b in report["benchmarks"] if b.get("commit") and not str(report["commit"]).startswith(str(b["commit"])[:7])]
+    older = [b for b in report["benchmarks"] if _measured_earlier(b, report)]
     if older:
         lines += ["", f"{len(older)} of {len(report['benchmarks'])} benchmark entries were measured at an earlier "
                       "commit (column measured at); the rest at the report's commit."]
