@@ -1036,6 +1036,23 @@ def test_the_key_block_loop_advances_descriptors_instead_of_building_them():
     assert sum(ops.values()) <= 630, sum(ops.values())
 
 
+@pytest.mark.parametrize("d", [64, 128])
+def test_the_causal_mask_compares_each_score_once(d):
+    """apply_mask (common/mask.cuh) without a window tests only the key limit (keys are never
+    negative), taken relative to the lane's first column so that each of the lane's 64 scores of a
+    128-key block costs one compare against a constant: the d 64 / 128 causal key-block loop holds
+    64 ISETP for the scores plus a few for the loop and the mask's branch, and no per-score index add
+    (it held 100 ISETP and 31 VIADD with both limits on absolute columns)."""
+    spec = heuristics.choose("sm_90a", "bf16", d, d, num_heads_q=32, num_heads_kv=32, mask="causal",
+                             max_seqlen_q=16384, max_seqlen_k=16384).attention
+    assert spec.tile.block_n == 128, spec.tile
+    res = compiler.compile_cubin(render.render(spec), spec.arch, compiler.default_options(spec.arch), spec.name)
+    assert _NVDISASM is not None, "nvdisasm is needed: pip install nvidia-cuda-nvdisasm (the test extra)"
+    ops = _key_block_loop_ops(sass.disassemble(res.cubin, _NVDISASM))
+    assert 64 <= ops.get("ISETP", 0) <= 72, ops
+    assert ops.get("VIADD", 0) + ops.get("IADD3", 0) <= 8, ops
+
+
 @pytest.mark.parametrize("stages,fp8_mma", [(3, True), (4, True), (4, False)])
 def test_deep_rings_keep_room_for_the_barriers_and_the_pin_words(stages, fp8_mma):
     """The barrier area holds the ring's and the landing stages' mbarriers and the P V wait's pin
