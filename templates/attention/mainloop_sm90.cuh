@@ -363,18 +363,15 @@ softmax_scores(s, row_max, row_sum, corr, {{ "exp_scale(p)" if v.get("user") els
 // shared store of the first row's new max (lane 0 of each warp, its own word of OFF_PIN, never read)
 // keeps the wait after the row max; ptxas then issues part of the exponentials before it.  16-bit
 // P V only: FP8 P V ran 0-7 % slower with it (H200; docs/dev/perf-log.md, "The P V wait").
-// The word's address is warp-uniform (a shuffle once a tile, pin_address): through a per-thread
-// address register ptxas spilled 12 bytes of the tile loop's state at head dim 256 without a mask
-// (NVRTC 13.0).  KG_PIN_PV_WAIT (0 or 1, KERNELGEN_DEFINES) overrides the choice for experiments.
+// Not at head dim 256 without a mask: the pin's address register made ptxas spill 12 bytes of the
+// tile loop's state there (NVRTC 13.0).  KG_PIN_PV_WAIT (0 or 1, KERNELGEN_DEFINES) overrides the
+// choice for experiments.
 #ifndef KG_PIN_PV_WAIT
-#define KG_PIN_PV_WAIT 1
+#define KG_PIN_PV_WAIT {{ 0 if (v.head_dim_v > 192 and v.mask == "none") else 1 }}
 #endif
-__device__ __forceinline__ u32 pin_address(u32 sb, int cw) {
-  return (KG_PIN_PV_WAIT && !FP8_MMA) ? __shfl_sync(0xffffffffu, sb + OFF_PIN + 4 * cw, 0) : 0u;
-}
-__device__ __forceinline__ void pin_pv_wait(u32 pin, int lane, const float (&row_max)[1][2]) {
+__device__ __forceinline__ void pin_pv_wait(u32 sb, int cw, int lane, const float (&row_max)[1][2]) {
   if (KG_PIN_PV_WAIT && !FP8_MMA && lane == 0)
-    asm volatile("st.shared.f32 [%0], %1;" :: "r"(pin), "f"(row_max[0][0]) : "memory");
+    asm volatile("st.shared.f32 [%0], %1;" :: "r"(sb + OFF_PIN + 4 * cw), "f"(row_max[0][0]) : "memory");
 }
 
 // Per-thread pipeline position of a consumer (the same sequence the producer walks).
@@ -466,7 +463,6 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
     mbar_wait(bar_v_full(sb, pv.stage), pv.phase, 16);
     zero_v_tail(sb + OFF_V + pv.stage * V_BYTES, mi.seqlen_k - (n_hi - 1) * BN, cg, wg_tid);
   }
-  const u32 pin = pin_address(sb, cw);
   for (n = n_hi - 2; n >= n_lo; --n) {
     mbar_wait(FP8_MMA ? bar_land_full(sb, kv.stage) : bar_k_full(sb, kv.stage), kv.phase, 13);
     fence_regs<BN / 2>(&s[0][0][0]);
@@ -489,7 +485,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
     release(FP8_MMA ? bar_land_empty(sb, kv.stage) : bar_k_empty(sb, kv.stage), lane);
     if (n == n_lo) release(bar_q_empty(sb), lane);
     {{ block_scores(clamp_kv=False) | indent(4) }}
-    pin_pv_wait(pin, lane, row_max);
+    pin_pv_wait(sb, cw, lane, row_max);
     wgmma_wait<0>();
     fence_regs<DV / 2>(&o[0][0][0]);
     fence_regs<PA_N * 4>(&pa[0][0]);
