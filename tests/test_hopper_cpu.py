@@ -1036,21 +1036,27 @@ def test_the_key_block_loop_advances_descriptors_instead_of_building_them():
     assert sum(ops.values()) <= 630, sum(ops.values())
 
 
-@pytest.mark.parametrize("d", [64, 128])
-def test_the_causal_mask_compares_each_score_once(d):
-    """apply_mask (common/mask.cuh) without a window tests only the key limit (keys are never
-    negative), taken relative to the lane's first column so that each of the lane's 64 scores of a
-    128-key block costs one compare against a constant: the d 64 / 128 causal key-block loop holds
-    64 ISETP for the scores plus a few for the loop and the mask's branch, and no per-score index add
-    (it held 100 ISETP and 31 VIADD with both limits on absolute columns)."""
-    spec = heuristics.choose("sm_90a", "bf16", d, d, num_heads_q=32, num_heads_kv=32, mask="causal",
-                             max_seqlen_q=16384, max_seqlen_k=16384).attention
-    assert spec.tile.block_n == 128, spec.tile
-    res = compiler.compile_cubin(render.render(spec), spec.arch, compiler.default_options(spec.arch), spec.name)
+@pytest.mark.parametrize("d,limit", [(64, 300), (128, 380)])
+def test_the_fp8_causal_mask_compares_each_score_once(d, limit):
+    """apply_mask (common/mask.cuh) of the FP8 tensor-core causal kernels at head dim 64 / 128 tests
+    only the key limit (keys are never negative), relative to the lane's first column: one compare
+    of each score against a constant.  The whole kernel's ISETP with NVRTC 13.0: 283 / 353 (the
+    absolute form of both limits: 347 / 449).  The other kernels keep the absolute form (the
+    relative one was slower on the H200 there, docs/dev/perf-log.md, "Eighteenth session")."""
+    import re
+    v = heuristics.choose("sm_90a", "bf16", d, d, num_heads_q=32, num_heads_kv=32, mask="causal",
+                          max_seqlen_q=16384, max_seqlen_k=16384, kv_dtype="e4m3", q_dtype="e4m3").attention
+    assert v.fp8_mma
+    src = render.render(v)
+    assert "nt * 8 + e > hi" in src and "col < lo" not in src
+    res = compiler.compile_cubin(src, "sm_90a", compiler.default_options("sm_90a"), v.entry)
     assert _NVDISASM is not None, "nvdisasm is needed: pip install nvidia-cuda-nvdisasm (the test extra)"
-    ops = _key_block_loop_ops(sass.disassemble(res.cubin, _NVDISASM))
-    assert 64 <= ops.get("ISETP", 0) <= 72, ops
-    assert ops.get("VIADD", 0) + ops.get("IADD3", 0) <= 8, ops
+    assert len(re.findall(r"\bISETP", sass.disassemble(res.cubin, _NVDISASM))) <= limit
+    fp8 = dict(kv_dtype="e4m3", q_dtype="e4m3")
+    for dd, mask, kw in ((d, "none", fp8), (256, "causal", fp8), (d, "causal", {})):
+        a = heuristics.choose("sm_90a", "bf16", dd, dd, num_heads_q=32, num_heads_kv=32, mask=mask,
+                              max_seqlen_q=16384, max_seqlen_k=16384, **kw).attention
+        assert "col < lo" in render.render(a), a.name
 
 
 @pytest.mark.parametrize("stages,fp8_mma", [(3, True), (4, True), (4, False)])

@@ -43,34 +43,49 @@ __device__ __forceinline__ bool block_needs_mask(const MaskInfo& mi, int n, int 
   return false;
 }
 
-// Without a window only the upper limit is tested (a key is never negative).  The limits are taken
-// relative to the lane's first column, so each score compares against a constant column offset
-// (the masked path of the d 128 causal Hopper loop: 100 -> 68 ISETP, 30 fewer VIADD).
+{% set rel = v.get("fp8_mma") and v.mask == "causal" and v.head_dim <= 128 %}
 __device__ __forceinline__ void apply_mask(float (&s)[MT][BN / 8][4], const MaskInfo& mi, int n, int row0, int qpk,
                                            int warp, int lane) {
   const int g = lane >> 2, tq = lane & 3;
-{% if v.get("fp8_regs") %}
-  const int col0 = n * BN + 4 * tq;   // FP8_REGS: S column 8 nt + 2 tq + e is key fp8_key(that) = col0 + 2 nt + e
-{% else %}
+{% if rel %}
+  // The FP8 tensor-core causal kernels at head dim 64 / 128 test only the key limit (a key is never
+  // negative), relative to the lane's first column: one compare of each score against a constant
+  // (d 128 loop 100 -> 68 ISETP, 30 fewer VIADD).  On the H200, tile_ab against the form below:
+  // FP8 d 128 causal 16k 0.93-0.97x the time, d 64 causal 0.99x; but bf16 d 128 causal 1.07-1.12x,
+  // FP8 d 64 non-causal 1.09x and FP8 d 256 causal 1.01-1.04x (code this form changes is not the
+  // bottleneck there: the masked path runs on a diagonal block only), so those keep the form below
+  // (docs/dev/perf-log.md, "Eighteenth session").
   const int col0 = n * BN + 2 * tq;   // S column nt * 8 + 2 tq + e
-{% endif %}
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int hi = min(mi.seqlen_k - 1, key_hi(mi, row_position(row0 + warp * WM + mt * 16 + g + 8 * h, qpk))) - col0;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          if (nt * 8 + e > hi) s[mt][nt][2 * h + e] = -KG_INF;
+    }
+{% else %}
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int pos = row_position(row0 + warp * WM + mt * 16 + g + 8 * h, qpk);
-      const int hi = min(mi.seqlen_k - 1, key_hi(mi, pos)) - col0;
-      const int lo = key_lo(mi, pos) - col0;
+      const int hi = min(mi.seqlen_k - 1, key_hi(mi, pos));
+      const int lo = key_lo(mi, pos);
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
 {% if v.get("fp8_regs") %}
-          const int c = 2 * nt + e;
+          const int col = n * BN + 4 * tq + 2 * nt + e;   // FP8_REGS: S column 8 nt + 2 tq + e is key fp8_key(that)
 {% else %}
-          const int c = nt * 8 + e;
+          const int col = n * BN + nt * 8 + 2 * tq + e;
 {% endif %}
-          if (c > hi || (LOCAL && c < lo)) s[mt][nt][2 * h + e] = -KG_INF;
+          if (col > hi || col < lo) s[mt][nt][2 * h + e] = -KG_INF;
         }
     }
+{% endif %}
 }
