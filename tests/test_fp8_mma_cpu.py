@@ -60,29 +60,53 @@ def ways(addrs):
     return max(np.bincount(banks))
 
 
-def transpose_v8(land, nb, dv, valid, nthr=128):
+def vt_split(nb, dv, nw=3):
+    """fp8_mma.cuh's split of a block's units (32-key group G x 16-dim chunk C, numbered u = NG C + G)
+    over the nw transposing warps: warp w's units, in its order, as (C, G): u in [w NU / nw,
+    (w + 1) NU / nw)."""
+    ng = nb // 32
+    nu = dv // 16 * ng
+    return [[(u // ng, u % ng) for u in range(w * nu // nw, (w + 1) * nu // nw)] for w in range(nw)]
+
+
+def transpose_v8(land, nb, dv, valid, nw=3):
     """fp8_mma.cuh's transpose_v8, lane by lane: ldmatrix.x4.trans (lane l: row address of matrix
     l >> 3; receives, per matrix, b16 column l >> 2 of rows 2 (l & 3) and 2 (l & 3) + 1), the byte
     permutes and stmatrix.x4 (lane l: row address of matrix l >> 3; register m to row l >> 2 of
-    matrix m, bytes 4 (l & 3)..).  Returns V^T (99 where nothing was written) and the worst
-    bank-conflict ways of the ldmatrix and stmatrix phases."""
+    matrix m, bytes 4 (l & 3)..), warp w doing vt_split's units: with every key valid through the
+    in-place XOR chain of its unrolled share (transpose_v8_full), else the tail loop's direct XOR
+    (transpose_v8_tail); both checked against the swizzle computed from scratch.  Returns V^T (99
+    where nothing was written) and the worst bank-conflict ways of the ldmatrix and stmatrix
+    phases."""
     vt = np.full(-(-nb // 128) * dv * 128, 99, dtype=np.int64)    # whole 128-key column blocks
-    ng, nc, nw = nb // 32, dv // 16, nthr // 32
     worst_ld = worst_st = 0
-    for w in range(nw):
-        for G, C in ((G, C) for C in range(w, nc, nw) for G in range(ng)):   # warp w: chunks w, w + nw, ...
+    for units in vt_split(nb, dv, nw):
+        ld_cur, st_cur = [None] * 32, [None] * 32    # the chain's registers, per lane
+        prev = None
+        for C, G in units:
             ld_addr, st_addr = [], []
             for lane in range(32):
                 m, i = lane >> 3, lane & 7
-                ld_row = (8 * m + i) * 64
-                ld = ld_row + (C >> 2) * (nb * 64) + (((C & 3) ^ ((i >> 1) & 3)) << 4)
-                ld_addr.append(ld + G * 2048)
+                ld0 = (8 * m + i) * 64 + (((i >> 1) & 3) << 4)
                 dl = 2 * i + ((m & 1) ^ (1 if i >= 4 else 0))
-                st = dl * 128 + (((m >> 1) ^ (dl & 7)) << 4) + C * 16 * 128      # the chunk's group-0 address
-                st_addr.append((st ^ ((G & 3) << 5)) + (G >> 2) * (dv * 128))
-                # the same as the swizzled chunk 2 (G & 3) + (m >> 1) of row dl, computed directly
+                st0 = dl * 128 + (((m >> 1) ^ (dl & 7)) << 4)
+                ld_off, st_off = (C >> 2) * (nb * 64) + G * 2048, C * 16 * 128 + (G >> 2) * (dv * 128)
+                if valid >= nb:   # xor_in_place from the previous unit's pattern (none before the first)
+                    pc, pg = prev if prev else (0, 0)
+                    ld_cur[lane] = (ld_cur[lane] if prev else ld0) ^ ((((pc & 3) ^ (C & 3)) << 4) if prev else (C & 3) << 4)
+                    st_cur[lane] = (st_cur[lane] if prev else st0) ^ ((((pg & 3) ^ (G & 3)) << 5) if prev else (G & 3) << 5)
+                    ld_addr.append(ld_cur[lane] + ld_off)
+                    st_addr.append(st_cur[lane] + st_off)
+                else:
+                    ld_addr.append((ld0 ^ ((C & 3) << 4)) + ld_off)
+                    st_addr.append((st0 ^ ((G & 3) << 5)) + st_off)
+                # the same as the landing stage's 64-byte swizzle and V^T's 128-byte one, from scratch:
+                # key 8m + i of group G, 16-byte column C & 3 of 64-dim block C >> 2; V^T row C 16 + dl
+                # of column block G >> 2, 16-byte chunk b = 2 (G & 3) + (m >> 1)
+                assert ld_addr[-1] == (C >> 2) * (nb * 64) + (32 * G + 8 * m + i) * 64 + (((C & 3) ^ ((i >> 1) & 3)) << 4)
                 b = 2 * (G & 3) + (m >> 1)
                 assert st_addr[-1] == (G >> 2) * (dv * 128) + C * 16 * 128 + dl * 128 + ((b ^ (dl & 7)) << 4)
+            prev = (C, G)
             for m in range(4):
                 worst_ld = max(worst_ld, ways(ld_addr[8 * m:8 * m + 8]))
                 worst_st = max(worst_st, ways(st_addr[8 * m:8 * m + 8]))
@@ -93,7 +117,7 @@ def transpose_v8(land, nb, dv, valid, nthr=128):
                 for m in range(4):
                     rows = [land[ld_addr[8 * m + 2 * t + e]:ld_addr[8 * m + 2 * t + e] + 16] for e in range(2)]
                     word = [rows[0][2 * j], rows[0][2 * j + 1], rows[1][2 * j], rows[1][2 * j + 1]]
-                    left = valid - 32 * G - 2 * t       # transpose_unit's tail mask (the slow path)
+                    left = valid - 32 * G - 2 * t       # transpose_store's tail mask (the tail loop)
                     if valid < nb and left < 32:
                         word = [x if 8 * m + (e >> 1) < left else 0 for e, x in enumerate(word)]
                     r.append(word)
@@ -109,19 +133,48 @@ def transpose_v8(land, nb, dv, valid, nthr=128):
     return vt, worst_ld, worst_st
 
 
-def test_transpose_v8_zeroes_keys_past_valid():
-    nb, dv, valid = 128, 64, 70
-    rng = np.random.default_rng(1)
-    V = rng.integers(1, 100, size=(nb, dv))
-    land = np.zeros(nb * dv, dtype=np.int64)
+#: (keys a block, head dim) of the FP8 tensor-core kernels heuristics.choose gives (SM90_FP8_MMA_TILES:
+#: d 64 and 256 on 128-key blocks, d 128 on 192 with a mask, 128 without)
+KERNEL_BLOCKS = [(128, 64), (128, 128), (192, 128), (128, 256)]
+
+
+@pytest.mark.parametrize("nb,dv", KERNEL_BLOCKS)
+def test_vt_units_split_evenly_once_each(nb, dv):
+    """The three converter warps share a block's units evenly (sizes differ by at most one: d 256
+    21 / 21 / 22, d 128 with 192 keys 16 each) and every unit is done exactly once."""
+    split = vt_split(nb, dv)
+    sizes = [len(x) for x in split]
+    assert max(sizes) - min(sizes) <= 1
+    assert sorted(u for x in split for u in x) == [(C, G) for C in range(dv // 16) for G in range(nb // 32)]
+    assert sizes == {(128, 256): [21, 21, 22], (192, 128): [16, 16, 16], (128, 128): [10, 11, 11],
+                     (128, 64): [5, 5, 6]}[(nb, dv)]
+    # the probe kernel's four warps (test_the_fp8_pieces_compile_for_sm_90a) as well
+    assert [len(x) for x in vt_split(128, 128, 4)] == [8, 8, 8, 8]
+
+
+def _landing(V, nb, dv):
+    land = np.zeros(nb * dv, dtype=np.int64)      # variant A's landing stage: 64-dim blocks, 64-byte swizzle
     for key in range(nb):
         for d in range(dv):
             land[(d >> 6) * nb * 64 + swz64(key * 64 + (d & 63))] = V[key, d]
-    vt, _, _ = transpose_v8(land, nb, dv, valid, nthr=96)
-    for p in range(nb):
-        key = (p & ~31) + vt_key(p & 31)
-        got = [vt[(p >> 7) * dv * 128 + swz128(n * 128 + (p & 127))] for n in range(dv)]
-        assert got == (list(V[key]) if key < valid else [0] * dv), (p, key)
+    return land
+
+
+@pytest.mark.parametrize("nb,dv", KERNEL_BLOCKS)
+def test_transpose_v8_writes_every_key_once_and_zeroes_keys_past_valid(nb, dv):
+    """Every (NK, ND) the kernels use, with every key valid (the unrolled shares) and with tails
+    (the tail loop): V^T's positions of the block hold V's keys (relabelled by vt_key), those at or
+    past valid zero, each byte written once (the emulation asserts it) and every one written."""
+    rng = np.random.default_rng(nb + dv)
+    V = rng.integers(1, 99, size=(nb, dv))        # 99: not written
+    land = _landing(V, nb, dv)
+    for valid in (nb, nb - 1, 70, 33, 1):
+        vt, _, _ = transpose_v8(land, nb, dv, valid)
+        for p in range(nb):
+            key = (p & ~31) + vt_key(p & 31)
+            got = [vt[(p >> 7) * dv * 128 + swz128(n * 128 + (p & 127))] for n in range(dv)]
+            assert got == (list(V[key]) if key < valid else [0] * dv), (valid, p, key)
+        assert (vt != 99).sum() == nb * dv      # the positions of the block, nothing else
 
 
 @pytest.mark.parametrize("nb,dv", [(128, 128), (256, 128), (128, 64), (128, 256), (192, 128)])
@@ -141,10 +194,7 @@ def test_packed_p_times_transposed_v_is_p_v(nb, dv):
                     A[row, 32 * i + k0 + byte] = regs[r][byte]
     assert not np.isnan(A).any()
     # V^T as transpose_v8 writes it (position p of the block <- key (p & ~31) + vt_key(p & 31))
-    land = np.zeros(nb * dv, dtype=np.int64)      # variant A's landing stage: 64-dim blocks, 64-byte swizzle
-    for key in range(nb):
-        for d in range(dv):
-            land[(d >> 6) * nb * 64 + swz64(key * 64 + (d & 63))] = V[key, d]
+    land = _landing(V, nb, dv)
     vt, ways_ld, ways_st = transpose_v8(land, nb, dv, nb)
     print(f"transpose_v8 nb {nb} dv {dv}: ldmatrix {ways_ld}-way, stmatrix {ways_st}-way")
     assert ways_ld == 1 and ways_st == 1
@@ -174,7 +224,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) kg_fp8_mma_probe(const floa
   wgmma_wait<0>();
   u32 pa[4][4];
   pack_p8<128>(s, pa);
-  transpose_v8<128, 128>(sb + 32768, sb + 49152, threadIdx.x, 128, valid);
+  transpose_v8<128, 128, 4>(sb + 32768, sb + 49152, threadIdx.x, valid);
   asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");
   __syncthreads();
   wgmma_fence();
@@ -202,10 +252,8 @@ def test_the_fp8_pieces_compile_for_sm_90a():
     assert "F2FP.SATFINITE.E4M3.F32" in text
 
 
-def transpose_unit_loops(text: str) -> list:
-    """The innermost loops of a kernel's SASS (``nvdisasm`` text) that hold an ``LDSM.16.MT88.4``
-    (transpose_v8's unit loops: the fast one and the tail-masking one), each as its instructions
-    from the branch target to the backward branch."""
+def _sass_instructions(text: str):
+    """nvdisasm text -> (instructions, {label: index of the instruction it marks})."""
     import re
     ins, labels, pending = [], {}, []
     for line in text.splitlines():
@@ -219,6 +267,15 @@ def transpose_unit_loops(text: str) -> list:
                 labels[lab] = len(ins)
             pending = []
             ins.append(m.group(2).strip())
+    return ins, labels
+
+
+def transpose_unit_loops(text: str) -> list:
+    """The innermost loops of a kernel's SASS (``nvdisasm`` text) that hold an ``LDSM.16.MT88.4``
+    (transpose_v8's tail loop), each as its instructions from the branch target to the backward
+    branch."""
+    import re
+    ins, labels = _sass_instructions(text)
     loops = []
     for k, x in enumerate(ins):
         m = re.search(r"BRA\s+`\(\.(L_x_\d+)\)", x)
@@ -229,6 +286,33 @@ def transpose_unit_loops(text: str) -> list:
     return [b for b in loops if not any(len(o) < len(b) and set(o) <= set(b) for o in loops)]
 
 
+def transpose_shares(text: str) -> list:
+    """The straight-line stretches of a kernel's SASS (cut at branches and branch targets) with more
+    than one ``LDSM.16.MT88.4``: transpose_v8's unrolled warp shares.  Each as a dict: ins (its
+    instructions), ldsm, trips (shared-memory round trips: an instruction that touches a register of
+    an ldmatrix still pending waits for every pending one), local (LDL / STL in it)."""
+    import re
+    ins, labels = _sass_instructions(text)
+    targets = {labels[m.group(1)] for x in ins for m in re.finditer(r"\.(L_x_\d+)", x) if m.group(1) in labels}
+    cuts = sorted({0, len(ins)} | targets | {k + 1 for k, x in enumerate(ins) if re.search(r"\b(BRA|BRX|EXIT)\b", x)})
+    out = []
+    for lo, hi in zip(cuts, cuts[1:]):
+        body = ins[lo:hi]
+        if sum("LDSM.16.MT88.4" in x for x in body) < 2:
+            continue
+        pending, trips = set(), 0
+        for x in body:
+            regs = {int(r) for r in re.findall(r"\bR(\d+)\b", x)}
+            if regs & pending:
+                trips, pending = trips + 1, set()
+            if x.startswith("LDSM"):
+                r0 = int(re.search(r"LDSM\S*\s+R(\d+)", x).group(1))
+                pending |= set(range(r0, r0 + 4))
+        out.append(dict(ins=len(body), ldsm=sum("LDSM" in x for x in body), trips=trips,
+                        local=sum(bool(re.search(r"\b(LDL|STL)", x)) for x in body)))
+    return out
+
+
 @pytest.mark.parametrize("d,mask,paged,splits", [(64, "causal", False, 0), (128, "none", True, 3), (128, "causal", False, 0),
                                                   (128, "local", True, 3), (256, "causal", False, 0)])
 def test_the_dispatched_tensor_core_variants_compile(d, mask, paged, splits):
@@ -236,10 +320,12 @@ def test_the_dispatched_tensor_core_variants_compile(d, mask, paged, splits):
     three consumer warpgroups at 56/152 registers; d 128 paged with forced splits; d 256: 128-key
     blocks at 24/240) compile for
     sm_90a with QGMMA for both GEMMs, ldmatrix.trans / stmatrix for V^T and the e4m3 packing of P;
-    no spills, except at d 256 the transposing producer warps' block-loop state (at most 36 bytes,
-    all after the producer's register release: the consumers spill nothing; none in the unit loops).
-    The V^T transpose's unit loop without the tail mask is at most 16 instructions (ldmatrix, four
-    byte permutes, stmatrix and its addressing; ~36 when every unit divided its index)."""
+    no spills, except at d 256 the transposing producer warps' block-loop state (at most 44 bytes
+    stored, all after the producer's register release: the consumers spill nothing; none in the
+    transposer's code).  The V^T transpose: three straight-line warp shares of vt_split's sizes,
+    about 8 instructions a unit (ldmatrix, four byte permutes, stmatrix, XORs; the chunk loop of
+    before issued ~17 a unit at d 256), two ldmatrix in flight (KG_VT_BATCH 2: one round trip per
+    two units), and one tail loop."""
     from kernelgen.jit import sass
     from kernelgen.selection import heuristics
     v = heuristics.choose("sm_90a", "bf16", d, d, num_heads_q=16, num_heads_kv=4, mask=mask, max_seqlen_q=4096,
@@ -255,13 +341,16 @@ def test_the_dispatched_tensor_core_variants_compile(d, mask, paged, splits):
     text = sass.disassemble(res.cubin, sass.find_nvdisasm())
     assert f"QGMMA.64x{a.tile.block_n}x32.F32.E4M3.E4M3" in text and f"QGMMA.64x{d}x32.F32.E4M3.E4M3" in text
     assert "LDSM.16.MT88.4" in text and "STSM.16.M88.4" in text and "F2FP.SATFINITE.E4M3.F32" in text
+    shares = transpose_shares(text)
+    assert sorted(x["ldsm"] for x in shares) == sorted(len(u) for u in vt_split(a.tile.block_n, d)), shares
+    assert all(x["ins"] <= 10 * x["ldsm"] and x["trips"] == -(-x["ldsm"] // 2) and not x["local"] for x in shares), shares
     loops = transpose_unit_loops(text)
-    assert len(loops) == 2 and min(len(b) for b in loops) <= 16, [len(b) for b in loops]
+    assert len(loops) == 1, [len(b) for b in loops]
     assert not any("LDL" in x or "STL" in x for b in loops for x in b)
     if d <= 128:
         assert r["spill_stores"] == 0 and r["spill_loads"] == 0, r
     else:
-        assert r["spill_stores"] <= 36 and r["spill_loads"] <= 48, r
+        assert r["spill_stores"] <= 44 and r["spill_loads"] <= 64, r
         lines = text.splitlines()
         release = next(i for i, x in enumerate(lines) if "USETMAXREG.DEALLOC" in x)
         assert all(i > release for i, x in enumerate(lines) if "STL" in x or "LDL" in x)

@@ -43,7 +43,8 @@ def test_dispatched_fp8_q_variants_do_not_spill_in_their_consumers(d, mask, soft
     split-KV, where they spill (16-124 bytes, stores before the producer's register release).  Those
     calls keep their usual tile (d 64: 128 x 128 in two warpgroups, still the tensor-core variant;
     d 256: the FP8 K/V variant's 64 keys with q converted).
-    Only d 256's tensor-core producer spills (its block-loop state, at most 52 bytes paged)."""
+    Only d 256's tensor-core producer spills (its block-loop state, at most 56 bytes: the V^T
+    transposer's two units in flight, KG_VT_BATCH 2, take 16 of its 24 registers)."""
     v = heuristics.choose("sm_90a", "bf16", d, d, num_heads_q=16, num_heads_kv=4, mask=mask, max_seqlen_q=4096,
                           max_seqlen_k=4096, paged=paged, page_size=16 if paged else 0, num_splits=splits,
                           softcap=softcap, kv_dtype="e4m3", q_dtype="e4m3")
@@ -54,7 +55,7 @@ def test_dispatched_fp8_q_variants_do_not_spill_in_their_consumers(d, mask, soft
     r, consumer, producer = _consumer_and_producer_spills(a)
     assert consumer == 0, (a.name, r)
     if a.fp8_mma and d > 128:
-        assert r["spill_stores"] <= 52 and r["spill_loads"] <= 56, (a.name, r)
+        assert r["spill_stores"] <= 56 and r["spill_loads"] <= 68, (a.name, r)
     else:
         assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and producer == 0, (a.name, r)
 

@@ -197,7 +197,8 @@ SM90_FP8_MMA_TILES: dict = {(64, 64): TileConfig(192, 128, 12, 2, 1), (128, 128)
 #: with split-KV; the masked ones none); d 64's 192-row tile
 #: spills 16-24 bytes with a soft-cap (as the 256-key tile did: 24-44; the 128 x 128 tile none),
 #: d 256's 128-key blocks 36-124 bytes in the consumers with a window, split-KV or a soft-cap (the
-#: plain tile's producer spills 36-52 bytes of its block-loop state, its consumers none);
+#: plain tile's producer spills 44-56 bytes of its block-loop state, 12-16 with KG_VT_BATCH=1, its
+#: consumers none);
 #: tests/test_review_fp8q_cpu.py compiles every dispatched variant.
 SM90_FP8_MMA_TILE_LIMITS: dict = {(64, 64): frozenset({"softcap"}), (128, 128): frozenset({"softcap", "nomask"}),
                                   (256, 256): frozenset({"softcap", "local", "split"})}

@@ -699,6 +699,17 @@ __device__ __forceinline__ void convert_block(u32 dst, u32 src, int tid, int val
   }
 }
 
+{% if v.get("fp8_mma") %}
+// The converter thread's index (0 .. NCONV - 1: producer warps 1-3), read from %tid.x where it is
+// used rather than kept in a register across the block loop (the FP8_MMA transposer with two units
+// in flight at 24 registers: d 128's 192-key tile spilled 4 bytes, reloaded every block).
+__device__ __forceinline__ int conv_tid() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
+  return t - 32;
+}
+
+{% endif %}
 // Producer warps 1-3 (pw): take each tile index from the consumers' slots (tile_empty counts them),
 // walk the tile's key blocks as the consumers do, and per block wait for its landing stage, convert
 // K into the ring slot once the consumers freed it, publish it (proxy fence, one k_full arrival a
@@ -706,7 +717,9 @@ __device__ __forceinline__ void convert_block(u32 dst, u32 src, int tid, int val
 __device__ __forceinline__ void producer_loop_convert(const AttnParams& p, int* md, int cap4, int total, u32 sb,
                                                       volatile int* s_tile, int pw, int lane) {
   const int qpk = p.num_heads_q / p.num_heads_kv;
+  {% if not v.get("fp8_mma") %}
   const int tid = (pw - 1) * 32 + lane;
+  {% endif %}
   int cursor = 0;
   int stage = 0{{ "" if v.get("fp8_mma") else ", ls = 0" }};
   u32 phase = 0{{ "" if v.get("fp8_mma") else ", lphase = 0" }};
@@ -730,8 +743,8 @@ __device__ __forceinline__ void producer_loop_convert(const AttnParams& p, int* 
     for (int n = n_hi - 1; n >= n_lo; --n) {
       mbar_wait(bar_land_full(sb, stage), phase, 8);
       mbar_wait(bar_v_empty(sb, stage), phase ^ 1, 4);
-      transpose_v8<BN, DV>(sb + OFF_V + stage * V_BYTES, sb + OFF_LAND + stage * LAND_BYTES + K8_BYTES, tid, NCONV,
-                           min(BN, seqlen_k - n * BN));
+      transpose_v8<BN, DV, NCONV / 32>(sb + OFF_V + stage * V_BYTES, sb + OFF_LAND + stage * LAND_BYTES + K8_BYTES,
+                                       conv_tid(), min(BN, seqlen_k - n * BN));
       gather_publish(bar_v_full(sb, stage));
       mbar_arrive(bar_land_empty(sb, stage));
       if (++stage == STAGES) {

@@ -65,64 +65,169 @@ __device__ __forceinline__ void stsm_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3
 // - stmatrix.x4 writes them: matrix 2h + q, row j = dim 2j + (q ^ (j >= 4)) (lanes j >= 4 swap
 //   even and odd, so that a matrix's 8 rows fall in 8 distinct 16-byte chunks of the 128-byte
 //   swizzle: no bank conflicts), bytes 4t.. of the 16 positions 16h ...
-// Warp w of nw takes the 16-dim chunks C = w, w + nw, ... and, per chunk, the NK / 32 key groups in
-// an unrolled loop: the chunk's ldmatrix and stmatrix addresses are computed once, a group's are
-// immediate offsets (ldmatrix: + 2048 G) or one XOR (stmatrix: the swizzled 16-byte chunk
-// 2 (G & 3) + (m >> 1) ^ (dl & 7) is the chunk's own XOR 2 (G & 3), bits 5-6 of an address whose
-// other terms are multiples of 128), so a unit costs ldmatrix, four byte permutes, one XOR and
-// stmatrix (the loop over units with a division per unit issued ~36 instructions a unit and made
-// the d 256 kernel issue 1.46x FlashAttention-3's instructions; ncu, docs/dev/perf-log.md).
-// tests/test_fp8_mma_cpu.py emulates the lanes.
-// One unit: ldmatrix.x4.trans at `ld`, the byte permutes, stmatrix.x4 at `st`.  `left`: keys of the
-// block past this lane's byte-0 key of r_0 (valid - 32 G - 2t), below 32: r_q's bytes of keys
-// 8q + 2t (+ 1) at or past it are zeroed.
-__device__ __forceinline__ void transpose_unit(u32 ld, u32 st, u32 sel_a, u32 sel_b, int left = 32) {
-  u32 r[4];
-  ldsm_x4_t(ld, r[0], r[1], r[2], r[3]);
+//
+// Who does which unit.  The units (ND / 16 chunks of 16 dims x NK / 32 key groups) are numbered
+// u = NG C + G, and the NW transposing warps (the kernel's NCONV = 96 threads: NW = 3) split them
+// evenly by that flat index: warp W does units [W NU / NW, (W + 1) NU / NW).  d 256 / 128 keys:
+// 64 units, 21 / 21 / 22 a warp (by whole 16-dim chunks, C = w, w + 3, ..., it was 24 / 20 / 20);
+// d 128 / 192 keys: 48, 16 each (was 18 / 18 / 12); d 128 / 128 keys: 32, 10 / 11 / 11 (was
+// 12 / 12 / 8); d 64 / 128 keys: 16, 5 / 5 / 6 (was 8 / 4 / 4).
+// Each warp's share is unrolled at compile time (the warp index picks one of NW instantiations), so
+// a unit's chunk C and group G are constants, and so are its address terms:
+// - ldmatrix: the 16-byte column (C & 3) ^ ((key >> 1) & 3) of the landing stage's 64-byte rows is
+//   the lane's chunk-0 column XOR (C & 3) << 4 (the stage is 1024-byte aligned and its rows 64
+//   bytes, so the XOR touches only the column), plus (C >> 2) NK 64 (the 64-dim column block) +
+//   2048 G;
+// - stmatrix: the swizzled 16-byte chunk 2 (G & 3) + (m >> 1) ^ (dl & 7) is the lane's group-0
+//   chunk XOR (G & 3) << 5 (the address's other terms are multiples of 128), plus 2048 C +
+//   (G >> 2) ND 128.
+// One register each holds the current ldmatrix / stmatrix address and is XORed in place from one
+// unit's pattern to the next (a chain the compiler cannot fold back into a register per pattern:
+// 4 + 4 of them would leave no room for the units in flight); the rest is the instructions'
+// immediate offsets.  A unit is then ldmatrix, four byte permutes, stmatrix and at most two XORs.
+// KG_VT_BATCH units are in flight (default 2): the batch's ldmatrix are issued together and its
+// first byte permute takes a dependence on the last ldmatrix (one LOP3 that passes the selector
+// through; without it ptxas, at the producer's 24 registers, sinks each ldmatrix to right before its
+// permutes: one in flight), so a warp waits for one shared-memory round trip per batch, not per
+// unit.  d 256 (NVRTC 13.0 SASS): the slowest warp makes 11 round trips a block instead of 24, in
+// 174 straight-line instructions instead of about 400 (the per-chunk address setup and the loop
+// control are gone); but the two units in flight take four 4-register groups of the 24, so the
+// block loop's state is reloaded from local memory every block (13 spill accesses in the block
+// loop, 8 before; 44 bytes spilled, 36 before).  KG_VT_BATCH=1 (one unit at a time, 22 round
+// trips, 161 instructions) spills 16 bytes and nothing in the block loop; 3 and 4 make no fewer
+// round trips than 2 (ptxas keeps about two in flight) and spill as much or more.  (FlashAttention-3's
+// d 256 FP8 transposer, for comparison: 1-2 LDSM in flight a warp, and a fourth transposing warp,
+// 16 units each; here producer warp 0 issues the TMA.)
+// A block with keys past `valid` (once a tile) takes a loop over the same split, one unit at a
+// time, with the tail mask.  tests/test_fp8_mma_cpu.py emulates the lanes and the split.
+#ifndef KG_VT_BATCH
+#define KG_VT_BATCH 2
+#endif
+static_assert(KG_VT_BATCH >= 1, "KG_VT_BATCH: units in flight a warp, 1 or more");
+
+// prmt.b32 (__byte_perm without its selector mask: the selectors here are 0x6420 / 0x7531, and one
+// that passes through an asm is not known to the compiler, which would AND it with 0x7777 each time)
+__device__ __forceinline__ u32 prmt(u32 x, u32 y, u32 sel) {
+  u32 d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(x), "r"(y), "r"(sel));
+  return d;
+}
+
+// One unit's second half, on the registers ldmatrix.x4.trans gave: the tail mask, the byte
+// permutes, stmatrix.x4 at `st`.  `left`: keys of the block past this lane's byte-0 key of r_0
+// (valid - 32 G - 2t), below 32: r_q's bytes of keys 8q + 2t (+ 1) at or past it are zeroed.
+__device__ __forceinline__ void transpose_store(u32 (&r)[4], u32 st, u32 sel_a, u32 sel_b, int left = 32) {
   if (left < 32) {
 #pragma unroll
     for (int q = 0; q < 4; ++q)
       r[q] &= (8 * q < left ? 0x0000ffffu : 0u) | (8 * q + 1 < left ? 0xffff0000u : 0u);
   }
-  const u32 a0 = __byte_perm(r[0], r[1], sel_a), b0 = __byte_perm(r[0], r[1], sel_b);
-  const u32 a1 = __byte_perm(r[2], r[3], sel_a), b1 = __byte_perm(r[2], r[3], sel_b);
+  const u32 a0 = prmt(r[0], r[1], sel_a), b0 = prmt(r[0], r[1], sel_b);
+  const u32 a1 = prmt(r[2], r[3], sel_a), b1 = prmt(r[2], r[3], sel_b);
   stsm_x4(st, a0, b0, a1, b1);
 }
 
-template <int NK, int ND>
-__device__ __forceinline__ void transpose_v8(u32 vt, u32 land, int tid, int nthr, int valid) {
+// Unit u's XOR patterns (ldmatrix column, stmatrix group) and immediate offsets.
+template <int NK> __device__ constexpr u32 vt_ld_xor(int u) { return (u32)(((u / (NK / 32)) & 3) << 4); }
+template <int NK> __device__ constexpr u32 vt_st_xor(int u) { return (u32)(((u % (NK / 32)) & 3) << 5); }
+template <int NK> __device__ constexpr u32 vt_ld_off(int u) {
+  return (u32)((u / (NK / 32)) >> 2) * (NK * 64) + (u32)(u % (NK / 32)) * 2048;
+}
+template <int NK, int ND> __device__ constexpr u32 vt_st_off(int u) {
+  return (u32)(u / (NK / 32)) * (16 * 128) + (u32)((u % (NK / 32)) >> 2) * (ND * 128);
+}
+
+// x ^= K in place, opaque to the compiler (see above).
+template <u32 K>
+__device__ __forceinline__ void xor_in_place(u32& x) {
+  if constexpr (K != 0) asm volatile("xor.b32 %0, %0, %1;\n" : "+r"(x) : "n"(K));
+}
+
+// Units u + b .. u + N - 1 of a batch (U0: the warp's first unit; `ld` / `st` hold unit u + b - 1's
+// XOR pattern, unit U0 - 1's being none): their ldmatrix, then their byte permutes and stmatrix.
+template <int NK, int ND, int U0, int u, int b, int N>
+__device__ __forceinline__ void vt_batch_load(u32& ld, u32 (&r)[N][4]) {
+  if constexpr (b < N) {
+    constexpr int v = u + b;
+    xor_in_place<(v == U0 ? 0u : vt_ld_xor<NK>(v - 1)) ^ vt_ld_xor<NK>(v)>(ld);
+    ldsm_x4_t(ld + vt_ld_off<NK>(v), r[b][0], r[b][1], r[b][2], r[b][3]);
+    vt_batch_load<NK, ND, U0, u, b + 1, N>(ld, r);
+  }
+}
+template <int NK, int ND, int U0, int u, int b, int N>
+__device__ __forceinline__ void vt_batch_store(u32& st, u32 sel_a, u32 sel_b, u32 (&r)[N][4]) {
+  if constexpr (b < N) {
+    constexpr int v = u + b;
+    xor_in_place<(v == U0 ? 0u : vt_st_xor<NK>(v - 1)) ^ vt_st_xor<NK>(v)>(st);
+    transpose_store(r[b], st + vt_st_off<NK, ND>(v), sel_a, sel_b);
+    vt_batch_store<NK, ND, U0, u, b + 1, N>(st, sel_a, sel_b, r);
+  }
+}
+
+// Units u .. U1 - 1 of the block (no tail mask), KG_VT_BATCH at a time.
+template <int NK, int ND, int U0, int u, int U1>
+__device__ __forceinline__ void vt_batches(u32& ld, u32& st, u32 sel_a, u32 sel_b) {
+  if constexpr (u < U1) {
+    constexpr int N = U1 - u < KG_VT_BATCH ? U1 - u : KG_VT_BATCH;
+    u32 r[N][4];
+    vt_batch_load<NK, ND, U0, u, 0, N>(ld, r);
+    // sel_a = sel_a, after the batch's last ldmatrix (lop3 0xF0: the first operand)
+    if constexpr (N > 1) asm volatile("lop3.b32 %0, %0, %1, 0, 0xF0;\n" : "+r"(sel_a) : "r"(r[N - 1][3]));
+    vt_batch_store<NK, ND, U0, u, 0, N>(st, sel_a, sel_b, r);
+    vt_batches<NK, ND, U0, u + N, U1>(ld, st, sel_a, sel_b);
+  }
+}
+
+// Warp w's share of a block with every key valid: the instantiation of warp W = w (w warp-uniform).
+template <int NK, int ND, int NW, int W = 0>
+__device__ __forceinline__ void transpose_v8_full(int w, u32 ld0, u32 st0, u32 sel_a, u32 sel_b) {
+  if constexpr (W + 1 < NW) {
+    if (w != W) {
+      transpose_v8_full<NK, ND, NW, W + 1>(w, ld0, st0, sel_a, sel_b);
+      return;
+    }
+  }
+  constexpr int NU = (ND / 16) * (NK / 32), U0 = W * NU / NW;
+  vt_batches<NK, ND, U0, U0, (W + 1) * NU / NW>(ld0, st0, sel_a, sel_b);
+}
+
+// Warp w's share of a block with keys past valid (left0 = valid - 2t: the keys past the lane's
+// byte-0 key of r_0 in group 0), one unit at a time with the tail mask.
+template <int NK, int ND, int NW>
+__device__ __forceinline__ void transpose_v8_tail(int w, u32 ld0, u32 st0, u32 sel_a, u32 sel_b, int left0) {
+  constexpr int NG = NK / 32, NU = (ND / 16) * NG;
+  const int u1 = (w + 1) * NU / NW;
+#pragma unroll 1
+  for (int u = w * NU / NW; u < u1; ++u) {
+    const int C = u / NG, G = u - C * NG;
+    u32 r[4];
+    ldsm_x4_t((ld0 ^ (u32)((C & 3) << 4)) + (u32)((C >> 2) * (NK * 64) + G * 2048), r[0], r[1], r[2], r[3]);
+    transpose_store(r, (st0 ^ (u32)((G & 3) << 5)) + (u32)(C * (16 * 128) + (G >> 2) * (ND * 128)), sel_a, sel_b,
+                    left0 - 32 * G);
+  }
+}
+
+// The block's V^T by NW warps; tid: the thread's index among them (0 .. 32 NW - 1).
+template <int NK, int ND, int NW>
+__device__ __forceinline__ void transpose_v8(u32 vt, u32 land, int tid, int valid) {
   static_assert(NK % 64 == 0 && NK >= 128 && ND % 64 == 0, "V^T blocks of 128 keys (the last may hold 64), 64-dim landing blocks");
-  constexpr int NG = NK / 32, NC = ND / 16;
+  static_assert(NW >= 1 && NW <= (ND / 16) * (NK / 32), "a unit or more a warp");
   // the lane's constants are recomputed per block (a dozen instructions) rather than hoisted out of
   // the caller's block loop, where they would stay live beside its state (the d 256 producer's 24
   // registers spilled them)
   asm volatile("" : "+r"(tid));
-  const int lane = tid & 31, w = tid >> 5, nw = nthr >> 5;
+  const int lane = tid & 31, w = tid >> 5;
   const int m = lane >> 3, i = lane & 7, j = lane >> 2, t = lane & 3;
-  // ldmatrix row of this lane: key 8m + i of the group; its 64-byte swizzle term (key >> 1) & 3
-  const u32 ld_row = land + (8 * m + i) * 64;
-  const int ld_swz = (i >> 1) & 3;
+  // ldmatrix row of this lane: key 8m + i of the group, chunk 0's 16-byte column of it (the 64-byte
+  // swizzle term (key >> 1) & 3)
+  const u32 ld0 = land + (8 * m + i) * 64 + ((u32)((i >> 1) & 3) << 4);
   // stmatrix row of this lane: dim dl of the 16, positions 16 (m >> 1) of the group, its swizzled
   // 16-byte chunk without the group's part
   const int dl = 2 * i + ((m & 1) ^ (i >= 4 ? 1 : 0));
-  const u32 st_row = vt + dl * 128 + ((u32)((m >> 1) ^ (dl & 7)) << 4);
+  const u32 st0 = vt + dl * 128 + ((u32)((m >> 1) ^ (dl & 7)) << 4);
   const u32 sel_a = j < 4 ? 0x6420u : 0x7531u, sel_b = j < 4 ? 0x7531u : 0x6420u;
-  // key of byte 0 / byte 2 of r_m, for the tail mask
-  const int k0 = 2 * t;
-  // group G's stmatrix address in a chunk whose group-0 address is st (blocks of 128 keys ND * 128 apart)
-  auto st_of = [](u32 st, int G) -> u32 { return (st ^ (u32)((G & 3) << 5)) + (NG > 4 ? (G >> 2) * (ND * 128) : 0); };
-#pragma unroll 1
-  for (int C = w; C < NC; C += nw) {
-    const u32 ld = ld_row + (u32)(C >> 2) * (NK * 64) + ((u32)((C & 3) ^ ld_swz) << 4);
-    const u32 st = st_row + (u32)C * (16 * 128);
-    if (valid >= NK) {   // every key of the block: no tail mask in the unit loop
-#pragma unroll 1
-      for (int G = 0; G < NG; ++G) transpose_unit(ld + G * 2048, st_of(st, G),
-                                                  sel_a, sel_b);
-    } else {
-#pragma unroll 1
-      for (int G = 0; G < NG; ++G) transpose_unit(ld + G * 2048, st_of(st, G),
-                                                  sel_a, sel_b, valid - 32 * G - k0);
-    }
-  }
+  if (valid >= NK)   // every key of the block: no tail mask
+    transpose_v8_full<NK, ND, NW>(w, ld0, st0, sel_a, sel_b);
+  else
+    transpose_v8_tail<NK, ND, NW>(w, ld0, st0, sel_a, sel_b, valid - 2 * t);
 }
