@@ -324,8 +324,8 @@ def test_the_dispatched_tensor_core_variants_compile(d, mask, paged, splits):
     stored, all after the producer's register release: the consumers spill nothing; none in the
     transposer's code).  The V^T transpose: three straight-line warp shares of vt_split's sizes,
     about 8 instructions a unit (ldmatrix, four byte permutes, stmatrix, XORs; the chunk loop of
-    before issued ~17 a unit at d 256), two ldmatrix in flight (KG_VT_BATCH 2: one round trip per
-    two units), and one tail loop."""
+    before issued ~17 a unit at d 256), two ldmatrix in flight above head dim 128 (KG_VT_BATCH 2: one
+    round trip per two units; 1 up to d 128, where it measured faster), and one tail loop."""
     from kernelgen.jit import sass
     from kernelgen.selection import heuristics
     v = heuristics.choose("sm_90a", "bf16", d, d, num_heads_q=16, num_heads_kv=4, mask=mask, max_seqlen_q=4096,
@@ -343,7 +343,8 @@ def test_the_dispatched_tensor_core_variants_compile(d, mask, paged, splits):
     assert "LDSM.16.MT88.4" in text and "STSM.16.M88.4" in text and "F2FP.SATFINITE.E4M3.F32" in text
     shares = transpose_shares(text)
     assert sorted(x["ldsm"] for x in shares) == sorted(len(u) for u in vt_split(a.tile.block_n, d)), shares
-    assert all(x["ins"] <= 10 * x["ldsm"] and x["trips"] == -(-x["ldsm"] // 2) and not x["local"] for x in shares), shares
+    batch = 2 if d > 128 else 1
+    assert all(x["ins"] <= 10 * x["ldsm"] and x["trips"] == -(-x["ldsm"] // batch) and not x["local"] for x in shares), shares
     loops = transpose_unit_loops(text)
     assert len(loops) == 1, [len(b) for b in loops]
     assert not any("LDL" in x or "STL" in x for b in loops for x in b)

@@ -85,7 +85,7 @@ __device__ __forceinline__ void stsm_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3
 // unit's pattern to the next (a chain the compiler cannot fold back into a register per pattern:
 // 4 + 4 of them would leave no room for the units in flight); the rest is the instructions'
 // immediate offsets.  A unit is then ldmatrix, four byte permutes, stmatrix and at most two XORs.
-// KG_VT_BATCH units are in flight (default 2): the batch's ldmatrix are issued together and its
+// KG_VT_BATCH units are in flight (2 or 1, below): the batch's ldmatrix are issued together and its
 // first byte permute takes a dependence on the last ldmatrix (one LOP3 that passes the selector
 // through; without it ptxas, at the producer's 24 registers, sinks each ldmatrix to right before its
 // permutes: one in flight), so a warp waits for one shared-memory round trip per batch, not per
@@ -98,12 +98,21 @@ __device__ __forceinline__ void stsm_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3
 // round trips than 2 (ptxas keeps about two in flight) and spill as much or more.  (FlashAttention-3's
 // d 256 FP8 transposer, for comparison: 1-2 LDSM in flight a warp, and a fourth transposing warp,
 // 16 units each; here producer warp 0 issues the TMA.)
+// Measured on the H200 (tile_ab, three passes, time against the 24/20/20 chunk loop): d 256
+// causal / non-causal 0.83-0.85x with 2 in flight, 0.87-0.88x with 1; d 128 causal 16k (192-key
+// blocks) 0.96x with 2, 0.93-0.94x with 1; d 128 non-causal 1.05-1.06x with 2, 0.97-1.01x with 1;
+// d 64 1.00x either: the default is 2 above head dim 128 and 1 up to it.
 // A block with keys past `valid` (once a tile) takes a loop over the same split, one unit at a
 // time, with the tail mask.  tests/test_fp8_mma_cpu.py emulates the lanes and the split.
-#ifndef KG_VT_BATCH
-#define KG_VT_BATCH 2
+// (KG_VT_BATCH, KERNELGEN_DEFINES, sets it for every head dim: experiments)
+template <int ND> __device__ constexpr int vt_batch() {
+#ifdef KG_VT_BATCH
+  static_assert(KG_VT_BATCH >= 1, "KG_VT_BATCH: units in flight a warp, 1 or more");
+  return KG_VT_BATCH;
+#else
+  return ND > 128 ? 2 : 1;
 #endif
-static_assert(KG_VT_BATCH >= 1, "KG_VT_BATCH: units in flight a warp, 1 or more");
+}
 
 // prmt.b32 (__byte_perm without its selector mask: the selectors here are 0x6420 / 0x7531, and one
 // that passes through an asm is not known to the compiler, which would AND it with 0x7777 each time)
@@ -164,11 +173,11 @@ __device__ __forceinline__ void vt_batch_store(u32& st, u32 sel_a, u32 sel_b, u3
   }
 }
 
-// Units u .. U1 - 1 of the block (no tail mask), KG_VT_BATCH at a time.
+// Units u .. U1 - 1 of the block (no tail mask), vt_batch<ND>() at a time.
 template <int NK, int ND, int U0, int u, int U1>
 __device__ __forceinline__ void vt_batches(u32& ld, u32& st, u32 sel_a, u32 sel_b) {
   if constexpr (u < U1) {
-    constexpr int N = U1 - u < KG_VT_BATCH ? U1 - u : KG_VT_BATCH;
+    constexpr int N = U1 - u < vt_batch<ND>() ? U1 - u : vt_batch<ND>();
     u32 r[N][4];
     vt_batch_load<NK, ND, U0, u, 0, N>(ld, r);
     // sel_a = sel_a, after the batch's last ldmatrix (lop3 0xF0: the first operand)
