@@ -193,8 +193,9 @@ SM90_FP8_MMA_TILES: dict = {(64, 64): TileConfig(192, 128, 12, 2, 1), (128, 128)
 
 #: What each ``SM90_FP8_MMA_TILES`` entry does not take ("softcap", "local": a sliding window,
 #: "split": split-KV, "nomask": no causal mask or window): such calls keep their usual tile.  NVRTC
-#: for sm_90a: d 128's 192-key blocks spill 8-40 bytes with a soft-cap and 4 without a mask (not
-#: with split-KV; the masked ones none); d 64's 192-row tile
+#: 13.0 for sm_90a: d 128's 192-key blocks spilled 8-40 bytes with a soft-cap and 4 without a mask
+#: until the V^T transposer's rewrite (5bff8e6), which left them without spills: whether they beat
+#: the 128-key blocks there is not measured yet (docs/dev/perf-log.md, "Next"); d 64's 192-row tile
 #: spills 16-24 bytes with a soft-cap (as the 256-key tile did: 24-44; the 128 x 128 tile none),
 #: d 256's 128-key blocks 36-124 bytes in the consumers with a window, split-KV or a soft-cap (the
 #: plain tile's producer spills 44-56 bytes of its block-loop state, 12-16 with KG_VT_BATCH=1, its
