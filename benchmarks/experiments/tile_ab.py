@@ -7,7 +7,10 @@ Each configuration ``name=path:d:bm:bn:stages:opts[:defines[:templates]]`` patch
 dim ``d`` (``bf16``: ``heuristics.SM90_TILES``; ``fp8q``: ``heuristics.SM90_FP8_MMA_TILES``, q, K
 and V in e4m3) and ``heuristics.SM90_OPTS`` (and ``KERNELGEN_DEFINES`` with ``defines``, NAME[=VALUE] joined by '+') while its call is prepared; the prepared call (kernels
 fixed) is what the graphs replay (block_m 192 means three consumer warpgroups, 12 warps).  ``fa3`` / ``fa3fp8`` name the
-peers.  ``templates``: another template folder (say a branch's ``templates/`` exported with
+peers.  ``--passes N`` measures every shape N times; ``--twice`` times every kernelgen configuration twice
+(``NAME~2``, the same kernel loaded again: identical kernels differed by 6-8 % in one call at causal
+16k, docs/dev/perf-log.md); the run ends with each configuration's time over its path's first
+configuration, min-max over the passes.  ``templates``: another template folder (say a branch's ``templates/`` exported with
 ``git archive``) rendered for that configuration only, so that two versions of the kernels
 run interleaved in one process.  Shapes: ``NAME=batch:seqlen:heads_q:heads_kv:d:causal``.  Prints one JSON row per shape.
 
@@ -140,6 +143,46 @@ def run_shape(name: str, shape: str, configs: dict, score_mod: str | None = None
     return row
 
 
+def path_of(spec: str) -> str:
+    """A configuration's path: ``bf16`` / ``fp8q`` (its first field), ``fa3`` / ``fa3fp8`` for the peers."""
+    return spec.split(":")[0]
+
+
+def summarize(rows: list, configs: dict) -> list:
+    """One line per shape: each configuration's time over the first configuration of its path
+    (peers: over the first kernelgen configuration of the same dtype, fa3 -> bf16, fa3fp8 -> fp8q),
+    as min-max over the passes (``rows`` holds every pass's rows); below 1: faster."""
+    base_path = {"fa3": "bf16", "fa3fp8": "fp8q"}
+    lines = []
+    for shape in dict.fromkeys(r["shape"] for r in rows):
+        ratios: dict = {}
+        for r in (x for x in rows if x["shape"] == shape):
+            us = r["us"]
+            firsts = {}
+            for name in configs:
+                if name in us:
+                    firsts.setdefault(path_of(configs[name]), name)
+            for name in us:
+                path = path_of(configs[name])
+                base = firsts.get(base_path.get(path, path))
+                if base is not None and base != name and us[base]:
+                    ratios.setdefault(name, []).append(us[name] / us[base])
+        parts = [f"{n} {min(v):.3f}" + (f"-{max(v):.3f}" if len(v) > 1 else "") for n, v in ratios.items()]
+        lines.append(f"{shape}: " + ", ".join(parts))
+    return lines
+
+
+def with_twins(configs: dict) -> dict:
+    """``configs`` with every kernelgen configuration followed by a copy named ``NAME~2`` (the same
+    kernel, loaded again): their ratio is the spread of the measurement itself."""
+    out = {}
+    for name, spec in configs.items():
+        out[name] = spec
+        if path_of(spec) not in ("fa3", "fa3fp8"):
+            out[name + "~2"] = spec
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", required=True, help="NAME=batch:seqlen:heads_q:heads_kv:d:causal,...")
@@ -147,9 +190,19 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--score-mod", default=None, help="a user score_mod snippet for every kernelgen configuration")
     ap.add_argument("--softcap", type=float, default=0.0, help="the built-in soft-cap for every kernelgen configuration")
+    ap.add_argument("--passes", type=int, default=1, help="measure every shape this many times (one process)")
+    ap.add_argument("--twice", action="store_true",
+                    help="time every kernelgen configuration twice (NAME~2: the same kernel), to show the spread")
     a = ap.parse_args(argv)
+    if a.passes < 1:
+        ap.error("--passes must be at least 1")
     configs = dict(c.split("=", 1) for c in a.configs.split(","))
-    rows = [run_shape(*sh.split("=", 1), configs, a.score_mod, a.softcap) for sh in a.shapes.split(",")]
+    if a.twice:
+        configs = with_twins(configs)
+    rows = [run_shape(*sh.split("=", 1), configs, a.score_mod, a.softcap)
+            for _ in range(a.passes) for sh in a.shapes.split(",")]
+    print("\n".join(["time / first configuration of the path (peers: of their dtype's path), min-max over passes:"]
+                    + summarize(rows, configs)), flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
     return 0
