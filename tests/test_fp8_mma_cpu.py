@@ -374,22 +374,3 @@ def test_a_192_key_tensor_core_tile_compiles():
     with pytest.raises(ValueError, match="key blocks of 128 or more"):
         AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa", TileConfig(128, 96, 8, 2, 1), mainloop="sm90a",
                       sm90_opts="p", kv_dtype="e4m3", fp8_mma=True)
-
-
-def test_the_fp8_pin_experiment_stores_the_row_sum_before_the_wait(monkeypatch):
-    """KG_PIN_FP8=1 (an experiment define, off by default: mainloop_sm90.cuh pin_pv_wait) adds
-    one shared store to the FP8 tensor-core d 128 causal kernel (the first row's sum to the warp's
-    pin word, which ptxas must keep before the wait for the previous P V); the kernel spills
-    nothing either way."""
-    from kernelgen.jit import sass
-    from kernelgen.selection import heuristics
-    a = heuristics.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=32, mask="causal",
-                          max_seqlen_q=16384, max_seqlen_k=16384, kv_dtype="e4m3", q_dtype="e4m3").attention
-    texts = {}
-    for pin in ("0", "1"):
-        monkeypatch.setenv("KERNELGEN_DEFINES", f"KG_PIN_FP8={pin}")
-        res = compiler.compile_cubin(render.render(a), "sm_90a", compiler.default_options("sm_90a"), a.entry)
-        assert res.resources["spill_stores"] == 0, res.resources
-        texts[pin] = sass.disassemble(res.cubin, sass.find_nvdisasm())
-    sts = {pin: sum("STS " in line and "STSM" not in line for line in t.splitlines()) for pin, t in texts.items()}
-    assert sts["1"] == sts["0"] + 1, sts

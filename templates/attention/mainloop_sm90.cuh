@@ -369,18 +369,9 @@ softmax_scores(s, row_max, row_sum, corr, {{ "exp_scale(p)" if v.get("user") els
 #ifndef KG_PIN_PV_WAIT
 #define KG_PIN_PV_WAIT {{ 0 if (v.head_dim_v > 192 and v.mask == "none") else 1 }}
 #endif
-// FP8 P V (experiment, off by default): KG_PIN_FP8=1 pins the wait after the first row's sum
-// instead (all of that row's exponentials); before the V^T transposer's rewrite it measured
-// 0.97-0.99x the time at FP8 d 128 causal 16k and 0.98x at d 256, 1.06-1.07x at d 128 non-causal.
-#ifndef KG_PIN_FP8
-#define KG_PIN_FP8 0
-#endif
-__device__ __forceinline__ void pin_pv_wait(u32 sb, int cw, int lane, const float (&row_max)[1][2],
-                                            const float (&row_sum)[1][2]) {
+__device__ __forceinline__ void pin_pv_wait(u32 sb, int cw, int lane, const float (&row_max)[1][2]) {
   if (KG_PIN_PV_WAIT && !FP8_MMA && lane == 0)
     asm volatile("st.shared.f32 [%0], %1;" :: "r"(sb + OFF_PIN + 4 * cw), "f"(row_max[0][0]) : "memory");
-  if (KG_PIN_FP8 && FP8_MMA && lane == 0)
-    asm volatile("st.shared.f32 [%0], %1;" :: "r"(sb + OFF_PIN + 4 * cw), "f"(row_sum[0][0]) : "memory");
 }
 
 // Per-thread pipeline position of a consumer (the same sequence the producer walks).
@@ -494,7 +485,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
     release(FP8_MMA ? bar_land_empty(sb, kv.stage) : bar_k_empty(sb, kv.stage), lane);
     if (n == n_lo) release(bar_q_empty(sb), lane);
     {{ block_scores(clamp_kv=False) | indent(4) }}
-    pin_pv_wait(sb, cw, lane, row_max, row_sum);
+    pin_pv_wait(sb, cw, lane, row_max);
     wgmma_wait<0>();
     fence_regs<DV / 2>(&o[0][0][0]);
     fence_regs<PA_N * 4>(&pa[0][0]);
