@@ -134,8 +134,9 @@ def transpose_v8(land, nb, dv, valid, nw=3):
 
 
 #: (keys a block, head dim) of the FP8 tensor-core kernels heuristics.choose gives (SM90_FP8_MMA_TILES:
-#: d 64 and 256 on 128-key blocks, d 128 on 192 with a mask, 128 without)
-KERNEL_BLOCKS = [(128, 64), (128, 128), (192, 128), (128, 256)]
+#: d 64 and 256 on 128-key blocks, d 128 on 192 with a mask, 128 without), and blocks the spec
+#: accepts besides (192 / 256 keys at d 64, 256 at d 256)
+KERNEL_BLOCKS = [(128, 64), (128, 128), (192, 128), (128, 256), (192, 64), (256, 64), (256, 256)]
 
 
 @pytest.mark.parametrize("nb,dv", KERNEL_BLOCKS)
@@ -147,7 +148,8 @@ def test_vt_units_split_evenly_once_each(nb, dv):
     assert max(sizes) - min(sizes) <= 1
     assert sorted(u for x in split for u in x) == [(C, G) for C in range(dv // 16) for G in range(nb // 32)]
     assert sizes == {(128, 256): [21, 21, 22], (192, 128): [16, 16, 16], (128, 128): [10, 11, 11],
-                     (128, 64): [5, 5, 6]}[(nb, dv)]
+                     (128, 64): [5, 5, 6], (192, 64): [8, 8, 8], (256, 64): [10, 11, 11],
+                     (256, 256): [42, 43, 43]}[(nb, dv)]
     # the probe kernel's four warps (test_the_fp8_pieces_compile_for_sm_90a) as well
     assert [len(x) for x in vt_split(128, 128, 4)] == [8, 8, 8, 8]
 
@@ -374,3 +376,13 @@ def test_a_192_key_tensor_core_tile_compiles():
     with pytest.raises(ValueError, match="key blocks of 128 or more"):
         AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa", TileConfig(128, 96, 8, 2, 1), mainloop="sm90a",
                       sm90_opts="p", kv_dtype="e4m3", fp8_mma=True)
+
+
+def test_fp8_mma_is_refused_outside_the_hopper_mainloop():
+    """The FP8 tensor-core GEMMs exist in the sm90a mainloop only: on the sm80 mainloop such a spec
+    would render the sm80 FP8 register tile (S columns permuted by fp8_key) with the FP8 tensor-core
+    mask and softmax, so it is refused."""
+    from kernelgen.kernels.spec import AttentionSpec, TileConfig
+    with pytest.raises(ValueError, match="fp8_mma"):
+        AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa", TileConfig(16, 16, 1, 2, 1), kv_dtype="e4m3",
+                      fp8_mma=True)

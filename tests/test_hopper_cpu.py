@@ -1041,8 +1041,8 @@ def test_the_fp8_causal_mask_compares_each_score_once(d, limit):
     """apply_mask (common/mask.cuh) of the FP8 tensor-core causal kernels at head dim 64 / 128 tests
     only the key limit (keys are never negative), relative to the lane's first column: one compare
     of each score against a constant.  The whole kernel's ISETP with NVRTC 13.0: 283 / 353 (the
-    absolute form of both limits: 347 / 449).  The other kernels keep the absolute form (the
-    relative one was slower on the H200 there, docs/dev/perf-log.md, "Eighteenth session")."""
+    absolute form of both limits: 347 / 449).  The other kernels keep the absolute form (where the
+    relative one did not measure faster on the H200, docs/dev/perf-log.md, "Eighteenth session")."""
     import re
     v = heuristics.choose("sm_90a", "bf16", d, d, num_heads_q=32, num_heads_kv=32, mask="causal",
                           max_seqlen_q=16384, max_seqlen_k=16384, kv_dtype="e4m3", q_dtype="e4m3").attention

@@ -24,3 +24,22 @@ def test_twins_follow_each_kernelgen_configuration_and_not_the_peers():
     twins = tile_ab.with_twins(CONFIGS)
     assert list(twins) == ["m", "m~2", "h", "h~2", "fm", "fm~2", "fh", "fh~2", "fa3", "fa3f"]
     assert twins["fh~2"] == CONFIGS["fh"] and tile_ab.path_of(twins["m~2"]) == "bf16"
+
+
+def test_a_configuration_name_with_a_tilde_is_refused():
+    import pytest
+    with pytest.raises(ValueError, match="reserved"):
+        tile_ab.with_twins({"a": "bf16:64:192:128:2:p", "a~2": "bf16:64:192:128:2:p"})
+
+
+def test_an_fp8q_configuration_lifts_the_tile_limits_while_it_is_prepared():
+    """fp8q's tile must reach non-causal and soft-capped calls, which SM90_FP8_MMA_TILE_LIMITS
+    keeps on their usual tile at d 128: lifted inside, restored after."""
+    from kernelgen.kernels.spec import TileConfig
+    from kernelgen.selection import heuristics
+    before = dict(heuristics.SM90_FP8_MMA_TILE_LIMITS)
+    tile = TileConfig(128, 192, 8, 2, 1)
+    got = tile_ab.patched("fp8q", 128, tile, "p", lambda: (heuristics.fp8_mma_tile(128, 128, nomask=True),
+                                                          heuristics.fp8_mma_tile(128, 128, softcap=True)))
+    assert got == (tile, tile)
+    assert heuristics.SM90_FP8_MMA_TILE_LIMITS == before and heuristics.fp8_mma_tile(128, 128, nomask=True) is None

@@ -30,10 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 _KEEP: list = []   # kernels loaded under a configuration's defines (their modules stay loaded)
 
 
-def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates: str = ""):
+def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates: str = "", reload: bool = False):
     """``fn()`` with the tile table of ``path``, the Hopper options, ``KERNELGEN_DEFINES``
     (``defines``: NAME[=VALUE] joined by '+', compiled into this configuration's kernels) and the
-    template folder (``templates``) patched, then restored."""
+    template folder (``templates``) patched, then restored.  ``fp8q`` also lifts the head dim's
+    ``SM90_FP8_MMA_TILE_LIMITS`` (else a non-causal or soft-capped call keeps its usual tile and the
+    configuration's tile is silently not used).  ``reload``: load the kernels afresh even without
+    defines or templates (``--twice``'s second copy)."""
     import os
 
     from kernelgen.front import api
@@ -41,6 +44,9 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates
     from kernelgen.selection import heuristics
     table = heuristics.SM90_FP8_MMA_TILES if path == "fp8q" else heuristics.SM90_TILES
     saved, saved_opts = dict(table), heuristics.SM90_OPTS
+    limits, saved_limits = heuristics.SM90_FP8_MMA_TILE_LIMITS, dict(heuristics.SM90_FP8_MMA_TILE_LIMITS)
+    if path == "fp8q":
+        limits.pop((d, d), None)
     saved_defs = os.environ.get("KERNELGEN_DEFINES")
     saved_tiered = os.environ.get("KERNELGEN_TIERED_COMPILE")
     # the prepared call must hold this configuration's Hopper kernel, built here under its defines and
@@ -50,7 +56,7 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates
     heuristics.SM90_OPTS = opts
     from kernelgen.jit import runtime
     saved_loaded, saved_tdir = dict(runtime._loaded), render.templates_dir
-    fresh = bool(defines or templates)
+    fresh = bool(defines or templates or reload)
     if defines:
         os.environ["KERNELGEN_DEFINES"] = defines.replace("+", ",")
     if templates:
@@ -64,6 +70,8 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates
     finally:
         table.clear()
         table.update(saved)
+        limits.clear()
+        limits.update(saved_limits)
         heuristics.SM90_OPTS = saved_opts
         if saved_defs is None:
             os.environ.pop("KERNELGEN_DEFINES", None)
@@ -126,7 +134,7 @@ def run_shape(name: str, shape: str, configs: dict, score_mod: str | None = None
         def prepare(qq=qq, kk=kk, vv=vv, kw=kw, out=out):
             api.varlen_attention(qq, kk, vv, cu, cu, s, s, causal=causal, out=out, **kw)
             return api._CALLS._last[1]   # the prepared call (its kernels fixed): timed directly
-        prep = patched(path, d, tile, opts, prepare, defines, templates)
+        prep = patched(path, d, tile, opts, prepare, defines, templates, reload=cname.endswith(TWIN))
         kernels[cname] = prep.attn.name
         # the output against the path's first configuration (same inputs: equal up to summation order)
         ref = first.setdefault(path, out)
@@ -172,14 +180,20 @@ def summarize(rows: list, configs: dict) -> list:
     return lines
 
 
+TWIN = "~2"
+
+
 def with_twins(configs: dict) -> dict:
     """``configs`` with every kernelgen configuration followed by a copy named ``NAME~2`` (the same
-    kernel, loaded again): their ratio is the spread of the measurement itself."""
+    kernel, loaded again as another module): their ratio is the spread of the measurement itself.
+    Raises ValueError for a configuration name that holds '~'."""
     out = {}
     for name, spec in configs.items():
+        if "~" in name:
+            raise ValueError(f"configuration name {name!r}: '~' is reserved for --twice's copies")
         out[name] = spec
         if path_of(spec) not in ("fa3", "fa3fp8"):
-            out[name + "~2"] = spec
+            out[name + TWIN] = spec
     return out
 
 

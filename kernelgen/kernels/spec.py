@@ -214,6 +214,8 @@ class AttentionSpec:
                 raise ValueError(f"the sm90a mainloop does not support this variant: {why}")
         elif self.sm90_opts:
             raise ValueError("sm90_opts applies to mainloop='sm90a' only")
+        elif self.fp8_mma:
+            raise ValueError("fp8_mma (FP8 tensor-core GEMMs) applies to mainloop='sm90a' only")
         if self.variant is not None and not isinstance(self.variant, VariantCode):
             raise TypeError(f"variant must be a VariantCode or None, got {type(self.variant).__name__}")
         if self.tile.keys_as_rows and (self.mainloop != "sm80" or max(self.head_dim, self.head_dim_v) > 128):

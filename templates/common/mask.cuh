@@ -43,18 +43,19 @@ __device__ __forceinline__ bool block_needs_mask(const MaskInfo& mi, int n, int 
   return false;
 }
 
-{% set rel = v.get("fp8_mma") and v.mask == "causal" and v.head_dim <= 128 %}
+{% set rel = v.get("fp8_mma") and v.mainloop == "sm90a" and not v.get("fp8_regs") and v.mask == "causal" and v.head_dim <= 128 %}
 __device__ __forceinline__ void apply_mask(float (&s)[MT][BN / 8][4], const MaskInfo& mi, int n, int row0, int qpk,
                                            int warp, int lane) {
   const int g = lane >> 2, tq = lane & 3;
 {% if rel %}
   // The FP8 tensor-core causal kernels at head dim 64 / 128 test only the key limit (a key is never
   // negative), relative to the lane's first column: one compare of each score against a constant
-  // (d 128 loop 100 -> 68 ISETP, 30 fewer VIADD).  On the H200, tile_ab against the form below:
-  // FP8 d 128 causal 16k 0.93-0.97x the time, d 64 causal 0.99x; but bf16 d 128 causal 1.07-1.12x,
-  // FP8 d 64 non-causal 1.09x and FP8 d 256 causal 1.01-1.04x (code this form changes is not the
-  // bottleneck there: the masked path runs on a diagonal block only), so those keep the form below
-  // (docs/dev/perf-log.md, "Eighteenth session").
+  // (d 128 loop 100 -> 68 ISETP, 30 fewer VIADD).  The other kernels keep the form below: on the
+  // H200 the relative form measured FP8 d 128 causal 16k 0.93-0.97x the time and FP8 d 64 causal
+  // 0.99x, but FP8 d 64 non-causal 1.09x and bf16 d 128 causal 1.07-1.12x; the masked path runs on
+  // diagonal blocks only, so these differences come from how ptxas lays out the rest of the kernel,
+  // and the bf16 one was measured where identical kernels differed by 6-8 % (docs/dev/perf-log.md,
+  // "Eighteenth session": not settled).
   const int col0 = n * BN + 2 * tq;   // S column nt * 8 + 2 tq + e
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
