@@ -192,8 +192,9 @@ class AttentionSpec:
     SM90_REGS_FP8_MMA_SMALL: ClassVar[dict] = {8: (56, 224), 12: (56, 152)}
     #: ... and above 128: 128 fp32 O accumulators a consumer thread (d 256) need FlashAttention-3's
     #: 240 (the producer warps then have 24; the transposing warps spill their block-loop state: 44
-    #: bytes with two V^T units in flight, NVRTC 13.0; with a window, soft-cap or split-KV the consumers spill too, so those calls keep their
-    #: usual tile, ``heuristics.SM90_FP8_MMA_TILE_LIMITS``).
+    #: bytes with two V^T units in flight, NVRTC 13.0; with a window, soft-cap or split-KV the
+    #: consumers spill too, so those calls keep their usual tile,
+    #: ``heuristics.SM90_FP8_MMA_TILE_LIMITS``).
     SM90_REGS_FP8_MMA_LARGE: ClassVar[dict] = {8: (24, 240)}
     #: Shared memory of one Hopper CTA at most (bytes; the landing stages of an FP8 cache fill it up).
     SM90_SMEM_LIMIT: ClassVar[int] = 232448
