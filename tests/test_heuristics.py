@@ -62,3 +62,26 @@ def test_forced_splits_bounded_by_key_blocks():
     v = H.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, max_seqlen_q=32768, max_seqlen_k=100,
                  num_splits=128)
     assert v.forced_splits and v.max_splits == -(-100 // v.attention.tile.block_n)
+
+
+def test_decode_split_bound_one_kv_head():
+    """One KV head of 8 query heads a GPU (llama3-70b over 8 GPUs): the FA3 rule's 55 splits are
+    raised to 255 for 8 x 128 K and 32 requests (the partials: 4 x 8 x rows x 129 bytes a split),
+    to 127 for 128 requests (64 MiB of partials); llama3-8b's 32 query heads at 128 requests keep
+    55 (a split's partials of 128 rows take 2.1 MB); no split stays no split; unknown rows: as is."""
+    def bound(hq, hkv, rows, maxk=131072):
+        return H.choose("sm_90a", "bf16", 128, 128, num_heads_q=hq, num_heads_kv=hkv, mask="causal", max_seqlen_q=1,
+                        max_seqlen_k=maxk, paged=True, total_q=rows).max_splits
+
+    assert bound(8, 1, 0) == 55                          # the FA3 rule alone
+    assert bound(8, 1, 8) == bound(8, 1, 32) == H.MAX_DECODE_SPLITS == 255
+    assert bound(8, 1, 128) == (64 << 20) // (4 * 8 * 128 * 129) == 127
+    assert bound(32, 8, 128) == 55
+    assert bound(8, 1, 8, maxk=1600) == 100              # never more than the key blocks
+    assert bound(8, 1, 8, maxk=64) == 1                  # 4 key blocks: no split, no combine
+    assert H.decode_split_bound(1, 1000, total_q=8, num_heads_q=8, head_dim_v=128) == 1
+    assert H.MAX_DECODE_SPLITS < 256                     # row_splits keeps the count in 8 bits
+    # prefill-shaped calls keep the FA3 rule
+    pre = H.choose("sm_90a", "bf16", 128, 128, num_heads_q=8, num_heads_kv=1, mask="causal", max_seqlen_q=4096,
+                   max_seqlen_k=4096, mainloop="sm80", total_q=4096)
+    assert pre.max_splits <= H.MAX_AUTO_SPLITS

@@ -126,29 +126,72 @@ def test_worked_example_b_dynamic_splits():
     assert d["total_tiles"] == 8 * (10 + 4 + 1 + 1 + 1)
 
 
-def test_wave_split_cap_rounds_capped_requests_to_whole_waves():
-    """decode_long_b8_128k on an H200: 8 requests x 8192 key blocks, 8 packed KV heads, cap 55,
-    1584 one-warp CTAs (granularity 4): the quantum asks for 90 splits, the cap gives 3520 tiles
-    (2.22 waves); rounded, 49 splits give 3136 (1.98 waves)."""
+def test_wave_split_cap_rounds_the_most_split_requests_to_whole_waves():
+    """decode_long_b8_128k on an H200: 8 requests x 8192 key blocks, 8 packed KV heads, 1584
+    one-warp CTAs (granularity 4): the quantum asks for 90 splits.  Cap 55 gives 3520 tiles (2.22
+    waves), 64 gives 4096 (2.59), 255 gives 90 splits, 5760 tiles (3.64): rounded down to the last
+    full wave, 49, 49 and 74 splits (1.98, 1.98 and 2.99 waves; measured on the H200: 49 and 74
+    ran 8 % faster than 55, 64 and 90)."""
     cfg = SchedulerConfig(num_heads=8, block_m=16, block_n=16, pack_factor=4, max_splits=55, num_ctas=4 * 1584,
                           wave_ctas=1584)
     ms, ns = [1] * 8, [8192] * 8
     share = md.split_share(ms, ns, cfg)
     assert share == 92 and md.wave_split_cap(ms, ns, cfg, share) == 49
+    assert md.wave_split_cap(ms, ns, dataclasses.replace(cfg, max_splits=64), share) == 49
+    assert md.wave_split_cap(ms, ns, dataclasses.replace(cfg, max_splits=255), share) == 74
     buf = md.reference_schedule(_cu([1] * 8), _cu([131072] * 8), 8, 8, cfg, "soa")
     d = md.decode(buf, "soa", 8)
     assert [int(x) & 0xFFFF for x in d["splits_nheads"]] == [49] * 8 and d["total_tiles"] == 8 * 8 * 49
-    # off (wave_ctas 0), forced splits, nothing capped, or a last wave at least half full: the cap stays
+    # off (wave_ctas 0) or forced splits: the cap stays
     for c in (dataclasses.replace(cfg, wave_ctas=0), dataclasses.replace(cfg, forced_splits=True)):
         assert md.wave_split_cap(ms, ns, c, share) == 55
-    assert md.wave_split_cap([1] * 8, [2000] * 8, cfg, share) == 55          # 22 splits wanted: not capped
-    assert md.wave_split_cap(ms, ns, dataclasses.replace(cfg, max_splits=64), share) == 64  # 4096: 2.59 waves
-    # a one-wave batch is never cut, and the free requests' tiles count: 2 free of 10 splits each
+    assert md.wave_split_cap([1] * 8, [2000] * 8, cfg, share) == 55          # 22 splits: 1408 tiles, under a wave
+    # a whole number of waves, or one wave, is never cut
     assert md.wave_split_cap(ms, ns, dataclasses.replace(cfg, wave_ctas=8 * 8 * 55), share) == 55
+    assert md.wave_split_cap(ms, ns, dataclasses.replace(cfg, wave_ctas=8 * 8 * 55 // 2), share) == 55
+    # the other requests' tiles count: 2 of 10 splits each beside the 8 top ones
     ms2, ns2 = [1] * 10, [8192] * 8 + [920] * 2
     share2 = md.split_share(ms2, ns2, cfg)
     free = 2 * -(-920 // share2)
     assert md.wave_split_cap(ms2, ns2, cfg, share2) == (2 * 1584 // 8 - free) // 8
+
+
+def test_wave_split_cap_one_kv_head():
+    """llama3-70b over 8 GPUs (one KV head of 8 query heads a GPU), 8 x 128 K keys: with the cap
+    at 255 every request wants 683 splits; 8 x 255 = 2040 tiles (1.29 waves) round to 198, one
+    full wave of 1584 tiles."""
+    cfg = SchedulerConfig(num_heads=1, block_m=16, block_n=16, pack_factor=8, max_splits=255, num_ctas=4 * 1584,
+                          wave_ctas=1584)
+    ms, ns = [1] * 8, [8192] * 8
+    share = md.split_share(ms, ns, cfg)
+    assert share == 12 and md.wave_split_cap(ms, ns, cfg, share) == 198
+
+
+def test_wave_split_cap_leaves_a_ragged_batch_alone():
+    """The rounding needs the most-split requests to hold at least half the tiles, and never more
+    than halves their splits: one long request among many short ones keeps its splits (cutting it
+    to end a wave would make its tiles outlast everything else)."""
+    cfg = SchedulerConfig(num_heads=1, block_m=16, block_n=16, pack_factor=8, max_splits=55, num_ctas=4 * 1584,
+                          wave_ctas=1584)
+    ms = [1] * 128
+    ns = [7540] + [900] * 127               # one 120 K request, 127 of 14 K: 2762 tiles at P = 21
+    share = md.split_share(ms, ns, cfg)
+    tiles = 55 + 127 * -(-900 // share)
+    assert tiles > 1584 and 2 * 55 < tiles  # the top request holds far under half
+    assert md.wave_split_cap(ms, ns, cfg, share) == 55
+    # equal requests at a cap of 20: rounded down to whole waves as long as that keeps at least
+    # half the splits (requests -> cap): 100 x 20 = 2000 tiles -> 15; 150 x 20 = 3000 -> 10 (half);
+    # 160 x 20 = 3200 -> 19 (2 waves); 170 x 20 = 3400 -> 18
+    cfg2 = dataclasses.replace(cfg, max_splits=20)
+    for b, cap in ((100, 15), (150, 10), (160, 19), (170, 18)):
+        msb, nsb = [1] * b, [8192] * b
+        assert md.wave_split_cap(msb, nsb, cfg2, md.split_share(msb, nsb, cfg2)) == cap, b
+    # 60 top requests (1200 tiles) beside 200 of 5 splits (1000): one wave would leave them 9
+    # splits, under half: unchanged
+    ms7, ns7 = [1] * 260, [8192] * 60 + [450] * 200
+    share7 = md.split_share(ms7, ns7, cfg2)
+    assert -(-8192 // share7) >= 20 and -(-450 // share7) == 5
+    assert md.wave_split_cap(ms7, ns7, cfg2, share7) == 20
 
 
 def test_worked_example_offsets():

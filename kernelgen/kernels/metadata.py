@@ -117,8 +117,8 @@ class SchedulerConfig:
     window, a request's key blocks are those its last query block reads (``request_blocks``), so
     the splits, the split share and the sort key count the work the window leaves.
     wave_ctas: CTAs of the attention launch that run at once (its persistent grid), 0 = off; with
-    it the dynamic rule's split cap is lowered where the requests it binds would leave the last
-    wave of tiles less than half full (``wave_split_cap``).
+    it the dynamic rule's split cap is lowered where the requests with the most splits would spill
+    a partial wave of tiles (``wave_split_cap``).
     """
 
     num_heads: int
@@ -192,37 +192,36 @@ def split_share(ms, ns, cfg: SchedulerConfig) -> int:
 
 
 def wave_split_cap(ms, ns, cfg: SchedulerConfig, share: int) -> int:
-    """The dynamic rule's split cap: ``cfg.max_splits``, or lower where the requests it binds
-    would leave the last wave of tiles less than half full.
+    """The dynamic rule's split cap: ``cfg.max_splits``, or lower where the requests with the most
+    splits would spill a partial wave of tiles.
 
-    With ``wave_ctas`` W > 0 (and the dynamic rule): the tiles are T = H' (sum of m x s over the
-    free requests + max_splits x the m-blocks of the capped ones, whose ceil(n / P) reaches
-    max_splits).  When some request is capped and T > W with T mod W < W / 2, the cap becomes
-    floor((floor(T / W) W / H' - free tiles) / capped m-blocks) if that is in [1, max_splits): the
-    capped requests' tiles then end at the last full wave instead of spilling a few tiles into
-    a new one.  (8 decode requests of 128 K keys at 8 KV heads, cap 55, on 1584 one-warp CTAs:
-    3520 tiles, 2.22 waves -> cap 49, 3136 tiles, 1.98 waves: 8 % faster on the H200,
-    docs/dev/perf-log.md "decode_long_b8_128k: the split count".)
+    With ``wave_ctas`` W > 0 (and the dynamic rule): each request with query rows gets
+    s = min(max_splits, ceil(n / P)) splits; the *top* requests are those with the largest s (S).
+    When the tiles T = H' (sum of m x s) exceed W, are not a whole number of waves, and the top
+    requests hold at least half of them, the cap becomes c = floor((floor(T / W) W / H' - tiles
+    of the others) / m-blocks of the top requests) if S / 2 <= c < S: the top requests' tiles then
+    end at the last full wave instead of spilling into a new one, each at most twice as long.
+    (8 decode requests of 128 K keys at 8 KV heads on 1584 one-warp CTAs: 55 splits, 3520 tiles,
+    2.22 waves -> 49, 3136 tiles, 1.98 waves: 8 % faster on the H200; 64 (2.59 waves) and 90
+    (3.64) ran as slow as 55, 74 (2.99) as fast as 49: docs/dev/perf-log.md "decode_long_b8_128k:
+    the split count".  The guards keep a few long requests of a ragged batch from being cut to
+    fewer, longer tiles that would outlast the rest.)
     """
     cap = cfg.max_splits
     if cfg.wave_ctas <= 0 or cap <= 1 or cfg.forced_splits:
         return cap
-    capped = others = 0
-    for m, n in zip(ms, ns):
-        if m > 0:
-            s = min(cap, max(1, _ceil_div(n, share)))
-            if s == cap:
-                capped += m
-            else:
-                others += m * s
+    splits = [min(cap, max(1, _ceil_div(n, share))) if m > 0 else 0 for m, n in zip(ms, ns)]
+    top = max(splits, default=0)
+    if top <= 1:
+        return cap
+    top_m = sum(m for m, s in zip(ms, splits) if s == top)
+    others = sum(m * s for m, s in zip(ms, splits) if 0 < s < top)
     w = cfg.wave_ctas
-    tiles = cfg.num_heads * (others + cap * capped)
-    if capped > 0 and tiles > w:
-        full = tiles // w
-        if 2 * (tiles - full * w) < w:
-            c = (full * w // cfg.num_heads - others) // capped
-            if 1 <= c < cap:
-                return c
+    tiles = cfg.num_heads * (others + top * top_m)
+    if tiles > w and 2 * cfg.num_heads * top * top_m >= tiles:
+        c = ((tiles // w) * w // cfg.num_heads - others) // top_m
+        if top <= 2 * c and c < top:
+            return c
     return cap
 
 

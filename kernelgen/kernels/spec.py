@@ -444,7 +444,7 @@ class SchedulerSpec:
 
 @dataclass(frozen=True)
 class CombineSpec:
-    """The split-KV combine kernel (one warp per output row)."""
+    """The split-KV combine kernel (four warps per output row, two rows a CTA)."""
 
     arch: str
     dtype: str
@@ -457,7 +457,7 @@ class CombineSpec:
     template: ClassVar[str] = "combine/combine.cu.j2"
     entry: ClassVar[str] = "kg_combine"
     num_threads: ClassVar[int] = 256
-    rows_per_cta: ClassVar[int] = 8
+    rows_per_cta: ClassVar[int] = 2
 
     def __post_init__(self):
         _check(self.arch, ALL_ARCHS, "arch")

@@ -9,7 +9,7 @@ whose requests have at most ``request_rows`` query tokens each, ``capacity * req
 indexed by (request, token of the request): a mixed step's prefill tokens never split, so sizing
 the partials by all of its tokens cost GBs (6.9 GiB for a 256-request, 8192-token Llama-3 plan,
 0.9 GiB by request).  ``row_splits[token]`` holds the token's partial count in its low 8 bits
-(at most ``heuristics.MAX_SPLITS`` = 128) and its partial row above them; the attention kernels
+(at most ``heuristics.MAX_DECODE_SPLITS`` = 255) and its partial row above them; the attention kernels
 write it, the combine kernel reads it.  ``WorkspaceLayout`` places them in one
 byte buffer at 256-byte aligned offsets, so ``varlen_attention`` makes one ``torch.empty`` per
 call (stream-ordered reuse by PyTorch's caching allocator makes a fresh buffer per call safe, also

@@ -42,9 +42,16 @@ SMEM_LIMIT = {"sm_80": 166912, "sm_86": 101376, "sm_89": 101376, "sm_90a": 23244
 SMEM_PER_SM = {"sm_80": 167936, "sm_86": 102400, "sm_89": 102400, "sm_90a": 233472,
                "sm_100": 233472, "sm_120": 102400}
 TILE_CLASSES = ("prefill", "mid", "decode")
-#: Upper bound of the automatic split count (the combine kernel handles any count).
+#: Upper bound of the automatic split count from ``num_splits_heuristic`` (the FA3 rule).
 MAX_AUTO_SPLITS = 64
+#: Largest forced ``num_splits``.
 MAX_SPLITS = 128
+#: Largest automatic split count of the one-warp decode tiles (``decode_split_bound``); the
+#: combine kernel reads a row's count from 8 bits of ``row_splits`` (kernels/workspace.py).
+MAX_DECODE_SPLITS = 255
+#: The split partials (fp32 outputs and LSEs) that ``decode_split_bound`` may size a workspace
+#: for, bytes: the bound of ``num_splits_heuristic`` is raised only as far as this allows.
+DECODE_PARTIALS_BYTES = 64 << 20
 
 _PREFILL_BIG_SMEM = {
     64: TileConfig(128, 64, 4, 2, 2),
@@ -350,6 +357,25 @@ def num_splits_heuristic(total_mblocks: int, n_blocks: int, num_ctas: int, max_s
     return 1
 
 
+def decode_split_bound(base: int, n_blocks: int, *, total_q: int, num_heads_q: int, head_dim_v: int) -> int:
+    """The split cap of an automatic split-KV call on a one-warp decode tile: ``base`` (the FA3
+    rule's, ``num_splits_heuristic``) raised to min(``MAX_DECODE_SPLITS``, ``n_blocks``, the splits
+    whose partials for ``total_q`` query tokens fit ``DECODE_PARTIALS_BYTES``); ``base`` as is
+    when it is 1 (no split-KV) or ``total_q`` is unknown (0).
+
+    The FA3 rule bounds a call by its heads and tile rows alone (it does not see the batch); with
+    one KV head per GPU (tensor parallelism) and few or long requests, its 55 splits leave most of
+    the 1584 one-warp CTAs of an H200 idle (8 x 128 K keys: 440 tiles) or cut the longest requests
+    of a ragged batch into the longest tiles.  The GPU scheduler's quantum (``metadata.split_share``)
+    gives each request only the splits its keys need, and ``metadata.wave_split_cap`` rounds the
+    most-split requests to whole waves, so a higher cap costs only workspace.
+    """
+    if base <= 1 or total_q <= 0:
+        return base
+    per_split = 4 * num_heads_q * total_q * (head_dim_v + 1)
+    return max(base, min(MAX_DECODE_SPLITS, n_blocks, DECODE_PARTIALS_BYTES // per_split))
+
+
 def estimated_ctas(arch: str, tile: TileConfig, smem_bytes: int, num_sms: int) -> int:
     """Persistent CTAs the occupancy calculator will likely allow, assuming up to 255 registers a
     thread; only used to bound the split count before a kernel is loaded."""
@@ -433,8 +459,12 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
            softcap: bool = False, pack_gqa: bool | None = None, num_splits: int = 0, num_sms: int = 132,
            tile: TileConfig | None = None, mainloop: str | None = None, tma_ok: bool = True,
            page_size: int = 0, sm90_opts: str | None = None, alibi: bool = False,
-           variant: VariantCode | None = None, kv_dtype: str = "", q_dtype: str = "") -> Variants:
+           variant: VariantCode | None = None, kv_dtype: str = "", q_dtype: str = "",
+           total_q: int = 0) -> Variants:
     """Every kernel variant of a call, from what the host knows (shapes, flags, max lengths).
+
+    ``total_q``: the query tokens the workspace is sized for (0 = unknown): an automatic split-KV
+    call on a one-warp decode tile may then split further (``decode_split_bound``).
 
     ``kv_dtype``: an FP8 K/V cache ("e4m3" / "e5m2"; ``AttentionSpec.kv_dtype``).  The Hopper
     path takes it where it takes the 16-bit call, with ``SM90_FP8_TILES`` and TMA boxes (no ALiBi,
@@ -539,7 +569,10 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
         sched_heads = num_heads_kv if pack else num_heads_q
         m = max(1, -(-rows // t.block_m))
         n = -(-max(max_seqlen_k, 0) // t.block_n)
-        return num_splits_heuristic(sched_heads * m, n, estimated_ctas(arch, t, probe.smem_bytes(), num_sms)), False
+        bound = num_splits_heuristic(sched_heads * m, n, estimated_ctas(arch, t, probe.smem_bytes(), num_sms))
+        if t.num_warps == 1 and t.block_m <= 16:
+            bound = decode_split_bound(bound, n, total_q=total_q, num_heads_q=num_heads_q, head_dim_v=head_dim_v)
+        return bound, False
 
     max_splits, forced = split_bound(tile)
     if max_splits > 1 and not fixed_tile and not extra:  # split state needs the lighter tile, if any

@@ -160,7 +160,7 @@ def test_e4_causal_fully_masked_rows(layout):
 def _random_config(rng, attn_spec, num_ctas):
     return metadata.SchedulerConfig(
         num_heads=int(rng.integers(1, 33)), block_m=attn_spec.tile.block_m, block_n=attn_spec.tile.block_n,
-        pack_factor=int(rng.choice([1, 4, 8])), max_splits=int(rng.choice([1, 2, 16, 64])),
+        pack_factor=int(rng.choice([1, 4, 8])), max_splits=int(rng.choice([1, 2, 16, 64, 255])),
         forced_splits=bool(rng.random() < 0.3), num_ctas=num_ctas,
         max_kvblocks_l2=int(rng.choice([0, 20, 160, 4000])), swizzle_mult=int(rng.choice([1, 4])),
         sort=bool(rng.random() < 0.8), window_left=int(rng.choice([-1, -1, -1, 0, 100, 4095])),

@@ -92,6 +92,29 @@ def test_long_and_empty_contexts_auto_split(klens):
             assert torch.all(o[i] == 0) and torch.all(torch.isneginf(lse[:, i]))
 
 
+@pytest.mark.parametrize("klens", [[65536, 40000, 1, 0], [131072] * 2])
+def test_one_kv_head_decode_splits_past_128(klens):
+    """Tensor-parallel decode (one KV head, 8 query heads a GPU) of a few long requests: the
+    automatic split count goes past 128 (``heuristics.decode_split_bound``, up to 255 per request,
+    checked on the scheduler's own reference for the launch's config), and the combine kernel
+    merges that many partials per row within the bf16 tolerance of the float64 reference."""
+    from kernelgen.kernels import metadata
+    from gpu_helpers import prepared
+
+    qlens = [1] * len(klens)
+    q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, 8, 1, 128, 128, 16, seed_of("tp", klens))
+    o, lse = run_paged(q, kc, vc, pt, used, cu_q, causal=True)
+    cfg = prepared().config
+    assert cfg.max_splits > 128 and cfg.wave_ctas > 0, cfg
+    buf = metadata.reference_schedule(cu_q.cpu().numpy(), None, len(klens), len(klens), cfg, "soa",
+                                      seqused_k=used.cpu().numpy())
+    splits = metadata.decode(buf, "soa", len(klens))["splits_nheads"] & 0xFFFF
+    assert int(splits.max()) > 128, splits
+    for i, n in enumerate(klens):
+        if n == 0:
+            assert torch.all(o[i] == 0) and torch.all(torch.isneginf(lse[:, i]))
+
+
 @pytest.mark.parametrize("window,softcap,causal", [((64, 0), 0.0, True), ((32, 16), 0.0, False),
                                                    ((-1, -1), 30.0, True), ((100, 0), 50.0, True)])
 @pytest.mark.parametrize("phase", ["decode", "prefill"])
