@@ -56,9 +56,14 @@ def optional_checks(out: Path, report: dict, tests: dict) -> None:
                                             fuzz.get("exceptions") == 0)
         report["extra"]["fuzz"] = {k: fuzz.get(k) for k in ("seed", "ran", "mismatches", "unwritten_rows",
                                                              "exceptions", "seconds", "poison", "fp8_mma")}
+    san = load(out / "sanitize.json")   # tools/sanitize.sh's summary, when its logs did not come back
     for tool, pattern in (("memcheck", r"ERROR SUMMARY: (\d+) error"),
                           ("racecheck", r"RACECHECK SUMMARY: \d+ hazards displayed \((\d+) error")):
         log = out / f"sanitize_{tool}.log"
+        if not log.exists() and san and f"{tool}_errors" in san:
+            report["checks"][f"{tool}_clean"] = san[f"{tool}_errors"] == 0 and san.get(f"{tool}_rc") == 0 \
+                and bool(san.get("ok"))
+            report["extra"][f"{tool}_errors"] = san[f"{tool}_errors"]
         if log.exists():
             found = re.findall(pattern, log.read_text())
             cases = log.read_text().count(": ok\n")
@@ -170,6 +175,10 @@ def markdown(report: dict) -> str:
     if older:
         lines += ["", f"{len(older)} of {len(report['benchmarks'])} benchmark entries were measured at an earlier "
                       "commit (column measured at); the rest at the report's commit."]
+    from_earlier = (report.get("extra") or {}).get("checks_from_earlier_runs") or {}
+    if from_earlier:
+        lines += ["", "Checks from earlier runs (not rerun at the report's commit): " + ", ".join(
+            f"{k} (`{c}`)" for k, c in from_earlier.items()) + "."]
     earlier = (report.get("extra") or {}).get("fuzz_sanitizer_multigpu_commit")
     if earlier:
         lines += ["", f"The fuzz, sanitizer and 2-GPU checks (and 4 of the passed tests) ran on commit {earlier}."]
