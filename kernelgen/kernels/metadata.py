@@ -94,7 +94,6 @@ def template_constants() -> dict:
         "md_neutral_splits_nheads": NEUTRAL_SPLITS_NHEADS,
         "md_sort_key_cap": SORT_KEY_CAP,
         "md_sort_min_spread": SORT_MIN_SPREAD,
-        "md_wave_share_steps": WAVE_SHARE_STEPS,
     }
 
 
@@ -198,8 +197,8 @@ def wave_split_cap(ms, ns, cfg: SchedulerConfig, share: int) -> int:
 
     With ``wave_ctas`` W > 0 (and the dynamic rule): each request with query rows gets
     s = min(max_splits, ceil(n / P)) splits; the *top* requests are those with the largest s (S).
-    When the tiles T = H' (sum of m x s) exceed W, leave the last wave under 7/8 full
-    (``partial_wave``), and the top requests hold at least half of them, the cap becomes c = floor((floor(T / W) W / H' - tiles
+    When the tiles T = H' (sum of m x s) exceed W, are not a whole number of waves, and the top
+    requests hold at least half of them, the cap becomes c = floor((floor(T / W) W / H' - tiles
     of the others) / m-blocks of the top requests) if S / 2 <= c < S: the top requests' tiles then
     end at the last full wave instead of spilling into a new one, each at most twice as long.
     (8 decode requests of 128 K keys at 8 KV heads on 1584 one-warp CTAs: 55 splits, 3520 tiles,
@@ -219,56 +218,11 @@ def wave_split_cap(ms, ns, cfg: SchedulerConfig, share: int) -> int:
     others = sum(m * s for m, s in zip(ms, splits) if 0 < s < top)
     w = cfg.wave_ctas
     tiles = cfg.num_heads * (others + top * top_m)
-    if tiles > w and partial_wave(tiles, w) and 2 * cfg.num_heads * top * top_m >= tiles:
+    if tiles > w and 2 * cfg.num_heads * top * top_m >= tiles:
         c = ((tiles // w) * w // cfg.num_heads - others) // top_m
         if top <= 2 * c and c < top:
             return c
     return cap
-
-
-#: Steps of ``wave_share``'s search for a quantum whose tiles end at a full wave.
-WAVE_SHARE_STEPS = 3
-
-
-def partial_wave(tiles: int, w: int) -> bool:
-    """Whether ``tiles`` leave the last of their waves of ``w`` under 7/8 full: the rounding rules
-    (``wave_split_cap``, ``wave_share``) leave a last wave of 7/8 or more alone (measured on the
-    H200: 2.99 and 3.96 waves of equal tiles ran as fast as 1.98; 2.22, 2.59 and 3.64 waves 8 %
-    slower)."""
-    return 8 * (tiles % w) < 7 * w and tiles % w != 0
-
-
-def _tiles(ms, ns, cfg: SchedulerConfig, share: int, cap: int) -> int:
-    return cfg.num_heads * sum(m * min(cap, max(1, _ceil_div(n, share))) for m, n in zip(ms, ns) if m > 0)
-
-
-def wave_share(ms, ns, cfg: SchedulerConfig, share: int, cap: int) -> int:
-    """The dynamic-split quantum rounded to whole waves: ``share`` (P), or a larger one where the
-    tiles T at (P, ``cap``) spill a partial wave past floor(T / W) full ones (W = ``wave_ctas``).
-
-    P' = ceil(P T / (floor(T / W) W)) scales every split request's tiles down by the fraction of
-    the last wave; requests of one split (or capped ones) keep theirs, so the step repeats from
-    (P', T') while T' exceeds the full waves, at most ``WAVE_SHARE_STEPS`` times; the last P' is
-    taken if its tiles fit the full waves, else P stays.  Off with ``wave_ctas`` 0 or forced
-    splits, as ``wave_split_cap`` (which runs first: when it fires, T is whole waves).  The decode
-    tiles of a batch are mostly P blocks long, so they run in waves, and a partial last wave costs
-    about as much as a full one (docs/dev/perf-log.md, "decode_long_b8_128k: the split count";
-    "One KV head a GPU").  Written for kernelgen.
-    """
-    if cfg.wave_ctas <= 0 or cap <= 1 or cfg.forced_splits:
-        return share
-    w = cfg.wave_ctas
-    t = _tiles(ms, ns, cfg, share, cap)
-    if t <= w or not partial_wave(t, w):
-        return share
-    full = (t // w) * w
-    p = share
-    for _ in range(WAVE_SHARE_STEPS):
-        p = min(_ceil_div(p * t, full), 2 ** 31 - 1)
-        t = _tiles(ms, ns, cfg, p, cap)
-        if t <= full:
-            return p
-    return share
 
 
 def sort_key(m: int, n: int, s: int) -> int:
@@ -313,7 +267,6 @@ def reference_schedule(cu_seqlens_q, cu_seqlens_k, batch: int, capacity: int, cf
     mn = [request_plan(int(lq), int(lk), cfg, 1)[:2] for lq, lk in zip(lqs, lks)]
     share = split_share([m for m, _ in mn], [n for _, n in mn], cfg)
     cap = wave_split_cap([m for m, _ in mn], [n for _, n in mn], cfg, share)
-    share = wave_share([m for m, _ in mn], [n for _, n in mn], cfg, share, cap)
     pcfg = cfg if cap == cfg.max_splits else dataclasses.replace(cfg, max_splits=cap)
     plans = [request_plan(int(lq), int(lk), pcfg, share) for lq, lk in zip(lqs, lks)]
     order = list(range(batch))
