@@ -81,7 +81,8 @@ def test_decode_split_bound_one_kv_head():
     assert bound(8, 1, 8, maxk=64) == 1                  # 4 key blocks: no split, no combine
     assert H.decode_split_bound(1, 1000, total_q=8, num_heads_q=8, head_dim_v=128) == 1
     assert H.MAX_DECODE_SPLITS < 256                     # row_splits keeps the count in 8 bits
-    # prefill-shaped calls keep the FA3 rule
-    pre = H.choose("sm_90a", "bf16", 128, 128, num_heads_q=8, num_heads_kv=1, mask="causal", max_seqlen_q=4096,
-                   max_seqlen_k=4096, mainloop="sm80", total_q=4096)
-    assert pre.max_splits <= H.MAX_AUTO_SPLITS
+    # other tiles keep the FA3 rule: a 64-query-row call (mid tile, 4 warps) splits 29 ways
+    # (it would take 254 under the decode bound)
+    mid = H.choose("sm_90a", "bf16", 128, 128, num_heads_q=8, num_heads_kv=1, mask="causal", max_seqlen_q=64,
+                   max_seqlen_k=131072, mainloop="sm80", total_q=64)
+    assert mid.attention.tile.num_warps > 1 and 1 < mid.max_splits <= H.MAX_AUTO_SPLITS

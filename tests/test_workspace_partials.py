@@ -92,4 +92,4 @@ def test_kernels_write_and_read_the_same_row_splits_encoding():
     comb = render.render(fv.combine)
     assert "const int S = rs & 0xff, prow = rs >> 8;" in comb
     assert "+ (i64)prow * DV" in comb and "(i64)token * DV" not in comb
-    assert heuristics.MAX_SPLITS < 256       # the count fits its 8 bits
+    assert heuristics.MAX_SPLITS < 256 and heuristics.MAX_DECODE_SPLITS < 256   # the count fits its 8 bits

@@ -25,8 +25,8 @@ if TYPE_CHECKING:  # names for annotations only: choosing kernels needs neither 
 
 KINDS = ("single", "fused", "pair")
 #: Grid rules of a launch: one CTA; the kernel's persistent grid (CTAs per SM from the occupancy
-#: calculator once loaded, times the SMs); one warp per (token, head) row of the call
-#: (``kernel_args.combine_grid``).
+#: calculator once loaded, times the SMs); one CTA per ``CombineSpec.rows_per_cta`` (token, head)
+#: rows of the call (``kernel_args.combine_grid``).
 GRIDS = ("one", "persistent", "rows")
 
 

@@ -92,7 +92,7 @@ def launch_scheduler(sched, stream, cu_seqlens_q, cu_seqlens_k, seqused_k, md, b
 
 def launch_combine(combine, stream, bufs: SplitBuffers, cu_seqlens_q, md, out, lse, num_heads_q: int,
                    sinks: int | None = None) -> None:
-    """Merge split-KV partials into ``out`` (and ``lse``): one warp per (token, head) row
+    """Merge split-KV partials into ``out`` (and ``lse``): four warps per (token, head) row
     (``combine_params``' tensors).  Raises launch.LaunchError if the driver refuses."""
     grid = kernel_args.combine_grid(out.shape[0], num_heads_q, combine.spec.rows_per_cta)
     launch.launch_kernel(combine, grid, stream, combine_params(bufs, cu_seqlens_q, md, out, lse, num_heads_q, sinks))
