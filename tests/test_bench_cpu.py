@@ -32,7 +32,7 @@ REQUIRED = {
     "overhead_decode_call", "overhead_plan_run", "overhead_graph_replay",
     "sinks_prefill_causal_s16k", "sinks_decode_b128_paged16",
     "alibi_prefill_causal_s16k", "alibi_decode_b128_paged16",
-    "variant_alibi_prefill_causal_s16k", "variant_softcap_prefill_causal_s16k",
+    "variant_alibi_prefill_causal_s16k", "variant_alibi_float_prefill_causal_s16k", "variant_softcap_prefill_causal_s16k",
     "variant_softcap_approx_prefill_causal_s16k", "variant_compile_first_call",
 }
 ROOFS = {"copy_tbps": 4.0, "bf16_matmul_tflops": 800.0}
@@ -827,6 +827,7 @@ def test_alibi_and_variant_entries_registered_in_their_suites():
     defs = {d.name: d for d in suites.registry(["all"], resolve_models(["all"]))}
     assert defs["alibi_prefill_causal_s16k"].suite == "prefill" and defs["alibi_decode_b128_paged16"].suite == "decode"
     assert defs["variant_alibi_prefill_causal_s16k"].suite == "prefill"
+    assert defs["variant_alibi_float_prefill_causal_s16k"].suite == "prefill"
     assert defs["variant_softcap_prefill_causal_s16k"].suite == "prefill"
     assert defs["variant_softcap_approx_prefill_causal_s16k"].suite == "prefill"
     assert "tanhf(" in suites.VARIANT_SOFTCAP_APPROX_SCORE_MOD and "kg_tanh(" in suites.VARIANT_SOFTCAP_SCORE_MOD
@@ -835,7 +836,8 @@ def test_alibi_and_variant_entries_registered_in_their_suites():
     assert "alibi_decode_b128_paged16" not in [d.name for d in suites.registry(["prefill"], [])]
     assert "variant_compile_first_call" not in [d.name for d in suites.registry(["prefill", "decode"], [])]
     st = suites.Settings()
-    for name in ("alibi_prefill_causal_s16k", "alibi_decode_b128_paged16", "variant_alibi_prefill_causal_s16k"):
+    for name in ("alibi_prefill_causal_s16k", "alibi_decode_b128_paged16", "variant_alibi_prefill_causal_s16k",
+                 "variant_alibi_float_prefill_causal_s16k"):
         attn = [s for s in defs[name].specs(st, "sm_90a", 132) if isinstance(s, AttentionSpec)]
         assert any(s.alibi for s in attn) and any(not s.alibi for s in attn)
     for name in ("variant_softcap_prefill_causal_s16k", "variant_softcap_approx_prefill_causal_s16k"):
@@ -892,7 +894,8 @@ def test_variant_entries_skip_without_the_variant_api(monkeypatch):
 
 
 def test_variant_score_mods_are_the_issues_snippets():
-    assert suites.VARIANT_ALIBI_SCORE_MOD == "score - slopes[head] * fabsf((float)(q_idx + kv_len - q_len - kv_idx))"
+    assert suites.VARIANT_ALIBI_SCORE_MOD == "score - slopes[head] * kg_abs(q_idx + kv_len - q_len - kv_idx)"
+    assert suites.VARIANT_ALIBI_FLOAT_SCORE_MOD == "score - slopes[head] * fabsf((float)(q_idx + kv_len - q_len - kv_idx))"
     assert suites.VARIANT_SOFTCAP_SCORE_MOD.startswith("50.f * kg_tanh(score / 50.f)") and suites.VARIANT_SOFTCAP == 50.0
 
 

@@ -32,7 +32,7 @@ from ..front.variant import Variant
 def alibi(slopes: torch.Tensor):
     """ALiBi as a score_mod: ``score - slopes[head] * |q_idx + kv_len - q_len - kv_idx|``; slopes
     float32 (num_heads_q,)."""
-    v = Variant(score_mod="score - slopes[head] * (float)kg_abs(q_idx + kv_len - q_len - kv_idx)",
+    v = Variant(score_mod="score - slopes[head] * kg_abs(q_idx + kv_len - q_len - kv_idx)",
                 tensors={"slopes": slopes}, name="alibi")
     sl = slopes.detach().double()
 

@@ -170,6 +170,11 @@ class VariantCode:
             "kv_range": None if self.kv_range is None else body(self.kv_range, "kv_range"),
             "tensors": [(n, CTYPES[d]) for n, d in self.tensors],
             "half": any(d in ("float16", "bfloat16") for _, d in self.tensors),
+            # the Hopper softmax takes a score_mod's per-row part out of the exponent (not with a
+            # mask_mod: a masked pair skips the score_mod); key blocks below a causal diagonal get
+            # their own instance when a snippet takes kg_abs (apply_user's HOIST / NONNEG)
+            "hoist": self.score_mod is not None and self.mask_mod is None,
+            "nonneg": any("kg_abs" in (s or "") for s in (self.score_mod, self.mask_mod)),
         }
 
     def to_json(self) -> dict:

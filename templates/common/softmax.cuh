@@ -67,11 +67,13 @@ __device__ __forceinline__ void softmax_update(float (&s)[MT][BN / 8][4], float 
 // that the caller applies to O later with rescale_rows (the Hopper mainloop rescales O only once
 // the P.V of the previous block, still in flight on the tensor cores, has completed).  Soft-capped
 // scores come in already transformed (transform_scores, in log2 units), with scale_log2 = 1.
-{# Causal ALiBi (common/alibi.cuh, apply_alibi_causal) passes roff: this lane's scores are its
-   true scores plus roff (per row), so the max and the exponent take roff off once per row. #}
+{# Causal ALiBi (common/alibi.cuh, apply_alibi_causal) and a score_mod's row part (common/user_mod.cuh,
+   apply_user's HOIST) pass roff: this lane's scores are its true scores plus roff (per row), so the
+   max and the exponent take roff off once per row. #}
+{% set with_roff = (v.get("alibi") and v.mask == "causal" and not v.get("user")) or (v.get("user") and v.user.hoist and v.mainloop == "sm90a") %}
 __device__ __forceinline__ void softmax_scores(float (&s)[MT][BN / 8][4], float (&row_max)[MT][2],
                                                float (&row_sum)[MT][2], float (&corr)[MT][2], float scale_log2
-                                               {%- if v.get("alibi") and v.mask == "causal" and not v.get("user") %}, const float (&roff)[MT][2]{% endif %}) {
+                                               {%- if with_roff %}, const float (&roff)[MT][2]{% endif %}) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -79,13 +81,13 @@ __device__ __forceinline__ void softmax_scores(float (&s)[MT][BN / 8][4], float 
       float mx = fmaxf(s[mt][0][2 * h], s[mt][0][2 * h + 1]);   // (seeded with the first pair: no -inf max)
 #pragma unroll
       for (int nt = 1; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
-      {% if v.get("alibi") and v.mask == "causal" and not v.get("user") %}
+      {% if with_roff %}
       mx -= roff[mt][h];  // this lane's offset (before the quad's reduction: the lanes' offsets differ)
       {% endif %}
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(row_max[mt][h], mx * scale_log2);
-      {% if v.get("alibi") and v.mask == "causal" and not v.get("user") %}
+      {% if with_roff %}
       const float m_fin = fmaxf(m_new, -KG_FLT_MAX);   // (a row with no key yet: finite, see below)
       const float m_use = m_fin + roff[mt][h] * scale_log2;
       corr[mt][h] = fast_exp2(row_max[mt][h] - m_fin);

@@ -52,6 +52,25 @@ template <> struct kg_kind<double> { static constexpr int value = 3; };
 template <bool B> struct kg_enable {};
 template <> struct kg_enable<true> { typedef int type; };
 
+// What the kernel knows of an index at compile time (every field folds to a constant once the
+// snippet is inlined; no register holds them): lin, the value is exactly q * q_idx + k * kv_idx +
+// ql * q_len + kl * kv_len; f1, the float copy has a compile-time part (f1 below is not the absent
+// -0.f); nn, the snippet runs where every (q_idx, kv_idx) it sees has q_idx + kv_len - q_len -
+// kv_idx >= 0 (a causal kernel's key blocks below the diagonal: apply_user<.., true>), so kg_abs
+// of that distance is the distance itself and stays linear in the key (see kg_rowcol).
+struct kg_sym {
+  int q, k, ql, kl;
+  bool lin, f1, nn;
+};
+__device__ __forceinline__ kg_sym kg_sym_none() { return kg_sym{0, 0, 0, 0, false, false, false}; }
+__device__ __forceinline__ kg_sym kg_sym_add(kg_sym a, kg_sym b, int sg) {
+  return kg_sym{a.q + sg * b.q, a.k + sg * b.k, a.ql + sg * b.ql, a.kl + sg * b.kl, a.lin && b.lin, a.f1 || b.f1,
+                a.nn || b.nn};
+}
+__device__ __forceinline__ kg_sym kg_sym_neg(kg_sym a) { return kg_sym{-a.q, -a.k, -a.ql, -a.kl, a.lin, a.f1, a.nn}; }
+// (the value changed by an integer: no longer a pure combination; the float copy has a second part)
+__device__ __forceinline__ kg_sym kg_sym_moved(kg_sym a) { return kg_sym{a.q, a.k, a.ql, a.kl, false, true, a.nn}; }
+
 // The float copy is kept as two parts, f0 + f1: f1 holds what the kernel knows at compile time
 // (a key's column within its block after unrolling) and is -0.f when there is none (x + -0.f folds
 // to x, x + 0.f does not), so `(float)(row_part - kv_idx)` costs one add per logit once the
@@ -60,9 +79,12 @@ struct kg_idx {
   int i;     // the index
   float f0;  // f0 + f1 == (float)i, exact below 2^24
   float f1;
+  kg_sym s;  // compile-time facts (kg_sym)
   kg_idx() = default;
-  __device__ __forceinline__ kg_idx(int i_, float f0_, float f1_ = -0.f) : i(i_), f0(f0_), f1(f1_) {}
-  __device__ __forceinline__ explicit kg_idx(int v) : i(v), f0((float)v), f1(-0.f) {}
+  __device__ __forceinline__ kg_idx(int i_, float f0_, float f1_, kg_sym s_) : i(i_), f0(f0_), f1(f1_), s(s_) {}
+  // (a value the kernel cannot split: all of it in f1, the part that may differ from key to key; f0,
+  // the part shared by a row's keys of a block, is the absent -0.f)
+  __device__ __forceinline__ explicit kg_idx(int v) : i(v), f0(-0.f), f1((float)v), s(kg_sym{0, 0, 0, 0, false, true, false}) {}
   __device__ __forceinline__ float fl() const { return f0 + f1; }
   __device__ __forceinline__ operator int() const { return i; }
   // explicit conversions (casts, if (...)): the float copy for float / double, the int otherwise
@@ -75,73 +97,141 @@ struct kg_idx {
   template <class T>
   __device__ __forceinline__ kg_idx& operator=(T v) {
     i = v;
-    f0 = (float)i;
-    f1 = -0.f;
+    f0 = -0.f;
+    f1 = (float)i;
+    s = kg_sym{0, 0, 0, 0, false, true, s.nn};
     return *this;
   }
   __device__ __forceinline__ kg_idx& operator+=(kg_idx b) { return *this = kg_add(*this, b); }
   __device__ __forceinline__ kg_idx& operator-=(kg_idx b) { return *this = kg_sub(*this, b); }
   template <class T>
   __device__ __forceinline__ kg_idx& operator+=(T b) {
-    if constexpr (kg_kind<T>::value == 1) { i += b; f1 += (float)b; } else { i += b; f0 = (float)i; f1 = -0.f; }
+    if constexpr (kg_kind<T>::value == 1) { i += b; f1 += (float)b; s = kg_sym_moved(s); } else { *this = i + b; }
     return *this;
   }
   template <class T>
   __device__ __forceinline__ kg_idx& operator-=(T b) {
-    if constexpr (kg_kind<T>::value == 1) { i -= b; f1 = -((float)b - f1); } else { i -= b; f0 = (float)i; f1 = -0.f; }
+    if constexpr (kg_kind<T>::value == 1) { i -= b; f1 = -((float)b - f1); s = kg_sym_moved(s); } else { *this = i - b; }
     return *this;
   }
 #define KG_IDX_COMPOUND(OP) \
-  template <class T> __device__ __forceinline__ kg_idx& operator OP(T b) { i OP b; f0 = (float)i; f1 = -0.f; return *this; }
+  template <class T> __device__ __forceinline__ kg_idx& operator OP(T b) { int v = i; v OP b; return *this = v; }
   KG_IDX_COMPOUND(*=) KG_IDX_COMPOUND(/=) KG_IDX_COMPOUND(%=) KG_IDX_COMPOUND(<<=) KG_IDX_COMPOUND(>>=)
   KG_IDX_COMPOUND(&=) KG_IDX_COMPOUND(|=) KG_IDX_COMPOUND(^=)
 #undef KG_IDX_COMPOUND
-  __device__ __forceinline__ kg_idx& operator++() { ++i; f1 += 1.f; return *this; }
-  __device__ __forceinline__ kg_idx& operator--() { --i; f1 = -(1.f - f1); return *this; }
+  __device__ __forceinline__ kg_idx& operator++() { ++i; f1 += 1.f; s = kg_sym_moved(s); return *this; }
+  __device__ __forceinline__ kg_idx& operator--() { --i; f1 = -(1.f - f1); s = kg_sym_moved(s); return *this; }
   __device__ __forceinline__ kg_idx operator++(int) { kg_idx t = *this; ++*this; return t; }
   __device__ __forceinline__ kg_idx operator--(int) { kg_idx t = *this; --*this; return t; }
-  // a - b written -(b - a): equal parts give -0.f (which folds away), as f1 = -0.f - -0.f would not
-  static __device__ __forceinline__ kg_idx kg_add(kg_idx a, kg_idx b) { return kg_idx(a.i + b.i, a.f0 + b.f0, a.f1 + b.f1); }
+  // (f1 by its presence flags: an absent part adds nothing and stays -0.f, which x - -0.f would
+  // not fold to)
+  static __device__ __forceinline__ kg_idx kg_add(kg_idx a, kg_idx b) {
+    return kg_idx(a.i + b.i, a.f0 + b.f0, a.f1 + b.f1, kg_sym_add(a.s, b.s, 1));
+  }
   static __device__ __forceinline__ kg_idx kg_sub(kg_idx a, kg_idx b) {
-    return kg_idx(a.i - b.i, a.f0 - b.f0, -(b.f1 - a.f1));
+    const float f1 = !b.s.f1 ? a.f1 : !a.s.f1 ? -b.f1 : a.f1 - b.f1;
+    return kg_idx(a.i - b.i, a.f0 - b.f0, f1, kg_sym_add(a.s, b.s, -1));
   }
 };
 __device__ __forceinline__ kg_idx operator+(kg_idx a, kg_idx b) { return kg_idx::kg_add(a, b); }
 __device__ __forceinline__ kg_idx operator-(kg_idx a, kg_idx b) { return kg_idx::kg_sub(a, b); }
 // (0.f - f0: the negation of index 0 is +0.f, as (float)-0 is; -(f1 + 0.f): an absent f1 stays -0.f)
-__device__ __forceinline__ kg_idx operator-(kg_idx a) { return kg_idx(-a.i, 0.f - a.f0, -(a.f1 + 0.f)); }
+__device__ __forceinline__ kg_idx operator-(kg_idx a) { return kg_idx(-a.i, 0.f - a.f0, a.s.f1 ? -a.f1 : -0.f, kg_sym_neg(a.s)); }
 __device__ __forceinline__ kg_idx operator+(kg_idx a) { return a; }
 // kg_idx with another arithmetic type: + and - keep an index (ints) or take the float copy
 // (floating types); * and / only with floating types (with integers the built-in int operators
 // apply through operator int).
 template <class T, int K = kg_kind<T>::value, typename kg_enable<K != 0>::type = 0>
 __device__ __forceinline__ auto operator+(kg_idx a, T b) {
-  if constexpr (K == 1) return kg_idx(a.i + b, a.f0, a.f1 + (float)b);
+  if constexpr (K == 1) return kg_idx(a.i + b, a.f0, a.f1 + (float)b, kg_sym_moved(a.s));
   else if constexpr (K == 2) return a.i + b;
   else return a.fl() + b;
 }
 template <class T, int K = kg_kind<T>::value, typename kg_enable<K != 0>::type = 0>
 __device__ __forceinline__ auto operator+(T b, kg_idx a) {
-  if constexpr (K == 1) return kg_idx(b + a.i, a.f0, (float)b + a.f1);
+  if constexpr (K == 1) return kg_idx(b + a.i, a.f0, (float)b + a.f1, kg_sym_moved(a.s));
   else if constexpr (K == 2) return b + a.i;
   else return b + a.fl();
 }
 template <class T, int K = kg_kind<T>::value, typename kg_enable<K != 0>::type = 0>
 __device__ __forceinline__ auto operator-(kg_idx a, T b) {
-  if constexpr (K == 1) return kg_idx(a.i - b, a.f0, -((float)b - a.f1));
+  if constexpr (K == 1) return kg_idx(a.i - b, a.f0, a.s.f1 ? a.f1 - (float)b : -(float)b, kg_sym_moved(a.s));
   else if constexpr (K == 2) return a.i - b;
   else return a.fl() - b;
 }
 template <class T, int K = kg_kind<T>::value, typename kg_enable<K != 0>::type = 0>
 __device__ __forceinline__ auto operator-(T b, kg_idx a) {
-  if constexpr (K == 1) return kg_idx(b - a.i, -a.f0, (float)b - a.f1);
+  if constexpr (K == 1) return kg_idx(b - a.i, 0.f - a.f0, a.s.f1 ? (float)b - a.f1 : (float)b, kg_sym_moved(kg_sym_neg(a.s)));
   else if constexpr (K == 2) return b - a.i;
   else return b - a.fl();
 }
+
+// A float kept as a part per query row and a part per key, value row + col: what an index's float
+// copy times a float becomes (`slopes[head] * (q_idx + kv_len - q_len - kv_idx)`: row = slope *
+// the row's distance to the thread's first key of the block, col = slope * the key's column, an
+// immediate times one register).  A score_mod that returns `score -/+ such a value` leaves the row
+// part to the kernel, which takes it out of the exponent once a row instead of adding it to every
+// logit (apply_user<.., HOIST>; causal ALiBi's identity, common/alibi.cuh, done for any snippet):
+// one FFMA a logit where the plain float took three.  hc: col is present (else -0.f: nothing to
+// add).  It converts to float implicitly; + - * / with numbers, indices, scores and each other keep
+// the two parts (* and / cost two products; the row parts of a block's keys are computed once when
+// they are equal, which the compiler sees).
+struct kg_rowcol {
+  float row, col;
+  bool hc;
+  kg_rowcol() = default;
+  __device__ __forceinline__ kg_rowcol(float r, float c, bool h) : row(r), col(c), hc(h) {}
+  __device__ __forceinline__ explicit kg_rowcol(float v) : row(-0.f), col(v), hc(true) {}
+  __device__ __forceinline__ explicit kg_rowcol(kg_idx x) : row(x.f0), col(x.f1), hc(x.s.f1) {}
+  __device__ __forceinline__ operator float() const { return hc ? row + col : row; }
+  __device__ __forceinline__ kg_rowcol& operator=(float v) { return *this = kg_rowcol(v); }
+  template <class T> __device__ __forceinline__ kg_rowcol& operator+=(T b) { return *this = *this + b; }
+  template <class T> __device__ __forceinline__ kg_rowcol& operator-=(T b) { return *this = *this - b; }
+  template <class T> __device__ __forceinline__ kg_rowcol& operator*=(T b) { return *this = *this * b; }
+  template <class T> __device__ __forceinline__ kg_rowcol& operator/=(T b) { return *this = *this / b; }
+};
+// (a plain number: float or an integer; a double takes the float value into double arithmetic)
+template <class T> struct kg_is_num { static constexpr bool value = kg_kind<T>::value == 1 || kg_kind<T>::value == 2; };
+template <> struct kg_is_num<float> { static constexpr bool value = true; };
+#define KG_NUM template <class T, typename kg_enable<kg_is_num<T>::value>::type = 0> __device__ __forceinline__
+KG_NUM kg_rowcol operator+(kg_rowcol a, T b) { return kg_rowcol(a.row, a.hc ? a.col + (float)b : (float)b, true); }
+KG_NUM kg_rowcol operator+(T b, kg_rowcol a) { return kg_rowcol(a.row, a.hc ? (float)b + a.col : (float)b, true); }
+KG_NUM kg_rowcol operator-(kg_rowcol a, T b) { return kg_rowcol(a.row, a.hc ? a.col - (float)b : -(float)b, true); }
+KG_NUM kg_rowcol operator-(T b, kg_rowcol a) { return kg_rowcol(-a.row, a.hc ? (float)b - a.col : (float)b, true); }
+KG_NUM kg_rowcol operator*(kg_rowcol a, T b) { return kg_rowcol(a.row * (float)b, a.hc ? a.col * (float)b : -0.f, a.hc); }
+KG_NUM kg_rowcol operator*(T b, kg_rowcol a) { return kg_rowcol((float)b * a.row, a.hc ? (float)b * a.col : -0.f, a.hc); }
+KG_NUM kg_rowcol operator/(kg_rowcol a, T b) { return kg_rowcol(a.row / (float)b, a.hc ? a.col / (float)b : -0.f, a.hc); }
+#undef KG_NUM
+template <class T, typename kg_enable<kg_kind<T>::value == 3 && !kg_is_num<T>::value>::type = 0>
+__device__ __forceinline__ T operator*(kg_rowcol a, T b) { return (float)a * b; }
+template <class T, typename kg_enable<kg_kind<T>::value == 3 && !kg_is_num<T>::value>::type = 0>
+__device__ __forceinline__ T operator*(T b, kg_rowcol a) { return b * (float)a; }
+__device__ __forceinline__ kg_rowcol operator-(kg_rowcol a) { return kg_rowcol(-a.row, a.hc ? -a.col : -0.f, a.hc); }
+__device__ __forceinline__ kg_rowcol operator+(kg_rowcol a) { return a; }
+__device__ __forceinline__ kg_rowcol kg_rc_add(kg_rowcol a, kg_rowcol b, bool sub) {
+  const float col = !b.hc ? a.col : !a.hc ? (sub ? -b.col : b.col) : (sub ? a.col - b.col : a.col + b.col);
+  return kg_rowcol(sub ? a.row - b.row : a.row + b.row, col, a.hc || b.hc);
+}
+__device__ __forceinline__ kg_rowcol operator+(kg_rowcol a, kg_rowcol b) { return kg_rc_add(a, b, false); }
+__device__ __forceinline__ kg_rowcol operator-(kg_rowcol a, kg_rowcol b) { return kg_rc_add(a, b, true); }
+__device__ __forceinline__ kg_rowcol operator+(kg_rowcol a, kg_idx b) { return kg_rc_add(a, kg_rowcol(b), false); }
+__device__ __forceinline__ kg_rowcol operator-(kg_rowcol a, kg_idx b) { return kg_rc_add(a, kg_rowcol(b), true); }
+__device__ __forceinline__ kg_rowcol operator+(kg_idx a, kg_rowcol b) { return kg_rc_add(kg_rowcol(a), b, false); }
+__device__ __forceinline__ kg_rowcol operator-(kg_idx a, kg_rowcol b) { return kg_rc_add(kg_rowcol(a), b, true); }
+// An index times a float: the two parts (a double: the float copy in double arithmetic)
+__device__ __forceinline__ kg_rowcol kg_idx_times(kg_idx a, float b) {
+  return kg_rowcol(a.f0 * b, a.s.f1 ? a.f1 * b : -0.f, a.s.f1);
+}
 template <class T, typename kg_enable<kg_kind<T>::value == 3>::type = 0>
-__device__ __forceinline__ T operator*(kg_idx a, T b) { return a.fl() * b; }
+__device__ __forceinline__ auto operator*(kg_idx a, T b) {
+  if constexpr (sizeof(T) == sizeof(float)) return kg_idx_times(a, b);
+  else return a.fl() * b;
+}
 template <class T, typename kg_enable<kg_kind<T>::value == 3>::type = 0>
-__device__ __forceinline__ T operator*(T b, kg_idx a) { return b * a.fl(); }
+__device__ __forceinline__ auto operator*(T b, kg_idx a) {
+  if constexpr (sizeof(T) == sizeof(float)) return kg_idx_times(a, b);
+  else return b * a.fl();
+}
 template <class T, typename kg_enable<kg_kind<T>::value == 3>::type = 0>
 __device__ __forceinline__ T operator/(kg_idx a, T b) { return a.fl() / b; }
 template <class T, typename kg_enable<kg_kind<T>::value == 3>::type = 0>
@@ -201,6 +291,11 @@ KG_SCORE_ONLY float operator-(S a, kg_idx b) { return (float)a - b.fl(); }
 KG_SCORE_ONLY float operator-(kg_idx b, S a) { return b.fl() - (float)a; }
 KG_SCORE_ONLY S operator-(S a) { return kg_score{a.raw, -a.scale}; }
 KG_SCORE_ONLY S operator+(S a) { return a; }
+// the score and a kg_rowcol: raw * scale +- col in one FFMA, the row part kept apart
+KG_SCORE_ONLY kg_rowcol operator+(S a, kg_rowcol b) { return kg_rowcol(b.row, b.hc ? fmaf(a.raw, a.scale, b.col) : (float)a, true); }
+KG_SCORE_ONLY kg_rowcol operator+(kg_rowcol b, S a) { return kg_rowcol(b.row, b.hc ? fmaf(a.raw, a.scale, b.col) : (float)a, true); }
+KG_SCORE_ONLY kg_rowcol operator-(S a, kg_rowcol b) { return kg_rowcol(-b.row, b.hc ? fmaf(a.raw, a.scale, -b.col) : (float)a, true); }
+KG_SCORE_ONLY kg_rowcol operator-(kg_rowcol b, S a) { return kg_rowcol(b.row, b.hc ? fmaf(-a.raw, a.scale, b.col) : -(float)a, true); }
 #undef KG_SCORE_ONLY
 
 // Helpers a snippet may call.
@@ -217,33 +312,67 @@ __device__ __forceinline__ float to_float(long long x) { return (float)x; }
 __device__ __forceinline__ float to_float(signed char x) { return (float)x; }
 __device__ __forceinline__ float to_float(unsigned char x) { return (float)x; }
 __device__ __forceinline__ float to_float(bool x) { return x ? 1.f : 0.f; }
-// (the result type is that of a + b; explicit casts keep a kg_idx's float copy)
+// (the result type is that of a + b; explicit casts keep a kg_idx's float copy; a kg_idx chosen at
+// run time carries no compile-time facts: kg_plain)
+template <class R> __device__ __forceinline__ R kg_plain(R x) { return x; }
+__device__ __forceinline__ kg_idx kg_plain(kg_idx x) {
+  x.f1 = x.fl();
+  x.f0 = -0.f;
+  x.s = kg_sym{0, 0, 0, 0, false, true, false};
+  return x;
+}
 template <class A, class B>
 __device__ __forceinline__ auto kg_min(A a, B b) -> decltype(a + b) {
   typedef decltype(a + b) R;
-  return a < b ? R(a) : R(b);
+  return kg_plain(a < b ? R(a) : R(b));
 }
 template <class A, class B>
 __device__ __forceinline__ auto kg_max(A a, B b) -> decltype(a + b) {
   typedef decltype(a + b) R;
-  return a < b ? R(b) : R(a);
+  return kg_plain(a < b ? R(b) : R(a));
 }
 template <class X, class L, class H>
 __device__ __forceinline__ auto clamp(X x, L lo, H hi) -> decltype(x + lo + hi) {
   typedef decltype(x + lo + hi) R;
-  return x < lo ? R(lo) : (hi < x ? R(hi) : R(x));
+  return kg_plain(x < lo ? R(lo) : (hi < x ? R(hi) : R(x)));
 }
 template <class X>
 __device__ __forceinline__ X kg_abs(X x) { return x < 0 ? X(-x) : x; }
-__device__ __forceinline__ kg_idx kg_abs(kg_idx x) { return kg_idx(abs(x.i), fabsf(x.fl())); }  // each copy alone
+// |x| of an index, each copy alone.  Where the kernel guarantees it (s.nn: a causal kernel's key
+// blocks below the diagonal, whose every query / key pair has the bottom-right distance
+// q_idx + kv_len - q_len - kv_idx >= 0), |that distance| is the distance (and |-distance| its
+// negation): the float copy keeps its two parts, so `slopes[head] * kg_abs(distance)` stays a
+// kg_rowcol (ALiBi's identity under a causal mask).  Exact in those blocks; elsewhere the general
+// form (the int copy is always abs of the int).
+__device__ __forceinline__ kg_idx kg_abs(kg_idx x) {
+  const bool dist = x.s.lin && x.s.q == 1 && x.s.k == -1 && x.s.ql == -1 && x.s.kl == 1;
+  const bool neg_dist = x.s.lin && x.s.q == -1 && x.s.k == 1 && x.s.ql == 1 && x.s.kl == -1;
+  if (x.s.nn && dist) return kg_idx(abs(x.i), x.f0, x.f1, x.s);
+  if (x.s.nn && neg_dist) {
+    const kg_idx m = -x;
+    return kg_idx(abs(x.i), m.f0, m.f1, m.s);
+  }
+  return kg_idx(abs(x.i), -0.f, fabsf(x.fl()), kg_sym{0, 0, 0, 0, false, true, x.s.nn});
+}
 __device__ __forceinline__ float kg_tanh(float x) { return tanh_ex2(x); }  // about 1e-7 (tanhf: tanh.approx)
 __device__ __forceinline__ float kg_log(float x) { return logf(x); }
 __device__ __forceinline__ float kg_log(kg_idx x) { return logf(x.fl()); }
 __device__ __forceinline__ float kg_exp(float x) { return expf(x); }
 __device__ __forceinline__ float kg_exp(kg_idx x) { return expf(x.fl()); }
 
+// What a score_mod returns, value row + col: a float, the score, an index or a kg_rowcol (whose row
+// part the kernel may take out of the exponent, apply_user<.., HOIST>); row is -0.f (nothing) but
+// for a kg_rowcol or an index.
+struct kg_ret {
+  float row, col;
+  __device__ __forceinline__ kg_ret(float v) : row(-0.f), col(v) {}
+  __device__ __forceinline__ kg_ret(kg_score v) : row(-0.f), col((float)v) {}
+  __device__ __forceinline__ kg_ret(kg_rowcol v) : row(v.row), col(v.hc ? v.col : -0.f) {}
+  __device__ __forceinline__ kg_ret(kg_idx v) : row(v.f0), col(v.f1) {}
+};
+
 {% if u.score_mod is not none %}
-__device__ __forceinline__ float kg_user_score_mod(kg_score score, int batch, int head, int kv_head, kg_idx q_idx,
+__device__ __forceinline__ kg_ret kg_user_score_mod(kg_score score, int batch, int head, int kv_head, kg_idx q_idx,
                                                    kg_idx kv_idx, kg_idx q_len, kg_idx kv_len, kg_idx q_offset{% for n, t in u.tensors %},
                                                    const {{ t }}* __restrict__ {{ n }}{% endfor %}) {
 #line 1 "score_mod"
@@ -289,9 +418,9 @@ __device__ __forceinline__ UserTile user_tile(const TileInfo& ti, int qpk) {
   ut.kv_len = ti.seqlen_k;
   ut.q_offset = ti.q_start;
   ut.valid_rows = ti.valid_rows;
-  ut.q_len_x = kg_idx(ut.q_len);
-  ut.kv_len_x = kg_idx(ut.kv_len);
-  ut.q_offset_x = kg_idx(ut.q_offset);
+  ut.q_len_x = kg_idx(ut.q_len, (float)ut.q_len, -0.f, kg_sym{0, 0, 1, 0, true, false, false});
+  ut.kv_len_x = kg_idx(ut.kv_len, (float)ut.kv_len, -0.f, kg_sym{0, 0, 0, 1, true, false, false});
+  ut.q_offset_x = kg_idx(ut.q_offset, (float)ut.q_offset, -0.f, kg_sym_none());
   return ut;
 }
 
@@ -305,16 +434,26 @@ __device__ __forceinline__ bool user_keep(const AttnParams& p, const UserTile& u
 {% endif %}
 }
 
-// One logit x (in units whose natural-log value is x * to_nat) through mask_mod and score_mod;
-// the result is in the same units (from_nat = 1 / to_nat).
+// One logit x (in units whose natural-log value is x * to_nat) through mask_mod and score_mod, as
+// score_mod's two parts (kg_ret: row + col, natural-log units); a masked pair is {-0.f, -inf} and
+// never runs the score_mod (its reads may rely on the mask).  Without a score_mod: {-0.f, x}, x's
+// units unchanged.
+__device__ __forceinline__ kg_ret user_logit_parts(const AttnParams& p, const UserTile& ut, int head, kg_idx q_idx,
+                                                   kg_idx kv_idx, float x, float to_nat) {
+  if (USER_MASK && !user_keep(p, ut, head, q_idx, kv_idx)) return kg_ret(-KG_INF);
+{% if u.score_mod is not none %}
+  return kg_user_score_mod(kg_score{x, to_nat}, ut.b, head, ut.kv_head, q_idx, kv_idx, ut.q_len_x, ut.kv_len_x, ut.q_offset_x
+                           {%- for n, t in u.tensors %}, reinterpret_cast<const {{ t }}*>(p.user{{ loop.index0 }}){% endfor %});
+{% else %}
+  return kg_ret(x);
+{% endif %}
+}
+
+// The same as one float in x's units (from_nat = 1 / to_nat).
 __device__ __forceinline__ float user_logit(const AttnParams& p, const UserTile& ut, int head, kg_idx q_idx,
                                             kg_idx kv_idx, float x, float to_nat, float from_nat) {
-  if (USER_MASK && !user_keep(p, ut, head, q_idx, kv_idx)) return -KG_INF;
-{% if u.score_mod is not none %}
-  x = kg_user_score_mod(kg_score{x, to_nat}, ut.b, head, ut.kv_head, q_idx, kv_idx, ut.q_len_x, ut.kv_len_x, ut.q_offset_x
-                        {%- for n, t in u.tensors %}, reinterpret_cast<const {{ t }}*>(p.user{{ loop.index0 }}){% endfor %}) * from_nat;
-{% endif %}
-  return x;
+  const kg_ret r = user_logit_parts(p, ut, head, q_idx, kv_idx, x, to_nat);
+  return USER_SCORE ? (r.row + r.col) * from_nat : r.col;
 }
 
 // The key blocks [n_lo, n_hi) of a tile narrowed to those meeting the user's kv_range for its query
@@ -346,13 +485,24 @@ __device__ __forceinline__ void user_block_range(const AttnParams& p, const User
 // their results never count (apply_mask then masks keys past kv_len; padding rows are not stored).
 // CLAMP_KV false: the caller knows every key of block n is below kv_len (a tile's key blocks but its
 // last), so the keys go unclamped.  The keys' float copies: one add a column from the block's base.
-template <bool CLAMP_KV = true>
+// NONNEG: the caller knows every (query, key) pair of the block has a non-negative bottom-right
+// distance (a causal kernel's block below the diagonal; kg_abs uses it).
+// HOIST (the Hopper path, whose softmax_scores takes a row offset): the row part of each row's
+// results (kg_ret.row) leaves the scores: s = col + (row - the first key's row), which is s = col
+// where the compiler sees the row parts equal (a score_mod from indices' float copies times
+// per-row values: ALiBi); roff[mt][h] = -the first key's row, so the scores come back as the true
+// logits plus roff (softmax_scores takes roff off the max and the exponent once a row; as causal
+// ALiBi's apply_alibi_causal).  The equality is tested on the bits (folded when both are one
+// value); unequal parts are added back, so any score_mod stays exact.  Not with a mask_mod: a
+// masked pair skips the score_mod, so its row part is not the others' (roff = 0 then).
+template <bool CLAMP_KV = true, bool NONNEG = false, bool HOIST = false>
 __device__ __forceinline__ void apply_user(float (&s)[MT][BN / 8][4], const AttnParams& p, const UserTile& ut, int n,
-                                           int row0, int qpk, int warp, int lane, float to_nat, float from_nat) {
+                                           int row0, int qpk, int warp, int lane, float to_nat, float from_nat,
+                                           float (&roff)[MT][2]) {
   const int g = lane >> 2, tq = lane & 3;
   const int col0 = n * BN + 2 * tq;
   const float col0_f = (float)(n * BN) + (float)(2 * tq);
-  const float kv_last_f = ut.kv_len_x.f0 - 1.f;
+  const float kv_last_c = (ut.kv_len_x.f0 - 1.f) - col0_f;   // the last key's column from col0 (clamped blocks)
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -360,15 +510,36 @@ __device__ __forceinline__ void apply_user(float (&s)[MT][BN / 8][4], const Attn
       const int r = row0 + warp * WM + mt * 16 + g + 8 * h;
       const int pos = row_position(r, qpk);
       const int head = PACK_GQA ? ut.kv_head * qpk + (r - pos * qpk) : ut.head;
-      const kg_idx q_idx(min(pos, ut.q_len - 1));
+      const int qi = min(pos, ut.q_len - 1);
+      const kg_idx q_idx(qi, (float)qi, -0.f, kg_sym{1, 0, 0, 0, true, false, NONNEG});
+      float row_first = -0.f;
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int c = nt * 8 + e;
-          const kg_idx kv_idx = CLAMP_KV ? kg_idx(min(col0 + c, ut.kv_len - 1), fminf(col0_f + (float)c, kv_last_f))
-                                         : kg_idx(col0 + c, col0_f, (float)c);
-          s[mt][nt][2 * h + e] = user_logit(p, ut, head, q_idx, kv_idx, s[mt][nt][2 * h + e], to_nat, from_nat);
+          const kg_idx kv_idx = CLAMP_KV ? kg_idx(min(col0 + c, ut.kv_len - 1), col0_f, fminf((float)c, kv_last_c),
+                                                  kg_sym{0, 1, 0, 0, false, true, false})
+                                         : kg_idx(col0 + c, col0_f, (float)c, kg_sym{0, 1, 0, 0, true, true, NONNEG});
+          float& x = s[mt][nt][2 * h + e];
+          if (!HOIST || !USER_SCORE || USER_MASK) {
+            x = user_logit(p, ut, head, q_idx, kv_idx, x, to_nat, from_nat);
+            continue;
+          }
+          const kg_ret rr = user_logit_parts(p, ut, head, q_idx, kv_idx, x, to_nat);
+          if (c == 0) {
+            row_first = rr.row;
+            x = rr.col * from_nat;
+          } else {
+            x = (__float_as_uint(rr.row) == __float_as_uint(row_first) ? rr.col : rr.col + (rr.row - row_first)) * from_nat;
+          }
         }
+      roff[mt][h] = HOIST && USER_SCORE && !USER_MASK ? -row_first * from_nat : 0.f;
     }
+}
+template <bool CLAMP_KV = true, bool NONNEG = false>
+__device__ __forceinline__ void apply_user(float (&s)[MT][BN / 8][4], const AttnParams& p, const UserTile& ut, int n,
+                                           int row0, int qpk, int warp, int lane, float to_nat, float from_nat) {
+  float roff[MT][2];
+  apply_user<CLAMP_KV, NONNEG, false>(s, p, ut, n, row0, qpk, warp, lane, to_nat, from_nat, roff);
 }

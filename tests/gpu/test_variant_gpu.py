@@ -278,3 +278,62 @@ def test_plan_graph_replays_with_new_tensor_values(name):
                                            mask_mod=mm)
         check(out[:batch], lse[:, :batch], ref, ref_lse, BF16)
         assert torch.isnan(out[batch:]).all()
+
+
+def _row_part_forms(hq, kmax):
+    """Snippets whose results have a per-row part (kg_rowcol: an index's float copy times a float)
+    or a causal distance under kg_abs, with their float64 references: the forms apply_user's
+    HOIST / NONNEG take apart (the first two fold, the others take the exact fallbacks)."""
+    g = torch.Generator().manual_seed(21)
+    slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / hq) for h in range(hq)])[torch.randperm(hq, generator=g)]
+    w = torch.rand(kmax, generator=g) * 0.02
+    sl, wd = slopes.double(), w.double()
+    d_ = lambda qi, kj, lq, lk: qi + lk - lq - kj   # noqa: E731  (bottom-right distance)
+    return {
+        # linear ALiBi: equal to the built-in under a causal mask (the distance is never negative there)
+        "linear": ("score - slopes[head] * (q_idx + kv_len - q_len - kv_idx)",
+                   lambda s, b, h, qi, kj, lq, lk: s - sl.to(s.device)[h] * d_(qi, kj, lq, lk)),
+        "negated_distance": ("score - kg_abs(kv_idx - q_idx + q_len - kv_len) * slopes[head] * 0.5f",
+                             lambda s, b, h, qi, kj, lq, lk: s - d_(qi, kj, lq, lk).abs() * sl.to(s.device)[h] * 0.5),
+        # a per-key float times an index: the row parts differ from key to key (added back)
+        "per_key_factor": ("score - w[kv_idx] * (q_idx - kv_idx) + 0.25f",
+                           lambda s, b, h, qi, kj, lq, lk: s - wd.to(s.device)[kj] * (qi - kj) + 0.25),
+        # two returns: a row's keys mix a score and a kg_rowcol
+        "two_returns": ("if (q_idx & 1) return score;\n"
+                        "return score - slopes[head] * kg_abs(q_idx + kv_len - q_len - kv_idx);",
+                        lambda s, b, h, qi, kj, lq, lk: torch.where((qi & 1) == 1, s,
+                                                                    s - sl.to(s.device)[h] * d_(qi, kj, lq, lk).abs())),
+        # kept parts through auto locals, compound assignment and a plain float in between
+        "auto_locals": ("auto bias = slopes[head] * kg_abs(q_idx + kv_len - q_len - kv_idx);\n"
+                        "bias *= 2.f; bias += 0.125f;\n"
+                        "return score - bias;",
+                        lambda s, b, h, qi, kj, lq, lk: s - (sl.to(s.device)[h] * d_(qi, kj, lq, lk).abs() * 2 + 0.125)),
+    }, {"slopes": slopes.cuda(), "w": w.cuda()}
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("num_splits", [0, 3])
+@pytest.mark.parametrize("form", ["linear", "negated_distance", "per_key_factor", "two_returns", "auto_locals"])
+def test_row_parts_and_the_causal_distance(form, num_splits, causal):
+    """A score_mod's per-row part leaves the scores (the Hopper softmax takes it out of the max and
+    the exponent) and kg_abs of the causal distance is the distance below the diagonal
+    (common/user_mod.cuh, apply_user's HOIST / NONNEG): the output and the LSE equal the float64
+    reference for each form, on varlen requests with seqlen_q < seqlen_k, several key blocks below
+    the diagonal, split or not; with a kg_abs in the mask_mod too (a window written as a mask)."""
+    _arch("sm_90a")
+    qlens, klens = [600, 300, 0, 450, 77], [600, 500, 10, 450, 77]
+    hq, hkv, d = 16, 4, 128
+    q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, 8)
+    forms, tensors = _row_part_forms(hq, max(klens))
+    snippet, ref_mod = forms[form]
+    masked = form == "auto_locals"
+    mask_mod = "kg_abs(q_idx + kv_len - q_len - kv_idx) < 200" if masked else None
+    ref_mask = (lambda b, h, qi, kj, lq, lk: (qi + lk - lq - kj).abs() < 200) if masked else None
+    var = kernelgen.Variant(score_mod=snippet, mask_mod=mask_mod, tensors=tensors, name=f"rowpart_{form}")
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=causal, score_mod=ref_mod, mask_mod=ref_mask)
+    out = torch.full((q.shape[0], hq, d), float("nan"), dtype=BF16, device="cuda")
+    o, lse = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), causal=causal,
+                                        return_lse=True, out=out, arch="sm_90a", num_splits=num_splits, variant=var)
+    torch.cuda.synchronize()
+    check(o, lse, ref, ref_lse, BF16)
+    assert "_wgmma" in prepared().attn.name

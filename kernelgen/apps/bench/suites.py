@@ -866,15 +866,19 @@ def fp8_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
 
 # ------------------------------------------------------------------------------- user variants
 #: The user-variant entries of suite ``prefill`` (base names), and the first-call entry (``compile``).
-VARIANT_PREFILL_ENTRIES = ("variant_alibi_prefill_causal_s16k", "variant_softcap_prefill_causal_s16k",
-                           "variant_softcap_approx_prefill_causal_s16k")
+VARIANT_PREFILL_ENTRIES = ("variant_alibi_prefill_causal_s16k", "variant_alibi_float_prefill_causal_s16k",
+                           "variant_softcap_prefill_causal_s16k", "variant_softcap_approx_prefill_causal_s16k")
 VARIANT_COMPILE_ENTRY = "variant_compile_first_call"
 #: Why the variant entries are skipped on a kernelgen without the user-variant API.
 VARIANT_MISSING = "kernelgen has no Variant (branch variant not merged)"
 #: The user score_mods (C++ expressions of kernelgen.Variant; ``score`` is the scaled logit in
 #: natural units, the tensors are flat ``const T*`` pointers): ALiBi as the built-in
 #: ``alibi_slopes`` computes it (bottom-right aligned distance), and a tanh soft-cap at 50.
-VARIANT_ALIBI_SCORE_MOD = "score - slopes[head] * fabsf((float)(q_idx + kv_len - q_len - kv_idx))"
+VARIANT_ALIBI_SCORE_MOD = "score - slopes[head] * kg_abs(q_idx + kv_len - q_len - kv_idx)"
+#: The same ALiBi written on a float cast of the distance: the kernel cannot see that the distance
+#: is never negative below a causal diagonal, nor split the bias into a row part and a key part
+#: (docs/variants.md, "What variants cost").
+VARIANT_ALIBI_FLOAT_SCORE_MOD = "score - slopes[head] * fabsf((float)(q_idx + kv_len - q_len - kv_idx))"
 VARIANT_SOFTCAP = 50.0
 VARIANT_SOFTCAP_SCORE_MOD = "50.f * kg_tanh(score / 50.f)"   # kg_tanh: tanhf is tanh.approx under fast math
 #: The same soft-cap with the hardware tanh approximation (``tanhf`` under fast math: tanh.approx,
@@ -921,6 +925,8 @@ def variant_prefill_entry(settings: Settings, which: str, model: ModelPreset) ->
 
     * ``variant_alibi_prefill_causal_s16k``: ``VARIANT_ALIBI_SCORE_MOD`` with tensors={"slopes":
       slopes} (ALiBi's geometric slopes) against ``alibi_slopes=slopes``;
+    * ``variant_alibi_float_prefill_causal_s16k``: the same with ``VARIANT_ALIBI_FLOAT_SCORE_MOD``
+      (``fabsf`` of a float cast);
     * ``variant_softcap_prefill_causal_s16k``: ``VARIANT_SOFTCAP_SCORE_MOD`` against ``softcap=50``;
     * ``variant_softcap_approx_prefill_causal_s16k``: ``VARIANT_SOFTCAP_APPROX_SCORE_MOD`` (tanh.approx,
       FA4's accuracy) against ``softcap=50``.
@@ -949,10 +955,11 @@ def variant_prefill_entry(settings: Settings, which: str, model: ModelPreset) ->
     outs = [torch.empty(rows, m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
     if alibi:
         slopes = alibi_slopes(m.num_heads_q)
-        variant = Variant(score_mod=VARIANT_ALIBI_SCORE_MOD, mask_mod=None, kv_range=None,
-                          tensors={"slopes": slopes}, name="bench_alibi")
+        mod = VARIANT_ALIBI_FLOAT_SCORE_MOD if which.startswith("variant_alibi_float_") else VARIANT_ALIBI_SCORE_MOD
+        variant = Variant(score_mod=mod, mask_mod=None, kv_range=None, tensors={"slopes": slopes},
+                          name="bench_alibi_float" if mod == VARIANT_ALIBI_FLOAT_SCORE_MOD else "bench_alibi")
         builtin = make_call(outs[0], alibi_slopes=slopes)
-        e["score_mod"] = VARIANT_ALIBI_SCORE_MOD
+        e["score_mod"] = mod
     else:
         slopes = None
         mod = (VARIANT_SOFTCAP_APPROX_SCORE_MOD if which.startswith("variant_softcap_approx_")
