@@ -342,34 +342,37 @@ __device__ __forceinline__ void turn_pass(int cg) {
     block and its loop). -#}
 {% macro block_scores(clamp_kv=True, comment="") -%}
 {% set hoist = v.get("user") and v.user.hoist %}
-{% set user_args = "s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, 1.f" ~ (", roff" if hoist else "") %}
+{% set alibi_roff = v.get("alibi") and v.mask == "causal" and not v.get("user") %}
+{% set apply = "apply_user_hoist" if hoist else "apply_user" %}
+{% set user_args = "s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, " ~ ("score_scale(p), roff" if hoist else "1.f") %}
+{% set nonneg = v.get("user") and v.mask == "causal" and v.user.nonneg and not clamp_kv %}
 if (SOFTCAP) cap_scores(s, p, kd);
-{% if (v.get("alibi") and v.mask == "causal" and not v.get("user")) or hoist -%}
-float roff[1][2];  // the scores come back shifted by roff per row (causal ALiBi: common/alibi.cuh; a score_mod's row part: apply_user)
+{% if alibi_roff or hoist -%}
+float roff[1][2];  // the scores come back shifted by roff per row (causal ALiBi: common/alibi.cuh; a score_mod's row part: apply_user_hoist)
 {% endif -%}
-{% if v.get("alibi") and v.mask == "causal" and not v.get("user") -%}
+{% if hoist -%}
+float ef;          // the factor of the scores' exponent (apply_user_hoist: raw or natural-log units)
+{% endif -%}
+{% if alibi_roff -%}
 apply_alibi_causal(s, alibi_sl, mi, n, row0, 1, cw, lane, roff);
 {% elif v.get("alibi") -%}
 apply_alibi(s, alibi_sl, mi, n, row0, 1, cw, lane);
 {% endif -%}
-{% if v.get("user") and clamp_kv -%}
-apply_user<true, false{{ ", true" if hoist else "" }}>({{ user_args }});  // leaves natural-log logits
-if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
-{% elif v.get("user") and v.mask == "causal" and v.user.nonneg -%}
+{% if nonneg -%}
 // (block n < n_hi - 1: keys in range; below the diagonal every distance is >= 0: kg_abs)
 if (block_needs_mask(mi, n, pos_first, pos_last)) {
-  apply_user<false, false{{ ", true" if hoist else "" }}>({{ user_args }});
+  {{ "ef = " if hoist }}{{ apply }}<false, false>({{ user_args }});
   apply_mask(s, mi, n, row0, 1, cw, lane);
 } else {
-  apply_user<false, true{{ ", true" if hoist else "" }}>({{ user_args }});
+  {{ "ef = " if hoist }}{{ apply }}<false, true>({{ user_args }});
 }
-{% elif v.get("user") -%}
-apply_user<false, false{{ ", true" if hoist else "" }}>({{ user_args }});  // (block n < n_hi - 1: keys in range)
-if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
 {% else -%}
+{% if v.get("user") -%}
+{{ "ef = " if hoist }}{{ apply }}<{{ "true" if clamp_kv else "false" }}>({{ user_args }});  // {{ "leaves natural-log logits or raw ones" if hoist else "leaves natural-log logits" }}{{ "" if clamp_kv else " (block n < n_hi - 1: keys in range)" }}
+{% endif -%}
 if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
 {% endif -%}
-softmax_scores(s, row_max, row_sum, corr, {{ "exp_scale(p)" if v.get("user") else "score_scale(p, kd)" }}{{ ", roff" if (v.get("alibi") and v.mask == "causal" and not v.get("user")) or hoist else "" }});{{ comment }}
+softmax_scores(s, row_max, row_sum, corr, {{ "ef" if hoist else "exp_scale(p)" if v.get("user") else "score_scale(p, kd)" }}{{ ", roff" if alibi_roff or hoist else "" }});{{ comment }}
 {%- endmacro %}
 
 // ptxas orders wgmma.wait_group only against memory operations: it hoists the wait for the previous

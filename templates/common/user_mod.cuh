@@ -176,13 +176,31 @@ __device__ __forceinline__ auto operator-(T b, kg_idx a) {
 // add).  It converts to float implicitly; + - * / with numbers, indices, scores and each other keep
 // the two parts (* and / cost two products; the row parts of a block's keys are computed once when
 // they are equal, which the compiler sees).
+//   Two more forms ride along (compile-time flags; what no one reads is never computed): lazy, col
+// is k * c with k a factor (a per-row value: the slope) and c the key's column (an immediate), as
+// an index times a float gives; rawok, the value is row + scale * rawc with scale the kernel's own
+// softmax_scale (kg_score::orig), as `score -/+ lazy` gives: rawc = raw -/+ (k / scale) * c is one
+// FFMA a logit, and the kernel then folds the scale into the exponent as for plain attention
+// (apply_user_hoist).
 struct kg_rowcol {
   float row, col;
   bool hc;
+  float k, c;   // lazy: col == k * c
+  bool lazy;
+  float rawc;   // rawok: value == row + (the kernel's scale) * rawc
+  bool rawok;
   kg_rowcol() = default;
-  __device__ __forceinline__ kg_rowcol(float r, float c, bool h) : row(r), col(c), hc(h) {}
-  __device__ __forceinline__ explicit kg_rowcol(float v) : row(-0.f), col(v), hc(true) {}
-  __device__ __forceinline__ explicit kg_rowcol(kg_idx x) : row(x.f0), col(x.f1), hc(x.s.f1) {}
+  __device__ __forceinline__ kg_rowcol(float r, float c_, bool h)
+      : row(r), col(c_), hc(h), k(1.f), c(c_), lazy(false), rawc(0.f), rawok(false) {}
+  __device__ __forceinline__ explicit kg_rowcol(float v) : kg_rowcol(-0.f, v, true) {}
+  __device__ __forceinline__ explicit kg_rowcol(kg_idx x) : kg_rowcol(x.f0, x.f1, x.s.f1) {}
+  static __device__ __forceinline__ kg_rowcol scaled(float r, float k, float c, bool h) {   // r + k * c
+    kg_rowcol v(r, h ? k * c : -0.f, h);
+    v.k = k;
+    v.c = c;
+    v.lazy = h;
+    return v;
+  }
   __device__ __forceinline__ operator float() const { return hc ? row + col : row; }
   __device__ __forceinline__ kg_rowcol& operator=(float v) { return *this = kg_rowcol(v); }
   template <class T> __device__ __forceinline__ kg_rowcol& operator+=(T b) { return *this = *this + b; }
@@ -198,15 +216,22 @@ KG_NUM kg_rowcol operator+(kg_rowcol a, T b) { return kg_rowcol(a.row, a.hc ? a.
 KG_NUM kg_rowcol operator+(T b, kg_rowcol a) { return kg_rowcol(a.row, a.hc ? (float)b + a.col : (float)b, true); }
 KG_NUM kg_rowcol operator-(kg_rowcol a, T b) { return kg_rowcol(a.row, a.hc ? a.col - (float)b : -(float)b, true); }
 KG_NUM kg_rowcol operator-(T b, kg_rowcol a) { return kg_rowcol(-a.row, a.hc ? (float)b - a.col : (float)b, true); }
-KG_NUM kg_rowcol operator*(kg_rowcol a, T b) { return kg_rowcol(a.row * (float)b, a.hc ? a.col * (float)b : -0.f, a.hc); }
-KG_NUM kg_rowcol operator*(T b, kg_rowcol a) { return kg_rowcol((float)b * a.row, a.hc ? (float)b * a.col : -0.f, a.hc); }
-KG_NUM kg_rowcol operator/(kg_rowcol a, T b) { return kg_rowcol(a.row / (float)b, a.hc ? a.col / (float)b : -0.f, a.hc); }
+__device__ __forceinline__ kg_rowcol kg_rc_mul(kg_rowcol a, float b) {   // (a lazy product stays one)
+  if (a.lazy) return kg_rowcol::scaled(a.row * b, a.k * b, a.c, true);
+  return kg_rowcol(a.row * b, a.hc ? a.col * b : -0.f, a.hc);
+}
+KG_NUM kg_rowcol operator*(kg_rowcol a, T b) { return kg_rc_mul(a, (float)b); }
+KG_NUM kg_rowcol operator*(T b, kg_rowcol a) { return kg_rc_mul(a, (float)b); }
+KG_NUM kg_rowcol operator/(kg_rowcol a, T b) {
+  if (a.lazy) return kg_rowcol::scaled(a.row / (float)b, a.k / (float)b, a.c, true);
+  return kg_rowcol(a.row / (float)b, a.hc ? a.col / (float)b : -0.f, a.hc);
+}
 #undef KG_NUM
 template <class T, typename kg_enable<kg_kind<T>::value == 3 && !kg_is_num<T>::value>::type = 0>
 __device__ __forceinline__ T operator*(kg_rowcol a, T b) { return (float)a * b; }
 template <class T, typename kg_enable<kg_kind<T>::value == 3 && !kg_is_num<T>::value>::type = 0>
 __device__ __forceinline__ T operator*(T b, kg_rowcol a) { return b * (float)a; }
-__device__ __forceinline__ kg_rowcol operator-(kg_rowcol a) { return kg_rowcol(-a.row, a.hc ? -a.col : -0.f, a.hc); }
+__device__ __forceinline__ kg_rowcol operator-(kg_rowcol a) { return kg_rc_mul(a, -1.f); }
 __device__ __forceinline__ kg_rowcol operator+(kg_rowcol a) { return a; }
 __device__ __forceinline__ kg_rowcol kg_rc_add(kg_rowcol a, kg_rowcol b, bool sub) {
   const float col = !b.hc ? a.col : !a.hc ? (sub ? -b.col : b.col) : (sub ? a.col - b.col : a.col + b.col);
@@ -219,9 +244,7 @@ __device__ __forceinline__ kg_rowcol operator-(kg_rowcol a, kg_idx b) { return k
 __device__ __forceinline__ kg_rowcol operator+(kg_idx a, kg_rowcol b) { return kg_rc_add(kg_rowcol(a), b, false); }
 __device__ __forceinline__ kg_rowcol operator-(kg_idx a, kg_rowcol b) { return kg_rc_add(kg_rowcol(a), b, true); }
 // An index times a float: the two parts (a double: the float copy in double arithmetic)
-__device__ __forceinline__ kg_rowcol kg_idx_times(kg_idx a, float b) {
-  return kg_rowcol(a.f0 * b, a.s.f1 ? a.f1 * b : -0.f, a.s.f1);
-}
+__device__ __forceinline__ kg_rowcol kg_idx_times(kg_idx a, float b) { return kg_rowcol::scaled(a.f0 * b, b, a.f1, a.s.f1); }
 template <class T, typename kg_enable<kg_kind<T>::value == 3>::type = 0>
 __device__ __forceinline__ auto operator*(kg_idx a, T b) {
   if constexpr (sizeof(T) == sizeof(float)) return kg_idx_times(a, b);
@@ -246,29 +269,30 @@ __device__ __forceinline__ T operator/(T b, kg_idx a) { return b / a.fl(); }
 struct kg_score {
   float raw;    // the logit before its scale
   float scale;  // raw * scale == the float value
+  bool orig;    // scale is the kernel's own (compile-time: the score as the kernel passed it, times nothing)
   kg_score() = default;
-  __device__ __forceinline__ kg_score(float raw_, float scale_) : raw(raw_), scale(scale_) {}
+  __device__ __forceinline__ kg_score(float raw_, float scale_, bool orig_ = false) : raw(raw_), scale(scale_), orig(orig_) {}
   // An integer converts to a kg_score as well as a kg_score to an integer (through float), so that
   // `c ? score : 0` is ambiguous (a compile error) instead of a conditional of type int that
   // truncates the score (write `0.f`).
   template <class T, typename kg_enable<kg_kind<T>::value == 1 || kg_kind<T>::value == 2>::type = 0>
-  __device__ __forceinline__ kg_score(T v) : raw((float)v), scale(1.f) {}
+  __device__ __forceinline__ kg_score(T v) : raw((float)v), scale(1.f), orig(false) {}
   __device__ __forceinline__ operator float() const { return raw * scale; }
   template <class T, typename kg_enable<kg_kind<T>::value != 0>::type = 0>
-  __device__ __forceinline__ kg_score& operator=(T v) { raw = (float)v; scale = 1.f; return *this; }
-  __device__ __forceinline__ kg_score& operator=(kg_idx v) { raw = v.fl(); scale = 1.f; return *this; }
-  template <class T> __device__ __forceinline__ kg_score& operator+=(T b) { raw = (float)*this + b; scale = 1.f; return *this; }
-  template <class T> __device__ __forceinline__ kg_score& operator-=(T b) { raw = (float)*this - b; scale = 1.f; return *this; }
+  __device__ __forceinline__ kg_score& operator=(T v) { raw = (float)v; scale = 1.f; orig = false; return *this; }
+  __device__ __forceinline__ kg_score& operator=(kg_idx v) { raw = v.fl(); scale = 1.f; orig = false; return *this; }
+  template <class T> __device__ __forceinline__ kg_score& operator+=(T b) { raw = (float)*this + b; scale = 1.f; orig = false; return *this; }
+  template <class T> __device__ __forceinline__ kg_score& operator-=(T b) { raw = (float)*this - b; scale = 1.f; orig = false; return *this; }
   template <class T, typename kg_enable<kg_kind<T>::value != 0>::type = 0>
-  __device__ __forceinline__ kg_score& operator*=(T b) { scale *= (float)b; return *this; }
+  __device__ __forceinline__ kg_score& operator*=(T b) { scale *= (float)b; orig = false; return *this; }
   template <class T, typename kg_enable<kg_kind<T>::value != 0>::type = 0>
-  __device__ __forceinline__ kg_score& operator/=(T b) { scale /= (float)b; return *this; }
-  __device__ __forceinline__ kg_score& operator*=(kg_idx b) { scale *= b.fl(); return *this; }
-  __device__ __forceinline__ kg_score& operator/=(kg_idx b) { scale /= b.fl(); return *this; }
-  __device__ __forceinline__ kg_score& operator*=(kg_score b) { scale *= (float)b; return *this; }
-  __device__ __forceinline__ kg_score& operator/=(kg_score b) { scale /= (float)b; return *this; }
-  __device__ __forceinline__ kg_score& operator++() { raw = (float)*this + 1.f; scale = 1.f; return *this; }
-  __device__ __forceinline__ kg_score& operator--() { raw = (float)*this - 1.f; scale = 1.f; return *this; }
+  __device__ __forceinline__ kg_score& operator/=(T b) { scale /= (float)b; orig = false; return *this; }
+  __device__ __forceinline__ kg_score& operator*=(kg_idx b) { scale *= b.fl(); orig = false; return *this; }
+  __device__ __forceinline__ kg_score& operator/=(kg_idx b) { scale /= b.fl(); orig = false; return *this; }
+  __device__ __forceinline__ kg_score& operator*=(kg_score b) { scale *= (float)b; orig = false; return *this; }
+  __device__ __forceinline__ kg_score& operator/=(kg_score b) { scale /= (float)b; orig = false; return *this; }
+  __device__ __forceinline__ kg_score& operator++() { raw = (float)*this + 1.f; scale = 1.f; orig = false; return *this; }
+  __device__ __forceinline__ kg_score& operator--() { raw = (float)*this - 1.f; scale = 1.f; orig = false; return *this; }
   __device__ __forceinline__ float operator++(int) { const float t = *this; ++*this; return t; }
   __device__ __forceinline__ float operator--(int) { const float t = *this; --*this; return t; }
 };
@@ -291,11 +315,20 @@ KG_SCORE_ONLY float operator-(S a, kg_idx b) { return (float)a - b.fl(); }
 KG_SCORE_ONLY float operator-(kg_idx b, S a) { return b.fl() - (float)a; }
 KG_SCORE_ONLY S operator-(S a) { return kg_score{a.raw, -a.scale}; }
 KG_SCORE_ONLY S operator+(S a) { return a; }
-// the score and a kg_rowcol: raw * scale +- col in one FFMA, the row part kept apart
-KG_SCORE_ONLY kg_rowcol operator+(S a, kg_rowcol b) { return kg_rowcol(b.row, b.hc ? fmaf(a.raw, a.scale, b.col) : (float)a, true); }
-KG_SCORE_ONLY kg_rowcol operator+(kg_rowcol b, S a) { return kg_rowcol(b.row, b.hc ? fmaf(a.raw, a.scale, b.col) : (float)a, true); }
-KG_SCORE_ONLY kg_rowcol operator-(S a, kg_rowcol b) { return kg_rowcol(-b.row, b.hc ? fmaf(a.raw, a.scale, -b.col) : (float)a, true); }
-KG_SCORE_ONLY kg_rowcol operator-(kg_rowcol b, S a) { return kg_rowcol(b.row, b.hc ? fmaf(-a.raw, a.scale, b.col) : -(float)a, true); }
+// the score and a kg_rowcol: raw * scale +- col in one FFMA, the row part kept apart; with the
+// kernel's own scale and a lazy product also as raw -/+ (k / scale) * c (kg_rowcol's rawok form)
+__device__ __forceinline__ kg_rowcol kg_score_rc(kg_score a, kg_rowcol b, float sa, float sb) {   // sa a + sb b
+  kg_rowcol r(sb * b.row, b.hc ? fmaf(sa * a.raw, a.scale, sb * b.col) : sa * (float)a, true);
+  if (a.orig && (b.lazy || !b.hc)) {
+    r.rawc = b.hc ? fmaf(sb * (b.k / a.scale), b.c, sa * a.raw) : sa * a.raw;
+    r.rawok = true;
+  }
+  return r;
+}
+KG_SCORE_ONLY kg_rowcol operator+(S a, kg_rowcol b) { return kg_score_rc(a, b, 1.f, 1.f); }
+KG_SCORE_ONLY kg_rowcol operator+(kg_rowcol b, S a) { return kg_score_rc(a, b, 1.f, 1.f); }
+KG_SCORE_ONLY kg_rowcol operator-(S a, kg_rowcol b) { return kg_score_rc(a, b, 1.f, -1.f); }
+KG_SCORE_ONLY kg_rowcol operator-(kg_rowcol b, S a) { return kg_score_rc(a, b, -1.f, 1.f); }
 #undef KG_SCORE_ONLY
 
 // Helpers a snippet may call.
@@ -363,12 +396,17 @@ __device__ __forceinline__ float kg_exp(kg_idx x) { return expf(x.fl()); }
 // What a score_mod returns, value row + col: a float, the score, an index or a kg_rowcol (whose row
 // part the kernel may take out of the exponent, apply_user<.., HOIST>); row is -0.f (nothing) but
 // for a kg_rowcol or an index.
+// raw: col is in the units of the kernel's raw logits (value = row + scale * col): the score as the
+// kernel passed it, or a kg_rowcol's rawok form.
 struct kg_ret {
   float row, col;
-  __device__ __forceinline__ kg_ret(float v) : row(-0.f), col(v) {}
-  __device__ __forceinline__ kg_ret(kg_score v) : row(-0.f), col((float)v) {}
-  __device__ __forceinline__ kg_ret(kg_rowcol v) : row(v.row), col(v.hc ? v.col : -0.f) {}
-  __device__ __forceinline__ kg_ret(kg_idx v) : row(v.f0), col(v.f1) {}
+  bool raw;
+  kg_ret() = default;
+  __device__ __forceinline__ kg_ret(float v) : row(-0.f), col(v), raw(false) {}
+  __device__ __forceinline__ kg_ret(kg_score v) : row(-0.f), col(v.orig ? v.raw : (float)v), raw(v.orig) {}
+  __device__ __forceinline__ kg_ret(kg_rowcol v) : row(v.row), col(v.rawok ? v.rawc : v.hc ? v.col : -0.f), raw(v.rawok) {}
+  __device__ __forceinline__ kg_ret(kg_idx v) : row(v.f0), col(v.f1), raw(false) {}
+  __device__ __forceinline__ float natural(float scale) const { return row + (raw ? col * scale : col); }
 };
 
 {% if u.score_mod is not none %}
@@ -434,27 +472,30 @@ __device__ __forceinline__ bool user_keep(const AttnParams& p, const UserTile& u
 {% endif %}
 }
 
-// One logit x (in units whose natural-log value is x * to_nat) through mask_mod and score_mod, as
-// score_mod's two parts (kg_ret: row + col, natural-log units); a masked pair is {-0.f, -inf} and
-// never runs the score_mod (its reads may rely on the mask).  Without a score_mod: {-0.f, x}, x's
-// units unchanged.
-__device__ __forceinline__ kg_ret user_logit_parts(const AttnParams& p, const UserTile& ut, int head, kg_idx q_idx,
-                                                   kg_idx kv_idx, float x, float to_nat) {
-  if (USER_MASK && !user_keep(p, ut, head, q_idx, kv_idx)) return kg_ret(-KG_INF);
-{% if u.score_mod is not none %}
-  return kg_user_score_mod(kg_score{x, to_nat}, ut.b, head, ut.kv_head, q_idx, kv_idx, ut.q_len_x, ut.kv_len_x, ut.q_offset_x
-                           {%- for n, t in u.tensors %}, reinterpret_cast<const {{ t }}*>(p.user{{ loop.index0 }}){% endfor %});
-{% else %}
-  return kg_ret(x);
-{% endif %}
-}
-
-// The same as one float in x's units (from_nat = 1 / to_nat).
+// One logit x (in units whose natural-log value is x * to_nat) through mask_mod and score_mod; the
+// result in the same units (from_nat = 1 / to_nat).  A masked pair never runs the score_mod (its
+// reads may rely on the mask).
 __device__ __forceinline__ float user_logit(const AttnParams& p, const UserTile& ut, int head, kg_idx q_idx,
                                             kg_idx kv_idx, float x, float to_nat, float from_nat) {
-  const kg_ret r = user_logit_parts(p, ut, head, q_idx, kv_idx, x, to_nat);
-  return USER_SCORE ? (r.row + r.col) * from_nat : r.col;
+  if (USER_MASK && !user_keep(p, ut, head, q_idx, kv_idx)) return -KG_INF;
+{% if u.score_mod is not none %}
+  const kg_ret r = kg_user_score_mod(kg_score(x, to_nat, true), ut.b, head, ut.kv_head, q_idx, kv_idx, ut.q_len_x,
+                                     ut.kv_len_x, ut.q_offset_x
+                                     {%- for n, t in u.tensors %}, reinterpret_cast<const {{ t }}*>(p.user{{ loop.index0 }}){% endfor %});
+  x = r.natural(to_nat) * from_nat;
+{% endif %}
+  return x;
 }
+
+{% if u.score_mod is not none %}
+// The score_mod's result as its parts (kg_ret), for apply_user_hoist (no mask_mod there).
+__device__ __forceinline__ kg_ret user_logit_parts(const AttnParams& p, const UserTile& ut, int head, kg_idx q_idx,
+                                                   kg_idx kv_idx, float x, float to_nat) {
+  return kg_user_score_mod(kg_score(x, to_nat, true), ut.b, head, ut.kv_head, q_idx, kv_idx, ut.q_len_x, ut.kv_len_x,
+                           ut.q_offset_x
+                           {%- for n, t in u.tensors %}, reinterpret_cast<const {{ t }}*>(p.user{{ loop.index0 }}){% endfor %});
+}
+{% endif %}
 
 // The key blocks [n_lo, n_hi) of a tile narrowed to those meeting the user's kv_range for its query
 // positions [q_lo, q_hi) (before the split-KV division: splits share the narrowed range).  An
@@ -477,6 +518,32 @@ __device__ __forceinline__ void user_block_range(const AttnParams& p, const User
 {% endif %}
 }
 
+// The indices of fragment element (mt, h, nt, e): query row r's position (clamped to the last
+// row) and the key (clamped to the last key unless CLAMP_KV is false); kg_sym facts as documented
+// there (NONNEG: the caller knows every pair of the block has a non-negative bottom-right distance).
+struct UserBlock {
+  int col0;
+  float col0_f, kv_last_c;
+};
+__device__ __forceinline__ UserBlock user_block(const UserTile& ut, int n, int lane) {
+  UserBlock ub;
+  ub.col0 = n * BN + 2 * (lane & 3);
+  ub.col0_f = (float)(n * BN) + (float)(2 * (lane & 3));
+  ub.kv_last_c = (ut.kv_len_x.f0 - 1.f) - ub.col0_f;   // the last key's column from col0 (clamped blocks)
+  return ub;
+}
+template <bool NONNEG>
+__device__ __forceinline__ kg_idx user_q_idx(const UserTile& ut, int pos) {
+  const int qi = min(pos, ut.q_len - 1);
+  return kg_idx(qi, (float)qi, -0.f, kg_sym{1, 0, 0, 0, true, false, NONNEG});
+}
+template <bool CLAMP_KV, bool NONNEG>
+__device__ __forceinline__ kg_idx user_kv_idx(const UserTile& ut, const UserBlock& ub, int c) {
+  if (CLAMP_KV)
+    return kg_idx(min(ub.col0 + c, ut.kv_len - 1), ub.col0_f, fminf((float)c, ub.kv_last_c), kg_sym{0, 1, 0, 0, false, true, false});
+  return kg_idx(ub.col0 + c, ub.col0_f, (float)c, kg_sym{0, 1, 0, 0, true, true, NONNEG});
+}
+
 // mask_mod / score_mod on a block of scores in the m16 fragment layout (apply_mask's: rows
 // row0 + warp * WM + mt * 16 + g + 8 h, keys n * BN + nt * 8 + 2 tq + e).  Out-of-range elements
 // (padding rows, keys at or past kv_len) get the snippets at clamped indices (the last query row,
@@ -485,61 +552,87 @@ __device__ __forceinline__ void user_block_range(const AttnParams& p, const User
 // their results never count (apply_mask then masks keys past kv_len; padding rows are not stored).
 // CLAMP_KV false: the caller knows every key of block n is below kv_len (a tile's key blocks but its
 // last), so the keys go unclamped.  The keys' float copies: one add a column from the block's base.
-// NONNEG: the caller knows every (query, key) pair of the block has a non-negative bottom-right
-// distance (a causal kernel's block below the diagonal; kg_abs uses it).
-// HOIST (the Hopper path, whose softmax_scores takes a row offset): the row part of each row's
-// results (kg_ret.row) leaves the scores: s = col + (row - the first key's row), which is s = col
-// where the compiler sees the row parts equal (a score_mod from indices' float copies times
-// per-row values: ALiBi); roff[mt][h] = -the first key's row, so the scores come back as the true
-// logits plus roff (softmax_scores takes roff off the max and the exponent once a row; as causal
-// ALiBi's apply_alibi_causal).  The equality is tested on the bits (folded when both are one
-// value); unequal parts are added back, so any score_mod stays exact.  Not with a mask_mod: a
-// masked pair skips the score_mod, so its row part is not the others' (roff = 0 then).
-template <bool CLAMP_KV = true, bool NONNEG = false, bool HOIST = false>
+// NONNEG: every pair of the block has a non-negative bottom-right distance (kg_abs uses it).
+template <bool CLAMP_KV = true, bool NONNEG = false>
 __device__ __forceinline__ void apply_user(float (&s)[MT][BN / 8][4], const AttnParams& p, const UserTile& ut, int n,
-                                           int row0, int qpk, int warp, int lane, float to_nat, float from_nat,
-                                           float (&roff)[MT][2]) {
-  const int g = lane >> 2, tq = lane & 3;
-  const int col0 = n * BN + 2 * tq;
-  const float col0_f = (float)(n * BN) + (float)(2 * tq);
-  const float kv_last_c = (ut.kv_len_x.f0 - 1.f) - col0_f;   // the last key's column from col0 (clamped blocks)
+                                           int row0, int qpk, int warp, int lane, float to_nat, float from_nat) {
+  const UserBlock ub = user_block(ut, n, lane);
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int r = row0 + warp * WM + mt * 16 + g + 8 * h;
+      const int r = row0 + warp * WM + mt * 16 + (lane >> 2) + 8 * h;
       const int pos = row_position(r, qpk);
       const int head = PACK_GQA ? ut.kv_head * qpk + (r - pos * qpk) : ut.head;
-      const int qi = min(pos, ut.q_len - 1);
-      const kg_idx q_idx(qi, (float)qi, -0.f, kg_sym{1, 0, 0, 0, true, false, NONNEG});
-      float row_first = -0.f;
+      const kg_idx q_idx = user_q_idx<NONNEG>(ut, pos);
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int c = nt * 8 + e;
-          const kg_idx kv_idx = CLAMP_KV ? kg_idx(min(col0 + c, ut.kv_len - 1), col0_f, fminf((float)c, kv_last_c),
-                                                  kg_sym{0, 1, 0, 0, false, true, false})
-                                         : kg_idx(col0 + c, col0_f, (float)c, kg_sym{0, 1, 0, 0, true, true, NONNEG});
           float& x = s[mt][nt][2 * h + e];
-          if (!HOIST || !USER_SCORE || USER_MASK) {
-            x = user_logit(p, ut, head, q_idx, kv_idx, x, to_nat, from_nat);
-            continue;
-          }
-          const kg_ret rr = user_logit_parts(p, ut, head, q_idx, kv_idx, x, to_nat);
-          if (c == 0) {
-            row_first = rr.row;
-            x = rr.col * from_nat;
-          } else {
-            x = (__float_as_uint(rr.row) == __float_as_uint(row_first) ? rr.col : rr.col + (rr.row - row_first)) * from_nat;
-          }
+          x = user_logit(p, ut, head, q_idx, user_kv_idx<CLAMP_KV, NONNEG>(ut, ub, nt * 8 + e), x, to_nat, from_nat);
         }
-      roff[mt][h] = HOIST && USER_SCORE && !USER_MASK ? -row_first * from_nat : 0.f;
     }
 }
+
+{% if u.score_mod is not none and u.mask_mod is none %}
+// apply_user on the Hopper path, whose softmax_scores takes a row offset and an exponent factor
+// (score_mod without mask_mod).  The score_mod's results (kg_ret) leave the scores in two ways:
+// - the row part: s = col + (row - the first key's row), which is s = col where the compiler sees
+//   a row's parts equal (a score_mod built from the indices' float copies times per-row values:
+//   ALiBi); roff[mt][h] = -the first key's row (in the scores' units), so the scores come back as
+//   the true logits plus roff and softmax_scores takes roff off the max and the exponent once a
+//   row (causal ALiBi's identity, common/alibi.cuh, for any snippet).  The equality is tested on
+//   the bits, folded when both are one value; unequal parts are added back, so any score_mod stays
+//   exact.
+// - the scale: when every result is in raw units (kg_ret::raw: the score as passed, or
+//   `score -/+ an index times a per-row value`), the scores stay raw and the function returns the
+//   exponent factor of plain attention (score_scale); otherwise it converts them to natural-log
+//   units (USER_LOG2E).  Decided at compile time for the usual snippets (a snippet whose returns
+//   differ in kind at run time takes both paths).
+// Returns the factor softmax_scores applies to the block's scores.
 template <bool CLAMP_KV = true, bool NONNEG = false>
-__device__ __forceinline__ void apply_user(float (&s)[MT][BN / 8][4], const AttnParams& p, const UserTile& ut, int n,
-                                           int row0, int qpk, int warp, int lane, float to_nat, float from_nat) {
-  float roff[MT][2];
-  apply_user<CLAMP_KV, NONNEG, false>(s, p, ut, n, row0, qpk, warp, lane, to_nat, from_nat, roff);
+__device__ __forceinline__ float apply_user_hoist(float (&s)[MT][BN / 8][4], const AttnParams& p, const UserTile& ut,
+                                                  int n, int row0, int qpk, int warp, int lane, float to_nat,
+                                                  float raw_factor, float (&roff)[MT][2]) {
+  const UserBlock ub = user_block(ut, n, lane);
+  kg_ret rr[MT][BN / 8][4];
+  bool raw = true;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = row0 + warp * WM + mt * 16 + (lane >> 2) + 8 * h;
+      const int pos = row_position(r, qpk);
+      const int head = PACK_GQA ? ut.kv_head * qpk + (r - pos * qpk) : ut.head;
+      const kg_idx q_idx = user_q_idx<NONNEG>(ut, pos);
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          kg_ret& q = rr[mt][nt][2 * h + e];
+          q = user_logit_parts(p, ut, head, q_idx, user_kv_idx<CLAMP_KV, NONNEG>(ut, ub, nt * 8 + e), s[mt][nt][2 * h + e],
+                               to_nat);
+          raw = raw && q.raw;
+        }
+    }
+  const float inv = raw ? 1.f / to_nat : 1.f;   // the row parts into the scores' units
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float row_first = rr[mt][0][2 * h].row;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const kg_ret& q = rr[mt][nt][2 * h + e];
+          const float col = raw || !q.raw ? q.col : q.col * to_nat;
+          s[mt][nt][2 * h + e] =
+              __float_as_uint(q.row) == __float_as_uint(row_first) ? col : col + (q.row - row_first) * inv;
+        }
+      roff[mt][h] = -row_first * inv;
+    }
+  return raw ? raw_factor : USER_LOG2E;
 }
+{% endif %}
