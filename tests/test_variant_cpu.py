@@ -519,7 +519,7 @@ def test_alibi_score_mod_on_indices_costs_one_ffma_a_logit_below_the_diagonal():
     its key's column, no add for the distance and no product (common/user_mod.cuh: kg_rowcol,
     apply_user_hoist, NONNEG).  With fabsf on a float cast it takes the distance, the product and
     the FFMA per logit (1.07-1.14x the built-in's time on the H200); ``return score;`` costs what
-    the plain kernel does.  Counts over the whole kernel: the peeled (last, clamped) key block, the
+    the plain kernel does, and ``50.f * tanhf(score / 50.f)`` one multiply a logit besides the tanh.  Counts over the whole kernel: the peeled (last, clamped) key block, the
     loop's block and, with kg_abs, the loop's masked (diagonal) block."""
     kw = dict(num_heads_q=32, num_heads_kv=8, mask="causal", max_seqlen_q=16384, max_seqlen_k=16384)
     ops = ("FFMA", "FADD", "FMUL", "HGMMA")
@@ -536,6 +536,7 @@ def test_alibi_score_mod_on_indices_costs_one_ffma_a_logit_below_the_diagonal():
     linear, _ = counts("score - slopes[head] * (q_idx + kv_len - q_len - kv_idx)")
     absd, spec = counts("score - slopes[head] * kg_abs(q_idx + kv_len - q_len - kv_idx)")
     floatd, _ = counts("score - slopes[head] * fabsf((float)(q_idx + kv_len - q_len - kv_idx))")
+    capped, _ = counts("50.f * tanhf(score / 50.f)")
     assert "apply_user_hoist<false, true>" in render.render(spec)      # the below-diagonal instance
     per_block = 64                                                     # logits a thread a key block
     assert builtin["HGMMA"] == linear["HGMMA"] == absd["HGMMA"] > 0
@@ -549,6 +550,8 @@ def test_alibi_score_mod_on_indices_costs_one_ffma_a_logit_below_the_diagonal():
     assert absd["FADD"] <= builtin["FADD"] + 2 * per_block + 16, (absd, builtin)
     assert absd["FFMA"] <= builtin["FFMA"] + per_block + 8, (absd, builtin)
     assert floatd["FADD"] >= builtin["FADD"] + 2 * per_block and floatd["FMUL"] >= builtin["FMUL"] + per_block
+    # FA4's soft-cap score_mod: the cap stays a scale (one multiply a logit, raw * scale / 50, not two)
+    assert capped["FMUL"] <= plain["FMUL"] + 2 * per_block + 8, (capped, plain)
 
 
 _INDEX_FORMS = """

@@ -178,20 +178,20 @@ __device__ __forceinline__ auto operator-(T b, kg_idx a) {
 // they are equal, which the compiler sees).
 //   Two more forms ride along (compile-time flags; what no one reads is never computed): lazy, col
 // is k * c with k a factor (a per-row value: the slope) and c the key's column (an immediate), as
-// an index times a float gives; rawok, the value is row + scale * rawc with scale the kernel's own
-// softmax_scale (kg_score::orig), as `score -/+ lazy` gives: rawc = raw -/+ (k / scale) * c is one
-// FFMA a logit, and the kernel then folds the scale into the exponent as for plain attention
-// (apply_user_hoist).
+// an index times a float gives; rawok, the value is row + rfac * rawc with rfac the score's scale,
+// as `score -/+ lazy` gives: rawc = raw -/+ (k / scale) * c is one FFMA a logit, and the kernel
+// then folds the scale into the exponent as for plain attention (apply_user_hoist).
 struct kg_rowcol {
   float row, col;
   bool hc;
   float k, c;   // lazy: col == k * c
   bool lazy;
-  float rawc;   // rawok: value == row + (the kernel's scale) * rawc
-  bool rawok;
+  float rawc;   // rawok: value == row + rfac * rawc (rpos: rfac is the kernel's scale, > 0)
+  float rfac;
+  bool rawok, rpos;
   kg_rowcol() = default;
   __device__ __forceinline__ kg_rowcol(float r, float c_, bool h)
-      : row(r), col(c_), hc(h), k(1.f), c(c_), lazy(false), rawc(0.f), rawok(false) {}
+      : row(r), col(c_), hc(h), k(1.f), c(c_), lazy(false), rawc(0.f), rfac(1.f), rawok(false), rpos(false) {}
   __device__ __forceinline__ explicit kg_rowcol(float v) : kg_rowcol(-0.f, v, true) {}
   __device__ __forceinline__ explicit kg_rowcol(kg_idx x) : kg_rowcol(x.f0, x.f1, x.s.f1) {}
   static __device__ __forceinline__ kg_rowcol scaled(float r, float k, float c, bool h) {   // r + k * c
@@ -315,16 +315,23 @@ KG_SCORE_ONLY float operator-(S a, kg_idx b) { return (float)a - b.fl(); }
 KG_SCORE_ONLY float operator-(kg_idx b, S a) { return b.fl() - (float)a; }
 KG_SCORE_ONLY S operator-(S a) { return kg_score{a.raw, -a.scale}; }
 KG_SCORE_ONLY S operator+(S a) { return a; }
-// the score and a kg_rowcol: raw * scale +- col in one FFMA, the row part kept apart; with the
-// kernel's own scale and a lazy product also as raw -/+ (k / scale) * c (kg_rowcol's rawok form)
+// the score and a kg_rowcol: raw * scale +- col in one FFMA, the row part kept apart; with a lazy
+// product also as raw -/+ (k / scale) * c in the score's units (kg_rowcol's rawok form)
 __device__ __forceinline__ kg_rowcol kg_score_rc(kg_score a, kg_rowcol b, float sa, float sb) {   // sa a + sb b
   kg_rowcol r(sb * b.row, b.hc ? fmaf(sa * a.raw, a.scale, sb * b.col) : sa * (float)a, true);
-  if (a.orig && (b.lazy || !b.hc)) {
+  if (b.lazy || !b.hc) {
     r.rawc = b.hc ? fmaf(sb * (b.k / a.scale), b.c, sa * a.raw) : sa * a.raw;
+    r.rfac = a.scale;
     r.rawok = true;
+    r.rpos = a.orig;
   }
   return r;
 }
+// tanh of a score: a score of scale 1, so that `cap * tanhf(score / cap)` keeps the cap as a scale
+// (apply_user_hoist folds it into the exponent: FlashAttention-4's soft-cap score_mod costs that
+// multiply per logit)
+using ::tanhf;   // (the float overloads stay visible next to this one)
+__device__ __forceinline__ kg_score tanhf(kg_score x) { return kg_score(::tanhf((float)x), 1.f); }
 KG_SCORE_ONLY kg_rowcol operator+(S a, kg_rowcol b) { return kg_score_rc(a, b, 1.f, 1.f); }
 KG_SCORE_ONLY kg_rowcol operator+(kg_rowcol b, S a) { return kg_score_rc(a, b, 1.f, 1.f); }
 KG_SCORE_ONLY kg_rowcol operator-(S a, kg_rowcol b) { return kg_score_rc(a, b, 1.f, -1.f); }
@@ -388,6 +395,7 @@ __device__ __forceinline__ kg_idx kg_abs(kg_idx x) {
   return kg_idx(abs(x.i), -0.f, fabsf(x.fl()), kg_sym{0, 0, 0, 0, false, true, x.s.nn});
 }
 __device__ __forceinline__ float kg_tanh(float x) { return tanh_ex2(x); }  // about 1e-7 (tanhf: tanh.approx)
+__device__ __forceinline__ kg_score kg_tanh(kg_score x) { return kg_score(tanh_ex2((float)x), 1.f); }  // (see tanhf)
 __device__ __forceinline__ float kg_log(float x) { return logf(x); }
 __device__ __forceinline__ float kg_log(kg_idx x) { return logf(x.fl()); }
 __device__ __forceinline__ float kg_exp(float x) { return expf(x); }
@@ -396,17 +404,18 @@ __device__ __forceinline__ float kg_exp(kg_idx x) { return expf(x.fl()); }
 // What a score_mod returns, value row + col: a float, the score, an index or a kg_rowcol (whose row
 // part the kernel may take out of the exponent, apply_user<.., HOIST>); row is -0.f (nothing) but
 // for a kg_rowcol or an index.
-// raw: col is in the units of the kernel's raw logits (value = row + scale * col): the score as the
-// kernel passed it, or a kg_rowcol's rawok form.
+// raw: value = row + fac * col, col in the units of a score (a kg_score returned, or a kg_rowcol's
+// rawok form; pos: fac is the kernel's own scale, known > 0); else value = row + col.
 struct kg_ret {
-  float row, col;
-  bool raw;
+  float row, col, fac;
+  bool raw, pos;
   kg_ret() = default;
-  __device__ __forceinline__ kg_ret(float v) : row(-0.f), col(v), raw(false) {}
-  __device__ __forceinline__ kg_ret(kg_score v) : row(-0.f), col(v.orig ? v.raw : (float)v), raw(v.orig) {}
-  __device__ __forceinline__ kg_ret(kg_rowcol v) : row(v.row), col(v.rawok ? v.rawc : v.hc ? v.col : -0.f), raw(v.rawok) {}
-  __device__ __forceinline__ kg_ret(kg_idx v) : row(v.f0), col(v.f1), raw(false) {}
-  __device__ __forceinline__ float natural(float scale) const { return row + (raw ? col * scale : col); }
+  __device__ __forceinline__ kg_ret(float v) : row(-0.f), col(v), fac(1.f), raw(false), pos(false) {}
+  __device__ __forceinline__ kg_ret(kg_score v) : row(-0.f), col(v.raw), fac(v.scale), raw(true), pos(v.orig) {}
+  __device__ __forceinline__ kg_ret(kg_rowcol v)
+      : row(v.row), col(v.rawok ? v.rawc : v.hc ? v.col : -0.f), fac(v.rfac), raw(v.rawok), pos(v.rpos) {}
+  __device__ __forceinline__ kg_ret(kg_idx v) : row(v.f0), col(v.f1), fac(1.f), raw(false), pos(false) {}
+  __device__ __forceinline__ float natural() const { return row + (raw ? col * fac : col); }
 };
 
 {% if u.score_mod is not none %}
@@ -482,7 +491,7 @@ __device__ __forceinline__ float user_logit(const AttnParams& p, const UserTile&
   const kg_ret r = kg_user_score_mod(kg_score(x, to_nat, true), ut.b, head, ut.kv_head, q_idx, kv_idx, ut.q_len_x,
                                      ut.kv_len_x, ut.q_offset_x
                                      {%- for n, t in u.tensors %}, reinterpret_cast<const {{ t }}*>(p.user{{ loop.index0 }}){% endfor %});
-  x = r.natural(to_nat) * from_nat;
+  x = r.natural() * from_nat;
 {% endif %}
   return x;
 }
@@ -585,16 +594,18 @@ __device__ __forceinline__ void apply_user(float (&s)[MT][BN / 8][4], const Attn
 //   row (causal ALiBi's identity, common/alibi.cuh, for any snippet).  The equality is tested on
 //   the bits, folded when both are one value; unequal parts are added back, so any score_mod stays
 //   exact.
-// - the scale: when every result is in raw units (kg_ret::raw: the score as passed, or
-//   `score -/+ an index times a per-row value`), the scores stay raw and the function returns the
-//   exponent factor of plain attention (score_scale); otherwise it converts them to natural-log
-//   units (USER_LOG2E).  Decided at compile time for the usual snippets (a snippet whose returns
-//   differ in kind at run time takes both paths).
+// - the scale: when every result is in a score's units with one positive factor (kg_ret::raw:
+//   the score as passed, `score -/+ an index times a per-row value`, `cap * tanhf(score / cap)`),
+//   the scores stay in those units and the factor goes into the exponent (softmax_scores folds a
+//   positive factor into the row max, as plain attention does with its scale); otherwise they are
+//   converted to natural-log units.  The test folds at compile time for the usual snippets (the
+//   kernel's own scale is known positive; a constant cap is); a factor known only at run time
+//   takes the test at run time, both forms compiled.
 // Returns the factor softmax_scores applies to the block's scores.
 template <bool CLAMP_KV = true, bool NONNEG = false>
 __device__ __forceinline__ float apply_user_hoist(float (&s)[MT][BN / 8][4], const AttnParams& p, const UserTile& ut,
                                                   int n, int row0, int qpk, int warp, int lane, float to_nat,
-                                                  float raw_factor, float (&roff)[MT][2]) {
+                                                  float (&roff)[MT][2]) {
   const UserBlock ub = user_block(ut, n, lane);
   kg_ret rr[MT][BN / 8][4];
   bool raw = true;
@@ -613,10 +624,12 @@ __device__ __forceinline__ float apply_user_hoist(float (&s)[MT][BN / 8][4], con
           kg_ret& q = rr[mt][nt][2 * h + e];
           q = user_logit_parts(p, ut, head, q_idx, user_kv_idx<CLAMP_KV, NONNEG>(ut, ub, nt * 8 + e), s[mt][nt][2 * h + e],
                                to_nat);
-          raw = raw && q.raw;
+          raw = raw && q.raw && __float_as_uint(q.fac) == __float_as_uint(rr[0][0][0].fac);
         }
     }
-  const float inv = raw ? 1.f / to_nat : 1.f;   // the row parts into the scores' units
+  const float fac = rr[0][0][0].fac;
+  raw = raw && (rr[0][0][0].pos || fac > 0.f);
+  const float inv = raw ? 1.f / fac : 1.f;   // the row parts into the scores' units
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -627,12 +640,12 @@ __device__ __forceinline__ float apply_user_hoist(float (&s)[MT][BN / 8][4], con
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const kg_ret& q = rr[mt][nt][2 * h + e];
-          const float col = raw || !q.raw ? q.col : q.col * to_nat;
+          const float col = raw || !q.raw ? q.col : q.col * q.fac;
           s[mt][nt][2 * h + e] =
               __float_as_uint(q.row) == __float_as_uint(row_first) ? col : col + (q.row - row_first) * inv;
         }
       roff[mt][h] = -row_first * inv;
     }
-  return raw ? raw_factor : USER_LOG2E;
+  return raw ? fac * USER_LOG2E : USER_LOG2E;
 }
 {% endif %}

@@ -287,7 +287,8 @@ def _row_part_forms(hq, kmax):
     g = torch.Generator().manual_seed(21)
     slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / hq) for h in range(hq)])[torch.randperm(hq, generator=g)]
     w = torch.rand(kmax, generator=g) * 0.02
-    sl, wd = slopes.double(), w.double()
+    temp = 0.5 + torch.rand(hq, generator=g)
+    sl, wd, td = slopes.double(), w.double(), temp.double()
     d_ = lambda qi, kj, lq, lk: qi + lk - lq - kj   # noqa: E731  (bottom-right distance)
     return {
         # linear ALiBi: equal to the built-in under a causal mask (the distance is never negative there)
@@ -308,16 +309,23 @@ def _row_part_forms(hq, kmax):
                         "bias *= 2.f; bias += 0.125f;\n"
                         "return score - bias;",
                         lambda s, b, h, qi, kj, lq, lk: s - (sl.to(s.device)[h] * d_(qi, kj, lq, lk).abs() * 2 + 0.125)),
-    }, {"slopes": slopes.cuda(), "w": w.cuda()}
+        # a score of another scale: a constant cap (folded into the exponent), a per-head factor
+        # (positive only at run time), a negative factor (the scores convert to natural units)
+        "tanh_cap": ("4.f * tanhf(score * 0.25f)", lambda s, b, h, qi, kj, lq, lk: 4.0 * torch.tanh(s * 0.25)),
+        "head_factor": ("score * temp[head]", lambda s, b, h, qi, kj, lq, lk: s * td.to(s.device)[h]),
+        "negated": ("return -score * 0.5f;", lambda s, b, h, qi, kj, lq, lk: -s * 0.5),
+    }, {"slopes": slopes.cuda(), "w": w.cuda(), "temp": temp.cuda()}
 
 
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("num_splits", [0, 3])
-@pytest.mark.parametrize("form", ["linear", "negated_distance", "per_key_factor", "two_returns", "auto_locals"])
+@pytest.mark.parametrize("form", ["linear", "negated_distance", "per_key_factor", "two_returns", "auto_locals",
+                                  "tanh_cap", "head_factor", "negated"])
 def test_row_parts_and_the_causal_distance(form, num_splits, causal):
     """A score_mod's per-row part leaves the scores (the Hopper softmax takes it out of the max and
-    the exponent) and kg_abs of the causal distance is the distance below the diagonal
-    (common/user_mod.cuh, apply_user's HOIST / NONNEG): the output and the LSE equal the float64
+    the exponent), a score's factor stays in the exponent when it is one positive value, and kg_abs
+    of the causal distance is the distance below the diagonal (common/user_mod.cuh,
+    apply_user_hoist, kg_sym's nn): the output and the LSE equal the float64
     reference for each form, on varlen requests with seqlen_q < seqlen_k, several key blocks below
     the diagonal, split or not; with a kg_abs in the mask_mod too (a window written as a mask)."""
     _arch("sm_90a")
