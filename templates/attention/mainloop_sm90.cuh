@@ -344,7 +344,7 @@ __device__ __forceinline__ void turn_pass(int cg) {
 {% set hoist = v.get("user") and v.user.hoist %}
 {% set alibi_roff = v.get("alibi") and v.mask == "causal" and not v.get("user") %}
 {% set apply = "apply_user_hoist" if hoist else "apply_user" %}
-{% set user_args = "s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, " ~ ("roff" if hoist else "1.f") %}
+{% set user_args = "s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, " ~ ("score_scale(p), roff" if hoist else "1.f") %}
 {% set nonneg = v.get("user") and v.mask == "causal" and v.user.nonneg and not clamp_kv %}
 if (SOFTCAP) cap_scores(s, p, kd);
 {% if alibi_roff or hoist -%}

@@ -601,11 +601,12 @@ __device__ __forceinline__ void apply_user(float (&s)[MT][BN / 8][4], const Attn
 //   converted to natural-log units.  The test folds at compile time for the usual snippets (the
 //   kernel's own scale is known positive; a constant cap is); a factor known only at run time
 //   takes the test at run time, both forms compiled.
-// Returns the factor softmax_scores applies to the block's scores.
+// Returns the factor softmax_scores applies to the block's scores (own_factor: the one of the
+// kernel's own scale, score_scale).
 template <bool CLAMP_KV = true, bool NONNEG = false>
 __device__ __forceinline__ float apply_user_hoist(float (&s)[MT][BN / 8][4], const AttnParams& p, const UserTile& ut,
                                                   int n, int row0, int qpk, int warp, int lane, float to_nat,
-                                                  float (&roff)[MT][2]) {
+                                                  float own_factor, float (&roff)[MT][2]) {
   const UserBlock ub = user_block(ut, n, lane);
   kg_ret rr[MT][BN / 8][4];
   bool raw = true;
@@ -646,6 +647,7 @@ __device__ __forceinline__ float apply_user_hoist(float (&s)[MT][BN / 8][4], con
         }
       roff[mt][h] = -row_first * inv;
     }
-  return raw ? fac * USER_LOG2E : USER_LOG2E;
+  // (the kernel's own scale: its exponent factor as plain attention takes it, own_factor)
+  return raw ? (rr[0][0][0].pos ? own_factor : fac * USER_LOG2E) : USER_LOG2E;
 }
 {% endif %}
