@@ -409,6 +409,17 @@ __device__ __forceinline__ void release(u32 bar, int lane) {
   if (lane == 0) mbar_arrive(bar);
 }
 
+// A warp's read of the tile index in slot `slot` (after its tile_full wait; release(tile_empty)
+// follows): lane 0 reads it and passes it on, so the only shared-memory read before the slot is
+// given back is the arriving lane's own.  (All lanes reading, then __syncwarp and lane 0's arrive,
+// is ordered too, but compute-sanitizer's racecheck reported the producer's next write of the slot
+// against the other lanes' reads: 1840 hazards on a split call with several tiles a CTA.)
+__device__ __forceinline__ int take_tile(const volatile int* s_tile, int slot, int lane) {
+  int t = 0;
+  if (lane == 0) t = s_tile[slot];
+  return __shfl_sync(0xffffffffu, t, 0);
+}
+
 // The key blocks [n_lo, n_hi) of one tile for this consumer warpgroup (warp cw of the consumers,
 // rows cw * 16 .. of the tile): accumulates o (unnormalised), row_max and row_sum.
 __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const MaskInfo& mi, int n_lo, int n_hi,
@@ -618,7 +629,7 @@ __device__ __forceinline__ void producer_loop_gather(const AttnParams& p, const 
       __syncwarp();
     } else {
       mbar_wait(bar_tile_full(sb, slot), (it >> 1) & 1, 7);
-      t = s_tile[slot];
+      t = take_tile(s_tile, slot, lane);
       release(bar_tile_empty(sb, slot), lane);
     }
     if (t >= total) break;
@@ -744,7 +755,7 @@ __device__ __forceinline__ void producer_loop_convert(const AttnParams& p, int* 
   for (int it = 0;; ++it) {
     const int slot = it & 1;
     mbar_wait(bar_tile_full(sb, slot), (it >> 1) & 1, 7);
-    const int t = s_tile[slot];
+    const int t = take_tile(s_tile, slot, lane);
     release(bar_tile_empty(sb, slot), lane);
     if (t >= total) break;
     cursor = find_entry(md, cap4, t, cursor);

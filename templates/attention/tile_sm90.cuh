@@ -13,7 +13,7 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
   for (int it = 0;; ++it) {
     const int slot = it & 1;
     mbar_wait(bar_tile_full(sb, slot), (it >> 1) & 1, 5);
-    const int t = s_tile[slot];
+    const int t = take_tile(s_tile, slot, lane);
     release(bar_tile_empty(sb, slot), lane);
     if (t >= total) break;
     cursor = find_entry(md, cap4, t, cursor);
