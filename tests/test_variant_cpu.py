@@ -622,6 +622,53 @@ def test_compound_assignments_with_index_and_score_operands_compile():
         KernelCache(d).get(spec)   # raises VariantCompileError with NVRTC's message otherwise
 
 
+_ROWCOL_FORMS = """
+auto b = slopes[head] * (q_idx - kv_idx);           // kg_rowcol
+b += 1.f; b -= 1; b *= 2; b /= 2.f; ++b; --b; b++; b--; b = 0.5f;
+const float f = b, g = b * 0.5f + 0.5f * b + b / 2 + (b - q_idx) + (kv_idx - b) + (b + b) - -b;
+const double d = b * 0.5; const int i = b; const int j = (int)b; const bool c = b < 0 || b > 1.5 || b == 2.f;
+const float m = fmaxf(b, 0.f) + expf(-b) + powf(b, 2.f) + floorf(b) + max(b, 1.f) + kg_min(b, 1.f) + clamp(b, -1.f, 1.f);
+const float t = slopes[(int)b & 1] + slopes[b > 0] + (c ? b : 0.f) + (c ? b : f);
+score = score - slopes[head] * (q_idx - kv_idx);    // assignment and compound assignment of a score
+score *= 1.f + 0.01f * kv_idx; score /= 1.f + q_idx * 0.01f;
+return score + 1e-9f * (f + g + (float)d + i + j + m + t) + 1e-9f * b;
+"""
+
+
+def test_products_of_indices_and_floats_compile():
+    """An index times a float is a kg_rowcol (common/user_mod.cuh): everything a float takes, it
+    takes (compound assignment, increments, conversions to float / double / int, comparisons,
+    the CUDA math functions and the helpers, tensor indexing, conditionals with floats), and a
+    score can be assigned and scaled by one (review of the twentieth session: ``score = score -
+    slopes[head] * d`` and ``score *= 1.f + 0.01f * kv_idx`` did not compile)."""
+    code = VariantCode(score_mod=_ROWCOL_FORMS, tensors=(("slopes", "float32"),))
+    from kernelgen.jit.cache import KernelCache
+    import tempfile
+    for arch, mask, mq in (("sm_80", "none", 512), ("sm_90a", "causal", 4096)):
+        spec = heuristics.choose(arch, "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask=mask, max_seqlen_q=mq,
+                                 max_seqlen_k=4096, variant=code).attention
+        with tempfile.TemporaryDirectory() as d:
+            KernelCache(d).get(spec)   # raises VariantCompileError with NVRTC's message otherwise
+
+
+def test_a_conditional_of_an_index_product_and_an_integer_does_not_compile():
+    """``c ? slopes[head] * d : 0`` is ambiguous, as ``c ? score : 0`` is: a kg_rowcol converts to an
+    int (through float) and an int to a kg_rowcol, so C++ cannot give the conditional the int's type
+    and truncate the product (review: 2.1 came out 2); ``0.f`` compiles."""
+    from kernelgen.jit.cache import KernelCache
+    from kernelgen.jit.compiler import VariantCompileError
+    import tempfile
+
+    def spec(body):
+        return heuristics.choose("sm_80", "bf16", 64, 64, num_heads_q=4, num_heads_kv=4, mask="none", max_seqlen_q=512,
+                                 max_seqlen_k=512, variant=VariantCode(score_mod=body, tensors=(("s", "float32"),))).attention
+
+    with tempfile.TemporaryDirectory() as d:
+        with pytest.raises(VariantCompileError, match=r'ambiguous "\?" operation'):
+            KernelCache(d).get(spec("return score - (q_idx > kv_idx ? s[head] * (q_idx - kv_idx) : 0);"))
+        KernelCache(d).get(spec("return score - (q_idx > kv_idx ? s[head] * (q_idx - kv_idx) : 0.f);"))
+
+
 def test_a_conditional_of_the_score_and_an_integer_does_not_compile():
     """``c ? score : -10000`` with a float score is a float; with a class type convertible to
     float, C++ gives it the type int (the kg_score converts to the int, not the other way) and

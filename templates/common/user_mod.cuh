@@ -106,12 +106,12 @@ struct kg_idx {
   __device__ __forceinline__ kg_idx& operator-=(kg_idx b) { return *this = kg_sub(*this, b); }
   template <class T>
   __device__ __forceinline__ kg_idx& operator+=(T b) {
-    if constexpr (kg_kind<T>::value == 1) { i += b; f1 += (float)b; s = kg_sym_moved(s); } else { *this = i + b; }
+    if constexpr (kg_kind<T>::value == 1) { i += b; f1 += (float)b; s = kg_sym_moved(s); } else { int v = i; v += b; *this = v; }
     return *this;
   }
   template <class T>
   __device__ __forceinline__ kg_idx& operator-=(T b) {
-    if constexpr (kg_kind<T>::value == 1) { i -= b; f1 = -((float)b - f1); s = kg_sym_moved(s); } else { *this = i - b; }
+    if constexpr (kg_kind<T>::value == 1) { i -= b; f1 = -((float)b - f1); s = kg_sym_moved(s); } else { int v = i; v -= b; *this = v; }
     return *this;
   }
 #define KG_IDX_COMPOUND(OP) \
@@ -166,85 +166,107 @@ __device__ __forceinline__ auto operator-(T b, kg_idx a) {
   else return b - a.fl();
 }
 
-// A float kept as a part per query row and a part per key, value row + col: what an index's float
-// copy times a float becomes (`slopes[head] * (q_idx + kv_len - q_len - kv_idx)`: row = slope *
-// the row's distance to the thread's first key of the block, col = slope * the key's column, an
-// immediate times one register).  A score_mod that returns `score -/+ such a value` leaves the row
-// part to the kernel, which takes it out of the exponent once a row instead of adding it to every
-// logit (apply_user<.., HOIST>; causal ALiBi's identity, common/alibi.cuh, done for any snippet):
-// one FFMA a logit where the plain float took three.  hc: col is present (else -0.f: nothing to
-// add).  It converts to float implicitly; + - * / with numbers, indices, scores and each other keep
-// the two parts (* and / cost two products; the row parts of a block's keys are computed once when
-// they are equal, which the compiler sees).
-//   Two more forms ride along (compile-time flags; what no one reads is never computed): lazy, col
-// is k * c with k a factor (a per-row value: the slope) and c the key's column (an immediate), as
-// an index times a float gives; rawok, the value is row + rfac * rawc with rfac the score's scale,
-// as `score -/+ lazy` gives: rawc = raw -/+ (k / scale) * c is one FFMA a logit, and the kernel
-// then folds the scale into the exponent as for plain attention (apply_user_hoist).
+// A float that also carries a part per query row and a part per key: what an index's float copy
+// times a float becomes (`slopes[head] * (q_idx + kv_len - q_len - kv_idx)`: row = slope * the
+// row's distance to the thread's first key of the block, col = slope * the key's column, an
+// immediate times one register).  Used as a float it is v, the value float arithmetic gives (the
+// index's exact float times the float, rounded once: comparisons and floorf in a mask_mod see
+// what a float would).  A score_mod that returns `score -/+ such a value` hands the kernel the two
+// parts instead (kg_ret): it takes the row part out of the exponent once a row instead of adding
+// it to every logit (apply_user_hoist; causal ALiBi's identity, common/alibi.cuh, done for any
+// snippet), one FFMA a logit where the float took three; the parts are each rounded, so that
+// score can differ from the float computation by an ulp or two of the bias.  hc: col is present
+// (else -0.f: nothing to add).  + - * / with numbers, indices, scores and each other keep both
+// forms (the compiler drops the one nothing reads).
+//   Two more forms ride along (compile-time flags): lazy, col is k * c with k a factor (a per-row
+// value: the slope) and c the key's column (an immediate), as an index times a float gives; rawok,
+// the value is row + scale * rawc with scale the kernel's own softmax_scale (kg_score::orig), as
+// `score -/+ lazy` gives: rawc = raw -/+ (k / scale) * c is one FFMA a logit, and the kernel then
+// folds the scale into the exponent as for plain attention (apply_user_hoist).
 struct kg_rowcol {
-  float row, col;
+  float v;        // the value as float arithmetic gives it
+  float row, col;  // v == row + col up to rounding
   bool hc;
-  float k, c;   // lazy: col == k * c
+  float k, c;     // lazy: col == k * c
   bool lazy;
-  float rawc;   // rawok: value == row + rfac * rawc (rpos: rfac is the kernel's scale, > 0)
+  float rawc;     // rawok: v == row + rfac * rawc up to rounding (rfac: the kernel's scale, > 0)
   float rfac;
-  bool rawok, rpos;
+  bool rawok;
   kg_rowcol() = default;
-  __device__ __forceinline__ kg_rowcol(float r, float c_, bool h)
-      : row(r), col(c_), hc(h), k(1.f), c(c_), lazy(false), rawc(0.f), rfac(1.f), rawok(false), rpos(false) {}
-  __device__ __forceinline__ explicit kg_rowcol(float v) : kg_rowcol(-0.f, v, true) {}
-  __device__ __forceinline__ explicit kg_rowcol(kg_idx x) : kg_rowcol(x.f0, x.f1, x.s.f1) {}
-  static __device__ __forceinline__ kg_rowcol scaled(float r, float k, float c, bool h) {   // r + k * c
-    kg_rowcol v(r, h ? k * c : -0.f, h);
-    v.k = k;
-    v.c = c;
-    v.lazy = h;
-    return v;
+  __device__ __forceinline__ kg_rowcol(float v_, float r, float c_, bool h)
+      : v(v_), row(r), col(c_), hc(h), k(1.f), c(c_), lazy(false), rawc(0.f), rfac(1.f), rawok(false) {}
+  // An integer converts to a kg_rowcol as well as a kg_rowcol to an integer (through float), so that
+  // `c ? slope * d : 0` is ambiguous (a compile error, as for kg_score) instead of a conditional of
+  // type int that truncates the product (write `0.f`).
+  template <class T, typename kg_enable<kg_kind<T>::value == 1 || kg_kind<T>::value == 2>::type = 0>
+  __device__ __forceinline__ kg_rowcol(T i) : kg_rowcol((float)i, -0.f, (float)i, true) {}
+  __device__ __forceinline__ explicit kg_rowcol(float x) : kg_rowcol(x, -0.f, x, true) {}
+  __device__ __forceinline__ explicit kg_rowcol(kg_idx x) : kg_rowcol(x.fl(), x.f0, x.f1, x.s.f1) {}
+  static __device__ __forceinline__ kg_rowcol scaled(float v, float r, float k, float c, bool h) {   // r + k * c
+    kg_rowcol x(v, r, h ? k * c : -0.f, h);
+    x.k = k;
+    x.c = c;
+    x.lazy = h;
+    return x;
   }
-  __device__ __forceinline__ operator float() const { return hc ? row + col : row; }
-  __device__ __forceinline__ kg_rowcol& operator=(float v) { return *this = kg_rowcol(v); }
+  __device__ __forceinline__ operator float() const { return v; }
+  __device__ __forceinline__ kg_rowcol& operator=(float x) { return *this = kg_rowcol(x); }
   template <class T> __device__ __forceinline__ kg_rowcol& operator+=(T b) { return *this = *this + b; }
   template <class T> __device__ __forceinline__ kg_rowcol& operator-=(T b) { return *this = *this - b; }
   template <class T> __device__ __forceinline__ kg_rowcol& operator*=(T b) { return *this = *this * b; }
   template <class T> __device__ __forceinline__ kg_rowcol& operator/=(T b) { return *this = *this / b; }
+  __device__ __forceinline__ kg_rowcol& operator++() { return *this = *this + 1; }
+  __device__ __forceinline__ kg_rowcol& operator--() { return *this = *this - 1; }
+  __device__ __forceinline__ float operator++(int) { const float t = v; ++*this; return t; }
+  __device__ __forceinline__ float operator--(int) { const float t = v; --*this; return t; }
 };
 // (a plain number: float or an integer; a double takes the float value into double arithmetic)
 template <class T> struct kg_is_num { static constexpr bool value = kg_kind<T>::value == 1 || kg_kind<T>::value == 2; };
 template <> struct kg_is_num<float> { static constexpr bool value = true; };
-#define KG_NUM template <class T, typename kg_enable<kg_is_num<T>::value>::type = 0> __device__ __forceinline__
-KG_NUM kg_rowcol operator+(kg_rowcol a, T b) { return kg_rowcol(a.row, a.hc ? a.col + (float)b : (float)b, true); }
-KG_NUM kg_rowcol operator+(T b, kg_rowcol a) { return kg_rowcol(a.row, a.hc ? (float)b + a.col : (float)b, true); }
-KG_NUM kg_rowcol operator-(kg_rowcol a, T b) { return kg_rowcol(a.row, a.hc ? a.col - (float)b : -(float)b, true); }
-KG_NUM kg_rowcol operator-(T b, kg_rowcol a) { return kg_rowcol(-a.row, a.hc ? (float)b - a.col : (float)b, true); }
-__device__ __forceinline__ kg_rowcol kg_rc_mul(kg_rowcol a, float b) {   // (a lazy product stays one)
-  if (a.lazy) return kg_rowcol::scaled(a.row * b, a.k * b, a.c, true);
-  return kg_rowcol(a.row * b, a.hc ? a.col * b : -0.f, a.hc);
+template <class R> struct kg_is_rc { static constexpr bool value = false; };
+template <> struct kg_is_rc<kg_rowcol> { static constexpr bool value = true; };
+// (templates on the kg_rowcol operand too: an int, which converts to a kg_rowcol, never picks them)
+#define KG_NUM template <class R, class T, typename kg_enable<kg_is_rc<R>::value && kg_is_num<T>::value>::type = 0> __device__ __forceinline__
+#define KG_RC template <class R, typename kg_enable<kg_is_rc<R>::value>::type = 0> __device__ __forceinline__
+KG_NUM kg_rowcol operator+(R a, T b) { return kg_rowcol(a.v + (float)b, a.row, a.hc ? a.col + (float)b : (float)b, true); }
+KG_NUM kg_rowcol operator+(T b, R a) { return kg_rowcol((float)b + a.v, a.row, a.hc ? (float)b + a.col : (float)b, true); }
+KG_NUM kg_rowcol operator-(R a, T b) { return kg_rowcol(a.v - (float)b, a.row, a.hc ? a.col - (float)b : -(float)b, true); }
+KG_NUM kg_rowcol operator-(T b, R a) { return kg_rowcol((float)b - a.v, -a.row, a.hc ? (float)b - a.col : (float)b, true); }
+__device__ __forceinline__ kg_rowcol kg_rc_mul(kg_rowcol a, float b, float v) {   // (a lazy product stays one)
+  if (a.lazy) return kg_rowcol::scaled(v, a.row * b, a.k * b, a.c, true);
+  return kg_rowcol(v, a.row * b, a.hc ? a.col * b : -0.f, a.hc);
 }
-KG_NUM kg_rowcol operator*(kg_rowcol a, T b) { return kg_rc_mul(a, (float)b); }
-KG_NUM kg_rowcol operator*(T b, kg_rowcol a) { return kg_rc_mul(a, (float)b); }
-KG_NUM kg_rowcol operator/(kg_rowcol a, T b) {
-  if (a.lazy) return kg_rowcol::scaled(a.row / (float)b, a.k / (float)b, a.c, true);
-  return kg_rowcol(a.row / (float)b, a.hc ? a.col / (float)b : -0.f, a.hc);
+KG_NUM kg_rowcol operator*(R a, T b) { return kg_rc_mul(a, (float)b, a.v * (float)b); }
+KG_NUM kg_rowcol operator*(T b, R a) { return kg_rc_mul(a, (float)b, (float)b * a.v); }
+KG_NUM kg_rowcol operator/(R a, T b) {
+  if (a.lazy) return kg_rowcol::scaled(a.v / (float)b, a.row / (float)b, a.k / (float)b, a.c, true);
+  return kg_rowcol(a.v / (float)b, a.row / (float)b, a.hc ? a.col / (float)b : -0.f, a.hc);
 }
 #undef KG_NUM
-template <class T, typename kg_enable<kg_kind<T>::value == 3 && !kg_is_num<T>::value>::type = 0>
-__device__ __forceinline__ T operator*(kg_rowcol a, T b) { return (float)a * b; }
-template <class T, typename kg_enable<kg_kind<T>::value == 3 && !kg_is_num<T>::value>::type = 0>
-__device__ __forceinline__ T operator*(T b, kg_rowcol a) { return b * (float)a; }
-__device__ __forceinline__ kg_rowcol operator-(kg_rowcol a) { return kg_rc_mul(a, -1.f); }
-__device__ __forceinline__ kg_rowcol operator+(kg_rowcol a) { return a; }
+template <class R, class T, typename kg_enable<kg_is_rc<R>::value && kg_kind<T>::value == 3 && !kg_is_num<T>::value>::type = 0>
+__device__ __forceinline__ T operator*(R a, T b) { return (float)a * b; }
+template <class R, class T, typename kg_enable<kg_is_rc<R>::value && kg_kind<T>::value == 3 && !kg_is_num<T>::value>::type = 0>
+__device__ __forceinline__ T operator*(T b, R a) { return b * (float)a; }
+KG_RC kg_rowcol operator-(R a) { return kg_rc_mul(a, -1.f, -a.v); }
+KG_RC kg_rowcol operator+(R a) { return a; }
 __device__ __forceinline__ kg_rowcol kg_rc_add(kg_rowcol a, kg_rowcol b, bool sub) {
   const float col = !b.hc ? a.col : !a.hc ? (sub ? -b.col : b.col) : (sub ? a.col - b.col : a.col + b.col);
-  return kg_rowcol(sub ? a.row - b.row : a.row + b.row, col, a.hc || b.hc);
+  return kg_rowcol(sub ? a.v - b.v : a.v + b.v, sub ? a.row - b.row : a.row + b.row, col, a.hc || b.hc);
 }
-__device__ __forceinline__ kg_rowcol operator+(kg_rowcol a, kg_rowcol b) { return kg_rc_add(a, b, false); }
-__device__ __forceinline__ kg_rowcol operator-(kg_rowcol a, kg_rowcol b) { return kg_rc_add(a, b, true); }
-__device__ __forceinline__ kg_rowcol operator+(kg_rowcol a, kg_idx b) { return kg_rc_add(a, kg_rowcol(b), false); }
-__device__ __forceinline__ kg_rowcol operator-(kg_rowcol a, kg_idx b) { return kg_rc_add(a, kg_rowcol(b), true); }
-__device__ __forceinline__ kg_rowcol operator+(kg_idx a, kg_rowcol b) { return kg_rc_add(kg_rowcol(a), b, false); }
-__device__ __forceinline__ kg_rowcol operator-(kg_idx a, kg_rowcol b) { return kg_rc_add(kg_rowcol(a), b, true); }
-// An index times a float: the two parts (a double: the float copy in double arithmetic)
-__device__ __forceinline__ kg_rowcol kg_idx_times(kg_idx a, float b) { return kg_rowcol::scaled(a.f0 * b, b, a.f1, a.s.f1); }
+template <class R, class Q, typename kg_enable<kg_is_rc<R>::value && kg_is_rc<Q>::value>::type = 0>
+__device__ __forceinline__ kg_rowcol operator+(R a, Q b) { return kg_rc_add(a, b, false); }
+template <class R, class Q, typename kg_enable<kg_is_rc<R>::value && kg_is_rc<Q>::value>::type = 0>
+__device__ __forceinline__ kg_rowcol operator-(R a, Q b) { return kg_rc_add(a, b, true); }
+KG_RC kg_rowcol operator+(R a, kg_idx b) { return kg_rc_add(a, kg_rowcol(b), false); }
+KG_RC kg_rowcol operator-(R a, kg_idx b) { return kg_rc_add(a, kg_rowcol(b), true); }
+KG_RC kg_rowcol operator+(kg_idx a, R b) { return kg_rc_add(kg_rowcol(a), b, false); }
+KG_RC kg_rowcol operator-(kg_idx a, R b) { return kg_rc_add(kg_rowcol(a), b, true); }
+#undef KG_RC
+// An index times a float: the float value (the index's exact float copy times b, one rounding) and
+// the two parts (a double: the float copy in double arithmetic)
+__device__ __forceinline__ kg_rowcol kg_idx_times(kg_idx a, float b) {
+  return kg_rowcol::scaled(a.fl() * b, a.f0 * b, b, a.f1, a.s.f1);
+}
 template <class T, typename kg_enable<kg_kind<T>::value == 3>::type = 0>
 __device__ __forceinline__ auto operator*(kg_idx a, T b) {
   if constexpr (sizeof(T) == sizeof(float)) return kg_idx_times(a, b);
@@ -281,6 +303,9 @@ struct kg_score {
   template <class T, typename kg_enable<kg_kind<T>::value != 0>::type = 0>
   __device__ __forceinline__ kg_score& operator=(T v) { raw = (float)v; scale = 1.f; orig = false; return *this; }
   __device__ __forceinline__ kg_score& operator=(kg_idx v) { raw = v.fl(); scale = 1.f; orig = false; return *this; }
+  __device__ __forceinline__ kg_score& operator=(kg_rowcol v) { raw = (float)v; scale = 1.f; orig = false; return *this; }
+  __device__ __forceinline__ kg_score& operator*=(kg_rowcol b) { scale *= (float)b; orig = false; return *this; }
+  __device__ __forceinline__ kg_score& operator/=(kg_rowcol b) { scale /= (float)b; orig = false; return *this; }
   template <class T> __device__ __forceinline__ kg_score& operator+=(T b) { raw = (float)*this + b; scale = 1.f; orig = false; return *this; }
   template <class T> __device__ __forceinline__ kg_score& operator-=(T b) { raw = (float)*this - b; scale = 1.f; orig = false; return *this; }
   template <class T, typename kg_enable<kg_kind<T>::value != 0>::type = 0>
@@ -315,15 +340,16 @@ KG_SCORE_ONLY float operator-(S a, kg_idx b) { return (float)a - b.fl(); }
 KG_SCORE_ONLY float operator-(kg_idx b, S a) { return b.fl() - (float)a; }
 KG_SCORE_ONLY S operator-(S a) { return kg_score{a.raw, -a.scale}; }
 KG_SCORE_ONLY S operator+(S a) { return a; }
-// the score and a kg_rowcol: raw * scale +- col in one FFMA, the row part kept apart; with a lazy
-// product also as raw -/+ (k / scale) * c in the score's units (kg_rowcol's rawok form)
+// the score and a kg_rowcol: raw * scale +- col in one FFMA, the row part kept apart; with the
+// kernel's own scale (orig: finite, > 0) and a lazy product also as raw -/+ (k / scale) * c
+// (kg_rowcol's rawok form)
 __device__ __forceinline__ kg_rowcol kg_score_rc(kg_score a, kg_rowcol b, float sa, float sb) {   // sa a + sb b
-  kg_rowcol r(sb * b.row, b.hc ? fmaf(sa * a.raw, a.scale, sb * b.col) : sa * (float)a, true);
-  if (b.lazy || !b.hc) {
+  kg_rowcol r(fmaf(sa * a.raw, a.scale, sb * b.v), sb * b.row, b.hc ? fmaf(sa * a.raw, a.scale, sb * b.col) : sa * (float)a,
+              true);
+  if (a.orig && (b.lazy || !b.hc)) {
     r.rawc = b.hc ? fmaf(sb * (b.k / a.scale), b.c, sa * a.raw) : sa * a.raw;
     r.rfac = a.scale;
     r.rawok = true;
-    r.rpos = a.orig;
   }
   return r;
 }
@@ -332,10 +358,12 @@ __device__ __forceinline__ kg_rowcol kg_score_rc(kg_score a, kg_rowcol b, float 
 // multiply per logit)
 using ::tanhf;   // (the float overloads stay visible next to this one)
 __device__ __forceinline__ kg_score tanhf(kg_score x) { return kg_score(::tanhf((float)x), 1.f); }
-KG_SCORE_ONLY kg_rowcol operator+(S a, kg_rowcol b) { return kg_score_rc(a, b, 1.f, 1.f); }
-KG_SCORE_ONLY kg_rowcol operator+(kg_rowcol b, S a) { return kg_score_rc(a, b, 1.f, 1.f); }
-KG_SCORE_ONLY kg_rowcol operator-(S a, kg_rowcol b) { return kg_score_rc(a, b, 1.f, -1.f); }
-KG_SCORE_ONLY kg_rowcol operator-(kg_rowcol b, S a) { return kg_score_rc(a, b, -1.f, 1.f); }
+#define KG_SCORE_RC template <class S, class R, typename kg_enable<kg_is_score<S>::value && kg_is_rc<R>::value>::type = 0> __device__ __forceinline__
+KG_SCORE_RC kg_rowcol operator+(S a, R b) { return kg_score_rc(a, b, 1.f, 1.f); }
+KG_SCORE_RC kg_rowcol operator+(R b, S a) { return kg_score_rc(a, b, 1.f, 1.f); }
+KG_SCORE_RC kg_rowcol operator-(S a, R b) { return kg_score_rc(a, b, 1.f, -1.f); }
+KG_SCORE_RC kg_rowcol operator-(R b, S a) { return kg_score_rc(a, b, -1.f, 1.f); }
+#undef KG_SCORE_RC
 #undef KG_SCORE_ONLY
 
 // Helpers a snippet may call.
@@ -404,18 +432,20 @@ __device__ __forceinline__ float kg_exp(kg_idx x) { return expf(x.fl()); }
 // What a score_mod returns, value row + col: a float, the score, an index or a kg_rowcol (whose row
 // part the kernel may take out of the exponent, apply_user<.., HOIST>); row is -0.f (nothing) but
 // for a kg_rowcol or an index.
-// raw: value = row + fac * col, col in the units of a score (a kg_score returned, or a kg_rowcol's
-// rawok form; pos: fac is the kernel's own scale, known > 0); else value = row + col.
+// What a score_mod returns: v, its value as float arithmetic gives it (what the sm_80 kernels and a
+// Hopper kernel with a mask_mod use), and the parts apply_user_hoist takes apart: value = row +
+// fac * col (raw: col in the units of a score: a kg_score returned, or a kg_rowcol's rawok form;
+// pos: fac is the kernel's own scale, known > 0), else row + col.
 struct kg_ret {
-  float row, col, fac;
+  float v, row, col, fac;
   bool raw, pos;
   kg_ret() = default;
-  __device__ __forceinline__ kg_ret(float v) : row(-0.f), col(v), fac(1.f), raw(false), pos(false) {}
-  __device__ __forceinline__ kg_ret(kg_score v) : row(-0.f), col(v.raw), fac(v.scale), raw(true), pos(v.orig) {}
-  __device__ __forceinline__ kg_ret(kg_rowcol v)
-      : row(v.row), col(v.rawok ? v.rawc : v.hc ? v.col : -0.f), fac(v.rfac), raw(v.rawok), pos(v.rpos) {}
-  __device__ __forceinline__ kg_ret(kg_idx v) : row(v.f0), col(v.f1), fac(1.f), raw(false), pos(false) {}
-  __device__ __forceinline__ float natural() const { return row + (raw ? col * fac : col); }
+  __device__ __forceinline__ kg_ret(float x) : v(x), row(-0.f), col(x), fac(1.f), raw(false), pos(false) {}
+  __device__ __forceinline__ kg_ret(kg_score x) : v((float)x), row(-0.f), col(x.raw), fac(x.scale), raw(true), pos(x.orig) {}
+  __device__ __forceinline__ kg_ret(kg_rowcol x)
+      : v(x.v), row(x.row), col(x.rawok ? x.rawc : x.hc ? x.col : -0.f), fac(x.rfac), raw(x.rawok), pos(x.rawok) {}
+  __device__ __forceinline__ kg_ret(kg_idx x) : v(x.fl()), row(x.f0), col(x.f1), fac(1.f), raw(false), pos(false) {}
+  __device__ __forceinline__ float natural() const { return v; }
 };
 
 {% if u.score_mod is not none %}

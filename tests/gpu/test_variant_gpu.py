@@ -345,3 +345,28 @@ def test_row_parts_and_the_causal_distance(form, num_splits, causal):
     torch.cuda.synchronize()
     check(o, lse, ref, ref_lse, BF16)
     assert "_wgmma" in prepared().attn.name
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_an_index_product_in_a_mask_is_the_float_product(arch):
+    """``kv_idx * 0.01f`` in a mask_mod is the float product (the index's exact float copy times
+    0.01f, rounded once), as with int indices: a chunked-attention mask written with floorf keeps
+    exactly the keys of the query's chunk of 100 positions (the reference computes the same float32
+    products; the row / key parts of a kg_rowcol would round differently at chunk borders)."""
+    arch = _arch(arch)
+    qlens, klens = [600, 300, 450], [600, 500, 450]
+    hq, hkv, d = 16, 4, 128
+    q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, 9)
+    var = kernelgen.Variant(mask_mod="floorf(kv_idx * 0.01f) == floorf((q_idx + kv_len - q_len) * 0.01f)", name="chunk100")
+    c = torch.tensor(0.01, dtype=torch.float32)
+
+    def chunk(x):
+        return torch.floor(x.to(torch.float32) * c.to(x.device))
+
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True,
+                                       mask_mod=lambda b, h, qi, kj, lq, lk: chunk(kj) == chunk(qi + lk - lq))
+    out = torch.full((q.shape[0], hq, d), float("nan"), dtype=BF16, device="cuda")
+    o, lse = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), causal=True, return_lse=True,
+                                        out=out, arch=arch, variant=var)
+    torch.cuda.synchronize()
+    check(o, lse, ref, ref_lse, BF16)
