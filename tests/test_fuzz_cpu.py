@@ -893,6 +893,11 @@ def test_sanitize_cases_cover_kernel_families():
                                                                         for s in fp8)   # the Hopper FP8 kernel
     zero = [c for _, c in fuzz.sanitize_cases() if 0 in c["qlens"] or 0 in c["klens"]]
     assert len(zero) >= 3
+    # a case with more than two tiles a CTA on 132 SMs (128-row tiles, each head and split its own)
+    (multi,) = [c for n, c in fuzz.sanitize_cases() if n == "prefill_split_multitile"]
+    assert sum(-(-n // 128) for n in multi["qlens"]) * multi["num_heads_q"] * multi["num_splits"] > 2 * 132
+    assert any(s.kind == "attention" and s.mainloop == "sm90a" and s.split and s.tile.block_m == 128
+               for s in fuzz.case_specs(multi, "sm_90a", 132))
     # FP8 q: the causal packed GQA prefill at d 128 on the FP8 tensor-core variant, the paged
     # decode on a converted q (the FP8-cache decode kernel of the output dtype)
     fp8q = {n: c for n, c in fuzz.sanitize_cases() if c["q_fp8"]}
