@@ -68,7 +68,7 @@ __device__ __forceinline__ void softmax_update(float (&s)[MT][BN / 8][4], float 
 // the P.V of the previous block, still in flight on the tensor cores, has completed).  Soft-capped
 // scores come in already transformed (transform_scores, in log2 units), with scale_log2 = 1.
 {# Causal ALiBi (common/alibi.cuh, apply_alibi_causal) and a score_mod's row part (common/user_mod.cuh,
-   apply_user's HOIST) pass roff: this lane's scores are its true scores plus roff (per row), so the
+   apply_user_hoist) pass roff: this lane's scores are its true scores plus roff (per row), so the
    max and the exponent take roff off once per row. #}
 {% set with_roff = (v.get("alibi") and v.mask == "causal" and not v.get("user")) or (v.get("user") and v.user.hoist and v.mainloop == "sm90a") %}
 __device__ __forceinline__ void softmax_scores(float (&s)[MT][BN / 8][4], float (&row_max)[MT][2],

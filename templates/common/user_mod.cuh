@@ -56,7 +56,7 @@ template <> struct kg_enable<true> { typedef int type; };
 // snippet is inlined; no register holds them): lin, the value is exactly q * q_idx + k * kv_idx +
 // ql * q_len + kl * kv_len; f1, the float copy has a compile-time part (f1 below is not the absent
 // -0.f); nn, the snippet runs where every (q_idx, kv_idx) it sees has q_idx + kv_len - q_len -
-// kv_idx >= 0 (a causal kernel's key blocks below the diagonal: apply_user<.., true>), so kg_abs
+// kv_idx >= 0 (a causal kernel's key blocks below the diagonal: the NONNEG instances of apply_user_hoist / apply_user), so kg_abs
 // of that distance is the distance itself and stays linear in the key (see kg_rowcol).
 struct kg_sym {
   int q, k, ql, kl;
@@ -429,9 +429,6 @@ __device__ __forceinline__ float kg_log(kg_idx x) { return logf(x.fl()); }
 __device__ __forceinline__ float kg_exp(float x) { return expf(x); }
 __device__ __forceinline__ float kg_exp(kg_idx x) { return expf(x.fl()); }
 
-// What a score_mod returns, value row + col: a float, the score, an index or a kg_rowcol (whose row
-// part the kernel may take out of the exponent, apply_user<.., HOIST>); row is -0.f (nothing) but
-// for a kg_rowcol or an index.
 // What a score_mod returns: v, its value as float arithmetic gives it (what the sm_80 kernels and a
 // Hopper kernel with a mask_mod use), and the parts apply_user_hoist takes apart: value = row +
 // fac * col (raw: col in the units of a score: a kg_score returned, or a kg_rowcol's rawok form;
