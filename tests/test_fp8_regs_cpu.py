@@ -4,11 +4,12 @@ an emulation of the lanes' fragments (mma.m16n8k16's layouts, PTX ISA "Matrix fr
 mma.m16n8k16") showing that the permuted head-dim order of Q and K, the permuted key order inside a
 block (``fp8_key``) and the permuted O columns of the epilogue give exactly Q K^T and P V."""
 import dataclasses
+import re
 
 import numpy as np
 import pytest
 
-from kernelgen.jit import compiler, render
+from kernelgen.jit import compiler, render, sass
 from kernelgen.kernels.spec import AttentionSpec, TileConfig
 
 DECODE = AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa", TileConfig(16, 16, 1, 2, 8), True, True, True,
@@ -125,3 +126,76 @@ def test_the_lanes_fragments_compute_q_kt_and_p_v(d):
     p_phys[:, [fp8_key(c) for c in range(16)]] = p
     assert np.allclose(out, p_phys @ v)
 
+
+
+def _block_loop_ops(spec) -> dict:
+    """Opcode counts of the FP8_REGS tile's key-block loop: the shortest backward-branch body that
+    holds the block's 32 HMMA (16 for S = Q K^T, 16 for P V at d 128)."""
+    res = compiler.compile_cubin(render.render(spec), spec.arch, compiler.default_options(spec.arch), spec.name)
+    lines = sass.disassemble(res.cubin, sass.find_nvdisasm()).splitlines()
+    labels = {m.group(1): i for i, line in enumerate(lines) for m in [re.match(r"^\.(L_x_\d+):", line)] if m}
+    best = None
+    for i, line in enumerate(lines):
+        m = re.search(r"BRA `\(\.(L_x_\d+)\)", line)
+        if m and labels.get(m.group(1), 1 << 30) < i:
+            body = lines[labels[m.group(1)]:i + 1]
+            if sum("HMMA" in x for x in body) >= 32 and (best is None or len(body) < len(best)):
+                best = body
+    assert best is not None, "no key-block loop found"
+    ops = {}
+    for line in best:
+        m = re.search(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", line)
+        if m:
+            ops[m.group(1)] = ops.get(m.group(1), 0) + 1
+    return ops
+
+
+@pytest.mark.skipif(sass.find_nvdisasm() is None, reason="nvdisasm is not installed")
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_from_sm89_the_block_loop_converts_e4m3_in_one_cvt_a_pair(dtype):
+    """From sm_89 the FP8_REGS tile runs fp16 MMAs whatever the dtype, and an e4m3 pair becomes an
+    fp16 pair in one F2FP (cvt.rn.f16x2.e4m3x2): a 16-key block at d 128 converts 32 K and 32 V words,
+    64 F2FP ... UNPACK_B, and no longer runs the bit-shift conversion (its packed multiplies by 2^8
+    / 2^120, one a pair: 64 a block, still there on sm_80)."""
+    spec = dataclasses.replace(DECODE, dtype=dtype)
+    ops = _block_loop_ops(spec)
+    assert ops.get("F2FP.F16.E4M3.UNPACK_B", 0) == 64, ops
+    assert not any(op.startswith(("HMUL2", "HFMA2")) for op in ops), ops
+    assert sum(n for op, n in ops.items() if op.startswith("HMMA.16816.F32")) == 32
+    assert ops.get("HMMA.16816.F32", 0) == 32, ops          # fp16 operands (a bf16 MMA reads HMMA.16816.F32.BF16)
+    a80 = _block_loop_ops(dataclasses.replace(spec, arch="sm_80"))
+    assert "F2FP.F16.E4M3.UNPACK_B" not in a80 and sum(n for op, n in a80.items() if op.startswith(("HMUL2", "HFMA2"))) == 64
+    src = render.render(spec)
+    assert ("q_frags_to_f16(qa, unscale)" in src) == (dtype == "bf16")
+    assert "q_frags_to_f16(qa" not in render.render(dataclasses.replace(spec, arch="sm_80"))
+
+
+def _bf16(x: np.ndarray) -> np.ndarray:
+    """float32 -> the nearest bf16 values (round to nearest even), as float32."""
+    b = x.astype(np.float32).view(np.uint32)
+    b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
+    return b.view(np.float32)
+
+
+def test_q_to_fp16_scaling_is_exact_for_the_row():
+    """mainloop_sm80.cuh's q_frags_to_f16, emulated: k = min(141 - E, 126) from the bf16 exponent field
+    E of the row's largest |q| puts it in [2^14, 2^15) (below fp16's 65504), and every element within
+    2^24 of the largest converts to fp16 exactly; the scores' factor 2^-k is a normal float."""
+    rng = np.random.default_rng(0)
+    for mag in (1e-30, 1e-6, 1.0, 3e4, 1e30):
+        row = _bf16(rng.standard_normal(128).astype(np.float32) * np.float32(mag)
+                    * np.exp2(rng.integers(-20, 4, 128)).astype(np.float32))
+        bits = (row.view(np.uint32) >> 16) & 0x7FFF
+        e = int(bits.max()) >> 7
+        k = min(141 - e, 126)
+        up = np.float32(2.0) ** k
+        assert np.isfinite(up) and np.float32(2.0) ** -k > 0
+        top = np.abs(row).max() * up
+        assert 2.0 ** 14 <= top < 2.0 ** 15
+        scaled = row * up
+        f16 = scaled.astype(np.float16).astype(np.float32)
+        big = np.abs(row) >= np.abs(row).max() * 2.0 ** -24
+        assert np.array_equal(f16[big], scaled[big])
+        assert np.max(np.abs(f16 - scaled)) <= 2.0 ** -25        # fp16's spacing below 2^-14
+    zero = 0
+    assert min(141 - zero, 126) == 126                            # a zero row: a finite factor

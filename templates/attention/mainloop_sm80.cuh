@@ -300,6 +300,72 @@ __device__ __forceinline__ void load_kv8_block(u32 s_base, const u8* base, i64 r
 // 32 (dt / 4) + 8 t + 4 x + dt % 4: eight consecutive head dims a lane for each dt / 4
 // (epilogue_sm80.cuh).
 __device__ __forceinline__ int fp8_key(int c) { return 4 * ((c & 7) >> 1) + 2 * (c >> 3) + (c & 1); }
+{% set f8cvt = v.arch not in ("sm_80", "sm_86", "sm_87") %}
+{% set q_to_f16 = f8cvt and v.dtype == "bf16" %}
+
+{% if f8cvt %}
+// From sm_89 the GEMMs of this tile run on fp16 whatever the dtype: an FP8 code becomes an fp16
+// in one cvt a pair (fp8x4_to_f16), against four instructions a pair for a bf16 (fp8x4_to_16),
+// and the conversions are most of the tile's instructions (docs/dev/perf-log.md, "FP8 K/V caches
+// on the H200").  P is packed to fp16 (finer than bf16 in [2^-14, 1], coarser below: FA2's P
+// for fp16 inputs).
+__device__ __forceinline__ void mma_f16(float* d, const u32* a, u32 b0, u32 b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+      "{ %0,%1,%2,%3}, { %4,%5,%6,%7}, { %8,%9}, { %0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ u32 pack2_f16(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+{% endif %}
+{% set fp8_cvt, fp8_mma, fp8_pack = ("fp8x4_to_f16", "mma_f16", "pack2_f16") if f8cvt else ("fp8x4_to_16", "mma_16816", "pack2") %}
+{% if q_to_f16 %}
+
+// A bf16 q for the fp16 GEMMs: each row is multiplied by a power of two 2^k that puts its largest
+// |q| in [2^14, 2^15) (fp16's largest finite value is 65504), then rounded to fp16.  That is exact
+// for every element down to 2^-24 of the row's largest (fp16's normal range; smaller ones keep
+// fp16's absolute precision, 2^-39 of the largest: far below bf16's own 2^-9 relative rounding of
+// the largest), and the scores of the row come out 2^k times the true ones: unscale[h] = 2^-k for
+// this lane's rows g (h 0) and g + 8 (h 1), which the logit scale takes back.  A zero row gets
+// k = 126; a row holding inf or NaN keeps it.
+__device__ __forceinline__ void q_frags_to_f16(u32 (&qa)[D / 16][4], float (&unscale)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    u32 m = 0;  // the row's largest |q| as bf16 bits (monotone in the value for |.|, NaN above inf)
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) m = __vmaxu2(m, __vmaxu2(qa[ks][h] & 0x7FFF7FFFu, qa[ks][h + 2] & 0x7FFF7FFFu));
+    m = max(m & 0xFFFFu, m >> 16);
+    m = max(m, __shfl_xor_sync(0xffffffffu, m, 1));   // the quad holds the row
+    m = max(m, __shfl_xor_sync(0xffffffffu, m, 2));
+    const int k = min(141 - (int)(m >> 7), 126);        // 2^(E - 127 + k) = 2^14 for exponent field E
+    const float up = __uint_as_float((u32)(127 + k) << 23);
+    unscale[h] = __uint_as_float((u32)(127 - k) << 23);
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)
+#pragma unroll
+      for (int j = h; j < 4; j += 2) {
+        const u32 w = qa[ks][j];
+        qa[ks][j] = pack2_f16(__uint_as_float(w << 16) * up, __uint_as_float(w & 0xFFFF0000u) * up);
+      }
+  }
+}
+
+// transform_scores (common/softmax.cuh) with the logit scales of this lane's rows g (h 0), g + 8 (h 1)
+__device__ __forceinline__ void transform_scores_rows(float (&s)[MT][BN / 8][4], const float (&scale_log2)[2],
+                                                      const float (&softcap_scale)[2], float softcap_log2) {
+#pragma unroll
+  for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (SOFTCAP) s[0][nt][e] = tanh_ex2(s[0][nt][e] * softcap_scale[e >> 1]) * softcap_log2;
+      else s[0][nt][e] *= scale_log2[e >> 1];
+    }
+}
+{% endif %}
 
 // Q_REGS fragments in FP8_REGS' head-dim order: qa[ks] = head dims (D/4) t + 4 ks .. + 3 of rows g,
 // g + 8 (one 8-byte load each; rows >= valid_rows are zeros).
@@ -345,8 +411,8 @@ __device__ __forceinline__ void gemm_qk_fp8(float (&s)[MT][BN / 8][4], const u32
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
       u32 b0, b1;
-      fp8x4_to_16(w[ks], b0, b1);
-      mma_16816(s[0][nb], qa[ks], b0, b1);
+      {{ fp8_cvt }}(w[ks], b0, b1);
+      {{ fp8_mma }}(s[0][nb], qa[ks], b0, b1);
     }
   }
 }
@@ -356,10 +422,10 @@ __device__ __forceinline__ void gemm_pv_fp8(float (&o)[MT][DV / 8][4], const flo
                                             int lane) {
   const int g = lane >> 2, t = lane & 3;
   u32 pa[4];
-  pa[0] = pack2(s[0][0][0], s[0][0][1]);
-  pa[1] = pack2(s[0][0][2], s[0][0][3]);
-  pa[2] = pack2(s[0][1][0], s[0][1][1]);
-  pa[3] = pack2(s[0][1][2], s[0][1][3]);
+  pa[0] = {{ fp8_pack }}(s[0][0][0], s[0][0][1]);
+  pa[1] = {{ fp8_pack }}(s[0][0][2], s[0][0][3]);
+  pa[2] = {{ fp8_pack }}(s[0][1][0], s[0][1][1]);
+  pa[3] = {{ fp8_pack }}(s[0][1][2], s[0][1][3]);
   const u8* base = s8V + 4 * t * DV + 4 * g;   // keys 4t .., head dims 4 g ..
 #pragma unroll
   for (int q = 0; q < DV / 32; ++q) {
@@ -375,8 +441,8 @@ __device__ __forceinline__ void gemm_pv_fp8(float (&o)[MT][DV / 8][4], const flo
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       u32 b0, b1;
-      fp8x4_to_16(w[r], b0, b1);
-      mma_16816(o[0][4 * q + r], pa, b0, b1);
+      {{ fp8_cvt }}(w[r], b0, b1);
+      {{ fp8_mma }}(o[0][4 * q + r], pa, b0, b1);
     }
   }
 }

@@ -65,6 +65,10 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
                        * descale_of(p.q_descale, p.q_descale_batch_stride, p.q_descale_head_stride, ti.b, kv_head);
   const float kv_scale_log2 = p.scale_log2 * k_desc, kv_softcap_scale = p.softcap_scale * k_desc;
   {% endif %}
+  {% set q_to_f16 = v.get("fp8_regs") and v.dtype == "bf16" and v.arch not in ("sm_80", "sm_86", "sm_87") %}
+  {% if q_to_f16 %}
+  float row_scale_log2[2], row_softcap_scale[2];   // FP8_REGS with fp16 GEMMs: each row's q was scaled (q_frags_to_f16)
+  {% endif %}
 
   float o[MT][DV / 8][4];
   float row_max[MT][2], row_sum[MT][2];
@@ -87,6 +91,15 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
         const int head = PACK_GQA ? kv_head * qpk + pr - pos * qpk : ti.head;
         return Q + (i64)(ti.q_start + pos) * p.q_row_stride + (i64)head * p.q_head_stride;
       }, ti.valid_rows, lane);
+      {% if q_to_f16 %}
+      float unscale[2];
+      q_frags_to_f16(qa, unscale);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        row_scale_log2[h] = kv_scale_log2 * unscale[h];
+        row_softcap_scale[h] = kv_softcap_scale * unscale[h];
+      }
+      {% endif %}
     } else if (PACK_GQA) {
       load_rows<BM, D, SQ>(sQ_base, [&](int r) {
         const int pr = row0 + r;
@@ -159,7 +172,9 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
       if (Q_REGS) gemm_qk_regs(s, qa, sK_base + st * K_ELEMS * 2, lane);
       else gemm_qk(s, sQ_base, sK_base + st * K_ELEMS * 2, warp, lane);
 {% endif %}
-{% if v.get("kv_dtype") %}
+{% if q_to_f16 %}
+      transform_scores_rows(s, row_scale_log2, row_softcap_scale, p.softcap_log2);
+{% elif v.get("kv_dtype") %}
       transform_scores(s, kv_scale_log2, kv_softcap_scale, p.softcap_log2);
 {% else %}
       transform_scores(s, p.scale_log2, p.softcap_scale, p.softcap_log2);

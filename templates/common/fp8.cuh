@@ -38,6 +38,23 @@ __device__ __forceinline__ void fp8x4_to_16(u32 w, u32& lo, u32& hi) {
   hi = b;
 }
 
+{% if v.get("fp8_regs") and v.arch not in ("sm_80", "sm_86", "sm_87") %}
+// FP8_REGS on sm_89+: four FP8 values -> two fp16 pairs (the layout of fp8x4_to_16) for the fp16
+// MMAs that tile runs whatever the dtype (mainloop_sm80.cuh, "FP8 in registers").  e4m3: one
+// cvt.rn.f16x2.e4m3x2 a pair (F2FP reads either half of w), exact for every code, NaN stays NaN;
+// e5m2 is the high byte of an fp16: two byte permutes.  (fp8x4_to_16 takes 4 instructions a pair
+// for a bf16 target.)
+__device__ __forceinline__ void fp8x4_to_f16(u32 w, u32& lo, u32& hi) {
+  {% if v.kv_dtype == "e4m3" %}
+  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+      : "=r"(lo), "=r"(hi) : "r"(w));
+  {% else %}
+  lo = __byte_perm(w, 0u, 0x1404);
+  hi = __byte_perm(w, 0u, 0x3424);
+  {% endif %}
+}
+{% endif %}
+
 // The descale factor of request b, KV head h (FlashAttention-3's (batch, num_heads_kv) tensor at
 // `addr` with strides bs, hs; 0 along a broadcast dimension); a null address reads as 1.
 __device__ __forceinline__ float descale_of(i64 addr, int bs, int hs, int b, int h) {
