@@ -199,3 +199,23 @@ def test_q_to_fp16_scaling_is_exact_for_the_row():
         assert np.max(np.abs(f16 - scaled)) <= 2.0 ** -25        # fp16's spacing below 2^-14
     zero = 0
     assert min(141 - zero, 126) == 126                            # a zero row: a finite factor
+
+
+def test_an_fp16_target_converts_e4m3_with_cvt_on_every_sm89_path():
+    """fp8x4_to_16 for an fp16 dtype is fp8x4_to_f16 from sm_89 on: the Hopper kernel's producer
+    conversion and the sm_80 mainloop's staged conversion as well as FP8_REGS; bf16 targets keep the
+    bit shifts (no cheaper exact e4m3 -> bf16), and sm_80 has no FP8 cvt at all."""
+    from kernelgen.selection import heuristics
+
+    def hopper(dtype, arch="sm_90a"):
+        return heuristics.choose(arch, dtype, 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal",
+                                 max_seqlen_q=4096, max_seqlen_k=4096, kv_dtype="e4m3").attention
+    h16, h_bf = hopper("fp16"), hopper("bf16")
+    assert h16.mainloop == "sm90a" and h_bf.mainloop == "sm90a"
+    body = render.render(h16).split("void fp8x4_to_16(")[1].split("\n}\n")[0]
+    assert "fp8x4_to_f16(w, lo, hi);" in body and "mul.rn.f16x2" not in body.split("{% else %}")[0]
+    assert "fp8x4_to_f16(w, lo, hi);" not in render.render(h_bf).split("void fp8x4_to_16(")[1].split("\n}\n")[0]
+    staged = dataclasses.replace(DECODE, dtype="fp16", alibi=True)    # not FP8_REGS: the staged conversion
+    assert not staged.fp8_in_registers
+    assert "fp8x4_to_f16(w, lo, hi);" in render.render(staged)
+    assert "cvt.rn.f16x2.e4m3x2" not in render.render(dataclasses.replace(staged, arch="sm_80"))

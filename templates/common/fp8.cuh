@@ -1,13 +1,36 @@
 // ---- common/fp8.cuh: FP8 ({{ v.kv_dtype }}) K/V values to {{ v.dtype }} and their descale factors ----
 // Shared by the sm_80 mainloop (mainloop_sm80.cuh: staging stages, or FP8_REGS' fragments) and the
 // Hopper one (mainloop_sm90.cuh: the producer warps' landing-stage conversion).
+{% set f8cvt = v.arch not in ("sm_80", "sm_86", "sm_87") %}
+{% if f8cvt %}
+// sm_89+: four FP8 values -> two fp16 pairs (the layout of fp8x4_to_16), for an fp16 dtype and for
+// the FP8_REGS tile's fp16 MMAs whatever the dtype (mainloop_sm80.cuh, "FP8 in registers").  e4m3: one
+// cvt.rn.f16x2.e4m3x2 a pair (F2FP reads either half of w), exact for every code, NaN stays NaN;
+// e5m2 is the high byte of an fp16: two byte permutes.  (fp8x4_to_16 takes 4 instructions a pair
+// for a bf16 target.)
+__device__ __forceinline__ void fp8x4_to_f16(u32 w, u32& lo, u32& hi) {
+  {% if v.kv_dtype == "e4m3" %}
+  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+      : "=r"(lo), "=r"(hi) : "r"(w));
+  {% else %}
+  lo = __byte_perm(w, 0u, 0x1404);
+  hi = __byte_perm(w, 0u, 0x3424);
+  {% endif %}
+}
+{% endif %}
+
 // Four FP8 values (byte i of w = element i) -> four 16-bit values, elements 0, 1 in lo (0 in the
 // low half), 2, 3 in hi.  Each byte is moved into the high byte of a 16-bit lane first; then the
 // sign stays and the exponent and mantissa bits shift into the target format's places, which
 // reads as the value times 2^-(the bias difference), and one multiply by that power of two (exact,
 // subnormals included) restores it: 2 logic ops and one packed multiply per two values, no cvt
 // (the F2F conversions run at a quarter of the FMA rate and made the bf16 decode compute-bound).
+// An fp16 target on sm_89+ takes fp8x4_to_f16's one cvt a pair instead (the FP8 to fp16
+// conversion is a single F2FP, not a chain through fp32).
 __device__ __forceinline__ void fp8x4_to_16(u32 w, u32& lo, u32& hi) {
+  {% if f8cvt and v.dtype == "fp16" %}
+  fp8x4_to_f16(w, lo, hi);
+  {% else %}
   u32 a = __byte_perm(w, 0u, 0x1404), b = __byte_perm(w, 0u, 0x3424);
   {% if v.dtype == "bf16" %}
   {% if v.kv_dtype == "e4m3" %}
@@ -36,24 +59,8 @@ __device__ __forceinline__ void fp8x4_to_16(u32 w, u32& lo, u32& hi) {
   // (e5m2 is the high byte of an fp16: nothing more to do for fp16)
   lo = a;
   hi = b;
-}
-
-{% if v.get("fp8_regs") and v.arch not in ("sm_80", "sm_86", "sm_87") %}
-// FP8_REGS on sm_89+: four FP8 values -> two fp16 pairs (the layout of fp8x4_to_16) for the fp16
-// MMAs that tile runs whatever the dtype (mainloop_sm80.cuh, "FP8 in registers").  e4m3: one
-// cvt.rn.f16x2.e4m3x2 a pair (F2FP reads either half of w), exact for every code, NaN stays NaN;
-// e5m2 is the high byte of an fp16: two byte permutes.  (fp8x4_to_16 takes 4 instructions a pair
-// for a bf16 target.)
-__device__ __forceinline__ void fp8x4_to_f16(u32 w, u32& lo, u32& hi) {
-  {% if v.kv_dtype == "e4m3" %}
-  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
-      : "=r"(lo), "=r"(hi) : "r"(w));
-  {% else %}
-  lo = __byte_perm(w, 0u, 0x1404);
-  hi = __byte_perm(w, 0u, 0x3424);
   {% endif %}
 }
-{% endif %}
 
 // The descale factor of request b, KV head h (FlashAttention-3's (batch, num_heads_kv) tensor at
 // `addr` with strides bs, hs; 0 along a broadcast dimension); a null address reads as 1.
