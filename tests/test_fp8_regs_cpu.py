@@ -128,9 +128,9 @@ def test_the_lanes_fragments_compute_q_kt_and_p_v(d):
 
 
 
-def _block_loop_ops(spec) -> dict:
-    """Opcode counts of the FP8_REGS tile's key-block loop: the shortest backward-branch body that
-    holds the block's 32 HMMA (16 for S = Q K^T, 16 for P V at d 128)."""
+def _block_loop(spec, hmma: int = 32) -> list:
+    """Opcodes (with modifiers) of the one-warp decode tile's key-block loop, in order: the shortest
+    backward-branch body that holds the block's `hmma` HMMA (16 for S = Q K^T, 16 for P V at d 128)."""
     res = compiler.compile_cubin(render.render(spec), spec.arch, compiler.default_options(spec.arch), spec.name)
     lines = sass.disassemble(res.cubin, sass.find_nvdisasm()).splitlines()
     labels = {m.group(1): i for i, line in enumerate(lines) for m in [re.match(r"^\.(L_x_\d+):", line)] if m}
@@ -139,14 +139,18 @@ def _block_loop_ops(spec) -> dict:
         m = re.search(r"BRA `\(\.(L_x_\d+)\)", line)
         if m and labels.get(m.group(1), 1 << 30) < i:
             body = lines[labels[m.group(1)]:i + 1]
-            if sum("HMMA" in x for x in body) >= 32 and (best is None or len(body) < len(best)):
+            if sum("HMMA" in x for x in body) >= hmma and (best is None or len(body) < len(best)):
                 best = body
     assert best is not None, "no key-block loop found"
+    return [m.group(1) for line in best for m in [re.search(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", line)]
+            if m]
+
+
+def _block_loop_ops(spec, hmma: int = 32) -> dict:
+    """Opcode counts of `_block_loop`."""
     ops = {}
-    for line in best:
-        m = re.search(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", line)
-        if m:
-            ops[m.group(1)] = ops.get(m.group(1), 0) + 1
+    for op in _block_loop(spec, hmma):
+        ops[op] = ops.get(op, 0) + 1
     return ops
 
 
@@ -219,3 +223,41 @@ def test_an_fp16_target_converts_e4m3_with_cvt_on_every_sm89_path():
     assert not staged.fp8_in_registers
     assert "fp8x4_to_f16(w, lo, hi);" in render.render(staged)
     assert "cvt.rn.f16x2.e4m3x2" not in render.render(dataclasses.replace(staged, arch="sm_80"))
+
+
+def _page_div(d: int):
+    """mainloop_sm80.cuh's page_div: (m, l) of x / d = (umulhi(x, m) + x) >> l."""
+    l = (d - 1).bit_length() if d > 1 else 0
+    m = ((((1 << l) - d) << 32) // d + 1) & 0xFFFFFFFF
+    return m, l
+
+
+def test_page_div_divides_exactly_for_every_int_key():
+    """The sm_80 mainloop's key -> (page, slot) without a division (PageDiv): exact for keys in
+    [0, 2^31) and every page size, checked on the sizes engines use and odd ones, at both ends of
+    the range and around every multiple near them; umulhi(x, m) + x never leaves 32 bits."""
+    rng = np.random.default_rng(1)
+    sizes = [1, 2, 3, 5, 7, 8, 12, 16, 17, 31, 32, 48, 64, 100, 128, 256, 1000, 1024, 4097, 65535, (1 << 20) + 7]
+    for d in sizes:
+        m, l = _page_div(d)
+        xs = np.concatenate([np.arange(0, 5000), (1 << 31) - 1 - np.arange(0, 5000),
+                             rng.integers(0, 1 << 31, 20000)]).astype(np.uint64)
+        xs = np.concatenate([xs, (xs // d) * d, (xs // d) * d - 1]).clip(0, (1 << 31) - 1)
+        t = (xs * np.uint64(m)) >> np.uint64(32)
+        assert int((t + xs).max()) < (1 << 32)
+        assert np.array_equal((t + xs) >> np.uint64(l), xs // np.uint64(d)), d
+
+
+@pytest.mark.skipif(sass.find_nvdisasm() is None, reason="nvdisasm is not installed")
+@pytest.mark.parametrize("kv_dtype", ["", "e4m3"])
+def test_the_paged_block_loop_has_no_integer_division(kv_dtype):
+    """key / page_size in the sm_80 mainloop's block loads is PageDiv's multiply and shift: the loop's
+    loads (everything before its first HMMA) hold no I2F / MUFU.RCP / F2I division sequence (they
+    held four, one in each K and V load path).  The one division left in the loop is the mask's
+    row / qpk, on the masked block only."""
+    spec = dataclasses.replace(DECODE, kv_dtype=kv_dtype, tile=TileConfig(16, 16, 1, 2, 12))
+    ops = _block_loop(spec)
+    loads = ops[:ops.index(next(op for op in ops if op.startswith("HMMA")))]
+    assert sum(op.startswith("LDGSTS") for op in loads) >= 4
+    assert not any(op.startswith(("I2F", "F2I", "MUFU.RCP")) for op in loads), loads
+    assert sum(op.startswith("MUFU.RCP") for op in ops) <= 1

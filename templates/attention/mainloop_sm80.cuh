@@ -58,19 +58,39 @@ __device__ __forceinline__ void load_rows(u32 s_base, RowPtr row_ptr, int valid_
   }
 }
 
+// Division by the page size without a division in the key-block loop: x / d = (umulhi(x, m) + x)
+// >> l for 0 <= x < 2^31 with l = ceil(log2 d) and m = floor(2^32 (2^l - d) / d) + 1 (Granlund and
+// Montgomery, "Division by invariant integers using multiplication", 1994; the form torch's
+// IntDivider uses).  Built once a tile (one 64-bit division there); the loop's `key / page_size`
+// and `key % page_size` were each a ~25-instruction division on the path to the next cp.async.
+// A power of two has m = 1 (a shift).  tests/test_fp8_regs_cpu.py checks the identity.
+struct PageDiv {
+  int d;
+  u32 m, l;
+  __device__ __forceinline__ int div(int x) const { return (int)((__umulhi((u32)x, m) + (u32)x) >> l); }
+  __device__ __forceinline__ int mod(int x) const { return x - div(x) * d; }
+};
+__device__ __forceinline__ PageDiv page_div(int d) {
+  PageDiv r;
+  r.d = d;
+  r.l = d > 1 ? 32 - __clz(d - 1) : 0;
+  r.m = (u32)((((u64)((1ull << r.l) - (u64)d)) << 32) / (u64)d) + 1u;
+  return r;
+}
+
 // One K or V block of BN keys starting at key `key0` of a request, from a packed tensor (rows at
 // `base + key * row_stride`) or a paged cache (key j lives in page page_table[j / page_size], slot
 // j % page_size).  Pages are looked up per block when a page holds whole blocks (page_size a
 // multiple of BN), per row otherwise.  Keys >= seqlen_k are zero-filled.
 template <int COLS, int S>
 __device__ __forceinline__ void load_kv_block(u32 s_base, const u16* base, i64 row_stride, i64 page_stride,
-                                              const int* page_row, int page_size, int key0, int seqlen_k, int tid) {
+                                              const int* page_row, const PageDiv& pd, int key0, int seqlen_k, int tid) {
   const int valid = seqlen_k - key0;
   if (!PAGED) {
     load_tile<BN, COLS, S>(s_base, base + (i64)key0 * row_stride, row_stride, valid, tid);
-  } else if (page_size % BN == 0) {
-    const int page = page_row[key0 / page_size];
-    load_tile<BN, COLS, S>(s_base, base + (i64)page * page_stride + (i64)(key0 % page_size) * row_stride, row_stride,
+  } else if (pd.d % BN == 0) {
+    const int page = page_row[pd.div(key0)];
+    load_tile<BN, COLS, S>(s_base, base + (i64)page * page_stride + (i64)pd.mod(key0) * row_stride, row_stride,
                            valid, tid);
   } else {
     // Small pages: the block's page ids are read once per warp (one coalesced load a lane) and
@@ -82,8 +102,8 @@ __device__ __forceinline__ void load_kv_block(u32 s_base, const u16* base, i64 r
     constexpr int R = BN / 32 + 1;  // lanes' worth of page ids one block can span
     const int lane = tid & 31;
     const int r0 = tid / TPR, c0 = tid % TPR;
-    const int first = key0 / page_size;
-    const int last = (min(key0 + BN, seqlen_k) - 1) / page_size;
+    const int first = pd.div(key0);
+    const int last = pd.div(min(key0 + BN, seqlen_k) - 1);
     int lp[R];
 #pragma unroll
     for (int k = 0; k < R; ++k) {
@@ -95,7 +115,7 @@ __device__ __forceinline__ void load_kv_block(u32 s_base, const u16* base, i64 r
     for (int i = 0; i < (BN + RSTEP - 1) / RSTEP; ++i) {
       const int r = r0 + i * RSTEP;
       const int j = key0 + r;
-      const int pidx = min(j / page_size, last) - first;  // clamped: every lane shuffles
+      const int pidx = min(pd.div(j), last) - first;  // clamped: every lane shuffles
       int page = 0;
 #pragma unroll
       for (int k = 0; k < R; ++k) {
@@ -104,7 +124,7 @@ __device__ __forceinline__ void load_kv_block(u32 s_base, const u16* base, i64 r
       }
       if (BN % RSTEP == 0 || r < BN) {
         const bool ok = j < seqlen_k;
-        const u16* src = base + (i64)page * page_stride + (i64)(j - (first + pidx) * page_size) * row_stride + c0 * 8;
+        const u16* src = base + (i64)page * page_stride + (i64)(j - (first + pidx) * pd.d) * row_stride + c0 * 8;
 #pragma unroll
         for (int jj = 0; jj < CPR / TPR; ++jj)
           cp_async16(dst + (u32)((i * RSTEP * S + jj * TPR * 8) * 2), src + jj * TPR * 8, ok);
@@ -238,13 +258,13 @@ __device__ __forceinline__ void load_tile8(u32 s_base, const u8* g, i64 row_stri
 // load_kv_block for an FP8 cache: one block of BN keys into an FP8 stage (same paging rules).
 template <int COLS>
 __device__ __forceinline__ void load_kv8_block(u32 s_base, const u8* base, i64 row_stride, i64 page_stride,
-                                               const int* page_row, int page_size, int key0, int seqlen_k, int tid) {
+                                               const int* page_row, const PageDiv& pd, int key0, int seqlen_k, int tid) {
   const int valid = seqlen_k - key0;
   if (!PAGED) {
     load_tile8<BN, COLS>(s_base, base + (i64)key0 * row_stride, row_stride, valid, tid);
-  } else if (page_size % BN == 0) {
-    const int page = page_row[key0 / page_size];
-    load_tile8<BN, COLS>(s_base, base + (i64)page * page_stride + (i64)(key0 % page_size) * row_stride, row_stride,
+  } else if (pd.d % BN == 0) {
+    const int page = page_row[pd.div(key0)];
+    load_tile8<BN, COLS>(s_base, base + (i64)page * page_stride + (i64)pd.mod(key0) * row_stride, row_stride,
                          valid, tid);
   } else {
     constexpr int CPR = COLS / 16;
@@ -253,8 +273,8 @@ __device__ __forceinline__ void load_kv8_block(u32 s_base, const u8* base, i64 r
     constexpr int R = BN / 32 + 1;
     const int lane = tid & 31;
     const int r0 = tid / TPR, c0 = tid % TPR;
-    const int first = key0 / page_size;
-    const int last = (min(key0 + BN, seqlen_k) - 1) / page_size;
+    const int first = pd.div(key0);
+    const int last = pd.div(min(key0 + BN, seqlen_k) - 1);
     int lp[R];
 #pragma unroll
     for (int k = 0; k < R; ++k) {
@@ -266,7 +286,7 @@ __device__ __forceinline__ void load_kv8_block(u32 s_base, const u8* base, i64 r
     for (int i = 0; i < (BN + RSTEP - 1) / RSTEP; ++i) {
       const int r = r0 + i * RSTEP;
       const int j = key0 + r;
-      const int pidx = min(j / page_size, last) - first;
+      const int pidx = min(pd.div(j), last) - first;
       int page = 0;
 #pragma unroll
       for (int k = 0; k < R; ++k) {
@@ -275,7 +295,7 @@ __device__ __forceinline__ void load_kv8_block(u32 s_base, const u8* base, i64 r
       }
       if (BN % RSTEP == 0 || r < BN) {
         const bool ok = j < seqlen_k;
-        const u8* src = base + (i64)page * page_stride + (i64)(j - (first + pidx) * page_size) * row_stride + c0 * 16;
+        const u8* src = base + (i64)page * page_stride + (i64)(j - (first + pidx) * pd.d) * row_stride + c0 * 16;
 #pragma unroll
         for (int jj = 0; jj < CPR / TPR; ++jj)
           cp_async16(dst + (u32)(i * RSTEP * COLS + jj * TPR * 16), src + jj * TPR * 16, ok);

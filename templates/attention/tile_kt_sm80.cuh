@@ -77,6 +77,7 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
   const {{ "u8" if v.get("kv_dtype") else "u16" }}* k_base = K + (i64)ti.k_start * p.k_row_stride + (i64)kv_head * p.k_head_stride;
   const {{ "u8" if v.get("kv_dtype") else "u16" }}* v_base = V + (i64)ti.k_start * p.v_row_stride + (i64)kv_head * p.v_head_stride;
   const int* page_row = PAGED ? static_cast<const int*>(p.page_table) + (i64)ti.b * p.page_table_stride : nullptr;
+  const PageDiv pdiv = page_div(PAGED ? p.page_size : 1);   // key -> (page, slot) without a division a block
   {% if v.get("kv_dtype") %}
   // FP8: k_descale (times an FP8 q's q_descale) of this tile's (request, KV head) folded into the logit scale
   const float k_desc = descale_of(p.k_descale, p.k_descale_batch_stride, p.k_descale_head_stride, ti.b, kv_head)
@@ -121,15 +122,15 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
       if (st < n_blocks) {
         const int n = n_hi - 1 - st;
 {% if v.get("kv_dtype") %}
-        load_kv8_block<D>(s8K_base + st * K8_BYTES, k_base, p.k_row_stride, p.k_page_stride, page_row, p.page_size,
+        load_kv8_block<D>(s8K_base + st * K8_BYTES, k_base, p.k_row_stride, p.k_page_stride, page_row, pdiv,
                           n * BN, ti.seqlen_k, tid);
-        load_kv8_block<DV>(s8V_base + st * V8_BYTES, v_base, p.v_row_stride, p.v_page_stride, page_row, p.page_size,
+        load_kv8_block<DV>(s8V_base + st * V8_BYTES, v_base, p.v_row_stride, p.v_page_stride, page_row, pdiv,
                            n * BN, ti.seqlen_k, tid);
 {% else %}
         load_kv_block<D, SQ>(sK_base + st * K_ELEMS * 2, k_base, p.k_row_stride, p.k_page_stride, page_row,
-                             p.page_size, n * BN, ti.seqlen_k, tid);
+                             pdiv, n * BN, ti.seqlen_k, tid);
         load_kv_block<DV, SV>(sV_base + st * V_ELEMS * 2, v_base, p.v_row_stride, p.v_page_stride, page_row,
-                              p.page_size, n * BN, ti.seqlen_k, tid);
+                              pdiv, n * BN, ti.seqlen_k, tid);
 {% endif %}
       }
       cp_async_commit();
@@ -162,14 +163,14 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
           const int sj = j % STAGES;
 {% if v.get("kv_dtype") %}
           load_kv8_block<D>(s8K_base + sj * K8_BYTES, k_base, p.k_row_stride, p.k_page_stride, page_row,
-                            p.page_size, nj * BN, ti.seqlen_k, tid);
+                            pdiv, nj * BN, ti.seqlen_k, tid);
           load_kv8_block<DV>(s8V_base + sj * V8_BYTES, v_base, p.v_row_stride, p.v_page_stride, page_row,
-                             p.page_size, nj * BN, ti.seqlen_k, tid);
+                             pdiv, nj * BN, ti.seqlen_k, tid);
 {% else %}
           load_kv_block<D, SQ>(sK_base + sj * K_ELEMS * 2, k_base, p.k_row_stride, p.k_page_stride, page_row,
-                               p.page_size, nj * BN, ti.seqlen_k, tid);
+                               pdiv, nj * BN, ti.seqlen_k, tid);
           load_kv_block<DV, SV>(sV_base + sj * V_ELEMS * 2, v_base, p.v_row_stride, p.v_page_stride, page_row,
-                                p.page_size, nj * BN, ti.seqlen_k, tid);
+                                pdiv, nj * BN, ti.seqlen_k, tid);
 {% endif %}
         }
         cp_async_commit();
