@@ -1,0 +1,118 @@
+"""Decode A/B (GPU): the bench's paged decode batches run with the kernels of several template
+folders in one process, bf16 and FP8 (e4m3) caches, timed as interleaved CUDA-graph-free replays
+of each configuration's prepared call (``kernelgen.apps.bench.measure.time_interleaved``, L2
+flushed before each replay).  The kernels of one configuration are built from its folder
+(``tile_ab.patched``'s template swap), so two commits' decode tiles meet on the same inputs and
+the same GPU state; the outputs are compared with the first configuration's.
+
+Configurations: ``NAME=FOLDER`` (a ``templates/`` tree, e.g. ``git archive <commit> templates``
+unpacked; ``.`` is the checkout's).  Prints one JSON line per (shape, cache) and a summary: each
+configuration's time over the first one's.
+
+Usage: PYTHONPATH=$PWD python benchmarks/experiments/decode_ab.py --configs new=.,old=/tmp/old/templates
+       [--shapes decode_trace_b128_paged16,decode_trace_b32_paged16] [--models llama3-8b,llama3-70b-tp8]
+       [--caches bf16,e4m3] [--passes 2] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+_KEEP: list = []   # modules of the swapped folders' kernels (their prepared calls hold function handles)
+
+
+def with_templates(folder: str, fn):
+    """``fn()`` with kernels rendered from the template folder ``folder`` (loaded afresh), then the
+    checkout's templates and loaded kernels back (tile_ab.py's swap without its tile patches)."""
+    from kernelgen.front import api
+    from kernelgen.jit import render, runtime
+    saved_loaded, saved_tdir = dict(runtime._loaded), render.templates_dir
+    render.templates_dir = lambda: Path(folder).resolve()
+    render.environment.cache_clear()
+    runtime._loaded.clear()
+    api.clear_signature_cache()
+    try:
+        return fn()
+    finally:
+        render.templates_dir = saved_tdir
+        render.environment.cache_clear()
+        _KEEP.extend(runtime._loaded.values())
+        runtime._loaded.clear()
+        runtime._loaded.update(saved_loaded)
+        api.clear_signature_cache()
+
+
+def run(shape: str, model: str, cache: str, configs: dict) -> dict:
+    import torch
+
+    from kernelgen.apps.bench import measure, suites
+    from kernelgen.apps.bench.models import PRESETS
+    from kernelgen.front import api
+
+    m = PRESETS[model]
+    ctx = suites.decode_contexts(suites.Settings(), shape)
+    q, kc, vc, pt, used, cu_q = suites.paged_batch([1] * len(ctx), ctx, m)
+    kw = {}
+    if cache == "e4m3":
+        (kc, ks), (vc, vs) = suites.quantize_e4m3(kc), suites.quantize_e4m3(vc)
+        kw = dict(k_descale=ks.reshape(1, 1).expand(len(ctx), m.num_heads_kv).contiguous(),
+                  v_descale=vs.reshape(1, 1).expand(len(ctx), m.num_heads_kv).contiguous())
+    maxk = max(ctx)
+    fns, kernels, diffs, first = {}, {}, {}, None
+    for name, folder in configs.items():
+        out = torch.full((len(ctx), m.num_heads_q, m.head_dim_v), float("nan"), device="cuda", dtype=torch.bfloat16)
+
+        def prepare(out=out):
+            api.varlen_attention(q, kc, vc, cu_q, None, 1, maxk, seqused_k=used, page_table=pt, causal=True,
+                                 window_size=m.window_size, softcap=m.softcap, out=out, **kw)
+            return api._CALLS._last[1]
+        prep = prepare() if folder == "." else with_templates(folder, prepare)
+        kernels[name] = prep.attn.name
+        first = out if first is None else first
+        diffs[name] = float((out.float() - first.float()).abs().nan_to_num(float("inf")).max())
+        fns[name] = lambda prep=prep, out=out: prep.run(q, kc, vc, cu_q, None, used, pt, out, None)
+    times = measure.time_interleaved(fns, rounds=5, repeat=10)
+    nbytes = sum(ctx) * m.num_heads_kv * (m.head_dim + m.head_dim_v) * (1 if cache == "e4m3" else 2)
+    row = {"shape": shape, "model": model, "cache": cache, "us": {n: round(r["us"], 1) for n, r in times.items()},
+           "tbps": {n: round(nbytes / r["us"] / 1e6, 3) for n, r in times.items()},
+           "rounds": {n: [round(x, 1) for x in r["rounds"]] for n, r in times.items()},
+           "kernels": kernels, "max_abs_diff_vs_first": diffs}
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--configs", required=True, help="NAME=FOLDER,... (FOLDER '.': the checkout's templates)")
+    ap.add_argument("--shapes", default="decode_trace_b128_paged16,decode_trace_b32_paged16,decode_long_b8_128k")
+    ap.add_argument("--models", default="llama3-8b,llama3-70b-tp8")
+    ap.add_argument("--caches", default="bf16,e4m3")
+    ap.add_argument("--passes", type=int, default=1)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    import torch
+    if not torch.cuda.is_available():
+        print("decode_ab: needs a GPU", file=sys.stderr)
+        return 2
+    configs = dict(c.split("=", 1) for c in a.configs.split(",") if c)
+    rows = []
+    for _ in range(a.passes):
+        for model in a.models.split(","):
+            for shape in a.shapes.split(","):
+                for cache in a.caches.split(","):
+                    rows.append(run(shape, model, cache, configs))
+    base = next(iter(configs))
+    for r in rows:
+        print(f"{r['model']:16s} {r['shape']:28s} {r['cache']:5s} " + "  ".join(
+            f"{n} {r['us'][n]:8.1f} us {r['us'][n] / r['us'][base]:.3f}" for n in configs))
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
