@@ -328,19 +328,7 @@ __device__ __forceinline__ int fp8_key(int c) { return 4 * ((c & 7) >> 1) + 2 * 
 // in one cvt a pair (fp8x4_to_f16), against four instructions a pair for a bf16 (fp8x4_to_16),
 // and the conversions are most of the tile's instructions (docs/dev/perf-log.md, "FP8 K/V caches
 // on the H200").  P is packed to fp16 (finer than bf16 in [2^-14, 1], coarser below: FA2's P
-// for fp16 inputs).
-__device__ __forceinline__ void mma_f16(float* d, const u32* a, u32 b0, u32 b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-      "{ %0,%1,%2,%3}, { %4,%5,%6,%7}, { %8,%9}, { %0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ u32 pack2_f16(float lo, float hi) {
-  u32 r;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
+// for fp16 inputs).  (mma_f16 and pack2_f16: common/mma.cuh)
 {% endif %}
 {% set fp8_cvt, fp8_mma, fp8_pack = ("fp8x4_to_f16", "mma_f16", "pack2_f16") if f8cvt else ("fp8x4_to_16", "mma_16816", "pack2") %}
 {% if q_to_f16 %}

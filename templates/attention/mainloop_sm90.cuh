@@ -246,6 +246,14 @@ __device__ __forceinline__ void issue_qk(float (&s)[1][BN / 8][4], u32 q_base, u
   }
 }
 
+// An FP8 cache with a bf16 q (PV_F16): the producers convert V to fp16 (one cvt a pair of codes,
+// common/fp8.cuh's fp8x4_to_f16, where a bf16 target takes four instructions), so P V runs on fp16
+// operands, P packed to fp16 (finer than bf16 in [2^-14, 1], an absolute step of 2^-24 below:
+// FlashAttention-2's P for fp16 inputs); Q K^T stays bf16.  Every e4m3 / e5m2 value is an fp16.
+{% set pv_f16 = v.get("kv_dtype") and not v.get("fp8_mma") and v.dtype == "bf16" %}
+{% set rs = "wgmma_rs_f16" if pv_f16 else "wgmma_rs" %}
+constexpr bool PV_F16 = {{ "true" if pv_f16 else "false" }};
+
 // O (64 rows x DV) += P (registers, BN keys) V (BN x DV): BN / 16 k16 steps.
 __device__ __forceinline__ void issue_pv(float (&o)[1][DV / 8][4], const u32 (&pa)[PA_N][4], u32 v_base) {
   float* of = &o[0][0][0];
@@ -264,14 +272,15 @@ __device__ __forceinline__ void issue_pv(float (&o)[1][DV / 8][4], const u32 (&p
     if (PV_HALVES) {
 #pragma unroll
       for (int h = 0; h < VHALVES; ++h)
-        wgmma_rs_n64(of + 32 * h, pa[kk], desc_at(dvh, h * KV_HALF + kk * 2048));
+        {{ rs }}_n64(of + 32 * h, pa[kk], desc_at(dvh, h * KV_HALF + kk * 2048));
     } else {
-      wgmma_rs_n{{ (v.head_dim_v + 63) // 64 * 64 }}(of, pa[kk], desc_at(dv, kk * 2048));
+      {{ rs }}_n{{ (v.head_dim_v + 63) // 64 * 64 }}(of, pa[kk], desc_at(dv, kk * 2048));
     }
   }
 }
 
-// Probabilities (fp32, in s) -> bf16/fp16 A fragments of P V, one per 16 keys.
+// Probabilities (fp32, in s) -> bf16/fp16 A fragments of P V, one per 16 keys (fp16 with PV_F16).
+{% set pk = "pack2_f16" if pv_f16 else "pack2" %}
 __device__ __forceinline__ void pack_p(const float (&s)[1][BN / 8][4], u32 (&pa)[PA_N][4]) {
   {% if v.get("fp8_mma") %}
   pack_p8<BN>(s, pa);   // e4m3 A fragments of k32 (common/fp8_mma.cuh)
@@ -279,10 +288,10 @@ __device__ __forceinline__ void pack_p(const float (&s)[1][BN / 8][4], u32 (&pa)
   {% endif %}
 #pragma unroll
   for (int kk = 0; kk < BN / 16; ++kk) {
-    pa[kk][0] = pack2(s[0][2 * kk][0], s[0][2 * kk][1]);
-    pa[kk][1] = pack2(s[0][2 * kk][2], s[0][2 * kk][3]);
-    pa[kk][2] = pack2(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
-    pa[kk][3] = pack2(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+    pa[kk][0] = {{ pk }}(s[0][2 * kk][0], s[0][2 * kk][1]);
+    pa[kk][1] = {{ pk }}(s[0][2 * kk][2], s[0][2 * kk][3]);
+    pa[kk][2] = {{ pk }}(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+    pa[kk][3] = {{ pk }}(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
   }
 }
 
@@ -703,7 +712,7 @@ __device__ __forceinline__ void producer_loop_gather(const AttnParams& p, const 
 // Rows >= valid (keys past the request's end, in the last block) are written as zeros: the V
 // rows' probabilities are 0 there but 0 * a stray value could be NaN in the MMA (zero_v_tail's job
 // on the other paths, done here so that only the converter writes the slot).
-template <int NH>
+template <int NH, bool F16 = false>   // F16: into fp16 (PV_F16's V), else the dtype
 __device__ __forceinline__ void convert_block(u32 dst, u32 src, int tid, int valid = BN) {
   constexpr int CHUNKS = NH * BN * 4;
 #pragma unroll 1
@@ -716,10 +725,17 @@ __device__ __forceinline__ void convert_block(u32 dst, u32 src, int tid, int val
                    : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)
                    : "r"(src + h * K8_HALF + r * 64 + ((cc ^ ((r >> 1) & 3)) << 4)));
     u32 y[8];
-    fp8x4_to_16(x0, y[0], y[1]);
-    fp8x4_to_16(x1, y[2], y[3]);
-    fp8x4_to_16(x2, y[4], y[5]);
-    fp8x4_to_16(x3, y[6], y[7]);
+    if (F16) {
+      fp8x4_to_f16(x0, y[0], y[1]);
+      fp8x4_to_f16(x1, y[2], y[3]);
+      fp8x4_to_f16(x2, y[4], y[5]);
+      fp8x4_to_f16(x3, y[6], y[7]);
+    } else {
+      fp8x4_to_16(x0, y[0], y[1]);
+      fp8x4_to_16(x1, y[2], y[3]);
+      fp8x4_to_16(x2, y[4], y[5]);
+      fp8x4_to_16(x3, y[6], y[7]);
+    }
     const u32 row = dst + h * KV_HALF + r * 128;
     asm volatile("st.shared.v4.u32 [%0], { %1, %2, %3, %4};\n" ::"r"(row + (((2 * cc) ^ (r & 7)) << 4)), "r"(y[0]),
                  "r"(y[1]), "r"(y[2]), "r"(y[3]) : "memory");
@@ -790,7 +806,7 @@ __device__ __forceinline__ void producer_loop_convert(const AttnParams& p, int* 
       convert_block<HALVES>(sb + OFF_K + stage * K_BYTES, land, tid);
       gather_publish(bar_k_full(sb, stage));
       mbar_wait(bar_v_empty(sb, stage), phase ^ 1, 4);
-      convert_block<VHALVES>(sb + OFF_V + stage * V_BYTES, land + K8_BYTES, tid, min(BN, ti.seqlen_k - n * BN));
+      convert_block<VHALVES, PV_F16>(sb + OFF_V + stage * V_BYTES, land + K8_BYTES, tid, min(BN, ti.seqlen_k - n * BN));
       gather_publish(bar_v_full(sb, stage));
       mbar_arrive(bar_land_empty(sb, ls));
       if (++stage == STAGES) {

@@ -82,12 +82,12 @@ __device__ __forceinline__ void wgmma_ss_n{{ n }}(float* d, u64 da, u64 db, int 
 }
 {%- endmacro %}
 
-{% macro wgmma_rs(n) -%}
-// D(64 x {{ n }}) += A(64 x 16, registers) * B(16 x {{ n }}, smem, MN-major: imm-trans-b = 1).
-__device__ __forceinline__ void wgmma_rs_n{{ n }}(float* d, const u32* a, u64 db) {
+{% macro wgmma_rs(n, t=mma_type, name="wgmma_rs") -%}
+// D(64 x {{ n }}) += A(64 x 16, registers) * B(16 x {{ n }}, smem, MN-major: imm-trans-b = 1), {{ t }} operands.
+__device__ __forceinline__ void {{ name }}_n{{ n }}(float* d, const u32* a, u64 db) {
   asm volatile(
       "{ .reg .pred p; setp.ne.b32 p, %{{ n // 2 + 5 }}, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n{{ n }}k16.f32.{{ mma_type }}.{{ mma_type }} "
+      "wgmma.mma_async.sync.aligned.m64n{{ n }}k16.f32.{{ t }}.{{ t }} "
       "{ {% for i in range(n // 2) %}%{{ i }}{{ ", " if not loop.last else "" }}{% endfor %}}, "
       "{ %{{ n // 2 }}, %{{ n // 2 + 1 }}, %{{ n // 2 + 2 }}, %{{ n // 2 + 3 }}}, %{{ n // 2 + 4 }}, p, 1, 1, 1; }\n"
       : {% for i in range(n // 2) %}"+f"(d[{{ i }}]){{ ", " if not loop.last else "" }}{% endfor %}
@@ -138,4 +138,7 @@ __device__ __forceinline__ void wgmma_rs8_n{{ n }}_{{ at }}_{{ bt }}(float* d, c
 {% endfor %}
 {% for n in wgmma_rs_shapes %}
 {{ wgmma_rs(n) }}
+{% endfor %}
+{% for n in (wgmma_rs_f16_shapes if wgmma_rs_f16_shapes is defined else []) %}
+{{ wgmma_rs(n, "f16", "wgmma_rs_f16") }}
 {% endfor %}
