@@ -264,27 +264,37 @@ def test_the_paged_block_loop_has_no_integer_division(kv_dtype):
 
 
 @pytest.mark.skipif(sass.find_nvdisasm() is None, reason="nvdisasm is not installed")
-def test_hopper_fp8_cache_with_a_bf16_q_runs_p_v_on_fp16():
-    """The Hopper kernel on an FP8 cache with a bf16 q (PV_F16 in mainloop_sm90.cuh): the producers
-    convert V with the one-instruction cvt into fp16 and P V runs on fp16 wgmma (P packed to fp16),
-    while Q K^T stays bf16 (Q is bf16 in shared memory); the bit-shift conversion's packed
-    multiplies are left on K only.  Without an FP8 cache both products stay bf16."""
+def test_hopper_fp8_cache_with_a_bf16_q_runs_both_gemms_on_fp16():
+    """The Hopper kernel on an FP8 cache with a bf16 q (MMA_F16 in mainloop_sm90.cuh): the producers
+    convert K and V with the one-instruction cvt into fp16 (no bit-shift multiplies left), each
+    consumer warp moves its Q rows to fp16 in shared memory once a tile (q_rows_to_f16, then a proxy
+    fence and the warpgroup barrier before the first wgmma, its factor in the logits' scale), and both
+    GEMMs run on fp16 wgmma; at head dims 64, 128 and 256, causal or not, without spills.  Without
+    an FP8 cache both stay bf16."""
     from kernelgen.selection import heuristics
 
-    def hopper(kv):
-        return heuristics.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal",
+    def hopper(kv, d=128, mask="causal"):
+        return heuristics.choose("sm_90a", "bf16", d, d, num_heads_q=32, num_heads_kv=8, mask=mask,
                                  max_seqlen_q=4096, max_seqlen_k=4096, kv_dtype=kv).attention
 
     def hgmma(spec):
+        assert spec.mainloop == "sm90a"
         res = compiler.compile_cubin(render.render(spec), spec.arch, compiler.default_options(spec.arch), spec.name)
         assert res.resources["spill_stores"] == 0 and res.resources["spill_loads"] == 0, res.resources
         text = sass.disassemble(res.cubin, sass.find_nvdisasm())
-        return set(re.findall(r"HGMMA\.64x\d+x16\.F32(?:\.BF16)?\b", text)), text
+        return {op.split(".", 2)[2] for op in re.findall(r"HGMMA\.64x\d+x16\.F32(?:\.BF16)?\b", text)}, text
 
-    ops, text = hgmma(hopper("e4m3"))
-    assert ops == {"HGMMA.64x128x16.F32.BF16", "HGMMA.64x128x16.F32"}, ops    # Q K^T bf16, P V fp16
-    assert "F2FP.F16.E4M3.UNPACK_B" in text
+    for d in (64, 128, 256):
+        for mask in ("causal", "none"):
+            types, text = hgmma(hopper("e4m3", d, mask))
+            assert types == {"F32"}, (d, mask, types)                     # fp16 operands only
+            assert "F2FP.F16.E4M3.UNPACK_B" in text and "HMUL2" not in text and "HFMA2.BF16" not in text
     plain, _ = hgmma(hopper(None))
-    assert plain == {"HGMMA.64x128x16.F32.BF16"}, plain
+    assert plain == {"F32.BF16"}, plain
     src = render.render(hopper("e4m3"))
-    assert "constexpr bool PV_F16 = true;" in src and "wgmma_rs_f16_n128(of, pa[kk]" in src
+    assert "constexpr bool MMA_F16 = true;" in src and "wgmma_rs_f16_n128(of, pa[kk]" in src
+    tile = src.split("void consumer_loop(")[1]
+    conv = tile.index("q_rows_to_f16(sb, cw, lane, ti.valid_rows)")
+    assert conv < tile.index("fence_proxy_async_smem();", conv) < tile.index("named_sync(1 + (cw >> 2), 128);", conv)
+    assert tile.index("named_sync(1 + (cw >> 2), 128);") < tile.index("consumer_mainloop(")
+    assert "* q_unscale;" in tile

@@ -242,17 +242,19 @@ __device__ __forceinline__ void issue_qk(float (&s)[1][BN / 8][4], u32 q_base, u
 #pragma unroll
   for (int i = 0; i < QK_STEPS; ++i) {
     const int h = i >> 2, kk = i & 3;
-    wgmma_ss_n{{ v.block_n }}(sf, desc_at(dq, h * Q_HALF + kk * 32), desc_at(dk, h * KV_HALF + kk * 32), i != 0);
+    {{ "wgmma_ss_f16" if v.get("kv_dtype") and not v.get("fp8_mma") and v.dtype == "bf16" else "wgmma_ss" }}_n{{ v.block_n }}(sf, desc_at(dq, h * Q_HALF + kk * 32), desc_at(dk, h * KV_HALF + kk * 32), i != 0);
   }
 }
 
-// An FP8 cache with a bf16 q (PV_F16): the producers convert V to fp16 (one cvt a pair of codes,
-// common/fp8.cuh's fp8x4_to_f16, where a bf16 target takes four instructions), so P V runs on fp16
-// operands, P packed to fp16 (finer than bf16 in [2^-14, 1], an absolute step of 2^-24 below:
-// FlashAttention-2's P for fp16 inputs); Q K^T stays bf16.  Every e4m3 / e5m2 value is an fp16.
-{% set pv_f16 = v.get("kv_dtype") and not v.get("fp8_mma") and v.dtype == "bf16" %}
-{% set rs = "wgmma_rs_f16" if pv_f16 else "wgmma_rs" %}
-constexpr bool PV_F16 = {{ "true" if pv_f16 else "false" }};
+// An FP8 cache with a bf16 q (MMA_F16): both GEMMs run on fp16.  The producers convert K and V to
+// fp16 (one cvt a pair of codes, common/fp8.cuh's fp8x4_to_f16, where a bf16 target takes four
+// instructions; every e4m3 / e5m2 value is an fp16), each consumer warp moves its 16 rows of the Q
+// tile to fp16 in shared memory with a power of two (q_rows_to_f16, once a tile), and P is packed
+// to fp16 (finer than bf16 in [2^-14, 1], an absolute step of 2^-24 below: FlashAttention-2's P
+// for fp16 inputs).
+{% set mma_f16 = v.get("kv_dtype") and not v.get("fp8_mma") and v.dtype == "bf16" %}
+{% set rs = "wgmma_rs_f16" if mma_f16 else "wgmma_rs" %}
+constexpr bool MMA_F16 = {{ "true" if mma_f16 else "false" }};
 
 // O (64 rows x DV) += P (registers, BN keys) V (BN x DV): BN / 16 k16 steps.
 __device__ __forceinline__ void issue_pv(float (&o)[1][DV / 8][4], const u32 (&pa)[PA_N][4], u32 v_base) {
@@ -279,8 +281,8 @@ __device__ __forceinline__ void issue_pv(float (&o)[1][DV / 8][4], const u32 (&p
   }
 }
 
-// Probabilities (fp32, in s) -> bf16/fp16 A fragments of P V, one per 16 keys (fp16 with PV_F16).
-{% set pk = "pack2_f16" if pv_f16 else "pack2" %}
+// Probabilities (fp32, in s) -> bf16/fp16 A fragments of P V, one per 16 keys (fp16 with MMA_F16).
+{% set pk = "pack2_f16" if mma_f16 else "pack2" %}
 __device__ __forceinline__ void pack_p(const float (&s)[1][BN / 8][4], u32 (&pa)[PA_N][4]) {
   {% if v.get("fp8_mma") %}
   pack_p8<BN>(s, pa);   // e4m3 A fragments of k32 (common/fp8_mma.cuh)
@@ -712,7 +714,7 @@ __device__ __forceinline__ void producer_loop_gather(const AttnParams& p, const 
 // Rows >= valid (keys past the request's end, in the last block) are written as zeros: the V
 // rows' probabilities are 0 there but 0 * a stray value could be NaN in the MMA (zero_v_tail's job
 // on the other paths, done here so that only the converter writes the slot).
-template <int NH, bool F16 = false>   // F16: into fp16 (PV_F16's V), else the dtype
+template <int NH, bool F16 = false>   // F16: into fp16 (MMA_F16), else the dtype
 __device__ __forceinline__ void convert_block(u32 dst, u32 src, int tid, int valid = BN) {
   constexpr int CHUNKS = NH * BN * 4;
 #pragma unroll 1
@@ -744,6 +746,60 @@ __device__ __forceinline__ void convert_block(u32 dst, u32 src, int tid, int val
   }
 }
 
+{% if mma_f16 %}
+// MMA_F16: consumer warp cw's 16 rows of the Q tile (bf16, as TMA wrote them) -> fp16 in place, all
+// times one power of two 2^k that puts the largest finite |q| of the warp's valid rows in [2^14,
+// 2^15) (fp16's largest finite value is 65504); exact for every element down to 2^-24 of that
+// largest (fp16's normal range; smaller ones keep fp16's absolute step, 2^-39 of it, far below
+// bf16's own rounding of the largest).  One factor a warp because a warp's rows of S are exactly
+// these rows (wgmma's m64 accumulator: warp w of the warpgroup holds rows 16 w .. 16 w + 15), so
+// the logits' scale takes it back (returns 2^-k).  Rows past the tile's valid rows (another
+// request's, or whatever the buffer holds) do not enter the maximum, nor do inf / NaN, which stay
+// inf / NaN.  Each 128-byte row half is converted where it lies (the swizzle permutes 16-byte chunks
+// inside a row).  The caller orders the writes before the warpgroup's wgmma reads (proxy fence and
+// warpgroup barrier).
+__device__ __forceinline__ float q_rows_to_f16(u32 sb, int cw, int lane, int valid_rows) {
+  const int cg = cw >> 2, w = cw & 3;
+  const u32 base = sb + (cg * 64 + 16 * w) * 128;
+  u32 m = 0;   // the largest finite |q| as bf16 bits (monotone in the value for |.|)
+#pragma unroll
+  for (int h = 0; h < HALVES; ++h)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int c = i * 32 + lane;   // 16-byte chunk c of the warp's 16 rows x 128 bytes: row c / 8
+      if (16 * w + c / 8 < valid_rows - cg * 64) {
+        u32 x[4];
+        asm volatile("ld.shared.v4.u32 { %0, %1, %2, %3}, [%4];\n"
+                     : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3]) : "r"(base + h * Q_HALF + c * 16));
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const u32 a = x[j] & 0x7FFF7FFFu;
+          m = __vmaxu2(m, a & __vcmpltu2(a, 0x7F807F80u));   // non-finite halves count as 0
+        }
+      }
+    }
+  m = max(m & 0xFFFFu, m >> 16);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+  const int k = min(141 - (int)(m >> 7), 126);   // 2^(E - 127 + k) = 2^14 for the exponent field E
+  const float up = __uint_as_float((u32)(127 + k) << 23);
+#pragma unroll
+  for (int h = 0; h < HALVES; ++h)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const u32 addr = base + h * Q_HALF + (i * 32 + lane) * 16;
+      u32 x[4];
+      asm volatile("ld.shared.v4.u32 { %0, %1, %2, %3}, [%4];\n" : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3]) : "r"(addr));
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        x[j] = pack2_f16(__uint_as_float(x[j] << 16) * up, __uint_as_float(x[j] & 0xFFFF0000u) * up);
+      asm volatile("st.shared.v4.u32 [%0], { %1, %2, %3, %4};\n" ::"r"(addr), "r"(x[0]), "r"(x[1]), "r"(x[2]),
+                   "r"(x[3]) : "memory");
+    }
+  return __uint_as_float((u32)(127 - k) << 23);
+}
+
+{% endif %}
 {% if v.get("fp8_mma") %}
 // The converter thread's index (0 .. NCONV - 1: producer warps 1-3), read from %tid.x where it is
 // used rather than kept in a register across the block loop (the FP8_MMA transposer with two units
@@ -803,10 +859,10 @@ __device__ __forceinline__ void producer_loop_convert(const AttnParams& p, int* 
       const u32 land = sb + OFF_LAND + ls * LAND_BYTES;
       mbar_wait(bar_land_full(sb, ls), lphase, 8);
       mbar_wait(bar_k_empty(sb, stage), phase ^ 1, 3);
-      convert_block<HALVES>(sb + OFF_K + stage * K_BYTES, land, tid);
+      convert_block<HALVES, MMA_F16>(sb + OFF_K + stage * K_BYTES, land, tid);
       gather_publish(bar_k_full(sb, stage));
       mbar_wait(bar_v_empty(sb, stage), phase ^ 1, 4);
-      convert_block<VHALVES, PV_F16>(sb + OFF_V + stage * V_BYTES, land + K8_BYTES, tid, min(BN, ti.seqlen_k - n * BN));
+      convert_block<VHALVES, MMA_F16>(sb + OFF_V + stage * V_BYTES, land + K8_BYTES, tid, min(BN, ti.seqlen_k - n * BN));
       gather_publish(bar_v_full(sb, stage));
       mbar_arrive(bar_land_empty(sb, ls));
       if (++stage == STAGES) {

@@ -39,6 +39,12 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
       if (n_hi > n_lo) {
         mbar_wait(bar_q_full(sb), q_iter & 1, 6);
         ++q_iter;
+        {% if v.get("kv_dtype") and not v.get("fp8_mma") and v.dtype == "bf16" %}
+        // MMA_F16: this warp's Q rows to fp16 (times 2^k), visible to the warpgroup's wgmma reads
+        const float q_unscale = q_rows_to_f16(sb, cw, lane, ti.valid_rows);
+        fence_proxy_async_smem();
+        named_sync(1 + (cw >> 2), 128);
+        {% endif %}
         {% if v.get("alibi") %}
         // ALiBi: slope of this thread's rows in the units of the scores (raw unless soft-capped)
         float alibi_sl[1][2];
@@ -47,7 +53,8 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
         {% if v.get("kv_dtype") %}
         // FP8: the tile's k_descale (request, KV head), times an FP8 q's q_descale, multiplies the logits' scale
         const float kd = descale_of(p.k_descale, p.k_descale_batch_stride, p.k_descale_head_stride, ti.b, ti.head / qpk)
-                         * descale_of(p.q_descale, p.q_descale_batch_stride, p.q_descale_head_stride, ti.b, ti.head / qpk);
+                         * descale_of(p.q_descale, p.q_descale_batch_stride, p.q_descale_head_stride, ti.b, ti.head / qpk)
+                         {{- " * q_unscale" if v.get("kv_dtype") and not v.get("fp8_mma") and v.dtype == "bf16" else "" }};
         {% else %}
         const float kd = 1.f;
         {% endif %}

@@ -17,7 +17,7 @@ __device__ __forceinline__ u32 pack2(float lo, float hi) {
 
 
 // fp16 operands whatever the dtype (an FP8 cache's fp16 paths: mainloop_sm80.cuh's FP8_REGS tile,
-// mainloop_sm90.cuh's P V with PV_F16); `lo` in the low half.
+// mainloop_sm90.cuh's MMA_F16 P pack); `lo` in the low half.
 __device__ __forceinline__ void mma_f16(float* d, const u32* a, u32 b0, u32 b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "

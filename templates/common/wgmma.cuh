@@ -68,12 +68,12 @@ __device__ __forceinline__ void fence_regs(u32* r) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
-{% macro wgmma_ss(n) -%}
-// D(64 x {{ n }}) (+)= A(64 x 16, smem, K-major) * B(16 x {{ n }}, smem, K-major); scale_d = 0: D = A*B.
-__device__ __forceinline__ void wgmma_ss_n{{ n }}(float* d, u64 da, u64 db, int scale_d) {
+{% macro wgmma_ss(n, t=mma_type, name="wgmma_ss") -%}
+// D(64 x {{ n }}) (+)= A(64 x 16, smem, K-major) * B(16 x {{ n }}, smem, K-major), {{ t }} operands; scale_d = 0: D = A*B.
+__device__ __forceinline__ void {{ name }}_n{{ n }}(float* d, u64 da, u64 db, int scale_d) {
   asm volatile(
       "{ .reg .pred p; setp.ne.b32 p, %{{ n // 2 + 2 }}, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n{{ n }}k16.f32.{{ mma_type }}.{{ mma_type }} "
+      "wgmma.mma_async.sync.aligned.m64n{{ n }}k16.f32.{{ t }}.{{ t }} "
       "{ {% for i in range(n // 2) %}%{{ i }}{{ ", " if not loop.last else "" }}{% endfor %}}, "
       "%{{ n // 2 }}, %{{ n // 2 + 1 }}, p, 1, 1, 0, 0; }\n"
       : {% for i in range(n // 2) %}"+f"(d[{{ i }}]){{ ", " if not loop.last else "" }}{% endfor %}
@@ -135,6 +135,9 @@ __device__ __forceinline__ void wgmma_rs8_n{{ n }}_{{ at }}_{{ bt }}(float* d, c
 {% endfor %}
 {% for n in wgmma_ss_shapes %}
 {{ wgmma_ss(n) }}
+{% endfor %}
+{% for n in (wgmma_ss_f16_shapes if wgmma_ss_f16_shapes is defined else []) %}
+{{ wgmma_ss(n, "f16", "wgmma_ss_f16") }}
 {% endfor %}
 {% for n in wgmma_rs_shapes %}
 {{ wgmma_rs(n) }}
