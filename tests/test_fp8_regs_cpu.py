@@ -267,7 +267,8 @@ def test_the_paged_block_loop_has_no_integer_division(kv_dtype):
 def test_hopper_fp8_cache_with_a_bf16_q_runs_both_gemms_on_fp16():
     """The Hopper kernel on an FP8 cache with a bf16 q (MMA_F16 in mainloop_sm90.cuh): the producers
     convert K and V with the one-instruction cvt into fp16 (no bit-shift multiplies left), each
-    consumer warp moves its Q rows to fp16 in shared memory once a tile (q_rows_to_f16, then a proxy
+    consumer warp moves its Q rows to fp16 in shared memory once a tile, each row by its own power of
+    two (q_rows_to_f16, then a proxy
     fence and the warpgroup barrier before the first wgmma, its factor in the logits' scale), and both
     GEMMs run on fp16 wgmma; at head dims 64, 128 and 256, causal or not, without spills.  Without
     an FP8 cache both stay bf16."""
@@ -294,7 +295,7 @@ def test_hopper_fp8_cache_with_a_bf16_q_runs_both_gemms_on_fp16():
     src = render.render(hopper("e4m3"))
     assert "constexpr bool MMA_F16 = true;" in src and "wgmma_rs_f16_n128(of, pa[kk]" in src
     tile = src.split("void consumer_loop(")[1]
-    conv = tile.index("q_rows_to_f16(sb, cw, lane, ti.valid_rows)")
+    conv = tile.index("q_rows_to_f16(sb, cw, lane)")
     assert conv < tile.index("fence_proxy_async_smem();", conv) < tile.index("named_sync(1 + (cw >> 2), 128);", conv)
     assert tile.index("named_sync(1 + (cw >> 2), 128);") < tile.index("consumer_mainloop(")
     assert "* q_unscale;" in tile

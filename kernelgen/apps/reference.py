@@ -194,7 +194,9 @@ def tolerance(dtype, kv_dtype=None) -> tuple[float, float]:
     FP8 element to ``dtype`` exactly (every e4m3 / e5m2 value is an fp16 and a bf16 value), forms
     Q K^T with fp32 accumulation of exact products and multiplies by ``softmax_scale *
     k_descale`` in fp32 (one more relative rounding of 2^-24 per logit), rounds P to ``dtype``
-    for P V as with a 16-bit cache, and multiplies O by ``v_descale`` in fp32 before the one
+    for P V as with a 16-bit cache (to fp16 where the kernel runs its GEMMs on fp16, a bf16 q on
+    sm_89+: finer than bf16 above 2^-14, an absolute step of 2^-24 below; the q rows, scaled
+    by powers of two into fp16's range, stay exact), and multiplies O by ``v_descale`` in fp32 before the one
     rounding to ``dtype`` (2^-24 relative, against the output's own rounding of 2^-11 relative for
     fp16, 2^-8 for bf16).  So the error budget is the 16-bit path's plus terms of order 2^-23 |out|, well
     inside the rounding of the output: the same (atol, rtol).  (Against attention on the

@@ -340,7 +340,7 @@ __device__ __forceinline__ int fp8_key(int c) { return 4 * ((c & 7) >> 1) + 2 * 
 // the largest), and the scores of the row come out 2^k times the true ones: unscale[h] = 2^-k for
 // this lane's rows g (h 0) and g + 8 (h 1), which the logit scale takes back.  A zero row gets
 // k = 126; a row holding inf or NaN keeps it.
-__device__ __forceinline__ void q_frags_to_f16(u32 (&qa)[D / 16][4], float (&unscale)[2]) {
+__device__ __forceinline__ void q_frags_to_f16(u32 (&qa)[D / 16][4], RowScale& unscale) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     u32 m = 0;  // the row's largest |q| as bf16 bits (monotone in the value for |.|, NaN above inf)
@@ -351,7 +351,7 @@ __device__ __forceinline__ void q_frags_to_f16(u32 (&qa)[D / 16][4], float (&uns
     m = max(m, __shfl_xor_sync(0xffffffffu, m, 2));
     const int k = min(141 - (int)(m >> 7), 126);        // 2^(E - 127 + k) = 2^14 for exponent field E
     const float up = __uint_as_float((u32)(127 + k) << 23);
-    unscale[h] = __uint_as_float((u32)(127 - k) << 23);
+    unscale.v[h] = __uint_as_float((u32)(127 - k) << 23);
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks)
 #pragma unroll
@@ -362,17 +362,6 @@ __device__ __forceinline__ void q_frags_to_f16(u32 (&qa)[D / 16][4], float (&uns
   }
 }
 
-// transform_scores (common/softmax.cuh) with the logit scales of this lane's rows g (h 0), g + 8 (h 1)
-__device__ __forceinline__ void transform_scores_rows(float (&s)[MT][BN / 8][4], const float (&scale_log2)[2],
-                                                      const float (&softcap_scale)[2], float softcap_log2) {
-#pragma unroll
-  for (int nt = 0; nt < BN / 8; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      if (SOFTCAP) s[0][nt][e] = tanh_ex2(s[0][nt][e] * softcap_scale[e >> 1]) * softcap_log2;
-      else s[0][nt][e] *= scale_log2[e >> 1];
-    }
-}
 {% endif %}
 
 // Q_REGS fragments in FP8_REGS' head-dim order: qa[ks] = head dims (D/4) t + 4 ks .. + 3 of rows g,

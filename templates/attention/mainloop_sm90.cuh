@@ -325,6 +325,17 @@ __device__ __forceinline__ void cap_scores(float (&s)[1][BN / 8][4], const AttnP
 __device__ __forceinline__ float score_scale(const AttnParams& p, float kd = 1.f) {
   return SOFTCAP ? 1.f : p.scale_log2 * kd;
 }
+{% if v.get("kv_dtype") and not v.get("fp8_mma") and v.dtype == "bf16" %}
+// MMA_F16: kd a row (q_rows_to_f16's factors times the tile's k_descale)
+__device__ __forceinline__ void cap_scores(float (&s)[1][BN / 8][4], const AttnParams& p, const RowScale& kd) {
+  transform_scores(s, p.scale_log2 * kd, p.softcap_scale * kd, p.softcap_log2);
+}
+__device__ __forceinline__ RowScale score_scale(const AttnParams& p, const RowScale& kd) {
+  RowScale one;
+  one.v[0] = one.v[1] = 1.f;
+  return SOFTCAP ? one : p.scale_log2 * kd;
+}
+{% endif %}
 {% if v.get("user") %}
 // User variants: the factor softmax_scores applies to the logits it is given: score_scale, or
 // log2(e) after a score_mod, which leaves them in natural-log units (apply_user converts them
@@ -436,7 +447,7 @@ __device__ __forceinline__ int take_tile(const volatile int* s_tile, int slot, i
 __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const MaskInfo& mi, int n_lo, int n_hi,
                                                   int row0, int pos_last, u32 sb, KvPos& kv, int cw, int lane,
                                                   float (&o)[1][DV / 8][4], float (&row_max)[1][2],
-                                                  float (&row_sum)[1][2], float kd{% if v.get("alibi") %}, const float (&alibi_sl)[1][2]{% endif %}{% if v.get("user") %}, const UserTile& ut{% endif %}) {
+                                                  float (&row_sum)[1][2], {{ "const RowScale&" if v.get("kv_dtype") and not v.get("fp8_mma") and v.dtype == "bf16" else "float" }} kd{% if v.get("alibi") %}, const float (&alibi_sl)[1][2]{% endif %}{% if v.get("user") %}, const UserTile& ut{% endif %}) {
   {% if (v.get("kv_dtype") and not v.get("fp8_mma")) or v.head_dim > 128 or v.head_dim_v > 128 %}
   const int cg = cw >> 2;   // (head dims 192 / 256 and the FP8 K/V converter kernels spill with the shuffle below)
   {% else %}
@@ -747,56 +758,57 @@ __device__ __forceinline__ void convert_block(u32 dst, u32 src, int tid, int val
 }
 
 {% if mma_f16 %}
-// MMA_F16: consumer warp cw's 16 rows of the Q tile (bf16, as TMA wrote them) -> fp16 in place, all
-// times one power of two 2^k that puts the largest finite |q| of the warp's valid rows in [2^14,
-// 2^15) (fp16's largest finite value is 65504); exact for every element down to 2^-24 of that
-// largest (fp16's normal range; smaller ones keep fp16's absolute step, 2^-39 of it, far below
-// bf16's own rounding of the largest).  One factor a warp because a warp's rows of S are exactly
-// these rows (wgmma's m64 accumulator: warp w of the warpgroup holds rows 16 w .. 16 w + 15), so
-// the logits' scale takes it back (returns 2^-k).  Rows past the tile's valid rows (another
-// request's, or whatever the buffer holds) do not enter the maximum, nor do inf / NaN, which stay
-// inf / NaN.  Each 128-byte row half is converted where it lies (the swizzle permutes 16-byte chunks
-// inside a row).  The caller orders the writes before the warpgroup's wgmma reads (proxy fence and
-// warpgroup barrier).
-__device__ __forceinline__ float q_rows_to_f16(u32 sb, int cw, int lane, int valid_rows) {
-  const int cg = cw >> 2, w = cw & 3;
-  const u32 base = sb + (cg * 64 + 16 * w) * 128;
-  u32 m = 0;   // the largest finite |q| as bf16 bits (monotone in the value for |.|)
+// MMA_F16: consumer warp cw's 16 rows of the Q tile (bf16, as TMA wrote them) -> fp16 in place, each
+// row times the power of two 2^k that puts its largest finite |q| in [2^14, 2^15) (fp16's largest
+// finite value is 65504): exact for every element down to 2^-24 of the row's largest (fp16's normal
+// range; smaller ones keep fp16's absolute step, 2^-39 of it, far below bf16's own rounding of the
+// largest); inf and NaN stay inf and NaN, a zero row stays zero.  Lane (g, t) converts the 16-byte
+// chunks 2t, 2t + 1 of rows g and g + 8 in each 128-byte column block (the swizzle permutes chunks
+// inside a row), which are its own rows of S (wgmma's m64 accumulator: warp w of the warpgroup holds
+// rows 16 w .. 16 w + 15), so it returns its rows' factors 2^-k for the logits' scale.  The caller
+// orders the writes before the warpgroup's wgmma reads (proxy fence and warpgroup barrier).
+__device__ __forceinline__ RowScale q_rows_to_f16(u32 sb, int cw, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  const u32 base = sb + ((cw >> 2) * 64 + 16 * (cw & 3) + g) * 128 + t * 32;
+  RowScale un;
 #pragma unroll
-  for (int h = 0; h < HALVES; ++h)
+  for (int r = 0; r < 2; ++r) {
+    const u32 row = base + r * 8 * 128;
+    u32 m = 0;   // the row's largest finite |q| as bf16 bits (monotone in the value for |.|)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int c = i * 32 + lane;   // 16-byte chunk c of the warp's 16 rows x 128 bytes: row c / 8
-      if (16 * w + c / 8 < valid_rows - cg * 64) {
+    for (int h = 0; h < HALVES; ++h)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
         u32 x[4];
         asm volatile("ld.shared.v4.u32 { %0, %1, %2, %3}, [%4];\n"
-                     : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3]) : "r"(base + h * Q_HALF + c * 16));
+                     : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3]) : "r"(row + h * Q_HALF + c * 16));
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const u32 a = x[j] & 0x7FFF7FFFu;
-          m = __vmaxu2(m, a & __vcmpltu2(a, 0x7F807F80u));   // non-finite halves count as 0
+          m = __vmaxu2(m, a & __vcmpltu2(a, 0x7F807F80u));   // inf / NaN halves count as 0
         }
       }
-    }
-  m = max(m & 0xFFFFu, m >> 16);
+    m = max(m & 0xFFFFu, m >> 16);
+    m = max(m, __shfl_xor_sync(0xffffffffu, m, 1));   // the quad holds the row
+    m = max(m, __shfl_xor_sync(0xffffffffu, m, 2));
+    const int k = m == 0 ? 0 : min(141 - (int)(m >> 7), 126);   // 2^(E - 127 + k) = 2^14 for the exponent field E
+    const float up = __uint_as_float((u32)(127 + k) << 23);
+    un.v[r] = __uint_as_float((u32)(127 - k) << 23);
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
-  const int k = min(141 - (int)(m >> 7), 126);   // 2^(E - 127 + k) = 2^14 for the exponent field E
-  const float up = __uint_as_float((u32)(127 + k) << 23);
+    for (int h = 0; h < HALVES; ++h)
 #pragma unroll
-  for (int h = 0; h < HALVES; ++h)
+      for (int c = 0; c < 2; ++c) {
+        const u32 addr = row + h * Q_HALF + c * 16;
+        u32 x[4];
+        asm volatile("ld.shared.v4.u32 { %0, %1, %2, %3}, [%4];\n" : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3]) : "r"(addr));
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const u32 addr = base + h * Q_HALF + (i * 32 + lane) * 16;
-      u32 x[4];
-      asm volatile("ld.shared.v4.u32 { %0, %1, %2, %3}, [%4];\n" : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3]) : "r"(addr));
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        x[j] = pack2_f16(__uint_as_float(x[j] << 16) * up, __uint_as_float(x[j] & 0xFFFF0000u) * up);
-      asm volatile("st.shared.v4.u32 [%0], { %1, %2, %3, %4};\n" ::"r"(addr), "r"(x[0]), "r"(x[1]), "r"(x[2]),
-                   "r"(x[3]) : "memory");
-    }
-  return __uint_as_float((u32)(127 - k) << 23);
+        for (int j = 0; j < 4; ++j)
+          x[j] = pack2_f16(__uint_as_float(x[j] << 16) * up, __uint_as_float(x[j] & 0xFFFF0000u) * up);
+        asm volatile("st.shared.v4.u32 [%0], { %1, %2, %3, %4};\n" ::"r"(addr), "r"(x[0]), "r"(x[1]), "r"(x[2]),
+                     "r"(x[3]) : "memory");
+      }
+  }
+  return un;
 }
 
 {% endif %}

@@ -68,7 +68,7 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
   {% endif %}
   {% set q_to_f16 = v.get("fp8_regs") and v.dtype == "bf16" and v.arch not in ("sm_80", "sm_86", "sm_87") %}
   {% if q_to_f16 %}
-  float row_scale_log2[2], row_softcap_scale[2];   // FP8_REGS with fp16 GEMMs: each row's q was scaled (q_frags_to_f16)
+  RowScale row_scale_log2, row_softcap_scale;   // FP8_REGS with fp16 GEMMs: each row's q was scaled (q_frags_to_f16)
   {% endif %}
 
   float o[MT][DV / 8][4];
@@ -93,13 +93,10 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
         return Q + (i64)(ti.q_start + pos) * p.q_row_stride + (i64)head * p.q_head_stride;
       }, ti.valid_rows, lane);
       {% if q_to_f16 %}
-      float unscale[2];
+      RowScale unscale;
       q_frags_to_f16(qa, unscale);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        row_scale_log2[h] = kv_scale_log2 * unscale[h];
-        row_softcap_scale[h] = kv_softcap_scale * unscale[h];
-      }
+      row_scale_log2 = kv_scale_log2 * unscale;
+      row_softcap_scale = kv_softcap_scale * unscale;
       {% endif %}
     } else if (PACK_GQA) {
       load_rows<BM, D, SQ>(sQ_base, [&](int r) {
@@ -174,7 +171,7 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
       else gemm_qk(s, sQ_base, sK_base + st * K_ELEMS * 2, warp, lane);
 {% endif %}
 {% if q_to_f16 %}
-      transform_scores_rows(s, row_scale_log2, row_softcap_scale, p.softcap_log2);
+      transform_scores(s, row_scale_log2, row_softcap_scale, p.softcap_log2);
 {% elif v.get("kv_dtype") %}
       transform_scores(s, kv_scale_log2, kv_softcap_scale, p.softcap_log2);
 {% else %}

@@ -14,7 +14,24 @@ __device__ __forceinline__ float tanh_ex2(float x) {
   return copysignf(__fdividef(1.f - e, 1.f + e), x);
 }
 
-__device__ __forceinline__ void transform_scores(float (&s)[MT][BN / 8][4], float scale_log2, float softcap_scale,
+// A factor of each of a thread's two rows (h 0: row g, h 1: row g + 8 of its m16 fragments; MT == 1),
+// where the factor differs by row: the Hopper kernel's fp16 GEMMs on a bf16 q (MMA_F16 in
+// mainloop_sm90.cuh) scale each Q row by its own power of two.  A plain float is the same factor
+// for every row; row_of gives the factor of row h either way.
+struct RowScale {
+  float v[2];
+};
+__device__ __forceinline__ float row_of(float f, int) { return f; }
+__device__ __forceinline__ float row_of(const RowScale& f, int h) { return f.v[h]; }
+__device__ __forceinline__ RowScale operator*(float a, const RowScale& b) {
+  RowScale r;
+  r.v[0] = a * b.v[0];
+  r.v[1] = a * b.v[1];
+  return r;
+}
+
+template <class Scale>
+__device__ __forceinline__ void transform_scores(float (&s)[MT][BN / 8][4], Scale scale_log2, Scale softcap_scale,
                                                  float softcap_log2) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -22,8 +39,8 @@ __device__ __forceinline__ void transform_scores(float (&s)[MT][BN / 8][4], floa
     for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        if (SOFTCAP) s[mt][nt][e] = tanh_ex2(s[mt][nt][e] * softcap_scale) * softcap_log2;
-        else s[mt][nt][e] *= scale_log2;
+        if (SOFTCAP) s[mt][nt][e] = tanh_ex2(s[mt][nt][e] * row_of(softcap_scale, e >> 1)) * softcap_log2;
+        else s[mt][nt][e] *= row_of(scale_log2, e >> 1);
       }
 }
 
@@ -71,13 +88,15 @@ __device__ __forceinline__ void softmax_update(float (&s)[MT][BN / 8][4], float 
    apply_user_hoist) pass roff: this lane's scores are its true scores plus roff (per row), so the
    max and the exponent take roff off once per row. #}
 {% set with_roff = (v.get("alibi") and v.mask == "causal" and not v.get("user")) or (v.get("user") and v.user.hoist and v.mainloop == "sm90a") %}
+template <class Scale>   // float, or a RowScale (a factor a row)
 __device__ __forceinline__ void softmax_scores(float (&s)[MT][BN / 8][4], float (&row_max)[MT][2],
-                                               float (&row_sum)[MT][2], float (&corr)[MT][2], float scale_log2
+                                               float (&row_sum)[MT][2], float (&corr)[MT][2], Scale scale_rows
                                                {%- if with_roff %}, const float (&roff)[MT][2]{% endif %}) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
+      const float scale_log2 = row_of(scale_rows, h);
       float mx = fmaxf(s[mt][0][2 * h], s[mt][0][2 * h + 1]);   // (seeded with the first pair: no -inf max)
 #pragma unroll
       for (int nt = 1; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import kernelgen
-from kernelgen.apps.reference import attention_reference, gather_paged
+from kernelgen.apps.reference import attention_reference, gather_paged, tolerance
 from kernelgen.front.plan import AttentionPlan
 
 from gpu_helpers import (capture, check, draw_lengths, make_packed, plan_buffers, prepared,  # noqa: E402
@@ -212,6 +212,42 @@ def test_rows_past_the_batch_stay_unwritten():
     kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 9, 100, k_descale=kd, v_descale=vd, out=out)
     torch.cuda.synchronize()
     assert torch.isnan(out[16:]).all() and not torch.isnan(out[:16]).any()
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", None])
+def test_bf16_q_rows_of_any_magnitude_on_the_fp16_gemms(arch):
+    """An FP8 cache with a bf16 q runs its GEMMs on fp16 (the Hopper kernel's MMA_F16, the decode
+    tile's FP8_REGS), each q row moved into fp16's range by its own power of two.  Rows of 2^-40 to
+    2^40 times N(0, 1) (far outside fp16's range both ways, and each next to rows of the other
+    extreme in the same warp and quad) must match the float64 reference as ordinary rows do, and an
+    inf in one row must leave the other rows, its warp's included, exact: its own row is NaN in
+    the reference and is not compared.  Prefill-shaped (``sm_90a``: the Hopper kernel) and
+    decode-shaped (``None`` with one query a request: the decode tile) calls."""
+    if arch == "sm_90a":
+        qlens, klens = [150, 70], [300, 70]
+    else:
+        qlens, klens = [1] * 6, [300, 70, 1000, 5, 64, 2000]
+    hq, hkv, d = 8, 2, 128
+    q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, 21, kv_dtype=E4M3)
+    g = torch.Generator(device="cuda").manual_seed(22)
+    e = torch.randint(-40, 41, (q.shape[0], hq, 1), generator=g, device="cuda").float()
+    q = (q.float() * torch.exp2(e)).to(BF16)
+    bad_t, bad_h = 5, 3
+    q[bad_t, bad_h, 7] = float("inf")
+    kd, vd = descales(len(qlens), hkv, 3)
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True, k_descale=kd, v_descale=vd)
+    o, lse = _run(q, k, v, cu_q, cu_k, max(qlens), max(klens), kd, vd, d, causal=True, arch=arch)
+    name = prepared().attn.name
+    assert "_kve4m3" in name and ("_wgmma" in name) == (arch == "sm_90a"), name
+    keep = torch.ones(q.shape[0], hq, dtype=torch.bool, device="cuda")
+    keep[bad_t, bad_h] = False
+    atol, rtol = tolerance(BF16, E4M3)
+    r = ref.to(BF16).double()[keep]
+    err = (o.double()[keep] - r).abs()
+    assert torch.isfinite(o[keep]).all(), "a finite row came out inf / NaN"
+    assert (err <= atol + rtol * r.abs()).all(), f"max err {err.max().item():.3e}"
+    lerr = (lse.transpose(0, 1).double()[keep] - ref_lse.transpose(0, 1)[keep]).abs()
+    assert (lerr <= 2e-3 + 1e-4 * ref_lse.transpose(0, 1)[keep].abs()).all(), f"lse err {lerr.max().item():.3e}"
 
 
 @pytest.mark.parametrize("arch", [None, "sm_90a"])
