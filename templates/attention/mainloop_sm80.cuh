@@ -349,16 +349,13 @@ __device__ __forceinline__ void q_frags_to_f16(u32 (&qa)[D / 16][4], RowScale& u
     m = max(m & 0xFFFFu, m >> 16);
     m = max(m, __shfl_xor_sync(0xffffffffu, m, 1));   // the quad holds the row
     m = max(m, __shfl_xor_sync(0xffffffffu, m, 2));
-    const int k = min(141 - (int)(m >> 7), 126);        // 2^(E - 127 + k) = 2^14 for exponent field E
-    const float up = __uint_as_float((u32)(127 + k) << 23);
-    unscale.v[h] = __uint_as_float((u32)(127 - k) << 23);
+    const int k = f16_row_shift(m);
+    const float up = pow2f(k);
+    unscale.v[h] = pow2f(-k);
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks)
 #pragma unroll
-      for (int j = h; j < 4; j += 2) {
-        const u32 w = qa[ks][j];
-        qa[ks][j] = pack2_f16(__uint_as_float(w << 16) * up, __uint_as_float(w & 0xFFFF0000u) * up);
-      }
+      for (int j = h; j < 4; j += 2) qa[ks][j] = bf16x2_to_f16x2(qa[ks][j], up);
   }
 }
 

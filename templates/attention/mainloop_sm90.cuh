@@ -791,9 +791,9 @@ __device__ __forceinline__ RowScale q_rows_to_f16(u32 sb, int cw, int lane) {
     m = max(m & 0xFFFFu, m >> 16);
     m = max(m, __shfl_xor_sync(0xffffffffu, m, 1));   // the quad holds the row
     m = max(m, __shfl_xor_sync(0xffffffffu, m, 2));
-    const int k = m == 0 ? 0 : min(141 - (int)(m >> 7), 126);   // 2^(E - 127 + k) = 2^14 for the exponent field E
-    const float up = __uint_as_float((u32)(127 + k) << 23);
-    un.v[r] = __uint_as_float((u32)(127 - k) << 23);
+    const int k = m == 0 ? 0 : f16_row_shift(m);
+    const float up = pow2f(k);
+    un.v[r] = pow2f(-k);
 #pragma unroll
     for (int h = 0; h < HALVES; ++h)
 #pragma unroll
@@ -802,8 +802,7 @@ __device__ __forceinline__ RowScale q_rows_to_f16(u32 sb, int cw, int lane) {
         u32 x[4];
         asm volatile("ld.shared.v4.u32 { %0, %1, %2, %3}, [%4];\n" : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3]) : "r"(addr));
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
-          x[j] = pack2_f16(__uint_as_float(x[j] << 16) * up, __uint_as_float(x[j] & 0xFFFF0000u) * up);
+        for (int j = 0; j < 4; ++j) x[j] = bf16x2_to_f16x2(x[j], up);
         asm volatile("st.shared.v4.u32 [%0], { %1, %2, %3, %4};\n" ::"r"(addr), "r"(x[0]), "r"(x[1]), "r"(x[2]),
                      "r"(x[3]) : "memory");
       }

@@ -19,6 +19,18 @@ __device__ __forceinline__ void fp8x4_to_f16(u32 w, u32& lo, u32& hi) {
 }
 {% endif %}
 
+{% if f8cvt and v.dtype == "bf16" %}
+// A bf16 q for fp16 GEMMs (the FP8_REGS decode tile's q_frags_to_f16, the Hopper kernel's
+// q_rows_to_f16): a row times the power of two 2^k that puts its largest |q| (bf16 bits m, sign
+// cleared: monotone in the value) in [2^14, 2^15), below fp16's largest finite value 65504.
+__device__ __forceinline__ int f16_row_shift(u32 m) { return min(141 - (int)(m >> 7), 126); }   // 2^(E - 127 + k) = 2^14
+__device__ __forceinline__ float pow2f(int k) { return __uint_as_float((u32)(127 + k) << 23); }  // 2^k, -126 <= k <= 127
+// Two bf16 values (lo in the low half) times `up`, as an fp16 pair.
+__device__ __forceinline__ u32 bf16x2_to_f16x2(u32 w, float up) {
+  return pack2_f16(__uint_as_float(w << 16) * up, __uint_as_float(w & 0xFFFF0000u) * up);
+}
+{% endif %}
+
 // Four FP8 values (byte i of w = element i) -> four 16-bit values, elements 0, 1 in lo (0 in the
 // low half), 2, 3 in hi.  Each byte is moved into the high byte of a 16-bit lane first; then the
 // sign stays and the exponent and mantissa bits shift into the target format's places, which
