@@ -11,6 +11,7 @@ import pytest
 
 from kernelgen.jit import compiler, render, sass
 from kernelgen.kernels.spec import AttentionSpec, TileConfig
+from sass_loops import shortest_loop
 
 DECODE = AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa", TileConfig(16, 16, 1, 2, 8), True, True, True,
                        kv_dtype="e4m3")
@@ -132,18 +133,7 @@ def _block_loop(spec, hmma: int = 32) -> list:
     """Opcodes (with modifiers) of the one-warp decode tile's key-block loop, in order: the shortest
     backward-branch body that holds the block's `hmma` HMMA (16 for S = Q K^T, 16 for P V at d 128)."""
     res = compiler.compile_cubin(render.render(spec), spec.arch, compiler.default_options(spec.arch), spec.name)
-    lines = sass.disassemble(res.cubin, sass.find_nvdisasm()).splitlines()
-    labels = {m.group(1): i for i, line in enumerate(lines) for m in [re.match(r"^\.(L_x_\d+):", line)] if m}
-    best = None
-    for i, line in enumerate(lines):
-        m = re.search(r"BRA `\(\.(L_x_\d+)\)", line)
-        if m and labels.get(m.group(1), 1 << 30) < i:
-            body = lines[labels[m.group(1)]:i + 1]
-            if sum("HMMA" in x for x in body) >= hmma and (best is None or len(body) < len(best)):
-                best = body
-    assert best is not None, "no key-block loop found"
-    return [m.group(1) for line in best for m in [re.search(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", line)]
-            if m]
+    return [ins.split()[0] for ins in shortest_loop(sass.disassemble(res.cubin, sass.find_nvdisasm()), "HMMA", hmma)]
 
 
 def _block_loop_ops(spec, hmma: int = 32) -> dict:

@@ -10,6 +10,7 @@ import re
 
 import pytest
 import sampling
+from sass_loops import shortest_loop
 import torch
 
 import kernelgen
@@ -1007,18 +1008,7 @@ def _key_block_loop(sass_text: str) -> list:
     """The instructions (opcode and operands, predicates dropped) of the consumer's overlapped
     key-block loop: the shortest backward-branch body holding at least the 12 HGMMA of one key
     block (S and P V)."""
-    lines = sass_text.splitlines()
-    labels = {m.group(1): i for i, line in enumerate(lines) for m in [re.match(r"^\.(L_x_\d+):", line)] if m}
-    best = None
-    for i, line in enumerate(lines):
-        m = re.search(r"BRA `\(\.(L_x_\d+)\)", line)
-        if m and labels.get(m.group(1), 1 << 30) < i:
-            body = lines[labels[m.group(1)]:i + 1]
-            if sum("HGMMA" in x for x in body) >= 12 and (best is None or len(body) < len(best)):
-                best = body
-    assert best is not None, "no key-block loop found"
-    return [m.group(1).strip() for line in best
-            for m in [re.search(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_][^;]*);", line)] if m]
+    return shortest_loop(sass_text, "HGMMA", 12)
 
 
 def test_the_key_block_loop_advances_descriptors_instead_of_building_them():

@@ -328,9 +328,9 @@ __device__ __forceinline__ int fp8_key(int c) { return 4 * ((c & 7) >> 1) + 2 * 
 // in one cvt a pair (fp8x4_to_f16), against four instructions a pair for a bf16 (fp8x4_to_16),
 // and the conversions are most of the tile's instructions (docs/dev/perf-log.md, "FP8 K/V caches
 // on the H200").  P is packed to fp16 (finer than bf16 in [2^-14, 1], coarser below: FA2's P
-// for fp16 inputs).  (mma_f16 and pack2_f16: common/mma.cuh)
+// for fp16 inputs).  (mma_16816_f16 and pack2_f16: common/mma.cuh)
 {% endif %}
-{% set fp8_cvt, fp8_mma, fp8_pack = ("fp8x4_to_f16", "mma_f16", "pack2_f16") if f8cvt else ("fp8x4_to_16", "mma_16816", "pack2") %}
+{% set fp8_cvt, fp8_mma, fp8_pack = ("fp8x4_to_f16", "mma_16816_f16", "pack2_f16") if f8cvt else ("fp8x4_to_16", "mma_16816", "pack2") %}
 {% if q_to_f16 %}
 
 // A bf16 q for the fp16 GEMMs: each row is multiplied by a power of two 2^k that puts its largest
