@@ -289,3 +289,21 @@ def test_hopper_fp8_cache_with_a_bf16_q_runs_both_gemms_on_fp16():
     assert conv < tile.index("fence_proxy_async_smem();", conv) < tile.index("named_sync(1 + (cw >> 2), 128);", conv)
     assert tile.index("named_sync(1 + (cw >> 2), 128);") < tile.index("consumer_mainloop(")
     assert "* q_unscale;" in tile
+
+
+def test_which_kernels_run_fp16_gemms():
+    """AttentionSpec.fp16_gemms: a bf16 q with an FP8 cache on sm_89+, in the FP8_REGS decode tile and
+    the Hopper kernel's FP8-cache path; not an fp16 q (its GEMMs are fp16 anyway), not sm_80, not
+    the staged sm_80-mainloop tiles (ALiBi), not the FP8 tensor-core kernels."""
+    from kernelgen.selection import heuristics
+    assert DECODE.fp16_gemms and dataclasses.replace(DECODE, arch="sm_89").fp16_gemms
+    assert not dataclasses.replace(DECODE, dtype="fp16").fp16_gemms
+    assert not dataclasses.replace(DECODE, arch="sm_80").fp16_gemms
+    assert not dataclasses.replace(DECODE, kv_dtype="").fp16_gemms
+    assert not dataclasses.replace(DECODE, alibi=True).fp16_gemms                  # staged conversion to bf16
+    hop = heuristics.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal",
+                            max_seqlen_q=4096, max_seqlen_k=4096, kv_dtype="e4m3").attention
+    assert hop.mainloop == "sm90a" and hop.fp16_gemms and not dataclasses.replace(hop, dtype="fp16").fp16_gemms
+    mma = heuristics.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal",
+                            max_seqlen_q=4096, max_seqlen_k=4096, kv_dtype="e4m3", q_dtype="e4m3").attention
+    assert mma.fp8_mma and not mma.fp16_gemms

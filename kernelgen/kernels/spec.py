@@ -281,6 +281,17 @@ class AttentionSpec:
         return self.mainloop == "sm80" and t.num_warps == 1 and t.block_m in (8, 16) and self.head_dim <= 128
 
     @property
+    def fp16_gemms(self) -> bool:
+        """The GEMMs run on fp16 operands although q and out are bf16: an FP8 K/V cache on sm_89+
+        (e4m3 -> fp16 is one ``cvt`` a pair of codes, -> bf16 four instructions) in the FP8_REGS
+        decode tile and in the Hopper kernel's FP8-cache path (not the FP8 tensor-core one).  The
+        kernel moves each q row into fp16 by a power of two and packs P to fp16 (docs/api.md, "FP8
+        K/V caches"; templates: ``q_frags_to_f16``, ``MMA_F16``)."""
+        if self.dtype != "bf16" or not self.kv_dtype or self.fp8_mma or self.arch in ("sm_80", "sm_86", "sm_87"):
+            return False
+        return self.mainloop == "sm90a" or self.fp8_in_registers
+
+    @property
     def fp8_in_registers(self) -> bool:
         """FP8 K/V converted in registers, straight from the FP8 stages into the MMA fragments (no
         16-bit K/V tile; FP8_REGS in variant_sm80.cuh): the 16-row one-warp decode tile with Q in
@@ -371,6 +382,7 @@ class AttentionSpec:
             **({"user": self.variant.template_vars()} if self.variant is not None else {}),
             **({"kv_dtype": self.kv_dtype} if self.kv_dtype else {}),
             **({"fp8_regs": True} if self.fp8_in_registers else {}),
+            **({"fp16_gemms": True} if self.fp16_gemms else {}),
             **({"land_stages": self.land_stages} if self.land_stages else {}),
             **({"fp8_mma": True} if self.fp8_mma else {}),
         }

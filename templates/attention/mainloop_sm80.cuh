@@ -321,7 +321,7 @@ __device__ __forceinline__ void load_kv8_block(u32 s_base, const u8* base, i64 r
 // (epilogue_sm80.cuh).
 __device__ __forceinline__ int fp8_key(int c) { return 4 * ((c & 7) >> 1) + 2 * (c >> 3) + (c & 1); }
 {% set f8cvt = v.arch not in ("sm_80", "sm_86", "sm_87") %}
-{% set q_to_f16 = f8cvt and v.dtype == "bf16" %}
+{% set q_to_f16 = v.get("fp16_gemms") %}
 
 {% if f8cvt %}
 // From sm_89 the GEMMs of this tile run on fp16 whatever the dtype: an FP8 code becomes an fp16

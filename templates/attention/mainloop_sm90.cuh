@@ -242,7 +242,7 @@ __device__ __forceinline__ void issue_qk(float (&s)[1][BN / 8][4], u32 q_base, u
 #pragma unroll
   for (int i = 0; i < QK_STEPS; ++i) {
     const int h = i >> 2, kk = i & 3;
-    {{ "wgmma_ss_f16" if v.get("kv_dtype") and not v.get("fp8_mma") and v.dtype == "bf16" else "wgmma_ss" }}_n{{ v.block_n }}(sf, desc_at(dq, h * Q_HALF + kk * 32), desc_at(dk, h * KV_HALF + kk * 32), i != 0);
+    {{ "wgmma_ss_f16" if v.get("fp16_gemms") else "wgmma_ss" }}_n{{ v.block_n }}(sf, desc_at(dq, h * Q_HALF + kk * 32), desc_at(dk, h * KV_HALF + kk * 32), i != 0);
   }
 }
 
@@ -252,7 +252,7 @@ __device__ __forceinline__ void issue_qk(float (&s)[1][BN / 8][4], u32 q_base, u
 // tile to fp16 in shared memory with a power of two (q_rows_to_f16, once a tile), and P is packed
 // to fp16 (finer than bf16 in [2^-14, 1], an absolute step of 2^-24 below: FlashAttention-2's P
 // for fp16 inputs).
-{% set mma_f16 = v.get("kv_dtype") and not v.get("fp8_mma") and v.dtype == "bf16" %}
+{% set mma_f16 = v.get("fp16_gemms") %}
 {% set rs = "wgmma_rs_f16" if mma_f16 else "wgmma_rs" %}
 constexpr bool MMA_F16 = {{ "true" if mma_f16 else "false" }};
 
@@ -325,7 +325,7 @@ __device__ __forceinline__ void cap_scores(float (&s)[1][BN / 8][4], const AttnP
 __device__ __forceinline__ float score_scale(const AttnParams& p, float kd = 1.f) {
   return SOFTCAP ? 1.f : p.scale_log2 * kd;
 }
-{% if v.get("kv_dtype") and not v.get("fp8_mma") and v.dtype == "bf16" %}
+{% if v.get("fp16_gemms") %}
 // MMA_F16: kd a row (q_rows_to_f16's factors times the tile's k_descale)
 __device__ __forceinline__ void cap_scores(float (&s)[1][BN / 8][4], const AttnParams& p, const RowScale& kd) {
   transform_scores(s, p.scale_log2 * kd, p.softcap_scale * kd, p.softcap_log2);
@@ -447,7 +447,7 @@ __device__ __forceinline__ int take_tile(const volatile int* s_tile, int slot, i
 __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const MaskInfo& mi, int n_lo, int n_hi,
                                                   int row0, int pos_last, u32 sb, KvPos& kv, int cw, int lane,
                                                   float (&o)[1][DV / 8][4], float (&row_max)[1][2],
-                                                  float (&row_sum)[1][2], {{ "const RowScale&" if v.get("kv_dtype") and not v.get("fp8_mma") and v.dtype == "bf16" else "float" }} kd{% if v.get("alibi") %}, const float (&alibi_sl)[1][2]{% endif %}{% if v.get("user") %}, const UserTile& ut{% endif %}) {
+                                                  float (&row_sum)[1][2], {{ "const RowScale&" if v.get("fp16_gemms") else "float" }} kd{% if v.get("alibi") %}, const float (&alibi_sl)[1][2]{% endif %}{% if v.get("user") %}, const UserTile& ut{% endif %}) {
   {% if (v.get("kv_dtype") and not v.get("fp8_mma")) or v.head_dim > 128 or v.head_dim_v > 128 %}
   const int cg = cw >> 2;   // (head dims 192 / 256 and the FP8 K/V converter kernels spill with the shuffle below)
   {% else %}

@@ -66,7 +66,7 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
                        * descale_of(p.q_descale, p.q_descale_batch_stride, p.q_descale_head_stride, ti.b, kv_head);
   const float kv_scale_log2 = p.scale_log2 * k_desc, kv_softcap_scale = p.softcap_scale * k_desc;
   {% endif %}
-  {% set q_to_f16 = v.get("fp8_regs") and v.dtype == "bf16" and v.arch not in ("sm_80", "sm_86", "sm_87") %}
+  {% set q_to_f16 = v.get("fp16_gemms") %}
   {% if q_to_f16 %}
   RowScale row_scale_log2, row_softcap_scale;   // FP8_REGS with fp16 GEMMs: each row's q was scaled (q_frags_to_f16)
   {% endif %}

@@ -39,7 +39,7 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
       if (n_hi > n_lo) {
         mbar_wait(bar_q_full(sb), q_iter & 1, 6);
         ++q_iter;
-        {% if v.get("kv_dtype") and not v.get("fp8_mma") and v.dtype == "bf16" %}
+        {% if v.get("fp16_gemms") %}
         // MMA_F16: this warp's Q rows to fp16 (times 2^k), visible to the warpgroup's wgmma reads
         const RowScale q_unscale = q_rows_to_f16(sb, cw, lane);
         fence_proxy_async_smem();
@@ -52,7 +52,7 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
         {% endif %}
         {% if v.get("kv_dtype") %}
         // FP8: the tile's k_descale (request, KV head), times an FP8 q's q_descale, multiplies the logits' scale
-        {% if v.get("kv_dtype") and not v.get("fp8_mma") and v.dtype == "bf16" %}
+        {% if v.get("fp16_gemms") %}
         const RowScale kd = descale_of(p.k_descale, p.k_descale_batch_stride, p.k_descale_head_stride, ti.b, ti.head / qpk)
                             * descale_of(p.q_descale, p.q_descale_batch_stride, p.q_descale_head_stride, ti.b, ti.head / qpk)
                             * q_unscale;   // (times each row's factor of q_rows_to_f16)
