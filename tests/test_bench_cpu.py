@@ -25,7 +25,7 @@ REQUIRED = {
     "prefill_dense_causal_gqa_h128_s4k", "prefill_varlen_trace",
     "prefill_chunked_paged16", "prefill_chunked_paged64", "prefill_chunked_paged128",
     "decode_trace_b128_paged16", "decode_trace_b32_paged16", "decode_long_b8_128k", "graph_decode_step_b128",
-    "mixed_trace",
+    "mixed_trace", "mixed_trace_fp8",
     "scheduler_b8", "scheduler_b128", "scheduler_b1024", "scheduler_b4096", "varlen_trace_sorted",
     "varlen_trace_unsorted",
     "compile_cold_variant", "compile_cold_call", "compile_warm_load", "dispatch_in_memory",

@@ -1107,10 +1107,19 @@ def mixed_lengths(settings: Settings):
     return pre_q, pre_k, _take(ctx, 300, 192)
 
 
-def mixed_entry(settings: Settings, model: ModelPreset) -> dict:
+#: The FP8-cache mixed step (issue 24: "at most 0.8x its serial peer").
+MIXED_FP8_ENTRY = "mixed_trace_fp8"
+
+
+def mixed_entry(settings: Settings, model: ModelPreset, kv_dtype: str | None = None) -> dict:
     """3 chunked prefills (512-4096 tokens) + 192 decodes at trace contexts in one uniform call;
     peers: serial (prefill-only call then decode-only call) and two_streams (the two calls on two
-    streams), and FA2 varlen on the gathered cache (from tools/bench.py's serving_entries)."""
+    streams), and FA2 varlen on the gathered cache (from tools/bench.py's serving_entries).
+
+    ``kv_dtype="e4m3"`` (``mixed_trace_fp8``): the same batch on an e4m3 cache with per-tensor
+    scales (amax / 448, ``k_descale`` / ``v_descale`` as 0-d tensors, which every call's batch
+    broadcasts) and a bf16 q, in all three kernelgen calls; the peers are serial and two_streams
+    only (the others take no FP8 cache with a 16-bit q)."""
     torch = _torch()
     from ...front.api import varlen_attention
 
@@ -1124,6 +1133,11 @@ def mixed_entry(settings: Settings, model: ModelPreset) -> dict:
     q_pre, q_dec = q[:t_pre], q[t_pre:]
     o_pre, o_dec = o[:t_pre], o[t_pre:]
     kw = dict(causal=True, window_size=m.window_size, softcap=m.softcap)
+    if kv_dtype is not None:
+        if kv_dtype != "e4m3":
+            raise ValueError(f"mixed_entry: kv_dtype {kv_dtype!r} (only 'e4m3')")
+        (kc, ks), (vc, vs) = quantize_e4m3(kc), quantize_e4m3(vc)
+        kw.update(k_descale=ks, v_descale=vs)
     run_all = lambda: varlen_attention(q, kc, vc, cu_q, None, max(qlens), max(klens), seqused_k=used,  # noqa: E731
                                        page_table=pt, out=o, **kw)
 
@@ -1150,14 +1164,20 @@ def mixed_entry(settings: Settings, model: ModelPreset) -> dict:
             decode()
         cur.wait_stream(s1)
         cur.wait_stream(s2)
-    e = _entry(entry_name("mixed_trace", m), "mixed", m, metric="tflops", flops=attention_flops(qlens, klens, m),
-               bytes=prefill_bytes(qlens, klens, m), shape=f"3 prefill chunks {pre_q} + {len(dec_k)} decodes, paged")
+    name = MIXED_FP8_ENTRY if kv_dtype else "mixed_trace"
+    e = _entry(entry_name(name, m), "mixed", m, metric="tflops", flops=attention_flops(qlens, klens, m),
+               bytes=prefill_bytes(qlens, klens, m) - (sum(klens) * m.num_heads_kv * (m.head_dim + m.head_dim_v)
+                                                          if kv_dtype else 0),   # FP8 K/V: one byte an element
+               shape=f"3 prefill chunks {pre_q} + {len(dec_k)} decodes, paged" + (", e4m3 cache" if kv_dtype else ""))
     e["us"] = settings.time(run_all)
     ref = o.clone()
     builders = {"serial": lambda: peers.Peer(serial, lambda _r: o),
-                "two_streams": lambda: peers.Peer(two_streams, lambda _r: o),
-                peers.FA4: peers.fa4(q, kc, vc, True, cu_q=cu_q, max_q=max(qlens), max_k=max(klens),
-                                     softcap=m.softcap, window_left=m.window_left, page_table=pt, seqused_k=used)}
+                "two_streams": lambda: peers.Peer(two_streams, lambda _r: o)}
+    if kv_dtype:
+        peers.measure(e, builders, settings.time, reference=ref)
+        return e
+    builders[peers.FA4] = peers.fa4(q, kc, vc, True, cu_q=cu_q, max_q=max(qlens), max_k=max(klens),
+                                    softcap=m.softcap, window_left=m.window_left, page_table=pt, seqused_k=used)
     peers.measure(e, builders, settings.time, reference=ref)
     gathered = _gather(e, kc, vc, pt, used)
     if gathered is None:
@@ -1681,6 +1701,8 @@ def registry(suites, models: list[ModelPreset]) -> list[EntryDef]:
     if "mixed" in suites:
         out.append(EntryDef(entry_name("mixed_trace", first), "mixed", first.name,
                             lambda st, m=first: mixed_entry(st, m), _specs_mixed(first)))
+        out.append(EntryDef(entry_name(MIXED_FP8_ENTRY, first), "mixed", first.name,
+                            lambda st, m=first: mixed_entry(st, m, kv_dtype="e4m3")))
     for m in models[1:]:
         per_model(m, False)
     return out
