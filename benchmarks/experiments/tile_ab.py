@@ -5,7 +5,8 @@ every kernelgen configuration; the peers run without).
 
 Each configuration ``name=path:d:bm:bn:stages:opts[:defines[:templates]]`` patches the tile table of its path for head
 dim ``d`` (``bf16``: ``heuristics.SM90_TILES``; ``fp8q``: ``heuristics.SM90_FP8_MMA_TILES``, q, K
-and V in e4m3) and ``heuristics.SM90_OPTS`` (and ``KERNELGEN_DEFINES`` with ``defines``, NAME[=VALUE] joined by '+') while its call is prepared; the prepared call (kernels
+and V in e4m3; ``kv8``: ``heuristics.SM90_TILES`` with K and V in e4m3 and a bf16 q, the FP8-cache
+prefill) and ``heuristics.SM90_OPTS`` (and ``KERNELGEN_DEFINES`` with ``defines``, NAME[=VALUE] joined by '+') while its call is prepared; the prepared call (kernels
 fixed) is what the graphs replay (block_m 192 means three consumer warpgroups, 12 warps).  ``fa3`` / ``fa3fp8`` name the
 peers.  ``--passes N`` measures every shape N times; ``--twice`` times every kernelgen configuration twice
 (``NAME~2``, the same kernel loaded again: identical kernels differed by 6-8 % in one call at causal
@@ -122,13 +123,14 @@ def run_shape(name: str, shape: str, configs: dict, score_mod: str | None = None
         if td != d:
             continue
         tile = TileConfig(bm, bn, bm // 16, st, 1)
-        kw = dict(q_descale=qd, k_descale=kd, v_descale=vd) if path == "fp8q" else {}
+        kw = (dict(q_descale=qd, k_descale=kd, v_descale=vd) if path == "fp8q"
+              else dict(k_descale=kd, v_descale=vd) if path == "kv8" else {})
         if score_mod:
             import kernelgen
             kw["variant"] = kernelgen.Variant(score_mod=score_mod)
         if softcap:
             kw["softcap"] = softcap
-        qq, kk, vv = (q8, k8, v8) if path == "fp8q" else (q, k, v)
+        qq, kk, vv = (q8, k8, v8) if path == "fp8q" else (q, k8, v8) if path == "kv8" else (q, k, v)
 
         out = torch.full_like(q, float("nan"))
         def prepare(qq=qq, kk=kk, vv=vv, kw=kw, out=out):

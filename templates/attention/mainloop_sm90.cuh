@@ -725,35 +725,55 @@ __device__ __forceinline__ void producer_loop_gather(const AttnParams& p, const 
 // Rows >= valid (keys past the request's end, in the last block) are written as zeros: the V
 // rows' probabilities are 0 there but 0 * a stray value could be NaN in the MMA (zero_v_tail's job
 // on the other paths, done here so that only the converter writes the slot).
+// CONV_UNROLL chunks a converter thread has in flight (KG_CONV_UNROLL in KERNELGEN_DEFINES for an
+// A/B; 1: each chunk's load, conversion and stores in turn).  The loads and stores are volatile asm
+// kept in source order, so a group's loads are all issued before its first store.
+#ifndef KG_CONV_UNROLL
+#define KG_CONV_UNROLL 1
+#endif
+constexpr int CONV_UNROLL = KG_CONV_UNROLL;
+
 template <int NH, bool F16 = false>   // F16: into fp16 (MMA_F16), else the dtype
 __device__ __forceinline__ void convert_block(u32 dst, u32 src, int tid, int valid = BN) {
   constexpr int CHUNKS = NH * BN * 4;
 #pragma unroll 1
-  for (int c = tid; c < CHUNKS; c += NCONV) {
-    const int h = c / (BN * 4), rem = c - h * (BN * 4);
-    const int cc = rem / BN, r = rem - cc * BN;
-    u32 x0 = 0u, x1 = 0u, x2 = 0u, x3 = 0u;   // FP8 code 0 is +0
-    if (r < valid)
-      asm volatile("ld.shared.v4.u32 { %0, %1, %2, %3}, [%4];\n"
-                   : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)
-                   : "r"(src + h * K8_HALF + r * 64 + ((cc ^ ((r >> 1) & 3)) << 4)));
-    u32 y[8];
-    if (F16) {
-      fp8x4_to_f16(x0, y[0], y[1]);
-      fp8x4_to_f16(x1, y[2], y[3]);
-      fp8x4_to_f16(x2, y[4], y[5]);
-      fp8x4_to_f16(x3, y[6], y[7]);
-    } else {
-      fp8x4_to_16(x0, y[0], y[1]);
-      fp8x4_to_16(x1, y[2], y[3]);
-      fp8x4_to_16(x2, y[4], y[5]);
-      fp8x4_to_16(x3, y[6], y[7]);
+  for (int c0 = tid; c0 < CHUNKS; c0 += NCONV * CONV_UNROLL) {
+    u32 x[CONV_UNROLL][4];
+#pragma unroll
+    for (int u = 0; u < CONV_UNROLL; ++u) {
+      const int c = c0 + u * NCONV;
+      const int h = c / (BN * 4), rem = c - h * (BN * 4);
+      const int cc = rem / BN, r = rem - cc * BN;
+      x[u][0] = x[u][1] = x[u][2] = x[u][3] = 0u;   // FP8 code 0 is +0
+      if ((CONV_UNROLL == 1 || c < CHUNKS) && r < valid)
+        asm volatile("ld.shared.v4.u32 { %0, %1, %2, %3}, [%4];\n"
+                     : "=r"(x[u][0]), "=r"(x[u][1]), "=r"(x[u][2]), "=r"(x[u][3])
+                     : "r"(src + h * K8_HALF + r * 64 + ((cc ^ ((r >> 1) & 3)) << 4)));
     }
-    const u32 row = dst + h * KV_HALF + r * 128;
-    asm volatile("st.shared.v4.u32 [%0], { %1, %2, %3, %4};\n" ::"r"(row + (((2 * cc) ^ (r & 7)) << 4)), "r"(y[0]),
-                 "r"(y[1]), "r"(y[2]), "r"(y[3]) : "memory");
-    asm volatile("st.shared.v4.u32 [%0], { %1, %2, %3, %4};\n" ::"r"(row + (((2 * cc + 1) ^ (r & 7)) << 4)),
-                 "r"(y[4]), "r"(y[5]), "r"(y[6]), "r"(y[7]) : "memory");
+#pragma unroll
+    for (int u = 0; u < CONV_UNROLL; ++u) {
+      const int c = c0 + u * NCONV;
+      if (CONV_UNROLL > 1 && c >= CHUNKS) break;
+      const int h = c / (BN * 4), rem = c - h * (BN * 4);
+      const int cc = rem / BN, r = rem - cc * BN;
+      u32 y[8];
+      if (F16) {
+        fp8x4_to_f16(x[u][0], y[0], y[1]);
+        fp8x4_to_f16(x[u][1], y[2], y[3]);
+        fp8x4_to_f16(x[u][2], y[4], y[5]);
+        fp8x4_to_f16(x[u][3], y[6], y[7]);
+      } else {
+        fp8x4_to_16(x[u][0], y[0], y[1]);
+        fp8x4_to_16(x[u][1], y[2], y[3]);
+        fp8x4_to_16(x[u][2], y[4], y[5]);
+        fp8x4_to_16(x[u][3], y[6], y[7]);
+      }
+      const u32 row = dst + h * KV_HALF + r * 128;
+      asm volatile("st.shared.v4.u32 [%0], { %1, %2, %3, %4};\n" ::"r"(row + (((2 * cc) ^ (r & 7)) << 4)), "r"(y[0]),
+                   "r"(y[1]), "r"(y[2]), "r"(y[3]) : "memory");
+      asm volatile("st.shared.v4.u32 [%0], { %1, %2, %3, %4};\n" ::"r"(row + (((2 * cc + 1) ^ (r & 7)) << 4)),
+                   "r"(y[4]), "r"(y[5]), "r"(y[6]), "r"(y[7]) : "memory");
+    }
   }
 }
 
