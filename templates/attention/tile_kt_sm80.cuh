@@ -245,7 +245,7 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-        const float m_new = fmaxf(row_max[e], mx * scale);
+        const float m_new = fmaxf(row_max[e], __fmul_ru(mx, scale));   // (rounded up: exponents <= 0, see softmax_scores)
         const float m_use = m_new == -KG_INF ? 0.f : m_new;
         corr[e] = fast_exp2(row_max[e] - m_use);
         row_max[e] = m_new;

@@ -105,7 +105,11 @@ __device__ __forceinline__ void softmax_scores(float (&s)[MT][BN / 8][4], float 
       {% endif %}
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(row_max[mt][h], mx * scale_log2);
+      // The max's product rounded up: every exponent fma(s, scale, -m) below is then <= 0 exactly
+      // (s * scale <= mx * scale <= m), whatever the logits' magnitude; rounded to nearest it could
+      // exceed 0 by half an ulp of the logit, which overflows fp16's P beyond 2^27 (MMA_F16).  The
+      // row's common offset cancels in O / sum and the LSE uses m itself.  (scale > 0.)
+      const float m_new = fmaxf(row_max[mt][h], __fmul_ru(mx, scale_log2));
       {% if with_roff %}
       const float m_fin = fmaxf(m_new, -KG_FLT_MAX);   // (a row with no key yet: finite, see below)
       const float m_use = m_fin + roff[mt][h] * scale_log2;

@@ -218,16 +218,15 @@ def test_rows_past_the_batch_stay_unwritten():
 def test_bf16_q_rows_of_any_magnitude_on_the_fp16_gemms(arch):
     """An FP8 cache with a bf16 q runs its GEMMs on fp16 (the Hopper kernel's MMA_F16, the decode
     tile's FP8_REGS), each q row moved into fp16's range by its own power of two.  Rows of 2^-30 to
-    2^16 times N(0, 1) (outside fp16's range both ways: its subnormals end at 2^-24, its largest
+    2^40 times N(0, 1) (outside fp16's range both ways: its subnormals end at 2^-24, its largest
     value is 65504; each next to rows of the other extreme in the same warp and quad) must match the
     float64 reference as ordinary rows do, and an inf in one row must leave the other rows, its
-    warp's included, exact: its own row is NaN in the reference and is not compared.  (Not larger:
-    the Hopper kernel's exponent applies the logit's scale in the same FFMA that subtracts the row's
-    max, whose product was rounded, as FlashAttention-3's does, so a logit beyond 2^24 in log2 units
-    (|q| |k| softmax_scale near 10^7) can come out above its row's max by its rounding: fine for
-    P in fp32 and bf16 up to about 2^31, but fp16's P overflows above about 2^27; rows at 2^29 and
-    more (logits near 2^31) came out NaN on the Hopper kernel.)  Prefill-shaped (``sm_90a``:
-    the Hopper kernel) and decode-shaped (``None`` with one query a request: the decode tile) calls."""
+    warp's included, exact: its own row is NaN in the reference and is not compared.  The logits
+    reach 2^45 and more: each exponent is taken against the row max's product rounded up, so it is
+    <= 0 whatever the magnitude (rounded to nearest, a logit beyond 2^27 in log2 units could come
+    out above its row's max by half an ulp and overflow fp16's P: rows at 2^29 and more came out
+    NaN on the Hopper kernel before).  Prefill-shaped (``sm_90a``: the Hopper kernel) and
+    decode-shaped (``None`` with one query a request: the decode tile) calls."""
     if arch == "sm_90a":
         qlens, klens = [150, 70], [300, 70]
     else:
@@ -235,7 +234,7 @@ def test_bf16_q_rows_of_any_magnitude_on_the_fp16_gemms(arch):
     hq, hkv, d = 8, 2, 128
     q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, 21, kv_dtype=E4M3)
     g = torch.Generator(device="cuda").manual_seed(22)
-    e = torch.randint(-30, 17, (q.shape[0], hq, 1), generator=g, device="cuda").float()
+    e = torch.randint(-30, 41, (q.shape[0], hq, 1), generator=g, device="cuda").float()
     q = (q.float() * torch.exp2(e)).to(BF16)
     bad_t, bad_h = 5, 3
     q[bad_t, bad_h, 7] = float("inf")
