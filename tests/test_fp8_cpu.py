@@ -403,14 +403,32 @@ def test_decider_routes_fp8(dev):
             assert a.land_stages == 2 and a.tile == _attn_specs(plain)[0].tile
 
 
-def test_decider_fp8_mixed_batch_runs_as_one_class_and_forced_hopper():
+def test_decider_fp8_mixed_batch_classes_in_turn_on_hopper_else_one_class():
+    """A paged mixed batch on an FP8 cache (no fused kernel takes one): on the H200 with the page
+    size known the classes in turn (the Hopper FP8 variant recording row_splits for the split FP8
+    decode tile); one class on the A100, without a page size (TMA cannot box the pages), for a
+    chunked-prefill batch (rule 2: the Hopper kernel), with ALiBi, and with a forced arch."""
     mixed = dict(paged=True, page_size=16, max_seqlen_q=2048, max_seqlen_k=5000, batch=7, rows=2355)
     for dev in (A100, H200):
         assert decide.decide(sig(**mixed), dev).kind in ("fused", "pair")
-        r = decide.decide(sig(kv_dtype="e5m2", **mixed), dev)
-        assert r.kind == "single" and _attn_specs(r)[0].kv_dtype == "e5m2"
-    r = decide.decide(sig(kv_dtype="e5m2", **mixed), H200)        # page size known: the Hopper kernel, one class
-    assert _attn_specs(r)[0].mainloop == "sm90a"
+    r = decide.decide(sig(kv_dtype="e5m2", **mixed), A100)
+    assert r.kind == "single" and _attn_specs(r)[0].kv_dtype == "e5m2" and _attn_specs(r)[0].mainloop == "sm80"
+    for kv in ("e4m3", "e5m2"):
+        r = decide.decide(sig(kv_dtype=kv, **mixed), H200)
+        long, short = _attn_specs(r)
+        assert r.kind == "pair" and long.kv_dtype == short.kv_dtype == kv
+        assert long.mainloop == "sm90a" and not long.split and not long.pack_gqa and long.land_stages == 2
+        assert short.mainloop == "sm80" and short.tile.num_warps == 1 and short.tile.block_m == 16
+        assert short.pack_gqa and short.split and long.row_splits and r.variants.short.combine is not None
+        assert r.variants.short_max_q == 4                         # 32 / 8 heads: 4 query tokens fill 16 rows
+        plain = decide.decide(sig(**mixed), H200)                   # the 16-bit batch's long tile (fused launch)
+        assert plain.kind == "fused" and long.tile == plain.variants.fused.long.tile
+    for kw in (dict(mixed, page_size=0), dict(mixed, rows=7 * 600), dict(mixed, alibi=True),
+               dict(mixed, arch="sm_90a"), dict(mixed, arch="sm_80")):
+        r = decide.decide(sig(kv_dtype="e4m3", **kw), H200)
+        (a,) = _attn_specs(r)
+        assert r.kind == "single" and a.kv_dtype == "e4m3", kw
+        assert a.mainloop == ("sm90a" if kw["rows"] == 7 * 600 or kw.get("arch") == "sm_90a" else "sm80"), kw
     assert _attn_specs(decide.decide(sig(kv_dtype="e4m3", arch="sm_90a"), H200))[0].mainloop == "sm90a"
     with pytest.raises(ValueError, match=r"FP8 K/V cache \(e4m3\) with ALiBi"):
         decide.decide(sig(kv_dtype="e4m3", arch="sm_90a", alibi=True), H200)
@@ -485,28 +503,41 @@ def test_varlen_attention_fp8_non_finite_descale_under_host_checks(fake_cuda, mo
         kernelgen.varlen_attention(q, k, v, cq, ck, v_descale=torch.tensor([[1.0, float("nan")]]))
 
 
-@pytest.mark.parametrize("arch,kind", [(None, "attention_sm90_fp8"), ("sm_80", "attention_fp8")])
-def test_mixed_paged_fp8_batch_runs_as_one_class(fake_cuda, arch, kind):
-    """A mixed paged batch on an FP8 cache: one class, no fused kernel; on the (fake) H200 the Hopper
-    kernel, whose K/V tensor maps are FP8 maps (1-byte strides, boxes of 64 columns x the page's
-    rows), the q map a 16-bit one."""
-    from fake_cuda import map_kind
+def test_mixed_paged_fp8_batch_runs_as_one_class_on_sm80(fake_cuda):
+    """A mixed paged batch on an FP8 cache forced onto the sm_80 mainloop: one class, no fused kernel."""
     q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
     kc, vc = kc.to(E4M3), vc.to(E4M3)
     kd = torch.full((len(QLENS), kc.shape[2]), 0.25)
     kernelgen.varlen_attention(q, kc, vc, cu_q, None, max(QLENS), max(CTX), seqused_k=used, page_table=pt,
-                               causal=True, k_descale=kd, v_descale=kd, arch=arch)
+                               causal=True, k_descale=kd, v_descale=kd, arch="sm_80")
     kinds = fake_cuda.kinds()
-    assert kinds[:2] == ["scheduler", kind] and not any(x.startswith("fused") for x in kinds)
+    assert kinds[:2] == ["scheduler", "attention_fp8"] and not any(x.startswith("fused") for x in kinds)
     assert {f["k_descale"] for f in _fields(fake_cuda)} == {kd.data_ptr()}
-    if arch is None:
-        launch = next(x for x in fake_cuda.launches if x.kind == kind)
-        raw = launch.params
-        assert map_kind(raw[:128]) == "16bit" and map_kind(raw[128:256]) == map_kind(raw[256:384]) == "fp8"
-        ptr, dims, strides, box = launch.maps(kv_rank=4)[1]
-        ps = kc.shape[1]
-        assert ptr == kc.data_ptr() and dims == (kc.shape[3], kc.shape[2], ps, kc.shape[0])
-        assert strides == (kc.stride(2), kc.stride(1), kc.stride(0)) and box == (64, 1, min(ps, 128), 1)
+
+
+def test_mixed_paged_fp8_batch_runs_the_classes_in_turn_on_hopper(fake_cuda):
+    """The same batch with the automatic choice on the (fake) H200: both schedulers, the Hopper FP8
+    kernel (its K/V tensor maps FP8 maps: 1-byte strides, boxes of 64 columns x the page's rows; the
+    q map a 16-bit one), the FP8 decode tile, the combine; both attention launches read the same
+    descales (the per-request strides included)."""
+    from fake_cuda import map_kind
+    q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
+    kc, vc = kc.to(E4M3), vc.to(E4M3)
+    kd = torch.full((len(QLENS), kc.shape[2]), 0.25)
+    vd = torch.full((len(QLENS), kc.shape[2]), 0.5)
+    kernelgen.varlen_attention(q, kc, vc, cu_q, None, max(QLENS), max(CTX), seqused_k=used, page_table=pt,
+                               causal=True, k_descale=kd, v_descale=vd)
+    assert fake_cuda.kinds() == ["scheduler", "scheduler", "attention_sm90_fp8", "attention_fp8", "combine"]
+    fields = _fields(fake_cuda)
+    assert len(fields) == 2 and all(_descale_fields(f) == (kd.data_ptr(), vd.data_ptr(), kc.shape[2], 1,
+                                                           kc.shape[2], 1) for f in fields)
+    launch = next(x for x in fake_cuda.launches if x.kind == "attention_sm90_fp8")
+    raw = launch.params
+    assert map_kind(raw[:128]) == "16bit" and map_kind(raw[128:256]) == map_kind(raw[256:384]) == "fp8"
+    ptr, dims, strides, box = launch.maps(kv_rank=4)[1]
+    ps = kc.shape[1]
+    assert ptr == kc.data_ptr() and dims == (kc.shape[3], kc.shape[2], ps, kc.shape[0])
+    assert strides == (kc.stride(2), kc.stride(1), kc.stride(0)) and box == (64, 1, min(ps, 128), 1)
 
 
 # ----------------------------------------------------------------------------- AttentionPlan
@@ -530,7 +561,7 @@ def test_plan_bad_kv_dtype_names_the_argument(fake_cuda, monkeypatch, bad):
         make_plan(monkeypatch, kv_dtype=bad, **_PLAN)
 
 
-def test_plan_fp8_hopper_and_mixed_plan_is_one_class(fake_cuda, monkeypatch):
+def test_plan_fp8_hopper_and_mixed_plan_classes(fake_cuda, monkeypatch):
     from fake_cuda import make_plan
     assert make_plan(monkeypatch, kv_dtype="e4m3", arch="sm_90a", **_PLAN).hopper
     mixed = dict(max_batch=16, num_heads_q=32, num_heads_kv=8, head_dim=128, max_total_q=4096, max_seqlen_q=2048,
@@ -543,8 +574,9 @@ def test_plan_fp8_hopper_and_mixed_plan_is_one_class(fake_cuda, monkeypatch):
         assert plan.recipe.kind == "single" and plan.fused is None and plan.metadata_short is None
         (a,) = _attn_specs(plan.recipe)
         assert a.kv_dtype == "e5m2" and a.mainloop == "sm80"     # no page size: the Hopper kernel cannot box pages
-    plan = make_plan(monkeypatch, kv_dtype=E5M2, page_size=16, **mixed)
-    assert plan.recipe.kind == "single" and plan.hopper and _attn_specs(plan.recipe)[0].kv_dtype == "e5m2"
+    plan = make_plan(monkeypatch, kv_dtype=E5M2, page_size=16, **mixed)      # the classes in turn (decide)
+    assert plan.recipe.kind == "pair" and plan.hopper
+    assert [a.kv_dtype for a in _attn_specs(plan.recipe)] == ["e5m2", "e5m2"]
 
 
 def _descale_fields(f):

@@ -162,10 +162,13 @@ def test_every_case_has_variants(cases, arch):
     assert {s.kv_dtype for s in fp8} == {"e4m3", "e5m2"}
     assert {s.mainloop for s in fp8} == ({"sm80", "sm90a"} if arch == "sm_90a" else {"sm80"})
     assert any(s.paged and s.tile.block_m <= 16 for s in fp8) and any(s.tile.block_m == 128 for s in fp8)
-    for c in cases[:600]:                                               # an FP8 case runs one class
+    fp8_kinds = set()
+    for c in cases[:600]:   # an FP8 case runs one class, or on sm_90a a mixed batch's two classes in turn
         if c["kv_dtype"] and fuzz.case_recipe(c, arch, 132) is not None:
             r = fuzz.case_recipe(c, arch, 132)
-            assert r.kind == "single" and r.variants.attention.kv_dtype == c["kv_dtype"]
+            fp8_kinds.add(r.kind)
+            assert {s.kv_dtype for s in r.specs if s.kind == "attention"} == {c["kv_dtype"]}
+    assert fp8_kinds == ({"single", "pair"} if arch == "sm_90a" else {"single"})
 
 
 def test_inputs_pass_validation(cases):
@@ -714,7 +717,10 @@ def test_case_recipe_is_the_dispatch_of_fp8_q_cases(fake_cuda):
         c = fuzz.case_for_seed(s)
         if c["q_fp8"] and sum(c["qlens"]) > 0 and fuzz.stored_keys(c) <= 20000 and fuzz.total_q_rows(c) <= 4000 \
                 and fuzz.ref_elems(c) <= 2e7 and len(c["qlens"]) <= 256:
-            attn = fuzz.case_recipe(c, "sm_90a", 132).variants.attention
+            r = fuzz.case_recipe(c, "sm_90a", 132)
+            if r.kind != "single":        # (a mixed batch's classes in turn: q converted, no FP8 MMA)
+                continue
+            attn = r.variants.attention
             group = classes.setdefault(c["head_dim"] if attn.fp8_mma else "converted", [])
             if len(group) < 6:
                 group.append(c)

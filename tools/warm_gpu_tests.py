@@ -293,7 +293,8 @@ def fp8_specs() -> list:
     """tests/gpu/test_fp8_gpu.py: the FP8 K/V variants (automatic: the Hopper kernel for prefill-shaped
     calls; and forced to the sm_80 mainloop) of its causal GQA prefill (bf16 and fp16, e4m3 and e5m2,
     automatic and forced splits), the head-dim / window / soft-cap prefill, paged decode (pages of 16
-    and 1 tokens, automatic and forced splits), the mixed step (one class), chunked paged prefill
+    and 1 tokens, automatic and forced splits), the mixed steps (the classes in turn; one class on
+    sm_80), chunked paged prefill
     (pages of 16, 64, 128 and 5 tokens), the small packed calls, every code through both mainloops and
     the CUDA-graph plans (paged decode, e4m3; mixed prefill + decode, e5m2, without and e4m3 with a
     page size)."""
@@ -325,6 +326,14 @@ def fp8_specs() -> list:
                                   page_size=16, num_splits=3))          # test_sinks_with_an_fp8_cache
     for dt, kv in itertools.product(("bf16", "fp16"), ("e4m3", "e5m2")):   # every code, forced to the Hopper kernel
         out += _choose(dt, 128, hq=2, hkv=2, causal=True, max_q=1, max_k=1, kv_dtype=kv)
+    # the mixed steps' classes in turn (test_mixed_prefill_decode_step, the mixed_hopper plan)
+    for kv, d, mask, max_q in (("e4m3", 128, "causal", 900), ("e5m2", 64, "local", 900), ("e4m3", 256, "causal", 900),
+                               ("e4m3", 128, "causal", 256)):
+        pv = heuristics.choose_pair(ARCH, "bf16", d, d, num_heads_q=32, num_heads_kv=8, mask=mask, max_seqlen_q=max_q,
+                                    max_seqlen_k=6000 if max_q == 900 else 2048, paged=True, page_size=16,
+                                    sm90_opts=_opts(), kv_dtype=kv)
+        out += [x for x in (pv.long.scheduler, pv.long.attention, pv.short.attention, pv.short.combine)
+                if x is not None]
     return out
 
 

@@ -313,10 +313,11 @@ class PreparedPairCall(prepared.PreparedCall):
 
 def build_pair(kernels: PairKernels, *, layout: FusedWorkspace, batch: int, q, k, v, out, lse, page_table,
                scale: float, window: tuple, softcap: float, return_lse: bool, fixed_base: int | None,
-               sizes: dict, alibi: tuple | None = None, user: tuple | None = None) -> PreparedPairCall:
+               sizes: dict, alibi: tuple | None = None, user: tuple | None = None,
+               descale: dict | None = None) -> PreparedPairCall:
     """Prepare the launches of a validated mixed call on sm_90a (as ``build``): both scheduler
     launches, the Hopper kernel (its tensor maps re-encoded when the pointers change), the decode
-    kernel, the combine."""
+    kernel, the combine.  ``descale``: both FP8 kernels' descale fields (``kernel_args.descale_fields``)."""
     cap = layout.capacity
     sched_long, sched_short = _scheduler_launches(kernels, batch, cap)
     strides = layout.short.split_strides()
@@ -324,10 +325,10 @@ def build_pair(kernels: PairKernels, *, layout: FusedWorkspace, batch: int, q, k
     attn_long = prepared.TmaLaunch(launch.prepare(kernels.attn_long, kernels.attn_long.persistent_grid,
                                                   kernel_args.attention_fields(q, k, v, out, lse, page_table, cap,
                                                                                scale, window, softcap, None, alibi,
-                                                                               user=user)),
+                                                                               user=user, descale=descale)),
                                    tma.attention_maps(long_spec, q, k, v, page_table is not None))
     attn_short = launch.prepare(kernels.attn_short, kernels.attn_short.persistent_grid, kernel_args.attention_fields(
-        q, k, v, out, lse, page_table, cap, scale, window, softcap, strides, alibi, user=user))
+        q, k, v, out, lse, page_table, cap, scale, window, softcap, strides, alibi, user=user, descale=descale))
     hq = out.shape[1]
     combine = _combine_launch(kernels, out, lse, strides)
     return PreparedPairCall(device=q.device, kernels=kernels, sched_long=sched_long, sched_short=sched_short,

@@ -60,11 +60,12 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
             combination with each variant; their mixed batches take no fused launch, as ALiBi's),
             instead of the plain ones.
         kv_dtypes: FP8 K/V cache dtypes ("e4m3", "e5m2"; ``kernelgen warmup --kv-dtype``): also
-            the FP8 variants of every combination's single-class kernels (an FP8 call runs one
-            class, ``decide``: ``heuristics.choose`` with ``kv_dtype``, automatic and forced to
-            the sm_80 mainloop, on sm_90a with each page size too; with ``sinks``, ``alibi`` or
-            ``variants`` theirs too), and those of the same calls with an e4m3 q (``q_dtype``:
-            the Hopper FP8 tensor-core variant where it applies).  Empty (default): none.
+            the FP8 variants of every combination's single-class kernels (``heuristics.choose``
+            with ``kv_dtype``, automatic and forced to the sm_80 mainloop, on sm_90a with each
+            page size too; with ``sinks``, ``alibi`` or ``variants`` theirs too), those of the
+            same calls with an e4m3 q (``q_dtype``: the Hopper FP8 tensor-core variant where it
+            applies), and on sm_90a a paged mixed batch's classes in turn (``choose_pair`` with
+            ``kv_dtype``, each page size; ``decide``).  Empty (default): none.
 
     Returns:
         The specs from ``heuristics.choose`` (the dispatcher's own function) for each
@@ -116,6 +117,13 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                         vq = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), kv_dtype=kv, q_dtype="e4m3",
                                                **extra, **kw)
                         specs += [vq.attention, vq.combine]
+                if pg and arch == "sm_90a" and max_q > heuristics.short_query_tokens(8 * int(gqa), 8) \
+                        and not al and var is None:   # a mixed batch: the classes in turn (decide)
+                    for ps in page_sizes:
+                        pv = heuristics.choose_pair(arch, dtype, int(head_dim), int(head_dim), page_size=int(ps),
+                                                    kv_dtype=kv, **kw)
+                        if pv is not None:
+                            specs += [pv.long.attention, pv.short.attention, pv.short.combine]
             if sinks:  # the single-class calls' sink variants (decide.recipe: same tiles and splits)
                 specs += [dataclasses.replace(s, sinks=True) for s in specs if s is not None and s.kind != "scheduler"]
             hq = 8 * int(gqa)

@@ -18,7 +18,8 @@ The order of the rules:
    mainloop and where the Hopper kernel runs its long class (``heuristics.choose_pair``), the
    Hopper fused kernel (``heuristics.choose_fused_hopper``), or where that does not fit the two
    classes in turn; otherwise (or with arch="sm_80") the sm_80 fused kernel
-   (``heuristics.choose_fused``) where it applies;
+   (``heuristics.choose_fused``) where it applies; on an FP8 cache (no fused kernel takes one)
+   the classes in turn where the Hopper kernel runs the long class, else one class;
 4. everything else: ``heuristics.choose``'s scheduler, attention and combine kernels.
 """
 from __future__ import annotations
@@ -117,11 +118,24 @@ def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) 
     arch = device.compile_arch(settings.allow_untested_arch)
     mainloop = validation.arch(sig.arch, arch, settings.arch)
     if sig.kv_dtype:
-        # FP8 K/V: one class (no fused kernel): the Hopper kernel where it takes the call (prefill-shaped,
-        # TMA-loadable), else the sm_80 mainloop's FP8 variants
+        # FP8 K/V (no fused kernel): a mixed batch on sm_90a runs the classes in turn (the Hopper FP8
+        # variant, then the FP8 decode tile) where the Hopper path takes its long class; otherwise one
+        # class: the Hopper kernel where it takes the call (prefill-shaped, TMA-loadable), else the
+        # sm_80 mainloop's FP8 variants
         if sig.short_query_tokens:
             raise ValueError("short_query_tokens >= 1 forces the fused launch, which takes no FP8 K/V cache: leave "
                              "it None or 0")
+        thr = use_fused(sig)
+        chunked = not sig.plan and heuristics.paged_prefers_hopper(sig.paged, sig.rows, sig.batch)   # (rule 2)
+        if thr and mainloop is None and not chunked and not sig.alibi and sig.variant is None:
+            pv = heuristics.choose_pair(
+                arch, sig.dtype, sig.head_dim, sig.head_dim_v, num_heads_q=sig.num_heads_q,
+                num_heads_kv=sig.num_heads_kv, mask=sig.mask, layout=sig.layout, max_seqlen_q=sig.max_seqlen_q,
+                max_seqlen_k=sig.max_seqlen_k, paged=sig.paged, softcap=sig.softcap, short_max_q=thr,
+                num_sms=device.num_sms, page_size=sig.page_size, tma_ok=sig.tma_ok, sm90_opts=settings.sm90_opts,
+                kv_dtype=sig.kv_dtype)
+            if pv is not None:
+                return recipe(pv, sig, device, settings)
         return recipe(_choose(sig, arch, device, settings, mainloop), sig, device, settings)
     if mainloop == "sm90a":
         if sig.short_query_tokens:
@@ -212,8 +226,9 @@ def recipe(variants, sig: CallSignature, device: Device, settings: Settings = Se
     for a call signature on a device: the scheduler plans of each request class and the workspace
     (sized by ``sig.batch`` requests and ``sig.rows`` query tokens)."""
     hq, dv = sig.num_heads_q, sig.head_dim_v
-    if sig.kv_dtype and (not isinstance(variants, Variants) or variants.attention.kv_dtype != sig.kv_dtype):
-        raise ValueError(f"an FP8 K/V cache ({sig.kv_dtype}) runs one class of its FP8 variant, got {variants!r}")
+    if sig.kv_dtype and any(a.kv_dtype != sig.kv_dtype for a in _fp8_attention(variants)):
+        raise ValueError(f"an FP8 K/V cache ({sig.kv_dtype}) runs its FP8 variants (one class, or the classes in "
+                         f"turn on sm_90a), got {variants!r}")
     if sig.sinks and isinstance(variants, Variants):
         variants = dataclasses.replace(
             variants, attention=dataclasses.replace(variants.attention, sinks=True),
@@ -248,6 +263,16 @@ def recipe(variants, sig: CallSignature, device: Device, settings: Settings = Se
     short = _with_class(short, 0, thr)
     ws = short_class_workspace(sig.batch, sig.rows, split, max_splits, hq, dv, thr)
     return Recipe(kind, variants, (long, short), ws, short_ctas)
+
+
+def _fp8_attention(variants) -> tuple:
+    """The attention specs of ``variants`` (a single class's; both classes' of a pair or a fused
+    launch), each of which must carry an FP8 call's ``kv_dtype``."""
+    if isinstance(variants, Variants):
+        return (variants.attention,)
+    if isinstance(variants, PairVariants):
+        return (variants.long.attention, variants.short.attention)
+    return (variants.fused.long, variants.fused.short)
 
 
 def _with_class(p: SchedulerPlan, class_min_q: int, class_max_q: int) -> SchedulerPlan:

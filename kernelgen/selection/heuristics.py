@@ -609,7 +609,7 @@ def short_query_tokens(num_heads_q: int, num_heads_kv: int) -> int:
 
 
 def _short_class(arch, dtype, head_dim, head_dim_v, num_heads_q, num_heads_kv, mask, layout, max_seqlen_k, paged,
-                 softcap, short_max_q, num_sms, alibi=False, variant=None):
+                 softcap, short_max_q, num_sms, alibi=False, variant=None, kv_dtype=""):
     """(threshold, the short class's sm_80 decode variants) of a mixed batch, or (threshold, None)
     when the threshold is below 1 or its tiles would not be one-warp decode tiles."""
     thr = short_query_tokens(num_heads_q, num_heads_kv) if short_max_q is None else int(short_max_q)
@@ -617,7 +617,7 @@ def _short_class(arch, dtype, head_dim, head_dim_v, num_heads_q, num_heads_kv, m
         return thr, None
     short = choose(arch, dtype, head_dim, head_dim_v, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, mask=mask,
                    layout=layout, max_seqlen_q=thr, max_seqlen_k=max_seqlen_k, paged=paged, softcap=softcap,
-                   num_sms=num_sms, mainloop="sm80", alibi=alibi, variant=variant)
+                   num_sms=num_sms, mainloop="sm80", alibi=alibi, variant=variant, kv_dtype=kv_dtype)
     return thr, (short if short.attention.tile.num_warps == 1 else None)
 
 
@@ -652,9 +652,15 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
                 mask: str = "none", layout: str = "soa", max_seqlen_q: int, max_seqlen_k: int, paged: bool = False,
                 softcap: bool = False, short_max_q: int | None = None, num_sms: int = 132, page_size: int = 0,
                 tma_ok: bool = True, sm90_opts: str | None = None, alibi: bool = False,
-                variant: VariantCode | None = None) -> PairVariants | None:
+                variant: VariantCode | None = None, kv_dtype: str = "") -> PairVariants | None:
     """A mixed batch's two kernels on sm_90a, or None where they do not apply (another arch, a
     long class the Hopper path cannot run, or a threshold whose short tiles are not decode tiles).
+
+    ``kv_dtype``: an FP8 cache ("e4m3" / "e5m2"): the long class takes the Hopper path's FP8 K/V
+    variant (``choose``'s, with a 16-bit q: None where the Hopper path does not take the call, e.g.
+    pages TMA cannot box) and the short class the FP8 decode tile (conversion in registers).  Run
+    as one class instead, the Hopper kernel gave each decode request 128-row tiles of one row:
+    ``mixed_trace_fp8`` (3 chunks + 192 decodes) ran 4x slower than its two calls in turn.
 
     The classes in turn: the long class's tiles on the Hopper kernel and then the short class's
     on the sm_80 decode kernel, each from its own scheduler metadata (the same two-class
@@ -667,9 +673,20 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
     if arch != "sm_90a":
         return None
     thr, short = _short_class(arch, dtype, head_dim, head_dim_v, num_heads_q, num_heads_kv, mask, layout,
-                              max_seqlen_k, paged, softcap, short_max_q, num_sms, alibi, variant)
+                              max_seqlen_k, paged, softcap, short_max_q, num_sms, alibi, variant, kv_dtype)
     if short is None:
         return None
+    if kv_dtype:
+        try:
+            lv = choose(arch, dtype, head_dim, head_dim_v, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, mask=mask,
+                        layout=layout, max_seqlen_q=max(max_seqlen_q, thr + 1), max_seqlen_k=max_seqlen_k, paged=paged,
+                        softcap=softcap, pack_gqa=False, num_splits=1, num_sms=num_sms, mainloop="sm90a",
+                        tma_ok=tma_ok, page_size=page_size, sm90_opts=sm90_opts, alibi=alibi, variant=variant,
+                        kv_dtype=kv_dtype)
+        except ValueError:   # the Hopper path does not take the call: one class
+            return None
+        attn = dataclasses.replace(lv.attention, row_splits=short.attention.split)
+        return PairVariants(Variants(short.scheduler, attn, None, 1, True), short, thr)
     if sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap, pack=False,
                         num_splits=1, tma_ok=tma_ok):
         return None
