@@ -35,7 +35,7 @@ from kernelgen.front import api, plan
 from kernelgen.jit import runtime
 from kernelgen.kernels import tma
 from kernelgen.kernels.device import Device
-from kernelgen.kernels.params import (ATTENTION_PARAMS, COMBINE_PARAMS, FUSED_TMA_PARAMS, SCHEDULER_PARAMS,
+from kernelgen.kernels.params import (ATTENTION_PARAMS, COMBINE_PARAMS, FUSED_TMA_PARAMS, FUSED_TMA_PARAMS_FP8, SCHEDULER_PARAMS,
                                       TMA_ATTENTION_PARAMS, attention_params_for, ATTENTION_PARAMS_ALIBI, combine_params_for,
                                       TMA_ATTENTION_PARAMS_ALIBI, ATTENTION_PARAMS_SINKS, ATTENTION_PARAMS_ALIBI_SINKS,
                                       COMBINE_PARAMS_SINKS, TMA_ATTENTION_PARAMS_SINKS,
@@ -48,7 +48,8 @@ FUNC = {"scheduler": 0x1000, "attention": 0x2000, "combine": 0x3000, "fused": 0x
         "fused_sm90": 0x6000, "attention_alibi": 0x7000, "attention_sm90_alibi": 0x8000,
         # the sink kernels (AttentionSpec.sinks / CombineSpec.sinks; with ALiBi too)
         "attention_sinks": 0x9000, "attention_sm90_sinks": 0xa000, "combine_sinks": 0xb000,
-        "attention_alibi_sinks": 0xc000, "attention_sm90_alibi_sinks": 0xd000}
+        "attention_alibi_sinks": 0xc000, "attention_sm90_alibi_sinks": 0xd000,
+        "fused_sm90_fp8": 0xe000}   # (the Hopper fused kernel on an FP8 cache: params.FUSED_TMA_PARAMS_FP8)
 KIND = {v: k for k, v in FUNC.items()}
 
 
@@ -80,6 +81,18 @@ class _FusedTmaParams:
             return FUSED_TMA_PARAMS.unpack(b)
 
 
+class _FusedTmaParamsFp8(_FusedTmaParams):
+    """``_FusedTmaParams`` of the FP8 form (``params.FUSED_TMA_PARAMS_FP8``: both AttnParams with the
+    descale fields)."""
+
+    size = FUSED_TMA_PARAMS_FP8.size
+
+    class struct:
+        @staticmethod
+        def unpack(b):
+            return FUSED_TMA_PARAMS_FP8.unpack(b)
+
+
 def _tma_wrap(tma_struct, inner):
     """The parameter of a Hopper kernel with the AttnParams ``inner``: maps, then ``inner``."""
     class W:
@@ -100,7 +113,7 @@ PARAMS = {"attention_sinks": ATTENTION_PARAMS_SINKS, "attention_alibi_sinks": AT
           "attention_sm90_alibi_sinks": _tma_wrap(TMA_ATTENTION_PARAMS_ALIBI_SINKS, ATTENTION_PARAMS_ALIBI_SINKS),
           "scheduler": SCHEDULER_PARAMS, "attention": ATTENTION_PARAMS, "combine": COMBINE_PARAMS,
           "fused": _PairParams, "attention_sm90": _tma_wrap(TMA_ATTENTION_PARAMS, ATTENTION_PARAMS),
-          "fused_sm90": _FusedTmaParams, "attention_alibi": ATTENTION_PARAMS_ALIBI,
+          "fused_sm90": _FusedTmaParams, "fused_sm90_fp8": _FusedTmaParamsFp8, "attention_alibi": ATTENTION_PARAMS_ALIBI,
           "attention_sm90_alibi": _tma_wrap(TMA_ATTENTION_PARAMS_ALIBI, ATTENTION_PARAMS_ALIBI)}
 #: What the stand-in tensor-map encoder writes: (base address, dims, strides in bytes, box), padded
 #: (3-D maps; FAKE_MAP4 for the 4-D maps of a paged cache).
@@ -357,8 +370,10 @@ def _fake_load(spec, device):
                               smem_bytes=spec.smem_bytes(), persistent_grid=PROPS["num_sms"] if sm90 else ATTN_GRID,
                               params=attention_params_for(spec))
     if spec.kind == "fused" and spec.hopper:   # one CTA per SM (384 threads, the whole register file)
-        return runtime.Kernel(spec=spec, device=device, func_ptr=FUNC["fused_sm90"], num_threads=spec.num_threads,
-                              smem_bytes=spec.smem_bytes(), persistent_grid=PROPS["num_sms"], params=FUSED_TMA_PARAMS)
+        fp8 = bool(spec.long.kv_dtype)
+        return runtime.Kernel(spec=spec, device=device, func_ptr=FUNC["fused_sm90_fp8" if fp8 else "fused_sm90"],
+                              num_threads=spec.num_threads, smem_bytes=spec.smem_bytes(),
+                              persistent_grid=PROPS["num_sms"], params=FUSED_TMA_PARAMS_FP8 if fp8 else FUSED_TMA_PARAMS)
     if spec.kind == "attention" and spec.mainloop == "sm90a":
         func = FUNC["attention_sm90" + ("_alibi" if spec.alibi else "") + ("_sinks" if spec.sinks else "")]
         return runtime.Kernel(spec=spec, device=device, func_ptr=func, num_threads=spec.num_threads,

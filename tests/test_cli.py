@@ -102,11 +102,18 @@ def test_warmup_page_sizes_cover_the_hopper_paged_choices():
     assert ei.value.code == 2
 
 
+def _kv_of(s) -> str:
+    """The FP8 cache dtype of a spec ("" for none): an attention spec's, a fused spec's classes'."""
+    return s.long.kv_dtype if s.kind == "fused" else getattr(s, "kv_dtype", "")
+
+
 def test_warmup_specs_with_kv_dtypes():
     """``kv_dtypes`` (``kernelgen warmup --kv-dtype``): the plain specs plus the FP8 K/V variants
     of every combination (on sm_90a the Hopper kernel's for prefill-shaped calls beside the sm_80
-    mainloop's), which cover what the decider gives FP8 calls of those shapes (prefill, chunked,
-    decode, a mixed paged batch: one class; with sinks the sink variants); none without it."""
+    mainloop's, and the Hopper fused kernel of a paged mixed batch), which cover what the decider
+    gives FP8 calls of those shapes (prefill, chunked, decode, a chunked-prefill batch: one class; a
+    mixed paged batch: fused on sm_90a, one class on sm_80; with sinks the sink variants); none
+    without it."""
     from kernelgen.selection import decide
     from kernelgen.selection.catalog import warmup_specs
     from test_decide import A100, H200, sig
@@ -117,21 +124,26 @@ def test_warmup_specs_with_kv_dtypes():
         plain = warmup_specs(arch, **kw)
         both = warmup_specs(arch, kv_dtypes=("e4m3", "e5m2"), **kw)
         extra = [s for s in both if s not in plain]
-        assert set(plain) <= set(both) and extra and not any(getattr(s, "kv_dtype", "") for s in plain)
-        assert all(s.kind == "attention" and s.kv_dtype in ("e4m3", "e5m2") and s.arch == arch for s in extra)
+        assert set(plain) <= set(both) and extra and not any(_kv_of(s) for s in plain)
+        assert all(s.kind in ("attention", "fused") and _kv_of(s) in ("e4m3", "e5m2") and s.arch == arch
+                   for s in extra)
+        assert {s.kind for s in extra} == ({"attention", "fused"} if arch == "sm_90a" else {"attention"})
         hopper = {s.mainloop == "sm90a" for s in extra}
         assert hopper == ({True, False} if arch == "sm_90a" else {False})
-        assert {s.kv_dtype for s in extra} == {"e4m3", "e5m2"}
-        assert len([s for s in extra if s.kv_dtype == "e4m3"]) == len([s for s in extra if s.kv_dtype == "e5m2"])
+        assert {_kv_of(s) for s in extra} == {"e4m3", "e5m2"}
+        assert len([s for s in extra if _kv_of(s) == "e4m3"]) == len([s for s in extra if _kv_of(s) == "e5m2"])
         calls = [dict(max_seqlen_q=4096, max_seqlen_k=4096), dict(max_seqlen_q=512, max_seqlen_k=32768, paged=True),
                  dict(max_seqlen_q=1, max_seqlen_k=32768, paged=True, page_size=16, batch=64, rows=64),
                  dict(max_seqlen_q=1, max_seqlen_k=256, batch=64, rows=64),
-                 dict(max_seqlen_q=4096, max_seqlen_k=4096, paged=True, page_size=16, batch=8, rows=4096)]
+                 dict(max_seqlen_q=4096, max_seqlen_k=4096, paged=True, page_size=16, batch=8, rows=4096 * 8),
+                 dict(max_seqlen_q=512, max_seqlen_k=32768, paged=True, page_size=16, batch=40, rows=600)]
         for call in calls:
             for kv in ("e4m3", "e5m2"):
                 for qd in ("", "e4m3"):     # an FP8 q too: its tensor-core kernels (sm_90a prefill shapes)
                     r = decide.decide(sig(kv_dtype=kv, q_dtype=qd, **call), dev)
-                    assert r.kind == "single" and set(r.specs) <= set(both), (call, qd, [x.name for x in r.specs])
+                    mixed = call.get("rows") == 600 and arch == "sm_90a"
+                    assert r.kind == ("fused" if mixed else "single"), (call, r.kind)
+                    assert set(r.specs) <= set(both), (call, qd, [x.name for x in r.specs])
         assert any(s.fp8_mma for s in extra) == (arch == "sm_90a")
         sinks = warmup_specs(arch, kv_dtypes=("e4m3",), sinks=True, **kw)
         r = decide.decide(sig(kv_dtype="e4m3", sinks=True, max_seqlen_q=1, max_seqlen_k=32768, paged=True,
@@ -159,14 +171,15 @@ def test_warmup_kv_dtype_flag_lists_fp8_specs_and_nvrtc_compiles_one(tmp_path, c
     plain = seen["specs"]
     assert not any(getattr(s, "kv_dtype", "") for s in plain)
     assert cli.main(base + ["--kv-dtype", "e4m3,e5m2"]) == 0
-    fp8 = [s for s in seen["specs"] if getattr(s, "kv_dtype", "")]
+    fp8 = [s for s in seen["specs"] if _kv_of(s)]
     assert set(plain) <= set(seen["specs"]) and len(seen["specs"]) == len(plain) + len(fp8)
-    assert {s.kv_dtype for s in fp8} == {"e4m3", "e5m2"}
-    assert all(s.kind == "attention" and s.arch == "sm_90a" for s in fp8)
-    assert {s.mainloop for s in fp8} == {"sm80", "sm90a"}
-    assert any(s.paged and s.tile.block_m <= 16 for s in fp8) and any(not s.paged for s in fp8)
+    assert {_kv_of(s) for s in fp8} == {"e4m3", "e5m2"}
+    assert all(s.kind in ("attention", "fused") and s.arch == "sm_90a" for s in fp8)
+    assert {s.mainloop for s in fp8} == {"sm80", "sm90a"} and any(s.kind == "fused" for s in fp8)
+    att = [s for s in fp8 if s.kind == "attention"]
+    assert any(s.paged and s.tile.block_m <= 16 for s in att) and any(not s.paged for s in att)
     assert cli.main(base + ["--kv-dtype", "e5m2"]) == 0
-    assert {s.kv_dtype for s in seen["specs"] if getattr(s, "kv_dtype", "")} == {"e5m2"}
+    assert {_kv_of(s) for s in seen["specs"] if _kv_of(s)} == {"e5m2"}
     out = capsys.readouterr().out
     assert _warmup_counts(out)[0] == "sm_90a"
     for bad in ("fp8", "e4m3,int8", ""):
@@ -174,7 +187,7 @@ def test_warmup_kv_dtype_flag_lists_fp8_specs_and_nvrtc_compiles_one(tmp_path, c
             cli.main(base + ["--kv-dtype", bad])
         assert ei.value.code == 2
     capsys.readouterr()
-    spec = next(s for s in fp8 if s.paged and s.tile.block_m <= 16 and s.kv_dtype == "e4m3")
+    spec = next(s for s in att if s.paged and s.tile.block_m <= 16 and s.kv_dtype == "e4m3")
     entry = KernelCache(tmp_path).get(spec)
     assert entry.compiled and KernelCache(tmp_path).lookup(spec) is not None
     assert "_kve4m3" in spec.name

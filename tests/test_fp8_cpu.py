@@ -194,6 +194,7 @@ from kernelgen.jit import compiler, render   # noqa: E402
 from kernelgen.kernels import params as P   # noqa: E402
 from kernelgen.kernels.spec import AttentionSpec, FusedAttentionSpec, TileConfig, spec_from_json   # noqa: E402
 from kernelgen.selection import decide   # noqa: E402
+from kernelgen.selection.settings import Settings   # noqa: E402
 
 BASE = AttentionSpec("sm_80", "bf16", 128, 128, "causal", "soa", TileConfig(128, 32, 4, 2, 2))
 
@@ -218,10 +219,11 @@ def test_spec_smem_one_16_bit_tile_and_fp8_stages():
     assert kt.smem_bytes() == 2 * 16 * 136 * 2 + 4 * 16 * 256
 
 
-def test_hopper_spec_takes_fp8_with_landing_stages_and_the_fused_kernels_refuse_it():
+def test_hopper_spec_takes_fp8_with_landing_stages_and_the_hopper_fused_kernel():
     """The Hopper FP8 spec: the 16-bit ring plus ``land_stages`` FP8 landing stages (2 where they fit,
     else 1), the producer/consumer register split of ``SM90_REGS_FP8``; no ALiBi, user variant or
-    gathered rows with it; the fused kernels take no FP8 variant."""
+    gathered rows with it; the Hopper fused kernel takes it (both classes on one FP8 dtype), the
+    sm_80 one does not."""
     def hop(d, dv, bn, **kw):
         return AttentionSpec("sm_90a", "bf16", d, dv, "causal", "soa", TileConfig(128, bn, 8, 2, 1), mainloop="sm90a",
                              kv_dtype="e4m3", **{"sm90_opts": "p", **kw})
@@ -241,8 +243,17 @@ def test_hopper_spec_takes_fp8_with_landing_stages_and_the_fused_kernels_refuse_
             hop(128, 128, 128, **kw)
     long = dataclasses.replace(BASE, kv_dtype="e4m3")
     short = AttentionSpec("sm_80", "bf16", 128, 128, "causal", "soa", TileConfig(16, 32, 1, 2, 1), kv_dtype="e4m3")
-    with pytest.raises(ValueError, match="the fused kernels take no FP8"):
+    with pytest.raises(ValueError, match="the sm_80 fused kernel takes no FP8 K/V variant"):
         FusedAttentionSpec(long, short)
+    # the Hopper fused kernel takes it: both classes on the same FP8 cache dtype
+    short90 = dataclasses.replace(short, arch="sm_90a", tile=TileConfig(16, 16, 1, 2, 12))
+    f = FusedAttentionSpec(s, short90)
+    assert f.hopper and f.hopper_regs() == FusedAttentionSpec.SM90_FUSED_REGS["fp8"]
+    assert f.smem_bytes() == s.smem_bytes() and f.short_tiles_after >= 1 and "_kve4m3" in f.name
+    with pytest.raises(ValueError, match="fused variants differ in kv_dtype"):
+        FusedAttentionSpec(s, dataclasses.replace(short90, kv_dtype="e5m2"))
+    with pytest.raises(ValueError, match="fused variants differ in kv_dtype"):
+        FusedAttentionSpec(dataclasses.replace(s, kv_dtype=""), short90)
 
 
 def test_fp8_params_append_the_descale_fields():
@@ -403,10 +414,11 @@ def test_decider_routes_fp8(dev):
             assert a.land_stages == 2 and a.tile == _attn_specs(plain)[0].tile
 
 
-def test_decider_fp8_mixed_batch_classes_in_turn_on_hopper_else_one_class():
-    """A paged mixed batch on an FP8 cache (no fused kernel takes one): on the H200 with the page
-    size known the classes in turn (the Hopper FP8 variant recording row_splits for the split FP8
-    decode tile); one class on the A100, without a page size (TMA cannot box the pages), for a
+def test_decider_fp8_mixed_batch_fused_or_classes_in_turn_on_hopper_else_one_class():
+    """A paged mixed batch on an FP8 cache: on the H200 with the page size known the Hopper fused
+    kernel, or with ``KERNELGEN_FP8_FUSED=0`` and at head dim 256 the classes in turn (the same two
+    variants: the Hopper FP8 variant recording row_splits for the split FP8 decode tile); one class
+    on the A100, without a page size (TMA cannot box the pages), for a
     chunked-prefill batch (rule 2: the Hopper kernel), with ALiBi, and with a forced arch."""
     mixed = dict(paged=True, page_size=16, max_seqlen_q=2048, max_seqlen_k=5000, batch=7, rows=2355)
     for dev in (A100, H200):
@@ -414,8 +426,11 @@ def test_decider_fp8_mixed_batch_classes_in_turn_on_hopper_else_one_class():
     r = decide.decide(sig(kv_dtype="e5m2", **mixed), A100)
     assert r.kind == "single" and _attn_specs(r)[0].kv_dtype == "e5m2" and _attn_specs(r)[0].mainloop == "sm80"
     for kv in ("e4m3", "e5m2"):
-        r = decide.decide(sig(kv_dtype=kv, **mixed), H200)
+        f = decide.decide(sig(kv_dtype=kv, **mixed), H200)          # the Hopper fused kernel
+        assert f.kind == "fused" and f.variants.fused.long.kv_dtype == f.variants.fused.short.kv_dtype == kv
+        r = decide.decide(sig(kv_dtype=kv, **mixed), H200, Settings(fp8_fused=False))   # the classes in turn
         long, short = _attn_specs(r)
+        assert (f.variants.fused.long, f.variants.fused.short) == (long, short)
         assert r.kind == "pair" and long.kv_dtype == short.kv_dtype == kv
         assert long.mainloop == "sm90a" and not long.split and not long.pack_gqa and long.land_stages == 2
         assert short.mainloop == "sm80" and short.tile.num_warps == 1 and short.tile.block_m == 16
@@ -423,6 +438,8 @@ def test_decider_fp8_mixed_batch_classes_in_turn_on_hopper_else_one_class():
         assert r.variants.short_max_q == 4                         # 32 / 8 heads: 4 query tokens fill 16 rows
         plain = decide.decide(sig(**mixed), H200)                   # the 16-bit batch's long tile (fused launch)
         assert plain.kind == "fused" and long.tile == plain.variants.fused.long.tile
+    d256 = decide.decide(sig(kv_dtype="e4m3", **dict(mixed, head_dim=256, head_dim_v=256)), H200)
+    assert d256.kind == "pair"                                      # wide O: no fused kernel, the classes in turn
     for kw in (dict(mixed, page_size=0), dict(mixed, rows=7 * 600), dict(mixed, alibi=True),
                dict(mixed, arch="sm_90a"), dict(mixed, arch="sm_80")):
         r = decide.decide(sig(kv_dtype="e4m3", **kw), H200)
@@ -515,23 +532,33 @@ def test_mixed_paged_fp8_batch_runs_as_one_class_on_sm80(fake_cuda):
     assert {f["k_descale"] for f in _fields(fake_cuda)} == {kd.data_ptr()}
 
 
-def test_mixed_paged_fp8_batch_runs_the_classes_in_turn_on_hopper(fake_cuda):
-    """The same batch with the automatic choice on the (fake) H200: both schedulers, the Hopper FP8
-    kernel (its K/V tensor maps FP8 maps: 1-byte strides, boxes of 64 columns x the page's rows; the
-    q map a 16-bit one), the FP8 decode tile, the combine; both attention launches read the same
-    descales (the per-request strides included)."""
+@pytest.mark.parametrize("fused", [True, False])
+def test_mixed_paged_fp8_batch_on_hopper_fused_or_in_turn(fake_cuda, monkeypatch, fused):
+    """The same batch with the automatic choice on the (fake) H200: both schedulers, then the Hopper
+    fused kernel (``fused``) or, with ``KERNELGEN_FP8_FUSED=0``, the Hopper FP8 kernel and the FP8
+    decode tile in turn, then the combine.  The Hopper kernel's K/V tensor maps are FP8 maps (1-byte
+    strides, boxes of 64 columns x the page's rows), its q map a 16-bit one; both classes' AttnParams
+    carry the same descales (the per-request strides included)."""
     from fake_cuda import map_kind
+    if not fused:
+        monkeypatch.setenv("KERNELGEN_FP8_FUSED", "0")
     q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
     kc, vc = kc.to(E4M3), vc.to(E4M3)
     kd = torch.full((len(QLENS), kc.shape[2]), 0.25)
     vd = torch.full((len(QLENS), kc.shape[2]), 0.5)
     kernelgen.varlen_attention(q, kc, vc, cu_q, None, max(QLENS), max(CTX), seqused_k=used, page_table=pt,
                                causal=True, k_descale=kd, v_descale=vd)
-    assert fake_cuda.kinds() == ["scheduler", "scheduler", "attention_sm90_fp8", "attention_fp8", "combine"]
-    fields = _fields(fake_cuda)
-    assert len(fields) == 2 and all(_descale_fields(f) == (kd.data_ptr(), vd.data_ptr(), kc.shape[2], 1,
-                                                           kc.shape[2], 1) for f in fields)
-    launch = next(x for x in fake_cuda.launches if x.kind == "attention_sm90_fp8")
+    want = (kd.data_ptr(), vd.data_ptr(), kc.shape[2], 1, kc.shape[2], 1)
+    if fused:
+        assert fake_cuda.kinds() == ["scheduler", "scheduler", "fused_sm90_fp8", "combine"]
+        launch = next(x for x in fake_cuda.launches if x.kind == "fused_sm90_fp8")
+        f = launch.fields()
+        assert _descale_fields(f["long"]) == _descale_fields(f["short"]) == want and f["short_ctas"] >= 1
+    else:
+        assert fake_cuda.kinds() == ["scheduler", "scheduler", "attention_sm90_fp8", "attention_fp8", "combine"]
+        fields = _fields(fake_cuda)
+        assert len(fields) == 2 and all(_descale_fields(f) == want for f in fields)
+        launch = next(x for x in fake_cuda.launches if x.kind == "attention_sm90_fp8")
     raw = launch.params
     assert map_kind(raw[:128]) == "16bit" and map_kind(raw[128:256]) == map_kind(raw[256:384]) == "fp8"
     ptr, dims, strides, box = launch.maps(kv_rank=4)[1]
@@ -574,9 +601,10 @@ def test_plan_fp8_hopper_and_mixed_plan_classes(fake_cuda, monkeypatch):
         assert plan.recipe.kind == "single" and plan.fused is None and plan.metadata_short is None
         (a,) = _attn_specs(plan.recipe)
         assert a.kv_dtype == "e5m2" and a.mainloop == "sm80"     # no page size: the Hopper kernel cannot box pages
-    plan = make_plan(monkeypatch, kv_dtype=E5M2, page_size=16, **mixed)      # the classes in turn (decide)
-    assert plan.recipe.kind == "pair" and plan.hopper
-    assert [a.kv_dtype for a in _attn_specs(plan.recipe)] == ["e5m2", "e5m2"]
+    plan = make_plan(monkeypatch, kv_dtype=E5M2, page_size=16, **mixed)      # the Hopper fused kernel (decide)
+    assert plan.recipe.kind == "fused" and plan.hopper and plan.metadata_short is not None
+    f = plan.recipe.variants.fused
+    assert f.long.kv_dtype == f.short.kv_dtype == "e5m2"
 
 
 def _descale_fields(f):

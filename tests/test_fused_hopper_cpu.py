@@ -511,6 +511,62 @@ def test_hopper_fused_kernel_compiles_without_spills_with_hgmma_and_hmma(kw):
         assert ops["UTMALDG"] >= 3 * halves, ops      # Q, K, V
 
 
+def _mma_loops(lines: list) -> list:
+    """(first, last) line of the innermost backward-branch loops of nvdisasm ``lines`` that hold an
+    HMMA or HGMMA: the key-block loops (the decode tile's, at both call sites, and the Hopper
+    consumers')."""
+    labels = {m.group(1): i for i, line in enumerate(lines) for m in [re.match(r"^\.(L_x_\d+):", line)] if m}
+    loops = []
+    for i, line in enumerate(lines):
+        m = re.search(r"BRA `\(\.(L_x_\d+)\)", line)
+        if m and labels.get(m.group(1), 1 << 30) < i and any("MMA" in x for x in lines[labels[m.group(1)]:i + 1]):
+            loops.append((labels[m.group(1)], i))
+    # shortest first, each kept unless it overlaps a kept one (nvdisasm places cold paths after the
+    # function's end that branch back into a loop: they overlap the loop they return to)
+    kept: list = []
+    for a, b in sorted(loops, key=lambda x: x[1] - x[0]):
+        if not any(a <= d and c <= b for c, d in kept):
+            kept.append((a, b))
+    return sorted(kept)
+
+
+FUSED_FP8_COMPILE = [dict(d=128, kv="e4m3"), dict(d=64, kv="e5m2", mask="local"),
+                     dict(d=128, kv="e4m3", mask="local", softcap=True), dict(d=96, kv="e4m3", dtype="fp16")]
+
+
+@pytest.mark.parametrize("kw", FUSED_FP8_COMPILE, ids=_compile_id)
+def test_hopper_fused_fp8_kernel_compiles_without_spills_in_its_key_block_loops(kw):
+    """The Hopper fused kernel on an FP8 cache (``choose_fused_hopper(kv_dtype=)``): the Hopper FP8
+    variant (landing stages converted by producer warps 1-3: their loop is in the kernel) beside the
+    FP8 decode tile (K/V converted in registers, 16 rows).  At head dims 96 and 128 the kernel spills
+    a few values once a tile (``SM90_FUSED_REGS["fp8"]``' note): at most 128 bytes, and no local
+    load or store inside a key-block loop (the two decode loops, the consumers' wgmma loop)."""
+    kv = kw["kv"]
+    fv = heuristics.choose_fused_hopper("sm_90a", kw.get("dtype", "bf16"), kw["d"], kw["d"], num_heads_q=HQ,
+                                        num_heads_kv=HKV, mask=kw.get("mask", "causal"), max_seqlen_q=2048,
+                                        max_seqlen_k=8192, paged=True, page_size=16, softcap=kw.get("softcap", False),
+                                        kv_dtype=kv)
+    spec = fv.fused
+    assert spec.hopper and spec.long.kv_dtype == spec.short.kv_dtype == kv and spec.long.land_stages >= 1
+    assert spec.short.fp8_in_registers and spec.hopper_regs() == (40, 232)
+    src = render.render(spec)
+    assert "producer_loop_convert" in src and "FusedTmaParams" in src and "k_descale" in src
+    res = compiler.compile_cubin(src, "sm_90a", compiler.default_options("sm_90a"), spec.name)
+    r = res.resources
+    assert r["spill_stores"] <= 128 and r["spill_loads"] <= 128 and r["registers"] == 168, r
+    if kw["d"] == 64:
+        assert r["spill_stores"] == 0 and r["spill_loads"] == 0, r
+    lines = sass.disassemble(res.cubin, _NVDISASM).splitlines()
+    loops = _mma_loops(lines)
+    hgmma = [(a, b) for a, b in loops if any("HGMMA" in x for x in lines[a:b + 1])]
+    hmma = [(a, b) for a, b in loops if any("HMMA" in x for x in lines[a:b + 1])]
+    assert len(hgmma) == 1 and len(hmma) == 2, loops          # the consumers' loop; the decode tile at 2 sites
+    for a, b in loops:
+        assert not any(re.search(r"\b(LDL|STL)", x) for x in lines[a:b + 1]), (a, b)
+    ops = sass.opcode_counts("\n".join(lines), ("F2FP", "USETMAXREG", "UTMALDG"))
+    assert ops["F2FP"] > 0 and ops["USETMAXREG"] == 2 and ops["UTMALDG"] > 0, ops   # cvt e4m3/e5m2 pairs, TMA
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_hopper_fused_d192x128_compiles_without_spills(dtype):
     """The fused kernel of head dims 192 x 128 (packed K/V): its decode tile keeps Q in shared memory

@@ -163,12 +163,13 @@ def test_every_case_has_variants(cases, arch):
     assert {s.mainloop for s in fp8} == ({"sm80", "sm90a"} if arch == "sm_90a" else {"sm80"})
     assert any(s.paged and s.tile.block_m <= 16 for s in fp8) and any(s.tile.block_m == 128 for s in fp8)
     fp8_kinds = set()
-    for c in cases[:600]:   # an FP8 case runs one class, or on sm_90a a mixed batch's two classes in turn
+    for c in cases[:600]:   # an FP8 case runs one class, or on sm_90a a mixed batch's fused launch / classes in turn
         if c["kv_dtype"] and fuzz.case_recipe(c, arch, 132) is not None:
             r = fuzz.case_recipe(c, arch, 132)
             fp8_kinds.add(r.kind)
-            assert {s.kv_dtype for s in r.specs if s.kind == "attention"} == {c["kv_dtype"]}
-    assert fp8_kinds == ({"single", "pair"} if arch == "sm_90a" else {"single"})
+            assert {s.long.kv_dtype if s.kind == "fused" else s.kv_dtype for s in r.specs
+                    if s.kind in ("attention", "fused")} == {c["kv_dtype"]}
+    assert fp8_kinds == ({"single", "pair", "fused"} if arch == "sm_90a" else {"single"})
 
 
 def test_inputs_pass_validation(cases):
@@ -718,7 +719,7 @@ def test_case_recipe_is_the_dispatch_of_fp8_q_cases(fake_cuda):
         if c["q_fp8"] and sum(c["qlens"]) > 0 and fuzz.stored_keys(c) <= 20000 and fuzz.total_q_rows(c) <= 4000 \
                 and fuzz.ref_elems(c) <= 2e7 and len(c["qlens"]) <= 256:
             r = fuzz.case_recipe(c, "sm_90a", 132)
-            if r.kind != "single":        # (a mixed batch's classes in turn: q converted, no FP8 MMA)
+            if r.kind != "single":        # (a mixed batch's fused launch or classes in turn: q converted, no FP8 MMA)
                 continue
             attn = r.variants.attention
             group = classes.setdefault(c["head_dim"] if attn.fp8_mma else "converted", [])
@@ -892,6 +893,9 @@ def test_sanitize_cases_cover_kernel_families():
     assert any(s.tile.block_m == 64 for s in attn)
     assert any(s.kind == "fused" and s.short.split for s in specs)                         # fused mixed batch
     fp8 = [s for s in attn if s.kv_dtype]                                                  # FP8 caches
+    fused8 = [s for s in specs if s.kind == "fused" and s.long.kv_dtype]   # a mixed step: the Hopper fused kernel
+    assert any(s.hopper and s.short.split for s in fused8)
+    fp8 += [s.long for s in fused8]
     assert {s.kv_dtype for s in fp8} == {"e4m3", "e5m2"}
     assert any(s.paged and s.pack_gqa and s.split and s.tile.block_m == 16 for s in fp8)
     assert any(not s.paged and s.mask == "causal" and s.tile.block_m >= 64 for s in fp8)

@@ -36,8 +36,10 @@ def _attn(rec):
 @pytest.mark.parametrize("page_size,hopper", [(8, True), (16, True), (32, True), (128, True), (256, True),
                                               (24, False), (5, False), (48, False)])
 def test_paged_fp8_prefill_takes_the_hopper_kernel_where_tma_boxes_fit(fake_cuda, page_size, hopper):
+    """One class (``short_query_tokens=0``: no mixed-batch launch) of a paged FP8 prefill."""
     q, kc, vc, cu_q, used, pt = _paged(page_size)
-    kernelgen.varlen_attention(q, kc, vc, cu_q, None, 200, 300, seqused_k=used, page_table=pt, causal=True)
+    kernelgen.varlen_attention(q, kc, vc, cu_q, None, 200, 300, seqused_k=used, page_table=pt, causal=True,
+                               short_query_tokens=0)
     (a,) = _attn(fake_cuda)
     assert a.kind == ("attention_sm90_fp8" if hopper else "attention_fp8"), page_size
     if hopper:

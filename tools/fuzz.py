@@ -1104,7 +1104,8 @@ def sanitize_cases() -> list:
             num_splits=0, causal=True, mask="causal"), env={"KERNELGEN_MIXED_SHORT_CTAS": "0"})),
         # FP8 K/V caches: paged decode with pack-GQA, splits and the combine (e4m3; the sm_80
         # mainloop), a causal packed prefill with padding (e5m2) and a chunked paged prefill (e4m3,
-        # TMA page boxes), both on the Hopper kernel on sm_90a (landing stages, producer conversion)
+        # TMA page boxes), both on the Hopper kernel on sm_90a (landing stages, producer conversion; the
+        # chunked batch with its decode: the Hopper fused kernel)
         ("fp8_decode_paged_packgqa_split", case(
             seed=112, dtype="bf16", head_dim=128, head_dim_v=128, num_heads_q=8, num_heads_kv=2,
             qlens=[1, 1, 0, 1], klens=[300, 0, 5, 1000], kv="paged", page_size=16, spare_pages=2,

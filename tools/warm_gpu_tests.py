@@ -326,14 +326,11 @@ def fp8_specs() -> list:
                                   page_size=16, num_splits=3))          # test_sinks_with_an_fp8_cache
     for dt, kv in itertools.product(("bf16", "fp16"), ("e4m3", "e5m2")):   # every code, forced to the Hopper kernel
         out += _choose(dt, 128, hq=2, hkv=2, causal=True, max_q=1, max_k=1, kv_dtype=kv)
-    # the mixed steps' classes in turn (test_mixed_prefill_decode_step, the mixed_hopper plan)
+    # the mixed steps' Hopper fused kernel and classes in turn (test_mixed_prefill_decode_step, the mixed_hopper plan)
     for kv, d, mask, max_q in (("e4m3", 128, "causal", 900), ("e5m2", 64, "local", 900), ("e4m3", 256, "causal", 900),
                                ("e4m3", 128, "causal", 256)):
-        pv = heuristics.choose_pair(ARCH, "bf16", d, d, num_heads_q=32, num_heads_kv=8, mask=mask, max_seqlen_q=max_q,
-                                    max_seqlen_k=6000 if max_q == 900 else 2048, paged=True, page_size=16,
-                                    sm90_opts=_opts(), kv_dtype=kv)
-        out += [x for x in (pv.long.scheduler, pv.long.attention, pv.short.attention, pv.short.combine)
-                if x is not None]
+        out += _mixed("bf16", d, num_heads_q=32, num_heads_kv=8, mask=mask, max_seqlen_q=max_q,
+                      max_seqlen_k=6000 if max_q == 900 else 2048, paged=True, page_size=16, kv_dtype=kv)
     return out
 
 

@@ -16,8 +16,7 @@ from pathlib import Path
 import jinja2
 
 from ..kernels import metadata
-from ..kernels.params import (ATTENTION_PARAMS, COMBINE_PARAMS, FUSED_TMA_PARAMS, SCHEDULER_PARAMS,
-                              attention_params_for, combine_params_for)
+from ..kernels.params import SCHEDULER_PARAMS, attention_params_for, combine_params_for, fused_params_for
 
 
 def templates_dir() -> Path:
@@ -78,7 +77,7 @@ def context(spec) -> dict:
         ctx.update(_DTYPE_INFO[spec.dtype])
         sm90 = getattr(spec, "mainloop", "sm80") == "sm90a"
         if spec.kind == "fused":
-            ctx["params_decl"] = (FUSED_TMA_PARAMS if sm90 else ATTENTION_PARAMS).c_decl()
+            ctx["params_decl"] = fused_params_for(spec).c_decl()
         else:
             ctx["params_decl"] = attention_params_for(spec).c_decl()
         ctx["variants"] = spec.variant_contexts()

@@ -15,8 +15,8 @@ import threading
 from dataclasses import dataclass, field
 
 from ..kernels.device import Device
-from ..kernels.params import (ATTENTION_PARAMS, COMBINE_PARAMS, FUSED_TMA_PARAMS, ParamStruct, SCHEDULER_PARAMS,
-                              TMA_ATTENTION_PARAMS, attention_params_for, combine_params_for)
+from ..kernels.params import (ParamStruct, SCHEDULER_PARAMS, attention_params_for, combine_params_for,
+                              fused_params_for)
 
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 #: The scheduler keeps up to four 4-byte values per request slot in dynamic shared memory (two
@@ -139,7 +139,7 @@ def _load(spec, ordinal: int) -> Kernel:
         threads, smem, params = spec.num_threads, 0, SCHEDULER_PARAMS
     elif spec.kind == "fused":  # two attention variants, one AttnParams each (Hopper: after the maps)
         threads, smem = spec.num_threads, spec.smem_bytes()
-        params = FUSED_TMA_PARAMS if spec.hopper else ATTENTION_PARAMS
+        params = fused_params_for(spec)
     elif spec.kind == "combine":
         threads, smem, params = spec.num_threads, 0, combine_params_for(spec)
     else:

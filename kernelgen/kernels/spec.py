@@ -523,15 +523,17 @@ class FusedAttentionSpec:
 
     def __post_init__(self):
         a, b = self.long, self.short
-        for f in ("arch", "dtype", "head_dim", "head_dim_v", "mask", "layout", "paged", "softcap"):
+        for f in ("arch", "dtype", "head_dim", "head_dim_v", "mask", "layout", "paged", "softcap", "kv_dtype"):
             if getattr(a, f) != getattr(b, f):
                 raise ValueError(f"fused variants differ in {f}: {getattr(a, f)!r} vs {getattr(b, f)!r}")
         if a.sinks or b.sinks:
             raise ValueError("the fused kernels take no sinks variant (launch.sinks.apply rescales after them)")
         if a.alibi or b.alibi:
             raise ValueError("the fused kernels take no ALiBi variant (an ALiBi mixed batch runs the classes in turn)")
-        if a.kv_dtype or b.kv_dtype:
-            raise ValueError("the fused kernels take no FP8 K/V variant (an FP8 mixed batch runs as one class)")
+        if a.kv_dtype and not self.hopper:
+            raise ValueError("the sm_80 fused kernel takes no FP8 K/V variant (an FP8 mixed batch runs otherwise)")
+        if a.fp8_mma:
+            raise ValueError("the fused kernels take no FP8-q variant (fp8_mma)")
         if a.variant is not None or b.variant is not None:
             raise ValueError("the fused kernels take no user variant (a mixed batch with a kernelgen.Variant runs "
                              "the classes in turn)")
@@ -630,8 +632,14 @@ class FusedAttentionSpec:
     #: head_dim_v above 128 (wide O accumulators) spills at these budgets (and at the standalone
     #: 24/240 too): ``SM90_FUSED_MAX_DV``; such mixed batches run the classes in turn.
     #: Gathering at head dim 64 spills a value across the reallocation below 72 producer registers.
+    #: An FP8 cache (``kv_dtype``; producer warps 1-3 convert the landing stages): the standalone
+    #: FP8 kernel's 40 / 232 (at 224 its consumers' key-block loop spilled with a window and a
+    #: soft-cap).  The FP8 fused kernels at head dims 96 and 128 spill 8-88 bytes, none inside a
+    #: key-block loop: the FP8 decode tile alone takes 166 of the 168 registers a thread has before
+    #: ``setmaxnreg``, so the CTA-level values live across the short-first branch, and the tile
+    #: cursor, go to local memory once a tile (tests/test_fused_hopper_cpu.py).
     SM90_FUSED_REGS: ClassVar[dict] = {"packed": (32, 232), "paged": (48, 224), "gather": (56, 224),
-                                       "gather_d64": (72, 216)}
+                                       "gather_d64": (72, 216), "fp8": (40, 232)}
     SM90_FUSED_MAX_DV: ClassVar[int] = 128
 
     def hopper_regs(self) -> tuple:
@@ -639,6 +647,8 @@ class FusedAttentionSpec:
         a = self.long
         if "g" in a.sm90_opts:
             return self.SM90_FUSED_REGS["gather_d64" if max(a.head_dim, a.head_dim_v) <= 64 else "gather"]
+        if a.kv_dtype:
+            return self.SM90_FUSED_REGS["fp8"]
         return self.SM90_FUSED_REGS["paged" if a.paged else "packed"]
 
     def template_vars(self) -> dict:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from ..kernels import kernel_args, tma
 from ..kernels.metadata import SchedulerConfig
-from ..kernels.params import ATTENTION_PARAMS, FUSED_TMA_PARAMS
+from ..kernels.params import ATTENTION_PARAMS, FUSED_TMA_PARAMS, FUSED_TMA_PARAMS_FP8, fused_params_for
 from ..kernels.recipe import FusedVariants, PairVariants
 from ..kernels.workspace import FusedWorkspace
 from . import launch, prepared
@@ -128,7 +128,8 @@ class HopperPairLaunch:
 
     def __init__(self, kernel, static_long: dict, static_short: dict, maps, short_ctas: int):
         self.name, self.maps, self.short_ctas = kernel.spec.name, maps, int(short_ctas)
-        self.template = FUSED_TMA_PARAMS.pack_static(static_long, static_short, short_ctas)
+        self.struct = fused_params_for(kernel.spec)   # (FUSED_TMA_PARAMS, or its FP8 form)
+        self.template = self.struct.pack_static(static_long, static_short, short_ctas)
         self.head = (int(kernel.func_ptr), kernel.persistent_grid, 1, 1, kernel.num_threads, 1, 1, kernel.smem_bytes)
 
     def new_slot(self) -> tuple:
@@ -137,8 +138,8 @@ class HopperPairLaunch:
         buf = ctypes.create_string_buffer(self.template, len(self.template))
         argv = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
         n = len(ATTENTION_PARAMS.pointer_names)
-        long_ptrs, short_ptrs = FUSED_TMA_PARAMS.long_pointers, FUSED_TMA_PARAMS.short_pointers
-        encode, name, nbytes = self.maps.encode, self.name, FUSED_TMA_PARAMS.MAPS_BYTES
+        long_ptrs, short_ptrs = self.struct.long_pointers, self.struct.short_pointers
+        encode, name, nbytes = self.maps.encode, self.name, self.struct.MAPS_BYTES
 
         def pack(b, offset, *ptrs):
             try:
@@ -151,12 +152,15 @@ class HopperPairLaunch:
         return (pack, buf, self.head, ctypes.addressof(argv), argv)
 
 
-def hopper_params(long_packed: bytes, short_packed: bytes, short_ctas: int) -> bytes:
+def hopper_params(long_packed: bytes, short_packed: bytes, short_ctas: int, fp8: bool = False) -> bytes:
     """The Hopper fused kernel's parameter from the long class's packed ``TmaAttnParams`` (maps
-    first) and the short class's packed ``AttnParams`` (``oneoff.attention_params``)."""
-    if len(long_packed) != FUSED_TMA_PARAMS.short_offset or len(short_packed) != ATTENTION_PARAMS.size:
-        raise ValueError("hopper_params takes a packed TmaAttnParams and a packed AttnParams")
-    return long_packed + short_packed + FUSED_TMA_PARAMS.tail.pack(int(short_ctas), 0)
+    first) and the short class's packed ``AttnParams`` (``oneoff.attention_params``); ``fp8``: both
+    with the descale fields (``params.FUSED_TMA_PARAMS_FP8``)."""
+    st = FUSED_TMA_PARAMS_FP8 if fp8 else FUSED_TMA_PARAMS
+    if len(long_packed) != st.short_offset or len(short_packed) != st.inner.size:
+        raise ValueError("hopper_params takes a packed TmaAttnParams and a packed AttnParams"
+                         + (" (both with the FP8 descale fields)" if fp8 else ""))
+    return long_packed + short_packed + st.tail.pack(int(short_ctas), 0)
 
 
 class PreparedFusedCall(prepared.PreparedCall):
@@ -206,10 +210,11 @@ def _scheduler_launches(kernels, batch: int, cap: int) -> tuple:
 
 def build(kernels: FusedKernels, *, layout: FusedWorkspace, batch: int, q, k, v, out, lse, page_table, scale: float,
           window: tuple, softcap: float, return_lse: bool, fixed_base: int | None, sizes: dict,
-          alibi: tuple | None = None, user: tuple | None = None) -> PreparedFusedCall:
+          alibi: tuple | None = None, user: tuple | None = None, descale: dict | None = None) -> PreparedFusedCall:
     """Prepare the launches of a validated fused call (as ``prepared.build``): both scheduler
     launches (the two classes' configs), the fused kernel's two parameter structs, the combine.
-    The fused kernels have no ALiBi variant (``alibi`` must be None)."""
+    The fused kernels have no ALiBi variant (``alibi`` must be None).  ``descale``: both classes'
+    descale fields on an FP8 cache (``kernel_args.descale_fields``; the Hopper fused kernel)."""
     if alibi is not None:
         raise ValueError("the fused kernels take no ALiBi slopes (the decider runs such batches otherwise)")
     if user is not None:
@@ -217,8 +222,10 @@ def build(kernels: FusedKernels, *, layout: FusedWorkspace, batch: int, q, k, v,
     cap = layout.capacity
     sched_long, sched_short = _scheduler_launches(kernels, batch, cap)
     strides = layout.short.split_strides()
-    static_long = kernel_args.attention_fields(q, k, v, out, lse, page_table, cap, scale, window, softcap, None)
-    static_short = kernel_args.attention_fields(q, k, v, out, lse, page_table, cap, scale, window, softcap, strides)
+    static_long = kernel_args.attention_fields(q, k, v, out, lse, page_table, cap, scale, window, softcap, None,
+                                               descale=descale)
+    static_short = kernel_args.attention_fields(q, k, v, out, lse, page_table, cap, scale, window, softcap, strides,
+                                                descale=descale)
     f = kernels.variants.fused
     if f.hopper:
         pair = HopperPairLaunch(kernels.fused, static_long, static_short,

@@ -119,7 +119,7 @@ def attend(bound, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, ou
     PyTorch's current stream of its device.  Tensors as in ``varlen_attention``; ``alibi``:
     (address, batch stride) of the ALiBi slopes of a recipe of ALiBi kernels; ``sinks``: the sinks'
     address of a single-class recipe of sink kernels (``Recipe.sinks_fused``); ``descale``: the
-    descale fields of a single-class recipe of FP8 K/V kernels (``kernel_args.descale_fields``)."""
+    descale fields of a recipe of FP8 K/V kernels (``kernel_args.descale_fields``; each class's)."""
     stream = prepared.current_stream(bound.sched.device)
     kw = dict(seqused_k=seqused_k, page_table=page_table, window=window, softcap=softcap, alibi=alibi, user=user)
     args = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
@@ -131,14 +131,15 @@ def attend(bound, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, ou
     md = md_long if md_short is None else md_short
     if isinstance(bound, fused.PairKernels):  # the long class on Hopper, then the short one
         launch.launch_kernel(bound.attn_long, bound.attn_long.persistent_grid, stream, attention_params(
-            *args, md_long, capacity, scale, row_splits=rs, maps=maps, **kw))
+            *args, md_long, capacity, scale, row_splits=rs, maps=maps, descale=descale, **kw))
         short = bound.attn_short
         launch.launch_kernel(short, short.persistent_grid, stream, attention_params(
-            *args, md, capacity, scale, split=split, **kw))
+            *args, md, capacity, scale, split=split, descale=descale, **kw))
     elif isinstance(bound, fused.FusedKernels) and bound.hopper:  # maps + long struct, short struct
-        packed = fused.hopper_params(attention_params(*args, md_long, capacity, scale, row_splits=rs, maps=maps, **kw),
-                                     attention_params(*args, md, capacity, scale, split=split, **kw),
-                                     bound.short_ctas)
+        packed = fused.hopper_params(
+            attention_params(*args, md_long, capacity, scale, row_splits=rs, maps=maps, descale=descale, **kw),
+            attention_params(*args, md, capacity, scale, split=split, descale=descale, **kw), bound.short_ctas,
+            fp8=descale is not None)
         launch.launch_kernel(bound.attn, bound.attn.persistent_grid, stream, packed)
     else:
         packed = attention_params(*args, md, capacity, scale, split=split, maps=maps, sinks=sinks, descale=descale,

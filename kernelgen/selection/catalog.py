@@ -64,8 +64,9 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
             with ``kv_dtype``, automatic and forced to the sm_80 mainloop, on sm_90a with each
             page size too; with ``sinks``, ``alibi`` or ``variants`` theirs too), those of the
             same calls with an e4m3 q (``q_dtype``: the Hopper FP8 tensor-core variant where it
-            applies), and on sm_90a a paged mixed batch's classes in turn (``choose_pair`` with
-            ``kv_dtype``, each page size; ``decide``).  Empty (default): none.
+            applies), and on sm_90a a paged mixed batch's Hopper fused kernel (``choose_fused_hopper``
+            with ``kv_dtype``, each page size; ``decide``), or its classes in turn (``choose_pair``)
+            where that does not apply.  Empty (default): none.
 
     Returns:
         The specs from ``heuristics.choose`` (the dispatcher's own function) for each
@@ -117,15 +118,22 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                         vq = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), kv_dtype=kv, q_dtype="e4m3",
                                                **extra, **kw)
                         specs += [vq.attention, vq.combine]
+            if sinks:  # the single-class calls' sink variants (decide.recipe: same tiles and splits)
+                specs += [dataclasses.replace(s, sinks=True) for s in specs if s is not None and s.kind != "scheduler"]
+            for kv in kv_dtypes:   # a paged mixed batch on sm_90a (decide): the Hopper fused kernel, or the
+                # classes in turn where it does not apply (mixed batches keep the plain kernels with sinks)
                 if pg and arch == "sm_90a" and max_q > heuristics.short_query_tokens(8 * int(gqa), 8) \
-                        and not al and var is None:   # a mixed batch: the classes in turn (decide)
+                        and not al and var is None:
                     for ps in page_sizes:
+                        hv = heuristics.choose_fused_hopper(arch, dtype, int(head_dim), int(head_dim),
+                                                            page_size=int(ps), kv_dtype=kv, **kw)
+                        if hv is not None and settings.fp8_fused:
+                            specs += [hv.scheduler, hv.fused, hv.combine]
+                            continue
                         pv = heuristics.choose_pair(arch, dtype, int(head_dim), int(head_dim), page_size=int(ps),
                                                     kv_dtype=kv, **kw)
                         if pv is not None:
                             specs += [pv.long.attention, pv.short.attention, pv.short.combine]
-            if sinks:  # the single-class calls' sink variants (decide.recipe: same tiles and splits)
-                specs += [dataclasses.replace(s, sinks=True) for s in specs if s is not None and s.kind != "scheduler"]
             hq = 8 * int(gqa)
             if pg and max_q > heuristics.short_query_tokens(hq, 8) and (al or var is not None):
                 # ALiBi or a user variant: no fused kernel; the classes in turn on sm_90a (the single class is above)

@@ -18,8 +18,9 @@ The order of the rules:
    mainloop and where the Hopper kernel runs its long class (``heuristics.choose_pair``), the
    Hopper fused kernel (``heuristics.choose_fused_hopper``), or where that does not fit the two
    classes in turn; otherwise (or with arch="sm_80") the sm_80 fused kernel
-   (``heuristics.choose_fused``) where it applies; on an FP8 cache (no fused kernel takes one)
-   the classes in turn where the Hopper kernel runs the long class, else one class;
+   (``heuristics.choose_fused``) where it applies; on an FP8 cache, where the Hopper kernel runs
+   the long class, the Hopper fused kernel (``choose_fused_hopper`` with ``kv_dtype``) or the
+   classes in turn where it does not apply, else one class;
 4. everything else: ``heuristics.choose``'s scheduler, attention and combine kernels.
 """
 from __future__ import annotations
@@ -128,14 +129,15 @@ def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) 
         thr = use_fused(sig)
         chunked = not sig.plan and heuristics.paged_prefers_hopper(sig.paged, sig.rows, sig.batch)   # (rule 2)
         if thr and mainloop is None and not chunked and not sig.alibi and sig.variant is None:
-            pv = heuristics.choose_pair(
-                arch, sig.dtype, sig.head_dim, sig.head_dim_v, num_heads_q=sig.num_heads_q,
-                num_heads_kv=sig.num_heads_kv, mask=sig.mask, layout=sig.layout, max_seqlen_q=sig.max_seqlen_q,
-                max_seqlen_k=sig.max_seqlen_k, paged=sig.paged, softcap=sig.softcap, short_max_q=thr,
-                num_sms=device.num_sms, page_size=sig.page_size, tma_ok=sig.tma_ok, sm90_opts=settings.sm90_opts,
-                kv_dtype=sig.kv_dtype)
+            kw = dict(num_heads_q=sig.num_heads_q, num_heads_kv=sig.num_heads_kv, mask=sig.mask, layout=sig.layout,
+                      max_seqlen_q=sig.max_seqlen_q, max_seqlen_k=sig.max_seqlen_k, paged=sig.paged,
+                      softcap=sig.softcap, short_max_q=thr, num_sms=device.num_sms, page_size=sig.page_size,
+                      tma_ok=sig.tma_ok, sm90_opts=settings.sm90_opts, kv_dtype=sig.kv_dtype)
+            pv = heuristics.choose_pair(arch, sig.dtype, sig.head_dim, sig.head_dim_v, **kw)
             if pv is not None:
-                return recipe(pv, sig, device, settings)
+                fv = heuristics.choose_fused_hopper(arch, sig.dtype, sig.head_dim, sig.head_dim_v, **kw) \
+                    if settings.fp8_fused else None
+                return recipe(pv if fv is None else fv, sig, device, settings)
         return recipe(_choose(sig, arch, device, settings, mainloop), sig, device, settings)
     if mainloop == "sm90a":
         if sig.short_query_tokens:

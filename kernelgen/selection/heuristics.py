@@ -746,7 +746,7 @@ def choose_fused_hopper(arch: str, dtype: str, head_dim: int, head_dim_v: int, *
                         short_max_q: int | None = None, num_sms: int = 132, page_size: int = 0,
                         tma_ok: bool = True, short_stages: int | None = None,
                         short_block_n: int | None = None, short_rows: int | None = None,
-                        sm90_opts: str | None = None) -> FusedVariants | None:
+                        sm90_opts: str | None = None, kv_dtype: str = "") -> FusedVariants | None:
     """The one-launch kernels of a mixed batch on sm_90a: the Hopper long variant and the sm_80
     one-warp decode variant of ``choose_pair`` in one persistent kernel (``FusedAttentionSpec``
     with a Hopper long variant, templates/attention/fwd_fused_sm90.cu.j2), or None where
@@ -755,22 +755,28 @@ def choose_fused_hopper(arch: str, dtype: str, head_dim: int, head_dim_v: int, *
 
     The decode tile has ``short_rows`` query rows (default ``SM90_FUSED_SHORT_ROWS``; 8 is the
     keys-as-rows tile, head dims <= 128 only, with 16-key blocks), ``short_stages`` K/V stages
-    (``SM90_FUSED_SHORT_STAGES``) and, for 16 rows, ``short_block_n`` keys a block."""
+    (``SM90_FUSED_SHORT_STAGES``) and, for 16 rows, ``short_block_n`` keys a block.
+
+    ``kv_dtype``: an FP8 cache: the long variant is ``choose_pair``'s FP8 one (producer warps 1-3
+    converting its landing stages) and the short one the standalone FP8 decode tile (16 rows, 16
+    keys, K/V converted in registers: the short-tile arguments do not apply)."""
     pv = choose_pair(arch, dtype, head_dim, head_dim_v, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv,
                      mask=mask, layout=layout, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, paged=paged,
                      softcap=softcap, short_max_q=short_max_q, num_sms=num_sms, page_size=page_size, tma_ok=tma_ok,
-                     sm90_opts=sm90_opts)
+                     sm90_opts=sm90_opts, kv_dtype=kv_dtype)
     if pv is None or head_dim_v > FusedAttentionSpec.SM90_FUSED_MAX_DV:
         return None
-    st = SM90_FUSED_SHORT_STAGES if short_stages is None else int(short_stages)
     short = pv.short.attention
-    bn = short.tile.block_n if short_block_n is None else int(short_block_n)
-    rows = SM90_FUSED_SHORT_ROWS if short_rows is None else int(short_rows)
-    if rows not in (8, 16):
-        raise ValueError(f"short_rows must be 8 or 16, got {rows}")
-    if rows == 8 and max(head_dim, head_dim_v) > 128:
-        rows = 16
-    short = dataclasses.replace(short, tile=dataclasses.replace(short.tile, num_stages=st, block_n=bn, block_m=rows))
+    if not kv_dtype:
+        st = SM90_FUSED_SHORT_STAGES if short_stages is None else int(short_stages)
+        bn = short.tile.block_n if short_block_n is None else int(short_block_n)
+        rows = SM90_FUSED_SHORT_ROWS if short_rows is None else int(short_rows)
+        if rows not in (8, 16):
+            raise ValueError(f"short_rows must be 8 or 16, got {rows}")
+        if rows == 8 and max(head_dim, head_dim_v) > 128:
+            rows = 16
+        short = dataclasses.replace(short, tile=dataclasses.replace(short.tile, num_stages=st, block_n=bn,
+                                                                    block_m=rows))
     long = pv.long.attention
     if long.tile.num_warps != 8:   # the fused kernel's long variant has two consumer warpgroups
         long = dataclasses.replace(long, tile=dataclasses.replace(long.tile, block_m=128, num_warps=8))

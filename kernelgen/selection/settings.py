@@ -18,6 +18,9 @@ plan is made (``AttentionPlan``) and the decider takes the result as an input
 - ``KERNELGEN_TIERED_COMPILE``: "0" (or "false", "no", "off") turns off the tiered first call of a
   new user variant (``selection.tiered``: the sm_80 kernel runs while the Hopper kernel builds in
   the background); unset or any other value: on.
+- ``KERNELGEN_FP8_FUSED``: "0" (or "false", "no", "off") runs a mixed batch on an FP8 cache as the
+  classes in turn instead of the Hopper fused kernel (A/B measurements); unset or any other
+  value: the fused kernel where it applies.
 
 Values are kept as read; each is checked where the decider uses it (``sm90_short_rows``,
 ``mixed_short_ctas``), so a malformed variable fails only the calls it concerns, with a
@@ -36,6 +39,7 @@ SM90_SHORT_ROWS = "KERNELGEN_SM90_SHORT_ROWS"
 MIXED_SHORT_CTAS = "KERNELGEN_MIXED_SHORT_CTAS"
 ALLOW_UNTESTED_ARCH = ALLOW_UNTESTED_ARCH_ENV
 TIERED_COMPILE = "KERNELGEN_TIERED_COMPILE"
+FP8_FUSED = "KERNELGEN_FP8_FUSED"
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,9 @@ class Settings:
     #: ``KERNELGEN_TIERED_COMPILE`` not "0" / "false" / "no" / "off" (any case): a new user
     #: variant's first calls may run the sm_80 kernel while its Hopper kernel builds
     tiered_compile: bool = True
+    #: ``KERNELGEN_FP8_FUSED`` not "0" / "false" / "no" / "off": an FP8 mixed batch may take the
+    #: Hopper fused kernel
+    fp8_fused: bool = True
 
     @classmethod
     def from_env(cls, environ=None) -> "Settings":
@@ -59,8 +66,9 @@ class Settings:
         rows, ctas = env.get(SM90_SHORT_ROWS, "").strip(), env.get(MIXED_SHORT_CTAS, "").strip()
         allow = env.get(ALLOW_UNTESTED_ARCH, "").strip().lower() in ("1", "true", "yes", "on")
         tiered = env.get(TIERED_COMPILE, "").strip().lower() not in ("0", "false", "no", "off")
+        fp8_fused = env.get(FP8_FUSED, "").strip().lower() not in ("0", "false", "no", "off")
         return cls(arch=env.get(ARCH), sm90_opts=env.get(SM90_OPTS), short_rows=rows or None,
-                   short_ctas=ctas or None, allow_untested_arch=allow, tiered_compile=tiered)
+                   short_ctas=ctas or None, allow_untested_arch=allow, tiered_compile=tiered, fp8_fused=fp8_fused)
 
     def sm90_short_rows(self) -> int | None:
         """``KERNELGEN_SM90_SHORT_ROWS`` as 8 or 16, None when unset.  Raises ValueError naming the
