@@ -844,3 +844,38 @@ def test_compat_ignores_fa3s_unused_descales_without_reading_them(fake_cuda):
     finally:
         guard.undo()
     assert "attention_fp8" not in fake_cuda.kinds() and "attention" in fake_cuda.kinds()
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_mixed_fp8_plan_run_and_attend_pass_the_descales_to_both_classes(fake_cuda, monkeypatch, fused):
+    """A mixed paged plan on an FP8 cache with its page size (the Hopper fused kernel, or with
+    ``KERNELGEN_FP8_FUSED=0`` the classes in turn): run (the prepared step) and schedule + attend
+    (packed per launch: ``oneoff.attend``, ``fused.hopper_params(fp8=True)``) launch the same
+    parameters, and both classes' AttnParams carry the step's descales."""
+    from fake_cuda import make_plan
+    from test_fused_cpu import D, HKV, HQ, PS
+    if not fused:
+        monkeypatch.setenv("KERNELGEN_FP8_FUSED", "0")
+    p = make_plan(monkeypatch, max_batch=16, num_heads_q=HQ, num_heads_kv=HKV, head_dim=D, max_total_q=4096,
+                  max_seqlen_q=2048, max_seqlen_k=8192, paged=True, causal=True, page_size=PS, kv_dtype="e4m3")
+    assert p.recipe.kind == ("fused" if fused else "pair") and p.hopper
+    q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
+    kc, vc = kc.to(E4M3), vc.to(E4M3)
+    kd, vd = torch.rand(len(QLENS), HKV) + 0.5, torch.tensor(0.75)
+    out = torch.empty_like(q)
+    p.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out, k_descale=kd, v_descale=vd)
+    kinds = (["scheduler", "scheduler", "fused_sm90_fp8", "combine"] if fused
+             else ["scheduler", "scheduler", "attention_sm90_fp8", "attention_fp8", "combine"])
+    assert fake_cuda.kinds() == kinds
+    want = (kd.data_ptr(), vd.data_ptr(), HKV, 1, 0, 0)
+    if fused:
+        f = next(x for x in fake_cuda.launches if x.kind == "fused_sm90_fp8").fields()
+        assert _descale_fields(f["long"]) == _descale_fields(f["short"]) == want
+    else:
+        assert [_descale_fields(f) for f in _fields(fake_cuda)] == [want, want]
+    run_params = [x.params for x in fake_cuda.launches]
+    fake_cuda.clear()
+    p.schedule(cu_q, seqused_k=used)
+    p.attend(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out, k_descale=kd, v_descale=vd)
+    assert fake_cuda.kinds() == kinds
+    assert [x.params for x in fake_cuda.launches] == run_params
