@@ -35,7 +35,8 @@ from kernelgen.front import api, plan
 from kernelgen.jit import runtime
 from kernelgen.kernels import tma
 from kernelgen.kernels.device import Device
-from kernelgen.kernels.params import (ATTENTION_PARAMS, COMBINE_PARAMS, FUSED_TMA_PARAMS, FUSED_TMA_PARAMS_FP8, SCHEDULER_PARAMS,
+from kernelgen.kernels.params import (ATTENTION_PARAMS, ATTENTION_PARAMS_FP8, COMBINE_PARAMS, FUSED_TMA_PARAMS,
+                                      FUSED_TMA_PARAMS_FP8, SCHEDULER_PARAMS,
                                       TMA_ATTENTION_PARAMS, attention_params_for, ATTENTION_PARAMS_ALIBI, combine_params_for,
                                       TMA_ATTENTION_PARAMS_ALIBI, ATTENTION_PARAMS_SINKS, ATTENTION_PARAMS_ALIBI_SINKS,
                                       COMBINE_PARAMS_SINKS, TMA_ATTENTION_PARAMS_SINKS,
@@ -49,7 +50,8 @@ FUNC = {"scheduler": 0x1000, "attention": 0x2000, "combine": 0x3000, "fused": 0x
         # the sink kernels (AttentionSpec.sinks / CombineSpec.sinks; with ALiBi too)
         "attention_sinks": 0x9000, "attention_sm90_sinks": 0xa000, "combine_sinks": 0xb000,
         "attention_alibi_sinks": 0xc000, "attention_sm90_alibi_sinks": 0xd000,
-        "fused_sm90_fp8": 0xe000}   # (the Hopper fused kernel on an FP8 cache: params.FUSED_TMA_PARAMS_FP8)
+        # the fused kernels on an FP8 cache (params.fused_params_for: FUSED_TMA_PARAMS_FP8, ATTENTION_PARAMS_FP8 x 2)
+        "fused_sm90_fp8": 0xe000, "fused_fp8": 0xf000}
 KIND = {v: k for k, v in FUNC.items()}
 
 
@@ -79,6 +81,19 @@ class _FusedTmaParams:
         @staticmethod
         def unpack(b):
             return FUSED_TMA_PARAMS.unpack(b)
+
+
+class _PairParamsFp8:
+    """``_PairParams`` of the FP8 form: two ``ATTENTION_PARAMS_FP8`` (with the descale fields)."""
+
+    size = 2 * ATTENTION_PARAMS_FP8.size
+    names = ("long", "short")
+
+    class struct:
+        @staticmethod
+        def unpack(b):
+            n, st = ATTENTION_PARAMS_FP8.size, ATTENTION_PARAMS_FP8
+            return dict(zip(st.names, st.struct.unpack(b[:n]))), dict(zip(st.names, st.struct.unpack(b[n:])))
 
 
 class _FusedTmaParamsFp8(_FusedTmaParams):
@@ -113,7 +128,8 @@ PARAMS = {"attention_sinks": ATTENTION_PARAMS_SINKS, "attention_alibi_sinks": AT
           "attention_sm90_alibi_sinks": _tma_wrap(TMA_ATTENTION_PARAMS_ALIBI_SINKS, ATTENTION_PARAMS_ALIBI_SINKS),
           "scheduler": SCHEDULER_PARAMS, "attention": ATTENTION_PARAMS, "combine": COMBINE_PARAMS,
           "fused": _PairParams, "attention_sm90": _tma_wrap(TMA_ATTENTION_PARAMS, ATTENTION_PARAMS),
-          "fused_sm90": _FusedTmaParams, "fused_sm90_fp8": _FusedTmaParamsFp8, "attention_alibi": ATTENTION_PARAMS_ALIBI,
+          "fused_sm90": _FusedTmaParams, "fused_sm90_fp8": _FusedTmaParamsFp8, "fused_fp8": _PairParamsFp8,
+          "attention_alibi": ATTENTION_PARAMS_ALIBI,
           "attention_sm90_alibi": _tma_wrap(TMA_ATTENTION_PARAMS_ALIBI, ATTENTION_PARAMS_ALIBI)}
 #: What the stand-in tensor-map encoder writes: (base address, dims, strides in bytes, box), padded
 #: (3-D maps; FAKE_MAP4 for the 4-D maps of a paged cache).
@@ -374,6 +390,9 @@ def _fake_load(spec, device):
         return runtime.Kernel(spec=spec, device=device, func_ptr=FUNC["fused_sm90_fp8" if fp8 else "fused_sm90"],
                               num_threads=spec.num_threads, smem_bytes=spec.smem_bytes(),
                               persistent_grid=PROPS["num_sms"], params=FUSED_TMA_PARAMS_FP8 if fp8 else FUSED_TMA_PARAMS)
+    if spec.kind == "fused" and spec.long.kv_dtype:   # the sm_80 fused kernel on an FP8 cache
+        return runtime.Kernel(spec=spec, device=device, func_ptr=FUNC["fused_fp8"], num_threads=spec.num_threads,
+                              smem_bytes=spec.smem_bytes(), persistent_grid=FUSED_GRID, params=ATTENTION_PARAMS_FP8)
     if spec.kind == "attention" and spec.mainloop == "sm90a":
         func = FUNC["attention_sm90" + ("_alibi" if spec.alibi else "") + ("_sinks" if spec.sinks else "")]
         return runtime.Kernel(spec=spec, device=device, func_ptr=func, num_threads=spec.num_threads,

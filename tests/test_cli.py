@@ -111,9 +111,9 @@ def test_warmup_specs_with_kv_dtypes():
     """``kv_dtypes`` (``kernelgen warmup --kv-dtype``): the plain specs plus the FP8 K/V variants
     of every combination (on sm_90a the Hopper kernel's for prefill-shaped calls beside the sm_80
     mainloop's, and the Hopper fused kernel of a paged mixed batch), which cover what the decider
-    gives FP8 calls of those shapes (prefill, chunked, decode, a chunked-prefill batch: one class; a
-    mixed paged batch: fused on sm_90a, one class on sm_80; with sinks the sink variants); none
-    without it."""
+    gives FP8 calls of those shapes (prefill, chunked, decode; paged batches with long queries: the
+    fused kernels, but for a chunked-prefill batch on sm_90a with a page size, one Hopper class;
+    with sinks the sink variants); none without it."""
     from kernelgen.selection import decide
     from kernelgen.selection.catalog import warmup_specs
     from test_decide import A100, H200, sig
@@ -127,7 +127,7 @@ def test_warmup_specs_with_kv_dtypes():
         assert set(plain) <= set(both) and extra and not any(_kv_of(s) for s in plain)
         assert all(s.kind in ("attention", "fused") and _kv_of(s) in ("e4m3", "e5m2") and s.arch == arch
                    for s in extra)
-        assert {s.kind for s in extra} == ({"attention", "fused"} if arch == "sm_90a" else {"attention"})
+        assert {s.kind for s in extra} == {"attention", "fused"}
         hopper = {s.mainloop == "sm90a" for s in extra}
         assert hopper == ({True, False} if arch == "sm_90a" else {False})
         assert {_kv_of(s) for s in extra} == {"e4m3", "e5m2"}
@@ -141,10 +141,11 @@ def test_warmup_specs_with_kv_dtypes():
             for kv in ("e4m3", "e5m2"):
                 for qd in ("", "e4m3"):     # an FP8 q too: its tensor-core kernels (sm_90a prefill shapes)
                     r = decide.decide(sig(kv_dtype=kv, q_dtype=qd, **call), dev)
-                    mixed = call.get("rows") == 600 and arch == "sm_90a"
-                    assert r.kind == ("fused" if mixed else "single"), (call, r.kind)
+                    mixed = call.get("paged") and call["max_seqlen_q"] > 1   # paged prefill: mixed-batch launch
+                    hopper_chunked = arch == "sm_90a" and call.get("page_size") and call.get("rows") != 600
+                    assert r.kind == ("fused" if mixed and not hopper_chunked else "single"), (call, r.kind)
                     assert set(r.specs) <= set(both), (call, qd, [x.name for x in r.specs])
-        assert any(s.fp8_mma for s in extra) == (arch == "sm_90a")
+        assert any(getattr(s, "fp8_mma", False) for s in extra) == (arch == "sm_90a")
         sinks = warmup_specs(arch, kv_dtypes=("e4m3",), sinks=True, **kw)
         r = decide.decide(sig(kv_dtype="e4m3", sinks=True, max_seqlen_q=1, max_seqlen_k=32768, paged=True,
                               batch=64, rows=64), dev)

@@ -193,7 +193,7 @@ import kernelgen   # noqa: E402
 from kernelgen.jit import compiler, render   # noqa: E402
 from kernelgen.kernels import params as P   # noqa: E402
 from kernelgen.kernels.spec import AttentionSpec, FusedAttentionSpec, TileConfig, spec_from_json   # noqa: E402
-from kernelgen.selection import decide   # noqa: E402
+from kernelgen.selection import decide, heuristics   # noqa: E402
 from kernelgen.selection.settings import Settings   # noqa: E402
 
 BASE = AttentionSpec("sm_80", "bf16", 128, 128, "causal", "soa", TileConfig(128, 32, 4, 2, 2))
@@ -222,8 +222,7 @@ def test_spec_smem_one_16_bit_tile_and_fp8_stages():
 def test_hopper_spec_takes_fp8_with_landing_stages_and_the_hopper_fused_kernel():
     """The Hopper FP8 spec: the 16-bit ring plus ``land_stages`` FP8 landing stages (2 where they fit,
     else 1), the producer/consumer register split of ``SM90_REGS_FP8``; no ALiBi, user variant or
-    gathered rows with it; the Hopper fused kernel takes it (both classes on one FP8 dtype), the
-    sm_80 one does not."""
+    gathered rows with it; both fused kernels take it (both classes on one FP8 dtype)."""
     def hop(d, dv, bn, **kw):
         return AttentionSpec("sm_90a", "bf16", d, dv, "causal", "soa", TileConfig(128, bn, 8, 2, 1), mainloop="sm90a",
                              kv_dtype="e4m3", **{"sm90_opts": "p", **kw})
@@ -243,13 +242,14 @@ def test_hopper_spec_takes_fp8_with_landing_stages_and_the_hopper_fused_kernel()
             hop(128, 128, 128, **kw)
     long = dataclasses.replace(BASE, kv_dtype="e4m3")
     short = AttentionSpec("sm_80", "bf16", 128, 128, "causal", "soa", TileConfig(16, 32, 1, 2, 1), kv_dtype="e4m3")
-    with pytest.raises(ValueError, match="the sm_80 fused kernel takes no FP8 K/V variant"):
-        FusedAttentionSpec(long, short)
-    # the Hopper fused kernel takes it: both classes on the same FP8 cache dtype
+    f80 = FusedAttentionSpec(long, short)                  # the sm_80 fused kernel: its AttnParams with descales
+    assert not f80.hopper and P.fused_params_for(f80) is P.ATTENTION_PARAMS_FP8
+    # the Hopper fused kernel: both classes on the same FP8 cache dtype
     short90 = dataclasses.replace(short, arch="sm_90a", tile=TileConfig(16, 16, 1, 2, 12))
     f = FusedAttentionSpec(s, short90)
     assert f.hopper and f.hopper_regs() == FusedAttentionSpec.SM90_FUSED_REGS["fp8"]
     assert f.smem_bytes() == s.smem_bytes() and f.short_tiles_after >= 1 and "_kve4m3" in f.name
+    assert P.fused_params_for(f) is P.FUSED_TMA_PARAMS_FP8
     with pytest.raises(ValueError, match="fused variants differ in kv_dtype"):
         FusedAttentionSpec(s, dataclasses.replace(short90, kv_dtype="e5m2"))
     with pytest.raises(ValueError, match="fused variants differ in kv_dtype"):
@@ -400,8 +400,9 @@ def test_decider_routes_fp8(dev):
     FP8 tile), decode-shaped ones and every call elsewhere the sm_80 mainloop; pages TMA cannot box
     (gathered rows) and ALiBi keep FP8 on the sm_80 mainloop."""
     hopper = dev is H200
-    for kw, on_hopper in ((dict(), hopper), (dict(paged=True, page_size=64, max_seqlen_k=8192), hopper),
-                          (dict(paged=True, page_size=5, max_seqlen_k=8192), False), (dict(alibi=True), False),
+    one = dict(short_query_tokens=0)   # (paged prefills: one class, no mixed-batch launch)
+    for kw, on_hopper in ((dict(), hopper), (dict(paged=True, page_size=64, max_seqlen_k=8192, **one), hopper),
+                          (dict(paged=True, page_size=5, max_seqlen_k=8192, **one), False), (dict(alibi=True), False),
                           (dict(max_seqlen_q=1, rows=8, batch=8, paged=True, page_size=16, max_seqlen_k=32768), False),
                           (dict(max_seqlen_q=1, rows=8, batch=8, paged=True, page_size=16, max_seqlen_k=32768,
                                 num_splits=4), False)):
@@ -414,17 +415,24 @@ def test_decider_routes_fp8(dev):
             assert a.land_stages == 2 and a.tile == _attn_specs(plain)[0].tile
 
 
-def test_decider_fp8_mixed_batch_fused_or_classes_in_turn_on_hopper_else_one_class():
+def test_decider_fp8_mixed_batch_takes_the_fused_kernels():
     """A paged mixed batch on an FP8 cache: on the H200 with the page size known the Hopper fused
     kernel, or with ``KERNELGEN_FP8_FUSED=0`` and at head dim 256 the classes in turn (the same two
-    variants: the Hopper FP8 variant recording row_splits for the split FP8 decode tile); one class
-    on the A100, without a page size (TMA cannot box the pages), for a
-    chunked-prefill batch (rule 2: the Hopper kernel), with ALiBi, and with a forced arch."""
+    variants: the Hopper FP8 variant recording row_splits for the split FP8 decode tile); the sm_80
+    fused kernel on the A100, without a page size (TMA cannot box the pages) and with
+    ``arch="sm_80"`` (one class with ``KERNELGEN_FP8_FUSED=0``); one class for a chunked-prefill
+    batch on the H200 (rule 2: the Hopper kernel), with ALiBi, and with ``arch="sm_90a"``."""
     mixed = dict(paged=True, page_size=16, max_seqlen_q=2048, max_seqlen_k=5000, batch=7, rows=2355)
     for dev in (A100, H200):
         assert decide.decide(sig(**mixed), dev).kind in ("fused", "pair")
-    r = decide.decide(sig(kv_dtype="e5m2", **mixed), A100)
-    assert r.kind == "single" and _attn_specs(r)[0].kv_dtype == "e5m2" and _attn_specs(r)[0].mainloop == "sm80"
+    for dev, kw in ((A100, mixed), (A100, dict(mixed, rows=7 * 600)), (H200, dict(mixed, page_size=0)),
+                    (H200, dict(mixed, arch="sm_80"))):
+        r = decide.decide(sig(kv_dtype="e5m2", **kw), dev)        # the sm_80 fused kernel, as the 16-bit batch
+        f = r.variants.fused
+        assert r.kind == "fused" and not f.hopper and f.long.kv_dtype == f.short.kv_dtype == "e5m2", kw
+        assert f.short.fp8_in_registers and f.long.tile == heuristics.fp8_tile(
+            heuristics.tile_config(dev.arch, 128, 128, "prefill", True), 128, 128)   # the sm_80 FP8 prefill tile
+        assert decide.decide(sig(kv_dtype="e5m2", **kw), dev, Settings(fp8_fused=False)).kind == "single"
     for kv in ("e4m3", "e5m2"):
         f = decide.decide(sig(kv_dtype=kv, **mixed), H200)          # the Hopper fused kernel
         assert f.kind == "fused" and f.variants.fused.long.kv_dtype == f.variants.fused.short.kv_dtype == kv
@@ -440,12 +448,11 @@ def test_decider_fp8_mixed_batch_fused_or_classes_in_turn_on_hopper_else_one_cla
         assert plain.kind == "fused" and long.tile == plain.variants.fused.long.tile
     d256 = decide.decide(sig(kv_dtype="e4m3", **dict(mixed, head_dim=256, head_dim_v=256)), H200)
     assert d256.kind == "pair"                                      # wide O: no fused kernel, the classes in turn
-    for kw in (dict(mixed, page_size=0), dict(mixed, rows=7 * 600), dict(mixed, alibi=True),
-               dict(mixed, arch="sm_90a"), dict(mixed, arch="sm_80")):
+    for kw in (dict(mixed, rows=7 * 600), dict(mixed, alibi=True), dict(mixed, arch="sm_90a")):
         r = decide.decide(sig(kv_dtype="e4m3", **kw), H200)
         (a,) = _attn_specs(r)
         assert r.kind == "single" and a.kv_dtype == "e4m3", kw
-        assert a.mainloop == ("sm90a" if kw["rows"] == 7 * 600 or kw.get("arch") == "sm_90a" else "sm80"), kw
+        assert a.mainloop == ("sm80" if kw.get("alibi") else "sm90a"), kw
     assert _attn_specs(decide.decide(sig(kv_dtype="e4m3", arch="sm_90a"), H200))[0].mainloop == "sm90a"
     with pytest.raises(ValueError, match=r"FP8 K/V cache \(e4m3\) with ALiBi"):
         decide.decide(sig(kv_dtype="e4m3", arch="sm_90a", alibi=True), H200)
@@ -520,16 +527,18 @@ def test_varlen_attention_fp8_non_finite_descale_under_host_checks(fake_cuda, mo
         kernelgen.varlen_attention(q, k, v, cq, ck, v_descale=torch.tensor([[1.0, float("nan")]]))
 
 
-def test_mixed_paged_fp8_batch_runs_as_one_class_on_sm80(fake_cuda):
-    """A mixed paged batch on an FP8 cache forced onto the sm_80 mainloop: one class, no fused kernel."""
+def test_mixed_paged_fp8_batch_on_sm80_takes_the_sm80_fused_kernel(fake_cuda):
+    """A mixed paged batch on an FP8 cache forced onto the sm_80 mainloop: the sm_80 fused kernel,
+    both classes' AttnParams with the descales."""
     q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
     kc, vc = kc.to(E4M3), vc.to(E4M3)
     kd = torch.full((len(QLENS), kc.shape[2]), 0.25)
     kernelgen.varlen_attention(q, kc, vc, cu_q, None, max(QLENS), max(CTX), seqused_k=used, page_table=pt,
                                causal=True, k_descale=kd, v_descale=kd, arch="sm_80")
-    kinds = fake_cuda.kinds()
-    assert kinds[:2] == ["scheduler", "attention_fp8"] and not any(x.startswith("fused") for x in kinds)
-    assert {f["k_descale"] for f in _fields(fake_cuda)} == {kd.data_ptr()}
+    assert fake_cuda.kinds() == ["scheduler", "scheduler", "fused_fp8", "combine"]
+    f = next(x for x in fake_cuda.launches if x.kind == "fused_fp8").fields()
+    want = (kd.data_ptr(), kd.data_ptr(), kc.shape[2], 1, kc.shape[2], 1)
+    assert _descale_fields(f["long"]) == _descale_fields(f["short"]) == want
 
 
 @pytest.mark.parametrize("fused", [True, False])
@@ -596,11 +605,10 @@ def test_plan_fp8_hopper_and_mixed_plan_classes(fake_cuda, monkeypatch):
     with pytest.raises(ValueError, match="short_query_tokens >= 1 forces the fused launch"):
         make_plan(monkeypatch, kv_dtype="e4m3", short_query_tokens=4, **mixed)
     assert make_plan(monkeypatch, **mixed).recipe.kind in ("fused", "pair")
-    for arch in (None, "sm_80"):
+    for arch in (None, "sm_80"):   # no page size: the Hopper kernel cannot box pages; the sm_80 fused kernel
         plan = make_plan(monkeypatch, kv_dtype=E5M2, arch=arch, **mixed)
-        assert plan.recipe.kind == "single" and plan.fused is None and plan.metadata_short is None
-        (a,) = _attn_specs(plan.recipe)
-        assert a.kv_dtype == "e5m2" and a.mainloop == "sm80"     # no page size: the Hopper kernel cannot box pages
+        assert plan.recipe.kind == "fused" and not plan.hopper and plan.metadata_short is not None
+        assert plan.recipe.variants.fused.long.kv_dtype == "e5m2"
     plan = make_plan(monkeypatch, kv_dtype=E5M2, page_size=16, **mixed)      # the Hopper fused kernel (decide)
     assert plan.recipe.kind == "fused" and plan.hopper and plan.metadata_short is not None
     f = plan.recipe.variants.fused
@@ -879,3 +887,18 @@ def test_mixed_fp8_plan_run_and_attend_pass_the_descales_to_both_classes(fake_cu
     p.attend(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out, k_descale=kd, v_descale=vd)
     assert fake_cuda.kinds() == kinds
     assert [x.params for x in fake_cuda.launches] == run_params
+
+
+@pytest.mark.parametrize("arch,d,kv", [("sm_80", 128, "e4m3"), ("sm_90a", 64, "e5m2"), ("sm_80", 256, "e4m3")])
+def test_sm80_fused_fp8_kernel_compiles_without_spills(arch, d, kv):
+    """The sm_80 fused kernel on an FP8 cache (``choose_fused(kv_dtype=)``: the sm_80 FP8 prefill
+    tile, staged conversion, beside the FP8 decode tile): NVRTC builds it without spills, its
+    AttnParams declared with the descale fields."""
+    fv = heuristics.choose_fused(arch, "bf16", d, d, num_heads_q=32, num_heads_kv=8, mask="causal", max_seqlen_k=8192,
+                                 paged=True, num_sms=132, kv_dtype=kv)
+    f = fv.fused
+    assert not f.hopper and f.long.kv_dtype == f.short.kv_dtype == kv and f.short.tile.num_warps == 1
+    src = render.render(f)
+    assert "k_descale" in src and "FusedParams" in src
+    r = compiler.compile_cubin(src, arch, compiler.default_options(arch), f.name).resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, r

@@ -169,7 +169,7 @@ def test_every_case_has_variants(cases, arch):
             fp8_kinds.add(r.kind)
             assert {s.long.kv_dtype if s.kind == "fused" else s.kv_dtype for s in r.specs
                     if s.kind in ("attention", "fused")} == {c["kv_dtype"]}
-    assert fp8_kinds == ({"single", "pair", "fused"} if arch == "sm_90a" else {"single"})
+    assert fp8_kinds == ({"single", "pair", "fused"} if arch == "sm_90a" else {"single", "fused"})
 
 
 def test_inputs_pass_validation(cases):

@@ -293,8 +293,8 @@ def fp8_specs() -> list:
     """tests/gpu/test_fp8_gpu.py: the FP8 K/V variants (automatic: the Hopper kernel for prefill-shaped
     calls; and forced to the sm_80 mainloop) of its causal GQA prefill (bf16 and fp16, e4m3 and e5m2,
     automatic and forced splits), the head-dim / window / soft-cap prefill, paged decode (pages of 16
-    and 1 tokens, automatic and forced splits), the mixed steps (the classes in turn; one class on
-    sm_80), chunked paged prefill
+    and 1 tokens, automatic and forced splits), the mixed steps (the Hopper fused kernel, the classes
+    in turn, the sm_80 fused kernel), chunked paged prefill
     (pages of 16, 64, 128 and 5 tokens), the small packed calls, every code through both mainloops and
     the CUDA-graph plans (paged decode, e4m3; mixed prefill + decode, e5m2, without and e4m3 with a
     page size)."""
@@ -331,6 +331,11 @@ def fp8_specs() -> list:
                                ("e4m3", 128, "causal", 256)):
         out += _mixed("bf16", d, num_heads_q=32, num_heads_kv=8, mask=mask, max_seqlen_q=max_q,
                       max_seqlen_k=6000 if max_q == 900 else 2048, paged=True, page_size=16, kv_dtype=kv)
+    # ... and the sm_80 fused kernel's (the mixed step forced to sm_80; the mixed plan without a page size)
+    for kv, max_k in (("e4m3", 6000), ("e5m2", 2048)):
+        fv = heuristics.choose_fused(ARCH, "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal",
+                                     max_seqlen_k=max_k, paged=True, num_sms=132, kv_dtype=kv)
+        out += [x for x in (fv.scheduler, fv.fused, fv.combine) if x is not None]
     return out
 
 

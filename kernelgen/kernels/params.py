@@ -313,7 +313,8 @@ FUSED_TMA_PARAMS_FP8 = FusedTmaParamStruct(tma_fp8_params(ATTENTION_PARAMS_FP8))
 def fused_params_for(spec):
     """The parameter struct of a fused spec (``FusedAttentionSpec``): on the Hopper kernel
     ``FUSED_TMA_PARAMS`` (``FUSED_TMA_PARAMS_FP8`` on an FP8 cache, whose two AttnParams carry the
-    descale fields); on the sm_80 kernel ``ATTENTION_PARAMS``, one a class back to back."""
+    descale fields); on the sm_80 kernel ``ATTENTION_PARAMS`` (``ATTENTION_PARAMS_FP8``), one a class
+    back to back."""
     if spec.hopper:
         return FUSED_TMA_PARAMS_FP8 if spec.long.kv_dtype else FUSED_TMA_PARAMS
-    return ATTENTION_PARAMS
+    return ATTENTION_PARAMS_FP8 if spec.long.kv_dtype else ATTENTION_PARAMS

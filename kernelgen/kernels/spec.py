@@ -530,8 +530,6 @@ class FusedAttentionSpec:
             raise ValueError("the fused kernels take no sinks variant (launch.sinks.apply rescales after them)")
         if a.alibi or b.alibi:
             raise ValueError("the fused kernels take no ALiBi variant (an ALiBi mixed batch runs the classes in turn)")
-        if a.kv_dtype and not self.hopper:
-            raise ValueError("the sm_80 fused kernel takes no FP8 K/V variant (an FP8 mixed batch runs otherwise)")
         if a.fp8_mma:
             raise ValueError("the fused kernels take no FP8-q variant (fp8_mma)")
         if a.variant is not None or b.variant is not None:

@@ -103,7 +103,8 @@ class PairLaunch:
 
     def __init__(self, kernel, static_long: dict, static_short: dict):
         self.name = kernel.spec.name
-        self.template = ATTENTION_PARAMS.pack_static(static_long) + ATTENTION_PARAMS.pack_static(static_short)
+        self.struct = st = fused_params_for(kernel.spec)   # (ATTENTION_PARAMS, or its FP8 form)
+        self.template = st.pack_static(static_long) + st.pack_static(static_short)
         self.head = (int(kernel.func_ptr), kernel.persistent_grid, 1, 1, kernel.num_threads, 1, 1, kernel.smem_bytes)
 
     def new_slot(self) -> tuple:
@@ -112,7 +113,7 @@ class PairLaunch:
         ``launch.PreparedLaunch.new_slot``'s."""
         buf = ctypes.create_string_buffer(self.template, len(self.template))
         argv = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
-        ps, size, n = ATTENTION_PARAMS.pointer_struct, ATTENTION_PARAMS.size, len(ATTENTION_PARAMS.pointer_names)
+        ps, size, n = self.struct.pointer_struct, self.struct.size, len(ATTENTION_PARAMS.pointer_names)
 
         def pack(b, offset, *ptrs):
             ps.pack_into(b, 0, *ptrs[:n])

@@ -64,9 +64,9 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
             with ``kv_dtype``, automatic and forced to the sm_80 mainloop, on sm_90a with each
             page size too; with ``sinks``, ``alibi`` or ``variants`` theirs too), those of the
             same calls with an e4m3 q (``q_dtype``: the Hopper FP8 tensor-core variant where it
-            applies), and on sm_90a a paged mixed batch's Hopper fused kernel (``choose_fused_hopper``
-            with ``kv_dtype``, each page size; ``decide``), or its classes in turn (``choose_pair``)
-            where that does not apply.  Empty (default): none.
+            applies), and a paged mixed batch's fused kernels (``choose_fused`` with ``kv_dtype``;
+            on sm_90a ``choose_fused_hopper``'s at each page size, or the classes in turn,
+            ``choose_pair``, where that does not apply; ``decide``).  Empty (default): none.
 
     Returns:
         The specs from ``heuristics.choose`` (the dispatcher's own function) for each
@@ -120,8 +120,14 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                         specs += [vq.attention, vq.combine]
             if sinks:  # the single-class calls' sink variants (decide.recipe: same tiles and splits)
                 specs += [dataclasses.replace(s, sinks=True) for s in specs if s is not None and s.kind != "scheduler"]
-            for kv in kv_dtypes:   # a paged mixed batch on sm_90a (decide): the Hopper fused kernel, or the
-                # classes in turn where it does not apply (mixed batches keep the plain kernels with sinks)
+            for kv in kv_dtypes:   # a paged mixed batch (decide): the fused kernels, on sm_90a the classes in
+                # turn where the Hopper one does not apply (mixed batches keep the plain kernels with sinks)
+                if pg and max_q > heuristics.short_query_tokens(8 * int(gqa), 8) and not al and var is None \
+                        and settings.fp8_fused:
+                    fv = heuristics.choose_fused(arch, dtype, int(head_dim), int(head_dim), kv_dtype=kv,
+                                                 **{k: x for k, x in kw.items() if k not in ("max_seqlen_q", "sm90_opts")})
+                    if fv is not None:
+                        specs += [fv.scheduler, fv.fused, fv.combine]
                 if pg and arch == "sm_90a" and max_q > heuristics.short_query_tokens(8 * int(gqa), 8) \
                         and not al and var is None:
                     for ps in page_sizes:

@@ -18,9 +18,8 @@ The order of the rules:
    mainloop and where the Hopper kernel runs its long class (``heuristics.choose_pair``), the
    Hopper fused kernel (``heuristics.choose_fused_hopper``), or where that does not fit the two
    classes in turn; otherwise (or with arch="sm_80") the sm_80 fused kernel
-   (``heuristics.choose_fused``) where it applies; on an FP8 cache, where the Hopper kernel runs
-   the long class, the Hopper fused kernel (``choose_fused_hopper`` with ``kv_dtype``) or the
-   classes in turn where it does not apply, else one class;
+   (``heuristics.choose_fused``) where it applies; the same with an FP8 cache (the variants'
+   ``kv_dtype``; ``KERNELGEN_FP8_FUSED=0``: no fused kernel, on sm_90a the classes in turn);
 4. everything else: ``heuristics.choose``'s scheduler, attention and combine kernels.
 """
 from __future__ import annotations
@@ -119,25 +118,33 @@ def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) 
     arch = device.compile_arch(settings.allow_untested_arch)
     mainloop = validation.arch(sig.arch, arch, settings.arch)
     if sig.kv_dtype:
-        # FP8 K/V (no fused kernel): a mixed batch on sm_90a runs the classes in turn (the Hopper FP8
-        # variant, then the FP8 decode tile) where the Hopper path takes its long class; otherwise one
-        # class: the Hopper kernel where it takes the call (prefill-shaped, TMA-loadable), else the
-        # sm_80 mainloop's FP8 variants
+        # FP8 K/V: the 16-bit call's rules with the FP8 variants (the fused kernels take them; no
+        # ALiBi or user variant there: one class); KERNELGEN_FP8_FUSED=0: no fused kernel (on sm_90a
+        # the classes in turn)
         if sig.short_query_tokens:
-            raise ValueError("short_query_tokens >= 1 forces the fused launch, which takes no FP8 K/V cache: leave "
-                             "it None or 0")
+            raise ValueError("short_query_tokens >= 1 forces the fused launch, which an FP8 K/V cache does not: "
+                             "leave it None or 0")
+        if not sig.plan and mainloop is None and heuristics.paged_prefers_hopper(sig.paged, sig.rows, sig.batch):
+            v = _choose(sig, arch, device, settings, None)                          # (rule 2)
+            if v.attention.mainloop == "sm90a":
+                return recipe(v, sig, device, settings)
         thr = use_fused(sig)
-        chunked = not sig.plan and heuristics.paged_prefers_hopper(sig.paged, sig.rows, sig.batch)   # (rule 2)
-        if thr and mainloop is None and not chunked and not sig.alibi and sig.variant is None:
+        if thr and mainloop != "sm90a" and not sig.alibi and sig.variant is None:
             kw = dict(num_heads_q=sig.num_heads_q, num_heads_kv=sig.num_heads_kv, mask=sig.mask, layout=sig.layout,
-                      max_seqlen_q=sig.max_seqlen_q, max_seqlen_k=sig.max_seqlen_k, paged=sig.paged,
-                      softcap=sig.softcap, short_max_q=thr, num_sms=device.num_sms, page_size=sig.page_size,
-                      tma_ok=sig.tma_ok, sm90_opts=settings.sm90_opts, kv_dtype=sig.kv_dtype)
-            pv = heuristics.choose_pair(arch, sig.dtype, sig.head_dim, sig.head_dim_v, **kw)
-            if pv is not None:
-                fv = heuristics.choose_fused_hopper(arch, sig.dtype, sig.head_dim, sig.head_dim_v, **kw) \
-                    if settings.fp8_fused else None
-                return recipe(pv if fv is None else fv, sig, device, settings)
+                      max_seqlen_k=sig.max_seqlen_k, paged=sig.paged, softcap=sig.softcap, short_max_q=thr,
+                      num_sms=device.num_sms, kv_dtype=sig.kv_dtype)
+            hkw = dict(kw, max_seqlen_q=sig.max_seqlen_q, page_size=sig.page_size, tma_ok=sig.tma_ok,
+                       sm90_opts=settings.sm90_opts)
+            if mainloop is None:
+                pv = heuristics.choose_pair(arch, sig.dtype, sig.head_dim, sig.head_dim_v, **hkw)
+                if pv is not None:
+                    fv = heuristics.choose_fused_hopper(arch, sig.dtype, sig.head_dim, sig.head_dim_v, **hkw) \
+                        if settings.fp8_fused else None
+                    return recipe(pv if fv is None else fv, sig, device, settings)
+            fv = heuristics.choose_fused(arch, sig.dtype, sig.head_dim, sig.head_dim_v, **kw) \
+                if settings.fp8_fused else None
+            if fv is not None:
+                return recipe(fv, sig, device, settings)
         return recipe(_choose(sig, arch, device, settings, mainloop), sig, device, settings)
     if mainloop == "sm90a":
         if sig.short_query_tokens:

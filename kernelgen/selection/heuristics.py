@@ -623,7 +623,8 @@ def _short_class(arch, dtype, head_dim, head_dim_v, num_heads_q, num_heads_kv, m
 
 def choose_fused(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q: int, num_heads_kv: int,
                  mask: str = "none", layout: str = "soa", max_seqlen_k: int, paged: bool = False,
-                 softcap: bool = False, short_max_q: int | None = None, num_sms: int = 132) -> FusedVariants | None:
+                 softcap: bool = False, short_max_q: int | None = None, num_sms: int = 132,
+                 kv_dtype: str = "") -> FusedVariants | None:
     """The fused launch of a batch that may mix long-query and short-query requests, or None when
     it does not apply: a sliding window (the fused window variants do not fit the registers
     without spilling), a threshold whose short tiles would not be one-warp decode tiles, or a
@@ -632,16 +633,20 @@ def choose_fused(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_h
     The long class gets the prefill tile (the two-stage one, as with split-KV), no split, and
     records row_splits when the short class splits; the short class gets what ``choose`` gives a
     decode batch of ``short_max_q`` query tokens (pack-GQA and the automatic split bound).
+    ``kv_dtype``: an FP8 cache: both variants' FP8 forms (the long tile ``fp8_tile``'s, the short
+    one the FP8 decode tile ``choose`` gives).
     """
     if mask == "local":
         return None
     thr, short = _short_class(arch, dtype, head_dim, head_dim_v, num_heads_q, num_heads_kv, mask, layout,
-                              max_seqlen_k, paged, softcap, short_max_q, num_sms)
+                              max_seqlen_k, paged, softcap, short_max_q, num_sms, kv_dtype=kv_dtype)
     if short is None:
         return None
     long_tile = tile_config(arch, head_dim, head_dim_v, "prefill", True)
+    if kv_dtype:
+        long_tile = fp8_tile(long_tile, head_dim, head_dim_v)
     long = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, long_tile, False, False, paged, softcap,
-                         row_splits=short.attention.split)
+                         row_splits=short.attention.split, kv_dtype=kv_dtype)
     fused = FusedAttentionSpec(long, short.attention)
     if fused.smem_bytes() > SMEM_LIMIT.get(arch, 101376):
         return None

@@ -9,7 +9,7 @@ split-KV, head dims 64 to 256 and 192 x 128, soft-cap and a window; both mainloo
 prefill with TMA page boxes (pages of 16, 64 and 128 tokens) and with pages TMA cannot box (5: the
 sm_80 mainloop), paged decode (pack-GQA, splits, pages of 16 and 1 tokens: the
 per-row page lookup), a mixed prefill + decode step (on the H200 the Hopper fused kernel, or the
-classes in turn; one class on sm_80),
+classes in turn; the sm_80 fused kernel forced onto sm_80),
 per-tensor and absent descales, new descale values read by a repeated (graph-launched) call, and
 an ``AttentionPlan(kv_dtype=)`` captured in a CUDA graph and replayed with new inputs and new descale
 values written in place (padded batches).  Outputs and LSE are NaN-poisoned; rows past the batch
@@ -147,13 +147,14 @@ def test_register_conversion_decode_tile_window_softcap_head_dims(d, dv, page_si
 
 @pytest.mark.parametrize("arch,kv_dtype,d,window,launch", [
     (None, E4M3, 128, (-1, -1), "fused"), (None, E5M2, 64, (200, 0), "fused"), (None, E4M3, 128, (-1, -1), "pair"),
-    (None, E4M3, 256, (-1, -1), "pair"), ("sm_80", E4M3, 128, (-1, -1), "single")])
+    (None, E4M3, 256, (-1, -1), "pair"), ("sm_80", E4M3, 128, (-1, -1), "fused_sm80")])
 def test_mixed_prefill_decode_step(arch, kv_dtype, d, window, launch, monkeypatch):
     """A paged mixed step (prefill chunks, decodes, a 3-token speculative request, an empty-context
     decode) on an FP8 cache: on the H200 the Hopper fused kernel (the Hopper FP8 variant for the long
     requests, recording row_splits, and the split FP8 decode tile for the short ones in one launch;
     the combine), with a window too; the same two variants in turn with ``KERNELGEN_FP8_FUSED=0`` and
-    at head dim 256; forced onto sm_80, one class."""
+    at head dim 256; forced onto sm_80, the sm_80 fused kernel (its FP8 prefill tile and the FP8
+    decode tile)."""
     from kernelgen.front import api
     if launch == "pair" and d == 128:
         monkeypatch.setenv("KERNELGEN_FP8_FUSED", "0")
@@ -170,16 +171,16 @@ def test_mixed_prefill_decode_step(arch, kv_dtype, d, window, launch, monkeypatc
                   causal=True, window_size=window, arch=arch)
     check(o, lse, ref, ref_lse, BF16, kv_dtype)
     call = prepared()
-    kind = {"fused": "PreparedFusedCall", "pair": "PreparedPairCall", "single": "PreparedCall"}[launch]
+    kind = {"fused": "PreparedFusedCall", "pair": "PreparedPairCall", "fused_sm80": "PreparedFusedCall"}[launch]
     assert type(call).__name__ == kind
     if launch == "fused":
         assert call.combine is not None and "fused_attn_sm_90a_wgmma" in call.pair.name and "_kve" in call.pair.name
+    elif launch == "fused_sm80":
+        assert call.combine is not None and "_wgmma" not in call.pair.name and "_kve" in call.pair.name
     elif launch == "pair":
         assert call.combine is not None
         assert "_wgmma" in call.attn_long.name and "_rowsplits" in call.attn_long.name, call.attn_long.name
         assert "_m16n16w1" in call.attn_short.name and "_kve" in call.attn_short.name, call.attn_short.name
-    else:
-        assert "_wgmma" not in call.attn.name
     api.clear_signature_cache()
 
 
@@ -317,7 +318,7 @@ def test_plan_graph_replays_with_new_descales(kind, kv_dtype):
     lengths, page tables, queries, cache contents *and new descale values written in place* into
     the same tensors (the kernels read them at replay).  decode: a paged decode plan with (batch,
     num_heads_kv) descales (a row per request slot, padding included); mixed: a mixed prefill +
-    decode plan (one class on the sm_80 mainloop: no page size, so no Hopper kernel) with per-tensor
+    decode plan (the sm_80 fused kernel: no page size, so no Hopper kernel) with per-tensor
     descales; mixed_hopper: the same with the page size given, so the plan runs the Hopper fused
     kernel (the Hopper FP8 variant with TMA page boxes beside the FP8 decode tile).  Batches are padded
     with zero-length requests up to the capacity; rows past the batch's tokens stay NaN."""
@@ -332,8 +333,9 @@ def test_plan_graph_replays_with_new_descales(kind, kv_dtype):
     plan = AttentionPlan(max_batch=cap, num_heads_q=hq, num_heads_kv=hkv, head_dim=d, dtype=BF16,
                          max_total_q=max_tq, max_seqlen_q=1 if decode else 256, max_seqlen_k=max_ctx, paged=True,
                          causal=True, kv_dtype=kv_dtype, **({"page_size": ps} if kind == "mixed_hopper" else {}))
-    # mixed_hopper: the Hopper fused kernel (the Hopper FP8 variant beside the FP8 decode tile)
-    assert plan.recipe.kind == ("fused" if kind == "mixed_hopper" else "single")
+    # mixed_hopper: the Hopper fused kernel (the Hopper FP8 variant beside the FP8 decode tile); mixed:
+    # the sm_80 fused kernel (no page size: TMA cannot box the pages)
+    assert plan.recipe.kind == ("single" if decode else "fused")
     assert plan.hopper == (kind == "mixed_hopper") and "_kve" in plan.attn.spec.name
     rng = np.random.default_rng(23)
 
