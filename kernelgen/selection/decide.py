@@ -117,35 +117,10 @@ def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) 
     """
     arch = device.compile_arch(settings.allow_untested_arch)
     mainloop = validation.arch(sig.arch, arch, settings.arch)
-    if sig.kv_dtype:
-        # FP8 K/V: the 16-bit call's rules with the FP8 variants (the fused kernels take them; no
-        # ALiBi or user variant there: one class); KERNELGEN_FP8_FUSED=0: no fused kernel (on sm_90a
-        # the classes in turn)
-        if sig.short_query_tokens:
-            raise ValueError("short_query_tokens >= 1 forces the fused launch, which an FP8 K/V cache does not: "
-                             "leave it None or 0")
-        if not sig.plan and mainloop is None and heuristics.paged_prefers_hopper(sig.paged, sig.rows, sig.batch):
-            v = _choose(sig, arch, device, settings, None)                          # (rule 2)
-            if v.attention.mainloop == "sm90a":
-                return recipe(v, sig, device, settings)
-        thr = use_fused(sig)
-        if thr and mainloop != "sm90a" and not sig.alibi and sig.variant is None:
-            kw = dict(num_heads_q=sig.num_heads_q, num_heads_kv=sig.num_heads_kv, mask=sig.mask, layout=sig.layout,
-                      max_seqlen_k=sig.max_seqlen_k, paged=sig.paged, softcap=sig.softcap, short_max_q=thr,
-                      num_sms=device.num_sms, kv_dtype=sig.kv_dtype)
-            hkw = dict(kw, max_seqlen_q=sig.max_seqlen_q, page_size=sig.page_size, tma_ok=sig.tma_ok,
-                       sm90_opts=settings.sm90_opts)
-            if mainloop is None:
-                pv = heuristics.choose_pair(arch, sig.dtype, sig.head_dim, sig.head_dim_v, **hkw)
-                if pv is not None:
-                    fv = heuristics.choose_fused_hopper(arch, sig.dtype, sig.head_dim, sig.head_dim_v, **hkw) \
-                        if settings.fp8_fused else None
-                    return recipe(pv if fv is None else fv, sig, device, settings)
-            fv = heuristics.choose_fused(arch, sig.dtype, sig.head_dim, sig.head_dim_v, **kw) \
-                if settings.fp8_fused else None
-            if fv is not None:
-                return recipe(fv, sig, device, settings)
-        return recipe(_choose(sig, arch, device, settings, mainloop), sig, device, settings)
+    kv = sig.kv_dtype
+    if kv and sig.short_query_tokens:
+        raise ValueError("short_query_tokens >= 1 forces the fused launch, which an FP8 K/V cache does not: "
+                         "leave it None or 0")
     if mainloop == "sm90a":
         if sig.short_query_tokens:
             raise ValueError("arch='sm_90a' runs no fused mixed-batch launch: leave short_query_tokens None or 0")
@@ -157,7 +132,7 @@ def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) 
             return recipe(v, sig, device, settings)
     thr = use_fused(sig)
     if thr and (sig.alibi or sig.variant is not None):
-        if mainloop is None:
+        if mainloop is None and not kv:   # (an FP8 cache with ALiBi or a variant: one class)
             pv = heuristics.choose_pair(
                 arch, sig.dtype, sig.head_dim, sig.head_dim_v, num_heads_q=sig.num_heads_q,
                 num_heads_kv=sig.num_heads_kv, mask=sig.mask, layout=sig.layout, max_seqlen_q=sig.max_seqlen_q,
@@ -168,22 +143,24 @@ def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) 
                 return recipe(pv, sig, device, settings)
         thr = 0
     if thr:
+        fused = not kv or settings.fp8_fused   # (KERNELGEN_FP8_FUSED=0: an FP8 batch takes no fused kernel)
+        extra = {"kv_dtype": kv} if kv else {}
         if mainloop is None:
             kw = dict(num_heads_q=sig.num_heads_q, num_heads_kv=sig.num_heads_kv, mask=sig.mask, layout=sig.layout,
                       max_seqlen_q=sig.max_seqlen_q, max_seqlen_k=sig.max_seqlen_k, paged=sig.paged,
                       softcap=sig.softcap, short_max_q=thr, num_sms=device.num_sms, page_size=sig.page_size,
-                      tma_ok=sig.tma_ok, sm90_opts=settings.sm90_opts)
+                      tma_ok=sig.tma_ok, sm90_opts=settings.sm90_opts, **extra)
             # the Hopper fused kernel is built from the classes-in-turn variants, where they apply
             pv = heuristics.choose_pair(arch, sig.dtype, sig.head_dim, sig.head_dim_v, **kw)
             if pv is not None:
                 rows = settings.sm90_short_rows() if sig.head_dim_v <= FusedAttentionSpec.SM90_FUSED_MAX_DV else None
                 fv = heuristics.choose_fused_hopper(arch, sig.dtype, sig.head_dim, sig.head_dim_v, **kw,
-                                                    short_rows=rows)
+                                                    short_rows=rows) if fused else None
                 return recipe(pv if fv is None else fv, sig, device, settings)
         fv = heuristics.choose_fused(arch, sig.dtype, sig.head_dim, sig.head_dim_v, num_heads_q=sig.num_heads_q,
                                      num_heads_kv=sig.num_heads_kv, mask=sig.mask, layout=sig.layout,
                                      max_seqlen_k=sig.max_seqlen_k, paged=sig.paged, softcap=sig.softcap,
-                                     short_max_q=thr, num_sms=device.num_sms)
+                                     short_max_q=thr, num_sms=device.num_sms, **extra) if fused else None
         if fv is not None:
             return recipe(fv, sig, device, settings)
     return recipe(_choose(sig, arch, device, settings, mainloop), sig, device, settings)
