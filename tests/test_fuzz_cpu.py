@@ -169,7 +169,7 @@ def test_every_case_has_variants(cases, arch):
             fp8_kinds.add(r.kind)
             assert {s.long.kv_dtype if s.kind == "fused" else s.kv_dtype for s in r.specs
                     if s.kind in ("attention", "fused")} == {c["kv_dtype"]}
-    assert fp8_kinds == ({"single", "pair", "fused"} if arch == "sm_90a" else {"single", "fused"})
+    assert {"single", "fused"} <= fp8_kinds <= ({"single", "pair", "fused"} if arch == "sm_90a" else {"single", "fused"})
 
 
 def test_inputs_pass_validation(cases):
@@ -423,16 +423,23 @@ def test_seeds_reproduce_the_cases_drawn_before_fp8_queries():
 def test_an_fp8_q_changes_the_kernels_only_for_the_tensor_core_variant(cases, arch):
     """An FP8-q case's kernels (what the prewarm compiles) are those of the same case with a 16-bit
     q (the FP8-cache kernels of the output dtype: q is converted) except where its recipe takes the
-    FP8 tensor-core variant (sm_90a only)."""
+    FP8 tensor-core variant (sm_90a only), and where the 16-bit q's batch takes a mixed-batch launch
+    (fused kernel, classes in turn): an FP8 q runs one class (decide)."""
     sms = 132 if arch == "sm_90a" else 108
-    kinds = set()
+    kinds, mixed = set(), 0
     for c in [c for c in cases if c["q_fp8"]]:
-        attn = getattr(getattr(fuzz.case_recipe(c, arch, sms), "variants", None), "attention", None)
+        r = fuzz.case_recipe(c, arch, sms)
+        r16 = fuzz.case_recipe(_without_fp8_q(c), arch, sms)
+        if r16 is not None and r16.kind != "single":
+            assert r.kind == "single", c["seed"]
+            mixed += 1
+            continue
+        attn = getattr(getattr(r, "variants", None), "attention", None)
         mma = attn is not None and attn.fp8_mma
         same = set(fuzz.case_specs(c, arch, sms)) == set(fuzz.case_specs(_without_fp8_q(c), arch, sms))
         assert same != mma, (c["seed"], attn.name if attn else None)
         kinds.add(mma)
-    assert kinds == ({True, False} if arch == "sm_90a" else {False})
+    assert kinds == ({True, False} if arch == "sm_90a" else {False}) and mixed > 0
 
 
 def test_seeds_reproduce_the_inputs_built_before_fp8_queries():

@@ -19,7 +19,8 @@ The order of the rules:
    Hopper fused kernel (``heuristics.choose_fused_hopper``), or where that does not fit the two
    classes in turn; otherwise (or with arch="sm_80") the sm_80 fused kernel
    (``heuristics.choose_fused``) where it applies; the same with an FP8 cache (the variants'
-   ``kv_dtype``; ``KERNELGEN_FP8_FUSED=0``: no fused kernel, on sm_90a the classes in turn);
+   ``kv_dtype``; ``KERNELGEN_FP8_FUSED=0``: no fused kernel, on sm_90a the classes in turn), but
+   one class with an FP8 q;
 4. everything else: ``heuristics.choose``'s scheduler, attention and combine kernels.
 """
 from __future__ import annotations
@@ -130,7 +131,9 @@ def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) 
         v = _choose(sig, arch, device, settings, None)
         if v.attention.mainloop == "sm90a":
             return recipe(v, sig, device, settings)
-    thr = use_fused(sig)
+    # an FP8 q: one class (its FP8 tensor-core variant reads q as it is; the mixed-batch kernels would
+    # take q converted, and the classes of one launch one q: not built)
+    thr = 0 if sig.q_dtype else use_fused(sig)
     if thr and (sig.alibi or sig.variant is not None):
         if mainloop is None and not kv:   # (an FP8 cache with ALiBi or a variant: one class)
             pv = heuristics.choose_pair(
