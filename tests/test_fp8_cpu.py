@@ -456,7 +456,7 @@ def test_decider_fp8_mixed_batch_takes_the_fused_kernels():
     assert _attn_specs(decide.decide(sig(kv_dtype="e4m3", arch="sm_90a"), H200))[0].mainloop == "sm90a"
     with pytest.raises(ValueError, match=r"FP8 K/V cache \(e4m3\) with ALiBi"):
         decide.decide(sig(kv_dtype="e4m3", arch="sm_90a", alibi=True), H200)
-    with pytest.raises(ValueError, match="short_query_tokens >= 1 forces the fused launch"):
+    with pytest.raises(ValueError, match="short_query_tokens >= 1 forces a fused launch; an FP8 K/V cache takes one only with the automatic threshold"):
         decide.decide(sig(kv_dtype="e4m3", short_query_tokens=4, **mixed), H200)
 
 
@@ -602,7 +602,7 @@ def test_plan_fp8_hopper_and_mixed_plan_classes(fake_cuda, monkeypatch):
     assert make_plan(monkeypatch, kv_dtype="e4m3", arch="sm_90a", **_PLAN).hopper
     mixed = dict(max_batch=16, num_heads_q=32, num_heads_kv=8, head_dim=128, max_total_q=4096, max_seqlen_q=2048,
                  max_seqlen_k=5000, paged=True, causal=True)
-    with pytest.raises(ValueError, match="short_query_tokens >= 1 forces the fused launch"):
+    with pytest.raises(ValueError, match="short_query_tokens >= 1 forces a fused launch; an FP8 K/V cache takes one only with the automatic threshold"):
         make_plan(monkeypatch, kv_dtype="e4m3", short_query_tokens=4, **mixed)
     assert make_plan(monkeypatch, **mixed).recipe.kind in ("fused", "pair")
     for arch in (None, "sm_80"):   # no page size: the Hopper kernel cannot box pages; the sm_80 fused kernel

@@ -215,7 +215,7 @@ def build(kernels: FusedKernels, *, layout: FusedWorkspace, batch: int, q, k, v,
     """Prepare the launches of a validated fused call (as ``prepared.build``): both scheduler
     launches (the two classes' configs), the fused kernel's two parameter structs, the combine.
     The fused kernels have no ALiBi variant (``alibi`` must be None).  ``descale``: both classes'
-    descale fields on an FP8 cache (``kernel_args.descale_fields``; the Hopper fused kernel)."""
+    descale fields on an FP8 cache (``kernel_args.descale_fields``; either fused kernel)."""
     if alibi is not None:
         raise ValueError("the fused kernels take no ALiBi slopes (the decider runs such batches otherwise)")
     if user is not None:

@@ -130,6 +130,13 @@ def launch_kernel(kernel, grid: int, stream: int, packed: bytes, smem: int | Non
     """Launch a loaded kernel (``jit.runtime.Kernel``) with ``grid`` CTAs on the raw CUstream handle
     ``stream`` (0 = legacy default) and its parameter struct ``packed`` (``kernel.params.pack``);
     ``smem`` / ``threads`` as in ``prepare``.  Raises LaunchError (naming the kernel) if the driver
-    rejects the launch.  The hot paths use ``prepare`` instead."""
+    rejects the launch, ValueError if ``packed`` is not the size of the kernel's parameter (the
+    sm_80 fused kernel's: two ``kernel.params``, one a class).  The hot paths use ``prepare``
+    instead."""
+    params = getattr(kernel, "params", None)
+    if params is not None:
+        want = params.size * (2 if kernel.spec.kind == "fused" and not kernel.spec.hopper else 1)
+        if len(packed) != want:
+            raise ValueError(f"{kernel.spec.name}: a parameter buffer of {len(packed)} bytes, the kernel takes {want}")
     launch_packed(kernel.spec.name, kernel.func_ptr, grid, kernel.num_threads if threads is None else threads,
                   kernel.smem_bytes if smem is None else smem, stream, packed)

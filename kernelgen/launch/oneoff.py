@@ -145,7 +145,7 @@ def attend(bound, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, ou
         packed = attention_params(*args, md, capacity, scale, split=split, maps=maps, sinks=sinks, descale=descale,
                                   **kw)
         if isinstance(bound, fused.FusedKernels):  # the long class's struct first; it records row_splits only
-            packed = attention_params(*args, md_long, capacity, scale, row_splits=rs, **kw) + packed
+            packed = attention_params(*args, md_long, capacity, scale, row_splits=rs, descale=descale, **kw) + packed
         launch.launch_kernel(bound.attn, bound.attn.persistent_grid, stream, packed)
     if bound.combine is not None:
         launch_combine(bound.combine, stream, split, cu_seqlens_q, md, out, lse, out.shape[1], sinks)

@@ -98,7 +98,8 @@ class CallSignature:
     #: FP8 K/V cache ("e4m3" or "e5m2"; "" = k/v in ``dtype``): FP8 variants
     #: (``AttentionSpec.kv_dtype``: converted to ``dtype`` exactly, ``k_descale`` / ``v_descale``
     #: applied) of the Hopper kernel where it takes the call (``heuristics.choose``), else of the
-    #: sm_80 mainloop; a mixed batch runs as one class (the fused kernels take no FP8 variant).
+    #: sm_80 mainloop; a mixed batch takes the fused kernels' (or on sm_90a the classes in turn)
+    #: FP8 variants as a 16-bit one takes theirs (no ALiBi or user variant there; an FP8 q: one class).
     kv_dtype: str = ""
     #: FP8 q ("e4m3"; "" = q in ``dtype``, which is then the output's): the Hopper kernel's FP8
     #: tensor-core variant where it takes the call (``AttentionSpec.fp8_mma``), else the kernels of
@@ -120,8 +121,8 @@ def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) 
     mainloop = validation.arch(sig.arch, arch, settings.arch)
     kv = sig.kv_dtype
     if kv and sig.short_query_tokens:
-        raise ValueError("short_query_tokens >= 1 forces the fused launch, which an FP8 K/V cache does not: "
-                         "leave it None or 0")
+        raise ValueError("short_query_tokens >= 1 forces a fused launch; an FP8 K/V cache takes one only with the "
+                         "automatic threshold: leave it None (or 0 for none)")
     if mainloop == "sm90a":
         if sig.short_query_tokens:
             raise ValueError("arch='sm_90a' runs no fused mixed-batch launch: leave short_query_tokens None or 0")
