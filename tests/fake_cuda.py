@@ -55,18 +55,23 @@ FUNC = {"scheduler": 0x1000, "attention": 0x2000, "combine": 0x3000, "fused": 0x
 KIND = {v: k for k, v in FUNC.items()}
 
 
-class _PairParams:
-    """The fused kernel's parameter: two AttnParams back to back (long class, short class)."""
+def _pair_params(st):
+    """The sm_80 fused kernel's parameter: two AttnParams ``st`` back to back (long class, short
+    class); fields() reads them as {"long": {...}, "short": {...}}."""
+    class P:
+        size = 2 * st.size
+        names = ("long", "short")
 
-    size = 2 * ATTENTION_PARAMS.size
-    names = ("long", "short")
+        class struct:
+            @staticmethod
+            def unpack(b):
+                n = st.size
+                return dict(zip(st.names, st.struct.unpack(b[:n]))), dict(zip(st.names, st.struct.unpack(b[n:])))
+    return P
 
-    class struct:
-        @staticmethod
-        def unpack(b):
-            n = ATTENTION_PARAMS.size
-            return (dict(zip(ATTENTION_PARAMS.names, ATTENTION_PARAMS.struct.unpack(b[:n]))),
-                    dict(zip(ATTENTION_PARAMS.names, ATTENTION_PARAMS.struct.unpack(b[n:]))))
+
+_PairParams = _pair_params(ATTENTION_PARAMS)
+_PairParamsFp8 = _pair_params(ATTENTION_PARAMS_FP8)   # (the FP8 form: with the descale fields)
 
 
 class _FusedTmaParams:
@@ -81,19 +86,6 @@ class _FusedTmaParams:
         @staticmethod
         def unpack(b):
             return FUSED_TMA_PARAMS.unpack(b)
-
-
-class _PairParamsFp8:
-    """``_PairParams`` of the FP8 form: two ``ATTENTION_PARAMS_FP8`` (with the descale fields)."""
-
-    size = 2 * ATTENTION_PARAMS_FP8.size
-    names = ("long", "short")
-
-    class struct:
-        @staticmethod
-        def unpack(b):
-            n, st = ATTENTION_PARAMS_FP8.size, ATTENTION_PARAMS_FP8
-            return dict(zip(st.names, st.struct.unpack(b[:n]))), dict(zip(st.names, st.struct.unpack(b[n:])))
 
 
 class _FusedTmaParamsFp8(_FusedTmaParams):
