@@ -128,12 +128,16 @@ def test_hopper_and_keys_as_rows_sources_hold_the_bias():
     h = AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa", TileConfig(128, 128, 8, 2, 1), mainloop="sm90a",
                       alibi=True)
     src = render.render(h)
-    # causal: one FFMA per score, the row's offset taken off in the softmax (apply_alibi_causal)
-    assert src.count("apply_alibi_causal(s, alibi_sl, mi, n, row0, 1, cw, lane, roff);") == 3
+    # causal: the Q K^T accumulators start from the per-key part before each of the three issues
+    # (alibi_acc_init), the row's offset is taken off in the softmax (apply_alibi_causal<!ALIBI_ACC>)
+    assert src.count("apply_alibi_causal<!ALIBI_ACC>(s, alibi_sl, mi, n, row0, 1, cw, lane, roff);") == 3
+    assert src.count("if (ALIBI_ACC) alibi_acc_init(s, alibi_sl);") == 3
+    assert "constexpr bool ALIBI_ACC = KG_ALIBI_ACC && true;" in src
     assert src.count(", roff);") == 6 and "apply_alibi(s," not in src
     assert "alibi_row_coefs(alibi_sl, p, ti.b, ti.head" in src
     nc = render.render(dataclasses.replace(h, mask="none"))
-    assert nc.count("apply_alibi(s, alibi_sl, mi, n, row0, 1, cw, lane);") == 3 and "apply_alibi_causal(s" not in nc
+    assert nc.count("apply_alibi(s, alibi_sl, mi, n, row0, 1, cw, lane);") == 3 and "apply_alibi_causal<" not in nc
+    assert "constexpr bool ALIBI_ACC = KG_ALIBI_ACC && false;" in nc
     kt = AttentionSpec("sm_80", "fp16", 128, 128, "none", "soa", TileConfig(8, 16, 1, 4, 1), pack_gqa=True,
                        split=True, paged=True, alibi=True)
     assert "alibi_kpos" in render.render(kt)

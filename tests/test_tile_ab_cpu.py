@@ -20,6 +20,14 @@ def test_each_time_is_divided_by_its_paths_first_configuration_over_the_passes()
                      "h64c: fh 0.800"]
 
 
+def test_alibi_configurations_are_timed_against_the_first_bf16_one():
+    configs = {"p": "bf16:128:128:128:2:p", "a": "alibi:128:128:128:2:p",
+               "acc": "alibi:128:128:128:2:p:KG_ALIBI_ACC=1"}
+    rows = [{"shape": "h128c", "us": {"p": 100.0, "a": 104.0, "acc": 102.0}},
+            {"shape": "h128c", "us": {"p": 100.0, "a": 106.0, "acc": 101.0}}]
+    assert tile_ab.summarize(rows, configs) == ["h128c: a 1.040-1.060, acc 1.010-1.020"]
+
+
 def test_twins_follow_each_kernelgen_configuration_and_not_the_peers():
     twins = tile_ab.with_twins(CONFIGS)
     assert list(twins) == ["m", "m~2", "h", "h~2", "fm", "fm~2", "fh", "fh~2", "fa3", "fa3f"]

@@ -8,7 +8,7 @@
 
 Shapes (the report's entries): ``causal16k`` (1 x 32 heads x 16384, causal, d 128), ``dense4k``
 (4 x 32 x 4096, not causal, d 128), ``h64_2k`` (8 x 32 x 2048, causal, d 64), ``h256_4k``
-(2 x 16 x 4096, causal, d 256); bf16, packed varlen tensors.  Prints the kernel's name.
+(2 x 16 x 4096, causal, d 256); bf16, packed varlen tensors; ``--alibi`` adds ALiBi slopes.  Prints the kernel's name.
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shape", choices=sorted(SHAPES), default="causal16k")
     ap.add_argument("--warm", type=int, default=2)
+    ap.add_argument("--alibi", action="store_true", help="with ALiBi slopes 2^(-8 (h + 1) / heads)")
     a = ap.parse_args(argv)
     import torch
 
@@ -37,9 +38,12 @@ def main(argv=None) -> int:
     q, k, v = (torch.randn(b * s, h, d, generator=g, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     cu = torch.arange(0, b * s + 1, s, dtype=torch.int32, device="cuda")
     out = torch.empty_like(q)
+    kw = {}
+    if a.alibi:
+        kw["alibi_slopes"] = torch.tensor([2.0 ** (-8.0 * (i + 1) / h) for i in range(h)], device="cuda")
 
     def call():
-        kernelgen.varlen_attention(q, k, v, cu, cu, s, s, causal=causal, out=out, arch="sm_90a")
+        kernelgen.varlen_attention(q, k, v, cu, cu, s, s, causal=causal, out=out, arch="sm_90a", **kw)
     for _ in range(a.warm):
         call()
     torch.cuda.synchronize()

@@ -6,7 +6,8 @@ every kernelgen configuration; the peers run without).
 Each configuration ``name=path:d:bm:bn:stages:opts[:defines[:templates]]`` patches the tile table of its path for head
 dim ``d`` (``bf16``: ``heuristics.SM90_TILES``; ``fp8q``: ``heuristics.SM90_FP8_MMA_TILES``, q, K
 and V in e4m3; ``kv8``: ``heuristics.SM90_TILES`` with K and V in e4m3 and a bf16 q, the FP8-cache
-prefill) and ``heuristics.SM90_OPTS`` (and ``KERNELGEN_DEFINES`` with ``defines``, NAME[=VALUE] joined by '+') while its call is prepared; the prepared call (kernels
+prefill; ``alibi``: bf16 with ALiBi slopes 2^(-8 (h + 1) / heads), timed against the first ``bf16``
+configuration) and ``heuristics.SM90_OPTS`` (and ``KERNELGEN_DEFINES`` with ``defines``, NAME[=VALUE] joined by '+') while its call is prepared; the prepared call (kernels
 fixed) is what the graphs replay (block_m 192 means three consumer warpgroups, 12 warps).  ``fa3`` / ``fa3fp8`` name the
 peers.  ``--passes N`` measures every shape N times; ``--twice`` times every kernelgen configuration twice
 (``NAME~2``, the same kernel loaded again: identical kernels differed by 6-8 % in one call at causal
@@ -106,6 +107,8 @@ def run_shape(name: str, shape: str, configs: dict, score_mod: str | None = None
     cu = torch.arange(0, b + 1, device="cuda", dtype=torch.int32) * s
     (q8, qs), (k8, ks), (v8, vs) = (suites.quantize_e4m3(t) for t in (q, k, v))
     qd, kd, vd = (x.reshape(1, 1).expand(b, hkv).contiguous() for x in (qs, ks, vs))
+    # ALiBi's slopes of hq heads (Press et al.: 2^(-8 (h + 1) / hq))
+    slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / hq) for h in range(hq)], device="cuda", dtype=torch.float32)
     fns, kernels, diffs, first = {}, {}, {}, {}
     for cname, spec in configs.items():
         parts = spec.split(":")
@@ -124,7 +127,8 @@ def run_shape(name: str, shape: str, configs: dict, score_mod: str | None = None
             continue
         tile = TileConfig(bm, bn, bm // 16, st, 1)
         kw = (dict(q_descale=qd, k_descale=kd, v_descale=vd) if path == "fp8q"
-              else dict(k_descale=kd, v_descale=vd) if path == "kv8" else {})
+              else dict(k_descale=kd, v_descale=vd) if path == "kv8"
+              else dict(alibi_slopes=slopes) if path == "alibi" else {})
         if score_mod:
             import kernelgen
             kw["variant"] = kernelgen.Variant(score_mod=score_mod)
@@ -162,7 +166,7 @@ def summarize(rows: list, configs: dict) -> list:
     """One line per shape: each configuration's time over the first configuration of its path
     (peers: over the first kernelgen configuration of the same dtype, fa3 -> bf16, fa3fp8 -> fp8q),
     as min-max over the passes (``rows`` holds every pass's rows); below 1: faster."""
-    base_path = {"fa3": "bf16", "fa3fp8": "fp8q"}
+    base_path = {"fa3": "bf16", "fa3fp8": "fp8q", "alibi": "bf16"}
     lines = []
     for shape in dict.fromkeys(r["shape"] for r in rows):
         ratios: dict = {}

@@ -242,7 +242,7 @@ __device__ __forceinline__ void issue_qk(float (&s)[1][BN / 8][4], u32 q_base, u
 #pragma unroll
   for (int i = 0; i < QK_STEPS; ++i) {
     const int h = i >> 2, kk = i & 3;
-    {{ "wgmma_ss_f16" if v.get("fp16_gemms") else "wgmma_ss" }}_n{{ v.block_n }}(sf, desc_at(dq, h * Q_HALF + kk * 32), desc_at(dk, h * KV_HALF + kk * 32), i != 0);
+    {{ "wgmma_ss_f16" if v.get("fp16_gemms") else "wgmma_ss" }}_n{{ v.block_n }}(sf, desc_at(dq, h * Q_HALF + kk * 32), desc_at(dk, h * KV_HALF + kk * 32), i != 0 || ALIBI_ACC);
   }
 }
 
@@ -376,7 +376,7 @@ float roff[1][2];  // the scores come back shifted by roff per row (causal ALiBi
 float ef;          // the factor of the scores' exponent (apply_user_hoist: raw or natural-log units)
 {% endif -%}
 {% if alibi_roff -%}
-apply_alibi_causal(s, alibi_sl, mi, n, row0, 1, cw, lane, roff);
+apply_alibi_causal<!ALIBI_ACC>(s, alibi_sl, mi, n, row0, 1, cw, lane, roff);
 {% elif v.get("alibi") -%}
 apply_alibi(s, alibi_sl, mi, n, row0, 1, cw, lane);
 {% endif -%}
@@ -464,6 +464,9 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   if (!OVERLAP) {
     for (int n = n_hi - 1; n >= n_lo; --n) {
       mbar_wait(FP8_MMA ? bar_land_full(sb, kv.stage) : bar_k_full(sb, kv.stage), kv.phase, 10);
+      {% if v.get("alibi") %}
+      if (ALIBI_ACC) alibi_acc_init(s, alibi_sl);
+      {% endif %}
       fence_regs<BN / 2>(&s[0][0][0]);
       wgmma_fence();
       issue_qk(s, q_base, FP8_MMA ? sb + OFF_LAND + kv.stage * LAND_BYTES : sb + OFF_K + kv.stage * K_BYTES);
@@ -494,6 +497,9 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   // softmax of block n runs while that P V is on the tensor cores.
   int n = n_hi - 1;
   mbar_wait(FP8_MMA ? bar_land_full(sb, kv.stage) : bar_k_full(sb, kv.stage), kv.phase, 12);
+  {% if v.get("alibi") %}
+  if (ALIBI_ACC) alibi_acc_init(s, alibi_sl);
+  {% endif %}
   fence_regs<BN / 2>(&s[0][0][0]);
   turn_wait(cg);
   wgmma_fence();
@@ -516,6 +522,9 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   }
   for (n = n_hi - 2; n >= n_lo; --n) {
     mbar_wait(FP8_MMA ? bar_land_full(sb, kv.stage) : bar_k_full(sb, kv.stage), kv.phase, 13);
+    {% if v.get("alibi") %}
+    if (ALIBI_ACC) alibi_acc_init(s, alibi_sl);
+    {% endif %}
     fence_regs<BN / 2>(&s[0][0][0]);
     fence_regs<DV / 2>(&o[0][0][0]);
     fence_regs<PA_N * 4>(&pa[0][0]);

@@ -32,6 +32,13 @@ constexpr bool SOFTCAP = {{ "true" if v.softcap else "false" }};    // tanh logi
 {% if v.get("alibi") %}
 constexpr bool ALIBI = true;                                          // ALiBi biases (common/alibi.cuh)
 {% endif %}
+// ALIBI_ACC (causal built-in ALiBi on the 16-bit GEMMs): the Q K^T accumulators start from the
+// bias's per-key part (common/alibi.cuh, alibi_acc_init); KG_ALIBI_ACC=0 (KERNELGEN_DEFINES) adds
+// it with an FFMA a score after the GEMM instead, as before (for A/Bs)
+#ifndef KG_ALIBI_ACC
+#define KG_ALIBI_ACC 1
+#endif
+constexpr bool ALIBI_ACC = KG_ALIBI_ACC && {{ "true" if (v.get("alibi") and v.mask == "causal" and not v.get("user") and not v.get("fp8_mma")) else "false" }};
 // per-token partial counts for the combine kernel: a split variant's, or (row_splits) the long
 // class's rows of a mixed batch whose short class splits (one partial each: the combine skips them)
 constexpr bool ROW_SPLITS = SPLIT || {{ "true" if v.row_splits else "false" }};

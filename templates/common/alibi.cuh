@@ -61,6 +61,9 @@ __device__ __forceinline__ void apply_alibi(float (&s)[MT][BN / 8][4], const flo
 // The scores leave here as true score + roff; softmax_scores subtracts roff from the row's max and
 // folds it into the exponent's offset, so row_max, row_sum and the LSE are those of the true
 // scores.  The added terms stay below coef * BN (no large magnitudes, unlike FA2's slope * j).
+// ADD false: the per-score part is already in s (alibi_acc_init started the Q K^T accumulators
+// from it); only roff is computed.
+template <bool ADD = true>
 __device__ __forceinline__ void apply_alibi_causal(float (&s)[MT][BN / 8][4], const float (&sl)[MT][2],
                                                    const MaskInfo& mi, int n, int row0, int qpk, int warp, int lane,
                                                    float (&roff)[MT][2]) {
@@ -71,9 +74,34 @@ __device__ __forceinline__ void apply_alibi_causal(float (&s)[MT][BN / 8][4], co
     for (int h = 0; h < 2; ++h) {
       const float coef = PACK_GQA ? sl[mt][h] : sl[0][0];
       roff[mt][h] = coef * (float)(row_position(row0 + warp * WM + mt * 16 + g + 8 * h, qpk) + mi.offset - n * BN - 2 * tq);
+      if (ADD) {
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) s[mt][nt][2 * h + e] = fmaf(coef, (float)(nt * 8 + e), s[mt][nt][2 * h + e]);
+      }
+    }
+}
+
+// ALIBI_ACC (the Hopper kernel's causal ALiBi, variant_sm90.cuh): the Q K^T accumulators start from
+// the per-score part coef * (nt * 8 + e) (the first wgmma accumulates: scale_d 1), so the scores
+// come back as apply_alibi_causal's without its FFMA a score, and apply_alibi_causal (ADD false)
+// only forms roff.  The values (32 products, copied to the second row: no FFMA) are written once the
+// previous block's P has left s (pack_p), before the next Q K^T issue: off the path from S to the
+// row max, where the FFMAs delayed every exponential.  H200, causal 16k, 32 heads, d 128
+// (tile_ab, interleaved graph replays, two calls): ALiBi 1.10-1.11x the plain kernel's time with
+// the FFMAs, 1.05-1.06x with the accumulators started (docs/dev/perf-log.md, twenty-third session).
+// The sum S = bias + Q K^T is the tensor cores' fp32 accumulation instead of an FFMA's rounding:
+// outputs differ by rounding (1 bf16 ulp at most in that run).
+__device__ __forceinline__ void alibi_acc_init(float (&s)[MT][BN / 8][4], const float (&sl)[MT][2]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float coef = PACK_GQA ? sl[mt][h] : sl[0][0];
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) s[mt][nt][2 * h + e] = fmaf(coef, (float)(nt * 8 + e), s[mt][nt][2 * h + e]);
+        for (int e = 0; e < 2; ++e) s[mt][nt][2 * h + e] = coef * (float)(nt * 8 + e);
     }
 }
