@@ -51,3 +51,25 @@ def test_an_fp8q_configuration_lifts_the_tile_limits_while_it_is_prepared():
                                                           heuristics.fp8_mma_tile(128, 128, softcap=True)))
     assert got == (tile, tile)
     assert heuristics.SM90_FP8_MMA_TILE_LIMITS == before and heuristics.fp8_mma_tile(128, 128, nomask=True) is None
+
+
+def test_regs_fp8_in_the_defines_sets_the_fp8_cache_registers_while_prepared(monkeypatch):
+    """``REGS_FP8=P/C`` among a configuration's defines is no define: it sets the FP8-cache kernels'
+    registers of 8 consumer warps while the call is prepared (the rendered setmaxnreg changes), and
+    the rest of the defines still reach KERNELGEN_DEFINES; both are restored after."""
+    import os
+
+    from kernelgen.kernels.spec import AttentionSpec, TileConfig
+    from kernelgen.selection import heuristics
+    monkeypatch.delenv("KERNELGEN_DEFINES", raising=False)
+    before = dict(AttentionSpec.SM90_REGS_FP8)
+    tile = TileConfig(128, 128, 8, 2, 1)
+
+    def inside():
+        spec = heuristics.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal",
+                                 max_seqlen_q=4096, max_seqlen_k=4096, kv_dtype="e4m3").attention
+        return spec._sm90_regs(), os.environ.get("KERNELGEN_DEFINES")
+    regs, defs = tile_ab.patched("kv8", 128, tile, "p", inside, "REGS_FP8=56/224+KG_CONV_UNROLL=2")
+    assert defs == "KG_CONV_UNROLL=2"
+    assert regs == {"producer_regs": 56, "consumer_regs": 224}
+    assert AttentionSpec.SM90_REGS_FP8 == before and "KERNELGEN_DEFINES" not in os.environ

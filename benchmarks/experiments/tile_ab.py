@@ -7,7 +7,8 @@ Each configuration ``name=path:d:bm:bn:stages:opts[:defines[:templates]]`` patch
 dim ``d`` (``bf16``: ``heuristics.SM90_TILES``; ``fp8q``: ``heuristics.SM90_FP8_MMA_TILES``, q, K
 and V in e4m3; ``kv8``: ``heuristics.SM90_TILES`` with K and V in e4m3 and a bf16 q, the FP8-cache
 prefill; ``alibi``: bf16 with ALiBi slopes 2^(-8 (h + 1) / heads), timed against the first ``bf16``
-configuration) and ``heuristics.SM90_OPTS`` (and ``KERNELGEN_DEFINES`` with ``defines``, NAME[=VALUE] joined by '+') while its call is prepared; the prepared call (kernels
+configuration) and ``heuristics.SM90_OPTS`` (and ``KERNELGEN_DEFINES`` with ``defines``, NAME[=VALUE] joined by '+'; ``REGS_FP8=P/C`` there sets the FP8-cache
+kernels' producer / consumer registers instead, ``AttentionSpec.SM90_REGS_FP8``) while its call is prepared; the prepared call (kernels
 fixed) is what the graphs replay (block_m 192 means three consumer warpgroups, 12 warps).  ``fa3`` / ``fa3fp8`` name the
 peers.  ``--passes N`` measures every shape N times; ``--twice`` times every kernelgen configuration twice
 (``NAME~2``, the same kernel loaded again: identical kernels differed by 6-8 % in one call at causal
@@ -59,6 +60,18 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates
     from kernelgen.jit import runtime
     saved_loaded, saved_tdir = dict(runtime._loaded), render.templates_dir
     fresh = bool(defines or templates or reload)
+    # REGS_FP8=P/C among the defines: the FP8-cache kernels' (producer, consumer) registers of 8
+    # consumer warps (AttentionSpec.SM90_REGS_FP8[8]) for this configuration, not a define
+    from kernelgen.kernels.spec import AttentionSpec
+    saved_regs = dict(AttentionSpec.SM90_REGS_FP8)
+    kept = []
+    for d_ in (defines.split("+") if defines else []):
+        if d_.startswith("REGS_FP8="):
+            prod, cons = (int(x) for x in d_.split("=", 1)[1].split("/"))
+            AttentionSpec.SM90_REGS_FP8 = {**saved_regs, 8: (prod, cons)}
+        else:
+            kept.append(d_)
+    defines = "+".join(kept)
     if defines:
         os.environ["KERNELGEN_DEFINES"] = defines.replace("+", ",")
     if templates:
@@ -70,6 +83,7 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates
     try:
         return fn()
     finally:
+        AttentionSpec.SM90_REGS_FP8 = saved_regs
         table.clear()
         table.update(saved)
         limits.clear()
