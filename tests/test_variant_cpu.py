@@ -511,13 +511,13 @@ def test_alibi_score_mod_converts_no_index_per_logit():
     assert v_res["spill_stores"] == 0 and v_res["stack_frame"] == 0, v_res
 
 
-def test_alibi_score_mod_on_indices_costs_one_ffma_a_logit_below_the_diagonal(monkeypatch):
+def test_alibi_score_mod_on_indices_costs_one_ffma_a_logit_below_the_diagonal():
     """ALiBi written on the indices, ``slopes[head] * kg_abs(q_idx + kv_len - q_len - kv_idx)`` (and
     without kg_abs, as causal ALiBi can be), builds a Hopper causal kernel whose key blocks below the
     diagonal take the bias as the built-in does: the per-row part leaves the scores (softmax_scores'
-    roff), the scale stays in the exponent and each logit gets one FFMA, raw + (slope / scale) *
-    its key's column, no add for the distance and no product (common/user_mod.cuh: kg_rowcol,
-    apply_user_hoist, NONNEG).  With fabsf on a float cast it takes the distance, the product and
+    roff), the scale stays in the exponent and the per-key part, (slope / scale) * the key's column,
+    starts the Q K^T accumulators (user_acc_init, as the built-in's ALIBI_ACC): no FFMA a logit, no
+    add for the distance and no product (common/user_mod.cuh: kg_rowcol, apply_user_hoist, NONNEG).  With fabsf on a float cast it takes the distance, the product and
     the FFMA per logit (1.07-1.14x the built-in's time on the H200); ``return score;`` costs what
     the plain kernel does, and ``50.f * tanhf(score / 50.f)`` one multiply a logit besides the tanh.  Counts over the whole kernel: the peeled (last, clamped) key block, the
     loop's block and, with kg_abs, the loop's masked (diagonal) block."""
@@ -532,11 +532,9 @@ def test_alibi_score_mod_on_indices_costs_one_ffma_a_logit_below_the_diagonal(mo
 
     plain, _ = counts()
     ident, _ = counts("return score;")
-    # the built-in's FFMA form (KG_ALIBI_ACC=0: the default starts the accumulators from the bias,
-    # which the snippets do not do yet; test_builtin_causal_alibi_adds_no_ffma_a_logit)
-    monkeypatch.setenv(compiler.DEFINES_ENV, "KG_ALIBI_ACC=0")
+    # (the built-in and the linear snippet both start the Q K^T accumulators from the bias's per-key
+    # part: ALIBI_ACC, USER_ACC; test_builtin_causal_alibi_adds_no_ffma_a_logit)
     builtin, _ = counts(alibi=True)
-    monkeypatch.delenv(compiler.DEFINES_ENV)
     linear, _ = counts("score - slopes[head] * (q_idx + kv_len - q_len - kv_idx)")
     absd, spec = counts("score - slopes[head] * kg_abs(q_idx + kv_len - q_len - kv_idx)")
     floatd, _ = counts("score - slopes[head] * fabsf((float)(q_idx + kv_len - q_len - kv_idx))")
@@ -545,15 +543,15 @@ def test_alibi_score_mod_on_indices_costs_one_ffma_a_logit_below_the_diagonal(mo
     per_block = 64                                                     # logits a thread a key block
     assert builtin["HGMMA"] == linear["HGMMA"] == absd["HGMMA"] > 0
     assert ident["FMUL"] <= plain["FMUL"] + 8 and ident["FFMA"] <= plain["FFMA"] + 8, (ident, plain)
-    for form in (linear, absd):
-        assert form["FMUL"] <= builtin["FMUL"] + 16, (form, builtin)
-    assert linear["FFMA"] <= builtin["FFMA"] + 8, (linear, builtin)
+    def mul(c):   # the starts of the accumulators are FMULs (built-in) or FFMAs (snippet) of one count
+        return c["FFMA"] + c["FMUL"]
+    assert mul(linear) <= mul(builtin) + 16, (linear, builtin)
     assert linear["FADD"] <= builtin["FADD"] + 16, (linear, builtin)
     # kg_abs: the same below the diagonal; the general form (an add and an FFMA a logit) on the
     # peeled block and the loop's masked one
     assert absd["FADD"] <= builtin["FADD"] + 2 * per_block + 16, (absd, builtin)
-    assert absd["FFMA"] <= builtin["FFMA"] + per_block + 8, (absd, builtin)
-    assert floatd["FADD"] >= builtin["FADD"] + 2 * per_block and floatd["FMUL"] >= builtin["FMUL"] + per_block
+    assert mul(absd) <= mul(builtin) + 2 * per_block + 16, (absd, builtin)
+    assert floatd["FADD"] >= plain["FADD"] + 2 * per_block and floatd["FMUL"] >= plain["FMUL"] + per_block
     # FA4's soft-cap score_mod: the cap stays a scale (one multiply a logit, raw * scale / 50, not two)
     assert capped["FMUL"] <= plain["FMUL"] + 2 * per_block + 8, (capped, plain)
 
@@ -570,7 +568,8 @@ def test_builtin_causal_alibi_adds_no_ffma_a_logit(monkeypatch):
 
     def loop(**extra):
         spec = heuristics.choose("sm_90a", "bf16", 128, 128, **kw, **extra).attention
-        res = compiler.compile_cubin(render.render(spec), spec.arch, compiler.default_options(spec.arch), spec.name)
+        options = compiler.default_options(spec.arch) + (compiler.VARIANT_OPTIONS if spec.variant is not None else ())
+        res = compiler.compile_cubin(render.render(spec), spec.arch, options, spec.name)
         assert res.resources["spill_stores"] == 0 and res.resources["stack_frame"] == 0, res.resources
         text = sass.disassemble(res.cubin, sass.find_nvdisasm())
         return shortest_loop(text, "HGMMA", 12), text
@@ -579,11 +578,17 @@ def test_builtin_causal_alibi_adds_no_ffma_a_logit(monkeypatch):
         return sum(1 for x in body if x.split()[0].split(".")[0] == op)
     plain, _ = loop()
     acc, text = loop(alibi=True)
+    # ALiBi as a linear snippet starts its accumulators the same way (USER_ACC, user_acc_init)
+    snippet, _ = loop(variant=VariantCode(score_mod="score - slopes[head] * (q_idx + kv_len - q_len - kv_idx)",
+                                          tensors=(("slopes", "float32"),)))
     monkeypatch.setenv(compiler.DEFINES_ENV, "KG_ALIBI_ACC=0")
     ffma, _ = loop(alibi=True)
     per_block = 64   # logits a thread a key block
     assert ops(acc, "FFMA") <= ops(plain, "FFMA") + 4, (ops(acc, "FFMA"), ops(plain, "FFMA"))
     assert ops(ffma, "FFMA") >= ops(plain, "FFMA") + per_block
+    # (its loop: the starts as 32 FFMAs with a zero addend instead of 32 FMULs, nothing a logit more)
+    assert ops(snippet, "FFMA") + ops(snippet, "FMUL") <= ops(acc, "FFMA") + ops(acc, "FMUL") + 8
+    assert ops(snippet, "FADD") <= ops(acc, "FADD") + 8
     assert not [x for x in text.splitlines() if "HGMMA" in x and "gdesc" in x and ", RZ" in x and ".tnspB" not in x]
     assert ops(plain, "HGMMA") == ops(acc, "HGMMA") > 0
 

@@ -224,7 +224,9 @@ __device__ __forceinline__ void producer_loop(const AttnParams& p, const TmaMaps
 
 // S (this warpgroup's 64 rows x BN keys) = Q K^T over the head dim: QK_STEPS k16 steps, four
 // per 64-column block (step i: block i / 4, 32 bytes a step inside it).
-__device__ __forceinline__ void issue_qk(float (&s)[1][BN / 8][4], u32 q_base, u32 k_base) {
+// acc0: the accumulators hold the block's bias already (ALIBI_ACC, a score_mod's USER_ACC): the
+// first wgmma accumulates.
+__device__ __forceinline__ void issue_qk(float (&s)[1][BN / 8][4], u32 q_base, u32 k_base, bool acc0 = false) {
   float* sf = &s[0][0][0];
   {% if v.get("fp8_mma") %}
   // FP8_MMA: D / 32 k32 steps over 64-byte column blocks (Q8: BM rows, the landing stage's K: BN
@@ -242,7 +244,7 @@ __device__ __forceinline__ void issue_qk(float (&s)[1][BN / 8][4], u32 q_base, u
 #pragma unroll
   for (int i = 0; i < QK_STEPS; ++i) {
     const int h = i >> 2, kk = i & 3;
-    {{ "wgmma_ss_f16" if v.get("fp16_gemms") else "wgmma_ss" }}_n{{ v.block_n }}(sf, desc_at(dq, h * Q_HALF + kk * 32), desc_at(dk, h * KV_HALF + kk * 32), i != 0 || ALIBI_ACC);
+    {{ "wgmma_ss_f16" if v.get("fp16_gemms") else "wgmma_ss" }}_n{{ v.block_n }}(sf, desc_at(dq, h * Q_HALF + kk * 32), desc_at(dk, h * KV_HALF + kk * 32), i != 0 || ALIBI_ACC || acc0);
   }
 }
 
@@ -358,6 +360,19 @@ __device__ __forceinline__ void turn_pass(int cg) {
   if (PINGPONG) named_arrive(PP_BAR + (cg + 1 == NCG ? 0 : cg + 1), 256);
 }
 
+{#- A hoisted score_mod's per-key part into the accumulators of block n before its Q K^T issue
+    (user_acc_init), with the instance block_scores(clamp_kv) will take for the block. -#}
+{% macro user_acc(clamp_kv=True) -%}
+{% set nonneg = v.get("user") and v.mask == "causal" and v.user.nonneg and not clamp_kv %}
+{% if nonneg -%}
+uacc = block_needs_mask(mi, n, pos_first, pos_last)
+           ? user_acc_init<false, false>(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2)
+           : user_acc_init<false, true>(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2);
+{% else -%}
+uacc = user_acc_init<{{ "true" if clamp_kv else "false" }}>(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2);
+{% endif -%}
+{%- endmacro %}
+
 {#- The scores of key block n, from S = Q K^T to P: soft-cap, ALiBi, the user variant (its keys clamped
     unless every key of the block is in range: clamp_kv), the masks, the online softmax (rendered at
     the three places a consumer takes a block: the serial loop, the overlapped loop's peeled first
@@ -366,7 +381,7 @@ __device__ __forceinline__ void turn_pass(int cg) {
 {% set hoist = v.get("user") and v.user.hoist %}
 {% set alibi_roff = v.get("alibi") and v.mask == "causal" and not v.get("user") %}
 {% set apply = "apply_user_hoist" if hoist else "apply_user" %}
-{% set user_args = "s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, " ~ ("score_scale(p), roff" if hoist else "1.f") %}
+{% set user_args = "s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, " ~ ("score_scale(p), roff, uacc" if hoist else "1.f") %}
 {% set nonneg = v.get("user") and v.mask == "causal" and v.user.nonneg and not clamp_kv %}
 if (SOFTCAP) cap_scores(s, p, kd);
 {% if alibi_roff or hoist -%}
@@ -461,15 +476,21 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   float s[1][BN / 8][4];
   u32 pa[PA_N][4];
   float corr[1][2];
+  {% if v.get("user") and v.user.hoist %}
+  bool uacc = false;   // the accumulators of the block in flight started from the score_mod's per-key part
+  {% endif %}
   if (!OVERLAP) {
     for (int n = n_hi - 1; n >= n_lo; --n) {
       mbar_wait(FP8_MMA ? bar_land_full(sb, kv.stage) : bar_k_full(sb, kv.stage), kv.phase, 10);
       {% if v.get("alibi") %}
       if (ALIBI_ACC) alibi_acc_init(s, alibi_sl);
       {% endif %}
+      {% if v.get("user") and v.user.hoist %}
+      {{ user_acc(clamp_kv=True) | indent(6) }}
+      {% endif %}
       fence_regs<BN / 2>(&s[0][0][0]);
       wgmma_fence();
-      issue_qk(s, q_base, FP8_MMA ? sb + OFF_LAND + kv.stage * LAND_BYTES : sb + OFF_K + kv.stage * K_BYTES);
+      issue_qk(s, q_base, FP8_MMA ? sb + OFF_LAND + kv.stage * LAND_BYTES : sb + OFF_K + kv.stage * K_BYTES{{ ', uacc' if (v.get('user') and v.user.hoist) else '' }});
       wgmma_commit();
       wgmma_wait<0>();
       fence_regs<BN / 2>(&s[0][0][0]);
@@ -500,10 +521,13 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   {% if v.get("alibi") %}
   if (ALIBI_ACC) alibi_acc_init(s, alibi_sl);
   {% endif %}
+  {% if v.get("user") and v.user.hoist %}
+  {{ user_acc(clamp_kv=True) | indent(2) }}
+  {% endif %}
   fence_regs<BN / 2>(&s[0][0][0]);
   turn_wait(cg);
   wgmma_fence();
-  issue_qk(s, q_base, FP8_MMA ? sb + OFF_LAND + kv.stage * LAND_BYTES : sb + OFF_K + kv.stage * K_BYTES);
+  issue_qk(s, q_base, FP8_MMA ? sb + OFF_LAND + kv.stage * LAND_BYTES : sb + OFF_K + kv.stage * K_BYTES{{ ', uacc' if (v.get('user') and v.user.hoist) else '' }});
   wgmma_commit();
   turn_pass(cg);
   wgmma_wait<0>();
@@ -525,12 +549,15 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
     {% if v.get("alibi") %}
     if (ALIBI_ACC) alibi_acc_init(s, alibi_sl);
     {% endif %}
+    {% if v.get("user") and v.user.hoist %}
+    {{ user_acc(clamp_kv=False) | indent(4) }}
+    {% endif %}
     fence_regs<BN / 2>(&s[0][0][0]);
     fence_regs<DV / 2>(&o[0][0][0]);
     fence_regs<PA_N * 4>(&pa[0][0]);
     turn_wait(cg);
     wgmma_fence();
-    issue_qk(s, q_base, FP8_MMA ? sb + OFF_LAND + kv.stage * LAND_BYTES : sb + OFF_K + kv.stage * K_BYTES);
+    issue_qk(s, q_base, FP8_MMA ? sb + OFF_LAND + kv.stage * LAND_BYTES : sb + OFF_K + kv.stage * K_BYTES{{ ', uacc' if (v.get('user') and v.user.hoist) else '' }});
     wgmma_commit();
     mbar_wait(bar_v_full(sb, pv.stage), pv.phase, 14);
     {

@@ -17,6 +17,13 @@ constexpr bool USER_SCORE = {{ "true" if u.score_mod is not none else "false" }}
 constexpr bool USER_MASK = {{ "true" if u.mask_mod is not none else "false" }};    // mask_mod given
 constexpr bool USER_RANGE = {{ "true" if u.kv_range is not none else "false" }};   // kv_range given
 constexpr float USER_LOG2E = 1.4426950408889634f;
+// USER_ACC: a hoisted score_mod whose per-key part is independent of the score starts the Hopper
+// kernel's Q K^T accumulators from it (user_acc_init); KG_USER_ACC=0 (KERNELGEN_DEFINES) adds it
+// after the GEMM instead (A/Bs)
+#ifndef KG_USER_ACC
+#define KG_USER_ACC 1
+#endif
+constexpr bool USER_ACC = KG_USER_ACC;
 
 // 2-byte floating types of user tensors (no CUDA headers here): read them with to_float.
 struct __align__(2) kg_half_t { unsigned short x; };
@@ -192,9 +199,12 @@ struct kg_rowcol {
   float rawc;     // rawok: v == row + rfac * rawc up to rounding (rfac: the kernel's scale, > 0)
   float rfac;
   bool rawok;
+  float radd;     // runit: rawc == raw + radd up to rounding, radd independent of the score (the
+  bool runit;     //   score entered with factor +1: the Q K^T accumulators can start from radd)
   kg_rowcol() = default;
   __device__ __forceinline__ kg_rowcol(float v_, float r, float c_, bool h)
-      : v(v_), row(r), col(c_), hc(h), k(1.f), c(c_), lazy(false), rawc(0.f), rfac(1.f), rawok(false) {}
+      : v(v_), row(r), col(c_), hc(h), k(1.f), c(c_), lazy(false), rawc(0.f), rfac(1.f), rawok(false), radd(0.f),
+        runit(false) {}
   // An integer converts to a kg_rowcol as well as a kg_rowcol to an integer (through float), so that
   // `c ? slope * d : 0` is ambiguous (a compile error, as for kg_score) instead of a conditional of
   // type int that truncates the product (write `0.f`).
@@ -350,6 +360,8 @@ __device__ __forceinline__ kg_rowcol kg_score_rc(kg_score a, kg_rowcol b, float 
     r.rawc = b.hc ? fmaf(sb * (b.k / a.scale), b.c, sa * a.raw) : sa * a.raw;
     r.rfac = a.scale;
     r.rawok = true;
+    r.runit = b.hc && sa == 1.f;
+    r.radd = b.hc ? fmaf(sb * (b.k / a.scale), b.c, 0.f) : 0.f;   // (rawc's FFMA at score 0)
   }
   return r;
 }
@@ -433,15 +445,21 @@ __device__ __forceinline__ float kg_exp(kg_idx x) { return expf(x.fl()); }
 // Hopper kernel with a mask_mod use), and the parts apply_user_hoist takes apart: value = row +
 // fac * col (raw: col in the units of a score: a kg_score returned, or a kg_rowcol's rawok form;
 // pos: fac is the kernel's own scale, known > 0), else row + col.
+// add / unit: col == the raw score + add, add independent of the score (kg_rowcol's runit: `score -/+
+// an index times a per-row value`), so the Q K^T accumulators may start from add (user_acc_init).
 struct kg_ret {
-  float v, row, col, fac;
-  bool raw, pos;
+  float v, row, col, fac, add;
+  bool raw, pos, unit;
   kg_ret() = default;
-  __device__ __forceinline__ kg_ret(float x) : v(x), row(-0.f), col(x), fac(1.f), raw(false), pos(false) {}
-  __device__ __forceinline__ kg_ret(kg_score x) : v((float)x), row(-0.f), col(x.raw), fac(x.scale), raw(true), pos(x.orig) {}
+  __device__ __forceinline__ kg_ret(float x)
+      : v(x), row(-0.f), col(x), fac(1.f), add(0.f), raw(false), pos(false), unit(false) {}
+  __device__ __forceinline__ kg_ret(kg_score x)
+      : v((float)x), row(-0.f), col(x.raw), fac(x.scale), add(0.f), raw(true), pos(x.orig), unit(false) {}
   __device__ __forceinline__ kg_ret(kg_rowcol x)
-      : v(x.v), row(x.row), col(x.rawok ? x.rawc : x.hc ? x.col : -0.f), fac(x.rfac), raw(x.rawok), pos(x.rawok) {}
-  __device__ __forceinline__ kg_ret(kg_idx x) : v(x.fl()), row(x.f0), col(x.f1), fac(1.f), raw(false), pos(false) {}
+      : v(x.v), row(x.row), col(x.rawok ? x.rawc : x.hc ? x.col : -0.f), fac(x.rfac), add(x.radd), raw(x.rawok),
+        pos(x.rawok), unit(x.rawok && x.runit) {}
+  __device__ __forceinline__ kg_ret(kg_idx x)
+      : v(x.fl()), row(x.f0), col(x.f1), fac(1.f), add(0.f), raw(false), pos(false), unit(false) {}
   __device__ __forceinline__ float natural() const { return v; }
 };
 
@@ -633,7 +651,7 @@ __device__ __forceinline__ void apply_user(float (&s)[MT][BN / 8][4], const Attn
 template <bool CLAMP_KV = true, bool NONNEG = false>
 __device__ __forceinline__ float apply_user_hoist(float (&s)[MT][BN / 8][4], const AttnParams& p, const UserTile& ut,
                                                   int n, int row0, int qpk, int warp, int lane, float to_nat,
-                                                  float own_factor, float (&roff)[MT][2]) {
+                                                  float own_factor, float (&roff)[MT][2], bool acc = false) {
   const UserBlock ub = user_block(ut, n, lane);
   kg_ret rr[MT][BN / 8][4];
   bool raw = true;
@@ -668,7 +686,8 @@ __device__ __forceinline__ float apply_user_hoist(float (&s)[MT][BN / 8][4], con
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const kg_ret& q = rr[mt][nt][2 * h + e];
-          const float col = raw || !q.raw ? q.col : q.col * q.fac;
+          // (acc: the accumulators started from q.add, user_acc_init: the score is q.col already)
+          const float col = acc && q.unit ? s[mt][nt][2 * h + e] : raw || !q.raw ? q.col : q.col * q.fac;
           s[mt][nt][2 * h + e] =
               __float_as_uint(q.row) == __float_as_uint(row_first) ? col : col + (q.row - row_first) * inv;
         }
@@ -676,5 +695,44 @@ __device__ __forceinline__ float apply_user_hoist(float (&s)[MT][BN / 8][4], con
     }
   // (the kernel's own scale: its exponent factor as plain attention takes it, own_factor)
   return raw ? (rr[0][0][0].pos ? own_factor : fac * USER_LOG2E) : USER_LOG2E;
+}
+
+// The Q K^T accumulators of block n started from the score_mod's per-key part (USER_ACC): when
+// every result of apply_user_hoist's instance <CLAMP_KV, NONNEG> is `the raw score + add` (kg_ret's
+// unit: `score -/+ an index times a per-row value`, ALiBi written as a snippet), s = add (the snippet
+// at score 0) and true is returned: the first wgmma then accumulates, and apply_user_hoist (acc)
+// takes the scores as they come, without the FFMA a logit that would add the part after the GEMM
+// (the built-in ALiBi's ALIBI_ACC, common/alibi.cuh).  Otherwise s is left alone and false returned.
+template <bool CLAMP_KV = true, bool NONNEG = false>
+__device__ __forceinline__ bool user_acc_init(float (&s)[MT][BN / 8][4], const AttnParams& p, const UserTile& ut,
+                                              int n, int row0, int qpk, int warp, int lane, float to_nat) {
+  const UserBlock ub = user_block(ut, n, lane);
+  kg_ret rr[MT][BN / 8][4];
+  bool unit = true;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = row0 + warp * WM + mt * 16 + (lane >> 2) + 8 * h;
+      const int pos = row_position(r, qpk);
+      const int head = PACK_GQA ? ut.kv_head * qpk + (r - pos * qpk) : ut.head;
+      const kg_idx q_idx = user_q_idx<NONNEG>(ut, pos);
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          kg_ret& q = rr[mt][nt][2 * h + e];
+          q = user_logit_parts(p, ut, head, q_idx, user_kv_idx<CLAMP_KV, NONNEG>(ut, ub, nt * 8 + e), 0.f, to_nat);
+          unit = unit && q.unit;
+        }
+    }
+  if (!USER_ACC || !unit) return false;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[mt][nt][e] = rr[mt][nt][e].add;
+  return true;
 }
 {% endif %}
