@@ -231,7 +231,13 @@ def test_hopper_spec_takes_fp8_with_landing_stages_and_the_hopper_fused_kernel()
     assert s.land_stages == 2 and s.smem_bytes() == ring + 2 * 128 * 256 == 230656
     assert s.template_vars()["land_stages"] == 2 
     assert s.name == "attn_sm_90a_wgmma_pingpong_bf16_d128_causal_kve4m3_soa_m128n128w8s2b1"
-    assert (s.template_vars()["producer_regs"], s.template_vars()["consumer_regs"]) == AttentionSpec.SM90_REGS_FP8[8]
+    # d 128: 56 producer registers (two converter chunks in flight, CONV_UNROLL 2), other head dims 40
+    assert (s.template_vars()["producer_regs"], s.template_vars()["consumer_regs"]) == AttentionSpec.SM90_REGS_FP8_D128[8] \
+        == (56, 224)
+    assert "#define KG_CONV_UNROLL 2" in render.render(s)
+    d64 = hop(64, 64, 128)
+    assert (d64.template_vars()["producer_regs"], d64.template_vars()["consumer_regs"]) == AttentionSpec.SM90_REGS_FP8[8]
+    assert "#define KG_CONV_UNROLL 1" in render.render(d64)
     d256 = hop(256, 256, 64)
     assert d256.land_stages == 1 and d256.smem_bytes() == 2 * (256 * 256 + 256 * 128) + 1280 + 64 * 512
     assert hop(96, 96, 128).smem_bytes() == s.smem_bytes()          # d 96 padded to 128 columns

@@ -726,3 +726,28 @@ def test_a_conditional_of_the_score_and_an_integer_does_not_compile():
             with pytest.raises(VariantCompileError, match=r'ambiguous "\?" operation'):
                 KernelCache(d).get(spec(body))
         KernelCache(d).get(spec("return q_idx >= kv_idx ? score : -10000.f;"))
+
+
+def test_only_straight_line_score_mods_start_the_accumulators():
+    """USER_ACC (the Q K^T accumulators started from a score_mod's per-key part) needs the same choice
+    for every element of the warpgroup's one wgmma; a branch could make it differ by row (the
+    two-returns form failed on the H200 that way), so only snippets with one return and no branch
+    render it (VariantCode's "acc"; comments and strings do not count)."""
+    from kernelgen.kernels.variant_code import body, straight_line
+    linear = "score - slopes[head] * kg_abs(q_idx + kv_len - q_len - kv_idx)"
+    assert straight_line(body(linear, "score_mod"))
+    assert straight_line(body("auto b = slopes[head] * 2.f; // if ? &&\nreturn score - b;", "score_mod"))
+    for code in ("if (q_idx & 1) return score;\nreturn score - slopes[head];", "return q_idx > 3 ? score : 0.f;",
+                 "float b = 0.f; for (int i = 0; i < 2; ++i) b += 1.f; return score - b;",
+                 "return (q_idx > 1 && kv_idx > 1) ? score : score - 1.f;"):
+        assert not straight_line(body(code, "score_mod")), code
+    kw = dict(num_heads_q=32, num_heads_kv=8, mask="causal", max_seqlen_q=4096, max_seqlen_k=4096)
+
+    def acc_line(score_mod, mask_mod=None):
+        code = VariantCode(score_mod=score_mod, mask_mod=mask_mod, tensors=(("slopes", "float32"),))
+        src = render.render(heuristics.choose("sm_90a", "bf16", 128, 128, variant=code, **kw).attention)
+        return [x for x in src.splitlines() if x.startswith("constexpr bool USER_ACC")]
+    assert acc_line(linear) == ["constexpr bool USER_ACC = KG_USER_ACC && true;"]
+    assert acc_line("if (q_idx & 1) return score;\nreturn score - slopes[head] * kg_abs(q_idx - kv_idx);") == \
+        ["constexpr bool USER_ACC = KG_USER_ACC && false;"]
+    assert acc_line(linear, "kv_idx <= q_idx + (int)slopes[0]") == ["constexpr bool USER_ACC = KG_USER_ACC && false;"]

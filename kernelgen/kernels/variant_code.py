@@ -115,6 +115,17 @@ def body(code: str, what: str) -> str:
     return "return (" + code.rstrip() + "\n);\n"
 
 
+_BRANCH = re.compile(r"\b(if|else|for|while|do|switch|case|goto)\b|\?|&&|\|\|")
+
+
+def straight_line(code: str) -> bool:
+    """True for a snippet body without control flow: at most one ``return``, no ``if`` / ``else`` /
+    loop / ``switch`` / ``goto``, no ``?:``, ``&&`` or ``||`` (comments and string literals
+    ignored).  Conservative: a branch that could not change the result's form also says False."""
+    text = code_only(code)
+    return len(re.findall(r"\breturn\b", text)) <= 1 and not _BRANCH.search(text)
+
+
 @dataclass(frozen=True)
 class VariantCode:
     """A user variant's snippets and its tensors' (name, dtype) pairs (see the module doc).
@@ -175,6 +186,12 @@ class VariantCode:
             # their own instance when a snippet takes kg_abs (apply_user's HOIST / NONNEG)
             "hoist": self.score_mod is not None and self.mask_mod is None,
             "nonneg": any("kg_abs" in (s or "") for s in (self.score_mod, self.mask_mod)),
+            # a hoisted score_mod of straight-line code (one return, no branch) may start the Q K^T
+            # accumulators from its per-key part (user_acc_init): whether it can is then the same
+            # for every element, as one wgmma of the warpgroup needs (a branch could make it
+            # differ by row)
+            "acc": self.score_mod is not None and self.mask_mod is None
+            and straight_line(body(self.score_mod, "score_mod")),
         }
 
     def to_json(self) -> dict:

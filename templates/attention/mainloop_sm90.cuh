@@ -762,10 +762,11 @@ __device__ __forceinline__ void producer_loop_gather(const AttnParams& p, const 
 // rows' probabilities are 0 there but 0 * a stray value could be NaN in the MMA (zero_v_tail's job
 // on the other paths, done here so that only the converter writes the slot).
 // CONV_UNROLL chunks a converter thread has in flight (KG_CONV_UNROLL in KERNELGEN_DEFINES for an
-// A/B; 1: each chunk's load, conversion and stores in turn).  The loads and stores are volatile asm
+// A/B; 1: each chunk's load, conversion and stores in turn): 2 where the producers have 56
+// registers (head dim 128, AttentionSpec.SM90_REGS_FP8_D128; with 40 two chunks spill), 1 else.  The loads and stores are volatile asm
 // kept in source order, so a group's loads are all issued before its first store.
 #ifndef KG_CONV_UNROLL
-#define KG_CONV_UNROLL 1
+#define KG_CONV_UNROLL {{ 2 if (producer_regs is defined and producer_regs >= 56) else 1 }}
 #endif
 constexpr int CONV_UNROLL = KG_CONV_UNROLL;
 

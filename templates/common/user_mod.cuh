@@ -18,12 +18,13 @@ constexpr bool USER_MASK = {{ "true" if u.mask_mod is not none else "false" }}; 
 constexpr bool USER_RANGE = {{ "true" if u.kv_range is not none else "false" }};   // kv_range given
 constexpr float USER_LOG2E = 1.4426950408889634f;
 // USER_ACC: a hoisted score_mod whose per-key part is independent of the score starts the Hopper
-// kernel's Q K^T accumulators from it (user_acc_init); KG_USER_ACC=0 (KERNELGEN_DEFINES) adds it
-// after the GEMM instead (A/Bs)
+// kernel's Q K^T accumulators from it (user_acc_init); only for straight-line snippets (one return,
+// no branch: VariantCode's "acc"), where whether it can is the same for every element of the
+// warpgroup's one wgmma.  KG_USER_ACC=0 (KERNELGEN_DEFINES) adds it after the GEMM instead (A/Bs).
 #ifndef KG_USER_ACC
 #define KG_USER_ACC 1
 #endif
-constexpr bool USER_ACC = KG_USER_ACC;
+constexpr bool USER_ACC = KG_USER_ACC && {{ "true" if u.acc else "false" }};
 
 // 2-byte floating types of user tensors (no CUDA headers here): read them with to_float.
 struct __align__(2) kg_half_t { unsigned short x; };
