@@ -133,6 +133,9 @@ def test_hopper_and_keys_as_rows_sources_hold_the_bias():
     assert src.count("apply_alibi_causal<!ALIBI_ACC>(s, alibi_sl, mi, n, row0, 1, cw, lane, roff);") == 3
     assert src.count("if (ALIBI_ACC) alibi_acc_init(s, alibi_sl);") == 3
     assert "constexpr bool ALIBI_ACC = KG_ALIBI_ACC && true;" in src
+    # a soft-cap takes the raw scores and the bias comes after it: no accumulator start
+    capped = render.render(dataclasses.replace(h, softcap=True))
+    assert "constexpr bool ALIBI_ACC = KG_ALIBI_ACC && false;" in capped
     assert src.count(", roff);") == 6 and "apply_alibi(s," not in src
     assert "alibi_row_coefs(alibi_sl, p, ti.b, ti.head" in src
     nc = render.render(dataclasses.replace(h, mask="none"))

@@ -238,6 +238,10 @@ def test_hopper_spec_takes_fp8_with_landing_stages_and_the_hopper_fused_kernel()
     d64 = hop(64, 64, 128)
     assert (d64.template_vars()["producer_regs"], d64.template_vars()["consumer_regs"]) == AttentionSpec.SM90_REGS_FP8[8]
     assert "#define KG_CONV_UNROLL 1" in render.render(d64)
+    # the FP8 tensor-core variant converts nothing: it keeps its registers at d 128
+    mma = hop(128, 128, 128, fp8_mma=True, q_dtype="e4m3") if "q_dtype" in AttentionSpec.__dataclass_fields__ \
+        else hop(128, 128, 128, fp8_mma=True)
+    assert (mma.template_vars()["producer_regs"], mma.template_vars()["consumer_regs"]) == AttentionSpec.SM90_REGS_FP8[8]
     d256 = hop(256, 256, 64)
     assert d256.land_stages == 1 and d256.smem_bytes() == 2 * (256 * 256 + 256 * 128) + 1280 + 64 * 512
     assert hop(96, 96, 128).smem_bytes() == s.smem_bytes()          # d 96 padded to 128 columns

@@ -511,13 +511,14 @@ def test_alibi_score_mod_converts_no_index_per_logit():
     assert v_res["spill_stores"] == 0 and v_res["stack_frame"] == 0, v_res
 
 
-def test_alibi_score_mod_on_indices_costs_one_ffma_a_logit_below_the_diagonal():
+def test_alibi_score_mod_on_indices_costs_one_ffma_a_logit_below_the_diagonal(monkeypatch):
     """ALiBi written on the indices, ``slopes[head] * kg_abs(q_idx + kv_len - q_len - kv_idx)`` (and
     without kg_abs, as causal ALiBi can be), builds a Hopper causal kernel whose key blocks below the
-    diagonal take the bias as the built-in does: the per-row part leaves the scores (softmax_scores'
-    roff), the scale stays in the exponent and the per-key part, (slope / scale) * the key's column,
-    starts the Q K^T accumulators (user_acc_init, as the built-in's ALIBI_ACC): no FFMA a logit, no
-    add for the distance and no product (common/user_mod.cuh: kg_rowcol, apply_user_hoist, NONNEG).  With fabsf on a float cast it takes the distance, the product and
+    diagonal take the bias as the built-in's FFMA form does (KG_ALIBI_ACC=0; the default built-in
+    starts its accumulators from the bias, which snippets do only with the experiment KG_USER_ACC=1):
+    the per-row part leaves the scores (softmax_scores' roff), the scale stays in the exponent and
+    each logit gets one FFMA, raw + (slope / scale) * its key's column, no add for the distance and
+    no product (common/user_mod.cuh: kg_rowcol, apply_user_hoist, NONNEG).  With fabsf on a float cast it takes the distance, the product and
     the FFMA per logit (1.07-1.14x the built-in's time on the H200); ``return score;`` costs what
     the plain kernel does, and ``50.f * tanhf(score / 50.f)`` one multiply a logit besides the tanh.  Counts over the whole kernel: the peeled (last, clamped) key block, the
     loop's block and, with kg_abs, the loop's masked (diagonal) block."""
@@ -532,9 +533,9 @@ def test_alibi_score_mod_on_indices_costs_one_ffma_a_logit_below_the_diagonal():
 
     plain, _ = counts()
     ident, _ = counts("return score;")
-    # (the built-in and the linear snippet both start the Q K^T accumulators from the bias's per-key
-    # part: ALIBI_ACC, USER_ACC; test_builtin_causal_alibi_adds_no_ffma_a_logit)
+    monkeypatch.setenv(compiler.DEFINES_ENV, "KG_ALIBI_ACC=0")   # the built-in's FFMA form
     builtin, _ = counts(alibi=True)
+    monkeypatch.delenv(compiler.DEFINES_ENV)
     linear, _ = counts("score - slopes[head] * (q_idx + kv_len - q_len - kv_idx)")
     absd, spec = counts("score - slopes[head] * kg_abs(q_idx + kv_len - q_len - kv_idx)")
     floatd, _ = counts("score - slopes[head] * fabsf((float)(q_idx + kv_len - q_len - kv_idx))")
@@ -543,14 +544,14 @@ def test_alibi_score_mod_on_indices_costs_one_ffma_a_logit_below_the_diagonal():
     per_block = 64                                                     # logits a thread a key block
     assert builtin["HGMMA"] == linear["HGMMA"] == absd["HGMMA"] > 0
     assert ident["FMUL"] <= plain["FMUL"] + 8 and ident["FFMA"] <= plain["FFMA"] + 8, (ident, plain)
-    def mul(c):   # the starts of the accumulators are FMULs (built-in) or FFMAs (snippet) of one count
-        return c["FFMA"] + c["FMUL"]
-    assert mul(linear) <= mul(builtin) + 16, (linear, builtin)
+    for form in (linear, absd):
+        assert form["FMUL"] <= builtin["FMUL"] + 16, (form, builtin)
+    assert linear["FFMA"] <= builtin["FFMA"] + 8, (linear, builtin)
     assert linear["FADD"] <= builtin["FADD"] + 16, (linear, builtin)
     # kg_abs: the same below the diagonal; the general form (an add and an FFMA a logit) on the
     # peeled block and the loop's masked one
     assert absd["FADD"] <= builtin["FADD"] + 2 * per_block + 16, (absd, builtin)
-    assert mul(absd) <= mul(builtin) + 2 * per_block + 16, (absd, builtin)
+    assert absd["FFMA"] <= builtin["FFMA"] + per_block + 8, (absd, builtin)
     assert floatd["FADD"] >= plain["FADD"] + 2 * per_block and floatd["FMUL"] >= plain["FMUL"] + per_block
     # FA4's soft-cap score_mod: the cap stays a scale (one multiply a logit, raw * scale / 50, not two)
     assert capped["FMUL"] <= plain["FMUL"] + 2 * per_block + 8, (capped, plain)
@@ -578,7 +579,8 @@ def test_builtin_causal_alibi_adds_no_ffma_a_logit(monkeypatch):
         return sum(1 for x in body if x.split()[0].split(".")[0] == op)
     plain, _ = loop()
     acc, text = loop(alibi=True)
-    # ALiBi as a linear snippet starts its accumulators the same way (USER_ACC, user_acc_init)
+    # ALiBi as a linear snippet starts its accumulators the same way with the experiment KG_USER_ACC=1
+    monkeypatch.setenv(compiler.DEFINES_ENV, "KG_USER_ACC=1")
     snippet, _ = loop(variant=VariantCode(score_mod="score - slopes[head] * (q_idx + kv_len - q_len - kv_idx)",
                                           tensors=(("slopes", "float32"),)))
     monkeypatch.setenv(compiler.DEFINES_ENV, "KG_ALIBI_ACC=0")
@@ -729,7 +731,8 @@ def test_a_conditional_of_the_score_and_an_integer_does_not_compile():
 
 
 def test_only_straight_line_score_mods_start_the_accumulators():
-    """USER_ACC (the Q K^T accumulators started from a score_mod's per-key part) needs the same choice
+    """USER_ACC (the experiment KG_USER_ACC=1: the Q K^T accumulators started from a score_mod's
+    per-key part; off by default, common/user_mod.cuh says why) needs the same choice
     for every element of the warpgroup's one wgmma; a branch could make it differ by row (the
     two-returns form failed on the H200 that way), so only snippets with one return and no branch
     render it (VariantCode's "acc"; comments and strings do not count)."""
@@ -747,7 +750,8 @@ def test_only_straight_line_score_mods_start_the_accumulators():
         code = VariantCode(score_mod=score_mod, mask_mod=mask_mod, tensors=(("slopes", "float32"),))
         src = render.render(heuristics.choose("sm_90a", "bf16", 128, 128, variant=code, **kw).attention)
         return [x for x in src.splitlines() if x.startswith("constexpr bool USER_ACC")]
-    assert acc_line(linear) == ["constexpr bool USER_ACC = KG_USER_ACC && true;"]
+    assert acc_line(linear) == ["constexpr bool USER_ACC = KG_USER_ACC && !SOFTCAP && true;"]
     assert acc_line("if (q_idx & 1) return score;\nreturn score - slopes[head] * kg_abs(q_idx - kv_idx);") == \
-        ["constexpr bool USER_ACC = KG_USER_ACC && false;"]
-    assert acc_line(linear, "kv_idx <= q_idx + (int)slopes[0]") == ["constexpr bool USER_ACC = KG_USER_ACC && false;"]
+        ["constexpr bool USER_ACC = KG_USER_ACC && !SOFTCAP && false;"]
+    assert acc_line(linear, "kv_idx <= q_idx + (int)slopes[0]") == \
+        ["constexpr bool USER_ACC = KG_USER_ACC && !SOFTCAP && false;"]

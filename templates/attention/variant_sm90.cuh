@@ -38,7 +38,8 @@ constexpr bool ALIBI = true;                                          // ALiBi b
 #ifndef KG_ALIBI_ACC
 #define KG_ALIBI_ACC 1
 #endif
-constexpr bool ALIBI_ACC = KG_ALIBI_ACC && {{ "true" if (v.get("alibi") and v.mask == "causal" and not v.get("user") and not v.get("fp8_mma")) else "false" }};
+// (not with a soft-cap: the cap takes the raw scores, the bias comes after it)
+constexpr bool ALIBI_ACC = KG_ALIBI_ACC && {{ "true" if (v.get("alibi") and v.mask == "causal" and not v.get("user") and not v.get("fp8_mma") and not v.softcap) else "false" }};
 // per-token partial counts for the combine kernel: a split variant's, or (row_splits) the long
 // class's rows of a mixed batch whose short class splits (one partial each: the combine skips them)
 constexpr bool ROW_SPLITS = SPLIT || {{ "true" if v.row_splits else "false" }};

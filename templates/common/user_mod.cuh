@@ -17,14 +17,19 @@ constexpr bool USER_SCORE = {{ "true" if u.score_mod is not none else "false" }}
 constexpr bool USER_MASK = {{ "true" if u.mask_mod is not none else "false" }};    // mask_mod given
 constexpr bool USER_RANGE = {{ "true" if u.kv_range is not none else "false" }};   // kv_range given
 constexpr float USER_LOG2E = 1.4426950408889634f;
-// USER_ACC: a hoisted score_mod whose per-key part is independent of the score starts the Hopper
-// kernel's Q K^T accumulators from it (user_acc_init); only for straight-line snippets (one return,
-// no branch: VariantCode's "acc"), where whether it can is the same for every element of the
-// warpgroup's one wgmma.  KG_USER_ACC=0 (KERNELGEN_DEFINES) adds it after the GEMM instead (A/Bs).
+// USER_ACC (experiment, off: KG_USER_ACC=1 in KERNELGEN_DEFINES turns it on): a hoisted score_mod
+// whose per-key part is independent of the score starts the Hopper kernel's Q K^T accumulators from
+// it (user_acc_init); only straight-line snippets (one return, no branch: VariantCode's "acc"), no
+// soft-cap.  Not safe as the default: eligibility is decided from the values at score 0, per
+// element, and a review found snippets where it differs between threads of the warpgroup's one
+// wgmma without a branch in the snippet's text (kg_min / kg_max / clamp of a kg_rowcol, an array
+// of them indexed by q_idx) or where the per-key part depends on the score (`score + 1e-3f * kv_idx
+// * fmaxf(score, 0.f)`); it needs compile-time eligibility from the types (docs/dev/perf-log.md,
+// twenty-third session).
 #ifndef KG_USER_ACC
-#define KG_USER_ACC 1
+#define KG_USER_ACC 0
 #endif
-constexpr bool USER_ACC = KG_USER_ACC && {{ "true" if u.acc else "false" }};
+constexpr bool USER_ACC = KG_USER_ACC && !SOFTCAP && {{ "true" if u.acc else "false" }};
 
 // 2-byte floating types of user tensors (no CUDA headers here): read them with to_float.
 struct __align__(2) kg_half_t { unsigned short x; };
@@ -707,6 +712,7 @@ __device__ __forceinline__ float apply_user_hoist(float (&s)[MT][BN / 8][4], con
 template <bool CLAMP_KV = true, bool NONNEG = false>
 __device__ __forceinline__ bool user_acc_init(float (&s)[MT][BN / 8][4], const AttnParams& p, const UserTile& ut,
                                               int n, int row0, int qpk, int warp, int lane, float to_nat) {
+  if (!USER_ACC) return false;
   const UserBlock ub = user_block(ut, n, lane);
   kg_ret rr[MT][BN / 8][4];
   bool unit = true;
@@ -727,7 +733,7 @@ __device__ __forceinline__ bool user_acc_init(float (&s)[MT][BN / 8][4], const A
           unit = unit && q.unit;
         }
     }
-  if (!USER_ACC || !unit) return false;
+  if (!unit) return false;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
