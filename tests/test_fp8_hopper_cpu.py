@@ -25,18 +25,30 @@ def swz128(addr: int) -> int:
     return addr ^ ((addr >> 3) & 0x70)
 
 
-def convert_walk(bn: int, nh: int):
-    """convert_block's (thread, h, cc, r) per 16-byte FP8 chunk, in issue order per thread."""
+def convert_walk(bn: int, nh: int, unroll: int = 1):
+    """convert_block's (thread, h, cc, r) per 16-byte FP8 chunk, in issue order per thread, with
+    CONV_UNROLL = ``unroll`` chunks a loop trip (c0 += NCONV * unroll, chunk c0 + u * NCONV, the
+    trip's chunks past the end skipped)."""
     chunks = nh * bn * 4
     for tid in range(NCONV):
-        for it, c in enumerate(range(tid, chunks, NCONV)):
-            h, rem = divmod(c, bn * 4)
-            cc, r = divmod(rem, bn)
-            yield tid, it, h, cc, r
+        it = 0
+        for c0 in range(tid, chunks, NCONV * unroll):
+            for u in range(unroll):
+                c = c0 + u * NCONV
+                if c >= chunks:
+                    break
+                h, rem = divmod(c, bn * 4)
+                cc, r = divmod(rem, bn)
+                yield tid, it, h, cc, r
+                it += 1
 
 
+@pytest.mark.parametrize("unroll,valid", [(1, None), (2, None), (2, 37), (1, 37), (2, 1)])
 @pytest.mark.parametrize("bn,d", [(128, 128), (128, 64), (64, 256), (64, 192), (128, 96)])
-def test_the_conversion_walk_fills_the_ring_slot_exactly(bn, d):
+def test_the_conversion_walk_fills_the_ring_slot_exactly(bn, d, unroll, valid):
+    """... with one or two chunks a trip (CONV_UNROLL: 2 at head dim 128) and a last block whose
+    rows >= valid (keys past the request's end) are written as zeros, not read."""
+    valid = bn if valid is None else valid
     dp = -(-d // 64) * 64
     nh = dp // 64
     rng = np.random.default_rng(bn + d)
@@ -49,10 +61,10 @@ def test_the_conversion_walk_fills_the_ring_slot_exactly(bn, d):
     ring = np.full(nh * bn * 128 // 2, -1, dtype=np.int32)            # 16-bit elements, as their FP8 code
     writes = np.zeros_like(ring)
     phases = {}
-    for tid, it, h, cc, r in convert_walk(bn, nh):
+    for tid, it, h, cc, r in convert_walk(bn, nh, unroll):
         src = h * bn * 64 + r * 64 + ((cc ^ ((r >> 1) & 3)) << 4)     # the template's read address
         assert src == swz64(h * bn * 64 + r * 64 + 16 * cc)
-        vals = land[src:src + 16]
+        vals = land[src:src + 16] if r < valid else np.zeros(16, dtype=np.uint8)   # (x = 0: FP8 +0)
         row = h * bn * 128 + r * 128
         for half in range(2):
             dst = row + (((2 * cc + half) ^ (r & 7)) << 4)             # the template's write address
@@ -63,7 +75,8 @@ def test_the_conversion_walk_fills_the_ring_slot_exactly(bn, d):
     assert (writes == 1).all(), "every 16-bit element written exactly once"
     for h, r, j in itertools.product(range(nh), range(bn), range(8)):  # read back through the 128-byte swizzle
         a = swz128(h * bn * 128 + r * 128 + 16 * j) // 2
-        assert (ring[a:a + 8] == logical[r, 64 * h + 8 * j: 64 * h + 8 * j + 8]).all()
+        want = logical[r, 64 * h + 8 * j: 64 * h + 8 * j + 8] if r < valid else 0
+        assert (ring[a:a + 8] == want).all()
     for key, groups in phases.items():                                 # 8 threads a phase: distinct bank groups
         if len(groups) == 8:
             assert len({g[0] for g in groups}) == 8 and len({g[1] for g in groups}) == 8, key
