@@ -654,13 +654,15 @@ __device__ __forceinline__ void apply_user(float (&s)[MT][BN / 8][4], const Attn
 //   takes the test at run time, both forms compiled.
 // Returns the factor softmax_scores applies to the block's scores (own_factor: the one of the
 // kernel's own scale, score_scale).
-template <bool CLAMP_KV = true, bool NONNEG = false>
-__device__ __forceinline__ float apply_user_hoist(float (&s)[MT][BN / 8][4], const AttnParams& p, const UserTile& ut,
-                                                  int n, int row0, int qpk, int warp, int lane, float to_nat,
-                                                  float own_factor, float (&roff)[MT][2], bool acc = false) {
+// The score_mod's parts (kg_ret) of every element of block n (apply_user's indices), at the scores
+// s, and whether all are in a score's units with one factor (apply_user_hoist's raw); ZERO: at
+// score 0, and whether all are `the raw score + add` (user_acc_init's unit).
+template <bool CLAMP_KV, bool NONNEG, bool ZERO = false>
+__device__ __forceinline__ bool user_block_parts(kg_ret (&rr)[MT][BN / 8][4], const float (&s)[MT][BN / 8][4],
+                                                 const AttnParams& p, const UserTile& ut, int n, int row0, int qpk,
+                                                 int warp, int lane, float to_nat) {
+  bool all = true;
   const UserBlock ub = user_block(ut, n, lane);
-  kg_ret rr[MT][BN / 8][4];
-  bool raw = true;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -674,11 +676,20 @@ __device__ __forceinline__ float apply_user_hoist(float (&s)[MT][BN / 8][4], con
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           kg_ret& q = rr[mt][nt][2 * h + e];
-          q = user_logit_parts(p, ut, head, q_idx, user_kv_idx<CLAMP_KV, NONNEG>(ut, ub, nt * 8 + e), s[mt][nt][2 * h + e],
-                               to_nat);
-          raw = raw && q.raw && __float_as_uint(q.fac) == __float_as_uint(rr[0][0][0].fac);
+          q = user_logit_parts(p, ut, head, q_idx, user_kv_idx<CLAMP_KV, NONNEG>(ut, ub, nt * 8 + e),
+                               ZERO ? 0.f : s[mt][nt][2 * h + e], to_nat);
+          all = ZERO ? all && q.unit : all && q.raw && __float_as_uint(q.fac) == __float_as_uint(rr[0][0][0].fac);
         }
     }
+  return all;
+}
+
+template <bool CLAMP_KV = true, bool NONNEG = false>
+__device__ __forceinline__ float apply_user_hoist(float (&s)[MT][BN / 8][4], const AttnParams& p, const UserTile& ut,
+                                                  int n, int row0, int qpk, int warp, int lane, float to_nat,
+                                                  float own_factor, float (&roff)[MT][2], bool acc = false) {
+  kg_ret rr[MT][BN / 8][4];
+  bool raw = user_block_parts<CLAMP_KV, NONNEG>(rr, s, p, ut, n, row0, qpk, warp, lane, to_nat);
   const float fac = rr[0][0][0].fac;
   raw = raw && (rr[0][0][0].pos || fac > 0.f);
   const float inv = raw ? 1.f / fac : 1.f;   // the row parts into the scores' units
@@ -713,27 +724,8 @@ template <bool CLAMP_KV = true, bool NONNEG = false>
 __device__ __forceinline__ bool user_acc_init(float (&s)[MT][BN / 8][4], const AttnParams& p, const UserTile& ut,
                                               int n, int row0, int qpk, int warp, int lane, float to_nat) {
   if (!USER_ACC) return false;
-  const UserBlock ub = user_block(ut, n, lane);
   kg_ret rr[MT][BN / 8][4];
-  bool unit = true;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = row0 + warp * WM + mt * 16 + (lane >> 2) + 8 * h;
-      const int pos = row_position(r, qpk);
-      const int head = PACK_GQA ? ut.kv_head * qpk + (r - pos * qpk) : ut.head;
-      const kg_idx q_idx = user_q_idx<NONNEG>(ut, pos);
-#pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          kg_ret& q = rr[mt][nt][2 * h + e];
-          q = user_logit_parts(p, ut, head, q_idx, user_kv_idx<CLAMP_KV, NONNEG>(ut, ub, nt * 8 + e), 0.f, to_nat);
-          unit = unit && q.unit;
-        }
-    }
-  if (!unit) return false;
+  if (!user_block_parts<CLAMP_KV, NONNEG, true>(rr, s, p, ut, n, row0, qpk, warp, lane, to_nat)) return false;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
