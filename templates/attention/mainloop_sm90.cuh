@@ -373,6 +373,17 @@ uacc = user_acc_init<{{ "true" if clamp_kv else "false" }}>(s, p, ut, n, row0, 1
 {% endif -%}
 {%- endmacro %}
 
+{#- Before block n's Q K^T issue: its accumulators started from the bias (built-in causal ALiBi,
+    ALIBI_ACC) or from a hoisted score_mod's per-key part (user_acc). -#}
+{% macro acc_start(clamp_kv=True) -%}
+{% if v.get("alibi") -%}
+if (ALIBI_ACC) alibi_acc_init(s, alibi_sl);
+{% endif -%}
+{% if v.get("user") and v.user.hoist -%}
+{{ user_acc(clamp_kv) }}
+{% endif -%}
+{%- endmacro %}
+
 {#- The scores of key block n, from S = Q K^T to P: soft-cap, ALiBi, the user variant (its keys clamped
     unless every key of the block is in range: clamp_kv), the masks, the online softmax (rendered at
     the three places a consumer takes a block: the serial loop, the overlapped loop's peeled first
@@ -482,12 +493,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   if (!OVERLAP) {
     for (int n = n_hi - 1; n >= n_lo; --n) {
       mbar_wait(FP8_MMA ? bar_land_full(sb, kv.stage) : bar_k_full(sb, kv.stage), kv.phase, 10);
-      {% if v.get("alibi") %}
-      if (ALIBI_ACC) alibi_acc_init(s, alibi_sl);
-      {% endif %}
-      {% if v.get("user") and v.user.hoist %}
-      {{ user_acc(clamp_kv=True) | indent(6) }}
-      {% endif %}
+      {{ acc_start(clamp_kv=True) | trim | indent(6) }}
       fence_regs<BN / 2>(&s[0][0][0]);
       wgmma_fence();
       issue_qk(s, q_base, FP8_MMA ? sb + OFF_LAND + kv.stage * LAND_BYTES : sb + OFF_K + kv.stage * K_BYTES{{ ', uacc' if (v.get('user') and v.user.hoist) else '' }});
@@ -518,12 +524,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   // softmax of block n runs while that P V is on the tensor cores.
   int n = n_hi - 1;
   mbar_wait(FP8_MMA ? bar_land_full(sb, kv.stage) : bar_k_full(sb, kv.stage), kv.phase, 12);
-  {% if v.get("alibi") %}
-  if (ALIBI_ACC) alibi_acc_init(s, alibi_sl);
-  {% endif %}
-  {% if v.get("user") and v.user.hoist %}
-  {{ user_acc(clamp_kv=True) | indent(2) }}
-  {% endif %}
+  {{ acc_start(clamp_kv=True) | trim | indent(2) }}
   fence_regs<BN / 2>(&s[0][0][0]);
   turn_wait(cg);
   wgmma_fence();
@@ -546,12 +547,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   }
   for (n = n_hi - 2; n >= n_lo; --n) {
     mbar_wait(FP8_MMA ? bar_land_full(sb, kv.stage) : bar_k_full(sb, kv.stage), kv.phase, 13);
-    {% if v.get("alibi") %}
-    if (ALIBI_ACC) alibi_acc_init(s, alibi_sl);
-    {% endif %}
-    {% if v.get("user") and v.user.hoist %}
-    {{ user_acc(clamp_kv=False) | indent(4) }}
-    {% endif %}
+    {{ acc_start(clamp_kv=False) | trim | indent(4) }}
     fence_regs<BN / 2>(&s[0][0][0]);
     fence_regs<DV / 2>(&o[0][0][0]);
     fence_regs<PA_N * 4>(&pa[0][0]);
