@@ -713,6 +713,70 @@ def test_warm_up_runs_for_its_gpu_time_and_the_interleaved_graphs_each_warm(monk
     assert [g.replays for g in graphs] == [2 + 1 + 9, 2 + 1 + 9]  # 5 ms a replay: 10 replays = 50 ms
 
 
+def test_time_interleaved_settles_each_configuration_before_each_timing(monkeypatch):
+    """settle_ms > 0: every timing of a round comes right after untimed replays of the same graph
+    for about settle_ms of GPU time (warm_up with no fixed calls), so a configuration is timed in
+    its own steady state, not in the one its predecessor left; only graphs whose replay (timed
+    once first) takes at least settle_min_replay_ms; 0 (the function's default) adds none; a
+    negative or NaN settle_ms is refused.  The bench settles by default (Settings.settle_ms) and
+    says so in its method line."""
+    from kernelgen.apps.bench import measure
+
+    events = []
+
+    class Graph:
+        def __init__(self, name):
+            self.name = name
+
+        def replay(self):
+            events.append(("replay", self.name))
+    made = iter("ab")
+    monkeypatch.setattr(measure, "capture_graph", lambda fn: Graph(next(made)))
+    monkeypatch.setattr(measure, "_call_ms", lambda fn: (fn(), 10.0)[1])
+
+    def fake_time_gpu(fn, repeat, warmup, flush):
+        events.append(("time", fn.__self__.name))
+        return 1.0
+    monkeypatch.setattr(measure, "time_gpu", fake_time_gpu)
+    fns = {"a": lambda: None, "b": lambda: None}
+    measure.time_interleaved(fns, rounds=2, repeat=1, warmup=0, settle_ms=40.0)
+    # one replay each timed to decide (10 ms >= 0.5 ms); then before each timing one timed replay
+    # and 3 more make the 40 ms
+    settle = lambda n: [("replay", n)] * 4 + [("time", n)]   # noqa: E731
+    assert events == [("replay", "a"), ("replay", "b")] + settle("a") + settle("b") + settle("b") + settle("a")
+    timed = [("time", "a"), ("time", "b"), ("time", "b"), ("time", "a")]
+    for kw in ({}, {"settle_ms": 40.0, "settle_min_replay_ms": 20.0}):   # none, or replays too short
+        events.clear()
+        made = iter("ab")
+        measure.time_interleaved(fns, rounds=2, repeat=1, warmup=0, **kw)
+        assert [e for e in events if e[0] == "time"] == timed
+        assert len(events) == len(timed) + (2 if kw else 0), events
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="settle_ms"):
+            measure.time_interleaved(fns, rounds=1, settle_ms=bad)
+    from kernelgen.apps.bench.suites import Settings
+    st = Settings()
+    assert st.settle_ms == measure.SETTLE_MS == 150.0 and measure.SETTLE_MIN_REPLAY_MS == 0.5
+    assert "untimed for 150 ms" in st.interleaved_method() and "at least 0.5 ms" in st.interleaved_method()
+
+
+def test_bench_cli_passes_settle_ms_and_refuses_bad_values(monkeypatch):
+    """`kernelgen bench --settle-ms MS` reaches the run (default None: the runner's Settings take
+    measure.SETTLE_MS); a negative, infinite or non-numeric value is an argparse error."""
+    from kernelgen.apps import cli, demo
+    from kernelgen.apps.bench import runner
+
+    seen = {}
+    monkeypatch.setattr(demo, "has_cuda_gpu", lambda: True)
+    monkeypatch.setattr(runner, "run", lambda **kw: seen.update(kw) or 0)
+    assert cli.main(["bench", "--settle-ms", "20"]) == 0 and seen["settle_ms"] == 20.0
+    assert cli.main(["bench", "--settle-ms", "0"]) == 0 and seen["settle_ms"] == 0.0
+    assert cli.main(["bench"]) == 0 and seen["settle_ms"] is None   # runner: measure.SETTLE_MS
+    for bad in ("-1", "x", "inf"):
+        with pytest.raises(SystemExit):
+            cli.main(["bench", "--settle-ms", bad])
+
+
 def test_switch_ratios_divide_by_the_interleaved_default():
     """Switch columns compare with the default call from the same interleaved measurement
     (switch_base_us), the other peers with the entry's time."""

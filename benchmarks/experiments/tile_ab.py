@@ -107,7 +107,8 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates
         api.clear_signature_cache()
 
 
-def run_shape(name: str, shape: str, configs: dict, score_mod: str | None = None, softcap: float = 0.0) -> dict:
+def run_shape(name: str, shape: str, configs: dict, score_mod: str | None = None, softcap: float = 0.0,
+              settle_ms: float = 0.0) -> dict:
     import torch
 
     from kernelgen.apps.bench import measure, peers, suites
@@ -160,7 +161,7 @@ def run_shape(name: str, shape: str, configs: dict, score_mod: str | None = None
         ref = first.setdefault(path, out)
         diffs[cname] = float((out.float() - ref.float()).abs().nan_to_num(float("inf")).max())
         fns[cname] = lambda prep=prep, qq=qq, kk=kk, vv=vv, out=out: prep.run(qq, kk, vv, cu, cu, None, None, out, None)
-    times = measure.time_interleaved(fns, rounds=5, repeat=10) if fns else {}
+    times = measure.time_interleaved(fns, rounds=5, repeat=10, settle_ms=settle_ms) if fns else {}
     pairs = b * (s * (s + 1) // 2 if causal else s * s)
     flops = 4 * hq * d * pairs
     row = {"shape": name, "dims": shape, "us": {n: round(r["us"], 1) for n, r in times.items()},
@@ -225,6 +226,9 @@ def main(argv=None) -> int:
     ap.add_argument("--score-mod", default=None, help="a user score_mod snippet for every kernelgen configuration")
     ap.add_argument("--softcap", type=float, default=0.0, help="the built-in soft-cap for every kernelgen configuration")
     ap.add_argument("--passes", type=int, default=1, help="measure every shape this many times (one process)")
+    ap.add_argument("--settle-ms", type=float, default=None,
+                    help="replay each configuration untimed for this much GPU time before each of its timings "
+                         "(measure.time_interleaved's settle_ms; default measure.SETTLE_MS, 0: none)")
     ap.add_argument("--twice", action="store_true",
                     help="time every kernelgen configuration twice (NAME~2: the same kernel), to show the spread")
     a = ap.parse_args(argv)
@@ -233,7 +237,9 @@ def main(argv=None) -> int:
     configs = dict(c.split("=", 1) for c in a.configs.split(","))
     if a.twice:
         configs = with_twins(configs)
-    rows = [run_shape(*sh.split("=", 1), configs, a.score_mod, a.softcap)
+    from kernelgen.apps.bench import measure
+    settle = measure.SETTLE_MS if a.settle_ms is None else a.settle_ms
+    rows = [run_shape(*sh.split("=", 1), configs, a.score_mod, a.softcap, settle)
             for _ in range(a.passes) for sh in a.shapes.split(",")]
     print("\n".join(["time / first configuration of the path (peers: of their dtype's path), min-max over passes:"]
                     + summarize(rows, configs)), flush=True)

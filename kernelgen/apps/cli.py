@@ -95,6 +95,16 @@ def _positive_int(value: str) -> int:
     return n
 
 
+def _nonnegative_float(value: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not x >= 0 or x == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {value}")
+    return x
+
+
 def _arch(value: str) -> str:
     if value not in ALL_ARCHS:
         raise argparse.ArgumentTypeError(f"arch {value!r} is not supported (choose from {', '.join(ARCHS)}; "
@@ -281,6 +291,10 @@ def _add_bench_parser(sub) -> None:
                    help="seconds after which the remaining entries are skipped and reported as such "
                         "(default 420; 240 with --quick; 0 = no limit)")
     b.add_argument("--no-flush", action="store_true", help="do not flush L2 between repetitions")
+    b.add_argument("--settle-ms", type=_nonnegative_float, default=None, metavar="MS",
+                   help="replay each configuration of an interleaved comparison (replays of 0.5 ms or more) untimed "
+                        "for MS ms of GPU time before each of its timings, so that it is timed in its own steady "
+                        "state of clocks and power (default 150; 0: none)")
     b.add_argument("--from-json", metavar="PATH", default=None,
                    help="measure nothing: print the tables of a saved --json report and, with --plots, draw its "
                         "plots (no GPU needed)")

@@ -157,15 +157,27 @@ def time_graph_launches(fn, launches: int = GRAPH_LAUNCHES, repeat: int = DEFAUL
 
 #: Rounds of an interleaved comparison (full run, --quick).
 DEFAULT_ROUNDS, QUICK_ROUNDS = 6, 3
+#: Untimed replays before each interleaved timing, ms of GPU time (time_interleaved's settle_ms,
+#: the bench's default), and the shortest replay that gets them.  On the H200 the long
+#: compute-bound kernels are power-bound: timed right after a slower, cooler configuration, a
+#: prefill kernel's first replays ran up to 11 % faster than in its own steady state, and two
+#: copies of one kernel measured 4-6 % apart in every pass; with 150 ms of its own replays first
+#: the copies agreed within about 2 % (docs/dev/perf-log.md, twenty-fourth session).  Replays
+#: under SETTLE_MIN_REPLAY_MS (decode steps, the scheduler: memory- or launch-bound, where 150 ms
+#: would be thousands of replays per timing) are timed without.
+SETTLE_MS, SETTLE_MIN_REPLAY_MS = 150.0, 0.5
 #: One-line description of time_interleaved's method (reported with the switch comparisons).
 INTERLEAVED_METHOD = ("each configuration captured in its own CUDA graph ({launches} call(s) a replay); {rounds} rounds, "
                       "each timing every configuration ({repeat} replays, L2 flushed before each, median) in an order "
-                      "rotated by one per round; median of the round medians, per call")
+                      "rotated by one per round, a configuration whose replay takes at least "
+                      f"{SETTLE_MIN_REPLAY_MS:g} ms first replayed untimed for {{settle_ms:g}} ms of GPU time; median "
+                      "of the round medians, per call")
 
 
 def time_interleaved(fns: dict, rounds: int = DEFAULT_ROUNDS, repeat: int = DEFAULT_REPEAT,
                      warmup: int = DEFAULT_WARMUP, flush: bool = True, launches: int = 1,
-                     warmup_ms: float = WARMUP_MS) -> dict:
+                     warmup_ms: float = WARMUP_MS, settle_ms: float = 0.0,
+                     settle_min_replay_ms: float = SETTLE_MIN_REPLAY_MS) -> dict:
     """GPU time of one call of each configuration, in microseconds, measured so that the
     configurations can be compared with each other.
 
@@ -174,8 +186,12 @@ def time_interleaved(fns: dict, rounds: int = DEFAULT_ROUNDS, repeat: int = DEFA
     graph is replayed ``warmup`` times, then each for ``warmup_ms`` of GPU time (:func:`warm_up`); then ``rounds`` rounds each time every graph as
     :func:`time_gpu` does (``repeat`` replays, L2 flushed before each, median), in the order of
     ``fns`` rotated by one more position each round, so that no configuration is always measured
-    first.  Returns {name: {"us": median over the rounds of the round medians / launches,
-    "rounds": [the round medians / launches, in round order]}}.
+    first.  ``settle_ms`` > 0: before each timing in a round, a graph whose replay takes at least
+    ``settle_min_replay_ms`` (one replay timed once, after the warm-up) is first replayed untimed
+    for about ``settle_ms`` of GPU time (:func:`warm_up`), so that it is timed in its own steady
+    state of clocks and power rather than in the one its predecessor left (``SETTLE_MS``).
+    Returns {name: {"us": median over the rounds of the round medians / launches, "rounds": [the
+    round medians / launches, in round order]}}.
 
     Raises ValueError for no configurations or rounds, launches < 1 (and as :func:`time_gpu`).
     """
@@ -183,6 +199,8 @@ def time_interleaved(fns: dict, rounds: int = DEFAULT_ROUNDS, repeat: int = DEFA
         raise ValueError("time_interleaved needs at least one configuration")
     if rounds < 1 or launches < 1:
         raise ValueError(f"rounds and launches must be >= 1, got {rounds}, {launches}")
+    if not settle_ms >= 0:
+        raise ValueError(f"settle_ms must be >= 0, got {settle_ms}")
 
     def many(fn):
         def run():
@@ -198,10 +216,15 @@ def time_interleaved(fns: dict, rounds: int = DEFAULT_ROUNDS, repeat: int = DEFA
         for g in graphs.values():  # then each for at least warmup_ms of replays (warm_up)
             warm_up(g.replay, 0, warmup_ms)
     names = list(graphs)
+    settles = set()
+    if settle_ms > 0:
+        settles = {name for name in names if _call_ms(graphs[name].replay) >= settle_min_replay_ms}
     per = {name: [] for name in names}
     for r in range(rounds):
         k = r % len(names)
         for name in names[k:] + names[:k]:
+            if name in settles:
+                warm_up(graphs[name].replay, 0, settle_ms)
             per[name].append(time_gpu(graphs[name].replay, repeat=repeat, warmup=0, flush=flush) / launches)
     return {name: {"us": statistics.median(v), "rounds": v} for name, v in per.items()}
 

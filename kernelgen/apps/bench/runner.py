@@ -114,13 +114,15 @@ def select(defs, only) -> list:
 
 
 def run(suites=("all",), models=None, trace=None, repeat=None, quick=False, flex=None, flush=True,
-        budget_s=None, json_path=None, plots_dir=None, out=None, jobs=None, after=None, only=None) -> int:
+        budget_s=None, json_path=None, plots_dir=None, out=None, jobs=None, after=None, only=None,
+        settle_ms=None) -> int:
     """The whole ``kernelgen bench`` run; returns the exit code (0 = it ran; entries that failed
     are in the report, not in the exit code; 2 = no GPU).  ``only``: shell patterns of the entry
     names to run (:func:`select`; None: every entry of the suites and presets).
 
     ``after``: optional callable run after the entries; the dict it returns is merged into the
-    JSON report (tools/bench.py's tile sweep)."""
+    JSON report (tools/bench.py's tile sweep).  ``settle_ms``: Settings.settle_ms (the interleaved
+    timings' untimed replays before each timing; None: measure.SETTLE_MS)."""
     import torch
 
     from ...jit import runtime
@@ -139,7 +141,8 @@ def run(suites=("all",), models=None, trace=None, repeat=None, quick=False, flex
         warmup_ms=measure.QUICK_WARMUP_MS if quick else measure.WARMUP_MS,
         rounds=measure.QUICK_ROUNDS if quick else measure.DEFAULT_ROUNDS,
         flush=flush, flex=flex or ("off" if quick else "some"), prefill_trace=trace, decode_trace=trace,
-        quick=quick, device=torch.cuda.current_device())
+        quick=quick, device=torch.cuda.current_device(),
+        settle_ms=measure.SETTLE_MS if settle_ms is None else settle_ms)
     budget = (QUICK_BUDGET_S if quick else DEFAULT_BUDGET_S) if budget_s is None else budget_s
     if budget and budget > 0:
         settings.flex_deadline = t_start + FLEX_BUDGET_SHARE * budget
@@ -168,7 +171,7 @@ def run(suites=("all",), models=None, trace=None, repeat=None, quick=False, flex
     entries = order_for_report(run_entries(defs, settings, budget, start=t_start))
     elapsed = time.perf_counter() - t_start
     info = {"suites": list(suites), "models": [p.name for p in presets], "repeat": settings.repeat,
-            "warmup": settings.warmup, "switch_rounds": settings.rounds, "l2_flush_bytes": measure.FLUSH_BYTES if flush else 0, "flex": settings.flex,
+            "warmup": settings.warmup, "switch_rounds": settings.rounds, "settle_ms": settings.settle_ms, "l2_flush_bytes": measure.FLUSH_BYTES if flush else 0, "flex": settings.flex,
             "quick": quick, "budget_s": budget, "only": list(only) if only else None, "elapsed_s": round(elapsed, 1), "prewarm": pre,
             "peer_imports": peer_imports,
             "trace": trace or "packaged samples (Azure: prefill, scheduler; Mooncake: decode, mixed, overhead)",
@@ -250,4 +253,5 @@ def main_args(args) -> int:
         set_cache_dir(args.cache_dir)
     return run(suites=args.suite, models=args.model, trace=args.trace, repeat=args.repeat, quick=args.quick,
                flex=args.flex, flush=not args.no_flush, budget_s=args.budget, json_path=args.json,
-               plots_dir=args.plots, jobs=args.jobs, only=getattr(args, "only", None))
+               plots_dir=args.plots, jobs=args.jobs, only=getattr(args, "only", None),
+               settle_ms=getattr(args, "settle_ms", None))

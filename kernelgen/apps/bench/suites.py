@@ -122,6 +122,10 @@ class Settings:
     warmup_ms: float = measure.WARMUP_MS
     #: rounds of the interleaved switch comparisons (measure.time_interleaved)
     rounds: int = measure.DEFAULT_ROUNDS
+    #: untimed replays of a configuration before each of its interleaved timings, ms of GPU time
+    #: (measure.time_interleaved's settle_ms, for replays of at least measure.SETTLE_MIN_REPLAY_MS;
+    #: 0: none)
+    settle_ms: float = measure.SETTLE_MS
     flush: bool = True
     flex: str = "some"  # off | some | all
     prefill_trace: str | None = None  # None: the packaged Azure sample
@@ -141,10 +145,12 @@ class Settings:
 
     def time_interleaved(self, fns: dict, launches: int = 1) -> dict:
         return measure.time_interleaved(fns, rounds=self.rounds, repeat=self.repeat, warmup=self.warmup,
-                                        flush=self.flush, launches=launches, warmup_ms=self.warmup_ms)
+                                        flush=self.flush, launches=launches, warmup_ms=self.warmup_ms,
+                                        settle_ms=self.settle_ms)
 
     def interleaved_method(self, launches: int = 1) -> str:
-        return measure.INTERLEAVED_METHOD.format(launches=launches, rounds=self.rounds, repeat=self.repeat)
+        return measure.INTERLEAVED_METHOD.format(launches=launches, rounds=self.rounds, repeat=self.repeat,
+                                                 settle_ms=self.settle_ms)
 
     def flex_builder(self, build, where: str):
         """``build`` when FlexAttention is measured on this kind of entry ('some' or 'all'), else
