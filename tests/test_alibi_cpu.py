@@ -20,6 +20,7 @@ from kernelgen.apps.reference import attention_reference
 from kernelgen.jit import compiler, render
 from kernelgen.kernels.params import ATTENTION_PARAMS, ATTENTION_PARAMS_ALIBI, attention_params_for
 from kernelgen.kernels.spec import AttentionSpec, FusedAttentionSpec, TileConfig, spec_from_json
+from kernelgen.kernels.variant_code import VariantCode
 from kernelgen.selection import decide, heuristics, validation as V
 from test_decide import A100, H200, sig
 
@@ -268,6 +269,13 @@ COMPILE = {
     "sm90a_paged_split_softcap_local": AttentionSpec("sm_90a", "bf16", 128, 128, "local", "soa",
                                                      TileConfig(128, 128, 8, 2, 1), split=True, paged=True,
                                                      softcap=True, mainloop="sm90a"),
+    # head dim 64 on the three-warpgroup tile (160 registers a consumer: heuristics.SM90_THREE_WG_EXTRAS)
+    "sm90a_d64_three_wg_causal": AttentionSpec("sm_90a", "bf16", 64, 64, "causal", "soa",
+                                               TileConfig(192, 128, 12, 2, 1), mainloop="sm90a", sm90_opts="p"),
+    "sm90a_d64_three_wg_none_fp16": AttentionSpec("sm_90a", "fp16", 64, 64, "none", "soa",
+                                                  TileConfig(192, 128, 12, 2, 1), mainloop="sm90a", sm90_opts="p"),
+    "sm90a_d64_three_wg_local": AttentionSpec("sm_90a", "bf16", 64, 64, "local", "soa",
+                                              TileConfig(192, 128, 12, 2, 1), mainloop="sm90a", sm90_opts="p"),
 }
 
 
@@ -281,6 +289,29 @@ def test_alibi_variants_compile_without_spills(name):
     if spec.mainloop == "sm90a":
         for code in ("C7508", "C7510", "C7519"):   # setmaxnreg honoured, wgmmas kept asynchronous
             assert code not in res.log, res.log
+
+
+def test_alibi_takes_the_three_warpgroup_tile_only_when_switched_on(monkeypatch):
+    """Head dim 64: the plain prefill runs on the 192-row tile (three consumer warpgroups); ALiBi
+    takes the two-warpgroup tile until heuristics.SM90_THREE_WG_EXTRAS holds "alibi" (its kernels compile
+    without spills: test_alibi_variants_compile_without_spills); a soft-cap or a user variant
+    keeps the two-warpgroup tile either way."""
+    kw = dict(num_heads_q=64, num_heads_kv=8, mask="causal", max_seqlen_q=16384, max_seqlen_k=16384)
+
+    def tile(**extra):
+        a = heuristics.choose("sm_90a", "bf16", 64, 64, **kw, **extra).attention
+        assert a.mainloop == "sm90a"
+        return (a.tile.block_m, a.tile.num_warps)
+    assert tile() == (192, 12)
+    assert heuristics.SM90_THREE_WG_EXTRAS == frozenset() and tile(alibi=True) == (128, 8)
+    monkeypatch.setattr(heuristics, "SM90_THREE_WG_EXTRAS", frozenset({"alibi"}))
+    assert tile(alibi=True) == (192, 12)
+    assert tile(alibi=True, softcap=True) == (128, 8) and tile(softcap=True) == (128, 8)
+    snippet = VariantCode(score_mod="score - slopes[head] * kg_abs(q_idx + kv_len - q_len - kv_idx)",
+                          tensors=(("slopes", "float32"),))
+    assert tile(variant=snippet) == (128, 8)
+    monkeypatch.setattr(heuristics, "SM90_THREE_WG_EXTRAS", frozenset({"variant"}))
+    assert tile(variant=snippet) == (192, 12) and tile(alibi=True) == (128, 8)
 
 
 # ----------------------------------------------------------------------------- AttentionPlan

@@ -195,6 +195,17 @@ def alibi_specs() -> list:
                     if x is not None]
         out += _choose("bf16", 128, hq=32, hkv=8, causal=True, max_q=max_q, max_k=max_k, paged=True, page_size=16,
                        mainloop="sm80", alibi=True)
+    # test_d64_three_warpgroups: "alibi" in heuristics.SM90_THREE_WG_EXTRAS
+    saved = heuristics.SM90_THREE_WG_EXTRAS
+    heuristics.SM90_THREE_WG_EXTRAS = saved | {"alibi"}
+    try:
+        for dt in ("bf16", "fp16"):
+            for causal, window, n in ((True, (-1, -1), 0), (True, (-1, -1), 3), (False, (-1, -1), 0),
+                                      (True, (150, 0), 0)):
+                out += _choose(dt, 64, hq=16, hkv=4, causal=causal, window=window, max_q=777, max_k=777,
+                               num_splits=n, mainloop=None, alibi=True)
+    finally:
+        heuristics.SM90_THREE_WG_EXTRAS = saved
     return out
 
 

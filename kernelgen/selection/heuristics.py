@@ -230,6 +230,29 @@ def two_warpgroups(t: TileConfig) -> TileConfig:
     return t if t.num_warps == 8 else dataclasses.replace(t, block_m=128, num_warps=8)
 
 
+#: The per-logit extras that may run on the three-warpgroup tile (head dim 64) instead of the
+#: two-warpgroup one: "alibi" (built-in ALiBi), "variant" (a user score_mod / mask_mod).  NVRTC
+#: 13.0 compiles the d 64 ALiBi kernels on the 192-row tile without spills (causal, whose
+#: accumulators start from the bias, non-causal and sliding-window, split-KV; bf16 and fp16:
+#: tests/test_alibi_cpu.py), where ALiBi's FFMA a logit used to spill 28-64 bytes, and so the
+#: bench's four score_mods (ALiBi on indices or a float cast, soft-cap with kg_tanh or tanhf) and
+#: four of the six examples of ``apps.variant_examples`` causal and not; the causal T5 bias spills
+#: 68 bytes and ``index_arith`` 56-336, so "variant" needs a choice that checks the build's spills
+#: first; the built-in soft-cap spills 44 bytes.  On the H200, gpt-oss's heads (64 / 8, d 64) ran ALiBi
+#: at 1.11x the plain kernel's time on the two-warpgroup tile, the plain call being on the
+#: three-warpgroup one (docs/dev/perf-log.md, twenty-fourth session).  Empty until
+#: tests/gpu/test_alibi_gpu.py (test_d64_three_warpgroups) and the variant GPU tests have run on
+#: these kernels.
+SM90_THREE_WG_EXTRAS: frozenset = frozenset()
+
+
+def sm90_heavy(softcap: bool, alibi: bool, variant) -> bool:
+    """Whether a call's per-logit state keeps it off the three-warpgroup tile (``sm90_tile``'s
+    ``heavy``): a soft-cap, or ALiBi / a user variant unless ``SM90_THREE_WG_EXTRAS`` lets it on."""
+    return bool(softcap or (alibi and "alibi" not in SM90_THREE_WG_EXTRAS)
+                or (variant is not None and "variant" not in SM90_THREE_WG_EXTRAS))
+
+
 def sm90_tile(head_dim: int, head_dim_v: int, paged: bool = False, kv_dtype: str = "",
               heavy: bool = False) -> TileConfig:
     """The Hopper path's tile for a (head_dim, head_dim_v) pair: for a paged cache
@@ -237,8 +260,9 @@ def sm90_tile(head_dim: int, head_dim_v: int, paged: bool = False, kv_dtype: str
     call time, so tuning runs can replace any); on an FP8 cache ``SM90_FP8_TILES``' entry, if any.
     A three-warpgroup tile (12 warps) serves only packed 16-bit K/V without extra per-logit state:
     its consumers keep 160 registers (152 beside the paged and FP8 producers), where a paged or FP8
-    cache, a soft-cap, ALiBi or a user variant (``heavy``) spill (28-64 bytes at head dim 64,
-    NVRTC for sm_90a); those calls take the same tile in two warpgroups (``two_warpgroups``)."""
+    cache, a soft-cap, ALiBi or a user variant (``heavy``, ``sm90_heavy``) spill (28-64 bytes at
+    head dim 64, NVRTC for sm_90a); those calls take the same tile in two warpgroups
+    (``two_warpgroups``)."""
     if kv_dtype and (head_dim, head_dim_v) in SM90_FP8_TILES:
         t = SM90_FP8_TILES[(head_dim, head_dim_v)]
     elif paged and (head_dim, head_dim_v) in SM90_PAGED_TILES:
@@ -515,7 +539,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
         # the FP8 tensor-core variant's own tile first (where it applies), else the call's usual tile
         for cand in ((mma_tile, None) if mma_tile is not None else (None,)):
             t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, tile or cand, sm90_opts, kv_dtype,
-                                            heavy=softcap or alibi or variant is not None)
+                                            heavy=sm90_heavy(softcap, alibi, variant))
             if cand is not None and "g" in opts:   # pages TMA cannot box at its block_n: the call's usual tile
                 continue
             why = unsupported
@@ -696,7 +720,7 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
                         num_splits=1, tma_ok=tma_ok):
         return None
     t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, sm90_opts=sm90_opts,
-                                    heavy=softcap or alibi or variant is not None)
+                                    heavy=sm90_heavy(softcap, alibi, variant))
     t = variant_sm90_tile(t, opts, variant)
     attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, paged=paged, softcap=softcap,
                          row_splits=short.attention.split, mainloop="sm90a", sm90_opts=opts, alibi=alibi,
