@@ -39,8 +39,12 @@ QUICK_REPEAT, QUICK_WARMUP = 5, 1
 #: in the same entry: decode_trace_b32_paged16 took 423.7 us, the identical recipe forced to
 #: arch="sm_80" 385 us, and the interleaved switch rounds 422 us in their first round, 385 us in
 #: the five after (H200 report of fc5aca9; 20 repetitions are ~8 ms of work).  Triton's
-#: ``do_bench`` likewise warms up for a fixed time (25 ms), not a fixed count.
-WARMUP_MS, QUICK_WARMUP_MS = 50.0, 10.0
+#: ``do_bench`` likewise warms up for a fixed time (25 ms), not a fixed count.  150 ms (50 until
+#: the twenty-fourth session): the long prefill kernels are power-bound on the H200 and reach their
+#: steady clocks only after about that much of their own work (SETTLE_MS, the interleaved
+#: comparisons' settle), so that a kernel and its peers timed one after another are all timed in
+#: that steady state, the regime of the interleaved ratios.
+WARMUP_MS, QUICK_WARMUP_MS = 150.0, 10.0
 #: Most calls a time-based warm-up adds (a call of a few microseconds would otherwise need 10^4).
 MAX_WARMUP_CALLS = 2000
 
