@@ -276,6 +276,9 @@ COMPILE = {
                                                   TileConfig(192, 128, 12, 2, 1), mainloop="sm90a", sm90_opts="p"),
     "sm90a_d64_three_wg_local": AttentionSpec("sm_90a", "bf16", 64, 64, "local", "soa",
                                               TileConfig(192, 128, 12, 2, 1), mainloop="sm90a", sm90_opts="p"),
+    "sm90a_d64_three_wg_causal_split": AttentionSpec("sm_90a", "bf16", 64, 64, "causal", "soa",
+                                                     TileConfig(192, 128, 12, 2, 1), split=True, mainloop="sm90a",
+                                                     sm90_opts="p"),
 }
 
 

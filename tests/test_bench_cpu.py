@@ -751,13 +751,16 @@ def test_time_interleaved_settles_each_configuration_before_each_timing(monkeypa
         measure.time_interleaved(fns, rounds=2, repeat=1, warmup=0, **kw)
         assert [e for e in events if e[0] == "time"] == timed
         assert len(events) == len(timed) + (2 if kw else 0), events
-    for bad in (-1.0, float("nan")):
+    for bad in (-1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="settle_ms"):
             measure.time_interleaved(fns, rounds=1, settle_ms=bad)
     from kernelgen.apps.bench.suites import Settings
     st = Settings()
     assert st.settle_ms == measure.SETTLE_MS == 150.0 and measure.SETTLE_MIN_REPLAY_MS == 0.5
     assert "untimed for 150 ms" in st.interleaved_method() and "at least 0.5 ms" in st.interleaved_method()
+    assert "untimed" not in Settings(settle_ms=0.0).interleaved_method()
+    # callers that format the bare method (benchmarks/experiments/mixed_sweep.py) need no settle field
+    assert "rotated" in measure.INTERLEAVED_METHOD.format(launches=1, rounds=3, repeat=5)
 
 
 def test_bench_cli_passes_settle_ms_and_refuses_bad_values(monkeypatch):

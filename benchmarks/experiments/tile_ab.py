@@ -167,7 +167,7 @@ def run_shape(name: str, shape: str, configs: dict, score_mod: str | None = None
     row = {"shape": name, "dims": shape, "us": {n: round(r["us"], 1) for n, r in times.items()},
            "tflops": {n: round(flops / r["us"] / 1e6, 1) for n, r in times.items()},
            "rounds": {n: [round(x, 1) for x in r["rounds"]] for n, r in times.items()}, "kernels": kernels,
-           "max_abs_diff_vs_first_of_path": diffs}
+           "max_abs_diff_vs_first_of_path": diffs, "settle_ms": settle_ms}
     print(json.dumps(row), flush=True)
     return row
 
@@ -239,6 +239,8 @@ def main(argv=None) -> int:
         configs = with_twins(configs)
     from kernelgen.apps.bench import measure
     settle = measure.SETTLE_MS if a.settle_ms is None else a.settle_ms
+    if not 0 <= settle < float("inf"):
+        ap.error(f"--settle-ms must be a finite number >= 0, got {a.settle_ms}")
     rows = [run_shape(*sh.split("=", 1), configs, a.score_mod, a.softcap, settle)
             for _ in range(a.passes) for sh in a.shapes.split(",")]
     print("\n".join(["time / first configuration of the path (peers: of their dtype's path), min-max over passes:"]

@@ -173,9 +173,10 @@ SETTLE_MS, SETTLE_MIN_REPLAY_MS = 150.0, 0.5
 #: One-line description of time_interleaved's method (reported with the switch comparisons).
 INTERLEAVED_METHOD = ("each configuration captured in its own CUDA graph ({launches} call(s) a replay); {rounds} rounds, "
                       "each timing every configuration ({repeat} replays, L2 flushed before each, median) in an order "
-                      "rotated by one per round, a configuration whose replay takes at least "
-                      f"{SETTLE_MIN_REPLAY_MS:g} ms first replayed untimed for {{settle_ms:g}} ms of GPU time; median "
-                      "of the round medians, per call")
+                      "rotated by one per round; median of the round medians, per call")
+#: What INTERLEAVED_METHOD adds when the timings settle (time_interleaved's settle_ms > 0).
+SETTLE_METHOD = ("; before each timing, a configuration whose replay takes at least "
+                 f"{SETTLE_MIN_REPLAY_MS:g} ms replayed untimed for {{settle_ms:g}} ms of GPU time")
 
 
 def time_interleaved(fns: dict, rounds: int = DEFAULT_ROUNDS, repeat: int = DEFAULT_REPEAT,
@@ -203,8 +204,8 @@ def time_interleaved(fns: dict, rounds: int = DEFAULT_ROUNDS, repeat: int = DEFA
         raise ValueError("time_interleaved needs at least one configuration")
     if rounds < 1 or launches < 1:
         raise ValueError(f"rounds and launches must be >= 1, got {rounds}, {launches}")
-    if not settle_ms >= 0:
-        raise ValueError(f"settle_ms must be >= 0, got {settle_ms}")
+    if not 0 <= settle_ms < math.inf:
+        raise ValueError(f"settle_ms must be a finite number >= 0, got {settle_ms}")
 
     def many(fn):
         def run():

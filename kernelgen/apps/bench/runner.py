@@ -171,7 +171,7 @@ def run(suites=("all",), models=None, trace=None, repeat=None, quick=False, flex
     entries = order_for_report(run_entries(defs, settings, budget, start=t_start))
     elapsed = time.perf_counter() - t_start
     info = {"suites": list(suites), "models": [p.name for p in presets], "repeat": settings.repeat,
-            "warmup": settings.warmup, "switch_rounds": settings.rounds, "settle_ms": settings.settle_ms, "l2_flush_bytes": measure.FLUSH_BYTES if flush else 0, "flex": settings.flex,
+            "warmup": settings.warmup, "warmup_ms": settings.warmup_ms, "switch_rounds": settings.rounds, "settle_ms": settings.settle_ms, "l2_flush_bytes": measure.FLUSH_BYTES if flush else 0, "flex": settings.flex,
             "quick": quick, "budget_s": budget, "only": list(only) if only else None, "elapsed_s": round(elapsed, 1), "prewarm": pre,
             "peer_imports": peer_imports,
             "trace": trace or "packaged samples (Azure: prefill, scheduler; Mooncake: decode, mixed, overhead)",

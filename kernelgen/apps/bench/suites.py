@@ -149,8 +149,8 @@ class Settings:
                                         settle_ms=self.settle_ms)
 
     def interleaved_method(self, launches: int = 1) -> str:
-        return measure.INTERLEAVED_METHOD.format(launches=launches, rounds=self.rounds, repeat=self.repeat,
-                                                 settle_ms=self.settle_ms)
+        method = measure.INTERLEAVED_METHOD.format(launches=launches, rounds=self.rounds, repeat=self.repeat)
+        return method + (measure.SETTLE_METHOD.format(settle_ms=self.settle_ms) if self.settle_ms > 0 else "")
 
     def flex_builder(self, build, where: str):
         """``build`` when FlexAttention is measured on this kind of entry ('some' or 'all'), else
