@@ -289,6 +289,10 @@ def test_from_json_refuses_other_reports(tmp_path, capsys):
         path.write_text(json.dumps(rep))
         assert cli.main(["bench", "--from-json", str(path)]) == 2
         assert "is neither a `kernelgen bench --json` report nor a tools/gpu_report.py" in capsys.readouterr().err
+    bad = tmp_path / "notes.md"
+    bad.write_text("# not a report\n")
+    assert cli.main(["bench", "--from-json", str(bad)]) == 2
+    assert f"{bad} is not JSON" in capsys.readouterr().err
 
 
 def test_from_json_reads_the_committed_gpu_report_and_prints_its_commit(capsys):

@@ -215,9 +215,17 @@ def replot(json_path, plots_dir=None, out=None) -> int:
     Takes a ``kernelgen bench --json`` report or a tools/gpu_report.py one (docs/benchmarks/h200.json,
     which embeds the bench's entries: ``report.from_gpu_report``).  The first line names the
     report's commit, date and device ("unknown" where it has none).
+
+    Raises:
+        ValueError: the file is not JSON, or holds no bench entries (the message names the file).
+        OSError: the file cannot be read.
     """
     out = out or sys.stdout
-    rep = report.from_gpu_report(json.loads(Path(json_path).read_text()))
+    try:
+        raw = json.loads(Path(json_path).read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{json_path} is not JSON ({e})") from None
+    rep = report.from_gpu_report(raw)
     entries = order_for_report(report.entries_from_report(rep))
     if not entries or not all(e.get("suite") for e in entries):
         raise ValueError(f"{json_path} is neither a `kernelgen bench --json` report nor a tools/gpu_report.py "
