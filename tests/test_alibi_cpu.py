@@ -294,27 +294,32 @@ def test_alibi_variants_compile_without_spills(name):
             assert code not in res.log, res.log
 
 
-def test_alibi_takes_the_three_warpgroup_tile_only_when_switched_on(monkeypatch):
-    """Head dim 64: the plain prefill runs on the 192-row tile (three consumer warpgroups); ALiBi
-    takes the two-warpgroup tile until heuristics.SM90_THREE_WG_EXTRAS holds "alibi" (its kernels compile
-    without spills: test_alibi_variants_compile_without_spills); a soft-cap or a user variant
-    keeps the two-warpgroup tile either way."""
+def test_alibi_and_variants_take_the_three_warpgroup_tile_where_switched_on(monkeypatch):
+    """Head dim 64: the plain prefill runs on the 192-row tile (three consumer warpgroups), and so do
+    ALiBi and user variants while heuristics.SM90_THREE_WG_EXTRAS holds "alibi" / "variant" (the
+    default; ALiBi's kernels compile without spills: test_alibi_variants_compile_without_spills);
+    a variant whose three-warpgroup build spills (``variant_spills``, selection.spills) and a
+    soft-cap take the two-warpgroup tile; without the switch, ALiBi and variants take it too."""
     kw = dict(num_heads_q=64, num_heads_kv=8, mask="causal", max_seqlen_q=16384, max_seqlen_k=16384)
 
     def tile(**extra):
         a = heuristics.choose("sm_90a", "bf16", 64, 64, **kw, **extra).attention
         assert a.mainloop == "sm90a"
         return (a.tile.block_m, a.tile.num_warps)
-    assert tile() == (192, 12)
-    assert heuristics.SM90_THREE_WG_EXTRAS == frozenset() and tile(alibi=True) == (128, 8)
-    monkeypatch.setattr(heuristics, "SM90_THREE_WG_EXTRAS", frozenset({"alibi"}))
-    assert tile(alibi=True) == (192, 12)
-    assert tile(alibi=True, softcap=True) == (128, 8) and tile(softcap=True) == (128, 8)
     snippet = VariantCode(score_mod="score - slopes[head] * kg_abs(q_idx + kv_len - q_len - kv_idx)",
                           tensors=(("slopes", "float32"),))
-    assert tile(variant=snippet) == (128, 8)
+    assert tile() == (192, 12)
+    assert heuristics.SM90_THREE_WG_EXTRAS == frozenset({"alibi", "variant"})
+    assert tile(alibi=True) == (192, 12) and tile(variant=snippet) == (192, 12)
+    assert tile(variant=snippet, variant_spills=True) == (128, 8) and tile(alibi=True, variant_spills=True) == (192, 12)
+    assert tile(alibi=True, softcap=True) == (128, 8) and tile(softcap=True) == (128, 8)
+    assert tile(variant=snippet, softcap=True) == (128, 8)
+    monkeypatch.setattr(heuristics, "SM90_THREE_WG_EXTRAS", frozenset({"alibi"}))
+    assert tile(alibi=True) == (192, 12) and tile(variant=snippet) == (128, 8)
     monkeypatch.setattr(heuristics, "SM90_THREE_WG_EXTRAS", frozenset({"variant"}))
     assert tile(variant=snippet) == (192, 12) and tile(alibi=True) == (128, 8)
+    monkeypatch.setattr(heuristics, "SM90_THREE_WG_EXTRAS", frozenset())
+    assert tile(alibi=True) == (128, 8) and tile(variant=snippet) == (128, 8)
 
 
 # ----------------------------------------------------------------------------- AttentionPlan

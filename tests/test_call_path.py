@@ -18,6 +18,7 @@ returns for the plan's first step; after it: 29 visits and 3 returns, 48 and 3, 
 import os
 import sys
 
+import pytest
 import torch
 from fake_cuda import make_plan
 from test_fused_cpu import CTX, QLENS, paged_inputs
@@ -169,29 +170,35 @@ def test_untested_arch_switch_reaches_the_decision_through_settings(fake_cuda, m
     assert fake_cuda.kinds() == ["scheduler", "attention"] and set(loaded) == {"sm_100"}
 
 
-def test_tiered_first_call_climbs_twice_more(fake_cuda, monkeypatch):
+@pytest.mark.parametrize("d", [128, 64])
+def test_tiered_first_call_climbs_twice_more(fake_cuda, monkeypatch, d):
     """A new user variant's first call whose Hopper kernel is not built (selection.tiered): after
     the decision the kernels' state is read (jit: loaded, building, on disk), then the sm_80
     decision is made (a climb back from jit to selection), the build is started (jit.background;
     here a build that does nothing) and the call goes on as a first call with the sm_80 recipe (a
-    climb back from jit to selection), so two climbs more than a plain first call."""
+    climb back from jit to selection), so two climbs more than a plain first call.  At head dim 64
+    the Hopper kernel is the three-warpgroup one, whose spills are looked up first (selection.spills:
+    one climb more; not built, so the decision stands)."""
     from kernelgen.jit import background, compiler
 
     monkeypatch.setattr(background, "_build", lambda cache, spec: None)
     compiler.nvrtc_version()            # (NVRTC imported, as after any earlier compile)
     torch.manual_seed(0)
-    q = torch.randn(256, 4, 64).to(torch.bfloat16)
-    k = torch.randn(256, 2, 64).to(torch.bfloat16)
+    q = torch.randn(256, 4, d).to(torch.bfloat16)
+    k = torch.randn(256, 2, d).to(torch.bfloat16)
     cu = torch.tensor([0, 128, 256], dtype=torch.int32)
-    var = kernelgen.Variant(score_mod="score * 0.5f")
+    var = kernelgen.Variant(score_mod=f"score * 0.5f + {d}.f * 0.f")
     call = kernelgen.varlen_attention
     calls = trace(lambda: call(q, k, torch.randn_like(k), cu, cu, 128, 128, causal=True, variant=var))
-    path, ups, msg = check_path(calls, max_upward=MAX_UPWARD + 2)
+    spill_lookup = [("kernelgen.jit.cache", "kernelgen.selection.tiered")] if d == 64 else []
+    path, ups, msg = check_path(calls, max_upward=MAX_UPWARD + 2 + len(spill_lookup))
     assert fake_cuda.kinds() == ["scheduler", "attention_variant0"] and len(background._futures) == 2
     assert calls.count(("kernelgen.jit.runtime", "device")) == 1
     assert calls.count(("kernelgen.selection.decide", "decide")) == 2     # the call's, then its sm_80 one
+    assert calls.count(("kernelgen.selection.spills", "spills")) == (d == 64)
     assert [(a, b) for _, a, b in ups] == [("kernelgen.selection.signature", "kernelgen.front.api"),
                                           ("kernelgen.jit.runtime", "kernelgen.selection.decide"),
+                                          *spill_lookup,
                                           ("kernelgen.jit.cache", "kernelgen.selection.tiered"),
                                           ("kernelgen.jit.runtime", "kernelgen.selection.arguments"),
                                           ("kernelgen.launch.prepared", "kernelgen.selection.signature")], msg

@@ -231,13 +231,13 @@ def test_hopper_spec_takes_fp8_with_landing_stages_and_the_hopper_fused_kernel()
     assert s.land_stages == 2 and s.smem_bytes() == ring + 2 * 128 * 256 == 230656
     assert s.template_vars()["land_stages"] == 2 
     assert s.name == "attn_sm_90a_wgmma_pingpong_bf16_d128_causal_kve4m3_soa_m128n128w8s2b1"
-    # d 128: 56 producer registers (two converter chunks in flight, CONV_UNROLL 2), other head dims 40
+    # head dims up to 128: 56 producer registers (two converter chunks in flight, CONV_UNROLL 2); above, 40
     assert (s.template_vars()["producer_regs"], s.template_vars()["consumer_regs"]) == AttentionSpec.SM90_REGS_FP8_D128[8] \
         == (56, 224)
     assert "#define KG_CONV_UNROLL 2" in render.render(s)
     d64 = hop(64, 64, 128)
-    assert (d64.template_vars()["producer_regs"], d64.template_vars()["consumer_regs"]) == AttentionSpec.SM90_REGS_FP8[8]
-    assert "#define KG_CONV_UNROLL 1" in render.render(d64)
+    assert (d64.template_vars()["producer_regs"], d64.template_vars()["consumer_regs"]) == (56, 224)
+    assert "#define KG_CONV_UNROLL 2" in render.render(d64)
     # the FP8 tensor-core variant converts nothing: it keeps its registers at d 128
     mma = hop(128, 128, 128, fp8_mma=True, q_dtype="e4m3") if "q_dtype" in AttentionSpec.__dataclass_fields__ \
         else hop(128, 128, 128, fp8_mma=True)

@@ -26,7 +26,7 @@ import torch
 from ..jit import compiler, runtime
 from ..kernels import kernel_args
 from ..launch import bind, sinks as _sinks
-from ..selection import arguments, decide, signature, tiered, validation
+from ..selection import arguments, decide, signature, spills, tiered, validation
 
 #: Prepared calls of varlen_attention by signature (``signature.key``).
 _CALLS = signature.SignatureCache(1024)
@@ -290,7 +290,9 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
     else:
         ordinal = q.device.index
         device = runtime.device(ordinal)
-        recipe = decide.decide(call.signature, device, call.settings)
+        # (a user variant's three-warpgroup kernel that spilled: the two-warpgroup one, selection.spills)
+        recipe = spills.checked(decide.decide(call.signature, device, call.settings), call.signature, device,
+                                call.settings, build=False)
         # a new user variant's Hopper kernel still building: its sm_80 recipe now (selection.tiered)
         provisional = tiered.provisional_recipe(recipe, call, device, ordinal)
         if provisional is not None:
@@ -301,6 +303,8 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                 # its sm_80 kernel does not build: the full recipe (whose Hopper kernel the
                 # background build delivers, or whose error the synchronous build raises)
                 provisional = None
+        if provisional is None:   # built here and now: a three-warpgroup variant kernel's spills first
+            recipe = spills.checked(recipe, call.signature, device, call.settings, build=True)
         kernel_lse = bool(return_lse) or (sinks is not None and not recipe.sinks_fused)
     if out is None:
         out = torch.empty((sizes["total_q"], sizes["num_heads_q"], sizes["head_dim_v"]), dtype=sizes["dtype"],

@@ -17,7 +17,7 @@ import torch
 from ..jit import runtime
 from ..kernels import kernel_args
 from ..launch import bind, oneoff, sinks as _sinks
-from ..selection import arguments, decide, signature, validation
+from ..selection import arguments, decide, signature, spills, validation
 
 
 class AttentionPlan:
@@ -153,8 +153,11 @@ class AttentionPlan:
         self.page_size = checked.page_size
         (self.window_left, self.window_right), self.softcap = checked.window, checked.softcap
         self.mask, self.layout = checked.signature.mask, checked.signature.layout
-        #: What the plan launches (``kernels.recipe.Recipe``): kernels, scheduler configs, workspace layout.
-        self.recipe = decide.decide(checked.signature, runtime.device(device), checked.settings)
+        dev = runtime.device(device)
+        #: What the plan launches (``kernels.recipe.Recipe``): kernels, scheduler configs, workspace layout
+        #: (a user variant's three-warpgroup kernel that spills: the two-warpgroup one, ``selection.spills``).
+        self.recipe = spills.checked(decide.decide(checked.signature, dev, checked.settings), checked.signature, dev,
+                                     checked.settings, build=True)
         self._kernels = bind.bind(self.recipe, runtime.load(self.recipe.specs, device))
         k = self._kernels
         #: The two-class launch (``launch.fused.FusedKernels`` or ``PairKernels``), or None.

@@ -187,12 +187,12 @@ class AttentionSpec:
     SM90_REGS_GATHER: ClassVar[dict] = {8: (56, 224), 12: (56, 152)}
     #: An FP8 K/V cache (``kv_dtype``): producer warps 1-3 convert the landing stages.
     SM90_REGS_FP8: ClassVar[dict] = {8: (40, 232), 12: (40, 152)}
-    #: ... at head dim 128 (not the FP8 tensor-core variant, which converts nothing): 56 producer
-    #: registers, so that the converters keep two 16-byte chunks
+    #: ... at head dims up to 128 (not the FP8 tensor-core variant, which converts nothing): 56
+    #: producer registers, so that the converters keep two 16-byte chunks
     #: in flight without spilling (mainloop_sm90.cuh's CONV_UNROLL 2; 224 are enough for the
-    #: consumers there).  H200, bf16 q on an e4m3 cache, 32 / 8 heads: 0.931-0.932 of the time of
-    #: (40, 232) with one chunk, causal 1 x 16k and non-causal 4 x 4k alike (docs/dev/perf-log.md,
-    #: twenty-third session).
+    #: consumers there).  H200, bf16 q on an e4m3 cache, 32 / 8 heads, time against (40, 232) with
+    #: one chunk: d 128 0.931-0.932 causal 1 x 16k and non-causal 4 x 4k alike (twenty-third
+    #: session); d 64 0.920 / 0.904, d 96 0.928 / 0.926 (twenty-fifth; docs/dev/perf-log.md).
     SM90_REGS_FP8_D128: ClassVar[dict] = {8: (56, 224), 12: (40, 152)}
     #: The FP8 tensor-core variant (``fp8_mma``) at head dims up to 64: its consumers hold half the
     #: O accumulators, and its producer spilled a loop bound at 40 (d 64, one 4-byte value).
@@ -399,7 +399,7 @@ class AttentionSpec:
         return (self.SM90_REGS_GATHER if "g" in self.sm90_opts
                 else self.SM90_REGS_FP8_MMA_SMALL if self.fp8_mma and self.head_dim <= 64
                 else self.SM90_REGS_FP8_MMA_LARGE if self.fp8_mma and self.head_dim > 128
-                else self.SM90_REGS_FP8_D128 if self.kv_dtype and not self.fp8_mma and self.head_dim == 128
+                else self.SM90_REGS_FP8_D128 if self.kv_dtype and not self.fp8_mma and self.head_dim <= 128
                 else self.SM90_REGS_FP8 if self.kv_dtype
                 else self.SM90_REGS_PAGED if self.paged else self.SM90_REGS)
 

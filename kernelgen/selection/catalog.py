@@ -58,7 +58,8 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
         variants: user variants' code (``kernels.variant_code.VariantCode``, e.g. from
             ``kernelgen warmup --variant FILE``): when given, only their kernels (every option
             combination with each variant; their mixed batches take no fused launch, as ALiBi's),
-            instead of the plain ones.
+            instead of the plain ones; at head dim 64 on sm_90a both Hopper tiles (three warpgroups,
+            and two for a build that spills: ``selection.spills``).
         kv_dtypes: FP8 K/V cache dtypes ("e4m3", "e5m2"; ``kernelgen warmup --kv-dtype``): also
             the FP8 variants of every combination's single-class kernels (``heuristics.choose``
             with ``kv_dtype``, automatic and forced to the sm_80 mainloop, on sm_90a with each
@@ -102,6 +103,9 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                       sm90_opts=opts, **({"alibi": True} if al else {}), **({"variant": var} if var is not None else {}))
             v = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), **kw)
             specs = [v.scheduler, v.attention, v.combine]
+            if var is not None:   # its three-warpgroup Hopper kernel may spill: the tile the calls then take
+                vs = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), variant_spills=True, **kw)
+                specs += [vs.attention, vs.combine]
             if v.attention.mainloop == "sm90a":  # arch="sm_80" calls and plans take the sm_80 path
                 v80 = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), mainloop="sm80", **kw)
                 specs += [v80.attention, v80.combine]
@@ -144,13 +148,15 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
             if pg and max_q > heuristics.short_query_tokens(hq, 8) and (al or var is not None):
                 # ALiBi or a user variant: no fused kernel; the classes in turn on sm_90a (the single class is above)
                 for ps in ((*page_sizes, 0) if arch == "sm_90a" else ()):
-                    pv = heuristics.choose_pair(arch, dtype, int(head_dim), int(head_dim), num_heads_q=hq,
-                                                num_heads_kv=8, mask="causal" if causal else "none", layout=layout,
-                                                max_seqlen_q=max_q, max_seqlen_k=max_k, paged=True, softcap=cap,
-                                                num_sms=num_sms, page_size=ps, sm90_opts=opts, alibi=al,
-                                                **({"variant": var} if var is not None else {}))
-                    if pv is not None:
-                        specs += [pv.long.attention, pv.short.attention, pv.short.combine]
+                    for vsp in ((False, True) if var is not None else (False,)):   # (variant_spills: as above)
+                        pv = heuristics.choose_pair(arch, dtype, int(head_dim), int(head_dim), num_heads_q=hq,
+                                                    num_heads_kv=8, mask="causal" if causal else "none", layout=layout,
+                                                    max_seqlen_q=max_q, max_seqlen_k=max_k, paged=True, softcap=cap,
+                                                    num_sms=num_sms, page_size=ps, sm90_opts=opts, alibi=al,
+                                                    **({"variant": var, "variant_spills": vsp} if var is not None
+                                                       else {}))
+                        if pv is not None:
+                            specs += [pv.long.attention, pv.short.attention, pv.short.combine]
             elif pg and max_q > heuristics.short_query_tokens(hq, 8):
                 # a paged call with long queries takes the fused mixed-batch launch (decide.use_fused)
                 mkw = dict(num_heads_q=hq, num_heads_kv=8, mask="causal" if causal else "none", layout=layout,

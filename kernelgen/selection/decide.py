@@ -105,6 +105,9 @@ class CallSignature:
     #: tensor-core variant where it takes the call (``AttentionSpec.fp8_mma``), else the kernels of
     #: the call with q converted to ``dtype`` (``heuristics.choose``).
     q_dtype: str = ""
+    #: the user variant's three-warpgroup Hopper kernel (head dim 64, ``heuristics.SM90_THREE_WG_EXTRAS``)
+    #: spilled when it was built (``selection.spills``): the same call on the two-warpgroup tile.
+    variant_spills: bool = False
 
 
 def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) -> Recipe:
@@ -142,7 +145,7 @@ def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) 
                 num_heads_kv=sig.num_heads_kv, mask=sig.mask, layout=sig.layout, max_seqlen_q=sig.max_seqlen_q,
                 max_seqlen_k=sig.max_seqlen_k, paged=sig.paged, softcap=sig.softcap, short_max_q=thr,
                 num_sms=device.num_sms, page_size=sig.page_size, tma_ok=sig.tma_ok, sm90_opts=settings.sm90_opts,
-                alibi=sig.alibi, variant=sig.variant)
+                alibi=sig.alibi, variant=sig.variant, variant_spills=sig.variant_spills)
             if pv is not None:
                 return recipe(pv, sig, device, settings)
         thr = 0
@@ -188,7 +191,7 @@ def _choose(sig: CallSignature, arch: str, device: Device, settings: Settings, m
         paged=sig.paged, softcap=sig.softcap, pack_gqa=sig.pack_gqa, num_splits=sig.num_splits,
         num_sms=device.num_sms, mainloop=mainloop, tma_ok=sig.tma_ok, page_size=sig.page_size,
         sm90_opts=settings.sm90_opts, alibi=sig.alibi, variant=sig.variant, kv_dtype=sig.kv_dtype,
-        q_dtype=sig.q_dtype, total_q=sig.rows)
+        q_dtype=sig.q_dtype, total_q=sig.rows, variant_spills=sig.variant_spills)
 
 
 def use_fused(sig: CallSignature) -> int:

@@ -231,26 +231,26 @@ def two_warpgroups(t: TileConfig) -> TileConfig:
 
 
 #: The per-logit extras that may run on the three-warpgroup tile (head dim 64) instead of the
-#: two-warpgroup one: "alibi" (built-in ALiBi), "variant" (a user score_mod / mask_mod).  NVRTC
-#: 13.0 compiles the d 64 ALiBi kernels on the 192-row tile without spills (causal, whose
+#: two-warpgroup one: "alibi" (built-in ALiBi), "variant" (a user score_mod / mask_mod, unless its
+#: three-warpgroup build spills: ``sm90_heavy``'s ``variant_spills``, found by ``selection.spills``).
+#: NVRTC 13.0 compiles the d 64 ALiBi kernels on the 192-row tile without spills (causal, whose
 #: accumulators start from the bias, non-causal and sliding-window, split-KV; bf16 and fp16:
 #: tests/test_alibi_cpu.py), where ALiBi's FFMA a logit used to spill 28-64 bytes, and so the
 #: bench's four score_mods (ALiBi on indices or a float cast, soft-cap with kg_tanh or tanhf) and
 #: four of the six examples of ``apps.variant_examples`` causal and not; the causal T5 bias spills
-#: 68 bytes and ``index_arith`` 56-336, so "variant" needs a choice that checks the build's spills
-#: first; the built-in soft-cap spills 44 bytes.  On the H200, gpt-oss's heads (64 / 8, d 64) ran ALiBi
-#: at 1.11x the plain kernel's time on the two-warpgroup tile, the plain call being on the
-#: three-warpgroup one (docs/dev/perf-log.md, twenty-fourth session).  Empty until
-#: tests/gpu/test_alibi_gpu.py (test_d64_three_warpgroups) and the variant GPU tests have run on
-#: these kernels.
-SM90_THREE_WG_EXTRAS: frozenset = frozenset()
+#: 68 bytes and ``index_arith`` 56-336; the built-in soft-cap spills 44 bytes (never on this tile).
+#: H200, gpt-oss's heads (64 / 8, d 64), causal 1 x 16k: built-in ALiBi 1.11x the plain kernel's
+#: time on the two-warpgroup tile (twenty-fourth session), 1.00-1.01x on three (twenty-fifth, two
+#: runs; sinks 1.01x, the ALiBi snippet 1.035-1.04x the built-in; docs/dev/perf-log.md).
+SM90_THREE_WG_EXTRAS: frozenset = frozenset({"alibi", "variant"})
 
 
-def sm90_heavy(softcap: bool, alibi: bool, variant) -> bool:
+def sm90_heavy(softcap: bool, alibi: bool, variant, variant_spills: bool = False) -> bool:
     """Whether a call's per-logit state keeps it off the three-warpgroup tile (``sm90_tile``'s
-    ``heavy``): a soft-cap, or ALiBi / a user variant unless ``SM90_THREE_WG_EXTRAS`` lets it on."""
+    ``heavy``): a soft-cap, or ALiBi / a user variant unless ``SM90_THREE_WG_EXTRAS`` lets it on;
+    a user variant also when ``variant_spills`` (its three-warpgroup kernel spilled when built)."""
     return bool(softcap or (alibi and "alibi" not in SM90_THREE_WG_EXTRAS)
-                or (variant is not None and "variant" not in SM90_THREE_WG_EXTRAS))
+                or (variant is not None and ("variant" not in SM90_THREE_WG_EXTRAS or variant_spills)))
 
 
 def sm90_tile(head_dim: int, head_dim_v: int, paged: bool = False, kv_dtype: str = "",
@@ -484,7 +484,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
            tile: TileConfig | None = None, mainloop: str | None = None, tma_ok: bool = True,
            page_size: int = 0, sm90_opts: str | None = None, alibi: bool = False,
            variant: VariantCode | None = None, kv_dtype: str = "", q_dtype: str = "",
-           total_q: int = 0) -> Variants:
+           total_q: int = 0, variant_spills: bool = False) -> Variants:
     """Every kernel variant of a call, from what the host knows (shapes, flags, max lengths).
 
     ``total_q``: the query tokens the workspace is sized for (0 = unknown): an automatic split-KV
@@ -500,7 +500,9 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
 
     ``variant``: a user variant's code (``kernelgen.Variant``, ``AttentionSpec.variant``): its
     snippets run on every logit, so the sm_80 path takes the lighter tiles (the 64-row tile of
-    the mid class for prefill, ``VARIANT_PREFILL_TILES``) and the Hopper path its usual tile.
+    the mid class for prefill, ``VARIANT_PREFILL_TILES``) and the Hopper path its usual tile (the
+    three-warpgroup one at head dim 64, ``SM90_THREE_WG_EXTRAS``, unless ``variant_spills``: that
+    kernel spilled when built, ``selection.spills``; then the two-warpgroup one).
 
     ``alibi``: the attention variant adds ALiBi biases (``AttentionSpec.alibi``); its slopes stay
     live in the mainloop, so it takes the lighter prefill tile like the other extra state.
@@ -539,7 +541,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
         # the FP8 tensor-core variant's own tile first (where it applies), else the call's usual tile
         for cand in ((mma_tile, None) if mma_tile is not None else (None,)):
             t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, tile or cand, sm90_opts, kv_dtype,
-                                            heavy=sm90_heavy(softcap, alibi, variant))
+                                            heavy=sm90_heavy(softcap, alibi, variant, variant_spills))
             if cand is not None and "g" in opts:   # pages TMA cannot box at its block_n: the call's usual tile
                 continue
             why = unsupported
@@ -681,7 +683,8 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
                 mask: str = "none", layout: str = "soa", max_seqlen_q: int, max_seqlen_k: int, paged: bool = False,
                 softcap: bool = False, short_max_q: int | None = None, num_sms: int = 132, page_size: int = 0,
                 tma_ok: bool = True, sm90_opts: str | None = None, alibi: bool = False,
-                variant: VariantCode | None = None, kv_dtype: str = "") -> PairVariants | None:
+                variant: VariantCode | None = None, kv_dtype: str = "",
+                variant_spills: bool = False) -> PairVariants | None:
     """A mixed batch's two kernels on sm_90a, or None where they do not apply (another arch, a
     long class the Hopper path cannot run, or a threshold whose short tiles are not decode tiles).
 
@@ -720,7 +723,7 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
                         num_splits=1, tma_ok=tma_ok):
         return None
     t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, sm90_opts=sm90_opts,
-                                    heavy=sm90_heavy(softcap, alibi, variant))
+                                    heavy=sm90_heavy(softcap, alibi, variant, variant_spills))
     t = variant_sm90_tile(t, opts, variant)
     attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, paged=paged, softcap=softcap,
                          row_splits=short.attention.split, mainloop="sm90a", sm90_opts=opts, alibi=alibi,

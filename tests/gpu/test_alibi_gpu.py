@@ -93,36 +93,29 @@ def test_varlen_prefill_non_causal(arch, variant):
 @pytest.mark.parametrize("dtype", [BF16, torch.float16])
 @pytest.mark.parametrize("num_splits", [1, 3])
 @pytest.mark.parametrize("mask", ["causal", "none", "local"])
-def test_d64_three_warpgroups(mask, num_splits, dtype, monkeypatch):
-    """Head dim 64 with "alibi" in heuristics.SM90_THREE_WG_EXTRAS: the ALiBi kernels on the 192-row
+def test_d64_three_warpgroups(mask, num_splits, dtype):
+    """Head dim 64 ("alibi" in heuristics.SM90_THREE_WG_EXTRAS): the ALiBi kernels on the 192-row
     tile (three consumer warpgroups of 160 registers; causal starts its accumulators from the bias),
     GQA 16/4 heads, a request with seqlen_q < seqlen_k, a sliding window; one split (the kernel a
     long prefill takes) and three (split-KV and the combine)."""
     if not HOPPER:
         pytest.skip("the three-warpgroup tile is the Hopper path's")
-    from kernelgen.front import api
-    from kernelgen.selection import heuristics
-    monkeypatch.setattr(heuristics, "SM90_THREE_WG_EXTRAS", frozenset({"alibi"}))
-    api.clear_signature_cache()   # (a call prepared with the switch off must not be reused, nor outlive it)
-    try:
-        qlens, klens = [500, 1, 0, 777], [620, 300, 9, 777]
-        hq, hkv, d = 16, 4, 64
-        q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, 13, dtype=dtype)
-        slopes = alibi_slopes(hq, seed=4)
-        kw = {"causal": mask != "none"}
-        if mask == "local":
-            kw["window_size"] = (150, 0)
-        ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, alibi_slopes=slopes, **kw)
-        out = torch.full((q.shape[0], hq, d), float("nan"), dtype=dtype, device="cuda")
-        o, lse = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), return_lse=True, out=out,
-                                            alibi_slopes=slopes, num_splits=num_splits, **kw)
-        torch.cuda.synchronize()
-        check(o, lse, ref, ref_lse, dtype)
-        name = prepared().attn.name
-        assert "_alibi" in name and "_wgmma" in name and "m192n128w12" in name, name
-        assert ("_split" in name) == (num_splits > 1), name
-    finally:
-        api.clear_signature_cache()
+    qlens, klens = [500, 1, 0, 777], [620, 300, 9, 777]
+    hq, hkv, d = 16, 4, 64
+    q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, 13, dtype=dtype)
+    slopes = alibi_slopes(hq, seed=4)
+    kw = {"causal": mask != "none"}
+    if mask == "local":
+        kw["window_size"] = (150, 0)
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, alibi_slopes=slopes, **kw)
+    out = torch.full((q.shape[0], hq, d), float("nan"), dtype=dtype, device="cuda")
+    o, lse = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), return_lse=True, out=out,
+                                        alibi_slopes=slopes, num_splits=num_splits, **kw)
+    torch.cuda.synchronize()
+    check(o, lse, ref, ref_lse, dtype)
+    name = prepared().attn.name
+    assert "_alibi" in name and "_wgmma" in name and "m192n128w12" in name, name
+    assert ("_split" in name) == (num_splits > 1), name
 
 
 @pytest.mark.parametrize("max_q", [1, 4])

@@ -15,6 +15,8 @@ NaN-poisoned; tolerances from ``reference.tolerance``.
 
     pytest -q -p no:xdist tests/gpu/test_variant_gpu.py
 """
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -113,32 +115,32 @@ def test_varlen_prefill(name, arch, num_splits):
 @pytest.mark.parametrize("num_splits", [1, 3])
 @pytest.mark.parametrize("name", X.EXAMPLES)
 def test_d64_three_warpgroups(name, num_splits, monkeypatch):
-    """Head dim 64 with "variant" in heuristics.SM90_THREE_WG_EXTRAS: each example on the Hopper
-    path's 192-row tile (three consumer warpgroups of 160 registers), GQA 16/4 heads, a request
-    with seqlen_q < seqlen_k and an empty one; one split and three (split-KV and the combine)."""
+    """Head dim 64 ("variant" in heuristics.SM90_THREE_WG_EXTRAS): each example on the Hopper path's
+    192-row tile (three consumer warpgroups of 160 registers) where that kernel builds without
+    spills, else on two warpgroups (selection.spills); GQA 16/4 heads, a request with seqlen_q <
+    seqlen_k and an empty one; one split and three (split-KV and the combine)."""
     if not HOPPER:
         pytest.skip("the three-warpgroup tile is the Hopper path's")
-    from kernelgen.front import api
-    from kernelgen.selection import heuristics
-    monkeypatch.setattr(heuristics, "SM90_THREE_WG_EXTRAS", frozenset({"variant"}))
+    from kernelgen.jit import cache
+    from kernelgen.selection import spills
     monkeypatch.setenv("KERNELGEN_TIERED_COMPILE", "0")
-    api.clear_signature_cache()   # (a call prepared with the switch off must not be reused, nor outlive it)
-    try:
-        qlens, klens = [700, 300, 0, 451], [700, 520, 10, 451]
-        hq, hkv, d = 16, 4, 64
-        q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, 17)
-        var, sm, mm, causal = make(name, hq, qlens, klens, seed=2)
-        ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=causal, score_mod=sm, mask_mod=mm)
-        out = torch.full((q.shape[0], hq, d), float("nan"), dtype=BF16, device="cuda")
-        o, lse = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), causal=causal,
-                                            return_lse=True, out=out, num_splits=num_splits, variant=var)
-        torch.cuda.synchronize()
-        check(o, lse, ref, ref_lse, BF16)
-        name_ = prepared().attn.name
-        assert "_var" in name_ and "_wgmma" in name_ and "m192n128w12" in name_, name_
-        assert ("_split" in name_) == (num_splits > 1), name_
-    finally:
-        api.clear_signature_cache()
+    qlens, klens = [700, 300, 0, 451], [700, 520, 10, 451]
+    hq, hkv, d = 16, 4, 64
+    q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, 17)
+    var, sm, mm, causal = make(name, hq, qlens, klens, seed=2)
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=causal, score_mod=sm, mask_mod=mm)
+    out = torch.full((q.shape[0], hq, d), float("nan"), dtype=BF16, device="cuda")
+    o, lse = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), causal=causal,
+                                        return_lse=True, out=out, num_splits=num_splits, variant=var)
+    torch.cuda.synchronize()
+    check(o, lse, ref, ref_lse, BF16)
+    from kernelgen.jit import runtime
+    spec = next(x.spec for x in runtime.loaded_kernels() if x.spec.name == prepared().attn.name)
+    assert "_var" in spec.name and "_wgmma" in spec.name, spec.name
+    assert ("_split" in spec.name) == (num_splits > 1), spec.name
+    three = dataclasses.replace(spec, tile=dataclasses.replace(spec.tile, block_m=192, num_warps=12))
+    assert spec.tile.num_warps == (8 if spills.spills(three, build=True) else 12), spec.name
+    assert cache.get_cache().lookup(spec) is not None
 
 
 @pytest.mark.parametrize("num_splits", [0, 4])

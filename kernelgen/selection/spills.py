@@ -1,0 +1,57 @@
+"""A user variant's three-warpgroup Hopper kernel, kept only where it builds without spills.
+
+At head dim 64 the Hopper path runs a user variant (``kernelgen.Variant``) on the 192-row tile of
+three consumer warpgroups (``heuristics.SM90_THREE_WG_EXTRAS``), whose consumers have 160
+registers.  Most snippets fit (the bench's ALiBi and soft-cap score_mods, four of the six examples
+of ``apps.variant_examples``), some do not (the causal T5 bias spilled 68 bytes, ``index_arith``
+56-336, NVRTC 13.0), and only the build can tell.  ``checked`` reads the build's resources
+(``jit.cache``: the kernel cache's entry, which records ptxas' spill counts) and, where that kernel
+spilled, decides the call again with ``CallSignature.variant_spills`` (the two-warpgroup tile,
+whose consumers have 240 registers).
+
+The decider stays pure: this module is the one that reads the cache, as ``selection.tiered`` does.
+``front.api`` asks it twice for a call it validates: before the tiered first call (``build=False``:
+only kernels already built count, so a new variant's first call still runs its sm_80 kernel at
+once while the Hopper kernel builds in the background; the call after that build finds its
+resources) and, when the call builds and runs its recipe itself, again with ``build=True``, which
+builds the three-warpgroup kernel first if needed (the build the call would make anyway).
+``AttentionPlan`` asks with ``build=True``.  ``selection.catalog`` lists both tiles of such calls,
+so ``kernelgen warmup --variant FILE`` builds whichever the calls will run.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..jit import cache
+from . import decide
+from .settings import Settings
+
+
+def three_warpgroup_variant(spec) -> bool:
+    """Whether ``spec`` is a user variant's Hopper attention kernel on a three-warpgroup tile."""
+    return (getattr(spec, "kind", None) == "attention" and spec.mainloop == "sm90a" and spec.variant is not None
+            and spec.tile.num_warps == 12)
+
+
+def spills(spec, build: bool) -> bool | None:
+    """Whether ``spec``'s kernel spills registers (ptxas' spill stores or loads), or None when it is
+    not built and ``build`` is False.  With ``build`` the kernel is built (and cached) if needed:
+    raises as ``KernelCache.get`` does (``compiler.VariantCompileError``, ``KernelNotCachedError``)."""
+    entry = cache.get_cache().get(spec) if build else cache.get_cache().lookup(spec)
+    if entry is None:
+        return None
+    r = entry.resources
+    return bool((r.get("spill_stores") or 0) or (r.get("spill_loads") or 0))
+
+
+def checked(recipe, sig: decide.CallSignature, device, settings: Settings = Settings(), *, build: bool):
+    """``recipe`` (``decide.decide(sig, device, settings)``), or the call's recipe on the
+    two-warpgroup tile (``sig`` with ``variant_spills``) when one of its kernels is a user variant's
+    three-warpgroup kernel that spills (``spills``; a kernel not built yet counts only with
+    ``build``)."""
+    if sig.variant is None or sig.variant_spills:
+        return recipe
+    for spec in recipe.specs:
+        if three_warpgroup_variant(spec) and spills(spec, build):
+            return decide.decide(dataclasses.replace(sig, variant_spills=True), device, settings)
+    return recipe

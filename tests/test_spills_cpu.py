@@ -1,0 +1,86 @@
+"""CPU: a user variant's three-warpgroup Hopper kernel (head dim 64) is kept only where its build has
+no spills (``selection.spills``): the snippets the notes name compile on NVRTC for sm_90a here, no
+GPU needed; a spilling one is decided again on the two-warpgroup tile; a kernel not built yet
+counts only when the caller builds it; the catalog (``kernelgen warmup``) lists both tiles."""
+import dataclasses
+import random
+
+import pytest
+
+from kernelgen.jit import cache
+from kernelgen.kernels.device import Device
+from kernelgen.kernels.variant_code import VariantCode
+from kernelgen.selection import catalog, decide, heuristics, spills
+
+H200 = Device("H200", (9, 0), 132, 60 * 2 ** 20, 232448)
+
+#: ALiBi as a snippet: fits the 160 registers of a three-warpgroup consumer (no spills, NVRTC 13.0).
+ALIBI = VariantCode(score_mod="score - slopes[head] * kg_abs(q_idx + kv_len - q_len - kv_idx)",
+                    tensors=(("slopes", "float32"),))
+#: apps.variant_examples.t5_bias's snippet: spills 68 bytes there when causal.
+T5 = VariantCode(score_mod=("const int rel = clamp(kv_idx - (q_idx + kv_len - q_len), -4096, 4096);\n"
+                            "return score + table[head * 32 + buckets[rel + 4096]];"),
+                 tensors=(("table", "float32"), ("buckets", "int32")))
+
+
+def sig(variant, **kw) -> decide.CallSignature:
+    """A causal bf16 prefill of gpt-oss's heads (64 / 8, d 64): 1 x 16k, with a user variant."""
+    base = dict(dtype="bf16", head_dim=64, head_dim_v=64, num_heads_q=64, num_heads_kv=8, mask="causal",
+                window_left=-1, layout="soa", max_seqlen_q=16384, max_seqlen_k=16384, paged=False, page_size=0,
+                softcap=False, pack_gqa=None, num_splits=0, short_query_tokens=None, arch=None, tma_ok=True,
+                batch=1, rows=16384, variant=variant)
+    return decide.CallSignature(**{**base, **kw})
+
+
+def warps(recipe) -> int:
+    return recipe.variants.attention.tile.num_warps
+
+
+def test_a_variant_that_fits_keeps_three_warpgroups():
+    s = sig(ALIBI)
+    r = decide.decide(s, H200)
+    assert warps(r) == 12 and spills.three_warpgroup_variant(r.variants.attention)
+    assert spills.spills(r.variants.attention, build=True) is False
+    assert spills.checked(r, s, H200, build=True) is r
+
+
+def test_a_variant_that_spills_takes_two_warpgroups():
+    s = sig(T5)
+    r = decide.decide(s, H200)
+    assert warps(r) == 12 and spills.spills(r.variants.attention, build=True) is True
+    two = spills.checked(r, s, H200, build=True)
+    assert warps(two) == 8 and two.variants.attention.tile.block_m == 128
+    assert two == decide.decide(dataclasses.replace(s, variant_spills=True), H200)
+    assert spills.spills(two.variants.attention, build=True) is False
+    # the build is now cached: a later call's check needs no build (what front.api asks first)
+    assert spills.checked(r, s, H200, build=False) == two
+
+
+def test_an_unbuilt_kernel_counts_only_when_built():
+    code = VariantCode(score_mod=f"score * {random.randint(1, 10 ** 9)}.f * 1e-9f")   # in no cache
+    s = sig(code)
+    r = decide.decide(s, H200)
+    assert cache.get_cache().lookup(r.variants.attention) is None
+    assert spills.spills(r.variants.attention, build=False) is None
+    assert spills.checked(r, s, H200, build=False) is r
+    assert cache.get_cache().lookup(r.variants.attention) is None      # nothing built
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(head_dim=128, head_dim_v=128, num_heads_q=32), dict(arch="sm_80")])
+def test_other_calls_are_not_looked_up(kw, monkeypatch):
+    """No variant, head dim 128 (no three-warpgroup tile) or the sm_80 path: the recipe as decided,
+    the cache never read."""
+    monkeypatch.setattr(cache, "get_cache", lambda: pytest.fail("the cache was read"))
+    for code in ((T5,) if kw else (None,)):
+        s = sig(code, **kw)
+        r = decide.decide(s, H200)
+        assert spills.checked(r, s, H200, build=True) is r
+
+
+def test_the_catalog_lists_both_tiles_of_a_d64_variant():
+    specs = catalog.warmup_specs("sm_90a", head_dims=(64,), dtypes=("bf16",), causals=(True,),
+                                 layouts=("soa",), phases=("prefill",), gqas=(8,), paged=(False,),
+                                 variants=(T5,))
+    hopper = [s for s in specs if getattr(s, "kind", None) == "attention" and s.mainloop == "sm90a"]
+    assert {s.tile.num_warps for s in hopper} == {8, 12}
+    assert heuristics.SM90_THREE_WG_EXTRAS >= {"variant"}
