@@ -178,7 +178,8 @@ def test_tiered_first_call_climbs_twice_more(fake_cuda, monkeypatch, d):
     here a build that does nothing) and the call goes on as a first call with the sm_80 recipe (a
     climb back from jit to selection), so two climbs more than a plain first call.  At head dim 64
     the Hopper kernel is the three-warpgroup one, whose spills are looked up first (selection.spills:
-    one climb more; not built, so the decision stands)."""
+    one climb more; not built, so the decision stands), and whose two-warpgroup twin is decided and
+    looked up before the build starts (one more): the build makes both, the twin last."""
     from kernelgen.jit import background, compiler
 
     monkeypatch.setattr(background, "_build", lambda cache, spec: None)
@@ -191,14 +192,21 @@ def test_tiered_first_call_climbs_twice_more(fake_cuda, monkeypatch, d):
     call = kernelgen.varlen_attention
     calls = trace(lambda: call(q, k, torch.randn_like(k), cu, cu, 128, 128, causal=True, variant=var))
     spill_lookup = [("kernelgen.jit.cache", "kernelgen.selection.tiered")] if d == 64 else []
-    path, ups, msg = check_path(calls, max_upward=MAX_UPWARD + 2 + len(spill_lookup))
-    assert fake_cuda.kinds() == ["scheduler", "attention_variant0"] and len(background._futures) == 2
+    twin_lookup = spill_lookup
+    path, ups, msg = check_path(calls, max_upward=MAX_UPWARD + 2 + len(spill_lookup) + len(twin_lookup))
+    assert fake_cuda.kinds() == ["scheduler", "attention_variant0"]
+    built = [spec for (_, spec) in background._futures]
+    assert len(built) == (3 if d == 64 else 2) and built[0].variant is not None and built[0].mainloop == "sm90a"
+    if d == 64:   # the three-warpgroup kernel first, its two-warpgroup twin last
+        assert (built[0].tile.num_warps, built[-1].tile.num_warps) == (12, 8) and built[-1].variant is not None
     assert calls.count(("kernelgen.jit.runtime", "device")) == 1
-    assert calls.count(("kernelgen.selection.decide", "decide")) == 2     # the call's, then its sm_80 one
+    # the call's, its sm_80 one, at d 64 the twin's
+    assert calls.count(("kernelgen.selection.decide", "decide")) == (3 if d == 64 else 2)
     assert calls.count(("kernelgen.selection.spills", "spills")) == (d == 64)
     assert [(a, b) for _, a, b in ups] == [("kernelgen.selection.signature", "kernelgen.front.api"),
                                           ("kernelgen.jit.runtime", "kernelgen.selection.decide"),
                                           *spill_lookup,
                                           ("kernelgen.jit.cache", "kernelgen.selection.tiered"),
+                                          *twin_lookup,
                                           ("kernelgen.jit.runtime", "kernelgen.selection.arguments"),
                                           ("kernelgen.launch.prepared", "kernelgen.selection.signature")], msg

@@ -117,6 +117,8 @@ def test_covers_every_feature(cases):
         "kv_dtype": {"16-bit", "e4m3", "e5m2"},
         "q": {"16-bit", "e4m3"},
         "out_dtype": {"16-bit q", "argument", "out", "default"},
+        "alibi": {"none", "heads", "batch_heads"},
+        "sinks": {"True", "False"},
     }
     for k, vals in want.items():
         assert vals <= seen[k], f"{k}: missing {vals - seen[k]}"
@@ -238,13 +240,16 @@ SMALL_FP8 = small_fp8_seeds(12)
 def fake_attention(q, k, v, cu_q, cu_k, max_seqlen_q=None, max_seqlen_k=None, *, out=None, seqused_k=None,
                    page_table=None, causal=False, window_size=(-1, -1), softcap=0.0, softmax_scale=None,
                    num_splits=0, pack_gqa=None, return_lse=False, metadata_layout="soa", sort=True,
-                   head_swizzle=True, k_descale=None, v_descale=None, q_descale=None, out_dtype=None, bug=None):
+                   head_swizzle=True, k_descale=None, v_descale=None, q_descale=None, out_dtype=None, sinks=None,
+                   alibi_slopes=None, bug=None):
     """The public call's contract on the CPU, from the float64 reference (and optional bugs)."""
     sizes = V.varlen_inputs(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, out, devtypes=("cpu",),
                             seqused_k=seqused_k, page_table=page_table, out_dtype=out_dtype)
     for name, x in (("k_descale", k_descale), ("v_descale", v_descale)):
         V.descale(name, x, sizes["batch"], sizes["num_heads_kv"], q.device, sizes.get("kv_dtype"))
     V.q_descale(q_descale, sizes["batch"], sizes["num_heads_kv"], q.device, sizes.get("q_dtype"))
+    V.sinks(sinks, sizes["num_heads_q"], q.device)
+    V.alibi_slopes(alibi_slopes, sizes["num_heads_q"], sizes["batch"], q.device)
     if bug == "no_descale":
         k_descale = v_descale = None
     if bug == "no_q_descale":
@@ -259,7 +264,9 @@ def fake_attention(q, k, v, cu_q, cu_k, max_seqlen_q=None, max_seqlen_k=None, *,
         k2, v2, ck, used = k, v, cu_k, seqused_k
     ref, ref_lse = attention_reference(q, k2, v2, cu_q, ck, causal=causal, softmax_scale=softmax_scale,
                                        window_size=window_size, softcap=softcap, seqused_k=used,
-                                       k_descale=k_descale, v_descale=v_descale, q_descale=q_descale)
+                                       k_descale=k_descale, v_descale=v_descale, q_descale=q_descale,
+                                       sinks=None if bug == "no_sinks" else sinks,
+                                       alibi_slopes=None if bug == "no_alibi" else alibi_slopes)
     rows = int(cu_q[-1])
     total, hq = q.shape[:2]
     dtype = sizes["dtype"]                                             # the output's (an FP8 q: out_dtype / bf16)
@@ -315,8 +322,56 @@ def test_fp8_is_drawn_last():
         plain = [fuzz.case_for_seed(s) for s in seeds]
     drawn = [fuzz.case_for_seed(s) for s in seeds]
     assert all(p["kv_dtype"] is None and not p["q_fp8"] for p in plain) and any(d["kv_dtype"] for d in drawn)
+    for p, d in zip(plain, drawn):   # (ALiBi and sinks are drawn after it: theirs may differ)
+        assert {**d, "kv_dtype": None, "q_fp8": False, "out_dtype": None, "alibi": p["alibi"], "sinks": p["sinks"]} == p
+
+
+def test_alibi_and_sinks_are_drawn_last():
+    """ALiBi and sinks are the case's last draws: without them every seed's case is the same but
+    for those two fields, so the seeds of earlier reports draw the same batches otherwise; both
+    occur, ALiBi in both shapes."""
+    seeds = fuzz.batch_seeds(5, 400)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(fuzz, "ALIBI_SHARE", 0.0)
+        m.setattr(fuzz, "SINKS_SHARE", 0.0)
+        plain = [fuzz.case_for_seed(s) for s in seeds]
+    drawn = [fuzz.case_for_seed(s) for s in seeds]
+    assert all(p["alibi"] is None and p["sinks"] is False for p in plain)
+    assert {d["alibi"] for d in drawn} == {None, "heads", "batch_heads"} and any(d["sinks"] for d in drawn)
     for p, d in zip(plain, drawn):
-        assert {**d, "kv_dtype": None, "q_fp8": False, "out_dtype": None} == p
+        assert {**d, "alibi": None, "sinks": False} == p
+
+
+def test_alibi_and_sinks_inputs_and_reference(monkeypatch):
+    """A case with ALiBi and sinks: the call gets alibi_slopes / sinks of the drawn shapes (float32,
+    geometric slopes times [0.25, 2), some heads without a sink), built from their own generators
+    (every other input is the same as without them); the reference gets the same tensors; the
+    stand-in passes, and drops of either are caught."""
+    seed = next(s for s in SMALL if sum(fuzz.case_for_seed(s)["qlens"]) and sum(fuzz.case_for_seed(s)["klens"]))
+    c = {**fuzz.case_for_seed(seed), "alibi": "batch_heads", "sinks": True}
+    inp = fuzz.build_inputs(c, "cpu")
+    plain = fuzz.build_inputs({**c, "alibi": None, "sinks": False}, "cpu")
+    hq, b = c["num_heads_q"], len(c["qlens"])
+    sl, sk = inp["kwargs"]["alibi_slopes"], inp["kwargs"]["sinks"]
+    assert sl.shape == (b, hq) and sl.dtype == torch.float32 and sk.shape == (hq,) and sk.dtype == torch.float32
+    base = 2.0 ** (-8.0 * (torch.arange(hq) + 1) / hq)
+    assert bool(((sl / base >= 0.25 - 1e-6) & (sl / base < 2.0 + 1e-6)).all())
+    assert bool((torch.isfinite(sk) | torch.isneginf(sk)).all())
+    assert fuzz.build_inputs({**c, "alibi": "heads"}, "cpu")["alibi_slopes"].shape == (hq,)
+    for name in ("q", "k", "v"):
+        assert torch.equal(inp[name].float(), plain[name].float())
+    assert "alibi_slopes" not in plain["kwargs"] and "sinks" not in plain["kwargs"]
+    calls = _spy_reference(monkeypatch)
+    r = fuzz.run_case(c, "cpu", attention=fake_attention)
+    assert r["ok"], r
+    ((_, kw),) = calls
+    assert torch.equal(kw["alibi_slopes"], sl) and torch.equal(kw["sinks"], sk)
+    monkeypatch.undo()
+    for bug in ("no_alibi", "no_sinks"):
+        r = fuzz.run_case(c, "cpu", attention=lambda *a, **k: fake_attention(*a, bug=bug, **k))
+        assert not r["ok"], bug
+    feats = fuzz.features(c)
+    assert feats["alibi"] == "batch_heads" and feats["sinks"] is True
 
 
 @pytest.mark.parametrize("layout", ["packed", "paged", "interleaved", "strided"])
@@ -388,6 +443,8 @@ PRE_FP8_Q_INPUTS = {
               v_descale="450d561560c62fb3"),
 }
 Q_FIELDS = ("q_fp8", "out_dtype")
+#: drawn after the FP8-q fields (test_alibi_and_sinks_are_drawn_last): they follow their draws
+LATER_FIELDS = ("alibi", "sinks")
 
 
 def _digest(x) -> str:
@@ -399,7 +456,13 @@ def _tensor_digest(x) -> str:
 
 
 def _without_fp8_q(c) -> dict:
+    """The same case with a 16-bit q (its FP8-q fields off)."""
     return {**c, "q_fp8": False, "out_dtype": None}
+
+
+def _drawn_before_fp8_q(c) -> dict:
+    """The case's fields drawn before its FP8-q fields (without those and the fields drawn after)."""
+    return {k: v for k, v in _without_fp8_q(c).items() if k not in LATER_FIELDS}
 
 
 def _named(name) -> dict:
@@ -414,7 +477,7 @@ def test_seeds_reproduce_the_cases_drawn_before_fp8_queries():
     for seed, case_digest in PRE_FP8_Q_CASES.items():
         c = fuzz.case_for_seed(seed)
         drawn[seed] = c["q_fp8"]
-        assert _digest({k: v for k, v in c.items() if k not in Q_FIELDS}) == case_digest, seed
+        assert _digest({k: v for k, v in c.items() if k not in Q_FIELDS + LATER_FIELDS}) == case_digest, seed
         assert c["q_fp8"] or c["out_dtype"] is None
     assert sorted(s for s, q in drawn.items() if q) == [5, 13, 22, 39, 680233354]
 
@@ -500,7 +563,7 @@ def test_fp8_q_is_drawn_last():
                for e in every if e["q_fp8"])
     assert not any(n["q_fp8"] for n in none)
     for p, d, e in zip(plain, drawn, every):
-        assert _without_fp8_q(d) == p and _without_fp8_q(e) == p
+        assert _drawn_before_fp8_q(d) == _drawn_before_fp8_q(p) == _drawn_before_fp8_q(e)
 
 
 def _small_fp8_q_seed(pred, limit=200000):
@@ -895,6 +958,7 @@ def test_sanitize_cases_cover_kernel_families():
     # head dim 64 on sm_90a: 192 rows in three consumer warpgroups, 16-bit and FP8 tensor-core
     assert any(s.tile.block_m == 192 and s.tile.num_warps == 12 and not s.kv_dtype for s in attn)
     assert any(s.tile.block_m == 192 and s.fp8_mma for s in attn)
+    assert any(s.tile.block_m == 192 and s.tile.num_warps == 12 and s.alibi and s.sinks for s in attn)
     assert any(s.tile.block_m == 16 and s.pack_gqa and s.paged and s.split for s in attn)   # decode + combine
     assert any(s.mask == "local" and s.softcap for s in attn)
     assert any(s.tile.block_m == 64 for s in attn)

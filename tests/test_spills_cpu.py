@@ -1,7 +1,9 @@
 """CPU: a user variant's three-warpgroup Hopper kernel (head dim 64) is kept only where its build has
 no spills (``selection.spills``): the snippets the notes name compile on NVRTC for sm_90a here, no
 GPU needed; a spilling one is decided again on the two-warpgroup tile; a kernel not built yet
-counts only when the caller builds it; the catalog (``kernelgen warmup``) lists both tiles."""
+counts only when the caller builds it; a kernel's spills are looked up once; without JIT a cached
+spilling kernel runs when its twin is not cached; the catalog (``kernelgen warmup``) lists both
+tiles.  (The tiered first call's background build of both: tests/test_call_path.py.)"""
 import dataclasses
 import random
 
@@ -84,3 +86,47 @@ def test_the_catalog_lists_both_tiles_of_a_d64_variant():
     hopper = [s for s in specs if getattr(s, "kind", None) == "attention" and s.mainloop == "sm90a"]
     assert {s.tile.num_warps for s in hopper} == {8, 12}
     assert heuristics.SM90_THREE_WG_EXTRAS >= {"variant"}
+
+
+def _new_t5() -> VariantCode:
+    """A T5-bias snippet no cache holds (its clamp bound drawn at random): spills as T5 does."""
+    n = random.randint(3000, 5000)
+    return VariantCode(score_mod=(f"const int rel = clamp(kv_idx - (q_idx + kv_len - q_len), -{n}, {n});\n"
+                                  f"return score + table[head * 32 + buckets[rel + {n}]];"),
+                       tensors=(("table", "float32"), ("buckets", "int32")))
+
+
+def test_a_known_kernel_is_not_looked_up_again(monkeypatch):
+    s = sig(_new_t5())
+    r = decide.decide(s, H200)
+    assert spills.spills(r.variants.attention, build=True) is True
+    monkeypatch.setattr(cache.KernelCache, "lookup", lambda *a: pytest.fail("looked up again"))
+    monkeypatch.setattr(cache.KernelCache, "get", lambda *a: pytest.fail("built again"))
+    assert spills.spills(r.variants.attention, build=False) is True
+    assert warps(spills.checked(r, s, H200, build=False)) == 8
+
+
+def test_without_jit_a_spilling_kernel_runs_when_its_twin_is_not_cached(monkeypatch):
+    """KERNELGEN_DISABLE_JIT: the spilling three-warpgroup kernel is in the cache and its
+    two-warpgroup twin is not: the call keeps the cached kernel (it runs, slower) instead of
+    raising KernelNotCachedError for the twin; once the twin is cached, the twin."""
+    s = sig(_new_t5())
+    r = decide.decide(s, H200)
+    cache.get_cache().get(r.variants.attention)             # (built by a run with JIT on)
+    twin = spills.twin_recipe(r, s, H200)
+    assert warps(twin) == 8 and cache.get_cache().lookup(twin.variants.attention) is None
+    monkeypatch.setenv("KERNELGEN_DISABLE_JIT", "1")
+    assert spills.checked(r, s, H200, build=True) is r
+    monkeypatch.delenv("KERNELGEN_DISABLE_JIT")
+    cache.get_cache().get(twin.variants.attention)
+    monkeypatch.setenv("KERNELGEN_DISABLE_JIT", "1")
+    assert spills.checked(r, s, H200, build=True) == twin
+
+
+def test_the_twin_recipe():
+    assert spills.twin_recipe(decide.decide(sig(None), H200), sig(None), H200) is None
+    s = sig(ALIBI)
+    r = decide.decide(s, H200)
+    assert warps(spills.twin_recipe(r, s, H200)) == 8
+    s128 = sig(ALIBI, head_dim=128, head_dim_v=128, num_heads_q=32)
+    assert spills.twin_recipe(decide.decide(s128, H200), s128, H200) is None

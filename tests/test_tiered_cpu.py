@@ -10,7 +10,8 @@ timing.  Covered: the first call runs the sm_80 recipe and starts one build; a c
 takes the sm_80 recipe again with no new build and no compile; after it the Hopper recipe, kept
 per signature; the synchronous cases (``KERNELGEN_TIERED_COMPILE`` off, a forced arch, graph
 capture, JIT disabled, a kernel already in the disk cache, ``AttentionPlan``); a failed build
-surfacing at the next call; a snippet that does not compile; the pair recipe's long class;
+surfacing at the next call; a snippet that does not compile; the pair recipe's long class; at
+head dim 64 the three-warpgroup kernel's two-warpgroup twin, built after it (test_d64_twin);
 ``wait_for_compiles``' names and timeout; a foreground ``get`` of a kernel being built waits for
 it; interpreter exit waits for a build; a forked child starts with none.
 """
@@ -83,11 +84,12 @@ def builds(fake_cuda, monkeypatch, tmp_path):
 
 
 def _inputs():
-    """Two causal requests of 128 tokens (4 query heads, 2 KV heads, d 64): the fake H200's
-    dispatcher takes the Hopper kernel for them, with or without a variant."""
+    """Two causal requests of 128 tokens (4 query heads, 2 KV heads, d 128): the fake H200's
+    dispatcher takes the Hopper kernel for them, with or without a variant (on one tile: at d 64
+    a variant's three-warpgroup kernel has a two-warpgroup twin, built after it: test_d64_twin)."""
     torch.manual_seed(0)
-    q = torch.randn(256, 4, 64).to(BF16)
-    k = torch.randn(256, 2, 64).to(BF16)
+    q = torch.randn(256, 4, 128).to(BF16)
+    k = torch.randn(256, 2, 128).to(BF16)
     return q, k, torch.randn_like(k), torch.tensor([0, 128, 256], dtype=torch.int32)
 
 
@@ -137,6 +139,42 @@ def test_first_call_runs_sm80_while_the_hopper_kernel_builds(fake_cuda, builds, 
     _call(x, variant=var)
     assert fake_cuda.kinds() == HOPPER
     assert builds.names.count(spec.name) == 1 and [x for _, x in background._futures] == [spec]
+
+
+@pytest.mark.parametrize("spilled", [False, True])
+def test_d64_twin(fake_cuda, builds, monkeypatch, spilled):
+    """Head dim 64: the variant's Hopper kernel is the three-warpgroup one, which may spill
+    (selection.spills); the first call's background build makes it and then its two-warpgroup
+    twin, so that after wait_for_compiles the next call runs, and keeps, the Hopper kernel the
+    build's spills choose: three warpgroups without spills, two with (no second round of
+    provisional sm_80 calls and background builds)."""
+    compile_real = builds.compile_cubin
+
+    def compile_cubin(source, arch, options, name="kernel"):
+        r = compile_real(source, arch, options, name)
+        if spilled and "w12" in name:
+            r = compiler.CompileResult(cubin=r.cubin, log="", resources={"registers": 168, "spill_stores": 64})
+        return r
+    monkeypatch.setattr(compiler, "compile_cubin", compile_cubin)
+    torch.manual_seed(0)
+    x = (torch.randn(256, 4, 64).to(BF16), *(torch.randn(256, 2, 64).to(BF16) for _ in range(2)),
+         torch.tensor([0, 128, 256], dtype=torch.int32))
+    _warm(fake_cuda, x)
+    var, kept = _variant(), len(api._CALLS)
+    _call(x, variant=var)
+    assert fake_cuda.kinds() == SM80
+    specs = [sp for _, sp in background._futures]
+    assert [sp.tile.num_warps for sp in specs if tiered.is_slow(sp)] == [12, 8]   # the twin after it
+    builds.gate.set()
+    names = kernelgen.wait_for_compiles()
+    assert [n for n in names if _is_hopper_variant(n)] == [sp.name for sp in specs if tiered.is_slow(sp)]
+    compiled = list(builds.names)
+    fake_cuda.clear()
+    _call(x, variant=var)                         # the Hopper recipe at once, kept
+    assert fake_cuda.kinds() == HOPPER and len(api._CALLS) == kept + 1
+    ran = [k.spec for k in runtime.loaded_kernels() if tiered.is_slow(k.spec)]
+    assert [sp.tile.num_warps for sp in ran] == [8 if spilled else 12]
+    assert builds.names == compiled and len(background._futures) == len(specs)   # nothing built again
 
 
 @pytest.mark.parametrize("value, on", [("0", False), ("false", False), ("No", False), ("OFF", False), (" off ", False),
@@ -217,7 +255,7 @@ def test_a_kernel_in_the_disk_cache_runs_at_once(fake_cuda, builds, monkeypatch)
 def test_a_plan_builds_its_kernels_synchronously(fake_cuda, builds, monkeypatch):
     var = _variant()
     builds.gate.set()
-    plan = FC.make_plan(monkeypatch, max_batch=2, num_heads_q=4, num_heads_kv=2, head_dim=64, dtype=BF16,
+    plan = FC.make_plan(monkeypatch, max_batch=2, num_heads_q=4, num_heads_kv=2, head_dim=128, dtype=BF16,
                         max_total_q=256, max_seqlen_q=128, max_seqlen_k=128, causal=True, variant=var)
     (slow,) = tiered.slow_specs(plan.recipe)
     assert slow.variant == var.code and background._futures == {}
@@ -330,7 +368,7 @@ def test_interpreter_exit_waits_for_a_build(tmp_path):
         from kernelgen.kernels.variant_code import VariantCode
         from kernelgen.selection import heuristics
 
-        spec = heuristics.choose("sm_90a", "bf16", 64, 64, num_heads_q=4, num_heads_kv=2, mask="causal",
+        spec = heuristics.choose("sm_90a", "bf16", 128, 128, num_heads_q=4, num_heads_kv=2, mask="causal",
                                  max_seqlen_q=128, max_seqlen_k=128,
                                  variant=VariantCode(score_mod="score * 0.25f")).attention
 
@@ -433,7 +471,7 @@ def test_a_quick_kernel_that_does_not_build_falls_back_to_the_hopper_kernel(fake
 
     builds.fail = fail
     out = _call(x, variant=_variant())
-    assert out.shape == (256, 4, 64)
+    assert out.shape == (256, 4, 128)
     assert fake_cuda.kinds() == HOPPER
     fake_cuda.clear()
     _call(x, variant=_variant())          # kept per signature: no decision, no new build

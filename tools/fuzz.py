@@ -31,6 +31,12 @@ seed's case (and every case without an FP8 cache) is what it was before FP8 quer
 fuzzed.  The prewarm compiles the FP8-q kernels too (``case_recipe`` passes ``q_dtype="e4m3"``
 to the dispatcher as ``varlen_attention`` does).
 
+ALiBi (about ``ALIBI_SHARE`` of the batches: slopes per head, or per request and head in about
+``ALIBI_BATCH_SHARE`` of them) and attention sinks (about ``SINKS_SHARE``: a logit a query head,
+some heads without one, -inf) are drawn after everything else (``alibi``, ``sinks``), so every
+other field of a seed's case is what it was before; their values come from their own generators
+(``build_inputs``), so the other inputs are too.  The reference takes the same slopes and sinks.
+
 Usage (GPU):
     python tools/fuzz.py --batches 2000 --seed 1 [--json PATH] [--time-limit 300]
     python tools/fuzz.py --replay SEED                 # one batch, verbose
@@ -100,6 +106,10 @@ FP8_SHARE = 1 / 6             #: share of the batches with an FP8 K/V cache
 DESCALE_RANGE = (0.5, 2.0)    #: k_descale / v_descale (and q_descale) per (request, KV head), uniform in [lo, hi)
 Q_FP8_SHARE = 0.5             #: share of the FP8-cache batches whose q is FP8 too (e4m3, ``q_fp8``)
 OUT_DTYPE_SHARE = 0.5         #: share of the FP8-q batches passing ``out_dtype`` explicitly (else out / bf16 decide)
+ALIBI_SHARE = 0.12            #: share of the batches with ALiBi (``alibi_slopes=``, issue 25)
+ALIBI_BATCH_SHARE = 0.3       #: share of the ALiBi batches whose slopes are per request, (batch, num_heads_q)
+SINKS_SHARE = 0.12            #: share of the batches with attention sinks (``sinks=``, issue 25)
+SINK_NONE_SHARE = 0.1         #: share of a sink batch's heads without a sink (-inf)
 
 
 def _pick(rng, values, p=None):
@@ -242,7 +252,8 @@ def draw_case(rng, seed: int | None = None) -> dict:
     ``OUT_DTYPE_SHARE`` of them, and always for fp16 without ``out``, whose output would be bf16
     otherwise); these two are drawn last, and only for FP8-cache cases, so every other field of a
     seed's case is what it was before FP8 queries were fuzzed.  ``dtype`` is the output's dtype
-    (and the kernels' 16-bit one) in every case.
+    (and the kernels' 16-bit one) in every case.  ``alibi`` (None, "heads" or "batch_heads": the
+    shape of ``alibi_slopes``) and ``sinks`` (bool) are drawn after all of these, for every case.
     """
     c: dict = {"seed": seed}
     c["dtype"] = _pick(rng, DTYPES)
@@ -327,6 +338,11 @@ def draw_case(rng, seed: int | None = None) -> dict:
         explicit = rng.random() < OUT_DTYPE_SHARE
         if explicit or (c["dtype"] == "fp16" and not c["out_given"]):
             c["out_dtype"] = c["dtype"]
+    # ALiBi and sinks last (every field above is what the seed drew before they were fuzzed)
+    c["alibi"] = None
+    if rng.random() < ALIBI_SHARE:
+        c["alibi"] = "batch_heads" if rng.random() < ALIBI_BATCH_SHARE else "heads"
+    c["sinks"] = bool(rng.random() < SINKS_SHARE)
     _shrink(c)
     return c
 
@@ -392,7 +408,8 @@ def case_recipe(case: dict, arch: str, num_sms: int):
         num_splits=case["num_splits"], short_query_tokens=None, arch=None, tma_ok=_tma_ok(case),
         batch=len(case["qlens"]), rows=total_q, sort=case["sort"], head_swizzle=case["head_swizzle"],
         **({"kv_dtype": case["kv_dtype"]} if case.get("kv_dtype") else {}),
-        **({"q_dtype": "e4m3"} if case.get("q_fp8") else {}))
+        **({"q_dtype": "e4m3"} if case.get("q_fp8") else {}),
+        alibi=bool(case.get("alibi")), sinks=bool(case.get("sinks")))
     device = Device(f"fuzz {arch}", _CAPABILITY[arch], num_sms, 50 * 2 ** 20)
     return decide.decide(sig, device, Settings.from_env())
 
@@ -426,6 +443,7 @@ def features(case: dict) -> dict:
         "long": max(case["klens"] + case["qlens"] + [0]) > 8192, "pad_rows": case["pad_rows"] > 0,
         "strided": case["strided"], "hint": case["hint"], "kv_dtype": case.get("kv_dtype") or "16-bit",
         "q": "e4m3" if case.get("q_fp8") else "16-bit",
+        "alibi": case.get("alibi") or "none", "sinks": bool(case.get("sinks")),
         "out_dtype": "16-bit q" if not case.get("q_fp8") else "argument" if case.get("out_dtype")
         else "out" if case["out_given"] else "default",
     }
@@ -457,6 +475,12 @@ def build_inputs(case: dict, device="cuda") -> dict:
     of their request and KV head, quantised to e4m3 (padding rows past the last request and the
     strided view's extra heads with factor 1), so the dequantised q is the 16-bit case's within the
     e4m3 rounding.  ``kwargs`` then has ``q_descale``, and ``out_dtype`` when the case passes it.
+
+    ALiBi (``alibi``): ``alibi_slopes`` float32, (num_heads_q,) or (batch, num_heads_q): the
+    geometric slopes 2^(-8 (h + 1) / heads) of Press et al. times a factor in [0.25, 2) a head (and
+    request), from their own generator.  Sinks (``sinks``): float32 (num_heads_q,), N(0, 2), about
+    ``SINK_NONE_SHARE`` of the heads -inf (no sink), from their own generator.  ``kwargs`` then
+    has ``alibi_slopes`` / ``sinks``, and the result the same tensors under those names.
     """
     import torch
 
@@ -594,6 +618,24 @@ def build_inputs(case: dict, device="cuda") -> dict:
     res["out_dtype"] = dtype
     mq, mk = call_hints(case)
     res["max_seqlen_q"], res["max_seqlen_k"] = mq, mk
+    res["alibi_slopes"] = res["sinks"] = None
+    if case.get("alibi"):   # (their own generators: every other input is the case's as before)
+        arng = np.random.default_rng(seed + 4)
+        shape = (len(qlens), hq) if case["alibi"] == "batch_heads" else (hq,)
+        if meta:
+            res["alibi_slopes"] = torch.empty(*shape, dtype=torch.float32, device=dev)
+        else:
+            base = 2.0 ** (-8.0 * (np.arange(hq) + 1) / hq)
+            res["alibi_slopes"] = torch.tensor(base * arng.uniform(0.25, 2.0, size=shape),
+                                               dtype=torch.float32).to(dev)
+    if case.get("sinks"):
+        srng = np.random.default_rng(seed + 5)
+        if meta:
+            res["sinks"] = torch.empty(hq, dtype=torch.float32, device=dev)
+        else:
+            x = srng.normal(0.0, 2.0, size=hq)
+            x[srng.random(hq) < SINK_NONE_SHARE] = -np.inf
+            res["sinks"] = torch.tensor(x, dtype=torch.float32).to(dev)
     res["kwargs"] = dict(
         seqused_k=res["seqused_k"], page_table=res["page_table"], causal=case["causal"],
         window_size=tuple(case["window"]), softcap=case["softcap"], softmax_scale=case["softmax_scale"],
@@ -602,7 +644,9 @@ def build_inputs(case: dict, device="cuda") -> dict:
         **({} if descales is None else {"k_descale": descales[0], "v_descale": descales[1]}),
         **({"q_descale": q_descale} if q_fp8 else {}),
         **({"out_dtype": {"bf16": torch.bfloat16, "fp16": torch.float16}[case["out_dtype"]]}
-           if q_fp8 and case.get("out_dtype") else {}))
+           if q_fp8 and case.get("out_dtype") else {}),
+        **({"alibi_slopes": res["alibi_slopes"]} if res["alibi_slopes"] is not None else {}),
+        **({"sinks": res["sinks"]} if res["sinks"] is not None else {}))
     return res
 
 
@@ -655,7 +699,7 @@ def poisoned_allocations(enabled: bool = True):
 
 def reference_for(case: dict, inp: dict, fp8_mma_bounds: bool = False):
     """(ref_out, ref_lse) float64 on the inputs' device (``reference.attention_reference``, with
-    the FP8 q's ``q_descale``); with ``fp8_mma_bounds`` (ref_out, ref_lse, out_bound, lse_bound),
+    the FP8 q's ``q_descale``, the ALiBi slopes and the sinks); with ``fp8_mma_bounds`` (ref_out, ref_lse, out_bound, lse_bound),
     the per-element bounds of the Hopper FP8 tensor-core variant."""
     from kernelgen.apps import reference
     from kernelgen.apps.reference import gather_paged
@@ -669,8 +713,8 @@ def reference_for(case: dict, inp: dict, fp8_mma_bounds: bool = False):
     return reference.attention_reference(
         q, k, v, inp["cu_seqlens_q"], cu_k, causal=case["causal"], softmax_scale=case["softmax_scale"],
         window_size=tuple(case["window"]), softcap=case["softcap"], seqused_k=used, k_descale=inp.get("k_descale"),
-        v_descale=inp.get("v_descale"), q_descale=inp.get("q_descale"),
-        **({"fp8_mma_bounds": True} if fp8_mma_bounds else {}))
+        v_descale=inp.get("v_descale"), q_descale=inp.get("q_descale"), alibi_slopes=inp.get("alibi_slopes"),
+        sinks=inp.get("sinks"), **({"fp8_mma_bounds": True} if fp8_mma_bounds else {}))
 
 
 def tolerances(case: dict) -> tuple:
@@ -1051,7 +1095,7 @@ def sanitize_cases() -> list:
                 causal=False, window=[-1, -1], mask="none", softcap=0.0, softmax_scale=None, q_scale=1.0,
                 num_splits=1, pack_gqa=None, layout="soa", sort=True, head_swizzle=True, hint="exact",
                 return_lse=True, out_given=True, pad_rows=0, strided=False, interleaved_kv=False, kv_dtype=None,
-                q_fp8=False, out_dtype=None)
+                q_fp8=False, out_dtype=None, alibi=None, sinks=False)
 
     def case(**kw):
         c = dict(base)
@@ -1135,6 +1179,13 @@ def sanitize_cases() -> list:
             seed=117, dtype="bf16", head_dim=64, head_dim_v=64, num_heads_q=4, num_heads_kv=2,
             qlens=[130, 0, 50], klens=[200, 9, 50], causal=True, mask="causal", pad_rows=2, kv_dtype="e4m3",
             q_fp8=True)),
+        # ALiBi (per-request slopes) and sinks on the d 64 three-warpgroup Hopper kernel (ALiBi on
+        # that tile since ac4ebcc; the sinks applied in its epilogue), a request with a longer key
+        # than query range and an empty one
+        ("alibi_sinks_d64_three_warpgroups", case(
+            seed=118, dtype="bf16", head_dim=64, head_dim_v=64, num_heads_q=8, num_heads_kv=2,
+            qlens=[150, 0, 40], klens=[230, 9, 40], causal=True, mask="causal", pad_rows=2, alibi="batch_heads",
+            sinks=True)),
         ("scheduler_sort_many_requests", case(
             seed=107, dtype="bf16", head_dim=64, head_dim_v=64, num_heads_q=2, num_heads_kv=1,
             qlens=[(i * 7) % 9 for i in range(40)], klens=[(i * 11) % 17 for i in range(40)], causal=True,

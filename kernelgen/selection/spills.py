@@ -16,7 +16,12 @@ once while the Hopper kernel builds in the background; the call after that build
 resources) and, when the call builds and runs its recipe itself, again with ``build=True``, which
 builds the three-warpgroup kernel first if needed (the build the call would make anyway).
 ``AttentionPlan`` asks with ``build=True``.  ``selection.catalog`` lists both tiles of such calls,
-so ``kernelgen warmup --variant FILE`` builds whichever the calls will run.
+so ``kernelgen warmup --variant FILE`` builds whichever the calls will run; the tiered first call's
+background build makes both too (``twin_recipe``, ``selection.tiered``), the three-warpgroup kernel
+first, so that after ``kernelgen.wait_for_compiles()`` the call's next run finds the kernel it
+keeps built either way.  With JIT off (``KERNELGEN_DISABLE_JIT``) a spilling kernel in the cache
+whose two-warpgroup twin is not there still runs (slower, but what the cache has).  A kernel's
+spills are remembered once known (``_KNOWN``), so a call's check renders no source twice.
 """
 from __future__ import annotations
 
@@ -25,6 +30,9 @@ import dataclasses
 from ..jit import cache
 from . import decide
 from .settings import Settings
+
+#: {(cache root, spec): spills} of the kernels whose build was looked up or made.
+_KNOWN: dict = {}
 
 
 def three_warpgroup_variant(spec) -> bool:
@@ -37,21 +45,39 @@ def spills(spec, build: bool) -> bool | None:
     """Whether ``spec``'s kernel spills registers (ptxas' spill stores or loads), or None when it is
     not built and ``build`` is False.  With ``build`` the kernel is built (and cached) if needed:
     raises as ``KernelCache.get`` does (``compiler.VariantCompileError``, ``KernelNotCachedError``)."""
-    entry = cache.get_cache().get(spec) if build else cache.get_cache().lookup(spec)
+    c = cache.get_cache()
+    key = (str(c.root), spec)
+    known = _KNOWN.get(key)
+    if known is not None:
+        return known
+    entry = c.get(spec) if build else c.lookup(spec)
     if entry is None:
         return None
     r = entry.resources
-    return bool((r.get("spill_stores") or 0) or (r.get("spill_loads") or 0))
+    _KNOWN[key] = out = bool((r.get("spill_stores") or 0) or (r.get("spill_loads") or 0))
+    return out
+
+
+def twin_recipe(recipe, sig: decide.CallSignature, device, settings: Settings = Settings()):
+    """The call's recipe on the two-warpgroup tile (``sig`` with ``variant_spills``) when ``recipe``
+    holds a user variant's three-warpgroup kernel, else None."""
+    if sig.variant is None or sig.variant_spills or not any(three_warpgroup_variant(s) for s in recipe.specs):
+        return None
+    return decide.decide(dataclasses.replace(sig, variant_spills=True), device, settings)
 
 
 def checked(recipe, sig: decide.CallSignature, device, settings: Settings = Settings(), *, build: bool):
     """``recipe`` (``decide.decide(sig, device, settings)``), or the call's recipe on the
     two-warpgroup tile (``sig`` with ``variant_spills``) when one of its kernels is a user variant's
     three-warpgroup kernel that spills (``spills``; a kernel not built yet counts only with
-    ``build``)."""
+    ``build``).  With JIT off, ``recipe`` when the twin's kernels are not all in the cache."""
     if sig.variant is None or sig.variant_spills:
         return recipe
     for spec in recipe.specs:
         if three_warpgroup_variant(spec) and spills(spec, build):
-            return decide.decide(dataclasses.replace(sig, variant_spills=True), device, settings)
+            two = twin_recipe(recipe, sig, device, settings)
+            if cache.jit_disabled() and any(cache.get_cache().lookup(s) is None
+                                            for s in two.specs if s not in recipe.specs):
+                return recipe
+            return two
     return recipe

@@ -8,7 +8,9 @@ sm_80-mainloop kernel (mma.sync, which runs on an H200 too) about half of that: 
 ``provisional_recipe(recipe, call, device, ordinal)`` is asked by ``varlen_attention`` after the
 decision of every call it validates.  When ``recipe`` holds a slow kernel and one of its kernels is
 neither loaded (``jit.runtime``) nor in the disk cache (``KernelCache.lookup``), it starts
-building the missing kernels in the background (``jit.background``: slow ones first) and returns
+building the missing kernels in the background (``jit.background``: slow ones first; for a user
+variant's three-warpgroup kernel, which may spill, its two-warpgroup twin after them:
+``selection.spills``) and returns
 the recipe of the same call on the sm_80 mainloop (``quick_recipe``), which the caller builds on
 its own thread, in parallel, and runs now.  The caller does not keep the prepared call of a
 provisional recipe (``front.api``), so every call of the signature decides again: the sm_80 recipe
@@ -42,7 +44,7 @@ import dataclasses
 import torch
 
 from ..jit import background, cache, runtime
-from . import decide, validation
+from . import decide, spills, validation
 from .settings import Settings
 
 
@@ -101,8 +103,13 @@ def provisional_recipe(recipe, call, device, ordinal: int):
     quick = quick_recipe(call.signature, device, call.settings)
     if quick is None:
         return None
+    # a three-warpgroup variant kernel may spill (selection.spills): its two-warpgroup twin after it
+    twin = spills.twin_recipe(recipe, call.signature, device, call.settings)
+    later = [s for s in (twin.specs if twin is not None else ()) if s not in missing and s not in recipe.specs
+             and not runtime.is_loaded(s, ordinal) and background.state(s) is None
+             and cache.get_cache().lookup(s) is None]
     try:
-        background.submit(sorted(missing, key=lambda s: s not in slow))   # the slow kernels first
+        background.submit(sorted(missing, key=lambda s: s not in slow) + later)   # the slow kernels first
     except RuntimeError:   # the interpreter is shutting down: no new thread work
         return None
     return quick
