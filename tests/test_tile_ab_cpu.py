@@ -73,3 +73,10 @@ def test_regs_fp8_in_the_defines_sets_the_fp8_cache_registers_while_prepared(mon
     assert defs == "KG_CONV_UNROLL=2"
     assert regs == {"producer_regs": 56, "consumer_regs": 224}
     assert AttentionSpec.SM90_REGS_FP8 == before and "KERNELGEN_DEFINES" not in os.environ
+
+
+def test_the_fa4_peer_is_timed_against_the_first_bf16_configuration_and_has_no_twin():
+    configs = {"w3": "bf16:64:192:128:2:p", "w2": "bf16:64:128:128:2:p", "fa4": "fa4"}
+    rows = [{"shape": "g64c", "us": {"w3": 100.0, "w2": 96.0, "fa4": 93.0}}]
+    assert tile_ab.summarize(rows, configs) == ["g64c: w2 0.960, fa4 0.930"]
+    assert list(tile_ab.with_twins(configs)) == ["w3", "w3~2", "w2", "w2~2", "fa4"]

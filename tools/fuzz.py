@@ -1235,6 +1235,65 @@ def run_plan_padded(device="cuda") -> dict:
     return {"ok": not errors, "errors": errors, "unwritten_rows": 0}
 
 
+#: The sanitizer subset's user-variant score_mod: ALiBi on kg_abs of the causal distance (taken as
+#: linear on every key block of a causal Hopper kernel, the pairs past the diagonal dropped by the
+#: mask after it) plus a per-key weight read by the int kv_idx from a tensor of exactly max(klens)
+#: elements (the last key block's keys past kv_len must read it clamped).
+VARIANT_READS_SCORE_MOD = "score - slopes[head] * kg_abs(q_idx + kv_len - q_len - kv_idx) + w[kv_idx]"
+
+
+def run_variant_reads(device="cuda", head_dims=(64, 128)) -> dict:
+    """A causal user variant (``VARIANT_READS_SCORE_MOD``) on the Hopper kernel (head dim 64: its
+    three-warpgroup tile; 128), varlen with a longer key than query range, an empty request and a
+    key count that ends inside a key block, outputs poisoned with NaN: every row matches the float64
+    reference, and under memcheck no read leaves ``w`` (max(klens) floats) or ``slopes``."""
+    import torch
+
+    import kernelgen
+    from kernelgen.apps.reference import attention_reference, tolerance
+
+    dev = torch.device(device)
+    errors = []
+    saved = os.environ.get("KERNELGEN_TIERED_COMPILE")
+    os.environ["KERNELGEN_TIERED_COMPILE"] = "0"   # the Hopper kernel in this call (not the sm_80 first call)
+    try:
+        for d in head_dims:
+            g = torch.Generator().manual_seed(109 + d)
+            hq, hkv = 8, 2
+            qlens, klens = [150, 0, 40], [230, 9, 40]
+            q = torch.randn(sum(qlens), hq, d, generator=g).to(torch.bfloat16)
+            k = torch.randn(sum(klens), hkv, d, generator=g).to(torch.bfloat16)
+            v = torch.randn(sum(klens), hkv, d, generator=g).to(torch.bfloat16)
+            cu_q = torch.tensor(np.concatenate([[0], np.cumsum(qlens)]).tolist(), dtype=torch.int32)
+            cu_k = torch.tensor(np.concatenate([[0], np.cumsum(klens)]).tolist(), dtype=torch.int32)
+            slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / hq) for h in range(hq)], dtype=torch.float32)
+            w = torch.rand(max(klens), generator=g, dtype=torch.float32)
+            var = kernelgen.Variant(score_mod=VARIANT_READS_SCORE_MOD, tensors={"slopes": slopes.to(dev), "w": w.to(dev)},
+                                    name="sanitize_reads")
+            sl, wd = slopes.double(), w.double()
+
+            def score_mod(score, b, head, q_idx, kv_idx, lq, lk):
+                return score - sl[head] * (q_idx + lk - lq - kv_idx).abs() + wd[kv_idx]
+            out = torch.full((q.shape[0], hq, d), float("nan"), dtype=torch.bfloat16, device=dev)
+            kernelgen.varlen_attention(*(x.to(dev) for x in (q, k, v, cu_q, cu_k)), max(qlens), max(klens),
+                                       causal=True, out=out, variant=var)
+            torch.cuda.synchronize(dev)
+            ref, _ = attention_reference(q, k, v, cu_q, cu_k, causal=True, score_mod=score_mod)
+            atol, rtol = tolerance(torch.bfloat16)
+            got, r = out.cpu().double(), ref.to(torch.bfloat16).double()
+            if bool(torch.isnan(got).any()):
+                errors.append(f"variant reads d {d}: unwritten rows")
+            elif not bool(((got - r).abs() <= atol + rtol * r.abs()).all()):
+                errors.append(f"variant reads d {d}: values differ from the reference "
+                              f"(max {float((got - r).abs().max()):.3g})")
+    finally:
+        if saved is None:
+            os.environ.pop("KERNELGEN_TIERED_COMPILE", None)
+        else:
+            os.environ["KERNELGEN_TIERED_COMPILE"] = saved
+    return {"ok": not errors, "errors": errors, "unwritten_rows": 0}
+
+
 def run_sanitize_subset(device="cuda", log=print) -> dict:
     """Run the fixed tiny cases once each (inputs from the device's generator, reference on the
     CPU, so the GPU runs almost only kernelgen's kernels).  Returns {"ok", "cases": {...}}."""
@@ -1258,6 +1317,9 @@ def run_sanitize_subset(device="cuda", log=print) -> dict:
     r = run_plan_padded(device)
     results["plan_capacity8_batch6_padded"] = r
     log(f"sanitize-subset: plan_capacity8_batch6_padded: {'ok' if r['ok'] else 'FAIL ' + '; '.join(r['errors'])}")
+    r = run_variant_reads(device)
+    results["variant_reads_causal_d64_d128"] = r
+    log(f"sanitize-subset: variant_reads_causal_d64_d128: {'ok' if r['ok'] else 'FAIL ' + '; '.join(r['errors'])}")
     ok = all(x["ok"] for x in results.values())
     log(f"sanitize-subset: {sum(x['ok'] for x in results.values())}/{len(results)} cases ok")
     return {"ok": ok, "cases": results}

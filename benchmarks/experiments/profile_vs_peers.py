@@ -17,7 +17,9 @@ Shapes (the bench's entries, bf16): ``dense_causal_16k`` (1 x 32 x 16384, d 128,
 keys, pages of 16, 32/8 heads), ``decode_b32_tp8`` (32 Mooncake decodes, 8/1 heads, pages of
 16), ``decode_b128`` (128 Mooncake decodes, 32/8 heads, pages of 16); ``fp8_causal_16k``, ``fp8_causal_h64``,
 ``fp8_causal_h256``: the causal dense shapes with q, k and v in e4m3 (per-tensor descales; FA3's FP8
-forward, kernelgen's FP8 tensor-core variant).  FA3 reads paged shapes'
+forward, kernelgen's FP8 tensor-core variant); ``gptoss_causal_16k`` (1 x 16384, gpt-oss's 64 / 8 heads,
+d 64, causal) and ``gptoss_softcap_16k`` (the same with the soft-cap 50 as a score_mod, tanh.approx:
+kernelgen's ``VARIANT_SOFTCAP_APPROX_SCORE_MOD``, FA4's ``fa4_softcap_score_mod``; FA3 refuses it).  FA3 reads paged shapes'
 caches gathered into packed K/V (``fa3_unpaged``), as in the bench.
 """
 from __future__ import annotations
@@ -29,7 +31,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 SHAPES = ("dense_causal_16k", "dense_4k", "dense_causal_h64", "dense_causal_h256", "chunked_p16", "decode_b32_tp8",
-          "decode_b128", "fp8_causal_16k", "fp8_causal_h64", "fp8_causal_h256")
+          "decode_b128", "fp8_causal_16k", "fp8_causal_h64", "fp8_causal_h256", "gptoss_causal_16k",
+          "gptoss_softcap_16k")
 
 
 def build(shape: str, impl: str):
@@ -56,6 +59,20 @@ def build(shape: str, impl: str):
             return lambda: kernelgen.varlen_attention(q, k, v, cu, cu, s, s, causal=causal, q_descale=qd,
                                                       k_descale=kd, v_descale=vd)
         return peers.fa3(q, k, v, causal, cu_q=cu, cu_k=cu, max_q=s, max_k=s, descales=(qd, kd, vd))().fn
+    if shape.startswith("gptoss_"):
+        s, cap = 16384, shape == "gptoss_softcap_16k"
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v = (torch.randn(s, h, 64, generator=g, device="cuda", dtype=torch.bfloat16) for h in (64, 8, 8))
+        cu = torch.tensor([0, s], dtype=torch.int32, device="cuda")
+        if impl == "kernelgen":
+            var = kernelgen.Variant(score_mod=suites.VARIANT_SOFTCAP_APPROX_SCORE_MOD) if cap else None
+            return lambda: kernelgen.varlen_attention(q, k, v, cu, cu, s, s, causal=True, variant=var)
+        mod = (lambda: peers.fa4_softcap_score_mod(suites.VARIANT_SOFTCAP)) if cap else None
+        if impl == "fa4":
+            return peers.fa4(q, k, v, True, cu_q=cu, cu_k=cu, max_q=s, max_k=s, score_mod=mod)().fn
+        if cap:
+            raise SystemExit("FA3 takes no score_mod: profile gptoss_softcap_16k with --impl kernelgen or fa4")
+        return peers.fa3(q, k, v, True, cu_q=cu, cu_k=cu, max_q=s, max_k=s)().fn
     if shape in dense:
         b, h, s, d, causal = dense[shape]
         g = torch.Generator(device="cuda").manual_seed(0)

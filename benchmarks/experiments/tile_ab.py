@@ -1,7 +1,9 @@
 """A/B of Hopper tiles and mainloop options on dense prefill shapes, as interleaved CUDA-graph
 replays (``bench.measure.time_interleaved``), with FlashAttention-3 on the same inputs when
 fa3-fwd is importable (``--score-mod`` / ``--softcap``: a user variant or the built-in soft-cap in
-every kernelgen configuration; the peers run without).
+every kernelgen configuration but the ``alibi`` path's, which is the built-in to compare a snippet with;
+a snippet that names ``slopes`` gets ALiBi's slopes as that tensor; the FA3 peers run without, the
+``fa4`` peer with ``--fa4-softcap``'s score_mod when given).
 
 Each configuration ``name=path:d:bm:bn:stages:opts[:defines[:templates]]`` patches the tile table of its path for head
 dim ``d`` (``bf16``: ``heuristics.SM90_TILES``; ``fp8q``: ``heuristics.SM90_FP8_MMA_TILES``, q, K
@@ -107,8 +109,11 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates
         api.clear_signature_cache()
 
 
+PEERS = ("fa3", "fa3fp8", "fa4")
+
+
 def run_shape(name: str, shape: str, configs: dict, score_mod: str | None = None, softcap: float = 0.0,
-              settle_ms: float = 0.0) -> dict:
+              settle_ms: float = 0.0, fa4_softcap: float = 0.0) -> dict:
     import torch
 
     from kernelgen.apps.bench import measure, peers, suites
@@ -127,12 +132,16 @@ def run_shape(name: str, shape: str, configs: dict, score_mod: str | None = None
     fns, kernels, diffs, first = {}, {}, {}, {}
     for cname, spec in configs.items():
         parts = spec.split(":")
-        if parts[0] in ("fa3", "fa3fp8"):
+        if parts[0] in PEERS:
             try:
+                if parts[0] == "fa4":
+                    mod = (lambda: peers.fa4_softcap_score_mod(fa4_softcap)) if fa4_softcap else None
+                    fns[cname] = peers.fa4(q, k, v, causal, cu_q=cu, cu_k=cu, max_q=s, max_k=s, score_mod=mod)().fn
+                    continue
                 args = (q8, k8, v8) if parts[0] == "fa3fp8" else (q, k, v)
                 fns[cname] = peers.fa3(*args, causal, cu_q=cu, cu_k=cu, max_q=s, max_k=s,
                                        descales=(qd, kd, vd) if parts[0] == "fa3fp8" else None)().fn
-            except Exception as e:  # noqa: BLE001 - fa3-fwd missing or refusing the call
+            except Exception as e:  # noqa: BLE001 - the peer's package missing or refusing the call
                 kernels[cname] = f"unavailable: {type(e).__name__}: {e}"[:200]
             continue
         path, td, bm, bn, st, opts = parts[0], *(int(x) for x in parts[1:5]), parts[5] if len(parts) > 5 else "p"
@@ -144,9 +153,10 @@ def run_shape(name: str, shape: str, configs: dict, score_mod: str | None = None
         kw = (dict(q_descale=qd, k_descale=kd, v_descale=vd) if path == "fp8q"
               else dict(k_descale=kd, v_descale=vd) if path == "kv8"
               else dict(alibi_slopes=slopes) if path == "alibi" else {})
-        if score_mod:
+        if score_mod and path != "alibi":
             import kernelgen
-            kw["variant"] = kernelgen.Variant(score_mod=score_mod)
+            kw["variant"] = kernelgen.Variant(score_mod=score_mod,
+                                              tensors={"slopes": slopes} if "slopes" in score_mod else None)
         if softcap:
             kw["softcap"] = softcap
         qq, kk, vv = (q8, k8, v8) if path == "fp8q" else (q, k8, v8) if path == "kv8" else (q, k, v)
@@ -181,7 +191,7 @@ def summarize(rows: list, configs: dict) -> list:
     """One line per shape: each configuration's time over the first configuration of its path
     (peers: over the first kernelgen configuration of the same dtype, fa3 -> bf16, fa3fp8 -> fp8q),
     as min-max over the passes (``rows`` holds every pass's rows); below 1: faster."""
-    base_path = {"fa3": "bf16", "fa3fp8": "fp8q", "alibi": "bf16"}
+    base_path = {"fa3": "bf16", "fa3fp8": "fp8q", "fa4": "bf16", "alibi": "bf16"}
     lines = []
     for shape in dict.fromkeys(r["shape"] for r in rows):
         ratios: dict = {}
@@ -213,7 +223,7 @@ def with_twins(configs: dict) -> dict:
         if "~" in name:
             raise ValueError(f"configuration name {name!r}: '~' is reserved for --twice's copies")
         out[name] = spec
-        if path_of(spec) not in ("fa3", "fa3fp8"):
+        if path_of(spec) not in PEERS:
             out[name + TWIN] = spec
     return out
 
@@ -221,10 +231,12 @@ def with_twins(configs: dict) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", required=True, help="NAME=batch:seqlen:heads_q:heads_kv:d:causal,...")
-    ap.add_argument("--configs", required=True, help="NAME=path:d:bm:bn:stages:opts[:defines[:templates]] or NAME=fa3|fa3fp8,...")
+    ap.add_argument("--configs", required=True, help="NAME=path:d:bm:bn:stages:opts[:defines[:templates]] or NAME=fa3|fa3fp8|fa4,...")
     ap.add_argument("--json", default=None)
     ap.add_argument("--score-mod", default=None, help="a user score_mod snippet for every kernelgen configuration")
     ap.add_argument("--softcap", type=float, default=0.0, help="the built-in soft-cap for every kernelgen configuration")
+    ap.add_argument("--fa4-softcap", type=float, default=0.0,
+                    help="the fa4 peer with FA4's soft-cap score_mod cap * tanh(score / cap) (tanh.approx)")
     ap.add_argument("--passes", type=int, default=1, help="measure every shape this many times (one process)")
     ap.add_argument("--settle-ms", type=float, default=None,
                     help="replay each configuration untimed for this much GPU time before each of its timings "
@@ -241,7 +253,7 @@ def main(argv=None) -> int:
     settle = measure.SETTLE_MS if a.settle_ms is None else a.settle_ms
     if not 0 <= settle < float("inf"):
         ap.error(f"--settle-ms must be a finite number >= 0, got {a.settle_ms}")
-    rows = [run_shape(*sh.split("=", 1), configs, a.score_mod, a.softcap, settle)
+    rows = [run_shape(*sh.split("=", 1), configs, a.score_mod, a.softcap, settle, a.fa4_softcap)
             for _ in range(a.passes) for sh in a.shapes.split(",")]
     print("\n".join(["time / first configuration of the path (peers: of their dtype's path), min-max over passes:"]
                     + summarize(rows, configs)), flush=True)
