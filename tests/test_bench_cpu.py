@@ -1152,3 +1152,17 @@ def test_fp8_peer_bound_is_used_by_disagrees():
     assert report.disagrees(e, "fa3")
     e["peer_atol"] = suites.FP8_PEER_ATOL
     assert not report.disagrees(e, "fa3")
+
+
+def test_the_last_attention_kernel_is_read_from_the_last_prepared_call(monkeypatch):
+    """The variant entries record which attention kernels their two calls ran (variant_kernel,
+    builtin_kernel): the last prepared call's ``attn`` name, None without one."""
+    import types
+
+    from kernelgen.apps.bench import suites
+    from kernelgen.front import api
+    prep = types.SimpleNamespace(attn=types.SimpleNamespace(name="attn_sm_90a_x_m192n128w12s2b1"))
+    monkeypatch.setattr(api._CALLS, "_last", (("k",), prep))
+    assert suites._last_attention_kernel() == "attn_sm_90a_x_m192n128w12s2b1"
+    monkeypatch.setattr(api._CALLS, "_last", (None, None))
+    assert suites._last_attention_kernel() is None

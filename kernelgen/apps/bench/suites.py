@@ -651,6 +651,15 @@ def alibi_slopes(num_heads: int):
     return torch.tensor([2.0 ** (-8.0 * i / h) for i in range(1, h + 1)], dtype=torch.float32, device="cuda")
 
 
+def _last_attention_kernel() -> str | None:
+    """The attention kernel's name of the last kernelgen call (its prepared call), or None (a call
+    path that keeps no prepared call)."""
+    from ...front import api
+    prep = api._CALLS._last[1]
+    attn = getattr(prep, "attn", None)
+    return getattr(attn, "name", None)
+
+
 def _cost_inputs(settings: Settings, which: str, model: ModelPreset, label: str):
     """The inputs of a with/without cost entry (sinks_*, alibi_*, variant_*): ``*_prefill_causal_s16k``
     (one causal request of SINKS_PREFILL_TOKENS tokens, packed K/V) or ``*_decode_b128_paged16``
@@ -940,7 +949,7 @@ def variant_prefill_entry(settings: Settings, which: str, model: ModelPreset) ->
     The two calls are timed together as interleaved CUDA-graph replays: ``us`` the user variant,
     ``us_builtin`` the built-in call, ``variant_ratio`` = us / us_builtin (1.0: a user variant costs
     what the built-in one does); ``variant_max_abs_diff_vs_builtin``: their outputs' largest
-    difference.  Peers, on the user variant's output and divided by its call timed their way
+    difference; ``variant_kernel`` / ``builtin_kernel``: the attention kernels the two calls run.  Peers, on the user variant's output and divided by its call timed their way
     (``peer_base_us``): ``flex_attention`` compiled with the same score_mod (measured at the default
     --flex some: this entry is where FlexAttention's user score_mods are the comparison) and
     ``fa4`` with the same score_mod as a CuTe DSL callable (FA4 4.0.0b36's sm_90 path applies a
@@ -979,6 +988,9 @@ def variant_prefill_entry(settings: Settings, which: str, model: ModelPreset) ->
     # background (docs/variants.md, "First call"): the warm-up and the timing run the Hopper kernel
     calls["kernelgen_variant"]()
     wait_for_compiles()
+    for name, key in (("kernelgen_variant", "variant_kernel"), (SWITCH_BASE, "builtin_kernel")):
+        calls[name]()
+        e[key] = _last_attention_kernel()
     _with_without(settings, e, calls, outs, "kernelgen_variant", "us_builtin", "variant_ratio")
     e["variant_max_abs_diff_vs_builtin"] = float((outs[1].float() - outs[0].float()).abs().max())
     e["peer_base_us"] = settings.time(calls["kernelgen_variant"])
