@@ -778,3 +778,29 @@ def test_a_causal_hoisted_score_mod_takes_the_linear_instance_on_every_key_block
     plain = src("none", score_mod=alibi)
     assert "apply_user_hoist<true>(" in plain and "apply_user_hoist<false>(" in plain
     assert "apply_user_hoist<true, true>(" not in plain and "apply_user_hoist<false, true>(" not in plain
+
+
+@pytest.mark.parametrize("score_mod, mufu", [
+    ("50.f * tanhf(score / 50.f)", True),
+    ("50.f * kg_tanh(score * 0.02f)", True),
+    ("score + logf(1.f + to_float(kv_idx))", True),
+    ("score * rsqrtf(temp[head])", True),
+    ("score - slopes[head] * kg_abs(q_idx + kv_len - q_len - kv_idx)", False),
+    ("score * temp[head]  // not tanhf(score)", False),
+    ("score + exp_bias[kv_idx]", False),
+])
+def test_transcendental_snippets_take_the_two_warpgroup_tile_at_d64(score_mod, mufu, monkeypatch):
+    """A score_mod that calls a MUFU function (VariantCode.transcendental: tanh.approx, the accurate
+    kg_tanh, logf, rsqrtf, ...; not a name in a comment or a tensor named exp_bias) is MUFU-bound on
+    head dim 64's three-warpgroup tile and runs on two warpgroups (heuristics.sm90_heavy); others stay
+    on three.  "transcendental" in SM90_THREE_WG_EXTRAS lets them on three."""
+    names = [n for n in ("temp", "slopes", "exp_bias") if n in score_mod]
+    code = VariantCode(score_mod=score_mod, tensors=tuple((n, "float32") for n in names))
+    assert code.transcendental is mufu
+    kw = dict(num_heads_q=64, num_heads_kv=8, mask="causal", max_seqlen_q=16384, max_seqlen_k=16384)
+    spec = heuristics.choose("sm_90a", "bf16", 64, 64, variant=code, **kw).attention
+    assert spec.tile.num_warps == (8 if mufu else 12), spec.name
+    monkeypatch.setattr(heuristics, "SM90_THREE_WG_EXTRAS", heuristics.SM90_THREE_WG_EXTRAS | {"transcendental"})
+    assert heuristics.choose("sm_90a", "bf16", 64, 64, variant=code, **kw).attention.tile.num_warps == 12
+    # (head dim 128 runs two warpgroups either way)
+    assert heuristics.choose("sm_90a", "bf16", 128, 128, variant=code, **kw).attention.tile.num_warps == 8

@@ -116,6 +116,13 @@ def body(code: str, what: str) -> str:
 
 
 _BRANCH = re.compile(r"\b(if|else|for|while|do|switch|case|goto)\b|\?|&&|\|\|")
+#: Calls of functions that run on the MUFU unit (the special-function unit: 16 results a clock an SM
+#: on sm_80 / sm_90, a quarter of a warp's FP32 rate; the kernels are built with --use_fast_math, so
+#: ``tanhf`` is ``tanh.approx``, ``expf`` / ``logf`` / ``sinf`` one MUFU instruction after a multiply,
+#: ``kg_tanh`` an ``ex2`` and a reciprocal), the unit every logit's softmax exponential takes too.
+_TRANSCENDENTAL = re.compile(r"\b(?:tanhf?|kg_tanh|expf?|exp2f?|expm1f?|__expf|kg_exp|logf?|log2f?|log10f?|log1pf?|"
+                             r"__logf|__log2f|kg_log|sinf?|cosf?|tanf?|__sinf|__cosf|__tanf|powf?|__powf|sqrtf?|"
+                             r"rsqrtf?|cbrtf?|erff?|erfcf?|sinhf?|coshf?|atanf?|atan2f?|asinf?|acosf?)\s*\(")
 
 
 def straight_line(code: str) -> bool:
@@ -193,6 +200,15 @@ class VariantCode:
             "acc": self.score_mod is not None and self.mask_mod is None
             and straight_line(body(self.score_mod, "score_mod")),
         }
+
+    @property
+    def transcendental(self) -> bool:
+        """Whether the score_mod or mask_mod calls a function of the MUFU unit (``_TRANSCENDENTAL``:
+        ``tanhf``, ``kg_tanh``, ``expf``, ``logf``, ``sqrtf``, ...; comments and string literals
+        ignored): every logit then takes MUFU work besides the softmax's exponential, which
+        ``heuristics.sm90_heavy`` weighs (head dim 64's tile)."""
+        return any(s is not None and _TRANSCENDENTAL.search(code_only(s)) is not None
+                   for s in (self.score_mod, self.mask_mod))
 
     def to_json(self) -> dict:
         return {"score_mod": self.score_mod, "mask_mod": self.mask_mod, "kv_range": self.kv_range,

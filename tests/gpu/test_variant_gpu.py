@@ -117,7 +117,8 @@ def test_varlen_prefill(name, arch, num_splits):
 def test_d64_three_warpgroups(name, num_splits, monkeypatch):
     """Head dim 64 ("variant" in heuristics.SM90_THREE_WG_EXTRAS): each example on the Hopper path's
     192-row tile (three consumer warpgroups of 160 registers) where that kernel builds without
-    spills, else on two warpgroups (selection.spills); GQA 16/4 heads, a request with seqlen_q <
+    spills and the snippets call no MUFU function, else on two warpgroups (selection.spills,
+    heuristics.sm90_heavy); GQA 16/4 heads, a request with seqlen_q <
     seqlen_k and an empty one; one split and three (split-KV and the combine)."""
     if not HOPPER:
         pytest.skip("the three-warpgroup tile is the Hopper path's")
@@ -139,7 +140,9 @@ def test_d64_three_warpgroups(name, num_splits, monkeypatch):
     assert "_var" in spec.name and "_wgmma" in spec.name, spec.name
     assert ("_split" in spec.name) == (num_splits > 1), spec.name
     three = dataclasses.replace(spec, tile=dataclasses.replace(spec.tile, block_m=192, num_warps=12))
-    assert spec.tile.num_warps == (8 if spills.spills(three, build=True) else 12), spec.name
+    # (two warpgroups where the three-warpgroup build spills, or for a snippet of MUFU functions:
+    # the soft-cap example's kg_tanh, heuristics.sm90_heavy)
+    assert spec.tile.num_warps == (8 if var.code.transcendental or spills.spills(three, build=True) else 12), spec.name
     assert cache.get_cache().lookup(spec) is not None
 
 
