@@ -1235,18 +1235,32 @@ def run_plan_padded(device="cuda") -> dict:
     return {"ok": not errors, "errors": errors, "unwritten_rows": 0}
 
 
-#: The sanitizer subset's user-variant score_mod: ALiBi on kg_abs of the causal distance (taken as
-#: linear on every key block of a causal Hopper kernel, the pairs past the diagonal dropped by the
-#: mask after it) plus a per-key weight read by the int kv_idx from a tensor of exactly max(klens)
-#: elements (the last key block's keys past kv_len must read it clamped).
-VARIANT_READS_SCORE_MOD = "score - slopes[head] * kg_abs(q_idx + kv_len - q_len - kv_idx) + w[kv_idx]"
+#: The sanitizer subset's user-variant score_mods (causal, on the Hopper kernel), each with its float64
+#: reference (score, slopes, w, q_idx, kv_idx, lq, lk).  1: ALiBi on kg_abs of the causal distance (linear
+#: below the diagonal) plus a per-key weight read by the int kv_idx from a tensor of exactly max(klens)
+#: elements (the last key block's keys past kv_len must read it clamped).  2: the distance's float copy
+#: used non-linearly and as an index (the forms a review found unsafe had the diagonal blocks taken the
+#: distance as signed for the pairs the mask drops: an inf row part, a negative index).
+VARIANT_READS = (
+    ("score - slopes[head] * kg_abs(q_idx + kv_len - q_len - kv_idx) + w[kv_idx]",
+     lambda s, sl, w, qi, kj, lq, lk: s - sl * (qi + lk - lq - kj).abs() + w[kj]),
+    ("score - slopes[head] * kg_abs(q_idx + kv_len - q_len - kv_idx) / (1.f + (float)kg_abs(q_idx + kv_len - q_len - kv_idx))"
+     " + w[(int)(0.5f * (float)kg_abs(q_idx + kv_len - q_len - kv_idx))]",
+     lambda s, sl, w, qi, kj, lq, lk: (s - sl * (qi + lk - lq - kj).abs() / (1 + (qi + lk - lq - kj).abs())
+                                       + w[torch_floor_half((qi + lk - lq - kj).abs())])),
+)
+
+
+def torch_floor_half(x):
+    """(x * 0.5) rounded toward zero as an index tensor (the snippet's (int)(0.5f * x), x >= 0)."""
+    return (x // 2).long()
 
 
 def run_variant_reads(device="cuda", head_dims=(64, 128)) -> dict:
-    """A causal user variant (``VARIANT_READS_SCORE_MOD``) on the Hopper kernel (head dim 64: its
-    three-warpgroup tile; 128), varlen with a longer key than query range, an empty request and a
-    key count that ends inside a key block, outputs poisoned with NaN: every row matches the float64
-    reference, and under memcheck no read leaves ``w`` (max(klens) floats) or ``slopes``."""
+    """Causal user variants (``VARIANT_READS``) on the Hopper kernel (head dim 64: its three-warpgroup
+    tile; 128), varlen with a longer key than query range, an empty request and a key count that
+    ends inside a key block, outputs poisoned with NaN: every row matches the float64 reference, and
+    under memcheck no read leaves ``w`` (max(klens) floats) or ``slopes``."""
     import torch
 
     import kernelgen
@@ -1258,34 +1272,35 @@ def run_variant_reads(device="cuda", head_dims=(64, 128)) -> dict:
     os.environ["KERNELGEN_TIERED_COMPILE"] = "0"   # the Hopper kernel in this call (not the sm_80 first call)
     try:
         for d in head_dims:
-            g = torch.Generator().manual_seed(109 + d)
-            hq, hkv = 8, 2
-            qlens, klens = [150, 0, 40], [230, 9, 40]
-            q = torch.randn(sum(qlens), hq, d, generator=g).to(torch.bfloat16)
-            k = torch.randn(sum(klens), hkv, d, generator=g).to(torch.bfloat16)
-            v = torch.randn(sum(klens), hkv, d, generator=g).to(torch.bfloat16)
-            cu_q = torch.tensor(np.concatenate([[0], np.cumsum(qlens)]).tolist(), dtype=torch.int32)
-            cu_k = torch.tensor(np.concatenate([[0], np.cumsum(klens)]).tolist(), dtype=torch.int32)
-            slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / hq) for h in range(hq)], dtype=torch.float32)
-            w = torch.rand(max(klens), generator=g, dtype=torch.float32)
-            var = kernelgen.Variant(score_mod=VARIANT_READS_SCORE_MOD, tensors={"slopes": slopes.to(dev), "w": w.to(dev)},
-                                    name="sanitize_reads")
-            sl, wd = slopes.double(), w.double()
+            for form, (snippet, ref_mod) in enumerate(VARIANT_READS, 1):
+                g = torch.Generator().manual_seed(109 + d + form)
+                hq, hkv = 8, 2
+                qlens, klens = [150, 0, 40], [230, 9, 40]
+                q = torch.randn(sum(qlens), hq, d, generator=g).to(torch.bfloat16)
+                k = torch.randn(sum(klens), hkv, d, generator=g).to(torch.bfloat16)
+                v = torch.randn(sum(klens), hkv, d, generator=g).to(torch.bfloat16)
+                cu_q = torch.tensor(np.concatenate([[0], np.cumsum(qlens)]).tolist(), dtype=torch.int32)
+                cu_k = torch.tensor(np.concatenate([[0], np.cumsum(klens)]).tolist(), dtype=torch.int32)
+                slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / hq) for h in range(hq)], dtype=torch.float32)
+                w = torch.rand(max(klens), generator=g, dtype=torch.float32)
+                var = kernelgen.Variant(score_mod=snippet, tensors={"slopes": slopes.to(dev), "w": w.to(dev)},
+                                        name=f"sanitize_reads{form}")
+                sl, wd = slopes.double(), w.double()
 
-            def score_mod(score, b, head, q_idx, kv_idx, lq, lk):
-                return score - sl[head] * (q_idx + lk - lq - kv_idx).abs() + wd[kv_idx]
-            out = torch.full((q.shape[0], hq, d), float("nan"), dtype=torch.bfloat16, device=dev)
-            kernelgen.varlen_attention(*(x.to(dev) for x in (q, k, v, cu_q, cu_k)), max(qlens), max(klens),
-                                       causal=True, out=out, variant=var)
-            torch.cuda.synchronize(dev)
-            ref, _ = attention_reference(q, k, v, cu_q, cu_k, causal=True, score_mod=score_mod)
-            atol, rtol = tolerance(torch.bfloat16)
-            got, r = out.cpu().double(), ref.to(torch.bfloat16).double()
-            if bool(torch.isnan(got).any()):
-                errors.append(f"variant reads d {d}: unwritten rows")
-            elif not bool(((got - r).abs() <= atol + rtol * r.abs()).all()):
-                errors.append(f"variant reads d {d}: values differ from the reference "
-                              f"(max {float((got - r).abs().max()):.3g})")
+                def score_mod(score, b, head, q_idx, kv_idx, lq, lk, ref_mod=ref_mod, sl=sl, wd=wd):
+                    return ref_mod(score, sl[head], wd, q_idx, kv_idx, lq, lk)
+                out = torch.full((q.shape[0], hq, d), float("nan"), dtype=torch.bfloat16, device=dev)
+                kernelgen.varlen_attention(*(x.to(dev) for x in (q, k, v, cu_q, cu_k)), max(qlens), max(klens),
+                                           causal=True, out=out, variant=var)
+                torch.cuda.synchronize(dev)
+                ref, _ = attention_reference(q, k, v, cu_q, cu_k, causal=True, score_mod=score_mod)
+                atol, rtol = tolerance(torch.bfloat16)
+                got, r = out.cpu().double(), ref.to(torch.bfloat16).double()
+                if bool(torch.isnan(got).any()):
+                    errors.append(f"variant reads {form} d {d}: unwritten or NaN rows")
+                elif not bool(((got - r).abs() <= atol + rtol * r.abs()).all()):
+                    errors.append(f"variant reads {form} d {d}: values differ from the reference "
+                                  f"(max {float((got - r).abs().max()):.3g})")
     finally:
         if saved is None:
             os.environ.pop("KERNELGEN_TIERED_COMPILE", None)

@@ -363,8 +363,14 @@ __device__ __forceinline__ void turn_pass(int cg) {
 {#- A hoisted score_mod's per-key part into the accumulators of block n before its Q K^T issue
     (user_acc_init), with the instance block_scores(clamp_kv) will take for the block. -#}
 {% macro user_acc(clamp_kv=True) -%}
-{% set nn = v.get("user") and v.mask == "causal" %}
-uacc = user_acc_init<{{ "true" if clamp_kv else "false" }}, {{ "true" if nn else "false" }}>(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2);
+{% set nonneg = v.get("user") and v.mask == "causal" and v.user.nonneg and not clamp_kv %}
+{% if nonneg -%}
+uacc = block_needs_mask(mi, n, pos_first, pos_last)
+           ? user_acc_init<false, false>(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2)
+           : user_acc_init<false, true>(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2);
+{% else -%}
+uacc = user_acc_init<{{ "true" if clamp_kv else "false" }}>(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2);
+{% endif -%}
 {%- endmacro %}
 
 {#- Before block n's Q K^T issue: its accumulators started from the bias (built-in causal ALiBi,
@@ -387,13 +393,7 @@ if (ALIBI_ACC) alibi_acc_init(s, alibi_sl);
 {% set alibi_roff = v.get("alibi") and v.mask == "causal" and not v.get("user") %}
 {% set apply = "apply_user_hoist" if hoist else "apply_user" %}
 {% set user_args = "s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, " ~ ("score_scale(p), roff, uacc" if hoist else "1.f") %}
-{#- nonneg: a mask_mod's kg_abs below the diagonal (apply_user: the diagonal blocks keep |.|, the mask_mod
-    decides which pairs the score_mod reads); nn_all: a hoisted score_mod on every block of a causal
-    kernel (the causal mask comes after it and drops every pair whose distance is negative, keys past
-    kv_len among them: kg_abs of the distance and the last block's key indices stay linear,
-    common/user_mod.cuh, kg_sym and user_kv_idx) -#}
-{% set nn_all = hoist and v.mask == "causal" %}
-{% set nonneg = v.get("user") and v.mask == "causal" and v.user.nonneg and not clamp_kv and not hoist %}
+{% set nonneg = v.get("user") and v.mask == "causal" and v.user.nonneg and not clamp_kv %}
 if (SOFTCAP) cap_scores(s, p, kd);
 {% if alibi_roff or hoist -%}
 float roff[1][2];  // the scores come back shifted by roff per row (causal ALiBi: common/alibi.cuh; a score_mod's row part: apply_user_hoist)
@@ -416,7 +416,7 @@ if (block_needs_mask(mi, n, pos_first, pos_last)) {
 }
 {% else -%}
 {% if v.get("user") -%}
-{{ "ef = " if hoist }}{{ apply }}<{{ "true" if clamp_kv else "false" }}{{ ", true" if nn_all else "" }}>({{ user_args }});  // {{ "leaves natural-log logits or raw ones" if hoist else "leaves natural-log logits" }}{{ "" if clamp_kv else " (block n < n_hi - 1: keys in range)" }}{{ " (causal: distances taken as >= 0, the mask drops the rest)" if nn_all else "" }}
+{{ "ef = " if hoist }}{{ apply }}<{{ "true" if clamp_kv else "false" }}>({{ user_args }});  // {{ "leaves natural-log logits or raw ones" if hoist else "leaves natural-log logits" }}{{ "" if clamp_kv else " (block n < n_hi - 1: keys in range)" }}
 {% endif -%}
 if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, 1, cw, lane);
 {% endif -%}

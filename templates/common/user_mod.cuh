@@ -69,11 +69,7 @@ template <> struct kg_enable<true> { typedef int type; };
 // snippet is inlined; no register holds them): lin, the value is exactly q * q_idx + k * kv_idx +
 // ql * q_len + kl * kv_len; f1, the float copy has a compile-time part (f1 below is not the absent
 // -0.f); nn, the snippet runs where every (q_idx, kv_idx) it sees has q_idx + kv_len - q_len -
-// kv_idx >= 0 (a causal kernel's key blocks below the diagonal: the NONNEG instances of apply_user; every
-// key block of a causal kernel for apply_user_hoist, whose score_mod runs before the causal mask drops
-// each pair with a negative distance: for those pairs, and keys past kv_len there, the float copies
-// are not the int copies' values, which is harmless as long as nothing but the discarded result
-// depends on them: the int copies, what tensors are indexed with, stay exact and clamped), so kg_abs
+// kv_idx >= 0 (a causal kernel's key blocks below the diagonal: the NONNEG instances of apply_user_hoist / apply_user), so kg_abs
 // of that distance is the distance itself and stays linear in the key (see kg_rowcol).
 struct kg_sym {
   int q, k, ql, kl;
@@ -432,9 +428,8 @@ __device__ __forceinline__ X kg_abs(X x) { return x < 0 ? X(-x) : x; }
 // blocks below the diagonal, whose every query / key pair has the bottom-right distance
 // q_idx + kv_len - q_len - kv_idx >= 0), |that distance| is the distance (and |-distance| its
 // negation): the float copy keeps its two parts, so `slopes[head] * kg_abs(distance)` stays a
-// kg_rowcol (ALiBi's identity under a causal mask).  Exact for every pair the causal mask keeps (a
-// hoisted score_mod takes it on every key block: kg_sym); elsewhere the general form (the int copy is
-// always abs of the int).
+// kg_rowcol (ALiBi's identity under a causal mask).  Exact in those blocks; elsewhere the general
+// form (the int copy is always abs of the int).
 __device__ __forceinline__ kg_idx kg_abs(kg_idx x) {
   const bool dist = x.s.lin && x.s.q == 1 && x.s.k == -1 && x.s.ql == -1 && x.s.kl == 1;
   const bool neg_dist = x.s.lin && x.s.q == -1 && x.s.k == 1 && x.s.ql == 1 && x.s.kl == -1;
@@ -602,14 +597,11 @@ __device__ __forceinline__ kg_idx user_q_idx(const UserTile& ut, int pos) {
   const int qi = min(pos, ut.q_len - 1);
   return kg_idx(qi, (float)qi, -0.f, kg_sym{1, 0, 0, 0, true, false, NONNEG});
 }
-// CLAMP_KV and NONNEG (a causal kernel's last key block, apply_user_hoist): the int copy clamped, the
-// float copy not (a key past kv_len is past every row's diagonal: the causal mask drops its result).
 template <bool CLAMP_KV, bool NONNEG>
 __device__ __forceinline__ kg_idx user_kv_idx(const UserTile& ut, const UserBlock& ub, int c) {
-  if (CLAMP_KV && !NONNEG)
+  if (CLAMP_KV)
     return kg_idx(min(ub.col0 + c, ut.kv_len - 1), ub.col0_f, fminf((float)c, ub.kv_last_c), kg_sym{0, 1, 0, 0, false, true, false});
-  return kg_idx(CLAMP_KV ? min(ub.col0 + c, ut.kv_len - 1) : ub.col0 + c, ub.col0_f, (float)c,
-                kg_sym{0, 1, 0, 0, true, true, NONNEG});
+  return kg_idx(ub.col0 + c, ub.col0_f, (float)c, kg_sym{0, 1, 0, 0, true, true, NONNEG});
 }
 
 // mask_mod / score_mod on a block of scores in the m16 fragment layout (apply_mask's: rows
