@@ -789,6 +789,8 @@ def test_the_diagonal_blocks_keep_the_general_instance_of_kg_abs():
     ("50.f * kg_tanh(score * 0.02f)", True),
     ("score + logf(1.f + to_float(kv_idx))", True),
     ("score * rsqrtf(temp[head])", True),
+    ("score + 0.1f * exp10f((float)kv_idx * 1e-3f)", True),
+    ("score * __fdividef(1.f, temp[head])", True),
     ("score - slopes[head] * kg_abs(q_idx + kv_len - q_len - kv_idx)", False),
     ("score * temp[head]  // not tanhf(score)", False),
     ("score + exp_bias[kv_idx]", False),

@@ -120,9 +120,11 @@ _BRANCH = re.compile(r"\b(if|else|for|while|do|switch|case|goto)\b|\?|&&|\|\|")
 #: on sm_80 / sm_90, a quarter of a warp's FP32 rate; the kernels are built with --use_fast_math, so
 #: ``tanhf`` is ``tanh.approx``, ``expf`` / ``logf`` / ``sinf`` one MUFU instruction after a multiply,
 #: ``kg_tanh`` an ``ex2`` and a reciprocal), the unit every logit's softmax exponential takes too.
-_TRANSCENDENTAL = re.compile(r"\b(?:tanhf?|kg_tanh|expf?|exp2f?|expm1f?|__expf|kg_exp|logf?|log2f?|log10f?|log1pf?|"
-                             r"__logf|__log2f|kg_log|sinf?|cosf?|tanf?|__sinf|__cosf|__tanf|powf?|__powf|sqrtf?|"
-                             r"rsqrtf?|cbrtf?|erff?|erfcf?|sinhf?|coshf?|atanf?|atan2f?|asinf?|acosf?)\s*\(")
+_TRANSCENDENTAL = re.compile(r"\b(?:tanhf?|kg_tanh|expf?|exp2f?|exp10f?|expm1f?|__expf|__exp10f|kg_exp|logf?|log2f?|"
+                             r"log10f?|log1pf?|__logf|__log2f|__log10f|kg_log|sinf?|cosf?|tanf?|sincosf?|sinpif?|"
+                             r"cospif?|__sinf|__cosf|__tanf|__sincosf|powf?|__powf|sqrtf?|rsqrtf?|__frsqrt_rn|"
+                             r"cbrtf?|rcbrtf?|hypotf?|rhypotf?|erff?|erfcf?|normcdff?|sinhf?|coshf?|asinhf?|"
+                             r"acoshf?|atanhf?|atanf?|atan2f?|asinf?|acosf?|__fdividef)\s*\(")
 
 
 def straight_line(code: str) -> bool:
@@ -206,7 +208,9 @@ class VariantCode:
         """Whether the score_mod or mask_mod calls a function of the MUFU unit (``_TRANSCENDENTAL``:
         ``tanhf``, ``kg_tanh``, ``expf``, ``logf``, ``sqrtf``, ...; comments and string literals
         ignored): every logit then takes MUFU work besides the softmax's exponential, which
-        ``heuristics.sm90_heavy`` weighs (head dim 64's tile)."""
+        ``heuristics.sm90_heavy`` weighs (head dim 64's tile).  A textual test, so a heuristic: a
+        call on a per-row or constant value (``score * expf(temp[head])``) counts too, and a
+        division by a run-time value (a MUFU reciprocal under --use_fast_math) does not."""
         return any(s is not None and _TRANSCENDENTAL.search(code_only(s)) is not None
                    for s in (self.score_mod, self.mask_mod))
 

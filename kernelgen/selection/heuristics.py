@@ -257,8 +257,7 @@ def sm90_heavy(softcap: bool, alibi: bool, variant, variant_spills: bool = False
     a user variant also when ``variant_spills`` (its three-warpgroup kernel spilled when built) or
     when its snippets call a MUFU function (``variant.transcendental``) and "transcendental" is not
     among the extras."""
-    mufu = variant is not None and getattr(variant, "transcendental", False) and (
-        "transcendental" not in SM90_THREE_WG_EXTRAS)
+    mufu = variant is not None and variant.transcendental and "transcendental" not in SM90_THREE_WG_EXTRAS
     return bool(softcap or (alibi and "alibi" not in SM90_THREE_WG_EXTRAS)
                 or (variant is not None and ("variant" not in SM90_THREE_WG_EXTRAS or variant_spills or mufu)))
 
