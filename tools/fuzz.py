@@ -1258,7 +1258,7 @@ def torch_floor_half(x):
 
 def run_variant_reads(device="cuda", head_dims=(64, 128)) -> dict:
     """Causal user variants (``VARIANT_READS``) on the Hopper kernel (head dim 64: its three-warpgroup
-    tile; 128), varlen with a longer key than query range, an empty request and a key count that
+    tile, or two warpgroups where that build spills, as the second form's does; 128), varlen with a longer key than query range, an empty request and a key count that
     ends inside a key block, outputs poisoned with NaN: every row matches the float64 reference, and
     under memcheck no read leaves ``w`` (max(klens) floats) or ``slopes``."""
     import torch

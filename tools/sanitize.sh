@@ -6,8 +6,9 @@
 # causal window on paged K/V with head dims 192/128 and page size 1, the scheduler sorting 40
 # requests, and an AttentionPlan of capacity 8 running a batch of 6 (3 real requests, 3 zero-length).
 # Also a split causal prefill with more tiles than CTAs (the Hopper kernel's tile slots reused).
-# And ALiBi with sinks on the head-dim-64 Hopper kernel of three consumer warpgroups, and a causal user
-# variant (ALiBi on kg_abs plus a per-key tensor read by kv_idx) at head dims 64 and 128.
+# And ALiBi with sinks on the head-dim-64 Hopper kernel of three consumer warpgroups, and two causal user
+# variants at head dims 64 and 128 (ALiBi on kg_abs plus a per-key tensor read by kv_idx; the
+# distance's float copy used non-linearly and as an index).
 # Zero-length requests and rows past the last request are in most of them.
 #
 # Usage: OUT=/tmp/out bash tools/sanitize.sh        (logs and sanitize.json go to $OUT, default ./gpu_out)
