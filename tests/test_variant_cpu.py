@@ -810,3 +810,34 @@ def test_transcendental_snippets_take_the_two_warpgroup_tile_at_d64(score_mod, m
     assert heuristics.choose("sm_90a", "bf16", 64, 64, variant=code, **kw).attention.tile.num_warps == 12
     # (head dim 128 runs two warpgroups either way)
     assert heuristics.choose("sm_90a", "bf16", 128, 128, variant=code, **kw).attention.tile.num_warps == 8
+
+
+def test_a_per_key_factor_votes_with_every_lane():
+    """``score * temp[kv_idx]``: the Hopper kernel's apply_user_hoist takes raw units for a warp only
+    where every lane's factor is lane 0's (a vote after a shuffle of lane 0's factor), since the row
+    max is reduced over a quad before each lane applies its factor.  The shuffle must run in every
+    lane: written inside ``raw && ...`` it was branched over by the lanes whose raw was false, and
+    the other lanes waited at it for ever (on the H200,
+    tests/gpu/test_variant_gpu.py::test_a_per_key_factor_on_the_score hung).  In the SASS no branch
+    from before a vote's shuffle lands between that shuffle and the vote."""
+    import re
+
+    from kernelgen.jit import sass
+    tool = sass.find_nvdisasm()
+    assert tool is not None, "nvdisasm is needed: pip install nvidia-cuda-nvdisasm (the test extra)"
+    var = kernelgen.Variant(score_mod="score * temp[kv_idx]", tensors={"temp": torch.ones(64)})
+    vv = heuristics.choose("sm_90a", "bf16", 128, 128, num_heads_q=16, num_heads_kv=4, mask="causal",
+                           max_seqlen_q=300, max_seqlen_k=300, variant=var.code)
+    spec = vv.attention
+    assert spec.mainloop == "sm90a" and "apply_user_hoist" in render.render(spec)
+    options = compiler.default_options(spec.arch) + compiler.VARIANT_OPTIONS
+    lines = sass.disassemble(compiler.compile_cubin(render.render(spec), spec.arch, options, spec.name).cubin,
+                             tool).splitlines()
+    votes = [i for i, x in enumerate(lines) if re.search(r"\bVOTE\.ALL P", x)]
+    assert len(votes) >= 2, "apply_user_hoist's vote (peeled block and loop) not found"
+    for v in votes:
+        shfl = max(i for i in range(max(0, v - 80), v) if "SHFL.IDX" in lines[i])
+        between = {m.group(1) for x in lines[shfl + 1:v + 1] for m in [re.match(r"\s*(\.L_x_\d+):", x)] if m}
+        jumps = [x.strip() for x in lines[max(0, v - 400):shfl]
+                 if re.search(r"\bBRA\b", x) and any(f"`({lab})" in x for lab in between)]
+        assert not jumps, (spec.name, lines[shfl].strip(), lines[v].strip(), jumps)

@@ -406,3 +406,26 @@ def test_an_index_product_in_a_mask_is_the_float_product(arch):
                                         out=out, arch=arch, variant=var)
     torch.cuda.synchronize()
     check(o, lse, ref, ref_lse, BF16)
+
+
+@pytest.mark.parametrize("num_splits", [0, 3])
+def test_a_per_key_factor_on_the_score(num_splits):
+    """``score * temp[kv_idx]`` with temp 1 but for a few keys: the lanes of one query row hold
+    different keys, some all at factor 1 (raw units) and some not; apply_user_hoist takes one unit
+    for the warp (softmax_scores reduces the row max over the quad before each lane applies its
+    factor), so every row matches the float64 reference."""
+    _arch("sm_90a")
+    qlens, klens = [300, 150, 0, 77], [300, 233, 10, 77]
+    hq, hkv, d = 16, 4, 128
+    q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, 9)
+    temp = torch.ones(max(klens), dtype=torch.float32)
+    temp[[5, 37, 101, 200]] = torch.tensor([0.5, 1.5, 2.0, 0.25])
+    td = temp.double()
+    var = kernelgen.Variant(score_mod="score * temp[kv_idx]", tensors={"temp": temp.cuda()}, name="per_key_factor")
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True,
+                                       score_mod=lambda s, b, h, qi, kj, lq, lk: s * td.to(s.device)[kj])
+    out = torch.full((q.shape[0], hq, d), float("nan"), dtype=BF16, device="cuda")
+    o, lse = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), causal=True,
+                                        return_lse=True, out=out, arch="sm_90a", num_splits=num_splits, variant=var)
+    torch.cuda.synchronize()
+    check(o, lse, ref, ref_lse, BF16)
