@@ -2,8 +2,9 @@
 replays (``bench.measure.time_interleaved``), with FlashAttention-3 on the same inputs when
 fa3-fwd is importable (``--score-mod`` / ``--softcap``: a user variant or the built-in soft-cap in
 every kernelgen configuration but the ``alibi`` path's, which is the built-in to compare a snippet with;
-a snippet that names ``slopes`` gets ALiBi's slopes as that tensor; the FA3 peers run without, the
-``fa4`` peer with ``--fa4-softcap``'s score_mod when given).
+a snippet that names ``slopes`` gets ALiBi's slopes as that tensor; the FA3 peers run without a
+snippet and with ``--softcap``'s built-in soft-cap (FA3 has one), the ``fa4`` peer with
+``--fa4-softcap``'s score_mod when given).
 
 Each configuration ``name=path:d:bm:bn:stages:opts[:defines[:templates]]`` patches the tile table of its path for head
 dim ``d`` (``bf16``: ``heuristics.SM90_TILES``; ``fp8q``: ``heuristics.SM90_FP8_MMA_TILES``, q, K
@@ -139,7 +140,7 @@ def run_shape(name: str, shape: str, configs: dict, score_mod: str | None = None
                     fns[cname] = peers.fa4(q, k, v, causal, cu_q=cu, cu_k=cu, max_q=s, max_k=s, score_mod=mod)().fn
                     continue
                 args = (q8, k8, v8) if parts[0] == "fa3fp8" else (q, k, v)
-                fns[cname] = peers.fa3(*args, causal, cu_q=cu, cu_k=cu, max_q=s, max_k=s,
+                fns[cname] = peers.fa3(*args, causal, cu_q=cu, cu_k=cu, max_q=s, max_k=s, softcap=softcap,
                                        descales=(qd, kd, vd) if parts[0] == "fa3fp8" else None)().fn
             except Exception as e:  # noqa: BLE001 - the peer's package missing or refusing the call
                 kernels[cname] = f"unavailable: {type(e).__name__}: {e}"[:200]

@@ -759,7 +759,7 @@ __device__ __forceinline__ void producer_loop_gather(const AttnParams& p, const 
 // on the other paths, done here so that only the converter writes the slot).
 // CONV_UNROLL chunks a converter thread has in flight (KG_CONV_UNROLL in KERNELGEN_DEFINES for an
 // A/B; 1: each chunk's load, conversion and stores in turn): 2 where the producers have 56
-// registers (head dim 128, AttentionSpec.SM90_REGS_FP8_D128; with 40 two chunks spill), 1 else.  The loads and stores are volatile asm
+// registers (head dims up to 128, AttentionSpec.SM90_REGS_FP8_D128; with 40 two chunks spill), 1 else.  The loads and stores are volatile asm
 // kept in source order, so a group's loads are all issued before its first store.
 #ifndef KG_CONV_UNROLL
 #define KG_CONV_UNROLL {{ 2 if (producer_regs is defined and producer_regs >= 56) else 1 }}

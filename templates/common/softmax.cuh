@@ -9,9 +9,40 @@
 // tanh from one ex2: tanh|x| = (1 - e) / (1 + e) with e = 2^(-2|x| log2 e).  Absolute error about
 // 1e-7, where --use_fast_math's tanhf (tanh.approx) is off by up to 2^-11 relative, which a
 // capped logit of 50 turns into 0.02 (fp16 outputs would miss their tolerance).
+// Where the kernel is bound by the MUFU unit the quotient takes no second MUFU instruction
+// (KG_TANH_RCP 0): tanh|x| = 2 r - 1 with r = 1 / y, y = 1 + e in [1, 2], from the minimax
+// quadratic p(y) = (210 - 144 y + 32 y^2) / 99 (relative error 1/99: y p(y) - 1 is T3(2y - 3) / 99,
+// Chebyshev), written y (y - 4.5) 32/99 + 210/99 so that no constant takes a register (one 32-bit
+// immediate an instruction), then two Newton steps (about 1e-4, then 1e-8); 2 r - 1 is exact as
+// (r - 0.5) 2, and only y and r are live (with 1 - e kept too, or a constant in a register, the
+// head dim 192 and 256 kernels spilled 8 bytes).  Eight FMA-pipe instructions for MUFU.RCP, its
+// FMUL and 1 - e; largest absolute error 2.0e-7 over 5 M arguments on the host (1.3e-7 with
+// MUFU.RCP).  H200 (docs/dev/perf-log.md, "Twenty-seventh session"): the two-warpgroup Hopper
+// kernel at head dim 64 (gpt-oss's heads, causal 16k, `kg_tanh` soft-cap) 0.92x the time with it;
+// at head dims 128 and 256 (built-in soft-cap) 1.04x and 1.08x, those kernels being bound by issue
+// rather than MUFU.  So 0 is the default of the Hopper kernels up to head dim 64, MUFU.RCP (1)
+// elsewhere.  KG_TANH_RCP in KERNELGEN_DEFINES overrides it for an A/B; 2, tanh.approx (FA3's,
+// FA4's and FlashInfer's soft-cap: 2^-11 relative, 1.25x faster than 1 at head dim 256), is
+// for measurements only.
+#ifndef KG_TANH_RCP
+#define KG_TANH_RCP {{ 0 if (v.mainloop == "sm90a" and v.head_dim <= 64) else 1 }}
+#endif
 __device__ __forceinline__ float tanh_ex2(float x) {
+#if KG_TANH_RCP == 2
+  float t;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(x));
+  return t;
+#elif KG_TANH_RCP == 1
   const float e = fast_exp2(-2.8853900817779268f * fabsf(x));
   return copysignf(__fdividef(1.f - e, 1.f + e), x);
+#else
+  const float e = fast_exp2(-2.8853900817779268f * fabsf(x));
+  const float y = 1.f + e;
+  float r = fmaf(y, (y - 4.5f) * (32.f / 99.f), 210.f / 99.f);
+  r = fmaf(r, fmaf(-y, r, 1.f), r);
+  r = fmaf(r, fmaf(-y, r, 1.f), r);
+  return copysignf((r - 0.5f) * 2.f, x);
+#endif
 }
 
 // A factor of each of a thread's two rows (h 0: row g, h 1: row g + 8 of its m16 fragments; MT == 1),

@@ -1,0 +1,80 @@
+"""The soft-cap's tanh (``tanh_ex2``, templates/common/softmax.cuh) on the CPU: which form each kernel
+renders, and the accuracy of the form without MUFU.RCP, evaluated from the template's own lines.
+
+The Hopper kernels up to head dim 64 take the reciprocal on the FMA pipe (``KG_TANH_RCP`` 0: they
+are bound by the MUFU unit, 0.92-0.96x the time on the H200), every other kernel MUFU.RCP (1: at
+head dims 128 and 256 the FMA form was 1.04x / 1.08x slower; docs/dev/perf-log.md, "Twenty-seventh
+session")."""
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernelgen.jit import render
+from kernelgen.selection import heuristics
+
+SOFTMAX = Path(__file__).resolve().parents[1] / "templates" / "common" / "softmax.cuh"
+
+
+def _rendered_default(arch, d, mainloop=None):
+    v = heuristics.choose(arch, "bf16", d, d, num_heads_q=32, num_heads_kv=8, mask="causal", max_seqlen_q=4096,
+                          max_seqlen_k=4096, softcap=True, **({"mainloop": mainloop} if mainloop else {}))
+    found = re.findall(r"#define KG_TANH_RCP (\d)", render.render(v.attention))
+    assert found, v.attention.name
+    return v.attention.mainloop, int(found[0])
+
+
+@pytest.mark.parametrize("arch,d,mainloop,want", [
+    ("sm_90a", 64, None, ("sm90a", 0)), ("sm_90a", 96, None, ("sm90a", 1)), ("sm_90a", 128, None, ("sm90a", 1)),
+    ("sm_90a", 256, None, ("sm90a", 1)), ("sm_80", 64, None, ("sm80", 1)), ("sm_90a", 64, "sm80", ("sm80", 1)),
+])
+def test_the_reciprocal_form_follows_mainloop_and_head_dim(arch, d, mainloop, want):
+    assert _rendered_default(arch, d, mainloop) == want
+
+
+def _fma_form_lines():
+    """The statements of tanh_ex2's KG_TANH_RCP 0 branch (after ``#else``), as written."""
+    text = SOFTMAX.read_text()
+    body = text[text.index("float tanh_ex2(float x)"):]
+    body = body[:body.index("\n}\n")]
+    branch = body[body.index("#else"):body.index("#endif")].splitlines()[1:]
+    assert any("fmaf" in x for x in branch) and "MUFU" not in " ".join(branch)
+    return [x.strip() for x in branch if x.strip()]
+
+
+def _as_python(line):
+    """One C statement of the branch as numpy float32 arithmetic (each operation rounded to float32)."""
+    line = re.sub(r"^(const )?float ", "", line.rstrip(";"))
+    line = re.sub(r"\breturn ", "out = ", line)
+    return re.sub(r"(\d+\.\d*(?:e-?\d+)?|\d+\.?)f\b", r"F(\1)", line)
+
+
+def _tanh_fma(x):
+    F = np.float32
+
+    def fmaf(a, b, c):   # one rounding: the float32 product is exact in float64
+        return (np.float64(a) * np.float64(b) + np.float64(c)).astype(np.float32)
+
+    def fast_exp2(z):    # ex2.approx, taken as exact here (the hardware's is within 2 ulp)
+        return np.exp2(z.astype(np.float64)).astype(np.float32)
+
+    env = {"F": F, "fmaf": fmaf, "fast_exp2": fast_exp2, "fabsf": np.abs, "copysignf": np.copysign,
+           "x": x.astype(np.float32)}
+    for line in _fma_form_lines():
+        exec(_as_python(line), env)   # noqa: S102 - the template's own arithmetic, translated above
+    return env["out"]
+
+
+def test_the_fma_form_is_as_accurate_as_the_docs_say():
+    """Largest absolute error at most 2.0e-7 (the comment's number; MUFU.RCP's form 1.3e-7), odd,
+    never above 1 in magnitude, exact at 0 and saturating to +-1."""
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.uniform(-1, 1, 400_000), rng.uniform(-20, 20, 400_000), rng.normal(0, 1e-3, 100_000),
+                        np.linspace(-3, 3, 100_001)]).astype(np.float32)
+    t = _tanh_fma(x)
+    err = np.abs(t.astype(np.float64) - np.tanh(x.astype(np.float64)))
+    assert t.dtype == np.float32 and err.max() <= 2.0e-7, err.max()
+    assert np.array_equal(_tanh_fma(-x), -t) and np.abs(t).max() <= 1.0
+    edge = _tanh_fma(np.array([0.0, -0.0, 30.0, -30.0, np.inf, -np.inf], dtype=np.float32))
+    assert list(edge) == [0.0, 0.0, 1.0, -1.0, 1.0, -1.0] and np.signbit(edge[1])
