@@ -145,6 +145,14 @@ def _merge_report():
     return mod
 
 
+def _perf_page():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("perf_page", Path(__file__).resolve().parents[1] / "tools" / "perf_page.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def test_merge_report_keeps_what_a_partial_run_did_not_rerun():
     """tools/merge_report.py: a decode-only run replaces its entries (stamped with the run's
     commit), leaves the others with the commit they were measured at, takes the suite's counts,
@@ -172,6 +180,12 @@ def test_merge_report_keeps_what_a_partial_run_did_not_rerun():
     assert base["benchmarks"][0] == {"name": "prefill_x", "us": 5.0}     # inputs untouched
     md = gpu_report.markdown(m)
     assert "padded_replay_soa (`aaaaaaa`)" in md and "| prefill_x | 5.0 |" in md and "`aaaaaaa` |" in md
+    assert m["tests"]["commit"] == "bbbbbbb" and "GPU tests: **7 passed" in md
+    # a run without the suite keeps the counts and says which commit measured them
+    m2 = mr.merge(m, {**run, "commit": "ccccccc"}, "ccccccc", tests=False)
+    assert m2["tests"] == {"passed": 7, "failed": 0, "skipped": 1, "commit": "bbbbbbb"}
+    assert "GPU tests (the full suite at `bbbbbbb`): **7 passed" in gpu_report.markdown(m2)
+    assert "GPU tests (full suite at `bbbbbbb`) 7 passed" in _perf_page().render(m2)
 
 
 def test_sanitizer_summary_stands_in_for_its_logs(tmp_path):

@@ -7,7 +7,8 @@ into ``DIR/gpu_report.json``; this merges it into the committed report:
   (or gets) the commit it was measured at, so h200.md's "measured at" column stays true;
 - benchmark entries of the run replace the report's entries of the same name (new names are
   appended), stamped with ``--commit``;
-- ``tests`` come from the run when it ran the GPU suite (``--tests``);
+- ``tests`` come from the run when it ran the GPU suite (``--tests``); ``tests.commit`` says which
+  commit the counts were measured at;
 - checks: only those the run evaluated (``--checks``, default the suite's, the sanitizer's, the
   fuzz's and the bench's ``*_agrees_with_peers`` / ``auto_choice_within_2pct``); the others keep
   their value and ``extra.checks_from_earlier_runs`` lists them with the report commit they came from;
@@ -54,8 +55,10 @@ def merge(base: dict, run: dict, commit: str, *, tests: bool, run_checks: tuple 
         else:
             out["benchmarks"].append(nb)
     if tests:
-        out["tests"] = dict(run["tests"])
+        out["tests"] = {**run["tests"], "commit": commit[:7]}
         out["extra"]["failures"] = run.get("extra", {}).get("failures", [])
+    else:   # the counts stay the earlier suite's: say which commit ran it
+        out["tests"] = {**out["tests"], "commit": str(base["tests"].get("commit", old_commit))[:7]}
     earlier = dict(out["extra"].get("checks_from_earlier_runs", {}))
     for k in out["checks"]:
         if k not in earlier:

@@ -105,6 +105,12 @@ def best_peer(b: dict):
     return p, u, ratio(b, p)
 
 
+def _tests_at(t: dict, report: dict) -> str:
+    """" (full suite at `X`)" when the GPU suite's counts come from another commit than the report's."""
+    c = str(t.get("commit") or "")[:7]
+    return f" (full suite at `{c}`)" if c and c != str(report.get("commit", ""))[:7] else ""
+
+
 def render(report: dict, source: str = "docs/benchmarks/h200.json") -> str:
     """The generated Markdown: header line, the peers table, kernelgen-only entries, the peers that
     could not run an entry."""
@@ -112,8 +118,8 @@ def render(report: dict, source: str = "docs/benchmarks/h200.json") -> str:
     t = report.get("tests") or {}
     out = [f"- Report: `{source}`, commit `{str(report.get('commit', 'unknown'))[:10]}`, "
            f"{report.get('date', 'date unknown')}, {report.get('device', 'unknown device')}"
-           + (f"; GPU tests {t.get('passed', 0)} passed, {t.get('failed', 0)} failed, {t.get('skipped', 0)} skipped."
-              if t else ".")]
+           + (f"; GPU tests{_tests_at(t, report)} {t.get('passed', 0)} passed, {t.get('failed', 0)} failed, "
+              f"{t.get('skipped', 0)} skipped." if t else ".")]
     measured = sorted({p for b in rows for p in (b.get("peers") or {}) if not is_own(p)})
     tried = measured + sorted({p for d in ((report.get("extra") or {}).get("unavailable_peers") or {}).values()
                                for p in d if not is_own(p)} - set(measured))
