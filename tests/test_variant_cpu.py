@@ -812,32 +812,44 @@ def test_transcendental_snippets_take_the_two_warpgroup_tile_at_d64(score_mod, m
     assert heuristics.choose("sm_90a", "bf16", 128, 128, variant=code, **kw).attention.tile.num_warps == 8
 
 
-def test_a_per_key_factor_votes_with_every_lane():
-    """``score * temp[kv_idx]``: the Hopper kernel's apply_user_hoist takes raw units for a warp only
-    where every lane's factor is lane 0's (a vote after a shuffle of lane 0's factor), since the row
-    max is reduced over a quad before each lane applies its factor.  The shuffle must run in every
-    lane: written inside ``raw && ...`` it was branched over by the lanes whose raw was false, and
-    the other lanes waited at it for ever (on the H200,
-    tests/gpu/test_variant_gpu.py::test_a_per_key_factor_on_the_score hung).  In the SASS no branch
-    from before a vote's shuffle lands between that shuffle and the vote."""
+def _max_shuffle_sources(spec):
+    """For each first shuffle (lane mask 1) of a row max's quad reduction in ``spec``'s SASS (a
+    SHFL.BFLY whose result an FMNMX takes next), the opcode of the instruction that wrote its
+    source register."""
     import re
 
     from kernelgen.jit import sass
     tool = sass.find_nvdisasm()
     assert tool is not None, "nvdisasm is needed: pip install nvidia-cuda-nvdisasm (the test extra)"
+    options = compiler.default_options(spec.arch) + (compiler.VARIANT_OPTIONS if spec.variant is not None else ())
+    text = sass.disassemble(compiler.compile_cubin(render.render(spec), spec.arch, options, spec.name).cubin, tool)
+    ins = [m.group(1).strip() for x in text.splitlines() for m in [re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;", x)] if m]
+    out = []
+    for i, x in enumerate(ins):
+        m = re.match(r"SHFL\.BFLY PT, (R\d+), (R\d+), 0x1, 0x1f", x)
+        if not m:
+            continue
+        dst, src = m.groups()
+        uses = [y for y in ins[i + 1:i + 12] if re.search(rf"\b{dst}\b", y.split(" ", 1)[1] if " " in y else "")]
+        if not uses or not uses[0].startswith("FMNMX"):
+            continue                                  # a sum's reduction, not a max's
+        writer = next((y for y in reversed(ins[max(0, i - 40):i]) if re.match(rf"\S+ {src}\b", y)), "")
+        out.append(writer.split()[0] if writer else "?")
+    return out
+
+
+def test_a_per_key_factor_takes_each_lanes_max_into_log2_units():
+    """``score * temp[kv_idx]``: the Hopper kernel's apply_user_hoist lets each lane keep its own unit
+    (raw with its factor, or natural-log), so the lanes of one query row can differ; softmax_scores
+    then multiplies each lane's max by that lane's exponent factor (rounded up) before the quad's
+    reduction (tests/gpu/test_variant_gpu.py::test_a_per_key_factor_on_the_score checks the rows on
+    the GPU).  In the SASS every row max's first shuffle takes an FMUL.RP's result; in a plain
+    kernel, whose factor is one for the quad, it takes the FMNMX of the lane's scores."""
     var = kernelgen.Variant(score_mod="score * temp[kv_idx]", tensors={"temp": torch.ones(64)})
-    vv = heuristics.choose("sm_90a", "bf16", 128, 128, num_heads_q=16, num_heads_kv=4, mask="causal",
-                           max_seqlen_q=300, max_seqlen_k=300, variant=var.code)
-    spec = vv.attention
+    kw = dict(num_heads_q=16, num_heads_kv=4, mask="causal", max_seqlen_q=300, max_seqlen_k=300)
+    spec = heuristics.choose("sm_90a", "bf16", 128, 128, variant=var.code, **kw).attention
     assert spec.mainloop == "sm90a" and "apply_user_hoist" in render.render(spec)
-    options = compiler.default_options(spec.arch) + compiler.VARIANT_OPTIONS
-    lines = sass.disassemble(compiler.compile_cubin(render.render(spec), spec.arch, options, spec.name).cubin,
-                             tool).splitlines()
-    votes = [i for i, x in enumerate(lines) if re.search(r"\bVOTE\.ALL P", x)]
-    assert len(votes) >= 2, "apply_user_hoist's vote (peeled block and loop) not found"
-    for v in votes:
-        shfl = max(i for i in range(max(0, v - 80), v) if "SHFL.IDX" in lines[i])
-        between = {m.group(1) for x in lines[shfl + 1:v + 1] for m in [re.match(r"\s*(\.L_x_\d+):", x)] if m}
-        jumps = [x.strip() for x in lines[max(0, v - 400):shfl]
-                 if re.search(r"\bBRA\b", x) and any(f"`({lab})" in x for lab in between)]
-        assert not jumps, (spec.name, lines[shfl].strip(), lines[v].strip(), jumps)
+    hoisted = _max_shuffle_sources(spec)
+    assert len(hoisted) >= 4 and all(w.startswith("FMUL") and ".RP" in w for w in hoisted), hoisted
+    plain = _max_shuffle_sources(heuristics.choose("sm_90a", "bf16", 128, 128, **kw).attention)
+    assert len(plain) >= 2 and all(w.startswith("FMNMX") for w in plain), plain

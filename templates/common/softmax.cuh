@@ -119,6 +119,7 @@ __device__ __forceinline__ void softmax_update(float (&s)[MT][BN / 8][4], float 
    apply_user_hoist) pass roff: this lane's scores are its true scores plus roff (per row), so the
    max and the exponent take roff off once per row. #}
 {% set with_roff = (v.get("alibi") and v.mask == "causal" and not v.get("user")) or (v.get("user") and v.user.hoist and v.mainloop == "sm90a") %}
+{% set lane_units = v.get("user") and v.user.hoist and v.mainloop == "sm90a" %}
 template <class Scale>   // float, or a RowScale (a factor a row)
 __device__ __forceinline__ void softmax_scores(float (&s)[MT][BN / 8][4], float (&row_max)[MT][2],
                                                float (&row_sum)[MT][2], float (&corr)[MT][2], Scale scale_rows
@@ -134,13 +135,19 @@ __device__ __forceinline__ void softmax_scores(float (&s)[MT][BN / 8][4], float 
       {% if with_roff %}
       mx -= roff[mt][h];  // this lane's offset (before the quad's reduction: the lanes' offsets differ)
       {% endif %}
+      {% if lane_units %}
+      // (a score_mod's hoisted scores: each lane in its own unit, scale_log2 its own exponent factor,
+      // apply_user_hoist; the max goes into log2 units before the quad's reduction.  With one unit
+      // across the quad the result is the product below: __fmul_ru is monotonic.)
+      mx = __fmul_ru(mx, scale_log2);
+      {% endif %}
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       // The max's product rounded up: every exponent fma(s, scale, -m) below is then <= 0 exactly
       // (s * scale <= mx * scale <= m), whatever the logits' magnitude; rounded to nearest it could
       // exceed 0 by half an ulp of the logit, which overflows fp16's P beyond 2^27 (MMA_F16).  The
       // row's common offset cancels in O / sum and the LSE uses m itself.  (scale > 0.)
-      const float m_new = fmaxf(row_max[mt][h], __fmul_ru(mx, scale_log2));
+      const float m_new = fmaxf(row_max[mt][h], {{ "mx" if lane_units else "__fmul_ru(mx, scale_log2)" }});
       {% if with_roff %}
       const float m_fin = fmaxf(m_new, -KG_FLT_MAX);   // (a row with no key yet: finite, see below)
       const float m_use = m_fin + roff[mt][h] * scale_log2;

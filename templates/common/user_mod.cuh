@@ -692,13 +692,12 @@ __device__ __forceinline__ float apply_user_hoist(float (&s)[MT][BN / 8][4], con
   bool raw = user_block_parts<CLAMP_KV, NONNEG>(rr, s, p, ut, n, row0, qpk, warp, lane, to_nat);
   const float fac = rr[0][0][0].fac;
   raw = raw && (rr[0][0][0].pos || fac > 0.f);
-  // One unit for the warp: softmax_scores reduces a row's max over its quad before each lane applies
-  // its own factor, so a lane in raw units beside one in natural-log units (a per-key factor on the
-  // score, `score * temp[kv_idx]`, raw in some lanes only) would mix them.  Raw only where every lane
-  // is, with lane 0's factor.  (The shuffle is taken by every lane before the vote: inside `raw && ...`
-  // it ran only where raw held, and the lanes that skipped it left the others waiting for ever.)
-  const float fac0 = __shfl_sync(0xffffffffu, fac, 0);
-  raw = __all_sync(0xffffffffu, raw && __float_as_uint(fac) == __float_as_uint(fac0));
+  // Each lane decides its own unit (raw with its factor, or natural-log): with a per-key factor on the
+  // score (`score * temp[kv_idx]`) the lanes of one query row can differ, and softmax_scores takes
+  // each lane's max into log2 units (its own exponent factor, the value returned below) before the
+  // quad's reduction, so they never mix.  (A vote for one unit per warp was GPU-tested instead; it
+  // cost every hoisted snippet a multiply and a select a logit, the unit no longer known at compile
+  // time: 628 -> 759 instructions in the identity snippet's d 64 key-block loop.)
   const float inv = raw ? 1.f / fac : 1.f;   // the row parts into the scores' units
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -711,8 +710,7 @@ __device__ __forceinline__ float apply_user_hoist(float (&s)[MT][BN / 8][4], con
         for (int e = 0; e < 2; ++e) {
           const kg_ret& q = rr[mt][nt][2 * h + e];
           // (acc: the accumulators started from q.add, user_acc_init: the score is q.col already)
-          const float col = acc && q.unit ? (raw ? s[mt][nt][2 * h + e] : s[mt][nt][2 * h + e] * q.fac)
-                            : raw || !q.raw ? q.col : q.col * q.fac;
+          const float col = acc && q.unit ? s[mt][nt][2 * h + e] : raw || !q.raw ? q.col : q.col * q.fac;
           s[mt][nt][2 * h + e] =
               __float_as_uint(q.row) == __float_as_uint(row_first) ? col : col + (q.row - row_first) * inv;
         }
