@@ -16,23 +16,27 @@
 // immediate an instruction), then two Newton steps (about 1e-4, then 1e-8); 2 r - 1 is exact as
 // (r - 0.5) 2, and only y and r are live (with 1 - e kept too, or a constant in a register, the
 // head dim 192 and 256 kernels spilled 8 bytes).  Eight FMA-pipe instructions for MUFU.RCP, its
-// FMUL and 1 - e; largest absolute error 2.0e-7 over 5 M arguments on the host (1.3e-7 with
-// MUFU.RCP).  H200 (docs/dev/perf-log.md, "Twenty-seventh session"): the two-warpgroup Hopper
-// kernel at head dim 64 (gpt-oss's heads, causal 16k, `kg_tanh` soft-cap) 0.92x the time with it;
-// at head dims 128 and 256 (built-in soft-cap) 1.04x and 1.08x, those kernels being bound by issue
-// rather than MUFU.  So 0 is the default of the Hopper kernels up to head dim 64, MUFU.RCP (1)
-// elsewhere.  KG_TANH_RCP in KERNELGEN_DEFINES overrides it for an A/B; 2, tanh.approx (FA3's,
-// FA4's and FlashInfer's soft-cap: 2^-11 relative, 1.25x faster than 1 at head dim 256), is
-// for measurements only.
-#ifndef KG_TANH_RCP
-#define KG_TANH_RCP {{ 0 if (v.mainloop == "sm90a" and v.head_dim <= 64) else 1 }}
+// FMUL and 1 - e.  Largest absolute error over 5 M arguments on the host, ex2 taken as exact:
+// 2.0e-7 (1.3e-7 with MUFU.RCP); with ex2.approx off by 2^-22.5, 2.45e-7 (1.8e-7).  H200
+// (docs/dev/perf-log.md, "Twenty-seventh session"), two-warpgroup Hopper kernels, causal 16k:
+// at head dim 64 0.96x the time (built-in soft-cap) and 0.92x (`kg_tanh` snippet) with it; at head
+// dims 128 and 256 (built-in) 1.04x and 1.08x, those kernels being bound by issue rather than MUFU.
+// So 0 is the default of the Hopper kernels up to head dim 64, MUFU.RCP (1) elsewhere.
+// KG_TANH_RCP in KERNELGEN_DEFINES overrides it for an A/B; 2, tanh.approx (FA3's, FA4's and
+// FlashInfer's soft-cap: 2^-11 relative, 1.25x faster than 1 at head dim 256), is for
+// measurements only.  (One macro a variant's namespace: the fused kernels include this file once a
+// variant, and a plain #ifndef KG_TANH_RCP would give the second variant the first one's choice.)
+#ifdef KG_TANH_RCP
+#define KG_TANH_RCP_{{ v.ns }} KG_TANH_RCP
+#else
+#define KG_TANH_RCP_{{ v.ns }} {{ 0 if (v.mainloop == "sm90a" and v.head_dim <= 64) else 1 }}
 #endif
 __device__ __forceinline__ float tanh_ex2(float x) {
-#if KG_TANH_RCP == 2
+#if KG_TANH_RCP_{{ v.ns }} == 2
   float t;
   asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(x));
   return t;
-#elif KG_TANH_RCP == 1
+#elif KG_TANH_RCP_{{ v.ns }} == 1
   const float e = fast_exp2(-2.8853900817779268f * fabsf(x));
   return copysignf(__fdividef(1.f - e, 1.f + e), x);
 #else
