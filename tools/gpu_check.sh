@@ -45,9 +45,13 @@ if has tests || has all; then
   # the Hopper GPU tests' kernels, compiled in parallel (the tests would compile them one by one)
   timeout 210 "$PY" tools/warm_gpu_tests.py --jobs "$(nproc)" >> "$LOG" 2>&1
   step pytest
-  timeout "${PYTEST_LIMIT:-420}" "$PY" -m pytest tests -m gpu -q -rf -p no:cacheprovider \
+  # -v: one line a test as it starts, so a test that hangs (a kernel that never returns) is the log's
+  # last line when the time limit stops pytest (exit 124)
+  timeout "${PYTEST_LIMIT:-420}" "$PY" -m pytest tests -m gpu -v -rf -p no:cacheprovider \
     --junitxml="$OUT/junit.xml" > "$OUT/pytest.log" 2>&1
-  echo "pytest exit $?" >> "$LOG"
+  rc=$?
+  echo "pytest exit $rc" >> "$LOG"
+  [ $rc -eq 124 ] && echo "pytest stopped by its time limit during: $(tail -n 1 "$OUT/pytest.log")" | tee -a "$LOG"
   tail -n 3 "$OUT/pytest.log" | tee -a "$LOG"
 fi
 if has bench || has all || has full-bench; then
