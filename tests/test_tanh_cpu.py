@@ -1,7 +1,12 @@
-"""The soft-cap's tanh (``tanh_ex2``, templates/common/softmax.cuh) on the CPU: which form each kernel
-renders, and the accuracy of the form without MUFU.RCP, evaluated from the template's own lines.
+"""The soft-cap's tanh on the CPU (templates/common/softmax.cuh).
 
-The Hopper kernels up to head dim 64 take the reciprocal on the FMA pipe (``KG_TANH_RCP`` 0: they
+The built-in soft-cap (``softcap > 0``) is the hardware's tanh.approx.f32 (MUFU.TANH) on every path,
+as FlashAttention-2/3/4 and FlashInfer run it: the kernels' SASS has it, and no MUFU.RCP of the
+accurate form.  The accurate tanh (``tanh_ex2``: ``kg_tanh`` in a user variant) is checked for which
+form each kernel renders, and for the accuracy of the form without MUFU.RCP, evaluated from the
+template's own lines.
+
+The accurate form: the Hopper kernels up to head dim 64 take the reciprocal on the FMA pipe (``KG_TANH_RCP`` 0: they
 are bound by the MUFU unit, 0.92-0.96x the time on the H200), every other kernel MUFU.RCP (1: at
 head dims 128 and 256 the FMA form was 1.04x / 1.08x slower; docs/dev/perf-log.md, "Twenty-seventh
 session")."""
@@ -89,3 +94,31 @@ def test_each_variant_of_a_fused_kernel_takes_its_own_form():
                                         max_seqlen_q=2048, max_seqlen_k=8192, short_max_q=4, softcap=True)
     src = render.render(fv.fused)
     assert re.findall(r"#define KG_TANH_RCP_(\w+) (\d)", src) == [("kpre", "0"), ("kdec", "1")]
+
+
+@pytest.mark.parametrize("arch,d,mainloop,seqlen_q", [
+    ("sm_90a", 64, None, 4096), ("sm_90a", 128, None, 4096), ("sm_90a", 256, None, 4096),
+    ("sm_80", 128, None, 4096), ("sm_80", 128, None, 1),
+])
+def test_the_builtin_softcap_is_the_hardware_tanh(arch, d, mainloop, seqlen_q):
+    """Every built-in soft-cap kernel (the Hopper mainloop, the sm_80 prefill tile and its decode
+    tile) takes MUFU.TANH and no more MUFU.RCP than the plain kernel (none of the accurate form's);
+    the plain kernel has no MUFU.TANH (the instruction comes with the soft-cap)."""
+    from kernelgen.jit import compiler, sass
+    tool = sass.find_nvdisasm()
+    assert tool is not None, "nvdisasm is needed: pip install nvidia-cuda-nvdisasm (the test extra)"
+
+    def text(softcap):
+        v = heuristics.choose(arch, "bf16", d, d, num_heads_q=32, num_heads_kv=8, mask="causal",
+                              max_seqlen_q=seqlen_q, max_seqlen_k=4096, softcap=softcap)
+        spec = v.attention
+        res = compiler.compile_cubin(render.render(spec), spec.arch, compiler.default_options(spec.arch), spec.name)
+        return spec, sass.disassemble(res.cubin, tool)
+
+    spec, capped = text(True)
+    _, plain = text(False)
+    assert "_softcap" in spec.name, spec.name
+    assert len(re.findall(r"MUFU\.TANH\b", capped)) >= 8, spec.name
+    rcp = [len(re.findall(r"MUFU\.RCP\b", t)) for t in (capped, plain)]
+    assert rcp[0] <= rcp[1], (spec.name, rcp)          # the epilogue's 1 / row sum: the plain kernel's too
+    assert not re.findall(r"MUFU\.TANH\b", plain)

@@ -697,10 +697,12 @@ def poisoned_allocations(enabled: bool = True):
             m.torch = real
 
 
-def reference_for(case: dict, inp: dict, fp8_mma_bounds: bool = False):
+def reference_for(case: dict, inp: dict, fp8_mma_bounds: bool = False, error_bounds: bool = False):
     """(ref_out, ref_lse) float64 on the inputs' device (``reference.attention_reference``, with
     the FP8 q's ``q_descale``, the ALiBi slopes and the sinks); with ``fp8_mma_bounds`` (ref_out, ref_lse, out_bound, lse_bound),
-    the per-element bounds of the Hopper FP8 tensor-core variant."""
+    the per-element bounds of the Hopper FP8 tensor-core variant; with ``error_bounds`` the same
+    four, the bounds those of the built-in soft-cap's tanh.approx (zeros without a soft-cap), which
+    ``compare`` adds to the 16-bit tolerance."""
     from kernelgen.apps import reference
     from kernelgen.apps.reference import gather_paged
 
@@ -714,7 +716,8 @@ def reference_for(case: dict, inp: dict, fp8_mma_bounds: bool = False):
         q, k, v, inp["cu_seqlens_q"], cu_k, causal=case["causal"], softmax_scale=case["softmax_scale"],
         window_size=tuple(case["window"]), softcap=case["softcap"], seqused_k=used, k_descale=inp.get("k_descale"),
         v_descale=inp.get("v_descale"), q_descale=inp.get("q_descale"), alibi_slopes=inp.get("alibi_slopes"),
-        sinks=inp.get("sinks"), **({"fp8_mma_bounds": True} if fp8_mma_bounds else {}))
+        sinks=inp.get("sinks"), **({"fp8_mma_bounds": True} if fp8_mma_bounds else {}),
+        **({"error_bounds": True} if error_bounds else {}))
 
 
 def tolerances(case: dict) -> tuple:
@@ -733,7 +736,7 @@ def tolerances(case: dict) -> tuple:
 
 
 def compare(case: dict, out, lse, ref, ref_lse, rows: int, *, out_poisoned: bool = True,
-            lse_poisoned: bool = True, bounds=None) -> dict:
+            lse_poisoned: bool = True, bounds=None, approx=None) -> dict:
     """Check one batch's results.  ``rows`` = cu_seqlens_q[-1]; rows past it must stay NaN when the
     buffer was poisoned.  Returns {"ok", "unwritten_rows", "max_err", "lse_err", "errors": [...]},
     with "bound_ratio" (the largest error / bound) when ``bounds`` are given.
@@ -744,7 +747,9 @@ def compare(case: dict, out, lse, ref, ref_lse, rows: int, *, out_poisoned: bool
     tests/gpu/test_fp8_mma_gpu.py's ``check_mma`` does: |out - ref| <= out_bound per element
     (against the unrounded reference: the bound includes the output's rounding), the mean error
     within a quarter of the mean bound, |lse - ref_lse| <= lse_atol + lse_rtol |ref_lse| +
-    lse_bound.  Either way rows that see no key must be exactly 0 with lse exactly -inf."""
+    lse_bound.  ``approx``: with the 16-bit tolerance, (out_bound, lse_bound) of
+    ``attention_reference(..., error_bounds=True)`` (the built-in soft-cap's tanh.approx), added to
+    it.  Either way rows that see no key must be exactly 0 with lse exactly -inf."""
     import torch
 
     errors = []
@@ -767,7 +772,8 @@ def compare(case: dict, out, lse, ref, ref_lse, rows: int, *, out_poisoned: bool
     if bounds is None:
         r = ref[:rows].to(dtype).double()
         err = (o - r).abs()
-        bad = (err > atol + rtol * r.abs()) & finite_o
+        extra = 0.0 if approx is None else approx[0][:rows].to(o.device, torch.float64)
+        bad = (err > atol + rtol * r.abs() + extra) & finite_o
     else:
         ob = bounds[0][:rows].to(o.device, torch.float64)
         err = (o - ref[:rows].double()).abs()
@@ -801,8 +807,9 @@ def compare(case: dict, out, lse, ref, ref_lse, rows: int, *, out_poisoned: bool
             lerr = (lt[fin] - ref_lse[:, :rows][fin]).abs()
             lse_err = float(lerr.max().item())
             tol = lse_atol + lse_rtol * ref_lse[:, :rows][fin].abs()
-            if bounds is not None:
-                tol = tol + bounds[1][:, :rows].to(lt.device, torch.float64)[fin]
+            for extra in (bounds, approx):
+                if extra is not None:
+                    tol = tol + extra[1][:, :rows].to(lt.device, torch.float64)[fin]
             if not bool((lerr <= tol).all()):
                 errors.append(f"lse error {lse_err:.3e}" + ("" if bounds is None else
                               f" beyond the FP8 tensor-core bound (worst error / tolerance "
@@ -892,9 +899,9 @@ def run_case(case: dict, device="cuda", *, poison: bool = True, attention=None, 
         inp = {key: (val.to(reference_device) if isinstance(val, torch.Tensor) else val) for key, val in inp.items()}
         o = o.to(reference_device)
         lse = lse.to(reference_device) if lse is not None else None
-    ref = reference_for(case, inp, fp8_mma_bounds=fp8_mma)
+    ref = reference_for(case, inp, fp8_mma_bounds=fp8_mma, error_bounds=not fp8_mma)
     result = compare(case, o, lse, ref[0], ref[1], rows, out_poisoned=case["out_given"] or poison, lse_poisoned=poison,
-                     bounds=ref[2:] if fp8_mma else None)
+                     bounds=ref[2:] if fp8_mma else None, approx=None if fp8_mma else ref[2:])
     result["seed"] = case["seed"]
     result["kernel"] = kernel
     result["fp8_mma"] = fp8_mma

@@ -12,6 +12,11 @@ import math
 
 import torch
 
+#: The relative error bound of the hardware tanh, ``tanh.approx.f32`` (the PTX ISA gives its maximum
+#: relative error as 2^-11; tests/gpu/test_softcap_gpu.py measures it over every float32), which the
+#: built-in soft-cap takes (templates/common/softmax.cuh).
+TANH_APPROX_REL_ERR = 2.0 ** -11
+
 
 def gather_paged(k_cache, v_cache, page_table, seqused_k):
     """Packed (k, v, cu_seqlens_k) holding the first seqused_k[i] tokens of each request's pages."""
@@ -30,7 +35,7 @@ def gather_paged(k_cache, v_cache, page_table, seqused_k):
 def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, softmax_scale=None,
                         window_size=(-1, -1), softcap=0.0, seqused_k=None, max_elements: int = 1 << 27,
                         sinks=None, alibi_slopes=None, score_mod=None, mask_mod=None, k_descale=None,
-                        v_descale=None, q_descale=None, fp8_mma_bounds: bool = False):
+                        v_descale=None, q_descale=None, fp8_mma_bounds: bool = False, error_bounds: bool = False):
     """Returns (out, lse): out (total_q, Hq, Dv) float64, lse (Hq, total_q) float64.
 
     ``window_size`` = (left, right) around the bottom-right aligned diagonal (-1 = unbounded; causal
@@ -55,7 +60,17 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
     with a float32 factor are exact in float64).  ``q_descale`` likewise for an FP8 q (request b's
     queries of the query heads of KV head h times ``q_descale[b, h]``).
 
-    ``fp8_mma_bounds``: also return two tensors, the per-element bounds on the error of out
+    ``error_bounds``: also return two tensors, per-element bounds on the error of out (shaped as out)
+    and of lse (shaped as lse) that the kernels' approximations add to their 16-bit rounding (which
+    ``tolerance`` covers; callers add the two): the built-in soft-cap's hardware tanh
+    (tanh.approx.f32, FlashAttention-2/3/4's and FlashInfer's: relative error at most
+    ``TANH_APPROX_REL_ERR`` = 2^-11, the PTX ISA's bound) moves a capped logit c tanh(s / c) by at
+    most delta = c 2^-11 max_j |tanh(s_j / c)| over the row's visible keys (natural-log units; ALiBi
+    after the cap leaves it as it is, a score_mod is taken to move it no further), so the lse by at most delta and each
+    normalised probability a_j by a factor within exp(+-2 delta): out by at most
+    (exp(2 delta) - 1) sum_j a_j |v_j|.  0 without a soft-cap.
+
+    ``fp8_mma_bounds``: return the bounds of ``error_bounds`` (the soft-cap's term included) plus the per-element bounds on the error of out
     (shaped as out) and of lse (shaped as lse) of the Hopper FP8 tensor-core variant
     (``AttentionSpec.fp8_mma``; docs/dev/fp8_hopper_design.md section 8), from its two roundings:
     - the logits: Q K^T on FP8 wgmma, whose accumulator keeps 13 mantissa bits (an e8m13 sum,
@@ -80,6 +95,7 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
     """
     total_q, hq, d = q.shape
     hkv, dv = k.shape[1], v.shape[2]
+    with_bounds = fp8_mma_bounds or error_bounds
     qpk = hq // hkv
     scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
     cq = [int(x) for x in cu_seqlens_q.tolist()]
@@ -93,8 +109,8 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
     nb = len(cq) - 1
     kd, vd, qd = (None if x is None else torch.broadcast_to(x.detach().to(q.device, torch.float64), (nb, hkv))
                   for x in (k_descale, v_descale, q_descale))
-    bound = torch.full((total_q, hq, dv), float("nan"), dtype=torch.float64, device=q.device) if fp8_mma_bounds else None
-    lse_bound = torch.zeros((hq, total_q), dtype=torch.float64, device=q.device) if fp8_mma_bounds else None
+    bound = torch.full((total_q, hq, dv), float("nan"), dtype=torch.float64, device=q.device) if with_bounds else None
+    lse_bound = torch.zeros((hq, total_q), dtype=torch.float64, device=q.device) if with_bounds else None
     out = torch.full((total_q, hq, dv), float("nan"), dtype=torch.float64, device=q.device)
     lse = torch.full((hq, total_q), float("nan"), dtype=torch.float64, device=q.device)
     for b in range(len(cq) - 1):
@@ -133,8 +149,10 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
         for h0 in range(0, hq, group):
             h1 = min(hq, h0 + group)
             s = torch.matmul(qb[h0:h1], kb[h0:h1].transpose(1, 2)) * scale
+            cap_abs = None
             if softcap > 0:
                 s = softcap * torch.tanh(s / softcap)
+                cap_abs = s.abs() if with_bounds else None
             if alibi is not None:
                 slope = (alibi if alibi.dim() == 1 else alibi[b])[h0:h1]
                 dist = (torch.arange(lq, device=q.device)[:, None] + (lk - lq)
@@ -167,6 +185,15 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
                 a = torch.where(z > 0, p / torch.where(z > 0, z, torch.ones_like(z)), torch.zeros_like(p))
                 va = vb[h0:h1].abs()
                 s1 = torch.matmul(a, va)
+                tanh_delta = torch.zeros_like(m)                                      # (heads, lq, 1)
+                if cap_abs is not None:
+                    tanh_delta = TANH_APPROX_REL_ERR * torch.where(torch.isfinite(s), cap_abs,
+                                                                   torch.zeros_like(cap_abs)).amax(dim=-1, keepdim=True)
+                tanh_term = torch.expm1(2 * tanh_delta) * s1
+            if bound is not None and not fp8_mma_bounds:
+                bound[q0:q1, h0:h1] = tanh_term.transpose(0, 1)
+                lse_bound[h0:h1, q0:q1] = tanh_delta[..., 0]
+            elif bound is not None:
                 sabs = torch.matmul(qb[h0:h1].abs(), kb[h0:h1].abs().transpose(1, 2)) * scale
                 delta = (d / 32) * 2.0 ** -12 * sabs.amax(dim=-1, keepdim=True)          # (heads, lq, 1)
                 sub = 2.0 ** -18 * a.amax(dim=-1, keepdim=True) * va.sum(dim=1, keepdim=True)
@@ -174,11 +201,11 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
                 steps = torch.div(torch.isfinite(s).sum(dim=-1, keepdim=True) + 31, 32, rounding_mode="floor") + 1
                 bb = 1.05 * (2.0 ** -4 * s1 + sub) + torch.expm1(2 * delta) * s1 + 2.0 ** -20 * s1 \
                     + steps * 2.0 ** -12 * (1.0625 * s1 + sub) + 2.0 ** -8 * o.abs()
-                bound[q0:q1, h0:h1] = bb.transpose(0, 1)
-                lse_bound[h0:h1, q0:q1] = delta[..., 0]
+                bound[q0:q1, h0:h1] = (bb + tanh_term).transpose(0, 1)
+                lse_bound[h0:h1, q0:q1] = (delta + tanh_delta)[..., 0]
             lse[h0:h1, q0:q1] = torch.where(z[..., 0] > 0, torch.log(z[..., 0]) + m_safe[..., 0],
                                             torch.full_like(z[..., 0], float("-inf")))
-    return (out, lse, bound, lse_bound) if fp8_mma_bounds else (out, lse)
+    return (out, lse, bound, lse_bound) if with_bounds else (out, lse)
 
 
 def tolerance(dtype, kv_dtype=None) -> tuple[float, float]:

@@ -93,7 +93,9 @@ def varlen_attention(
         causal: bottom-right aligned causal mask: query row r of a request sees key j iff
             ``j <= r + seqlen_k - seqlen_q``.
         window_size: (left, right) sliding window around that diagonal (-1 = unbounded).
-        softcap: > 0 caps logits as ``softcap * tanh(logit / softcap)`` (0 = off).
+        softcap: > 0 caps logits as ``softcap * tanh(logit / softcap)`` (0 = off; Gemma 2), with the
+            hardware's tanh (tanh.approx.f32: relative error at most 2^-11, as FlashAttention-2/3/4
+            and FlashInfer compute it; docs/variants.md shows the accurate form as a score_mod).
         softmax_scale: logit scale, default ``1 / sqrt(head_dim)``.
         num_splits: split-KV: 0 lets the GPU scheduler decide per request, n > 0 forces n
             (capped by each request's key blocks).

@@ -201,9 +201,9 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
       for (int x = 0; x < 4; ++x) {
         s[x] += s2[x];
 {% if v.get("kv_dtype") %}
-        if (SOFTCAP) s[x] = tanh_ex2(s[x] * kv_softcap_scale) * p.softcap_log2;
+        if (SOFTCAP) s[x] = tanh_approx(s[x] * kv_softcap_scale) * p.softcap_log2;
 {% else %}
-        if (SOFTCAP) s[x] = tanh_ex2(s[x] * p.softcap_scale) * p.softcap_log2;
+        if (SOFTCAP) s[x] = tanh_approx(s[x] * p.softcap_scale) * p.softcap_log2;
 {% endif %}
       }
       {% if v.get("alibi") %}

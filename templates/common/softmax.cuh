@@ -6,26 +6,21 @@
 // makes a NaN (the -inf sentinel is IEEE, never a finite stand-in, so very negative logits stay
 // exact).  Equal logits give exactly equal scaled values: the max subtracts to exactly 0.
 
-// tanh from one ex2: tanh|x| = (1 - e) / (1 + e) with e = 2^(-2|x| log2 e).  Absolute error about
-// 1e-7, where --use_fast_math's tanhf (tanh.approx) is off by up to 2^-11 relative, which a
-// capped logit of 50 turns into 0.02 (fp16 outputs would miss their tolerance).
-// Where the kernel is bound by the MUFU unit the quotient takes no second MUFU instruction
-// (KG_TANH_RCP 0): tanh|x| = 2 r - 1 with r = 1 / y, y = 1 + e in [1, 2], from the minimax
-// quadratic p(y) = (210 - 144 y + 32 y^2) / 99 (relative error 1/99: y p(y) - 1 is T3(2y - 3) / 99,
-// Chebyshev), written y (y - 4.5) 32/99 + 210/99 so that no constant takes a register (one 32-bit
-// immediate an instruction), then two Newton steps (about 1e-4, then 1e-8); 2 r - 1 is exact as
-// (r - 0.5) 2, and only y and r are live (with 1 - e kept too, or a constant in a register, the
-// head dim 192 and 256 kernels spilled 8 bytes).  Eight FMA-pipe instructions for MUFU.RCP, its
-// FMUL and 1 - e.  Largest absolute error over 5 M arguments on the host, ex2 taken as exact:
-// 2.0e-7 (1.3e-7 with MUFU.RCP); with ex2.approx off by 2^-22.5, 2.45e-7 (1.8e-7).  H200
-// (docs/dev/perf-log.md, "Twenty-seventh session"), two-warpgroup Hopper kernels, causal 16k:
-// at head dim 64 0.96x the time (built-in soft-cap) and 0.92x (`kg_tanh` snippet) with it; at head
-// dims 128 and 256 (built-in) 1.04x and 1.08x, those kernels being bound by issue rather than MUFU.
-// So 0 is the default of the Hopper kernels up to head dim 64, MUFU.RCP (1) elsewhere.
-// KG_TANH_RCP in KERNELGEN_DEFINES overrides it for an A/B; 2, tanh.approx (FA3's, FA4's and
-// FlashInfer's soft-cap: 2^-11 relative, 1.25x faster than 1 at head dim 256), is for
-// measurements only.  (One macro a variant's namespace: the fused kernels include this file once a
-// variant, and a plain #ifndef KG_TANH_RCP would give the second variant the first one's choice.)
+// The built-in soft-cap (softcap > 0) takes the hardware tanh, tanh.approx.f32 (MUFU.TANH, sm_75+),
+// as FlashAttention-2/3/4 and FlashInfer do: one MUFU instruction a logit.  The PTX ISA bounds its
+// relative error by 2^-11 (measured over every float32 on the H200: tests/gpu/test_softcap_gpu.py);
+// a capped logit c tanh(x) is then off by at most c 2^-11 |tanh(x)|, and the float64 reference's
+// error bounds (apps/reference.py, ``error_bounds``) carry that into out and the lse.  H200, causal
+// 2 x 4k d 256 soft-cap 50 (docs/dev/perf-log.md, "Twenty-seventh session"): 0.80x the time of
+// the accurate form below, 0.96-0.97x FA3's.
+__device__ __forceinline__ float tanh_approx(float x) {
+  float t;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(x));
+  return t;
+}
+
+// The accurate tanh (``kg_tanh`` in a user variant: common/user_mod.cuh), from one ex2:
+// tanh|x| = (1 - e) / (1 + e) with e = 2^(-2|x| log2 e).  Absolute error about 1e-7.
 #ifdef KG_TANH_RCP
 #define KG_TANH_RCP_{{ v.ns }} KG_TANH_RCP
 #else
@@ -33,9 +28,7 @@
 #endif
 __device__ __forceinline__ float tanh_ex2(float x) {
 #if KG_TANH_RCP_{{ v.ns }} == 2
-  float t;
-  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(x));
-  return t;
+  return tanh_approx(x);
 #elif KG_TANH_RCP_{{ v.ns }} == 1
   const float e = fast_exp2(-2.8853900817779268f * fabsf(x));
   return copysignf(__fdividef(1.f - e, 1.f + e), x);
@@ -74,7 +67,7 @@ __device__ __forceinline__ void transform_scores(float (&s)[MT][BN / 8][4], Scal
     for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        if (SOFTCAP) s[mt][nt][e] = tanh_ex2(s[mt][nt][e] * row_of(softcap_scale, e >> 1)) * softcap_log2;
+        if (SOFTCAP) s[mt][nt][e] = tanh_approx(s[mt][nt][e] * row_of(softcap_scale, e >> 1)) * softcap_log2;
         else s[mt][nt][e] *= row_of(scale_log2, e >> 1);
       }
 }

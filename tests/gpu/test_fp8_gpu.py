@@ -75,11 +75,11 @@ def test_varlen_prefill_head_dims_window_softcap(d, dv, causal, window, softcap,
     hq, hkv = 16, 4
     q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, d, dv=dv, kv_dtype=E4M3)
     kd, vd = descales(len(qlens), hkv, 2)
-    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=causal, window_size=window, softcap=softcap,
-                                       k_descale=kd, v_descale=vd)
+    ref, ref_lse, bound, lb = attention_reference(q, k, v, cu_q, cu_k, causal=causal, window_size=window,
+                                                  softcap=softcap, k_descale=kd, v_descale=vd, error_bounds=True)
     o, lse = _run(q, k, v, cu_q, cu_k, max(qlens), max(klens), kd, vd, dv, causal=causal, window_size=window,
                   softcap=softcap, arch=arch)
-    check(o, lse, ref, ref_lse, BF16, E4M3)
+    check(o, lse, ref, ref_lse, BF16, E4M3, bound=bound, lse_bound=lb)
     assert ("_wgmma" in prepared().attn.name) == (arch is None), prepared().attn.name
 
 
@@ -136,11 +136,11 @@ def test_register_conversion_decode_tile_window_softcap_head_dims(d, dv, page_si
     kc, vc = kc.to(E4M3), vc.to(E4M3)
     kd, vd = descales(len(klens), hkv, 6)
     k, v, cu_k = gather_paged(kc, vc, pt, used)
-    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True, window_size=window, softcap=softcap,
-                                       k_descale=kd, v_descale=vd)
+    ref, ref_lse, bound, lb = attention_reference(q, k, v, cu_q, cu_k, causal=True, window_size=window,
+                                                  softcap=softcap, k_descale=kd, v_descale=vd, error_bounds=True)
     o, lse = _run(q, kc, vc, cu_q, None, 1, max(klens), kd, vd, dv, seqused_k=used, page_table=pt, causal=True,
                   window_size=window, softcap=softcap)
-    check(o, lse, ref, ref_lse, BF16, E4M3)
+    check(o, lse, ref, ref_lse, BF16, E4M3, bound=bound, lse_bound=lb)
     name = prepared().attn.name
     assert "_kve4m3" in name and "_m16n16w1" in name, name      # the 16-row one-warp tile: FP8 in registers
 

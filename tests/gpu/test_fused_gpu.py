@@ -168,8 +168,9 @@ def test_mixed_on_hopper_with_window_and_softcap(window, cap):
     torch.cuda.synchronize()
     expect_mixed_launch(None)
     k, v, cu_k = gather_paged(kc, vc, pt, used)
-    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True, window_size=window, softcap=cap)
-    check(o, lse, ref, ref_lse, BF16)
+    ref, ref_lse, bound, lb = attention_reference(q, k, v, cu_q, cu_k, causal=True, window_size=window, softcap=cap,
+                                                  error_bounds=True)
+    check(o, lse, ref, ref_lse, BF16, bound=bound, lse_bound=lb)
 
 
 def _hopper_only():

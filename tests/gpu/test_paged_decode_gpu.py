@@ -48,9 +48,9 @@ def run_paged(q, k_cache, v_cache, pt, used, cu_q, *, causal, dtype=BF16, **kw):
                                         seqused_k=used, page_table=pt, causal=causal, return_lse=True, out=out, **kw)
     torch.cuda.synchronize()
     k, v, cu_k = gather_paged(k_cache, v_cache, pt, used)
-    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=causal,
-                                       window_size=kw.get("window_size", (-1, -1)), softcap=kw.get("softcap", 0.0))
-    check(o, lse, ref, ref_lse, dtype)
+    ref, ref_lse, bound, lb = attention_reference(q, k, v, cu_q, cu_k, causal=causal, error_bounds=True,
+                                                  window_size=kw.get("window_size", (-1, -1)), softcap=kw.get("softcap", 0.0))
+    check(o, lse, ref, ref_lse, dtype, bound=bound, lse_bound=lb)
     return o, lse
 
 
@@ -130,8 +130,9 @@ def test_window_and_softcap(window, softcap, causal, phase):
     out = torch.full((q.shape[0], 8, 128), float("nan"), dtype=BF16, device="cuda")
     o, lse = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), causal=causal, window_size=window,
                                         softcap=softcap, return_lse=True, out=out)
-    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=causal, window_size=window, softcap=softcap)
-    check(o, lse, ref, ref_lse, BF16)
+    ref, ref_lse, bound, lb = attention_reference(q, k, v, cu_q, cu_k, causal=causal, window_size=window,
+                                                  softcap=softcap, error_bounds=True)
+    check(o, lse, ref, ref_lse, BF16, bound=bound, lse_bound=lb)
 
 
 def test_head_dim_192_128_paged_split():

@@ -895,9 +895,12 @@ VARIANT_ALIBI_SCORE_MOD = "score - slopes[head] * kg_abs(q_idx + kv_len - q_len 
 #: (docs/variants.md, "What variants cost").
 VARIANT_ALIBI_FLOAT_SCORE_MOD = "score - slopes[head] * fabsf((float)(q_idx + kv_len - q_len - kv_idx))"
 VARIANT_SOFTCAP = 50.0
+#: The soft-cap with the accurate tanh (``kg_tanh``, about 1e-7): against the built-in soft-cap
+#: (tanh.approx) its ratio is what the accuracy costs.
 VARIANT_SOFTCAP_SCORE_MOD = "50.f * kg_tanh(score / 50.f)"   # kg_tanh: tanhf is tanh.approx under fast math
 #: The same soft-cap with the hardware tanh approximation (``tanhf`` under fast math: tanh.approx,
-#: about 2^-11 relative error, as FA4's soft-cap): issue 25's "user variant against FA4" at equal accuracy.
+#: 2^-11 relative, as the built-in ``softcap`` and FA4's soft-cap): issue 25's "user variant equal to a
+#: built-in" and "user variant against FA4", at equal accuracy.
 VARIANT_SOFTCAP_APPROX_SCORE_MOD = "50.f * tanhf(score / 50.f)"
 #: Query (= key) tokens of the first-call entry's one causal request: the compile dominates it.
 VARIANT_FIRST_CALL_TOKENS = 4096
@@ -942,9 +945,10 @@ def variant_prefill_entry(settings: Settings, which: str, model: ModelPreset) ->
       slopes} (ALiBi's geometric slopes) against ``alibi_slopes=slopes``;
     * ``variant_alibi_float_prefill_causal_s16k``: the same with ``VARIANT_ALIBI_FLOAT_SCORE_MOD``
       (``fabsf`` of a float cast);
-    * ``variant_softcap_prefill_causal_s16k``: ``VARIANT_SOFTCAP_SCORE_MOD`` against ``softcap=50``;
+    * ``variant_softcap_prefill_causal_s16k``: ``VARIANT_SOFTCAP_SCORE_MOD`` (the accurate ``kg_tanh``)
+      against ``softcap=50`` (tanh.approx): the accuracy's cost;
     * ``variant_softcap_approx_prefill_causal_s16k``: ``VARIANT_SOFTCAP_APPROX_SCORE_MOD`` (tanh.approx,
-      FA4's accuracy) against ``softcap=50``.
+      the built-in's and FA4's accuracy) against ``softcap=50``.
 
     The two calls are timed together as interleaved CUDA-graph replays: ``us`` the user variant,
     ``us_builtin`` the built-in call, ``variant_ratio`` = us / us_builtin (1.0: a user variant costs
@@ -965,7 +969,9 @@ def variant_prefill_entry(settings: Settings, which: str, model: ModelPreset) ->
     label = ("user ALiBi score_mod vs built-in alibi_slopes" if alibi else
              f"user soft-cap score_mod vs built-in softcap={VARIANT_SOFTCAP:g}")
     if which.startswith("variant_softcap_approx_"):
-        label += " (tanh.approx)"
+        label += " (both tanh.approx)"
+    elif not alibi:
+        label += " (kg_tanh, accurate, vs tanh.approx)"
     make_call, e, rows, io = _cost_inputs(settings, which, m, label)
     outs = [torch.empty(rows, m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
     if alibi:
