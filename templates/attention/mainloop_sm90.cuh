@@ -316,26 +316,34 @@ __device__ __forceinline__ void zero_v_tail(u32 v_base, int valid, int cg, int w
   named_sync(1 + cg, 128);
 }
 
-// Soft-cap (SOFTCAP): the raw scores S = Q K^T become c * log2(e) * tanh(S * scale / c) in place
-// (common/softmax.cuh's transform_scores, as on the sm_80 path), before the mask sets -inf, so
-// softmax_scores then takes them with the factor 1 (score_scale); without soft-cap the scale
-// stays folded into softmax_scores' exponent.
+// Soft-cap (SOFTCAP): the raw scores S = Q K^T become tanh(S * scale / c) in place (tanh_approx,
+// common/softmax.cuh), before the mask sets -inf; softmax_scores then takes them with the factor
+// c * log2(e) (score_scale), which its exponent's FFMA applies anyway, so the cap costs a multiply
+// and the MUFU.TANH a logit (the sm_80 tiles' transform_scores multiplies by c log2(e) too:
+// FMUL + MUFU + FMUL).  Without soft-cap the scale stays folded into softmax_scores' exponent.
 // FP8 K/V: kd, the tile's k_descale, multiplies the logits' scale (1 otherwise).
+template <class Scale>
+__device__ __forceinline__ void cap_scores_by(float (&s)[1][BN / 8][4], Scale f) {
+#pragma unroll
+  for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[0][nt][e] = tanh_approx(s[0][nt][e] * row_of(f, e >> 1));
+}
 __device__ __forceinline__ void cap_scores(float (&s)[1][BN / 8][4], const AttnParams& p, float kd = 1.f) {
-  transform_scores(s, p.scale_log2 * kd, p.softcap_scale * kd, p.softcap_log2);
+  cap_scores_by(s, p.softcap_scale * kd);
 }
 __device__ __forceinline__ float score_scale(const AttnParams& p, float kd = 1.f) {
-  return SOFTCAP ? 1.f : p.scale_log2 * kd;
+  return SOFTCAP ? p.softcap_log2 : p.scale_log2 * kd;
 }
 {% if v.get("fp16_gemms") %}
 // MMA_F16: kd a row (q_rows_to_f16's factors times the tile's k_descale)
 __device__ __forceinline__ void cap_scores(float (&s)[1][BN / 8][4], const AttnParams& p, const RowScale& kd) {
-  transform_scores(s, p.scale_log2 * kd, p.softcap_scale * kd, p.softcap_log2);
+  cap_scores_by(s, p.softcap_scale * kd);
 }
 __device__ __forceinline__ RowScale score_scale(const AttnParams& p, const RowScale& kd) {
-  RowScale one;
-  one.v[0] = one.v[1] = 1.f;
-  return SOFTCAP ? one : p.scale_log2 * kd;
+  RowScale c;
+  c.v[0] = c.v[1] = p.softcap_log2;
+  return SOFTCAP ? c : p.scale_log2 * kd;
 }
 {% endif %}
 {% if v.get("user") %}
