@@ -19,7 +19,7 @@ __device__ __forceinline__ float tanh_approx(float x) {
   return t;
 }
 
-// The accurate tanh (``kg_tanh`` in a user variant: common/user_mod.cuh), from one ex2:
+// The accurate tanh (``kg_tanh``, a helper of the user variants' snippets), from one ex2:
 // tanh|x| = (1 - e) / (1 + e) with e = 2^(-2|x| log2 e).  Absolute error about 1e-7.
 #ifdef KG_TANH_RCP
 #define KG_TANH_RCP_{{ v.ns }} KG_TANH_RCP
