@@ -320,30 +320,37 @@ __device__ __forceinline__ void zero_v_tail(u32 v_base, int valid, int cg, int w
 // common/softmax.cuh), before the mask sets -inf; softmax_scores then takes them with the factor
 // c * log2(e) (score_scale), which its exponent's FFMA applies anyway, so the cap costs a multiply
 // and the MUFU.TANH a logit (the sm_80 tiles' transform_scores multiplies by c log2(e) too:
-// FMUL + MUFU + FMUL).  Without soft-cap the scale stays folded into softmax_scores' exponent.
+// FMUL + MUFU + FMUL; H200, gpt-oss heads d 64 causal 16k: 0.91x the time).  The kernels with
+// fp16 GEMMs on a bf16 q (MMA_F16: an FP8 cache) keep that form, c log2(e) in the scores and the
+// factor 1 (CAP_IN_EXP false): at head dim 256 the other one spilled 16 bytes.  Without soft-cap
+// the scale stays folded into softmax_scores' exponent.
 // FP8 K/V: kd, the tile's k_descale, multiplies the logits' scale (1 otherwise).
+constexpr bool CAP_IN_EXP = {{ "false" if v.get("fp16_gemms") else "true" }};
 template <class Scale>
-__device__ __forceinline__ void cap_scores_by(float (&s)[1][BN / 8][4], Scale f) {
+__device__ __forceinline__ void cap_scores_by(float (&s)[1][BN / 8][4], const AttnParams& p, Scale f) {
 #pragma unroll
   for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) s[0][nt][e] = tanh_approx(s[0][nt][e] * row_of(f, e >> 1));
+    for (int e = 0; e < 4; ++e) {
+      const float t = tanh_approx(s[0][nt][e] * row_of(f, e >> 1));
+      s[0][nt][e] = CAP_IN_EXP ? t : t * p.softcap_log2;
+    }
 }
 __device__ __forceinline__ void cap_scores(float (&s)[1][BN / 8][4], const AttnParams& p, float kd = 1.f) {
-  cap_scores_by(s, p.softcap_scale * kd);
+  cap_scores_by(s, p, p.softcap_scale * kd);
 }
 __device__ __forceinline__ float score_scale(const AttnParams& p, float kd = 1.f) {
-  return SOFTCAP ? p.softcap_log2 : p.scale_log2 * kd;
+  return SOFTCAP ? (CAP_IN_EXP ? p.softcap_log2 : 1.f) : p.scale_log2 * kd;
 }
 {% if v.get("fp16_gemms") %}
 // MMA_F16: kd a row (q_rows_to_f16's factors times the tile's k_descale)
 __device__ __forceinline__ void cap_scores(float (&s)[1][BN / 8][4], const AttnParams& p, const RowScale& kd) {
-  cap_scores_by(s, p.softcap_scale * kd);
+  cap_scores_by(s, p, p.softcap_scale * kd);
 }
 __device__ __forceinline__ RowScale score_scale(const AttnParams& p, const RowScale& kd) {
-  RowScale c;
-  c.v[0] = c.v[1] = p.softcap_log2;
-  return SOFTCAP ? c : p.scale_log2 * kd;
+  RowScale one;
+  one.v[0] = one.v[1] = 1.f;
+  return SOFTCAP ? one : p.scale_log2 * kd;
 }
 {% endif %}
 {% if v.get("user") %}
