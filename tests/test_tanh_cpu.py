@@ -101,8 +101,8 @@ def test_each_variant_of_a_fused_kernel_takes_its_own_form():
     ("sm_80", 128, None, 4096), ("sm_80", 128, None, 1),
 ])
 def test_the_builtin_softcap_is_the_hardware_tanh(arch, d, mainloop, seqlen_q):
-    """Every built-in soft-cap kernel (the Hopper mainloop, the sm_80 prefill tile and its decode
-    tile) takes MUFU.TANH and no more MUFU.RCP than the plain kernel (none of the accurate form's);
+    """Every built-in soft-cap kernel (the Hopper mainloop, the sm_80 path's prefill and 16-row
+    decode tiles; the 8-row one: the next test) takes MUFU.TANH and no more MUFU.RCP than the plain kernel (none of the accurate form's);
     the plain kernel has no MUFU.TANH (the instruction comes with the soft-cap)."""
     from kernelgen.jit import compiler, sass
     tool = sass.find_nvdisasm()
@@ -117,8 +117,32 @@ def test_the_builtin_softcap_is_the_hardware_tanh(arch, d, mainloop, seqlen_q):
 
     spec, capped = text(True)
     _, plain = text(False)
+    _check_capped(spec, capped, plain)
+
+
+def _check_capped(spec, capped, plain):
     assert "_softcap" in spec.name, spec.name
     assert len(re.findall(r"MUFU\.TANH\b", capped)) >= 8, spec.name
     rcp = [len(re.findall(r"MUFU\.RCP\b", t)) for t in (capped, plain)]
     assert rcp[0] <= rcp[1], (spec.name, rcp)          # the epilogue's 1 / row sum: the plain kernel's too
     assert not re.findall(r"MUFU\.TANH\b", plain)
+
+
+def test_the_fused_hopper_kernels_decode_tile_takes_the_hardware_tanh_too():
+    """The Hopper fused mixed-batch kernel's decode part is the 8-row sm_80 tile (tile_kt_sm80.cuh,
+    its own soft-cap line): MUFU.TANH there as well, none of the accurate form's MUFU.RCP."""
+    from kernelgen.jit import compiler, sass
+    tool = sass.find_nvdisasm()
+    assert tool is not None, "nvdisasm is needed: pip install nvidia-cuda-nvdisasm (the test extra)"
+
+    def text(softcap):
+        fv = heuristics.choose_fused_hopper("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal",
+                                            max_seqlen_q=2048, max_seqlen_k=8192, short_max_q=4, softcap=softcap)
+        src = render.render(fv.fused)
+        assert "tile_kt_sm80" in src or "_m8n" in fv.fused.name, fv.fused.name
+        res = compiler.compile_cubin(src, "sm_90a", compiler.default_options("sm_90a"), fv.fused.name)
+        return fv.fused, sass.disassemble(res.cubin, tool)
+
+    spec, capped = text(True)
+    _, plain = text(False)
+    _check_capped(spec, capped, plain)

@@ -199,9 +199,10 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
                 sub = 2.0 ** -18 * a.amax(dim=-1, keepdim=True) * va.sum(dim=1, keepdim=True)
                 # P V's k32 steps (O accumulates across the row's keys): those meeting a visible key
                 steps = torch.div(torch.isfinite(s).sum(dim=-1, keepdim=True) + 31, 32, rounding_mode="floor") + 1
-                bb = 1.05 * (2.0 ** -4 * s1 + sub) + torch.expm1(2 * delta) * s1 + 2.0 ** -20 * s1 \
+                # (the logits' two errors together: one factor exp(+-2 (delta + tanh_delta)))
+                bb = 1.05 * (2.0 ** -4 * s1 + sub) + torch.expm1(2 * (delta + tanh_delta)) * s1 + 2.0 ** -20 * s1 \
                     + steps * 2.0 ** -12 * (1.0625 * s1 + sub) + 2.0 ** -8 * o.abs()
-                bound[q0:q1, h0:h1] = (bb + tanh_term).transpose(0, 1)
+                bound[q0:q1, h0:h1] = bb.transpose(0, 1)
                 lse_bound[h0:h1, q0:q1] = (delta + tanh_delta)[..., 0]
             lse[h0:h1, q0:q1] = torch.where(z[..., 0] > 0, torch.log(z[..., 0]) + m_safe[..., 0],
                                             torch.full_like(z[..., 0], float("-inf")))

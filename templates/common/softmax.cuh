@@ -111,7 +111,9 @@ __device__ __forceinline__ void softmax_update(float (&s)[MT][BN / 8][4], float 
 // Leaves the probabilities in s, updates row_max and row_sum, and returns the factor corr[mt][h]
 // that the caller applies to O later with rescale_rows (the Hopper mainloop rescales O only once
 // the P.V of the previous block, still in flight on the tensor cores, has completed).  Soft-capped
-// scores come in already transformed (transform_scores, in log2 units), with scale_log2 = 1.
+// scores come in as tanh(S scale / c) with scale_log2 = c log2(e) (the Hopper mainloop's
+// cap_scores and score_scale), or, in the kernels with fp16 GEMMs, already times c log2(e) with
+// scale_log2 = 1.
 {# Causal ALiBi (common/alibi.cuh, apply_alibi_causal) and a score_mod's row part (common/user_mod.cuh,
    apply_user_hoist) pass roff: this lane's scores are its true scores plus roff (per row), so the
    max and the exponent take roff off once per row. #}

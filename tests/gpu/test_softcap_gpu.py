@@ -8,6 +8,7 @@ bounds can see; 0 and -0 map to themselves (+-inf and the saturated range are no
 +-1 within the bound).  The largest relative error is printed."""
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -18,8 +19,10 @@ pytestmark = [pytest.mark.gpu,
                                  reason="needs a CUDA GPU of compute capability 7.5 or newer (MUFU.TANH)")]
 
 _SOURCE = r"""
-extern "C" __global__ void sweep(unsigned long long start, unsigned long long count, unsigned int* worst,
-                                 unsigned int* worst_arg, unsigned int* bad_sub) {
+// worst: the largest relative error's float bits (non-negative: ordered as integers) in the high
+// word, its argument's bits in the low word, so one 64-bit atomicMax keeps the pair together
+extern "C" __global__ void sweep(unsigned long long start, unsigned long long count, unsigned long long* worst,
+                                 unsigned int* bad_sub) {
   for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < count;
        i += (unsigned long long)gridDim.x * blockDim.x) {
     const unsigned int bits = (unsigned int)(start + i);
@@ -35,8 +38,7 @@ extern "C" __global__ void sweep(unsigned long long start, unsigned long long co
       continue;
     }
     const float rel = (float)(fabs((double)t - ref) / fabs(ref));  // rounded: compared with a margin
-    const unsigned int r = __float_as_uint(rel);
-    if (r > atomicMax(worst, r)) atomicExch(worst_arg, bits);
+    atomicMax(worst, ((unsigned long long)__float_as_uint(rel) << 32) | bits);
   }
 }
 """
@@ -46,15 +48,15 @@ def test_tanh_approx_is_within_the_bound_the_reference_takes(record_property):
     cupy = pytest.importorskip("cupy")
     with cupy.cuda.Device(torch.cuda.current_device()):
         kern = cupy.RawKernel(_SOURCE, "sweep")
-        worst = cupy.zeros(1, dtype=cupy.uint32)
-        arg = cupy.zeros(1, dtype=cupy.uint32)
+        worst = cupy.zeros(1, dtype=cupy.uint64)
         bad = cupy.zeros(1, dtype=cupy.uint32)
         chunk = 1 << 30
         for start in range(0, 1 << 32, chunk):                   # every float32 bit pattern
-            kern((132 * 16,), (256,), (cupy.uint64(start), cupy.uint64(chunk), worst, arg, bad))
+            kern((132 * 16,), (256,), (cupy.uint64(start), cupy.uint64(chunk), worst, bad))
         cupy.cuda.Device().synchronize()
-        rel = float(cupy.asnumpy(worst.view(cupy.float32))[0])
-        x = float(cupy.asnumpy(arg.view(cupy.float32))[0])
+        packed = int(cupy.asnumpy(worst)[0])
+        rel, x = (float(np.array([packed >> 32, packed & 0xFFFFFFFF], dtype=np.uint32).view(np.float32)[i])
+                  for i in (0, 1))
         n_bad = int(cupy.asnumpy(bad)[0])
     print(f"tanh.approx.f32: largest relative error {rel:.4e} (2^{math.log2(rel):.2f}) at x = {x!r}; "
           f"bound taken {TANH_APPROX_REL_ERR:.4e}")
