@@ -189,3 +189,55 @@ def test_decode_on_hopper_chooses_what_a_call_forced_to_sm80_chooses(hq, hkv, ba
              page_size=16, max_seqlen_k=20000)
     auto, forced = decide.decide(sig(**s), H200), decide.decide(sig(**s, arch="sm_80"), H200)
     assert auto == forced and auto.variants.attention.mainloop == "sm80"
+
+
+#: gpt-oss's window-128 layers: 64 / 8 heads, d 64, window_size (127, 0) with causal, paged decode
+GPT_OSS_W128 = dict(head_dim=64, head_dim_v=64, num_heads_q=64, num_heads_kv=8, mask="local", window_left=127,
+                    window_right=0, max_seqlen_q=1, max_seqlen_k=120633, paged=True, page_size=16, batch=128,
+                    rows=128, sinks=True)
+
+
+def test_a_window_that_shows_fewer_than_256_keys_takes_no_automatic_split():
+    """heuristics.MIN_SPLIT_KEYS: the window-128 decode runs unsplit (no combine: 31 us against 60 us
+    on the H200); a forced num_splits is kept; a 256-key window and no window split as before."""
+    auto = decide.decide(sig(**GPT_OSS_W128), H200)
+    assert auto.variants.max_splits == 1 and auto.variants.combine is None
+    assert "_split" not in auto.variants.attention.name and "_local" in auto.variants.attention.name
+    one = decide.decide(sig(**GPT_OSS_W128, num_splits=1), H200)       # what the bench's splits1 ran
+    assert auto.variants.attention == one.variants.attention and auto.workspace == one.workspace
+    forced = decide.decide(sig(**GPT_OSS_W128, num_splits=3), H200)
+    assert forced.variants.max_splits == 3 and forced.variants.combine is not None
+    wide = decide.decide(sig(**{**GPT_OSS_W128, "window_left": 255}), H200)
+    unbounded = decide.decide(sig(**{**GPT_OSS_W128, "mask": "causal", "window_left": -1}), H200)
+    assert wide.variants.max_splits == unbounded.variants.max_splits > 1
+    # a right window counts: left 100 + right 200 + 1 query token = 301 keys, so the bound stays
+    both = decide.decide(sig(**{**GPT_OSS_W128, "window_left": 100, "window_right": 200}), H200)
+    assert both.variants.max_splits > 1
+    # a left window with an unbounded right side bounds nothing
+    open_right = decide.decide(sig(**{**GPT_OSS_W128, "window_right": -1}), H200)
+    assert open_right.variants.max_splits > 1
+    assert decide.window_span(sig(**GPT_OSS_W128)) == 127
+    assert decide.window_span(sig(**{**GPT_OSS_W128, "window_right": -1})) == -1
+
+
+def test_a_mixed_window_128_batch_keeps_its_decodes_whole():
+    """The same rule for the short class of a mixed batch (the Hopper fused kernel's decode tiles):
+    128 + 4 query tokens of the short class see at most 131 keys."""
+    mixed = dict(GPT_OSS_W128, max_seqlen_q=2048, batch=64, rows=4000)
+    r = decide.decide(sig(**mixed), H200)
+    assert r.kind == "fused" and r.variants.short_max_splits == 1 and r.variants.combine is None
+    assert "_split" not in r.variants.fused.name
+    r = decide.decide(sig(**{**mixed, "mask": "causal", "window_left": -1, "window_right": -1}), H200)
+    assert r.kind == "fused" and r.variants.short_max_splits > 1
+
+
+def test_the_call_and_the_plan_carry_the_right_window():
+    """window_size=(left, right) reaches CallSignature.window_right (0 with causal)."""
+    from kernelgen.selection import arguments
+    kw = dict(capacity=8, max_total_q=8, num_heads_q=8, num_heads_kv=2, head_dim=64, head_dim_v=64,
+              dtype=__import__("torch").bfloat16, max_seqlen_q=1, max_seqlen_k=4096, paged=True, page_size=16,
+              softcap=0.0, num_splits=0, pack_gqa=None, metadata_layout="soa", sort=True, head_swizzle=True,
+              short_query_tokens=None, arch=None)
+    assert arguments.plan_options(causal=True, window_size=(127, -1), **kw).signature.window_right == 0
+    assert arguments.plan_options(causal=False, window_size=(127, 30), **kw).signature.window_right == 30
+    assert arguments.plan_options(causal=False, window_size=(127, -1), **kw).signature.window_right == -1

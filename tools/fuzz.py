@@ -393,7 +393,7 @@ def case_recipe(case: dict, arch: str, num_sms: int):
     total_q = total_q_rows(case)
     if total_q == 0 or not case["qlens"]:
         return None
-    mask, left, _ = validation.window(tuple(case["window"]), case["causal"])
+    mask, left, right = validation.window(tuple(case["window"]), case["causal"])
     mq, mk = call_hints(case)
     paged = case["kv"] == "paged"
     if mq is None:
@@ -403,7 +403,7 @@ def case_recipe(case: dict, arch: str, num_sms: int):
     sig = decide.CallSignature(
         dtype=case["dtype"], head_dim=case["head_dim"], head_dim_v=case["head_dim_v"],
         num_heads_q=case["num_heads_q"], num_heads_kv=case["num_heads_kv"], mask=mask, window_left=left,
-        layout=case["layout"], max_seqlen_q=mq, max_seqlen_k=mk, paged=paged,
+        window_right=right, layout=case["layout"], max_seqlen_q=mq, max_seqlen_k=mk, paged=paged,
         page_size=case["page_size"] if paged else 0, softcap=case["softcap"] > 0, pack_gqa=case["pack_gqa"],
         num_splits=case["num_splits"], short_query_tokens=None, arch=None, tma_ok=_tma_ok(case),
         batch=len(case["qlens"]), rows=total_q, sort=case["sort"], head_swizzle=case["head_swizzle"],

@@ -100,7 +100,7 @@ def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
     sig = CallSignature(
         dtype=validation.DTYPES[sizes["dtype"]], head_dim=sizes["head_dim"], head_dim_v=sizes["head_dim_v"],
         num_heads_q=sizes["num_heads_q"], num_heads_kv=sizes["num_heads_kv"], mask=mask, window_left=left,
-        layout=layout, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, paged=sizes["paged"],
+        window_right=right, layout=layout, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, paged=sizes["paged"],
         page_size=sizes.get("page_size", 0), softcap=cap > 0, pack_gqa=pack_gqa, num_splits=splits,
         short_query_tokens=short_query_tokens, arch=arch, tma_ok=all(tma.tma_compatible(t) for t in (q, k, v)),
         batch=batch, rows=total_q, sort=bool(sort), head_swizzle=bool(head_swizzle), alibi=alibi_stride >= 0,
@@ -158,7 +158,8 @@ def plan_options(*, capacity: int, max_total_q: int, num_heads_q: int, num_heads
     validation.short_query_tokens(short_query_tokens, pack_gqa, splits)
     sig = CallSignature(
         dtype=validation.DTYPES[dtype], head_dim=head_dim, head_dim_v=head_dim_v, num_heads_q=num_heads_q,
-        num_heads_kv=num_heads_kv, mask=mask, window_left=left, layout=layout, max_seqlen_q=max_seqlen_q,
+        num_heads_kv=num_heads_kv, mask=mask, window_left=left, window_right=right, layout=layout,
+        max_seqlen_q=max_seqlen_q,
         max_seqlen_k=max_seqlen_k, paged=bool(paged), page_size=page_size or 0, softcap=cap > 0, pack_gqa=pack_gqa,
         num_splits=splits, short_query_tokens=short_query_tokens, arch=arch, tma_ok=True, batch=capacity,
         rows=max_total_q, sort=sort, head_swizzle=head_swizzle, plan=True, alibi=bool(alibi), sinks=bool(sinks),

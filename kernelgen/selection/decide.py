@@ -108,6 +108,18 @@ class CallSignature:
     #: the user variant's three-warpgroup Hopper kernel (head dim 64, ``heuristics.SM90_THREE_WG_EXTRAS``)
     #: spilled when it was built (``selection.spills``): the same call on the two-warpgroup tile.
     variant_spills: bool = False
+    #: a local mask's right window in tokens (-1: unbounded; 0 with causal), beside ``window_left``:
+    #: with both bounded, a query tile sees at most ``window_span`` + its tokens keys.
+    window_right: int = -1
+
+
+def window_span(sig: CallSignature) -> int:
+    """left + right of a sliding window bounded on both sides (``mask`` "local", ``window_left``
+    and ``window_right`` >= 0; causal counts as right 0), -1 otherwise: a query tile of q tokens
+    then sees at most span + q keys (``heuristics.choose``'s ``window_span``)."""
+    if sig.mask != "local" or sig.window_left < 0 or sig.window_right < 0:
+        return -1
+    return sig.window_left + sig.window_right
 
 
 def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) -> Recipe:
@@ -145,7 +157,8 @@ def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) 
                 num_heads_kv=sig.num_heads_kv, mask=sig.mask, layout=sig.layout, max_seqlen_q=sig.max_seqlen_q,
                 max_seqlen_k=sig.max_seqlen_k, paged=sig.paged, softcap=sig.softcap, short_max_q=thr,
                 num_sms=device.num_sms, page_size=sig.page_size, tma_ok=sig.tma_ok, sm90_opts=settings.sm90_opts,
-                alibi=sig.alibi, variant=sig.variant, variant_spills=sig.variant_spills)
+                alibi=sig.alibi, variant=sig.variant, variant_spills=sig.variant_spills,
+                window_span=window_span(sig))
             if pv is not None:
                 return recipe(pv, sig, device, settings)
         thr = 0
@@ -157,6 +170,7 @@ def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) 
                       max_seqlen_q=sig.max_seqlen_q, max_seqlen_k=sig.max_seqlen_k, paged=sig.paged,
                       softcap=sig.softcap, short_max_q=thr, num_sms=device.num_sms, page_size=sig.page_size,
                       tma_ok=sig.tma_ok, sm90_opts=settings.sm90_opts, **extra)
+            kw["window_span"] = window_span(sig)
             # the Hopper fused kernel is built from the classes-in-turn variants, where they apply
             pv = heuristics.choose_pair(arch, sig.dtype, sig.head_dim, sig.head_dim_v, **kw)
             if pv is not None:
@@ -191,7 +205,7 @@ def _choose(sig: CallSignature, arch: str, device: Device, settings: Settings, m
         paged=sig.paged, softcap=sig.softcap, pack_gqa=sig.pack_gqa, num_splits=sig.num_splits,
         num_sms=device.num_sms, mainloop=mainloop, tma_ok=sig.tma_ok, page_size=sig.page_size,
         sm90_opts=settings.sm90_opts, alibi=sig.alibi, variant=sig.variant, kv_dtype=sig.kv_dtype,
-        q_dtype=sig.q_dtype, total_q=sig.rows, variant_spills=sig.variant_spills)
+        q_dtype=sig.q_dtype, total_q=sig.rows, variant_spills=sig.variant_spills, window_span=window_span(sig))
 
 
 def use_fused(sig: CallSignature) -> int:

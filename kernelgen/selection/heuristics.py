@@ -52,6 +52,14 @@ MAX_DECODE_SPLITS = 255
 #: The split partials (fp32 outputs and LSEs) that ``decode_split_bound`` may size a workspace
 #: for, bytes: the bound of ``num_splits_heuristic`` is raised only as far as this allows.
 DECODE_PARTIALS_BYTES = 64 << 20
+#: A sliding window that lets a query tile see fewer than 2 x MIN_SPLIT_KEYS keys
+#: (``choose``'s ``visible_keys``) gets no automatic split: FlashAttention-3's rule keeps a request
+#: whole up to 4 key blocks of its decode tiles (128 keys or more each), where the one-warp decode
+#: tile's 16-key blocks let the GPU scheduler's quantum cut a 128-key window into about 5 splits.
+#: H200 (docs/dev/perf-log.md, "Twenty-eighth session"): gpt-oss's window-128 decode of 128
+#: requests ran in 31 us with one split against 60 us with the automatic ones.  Wider windows keep
+#: the bound (a general minimum split size is not measured yet).
+MIN_SPLIT_KEYS = 128
 
 _PREFILL_BIG_SMEM = {
     64: TileConfig(128, 64, 4, 2, 2),
@@ -409,6 +417,13 @@ def decode_split_bound(base: int, n_blocks: int, *, total_q: int, num_heads_q: i
     return max(base, min(MAX_DECODE_SPLITS, n_blocks, DECODE_PARTIALS_BYTES // per_split))
 
 
+def window_split_cap(bound: int, visible_keys: int) -> int:
+    """An automatic split bound under a two-sided window: 1 (no split) where a query tile sees
+    fewer than 2 x ``MIN_SPLIT_KEYS`` keys, else ``bound``; ``bound`` as is without such a window
+    (``visible_keys`` 0)."""
+    return 1 if 0 < visible_keys < 2 * MIN_SPLIT_KEYS else bound
+
+
 def estimated_ctas(arch: str, tile: TileConfig, smem_bytes: int, num_sms: int) -> int:
     """Persistent CTAs the occupancy calculator will likely allow, assuming up to 255 registers a
     thread; only used to bound the split count before a kernel is loaded."""
@@ -493,8 +508,12 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
            tile: TileConfig | None = None, mainloop: str | None = None, tma_ok: bool = True,
            page_size: int = 0, sm90_opts: str | None = None, alibi: bool = False,
            variant: VariantCode | None = None, kv_dtype: str = "", q_dtype: str = "",
-           total_q: int = 0, variant_spills: bool = False) -> Variants:
+           total_q: int = 0, variant_spills: bool = False, window_span: int = -1) -> Variants:
     """Every kernel variant of a call, from what the host knows (shapes, flags, max lengths).
+
+    ``window_span``: left + right of a sliding window bounded on both sides (``decide.window_span``;
+    -1 = none): a query tile then sees at most window_span + max_seqlen_q keys, and below 2 x
+    ``MIN_SPLIT_KEYS`` an automatic call does not split; a forced ``num_splits`` is kept.
 
     ``total_q``: the query tokens the workspace is sized for (0 = unknown): an automatic split-KV
     call on a one-warp decode tile may then split further (``decode_split_bound``).
@@ -531,6 +550,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
     """
     if num_heads_kv < 1 or num_heads_q % num_heads_kv:
         raise ValueError(f"num_heads_q ({num_heads_q}) must be a multiple of num_heads_kv ({num_heads_kv})")
+    visible_keys = min(max_seqlen_k, window_span + max(max_seqlen_q, 1)) if window_span >= 0 else 0
     if mainloop is not None and mainloop not in MAINLOOPS:
         raise ValueError(f"mainloop must be None or one of {MAINLOOPS}, got {mainloop!r}")
     if num_splits < 0 or num_splits > MAX_SPLITS:
@@ -575,6 +595,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                                       mainloop="sm90a", sm90_opts=opts)
                 ctas = estimated_ctas(arch, t, probe.smem_bytes(), num_sms)
                 max_splits, forced = num_splits_heuristic(num_heads_q * max(1, -(-rows // t.block_m)), n, ctas), False
+                max_splits = window_split_cap(max_splits, visible_keys)
             split = max_splits > 1
             if cand is not None and split and fp8_mma_tile(head_dim, head_dim_v, softcap=softcap,
                                                            local=mask == "local", split=True) is None:
@@ -607,7 +628,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
         bound = num_splits_heuristic(sched_heads * m, n, estimated_ctas(arch, t, probe.smem_bytes(), num_sms))
         if t.num_warps == 1 and t.block_m <= 16:
             bound = decode_split_bound(bound, n, total_q=total_q, num_heads_q=num_heads_q, head_dim_v=head_dim_v)
-        return bound, False
+        return window_split_cap(bound, visible_keys), False
 
     max_splits, forced = split_bound(tile)
     if max_splits > 1 and not fixed_tile and not extra:  # split state needs the lighter tile, if any
@@ -644,7 +665,7 @@ def short_query_tokens(num_heads_q: int, num_heads_kv: int) -> int:
 
 
 def _short_class(arch, dtype, head_dim, head_dim_v, num_heads_q, num_heads_kv, mask, layout, max_seqlen_k, paged,
-                 softcap, short_max_q, num_sms, alibi=False, variant=None, kv_dtype=""):
+                 softcap, short_max_q, num_sms, alibi=False, variant=None, kv_dtype="", window_span=-1):
     """(threshold, the short class's sm_80 decode variants) of a mixed batch, or (threshold, None)
     when the threshold is below 1 or its tiles would not be one-warp decode tiles."""
     thr = short_query_tokens(num_heads_q, num_heads_kv) if short_max_q is None else int(short_max_q)
@@ -652,7 +673,8 @@ def _short_class(arch, dtype, head_dim, head_dim_v, num_heads_q, num_heads_kv, m
         return thr, None
     short = choose(arch, dtype, head_dim, head_dim_v, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, mask=mask,
                    layout=layout, max_seqlen_q=thr, max_seqlen_k=max_seqlen_k, paged=paged, softcap=softcap,
-                   num_sms=num_sms, mainloop="sm80", alibi=alibi, variant=variant, kv_dtype=kv_dtype)
+                   num_sms=num_sms, mainloop="sm80", alibi=alibi, variant=variant, kv_dtype=kv_dtype,
+                   window_span=window_span)
     return thr, (short if short.attention.tile.num_warps == 1 else None)
 
 
@@ -693,7 +715,7 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
                 softcap: bool = False, short_max_q: int | None = None, num_sms: int = 132, page_size: int = 0,
                 tma_ok: bool = True, sm90_opts: str | None = None, alibi: bool = False,
                 variant: VariantCode | None = None, kv_dtype: str = "",
-                variant_spills: bool = False) -> PairVariants | None:
+                variant_spills: bool = False, window_span: int = -1) -> PairVariants | None:
     """A mixed batch's two kernels on sm_90a, or None where they do not apply (another arch, a
     long class the Hopper path cannot run, or a threshold whose short tiles are not decode tiles).
 
@@ -714,7 +736,8 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
     if arch != "sm_90a":
         return None
     thr, short = _short_class(arch, dtype, head_dim, head_dim_v, num_heads_q, num_heads_kv, mask, layout,
-                              max_seqlen_k, paged, softcap, short_max_q, num_sms, alibi, variant, kv_dtype)
+                              max_seqlen_k, paged, softcap, short_max_q, num_sms, alibi, variant, kv_dtype,
+                              window_span)
     if short is None:
         return None
     if kv_dtype:
@@ -787,7 +810,7 @@ def choose_fused_hopper(arch: str, dtype: str, head_dim: int, head_dim_v: int, *
                         short_max_q: int | None = None, num_sms: int = 132, page_size: int = 0,
                         tma_ok: bool = True, short_stages: int | None = None,
                         short_block_n: int | None = None, short_rows: int | None = None,
-                        sm90_opts: str | None = None, kv_dtype: str = "") -> FusedVariants | None:
+                        sm90_opts: str | None = None, kv_dtype: str = "", window_span: int = -1) -> FusedVariants | None:
     """The one-launch kernels of a mixed batch on sm_90a: the Hopper long variant and the sm_80
     one-warp decode variant of ``choose_pair`` in one persistent kernel (``FusedAttentionSpec``
     with a Hopper long variant, templates/attention/fwd_fused_sm90.cu.j2), or None where
@@ -804,7 +827,7 @@ def choose_fused_hopper(arch: str, dtype: str, head_dim: int, head_dim_v: int, *
     pv = choose_pair(arch, dtype, head_dim, head_dim_v, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv,
                      mask=mask, layout=layout, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, paged=paged,
                      softcap=softcap, short_max_q=short_max_q, num_sms=num_sms, page_size=page_size, tma_ok=tma_ok,
-                     sm90_opts=sm90_opts, kv_dtype=kv_dtype)
+                     sm90_opts=sm90_opts, kv_dtype=kv_dtype, window_span=window_span)
     if pv is None or head_dim_v > FusedAttentionSpec.SM90_FUSED_MAX_DV:
         return None
     short = pv.short.attention
