@@ -52,10 +52,10 @@ MAX_DECODE_SPLITS = 255
 #: The split partials (fp32 outputs and LSEs) that ``decode_split_bound`` may size a workspace
 #: for, bytes: the bound of ``num_splits_heuristic`` is raised only as far as this allows.
 DECODE_PARTIALS_BYTES = 64 << 20
-#: A sliding window that lets a query tile see fewer than 2 x MIN_SPLIT_KEYS keys
-#: (``choose``'s ``window_span`` + its query tokens) gets no automatic split: FlashAttention-3's rule keeps a request
-#: whole up to 4 key blocks of its decode tiles (128 keys or more each), where the one-warp decode
-#: tile's 16-key blocks let the GPU scheduler's quantum cut a 128-key window into about 5 splits.
+#: A sliding window that lets a query tile see fewer than 2 x MIN_SPLIT_KEYS keys (``choose``'s
+#: ``window_span`` + its query tokens) gets no automatic split: FlashAttention-3's rule keeps a
+#: request whole up to 4 key blocks of its decode tiles (128 keys or more each), where the one-warp
+#: decode tile's 16-key blocks let the GPU scheduler's quantum cut a 128-key window into about 5 splits.
 #: H200 (docs/dev/perf-log.md, "Twenty-eighth session"): gpt-oss's window-128 decode of 128
 #: requests ran in 31 us with one split against 60 us with the automatic ones.  Wider windows keep
 #: the bound (a general minimum split size is not measured yet).
