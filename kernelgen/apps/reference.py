@@ -66,12 +66,13 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
     (tanh.approx.f32, FlashAttention-2/3/4's and FlashInfer's: relative error at most
     ``TANH_APPROX_REL_ERR`` = 2^-11, the PTX ISA's bound) moves a capped logit c tanh(s / c) by at
     most delta = c 2^-11 max_j |tanh(s_j / c)| over the row's visible keys (natural-log units; ALiBi
-    after the cap leaves it as it is, a score_mod is taken to move it no further), so the lse by at most delta and each
-    normalised probability a_j by a factor within exp(+-2 delta): out by at most
-    (exp(2 delta) - 1) sum_j a_j |v_j|.  0 without a soft-cap.
+    after the cap leaves it as it is, a score_mod is taken to move it no further), so the lse by
+    at most delta and each normalised probability a_j by a factor within exp(+-2 delta): out by at
+    most (exp(2 delta) - 1) sum_j a_j |v_j|.  0 without a soft-cap.
 
-    ``fp8_mma_bounds``: return the bounds of ``error_bounds`` (the soft-cap's term included) plus the per-element bounds on the error of out
-    (shaped as out) and of lse (shaped as lse) of the Hopper FP8 tensor-core variant
+    ``fp8_mma_bounds``: return the bounds of ``error_bounds`` (the soft-cap's term included) plus
+    the per-element bounds on the error of out (shaped as out) and of lse (shaped as lse) of the
+    Hopper FP8 tensor-core variant
     (``AttentionSpec.fp8_mma``; docs/dev/fp8_hopper_design.md section 8), from its two roundings:
     - the logits: Q K^T on FP8 wgmma, whose accumulator keeps 13 mantissa bits (an e8m13 sum,
       truncated: DeepSeek-V3's report, section 3.3.2, measured about 14 bits on Hopper; PyTorch's

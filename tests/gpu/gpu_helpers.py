@@ -14,7 +14,7 @@ Nothing here touches the GPU at import time: collection runs on machines without
 import numpy as np
 import torch
 
-from kernelgen.apps.reference import attention_reference, tolerance
+from kernelgen.apps.reference import tolerance
 from kernelgen.front import api
 
 BF16 = torch.bfloat16
@@ -25,16 +25,9 @@ def prepared():
     return api._CALLS._last[1]
 
 
-def reference(*args, **kwargs):
-    """(ref, ref_lse, bound, lse_bound): ``attention_reference(*args, **kwargs, error_bounds=True)``,
-    the float64 reference with the bounds of the kernels' approximations (the built-in soft-cap's
-    tanh.approx; zeros without one) that ``check`` adds to the 16-bit tolerance."""
-    return attention_reference(*args, error_bounds=True, **kwargs)
-
-
 def check(out, lse, ref, ref_lse, dtype, kv_dtype=None, bound=None, lse_bound=None):
-    """``bound`` / ``lse_bound`` (from ``reference``): per-element error bounds of the kernels'
-    approximations, added to the tolerances."""
+    """``bound`` / ``lse_bound`` (``attention_reference(..., error_bounds=True)``): per-element error
+    bounds of the kernels' approximations, added to the tolerances."""
     rows = out.shape[0]
     assert not torch.isnan(out).any(), "unwritten or NaN output rows"
     assert not torch.isnan(lse).any(), "unwritten or NaN lse"
