@@ -9,7 +9,7 @@ snippet and with ``--softcap``'s built-in soft-cap (FA3 has one), the ``fa4`` pe
 Each configuration ``name=path:d:bm:bn:stages:opts[:defines[:templates]]`` patches the tile table of its path for head
 dim ``d`` (``bf16``: ``heuristics.SM90_TILES``; ``fp8q``: ``heuristics.SM90_FP8_MMA_TILES``, q, K
 and V in e4m3; ``kv8``: ``heuristics.SM90_TILES`` with K and V in e4m3 and a bf16 q, the FP8-cache
-prefill; ``alibi``: bf16 with ALiBi slopes 2^(-8 (h + 1) / heads), timed against the first ``bf16``
+prefill, ``SM90_FP8_TILES`` at head dims 192 / 256; ``alibi``: bf16 with ALiBi slopes 2^(-8 (h + 1) / heads), timed against the first ``bf16``
 configuration) and ``heuristics.SM90_OPTS`` (and ``KERNELGEN_DEFINES`` with ``defines``, NAME[=VALUE] joined by '+'; ``REGS_FP8=P/C`` there sets the FP8-cache
 kernels' producer / consumer registers instead, ``AttentionSpec.SM90_REGS_FP8``) while its call is prepared; the prepared call (kernels
 fixed) is what the graphs replay (block_m 192 means three consumer warpgroups, 12 warps).  ``fa3`` / ``fa3fp8`` name the
@@ -41,14 +41,17 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates
     (``defines``: NAME[=VALUE] joined by '+', compiled into this configuration's kernels) and the
     template folder (``templates``) patched, then restored.  ``fp8q`` also lifts the head dim's
     ``SM90_FP8_MMA_TILE_LIMITS`` (else a non-causal or soft-capped call keeps its usual tile and the
-    configuration's tile is silently not used).  ``reload``: load the kernels afresh even without
+    configuration's tile is silently not used); ``kv8`` patches ``SM90_FP8_TILES`` where it has the head
+    dim (192, 256), which an FP8 cache takes before ``SM90_TILES``.  ``reload``: load the kernels afresh even without
     defines or templates (``--twice``'s second copy)."""
     import os
 
     from kernelgen.front import api
     from kernelgen.jit import render
     from kernelgen.selection import heuristics
-    table = heuristics.SM90_FP8_MMA_TILES if path == "fp8q" else heuristics.SM90_TILES
+    table = (heuristics.SM90_FP8_MMA_TILES if path == "fp8q"
+             else heuristics.SM90_FP8_TILES if path == "kv8" and (d, d) in heuristics.SM90_FP8_TILES
+             else heuristics.SM90_TILES)
     saved, saved_opts = dict(table), heuristics.SM90_OPTS
     limits, saved_limits = heuristics.SM90_FP8_MMA_TILE_LIMITS, dict(heuristics.SM90_FP8_MMA_TILE_LIMITS)
     if path == "fp8q":
@@ -114,7 +117,7 @@ PEERS = ("fa3", "fa3fp8", "fa4")
 
 
 def run_shape(name: str, shape: str, configs: dict, score_mod: str | None = None, softcap: float = 0.0,
-              settle_ms: float = 0.0, fa4_softcap: float = 0.0) -> dict:
+              settle_ms: float = 0.0, fa4_softcap: float = 0.0, window_left: int = -1) -> dict:
     import torch
 
     from kernelgen.apps.bench import measure, peers, suites
@@ -141,7 +144,7 @@ def run_shape(name: str, shape: str, configs: dict, score_mod: str | None = None
                     continue
                 args = (q8, k8, v8) if parts[0] == "fa3fp8" else (q, k, v)
                 fns[cname] = peers.fa3(*args, causal, cu_q=cu, cu_k=cu, max_q=s, max_k=s, softcap=softcap,
-                                       descales=(qd, kd, vd) if parts[0] == "fa3fp8" else None)().fn
+                                       window_left=window_left, descales=(qd, kd, vd) if parts[0] == "fa3fp8" else None)().fn
             except Exception as e:  # noqa: BLE001 - the peer's package missing or refusing the call
                 kernels[cname] = f"unavailable: {type(e).__name__}: {e}"[:200]
             continue
@@ -160,6 +163,8 @@ def run_shape(name: str, shape: str, configs: dict, score_mod: str | None = None
                                               tensors={"slopes": slopes} if "slopes" in score_mod else None)
         if softcap:
             kw["softcap"] = softcap
+        if window_left >= 0:
+            kw["window_size"] = (window_left, 0 if causal else -1)
         qq, kk, vv = (q8, k8, v8) if path == "fp8q" else (q, k8, v8) if path == "kv8" else (q, k, v)
 
         out = torch.full_like(q, float("nan"))
@@ -238,6 +243,8 @@ def main(argv=None) -> int:
     ap.add_argument("--softcap", type=float, default=0.0, help="the built-in soft-cap for every kernelgen configuration")
     ap.add_argument("--fa4-softcap", type=float, default=0.0,
                     help="the fa4 peer with FA4's soft-cap score_mod cap * tanh(score / cap) (tanh.approx)")
+    ap.add_argument("--window", type=int, default=-1,
+                    help="a sliding window of this many keys to the left (right: 0 when causal) in every call")
     ap.add_argument("--passes", type=int, default=1, help="measure every shape this many times (one process)")
     ap.add_argument("--settle-ms", type=float, default=None,
                     help="replay each configuration untimed for this much GPU time before each of its timings "
@@ -254,7 +261,7 @@ def main(argv=None) -> int:
     settle = measure.SETTLE_MS if a.settle_ms is None else a.settle_ms
     if not 0 <= settle < float("inf"):
         ap.error(f"--settle-ms must be a finite number >= 0, got {a.settle_ms}")
-    rows = [run_shape(*sh.split("=", 1), configs, a.score_mod, a.softcap, settle, a.fa4_softcap)
+    rows = [run_shape(*sh.split("=", 1), configs, a.score_mod, a.softcap, settle, a.fa4_softcap, a.window)
             for _ in range(a.passes) for sh in a.shapes.split(",")]
     print("\n".join(["time / first configuration of the path (peers: of their dtype's path), min-max over passes:"]
                     + summarize(rows, configs)), flush=True)

@@ -209,15 +209,19 @@ SM90_FP8_MMA_TILES: dict = {(64, 64): TileConfig(192, 128, 12, 2, 1), (128, 128)
 #: What each ``SM90_FP8_MMA_TILES`` entry does not take ("softcap", "local": a sliding window,
 #: "split": split-KV, "nomask": no causal mask or window): such calls keep their usual tile.  NVRTC
 #: 13.0 for sm_90a: d 128's 192-key blocks spilled 8-40 bytes with a soft-cap and 4 without a mask
-#: until the V^T transposer's rewrite (5bff8e6), which left them without spills: whether they beat
-#: the 128-key blocks there is not measured yet (docs/dev/perf-log.md, "Next"); d 64's 192-row tile
-#: spills 16-24 bytes with a soft-cap (as the 256-key tile did: 24-44; the 128 x 128 tile none),
-#: d 256's 128-key blocks 36-124 bytes in the consumers with a window, split-KV or a soft-cap (the
-#: plain tile's producer spills 44-56 bytes of its block-loop state, 12-16 with KG_VT_BATCH=1, its
-#: consumers none);
-#: tests/test_review_fp8q_cpu.py compiles every dispatched variant.
-SM90_FP8_MMA_TILE_LIMITS: dict = {(64, 64): frozenset({"softcap"}), (128, 128): frozenset({"softcap", "nomask"}),
-                                  (256, 256): frozenset({"softcap", "local", "split"})}
+#: until the V^T transposer's rewrite (5bff8e6), which left them without spills; with the soft-cap on
+#: tanh.approx (1ddbd07) they ran as fast as the 128-key blocks (causal 16k with a soft-cap 0.995x,
+#: non-causal 4 x 4k 1.004x: within the spread), so d 128 keeps 128 keys there.  d 64's 192-row tile
+#: spilled 16-24 bytes with the accurate tanh and none with tanh.approx: 6031 against 6409 us for
+#: 128 x 128 on gpt-oss's heads (64 / 8, causal 16k, soft-cap 50).  d 256's 128-key blocks spill in
+#: the consumers with a soft-cap (100 bytes stored, 21 spill instructions), a window (56) or
+#: split-KV (84), the producer 44-56 bytes of its block-loop state (12-16 with KG_VT_BATCH=1); with
+#: a soft-cap it still ran 2481 us against 7251 for the usual tile (the FP8 K/V variant with q
+#: converted), 0.92x FA3's FP8 forward (Gemma 2's heads 16 / 8, causal 16k; perf log, "Twenty-ninth
+#: session"); a window and split-KV are not measured.  tests/test_review_fp8q_cpu.py compiles every
+#: dispatched variant and bounds those spills.
+SM90_FP8_MMA_TILE_LIMITS: dict = {(64, 64): frozenset(), (128, 128): frozenset({"softcap", "nomask"}),
+                                  (256, 256): frozenset({"local", "split"})}
 
 
 def fp8_mma_tile(head_dim: int, head_dim_v: int, *, softcap: bool = False, local: bool = False,

@@ -146,13 +146,15 @@ def test_register_conversion_decode_tile_window_softcap_head_dims(d, dv, page_si
 
 
 @pytest.mark.parametrize("arch,kv_dtype,d,window,launch", [
-    (None, E4M3, 128, (-1, -1), "fused"), (None, E5M2, 64, (200, 0), "fused"), (None, E4M3, 128, (-1, -1), "pair"),
+    (None, E4M3, 128, (-1, -1), "fused"), (None, E5M2, 64, (300, 0), "fused"), (None, E4M3, 64, (200, 0), "fused_whole"),
+    (None, E4M3, 128, (-1, -1), "pair"),
     (None, E4M3, 256, (-1, -1), "pair"), ("sm_80", E4M3, 128, (-1, -1), "fused_sm80")])
 def test_mixed_prefill_decode_step(arch, kv_dtype, d, window, launch, monkeypatch):
     """A paged mixed step (prefill chunks, decodes, a 3-token speculative request, an empty-context
     decode) on an FP8 cache: on the H200 the Hopper fused kernel (the Hopper FP8 variant for the long
     requests, recording row_splits, and the split FP8 decode tile for the short ones in one launch;
-    the combine), with a window too; the same two variants in turn with ``KERNELGEN_FP8_FUSED=0`` and
+    the combine), with a window too (a window under 256 keys, ``heuristics.MIN_SPLIT_KEYS``, keeps the
+    decodes whole: no combine); the same two variants in turn with ``KERNELGEN_FP8_FUSED=0`` and
     at head dim 256; forced onto sm_80, the sm_80 fused kernel (its FP8 prefill tile and the FP8
     decode tile)."""
     from kernelgen.front import api
@@ -171,9 +173,12 @@ def test_mixed_prefill_decode_step(arch, kv_dtype, d, window, launch, monkeypatc
                   causal=True, window_size=window, arch=arch)
     check(o, lse, ref, ref_lse, BF16, kv_dtype)
     call = prepared()
-    kind = {"fused": "PreparedFusedCall", "pair": "PreparedPairCall", "fused_sm80": "PreparedFusedCall"}[launch]
+    kind = {"fused": "PreparedFusedCall", "fused_whole": "PreparedFusedCall", "pair": "PreparedPairCall",
+            "fused_sm80": "PreparedFusedCall"}[launch]
     assert type(call).__name__ == kind
-    if launch == "fused":
+    if launch == "fused_whole":
+        assert call.combine is None and "fused_attn_sm_90a_wgmma" in call.pair.name and "_split" not in call.pair.name
+    elif launch == "fused":
         assert call.combine is not None and "fused_attn_sm_90a_wgmma" in call.pair.name and "_kve" in call.pair.name
     elif launch == "fused_sm80":
         assert call.combine is not None and "_wgmma" not in call.pair.name and "_kve" in call.pair.name
