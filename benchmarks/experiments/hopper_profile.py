@@ -8,7 +8,8 @@
 
 Shapes (the report's entries): ``causal16k`` (1 x 32 heads x 16384, causal, d 128), ``dense4k``
 (4 x 32 x 4096, not causal, d 128), ``h64_2k`` (8 x 32 x 2048, causal, d 64), ``h256_4k``
-(2 x 16 x 4096, causal, d 256); bf16, packed varlen tensors; ``--alibi`` adds ALiBi slopes.  Prints the kernel's name.
+(2 x 16 x 4096, causal, d 256); bf16, packed varlen tensors; ``--alibi`` adds ALiBi slopes, ``--kv8`` an
+e4m3 K/V cache (per-tensor descales) with the bf16 q, ``--softcap C`` the built-in soft-cap.  Prints the kernel's name.
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shape", choices=sorted(SHAPES), default="causal16k")
     ap.add_argument("--warm", type=int, default=2)
     ap.add_argument("--alibi", action="store_true", help="with ALiBi slopes 2^(-8 (h + 1) / heads)")
+    ap.add_argument("--kv8", action="store_true", help="K and V in e4m3 (per-tensor descales), q in bf16")
+    ap.add_argument("--softcap", type=float, default=0.0, help="the built-in soft-cap")
     a = ap.parse_args(argv)
     import torch
 
@@ -41,6 +44,12 @@ def main(argv=None) -> int:
     kw = {}
     if a.alibi:
         kw["alibi_slopes"] = torch.tensor([2.0 ** (-8.0 * (i + 1) / h) for i in range(h)], device="cuda")
+    if a.kv8:
+        from kernelgen.apps.bench.suites import quantize_e4m3
+        (k, ks), (v, vs) = quantize_e4m3(k), quantize_e4m3(v)
+        kw["k_descale"], kw["v_descale"] = (x.reshape(1, 1).expand(b, h).contiguous() for x in (ks, vs))
+    if a.softcap:
+        kw["softcap"] = a.softcap
 
     def call():
         kernelgen.varlen_attention(q, k, v, cu, cu, s, s, causal=causal, out=out, arch="sm_90a", **kw)
