@@ -1091,6 +1091,12 @@ def test_auto_choice_compares_forced_columns_timed_with_the_automatic_call():
     assert report.checks([e])["auto_choice_within_2pct"] is False
     e["peers"]["kernelgen_splits1"] = 98.5
     assert report.auto_choice_misses([e]) == {} and report.checks([e])["auto_choice_within_2pct"] is True
+    # a forced call that launched the automatic call's recipe is the same choice: its ratio is spread
+    e["peers"]["kernelgen_splits1"] = 90.0
+    e["same_recipe_as_auto"] = ["kernelgen_splits1"]
+    assert report.auto_choice(e) == ("kernelgen_sm80", 1.005) and report.auto_choice_misses([e]) == {}
+    e["same_recipe_as_auto"] = ["kernelgen_splits1", "kernelgen_sm80"]
+    assert report.auto_choice(e) == (None, None) and "auto_choice_within_2pct" not in report.checks([e])
     # forced columns timed apart from the automatic call (no switch rounds) are not compared
     apart = {"name": "p", "us": 100.0, "peers": {"kernelgen_sm80": 50.0}}
     assert report.auto_choice(apart) == (None, None) and "auto_choice_within_2pct" not in report.checks([apart])
@@ -1114,9 +1120,23 @@ def test_measure_switches_times_forced_choices_beside_the_default_and_skips_the_
 
         def interleaved_method(self):
             return "interleaved"
+    # what each call launched: the automatic call and the one forced onto sm_80 the same kernels
+    launched = {}
+    monkeypatch.setattr(suites, "recipe_fingerprint", lambda: launched["last"])
+    plain = make_call
+
+    def make_call(o, **kw):   # noqa: F811 - the same calls, recording their recipe
+        run = plain(o, **kw)
+
+        def rec():
+            run()
+            launched["last"] = ("PreparedCall", ("sched", "attn_split" if kw.get("num_splits") != 1 else "attn"),
+                                "nopack" if kw.get("pack_gqa") is False else "cfg")
+        return rec
     e = {"name": "x", "peers": {}, "unavailable": {}}
     suites.measure_switches(S(), e, make_call, out, forced=suites.DECODE_FORCED)
     assert "Hopper" in e["unavailable"][peers.KG_SM90A] and peers.KG_SM90A not in e["peers"]
+    assert e["same_recipe_as_auto"] == [peers.KG_SM80]
     assert set(e["switch_rounds_us"]) == {"kernelgen", peers.KG_AOS, peers.KG_NOSORT, peers.KG_SM80,
                                           peers.KG_SPLITS1, peers.KG_NOPACK}
     assert e["switch_base_us"] == 10.0 and e["peers"][peers.KG_SM80] == 13.0

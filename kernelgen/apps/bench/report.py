@@ -119,9 +119,13 @@ def entry_ratios(entry: dict) -> dict:
 
 def auto_choice(entry: dict) -> tuple:
     """(forced choice, its time / the automatic call's) of the fastest FORCED_CHOICES column that
-    was timed interleaved with the automatic call (switch_rounds_us), or (None, None)."""
+    was timed interleaved with the automatic call (switch_rounds_us) and launched other kernels or
+    another schedule than it (not in ``same_recipe_as_auto``: the same choice, whose ratio is the
+    measurement's spread), or (None, None)."""
     base, timed = entry.get("switch_base_us"), entry.get("switch_rounds_us") or {}
-    forced = {p: t for p, t in (entry.get("peers") or {}).items() if p in FORCED_CHOICES and p in timed and t}
+    same = set(entry.get("same_recipe_as_auto") or ())
+    forced = {p: t for p, t in (entry.get("peers") or {}).items()
+              if p in FORCED_CHOICES and p in timed and t and p not in same}
     if not base or not forced:
         return None, None
     name = min(forced, key=forced.get)
@@ -465,7 +469,9 @@ def format_report(entries: list, roofs: dict | None = None, device: str | None =
                 "measurement; on the varlen and decode entries so are kernelgen_sm90a / kernelgen_sm80 (the "
                 "call forced onto a mainloop) and, on decode, kernelgen_splits1 / kernelgen_nopack (one split, "
                 "no pack-GQA): below 0.98 the automatic choice lost to a forced one (check "
-                "auto_choice_within_2pct).  vs own baseline (the sinks_*, alibi_* and variant_* entries): the entry's time over "
+                "auto_choice_within_2pct; a forced call that launched the automatic call's kernels and "
+                "schedule, same_recipe_as_auto, is the same choice and its ratio the spread between identical "
+                "calls).  vs own baseline (the sinks_*, alibi_* and variant_* entries): the entry's time over "
                 "kernelgen's call without the feature, or over a user variant's built-in form, from one such "
                 "interleaved measurement (above 1: the feature costs that factor).")
     parts = ["\n\n".join(head)]

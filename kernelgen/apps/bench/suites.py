@@ -298,6 +298,19 @@ FORCED = {peers.KG_SM90A: {"arch": "sm_90a"}, peers.KG_SM80: {"arch": "sm_80"}}
 DECODE_FORCED = {**FORCED, peers.KG_SPLITS1: {"num_splits": 1}, peers.KG_NOPACK: {"pack_gqa": False}}
 
 
+def recipe_fingerprint():
+    """What kernelgen's last ``varlen_attention`` call launched: (its prepared call's class, the
+    names of its kernels in launch order, its scheduler configuration), or None where the call
+    cache holds no call.  Two calls with equal fingerprints run the same kernels on the same
+    schedule: a forced choice equal to the automatic one is the same choice (``same_recipe_as_auto``)."""
+    from ...front import api
+    prep = api._CALLS._last[1]
+    if prep is None:
+        return None
+    names = tuple(getattr(k, "name", None) for k in prep._launches())
+    return type(prep).__name__, names, repr(getattr(prep, "config", None))
+
+
 def measure_switches(settings: Settings, entry: dict, make_call, out, forced: dict | None = None) -> None:
     """kernelgen's own switches (``SWITCHES``) and the ``forced`` choices (e.g. ``FORCED``: the
     same call forced onto each mainloop) against the default call, timed together as interleaved
@@ -305,12 +318,22 @@ def measure_switches(settings: Settings, entry: dict, make_call, out, forced: di
     call of the same rounds (the automatic choice against the forced ones: report.auto_choice).
     Fills ``entry["us_graph"]`` (the default call per graph replay), ``peers`` and
     ``switch_base_us`` (record_switches), and the configurations' output differences from ``out``
-    (kernelgen's result; they change the tile order or the kernels, not the result).  A
+    (kernelgen's result; they change the tile order or the kernels, not the result).  A forced
+    choice whose call launches what the default call launches (``recipe_fingerprint``) is listed in
+    ``same_recipe_as_auto``: it is timed all the same (its ratio is the measurement's spread between
+    identical calls) but it is not another choice (report.auto_choice skips it).  A
     configuration the call does not support (a forced mainloop that cannot run it) is unavailable
     with its reason; a failure of the measurement marks them all; it never raises."""
     torch = _torch()
     configs = {**SWITCHES, **(forced or {})}
     calls = {SWITCH_BASE: make_call(torch.empty_like(out))}
+    base_recipe = None
+    if forced:
+        try:
+            calls[SWITCH_BASE]()
+            base_recipe = recipe_fingerprint()
+        except Exception:  # noqa: BLE001 - the timing below reports a failing default call
+            base_recipe = None
     for name, kw in configs.items():
         try:
             o = torch.empty_like(out)
@@ -321,6 +344,8 @@ def measure_switches(settings: Settings, entry: dict, make_call, out, forced: di
             entry["unavailable"][name] = peers.reason(ex)
             entry["peers"].pop(name, None)
             continue
+        if forced and name in forced and base_recipe is not None and recipe_fingerprint() == base_recipe:
+            entry.setdefault("same_recipe_as_auto", []).append(name)
         calls[name] = call
         diff = (o.float() - out.float()).abs()
         entry.setdefault("max_diff", {})[name] = float(diff.max()) if diff.numel() else 0.0
