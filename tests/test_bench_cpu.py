@@ -1143,6 +1143,26 @@ def test_measure_switches_times_forced_choices_beside_the_default_and_skips_the_
     assert e["max_diff"][peers.KG_NOPACK] == 0.0
 
 
+def test_a_call_that_stores_no_prepared_call_has_no_fingerprint():
+    """The fingerprint is the call's own: a call the signature cache does not store (not keyable, a
+    provisional recipe) must not inherit the previous call's, nor a failing one raise."""
+    from kernelgen.front import api
+
+    class Prep:
+        config = None
+
+        def _launches(self):
+            return ()
+    api._CALLS.put(("k",), Prep())
+    assert suites.recipe_fingerprint() == ("Prep", (), "None", "None", "None")
+    assert suites._fingerprint_of(lambda: None) is None and api._CALLS._last == (None, None)
+
+    def boom():
+        raise RuntimeError("x")
+    assert suites._fingerprint_of(boom) is None
+    api.clear_signature_cache()
+
+
 # ------------------------------------------------------------------------------------ FP8 entries
 def test_fp8_entries_registered_per_suite_once():
     defs = {d.name: d for d in suites.registry(["prefill", "decode"], resolve_models(["llama3-8b"]))}

@@ -815,7 +815,8 @@ def test_case_recipe_is_the_dispatch_of_fp8_q_cases(fake_cuda):
 
 def test_recipes_and_prewarm_include_the_fp8_q_kernels(cases, monkeypatch):
     """On sm_90a the FP8-q cases' recipes take the FP8 tensor-core variant at head dims 64 / 128 (and
-    256 without a window or split-KV: ``heuristics.SM90_FP8_MMA_TILE_LIMITS``) (not every one: decode-shaped calls convert q), no other case does, sm_80 never; the
+    256 without split-KV: ``heuristics.SM90_FP8_MMA_TILE_LIMITS``) (not every one: decode-shaped calls
+    convert q), no other case does, sm_80 never; the
     prewarm compiles exactly the drawn cases' kernels, those included."""
     from kernelgen.jit import warmup
 
@@ -826,7 +827,7 @@ def test_recipes_and_prewarm_include_the_fp8_q_kernels(cases, monkeypatch):
         if attn is not None and attn.fp8_mma:
             assert c["q_fp8"] and c["head_dim"] == c["head_dim_v"] and c["head_dim"] in (64, 128, 256)
             assert fuzz.FP8_MMA_TAG in attn.name
-            assert c["head_dim"] != 256 or not (attn.mask == "local" or attn.split), c
+            assert c["head_dim"] != 256 or not attn.split, c
             mma_cases.append(c)
         attn80 = getattr(getattr(fuzz.case_recipe(c, "sm_80", 108), "variants", None), "attention", None)
         assert attn80 is None or not attn80.fp8_mma

@@ -19,7 +19,7 @@ rows that see no key, no NaN, no unwritten rows, nothing written past the last r
 
 An FP8-q call that ran the Hopper FP8 tensor-core variant (its prepared call's attention kernel,
 read right after the call, has ``_fp8mma`` in its name: on sm_90a the prefill-shaped calls at
-head dims 64 / 128, and 256 without a window or split-KV) rounds P to e4m3 and
+head dims 64 / 128, and 256 without split-KV) rounds P to e4m3 and
 accumulates Q K^T and P V with 13-bit mantissas, so its values are compared within the per-element bounds of ``attention_reference(..., fp8_mma_bounds=True)``
 instead, as tests/gpu/test_fp8_mma_gpu.py's ``check_mma`` does (|out - ref| <= bound, the mean
 error within a quarter of the mean bound, the LSE within 2e-3 + 1e-4 |lse| + its bound); every

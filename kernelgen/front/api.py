@@ -187,7 +187,7 @@ def varlen_attention(
             tensor shaped as ``k_descale`` (``(batch, num_heads_kv)`` or broadcasting to it):
             request b's queries of the query heads of KV head h are ``q * q_descale[b, h]`` (folded
             into the softmax scale with ``k_descale``).  On an H200 prefill-shaped calls whose
-            head_dim == head_dim_v is 64 or 128, or 256 without a window or split-KV,
+            head_dim == head_dim_v is 64 or 128, or 256 without split-KV,
             run the Hopper kernel's FP8 tensor-core variant
             (S = Q K^T and P V on FP8 wgmma; P rounded to e4m3 after the softmax: accuracy in
             ``docs/api.md``, "FP8"); every other call converts q exactly to ``out_dtype`` first

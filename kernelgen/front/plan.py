@@ -93,7 +93,7 @@ class AttentionPlan:
         q_dtype: steps pass an FP8 q (FlashAttention-3's FP8 forward): "e4m3" or
             ``torch.float8_e4m3fn`` (needs ``kv_dtype``); ``dtype`` is then the output's.  None
             (default): q in ``dtype``.  Prefill-shaped plans on an H200 whose head_dim ==
-            head_dim_v is 64 or 128, or 256 without a window or split-KV, run the Hopper
+            head_dim_v is 64 or 128, or 256 without split-KV, run the Hopper
             kernel's FP8 tensor-core variant
             (``attn_spec.fp8_mma``); the others convert each step's q exactly to ``dtype`` first
             (``q_convert``: one elementwise pass and a temporary, also inside a captured graph).

@@ -214,14 +214,15 @@ SM90_FP8_MMA_TILES: dict = {(64, 64): TileConfig(192, 128, 12, 2, 1), (128, 128)
 #: non-causal 4 x 4k 1.004x: within the spread), so d 128 keeps 128 keys there.  d 64's 192-row tile
 #: spilled 16-24 bytes with the accurate tanh and none with tanh.approx: 6031 against 6409 us for
 #: 128 x 128 on gpt-oss's heads (64 / 8, causal 16k, soft-cap 50).  d 256's 128-key blocks spill in
-#: the consumers with a soft-cap (100 bytes stored, 21 spill instructions), a window (56) or
-#: split-KV (84), the producer 44-56 bytes of its block-loop state (12-16 with KG_VT_BATCH=1); with
-#: a soft-cap it still ran 2481 us against 7251 for the usual tile (the FP8 K/V variant with q
-#: converted), 0.92x FA3's FP8 forward (Gemma 2's heads 16 / 8, causal 16k; perf log, "Twenty-ninth
-#: session"); a window and split-KV are not measured.  tests/test_review_fp8q_cpu.py compiles every
-#: dispatched variant and bounds those spills.
+#: the consumers with a soft-cap (100-116 bytes stored in all, 21-25 spill instructions there), a
+#: window (56, 2-3) or split-KV (84), the producer 44-56 bytes of its block-loop state (12-16 with
+#: KG_VT_BATCH=1); still, on Gemma 2's heads (16 / 8, causal 16k, soft-cap 50) they ran 2481 us
+#: against 7251 for the usual tile (the FP8 K/V variant with q converted; FA3's FP8 forward 2276),
+#: and with a window of 4096 too 1170 against 3284 (perf log, "Twenty-ninth session"), so only
+#: split-KV keeps the usual tile there.  tests/test_review_fp8q_cpu.py compiles every dispatched
+#: variant and bounds those spills.
 SM90_FP8_MMA_TILE_LIMITS: dict = {(64, 64): frozenset(), (128, 128): frozenset({"softcap", "nomask"}),
-                                  (256, 256): frozenset({"local", "split"})}
+                                  (256, 256): frozenset({"split"})}
 
 
 def fp8_mma_tile(head_dim: int, head_dim_v: int, *, softcap: bool = False, local: bool = False,

@@ -173,22 +173,25 @@ def test_window_softcap_sinks_and_fp16_output(kv_dtype):
     check_mma(o, lse, ref, ref_lse, bound, lb)
 
 
-@pytest.mark.parametrize("d,tile", [(64, "m192n128w12"), (256, "m128n128w8")])
-def test_softcap_on_the_tensor_core_tiles(d, tile):
+@pytest.mark.parametrize("d,tile,window", [(64, "m192n128w12", (-1, -1)), (256, "m128n128w8", (-1, -1)),
+                                           (256, "m128n128w8", (300, 0))])
+def test_softcap_on_the_tensor_core_tiles(d, tile, window):
     """A soft-cap (tanh.approx) on the FP8 tensor-core variant's own tiles at d 64 (192 rows in three
-    consumer warpgroups) and d 256 (128-key blocks, which spill in the consumers with a soft-cap and
-    still ran 2.9x the usual tile: ``heuristics.SM90_FP8_MMA_TILE_LIMITS``), within the reference's
-    bounds (the FP8 accumulation's and the tanh's)."""
+    consumer warpgroups) and d 256 (128-key blocks, which spill in the consumers with a soft-cap or
+    a window and still ran 2.8-2.9x the usual tile: ``heuristics.SM90_FP8_MMA_TILE_LIMITS``), at d 256
+    with a window too, within the reference's bounds (the FP8 accumulation's and the tanh's)."""
     qlens, klens = [300, 1, 257, 129], [700, 64, 257, 129]
     hq, hkv = 16, 4
-    q8, k8, v8, cu_q, cu_k, qs, ks, vs = packed(qlens, klens, hq, hkv, d, 17 + d)
+    q8, k8, v8, cu_q, cu_k, qs, ks, vs = packed(qlens, klens, hq, hkv, d, 17 + d + window[0])
     qd = per_head(qs, len(qlens), hkv, 8)
-    ref, ref_lse, bound, lb = attention_reference(q8, k8, v8, cu_q, cu_k, causal=True, softcap=20.0, q_descale=qd,
-                                                  k_descale=ks, v_descale=vs, fp8_mma_bounds=True)
-    o, lse = call(q8, k8, v8, cu_q, cu_k, max(qlens), max(klens), d, causal=True, softcap=20.0, q_descale=qd,
-                  k_descale=ks, v_descale=vs, num_splits=1)
+    ref, ref_lse, bound, lb = attention_reference(q8, k8, v8, cu_q, cu_k, causal=True, window_size=window,
+                                                  softcap=20.0, q_descale=qd, k_descale=ks, v_descale=vs,
+                                                  fp8_mma_bounds=True)
+    o, lse = call(q8, k8, v8, cu_q, cu_k, max(qlens), max(klens), d, causal=True, window_size=window, softcap=20.0,
+                  q_descale=qd, k_descale=ks, v_descale=vs, num_splits=1)
     name = prepared().attn.name
     assert "_fp8mma" in name and "_softcap" in name and tile in name, name
+    assert ("_local" in name) == (window[0] >= 0), name
     check_mma(o, lse, ref, ref_lse, bound, lb)
 
 

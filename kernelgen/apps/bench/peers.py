@@ -492,6 +492,8 @@ def fa3(q, k, v, causal: bool, *, cu_q=None, cu_k=None, max_q: int = 0, max_k: i
                                   head_dim_v=v.shape[-1])
         if why:
             raise Unavailable(why)
+        if window_left >= 0:   # a build with local attention: the same window as kernelgen's call
+            kw["window_size"] = (window_left, 0 if causal else -1)
         if dense_batch:
             b = dense_batch
             q4, k4, v4 = (t.view(b, t.shape[0] // b, *t.shape[1:]) for t in (q, k, v))

@@ -300,15 +300,30 @@ DECODE_FORCED = {**FORCED, peers.KG_SPLITS1: {"num_splits": 1}, peers.KG_NOPACK:
 
 def recipe_fingerprint():
     """What kernelgen's last ``varlen_attention`` call launched: (its prepared call's class, the
-    names of its kernels in launch order, its scheduler configuration), or None where the call
-    cache holds no call.  Two calls with equal fingerprints run the same kernels on the same
+    names of its kernels in launch order, its scheduler configuration, and for a mixed batch the
+    short class's and the CTAs that start on its queue), or None where the call cache holds no call.  Two calls with equal fingerprints run the same kernels on the same
     schedule: a forced choice equal to the automatic one is the same choice (``same_recipe_as_auto``)."""
     from ...front import api
     prep = api._CALLS._last[1]
     if prep is None:
         return None
     names = tuple(getattr(k, "name", None) for k in prep._launches())
-    return type(prep).__name__, names, repr(getattr(prep, "config", None))
+    kernels = getattr(prep, "kernels", None)   # a mixed batch's: both classes' schedules
+    return (type(prep).__name__, names, repr(getattr(prep, "config", None)),
+            repr(getattr(kernels, "cfg_short", None)), repr(getattr(kernels, "short_ctas", None)))
+
+
+def _fingerprint_of(call):
+    """``recipe_fingerprint`` of ``call()`` (run once), or None where the call stored no prepared call
+    (the cache's last entry is cleared first: a call that is not cached, e.g. not keyable or on
+    a provisional recipe, must not report the call before it) or the fingerprint fails."""
+    try:
+        from ...front import api
+        api._CALLS._last = (None, None)
+        call()
+        return recipe_fingerprint()
+    except Exception:  # noqa: BLE001 - measure_switches never raises: "unknown" is never "the same"
+        return None
 
 
 def measure_switches(settings: Settings, entry: dict, make_call, out, forced: dict | None = None) -> None:
@@ -327,13 +342,7 @@ def measure_switches(settings: Settings, entry: dict, make_call, out, forced: di
     torch = _torch()
     configs = {**SWITCHES, **(forced or {})}
     calls = {SWITCH_BASE: make_call(torch.empty_like(out))}
-    base_recipe = None
-    if forced:
-        try:
-            calls[SWITCH_BASE]()
-            base_recipe = recipe_fingerprint()
-        except Exception:  # noqa: BLE001 - the timing below reports a failing default call
-            base_recipe = None
+    base_recipe = _fingerprint_of(calls[SWITCH_BASE]) if forced else None
     for name, kw in configs.items():
         try:
             o = torch.empty_like(out)
@@ -344,7 +353,7 @@ def measure_switches(settings: Settings, entry: dict, make_call, out, forced: di
             entry["unavailable"][name] = peers.reason(ex)
             entry["peers"].pop(name, None)
             continue
-        if forced and name in forced and base_recipe is not None and recipe_fingerprint() == base_recipe:
+        if forced and name in forced and base_recipe is not None and _fingerprint_of(call) == base_recipe:
             entry.setdefault("same_recipe_as_auto", []).append(name)
         calls[name] = call
         diff = (o.float() - out.float()).abs()
