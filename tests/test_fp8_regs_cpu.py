@@ -28,9 +28,33 @@ def test_which_tiles_convert_in_registers():
     assert not dataclasses.replace(DECODE, alibi=True).fp8_in_registers            # ALiBi reads key indices
     assert not dataclasses.replace(DECODE, tile=TileConfig(8, 16, 1, 4, 1)).fp8_in_registers     # keys-as-rows
     assert not dataclasses.replace(DECODE, tile=TileConfig(128, 32, 4, 2, 2)).fp8_in_registers   # prefill
-    assert not dataclasses.replace(DECODE, head_dim=192, head_dim_v=128).fp8_in_registers     # Q in shared memory
     for d in (64, 96, 128):
         assert dataclasses.replace(DECODE, head_dim=d, head_dim_v=d).fp8_in_registers
+    # above head dim 128 with Q's fragments in shared memory (Q_FRAGS): head_dim a multiple of 64
+    for d, dv in ((192, 128), (192, 192), (256, 256)):
+        assert dataclasses.replace(DECODE, head_dim=d, head_dim_v=dv).fp8_in_registers
+    assert not dataclasses.replace(DECODE, head_dim=256, head_dim_v=256, alibi=True).fp8_in_registers
+
+
+def test_q_fragments_in_shared_memory_above_head_dim_128():
+    """Above head dim 128 (Q_FRAGS) the tile's shared memory is Q's fragments (16 x head_dim 16-bit
+    words, unpadded) and the FP8 stages: at d 256 24,576 bytes, against 41,728 for the 16-bit K/V
+    tile's path, so 9 CTAs an SM instead of 5 (the decode's warps in flight); the fragments' words
+    (16 (32 ks + lane)) are distinct, inside the area, and each k-step's 32 lanes fill 512 contiguous
+    bytes (one conflict-free phase per quarter warp)."""
+    spec = dataclasses.replace(DECODE, head_dim=256, head_dim_v=256)
+    assert spec.smem_bytes() == 2 * 16 * 256 + 2 * 16 * (256 + 256) == 24576
+    old = dataclasses.replace(spec, alibi=True)     # the 16-bit tile's path, as every d 256 FP8 decode before
+    assert old.smem_bytes() == 41728 and 232448 // (spec.smem_bytes() + 1024) == 9
+    src = render.render(spec)
+    body = src.split("run_tile")[1]
+    assert "store_q_frags(sQ_base, qa, lane)" in body and "gemm_qk_fp8_smem(s, sQ_base" in body
+    assert "gemm_qk_fp8(s, qa" not in body and "convert_kv8<D, SQ>(" not in body
+    assert "constexpr int Q_ELEMS = BM * D;" in src
+    words = [16 * (32 * ks + lane) for ks in range(256 // 16) for lane in range(32)]
+    assert len(set(words)) == len(words) and max(words) + 16 == 2 * 16 * 256
+    # the tiles up to head dim 128 render as before (no Q_FRAGS text at all)
+    assert "Q_FRAGS" not in render.render(DECODE) and "gemm_qk_fp8_smem" not in render.render(DECODE)
 
 
 def test_smem_is_the_fp8_stages_only_and_the_source_has_no_16_bit_tile():
@@ -43,9 +67,9 @@ def test_smem_is_the_fp8_stages_only_and_the_source_has_no_16_bit_tile():
     assert "gemm_qk_fp8(s, qa" not in other and "convert_kv8<D, SQ>(" in other
 
 
-@pytest.mark.parametrize("d", [64, 96, 128])
-def test_fp8_register_tiles_compile_without_spills(d):
-    spec = dataclasses.replace(DECODE, head_dim=d, head_dim_v=d, softcap=True, mask="local")
+@pytest.mark.parametrize("d,dv", [(64, 64), (96, 96), (128, 128), (192, 128), (256, 256)])
+def test_fp8_register_tiles_compile_without_spills(d, dv):
+    spec = dataclasses.replace(DECODE, head_dim=d, head_dim_v=dv, softcap=True, mask="local")
     res = compiler.compile_cubin(render.render(spec), spec.arch, compiler.default_options(spec.arch), spec.name)
     r = res.resources
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, r

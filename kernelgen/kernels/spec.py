@@ -301,13 +301,20 @@ class AttentionSpec:
     @property
     def fp8_in_registers(self) -> bool:
         """FP8 K/V converted in registers, straight from the FP8 stages into the MMA fragments (no
-        16-bit K/V tile; FP8_REGS in variant_sm80.cuh): the 16-row one-warp decode tile with Q in
-        registers, 16-key blocks, head_dim_v a multiple of 32 up to 128 (larger ones spill), without
-        ALiBi or a user variant
-        (its key order inside a block is permuted, which only the built-in mask follows)."""
+        16-bit K/V tile; FP8_REGS in variant_sm80.cuh): the 16-row one-warp decode tile with 16-key
+        blocks, without ALiBi or a user variant (its key order inside a block is permuted, which
+        only the built-in mask follows).  Up to head dim 128 (head_dim_v a multiple of 32) with Q in
+        registers; above it (head_dim a multiple of 64, head_dim_v of 32, both up to 256) with Q's
+        fragments in shared memory (Q_FRAGS): 16 x head_dim 16-bit words beside the FP8 stages
+        instead of a padded Q tile, a 16-bit K/V tile and the stages, so that more of these CTAs fit
+        an SM (d 256: 24,576 bytes against 41,728)."""
         t = self.tile
-        return (bool(self.kv_dtype) and self.q_in_registers and t.block_m == 16 and t.block_n == 16
-                and self.head_dim_v % 32 == 0 and self.head_dim_v <= 128 and not self.alibi and self.variant is None)
+        if not (self.kv_dtype and self.mainloop == "sm80" and t.num_warps == 1 and t.block_m == 16
+                and t.block_n == 16 and self.head_dim_v % 32 == 0 and not self.alibi and self.variant is None):
+            return False
+        if self.q_in_registers:
+            return self.head_dim_v <= 128
+        return self.head_dim % 64 == 0 and self.head_dim <= 256 and self.head_dim_v <= 256
 
     def smem_bytes(self) -> int:
         """Dynamic shared memory of one CTA (bytes): Q/O tile (none if ``q_in_registers``) plus
@@ -330,8 +337,9 @@ class AttentionSpec:
             return ring + self.land_stages * t.block_n * (dp + dvp)
         sq, sv = self.head_dim + 8, self.head_dim_v + 8
         q = 0 if self.q_in_registers else t.block_m * max(sq, sv)
-        if self.fp8_in_registers:   # num_stages FP8 stages only (the O staging reuses them)
-            return t.num_stages * t.block_n * (self.head_dim + self.head_dim_v)
+        if self.fp8_in_registers:   # num_stages FP8 stages (and Q's fragments above head dim 128)
+            frags = 0 if self.q_in_registers else 2 * t.block_m * self.head_dim
+            return frags + t.num_stages * t.block_n * (self.head_dim + self.head_dim_v)
         if self.kv_dtype:   # one 16-bit K and V tile, num_stages FP8 stages of unpadded rows
             return 2 * (q + t.block_n * (sq + sv)) + t.num_stages * t.block_n * (self.head_dim + self.head_dim_v)
         return 2 * (q + t.num_stages * t.block_n * (sq + sv))

@@ -411,6 +411,48 @@ __device__ __forceinline__ void gemm_qk_fp8(float (&s)[MT][BN / 8][4], const u32
   }
 }
 
+{% if v.head_dim > 128 %}
+// Q_FRAGS (variant_sm80.cuh): the lane's fragments qa[ks] as 16-byte words at sQf + 16 (32 ks + lane)
+// (each k-step's 32 words are 512 consecutive bytes: conflict-free), read back by gemm_qk_fp8_smem.
+__device__ __forceinline__ void store_q_frags(u32 sQf, const u32 (&qa)[D / 16][4], int lane) {
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks)
+    asm volatile("st.shared.v4.u32 [%0], { %1, %2, %3, %4};\n" ::"r"(sQf + 16 * (32 * ks + lane)), "r"(qa[ks][0]),
+                 "r"(qa[ks][1]), "r"(qa[ks][2]), "r"(qa[ks][3]) : "memory");
+}
+
+// gemm_qk_fp8 with Q's fragments read from shared memory (store_q_frags) one k-step at a time:
+// k-steps outermost, so a lane holds one Q fragment and its key rows' words of that k-step.
+__device__ __forceinline__ void gemm_qk_fp8_smem(float (&s)[MT][BN / 8][4], u32 sQf, const u8* s8K, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int nb = 0; nb < BN / 8; ++nb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[0][nb][e] = 0.f;
+#pragma unroll
+  for (int k4 = 0; k4 < D / 64; ++k4) {   // four k-steps a 16-byte word of each key row
+    uint4 x[BN / 8];
+#pragma unroll
+    for (int nb = 0; nb < BN / 8; ++nb)
+      x[nb] = reinterpret_cast<const uint4*>(s8K + fp8_key(8 * nb + g) * D + (D / 4) * t)[k4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int ks = 4 * k4 + j;
+      u32 a[4];
+      asm volatile("ld.shared.v4.u32 { %0, %1, %2, %3}, [%4];\n"
+                   : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3]) : "r"(sQf + 16 * (32 * ks + lane)));
+#pragma unroll
+      for (int nb = 0; nb < BN / 8; ++nb) {
+        const u32 w = j == 0 ? x[nb].x : j == 1 ? x[nb].y : j == 2 ? x[nb].z : x[nb].w;
+        u32 b0, b1;
+        {{ fp8_cvt }}(w, b0, b1);
+        {{ fp8_mma }}(s[0][nb], a, b0, b1);
+      }
+    }
+  }
+}
+{% endif %}
+
 // O (16 x DV) += P V from an FP8 V stage (BN rows of DV bytes at s8V)
 __device__ __forceinline__ void gemm_pv_fp8(float (&o)[MT][DV / 8][4], const float (&s)[MT][BN / 8][4], const u8* s8V,
                                             int lane) {

@@ -6,7 +6,13 @@
 // search position (tile indices it sees only grow).
 __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4, int t, int& cursor, u16* sQ,
                                          u32 sQ_base, int tid) {
-{% if v.get("fp8_regs") %}
+{% set q_frags = v.get("fp8_regs") and v.head_dim > 128 %}
+{% if q_frags %}
+  const u32 sK_base = sQ_base, sV_base = sQ_base;   // (no 16-bit K/V tile: FP8_REGS)
+  const u32 s8K_base = sQ_base + Q_ELEMS * 2;        // Q's fragments (Q_FRAGS), then STAGES FP8 stages of K, of V
+  const u32 s8V_base = s8K_base + STAGES * K8_BYTES;
+  const u8* const smem8 = reinterpret_cast<const u8*>(sQ) + Q_ELEMS * 2;
+{% elif v.get("fp8_regs") %}
   const u32 sK_base = sQ_base, sV_base = sQ_base;   // (no 16-bit K/V tile: FP8_REGS)
   const u32 s8K_base = sQ_base;                      // STAGES FP8 stages of K, then of V
   const u32 s8V_base = s8K_base + STAGES * K8_BYTES;
@@ -85,7 +91,7 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
 
   u32 qa[D / 16][4];  // Q_REGS: the warp's Q fragments, all of head dim D (else unused)
   if (n_blocks > 0) {
-    if (Q_REGS) {
+    if (Q_REGS{{ " || Q_FRAGS" if q_frags else "" }}) {
       load_q_frags{{ "_fp8" if v.get("fp8_regs") else "" }}(qa, [&](int r) {
         const int pr = row0 + r;
         const int pos = PACK_GQA ? pr / qpk : pr;
@@ -97,6 +103,9 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
       q_frags_to_f16(qa, unscale);
       row_scale_log2 = kv_scale_log2 * unscale;
       row_softcap_scale = kv_softcap_scale * unscale;
+      {% endif %}
+      {% if q_frags %}
+      store_q_frags(sQ_base, qa, lane);   // Q_FRAGS (the stages' first loads below do not touch them)
       {% endif %}
     } else if (PACK_GQA) {
       load_rows<BM, D, SQ>(sQ_base, [&](int r) {
@@ -153,7 +162,11 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
       // FP8_REGS: the GEMMs read this block's FP8 stages and convert in registers
       const int st8 = i % STAGES;
       float s[MT][BN / 8][4];
+{% if q_frags %}
+      gemm_qk_fp8_smem(s, sQ_base, smem8 + st8 * K8_BYTES, lane);
+{% else %}
       gemm_qk_fp8(s, qa, smem8 + st8 * K8_BYTES, lane);
+{% endif %}
 {% else %}
 {% if v.get("kv_dtype") %}
       // FP8: convert this block's stage into the 16-bit K and V tiles, which the GEMMs then read

@@ -39,7 +39,18 @@ constexpr int SO = DV + 8;
 // D / 16 ldmatrix a key block.  Their O staging (epilogue) reuses the K/V stages, idle by then.
 // Wider Q (48-64 registers) makes the d 256 tile and the fused kernels of d 192 x 128 spill.
 constexpr bool Q_REGS = NW == 1 && MT == 1 && D <= 128;
+{% if v.get("fp8_regs") and v.head_dim > 128 %}
+// Q_FRAGS: FP8_REGS above head dim 128 (AttentionSpec.fp8_in_registers), where Q's fragments do not
+// fit in registers beside O: the warp's Q fragments, in FP8_REGS' head-dim order and converted to
+// the GEMMs' type once a tile, wait in shared memory (unpadded: lane-contiguous 16-byte words, D / 16
+// of them a lane), BM x D elements; each key block reads them back one k-step at a time.  The O
+// staging (epilogue) reuses this area and the FP8 stages after it, idle by then.
+constexpr int Q_ELEMS = BM * D;   // (Q_FRAGS)
+constexpr bool Q_FRAGS = true;
+static_assert(!Q_REGS && NW == 1 && MT == 1 && D % 64 == 0, "Q_FRAGS: the one-warp 16-row tile above head dim 128");
+{% else %}
 constexpr int Q_ELEMS = Q_REGS || KT ? 0 : BM * (SQ > SO ? SQ : SO);
+{% endif %}
 constexpr int K_ELEMS = BN * SQ;
 constexpr int V_ELEMS = BN * SV;
 {% if v.get("kv_dtype") %}
@@ -55,7 +66,11 @@ constexpr int KV_BYTES = STAGES * (K8_BYTES + V8_BYTES);
 constexpr int KV_BYTES = 2 * (K_ELEMS + V_ELEMS) + STAGES * (K8_BYTES + V8_BYTES);
 {% endif %}
 constexpr int SMEM_BYTES = 2 * Q_ELEMS + KV_BYTES;
+{% if v.get("fp8_regs") and v.head_dim > 128 %}
+static_assert(BM * SO * 2 <= 2 * Q_ELEMS + KV_BYTES, "the O staging fits Q's fragments and the K/V stages");
+{% else %}
 static_assert(KT || !Q_REGS || BM * SO * 2 <= KV_BYTES, "the O staging fits the K/V stages");
+{% endif %}
 {% else %}
 constexpr int SMEM_BYTES = 2 * (Q_ELEMS + STAGES * (K_ELEMS + V_ELEMS));
 static_assert(KT || !Q_REGS || BM * SO <= STAGES * (K_ELEMS + V_ELEMS), "the O staging fits the K/V stages");
