@@ -122,13 +122,15 @@ def test_paged_decode_pack_gqa(kv_dtype, num_splits, page_size):
         assert "_kve" in prepared().attn.name
 
 
-@pytest.mark.parametrize("d,dv,page_size", [(64, 64, 16), (96, 96, 8), (128, 128, 5), (128, 64, 16)])
+@pytest.mark.parametrize("d,dv,page_size", [(64, 64, 16), (96, 96, 8), (128, 128, 5), (128, 64, 16), (192, 128, 16),
+                                             (256, 256, 8)])
 @pytest.mark.parametrize("window,softcap", [((-1, -1), 0.0), ((300, 0), 20.0)])
 def test_register_conversion_decode_tile_window_softcap_head_dims(d, dv, page_size, window, softcap):
     """The 16-row decode tile that converts FP8 in registers (AttentionSpec.fp8_in_registers: keys
     inside a block permuted, the mask following them, O's columns permuted back) with a sliding
-    window (which masks inside blocks), a soft-cap, head dims 64 / 96 / 128, head_dim_v != head_dim,
-    and pages of 5 and 8 tokens (the per-row page lookup), split-KV automatic."""
+    window (which masks inside blocks), a soft-cap, head dims 64 / 96 / 128 (Q in registers), 192 x 128
+    and 256 (Q's fragments in shared memory), head_dim_v != head_dim, and pages of 5 and 8 tokens (the
+    per-row page lookup), split-KV automatic."""
     klens = [2500, 1, 301, 0, 47, 1200]
     qlens = [1] * len(klens)
     hq, hkv = 16, 4
@@ -143,6 +145,8 @@ def test_register_conversion_decode_tile_window_softcap_head_dims(d, dv, page_si
     check(o, lse, ref, ref_lse, BF16, E4M3, bound=bound, lse_bound=lb)
     name = prepared().attn.name
     assert "_kve4m3" in name and "_m16n16w1" in name, name      # the 16-row one-warp tile: FP8 in registers
+    # FP8 in registers: the FP8 stages only, and above head dim 128 Q's fragments (no 16-bit K/V tile)
+    assert prepared().attn.smem == (2 * 16 * d if d > 128 else 0) + 2 * 16 * (d + dv), (name, prepared().attn.smem)
 
 
 @pytest.mark.parametrize("arch,kv_dtype,d,window,launch", [
