@@ -115,7 +115,9 @@ FP8_DECODE_MIN_BLOCKS = 12
 def fp8_tile(t: TileConfig, head_dim: int, head_dim_v: int) -> TileConfig:
     """The sm_80 mainloop's tile ``t`` on an FP8 K/V cache: the one-warp decode tiles (16-row and
     keys-as-rows) take at least ``FP8_DECODE_STAGES`` stages, and at head dims up to 128 at least
-    ``FP8_DECODE_MIN_BLOCKS`` CTAs per SM (larger head dims spill at 168 registers); the others as is."""
+    ``FP8_DECODE_MIN_BLOCKS`` CTAs per SM (larger head dims spill at 168 registers: d 256's tile,
+    with Q's fragments in shared memory, takes 237 at its 8, and at 9 spilled 88 bytes); the others
+    as is."""
     if t.num_warps == 1 and t.block_m <= 16:
         mb = max(t.min_blocks, FP8_DECODE_MIN_BLOCKS) if max(head_dim, head_dim_v) <= 128 else t.min_blocks
         return dataclasses.replace(t, num_stages=max(t.num_stages, FP8_DECODE_STAGES), min_blocks=mb)
