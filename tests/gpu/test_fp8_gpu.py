@@ -152,7 +152,8 @@ def test_register_conversion_decode_tile_window_softcap_head_dims(d, dv, page_si
 @pytest.mark.parametrize("arch,kv_dtype,d,window,launch", [
     (None, E4M3, 128, (-1, -1), "fused"), (None, E5M2, 64, (300, 0), "fused"), (None, E4M3, 64, (200, 0), "fused_whole"),
     (None, E4M3, 128, (-1, -1), "pair"),
-    (None, E4M3, 256, (-1, -1), "pair"), ("sm_80", E4M3, 128, (-1, -1), "fused_sm80")])
+    (None, E4M3, 256, (-1, -1), "pair"), ("sm_80", E4M3, 128, (-1, -1), "fused_sm80"),
+    ("sm_80", E4M3, 256, (-1, -1), "fused_sm80")])
 def test_mixed_prefill_decode_step(arch, kv_dtype, d, window, launch, monkeypatch):
     """A paged mixed step (prefill chunks, decodes, a 3-token speculative request, an empty-context
     decode) on an FP8 cache: on the H200 the Hopper fused kernel (the Hopper FP8 variant for the long
@@ -160,7 +161,8 @@ def test_mixed_prefill_decode_step(arch, kv_dtype, d, window, launch, monkeypatc
     the combine), with a window too (a window under 256 keys, ``heuristics.MIN_SPLIT_KEYS``, keeps the
     decodes whole: no combine); the same two variants in turn with ``KERNELGEN_FP8_FUSED=0`` and
     at head dim 256; forced onto sm_80, the sm_80 fused kernel (its FP8 prefill tile and the FP8
-    decode tile)."""
+    decode tile; at head dim 256 the decode tile with Q's fragments in shared memory, which made that
+    fused kernel fit)."""
     from kernelgen.front import api
     if launch == "pair" and d == 128:
         monkeypatch.setenv("KERNELGEN_FP8_FUSED", "0")
