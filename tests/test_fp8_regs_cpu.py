@@ -39,9 +39,7 @@ def test_which_tiles_convert_in_registers():
 def test_q_fragments_in_shared_memory_above_head_dim_128():
     """Above head dim 128 (Q_FRAGS) the tile's shared memory is Q's fragments (16 x head_dim 16-bit
     words, unpadded) and the FP8 stages: at d 256 24,576 bytes, against 41,728 for the 16-bit K/V
-    tile's path, so 9 CTAs an SM instead of 5 (the decode's warps in flight); the fragments' words
-    (16 (32 ks + lane)) are distinct, inside the area, and each k-step's 32 lanes fill 512 contiguous
-    bytes (one conflict-free phase per quarter warp)."""
+    tile's path, so shared memory allows 9 CTAs an SM instead of 5 (registers then cap them at 8)."""
     spec = dataclasses.replace(DECODE, head_dim=256, head_dim_v=256)
     assert spec.smem_bytes() == 2 * 16 * 256 + 2 * 16 * (256 + 256) == 24576
     old = dataclasses.replace(spec, alibi=True)     # the 16-bit tile's path, as every d 256 FP8 decode before
@@ -51,8 +49,8 @@ def test_q_fragments_in_shared_memory_above_head_dim_128():
     assert "store_q_frags(sQ_base, qa, lane)" in body and "gemm_qk_fp8_smem(s, sQ_base" in body
     assert "gemm_qk_fp8(s, qa" not in body and "convert_kv8<D, SQ>(" not in body
     assert "constexpr int Q_ELEMS = BM * D;" in src
-    words = [16 * (32 * ks + lane) for ks in range(256 // 16) for lane in range(32)]
-    assert len(set(words)) == len(words) and max(words) + 16 == 2 * 16 * 256
+    # the fragment words' address expression the emulation below takes (store and load alike)
+    assert src.count("sQf + 16 * (32 * ks + lane)") == 2
     # the tiles up to head dim 128 render as before (no Q_FRAGS text at all)
     assert "Q_FRAGS" not in render.render(DECODE) and "gemm_qk_fp8_smem" not in render.render(DECODE)
 
@@ -151,6 +149,43 @@ def test_the_lanes_fragments_compute_q_kt_and_p_v(d):
     p_phys[:, [fp8_key(c) for c in range(16)]] = p
     assert np.allclose(out, p_phys @ v)
 
+
+
+@pytest.mark.parametrize("d", [192, 256])
+def test_q_fragments_through_shared_memory_compute_q_kt(d):
+    """Q_FRAGS (head dims above 128): store_q_frags puts lane l's fragment of k-step ks in the 16 bytes
+    at 16 (32 ks + l) of the fragment area (2 x 16 x d bytes), and gemm_qk_fp8_smem reads it back with
+    its key rows' 16-byte word k4 = ks / 4, 32-bit word j = ks % 4: every slot is the lane's own (no
+    barrier needed), inside the area, and the products are Q K^T in fp8_key's column order."""
+    rng = np.random.default_rng(d)
+    q, k = rng.standard_normal((16, d)), rng.standard_normal((16, d))
+    smem = {}
+    for lane in range(32):                       # load_q_frags_fp8, then store_q_frags
+        g, t = lane >> 2, lane & 3
+        for ks in range(d // 16):
+            c0 = (d // 4) * t + 4 * ks
+            addr = 16 * (32 * ks + lane)
+            assert addr not in smem and addr + 16 <= 2 * 16 * d
+            smem[addr] = (lane, (q[g, c0:c0 + 2], q[g + 8, c0:c0 + 2], q[g, c0 + 2:c0 + 4], q[g + 8, c0 + 2:c0 + 4]))
+    assert len(smem) == 2 * 16 * d // 16                     # the area, exactly
+    s = [np.zeros((16, 8)) for _ in range(2)]
+    for k4 in range(d // 64):                    # gemm_qk_fp8_smem's loops
+        for j in range(4):
+            ks = 4 * k4 + j
+            af, bfs = [], [[], []]
+            for lane in range(32):
+                g, t = lane >> 2, lane & 3
+                owner, frag = smem[16 * (32 * ks + lane)]
+                assert owner == lane
+                af.append(frag)
+                for nb in range(2):
+                    b0 = (d // 4) * t + 16 * k4 + 4 * j  # uint4 k4 of the lane's (d / 4) bytes, word j
+                    assert b0 + 4 <= (d // 4) * (t + 1)
+                    w = k[fp8_key(8 * nb + g), b0:b0 + 4]
+                    bfs[nb].append((w[0:2], w[2:4]))
+            for nb in range(2):
+                s[nb] = _mma(s[nb], af, bfs[nb])
+    assert np.allclose(np.concatenate(s, axis=1), (q @ k.T)[:, [fp8_key(c) for c in range(16)]])
 
 
 def _block_loop(spec, hmma: int = 32) -> list:

@@ -323,8 +323,9 @@ def fp8_specs() -> list:
     for kv, n, ps in itertools.product(("e4m3", "e5m2"), (0, 3), (16, 64, 128, 5)):   # chunked paged prefill
         out += _with_kv(kv, "bf16", 128, hq=32, hkv=8, causal=True, max_q=700, max_k=3000, paged=True, page_size=ps,
                         num_splits=n)
-    # the register-conversion decode tile with a window / soft-cap, head dims 64-128, small pages
-    for (d, dv, ps), (window, cap) in itertools.product(((64, 64, 16), (96, 96, 8), (128, 128, 5), (128, 64, 16)),
+    # the register-conversion decode tile with a window / soft-cap, head dims 64-256, small pages
+    for (d, dv, ps), (window, cap) in itertools.product(((64, 64, 16), (96, 96, 8), (128, 128, 5), (128, 64, 16),
+                                                         (192, 128, 16), (256, 256, 8)),
                                                         (((-1, -1), 0.0), ((300, 0), 20.0))):
         out += _with_kv("e4m3", "bf16", d, dv, hq=16, hkv=4, causal=True, window=window, cap=cap, max_q=1,
                         max_k=2500, paged=True, page_size=ps)
