@@ -301,8 +301,9 @@ DECODE_FORCED = {**FORCED, peers.KG_SPLITS1: {"num_splits": 1}, peers.KG_NOPACK:
 def recipe_fingerprint():
     """What kernelgen's last ``varlen_attention`` call launched: (its prepared call's class, the
     names of its kernels in launch order, its scheduler configuration, and for a mixed batch the
-    short class's and the CTAs that start on its queue), or None where the call cache holds no call.  Two calls with equal fingerprints run the same kernels on the same
-    schedule: a forced choice equal to the automatic one is the same choice (``same_recipe_as_auto``)."""
+    short class's and the CTAs that start on its queue), or None where the call cache holds no
+    call.  Two calls with equal fingerprints run the same kernels on the same schedule: a forced
+    choice equal to the automatic one is the same choice (``same_recipe_as_auto``)."""
     from ...front import api
     prep = api._CALLS._last[1]
     if prep is None:
