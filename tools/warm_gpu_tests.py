@@ -378,10 +378,23 @@ def fp8_q_specs() -> list:
     return out
 
 
+def quant_q_specs() -> list:
+    """tests/gpu/test_quant_q_gpu.py: a 16-bit q quantised for the FP8 tensor-core variant (the
+    variant an e4m3 q of the same call gets: its output dtype is q's), its parametrised prefills and
+    the captured prefill plan."""
+    out = []
+    kw = dict(kv_dtype="e4m3", q_dtype="e4m3", mainloop=None)
+    for d, causal, dt, n in ((64, True, "bf16", 0), (128, True, "bf16", 0), (128, False, "fp16", 0),
+                             (128, True, "bf16", 3), (256, True, "bf16", 1), (256, False, "fp16", 1)):
+        out += _choose(dt, d, hq=16, hkv=4, causal=causal, max_q=600, max_k=600, num_splits=n, **kw)
+    out += _choose("bf16", 128, hq=16, hkv=4, causal=True, max_q=250, max_k=2048, paged=True, page_size=64, **kw)
+    return out
+
+
 #: the groups above by name (``--only``)
 GROUPS = {"head_dim": head_dim_specs, "window_softcap": window_softcap_specs,
           "paged_split_mixed": paged_split_mixed_specs, "alibi": alibi_specs, "sinks": sinks_specs,
-          "variant": variant_specs, "fp8": fp8_specs, "fp8_q": fp8_q_specs}
+          "variant": variant_specs, "fp8": fp8_specs, "fp8_q": fp8_q_specs, "quant_q": quant_q_specs}
 
 
 def specs(only=None) -> list:

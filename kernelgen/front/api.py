@@ -25,7 +25,7 @@ import torch
 
 from ..jit import compiler, runtime
 from ..kernels import kernel_args
-from ..launch import bind, sinks as _sinks
+from ..launch import bind, quant_q as _quant_q, sinks as _sinks
 from ..selection import arguments, decide, signature, spills, tiered, validation
 
 #: Prepared calls of varlen_attention by signature (``signature.key``).
@@ -68,6 +68,7 @@ def varlen_attention(
     v_descale: torch.Tensor | None = None,
     q_descale: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
+    quantize_q: bool = False,
 ):
     """Attention over a ragged (varlen) batch of requests, prefill and decode alike.
 
@@ -196,6 +197,15 @@ def varlen_attention(
         out_dtype: the output's dtype for an FP8 q: torch.bfloat16 (None's default) or
             torch.float16 (``out``'s dtype when ``out`` is given).  With a 16-bit q it must be None
             or q's dtype (ValueError).
+        quantize_q: a 16-bit q with an e4m3 K/V cache: True lets a call that the Hopper FP8
+            tensor-core variant can take (the calls an e4m3 q would send there, see ``q_descale``)
+            quantise q to e4m3 on the device first, per request and KV head with a power-of-two
+            ``q_descale`` (``kernelgen.launch.quant_q``: relative error at most 2^-4 an element,
+            as for a caller's own e4m3 q; a few torch passes over q), and run that variant: about
+            2x the FP8-cache kernel's speed at prefill sizes (``docs/api.md``, "FP8"); out stays in
+            q's dtype.  The other calls (decode-shaped, sm_80, ...) keep q exact, as with False
+            (the default: every FP8 value converted exactly, q untouched).  Ignored without an FP8
+            cache; TypeError if not a bool.
 
     Returns:
         out (total_q, num_heads_q, head_dim_v) in q's dtype (``out_dtype`` for an FP8 q); with ``return_lse`` also
@@ -247,7 +257,7 @@ def varlen_attention(
                              return_lse, metadata_layout, sort, head_swizzle, short_query_tokens, arch,
                              None if alibi_slopes is None else alibi_slopes.data_ptr(),
                              None if sinks is None else sinks.data_ptr(),
-                             None if variant is None else variant.key(), out_dtype)
+                             None if variant is None else variant.key(), out_dtype, quantize_q)
                             + (tuple(None if x is None else x.data_ptr() for x in (k_descale, v_descale, q_descale))
                                if descaled else ()))
         prep = _CALLS.get(key)
@@ -257,6 +267,8 @@ def varlen_attention(
         # an FP8 q converted for the kernels (its own alignment checked as the validating path
         # does); a declined run goes down the validating path with the caller's q
         kq = q if prep.q_convert is None else None if q.data_ptr() & 15 else q.to(prep.q_convert)
+        if prep.q_quant is not None:   # a 16-bit q quantised for the FP8 tensor-core kernel
+            kq = _quant_q.quantize(q, cu_seqlens_q, *prep.q_quant)[0]
         res = None if kq is None else prep.run(kq, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, None)
         if res is not None:
             if sinks is not None and not prep.sinks_fused:
@@ -265,14 +277,14 @@ def varlen_attention(
     return _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
                            page_table, causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, return_lse,
                            out, metadata_layout, sort, head_swizzle, short_query_tokens, arch, sinks, alibi_slopes,
-                           variant, k_descale, v_descale, q_descale, out_dtype)
+                           variant, k_descale, v_descale, q_descale, out_dtype, quantize_q)
 
 
 def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table,
                     causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, return_lse, out,
                     metadata_layout, sort, head_swizzle, short_query_tokens=None, arch=None, sinks=None,
                     alibi_slopes=None, variant=None, k_descale=None, v_descale=None, q_descale=None,
-                    out_dtype=None):
+                    out_dtype=None, quantize_q=False):
     """varlen_attention for a signature not prepared yet: every check, the one decision, the
     kernels; the prepared call is stored under ``key`` (None: not keyable) and run.  With
     ``sinks`` a single-class recipe runs the sink kernels (``Recipe.sinks_fused``: the epilogue and
@@ -285,9 +297,22 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                                  head_swizzle=head_swizzle, short_query_tokens=short_query_tokens, arch=arch,
                                  sinks=sinks, alibi_slopes=alibi_slopes, variant=variant, k_descale=k_descale,
                                  v_descale=v_descale, q_descale=q_descale, out_dtype=out_dtype)
+    if not isinstance(quantize_q, bool):
+        raise TypeError(f"quantize_q must be a bool, got {type(quantize_q).__name__}")
+    quant = None
+    if (quantize_q and not call.empty and call.signature.kv_dtype == "e4m3" and not call.signature.q_dtype
+            and alibi_slopes is None and variant is None):   # (the FP8 tensor-core variant takes neither)
+        quant = _quantized(call, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
+                           page_table, causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, out,
+                           metadata_layout, sort, head_swizzle, short_query_tokens, arch, sinks, k_descale, v_descale)
+        if quant is not None:
+            call, q, q_descale, recipe = quant
     sizes = call.sizes
     provisional = None
-    if call.empty:
+    if quant is not None:
+        kernel_lse = bool(return_lse) or (sinks is not None and not recipe.sinks_fused)
+        ordinal = q.device.index
+    elif call.empty:
         kernel_lse = bool(return_lse) or sinks is not None
     else:
         ordinal = q.device.index
@@ -326,8 +351,11 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                            **({"sinks": sinks.data_ptr()} if recipe.sinks_fused else {}),
                            **({} if call.user is None else {"user": call.user}),
                            **({} if call.descale is None else
-                              {"descale": kernel_args.descale_fields(k_descale, v_descale, call.descale, q_descale)}))
+                              {"descale": kernel_args.descale_fields(k_descale, v_descale, call.descale, q_descale)}),
+                           **({} if quant is None else {"q_descale_delta": q_descale.data_ptr() - q.data_ptr()}))
     prep.q_convert = q_convert
+    if quant is not None:
+        prep.q_quant = (sizes["batch"], sizes["num_heads_kv"])
     if key is not None and signature.cacheable(key) and provisional is None:   # (a provisional call is not kept)
         _CALLS.put(key, prep)
     out, lse = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
@@ -335,3 +363,28 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
         _sinks.apply(out, lse, sinks, cu_seqlens_q)
     return (out, lse) if return_lse else out
 
+
+
+def _quantized(call, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, causal,
+               window_size, softcap, softmax_scale, num_splits, pack_gqa, out, metadata_layout, sort, head_swizzle,
+               short_query_tokens, arch, sinks, k_descale, v_descale):
+    """``quantize_q=True`` on a 16-bit q with an e4m3 cache (``call``: its checked call): q quantised
+    (``launch.quant_q``), the call checked again with the e4m3 q and its ``q_descale`` and decided;
+    (checked call, q8, q_descale, recipe) when the recipe runs the Hopper FP8 tensor-core variant
+    (a single class), else None (the call keeps its exact 16-bit q)."""
+    sizes = call.sizes
+    q8, qd = _quant_q.quantize(q, cu_seqlens_q, sizes["batch"], sizes["num_heads_kv"])
+    call8 = arguments.varlen_call(q8, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                  seqused_k=seqused_k, page_table=page_table, out=out, causal=causal,
+                                  window_size=window_size, softcap=softcap, softmax_scale=softmax_scale,
+                                  num_splits=num_splits, pack_gqa=pack_gqa, metadata_layout=metadata_layout, sort=sort,
+                                  head_swizzle=head_swizzle, short_query_tokens=short_query_tokens, arch=arch,
+                                  sinks=sinks, alibi_slopes=None, variant=None, k_descale=k_descale,
+                                  v_descale=v_descale, q_descale=qd, out_dtype=q.dtype)
+    device = runtime.device(q.device.index)
+    recipe = spills.checked(decide.decide(call8.signature, device, call8.settings), call8.signature, device,
+                            call8.settings, build=True)
+    attn = getattr(recipe.variants, "attention", None)
+    if recipe.kind != "single" or attn is None or not attn.fp8_mma:
+        return None
+    return call8, q8, qd, recipe

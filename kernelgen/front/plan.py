@@ -16,7 +16,7 @@ import torch
 
 from ..jit import runtime
 from ..kernels import kernel_args
-from ..launch import bind, oneoff, sinks as _sinks
+from ..launch import bind, oneoff, quant_q, sinks as _sinks
 from ..selection import arguments, decide, signature, spills, validation
 
 
@@ -98,6 +98,12 @@ class AttentionPlan:
             (``attn_spec.fp8_mma``); the others convert each step's q exactly to ``dtype`` first
             (``q_convert``: one elementwise pass and a temporary, also inside a captured graph).
             Steps pass ``q_descale`` (see ``run``).
+        quantize_q: a plan with ``kv_dtype`` "e4m3" and 16-bit steps' q: True lets a plan that the
+            FP8 tensor-core variant can take (as ``q_dtype="e4m3"`` would) quantise each step's q
+            on the device (``varlen_attention``'s ``quantize_q``: per request and KV head,
+            power-of-two factors) into a buffer the plan owns (max_total_q x num_heads_q x
+            head_dim bytes and the factors) and run that variant; ``q_quant`` says whether it does.
+            Otherwise q stays exact.  TypeError if not a bool.
 
     Raises:
         ValueError / TypeError: bad capacities, head counts, head dims, dtype, kv_dtype, window,
@@ -112,10 +118,13 @@ class AttentionPlan:
                  window_size=(-1, -1), softcap: float = 0.0, num_splits: int = 0, pack_gqa: bool | None = None,
                  metadata_layout: str = "soa", sort: bool = True, head_swizzle: bool = True, device=None,
                  short_query_tokens: int | None = None, arch: str | None = None, page_size: int | None = None,
-                 sinks: bool = False, alibi: bool = False, variant=None, kv_dtype=None, q_dtype=None):
+                 sinks: bool = False, alibi: bool = False, variant=None, kv_dtype=None, q_dtype=None,
+                 quantize_q: bool = False):
         arguments.plan_capacity(max_batch, dtype, num_heads_q, num_heads_kv, max_seqlen_q, max_seqlen_k)
         kv = validation.kv_dtype(kv_dtype)
         qd = validation.q_dtype(q_dtype, kv)
+        if not isinstance(quantize_q, bool):
+            raise TypeError(f"quantize_q must be a bool, got {type(quantize_q).__name__}")
         head_dim_v = head_dim if head_dim_v is None else head_dim_v
         if device is None:
             try:
@@ -136,7 +145,7 @@ class AttentionPlan:
         code = validation.variant(variant, self.device)
         #: The plan's user variant (``kernelgen.Variant``), or None.
         self.variant = variant
-        checked = arguments.plan_options(
+        opts = dict(
             capacity=self.capacity, max_total_q=self.max_total_q, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv,
             head_dim=head_dim, head_dim_v=head_dim_v, dtype=dtype, max_seqlen_q=max_seqlen_q,
             max_seqlen_k=max_seqlen_k, paged=self.paged, page_size=page_size, causal=causal, window_size=window_size,
@@ -144,6 +153,7 @@ class AttentionPlan:
             head_swizzle=head_swizzle, short_query_tokens=short_query_tokens, arch=arch, alibi=alibi,
             **({"sinks": True} if sinks else {}), **({"variant": code} if code is not None else {}),
             **({"kv_dtype": kv} if kv else {}), **({"q_dtype": qd} if qd else {}))
+        checked = arguments.plan_options(**opts)
         #: The FP8 K/V cache dtype of the plan's steps ("e4m3" or "e5m2"), None for k/v in ``dtype``.
         self.kv_dtype = kv or None
         #: The FP8 q dtype of the plan's steps ("e4m3"), None for q in ``dtype``.
@@ -154,10 +164,21 @@ class AttentionPlan:
         (self.window_left, self.window_right), self.softcap = checked.window, checked.softcap
         self.mask, self.layout = checked.signature.mask, checked.signature.layout
         dev = runtime.device(device)
+        #: Whether each step's 16-bit q is quantised for the FP8 tensor-core variant (``quantize_q``).
+        self.q_quant = False
+        recipe = None
+        if quantize_q and kv == "e4m3" and not qd and not alibi and code is None:
+            checked8 = arguments.plan_options(**{**opts, "q_dtype": "e4m3"})
+            recipe = decide.decide(checked8.signature, dev, checked8.settings)
+            attn = getattr(recipe.variants, "attention", None)
+            if recipe.kind == "single" and attn is not None and attn.fp8_mma:
+                checked, self.q_quant = checked8, True
+            else:
+                recipe = None
         #: What the plan launches (``kernels.recipe.Recipe``): kernels, scheduler configs, workspace layout
         #: (a user variant's three-warpgroup kernel that spills: the two-warpgroup one, ``selection.spills``).
-        self.recipe = spills.checked(decide.decide(checked.signature, dev, checked.settings), checked.signature, dev,
-                                     checked.settings, build=True)
+        self.recipe = spills.checked(recipe or decide.decide(checked.signature, dev, checked.settings),
+                                     checked.signature, dev, checked.settings, build=True)
         self._kernels = bind.bind(self.recipe, runtime.load(self.recipe.specs, device))
         k = self._kernels
         #: The two-class launch (``launch.fused.FusedKernels`` or ``PairKernels``), or None.
@@ -173,6 +194,9 @@ class AttentionPlan:
         #: partials in the plan's one workspace.
         self.workspace_layout = self.recipe.workspace
         self._workspace = torch.zeros(self.workspace_layout.nbytes, dtype=torch.uint8, device=self.device)
+        #: the quantised q and its factors (``q_quant``): one buffer, the factors past max_total_q's rows
+        self._q8_off, n = quant_q.buffer_bytes(self.max_total_q, num_heads_q, head_dim, self.capacity, num_heads_kv)
+        self._q8 = torch.empty(n, dtype=torch.uint8, device=self.device) if self.q_quant else None
         #: int32 scheduler metadata (``kernels.metadata``; the long class's in a two-class plan), sized by
         #: the capacity only, the short class's (None for a single-class plan) and the split-KV
         #: partials (None without split-KV), sized by max_total_q: views of the workspace.
@@ -218,7 +242,16 @@ class AttentionPlan:
         if validation.host_checks_enabled():
             for name, x in (("k_descale", k_descale), ("v_descale", v_descale), ("q_descale", q_descale)):
                 validation.check_descale_values(name, x)
+        if self.q_quant:   # the factors of the plan's quantised q, (batch, num_heads_kv) contiguous
+            return kernel_args.descale_fields(k_descale, v_descale, strides[:2] + ((self.num_heads_kv, 1),),
+                                              self._q8[self._q8_off:])
         return None if self.kv_dtype is None else kernel_args.descale_fields(k_descale, v_descale, strides, q_descale)
+
+    def _quantized(self, q, cu_seqlens_q):
+        """A step's 16-bit q quantised into the plan's buffer (``launch.quant_q``): the e4m3 q the
+        kernels read (the factors at the plan's fixed offset, the step's q_descale field)."""
+        return quant_q.quantize(q, cu_seqlens_q, cu_seqlens_q.shape[0] - 1, self.num_heads_kv, buffer=self._q8,
+                                descale_offset=self._q8_off)[0]
 
     def _variant_arg(self, variant):
         """The tensor addresses of a step's variant (``variant``, else the plan's), None for a plan
@@ -293,6 +326,8 @@ class AttentionPlan:
             return out
         if self.q_convert is not None:
             q = q.to(self.q_convert)
+        elif self.q_quant:
+            q = self._quantized(q, cu_seqlens_q)
         fused_sinks = None
         if self.sinks_fused:   # the kernels add the sinks (or -inf: none)
             fused_sinks, kernel_lse = (self._no_sinks if sinks is None else sinks).data_ptr(), lse
@@ -387,6 +422,8 @@ class AttentionPlan:
             # which names it); a declined step goes down the validating path with the caller's q
             kq = None if q.data_ptr() & 15 else q.to(self.q_convert)
             step = None if kq is None else step
+        elif step is not None and self.q_quant:
+            kq = self._quantized(q, cu_seqlens_q)
         if step is not None:
             if sinks is None or (self.sinks_fused and not validation.host_checks_enabled()):
                 # (sink kernels: the sinks' address is in the step's parameters)
@@ -451,6 +488,8 @@ class AttentionPlan:
             return (out, lse) if give else out
         if self.q_convert is not None:
             q = q.to(self.q_convert)
+        elif self.q_quant:
+            q = self._quantized(q, cu_seqlens_q)
         step = self._kernels.prepare(layout=self.workspace_layout, batch=batch, q=q, k=k, v=v, out=out, lse=lse,
                                      page_table=page_table, scale=scale, window=(self.window_left, self.window_right),
                                      softcap=self.softcap,

@@ -37,6 +37,13 @@ class ParamStruct:
         #: them in a buffer that holds ``pack_static``'s bytes.
         self.pointer_struct = struct.Struct("<" + "Q" * len(self.pointer_names))
 
+    def offset(self, name: str) -> int:
+        """The byte offset of field ``name`` in the struct (KeyError naming it if absent)."""
+        if name not in self.names:
+            raise KeyError(f"{self.cname}: no field {name!r}")
+        fmt = "<" + "".join(_CTYPES[t][1] for n, t in self.fields[:self.names.index(name)])
+        return struct.calcsize(fmt)
+
     def c_decl(self) -> str:
         lines = [f"struct {self.cname} {{"]
         lines += [f"  {_CTYPES[t][0]} {n};" for n, t in self.fields]
@@ -165,6 +172,10 @@ class TmaParamStruct:
 
     def pack_static(self, values: dict) -> bytes:
         return bytes(self.MAPS_BYTES) + self.inner.pack_static(values) + self._pad
+
+    def offset(self, name: str) -> int:
+        """The byte offset of AttnParams field ``name`` in the buffer (past the tensor maps)."""
+        return self.MAPS_BYTES + self.inner.offset(name)
 
     def unpack(self, data: bytes) -> dict:
         """The AttnParams fields of a packed buffer (tests)."""

@@ -10,6 +10,7 @@ scheduler, attention and (with split-KV) combine kernels.
 from __future__ import annotations
 
 import ctypes
+import struct
 import threading
 import warnings
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from ..kernels.workspace import WorkspaceLayout
 from . import graph_launch, launch
 
 _MAPS_BYTES = TMA_ATTENTION_PARAMS.MAPS_BYTES
+_I64 = struct.Struct("<q")
 
 
 def _stream_handle(device: int) -> int:
@@ -76,6 +78,9 @@ class PreparedCall:
     #: an FP8 q whose kernels take a 16-bit q (every kernel but the Hopper FP8 tensor-core variant,
     #: ``AttentionSpec.fp8_mma``): the dtype the caller converts q to before ``run``; None otherwise
     q_convert = None
+    #: a 16-bit q the caller quantises before ``run`` (``launch.quant_q.quantize``'s (batch,
+    #: num_heads_kv)), whose q_descale the Hopper launch finds past q (``TmaLaunch``); None otherwise
+    q_quant = None
 
     def __init__(self, *, device: torch.device, sched, attn, combine, layout: WorkspaceLayout,
                  fixed_base: int | None, out_shape: tuple, lse_shape: tuple | None, dtype, sizes: dict, config=None):
@@ -203,13 +208,19 @@ class TmaLaunch:
     what ``PreparedCall`` and ``graph_launch`` use of a ``launch.PreparedLaunch`` (``name``,
     ``head``, ``new_slot``): a slot's ``pack`` writes the maps, then the pointers."""
 
-    def __init__(self, inner: launch.PreparedLaunch, maps):
+    def __init__(self, inner: launch.PreparedLaunch, maps, q_descale_delta: int | None = None):
         self.inner, self.maps = inner, maps
         self.name, self.head, self.params = inner.name, inner.head, inner.params
+        #: A q quantised by the call (``launch.quant_q``): its ``q_descale`` lies this many bytes
+        #: past q's address in the same buffer, and each pack writes that address into the
+        #: ``q_descale`` field (a per-call allocation, like q's); None: the field stays as prepared.
+        self.q_descale_delta = q_descale_delta
+        self._q_descale_at = None if q_descale_delta is None else inner.params.offset("q_descale")
 
     def new_slot(self) -> tuple:
         pack, buf, head, argv, keep = self.inner.new_slot()
         encode, name = self.maps.encode, self.name
+        delta, at = self.q_descale_delta, self._q_descale_at
 
         def pack_with_maps(b, offset, qp, kp, vp, *rest):
             try:
@@ -218,13 +229,15 @@ class TmaLaunch:
                 raise launch.LaunchError(name, e, "cuTensorMapEncodeTiled") from e
             ctypes.memmove(b, maps, _MAPS_BYTES)
             pack(b, offset, qp, kp, vp, *rest)
+            if delta is not None:
+                _I64.pack_into(b, offset + at, qp + delta)
         return (pack_with_maps, buf, head, argv, keep)
 
 
 def build(*, sched, attn, combine, cfg, layout: WorkspaceLayout, batch: int, q, k, v, out, lse, page_table,
           scale: float, window: tuple, softcap: float, return_lse: bool, fixed_base: int | None,
           sizes: dict, maps=None, alibi: tuple | None = None, sinks: int | None = None,
-          user: tuple | None = None, descale: dict | None = None) -> PreparedCall:
+          user: tuple | None = None, descale: dict | None = None, q_descale_delta: int | None = None) -> PreparedCall:
     """Prepare the launches of a validated call whose tensors are ``q``, ``k``, ``v``, ``out``,
     ``lse`` and ``page_table`` (shapes and strides are read, pointers are not kept).
 
@@ -237,7 +250,9 @@ def build(*, sched, attn, combine, cfg, layout: WorkspaceLayout, batch: int, q, 
     (address, batch stride) of the ALiBi slopes, static fields of an ALiBi kernel.  ``sinks``: the
     address of the sinks of sink kernels (``AttentionSpec.sinks``; the call's ``sinks_fused``).
     ``user``: the addresses of a user variant's tensors (``AttentionSpec.variant``).  ``descale``:
-    an FP8 kernel's descale fields (``kernel_args.descale_fields``; ``AttentionSpec.kv_dtype``).  Raises
+    an FP8 kernel's descale fields (``kernel_args.descale_fields``; ``AttentionSpec.kv_dtype``).
+    ``q_descale_delta``: a q the call quantises (``launch.quant_q``) into a per-call buffer whose
+    ``q_descale`` lies that many bytes past q (``TmaLaunch.q_descale_delta``; Hopper only).  Raises
     ValueError past metadata.MAX_CAPACITY.
     """
     kernel_args.check_capacity(layout.capacity)
@@ -256,7 +271,9 @@ def build(*, sched, attn, combine, cfg, layout: WorkspaceLayout, batch: int, q, 
               fixed_base=fixed_base, out_shape=tuple(out.shape), lse_shape=(hq, out.shape[0]) if return_lse else None,
               dtype=out.dtype, sizes=sizes, config=cfg)
     if maps is not None:
-        kw["attn"] = TmaLaunch(attn_launch, maps)
+        kw["attn"] = TmaLaunch(attn_launch, maps, q_descale_delta)
+    elif q_descale_delta is not None:
+        raise ValueError("q_descale_delta: a quantised q is read by the Hopper kernel only")
     call = PreparedCall(**kw)
     call.sinks_fused = sinks is not None
     return call
@@ -294,10 +311,10 @@ class SingleKernels:
     def prepare(self, *, layout: WorkspaceLayout, batch: int, q, k, v, out, lse, page_table, scale: float,
                 window: tuple, softcap: float, return_lse: bool, fixed_base: int | None, sizes: dict,
                 alibi: tuple | None = None, sinks: int | None = None, user: tuple | None = None,
-                descale: dict | None = None) -> PreparedCall:
+                descale: dict | None = None, q_descale_delta: int | None = None) -> PreparedCall:
         """``build`` with these kernels and config (and the Hopper kernel's tensor maps)."""
         maps = tma.attention_maps(self.map_spec, q, k, v, page_table is not None) if self.hopper else None
         return build(sched=self.sched, attn=self.attn, combine=self.combine, cfg=self.config, layout=layout,
                      batch=batch, q=q, k=k, v=v, out=out, lse=lse, page_table=page_table, scale=scale, window=window,
                      softcap=softcap, return_lse=return_lse, fixed_base=fixed_base, sizes=sizes, maps=maps, alibi=alibi,
-                     sinks=sinks, user=user, descale=descale)
+                     sinks=sinks, user=user, descale=descale, q_descale_delta=q_descale_delta)

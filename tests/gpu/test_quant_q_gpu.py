@@ -1,0 +1,109 @@
+"""GPU: ``quantize_q=True`` (a 16-bit q with an e4m3 K/V cache, quantised on the device per request
+and KV head for the Hopper FP8 tensor-core variant; ``kernelgen.launch.quant_q``) through
+``kernelgen.varlen_attention`` and ``AttentionPlan(quantize_q=True)`` under a CUDA graph.
+
+The kernel reads the e4m3 q and the power-of-two ``q_descale`` that ``quant_q.quantize`` writes
+(deterministic torch ops, so the test recomputes the same values), so the outputs are checked
+against the float64 reference on those dequantised inputs within the FP8 tensor-core variant's
+derived per-element bounds (``attention_reference(..., fp8_mma_bounds=True)``; ``check_mma`` of
+test_fp8_mma_gpu.py), and the quantisation itself against the 16-bit q (e4m3's rounding only).
+Outputs and LSE are NaN-poisoned; rows past the batch must stay unwritten."""
+import numpy as np
+import pytest
+import torch
+
+import kernelgen
+from kernelgen.apps.reference import attention_reference, gather_paged
+from kernelgen.front.plan import AttentionPlan
+from kernelgen.launch import quant_q
+
+from gpu_helpers import capture, draw_lengths, plan_buffers, prepared, replay, write_lengths  # noqa: E402
+from test_fp8_mma_gpu import check_mma, quantize  # noqa: E402 (tests/gpu is on sys.path)
+
+pytestmark = pytest.mark.gpu
+E4M3, BF16, FP16 = torch.float8_e4m3fn, torch.bfloat16, torch.float16
+
+
+def inputs(qlens, klens, hq, hkv, d, dtype, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(sum(qlens), hq, d, generator=g, device="cuda")
+    q[:, : hq // hkv] *= 8                                  # KV head 0's query heads: larger values
+    q = q.to(dtype)
+    k8, ks = quantize(torch.randn(sum(klens), hkv, d, generator=g, device="cuda"))
+    v8, vs = quantize(torch.randn(sum(klens), hkv, d, generator=g, device="cuda"))
+    cu_q = torch.tensor([0] + list(np.cumsum(qlens)), dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0] + list(np.cumsum(klens)), dtype=torch.int32, device="cuda")
+    return q, k8, v8, cu_q, cu_k, ks.reshape(1, 1), vs.reshape(1, 1)
+
+
+@pytest.mark.parametrize("d,causal,dtype,num_splits", [
+    (64, True, BF16, 0), (128, True, BF16, 0), (128, False, FP16, 0), (128, True, BF16, 3), (256, True, BF16, 1),
+    (256, False, FP16, 1),   # (d 256: the tensor-core variant takes no split-KV)
+])
+def test_varlen_prefill_quantised_within_the_fp8_bounds(d, causal, dtype, num_splits):
+    qlens, klens = [600, 129, 0, 1, 300], [600, 400, 10, 70, 300]
+    hq, hkv = 16, 4
+    batch = len(qlens)
+    q, k8, v8, cu_q, cu_k, kd, vd = inputs(qlens, klens, hq, hkv, d, dtype, 11 + d)
+    q8, qd = quant_q.quantize(q, cu_q, batch, hkv)
+    # the quantisation: e4m3's rounding of q 2^k only (relative 2^-4 where normal)
+    deq = (q8.double().unflatten(1, (hkv, hq // hkv))
+           * qd.double()[torch.repeat_interleave(torch.arange(batch, device="cuda"),
+                                                 torch.tensor(qlens, device="cuda"))][:, :, None, None]).flatten(1, 2)
+    big = q.double().abs() >= 2 ** -6 * deq.abs().amax()
+    assert ((deq - q.double()).abs()[big] <= 2 ** -4 * q.double().abs()[big]).all()
+    ref, ref_lse, bound, lb = attention_reference(q8, k8, v8, cu_q, cu_k, causal=causal, q_descale=qd, k_descale=kd,
+                                                  v_descale=vd, fp8_mma_bounds=True)
+    for _ in range(2):                                  # validating path, then the prepared call (new quantisation)
+        out = torch.full((q.shape[0], hq, d), float("nan"), dtype=dtype, device="cuda")
+        o, lse = kernelgen.varlen_attention(q, k8, v8, cu_q, cu_k, max(qlens), max(klens), causal=causal,
+                                            num_splits=num_splits, k_descale=kd, v_descale=vd, quantize_q=True,
+                                            return_lse=True, out=out)
+        torch.cuda.synchronize()
+        assert o.dtype == dtype
+        p = prepared()
+        assert "_fp8mma" in p.attn.name and p.q_quant == (batch, hkv), p.attn.name
+        check_mma(o, lse, ref, ref_lse, bound, lb)
+
+
+def test_plan_quantised_in_a_cuda_graph():
+    """AttentionPlan(quantize_q=True) captured once (the quantisation is captured too), replayed
+    with new 16-bit q and cache values and new lengths written in place; padded requests and
+    rows of q past the step's tokens change no factor."""
+    cap, hq, hkv, d, ps = 4, 16, 4, 128, 64
+    max_ctx, max_tq = 2048, 2 * 250 + 4
+    plan = AttentionPlan(max_batch=cap, num_heads_q=hq, num_heads_kv=hkv, head_dim=d, dtype=BF16,
+                         max_total_q=max_tq, max_seqlen_q=250, max_seqlen_k=max_ctx, paged=True, page_size=ps,
+                         causal=True, kv_dtype="e4m3", quantize_q=True)
+    assert plan.q_quant and "_fp8mma" in plan.attn.spec.name
+    kc, vc, q, cu_q, used, pt, out, lse = plan_buffers(cap, max_tq, hq, hkv, d, ps, max_ctx, kv_dtype=E4M3)
+    kd, vd = (torch.ones(cap, hkv, device="cuda") for _ in range(2))
+    rng = np.random.default_rng(31)
+
+    def new_step():
+        batch, lq, ctx = draw_lengths(rng, cap, max_ctx, prefill=True)
+        write_lengths(rng, lq, ctx, cu_q, used, pt)
+        q.copy_(torch.randn(q.shape, device="cuda") * float(rng.uniform(0.1, 10)))
+        for t in (kc, vc):
+            t.copy_(quantize(torch.randn(t.shape, device="cuda"))[0])
+        kd.fill_(float(rng.uniform(0.005, 0.02)))
+        vd.fill_(float(rng.uniform(0.005, 0.02)))
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        return batch, int(lq.sum())
+
+    def run():
+        plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out, lse=lse, k_descale=kd, v_descale=vd)
+
+    new_step()
+    graph = capture(run)
+    for _ in range(2):
+        batch, tq = new_step()
+        replay(graph)
+        k, v, cu_k = gather_paged(kc, vc, pt[:batch], used[:batch])
+        q8, qd = quant_q.quantize(q[:tq], cu_q[: batch + 1], batch, hkv)
+        got = attention_reference(q8, k, v, cu_q[: batch + 1], cu_k, causal=True, q_descale=qd,
+                                  k_descale=kd[:batch], v_descale=vd[:batch], fp8_mma_bounds=True)
+        check_mma(out[:tq], lse[:, :tq], *got)
+        assert torch.isnan(out[tq:]).all(), "rows past the batch's tokens must not be written"
+        assert torch.isnan(lse[:, tq:]).all(), "lse rows past the batch must not be written"
