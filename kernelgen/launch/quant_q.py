@@ -68,7 +68,7 @@ def quantize(q: torch.Tensor, cu_seqlens_q: torch.Tensor, batch: int, num_heads_
     q8 = buffer[:total * hq * d].view(Q8_DTYPE).view(total, hq, d)
     descale = buffer[off:off + 4 * batch * num_heads_kv].view(torch.float32).view(batch, num_heads_kv)
     x = q.unflatten(1, (num_heads_kv, hq // num_heads_kv))             # (total, hkv, group, d)
-    amax = x.abs().amax(dim=(2, 3)).float()                            # (total, hkv)
+    amax = torch.linalg.vector_norm(x, float("inf"), dim=(2, 3)).float()   # (total, hkv): max |q|, one pass
     rows = torch.arange(total, dtype=cu_seqlens_q.dtype, device=q.device)
     # each row's request; rows past cu_seqlens_q[batch]: "request" batch, whose factor is 1
     req = (torch.searchsorted(cu_seqlens_q, rows, right=True) - 1).clamp_(0, batch)
