@@ -46,6 +46,14 @@ def _random_q(dtype, total=41, hq=8, d=64, seed=0):
 
 
 CU = torch.tensor([0, 10, 10, 30, 41], dtype=torch.int32)   # an empty request too
+#: torch's cast to e4m3fn saturates past 448 from 2.12 on (NaN before)
+SATURATES = float(torch.tensor([1000.0]).to(E4M3).float()) == 448
+
+
+def _saturated(x: torch.Tensor) -> bool:
+    """Every value of x is what a value past e4m3's range casts to on this torch."""
+    v = x.float().abs()
+    return bool(torch.all(v == 448)) if SATURATES else bool(torch.all(torch.isnan(v)))
 
 
 @pytest.mark.parametrize("dtype", [BF16, FP16])
@@ -102,7 +110,7 @@ def test_non_finite_values_keep_factor_one_and_saturate():
     q8, qd = quant_q.quantize(q, cu, 2, 2)
     assert qd[0, 0] == 1 and qd[1, 1] == 1                           # the requests / heads with inf, NaN
     assert qd[0, 1] == 2.0 ** -8 and qd[1, 0] == 2.0 ** -8           # the others: 1 * 2^8 = 256 <= 448
-    assert float(q8[1, 0, 3].float()) == 448 and float(q8[4, 1, 6].float()) == 448
+    assert _saturated(q8[1, 0, 3]) and _saturated(q8[4, 1, 6])
     assert torch.isnan(q8[4, 1, 5].float())
 
 
@@ -120,7 +128,16 @@ def test_strided_q_and_rows_past_the_batch():
     big[30:] = 1000.0                                                 # rows past the batch
     q8b, qdb = quant_q.quantize(big, cu, 2, 4)
     assert torch.equal(qdb, qd) and torch.equal(q8b[:30].view(torch.uint8), q8[:30].view(torch.uint8))
-    assert torch.all(q8b[30:].float() == 448)                         # factor 1, saturated
+    assert _saturated(q8b[30:])                                       # factor 1, past 448
+
+
+def test_a_buffer_too_small_raises():
+    q = _random_q(BF16, total=5, hq=3, d=64)
+    cu = torch.tensor([0, 5], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"^q \(5 x 3 x 64\) and its \(1, 3\) factors do not fit the buffer"):
+        quant_q.quantize(q, cu, 1, 3, buffer=torch.empty(960, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="do not fit the buffer"):       # factors over q
+        quant_q.quantize(q, cu, 1, 3, buffer=torch.empty(2000, dtype=torch.uint8), descale_offset=640)
 
 
 def test_one_buffer_holds_both():
@@ -271,6 +288,37 @@ def test_plan_quantises_each_step_into_its_buffer(fake_cuda, monkeypatch, path):
         assert f["q_descale"] == f["q"] + off and (f["q_descale_batch_stride"], f["q_descale_head_stride"]) == (2, 1)
         addrs.add(f["q"])
     assert len(addrs) == 1                                             # the plan's buffer
+
+
+@pytest.mark.parametrize("path", ["run", "attend"])
+@pytest.mark.parametrize("tokens", [301, 400])
+def test_plan_step_past_max_total_q_raises(fake_cuda, monkeypatch, path, tokens):
+    """The plan's buffer holds max_total_q rows of q8, then the factors: a longer step (even one
+    token more) is refused before anything is written or launched, though the plan has no split-KV
+    (review of 35171ca: it overwrote the factors)."""
+    from fake_cuda import make_plan
+    plan = make_plan(monkeypatch, quantize_q=True, **_PREFILL_PLAN)
+    assert plan.split is None or plan.q_quant
+    q, k, v, cq, ck = _cache(lq=(200, tokens - 200))
+    before = plan._q8.clone()
+    with pytest.raises(ValueError, match=rf"^q has {tokens} tokens; the plan's max_total_q is 300"):
+        if path == "run":
+            plan.run(q, k, v, cq, ck)
+        else:
+            plan.attend(q, k, v, cq, ck)
+    assert torch.equal(plan._q8, before) and fake_cuda.kinds() == []
+
+
+def test_calls_the_variant_does_not_take_quantise_nothing(fake_cuda, monkeypatch):
+    """A decode-shaped call with quantize_q=True decides first and quantises nothing (review of
+    35171ca: every new signature quantised q and threw it away)."""
+    calls = []
+    orig = quant_q.quantize
+    monkeypatch.setattr(quant_q, "quantize", lambda *a, **kw: calls.append(1) or orig(*a, **kw))
+    q, k, v, cq, ck = _cache(lq=(1, 1), lk=(3000, 4000))
+    for hint in range(4000, 4003):
+        kernelgen.varlen_attention(q, k, v, cq, ck, 1, hint, causal=True, quantize_q=True)
+    assert calls == [] and "attention_sm90_fp8mma" not in fake_cuda.kinds()
 
 
 def test_plan_without_the_tensor_core_variant_keeps_q_exact(fake_cuda, monkeypatch):

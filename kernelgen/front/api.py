@@ -200,8 +200,9 @@ def varlen_attention(
         quantize_q: a 16-bit q with an e4m3 K/V cache: True lets a call that the Hopper FP8
             tensor-core variant can take (the calls an e4m3 q would send there, see ``q_descale``)
             quantise q to e4m3 on the device first, per request and KV head with a power-of-two
-            ``q_descale`` (``kernelgen.launch.quant_q``: relative error at most 2^-4 an element,
-            as for a caller's own e4m3 q; a few torch passes over q), and run that variant: about
+            ``q_descale`` (``kernelgen.launch.quant_q``: e4m3's rounding, a relative error of at
+            most 2^-4 for elements above 2^-13 of their group's largest |q|, coarser below, as for
+            a caller's own e4m3 q; a few torch passes over q), and run that variant: about
             2x the FP8-cache kernel's speed at prefill sizes (``docs/api.md``, "FP8"); out stays in
             q's dtype.  The other calls (decode-shaped, sm_80, ...) keep q exact, as with False
             (the default: every FP8 value converted exactly, q untouched).  Ignored without an FP8
@@ -368,12 +369,17 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
 def _quantized(call, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, causal,
                window_size, softcap, softmax_scale, num_splits, pack_gqa, out, metadata_layout, sort, head_swizzle,
                short_query_tokens, arch, sinks, k_descale, v_descale):
-    """``quantize_q=True`` on a 16-bit q with an e4m3 cache (``call``: its checked call): q quantised
-    (``launch.quant_q``), the call checked again with the e4m3 q and its ``q_descale`` and decided;
-    (checked call, q8, q_descale, recipe) when the recipe runs the Hopper FP8 tensor-core variant
-    (a single class), else None (the call keeps its exact 16-bit q)."""
+    """``quantize_q=True`` on a 16-bit q with an e4m3 cache (``call``: its checked call): the call
+    checked again with an e4m3 q and a ``q_descale`` (the views of one uninitialised buffer) and
+    decided; when the recipe runs the Hopper FP8 tensor-core variant (a single class) q is quantised
+    into that buffer (``launch.quant_q``) and (checked call, q8, q_descale, recipe) returned, else
+    None (the call keeps its exact 16-bit q, and nothing was quantised)."""
     sizes = call.sizes
-    q8, qd = _quant_q.quantize(q, cu_seqlens_q, sizes["batch"], sizes["num_heads_kv"])
+    batch, hkv = sizes["batch"], sizes["num_heads_kv"]
+    off, nbytes = _quant_q.buffer_bytes(q.shape[0], q.shape[1], q.shape[2], batch, hkv)
+    buf = torch.empty(nbytes, dtype=torch.uint8, device=q.device)
+    q8 = buf[:q.numel()].view(_quant_q.Q8_DTYPE).view(q.shape)
+    qd = buf[off:].view(torch.float32).view(batch, hkv)
     call8 = arguments.varlen_call(q8, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                   seqused_k=seqused_k, page_table=page_table, out=out, causal=causal,
                                   window_size=window_size, softcap=softcap, softmax_scale=softmax_scale,
@@ -387,4 +393,4 @@ def _quantized(call, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     attn = getattr(recipe.variants, "attention", None)
     if recipe.kind != "single" or attn is None or not attn.fp8_mma:
         return None
-    return call8, q8, qd, recipe
+    return (call8, *_quant_q.quantize(q, cu_seqlens_q, batch, hkv, buffer=buf), recipe)

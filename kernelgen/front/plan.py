@@ -512,4 +512,5 @@ class AttentionPlan:
                                      heads=(self.num_heads_q, self.num_heads_kv, self.head_dim, self.head_dim_v),
                                      dtype=self.dtype, device=self.device, capacity=self.capacity, paged=self.paged,
                                      page_size=self.page_size,
-                                     max_total_q=None if self.split is None else self.max_total_q, hopper=self.hopper)
+                                     max_total_q=None if self.split is None and not self.q_quant else self.max_total_q,
+                                     hopper=self.hopper)
