@@ -365,7 +365,6 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
     return (out, lse) if return_lse else out
 
 
-
 def _quantized(call, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, causal,
                window_size, softcap, softmax_scale, num_splits, pack_gqa, out, metadata_layout, sort, head_swizzle,
                short_query_tokens, arch, sinks, k_descale, v_descale):
