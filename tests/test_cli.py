@@ -14,6 +14,7 @@ import sampling
 from kernelgen.apps import cli, traces
 from kernelgen.apps.demo import attention_flops, demo_specs, has_cuda_gpu, visible_pairs
 from kernelgen.jit import compiler
+from kernelgen.kernels.spec import QuantSpec
 from kernelgen.jit.cache import KernelCache
 
 REPO = Path(__file__).resolve().parents[1]
@@ -123,7 +124,9 @@ def test_warmup_specs_with_kv_dtypes():
     for arch, dev in (("sm_90a", H200), ("sm_80", A100)):
         plain = warmup_specs(arch, **kw)
         both = warmup_specs(arch, kv_dtypes=("e4m3", "e5m2"), **kw)
-        extra = [s for s in both if s not in plain]
+        extra = [s for s in both if s not in plain and s.kind != "quant"]
+        # an e4m3 cache with the FP8 tensor-core variant: the q quantisation kernel (quantize_q=True)
+        assert [s for s in both if s.kind == "quant"] == ([QuantSpec(arch, "bf16")] if arch == "sm_90a" else [])
         assert set(plain) <= set(both) and extra and not any(_kv_of(s) for s in plain)
         assert all(s.kind in ("attention", "fused") and _kv_of(s) in ("e4m3", "e5m2") and s.arch == arch
                    for s in extra)
@@ -173,7 +176,9 @@ def test_warmup_kv_dtype_flag_lists_fp8_specs_and_nvrtc_compiles_one(tmp_path, c
     assert not any(getattr(s, "kv_dtype", "") for s in plain)
     assert cli.main(base + ["--kv-dtype", "e4m3,e5m2"]) == 0
     fp8 = [s for s in seen["specs"] if _kv_of(s)]
-    assert set(plain) <= set(seen["specs"]) and len(seen["specs"]) == len(plain) + len(fp8)
+    quant = [s for s in seen["specs"] if s.kind == "quant"]
+    assert quant == [QuantSpec("sm_90a", "bf16")]
+    assert set(plain) <= set(seen["specs"]) and len(seen["specs"]) == len(plain) + len(fp8) + len(quant)
     assert {_kv_of(s) for s in fp8} == {"e4m3", "e5m2"}
     assert all(s.kind in ("attention", "fused") and s.arch == "sm_90a" for s in fp8)
     assert {s.mainloop for s in fp8} == {"sm80", "sm90a"} and any(s.kind == "fused" for s in fp8)

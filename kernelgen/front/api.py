@@ -392,4 +392,5 @@ def _quantized(call, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     attn = getattr(recipe.variants, "attention", None)
     if recipe.kind != "single" or attn is None or not attn.fp8_mma:
         return None
+    _quant_q.load(q.device, q.dtype)
     return (call8, *_quant_q.quantize(q, cu_seqlens_q, batch, hkv, buffer=buf), recipe)

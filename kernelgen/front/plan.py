@@ -197,6 +197,8 @@ class AttentionPlan:
         #: the quantised q and its factors (``q_quant``): one buffer, the factors past max_total_q's rows
         self._q8_off, n = quant_q.buffer_bytes(self.max_total_q, num_heads_q, head_dim, self.capacity, num_heads_kv)
         self._q8 = torch.empty(n, dtype=torch.uint8, device=self.device) if self.q_quant else None
+        if self.q_quant:
+            quant_q.load(self.device, dtype)
         #: int32 scheduler metadata (``kernels.metadata``; the long class's in a two-class plan), sized by
         #: the capacity only, the short class's (None for a single-class plan) and the split-KV
         #: partials (None without split-KV), sized by max_total_q: views of the workspace.

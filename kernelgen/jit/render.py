@@ -16,7 +16,8 @@ from pathlib import Path
 import jinja2
 
 from ..kernels import metadata
-from ..kernels.params import SCHEDULER_PARAMS, attention_params_for, combine_params_for, fused_params_for
+from ..kernels.params import (QUANT_PARAMS, SCHEDULER_PARAMS, attention_params_for, combine_params_for,
+                              fused_params_for)
 
 
 def templates_dir() -> Path:
@@ -86,6 +87,8 @@ def context(spec) -> dict:
     elif spec.kind == "combine":
         ctx.update(_DTYPE_INFO[spec.dtype])
         ctx["params_decl"] = combine_params_for(spec).c_decl()
+    elif spec.kind == "quant":
+        ctx["params_decl"] = QUANT_PARAMS.c_decl()
     return ctx
 
 

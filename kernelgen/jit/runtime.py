@@ -15,8 +15,8 @@ import threading
 from dataclasses import dataclass, field
 
 from ..kernels.device import Device
-from ..kernels.params import (ParamStruct, SCHEDULER_PARAMS, attention_params_for, combine_params_for,
-                              fused_params_for)
+from ..kernels.params import (QUANT_PARAMS, ParamStruct, SCHEDULER_PARAMS, attention_params_for,
+                              combine_params_for, fused_params_for)
 
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 #: The scheduler keeps up to four 4-byte values per request slot in dynamic shared memory (two
@@ -142,6 +142,8 @@ def _load(spec, ordinal: int) -> Kernel:
         params = fused_params_for(spec)
     elif spec.kind == "combine":
         threads, smem, params = spec.num_threads, 0, combine_params_for(spec)
+    elif spec.kind == "quant":
+        threads, smem, params = spec.num_threads, 0, QUANT_PARAMS
     else:
         raise ValueError(f"unknown kernel kind {spec.kind!r}")
     dev = device(ordinal)

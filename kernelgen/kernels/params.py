@@ -120,6 +120,19 @@ def combine_params_for(spec):
     return COMBINE_PARAMS_SINKS if getattr(spec, "sinks", False) else COMBINE_PARAMS
 
 
+#: The q quantisation kernel (``spec.QuantSpec``, ``launch.quant_q``): q (16-bit, rows
+#: ``q_row_stride`` elements apart), cu_seqlens_q, the u32 (batch, num_heads_kv) amax words (zeroed
+#: before phase 0), q8 (contiguous e4m3) and the float32 (batch, num_heads_kv) descales;
+#: ``group_elems`` = (num_heads_q / num_heads_kv) * head_dim; ``phase`` 0 (amax) or 1 (cast).
+QUANT_PARAMS = ParamStruct(
+    "QuantParams",
+    [
+        ("q", "ptr"), ("cu_seqlens_q", "ptr"), ("amax", "ptr"), ("q8", "ptr"), ("descale", "ptr"),
+        ("q_row_stride", "i64"),
+        ("total_q", "i32"), ("num_heads_kv", "i32"), ("group_elems", "i32"), ("batch", "i32"), ("phase", "i32"),
+    ],
+)
+
 SCHEDULER_PARAMS = ParamStruct(
     "SchedParams",
     [

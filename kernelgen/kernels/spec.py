@@ -509,6 +509,44 @@ class CombineSpec:
         return d
 
 
+#: Compile targets with the fp32 -> e4m3 conversion (``cvt.rn.satfinite.e4m3x2.f32``, sm_89+).
+FP8_CVT_ARCHS = ("sm_89", "sm_90a", "sm_100", "sm_120")
+
+
+@dataclass(frozen=True)
+class QuantSpec:
+    """The kernel that quantises a 16-bit q to e4m3 per (request, KV head) with power-of-two
+    factors (``launch.quant_q``; templates/quant/quant_q.cu.j2): ``dtype`` is q's.  Two phases
+    of one kernel (a parameter): the largest |q| per request and KV head, then the cast and the
+    descales.  ``num_threads`` threads a CTA, ``rows_per_cta`` rows of one KV head each."""
+
+    arch: str
+    dtype: str
+
+    kind: ClassVar[str] = "quant"
+    template: ClassVar[str] = "quant/quant_q.cu.j2"
+    entry: ClassVar[str] = "kg_quant_q"
+    num_threads: ClassVar[int] = 256
+    rows_per_cta: ClassVar[int] = 64
+
+    def __post_init__(self):
+        _check(self.arch, FP8_CVT_ARCHS, "arch")
+        _check(self.dtype, DTYPES, "dtype")
+
+    @property
+    def name(self) -> str:
+        return f"quantq_{self.arch}_{self.dtype}"
+
+    def template_vars(self) -> dict:
+        return {"arch": self.arch, "dtype": self.dtype, "num_threads": self.num_threads,
+                "rows_per_cta": self.rows_per_cta}
+
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["kind"] = self.kind
+        return d
+
+
 @dataclass(frozen=True)
 class FusedAttentionSpec:
     """One persistent attention kernel with two variants (horizontal fusion): ``long`` runs the
@@ -699,4 +737,6 @@ def spec_from_json(d: dict):
         return SchedulerSpec(**d)
     if kind == "combine":
         return CombineSpec(**d)
+    if kind == "quant":
+        return QuantSpec(**d)
     raise ValueError(f"unknown spec kind {kind!r}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from ..kernels.spec import DTYPES, HEAD_DIMS, LAYOUTS
+from ..kernels.spec import DTYPES, HEAD_DIMS, LAYOUTS, QuantSpec
 from . import heuristics
 from .settings import Settings
 
@@ -65,7 +65,8 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
             with ``kv_dtype``, automatic and forced to the sm_80 mainloop, on sm_90a with each
             page size too; with ``sinks``, ``alibi`` or ``variants`` theirs too), those of the
             same calls with an e4m3 q (``q_dtype``: the Hopper FP8 tensor-core variant where it
-            applies), and a paged mixed batch's fused kernels (``choose_fused`` with ``kv_dtype``;
+            applies, and then, for an e4m3 cache, the kernel that quantises a 16-bit q for it:
+            ``quantize_q=True``, ``spec.QuantSpec``), and a paged mixed batch's fused kernels (``choose_fused`` with ``kv_dtype``;
             on sm_90a ``choose_fused_hopper``'s at each page size, or the classes in turn,
             ``choose_pair``, where that does not apply; ``decide``).  Empty (default): none.
 
@@ -122,8 +123,11 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                         vq = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), kv_dtype=kv, q_dtype="e4m3",
                                                **extra, **kw)
                         specs += [vq.attention, vq.combine]
+                        if kv == "e4m3" and vq.attention.fp8_mma:   # quantize_q=True: q's quantisation kernel
+                            specs.append(QuantSpec(arch, dtype))
             if sinks:  # the single-class calls' sink variants (decide.recipe: same tiles and splits)
-                specs += [dataclasses.replace(s, sinks=True) for s in specs if s is not None and s.kind != "scheduler"]
+                specs += [dataclasses.replace(s, sinks=True) for s in specs
+                          if s is not None and s.kind not in ("scheduler", "quant")]
             for kv in kv_dtypes:   # a paged mixed batch (decide): the fused kernels, on sm_90a the classes in
                 # turn where the Hopper one does not apply (mixed batches keep the plain kernels with sinks)
                 if pg and max_q > heuristics.short_query_tokens(8 * int(gqa), 8) and not al and var is None \

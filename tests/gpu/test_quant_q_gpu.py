@@ -109,3 +109,82 @@ def test_plan_quantised_in_a_cuda_graph():
         check_mma(out[:tq], lse[:, :tq], *got)
         assert torch.isnan(out[tq:]).all(), "rows past the batch's tokens must not be written"
         assert torch.isnan(lse[:, tq:]).all(), "lse rows past the batch must not be written"
+
+
+def _kernel_and_reference(q, cu, batch, hkv):
+    got8, got_d = quant_q.quantize(q, cu, batch, hkv)
+    want8, want_d = quant_q.quantize_reference(q, cu, batch, hkv)
+    torch.cuda.synchronize()
+    return got8.view(torch.uint8), got_d, want8.view(torch.uint8), want_d
+
+
+@pytest.mark.parametrize("dtype", [BF16, FP16])
+@pytest.mark.parametrize("hq,hkv,d", [(16, 4, 128), (8, 8, 64), (16, 2, 96), (16, 8, 256), (64, 8, 64), (4, 1, 192)])
+def test_the_kernel_equals_the_reference_bit_for_bit(dtype, hq, hkv, d):
+    """templates/quant/quant_q.cu.j2 against ``quantize_reference`` (torch ops): every byte of q8
+    and every descale, on requests of 0, 1, 63, 64, 65 and thousands of rows (row blocks shared
+    by many requests and requests over many blocks), values over many binades (outliers, a
+    request of tiny values: fp16's clamp of k at 15, bf16 values far below fp16's range), an
+    all-zero request, and rows past the batch."""
+    qlens = [1, 0, 63, 64, 65, 1, 1, 1, 2500, 3, 130, 1]
+    batch, total = len(qlens), sum(qlens) + 37                       # 37 rows past the batch
+    cu = torch.tensor([0] + list(np.cumsum(qlens)), dtype=torch.int32, device="cuda")
+    g = torch.Generator(device="cuda").manual_seed(hq * d + hkv)
+    x = torch.randn(total, hq, d, generator=g, device="cuda")
+    x *= torch.exp2(torch.randint(-6, 7, (total, hq, 1), generator=g, device="cuda").float())
+    x[70:75, : hq // hkv] *= 2000                                   # outliers in one request's first KV head
+    x[int(cu[10]):int(cu[11])] *= 1e-6 if dtype == FP16 else 1e-30   # tiny values: k clamps (fp16) / near 2^-100
+    x[int(cu[9]):int(cu[10])] = 0                                    # an all-zero request: factor 1
+    x[-37:] *= 1e4                                                   # past the batch: unscaled
+    q = x.to(dtype)
+    g8, gd, w8, wd = _kernel_and_reference(q, cu, batch, hkv)
+    assert torch.equal(gd, wd), (gd - wd).abs().max()
+    assert torch.equal(g8, w8), int((g8 != w8).sum())
+    assert torch.all(wd[9] == 1.0)
+    if dtype == FP16:
+        assert torch.all(wd[10] == 2.0 ** -15)
+    else:
+        assert float(wd[10].max()) < 2.0 ** -90
+
+
+@pytest.mark.parametrize("dtype", [BF16, FP16])
+def test_the_kernel_on_strided_q_and_non_finite_groups(dtype):
+    """A q whose rows are further apart than its heads (a view of a wider buffer: read in place)
+    and one with strided heads (copied first); a (request, KV head) with inf or NaN keeps factor
+    1: its NaN stays NaN and its finite values within e4m3's range equal the reference's."""
+    qlens, hq, hkv, d = [100, 3, 500], 8, 2, 128
+    cu = torch.tensor([0] + list(np.cumsum(qlens)), dtype=torch.int32, device="cuda")
+    wide = (3 * torch.randn(sum(qlens), 12, d, device="cuda")).to(dtype)
+    for q in (wide[:, :hq], wide[:, ::1][:, 2:10], torch.randn(sum(qlens), 2 * hq, d, device="cuda").to(dtype)[:, ::2]):
+        g8, gd, w8, wd = _kernel_and_reference(q, cu, 3, hkv)
+        assert torch.equal(gd, wd) and torch.equal(g8, w8)
+    q = wide[:, :hq].clone()
+    q[5, 0, 7] = float("inf")
+    q[200, 5, 9] = float("nan")
+    g8, gd, w8, wd = _kernel_and_reference(q, cu, 3, hkv)
+    assert torch.equal(gd, wd) and gd[0, 0] == 1 and gd[2, 1] == 1
+    assert torch.isnan(g8.view(E4M3)[200, 5, 9].float())
+    fin = torch.isfinite(q) & (q.float().abs() <= 448)
+    assert torch.equal(g8[fin], w8[fin])
+    assert float(g8.view(E4M3)[5, 0, 7].float()) == 448.0           # inf saturates (cvt.rn.satfinite)
+
+
+def test_the_kernel_in_a_cuda_graph():
+    """Captured once, replayed with new values and lengths written in place: the amax words are
+    zeroed inside the graph, so every replay quantises its own q."""
+    hq, hkv, d, total = 16, 4, 128, 700
+    q = torch.zeros(total, hq, d, dtype=BF16, device="cuda")
+    cu = torch.tensor([0, 300, 650], dtype=torch.int32, device="cuda")
+    off, n = quant_q.buffer_bytes(total, hq, d, 2, hkv)
+    buf = torch.empty(n, dtype=torch.uint8, device="cuda")
+    quant_q.quantize(q, cu, 2, hkv, buffer=buf)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        q8, qd = quant_q.quantize(q, cu, 2, hkv, buffer=buf)
+    for scale, split in ((1.0, 10), (50.0, 400), (0.01, 1)):
+        q.copy_(torch.randn(total, hq, d, device="cuda") * scale)
+        cu[1] = split
+        replay(graph)
+        w8, wd = quant_q.quantize_reference(q, cu, 2, hkv)
+        assert torch.equal(qd, wd) and torch.equal(q8.view(torch.uint8), w8.view(torch.uint8))

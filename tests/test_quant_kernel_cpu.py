@@ -1,0 +1,134 @@
+"""The q quantisation kernel (``spec.QuantSpec``, templates/quant/quant_q.cu.j2) on the CPU: the
+spec's checks and JSON form, its source compiled by NVRTC for every target that has FP8
+conversions (0 spills, few registers), the parameter struct the launch packs, and the launch
+path of ``quant_q.quantize`` with the driver stubbed: two launches (the amax phase, then the cast)
+on the current stream with q, cu_seqlens_q, a zeroed amax word array, q8 and the descales at
+their places in the buffer.  The kernel's results are compared with ``quantize_reference`` bit for
+bit on the GPU (tests/gpu/test_quant_q_gpu.py)."""
+import ctypes
+import re
+
+import pytest
+import torch
+
+from kernelgen.jit import compiler, render, runtime
+from kernelgen.kernels.params import QUANT_PARAMS
+from kernelgen.kernels.spec import FP8_CVT_ARCHS, QuantSpec, spec_from_json
+from kernelgen.launch import launch, prepared, quant_q
+from kernelgen.selection import catalog
+
+BF16, FP16 = torch.bfloat16, torch.float16
+
+
+def test_spec_checks_and_json():
+    s = QuantSpec("sm_90a", "bf16")
+    assert s.name == "quantq_sm_90a_bf16" and s.kind == "quant" and s.entry == "kg_quant_q"
+    assert spec_from_json(s.to_json()) == s
+    for bad in ("sm_80", "sm_86"):   # no fp32 -> e4m3 conversion before sm_89
+        with pytest.raises(ValueError, match=r"^arch must be one of .*got 'sm_8[06]'"):
+            QuantSpec(bad, "bf16")
+    with pytest.raises(ValueError, match=r"^dtype must be one of"):
+        QuantSpec("sm_90a", "e4m3")
+
+
+@pytest.mark.parametrize("arch", FP8_CVT_ARCHS)
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_compiles_without_spills(arch, dtype):
+    spec = QuantSpec(arch, dtype)
+    src = render.render(spec)
+    assert QUANT_PARAMS.c_decl() in src and "cvt.rn.satfinite.e4m3x2.f32" in src
+    res = compiler.compile_cubin(src, arch, compiler.default_options(arch), spec.name).resources
+    assert res["spill_stores"] == 0 and res["spill_loads"] == 0 and res["stack_frame"] == 0
+    # 256 threads: at most 64 registers keeps four CTAs (1024 threads) an SM for the loads in flight
+    assert 0 < res["registers"] <= 64
+    assert res["shared_static"] == 12 * spec.rows_per_cta      # per row: amax word, request, factor
+
+
+def test_template_constants_follow_the_spec():
+    src = render.render(QuantSpec("sm_90a", "fp16"))
+    assert re.search(r"constexpr int THREADS = 256;", src) and re.search(r"constexpr int ROWS = 64;", src)
+    assert "K_LO = -24, K_HI = 15" in src                       # quantize_reference's fp16 range
+    assert "K_LO = -126, K_HI = 126" in render.render(QuantSpec("sm_90a", "bf16"))
+
+
+def test_param_struct_layout():
+    assert QUANT_PARAMS.pointer_names == ("q", "cu_seqlens_q", "amax", "q8", "descale")
+    assert QUANT_PARAMS.offset("q_row_stride") == 40 and QUANT_PARAMS.offset("total_q") == 48
+    assert QUANT_PARAMS.offset("phase") == 64 and QUANT_PARAMS.size == 72
+
+
+def test_warmup_builds_it_with_the_fp8_tensor_core_variant():
+    specs = catalog.warmup_specs("sm_90a", head_dims=(128,), dtypes=("bf16",), kv_dtypes=("e4m3",), sinks=True)
+    assert QuantSpec("sm_90a", "bf16") in specs
+    assert not [s for s in catalog.warmup_specs("sm_90a", head_dims=(128,), dtypes=("bf16",), kv_dtypes=("e5m2",))
+                if s.kind == "quant"]
+    assert not [s for s in catalog.warmup_specs("sm_80", head_dims=(128,), dtypes=("bf16",), kv_dtypes=("e4m3",))
+                if s.kind == "quant"]
+
+
+def test_the_cpu_runs_the_reference():
+    g = torch.Generator().manual_seed(3)
+    q = (5 * torch.randn(50, 8, 64, generator=g)).to(BF16)
+    cu = torch.tensor([0, 7, 7, 50], dtype=torch.int32)
+    a8, ad = quant_q.quantize(q, cu, 3, 2)
+    b8, bd = quant_q.quantize_reference(q, cu, 3, 2)
+    assert torch.equal(a8.view(torch.uint8), b8.view(torch.uint8)) and torch.equal(ad, bd)
+
+
+class _Stub:
+    """get_kernel / launch_kernel / current_stream stand-ins: each launch's grid, stream and
+    decoded fields, and the amax words as they are when the launch is made."""
+
+    def __init__(self, monkeypatch):
+        self.launches = []
+        self.kernel = object()
+        monkeypatch.setattr(quant_q, "_kernel_arch", lambda q: "sm_90a")
+        monkeypatch.setattr(runtime, "get_kernel", self.get_kernel)
+        monkeypatch.setattr(launch, "launch_kernel", self.launch_kernel)
+        monkeypatch.setattr(prepared, "current_stream", lambda index: 0x5eed)
+
+    def get_kernel(self, spec, ordinal):
+        self.spec = spec
+        return self.kernel
+
+    def launch_kernel(self, kernel, grid, stream, packed):
+        assert kernel is self.kernel
+        f = dict(zip(QUANT_PARAMS.names, QUANT_PARAMS.struct.unpack(packed)))
+        f["amax_words"] = ctypes.string_at(f["amax"], 4 * f["batch"] * f["num_heads_kv"])
+        self.launches.append((grid, stream, f))
+
+
+@pytest.mark.parametrize("dtype", [BF16, FP16])
+def test_the_launches(monkeypatch, dtype):
+    stub = _Stub(monkeypatch)
+    total, hq, hkv, d, batch = 130, 8, 2, 96, 3
+    wide = torch.zeros(total, 12, d, dtype=dtype)
+    q = wide[:, :hq]                                             # rows 12 x 96 apart, heads contiguous: no copy
+    cu = torch.tensor([0, 100, 100, 129], dtype=torch.int32)
+    off, n = quant_q.buffer_bytes(total, hq, d, batch, hkv)
+    buf = torch.empty(n, dtype=torch.uint8)
+    q8, qd = quant_q.quantize(q, cu, batch, hkv, buffer=buf)
+    assert stub.spec == QuantSpec("sm_90a", "bf16" if dtype == BF16 else "fp16")
+    assert [x[2]["phase"] for x in stub.launches] == [0, 1]
+    for grid, stream, f in stub.launches:
+        assert grid == 3 * hkv and stream == 0x5eed             # ceil(130 / 64) row blocks x KV heads
+        assert f["q"] == q.data_ptr() and f["q_row_stride"] == 12 * d and f["cu_seqlens_q"] == cu.data_ptr()
+        assert f["q8"] == buf.data_ptr() == q8.data_ptr() and f["descale"] == buf.data_ptr() + off == qd.data_ptr()
+        assert (f["total_q"], f["num_heads_kv"], f["group_elems"], f["batch"]) == (total, hkv, 4 * d, batch)
+        assert f["amax_words"] == bytes(4 * batch * hkv)          # zeroed before phase 0 (nothing ran here)
+    assert stub.launches[0][2]["amax"] == stub.launches[1][2]["amax"]
+
+
+def test_a_q_the_kernel_cannot_read_is_copied(monkeypatch):
+    stub = _Stub(monkeypatch)
+    base = torch.randn(20, 8, 64).to(BF16)
+    q = base[:, ::2]                                             # head stride 128: not one run a row
+    quant_q.quantize(q, torch.tensor([0, 20], dtype=torch.int32), 1, 2)
+    f = stub.launches[0][2]
+    assert f["q"] != q.data_ptr() and f["q_row_stride"] == 4 * 64 and f["group_elems"] == 2 * 64
+
+
+def test_no_rows_no_launch(monkeypatch):
+    stub = _Stub(monkeypatch)
+    q8, qd = quant_q.quantize(torch.empty(0, 4, 64, dtype=BF16), torch.zeros(3, dtype=torch.int32), 2, 2)
+    assert stub.launches == [] and q8.shape == (0, 4, 64) and torch.equal(qd, torch.ones(2, 2))
