@@ -666,7 +666,10 @@ SINKS_ENTRIES = (("sinks_prefill_causal_s16k", "prefill"), ("sinks_decode_b128_p
 ALIBI_ENTRIES = (("alibi_prefill_causal_s16k", "prefill"), ("alibi_decode_b128_paged16", "decode"))
 SINKS_PREFILL_TOKENS = 16384
 #: The FP8 K/V entries (issue 24): (base name, suite).
-FP8_ENTRIES = (("fp8_prefill_causal_s16k", "prefill"), ("fp8_decode_b128_paged16", "decode"))
+FP8_ENTRIES = (("fp8_prefill_causal_s16k", "prefill"), ("fp8_prefill_s4k_b4", "prefill"),
+               ("fp8_decode_b128_paged16", "decode"))
+#: ``*_prefill_s4k_b4``: requests and tokens a request of the non-causal prefill cost entry.
+NONCAUSAL_PREFILL = (4, 4096)
 #: e4m3's largest finite value: the per-tensor scale maps a tensor's amax onto it.
 E4M3_MAX = 448.0
 #: The agreement bound of the FP8 entries' peers (absolute, on outputs of |o| <= ~1): FA3 FP8 also
@@ -697,8 +700,10 @@ def _last_attention_kernel() -> str | None:
 
 def _cost_inputs(settings: Settings, which: str, model: ModelPreset, label: str):
     """The inputs of a with/without cost entry (sinks_*, alibi_*, variant_*): ``*_prefill_causal_s16k``
-    (one causal request of SINKS_PREFILL_TOKENS tokens, packed K/V) or ``*_decode_b128_paged16``
-    (decode_trace_b128_paged16's 128 decodes, pages of 16).  Returns (make_call(out, k=, v=, q=, **kw):
+    (one causal request of SINKS_PREFILL_TOKENS tokens, packed K/V), ``*_prefill_s4k_b4``
+    (NONCAUSAL_PREFILL: 4 non-causal requests of 4096 tokens; io["causal"] is False) or
+    ``*_decode_b128_paged16`` (decode_trace_b128_paged16's 128 decodes, pages of 16).  Returns
+    (make_call(out, k=, v=, q=, **kw):
     k/v replace the 16-bit cache (same shape, e.g. its FP8 copy), q the bf16 queries, the raw
     entry, output rows, the tensors for peers: {"q", "k", "v", "cu_q", "cu_k", "max_q", "max_k",
     "lens_q", "lens_k"} plus "page_table" / "seqused_k" on the paged cache)."""
@@ -719,6 +724,21 @@ def _cost_inputs(settings: Settings, which: str, model: ModelPreset, label: str)
                    flops=attention_flops([n], [n], m), bytes=prefill_bytes([n], [n], m))
         io = {"q": q, "k": k, "v": v, "cu_q": cu, "cu_k": cu, "max_q": n, "max_k": n, "lens_q": [n], "lens_k": [n]}
         return make_call, e, n, io
+    if which.endswith("_prefill_s4k_b4"):
+        b, n = NONCAUSAL_PREFILL
+        q = torch.randn(b * n, m.num_heads_q, m.head_dim, generator=g, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(b * n, m.num_heads_kv, m.head_dim, generator=g, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(b * n, m.num_heads_kv, m.head_dim_v, generator=g, device="cuda", dtype=torch.bfloat16)
+        cu = _cu([n] * b, "cuda")
+
+        def make_call(o, k=k, v=v, q=q, **kw):
+            return _kg_call(q, k, v, cu, cu, n, n, m, o, **{"causal": False, **kw})
+        e = _entry(entry_name(which, m), "prefill", m, metric="tflops",
+                   shape=f"{b} x {n} tokens, non-causal, {m.describe()}, {label}",
+                   flops=attention_flops([n] * b, [n] * b, m, False), bytes=prefill_bytes([n] * b, [n] * b, m))
+        io = {"q": q, "k": k, "v": v, "cu_q": cu, "cu_k": cu, "max_q": n, "max_k": n, "lens_q": [n] * b,
+              "lens_k": [n] * b, "causal": False}
+        return make_call, e, b * n, io
     if which.endswith("_decode_b128_paged16"):
         ctx = decode_contexts(settings, "decode_trace_b128_paged16")
         q, kc, vc, pt, used, cu_q = paged_batch([1] * len(ctx), ctx, m, seed=7)
@@ -851,6 +871,7 @@ def fp8_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
     """FP8 (e4m3) attention (issue 24) against the same call in bf16:
     ``fp8_prefill_causal_s16k`` (one causal request of 16384 tokens, packed K/V; q, k and v in
     e4m3, as FA3's FP8 forward: the Hopper kernel's FP8 tensor-core variant) or
+    ``fp8_prefill_s4k_b4`` (the same on 4 non-causal requests of 4096 tokens) or
     ``fp8_decode_b128_paged16`` (decode_trace_b128_paged16's 128 decodes, pages of 16; an e4m3
     cache with bf16 queries, as serving engines run an FP8 KV cache), the first preset's heads,
     window and soft-cap.  Tensors are quantised per tensor (scale amax / 448, passed as
@@ -898,7 +919,8 @@ def fp8_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
     e["peer_atol"] = FP8_PEER_ATOL
     wl = m.window_left
     if prefill:
-        builders = {peers.FA3: peers.fa3(q8, k8, v8, True, cu_q=io["cu_q"], cu_k=io["cu_k"], max_q=io["max_q"],
+        builders = {peers.FA3: peers.fa3(q8, k8, v8, io.get("causal", True), cu_q=io["cu_q"], cu_k=io["cu_k"],
+                                         max_q=io["max_q"],
                                          max_k=io["max_k"], softcap=m.softcap, window_left=wl,
                                          descales=(qd, kd, vd))}
         peers.measure(e, builders, settings.time, reference=outs[1])
@@ -1658,6 +1680,9 @@ def _specs_sinks(model, which):
     def specs(settings, arch, num_sms):
         if which.endswith("_decode_b128_paged16"):
             q, k, paged, layouts = 1, max(decode_contexts(settings, "decode_trace_b128_paged16")), True, ("soa",)
+        elif which.endswith("_prefill_s4k_b4"):
+            q = k = NONCAUSAL_PREFILL[1]
+            paged, layouts = False, ("soa",)
         else:
             q = k = SINKS_PREFILL_TOKENS
             paged, layouts = False, ("soa",)
