@@ -18,16 +18,20 @@ nearest even: a relative error of at most 2^-4 for every element at or above 2^-
 absolute one of 2^-10 / 2^k below), ``q_descale = 2^-k`` exactly, and no element exceeds 448.
 (A power of two wastes at most the top half of e4m3's range of one binade, which changes nothing
 for normal values: their relative step is the same in every binade.)  A request and KV head with
-an inf or NaN in q keeps the factor 1, so its other values are cast unscaled (past 448 they
-saturate to +-448 from torch 2.12 on, NaN before; below 2^-9 they flush to 0); NaN stays NaN.  The
+an inf or NaN in q keeps the factor 1, so its other values are cast unscaled (past 448, inf
+included, the kernel saturates them to +-448, as ``quantize_reference``'s cast does from torch
+2.12 on, NaN before; below 2^-10 they round to 0); NaN stays NaN.  The
 row with the inf or NaN is lost either way (so it is on the exact path); the group's other rows
 lose precision here only.
 
-Torch ops on the current stream: no host synchronisation, capturable in a CUDA graph.  Cost,
-measured on the H200 for a 16384-token q of 134 MB (32 x 128, 16 x 256 or 64 x 64 heads): 0.46 ms,
-of which the largest |q| per row and KV head takes 0.06 and the multiply and cast 0.13; the rest is
-the per-request reduction and the small ops (the next step: one kernel), against the 2-4.4 ms the
-tensor-core kernel saves on such a prefill (``docs/dev/perf-log.md``, thirtieth session).
+On a GPU of compute capability 8.9 and up one kernel does it (templates/quant/quant_q.cu.j2: the
+largest |q| per request and KV head, then the cast; each phase reads q once), elsewhere torch ops
+(``quantize_reference``, the same bytes); either way on the current stream, with no host
+synchronisation, capturable in a CUDA graph.  Cost, measured on the H200 for a 16384-token q of
+134 MB (32 x 128, 16 x 256 or 64 x 64 heads; ``benchmarks/experiments/quant_q_time.py``): the kernel
+92-97 us (3.5-3.7 TB/s of the 402 MB it moves), the torch ops 384-430 us, against the 2-4.4 ms the
+tensor-core kernel saves on such a prefill (``docs/dev/perf-log.md``, thirtieth and thirty-first
+sessions).
 """
 from __future__ import annotations
 

@@ -132,14 +132,21 @@ def test_the_kernel_equals_the_reference_bit_for_bit(dtype, hq, hkv, d):
     g = torch.Generator(device="cuda").manual_seed(hq * d + hkv)
     x = torch.randn(total, hq, d, generator=g, device="cuda")
     x *= torch.exp2(torch.randint(-6, 7, (total, hq, 1), generator=g, device="cuda").float())
-    x[70:75, : hq // hkv] *= 2000                                   # outliers in one request's first KV head
+    x[70:75, : hq // hkv] *= 2000 if dtype == BF16 else 100          # outliers in one request's first KV head (finite)
     x[int(cu[10]):int(cu[11])] *= 1e-6 if dtype == FP16 else 1e-30   # tiny values: k clamps (fp16) / near 2^-100
     x[int(cu[9]):int(cu[10])] = 0                                    # an all-zero request: factor 1
     x[-37:] *= 1e4                                                   # past the batch: unscaled
     q = x.to(dtype)
     g8, gd, w8, wd = _kernel_and_reference(q, cu, batch, hkv)
     assert torch.equal(gd, wd), (gd - wd).abs().max()
-    assert torch.equal(g8, w8), int((g8 != w8).sum())
+    n = int(cu[-1])
+    assert torch.equal(g8[:n], w8[:n]), int((g8[:n] != w8[:n]).sum())
+    # past the batch (factor 1): the same bytes within e4m3's range; beyond it the kernel saturates
+    # (cvt.rn.satfinite), torch's cast only from 2.12 on (NaN before)
+    inside = q[n:].float().abs() <= 448
+    assert inside.any() and (~inside).any()
+    assert torch.equal(g8[n:][inside], w8[n:][inside])
+    assert torch.all(g8[n:].view(E4M3).float().abs()[~inside] == 448)
     assert torch.all(wd[9] == 1.0)
     if dtype == FP16:
         assert torch.all(wd[10] == 2.0 ** -15)
