@@ -17,7 +17,8 @@ Shapes (the bench's entries, bf16): ``dense_causal_16k`` (1 x 32 x 16384, d 128,
 keys, pages of 16, 32/8 heads), ``decode_b32_tp8`` (32 Mooncake decodes, 8/1 heads, pages of
 16), ``decode_b128`` (128 Mooncake decodes, 32/8 heads, pages of 16); ``fp8_causal_16k``, ``fp8_causal_h64``,
 ``fp8_causal_h256``: the causal dense shapes with q, k and v in e4m3 (per-tensor descales; FA3's FP8
-forward, kernelgen's FP8 tensor-core variant); ``gptoss_causal_16k`` (1 x 16384, gpt-oss's 64 / 8 heads,
+forward, kernelgen's FP8 tensor-core variant); ``fp8_causal_16k_gqa`` / ``fp8_dense_4k_gqa``: the FP8
+bench entries' shapes (1 x 16384 causal / 4 x 4096 non-causal, 32 / 8 heads, d 128); ``gptoss_causal_16k`` (1 x 16384, gpt-oss's 64 / 8 heads,
 d 64, causal) and ``gptoss_softcap_16k`` (the same with the soft-cap 50 as a score_mod, tanh.approx:
 kernelgen's ``VARIANT_SOFTCAP_APPROX_SCORE_MOD``, FA4's ``fa4_softcap_score_mod``; FA3 refuses it).  FA3 reads paged shapes'
 caches gathered into packed K/V (``fa3_unpaged``), as in the bench.
@@ -31,7 +32,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 SHAPES = ("dense_causal_16k", "dense_4k", "dense_causal_h64", "dense_causal_h256", "chunked_p16", "decode_b32_tp8",
-          "decode_b128", "fp8_causal_16k", "fp8_causal_h64", "fp8_causal_h256", "gptoss_causal_16k",
+          "decode_b128", "fp8_causal_16k", "fp8_causal_16k_gqa", "fp8_dense_4k_gqa", "fp8_causal_h64",
+          "fp8_causal_h256", "gptoss_causal_16k",
           "gptoss_softcap_16k")
 
 
@@ -48,12 +50,17 @@ def build(shape: str, impl: str):
              "dense_causal_h64": (8, 32, 2048, 64, True), "dense_causal_h256": (2, 16, 4096, 256, True)}
     fp8 = {"fp8_causal_16k": "dense_causal_16k", "fp8_causal_h64": "dense_causal_h64",
            "fp8_causal_h256": "dense_causal_h256"}
-    if shape in fp8:   # q, k and v in e4m3 with per-tensor descales (FA3's FP8 forward; kernelgen's fp8_mma)
-        b, h, s, d, causal = dense[fp8[shape]]
+    gqa = {"fp8_causal_16k_gqa": (1, 16384, True), "fp8_dense_4k_gqa": (4, 4096, False)}
+    if shape in fp8 or shape in gqa:   # q, k and v in e4m3, per-tensor descales (FA3's FP8 forward; kernelgen's fp8_mma)
+        if shape in gqa:   # the bench entries' Llama 3 heads (32 / 8)
+            (b, s, causal), h, hkv, d = gqa[shape], 32, 8, 128
+        else:
+            b, h, s, d, causal = dense[fp8[shape]]
+            hkv = h
         g = torch.Generator(device="cuda").manual_seed(0)
-        (q, qs), (k, ks), (v, vs) = (suites.quantize_e4m3(torch.randn(b * s, h, d, generator=g, device="cuda",
-                                                                      dtype=torch.bfloat16)) for _ in range(3))
-        qd, kd, vd = (x.reshape(1, 1).expand(b, h).contiguous() for x in (qs, ks, vs))
+        (q, qs), (k, ks), (v, vs) = (suites.quantize_e4m3(torch.randn(b * s, n, d, generator=g, device="cuda",
+                                                                      dtype=torch.bfloat16)) for n in (h, hkv, hkv))
+        qd, kd, vd = (x.reshape(1, 1).expand(b, hkv).contiguous() for x in (qs, ks, vs))
         cu = torch.arange(0, b * s + 1, s, dtype=torch.int32, device="cuda")
         if impl == "kernelgen":
             return lambda: kernelgen.varlen_attention(q, k, v, cu, cu, s, s, causal=causal, q_descale=qd,
