@@ -7,8 +7,12 @@ reference-backed stand-in for the GPU call).  FP8 queries: drawn last (seeds kee
 field, checked against values recorded from the fuzzer before FP8 queries were added), the
 reference gets ``q_descale``, the dispatcher's choice (through tests/fake_cuda.py) decides
 between the FP8 tensor-core variant's bounds and the 16-bit tolerance, and the prewarm compiles
-the FP8-q kernels.  Also the head sharding of examples/tensor_parallel.py (the multi-GPU
-example's math, without NCCL)."""
+the FP8-q kernels.  ``quantize_q``: drawn last and only for an e4m3 cache with a 16-bit q (seeds
+keep every other field, checked against values recorded before it was drawn), passed to the call,
+and a call that ran the FP8 tensor-core variant (the fake H200's dispatch) checked against q
+quantised as ``kernelgen.launch.quant_q.quantize_reference`` specifies, any other against the
+exact q; the prewarm (the quantisation kernel included) and the summary follow.  Also the head
+sharding of examples/tensor_parallel.py (the multi-GPU example's math, without NCCL)."""
 import hashlib
 import importlib.util
 import json
@@ -119,6 +123,7 @@ def test_covers_every_feature(cases):
         "out_dtype": {"16-bit q", "argument", "out", "default"},
         "alibi": {"none", "heads", "batch_heads"},
         "sinks": {"True", "False"},
+        "quantize_q": {"True", "False"},
     }
     for k, vals in want.items():
         assert vals <= seen[k], f"{k}: missing {vals - seen[k]}"
@@ -155,7 +160,9 @@ def test_every_case_has_variants(cases, arch):
         for s in fuzz.case_specs(c, arch, 132 if arch == "sm_90a" else 108):
             specs.add(s)
     kinds = {s.kind for s in specs}
-    assert kinds == {"scheduler", "attention", "combine", "fused"}   # fused: paged batches with long queries
+    # fused: paged batches with long queries; quant: q's quantisation kernel of a quantize_q case on the
+    # FP8 tensor-core variant (sm_90a only: sm_80 has neither the variant nor FP8 conversions)
+    assert kinds == {"scheduler", "attention", "combine", "fused"} | ({"quant"} if arch == "sm_90a" else set())
     attn = [s for s in specs if s.kind == "attention"]
     assert {s.tile.block_m for s in attn} >= {16, 64, 128}
     assert any(s.split and s.paged and s.pack_gqa for s in attn)
@@ -195,6 +202,7 @@ def test_inputs_pass_validation(cases):
                 == (c["num_heads_kv"] if s["batch"] > 1 else 0, 1 if c["num_heads_kv"] > 1 else 0)
         else:
             assert "q_descale" not in kw and "out_dtype" not in kw and inp["q_descale"] is None
+        assert kw.get("quantize_q", False) is c["quantize_q"] and ("quantize_q" in kw) == c["quantize_q"]
         V.window(kw["window_size"], kw["causal"])
         V.num_splits(kw["num_splits"])
         assert s.get("kv_dtype") == c["kv_dtype"]
@@ -241,8 +249,12 @@ def fake_attention(q, k, v, cu_q, cu_k, max_seqlen_q=None, max_seqlen_k=None, *,
                    page_table=None, causal=False, window_size=(-1, -1), softcap=0.0, softmax_scale=None,
                    num_splits=0, pack_gqa=None, return_lse=False, metadata_layout="soa", sort=True,
                    head_swizzle=True, k_descale=None, v_descale=None, q_descale=None, out_dtype=None, sinks=None,
-                   alibi_slopes=None, bug=None):
-    """The public call's contract on the CPU, from the float64 reference (and optional bugs)."""
+                   alibi_slopes=None, quantize_q=False, bug=None):
+    """The public call's contract on the CPU, from the float64 reference (and optional bugs).
+    ``quantize_q`` must be a bool and changes nothing: the stand-in keeps q exact, as a call that
+    does not run the FP8 tensor-core variant does."""
+    if not isinstance(quantize_q, bool):
+        raise TypeError(f"quantize_q must be a bool, got {type(quantize_q).__name__}")
     sizes = V.varlen_inputs(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, out, devtypes=("cpu",),
                             seqused_k=seqused_k, page_table=page_table, out_dtype=out_dtype)
     for name, x in (("k_descale", k_descale), ("v_descale", v_descale)):
@@ -321,9 +333,11 @@ def test_fp8_is_drawn_last():
         m.setattr(fuzz, "FP8_SHARE", 0.0)
         plain = [fuzz.case_for_seed(s) for s in seeds]
     drawn = [fuzz.case_for_seed(s) for s in seeds]
-    assert all(p["kv_dtype"] is None and not p["q_fp8"] for p in plain) and any(d["kv_dtype"] for d in drawn)
-    for p, d in zip(plain, drawn):   # (ALiBi and sinks are drawn after it: theirs may differ)
-        assert {**d, "kv_dtype": None, "q_fp8": False, "out_dtype": None, "alibi": p["alibi"], "sinks": p["sinks"]} == p
+    assert all(p["kv_dtype"] is None and not p["q_fp8"] and not p["quantize_q"] for p in plain)
+    assert any(d["kv_dtype"] for d in drawn)
+    for p, d in zip(plain, drawn):   # (ALiBi, sinks and quantize_q are drawn after it: theirs may differ)
+        assert {**d, "kv_dtype": None, "q_fp8": False, "out_dtype": None, "alibi": p["alibi"], "sinks": p["sinks"],
+                "quantize_q": False} == p
 
 
 def test_alibi_and_sinks_are_drawn_last():
@@ -338,8 +352,8 @@ def test_alibi_and_sinks_are_drawn_last():
     drawn = [fuzz.case_for_seed(s) for s in seeds]
     assert all(p["alibi"] is None and p["sinks"] is False for p in plain)
     assert {d["alibi"] for d in drawn} == {None, "heads", "batch_heads"} and any(d["sinks"] for d in drawn)
-    for p, d in zip(plain, drawn):
-        assert {**d, "alibi": None, "sinks": False} == p
+    for p, d in zip(plain, drawn):   # (quantize_q is drawn after them: it may differ)
+        assert {**d, "alibi": None, "sinks": False, "quantize_q": p["quantize_q"]} == p
 
 
 def test_alibi_and_sinks_inputs_and_reference(monkeypatch):
@@ -443,8 +457,9 @@ PRE_FP8_Q_INPUTS = {
               v_descale="450d561560c62fb3"),
 }
 Q_FIELDS = ("q_fp8", "out_dtype")
-#: drawn after the FP8-q fields (test_alibi_and_sinks_are_drawn_last): they follow their draws
-LATER_FIELDS = ("alibi", "sinks")
+#: drawn after the FP8-q fields (test_alibi_and_sinks_are_drawn_last, test_quantize_q_is_drawn_last):
+#: they follow their draws
+LATER_FIELDS = ("alibi", "sinks", "quantize_q")
 
 
 def _digest(x) -> str:
@@ -816,8 +831,8 @@ def test_case_recipe_is_the_dispatch_of_fp8_q_cases(fake_cuda):
 def test_recipes_and_prewarm_include_the_fp8_q_kernels(cases, monkeypatch):
     """On sm_90a the FP8-q cases' recipes take the FP8 tensor-core variant at head dims 64 / 128 (and
     256 without split-KV: ``heuristics.SM90_FP8_MMA_TILE_LIMITS``) (not every one: decode-shaped calls
-    convert q), no other case does, sm_80 never; the
-    prewarm compiles exactly the drawn cases' kernels, those included."""
+    convert q), no other case does but a ``quantize_q`` one (an e4m3 cache: q quantised), sm_80
+    never; the prewarm compiles exactly the drawn cases' kernels, those included."""
     from kernelgen.jit import warmup
 
     fp8q = [c for c in cases if c["q_fp8"]]
@@ -825,7 +840,8 @@ def test_recipes_and_prewarm_include_the_fp8_q_kernels(cases, monkeypatch):
     for c in cases[:600] + fp8q:
         attn = getattr(getattr(fuzz.case_recipe(c, "sm_90a", 132), "variants", None), "attention", None)
         if attn is not None and attn.fp8_mma:
-            assert c["q_fp8"] and c["head_dim"] == c["head_dim_v"] and c["head_dim"] in (64, 128, 256)
+            assert c["q_fp8"] or (c["quantize_q"] and c["kv_dtype"] == "e4m3"), c["seed"]
+            assert c["head_dim"] == c["head_dim_v"] and c["head_dim"] in (64, 128, 256)
             assert fuzz.FP8_MMA_TAG in attn.name
             assert c["head_dim"] != 256 or not attn.split, c
             mma_cases.append(c)
@@ -876,6 +892,285 @@ def test_run_fuzz_reports_the_fp8_mma_batches(monkeypatch):
     assert s["mismatches"] == len(bad) and [f["seed"] for f in s["failures"]] == [c["seed"] for c in bad]
     assert all(f["fp8_mma"] is True and f["kernel"] == "k_fp8mma" for f in s["failures"])
     assert all("[FP8 tensor-core bounds]" in line for line in lines if "MISMATCH" in line)
+
+
+# ----------------------------------------------------------------------------- quantize_q
+#: Recorded with the fuzzer before quantize_q was drawn (tools/fuzz.py at 22e716a): per seed, the first
+#: 16 hex digits of the sha256 of the drawn case as sorted JSON.  Seeds from batch_seeds(12345): four
+#: that draw quantize_q now, two e4m3-cache 16-bit-q cases that draw it False, an FP8-q case, a
+#: 16-bit case and an e5m2 one.
+PRE_QUANTIZE_Q_CASES = {
+    730359585: "132c72882d4a97cc", 146217199: "49a86adab90b8dd5", 455221513: "e744b8cefc19573e",
+    1304975114: "7c3b282cb0ddfc2f", 174946158: "53a5fe2ec021a963", 639016547: "20a66b9fe03a055c",
+    680233354: "d3b4c4cb35db2e8f", 1501552845: "f8682610e4382722", 839901363: "89e5e94b7960b378",
+}
+
+
+def test_seeds_reproduce_the_cases_drawn_before_quantize_q():
+    """Every field but quantize_q is what the fuzzer drew for the seed before quantize_q was drawn
+    (recorded values, every field included); quantize_q is True exactly for the four seeds
+    recorded as such, all e4m3-cache cases with a 16-bit q."""
+    drawn = {}
+    for seed, case_digest in PRE_QUANTIZE_Q_CASES.items():
+        c = fuzz.case_for_seed(seed)
+        assert _digest({k: v for k, v in c.items() if k != "quantize_q"}) == case_digest, seed
+        drawn[seed] = c["quantize_q"]
+        assert c["quantize_q"] is (c["quantize_q"] and c["kv_dtype"] == "e4m3" and not c["q_fp8"])
+    assert sorted(s for s, q in drawn.items() if q) == [146217199, 455221513, 730359585, 1304975114]
+    assert [drawn[s] for s in (174946158, 639016547)] == [False, False]
+    assert {fuzz.case_for_seed(s)["kv_dtype"] for s in (174946158, 639016547)} == {"e4m3"}
+
+
+def test_quantize_q_is_drawn_last():
+    """quantize_q is the case's last draw, made only for an e4m3 cache with a 16-bit q: with no
+    quantize_q share every seed's case is the same but for that field (False everywhere); with a
+    share of 1 it is True exactly for those cases; without FP8 caches or with every FP8-cache q
+    in e4m3 it is never drawn."""
+    seeds = fuzz.batch_seeds(13, 600)
+    drawn = [fuzz.case_for_seed(s) for s in seeds]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(fuzz, "QUANTIZE_Q_SHARE", 0.0)
+        plain = [fuzz.case_for_seed(s) for s in seeds]
+        m.setattr(fuzz, "QUANTIZE_Q_SHARE", 1.0)
+        every = [fuzz.case_for_seed(s) for s in seeds]
+        m.setattr(fuzz, "FP8_SHARE", 0.0)
+        no_fp8 = [fuzz.case_for_seed(s) for s in seeds]
+        m.setattr(fuzz, "FP8_SHARE", 1.0)
+        m.setattr(fuzz, "Q_FP8_SHARE", 1.0)
+        all_fp8_q = [fuzz.case_for_seed(s) for s in seeds]
+    eligible = [c["kv_dtype"] == "e4m3" and not c["q_fp8"] for c in drawn]
+    assert sum(eligible) >= 10 and any(d["quantize_q"] for d in drawn) and not any(p["quantize_q"] for p in plain)
+    assert [e["quantize_q"] for e in every] == eligible
+    assert all(not d["quantize_q"] or ok for d, ok in zip(drawn, eligible))
+    assert not any(c["quantize_q"] for c in no_fp8 + all_fp8_q)
+    for p, d, e in zip(plain, drawn, every):
+        assert {**d, "quantize_q": False} == {**e, "quantize_q": False} == p
+
+
+def test_quantize_q_share(cases):
+    """quantize_q only on an e4m3 cache with a 16-bit q, about QUANTIZE_Q_SHARE of those, over both
+    dtypes and K/V layouts; on the fake H200's dispatch (case_recipe) some take the FP8
+    tensor-core variant (q quantised) and some do not (q exact)."""
+    eligible = [c for c in cases if c["kv_dtype"] == "e4m3" and not c["q_fp8"]]
+    qq = [c for c in cases if c["quantize_q"]]
+    assert qq and all(c in eligible for c in qq) and len(eligible) > 40
+    assert abs(len(qq) / len(eligible) - fuzz.QUANTIZE_Q_SHARE) < 0.2
+    assert {c["dtype"] for c in qq} == {"bf16", "fp16"} and {c["kv"] for c in qq} == {"packed", "paged"}
+    mma = [getattr(getattr(fuzz.case_recipe(c, "sm_90a", 132), "variants", None), "attention", None) for c in qq]
+    mma = [a is not None and a.fp8_mma for a in mma]
+    assert any(mma) and not all(mma)
+    assert all(fuzz.features(c)["quantize_q"] is c["quantize_q"] for c in cases[:200] + qq)
+
+
+def test_quantize_q_inputs_are_the_cases_with_the_flag():
+    """A quantize_q case's call gets quantize_q=True and otherwise exactly the inputs of the same
+    case without it (a 16-bit q, no q_descale, the same k / v and descales); no other case passes
+    quantize_q."""
+    seeds = [s for s in PRE_QUANTIZE_Q_CASES if fuzz.case_for_seed(s)["quantize_q"]]
+    small = next(s for s in seeds if fuzz.stored_keys(fuzz.case_for_seed(s)) <= 20000)
+    for s in [small] + [x for x in PRE_QUANTIZE_Q_CASES if not fuzz.case_for_seed(x)["quantize_q"]][:3]:
+        c = fuzz.case_for_seed(s)
+        inp = fuzz.build_inputs(c, "cpu" if s == small else "meta")
+        kw = inp["kwargs"]
+        if not c["quantize_q"]:
+            assert "quantize_q" not in kw
+            continue
+        assert kw["quantize_q"] is True and "q_descale" not in kw and inp["q_descale"] is None
+        assert inp["q"].dtype == inp["out_dtype"] == {"bf16": torch.bfloat16, "fp16": torch.float16}[c["dtype"]]
+        plain = fuzz.build_inputs({**c, "quantize_q": False}, "cpu")
+        assert {k: v for k, v in kw.items() if k != "quantize_q"}.keys() == plain["kwargs"].keys()
+        for n in ("q", "k", "v", "k_descale", "v_descale"):
+            assert torch.equal(inp[n].view(torch.uint8), plain[n].view(torch.uint8)), n
+
+
+def _rows_request(c) -> torch.Tensor:
+    b = len(c["qlens"])
+    return torch.repeat_interleave(torch.arange(b + 1), torch.tensor(c["qlens"] + [c["pad_rows"]]))
+
+
+def test_quantized_q_is_the_librarys_quantisation(monkeypatch):
+    """quantized_q: (q8, q_descale) are kernelgen.launch.quant_q.quantize_reference's (the torch-op
+    specification of quantize, not its kernel) on the case's q, called with the case's
+    cu_seqlens_q, batch and KV heads, the bytes quantize gives on the CPU; q_ref = q8 * q_descale
+    of each row's request and KV head (padding rows: 1), in float32, exactly; it differs from q by
+    e4m3's rounding only (2^-4 relative above the subnormal range)."""
+    from kernelgen.launch import quant_q
+
+    c = _named("quantize_q_prefill_causal_packed_gqa")
+    inp = fuzz.build_inputs(c, "cpu")
+    seen = []
+    real = quant_q.quantize_reference
+
+    def spy(q, cu, batch, hkv, *a, **kw):
+        seen.append((q, cu, batch, hkv, a, kw))
+        return real(q, cu, batch, hkv, *a, **kw)
+    monkeypatch.setattr(quant_q, "quantize_reference", spy)
+    monkeypatch.setattr(quant_q, "quantize", lambda *a, **kw: pytest.fail("quantized_q called quantize"))
+    q_ref, q8, qd = fuzz.quantized_q(c, inp)
+    ((q, cu, batch, hkv, a, kw),) = seen
+    assert q is inp["q"] and cu is inp["cu_seqlens_q"] and (batch, hkv) == (3, 2) and not a and not kw
+    monkeypatch.undo()
+    want8, want_qd = quant_q.quantize(inp["q"], inp["cu_seqlens_q"], 3, 2)
+    assert torch.equal(q8.view(torch.uint8), want8.view(torch.uint8)) and torch.equal(qd, want_qd)
+    assert q_ref.dtype == torch.float32 and q_ref.shape == inp["q"].shape
+    factor = torch.cat([want_qd.double(), torch.ones(1, 2, dtype=torch.float64)])[_rows_request(c)]
+    want = want8.double() * factor.repeat_interleave(4, dim=1)[:, :, None]
+    assert torch.equal(q_ref.double(), want)
+    m, _ = torch.frexp(want_qd)
+    assert bool((m == 0.5).all()) and bool((want_qd[1] == 1).all())   # powers of two; the empty request: 1
+    err, q16 = (q_ref.double() - inp["q"].double()).abs(), inp["q"].double()
+    assert float(err.max()) > 0 and bool((err <= 2.0 ** -4 * q16.abs() + 2.0 ** -10).all())
+
+
+def test_a_quantize_q_call_on_the_tensor_core_variant_is_checked_against_the_quantised_q(fake_cuda, monkeypatch):
+    """The sanitize subset's quantize_q prefill (bf16, d 128, GQA, e4m3 cache) passes quantize_q=True
+    and runs the FP8 tensor-core variant on the fake H200 (q quantised by kernelgen): run_case
+    reads that, hands the reference quantized_q's q (not the 16-bit q) with the variant's bounds,
+    and passes the reference's values; an output 1.5 bounds off at one element fails."""
+    calls = _spy_reference(monkeypatch)
+    c = _named("quantize_q_prefill_causal_packed_gqa")
+    assert c["quantize_q"] and not c["q_fp8"] and c["kv_dtype"] == "e4m3"
+    inp = fuzz.build_inputs(c, "cpu")
+    q_ref = fuzz.quantized_q(c, inp)[0]
+    ref = fuzz.reference_for(c, inp, fp8_mma_bounds=True, q=q_ref)
+    calls.clear()
+    r = fuzz.run_case(c, "cpu", attention=_dispatching(ref[:2]))
+    assert r["ok"], r["errors"]
+    assert r["fp8_mma"] is True and r["quantized"] is True and fuzz.FP8_MMA_TAG in r["kernel"] \
+        and "_d128_" in r["kernel"] and r["kernel"] == fuzz.case_recipe(c, "sm_90a", 132).variants.attention.name
+    assert 0 < r["bound_ratio"] < 0.25                  # the output's bf16 rounding only
+    ((q, kw),) = calls
+    assert q.dtype == torch.float32 and torch.equal(q, q_ref) and not torch.equal(q.double(), inp["q"].double())
+    assert kw["fp8_mma_bounds"] is True and kw["q_descale"] is None and torch.equal(kw["k_descale"], inp["k_descale"])
+    # the reference's q matters: the exact q's values are off the quantised q's somewhere
+    exact = fuzz.reference_for(c, inp)
+    rows = sum(c["qlens"])
+    assert float((exact[0] - ref[0])[:rows].abs().max()) > 1e-3
+    # 1.5 bounds off at one element
+    off = ref[0].clone()
+    ratio = (ref[2] / (1e-2 + ref[0].abs()))[:rows]
+    worst = tuple(int(i) for i in np.unravel_index(int(ratio.argmax()), tuple(ratio.shape)))
+    off[worst] += 1.5 * ref[2][worst]
+    r = fuzz.run_case(c, "cpu", attention=_dispatching((off, ref[1])))
+    assert not r["ok"] and r["quantized"] and len(r["errors"]) == 1 \
+        and "beyond the FP8 tensor-core bound" in r["errors"][0], r["errors"]
+
+
+@pytest.mark.parametrize("how", ["decode", "alibi", "sm_80"])
+def test_a_quantize_q_call_that_keeps_q_exact_has_the_fp8_cache_check(fake_cuda, monkeypatch, how):
+    """A quantize_q case the tensor-core variant does not take (decode-shaped, ALiBi, the sm_80
+    mainloop) keeps q exact: run_case says so (quantized False, no fp8mma kernel), the reference
+    gets the case's 16-bit q and no bounds of the variant, and the 16-bit tolerance applies (the
+    exact q's values pass, an element 0.02 off fails)."""
+    base = _named("quantize_q_prefill_causal_packed_gqa")
+    if how == "decode":
+        c = {**base, "qlens": [1, 0, 1], "pad_rows": 1}
+    elif how == "alibi":
+        c = {**base, "alibi": "heads"}
+    else:
+        c = base
+        monkeypatch.setenv("KERNELGEN_ARCH", "sm_80")
+    calls = _spy_reference(monkeypatch)
+    inp = fuzz.build_inputs(c, "cpu")
+    ref = fuzz.reference_for(c, inp)
+    calls.clear()
+    r = fuzz.run_case(c, "cpu", attention=_dispatching(ref))
+    assert r["ok"] and r["fp8_mma"] is False and r["quantized"] is False, r
+    assert r["kernel"] is not None and fuzz.FP8_MMA_TAG not in r["kernel"] and "_kve4m3_" in r["kernel"]
+    ((q, kw),) = calls
+    assert q is not None and q.dtype == torch.bfloat16 and torch.equal(q, inp["q"]) and "fp8_mma_bounds" not in kw
+    off = ref[0].clone()
+    rows = sum(c["qlens"])
+    off[rows - 1, 0, 0] += 0.02 + 0.02 * abs(float(off[rows - 1, 0, 0]))
+    r = fuzz.run_case(c, "cpu", attention=_dispatching((off, ref[1])))
+    assert not r["ok"] and not r["quantized"] and len(r["errors"]) == 1 and r["errors"][0].startswith("out error")
+
+
+def test_case_recipe_is_the_dispatch_of_quantize_q_cases(fake_cuda):
+    """case_recipe (what the prewarm compiles) chooses the kernel a drawn quantize_q case's call
+    prepares on the fake H200: the e4m3-q recipe where it takes the tensor-core variant (q
+    quantised), else the 16-bit q's (q exact); the prewarm's specs of such a case include the
+    variant and the quantisation kernel of its dtype (sm_90a: it has FP8 conversions), those of
+    the case without the flag neither; on sm_80 neither."""
+    from kernelgen.kernels.spec import QuantSpec
+
+    picked: dict = {True: [], False: []}
+    for s in range(60000):
+        c = fuzz.case_for_seed(s)
+        if c["quantize_q"] and sum(c["qlens"]) > 0 and fuzz.stored_keys(c) <= 20000 and fuzz.total_q_rows(c) <= 3000 \
+                and fuzz.ref_elems(c) <= 2e7 and len(c["qlens"]) <= 128:
+            attn = getattr(getattr(fuzz.case_recipe(c, "sm_90a", 132), "variants", None), "attention", None)
+            mma = attn is not None and attn.fp8_mma
+            if len(picked[mma]) < 3:
+                picked[mma].append(c)
+            if all(len(g) == 3 for g in picked.values()):
+                break
+    assert all(len(g) == 3 for g in picked.values()), {k: len(g) for k, g in picked.items()}
+    for mma, group in picked.items():
+        for c in group:
+            inp = fuzz.build_inputs(c, "cpu")
+            ref = fuzz.reference_for(c, inp, q=fuzz.quantized_q(c, inp)[0] if mma else None)
+            r = fuzz.run_case(c, "cpu", attention=_dispatching(ref))
+            want = fuzz.case_recipe(c, "sm_90a", 132).variants.attention.name
+            assert r["ok"] and r["kernel"] == want and r["quantized"] is mma is r["fp8_mma"], (c["seed"], r)
+            specs = fuzz.case_specs(c, "sm_90a", 132)
+            plain = fuzz.case_specs({**c, "quantize_q": False}, "sm_90a", 132)
+            assert any(s.kind == "attention" and s.fp8_mma for s in specs) is mma
+            assert (specs == plain) is not mma and not any(s.kind == "attention" and s.fp8_mma for s in plain)
+            assert [s for s in specs if s.kind == "quant"] == ([QuantSpec("sm_90a", c["dtype"])] if mma else [])
+            assert not any(s.kind == "quant" for s in plain)
+            specs80 = fuzz.case_specs(c, "sm_80", 108)
+            assert not any(getattr(s, "fp8_mma", False) or s.kind == "quant" for s in specs80)
+
+
+def test_run_fuzz_reports_the_quantize_q_batches(monkeypatch):
+    """The summary counts the quantize_q batches (those whose q was quantised for the tensor-core
+    variant apart, their errors and worst error / bound), the coverage has quantize_q and
+    quantize_q_kernel, failures say quantized, and their log lines say how q was taken."""
+    seeds = fuzz.batch_seeds(21, 400)
+    cases = {s: fuzz.case_for_seed(s) for s in seeds}
+    qq = [c for c in cases.values() if c["quantize_q"]]
+    assert len(qq) >= 4
+
+    def canned(case, dev, poison=True, attention=None):
+        quantized = case["quantize_q"] and case["head_dim"] == 128
+        ok = not (case["quantize_q"] and case["dtype"] == "bf16")
+        return {"seed": case["seed"], "ok": ok, "unwritten_rows": 0, "max_err": 0.25 if quantized else 0.001,
+                "lse_err": 0.0, "errors": [] if ok else ["out error x"], "fp8_mma": quantized,
+                "quantized": quantized, "kernel": "k_fp8mma" if quantized else "k", "seconds": 0.0,
+                **({"bound_ratio": 0.6} if quantized else {})}
+    monkeypatch.setattr(fuzz, "run_case", canned)
+    lines = []
+    s = fuzz.run_fuzz(400, 21, device="cpu", arch="sm_90a", do_prewarm=False, hang_s=0, log=lines.append)
+    n_q = sum(c["head_dim"] == 128 for c in qq)
+    assert 1 <= n_q < len(qq)
+    assert s["quantize_q"] == {"batches": len(qq), "fp8_mma": n_q, "max_err": 0.25, "max_bound_ratio": 0.6}
+    assert s["fp8_mma"] == {"batches": n_q, "max_err": 0.25, "max_bound_ratio": 0.6}
+    assert s["coverage"]["quantize_q_kernel"] == {"fp8_mma": n_q, "exact": len(qq) - n_q}
+    assert s["coverage"]["quantize_q"] == {"True": len(qq), "False": 400 - len(qq)}
+    bad = [c for c in qq if c["dtype"] == "bf16"]
+    assert bad and s["mismatches"] == len(bad) and [f["seed"] for f in s["failures"]] == [c["seed"] for c in bad]
+    assert [f["quantized"] for f in s["failures"]] == [c["head_dim"] == 128 for c in bad]
+    assert all(f["case"]["quantize_q"] is True for f in s["failures"])
+    mism = [line for line in lines if "MISMATCH" in line]
+    assert len(mism) == len(bad)
+    for line, c in zip(mism, bad):
+        assert ("[FP8 tensor-core bounds] [q quantised]" if c["head_dim"] == 128 else "[quantize_q, q exact]") in line
+    json.dumps(s, default=fuzz._json_default)
+
+
+def test_main_prints_the_quantize_q_batches(monkeypatch, capsys):
+    """The final report line counts the quantize_q batches (with q quantised: how many, worst error /
+    bound)."""
+    summary = {"seed": 1, "requested": 3, "ran": 3, "complete": True, "mismatches": 0, "exceptions": 0,
+               "unwritten_rows": 0, "seconds": 1.0, "max_err": {"bf16": 0.0, "fp16": 0.0},
+               "fp8_mma": {"batches": 1, "max_err": 0.1, "max_bound_ratio": 0.5},
+               "quantize_q": {"batches": 2, "fp8_mma": 1, "max_err": 0.1, "max_bound_ratio": 0.5}}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(fuzz, "run_fuzz", lambda *a, **kw: summary)
+    assert fuzz.main(["--batches", "3", "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "quantize_q batches 2 (1 with q quantised, worst error / bound 0.500)" in out
 
 
 def _with_feature(pred):
@@ -994,6 +1289,19 @@ def test_sanitize_cases_cover_kernel_families():
     assert attn.fp8_mma and fuzz.FP8_MMA_TAG in attn.name and attn.head_dim == 128 and attn.mask == "causal" \
         and not attn.paged and attn.dtype == "fp16" and max(pre["qlens"]) > 64 and pre["kv"] == "packed"
     assert not fuzz.case_recipe(pre, "sm_80", 108).variants.attention.fp8_mma
+    # quantize_q: a bf16 q the call quantises for the d 128 FP8 tensor-core variant (sm_90a only)
+    qq = {n: c for n, c in fuzz.sanitize_cases() if c["quantize_q"]}
+    assert sorted(qq) == ["quantize_q_prefill_causal_packed_gqa"]
+    c = qq["quantize_q_prefill_causal_packed_gqa"]
+    assert not c["q_fp8"] and c["kv_dtype"] == "e4m3" and c["pad_rows"] and 0 in c["qlens"]
+    assert fuzz.build_inputs(c, "meta")["kwargs"]["quantize_q"] is True
+    attn = fuzz.case_recipe(c, "sm_90a", 132).variants.attention
+    assert attn.fp8_mma and attn.head_dim == 128 and attn.dtype == "bf16" and attn.kv_dtype == "e4m3" \
+        and attn.mask == "causal" and not attn.paged
+    assert not fuzz.case_recipe(c, "sm_80", 108).variants.attention.fp8_mma
+    from kernelgen.kernels.spec import QuantSpec
+    assert QuantSpec("sm_90a", "bf16") in fuzz.case_specs(c, "sm_90a", 132)      # the prewarm builds q's kernel
+    assert all(not x["quantize_q"] for n, x in fuzz.sanitize_cases() if n != "quantize_q_prefill_causal_packed_gqa")
     dec = fp8q["fp8q_decode_paged_converted"]
     attn = fuzz.case_recipe(dec, "sm_90a", 132).variants.attention
     assert not attn.fp8_mma and attn.paged and attn.split and attn.pack_gqa and attn.kv_dtype == "e5m2" \

@@ -28,9 +28,12 @@ def _out_dtype(q, out_dtype=None):
 def reference_api(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, *, seqused_k=None,
                   page_table=None, causal=False, window_size=(-1, -1), softcap=0.0, softmax_scale=None, num_splits=0,
                   pack_gqa=None, return_lse=False, out=None, metadata_layout="soa", sort=True, head_swizzle=True,
-                  sinks=None, alibi_slopes=None, k_descale=None, v_descale=None, q_descale=None, out_dtype=None):
+                  sinks=None, alibi_slopes=None, k_descale=None, v_descale=None, q_descale=None, out_dtype=None,
+                  quantize_q=False):
     """kernelgen.front.api.varlen_attention computed on the CPU with the float64 reference (an FP8 q
-    dequantised with q_descale; the output in out_dtype, bfloat16 by default, for it)."""
+    dequantised with q_descale; the output in out_dtype, bfloat16 by default, for it).  ``quantize_q``
+    is taken and ignored: the stand-in keeps q exact, as a call the FP8 tensor-core variant does
+    not take does."""
     if page_table is not None:
         k, v, cu_seqlens_k = reference.gather_paged(k, v, page_table, seqused_k)
         seqused_k = None
@@ -274,20 +277,21 @@ def test_zero_kv_heads_is_a_value_error_not_a_division(layout):
 _OP_ARGS = ["q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "seqused_k", "page_table",
             "causal", "window_left", "window_right", "softcap", "softmax_scale", "num_splits", "pack_gqa",
             "return_lse", "metadata_layout", "sort", "head_swizzle", "sinks", "alibi_slopes", "k_descale",
-            "v_descale", "q_descale", "out_dtype"]
+            "v_descale", "q_descale", "out_dtype", "quantize_q"]
 
 
 def test_op_schemas_append_q_descale_and_out_dtype():
     """The earlier arguments keep their order (positional calls stay valid); q_descale (Tensor?) and
-    out_dtype (ScalarType?, from the Optional[torch.dtype] annotation) come last, default None."""
+    out_dtype (ScalarType?, from the Optional[torch.dtype] annotation) come after them, default
+    None, and quantize_q (bool, default False) last."""
     for op, lead in ((torch.ops.kernelgen.varlen_attention, []), (torch.ops.kernelgen.varlen_attention_out, ["out"])):
         schema = op.default._schema
         assert [a.name for a in schema.arguments] == lead + _OP_ARGS
-        assert "Tensor? q_descale=None, ScalarType? out_dtype=None)" in str(schema), str(schema)
+        assert "Tensor? q_descale=None, ScalarType? out_dtype=None, bool quantize_q=False)" in str(schema), str(schema)
     import inspect
 
     p = list(inspect.signature(ops.varlen_attention).parameters)
-    assert p[-4:] == ["k_descale", "v_descale", "q_descale", "out_dtype"]
+    assert p[-5:] == ["k_descale", "v_descale", "q_descale", "out_dtype", "quantize_q"]
     assert [x for x in p if x not in ("window_size", "out")] == _OP_ARGS[:10] + _OP_ARGS[12:]
 
 
@@ -494,6 +498,151 @@ def test_compile_fullgraph_fp8_q(cpu_kernels):
     assert torch.equal(e, c)
     ref, _ = reference.attention_reference(q8, k8, v8, cu, cu, causal=True, q_descale=qd)
     assert torch.equal(e, ref.to(FP16).float() * 2)
+
+
+# ----------------------------------------------------------------------------- quantize_q: schema and pass-through
+def test_op_schemas_end_with_quantize_q_default_false():
+    """quantize_q is the last argument of both ops' schemas: a positional bool, default False (so
+    every earlier positional call stays valid); the Python entry point has it last, default False;
+    the FA3-compatible functions do not take it (FA3 has no such argument)."""
+    import inspect
+
+    for op in (torch.ops.kernelgen.varlen_attention, torch.ops.kernelgen.varlen_attention_out):
+        arg = op.default._schema.arguments[-1]
+        assert arg.name == "quantize_q" and str(arg.type) == "bool" and arg.default_value is False
+        assert not arg.kwarg_only
+        assert op.default._schema.arguments[-2].name == "out_dtype"
+    params = inspect.signature(ops.varlen_attention).parameters
+    assert list(params)[-1] == "quantize_q" and params["quantize_q"].default is False
+    assert params["quantize_q"].kind is inspect.Parameter.KEYWORD_ONLY
+    for fn in (compat.flash_attn_varlen_func, compat.flash_attn_with_kvcache):
+        assert "quantize_q" not in inspect.signature(fn).parameters
+
+
+#: The 27 arguments of torch.ops.kernelgen.varlen_attention after q, k, v, cu_seqlens_q, cu_seqlens_k,
+#: positionally: max_seqlen_q 13, max_seqlen_k 13, no seqused_k / page_table, causal, windows, softcap,
+#: softmax_scale, num_splits, pack_gqa, return_lse, layout, sort, head_swizzle, sinks, alibi_slopes,
+#: k/v/q descales, out_dtype; then quantize_q.
+_POSITIONAL_TAIL = (13, 13, None, None, True, -1, -1, 0.0, None, 0, None, False, "soa", True, True, None, None,
+                    None, None, None, None)
+
+
+def test_quantize_q_reaches_varlen_attention(recorder):
+    """quantize_q reaches kernelgen.varlen_attention as given (default False) on every path: the
+    raw ops by keyword and positionally (the schema's last argument), functional and _out; the
+    Python entry point's eager call and its call through the op (autograd recording); the compat
+    functions always pass False."""
+    q, k, v, cu = packed()
+    k8, v8 = k.to(E4M3), v.to(E4M3)
+    out = torch.empty(20, 4, 64, dtype=BF16)
+    torch.ops.kernelgen.varlen_attention(q, k8, v8, cu, cu)
+    assert recorder.last["quantize_q"] is False
+    for flag in (True, False):
+        torch.ops.kernelgen.varlen_attention(q, k8, v8, cu, cu, quantize_q=flag)
+        assert recorder.last["quantize_q"] is flag and recorder.last["k"] is k8
+        torch.ops.kernelgen.varlen_attention(q, k8, v8, cu, cu, *_POSITIONAL_TAIL, flag)
+        c = recorder.last
+        assert c["quantize_q"] is flag and c["causal"] is True and c["max_seqlen_q"] == 13 and c["out_dtype"] is None
+        lse = torch.ops.kernelgen.varlen_attention_out(out, q, k8, v8, cu, cu, quantize_q=flag)
+        assert recorder.last["quantize_q"] is flag and recorder.last["out"] is out and lse.shape == (0,)
+        torch.ops.kernelgen.varlen_attention_out(out, q, k8, v8, cu, cu, *_POSITIONAL_TAIL, flag)
+        assert recorder.last["quantize_q"] is flag and recorder.last["out"] is out
+        # the Python entry point: the eager call (CPU tensors, no grad) and the op (q requires grad)
+        assert not ops._through_op(q, k8, v8)
+        assert ops.varlen_attention(q, k8, v8, cu, cu, quantize_q=flag).shape == (20, 4, 64)
+        assert recorder.last["quantize_q"] is flag and recorder.last["q"] is q
+        qg = q.clone().requires_grad_(True)
+        assert ops._through_op(qg, k8, v8)
+        o, lse = ops.varlen_attention(qg, k8, v8, cu, cu, causal=True, return_lse=True, quantize_q=flag)
+        assert recorder.last["quantize_q"] is flag and recorder.last["causal"] is True and lse.shape == (4, 20)
+    n = len(recorder.calls)
+    ops.varlen_attention(q, k8, v8, cu, cu)
+    assert len(recorder.calls) == n + 1 and recorder.last["quantize_q"] is False
+    compat.flash_attn_varlen_func(q, k8, v8, cu, cu, 13, 13, causal=True)
+    assert recorder.last["quantize_q"] is False and recorder.last["k"] is k8
+    kc = torch.zeros(2, 24, 2, 64).to(E4M3)
+    compat.flash_attn_with_kvcache(torch.randn(2, 1, 4, 64).to(BF16), kc, kc,
+                                   cache_seqlens=torch.tensor([3, 24], dtype=torch.int32))
+    assert recorder.last["quantize_q"] is False
+
+
+@pytest.mark.parametrize("bad", [1, 0, None, "yes", 1.0])
+def test_python_entry_point_checks_quantize_q_before_the_op(bad):
+    """Through the op (meta tensors) a quantize_q that is not a bool raises TypeError naming it, as
+    kernelgen.varlen_attention does on the eager path (the schema's bool would take a number or
+    None as a bool, and refuse a str with a dispatcher RuntimeError)."""
+    q = torch.empty(20, 4, 64, dtype=BF16, device="meta")
+    k = torch.empty(20, 2, 64, dtype=E4M3, device="meta")
+    cu = torch.empty(3, dtype=torch.int32, device="meta")
+    with pytest.raises(TypeError, match=rf"^quantize_q must be a bool, got {type(bad).__name__}$") as ei:
+        ops.varlen_attention(q, k, k, cu, cu, quantize_q=bad)
+    assert type(ei.value) is TypeError
+
+
+def test_raw_op_converts_quantize_q_as_its_other_bools(recorder):
+    """The raw op's ``bool quantize_q``: the dispatcher passes a number as a bool (as for causal),
+    so kernelgen.varlen_attention receives True / False, and refuses a str naming the argument."""
+    q, k, v, cu = packed()
+    k8 = k.to(E4M3)
+    for given, want in ((1, True), (0, False)):
+        torch.ops.kernelgen.varlen_attention(q, k8, k8, cu, cu, quantize_q=given)
+        assert recorder.last["quantize_q"] is want
+    n = len(recorder.calls)
+    with pytest.raises(RuntimeError, match="quantize_q"):
+        torch.ops.kernelgen.varlen_attention(q, k8, k8, cu, cu, quantize_q="yes")
+    assert len(recorder.calls) == n
+
+
+@pytest.mark.parametrize("layout", ["packed", "paged"])
+def test_fake_output_with_quantize_q_keeps_qs_dtype(layout):
+    """quantize_q changes neither the fake out's shape nor its dtype (q's: the quantised q is the
+    kernels' only); the _out variant takes an out in q's dtype; fake tensors go through the op."""
+    with FakeTensorMode():
+        q, k, v, cu, kw = _fp8_fake_inputs(layout)
+        q = torch.empty(q.shape, dtype=FP16, device="cuda")
+        for flag in (False, True):
+            o, lse = torch.ops.kernelgen.varlen_attention(q, k, v, cu, causal=True, return_lse=True, quantize_q=flag,
+                                                          **kw)
+            assert o.dtype == FP16 and o.shape == (37, 8, 128) and lse.shape == (8, 37)
+            out = torch.empty(37, 8, 128, dtype=FP16, device="cuda")
+            assert torch.ops.kernelgen.varlen_attention_out(out, q, k, v, cu, quantize_q=flag, **kw).shape == (0,)
+            assert ops.varlen_attention(q, k, v, cu, quantize_q=flag, **kw).dtype == FP16
+            assert ops.varlen_attention(q, k, v, cu, out=out, quantize_q=flag, **kw) is out
+        with pytest.raises(ValueError, match="^out must be a torch.float16 tensor"):
+            torch.ops.kernelgen.varlen_attention_out(torch.empty(37, 8, 128, dtype=BF16, device="cuda"), q, k, v, cu,
+                                                     quantize_q=True, **kw)
+
+
+@pytest.mark.parametrize("kv", [BF16, E4M3])
+def test_opcheck_quantize_q(cpu_kernels, kv):
+    """The registered ops with quantize_q=True pass torch.library.opcheck (fake vs real, aliasing;
+    the schema check on 16-bit inputs only: see test_opcheck_fp8_q) on the CPU stand-in."""
+    q, k, v, cu = packed()
+    k2, v2 = k.to(kv), v.to(kv)
+    kw = dict(cu_seqlens_k=cu, causal=True, quantize_q=True)
+    utils = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+    utils = ("test_schema",) + utils if kv == BF16 else utils
+    for return_lse in (False, True):
+        torch.library.opcheck(torch.ops.kernelgen.varlen_attention.default, (q, k2, v2, cu),
+                              dict(kw, return_lse=return_lse), test_utils=utils)
+        out = torch.empty(20, 4, 64, dtype=BF16)
+        torch.library.opcheck(torch.ops.kernelgen.varlen_attention_out.default, (out, q, k2, v2, cu),
+                              dict(kw, return_lse=return_lse), test_utils=utils)
+
+
+def test_compile_fullgraph_passes_quantize_q(recorder):
+    """A torch.compile(fullgraph=True) graph calls the op with the quantize_q it was traced with."""
+    torch._dynamo.reset()
+
+    def f(q, k, v, cu):
+        return ops.varlen_attention(q, k, v, cu, cu, causal=True, quantize_q=True).float() * 2
+
+    q, k, v, cu = packed()
+    k8, v8 = k.to(E4M3), v.to(E4M3)
+    res = torch.compile(f, fullgraph=True, backend="aot_eager")(q, k8, v8, cu)
+    assert res.shape == (20, 4, 64) and res.dtype == torch.float32
+    c = recorder.last
+    assert c["quantize_q"] is True and c["causal"] is True and c["k"].dtype == E4M3
 
 
 def test_op_matches_python_entry_point(cpu_kernels):

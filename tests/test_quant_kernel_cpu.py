@@ -1,7 +1,7 @@
 """The q quantisation kernel (``spec.QuantSpec``, templates/quant/quant_q.cu.j2) on the CPU: the
 spec's checks and JSON form, its source compiled by NVRTC for every target that has FP8
-conversions (0 spills, few registers), the parameter struct the launch packs, and the launch
-path of ``quant_q.quantize`` with the driver stubbed: two launches (the amax phase, then the cast)
+conversions (0 spills, few registers), the parameter struct the launch packs, the loader
+(``runtime.quant_kernel``), and the launch path of ``quant_q.quantize`` with the driver stubbed: two launches (the amax phase, then the cast)
 on the current stream with q, cu_seqlens_q, a zeroed amax word array, q8 and the descales at
 their places in the buffer.  The kernel's results are compared with ``quantize_reference`` bit for
 bit on the GPU (tests/gpu/test_quant_q_gpu.py)."""
@@ -66,7 +66,7 @@ def test_warmup_builds_it_with_the_fp8_tensor_core_variant():
                 if s.kind == "quant"]
 
 
-def test_the_cpu_runs_the_reference():
+def test_without_a_kernel_the_torch_ops_run():
     g = torch.Generator().manual_seed(3)
     q = (5 * torch.randn(50, 8, 64, generator=g)).to(BF16)
     cu = torch.tensor([0, 7, 7, 50], dtype=torch.int32)
@@ -76,20 +76,15 @@ def test_the_cpu_runs_the_reference():
 
 
 class _Stub:
-    """get_kernel / launch_kernel / current_stream stand-ins: each launch's grid, stream and
-    decoded fields, and the amax words as they are when the launch is made."""
+    """A loaded kernel of ``spec`` and launch_kernel / current_stream stand-ins: each launch's grid,
+    stream and decoded fields, and the amax words as they are when the launch is made."""
 
-    def __init__(self, monkeypatch):
+    def __init__(self, monkeypatch, dtype="bf16"):
         self.launches = []
-        self.kernel = object()
-        monkeypatch.setattr(quant_q, "_kernel_arch", lambda q: "sm_90a")
-        monkeypatch.setattr(runtime, "get_kernel", self.get_kernel)
+        self.kernel = runtime.Kernel(spec=QuantSpec("sm_90a", dtype), device=0, func_ptr=0x77, num_threads=256,
+                                     smem_bytes=0, persistent_grid=132 * 6, params=QUANT_PARAMS)
         monkeypatch.setattr(launch, "launch_kernel", self.launch_kernel)
         monkeypatch.setattr(prepared, "current_stream", lambda index: 0x5eed)
-
-    def get_kernel(self, spec, ordinal):
-        self.spec = spec
-        return self.kernel
 
     def launch_kernel(self, kernel, grid, stream, packed):
         assert kernel is self.kernel
@@ -98,17 +93,34 @@ class _Stub:
         self.launches.append((grid, stream, f))
 
 
+def test_the_loader_on_devices_without_the_kernel(monkeypatch):
+    """``runtime.quant_kernel``: None on the CPU and on a GPU without FP8 conversions (an A100),
+    the QuantSpec of q's dtype on an sm_90a device."""
+    assert runtime.quant_kernel(torch.device("cpu"), BF16) is None
+    loaded = []
+    monkeypatch.setattr(runtime, "get_kernel", lambda spec, ordinal: loaded.append((spec, ordinal)) or "k")
+    monkeypatch.setattr(runtime, "device_arch", lambda ordinal, allow=False: "sm_80")
+    assert runtime.quant_kernel(torch.device("cuda", 1), BF16) is None and loaded == []
+    monkeypatch.setattr(runtime, "device_arch", lambda ordinal, allow=False: "sm_90a")
+    assert runtime.quant_kernel(torch.device("cuda", 1), FP16) == "k"
+    assert loaded == [(QuantSpec("sm_90a", "fp16"), 1)]
+
+    def unknown(ordinal, allow=False):
+        raise RuntimeError("no kernels for compute capability 7.0")
+    monkeypatch.setattr(runtime, "device_arch", unknown)
+    assert runtime.quant_kernel(torch.device("cuda", 0), BF16) is None
+
+
 @pytest.mark.parametrize("dtype", [BF16, FP16])
 def test_the_launches(monkeypatch, dtype):
-    stub = _Stub(monkeypatch)
+    stub = _Stub(monkeypatch, "bf16" if dtype == BF16 else "fp16")
     total, hq, hkv, d, batch = 130, 8, 2, 96, 3
     wide = torch.zeros(total, 12, d, dtype=dtype)
     q = wide[:, :hq]                                             # rows 12 x 96 apart, heads contiguous: no copy
     cu = torch.tensor([0, 100, 100, 129], dtype=torch.int32)
     off, n = quant_q.buffer_bytes(total, hq, d, batch, hkv)
     buf = torch.empty(n, dtype=torch.uint8)
-    q8, qd = quant_q.quantize(q, cu, batch, hkv, buffer=buf)
-    assert stub.spec == QuantSpec("sm_90a", "bf16" if dtype == BF16 else "fp16")
+    q8, qd = quant_q.quantize(q, cu, batch, hkv, buffer=buf, kernel=stub.kernel)
     assert [x[2]["phase"] for x in stub.launches] == [0, 1]
     for grid, stream, f in stub.launches:
         assert grid == 3 * hkv and stream == 0x5eed             # ceil(130 / 64) row blocks x KV heads
@@ -123,12 +135,13 @@ def test_a_q_the_kernel_cannot_read_is_copied(monkeypatch):
     stub = _Stub(monkeypatch)
     base = torch.randn(20, 8, 64).to(BF16)
     q = base[:, ::2]                                             # head stride 128: not one run a row
-    quant_q.quantize(q, torch.tensor([0, 20], dtype=torch.int32), 1, 2)
+    quant_q.quantize(q, torch.tensor([0, 20], dtype=torch.int32), 1, 2, kernel=stub.kernel)
     f = stub.launches[0][2]
     assert f["q"] != q.data_ptr() and f["q_row_stride"] == 4 * 64 and f["group_elems"] == 2 * 64
 
 
 def test_no_rows_no_launch(monkeypatch):
     stub = _Stub(monkeypatch)
-    q8, qd = quant_q.quantize(torch.empty(0, 4, 64, dtype=BF16), torch.zeros(3, dtype=torch.int32), 2, 2)
+    q8, qd = quant_q.quantize(torch.empty(0, 4, 64, dtype=BF16), torch.zeros(3, dtype=torch.int32), 2, 2,
+                              kernel=stub.kernel)
     assert stub.launches == [] and q8.shape == (0, 4, 64) and torch.equal(qd, torch.ones(2, 2))

@@ -37,6 +37,23 @@ some heads without one, -inf) are drawn after everything else (``alibi``, ``sink
 other field of a seed's case is what it was before; their values come from their own generators
 (``build_inputs``), so the other inputs are too.  The reference takes the same slopes and sinks.
 
+``quantize_q`` (bool) is the case's very last draw, made only for a case with an e4m3 cache and a
+16-bit q (``kv_dtype == "e4m3"``, not ``q_fp8``), true in about ``QUANTIZE_Q_SHARE`` of them: the
+call then passes ``quantize_q=True`` (every input is the case's as before: the flag needs no
+values).  When that call ran the FP8 tensor-core variant (``_fp8mma`` in its kernel's name, as
+above) kernelgen quantised q on the device first, so the reference's q is q quantised the same
+way, ``q8.float() * q_descale`` per row, with (q8, q_descale) from
+``kernelgen.launch.quant_q.quantize_reference`` on the case's own q (``quantized_q``: the torch-op
+specification, not the quantisation kernel the call runs on sm_89 and up), and the values are
+compared within the variant's ``fp8_mma_bounds``: this checks the attention kernel given that
+quantisation (tests/gpu/test_quant_q_gpu.py checks the quantisation itself, bit for bit against
+``quantize_reference``).  Any other such call (decode-shaped, another head dim, the sm_80
+mainloop, ALiBi) keeps q exact and has the ordinary FP8-cache check.  ``prewarm`` compiles the
+kernels the call decides on (``case_recipe``: the e4m3-q recipe where it takes the tensor-core
+variant, and then the quantisation kernel too, else the 16-bit q's).  The summary counts these
+batches apart (``"quantize_q"``: batches, those on the tensor-core variant, their max error and
+worst error / bound; coverage ``quantize_q`` and ``quantize_q_kernel``), and a failing one says so.
+
 Usage (GPU):
     python tools/fuzz.py --batches 2000 --seed 1 [--json PATH] [--time-limit 300]
     python tools/fuzz.py --replay SEED                 # one batch, verbose
@@ -110,6 +127,7 @@ ALIBI_SHARE = 0.12            #: share of the batches with ALiBi (``alibi_slopes
 ALIBI_BATCH_SHARE = 0.3       #: share of the ALiBi batches whose slopes are per request, (batch, num_heads_q)
 SINKS_SHARE = 0.12            #: share of the batches with attention sinks (``sinks=``, issue 25)
 SINK_NONE_SHARE = 0.1         #: share of a sink batch's heads without a sink (-inf)
+QUANTIZE_Q_SHARE = 0.5        #: share of the e4m3-cache, 16-bit-q batches passing ``quantize_q=True``
 
 
 def _pick(rng, values, p=None):
@@ -254,6 +272,10 @@ def draw_case(rng, seed: int | None = None) -> dict:
     seed's case is what it was before FP8 queries were fuzzed.  ``dtype`` is the output's dtype
     (and the kernels' 16-bit one) in every case.  ``alibi`` (None, "heads" or "batch_heads": the
     shape of ``alibi_slopes``) and ``sinks`` (bool) are drawn after all of these, for every case.
+    ``quantize_q`` (bool: the call passes ``quantize_q=True``) is the last draw of all, made only for
+    an e4m3 cache with a 16-bit q (``kv_dtype == "e4m3"`` and not ``q_fp8``; False without a draw
+    otherwise), true in about ``QUANTIZE_Q_SHARE`` of those, so every other field of a seed's case
+    is what it was before it was fuzzed.
     """
     c: dict = {"seed": seed}
     c["dtype"] = _pick(rng, DTYPES)
@@ -343,6 +365,11 @@ def draw_case(rng, seed: int | None = None) -> dict:
     if rng.random() < ALIBI_SHARE:
         c["alibi"] = "batch_heads" if rng.random() < ALIBI_BATCH_SHARE else "heads"
     c["sinks"] = bool(rng.random() < SINKS_SHARE)
+    # quantize_q after everything (every field above is what the seed drew before it was fuzzed),
+    # drawn only for an e4m3 cache with a 16-bit q (no draw otherwise)
+    c["quantize_q"] = False
+    if c["kv_dtype"] == "e4m3" and not c["q_fp8"]:
+        c["quantize_q"] = bool(rng.random() < QUANTIZE_Q_SHARE)
     _shrink(c)
     return c
 
@@ -385,7 +412,13 @@ def case_recipe(case: dict, arch: str, num_sms: int):
     the environment's overrides); None when the call launches nothing.  An FP8-q case's signature
     has ``q_dtype="e4m3"`` (``arguments.varlen_call`` passes validation's ``sizes["q_dtype"]``), so
     on sm_90a its prefill-shaped calls at head dims 64 / 128 (256 without a soft-cap, window or
-    split-KV) get the FP8 tensor-core variant (``AttentionSpec.fp8_mma``) and the rest the FP8-cache kernels of the output dtype (``dtype``)."""
+    split-KV) get the FP8 tensor-core variant (``AttentionSpec.fp8_mma``) and the rest the FP8-cache kernels of the output dtype (``dtype``).
+    A ``quantize_q`` case (an e4m3 cache, a 16-bit q) is decided as ``varlen_attention`` decides
+    it: with ``q_dtype="e4m3"`` first (and the TMA compatibility of the contiguous e4m3 copy of q
+    the kernels would read), whose recipe it runs when that is one class on the FP8 tensor-core
+    variant (q quantised), else as the 16-bit q's call (no ALiBi: never quantised)."""
+    import dataclasses
+
     from kernelgen.kernels.device import Device
     from kernelgen.selection import decide, validation
     from kernelgen.selection.settings import Settings
@@ -411,23 +444,47 @@ def case_recipe(case: dict, arch: str, num_sms: int):
         **({"q_dtype": "e4m3"} if case.get("q_fp8") else {}),
         alibi=bool(case.get("alibi")), sinks=bool(case.get("sinks")))
     device = Device(f"fuzz {arch}", _CAPABILITY[arch], num_sms, 50 * 2 ** 20)
-    return decide.decide(sig, device, Settings.from_env())
+    settings = Settings.from_env()
+    if case.get("quantize_q") and case.get("kv_dtype") == "e4m3" and not case.get("q_fp8") and not case.get("alibi"):
+        r8 = decide.decide(dataclasses.replace(sig, q_dtype="e4m3", tma_ok=_tma_ok(case, quantized=True)), device,
+                           settings)
+        attn = getattr(r8.variants, "attention", None)
+        if r8.kind == "single" and attn is not None and attn.fp8_mma:
+            return r8
+    return decide.decide(sig, device, settings)
 
 
-def _tma_ok(case: dict) -> bool:
+def _tma_ok(case: dict, quantized: bool = False) -> bool:
     """Whether the Hopper kernel's TMA can address the case's q/k/v (``tma.tma_compatible``, as
     ``varlen_attention`` decides it), from the same shapes and strides ``build_inputs`` gives the
     real tensors (its "meta" build: no memory).  The strided views keep 16-byte strides, so most
-    strided cases are TMA-compatible too."""
+    strided cases are TMA-compatible too.  ``quantized``: q as the contiguous e4m3 copy a
+    ``quantize_q`` call's kernels read instead."""
+    import torch
+
     from kernelgen.kernels import tma
     inp = build_inputs(case, "meta")
+    if quantized:
+        inp["q"] = torch.empty(inp["q"].shape, dtype=torch.float8_e4m3fn, device="meta")
     return all(tma.tma_compatible(inp[n]) for n in ("q", "k", "v"))
 
 
 def case_specs(case: dict, arch: str, num_sms: int) -> list:
-    """The kernel specs a case launches (``case_recipe``), for pre-compiling."""
+    """The kernel specs a case launches (``case_recipe``), for pre-compiling; a ``quantize_q`` case
+    whose recipe is the FP8 tensor-core variant also launches the kernel that quantises q
+    (``spec.QuantSpec`` of the case's dtype) where there is one (``spec.FP8_CVT_ARCHS``; elsewhere
+    torch ops quantise, as ``launch.quant_q.quantize`` does)."""
+    from kernelgen.kernels.spec import FP8_CVT_ARCHS, QuantSpec
+
     r = case_recipe(case, arch, num_sms)
-    return [] if r is None else list(r.specs)
+    if r is None:
+        return []
+    specs = list(r.specs)
+    attn = getattr(r.variants, "attention", None)
+    if case.get("quantize_q") and not case.get("q_fp8") and attn is not None and attn.fp8_mma \
+            and arch in FP8_CVT_ARCHS:
+        specs.append(QuantSpec(arch, case["dtype"]))
+    return specs
 
 
 def features(case: dict) -> dict:
@@ -444,6 +501,7 @@ def features(case: dict) -> dict:
         "strided": case["strided"], "hint": case["hint"], "kv_dtype": case.get("kv_dtype") or "16-bit",
         "q": "e4m3" if case.get("q_fp8") else "16-bit",
         "alibi": case.get("alibi") or "none", "sinks": bool(case.get("sinks")),
+        "quantize_q": bool(case.get("quantize_q")),
         "out_dtype": "16-bit q" if not case.get("q_fp8") else "argument" if case.get("out_dtype")
         else "out" if case["out_given"] else "default",
     }
@@ -481,6 +539,9 @@ def build_inputs(case: dict, device="cuda") -> dict:
     request), from their own generator.  Sinks (``sinks``): float32 (num_heads_q,), N(0, 2), about
     ``SINK_NONE_SHARE`` of the heads -inf (no sink), from their own generator.  ``kwargs`` then
     has ``alibi_slopes`` / ``sinks``, and the result the same tensors under those names.
+
+    ``quantize_q``: ``kwargs`` has ``quantize_q=True`` (no tensor changes: q stays the 16-bit
+    case's, and ``q_descale`` None; ``quantized_q`` gives the reference's q).
     """
     import torch
 
@@ -646,7 +707,8 @@ def build_inputs(case: dict, device="cuda") -> dict:
         **({"out_dtype": {"bf16": torch.bfloat16, "fp16": torch.float16}[case["out_dtype"]]}
            if q_fp8 and case.get("out_dtype") else {}),
         **({"alibi_slopes": res["alibi_slopes"]} if res["alibi_slopes"] is not None else {}),
-        **({"sinks": res["sinks"]} if res["sinks"] is not None else {}))
+        **({"sinks": res["sinks"]} if res["sinks"] is not None else {}),
+        **({"quantize_q": True} if case.get("quantize_q") else {}))
     return res
 
 
@@ -697,16 +759,17 @@ def poisoned_allocations(enabled: bool = True):
             m.torch = real
 
 
-def reference_for(case: dict, inp: dict, fp8_mma_bounds: bool = False, error_bounds: bool = False):
+def reference_for(case: dict, inp: dict, fp8_mma_bounds: bool = False, error_bounds: bool = False, q=None):
     """(ref_out, ref_lse) float64 on the inputs' device (``reference.attention_reference``, with
     the FP8 q's ``q_descale``, the ALiBi slopes and the sinks); with ``fp8_mma_bounds`` (ref_out, ref_lse, out_bound, lse_bound),
     the per-element bounds of the Hopper FP8 tensor-core variant; with ``error_bounds`` the same
     four, the bounds those of the built-in soft-cap's tanh.approx (zeros without a soft-cap), which
-    ``compare`` adds to the 16-bit tolerance."""
+    ``compare`` adds to the 16-bit tolerance.  ``q``: the reference's q instead of ``inp["q"]``
+    (same shape: a ``quantize_q`` call that ran the tensor-core variant, ``quantized_q``'s)."""
     from kernelgen.apps import reference
     from kernelgen.apps.reference import gather_paged
 
-    q = inp["q"]
+    q = inp["q"] if q is None else q
     if case["kv"] == "paged":
         k, v, cu_k = gather_paged(inp["k"], inp["v"], inp["page_table"], inp["seqused_k"])
         used = None
@@ -718,6 +781,31 @@ def reference_for(case: dict, inp: dict, fp8_mma_bounds: bool = False, error_bou
         v_descale=inp.get("v_descale"), q_descale=inp.get("q_descale"), alibi_slopes=inp.get("alibi_slopes"),
         sinks=inp.get("sinks"), **({"fp8_mma_bounds": True} if fp8_mma_bounds else {}),
         **({"error_bounds": True} if error_bounds else {}))
+
+
+def quantized_q(case: dict, inp: dict) -> tuple:
+    """(q_ref, q8, q_descale): a ``quantize_q`` case's q as kernelgen quantises it for the FP8
+    tensor-core variant, from the case's own 16-bit q (``inp["q"]``, on its device): (q8,
+    q_descale) = ``kernelgen.launch.quant_q.quantize_reference(q, cu_seqlens_q, batch,
+    num_heads_kv)`` (``quantize``'s specification in torch ops, the same bytes as its kernel but
+    independent of it: power-of-two factors per request and KV head, e4m3's rounding), q8
+    (total_q, num_heads_q, head_dim) e4m3, q_descale float32 (batch, num_heads_kv); q_ref =
+    ``q8.float() * q_descale`` of each row's request and KV head (exact: a power of two times an
+    e4m3 value), float32 (total_q, num_heads_q, head_dim), rows past the last request with factor
+    1 (no request: the reference leaves them NaN).  The
+    reference then checks the attention kernel given that quantisation;
+    tests/gpu/test_quant_q_gpu.py checks the quantisation itself."""
+    import torch
+
+    from kernelgen.launch import quant_q
+
+    q = inp["q"]
+    batch, hq, hkv = len(case["qlens"]), case["num_heads_q"], case["num_heads_kv"]
+    q8, qd = quant_q.quantize_reference(q, inp["cu_seqlens_q"], batch, hkv)
+    owner = torch.repeat_interleave(torch.arange(batch + 1), torch.tensor(case["qlens"] + [case["pad_rows"]]))
+    per_row = torch.cat([qd.float(), torch.ones(1, hkv, dtype=torch.float32, device=qd.device)])[owner.to(qd.device)]
+    per_row = per_row.repeat_interleave(hq // hkv, dim=1)                                   # (total_q, hq)
+    return q8.float() * per_row[:, :, None], q8, qd
 
 
 def tolerances(case: dict) -> tuple:
@@ -853,7 +941,9 @@ def run_case(case: dict, device="cuda", *, poison: bool = True, attention=None, 
     inputs' device).  Returns compare()'s dict plus seed, seconds, kernel (the prepared call's
     attention kernel, read right after the call: ``prepared_kernel_name``), fp8_mma (whether that
     is the FP8 tensor-core variant: then compared within ``fp8_mma_bounds``, else within the 16-bit
-    tolerance) and (on an exception) error.
+    tolerance), quantized (a ``quantize_q`` case on that variant: the reference's q is
+    ``quantized_q``'s; a ``quantize_q`` case elsewhere keeps q exact and the 16-bit q's check) and
+    (on an exception) error.
     """
     import torch
 
@@ -882,29 +972,32 @@ def run_case(case: dict, device="cuda", *, poison: bool = True, attention=None, 
     except Exception as e:  # noqa: BLE001 - a raising call is a failed batch, reported with its seed
         return {"seed": case["seed"], "ok": False, "unwritten_rows": 0, "max_err": float("nan"), "lse_err": float("nan"),
                 "errors": [f"{type(e).__name__}: {str(e)[:400]}"], "exception": True, "kernel": kernel,
-                "fp8_mma": False, "seconds": time.perf_counter() - t0}
+                "fp8_mma": False, "quantized": False, "seconds": time.perf_counter() - t0}
     fp8_mma = kernel is not None and FP8_MMA_TAG in kernel
+    quantized = fp8_mma and bool(case.get("quantize_q")) and not case.get("q_fp8")   # q quantised by the call
     fail = None
     if case["out_given"] and o.data_ptr() != out.data_ptr():
         fail = "the call did not return the given out tensor"
     elif o.dtype != inp["out_dtype"]:
         fail = f"the output has dtype {o.dtype}, want {inp['out_dtype']}"
-    elif fp8_mma and not case.get("q_fp8"):
-        fail = f"a 16-bit q ran the FP8 tensor-core kernel {kernel}"
+    elif fp8_mma and not case.get("q_fp8") and not quantized:
+        fail = f"a 16-bit q ran the FP8 tensor-core kernel {kernel} without quantize_q"
     if fail is not None:
         return {"seed": case["seed"], "ok": False, "unwritten_rows": 0, "max_err": float("nan"),
                 "lse_err": float("nan"), "errors": [fail], "kernel": kernel, "fp8_mma": fp8_mma,
-                "seconds": time.perf_counter() - t0}
+                "quantized": quantized, "seconds": time.perf_counter() - t0}
     if reference_device is not None and torch.device(reference_device) != q.device:
         inp = {key: (val.to(reference_device) if isinstance(val, torch.Tensor) else val) for key, val in inp.items()}
         o = o.to(reference_device)
         lse = lse.to(reference_device) if lse is not None else None
-    ref = reference_for(case, inp, fp8_mma_bounds=fp8_mma, error_bounds=not fp8_mma)
+    ref = reference_for(case, inp, fp8_mma_bounds=fp8_mma, error_bounds=not fp8_mma,
+                        q=quantized_q(case, inp)[0] if quantized else None)
     result = compare(case, o, lse, ref[0], ref[1], rows, out_poisoned=case["out_given"] or poison, lse_poisoned=poison,
                      bounds=ref[2:] if fp8_mma else None, approx=None if fp8_mma else ref[2:])
     result["seed"] = case["seed"]
     result["kernel"] = kernel
     result["fp8_mma"] = fp8_mma
+    result["quantized"] = quantized
     result["seconds"] = time.perf_counter() - t0
     return result
 
@@ -987,11 +1080,15 @@ def run_fuzz(batches: int, seed: int, *, time_limit: float | None = None, device
     ``attention``, ``arch`` and ``num_sms`` stand in for the GPU in CPU tests (default: the
     public call, and the device's arch and SM count).
     Returns a summary dict: seed, requested, ran, mismatches, unwritten_rows, seconds,
-    prewarm, failures (first ``max_failures_kept``: seed, errors, fp8_mma, kernel, case), coverage
-    (the case features, and "fp8_q_kernel": "fp8_mma" / "converted" counts of the FP8-q batches
-    that ran), max_err (per output dtype, batches compared within the 16-bit tolerance),
-    fp8_mma ({"batches", "max_err", "max_bound_ratio"}: the batches that ran the FP8 tensor-core
-    variant, compared within its bounds).
+    prewarm, failures (first ``max_failures_kept``: seed, errors, fp8_mma, quantized, kernel, case),
+    coverage (the case features, ``quantize_q`` among them, and "fp8_q_kernel": "fp8_mma" /
+    "converted" counts of the FP8-q batches that ran, "quantize_q_kernel": "fp8_mma" (q quantised)
+    / "exact" counts of the ``quantize_q`` batches that ran), max_err (per output dtype, batches
+    compared within the 16-bit tolerance), fp8_mma ({"batches", "max_err", "max_bound_ratio"}: the
+    batches that ran the FP8 tensor-core variant, compared within its bounds, ``quantize_q`` ones
+    included), quantize_q ({"batches", "fp8_mma", "max_err", "max_bound_ratio"}: the ``quantize_q``
+    batches run, those of them whose q the call quantised for the tensor-core variant, and the
+    latter's largest error and worst error / bound).
     """
     import torch
 
@@ -1016,6 +1113,7 @@ def run_fuzz(batches: int, seed: int, *, time_limit: float | None = None, device
     failures, mismatches, unwritten, ran, exceptions = [], 0, 0, 0, 0
     max_err = {"bf16": 0.0, "fp16": 0.0}
     mma = {"batches": 0, "max_err": 0.0, "max_bound_ratio": 0.0}
+    quant = {"batches": 0, "fp8_mma": 0, "max_err": 0.0, "max_bound_ratio": 0.0}
     slowest: list = []
     dog = _Watchdog(hang_s)
     t0 = time.perf_counter()
@@ -1033,6 +1131,8 @@ def run_fuzz(batches: int, seed: int, *, time_limit: float | None = None, device
             labels = features(case)
             if case.get("q_fp8") and not r.get("exception"):
                 labels["fp8_q_kernel"] = "fp8_mma" if r.get("fp8_mma") else "converted"
+            if case.get("quantize_q") and not r.get("exception"):
+                labels["quantize_q_kernel"] = "fp8_mma" if r.get("quantized") else "exact"
             for key, val in labels.items():
                 coverage.setdefault(key, {}).setdefault(str(val), 0)
                 coverage[key][str(val)] += 1
@@ -1044,18 +1144,28 @@ def run_fuzz(batches: int, seed: int, *, time_limit: float | None = None, device
                 mma["max_bound_ratio"] = max(mma["max_bound_ratio"], r.get("bound_ratio") or 0.0)
             elif r["max_err"] == r["max_err"]:
                 max_err[case["dtype"]] = max(max_err[case["dtype"]], r["max_err"])
+            if case.get("quantize_q"):
+                quant["batches"] += 1
+                if r.get("quantized"):
+                    quant["fp8_mma"] += 1
+                    if r["max_err"] == r["max_err"]:
+                        quant["max_err"] = max(quant["max_err"], r["max_err"])
+                    quant["max_bound_ratio"] = max(quant["max_bound_ratio"], r.get("bound_ratio") or 0.0)
             if not r["ok"]:
                 mismatches += 1
                 exceptions += bool(r.get("exception"))
                 if mismatches <= MAX_LOGGED_FAILURES:
-                    how = " [FP8 tensor-core bounds]" if r.get("fp8_mma") else ""
+                    how = (" [FP8 tensor-core bounds]" if r.get("fp8_mma") else "") \
+                        + (" [q quantised]" if r.get("quantized") else " [quantize_q, q exact]"
+                           if case.get("quantize_q") else "")
                     log(f"fuzz: MISMATCH batch {i} seed {case['seed']}{how}: {'; '.join(r['errors'])}")
                     log(f"fuzz:   replay: python tools/fuzz.py --replay {case['seed']}   case: {short_case(case)}")
                 elif mismatches == MAX_LOGGED_FAILURES + 1:
                     log("fuzz: (further mismatches are counted, not printed; their seeds are in --json)")
                 if len(failures) < max_failures_kept:
                     failures.append({"batch": i, "seed": case["seed"], "errors": r["errors"],
-                                     "fp8_mma": bool(r.get("fp8_mma")), "kernel": r.get("kernel"),
+                                     "fp8_mma": bool(r.get("fp8_mma")), "quantized": bool(r.get("quantized")),
+                                     "kernel": r.get("kernel"),
                                      "case": short_case(case)})
                 if r.get("exception") and dev.type == "cuda" and not _cuda_alive(dev):
                     log("fuzz: the CUDA context is lost (sticky error); stopping")
@@ -1073,7 +1183,7 @@ def run_fuzz(batches: int, seed: int, *, time_limit: float | None = None, device
         log(f"fuzz: stopped after {ran} of {batches} batches (time limit {time_limit} s or a lost context)")
     return {"seed": seed, "requested": batches, "ran": ran, "complete": ran == batches, "mismatches": mismatches,
             "exceptions": exceptions, "unwritten_rows": unwritten, "seconds": seconds, "prewarm": pre,
-            "max_err": max_err, "fp8_mma": mma, "device": device_name, "arch": arch,
+            "max_err": max_err, "fp8_mma": mma, "quantize_q": quant, "device": device_name, "arch": arch,
             "poison": poison, "failures": failures, "slowest_batches": slowest, "coverage": coverage}
 
 
@@ -1102,7 +1212,7 @@ def sanitize_cases() -> list:
                 causal=False, window=[-1, -1], mask="none", softcap=0.0, softmax_scale=None, q_scale=1.0,
                 num_splits=1, pack_gqa=None, layout="soa", sort=True, head_swizzle=True, hint="exact",
                 return_lse=True, out_given=True, pad_rows=0, strided=False, interleaved_kv=False, kv_dtype=None,
-                q_fp8=False, out_dtype=None, alibi=None, sinks=False)
+                q_fp8=False, out_dtype=None, alibi=None, sinks=False, quantize_q=False)
 
     def case(**kw):
         c = dict(base)
@@ -1186,6 +1296,13 @@ def sanitize_cases() -> list:
             seed=117, dtype="bf16", head_dim=64, head_dim_v=64, num_heads_q=4, num_heads_kv=2,
             qlens=[130, 0, 50], klens=[200, 9, 50], causal=True, mask="causal", pad_rows=2, kv_dtype="e4m3",
             q_fp8=True)),
+        # quantize_q: the bf16 q quantised on the device (kernelgen.launch.quant_q) into one buffer,
+        # its factors past it, which the d 128 FP8 tensor-core kernel reads (q_descale at a fixed
+        # offset from q); padding rows past the last request quantised too, read by no kernel
+        ("quantize_q_prefill_causal_packed_gqa", case(
+            seed=119, dtype="bf16", head_dim=128, head_dim_v=128, num_heads_q=8, num_heads_kv=2,
+            qlens=[130, 0, 60], klens=[130, 9, 260], causal=True, mask="causal", pad_rows=2, kv_dtype="e4m3",
+            quantize_q=True)),
         # ALiBi (per-request slopes) and sinks on the d 64 three-warpgroup Hopper kernel (ALiBi on
         # that tile since ac4ebcc; the sinks applied in its epilogue), a request with a longer key
         # than query range and an empty one
@@ -1333,8 +1450,8 @@ def run_sanitize_subset(device="cuda", log=print) -> dict:
                 else:
                     os.environ[k] = v
         results[name] = {"ok": r["ok"], "errors": r["errors"], "max_err": r["max_err"], "fp8_mma": r["fp8_mma"],
-                         "kernel": r["kernel"]}
-        how = " (FP8 tensor-core bounds)" if r["fp8_mma"] else ""
+                         "quantized": r["quantized"], "kernel": r["kernel"]}
+        how = (" (FP8 tensor-core bounds" + (", q quantised)" if r["quantized"] else ")")) if r["fp8_mma"] else ""
         log(f"sanitize-subset: {name}{how}: {'ok' if r['ok'] else 'FAIL ' + '; '.join(r['errors'])}")
     r = run_plan_padded(device)
     results["plan_capacity8_batch6_padded"] = r
@@ -1419,6 +1536,8 @@ def main(argv=None) -> int:
     print(f"fuzz: max abs error bf16 {s['max_err']['bf16']:.3e}, fp16 {s['max_err']['fp16']:.3e}; "
           f"FP8 tensor-core batches {s['fp8_mma']['batches']} (max abs error {s['fp8_mma']['max_err']:.3e}, "
           f"worst error / bound {s['fp8_mma']['max_bound_ratio']:.3f}); "
+          f"quantize_q batches {s['quantize_q']['batches']} ({s['quantize_q']['fp8_mma']} with q quantised, "
+          f"worst error / bound {s['quantize_q']['max_bound_ratio']:.3f}); "
           f"{s['exceptions']} exceptions; complete: {s['complete']}")
     print(summary_line(s), flush=True)
     return 0 if s["mismatches"] == 0 and s["unwritten_rows"] == 0 else 1

@@ -55,7 +55,8 @@ def optional_checks(out: Path, report: dict, tests: dict) -> None:
                                             fuzz.get("mismatches") == 0 and fuzz.get("unwritten_rows") == 0 and
                                             fuzz.get("exceptions") == 0)
         report["extra"]["fuzz"] = {k: fuzz.get(k) for k in ("seed", "ran", "mismatches", "unwritten_rows",
-                                                             "exceptions", "seconds", "poison", "fp8_mma")}
+                                                             "exceptions", "seconds", "poison", "fp8_mma",
+                                                             "quantize_q")}
     san = load(out / "sanitize.json")   # tools/sanitize.sh's summary, when its logs did not come back
     for tool, pattern in (("memcheck", r"ERROR SUMMARY: (\d+) error"),
                           ("racecheck", r"RACECHECK SUMMARY: \d+ hazards displayed \((\d+) error")):

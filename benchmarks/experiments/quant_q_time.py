@@ -11,6 +11,7 @@ import json
 
 import torch
 
+from kernelgen.jit import runtime
 from kernelgen.launch import quant_q
 
 SHAPES = {"llama3-8b": (32, 8, 128), "gemma2-9b": (16, 8, 256), "gpt-oss": (64, 8, 64)}
@@ -46,8 +47,8 @@ def main():
             cu = torch.linspace(0, args.tokens, batch + 1, device="cuda").round().to(torch.int32)
             off, n = quant_q.buffer_bytes(args.tokens, hq, d, batch, hkv)
             buf = torch.empty(n, dtype=torch.uint8, device="cuda")
-            quant_q.load(q.device, q.dtype)
-            k_us = graph_time(lambda: quant_q.quantize(q, cu, batch, hkv, buffer=buf))
+            kern = runtime.quant_kernel(q.device, q.dtype)
+            k_us = graph_time(lambda: quant_q.quantize(q, cu, batch, hkv, buffer=buf, kernel=kern))
             r_us = graph_time(lambda: quant_q.quantize_reference(q, cu, batch, hkv, buffer=buf))
             moved = 2 * q.numel() * 2 + q.numel()
             rows.append({"model": name, "batch": batch, "q_mb": q.numel() * 2 / 1e6, "kernel_us": k_us,

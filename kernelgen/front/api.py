@@ -269,7 +269,7 @@ def varlen_attention(
         # does); a declined run goes down the validating path with the caller's q
         kq = q if prep.q_convert is None else None if q.data_ptr() & 15 else q.to(prep.q_convert)
         if prep.q_quant is not None:   # a 16-bit q quantised for the FP8 tensor-core kernel
-            kq = _quant_q.quantize(q, cu_seqlens_q, *prep.q_quant)[0]
+            kq = _quant_q.quantize(q, cu_seqlens_q, *prep.q_quant, kernel=prep.q_quant_kernel)[0]
         res = None if kq is None else prep.run(kq, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, None)
         if res is not None:
             if sinks is not None and not prep.sinks_fused:
@@ -307,7 +307,7 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                            page_table, causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, out,
                            metadata_layout, sort, head_swizzle, short_query_tokens, arch, sinks, k_descale, v_descale)
         if quant is not None:
-            call, q, q_descale, recipe = quant
+            call, q, q_descale, recipe, q_kernel = quant
     sizes = call.sizes
     provisional = None
     if quant is not None:
@@ -356,7 +356,7 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                            **({} if quant is None else {"q_descale_delta": q_descale.data_ptr() - q.data_ptr()}))
     prep.q_convert = q_convert
     if quant is not None:
-        prep.q_quant = (sizes["batch"], sizes["num_heads_kv"])
+        prep.q_quant, prep.q_quant_kernel = (sizes["batch"], sizes["num_heads_kv"]), q_kernel
     if key is not None and signature.cacheable(key) and provisional is None:   # (a provisional call is not kept)
         _CALLS.put(key, prep)
     out, lse = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
@@ -392,5 +392,5 @@ def _quantized(call, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     attn = getattr(recipe.variants, "attention", None)
     if recipe.kind != "single" or attn is None or not attn.fp8_mma:
         return None
-    _quant_q.load(q.device, q.dtype)
-    return (call8, *_quant_q.quantize(q, cu_seqlens_q, batch, hkv, buffer=buf), recipe)
+    kernel = runtime.quant_kernel(q.device, q.dtype, call.settings.allow_untested_arch)
+    return (call8, *_quant_q.quantize(q, cu_seqlens_q, batch, hkv, buffer=buf, kernel=kernel), recipe, kernel)

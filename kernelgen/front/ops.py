@@ -7,7 +7,7 @@ Importing this module registers two operators in the ``kernelgen`` namespace (it
 max_seqlen_k=None, seqused_k=None, page_table=None, causal=False, window_left=-1, window_right=-1,
 softcap=0.0, softmax_scale=None, num_splits=0, pack_gqa=None, return_lse=False,
 metadata_layout="soa", sort=True, head_swizzle=True, sinks=None, alibi_slopes=None, k_descale=None,
-v_descale=None, q_descale=None, out_dtype=None) -> (Tensor out, Tensor lse)``
+v_descale=None, q_descale=None, out_dtype=None, quantize_q=False) -> (Tensor out, Tensor lse)``
     Functional: allocates ``out`` (total_q, num_heads_q, head_dim_v) in q's dtype (an FP8 q:
     ``out_dtype``, bfloat16 by default).  ``lse`` is
     (num_heads_q, total_q) float32 (natural log) when ``return_lse`` is true, else an *empty*
@@ -15,7 +15,8 @@ v_descale=None, q_descale=None, out_dtype=None) -> (Tensor out, Tensor lse)``
     no LSE costs no allocation and no writes.
 
 ``torch.ops.kernelgen.varlen_attention_out(out, q, k, v, cu_seqlens_q, ..., head_swizzle=True,
-sinks=None, alibi_slopes=None, k_descale=None, v_descale=None, q_descale=None, out_dtype=None) -> Tensor lse``
+sinks=None, alibi_slopes=None, k_descale=None, v_descale=None, q_descale=None, out_dtype=None,
+quantize_q=False) -> Tensor lse``
     The same with a caller-provided ``out`` that the op writes in place (declared with
     ``mutates_args=("out",)``, so ``torch.compile`` functionalises it correctly); returns only
     ``lse`` (same convention) because a custom op may not return one of its inputs.
@@ -29,11 +30,16 @@ max_pages_per_seq) and seqused_k (batch,); all index tensors int32.
 FP8 (FlashAttention-3's FP8 forward): k/v may be float8_e4m3fn or float8_e5m2 with ``k_descale`` /
 ``v_descale`` (float32, (batch, Hkv) or broadcasting to it); q may then be float8_e4m3fn too, with
 ``q_descale`` (same shape rules) and ``out_dtype`` (``ScalarType? out_dtype=None`` in the schema:
-torch.bfloat16, the default, or torch.float16; with a 16-bit q None or q's dtype).  The appended
-arguments keep every earlier positional call valid.
+torch.bfloat16, the default, or torch.float16; with a 16-bit q None or q's dtype).  With an e4m3
+k/v and a 16-bit q, ``quantize_q`` (``bool quantize_q=False``, the schema's last argument) lets a
+call that the Hopper FP8 tensor-core variant can take quantise q to e4m3 on the device first, per
+request and KV head with power-of-two factors (``kernelgen.launch.quant_q``; out stays in q's
+dtype; :func:`kernelgen.varlen_attention`'s ``quantize_q``); the other calls keep q exact.  The
+appended arguments keep every earlier positional call valid.
 
 The fake (meta) implementations compute only shapes and dtypes (they read no values), for packed
-and paged K/V alike (the output in ``out_dtype`` for an FP8 q), so a model that calls kernelgen
+and paged K/V alike (the output in ``out_dtype`` for an FP8 q; ``quantize_q`` changes neither shape nor
+dtype), so a model that calls kernelgen
 traces with ``torch.compile(fullgraph=True)``, including dynamic ``total_q``.  The real implementations call
 :func:`kernelgen.varlen_attention`, which allocates only through PyTorch and never synchronises
 the host, so the compiled graph can be captured in a CUDA graph
@@ -90,6 +96,7 @@ def _varlen_attention_impl(
     v_descale: Optional[Tensor] = None,
     q_descale: Optional[Tensor] = None,
     out_dtype: Optional[torch.dtype] = None,
+    quantize_q: bool = False,
 ) -> Tuple[Tensor, Tensor]:
     """``torch.ops.kernelgen.varlen_attention``: varlen attention that allocates its output.
 
@@ -103,7 +110,10 @@ def _varlen_attention_impl(
     (batch, Hkv) or broadcastable descale factors of an FP8 k/v cache, or None; ``q_descale``
     the same for a float8_e4m3fn q (which needs an FP8 k/v cache), or None; ``out_dtype`` the
     output's dtype for an FP8 q (torch.bfloat16 when None, or torch.float16; with a 16-bit q None
-    or q's dtype).
+    or q's dtype); ``quantize_q`` (bool, default False) with an e4m3 k/v and a 16-bit q: True lets
+    a call that the Hopper FP8 tensor-core variant can take quantise q to e4m3 on the device first
+    (per request and KV head, power-of-two factors; out stays in q's dtype), the other calls keep
+    q exact; ignored otherwise (:func:`kernelgen.varlen_attention`'s ``quantize_q``).
 
     Returns:
         (out, lse): out (total_q, Hq, head_dim_v) in q's dtype (``out_dtype`` for an FP8 q); lse
@@ -121,7 +131,7 @@ def _varlen_attention_impl(
         softmax_scale=softmax_scale, num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse,
         metadata_layout=metadata_layout, sort=sort, head_swizzle=head_swizzle, sinks=sinks,
         alibi_slopes=alibi_slopes, k_descale=k_descale, v_descale=v_descale, q_descale=q_descale,
-        out_dtype=out_dtype)
+        out_dtype=out_dtype, quantize_q=quantize_q)
     if return_lse:
         out, lse = res
         return out, lse
@@ -156,13 +166,14 @@ def _varlen_attention_out_impl(
     v_descale: Optional[Tensor] = None,
     q_descale: Optional[Tensor] = None,
     out_dtype: Optional[torch.dtype] = None,
+    quantize_q: bool = False,
 ) -> Tensor:
     """``torch.ops.kernelgen.varlen_attention_out``: writes ``out`` in place, returns lse.
 
     Args: ``out`` first, (total_q, Hq, head_dim_v) in q's dtype (an FP8 q: bfloat16 or float16,
     ``out_dtype`` if given), last dim contiguous, 16-byte aligned rows (a custom op may not take a
     tensor keyword-only); then the arguments of ``torch.ops.kernelgen.varlen_attention``
-    (``sinks``, ``alibi_slopes``, the descales and ``out_dtype`` included).
+    (``sinks``, ``alibi_slopes``, the descales, ``out_dtype`` and ``quantize_q`` included).
 
     Returns:
         lse (Hq, total_q) float32 natural log when ``return_lse``, else an empty (0,) float32 tensor.
@@ -179,7 +190,7 @@ def _varlen_attention_out_impl(
         softmax_scale=softmax_scale, num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out,
         metadata_layout=metadata_layout, sort=sort, head_swizzle=head_swizzle, sinks=sinks,
         alibi_slopes=alibi_slopes, k_descale=k_descale, v_descale=v_descale, q_descale=q_descale,
-        out_dtype=out_dtype)
+        out_dtype=out_dtype, quantize_q=quantize_q)
     return res[1] if return_lse else _lse_or_empty(None, q)
 
 
@@ -275,7 +286,7 @@ def _varlen_attention_fake(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_
                            seqused_k=None, page_table=None, causal=False, window_left=-1, window_right=-1,
                            softcap=0.0, softmax_scale=None, num_splits=0, pack_gqa=None, return_lse=False,
                            metadata_layout="soa", sort=True, head_swizzle=True, sinks=None, alibi_slopes=None,
-                           k_descale=None, v_descale=None, q_descale=None, out_dtype=None):
+                           k_descale=None, v_descale=None, q_descale=None, out_dtype=None, quantize_q=False):
     total_q, hq, dv, dtype = _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, causal,
                                           window_left, window_right, softcap, num_splits, metadata_layout, sinks,
                                           alibi_slopes, k_descale, v_descale, q_descale, out_dtype)
@@ -287,7 +298,8 @@ def _varlen_attention_out_fake(out, q, k, v, cu_seqlens_q, cu_seqlens_k=None, ma
                                seqused_k=None, page_table=None, causal=False, window_left=-1, window_right=-1,
                                softcap=0.0, softmax_scale=None, num_splits=0, pack_gqa=None, return_lse=False,
                                metadata_layout="soa", sort=True, head_swizzle=True, sinks=None,
-                               alibi_slopes=None, k_descale=None, v_descale=None, q_descale=None, out_dtype=None):
+                               alibi_slopes=None, k_descale=None, v_descale=None, q_descale=None, out_dtype=None,
+                               quantize_q=False):
     total_q, hq, dv, dtype = _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, causal,
                                           window_left, window_right, softcap, num_splits, metadata_layout, sinks,
                                           alibi_slopes, k_descale, v_descale, q_descale, out_dtype, out)
@@ -335,6 +347,7 @@ def varlen_attention(
     v_descale: Optional[Tensor] = None,
     q_descale: Optional[Tensor] = None,
     out_dtype: Optional[torch.dtype] = None,
+    quantize_q: bool = False,
 ):
     """:func:`kernelgen.varlen_attention` that ``torch.compile(fullgraph=True)`` can trace.
 
@@ -349,7 +362,12 @@ def varlen_attention(
     (batch, num_heads_kv) or broadcastable descale factors of an FP8 k/v cache (FlashAttention-3's);
     ``q_descale`` the same for a float8_e4m3fn q (FlashAttention-3's FP8 forward); ``out_dtype``
     the output's dtype for an FP8 q (torch.bfloat16 when None, FlashAttention-3's, or
-    torch.float16; with a 16-bit q None or q's dtype).  While torch.compile traces, for fake or meta tensors, and when autograd records (an input
+    torch.float16; with a 16-bit q None or q's dtype); ``quantize_q`` (bool) with an e4m3 k/v
+    cache and a 16-bit q: True lets a call that the Hopper FP8 tensor-core variant can take
+    quantise q to e4m3 on the device first, per request and KV head with power-of-two
+    ``q_descale`` factors, and run that variant (out stays in q's dtype; the other calls keep q
+    exact, as False, the default, does everywhere; see :func:`kernelgen.varlen_attention`).
+    While torch.compile traces, for fake or meta tensors, and when autograd records (an input
     requires grad) the call goes through ``torch.ops.kernelgen.varlen_attention`` (or
     ``varlen_attention_out`` when ``out`` is given); otherwise it calls the eager implementation
     directly.  There is no backward: a backward through it raises RuntimeError (run inference
@@ -362,7 +380,9 @@ def varlen_attention(
 
     Raises:
         TypeError: an argument has the wrong type or dtype, e.g. window_size not a pair of ints,
-            an FP8 q with a 16-bit k (names k), out_dtype not float16/bfloat16.
+            an FP8 q with a 16-bit k (names k), out_dtype not float16/bfloat16, quantize_q not a
+            bool (the raw ops' ``bool`` schema converts a number or None instead, as for
+            ``causal``, and refuses a str with a RuntimeError).
         ValueError: wrong shapes, devices or values (see :func:`kernelgen.varlen_attention`), e.g.
             q_descale with a 16-bit q or of a wrong shape, out_dtype other than a 16-bit q's dtype.
         kernelgen.jit.compiler.CompileError: NVRTC rejected a kernel.
@@ -376,7 +396,7 @@ def varlen_attention(
             softmax_scale=softmax_scale, num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out,
             metadata_layout=metadata_layout, sort=sort, head_swizzle=head_swizzle, sinks=sinks,
             alibi_slopes=alibi_slopes, k_descale=k_descale, v_descale=v_descale, q_descale=q_descale,
-            out_dtype=out_dtype)
+            out_dtype=out_dtype, quantize_q=quantize_q)
     from ..selection import validation
 
     # Validate before converting: float()/int() would turn a bad value into a raw conversion error
@@ -389,10 +409,13 @@ def varlen_attention(
         softmax_scale = validation.softmax_scale(softmax_scale, q.shape[-1])
     if out_dtype is not None:   # (the schema's ScalarType? refuses a non-dtype with a dispatcher RuntimeError)
         validation.output_dtype(q, out, out_dtype)
+    if not isinstance(quantize_q, bool):   # (the schema's bool would take 1 or None as one, and refuse a str
+        # with a dispatcher RuntimeError: the eager path's TypeError instead)
+        raise TypeError(f"quantize_q must be a bool, got {type(quantize_q).__name__}")
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, bool(causal),
             int(window_size[0]), int(window_size[1]), softcap, softmax_scale, num_splits, pack_gqa,
             bool(return_lse), metadata_layout, bool(sort), bool(head_swizzle), sinks, alibi_slopes, k_descale, v_descale,
-            q_descale, out_dtype)
+            q_descale, out_dtype, quantize_q)
     if out is None:
         out, lse = torch.ops.kernelgen.varlen_attention(*args)
     else:

@@ -197,8 +197,9 @@ class AttentionPlan:
         #: the quantised q and its factors (``q_quant``): one buffer, the factors past max_total_q's rows
         self._q8_off, n = quant_q.buffer_bytes(self.max_total_q, num_heads_q, head_dim, self.capacity, num_heads_kv)
         self._q8 = torch.empty(n, dtype=torch.uint8, device=self.device) if self.q_quant else None
-        if self.q_quant:
-            quant_q.load(self.device, dtype)
+        #: the loaded q quantisation kernel (``runtime.quant_kernel``; None: torch ops), or None
+        self._q_kernel = runtime.quant_kernel(self.device, dtype, checked.settings.allow_untested_arch) \
+            if self.q_quant else None
         #: int32 scheduler metadata (``kernels.metadata``; the long class's in a two-class plan), sized by
         #: the capacity only, the short class's (None for a single-class plan) and the split-KV
         #: partials (None without split-KV), sized by max_total_q: views of the workspace.
@@ -253,7 +254,7 @@ class AttentionPlan:
         """A step's 16-bit q quantised into the plan's buffer (``launch.quant_q``): the e4m3 q the
         kernels read (the factors at the plan's fixed offset, the step's q_descale field)."""
         return quant_q.quantize(q, cu_seqlens_q, cu_seqlens_q.shape[0] - 1, self.num_heads_kv, buffer=self._q8,
-                                descale_offset=self._q8_off)[0]
+                                descale_offset=self._q8_off, kernel=self._q_kernel)[0]
 
     def _variant_arg(self, variant):
         """The tensor addresses of a step's variant (``variant``, else the plan's), None for a plan

@@ -168,6 +168,26 @@ def _load(spec, ordinal: int) -> Kernel:
                   persistent_grid=grid, params=params, module=module, resources=dict(entry.resources))
 
 
+def quant_kernel(device, dtype, allow_untested: bool = False) -> Kernel | None:
+    """The kernel that quantises a 16-bit q to e4m3 (``launch.quant_q.quantize``'s ``kernel``;
+    ``spec.QuantSpec`` of q's ``dtype``, torch.float16 or torch.bfloat16) loaded on the torch
+    ``device`` (compiled or read from the cache once), or None where ``quantize`` takes its torch
+    ops: a device that is not CUDA, or one without the fp32 -> e4m3 conversion (``FP8_CVT_ARCHS``)
+    or without kernelgen kernels.  Callers load it before a CUDA graph capture (a plan at
+    construction, a call when it decides), so that no module loads while one is captured."""
+    from ..kernels.spec import FP8_CVT_ARCHS, QuantSpec
+
+    if getattr(device, "type", None) != "cuda":
+        return None
+    try:
+        arch = device_arch(device.index, allow_untested)
+    except RuntimeError:
+        return None
+    if arch not in FP8_CVT_ARCHS:
+        return None
+    return get_kernel(QuantSpec(arch, "bf16" if str(dtype) == "torch.bfloat16" else "fp16"), device.index)
+
+
 def loaded_kernels() -> list:
     """Kernels loaded in this process (for ``kernelgen doctor`` and tests)."""
     return list(_loaded.values())

@@ -81,6 +81,8 @@ class PreparedCall:
     #: a 16-bit q the caller quantises before ``run`` (``launch.quant_q.quantize``'s (batch,
     #: num_heads_kv)), whose q_descale the Hopper launch finds past q (``TmaLaunch``); None otherwise
     q_quant = None
+    #: with ``q_quant``: the loaded quantisation kernel ``quantize`` launches (None: its torch ops)
+    q_quant_kernel = None
 
     def __init__(self, *, device: torch.device, sched, attn, combine, layout: WorkspaceLayout,
                  fixed_base: int | None, out_shape: tuple, lse_shape: tuple | None, dtype, sizes: dict, config=None):

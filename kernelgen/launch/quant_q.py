@@ -69,7 +69,8 @@ def _views(q: torch.Tensor, batch: int, num_heads_kv: int, buffer: torch.Tensor 
 
 
 def quantize(q: torch.Tensor, cu_seqlens_q: torch.Tensor, batch: int, num_heads_kv: int,
-             buffer: torch.Tensor | None = None, descale_offset: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+             buffer: torch.Tensor | None = None, descale_offset: int | None = None,
+             kernel=None) -> tuple[torch.Tensor, torch.Tensor]:
     """q (total_q, num_heads_q, head_dim), float16 or bfloat16, as e4m3 with per-(request, KV head)
     power-of-two descales (the module's docstring says how they are chosen and how exact they are).
 
@@ -80,19 +81,19 @@ def quantize(q: torch.Tensor, cu_seqlens_q: torch.Tensor, batch: int, num_heads_
     ``descale_offset``: where the descales start in it (bytes, a multiple of 4 at or past q8's end;
     default ``buffer_bytes(...)[0]``: an ``AttentionPlan`` keeps its own, sized by its capacities).
 
-    On a CUDA device with FP8 conversions (compute capability 8.9 and up) one kernel does it in two
-    launches on the current stream (``spec.QuantSpec``, templates/quant/quant_q.cu.j2: the largest
-    |q| per request and KV head, then the cast; both read q once) after zeroing a
-    (batch, num_heads_kv) word array; elsewhere ``quantize_reference``'s torch ops, whose results
-    are the same bit for bit.  No host synchronisation either way (capturable in a CUDA graph).
+    ``kernel``: the loaded quantisation kernel of q's dtype on q's device (``jit.runtime.quant_kernel``:
+    ``spec.QuantSpec``, templates/quant/quant_q.cu.j2), which then does it in two launches on the
+    current stream (the largest |q| per request and KV head, then the cast; both read q once) after
+    zeroing a (batch, num_heads_kv) word array; None (a CPU tensor, a GPU without FP8 conversions):
+    ``quantize_reference``'s torch ops, whose results are the same bytes.  No host synchronisation
+    either way (capturable in a CUDA graph).
 
     Returns (q8, q_descale): q8 (total_q, num_heads_q, head_dim) ``torch.float8_e4m3fn``,
     contiguous; q_descale float32 (batch, num_heads_kv), contiguous.  No error checking: the
     callers validated the arguments; ValueError when q and its factors do not fit ``buffer``.
     """
     q8, descale = _views(q, batch, num_heads_kv, buffer, descale_offset)
-    arch = _kernel_arch(q)
-    if arch is None:
+    if kernel is None:
         return _reference_into(q, cu_seqlens_q, batch, num_heads_kv, q8, descale)
     total, hq, d = q.shape
     if total == 0:
@@ -100,56 +101,18 @@ def quantize(q: torch.Tensor, cu_seqlens_q: torch.Tensor, batch: int, num_heads_
         return q8, descale
     if q.stride(2) != 1 or q.stride(1) != d or q.stride(0) % 8 or q.data_ptr() % 16:
         q = q.contiguous()   # the kernel reads a row's heads as one run of 16-byte chunks
-    from ..jit import runtime
     from ..kernels.params import QUANT_PARAMS
-    from ..kernels.spec import QuantSpec
     from . import launch, prepared
 
-    spec = QuantSpec(arch, "bf16" if q.dtype == torch.bfloat16 else "fp16")
-    kernel = runtime.get_kernel(spec, q.device.index)
     amax = torch.zeros(batch * num_heads_kv, dtype=torch.int32, device=q.device)
     stream = prepared.current_stream(q.device.index)
-    grid = -(-total // spec.rows_per_cta) * num_heads_kv
+    grid = -(-total // kernel.spec.rows_per_cta) * num_heads_kv
     fields = {"q": q.data_ptr(), "cu_seqlens_q": cu_seqlens_q.data_ptr(), "amax": amax.data_ptr(),
               "q8": q8.data_ptr(), "descale": descale.data_ptr(), "q_row_stride": q.stride(0), "total_q": total,
               "num_heads_kv": num_heads_kv, "group_elems": hq // num_heads_kv * d, "batch": batch}
     for phase in (0, 1):
         launch.launch_kernel(kernel, grid, stream, QUANT_PARAMS.pack({**fields, "phase": phase}))
     return q8, descale
-
-
-def _kernel_arch(q: torch.Tensor) -> str | None:
-    """The compile target of q's device when the quantisation kernel runs there (a CUDA device of
-    compute capability 8.9 or above, ``spec.FP8_CVT_ARCHS``), else None."""
-    return _device_arch(q.device)
-
-
-def _device_arch(device: torch.device) -> str | None:
-    if device.type != "cuda":
-        return None
-    from ..jit import runtime
-    from ..kernels.spec import FP8_CVT_ARCHS
-    from ..selection import settings
-
-    try:
-        arch = runtime.device_arch(device.index, settings.allow_untested_arch())
-    except RuntimeError:
-        return None
-    return arch if arch in FP8_CVT_ARCHS else None
-
-
-def load(device: torch.device, dtype: torch.dtype):
-    """Compile (or find in the cache) and load the quantisation kernel for a ``dtype`` q
-    (float16 / bfloat16) on ``device`` ahead of the calls that quantise (a plan, the first call of
-    a signature), so that none loads a module while a CUDA graph is being captured; the loaded
-    kernel (``jit.runtime.Kernel``), or None where ``quantize`` takes the torch ops."""
-    arch = _device_arch(device)
-    if arch is None:
-        return None
-    from ..jit import runtime
-    from ..kernels.spec import QuantSpec
-
-    return runtime.get_kernel(QuantSpec(arch, "bf16" if dtype == torch.bfloat16 else "fp16"), device.index)
 
 
 def quantize_reference(q: torch.Tensor, cu_seqlens_q: torch.Tensor, batch: int, num_heads_kv: int,

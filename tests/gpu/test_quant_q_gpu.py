@@ -15,6 +15,7 @@ import torch
 import kernelgen
 from kernelgen.apps.reference import attention_reference, gather_paged
 from kernelgen.front.plan import AttentionPlan
+from kernelgen.jit import runtime
 from kernelgen.launch import quant_q
 
 from gpu_helpers import capture, draw_lengths, plan_buffers, prepared, replay, write_lengths  # noqa: E402
@@ -65,6 +66,7 @@ def test_varlen_prefill_quantised_within_the_fp8_bounds(d, causal, dtype, num_sp
         assert o.dtype == dtype
         p = prepared()
         assert "_fp8mma" in p.attn.name and p.q_quant == (batch, hkv), p.attn.name
+        assert p.q_quant_kernel is not None and p.q_quant_kernel.spec.kind == "quant"   # the kernel, not torch ops
         check_mma(o, lse, ref, ref_lse, bound, lb)
 
 
@@ -77,7 +79,7 @@ def test_plan_quantised_in_a_cuda_graph():
     plan = AttentionPlan(max_batch=cap, num_heads_q=hq, num_heads_kv=hkv, head_dim=d, dtype=BF16,
                          max_total_q=max_tq, max_seqlen_q=250, max_seqlen_k=max_ctx, paged=True, page_size=ps,
                          causal=True, kv_dtype="e4m3", quantize_q=True)
-    assert plan.q_quant and "_fp8mma" in plan.attn.spec.name
+    assert plan.q_quant and "_fp8mma" in plan.attn.spec.name and plan._q_kernel is not None
     kc, vc, q, cu_q, used, pt, out, lse = plan_buffers(cap, max_tq, hq, hkv, d, ps, max_ctx, kv_dtype=E4M3)
     kd, vd = (torch.ones(cap, hkv, device="cuda") for _ in range(2))
     rng = np.random.default_rng(31)
@@ -112,7 +114,9 @@ def test_plan_quantised_in_a_cuda_graph():
 
 
 def _kernel_and_reference(q, cu, batch, hkv):
-    got8, got_d = quant_q.quantize(q, cu, batch, hkv)
+    kernel = runtime.quant_kernel(q.device, q.dtype)
+    assert kernel is not None and kernel.spec.dtype == ("bf16" if q.dtype == BF16 else "fp16")
+    got8, got_d = quant_q.quantize(q, cu, batch, hkv, kernel=kernel)
     want8, want_d = quant_q.quantize_reference(q, cu, batch, hkv)
     torch.cuda.synchronize()
     return got8.view(torch.uint8), got_d, want8.view(torch.uint8), want_d
@@ -184,11 +188,12 @@ def test_the_kernel_in_a_cuda_graph():
     cu = torch.tensor([0, 300, 650], dtype=torch.int32, device="cuda")
     off, n = quant_q.buffer_bytes(total, hq, d, 2, hkv)
     buf = torch.empty(n, dtype=torch.uint8, device="cuda")
-    quant_q.quantize(q, cu, 2, hkv, buffer=buf)
+    kernel = runtime.quant_kernel(q.device, q.dtype)
+    quant_q.quantize(q, cu, 2, hkv, buffer=buf, kernel=kernel)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        q8, qd = quant_q.quantize(q, cu, 2, hkv, buffer=buf)
+        q8, qd = quant_q.quantize(q, cu, 2, hkv, buffer=buf, kernel=kernel)
     for scale, split in ((1.0, 10), (50.0, 400), (0.01, 1)):
         q.copy_(torch.randn(total, hq, d, device="cuda") * scale)
         cu[1] = split
