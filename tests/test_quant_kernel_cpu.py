@@ -85,6 +85,7 @@ class _Stub:
                                      smem_bytes=0, persistent_grid=132 * 6, params=QUANT_PARAMS)
         monkeypatch.setattr(launch, "launch_kernel", self.launch_kernel)
         monkeypatch.setattr(prepared, "current_stream", lambda index: 0x5eed)
+        monkeypatch.setattr(prepared, "current_device", lambda: None)   # (a CPU tensor's device index)
 
     def launch_kernel(self, kernel, grid, stream, packed):
         assert kernel is self.kernel
@@ -145,3 +146,45 @@ def test_no_rows_no_launch(monkeypatch):
     q8, qd = quant_q.quantize(torch.empty(0, 4, 64, dtype=BF16), torch.zeros(3, dtype=torch.int32), 2, 2,
                               kernel=stub.kernel)
     assert stub.launches == [] and q8.shape == (0, 4, 64) and torch.equal(qd, torch.ones(2, 2))
+
+
+def test_a_misaligned_contiguous_q_is_copied(monkeypatch):
+    """contiguous() returns a contiguous q at a misaligned address as it is: the kernel's 16-byte
+    loads get an aligned copy (review of ee4eb67)."""
+    stub = _Stub(monkeypatch)
+    flat = torch.randn(20 * 4 * 64 + 8).to(BF16)
+    q = flat[1:1 + 20 * 4 * 64].view(20, 4, 64)
+    assert q.is_contiguous() and q.data_ptr() % 16 == 2
+    quant_q.quantize(q, torch.tensor([0, 20], dtype=torch.int32), 1, 2, kernel=stub.kernel)
+    f = stub.launches[0][2]
+    assert f["q"] % 16 == 0 and f["q"] != q.data_ptr() and f["q_row_stride"] == 4 * 64
+
+
+def test_launches_on_q_s_device(monkeypatch):
+    """The kernel was loaded in q's device's context and the stream is that device's: with another
+    device current the launches run under ``torch.cuda.device(q.device)`` (review of ee4eb67)."""
+    stub = _Stub(monkeypatch)
+    entered = []
+
+    class _Guard:
+        def __init__(self, dev):
+            self.dev = dev
+
+        def __enter__(self):
+            entered.append(self.dev)
+
+        def __exit__(self, *exc):
+            entered.append("exit")
+    monkeypatch.setattr(prepared, "current_device", lambda: 3)
+    monkeypatch.setattr(torch.cuda, "device", _Guard)
+    q = torch.randn(10, 4, 64).to(BF16)
+    quant_q.quantize(q, torch.tensor([0, 10], dtype=torch.int32), 1, 2, kernel=stub.kernel)
+    assert entered == [q.device, "exit"] and len(stub.launches) == 2
+
+
+def test_the_loader_takes_the_current_device_without_an_index(monkeypatch):
+    loaded = []
+    monkeypatch.setattr(runtime, "get_kernel", lambda spec, ordinal: loaded.append((spec, ordinal)) or "k")
+    monkeypatch.setattr(runtime, "device_arch", lambda ordinal, allow=False: "sm_90a")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 2)
+    assert runtime.quant_kernel(torch.device("cuda"), BF16) == "k" and loaded == [(QuantSpec("sm_90a", "bf16"), 2)]

@@ -339,3 +339,36 @@ def test_plan_refuses_a_q_descale_of_the_callers(fake_cuda, monkeypatch):
         plan.run(q, k, v, cq, ck, q_descale=torch.ones(2, 2))
     with pytest.raises(TypeError, match=r"^q must have the plan's dtype torch.bfloat16, got torch.float8_e4m3fn"):
         plan.run(q.to(E4M3), k, v, cq, ck)
+
+
+def _misaligned(q: torch.Tensor) -> torch.Tensor:
+    """q's values in a contiguous tensor 2 bytes past a 16-byte boundary."""
+    flat = torch.empty(q.numel() + 8, dtype=q.dtype)
+    out = flat[1:1 + q.numel()].view(q.shape)
+    out.copy_(q)
+    assert out.is_contiguous() and out.data_ptr() % 16 == 2
+    return out
+
+
+def test_a_misaligned_q_on_the_fast_path_is_named(fake_cuda):
+    """The signature key holds no addresses: a later call of the same shape with a q the kernels
+    cannot read (not 16-byte aligned) goes down the validating path, which names it, instead of
+    quantising it (review of ee4eb67: the quantisation kernel's 16-byte loads faulted)."""
+    q, k, v, cq, ck = _cache()
+    kernelgen.varlen_attention(q, k, v, cq, ck, 200, 400, causal=True, quantize_q=True)
+    assert len(api._CALLS._d) == 1
+    fake_cuda.clear()
+    with pytest.raises(ValueError, match="^q must start at a 16-byte aligned address"):
+        kernelgen.varlen_attention(_misaligned(q), k, v, cq, ck, 200, 400, causal=True, quantize_q=True)
+    assert fake_cuda.launches == []
+
+
+def test_a_misaligned_plan_step_is_named(fake_cuda, monkeypatch):
+    from fake_cuda import make_plan
+    plan = make_plan(monkeypatch, quantize_q=True, **_PREFILL_PLAN)
+    q, k, v, cq, ck = _cache()
+    plan.run(q, k, v, cq, ck)
+    fake_cuda.clear()
+    with pytest.raises(ValueError, match="^q must start at a 16-byte aligned address"):
+        plan.run(_misaligned(q), k, v, cq, ck)
+    assert fake_cuda.launches == []

@@ -202,7 +202,7 @@ def varlen_attention(
             quantise q to e4m3 on the device first, per request and KV head with a power-of-two
             ``q_descale`` (``kernelgen.launch.quant_q``: e4m3's rounding, a relative error of at
             most 2^-4 for elements above 2^-13 of their group's largest |q|, coarser below, as for
-            a caller's own e4m3 q; a few torch passes over q), and run that variant: about
+            a caller's own e4m3 q; one kernel, two launches that read q twice), and run that variant: about
             2x the FP8-cache kernel's speed at prefill sizes (``docs/api.md``, "FP8"); out stays in
             q's dtype.  The other calls (decode-shaped, sm_80, ...) keep q exact, as with False
             (the default: every FP8 value converted exactly, q untouched).  Ignored without an FP8
@@ -268,8 +268,10 @@ def varlen_attention(
         # an FP8 q converted for the kernels (its own alignment checked as the validating path
         # does); a declined run goes down the validating path with the caller's q
         kq = q if prep.q_convert is None else None if q.data_ptr() & 15 else q.to(prep.q_convert)
-        if prep.q_quant is not None:   # a 16-bit q quantised for the FP8 tensor-core kernel
-            kq = _quant_q.quantize(q, cu_seqlens_q, *prep.q_quant, kernel=prep.q_quant_kernel)[0]
+        if prep.q_quant is not None:   # a 16-bit q quantised for the FP8 tensor-core kernel (a misaligned
+            # one goes down the validating path, which names it: the key holds no addresses)
+            kq = None if q.data_ptr() & 15 else \
+                _quant_q.quantize(q, cu_seqlens_q, *prep.q_quant, kernel=prep.q_quant_kernel)[0]
         res = None if kq is None else prep.run(kq, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, None)
         if res is not None:
             if sinks is not None and not prep.sinks_fused:

@@ -425,8 +425,9 @@ class AttentionPlan:
             # which names it); a declined step goes down the validating path with the caller's q
             kq = None if q.data_ptr() & 15 else q.to(self.q_convert)
             step = None if kq is None else step
-        elif step is not None and self.q_quant:
-            kq = self._quantized(q, cu_seqlens_q)
+        elif step is not None and self.q_quant:   # (a misaligned q: the validating path names it)
+            kq = None if q.data_ptr() & 15 else self._quantized(q, cu_seqlens_q)
+            step = None if kq is None else step
         if step is not None:
             if sinks is None or (self.sinks_fused and not validation.host_checks_enabled()):
                 # (sink kernels: the sinks' address is in the step's parameters)

@@ -179,13 +179,18 @@ def quant_kernel(device, dtype, allow_untested: bool = False) -> Kernel | None:
 
     if getattr(device, "type", None) != "cuda":
         return None
+    index = device.index
+    if index is None:   # torch.device("cuda"): the current device
+        import torch
+
+        index = torch.cuda.current_device()
     try:
-        arch = device_arch(device.index, allow_untested)
+        arch = device_arch(index, allow_untested)
     except RuntimeError:
         return None
     if arch not in FP8_CVT_ARCHS:
         return None
-    return get_kernel(QuantSpec(arch, "bf16" if str(dtype) == "torch.bfloat16" else "fp16"), device.index)
+    return get_kernel(QuantSpec(arch, "bf16" if str(dtype) == "torch.bfloat16" else "fp16"), index)
 
 
 def loaded_kernels() -> list:

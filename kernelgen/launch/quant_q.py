@@ -99,11 +99,26 @@ def quantize(q: torch.Tensor, cu_seqlens_q: torch.Tensor, batch: int, num_heads_
     if total == 0:
         descale.fill_(1.0)
         return q8, descale
-    if q.stride(2) != 1 or q.stride(1) != d or q.stride(0) % 8 or q.data_ptr() % 16:
-        q = q.contiguous()   # the kernel reads a row's heads as one run of 16-byte chunks
+    from . import prepared
+
+    if prepared.current_device() != q.device.index:   # (the kernel and the stream are q's device's)
+        with torch.cuda.device(q.device):
+            _launch(kernel, q, cu_seqlens_q, batch, num_heads_kv, q8, descale)
+    else:
+        _launch(kernel, q, cu_seqlens_q, batch, num_heads_kv, q8, descale)
+    return q8, descale
+
+
+def _launch(kernel, q, cu_seqlens_q, batch, num_heads_kv, q8, descale) -> None:
+    """The kernel's two launches on the current stream of q's device (current already)."""
     from ..kernels.params import QUANT_PARAMS
     from . import launch, prepared
 
+    total, hq, d = q.shape
+    if q.stride(2) != 1 or q.stride(1) != d or q.stride(0) % 8 or q.data_ptr() % 16:
+        # the kernel reads a row's heads as one run of 16-byte chunks (a contiguous q at a
+        # misaligned address is copied too: contiguous() would return it as it is)
+        q = q.clone(memory_format=torch.contiguous_format)
     amax = torch.zeros(batch * num_heads_kv, dtype=torch.int32, device=q.device)
     stream = prepared.current_stream(q.device.index)
     grid = -(-total // kernel.spec.rows_per_cta) * num_heads_kv
@@ -112,7 +127,6 @@ def quantize(q: torch.Tensor, cu_seqlens_q: torch.Tensor, batch: int, num_heads_
               "num_heads_kv": num_heads_kv, "group_elems": hq // num_heads_kv * d, "batch": batch}
     for phase in (0, 1):
         launch.launch_kernel(kernel, grid, stream, QUANT_PARAMS.pack({**fields, "phase": phase}))
-    return q8, descale
 
 
 def quantize_reference(q: torch.Tensor, cu_seqlens_q: torch.Tensor, batch: int, num_heads_kv: int,
