@@ -160,13 +160,17 @@ def test_the_kernel_equals_the_reference_bit_for_bit(dtype, hq, hkv, d):
 
 @pytest.mark.parametrize("dtype", [BF16, FP16])
 def test_the_kernel_on_strided_q_and_non_finite_groups(dtype):
-    """A q whose rows are further apart than its heads (a view of a wider buffer: read in place)
-    and one with strided heads (copied first); a (request, KV head) with inf or NaN keeps factor
+    """A q whose rows are further apart than its heads (a view of a wider buffer: read in place),
+    one with strided heads and a contiguous one at a misaligned address (both copied first); a (request, KV head) with inf or NaN keeps factor
     1: its NaN stays NaN and its finite values within e4m3's range equal the reference's."""
     qlens, hq, hkv, d = [100, 3, 500], 8, 2, 128
     cu = torch.tensor([0] + list(np.cumsum(qlens)), dtype=torch.int32, device="cuda")
     wide = (3 * torch.randn(sum(qlens), 12, d, device="cuda")).to(dtype)
-    for q in (wide[:, :hq], wide[:, ::1][:, 2:10], torch.randn(sum(qlens), 2 * hq, d, device="cuda").to(dtype)[:, ::2]):
+    flat = torch.empty(sum(qlens) * hq * d + 8, dtype=dtype, device="cuda")
+    odd = flat[1:1 + sum(qlens) * hq * d].view(sum(qlens), hq, d)   # contiguous, 2 bytes past 16: copied
+    odd.copy_(wide[:, :hq])
+    for q in (wide[:, :hq], wide[:, ::1][:, 2:10], torch.randn(sum(qlens), 2 * hq, d, device="cuda").to(dtype)[:, ::2],
+              odd):
         g8, gd, w8, wd = _kernel_and_reference(q, cu, 3, hkv)
         assert torch.equal(gd, wd) and torch.equal(g8, w8)
     q = wide[:, :hq].clone()
