@@ -41,8 +41,8 @@ def test_a_configuration_name_with_a_tilde_is_refused():
 
 
 def test_an_fp8q_configuration_lifts_the_tile_limits_while_it_is_prepared():
-    """fp8q's tile must reach non-causal and soft-capped calls, which SM90_FP8_MMA_TILE_LIMITS
-    keeps on their usual tile at d 128: lifted inside, restored after."""
+    """fp8q's tile must reach soft-capped calls, which SM90_FP8_MMA_TILE_LIMITS keeps on their usual
+    tile at d 128 (and non-causal ones, which it no longer limits there): lifted inside, restored after."""
     from kernelgen.kernels.spec import TileConfig
     from kernelgen.selection import heuristics
     before = dict(heuristics.SM90_FP8_MMA_TILE_LIMITS)
@@ -50,7 +50,7 @@ def test_an_fp8q_configuration_lifts_the_tile_limits_while_it_is_prepared():
     got = tile_ab.patched("fp8q", 128, tile, "p", lambda: (heuristics.fp8_mma_tile(128, 128, nomask=True),
                                                           heuristics.fp8_mma_tile(128, 128, softcap=True)))
     assert got == (tile, tile)
-    assert heuristics.SM90_FP8_MMA_TILE_LIMITS == before and heuristics.fp8_mma_tile(128, 128, nomask=True) is None
+    assert heuristics.SM90_FP8_MMA_TILE_LIMITS == before and heuristics.fp8_mma_tile(128, 128, softcap=True) is None
 
 
 def test_regs_fp8_in_the_defines_sets_the_fp8_cache_registers_while_prepared(monkeypatch):

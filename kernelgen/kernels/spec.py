@@ -243,9 +243,9 @@ class AttentionSpec:
             if getattr(self, flag):
                 return flag
         if self.fp8_mma and (not self.kv_dtype or self.head_dim != self.head_dim_v or self.head_dim % 64
-                             or t.block_n % 64 or t.block_n < 128):
+                             or t.block_n % 32 or t.block_n < 128):
             return ("fp8_mma needs kv_dtype, head_dim == head_dim_v a multiple of 64 and key blocks of 128 or more, "
-                    "a multiple of 64")
+                    "a multiple of 32")
         if self.kv_dtype and (self.alibi or self.variant is not None or "g" in self.sm90_opts):
             return (f"kv_dtype {self.kv_dtype!r} with ALiBi, a user variant or gathered rows (option 'g'): "
                     f"those FP8 calls run on the sm_80 mainloop")

@@ -192,10 +192,14 @@ SM90_FP8_TILES = {
 #: the FP8 K/V variant (A/B measurements).
 SM90_FP8_MMA = True
 
-#: Tiles of the FP8 tensor-core variant by (head_dim, head_dim_v) (block_n a multiple of 64, at least 128);
-#: absent pairs take the 16-bit call's tile.  d 128: 192-key blocks (FlashAttention-3 takes 224),
-#: causal 1 x 16k x 32/8 heads 2747 us against 3150 for 128 keys, FA3's FP8 2798 in the same run
-#: (benchmarks/experiments/tile_ab.py; non-causal 4 x 4k: 1462 against 1501).  Measured on the H200
+#: Tiles of the FP8 tensor-core variant by (head_dim, head_dim_v) (block_n a multiple of 32, at least 128);
+#: absent pairs take the 16-bit call's tile.  d 128: 224-key blocks, as FlashAttention-3's causal FP8
+#: tile (V^T keeps whole 128-key column blocks, the second one 96 keys used; 40 / 232 registers, no
+#: spill): causal 1 x 16k x 32/8 heads 0.961-0.978x the time of 192-key blocks (2661 against 2770 us,
+#: three passes; the bench entry 0.97x FA3's FP8 where 192 keys gave 0.91-0.94x), non-causal 4 x 4k
+#: 0.984-0.990x (equal to 128 keys, which non-causal calls keep: ``SM90_FP8_MMA_TILE_LIMITS``)
+#: (H200, session 32, docs/dev/benchmarks/s32/call1).  192 keys before that: causal 16k 2747 us
+#: against 3150 for 128 keys (benchmarks/experiments/tile_ab.py; non-causal 4 x 4k: 1462 against 1501).  Measured on the H200
 #: (tools/fp8_mma_probe.py --tiles, benchmarks/experiments/tile_ab.py; docs/dev/perf-log.md "FP8
 #: tensor-core GEMMs", "Head dim 64: three consumer warpgroups"): d 64 on 192 rows in three consumer
 #: warpgroups (56 / 152 registers) 347 us causal and 531 non-causal (8 x 2k, 32 heads) against 379 /
@@ -205,7 +209,7 @@ SM90_FP8_MMA = True
 #: within noise (2812 / 2881 / 2905 us for 2 / 3 / 4 stages on causal 16k).  A paged call whose
 #: pages TMA cannot box at the entry's block_n, or whose soft-cap, window or split-KV the entry does
 #: not take (``SM90_FP8_MMA_TILE_LIMITS``), keeps its usual tile.
-SM90_FP8_MMA_TILES: dict = {(64, 64): TileConfig(192, 128, 12, 2, 1), (128, 128): TileConfig(128, 192, 8, 2, 1),
+SM90_FP8_MMA_TILES: dict = {(64, 64): TileConfig(192, 128, 12, 2, 1), (128, 128): TileConfig(128, 224, 8, 2, 1),
                             (256, 256): TileConfig(128, 128, 8, 2, 1)}
 
 #: What each ``SM90_FP8_MMA_TILES`` entry does not take ("softcap", "local": a sliding window,
@@ -223,7 +227,7 @@ SM90_FP8_MMA_TILES: dict = {(64, 64): TileConfig(192, 128, 12, 2, 1), (128, 128)
 #: and with a window of 4096 too 1170 against 3284 (perf log, "Twenty-ninth session"), so only
 #: split-KV keeps the usual tile there.  tests/test_review_fp8q_cpu.py compiles every dispatched
 #: variant and bounds those spills.
-SM90_FP8_MMA_TILE_LIMITS: dict = {(64, 64): frozenset(), (128, 128): frozenset({"softcap", "nomask"}),
+SM90_FP8_MMA_TILE_LIMITS: dict = {(64, 64): frozenset(), (128, 128): frozenset({"softcap"}),
                                   (256, 256): frozenset({"split"})}
 
 
@@ -608,7 +612,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                                                            local=mask == "local", split=True) is None:
                 continue   # the entry takes no split-KV: the call's usual tile (and its own split bound)
             mma8 = bool(SM90_FP8_MMA and q_dtype and kv_dtype and head_dim == head_dim_v and head_dim % 64 == 0
-                        and t.block_n % 64 == 0 and t.block_n >= 128)
+                        and t.block_n % 32 == 0 and t.block_n >= 128)
             attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, split=split, paged=paged,
                                  softcap=softcap, mainloop="sm90a", sm90_opts=opts, alibi=alibi, variant=variant,
                                  kv_dtype=kv_dtype, fp8_mma=mma8)

@@ -454,6 +454,24 @@ __device__ __forceinline__ void pin_pv_wait(u32 sb, int cw, int lane, const floa
   if (KG_PIN_PV_WAIT && !FP8_MMA && lane == 0)
     asm volatile("st.shared.f32 [%0], %1;" :: "r"(sb + OFF_PIN + 4 * cw), "f"(row_max[0][0]) : "memory");
 }
+{% if v.get("fp8_mma") %}
+// FP8 P V: where the wait for the previous block's P V may go (KERNELGEN_DEFINES KG_PIN_FP8 for
+// experiments): 0 unpinned (ptxas puts it before the softmax), 1 after the first row's max (as the
+// 16-bit pin), 2 after that row's sum (its exponentials), 3 after both rows' sums.  H200, d 128
+// (tile_ab, 32 / 8 heads, three passes; docs/dev/perf-log.md "Thirty-second session"): with
+// 224-key blocks 1 took 0.967-0.978x the unpinned time (causal 16k and 4 x 4k, non-causal 4 x 4k
+// 0.978-0.987x); with 128-key blocks 1.01-1.09x (as measured before): pinned above 128 keys.
+#ifndef KG_PIN_FP8
+#define KG_PIN_FP8 {{ 1 if v.block_n > 128 else 0 }}
+#endif
+__device__ __forceinline__ void pin_pv_wait8(u32 sb, int cw, int lane, const float (&row_max)[1][2],
+                                             const float (&row_sum)[1][2]) {
+  if (KG_PIN_FP8 && lane == 0) {
+    const float x = KG_PIN_FP8 == 1 ? row_max[0][0] : KG_PIN_FP8 == 2 ? row_sum[0][0] : row_sum[0][0] + row_sum[0][1];
+    asm volatile("st.shared.f32 [%0], %1;" :: "r"(sb + OFF_PIN + 4 * cw), "f"(x) : "memory");
+  }
+}
+{% endif %}
 
 // Per-thread pipeline position of a consumer (the same sequence the producer walks).
 struct KvPos {
@@ -584,6 +602,9 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
     if (n == n_lo) release(bar_q_empty(sb), lane);
     {{ block_scores(clamp_kv=False) | indent(4) }}
     pin_pv_wait(sb, cw, lane, row_max);
+    {% if v.get("fp8_mma") %}
+    pin_pv_wait8(sb, cw, lane, row_max, row_sum);
+    {% endif %}
     wgmma_wait<0>();
     fence_regs<DV / 2>(&o[0][0][0]);
     fence_regs<PA_N * 4>(&pa[0][0]);

@@ -71,8 +71,13 @@ constexpr int LAND = {{ v.get("land_stages", 0) }};
 // 1-3 into an FP8 V^T ring (transpose_v8), P packed to e4m3 (pack_p8) for O += P V^T on FP8 wgmma.
 // LAND == STAGES: landing slot and V^T slot share the consumers' pipeline position.
 constexpr bool FP8_MMA = {{ "true" if v.get("fp8_mma") else "false" }};
+{% if v.get("fp8_mma") %}
+static_assert(!FP8_MMA || (FP8 && LAND == STAGES && D == DV_OUT && D % 64 == 0 && BN % 32 == 0 && BN >= 128),
+              "FP8 wgmma: head dims multiple of 64, key blocks of 128 or more (multiples of 32), one landing stage a ring slot");
+{% else %}
 static_assert(!FP8_MMA || (FP8 && LAND == STAGES && D == DV_OUT && D % 64 == 0 && BN % 64 == 0 && BN >= 128),
               "FP8 wgmma: head dims multiple of 64, key blocks of 128 or more (multiples of 64), one landing stage a ring slot");
+{% endif %}
 constexpr int NCONV = 96;
 static_assert(!FP8 || (!GATHER && LAND >= 1), "FP8 K/V: TMA landing stages, no row gathering");
 static_assert(!GATHER || PAGED, "row gathering is for paged K/V");

@@ -219,7 +219,7 @@ __device__ __forceinline__ void transpose_v8_tail(int w, u32 ld0, u32 st0, u32 s
 // The block's V^T by NW warps; tid: the thread's index among them (0 .. 32 NW - 1).
 template <int NK, int ND, int NW>
 __device__ __forceinline__ void transpose_v8(u32 vt, u32 land, int tid, int valid) {
-  static_assert(NK % 64 == 0 && NK >= 128 && ND % 64 == 0, "V^T blocks of 128 keys (the last may hold 64), 64-dim landing blocks");
+  static_assert(NK % 32 == 0 && NK >= 128 && ND % 64 == 0, "V^T blocks of 128 keys (the last may hold 32-96), 64-dim landing blocks");
   static_assert(NW >= 1 && NW <= (ND / 16) * (NK / 32), "a unit or more a warp");
   // the lane's constants are recomputed per block (a dozen instructions) rather than hoisted out of
   // the caller's block loop, where they would stay live beside its state (the d 256 producer's 24
