@@ -134,8 +134,8 @@ def transpose_v8(land, nb, dv, valid, nw=3):
 
 
 #: (keys a block, head dim) of the FP8 tensor-core kernels heuristics.choose gives (SM90_FP8_MMA_TILES:
-#: d 64 and 256 on 128-key blocks, d 128 on 224 with a mask, 128 without), and blocks the spec
-#: accepts besides (192 / 256 keys at d 64, 192 at d 128, 256 at d 256)
+#: d 64 and 256 on 128-key blocks, d 128 on 224, 192 or 128 for pages TMA cannot box at 224), and
+#: blocks the spec accepts besides (192 / 256 keys at d 64, 256 at d 256)
 KERNEL_BLOCKS = [(128, 64), (128, 128), (224, 128), (192, 128), (128, 256), (192, 64), (256, 64), (256, 256)]
 
 

@@ -312,3 +312,34 @@ def test_negative_descales_are_refused_by_the_host_checks(monkeypatch):
         with pytest.raises(ValueError, match=rf"^{name} holds a negative factor \(-0.5\); descale factors must be >= 0"):
             validation.check_descale_values(name, torch.tensor([[1.0, -0.5]]))
         validation.check_descale_values(name, torch.tensor([[0.0, 2.0]]))
+
+
+@pytest.mark.parametrize("mask", ["causal", "local", "none"])
+def test_pages_tma_cannot_box_at_224_keys_take_192_then_128(mask):
+    """d 128's FP8 tensor-core tile is 224 keys; TMA boxes pages of 8, 16, 32 or 56 tokens there.  A
+    masked call on pages of 24, 48, 64, 96, 192 or 576 tokens takes 192-key blocks (as before the
+    224-key tile; without the fallback pages of 96 went to the sm_80 path and pages of 64 to 128 keys),
+    pages of 128 or 256 the usual 128; a call without a mask takes 128 where 224 does not fit (192
+    measured no faster there), 192 where neither does (pages of 24, 48, 96, 192, 576: the sm_80 path
+    before).  Every one stays on the tensor-core variant, and only 224 keys pin the P V wait."""
+    from kernelgen.jit import render
+    want = {8: 224, 16: 224, 32: 224, 56: 224, 24: 192, 48: 192, 64: 192, 96: 192, 192: 192, 576: 192,
+            128: 128, 256: 128}
+    for page_size, block_n in want.items():
+        v = heuristics.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask=mask,
+                              max_seqlen_q=4096, max_seqlen_k=4096, paged=True, page_size=page_size,
+                              kv_dtype="e4m3", q_dtype="e4m3")
+        a = v.attention
+        expect = 128 if (mask == "none" and block_n == 192 and page_size == 64) else block_n
+        assert (a.mainloop, a.fp8_mma, a.tile.block_n, a.sm90_opts) == ("sm90a", True, expect, "p"), (page_size, a.name)
+        assert heuristics.sm90_paged_tma_fits(page_size, expect)
+        src = render.render(a)
+        assert f"#define KG_PIN_FP8 {1 if expect == 224 else 0}" in src, (page_size, a.name)
+
+
+def test_the_192_key_fallback_compiles_without_spills():
+    """The paged fallback (pages of 64 tokens, causal) compiles for sm_90a without spills."""
+    v = heuristics.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal", max_seqlen_q=4096,
+                          max_seqlen_k=4096, paged=True, page_size=64, kv_dtype="e4m3", q_dtype="e4m3")
+    assert v.attention.tile.block_n == 192
+    _assert_spills_within(v.attention, None)

@@ -193,12 +193,14 @@ SM90_FP8_TILES = {
 SM90_FP8_MMA = True
 
 #: Tiles of the FP8 tensor-core variant by (head_dim, head_dim_v) (block_n a multiple of 32, at least 128);
-#: absent pairs take the 16-bit call's tile.  d 128: 224-key blocks, as FlashAttention-3's causal FP8
-#: tile (V^T keeps whole 128-key column blocks, the second one 96 keys used; 40 / 232 registers, no
-#: spill): causal 1 x 16k x 32/8 heads 0.961-0.978x the time of 192-key blocks (2661 against 2770 us,
-#: three passes; the bench entry 0.97x FA3's FP8 where 192 keys gave 0.91-0.94x), non-causal 4 x 4k
-#: 0.984-0.990x (equal to 128 keys, which non-causal calls keep: ``SM90_FP8_MMA_TILE_LIMITS``)
-#: (H200, session 32, docs/dev/benchmarks/s32/call1).  192 keys before that: causal 16k 2747 us
+#: absent pairs take the 16-bit call's tile.  d 128: 224-key blocks, as FlashAttention-3's FP8 tile
+#: (V^T keeps whole 128-key column blocks, the second one 96 keys used; 40 / 232 registers; no spill
+#: with a mask, one word reloaded once a tile without): causal 1 x 16k x 32/8 heads 0.961-0.978x the
+#: time of 192-key blocks (2661 against 2770 us, three passes), non-causal 4 x 4k 0.984-0.990x (equal
+#: to 128 keys); with the P V wait pinned (mainloop_sm90.cuh's KG_PIN_FP8) 0.967-0.987x more, and
+#: 128-key blocks pinned lost: non-causal calls take 224 keys too (bench entries 1.02x / 1.01x FA3's
+#: FP8 where 192 / 128 keys gave 0.93x / 0.97x; H200, session 32, docs/dev/benchmarks/s32).  Paged
+#: calls whose pages TMA cannot box at 224 keys: ``SM90_FP8_MMA_PAGED_BLOCKS``.  192 keys before that: causal 16k 2747 us
 #: against 3150 for 128 keys (benchmarks/experiments/tile_ab.py; non-causal 4 x 4k: 1462 against 1501).  Measured on the H200
 #: (tools/fp8_mma_probe.py --tiles, benchmarks/experiments/tile_ab.py; docs/dev/perf-log.md "FP8
 #: tensor-core GEMMs", "Head dim 64: three consumer warpgroups"): d 64 on 192 rows in three consumer
@@ -242,6 +244,25 @@ def fp8_mma_tile(head_dim: int, head_dim_v: int, *, softcap: bool = False, local
             or (nomask and "nomask" in limits):
         return None
     return t
+
+
+#: Key blocks the FP8 tensor-core variant falls back to, in order, below its entry's block_n when TMA
+#: cannot box a paged call's pages at that block_n (``sm90_paged_tma_fits``), by whether the call has a
+#: mask: d 128's 224 keys take no page of 24, 48, 64 or 96 tokens, which 192 keys (0.87x the time of
+#: 128 on causal 16k, session 18) do; without a mask 128 keys first (192 measured 1.01-1.02x their
+#: time there, session 32), 192 where 128 do not fit.  What fits none of them takes the call's usual
+#: tile (and the sm_80 path where TMA cannot box that either).
+SM90_FP8_MMA_PAGED_BLOCKS = {"mask": (192,), "nomask": (128, 192)}
+
+
+def fp8_mma_paged_fallbacks(t: TileConfig, paged: bool, *, nomask: bool = False) -> tuple:
+    """``t`` with each of ``SM90_FP8_MMA_PAGED_BLOCKS``' key blocks below its own, in order, for a paged
+    call (``nomask``: without a mask); none for packed K/V.  ``choose`` keeps the first whose pages
+    TMA can box."""
+    if not paged:
+        return ()
+    blocks = SM90_FP8_MMA_PAGED_BLOCKS["nomask" if nomask else "mask"]
+    return tuple(dataclasses.replace(t, block_n=n) for n in blocks if n < t.block_n)
 
 
 def two_warpgroups(t: TileConfig) -> TileConfig:
@@ -578,8 +599,10 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                                        pack=pack, num_splits=num_splits, tma_ok=tma_ok)
         mma_tile = (fp8_mma_tile(head_dim, head_dim_v, softcap=softcap, local=mask == "local", nomask=mask == "none")
                     if q_dtype and kv_dtype and SM90_FP8_MMA and tile is None else None)
-        # the FP8 tensor-core variant's own tile first (where it applies), else the call's usual tile
-        for cand in ((mma_tile, None) if mma_tile is not None else (None,)):
+        # the FP8 tensor-core variant's own tile first (where it applies), then its smaller key blocks
+        # for pages TMA cannot box at that block_n (SM90_FP8_MMA_PAGED_BLOCKS), else the call's usual tile
+        for cand in ((mma_tile, *fp8_mma_paged_fallbacks(mma_tile, paged, nomask=mask == "none"), None)
+                     if mma_tile is not None else (None,)):
             t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, tile or cand, sm90_opts, kv_dtype,
                                             heavy=sm90_heavy(softcap, alibi, variant, variant_spills))
             if cand is not None and "g" in opts:   # pages TMA cannot box at its block_n: the call's usual tile

@@ -460,9 +460,10 @@ __device__ __forceinline__ void pin_pv_wait(u32 sb, int cw, int lane, const floa
 // 16-bit pin), 2 after that row's sum (its exponentials), 3 after both rows' sums.  H200, d 128
 // (tile_ab, 32 / 8 heads, three passes; docs/dev/perf-log.md "Thirty-second session"): with
 // 224-key blocks 1 took 0.967-0.978x the unpinned time (causal 16k and 4 x 4k, non-causal 4 x 4k
-// 0.978-0.987x); with 128-key blocks 1.01-1.09x (as measured before): pinned above 128 keys.
+// 0.978-0.987x); with 128-key blocks 1.01-1.09x (as measured before): pinned above 192 keys (192,
+// a paged call's fallback, not measured pinned, stays as it was measured).
 #ifndef KG_PIN_FP8
-#define KG_PIN_FP8 {{ 1 if v.block_n > 128 else 0 }}
+#define KG_PIN_FP8 {{ 1 if v.block_n > 192 else 0 }}
 #endif
 __device__ __forceinline__ void pin_pv_wait8(u32 sb, int cw, int lane, const float (&row_max)[1][2],
                                              const float (&row_sum)[1][2]) {
