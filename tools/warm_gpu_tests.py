@@ -354,7 +354,7 @@ def fp8_specs() -> list:
 def fp8_q_specs() -> list:
     """tests/gpu/test_fp8_mma_gpu.py: an e4m3 q (automatic choice: the FP8 tensor-core variant for its
     prefill calls at d 64 and 128, causal and not, automatic and 3 splits; window + soft-cap + sinks
-    with e4m3 and e5m2 caches; chunked paged prefill at pages of 16 and 64; the prefill plan) and the
+    with e4m3 and e5m2 caches; chunked paged prefill at pages of 16, 32, 56, 64 and 96; the prefill plan) and the
     converted-q calls (paged decode, d 96, forced sm_80; the decode plan); d 256's tensor-core tile."""
     out = []
     kw = dict(kv_dtype="e4m3", q_dtype="e4m3", mainloop=None)
@@ -366,8 +366,8 @@ def fp8_q_specs() -> list:
         for dt in ("bf16", "fp16"):
             out += _with_sinks(_choose(dt, 128, hq=16, hkv=4, causal=False, window=(200, 50), cap=30.0, max_q=300,
                                        max_k=700, kv_dtype=kv, q_dtype="e4m3", mainloop=None))
-    for ps in (16, 64):
-        out += _choose("bf16", 128, hq=32, hkv=8, causal=True, max_q=700, max_k=3000, paged=True, page_size=ps, **kw)
+    for ps, causal in ((16, True), (64, True), (32, False), (56, True), (96, False)):
+        out += _choose("bf16", 128, hq=32, hkv=8, causal=causal, max_q=700, max_k=3000, paged=True, page_size=ps, **kw)
     out += _choose("bf16", 128, hq=16, hkv=4, causal=True, max_q=1, max_k=3000, paged=True, page_size=16, **kw)
     for causal in (True, False):    # d 256: the tensor-core variant's 128-key tile (one split: see the test)
         out += _choose("bf16", 256, hq=16, hkv=4, causal=causal, max_q=300, max_k=700, num_splits=1, **kw)

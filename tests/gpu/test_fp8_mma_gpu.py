@@ -195,19 +195,24 @@ def test_softcap_on_the_tensor_core_tiles(d, tile, window):
     check_mma(o, lse, ref, ref_lse, bound, lb)
 
 
-@pytest.mark.parametrize("page_size", [16, 64])
-def test_chunked_paged_prefill(page_size):
+@pytest.mark.parametrize("page_size,causal,block_n", [(16, True, 224), (64, True, 192), (32, False, 224),
+                                                     (56, True, 224), (96, False, 192)])
+def test_chunked_paged_prefill(page_size, causal, block_n):
+    """Chunked prefill on an FP8 paged cache: pages TMA boxes at 224 keys (16, 32, 56 tokens), and
+    pages it cannot (64, 96: the 192-key fallback, heuristics.SM90_FP8_MMA_PAGED_BLOCKS), with and
+    without the causal mask."""
     qlens, klens = [700, 129, 300], [3000, 129, 1000]
     hq, hkv, d = 32, 8, 128
     q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, hq, hkv, d, d, page_size, 41 + page_size)
     (q8, qs), (kc8, ks), (vc8, vs) = quantize(q), quantize(kc), quantize(vc)
     qd = per_head(qs, len(qlens), hkv, 4)
     k, v, cu_k = gather_paged(kc8, vc8, pt, used)
-    ref, ref_lse, bound, lb = attention_reference(q8, k, v, cu_q, cu_k, causal=True, q_descale=qd, k_descale=ks,
+    ref, ref_lse, bound, lb = attention_reference(q8, k, v, cu_q, cu_k, causal=causal, q_descale=qd, k_descale=ks,
                                               v_descale=vs, fp8_mma_bounds=True)
-    o, lse = call(q8, kc8, vc8, cu_q, None, max(qlens), max(klens), d, seqused_k=used, page_table=pt, causal=True,
+    o, lse = call(q8, kc8, vc8, cu_q, None, max(qlens), max(klens), d, seqused_k=used, page_table=pt, causal=causal,
                   q_descale=qd, k_descale=ks, v_descale=vs)
-    assert "_fp8mma" in prepared().attn.name, prepared().attn.name
+    name = prepared().attn.name
+    assert "_fp8mma" in name and f"n{block_n}w8" in name, name
     check_mma(o, lse, ref, ref_lse, bound, lb)
 
 
