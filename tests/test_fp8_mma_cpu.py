@@ -391,3 +391,31 @@ def test_fp8_mma_is_refused_outside_the_hopper_mainloop():
     with pytest.raises(ValueError, match="fp8_mma"):
         AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa", TileConfig(16, 16, 1, 2, 1), kv_dtype="e4m3",
                       fp8_mma=True)
+
+
+def test_the_hoisted_transposer_lane_constants_compile(monkeypatch):
+    """KG_VT_HOIST (an experiment for the next A/B, KERNELGEN_DEFINES): the transposer's lane constants
+    computed once a kernel (``vt_lane``) instead of once a block.  At d 128 (224 keys, 40 producer
+    registers) it compiles with the same LDSM / STSM units and at most one spilled word (the TMA
+    warp's tile-loop bound, reloaded once a tile), and the transposing warps' path from the block's
+    V wait to its first ldmatrix is shorter."""
+    import re
+
+    from kernelgen.jit import sass
+    from kernelgen.selection import heuristics
+    v = heuristics.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal",
+                          max_seqlen_q=16384, max_seqlen_k=16384, kv_dtype="e4m3", q_dtype="e4m3")
+    a = v.attention
+    setup = {}
+    for defs in ("", "KG_VT_HOIST"):
+        monkeypatch.setenv("KERNELGEN_DEFINES", defs)
+        res = compiler.compile_cubin(render.render(a), "sm_90a", compiler.default_options("sm_90a"), a.entry)
+        ins = [m.group(1).strip() for m in re.finditer(r'/\*[0-9a-f]+\*/\s+([^;]*);',
+                                                       sass.disassemble(res.cubin, sass.find_nvdisasm()))]
+        prod = ins[next(i for i, x in enumerate(ins) if "USETMAXREG.DEALLOC" in x):]
+        assert sum("LDSM.16.MT88.4" in x for x in prod) == sum("STSM.16.M88.4" in x for x in prod) == 57
+        first = next(i for i, x in enumerate(prod) if "LDSM" in x)
+        waits = [i for i, x in enumerate(prod[:first]) if "SYNCS.PHASECHK" in x]
+        setup[defs] = first - waits[-2]
+        assert res.resources["spill_stores"] <= (4 if defs else 0), (defs, res.resources)
+    assert setup["KG_VT_HOIST"] < setup[""] - 20, setup

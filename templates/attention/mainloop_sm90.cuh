@@ -922,6 +922,11 @@ __device__ __forceinline__ void producer_loop_convert(const AttnParams& p, int* 
   {% if not v.get("fp8_mma") %}
   const int tid = (pw - 1) * 32 + lane;
   {% endif %}
+  {% if v.get("fp8_mma") %}
+#ifdef KG_VT_HOIST
+  const VtLane vl = vt_lane(conv_tid());
+#endif
+  {% endif %}
   int cursor = 0;
   int stage = 0{{ "" if v.get("fp8_mma") else ", ls = 0" }};
   u32 phase = 0{{ "" if v.get("fp8_mma") else ", lphase = 0" }};
@@ -945,8 +950,13 @@ __device__ __forceinline__ void producer_loop_convert(const AttnParams& p, int* 
     for (int n = n_hi - 1; n >= n_lo; --n) {
       mbar_wait(bar_land_full(sb, stage), phase, 8);
       mbar_wait(bar_v_empty(sb, stage), phase ^ 1, 4);
+#ifdef KG_VT_HOIST
+      transpose_v8_lane<BN, DV, NCONV / 32>(sb + OFF_V + stage * V_BYTES, sb + OFF_LAND + stage * LAND_BYTES + K8_BYTES,
+                                            vl, min(BN, seqlen_k - n * BN));
+#else
       transpose_v8<BN, DV, NCONV / 32>(sb + OFF_V + stage * V_BYTES, sb + OFF_LAND + stage * LAND_BYTES + K8_BYTES,
                                        conv_tid(), min(BN, seqlen_k - n * BN));
+#endif
       gather_publish(bar_v_full(sb, stage));
       mbar_arrive(bar_land_empty(sb, stage));
       if (++stage == STAGES) {

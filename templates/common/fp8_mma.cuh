@@ -240,3 +240,32 @@ __device__ __forceinline__ void transpose_v8(u32 vt, u32 land, int tid, int vali
   else
     transpose_v8_tail<NK, ND, NW>(w, ld0, st0, sel_a, sel_b, valid - 2 * t);
 }
+
+// The lane's constants of transpose_v8, computed once a kernel instead of once a block (experiment
+// KG_VT_HOIST, KERNELGEN_DEFINES; mainloop_sm90.cuh's producer: docs/dev/fa3_fp8_d128_sass.md counts
+// about 30 instructions a transposing warp and block for them at d 128, where the producer has 40
+// registers; above head dim 128 its 24 spilled them).
+struct VtLane {
+  u32 ld, st, sel_a, sel_b;
+  int w, t2;
+};
+__device__ __forceinline__ VtLane vt_lane(int tid) {
+  const int lane = tid & 31;
+  const int m = lane >> 3, i = lane & 7, j = lane >> 2;
+  const int dl = 2 * i + ((m & 1) ^ (i >= 4 ? 1 : 0));
+  VtLane l;
+  l.ld = (8 * m + i) * 64 + ((u32)((i >> 1) & 3) << 4);
+  l.st = dl * 128 + ((u32)((m >> 1) ^ (dl & 7)) << 4);
+  l.sel_a = j < 4 ? 0x6420u : 0x7531u;
+  l.sel_b = j < 4 ? 0x7531u : 0x6420u;
+  l.w = tid >> 5;
+  l.t2 = 2 * (lane & 3);
+  return l;
+}
+template <int NK, int ND, int NW>
+__device__ __forceinline__ void transpose_v8_lane(u32 vt, u32 land, const VtLane& l, int valid) {
+  if (valid >= NK)
+    transpose_v8_full<NK, ND, NW>(l.w, land + l.ld, vt + l.st, l.sel_a, l.sel_b);
+  else
+    transpose_v8_tail<NK, ND, NW>(l.w, land + l.ld, vt + l.st, l.sel_a, l.sel_b, valid - l.t2);
+}
