@@ -53,13 +53,20 @@ def case_lengths(settings, case: str):
 
 
 def build_case(case: str, model, short_ctas: list, settings, tiles=((None, None, None, None),),
-               granularity=(1.0,)) -> tuple:
-    """({label: zero-argument call}, {label: output tensor}, description) of one case."""
+               granularity=(1.0,), kv_dtype: str = "", fused_regs=(None,)) -> tuple:
+    """({label: zero-argument call}, {label: output tensor}, description) of one case.
+
+    ``kv_dtype="e4m3"``: the cache in e4m3 with per-tensor descales (the bench's
+    ``mixed_trace_fp8``), q bf16; then also ``prefill_only_qq`` and ``serial_qq`` (the prefill call
+    with ``quantize_q=True``: q quantised for the FP8 tensor-core variant).  ``fused_regs``: the
+    Hopper fused kernel's (producer, consumer) registers to compare (None: its default,
+    ``FusedAttentionSpec.SM90_FUSED_REGS``), each a label suffix ``_r{P}``."""
     import torch
 
     from kernelgen.apps.bench import suites
     from kernelgen.front import api
     from kernelgen.jit import runtime
+    from kernelgen.kernels import kernel_args
     from kernelgen.launch import bind, fused
     from kernelgen.selection import arguments, decide, heuristics
 
@@ -69,6 +76,12 @@ def build_case(case: str, model, short_ctas: list, settings, tiles=((None, None,
     q, kc, vc, pt, used, cu_q = suites.paged_batch(qlens, klens, m, seed=12)
     n_pre, t_pre = len(pre_q), sum(pre_q)
     kw = dict(causal=True, window_size=m.window_size, softcap=m.softcap)
+    descale = None
+    if kv_dtype:
+        if kv_dtype != "e4m3":
+            raise ValueError(f"mixed_sweep: kv_dtype {kv_dtype!r} (only 'e4m3')")
+        (kc, ks), (vc, vs) = suites.quantize_e4m3(kc), suites.quantize_e4m3(vc)
+        kw.update(k_descale=ks, v_descale=vs)
     outs, calls = {}, {}
 
     def new_out(label):
@@ -89,6 +102,13 @@ def build_case(case: str, model, short_ctas: list, settings, tiles=((None, None,
     calls["prefill_only"] = lambda: prefill(po)
     calls["decode_only"] = lambda: decode(do)
     calls["serial"] = lambda: (prefill(o), decode(o))
+    if kv_dtype:
+        def prefill_qq(o):
+            api.varlen_attention(q[:t_pre], kc, vc, cu_pre, None, max(pre_q), max(pre_k), seqused_k=used[:n_pre],
+                                 page_table=pt[:n_pre], out=o[:t_pre], quantize_q=True, **kw)
+        pq, sq = new_out("prefill_only_qq"), new_out("serial_qq")
+        calls["prefill_only_qq"] = lambda: prefill_qq(pq)
+        calls["serial_qq"] = lambda: (prefill_qq(sq), decode(sq))
 
     dev = torch.cuda.current_device()
     device = runtime.device(dev)
@@ -103,30 +123,34 @@ def build_case(case: str, model, short_ctas: list, settings, tiles=((None, None,
     choice = dict(num_heads_q=hq, num_heads_kv=hkv, mask=sig.mask, max_seqlen_q=max(qlens), max_seqlen_k=max(klens),
                   paged=True, softcap=m.softcap > 0, short_max_q=thr, num_sms=device.num_sms,
                   page_size=kc.shape[1])
+    if kv_dtype:
+        choice["kv_dtype"] = kv_dtype
+        descale = kernel_args.descale_fields(kw["k_descale"], kw["v_descale"], checked.descale)
     sizes, scale, (left, right) = checked.sizes, checked.scale, checked.window
     # one workspace shared by every mixed configuration (they run one after the other on one
     # stream): a call's own would be allocated in each captured graph's private pool, and the
     # short class's split partials are sized by all of the batch's query rows (GBs here)
     common = dict(batch=len(qlens), q=q, k=kc, v=vc, lse=None, page_table=pt, scale=scale, window=(left, right),
-                  softcap=m.softcap, return_lse=False, sizes=sizes)
+                  softcap=m.softcap, return_lse=False, sizes=sizes,
+                  **({} if descale is None else {"descale": descale}))
     pending = []  # (label, build function, kernels, workspace layout)
     pv = heuristics.choose_pair(*args, **choice)
     if pv is not None:
         r = decide.recipe(pv, sig, device)
         pending.append(("in_turn", fused.build_pair, bind.bind(r, runtime.load(r.specs, dev)), r.workspace))
-    for st, bn, rows, defs in tiles:
+    for (st, bn, rows, defs), regs in ((t, rg) for t in tiles for rg in fused_regs):
         fv = heuristics.choose_fused_hopper(*args, **choice, short_stages=st, short_block_n=bn, short_rows=rows)
         if fv is None:
             continue
         r = decide.recipe(fv, sig, device)
-        fk = _load_with_defines(r, dev, defs)
+        fk = _load_with_defines(r, dev, defs, regs)
         for n in short_ctas:
             for g in granularity:
                 tag = "".join(f"{c}{x}" for c, x in (("s", st), ("n", bn), ("m", rows)) if x is not None)
                 if defs is not None:
                     tag += "_" + (defs.replace("KG_", "").replace("=", "").lower() or "nodefs")
                 label = (f"fused_{tag}_k{n}" if len(tiles) > 1 else f"fused_k{n}") + (
-                    f"_g{g:g}" if len(granularity) > 1 else "")
+                    f"_g{g:g}" if len(granularity) > 1 else "") + ("" if regs is None else f"_r{regs[0]}")
                 cfg = dataclasses.replace(fk.cfg_short, num_ctas=max(1, round(fk.cfg_short.num_ctas * g)))
                 pending.append((label, fused.build, dataclasses.replace(
                     fk, short_ctas=min(n, fk.fused.persistent_grid), cfg_short=cfg), r.workspace))
@@ -136,26 +160,34 @@ def build_case(case: str, model, short_ctas: list, settings, tiles=((None, None,
         oo = new_out(label)
         prep = build(kern, layout=lay, out=oo, fixed_base=ws.data_ptr(), **common)
         calls[label] = lambda p=prep, oo=oo: p.run(q, kc, vc, cu_q, None, used, pt, oo, None)
-    desc = f"{n_pre} prefill chunks {pre_q} + {len(dec_k)} decodes, {sum(klens)} keys, paged 16, {m.name}"
+    desc = (f"{n_pre} prefill chunks {pre_q} + {len(dec_k)} decodes, {sum(klens)} keys, paged 16, {m.name}"
+            + (f", {kv_dtype} cache" if kv_dtype else ""))
     return calls, outs, desc
 
 
-def _load_with_defines(recipe, dev, defs):
+def _load_with_defines(recipe, dev, defs, regs=None):
     """A fused recipe's kernels loaded and bound (``launch.bind``) with KERNELGEN_DEFINES set to
-    ``defs`` while the fused kernel compiles (None: as the environment has it); the in-memory
-    kernel cache is bypassed so that each set of defines gets its own build."""
+    ``defs`` while the fused kernel compiles (None: as the environment has it) and, with ``regs``
+    ((producer, consumer)), the fused kernel's registers set to them (its ``hopper_regs``); the
+    in-memory kernel cache is bypassed so that each build is its own."""
     from kernelgen.jit import compiler, runtime
+    from kernelgen.kernels.spec import FusedAttentionSpec
     from kernelgen.launch import bind
 
-    if defs is None:
+    if defs is None and regs is None:
         return bind.bind(recipe, runtime.load(recipe.specs, dev))
     old = os.environ.get(compiler.DEFINES_ENV)
-    os.environ[compiler.DEFINES_ENV] = defs
+    if defs is not None:
+        os.environ[compiler.DEFINES_ENV] = defs
+    old_regs = FusedAttentionSpec.hopper_regs
+    if regs is not None:
+        FusedAttentionSpec.hopper_regs = lambda self: tuple(regs)
     fused_spec = recipe.variants.fused
     runtime._loaded.pop((dev, fused_spec), None)
     try:
         return bind.bind(recipe, runtime.load(recipe.specs, dev))
     finally:
+        FusedAttentionSpec.hopper_regs = old_regs
         if old is None:
             os.environ.pop(compiler.DEFINES_ENV, None)
         else:
@@ -177,6 +209,10 @@ def main(argv=None) -> int:
                     "';'-separated (an empty entry: none; e.g. ';KG_KT_PREFETCH=2')")
     ap.add_argument("--granularity", default="", help="factors of the short class's split granularity to compare "
                     "(comma list; its scheduler's num_ctas times the factor: more, smaller decode tiles above 1)")
+    ap.add_argument("--kv-dtype", default="", help="e4m3: the cache in e4m3 with per-tensor descales, q bf16 "
+                    "(the bench's mixed_trace_fp8); adds prefill_only_qq / serial_qq (quantize_q=True)")
+    ap.add_argument("--fused-regs", default="", help="the fused kernel's producer/consumer registers to compare "
+                    "(comma list of P/C, e.g. 40/232,56/224; default: SM90_FUSED_REGS)")
     ap.add_argument("--model", default="llama3-8b")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=10)
@@ -202,7 +238,8 @@ def main(argv=None) -> int:
         defs_list = a.defines.split(";") if a.defines else [None]
         tiles = [(st, bn, r, df) for st in stages for bn in block_ns for r in rows_list for df in defs_list]
         granularity = [float(x) for x in a.granularity.split(",") if x] or [1.0]
-        calls, outs, desc = build_case(case, model, short_ctas, settings, tiles, granularity)
+        regs = [tuple(int(y) for y in x.split("/")) for x in a.fused_regs.split(",") if x] or [None]
+        calls, outs, desc = build_case(case, model, short_ctas, settings, tiles, granularity, a.kv_dtype, regs)
         times = measure.time_interleaved(calls, rounds=a.rounds, repeat=a.repeat)
         for f in calls.values():  # one more eager run of each, then the outputs against serial's
             f()
@@ -212,7 +249,7 @@ def main(argv=None) -> int:
         outs.pop("_workspace", None)
         for label, t in times.items():
             err = None
-            if label not in ("prefill_only", "decode_only"):
+            if label not in ("prefill_only", "decode_only", "prefill_only_qq"):
                 err = float((outs[label].float() - ref).abs().max())
             rows[label] = {"us": t["us"], "rounds": t["rounds"], "max_abs_diff_vs_serial": err}
         serial = rows["serial"]["us"]

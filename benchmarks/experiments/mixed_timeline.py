@@ -79,6 +79,7 @@ def main(argv=None) -> int:
     ap.add_argument("--case", default="bench")
     ap.add_argument("--short-ctas", default="40,56,80")
     ap.add_argument("--model", default="llama3-8b")
+    ap.add_argument("--kv-dtype", default="", help="e4m3: the FP8-cache batch (mixed_sweep's --kv-dtype)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--runs", type=int, default=3, help="timed runs of each fused_kN (the best is summarised; "
                     "with --all-runs every run's total, phases and clocks are printed and kept)")
@@ -98,7 +99,7 @@ def main(argv=None) -> int:
     from kernelgen.apps.bench.models import PRESETS
 
     ks = [int(x) for x in a.short_ctas.split(",") if x]
-    calls, _, desc = mixed_sweep.build_case(a.case, PRESETS[a.model], ks, suites.Settings())
+    calls, _, desc = mixed_sweep.build_case(a.case, PRESETS[a.model], ks, suites.Settings(), kv_dtype=a.kv_dtype)
     from kernelgen.jit import runtime
 
     fused_kernels = [k for k in runtime.loaded_kernels() if k.spec.name.startswith("fused_attn_sm_90a")]

@@ -18,7 +18,8 @@ keys, pages of 16, 32/8 heads), ``decode_b32_tp8`` (32 Mooncake decodes, 8/1 hea
 16), ``decode_b128`` (128 Mooncake decodes, 32/8 heads, pages of 16); ``fp8_causal_16k``, ``fp8_causal_h64``,
 ``fp8_causal_h256``: the causal dense shapes with q, k and v in e4m3 (per-tensor descales; FA3's FP8
 forward, kernelgen's FP8 tensor-core variant); ``fp8_causal_16k_gqa`` / ``fp8_dense_4k_gqa``: the FP8
-bench entries' shapes (1 x 16384 causal / 4 x 4096 non-causal, 32 / 8 heads, d 128); ``gptoss_causal_16k`` (1 x 16384, gpt-oss's 64 / 8 heads,
+bench entries' shapes (1 x 16384 causal / 4 x 4096 non-causal, 32 / 8 heads, d 128); ``fp8_gemma2_4k``:
+``fp8_prefill_s4k_b4_gemma2-9b``'s (4 x 4096 non-causal, 16 / 8 heads, d 256, soft-cap 50); ``gptoss_causal_16k`` (1 x 16384, gpt-oss's 64 / 8 heads,
 d 64, causal) and ``gptoss_softcap_16k`` (the same with the soft-cap 50 as a score_mod, tanh.approx:
 kernelgen's ``VARIANT_SOFTCAP_APPROX_SCORE_MOD``, FA4's ``fa4_softcap_score_mod``; FA3 refuses it).  FA3 reads paged shapes'
 caches gathered into packed K/V (``fa3_unpaged``), as in the bench.
@@ -32,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 SHAPES = ("dense_causal_16k", "dense_4k", "dense_causal_h64", "dense_causal_h256", "chunked_p16", "decode_b32_tp8",
-          "decode_b128", "fp8_causal_16k", "fp8_causal_16k_gqa", "fp8_dense_4k_gqa", "fp8_causal_h64",
+          "decode_b128", "fp8_causal_16k", "fp8_causal_16k_gqa", "fp8_dense_4k_gqa", "fp8_gemma2_4k", "fp8_causal_h64",
           "fp8_causal_h256", "gptoss_causal_16k",
           "gptoss_softcap_16k")
 
@@ -50,9 +51,13 @@ def build(shape: str, impl: str):
              "dense_causal_h64": (8, 32, 2048, 64, True), "dense_causal_h256": (2, 16, 4096, 256, True)}
     fp8 = {"fp8_causal_16k": "dense_causal_16k", "fp8_causal_h64": "dense_causal_h64",
            "fp8_causal_h256": "dense_causal_h256"}
-    gqa = {"fp8_causal_16k_gqa": (1, 16384, True), "fp8_dense_4k_gqa": (4, 4096, False)}
+    gqa = {"fp8_causal_16k_gqa": (1, 16384, True), "fp8_dense_4k_gqa": (4, 4096, False),
+           "fp8_gemma2_4k": (4, 4096, False)}
     if shape in fp8 or shape in gqa:   # q, k and v in e4m3, per-tensor descales (FA3's FP8 forward; kernelgen's fp8_mma)
-        if shape in gqa:   # the bench entries' Llama 3 heads (32 / 8)
+        cap = 50.0 if shape == "fp8_gemma2_4k" else 0.0
+        if cap:            # Gemma 2's heads (16 / 8, d 256) and soft-cap
+            (b, s, causal), h, hkv, d = gqa[shape], 16, 8, 256
+        elif shape in gqa:   # the bench entries' Llama 3 heads (32 / 8)
             (b, s, causal), h, hkv, d = gqa[shape], 32, 8, 128
         else:
             b, h, s, d, causal = dense[fp8[shape]]
@@ -64,8 +69,9 @@ def build(shape: str, impl: str):
         cu = torch.arange(0, b * s + 1, s, dtype=torch.int32, device="cuda")
         if impl == "kernelgen":
             return lambda: kernelgen.varlen_attention(q, k, v, cu, cu, s, s, causal=causal, q_descale=qd,
-                                                      k_descale=kd, v_descale=vd)
-        return peers.fa3(q, k, v, causal, cu_q=cu, cu_k=cu, max_q=s, max_k=s, descales=(qd, kd, vd))().fn
+                                                      k_descale=kd, v_descale=vd, softcap=cap)
+        return peers.fa3(q, k, v, causal, cu_q=cu, cu_k=cu, max_q=s, max_k=s, softcap=cap,
+                         descales=(qd, kd, vd))().fn
     if shape.startswith("gptoss_"):
         s, cap = 16384, shape == "gptoss_softcap_16k"
         g = torch.Generator(device="cuda").manual_seed(0)

@@ -684,14 +684,19 @@ class FusedAttentionSpec:
     #: head_dim_v above 128 (wide O accumulators) spills at these budgets (and at the standalone
     #: 24/240 too): ``SM90_FUSED_MAX_DV``; such mixed batches run the classes in turn.
     #: Gathering at head dim 64 spills a value across the reallocation below 72 producer registers.
-    #: An FP8 cache (``kv_dtype``; producer warps 1-3 convert the landing stages): the standalone
-    #: FP8 kernel's 40 / 232 (at 224 its consumers' key-block loop spilled with a window and a
-    #: soft-cap).  The FP8 fused kernels at head dims 96 and 128 spill 8-88 bytes, none inside a
+    #: An FP8 cache (``kv_dtype``; producer warps 1-3 convert the landing stages): 56 / 224, so
+    #: that the converters keep two chunks in flight (the standalone FP8 kernel's
+    #: ``AttentionSpec.SM90_REGS_FP8_D128``, ``CONV_UNROLL`` 2); H200, ``mixed_trace_fp8``
+    #: (llama3-8b, e4m3 cache, bf16 q), time against 40 / 232: 0.945 (3350 / 3545 us, 44
+    #: short-first CTAs), 0.934 on 4 chunks of 4096 + 256 decodes (7699 / 8238 us;
+    #: ``benchmarks/experiments/mixed_sweep.py --kv-dtype e4m3 --fused-regs``, thirty-third session).
+    #: With a soft-cap 40 / 232 ("fp8_softcap"): at 224 the consumers' key-block loop spills.
+    #: The FP8 fused kernels at head dims 96 and 128 spill 8-88 bytes, none inside a
     #: key-block loop: the FP8 decode tile alone takes 166 of the 168 registers a thread has before
     #: ``setmaxnreg``, so the CTA-level values live across the short-first branch, and the tile
     #: cursor, go to local memory once a tile (tests/test_fused_hopper_cpu.py).
     SM90_FUSED_REGS: ClassVar[dict] = {"packed": (32, 232), "paged": (48, 224), "gather": (56, 224),
-                                       "gather_d64": (72, 216), "fp8": (40, 232)}
+                                       "gather_d64": (72, 216), "fp8": (56, 224), "fp8_softcap": (40, 232)}
     SM90_FUSED_MAX_DV: ClassVar[int] = 128
 
     def hopper_regs(self) -> tuple:
@@ -700,7 +705,7 @@ class FusedAttentionSpec:
         if "g" in a.sm90_opts:
             return self.SM90_FUSED_REGS["gather_d64" if max(a.head_dim, a.head_dim_v) <= 64 else "gather"]
         if a.kv_dtype:
-            return self.SM90_FUSED_REGS["fp8"]
+            return self.SM90_FUSED_REGS["fp8_softcap" if a.softcap else "fp8"]
         return self.SM90_FUSED_REGS["paged" if a.paged else "packed"]
 
     def template_vars(self) -> dict:
