@@ -173,6 +173,32 @@ def test_window_softcap_sinks_and_fp16_output(kv_dtype):
     check_mma(o, lse, ref, ref_lse, bound, lb)
 
 
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("kv_dtype", [E4M3, E5M2])
+def test_sinks_on_causal_rows_that_see_one_or_two_keys(d, kv_dtype):
+    """Sinks where most rows of a request see no key and its last rows one or two (chunks far longer
+    than their keys, causal: fuzz seed 35's batch 1436, replay seed 14176579, failed at 1.417x the
+    bound on such a row at d 64 with an e5m2 cache, 8 / 1 heads, q scaled by 2.5).  A row that sees
+    one key has P = 256 exactly, so its output is v_0 times the sink's share up to the logit's and
+    the output's roundings; the sinks (-3 .. 3) put that share mid-range, where an error in the
+    row's logit or LSE shows."""
+    qlens, klens = [995, 300, 60, 257, 34], [2, 9, 1, 257, 2]
+    hq, hkv = 8, 1
+    g = torch.Generator(device="cuda").manual_seed(35)
+    q8, qs = quantize(2.5 * torch.randn(sum(qlens), hq, d, generator=g, device="cuda"))
+    k8, ks = quantize(torch.randn(sum(klens), hkv, d, generator=g, device="cuda"), kv_dtype)
+    v8, vs = quantize(torch.randn(sum(klens), hkv, d, generator=g, device="cuda"), kv_dtype)
+    cu_q = torch.tensor([0] + list(np.cumsum(qlens)), dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0] + list(np.cumsum(klens)), dtype=torch.int32, device="cuda")
+    sinks = torch.linspace(-3.0, 3.0, hq, device="cuda")
+    ref, ref_lse, bound, lb = attention_reference(q8, k8, v8, cu_q, cu_k, causal=True, q_descale=qs, k_descale=ks,
+                                                  v_descale=vs, sinks=sinks, fp8_mma_bounds=True)
+    o, lse = call(q8, k8, v8, cu_q, cu_k, max(qlens), max(klens), d, out_dtype=FP16, causal=True, q_descale=qs,
+                  k_descale=ks, v_descale=vs, sinks=sinks)
+    assert "_fp8mma" in prepared().attn.name and "_sinks" in prepared().attn.name, prepared().attn.name
+    check_mma(o, lse, ref, ref_lse, bound, lb)
+
+
 @pytest.mark.parametrize("d,tile,window", [(64, "m192n128w12", (-1, -1)), (256, "m128n128w8", (-1, -1)),
                                            (256, "m128n128w8", (300, 0))])
 def test_softcap_on_the_tensor_core_tiles(d, tile, window):
