@@ -1054,6 +1054,11 @@ def test_a_quantize_q_call_on_the_tensor_core_variant_is_checked_against_the_qua
     r = fuzz.run_case(c, "cpu", attention=_dispatching((off, ref[1])))
     assert not r["ok"] and r["quantized"] and len(r["errors"]) == 1 \
         and "beyond the FP8 tensor-core bound" in r["errors"][0], r["errors"]
+    # the message gives the count beyond the bound and the first element's value, reference and bound
+    got = float(off[worst].to(fuzz.build_inputs(c, "meta")["out_dtype"]))     # (as the output stores it)
+    want = (f"1 element(s) beyond, the first: out {got:.5g}, ref {float(ref[0][worst]):.5g}, "
+            f"bound {float(ref[2][worst]):.3g}, its row's lse")
+    assert want in r["errors"][0], r["errors"]
 
 
 @pytest.mark.parametrize("how", ["decode", "alibi", "sm_80"])

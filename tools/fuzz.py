@@ -823,6 +823,18 @@ def tolerances(case: dict) -> tuple:
     return atol, rtol, 2e-3, 1e-4
 
 
+def _first_bad(bad, o, ref, bound, lse, ref_lse) -> str:
+    """Details of an FP8 tensor-core mismatch for its message: how many elements are beyond the
+    bound, and the first one's value, reference and bound, with its row's LSE and the reference's
+    (one element against whole rows tells a corrupted value from a wrong normalisation)."""
+    t, h, d = bad.nonzero()[0].tolist()
+    msg = (f"; {int(bad.sum())} element(s) beyond, the first: out {float(o[t, h, d]):.5g}, ref "
+           f"{float(ref[t, h, d]):.5g}, bound {float(bound[t, h, d]):.3g}")
+    if lse is not None:
+        msg += f", its row's lse {float(lse[h, t]):.6g} (ref {float(ref_lse[h, t]):.6g})"
+    return msg
+
+
 def compare(case: dict, out, lse, ref, ref_lse, rows: int, *, out_poisoned: bool = True,
             lse_poisoned: bool = True, bounds=None, approx=None) -> dict:
     """Check one batch's results.  ``rows`` = cu_seqlens_q[-1]; rows past it must stay NaN when the
@@ -878,7 +890,8 @@ def compare(case: dict, out, lse, ref, ref_lse, rows: int, *, out_poisoned: bool
             errors.append(f"out error {max_err:.3e} > {atol:g} + {rtol:g}|ref| at (token, head, dim) {where}")
         else:
             errors.append(f"out error {max_err:.3e} beyond the FP8 tensor-core bound (worst error / bound "
-                          f"{bound_ratio:.3f}) at (token, head, dim) {where}")
+                          f"{bound_ratio:.3f}) at (token, head, dim) {where}" + _first_bad(bad, o, ref, ob, lse,
+                                                                                              ref_lse))
     empty = torch.isneginf(ref_lse[:, :rows])                 # (hq, rows): rows that see no key
     ot = o.transpose(0, 1)                                    # (hq, rows, dv)
     written = ~nan_rows.transpose(0, 1)
