@@ -1051,6 +1051,10 @@ def test_a_quantize_q_call_on_the_tensor_core_variant_is_checked_against_the_qua
     ratio = (ref[2] / (1e-2 + ref[0].abs()))[:rows]
     worst = tuple(int(i) for i in np.unravel_index(int(ratio.argmax()), tuple(ratio.shape)))
     off[worst] += 1.5 * ref[2][worst]
+    # ... and a larger error within its own (larger) bound elsewhere
+    big = tuple(int(i) for i in np.unravel_index(int(ref[2][:rows].argmax()), tuple(ref[2][:rows].shape)))
+    assert big != worst and 0.9 * float(ref[2][big]) > 1.1 * 1.5 * float(ref[2][worst])
+    off[big] += 0.9 * ref[2][big]
     r = fuzz.run_case(c, "cpu", attention=_dispatching((off, ref[1])))
     assert not r["ok"] and r["quantized"] and len(r["errors"]) == 1 \
         and "beyond the FP8 tensor-core bound" in r["errors"][0], r["errors"]
@@ -1059,6 +1063,9 @@ def test_a_quantize_q_call_on_the_tensor_core_variant_is_checked_against_the_qua
     want = (f"1 element(s) beyond, the first: out {got:.5g}, ref {float(ref[0][worst]):.5g}, "
             f"bound {float(ref[2][worst]):.3g}, its row's lse")
     assert want in r["errors"][0], r["errors"]
+    # and the error it leads with is that element's, not the largest error of the whole output
+    assert r["errors"][0].startswith(f"out error up to {abs(got - float(ref[0][worst])):.3e} beyond"), r["errors"]
+    assert r["max_err"] > 1.05 * abs(got - float(ref[0][worst])), r["max_err"]
 
 
 @pytest.mark.parametrize("how", ["decode", "alibi", "sm_80"])

@@ -889,7 +889,8 @@ def compare(case: dict, out, lse, ref, ref_lse, rows: int, *, out_poisoned: bool
         if bounds is None:
             errors.append(f"out error {max_err:.3e} > {atol:g} + {rtol:g}|ref| at (token, head, dim) {where}")
         else:
-            errors.append(f"out error {max_err:.3e} beyond the FP8 tensor-core bound (worst error / bound "
+            worst = float(err[bad].max())
+            errors.append(f"out error up to {worst:.3e} beyond the FP8 tensor-core bound (worst error / bound "
                           f"{bound_ratio:.3f}) at (token, head, dim) {where}" + _first_bad(bad, o, ref, ob, lse,
                                                                                               ref_lse))
     empty = torch.isneginf(ref_lse[:, :rows])                 # (hq, rows): rows that see no key

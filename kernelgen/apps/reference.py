@@ -90,8 +90,10 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
       adding at most 2^-12 of the absolute sum it has seen, (1 + 2^-4) sum_j a_j |v_j| + the
       subnormal term above (P rounded up): (ceil(n / 32) + 1) * 2^-12 * that, n the row's visible
       keys (the k32 steps meeting one);
-    plus 2^-20 * sum_j a_j |v_j| (fp32 accumulation) and 2^-8 |out| (the output's bf16 rounding;
-    fp16's is smaller).  The lse bound adds nothing for its own fp32 arithmetic: callers keep their
+    plus 2^-20 * sum_j a_j |v_j| (fp32 accumulation), 2^-8 |out| (the output's bf16 rounding;
+    fp16's is smaller) and 2^-25 (absolute: half the step of fp16's subnormals, below 2^-14, where
+    its rounding is no longer relative; bf16's start below 2^-126).  The lse bound adds nothing for
+    its own fp32 arithmetic: callers keep their
     16-bit tolerance beside it.
     """
     total_q, hq, d = q.shape
@@ -202,7 +204,7 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
                 steps = torch.div(torch.isfinite(s).sum(dim=-1, keepdim=True) + 31, 32, rounding_mode="floor") + 1
                 # (the logits' two errors together: one factor exp(+-2 (delta + tanh_delta)))
                 bb = 1.05 * (2.0 ** -4 * s1 + sub) + torch.expm1(2 * (delta + tanh_delta)) * s1 + 2.0 ** -20 * s1 \
-                    + steps * 2.0 ** -12 * (1.0625 * s1 + sub) + 2.0 ** -8 * o.abs()
+                    + steps * 2.0 ** -12 * (1.0625 * s1 + sub) + 2.0 ** -8 * o.abs() + 2.0 ** -25
                 bound[q0:q1, h0:h1] = bb.transpose(0, 1)
                 lse_bound[h0:h1, q0:q1] = (delta + tanh_delta)[..., 0]
             lse[h0:h1, q0:q1] = torch.where(z[..., 0] > 0, torch.log(z[..., 0]) + m_safe[..., 0],
