@@ -493,6 +493,27 @@ def test_trace_shapes():
     assert sum(lens) <= 32768 and max(lens) <= 8192
     pre_q, pre_k, dec_k = suites.mixed_lengths(s)
     assert pre_q == [512, 2048, 4096] and len(dec_k) == 192 and all(k >= q for q, k in zip(pre_q, pre_k))
+    assert suites.mixed_lengths(s, "mixed_trace") == (pre_q, pre_k, dec_k)
+
+
+def test_the_mixed_batches_come_from_the_traces():
+    """Issue 23's two more mixed batches: few long chunks with many decodes (2 chunks of 4096
+    tokens appended to Mooncake contexts, 256 decodes) and many short chunks with few decodes (8 whole
+    Azure-conversation prompts capped at 512 tokens, 32 decodes); each is a mixed-suite entry."""
+    from kernelgen.apps import traces
+
+    s = suites.Settings()
+    ctx = [min(max(1, int(r[0])), 32768) for r in suites.load_rows(None, "mooncake_conv_sample.csv")]
+    pre_q, pre_k, dec_k = suites.mixed_lengths(s, "mixed_long_chunks")
+    assert pre_q == [4096, 4096] and pre_k == [ctx[220] + 4096, ctx[221] + 4096] and dec_k == ctx[600:856]
+    pre_q, pre_k, dec_k = suites.mixed_lengths(s, "mixed_short_chunks")
+    prompts = [int(r[0]) for r in suites.load_rows(None, traces.SAMPLE_NAME)]
+    assert pre_q == pre_k == [min(p, 512) for p in prompts[40:48]] and 512 in pre_q and min(pre_q) < 200
+    assert dec_k == ctx[900:932]
+    names = [e.name for e in suites.registry(["mixed"], [PRESETS["llama3-8b"]])]
+    assert names == ["mixed_trace", "mixed_trace_fp8", "mixed_long_chunks", "mixed_short_chunks"]
+    with pytest.raises(ValueError, match="unknown mixed batch 'mixed_x'"):
+        suites.mixed_lengths(s, "mixed_x")
 
 
 # ------------------------------------------------------------------------------- runner / peers

@@ -37,15 +37,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-CASES = {"bench": None, "light": ([512], 64, 300), "heavy": ([4096] * 4, 256, 100)}
+#: "bench", "long", "short": the bench's mixed_trace, mixed_long_chunks, mixed_short_chunks batches
+#: (suites.MIXED_BATCHES); the others (chunk lengths, decodes, first Mooncake row of the decodes).
+CASES = {"bench": "mixed_trace", "long": "mixed_long_chunks", "short": "mixed_short_chunks",
+         "light": ([512], 64, 300), "heavy": ([4096] * 4, 256, 100)}
 
 
 def case_lengths(settings, case: str):
     """(prefill query lengths, prefill key lengths, decode key lengths) of a case."""
     from kernelgen.apps.bench import suites
 
-    if CASES[case] is None:
-        return suites.mixed_lengths(settings)
+    if isinstance(CASES[case], str):
+        return suites.mixed_lengths(settings, CASES[case])
     pre_q, n_dec, row = CASES[case]
     ctx = [min(max(1, int(r[0])), 32768) for r in suites.load_rows(settings.decode_trace, "mooncake_conv_sample.csv")]
     pre_k = [c + q for c, q in zip(suites._take(ctx, 200, len(pre_q)), pre_q)]

@@ -37,7 +37,9 @@ Suites and entries (``<model>`` suffix: see ``models.entry_name``):
   ``graph_decode_step_b128``: one AttentionPlan decode step (128 requests, contexts capped at
   32k) replayed from a CUDA graph.
 * ``mixed``: ``mixed_trace``: 3 chunked prefills (512-4096 tokens) + 192 decodes in one uniform
-  call; peers: ``serial`` (prefill call, then decode call), ``two_streams`` (the two calls on two
+  call (``mixed_trace_fp8``: the same on an e4m3 cache), ``mixed_long_chunks`` (2 chunks of 4096
+  tokens + 256 decodes) and ``mixed_short_chunks`` (8 new prompts of at most 512 tokens + 32
+  decodes), all from the traces (``MIXED_BATCHES``); peers: ``serial`` (prefill call, then decode call), ``two_streams`` (the two calls on two
   streams), FA2 varlen and FA3 (``fa3_unpaged``) on the gathered cache and FA4 on the paged cache,
   each running the whole mixed batch in one varlen call (what an engine on them does).
 * ``scheduler``: ``scheduler_b{8,128,1024,4096}`` (one scheduler launch, mean of 20 launches
@@ -1181,24 +1183,53 @@ def first_calls(entry: dict, builders: dict, reference=None) -> None:
 
 
 # ------------------------------------------------------------------------------------ mixed
-def mixed_lengths(settings: Settings):
-    """(prefill query lengths, prefill key lengths, decode key lengths) of mixed_trace: 3 chunks of
-    512, 2048 and 4096 tokens on trace contexts (rows 200-202) and 192 decodes (rows 300-491),
-    contexts capped at 32k."""
+#: The mixed batches (suite ``mixed``), each one engine step of chunked prefills and decodes drawn
+#: from the traces: name -> (chunks, decodes, description).  ``chunks``: ("mooncake", query lengths,
+#: first row) for chunks of the given lengths appended to the Mooncake contexts from that row, or
+#: ("azure", count, first row, cap) for whole new Azure-conversation prompts (no earlier context),
+#: each capped at ``cap`` tokens; ``decodes``: (count, first Mooncake row).  Contexts are capped at
+#: 32k tokens.
+MIXED_BATCHES = {
+    "mixed_trace": (("mooncake", (512, 2048, 4096), 200), (192, 300),
+                    "3 chunks of 512, 2048 and 4096 tokens on trace contexts + 192 decodes"),
+    # issue 23's "few long chunks with many decodes"
+    "mixed_long_chunks": (("mooncake", (4096, 4096), 220), (256, 600),
+                          "2 chunks of 4096 tokens on trace contexts + 256 decodes"),
+    # issue 23's "many short chunks with few decodes"
+    "mixed_short_chunks": (("azure", 8, 40, 512), (32, 900),
+                           "8 new prompts (Azure conversations, capped at 512 tokens) + 32 decodes"),
+}
+
+
+def mixed_lengths(settings: Settings, batch: str = "mixed_trace"):
+    """(prefill query lengths, prefill key lengths, decode key lengths) of a ``MIXED_BATCHES``
+    batch (default ``mixed_trace``: 3 chunks of 512, 2048 and 4096 tokens on trace contexts, rows
+    200-202, and 192 decodes, rows 300-491).  Raises ValueError for an unknown batch."""
+    if batch not in MIXED_BATCHES:
+        raise ValueError(f"unknown mixed batch {batch!r} (choose from {', '.join(MIXED_BATCHES)})")
+    chunks, (n_dec, dec_row), _ = MIXED_BATCHES[batch]
     ctx = [min(max(1, int(r[0])), 32768) for r in load_rows(settings.decode_trace, "mooncake_conv_sample.csv")]
-    pre_q = [512, 2048, 4096]
-    pre_k = [c + q_ for c, q_ in zip(_take(ctx, 200, 3), pre_q)]
-    return pre_q, pre_k, _take(ctx, 300, 192)
+    if chunks[0] == "mooncake":
+        pre_q = list(chunks[1])
+        pre_k = [c + q_ for c, q_ in zip(_take(ctx, chunks[2], len(pre_q)), pre_q)]
+    else:
+        _, n, row, cap = chunks
+        prompts = [max(1, int(r[0])) for r in load_rows(settings.prefill_trace, "azure_conv_sample.csv")]
+        pre_q = [min(p, cap) for p in _take(prompts, row, n)]
+        pre_k = list(pre_q)
+    return pre_q, pre_k, _take(ctx, dec_row, n_dec)
 
 
 #: The FP8-cache mixed step (issue 24: "at most 0.8x its serial peer").
 MIXED_FP8_ENTRY = "mixed_trace_fp8"
 
 
-def mixed_entry(settings: Settings, model: ModelPreset, kv_dtype: str | None = None) -> dict:
-    """3 chunked prefills (512-4096 tokens) + 192 decodes at trace contexts in one uniform call;
-    peers: serial (prefill-only call then decode-only call) and two_streams (the two calls on two
-    streams), and FA2 varlen on the gathered cache (from tools/bench.py's serving_entries).
+def mixed_entry(settings: Settings, model: ModelPreset, kv_dtype: str | None = None,
+                batch: str = "mixed_trace") -> dict:
+    """One ``MIXED_BATCHES`` batch (default ``mixed_trace``: 3 chunked prefills of 512-4096
+    tokens + 192 decodes at trace contexts) in one uniform call; peers: serial (prefill-only call
+    then decode-only call) and two_streams (the two calls on two streams), and FA2 varlen, FA3 on
+    the gathered cache and FA4 on the paged cache, each running the whole batch in one varlen call.
 
     ``kv_dtype="e4m3"`` (``mixed_trace_fp8``): the same batch on an e4m3 cache with per-tensor
     scales (amax / 448, ``k_descale`` / ``v_descale`` as 0-d tensors, which every call's batch
@@ -1208,7 +1239,7 @@ def mixed_entry(settings: Settings, model: ModelPreset, kv_dtype: str | None = N
     from ...front.api import varlen_attention
 
     m = model
-    pre_q, pre_k, dec_k = mixed_lengths(settings)
+    pre_q, pre_k, dec_k = mixed_lengths(settings, batch)
     qlens, klens = pre_q + [1] * len(dec_k), pre_k + dec_k
     q, kc, vc, pt, used, cu_q = paged_batch(qlens, klens, m, seed=12)
     o = torch.empty(q.shape[0], m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16)
@@ -1248,11 +1279,12 @@ def mixed_entry(settings: Settings, model: ModelPreset, kv_dtype: str | None = N
             decode()
         cur.wait_stream(s1)
         cur.wait_stream(s2)
-    name = MIXED_FP8_ENTRY if kv_dtype else "mixed_trace"
+    name = (batch + "_fp8") if kv_dtype else batch
     e = _entry(entry_name(name, m), "mixed", m, metric="tflops", flops=attention_flops(qlens, klens, m),
                bytes=prefill_bytes(qlens, klens, m) - (sum(klens) * m.num_heads_kv * (m.head_dim + m.head_dim_v)
                                                           if kv_dtype else 0),   # FP8 K/V: one byte an element
-               shape=f"3 prefill chunks {pre_q} + {len(dec_k)} decodes, paged" + (", e4m3 cache" if kv_dtype else ""))
+               shape=f"{len(pre_q)} prefill chunks {pre_q} + {len(dec_k)} decodes, paged"
+               + (", e4m3 cache" if kv_dtype else ""))
     e["us"] = settings.time(run_all)
     ref = o.clone()
     builders = {"serial": lambda: peers.Peer(serial, lambda _r: o),
@@ -1693,9 +1725,9 @@ def _specs_sinks(model, which):
     return specs
 
 
-def _specs_mixed(model):
+def _specs_mixed(model, batch: str = "mixed_trace"):
     def specs(settings, arch, num_sms):
-        pre_q, pre_k, dec_k = mixed_lengths(settings)
+        pre_q, pre_k, dec_k = mixed_lengths(settings, batch)
         out = []
         for mq, mk in ((max(pre_q), max(pre_k + dec_k)), (max(pre_q), max(pre_k)), (1, max(dec_k))):
             out += _variants(arch, num_sms, model, mq, mk, True, layouts=("soa",))
@@ -1790,6 +1822,10 @@ def registry(suites, models: list[ModelPreset]) -> list[EntryDef]:
                             lambda st, m=first: mixed_entry(st, m), _specs_mixed(first)))
         out.append(EntryDef(entry_name(MIXED_FP8_ENTRY, first), "mixed", first.name,
                             lambda st, m=first: mixed_entry(st, m, kv_dtype="e4m3")))
+        for b in MIXED_BATCHES:
+            if b != "mixed_trace":
+                out.append(EntryDef(entry_name(b, first), "mixed", first.name,
+                                    lambda st, m=first, b=b: mixed_entry(st, m, batch=b), _specs_mixed(first, b)))
     for m in models[1:]:
         per_model(m, False)
     return out
