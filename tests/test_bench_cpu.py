@@ -489,6 +489,14 @@ def test_trace_shapes():
     assert len(suites.decode_contexts(s, "decode_trace_b128_paged16")) == 128
     assert len(suites.decode_contexts(s, "decode_trace_b32_paged16")) == 32
     assert suites.decode_contexts(s, "decode_long_b8_128k") == [131072] * 8
+    # issue 23's 128 decodes at the Azure conversation trace's contexts: prompt + half the reply
+    from kernelgen.apps import traces
+    rows = suites.load_rows(None, traces.SAMPLE_NAME)[:128]
+    azure = suites.decode_contexts(s, suites.AZURE_DECODE_SHAPE)
+    assert azure == [c + g // 2 for c, g in rows] and azure[0] == 374 + 44 // 2
+    names = [e.name for e in suites.registry(["decode"], [PRESETS["llama3-8b"], PRESETS["qwen2.5-7b"]])]
+    assert "decode_azure_b128_paged16" in names and not any(n.startswith("decode_azure") and n.endswith("qwen2.5-7b")
+                                                            for n in names)
     lens = suites.prefill_lengths(s)
     assert sum(lens) <= 32768 and max(lens) <= 8192
     pre_q, pre_k, dec_k = suites.mixed_lengths(s)

@@ -29,7 +29,8 @@ Suites and entries (``<model>`` suffix: see ``models.entry_name``):
   FlashAttention-4 (``fa4``, on the paged cache itself) are peers of every prefill, decode and
   mixed entry (``peers`` module doc).
 * ``decode``: ``decode_trace_b128_paged16``, ``decode_trace_b32_paged16`` (Mooncake contexts,
-  pages of 16 tokens) and ``decode_long_b8_128k`` (8 x 131072) per preset: one query token per
+  pages of 16 tokens) and ``decode_long_b8_128k`` (8 x 131072) per preset, and
+  ``decode_azure_b128_paged16`` (first preset: 128 Azure-conversation contexts): one query token per
   request against a paged cache (page ids shuffled); peers: FA2 varlen on the gathered cache,
   FlexAttention (document mask over the gathered cache), SDPA backends where the contexts are
   uniform, kernelgen AoS / no sort (interleaved graph replays); also ``us_graph`` (the call
@@ -106,6 +107,9 @@ DENSE_SHAPES = (
     ("prefill_dense_causal_gqa_h128_s4k", 4, 32, 4096, 128, True, 8),
 )
 DECODE_SHAPES = ("decode_trace_b128_paged16", "decode_trace_b32_paged16", "decode_long_b8_128k")
+#: A 128-request decode batch at the Azure conversation trace's contexts (issue 23: short contexts,
+#: where the per-request costs weigh most); first preset only.
+AZURE_DECODE_SHAPE = "decode_azure_b128_paged16"
 SCHEDULER_BATCHES = (8, 128, 1024, 4096)
 LONG_CONTEXT = 131072
 
@@ -202,9 +206,16 @@ def prefill_lengths(settings: Settings) -> list:
 
 
 def decode_contexts(settings: Settings, shape: str) -> list:
-    """Contexts (tokens) of a decode shape: Mooncake rows 0-127, 128-159, or 8 x 128k."""
+    """Contexts (tokens) of a decode shape: Mooncake rows 0-127, 128-159, or 8 x 128k; for
+    ``decode_azure_b128_paged16`` Azure-conversation rows 0-127, each request's prompt plus half its
+    reply (a decode step midway through the replies)."""
     if shape == "decode_long_b8_128k":
         return [LONG_CONTEXT] * 8
+    if shape == AZURE_DECODE_SHAPE:
+        from .. import traces
+
+        rows = load_rows(settings.prefill_trace, traces.SAMPLE_NAME)
+        return [max(1, min(int(c) + int(g) // 2, LONG_CONTEXT)) for c, g in _take(rows, 0, 128)]
     ctx = [max(1, min(int(r[0]), LONG_CONTEXT)) for r in load_rows(settings.decode_trace, "mooncake_conv_sample.csv")]
     if shape == "decode_trace_b128_paged16":
         return _take(ctx, 0, 128)
@@ -1773,6 +1784,9 @@ def registry(suites, models: list[ModelPreset]) -> list[EntryDef]:
                                         lambda st, shape=shape, f=f: decode_entry(st, shape, f),
                                         _specs_decode(f, shape, sinks=f.sinks)))
             if first_pass:
+                out.append(EntryDef(entry_name(AZURE_DECODE_SHAPE, m), "decode", m.name,
+                                    lambda st, m=m: decode_entry(st, AZURE_DECODE_SHAPE, m),
+                                    _specs_decode(m, AZURE_DECODE_SHAPE, sinks=m.sinks)))
                 out.append(EntryDef(entry_name("graph_decode_step_b128", m), "decode", m.name,
                                     lambda st, m=m: graph_decode_step_entry(st, m),
                                     lambda st, arch, n, m=m: _variants(arch, n, m, 1, 32768, True, sinks=m.sinks)))
