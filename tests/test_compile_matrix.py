@@ -211,3 +211,16 @@ def test_fused_not_used_where_it_does_not_fit():
                                 num_heads_kv=1, max_seqlen_k=4096)
     assert f is not None and not f.fused.short.pack_gqa and f.short_max_q == 4
     assert heuristics.short_query_tokens(32, 1) == 16 and heuristics.short_query_tokens(32, 8) == 4
+
+
+def test_the_shared_memory_carveout_comes_from_its_variable():
+    """KERNELGEN_SMEM_CARVEOUT (an experiment): unset or empty sets nothing; 0-100 is the percent
+    every loaded kernel asks for; anything else is refused with the variable's name."""
+    from kernelgen.jit import runtime
+
+    assert runtime.smem_carveout({}) is None and runtime.smem_carveout({"KERNELGEN_SMEM_CARVEOUT": " "}) is None
+    assert runtime.smem_carveout({"KERNELGEN_SMEM_CARVEOUT": "100"}) == 100
+    assert runtime.smem_carveout({"KERNELGEN_SMEM_CARVEOUT": "0"}) == 0
+    for bad in ("101", "-1", "max", "50.5"):
+        with pytest.raises(ValueError, match="KERNELGEN_SMEM_CARVEOUT must be an int from 0 to 100"):
+            runtime.smem_carveout({"KERNELGEN_SMEM_CARVEOUT": bad})

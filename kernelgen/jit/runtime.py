@@ -19,6 +19,13 @@ from ..kernels.params import (QUANT_PARAMS, ParamStruct, SCHEDULER_PARAMS, atten
                               combine_params_for, fused_params_for)
 
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+_CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
+#: Environment variable (an experiment, unset by default): the preferred shared-memory carveout, in
+#: percent of the SM's unified L1 / shared memory (0-100, CUDA's
+#: ``cudaFuncAttributePreferredSharedMemoryCarveout``), set on every kernel kernelgen loads, so that
+#: the scheduler, attention and combine kernels of one call ask for the same split and an SM need not
+#: reconfigure between them (docs/dev/perf-log.md, "Thirty-fourth session").
+SMEM_CARVEOUT_ENV = "KERNELGEN_SMEM_CARVEOUT"
 #: The scheduler keeps up to four 4-byte values per request slot in dynamic shared memory (two
 #: sort-key buffers and the plans staged by request), metadata.MAX_CAPACITY slots at most.
 _SCHEDULER_MAX_SMEM = 4 * 4 * 8192
@@ -123,6 +130,24 @@ def check_register_pool(spec, resources: dict) -> None:
                            f"setmaxnreg's {producer}/{consumer} ({need} registers); the consumers would wait forever")
 
 
+def smem_carveout(environ=None) -> int | None:
+    """The carveout ``KERNELGEN_SMEM_CARVEOUT`` asks for (an int 0-100), or None when unset or empty.
+
+    Raises ValueError naming the variable for anything else."""
+    import os
+
+    raw = (os.environ if environ is None else environ).get(SMEM_CARVEOUT_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 100:
+        raise ValueError(f"{SMEM_CARVEOUT_ENV} must be an int from 0 to 100 (percent), got {raw!r}")
+    return value
+
+
 def _load(spec, ordinal: int) -> Kernel:
     import cupy
     from cupy.cuda import driver, function
@@ -157,6 +182,9 @@ def _load(spec, ordinal: int) -> Kernel:
             opt_in = min(_SCHEDULER_MAX_SMEM, limit - int(entry.resources.get("shared_static") or 0))
         if opt_in > 48 * 1024:
             driver.funcSetAttribute(fn.ptr, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, opt_in)
+        carveout = smem_carveout()
+        if carveout is not None:
+            driver.funcSetAttribute(fn.ptr, _CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, carveout)
         per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, threads, smem)
         if per_sm < 1:
             raise RuntimeError(f"{spec.name} cannot run on device {ordinal}: occupancy 0 with {smem} B of shared "
