@@ -419,3 +419,22 @@ def test_the_hoisted_transposer_lane_constants_compile(monkeypatch):
         setup[defs] = first - waits[-2]
         assert res.resources["spill_stores"] <= (4 if defs else 0), (defs, res.resources)
     assert setup["KG_VT_HOIST"] < setup[""] - 20, setup
+
+
+@pytest.mark.parametrize("mask", ["causal", "none"])
+def test_d64_on_160_key_blocks_compiles_without_spills_at_32_160_registers(monkeypatch, mask):
+    """An experiment for the next A/B (``tile_ab.py ... fp8q:64:192:160:2:p:REGS_FP8_MMA_SMALL=32/160``):
+    FlashAttention-3's FP8 tile at head dim 64 is 192 x 160.  Ours at 160 keys spills 96 bytes with
+    the 12-warp split of today (56 / 152) and none at 32 / 160, where the 128-key kernels stay free
+    of spills too (NVRTC 13.0; docs/dev/perf-log.md, "Thirty-fourth session")."""
+    import dataclasses
+
+    from kernelgen.kernels.spec import AttentionSpec
+    from kernelgen.selection import heuristics
+    monkeypatch.setattr(AttentionSpec, "SM90_REGS_FP8_MMA_SMALL", {8: (56, 224), 12: (32, 160)})
+    a = heuristics.choose("sm_90a", "bf16", 64, 64, num_heads_q=32, num_heads_kv=8, mask=mask, max_seqlen_q=2048,
+                          max_seqlen_k=2048, kv_dtype="e4m3", q_dtype="e4m3").attention
+    a = dataclasses.replace(a, tile=dataclasses.replace(a.tile, block_n=160))
+    assert a.fp8_mma and a._sm90_regs() == {"producer_regs": 32, "consumer_regs": 160}
+    res = compiler.compile_cubin(render.render(a), "sm_90a", compiler.default_options("sm_90a"), a.entry)
+    assert res.resources["spill_stores"] == 0 and res.resources["spill_loads"] == 0, res.resources

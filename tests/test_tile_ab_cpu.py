@@ -75,6 +75,25 @@ def test_regs_fp8_in_the_defines_sets_the_fp8_cache_registers_while_prepared(mon
     assert AttentionSpec.SM90_REGS_FP8 == before and "KERNELGEN_DEFINES" not in os.environ
 
 
+def test_regs_fp8_mma_small_sets_the_d64_tensor_core_registers_while_prepared(monkeypatch):
+    """``REGS_FP8_MMA_SMALL=P/C``: the 12-warp FP8 tensor-core kernels' registers at head dim 64
+    (FlashAttention-3's 192 x 160 FP8 tile at 32 / 160 compiles without spills, where 56 / 152
+    spills 96 bytes: docs/dev/perf-log.md, "Thirty-fourth session"), restored after."""
+    from kernelgen.kernels.spec import AttentionSpec, TileConfig
+    from kernelgen.selection import heuristics
+    monkeypatch.delenv("KERNELGEN_DEFINES", raising=False)
+    before = dict(AttentionSpec.SM90_REGS_FP8_MMA_SMALL)
+    tile = TileConfig(192, 160, 12, 2, 1)
+
+    def inside():
+        spec = heuristics.choose("sm_90a", "bf16", 64, 64, num_heads_q=32, num_heads_kv=8, mask="causal",
+                                 max_seqlen_q=2048, max_seqlen_k=2048, kv_dtype="e4m3", q_dtype="e4m3").attention
+        return spec.tile, spec._sm90_regs()
+    got_tile, regs = tile_ab.patched("fp8q", 64, tile, "p", inside, "REGS_FP8_MMA_SMALL=32/160")
+    assert got_tile == tile and regs == {"producer_regs": 32, "consumer_regs": 160}
+    assert AttentionSpec.SM90_REGS_FP8_MMA_SMALL == before
+
+
 def test_the_fa4_peer_is_timed_against_the_first_bf16_configuration_and_has_no_twin():
     configs = {"w3": "bf16:64:192:128:2:p", "w2": "bf16:64:128:128:2:p", "fa4": "fa4"}
     rows = [{"shape": "g64c", "us": {"w3": 100.0, "w2": 96.0, "fa4": 93.0}}]

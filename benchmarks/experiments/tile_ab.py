@@ -11,7 +11,8 @@ dim ``d`` (``bf16``: ``heuristics.SM90_TILES``; ``fp8q``: ``heuristics.SM90_FP8_
 and V in e4m3; ``kv8``: ``heuristics.SM90_TILES`` with K and V in e4m3 and a bf16 q, the FP8-cache
 prefill, ``SM90_FP8_TILES`` at head dims 192 / 256; ``alibi``: bf16 with ALiBi slopes 2^(-8 (h + 1) / heads), timed against the first ``bf16``
 configuration) and ``heuristics.SM90_OPTS`` (and ``KERNELGEN_DEFINES`` with ``defines``, NAME[=VALUE] joined by '+'; ``REGS_FP8=P/C`` there sets the FP8-cache
-kernels' producer / consumer registers instead, ``AttentionSpec.SM90_REGS_FP8``) while its call is prepared; the prepared call (kernels
+kernels' producer / consumer registers instead, ``AttentionSpec.SM90_REGS_FP8``, and ``REGS_FP8_MMA_SMALL=P/C`` those
+of the 12-warp FP8 tensor-core kernels at head dim 64, ``AttentionSpec.SM90_REGS_FP8_MMA_SMALL``) while its call is prepared; the prepared call (kernels
 fixed) is what the graphs replay (block_m 192 means three consumer warpgroups, 12 warps).  ``fa3`` / ``fa3fp8`` name the
 peers.  ``--passes N`` measures every shape N times; ``--twice`` times every kernelgen configuration twice
 (``NAME~2``, the same kernel loaded again: identical kernels differed by 6-8 % in one call at causal
@@ -67,14 +68,20 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates
     saved_loaded, saved_tdir = dict(runtime._loaded), render.templates_dir
     fresh = bool(defines or templates or reload)
     # REGS_FP8=P/C among the defines: the FP8-cache kernels' (producer, consumer) registers of 8
-    # consumer warps (AttentionSpec.SM90_REGS_FP8[8]) for this configuration, not a define
+    # consumer warps (AttentionSpec.SM90_REGS_FP8[8]) for this configuration, not a define;
+    # REGS_FP8_MMA_SMALL=P/C: the FP8 tensor-core kernels' at head dim 64 with 12 consumer warps
+    # (AttentionSpec.SM90_REGS_FP8_MMA_SMALL[12])
     from kernelgen.kernels.spec import AttentionSpec
     saved_regs = dict(AttentionSpec.SM90_REGS_FP8)
+    saved_small = dict(AttentionSpec.SM90_REGS_FP8_MMA_SMALL)
     kept = []
     for d_ in (defines.split("+") if defines else []):
         if d_.startswith("REGS_FP8="):
             prod, cons = (int(x) for x in d_.split("=", 1)[1].split("/"))
             AttentionSpec.SM90_REGS_FP8 = {**saved_regs, 8: (prod, cons)}
+        elif d_.startswith("REGS_FP8_MMA_SMALL="):
+            prod, cons = (int(x) for x in d_.split("=", 1)[1].split("/"))
+            AttentionSpec.SM90_REGS_FP8_MMA_SMALL = {**saved_small, 12: (prod, cons)}
         else:
             kept.append(d_)
     defines = "+".join(kept)
@@ -90,6 +97,7 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates
         return fn()
     finally:
         AttentionSpec.SM90_REGS_FP8 = saved_regs
+        AttentionSpec.SM90_REGS_FP8_MMA_SMALL = saved_small
         table.clear()
         table.update(saved)
         limits.clear()
