@@ -1224,8 +1224,10 @@ def mixed_lengths(settings: Settings, batch: str = "mixed_trace"):
         pre_q = list(chunks[1])
         pre_k = [c + q_ for c, q_ in zip(_take(ctx, chunks[2], len(pre_q)), pre_q)]
     else:
+        from .. import traces
+
         _, n, row, cap = chunks
-        prompts = [max(1, int(r[0])) for r in load_rows(settings.prefill_trace, "azure_conv_sample.csv")]
+        prompts = [max(1, int(r[0])) for r in load_rows(settings.prefill_trace, traces.SAMPLE_NAME)]
         pre_q = [min(p, cap) for p in _take(prompts, row, n)]
         pre_k = list(pre_q)
     return pre_q, pre_k, _take(ctx, dec_row, n_dec)
