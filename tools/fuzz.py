@@ -880,9 +880,12 @@ def compare(case: dict, out, lse, ref, ref_lse, rows: int, *, out_poisoned: bool
         bad = (err > ob) & finite_o
         e, b = err[finite_o], ob[finite_o]
         bound_ratio = float((e / b.clamp(min=1e-300)).max().item()) if e.numel() else 0.0
-        if e.numel() and float(e.mean()) > 0.25 * float(b.mean()):
-            errors.append(f"mean out error {float(e.mean()):.3e} > a quarter of the mean FP8 tensor-core bound "
-                          f"{float(b.mean()):.3e} (a systematic error)")
+        # the mean error above the output's absolute rounding (fp16 subnormals: reference.OUT_ROUNDING_FLOOR)
+        from kernelgen.apps.reference import OUT_ROUNDING_FLOOR
+        e_sys = (e - OUT_ROUNDING_FLOOR).clamp(min=0)
+        if e.numel() and float(e_sys.mean()) > 0.25 * float(b.mean()):
+            errors.append(f"mean out error {float(e_sys.mean()):.3e} (above fp16's subnormal rounding) > a quarter "
+                          f"of the mean FP8 tensor-core bound {float(b.mean()):.3e} (a systematic error)")
     max_err = float(err[finite_o].max().item()) if bool(finite_o.any()) else 0.0
     if bool(bad.any()):
         where = bad.nonzero()[:3].tolist()

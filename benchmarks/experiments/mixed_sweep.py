@@ -1,9 +1,9 @@
 """Mixed prefill + decode batches on sm_90a: the one-launch Hopper fused kernel against the classes
 in turn and the serial peer, and the split of the SMs between the two queues (GPU).
 
-For each case (``--cases``) the same paged batch (the bench's ``mixed_trace`` construction:
-chunked prefills on Mooncake trace contexts plus decodes, pages of 16 tokens, causal, the
-``--model`` preset's window and soft-cap) runs as:
+For each case (``--cases``) the same paged batch (the bench's mixed-entry construction: chunked
+prefills on Mooncake trace contexts, or whole Azure prompts for ``short``, plus decodes, pages of
+16 tokens, causal, the ``--model`` preset's window and soft-cap) runs as:
 
 * ``prefill_only`` / ``decode_only``: one call with only that class's requests (what ``serial``
   adds up);
@@ -20,10 +20,12 @@ All are timed as interleaved CUDA-graph replays (``kernelgen.apps.bench.measure.
 L2 flushed before each replay, the configurations' order rotated every round, the median of the
 round medians), and every mixed configuration's output is compared with ``serial``'s.
 
-Cases: ``bench`` (3 chunks of 512/2048/4096 tokens + 192 decodes: ``mixed_trace``), ``light``
-(1 chunk of 512 + 64 decodes), ``heavy`` (4 chunks of 4096 + 256 decodes).
+Cases: ``bench`` (3 chunks of 512/2048/4096 tokens + 192 decodes: ``mixed_trace``), ``long`` (2
+chunks of 4096 + 256 decodes: ``mixed_long_chunks``), ``short`` (8 Azure prompts of at most 512
+tokens + 32 decodes: ``mixed_short_chunks``), ``light`` (1 chunk of 512 + 64 decodes), ``heavy`` (4
+chunks of 4096 + 256 decodes).
 
-Usage: PYTHONPATH=$PWD python benchmarks/experiments/mixed_sweep.py [--cases bench,light,heavy]
+Usage: PYTHONPATH=$PWD python benchmarks/experiments/mixed_sweep.py [--cases bench,long,short,light,heavy]
        [--short-ctas 0,16,24,33,48,66] [--stages 2,4] [--block-n 16,32] [--rows 8,16] [--model llama3-8b] [--rounds 5] [--json FILE]
 """
 from __future__ import annotations

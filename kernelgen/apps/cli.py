@@ -276,7 +276,8 @@ def _add_bench_parser(sub) -> None:
                         "patterns, e.g. 'alibi_*,variant_*,*gpt-oss*' (default: every entry)")
     b.add_argument("--trace", metavar="FILE", default=None,
                    help="request-length CSV for every trace-driven entry (default: the packaged Azure sample "
-                        "for prefill and the scheduler, the packaged Mooncake sample for decode and mixed)")
+                        "for prefill, the scheduler, decode_azure_b128_paged16 and mixed_short_chunks' prompts, "
+                        "the packaged Mooncake sample for the other decode and mixed entries)")
     b.add_argument("--json", metavar="PATH", default=None, help="write the report as JSON (docs/benchmarks shape)")
     b.add_argument("--plots", metavar="DIR", default=None,
                    help="write PNG plots (one bar chart per suite and roofline.png) into DIR (needs matplotlib)")

@@ -204,12 +204,19 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
                 steps = torch.div(torch.isfinite(s).sum(dim=-1, keepdim=True) + 31, 32, rounding_mode="floor") + 1
                 # (the logits' two errors together: one factor exp(+-2 (delta + tanh_delta)))
                 bb = 1.05 * (2.0 ** -4 * s1 + sub) + torch.expm1(2 * (delta + tanh_delta)) * s1 + 2.0 ** -20 * s1 \
-                    + steps * 2.0 ** -12 * (1.0625 * s1 + sub) + 2.0 ** -8 * o.abs() + 2.0 ** -25
+                    + steps * 2.0 ** -12 * (1.0625 * s1 + sub) + 2.0 ** -8 * o.abs() + OUT_ROUNDING_FLOOR
                 bound[q0:q1, h0:h1] = bb.transpose(0, 1)
                 lse_bound[h0:h1, q0:q1] = (delta + tanh_delta)[..., 0]
             lse[h0:h1, q0:q1] = torch.where(z[..., 0] > 0, torch.log(z[..., 0]) + m_safe[..., 0],
                                             torch.full_like(z[..., 0], float("-inf")))
     return (out, lse, bound, lse_bound) if with_bounds else (out, lse)
+
+
+#: The absolute part of the FP8 tensor-core bound (``fp8_mma_bounds``): half the step of fp16's
+#: subnormals (2^-24, below 2^-14), the most an fp16 output's rounding moves a value there; bf16's
+#: subnormals start below 2^-126.  A check of the *mean* error (a systematic error) measures the
+#: error above it: among subnormal outputs, correct rounding alone averages about 2^-26 an element.
+OUT_ROUNDING_FLOOR = 2.0 ** -25
 
 
 def tolerance(dtype, kv_dtype=None) -> tuple[float, float]:

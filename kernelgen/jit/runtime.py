@@ -21,8 +21,9 @@ from ..kernels.params import (QUANT_PARAMS, ParamStruct, SCHEDULER_PARAMS, atten
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 _CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
 #: Environment variable (an experiment, unset by default): the preferred shared-memory carveout, in
-#: percent of the SM's unified L1 / shared memory (0-100, CUDA's
-#: ``cudaFuncAttributePreferredSharedMemoryCarveout``), set on every kernel kernelgen loads, so that
+#: percent of the most shared memory an SM can have (0-100, CUDA's
+#: ``cudaFuncAttributePreferredSharedMemoryCarveout``; the rest of the unified L1 / shared memory is
+#: L1), set on every kernel kernelgen loads, so that
 #: the scheduler, attention and combine kernels of one call ask for the same split and an SM need not
 #: reconfigure between them (docs/dev/perf-log.md, "Thirty-fourth session").
 SMEM_CARVEOUT_ENV = "KERNELGEN_SMEM_CARVEOUT"

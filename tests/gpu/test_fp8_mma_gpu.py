@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import kernelgen
-from kernelgen.apps.reference import attention_reference, gather_paged
+from kernelgen.apps.reference import OUT_ROUNDING_FLOOR, attention_reference, gather_paged
 from kernelgen.front.plan import AttentionPlan
 
 from gpu_helpers import capture, draw_lengths, plan_buffers, prepared, replay, write_lengths  # noqa: E402
@@ -67,7 +67,9 @@ def check_mma(out, lse, ref, ref_lse, bound, lse_bound, rows=None):
     err = (out.double() - ref).abs()
     ratio = float((err / bound.clamp(min=1e-300)).max())
     assert (err <= bound).all(), f"max err / bound {ratio:.3f} (max err {err.max().item():.3e})"
-    assert float(err.mean()) <= 0.25 * float(bound.mean()), f"mean err {err.mean():.3e} vs bound {bound.mean():.3e}"
+    # the mean error above fp16's subnormal rounding (reference.OUT_ROUNDING_FLOOR: no systematic part)
+    e_sys = (err - OUT_ROUNDING_FLOOR).clamp(min=0)
+    assert float(e_sys.mean()) <= 0.25 * float(bound.mean()), f"mean err {e_sys.mean():.3e} vs bound {bound.mean():.3e}"
     empty = torch.isneginf(ref_lse)
     assert torch.equal(torch.isneginf(lse), empty), "rows with no visible key must have lse = -inf exactly"
     assert torch.all(out.transpose(0, 1)[empty] == 0)
