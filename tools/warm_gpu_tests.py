@@ -17,6 +17,8 @@ and compile nothing; ``--only fp8,alibi``: those groups only.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import itertools
 import sys
 from pathlib import Path
@@ -36,6 +38,21 @@ def _opts():
     """The Hopper options the dispatcher takes in this environment: ``KERNELGEN_SM90_OPTS`` when set
     (a tuning run of the GPU tests), else None (``heuristics.SM90_OPTS``)."""
     return Settings.from_env().sm90_opts
+
+
+def _all_row_warps(group):
+    """A group's specs with every ``CombineSpec.row_warps`` of each combine kernel: a call's combine
+    takes the warps a row its query tokens give (``heuristics.combine_row_warps``), which the
+    groups' ``choose`` calls (no ``total_q``) leave at the default."""
+    @functools.wraps(group)
+    def wrapped() -> list:
+        out = []
+        for s in group():
+            out.append(s)
+            if s.kind == "combine":
+                out += [dataclasses.replace(s, row_warps=r) for r in s.ROW_WARPS if r != s.row_warps]
+        return out
+    return wrapped
 
 
 def _choose(dt, d, dv=None, *, hq=8, hkv=2, causal=True, window=(-1, -1), cap=0.0, layout="soa", max_q=700,
@@ -64,6 +81,7 @@ def _mixed(dt, d, **kw) -> list:
     return out
 
 
+@_all_row_warps
 def head_dim_specs() -> list:
     """test_hopper_matrix / _wide_head_dims (every head-dim pair, both dtypes, masks and layouts),
     test_hopper_mainloop_options (the mainloop variants at d 128), test_hopper_three_warpgroups (d 64's
@@ -94,6 +112,7 @@ def head_dim_specs() -> list:
     return out
 
 
+@_all_row_warps
 def window_softcap_specs() -> list:
     """test_hopper_window_softcap_*: both dtypes, head dims 64 and 128, both layouts, every mask with
     and without soft-cap (8 query / 2 KV heads)."""
@@ -106,6 +125,7 @@ def window_softcap_specs() -> list:
     return out
 
 
+@_all_row_warps
 def paged_split_mixed_specs() -> list:
     """The paged, split-KV and combined-slice tests of test_hopper_gpu.py and the sm_90a mixed
     batches of test_fused_gpu.py."""
@@ -167,6 +187,7 @@ def paged_split_mixed_specs() -> list:
     return out
 
 
+@_all_row_warps
 def alibi_specs() -> list:
     """tests/gpu/test_alibi_gpu.py: the ALiBi variants of its prefill (causal GQA, non-causal,
     soft-cap + window, d 64 MHA; automatic and forced splits), pack-GQA decode, paged decode (forced
@@ -230,6 +251,7 @@ def variant_codes() -> dict:
     }
 
 
+@_all_row_warps
 def variant_specs() -> list:
     """tests/gpu/test_variant_gpu.py: each variant's kernels for its varlen prefill (16/4 heads,
     automatic and forced splits), paged decode (automatic and forced splits), pack-GQA decode, mixed
@@ -279,6 +301,7 @@ def _with_sinks(specs: list) -> list:
     return [dataclasses.replace(s, sinks=True) if s.kind in ("attention", "combine") else s for s in specs]
 
 
+@_all_row_warps
 def sinks_specs() -> list:
     """tests/gpu/test_sinks_gpu.py: the sink variants of its causal GQA prefill (automatic and forced
     splits) and paged decode (forced and automatic splits), on both mainloops (the mixed step and
@@ -300,6 +323,7 @@ def _with_kv(kv: str, *args, **kw) -> list:
     return _choose(*args, kv_dtype=kv, mainloop=None, **kw) + _choose(*args, kv_dtype=kv, mainloop="sm80", **kw)
 
 
+@_all_row_warps
 def fp8_specs() -> list:
     """tests/gpu/test_fp8_gpu.py: the FP8 K/V variants (automatic: the Hopper kernel for prefill-shaped
     calls; and forced to the sm_80 mainloop) of its causal GQA prefill (bf16 and fp16, e4m3 and e5m2,
@@ -351,6 +375,7 @@ def fp8_specs() -> list:
     return out
 
 
+@_all_row_warps
 def fp8_q_specs() -> list:
     """tests/gpu/test_fp8_mma_gpu.py: an e4m3 q (automatic choice: the FP8 tensor-core variant for its
     prefill calls at d 64 and 128, causal and not, automatic and 3 splits; window + soft-cap + sinks
@@ -378,6 +403,7 @@ def fp8_q_specs() -> list:
     return out
 
 
+@_all_row_warps
 def quant_q_specs() -> list:
     """tests/gpu/test_quant_q_gpu.py: a 16-bit q quantised for the FP8 tensor-core variant (the
     variant an e4m3 q of the same call gets: its output dtype is q's), its parametrised prefills and

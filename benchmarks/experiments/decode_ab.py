@@ -6,7 +6,8 @@ flushed before each replay).  The kernels of one configuration are built from it
 the same GPU state; the outputs are compared with the first configuration's.
 
 Configurations: ``NAME=FOLDER`` (a ``templates/`` tree, e.g. ``git archive <commit> templates``
-unpacked; ``.`` is the checkout's).  Prints one JSON line per (shape, cache) and a summary: each
+unpacked; ``.`` is the checkout's), optionally ``NAME=FOLDER@rwN``: the split-KV combine with N warps
+a row (``heuristics.combine_row_warps`` forced to N while the call is prepared).  Prints one JSON line per (shape, cache) and a summary: each
 configuration's time over the first one's.
 
 Usage: PYTHONPATH=$PWD python benchmarks/experiments/decode_ab.py --configs new=.,old=/tmp/old/templates
@@ -46,6 +47,24 @@ def with_templates(folder: str, fn):
         api.clear_signature_cache()
 
 
+def with_row_warps(opt: str, fn):
+    """``fn()`` with the combine's warps a row forced (``opt`` "rwN"), or as is (``opt`` "")."""
+    if not opt:
+        return fn()
+    from kernelgen.front import api
+    from kernelgen.selection import heuristics
+    if not opt.startswith("rw"):
+        raise ValueError(f"unknown configuration option {opt!r} (rwN)")
+    saved = heuristics.combine_row_warps
+    heuristics.combine_row_warps = lambda *a, **k: int(opt[2:])
+    api.clear_signature_cache()
+    try:
+        return fn()
+    finally:
+        heuristics.combine_row_warps = saved
+        api.clear_signature_cache()
+
+
 def run(shape: str, model: str, cache: str, configs: dict) -> dict:
     import torch
 
@@ -63,15 +82,16 @@ def run(shape: str, model: str, cache: str, configs: dict) -> dict:
                   v_descale=vs.reshape(1, 1).expand(len(ctx), m.num_heads_kv).contiguous())
     maxk = max(ctx)
     fns, kernels, diffs, first = {}, {}, {}, None
-    for name, folder in configs.items():
+    for name, spec in configs.items():
+        folder, _, opt = spec.partition("@")
         out = torch.full((len(ctx), m.num_heads_q, m.head_dim_v), float("nan"), device="cuda", dtype=torch.bfloat16)
 
         def prepare(out=out):
             api.varlen_attention(q, kc, vc, cu_q, None, 1, maxk, seqused_k=used, page_table=pt, causal=True,
                                  window_size=m.window_size, softcap=m.softcap, out=out, **kw)
             return api._CALLS._last[1]
-        prep = prepare() if folder == "." else with_templates(folder, prepare)
-        kernels[name] = prep.attn.name
+        prep = with_row_warps(opt, prepare if folder == "." else lambda: with_templates(folder, prepare))
+        kernels[name] = prep.attn.name + ("" if prep.combine is None else " + " + prep.combine.name)
         first = out if first is None else first
         diffs[name] = float((out.float() - first.float()).abs().nan_to_num(float("inf")).max())
         fns[name] = lambda prep=prep, out=out: prep.run(q, kc, vc, cu_q, None, used, pt, out, None)

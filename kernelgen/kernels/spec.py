@@ -472,7 +472,9 @@ class SchedulerSpec:
 
 @dataclass(frozen=True)
 class CombineSpec:
-    """The split-KV combine kernel (four warps per output row, two rows a CTA)."""
+    """The split-KV combine kernel: ``row_warps`` warps per output row (1, 2, 4 or 8; 4 unless the
+    selection says otherwise, ``heuristics.combine_row_warps``), 256 threads a CTA, so
+    ``rows_per_cta`` = 8 / ``row_warps`` rows a CTA."""
 
     arch: str
     dtype: str
@@ -480,31 +482,42 @@ class CombineSpec:
     #: add each row's attention sink once when merging (``CombineParams.sinks``); off: absent from
     #: the name, template variables and ``to_json`` (the plain combine kernel is unchanged)
     sinks: bool = False
+    #: warps merging one (token, head) row; 4 (the default) is absent from the name
+    row_warps: int = 4
 
     kind: ClassVar[str] = "combine"
     template: ClassVar[str] = "combine/combine.cu.j2"
     entry: ClassVar[str] = "kg_combine"
     num_threads: ClassVar[int] = 256
-    rows_per_cta: ClassVar[int] = 2
+    ROW_WARPS: ClassVar[tuple] = (1, 2, 4, 8)
 
     def __post_init__(self):
         _check(self.arch, ALL_ARCHS, "arch")
         _check(self.dtype, DTYPES, "dtype")
         _check(self.head_dim_v, HEAD_DIMS, "head_dim_v")
+        _check(self.row_warps, self.ROW_WARPS, "row_warps")
+
+    @property
+    def rows_per_cta(self) -> int:
+        """(token, head) rows a CTA: 256 threads / (32 x ``row_warps``)."""
+        return self.num_threads // (32 * self.row_warps)
 
     @property
     def name(self) -> str:
-        return f"combine_{self.arch}_{self.dtype}_dv{self.head_dim_v}" + ("_sinks" if self.sinks else "")
+        return (f"combine_{self.arch}_{self.dtype}_dv{self.head_dim_v}" + ("_sinks" if self.sinks else "")
+                + (f"_rw{self.row_warps}" if self.row_warps != 4 else ""))
 
     def template_vars(self) -> dict:
         # the metadata header is layout-independent; "soa" only satisfies the shared include
         return {"arch": self.arch, "dtype": self.dtype, "head_dim_v": self.head_dim_v, "layout": "soa",
-                **({"sinks": True} if self.sinks else {})}
+                "row_warps": self.row_warps, **({"sinks": True} if self.sinks else {})}
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
         if not self.sinks:
             del d["sinks"]
+        if self.row_warps == 4:
+            del d["row_warps"]
         d["kind"] = self.kind
         return d
 

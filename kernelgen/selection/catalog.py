@@ -77,7 +77,9 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
         sm_80 path's), and for paged calls with long queries those of ``heuristics.choose_fused``
         (the fused mixed-batch launch the dispatcher takes then; on sm_90a also
         ``heuristics.choose_fused_hopper``'s, or ``choose_pair``'s where it does not apply), in
-        first-seen order with duplicates removed.
+        first-seen order with duplicates removed; each combine kernel with every
+        ``CombineSpec.row_warps`` (a call's own follows its query tokens,
+        ``heuristics.combine_row_warps``).
 
     Raises:
         ValueError: an unknown arch, dtype, head dim, layout, phase or kv dtype, or a variant
@@ -182,4 +184,7 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
             for spec in specs:
                 if spec is not None:
                     out.setdefault(spec, None)
+                    if spec.kind == "combine":   # the warps a row follow each call's query tokens (decide)
+                        for r in spec.ROW_WARPS:
+                            out.setdefault(dataclasses.replace(spec, row_warps=r), None)
     return list(out)

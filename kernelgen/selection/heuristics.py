@@ -449,6 +449,29 @@ def decode_split_bound(base: int, n_blocks: int, *, total_q: int, num_heads_q: i
     return max(base, min(MAX_DECODE_SPLITS, n_blocks, DECODE_PARTIALS_BYTES // per_split))
 
 
+#: Warps of 256-thread combine CTAs resident on an SM (``__launch_bounds__(256, 4)`` up to head
+#: dim 128, (256, 2) above: templates/combine/combine.cu.j2's MIN_CTAS).
+COMBINE_WARPS_PER_SM = {True: 32, False: 16}
+
+
+def combine_row_warps(total_q: int, num_heads_q: int, head_dim_v: int, num_sms: int) -> int:
+    """Warps merging one (token, head) row in the split-KV combine (``CombineSpec.row_warps``):
+    the most of 8, 4, 2, 1 whose warps for every row of ``total_q`` query tokens stay resident at
+    once on ``num_sms`` SMs, so the combine runs in one wave of row chains (each a few dependent
+    round trips) and a row with many splits has the most warps loading its partials; 1 where even
+    one warp a row is more than a wave (a 128-request decode at 32 heads: 4096 rows, where four
+    warps a row took four waves); 4 when ``total_q`` is unknown (0).  docs/dev/perf-log.md,
+    "Thirty-fifth session"."""
+    if total_q <= 0:
+        return 4
+    resident = num_sms * COMBINE_WARPS_PER_SM[head_dim_v <= 128]
+    rows = total_q * num_heads_q
+    for r in (8, 4, 2):
+        if rows * r <= resident:
+            return r
+    return 1
+
+
 def window_split_cap(bound: int, visible_keys: int) -> int:
     """An automatic split bound under a two-sided window: 1 (no split) where a query tile sees
     fewer than 2 x ``MIN_SPLIT_KEYS`` keys, else ``bound``; ``bound`` as is without such a window
@@ -640,7 +663,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                                  softcap=softcap, mainloop="sm90a", sm90_opts=opts, alibi=alibi, variant=variant,
                                  kv_dtype=kv_dtype, fp8_mma=mma8)
             _check_smem(attn, arch)
-            combine = CombineSpec(arch, dtype, head_dim_v) if split else None
+            combine = (CombineSpec(arch, dtype, head_dim_v, row_warps=combine_row_warps(total_q, num_heads_q, head_dim_v, num_sms))
+                       if split else None)
             return Variants(SchedulerSpec(arch=arch, layout=layout), attn, combine, max_splits, forced)
     fixed_tile = tile is not None
     tile = tile or tile_config(arch, head_dim, head_dim_v, tile_class, extra)
@@ -676,7 +700,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
     if kv_dtype:
         attn = dataclasses.replace(attn, kv_dtype=kv_dtype, tile=fp8_tile(tile, head_dim, head_dim_v))
     _check_smem(attn, arch)
-    combine = CombineSpec(arch, dtype, head_dim_v) if split else None
+    combine = (CombineSpec(arch, dtype, head_dim_v, row_warps=combine_row_warps(total_q, num_heads_q, head_dim_v, num_sms))
+               if split else None)
     return Variants(SchedulerSpec(arch=arch, layout=layout), attn, combine, max_splits, forced)
 
 

@@ -233,3 +233,35 @@ def test_split_lse_matches_reference():
     o, lse = run_paged(q, kc, vc, pt, used, cu_q, causal=False, num_splits=16)
     assert torch.all(torch.isfinite(lse))
     assert math.isfinite(float(lse.sum()))
+
+
+@pytest.mark.parametrize("row_warps", [1, 2, 4, 8])
+@pytest.mark.parametrize("dv,sinks,splits", [(128, False, 0), (128, True, 40), (64, True, 0), (256, False, 23)])
+def test_combine_row_warps(row_warps, dv, sinks, splits, monkeypatch):
+    """Every ``CombineSpec.row_warps`` merges the same partials right: the selection forced to
+    ``row_warps`` (``heuristics.combine_row_warps``) on a paged split decode with empty and
+    one-key contexts (splits that saw no keys), up to 40 splits a row (several rounds of UNROLL
+    partials a warp at one warp a row) and a sink per head (the combine adds it once)."""
+    from kernelgen.front import api
+    from kernelgen.selection import heuristics
+    from gpu_helpers import prepared
+
+    monkeypatch.setattr(heuristics, "combine_row_warps", lambda *a, **k: row_warps)
+    api.clear_signature_cache()
+    klens = [9000, 0, 1, 4100, 700, 33, 16000]
+    seed = seed_of("rw", row_warps, dv, sinks, splits)
+    q, kc, vc, pt, used, cu_q = make_paged([1] * len(klens), klens, 16, 4, dv, dv, 16, seed)
+    hq = q.shape[1]
+    sk = torch.linspace(-1.0, 3.0, hq, device="cuda", dtype=torch.float32) if sinks else None
+    out = torch.full((q.shape[0], hq, dv), float("nan"), dtype=BF16, device="cuda")
+    o, lse = kernelgen.varlen_attention(q, kc, vc, cu_q, None, 1, max(klens), seqused_k=used, page_table=pt,
+                                        causal=True, return_lse=True, out=out, num_splits=splits, sinks=sk)
+    torch.cuda.synchronize()
+    comb = prepared().combine
+    assert comb is not None and ("_rw" in comb.name) == (row_warps != 4), comb.name
+    assert row_warps == 4 or comb.name.endswith(f"_rw{row_warps}"), comb.name
+    assert comb.grid == -(-len(klens) * hq * row_warps // 8), comb.grid   # rows_per_cta = 8 / row_warps
+    k, v, cu_k = gather_paged(kc, vc, pt, used)
+    ref, ref_lse, bound, lb = attention_reference(q, k, v, cu_q, cu_k, causal=True, sinks=sk, error_bounds=True)
+    check(o, lse, ref, ref_lse, BF16, bound=bound, lse_bound=lb)
+    api.clear_signature_cache()
