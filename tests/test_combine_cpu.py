@@ -95,15 +95,33 @@ def test_combine_row_warps_fill_one_wave(total_q, hq, dv, want):
 
 
 def test_decode_choice_takes_the_row_warps_of_its_rows():
-    """``choose`` sizes the combine from the call's query tokens (``total_q``): a 128-request
-    decode at 32 heads merges one warp a row, 32 requests at 8 heads eight."""
+    """``choose`` sizes the combine from the call's own query tokens (``combine_rows``): a
+    128-request decode at 32 heads merges one warp a row, 32 requests at 8 heads eight; unknown
+    rows (0) keep four."""
     from kernelgen.selection import heuristics
 
     kw = dict(num_heads_kv=8, max_seqlen_q=1, max_seqlen_k=20000, paged=True, page_size=16, mask="causal")
-    v = heuristics.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, total_q=128, **kw)
+    v = heuristics.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, total_q=128, combine_rows=128, **kw)
     assert v.combine is not None and v.combine.row_warps == 1
     kw["num_heads_kv"] = 1
-    v = heuristics.choose("sm_90a", "bf16", 128, 128, num_heads_q=8, total_q=32, **kw)
+    v = heuristics.choose("sm_90a", "bf16", 128, 128, num_heads_q=8, total_q=32, combine_rows=32, **kw)
     assert v.combine is not None and v.combine.row_warps == 8
-    v = heuristics.choose("sm_90a", "bf16", 128, 128, num_heads_q=8, **kw)   # rows unknown
+    v = heuristics.choose("sm_90a", "bf16", 128, 128, num_heads_q=8, total_q=32, **kw)   # rows unknown
     assert v.combine is not None and v.combine.row_warps == 4
+
+
+def test_a_plan_keeps_four_warps_a_row():
+    """A plan's rows are a capacity (its steps run any number up to it), so its combine keeps four
+    warps a row; the one-shot call of the same shape takes its own rows' count (one warp a row at
+    128 x 32 rows: a plan sized so would merge an 8-request step's 256 rows one warp each)."""
+    import dataclasses
+
+    from kernelgen.selection import decide
+    from test_decide import H200, sig
+
+    call = sig(num_heads_q=32, num_heads_kv=8, max_seqlen_q=1, max_seqlen_k=32768, batch=128, rows=128,
+               paged=True, page_size=16)
+    one = decide.decide(call, H200).variants.combine
+    planned = decide.decide(dataclasses.replace(call, plan=True), H200).variants.combine
+    assert one is not None and one.row_warps == 1
+    assert planned is not None and planned.row_warps == 4

@@ -94,7 +94,7 @@ def combine_fields(out, lse, num_heads_q: int, strides: dict, sinks: int | None 
 
 
 def combine_grid(total_q: int, num_heads_q: int, rows_per_cta: int) -> int:
-    """CTAs of a combine launch: ``rows_per_cta`` (token, head) rows a CTA (four warps a row)."""
+    """CTAs of a combine launch: ``rows_per_cta`` (token, head) rows a CTA (``CombineSpec.rows_per_cta``)."""
     return max(1, math.ceil(total_q * num_heads_q / rows_per_cta))
 
 

@@ -563,7 +563,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
            tile: TileConfig | None = None, mainloop: str | None = None, tma_ok: bool = True,
            page_size: int = 0, sm90_opts: str | None = None, alibi: bool = False,
            variant: VariantCode | None = None, kv_dtype: str = "", q_dtype: str = "",
-           total_q: int = 0, variant_spills: bool = False, window_span: int = -1) -> Variants:
+           total_q: int = 0, variant_spills: bool = False, window_span: int = -1,
+           combine_rows: int = 0) -> Variants:
     """Every kernel variant of a call, from what the host knows (shapes, flags, max lengths).
 
     ``window_span``: left + right of a sliding window bounded on both sides (``decide.window_span``;
@@ -572,6 +573,10 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
 
     ``total_q``: the query tokens the workspace is sized for (0 = unknown): an automatic split-KV
     call on a one-warp decode tile may then split further (``decode_split_bound``).
+
+    ``combine_rows``: the query tokens of the one call the recipe serves (0 = unknown, as for a
+    plan, whose steps run any number up to its capacity): the split-KV combine's warps a row
+    (``combine_row_warps``; 4 when unknown).
 
     ``kv_dtype``: an FP8 K/V cache ("e4m3" / "e5m2"; ``AttentionSpec.kv_dtype``).  The Hopper
     path takes it where it takes the 16-bit call, with ``SM90_FP8_TILES`` and TMA boxes (no ALiBi,
@@ -663,7 +668,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                                  softcap=softcap, mainloop="sm90a", sm90_opts=opts, alibi=alibi, variant=variant,
                                  kv_dtype=kv_dtype, fp8_mma=mma8)
             _check_smem(attn, arch)
-            combine = (CombineSpec(arch, dtype, head_dim_v, row_warps=combine_row_warps(total_q, num_heads_q, head_dim_v, num_sms))
+            combine = (CombineSpec(arch, dtype, head_dim_v, row_warps=combine_row_warps(combine_rows, num_heads_q, head_dim_v, num_sms))
                        if split else None)
             return Variants(SchedulerSpec(arch=arch, layout=layout), attn, combine, max_splits, forced)
     fixed_tile = tile is not None
@@ -700,7 +705,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
     if kv_dtype:
         attn = dataclasses.replace(attn, kv_dtype=kv_dtype, tile=fp8_tile(tile, head_dim, head_dim_v))
     _check_smem(attn, arch)
-    combine = (CombineSpec(arch, dtype, head_dim_v, row_warps=combine_row_warps(total_q, num_heads_q, head_dim_v, num_sms))
+    combine = (CombineSpec(arch, dtype, head_dim_v, row_warps=combine_row_warps(combine_rows, num_heads_q, head_dim_v, num_sms))
                if split else None)
     return Variants(SchedulerSpec(arch=arch, layout=layout), attn, combine, max_splits, forced)
 
