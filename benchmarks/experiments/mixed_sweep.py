@@ -14,7 +14,8 @@ prefills on Mooncake trace contexts, or whole Azure prompts for ``short``, plus 
   (``--short-ctas``; ``fused.build`` with ``FusedKernels.short_ctas`` set); with ``--stages`` /
   ``--block-n`` / ``--rows``, ``fused_s{S}n{B}m{R}_k{N}`` (the options given) for each K/V
   pipeline depth S, key block B and query rows R (8: the keys-as-rows tile) of the decode tile; with ``--granularity``, a ``_g{F}`` suffix for each factor F of the short class's
-  split granularity (its scheduler's ``num_ctas``).
+  split granularity (its scheduler's ``num_ctas``); with ``--combine-row-warps``, a ``_rw{N}`` suffix
+  for each count of warps a row of the split-KV combine (``CombineSpec.row_warps``).
 
 All are timed as interleaved CUDA-graph replays (``kernelgen.apps.bench.measure.time_interleaved``:
 L2 flushed before each replay, the configurations' order rotated every round, the median of the
@@ -26,7 +27,8 @@ tokens + 32 decodes: ``mixed_short_chunks``), ``light`` (1 chunk of 512 + 64 dec
 chunks of 4096 + 256 decodes).
 
 Usage: PYTHONPATH=$PWD python benchmarks/experiments/mixed_sweep.py [--cases bench,long,short,light,heavy]
-       [--short-ctas 0,16,24,33,48,66] [--stages 2,4] [--block-n 16,32] [--rows 8,16] [--model llama3-8b] [--rounds 5] [--json FILE]
+       [--short-ctas 0,16,24,33,48,66] [--stages 2,4] [--block-n 16,32] [--rows 8,16] [--combine-row-warps 1,4,8]
+       [--model llama3-8b] [--rounds 5] [--json FILE]
 """
 from __future__ import annotations
 
@@ -58,14 +60,16 @@ def case_lengths(settings, case: str):
 
 
 def build_case(case: str, model, short_ctas: list, settings, tiles=((None, None, None, None),),
-               granularity=(1.0,), kv_dtype: str = "", fused_regs=(None,)) -> tuple:
+               granularity=(1.0,), kv_dtype: str = "", fused_regs=(None,), row_warps=(None,)) -> tuple:
     """({label: zero-argument call}, {label: output tensor}, description) of one case.
 
     ``kv_dtype="e4m3"``: the cache in e4m3 with per-tensor descales (the bench's
     ``mixed_trace_fp8``), q bf16; then also ``prefill_only_qq`` and ``serial_qq`` (the prefill call
     with ``quantize_q=True``: q quantised for the FP8 tensor-core variant).  ``fused_regs``: the
     Hopper fused kernel's (producer, consumer) registers to compare (None: its default,
-    ``FusedAttentionSpec.SM90_FUSED_REGS``), each a label suffix ``_r{P}``."""
+    ``FusedAttentionSpec.SM90_FUSED_REGS``), each a label suffix ``_r{P}``.  ``row_warps``: the
+    split-KV combine's warps a row to compare (None: the dispatcher's, ``CombineSpec.row_warps``
+    through ``heuristics.combine_row_warps``), each a label suffix ``_rw{N}``."""
     import torch
 
     from kernelgen.apps.bench import suites
@@ -143,8 +147,14 @@ def build_case(case: str, model, short_ctas: list, settings, tiles=((None, None,
     if pv is not None:
         r = decide.recipe(pv, sig, device)
         pending.append(("in_turn", fused.build_pair, bind.bind(r, runtime.load(r.specs, dev)), r.workspace))
-    for (st, bn, rows, defs), regs in ((t, rg) for t in tiles for rg in fused_regs):
-        fv = heuristics.choose_fused_hopper(*args, **choice, short_stages=st, short_block_n=bn, short_rows=rows)
+    for (st, bn, rows, defs), regs, rw in ((t, rg, w) for t in tiles for rg in fused_regs for w in row_warps):
+        saved_rw = heuristics.combine_row_warps
+        if rw is not None:   # the short class's combine with rw warps a row (its grid follows the spec)
+            heuristics.combine_row_warps = lambda *a, _rw=rw, **k: _rw
+        try:
+            fv = heuristics.choose_fused_hopper(*args, **choice, short_stages=st, short_block_n=bn, short_rows=rows)
+        finally:
+            heuristics.combine_row_warps = saved_rw
         if fv is None:
             continue
         r = decide.recipe(fv, sig, device)
@@ -155,7 +165,8 @@ def build_case(case: str, model, short_ctas: list, settings, tiles=((None, None,
                 if defs is not None:
                     tag += "_" + (defs.replace("KG_", "").replace("=", "").lower() or "nodefs")
                 label = (f"fused_{tag}_k{n}" if len(tiles) > 1 else f"fused_k{n}") + (
-                    f"_g{g:g}" if len(granularity) > 1 else "") + ("" if regs is None else f"_r{regs[0]}")
+                    f"_g{g:g}" if len(granularity) > 1 else "") + ("" if regs is None else f"_r{regs[0]}") + (
+                    "" if rw is None else f"_rw{rw}")
                 cfg = dataclasses.replace(fk.cfg_short, num_ctas=max(1, round(fk.cfg_short.num_ctas * g)))
                 pending.append((label, fused.build, dataclasses.replace(
                     fk, short_ctas=min(n, fk.fused.persistent_grid), cfg_short=cfg), r.workspace))
@@ -218,6 +229,8 @@ def main(argv=None) -> int:
                     "(the bench's mixed_trace_fp8); adds prefill_only_qq / serial_qq (quantize_q=True)")
     ap.add_argument("--fused-regs", default="", help="the fused kernel's producer/consumer registers to compare "
                     "(comma list of P/C, e.g. 40/232,56/224; default: SM90_FUSED_REGS)")
+    ap.add_argument("--combine-row-warps", default="", help="the fused launch's split-KV combine with these warps a "
+                    "row (comma list of 1, 2, 4, 8; default: the dispatcher's, heuristics.combine_row_warps)")
     ap.add_argument("--model", default="llama3-8b")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=10)
@@ -244,7 +257,9 @@ def main(argv=None) -> int:
         tiles = [(st, bn, r, df) for st in stages for bn in block_ns for r in rows_list for df in defs_list]
         granularity = [float(x) for x in a.granularity.split(",") if x] or [1.0]
         regs = [tuple(int(y) for y in x.split("/")) for x in a.fused_regs.split(",") if x] or [None]
-        calls, outs, desc = build_case(case, model, short_ctas, settings, tiles, granularity, a.kv_dtype, regs)
+        row_warps = [int(x) for x in a.combine_row_warps.split(",") if x] or [None]
+        calls, outs, desc = build_case(case, model, short_ctas, settings, tiles, granularity, a.kv_dtype, regs,
+                                       row_warps)
         times = measure.time_interleaved(calls, rounds=a.rounds, repeat=a.repeat)
         for f in calls.values():  # one more eager run of each, then the outputs against serial's
             f()
