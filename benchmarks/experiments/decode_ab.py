@@ -11,13 +11,14 @@ a row (``heuristics.combine_row_warps`` forced to N while the call is prepared).
 configuration's time over the first one's.
 
 Usage: PYTHONPATH=$PWD python benchmarks/experiments/decode_ab.py --configs new=.,old=/tmp/old/templates
-       [--shapes decode_trace_b128_paged16,decode_trace_b32_paged16] [--models llama3-8b,llama3-70b-tp8]
+       [--shapes decode_trace_b128_paged16,decode_trace_b32_paged16,8x1024] [--models llama3-8b,llama3-70b-tp8]
        [--caches bf16,e4m3] [--passes 2] [--json FILE]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -65,6 +66,16 @@ def with_row_warps(opt: str, fn):
         api.clear_signature_cache()
 
 
+def contexts(shape: str) -> list:
+    """The key lengths of a bench decode entry (``decode_trace_b32_paged16``, ...) or of ``NxL``
+    (N decodes of L keys each, e.g. ``8x1024``)."""
+    if re.fullmatch(r"\d+x\d+", shape):
+        n, length = (int(x) for x in shape.split("x"))
+        return [length] * n
+    from kernelgen.apps.bench import suites
+    return suites.decode_contexts(suites.Settings(), shape)
+
+
 def run(shape: str, model: str, cache: str, configs: dict) -> dict:
     import torch
 
@@ -73,7 +84,7 @@ def run(shape: str, model: str, cache: str, configs: dict) -> dict:
     from kernelgen.front import api
 
     m = PRESETS[model]
-    ctx = suites.decode_contexts(suites.Settings(), shape)
+    ctx = contexts(shape)
     q, kc, vc, pt, used, cu_q = suites.paged_batch([1] * len(ctx), ctx, m)
     kw = {}
     if cache == "e4m3":
