@@ -94,12 +94,14 @@ def test_the_scheduler_plan_follows_the_device_and_the_loaded_grid():
     cfg = p.config(132)
     assert (cfg.num_ctas, cfg.wave_ctas, cfg.num_heads, cfg.block_m, cfg.pack_factor) == (132, 0, 32, 128, 1)
     assert (cfg.class_min_q, cfg.class_max_q, cfg.sort, cfg.window_left) == (0, 2 ** 31 - 1, True, -1)
+    assert cfg.min_share == 1                                       # a prefill's quantum is its fair share
     # a decode launched on its own: pack-GQA, finer split shares, wave-rounded split caps
     r = decide.decide(sig(max_seqlen_q=1, max_seqlen_k=32768, rows=64, batch=64, paged=True, page_size=16), H200)
     (d,) = r.schedulers
     assert r.variants.attention.tile.block_m == 16 and r.variants.attention.pack_gqa and r.combine is not None
     cfg = d.config(1056)
     assert (cfg.num_ctas, cfg.wave_ctas, cfg.num_heads, cfg.pack_factor) == (4 * 1056, 1056, 8, 4)
+    assert cfg.min_share == heuristics.DECODE_MIN_SPLIT_KEYS // 16 == 16     # 256 keys of 16-key blocks
     assert cfg.max_splits == r.variants.max_splits > 1 and r.launches[-1].grid == "rows"
 
 
@@ -113,6 +115,7 @@ def test_a_mixed_batch_takes_the_hopper_fused_kernel():
     long, short = (p.config(132) for p in r.schedulers)
     assert (long.class_min_q, long.class_max_q) == (5, 2 ** 31 - 1) and (short.class_min_q, short.class_max_q) == (0, 4)
     assert short.num_ctas == 132 * f.tiles_per_step * heuristics.SPLIT_GRANULARITY["decode"] and short.wave_ctas == 0
+    assert short.min_share == long.min_share == 1                    # a fused launch's classes: the fair share
     # the short class's partials by (request, token): 8 requests x 4 tokens instead of the 600 rows
     assert isinstance(r.workspace, FusedWorkspace) and r.workspace.short.request_rows == 4
     assert r.workspace.short.partial_rows == 32 and r.workspace.short.max_splits == r.variants.short_max_splits
@@ -142,6 +145,7 @@ def test_wide_head_dim_v_runs_the_classes_in_turn():
                                                 "attention short"]
     long, short = (p.config(g) for p, g in zip(r.schedulers, (132, 1056)))
     assert (long.max_splits, long.forced_splits, long.wave_ctas) == (1, True, 0) and short.wave_ctas == 1056
+    assert short.min_share == 16 and long.min_share == 1
 
 
 def test_a_one_shot_chunked_prefill_prefers_hopper_a_plan_the_fused_kernel():

@@ -21,7 +21,7 @@ configs = st.builds(
     pack_factor=st.sampled_from([1, 3, 4]), max_splits=st.sampled_from([1, 2, 7, 64]), forced_splits=st.booleans(),
     num_ctas=st.integers(1, 300), max_kvblocks_l2=st.sampled_from([0, 1, 40, 5000]), swizzle_mult=st.sampled_from([1, 2]),
     sort=st.booleans(), window_left=st.sampled_from([-1, -1, 0, 7, 100, 1000]),
-    wave_ctas=st.sampled_from([0, 0, 1, 37, 300]))
+    wave_ctas=st.sampled_from([0, 0, 1, 37, 300]), min_share=st.sampled_from([1, 1, 3, 16]))
 
 
 @settings(max_examples=300, deadline=None)
@@ -165,6 +165,33 @@ def test_wave_split_cap_one_kv_head():
     ms, ns = [1] * 8, [8192] * 8
     share = md.split_share(ms, ns, cfg)
     assert share == 12 and md.wave_split_cap(ms, ns, cfg, share) == 198
+
+
+def test_min_share_keeps_decode_tiles_of_a_small_batch_whole_enough():
+    """llama3-70b over 8 GPUs (one KV head) on 128 decodes of 980 keys (62 key blocks of 16): the
+    fair share over 4 x 1584 CTAs is 2 blocks (31 splits a request, rounded to 24 for whole waves:
+    3072 tiles of 2-3 blocks); the standalone decode kernel's minimum of 256 keys (16 blocks) gives
+    4 splits (512 tiles)."""
+    cfg = SchedulerConfig(num_heads=1, block_m=16, block_n=16, pack_factor=8, max_splits=255, num_ctas=4 * 1584,
+                          wave_ctas=1584)
+    ms, ns = [1] * 128, [62] * 128
+    assert md.split_share(ms, ns, cfg) == 2
+    cfg16 = dataclasses.replace(cfg, min_share=16)
+    assert md.split_share(ms, ns, cfg16) == 16
+    for c, splits in ((cfg, 24), (cfg16, 4)):
+        d = md.decode(md.reference_schedule(_cu([1] * 128), _cu([980] * 128), 128, 128, c, "soa"), "soa", 128)
+        assert [int(x) & 0xFFFF for x in d["splits_nheads"]] == [splits] * 128 and d["total_tiles"] == 128 * splits
+    # a small batch keeps the fair share: 8 decodes of 1 K keys (64 blocks) make 32 tiles of 16 blocks,
+    # under a quarter of the 1584-CTA wave (4 x 512 < 1584 x 16); at 13 x 8 K keys (4 x 6656 >= 1584 x 16) it applies
+    assert md.split_share([1] * 8, [64] * 8, cfg16) == md.split_share([1] * 8, [64] * 8, cfg) == 1
+    assert md.split_share([1] * 13, [512] * 13, cfg) == 2 and md.split_share([1] * 13, [512] * 13, cfg16) == 16
+    assert md.split_share([1] * 12, [512] * 12, cfg16) == md.split_share([1] * 12, [512] * 12, cfg) == 2  # 4 x 6144 < 25344
+    # a share above the minimum is the fair share (the llama3-70b-tp8 8 x 128 K batch: 12 blocks, cap 198)
+    assert md.split_share([1] * 8, [8192] * 8, dataclasses.replace(cfg, min_share=4)) == 12
+    # forced splits ignore the quantum
+    forced = dataclasses.replace(cfg16, forced_splits=True, max_splits=40)
+    d = md.decode(md.reference_schedule(_cu([1] * 4), _cu([980] * 4), 4, 4, forced, "soa"), "soa", 4)
+    assert [int(x) & 0xFFFF for x in d["splits_nheads"]] == [40] * 4
 
 
 def test_wave_split_cap_leaves_a_ragged_batch_alone():

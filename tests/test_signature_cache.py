@@ -554,6 +554,7 @@ def _pre_issue9_scheduler_params(cu_seqlens_q, cu_seqlens_k, seqused_k, md, batc
         "max_kvblocks_l2": cfg.max_kvblocks_l2, "swizzle_mult": cfg.swizzle_mult, "sort": int(cfg.sort),
         "class_min_q": cfg.class_min_q, "class_max_q": cfg.class_max_q, "window_left": cfg.window_left,
         "wave_ctas": cfg.wave_ctas,  # (added with the wave-rounded split cap)
+        "min_share": cfg.min_share,  # (added with the decode kernels' minimum split share)
     })
 
 
@@ -575,6 +576,6 @@ def test_one_off_packers_equal_the_pre_issue9_packer():
                     == _pre_issue9_combine_params(split, a["cu_seqlens_q"], md, a["out"], lse, hq))
         cfg = SchedulerConfig(num_heads=3, block_m=16, block_n=16, pack_factor=4, max_splits=7, forced_splits=True,
                               num_ctas=528, max_kvblocks_l2=77, swizzle_mult=2, sort=False, window_left=window[0],
-                              wave_ctas=132)
+                              wave_ctas=132, min_share=16)
         sargs = (a["cu_seqlens_q"], a["cu_seqlens_k"], a["seqused_k"], md, 2, 5, cfg)
         assert oneoff.scheduler_params(*sargs) == _pre_issue9_scheduler_params(*sargs)

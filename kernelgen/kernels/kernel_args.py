@@ -32,7 +32,8 @@ def scheduler_fields(batch: int, capacity: int, cfg) -> dict:
             "block_n": cfg.block_n, "pack_factor": cfg.pack_factor, "max_splits": cfg.max_splits,
             "forced_splits": int(cfg.forced_splits), "num_ctas": cfg.num_ctas, "max_kvblocks_l2": cfg.max_kvblocks_l2,
             "swizzle_mult": cfg.swizzle_mult, "sort": int(cfg.sort), "class_min_q": cfg.class_min_q,
-            "class_max_q": cfg.class_max_q, "window_left": cfg.window_left, "wave_ctas": cfg.wave_ctas}
+            "class_max_q": cfg.class_max_q, "window_left": cfg.window_left, "wave_ctas": cfg.wave_ctas,
+            "min_share": cfg.min_share}
 
 
 def attention_fields(q, k, v, out, lse, page_table, capacity: int, scale: float, window=(-1, -1),

@@ -119,6 +119,10 @@ class SchedulerConfig:
     wave_ctas: CTAs of the attention launch that run at once (its persistent grid), 0 = off; with
     it the dynamic rule's split cap is lowered where the requests with the most splits would spill
     a partial wave of tiles (``wave_split_cap``).
+    min_share: a smallest dynamic-split quantum P in key blocks (1 = the fair share alone), taken
+    where the work makes a quarter of ``wave_ctas`` tiles of it (``split_share``); a standalone
+    decode-class kernel takes ``heuristics.DECODE_MIN_SPLIT_KEYS`` keys, so that a batch with
+    little work (one KV head, short contexts) is not cut into tiles of one or two key blocks.
     """
 
     num_heads: int
@@ -135,6 +139,13 @@ class SchedulerConfig:
     class_max_q: int = 2 ** 31 - 1
     window_left: int = -1
     wave_ctas: int = 0
+    min_share: int = 1
+
+
+#: ``SchedulerConfig.min_share`` applies where the work makes at least 1 / MIN_SHARE_WAVE_PARTS of
+#: ``wave_ctas`` tiles of that share (H200: 512 tiles of 16 blocks for a 1584-CTA grid beat 3072 of
+#: 2-3 blocks by 9 %, 256 of 31 blocks lost 8 %; docs/dev/perf-log.md, "Thirty-sixth session").
+MIN_SHARE_WAVE_PARTS = 4
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -186,9 +197,19 @@ def request_plan(lq: int, lk: int, cfg: SchedulerConfig, share: int) -> tuple[in
 
 def split_share(ms, ns, cfg: SchedulerConfig) -> int:
     """Dynamic-split quantum P (KV blocks per split): a 10 % margin over one CTA's fair share of
-    the total (m_blocks x n_blocks) work, after FlashAttention-3's prepare kernel.  Never 0."""
+    the total (m_blocks x n_blocks) work, after FlashAttention-3's prepare kernel.  Never 0.
+
+    ``cfg.min_share`` replaces a smaller quantum where the total work is at least a quarter of
+    ``cfg.wave_ctas`` quanta of it (H' x sum of m x n >= wave_ctas x min_share / 4, from the sum
+    the quantum already has; one more block reduction of the exact tile count cost the scheduler
+    about 1 us on the H200): a small batch keeps the fair share's many short tiles rather than
+    leave most of the grid idle (8 decodes of 1 K keys on one KV head would get 32 tiles of 16
+    blocks for 1584 CTAs)."""
     total = sum(int(m) * int(n) for m, n in zip(ms, ns))
-    return min(max(1, _ceil_div(11 * total * cfg.num_heads, 10 * max(cfg.num_ctas, 1))), 2 ** 31 - 1)
+    share = min(max(1, _ceil_div(11 * total * cfg.num_heads, 10 * max(cfg.num_ctas, 1))), 2 ** 31 - 1)
+    if cfg.min_share > share and MIN_SHARE_WAVE_PARTS * total * cfg.num_heads >= cfg.wave_ctas * cfg.min_share:
+        share = cfg.min_share
+    return share
 
 
 def wave_split_cap(ms, ns, cfg: SchedulerConfig, share: int) -> int:

@@ -142,6 +142,7 @@ SCHEDULER_PARAMS = ParamStruct(
         ("max_splits", "i32"), ("forced_splits", "i32"), ("num_ctas", "i32"),
         ("max_kvblocks_l2", "i32"), ("swizzle_mult", "i32"), ("sort", "i32"),
         ("class_min_q", "i32"), ("class_max_q", "i32"), ("window_left", "i32"), ("wave_ctas", "i32"),
+        ("min_share", "i32"),
     ],
 )
 

@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
+from .metadata import MIN_SHARE_WAVE_PARTS
 from .variant_code import VariantCode
 
 ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90a")
@@ -462,7 +463,8 @@ class SchedulerSpec:
         return f"sched_{self.arch}_{self.layout}_t{self.num_threads}"
 
     def template_vars(self) -> dict:
-        return {"arch": self.arch, "layout": self.layout, "num_threads": self.num_threads}
+        return {"arch": self.arch, "layout": self.layout, "num_threads": self.num_threads,
+                "min_share_wave_parts": MIN_SHARE_WAVE_PARTS}
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)

@@ -311,7 +311,8 @@ def scheduler_plan(attn_spec, *, device: Device, num_heads_q: int, num_heads_kv:
 
     ``standalone``: the variant runs as its own kernel (not a class of the fused kernel); a
     decode-class one then passes its persistent grid as ``wave_ctas``, and the scheduler rounds
-    the split cap of capped requests to whole waves (``metadata.wave_split_cap``).
+    the split cap of capped requests to whole waves (``metadata.wave_split_cap``); its quantum is
+    at least ``heuristics.DECODE_MIN_SPLIT_KEYS`` keys (``SchedulerConfig.min_share``).
     """
     qpk = num_heads_q // num_heads_kv
     pack = attn_spec.pack_gqa
@@ -332,4 +333,7 @@ def scheduler_plan(attn_spec, *, device: Device, num_heads_q: int, num_heads_kv:
         sort=sort,
         window_left=window_left if attn_spec.mask == "local" else -1,
     )
-    return SchedulerPlan(base, heuristics.SPLIT_GRANULARITY[cls], standalone and cls == "decode")
+    wave = standalone and cls == "decode"
+    if wave:
+        base = dataclasses.replace(base, min_share=-(-heuristics.DECODE_MIN_SPLIT_KEYS // attn_spec.tile.block_n))
+    return SchedulerPlan(base, heuristics.SPLIT_GRANULARITY[cls], wave)

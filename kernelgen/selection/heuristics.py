@@ -60,6 +60,15 @@ DECODE_PARTIALS_BYTES = 64 << 20
 #: requests ran in 31 us with one split against 60 us with the automatic ones.  Wider windows keep
 #: the bound (a general minimum split size is not measured yet).
 MIN_SPLIT_KEYS = 128
+#: Smallest dynamic-split quantum of a standalone decode-class kernel, in keys (the scheduler's
+#: ``min_share`` is this over the tile's key block: 16 blocks of the one-warp decode tile).  The fair
+#: share alone cut a batch with little work into tiles of a few blocks, each paying the tile's fixed
+#: cost (metadata, Q, the pipeline's refill, a partial to write and merge): the llama3-70b-tp8 preset
+#: (one KV head) on the Azure batch got 2-block tiles.  H200 (docs/dev/perf-log.md, "Thirty-sixth
+#: session", ``decode_ab.py``, two passes): 256 keys ran tp8 Azure b128 / trace b32 at 0.91 / 0.93x
+#: the time, llama3-8b's Azure / b32 / b128 and tp8 b128 at 0.99-1.00x; 512 keys lost 8 % on tp8
+#: Azure (too few tiles for the grid).
+DECODE_MIN_SPLIT_KEYS = 256
 
 _PREFILL_BIG_SMEM = {
     64: TileConfig(128, 64, 4, 2, 2),

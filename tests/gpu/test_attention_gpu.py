@@ -164,7 +164,8 @@ def _random_config(rng, attn_spec, num_ctas):
         forced_splits=bool(rng.random() < 0.3), num_ctas=num_ctas,
         max_kvblocks_l2=int(rng.choice([0, 20, 160, 4000])), swizzle_mult=int(rng.choice([1, 4])),
         sort=bool(rng.random() < 0.8), window_left=int(rng.choice([-1, -1, -1, 0, 100, 4095])),
-        wave_ctas=int(rng.choice([0, 0, num_ctas, 37, 1584])), **_random_class(rng))
+        wave_ctas=int(rng.choice([0, 0, num_ctas, 37, 1584])), min_share=int(rng.choice([1, 1, 1, 4, 16, 300])),
+        **_random_class(rng))
 
 
 def _random_class(rng) -> dict:
