@@ -61,13 +61,15 @@ DECODE_PARTIALS_BYTES = 64 << 20
 #: the bound (a general minimum split size is not measured yet).
 MIN_SPLIT_KEYS = 128
 #: Smallest dynamic-split quantum of a standalone decode-class kernel, in keys (the scheduler's
-#: ``min_share`` is this over the tile's key block: 16 blocks of the one-warp decode tile).  The fair
-#: share alone cut a batch with little work into tiles of a few blocks, each paying the tile's fixed
-#: cost (metadata, Q, the pipeline's refill, a partial to write and merge): the llama3-70b-tp8 preset
-#: (one KV head) on the Azure batch got 2-block tiles.  H200 (docs/dev/perf-log.md, "Thirty-sixth
-#: session", ``decode_ab.py``, two passes): 256 keys ran tp8 Azure b128 / trace b32 at 0.91 / 0.93x
-#: the time, llama3-8b's Azure / b32 / b128 and tp8 b128 at 0.99-1.00x; 512 keys lost 8 % on tp8
-#: Azure (too few tiles for the grid).
+#: ``min_share`` is this over the tile's key block: 16 blocks of the one-warp decode tile), taken
+#: where the batch's work makes at least a quarter of a wave of such tiles
+#: (``metadata.split_share``).  The fair share alone cut a batch with little work into tiles of a
+#: few blocks, each paying the tile's fixed cost (metadata, Q, the pipeline's refill, a partial to
+#: write and merge): the llama3-70b-tp8 preset (one KV head) on the Azure batch got 2-block tiles.
+#: H200 (docs/dev/perf-log.md, "Thirty-sixth session", ``decode_ab.py`` against the fair share, two
+#: passes): tp8 Azure b128 / trace b32 0.89-0.91x the time (bf16 and e4m3), llama3-8b 16 x 2k /
+#: 4 x 8k / 64 x 512 0.91-0.95x (bf16) and 0.83-0.88x (e4m3), llama3-8b Azure 0.99x; 512 keys lost
+#: 8 % on tp8 Azure (256 tiles for 1584 CTAs).
 DECODE_MIN_SPLIT_KEYS = 256
 
 _PREFILL_BIG_SMEM = {
