@@ -120,9 +120,12 @@ class SchedulerConfig:
     it the dynamic rule's split cap is lowered where the requests with the most splits would spill
     a partial wave of tiles (``wave_split_cap``).
     min_share: a smallest dynamic-split quantum P in key blocks (1 = the fair share alone), taken
-    where the work makes a quarter of ``wave_ctas`` tiles of it (``split_share``); a standalone
-    decode-class kernel takes ``heuristics.DECODE_MIN_SPLIT_KEYS`` keys, so that a batch with
-    little work (one KV head, short contexts) is not cut into tiles of one or two key blocks.
+    where the work makes a quarter of ``wave_ctas`` tiles of it (``split_share``; with
+    ``wave_ctas`` 0 it is always taken).  A larger quantum may also leave the wave cap off, so a
+    request can get more splits than with the fair share (never more than ``max_splits``).  A
+    standalone decode-class kernel takes ``heuristics.DECODE_MIN_SPLIT_KEYS`` keys, so that a
+    batch with little work (one KV head, short contexts) is not cut into tiles of one or two key
+    blocks.
     """
 
     num_heads: int

@@ -312,7 +312,8 @@ def scheduler_plan(attn_spec, *, device: Device, num_heads_q: int, num_heads_kv:
     ``standalone``: the variant runs as its own kernel (not a class of the fused kernel); a
     decode-class one then passes its persistent grid as ``wave_ctas``, and the scheduler rounds
     the split cap of capped requests to whole waves (``metadata.wave_split_cap``); its quantum is
-    at least ``heuristics.DECODE_MIN_SPLIT_KEYS`` keys (``SchedulerConfig.min_share``).
+    at least ``heuristics.DECODE_MIN_SPLIT_KEYS`` keys (``SchedulerConfig.min_share``) where the
+    batch's work makes a quarter of a wave of such tiles (smaller batches keep the fair share).
     """
     qpk = num_heads_q // num_heads_kv
     pack = attn_spec.pack_gqa

@@ -58,7 +58,7 @@ DECODE_PARTIALS_BYTES = 64 << 20
 #: decode tile's 16-key blocks let the GPU scheduler's quantum cut a 128-key window into about 5 splits.
 #: H200 (docs/dev/perf-log.md, "Twenty-eighth session"): gpt-oss's window-128 decode of 128
 #: requests ran in 31 us with one split against 60 us with the automatic ones.  Wider windows keep
-#: the bound (a general minimum split size is not measured yet).
+#: the bound (standalone decode kernels also have a minimum split size: ``DECODE_MIN_SPLIT_KEYS``).
 MIN_SPLIT_KEYS = 128
 #: Smallest dynamic-split quantum of a standalone decode-class kernel, in keys (the scheduler's
 #: ``min_share`` is this over the tile's key block: 16 blocks of the one-warp decode tile), taken

@@ -508,8 +508,9 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
                                                   int row0, int pos_last, u32 sb, KvPos& kv, int cw, int lane,
                                                   float (&o)[1][DV / 8][4], float (&row_max)[1][2],
                                                   float (&row_sum)[1][2], {{ "const RowScale&" if v.get("fp16_gemms") else "float" }} kd{% if v.get("alibi") %}, const float (&alibi_sl)[1][2]{% endif %}{% if v.get("user") %}, const UserTile& ut{% endif %}) {
-  {% if (v.get("kv_dtype") and not v.get("fp8_mma")) or (not v.get("fp8_mma") and (v.head_dim > 128 or v.head_dim_v > 128)) %}
-  const int cg = cw >> 2;   // (16-bit head dims 192 / 256 and the FP8 K/V converter kernels spill with the shuffle below)
+  {% if (v.get("kv_dtype") and not v.get("fp8_mma")) or ((not v.get("fp8_mma") or v.softcap) and (v.head_dim > 128 or v.head_dim_v > 128)) %}
+  const int cg = cw >> 2;   // (16-bit head dims 192 / 256, the FP8 K/V converter kernels and the soft-capped FP8
+                            //  tensor-core ones above d 128 spill more with the shuffle below: 53 against 25 bytes)
   {% else %}
   // warp-uniform for the compiler, so Q's descriptors stay in uniform registers (16 R2UR a key block
   // at d 128 otherwise: docs/dev/fa3_d128_d256_sass.md; the FP8 tensor-core kernels at d 256 too:
