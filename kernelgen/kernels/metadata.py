@@ -204,8 +204,8 @@ def split_share(ms, ns, cfg: SchedulerConfig) -> int:
 
     ``cfg.min_share`` replaces a smaller quantum where the total work is at least a quarter of
     ``cfg.wave_ctas`` quanta of it (H' x sum of m x n >= wave_ctas x min_share / 4, from the sum
-    the quantum already has; one more block reduction of the exact tile count cost the scheduler
-    about 1 us on the H200): a small batch keeps the fair share's many short tiles rather than
+    the quantum already has, not an exact tile count, which would take another block reduction):
+    a small batch keeps the fair share's many short tiles rather than
     leave most of the grid idle (8 decodes of 1 K keys on one KV head would get 32 tiles of 16
     blocks for 1584 CTAs)."""
     total = sum(int(m) * int(n) for m, n in zip(ms, ns))

@@ -69,7 +69,9 @@ MIN_SPLIT_KEYS = 128
 #: H200 (docs/dev/perf-log.md, "Thirty-sixth session", ``decode_ab.py`` against the fair share, two
 #: passes): tp8 Azure b128 / trace b32 0.89-0.91x the time (bf16 and e4m3), llama3-8b 16 x 2k /
 #: 4 x 8k / 64 x 512 0.91-0.95x (bf16) and 0.83-0.88x (e4m3), llama3-8b Azure 0.99x; 512 keys lost
-#: 8 % on tp8 Azure (256 tiles for 1584 CTAs).
+#: 8 % on tp8 Azure (256 tiles for 1584 CTAs).  Small batches the floor leaves alone ran 1-6 %
+#: slower with the same schedule (0.3-1.6 us of 22-30 us; the scheduler's changed code, not
+#: measured further).
 DECODE_MIN_SPLIT_KEYS = 256
 
 _PREFILL_BIG_SMEM = {
