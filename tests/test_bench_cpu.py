@@ -45,7 +45,7 @@ def test_bench_parser_defaults():
     assert args.suite == ["all"] and args.model is None and args.trace is None
     assert args.json is None and args.plots is None and args.repeat is None and not args.quick
     assert args.flex is None and args.budget is None and not args.no_flush and args.cache_dir is None
-    assert args.from_json is None
+    assert args.from_json is None and args.flush == "write"
 
 
 def test_bench_parser_values():
@@ -62,11 +62,52 @@ def test_bench_parser_values():
 
 
 @pytest.mark.parametrize("argv", [["bench", "--suite", "nope"], ["bench", "--model", "gpt5"],
-                                  ["bench", "--repeat", "0"], ["bench", "--flex", "maybe"], ["bench", "--suite", ","]])
+                                  ["bench", "--repeat", "0"], ["bench", "--flex", "maybe"], ["bench", "--suite", ","],
+                                  ["bench", "--flush", "dirty"]])
 def test_bench_parser_rejects(argv, capsys):
     with pytest.raises(SystemExit) as e:
         cli.build_parser().parse_args(argv)
     assert e.value.code == 2
+
+
+@pytest.mark.parametrize("argv, mode", [([], "write"), (["--flush", "read"], "read"), (["--flush", "off"], "off"),
+                                        (["--no-flush"], "off"), (["--flush", "read", "--no-flush"], "off")])
+def test_bench_flush_option_reaches_the_run(monkeypatch, argv, mode):
+    """--flush picks how L2 is flushed before each repetition; --no-flush is --flush off."""
+    from kernelgen.apps.bench import runner
+
+    seen = {}
+    monkeypatch.setattr(runner, "run", lambda **kw: seen.update(kw) or 0)
+    assert runner.main_args(cli.build_parser().parse_args(["bench", "--quick", *argv])) == 0
+    assert seen["flush"] == mode
+
+
+def test_flush_modes(monkeypatch):
+    """flush_mode maps the old booleans and names the bad value; flush_l2 writes the buffer for
+    "write", reads it (a sum, no write) for "read" and leaves it alone for "off"."""
+    import torch
+
+    from kernelgen.apps.bench import measure
+
+    assert [measure.flush_mode(f) for f in (True, False, None, "write", "read", "off")] == \
+        ["write", "off", "off", "write", "read", "off"]
+    for bad in ("dirty", 1, ""):
+        with pytest.raises(ValueError, match="flush must be one of write, read, off"):
+            measure.flush_mode(bad)
+    buf = torch.ones(64, dtype=torch.int8)
+    sums = []
+    real_sum = torch.sum
+    monkeypatch.setattr(torch, "sum", lambda t, *a, **k: sums.append((t.dtype, t.numel())) or real_sum(t, *a, **k))
+    measure.flush_l2(buf, "read")
+    assert sums == [(torch.int64, 8)] and bool((buf == 1).all())        # all 64 bytes read as 8 int64
+    measure.flush_l2(buf, "off")
+    assert bool((buf == 1).all()) and len(sums) == 1
+    measure.flush_l2(buf, "write")
+    assert bool((buf == 0).all()) and len(sums) == 1
+    with pytest.raises(ValueError, match="unknown flush mode"):
+        measure.flush_l2(buf, "dirty")
+    with pytest.raises(ValueError, match="flush must be one of"):
+        measure.time_gpu(lambda: None, flush="dirty")
 
 
 @no_gpu

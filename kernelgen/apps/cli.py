@@ -14,7 +14,7 @@
     kernelgen bench [--suite prefill,decode,mixed,scheduler,compile,overhead|all] [--model NAME[,NAME]|all]
                    [--only PATTERN[,PATTERN]]
                    [--trace FILE] [--json PATH] [--plots DIR] [--repeat N] [--quick] [--flex off|some|all]
-                   [--budget S] [--no-flush] [--from-json PATH] [--jobs N] [--cache-dir DIR]
+                   [--budget S] [--flush write|read|off] [--no-flush] [--from-json PATH] [--jobs N] [--cache-dir DIR]
 
 Exit codes: 0 success, 1 failure (compile error, bad cache entries left, demo mismatch, a warmup
 cache directory that is not trusted or not writable, a cache directory that is a file: checked
@@ -291,7 +291,11 @@ def _add_bench_parser(sub) -> None:
     b.add_argument("--budget", type=float, default=None, metavar="S",
                    help="seconds after which the remaining entries are skipped and reported as such "
                         "(default 420; 240 with --quick; 0 = no limit)")
-    b.add_argument("--no-flush", action="store_true", help="do not flush L2 between repetitions")
+    b.add_argument("--flush", choices=("write", "read", "off"), default="write",
+                   help="how L2 is flushed before each timed repetition: write a 256 MB buffer (default; L2 is "
+                        "left holding dirty lines, whose write-back the timed call pays), read it (clean lines), "
+                        "or off")
+    b.add_argument("--no-flush", action="store_true", help="do not flush L2 between repetitions (--flush off)")
     b.add_argument("--settle-ms", type=_nonnegative_float, default=None, metavar="MS",
                    help="replay each configuration of an interleaved comparison (replays of 0.5 ms or more) untimed "
                         "for MS ms of GPU time before each of its timings, so that it is timed in its own steady "

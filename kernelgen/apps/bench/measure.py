@@ -28,7 +28,7 @@ import math
 import statistics
 import time
 
-#: Bytes of the L2-flush buffer (written before every timed repetition).
+#: Bytes of the L2-flush buffer (written, or read, before every timed repetition: FLUSH_MODES).
 FLUSH_BYTES = 256 * 1024 * 1024
 #: Repetitions and warm-up calls of the full run and of --quick.
 DEFAULT_REPEAT, DEFAULT_WARMUP = 20, 3
@@ -48,7 +48,41 @@ WARMUP_MS, QUICK_WARMUP_MS = 150.0, 10.0
 #: Most calls a time-based warm-up adds (a call of a few microseconds would otherwise need 10^4).
 MAX_WARMUP_CALLS = 2000
 
+#: How L2 is flushed before each timed repetition (``kernelgen bench --flush``).  "write" zeroes
+#: the buffer (the usual method; Triton's ``do_bench`` does the same): L2 is then left holding the
+#: buffer's last ~60 MB as dirty lines, whose write-back the timed call pays while it reads.  "read"
+#: sums the buffer instead: L2 holds clean lines, as after a layer that only read its weights.  On
+#: the H200 kernelgen's one-KV-head decode call of 41-42 us after a read flush took 49 us after a
+#: write flush (docs/dev/perf-log.md, "Thirty-seventh session"); the write-back falls on whichever
+#: kernel runs next.  "off": no flush.
+FLUSH_MODES = ("write", "read", "off")
+
 _flush_buf = None
+
+
+def flush_mode(flush) -> str:
+    """The flush mode named by ``flush``: True is "write" (the default), False or None "off", or a
+    member of FLUSH_MODES.  Raises ValueError for anything else."""
+    if flush is True:
+        return "write"
+    if flush is False or flush is None:
+        return "off"
+    if isinstance(flush, str) and flush in FLUSH_MODES:
+        return flush
+    raise ValueError(f"flush must be one of {', '.join(FLUSH_MODES)} (or a bool), got {flush!r}")
+
+
+def flush_l2(buf, mode: str) -> None:
+    """Evict L2 by writing (``mode`` "write") or reading ("read") the flush buffer ``buf``; "off"
+    does nothing.  Enqueued on the current stream."""
+    if mode == "write":
+        buf.zero_()
+    elif mode == "read":
+        import torch
+
+        torch.sum(buf.view(torch.int64))
+    elif mode != "off":
+        raise ValueError(f"unknown flush mode {mode!r}")
 
 
 def flush_buffer():
@@ -88,25 +122,27 @@ def warm_up(fn, calls: int, min_ms: float, call_ms=None) -> int:
     return calls + 1 + more
 
 
-def time_gpu(fn, repeat: int = DEFAULT_REPEAT, warmup: int = DEFAULT_WARMUP, flush: bool = True,
+def time_gpu(fn, repeat: int = DEFAULT_REPEAT, warmup: int = DEFAULT_WARMUP, flush: bool | str = True,
              warmup_ms: float = WARMUP_MS) -> float:
     """Median GPU time of one call of ``fn`` in microseconds (module doc); ``warmup`` 0: no
-    warm-up at all (``warmup_ms`` is then ignored).
+    warm-up at all (``warmup_ms`` is then ignored).  ``flush``: how L2 is flushed before each
+    repetition (:func:`flush_mode`: True / "write", "read", False / "off").
 
-    Raises ValueError for repeat < 1 or warmup < 0, and whatever ``fn`` raises.
+    Raises ValueError for repeat < 1, warmup < 0 or an unknown ``flush``, and whatever ``fn`` raises.
     """
     import torch
 
     if repeat < 1 or warmup < 0:
         raise ValueError(f"repeat must be >= 1 and warmup >= 0, got {repeat}, {warmup}")
-    buf = flush_buffer() if flush else None
+    mode = flush_mode(flush)
+    buf = flush_buffer() if mode != "off" else None
     if warmup:
         warm_up(fn, warmup, warmup_ms)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
     for s, e in zip(starts, ends):
         if buf is not None:
-            buf.zero_()
+            flush_l2(buf, mode)
         s.record()
         fn()
         e.record()
@@ -128,7 +164,7 @@ def capture_graph(fn):
     return g
 
 
-def time_graph(fn, repeat: int = DEFAULT_REPEAT, warmup: int = DEFAULT_WARMUP, flush: bool = True,
+def time_graph(fn, repeat: int = DEFAULT_REPEAT, warmup: int = DEFAULT_WARMUP, flush: bool | str = True,
                warmup_ms: float = WARMUP_MS) -> float:
     """Median GPU time of one replay of a CUDA graph of ``fn``, in microseconds."""
     g = capture_graph(fn)
@@ -140,7 +176,7 @@ GRAPH_LAUNCHES = 20
 
 
 def time_graph_launches(fn, launches: int = GRAPH_LAUNCHES, repeat: int = DEFAULT_REPEAT,
-                        warmup: int = DEFAULT_WARMUP, flush: bool = True, warmup_ms: float = WARMUP_MS) -> float:
+                        warmup: int = DEFAULT_WARMUP, flush: bool | str = True, warmup_ms: float = WARMUP_MS) -> float:
     """GPU time of one call of ``fn`` in microseconds, without the host's launch time: ``launches``
     back-to-back calls captured in one CUDA graph (after one eager round), the graph's replay
     timed like :func:`time_gpu`, divided by ``launches``.  For kernels of a few microseconds (the
@@ -180,7 +216,7 @@ SETTLE_METHOD = ("; before each timing, a configuration whose replay takes at le
 
 
 def time_interleaved(fns: dict, rounds: int = DEFAULT_ROUNDS, repeat: int = DEFAULT_REPEAT,
-                     warmup: int = DEFAULT_WARMUP, flush: bool = True, launches: int = 1,
+                     warmup: int = DEFAULT_WARMUP, flush: bool | str = True, launches: int = 1,
                      warmup_ms: float = WARMUP_MS, settle_ms: float = 0.0,
                      settle_min_replay_ms: float = SETTLE_MIN_REPLAY_MS) -> dict:
     """GPU time of one call of each configuration, in microseconds, measured so that the

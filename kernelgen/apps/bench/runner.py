@@ -122,7 +122,10 @@ def run(suites=("all",), models=None, trace=None, repeat=None, quick=False, flex
 
     ``after``: optional callable run after the entries; the dict it returns is merged into the
     JSON report (tools/bench.py's tile sweep).  ``settle_ms``: Settings.settle_ms (the interleaved
-    timings' untimed replays before each timing; None: measure.SETTLE_MS)."""
+    timings' untimed replays before each timing; None: measure.SETTLE_MS).  ``flush``: how L2 is
+    flushed before each timed repetition (measure.flush_mode: True / "write", "read", False /
+    "off"; ValueError otherwise)."""
+    flush = measure.flush_mode(flush)
     import torch
 
     from ...jit import runtime
@@ -171,7 +174,7 @@ def run(suites=("all",), models=None, trace=None, repeat=None, quick=False, flex
     entries = order_for_report(run_entries(defs, settings, budget, start=t_start))
     elapsed = time.perf_counter() - t_start
     info = {"suites": list(suites), "models": [p.name for p in presets], "repeat": settings.repeat,
-            "warmup": settings.warmup, "warmup_ms": settings.warmup_ms, "switch_rounds": settings.rounds, "settle_ms": settings.settle_ms, "l2_flush_bytes": measure.FLUSH_BYTES if flush else 0, "flex": settings.flex,
+            "warmup": settings.warmup, "warmup_ms": settings.warmup_ms, "switch_rounds": settings.rounds, "settle_ms": settings.settle_ms, "l2_flush": measure.flush_mode(flush), "l2_flush_bytes": measure.FLUSH_BYTES if measure.flush_mode(flush) != "off" else 0, "flex": settings.flex,
             "quick": quick, "budget_s": budget, "only": list(only) if only else None, "elapsed_s": round(elapsed, 1), "prewarm": pre,
             "peer_imports": peer_imports,
             "trace": trace or "packaged samples (Azure: prefill, scheduler; Mooncake: decode, mixed, overhead)",
@@ -260,6 +263,7 @@ def main_args(args) -> int:
         os.environ["KERNELGEN_CACHE_DIR"] = str(args.cache_dir)
         set_cache_dir(args.cache_dir)
     return run(suites=args.suite, models=args.model, trace=args.trace, repeat=args.repeat, quick=args.quick,
-               flex=args.flex, flush=not args.no_flush, budget_s=args.budget, json_path=args.json,
+               flex=args.flex, flush="off" if args.no_flush else getattr(args, "flush", "write"), budget_s=args.budget,
+               json_path=args.json,
                plots_dir=args.plots, jobs=args.jobs, only=getattr(args, "only", None),
                settle_ms=getattr(args, "settle_ms", None))

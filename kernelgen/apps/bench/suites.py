@@ -132,7 +132,7 @@ class Settings:
     #: (measure.time_interleaved's settle_ms, for replays of at least measure.SETTLE_MIN_REPLAY_MS;
     #: 0: none)
     settle_ms: float = measure.SETTLE_MS
-    flush: bool = True
+    flush: bool | str = True   # measure.flush_mode: True / "write", "read", False / "off"
     flex: str = "some"  # off | some | all
     prefill_trace: str | None = None  # None: the packaged Azure sample
     decode_trace: str | None = None  # None: the packaged Mooncake sample
