@@ -834,7 +834,12 @@ def test_time_interleaved_settles_each_configuration_before_each_timing(monkeypa
     assert "untimed for 150 ms" in st.interleaved_method() and "at least 0.5 ms" in st.interleaved_method()
     assert "untimed" not in Settings(settle_ms=0.0).interleaved_method()
     # callers that format the bare method (benchmarks/experiments/mixed_sweep.py) need no settle field
-    assert "rotated" in measure.INTERLEAVED_METHOD.format(launches=1, rounds=3, repeat=5)
+    assert "rotated" in measure.INTERLEAVED_METHOD.format(launches=1, rounds=3, repeat=5,
+                                                          flush=measure.FLUSH_METHOD["write"])
+    # the method names the flush mode the timings used
+    assert "by a 256 MB write" in st.interleaved_method()
+    assert "by a 256 MB read" in Settings(flush="read").interleaved_method()
+    assert "no L2 flush" in Settings(flush=False).interleaved_method()
 
 
 def test_bench_cli_passes_settle_ms_and_refuses_bad_values(monkeypatch):

@@ -247,7 +247,7 @@ def main(argv=None) -> int:
     settings = suites.Settings()
     model = PRESETS[a.model]
     short_ctas = [int(x) for x in a.short_ctas.split(",") if x]
-    report = {"method": measure.INTERLEAVED_METHOD.format(launches=1, rounds=a.rounds, repeat=a.repeat),
+    report = {"method": measure.INTERLEAVED_METHOD.format(launches=1, rounds=a.rounds, repeat=a.repeat, flush=measure.FLUSH_METHOD["write"]),
               "model": a.model, "cases": {}}
     for case in [c for c in a.cases.split(",") if c]:
         stages = [int(x) for x in a.stages.split(",") if x] or [None]

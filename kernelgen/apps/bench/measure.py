@@ -1,8 +1,9 @@
 """Timing primitives of ``kernelgen bench`` (GPU time, CUDA-graph replays, host time) and the roofs.
 
 GPU time (:func:`time_gpu`): every timed call is bracketed by two CUDA events on the current
-stream; before each one a 256 MB buffer is zeroed (a 256 MB write evicts the H200's 50 MB L2, so
-no repetition finds the previous one's inputs in L2); the memset is outside the events.  Warm-up
+stream; before each one a 256 MB buffer is zeroed (a 256 MB write evicts the H200's 60 MB L2, so
+no repetition finds the previous one's inputs in L2; ``flush="read"`` reads the buffer instead,
+``"off"`` skips it: FLUSH_MODES); the flush is outside the events.  Warm-up
 calls run first (module loads, autotuning, clocks), then more until the warm-up has run for
 ``WARMUP_MS`` of GPU time (:func:`warm_up`), and the median over the repetitions is reported.
 The host synchronises once, after all repetitions.
@@ -86,7 +87,8 @@ def flush_l2(buf, mode: str) -> None:
 
 
 def flush_buffer():
-    """The 256 MB int8 buffer written between repetitions (allocated once per process)."""
+    """The 256 MB int8 buffer written (or read: FLUSH_MODES) between repetitions (allocated once
+    per process)."""
     global _flush_buf
     import torch
 
@@ -206,9 +208,12 @@ DEFAULT_ROUNDS, QUICK_ROUNDS = 6, 3
 #: under SETTLE_MIN_REPLAY_MS (decode steps, the scheduler: memory- or launch-bound, where 150 ms
 #: would be thousands of replays per timing) are timed without.
 SETTLE_MS, SETTLE_MIN_REPLAY_MS = 150.0, 0.5
+#: How INTERLEAVED_METHOD names each flush mode.
+FLUSH_METHOD = {"write": "L2 flushed before each by a 256 MB write", "read": "L2 flushed before each by a 256 MB read",
+                "off": "no L2 flush"}
 #: One-line description of time_interleaved's method (reported with the switch comparisons).
 INTERLEAVED_METHOD = ("each configuration captured in its own CUDA graph ({launches} call(s) a replay); {rounds} rounds, "
-                      "each timing every configuration ({repeat} replays, L2 flushed before each, median) in an order "
+                      "each timing every configuration ({repeat} replays, {flush}, median) in an order "
                       "rotated by one per round; median of the round medians, per call")
 #: What INTERLEAVED_METHOD adds when the timings settle (time_interleaved's settle_ms > 0).
 SETTLE_METHOD = ("; before each timing, a configuration whose replay takes at least "

@@ -156,7 +156,7 @@ def run(suites=("all",), models=None, trace=None, repeat=None, quick=False, flex
     arch = device_arch(dev, allow_untested_arch())
     defs = select(S.registry(suites, presets), only)
     _log(f"kernelgen bench: {len(defs)} entries, suites {','.join(suites)}, models "
-         f"{','.join(p.name for p in presets)}, repeat {settings.repeat}, flex {settings.flex}, budget "
+         f"{','.join(p.name for p in presets)}, repeat {settings.repeat}, L2 flush {flush}, flex {settings.flex}, budget "
          f"{budget:.0f} s, device {props['name']} ({arch})")
     try:
         settings.roofs = measure.roofs()

@@ -155,7 +155,8 @@ class Settings:
                                         settle_ms=self.settle_ms)
 
     def interleaved_method(self, launches: int = 1) -> str:
-        method = measure.INTERLEAVED_METHOD.format(launches=launches, rounds=self.rounds, repeat=self.repeat)
+        method = measure.INTERLEAVED_METHOD.format(launches=launches, rounds=self.rounds, repeat=self.repeat,
+                                                   flush=measure.FLUSH_METHOD[measure.flush_mode(self.flush)])
         return method + (measure.SETTLE_METHOD.format(settle_ms=self.settle_ms) if self.settle_ms > 0 else "")
 
     def flex_builder(self, build, where: str):
