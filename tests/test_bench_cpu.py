@@ -106,6 +106,7 @@ def test_flush_modes(monkeypatch):
     assert bool((buf == 0).all()) and len(sums) == 1
     with pytest.raises(ValueError, match="unknown flush mode"):
         measure.flush_l2(buf, "dirty")
+    assert measure.flush_mode(lambda: None) == "custom"
     with pytest.raises(ValueError, match="flush must be one of"):
         measure.time_gpu(lambda: None, flush="dirty")
 
@@ -1281,3 +1282,21 @@ def test_the_last_attention_kernel_is_read_from_the_last_prepared_call(monkeypat
     assert suites._last_attention_kernel() == "attn_sm_90a_x_m192n128w12s2b1"
     monkeypatch.setattr(api._CALLS, "_last", (None, None))
     assert suites._last_attention_kernel() is None
+
+
+def test_decode_ab_flush_choices(monkeypatch):
+    """benchmarks/experiments/decode_ab.py --flush: write / read go to time_gpu as they are, layer
+    becomes the model's two GEMMs (known for the presets in LAYER_DIMS only)."""
+    spec = importlib.util.spec_from_file_location("decode_ab", REPO / "benchmarks" / "experiments" / "decode_ab.py")
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    for mode in ("write", "read"):
+        monkeypatch.setattr(ab, "FLUSH", mode)
+        assert ab.flush_for("llama3-8b") == mode
+    monkeypatch.setattr(ab, "FLUSH", "layer")
+    made = []
+    monkeypatch.setattr(ab, "layer_gemms", lambda model: made.append(model) or (lambda: None))
+    assert callable(ab.flush_for("llama3-70b-tp8")) and made == ["llama3-70b-tp8"]
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="--flush layer knows llama3-8b, llama3-70b-tp8"):
+        ab.layer_gemms("mla")

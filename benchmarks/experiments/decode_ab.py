@@ -1,7 +1,9 @@
 """Decode A/B (GPU): the bench's paged decode batches run with the kernels of several template
 folders in one process, bf16 and FP8 (e4m3) caches, timed as interleaved CUDA-graph-free replays
 of each configuration's prepared call (``kernelgen.apps.bench.measure.time_interleaved``, L2
-flushed before each replay).  The kernels of one configuration are built from its folder
+flushed before each replay: ``--flush write``, the bench's default, ``read``, or ``layer``: the
+GEMMs that precede attention in a decode layer of the model, the state attention meets in
+serving).  The kernels of one configuration are built from its folder
 (``tile_ab.patched``'s template swap), so two commits' decode tiles meet on the same inputs and
 the same GPU state; the outputs are compared with the first configuration's.
 
@@ -12,7 +14,7 @@ configuration's time over the first one's.
 
 Usage: PYTHONPATH=$PWD python benchmarks/experiments/decode_ab.py --configs new=.,old=/tmp/old/templates
        [--shapes decode_trace_b128_paged16,decode_trace_b32_paged16,8x1024] [--models llama3-8b,llama3-70b-tp8]
-       [--caches bf16,e4m3] [--passes 2] [--json FILE]
+       [--caches bf16,e4m3] [--passes 2] [--flush write|read|layer] [--json FILE]
 """
 from __future__ import annotations
 
@@ -76,6 +78,37 @@ def contexts(shape: str) -> list:
     return suites.decode_contexts(suites.Settings(), shape)
 
 
+#: What precedes attention in a decode layer, per model preset (hidden size, MLP intermediate size
+#: and QKV width per GPU): the previous layer's MLP down projection and this layer's QKV projection,
+#: the "layer" flush (--flush layer).  llama3-8b: W_down 117 MB, W_qkv 50 MB; llama3-70b on 8 GPUs:
+#: 59 and 21 MB.
+LAYER_DIMS = {"llama3-8b": (4096, 14336, 6144), "llama3-70b-tp8": (8192, 3584, 1280)}
+FLUSH = "write"
+_LAYERS: dict = {}
+
+
+def layer_gemms(model: str, tokens: int = 128):
+    """A callable that runs the two bf16 GEMMs before attention in a decode layer of ``model`` on
+    ``tokens`` tokens (weights read once, small outputs written), as the L2 state attention meets
+    in a real step."""
+    import torch
+    if model not in LAYER_DIMS:
+        raise ValueError(f"--flush layer knows {', '.join(LAYER_DIMS)}, not {model!r}")
+    if model not in _LAYERS:
+        hidden, inter, qkv = LAYER_DIMS[model]
+        d = dict(device="cuda", dtype=torch.bfloat16)
+        h, w_down = torch.randn(tokens, inter, **d), torch.randn(inter, hidden, **d) * 0.01
+        x, w_qkv, y = torch.empty(tokens, hidden, **d), torch.randn(hidden, qkv, **d) * 0.01, torch.empty(tokens, qkv, **d)
+        _LAYERS[model] = lambda: (torch.mm(h, w_down, out=x), torch.mm(x, w_qkv, out=y))
+    return _LAYERS[model]
+
+
+def flush_for(model: str):
+    """The time_gpu flush of --flush: "write" / "read" (the bench's 256 MB buffer), or the model's
+    layer GEMMs ("layer")."""
+    return layer_gemms(model) if FLUSH == "layer" else FLUSH
+
+
 def run(shape: str, model: str, cache: str, configs: dict) -> dict:
     import torch
 
@@ -106,7 +139,7 @@ def run(shape: str, model: str, cache: str, configs: dict) -> dict:
         first = out if first is None else first
         diffs[name] = float((out.float() - first.float()).abs().nan_to_num(float("inf")).max())
         fns[name] = lambda prep=prep, out=out: prep.run(q, kc, vc, cu_q, None, used, pt, out, None)
-    times = measure.time_interleaved(fns, rounds=5, repeat=10)
+    times = measure.time_interleaved(fns, rounds=5, repeat=10, flush=flush_for(model))
     nbytes = sum(ctx) * m.num_heads_kv * (m.head_dim + m.head_dim_v) * (1 if cache == "e4m3" else 2)
     row = {"shape": shape, "model": model, "cache": cache, "us": {n: round(r["us"], 1) for n, r in times.items()},
            "tbps": {n: round(nbytes / r["us"] / 1e6, 3) for n, r in times.items()},
@@ -124,7 +157,12 @@ def main(argv=None) -> int:
     ap.add_argument("--caches", default="bf16,e4m3")
     ap.add_argument("--passes", type=int, default=1)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--flush", choices=("write", "read", "layer"), default="write",
+                    help="before each replay: write (default) or read the bench's 256 MB buffer, or run the GEMMs "
+                         "that precede attention in a decode layer of the model (LAYER_DIMS)")
     a = ap.parse_args(argv)
+    global FLUSH
+    FLUSH = a.flush
     import torch
     if not torch.cuda.is_available():
         print("decode_ab: needs a GPU", file=sys.stderr)

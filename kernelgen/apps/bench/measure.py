@@ -62,8 +62,11 @@ _flush_buf = None
 
 
 def flush_mode(flush) -> str:
-    """The flush mode named by ``flush``: True is "write" (the default), False or None "off", or a
-    member of FLUSH_MODES.  Raises ValueError for anything else."""
+    """The flush mode named by ``flush``: True is "write" (the default), False or None "off", a
+    callable "custom" (:func:`time_gpu` calls it before each repetition), or a member of
+    FLUSH_MODES.  Raises ValueError for anything else."""
+    if callable(flush):
+        return "custom"
     if flush is True:
         return "write"
     if flush is False or flush is None:
@@ -128,7 +131,8 @@ def time_gpu(fn, repeat: int = DEFAULT_REPEAT, warmup: int = DEFAULT_WARMUP, flu
              warmup_ms: float = WARMUP_MS) -> float:
     """Median GPU time of one call of ``fn`` in microseconds (module doc); ``warmup`` 0: no
     warm-up at all (``warmup_ms`` is then ignored).  ``flush``: how L2 is flushed before each
-    repetition (:func:`flush_mode`: True / "write", "read", False / "off").
+    repetition (:func:`flush_mode`: True / "write", "read", False / "off", or a callable that
+    enqueues the work to run before each repetition, outside the events).
 
     Raises ValueError for repeat < 1, warmup < 0 or an unknown ``flush``, and whatever ``fn`` raises.
     """
@@ -137,13 +141,15 @@ def time_gpu(fn, repeat: int = DEFAULT_REPEAT, warmup: int = DEFAULT_WARMUP, flu
     if repeat < 1 or warmup < 0:
         raise ValueError(f"repeat must be >= 1 and warmup >= 0, got {repeat}, {warmup}")
     mode = flush_mode(flush)
-    buf = flush_buffer() if mode != "off" else None
+    buf = flush_buffer() if mode in FLUSH_MODES and mode != "off" else None
     if warmup:
         warm_up(fn, warmup, warmup_ms)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
     for s, e in zip(starts, ends):
-        if buf is not None:
+        if mode == "custom":
+            flush()
+        elif buf is not None:
             flush_l2(buf, mode)
         s.record()
         fn()
