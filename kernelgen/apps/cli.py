@@ -14,7 +14,8 @@
     kernelgen bench [--suite prefill,decode,mixed,scheduler,compile,overhead|all] [--model NAME[,NAME]|all]
                    [--only PATTERN[,PATTERN]]
                    [--trace FILE] [--json PATH] [--plots DIR] [--repeat N] [--quick] [--flex off|some|all]
-                   [--budget S] [--flush write|read|off] [--no-flush] [--from-json PATH] [--jobs N] [--cache-dir DIR]
+                   [--budget S] [--flush write|read|off] [--no-flush] [--settle-ms MS] [--from-json PATH] [--jobs N]
+                   [--cache-dir DIR]
 
 Exit codes: 0 success, 1 failure (compile error, bad cache entries left, demo mismatch, a warmup
 cache directory that is not trusted or not writable, a cache directory that is a file: checked
@@ -252,7 +253,7 @@ def _add_bench_parser(sub) -> None:
     from .bench import SUITES
     from .bench.models import MODEL_NAMES, PRESETS
 
-    b = sub.add_parser("bench", help="kernelgen against its peers (SDPA, FA2 varlen, FlexAttention) on a GPU",
+    b = sub.add_parser("bench", help="kernelgen against its peers (FA3, FA4, SDPA, cuDNN, FA2 varlen, FlexAttention) on a GPU",
                        description="Benchmark suites measured side by side with torch SDPA (flash, cuDNN, "
                                    "memory-efficient), torch's FA2 varlen entry, compiled FlexAttention, "
                                    "FlashAttention-3 and -4 (where installed) and "
@@ -280,7 +281,7 @@ def _add_bench_parser(sub) -> None:
                         "the packaged Mooncake sample for the other decode and mixed entries)")
     b.add_argument("--json", metavar="PATH", default=None, help="write the report as JSON (docs/benchmarks shape)")
     b.add_argument("--plots", metavar="DIR", default=None,
-                   help="write PNG plots (one bar chart per suite and roofline.png) into DIR (needs matplotlib)")
+                   help="write PNG plots (one bar chart per suite, peers.png and roofline.png) into DIR (needs matplotlib)")
     b.add_argument("--repeat", type=_positive_int, default=None,
                    help="timed repetitions per measurement, median reported (default 20; 5 with --quick)")
     b.add_argument("--quick", action="store_true",
