@@ -89,6 +89,18 @@ def flush_l2(buf, mode: str) -> None:
         raise ValueError(f"unknown flush mode {mode!r}")
 
 
+def flush_fn(flush):
+    """What :func:`time_gpu` runs before each repetition for ``flush`` (:func:`flush_mode`): the
+    callable itself, a write or read of :func:`flush_buffer`, or None ("off")."""
+    mode = flush_mode(flush)
+    if mode == "custom":
+        return flush
+    if mode == "off":
+        return None
+    buf = flush_buffer()
+    return lambda: flush_l2(buf, mode)
+
+
 def flush_buffer():
     """The 256 MB int8 buffer written (or read: FLUSH_MODES) between repetitions (allocated once
     per process)."""
@@ -140,17 +152,14 @@ def time_gpu(fn, repeat: int = DEFAULT_REPEAT, warmup: int = DEFAULT_WARMUP, flu
 
     if repeat < 1 or warmup < 0:
         raise ValueError(f"repeat must be >= 1 and warmup >= 0, got {repeat}, {warmup}")
-    mode = flush_mode(flush)
-    buf = flush_buffer() if mode in FLUSH_MODES and mode != "off" else None
+    pre = flush_fn(flush)
     if warmup:
         warm_up(fn, warmup, warmup_ms)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
     for s, e in zip(starts, ends):
-        if mode == "custom":
-            flush()
-        elif buf is not None:
-            flush_l2(buf, mode)
+        if pre is not None:
+            pre()
         s.record()
         fn()
         e.record()
