@@ -107,6 +107,8 @@ def test_flush_modes(monkeypatch):
     with pytest.raises(ValueError, match="unknown flush mode"):
         measure.flush_l2(buf, "dirty")
     assert measure.flush_mode(lambda: None) == "custom"
+    pre = lambda: None  # noqa: E731
+    assert measure.flush_fn(pre) is pre and measure.flush_fn("off") is None and measure.flush_fn(False) is None
     with pytest.raises(ValueError, match="flush must be one of"):
         measure.time_gpu(lambda: None, flush="dirty")
 
