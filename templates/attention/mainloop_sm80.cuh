@@ -12,6 +12,12 @@ __host__ __device__ constexpr int copy_tpr(int cpr) {
   return t;
 }
 
+// cp_async16, with the L2 evict_first hint in the one-warp decode tiles (KV_EVICT_FIRST)
+__device__ __forceinline__ void copy16(u32 dst, const void* src, bool pred) {
+  if (KV_EVICT_FIRST) cp_async16_ef(dst, src, pred);
+  else cp_async16(dst, src, pred);
+}
+
 // ROWS x COLS elements from global (row stride `row_stride` elements) into smem (row stride S);
 // rows >= valid_rows are zero-filled: cp.async is then given a source size of 0 and reads nothing.
 template <int ROWS, int COLS, int S>
@@ -29,7 +35,7 @@ __device__ __forceinline__ void load_tile(u32 s_base, const u16* g, i64 row_stri
     if (ROWS % RSTEP == 0 || r < ROWS) {
       const bool ok = r < valid_rows;
 #pragma unroll
-      for (int j = 0; j < CPR / TPR; ++j) cp_async16(dst + (u32)((i * RSTEP * S + j * TPR * 8) * 2), src + j * TPR * 8, ok);
+      for (int j = 0; j < CPR / TPR; ++j) copy16(dst + (u32)((i * RSTEP * S + j * TPR * 8) * 2), src + j * TPR * 8, ok);
     }
     src += step;
     // Opaque to the optimiser: stops it hoisting one 64-bit address per row out of the mainloop.
@@ -53,7 +59,7 @@ __device__ __forceinline__ void load_rows(u32 s_base, RowPtr row_ptr, int valid_
       const bool ok = r < valid_rows;
       const u16* src = (ok ? row_ptr(r) : dummy) + c0 * 8;
 #pragma unroll
-      for (int j = 0; j < CPR / TPR; ++j) cp_async16(dst + (u32)((i * RSTEP * S + j * TPR * 8) * 2), src + j * TPR * 8, ok);
+      for (int j = 0; j < CPR / TPR; ++j) copy16(dst + (u32)((i * RSTEP * S + j * TPR * 8) * 2), src + j * TPR * 8, ok);
     }
   }
 }
@@ -127,7 +133,7 @@ __device__ __forceinline__ void load_kv_block(u32 s_base, const u16* base, i64 r
         const u16* src = base + (i64)page * page_stride + (i64)(j - (first + pidx) * pd.d) * row_stride + c0 * 8;
 #pragma unroll
         for (int jj = 0; jj < CPR / TPR; ++jj)
-          cp_async16(dst + (u32)((i * RSTEP * S + jj * TPR * 8) * 2), src + jj * TPR * 8, ok);
+          copy16(dst + (u32)((i * RSTEP * S + jj * TPR * 8) * 2), src + jj * TPR * 8, ok);
       }
     }
   }
@@ -248,7 +254,7 @@ __device__ __forceinline__ void load_tile8(u32 s_base, const u8* g, i64 row_stri
     if (ROWS % RSTEP == 0 || r < ROWS) {
       const bool ok = r < valid_rows;
 #pragma unroll
-      for (int j = 0; j < CPR / TPR; ++j) cp_async16(dst + (u32)(i * RSTEP * COLS + j * TPR * 16), src + j * TPR * 16, ok);
+      for (int j = 0; j < CPR / TPR; ++j) copy16(dst + (u32)(i * RSTEP * COLS + j * TPR * 16), src + j * TPR * 16, ok);
     }
     src += step;
     asm volatile("" : "+l"(src));
@@ -298,7 +304,7 @@ __device__ __forceinline__ void load_kv8_block(u32 s_base, const u8* base, i64 r
         const u8* src = base + (i64)page * page_stride + (i64)(j - (first + pidx) * pd.d) * row_stride + c0 * 16;
 #pragma unroll
         for (int jj = 0; jj < CPR / TPR; ++jj)
-          cp_async16(dst + (u32)(i * RSTEP * COLS + jj * TPR * 16), src + jj * TPR * 16, ok);
+          copy16(dst + (u32)(i * RSTEP * COLS + jj * TPR * 16), src + jj * TPR * 16, ok);
       }
     }
   }

@@ -20,6 +20,16 @@ __device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool pred) 
   int n = pred ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
 }
+// The same copy with an L2 evict_first policy (PTX ISA "createpolicy", cp.async's
+// .L2::cache_hint): for data read once, so that it leaves the rest of L2 (page table, scheduler
+// metadata, split-KV partials, the layer's weights) where it is.  ptxas folds the constant policy
+// into the copy's memory descriptor: no extra instruction a copy.
+__device__ __forceinline__ void cp_async16_ef(u32 dst, const void* src, bool pred) {
+  int n = pred ? 16 : 0;
+  u64 pol;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src), "r"(n), "l"(pol));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }

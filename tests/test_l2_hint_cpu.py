@@ -1,0 +1,78 @@
+"""The one-warp decode tiles on a paged cache copy K / V with an L2 evict_first hint, and nothing
+else does (CPU, NVRTC to PTX); no hinted kernel gets a misaligned memory descriptor (SASS).  The hint (common/ptx.cuh ``cp_async16_ef``, variant_sm80.cuh ``KV_EVICT_FIRST``)
+was measured on the H200 with attention timed after the GEMMs that precede it in a decode layer:
+1-5 % faster on every bench decode batch (docs/dev/perf-log.md, "Thirty-seventh session")."""
+import re
+
+import pytest
+
+from kernelgen.jit import compiler, render, sass
+from kernelgen.kernels.spec import AttentionSpec, TileConfig
+
+HINTED = "cp.async.cg.shared.global.L2::cache_hint"
+_CP_ASYNC = re.compile(r"^\s*cp\.async\.cg\.shared\.global[.\w:]*", re.M)
+
+
+def ptx(spec) -> str:
+    """PTX of the spec's kernel, compiled by NVRTC for the virtual arch of its target."""
+    from cupy.cuda import nvrtc
+
+    compiler._ensure_nvrtc()
+    opts = [o.replace(f"={spec.arch}", "=compute_" + spec.arch[3:]) if o.startswith("--gpu-architecture") else o
+            for o in compiler.default_options(spec.arch) if o != "-Xptxas=-v"]
+    prog = nvrtc.createProgram(render.render(spec), f"{spec.name}.cu", [], [])
+    try:
+        nvrtc.compileProgram(prog, opts)
+        out = nvrtc.getPTX(prog)
+        return out.decode() if isinstance(out, bytes) else out
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+def copies(text: str) -> tuple[int, int]:
+    """(cp.async copies with the L2 hint, without) in the PTX text."""
+    ops = _CP_ASYNC.findall(text)
+    hinted = sum(op.strip().startswith(HINTED) for op in ops)
+    return hinted, len(ops) - hinted
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("tile, kv_dtype, paged, expect_hint", [
+    (TileConfig(16, 16, 1, 2, 8), "", True, True),        # the standalone decode tile
+    (TileConfig(16, 16, 1, 2, 12), "e4m3", True, True),   # ... on an FP8 cache
+    (TileConfig(8, 16, 1, 2, 8), "", True, True),         # the keys-as-rows decode tile
+    (TileConfig(16, 16, 1, 2, 8), "", False, False),      # packed K / V: no hint
+    (TileConfig(16, 16, 1, 2, 12), "e4m3", False, False),
+    (TileConfig(128, 32, 4, 2, 2), "", True, False),      # a four-warp prefill tile
+])
+def test_only_the_paged_one_warp_tiles_hint_their_copies(arch, tile, kv_dtype, paged, expect_hint):
+    spec = AttentionSpec(arch, "bf16", 128, 128, "causal", "soa", tile, pack_gqa=tile.num_warps == 1,
+                         split=tile.num_warps == 1, paged=paged, kv_dtype=kv_dtype, mainloop="sm80")
+    hinted, plain = copies(ptx(spec))
+    if expect_hint:
+        assert hinted > 0 and plain == 0, (hinted, plain)
+    else:
+        assert hinted == 0 and plain > 0, (hinted, plain)
+
+
+_NVDISASM = sass.find_nvdisasm()
+
+
+@pytest.mark.skipif(_NVDISASM is None, reason="nvdisasm not found")
+@pytest.mark.parametrize("arch", ["sm_90a"])   # (sm_80's LDGSTS take no descriptor operand)
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("kv_dtype, d", [("", 64), ("", 128), ("", 256), ("e4m3", 64), ("e4m3", 128),
+                                         ("e5m2", 256)])
+def test_decode_copies_use_aligned_memory_descriptors(arch, paged, kv_dtype, d):
+    """Every LDGSTS of the one-warp decode tiles names an even uniform register pair as its 64-bit
+    memory descriptor.  With the L2 hint on packed FP8 K/V, NVRTC 13.0 gave 8-16 of them desc[UR1]
+    and the kernel raised an illegal instruction on the H200 (docs/dev/perf-log.md, "Thirty-seventh
+    session"); this is the CPU-side guard for any change to the copies' cache policy."""
+    tile = TileConfig(16, 16, 1, 2, 12 if kv_dtype and d <= 128 else 8)
+    spec = AttentionSpec(arch, "bf16", d, d, "causal", "soa", tile, pack_gqa=True, split=True, paged=paged,
+                         kv_dtype=kv_dtype, mainloop="sm80")
+    res = compiler.compile_cubin(render.render(spec), arch, compiler.default_options(arch), spec.name)
+    text = sass.disassemble(res.cubin, _NVDISASM)
+    regs = [int(r) for r in re.findall(r"LDGSTS[.\w]* \[[^\]]*\], desc\[UR(\d+)\]", text)]
+    assert regs, "no LDGSTS found"
+    assert all(r % 2 == 0 for r in regs), sorted(set(regs))
