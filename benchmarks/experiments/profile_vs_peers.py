@@ -14,7 +14,8 @@ the order ncu lists the kernels.  For example::
 Shapes (the bench's entries, bf16): ``dense_causal_16k`` (1 x 32 x 16384, d 128, causal),
 ``dense_4k`` (4 x 32 x 4096, d 128), ``dense_causal_h64`` (8 x 32 x 2048, d 64, causal),
 ``dense_causal_h256`` (2 x 16 x 4096, d 256, causal), ``chunked_p16`` (4 chunks of 2048 on 8192
-keys, pages of 16, 32/8 heads), ``decode_b32_tp8`` (32 Mooncake decodes, 8/1 heads, pages of
+keys, pages of 16, 32/8 heads; ``chunked_p64`` / ``chunked_p128`` on pages of 64 / 128, ``chunked_packed``
+kernelgen on the same keys gathered into packed K/V, FA3's input), ``decode_b32_tp8`` (32 Mooncake decodes, 8/1 heads, pages of
 16), ``decode_b128`` (128 Mooncake decodes, 32/8 heads, pages of 16); ``fp8_causal_16k``, ``fp8_causal_h64``,
 ``fp8_causal_h256``: the causal dense shapes with q, k and v in e4m3 (per-tensor descales; FA3's FP8
 forward, kernelgen's FP8 tensor-core variant); ``fp8_causal_16k_gqa`` / ``fp8_dense_4k_gqa``: the FP8
@@ -32,7 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-SHAPES = ("dense_causal_16k", "dense_4k", "dense_causal_h64", "dense_causal_h256", "chunked_p16", "decode_b32_tp8",
+SHAPES = ("dense_causal_16k", "dense_4k", "dense_causal_h64", "dense_causal_h256", "chunked_p16", "chunked_p64",
+          "chunked_p128", "chunked_packed", "decode_b32_tp8",
           "decode_b128", "fp8_causal_16k", "fp8_causal_16k_gqa", "fp8_dense_4k_gqa", "fp8_gemma2_4k", "fp8_causal_h64",
           "fp8_causal_h256", "gptoss_causal_16k",
           "gptoss_softcap_16k")
@@ -95,9 +97,10 @@ def build(shape: str, impl: str):
             return lambda: kernelgen.varlen_attention(q, k, v, cu, cu, s, s, causal=causal)
         return getattr(peers, impl)(q, k, v, causal, dense_batch=b)().fn
     settings = suites.Settings()
-    if shape == "chunked_p16":
+    if shape.startswith("chunked_"):
         m, (b, qn, kn) = PRESETS["llama3-8b"], suites.CHUNKED_SHAPE
-        qlens, klens, page = [qn] * b, [kn] * b, 16
+        qlens, klens = [qn] * b, [kn] * b
+        page = 16 if shape == "chunked_packed" else int(shape[len("chunked_p"):])
     else:
         m = PRESETS["llama3-70b-tp8" if shape == "decode_b32_tp8" else "llama3-8b"]
         klens = suites.decode_contexts(settings, "decode_trace_b32_paged16" if shape == "decode_b32_tp8"
@@ -106,6 +109,9 @@ def build(shape: str, impl: str):
     assert isinstance(m, ModelPreset)
     q, kc, vc, pt, used, cu_q = suites.paged_batch(qlens, klens, m, page, seed=7)
     mq, mk = max(qlens), max(klens)
+    if impl == "kernelgen" and shape == "chunked_packed":   # the same batch's K/V gathered (FA3's input)
+        k, v, cu_k = gather_paged(kc, vc, pt, used)
+        return lambda: kernelgen.varlen_attention(q, k, v, cu_q, cu_k, mq, mk, causal=True)
     if impl == "kernelgen":
         return lambda: kernelgen.varlen_attention(q, kc, vc, cu_q, None, mq, mk, seqused_k=used, page_table=pt,
                                                   causal=True)
