@@ -55,6 +55,21 @@ def test_only_the_paged_one_warp_tiles_hint_their_copies(arch, tile, kv_dtype, p
         assert hinted == 0 and plain > 0, (hinted, plain)
 
 
+@pytest.mark.parametrize("hopper", [False, True])
+def test_fused_launches_do_not_hint(hopper):
+    """The fused mixed-batch kernels' one-warp decode tiles (paged) copy without the hint: it was
+    measured on standalone decode launches, and in the Hopper fused FP8 kernel it made the
+    consumers' key-block loop spill (tests/test_fused_hopper_cpu.py)."""
+    from kernelgen.selection import heuristics
+
+    kw = dict(num_heads_q=32, num_heads_kv=8, mask="causal", max_seqlen_k=8192, paged=True)
+    fv = (heuristics.choose_fused_hopper("sm_90a", "bf16", 128, 128, max_seqlen_q=2048, page_size=16, **kw) if hopper
+          else heuristics.choose_fused("sm_80", "bf16", 128, 128, **kw))
+    assert fv is not None and fv.fused.short.tile.num_warps == 1 and fv.fused.short.paged
+    hinted, plain = copies(ptx(fv.fused))
+    assert hinted == 0 and plain > 0, (hinted, plain)
+
+
 _NVDISASM = sass.find_nvdisasm()
 
 

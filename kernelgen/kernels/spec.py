@@ -736,7 +736,7 @@ class FusedAttentionSpec:
         long = {"ns": "kpre", **self.long.template_vars()}
         if self.hopper:
             long["queue_only"] = True
-        return [long, {"ns": "kdec", **self.short.template_vars()}]
+        return [long, {"ns": "kdec", "fused": True, **self.short.template_vars()}]
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "long": self.long.to_json(), "short": self.short.to_json()}

@@ -48,8 +48,11 @@ constexpr bool Q_REGS = NW == 1 && MT == 1 && D <= 128;
 // alone is slower than neither.  Paged caches only: on packed FP8 K/V NVRTC 13.0's ptxas gave the
 // hinted copies an odd uniform register (desc[UR1]) as their 64-bit memory descriptor, and the
 // kernel died of an illegal instruction on the H200 (tests/test_l2_hint_cpu.py scans for it).
-// Restricted to paged caches it passed the GPU suite (thirty-eighth session, calls 1-2).
-constexpr bool KV_EVICT_FIRST = NW == 1 && PAGED;
+// Restricted to paged caches it passed the GPU suite (thirty-eighth session, calls 1-2).  Standalone
+// decode launches only (measured there): in the fused mixed-batch kernels the decode tiles share L2
+// with prefill tiles that reread their K / V, and the hinted copies made the Hopper fused FP8
+// kernel (head dim 128, window, soft-cap) spill inside a key-block loop (tests/test_fused_hopper_cpu.py).
+constexpr bool KV_EVICT_FIRST = NW == 1 && PAGED && {{ "false" if v.get("fused") else "true" }};
 {% if v.get("fp8_regs") and v.head_dim > 128 %}
 // Q_FRAGS: FP8_REGS above head dim 128 (AttentionSpec.fp8_in_registers), where Q's fragments do not
 // fit in registers beside O: the warp's Q fragments, in FP8_REGS' head-dim order and converted to
