@@ -1,7 +1,10 @@
-"""The one-warp decode tiles on a paged cache copy K / V with an L2 evict_first hint, and nothing
-else does (CPU, NVRTC to PTX); no hinted kernel gets a misaligned memory descriptor (SASS).  The hint (common/ptx.cuh ``cp_async16_ef``, variant_sm80.cuh ``KV_EVICT_FIRST``)
-was measured on the H200 with attention timed after the GEMMs that precede it in a decode layer:
-1-5 % faster on every bench decode batch (docs/dev/perf-log.md, "Thirty-seventh session")."""
+"""The one-warp decode tiles of standalone launches on a paged cache copy (K, V and their few Q rows)
+with an L2 evict_first hint, and nothing else does: not the packed caches, the prefill tiles or the
+fused mixed-batch kernels (CPU, NVRTC to PTX); no hinted kernel gets a misaligned memory descriptor
+(SASS).  The hint (common/ptx.cuh ``cp_async16_ef``, variant_sm80.cuh ``KV_EVICT_FIRST``) was
+measured on the H200 with attention timed after the GEMMs that precede it in a decode layer: 1-5 %
+faster on every bench decode batch (docs/dev/perf-log.md, "Thirty-seventh session" and
+"Thirty-eighth session")."""
 import re
 
 import pytest
@@ -55,14 +58,15 @@ def test_only_the_paged_one_warp_tiles_hint_their_copies(arch, tile, kv_dtype, p
         assert hinted == 0 and plain > 0, (hinted, plain)
 
 
+@pytest.mark.parametrize("kv_dtype", ["", "e4m3"])
 @pytest.mark.parametrize("hopper", [False, True])
-def test_fused_launches_do_not_hint(hopper):
+def test_fused_launches_do_not_hint(hopper, kv_dtype):
     """The fused mixed-batch kernels' one-warp decode tiles (paged) copy without the hint: it was
     measured on standalone decode launches, and in the Hopper fused FP8 kernel it made the
     consumers' key-block loop spill (tests/test_fused_hopper_cpu.py)."""
     from kernelgen.selection import heuristics
 
-    kw = dict(num_heads_q=32, num_heads_kv=8, mask="causal", max_seqlen_k=8192, paged=True)
+    kw = dict(num_heads_q=32, num_heads_kv=8, mask="causal", max_seqlen_k=8192, paged=True, kv_dtype=kv_dtype)
     fv = (heuristics.choose_fused_hopper("sm_90a", "bf16", 128, 128, max_seqlen_q=2048, page_size=16, **kw) if hopper
           else heuristics.choose_fused("sm_80", "bf16", 128, 128, **kw))
     assert fv is not None and fv.fused.short.tile.num_warps == 1 and fv.fused.short.paged

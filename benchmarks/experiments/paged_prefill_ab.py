@@ -1,4 +1,4 @@
-"""The bench's chunked prefill (4 x 2048 queries at the end of 8192 keys, llama3-8b heads, causal, bf16) on a
+r"""The bench's chunked prefill (4 x 2048 queries at the end of 8192 keys, llama3-8b heads, causal, bf16) on a
 paged cache at several page sizes (``--pages``; ``packed``: the same keys gathered into packed K/V), with
 Hopper configurations of head dim 128 side by side as interleaved graph replays (``measure.time_interleaved``,
 ``--passes`` measurements).  A configuration ``name=block_m:block_n:stages[:sm90_opts[:templates]]``
@@ -6,7 +6,8 @@ patches ``heuristics.SM90_TILES[(128, 128)]`` and the Hopper options while its c
 (``tile_ab.patched``): ``opts`` ``gp`` forces the row gather of option "g" where TMA boxes would fit;
 ``templates`` renders that configuration from another template folder (e.g. ``git archive`` of an
 older commit), so two versions of a kernel run in one process.  Prints one JSON row per page size and
-pass, then each configuration's time over the first one's.  For example (perf log, thirty-eighth
+pass, then each configuration's time over the first one's.  ``--seed`` shuffles the pages (default 13,
+the bench entry's; the thirty-eighth session's calls used 7).  For example (perf log, thirty-eighth
 session)::
 
     python benchmarks/experiments/paged_prefill_ab.py --pages 16,8,32 \
@@ -28,6 +29,7 @@ ap.add_argument("--pages", default="16,32,64,128,packed")
 ap.add_argument("--configs", default="s2=128:128:2,s3=128:128:3",
                 help="name=block_m:block_n:stages[:sm90_opts[:templates dir]],...")
 ap.add_argument("--passes", type=int, default=2)
+ap.add_argument("--seed", type=int, default=13, help="page shuffle (suites.paged_batch's seed)")
 ap.add_argument("--settle-ms", type=float, default=0.0)
 a = ap.parse_args()
 m = PRESETS["llama3-8b"]
@@ -38,7 +40,7 @@ flops = 4 * m.num_heads_q * m.head_dim * pairs
 rows = []
 for pg in a.pages.split(","):
     page = 16 if pg == "packed" else int(pg)
-    q, kc, vc, pt, used, cu_q = suites.paged_batch(qlens, klens, m, page, seed=7)
+    q, kc, vc, pt, used, cu_q = suites.paged_batch(qlens, klens, m, page, seed=a.seed)
     if pg == "packed":
         k, v, cu_k = gather_paged(kc, vc, pt, used)
         args = (q, k, v, cu_q, cu_k, None, None)

@@ -39,12 +39,12 @@ constexpr int SO = DV + 8;
 // D / 16 ldmatrix a key block.  Their O staging (epilogue) reuses the K/V stages, idle by then.
 // Wider Q (48-64 registers) makes the d 256 tile and the fused kernels of d 192 x 128 spill.
 constexpr bool Q_REGS = NW == 1 && MT == 1 && D <= 128;
-// The one-warp decode tiles (16-row and keys-as-rows) copy with an L2 evict_first hint
-// (common/ptx.cuh cp_async16_ef): a decode call streams its K / V once.  Measured on the H200
+// The one-warp decode tiles (16-row and keys-as-rows) copy (K, V and their few Q rows) with an L2
+// evict_first hint (common/ptx.cuh cp_async16_ef): a decode call streams its K / V once.  Measured on the H200
 // (docs/dev/perf-log.md, "Thirty-seventh session"): with attention timed right after the GEMMs
 // that precede it in a decode layer, 1-5 % faster on every bench decode batch (bf16 and e4m3
 // caches, llama3-8b and llama3-70b-tp8); after a 256 MB write to L2 (the bench's default flush,
-// which leaves dirty lines) 2-3 % slower on the long streams.  Only all-evict_first pays: K or V
+// which leaves dirty lines) 2-6 % slower on the long streams.  Only all-evict_first pays: K or V
 // alone is slower than neither.  Paged caches only: on packed FP8 K/V NVRTC 13.0's ptxas gave the
 // hinted copies an odd uniform register (desc[UR1]) as their 64-bit memory descriptor, and the
 // kernel died of an illegal instruction on the H200 (tests/test_l2_hint_cpu.py scans for it).

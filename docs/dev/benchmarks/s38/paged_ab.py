@@ -14,7 +14,8 @@ from kernelgen.kernels.spec import TileConfig
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--pages", default="16,32,64,128,packed")
-ap.add_argument("--configs", default="s2=128:128:2,s3=128:128:3")
+ap.add_argument("--configs", default="s2=128:128:2,s3=128:128:3",
+                help="name=block_m:block_n:stages[:sm90_opts[:templates dir]],...")
 ap.add_argument("--passes", type=int, default=2)
 ap.add_argument("--settle-ms", type=float, default=0.0)
 a = ap.parse_args()
@@ -38,12 +39,13 @@ for pg in a.pages.split(","):
         f = spec.split(":")
         bm, bn, st = (int(x) for x in f[:3])
         opts = f[3] if len(f) > 3 else "p"
+        tdir = f[4] if len(f) > 4 else ""
         out = torch.full_like(q, float("nan"))
         def prepare(out=out):
             api.varlen_attention(args[0], args[1], args[2], args[3], args[4], qn, kn, seqused_k=args[5],
                                  page_table=args[6], causal=True, out=out)
             return api._CALLS._last[1]
-        prep = patched("bf16", 128, TileConfig(bm, bn, bm // 16, st, 1), opts, prepare)
+        prep = patched("bf16", 128, TileConfig(bm, bn, bm // 16, st, 1), opts, prepare, templates=tdir)
         kern[name] = prep.attn.name
         outs[name] = out.clone()
         fns[name] = lambda prep=prep, out=out: prep.run(args[0], args[1], args[2], args[3], args[4], args[5], args[6], out, None)
