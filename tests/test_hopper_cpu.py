@@ -885,9 +885,39 @@ def test_paged_tma_page_sizes_give_at_most_one_box_a_lane():
                 assert ps % bn == 0, (bn, ps)
 
 
+def test_paged_tma_boxes_of_four_warps_cover_each_block_once():
+    """Standalone 16-bit paged kernels issue a block's boxes from TMA_WARPS (4) producer warps where a
+    block has at least TMA_WARPS_MIN_NB boxes (box = lane * tw + pw), else from warp 0 alone: for
+    every page size the host sends there, each box is issued by exactly one (warp, lane), and the
+    warps that issue nothing skip the block loop.  The constants are read from the rendered source."""
+    import re
+    spec = AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa", heuristics.SM90_TILE, mainloop="sm90a",
+                         sm90_opts="p", paged=True)
+    src = render.render(spec)
+    assert re.search(r"constexpr int TMA_WARPS = PAGED && !GATHER && !FP8 && !QUEUE_ONLY \? 4 : 1;", src)
+    min_nb = int(re.search(r"#define KG_TMA_WARPS_MIN_NB (\d+)", src).group(1))
+    assert "const int tw = p.page_size * TMA_WARPS_MIN_NB <= BN ? TMA_WARPS : 1;" in src
+    assert "for (int n = pw < tw ? n_hi - 1 : n_lo - 1; n >= n_lo; --n)" in src
+    assert "pb.box = pw < tw ? lane * tw + pw : BN;" in src
+    # the tile hand-out waits for the three extra warps' arrivals
+    assert "NW + (GATHER || FP8 ? 3 : 0) + (TMA_WARPS - 1)" in src
+    seen_tw = set()
+    for bn in range(16, 257, 16):
+        for ps in range(1, 2049):
+            if not heuristics.sm90_paged_tma_fits(ps, bn):
+                continue
+            nb = bn // min(ps, bn)
+            tw = 4 if ps * min_nb <= bn else 1
+            seen_tw.add(tw)
+            issued = [lane * tw + pw for pw in range(tw) for lane in range(32) if lane * tw + pw < nb]
+            assert sorted(issued) == list(range(nb)), (bn, ps)
+            assert (tw == 1) == (nb < min_nb), (bn, ps)
+    assert seen_tw == {1, 4}
+
+
 def test_paged_tma_producer_source_runs_the_block_loop_on_the_whole_warp():
-    """The paged branch of producer_loop: every lane waits for the slot, lane 0 alone announces the
-    bytes, a __syncwarp orders that before the lanes' own boxes (K, then V)."""
+    """The paged branch of producer_loop: every lane waits for the slot, lane 0 (of producer warp 0)
+    alone announces the bytes, a __syncwarp orders that before the lanes' own boxes (K, then V)."""
     spec = AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa", heuristics.SM90_TILE, mainloop="sm90a",
                          sm90_opts="p", paged=True)
     src = render.render(spec)
@@ -896,7 +926,7 @@ def test_paged_tma_producer_source_runs_the_block_loop_on_the_whole_warp():
     paged = body[body.index("if (PAGED) {"):body.index("} else if (lane == 0) {")]
     for bar, halves in (("bar_k", "HALVES"), ("bar_v", "VHALVES")):
         i_wait = paged.index(f"mbar_wait({bar}_empty(")
-        i_exp = paged.index(f"if (lane == 0) mbar_arrive_expect_tx({bar}_full(")
+        i_exp = paged.index(f"lane == 0) mbar_arrive_expect_tx({bar}_full(")
         i_sync = paged.index("__syncwarp();", i_exp)
         i_tma = paged.index(f"tma_load_paged<{halves}>(")
         assert i_wait < i_exp < i_sync < i_tma, bar

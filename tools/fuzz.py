@@ -1250,6 +1250,17 @@ def sanitize_cases() -> list:
         ("prefill_split_multitile", case(
             seed=117, dtype="bf16", head_dim=128, head_dim_v=128, num_heads_q=32, num_heads_kv=8,
             qlens=[130, 60], klens=[300, 260], causal=True, mask="causal", num_splits=3)),
+        # a paged prefill with more tiles than CTAs on the standalone Hopper kernel: TMA boxes of pages of
+        # 16 issued by four producer warps (TMA_WARPS; warps 1-3 take each tile from the slots), and the
+        # same on pages of 24 through the row gather (producers arrive through cp.async.mbarrier.arrive)
+        ("prefill_paged16_four_warp_boxes", case(
+            seed=118, dtype="bf16", head_dim=128, head_dim_v=128, num_heads_q=64, num_heads_kv=8,
+            qlens=[130, 70], klens=[400, 300], kv="paged", page_size=16, spare_pages=2,
+            causal=True, mask="causal")),
+        ("prefill_paged24_gather", case(
+            seed=119, dtype="fp16", head_dim=128, head_dim_v=128, num_heads_q=64, num_heads_kv=8,
+            qlens=[130, 70], klens=[400, 300], kv="paged", page_size=24, spare_pages=2,
+            causal=True, mask="causal")),
         ("decode_paged_packgqa_split_combine", case(
             seed=103, dtype="fp16", head_dim=128, head_dim_v=128, num_heads_q=8, num_heads_kv=2,
             qlens=[1, 1, 0, 1, 1], klens=[300, 0, 5, 1000, 17], kv="paged", page_size=16, spare_pages=3,

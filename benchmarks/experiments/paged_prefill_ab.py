@@ -1,11 +1,12 @@
 r"""The bench's chunked prefill (4 x 2048 queries at the end of 8192 keys, llama3-8b heads, causal, bf16) on a
 paged cache at several page sizes (``--pages``; ``packed``: the same keys gathered into packed K/V), with
 Hopper configurations of head dim 128 side by side as interleaved graph replays (``measure.time_interleaved``,
-``--passes`` measurements).  A configuration ``name=block_m:block_n:stages[:sm90_opts[:templates]]``
+``--passes`` measurements).  A configuration ``name=block_m:block_n:stages[:sm90_opts[:templates[:defines]]]``
 patches ``heuristics.SM90_TILES[(128, 128)]`` and the Hopper options while its call is prepared
 (``tile_ab.patched``): ``opts`` ``gp`` forces the row gather of option "g" where TMA boxes would fit;
 ``templates`` renders that configuration from another template folder (e.g. ``git archive`` of an
-older commit), so two versions of a kernel run in one process.  Prints one JSON row per page size and
+older commit), so two versions of a kernel run in one process; ``defines`` (NAME=VALUE joined by
+'+') are compiled into that configuration's kernels (``tile_ab.patched``).  Prints one JSON row per page size and
 pass, then each configuration's time over the first one's.  ``--seed`` shuffles the pages (default 13,
 the bench entry's; the thirty-eighth session's calls used 7).  For example (perf log, thirty-eighth
 session)::
@@ -27,7 +28,7 @@ from kernelgen.kernels.spec import TileConfig
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("--pages", default="16,32,64,128,packed")
 ap.add_argument("--configs", default="s2=128:128:2,s3=128:128:3",
-                help="name=block_m:block_n:stages[:sm90_opts[:templates dir]],...")
+                help="name=block_m:block_n:stages[:sm90_opts[:templates dir[:defines]]],...")
 ap.add_argument("--passes", type=int, default=2)
 ap.add_argument("--seed", type=int, default=13, help="page shuffle (suites.paged_batch's seed)")
 ap.add_argument("--settle-ms", type=float, default=0.0)
@@ -48,17 +49,18 @@ for pg in a.pages.split(","):
         args = (q, kc, vc, cu_q, None, used, pt)
     fns, kern, outs = {}, {}, {}
     for c in a.configs.split(","):
-        name, spec = c.split("=")
+        name, spec = c.split("=", 1)
         f = spec.split(":")
         bm, bn, st = (int(x) for x in f[:3])
         opts = f[3] if len(f) > 3 else "p"
         tdir = f[4] if len(f) > 4 else ""
+        defs = f[5] if len(f) > 5 else ""
         out = torch.full_like(q, float("nan"))
         def prepare(out=out):
             api.varlen_attention(args[0], args[1], args[2], args[3], args[4], qn, kn, seqused_k=args[5],
                                  page_table=args[6], causal=True, out=out)
             return api._CALLS._last[1]
-        prep = patched("bf16", 128, TileConfig(bm, bn, bm // 16, st, 1), opts, prepare, templates=tdir)
+        prep = patched("bf16", 128, TileConfig(bm, bn, bm // 16, st, 1), opts, prepare, defines=defs, templates=tdir)
         kern[name] = prep.attn.name
         outs[name] = out.clone()
         fns[name] = lambda prep=prep, out=out: prep.run(args[0], args[1], args[2], args[3], args[4], args[5], args[6], out, None)

@@ -698,7 +698,8 @@ class FusedAttentionSpec:
     #: producer + 256 x consumer stays within the CTA's 168 x 384.
     #: head_dim_v above 128 (wide O accumulators) spills at these budgets (and at the standalone
     #: 24/240 too): ``SM90_FUSED_MAX_DV``; such mixed batches run the classes in turn.
-    #: Gathering at head dim 64 spills a value across the reallocation below 72 producer registers.
+    #: Gathering at head dim 64 spills a value across the reallocation below 72 producer registers;
+    #: the lean gather (one row address a copy step) at head dim 128 below 64.
     #: An FP8 cache (``kv_dtype``; producer warps 1-3 convert the landing stages): 56 / 224, so
     #: that the converters keep two chunks in flight (the standalone FP8 kernel's
     #: ``AttentionSpec.SM90_REGS_FP8_D128``, ``CONV_UNROLL`` 2); H200, ``mixed_trace_fp8``
@@ -710,7 +711,7 @@ class FusedAttentionSpec:
     #: key-block loop: the FP8 decode tile alone takes 166 of the 168 registers a thread has before
     #: ``setmaxnreg``, so the CTA-level values live across the short-first branch, and the tile
     #: cursor, go to local memory once a tile (tests/test_fused_hopper_cpu.py).
-    SM90_FUSED_REGS: ClassVar[dict] = {"packed": (32, 232), "paged": (48, 224), "gather": (56, 224),
+    SM90_FUSED_REGS: ClassVar[dict] = {"packed": (32, 232), "paged": (48, 224), "gather": (64, 216),
                                        "gather_d64": (72, 216), "fp8": (56, 224), "fp8_softcap": (40, 232)}
     SM90_FUSED_MAX_DV: ClassVar[int] = 128
 

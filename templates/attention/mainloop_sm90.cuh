@@ -45,25 +45,29 @@ __device__ __forceinline__ MaskInfo tile_mask(const AttnParams& p, const TileInf
 // rows = min(page_size, BN) keys (the 4-D map's box), each inside one page: page_size a multiple of
 // BN (one box a 64-column half, starting at key0's slot), or BN a multiple of page_size with
 // page_size a multiple of 8 (NB = BN / page_size boxes from slot 0, each starting on a 1024-byte
-// swizzle atom).  The whole producer warp takes part: lane l < NB looks up the page of box l (one
-// independent page-table load a lane, issued before the slot wait and kept for V) and issues that
-// box's TMA copies, so a block costs one load latency, not NB dependent ones in a row.  Boxes past
+// swizzle atom).  The whole producer warp takes part (TMA_WARPS warps for 16-bit K/V: box
+// b = lane * TMA_WARPS + pw): each lane looks up the page of its box (one independent page-table
+// load a lane, issued before the slot wait and kept for V) and issues that box's TMA copies, so a
+// block costs one load latency, not NB dependent ones in a row.  Boxes past
 // the request's last page (last_pi) load that page again (rows past seqlen_k are masked and their V
 // rows zeroed), so no page-table entry past seqused_k is read.
 static_assert(BN <= 32 * 8, "paged TMA: one box a producer lane, boxes of at least 8 keys");
 struct PagedBoxes {
-  int page;  // this lane's page (lane < nb)
+  int page;  // this lane's page (box < nb)
   int slot;  // first slot of every box of the block
   int nb;    // boxes a block
   int rows;  // keys a box
+  int box;   // this lane's box: lane tw + pw (pw: the producer warp, tw: the warps that issue)
 };
-__device__ __forceinline__ PagedBoxes paged_boxes(const int* page_row, int page_size, int key0, int last_pi, int lane) {
+__device__ __forceinline__ PagedBoxes paged_boxes(const int* page_row, int page_size, int key0, int last_pi, int lane,
+                                                  int pw = 0, int tw = 1) {
   PagedBoxes pb;
   pb.rows = min(page_size, BN);
   pb.nb = BN / pb.rows;
   const int pi0 = key0 / page_size;
   pb.slot = key0 - pi0 * page_size;
-  pb.page = lane < pb.nb ? page_row[min(pi0 + lane, last_pi)] : 0;
+  pb.box = pw < tw ? lane * tw + pw : BN;  // (BN: no box)
+  pb.page = pb.box < pb.nb ? page_row[min(pi0 + pb.box, last_pi)] : 0;
   return pb;
 }
 // NH: 64-column boxes a row (HALVES for K, VHALVES for V); HALF_BYTES apart in shared memory, rows
@@ -71,12 +75,28 @@ __device__ __forceinline__ PagedBoxes paged_boxes(const int* page_row, int page_
 template <int NH, int HALF_BYTES = KV_HALF, int ROW_BYTES = 128>
 __device__ __forceinline__ void tma_load_paged(u32 dst, const void* map, u32 bar, int kv_head, const PagedBoxes& pb,
                                                int lane) {
-  if (lane < pb.nb) {
+  if (pb.box < pb.nb) {
 #pragma unroll
     for (int h = 0; h < NH; ++h)
-      tma_load_4d(dst + h * HALF_BYTES + (u32)(lane * pb.rows * ROW_BYTES), map, bar, h * 64, kv_head, pb.slot,
+      tma_load_4d(dst + h * HALF_BYTES + (u32)(pb.box * pb.rows * ROW_BYTES), map, bar, h * 64, kv_head, pb.slot,
                   pb.page);
   }
+}
+
+__device__ __forceinline__ void release(u32 bar, int lane) {
+  __syncwarp();
+  if (lane == 0) mbar_arrive(bar);
+}
+
+// A warp's read of the tile index in slot `slot` (after its tile_full wait; release(tile_empty)
+// follows): lane 0 reads it and passes it on, so the only shared-memory read before the slot is
+// given back is the arriving lane's own.  (All lanes reading, then __syncwarp and lane 0's arrive,
+// is ordered too, but compute-sanitizer's racecheck reported the producer's next write of the slot
+// against the other lanes' reads: 1840 hazards on a split call with several tiles a CTA.)
+__device__ __forceinline__ int take_tile(const volatile int* s_tile, int slot, int lane) {
+  int t = 0;
+  if (lane == 0) t = s_tile[slot];
+  return __shfl_sync(0xffffffffu, t, 0);
 }
 
 // Tile hand-out.  A standalone launch starts CTA c on tile c and takes later tiles from the
@@ -100,25 +120,31 @@ __device__ __forceinline__ int next_tile_index(int* md) {
 // K and V bytes go to one landing stage (land_full / land_empty; LAND stages), which producer
 // warps 1-3 convert into the 16-bit ring (producer_loop_convert).
 __device__ __forceinline__ void producer_loop(const AttnParams& p, const TmaMaps& maps, int* md, int cap4, int total,
-                                              u32 sb, volatile int* s_tile, int lane) {
+                                              u32 sb, volatile int* s_tile, int pw, int lane) {
   const int qpk = p.num_heads_q / p.num_heads_kv;
   int cursor = 0;
-  int t = first_tile(md, lane);
+  int t = pw == 0 ? first_tile(md, lane) : 0;
   int stage = 0;
   u32 phase = 0, q_iter = 0;
-  if (lane == 0) {
+  if (pw == 0 && lane == 0) {
     tma_prefetch_desc(maps.q);
     tma_prefetch_desc(maps.k);
     tma_prefetch_desc(maps.v);
   }
   for (int it = 0;; ++it) {
     const int slot = it & 1;
-    if (lane == 0) {
-      mbar_wait(bar_tile_empty(sb, slot), ((it >> 1) & 1) ^ 1, 1);
-      s_tile[slot] = t;
-      mbar_arrive(bar_tile_full(sb, slot));
+    if (pw == 0) {
+      if (lane == 0) {
+        mbar_wait(bar_tile_empty(sb, slot), ((it >> 1) & 1) ^ 1, 1);
+        s_tile[slot] = t;
+        mbar_arrive(bar_tile_full(sb, slot));
+      }
+      __syncwarp();
+    } else {  // (TMA_WARPS > 1) the tile index, as the consumers take it
+      mbar_wait(bar_tile_full(sb, slot), (it >> 1) & 1, 7);
+      t = take_tile(s_tile, slot, lane);
+      release(bar_tile_empty(sb, slot), lane);
     }
-    __syncwarp();
     if (t >= total) break;
     cursor = find_entry(md, cap4, t, cursor);
     const TileInfo ti = tile_info(p, md, cap4, cursor, t, p.num_heads_q, qpk);
@@ -131,7 +157,7 @@ __device__ __forceinline__ void producer_loop(const AttnParams& p, const TmaMaps
     split_block_range(ti.split, ti.num_splits, n_lo, n_hi);
     if (n_hi > n_lo) {
       const int kv_head = ti.head / qpk;
-      if (lane == 0) {
+      if (pw == 0 && lane == 0) {
         mbar_wait(bar_q_empty(sb), (q_iter & 1) ^ 1, 2);
         mbar_arrive_expect_tx(bar_q_full(sb), Q_BYTES);
 #pragma unroll
@@ -173,17 +199,22 @@ __device__ __forceinline__ void producer_loop(const AttnParams& p, const TmaMaps
             }
           }
         }
-      } else if (PAGED) {  // the whole warp: one box a lane (tma_load_paged)
+      } else if (PAGED) {  // TMA_WARPS warps: one box a lane (tma_load_paged)
         const int* page_row = static_cast<const int*>(p.page_table) + (i64)ti.b * p.page_table_stride;
         const int last_pi = (ti.seqlen_k - 1) / p.page_size;
-        for (int n = n_hi - 1; n >= n_lo; --n) {
-          const PagedBoxes pb = paged_boxes(page_row, p.page_size, n * BN, last_pi, lane);  // paged: k_start is 0
+        // the warps that issue: TMA_WARPS where a block has at least TMA_WARPS_MIN_NB boxes, else warp 0
+        // (two boxes from two warps ran 4-5 % slower than from one at pages of 64, H200)
+        const int tw = p.page_size * TMA_WARPS_MIN_NB <= BN ? TMA_WARPS : 1;
+        for (int n = pw < tw ? n_hi - 1 : n_lo - 1; n >= n_lo; --n) {
+          const PagedBoxes pb = paged_boxes(page_row, p.page_size, n * BN, last_pi, lane, pw, tw);  // paged: k_start is 0
           mbar_wait(bar_k_empty(sb, stage), phase ^ 1, 3);
-          if (lane == 0) mbar_arrive_expect_tx(bar_k_full(sb, stage), K_BYTES);
+          // (another warp's boxes may complete first: the barrier's byte count goes below zero until
+          // this arrival, and the phase cannot complete before it)
+          if (pw == 0 && lane == 0) mbar_arrive_expect_tx(bar_k_full(sb, stage), K_BYTES);
           __syncwarp();
           tma_load_paged<HALVES>(sb + OFF_K + stage * K_BYTES, maps.k, bar_k_full(sb, stage), kv_head, pb, lane);
           mbar_wait(bar_v_empty(sb, stage), phase ^ 1, 4);
-          if (lane == 0) mbar_arrive_expect_tx(bar_v_full(sb, stage), V_BYTES);
+          if (pw == 0 && lane == 0) mbar_arrive_expect_tx(bar_v_full(sb, stage), V_BYTES);
           __syncwarp();
           tma_load_paged<VHALVES>(sb + OFF_V + stage * V_BYTES, maps.v, bar_v_full(sb, stage), kv_head, pb, lane);
           if (++stage == STAGES) {
@@ -214,12 +245,14 @@ __device__ __forceinline__ void producer_loop(const AttnParams& p, const TmaMaps
       }
       ++q_iter;
     }
-    __syncwarp();
-    int next = 0;
-    if (lane == 0) next = next_tile_index(md);
-    t = __shfl_sync(0xffffffffu, next, 0);
+    if (pw == 0) {
+      __syncwarp();
+      int next = 0;
+      if (lane == 0) next = next_tile_index(md);
+      t = __shfl_sync(0xffffffffu, next, 0);
+    }
   }
-  if (!QUEUE_ONLY && lane == 0) release_semaphore(md);
+  if (!QUEUE_ONLY && pw == 0 && lane == 0) release_semaphore(md);
 }
 
 // S (this warpgroup's 64 rows x BN keys) = Q K^T over the head dim: QK_STEPS k16 steps, four
@@ -302,12 +335,14 @@ __device__ __forceinline__ void pack_p(const float (&s)[1][BN / 8][4], u32 (&pa)
 // A key block that runs past the request's keys holds rows of whatever follows in k/v (another
 // request, or unused buffer space that may hold NaN/inf): their probabilities are exactly 0,
 // but 0 * inf is NaN in the MMA, so the rows >= valid of the V slot are zeroed before P V (FP8:
-// the converter has written them as zeros, convert_block, and only the barrier is left).  Each
+// the converter has written them as zeros, convert_block; GATHER: the producers' copies zero-fill
+// every row past seqlen_k, gather_copy; only the barrier is left for both: a second write of those
+// zeros would also race, for compute-sanitizer, with the copies that cp_async_arrive orders).  Each
 // consumer warpgroup zeroes the rows itself (all write the same zeros) and orders its writes
 // before its own wgmma reads (proxy fence + a warpgroup barrier).
 __device__ __forceinline__ void zero_v_tail(u32 v_base, int valid, int cg, int wg_tid) {
 #pragma unroll 1
-  for (int h = 0; h < (FP8 ? 0 : VHALVES); ++h)
+  for (int h = 0; h < (FP8 || GATHER ? 0 : VHALVES); ++h)
 #pragma unroll 1
     for (int c = valid * 8 + wg_tid; c < BN * 8; c += 128)
       asm volatile("st.shared.v4.u32 [%0], { %1, %1, %1, %1};\n" ::"r"(v_base + h * KV_HALF + c * 16), "r"(0u)
@@ -474,6 +509,14 @@ __device__ __forceinline__ void pin_pv_wait8(u32 sb, int cw, int lane, const flo
 }
 {% endif %}
 
+// A consumer's wait for a K / V ring slot's "full" barrier.  Gathered rows (GATHER) are cp.async
+// writes of the producer threads (generic proxy), signalled by cp_async_arrive when they land: the
+// proxy fence orders them before this thread's wgmma reads of the slot (async proxy).
+__device__ __forceinline__ void wait_full(u32 bar, u32 parity, int tag) {
+  mbar_wait(bar, parity, tag);
+  if (GATHER) fence_proxy_async_smem();
+}
+
 // Per-thread pipeline position of a consumer (the same sequence the producer walks).
 struct KvPos {
   int stage;
@@ -485,22 +528,6 @@ struct KvPos {
     }
   }
 };
-
-__device__ __forceinline__ void release(u32 bar, int lane) {
-  __syncwarp();
-  if (lane == 0) mbar_arrive(bar);
-}
-
-// A warp's read of the tile index in slot `slot` (after its tile_full wait; release(tile_empty)
-// follows): lane 0 reads it and passes it on, so the only shared-memory read before the slot is
-// given back is the arriving lane's own.  (All lanes reading, then __syncwarp and lane 0's arrive,
-// is ordered too, but compute-sanitizer's racecheck reported the producer's next write of the slot
-// against the other lanes' reads: 1840 hazards on a split call with several tiles a CTA.)
-__device__ __forceinline__ int take_tile(const volatile int* s_tile, int slot, int lane) {
-  int t = 0;
-  if (lane == 0) t = s_tile[slot];
-  return __shfl_sync(0xffffffffu, t, 0);
-}
 
 // The key blocks [n_lo, n_hi) of one tile for this consumer warpgroup (warp cw of the consumers,
 // rows cw * 16 .. of the tile): accumulates o (unnormalised), row_max and row_sum.
@@ -528,7 +555,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   {% endif %}
   if (!OVERLAP) {
     for (int n = n_hi - 1; n >= n_lo; --n) {
-      mbar_wait(FP8_MMA ? bar_land_full(sb, kv.stage) : bar_k_full(sb, kv.stage), kv.phase, 10);
+      wait_full(FP8_MMA ? bar_land_full(sb, kv.stage) : bar_k_full(sb, kv.stage), kv.phase, 10);
       {{ acc_start(clamp_kv=True) | trim | indent(6) }}
       fence_regs<BN / 2>(&s[0][0][0]);
       wgmma_fence();
@@ -541,7 +568,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
       {{ block_scores() | indent(6) }}
       rescale_rows(o, corr);
       pack_p(s, pa);
-      mbar_wait(bar_v_full(sb, kv.stage), kv.phase, 11);
+      wait_full(bar_v_full(sb, kv.stage), kv.phase, 11);
       const u32 v_base = sb + OFF_V + kv.stage * V_BYTES;
       if ((n + 1) * BN > mi.seqlen_k) zero_v_tail(v_base, mi.seqlen_k - n * BN, cg, wg_tid);
       fence_regs<DV / 2>(&o[0][0][0]);
@@ -559,7 +586,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   // Overlapped: S of block n is issued together with P V of block n + 1 (the previous one); the
   // softmax of block n runs while that P V is on the tensor cores.
   int n = n_hi - 1;
-  mbar_wait(FP8_MMA ? bar_land_full(sb, kv.stage) : bar_k_full(sb, kv.stage), kv.phase, 12);
+  wait_full(FP8_MMA ? bar_land_full(sb, kv.stage) : bar_k_full(sb, kv.stage), kv.phase, 12);
   {{ acc_start(clamp_kv=True) | trim | indent(2) }}
   fence_regs<BN / 2>(&s[0][0][0]);
   turn_wait(cg);
@@ -578,11 +605,11 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   // Only the first pending P V's block (n_hi - 1) can run past the keys: zero its V tail here,
   // out of the steady loop (a block the loop's P V reads later is whole).
   if (n_hi - 2 >= n_lo && n_hi * BN > mi.seqlen_k) {
-    mbar_wait(bar_v_full(sb, pv.stage), pv.phase, 16);
+    wait_full(bar_v_full(sb, pv.stage), pv.phase, 16);
     zero_v_tail(sb + OFF_V + pv.stage * V_BYTES, mi.seqlen_k - (n_hi - 1) * BN, cg, wg_tid);
   }
   for (n = n_hi - 2; n >= n_lo; --n) {
-    mbar_wait(FP8_MMA ? bar_land_full(sb, kv.stage) : bar_k_full(sb, kv.stage), kv.phase, 13);
+    wait_full(FP8_MMA ? bar_land_full(sb, kv.stage) : bar_k_full(sb, kv.stage), kv.phase, 13);
     {{ acc_start(clamp_kv=False) | trim | indent(4) }}
     fence_regs<BN / 2>(&s[0][0][0]);
     fence_regs<DV / 2>(&o[0][0][0]);
@@ -591,7 +618,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
     wgmma_fence();
     issue_qk(s, q_base, FP8_MMA ? sb + OFF_LAND + kv.stage * LAND_BYTES : sb + OFF_K + kv.stage * K_BYTES{{ ', uacc' if (v.get('user') and v.user.hoist) else '' }});
     wgmma_commit();
-    mbar_wait(bar_v_full(sb, pv.stage), pv.phase, 14);
+    wait_full(bar_v_full(sb, pv.stage), pv.phase, 14);
     {
       const u32 v_base = sb + OFF_V + pv.stage * V_BYTES;
       wgmma_fence();  // (ptxas would add this one itself after the wait loop: C7519)
@@ -618,7 +645,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
     kv.advance();
   }
   // P V of the last block (n_lo)
-  mbar_wait(bar_v_full(sb, pv.stage), pv.phase, 15);
+  wait_full(bar_v_full(sb, pv.stage), pv.phase, 15);
   const u32 v_base = sb + OFF_V + pv.stage * V_BYTES;
   if ((n_lo + 1) * BN > mi.seqlen_k) zero_v_tail(v_base, mi.seqlen_k - n_lo * BN, cg, wg_tid);
   fence_regs<DV / 2>(&o[0][0][0]);
@@ -640,9 +667,12 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
 // shuffle.  A row is G_CPR 16-byte chunks (G_CPR lanes a row, G_RPS rows a warp step), chunk c of
 // block row r landing in column block c / 8 at chunk (c % 8) ^ (r % 8): the 128-byte swizzle TMA
 // writes and the wgmma descriptors read.  Keys at or past seqlen_k are zero-filled (nothing
-// read).  cp.async writes through the generic proxy: each thread waits for its copies, fences them
-// to the async proxy (wgmma reads) and then arrives on the "full" barrier (NPROD arrivals).  Two copies stay in flight: K of a block is published once its V is issued,
-// V once the next block's K is issued (and at the tile's end).
+// read).  cp.async writes through the generic proxy: each thread arrives on the "full" barrier
+// (NPROD arrivals) through cp.async_arrive once its copies of the slot have landed, without waiting
+// for them, so that the copies of every free ring slot are in flight at once (the STAGES-deep
+// pipeline of the TMA paths; waiting for each copy before the next left one K and one V block in
+// flight and ran 300 TFLOP/s at head dim 128, docs/dev/perf-log.md "Thirty-eighth session"); the
+// consumers fence their view to the async proxy after the wait (wait_full) before wgmma reads it.
 constexpr int G_RW = BN / 4;              // rows per producer warp
 constexpr int G_RI = (G_RW + 31) / 32;    // looked-up rows per lane
 constexpr int G_CPR = DP / 8;             // 16-byte chunks per (padded) row
@@ -671,25 +701,63 @@ __device__ __forceinline__ void gather_lookup(GatherRows& g, const int* page_row
   }
 }
 
-// This warp's rows of one K or V block into the ring slot at `dst` (base: the cache at this KV
-// head; strides in elements).
-__device__ __forceinline__ void gather_copy(u32 dst, const u16* base, i64 row_stride, i64 page_stride,
-                                            const GatherRows& g, int pw, int lane) {
+// The rows a lane looked up, as addresses in one cache (K or V): row[i] is the first element of
+// its row 32 i + lane (the cache at this KV head where the row is past seqlen_k), bit l of
+// valid[i] says whether row 32 i + l holds a key.  Computed once a block and cache, after the
+// slot's wait (the page-table loads are in flight during it), so that each copy step takes one
+// 64-bit shuffle instead of the page, the slot and their 64-bit products.
+struct GatherPtrs {
+  const u16* row[G_RI];
+  u32 valid[G_RI];
+};
+
+__device__ __forceinline__ GatherPtrs gather_ptrs(const GatherRows& g, const u16* base, i64 row_stride,
+                                                  i64 page_stride) {
+  GatherPtrs a;
+#pragma unroll
+  for (int i = 0; i < G_RI; ++i) {
+    const bool ok = g.slot[i] >= 0;
+    a.row[i] = ok ? base + (i64)g.page[i] * page_stride + (i64)g.slot[i] * row_stride : base;
+    a.valid[i] = __ballot_sync(0xffffffffu, ok);
+  }
+  return a;
+}
+
+// This warp's rows of one K or V block into the ring slot at `dst`: step st copies chunk c of
+// row rr = G_RPS st + lr (lane = G_CPR lr + c), taking the row's address from the lane that looked
+// it up.  The 128-byte swizzle repeats every 8 rows, so where this warp's rows start on an 8-row
+// boundary (G_RW % 8 == 0) the steps run in groups of G_SWP (8 rows) whose chunk offsets a lane
+// computes once.
+constexpr int G_STEPS = G_RW / G_RPS;
+constexpr int G_SWP = 8 % G_RPS == 0 && G_RW % 8 == 0 && G_STEPS % (8 / G_RPS) == 0 ? 8 / G_RPS : 1;
+__device__ __forceinline__ void gather_copy(u32 dst, const GatherPtrs& a, int pw, int lane) {
   const int c = lane % G_CPR;
-  const u32 col = (u32)(c >> 3) * KV_HALF;
-#pragma unroll 4
-  for (int st = 0; st < G_RW / G_RPS; ++st) {
-    // lanes >= G_LANES (head dim 192) take part in the shuffles only
-    const int rr = st * G_RPS + (G_LANES == 32 ? lane / G_CPR : min(lane / G_CPR, G_RPS - 1));
-    const int ri = (st * G_RPS) >> 5;
-    const int page = __shfl_sync(0xffffffffu, G_RI == 1 ? g.page[0] : g.page[ri], rr & 31);
-    const int slot = __shfl_sync(0xffffffffu, G_RI == 1 ? g.slot[0] : g.slot[ri], rr & 31);
-    const int r = pw * G_RW + rr;
-    if (G_LANES == 32 || lane < G_LANES) {
-      const bool ok = slot >= 0 && (D == DP || c < D / 8);
-      const u16* src = ok ? base + (i64)page * page_stride + (i64)slot * row_stride + c * 8 : base;
-      cp_async16(dst + col + (u32)r * 128u + ((u32)((c & 7) ^ (r & 7)) << 4), src, ok);
+  // lanes >= G_LANES (head dim 192) take part in the shuffles only
+  const int lr = G_LANES == 32 ? lane / G_CPR : min(lane / G_CPR, G_RPS - 1);
+  const bool copies = G_LANES == 32 || lane < G_LANES;
+  u32 d0 = dst + (u32)(c >> 3) * KV_HALF + (u32)(pw * G_RW + lr) * 128u;
+  u32 sw[G_SWP];  // (G_SWP > 1) the swizzled chunk offset of step m of each group
+#pragma unroll
+  for (int m = 0; m < G_SWP; ++m) sw[m] = (u32)((c & 7) ^ ((m * G_RPS + lr) & 7)) << 4;
+#pragma unroll 1
+  for (int k = 0; k < G_STEPS / G_SWP; ++k) {
+#pragma unroll
+    for (int m = 0; m < G_SWP; ++m) {
+      const int st = k * G_SWP + m;
+      const int rr = st * G_RPS + lr;
+      const int ri = (st * G_RPS) >> 5;
+      const u16* row = reinterpret_cast<const u16*>(
+          __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(G_RI == 1 ? a.row[0] : a.row[ri]), rr & 31));
+      if (copies) {
+        const bool ok = (((G_RI == 1 ? a.valid[0] : a.valid[ri]) >> (rr & 31)) & 1u) && (D == DP || c < D / 8);
+        // (D == DP: an unused row's address is the cache's first row at this head, so row + c * 8 is
+        // in bounds either way; head dim 96's padding chunks read nothing)
+        const u16* src = D == DP ? row + c * 8 : ok ? row + c * 8 : row;
+        const u32 off = G_SWP > 1 ? sw[m] : (u32)((c & 7) ^ ((pw * G_RW + rr) & 7)) << 4;
+        cp_async16(d0 + (u32)(m * G_RPS) * 128u + off, src, ok);
+      }
     }
+    d0 += (u32)(G_SWP * G_RPS) * 128u;
   }
 }
 
@@ -748,31 +816,21 @@ __device__ __forceinline__ void producer_loop_gather(const AttnParams& p, const 
       const int* page_row = static_cast<const int*>(p.page_table) + (i64)ti.b * p.page_table_stride;
       const u16* kb = K + (i64)kv_head * p.k_head_stride;
       const u16* vb = Vc + (i64)kv_head * p.v_head_stride;
-      int prev = -1;
 #pragma unroll 1
       for (int n = n_hi - 1; n >= n_lo; --n) {
         GatherRows g;
         gather_lookup(g, page_row, p.page_size, n * BN, ti.seqlen_k, pw, lane);
         mbar_wait(bar_k_empty(sb, stage), phase ^ 1, 3);
-        gather_copy(sb + OFF_K + stage * K_BYTES, kb, p.k_row_stride, p.k_page_stride, g, pw, lane);
-        cp_async_commit();
-        if (prev >= 0) {
-          cp_async_wait<1>();  // V of the previous block
-          gather_publish(bar_v_full(sb, prev));
-        }
+        gather_copy(sb + OFF_K + stage * K_BYTES, gather_ptrs(g, kb, p.k_row_stride, p.k_page_stride), pw, lane);
+        cp_async_arrive(bar_k_full(sb, stage));
         mbar_wait(bar_v_empty(sb, stage), phase ^ 1, 4);
-        gather_copy(sb + OFF_V + stage * V_BYTES, vb, p.v_row_stride, p.v_page_stride, g, pw, lane);
-        cp_async_commit();
-        cp_async_wait<1>();  // K of this block
-        gather_publish(bar_k_full(sb, stage));
-        prev = stage;
+        gather_copy(sb + OFF_V + stage * V_BYTES, gather_ptrs(g, vb, p.v_row_stride, p.v_page_stride), pw, lane);
+        cp_async_arrive(bar_v_full(sb, stage));
         if (++stage == STAGES) {
           stage = 0;
           phase ^= 1;
         }
       }
-      cp_async_wait<0>();
-      gather_publish(bar_v_full(sb, prev));
     }
     if (pw == 0) {
       __syncwarp();
@@ -781,6 +839,7 @@ __device__ __forceinline__ void producer_loop_gather(const AttnParams& p, const 
       t = __shfl_sync(0xffffffffu, next, 0);
     }
   }
+  cp_async_wait_all();  // (this thread's last copies land before it leaves; none is committed to a group)
   if (!QUEUE_ONLY && pw == 0 && lane == 0) release_semaphore(md);
 }
 {% if v.get("kv_dtype") %}

@@ -66,6 +66,16 @@ constexpr int NPROD = 128;                   // producer threads that arrive on 
 // v_descale O (tile_sm90.cuh).
 constexpr bool FP8 = {{ "true" if v.get("kv_dtype") else "false" }};
 constexpr int LAND = {{ v.get("land_stages", 0) }};
+// TMA_WARPS: producer warps that issue a paged block's TMA boxes (PAGED, 16-bit K/V, standalone
+// kernels): box b by warp b % TMA_WARPS, so that the per-lane issue loops of pages smaller than a
+// block (8 boxes a 64-column half at pages of 16) run side by side.  Warps 1.. take each tile index
+// from the slots as the consumers do (tile_empty counts them); warp 0 hands out the tiles, loads Q
+// and sets the blocks' expected bytes.
+constexpr int TMA_WARPS = PAGED && !GATHER && !FP8 && !QUEUE_ONLY ? 4 : 1;
+#ifndef KG_TMA_WARPS_MIN_NB
+#define KG_TMA_WARPS_MIN_NB 4
+#endif
+constexpr int TMA_WARPS_MIN_NB = KG_TMA_WARPS_MIN_NB;  // boxes a block from which TMA_WARPS warps issue them
 // FP8_MMA (design variant B, docs/dev/fp8_hopper_design.md section 0): q, K and V in FP8, S = Q K^T on
 // FP8 wgmma reading Q8 and the landing stage's K directly (64-byte swizzle), V transposed by warps
 // 1-3 into an FP8 V^T ring (transpose_v8), P packed to e4m3 (pack_p8) for O += P V^T on FP8 wgmma.
@@ -147,7 +157,7 @@ __device__ __forceinline__ void init_barriers(u32 sb) {
   }
   for (int i = 0; i < 2; ++i) {
     mbar_init(bar_tile_full(sb, i), 1);
-    mbar_init(bar_tile_empty(sb, i), NW + (GATHER || FP8 ? 3 : 0));
+    mbar_init(bar_tile_empty(sb, i), NW + (GATHER || FP8 ? 3 : 0) + (TMA_WARPS - 1));
   }
   for (int s = 0; s < LAND; ++s) {
     mbar_init(bar_land_full(sb, s), 1);

@@ -31,6 +31,14 @@ __device__ __forceinline__ void cp_async16_ef(u32 dst, const void* src, bool pre
   asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src), "r"(n), "l"(pol));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits for every cp.async copy of this thread, committed to a group or not (cp.async.wait_all).
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+// Arrives on the mbarrier at shared address `bar` once every earlier cp.async copy of this thread
+// has landed (PTX cp.async.mbarrier.arrive; .noinc: the barrier's expected count counts this
+// arrival), so the thread need not wait for its copies itself.
+__device__ __forceinline__ void cp_async_arrive(u32 bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
