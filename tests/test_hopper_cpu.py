@@ -901,6 +901,11 @@ def test_paged_tma_boxes_of_four_warps_cover_each_block_once():
     assert "pb.box = pw < tw ? lane * tw + pw : BN;" in src
     # the tile hand-out waits for the three extra warps' arrivals
     assert "NW + (GATHER || FP8 ? 3 : 0) + (TMA_WARPS - 1)" in src
+    # each issuing warp owns a box of every block it walks (else it could fall a phase behind on the
+    # "empty" barriers): the default keeps four warps to blocks of at least four boxes, and the
+    # template refuses a smaller define (test_paged_tma_four_warps_refuse_blocks_of_fewer_boxes)
+    assert min_nb >= 4
+    assert "static_assert(TMA_WARPS == 1 || TMA_WARPS_MIN_NB >= TMA_WARPS" in src
     seen_tw = set()
     for bn in range(16, 257, 16):
         for ps in range(1, 2049):
@@ -911,8 +916,25 @@ def test_paged_tma_boxes_of_four_warps_cover_each_block_once():
             seen_tw.add(tw)
             issued = [lane * tw + pw for pw in range(tw) for lane in range(32) if lane * tw + pw < nb]
             assert sorted(issued) == list(range(nb)), (bn, ps)
-            assert (tw == 1) == (nb < min_nb), (bn, ps)
+            assert all(pw < nb for pw in range(tw)), (bn, ps)   # no issuing warp without a box
     assert seen_tw == {1, 4}
+
+
+def test_paged_tma_four_warps_refuse_blocks_of_fewer_boxes(monkeypatch):
+    """KG_TMA_WARPS_MIN_NB below the four issuing warps (a define for an A/B) would let a warp walk a
+    block that has no box for it: the kernel does not compile; the fused kernel, whose warp 0 alone
+    runs producer_loop, asserts TMA_WARPS == 1."""
+    from kernelgen.jit import compiler
+    spec = AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa", heuristics.SM90_TILE, mainloop="sm90a",
+                         sm90_opts="p", paged=True)
+    monkeypatch.setenv("KERNELGEN_DEFINES", "KG_TMA_WARPS_MIN_NB=2")
+    with pytest.raises(Exception, match="KG_TMA_WARPS_MIN_NB below TMA_WARPS"):
+        compiler.compile_cubin(render.render(spec), "sm_90a", compiler.default_options("sm_90a"), spec.entry)
+    fv = heuristics.choose_fused_hopper("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal",
+                                        max_seqlen_q=2048, max_seqlen_k=8192, paged=True, short_max_q=4,
+                                        page_size=16)
+    fused = render.render(fv.fused)
+    assert 'static_assert(kpre::TMA_WARPS == 1, "producer warp 0 alone runs producer_loop here' in fused
 
 
 def test_paged_tma_producer_source_runs_the_block_loop_on_the_whole_warp():

@@ -113,8 +113,9 @@ __device__ __forceinline__ int next_tile_index(int* md) {
   return atomicAdd(&md[MD_SEMAPHORE], 1) + (QUEUE_ONLY ? 0 : (int)gridDim.x);
 }
 
-// The producer warp (all 32 lanes call; lane 0 issues Q and, without paging, K and V; with paged
-// K/V each lane issues its own box, tma_load_paged): publishes tile indices to the consumers
+// The producer warp(s) (all 32 lanes call; warp 0's lane 0 issues Q and, without paging, K and V;
+// with paged K/V each lane of the TMA_WARPS warps issues its own box, tma_load_paged; warp 0 alone
+// hands out the tiles): publishes tile indices to the consumers
 // (two slots, tile_full / tile_empty), takes the next tile from the semaphore after issuing the
 // current tile's loads, and releases the semaphore when the tiles run out.  FP8 K/V: each block's
 // K and V bytes go to one landing stage (land_full / land_empty; LAND stages), which producer

@@ -1,6 +1,7 @@
 // ---- attention/variant_sm90.cuh: the Hopper (sm_90a) attention variant in namespace {{ v.ns }} ----
-// A CTA is one producer warpgroup (warp 0 issues the TMA loads; warps 1-3 only give their
-// registers back, or convert an FP8 cache's blocks) and NW / 4 (2 or 3) consumer warpgroups of 64 query
+// A CTA is one producer warpgroup (warp 0 issues the TMA loads; warps 1-3 give their registers
+// back, issue paged 16-bit K/V boxes beside warp 0 (TMA_WARPS), gather rows (GATHER) or convert an
+// FP8 cache's blocks) and NW / 4 (2 or 3) consumer warpgroups of 64 query
 // rows each, which share one Q tile of BM rows and each K/V block of BN keys.  Supported here:
 // packed or paged K/V (16-bit, or FP8 converted by the producer warps), head_dim == head_dim_v in
 // {64, 96, 128, 192, 256} or 192 x 128, no mask, causal or a sliding window (local), with or
@@ -54,7 +55,8 @@ constexpr bool PV_HALVES = {{ "true" if ("h" in v.sm90_opts or v.head_dim_v == 6
 constexpr bool PINGPONG = {{ "true" if "p" in v.sm90_opts else "false" }};
 constexpr bool LAZY_RESCALE = {{ "true" if "r" in v.sm90_opts else "false" }};
 // GATHER ("g", paged only): the producer warpgroup's 128 threads copy K/V rows found through the
-// page table (cp.async, then a proxy fence and one arrival each on the "full" barrier).
+// page table (cp.async, each thread's copies arriving on the "full" barrier once they land; the
+// consumers fence to the async proxy after the wait, wait_full).
 constexpr bool GATHER = {{ "true" if "g" in v.sm90_opts else "false" }};
 // QUEUE_ONLY: the long-query variant of the fused mixed-batch kernel (fwd_fused_sm90.cu.j2), whose
 // CTAs take every tile from the semaphore and leave its reset to the kernel.
@@ -76,6 +78,9 @@ constexpr int TMA_WARPS = PAGED && !GATHER && !FP8 && !QUEUE_ONLY ? 4 : 1;
 #define KG_TMA_WARPS_MIN_NB 4
 #endif
 constexpr int TMA_WARPS_MIN_NB = KG_TMA_WARPS_MIN_NB;  // boxes a block from which TMA_WARPS warps issue them
+// every issuing warp must own a box of each block: a warp without one would still wait on the
+// slots' "empty" barriers that nothing ties to its pace, and could fall a phase behind (a hang)
+static_assert(TMA_WARPS == 1 || TMA_WARPS_MIN_NB >= TMA_WARPS, "KG_TMA_WARPS_MIN_NB below TMA_WARPS");
 // FP8_MMA (design variant B, docs/dev/fp8_hopper_design.md section 0): q, K and V in FP8, S = Q K^T on
 // FP8 wgmma reading Q8 and the landing stage's K directly (64-byte swizzle), V transposed by warps
 // 1-3 into an FP8 V^T ring (transpose_v8), P packed to e4m3 (pack_p8) for O += P V^T on FP8 wgmma.
@@ -133,7 +138,7 @@ static_assert(NW <= 16, "pin words");
 
 // Barriers: arrival counts 1 for "full" (the producer's arrive.expect_tx; TMA completes the
 // bytes; NPROD for gathered K/V), NW for "empty" (lane 0 of every consumer warp; tile_empty also
-// counts producer warps 1-3 when they gather).
+// counts producer warps 1-3 when they gather, convert FP8 blocks or issue boxes, TMA_WARPS).
 __device__ __forceinline__ u32 bar_q_full(u32 sb) { return sb + OFF_BAR; }
 __device__ __forceinline__ u32 bar_q_empty(u32 sb) { return sb + OFF_BAR + 8; }
 __device__ __forceinline__ u32 bar_k_full(u32 sb, int s) { return sb + OFF_BAR + 16 + 8 * s; }
