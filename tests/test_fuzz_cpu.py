@@ -1288,12 +1288,14 @@ def test_sanitize_cases_cover_kernel_families():
                for s in fuzz.case_specs(multi, "sm_90a", 132))
     # paged prefills with more tiles than CTAs on the standalone Hopper kernel: TMA boxes of pages of 16
     # (four issuing warps) and the row gather (pages of 24)
-    for name, gather in (("prefill_paged16_four_warp_boxes", False), ("prefill_paged24_gather", True)):
+    for name, gather, split in (("prefill_paged16_four_warp_boxes", False, False), ("prefill_paged24_gather", True, False),
+                                ("prefill_paged64_split_window", False, True), ("prefill_paged16_split", False, True),
+                                ("prefill_paged24_gather_d192", True, False)):
         (c,) = [c for n, c in fuzz.sanitize_cases() if n == name]
-        assert sum(-(-n // 128) for n in c["qlens"]) * c["num_heads_q"] > 132
+        assert sum(-(-n // 128) for n in c["qlens"]) * c["num_heads_q"] * max(1, c["num_splits"]) > 132, name
         (s,) = [s for s in fuzz.case_specs(c, "sm_90a", 132) if s.kind == "attention"]
         assert s.mainloop == "sm90a" and s.paged and s.tile.block_m == 128 and not s.kv_dtype, name
-        assert ("g" in s.sm90_opts) == gather, (name, s.sm90_opts)
+        assert ("g" in s.sm90_opts) == gather and s.split == split, (name, s.sm90_opts, s.split)
     # FP8 q: the causal packed GQA prefill at d 128 on the FP8 tensor-core variant, the paged
     # decode on a converted q (the FP8-cache decode kernel of the output dtype)
     fp8q = {n: c for n, c in fuzz.sanitize_cases() if c["q_fp8"]}

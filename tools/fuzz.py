@@ -1261,6 +1261,20 @@ def sanitize_cases() -> list:
             seed=119, dtype="fp16", head_dim=128, head_dim_v=128, num_heads_q=64, num_heads_kv=8,
             qlens=[130, 70], klens=[400, 300], kv="paged", page_size=24, spare_pages=2,
             causal=True, mask="causal")),
+        # the same kernels with split-KV and a window: pages of 64 (four producer warps, warp 0 alone
+        # issuing) and of 16 (four issuing); the gather at head dim 192 (lanes 24-31 copy nothing)
+        ("prefill_paged64_split_window", case(
+            seed=120, dtype="bf16", head_dim=128, head_dim_v=128, num_heads_q=32, num_heads_kv=8,
+            qlens=[130, 70], klens=[400, 300], kv="paged", page_size=64, spare_pages=2, num_splits=2,
+            window=[100, -1], causal=True, mask="causal_window")),
+        ("prefill_paged16_split", case(
+            seed=121, dtype="fp16", head_dim=128, head_dim_v=128, num_heads_q=32, num_heads_kv=8,
+            qlens=[130, 70], klens=[400, 300], kv="paged", page_size=16, spare_pages=2, num_splits=3,
+            causal=True, mask="causal")),
+        ("prefill_paged24_gather_d192", case(
+            seed=122, dtype="bf16", head_dim=192, head_dim_v=192, num_heads_q=48, num_heads_kv=8,
+            qlens=[130, 70], klens=[400, 300], kv="paged", page_size=24, spare_pages=2,
+            causal=True, mask="causal")),
         ("decode_paged_packgqa_split_combine", case(
             seed=103, dtype="fp16", head_dim=128, head_dim_v=128, num_heads_q=8, num_heads_kv=2,
             qlens=[1, 1, 0, 1, 1], klens=[300, 0, 5, 1000, 17], kv="paged", page_size=16, spare_pages=3,

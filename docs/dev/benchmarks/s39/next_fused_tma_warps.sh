@@ -2,8 +2,12 @@
 # (next session) Four-warp paged TMA boxes in the Hopper fused mixed-batch kernel too (not run: this session's device
 # time ran out).  Before this call, on the CPU (NVRTC 13.0 here = the device's, so the cache carries over):
 #   git apply docs/dev/experiments/fused-tma-warps.patch      (TMA_WARPS without !QUEUE_ONLY; the fused kernel's
-#       producer warps 0-3 run producer_loop with their warp index; its CPU tests passed: test_fused_hopper_cpu.py,
-#       test_l2_hint_cpu.py, 0 spills in the paged_split_mixed group's 170 kernels)
+#       producer warps 0-3 run producer_loop with their warp index; it drops the fused kernel's
+#       static_assert(kpre::TMA_WARPS == 1) and updates test_hopper_cpu.py's two source checks; its CPU tests
+#       passed: test_hopper_cpu.py, test_fused_hopper_cpu.py, test_l2_hint_cpu.py, 0 spills in the paged_split_mixed
+#       group's 170 kernels)
+#   The racecheck below also runs three sanitizer cases added after this session's last device call (split-KV and
+#   a window on pages of 64 and 16, the gather at head dim 192): a first run for them.
 #   python tests/dispatch_golden.py   (source hashes only)
 #   KERNELGEN_CACHE_DIR=$PWD/cache: compile warm_gpu_tests.py's paged_split_mixed group (one job, ~2 min, 34 MB),
 #   then carry ["cache"].  KG_TMA_WARPS_MIN_NB=99 below keeps warp 0 the only issuer (the fused kernel as merged,
