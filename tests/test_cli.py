@@ -1,6 +1,7 @@
 """CPU tests of the command line, the warmup and the traces (no GPU needed; temp cache dirs only)."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -327,9 +328,14 @@ def test_cache_commands(tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["cache", "list", "--cache-dir", d]) == 0
     out = capsys.readouterr().out
-    for col in ("name", "arch", "size KB", "registers", "spill bytes", "valid"):
+    for col in ("name", "arch", "nvrtc", "key", "size KB", "registers", "spill bytes", "valid"):
         assert col in out
     assert "attn_sm_80_bf16_d64_causal_soa" in out and "sched_sm_80_soa" in out
+    from kernelgen.jit import compiler
+    (attn_row,) = [ln for ln in out.splitlines() if "attn_sm_80_bf16_d64_causal_soa" in ln]
+    assert ".".join(map(str, compiler.nvrtc_version())) in attn_row   # builds told apart by NVRTC and key
+    attn_key = json.loads(next(Path(d).glob("attn_*.json")).read_text())["key"]
+    assert attn_key[:12] in attn_row
     assert "2 entries" in out
 
     assert cli.main(["cache", "verify", "--cache-dir", d]) == 0
@@ -344,7 +350,18 @@ def test_cache_commands(tmp_path, capsys):
     assert cli.main(["cache", "list", "--cache-dir", d]) == 0
     assert "no (" in capsys.readouterr().out
     assert cli.main(["cache", "verify", "--repair", "--cache-dir", d]) == 0
-    assert "1 repaired" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "1 repaired" in out and f"repaired: {cubin.stem}" in out and "  bad:" not in out
+    # a sidecar without a usable spec: the entry is removed, not rebuilt, and verify --repair says so
+    side = next(Path(d).glob("sched_*.json"))
+    side.write_text("{not json")
+    assert cli.main(["cache", "verify", "--repair", "--cache-dir", d]) == 1
+    out = capsys.readouterr().out
+    assert f"removed (no usable spec in its sidecar to rebuild it): {side.stem}" in out
+    assert "0 repaired" in out and "1 entry not repaired" in out and not side.exists()
+    assert cli.main(["warmup", "--arch", "sm_80", "--head-dim", "64", "--dtype", "bf16", "--causal",
+                     "--layout", "soa", "--jobs", "1", "--cache-dir", d]) == 0   # rebuilt by a warmup
+    capsys.readouterr()
     assert cli.main(["cache", "verify", "--cache-dir", d]) == 0
     capsys.readouterr()
 
@@ -370,6 +387,7 @@ def test_demo_without_gpu_prewarms_its_kernels(tmp_path, capsys):
     assert cli.main(["demo", "--arch", "sm_80", "--jobs", "1", "--cache-dir", d]) == 0
     out = capsys.readouterr().out
     assert "No CUDA GPU found: pre-warmed 2 kernel(s) for sm_80 in" in out
+    assert "(2 compiled now, 0 already cached)" in out
     assert "needs an NVIDIA GPU" in out
     assert "or newer" not in out and "8.0" in out and "9.0" in out and "KERNELGEN_ALLOW_UNTESTED_ARCH=1" in out
     cache = KernelCache(d)
@@ -380,6 +398,8 @@ def test_demo_without_gpu_prewarms_its_kernels(tmp_path, capsys):
                      "--layout", "soa", "--jobs", "1", "--cache-dir", d]) == 0
     assert _warmup_counts(capsys.readouterr().out)[1:4] == (0, 2, 2)
     assert compiler.COMPILE_COUNT == before
+    assert cli.main(["demo", "--arch", "sm_80", "--jobs", "1", "--cache-dir", d]) == 0   # a second demo: all cached
+    assert "(0 compiled now, 2 already cached)" in capsys.readouterr().out
 
 
 @no_gpu

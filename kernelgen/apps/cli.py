@@ -456,31 +456,40 @@ def cmd_cache(args) -> int:
             return 0
         rows = []
         for e in entries:
+            # the same name can appear more than once: builds of other sources (kernelgen versions,
+            # templates) or NVRTC versions, told apart by the key's first characters and NVRTC
             rows.append((
                 e.get("name") or e.get("stem"),
                 e.get("arch") or "?",
+                e.get("nvrtc") or "?",
+                str(e.get("key") or "?")[:12],
                 f"{(e.get('size') or 0) / 1024:.1f}",
                 "?" if e.get("registers") is None else e["registers"],
                 "?" if e.get("spill_bytes") is None else e["spill_bytes"],
                 "yes" if e.get("valid") else f"no ({e.get('reason', '?')})",
             ))
-        print(_fmt_table(("name", "arch", "size KB", "registers", "spill bytes", "valid"), rows))
+        print(_fmt_table(("name", "arch", "nvrtc", "key", "size KB", "registers", "spill bytes", "valid"), rows))
         total = sum(e.get("size") or 0 for e in entries)
         print(f"{len(entries)} entries, {total / 1024:.1f} KB in {cache.root}")
         return 0
     if action == "verify":
-        report = cache.verify(repair=args.repair)
+        fates: dict = {}
+        report = cache.verify(repair=args.repair, outcomes=fates)
         bad = list(report.get("bad", []))
         repaired = int(report.get("repaired", 0))
         print(f"cache {cache.root}: {report.get('ok', 0)} ok, {len(bad)} bad"
               + (f", {repaired} repaired, {report.get('orphans_removed', 0)} orphaned file(s) removed"
                  if args.repair else ""))
+        label = {"repaired": "repaired", "removed": "removed (no usable spec in its sidecar to rebuild it)"}
         for stem in bad:
-            print(f"  bad: {stem}")
+            print(f"  {label.get(fates.get(stem), 'bad')}: {stem}")
         remaining = len(bad) - repaired if args.repair else len(bad)
         if remaining > 0:
-            hint = "" if args.repair else " (run `kernelgen cache verify --repair`)"
-            print(f"{remaining} bad entr{'y' if remaining == 1 else 'ies'} remain{'s' if remaining == 1 else ''}{hint}")
+            if args.repair:
+                print(f"{remaining} entr{'y' if remaining == 1 else 'ies'} not repaired")
+            else:
+                print(f"{remaining} bad entr{'y' if remaining == 1 else 'ies'} remain{'s' if remaining == 1 else ''}"
+                      " (run `kernelgen cache verify --repair`)")
             return 1
         return 0
     if action == "clear":

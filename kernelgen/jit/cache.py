@@ -502,11 +502,13 @@ class KernelCache:
                 "reason": reason,
                 "registers": res.get("registers"),
                 "spill_bytes": (res.get("spill_stores") or 0) + (res.get("spill_loads") or 0) if res else None,
+                "nvrtc": ".".join(str(x) for x in meta["nvrtc_version"])
+                         if isinstance(meta.get("nvrtc_version"), (list, tuple)) else None,
                 "mtime": mtime,
             })
         return out
 
-    def verify(self, repair: bool = False) -> dict:
+    def verify(self, repair: bool = False, outcomes: dict | None = None) -> dict:
         """Check every entry's sidecar and hash.
 
         Returns {"ok", "bad", "repaired", "orphans_removed"}; "bad" lists entry stems
@@ -516,7 +518,10 @@ class KernelCache:
         entries whose lock is free, so a compile in progress is left alone).  Entry files owned by
         another user or writable by group/other are bad (and repaired by replacement).  In an
         untrusted directory (see :meth:`unsafe_reason`) every entry is reported bad and nothing is
-        repaired: kernelgen neither loads from nor writes into it.
+        repaired: kernelgen neither loads from nor writes into it.  ``outcomes`` (a dict, filled in
+        place with ``repair=True``): each bad stem's fate, "repaired" (rebuilt from its sidecar's
+        spec, possibly under a new key), "removed" (deleted: no usable spec to rebuild it from) or
+        "bad" (left as it was).
         """
         report = {"ok": 0, "bad": [], "repaired": 0, "orphans_removed": 0}
         if self.unsafe_reason():  # nothing in it would be loaded, and we do not write into it
@@ -536,8 +541,14 @@ class KernelCache:
                 report["ok"] += 1
                 continue
             report["bad"].append(stem)
+            fate = "bad"
             if repair and self._repair(path, meta):
                 report["repaired"] += 1
+                fate = "repaired"
+            elif repair and not any(Path(str(path) + s).exists() for s in (".json", ".cubin")):
+                fate = "removed"
+            if outcomes is not None:
+                outcomes[stem] = fate
         return report
 
     def _remove_orphans(self, stem: Path, files: list[Path]) -> int:
