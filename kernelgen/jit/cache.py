@@ -519,7 +519,7 @@ class KernelCache:
         another user or writable by group/other are bad (and repaired by replacement).  In an
         untrusted directory (see :meth:`unsafe_reason`) every entry is reported bad and nothing is
         repaired: kernelgen neither loads from nor writes into it.  ``outcomes`` (a dict, filled in
-        place with ``repair=True``): each bad stem's fate, "repaired" (rebuilt from its sidecar's
+        place): each bad stem's fate, "repaired" (rebuilt from its sidecar's
         spec, possibly under a new key), "removed" (deleted: no usable spec to rebuild it from) or
         "bad" (left as it was).
         """
