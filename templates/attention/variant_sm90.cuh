@@ -69,11 +69,11 @@ constexpr int NPROD = 128;                   // producer threads that arrive on 
 constexpr bool FP8 = {{ "true" if v.get("kv_dtype") else "false" }};
 constexpr int LAND = {{ v.get("land_stages", 0) }};
 // TMA_WARPS: producer warps that issue a paged block's TMA boxes (PAGED, 16-bit K/V, standalone
-// kernels): box b by warp b % TMA_WARPS, so that the per-lane issue loops of pages smaller than a
+// and fused kernels): box b by warp b % TMA_WARPS, so that the per-lane issue loops of pages smaller than a
 // block (8 boxes a 64-column half at pages of 16) run side by side.  Warps 1.. take each tile index
 // from the slots as the consumers do (tile_empty counts them); warp 0 hands out the tiles, loads Q
 // and sets the blocks' expected bytes.
-constexpr int TMA_WARPS = PAGED && !GATHER && !FP8 && !QUEUE_ONLY ? 4 : 1;
+constexpr int TMA_WARPS = PAGED && !GATHER && !FP8 ? 4 : 1;
 #ifndef KG_TMA_WARPS_MIN_NB
 #define KG_TMA_WARPS_MIN_NB 4
 #endif
