@@ -11,7 +11,7 @@ import pytest
 import sampling
 
 from kernelgen.jit import compiler, render, sass
-from kernelgen.kernels.spec import DTYPES, HEAD_DIMS, LAYOUTS, SchedulerSpec
+from kernelgen.kernels.spec import DTYPES, HEAD_DIMS, LAYOUTS, SchedulerSpec, TileConfig
 from kernelgen.selection import heuristics
 
 ARCHS = ("sm_80", "sm_90a")
@@ -120,6 +120,42 @@ def test_decode_tile_packed_no_mask_compiles_without_spills(arch, hd):
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, (v.attention.name, r)
 
 
+@pytest.mark.parametrize("arch,mask,splits", [("sm_80", "local", 1), ("sm_90a", "causal", 1), ("sm_90a", "causal", 4),
+                                               ("sm_90a", "none", 1)])
+def test_softcap_paged_prefill_takes_the_64_row_tile_without_spills(arch, mask, splits):
+    """Every case, not sampled: the sm_80 mainloop's 128-row head-dim-128 prefill tile spilled 24-48
+    bytes (NVRTC 13.0) with a soft-cap on a paged cache, on sm_80 with a window too, on sm_90a
+    (``arch="sm_80"`` calls on an H200) with any mask; the decider gives those calls the 64-row tile
+    (``heuristics.SOFTCAP_PAGED_TILE``), which builds without spills, and keeps the 128-row one where
+    it did not spill (the same features on packed K/V, or without the soft-cap)."""
+    kw = dict(num_heads_q=32, num_heads_kv=8, mask=mask, max_seqlen_q=4096, max_seqlen_k=32768, num_splits=splits,
+              mainloop="sm80")
+    v = heuristics.choose(arch, "fp16", 128, 128, paged=True, softcap=True, **kw)
+    assert v.attention.tile == heuristics.SOFTCAP_PAGED_TILE, v.attention.name
+    r = _compile(v.attention).resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, (v.attention.name, r)
+    for other in (dict(paged=False, softcap=True), dict(paged=True, softcap=False)):
+        assert heuristics.choose(arch, "fp16", 128, 128, **other, **kw).attention.tile == TileConfig(128, 32, 4, 2, 2)
+    if arch == "sm_80":   # on sm_80 a causal soft-capped paged prefill built without spills: it keeps its tile
+        kw["mask"] = "causal"
+        assert heuristics.choose(arch, "fp16", 128, 128, paged=True, softcap=True, **kw).attention.tile \
+            == TileConfig(128, 32, 4, 2, 2)
+
+
+def test_sm80_fused_kernel_on_sm90a_with_softcap_and_pages_builds_without_spills():
+    """The sm_80 fused kernel compiled for sm_90a (a mixed batch the Hopper kernels do not take)
+    with a soft-cap on a paged cache spilled 28-48 bytes with the 128-row long tile; it takes the
+    64-row one (every case, not sampled)."""
+    f = heuristics.choose_fused("sm_90a", "bf16", 128, 128, num_heads_q=8, num_heads_kv=1, mask="causal",
+                                max_seqlen_k=32768, paged=True, softcap=True)
+    assert f.fused.long.tile == heuristics.SOFTCAP_PAGED_TILE
+    r = _compile(f.fused).resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, (f.fused.name, r)
+    assert f.fused.smem_bytes() <= heuristics.SMEM_LIMIT["sm_90a"]
+    assert heuristics.choose_fused("sm_80", "bf16", 128, 128, num_heads_q=8, num_heads_kv=1, mask="causal",
+                                   max_seqlen_k=32768, paged=True, softcap=True).fused.long.tile.block_m == 128
+
+
 def test_hdim_192_128_compiles():
     _, spec = heuristics.specs_for("sm_90a", "bf16", 192, 128, True, "soa")
     assert _compile(spec).resources["spill_stores"] == 0
@@ -199,7 +235,8 @@ def test_fused_variants_compile_without_spills(arch, hq, hkv, hd, mask, paged, s
     f = heuristics.choose_fused(arch, "bf16", hd, hd, num_heads_q=hq, num_heads_kv=hkv, mask=mask,
                                 max_seqlen_k=32768, paged=paged, softcap=softcap)
     assert f is not None
-    assert f.fused.short.tile.num_warps == 1 and f.fused.long.tile.block_m == 128
+    heavy = heuristics.softcap_paged_spills(arch, hd, hd, mask, paged, softcap)
+    assert f.fused.short.tile.num_warps == 1 and f.fused.long.tile.block_m == (64 if heavy else 128)
     assert f.fused.long.row_splits == f.fused.short.split
     res = _compile(f.fused)
     r = res.resources

@@ -364,6 +364,23 @@ CANDIDATE_TILES = {
 #: two-stage tile spills there when compiled for sm_90a (24 spill stores with split-KV).
 ALIBI_HEAVY_TILE = TileConfig(64, 64, 4, 2, 2)
 
+#: The sm_80 path's head-dim-128 prefill tile (and the sm_80 fused kernel's long tile) where a
+#: soft-cap and a paged cache meet: the 128-row two-stage tile runs at 248-255 registers with any
+#: two of paged / soft-cap / window / split state, and NVRTC 13.0's ptxas spills it on these
+#: (``softcap_paged_spills``): on sm_80 with a window too (48 bytes), on sm_90a (the sm_80 mainloop
+#: compiled for an H200: ``arch="sm_80"`` calls, calls the Hopper path does not take) with any
+#: mask (24-32 bytes; the fused kernel 28-48).  The 64-row tile needs 190-218 registers there.
+SOFTCAP_PAGED_TILE = TileConfig(64, 64, 4, 2, 2)
+
+
+def softcap_paged_spills(arch: str, head_dim: int, head_dim_v: int, mask: str, paged: bool, softcap: bool) -> bool:
+    """Whether the sm_80 mainloop's 128-row head-dim-128 prefill tile (``tile_config``'s extra-state
+    one) spills for these features when compiled for ``arch`` (NVRTC 13.0; ``SOFTCAP_PAGED_TILE``):
+    soft-cap and paged K/V at head dim 128, on sm_80 also a sliding window."""
+    if not (softcap and paged and max(head_dim, head_dim_v) == 128):
+        return False
+    return arch == "sm_90a" or (arch == "sm_80" and mask == "local")
+
 #: The sm_80 path's prefill tiles of user variants (``kernelgen.Variant``), by head dim: the mid
 #: class's 64-row tiles.  A snippet's index arithmetic and tensor loads run on every logit beside
 #: the 128-row tiles' 64 fp32 scores a thread; the 64-row tiles leave them room (the five sample
@@ -690,6 +707,9 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
             and (softcap or mask == "local"):
         # the slopes beside a window / soft-cap state and split-KV spill the 128-row tile on sm_90a
         tile = ALIBI_HEAVY_TILE
+    if not fixed_tile and tile_class == "prefill" and tile == tile_config(arch, head_dim, head_dim_v, "prefill", True) \
+            and softcap_paged_spills(arch, head_dim, head_dim_v, mask, paged, softcap):
+        tile = SOFTCAP_PAGED_TILE
     if variant is not None and not fixed_tile and tile_class == "prefill":
         tile = VARIANT_PREFILL_TILES.get(max(head_dim, head_dim_v), tile)
 
@@ -777,6 +797,8 @@ def choose_fused(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_h
     if short is None:
         return None
     long_tile = tile_config(arch, head_dim, head_dim_v, "prefill", True)
+    if softcap_paged_spills(arch, head_dim, head_dim_v, mask, paged, softcap):
+        long_tile = SOFTCAP_PAGED_TILE
     if kv_dtype:
         long_tile = fp8_tile(long_tile, head_dim, head_dim_v)
     long = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, long_tile, False, False, paged, softcap,
