@@ -1275,6 +1275,17 @@ def sanitize_cases() -> list:
             seed=122, dtype="bf16", head_dim=192, head_dim_v=192, num_heads_q=48, num_heads_kv=8,
             qlens=[130, 70], klens=[400, 300], kv="paged", page_size=24, spare_pages=2,
             causal=True, mask="causal")),
+        # pack-GQA on the Hopper prefill kernel (KERNELGEN_SM90_PACK_GQA=1, off by default): Q boxes of
+        # qpk heads x BM / qpk tokens, rows (token, head) through masks, partials and the epilogue; qpk 3
+        # on the 192-row tile, qpk 4 with TMA page boxes from four warps and split-KV
+        ("hopper_pack_gqa_d64_qpk3_split", dict(case(
+            seed=123, dtype="bf16", head_dim=64, head_dim_v=64, num_heads_q=24, num_heads_kv=8,
+            qlens=[100, 0, 37, 60], klens=[200, 5, 300, 40], num_splits=2, causal=True, mask="causal", pad_rows=3),
+            env={"KERNELGEN_SM90_PACK_GQA": "1"})),
+        ("hopper_pack_gqa_paged16_split", dict(case(
+            seed=124, dtype="fp16", head_dim=128, head_dim_v=128, num_heads_q=8, num_heads_kv=2,
+            qlens=[130, 70], klens=[400, 300], kv="paged", page_size=16, spare_pages=2, num_splits=3,
+            causal=True, mask="causal"), env={"KERNELGEN_SM90_PACK_GQA": "1"})),
         ("decode_paged_packgqa_split_combine", case(
             seed=103, dtype="fp16", head_dim=128, head_dim_v=128, num_heads_q=8, num_heads_kv=2,
             qlens=[1, 1, 0, 1, 1], klens=[300, 0, 5, 1000, 17], kv="paged", page_size=16, spare_pages=3,

@@ -5,7 +5,7 @@ kernel after another inside them.
 The specs come from the dispatcher's own functions (``heuristics.choose``, ``choose_fused_hopper``,
 ``choose_pair``) called with the parameters of the tests in tests/gpu/test_hopper_gpu.py,
 tests/gpu/test_fused_gpu.py, tests/gpu/test_alibi_gpu.py, tests/gpu/test_sinks_gpu.py and
-tests/gpu/test_variant_gpu.py and tests/gpu/test_fp8_gpu.py; a spec that a test ends up not using costs only its compile.
+tests/gpu/test_variant_gpu.py, tests/gpu/test_fp8_gpu.py and tests/gpu/test_hopper_pack_gqa_gpu.py; a spec that a test ends up not using costs only its compile.
 ``kernelgen warmup --serving`` (run before this by gpu_check.sh) covers the serving shapes.
 
     python tools/warm_gpu_tests.py [--jobs N] [--cache-dir DIR] [--list]
@@ -57,12 +57,12 @@ def _all_row_warps(group):
 
 def _choose(dt, d, dv=None, *, hq=8, hkv=2, causal=True, window=(-1, -1), cap=0.0, layout="soa", max_q=700,
             max_k=9000, paged=False, page_size=0, num_splits=0, mainloop="sm90a", alibi=False, pack_gqa=None,
-            variant=None, kv_dtype="", q_dtype=""):
+            variant=None, kv_dtype="", q_dtype="", sm90_pack=None):
     mask = "local" if window != (-1, -1) else ("causal" if causal else "none")
     v = heuristics.choose(ARCH, dt, d, d if dv is None else dv, num_heads_q=hq, num_heads_kv=hkv, mask=mask,
                           layout=layout, max_seqlen_q=max_q, max_seqlen_k=max_k, paged=paged, softcap=cap > 0,
                           num_splits=num_splits, num_sms=132, mainloop=mainloop, page_size=page_size,
-                          sm90_opts=_opts(), alibi=alibi, pack_gqa=pack_gqa,
+                          sm90_opts=_opts(), alibi=alibi, pack_gqa=pack_gqa, sm90_pack=sm90_pack,
                           **({"variant": variant} if variant is not None else {}),
                           **({"kv_dtype": kv_dtype} if kv_dtype else {}), **({"q_dtype": q_dtype} if q_dtype else {}))
     return [s for s in (v.scheduler, v.attention, v.combine) if s is not None]
@@ -317,6 +317,28 @@ def sinks_specs() -> list:
     return out
 
 
+@_all_row_warps
+def pack_specs() -> list:
+    """tests/gpu/test_hopper_pack_gqa_gpu.py: the packed Hopper variants (KERNELGEN_SM90_PACK_GQA=1) of
+    its matrix (head dims 64 / 128 in both dtypes, causal and not, qpk 2 / 4 / 8; 96 and 192), its
+    split / window / soft-cap calls on one KV head, its paged calls and its sinks call."""
+    out = []
+    for d, dt, causal, (hq, hkv) in itertools.product((64, 128), ("bf16", "fp16"), (False, True),
+                                                      ((8, 4), (8, 2), (8, 1))):
+        out += _choose(dt, d, hq=hq, hkv=hkv, causal=causal, max_q=400, max_k=520, sm90_pack=True)
+    out += _choose("bf16", 96, causal=True, max_q=400, max_k=520, sm90_pack=True)
+    out += _choose("bf16", 192, hq=8, hkv=4, causal=True, max_q=400, max_k=520, sm90_pack=True)
+    for n in (3, 0):
+        for causal, window, cap in ((True, (-1, -1), 0.0), (True, (300, -1), 0.0), (False, (200, 100), 30.0)):
+            out += _choose("bf16", 128, hq=8, hkv=1, causal=causal, window=window, cap=cap, max_q=1300, max_k=4000,
+                           num_splits=n, sm90_pack=True)
+    for ps in (1, 16, 64, 256):
+        out += _choose("bf16", 128, causal=True, max_q=300, max_k=1000, paged=True, page_size=ps, sm90_pack=True)
+    out += _with_sinks(_choose("bf16", 64, hq=64, hkv=8, causal=True, max_q=700, max_k=900, sm90_pack=True))
+    out += _choose("bf16", 128, hq=32, hkv=8, causal=True, max_q=1000, max_k=1000, sm90_pack=True)
+    return out
+
+
 def _with_kv(kv: str, *args, **kw) -> list:
     """The FP8 K/V (``kv``) variants the decider gives an FP8 call of ``_choose``'s arguments, automatic
     (the Hopper kernel for prefill-shaped calls it takes) and forced to the sm_80 mainloop."""
@@ -420,7 +442,8 @@ def quant_q_specs() -> list:
 #: the groups above by name (``--only``)
 GROUPS = {"head_dim": head_dim_specs, "window_softcap": window_softcap_specs,
           "paged_split_mixed": paged_split_mixed_specs, "alibi": alibi_specs, "sinks": sinks_specs,
-          "variant": variant_specs, "fp8": fp8_specs, "fp8_q": fp8_q_specs, "quant_q": quant_q_specs}
+          "variant": variant_specs, "fp8": fp8_specs, "fp8_q": fp8_q_specs, "quant_q": quant_q_specs,
+          "pack": pack_specs}
 
 
 def specs(only=None) -> list:

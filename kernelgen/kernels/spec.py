@@ -240,9 +240,8 @@ class AttentionSpec:
             return f"head dims {self.head_dim}/{self.head_dim_v} (supported: {SM90_HEAD_DIM_PAIRS})"
         if self.paged and (self.head_dim != self.head_dim_v or self.head_dim not in SM90_PAGED_HEAD_DIMS):
             return f"paged at head dims {self.head_dim}/{self.head_dim_v} (paged: equal, in {SM90_PAGED_HEAD_DIMS})"
-        for flag in ("pack_gqa",):
-            if getattr(self, flag):
-                return flag
+        if self.pack_gqa and (self.kv_dtype or self.alibi or self.variant is not None):
+            return "pack_gqa with an FP8 cache, ALiBi or a user variant (the Hopper kernel packs 16-bit calls)"
         if self.fp8_mma and (not self.kv_dtype or self.head_dim != self.head_dim_v or self.head_dim % 64
                              or t.block_n % 32 or t.block_n < 128):
             return ("fp8_mma needs kv_dtype, head_dim == head_dim_v a multiple of 64 and key blocks of 128 or more, "
@@ -611,6 +610,8 @@ class FusedAttentionSpec:
             raise ValueError("a splitting short variant needs a long variant that records row_splits")
         if self.hopper and a.split:
             raise ValueError("the Hopper fused kernel's long variant does not split KV")
+        if self.hopper and a.pack_gqa:
+            raise ValueError("the Hopper fused kernel's long variant does not pack GQA")
         if self.hopper and a.tile.num_warps != 8:
             raise ValueError(f"the Hopper fused kernel's long variant has 8 consumer warps (got {a.tile.num_warps}: "
                              f"its named barriers and register split are the two-warpgroup ones)")

@@ -54,7 +54,7 @@ class TensorMapError(RuntimeError):
         super().__init__(f"cuTensorMapEncodeTiled failed for {what} with CUresult {code}; arguments {args}")
 
 
-def map_args(ptr: int, shape: tuple, strides: tuple, box_rows: int, elem_bytes: int = 2) -> tuple:
+def map_args(ptr: int, shape: tuple, strides: tuple, box_rows: int, elem_bytes: int = 2, box_heads: int = 1) -> tuple:
     """The encoder's arguments for a (tokens, heads, head_dim) tensor of 16-bit elements (or of
     ``elem_bytes`` 1: an FP8 K/V cache).
 
@@ -64,6 +64,10 @@ def map_args(ptr: int, shape: tuple, strides: tuple, box_rows: int, elem_bytes: 
             box past head_dim reads zeros).
         strides: the tensor's strides in elements, (token, head, 1).
         box_rows: tokens per box (1 .. 256).
+        elem_bytes: bytes an element (2; 1 for an FP8 cache).
+        box_heads: heads per box (1 .. heads): pack-GQA's Q box of the qpk query heads of one KV
+            head, which TMA writes token by token, so shared-memory row r is (token r // box_heads,
+            head r % box_heads): the packed rows' order.
 
     Returns:
         (global_dim, global_strides_bytes, box_dim): innermost first, as
@@ -88,7 +92,9 @@ def map_args(ptr: int, shape: tuple, strides: tuple, box_rows: int, elem_bytes: 
             raise ValueError(f"the {name} stride ({s} bytes) must be a positive multiple of 16 below 2^40")
     if not 1 <= box_rows <= 256:
         raise ValueError(f"box_rows must be in [1, 256], got {box_rows}")
-    return (d, heads, tokens), strides_b, (BOX_INNER, 1, box_rows)
+    if not 1 <= box_heads <= min(heads, 256):
+        raise ValueError(f"box_heads must be in [1, heads = {heads}], got {box_heads}")
+    return (d, heads, tokens), strides_b, (BOX_INNER, box_heads, box_rows)
 
 
 def paged_map_args(ptr: int, shape: tuple, strides: tuple, box_rows: int, elem_bytes: int = 2) -> tuple:
@@ -201,17 +207,26 @@ class AttentionMaps:
     (``paged_map_args``); block_m, block_n: the kernel's Q and K/V box rows (``kv_rows``: the
     K/V box rows when they differ from block_n: min(page_size, block_n) for a paged cache).
     ``kv_maps=False``: k and v get no map (128 zero bytes each; the kernel gathers their rows
-    itself, option "g").  FP8 k and v (1-byte elements) get ``KIND_FP8`` maps.  Raises ValueError
+    itself, option "g").  ``q_heads``: query heads a Q box (pack-GQA's qpk; boxes of block_m / q_heads
+    tokens).  FP8 k and v (1-byte elements) get ``KIND_FP8`` maps.  Raises ValueError
     (map_args, paged_map_args).
     """
 
-    def __init__(self, q, k, v, block_m: int, block_n: int, kv_maps: bool = True, kv_rows: int | None = None):
-        def args(t, rows):
-            fn = paged_map_args if t.dim() == 4 else map_args
+    def __init__(self, q, k, v, block_m: int, block_n: int, kv_maps: bool = True, kv_rows: int | None = None,
+                 q_heads: int = 1):
+        def args(t, rows, heads=1):
             eb = t.element_size()
-            return fn(16, tuple(t.shape), tuple(t.stride()), rows, eb) + ((KIND_FP8,) if eb == 1 else ())
+            if t.dim() == 4:
+                a = paged_map_args(16, tuple(t.shape), tuple(t.stride()), rows, eb)
+            else:
+                a = map_args(16, tuple(t.shape), tuple(t.stride()), rows, eb, box_heads=heads)
+            return a + ((KIND_FP8,) if eb == 1 else ())
         rows = block_n if kv_rows is None else kv_rows
-        self.args = (args(q, block_m),) + ((args(k, rows), args(v, rows)) if kv_maps else (None, None))
+        if block_m % q_heads:
+            raise ValueError(f"a packed Q box holds whole tokens: block_m ({block_m}) must be a multiple of the "
+                             f"query heads a KV head ({q_heads})")
+        self.args = ((args(q, block_m // q_heads, q_heads),)
+                     + ((args(k, rows), args(v, rows)) if kv_maps else (None, None)))
         self._tls = threading.local()
 
     def encode(self, qp: int, kp: int, vp: int) -> bytes:
@@ -230,7 +245,11 @@ def attention_maps(spec, q, k, v, paged: bool) -> AttentionMaps:
     a call signature's q (tokens, heads, head_dim) and k, v: q by ``block_m``-row boxes, K/V by key
     blocks, or on a paged cache (num_pages, page_size, heads, dim) by boxes of
     min(block_n, page_size) keys inside one page (``tma_load_paged``), none for the gather option
-    "g" (the producer warps copy K/V rows themselves).  Raises ValueError (``map_args``)."""
+    "g" (the producer warps copy K/V rows themselves).  With pack-GQA (``spec.pack_gqa``) the Q box
+    is the qpk query heads of a KV head by block_m / qpk tokens (``map_args``' box_heads).  Raises
+    ValueError (``map_args``; block_m not a multiple of qpk when packed)."""
     t = spec.tile
     kv_rows = min(t.block_n, k.shape[1]) if paged else t.block_n
-    return AttentionMaps(q, k, v, t.block_m, t.block_n, kv_maps="g" not in spec.sm90_opts, kv_rows=kv_rows)
+    qpk = q.shape[1] // k.shape[-2] if spec.pack_gqa else 1
+    return AttentionMaps(q, k, v, t.block_m, t.block_n, kv_maps="g" not in spec.sm90_opts, kv_rows=kv_rows,
+                         q_heads=qpk)

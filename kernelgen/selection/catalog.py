@@ -104,7 +104,8 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
             kw = dict(num_heads_q=8 * int(gqa), num_heads_kv=8, mask="causal" if causal else "none", layout=layout,
                       max_seqlen_q=max_q, max_seqlen_k=max_k, paged=bool(pg), softcap=cap, num_sms=num_sms,
                       sm90_opts=opts, **({"alibi": True} if al else {}), **({"variant": var} if var is not None else {}))
-            v = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), **kw)
+            # (the single-class calls pack GQA on the Hopper kernel as KERNELGEN_SM90_PACK_GQA says)
+            v = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), sm90_pack=settings.sm90_pack_gqa, **kw)
             specs = [v.scheduler, v.attention, v.combine]
             if var is not None:   # its three-warpgroup Hopper kernel may spill: the tile the calls then take
                 vs = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), variant_spills=True, **kw)
@@ -115,7 +116,7 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                 if pg:  # both paged load paths: gathered rows (above) and TMA boxes (page sizes like 16)
                     for ps in page_sizes:
                         specs.append(heuristics.choose(arch, dtype, int(head_dim), int(head_dim), page_size=int(ps),
-                                                       **kw).attention)
+                                                       sm90_pack=settings.sm90_pack_gqa, **kw).attention)
             for kv in kv_dtypes:  # FP8 K/V: one class (decide), automatic and forced to the sm_80 mainloop
                 for extra in ({}, {"mainloop": "sm80"}, *({"page_size": int(ps)} for ps in page_sizes
                                                            if pg and arch == "sm_90a")):

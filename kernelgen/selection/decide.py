@@ -206,7 +206,7 @@ def _choose(sig: CallSignature, arch: str, device: Device, settings: Settings, m
         num_sms=device.num_sms, mainloop=mainloop, tma_ok=sig.tma_ok, page_size=sig.page_size,
         sm90_opts=settings.sm90_opts, alibi=sig.alibi, variant=sig.variant, kv_dtype=sig.kv_dtype,
         q_dtype=sig.q_dtype, total_q=sig.rows, variant_spills=sig.variant_spills, window_span=window_span(sig),
-        combine_rows=0 if sig.plan else sig.rows)
+        combine_rows=0 if sig.plan else sig.rows, sm90_pack=settings.sm90_pack_gqa)
 
 
 def use_fused(sig: CallSignature) -> int:

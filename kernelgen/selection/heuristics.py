@@ -562,6 +562,17 @@ def paged_prefers_hopper(paged: bool, total_q: int, batch: int) -> bool:
     return bool(paged) and batch > 0 and total_q >= SM90_PAGED_MIN_MEAN_Q * batch
 
 
+#: Pack-GQA on the Hopper prefill kernel (``choose``'s ``sm90_pack``; ``KERNELGEN_SM90_PACK_GQA``
+#: overrides it): the qpk query heads of a KV head share a 128- or 192-row tile, as FlashAttention-3
+#: packs varlen calls, so a short request wastes fewer rows to the tile's round-up and the causal
+#: diagonal (docs/dev/hopper_pack_gqa.md: the bench's varlen trace computes 0.891 -> 0.93 of its MMAs
+#: usefully at 128 rows, gpt-oss's 192-row tile 0.797 -> 0.921).  Off until it has run on a GPU.
+SM90_PACK_GQA: bool = False
+#: The largest head dim the Hopper kernel packs GQA at: the packed head-dim-256 kernel spilled 8
+#: bytes (NVRTC 13.0, a row's running max kept across the tile), 64-192 none.
+SM90_PACK_MAX_HEAD_DIM = 192
+
+
 def sm90_unsupported(arch: str, head_dim: int, head_dim_v: int, *, mask: str, paged: bool, softcap: bool,
                      pack: bool, num_splits: int, tma_ok: bool = True) -> str:
     """Why the Hopper mainloop cannot run a call ("" when it can): it needs sm_90a, packed K/V with
@@ -594,7 +605,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
            page_size: int = 0, sm90_opts: str | None = None, alibi: bool = False,
            variant: VariantCode | None = None, kv_dtype: str = "", q_dtype: str = "",
            total_q: int = 0, variant_spills: bool = False, window_span: int = -1,
-           combine_rows: int = 0) -> Variants:
+           combine_rows: int = 0, sm90_pack: bool | None = None) -> Variants:
     """Every kernel variant of a call, from what the host knows (shapes, flags, max lengths).
 
     ``window_span``: left + right of a sliding window bounded on both sides (``decide.window_span``;
@@ -603,6 +614,13 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
 
     ``total_q``: the query tokens the workspace is sized for (0 = unknown): an automatic split-KV
     call on a one-warp decode tile may then split further (``decode_split_bound``).
+
+    ``sm90_pack``: whether the Hopper path packs GQA (None: ``SM90_PACK_GQA``; ``Settings.sm90_pack_gqa``).
+    When on, a prefill-sized call on the Hopper path packs the query heads of a KV head into its
+    tiles (``AttentionSpec.pack_gqa``) unless ``pack_gqa`` is False, with 16-bit q and K/V, no ALiBi
+    or user variant, and a tile of whole tokens (block_m a multiple of qpk); a call that asks for
+    ``pack_gqa=True`` where it cannot pack takes the sm_80 path (a forced ``mainloop="sm90a"``
+    raises ValueError).
 
     ``combine_rows``: the query tokens of the one call the recipe serves (0 = unknown, as for a
     plan, whose steps run any number up to its capacity): the split-KV combine's warps a row
@@ -646,15 +664,21 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
     if num_splits < 0 or num_splits > MAX_SPLITS:
         raise ValueError(f"num_splits must be in [0, {MAX_SPLITS}] (0 = automatic), got {num_splits}")
     qpk = num_heads_q // num_heads_kv
-    if mainloop == "sm90a" and pack_gqa is None:
+    sm90_pack_on = SM90_PACK_GQA if sm90_pack is None else bool(sm90_pack)
+    if mainloop == "sm90a" and pack_gqa is None and not sm90_pack_on:
         pack_gqa = False
     pack = default_pack_gqa(qpk, max_seqlen_q) if pack_gqa is None else bool(pack_gqa) and qpk > 1
     rows = max(1, max_seqlen_q) * (qpk if pack else 1)
     tile_class = tile_class_for_rows(rows, pack)
     extra = paged or softcap or mask == "local" or alibi or variant is not None
-    if mainloop == "sm90a" or (mainloop is None and tile is None and tile_class == "prefill"):
+    # the Hopper path packs GQA itself (sm90_pack_on): a packed call whose rows make prefill tiles enters it
+    hopper_class = tile_class_for_rows(rows, pack and not sm90_pack_on)
+    if mainloop == "sm90a" or (mainloop is None and tile is None and hopper_class == "prefill"):
+        # pack-GQA on the Hopper kernel (16-bit q and K/V, no ALiBi or user variant): asked for, or automatic
+        want_pack = (sm90_pack_on and qpk > 1 and pack_gqa is not False and not (alibi or variant is not None
+                                                                                  or kv_dtype or q_dtype))
         unsupported = sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap,
-                                       pack=pack, num_splits=num_splits, tma_ok=tma_ok)
+                                       pack=pack and not want_pack, num_splits=num_splits, tma_ok=tma_ok)
         mma_tile = (fp8_mma_tile(head_dim, head_dim_v, softcap=softcap, local=mask == "local", nomask=mask == "none")
                     if q_dtype and kv_dtype and SM90_FP8_MMA and tile is None else None)
         # the FP8 tensor-core variant's own tile first (where it applies), then its smaller key blocks
@@ -679,6 +703,13 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                 break
             if tile is None:
                 t = variant_sm90_tile(t, opts, variant)
+            # a packed Q box holds whole tokens; head dim 256 spilled 8 bytes packed (a row's LSE across the tile)
+            hpack = want_pack and t.block_m % qpk == 0 and max(head_dim, head_dim_v) <= SM90_PACK_MAX_HEAD_DIM
+            if pack and not hpack:
+                why = f"pack-GQA with {qpk} query heads a KV head on a {t.block_m}-row tile"
+                if mainloop == "sm90a":
+                    raise ValueError(f"the Hopper (sm_90a) path does not support this call: {why}")
+                break
             n = -(-max(max_seqlen_k, 1) // t.block_n)
             if num_splits > 0:  # forced: never more splits than key blocks (sizes the partials)
                 max_splits, forced = max(1, min(num_splits, n)), True
@@ -686,7 +717,9 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                 probe = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, paged=paged, softcap=softcap,
                                       mainloop="sm90a", sm90_opts=opts)
                 ctas = estimated_ctas(arch, t, probe.smem_bytes(), num_sms)
-                max_splits, forced = num_splits_heuristic(num_heads_q * max(1, -(-rows // t.block_m)), n, ctas), False
+                m_tiles = (num_heads_kv * max(1, -(-max(1, max_seqlen_q) * qpk // t.block_m)) if hpack
+                           else num_heads_q * max(1, -(-rows // t.block_m)))
+                max_splits, forced = num_splits_heuristic(m_tiles, n, ctas), False
                 max_splits = window_split_cap(max_splits, visible_keys)
             split = max_splits > 1
             if cand is not None and split and fp8_mma_tile(head_dim, head_dim_v, softcap=softcap,
@@ -694,9 +727,9 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                 continue   # the entry takes no split-KV: the call's usual tile (and its own split bound)
             mma8 = bool(SM90_FP8_MMA and q_dtype and kv_dtype and head_dim == head_dim_v and head_dim % 64 == 0
                         and t.block_n % 32 == 0 and t.block_n >= 128)
-            attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, split=split, paged=paged,
-                                 softcap=softcap, mainloop="sm90a", sm90_opts=opts, alibi=alibi, variant=variant,
-                                 kv_dtype=kv_dtype, fp8_mma=mma8)
+            attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, pack_gqa=hpack, split=split,
+                                 paged=paged, softcap=softcap, mainloop="sm90a", sm90_opts=opts, alibi=alibi,
+                                 variant=variant, kv_dtype=kv_dtype, fp8_mma=mma8)
             _check_smem(attn, arch)
             combine = (CombineSpec(arch, dtype, head_dim_v, row_warps=combine_row_warps(combine_rows, num_heads_q, head_dim_v, num_sms))
                        if split else None)

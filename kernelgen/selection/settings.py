@@ -21,6 +21,9 @@ plan is made (``AttentionPlan``) and the decider takes the result as an input
 - ``KERNELGEN_FP8_FUSED``: "0" (or "false", "no", "off") runs a mixed batch on an FP8 cache as the
   classes in turn instead of the Hopper fused kernel (A/B measurements); unset or any other
   value: the fused kernel where it applies.
+- ``KERNELGEN_SM90_PACK_GQA``: "1" (or "true", "yes", "on") lets the Hopper prefill kernel pack the
+  query heads of a KV head into its tiles (``heuristics.SM90_PACK_GQA``, off by default until
+  measured on a GPU); "0" (or "false", "no", "off") keeps it off; unset: the default.
 
 Values are kept as read; each is checked where the decider uses it (``sm90_short_rows``,
 ``mixed_short_ctas``), so a malformed variable fails only the calls it concerns, with a
@@ -40,6 +43,7 @@ MIXED_SHORT_CTAS = "KERNELGEN_MIXED_SHORT_CTAS"
 ALLOW_UNTESTED_ARCH = ALLOW_UNTESTED_ARCH_ENV
 TIERED_COMPILE = "KERNELGEN_TIERED_COMPILE"
 FP8_FUSED = "KERNELGEN_FP8_FUSED"
+SM90_PACK_GQA = "KERNELGEN_SM90_PACK_GQA"
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,9 @@ class Settings:
     #: ``KERNELGEN_FP8_FUSED`` not "0" / "false" / "no" / "off": an FP8 mixed batch may take the
     #: Hopper fused kernel
     fp8_fused: bool = True
+    #: ``KERNELGEN_SM90_PACK_GQA``: True / False when set to an on / off word, None when unset (the
+    #: default, ``heuristics.SM90_PACK_GQA``)
+    sm90_pack_gqa: bool | None = None
 
     @classmethod
     def from_env(cls, environ=None) -> "Settings":
@@ -67,8 +74,11 @@ class Settings:
         allow = env.get(ALLOW_UNTESTED_ARCH, "").strip().lower() in ("1", "true", "yes", "on")
         tiered = env.get(TIERED_COMPILE, "").strip().lower() not in ("0", "false", "no", "off")
         fp8_fused = env.get(FP8_FUSED, "").strip().lower() not in ("0", "false", "no", "off")
+        pack = env.get(SM90_PACK_GQA, "").strip().lower()
+        sm90_pack = True if pack in ("1", "true", "yes", "on") else False if pack in ("0", "false", "no", "off") else None
         return cls(arch=env.get(ARCH), sm90_opts=env.get(SM90_OPTS), short_rows=rows or None,
-                   short_ctas=ctas or None, allow_untested_arch=allow, tiered_compile=tiered, fp8_fused=fp8_fused)
+                   short_ctas=ctas or None, allow_untested_arch=allow, tiered_compile=tiered, fp8_fused=fp8_fused,
+                   sm90_pack_gqa=sm90_pack)
 
     def sm90_short_rows(self) -> int | None:
         """``KERNELGEN_SM90_SHORT_ROWS`` as 8 or 16, None when unset.  Raises ValueError naming the

@@ -26,7 +26,9 @@ constexpr int STAGES = {{ v.num_stages }};   // K/V pipeline depth
 constexpr bool CAUSAL = {{ "true" if v.mask == "causal" else "false" }};
 constexpr bool LOCAL = {{ "true" if v.mask == "local" else "false" }};   // sliding window
 constexpr bool LPT = CAUSAL || LOCAL;        // m-blocks last-first
-constexpr bool PACK_GQA = false;
+// PACK_GQA: the query heads of one KV head share a tile (rows are (token, head) pairs: the Q box,
+// row_token / row_qhead in the epilogue; 16-bit K/V without ALiBi, a user variant or the fused kernel)
+constexpr bool PACK_GQA = {{ "true" if v.pack_gqa else "false" }};
 constexpr bool SPLIT = {{ "true" if v.split else "false" }};        // split-KV partial outputs
 constexpr bool PAGED = {{ "true" if v.paged else "false" }};
 constexpr bool SOFTCAP = {{ "true" if v.softcap else "false" }};    // tanh logit capping
@@ -94,6 +96,7 @@ static_assert(!FP8_MMA || (FP8 && LAND == STAGES && D == DV_OUT && D % 64 == 0 &
               "FP8 wgmma: head dims multiple of 64, key blocks of 128 or more (multiples of 64), one landing stage a ring slot");
 {% endif %}
 constexpr int NCONV = 96;
+static_assert(!PACK_GQA || (!FP8 && !QUEUE_ONLY), "pack-GQA on the Hopper kernel: 16-bit K/V, standalone launches");
 static_assert(!FP8 || (!GATHER && LAND >= 1), "FP8 K/V: TMA landing stages, no row gathering");
 static_assert(!GATHER || PAGED, "row gathering is for paged K/V");
 constexpr int NCG = NW / 4;                  // consumer warpgroups

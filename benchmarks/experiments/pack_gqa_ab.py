@@ -1,0 +1,97 @@
+r"""Pack-GQA on the Hopper prefill kernel against the unpacked kernel, one process, interleaved CUDA-graph
+replays (``measure.time_interleaved``, L2 flushed before each replay): the same call prepared with
+``KERNELGEN_SM90_PACK_GQA`` 0 and 1 (the signature cache cleared between, so each is decided again).
+
+Shapes (``--shapes``): ``trace_<preset>``: the bench's causal varlen trace batch
+(``prefill_varlen_trace``: 44 Azure-conversation prompts, 29,006 tokens) on a preset's heads (with its
+sinks, soft-cap and window as the bench entry has them); ``long_<preset>``: one causal request of
+``--long`` tokens; ``chunk_<preset>``: the bench's chunked batch (4 x 2048 queries at the end of 8192
+keys) on packed K/V.  Prints one JSON row a shape and pass (TFLOP/s, us, packed / unpacked time, the
+largest difference between the two outputs, which should be 0: packing changes which rows share a
+tile, not a row's arithmetic) and the kernels' names.
+
+    PYTHONPATH=$PWD python benchmarks/experiments/pack_gqa_ab.py \
+        --shapes trace_llama3-8b,trace_llama3-70b-tp8,trace_gpt-oss,long_gpt-oss,chunk_llama3-8b
+"""
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+import torch  # noqa: E402
+
+from kernelgen.apps import traces  # noqa: E402
+from kernelgen.apps.bench import measure, suites  # noqa: E402
+from kernelgen.apps.bench.models import PRESETS, attention_flops  # noqa: E402
+from kernelgen.front import api  # noqa: E402
+from kernelgen.selection.settings import SM90_PACK_GQA  # noqa: E402
+
+
+def lengths(kind: str, long: int):
+    """(query lengths, key lengths) of a shape kind."""
+    if kind == "trace":
+        lens = traces.prefill_batch(suites.load_rows(None, traces.SAMPLE_NAME))
+        return lens, lens
+    if kind == "long":
+        return [long], [long]
+    if kind == "chunk":
+        b, qn, kn = suites.CHUNKED_SHAPE
+        return [qn] * b, [kn] * b
+    raise SystemExit(f"unknown shape kind {kind!r} (trace, long, chunk)")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", default="trace_llama3-8b,trace_llama3-70b-tp8,trace_gpt-oss,long_gpt-oss")
+    ap.add_argument("--long", type=int, default=16384)
+    ap.add_argument("--passes", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    rows = []
+    for shape in a.shapes.split(","):
+        kind, preset = shape.split("_", 1)
+        m = PRESETS[preset]
+        qlens, klens = lengths(kind, a.long)
+        g = torch.Generator(device="cuda").manual_seed(11)
+        tq, tk = sum(qlens), sum(klens)
+        q = torch.randn(tq, m.num_heads_q, m.head_dim, generator=g, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(tk, m.num_heads_kv, m.head_dim, generator=g, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(tk, m.num_heads_kv, m.head_dim_v, generator=g, device="cuda", dtype=torch.bfloat16)
+        cu_q = torch.tensor([0, *torch.tensor(qlens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+        cu_k = torch.tensor([0, *torch.tensor(klens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+        sinks = suites.preset_sinks(m)
+        kw = dict(causal=True, softcap=m.softcap, window_size=m.window_size)
+        if sinks is not None:
+            kw["sinks"] = sinks
+        flops = attention_flops(qlens, klens, m)
+        fns, outs, names = {}, {}, {}
+        for label, flag in (("unpacked", "0"), ("packed", "1")):
+            out = torch.full((tq, m.num_heads_q, m.head_dim_v), float("nan"), device="cuda", dtype=torch.bfloat16)
+            os.environ[SM90_PACK_GQA] = flag
+            api.clear_signature_cache()
+            api.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), out=out, **kw)   # decided now
+            names[label] = api._CALLS._last[1].attn.name
+            fns[label] = (lambda out=out: api.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), out=out,
+                                                                **kw))
+            outs[label] = out
+        os.environ.pop(SM90_PACK_GQA, None)
+        torch.cuda.synchronize()
+        diff = float((outs["packed"].float() - outs["unpacked"].float()).abs().max())
+        for p in range(a.passes):
+            t = measure.time_interleaved(fns, rounds=a.rounds)
+            row = {"shape": shape, "pass": p, "kernels": names, "max_abs_diff": diff,
+                   "us": {k: round(x["us"], 1) for k, x in t.items()},
+                   "tflops": {k: round(flops / x["us"] / 1e6, 1) for k, x in t.items()},
+                   "packed_over_unpacked": round(t["packed"]["us"] / t["unpacked"]["us"], 4)}
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""Pack-GQA on the Hopper prefill kernel (CPU): the decider's choice behind ``SM90_PACK_GQA`` /
+``KERNELGEN_SM90_PACK_GQA``, the packed Q box, the launch through the stubbed driver
+(tests/fake_cuda.py), and NVRTC builds for sm_90a without spills; the unpacked kernels' sources
+say PACK_GQA = false.  The packed kernels have not run on a GPU yet: tests/gpu/test_hopper_gpu.py's
+packed cases are their first numerical check (docs/dev/hopper_pack_gqa.md)."""
+import pytest
+import torch
+
+import kernelgen
+from kernelgen.front import api
+from kernelgen.jit import compiler, render
+from kernelgen.kernels import tma
+from kernelgen.kernels.spec import AttentionSpec, FusedAttentionSpec
+from kernelgen.selection import heuristics as H
+from kernelgen.selection.settings import SM90_PACK_GQA, Settings
+
+BF16 = torch.bfloat16
+
+
+def _choose(hq=32, hkv=8, d=128, lq=4096, **kw):
+    base = dict(num_heads_q=hq, num_heads_kv=hkv, mask="causal", max_seqlen_q=lq, max_seqlen_k=max(lq, 8192))
+    return H.choose("sm_90a", "bf16", d, d, **{**base, **kw}).attention
+
+
+# ---------------------------------------------------------------- the decider
+
+
+def test_off_by_default_and_on_when_asked():
+    assert H.SM90_PACK_GQA is False
+    a = _choose()
+    assert a.mainloop == "sm90a" and not a.pack_gqa
+    a = _choose(sm90_pack=True)
+    assert a.mainloop == "sm90a" and a.pack_gqa and "_pack_" in a.name
+    # gpt-oss's heads on the three-warpgroup tile (192 rows = 24 tokens x 8 heads); one KV head (TP8)
+    a = _choose(hq=64, hkv=8, d=64, sm90_pack=True)
+    assert a.pack_gqa and a.tile.block_m == 192 and a.tile.num_warps == 12
+    a = _choose(hq=8, hkv=1, lq=1000, sm90_pack=True)
+    assert a.pack_gqa and a.tile.block_m == 128
+
+
+@pytest.mark.parametrize("kw,why", [
+    (dict(hq=28, hkv=4), "7 heads a KV head: a 128-row tile of whole tokens does not exist"),
+    (dict(hq=32, hkv=32), "no GQA"),
+    (dict(d=256), "head dim 256 spilled packed"),
+    (dict(pack_gqa=False), "the caller said no"),
+    (dict(alibi=True), "ALiBi's slopes stay per tile"),
+    (dict(kv_dtype="e4m3"), "FP8 caches are converted by the producers"),
+])
+def test_calls_it_does_not_pack(kw, why):
+    a = _choose(sm90_pack=True, **kw)
+    assert a.mainloop == "sm90a" and not a.pack_gqa, why
+
+
+def test_asked_for_pack_where_the_hopper_kernel_cannot_pack():
+    # pack_gqa=True: the Hopper kernel packs where it can; else the sm_80 path packs, as before
+    a = _choose(hq=32, hkv=8, lq=300, pack_gqa=True, sm90_pack=True)
+    assert a.mainloop == "sm90a" and a.pack_gqa
+    a = _choose(hq=28, hkv=4, lq=300, pack_gqa=True, sm90_pack=True)
+    assert a.mainloop == "sm80" and a.pack_gqa
+    with pytest.raises(ValueError, match="pack-GQA with 7 query heads"):
+        _choose(hq=28, hkv=4, lq=300, pack_gqa=True, sm90_pack=True, mainloop="sm90a")
+    # with the Hopper packing off, pack_gqa=True keeps the sm_80 path's packed tile
+    a = _choose(hq=32, hkv=8, lq=300, pack_gqa=True)
+    assert a.mainloop == "sm80" and a.pack_gqa
+
+
+def test_split_bound_counts_packed_tiles():
+    """One KV head, 8 query heads, 1000 query tokens: 8 packed tiles of 16 tokens x 8 heads or 8
+    tiles of 128 tokens a head: the same tile count, the same split bound."""
+    a = H.choose("sm_90a", "bf16", 128, 128, num_heads_q=8, num_heads_kv=1, mask="causal", max_seqlen_q=1000,
+                 max_seqlen_k=32768, sm90_pack=True)
+    b = H.choose("sm_90a", "bf16", 128, 128, num_heads_q=8, num_heads_kv=1, mask="causal", max_seqlen_q=1000,
+                 max_seqlen_k=32768)
+    assert a.attention.pack_gqa and not b.attention.pack_gqa
+    assert a.max_splits == b.max_splits > 1
+
+
+def test_spec_refuses_what_the_kernel_does_not_pack():
+    t = H.SM90_TILE
+    ok = AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa", t, pack_gqa=True, mainloop="sm90a", sm90_opts="p")
+    assert ok.sm90_unsupported() == ""
+    for kw in (dict(kv_dtype="e4m3"), dict(alibi=True)):
+        with pytest.raises(ValueError, match="pack_gqa"):
+            AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa", t, pack_gqa=True, mainloop="sm90a",
+                          sm90_opts="p", **kw)
+    short = H.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal", max_seqlen_q=1,
+                     max_seqlen_k=4096, paged=True, mainloop="sm80").attention
+    long = AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa", t, pack_gqa=True, paged=True, mainloop="sm90a",
+                         sm90_opts="p", row_splits=short.split)
+    with pytest.raises(ValueError, match="does not pack GQA"):
+        FusedAttentionSpec(long, short)
+
+
+def test_setting_reads_the_environment():
+    assert Settings.from_env({}).sm90_pack_gqa is None
+    for word, value in (("1", True), ("on", True), ("YES", True), ("0", False), ("off", False), ("maybe", None)):
+        assert Settings.from_env({SM90_PACK_GQA: word}).sm90_pack_gqa is value
+
+
+# ---------------------------------------------------------------- the Q box
+
+
+def test_map_args_box_of_heads():
+    dims, strides, box = tma.map_args(256, (1000, 32, 128), (32 * 128, 128, 1), 32, box_heads=4)
+    assert dims == (128, 32, 1000) and strides == (256, 32 * 256) and box == (64, 4, 32)
+    with pytest.raises(ValueError, match="box_heads"):
+        tma.map_args(256, (1000, 2, 128), (256, 128, 1), 32, box_heads=4)
+
+
+def test_packed_spec_gets_a_q_box_of_whole_tokens():
+    q = torch.empty(500, 32, 128, dtype=BF16)
+    k = torch.empty(900, 8, 128, dtype=BF16)
+    spec = _choose(sm90_pack=True)
+    maps = tma.attention_maps(spec, q, k, k, paged=False)
+    assert maps.args[0][2] == (64, 4, 32)          # 4 heads x 32 tokens = the 128-row tile
+    assert maps.args[1][2] == (64, 1, 128)         # K / V blocks unchanged
+    unpacked = tma.attention_maps(_choose(), q, k, k, paged=False)
+    assert unpacked.args[0][2] == (64, 1, 128)
+    with pytest.raises(ValueError, match="whole tokens"):
+        tma.AttentionMaps(q, k, k, 128, 128, q_heads=3)
+
+
+# ---------------------------------------------------------------- the launch (CUDA stubbed)
+
+
+def test_packed_prefill_call_launches_the_packed_hopper_kernel(fake_cuda, monkeypatch):
+    monkeypatch.setenv(SM90_PACK_GQA, "1")
+    lens, klens = (300, 0, 129), (400, 5, 257)
+    q = torch.randn(sum(lens), 8, 128).to(BF16)
+    k = torch.randn(sum(klens), 2, 128).to(BF16)
+    v = torch.randn_like(k)
+    cu_q = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
+    cu_k = torch.tensor([0, *torch.tensor(klens).cumsum(0).tolist()], dtype=torch.int32)
+    out = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400, causal=True)
+    assert out.shape == q.shape
+    assert fake_cuda.kinds() == ["scheduler", "attention_sm90"]
+    spec = api._CALLS._last[1].attn
+    assert "_pack_" in spec.name and "_wgmma" in spec.name
+    mq, mk, _ = fake_cuda.launches[1].maps()
+    assert mq == (q.data_ptr(), (128, 8, 429), (256, 8 * 256), (64, 4, 32))
+    assert mk[3] == (64, 1, 128)
+    sched = fake_cuda.launches[0].fields()
+    assert sched["num_heads"] == 2 and sched["pack_factor"] == 4 and sched["block_m"] == 128
+
+
+# ---------------------------------------------------------------- the builds
+
+
+@pytest.mark.parametrize("hq,hkv,d,kw", [
+    (32, 8, 128, dict(mask="causal")),
+    (64, 8, 64, dict(mask="causal", num_splits=2)),                       # three warpgroups, split-KV
+    (32, 8, 128, dict(mask="local", softcap=True, paged=True, page_size=16, num_splits=3)),   # TMA page boxes
+    (16, 8, 192, dict(mask="causal", paged=True, page_size=1)),            # gathered rows
+])
+def test_packed_kernels_build_without_spills(hq, hkv, d, kw):
+    base = dict(num_heads_q=hq, num_heads_kv=hkv, max_seqlen_q=4096, max_seqlen_k=8192, sm90_pack=True)
+    a = H.choose("sm_90a", "bf16", d, d, **{**base, **kw}).attention
+    assert a.pack_gqa and a.mainloop == "sm90a"
+    src = render.render(a)
+    assert "constexpr bool PACK_GQA = true;" in src
+    r = compiler.compile_cubin(src, a.arch, compiler.default_options(a.arch), a.name).resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, (a.name, r)
+
+
+def test_unpacked_sources_say_so():
+    assert "constexpr bool PACK_GQA = false;" in render.render(_choose())
