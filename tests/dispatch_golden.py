@@ -52,7 +52,7 @@ DEVICES = {
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 #: Environment variables that change the choice: unset while the cases run.
 ENV_KNOBS = ("KERNELGEN_ARCH", "KERNELGEN_SM90_OPTS", "KERNELGEN_SM90_SHORT_ROWS", "KERNELGEN_MIXED_SHORT_CTAS",
-             "KERNELGEN_CHECK_INPUTS")
+             "KERNELGEN_CHECK_INPUTS", "KERNELGEN_FP8_FUSED", "KERNELGEN_SM90_PACK_GQA", "KERNELGEN_TIERED_COMPILE")
 POINTERS = {k: set(p.pointer_names) for k, p in (("scheduler", SCHEDULER_PARAMS), ("attention", ATTENTION_PARAMS),
                                                  ("combine", COMBINE_PARAMS))}
 

@@ -65,14 +65,35 @@ def test_asked_for_pack_where_the_hopper_kernel_cannot_pack():
 
 
 def test_split_bound_counts_packed_tiles():
-    """One KV head, 8 query heads, 1000 query tokens: 8 packed tiles of 16 tokens x 8 heads or 8
-    tiles of 128 tokens a head: the same tile count, the same split bound."""
+    """One KV head, 8 query heads, 1000 query tokens: 63 packed tiles of 16 tokens x 8 heads or 64
+    tiles of 128 tokens a head (8 a head): about the same tile count, the same split bound."""
     a = H.choose("sm_90a", "bf16", 128, 128, num_heads_q=8, num_heads_kv=1, mask="causal", max_seqlen_q=1000,
                  max_seqlen_k=32768, sm90_pack=True)
     b = H.choose("sm_90a", "bf16", 128, 128, num_heads_q=8, num_heads_kv=1, mask="causal", max_seqlen_q=1000,
                  max_seqlen_k=32768)
     assert a.attention.pack_gqa and not b.attention.pack_gqa
     assert a.max_splits == b.max_splits > 1
+
+
+@pytest.mark.parametrize("kw", [dict(hq=28, hkv=4), dict(d=256), dict(alibi=True), dict(kv_dtype="e4m3"), dict()])
+def test_forced_hopper_path_with_packing_on_never_raises_for_what_it_cannot_pack(kw):
+    """arch="sm_90a" (mainloop "sm90a") on a decode-sized call, where the sm_80 path's default would
+    pack: with the Hopper packing on, a call the Hopper kernel cannot pack runs unpacked, as with
+    it off (review finding: the sm_80 default once leaked into the Hopper path and raised)."""
+    for sp in (False, True):
+        a = _choose(lq=8, mainloop="sm90a", sm90_pack=sp, **kw)
+        assert a.mainloop == "sm90a"
+        assert a.pack_gqa == (sp and not kw), a.name
+
+
+def test_packed_two_warpgroup_kernels_give_the_producer_40_registers():
+    """The producer's per-tile positions of packed rows spilled at 24 registers (soft-capped head dim
+    64, 192 x 128 with a window): packed 8-warp kernels take (40, 232), the 12-warp one keeps (24, 160)."""
+    a = _choose(sm90_pack=True)
+    assert a.pack_gqa and a.template_vars()["producer_regs"] == 40 and a.template_vars()["consumer_regs"] == 232
+    b = _choose(hq=64, hkv=8, d=64, sm90_pack=True)
+    assert b.pack_gqa and b.template_vars()["producer_regs"] == 24 and b.template_vars()["consumer_regs"] == 160
+    assert _choose().template_vars()["producer_regs"] == 24
 
 
 def test_spec_refuses_what_the_kernel_does_not_pack():
@@ -151,10 +172,15 @@ def test_packed_prefill_call_launches_the_packed_hopper_kernel(fake_cuda, monkey
     (64, 8, 64, dict(mask="causal", num_splits=2)),                       # three warpgroups, split-KV
     (32, 8, 128, dict(mask="local", softcap=True, paged=True, page_size=16, num_splits=3)),   # TMA page boxes
     (16, 8, 192, dict(mask="causal", paged=True, page_size=1)),            # gathered rows
+    # the review's spills (fixed: the producer's multiply-shift positions, 40 producer registers)
+    (8, 2, 64, dict(mask="causal", softcap=True, num_splits=3)),
+    (8, 4, 192, dict(mask="causal", num_splits=3)),
+    (8, 2, (192, 128), dict(mask="local", num_splits=3)),
 ])
 def test_packed_kernels_build_without_spills(hq, hkv, d, kw):
     base = dict(num_heads_q=hq, num_heads_kv=hkv, max_seqlen_q=4096, max_seqlen_k=8192, sm90_pack=True)
-    a = H.choose("sm_90a", "bf16", d, d, **{**base, **kw}).attention
+    d, dv = d if isinstance(d, tuple) else (d, d)
+    a = H.choose("sm_90a", "bf16", d, dv, **{**base, **kw}).attention
     assert a.pack_gqa and a.mainloop == "sm90a"
     src = render.render(a)
     assert "constexpr bool PACK_GQA = true;" in src
@@ -163,4 +189,11 @@ def test_packed_kernels_build_without_spills(hq, hkv, d, kw):
 
 
 def test_unpacked_sources_say_so():
-    assert "constexpr bool PACK_GQA = false;" in render.render(_choose())
+    """The packed code is rendered only into packed kernels (Jinja), so every unpacked kernel keeps its
+    source and SASS (checked with NVRTC 13.0 over the GPU tests' 276 Hopper kernels when it was built)."""
+    src = render.render(_choose())
+    assert "constexpr bool PACK_GQA = false;" in src
+    for packed_only in ("RowMap", "qpk_magic", "apply_mask_pos", "sched_heads", "tile_pos_first"):
+        assert packed_only not in src, packed_only
+    packed = render.render(_choose(sm90_pack=True))
+    assert all(x in packed for x in ("RowMap", "qpk_magic", "apply_mask_pos", "sched_heads", "tile_pos_first"))

@@ -325,9 +325,11 @@ def pack_specs() -> list:
     out = []
     for d, dt, causal, (hq, hkv) in itertools.product((64, 128), ("bf16", "fp16"), (False, True),
                                                       ((8, 4), (8, 2), (8, 1))):
-        out += _choose(dt, d, hq=hq, hkv=hkv, causal=causal, max_q=400, max_k=520, sm90_pack=True)
-    out += _choose("bf16", 96, causal=True, max_q=400, max_k=520, sm90_pack=True)
-    out += _choose("bf16", 192, hq=8, hkv=4, causal=True, max_q=400, max_k=520, sm90_pack=True)
+        for n in (1, 0):
+            out += _choose(dt, d, hq=hq, hkv=hkv, causal=causal, max_q=400, max_k=520, num_splits=n, sm90_pack=True)
+    for n in (1, 0):
+        out += _choose("bf16", 96, causal=True, max_q=400, max_k=520, num_splits=n, sm90_pack=True)
+        out += _choose("bf16", 192, hq=8, hkv=4, causal=True, max_q=400, max_k=520, num_splits=n, sm90_pack=True)
     for n in (3, 0):
         for causal, window, cap in ((True, (-1, -1), 0.0), (True, (300, -1), 0.0), (False, (200, 100), 30.0)):
             out += _choose("bf16", 128, hq=8, hkv=1, causal=causal, window=window, cap=cap, max_q=1300, max_k=4000,

@@ -1,6 +1,7 @@
 r"""Pack-GQA on the Hopper prefill kernel against the unpacked kernel, one process, interleaved CUDA-graph
-replays (``measure.time_interleaved``, L2 flushed before each replay): the same call prepared with
-``KERNELGEN_SM90_PACK_GQA`` 0 and 1 (the signature cache cleared between, so each is decided again).
+replays (``measure.time_interleaved``, L2 flushed before each replay): the same call with
+``KERNELGEN_SM90_PACK_GQA=1``, automatic (packed where the Hopper kernel packs) and with
+``pack_gqa=False`` (unpacked; also a different signature, so each call keeps its own prepared kernels).
 
 Shapes (``--shapes``): ``trace_<preset>``: the bench's causal varlen trace batch
 (``prefill_varlen_trace``: 44 Azure-conversation prompts, 29,006 tokens) on a preset's heads (with its
@@ -68,16 +69,23 @@ def main() -> int:
             kw["sinks"] = sinks
         flops = attention_flops(qlens, klens, m)
         fns, outs, names = {}, {}, {}
-        for label, flag in (("unpacked", "0"), ("packed", "1")):
+        # The prepared calls are cached by signature (shapes, scalars), not by the environment: the
+        # unpacked call says pack_gqa=False, so the two calls have different signatures and each
+        # keeps the kernel it was decided with (KERNELGEN_SM90_PACK_GQA=1 while both are decided).
+        os.environ[SM90_PACK_GQA] = "1"
+        api.clear_signature_cache()
+        for label, pack in (("unpacked", False), ("packed", None)):
             out = torch.full((tq, m.num_heads_q, m.head_dim_v), float("nan"), device="cuda", dtype=torch.bfloat16)
-            os.environ[SM90_PACK_GQA] = flag
-            api.clear_signature_cache()
-            api.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), out=out, **kw)   # decided now
+            api.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), out=out, pack_gqa=pack, **kw)   # decided now
             names[label] = api._CALLS._last[1].attn.name
-            fns[label] = (lambda out=out: api.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), out=out,
-                                                                **kw))
+            fns[label] = (lambda out=out, pack=pack: api.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens),
+                                                                           out=out, pack_gqa=pack, **kw))
             outs[label] = out
         os.environ.pop(SM90_PACK_GQA, None)
+        assert "_pack_" not in names["unpacked"], names
+        for label, f in fns.items():   # each timed call still launches the kernel it was decided with
+            f()
+            assert api._CALLS._last[1].attn.name == names[label], (label, api._CALLS._last[1].attn.name)
         torch.cuda.synchronize()
         diff = float((outs["packed"].float() - outs["unpacked"].float()).abs().max())
         for p in range(a.passes):

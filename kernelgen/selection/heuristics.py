@@ -665,7 +665,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
         raise ValueError(f"num_splits must be in [0, {MAX_SPLITS}] (0 = automatic), got {num_splits}")
     qpk = num_heads_q // num_heads_kv
     sm90_pack_on = SM90_PACK_GQA if sm90_pack is None else bool(sm90_pack)
-    if mainloop == "sm90a" and pack_gqa is None and not sm90_pack_on:
+    asked_pack = pack_gqa   # (the Hopper path decides its own packing from what the caller asked)
+    if mainloop == "sm90a" and pack_gqa is None:
         pack_gqa = False
     pack = default_pack_gqa(qpk, max_seqlen_q) if pack_gqa is None else bool(pack_gqa) and qpk > 1
     rows = max(1, max_seqlen_q) * (qpk if pack else 1)
@@ -675,8 +676,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
     hopper_class = tile_class_for_rows(rows, pack and not sm90_pack_on)
     if mainloop == "sm90a" or (mainloop is None and tile is None and hopper_class == "prefill"):
         # pack-GQA on the Hopper kernel (16-bit q and K/V, no ALiBi or user variant): asked for, or automatic
-        want_pack = (sm90_pack_on and qpk > 1 and pack_gqa is not False and not (alibi or variant is not None
-                                                                                  or kv_dtype or q_dtype))
+        want_pack = (sm90_pack_on and qpk > 1 and asked_pack is not False and not (alibi or variant is not None
+                                                                                    or kv_dtype or q_dtype))
         unsupported = sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap,
                                        pack=pack and not want_pack, num_splits=num_splits, tma_ok=tma_ok)
         mma_tile = (fp8_mma_tile(head_dim, head_dim_v, softcap=softcap, local=mask == "local", nomask=mask == "none")

@@ -16,15 +16,30 @@ struct TmaMaps {
   const void* v;
 };
 
+{% if v.pack_gqa %}
 // Pack-GQA (PACK_GQA): the qpk query heads of one KV head share a tile; its rows are (token, head)
 // pairs, row r = (token r / qpk, query head kv_head * qpk + r % qpk) as on the sm_80 path, and the
 // scheduler's heads (sched_heads) are the KV heads.  Q is one TMA box of qpk heads x BM / qpk tokens
 // a 64-column half (kernels/tma.py, attention_maps: BM % qpk == 0), which lands in that row order.
 __device__ __forceinline__ int sched_heads(const AttnParams& p) { return PACK_GQA ? p.num_heads_kv : p.num_heads_q; }
 __device__ __forceinline__ int tile_kv_head(const TileInfo& ti, int qpk) { return PACK_GQA ? ti.head : ti.head / qpk; }
+// Packed rows are divided by qpk without a division instruction (the producer warps have 24
+// registers, and a run-time division a tile spilled them at head dims 192 and soft-capped 64):
+// qm = 2^16 / qpk + 1 (qpk_magic, once a kernel) gives x / qpk = (x * qm) >> 16 exactly for
+// x * qpk < 2^16, and every number divided is below BM (row0 is a multiple of BM and of qpk).
+__device__ __forceinline__ unsigned qpk_magic(int qpk) { return PACK_GQA ? 65536u / (unsigned)qpk + 1u : 0u; }
+__device__ __forceinline__ int div_qpk(int x, unsigned qm) { return (int)(((unsigned)x * qm) >> 16); }
+// the query positions of a tile's first and last valid rows (the rows themselves unless PACK_GQA)
+__device__ __forceinline__ int tile_pos_first(const TileInfo& ti, unsigned qm) {
+  return PACK_GQA ? ti.row0 / BM * div_qpk(BM, qm) : ti.row0;
+}
+__device__ __forceinline__ int tile_pos_last(const TileInfo& ti, unsigned qm) {
+  return PACK_GQA ? tile_pos_first(ti, qm) + div_qpk(ti.valid_rows - 1, qm) : ti.row0 + ti.valid_rows - 1;
+}
 // the Q box's head and token coordinates of tile ti
 __device__ __forceinline__ int q_head0(const TileInfo& ti, int qpk) { return PACK_GQA ? ti.head * qpk : ti.head; }
-__device__ __forceinline__ int q_token0(const TileInfo& ti, int qpk) { return ti.q_start + (PACK_GQA ? ti.row0 / qpk : ti.row0); }
+__device__ __forceinline__ int q_token0(const TileInfo& ti, unsigned qm) { return ti.q_start + tile_pos_first(ti, qm); }
+{% endif %}
 
 // With split-KV, split `split` of `num_splits` covers one contiguous share of the tile's key
 // blocks [n_lo, n_hi) (the sm_80 path's rule, tile_sm80.cuh): ceil((n_hi - n_lo) / num_splits)
@@ -133,6 +148,9 @@ __device__ __forceinline__ int next_tile_index(int* md) {
 __device__ __forceinline__ void producer_loop(const AttnParams& p, const TmaMaps& maps, int* md, int cap4, int total,
                                               u32 sb, volatile int* s_tile, int pw, int lane) {
   const int qpk = p.num_heads_q / p.num_heads_kv;
+  {% if v.pack_gqa %}
+  const unsigned qm = qpk_magic(qpk);
+  {% endif %}
   int cursor = 0;
   int t = pw == 0 ? first_tile(md, lane) : 0;
   int stage = 0;
@@ -158,22 +176,22 @@ __device__ __forceinline__ void producer_loop(const AttnParams& p, const TmaMaps
     }
     if (t >= total) break;
     cursor = find_entry(md, cap4, t, cursor);
-    const TileInfo ti = tile_info(p, md, cap4, cursor, t, sched_heads(p), qpk);
+    const TileInfo ti = tile_info(p, md, cap4, cursor, t, {{ "sched_heads(p)" if v.pack_gqa else "p.num_heads_q" }}, qpk);
     const MaskInfo mi = tile_mask(p, ti);
     int n_lo, n_hi;  // a key block outside the causal mask or the window is never loaded
-    key_block_range(mi, row_position(ti.row0, qpk), row_position(ti.row0 + ti.valid_rows - 1, qpk), n_lo, n_hi);
+    key_block_range(mi, {{ "tile_pos_first(ti, qm), tile_pos_last(ti, qm)" if v.pack_gqa else "ti.row0, ti.row0 + ti.valid_rows - 1" }}, n_lo, n_hi);
     {% if v.get("user") %}
     if (USER_RANGE) user_block_range(p, user_tile(ti, qpk), ti.row0, ti.row0 + ti.valid_rows, n_lo, n_hi);
     {% endif %}
     split_block_range(ti.split, ti.num_splits, n_lo, n_hi);
     if (n_hi > n_lo) {
-      const int kv_head = tile_kv_head(ti, qpk);
+      const int kv_head = {{ "tile_kv_head(ti, qpk)" if v.pack_gqa else "ti.head / qpk" }};
       if (pw == 0 && lane == 0) {
         mbar_wait(bar_q_empty(sb), (q_iter & 1) ^ 1, 2);
         mbar_arrive_expect_tx(bar_q_full(sb), Q_BYTES);
 #pragma unroll
         for (int h = 0; h < HALVES; ++h)
-          tma_load_3d(sb + h * Q_HALF, maps.q, bar_q_full(sb), h * 64, q_head0(ti, qpk), q_token0(ti, qpk));
+          tma_load_3d(sb + h * Q_HALF, maps.q, bar_q_full(sb), h * 64, {{ "q_head0(ti, qpk), q_token0(ti, qm)" if v.pack_gqa else "ti.head, ti.q_start + ti.row0" }});
       }
       if (PAGED && FP8) {  // FP8 boxes into the landing stage (the whole warp: one box a lane)
         const int* page_row = static_cast<const int*>(p.page_table) + (i64)ti.b * p.page_table_stride;
@@ -471,7 +489,7 @@ apply_alibi(s, alibi_sl, mi, n, row0, 1, cw, lane);
 // (block n < n_hi - 1: keys in range; below the diagonal every distance is >= 0: kg_abs)
 if (block_needs_mask(mi, n, pos_first, pos_last)) {
   {{ "ef = " if hoist }}{{ apply }}<false, false>({{ user_args }});
-  apply_mask(s, mi, n, row0, mqpk, cw, lane);
+  {{ "apply_mask_pos(s, mi, n, rpos, lane)" if v.pack_gqa else "apply_mask(s, mi, n, row0, 1, cw, lane)" }};
 } else {
   {{ "ef = " if hoist }}{{ apply }}<false, true>({{ user_args }});
 }
@@ -479,7 +497,7 @@ if (block_needs_mask(mi, n, pos_first, pos_last)) {
 {% if v.get("user") -%}
 {{ "ef = " if hoist }}{{ apply }}<{{ "true" if clamp_kv else "false" }}>({{ user_args }});  // {{ "leaves natural-log logits or raw ones" if hoist else "leaves natural-log logits" }}{{ "" if clamp_kv else " (block n < n_hi - 1: keys in range)" }}
 {% endif -%}
-if (block_needs_mask(mi, n, pos_first, pos_last)) apply_mask(s, mi, n, row0, mqpk, cw, lane);
+if (block_needs_mask(mi, n, pos_first, pos_last)) {{ "apply_mask_pos(s, mi, n, rpos, lane)" if v.pack_gqa else "apply_mask(s, mi, n, row0, 1, cw, lane)" }};
 {% endif -%}
 softmax_scores(s, row_max, row_sum, corr, {{ "ef" if hoist else "exp_scale(p)" if v.get("user") else "score_scale(p, kd)" }}{{ ", roff" if alibi_roff or hoist else "" }});{{ comment }}
 {%- endmacro %}
@@ -557,10 +575,17 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   {% endif %}
   const int wg_tid = (cw & 3) * 32 + lane;
   const u32 q_base = sb + cg * 64 * (FP8_MMA ? 64 : 128);
-  // pack-GQA (PACK_GQA): tile row r is query head r % qpk of position r / qpk (row_position); else
-  // mqpk is 1 and rows are positions
-  const int mqpk = PACK_GQA ? p.num_heads_q / p.num_heads_kv : 1;
-  const int pos_first = row_position(row0, mqpk);
+  {% if v.pack_gqa %}
+  // pack-GQA: tile row r is query head r % qpk of position r / qpk (row0 is a multiple of BM and of
+  // qpk); rpos: the positions of this thread's two rows (g and g + 8), for apply_mask_pos
+  const unsigned qm = qpk_magic(p.num_heads_q / p.num_heads_kv);
+  const int pos_first = row0 / BM * div_qpk(BM, qm);
+  int rpos[2];
+  rpos[0] = pos_first + div_qpk(cw * WM + (lane >> 2), qm);
+  rpos[1] = pos_first + div_qpk(cw * WM + (lane >> 2) + 8, qm);
+  {% else %}
+  const int pos_first = row0;
+  {% endif %}
   float s[1][BN / 8][4];
   u32 pa[PA_N][4];
   float corr[1][2];
@@ -786,6 +811,9 @@ __device__ __forceinline__ void gather_publish(u32 bar) {
 __device__ __forceinline__ void producer_loop_gather(const AttnParams& p, const void* q_map, int* md, int cap4,
                                                      int total, u32 sb, volatile int* s_tile, int pw, int lane) {
   const int qpk = p.num_heads_q / p.num_heads_kv;
+  {% if v.pack_gqa %}
+  const unsigned qm = qpk_magic(qpk);
+  {% endif %}
   const u16* K = static_cast<const u16*>(p.k);
   const u16* Vc = static_cast<const u16*>(p.v);
   int cursor = 0;
@@ -809,22 +837,22 @@ __device__ __forceinline__ void producer_loop_gather(const AttnParams& p, const 
     }
     if (t >= total) break;
     cursor = find_entry(md, cap4, t, cursor);
-    const TileInfo ti = tile_info(p, md, cap4, cursor, t, sched_heads(p), qpk);
+    const TileInfo ti = tile_info(p, md, cap4, cursor, t, {{ "sched_heads(p)" if v.pack_gqa else "p.num_heads_q" }}, qpk);
     const MaskInfo mi = tile_mask(p, ti);  // the consumers' key-block range (window, split share)
     int n_lo, n_hi;
-    key_block_range(mi, row_position(ti.row0, qpk), row_position(ti.row0 + ti.valid_rows - 1, qpk), n_lo, n_hi);
+    key_block_range(mi, {{ "tile_pos_first(ti, qm), tile_pos_last(ti, qm)" if v.pack_gqa else "ti.row0, ti.row0 + ti.valid_rows - 1" }}, n_lo, n_hi);
     {% if v.get("user") %}
     if (USER_RANGE) user_block_range(p, user_tile(ti, qpk), ti.row0, ti.row0 + ti.valid_rows, n_lo, n_hi);
     {% endif %}
     split_block_range(ti.split, ti.num_splits, n_lo, n_hi);
     if (n_hi > n_lo) {
-      const int kv_head = tile_kv_head(ti, qpk);
+      const int kv_head = {{ "tile_kv_head(ti, qpk)" if v.pack_gqa else "ti.head / qpk" }};
       if (pw == 0 && lane == 0) {
         mbar_wait(bar_q_empty(sb), (q_iter & 1) ^ 1, 2);
         mbar_arrive_expect_tx(bar_q_full(sb), Q_BYTES);
 #pragma unroll
         for (int h = 0; h < HALVES; ++h)
-          tma_load_3d(sb + h * Q_HALF, q_map, bar_q_full(sb), h * 64, q_head0(ti, qpk), q_token0(ti, qpk));
+          tma_load_3d(sb + h * Q_HALF, q_map, bar_q_full(sb), h * 64, {{ "q_head0(ti, qpk), q_token0(ti, qm)" if v.pack_gqa else "ti.head, ti.q_start + ti.row0" }});
       }
       ++q_iter;
       const int* page_row = static_cast<const int*>(p.page_table) + (i64)ti.b * p.page_table_stride;
@@ -994,6 +1022,9 @@ __device__ __forceinline__ int conv_tid() {
 __device__ __forceinline__ void producer_loop_convert(const AttnParams& p, int* md, int cap4, int total, u32 sb,
                                                       volatile int* s_tile, int pw, int lane) {
   const int qpk = p.num_heads_q / p.num_heads_kv;
+  {% if v.pack_gqa %}
+  const unsigned qm = qpk_magic(qpk);
+  {% endif %}
   {% if not v.get("fp8_mma") %}
   const int tid = (pw - 1) * 32 + lane;
   {% endif %}
@@ -1012,10 +1043,10 @@ __device__ __forceinline__ void producer_loop_convert(const AttnParams& p, int* 
     release(bar_tile_empty(sb, slot), lane);
     if (t >= total) break;
     cursor = find_entry(md, cap4, t, cursor);
-    const TileInfo ti = tile_info(p, md, cap4, cursor, t, sched_heads(p), qpk);
+    const TileInfo ti = tile_info(p, md, cap4, cursor, t, {{ "sched_heads(p)" if v.pack_gqa else "p.num_heads_q" }}, qpk);
     const MaskInfo mi = tile_mask(p, ti);
     int n_lo, n_hi;
-    key_block_range(mi, row_position(ti.row0, qpk), row_position(ti.row0 + ti.valid_rows - 1, qpk), n_lo, n_hi);
+    key_block_range(mi, {{ "tile_pos_first(ti, qm), tile_pos_last(ti, qm)" if v.pack_gqa else "ti.row0, ti.row0 + ti.valid_rows - 1" }}, n_lo, n_hi);
     split_block_range(ti.split, ti.num_splits, n_lo, n_hi);
     {% if v.get("fp8_mma") %}
     // FP8_MMA: K stays in the landing stage (the consumers read it); V is transposed into V^T.

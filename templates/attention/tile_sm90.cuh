@@ -4,6 +4,9 @@
 __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int cap4, int total, u32 sb,
                                               const volatile int* s_tile, int cw, int lane) {
   const int qpk = p.num_heads_q / p.num_heads_kv;
+  {% if v.pack_gqa %}
+  const unsigned qm = qpk_magic(qpk);
+  {% endif %}
   int cursor = 0;
   KvPos kv;
   kv.stage = 0;
@@ -26,11 +29,11 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
     row_max[0][0] = row_max[0][1] = -KG_INF;
     row_sum[0][0] = row_sum[0][1] = 0.f;
     {
-      const TileInfo ti = tile_info(p, md, cap4, cursor, t, sched_heads(p), qpk);
+      const TileInfo ti = tile_info(p, md, cap4, cursor, t, {{ "sched_heads(p)" if v.pack_gqa else "p.num_heads_q" }}, qpk);
       const MaskInfo mi = tile_mask(p, ti);
-      const int pos_last = row_position(ti.row0 + ti.valid_rows - 1, qpk);   // (the row itself unless PACK_GQA)
+      const int pos_last = {{ "tile_pos_last(ti, qm)" if v.pack_gqa else "ti.row0 + ti.valid_rows - 1" }};
       int n_lo, n_hi;
-      key_block_range(mi, row_position(ti.row0, qpk), pos_last, n_lo, n_hi);
+      key_block_range(mi, {{ "tile_pos_first(ti, qm)" if v.pack_gqa else "ti.row0" }}, pos_last, n_lo, n_hi);
       {% if v.get("user") %}
       const UserTile ut = user_tile(ti, qpk);  // user variant (common/user_mod.cuh)
       if (USER_RANGE) user_block_range(p, ut, ti.row0, pos_last + 1, n_lo, n_hi);
@@ -69,7 +72,7 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
     float lse[1][2];
     finalize_rows(o, row_max, row_sum, lse);
     // the tile's coordinates again (L1 hits) rather than live across the mainloop
-    const TileInfo te = tile_info(p, md, cap4, cursor, t, sched_heads(p), qpk);
+    const TileInfo te = tile_info(p, md, cap4, cursor, t, {{ "sched_heads(p)" if v.pack_gqa else "p.num_heads_q" }}, qpk);
     {% if v.get("kv_dtype") %}
     {  // FP8: the tile's v_descale on O (full rows and split-KV partials alike)
       const float vd = descale_of(p.v_descale, p.v_descale_batch_stride, p.v_descale_head_stride, te.b, te.head / qpk);
@@ -81,22 +84,37 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
     {% endif %}
     if (ROW_SPLITS && te.split == 0) {  // how many partials each token has (read by the combine kernel)
       int* row_splits = static_cast<int*>(const_cast<void*>(p.row_splits));
+      {% if v.pack_gqa %}
+      const RowMap rm = row_map(te, qpk);
       for (int r = cw * 32 + lane; r < te.valid_rows; r += NW * 32)
-        if (!PACK_GQA || (te.row0 + r) % qpk == 0) {   // (packed: a token's first row)
-          const int tok = row_token(te, r, qpk);
+        if (row_qhead(rm, r) == rm.head0) {   // (a token's first row)
+          const int tok = row_token(rm, r);
           row_splits[tok] = row_splits_entry(p, te.b, te.q_start, tok, te.num_splits);
         }
+      {% else %}
+      for (int r = cw * 32 + lane; r < te.valid_rows; r += NW * 32) {
+        const int tok = te.q_start + te.row0 + r;
+        row_splits[tok] = row_splits_entry(p, te.b, te.q_start, tok, te.num_splits);
+      }
+      {% endif %}
     }
     if (SPLIT && te.num_splits > 1) {
-      store_partial_rows(p, te, o, lse, qpk, cw, lane);
+      store_partial_rows(p, te, o, lse, {{ "qpk, " if v.pack_gqa else "" }}cw, lane);
     } else {
       {% if v.get("sinks") %}
-      {  // attention sinks (common/sinks.cuh): the row's query head (the tile's unless PACK_GQA; store_rows)
+      {% if v.pack_gqa %}
+      {  // attention sinks (common/sinks.cuh): each packed row its own query head (store_rows)
+        const RowMap rm = row_map(te, qpk);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float f = sink_rescale(lse[0][h], sink_of(p, row_qhead(rm, cw * WM + (lane >> 2) + 8 * h)));
+      {% else %}
+      {  // attention sinks (common/sinks.cuh): every row has the tile's head (store_rows)
         const float sink = sink_of(p, te.head);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const float f = sink_rescale(lse[0][h], PACK_GQA ? sink_of(p, row_qhead(te, cw * WM + (lane >> 2) + 8 * h, qpk))
-                                                           : sink);
+          const float f = sink_rescale(lse[0][h], sink);
+      {% endif %}
 #pragma unroll
           for (int j = 0; j < DV / 8; ++j) {
             o[0][j][2 * h] *= f;
@@ -105,7 +123,7 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
         }
       }
       {% endif %}
-      store_rows(p, te, o, lse, qpk, cw, lane);
+      store_rows(p, te, o, lse, {{ "qpk, " if v.pack_gqa else "" }}cw, lane);
     }
   }
   if (PINGPONG && (cw >> 2) == 0) turn_wait(0);  // the last warpgroup's last pass

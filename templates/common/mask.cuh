@@ -90,3 +90,25 @@ __device__ __forceinline__ void apply_mask(float (&s)[MT][BN / 8][4], const Mask
     }
 {% endif %}
 }
+
+{% if v.get("pack_gqa") and v.get("mainloop") == "sm90a" %}
+// The Hopper kernel's packed tiles (pack-GQA, one m16 row tile a warp): the thread's two rows'
+// query positions come precomputed (pos[h] for rows g and g + 8, consumer_mainloop), so a masked
+// block costs no division by the run-time qpk.
+__device__ __forceinline__ void apply_mask_pos(float (&s)[1][BN / 8][4], const MaskInfo& mi, int n, const int (&pos)[2],
+                                               int lane) {
+  const int tq = lane & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int hi = min(mi.seqlen_k - 1, key_hi(mi, pos[h]));
+    const int lo = key_lo(mi, pos[h]);
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = n * BN + nt * 8 + 2 * tq + e;
+        if (col > hi || col < lo) s[0][nt][2 * h + e] = -KG_INF;
+      }
+  }
+}
+{% endif %}
