@@ -2,9 +2,8 @@
 # (next session) Pack-GQA on the Hopper prefill kernel: its first GPU run (built in the fortieth session on
 # the CPU, off by default).  Before the call, on the CPU (NVRTC 13.0 here = the device's):
 #   find cache -type f ! -name README.md -delete
-#   KERNELGEN_CACHE_DIR=$PWD/cache python .s41/precompile.py pack $PWD/cache      (tools/warm_gpu_tests.py's
-#       "pack" group: the GPU tests' packed kernels, about 50; the A/B's and the sanitizer cases' kernels
-#       compile on the device)
+#   python tools/warm_gpu_tests.py --only pack --jobs 2 --cache-dir $PWD/cache      (the GPU tests' packed
+#       kernels, about 50, 10 MB; the A/B's and the sanitizer cases' kernels compile on the device)
 # then carry ["cache"].  About 250 s.
 set -u
 W=$OUT/w; mkdir -p $W/san
