@@ -185,9 +185,11 @@ class AttentionSpec:
     #: registers a thread (__launch_bounds__(threads, 1): 168 x 384 with 8 consumer warps, 128 x 512
     #: with 12): 128 * producer + 32 * warps * consumer must not exceed that (multiples of 8).
     SM90_REGS_PAGED: ClassVar[dict] = {8: (40, 232), 12: (40, 152)}
-    #: Pack-GQA (``pack_gqa``) on packed K/V: the producer's per-tile positions of packed rows spilled
-    #: 8-16 bytes at 24 registers (two warpgroups: soft-capped head dim 64, 192 x 128 with a window,
-    #: NVRTC 13.0); the three-warpgroup tile keeps its budget (no spill there).
+    #: Pack-GQA (``pack_gqa``) on packed K/V at head dims up to 192: the producer's per-tile positions
+    #: of packed rows spilled 8-12 bytes at 24 registers (two warpgroups: soft-capped head dim 64 and
+    #: 192 x 128 with a window, split-KV, NVRTC 13.0); the three-warpgroup tile keeps its budget (no
+    #: spill there), and so does head dim 256, whose 128 O accumulators need the consumers' 240 (at
+    #: 232 it spilled 8-172 bytes; at 24 / 240 none).
     SM90_REGS_PACK: ClassVar[dict] = {8: (40, 232), 12: (24, 160)}
     SM90_REGS_GATHER: ClassVar[dict] = {8: (56, 224), 12: (56, 152)}
     #: An FP8 K/V cache (``kv_dtype``): producer warps 1-3 convert the landing stages.
@@ -413,7 +415,9 @@ class AttentionSpec:
                 else self.SM90_REGS_FP8_MMA_LARGE if self.fp8_mma and self.head_dim > 128
                 else self.SM90_REGS_FP8_D128 if self.kv_dtype and not self.fp8_mma and self.head_dim <= 128
                 else self.SM90_REGS_FP8 if self.kv_dtype
-                else self.SM90_REGS_PAGED if self.paged else self.SM90_REGS_PACK if self.pack_gqa else self.SM90_REGS)
+                else self.SM90_REGS_PAGED if self.paged
+                else self.SM90_REGS_PACK if self.pack_gqa and max(self.head_dim, self.head_dim_v) <= 192
+                else self.SM90_REGS)
 
     def _sm90_regs(self) -> dict:
         if self.mainloop != "sm90a":

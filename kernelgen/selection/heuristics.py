@@ -568,8 +568,10 @@ def paged_prefers_hopper(paged: bool, total_q: int, batch: int) -> bool:
 #: diagonal (docs/dev/hopper_pack_gqa.md: the bench's varlen trace computes 0.891 -> 0.93 of its MMAs
 #: usefully at 128 rows, gpt-oss's 192-row tile 0.797 -> 0.921).  Off until it has run on a GPU.
 SM90_PACK_GQA: bool = False
-#: The largest head dim the Hopper kernel packs GQA at: the packed head-dim-256 kernel spilled 8
-#: bytes (NVRTC 13.0, a row's running max kept across the tile), 64-192 none.
+#: The largest head dim the Hopper kernel packs GQA at.  Head dim 256 packed builds without spills
+#: at its (24, 240) registers (``AttentionSpec.SM90_REGS_PACK``) in 140 of 144 variants; the
+#: non-causal ones with sinks spill 20 bytes (NVRTC 13.0), and sinks join a call's spec after this
+#: choice (``decide.recipe``), so d 256 stays unpacked until that case is handled there.
 SM90_PACK_MAX_HEAD_DIM = 192
 
 
@@ -704,7 +706,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                 break
             if tile is None:
                 t = variant_sm90_tile(t, opts, variant)
-            # a packed Q box holds whole tokens; head dim 256 spilled 8 bytes packed (a row's LSE across the tile)
+            # a packed Q box holds whole tokens; head dim 256 stays unpacked (SM90_PACK_MAX_HEAD_DIM)
             hpack = want_pack and t.block_m % qpk == 0 and max(head_dim, head_dim_v) <= SM90_PACK_MAX_HEAD_DIM
             if pack and not hpack:
                 why = f"pack-GQA with {qpk} query heads a KV head on a {t.block_m}-row tile"
