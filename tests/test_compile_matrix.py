@@ -120,32 +120,55 @@ def test_decode_tile_packed_no_mask_compiles_without_spills(arch, hd):
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, (v.attention.name, r)
 
 
-@pytest.mark.parametrize("arch,mask,splits", [("sm_80", "local", 1), ("sm_90a", "causal", 1), ("sm_90a", "causal", 4),
-                                               ("sm_90a", "none", 1)])
-def test_softcap_paged_prefill_takes_the_64_row_tile_without_spills(arch, mask, splits):
-    """Every case, not sampled: the sm_80 mainloop's 128-row head-dim-128 prefill tile spilled 24-48
-    bytes (NVRTC 13.0) with a soft-cap on a paged cache, on sm_80 with a window too, on sm_90a
-    (``arch="sm_80"`` calls on an H200) with any mask; the decider gives those calls the 64-row tile
-    (``heuristics.SOFTCAP_PAGED_TILE``), which builds without spills, and keeps the 128-row one where
-    it did not spill (the same features on packed K/V, or without the soft-cap)."""
-    kw = dict(num_heads_q=32, num_heads_kv=8, mask=mask, max_seqlen_q=4096, max_seqlen_k=32768, num_splits=splits,
-              mainloop="sm80")
-    v = heuristics.choose(arch, "fp16", 128, 128, paged=True, softcap=True, **kw)
-    assert v.attention.tile == heuristics.SOFTCAP_PAGED_TILE, v.attention.name
+#: The sm_80 mainloop's head-dim-128 prefill on a paged cache, every feature that moves it across
+#: ptxas' spill edge: (arch, mask, layout, forced splits, soft-cap, kv_dtype).
+PAGED_PREFILL_128 = list(itertools.product(ARCHS, ("none", "causal", "local"), LAYOUTS, (1, 4), (False, True),
+                                           ("", "e4m3")))
+
+
+@pytest.mark.parametrize("arch,mask,layout,splits,softcap,kv",
+                         sampling.matrix(PAGED_PREFILL_128, 1, lambda c: ((c[0], c[1]), (c[0], c[2]), (c[0], c[4]),
+                                                                          (c[0], c[5]), (c[1], c[4]), c[3])))
+def test_paged_prefill_128_builds_without_spills(arch, mask, layout, splits, softcap, kv):
+    """Sampled (``--full-matrix``: all 96): the sm_80 mainloop's 128-row head-dim-128 prefill tile
+    sits at 247-255 registers on a paged cache and spilled 12-48 bytes on some builds (NVRTC 13.0:
+    the mask, split, soft-cap, FP8 cache and even the layout decide); the decider gives those calls the
+    64-row tile (``heuristics.sm80_prefill_spills``).  The call's tile builds without spills."""
+    v = heuristics.choose(arch, "fp16" if splits == 4 else "bf16", 128, 128, num_heads_q=32, num_heads_kv=8,
+                          mask=mask, layout=layout, max_seqlen_q=4096, max_seqlen_k=32768, num_splits=splits,
+                          paged=True, softcap=softcap, mainloop="sm80", kv_dtype=kv)
+    heavy = heuristics.sm80_prefill_spills(arch, 128, 128, mask, True, softcap, kv)
+    assert v.attention.tile.block_m == (64 if heavy else 128), v.attention.name
     r = _compile(v.attention).resources
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, (v.attention.name, r)
-    for other in (dict(paged=False, softcap=True), dict(paged=True, softcap=False)):
-        assert heuristics.choose(arch, "fp16", 128, 128, **other, **kw).attention.tile == TileConfig(128, 32, 4, 2, 2)
-    if arch == "sm_80":   # on sm_80 a causal soft-capped paged prefill built without spills: it keeps its tile
-        kw["mask"] = "causal"
-        assert heuristics.choose(arch, "fp16", 128, 128, paged=True, softcap=True, **kw).attention.tile \
-            == TileConfig(128, 32, 4, 2, 2)
+
+
+@pytest.mark.parametrize("arch,mask,layout,splits,softcap,kv", [
+    ("sm_80", "local", "soa", 1, True, ""),      # 48 bytes with the 128-row tile
+    ("sm_80", "causal", "soa", 1, False, "e4m3"),  # 12-20 bytes
+    ("sm_90a", "causal", "soa", 4, False, ""),   # 32 bytes
+    ("sm_90a", "local", "aos", 4, False, ""),    # 36 bytes
+    ("sm_90a", "none", "soa", 1, False, "e4m3"),  # 24-36 bytes
+])
+def test_paged_prefill_128_cases_that_spilled(arch, mask, layout, splits, softcap, kv):
+    """Every case, not sampled: the builds that spilled with the 128-row tile take the 64-row one."""
+    test_paged_prefill_128_builds_without_spills(arch, mask, layout, splits, softcap, kv)
+    assert heuristics.sm80_prefill_spills(arch, 128, 128, mask, True, softcap, kv)
+
+
+def test_sm80_prefill_spill_rule_is_narrow():
+    """Packed K/V, other head dims and the sm_80 builds that did not spill keep the 128-row tile."""
+    assert not heuristics.sm80_prefill_spills("sm_90a", 128, 128, "causal", False, True)
+    assert not heuristics.sm80_prefill_spills("sm_90a", 64, 64, "causal", True, True)
+    assert not heuristics.sm80_prefill_spills("sm_80", 128, 128, "causal", True, True)
+    assert not heuristics.sm80_prefill_spills("sm_80", 128, 128, "local", True, False)
+    assert not heuristics.sm80_prefill_spills("sm_86", 128, 128, "local", True, True)
 
 
 def test_sm80_fused_kernel_on_sm90a_with_softcap_and_pages_builds_without_spills():
     """The sm_80 fused kernel compiled for sm_90a (a mixed batch the Hopper kernels do not take)
     with a soft-cap on a paged cache spilled 28-48 bytes with the 128-row long tile; it takes the
-    64-row one (every case, not sampled)."""
+    64-row one (every case, not sampled); on sm_80 the 128-row one builds clean and stays."""
     f = heuristics.choose_fused("sm_90a", "bf16", 128, 128, num_heads_q=8, num_heads_kv=1, mask="causal",
                                 max_seqlen_k=32768, paged=True, softcap=True)
     assert f.fused.long.tile == heuristics.SOFTCAP_PAGED_TILE
@@ -235,7 +258,7 @@ def test_fused_variants_compile_without_spills(arch, hq, hkv, hd, mask, paged, s
     f = heuristics.choose_fused(arch, "bf16", hd, hd, num_heads_q=hq, num_heads_kv=hkv, mask=mask,
                                 max_seqlen_k=32768, paged=paged, softcap=softcap)
     assert f is not None
-    heavy = heuristics.softcap_paged_spills(arch, hd, hd, mask, paged, softcap)
+    heavy = arch == "sm_90a" and paged and softcap and hd == 128   # (choose_fused's long-tile rule)
     assert f.fused.short.tile.num_warps == 1 and f.fused.long.tile.block_m == (64 if heavy else 128)
     assert f.fused.long.row_splits == f.fused.short.split
     res = _compile(f.fused)

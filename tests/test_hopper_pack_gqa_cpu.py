@@ -1,8 +1,8 @@
 """Pack-GQA on the Hopper prefill kernel (CPU): the decider's choice behind ``SM90_PACK_GQA`` /
 ``KERNELGEN_SM90_PACK_GQA``, the packed Q box, the launch through the stubbed driver
 (tests/fake_cuda.py), and NVRTC builds for sm_90a without spills; the unpacked kernels' sources
-say PACK_GQA = false.  The packed kernels have not run on a GPU yet: tests/gpu/test_hopper_gpu.py's
-packed cases are their first numerical check (docs/dev/hopper_pack_gqa.md)."""
+say PACK_GQA = false.  The packed kernels have not run on a GPU yet: tests/gpu/test_hopper_pack_gqa_gpu.py
+is their first numerical check (docs/dev/hopper_pack_gqa.md)."""
 import pytest
 import torch
 
@@ -100,6 +100,9 @@ def test_spec_refuses_what_the_kernel_does_not_pack():
     t = H.SM90_TILE
     ok = AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa", t, pack_gqa=True, mainloop="sm90a", sm90_opts="p")
     assert ok.sm90_unsupported() == ""
+    with pytest.raises(ValueError, match="above head dim 192"):
+        AttentionSpec("sm_90a", "bf16", 256, 256, "causal", "soa", H.sm90_tile(256, 256), pack_gqa=True,
+                      mainloop="sm90a", sm90_opts="p")
     for kw in (dict(kv_dtype="e4m3"), dict(alibi=True)):
         with pytest.raises(ValueError, match="pack_gqa"):
             AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa", t, pack_gqa=True, mainloop="sm90a",

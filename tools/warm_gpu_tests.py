@@ -325,9 +325,9 @@ def pack_specs() -> list:
     out = []
     for d, dt, causal, (hq, hkv) in itertools.product((64, 128), ("bf16", "fp16"), (False, True),
                                                       ((8, 4), (8, 2), (8, 1))):
-        for n in (1, 0):
+        for n in (1, 3):
             out += _choose(dt, d, hq=hq, hkv=hkv, causal=causal, max_q=400, max_k=520, num_splits=n, sm90_pack=True)
-    for n in (1, 0):
+    for n in (1, 3):
         out += _choose("bf16", 96, causal=True, max_q=400, max_k=520, num_splits=n, sm90_pack=True)
         out += _choose("bf16", 192, hq=8, hkv=4, causal=True, max_q=400, max_k=520, num_splits=n, sm90_pack=True)
     for n in (3, 0):
@@ -337,7 +337,8 @@ def pack_specs() -> list:
     for ps in (1, 16, 64, 256):
         out += _choose("bf16", 128, causal=True, max_q=300, max_k=1000, paged=True, page_size=ps, sm90_pack=True)
     out += _with_sinks(_choose("bf16", 64, hq=64, hkv=8, causal=True, max_q=700, max_k=900, sm90_pack=True))
-    out += _choose("bf16", 128, hq=32, hkv=8, causal=True, max_q=1000, max_k=1000, sm90_pack=True)
+    for pack in (True, None):   # test_packed_equals_unpacked: both kernels
+        out += _choose("bf16", 128, hq=32, hkv=8, causal=True, max_q=1000, max_k=1000, sm90_pack=pack)
     return out
 
 

@@ -82,7 +82,7 @@ def main() -> int:
                                                                            out=out, pack_gqa=pack, **kw))
             outs[label] = out
         os.environ.pop(SM90_PACK_GQA, None)
-        assert "_pack_" not in names["unpacked"], names
+        assert "_pack_" not in names["unpacked"] and "_pack_" in names["packed"], names   # (a shape it cannot pack)
         for label, f in fns.items():   # each timed call still launches the kernel it was decided with
             f()
             assert api._CALLS._last[1].attn.name == names[label], (label, api._CALLS._last[1].attn.name)

@@ -191,6 +191,8 @@ class AttentionSpec:
     #: spill there), and so does head dim 256, whose 128 O accumulators need the consumers' 240 (at
     #: 232 it spilled 8-172 bytes; at 24 / 240 none).
     SM90_REGS_PACK: ClassVar[dict] = {8: (40, 232), 12: (24, 160)}
+    #: The largest head dim a packed Hopper spec may have (``heuristics.SM90_PACK_MAX_HEAD_DIM``).
+    SM90_PACK_MAX_HEAD_DIM: ClassVar[int] = 192
     SM90_REGS_GATHER: ClassVar[dict] = {8: (56, 224), 12: (56, 152)}
     #: An FP8 K/V cache (``kv_dtype``): producer warps 1-3 convert the landing stages.
     SM90_REGS_FP8: ClassVar[dict] = {8: (40, 232), 12: (40, 152)}
@@ -248,6 +250,9 @@ class AttentionSpec:
             return f"paged at head dims {self.head_dim}/{self.head_dim_v} (paged: equal, in {SM90_PAGED_HEAD_DIMS})"
         if self.pack_gqa and (self.kv_dtype or self.alibi or self.variant is not None):
             return "pack_gqa with an FP8 cache, ALiBi or a user variant (the Hopper kernel packs 16-bit calls)"
+        if self.pack_gqa and max(self.head_dim, self.head_dim_v) > self.SM90_PACK_MAX_HEAD_DIM:
+            return (f"pack_gqa above head dim {self.SM90_PACK_MAX_HEAD_DIM} (head dim 256 packed spills with sinks; "
+                    f"heuristics.SM90_PACK_MAX_HEAD_DIM)")
         if self.fp8_mma and (not self.kv_dtype or self.head_dim != self.head_dim_v or self.head_dim % 64
                              or t.block_n % 32 or t.block_n < 128):
             return ("fp8_mma needs kv_dtype, head_dim == head_dim_v a multiple of 64 and key blocks of 128 or more, "

@@ -4,7 +4,8 @@ A call whose batch may mix prefill chunks and decodes runs, on the current strea
 
 1. the scheduler kernel twice, once per request class (``metadata.SchedulerConfig.class_min_q`` /
    ``class_max_q``): requests with at most ``short_max_q`` query tokens are *short* and get
-   one-warp decode tiles (pack-GQA, split-KV), the others *long* and get 128-row prefill tiles;
+   one-warp decode tiles (pack-GQA, split-KV), the others *long* and get prefill tiles (128 rows;
+   64 on the sm_80 kernel compiled for sm_90a with a soft-cap, where the 128-row one spills);
    each class has its own metadata buffer, so its own tile queue;
 2. the fused attention kernel (``FusedAttentionSpec``), whose CTAs take tiles from both queues:
    templates/attention/fwd_fused_sm80.cu.j2 (its parameter: one AttnParams per class), or on

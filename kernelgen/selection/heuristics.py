@@ -364,22 +364,29 @@ CANDIDATE_TILES = {
 #: two-stage tile spills there when compiled for sm_90a (24 spill stores with split-KV).
 ALIBI_HEAVY_TILE = TileConfig(64, 64, 4, 2, 2)
 
-#: The sm_80 path's head-dim-128 prefill tile (and the sm_80 fused kernel's long tile) where a
-#: soft-cap and a paged cache meet: the 128-row two-stage tile runs at 248-255 registers with any
-#: two of paged / soft-cap / window / split state, and NVRTC 13.0's ptxas spills it on these
-#: (``softcap_paged_spills``): on sm_80 with a window too (48 bytes), on sm_90a (the sm_80 mainloop
-#: compiled for an H200: ``arch="sm_80"`` calls, calls the Hopper path does not take) with any
-#: mask (24-32 bytes; the fused kernel 28-48).  The 64-row tile needs 190-218 registers there.
+#: The sm_80 path's head-dim-128 prefill tile (and the sm_80 fused kernel's long tile) where the
+#: 128-row two-stage tile spills (``sm80_prefill_spills``): it runs at 247-255 registers with a
+#: paged cache, and NVRTC 13.0's ptxas spills it on some of those builds (12-48 bytes; which ones
+#: turns on the mask, the split, the soft-cap, an FP8 cache and even the metadata layout).  The
+#: 64-row tile needs 190-218 registers there.
 SOFTCAP_PAGED_TILE = TileConfig(64, 64, 4, 2, 2)
 
 
-def softcap_paged_spills(arch: str, head_dim: int, head_dim_v: int, mask: str, paged: bool, softcap: bool) -> bool:
+def sm80_prefill_spills(arch: str, head_dim: int, head_dim_v: int, mask: str, paged: bool, softcap: bool,
+                        kv_dtype: str = "") -> bool:
     """Whether the sm_80 mainloop's 128-row head-dim-128 prefill tile (``tile_config``'s extra-state
-    one) spills for these features when compiled for ``arch`` (NVRTC 13.0; ``SOFTCAP_PAGED_TILE``):
-    soft-cap and paged K/V at head dim 128, on sm_80 also a sliding window."""
-    if not (softcap and paged and max(head_dim, head_dim_v) == 128):
+    one) is replaced by ``SOFTCAP_PAGED_TILE`` for these features when compiled for ``arch``
+    (NVRTC 13.0, every combination of mask, split, soft-cap, FP8 cache and layout compiled): on
+    sm_90a (the sm_80 mainloop compiled for an H200: ``arch="sm_80"`` calls, the tiered first call's
+    stand-in, calls the Hopper path does not take) every paged call, where it spilled 24-36 bytes
+    with split-KV, an FP8 cache, a soft-cap or a window depending on the layout; on sm_80 a paged
+    call with a window and a soft-cap (48 bytes) or a causal one on an FP8 cache (12-20)."""
+    if not (paged and max(head_dim, head_dim_v) == 128):
         return False
-    return arch == "sm_90a" or (arch == "sm_80" and mask == "local")
+    if arch == "sm_90a":
+        return True
+    return arch == "sm_80" and ((mask == "local" and softcap) or (bool(kv_dtype) and mask == "causal"))
+
 
 #: The sm_80 path's prefill tiles of user variants (``kernelgen.Variant``), by head dim: the mid
 #: class's 64-row tiles.  A snippet's index arithmetic and tensor loads run on every logit beside
@@ -572,7 +579,7 @@ SM90_PACK_GQA: bool = False
 #: at its (24, 240) registers (``AttentionSpec.SM90_REGS_PACK``) in 140 of 144 variants; the
 #: non-causal ones with sinks spill 20 bytes (NVRTC 13.0), and sinks join a call's spec after this
 #: choice (``decide.recipe``), so d 256 stays unpacked until that case is handled there.
-SM90_PACK_MAX_HEAD_DIM = 192
+SM90_PACK_MAX_HEAD_DIM = AttentionSpec.SM90_PACK_MAX_HEAD_DIM
 
 
 def sm90_unsupported(arch: str, head_dim: int, head_dim_v: int, *, mask: str, paged: bool, softcap: bool,
@@ -744,7 +751,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
         # the slopes beside a window / soft-cap state and split-KV spill the 128-row tile on sm_90a
         tile = ALIBI_HEAVY_TILE
     if not fixed_tile and tile_class == "prefill" and tile == tile_config(arch, head_dim, head_dim_v, "prefill", True) \
-            and softcap_paged_spills(arch, head_dim, head_dim_v, mask, paged, softcap):
+            and sm80_prefill_spills(arch, head_dim, head_dim_v, mask, paged, softcap, kv_dtype):
         tile = SOFTCAP_PAGED_TILE
     if variant is not None and not fixed_tile and tile_class == "prefill":
         tile = VARIANT_PREFILL_TILES.get(max(head_dim, head_dim_v), tile)
@@ -833,7 +840,9 @@ def choose_fused(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_h
     if short is None:
         return None
     long_tile = tile_config(arch, head_dim, head_dim_v, "prefill", True)
-    if softcap_paged_spills(arch, head_dim, head_dim_v, mask, paged, softcap):
+    if arch == "sm_90a" and paged and softcap and max(head_dim, head_dim_v) == 128:
+        # the fused kernel compiled for sm_90a spilled 28-48 bytes there with the 128-row long tile (the
+        # other paged sm_90a builds of it did not, NVRTC 13.0: sm80_prefill_spills is the standalone rule)
         long_tile = SOFTCAP_PAGED_TILE
     if kv_dtype:
         long_tile = fp8_tile(long_tile, head_dim, head_dim_v)

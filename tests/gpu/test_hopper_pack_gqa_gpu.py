@@ -42,15 +42,16 @@ CASES = [(hd, dt, c, hq, hkv) for hd in (64, 128) for dt in ("bf16", "fp16") for
          for hq, hkv in ((8, 4), (8, 2), (8, 1))] + [(96, "bf16", True, 8, 2), (192, "bf16", True, 8, 4)]
 
 
-@pytest.mark.parametrize("splits", [1, 0])
+@pytest.mark.parametrize("splits", [1, 3])
 @pytest.mark.parametrize("hd,dt,causal,hq,hkv", CASES)
 def test_packed_matrix(packed, hd, dt, causal, hq, hkv, splits):
-    """num_splits 1: the kernel writes every row itself (O, LSE, sinks in the epilogue); 0: the
-    automatic split, which these small batches take (partials, row_splits, the combine)."""
+    """num_splits 1: the kernel writes every row itself (O and LSE in the epilogue); 3: split-KV
+    partials per (token, query head) row, row_splits once a token, the combine (every case has at
+    least three key blocks; the automatic bound does not split these small batches)."""
     seed = zlib.crc32(repr(("sm90pack", hd, dt, causal, hq, hkv)).encode()) % 100000
     qlens, klens = ragged(seed)
     q, k, v, cu_q, cu_k = make_batch(qlens, klens, hq, hkv, hd, DT[dt], seed)
-    check(q, k, v, cu_q, cu_k, causal=causal, num_splits=splits, expect_split=False if splits == 1 else None)
+    check(q, k, v, cu_q, cu_k, causal=causal, num_splits=splits, expect_split=splits > 1)
     ran_packed()
 
 
