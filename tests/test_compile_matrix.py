@@ -171,7 +171,7 @@ def test_sm80_fused_kernel_on_sm90a_with_softcap_and_pages_builds_without_spills
     64-row one (every case, not sampled); on sm_80 the 128-row one builds clean and stays."""
     f = heuristics.choose_fused("sm_90a", "bf16", 128, 128, num_heads_q=8, num_heads_kv=1, mask="causal",
                                 max_seqlen_k=32768, paged=True, softcap=True)
-    assert f.fused.long.tile == heuristics.SOFTCAP_PAGED_TILE
+    assert f.fused.long.tile == heuristics.PAGED_PREFILL_TILE
     r = _compile(f.fused).resources
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, (f.fused.name, r)
     assert f.fused.smem_bytes() <= heuristics.SMEM_LIMIT["sm_90a"]

@@ -369,13 +369,13 @@ ALIBI_HEAVY_TILE = TileConfig(64, 64, 4, 2, 2)
 #: paged cache, and NVRTC 13.0's ptxas spills it on some of those builds (12-48 bytes; which ones
 #: turns on the mask, the split, the soft-cap, an FP8 cache and even the metadata layout).  The
 #: 64-row tile needs 190-218 registers there.
-SOFTCAP_PAGED_TILE = TileConfig(64, 64, 4, 2, 2)
+PAGED_PREFILL_TILE = TileConfig(64, 64, 4, 2, 2)
 
 
 def sm80_prefill_spills(arch: str, head_dim: int, head_dim_v: int, mask: str, paged: bool, softcap: bool,
                         kv_dtype: str = "") -> bool:
     """Whether the sm_80 mainloop's 128-row head-dim-128 prefill tile (``tile_config``'s extra-state
-    one) is replaced by ``SOFTCAP_PAGED_TILE`` for these features when compiled for ``arch``
+    one) is replaced by ``PAGED_PREFILL_TILE`` for these features when compiled for ``arch``
     (NVRTC 13.0, every combination of mask, split, soft-cap, FP8 cache and layout compiled): on
     sm_90a (the sm_80 mainloop compiled for an H200: ``arch="sm_80"`` calls, the tiered first call's
     stand-in, calls the Hopper path does not take) every paged call, where it spilled 24-36 bytes
@@ -752,7 +752,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
         tile = ALIBI_HEAVY_TILE
     if not fixed_tile and tile_class == "prefill" and tile == tile_config(arch, head_dim, head_dim_v, "prefill", True) \
             and sm80_prefill_spills(arch, head_dim, head_dim_v, mask, paged, softcap, kv_dtype):
-        tile = SOFTCAP_PAGED_TILE
+        tile = PAGED_PREFILL_TILE
     if variant is not None and not fixed_tile and tile_class == "prefill":
         tile = VARIANT_PREFILL_TILES.get(max(head_dim, head_dim_v), tile)
 
@@ -843,7 +843,7 @@ def choose_fused(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_h
     if arch == "sm_90a" and paged and softcap and max(head_dim, head_dim_v) == 128:
         # the fused kernel compiled for sm_90a spilled 28-48 bytes there with the 128-row long tile (the
         # other paged sm_90a builds of it did not, NVRTC 13.0: sm80_prefill_spills is the standalone rule)
-        long_tile = SOFTCAP_PAGED_TILE
+        long_tile = PAGED_PREFILL_TILE
     if kv_dtype:
         long_tile = fp8_tile(long_tile, head_dim, head_dim_v)
     long = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, long_tile, False, False, paged, softcap,
