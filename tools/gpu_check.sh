@@ -5,7 +5,8 @@
 #   tests: warm the cache and run the GPU tests (junit.xml, pytest.log)
 #   bench: the demo, compare-layouts and the benchmarks (demo.json, compare.json, bench.json)
 #   all (default): both, then gpu_report.json / h200.md and the summary table
-#   reliability: the 2000-batch numerical fuzz (fuzz.json) and compute-sanitizer memcheck/racecheck
+#   reliability: the 2000-batch numerical fuzz (fuzz.json; seed $FUZZ_SEED, default 1: tools/device_cache.py
+#     build --fuzz-seed compiles that seed's kernels ahead) and compute-sanitizer memcheck/racecheck
 #   full-bench: the bench part with `kernelgen bench --suite all` for every preset instead of the
 #     llama3-8b run (bench.json, bench_all.md); FA3 and FA4 are measured when .peers/ came along
 #     (tools/peer_wheels.py).  No plots on the device (a call brings back at most 8 files): draw them
@@ -28,6 +29,13 @@ PY="${PYTHON:-python3}"
 LOG="$OUT/run.log"
 touch "$LOG"
 step() { echo "=== $* ($(date +%T))" | tee -a "$LOG"; }
+
+# Kernels compiled on a CPU machine before the call (tools/device_cache.py build; carry .devcache):
+# into the cache first, so the warm-ups, the fuzz's prewarm and the bench's find them compiled.
+if [ -f .devcache/manifest.json ]; then
+  step devcache
+  timeout 120 "$PY" tools/device_cache.py unpack --dir .devcache --cache-dir "$KERNELGEN_CACHE_DIR" >> "$LOG" 2>&1
+fi
 
 # The benchmark's FA3 / FA4 peers, when their parts travelled with this call or an earlier call of the
 # same lease (tools/peer_wheels.py: the two-call recipe).  Without them the peers are reported unavailable.
@@ -68,7 +76,7 @@ if has bench || has all || has full-bench; then
   fi
 fi
 if has reliability; then
-  step fuzz;     timeout 420 "$PY" tools/fuzz.py --batches 2000 --seed 1 --time-limit 400 --json "$OUT/fuzz.json" \
+  step fuzz;     timeout 420 "$PY" tools/fuzz.py --batches 2000 --seed "${FUZZ_SEED:-1}" --time-limit 400 --json "$OUT/fuzz.json" \
     > "$OUT/fuzz.log" 2>&1
   echo "fuzz exit $?" >> "$LOG"; tail -n 2 "$OUT/fuzz.log" | tee -a "$LOG"
   step sanitize; OUT="$OUT" timeout 300 bash tools/sanitize.sh >> "$LOG" 2>&1

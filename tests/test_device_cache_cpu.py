@@ -1,0 +1,155 @@
+"""tools/device_cache.py: the archive of kernels compiled ahead of a device call, and its unpacking
+into the kernel cache (what a device call relies on to skip its compiles)."""
+import importlib.util
+import io
+import json
+import os
+import stat
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("device_cache", ROOT / "tools" / "device_cache.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+dc = _tool()
+
+ENTRIES = {
+    "attn_sm_90a_bf16_d128_causal_soa_m128n128w8s2b1-0123456789abcdef.cubin": b"\x7fELF" + bytes(range(256)) * 40,
+    "attn_sm_90a_bf16_d128_causal_soa_m128n128w8s2b1-0123456789abcdef.json": b'{"key": "0123"}',
+    "sched_sm_90a_soa_t1024-fedcba9876543210.cubin": b"\x7fELF" + b"sched" * 300,
+    "sched_sm_90a_soa_t1024-fedcba9876543210.json": b'{"key": "fedc"}',
+}
+
+
+@pytest.fixture
+def archive(tmp_path):
+    """A cache folder with four entry files plus a lock and a temp file, archived into tmp_path/dc."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for n, data in ENTRIES.items():
+        (cache / n).write_bytes(data)
+    (cache / "sched_sm_90a_soa_t1024-fedcba9876543210.lock").write_bytes(b"")
+    (cache / ".tmp-123.cubin").write_bytes(b"partial")
+    root = tmp_path / "dc"
+    root.mkdir()
+    names, raw = dc.write_archive(cache, root)
+    m = dc.write_manifest(root, names, raw, fuzz_seed=41)
+    return root, names, m
+
+
+def test_archive_holds_the_entries_only_and_the_manifest_describes_it(archive):
+    root, names, m = archive
+    assert names == sorted(ENTRIES)
+    assert m["entries"] == 2 and m["raw_bytes"] == sum(map(len, ENTRIES.values())) and m["fuzz_seed"] == 41
+    assert m["archive_sha256"] == dc.sha256(root / dc.ARCHIVE)
+    assert json.loads((root / dc.MANIFEST).read_text()) == m
+    with tarfile.open(root / dc.ARCHIVE, "r:xz") as t:
+        assert sorted(x.name for x in t) == sorted(ENTRIES)
+
+
+def test_unpack_writes_missing_entries_owner_only_and_keeps_existing_ones(archive, tmp_path, capsys):
+    root, _, _ = archive
+    dest = tmp_path / "device_cache"
+    kept = "sched_sm_90a_soa_t1024-fedcba9876543210.json"
+    dest.mkdir(mode=0o700)
+    (dest / kept).write_bytes(b"the device's own")
+    assert dc.unpack(root, dest) == 0
+    assert "3 files added, 1 already there, 0 refused" in capsys.readouterr().out
+    for n, data in ENTRIES.items():
+        want = b"the device's own" if n == kept else data
+        assert (dest / n).read_bytes() == want
+        if n != kept:
+            assert stat.S_IMODE(os.stat(dest / n).st_mode) == 0o600
+    assert sorted(p.name for p in dest.iterdir()) == sorted(ENTRIES)   # no temp files left
+    assert dc.unpack(root, dest) == 0
+    assert "0 files added, 4 already there" in capsys.readouterr().out
+
+
+def test_unpack_refuses_a_missing_or_altered_archive(archive, tmp_path):
+    root, _, _ = archive
+    assert dc.unpack(tmp_path / "nowhere", tmp_path / "c1") == 3
+    data = bytearray((root / dc.ARCHIVE).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (root / dc.ARCHIVE).write_bytes(bytes(data))
+    assert dc.unpack(root, tmp_path / "c2") == 4
+    assert not (tmp_path / "c2").exists() or not any((tmp_path / "c2").iterdir())
+
+
+def test_unpack_refuses_members_that_are_not_plain_cache_entries(tmp_path, capsys):
+    root = tmp_path / "dc"
+    root.mkdir()
+    good = "combine_sm_90a_bf16_dv128-00112233445566aa.cubin"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:xz") as t:
+        def add(name, data=b"x", kind=tarfile.REGTYPE, link=""):
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname, info.size = kind, link, len(data) if kind == tarfile.REGTYPE else 0
+            t.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+        add(good, b"\x7fELF")
+        add("../evil-0123456789abcdef.cubin")                       # outside the cache
+        add("sub/attn-0123456789abcdef.cubin")                      # a folder
+        add("attn-0123456789abcdef.cubin", kind=tarfile.SYMTYPE, link="/etc/passwd")
+        add("notes.txt")                                            # not an entry
+        add("attn-0123456789abcdef.lock")                           # a lock
+    (root / dc.ARCHIVE).write_bytes(buf.getvalue())
+    dc.write_manifest(root, [good], 4)
+    dest = tmp_path / "cache"
+    assert dc.unpack(root, dest) == 0
+    assert "1 files added, 0 already there, 5 refused" in capsys.readouterr().out
+    assert [p.name for p in dest.iterdir()] == [good]
+    assert not (tmp_path / "evil-0123456789abcdef.cubin").exists()
+
+
+def test_build_steps_compile_what_the_device_call_will_ask_for(tmp_path):
+    steps = dict(dc.steps(str(tmp_path), 3, 41, 2000))
+    assert list(steps) == ["serving", "gpu_tests", "fuzz", "bench"]
+    assert steps["serving"][2:] == ["kernelgen", "warmup", "--serving", "--arch", "sm_90a", "--jobs", "3",
+                                    "--cache-dir", str(tmp_path)]
+    fz = steps["fuzz"]
+    assert fz[fz.index("--seed") + 1] == "41" and fz[fz.index("--batches") + 1] == "2000"
+    assert "--prewarm-only" in fz and fz[fz.index("--arch") + 1] == "sm_90a"
+    assert [n for n, _ in dc.steps(str(tmp_path), 3, 41, 2000, bench=False)] == ["serving", "gpu_tests", "fuzz"]
+
+
+def test_env_sets_parse_and_reject_malformed_settings():
+    assert dc._env_sets([]) == [{}]
+    assert dc._env_sets(["KERNELGEN_SM90_PACK_GQA=1", "A=1,B=x"]) == [
+        {}, {"KERNELGEN_SM90_PACK_GQA": "1"}, {"A": "1", "B": "x"}]
+    with pytest.raises(SystemExit, match="NAME=VALUE"):
+        dc._env_sets(["KERNELGEN_SM90_PACK_GQA"])
+
+
+def test_bench_specs_derive_without_a_gpu():
+    specs = dc._bench_specs()
+    assert specs and all(s.arch == "sm_90a" for s in specs)
+    assert any(s.kind == "attention" for s in specs) and any(s.kind == "scheduler" for s in specs)
+
+
+def test_gpu_check_unpacks_a_carried_archive_before_warming():
+    text = (ROOT / "tools" / "gpu_check.sh").read_text()
+    assert "tools/device_cache.py unpack --dir .devcache" in text
+    assert text.index("device_cache.py unpack") < text.index("kernelgen warmup")
+    assert "/.devcache/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+def test_archive_without_the_xz_tool_is_the_same_format(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for n, data in ENTRIES.items():
+        (cache / n).write_bytes(data)
+    root = tmp_path / "dc"
+    root.mkdir()
+    monkeypatch.setattr(dc.shutil, "which", lambda name: None)
+    names, raw = dc.write_archive(cache, root)
+    dc.write_manifest(root, names, raw)
+    assert dc.unpack(root, tmp_path / "out") == 0
+    assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == ENTRIES
