@@ -1302,3 +1302,88 @@ def test_decode_ab_flush_choices(monkeypatch):
     monkeypatch.undo()
     with pytest.raises(ValueError, match="--flush layer knows llama3-8b, llama3-70b-tp8"):
         ab.layer_gemms("mla")
+
+
+# ------------------------------------------------------------------ dtypes and issue 22's summary
+def test_registry_dtypes_select_bf16_fp16_and_fp8_entries():
+    """``--dtype``: the default run is today's (16-bit bf16 entries and the FP8 ones); fp16 adds issue 22's
+    prefill shapes in fp16 (``*_fp16``: every dense shape, the first preset's varlen trace and chunked
+    entries) and nothing else; e4m3 alone is the FP8 entries; an unknown dtype is an error."""
+    models = resolve_models(["llama3-8b", "gpt-oss"])
+    default = suites.registry(["all"], models)
+    names = [d.name for d in default]
+    assert not any(n.endswith("_fp16") for n in names)
+    assert {d.dtype for d in default} == {"bf16", "e4m3"}
+    assert {d.name for d in default if d.dtype == "e4m3"} == {
+        "fp8_prefill_causal_s16k", "fp8_prefill_s4k_b4", "fp8_decode_b128_paged16", "mixed_trace_fp8"}
+    for name in ("prefill_dense_causal_h96_s4k", "prefill_dense_causal_h192_s4k", "prefill_dense_causal_h192x128_s4k"):
+        assert name in names
+    fp16 = suites.registry(["all"], models, ("fp16",))
+    want = [s[0] + "_fp16" for s in suites.DENSE_SHAPES] + ["prefill_varlen_trace_fp16"] + [
+        f"prefill_chunked_paged{ps}_fp16" for ps in suites.CHUNKED_PAGE_SIZES]
+    assert [d.name for d in fp16] == want and {d.dtype for d in fp16} == {"fp16"}
+    assert {d.suite for d in fp16} == {"prefill"}
+    assert suites.registry(["decode", "mixed"], models, ("fp16",)) == []
+    fp8 = suites.registry(["all"], models, ("e4m3",))
+    assert {d.name for d in fp8} == {d.name for d in default if d.dtype == "e4m3"}
+    every = [d.name for d in suites.registry(["all"], models, ("all",))]
+    assert sorted(every) == sorted(names + want) and len(every) == len(set(every))
+    assert set(report.ISSUE22_ENTRIES) <= set(every)
+    for bad in (("fp32",), ()):
+        with pytest.raises(ValueError, match="dtype"):
+            suites.registry(["all"], models, bad)
+
+
+def test_fp16_and_new_dense_entries_prewarm_their_own_kernels():
+    """The fp16 entries pre-compile fp16 kernels; the 192 x 128 dense shape its head_dim_v 128 kernel."""
+    st = suites.Settings()
+    defs = {d.name: d for d in suites.registry(["prefill"], resolve_models(["llama3-8b"]), ("all",))}
+    for name in ("prefill_dense_causal_h96_s4k_fp16", "prefill_varlen_trace_fp16", "prefill_chunked_paged16_fp16"):
+        attn = [s for s in defs[name].specs(st, "sm_90a", 132) if s.kind == "attention"]
+        assert attn and {s.dtype for s in attn} == {"fp16"}
+    attn = [s for s in defs["prefill_dense_causal_h192x128_s4k"].specs(st, "sm_90a", 132) if s.kind == "attention"]
+    assert {(s.head_dim, s.head_dim_v, s.dtype) for s in attn} == {(192, 128, "bf16")}
+    attn = [s for s in defs["prefill_dense_causal_h96_s4k"].specs(st, "sm_90a", 132) if s.kind == "attention"]
+    assert {(s.head_dim, s.head_dim_v, s.mask) for s in attn} == {(96, 96, "causal")}
+
+
+def test_bench_cli_passes_dtype(monkeypatch):
+    from kernelgen.apps import demo
+
+    seen = {}
+    monkeypatch.setattr(demo, "has_cuda_gpu", lambda: True)
+    monkeypatch.setattr(runner, "run", lambda **kw: seen.update(kw) or 0)
+    assert cli.main(["bench", "--dtype", "fp16,e4m3"]) == 0 and seen["dtypes"] == ["fp16", "e4m3"]
+    assert cli.main(["bench"]) == 0 and seen["dtypes"] is None   # runner: suites.DEFAULT_DTYPES
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--dtype", "fp32"])
+
+
+def _i22(name, us, peers_us, max_diff=None):
+    return {"name": name, "us": us, "peers": peers_us, **({"max_diff": max_diff} if max_diff else {})}
+
+
+def test_issue22_summary_ratios_geomean_goals_and_missing():
+    """Each of the issue's entries against the fastest of FA3 / FA3 on packed K/V / FA4 / cuDNN whose
+    output agreed; other peers (FA2, FlexAttention, kernelgen's forced paths) do not count."""
+    entries = [
+        _i22("prefill_dense_causal_h128_s16k", 100.0, {"fa3": 110.0, "fa4": 104.0, "torch_fa2": 50.0}),
+        # the fastest peer disagrees with kernelgen's output: the next one is the bar
+        _i22("prefill_dense_h128_s4k", 100.0, {"fa3": 90.0, "cudnn_sdpa": 103.0}, max_diff={"fa3": 1.0}),
+        _i22("prefill_chunked_paged16", 100.0, {"fa3_unpaged": 102.0, "kernelgen_sm80": 10.0}),
+        _i22("prefill_varlen_trace_fp16", 100.0, {"flex_attention": 40.0}),     # no issue-22 peer
+        _i22("prefill_dense_causal_h64_s2k_fp16", None, {"fa3": 1.0}),          # did not run
+        _i22("decode_trace_b128_paged16", 100.0, {"fa3": 10.0}),                # not the issue's
+    ]
+    s = report.issue22_summary(entries)
+    assert s["entries"] == {"prefill_dense_causal_h128_s16k": {"peer": "fa4", "ratio": 1.04},
+                            "prefill_dense_h128_s4k": {"peer": "cudnn_sdpa", "ratio": 1.03},
+                            "prefill_chunked_paged16": {"peer": "fa3_unpaged", "ratio": 1.02}}
+    assert s["geomean"] == pytest.approx((1.04 * 1.03 * 1.02) ** (1 / 3), abs=1e-4)
+    assert s["lowest"] == ["prefill_chunked_paged16", 1.02]
+    assert s["each_ge_1.02"] is True and s["geomean_ge_1.05"] is False
+    assert "prefill_varlen_trace_fp16" in s["missing"] and "prefill_dense_causal_h64_s2k_fp16" in s["missing"]
+    assert len(s["missing"]) == len(report.ISSUE22_ENTRIES) - 3
+    entries[0]["peers"]["fa3"] = 99.0
+    assert report.issue22_summary(entries)["each_ge_1.02"] is False
+    assert report.issue22_summary([entries[-1]]) == {}

@@ -200,6 +200,26 @@ def test_warmup_kv_dtype_flag_lists_fp8_specs_and_nvrtc_compiles_one(tmp_path, c
     assert "_kve4m3" in spec.name
 
 
+def test_warmup_dtype_takes_fp8_names_as_the_kv_dtype_flag_does(tmp_path, monkeypatch):
+    """``--dtype e4m3`` (issue 24's spelling) builds what ``--dtype bf16 --kv-dtype e4m3`` builds (the FP8
+    calls' output is bf16 unless a 16-bit dtype is named); ``--dtype fp16,e5m2`` what ``--dtype fp16
+    --kv-dtype e5m2`` does; FP8 names in both flags are merged."""
+    seen = []
+    monkeypatch.setattr(cli, "warmup", lambda specs, root, jobs=None, progress=True, desc="warmup":
+                        (seen.append(list(specs)), (0, len(specs)))[1])
+    base = ["warmup", "--arch", "sm_90a", "--head-dim", "128", "--layout", "soa", "--causal", "--phase", "decode",
+            "--gqa", "4", "--paged", "--cache-dir", str(tmp_path)]
+    for alias, spelled in ((["--dtype", "e4m3"], ["--dtype", "bf16", "--kv-dtype", "e4m3"]),
+                           (["--dtype", "fp16,e5m2"], ["--dtype", "fp16", "--kv-dtype", "e5m2"]),
+                           (["--dtype", "e4m3", "--kv-dtype", "e5m2"], ["--dtype", "bf16", "--kv-dtype", "e4m3,e5m2"])):
+        assert cli.main(base + alias) == 0 and cli.main(base + spelled) == 0
+        assert seen[-2] == seen[-1]
+        assert any(_kv_of(s) for s in seen[-1])
+    assert {s.dtype for s in seen[0] if hasattr(s, "dtype")} == {"bf16"}
+    assert {_kv_of(s) for s in seen[0] if _kv_of(s)} == {"e4m3"}
+    assert cli.split_dtypes(None, []) == (["fp16", "bf16"], [])
+
+
 @no_gpu
 def test_warmup_without_arch_and_gpu_exits_2(tmp_path, capsys):
     assert cli.main(["warmup", "--cache-dir", str(tmp_path)]) == 2

@@ -139,8 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
                         f"Blackwell, untested, run with KERNELGEN_ALLOW_UNTESTED_ARCH=1); default: the current GPU's")
     w.add_argument("--head-dim", type=lambda s: _csv_list(s, HEAD_DIMS, "head dim", int), default=list(HEAD_DIMS),
                    metavar="D[,D...]", help=f"head dims (default: {','.join(map(str, HEAD_DIMS))})")
-    w.add_argument("--dtype", type=lambda s: _csv_list(s, DTYPES, "dtype"), default=list(DTYPES),
-                   metavar="T[,T...]", help=f"dtypes (default: {','.join(DTYPES)})")
+    w.add_argument("--dtype", type=lambda s: _csv_list(s, DTYPES + KV_DTYPES, "dtype"), default=None,
+                   metavar="T[,T...]",
+                   help=f"dtypes (default: {','.join(DTYPES)}): the 16-bit ones are q's and the output's; "
+                        f"{' and '.join(KV_DTYPES)} add the FP8 kernels as --kv-dtype does (with a bf16 output "
+                        f"unless a 16-bit dtype is given too: --dtype e4m3 = --dtype bf16 --kv-dtype e4m3)")
     mask = w.add_mutually_exclusive_group()
     mask.add_argument("--causal", dest="causal", action="store_const", const=[True],
                       help="only causal kernels (default: both masks)")
@@ -252,6 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_bench_parser(sub) -> None:
     from .bench import SUITES
     from .bench.models import MODEL_NAMES, PRESETS
+    from .bench.suites import DEFAULT_DTYPES as BENCH_DEFAULT_DTYPES
+    from .bench.suites import DTYPES as BENCH_DTYPES
 
     b = sub.add_parser("bench", help="kernelgen against its peers (FA3, FA4, SDPA, cuDNN, FA2 varlen, FlexAttention) on a GPU",
                        description="Benchmark suites measured side by side with torch SDPA (flash, cuDNN, "
@@ -275,6 +280,12 @@ def _add_bench_parser(sub) -> None:
                    metavar="PATTERN[,PATTERN...]",
                    help="run only the entries (of --suite and --model) whose names match one of these shell "
                         "patterns, e.g. 'alibi_*,variant_*,*gpt-oss*' (default: every entry)")
+    b.add_argument("--dtype", type=lambda v: _csv_list(v, BENCH_DTYPES + ("all",), "dtype"), default=None,
+                   metavar="T[,T...]",
+                   help=f"entries by input dtype: bf16 (every 16-bit entry), fp16 (the prefill suite's dense "
+                        f"shapes, the first preset's varlen trace and chunked prefill in fp16: *_fp16), e4m3 (the "
+                        f"FP8 entries: fp8_*, mixed_trace_fp8; FA3's FP8 attention beside them) or all "
+                        f"(default {','.join(BENCH_DEFAULT_DTYPES)})")
     b.add_argument("--trace", metavar="FILE", default=None,
                    help="request-length CSV for every trace-driven entry (default: the packaged Azure sample "
                         "for prefill, the scheduler, decode_azure_b128_paged16 and mixed_short_chunks' prompts, "
@@ -374,6 +385,16 @@ def _variant_file(path: str):
         raise UsageError(f"--variant {path}: not a variant description: {e}") from None
 
 
+def split_dtypes(dtype, kv_dtype) -> tuple:
+    """``kernelgen warmup``'s (16-bit dtypes, FP8 cache dtypes) from ``--dtype`` (None: the default,
+    both 16-bit dtypes) and ``--kv-dtype``: an FP8 name in ``--dtype`` (e4m3, e5m2) joins the FP8
+    dtypes, and with no 16-bit dtype named the FP8 calls' output is bf16 (``out_dtype``'s default)."""
+    dtype = list(DTYPES) if dtype is None else list(dtype)
+    sixteen = [d for d in dtype if d in DTYPES]
+    fp8 = [k for k in KV_DTYPES if k in set(kv_dtype or []) | set(dtype)]
+    return (sixteen or ["bf16"]), fp8
+
+
 def cmd_warmup(args) -> int:
     """``kernelgen warmup``: compile the dispatcher's variants for the options (with ``--kv-dtype``
     also their FP8 K/V variants); prints one summary line.
@@ -400,14 +421,15 @@ def cmd_warmup(args) -> int:
     if not _check_cache_dir("warmup", root, args.cache_dir, write=True):
         return 1
     codes = [_variant_file(f) for f in args.variant]
+    dtypes, kv_dtypes = split_dtypes(args.dtype, args.kv_dtype)
     phases, gqas, paged = args.phase, args.gqa, args.paged
     if args.serving:
         phases, gqas, paged = ["prefill", "chunked", "decode"], [1, 4, 8], [False, True]
-    specs = warmup_specs(arch, args.head_dim, args.dtype, args.causal, args.layout, phases=phases, gqas=gqas,
+    specs = warmup_specs(arch, args.head_dim, dtypes, args.causal, args.layout, phases=phases, gqas=gqas,
                          paged=paged, softcap=args.softcap, page_sizes=args.page_size,
                          **({"alibi": True} if args.alibi else {}), **({"sinks": True} if args.sinks else {}),
                          **({"variants": codes} if codes else {}),
-                         **({"kv_dtypes": args.kv_dtype} if args.kv_dtype else {}))
+                         **({"kv_dtypes": kv_dtypes} if kv_dtypes else {}))
     try:
         compiled, cached = warmup(specs, root, jobs=args.jobs, desc=f"warmup {arch}")
     except CacheDirectoryError as e:  # untrusted or unwritable: nothing (or not everything) was kept

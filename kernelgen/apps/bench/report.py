@@ -35,6 +35,7 @@ fills it in the GPU check's report).
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import subprocess
 from pathlib import Path
@@ -188,6 +189,48 @@ def auto_choice_misses(entries: list) -> dict:
     return out
 
 
+#: Issue 22's prefill shapes (the first preset's varlen trace and chunked entries, every dense shape;
+#: each also in fp16, ``suites.FP16_SUFFIX``) and the peers it measures kernelgen against: the faster
+#: of FA3 (on packed K/V where the cache is paged: ``fa3_unpaged``) and FA4, and cuDNN where it runs.
+ISSUE22_BASES = ("prefill_dense_causal_h128_s16k", "prefill_dense_h128_s4k", "prefill_dense_causal_h64_s2k",
+                 "prefill_dense_h64_s2k", "prefill_dense_causal_h256_s4k", "prefill_dense_h256_s4k",
+                 "prefill_dense_causal_gqa_h128_s4k", "prefill_dense_causal_h96_s4k", "prefill_dense_causal_h192_s4k",
+                 "prefill_dense_causal_h192x128_s4k", "prefill_varlen_trace", "prefill_chunked_paged16",
+                 "prefill_chunked_paged64", "prefill_chunked_paged128")
+ISSUE22_ENTRIES = ISSUE22_BASES + tuple(b + "_fp16" for b in ISSUE22_BASES)
+ISSUE22_PEERS = ("fa3", "fa3_unpaged", "fa4", "cudnn_sdpa")
+#: Issue 22's goals: each shape at least 1.02x its best peer, their geometric mean at least 1.05x.
+ISSUE22_EACH, ISSUE22_GEOMEAN = 1.02, 1.05
+
+
+def issue22_summary(entries: list) -> dict:
+    """Issue 22's numbers over the entries that ran: for each of ``ISSUE22_ENTRIES`` with at least
+    one of ``ISSUE22_PEERS`` measured and agreeing with kernelgen's output, the fastest such peer
+    and its time / kernelgen's (above 1 kernelgen is faster); their geometric mean, the lowest, and
+    whether the goals hold (``each_ge_1.02``, ``geomean_ge_1.05``) on those entries; ``missing``:
+    the issue's entries without such a ratio (not run, or no peer).  Empty when none ran."""
+    by_name = {e.get("name"): e for e in entries if e.get("us")}
+    ratios = {}
+    for name in ISSUE22_ENTRIES:
+        e = by_name.get(name)
+        if e is None:
+            continue
+        times = {p: t for p, t in (e.get("peers") or {}).items()
+                 if p in ISSUE22_PEERS and t and t > 0 and not disagrees(e, p)}
+        if times:
+            best = min(times, key=times.get)
+            ratios[name] = {"peer": best, "ratio": round(times[best] / e["us"], 4)}
+    if not ratios:
+        return {}
+    vals = [r["ratio"] for r in ratios.values()]
+    geo = math.exp(sum(math.log(v) for v in vals) / len(vals))
+    low = min(ratios, key=lambda n: ratios[n]["ratio"])
+    return {"entries": ratios, "geomean": round(geo, 4), "lowest": [low, ratios[low]["ratio"]],
+            f"each_ge_{ISSUE22_EACH}": all(v >= ISSUE22_EACH for v in vals),
+            f"geomean_ge_{ISSUE22_GEOMEAN}": geo >= ISSUE22_GEOMEAN,
+            "missing": [n for n in ISSUE22_ENTRIES if n not in ratios]}
+
+
 def checks(entries: list) -> dict:
     """{check name: bool}: peer agreement per entry, ``auto_choice_within_2pct`` (no forced
     choice timed beside the automatic call ran more than 2 % faster; auto_choice_misses lists
@@ -262,6 +305,7 @@ def build_report(entries: list, roofs: dict | None, device: str, settings: dict 
         "benchmarks": [],
         "roofs": roofs,
         "first_call": first_call_summary(entries),
+        "issue22": issue22_summary(entries),
         "unavailable_peers": {},
         "skipped": {e["name"]: e["skipped"] for e in entries if e.get("skipped")},
         "errors": {e["name"]: e["error"] for e in entries if e.get("error") and not e.get("skipped")},

@@ -115,10 +115,11 @@ def select(defs, only) -> list:
 
 def run(suites=("all",), models=None, trace=None, repeat=None, quick=False, flex=None, flush=True,
         budget_s=None, json_path=None, plots_dir=None, out=None, jobs=None, after=None, only=None,
-        settle_ms=None) -> int:
+        settle_ms=None, dtypes=None) -> int:
     """The whole ``kernelgen bench`` run; returns the exit code (0 = it ran; entries that failed
     are in the report, not in the exit code; 2 = no GPU).  ``only``: shell patterns of the entry
-    names to run (:func:`select`; None: every entry of the suites and presets).
+    names to run (:func:`select`; None: every entry of the suites and presets).  ``dtypes``: the
+    entries' input dtypes (``suites.DTYPES`` or "all"; None: ``suites.DEFAULT_DTYPES``).
 
     ``after``: optional callable run after the entries; the dict it returns is merged into the
     JSON report (tools/bench.py's tile sweep).  ``settle_ms``: Settings.settle_ms (the interleaved
@@ -154,7 +155,7 @@ def run(suites=("all",), models=None, trace=None, repeat=None, quick=False, flex
     from ...selection.settings import allow_untested_arch
 
     arch = device_arch(dev, allow_untested_arch())
-    defs = select(S.registry(suites, presets), only)
+    defs = select(S.registry(suites, presets, dtypes or S.DEFAULT_DTYPES), only)
     _log(f"kernelgen bench: {len(defs)} entries, suites {','.join(suites)}, models "
          f"{','.join(p.name for p in presets)}, repeat {settings.repeat}, L2 flush {flush}, flex {settings.flex}, budget "
          f"{budget:.0f} s, device {props['name']} ({arch})")
@@ -266,4 +267,4 @@ def main_args(args) -> int:
                flex=args.flex, flush="off" if args.no_flush else getattr(args, "flush", "write"), budget_s=args.budget,
                json_path=args.json,
                plots_dir=args.plots, jobs=args.jobs, only=getattr(args, "only", None),
-               settle_ms=getattr(args, "settle_ms", None))
+               settle_ms=getattr(args, "settle_ms", None), dtypes=getattr(args, "dtype", None))

@@ -18,8 +18,12 @@ Suites and entries (``<model>`` suffix: see ``models.entry_name``):
 * ``prefill``: ``prefill_dense_causal_h128_s16k`` (1 x 32 heads x 16384, d 128, causal),
   ``prefill_dense_h128_s4k`` (4 x 32 x 4096, d 128), ``prefill_dense[_causal]_h64_s2k`` (8 x 32 x
   2048, d 64), ``prefill_dense[_causal]_h256_s4k`` (2 x 16 x 4096, d 256),
-  ``prefill_dense_causal_gqa_h128_s4k`` (4 x 4096, 32 query / 8 KV heads, d 128); peers: the
-  three SDPA backends (and FlexAttention at --flex all).  ``prefill_varlen_trace[_<model>]``: a causal
+  ``prefill_dense_causal_gqa_h128_s4k`` (4 x 4096, 32 query / 8 KV heads, d 128),
+  ``prefill_dense_causal_h96_s4k`` (4 x 32 x 4096, d 96), ``prefill_dense_causal_h192_s4k`` and
+  ``prefill_dense_causal_h192x128_s4k`` (2 x 16 x 4096, d 192, value dim 192 / 128); peers: the
+  three SDPA backends (and FlexAttention at --flex all).  With ``--dtype fp16`` the dense shapes,
+  the first preset's varlen trace and chunked prefill run in fp16 too (``<entry>_fp16``: issue
+  22's shapes; ``report.issue22_summary``).  ``prefill_varlen_trace[_<model>]``: a causal
   prefill batch of trace requests (32768-token budget, 8192-token cap: the demo's batch) per
   model preset; peers: FA2 varlen, FlexAttention (document mask), kernelgen AoS / no sort
   (interleaved graph replays; ``us_graph``: the default call's replay).
@@ -96,16 +100,28 @@ from .models import (DEFAULT_MODEL, PRESETS, ModelPreset, attention_flops, decod
 #: top of it (up to 3 copies in all on a 141 GB H200).
 MAX_CACHE_BYTES = 32e9
 PAGE_SIZE = 16
-#: Dense prefill shapes: (name, batch, query heads, seqlen, head dim, causal, KV heads).
+#: Dense prefill shapes: (name, batch, query heads, seqlen, head dim, causal, KV heads, value head dim).
+#: Head dims 96, 192 and 192 x 128 (MLA's query-key and value dims) are issue 22's too.
 DENSE_SHAPES = (
-    ("prefill_dense_causal_h128_s16k", 1, 32, 16384, 128, True, 32),
-    ("prefill_dense_h128_s4k", 4, 32, 4096, 128, False, 32),
-    ("prefill_dense_causal_h64_s2k", 8, 32, 2048, 64, True, 32),
-    ("prefill_dense_h64_s2k", 8, 32, 2048, 64, False, 32),
-    ("prefill_dense_causal_h256_s4k", 2, 16, 4096, 256, True, 16),
-    ("prefill_dense_h256_s4k", 2, 16, 4096, 256, False, 16),
-    ("prefill_dense_causal_gqa_h128_s4k", 4, 32, 4096, 128, True, 8),
+    ("prefill_dense_causal_h128_s16k", 1, 32, 16384, 128, True, 32, 128),
+    ("prefill_dense_h128_s4k", 4, 32, 4096, 128, False, 32, 128),
+    ("prefill_dense_causal_h64_s2k", 8, 32, 2048, 64, True, 32, 64),
+    ("prefill_dense_h64_s2k", 8, 32, 2048, 64, False, 32, 64),
+    ("prefill_dense_causal_h256_s4k", 2, 16, 4096, 256, True, 16, 256),
+    ("prefill_dense_h256_s4k", 2, 16, 4096, 256, False, 16, 256),
+    ("prefill_dense_causal_gqa_h128_s4k", 4, 32, 4096, 128, True, 8, 128),
+    ("prefill_dense_causal_h96_s4k", 4, 32, 4096, 96, True, 32, 96),
+    ("prefill_dense_causal_h192_s4k", 2, 16, 4096, 192, True, 16, 192),
+    ("prefill_dense_causal_h192x128_s4k", 2, 16, 4096, 192, True, 16, 128),
 )
+#: Input dtypes of the entries (``kernelgen bench --dtype``): "bf16" every 16-bit entry as it is,
+#: "fp16" the prefill suite's issue-22 shapes in fp16 (the dense shapes, the first preset's varlen
+#: trace and chunked prefill, named ``<entry>_fp16``), "e4m3" the FP8 entries (``FP8_ENTRIES``,
+#: ``MIXED_FP8_ENTRY``: FA3's FP8 attention as their peer).  DEFAULT_DTYPES is what a run without
+#: ``--dtype`` measures.
+DTYPES = ("bf16", "fp16", "e4m3")
+DEFAULT_DTYPES = ("bf16", "e4m3")
+FP16_SUFFIX = "_fp16"
 DECODE_SHAPES = ("decode_trace_b128_paged16", "decode_trace_b32_paged16", "decode_long_b8_128k")
 #: A 128-request decode batch at the Azure conversation trace's contexts (issue 23: short contexts,
 #: where the per-request costs weigh most); first preset only.
@@ -175,13 +191,15 @@ class Settings:
 @dataclass(frozen=True)
 class EntryDef:
     """One registered entry: ``run(settings)`` returns the raw entry dict; ``specs(settings, arch,
-    num_sms)`` lists the kernelgen kernels it will use (compiled in parallel before the run)."""
+    num_sms)`` lists the kernelgen kernels it will use (compiled in parallel before the run);
+    ``dtype``: its inputs' dtype (``DTYPES``: the ``--dtype`` selection)."""
 
     name: str
     suite: str
     model: str | None
     run: Callable
     specs: Callable | None = None
+    dtype: str = "bf16"
 
 
 # ----------------------------------------------------------------------------------- helpers
@@ -244,25 +262,31 @@ def check_cache_budget(tokens: int, model: ModelPreset) -> None:
                    f"the suite's {MAX_CACHE_BYTES / 1e9:.0f} GB budget")
 
 
-def paged_batch(qlens, ctx, model: ModelPreset, page_size: int = PAGE_SIZE, seed: int = 11):
-    """Random bf16 q and a paged K/V cache holding ``ctx[i]`` tokens for request i (page ids
-    shuffled).  Returns q (total_q, Hq, d), k/v caches (pages, page_size, Hkv, d/dv), page_table,
-    seqused_k, cu_seqlens_q.  From tools/bench.py's _paged_batch, for any preset."""
+def _torch_dtype(dtype: str):
+    """The torch dtype of a 16-bit entry dtype ("bf16" or "fp16")."""
+    torch = _torch()
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+
+
+def paged_batch(qlens, ctx, model: ModelPreset, page_size: int = PAGE_SIZE, seed: int = 11, dtype: str = "bf16"):
+    """Random ``dtype`` (bf16 or fp16) q and a paged K/V cache holding ``ctx[i]`` tokens for request
+    i (page ids shuffled).  Returns q (total_q, Hq, d), k/v caches (pages, page_size, Hkv, d/dv),
+    page_table, seqused_k, cu_seqlens_q.  From tools/bench.py's _paged_batch, for any preset."""
     torch = _torch()
     check_cache_budget(sum(-(-c // page_size) for c in ctx) * page_size, model)
     g = torch.Generator(device="cuda").manual_seed(seed)
     need = [-(-c // page_size) for c in ctx]
     m = model
-    kc = torch.randn(sum(need), page_size, m.num_heads_kv, m.head_dim, generator=g, device="cuda", dtype=torch.bfloat16)
-    vc = torch.randn(sum(need), page_size, m.num_heads_kv, m.head_dim_v, generator=g, device="cuda",
-                     dtype=torch.bfloat16)
+    td = _torch_dtype(dtype)
+    kc = torch.randn(sum(need), page_size, m.num_heads_kv, m.head_dim, generator=g, device="cuda", dtype=td)
+    vc = torch.randn(sum(need), page_size, m.num_heads_kv, m.head_dim_v, generator=g, device="cuda", dtype=td)
     perm = torch.randperm(sum(need), device="cuda", generator=g).to(torch.int32)
     pt = torch.zeros(len(ctx), max(need), dtype=torch.int32, device="cuda")
     at = 0
     for i, n in enumerate(need):
         pt[i, :n] = perm[at:at + n]
         at += n
-    q = torch.randn(sum(qlens), m.num_heads_q, m.head_dim, generator=g, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(sum(qlens), m.num_heads_q, m.head_dim, generator=g, device="cuda", dtype=td)
     return q, kc, vc, pt, torch.tensor(ctx, dtype=torch.int32, device="cuda"), _cu(qlens, "cuda")
 
 
@@ -417,7 +441,7 @@ def _gather(entry, kc, vc, pt, used):
 
 
 def _variants(arch, num_sms, model: ModelPreset, max_q, max_k, paged, layouts=("soa", "aos"), causal=True,
-              alibi=False, sinks=False):
+              alibi=False, sinks=False, dtype: str = "bf16"):
     """Kernel specs varlen_attention would use for a preset's call (selection.decide's single-launch rule).
     ``alibi``: the ALiBi variants (``AttentionSpec.alibi``); ``sinks``: also the sink variants of the
     attention and combine kernels (``AttentionSpec.sinks``, ``CombineSpec.sinks``: a single-class
@@ -429,7 +453,7 @@ def _variants(arch, num_sms, model: ModelPreset, max_q, max_k, paged, layouts=("
     mask, _, _ = validation.window(model.window_size, causal)
     out = []
     for layout in layouts:
-        v = heuristics.choose(arch, "bf16", model.head_dim, model.head_dim_v, num_heads_q=model.num_heads_q,
+        v = heuristics.choose(arch, dtype, model.head_dim, model.head_dim_v, num_heads_q=model.num_heads_q,
                               num_heads_kv=model.num_heads_kv, mask=mask, layout=layout, max_seqlen_q=max_q,
                               max_seqlen_k=max_k, paged=paged, softcap=model.softcap > 0, num_sms=num_sms,
                               alibi=alibi)
@@ -440,37 +464,41 @@ def _variants(arch, num_sms, model: ModelPreset, max_q, max_k, paged, layouts=("
     return out
 
 
-def _dense_preset(heads, d, heads_kv=None) -> ModelPreset:
-    return ModelPreset(f"dense_h{d}", heads, heads_kv or heads, d, d)
+def _dense_preset(heads, d, heads_kv=None, dv=None) -> ModelPreset:
+    return ModelPreset(f"dense_h{d}", heads, heads_kv or heads, d, dv or d)
 
 
 # ---------------------------------------------------------------------------------- prefill
-def dense_entry(settings: Settings, name, batch, heads, seqlen, d, causal, heads_kv=None) -> dict:
-    """Dense prefill, B x H x S, bf16, MHA or (``heads_kv`` < ``heads``) GQA (from tools/bench.py).
-    kernelgen takes the packed (tokens, heads, d) layout: the same data, transposed once outside
-    the timing; FA3 and FA4 take that memory viewed as (B, S, H, d)."""
+def dense_entry(settings: Settings, name, batch, heads, seqlen, d, causal, heads_kv=None, dv=None,
+                dtype: str = "bf16") -> dict:
+    """Dense prefill, B x H x S, ``dtype`` (bf16 or fp16), MHA or (``heads_kv`` < ``heads``) GQA,
+    value head dim ``dv`` (default ``d``; MLA's 192 x 128) (from tools/bench.py).  kernelgen takes
+    the packed (tokens, heads, d) layout: the same data, transposed once outside the timing; FA3 and
+    FA4 take that memory viewed as (B, S, H, d)."""
     torch = _torch()
     from ...front.api import varlen_attention
 
-    hkv = heads_kv or heads
+    hkv, dv = heads_kv or heads, dv or d
+    td = _torch_dtype(dtype)
     torch.manual_seed(0)
-    q4 = torch.randn(batch, heads, seqlen, d, device="cuda", dtype=torch.bfloat16)
-    k4 = torch.randn(batch, hkv, seqlen, d, device="cuda", dtype=torch.bfloat16)
-    v4 = torch.randn_like(k4)
-    q, k, v = (t.transpose(1, 2).reshape(batch * seqlen, t.shape[1], d).contiguous() for t in (q4, k4, v4))
+    q4 = torch.randn(batch, heads, seqlen, d, device="cuda", dtype=td)
+    k4 = torch.randn(batch, hkv, seqlen, d, device="cuda", dtype=td)
+    v4 = torch.randn(batch, hkv, seqlen, dv, device="cuda", dtype=td)
+    q, k, v = (t.transpose(1, 2).reshape(batch * seqlen, t.shape[1], t.shape[3]).contiguous() for t in (q4, k4, v4))
     cu = torch.arange(0, batch + 1, dtype=torch.int32, device="cuda") * seqlen
-    out = torch.empty_like(q)
+    out = torch.empty(batch * seqlen, heads, dv, device="cuda", dtype=td)
     run = lambda: varlen_attention(q, k, v, cu, cu, seqlen, seqlen, causal=causal, out=out)  # noqa: E731
-    m = _dense_preset(heads, d, hkv)
+    m = _dense_preset(heads, d, hkv, dv)
     lens = [seqlen] * batch
-    e = _entry(name, "prefill", None, metric="tflops",
-               shape=f"{batch}x{heads}x{seqlen} d{d}" + (f" {heads}/{hkv} heads" if hkv != heads else "")
-               + (" causal" if causal else ""),
+    e = _entry(name, "prefill", None, metric="tflops", dtype=dtype,
+               shape=f"{batch}x{heads}x{seqlen} d{d}" + (f"/{dv}" if dv != d else "")
+               + (f" {heads}/{hkv} heads" if hkv != heads else "") + (" causal" if causal else "")
+               + (f" {dtype}" if dtype != "bf16" else ""),
                flops=attention_flops(lens, lens, m, causal), bytes=prefill_bytes(lens, lens, m))
     e["us"] = settings.time(run)
 
     def to_packed(o):
-        return o.transpose(1, 2).reshape(batch * seqlen, heads, d)
+        return o.transpose(1, 2).reshape(batch * seqlen, heads, dv)
     builders = {p: peers.sdpa(p, q4, k4, v4, causal, gqa=hkv != heads, to_packed=to_packed) for p in peers.SDPA_PEERS}
     builders[peers.FLEX] = settings.flex_builder(peers.flex_dense(q4, k4, v4, causal, to_packed), "all")
     builders[peers.FA3] = peers.fa3(q, k, v, causal, dense_batch=batch)
@@ -493,29 +521,32 @@ def preset_sinks(model: ModelPreset, seed: int = 19):
     return (torch.randn(model.num_heads_q, generator=g, device="cuda") * 2).float()
 
 
-def varlen_prefill_entry(settings: Settings, model: ModelPreset) -> dict:
+def varlen_prefill_entry(settings: Settings, model: ModelPreset, dtype: str = "bf16") -> dict:
     """Causal prefill of a trace batch (the demo's batch) for a preset (one layer kind of it:
-    ``ModelPreset.layer_flavours``).  A preset with sinks (gpt-oss) passes them to kernelgen
-    (``sinks=``) and to FA4 (``learnable_sink=``); the peers without sinks (FA3, FA2 varlen,
-    FlexAttention) are unavailable with the reason."""
+    ``ModelPreset.layer_flavours``), in ``dtype`` (bf16 or fp16: ``<entry>_fp16``).  A preset with
+    sinks (gpt-oss) passes them to kernelgen (``sinks=``) and to FA4 (``learnable_sink=``); the
+    peers without sinks (FA3, FA2 varlen, FlexAttention) are unavailable with the reason."""
     torch = _torch()
 
     lens = prefill_lengths(settings)
     total, mx = sum(lens), max(lens)
     g = torch.Generator(device="cuda").manual_seed(5)
     m = model
-    q = torch.randn(total, m.num_heads_q, m.head_dim, generator=g, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(total, m.num_heads_kv, m.head_dim, generator=g, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn(total, m.num_heads_kv, m.head_dim_v, generator=g, device="cuda", dtype=torch.bfloat16)
+    td = _torch_dtype(dtype)
+    q = torch.randn(total, m.num_heads_q, m.head_dim, generator=g, device="cuda", dtype=td)
+    k = torch.randn(total, m.num_heads_kv, m.head_dim, generator=g, device="cuda", dtype=td)
+    v = torch.randn(total, m.num_heads_kv, m.head_dim_v, generator=g, device="cuda", dtype=td)
     cu = _cu(lens, "cuda")
-    out = torch.empty(total, m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(total, m.num_heads_q, m.head_dim_v, device="cuda", dtype=td)
     sinks = preset_sinks(m)
     extra = {"sinks": sinks} if sinks is not None else {}
 
     def make_call(o, **kw):
         return _kg_call(q, k, v, cu, cu, mx, mx, m, o, **{**extra, **kw})
-    e = _entry(entry_name("prefill_varlen_trace", m), "prefill", m, metric="tflops",
-               shape=f"{len(lens)} trace requests, {total} tokens, max {mx}" + (", sinks" if sinks is not None else ""),
+    e = _entry(entry_name("prefill_varlen_trace", m) + (FP16_SUFFIX if dtype == "fp16" else ""), "prefill", m,
+               metric="tflops", dtype=dtype,
+               shape=f"{len(lens)} trace requests, {total} tokens, max {mx}" + (", sinks" if sinks is not None else "")
+               + (f", {dtype}" if dtype != "bf16" else ""),
                flops=attention_flops(lens, lens, m), bytes=prefill_bytes(lens, lens, m))
     e["us"] = settings.time(make_call(out))
     builders = {p: peers.VARLEN_SDPA_REASON for p in peers.SDPA_PEERS}
@@ -540,21 +571,23 @@ CHUNKED_SHAPE = (4, 2048, 8192)
 CHUNKED_PAGE_SIZES = (16, 64, 128)
 
 
-def chunked_prefill_entry(settings: Settings, page_size: int, model: ModelPreset) -> dict:
+def chunked_prefill_entry(settings: Settings, page_size: int, model: ModelPreset, dtype: str = "bf16") -> dict:
     """``prefill_chunked_paged{page_size}``: CHUNKED_SHAPE's chunks against a paged cache (page ids
-    shuffled).  Peers: FA4 on the same paged cache; FA3 (``fa3_unpaged``) and FA2 varlen on the
-    cache gathered into packed K/V (outside the timing); kernelgen forced onto each mainloop."""
+    shuffled), in ``dtype`` (bf16 or fp16: ``<entry>_fp16``).  Peers: FA4 on the same paged cache;
+    FA3 (``fa3_unpaged``) and FA2 varlen on the cache gathered into packed K/V (outside the timing);
+    kernelgen forced onto each mainloop."""
     torch = _torch()
     m = model
     b, qn, kn = CHUNKED_SHAPE
     qlens, klens = [qn] * b, [kn] * b
-    q, kc, vc, pt, used, cu_q = paged_batch(qlens, klens, m, page_size, seed=13)
-    out = torch.empty(b * qn, m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16)
+    q, kc, vc, pt, used, cu_q = paged_batch(qlens, klens, m, page_size, seed=13, dtype=dtype)
+    out = torch.empty(b * qn, m.num_heads_q, m.head_dim_v, device="cuda", dtype=_torch_dtype(dtype))
 
     def make_call(o, **kw):
         return _kg_call(q, kc, vc, cu_q, None, qn, kn, m, o, seqused_k=used, page_table=pt, **kw)
-    e = _entry(entry_name(f"prefill_chunked_paged{page_size}", m), "prefill", m, metric="tflops",
-               shape=f"{b} x {qn} query tokens on {kn} keys, pages of {page_size}",
+    e = _entry(entry_name(f"prefill_chunked_paged{page_size}", m) + (FP16_SUFFIX if dtype == "fp16" else ""),
+               "prefill", m, metric="tflops", dtype=dtype,
+               shape=f"{b} x {qn} query tokens on {kn} keys, pages of {page_size}" + (f", {dtype}" if dtype != "bf16" else ""),
                flops=attention_flops(qlens, klens, m), bytes=prefill_bytes(qlens, klens, m), page_size=page_size)
     e["us"] = settings.time(make_call(out))
     builders = {peers.FA4: peers.fa4(q, kc, vc, True, cu_q=cu_q, max_q=qn, max_k=kn, softcap=m.softcap,
@@ -1677,16 +1710,16 @@ def overhead_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
 
 
 # --------------------------------------------------------------------------------- registry
-def _specs_prefill(model):
+def _specs_prefill(model, dtype: str = "bf16"):
     def specs(settings, arch, num_sms):
         lens = prefill_lengths(settings)
-        return _variants(arch, num_sms, model, max(lens), max(lens), False, sinks=model.sinks)
+        return _variants(arch, num_sms, model, max(lens), max(lens), False, sinks=model.sinks, dtype=dtype)
     return specs
 
 
-def _specs_chunked(model):
+def _specs_chunked(model, dtype: str = "bf16"):
     b, qn, kn = CHUNKED_SHAPE
-    return lambda settings, arch, num_sms: _variants(arch, num_sms, model, qn, kn, True, layouts=("soa",))
+    return lambda settings, arch, num_sms: _variants(arch, num_sms, model, qn, kn, True, layouts=("soa",), dtype=dtype)
 
 
 def _specs_decode(model, shape, cap=None, sinks=False, alibi=False):
@@ -1697,9 +1730,9 @@ def _specs_decode(model, shape, cap=None, sinks=False, alibi=False):
     return specs
 
 
-def _specs_dense(heads, d, seqlen, causal, heads_kv=None):
-    return lambda settings, arch, num_sms: _variants(arch, num_sms, _dense_preset(heads, d, heads_kv), seqlen, seqlen,
-                                                     False, layouts=("soa",), causal=causal)
+def _specs_dense(heads, d, seqlen, causal, heads_kv=None, dv=None, dtype: str = "bf16"):
+    return lambda settings, arch, num_sms: _variants(arch, num_sms, _dense_preset(heads, d, heads_kv, dv), seqlen,
+                                                     seqlen, False, layouts=("soa",), causal=causal, dtype=dtype)
 
 
 def _specs_plan(model):
@@ -1749,16 +1782,22 @@ def _specs_mixed(model, batch: str = "mixed_trace"):
     return specs
 
 
-def registry(suites, models: list[ModelPreset]) -> list[EntryDef]:
-    """The entries of the given suites, in run order: every suite for the first preset (the
-    single-shape entries use it), then the per-model prefill and decode entries of the others.
+def registry(suites, models: list[ModelPreset], dtypes=DEFAULT_DTYPES) -> list[EntryDef]:
+    """The entries of the given suites whose dtype is one of ``dtypes`` (``DTYPES`` or "all"), in
+    run order: every suite for the first preset (the single-shape entries use it), then the
+    per-model prefill and decode entries of the others; the fp16 entries (the first preset's
+    issue-22 prefill shapes) after the bf16 prefill entries of the first preset.
 
-    Raises ValueError for an unknown suite name.
+    Raises ValueError for an unknown suite name or dtype.
     """
     suites = list(SUITES) if "all" in suites else list(suites)
     bad = [s for s in suites if s not in SUITES]
     if bad:
         raise ValueError(f"unknown suite(s) {bad} (choose from {', '.join(SUITES)}, all)")
+    dtypes = list(DTYPES) if "all" in dtypes else list(dtypes)
+    bad = [d for d in dtypes if d not in DTYPES]
+    if bad or not dtypes:
+        raise ValueError(f"unknown dtype(s) {bad or dtypes} (choose from {', '.join(DTYPES)}, all)")
     first = models[0] if models else PRESETS[DEFAULT_MODEL]
     out: list[EntryDef] = []
 
@@ -1768,10 +1807,10 @@ def registry(suites, models: list[ModelPreset]) -> list[EntryDef]:
         flavours = m.layer_flavours()
         if "prefill" in suites:
             if first_pass:
-                for name, b, h, s, d, causal, hkv in DENSE_SHAPES:
+                for name, b, h, s, d, causal, hkv, dv in DENSE_SHAPES:
                     out.append(EntryDef(name, "prefill", None,
-                                        lambda st, a=(name, b, h, s, d, causal, hkv): dense_entry(st, *a),
-                                        _specs_dense(h, d, s, causal, hkv)))
+                                        lambda st, a=(name, b, h, s, d, causal, hkv, dv): dense_entry(st, *a),
+                                        _specs_dense(h, d, s, causal, hkv, dv)))
             for f in flavours:
                 out.append(EntryDef(entry_name("prefill_varlen_trace", f), "prefill", f.name,
                                     lambda st, f=f: varlen_prefill_entry(st, f), _specs_prefill(f)))
@@ -1780,6 +1819,20 @@ def registry(suites, models: list[ModelPreset]) -> list[EntryDef]:
                     out.append(EntryDef(entry_name(f"prefill_chunked_paged{ps}", m), "prefill", m.name,
                                         lambda st, ps=ps, m=m: chunked_prefill_entry(st, ps, m),
                                         _specs_chunked(m)))
+            if first_pass and "fp16" in dtypes:   # issue 22's prefill shapes in fp16 too
+                for name, b, h, s, d, causal, hkv, dv in DENSE_SHAPES:
+                    out.append(EntryDef(name + FP16_SUFFIX, "prefill", None,
+                                        lambda st, a=(name + FP16_SUFFIX, b, h, s, d, causal, hkv, dv):
+                                        dense_entry(st, *a, dtype="fp16"),
+                                        _specs_dense(h, d, s, causal, hkv, dv, dtype="fp16"), dtype="fp16"))
+                f = flavours[0]
+                out.append(EntryDef(entry_name("prefill_varlen_trace", f) + FP16_SUFFIX, "prefill", f.name,
+                                    lambda st, f=f: varlen_prefill_entry(st, f, dtype="fp16"),
+                                    _specs_prefill(f, dtype="fp16"), dtype="fp16"))
+                for ps in CHUNKED_PAGE_SIZES:
+                    out.append(EntryDef(entry_name(f"prefill_chunked_paged{ps}", m) + FP16_SUFFIX, "prefill", m.name,
+                                        lambda st, ps=ps, m=m: chunked_prefill_entry(st, ps, m, dtype="fp16"),
+                                        _specs_chunked(m, dtype="fp16"), dtype="fp16"))
         if "decode" in suites:
             for shape in DECODE_SHAPES:
                 for f in (flavours if shape == "decode_trace_b128_paged16" else flavours[:1]):
@@ -1805,7 +1858,8 @@ def registry(suites, models: list[ModelPreset]) -> list[EntryDef]:
             for which, suite in FP8_ENTRIES:
                 if suite in suites:
                     out.append(EntryDef(entry_name(which, m), suite, m.name,
-                                        lambda st, w=which, m=m: fp8_entry(st, w, m), _specs_sinks(m, which)))
+                                        lambda st, w=which, m=m: fp8_entry(st, w, m), _specs_sinks(m, which),
+                                        dtype="e4m3"))
             if "prefill" in suites:
                 for which in VARIANT_PREFILL_ENTRIES:
                     out.append(EntryDef(entry_name(which, m), "prefill", m.name,
@@ -1838,11 +1892,11 @@ def registry(suites, models: list[ModelPreset]) -> list[EntryDef]:
         out.append(EntryDef(entry_name("mixed_trace", first), "mixed", first.name,
                             lambda st, m=first: mixed_entry(st, m), _specs_mixed(first)))
         out.append(EntryDef(entry_name(MIXED_FP8_ENTRY, first), "mixed", first.name,
-                            lambda st, m=first: mixed_entry(st, m, kv_dtype="e4m3")))
+                            lambda st, m=first: mixed_entry(st, m, kv_dtype="e4m3"), dtype="e4m3"))
         for b in MIXED_BATCHES:
             if b != "mixed_trace":
                 out.append(EntryDef(entry_name(b, first), "mixed", first.name,
                                     lambda st, m=first, b=b: mixed_entry(st, m, batch=b), _specs_mixed(first, b)))
     for m in models[1:]:
         per_model(m, False)
-    return out
+    return [d for d in out if d.dtype in dtypes]
