@@ -155,6 +155,13 @@ def _suite_at(t: dict, report: dict) -> str:
     return f" (the full suite at `{c}`)" if c and c != str(report["commit"])[:7] else ""
 
 
+def issue22(benchmarks: list) -> dict:
+    """Issue 22's summary of the report's entries (``kernelgen.apps.bench.report.issue22_summary``)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from kernelgen.apps.bench.report import issue22_summary
+    return issue22_summary(benchmarks)
+
+
 def markdown(report: dict) -> str:
     """docs/benchmarks/h200.md: the report as readable tables."""
     t = report["tests"]
@@ -189,6 +196,14 @@ def markdown(report: dict) -> str:
     earlier = (report.get("extra") or {}).get("fuzz_sanitizer_multigpu_commit")
     if earlier:
         lines += ["", f"The fuzz, sanitizer and 2-GPU checks (and 4 of the passed tests) ran on commit {earlier}."]
+    i22 = issue22(report["benchmarks"])
+    if i22:
+        goals = ", ".join(f"{k.replace('_ge_', ' >= ')}x: {'yes' if v else 'no'}" for k, v in i22.items()
+                          if k.startswith(("each_ge_", "geomean_ge_")))
+        lines += ["", f"Issue 22 (prefill against the faster of FA3 and FA4, and cuDNN where it runs): "
+                      f"{len(i22['entries'])} entries, geometric mean {i22['geomean']:.3f}x, lowest "
+                      f"{i22['lowest'][0]} {i22['lowest'][1]:.3f}x; {goals}; {len(i22['missing'])} of the issue's "
+                      f"entries without a ratio (not run, or no peer): {', '.join(i22['missing']) or 'none'}."]
     roofs = (report.get("extra") or {}).get("roofs")
     if roofs:
         lines += ["", f"Roofs measured in the same run: copy {roofs['copy_tbps']:.2f} TB/s (read + write), "
@@ -252,6 +267,7 @@ def main(argv=None) -> int:
         if e.get("unavailable"):
             report["extra"].setdefault("unavailable_peers", {})[e["name"]] = e["unavailable"]
     add_aliases(report["benchmarks"])
+    report["issue22"] = issue22(report["benchmarks"])
     (out / "gpu_report.json").write_text(json.dumps(report, indent=2))
     if args.markdown:
         args.markdown.write_text(markdown(report))

@@ -12,7 +12,8 @@ into ``DIR/gpu_report.json``; this merges it into the committed report:
 - checks: only those the run evaluated (``--checks``, default the suite's, the sanitizer's, the
   fuzz's and the bench's ``*_agrees_with_peers`` / ``auto_choice_within_2pct``); the others keep
   their value and ``extra.checks_from_earlier_runs`` lists them with the report commit they came from;
-- ``--extra KEY=FILE`` adds a JSON file (or ``KEY=TEXT`` a note) under ``extra``.
+- ``--extra KEY=FILE`` adds a JSON file (or ``KEY=TEXT`` a note) under ``extra``;
+- ``issue22``: issue 22's summary of the merged entries (``gpu_report.issue22``).
 
 Then ``h200.md`` is rewritten (``gpu_report.markdown``).  Usage:
 
@@ -72,6 +73,7 @@ def merge(base: dict, run: dict, commit: str, *, tests: bool, run_checks: tuple 
         if run.get("extra", {}).get(k) is not None:
             out["extra"][k] = run["extra"][k]
     out["extra"].update(extra or {})
+    out["issue22"] = gpu_report.issue22(out["benchmarks"])
     return out
 
 
