@@ -1387,3 +1387,33 @@ def test_issue22_summary_ratios_geomean_goals_and_missing():
     entries[0]["peers"]["fa3"] = 99.0
     assert report.issue22_summary(entries)["each_ge_1.02"] is False
     assert report.issue22_summary([entries[-1]]) == {}
+
+
+def test_goal_tables_evaluate_issue_23_and_24_measures():
+    """Peers (agreeing only), the copy roof, the fused step against its serial calls and one entry's
+    speed-up over another, each against its bound; a goal whose entry or peer did not run is None."""
+    entries = [
+        {"name": "decode_trace_b128_paged16", "us": 100.0, "tbps": 4.0, "peers": {"fa3_unpaged": 103.0, "fa4": 50.0}},
+        {"name": "decode_long_b8_128k", "us": 100.0, "tbps": 4.0,
+         "peers": {"cudnn_sdpa": 90.0, "fa3_unpaged": 120.0}, "max_diff": {"cudnn_sdpa": 5.0}},
+        {"name": "mixed_trace", "us": 79.0, "peers": {"serial": 100.0, "fa3_unpaged": 80.0}},
+        {"name": "fp8_decode_b128_paged16", "us": 50.0, "tbps": 3.9, "peers": {}},
+    ]
+    goals = (("decode_trace_b128_paged16", "vs:fa3|fa3_unpaged", ">=", 1.02),
+             ("decode_trace_b128_paged16", "roof", ">=", 0.95),
+             ("decode_long_b8_128k", "vs:fa3|fa3_unpaged|cudnn_sdpa", ">=", 1.02),   # cuDNN disagrees
+             ("mixed_trace", "of_serial", "<=", 0.80),
+             ("mixed_trace", "vs:fa4", ">=", 1.02),                                    # not measured
+             ("fp8_decode_b128_paged16", "speedup_over:decode_trace_b128_paged16", ">=", 1.8),
+             ("mixed_short_chunks", "of_serial", "<=", 0.80))                         # did not run
+    t = report.goal_table(entries, goals, {"copy_tbps": 4.25})
+    assert [(r["value"], r["ok"]) for r in t["rows"]] == [
+        (1.03, True), (pytest.approx(4.0 / 4.25, abs=1e-4), False), (1.2, True), (0.79, True), (None, None),
+        (2.0, True), (None, None)]
+    assert (t["met"], t["evaluated"], t["goals"]) == (4, 5, 7)
+    assert report.goal_table(entries, goals[1:2], None)["rows"][0]["value"] is None   # no roof measured
+    names = {g[0] for g in report.ISSUE23_GOALS + report.ISSUE24_GOALS}
+    every = {d.name for m in PRESETS for d in suites.registry(["all"], resolve_models([m]), ("all",))}
+    assert names <= every          # every goal names an entry the bench runs (a preset first: its single-shape ones)
+    with pytest.raises(ValueError, match="measure"):
+        report.goal_table(entries, (("mixed_trace", "speed", ">=", 1.0),))

@@ -202,3 +202,28 @@ def test_sanitizer_summary_stands_in_for_its_logs(tmp_path):
                                                         "racecheck_rc": 0, "ok": True}))
     gpu_report.optional_checks(tmp_path, rep, {})
     assert rep["checks"] == {"memcheck_clean": True, "racecheck_clean": True} and rep["extra"]["racecheck_errors"] == 0
+
+
+def test_merged_report_carries_the_issues_numbers_and_shows_them():
+    """merge_report recomputes issues 22-24's numbers on the merged entries (an entry measured
+    earlier counts with the run's), and h200.md shows them."""
+    mr = _merge_report()
+    base = {"commit": "aaaaaaa", "date": "d0", "device": "NVIDIA H200", "tests": {"passed": 1, "failed": 0, "skipped": 0},
+            "checks": {}, "benchmarks": [{"name": "prefill_dense_h128_s4k", "us": 100.0, "peers": {"fa3": 95.0}}],
+            "extra": {"failures": [], "roofs": {"copy_tbps": 4.0, "bf16_matmul_tflops": 800.0}}}
+    run = {"commit": "bbbbbbb", "date": "d1", "device": "NVIDIA H200", "tests": {}, "checks": {},
+           "benchmarks": [{"name": "prefill_varlen_trace", "us": 100.0, "peers": {"fa4": 110.0}},
+                          {"name": "decode_trace_b128_paged16", "us": 100.0, "tbps": 3.8,
+                           "peers": {"fa3_unpaged": 103.0}}],
+           "extra": {}}
+    m = mr.merge(base, run, "bbbbbbb", tests=False)
+    assert m["issue22"]["entries"] == {"prefill_dense_h128_s4k": {"peer": "fa3", "ratio": 0.95},
+                                       "prefill_varlen_trace": {"peer": "fa4", "ratio": 1.1}}
+    rows = {(r["entry"], r["measure"]): r for r in m["issue23"]["rows"]}
+    assert rows[("decode_trace_b128_paged16", "vs:fa3|fa3_unpaged")]["ok"] is True
+    assert rows[("decode_trace_b128_paged16", "roof")]["value"] == 0.95
+    assert m["issue24"]["evaluated"] == 0
+    md = gpu_report.markdown(m)
+    assert "Issue 22 (prefill against the faster of FA3 and FA4" in md and "geometric mean 1.022x" in md
+    assert "| decode_trace_b128_paged16 | vs:fa3 / fa3_unpaged | >= 1.02 | 1.030 | yes |" in md
+    assert "Issue 24 (FP8): 0 of 7 goals met (0 evaluated)." in md

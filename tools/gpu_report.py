@@ -155,11 +155,13 @@ def _suite_at(t: dict, report: dict) -> str:
     return f" (the full suite at `{c}`)" if c and c != str(report["commit"])[:7] else ""
 
 
-def issue22(benchmarks: list) -> dict:
-    """Issue 22's summary of the report's entries (``kernelgen.apps.bench.report.issue22_summary``)."""
+def issues(benchmarks: list, roofs: dict | None) -> dict:
+    """The open performance issues' numbers on the report's entries (``kernelgen.apps.bench.report``):
+    {"issue22": issue22_summary, "issue23": goal_table(ISSUE23_GOALS), "issue24": goal_table(ISSUE24_GOALS)}."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from kernelgen.apps.bench.report import issue22_summary
-    return issue22_summary(benchmarks)
+    from kernelgen.apps.bench import report as r
+    return {"issue22": r.issue22_summary(benchmarks), "issue23": r.goal_table(benchmarks, r.ISSUE23_GOALS, roofs),
+            "issue24": r.goal_table(benchmarks, r.ISSUE24_GOALS, roofs)}
 
 
 def markdown(report: dict) -> str:
@@ -196,7 +198,8 @@ def markdown(report: dict) -> str:
     earlier = (report.get("extra") or {}).get("fuzz_sanitizer_multigpu_commit")
     if earlier:
         lines += ["", f"The fuzz, sanitizer and 2-GPU checks (and 4 of the passed tests) ran on commit {earlier}."]
-    i22 = issue22(report["benchmarks"])
+    summaries = issues(report["benchmarks"], (report.get("extra") or {}).get("roofs"))
+    i22 = summaries["issue22"]
     if i22:
         goals = ", ".join(f"{k.replace('_ge_', ' >= ')}x: {'yes' if v else 'no'}" for k, v in i22.items()
                           if k.startswith(("each_ge_", "geomean_ge_")))
@@ -204,6 +207,14 @@ def markdown(report: dict) -> str:
                       f"{len(i22['entries'])} entries, geometric mean {i22['geomean']:.3f}x, lowest "
                       f"{i22['lowest'][0]} {i22['lowest'][1]:.3f}x; {goals}; {len(i22['missing'])} of the issue's "
                       f"entries without a ratio (not run, or no peer): {', '.join(i22['missing']) or 'none'}."]
+    for key, what in (("issue23", "decode and mixed steps"), ("issue24", "FP8")):
+        t = summaries[key]
+        lines += ["", f"Issue {key[5:]} ({what}): {t['met']} of {t['goals']} goals met ({t['evaluated']} evaluated).", "",
+                  "| entry | measure | goal | value | met |", "| --- | --- | --- | ---: | --- |"]
+        for r in t["rows"]:
+            value = "" if r["value"] is None else f"{r['value']:.3f}"
+            met = "" if r["ok"] is None else "yes" if r["ok"] else "no"
+            lines.append(f"| {r['entry']} | {r['measure'].replace('|', ' / ')} | {r['goal']} | {value} | {met} |")
     roofs = (report.get("extra") or {}).get("roofs")
     if roofs:
         lines += ["", f"Roofs measured in the same run: copy {roofs['copy_tbps']:.2f} TB/s (read + write), "
@@ -267,7 +278,7 @@ def main(argv=None) -> int:
         if e.get("unavailable"):
             report["extra"].setdefault("unavailable_peers", {})[e["name"]] = e["unavailable"]
     add_aliases(report["benchmarks"])
-    report["issue22"] = issue22(report["benchmarks"])
+    report.update(issues(report["benchmarks"], report["extra"].get("roofs")))
     (out / "gpu_report.json").write_text(json.dumps(report, indent=2))
     if args.markdown:
         args.markdown.write_text(markdown(report))

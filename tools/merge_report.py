@@ -13,7 +13,7 @@ into ``DIR/gpu_report.json``; this merges it into the committed report:
   fuzz's and the bench's ``*_agrees_with_peers`` / ``auto_choice_within_2pct``); the others keep
   their value and ``extra.checks_from_earlier_runs`` lists them with the report commit they came from;
 - ``--extra KEY=FILE`` adds a JSON file (or ``KEY=TEXT`` a note) under ``extra``;
-- ``issue22``: issue 22's summary of the merged entries (``gpu_report.issue22``).
+- ``issue22`` / ``issue23`` / ``issue24``: those issues' numbers on the merged entries (``gpu_report.issues``).
 
 Then ``h200.md`` is rewritten (``gpu_report.markdown``).  Usage:
 
@@ -73,7 +73,7 @@ def merge(base: dict, run: dict, commit: str, *, tests: bool, run_checks: tuple 
         if run.get("extra", {}).get(k) is not None:
             out["extra"][k] = run["extra"][k]
     out["extra"].update(extra or {})
-    out["issue22"] = gpu_report.issue22(out["benchmarks"])
+    out.update(gpu_report.issues(out["benchmarks"], out["extra"].get("roofs")))
     return out
 
 

@@ -231,6 +231,70 @@ def issue22_summary(entries: list) -> dict:
             "missing": [n for n in ISSUE22_ENTRIES if n not in ratios]}
 
 
+#: Issues 23 and 24's numbers as goals on report entries: (entry, measure, comparison, bound).
+#: Measures: ``vs:p1|p2|...`` the fastest of those peers (agreeing with kernelgen's output) over
+#: kernelgen's time; ``roof`` the entry's TB/s over the copy roof of the same run; ``of_serial``
+#: kernelgen's time over its own prefill-then-decode calls (``serial``); ``speedup_over:E`` entry E's
+#: time over this one's.
+FA3_ANY = "fa3|fa3_unpaged"
+ISSUE23_GOALS = (
+    ("decode_trace_b128_paged16", f"vs:{FA3_ANY}", ">=", 1.02),
+    ("decode_trace_b128_paged16", "roof", ">=", 0.92),
+    ("decode_azure_b128_paged16", f"vs:{FA3_ANY}", ">=", 1.02),
+    ("decode_azure_b128_paged16", "roof", ">=", 0.92),
+    ("decode_long_b8_128k", f"vs:{FA3_ANY}|torch_fa2|torch_fa2_varlen|cudnn_sdpa", ">=", 1.02),
+    ("decode_trace_b128_paged16_llama3-70b-tp8", "roof", ">=", 0.80),
+    ("decode_long_b8_128k_llama3-70b-tp8", "roof", ">=", 0.80),
+    ("decode_trace_b128_paged16_llama3-70b-tp8", f"vs:{FA3_ANY}", ">=", 1.02),
+    ("decode_trace_b32_paged16_llama3-70b-tp8", f"vs:{FA3_ANY}", ">=", 1.02),
+    ("decode_long_b8_128k_llama3-70b-tp8", f"vs:{FA3_ANY}", ">=", 1.02),
+    *((m, "of_serial", "<=", 0.80) for m in ("mixed_trace", "mixed_long_chunks", "mixed_short_chunks")),
+    *((m, f"vs:{p}", ">=", 1.02) for m in ("mixed_trace", "mixed_long_chunks", "mixed_short_chunks")
+      for p in (FA3_ANY, "fa4")),
+)
+ISSUE24_GOALS = (
+    *((e, "vs:fa3", ">=", 1.0) for e in ("fp8_prefill_causal_s16k", "fp8_prefill_s4k_b4",
+                                         "fp8_prefill_causal_s16k_gpt-oss", "fp8_prefill_causal_s16k_gemma2-9b")),
+    ("fp8_decode_b128_paged16", "speedup_over:decode_trace_b128_paged16", ">=", 1.8),
+    ("fp8_decode_b128_paged16", "roof", ">=", 0.90),
+    ("mixed_trace_fp8", "of_serial", "<=", 0.80),
+)
+
+
+def _goal_value(e: dict, measure: str, by_name: dict, copy_tbps):
+    if measure.startswith("vs:"):
+        names = measure[3:].split("|")
+        times = [t for p, t in (e.get("peers") or {}).items() if p in names and t and t > 0 and not disagrees(e, p)]
+        return min(times) / e["us"] if times else None
+    if measure == "roof":
+        return e["tbps"] / copy_tbps if e.get("tbps") and copy_tbps else None
+    if measure == "of_serial":
+        serial = (e.get("peers") or {}).get("serial")
+        return e["us"] / serial if serial else None
+    if measure.startswith("speedup_over:"):
+        other = by_name.get(measure.split(":", 1)[1])
+        return other["us"] / e["us"] if other else None
+    raise ValueError(f"unknown goal measure {measure!r}")
+
+
+def goal_table(entries: list, goals, roofs: dict | None = None) -> dict:
+    """``goals`` (``ISSUE23_GOALS``, ``ISSUE24_GOALS``) evaluated on the entries that ran: one row a
+    goal with its value (None where the entry or its peer did not run), ``met`` / ``evaluated`` /
+    ``goals`` counts.  ``roofs``: the run's (``copy_tbps`` for the ``roof`` measure)."""
+    by_name = {e.get("name"): e for e in entries if e.get("us")}
+    copy = (roofs or {}).get("copy_tbps")
+    rows, met, evaluated = [], 0, 0
+    for name, measure, op, bound in goals:
+        e = by_name.get(name)
+        v = _goal_value(e, measure, by_name, copy) if e is not None else None
+        ok = None if v is None else (v >= bound if op == ">=" else v <= bound)
+        evaluated += ok is not None
+        met += ok is True
+        rows.append({"entry": name, "measure": measure, "goal": f"{op} {bound}",
+                     "value": None if v is None else round(v, 4), "ok": ok})
+    return {"rows": rows, "met": met, "evaluated": evaluated, "goals": len(rows)}
+
+
 def checks(entries: list) -> dict:
     """{check name: bool}: peer agreement per entry, ``auto_choice_within_2pct`` (no forced
     choice timed beside the automatic call ran more than 2 % faster; auto_choice_misses lists
@@ -306,6 +370,8 @@ def build_report(entries: list, roofs: dict | None, device: str, settings: dict 
         "roofs": roofs,
         "first_call": first_call_summary(entries),
         "issue22": issue22_summary(entries),
+        "issue23": goal_table(entries, ISSUE23_GOALS, roofs),
+        "issue24": goal_table(entries, ISSUE24_GOALS, roofs),
         "unavailable_peers": {},
         "skipped": {e["name"]: e["skipped"] for e in entries if e.get("skipped")},
         "errors": {e["name"]: e["error"] for e in entries if e.get("error") and not e.get("skipped")},
