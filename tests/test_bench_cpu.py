@@ -1412,8 +1412,13 @@ def test_goal_tables_evaluate_issue_23_and_24_measures():
         (2.0, True), (None, None)]
     assert (t["met"], t["evaluated"], t["goals"]) == (4, 5, 7)
     assert report.goal_table(entries, goals[1:2], None)["rows"][0]["value"] is None   # no roof measured
-    names = {g[0] for g in report.ISSUE23_GOALS + report.ISSUE24_GOALS}
+    names = {g[0] for g in report.ISSUE23_GOALS + report.ISSUE24_GOALS + report.ISSUE25_GOALS}
     every = {d.name for m in PRESETS for d in suites.registry(["all"], resolve_models([m]), ("all",))}
     assert names <= every          # every goal names an entry the bench runs (a preset first: its single-shape ones)
     with pytest.raises(ValueError, match="measure"):
         report.goal_table(entries, (("mixed_trace", "speed", ">=", 1.0),))
+    cost = [{"name": "sinks_prefill_causal_s16k", "us": 2.0e5, "sinks_ratio": 1.05},
+            {"name": "variant_compile_first_call", "us": 0.6e6}]
+    t = report.goal_table(cost, (("sinks_prefill_causal_s16k", "field:sinks_ratio", "<=", 1.03),
+                                 ("variant_compile_first_call", "seconds", "<=", 1.0)))
+    assert [(r["value"], r["ok"]) for r in t["rows"]] == [(1.05, False), (0.6, True)]

@@ -157,11 +157,12 @@ def _suite_at(t: dict, report: dict) -> str:
 
 def issues(benchmarks: list, roofs: dict | None) -> dict:
     """The open performance issues' numbers on the report's entries (``kernelgen.apps.bench.report``):
-    {"issue22": issue22_summary, "issue23": goal_table(ISSUE23_GOALS), "issue24": goal_table(ISSUE24_GOALS)}."""
+    {"issue22": issue22_summary, "issue23" / "issue24" / "issue25": goal_table of ISSUE2x_GOALS}."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from kernelgen.apps.bench import report as r
     return {"issue22": r.issue22_summary(benchmarks), "issue23": r.goal_table(benchmarks, r.ISSUE23_GOALS, roofs),
-            "issue24": r.goal_table(benchmarks, r.ISSUE24_GOALS, roofs)}
+            "issue24": r.goal_table(benchmarks, r.ISSUE24_GOALS, roofs),
+            "issue25": r.goal_table(benchmarks, r.ISSUE25_GOALS, roofs)}
 
 
 def markdown(report: dict) -> str:
@@ -207,7 +208,7 @@ def markdown(report: dict) -> str:
                       f"{len(i22['entries'])} entries, geometric mean {i22['geomean']:.3f}x, lowest "
                       f"{i22['lowest'][0]} {i22['lowest'][1]:.3f}x; {goals}; {len(i22['missing'])} of the issue's "
                       f"entries without a ratio (not run, or no peer): {', '.join(i22['missing']) or 'none'}."]
-    for key, what in (("issue23", "decode and mixed steps"), ("issue24", "FP8")):
+    for key, what in (("issue23", "decode and mixed steps"), ("issue24", "FP8"), ("issue25", "attention variants")):
         t = summaries[key]
         lines += ["", f"Issue {key[5:]} ({what}): {t['met']} of {t['goals']} goals met ({t['evaluated']} evaluated).", "",
                   "| entry | measure | goal | value | met |", "| --- | --- | --- | ---: | --- |"]

@@ -13,7 +13,7 @@ into ``DIR/gpu_report.json``; this merges it into the committed report:
   fuzz's and the bench's ``*_agrees_with_peers`` / ``auto_choice_within_2pct``); the others keep
   their value and ``extra.checks_from_earlier_runs`` lists them with the report commit they came from;
 - ``--extra KEY=FILE`` adds a JSON file (or ``KEY=TEXT`` a note) under ``extra``;
-- ``issue22`` / ``issue23`` / ``issue24``: those issues' numbers on the merged entries (``gpu_report.issues``).
+- ``issue22`` ... ``issue25``: those issues' numbers on the merged entries (``gpu_report.issues``).
 
 Then ``h200.md`` is rewritten (``gpu_report.markdown``).  Usage:
 
