@@ -153,3 +153,24 @@ def test_archive_without_the_xz_tool_is_the_same_format(tmp_path, monkeypatch):
     dc.write_manifest(root, names, raw)
     assert dc.unpack(root, tmp_path / "out") == 0
     assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == ENTRIES
+
+
+def test_build_runs_only_the_steps_asked_for(tmp_path, monkeypatch):
+    """``--steps bench``: a small archive of one step's kernels (to fit beside a peers part in a call)."""
+    ran = []
+
+    class R:
+        returncode, stdout, stderr = 0, "ok\n", ""
+
+    def fake_run(cmd, env=None, cwd=None, capture_output=True, text=True):
+        ran.append((cmd, env.get("KERNELGEN_SM90_PACK_GQA")))
+        cache = Path(env["KERNELGEN_CACHE_DIR"])
+        cache.mkdir(parents=True, exist_ok=True)
+        (cache / f"sched_sm_90a_soa_t1024-{len(ran):016x}.cubin").write_bytes(b"x" * 10)
+        return R()
+    monkeypatch.setattr(dc.subprocess, "run", fake_run)
+    m = dc.build(tmp_path / "dc", 2, 41, 10, [{}, {"KERNELGEN_SM90_PACK_GQA": "1"}], only=("bench",))
+    assert [c[0][2] for c in ran] == ["_bench", "_bench"] and [c[1] for c in ran] == [None, "1"]
+    assert m["entries"] == 2 and m["fuzz_seed"] is None and [s["step"] for s in m["steps"]] == ["bench", "bench"]
+    with pytest.raises(SystemExit):
+        dc.main(["build", "--dir", str(tmp_path / "x"), "--steps", "nope"])

@@ -10,6 +10,7 @@ compress about 15x with xz, so the whole set (about 250 MB) travels as about 17 
 
     python tools/device_cache.py build [--dir .devcache] [--fuzz-seed 41] [--fuzz-batches 2000]
                                        [--env KERNELGEN_SM90_PACK_GQA=1] [--jobs N] [--no-bench]
+                                       [--steps serving,gpu_tests,fuzz,bench]
     python tools/device_cache.py unpack [--dir .devcache] [--cache-dir DIR]     # on the device
     python tools/device_cache.py status [--dir .devcache]
 
@@ -144,9 +145,13 @@ def write_manifest(root: Path, names: list, raw: int, **fields) -> dict:
     return m
 
 
-def build(root: Path, jobs: int, fuzz_seed: int, fuzz_batches: int, envs: list, bench: bool = True) -> dict:
-    """Compile every step for every environment into a fresh cache, archive it into ``root``;
-    returns the manifest (also written)."""
+STEPS = ("serving", "gpu_tests", "fuzz", "bench")
+
+
+def build(root: Path, jobs: int, fuzz_seed: int, fuzz_batches: int, envs: list, bench: bool = True,
+          only: tuple = STEPS) -> dict:
+    """Compile every step (of ``only``) for every environment into a fresh cache, archive it into
+    ``root``; returns the manifest (also written)."""
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     log = []
@@ -156,6 +161,8 @@ def build(root: Path, jobs: int, fuzz_seed: int, fuzz_batches: int, envs: list, 
             env = dict(os.environ, KERNELGEN_CACHE_DIR=cache_dir, PYTHONPATH=str(ROOT))
             env.update(extra)
             for name, cmd in steps(cache_dir, jobs, fuzz_seed, fuzz_batches, bench):
+                if name not in only:
+                    continue
                 t = time.time()
                 r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
                 tail = (r.stdout + r.stderr).replace("\r", "\n").strip().splitlines()[-1:] or [""]
@@ -164,7 +171,8 @@ def build(root: Path, jobs: int, fuzz_seed: int, fuzz_batches: int, envs: list, 
                 print(f"device_cache: {name} {extra or ''} rc {r.returncode} in {time.time() - t:.0f} s: {tail[0][-200:]}",
                       flush=True)
         names, raw = write_archive(Path(cache_dir), root)
-    return write_manifest(root, names, raw, fuzz_seed=fuzz_seed, fuzz_batches=fuzz_batches, envs=envs, steps=log,
+    return write_manifest(root, names, raw, fuzz_seed=fuzz_seed if "fuzz" in only else None,
+                          fuzz_batches=fuzz_batches if "fuzz" in only else None, envs=envs, steps=log,
                           seconds=round(time.time() - t0, 1))
 
 
@@ -223,9 +231,15 @@ def main(argv=None) -> int:
     ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE[,...]",
                     help="build: compile everything once more with these variables set (repeatable)")
     ap.add_argument("--no-bench", action="store_true", help="build: skip the bench's kernels")
+    ap.add_argument("--steps", default=",".join(STEPS), metavar="S[,S...]",
+                    help=f"build: only these steps ({', '.join(STEPS)}; default all), e.g. a small archive "
+                         f"that fits beside a peers part in one call")
     a = ap.parse_args(argv)
     if a.command == "build":
-        m = build(a.dir, a.jobs, a.fuzz_seed, a.fuzz_batches, _env_sets(a.env), bench=not a.no_bench)
+        only = tuple(x for x in a.steps.split(",") if x)
+        if not only or set(only) - set(STEPS):
+            ap.error(f"--steps: choose from {', '.join(STEPS)}")
+        m = build(a.dir, a.jobs, a.fuzz_seed, a.fuzz_batches, _env_sets(a.env), bench=not a.no_bench, only=only)
         bad = [s for s in m["steps"] if s["rc"] != 0]
         print(f"device_cache: {m['entries']} kernels, {m['raw_bytes'] / 1e6:.0f} MB -> {m['archive_bytes'] / 1e6:.1f} MB "
               f"in {m['seconds']:.0f} s; {len(bad)} step(s) failed")
