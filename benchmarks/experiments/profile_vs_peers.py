@@ -11,9 +11,11 @@ the order ncu lists the kernels.  For example::
         --section ComputeWorkloadAnalysis --section Occupancy --section WarpStateStats --csv \\
         python benchmarks/experiments/profile_vs_peers.py --impl fa3 --shapes dense_causal_16k,decode_b32_tp8
 
-Shapes (the bench's entries, bf16): ``dense_causal_16k`` (1 x 32 x 16384, d 128, causal),
-``dense_4k`` (4 x 32 x 4096, d 128), ``dense_causal_h64`` (8 x 32 x 2048, d 64, causal),
-``dense_causal_h256`` (2 x 16 x 4096, d 256, causal), ``chunked_p16`` (4 chunks of 2048 on 8192
+Shapes (the bench's entries, bf16 or with ``--dtype fp16`` fp16): ``dense_causal_16k`` (1 x 32 x 16384,
+d 128, causal), ``dense_4k`` (4 x 32 x 4096, d 128), ``dense_causal_h64`` / ``dense_h64`` (8 x 32 x 2048,
+d 64, causal / not), ``dense_causal_h256`` / ``dense_h256`` (2 x 16 x 4096, d 256), ``dense_causal_gqa``
+(4 x 4096, 32 / 8 heads, d 128, causal), ``dense_causal_h96`` (4 x 32 x 4096, d 96),
+``dense_causal_h192`` and ``dense_causal_h192x128`` (2 x 16 x 4096, d 192, value dim 192 / 128), ``chunked_p16`` (4 chunks of 2048 on 8192
 keys, pages of 16, 32/8 heads; ``chunked_p64`` / ``chunked_p128`` on pages of 64 / 128, ``chunked_packed``
 kernelgen on the same keys gathered into packed K/V, FA3's input), ``decode_b32_tp8`` (32 Mooncake decodes, 8/1 heads, pages of
 16), ``decode_b128`` (128 Mooncake decodes, 32/8 heads, pages of 16); ``fp8_causal_16k``, ``fp8_causal_h64``,
@@ -33,15 +35,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-SHAPES = ("dense_causal_16k", "dense_4k", "dense_causal_h64", "dense_causal_h256", "chunked_p16", "chunked_p64",
+SHAPES = ("dense_causal_16k", "dense_4k", "dense_causal_h64", "dense_causal_h256", "dense_h64", "dense_h256",
+          "dense_causal_gqa", "dense_causal_h96", "dense_causal_h192", "dense_causal_h192x128", "chunked_p16", "chunked_p64",
           "chunked_p128", "chunked_packed", "decode_b32_tp8",
           "decode_b128", "fp8_causal_16k", "fp8_causal_16k_gqa", "fp8_dense_4k_gqa", "fp8_gemma2_4k", "fp8_causal_h64",
           "fp8_causal_h256", "gptoss_causal_16k",
           "gptoss_softcap_16k")
 
 
-def build(shape: str, impl: str):
-    """A zero-argument call of ``impl`` on ``shape``'s inputs."""
+def build(shape: str, impl: str, dtype: str = "bf16"):
+    """A zero-argument call of ``impl`` on ``shape``'s inputs (``dtype``: the 16-bit shapes' bf16 or fp16)."""
     import torch
 
     import kernelgen
@@ -49,8 +52,13 @@ def build(shape: str, impl: str):
     from kernelgen.apps.bench.models import PRESETS, ModelPreset
     from kernelgen.apps.reference import gather_paged
 
+    # (batch, heads, seqlen, head dim, causal[, KV heads, value head dim]): the bench's DENSE_SHAPES
     dense = {"dense_causal_16k": (1, 32, 16384, 128, True), "dense_4k": (4, 32, 4096, 128, False),
-             "dense_causal_h64": (8, 32, 2048, 64, True), "dense_causal_h256": (2, 16, 4096, 256, True)}
+             "dense_causal_h64": (8, 32, 2048, 64, True), "dense_causal_h256": (2, 16, 4096, 256, True),
+             "dense_h64": (8, 32, 2048, 64, False), "dense_h256": (2, 16, 4096, 256, False),
+             "dense_causal_gqa": (4, 32, 4096, 128, True, 8), "dense_causal_h96": (4, 32, 4096, 96, True),
+             "dense_causal_h192": (2, 16, 4096, 192, True), "dense_causal_h192x128": (2, 16, 4096, 192, True, 16, 128)}
+    td = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     fp8 = {"fp8_causal_16k": "dense_causal_16k", "fp8_causal_h64": "dense_causal_h64",
            "fp8_causal_h256": "dense_causal_h256"}
     gqa = {"fp8_causal_16k_gqa": (1, 16384, True), "fp8_dense_4k_gqa": (4, 4096, False),
@@ -89,9 +97,10 @@ def build(shape: str, impl: str):
             raise SystemExit("FA3 takes no score_mod: profile gptoss_softcap_16k with --impl kernelgen or fa4")
         return peers.fa3(q, k, v, True, cu_q=cu, cu_k=cu, max_q=s, max_k=s)().fn
     if shape in dense:
-        b, h, s, d, causal = dense[shape]
+        b, h, s, d, causal, hkv, dv = (dense[shape] + (None, None))[:7]
+        hkv, dv = hkv or h, dv or d
         g = torch.Generator(device="cuda").manual_seed(0)
-        q, k, v = (torch.randn(b * s, h, d, generator=g, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        q, k, v = (torch.randn(b * s, n, dd, generator=g, device="cuda", dtype=td) for n, dd in ((h, d), (hkv, d), (hkv, dv)))
         cu = torch.arange(0, b * s + 1, s, dtype=torch.int32, device="cuda")
         if impl == "kernelgen":
             return lambda: kernelgen.varlen_attention(q, k, v, cu, cu, s, s, causal=causal)
@@ -107,7 +116,7 @@ def build(shape: str, impl: str):
                                        else "decode_trace_b128_paged16")
         qlens, page = [1] * len(klens), 16
     assert isinstance(m, ModelPreset)
-    q, kc, vc, pt, used, cu_q = suites.paged_batch(qlens, klens, m, page, seed=7)
+    q, kc, vc, pt, used, cu_q = suites.paged_batch(qlens, klens, m, page, seed=7, dtype=dtype)
     mq, mk = max(qlens), max(klens)
     if impl == "kernelgen" and shape == "chunked_packed":   # the same batch's K/V gathered (FA3's input)
         k, v, cu_k = gather_paged(kc, vc, pt, used)
@@ -126,13 +135,14 @@ def main(argv=None) -> int:
     ap.add_argument("--impl", choices=("kernelgen", "fa3", "fa4"), default="kernelgen")
     ap.add_argument("--shapes", default=",".join(SHAPES), help="comma list (default: all)")
     ap.add_argument("--warm", type=int, default=3)
+    ap.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16", help="the 16-bit shapes' dtype")
     a = ap.parse_args(argv)
     import torch
 
     for shape in a.shapes.split(","):
         if shape not in SHAPES:
             raise SystemExit(f"unknown shape {shape!r} (choose from {', '.join(SHAPES)})")
-        fn = build(shape, a.impl)
+        fn = build(shape, a.impl, a.dtype)
         for _ in range(a.warm):
             fn()
         torch.cuda.synchronize()
