@@ -15,7 +15,8 @@ Shapes (the bench's entries, bf16 or with ``--dtype fp16`` fp16): ``dense_causal
 d 128, causal), ``dense_4k`` (4 x 32 x 4096, d 128), ``dense_causal_h64`` / ``dense_h64`` (8 x 32 x 2048,
 d 64, causal / not), ``dense_causal_h256`` / ``dense_h256`` (2 x 16 x 4096, d 256), ``dense_causal_gqa``
 (4 x 4096, 32 / 8 heads, d 128, causal), ``dense_causal_h96`` (4 x 32 x 4096, d 96),
-``dense_causal_h192`` and ``dense_causal_h192x128`` (2 x 16 x 4096, d 192, value dim 192 / 128), ``chunked_p16`` (4 chunks of 2048 on 8192
+``dense_causal_h192`` and ``dense_causal_h192x128`` (2 x 16 x 4096, d 192, value dim 192 / 128),
+``varlen_trace`` (``prefill_varlen_trace``: the causal trace batch, 32 / 8 heads, d 128), ``chunked_p16`` (4 chunks of 2048 on 8192
 keys, pages of 16, 32/8 heads; ``chunked_p64`` / ``chunked_p128`` on pages of 64 / 128, ``chunked_packed``
 kernelgen on the same keys gathered into packed K/V, FA3's input), ``decode_b32_tp8`` (32 Mooncake decodes, 8/1 heads, pages of
 16), ``decode_b128`` (128 Mooncake decodes, 32/8 heads, pages of 16); ``fp8_causal_16k``, ``fp8_causal_h64``,
@@ -36,7 +37,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 SHAPES = ("dense_causal_16k", "dense_4k", "dense_causal_h64", "dense_causal_h256", "dense_h64", "dense_h256",
-          "dense_causal_gqa", "dense_causal_h96", "dense_causal_h192", "dense_causal_h192x128", "chunked_p16", "chunked_p64",
+          "dense_causal_gqa", "dense_causal_h96", "dense_causal_h192", "dense_causal_h192x128", "varlen_trace",
+          "chunked_p16", "chunked_p64",
           "chunked_p128", "chunked_packed", "decode_b32_tp8",
           "decode_b128", "fp8_causal_16k", "fp8_causal_16k_gqa", "fp8_dense_4k_gqa", "fp8_gemma2_4k", "fp8_causal_h64",
           "fp8_causal_h256", "gptoss_causal_16k",
@@ -106,6 +108,15 @@ def build(shape: str, impl: str, dtype: str = "bf16"):
             return lambda: kernelgen.varlen_attention(q, k, v, cu, cu, s, s, causal=causal)
         return getattr(peers, impl)(q, k, v, causal, dense_batch=b)().fn
     settings = suites.Settings()
+    if shape == "varlen_trace":   # prefill_varlen_trace: the bench's causal trace batch on Llama 3's 32 / 8 heads
+        lens = suites.prefill_lengths(settings)
+        m, g = PRESETS["llama3-8b"], torch.Generator(device="cuda").manual_seed(5)
+        q, k, v = (torch.randn(sum(lens), n, m.head_dim, generator=g, device="cuda", dtype=td)
+                   for n in (m.num_heads_q, m.num_heads_kv, m.num_heads_kv))
+        cu, mx = suites._cu(lens, "cuda"), max(lens)
+        if impl == "kernelgen":
+            return lambda: kernelgen.varlen_attention(q, k, v, cu, cu, mx, mx, causal=True)
+        return getattr(peers, impl)(q, k, v, True, cu_q=cu, cu_k=cu, max_q=mx, max_k=mx)().fn
     if shape.startswith("chunked_"):
         m, (b, qn, kn) = PRESETS["llama3-8b"], suites.CHUNKED_SHAPE
         qlens, klens = [qn] * b, [kn] * b
