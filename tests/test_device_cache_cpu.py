@@ -62,16 +62,24 @@ def test_unpack_writes_missing_entries_owner_only_and_keeps_existing_ones(archiv
     kept = "sched_sm_90a_soa_t1024-fedcba9876543210.json"
     dest.mkdir(mode=0o700)
     (dest / kept).write_bytes(b"the device's own")
+    # a complete entry (its sidecar is there) is the device's own and stays; a cubin without its sidecar
+    # (a compile killed half-way) is replaced together with the sidecar
+    orphan = "attn_sm_90a_bf16_d128_causal_soa_m128n128w8s2b1-0123456789abcdef.cubin"
+    (dest / orphan).write_bytes(b"half")
+    (dest / ".unpack-leftover").write_bytes(b"from a killed unpack")
     assert dc.unpack(root, dest) == 0
-    assert "3 files added, 1 already there, 0 refused" in capsys.readouterr().out
+    assert "1 entries added, 1 already there, 0 members refused" in capsys.readouterr().out
     for n, data in ENTRIES.items():
-        want = b"the device's own" if n == kept else data
+        want = data if n.startswith("attn") else b"the device's own" if n == kept else None
+        if want is None:
+            assert not (dest / n).exists()
+            continue
         assert (dest / n).read_bytes() == want
         if n != kept:
             assert stat.S_IMODE(os.stat(dest / n).st_mode) == 0o600
-    assert sorted(p.name for p in dest.iterdir()) == sorted(ENTRIES)   # no temp files left
+    assert sorted(p.name for p in dest.iterdir()) == sorted(n for n in ENTRIES if n != kept[:-4] + "cubin")
     assert dc.unpack(root, dest) == 0
-    assert "0 files added, 4 already there" in capsys.readouterr().out
+    assert "0 entries added, 2 already there" in capsys.readouterr().out
 
 
 def test_unpack_refuses_a_missing_or_altered_archive(archive, tmp_path):
@@ -104,7 +112,7 @@ def test_unpack_refuses_members_that_are_not_plain_cache_entries(tmp_path, capsy
     dc.write_manifest(root, [good], 4)
     dest = tmp_path / "cache"
     assert dc.unpack(root, dest) == 0
-    assert "1 files added, 0 already there, 5 refused" in capsys.readouterr().out
+    assert "1 entries added, 0 already there, 5 members refused" in capsys.readouterr().out
     assert [p.name for p in dest.iterdir()] == [good]
     assert not (tmp_path / "evil-0123456789abcdef.cubin").exists()
 
@@ -174,3 +182,31 @@ def test_build_runs_only_the_steps_asked_for(tmp_path, monkeypatch):
     assert m["entries"] == 2 and m["fuzz_seed"] is None and [s["step"] for s in m["steps"]] == ["bench", "bench"]
     with pytest.raises(SystemExit):
         dc.main(["build", "--dir", str(tmp_path / "x"), "--steps", "nope"])
+
+
+def test_unpack_refuses_another_nvrtc_or_a_directory_the_cache_will_not_read(archive, tmp_path, capsys, monkeypatch):
+    """Kernels built with another NVRTC could never be found (the version is in their key): nothing is
+    unpacked (5).  A directory the cache refuses (group-writable) would never be read: 6.  Other
+    KERNELGEN_DEFINES only warn."""
+    root, _, m = archive
+    assert m["nvrtc"] == dc.nvrtc()
+    monkeypatch.setattr(dc, "nvrtc", lambda: [99, 9])
+    assert dc.unpack(root, tmp_path / "c1") == 5 and not (tmp_path / "c1").exists()
+    assert "NVRTC" in capsys.readouterr().out
+    monkeypatch.setattr(dc, "nvrtc", lambda: m["nvrtc"])
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    assert dc.unpack(root, shared) == 6 and not any(shared.iterdir())
+    monkeypatch.setenv(dc.DEFINES_ENV, "KG_X=1")
+    assert dc.unpack(root, tmp_path / "c2") == 0
+    assert "warning: built with KERNELGEN_DEFINES=''" in capsys.readouterr().out
+
+
+def test_build_archives_an_empty_cache_and_names_its_steps(tmp_path, monkeypatch):
+    class R:
+        returncode, stdout, stderr = 1, "", "boom\n"
+    monkeypatch.setattr(dc.subprocess, "run", lambda *a, **k: R())
+    m = dc.build(tmp_path / "dc", 1, 41, 5, [{}], only=("serving",))
+    assert m["entries"] == 0 and m["steps"][0]["rc"] == 1 and m["steps"][0]["last_line"] == "boom"
+    assert dc.unpack(tmp_path / "dc", tmp_path / "c") == 0

@@ -72,6 +72,11 @@ def test_report_keeps_the_peers_agreement_with_kernelgen(tmp_path, capsys):
     assert rows["prefill_chunked_paged16"]["max_diff"] == {"fa4": 1.5}
     assert rows["prefill_dense_h128_s4k"]["max_diff"] == {"fa3": 0.004}
     assert "| prefill_chunked_paged16_agrees_with_peers | FAIL |" in (tmp_path / "h200.md").read_text()
+    # which peers disagreed travels with the entry, an empty list too (the summaries read it)
+    assert rows["prefill_dense_h128_s4k"]["peers_disagreeing"] == []
+    assert rows["prefill_chunked_paged16"]["peers_disagreeing"] == ["fa4"]
+    assert rep["issue22"]["entries"]["prefill_dense_h128_s4k"]["peer"] == "fa3"
+    assert "prefill_chunked_paged16" in rep["issue22"]["missing"]
 
 
 def test_report_keeps_the_sinks_cost(tmp_path, capsys):
@@ -217,8 +222,8 @@ def test_merged_report_carries_the_issues_numbers_and_shows_them():
                            "peers": {"fa3_unpaged": 103.0}}],
            "extra": {}}
     m = mr.merge(base, run, "bbbbbbb", tests=False)
-    assert m["issue22"]["entries"] == {"prefill_dense_h128_s4k": {"peer": "fa3", "ratio": 0.95},
-                                       "prefill_varlen_trace": {"peer": "fa4", "ratio": 1.1}}
+    assert m["issue22"]["entries"] == {"prefill_dense_h128_s4k": {"peer": "fa3", "ratio": 0.95, "commit": "aaaaaaa"},
+                                       "prefill_varlen_trace": {"peer": "fa4", "ratio": 1.1, "commit": "bbbbbbb"}}
     rows = {(r["entry"], r["measure"]): r for r in m["issue23"]["rows"]}
     assert rows[("decode_trace_b128_paged16", "vs:fa3|fa3_unpaged")]["ok"] is True
     assert rows[("decode_trace_b128_paged16", "roof")]["value"] == 0.95

@@ -24,11 +24,14 @@ size, the entry count, the commit, the steps and their outcomes).  ``.devcache/`
 name it in the device call's ``carry``.
 
 ``unpack`` checks the archive against the manifest and writes each entry the cache does not hold
-yet (names ``<kernel>-<16 hex>.cubin`` / ``.json`` only, through a temporary file and a rename,
-mode 0600: the cache's own trust rules, ``kernelgen/jit/cache.py``); a bad entry would only be
-rebuilt by the cache's verified load.  Exit status 0 when unpacked (or nothing to do), 3 when there
-is no manifest, 4 when the archive does not match it.  ``tools/gpu_check.sh`` runs it first when
-``.devcache/manifest.json`` came along.
+complete yet (its sidecar marks an entry complete; names ``<kernel>-<16 hex>.cubin`` / ``.json``
+only, the cubin first, each through a temporary file and a rename, mode 0600: the cache's own trust
+rules, ``kernelgen/jit/cache.py``); a bad entry would only be rebuilt by the cache's verified load.
+Exit status 0 when unpacked (or nothing to do), 3 when there is no manifest, 4 when the archive
+does not match it, 5 when this machine's NVRTC is not the one the kernels were built with (their
+keys could never match), 6 when the cache would not read the directory (owner or mode).  A
+different ``KERNELGEN_DEFINES`` only warns.  ``tools/gpu_check.sh`` runs it first when
+``.devcache/manifest.json`` came along, and its fuzz takes the manifest's seed.
 """
 from __future__ import annotations
 
@@ -50,7 +53,21 @@ DEFAULT_DIR = ROOT / ".devcache"
 ARCHIVE, MANIFEST = "cache.tar.xz", "manifest.json"
 ARCH, NUM_SMS = "sm_90a", 132
 #: the cache's entry files (kernelgen/jit/cache.py: ``<name>-<key[:16]>.cubin`` and its sidecar)
-ENTRY = re.compile(r"^[A-Za-z0-9_.]+-[0-9a-f]{16}\.(cubin|json)$")
+ENTRY = re.compile(r"^[A-Za-z0-9_]+-[0-9a-f]{16}\.(cubin|json)$")
+#: The compile settings every archived kernel's cache key depends on besides its spec (the NVRTC
+#: version is in the key; defines change the options): a mismatch on the device means none is found.
+DEFINES_ENV = "KERNELGEN_DEFINES"
+TMP_PREFIX = ".unpack-"
+
+
+def nvrtc() -> list | None:
+    """This process's NVRTC (major, minor), or None where it cannot be loaded."""
+    try:
+        sys.path.insert(0, str(ROOT))
+        from kernelgen.jit.compiler import nvrtc_version
+        return list(nvrtc_version())
+    except Exception:  # noqa: BLE001 - no CuPy / NVRTC here: the manifest says so
+        return None
 
 
 def sha256(path: Path) -> str:
@@ -71,7 +88,10 @@ def _bench_specs() -> list:
     specs = []
     for d in S.registry(list(SUITES), resolve_models(["all"]), S.DTYPES):
         if d.specs is not None:
-            specs += d.specs(S.Settings(), ARCH, NUM_SMS)
+            try:
+                specs += d.specs(S.Settings(), ARCH, NUM_SMS)
+            except Exception as e:  # noqa: BLE001 - as the bench's prewarm: that entry compiles on the device
+                print(f"device_cache: no specs for {d.name}: {type(e).__name__}: {e}", file=sys.stderr)
     return list(dict.fromkeys(specs))
 
 
@@ -111,9 +131,10 @@ def _env_sets(pairs: list) -> list:
 def write_archive(cache_dir: Path, root: Path) -> tuple:
     """``root/ARCHIVE``: the cache's entry files (cubins and sidecars, no locks or temp files) as one
     xz tar; returns (their names, their total bytes)."""
-    names = sorted(p.name for p in cache_dir.iterdir() if p.is_file() and ENTRY.match(p.name))
+    names = sorted(p.name for p in cache_dir.iterdir() if p.is_file() and ENTRY.match(p.name)) \
+        if cache_dir.is_dir() else []
     archive, part = root / ARCHIVE, root / (ARCHIVE + ".part")
-    if shutil.which("xz") and shutil.which("tar"):   # multi-threaded; the same format tarfile reads
+    if names and shutil.which("xz") and shutil.which("tar"):   # multi-threaded; the same format tarfile reads
         with open(part, "wb") as f:
             tar = subprocess.Popen(["tar", "-C", str(cache_dir), "-cf", "-", "--", *names], stdout=subprocess.PIPE)
             subprocess.check_call(["xz", "-6", "-T0", "-c"], stdin=tar.stdout, stdout=f)
@@ -139,7 +160,8 @@ def write_manifest(root: Path, names: list, raw: int, **fields) -> dict:
         commit, dirty = "unknown", None
     m = {"archive": ARCHIVE, "archive_sha256": sha256(archive), "archive_bytes": archive.stat().st_size,
          "raw_bytes": raw, "entries": sum(n.endswith(".cubin") for n in names), "arch": ARCH,
-         "commit": commit, "templates_or_package_modified": dirty,
+         "commit": commit, "templates_or_package_modified": dirty, "nvrtc": nvrtc(),
+         "defines": os.environ.get(DEFINES_ENV, ""),
          "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **fields}
     (root / MANIFEST).write_text(json.dumps(m, indent=1) + "\n")
     return m
@@ -157,6 +179,7 @@ def build(root: Path, jobs: int, fuzz_seed: int, fuzz_batches: int, envs: list, 
     log = []
     with tempfile.TemporaryDirectory(prefix="kernelgen-devcache-") as tmp:
         cache_dir = str(Path(tmp) / "cache")
+        Path(cache_dir).mkdir(mode=0o700)
         for extra in envs:
             env = dict(os.environ, KERNELGEN_CACHE_DIR=cache_dir, PYTHONPATH=str(ROOT))
             env.update(extra)
@@ -187,31 +210,56 @@ def unpack(root: Path, cache_dir: Path) -> int:
     if not archive.exists() or sha256(archive) != m["archive_sha256"]:
         print(f"device_cache: {archive} is missing or does not match the manifest's sha256")
         return 4
+    here = nvrtc()
+    if m.get("nvrtc") and here and list(m["nvrtc"]) != here:
+        print(f"device_cache: the archive's kernels were compiled with NVRTC {m['nvrtc']}, this machine has {here}: "
+              f"their cache keys can never match here; nothing unpacked")
+        return 5
+    if m.get("defines", "") != os.environ.get(DEFINES_ENV, ""):
+        print(f"device_cache: warning: built with {DEFINES_ENV}={m.get('defines', '')!r}, this process has "
+              f"{os.environ.get(DEFINES_ENV, '')!r}: the kernels compiled with other defines will not be found")
     cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    added = skipped = refused = 0
+    sys.path.insert(0, str(ROOT))
+    from kernelgen.jit.cache import KernelCache
+    why = KernelCache(cache_dir).unsafe_reason()
+    if why:
+        print(f"device_cache: the kernel cache will not read {cache_dir} ({why}); nothing unpacked")
+        return 6
+    for old in cache_dir.glob(TMP_PREFIX + "*"):   # left by an unpack that was killed
+        old.unlink(missing_ok=True)
     with tarfile.open(archive, "r:xz") as t:
-        for member in t:
+        members = {}
+        refused = 0
+        for member in t.getmembers():
             name = Path(member.name).name
             if not member.isfile() or member.name.removeprefix("./") != name or not ENTRY.match(name):
                 refused += 1
                 continue
-            dest = cache_dir / name
-            if dest.exists():
+            members[name] = member
+        # an entry is complete once its sidecar is written (kernelgen/jit/cache.py): skip those; write
+        # the others' cubin first and the sidecar last, over whatever a killed compile left
+        stems = sorted({n.rsplit(".", 1)[0] for n in members})
+        added = skipped = 0
+        for stem in stems:
+            if (cache_dir / f"{stem}.json").exists():
                 skipped += 1
                 continue
-            data = t.extractfile(member).read()
-            fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".unpack-")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                os.chmod(tmp, 0o600)
-                os.replace(tmp, dest)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            for ext in ("cubin", "json"):
+                member = members.get(f"{stem}.{ext}")
+                if member is None:
+                    continue
+                fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=TMP_PREFIX)
+                try:
+                    with os.fdopen(fd, "wb") as f:
+                        f.write(t.extractfile(member).read())
+                    os.chmod(tmp, 0o600)
+                    os.replace(tmp, cache_dir / f"{stem}.{ext}")
+                except BaseException:
+                    Path(tmp).unlink(missing_ok=True)
+                    raise
             added += 1
-    print(f"device_cache: {added} files added, {skipped} already there, {refused} refused, into {cache_dir} "
-          f"(built at {m.get('commit', '?')[:10]}, {m.get('entries')} kernels)")
+    print(f"device_cache: {added} entries added, {skipped} already there, {refused} members refused, into "
+          f"{cache_dir} (built at {str(m.get('commit', '?'))[:10]}, {m.get('entries')} kernels)")
     return 0
 
 
@@ -224,7 +272,7 @@ def main(argv=None) -> int:
     ap.add_argument("command", choices=("build", "unpack", "status"))
     ap.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="archive folder (default: .devcache)")
     ap.add_argument("--cache-dir", type=Path, default=None,
-                    help="unpack: the kernel cache (default: $KERNELGEN_CACHE_DIR, else the checkout's cache/)")
+                    help="unpack: the kernel cache (default: $KERNELGEN_CACHE_DIR, else kernelgen's default)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="build: compile processes")
     ap.add_argument("--fuzz-seed", type=int, default=41, help="build: the seed the device's fuzz will run")
     ap.add_argument("--fuzz-batches", type=int, default=2000, help="build: its batch count")
@@ -239,6 +287,8 @@ def main(argv=None) -> int:
         only = tuple(x for x in a.steps.split(",") if x)
         if not only or set(only) - set(STEPS):
             ap.error(f"--steps: choose from {', '.join(STEPS)}")
+        if a.no_bench and only == ("bench",):
+            ap.error("--no-bench with --steps bench leaves nothing to build")
         m = build(a.dir, a.jobs, a.fuzz_seed, a.fuzz_batches, _env_sets(a.env), bench=not a.no_bench, only=only)
         bad = [s for s in m["steps"] if s["rc"] != 0]
         print(f"device_cache: {m['entries']} kernels, {m['raw_bytes'] / 1e6:.0f} MB -> {m['archive_bytes'] / 1e6:.1f} MB "
@@ -253,7 +303,12 @@ def main(argv=None) -> int:
         print(json.dumps({k: m[k] for k in ("entries", "archive_bytes", "commit", "templates_or_package_modified",
                                             "created", "fuzz_seed", "fuzz_batches", "envs")}, indent=1))
         return 0
-    cache_dir = a.cache_dir or Path(os.environ.get("KERNELGEN_CACHE_DIR") or ROOT / "cache")
+    if a.cache_dir is not None or os.environ.get("KERNELGEN_CACHE_DIR"):
+        cache_dir = Path(a.cache_dir or os.environ["KERNELGEN_CACHE_DIR"]).expanduser()
+    else:   # kernelgen's own default
+        sys.path.insert(0, str(ROOT))
+        from kernelgen.jit.cache import default_cache_dir
+        cache_dir = default_cache_dir()
     return unpack(a.dir, cache_dir)
 
 

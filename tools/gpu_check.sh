@@ -5,10 +5,11 @@
 #   tests: warm the cache and run the GPU tests (junit.xml, pytest.log)
 #   bench: the demo, compare-layouts and the benchmarks (demo.json, compare.json, bench.json)
 #   all (default): both, then gpu_report.json / h200.md and the summary table
-#   reliability: the 2000-batch numerical fuzz (fuzz.json; seed $FUZZ_SEED, default 1: tools/device_cache.py
-#     build --fuzz-seed compiles that seed's kernels ahead) and compute-sanitizer memcheck/racecheck
+#   reliability: the 2000-batch numerical fuzz (fuzz.json; seed $FUZZ_SEED, default the carried
+#     .devcache's seed, else 1: tools/device_cache.py build --fuzz-seed compiles that seed's kernels
+#     ahead) and compute-sanitizer memcheck/racecheck
 #   full-bench: the bench part with `kernelgen bench --suite all` for every preset instead of the
-#     llama3-8b run (bench.json, bench_all.md); FA3 and FA4 are measured when .peers/ came along
+#     llama3-8b run (bench.json, bench_all.md; BENCH_DTYPE=all adds the fp16 entries: `--dtype`); FA3 and FA4 are measured when .peers/ came along
 #     (tools/peer_wheels.py).  No plots on the device (a call brings back at most 8 files): draw them
 #     here with `kernelgen bench --from-json bench.json --plots DIR`.
 # Parts can be combined with commas (e.g. all,reliability).
@@ -35,6 +36,9 @@ step() { echo "=== $* ($(date +%T))" | tee -a "$LOG"; }
 if [ -f .devcache/manifest.json ]; then
   step devcache
   timeout 120 "$PY" tools/device_cache.py unpack --dir .devcache --cache-dir "$KERNELGEN_CACHE_DIR" >> "$LOG" 2>&1
+  echo "devcache unpack exit $?" >> "$LOG"
+  # the fuzz below runs the seed whose kernels came along, unless FUZZ_SEED says otherwise
+  FUZZ_SEED="${FUZZ_SEED:-$("$PY" -c 'import json; print(json.load(open(".devcache/manifest.json")).get("fuzz_seed") or 1)' 2>/dev/null || echo 1)}"
 fi
 
 # The benchmark's FA3 / FA4 peers, when their parts travelled with this call or an earlier call of the
@@ -68,7 +72,7 @@ if has bench || has all || has full-bench; then
   timeout 60 "$PY" -m kernelgen compare-layouts --batch 5 --pad-to 16 --graph --json "$OUT/compare.json" >> "$LOG" 2>&1
   if has full-bench; then
     step full-bench   # every suite and preset, FlexAttention where it compiles in time
-    timeout 480 "$PY" -m kernelgen bench --suite all --json "$OUT/bench.json" \
+    timeout 480 "$PY" -m kernelgen bench --suite all --dtype "${BENCH_DTYPE:-bf16,e4m3}" --json "$OUT/bench.json" \
       > "$OUT/bench_all.md" 2>> "$LOG"
     echo "full-bench exit $?" >> "$LOG"
   else

@@ -108,7 +108,10 @@ def add_aliases(benchmarks: list) -> None:
 #: build returned.
 KEPT_IF_SET = ("flops", "bytes", "ratios", "best_peer", "vs_best", "max_diff", "us_nosinks", "sinks_ratio",
                "us_noalibi", "alibi_ratio", "us_builtin", "variant_ratio", "peer_base_us", "us_second_call",
-               "us_hopper_ready", "first_call_kernels", "hopper_built", "commit")
+               "us_hopper_ready", "first_call_kernels", "hopper_built", "commit", "fp8_speedup", "peer_atol")
+#: Kept whenever the bench wrote them, empty or not (report.disagrees: an empty list means every
+#: compared peer agreed, an absent one that agreement must be recomputed from max_diff).
+KEPT_IF_PRESENT = ("peers_disagreeing",)
 #: The cost entries' own baselines as the tables show them (kernelgen.apps.bench.report.OWN_BASELINES).
 OWN_BASELINES = (("sinks_ratio", "us_nosinks", "without sinks"), ("alibi_ratio", "us_noalibi", "without ALiBi"),
                  ("variant_ratio", "us_builtin", "built-in"))
@@ -275,7 +278,8 @@ def main(argv=None) -> int:
         report["extra"]["auto_choice_misses"] = auto_choice_misses(bench.get("benchmarks", []))
     for e in (bench or {}).get("benchmarks", []):
         report["benchmarks"].append({k: e.get(k) for k in ("name", "us", "tflops", "tbps", "peers") + KEPT_IF_SET
-                                     if k not in KEPT_IF_SET or e.get(k)})
+                                     + KEPT_IF_PRESENT
+                                     if k not in KEPT_IF_SET + KEPT_IF_PRESENT or e.get(k) or (k in KEPT_IF_PRESENT and k in e)})
         if e.get("unavailable"):
             report["extra"].setdefault("unavailable_peers", {})[e["name"]] = e["unavailable"]
     add_aliases(report["benchmarks"])

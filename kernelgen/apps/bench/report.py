@@ -134,7 +134,15 @@ def auto_choice(entry: dict) -> tuple:
 
 
 def disagrees(entry: dict, peer: str) -> bool:
-    """True when the peer's output was compared with kernelgen's and is outside bf16 tolerance."""
+    """True when the peer's output was compared with kernelgen's and is outside bf16 tolerance
+    (``peers_disagreeing``, which :func:`finalize` records while the entry still has its outputs'
+    magnitudes and FP8 bound, where the entry has it; a report keeps that list, not the inputs)."""
+    if "peers_disagreeing" in entry:
+        return peer in entry["peers_disagreeing"]
+    return _outside_tolerance(entry, peer)
+
+
+def _outside_tolerance(entry: dict, peer: str) -> bool:
     d = (entry.get("max_diff") or {}).get(peer)
     atol = entry.get("peer_atol", ATOL)   # an FP8 entry states its own bound (suites.FP8_PEER_ATOL)
     return d is not None and d > atol + RTOL * (entry.get("ref_max") or {}).get(peer, 1.0)
@@ -163,6 +171,7 @@ def finalize(entry: dict, roofs: dict | None) -> dict:
     value = entry["tflops"] if metric == "tflops" else entry["tbps"] if metric == "tbps" else None
     entry["roof_fraction"] = roof_fraction(value, metric, roofs)
     entry["ratios"] = entry_ratios(entry)
+    entry["peers_disagreeing"] = sorted(p for p in (entry.get("max_diff") or {}) if _outside_tolerance(entry, p))
     entry["best_peer"], entry["vs_best"] = best_peer(entry)
     if entry.get("flops") and entry.get("bytes"):
         entry["arithmetic_intensity"] = entry["flops"] / entry["bytes"]
@@ -207,8 +216,10 @@ def issue22_summary(entries: list) -> dict:
     """Issue 22's numbers over the entries that ran: for each of ``ISSUE22_ENTRIES`` with at least
     one of ``ISSUE22_PEERS`` measured and agreeing with kernelgen's output, the fastest such peer
     and its time / kernelgen's (above 1 kernelgen is faster); their geometric mean, the lowest, and
-    whether the goals hold (``each_ge_1.02``, ``geomean_ge_1.05``) on those entries; ``missing``:
-    the issue's entries without such a ratio (not run, or no peer).  Empty when none ran."""
+    whether the goals hold (``each_ge_1.02``, ``geomean_ge_1.05``: false while any of the issue's
+    entries is ``missing``, i.e. has no such ratio: not run, or no peer).  Ratios divide by the
+    time the peers' way (``peer_base``); each names the commit it was measured at.  Empty when
+    none ran."""
     by_name = {e.get("name"): e for e in entries if e.get("us")}
     ratios = {}
     for name in ISSUE22_ENTRIES:
@@ -219,16 +230,17 @@ def issue22_summary(entries: list) -> dict:
                  if p in ISSUE22_PEERS and t and t > 0 and not disagrees(e, p)}
         if times:
             best = min(times, key=times.get)
-            ratios[name] = {"peer": best, "ratio": round(times[best] / e["us"], 4)}
+            ratios[name] = {"peer": best, "ratio": round(times[best] / peer_base(e), 4), "commit": e.get("commit")}
     if not ratios:
         return {}
     vals = [r["ratio"] for r in ratios.values()]
     geo = math.exp(sum(math.log(v) for v in vals) / len(vals))
     low = min(ratios, key=lambda n: ratios[n]["ratio"])
+    missing = [n for n in ISSUE22_ENTRIES if n not in ratios]
     return {"entries": ratios, "geomean": round(geo, 4), "lowest": [low, ratios[low]["ratio"]],
-            f"each_ge_{ISSUE22_EACH}": all(v >= ISSUE22_EACH for v in vals),
-            f"geomean_ge_{ISSUE22_GEOMEAN}": geo >= ISSUE22_GEOMEAN,
-            "missing": [n for n in ISSUE22_ENTRIES if n not in ratios]}
+            f"each_ge_{ISSUE22_EACH}": not missing and all(v >= ISSUE22_EACH for v in vals),
+            f"geomean_ge_{ISSUE22_GEOMEAN}": not missing and geo >= ISSUE22_GEOMEAN,
+            "missing": missing}
 
 
 #: Issues 23 and 24's numbers as goals on report entries: (entry, measure, comparison, bound).
@@ -278,7 +290,7 @@ def _goal_value(e: dict, measure: str, by_name: dict, copy_tbps):
     if measure.startswith("vs:"):
         names = measure[3:].split("|")
         times = [t for p, t in (e.get("peers") or {}).items() if p in names and t and t > 0 and not disagrees(e, p)]
-        return min(times) / e["us"] if times else None
+        return min(times) / peer_base(e) if times else None
     if measure == "roof":
         return e["tbps"] / copy_tbps if e.get("tbps") and copy_tbps else None
     if measure == "of_serial":
@@ -289,16 +301,19 @@ def _goal_value(e: dict, measure: str, by_name: dict, copy_tbps):
         return float(v) if v is not None else None
     if measure == "seconds":
         return e["us"] / 1e6
-    if measure.startswith("speedup_over:"):
+    if measure.startswith("speedup_over:"):   # eager timings both (an FP8 entry's own is peer_base_us)
         other = by_name.get(measure.split(":", 1)[1])
-        return other["us"] / e["us"] if other else None
+        return other["us"] / peer_base(e) if other else None
     raise ValueError(f"unknown goal measure {measure!r}")
 
 
 def goal_table(entries: list, goals, roofs: dict | None = None) -> dict:
-    """``goals`` (``ISSUE23_GOALS``, ``ISSUE24_GOALS``) evaluated on the entries that ran: one row a
-    goal with its value (None where the entry or its peer did not run), ``met`` / ``evaluated`` /
-    ``goals`` counts.  ``roofs``: the run's (``copy_tbps`` for the ``roof`` measure)."""
+    """``goals`` (``ISSUE23_GOALS``, ``ISSUE24_GOALS``, ``ISSUE25_GOALS``) evaluated on the entries that
+    ran: one row a goal with its value (None where the entry or its peer did not run) and the
+    commit the entry was measured at (a merged report mixes runs: ``roof`` takes the latest run's
+    copy roof, ``speedup_over`` two entries that may come from different runs), and ``met`` /
+    ``evaluated`` / ``goals`` counts.  Peer ratios divide by the time the peers' way
+    (``peer_base``).  ``roofs``: the run's (``copy_tbps`` for the ``roof`` measure)."""
     by_name = {e.get("name"): e for e in entries if e.get("us")}
     copy = (roofs or {}).get("copy_tbps")
     rows, met, evaluated = [], 0, 0
@@ -309,7 +324,8 @@ def goal_table(entries: list, goals, roofs: dict | None = None) -> dict:
         evaluated += ok is not None
         met += ok is True
         rows.append({"entry": name, "measure": measure, "goal": f"{op} {bound}",
-                     "value": None if v is None else round(v, 4), "ok": ok})
+                     "value": None if v is None else round(v, 4), "ok": ok,
+                     "commit": None if e is None else e.get("commit")})
     return {"rows": rows, "met": met, "evaluated": evaluated, "goals": len(rows)}
 
 
