@@ -210,3 +210,15 @@ def test_build_archives_an_empty_cache_and_names_its_steps(tmp_path, monkeypatch
     m = dc.build(tmp_path / "dc", 1, 41, 5, [{}], only=("serving",))
     assert m["entries"] == 0 and m["steps"][0]["rc"] == 1 and m["steps"][0]["last_line"] == "boom"
     assert dc.unpack(tmp_path / "dc", tmp_path / "c") == 0
+
+
+def test_build_into_a_kept_folder(tmp_path, monkeypatch):
+    """--work: the compile folder is kept (a rebuild compiles only what changed) and archived whole."""
+    class R:
+        returncode, stdout, stderr = 0, "ok", ""
+    monkeypatch.setattr(dc.subprocess, "run", lambda *a, **k: R())
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "sched_sm_90a_soa_t1024-00000000000000aa.cubin").write_bytes(b"x")
+    m = dc.build(tmp_path / "dc", 1, 41, 5, [{}], only=("serving",), work=work)
+    assert m["entries"] == 1 and (work / "sched_sm_90a_soa_t1024-00000000000000aa.cubin").exists()

@@ -10,7 +10,7 @@ compress about 15x with xz, so the whole set (about 250 MB) travels as about 17 
 
     python tools/device_cache.py build [--dir .devcache] [--fuzz-seed 41] [--fuzz-batches 2000]
                                        [--env KERNELGEN_SM90_PACK_GQA=1] [--jobs N] [--no-bench]
-                                       [--steps serving,gpu_tests,fuzz,bench]
+                                       [--steps serving,gpu_tests,fuzz,bench] [--work DIR]
     python tools/device_cache.py unpack [--dir .devcache] [--cache-dir DIR]     # on the device
     python tools/device_cache.py status [--dir .devcache]
 
@@ -171,15 +171,16 @@ STEPS = ("serving", "gpu_tests", "fuzz", "bench")
 
 
 def build(root: Path, jobs: int, fuzz_seed: int, fuzz_batches: int, envs: list, bench: bool = True,
-          only: tuple = STEPS) -> dict:
-    """Compile every step (of ``only``) for every environment into a fresh cache, archive it into
-    ``root``; returns the manifest (also written)."""
+          only: tuple = STEPS, work: Path | None = None) -> dict:
+    """Compile every step (of ``only``) for every environment into a fresh cache (``work``: into that
+    cache folder instead, kept, so a rebuild after a change compiles only what changed), archive it
+    into ``root``; returns the manifest (also written)."""
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     log = []
     with tempfile.TemporaryDirectory(prefix="kernelgen-devcache-") as tmp:
-        cache_dir = str(Path(tmp) / "cache")
-        Path(cache_dir).mkdir(mode=0o700)
+        cache_dir = str(work if work is not None else Path(tmp) / "cache")
+        Path(cache_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
         for extra in envs:
             env = dict(os.environ, KERNELGEN_CACHE_DIR=cache_dir, PYTHONPATH=str(ROOT))
             env.update(extra)
@@ -279,6 +280,9 @@ def main(argv=None) -> int:
     ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE[,...]",
                     help="build: compile everything once more with these variables set (repeatable)")
     ap.add_argument("--no-bench", action="store_true", help="build: skip the bench's kernels")
+    ap.add_argument("--work", type=Path, default=None, metavar="DIR",
+                    help="build: compile into this cache folder and keep it (default: a temporary one); a "
+                         "rebuild then compiles only what changed, but archives every kernel the folder holds")
     ap.add_argument("--steps", default=",".join(STEPS), metavar="S[,S...]",
                     help=f"build: only these steps ({', '.join(STEPS)}; default all), e.g. a small archive "
                          f"that fits beside a peers part in one call")
@@ -289,7 +293,8 @@ def main(argv=None) -> int:
             ap.error(f"--steps: choose from {', '.join(STEPS)}")
         if a.no_bench and only == ("bench",):
             ap.error("--no-bench with --steps bench leaves nothing to build")
-        m = build(a.dir, a.jobs, a.fuzz_seed, a.fuzz_batches, _env_sets(a.env), bench=not a.no_bench, only=only)
+        m = build(a.dir, a.jobs, a.fuzz_seed, a.fuzz_batches, _env_sets(a.env), bench=not a.no_bench, only=only,
+                  work=a.work)
         bad = [s for s in m["steps"] if s["rc"] != 0]
         print(f"device_cache: {m['entries']} kernels, {m['raw_bytes'] / 1e6:.0f} MB -> {m['archive_bytes'] / 1e6:.1f} MB "
               f"in {m['seconds']:.0f} s; {len(bad)} step(s) failed")
