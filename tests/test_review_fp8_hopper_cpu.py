@@ -201,9 +201,10 @@ def test_cli_md_counts_the_fp8_kernels_serving_warmup_adds_on_sm90a():
 
     def count(argv):
         a = cli.build_parser().parse_args(["warmup", "--arch", "sm_90a", "--serving", *argv])
-        return len(warmup_specs("sm_90a", a.head_dim, a.dtype, a.causal, a.layout, phases=["prefill", "chunked", "decode"],
+        dtypes, kv = cli.split_dtypes(a.dtype, a.kv_dtype)   # what cmd_warmup passes on
+        return len(warmup_specs("sm_90a", a.head_dim, dtypes, a.causal, a.layout, phases=["prefill", "chunked", "decode"],
                                 gqas=[1, 4, 8], paged=[False, True], page_sizes=a.page_size,
-                                **({"kv_dtypes": a.kv_dtype} if a.kv_dtype else {})))
+                                **({"kv_dtypes": kv} if kv else {})))
     assert int(m.group(1)) == count(["--kv-dtype", "e4m3"]) - count([])
 
 
