@@ -204,6 +204,13 @@ def markdown(report: dict) -> str:
         lines += ["", f"The fuzz, sanitizer and 2-GPU checks (and 4 of the passed tests) ran on commit {earlier}."]
     summaries = issues(report["benchmarks"], (report.get("extra") or {}).get("roofs"))
     i22 = summaries["issue22"]
+    if i22 or any(summaries[k]["evaluated"] for k in ("issue23", "issue24", "issue25")):
+        lines += ["", "## Open performance goals", "",
+                  "The project's open performance issues (22: prefill against FA3 / FA4; 23: decode and mixed "
+                  "steps; 24: FP8; 25: attention variants) state their goals as numbers on these entries; "
+                  "below, computed from the entries above (`kernelgen.apps.bench.report`: `issue22_summary`, "
+                  "`goal_table`; peer ratios are peer time / kernelgen time, the peers' outputs agreeing with "
+                  "kernelgen's; a merged report mixes runs, so each entry's commit is the table's)."]
     if i22:
         goals = ", ".join(f"{k.replace('_ge_', ' >= ')}x: {'yes' if v else 'no'}" for k, v in i22.items()
                           if k.startswith(("each_ge_", "geomean_ge_")))
@@ -214,11 +221,12 @@ def markdown(report: dict) -> str:
     for key, what in (("issue23", "decode and mixed steps"), ("issue24", "FP8"), ("issue25", "attention variants")):
         t = summaries[key]
         lines += ["", f"Issue {key[5:]} ({what}): {t['met']} of {t['goals']} goals met ({t['evaluated']} evaluated).", "",
-                  "| entry | measure | goal | value | met |", "| --- | --- | --- | ---: | --- |"]
+                  "| entry | measure | goal | value | met | measured at |", "| --- | --- | --- | ---: | --- | --- |"]
         for r in t["rows"]:
             value = "" if r["value"] is None else f"{r['value']:.3f}"
             met = "" if r["ok"] is None else "yes" if r["ok"] else "no"
-            lines.append(f"| {r['entry']} | {r['measure'].replace('|', ' / ')} | {r['goal']} | {value} | {met} |")
+            at = f"`{r['commit']}`" if r.get("commit") else ""
+            lines.append(f"| {r['entry']} | {r['measure'].replace('|', ' / ')} | {r['goal']} | {value} | {met} | {at} |")
     roofs = (report.get("extra") or {}).get("roofs")
     if roofs:
         lines += ["", f"Roofs measured in the same run: copy {roofs['copy_tbps']:.2f} TB/s (read + write), "

@@ -282,7 +282,7 @@ def _add_bench_parser(sub) -> None:
                         "patterns, e.g. 'alibi_*,variant_*,*gpt-oss*' (default: every entry)")
     b.add_argument("--dtype", type=lambda v: _csv_list(v, BENCH_DTYPES + ("all",), "dtype"), default=None,
                    metavar="T[,T...]",
-                   help=f"entries by input dtype: bf16 (every 16-bit entry), fp16 (the prefill suite's dense "
+                   help=f"entries by input dtype: bf16 (every entry but the fp16 and FP8 ones), fp16 (the prefill suite's dense "
                         f"shapes, the first preset's varlen trace and chunked prefill in fp16: *_fp16), e4m3 (the "
                         f"FP8 entries: fp8_*, mixed_trace_fp8; FA3's FP8 attention beside them) or all "
                         f"(default {','.join(BENCH_DEFAULT_DTYPES)})")
