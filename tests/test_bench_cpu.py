@@ -1443,3 +1443,16 @@ def test_goal_tables_evaluate_issue_23_and_24_measures():
     t = report.goal_table(cost, (("sinks_prefill_causal_s16k", "field:sinks_ratio", "<=", 1.03),
                                  ("variant_compile_first_call", "seconds", "<=", 1.0)))
     assert [(r["value"], r["ok"]) for r in t["rows"]] == [(1.05, False), (0.6, True)]
+
+
+def test_printed_report_ends_with_the_open_goals():
+    """``kernelgen bench`` and ``--from-json`` print the goals of issues 22-25 on the entries they show
+    (the same text as h200.md's section), and nothing of the kind when no goal's entry ran."""
+    e = report.finalize({"name": "prefill_dense_h128_s4k", "suite": "prefill", "us": 100.0, "metric": "tflops",
+                         "flops": 1e11, "peers": {"fa3": 95.0}, "unavailable": {}}, None)
+    text = report.format_report([e], {"copy_tbps": 4.0, "bf16_matmul_tflops": 800.0}, "H200")
+    assert "## Open performance goals" in text and "geometric mean 0.950x" in text
+    assert "Issue 24 (FP8): 0 of 7 goals met (0 evaluated)." in text
+    other = report.finalize({"name": "scheduler_b8", "suite": "scheduler", "us": 3.0, "peers": {}, "unavailable": {}},
+                            None)
+    assert "Open performance goals" not in report.format_report([other], None, "H200")

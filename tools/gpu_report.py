@@ -158,6 +158,13 @@ def _suite_at(t: dict, report: dict) -> str:
     return f" (the full suite at `{c}`)" if c and c != str(report["commit"])[:7] else ""
 
 
+def issues_text(benchmarks: list, roofs: dict | None) -> str:
+    """The open performance goals as Markdown (``kernelgen.apps.bench.report.goals_text``)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from kernelgen.apps.bench.report import goals_text
+    return goals_text(benchmarks, roofs)
+
+
 def issues(benchmarks: list, roofs: dict | None) -> dict:
     """The open performance issues' numbers on the report's entries (``kernelgen.apps.bench.report``):
     {"issue22": issue22_summary, "issue23" / "issue24" / "issue25": goal_table of ISSUE2x_GOALS}."""
@@ -202,31 +209,9 @@ def markdown(report: dict) -> str:
     earlier = (report.get("extra") or {}).get("fuzz_sanitizer_multigpu_commit")
     if earlier:
         lines += ["", f"The fuzz, sanitizer and 2-GPU checks (and 4 of the passed tests) ran on commit {earlier}."]
-    summaries = issues(report["benchmarks"], (report.get("extra") or {}).get("roofs"))
-    i22 = summaries["issue22"]
-    if i22 or any(summaries[k]["evaluated"] for k in ("issue23", "issue24", "issue25")):
-        lines += ["", "## Open performance goals", "",
-                  "The project's open performance issues (22: prefill against FA3 / FA4; 23: decode and mixed "
-                  "steps; 24: FP8; 25: attention variants) state their goals as numbers on these entries; "
-                  "below, computed from the entries above (`kernelgen.apps.bench.report`: `issue22_summary`, "
-                  "`goal_table`; peer ratios are peer time / kernelgen time, the peers' outputs agreeing with "
-                  "kernelgen's; a merged report mixes runs, so each entry's commit is the table's)."]
-    if i22:
-        goals = ", ".join(f"{k.replace('_ge_', ' >= ')}x: {'yes' if v else 'no'}" for k, v in i22.items()
-                          if k.startswith(("each_ge_", "geomean_ge_")))
-        lines += ["", f"Issue 22 (prefill against the faster of FA3 and FA4, and cuDNN where it runs): "
-                      f"{len(i22['entries'])} entries, geometric mean {i22['geomean']:.3f}x, lowest "
-                      f"{i22['lowest'][0]} {i22['lowest'][1]:.3f}x; {goals}; {len(i22['missing'])} of the issue's "
-                      f"entries without a ratio (not run, or no peer): {', '.join(i22['missing']) or 'none'}."]
-    for key, what in (("issue23", "decode and mixed steps"), ("issue24", "FP8"), ("issue25", "attention variants")):
-        t = summaries[key]
-        lines += ["", f"Issue {key[5:]} ({what}): {t['met']} of {t['goals']} goals met ({t['evaluated']} evaluated).", "",
-                  "| entry | measure | goal | value | met | measured at |", "| --- | --- | --- | ---: | --- | --- |"]
-        for r in t["rows"]:
-            value = "" if r["value"] is None else f"{r['value']:.3f}"
-            met = "" if r["ok"] is None else "yes" if r["ok"] else "no"
-            at = f"`{r['commit']}`" if r.get("commit") else ""
-            lines.append(f"| {r['entry']} | {r['measure'].replace('|', ' / ')} | {r['goal']} | {value} | {met} | {at} |")
+    goals = issues_text(report["benchmarks"], (report.get("extra") or {}).get("roofs"))
+    if goals:
+        lines += ["", goals]
     roofs = (report.get("extra") or {}).get("roofs")
     if roofs:
         lines += ["", f"Roofs measured in the same run: copy {roofs['copy_tbps']:.2f} TB/s (read + write), "

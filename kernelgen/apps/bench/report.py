@@ -329,6 +329,40 @@ def goal_table(entries: list, goals, roofs: dict | None = None) -> dict:
     return {"rows": rows, "met": met, "evaluated": evaluated, "goals": len(rows)}
 
 
+def goals_text(entries: list, roofs: dict | None = None) -> str:
+    """The open performance goals on ``entries`` as Markdown ("" when none of their entries ran):
+    issue 22's summary (:func:`issue22_summary`) and the goal tables of issues 23-25
+    (:func:`goal_table`), each row with the commit its entry was measured at where it has one."""
+    i22 = issue22_summary(entries)
+    tables = [(n, what, goal_table(entries, goals, roofs)) for n, what, goals in (
+        (23, "decode and mixed steps", ISSUE23_GOALS), (24, "FP8", ISSUE24_GOALS),
+        (25, "attention variants", ISSUE25_GOALS))]
+    if not i22 and not any(t["evaluated"] for _, _, t in tables):
+        return ""
+    lines = ["## Open performance goals", "",
+             "The project's open performance issues (22: prefill against FA3 / FA4; 23: decode and mixed "
+             "steps; 24: FP8; 25: attention variants) state their goals as numbers on these entries; "
+             "below, computed from them (`kernelgen.apps.bench.report`: `issue22_summary`, `goal_table`; "
+             "peer ratios are peer time / kernelgen time, the peers' outputs agreeing with kernelgen's; a "
+             "merged report mixes runs, so each entry's commit is the table's)."]
+    if i22:
+        flags = ", ".join(f"{k.replace('_ge_', ' >= ')}x: {'yes' if v else 'no'}" for k, v in i22.items()
+                          if k.startswith(("each_ge_", "geomean_ge_")))
+        lines += ["", f"Issue 22 (prefill against the faster of FA3 and FA4, and cuDNN where it runs): "
+                      f"{len(i22['entries'])} entries, geometric mean {i22['geomean']:.3f}x, lowest "
+                      f"{i22['lowest'][0]} {i22['lowest'][1]:.3f}x; {flags}; {len(i22['missing'])} of the issue's "
+                      f"entries without a ratio (not run, or no peer): {', '.join(i22['missing']) or 'none'}."]
+    for n, what, t in tables:
+        lines += ["", f"Issue {n} ({what}): {t['met']} of {t['goals']} goals met ({t['evaluated']} evaluated).", "",
+                  "| entry | measure | goal | value | met | measured at |", "| --- | --- | --- | ---: | --- | --- |"]
+        for r in t["rows"]:
+            value = "" if r["value"] is None else f"{r['value']:.3f}"
+            met = "" if r["ok"] is None else "yes" if r["ok"] else "no"
+            at = f"`{r['commit']}`" if r.get("commit") else ""
+            lines.append(f"| {r['entry']} | {r['measure'].replace('|', ' / ')} | {r['goal']} | {value} | {met} | {at} |")
+    return "\n".join(lines)
+
+
 def checks(entries: list) -> dict:
     """{check name: bool}: peer agreement per entry, ``auto_choice_within_2pct`` (no forced
     choice timed beside the automatic call ran more than 2 % faster; auto_choice_misses lists
@@ -603,7 +637,7 @@ def format_report(entries: list, roofs: dict | None = None, device: str | None =
     if device:
         head.append(f"## kernelgen bench on {device}")
     if roofs:
-        head.append(f"Roofs measured in this run: copy {roofs.get('copy_tbps', 0):.2f} TB/s, "
+        head.append(f"Roofs measured in the run: copy {roofs.get('copy_tbps', 0):.2f} TB/s, "
                     f"bf16 matmul {roofs.get('bf16_matmul_tflops', 0):.0f} TFLOP/s.")
     head.append("Peer columns: peer time / kernelgen time (above 1: kernelgen is faster); vs best peer: the same "
                 "ratio for the fastest other implementation measured on the entry (FA3, FA4, cuDNN, FA2, ...); "
@@ -627,6 +661,9 @@ def format_report(entries: list, roofs: dict | None = None, device: str | None =
     fc = first_call_text(first_call_summary(entries))
     if fc:
         parts.append(fc)
+    goals = goals_text(entries, roofs)
+    if goals:
+        parts.append(goals)
     return "\n\n".join(parts) + "\n"
 
 
