@@ -510,6 +510,15 @@ def test_compile_error_propagates_and_publishes_nothing(tmp_path, monkeypatch):
     assert c.get(SPEC_A).compiled is True  # nothing bad was remembered
 
 
+def test_compile_error_survives_pickling():
+    """A warm-up worker's CompileError crosses the process pool whole (it was unpicklable: the pool
+    broke with BrokenProcessPool instead of naming the kernel and NVRTC's log)."""
+    import pickle
+
+    e = pickle.loads(pickle.dumps(compiler.CompileError("attn_x", "error: boom", "/tmp/x.cu")))
+    assert (e.name, e.log, e.source_path) == ("attn_x", "error: boom", "/tmp/x.cu") and "boom" in str(e)
+
+
 COLD_NVRTC_CHILD = r"""
 import json, threading
 from kernelgen.jit import compiler, render

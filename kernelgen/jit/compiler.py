@@ -28,6 +28,9 @@ class CompileError(RuntimeError):
         self.source_path = source_path
         super().__init__(f"NVRTC failed to compile {name} (rendered source saved at {source_path}):\n{log}")
 
+    def __reduce__(self):   # picklable, so that a warm-up worker's compile error reaches the caller whole
+        return (type(self), (self.name, self.log, self.source_path))
+
 
 #: Extra NVRTC options of user-variant kernels: a snippet body that can end without returning
 #: (NVRTC's warning 940, "missing return statement") is an error, not a kernel that returns garbage.
