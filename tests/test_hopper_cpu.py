@@ -9,6 +9,7 @@ import itertools
 import re
 
 import pytest
+from pathlib import Path
 import sampling
 from sass_loops import shortest_loop
 import torch
@@ -601,6 +602,31 @@ def test_the_widest_default_tiles_compile_without_spills(d, mask):
     res = compiler.compile_cubin(render.render(spec), "sm_90a", compiler.default_options("sm_90a"), spec.name)
     r = res.resources
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, (spec.name, r)
+
+
+@pytest.mark.parametrize("d,dv,mask", [(256, 256, "causal"), (256, 256, "none"), (192, 192, "causal")])
+def test_wide_head_dims_keep_q_descriptors_uniform(d, dv, mask):
+    """16-bit ping-pong kernels above head dim 128 without split-KV take the warp-uniform warpgroup
+    index (docs/dev/fa3_d256_bf16_sass.md): Q's descriptors stay in uniform registers, so the key-block
+    loop has at most 10 R2UR (32 at d 256 / 24 at d 192 before), the P V wait is pinned (d 256
+    without a mask too), and nothing spills; with split-KV, AoS metadata or a soft-cap at d 256 the
+    index stays per-thread (those builds spill with it)."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from sass_loops import shortest_loop
+
+    from kernelgen.jit import sass
+    spec = sm90(d=d, dv=dv, mask=mask, opts="p")
+    src = render.render(spec)
+    assert "const int cg = __shfl_sync(0xffffffffu, cw >> 2, 0);" in src and "#define KG_PIN_PV_WAIT 1" in src
+    res = compiler.compile_cubin(src, "sm_90a", compiler.default_options("sm_90a"), spec.name)
+    r = res.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, (spec.name, r)
+    loop = shortest_loop(sass.disassemble(res.cubin, sass.find_nvdisasm()), "HGMMA", 8)
+    assert sum(i.startswith("R2UR") for i in loop) <= 10
+    for other in (sm90(d=d, dv=dv, mask=mask, opts="p", split=True), sm90(d=d, dv=dv, mask=mask, opts="p", layout="aos"),
+                  sm90(d=256, mask=mask, opts="p", softcap=True)):
+        assert "const int cg = cw >> 2;" in render.render(other), other.name
 
 
 @pytest.mark.parametrize("kw", sampling.matrix(COMPILE, 1, lambda kw: _spec_axes(sm90(**kw))),

@@ -511,8 +511,26 @@ softmax_scores(s, row_max, row_sum, corr, {{ "ef" if hoist else "exp_scale(p)" i
 // Not at head dim 256 without a mask: the pin's address register made ptxas spill 12 bytes of the
 // tile loop's state there (NVRTC 13.0).  KG_PIN_PV_WAIT (0 or 1, KERNELGEN_DEFINES) overrides the
 // choice for experiments.
+{# (Since the forty-first session only where the warpgroup index stays per-thread, uniform_cg below:
+    with it warp-uniform the pin builds clean there.)  The consumers' warpgroup index is made
+    warp-uniform with a shuffle (consumer_mainloop), so that Q's descriptors stay in uniform
+    registers, except where that spills with NVRTC 13.0: the FP8 K/V converter kernels, the
+    soft-capped FP8 tensor-core kernels above head dim 128, and the 16-bit ones above 128 with
+    split-KV (8-16 bytes, every mask, dtype and extra of a 123-build sweep), in the fused mixed-batch
+    kernel, without the ping-pong ("p": 4-8 bytes at d 192), with AoS metadata (4-8 bytes at d 256),
+    with ALiBi (4-8 bytes at d 192 with a window) or a user variant (not tried), or with a soft-cap
+    above 192 (8 bytes at d 256).  The other 16-bit kernels at head dims 192 / 256 spilled with it when it was first
+    tried (53 against 25 bytes); with NVRTC 13.0 they build clean, and the d 256 loop goes from 32 R2UR
+    a key block to 10, with the P V wait after 12 of its 42 exponentials instead of before the first
+    (docs/dev/fa3_d256_bf16_sass.md).  The comments rendered into the kernels are left as they were,
+    so that every other kernel's source, cache key and SASS stay the same. #}
+{% set maxd = [v.head_dim, v.head_dim_v] | max %}
+{% set uniform_cg = not ((v.get("kv_dtype") and not v.get("fp8_mma")) or (v.get("fp8_mma") and v.softcap and maxd > 128)
+                         or (not v.get("kv_dtype") and maxd > 128
+                             and (v.split or v.get("queue_only") or "p" not in v.sm90_opts or v.layout != "soa"
+                                  or v.get("alibi") or v.get("user") or (v.softcap and maxd > 192)))) %}
 #ifndef KG_PIN_PV_WAIT
-#define KG_PIN_PV_WAIT {{ 0 if (v.head_dim_v > 192 and v.mask == "none") else 1 }}
+#define KG_PIN_PV_WAIT {{ 0 if (v.head_dim_v > 192 and v.mask == "none" and (v.get("kv_dtype") or not uniform_cg)) else 1 }}
 #endif
 __device__ __forceinline__ void pin_pv_wait(u32 sb, int cw, int lane, const float (&row_max)[1][2]) {
   if (KG_PIN_PV_WAIT && !FP8_MMA && lane == 0)
@@ -564,7 +582,7 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
                                                   int row0, int pos_last, u32 sb, KvPos& kv, int cw, int lane,
                                                   float (&o)[1][DV / 8][4], float (&row_max)[1][2],
                                                   float (&row_sum)[1][2], {{ "const RowScale&" if v.get("fp16_gemms") else "float" }} kd{% if v.get("alibi") %}, const float (&alibi_sl)[1][2]{% endif %}{% if v.get("user") %}, const UserTile& ut{% endif %}) {
-  {% if (v.get("kv_dtype") and not v.get("fp8_mma")) or ((not v.get("fp8_mma") or v.softcap) and (v.head_dim > 128 or v.head_dim_v > 128)) %}
+  {% if not uniform_cg %}
   const int cg = cw >> 2;   // (16-bit head dims 192 / 256, the FP8 K/V converter kernels and the soft-capped FP8
                             //  tensor-core ones above d 128 spill more with the shuffle below: 53 against 25 bytes)
   {% else %}
