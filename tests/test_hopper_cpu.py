@@ -629,6 +629,24 @@ def test_wide_head_dims_keep_q_descriptors_uniform(d, dv, mask):
         assert "const int cg = cw >> 2;" in render.render(other), other.name
 
 
+@pytest.mark.parametrize("kw", [dict(d=128, mask="causal"), dict(d=64, mask="none"), dict(d=192, mask="causal"),
+                                dict(d=128, mask="causal", paged=True, split=True), dict(d=128, mask="local", softcap=True)],
+                         ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))
+def test_early_next_tile_option(kw):
+    """Option "e" (an experiment, not the dispatcher's): the consumers take the next tile's index and
+    entry after the last P V, before the epilogue, the same slots and phases as before (slot
+    (it + 1) & 1, phase ((it + 1) >> 1) & 1), and build without spills at 16-bit head dims up to 192
+    (d 256 and the FP8 tensor-core kernels spill with it); without "e" the loop is rendered as before."""
+    spec = sm90(opts="ep", **kw)
+    src = render.render(spec)
+    assert "t_next = take_tile(s_tile, sn, lane);" in src and "_earlytile_" in spec.name
+    assert "mbar_wait(bar_tile_full(sb, sn), ((it + 1) >> 1) & 1, 5);" in src
+    assert src.index("t_next = take_tile(s_tile, sn, lane);") < src.index("finalize_rows(o, row_max, row_sum, lse);")
+    assert "t_next" not in render.render(sm90(opts="p", **kw))
+    r = compiler.compile_cubin(src, "sm_90a", compiler.default_options("sm_90a"), spec.name).resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, (spec.name, r)
+
+
 @pytest.mark.parametrize("kw", sampling.matrix(COMPILE, 1, lambda kw: _spec_axes(sm90(**kw))),
                          ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))
 def test_hopper_kernel_compiles_without_spills_with_hgmma(kw):

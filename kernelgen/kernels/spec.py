@@ -38,9 +38,11 @@ MAINLOOPS = ("sm80", "sm90a")
 #: "p" ping-pong of the consumer warpgroups' GEMM issue (round robin over two or three; not with
 #: "s"), "r" rescale O only when a row's max grew, "g" paged K/V gathered row by row by the four
 #: producer warps (cp.async; any page size) instead of TMA boxes inside one page (page_size a
-#: multiple of block_n).
-SM90_OPTS = "ghprs"
-_SM90_OPT_NAMES = {"g": "gather", "h": "pvhalves", "p": "pingpong", "r": "lazyrescale", "s": "serial"}
+#: multiple of block_n), "e" the consumers take the next tile's index and scheduler entry before the
+#: current tile's epilogue (an experiment: not in the dispatcher's options).
+SM90_OPTS = "eghprs"
+_SM90_OPT_NAMES = {"e": "earlytile", "g": "gather", "h": "pvhalves", "p": "pingpong", "r": "lazyrescale",
+                   "s": "serial"}
 #: Head dims of the Hopper path (head_dim == head_dim_v).
 SM90_HEAD_DIMS = (64, 96, 128, 192, 256)
 #: (head_dim, head_dim_v) pairs of the Hopper path: the equal ones and DeepSeek's 192 x 128.

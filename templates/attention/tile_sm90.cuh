@@ -13,6 +13,23 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
   kv.phase = 0;
   u32 q_iter = 0;
   if (PINGPONG && (cw >> 2) == NCG - 1) turn_pass(NCG - 1);  // warpgroup 0 goes first
+  {% if "e" in v.sm90_opts %}
+  // Option "e": the next tile's index (slot (it + 1) & 1) and scheduler entry are taken right after
+  // this tile's last P V, before its epilogue, so that their dependent loads are in flight while
+  // O is normalised and stored (docs/dev/fa3_d256_bf16_sass.md: 16 dependent metadata loads and
+  // 743 instructions from a tile's last P V to the next one's first Q K^T, FA3 528).  The producer
+  // published that tile long before (it takes the next tile after issuing this one's loads, into a
+  // slot released two tiles ago), so the earlier wait never blocks it.
+  int t_next, cursor_next;
+  mbar_wait(bar_tile_full(sb, 0), 0, 5);
+  t_next = take_tile(s_tile, 0, lane);
+  release(bar_tile_empty(sb, 0), lane);
+  cursor_next = t_next < total ? find_entry(md, cap4, t_next, 0) : 0;
+  for (int it = 0;; ++it) {
+    const int t = t_next;
+    if (t >= total) break;
+    cursor = cursor_next;
+  {% else %}
   for (int it = 0;; ++it) {
     const int slot = it & 1;
     mbar_wait(bar_tile_full(sb, slot), (it >> 1) & 1, 5);
@@ -20,6 +37,7 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
     release(bar_tile_empty(sb, slot), lane);
     if (t >= total) break;
     cursor = find_entry(md, cap4, t, cursor);
+  {% endif %}
     float o[1][DV / 8][4];
     float row_max[1][2], row_sum[1][2];
 #pragma unroll
@@ -69,6 +87,15 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
         consumer_mainloop(p, mi, n_lo, n_hi, ti.row0, pos_last, sb, kv, cw, lane, o, row_max, row_sum, kd{% if v.get("alibi") %}, alibi_sl{% endif %}{% if v.get("user") %}, ut{% endif %});
       }
     }
+    {% if "e" in v.sm90_opts %}
+    {
+      const int sn = (it + 1) & 1;
+      mbar_wait(bar_tile_full(sb, sn), ((it + 1) >> 1) & 1, 5);
+      t_next = take_tile(s_tile, sn, lane);
+      release(bar_tile_empty(sb, sn), lane);
+      cursor_next = t_next < total ? find_entry(md, cap4, t_next, cursor) : cursor;
+    }
+    {% endif %}
     float lse[1][2];
     finalize_rows(o, row_max, row_sum, lse);
     // the tile's coordinates again (L1 hits) rather than live across the mainloop
