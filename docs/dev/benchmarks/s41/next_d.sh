@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Call D (right after B in the same lease: FA3 / FA4 are unpacked there): ncu of kernelgen and FA3 side by side on
-# issue 22's shapes (the attention kernels only), bf16, then the dense shapes in fp16; one profiled call a shape
-# after 3 warm-ups (benchmarks/experiments/profile_vs_peers.py).  Issue 22's "Done when" asks for these profiles for
+# issue 22's shapes (the attention kernels only), bf16; the A/B of option "e" (tile_ab.py, FA3 beside); two fp16
+# shapes; one profiled call a shape after 3 warm-ups (benchmarks/experiments/profile_vs_peers.py).  Issue 22's "Done when" asks for these profiles for
 # each shape still behind.  carry [".peers/manifest.json", ".devcache_bench"].
 set -u
 W=$OUT/w; mkdir -p $W
@@ -23,7 +23,15 @@ prof() {  # impl, dtype, limit (s since start), shapes
 }
 prof kernelgen bf16 180 $ALL
 prof fa3 bf16 340 $ALL
-prof kernelgen fp16 420 $DENSE
-prof fa3 fp16 495 $DENSE
+# option "e" (6259c49: the next tile taken before the epilogue) against the default, with FA3 in the same process
+for cfg in "128:128:128 c16k=1:16384:32:32:128:1,n4k=4:4096:32:32:128:0" "64:192:128 c2k=8:2048:32:32:64:1"; do
+  set -- $cfg; IFS=: read d bm bn <<< "$1"
+  T=$(( 430 - SECONDS )); [ $T -gt 25 ] || break
+  timeout $T python3 benchmarks/experiments/tile_ab.py --shapes $2 --passes 2 \
+    --configs p=bf16:$d:$bm:$bn:2:p,ep=bf16:$d:$bm:$bn:2:ep,fa3=fa3 > $W/early_ab_d$d.log 2>&1
+  echo "early ab d$d rc $? at $SECONDS" >> $W/rc.txt
+done
+prof kernelgen fp16 465 dense_causal_h256,dense_causal_16k
+prof fa3 fp16 495 dense_causal_h256,dense_causal_16k
 gzip -f $W/ncu_*.csv
 kill $WD; cd $OUT && tar -czf w.tgz w
