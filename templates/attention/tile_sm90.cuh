@@ -18,8 +18,9 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
   // this tile's last P V, before its epilogue, so that their dependent loads are in flight while
   // O is normalised and stored (docs/dev/fa3_d256_bf16_sass.md: 16 dependent metadata loads and
   // 743 instructions from a tile's last P V to the next one's first Q K^T, FA3 528).  The producer
-  // published that tile long before (it takes the next tile after issuing this one's loads, into a
-  // slot released two tiles ago), so the earlier wait never blocks it.
+  // publishes that tile once it has issued this tile's last loads and taken the next index from the
+  // semaphore (into a slot released two tiles ago), so the wait is short and cannot deadlock: the
+  // consumers have consumed those loads by the time they wait.
   int t_next, cursor_next;
   mbar_wait(bar_tile_full(sb, 0), 0, 5);
   t_next = take_tile(s_tile, 0, lane);
