@@ -36,7 +36,6 @@ different ``KERNELGEN_DEFINES`` only warns.  ``tools/gpu_check.sh`` runs it firs
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -49,6 +48,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+from peer_wheels import sha256  # noqa: E402  (the archive check the peers' parts use)
 DEFAULT_DIR = ROOT / ".devcache"
 ARCHIVE, MANIFEST = "cache.tar.xz", "manifest.json"
 ARCH, NUM_SMS = "sm_90a", 132
@@ -68,14 +69,6 @@ def nvrtc() -> list | None:
         return list(nvrtc_version())
     except Exception:  # noqa: BLE001 - no CuPy / NVRTC here: the manifest says so
         return None
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _bench_specs() -> list:
