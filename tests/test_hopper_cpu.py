@@ -126,8 +126,8 @@ def test_automatic_choice_is_hopper_for_window_and_softcap(dtype, d, mask, softc
 
 
 @pytest.mark.parametrize("kw", [
-    dict(pack_gqa=True), dict(max_seqlen_q=1), dict(max_seqlen_q=48), dict(tma_ok=False),
-    dict(paged=True, max_seqlen_q=1),
+    dict(pack_gqa=True, sm90_pack=False), dict(max_seqlen_q=1), dict(max_seqlen_q=48), dict(tma_ok=False),
+    dict(paged=True, max_seqlen_q=1), dict(pack_gqa=True, num_heads_q=28, num_heads_kv=4),
 ])
 def test_automatic_choice_falls_back_to_sm80(kw):
     v = heuristics.choose("sm_90a", "bf16", 128, 128, **{**PREFILL, **kw})
@@ -216,9 +216,13 @@ def test_forced_mainloops():
     # forced Hopper on a decode-shaped call: no pack-GQA, one 128-row tile class
     v = heuristics.choose("sm_90a", "bf16", 128, 128, mainloop="sm90a", **{**PREFILL, "max_seqlen_q": 1})
     assert v.attention.mainloop == "sm90a" and not v.attention.pack_gqa
-    for kw in (dict(pack_gqa=True), dict(tma_ok=False)):
+    for kw in (dict(pack_gqa=True, sm90_pack=False), dict(pack_gqa=True, num_heads_q=28, num_heads_kv=4),
+               dict(tma_ok=False)):
         with pytest.raises(ValueError, match="Hopper"):
             heuristics.choose("sm_90a", "bf16", 128, 128, mainloop="sm90a", **{**PREFILL, **kw})
+    # pack_gqa=True where the Hopper kernel packs (4 query heads a KV head on 128 rows)
+    v = heuristics.choose("sm_90a", "bf16", 128, 128, mainloop="sm90a", pack_gqa=True, **PREFILL)
+    assert v.attention.mainloop == "sm90a" and v.attention.pack_gqa
     with pytest.raises(ValueError, match="sm_90a"):
         heuristics.choose("sm_80", "bf16", 128, 128, mainloop="sm90a", **PREFILL)
     with pytest.raises(ValueError, match="mainloop"):
@@ -311,7 +315,8 @@ def prefill_inputs(hq=8, hkv=2, d=128, lens=(300, 0, 129), klens=(400, 5, 257)):
 
 def test_prefill_call_launches_the_hopper_kernel(fake_cuda):
     q, k, v, cu_q, cu_k = prefill_inputs()
-    out = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400, causal=True)
+    # (pack_gqa=False: these short prompts would pack, tests/test_hopper_pack_gqa_cpu.py's launch)
+    out = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400, causal=True, pack_gqa=False)
     assert out.shape == q.shape
     assert fake_cuda.kinds() == ["scheduler", "attention_sm90"]
     launch = fake_cuda.launches[1]
@@ -424,7 +429,7 @@ def test_window_and_softcap_calls_take_the_hopper_kernel(fake_cuda, causal, kw, 
 
 
 def test_unsupported_calls_fall_back_or_raise_when_forced(fake_cuda):
-    q, k, v, cu_q, cu_k = prefill_inputs()
+    q, k, v, cu_q, cu_k = prefill_inputs(hq=14)   # 7 query heads a KV head: no 128-row tile of whole tokens
     for kw in (dict(pack_gqa=True),):
         fake_cuda.clear()
         kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400, causal=True, **kw)
@@ -775,7 +780,8 @@ def paged_prefill_inputs(page_size, qlens=(900, 700), ctx=(1500, 900), hq=32, hk
 @pytest.mark.parametrize("page_size", [128, 256, 16, 1, 24])
 def test_paged_prefill_call_launches_the_hopper_kernel(fake_cuda, page_size):
     q, kc, vc, cu_q, used, pt = paged_prefill_inputs(page_size)
-    out = kernelgen.varlen_attention(q, kc, vc, cu_q, None, 900, 1500, seqused_k=used, page_table=pt, causal=True)
+    out = kernelgen.varlen_attention(q, kc, vc, cu_q, None, 900, 1500, seqused_k=used, page_table=pt, causal=True,
+                                     pack_gqa=False)   # (unpacked Q boxes; these prompts would pack)
     assert out.shape == q.shape and fake_cuda.kinds() == ["scheduler", "attention_sm90"]
     spec = [k.spec for k in kernelgen.jit.runtime.loaded_kernels() if getattr(k.spec, "mainloop", "") == "sm90a"
             and k.spec.paged][-1]
@@ -1044,7 +1050,7 @@ def test_head_dim_64_call_and_plan_launch_the_192_row_tile(fake_cuda, monkeypatc
 
     T192 = TileConfig(192, 128, 12, 2, 1)
     q, k, v, cu_q, cu_k = prefill_inputs(d=64)
-    kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400, causal=True)
+    kernelgen.varlen_attention(q, k, v, cu_q, cu_k, 300, 400, causal=True, pack_gqa=False)   # (short prompts pack)
     assert api._CALLS._last[1].attn.name.endswith("_" + T192.tag)
     assert fake_cuda.kinds() == ["scheduler", "attention_sm90"]
     launch = fake_cuda.launches[1]

@@ -3,6 +3,8 @@
 (tests/fake_cuda.py), and NVRTC builds for sm_90a without spills; the unpacked kernels' sources
 say PACK_GQA = false.  The packed kernels have not run on a GPU yet: tests/gpu/test_hopper_pack_gqa_gpu.py
 is their first numerical check (docs/dev/hopper_pack_gqa.md)."""
+import dataclasses
+
 import pytest
 import torch
 
@@ -25,10 +27,27 @@ def _choose(hq=32, hkv=8, d=128, lq=4096, **kw):
 # ---------------------------------------------------------------- the decider
 
 
-def test_off_by_default_and_on_when_asked():
-    assert H.SM90_PACK_GQA is False
-    a = _choose()
+def test_automatic_by_mean_query_tokens_and_on_when_asked():
+    assert H.SM90_PACK_GQA is None and H.SM90_PACK_MAX_MEAN_Q == 1024 and H.SM90_PACK_AUTO_MIN_QPK_128 == 8
+    # mean unknown (0): a plan, the classes of a mixed batch
+    assert not _choose(hq=8, hkv=1).pack_gqa and not _choose(hq=64, hkv=8, d=64).pack_gqa
+    # the bench's varlen trace (mean 659): packed where it measured 0.87-0.97x the unpacked time ...
+    a = _choose(hq=64, hkv=8, d=64, mean_q=659)        # gpt-oss: the 192-row tile, 0.874
+    assert a.mainloop == "sm90a" and a.pack_gqa and a.tile.block_m == 192 and "_pack_" in a.name
+    assert _choose(hq=8, hkv=1, mean_q=659).pack_gqa    # llama3-70b-tp8: qpk 8 on 128 rows, 0.966
+    assert _choose(hq=16, hkv=2, d=192, mean_q=659).pack_gqa
+    # ... not at 4 query heads a KV head on 128 rows (0.98-0.99 on the trace, 1.01-1.05 on chunks)
+    a = _choose(mean_q=659)
     assert a.mainloop == "sm90a" and not a.pack_gqa
+    for mean in (1024, 2048, 16384):                     # long requests: nothing to gain
+        assert not _choose(hq=8, hkv=1, mean_q=mean).pack_gqa, mean
+        assert not _choose(hq=64, hkv=8, d=64, mean_q=mean).pack_gqa, mean
+    assert not _choose(hq=8, hkv=1, mean_q=659, sm90_pack=False).pack_gqa     # KERNELGEN_SM90_PACK_GQA=0
+    assert not _choose(hq=32, hkv=32, mean_q=659).pack_gqa                    # no GQA
+    assert _choose(mean_q=16384, sm90_pack=True).pack_gqa                     # KERNELGEN_SM90_PACK_GQA=1
+    assert _choose(mean_q=16384, pack_gqa=True).pack_gqa                      # asked for
+    assert H.sm90_pack_auto(4, 1023) and not H.sm90_pack_auto(4, 0) and not H.sm90_pack_auto(1, 10)
+    assert H.sm90_pack_auto(4, 500, 192) and not H.sm90_pack_auto(4, 500, 128) and H.sm90_pack_auto(8, 500, 128)
     a = _choose(sm90_pack=True)
     assert a.mainloop == "sm90a" and a.pack_gqa and "_pack_" in a.name
     # gpt-oss's heads on the three-warpgroup tile (192 rows = 24 tokens x 8 heads); one KV head (TP8)
@@ -36,6 +55,24 @@ def test_off_by_default_and_on_when_asked():
     assert a.pack_gqa and a.tile.block_m == 192 and a.tile.num_warps == 12
     a = _choose(hq=8, hkv=1, lq=1000, sm90_pack=True)
     assert a.pack_gqa and a.tile.block_m == 128
+
+
+def test_module_switch_forces_either_way(monkeypatch):
+    monkeypatch.setattr(H, "SM90_PACK_GQA", True)
+    assert _choose().pack_gqa and not _choose(sm90_pack=False).pack_gqa
+    monkeypatch.setattr(H, "SM90_PACK_GQA", False)
+    assert not _choose(hq=8, hkv=1, mean_q=100).pack_gqa and _choose(sm90_pack=True).pack_gqa
+
+
+def test_decider_passes_the_mean_of_a_call_not_of_a_plan():
+    from kernelgen.selection import decide
+    sig = decide.CallSignature(dtype="bf16", head_dim=128, head_dim_v=128, num_heads_q=32, num_heads_kv=8,
+                               mask="causal", window_left=-1, layout="soa", max_seqlen_q=4000, max_seqlen_k=4000,
+                               paged=False, page_size=0, softcap=False, pack_gqa=None, num_splits=0,
+                               short_query_tokens=None, arch=None, tma_ok=True, batch=44, rows=29006)
+    assert decide.mean_q(sig) == 659
+    assert decide.mean_q(dataclasses.replace(sig, plan=True)) == 0
+    assert decide.mean_q(dataclasses.replace(sig, batch=0, rows=0)) == 0
 
 
 @pytest.mark.parametrize("kw,why", [
@@ -59,8 +96,13 @@ def test_asked_for_pack_where_the_hopper_kernel_cannot_pack():
     assert a.mainloop == "sm80" and a.pack_gqa
     with pytest.raises(ValueError, match="pack-GQA with 7 query heads"):
         _choose(hq=28, hkv=4, lq=300, pack_gqa=True, sm90_pack=True, mainloop="sm90a")
-    # with the Hopper packing off, pack_gqa=True keeps the sm_80 path's packed tile
+    # automatic, pack_gqa=True packs on the Hopper kernel whatever the mean (a long prefill too)
     a = _choose(hq=32, hkv=8, lq=300, pack_gqa=True)
+    assert a.mainloop == "sm90a" and a.pack_gqa
+    a = _choose(hq=32, hkv=8, pack_gqa=True, mean_q=4096)
+    assert a.mainloop == "sm90a" and a.pack_gqa
+    # with the Hopper packing off (KERNELGEN_SM90_PACK_GQA=0), pack_gqa=True keeps the sm_80 path's packed tile
+    a = _choose(hq=32, hkv=8, lq=300, pack_gqa=True, sm90_pack=False)
     assert a.mainloop == "sm80" and a.pack_gqa
 
 
@@ -165,6 +207,20 @@ def test_packed_prefill_call_launches_the_packed_hopper_kernel(fake_cuda, monkey
     assert mk[3] == (64, 1, 128)
     sched = fake_cuda.launches[0].fields()
     assert sched["num_heads"] == 2 and sched["pack_factor"] == 4 and sched["block_m"] == 128
+
+
+def test_short_prompts_pack_without_the_switch(fake_cuda, monkeypatch):
+    """No KERNELGEN_SM90_PACK_GQA: a batch of short prompts (mean 200 tokens) with 8 query heads a
+    KV head packs; the same heads on requests of 2048 tokens do not, nor 4 heads a KV head."""
+    monkeypatch.delenv(SM90_PACK_GQA, raising=False)
+    for lens, hq, packed in (((300, 100, 129, 271), 16, True), ((2048, 2048), 16, False),
+                             ((300, 100, 129, 271), 8, False)):
+        q = torch.randn(sum(lens), hq, 128).to(BF16)
+        k = torch.randn(sum(lens), 2, 128).to(BF16)
+        cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
+        kernelgen.varlen_attention(q, k, torch.randn_like(k), cu, cu, max(lens), max(lens), causal=True)
+        spec = api._CALLS._last[1].attn
+        assert "_wgmma" in spec.name and ("_pack_" in spec.name) == packed, spec.name
 
 
 # ---------------------------------------------------------------- the builds

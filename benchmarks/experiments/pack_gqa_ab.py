@@ -7,7 +7,8 @@ Shapes (``--shapes``): ``trace_<preset>``: the bench's causal varlen trace batch
 (``prefill_varlen_trace``: 44 Azure-conversation prompts, 29,006 tokens) on a preset's heads (with its
 sinks, soft-cap and window as the bench entry has them); ``long_<preset>``: one causal request of
 ``--long`` tokens; ``chunk_<preset>``: the bench's chunked batch (4 x 2048 queries at the end of 8192
-keys) on packed K/V.  Prints one JSON row a shape and pass (TFLOP/s, us, packed / unpacked time, the
+keys) on packed K/V; ``chunkN_<preset>``: 8192 // N chunks of N queries at the end of 8192 keys (the
+automatic choice's threshold, ``heuristics.SM90_PACK_MAX_MEAN_Q``, lies between the measured means).  Prints one JSON row a shape and pass (TFLOP/s, us, packed / unpacked time, the
 largest difference between the two outputs, which should be 0: packing changes which rows share a
 tile, not a row's arithmetic) and the kernels' names.
 
@@ -40,7 +41,10 @@ def lengths(kind: str, long: int):
     if kind == "chunk":
         b, qn, kn = suites.CHUNKED_SHAPE
         return [qn] * b, [kn] * b
-    raise SystemExit(f"unknown shape kind {kind!r} (trace, long, chunk)")
+    if kind.startswith("chunk") and kind[5:].isdigit():   # chunkN: 8192 // N chunks of N tokens on 8192 keys
+        qn, kn = int(kind[5:]), suites.CHUNKED_SHAPE[2]
+        return [qn] * max(1, kn // qn), [kn] * max(1, kn // qn)
+    raise SystemExit(f"unknown shape kind {kind!r} (trace, long, chunk, chunkN)")
 
 
 def main() -> int:

@@ -42,7 +42,8 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
         causals: mask choices, bools (True = causal).
         layouts: scheduler-metadata layouts, "soa" and/or "aos".
         phases: call shapes from ``PHASE_HINTS`` ("prefill", "chunked", "decode").
-        gqas: query heads per KV head (pack-GQA is chosen for decode-like calls when > 1).
+        gqas: query heads per KV head (pack-GQA is chosen for decode-like calls when > 1; on sm_90a also
+            the Hopper kernel packed, which calls of short requests take: ``heuristics.sm90_pack_auto``).
         paged: K/V layouts to cover (False = packed, True = paged cache).
         softcap: also the logit-capping variants.
         num_sms: SM count used for the split bound (132 on an H100/H200).
@@ -96,6 +97,7 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
         if kv not in KV_DTYPES:
             raise ValueError(f"kv_dtypes: each must be one of {KV_DTYPES}, got {kv!r}")
     caps = (False, True) if softcap else (False,)
+    auto_pack = settings.sm90_pack_gqa is None and heuristics.SM90_PACK_GQA is None
     alibis = (False, True) if alibi else (False,)
     codes = tuple(variants) or (None,)
     for layout, dtype, head_dim, causal, phase, gqa, pg, cap, al, var in itertools.product(
@@ -104,9 +106,13 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
             kw = dict(num_heads_q=8 * int(gqa), num_heads_kv=8, mask="causal" if causal else "none", layout=layout,
                       max_seqlen_q=max_q, max_seqlen_k=max_k, paged=bool(pg), softcap=cap, num_sms=num_sms,
                       sm90_opts=opts, **({"alibi": True} if al else {}), **({"variant": var} if var is not None else {}))
-            # (the single-class calls pack GQA on the Hopper kernel as KERNELGEN_SM90_PACK_GQA says)
+            # (the single-class calls pack GQA on the Hopper kernel as KERNELGEN_SM90_PACK_GQA says; unset,
+            # calls of short requests pack: heuristics.sm90_pack_auto, so both kernels)
             v = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), sm90_pack=settings.sm90_pack_gqa, **kw)
             specs = [v.scheduler, v.attention, v.combine]
+            if auto_pack:
+                vp = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), sm90_pack=True, **kw)
+                specs += [vp.attention, vp.combine]
             if var is not None:   # its three-warpgroup Hopper kernel may spill: the tile the calls then take
                 vs = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), variant_spills=True, **kw)
                 specs += [vs.attention, vs.combine]
@@ -115,8 +121,9 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                 specs += [v80.attention, v80.combine]
                 if pg:  # both paged load paths: gathered rows (above) and TMA boxes (page sizes like 16)
                     for ps in page_sizes:
-                        specs.append(heuristics.choose(arch, dtype, int(head_dim), int(head_dim), page_size=int(ps),
-                                                       sm90_pack=settings.sm90_pack_gqa, **kw).attention)
+                        for sp in (settings.sm90_pack_gqa, *((True,) if auto_pack else ())):
+                            specs.append(heuristics.choose(arch, dtype, int(head_dim), int(head_dim),
+                                                           page_size=int(ps), sm90_pack=sp, **kw).attention)
             for kv in kv_dtypes:  # FP8 K/V: one class (decide), automatic and forced to the sm_80 mainloop
                 for extra in ({}, {"mainloop": "sm80"}, *({"page_size": int(ps)} for ps in page_sizes
                                                            if pg and arch == "sm_90a")):

@@ -198,6 +198,12 @@ def kernel_q_dtype(recipe, q_dtype: str, dtype):
     return None if attn is not None and attn.fp8_mma else dtype
 
 
+def mean_q(sig: CallSignature) -> int:
+    """The query tokens a request of one call (``rows // batch``), 0 for a plan (its batch and rows
+    are capacities) or an empty call: ``heuristics.sm90_pack_auto``'s input."""
+    return 0 if sig.plan or sig.batch < 1 else sig.rows // sig.batch
+
+
 def _choose(sig: CallSignature, arch: str, device: Device, settings: Settings, mainloop) -> Variants:
     return heuristics.choose(
         arch, sig.dtype, sig.head_dim, sig.head_dim_v, num_heads_q=sig.num_heads_q, num_heads_kv=sig.num_heads_kv,
@@ -206,7 +212,7 @@ def _choose(sig: CallSignature, arch: str, device: Device, settings: Settings, m
         num_sms=device.num_sms, mainloop=mainloop, tma_ok=sig.tma_ok, page_size=sig.page_size,
         sm90_opts=settings.sm90_opts, alibi=sig.alibi, variant=sig.variant, kv_dtype=sig.kv_dtype,
         q_dtype=sig.q_dtype, total_q=sig.rows, variant_spills=sig.variant_spills, window_span=window_span(sig),
-        combine_rows=0 if sig.plan else sig.rows, sm90_pack=settings.sm90_pack_gqa)
+        combine_rows=0 if sig.plan else sig.rows, sm90_pack=settings.sm90_pack_gqa, mean_q=mean_q(sig))
 
 
 def use_fused(sig: CallSignature) -> int:

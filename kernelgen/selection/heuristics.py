@@ -573,8 +573,34 @@ def paged_prefers_hopper(paged: bool, total_q: int, batch: int) -> bool:
 #: overrides it): the qpk query heads of a KV head share a 128- or 192-row tile, as FlashAttention-3
 #: packs varlen calls, so a short request wastes fewer rows to the tile's round-up and the causal
 #: diagonal (docs/dev/hopper_pack_gqa.md: the bench's varlen trace computes 0.891 -> 0.93 of its MMAs
-#: usefully at 128 rows, gpt-oss's 192-row tile 0.797 -> 0.921).  Off until it has run on a GPU.
-SM90_PACK_GQA: bool = False
+#: usefully at 128 rows, gpt-oss's 192-row tile 0.797 -> 0.921).  None (default): automatic, by the
+#: call's mean query tokens a request (``sm90_pack_auto``); True / False: always / never.
+SM90_PACK_GQA: bool | None = None
+#: The automatic choice packs a call whose requests average fewer query tokens than this (and not a
+#: plan, whose mean is unknown) on a tile ``sm90_pack_auto`` names.  Measured on the H200 with
+#: benchmarks/experiments/pack_gqa_ab.py (packed / unpacked time, outputs bit-identical;
+#: docs/dev/hopper_pack_gqa.md): the varlen trace (44 prompts, mean 659 tokens) 0.874 on gpt-oss's
+#: 64/8 heads at d 64 (192-row tile), 0.966 on llama3-70b-tp8's 8/1, 0.978-0.990 on llama3-8b's 32/8;
+#: 8 chunks of 1024 on 8192 keys 0.88 on gpt-oss; 16 chunks of 512 0.996 on tp8 but 1.02-1.03 on
+#: llama3-8b, whose chunks of 1024-2048 ran 1.01-1.05 packed.
+SM90_PACK_MAX_MEAN_Q: int = 1024
+#: The automatic choice packs 128-row tiles only from this many query heads a KV head: at 4 the packed
+#: tile's per-row addressing costs 1-5 % on aligned chunks and the trace gains 1-2 %; at 8 it gains
+#: 3.4 % on the trace and costs nothing on chunks.  The 192-row tile (head dim 64) packs at any qpk
+#: that divides it: its unpacked tiles straddle the 128-key blocks (12 % on gpt-oss).
+SM90_PACK_AUTO_MIN_QPK_128: int = 8
+
+
+def sm90_pack_auto(qpk: int, mean_q: int, block_m: int = 0) -> bool:
+    """The automatic pack-GQA choice of the Hopper prefill kernel: GQA (``qpk`` > 1 query heads a
+    KV head), requests averaging ``mean_q`` query tokens, 0 < mean_q < ``SM90_PACK_MAX_MEAN_Q``
+    (0 = unknown: a plan, or a mixed batch's long class: no packing), and, once the tile is known
+    (``block_m`` rows; 0 = not yet), a tile taller than 128 rows or qpk >= ``SM90_PACK_AUTO_MIN_QPK_128``."""
+    if not (qpk > 1 and 0 < mean_q < SM90_PACK_MAX_MEAN_Q):
+        return False
+    return block_m == 0 or block_m > 128 or qpk >= SM90_PACK_AUTO_MIN_QPK_128
+
+
 #: The largest head dim the Hopper kernel packs GQA at.  Head dim 256 packed builds without spills
 #: at its (24, 240) registers (``AttentionSpec.SM90_REGS_PACK``) in 140 of 144 variants; the
 #: non-causal ones with sinks spill 20 bytes (NVRTC 13.0), and sinks join a call's spec after this
@@ -614,7 +640,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
            page_size: int = 0, sm90_opts: str | None = None, alibi: bool = False,
            variant: VariantCode | None = None, kv_dtype: str = "", q_dtype: str = "",
            total_q: int = 0, variant_spills: bool = False, window_span: int = -1,
-           combine_rows: int = 0, sm90_pack: bool | None = None) -> Variants:
+           combine_rows: int = 0, sm90_pack: bool | None = None, mean_q: int = 0) -> Variants:
     """Every kernel variant of a call, from what the host knows (shapes, flags, max lengths).
 
     ``window_span``: left + right of a sliding window bounded on both sides (``decide.window_span``;
@@ -624,7 +650,9 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
     ``total_q``: the query tokens the workspace is sized for (0 = unknown): an automatic split-KV
     call on a one-warp decode tile may then split further (``decode_split_bound``).
 
-    ``sm90_pack``: whether the Hopper path packs GQA (None: ``SM90_PACK_GQA``; ``Settings.sm90_pack_gqa``).
+    ``sm90_pack``: whether the Hopper path packs GQA (``Settings.sm90_pack_gqa``; None: ``SM90_PACK_GQA``,
+    and when that is None too, ``pack_gqa=True`` or ``sm90_pack_auto`` of ``mean_q``: the call's
+    query tokens a request, 0 = unknown).
     When on, a prefill-sized call on the Hopper path packs the query heads of a KV head into its
     tiles (``AttentionSpec.pack_gqa``) unless ``pack_gqa`` is False, with 16-bit q and K/V, no ALiBi
     or user variant, and a tile of whole tokens (block_m a multiple of qpk); a call that asks for
@@ -673,8 +701,11 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
     if num_splits < 0 or num_splits > MAX_SPLITS:
         raise ValueError(f"num_splits must be in [0, {MAX_SPLITS}] (0 = automatic), got {num_splits}")
     qpk = num_heads_q // num_heads_kv
-    sm90_pack_on = SM90_PACK_GQA if sm90_pack is None else bool(sm90_pack)
     asked_pack = pack_gqa   # (the Hopper path decides its own packing from what the caller asked)
+    forced_pack = sm90_pack if sm90_pack is not None else SM90_PACK_GQA
+    auto_pack = forced_pack is None and asked_pack is not True   # (then the tile decides too: sm90_pack_auto)
+    sm90_pack_on = (bool(forced_pack) if forced_pack is not None
+                    else asked_pack is True or sm90_pack_auto(qpk, mean_q))
     if mainloop == "sm90a" and pack_gqa is None:
         pack_gqa = False
     pack = default_pack_gqa(qpk, max_seqlen_q) if pack_gqa is None else bool(pack_gqa) and qpk > 1
@@ -714,7 +745,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
             if tile is None:
                 t = variant_sm90_tile(t, opts, variant)
             # a packed Q box holds whole tokens; head dim 256 stays unpacked (SM90_PACK_MAX_HEAD_DIM)
-            hpack = want_pack and t.block_m % qpk == 0 and max(head_dim, head_dim_v) <= SM90_PACK_MAX_HEAD_DIM
+            hpack = (want_pack and t.block_m % qpk == 0 and max(head_dim, head_dim_v) <= SM90_PACK_MAX_HEAD_DIM
+                     and (not auto_pack or sm90_pack_auto(qpk, mean_q, t.block_m)))
             if pack and not hpack:
                 why = f"pack-GQA with {qpk} query heads a KV head on a {t.block_m}-row tile"
                 if mainloop == "sm90a":
