@@ -652,6 +652,47 @@ def test_early_next_tile_option(kw):
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, (spec.name, r)
 
 
+@pytest.mark.parametrize("kw", [dict(d=128, mask="causal"), dict(d=64, mask="none"), dict(d=192, mask="causal"),
+                                dict(d=192, dv=128, mask="causal"), dict(d=96, mask="causal"),
+                                dict(d=128, mask="causal", paged=True, split=True), dict(d=128, mask="local", softcap=True),
+                                dict(d=128, mask="causal", pack_gqa=True)],
+                         ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))
+def test_tile_info_option(kw):
+    """Option "t" (an experiment, not the dispatcher's; docs/dev/issue22_account.md): the producer
+    writes each tile's coordinates into shared-memory slot it & 3 before publishing its index, the
+    consumers read them there at the tile start and again for the epilogue (no scheduler metadata
+    from global memory) and release the index slot after the epilogue's read; 256 more bytes of
+    shared memory; built without spills up to head dim 192; without "t" the kernels render as before."""
+    spec = sm90(opts="pt", **kw)
+    src = render.render(spec)
+    assert "_tileinfo_" in spec.name and spec.smem_bytes() == sm90(opts="p", **kw).smem_bytes() + 256
+    assert f"static_assert(SMEM_BYTES == {spec.smem_bytes()}" in src
+    put = src.index("put_tile_info(sb + OFF_TINFO + (it & 3) * TINFO_INTS * 4, ti);")
+    assert put < src.index("st_shared_s32(sb + OFF_TILE + 4 * slot, t);", put)   # coordinates before the index
+    loop = src[src.index("void consumer_loop("):]
+    reads = [i for i in range(len(loop)) if loop.startswith("get_tile_info(sb + OFF_TINFO + (it & 3)", i)]
+    assert len(reads) == 2 and "find_entry(" not in loop[:loop.index("finalize_rows(")]
+    assert reads[1] < loop.index("release(bar_tile_empty(sb, slot), lane);", reads[1]) < loop.index("store_rows(p, te")
+    plain = render.render(sm90(opts="p", **kw))
+    assert "get_tile_info" not in plain and "take_tile_s" not in plain and "OFF_TINFO" not in plain
+    r = compiler.compile_cubin(src, "sm_90a", compiler.default_options("sm_90a"), spec.name).resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, (spec.name, r)
+
+
+def test_tile_info_option_refusals():
+    with pytest.raises(ValueError, match="above head dim 192"):
+        sm90(d=256, opts="pt")
+    for opts in ("ept", "gpt"):
+        with pytest.raises(ValueError, match="'t'"):
+            sm90(opts=opts, paged=True)
+    from kernelgen.kernels.spec import FusedAttentionSpec
+    short = heuristics.choose("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal",
+                              max_seqlen_q=1, max_seqlen_k=4096, paged=True, mainloop="sm80").attention
+    long = sm90(opts="pt", paged=True, row_splits=short.split)
+    with pytest.raises(ValueError, match="sm90_opts 't'"):
+        FusedAttentionSpec(long, short)
+
+
 @pytest.mark.parametrize("kw", sampling.matrix(COMPILE, 1, lambda kw: _spec_axes(sm90(**kw))),
                          ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))
 def test_hopper_kernel_compiles_without_spills_with_hgmma(kw):

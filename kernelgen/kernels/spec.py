@@ -39,10 +39,13 @@ MAINLOOPS = ("sm80", "sm90a")
 #: "s"), "r" rescale O only when a row's max grew, "g" paged K/V gathered row by row by the four
 #: producer warps (cp.async; any page size) instead of TMA boxes inside one page (page_size a
 #: multiple of block_n), "e" the consumers take the next tile's index and scheduler entry before the
-#: current tile's epilogue (an experiment: not in the dispatcher's options).
-SM90_OPTS = "eghprs"
+#: current tile's epilogue (an experiment: not in the dispatcher's options), "t" the producer hands
+#: each tile's coordinates (TileInfo) to the consumers in shared memory beside its index, so a
+#: consumer's tile start and epilogue read no scheduler metadata from global memory (an experiment:
+#: docs/dev/issue22_account.md; not with "e", "g", above head dim 192 or in a fused kernel).
+SM90_OPTS = "eghprst"
 _SM90_OPT_NAMES = {"e": "earlytile", "g": "gather", "h": "pvhalves", "p": "pingpong", "r": "lazyrescale",
-                   "s": "serial"}
+                   "s": "serial", "t": "tileinfo"}
 #: Head dims of the Hopper path (head_dim == head_dim_v).
 SM90_HEAD_DIMS = (64, 96, 128, 192, 256)
 #: (head_dim, head_dim_v) pairs of the Hopper path: the equal ones and DeepSeek's 192 x 128.
@@ -216,6 +219,8 @@ class AttentionSpec:
     SM90_REGS_FP8_MMA_LARGE: ClassVar[dict] = {8: (24, 240)}
     #: Shared memory of one Hopper CTA at most (bytes; the landing stages of an FP8 cache fill it up).
     SM90_SMEM_LIMIT: ClassVar[int] = 232448
+    #: Option "t": four slots of 16 ints after the barrier area (variant_sm90.cuh: OFF_TINFO).
+    SM90_TINFO_BYTES: ClassVar[int] = 256
 
     def __post_init__(self):
         _check(self.arch, ALL_ARCHS, "arch")
@@ -273,6 +278,11 @@ class AttentionSpec:
             return "sm90_opts 'p' (ping-pong) needs the overlapped mainloop (no 's')"
         if self.row_splits and self.split:
             return "row_splits with split (a split variant records them already)"
+        if "t" in self.sm90_opts and ("e" in self.sm90_opts or "g" in self.sm90_opts):
+            return "sm90_opts 't' (tile coordinates through shared memory) with 'e' or 'g'"
+        if "t" in self.sm90_opts and max(self.head_dim, self.head_dim_v) > 192:
+            return ("sm90_opts 't' above head dim 192 (the 24-register producer spills 12-28 bytes there with "
+                    "NVRTC 13.0)")
         if "g" in self.sm90_opts and not self.paged:
             return "sm90_opts 'g' (gathered K/V rows) needs a paged cache"
         if "g" in self.sm90_opts and t.block_n > 128:
@@ -344,10 +354,12 @@ class AttentionSpec:
             if self.fp8_mma:   # Q8, V^T slots (whole 128-key column blocks), landing stages (K read there)
                 vt_keys = -(-t.block_n // 128) * 128
                 return dp * t.block_m + t.num_stages * dvp * vt_keys + self.land_stages * t.block_n * (dp + dvp) \
-                    + sm90_bar_bytes(t.num_stages, self.land_stages) + 1024
+                    + sm90_bar_bytes(t.num_stages, self.land_stages) + 1024 \
+                    + (self.SM90_TINFO_BYTES if "t" in self.sm90_opts else 0)
             ring = 2 * (dp * (t.block_m + t.num_stages * t.block_n) + dvp * t.num_stages * t.block_n) \
                 + sm90_bar_bytes(t.num_stages, self.land_stages) + 1024
-            return ring + self.land_stages * t.block_n * (dp + dvp)
+            tinfo = self.SM90_TINFO_BYTES if "t" in self.sm90_opts else 0   # option "t": four TileInfo slots
+            return ring + self.land_stages * t.block_n * (dp + dvp) + tinfo
         sq, sv = self.head_dim + 8, self.head_dim_v + 8
         q = 0 if self.q_in_registers else t.block_m * max(sq, sv)
         if self.fp8_in_registers:   # num_stages FP8 stages (and Q's fragments above head dim 128)
@@ -627,6 +639,8 @@ class FusedAttentionSpec:
             raise ValueError("the Hopper fused kernel's long variant does not split KV")
         if self.hopper and a.pack_gqa:
             raise ValueError("the Hopper fused kernel's long variant does not pack GQA")
+        if self.hopper and "t" in a.sm90_opts:
+            raise ValueError("the Hopper fused kernel's long variant takes no sm90_opts 't'")
         if self.hopper and a.tile.num_warps != 8:
             raise ValueError(f"the Hopper fused kernel's long variant has 8 consumer warps (got {a.tile.num_warps}: "
                              f"its named barriers and register split are the two-warpgroup ones)")

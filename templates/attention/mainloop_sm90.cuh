@@ -124,6 +124,15 @@ __device__ __forceinline__ int take_tile(const volatile int* s_tile, int slot, i
   return __shfl_sync(0xffffffffu, t, 0);
 }
 
+{% if "t" in v.sm90_opts %}
+// take_tile through a shared-space address (option "t": no generic pointer live in the producer)
+__device__ __forceinline__ int take_tile_s(u32 sb, int slot, int lane) {
+  int t = 0;
+  if (lane == 0) asm volatile("ld.shared.s32 %0, [%1];" : "=r"(t) : "r"(sb + OFF_TILE + 4 * slot) : "memory");
+  return __shfl_sync(0xffffffffu, t, 0);
+}
+
+{% endif %}
 // Tile hand-out.  A standalone launch starts CTA c on tile c and takes later tiles from the
 // semaphore offset by the grid; in the fused mixed-batch kernel (QUEUE_ONLY) CTAs join the long
 // queue at different times (some run decode tiles first), so every tile comes from the semaphore
@@ -162,6 +171,38 @@ __device__ __forceinline__ void producer_loop(const AttnParams& p, const TmaMaps
   }
   for (int it = 0;; ++it) {
     const int slot = it & 1;
+    {% if "t" in v.sm90_opts %}
+    // option "t": the tile's TileInfo first (every lane: find_entry is warp-cooperative), then published
+    // with its index, so the consumers' tile start is a few shared-memory loads
+    if (pw == 0 && t >= total) {
+      if (lane == 0) {
+        mbar_wait(bar_tile_empty(sb, slot), ((it >> 1) & 1) ^ 1, 1);
+        st_shared_s32(sb + OFF_TILE + 4 * slot, t);
+        mbar_arrive(bar_tile_full(sb, slot));
+      }
+      __syncwarp();
+      break;
+    }
+    if (pw != 0) {  // (TMA_WARPS > 1) the tile index, as the consumers take it
+      mbar_wait(bar_tile_full(sb, slot), (it >> 1) & 1, 7);
+      t = take_tile_s(sb, slot, lane);
+      release(bar_tile_empty(sb, slot), lane);
+      if (t >= total) break;
+    }
+    cursor = find_entry(md, cap4, t, cursor);
+    const TileInfo ti = tile_info(p, md, cap4, cursor, t, {{ "sched_heads(p)" if v.pack_gqa else "p.num_heads_q" }}, qpk);
+    if (pw == 0) {
+      if (lane == 0) {
+        // TileInfo slot it & 3 held tile it - 4, whose epilogue ended before the consumers released
+        // index slot (it - 2) & 1, which this producer waited for when it published tile it - 2
+        put_tile_info(sb + OFF_TINFO + (it & 3) * TINFO_INTS * 4, ti);
+        mbar_wait(bar_tile_empty(sb, slot), ((it >> 1) & 1) ^ 1, 1);
+        st_shared_s32(sb + OFF_TILE + 4 * slot, t);
+        mbar_arrive(bar_tile_full(sb, slot));
+      }
+      __syncwarp();
+    }
+    {% else %}
     if (pw == 0) {
       if (lane == 0) {
         mbar_wait(bar_tile_empty(sb, slot), ((it >> 1) & 1) ^ 1, 1);
@@ -177,6 +218,7 @@ __device__ __forceinline__ void producer_loop(const AttnParams& p, const TmaMaps
     if (t >= total) break;
     cursor = find_entry(md, cap4, t, cursor);
     const TileInfo ti = tile_info(p, md, cap4, cursor, t, {{ "sched_heads(p)" if v.pack_gqa else "p.num_heads_q" }}, qpk);
+    {% endif %}
     const MaskInfo mi = tile_mask(p, ti);
     int n_lo, n_hi;  // a key block outside the causal mask or the window is never loaded
     key_block_range(mi, {{ "tile_pos_first(ti, qm), tile_pos_last(ti, qm)" if v.pack_gqa else "ti.row0, ti.row0 + ti.valid_rows - 1" }}, n_lo, n_hi);

@@ -75,6 +75,35 @@ __device__ __forceinline__ TileInfo tile_info(const AttnParams& p, const int* md
   return ti;
 }
 
+{% if "t" in v.sm90_opts %}
+// Option "t" (Hopper): a TileInfo through shared memory at `addr` (a shared-space address, 16-byte
+// aligned: three 16-byte vectors), written by the producer's lane 0 before it arrives on the tile
+// slot's full barrier, read by the consumers after waiting on it.
+__device__ __forceinline__ void st_shared_s32(u32 addr, int x) {
+  asm volatile("st.shared.s32 [%0], %1;" ::"r"(addr), "r"(x) : "memory");
+}
+__device__ __forceinline__ void put_tile_info(u32 addr, const TileInfo& ti) {
+  // 8 words: rows and valid_rows follow from seqlen_q and row0 (get_tile_info), split and num_splits share one
+  asm volatile("st.shared.v4.s32 [%0], { %1, %2, %3, %4};" ::"r"(addr), "r"(ti.b), "r"(ti.head), "r"(ti.row0),
+               "r"(ti.q_start) : "memory");
+  asm volatile("st.shared.v4.s32 [%0], { %1, %2, %3, %4};" ::"r"(addr + 16), "r"(ti.seqlen_q), "r"(ti.k_start),
+               "r"(ti.seqlen_k), "r"(ti.split | (ti.num_splits << 16)) : "memory");
+}
+__device__ __forceinline__ TileInfo get_tile_info(u32 addr, int qpk) {
+  TileInfo ti;
+  int splits;
+  asm volatile("ld.shared.v4.s32 { %0, %1, %2, %3}, [%4];" : "=r"(ti.b), "=r"(ti.head), "=r"(ti.row0), "=r"(ti.q_start)
+               : "r"(addr) : "memory");
+  asm volatile("ld.shared.v4.s32 { %0, %1, %2, %3}, [%4];" : "=r"(ti.seqlen_q), "=r"(ti.k_start), "=r"(ti.seqlen_k),
+               "=r"(splits) : "r"(addr + 16) : "memory");
+  ti.split = splits & 0xffff;
+  ti.num_splits = splits >> 16;
+  ti.rows = PACK_GQA ? ti.seqlen_q * qpk : ti.seqlen_q;   // (as tile_info)
+  ti.valid_rows = min(BM, ti.rows - ti.row0);
+  return ti;
+}
+
+{% endif %}
 // Row of the split-KV partials of token `tok` (global index) of request `b` whose tokens start at
 // `q_start`: the token itself, or with p.split_request_rows > 0 (the short class of a mixed batch,
 // at most that many tokens a request) b * split_request_rows + the token's index in its request.

@@ -30,6 +30,18 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
     const int t = t_next;
     if (t >= total) break;
     cursor = cursor_next;
+  {% elif "t" in v.sm90_opts %}
+  // Option "t": the producer publishes each tile's TileInfo with its index; the slot is released after
+  // the epilogue has read it again (the producer reuses it two tiles later)
+  (void)cursor;
+  for (int it = 0;; ++it) {
+    const int slot = it & 1;
+    mbar_wait(bar_tile_full(sb, slot), (it >> 1) & 1, 5);
+    const int t = take_tile_s(sb, slot, lane);
+    if (t >= total) {
+      release(bar_tile_empty(sb, slot), lane);
+      break;
+    }
   {% else %}
   for (int it = 0;; ++it) {
     const int slot = it & 1;
@@ -48,7 +60,11 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
     row_max[0][0] = row_max[0][1] = -KG_INF;
     row_sum[0][0] = row_sum[0][1] = 0.f;
     {
+      {% if "t" in v.sm90_opts and "e" not in v.sm90_opts %}
+      const TileInfo ti = get_tile_info(sb + OFF_TINFO + (it & 3) * TINFO_INTS * 4, qpk);
+      {% else %}
       const TileInfo ti = tile_info(p, md, cap4, cursor, t, {{ "sched_heads(p)" if v.pack_gqa else "p.num_heads_q" }}, qpk);
+      {% endif %}
       const MaskInfo mi = tile_mask(p, ti);
       const int pos_last = {{ "tile_pos_last(ti, qm)" if v.pack_gqa else "ti.row0 + ti.valid_rows - 1" }};
       int n_lo, n_hi;
@@ -99,8 +115,14 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
     {% endif %}
     float lse[1][2];
     finalize_rows(o, row_max, row_sum, lse);
+    {% if "t" in v.sm90_opts and "e" not in v.sm90_opts %}
+    // the tile's coordinates again from its slot (rather than live across the mainloop), then the slot is free
+    const TileInfo te = get_tile_info(sb + OFF_TINFO + (it & 3) * TINFO_INTS * 4, qpk);
+    release(bar_tile_empty(sb, slot), lane);
+    {% else %}
     // the tile's coordinates again (L1 hits) rather than live across the mainloop
     const TileInfo te = tile_info(p, md, cap4, cursor, t, {{ "sched_heads(p)" if v.pack_gqa else "p.num_heads_q" }}, qpk);
+    {% endif %}
     {% if v.get("kv_dtype") %}
     {  // FP8: the tile's v_descale on O (full rows and split-KV partials alike)
       const float vd = descale_of(p.v_descale, p.v_descale_batch_stride, p.v_descale_head_stride, te.b, te.head / qpk);

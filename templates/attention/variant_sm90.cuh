@@ -136,7 +136,16 @@ constexpr int OFF_LAND = OFF_V + STAGES * V_BYTES;
 constexpr int OFF_BAR = OFF_LAND + LAND * LAND_BYTES;
 constexpr int BAR_USED = 8 * (2 + 4 * STAGES + 4) + 8 + 16 * LAND;   // mbarriers and tile slots
 constexpr int BAR_BYTES = BAR_USED + 4 * 16 <= 256 ? 256 : 320;        // + the pin words (spec.sm90_bar_bytes)
+{% if "t" in v.sm90_opts %}
+// Option "t": the producer hands each tile's TileInfo to the consumers beside its index, four slots of
+// TINFO_INTS ints after the barrier area (tile it in slot it & 3; tile_sm90.cuh: consumer_loop;
+// mainloop_sm90.cuh: producer_loop).
+constexpr int TINFO_INTS = 16;
+constexpr int OFF_TINFO = OFF_BAR + BAR_BYTES;
+constexpr int SMEM_BYTES = OFF_TINFO + 4 * TINFO_INTS * 4 + 1024;  // + slack for aligning the base
+{% else %}
 constexpr int SMEM_BYTES = OFF_BAR + BAR_BYTES + 1024;  // + slack for aligning the base
+{% endif %}
 static_assert(SMEM_BYTES == {{ v.smem_bytes }}, "host and device disagree on shared memory size");
 static_assert(BAR_USED <= BAR_BYTES - 4 * 16, "barrier area");
 constexpr int OFF_PIN = OFF_BAR + BAR_BYTES - 4 * 16;  // a word a consumer warp (mainloop_sm90.cuh: pin_pv_wait)
