@@ -679,6 +679,22 @@ def test_tile_info_option(kw):
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, (spec.name, r)
 
 
+def test_tile_info_option_from_the_environment_is_dropped_where_it_does_not_apply():
+    """KERNELGEN_SM90_OPTS with "t" (review finding): head dim 256, rows gathered through the page
+    table and the fused mixed-batch kernel run without it instead of raising."""
+    kw = dict(num_heads_q=32, num_heads_kv=8, max_seqlen_q=4096, max_seqlen_k=8192, mask="causal", sm90_opts="pt")
+    assert "_tileinfo_" in heuristics.choose("sm_90a", "bf16", 128, 128, **kw).attention.name
+    assert "_tileinfo_" not in heuristics.choose("sm_90a", "bf16", 256, 256, **kw).attention.name
+    g = heuristics.choose("sm_90a", "bf16", 128, 128, paged=True, page_size=24, **kw).attention
+    assert "_gather_" in g.name and "t" not in g.sm90_opts
+    fkw = dict(num_heads_q=32, num_heads_kv=8, mask="causal", max_seqlen_q=2048, max_seqlen_k=8192, paged=True,
+               short_max_q=4, page_size=64)
+    plain = heuristics.choose_fused_hopper("sm_90a", "bf16", 128, 128, **fkw)
+    with_t = heuristics.choose_fused_hopper("sm_90a", "bf16", 128, 128, sm90_opts="pt", **fkw)
+    assert plain is not None and with_t is not None and with_t.fused == plain.fused
+    assert heuristics.sm90_options(False, 0, 128, "pt", 256) == "p" and heuristics.sm90_options(False, 0, 128, "pt", 192) == "pt"
+
+
 def test_tile_info_option_refusals():
     with pytest.raises(ValueError, match="above head dim 192"):
         sm90(d=256, opts="pt")

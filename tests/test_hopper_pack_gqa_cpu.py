@@ -1,8 +1,8 @@
-"""Pack-GQA on the Hopper prefill kernel (CPU): the decider's choice behind ``SM90_PACK_GQA`` /
-``KERNELGEN_SM90_PACK_GQA``, the packed Q box, the launch through the stubbed driver
-(tests/fake_cuda.py), and NVRTC builds for sm_90a without spills; the unpacked kernels' sources
-say PACK_GQA = false.  The packed kernels have not run on a GPU yet: tests/gpu/test_hopper_pack_gqa_gpu.py
-is their first numerical check (docs/dev/hopper_pack_gqa.md)."""
+"""Pack-GQA on the Hopper prefill kernel (CPU): the decider's automatic choice
+(``heuristics.sm90_pack_auto``) and the overrides ``SM90_PACK_GQA`` / ``KERNELGEN_SM90_PACK_GQA``, the
+packed Q box, the launch through the stubbed driver (tests/fake_cuda.py), and NVRTC builds for sm_90a
+without spills; the unpacked kernels' sources say PACK_GQA = false.  Their numerical checks are
+tests/gpu/test_hopper_pack_gqa_gpu.py (docs/dev/hopper_pack_gqa.md)."""
 import dataclasses
 
 import pytest

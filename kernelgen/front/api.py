@@ -103,7 +103,8 @@ def varlen_attention(
         pack_gqa: put the query heads of one KV head in one tile (K/V read once per KV head);
             None decides by heuristic (on for decode-like batches, and on the Hopper prefill kernel
             for GQA batches whose requests average fewer than ``heuristics.SM90_PACK_MAX_MEAN_Q``
-            query tokens; ``KERNELGEN_SM90_PACK_GQA`` overrides the latter).
+            query tokens on its 192-row tile or with at least 8 query heads a KV head,
+            ``heuristics.sm90_pack_auto``; ``KERNELGEN_SM90_PACK_GQA`` overrides the latter).
         return_lse: also return the log-sum-exp of the scaled logits.
         out: optional output tensor (total_q, num_heads_q, head_dim_v), q's dtype.
         metadata_layout: "soa" or "aos", the scheduler-metadata layout (see ``metadata.py``).

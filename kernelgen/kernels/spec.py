@@ -380,7 +380,8 @@ class AttentionSpec:
         if self.fp8_mma:
             return t.num_stages
         dp, dvp = sm90_padded(self.head_dim), sm90_padded(self.head_dim_v)
-        ring = 2 * (dp * (t.block_m + t.num_stages * t.block_n) + dvp * t.num_stages * t.block_n) + 1024
+        ring = 2 * (dp * (t.block_m + t.num_stages * t.block_n) + dvp * t.num_stages * t.block_n) + 1024 \
+            + (self.SM90_TINFO_BYTES if "t" in self.sm90_opts else 0)
         return 2 if ring + sm90_bar_bytes(t.num_stages, 2) + 2 * t.block_n * (dp + dvp) <= self.SM90_SMEM_LIMIT else 1
 
     @property

@@ -524,15 +524,20 @@ def estimated_ctas(arch: str, tile: TileConfig, smem_bytes: int, num_sms: int) -
     return max(1, min(by_smem, by_regs, 32)) * num_sms
 
 
-def sm90_options(paged: bool, page_size: int, block_n: int, sm90_opts: str | None = None) -> str:
+def sm90_options(paged: bool, page_size: int, block_n: int, sm90_opts: str | None = None,
+                 max_head_dim: int = 0) -> str:
     """The Hopper mainloop's options (``AttentionSpec.sm90_opts``) for a call: ``sm90_opts``
     (None: ``SM90_OPTS``) without "g" for packed K/V; for a paged cache, with "g" (the producer
     warps gather K/V rows through the page table, any page size) unless TMA boxes fit the pages
-    (``sm90_paged_tma_fits``) and the options do not ask for "g" themselves."""
+    (``sm90_paged_tma_fits``) and the options do not ask for "g" themselves.  The experimental "t"
+    (``KERNELGEN_SM90_OPTS``) is dropped where the kernel does not take it: with "g", and above head
+    dim 192 (``max_head_dim``: the larger of the call's head dims; 0 = unknown)."""
     base = SM90_OPTS if sm90_opts is None else sm90_opts
     opts = set(base) - {"g"}
     if paged and ("g" in base or not sm90_paged_tma_fits(page_size, block_n)):
         opts.add("g")
+    if "g" in opts or max_head_dim > 192:
+        opts.discard("t")
     return "".join(sorted(opts))
 
 
@@ -545,10 +550,10 @@ def sm90_tile_and_options(head_dim: int, head_dim_v: int, paged: bool, page_size
     options.  ``sm90_opts``: as ``sm90_options``'; ``kv_dtype``: an FP8 cache, ``heavy``: a soft-cap,
     ALiBi or a user variant (``sm90_tile``)."""
     t = tile or sm90_tile(head_dim, head_dim_v, paged, kv_dtype, heavy)
-    opts = sm90_options(paged, page_size, t.block_n, sm90_opts)
+    opts = sm90_options(paged, page_size, t.block_n, sm90_opts, max(head_dim, head_dim_v))
     if tile is None and not kv_dtype and "g" in opts and (head_dim, head_dim_v) in SM90_GATHER_TILES:
         t = SM90_GATHER_TILES[(head_dim, head_dim_v)]
-        opts = sm90_options(paged, page_size, t.block_n, sm90_opts)
+        opts = sm90_options(paged, page_size, t.block_n, sm90_opts, max(head_dim, head_dim_v))
     return t, opts
 
 
@@ -1020,6 +1025,8 @@ def choose_fused_hopper(arch: str, dtype: str, head_dim: int, head_dim_v: int, *
     long = pv.long.attention
     if long.tile.num_warps != 8:   # the fused kernel's long variant has two consumer warpgroups
         long = dataclasses.replace(long, tile=dataclasses.replace(long.tile, block_m=128, num_warps=8))
+    if "t" in long.sm90_opts:      # (the experimental option "t" is the standalone kernel's only)
+        long = dataclasses.replace(long, sm90_opts=long.sm90_opts.replace("t", ""))
     f = FusedAttentionSpec(long, short)
     if f.short_tiles_first < 1 or f.short_tiles_after < 1 or f.smem_bytes() > SMEM_LIMIT[arch]:
         return None

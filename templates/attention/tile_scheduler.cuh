@@ -77,8 +77,8 @@ __device__ __forceinline__ TileInfo tile_info(const AttnParams& p, const int* md
 
 {% if "t" in v.sm90_opts %}
 // Option "t" (Hopper): a TileInfo through shared memory at `addr` (a shared-space address, 16-byte
-// aligned: three 16-byte vectors), written by the producer's lane 0 before it arrives on the tile
-// slot's full barrier, read by the consumers after waiting on it.
+// aligned: two 16-byte vectors), written by the producer's lane 0 into the ring slot of its tile
+// before it publishes the tile's index, read by the consumers after waiting on the index.
 __device__ __forceinline__ void st_shared_s32(u32 addr, int x) {
   asm volatile("st.shared.s32 [%0], %1;" ::"r"(addr), "r"(x) : "memory");
 }
@@ -89,20 +89,27 @@ __device__ __forceinline__ void put_tile_info(u32 addr, const TileInfo& ti) {
   asm volatile("st.shared.v4.s32 [%0], { %1, %2, %3, %4};" ::"r"(addr + 16), "r"(ti.seqlen_q), "r"(ti.k_start),
                "r"(ti.seqlen_k), "r"(ti.split | (ti.num_splits << 16)) : "memory");
 }
-__device__ __forceinline__ TileInfo get_tile_info(u32 addr, int qpk) {
+// Lane 0 reads the slot and broadcasts it (as take_tile: compute-sanitizer's racecheck reports every
+// lane's read of a slot that lane 0's arrive then releases as a hazard).
+__device__ __forceinline__ TileInfo get_tile_info(u32 addr, int qpk, int lane) {
+  int w[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (lane == 0) {
+    asm volatile("ld.shared.v4.s32 { %0, %1, %2, %3}, [%4];" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                 : "r"(addr) : "memory");
+    asm volatile("ld.shared.v4.s32 { %0, %1, %2, %3}, [%4];" : "=r"(w[4]), "=r"(w[5]), "=r"(w[6]), "=r"(w[7])
+                 : "r"(addr + 16) : "memory");
+  }
+#pragma unroll
+  for (int k = 0; k < 8; ++k) w[k] = __shfl_sync(0xffffffffu, w[k], 0);
   TileInfo ti;
-  int splits;
-  asm volatile("ld.shared.v4.s32 { %0, %1, %2, %3}, [%4];" : "=r"(ti.b), "=r"(ti.head), "=r"(ti.row0), "=r"(ti.q_start)
-               : "r"(addr) : "memory");
-  asm volatile("ld.shared.v4.s32 { %0, %1, %2, %3}, [%4];" : "=r"(ti.seqlen_q), "=r"(ti.k_start), "=r"(ti.seqlen_k),
-               "=r"(splits) : "r"(addr + 16) : "memory");
-  ti.split = splits & 0xffff;
-  ti.num_splits = splits >> 16;
+  ti.b = w[0]; ti.head = w[1]; ti.row0 = w[2]; ti.q_start = w[3];
+  ti.seqlen_q = w[4]; ti.k_start = w[5]; ti.seqlen_k = w[6];
+  ti.split = w[7] & 0xffff;
+  ti.num_splits = w[7] >> 16;
   ti.rows = PACK_GQA ? ti.seqlen_q * qpk : ti.seqlen_q;   // (as tile_info)
   ti.valid_rows = min(BM, ti.rows - ti.row0);
   return ti;
 }
-
 {% endif %}
 // Row of the split-KV partials of token `tok` (global index) of request `b` whose tokens start at
 // `q_start`: the token itself, or with p.split_request_rows > 0 (the short class of a mixed batch,

@@ -61,7 +61,7 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
     row_sum[0][0] = row_sum[0][1] = 0.f;
     {
       {% if "t" in v.sm90_opts and "e" not in v.sm90_opts %}
-      const TileInfo ti = get_tile_info(sb + OFF_TINFO + (it & 3) * TINFO_INTS * 4, qpk);
+      const TileInfo ti = get_tile_info(sb + OFF_TINFO + (it & 3) * TINFO_INTS * 4, qpk, lane);
       {% else %}
       const TileInfo ti = tile_info(p, md, cap4, cursor, t, {{ "sched_heads(p)" if v.pack_gqa else "p.num_heads_q" }}, qpk);
       {% endif %}
@@ -117,7 +117,7 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
     finalize_rows(o, row_max, row_sum, lse);
     {% if "t" in v.sm90_opts and "e" not in v.sm90_opts %}
     // the tile's coordinates again from its slot (rather than live across the mainloop), then the slot is free
-    const TileInfo te = get_tile_info(sb + OFF_TINFO + (it & 3) * TINFO_INTS * 4, qpk);
+    const TileInfo te = get_tile_info(sb + OFF_TINFO + (it & 3) * TINFO_INTS * 4, qpk, lane);
     release(bar_tile_empty(sb, slot), lane);
     {% else %}
     // the tile's coordinates again (L1 hits) rather than live across the mainloop
