@@ -668,7 +668,7 @@ def test_tile_info_option(kw):
     assert "_tileinfo_" in spec.name and spec.smem_bytes() == sm90(opts="p", **kw).smem_bytes() + 256
     assert f"static_assert(SMEM_BYTES == {spec.smem_bytes()}" in src
     put = src.index("put_tile_info(sb + OFF_TINFO + (it & 3) * TINFO_INTS * 4, ti);")
-    assert put < src.index("st_shared_s32(sb + OFF_TILE + 4 * slot, t);", put)   # coordinates before the index
+    assert put < src.index("publish_tile_s(sb, slot, it, t);", put)   # coordinates before the index
     loop = src[src.index("void consumer_loop("):]
     reads = [i for i in range(len(loop)) if loop.startswith("get_tile_info(sb + OFF_TINFO + (it & 3)", i)]
     assert len(reads) == 2 and "find_entry(" not in loop[:loop.index("finalize_rows(")]

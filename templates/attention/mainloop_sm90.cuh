@@ -131,6 +131,12 @@ __device__ __forceinline__ int take_tile_s(u32 sb, int slot, int lane) {
   if (lane == 0) asm volatile("ld.shared.s32 %0, [%1];" : "=r"(t) : "r"(sb + OFF_TILE + 4 * slot) : "memory");
   return __shfl_sync(0xffffffffu, t, 0);
 }
+// ... and its publication by the producer's lane 0: wait for the slot, write the index, arrive
+__device__ __forceinline__ void publish_tile_s(u32 sb, int slot, int it, int t) {
+  mbar_wait(bar_tile_empty(sb, slot), ((it >> 1) & 1) ^ 1, 1);
+  st_shared_s32(sb + OFF_TILE + 4 * slot, t);
+  mbar_arrive(bar_tile_full(sb, slot));
+}
 
 {% endif %}
 // Tile hand-out.  A standalone launch starts CTA c on tile c and takes later tiles from the
@@ -175,11 +181,7 @@ __device__ __forceinline__ void producer_loop(const AttnParams& p, const TmaMaps
     // option "t": the tile's TileInfo first (every lane: find_entry is warp-cooperative), then published
     // with its index, so the consumers' tile start is a few shared-memory loads
     if (pw == 0 && t >= total) {
-      if (lane == 0) {
-        mbar_wait(bar_tile_empty(sb, slot), ((it >> 1) & 1) ^ 1, 1);
-        st_shared_s32(sb + OFF_TILE + 4 * slot, t);
-        mbar_arrive(bar_tile_full(sb, slot));
-      }
+      if (lane == 0) publish_tile_s(sb, slot, it, t);
       __syncwarp();
       break;
     }
@@ -196,9 +198,7 @@ __device__ __forceinline__ void producer_loop(const AttnParams& p, const TmaMaps
         // TileInfo slot it & 3 held tile it - 4, whose epilogue ended before the consumers released
         // index slot (it - 2) & 1, which this producer waited for when it published tile it - 2
         put_tile_info(sb + OFF_TINFO + (it & 3) * TINFO_INTS * 4, ti);
-        mbar_wait(bar_tile_empty(sb, slot), ((it >> 1) & 1) ^ 1, 1);
-        st_shared_s32(sb + OFF_TILE + 4 * slot, t);
-        mbar_arrive(bar_tile_full(sb, slot));
+        publish_tile_s(sb, slot, it, t);
       }
       __syncwarp();
     }
