@@ -90,8 +90,9 @@ def head_dim_specs() -> list:
     of the tests and of the bench's ``kernelgen_sm80`` column)."""
     out = [SchedulerSpec(ARCH, lay) for lay in ("soa", "aos")]
     for (d, dv), dt, mask, lay in itertools.product(PAIRS, ("bf16", "fp16"), ("none", "causal"), ("soa", "aos")):
-        out.append(AttentionSpec(ARCH, dt, d, dv, mask, lay, heuristics.sm90_tile(d, dv), mainloop="sm90a",
-                                 sm90_opts=heuristics.SM90_OPTS if _opts() is None else _opts()))
+        tile = heuristics.sm90_tile(d, dv)
+        out.append(AttentionSpec(ARCH, dt, d, dv, mask, lay, tile, mainloop="sm90a",
+                                 sm90_opts=heuristics.sm90_options(False, 0, tile.block_n, _opts(), max(d, dv))))
     t = heuristics.SM90_TILE
     for opts, tile in [("", t), ("h", t), ("s", t), ("hp", t), ("pr", t), ("p", TileConfig(128, 128, 8, 3, 1)),
                        ("p", TileConfig(128, 192, 8, 2, 1))]:

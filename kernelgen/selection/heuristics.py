@@ -336,10 +336,15 @@ def sm90_tile(head_dim: int, head_dim_v: int, paged: bool = False, kv_dtype: str
 #: The Hopper mainloop's options (``AttentionSpec.sm90_opts``) the dispatcher uses: "p", the
 #: consumer warpgroups' GEMMs in ping-pong (two; three in turn on the 192-row tile) (H200,
 #: docs/dev/perf-log.md "Hopper path": 648 vs 580 TFLOP/s without it on the causal 16k shape; P V
-#: over the whole head dim, softmax overlapped with the next block's Q K^T).  ``KERNELGEN_SM90_OPTS``
-#: overrides it for tuning runs (``Settings.sm90_opts``, passed as the choosers' ``sm90_opts``; read
-#: at call time, so tuning runs may also replace this constant).
-SM90_OPTS = "p"
+#: over the whole head dim, softmax overlapped with the next block's Q K^T), and "t", each tile's
+#: coordinates handed from the producer to the consumers in shared memory (H200, interleaved A/B
+#: against "p" alone, docs/dev/issue22_account.md: causal d 96 0.968-0.977 of the time, d 192 0.976,
+#: 4 x 4k GQA d 128 0.976-0.982, 16k d 128 0.989-0.990, non-causal 4k d 128 0.995-1.003; outputs
+#: bit-identical); ``sm90_options`` drops "t" where the kernel does not take it (gathered pages, head
+#: dims above 192, the fused kernel).  ``KERNELGEN_SM90_OPTS`` overrides it for tuning runs
+#: (``Settings.sm90_opts``, passed as the choosers' ``sm90_opts``; read at call time, so tuning runs
+#: may also replace this constant).
+SM90_OPTS = "pt"
 
 #: A paged call whose requests average at least this many query tokens (total_q / batch, known
 #: on the host without a sync) skips the fused mixed-batch launch for the Hopper path (when that
@@ -525,35 +530,39 @@ def estimated_ctas(arch: str, tile: TileConfig, smem_bytes: int, num_sms: int) -
 
 
 def sm90_options(paged: bool, page_size: int, block_n: int, sm90_opts: str | None = None,
-                 max_head_dim: int = 0) -> str:
+                 max_head_dim: int = 0, kv_dtype: str = "", extras: bool = False) -> str:
     """The Hopper mainloop's options (``AttentionSpec.sm90_opts``) for a call: ``sm90_opts``
     (None: ``SM90_OPTS``) without "g" for packed K/V; for a paged cache, with "g" (the producer
     warps gather K/V rows through the page table, any page size) unless TMA boxes fit the pages
-    (``sm90_paged_tma_fits``) and the options do not ask for "g" themselves.  The experimental "t"
-    (``KERNELGEN_SM90_OPTS``) is dropped where the kernel does not take it: with "g", and above head
-    dim 192 (``max_head_dim``: the larger of the call's head dims; 0 = unknown)."""
+    (``sm90_paged_tma_fits``) and the options do not ask for "g" themselves.  "t" (the default's, or
+    ``KERNELGEN_SM90_OPTS``') is dropped where the kernel does not take it: with "g" or "e", above head
+    dim 192 (``max_head_dim``: the larger of the call's head dims; 0 = unknown), and where its
+    registers spill (NVRTC 13.0: 16-140 bytes in FP8 kernels, ``kv_dtype``, and in soft-capped, ALiBi
+    or user-variant kernels, ``extras``)."""
     base = SM90_OPTS if sm90_opts is None else sm90_opts
     opts = set(base) - {"g"}
     if paged and ("g" in base or not sm90_paged_tma_fits(page_size, block_n)):
         opts.add("g")
-    if "g" in opts or max_head_dim > 192:
+    if "g" in opts or "e" in opts or max_head_dim > 192 or kv_dtype or extras:
         opts.discard("t")
     return "".join(sorted(opts))
 
 
 def sm90_tile_and_options(head_dim: int, head_dim_v: int, paged: bool, page_size: int,
                           tile: TileConfig | None = None, sm90_opts: str | None = None,
-                          kv_dtype: str = "", heavy: bool = False) -> tuple[TileConfig, str]:
+                          kv_dtype: str = "", heavy: bool = False, extras: bool = False) -> tuple[TileConfig, str]:
     """The Hopper path's (tile, ``sm90_opts``) for a call: ``tile`` or ``sm90_tile``, with the
     options of its K/V loads (``sm90_options``); where those gather rows and ``SM90_GATHER_TILES``
     has a lighter tile for the head dims (no explicit ``tile``, no FP8 cache), that tile and its own
     options.  ``sm90_opts``: as ``sm90_options``'; ``kv_dtype``: an FP8 cache, ``heavy``: a soft-cap,
-    ALiBi or a user variant (``sm90_tile``)."""
+    ALiBi or a user variant (``sm90_tile``), ``extras``: any of them (``sm90_options``)."""
     t = tile or sm90_tile(head_dim, head_dim_v, paged, kv_dtype, heavy)
-    opts = sm90_options(paged, page_size, t.block_n, sm90_opts, max(head_dim, head_dim_v))
+    opts = sm90_options(paged, page_size, t.block_n, sm90_opts, max(head_dim, head_dim_v), kv_dtype,
+                        heavy or extras)
     if tile is None and not kv_dtype and "g" in opts and (head_dim, head_dim_v) in SM90_GATHER_TILES:
         t = SM90_GATHER_TILES[(head_dim, head_dim_v)]
-        opts = sm90_options(paged, page_size, t.block_n, sm90_opts, max(head_dim, head_dim_v))
+        opts = sm90_options(paged, page_size, t.block_n, sm90_opts, max(head_dim, head_dim_v), kv_dtype,
+                        heavy or extras)
     return t, opts
 
 
@@ -732,7 +741,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
         for cand in ((mma_tile, *fp8_mma_paged_fallbacks(mma_tile, paged, nomask=mask == "none"), None)
                      if mma_tile is not None else (None,)):
             t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, tile or cand, sm90_opts, kv_dtype,
-                                            heavy=sm90_heavy(softcap, alibi, variant, variant_spills))
+                                            heavy=sm90_heavy(softcap, alibi, variant, variant_spills),
+                                            extras=bool(softcap or alibi or variant is not None))
             if cand is not None and "g" in opts:   # pages TMA cannot box at its block_n: the call's usual tile
                 continue
             why = unsupported
@@ -936,7 +946,8 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
                         num_splits=1, tma_ok=tma_ok):
         return None
     t, opts = sm90_tile_and_options(head_dim, head_dim_v, paged, page_size, sm90_opts=sm90_opts,
-                                    heavy=sm90_heavy(softcap, alibi, variant, variant_spills))
+                                    heavy=sm90_heavy(softcap, alibi, variant, variant_spills),
+                                    extras=bool(softcap or alibi or variant is not None))
     t = variant_sm90_tile(t, opts, variant)
     attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, paged=paged, softcap=softcap,
                          row_splits=short.attention.split, mainloop="sm90a", sm90_opts=opts, alibi=alibi,
@@ -1025,7 +1036,7 @@ def choose_fused_hopper(arch: str, dtype: str, head_dim: int, head_dim_v: int, *
     long = pv.long.attention
     if long.tile.num_warps != 8:   # the fused kernel's long variant has two consumer warpgroups
         long = dataclasses.replace(long, tile=dataclasses.replace(long.tile, block_m=128, num_warps=8))
-    if "t" in long.sm90_opts:      # (the experimental option "t" is the standalone kernel's only)
+    if "t" in long.sm90_opts:      # (option "t" is the standalone kernel's only)
         long = dataclasses.replace(long, sm90_opts=long.sm90_opts.replace("t", ""))
     f = FusedAttentionSpec(long, short)
     if f.short_tiles_first < 1 or f.short_tiles_after < 1 or f.smem_bytes() > SMEM_LIMIT[arch]:
