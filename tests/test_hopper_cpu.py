@@ -663,7 +663,7 @@ def test_early_next_tile_option(kw):
                                 dict(d=128, mask="causal", pack_gqa=True)],
                          ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))
 def test_tile_info_option(kw):
-    """Option "t" (an experiment, not the dispatcher's; docs/dev/issue22_account.md): the producer
+    """Option "t" (the dispatcher's default where it builds clean; docs/dev/issue22_account.md): the producer
     writes each tile's coordinates into shared-memory slot it & 3 before publishing its index, the
     consumers read them there at the tile start and again for the epilogue (no scheduler metadata
     from global memory) and release the index slot after the epilogue's read; 256 more bytes of
@@ -698,6 +698,31 @@ def test_tile_info_option_from_the_environment_is_dropped_where_it_does_not_appl
     with_t = heuristics.choose_fused_hopper("sm_90a", "bf16", 128, 128, sm90_opts="pt", **fkw)
     assert plain is not None and with_t is not None and with_t.fused == plain.fused
     assert heuristics.sm90_options(False, 0, 128, "pt", 256) == "p" and heuristics.sm90_options(False, 0, 128, "pt", 192) == "pt"
+
+
+def test_tile_info_default_is_dropped_where_it_would_spill():
+    """The default options' "t" goes only where its kernels build without spills (NVRTC 13.0, every
+    "t" kernel of the serving catalog, the GPU tests and fuzz seed 41: ``heuristics.sm90_tileinfo_fits``
+    and ``sm90_options``): the SoA layout, not head dim 64 on pages or with a window, not packed
+    paged head dim 192, no FP8 cache or per-logit extra; d 64 with a window, forced, spills."""
+    kw = dict(num_heads_q=32, num_heads_kv=8, max_seqlen_q=2048, max_seqlen_k=8192)
+
+    def opts(d, mask="causal", **k):
+        return heuristics.choose("sm_90a", "bf16", d, d, mask=mask, **kw, **k).attention.sm90_opts
+
+    assert opts(64) == opts(96) == opts(128) == opts(192) == "pt"
+    assert opts(128, paged=True, page_size=128) == opts(96, mask="local") == "pt"
+    assert opts(128, num_splits=4) == opts(192, mask="none", paged=True, page_size=128, num_splits=4) == "pt"
+    assert opts(64, paged=True, page_size=128) == opts(64, mask="local") == "p"      # d 64: pages, window
+    assert opts(128, layout="aos") == opts(192, layout="aos") == "p"                  # AoS metadata
+    assert opts(192, paged=True, page_size=128, pack_gqa=True) == "p"                 # packed, paged, d 192
+    assert opts(128, softcap=True) == opts(128, alibi=True) == opts(256) == "p"       # extras, d 256
+    assert opts(128, kv_dtype="e4m3") == "p"                                          # an FP8 cache
+    assert heuristics.sm90_tileinfo_fits(128, 128, "soa", "local", True, True)
+    assert not heuristics.sm90_tileinfo_fits(64, 64, "soa", "causal", True, False)
+    spec = sm90(d=64, mask="local", opts="pt")
+    r = compiler.compile_cubin(render.render(spec), "sm_90a", compiler.default_options("sm_90a"), spec.name).resources
+    assert r["spill_stores"] > 0, (spec.name, r)     # why d 64 with a window keeps "p"
 
 
 def test_tile_info_option_refusals():

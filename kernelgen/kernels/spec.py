@@ -42,7 +42,7 @@ MAINLOOPS = ("sm80", "sm90a")
 #: current tile's epilogue (an experiment: not in the dispatcher's options), "t" the producer hands
 #: each tile's coordinates (TileInfo) to the consumers in shared memory beside its index, so a
 #: consumer's tile start and epilogue read no scheduler metadata from global memory (the dispatcher's
-#: default where the kernel takes it, 1-3 % on causal prefill: docs/dev/issue22_account.md; not with
+#: default where it builds without spills, 1-5 % on causal prefill: docs/dev/issue22_account.md; not with
 #: "e", "g", above head dim 192 or in a fused kernel).
 SM90_OPTS = "eghprst"
 _SM90_OPT_NAMES = {"e": "earlytile", "g": "gather", "h": "pvhalves", "p": "pingpong", "r": "lazyrescale",

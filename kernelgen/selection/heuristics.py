@@ -340,8 +340,8 @@ def sm90_tile(head_dim: int, head_dim_v: int, paged: bool = False, kv_dtype: str
 #: coordinates handed from the producer to the consumers in shared memory (H200, interleaved A/B
 #: against "p" alone, docs/dev/issue22_account.md: causal d 96 0.968-0.977 of the time, d 192 0.976,
 #: 4 x 4k GQA d 128 0.976-0.982, 16k d 128 0.989-0.990, non-causal 4k d 128 0.995-1.003; outputs
-#: bit-identical); ``sm90_options`` drops "t" where the kernel does not take it (gathered pages, head
-#: dims above 192, the fused kernel).  ``KERNELGEN_SM90_OPTS`` overrides it for tuning runs
+#: bit-identical); ``sm90_options`` and ``without_tileinfo`` drop "t" where the kernel does not take it
+#: or would spill (gathered pages, head dims above 192, FP8, per-logit extras, AoS, ...; the fused kernel).  ``KERNELGEN_SM90_OPTS`` overrides it for tuning runs
 #: (``Settings.sm90_opts``, passed as the choosers' ``sm90_opts``; read at call time, so tuning runs
 #: may also replace this constant).
 SM90_OPTS = "pt"
@@ -546,6 +546,29 @@ def sm90_options(paged: bool, page_size: int, block_n: int, sm90_opts: str | Non
     if "g" in opts or "e" in opts or max_head_dim > 192 or kv_dtype or extras:
         opts.discard("t")
     return "".join(sorted(opts))
+
+
+def sm90_tileinfo_fits(head_dim: int, head_dim_v: int, layout: str, mask: str, paged: bool, pack: bool) -> bool:
+    """Whether option "t" (``sm90_options``) builds without spills for a kernel of these features,
+    beyond ``sm90_options``' own rules (NVRTC 13.0, every "t" kernel of the serving catalog, the GPU
+    tests and fuzz seed 41 built on the CPU, docs/dev/perf-log.md "Forty-third session"): not on the
+    AoS metadata layout (4-40 bytes in split, head-dim-192 and 192 x 128 builds), not at head dim 64
+    on paged K/V (its 128-row paged tile: 8-28 bytes) or with a sliding window (96 bytes on the
+    192-row tile), not on packed-GQA paged K/V at head dim 192 (28 bytes)."""
+    d = max(head_dim, head_dim_v)
+    if layout != "soa":
+        return False
+    if d == 64 and (paged or mask == "local"):
+        return False
+    return not (d == 192 and paged and pack)
+
+
+def without_tileinfo(opts: str, head_dim: int, head_dim_v: int, layout: str, mask: str, paged: bool,
+                     pack: bool) -> str:
+    """``opts`` without "t" where ``sm90_tileinfo_fits`` says it would spill."""
+    if "t" in opts and not sm90_tileinfo_fits(head_dim, head_dim_v, layout, mask, paged, pack):
+        return opts.replace("t", "")
+    return opts
 
 
 def sm90_tile_and_options(head_dim: int, head_dim_v: int, paged: bool, page_size: int,
@@ -767,6 +790,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                 if mainloop == "sm90a":
                     raise ValueError(f"the Hopper (sm_90a) path does not support this call: {why}")
                 break
+            opts = without_tileinfo(opts, head_dim, head_dim_v, layout, mask, paged, hpack)
             n = -(-max(max_seqlen_k, 1) // t.block_n)
             if num_splits > 0:  # forced: never more splits than key blocks (sizes the partials)
                 max_splits, forced = max(1, min(num_splits, n)), True
@@ -949,6 +973,7 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
                                     heavy=sm90_heavy(softcap, alibi, variant, variant_spills),
                                     extras=bool(softcap or alibi or variant is not None))
     t = variant_sm90_tile(t, opts, variant)
+    opts = without_tileinfo(opts, head_dim, head_dim_v, layout, mask, paged, False)
     attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, paged=paged, softcap=softcap,
                          row_splits=short.attention.split, mainloop="sm90a", sm90_opts=opts, alibi=alibi,
                          variant=variant)
