@@ -704,7 +704,8 @@ def test_tile_info_default_is_dropped_where_it_would_spill():
     """The default options' "t" goes only where its kernels build without spills (NVRTC 13.0, every
     "t" kernel of the serving catalog, the GPU tests and fuzz seed 41: ``heuristics.sm90_tileinfo_fits``
     and ``sm90_options``): the SoA layout, not head dim 64 on pages or with a window, not packed
-    paged head dim 192, no FP8 cache or per-logit extra; d 64 with a window, forced, spills."""
+    paged head dim 192 or packed paged split-KV, no FP8 cache or per-logit extra; d 64 with a window,
+    forced, spills."""
     kw = dict(num_heads_q=32, num_heads_kv=8, max_seqlen_q=2048, max_seqlen_k=8192)
 
     def opts(d, mask="causal", **k):
@@ -716,9 +717,12 @@ def test_tile_info_default_is_dropped_where_it_would_spill():
     assert opts(64, paged=True, page_size=128) == opts(64, mask="local") == "p"      # d 64: pages, window
     assert opts(128, layout="aos") == opts(192, layout="aos") == "p"                  # AoS metadata
     assert opts(192, paged=True, page_size=128, pack_gqa=True) == "p"                 # packed, paged, d 192
+    assert opts(128, mask="none", paged=True, page_size=128, pack_gqa=True, num_splits=4) == "p"   # ... split
+    assert opts(128, mask="none", paged=True, page_size=128, pack_gqa=True, num_splits=1) == "pt"
     assert opts(128, softcap=True) == opts(128, alibi=True) == opts(256) == "p"       # extras, d 256
     assert opts(128, kv_dtype="e4m3") == "p"                                          # an FP8 cache
     assert heuristics.sm90_tileinfo_fits(128, 128, "soa", "local", True, True)
+    assert not heuristics.sm90_tileinfo_fits(128, 128, "soa", "none", True, True, split=True)
     assert not heuristics.sm90_tileinfo_fits(64, 64, "soa", "causal", True, False)
     spec = sm90(d=64, mask="local", opts="pt")
     r = compiler.compile_cubin(render.render(spec), "sm_90a", compiler.default_options("sm_90a"), spec.name).resources

@@ -548,25 +548,27 @@ def sm90_options(paged: bool, page_size: int, block_n: int, sm90_opts: str | Non
     return "".join(sorted(opts))
 
 
-def sm90_tileinfo_fits(head_dim: int, head_dim_v: int, layout: str, mask: str, paged: bool, pack: bool) -> bool:
+def sm90_tileinfo_fits(head_dim: int, head_dim_v: int, layout: str, mask: str, paged: bool, pack: bool,
+                       split: bool = False) -> bool:
     """Whether option "t" (``sm90_options``) builds without spills for a kernel of these features,
     beyond ``sm90_options``' own rules (NVRTC 13.0, every "t" kernel of the serving catalog, the GPU
     tests and fuzz seed 41 built on the CPU, docs/dev/perf-log.md "Forty-third session"): not on the
     AoS metadata layout (4-40 bytes in split, head-dim-192 and 192 x 128 builds), not at head dim 64
     on paged K/V (its 128-row paged tile: 8-28 bytes) or with a sliding window (96 bytes on the
-    192-row tile), not on packed-GQA paged K/V at head dim 192 (28 bytes)."""
+    192-row tile), not on packed-GQA paged K/V at head dim 192 (28 bytes) or with split-KV (4 bytes
+    at head dims 96 / 128)."""
     d = max(head_dim, head_dim_v)
     if layout != "soa":
         return False
     if d == 64 and (paged or mask == "local"):
         return False
-    return not (d == 192 and paged and pack)
+    return not (paged and pack and (d == 192 or split))
 
 
 def without_tileinfo(opts: str, head_dim: int, head_dim_v: int, layout: str, mask: str, paged: bool,
-                     pack: bool) -> str:
+                     pack: bool, split: bool) -> str:
     """``opts`` without "t" where ``sm90_tileinfo_fits`` says it would spill."""
-    if "t" in opts and not sm90_tileinfo_fits(head_dim, head_dim_v, layout, mask, paged, pack):
+    if "t" in opts and not sm90_tileinfo_fits(head_dim, head_dim_v, layout, mask, paged, pack, split):
         return opts.replace("t", "")
     return opts
 
@@ -790,7 +792,6 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                 if mainloop == "sm90a":
                     raise ValueError(f"the Hopper (sm_90a) path does not support this call: {why}")
                 break
-            opts = without_tileinfo(opts, head_dim, head_dim_v, layout, mask, paged, hpack)
             n = -(-max(max_seqlen_k, 1) // t.block_n)
             if num_splits > 0:  # forced: never more splits than key blocks (sizes the partials)
                 max_splits, forced = max(1, min(num_splits, n)), True
@@ -806,6 +807,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
             if cand is not None and split and fp8_mma_tile(head_dim, head_dim_v, softcap=softcap,
                                                            local=mask == "local", split=True) is None:
                 continue   # the entry takes no split-KV: the call's usual tile (and its own split bound)
+            opts = without_tileinfo(opts, head_dim, head_dim_v, layout, mask, paged, hpack, split)
             mma8 = bool(SM90_FP8_MMA and q_dtype and kv_dtype and head_dim == head_dim_v and head_dim % 64 == 0
                         and t.block_n % 32 == 0 and t.block_n >= 128)
             attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, pack_gqa=hpack, split=split,
@@ -973,7 +975,7 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
                                     heavy=sm90_heavy(softcap, alibi, variant, variant_spills),
                                     extras=bool(softcap or alibi or variant is not None))
     t = variant_sm90_tile(t, opts, variant)
-    opts = without_tileinfo(opts, head_dim, head_dim_v, layout, mask, paged, False)
+    opts = without_tileinfo(opts, head_dim, head_dim_v, layout, mask, paged, False, False)
     attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, paged=paged, softcap=softcap,
                          row_splits=short.attention.split, mainloop="sm90a", sm90_opts=opts, alibi=alibi,
                          variant=variant)
