@@ -91,8 +91,9 @@ def head_dim_specs() -> list:
     out = [SchedulerSpec(ARCH, lay) for lay in ("soa", "aos")]
     for (d, dv), dt, mask, lay in itertools.product(PAIRS, ("bf16", "fp16"), ("none", "causal"), ("soa", "aos")):
         tile = heuristics.sm90_tile(d, dv)
-        out.append(AttentionSpec(ARCH, dt, d, dv, mask, lay, tile, mainloop="sm90a",
-                                 sm90_opts=heuristics.sm90_options(False, 0, tile.block_n, _opts(), max(d, dv))))
+        opts = heuristics.without_tileinfo(heuristics.sm90_options(False, 0, tile.block_n, _opts(), max(d, dv)),
+                                           d, dv, lay, mask, False, False, False)
+        out.append(AttentionSpec(ARCH, dt, d, dv, mask, lay, tile, mainloop="sm90a", sm90_opts=opts))
     t = heuristics.SM90_TILE
     for opts, tile in [("", t), ("h", t), ("s", t), ("hp", t), ("pr", t), ("p", TileConfig(128, 128, 8, 3, 1)),
                        ("p", TileConfig(128, 192, 8, 2, 1))]:

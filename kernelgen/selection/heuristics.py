@@ -556,11 +556,14 @@ def sm90_tileinfo_fits(head_dim: int, head_dim_v: int, layout: str, mask: str, p
     AoS metadata layout (4-40 bytes in split, head-dim-192 and 192 x 128 builds), not at head dim 64
     on paged K/V (its 128-row paged tile: 8-28 bytes) or with a sliding window (96 bytes on the
     192-row tile), not on packed-GQA paged K/V at head dim 192 (28 bytes) or with split-KV (4 bytes
-    at head dims 96 / 128)."""
+    at head dims 96 / 128), not with a window and split-KV at head dim 192 (32-60 bytes; a review's
+    survey of 366 dispatched kernels)."""
     d = max(head_dim, head_dim_v)
     if layout != "soa":
         return False
     if d == 64 and (paged or mask == "local"):
+        return False
+    if d == 192 and mask == "local" and split:
         return False
     return not (paged and pack and (d == 192 or split))
 
