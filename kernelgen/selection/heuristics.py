@@ -336,15 +336,16 @@ def sm90_tile(head_dim: int, head_dim_v: int, paged: bool = False, kv_dtype: str
 #: The Hopper mainloop's options (``AttentionSpec.sm90_opts``) the dispatcher uses: "p", the
 #: consumer warpgroups' GEMMs in ping-pong (two; three in turn on the 192-row tile) (H200,
 #: docs/dev/perf-log.md "Hopper path": 648 vs 580 TFLOP/s without it on the causal 16k shape; P V
-#: over the whole head dim, softmax overlapped with the next block's Q K^T), and "t", each tile's
-#: coordinates handed from the producer to the consumers in shared memory (H200, interleaved A/B
-#: against "p" alone, docs/dev/issue22_account.md: causal d 96 0.968-0.977 of the time, d 192 0.976,
-#: 4 x 4k GQA d 128 0.976-0.982, 16k d 128 0.989-0.990, non-causal 4k d 128 0.995-1.003; outputs
-#: bit-identical); ``sm90_options`` and ``without_tileinfo`` drop "t" where the kernel does not take it
-#: or would spill (gathered pages, head dims above 192, FP8, per-logit extras, AoS, ...; the fused kernel).  ``KERNELGEN_SM90_OPTS`` overrides it for tuning runs
-#: (``Settings.sm90_opts``, passed as the choosers' ``sm90_opts``; read at call time, so tuning runs
-#: may also replace this constant).
-SM90_OPTS = "pt"
+#: over the whole head dim, softmax overlapped with the next block's Q K^T).  "t" (each tile's
+#: coordinates handed from the producer to the consumers in shared memory) is measured (H200,
+#: interleaved A/B against "p" alone, docs/dev/issue22_account.md: causal d 96 0.968-0.977 of the
+#: time, d 192 0.976, 4 x 4k GQA d 128 0.976-0.982, 16k d 128 0.989-0.990, chunked on pages of 128
+#: 0.948-0.959; non-causal and pages of 64 neutral; outputs bit-identical) and becomes the default
+#: ("pt") once the GPU suite, the sanitizer and the fuzz have run with it; ``sm90_options`` and
+#: ``without_tileinfo`` drop it where the kernel does not take it or would spill.
+#: ``KERNELGEN_SM90_OPTS`` overrides the default (``Settings.sm90_opts``, passed as the choosers'
+#: ``sm90_opts``; read at call time, so tuning runs may also replace this constant), e.g. ``pt``.
+SM90_OPTS = "p"
 
 #: A paged call whose requests average at least this many query tokens (total_q / batch, known
 #: on the host without a sync) skips the fused mixed-batch launch for the Hopper path (when that
