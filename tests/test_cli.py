@@ -158,6 +158,118 @@ def test_warmup_specs_with_kv_dtypes():
         warmup_specs("sm_80", kv_dtypes=("fp8",), **kw)
 
 
+def test_warmup_windows_cover_the_dispatchers_sliding_window_choices():
+    """``windows`` (``kernelgen warmup --window N``): the local-mask kernels of causal sliding-window
+    calls, ``window_size=(N, 0)``, for every other combination; the decider's kernels for such calls
+    (prefill, chunked, decode, a paged mixed batch; packed and paged; the window bounds split-KV, so
+    a 128-token window and a 4096-token one differ) are all in it; none without it."""
+    from kernelgen.selection import decide
+    from kernelgen.selection.catalog import warmup_specs
+    from test_decide import A100, H200, sig
+
+    kw = dict(head_dims=(64, 128), dtypes=("bf16",), causals=(True,), layouts=("soa",),
+              phases=("prefill", "chunked", "decode"), gqas=(8,), paged=(False, True))
+    calls = [dict(max_seqlen_q=4096, max_seqlen_k=4096, batch=1, rows=4096),
+             dict(max_seqlen_q=512, max_seqlen_k=32768, paged=True, page_size=16, batch=1, rows=512),
+             dict(max_seqlen_q=1, max_seqlen_k=32768, paged=True, page_size=16, batch=64, rows=64),
+             dict(max_seqlen_q=1, max_seqlen_k=256, batch=64, rows=64),
+             dict(max_seqlen_q=512, max_seqlen_k=32768, paged=True, page_size=16, batch=40, rows=600)]
+    for arch, dev in (("sm_90a", H200), ("sm_80", A100)):
+        plain = warmup_specs(arch, **kw)
+        assert not any(getattr(s, "mask", "") == "local" for s in plain)
+        for w in (128, 4096):
+            specs = set(warmup_specs(arch, windows=(w,), **kw))
+            assert set(plain) <= specs and any(getattr(s, "mask", "") == "local" for s in specs)
+            for call in calls:
+                for d in (64, 128):
+                    r = decide.decide(sig(mask="local", window_left=w, window_right=0, head_dim=d, head_dim_v=d,
+                                          num_heads_q=64, **call), dev)
+                    assert set(r.specs) <= specs, (arch, w, d, call, [x.name for x in r.specs if x not in specs])
+    # the window bounds split-KV: a long decode splits less under a 128-token window
+    short = {s for s in warmup_specs("sm_90a", windows=(128,), **kw) if getattr(s, "mask", "") == "local"}
+    long = {s for s in warmup_specs("sm_90a", windows=(4096,), **kw) if getattr(s, "mask", "") == "local"}
+    assert short != long
+    for bad in (-1, 1 << 31, 4.0, True):
+        with pytest.raises(ValueError, match="windows: each must be an int in"):
+            warmup_specs("sm_80", windows=(bad,), **kw)
+    import numpy as np
+    assert warmup_specs("sm_80", windows=(np.int64(128),), **kw) == warmup_specs("sm_80", windows=(128,), **kw)
+
+
+def test_cli_md_counts_the_window_kernels_serving_warmup_adds_on_sm90a():
+    """docs/cli.md: "`--serving --window 4095` adds N kernels for `sm_90a` to the M of `--serving`,
+    `--window 4095,127` K" -- what ``kernelgen warmup`` builds."""
+    import re
+
+    from kernelgen.selection.catalog import warmup_specs
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    m = re.search(r"`--serving --window 4095` adds (\d+) kernels for `sm_90a` to the (\d+) of `--serving`, "
+                  r"`--window 4095,127` (\d+)", text)
+    assert m is not None
+    kw = dict(phases=["prefill", "chunked", "decode"], gqas=[1, 4, 8], paged=[False, True])
+    n = [len(warmup_specs("sm_90a", windows=w, **kw)) for w in ((), (4095,), (4095, 127))]
+    assert (int(m.group(2)), int(m.group(1)), int(m.group(3))) == (n[0], n[1] - n[0], n[2] - n[0])
+
+
+def test_warmup_kv_heads_cover_a_tensor_parallel_shard():
+    """``kv_heads`` (``kernelgen warmup --kv-heads``): a llama3-70b shard on 8 GPUs (8 query heads, 1 KV
+    head) splits a paged chunked prefill that 8 KV heads would not, on sm_90a packed (pack-GQA, paged,
+    split); the default catalog (8 KV heads) lacks that kernel, ``kv_heads=(1,)`` lists the decider's
+    kernels of such calls."""
+    from kernelgen.selection import decide
+    from kernelgen.selection.catalog import warmup_specs
+    from test_decide import A100, H200, sig
+
+    kw = dict(head_dims=(128,), dtypes=("bf16",), causals=(True,), layouts=("soa",),
+              phases=("prefill", "chunked", "decode"), gqas=(8,), paged=(False, True))
+    calls = [dict(max_seqlen_q=600, max_seqlen_k=32768, paged=True, page_size=16, batch=1, rows=600),
+             dict(max_seqlen_q=4096, max_seqlen_k=4096, batch=1, rows=4096),
+             dict(max_seqlen_q=1, max_seqlen_k=32768, paged=True, page_size=16, batch=64, rows=64),
+             dict(max_seqlen_q=512, max_seqlen_k=32768, paged=True, page_size=16, batch=40, rows=600)]
+    for arch, dev in (("sm_90a", H200), ("sm_80", A100)):
+        default, shard = set(warmup_specs(arch, **kw)), set(warmup_specs(arch, kv_heads=(1,), **kw))
+        for call in calls:
+            r = decide.decide(sig(num_heads_q=8, num_heads_kv=1, **call), dev)
+            assert set(r.specs) <= shard, (arch, call, [x.name for x in r.specs if x not in shard])
+    chunk = decide.decide(sig(num_heads_q=8, num_heads_kv=1, **calls[0]), H200).variants.attention
+    assert chunk.mainloop == "sm90a" and chunk.pack_gqa and chunk.paged and chunk.split
+    assert chunk not in set(warmup_specs("sm_90a", **kw))
+    assert set(warmup_specs("sm_90a", kv_heads=(8, 1), **kw)) == set(warmup_specs("sm_90a", **kw)) | \
+        set(warmup_specs("sm_90a", kv_heads=(1,), **kw))
+    with pytest.raises(ValueError, match="kv_heads: each must be an int >= 1"):
+        warmup_specs("sm_80", kv_heads=(0,), **kw)
+
+
+def test_warmup_window_flag(tmp_path, monkeypatch):
+    """``kernelgen warmup --window 4096,128`` hands warmup the local-mask kernels too, ``--kv-heads 8,1``
+    the calls of both head counts; a bad value is a usage error."""
+    seen = {}
+
+    def fake_warmup(specs, root, jobs=None, progress=True, desc="warmup"):
+        seen["specs"] = list(specs)
+        return 0, len(seen["specs"])
+
+    monkeypatch.setattr(cli, "warmup", fake_warmup)
+    base = ["warmup", "--arch", "sm_90a", "--head-dim", "64", "--dtype", "bf16", "--layout", "soa", "--causal",
+            "--cache-dir", str(tmp_path)]
+    assert cli.main(base) == 0
+    assert not any(getattr(s, "mask", "") == "local" for s in seen["specs"])
+    assert cli.main(base + ["--window", "4096,128,4096"]) == 0
+    from kernelgen.selection.catalog import warmup_specs
+    assert seen["specs"] == warmup_specs("sm_90a", [64], ["bf16"], [True], ["soa"], windows=[4096, 128])
+    for bad in ("-5", "x", ","):
+        with pytest.raises(SystemExit) as ei:
+            cli.main(base + ["--window", bad])
+        assert ei.value.code == 2
+    assert cli.main(base + ["--kv-heads", "8,1"]) == 0
+    assert seen["specs"] == warmup_specs("sm_90a", [64], ["bf16"], [True], ["soa"], kv_heads=[8, 1])
+    for bad in ("0", "x", ","):
+        with pytest.raises(SystemExit) as ei:
+            cli.main(base + ["--kv-heads", bad])
+        assert ei.value.code == 2
+
+
 def test_warmup_kv_dtype_flag_lists_fp8_specs_and_nvrtc_compiles_one(tmp_path, capsys, monkeypatch):
     """``kernelgen warmup --serving --kv-dtype e4m3,e5m2 --arch sm_90a`` hands warmup the serving set
     plus its FP8 variants (kv_dtype set; the Hopper kernel's and the sm_80 mainloop's); without the flag none;

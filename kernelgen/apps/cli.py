@@ -1,9 +1,9 @@
 """The ``kernelgen`` command line: parses arguments and dispatches; the work lives elsewhere.
 
     kernelgen warmup [--arch sm_90a] [--head-dim 64,128] [--dtype bf16] [--causal|--no-causal]
-                     [--layout soa,aos] [--phase prefill,chunked,decode] [--gqa 1,4,8] [--paged|--both-paged]
+                     [--layout soa,aos] [--phase prefill,chunked,decode] [--gqa 1,4,8] [--kv-heads 8,1] [--paged|--both-paged]
                      [--page-size 16,24] [--serving] [--softcap] [--alibi] [--sinks] [--variant FILE]
-                     [--kv-dtype e4m3[,e5m2]] [--jobs N] [--cache-dir DIR]
+                     [--window 4096[,128]] [--kv-dtype e4m3[,e5m2]] [--jobs N] [--cache-dir DIR]
     kernelgen cache path|list|verify [--repair]|clear [--cache-dir DIR]
     kernelgen doctor
     kernelgen demo [--trace FILE] [--max-tokens N] [--max-len N] [--layout soa|aos] [--arch sm_90a]
@@ -32,8 +32,8 @@ import time
 
 from ..jit.warmup import CacheDirectoryError, warmup
 from ..kernels.device import ALLOW_UNTESTED_ARCH_ENV
-from ..kernels.spec import ALL_ARCHS, ARCHS, DTYPES, HEAD_DIMS, LAYOUTS, UNTESTED_ARCHS
-from ..selection.catalog import KV_DTYPES, PHASE_HINTS, warmup_specs
+from ..kernels.spec import ALL_ARCHS, ARCHS, DTYPES, HEAD_DIMS, LAYOUTS, MAX_WINDOW, UNTESTED_ARCHS
+from ..selection.catalog import KV_DTYPES, KV_HEADS, PHASE_HINTS, warmup_specs
 
 PHASES = tuple(PHASE_HINTS)
 
@@ -64,6 +64,36 @@ def _page_sizes(value: str) -> list:
             items.append(int(raw))
     if not items:
         raise argparse.ArgumentTypeError("empty page size list")
+    return items
+
+
+def _kv_heads(value: str) -> list:
+    """--kv-heads: positive ints, comma-separated, duplicates dropped."""
+    items = []
+    for raw in (x.strip() for x in value.split(",")):
+        if not raw:
+            continue
+        if not raw.isdigit() or int(raw) < 1:
+            raise argparse.ArgumentTypeError(f"KV head count {raw!r} is not a positive int")
+        if int(raw) not in items:
+            items.append(int(raw))
+    if not items:
+        raise argparse.ArgumentTypeError("empty KV head list")
+    return items
+
+
+def _windows(value: str) -> list:
+    """--window: left windows in tokens, non-negative ints, comma-separated, duplicates dropped."""
+    items = []
+    for raw in (x.strip() for x in value.split(",")):
+        if not raw:
+            continue
+        if not raw.isdigit() or int(raw) > MAX_WINDOW:
+            raise argparse.ArgumentTypeError(f"window {raw!r} is not an int in [0, {MAX_WINDOW}] (tokens)")
+        if int(raw) not in items:
+            items.append(int(raw))
+    if not items:
+        raise argparse.ArgumentTypeError("empty window list")
     return items
 
 
@@ -158,6 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
                                            f"and 256-token contexts")
     w.add_argument("--gqa", type=lambda s: _csv_list(s, (1, 2, 4, 8, 16), "gqa ratio", int), default=[1],
                    metavar="G[,G...]", help="query heads per KV head (default: 1)")
+    w.add_argument("--kv-heads", type=_kv_heads, default=list(KV_HEADS), metavar="H[,H...]",
+                   help="KV heads of the calls (default: 8; query heads = KV heads x --gqa): a tensor-parallel "
+                        "shard's count, e.g. 1 for llama3-70b on 8 GPUs, whose chunks split where 8 KV heads "
+                        "do not")
     pg = w.add_mutually_exclusive_group()
     pg.add_argument("--paged", dest="paged", action="store_const", const=[True], help="only paged-cache kernels")
     pg.add_argument("--no-paged", dest="paged", action="store_const", const=[False],
@@ -168,6 +202,10 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--softcap", action="store_true", help="also the logit-capping variants")
     w.add_argument("--alibi", action="store_true", help="also the ALiBi variants (alibi_slopes=)")
     w.add_argument("--sinks", action="store_true", help="also the attention-sink variants (sinks=)")
+    w.add_argument("--window", type=_windows, default=[], metavar="N[,N...]",
+                   help="also the sliding-window kernels of calls with window_size=(N, 0) (a causal window of N "
+                        "tokens on the left: Mistral, Gemma 2, gpt-oss), for each N (windows under 255 tokens bound "
+                        "split-KV and may take other kernels; longer ones share one set); default: none")
     w.add_argument("--variant", action="append", default=[], metavar="FILE",
                    help="a user variant (kernelgen.Variant) as a JSON file: {\"score_mod\": \"...\", "
                         "\"mask_mod\": \"...\", \"kv_range\": \"...\", \"tensors\": {\"bias\": \"float32\"}} "
@@ -429,7 +467,8 @@ def cmd_warmup(args) -> int:
                          paged=paged, softcap=args.softcap, page_sizes=args.page_size,
                          **({"alibi": True} if args.alibi else {}), **({"sinks": True} if args.sinks else {}),
                          **({"variants": codes} if codes else {}),
-                         **({"kv_dtypes": kv_dtypes} if kv_dtypes else {}))
+                         **({"kv_dtypes": kv_dtypes} if kv_dtypes else {}),
+                         **({"windows": args.window} if args.window else {}), kv_heads=args.kv_heads)
     try:
         compiled, cached = warmup(specs, root, jobs=args.jobs, desc=f"warmup {arch}")
     except CacheDirectoryError as e:  # untrusted or unwritable: nothing (or not everything) was kept

@@ -48,6 +48,9 @@ MAINLOOPS = ("sm80", "sm90a")
 SM90_OPTS = "eghprst"
 _SM90_OPT_NAMES = {"e": "earlytile", "g": "gather", "h": "pvhalves", "p": "pingpong", "r": "lazyrescale",
                    "s": "serial", "t": "tileinfo"}
+#: Largest finite sliding-window side (tokens): the kernels add it to positions in 32-bit ints
+#: (``selection.validation`` checks calls against it, ``selection.catalog`` warm-up windows).
+MAX_WINDOW = 1 << 30
 #: Head dims of the Hopper path (head_dim == head_dim_v).
 SM90_HEAD_DIMS = (64, 96, 128, 192, 256)
 #: (head_dim, head_dim_v) pairs of the Hopper path: the equal ones and DeepSeek's 192 x 128.

@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import operator
 
-from ..kernels.spec import DTYPES, HEAD_DIMS, LAYOUTS, QuantSpec
+from ..kernels.spec import DTYPES, HEAD_DIMS, LAYOUTS, MAX_WINDOW, QuantSpec
 from . import heuristics
 from .settings import Settings
 
 #: FP8 K/V cache dtypes ``kv_dtypes`` takes (``AttentionSpec.kv_dtype``).
 KV_DTYPES = ("e4m3", "e5m2")
+
+#: KV heads of the calls warmup pre-builds by default (a whole model's; query heads = KV heads x the
+#: GQA ratio): ``warmup_specs``' ``kv_heads``.
+KV_HEADS = (8,)
 
 #: Length hints (max_seqlen_q, max_seqlen_k) of the call shapes warmup pre-builds per phase: plain
 #: prefill, a chunked prefill against a long context (split-KV), decode against a long context
@@ -32,7 +37,7 @@ PHASE_HINTS = {
 def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, True), layouts=LAYOUTS,
                  phases=("prefill",), gqas=(1,), paged=(False,), softcap: bool = False, num_sms: int = 132,
                  page_sizes=(16,), settings: Settings | None = None, alibi: bool = False,
-                 sinks: bool = False, variants=(), kv_dtypes=()) -> list:
+                 sinks: bool = False, variants=(), kv_dtypes=(), windows=(), kv_heads=KV_HEADS) -> list:
     """Every kernel spec the dispatcher would use for the given product of call options.
 
     Args:
@@ -61,6 +66,16 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
             combination with each variant; their mixed batches take no fused launch, as ALiBi's),
             instead of the plain ones; at head dim 64 on sm_90a both Hopper tiles (three warpgroups,
             and two for a build that spills: ``selection.spills``).
+        windows: left windows in tokens (ints in [0, ``spec.MAX_WINDOW``]) of causal
+            sliding-window calls, ``window_size=(w, 0)`` (Mistral, Gemma 2, gpt-oss; engines pass
+            the model's window minus one): each adds the local-mask kernels of every other
+            combination, beside ``causals``' masks.  A short window bounds a call's split-KV
+            (``heuristics.window_split_cap``), so windows under 255 tokens may take other kernels
+            than longer ones, which all share one set.  Empty (default): none.
+        kv_heads: KV heads of the calls (ints >= 1; query heads = KV heads x ``gqas``).  Default
+            ``KV_HEADS``, 8 (a whole model's).  The heads bound a call's tiles and so its split-KV: a
+            tensor-parallel shard with 1 or 2 KV heads (llama3-70b on 8 GPUs: 8 / 1) splits chunks
+            that 8 KV heads do not (on sm_90a packed-GQA, paged, split kernels); give its count.
         kv_dtypes: FP8 K/V cache dtypes ("e4m3", "e5m2"; ``kernelgen warmup --kv-dtype``): also
             the FP8 variants of every combination's single-class kernels (``heuristics.choose``
             with ``kv_dtype``, automatic and forced to the sm_80 mainloop, on sm_90a with each
@@ -83,7 +98,7 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
         ``heuristics.combine_row_warps``).
 
     Raises:
-        ValueError: an unknown arch, dtype, head dim, layout, phase or kv dtype, or a variant
+        ValueError: an unknown arch, dtype, head dim, layout, phase or kv dtype, a negative window, or a variant
             that does not fit the arch (the same error the dispatcher would raise for that call).
     """
     settings = Settings.from_env() if settings is None else settings
@@ -96,16 +111,39 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
     for kv in kv_dtypes:
         if kv not in KV_DTYPES:
             raise ValueError(f"kv_dtypes: each must be one of {KV_DTYPES}, got {kv!r}")
+    heads = []
+    for raw in kv_heads:
+        try:
+            h = operator.index(raw) if not isinstance(raw, bool) else None
+        except TypeError:
+            h = None
+        if h is None or h < 1:
+            raise ValueError(f"kv_heads: each must be an int >= 1, got {raw!r}")
+        heads.append(h)
+    kv_heads = tuple(dict.fromkeys(heads))
+    spans = []
+    for raw in windows:
+        try:
+            w = operator.index(raw) if not isinstance(raw, bool) else None
+        except TypeError:
+            w = None
+        if w is None or not 0 <= w <= MAX_WINDOW:
+            raise ValueError(f"windows: each must be an int in [0, {MAX_WINDOW}] (a left window in tokens), got "
+                             f"{raw!r}")
+        spans.append(w)
+    # (mask, window_span): the masks of ``causals``, then a causal sliding window of each left size
+    masks = [("causal" if c else "none", -1) for c in causals] + [("local", w) for w in dict.fromkeys(spans)]
     caps = (False, True) if softcap else (False,)
     auto_pack = settings.sm90_pack_gqa is None and heuristics.SM90_PACK_GQA is None
     alibis = (False, True) if alibi else (False,)
     codes = tuple(variants) or (None,)
-    for layout, dtype, head_dim, causal, phase, gqa, pg, cap, al, var in itertools.product(
-            layouts, dtypes, head_dims, causals, phases, gqas, paged, caps, alibis, codes):
+    for layout, dtype, head_dim, (mask, span), phase, kvh, gqa, pg, cap, al, var in itertools.product(
+            layouts, dtypes, head_dims, masks, phases, kv_heads, gqas, paged, caps, alibis, codes):
         for max_q, max_k in PHASE_HINTS[phase]:
-            kw = dict(num_heads_q=8 * int(gqa), num_heads_kv=8, mask="causal" if causal else "none", layout=layout,
+            kw = dict(num_heads_q=kvh * int(gqa), num_heads_kv=kvh, mask=mask, layout=layout,
                       max_seqlen_q=max_q, max_seqlen_k=max_k, paged=bool(pg), softcap=cap, num_sms=num_sms,
-                      sm90_opts=opts, **({"alibi": True} if al else {}), **({"variant": var} if var is not None else {}))
+                      sm90_opts=opts, window_span=span, **({"alibi": True} if al else {}),
+                      **({"variant": var} if var is not None else {}))
             # (the single-class calls pack GQA on the Hopper kernel as KERNELGEN_SM90_PACK_GQA says; unset,
             # calls of short requests pack: heuristics.sm90_pack_auto, so both kernels)
             v = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), sm90_pack=settings.sm90_pack_gqa, **kw)
@@ -140,13 +178,14 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                           if s is not None and s.kind not in ("scheduler", "quant")]
             for kv in kv_dtypes:   # a paged mixed batch (decide): the fused kernels, on sm_90a the classes in
                 # turn where the Hopper one does not apply (mixed batches keep the plain kernels with sinks)
-                if pg and max_q > heuristics.short_query_tokens(8 * int(gqa), 8) and not al and var is None \
+                if pg and max_q > heuristics.short_query_tokens(kvh * int(gqa), kvh) and not al and var is None \
                         and settings.fp8_fused:
                     fv = heuristics.choose_fused(arch, dtype, int(head_dim), int(head_dim), kv_dtype=kv,
-                                                 **{k: x for k, x in kw.items() if k not in ("max_seqlen_q", "sm90_opts")})
+                                                 **{k: x for k, x in kw.items()
+                                                    if k not in ("max_seqlen_q", "sm90_opts", "window_span")})
                     if fv is not None:
                         specs += [fv.scheduler, fv.fused, fv.combine]
-                if pg and arch == "sm_90a" and max_q > heuristics.short_query_tokens(8 * int(gqa), 8) \
+                if pg and arch == "sm_90a" and max_q > heuristics.short_query_tokens(kvh * int(gqa), kvh) \
                         and not al and var is None:
                     for ps in page_sizes:
                         hv = heuristics.choose_fused_hopper(arch, dtype, int(head_dim), int(head_dim),
@@ -158,24 +197,26 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                                                     kv_dtype=kv, **kw)
                         if pv is not None:
                             specs += [pv.long.attention, pv.short.attention, pv.short.combine]
-            hq = 8 * int(gqa)
-            if pg and max_q > heuristics.short_query_tokens(hq, 8) and (al or var is not None):
+            hq = kvh * int(gqa)
+            if pg and max_q > heuristics.short_query_tokens(hq, kvh) and (al or var is not None):
                 # ALiBi or a user variant: no fused kernel; the classes in turn on sm_90a (the single class is above)
                 for ps in ((*page_sizes, 0) if arch == "sm_90a" else ()):
                     for vsp in ((False, True) if var is not None else (False,)):   # (variant_spills: as above)
                         pv = heuristics.choose_pair(arch, dtype, int(head_dim), int(head_dim), num_heads_q=hq,
-                                                    num_heads_kv=8, mask="causal" if causal else "none", layout=layout,
+                                                    num_heads_kv=kvh, mask=mask, layout=layout,
                                                     max_seqlen_q=max_q, max_seqlen_k=max_k, paged=True, softcap=cap,
                                                     num_sms=num_sms, page_size=ps, sm90_opts=opts, alibi=al,
+                                                    window_span=span,
                                                     **({"variant": var, "variant_spills": vsp} if var is not None
                                                        else {}))
                         if pv is not None:
                             specs += [pv.long.attention, pv.short.attention, pv.short.combine]
-            elif pg and max_q > heuristics.short_query_tokens(hq, 8):
+            elif pg and max_q > heuristics.short_query_tokens(hq, kvh):
                 # a paged call with long queries takes the fused mixed-batch launch (decide.use_fused)
-                mkw = dict(num_heads_q=hq, num_heads_kv=8, mask="causal" if causal else "none", layout=layout,
+                mkw = dict(num_heads_q=hq, num_heads_kv=kvh, mask=mask, layout=layout,
                            max_seqlen_k=max_k, paged=True, softcap=cap, num_sms=num_sms)
                 fv = heuristics.choose_fused(arch, dtype, int(head_dim), int(head_dim), **mkw)
+                mkw["window_span"] = span   # (the sm_80 fused kernel takes none: decide)
                 if fv is not None:
                     specs += [fv.scheduler, fv.fused, fv.combine]
                 for ps in ((*page_sizes, 0) if arch == "sm_90a" else ()):  # sm_90a: the Hopper fused launch

@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from ..kernels.spec import HEAD_DIMS
+from ..kernels.spec import HEAD_DIMS, MAX_WINDOW
 
 DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 #: FP8 K/V cache dtypes (``AttentionSpec.kv_dtype``): k and v in one of these with 16-bit queries;
@@ -26,8 +26,6 @@ KV_FP8_DTYPES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 #: tensor-core variant (``AttentionSpec.fp8_mma``) the GEMMs read q as it is; the other kernels get
 #: q converted exactly to the output dtype first (one elementwise pass over q).
 Q_FP8_DTYPES = {torch.float8_e4m3fn: "e4m3"}
-#: Largest finite sliding-window side (tokens): the kernels add it to positions in 32-bit ints.
-MAX_WINDOW = 1 << 30
 LAYOUTS = ("soa", "aos")
 #: Environment variable that turns on the host checks of the length and page values (syncs).
 CHECK_INPUTS_ENV = "KERNELGEN_CHECK_INPUTS"
