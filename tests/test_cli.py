@@ -241,9 +241,9 @@ def test_warmup_kv_heads_cover_a_tensor_parallel_shard():
         warmup_specs("sm_80", kv_heads=(0,), **kw)
 
 
-def test_warmup_window_flag(tmp_path, monkeypatch):
-    """``kernelgen warmup --window 4096,128`` hands warmup the local-mask kernels too, ``--kv-heads 8,1``
-    the calls of both head counts; a bad value is a usage error."""
+def _capture_warmup(monkeypatch) -> dict:
+    """Replaces ``cli.warmup`` (no compiling): the specs ``kernelgen warmup`` hands it land in the
+    returned dict's "specs"."""
     seen = {}
 
     def fake_warmup(specs, root, jobs=None, progress=True, desc="warmup"):
@@ -251,6 +251,13 @@ def test_warmup_window_flag(tmp_path, monkeypatch):
         return 0, len(seen["specs"])
 
     monkeypatch.setattr(cli, "warmup", fake_warmup)
+    return seen
+
+
+def test_warmup_window_flag(tmp_path, monkeypatch):
+    """``kernelgen warmup --window 4096,128`` hands warmup the local-mask kernels too, ``--kv-heads 8,1``
+    the calls of both head counts; a bad value is a usage error."""
+    seen = _capture_warmup(monkeypatch)
     base = ["warmup", "--arch", "sm_90a", "--head-dim", "64", "--dtype", "bf16", "--layout", "soa", "--causal",
             "--cache-dir", str(tmp_path)]
     assert cli.main(base) == 0
@@ -275,13 +282,7 @@ def test_warmup_kv_dtype_flag_lists_fp8_specs_and_nvrtc_compiles_one(tmp_path, c
     plus its FP8 variants (kv_dtype set; the Hopper kernel's and the sm_80 mainloop's); without the flag none;
     NVRTC builds one (an FP8 paged decode kernel for sm_90a) into the cache; a bad value is a usage
     error."""
-    seen = {}
-
-    def fake_warmup(specs, root, jobs=None, progress=True, desc="warmup"):
-        seen["specs"] = list(specs)
-        return 0, len(seen["specs"])
-
-    monkeypatch.setattr(cli, "warmup", fake_warmup)
+    seen = _capture_warmup(monkeypatch)
     base = ["warmup", "--arch", "sm_90a", "--serving", "--head-dim", "128", "--dtype", "bf16", "--layout", "soa",
             "--causal", "--cache-dir", str(tmp_path)]
     assert cli.main(base) == 0

@@ -52,49 +52,35 @@ class UsageError(Exception):
     """A bad command-line value; main() prints it and exits 2."""
 
 
-def _page_sizes(value: str) -> list:
-    """--page-size: positive ints, comma-separated, duplicates dropped."""
+def _int_list(value: str, what: str, low: int, high: int | None = None) -> list:
+    """A comma-separated list of ints in [low, high] (``what`` names one in errors), duplicates dropped."""
     items = []
     for raw in (x.strip() for x in value.split(",")):
         if not raw:
             continue
-        if not raw.isdigit() or int(raw) < 1:
-            raise argparse.ArgumentTypeError(f"page size {raw!r} is not a positive int")
+        if not raw.isdigit() or int(raw) < low or (high is not None and int(raw) > high):
+            bound = f"an int >= {low}" if high is None else f"an int in [{low}, {high}]"
+            raise argparse.ArgumentTypeError(f"{what} {raw!r} is not {bound}")
         if int(raw) not in items:
             items.append(int(raw))
     if not items:
-        raise argparse.ArgumentTypeError("empty page size list")
+        raise argparse.ArgumentTypeError(f"empty {what} list")
     return items
+
+
+def _page_sizes(value: str) -> list:
+    """--page-size: positive ints (tokens a page)."""
+    return _int_list(value, "page size", 1)
 
 
 def _kv_heads(value: str) -> list:
-    """--kv-heads: positive ints, comma-separated, duplicates dropped."""
-    items = []
-    for raw in (x.strip() for x in value.split(",")):
-        if not raw:
-            continue
-        if not raw.isdigit() or int(raw) < 1:
-            raise argparse.ArgumentTypeError(f"KV head count {raw!r} is not a positive int")
-        if int(raw) not in items:
-            items.append(int(raw))
-    if not items:
-        raise argparse.ArgumentTypeError("empty KV head list")
-    return items
+    """--kv-heads: positive ints."""
+    return _int_list(value, "KV head count", 1)
 
 
 def _windows(value: str) -> list:
-    """--window: left windows in tokens, non-negative ints, comma-separated, duplicates dropped."""
-    items = []
-    for raw in (x.strip() for x in value.split(",")):
-        if not raw:
-            continue
-        if not raw.isdigit() or int(raw) > MAX_WINDOW:
-            raise argparse.ArgumentTypeError(f"window {raw!r} is not an int in [0, {MAX_WINDOW}] (tokens)")
-        if int(raw) not in items:
-            items.append(int(raw))
-    if not items:
-        raise argparse.ArgumentTypeError("empty window list")
-    return items
+    """--window: left windows in tokens, ints in [0, MAX_WINDOW]."""
+    return _int_list(value, "window", 0, MAX_WINDOW)
 
 
 def _csv_list(value: str, allowed, what: str, convert=str) -> list:
