@@ -34,6 +34,21 @@ PHASE_HINTS = {
 }
 
 
+def _ints(values, name: str, low: int, high, what: str) -> tuple:
+    """``values`` as Python ints in [low, high] (any integral type but bool; duplicates dropped),
+    else ValueError naming ``name`` and the offending value."""
+    out = []
+    for raw in values:
+        try:
+            v = None if isinstance(raw, bool) else operator.index(raw)
+        except TypeError:
+            v = None
+        if v is None or v < low or (high is not None and v > high):
+            raise ValueError(f"{name}: each must be {what}, got {raw!r}")
+        out.append(v)
+    return tuple(dict.fromkeys(out))
+
+
 def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, True), layouts=LAYOUTS,
                  phases=("prefill",), gqas=(1,), paged=(False,), softcap: bool = False, num_sms: int = 132,
                  page_sizes=(16,), settings: Settings | None = None, alibi: bool = False,
@@ -111,28 +126,10 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
     for kv in kv_dtypes:
         if kv not in KV_DTYPES:
             raise ValueError(f"kv_dtypes: each must be one of {KV_DTYPES}, got {kv!r}")
-    heads = []
-    for raw in kv_heads:
-        try:
-            h = operator.index(raw) if not isinstance(raw, bool) else None
-        except TypeError:
-            h = None
-        if h is None or h < 1:
-            raise ValueError(f"kv_heads: each must be an int >= 1, got {raw!r}")
-        heads.append(h)
-    kv_heads = tuple(dict.fromkeys(heads))
-    spans = []
-    for raw in windows:
-        try:
-            w = operator.index(raw) if not isinstance(raw, bool) else None
-        except TypeError:
-            w = None
-        if w is None or not 0 <= w <= MAX_WINDOW:
-            raise ValueError(f"windows: each must be an int in [0, {MAX_WINDOW}] (a left window in tokens), got "
-                             f"{raw!r}")
-        spans.append(w)
+    kv_heads = _ints(kv_heads, "kv_heads", 1, None, "an int >= 1")
+    spans = _ints(windows, "windows", 0, MAX_WINDOW, f"an int in [0, {MAX_WINDOW}] (a left window in tokens)")
     # (mask, window_span): the masks of ``causals``, then a causal sliding window of each left size
-    masks = [("causal" if c else "none", -1) for c in causals] + [("local", w) for w in dict.fromkeys(spans)]
+    masks = [("causal" if c else "none", -1) for c in causals] + [("local", w) for w in spans]
     caps = (False, True) if softcap else (False,)
     auto_pack = settings.sm90_pack_gqa is None and heuristics.SM90_PACK_GQA is None
     alibis = (False, True) if alibi else (False,)
