@@ -19,7 +19,9 @@ d 64, causal / not), ``dense_causal_h256`` / ``dense_h256`` (2 x 16 x 4096, d 25
 ``varlen_trace`` (``prefill_varlen_trace``: the causal trace batch, 32 / 8 heads, d 128), ``chunked_p16`` (4 chunks of 2048 on 8192
 keys, pages of 16, 32/8 heads; ``chunked_p64`` / ``chunked_p128`` on pages of 64 / 128, ``chunked_packed``
 kernelgen on the same keys gathered into packed K/V, FA3's input), ``decode_b32_tp8`` (32 Mooncake decodes, 8/1 heads, pages of
-16), ``decode_b128`` (128 Mooncake decodes, 32/8 heads, pages of 16); ``fp8_causal_16k``, ``fp8_causal_h64``,
+16), ``decode_b128`` (128 Mooncake decodes, 32/8 heads, pages of 16), ``decode_b128_tp8`` (the same on 8/1 heads),
+``decode_long`` / ``decode_long_tp8`` (``decode_long_b8_128k``: 8 x 131072 keys, pages of 16; ``--impl cudnn`` runs
+torch SDPA's cuDNN backend on them), ``decode_azure`` (``decode_azure_b128_paged16``); ``fp8_causal_16k``, ``fp8_causal_h64``,
 ``fp8_causal_h256``: the causal dense shapes with q, k and v in e4m3 (per-tensor descales; FA3's FP8
 forward, kernelgen's FP8 tensor-core variant); ``fp8_causal_16k_gqa`` / ``fp8_dense_4k_gqa``: the FP8
 bench entries' shapes (1 x 16384 causal / 4 x 4096 non-causal, 32 / 8 heads, d 128); ``fp8_gemma2_4k``:
@@ -40,9 +42,14 @@ SHAPES = ("dense_causal_16k", "dense_4k", "dense_causal_h64", "dense_causal_h256
           "dense_causal_gqa", "dense_causal_h96", "dense_causal_h192", "dense_causal_h192x128", "varlen_trace",
           "chunked_p16", "chunked_p64",
           "chunked_p128", "chunked_packed", "decode_b32_tp8",
-          "decode_b128", "fp8_causal_16k", "fp8_causal_16k_gqa", "fp8_dense_4k_gqa", "fp8_gemma2_4k", "fp8_causal_h64",
+          "decode_b128", "decode_b128_tp8", "decode_long", "decode_long_tp8", "decode_azure", "fp8_causal_16k", "fp8_causal_16k_gqa", "fp8_dense_4k_gqa", "fp8_gemma2_4k", "fp8_causal_h64",
           "fp8_causal_h256", "gptoss_causal_16k",
           "gptoss_softcap_16k")
+
+
+#: The decode shapes' bench batches (``suites.decode_contexts``); ``*_tp8``: llama3-70b-tp8's 8 / 1 heads.
+DECODE_BENCH_SHAPES = {"decode_b32": "decode_trace_b32_paged16", "decode_b128": "decode_trace_b128_paged16",
+                       "decode_long": "decode_long_b8_128k", "decode_azure": "decode_azure_b128_paged16"}
 
 
 def build(shape: str, impl: str, dtype: str = "bf16"):
@@ -122,9 +129,8 @@ def build(shape: str, impl: str, dtype: str = "bf16"):
         qlens, klens = [qn] * b, [kn] * b
         page = 16 if shape == "chunked_packed" else int(shape[len("chunked_p"):])
     else:
-        m = PRESETS["llama3-70b-tp8" if shape == "decode_b32_tp8" else "llama3-8b"]
-        klens = suites.decode_contexts(settings, "decode_trace_b32_paged16" if shape == "decode_b32_tp8"
-                                       else "decode_trace_b128_paged16")
+        m = PRESETS["llama3-70b-tp8" if shape.endswith("_tp8") else "llama3-8b"]
+        klens = suites.decode_contexts(settings, DECODE_BENCH_SHAPES[shape.replace("_tp8", "")])
         qlens, page = [1] * len(klens), 16
     assert isinstance(m, ModelPreset)
     q, kc, vc, pt, used, cu_q = suites.paged_batch(qlens, klens, m, page, seed=7, dtype=dtype)
@@ -138,12 +144,15 @@ def build(shape: str, impl: str, dtype: str = "bf16"):
     if impl == "fa4":
         return peers.fa4(q, kc, vc, True, cu_q=cu_q, max_q=mq, max_k=mk, page_table=pt, seqused_k=used)().fn
     k, v, cu_k = gather_paged(kc, vc, pt, used)
+    if impl == "cudnn":   # torch SDPA's cuDNN backend on the gathered cache viewed dense (uniform contexts only)
+        return suites.decode_sdpa_builders(q, k, v, klens, m)["cudnn_sdpa"]().fn
     return peers.fa3(q, k, v, True, cu_q=cu_q, cu_k=cu_k, max_q=mq, max_k=mk)().fn
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--impl", choices=("kernelgen", "fa3", "fa4"), default="kernelgen")
+    ap.add_argument("--impl", choices=("kernelgen", "fa3", "fa4", "cudnn"), default="kernelgen",
+                    help="cudnn: torch SDPA's cuDNN backend, decode shapes of uniform contexts (decode_long*)")
     ap.add_argument("--shapes", default=",".join(SHAPES), help="comma list (default: all)")
     ap.add_argument("--warm", type=int, default=3)
     ap.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16", help="the 16-bit shapes' dtype")
