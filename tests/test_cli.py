@@ -212,6 +212,27 @@ def test_cli_md_counts_the_window_kernels_serving_warmup_adds_on_sm90a():
     assert (int(m.group(2)), int(m.group(1)), int(m.group(3))) == (n[0], n[1] - n[0], n[2] - n[0])
 
 
+def test_install_and_cli_docs_count_the_serving_and_fp8_kernels():
+    """docs/install.md and docs/cli.md state how many kernels `--serving` builds for sm_90a and how many
+    `--kv-dtype e4m3` adds (sm_90a and sm_80); a user's review found install.md's counts stale (794 and
+    320 where the CLI built 898 and 706): both pages now say what ``warmup_specs`` lists."""
+    import re
+
+    from kernelgen.selection.catalog import warmup_specs
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    kw = dict(phases=["prefill", "chunked", "decode"], gqas=[1, 4, 8], paged=[False, True])
+    n = {arch: [len(warmup_specs(arch, kv_dtypes=k, **kw)) for k in ((), ("e4m3",))] for arch in ("sm_90a", "sm_80")}
+    install = (docs / "install.md").read_text()
+    m = re.search(r"serving engine can hit \((\d+) kernels for `sm_90a`.*?`--kv-dtype e4m3` \(or `e5m2`, or both\): "
+                  r"(\d+) more kernels of the serving shapes for `sm_90a` \((\d+) for\s+`sm_80`\)", install, re.S)
+    assert m is not None
+    assert [int(g) for g in m.groups()] == [n["sm_90a"][0], n["sm_90a"][1] - n["sm_90a"][0], n["sm_80"][1] - n["sm_80"][0]]
+    m = re.search(r"`--serving --kv-dtype e4m3` adds (\d+) kernels for `sm_90a` \((\d+) for `sm_80`\)",
+                  (docs / "cli.md").read_text())
+    assert m is not None and [int(g) for g in m.groups()] == [n["sm_90a"][1] - n["sm_90a"][0], n["sm_80"][1] - n["sm_80"][0]]
+
+
 def test_warmup_kv_heads_cover_a_tensor_parallel_shard():
     """``kv_heads`` (``kernelgen warmup --kv-heads``): a llama3-70b shard on 8 GPUs (8 query heads, 1 KV
     head) splits a paged chunked prefill that 8 KV heads would not, on sm_90a packed (pack-GQA, paged,
@@ -447,6 +468,27 @@ def test_warmup_dir_made_untrusted_during_the_run(tmp_path, monkeypatch):
         assert list(root.iterdir()) == []
     finally:
         os.chmod(root, 0o700)
+
+
+def test_cache_verify_names_an_untrusted_directory_and_the_fix(tmp_path, capsys):
+    """A user's review: on a world-writable cache directory verify reported "bad entries remain (run
+    verify --repair)", and --repair "not repaired", neither saying why.  Now both exit 1 with one line
+    naming the directory, the reason and the fix; after chmod 700 the entries verify ok."""
+    d = tmp_path / "kc"
+    assert cli.main(["warmup", "--arch", "sm_80", "--head-dim", "64", "--dtype", "bf16", "--causal",
+                     "--layout", "soa", "--jobs", "1", "--cache-dir", str(d)]) == 0
+    capsys.readouterr()
+    os.chmod(d, 0o777)
+    try:
+        for extra in ([], ["--repair"]):
+            assert cli.main(["cache", "verify", "--cache-dir", str(d), *extra]) == 1
+            out, err = capsys.readouterr()
+            assert out == "" and f"cache directory {d} is not trusted" in err
+            assert "writable by group/other users" in err and f"chmod 700 {d}" in err
+    finally:
+        os.chmod(d, 0o700)
+    assert cli.main(["cache", "verify", "--cache-dir", str(d)]) == 0
+    assert ": 2 ok, 0 bad" in capsys.readouterr().out
 
 
 def test_cache_commands(tmp_path, capsys):
@@ -813,6 +855,22 @@ def test_gpu_commands_without_gpu_say_the_prefix_once(capsys, monkeypatch, comma
     err = capsys.readouterr().err
     assert err.startswith(f"kernelgen {command}: error: needs a CUDA GPU (none found")
     assert err.count("kernelgen") == 1 and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--pad-to", "4", "--batch", "8"], "--pad-to (4) must be >= --batch (8)"),
+    (["--heads", "32/7"], "--heads must look like 32/8 (query heads a positive multiple of KV heads), got '32/7'"),
+    (["--heads", "32"], "--heads must look like 32/8"),
+    (["--trace", "/nope/missing.csv"], "--trace /nope/missing.csv: "),
+])
+def test_compare_layouts_reports_a_bad_flag_before_asking_for_a_gpu(capsys, monkeypatch, flags, message):
+    """A user's review: without a GPU every bad flag printed only "needs a CUDA GPU", hiding the input
+    error until the command ran on a GPU machine; now the flag's error comes first, exit 2."""
+    _stub_gpu(monkeypatch, False)
+    assert cli.main(["compare-layouts", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kernelgen compare-layouts: error: {message}"), err
+    assert "CUDA GPU" not in err and err.count("\n") == 1
 
 
 def test_no_message_says_sm80_or_newer():

@@ -192,7 +192,7 @@ MATRIX = [
     ("k-head_dim-unlike-q", False, lambda a: a.update(k=torch.zeros(12, 2, 128, dtype=BF16, device=a["q"].device)),
      ValueError, "k", "head_dim 128 must equal q head_dim 64"),
     ("v-heads-unlike-k", False, _map("v", lambda x: torch.zeros(x.shape[0], 4, x.shape[2], dtype=x.dtype, device=x.device)),
-     ValueError, "v", "must have shape (12, 2, 'head_dim_v') like k"),
+     ValueError, "v", "must have shape (12, 2, head_dim_v) like k"),
     ("paged-v-page_size-unlike-k", True, _map("v", lambda x: x[:, :8]), ValueError, "v", "like k"),
     # cu_seqlens: wrong length, empty
     ("cu_seqlens_k-longer", False, _map("cu_seqlens_k", lambda x: torch.zeros(4, dtype=I32, device=x.device)),

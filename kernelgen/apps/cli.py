@@ -141,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kernelgen",
         description="JIT-generated CUDA attention kernels: pre-warm and inspect the kernel cache, "
-                    "check the setup, run the demo.",
+                    "check the setup, run the demo, compare the scheduler-metadata layouts, benchmark "
+                    "against the peers.",
     )
     parser.add_argument("--version", action="version", version=f"kernelgen {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -487,7 +488,8 @@ def _fmt_table(headers, rows) -> str:
 def cmd_cache(args) -> int:
     """``kernelgen cache path|list|verify|clear``; verify returns 1 while bad entries remain, and
     list, verify and clear return 1 (one error line, nothing done) when the cache directory is a
-    file, or for clear and verify --repair not writable."""
+    file, or for clear and verify --repair not writable; verify too when the directory is not
+    trusted (writable by other users or not the user's: the line says why and how to fix it)."""
     cache = _cache(args.cache_dir)
     action = args.cache_command
     if action == "path":
@@ -520,6 +522,12 @@ def cmd_cache(args) -> int:
         print(f"{len(entries)} entries, {total / 1024:.1f} KB in {cache.root}")
         return 0
     if action == "verify":
+        why = cache.unsafe_reason()
+        if why:   # every entry would count as bad and --repair could not help: say why, and the fix
+            print(f"kernelgen cache verify: error: cache directory {cache.root} is not trusted ({why}): "
+                  f"kernelgen neither loads from nor writes to it; make it owner-only (chmod 700 {cache.root}) "
+                  "or choose another with --cache-dir", file=sys.stderr)
+            return 1
         fates: dict = {}
         report = cache.verify(repair=args.repair, outcomes=fates)
         bad = list(report.get("bad", []))
@@ -682,10 +690,16 @@ def cmd_demo(args) -> int:
 def cmd_compare_layouts(args) -> int:
     """``kernelgen compare-layouts``: see ``compare_layouts`` (1 when a padded replay was wrong, or
     when the cache directory is a file or not writable)."""
+    from .compare_layouts import check_arguments, parse_heads
     from .demo import has_cuda_gpu
 
+    try:   # a bad flag is reported first, GPU or not (main() prefixes "kernelgen compare-layouts: error: ")
+        parse_heads(args.heads)
+        check_arguments(args.trace, args.batch, args.pad_to, args.head_dim)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     if not has_cuda_gpu():
-        raise UsageError("needs a CUDA GPU (none found)")  # main() prefixes "kernelgen compare-layouts: error: "
+        raise UsageError("needs a CUDA GPU (none found)")
     if not _command_cache_ok("compare-layouts", args.cache_dir):
         return 1
     from .compare_layouts import main_args

@@ -51,6 +51,35 @@ def trace_batch(rows, batch: int, max_len: int = 4096) -> tuple[list, list]:
     return lq, lk
 
 
+def parse_heads(text: str) -> tuple[int, int]:
+    """``--heads Q/KV`` as (query heads, KV heads); ValueError naming the flag unless Q is a positive
+    multiple of a positive KV."""
+    hq, sep, hkv = str(text).partition("/")
+    try:
+        heads = (int(hq), int(hkv))
+    except ValueError:
+        heads = None
+    if not sep or heads is None or heads[1] < 1 or heads[0] < 1 or heads[0] % heads[1]:
+        raise ValueError(f"--heads must look like 32/8 (query heads a positive multiple of KV heads), got {text!r}")
+    return heads
+
+
+def check_arguments(trace=None, batch: int = 64, pad_to: int | None = None, head_dim: int = 128) -> list:
+    """The checks of ``compare``'s arguments that need no GPU, so that the command reports a bad flag
+    before it asks for a GPU: ValueError naming ``--batch``, ``--pad-to``, ``--head-dim`` or
+    ``--trace``.  Returns the trace's rows (``traces.load_trace``)."""
+    if batch < 1:
+        raise ValueError(f"--batch must be >= 1, got {batch}")
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"--head-dim must be one of {HEAD_DIMS}, got {head_dim}")
+    if pad_to is not None and pad_to < batch:
+        raise ValueError(f"--pad-to ({pad_to}) must be >= --batch ({batch})")
+    try:
+        return traces.load_trace(trace)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--trace {trace}: {e}") from None
+
+
 def _cu(lengths, device):
     import torch
 
@@ -71,15 +100,11 @@ def compare(layouts=("soa", "aos"), trace=None, batch: int = 64, pad_to: int | N
     from .reference import attention_reference, tolerance
     from .timing import time_cuda
 
+    rows = check_arguments(trace, batch, pad_to, head_dim)
     if not torch.cuda.is_available():
         raise RuntimeError("compare-layouts needs a CUDA GPU")
-    if head_dim not in HEAD_DIMS:
-        raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {head_dim}")
     hq, hkv = heads
     pad_to = batch if pad_to is None else pad_to
-    if pad_to < batch:
-        raise ValueError(f"--pad-to ({pad_to}) must be >= --batch ({batch})")
-    rows = traces.load_trace(trace)
     lq, lk = trace_batch(rows, batch)
     dev = torch.device("cuda", torch.cuda.current_device())
     g = torch.Generator(device=dev).manual_seed(seed)
@@ -156,11 +181,10 @@ def main_args(args) -> int:
     """CLI entry: args from cli.py's compare-layouts parser.  ``--json PATH`` writes the results
     to PATH besides printing the table, ``--json -`` prints them instead of the table;
     ``--cache-dir`` sets the kernel cache of the run."""
-    hq, _, hkv = args.heads.partition("/")
     try:
-        heads = (int(hq), int(hkv))
-    except ValueError:
-        print(f"kernelgen compare-layouts: --heads must look like 32/8, got {args.heads!r}", file=sys.stderr)
+        heads = parse_heads(args.heads)
+    except ValueError as e:
+        print(f"kernelgen compare-layouts: error: {e}", file=sys.stderr)
         return 2
     if getattr(args, "cache_dir", None) is not None:
         from ..jit.cache import set_cache_dir

@@ -150,7 +150,8 @@ def varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
     if dk != d:
         raise ValueError(f"k head_dim {dk} must equal q head_dim {d}")
     if tuple(v.shape[:-1]) != tuple(k.shape[:-1]):
-        raise ValueError(f"v must have shape {tuple(k.shape[:-1]) + ('head_dim_v',)} like k, got {tuple(v.shape)}")
+        raise ValueError(f"v must have shape ({', '.join(map(str, k.shape[:-1]))}, head_dim_v) like k, "
+                         f"got {tuple(v.shape)}")
     dv = v.shape[-1]
     if d not in HEAD_DIMS:
         raise ValueError(f"q head_dim must be one of {HEAD_DIMS}, got {d}")
