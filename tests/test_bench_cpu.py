@@ -1347,6 +1347,20 @@ def test_fp16_and_new_dense_entries_prewarm_their_own_kernels():
     assert {(s.head_dim, s.head_dim_v, s.mask) for s in attn} == {(96, 96, "causal")}
 
 
+def test_fp8_entries_prewarm_their_fp8_kernels():
+    """The FP8 entries (fp8_entry: an e4m3 cache with a bf16 q, and q, k and v in e4m3 on the prefill
+    shapes) pre-compile their FP8 kernels, not only the bf16 call's (they used to compile on the
+    device during the run); the non-causal 4 x 4k entry lists non-causal kernels."""
+    st = suites.Settings()
+    defs = {d.name: d for d in suites.registry(["prefill", "decode"], resolve_models(["llama3-8b"]), ("all",))}
+    for name, mask in (("fp8_prefill_causal_s16k", "causal"), ("fp8_prefill_s4k_b4", "none")):
+        attn = [s for s in defs[name].specs(st, "sm_90a", 132) if s.kind == "attention"]
+        assert {(s.kv_dtype, s.fp8_mma) for s in attn} == {("", False), ("e4m3", False), ("e4m3", True)}, name
+        assert {s.mask for s in attn} == {mask} and {s.mainloop for s in attn} == {"sm90a"}
+    attn = [s for s in defs["fp8_decode_b128_paged16"].specs(st, "sm_90a", 132) if s.kind == "attention"]
+    assert {s.kv_dtype for s in attn} == {"", "e4m3"} and all(s.paged and s.split for s in attn)
+
+
 def test_bench_cli_passes_dtype(monkeypatch):
     from kernelgen.apps import demo
 

@@ -441,11 +441,11 @@ def _gather(entry, kc, vc, pt, used):
 
 
 def _variants(arch, num_sms, model: ModelPreset, max_q, max_k, paged, layouts=("soa", "aos"), causal=True,
-              alibi=False, sinks=False, dtype: str = "bf16"):
+              alibi=False, sinks=False, dtype: str = "bf16", kv_dtype: str = "", q_dtype: str = ""):
     """Kernel specs varlen_attention would use for a preset's call (selection.decide's single-launch rule).
     ``alibi``: the ALiBi variants (``AttentionSpec.alibi``); ``sinks``: also the sink variants of the
     attention and combine kernels (``AttentionSpec.sinks``, ``CombineSpec.sinks``: a single-class
-    call with ``sinks=``)."""
+    call with ``sinks=``); ``kv_dtype`` / ``q_dtype``: an FP8 cache / an FP8 q ("e4m3")."""
     import dataclasses
 
     from ...selection import heuristics, validation
@@ -456,7 +456,7 @@ def _variants(arch, num_sms, model: ModelPreset, max_q, max_k, paged, layouts=("
         v = heuristics.choose(arch, dtype, model.head_dim, model.head_dim_v, num_heads_q=model.num_heads_q,
                               num_heads_kv=model.num_heads_kv, mask=mask, layout=layout, max_seqlen_q=max_q,
                               max_seqlen_k=max_k, paged=paged, softcap=model.softcap > 0, num_sms=num_sms,
-                              alibi=alibi)
+                              alibi=alibi, kv_dtype=kv_dtype, q_dtype=q_dtype)
         specs = [v.scheduler, v.attention] + ([v.combine] if v.combine is not None else [])
         out += specs
         if sinks:
@@ -1765,9 +1765,14 @@ def _specs_sinks(model, which):
         else:
             q = k = SINKS_PREFILL_TOKENS
             paged, layouts = False, ("soa",)
-        out = _variants(arch, num_sms, model, q, k, paged, layouts=layouts)
+        causal = not which.endswith("_prefill_s4k_b4")
+        out = _variants(arch, num_sms, model, q, k, paged, layouts=layouts, causal=causal)
         if alibi or sinks:
-            out += _variants(arch, num_sms, model, q, k, paged, layouts=layouts, sinks=sinks, alibi=alibi)
+            out += _variants(arch, num_sms, model, q, k, paged, layouts=layouts, causal=causal, sinks=sinks, alibi=alibi)
+        if which.startswith("fp8_"):   # fp8_entry's FP8 calls: an e4m3 cache with a bf16 q (prefill too: FP8 q)
+            for qd in (("", "e4m3") if not paged else ("",)):
+                out += _variants(arch, num_sms, model, q, k, paged, layouts=layouts, causal=causal, kv_dtype="e4m3",
+                                 q_dtype=qd)
         return out
     return specs
 
