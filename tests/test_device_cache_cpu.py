@@ -140,6 +140,9 @@ def test_bench_specs_derive_without_a_gpu():
     specs = dc._bench_specs()
     assert specs and all(s.arch == "sm_90a" for s in specs)
     assert any(s.kind == "attention" for s in specs) and any(s.kind == "scheduler" for s in specs)
+    # each preset's single-shape entries too (the bench run with --model PRESET): gpt-oss's and gemma2's FP8 prefill
+    fp8 = {(s.head_dim, s.fp8_mma) for s in specs if s.kind == "attention" and s.kv_dtype and s.mainloop == "sm90a"}
+    assert {(64, True), (128, True), (256, True)} <= fp8
 
 
 def test_gpu_check_unpacks_a_carried_archive_before_warming():

@@ -72,14 +72,18 @@ def nvrtc() -> list | None:
 
 
 def _bench_specs() -> list:
-    """The kernels ``kernelgen bench`` prewarms for every suite, preset and dtype on an H200."""
+    """The kernels ``kernelgen bench`` prewarms for every suite, preset and dtype on an H200: with every
+    preset at once, and with each one first (``--model PRESET``: the single-shape entries, sinks_*,
+    alibi_*, variant_*, fp8_*, mixed_*, take the first preset's heads)."""
     sys.path.insert(0, str(ROOT))
     from kernelgen.apps.bench import SUITES
     from kernelgen.apps.bench import suites as S
     from kernelgen.apps.bench.models import resolve_models
 
     specs = []
-    for d in S.registry(list(SUITES), resolve_models(["all"]), S.DTYPES):
+    every = resolve_models(["all"])
+    defs = [d for models in [every] + [[m] for m in every] for d in S.registry(list(SUITES), models, S.DTYPES)]
+    for d in defs:
         if d.specs is not None:
             try:
                 specs += d.specs(S.Settings(), ARCH, NUM_SMS)
