@@ -3,7 +3,7 @@
 # the profiles docs/dev/issue23_account.md still lacks.  1: ncu of the long decodes (llama3-8b and tp8, 8 x 128k) and
 # the 128-request batches, kernelgen against FA3 and cuDNN (memory sections: DRAM throughput, L2, sectors a request);
 # 2: mixed_timeline.py on the three mixed batches at the default 44 decode CTAs (prefill_only / decode_only / serial alone too; each class's SM-time, the tail);
-# 3: decode_profile.py (per-kernel times of the decode calls) for both presets.
+# 3: the decode split granularity of the fused launch on two mixed batches; 4: decode_profile.py (per-kernel times).
 set -u
 W=$OUT/w; mkdir -p $W
 ( sleep 560; cd $OUT && tar -czf w.tgz w ) & WD=$!
@@ -23,12 +23,17 @@ prof kernelgen 120 decode_long,decode_long_tp8,decode_b128,decode_b128_tp8,decod
 prof fa3 210 decode_long,decode_long_tp8,decode_b128,decode_b128_tp8,decode_azure
 prof cudnn 250 decode_long,decode_long_tp8
 for c in bench long short; do
-  T=$(( 460 - SECONDS )); [ $T -gt 40 ] || break
+  T=$(( 420 - SECONDS )); [ $T -gt 40 ] || break
   timeout $T python3 benchmarks/experiments/mixed_timeline.py --case $c --short-ctas 44 --runs 3 \
     --json $W/timeline_$c.json > $W/timeline_$c.log 2>&1; echo "timeline $c rc $? at $SECONDS" >> $W/rc.txt
 done
+# the short class's split granularity (its scheduler's num_ctas) x 0.5 / 1 / 2 on the two batches that leave most of
+# serial on the table (tails of the decode tiles); interleaved, outputs compared with serial's
+T=$(( 520 - SECONDS ))
+[ $T -gt 40 ] && { timeout $T python3 benchmarks/experiments/mixed_sweep.py --cases short,bench --short-ctas 44 \
+  --granularity 0.5,1,2 --rounds 3 --json $W/granularity.json > $W/granularity.log 2>&1; echo "granularity rc $? at $SECONDS" >> $W/rc.txt; }
 for m in llama3-8b llama3-70b-tp8; do
-  T=$(( 540 - SECONDS )); [ $T -gt 20 ] || break
+  T=$(( 550 - SECONDS )); [ $T -gt 20 ] || break
   timeout $T python3 benchmarks/experiments/decode_profile.py --model $m --json $W/decode_profile_$m.json \
     > $W/decode_profile_$m.log 2>&1; echo "decode_profile $m rc $? at $SECONDS" >> $W/rc.txt
 done
