@@ -290,9 +290,25 @@ def variant_specs() -> list:
                         if x is not None]
             out += _choose("bf16", 128, hq=32, hkv=8, causal=causal, max_q=max_q, max_k=max_k, paged=True,
                            page_size=16, mainloop="sm80", variant=code)
-        if name in ("t5_bias", "prefix_lm"):   # the decode plan (no page size: gathered rows on Hopper)
+        # the captured plans (no page size: gathered rows on Hopper): decode, automatic and 4 splits, and mixed
+        for n in (0, 4):
             out += _choose("bf16", 128, hq=32, hkv=8, causal=causal, max_q=1, max_k=2048, paged=True,
-                           mainloop=None, variant=code)
+                           mainloop=None, num_splits=n, variant=code)
+        pv = heuristics.choose_pair(ARCH, "bf16", 128, 128, num_heads_q=32, num_heads_kv=8,
+                                    mask="causal" if causal else "none", max_seqlen_q=256, max_seqlen_k=2048,
+                                    paged=True, sm90_opts=_opts(), variant=code)
+        if pv is not None:
+            out += [x for x in (pv.long.scheduler, pv.long.attention, pv.short.attention, pv.short.combine)
+                    if x is not None]
+    # test_kv_range_skips_the_key_blocks_outside_it: prefill and paged decode, both mainloops, splits 0 / 3
+    from kernelgen.front.variant import Variant
+
+    narrow = Variant(mask_mod="true", kv_range="kv_lo = kg_max(kv_lo, 128); kv_hi = kg_min(kv_hi, 256);").code
+    for mainloop, n in itertools.product(("sm90a", "sm80"), (0, 3)):
+        out += _choose("bf16", 128, hq=16, hkv=4, causal=False, max_q=500, max_k=700, num_splits=n,
+                       mainloop=mainloop, variant=narrow)
+        out += _choose("bf16", 128, hq=16, hkv=4, causal=False, max_q=1, max_k=1367, paged=True, page_size=16,
+                       num_splits=n, mainloop=mainloop, variant=narrow)
     return out
 
 

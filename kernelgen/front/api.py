@@ -185,7 +185,8 @@ def varlen_attention(
             exactly to q's dtype in shared memory: on an H200 prefill-shaped calls TMA can load
             take the Hopper kernel (its producer warps convert), the others the sm_80 mainloop
             (``arch="sm_90a"`` raises ValueError for ALiBi, a user variant or pages TMA cannot
-            box); a mixed prefill + decode batch runs as one class (no fused launch).  Non-finite or negative factors raise ValueError under
+            box); a paged mixed prefill + decode batch takes the Hopper fused kernel on an H200 (the classes
+            in turn above head dim 128), the sm_80 fused kernel elsewhere.  Non-finite or negative factors raise ValueError under
             ``KERNELGEN_CHECK_INPUTS=1`` only (the values are not read otherwise).
         q_descale: an FP8 q (``torch.float8_e4m3fn``, with FP8 k/v): None (factor 1) or a float32
             tensor shaped as ``k_descale`` (``(batch, num_heads_kv)`` or broadcasting to it):

@@ -104,7 +104,8 @@ def _varlen_attention_impl(
     (total_k, Hkv, d) or paged (num_pages, page_size, Hkv, d); int32 cu_seqlens (batch + 1,),
     seqused_k (batch,), page_table (batch, max_pages_per_seq); lengths in tokens), with
     ``window_size`` given as ``window_left, window_right`` and no ``out``; ``sinks`` float32
-    (Hq,) attention sinks or None (applied as an LSE rescale after the kernels);
+    (Hq,) attention sinks or None (in the attention and combine kernels of a single-class call, as an
+    LSE rescale after the kernels of a mixed batch);
     ``alibi_slopes`` float32 (Hq,) or (batch, Hq) ALiBi slopes or None (FlashAttention-2's
     convention, see :func:`kernelgen.varlen_attention`); ``k_descale`` / ``v_descale`` float32
     (batch, Hkv) or broadcastable descale factors of an FP8 k/v cache, or None; ``q_descale``

@@ -13,8 +13,7 @@ classes in turn; the sm_80 fused kernel forced onto sm_80),
 per-tensor and absent descales, new descale values read by a repeated (graph-launched) call, and
 an ``AttentionPlan(kv_dtype=)`` captured in a CUDA graph and replayed with new inputs and new descale
 values written in place (padded batches).  Outputs and LSE are NaN-poisoned; rows past the batch
-must stay unwritten.  Written without a GPU
-(the session that added FP8 had none): the first GPU run of this branch must run it."""
+must stay unwritten.  Part of the GPU suite (tools/gpu_check.sh) on the H200."""
 import numpy as np
 import pytest
 import torch

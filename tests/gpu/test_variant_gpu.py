@@ -7,8 +7,9 @@ kv_range, and a prefix-LM mask (``causal=False`` plus mask_mod, with a kv_range)
 prefill, paged decode (automatic and forced split-KV), a mixed prefill + decode step (the classes
 in turn on sm_90a, one class elsewhere: no fused kernel takes a variant), on the Hopper mainloop
 (sm_90a) and the sm_80 one (forced ``arch=``); pack-GQA decode (the head of each packed row); rows
-whose keys are all masked (out 0, lse -inf, through the split-KV combine too); a decode
-AttentionPlan captured in a CUDA graph and replayed with new tensor values; and a never-seen
+whose keys are all masked (out 0, lse -inf, through the split-KV combine too); a too-narrow
+kv_range (the key blocks outside it skipped); every example in AttentionPlans (decode, decode with
+forced splits, mixed) captured in a CUDA graph and replayed with new tensor values; and a never-seen
 variant's first call (the sm_80 kernel while the Hopper kernel builds) and the call after
 ``kernelgen.wait_for_compiles()`` (the Hopper kernel).  Outputs and LSE are
 NaN-poisoned; tolerances from ``reference.tolerance``.
@@ -277,31 +278,83 @@ def test_fully_masked_rows(arch, num_splits):
     assert torch.isneginf(lse[:, 1]).all() and torch.all(o[1] == 0)
 
 
-@pytest.mark.parametrize("name", ["t5_bias", "prefix_lm"])
-def test_plan_graph_replays_with_new_tensor_values(name):
-    """A paged decode AttentionPlan with a variant, captured in a CUDA graph and replayed with new
-    lengths and new values in the variant's same tensors (a new bias table; new prefix lengths):
-    the kernels read them at replay.  Rows past the batch stay NaN."""
+@pytest.mark.parametrize("num_splits", [0, 3])
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("shape", ["prefill", "decode"])
+def test_kv_range_skips_the_key_blocks_outside_it(shape, arch, num_splits):
+    """``kv_range`` is a promise (docs/variants.md): key blocks outside [kv_lo, kv_hi) are not loaded.
+    A deliberately too-narrow range, [128, 256) for every tile, with a mask_mod that keeps every key:
+    the output is attention over keys 128-255 only (128 is a block edge of every tile, 16 to 128
+    keys), not over all keys; so the blocks outside the range were skipped, on both mainloops, with
+    and without split-KV (a split left without blocks gives an empty partial)."""
+    arch = _arch(arch)
+    hq, hkv, d = 16, 4, 128
+    var = kernelgen.Variant(mask_mod="true", kv_range="kv_lo = kg_max(kv_lo, 128); kv_hi = kg_min(kv_hi, 256);")
+
+    def in_range(batch, head, q_idx, kv_idx, q_len, kv_len):
+        return (kv_idx >= 128) & (kv_idx < 256)
+
+    if shape == "prefill":
+        qlens, klens = [300, 77, 500], [700, 400, 500]
+        q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, 11)
+        o, lse = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), return_lse=True, arch=arch,
+                                            num_splits=num_splits, variant=var)
+    else:
+        qlens, klens = [1] * 12, [300 + 97 * i for i in range(12)]
+        q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, hq, hkv, d, d, 16, seed=12)
+        o, lse = kernelgen.varlen_attention(q, kc, vc, cu_q, None, 1, max(klens), seqused_k=used, page_table=pt,
+                                            return_lse=True, arch=arch, num_splits=num_splits, variant=var)
+        k, v, cu_k = gather_paged(kc, vc, pt, used)
+    torch.cuda.synchronize()
+    assert "_var" in prepared().attn.name
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=False, mask_mod=in_range)
+    check(o, lse, ref, ref_lse, BF16)
+    full, _ = attention_reference(q, k, v, cu_q, cu_k, causal=False)
+    assert (o.double() - full.to(BF16).double()).abs().max() > 0.05   # not the attention over every key
+
+
+#: The captured plans of ``test_plan_graph_replays_with_new_tensor_values``: (max_seqlen_q, num_splits).
+GRAPH_PLANS = {"decode": (1, 0), "decode_split4": (1, 4), "mixed": (256, 0)}
+
+
+@pytest.mark.parametrize("kind", list(GRAPH_PLANS))
+@pytest.mark.parametrize("name", X.EXAMPLES)
+def test_plan_graph_replays_with_new_tensor_values(name, kind):
+    """Each example in an AttentionPlan captured in a CUDA graph and replayed with new lengths and new
+    values in the variant's same tensors (new slopes, bias table, document ids, prefix lengths): the
+    kernels read them at replay.  decode: a paged decode plan (automatic splits); decode_split4: the
+    same with four forced splits (the combine after the variant's partials); mixed: a mixed prefill
+    + decode plan (two requests of 5-249 query tokens, the classes in turn on sm_90a).  A tensor
+    sized by the step's keys (the document ids) is allocated for the plan's capacity and each step
+    writes its prefix, as a serving engine would.  Rows past the batch stay NaN."""
     hq, hkv, d, ps, cap = 32, 8, 128, 16, 16
     max_ctx = 2048
-    kc, vc, q, cu_q, used, pt, out, lse = plan_buffers(cap, cap, hq, hkv, d, ps, max_ctx, cache_seed=21)
-    var, _, _, causal = make(name, hq, [1] * cap, [max_ctx] * cap, seed=5)
+    max_q, splits = GRAPH_PLANS[kind]
+    decode = max_q == 1
+    max_tq = cap if decode else 640
+    kc, vc, q, cu_q, used, pt, out, lse = plan_buffers(cap, max_tq, hq, hkv, d, ps, max_ctx, cache_seed=21)
+    var, _, _, causal = make(name, hq, [1] * cap, [max_ctx] * cap, seed=5)   # capacity-sized tensors
     plan = AttentionPlan(max_batch=cap, num_heads_q=hq, num_heads_kv=hkv, head_dim=d, dtype=BF16,
-                         max_total_q=cap, max_seqlen_q=1, max_seqlen_k=max_ctx, paged=True, causal=causal,
-                         variant=var)
-    assert all(s.variant == var.code for s in plan.recipe.specs if getattr(s, "kind", "") == "attention")
+                         max_total_q=max_tq, max_seqlen_q=max_q, max_seqlen_k=max_ctx, paged=True, causal=causal,
+                         num_splits=splits, variant=var)
+    attn = [s for s in plan.recipe.specs if getattr(s, "kind", "") == "attention"]
+    assert attn and all(s.variant == var.code for s in attn)
+    if splits:
+        assert any(s.split for s in attn)
     rng = np.random.default_rng(17)
 
     def new_step(seed):
-        batch, lq, ctx = draw_lengths(rng, cap, max_ctx, ctx_high=max_ctx - 1)
+        batch, lq, ctx = draw_lengths(rng, cap, max_ctx, prefill=not decode, ctx_high=max_ctx - 256)
         write_lengths(rng, lq, ctx, cu_q, used, pt)
-        q.copy_(torch.randn(cap, hq, d, device="cuda").to(BF16))
+        q.copy_(torch.randn(max_tq, hq, d, device="cuda").to(BF16))
         fresh, sm, mm, _ = make(name, hq, list(lq), list(ctx), seed=seed)   # new values, same tensors
         for tname, t in var.tensors.items():
-            t.copy_(fresh.tensors[tname])
+            f = fresh.tensors[tname].reshape(-1)
+            assert f.numel() <= t.numel(), (tname, f.numel(), t.numel())
+            t.reshape(-1)[: f.numel()].copy_(f)
         out.fill_(float("nan"))
         lse.fill_(float("nan"))
-        return batch, sm, mm
+        return batch, int(lq.sum()), sm, mm
 
     def run():
         plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out, lse=lse)
@@ -309,13 +362,13 @@ def test_plan_graph_replays_with_new_tensor_values(name):
     new_step(100)
     graph = capture(run)                           # warm (validate, prepare, compile; the fast path), capture
     for i in range(3):
-        batch, sm, mm = new_step(200 + i)
+        batch, tq, sm, mm = new_step(200 + i)
         replay(graph)
         k, v, cu_k = gather_paged(kc, vc, pt[:batch], used[:batch])
-        ref, ref_lse = attention_reference(q[:batch], k, v, cu_q[: batch + 1], cu_k, causal=causal, score_mod=sm,
+        ref, ref_lse = attention_reference(q[:tq], k, v, cu_q[: batch + 1], cu_k, causal=causal, score_mod=sm,
                                            mask_mod=mm)
-        check(out[:batch], lse[:, :batch], ref, ref_lse, BF16)
-        assert torch.isnan(out[batch:]).all()
+        check(out[:tq], lse[:, :tq], ref, ref_lse, BF16)
+        assert torch.isnan(out[tq:]).all()
 
 
 def _row_part_forms(hq, kmax):
