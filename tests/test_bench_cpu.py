@@ -34,6 +34,8 @@ REQUIRED = {
     "alibi_prefill_causal_s16k", "alibi_decode_b128_paged16",
     "variant_alibi_prefill_causal_s16k", "variant_alibi_float_prefill_causal_s16k", "variant_softcap_prefill_causal_s16k",
     "variant_softcap_approx_prefill_causal_s16k", "variant_compile_first_call",
+    "variant_example_t5_bias_prefill_causal_s16k", "variant_example_document_mask_prefill_causal_s16k",
+    "variant_example_prefix_lm_prefill_causal_s16k",
 }
 ROOFS = {"copy_tbps": 4.0, "bf16_matmul_tflops": 800.0}
 
@@ -1345,6 +1347,20 @@ def test_fp16_and_new_dense_entries_prewarm_their_own_kernels():
     assert {(s.head_dim, s.head_dim_v, s.dtype) for s in attn} == {(192, 128, "bf16")}
     attn = [s for s in defs["prefill_dense_causal_h96_s4k"].specs(st, "sm_90a", 132) if s.kind == "attention"]
     assert {(s.head_dim, s.head_dim_v, s.mask) for s in attn} == {(96, 96, "causal")}
+
+
+def test_variant_example_entries_are_registered_with_their_plain_kernels():
+    """The T5-bias, document-mask and prefix-LM examples' cost entries (docs/variants.md's table) run in
+    the prefill suite for the first preset, prewarm the plain causal kernels they are timed against,
+    and name a document set of exactly the 16k request."""
+    st = suites.Settings()
+    defs = {d.name: d for d in suites.registry(["prefill"], resolve_models(["llama3-8b"]), ("bf16",))}
+    for which in suites.VARIANT_EXAMPLE_ENTRIES:
+        attn = [s for s in defs[which].specs(st, "sm_90a", 132) if s.kind == "attention"]
+        assert attn and all(s.mask == "causal" and s.variant is None for s in attn), which
+    assert sum(suites.VARIANT_EXAMPLE_DOCUMENTS) == suites.SINKS_PREFILL_TOKENS
+    with pytest.raises(ValueError, match="unknown variant example entry"):
+        suites.variant_example_entry(st, "variant_example_nope_prefill_causal_s16k", resolve_models(["llama3-8b"])[0])
 
 
 def test_fp8_entries_prewarm_their_fp8_kernels():

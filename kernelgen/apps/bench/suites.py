@@ -1043,6 +1043,62 @@ def _plain(model: ModelPreset) -> ModelPreset:
     return replace(model, softcap=0.0, window=0, sinks=False, alt_window=0)
 
 
+#: The cost entries of the variant examples without a built-in twin (docs/variants.md's table):
+#: ``kernelgen.apps.variant_examples``' T5 bias, document mask (with its kv_range) and prefix-LM mask.
+VARIANT_EXAMPLE_ENTRIES = ("variant_example_t5_bias_prefill_causal_s16k",
+                           "variant_example_document_mask_prefill_causal_s16k",
+                           "variant_example_prefix_lm_prefill_causal_s16k")
+#: ``variant_example_document_mask_*``: the request's documents (tokens; 16384 in all).
+VARIANT_EXAMPLE_DOCUMENTS = (1024, 3072, 2048, 4096, 6144)
+#: ``variant_example_prefix_lm_*``: the bidirectional prefix (tokens).
+VARIANT_EXAMPLE_PREFIX = 4096
+
+
+def variant_example_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
+    """What a variant example costs against the plain causal call, on one request of 16384 tokens with
+    the first preset's heads (``VARIANT_EXAMPLE_ENTRIES``): the T5-style bucketed bias from a (heads,
+    32) table (causal), the document mask over ``VARIANT_EXAMPLE_DOCUMENTS`` with its kv_range
+    (causal: the blocks outside a tile's documents skipped), the prefix-LM mask with a prefix of
+    ``VARIANT_EXAMPLE_PREFIX`` tokens (``causal=False`` plus the mask, its kv_range up to the
+    diagonal or the prefix).  The two calls are timed as interleaved CUDA-graph replays: ``us`` the
+    variant, ``us_plain`` the plain causal call, ``variant_ratio`` = us / us_plain;
+    ``visible_pairs_ratio``: the (query, key) pairs the variant keeps over the causal call's, so that
+    a ratio below 1 reads as skipped work (the document mask) and one above it as more work (the
+    prefix's upper triangle); ``variant_kernel``: the attention kernel it ran.  No peer: FA3 takes no
+    user variant; FA4's and FlexAttention's are measured on the ALiBi and soft-cap entries."""
+    torch = _torch()
+    if which not in VARIANT_EXAMPLE_ENTRIES:
+        raise ValueError(f"unknown variant example entry {which!r}")
+    from ..variant_examples import document_ids, document_mask, prefix_lm, t5_bias, t5_buckets
+    from ...jit.background import wait_for_compiles
+    m = _plain(model)
+    name = which[len("variant_example_"):-len("_prefill_causal_s16k")]
+    make_call, e, rows, io = _cost_inputs(settings, which, m, f"the {name} example vs the plain causal call")
+    n = io["max_q"]
+    outs = [torch.empty(rows, m.num_heads_q, m.head_dim_v, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    causal = True
+    if name == "t5_bias":
+        g = torch.Generator(device="cuda").manual_seed(23)
+        variant = t5_bias(torch.randn(m.num_heads_q, 32, generator=g, device="cuda") * 2, t5_buckets().cuda())[0]
+        pairs = n * (n + 1) // 2
+    elif name == "document_mask":
+        assert sum(VARIANT_EXAMPLE_DOCUMENTS) == n
+        variant = document_mask(*document_ids([list(VARIANT_EXAMPLE_DOCUMENTS)]))[0]
+        pairs = sum(d * (d + 1) // 2 for d in VARIANT_EXAMPLE_DOCUMENTS)
+    else:
+        p = VARIANT_EXAMPLE_PREFIX
+        variant, causal = prefix_lm(torch.tensor([p], dtype=torch.int32, device="cuda"))[0], False
+        pairs = n * (n + 1) // 2 + p * (p - 1) // 2
+    e["visible_pairs_ratio"] = pairs / (n * (n + 1) // 2)
+    calls = {SWITCH_BASE: make_call(outs[0]), "kernelgen_variant": make_call(outs[1], variant=variant, causal=causal)}
+    calls["kernelgen_variant"]()   # the first call may run the sm_80 kernel while the Hopper one builds
+    wait_for_compiles()
+    calls["kernelgen_variant"]()
+    e["variant_kernel"] = _last_attention_kernel()
+    _with_without(settings, e, calls, outs, "kernelgen_variant", "us_plain", "variant_ratio")
+    return e
+
+
 def variant_prefill_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
     """A user score_mod (``kernelgen.Variant``, JIT-compiled into the attention kernel) against the
     same modification built in, on one causal request of 16384 tokens with the first preset's
@@ -1869,6 +1925,10 @@ def registry(suites, models: list[ModelPreset], dtypes=DEFAULT_DTYPES) -> list[E
                 for which in VARIANT_PREFILL_ENTRIES:
                     out.append(EntryDef(entry_name(which, m), "prefill", m.name,
                                         lambda st, w=which, m=m: variant_prefill_entry(st, w, m),
+                                        _specs_sinks(m, which)))
+                for which in VARIANT_EXAMPLE_ENTRIES:
+                    out.append(EntryDef(entry_name(which, m), "prefill", m.name,
+                                        lambda st, w=which, m=m: variant_example_entry(st, w, m),
                                         _specs_sinks(m, which)))
 
     if "compile" in suites:
