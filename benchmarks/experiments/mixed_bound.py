@@ -38,15 +38,16 @@ COPY_TBPS = 4.28
 
 
 def bounds(batch: str, model, settings, rd_tbps: float, rp_tflops: float, per_sm: list[float],
-           measured: dict | None = None) -> dict:
+           measured: dict | None = None, kv_bytes: float = 1.0) -> dict:
     """The counted bounds of one mixed batch (see the module doc); ``measured``: the report's entry
-    (``us`` and ``peers.serial``) or None."""
+    (``us`` and ``peers.serial``) or None; ``kv_bytes``: the K/V bytes a 16-bit byte becomes (0.5: an
+    FP8 cache, ``mixed_trace_fp8``)."""
     pre_q, pre_k, dec_k = suites.mixed_lengths(settings, batch)
     flops = models.attention_flops(pre_q, pre_k, model)
-    b_dec = models.decode_bytes(dec_k, model)
+    b_dec = models.decode_bytes(dec_k, model) * kv_bytes
     b_pre = models.prefill_bytes(pre_q, pre_k, model)
     d_us = b_dec / (rd_tbps * 1e12) * 1e6
-    out = {"batch": batch, "chunks": pre_q, "decodes": len(dec_k), "decode_mean_ctx": sum(dec_k) / len(dec_k),
+    out = {"batch": batch + ("_fp8" if kv_bytes != 1.0 else ""), "chunks": pre_q, "decodes": len(dec_k), "decode_mean_ctx": sum(dec_k) / len(dec_k),
            "prefill_tflop": flops / 1e12, "decode_gb": b_dec / 1e9, "prefill_gb": b_pre / 1e9,
            "decode_alone_us": d_us, "hbm_floor_us": (b_dec + b_pre) / (COPY_TBPS * 1e12) * 1e6}
     serial = (measured or {}).get("peers", {}).get("serial")
@@ -75,6 +76,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rd", type=float, default=3.97, help="the decode call's rate alone, TB/s")
     ap.add_argument("--rp", type=float, default=600.0, help="the prefill call's rate alone, TFLOP/s (without a report)")
     ap.add_argument("--per-sm", default="73,58", help="decode tiles' GB/s an SM (comma list)")
+    ap.add_argument("--rd-fp8", type=float, default=3.67,
+                    help="the FP8-cache decode call's rate alone, TB/s in FP8 bytes (fp8_decode_b128_paged16)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     model = models.PRESETS[a.model]
@@ -85,6 +88,10 @@ def main(argv=None) -> int:
     per_sm = [float(x) for x in a.per_sm.split(",") if x]
     rows = [bounds(b, model, settings, a.rd, a.rp, per_sm, entries.get(models.entry_name(b, model)))
             for b in suites.MIXED_BATCHES]
+    # issue 24's FP8 mixed step: mixed_trace on an e4m3 cache (the decode tiles' per-SM rate in FP8 bytes
+    # taken as the 16-bit tile's: an upper bound on the FP8 tile, which also converts)
+    fp8 = entries.get(models.entry_name(suites.MIXED_FP8_ENTRY, model))
+    rows.append(bounds("mixed_trace", model, settings, a.rd_fp8, a.rp, per_sm, fp8, kv_bytes=0.5))
     cols = ["batch", "prefill_tflop", "decode_gb", "prefill_alone_us", "decode_alone_us", "serial_us", "fused_us",
             "fused_of_serial", *(f"t_wc_{r:g}_of_serial" for r in per_sm)]
     print("| " + " | ".join(cols) + " |")
