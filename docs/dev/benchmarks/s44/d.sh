@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Call D (after P2 in the same lease: FA3 is unpacked there; carry [".peers/manifest.json", ".devcache_bench"]):
+# Call D (right after P2 in the same lease: FA3 is unpacked there; carry [".peers/manifest.json", ".devcache_bench"]):
 # the profiles docs/dev/issue23_account.md still lacks.  1: ncu of the long decodes (llama3-8b and tp8, 8 x 128k) and
 # the 128-request batches, kernelgen against FA3 and cuDNN (memory sections: DRAM throughput, L2, sectors a request);
 # 2: mixed_timeline.py on the three mixed batches at the default 44 decode CTAs (prefill_only / decode_only / serial alone too; each class's SM-time, the tail);
