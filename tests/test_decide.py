@@ -73,7 +73,7 @@ def test_prefill_takes_the_hopper_kernel_on_an_h200_and_mma_sync_on_an_a100():
     r = decide.decide(sig(), H200)
     v = r.variants
     assert r.kind == "single" and v.attention.mainloop == "sm90a" and v.attention.arch == "sm_90a"
-    assert v.attention.tile == heuristics.SM90_TILE and v.attention.sm90_opts == "p" and v.combine is None
+    assert v.attention.tile == heuristics.SM90_TILE and v.attention.sm90_opts == "pt" and v.combine is None
     assert r.specs == (v.scheduler, v.attention)
     assert [(x.role, x.grid) for x in r.launches] == [("scheduler", "one"), ("attention", "persistent")]
     assert r.workspace == WorkspaceLayout(2, False, 1, 32, 4096, 128)

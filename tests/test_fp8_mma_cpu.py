@@ -433,7 +433,7 @@ def test_d64_on_160_key_blocks_compiles_without_spills_at_32_160_registers(monke
     from kernelgen.selection import heuristics
     monkeypatch.setattr(AttentionSpec, "SM90_REGS_FP8_MMA_SMALL", {8: (56, 224), 12: (32, 160)})
     a = heuristics.choose("sm_90a", "bf16", 64, 64, num_heads_q=32, num_heads_kv=8, mask=mask, max_seqlen_q=2048,
-                          max_seqlen_k=2048, kv_dtype="e4m3", q_dtype="e4m3").attention
+                          max_seqlen_k=2048, kv_dtype="e4m3", q_dtype="e4m3", sm90_opts="p").attention
     a = dataclasses.replace(a, tile=dataclasses.replace(a.tile, block_n=160))
     assert a.fp8_mma and a._sm90_regs() == {"producer_regs": 32, "consumer_regs": 160}
     res = compiler.compile_cubin(render.render(a), "sm_90a", compiler.default_options("sm_90a"), a.entry)

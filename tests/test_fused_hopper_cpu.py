@@ -44,7 +44,8 @@ DECODE_TILE = TileConfig(16, 16, 1, 2, 8)
 
 def pair(d, dv=None, *, dtype="bf16", mask="causal", paged=True, page_size=PS, softcap=False):
     """``choose_pair``'s variants for a mixed batch (32 x 8 heads, threshold 4), with the Hopper options
-    "p" (without "t", which the fused kernel's long variant drops: ``choose_fused_hopper``)."""
+    "p" (the default's without "t", which the standalone long kernel takes on packed K/V and the fused
+    kernel's long variant drops: ``choose_fused_hopper``)."""
     return heuristics.choose_pair("sm_90a", dtype, d, d if dv is None else dv, num_heads_q=HQ, num_heads_kv=HKV,
                                   mask=mask, max_seqlen_q=2048, max_seqlen_k=8192, paged=paged, short_max_q=4,
                                   page_size=page_size, softcap=softcap, sm90_opts="p")
@@ -605,14 +606,13 @@ def test_register_pool_check_guards_setmaxnreg():
 
 
 def test_the_fused_long_variant_drops_option_t():
-    """Asked for "t" (tile coordinates through shared memory), the standalone long kernel on packed
-    K/V takes it; the fused kernel's long variant is the same spec without it (its tile loop has no
-    such ring), and the spec refuses "t" naming it."""
-    kw = dict(num_heads_q=HQ, num_heads_kv=HKV, mask="causal", max_seqlen_q=2048, max_seqlen_k=8192, paged=False,
-              short_max_q=4, page_size=PS, sm90_opts="pt")
-    pv = heuristics.choose_pair("sm_90a", "bf16", 128, 128, **kw)
+    """On packed K/V the standalone long kernel takes the default options with "t" (tile coordinates
+    through shared memory); the fused kernel's long variant is the same spec without it (its tile
+    loop has no such ring), and the spec refuses "t" naming it."""
+    pv = heuristics.choose_pair("sm_90a", "bf16", 128, 128, num_heads_q=HQ, num_heads_kv=HKV, mask="causal",
+                                max_seqlen_q=2048, max_seqlen_k=8192, paged=False, short_max_q=4)
     assert pv.long.attention.sm90_opts == "pt"
-    fv = heuristics.choose_fused_hopper("sm_90a", "bf16", 128, 128, **kw)
+    fv = hopper_fused(128, paged=False)
     assert fv.fused.long.sm90_opts == "p"
     assert fv.fused.long == dataclasses.replace(pv.long.attention, sm90_opts="p", tile=fv.fused.long.tile)
     with pytest.raises(ValueError, match="takes no sm90_opts 't'"):

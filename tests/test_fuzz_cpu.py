@@ -1300,7 +1300,15 @@ def test_sanitize_cases_cover_kernel_families():
     # decode on a converted q (the FP8-cache decode kernel of the output dtype)
     fp8q = {n: c for n, c in fuzz.sanitize_cases() if c["q_fp8"]}
     assert sorted(fp8q) == ["fp8q_decode_paged_converted", "fp8q_prefill_causal_packed_gqa",
-                            "fp8q_prefill_d64_three_warpgroups"]
+                            "fp8q_prefill_d64_three_warpgroups", "fp8q_prefill_tileinfo_many_tiles"]
+    # option "t" on the FP8-cache Hopper kernels (converting, tensor-core) with more than four tiles a CTA:
+    # the producer laps the TileInfo slots
+    for name, mma in (("fp8_prefill_tileinfo_many_tiles", False), ("fp8q_prefill_tileinfo_many_tiles", True)):
+        (c,) = [c for n, c in fuzz.sanitize_cases() if n == name]
+        (s,) = [s for s in fuzz.case_specs(c, "sm_90a", 132) if s.kind == "attention"]
+        assert s.mainloop == "sm90a" and "t" in s.sm90_opts and s.kv_dtype == "e4m3" and s.fp8_mma == mma, name
+        tiles = sum(-(-n // s.tile.block_m) for n in c["qlens"]) * c["num_heads_q"] * c["num_splits"]
+        assert tiles > 4 * 132 and fuzz.case_recipe(c, "sm_90a", 132).variants.max_splits == c["num_splits"], name
     for name, c in fp8q.items():
         inp = fuzz.build_inputs(c, "meta")
         assert inp["q"].dtype == torch.float8_e4m3fn and inp["kwargs"]["q_descale"].shape == (len(c["qlens"]),

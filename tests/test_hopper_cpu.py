@@ -47,9 +47,9 @@ def test_sm90_spec_shape_and_name():
     s = sm90()
     assert s.template == "attention/fwd_sm90.cu.j2" and s.num_threads == 384
     assert s.name == "attn_sm_90a_wgmma_bf16_d128_causal_soa_m128n128w8s2b1"
-    # the dispatcher's default: ping-pong (docs/dev/perf-log.md); "t" (the tile coordinates through
-    # shared memory, docs/dev/issue22_account.md) joins it once its GPU suite has run
-    assert heuristics.SM90_OPTS == "p"
+    # the dispatcher's default: ping-pong (docs/dev/perf-log.md) and the tile coordinates through shared
+    # memory (docs/dev/issue22_account.md)
+    assert heuristics.SM90_OPTS == "pt"
     assert sm90(opts="pt").name == "attn_sm_90a_wgmma_pingpong_tileinfo_bf16_d128_causal_soa_m128n128w8s2b1"
     assert sm90(opts="hs").name == "attn_sm_90a_wgmma_pvhalves_serial_bf16_d128_causal_soa_m128n128w8s2b1"
     assert sm90(opts="pr").name == "attn_sm_90a_wgmma_pingpong_lazyrescale_bf16_d128_causal_soa_m128n128w8s2b1"
@@ -100,10 +100,8 @@ PREFILL = dict(num_heads_q=32, num_heads_kv=8, max_seqlen_q=4096, max_seqlen_k=4
 def test_automatic_choice_is_hopper_for_supported_prefill(dtype, dd, mask):
     d, dv = dd
     v = heuristics.choose("sm_90a", dtype, d, dv, mask=mask, **PREFILL)
-    assert v.attention.mainloop == "sm90a" and v.attention.sm90_opts == heuristics.SM90_OPTS
-    # asked for "t": without it above head dim 192 (the producer would spill)
-    vt = heuristics.choose("sm_90a", dtype, d, dv, mask=mask, sm90_opts="pt", **PREFILL)
-    assert vt.attention.sm90_opts == ("pt" if max(d, dv) <= 192 else "p") and vt.attention.tile == v.attention.tile
+    # the default options, without "t" above head dim 192 (the producer would spill)
+    assert v.attention.mainloop == "sm90a" and v.attention.sm90_opts == ("pt" if max(d, dv) <= 192 else "p")
     assert v.attention.tile == heuristics.sm90_tile(d, dv) == heuristics.SM90_TILES.get((d, dv), T90)
     assert v.combine is None and v.max_splits == 1 and v.scheduler.arch == "sm_90a"
 
@@ -327,7 +325,8 @@ def test_prefill_call_launches_the_hopper_kernel(fake_cuda):
     assert fake_cuda.kinds() == ["scheduler", "attention_sm90"]
     launch = fake_cuda.launches[1]
     spec = api._CALLS._last[1].attn
-    assert launch.block == (384, 1, 1) and launch.grid == (132, 1, 1) and launch.smem == sm90().smem_bytes()
+    assert launch.block == (384, 1, 1) and launch.grid == (132, 1, 1) and launch.smem == sm90(opts="pt").smem_bytes()
+    assert "_tileinfo_" in spec.name and launch.smem == sm90().smem_bytes() + AttentionSpec.SM90_TINFO_BYTES
     assert "_wgmma" in spec.name
     f = launch.fields()
     assert (f["q"], f["k"], f["v"], f["out"]) == (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr())
@@ -664,8 +663,7 @@ def test_early_next_tile_option(kw):
                                 dict(d=128, mask="causal", pack_gqa=True)],
                          ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))
 def test_tile_info_option(kw):
-    """Option "t" (1-5 % on causal prefill, docs/dev/issue22_account.md; asked for through
-    KERNELGEN_SM90_OPTS, the default once its GPU suite has run): the producer
+    """Option "t" (the dispatcher's default where it builds clean; docs/dev/issue22_account.md): the producer
     writes each tile's coordinates into shared-memory slot it & 3 before publishing its index, the
     consumers read them there at the tile start and again for the epilogue (no scheduler metadata
     from global memory) and release the index slot after the epilogue's read; 256 more bytes of
@@ -702,16 +700,17 @@ def test_tile_info_option_from_the_environment_is_dropped_where_it_does_not_appl
     assert heuristics.sm90_options(False, 0, 128, "pt", 256) == "p" and heuristics.sm90_options(False, 0, 128, "pt", 192) == "pt"
 
 
-def test_tile_info_is_dropped_where_it_would_spill():
-    """Asked for (``sm90_opts="pt"``, as KERNELGEN_SM90_OPTS passes it), "t" goes only where its kernels build without spills (NVRTC 13.0, every
+def test_tile_info_default_is_dropped_where_it_would_spill():
+    """The default options' "t" goes only where its kernels build without spills (NVRTC 13.0, every
     "t" kernel of the serving catalog, the GPU tests and fuzz seed 41: ``heuristics.sm90_tileinfo_fits``
     and ``sm90_options``): the SoA layout, not head dim 64 on pages or with a window, not packed
-    paged head dim 192 or packed paged split-KV, no FP8 cache or per-logit extra; d 64 with a window,
+    paged head dim 192 or packed paged split-KV, no per-logit extra, an FP8 cache only up to head dim 128
+    and not with a window at 128; d 64 with a window,
     forced, spills."""
     kw = dict(num_heads_q=32, num_heads_kv=8, max_seqlen_q=2048, max_seqlen_k=8192)
 
     def opts(d, mask="causal", **k):
-        return heuristics.choose("sm_90a", "bf16", d, d, mask=mask, sm90_opts="pt", **kw, **k).attention.sm90_opts
+        return heuristics.choose("sm_90a", "bf16", d, d, mask=mask, **kw, **k).attention.sm90_opts
 
     assert opts(64) == opts(96) == opts(128) == opts(192) == "pt"
     assert opts(128, paged=True, page_size=128) == opts(96, mask="local") == "pt"
@@ -723,7 +722,10 @@ def test_tile_info_is_dropped_where_it_would_spill():
     assert opts(128, mask="none", paged=True, page_size=128, pack_gqa=True, num_splits=1) == "pt"
     assert opts(192, mask="local", num_splits=4) == "p" and opts(192, mask="local", num_splits=1) == "pt"
     assert opts(128, softcap=True) == opts(128, alibi=True) == opts(256) == "p"       # extras, d 256
-    assert opts(128, kv_dtype="e4m3") == "p"                                          # an FP8 cache
+    assert opts(128, kv_dtype="e4m3") == opts(64, kv_dtype="e4m3") == opts(96, mask="local", kv_dtype="e4m3") == "pt"
+    assert opts(192, kv_dtype="e4m3") == opts(128, mask="local", kv_dtype="e4m3") == "p"   # FP8: d 192, window at 128
+    assert not heuristics.sm90_tileinfo_fits(128, 128, "soa", "local", False, False, kv_dtype="e4m3")
+    assert heuristics.sm90_tileinfo_fits(128, 128, "soa", "local", False, False)
     assert heuristics.sm90_tileinfo_fits(128, 128, "soa", "local", True, True)
     assert not heuristics.sm90_tileinfo_fits(128, 128, "soa", "none", True, True, split=True)
     assert not heuristics.sm90_tileinfo_fits(64, 64, "soa", "causal", True, False)
@@ -791,20 +793,18 @@ def test_paged_spec_options_and_registers():
     assert sm90().template_vars()["producer_regs"] == pr0
 
 
-@pytest.mark.parametrize("page_size,opts", [(128, "p"), (256, "p"), (1024, "p"), (64, "p"), (16, "p"), (8, "p"),
+@pytest.mark.parametrize("page_size,opts", [(128, "pt"), (256, "pt"), (1024, "pt"), (64, "pt"), (16, "pt"), (8, "pt"),
                                             (1, "gp"), (4, "gp"), (0, "gp"), (192, "gp"), (48, "gp"), (24, "gp")])
 def test_paged_choice_picks_the_load_path_from_the_page_size(page_size, opts):
     v = heuristics.choose("sm_90a", "bf16", 128, 128, mask="causal", paged=True, page_size=page_size, **PREFILL)
     assert v.attention.mainloop == "sm90a" and v.attention.paged and v.attention.sm90_opts == opts
     assert heuristics.sm90_options(True, page_size, 128) == opts
-    assert heuristics.sm90_options(False, page_size, 128) == "p"
-    # "t" asked for: kept with TMA boxes, dropped where the kernel would spill or does not take it
-    # (rows gathered, above head dim 192, an FP8 cache, a per-logit extra, option "e")
-    assert heuristics.sm90_options(True, page_size, 128, "pt") == ("gp" if "g" in opts else "pt")
-    assert heuristics.sm90_options(False, page_size, 128, "pt") == "pt"
-    assert heuristics.sm90_options(False, page_size, 128, "pt", max_head_dim=256) == "p"
-    assert heuristics.sm90_options(False, page_size, 128, "pt", kv_dtype="e4m3") == "p"
-    assert heuristics.sm90_options(False, page_size, 128, "pt", extras=True) == "p"
+    assert heuristics.sm90_options(False, page_size, 128) == "pt"
+    # "t" is dropped where the kernel would spill or does not take it (rows gathered, option "e")
+    assert heuristics.sm90_options(False, page_size, 128, max_head_dim=256) == "p"
+    assert heuristics.sm90_options(False, page_size, 128, max_head_dim=128, kv_dtype="e4m3") == "pt"
+    assert heuristics.sm90_options(False, page_size, 128, max_head_dim=192, kv_dtype="e4m3") == "p"
+    assert heuristics.sm90_options(False, page_size, 128, extras=True) == "p"
     assert heuristics.sm90_options(False, page_size, 128, "ept") == "ep"
 
 
@@ -888,7 +888,7 @@ def test_paged_prefill_call_launches_the_hopper_kernel(fake_cuda, page_size):
     spec = [k.spec for k in kernelgen.jit.runtime.loaded_kernels() if getattr(k.spec, "mainloop", "") == "sm90a"
             and k.spec.paged][-1]
     gather = page_size in (1, 24)
-    assert spec.sm90_opts == ("gp" if gather else "p") and "_paged" in spec.name
+    assert spec.sm90_opts == ("gp" if gather else "pt") and "_paged" in spec.name
     launch = fake_cuda.launches[1]
     assert launch.block == (384, 1, 1) and launch.smem == spec.smem_bytes()
     f = launch.fields()
@@ -1156,7 +1156,7 @@ def test_head_dim_64_call_and_plan_launch_the_192_row_tile(fake_cuda, monkeypatc
     assert api._CALLS._last[1].attn.name.endswith("_" + T192.tag)
     assert fake_cuda.kinds() == ["scheduler", "attention_sm90"]
     launch = fake_cuda.launches[1]
-    assert launch.block == (512, 1, 1) and launch.smem == sm90(d=64).smem_bytes()
+    assert launch.block == (512, 1, 1) and launch.smem == sm90(d=64, opts="pt").smem_bytes()
     assert launch.maps()[0][1:] == ((64, 8, 429), (128, 8 * 128), (64, 1, 192))
     assert launch.maps()[1][3] == (64, 1, 128)
     assert fake_cuda.launches[0].fields()["block_m"] == 192
@@ -1221,7 +1221,7 @@ def test_the_key_block_loop_advances_descriptors_instead_of_building_them(opts, 
     """issue_qk / issue_pv build each operand's wgmma descriptor once (wgmma_desc2) and advance its
     low half by one add a k step (desc_at): the d 64 causal kernel's key-block loop holds no
     descriptor bit-building (it held 25 ULOP3 and 12 USHF, 691 instructions; FlashAttention-3's 423,
-    docs/dev/fa3_d64_sass.md).  With option "t" the loop has 637 instructions (NVRTC 13.0;
+    docs/dev/fa3_d64_sass.md).  With option "t" (the default's) the loop has 637 instructions (NVRTC 13.0;
     630 without it): the same HGMMA and floating-point work, seven more integer and uniform moves
     (the tile's key range lives in other registers)."""
     spec = heuristics.choose("sm_90a", "bf16", 64, 64, num_heads_q=32, num_heads_kv=32, mask="causal",

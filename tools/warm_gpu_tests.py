@@ -460,11 +460,33 @@ def quant_q_specs() -> list:
     return out
 
 
+def sanitize_specs() -> list:
+    """tools/sanitize.sh's subset (``fuzz.sanitize_cases``, each under its own environment): the
+    kernels its plain run and the sanitizers launch (``fuzz.case_specs``)."""
+    import os
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import fuzz
+    out = []
+    for _, c in fuzz.sanitize_cases():
+        saved = {k: os.environ.get(k) for k in c.get("env", {})}
+        os.environ.update(c.get("env", {}))
+        try:
+            out += fuzz.case_specs(c, ARCH, 132)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+    return out
+
+
 #: the groups above by name (``--only``)
 GROUPS = {"head_dim": head_dim_specs, "window_softcap": window_softcap_specs,
           "paged_split_mixed": paged_split_mixed_specs, "alibi": alibi_specs, "sinks": sinks_specs,
           "variant": variant_specs, "fp8": fp8_specs, "fp8_q": fp8_q_specs, "quant_q": quant_q_specs,
-          "pack": pack_specs}
+          "pack": pack_specs, "sanitize": sanitize_specs}
 
 
 def specs(only=None) -> list:

@@ -41,10 +41,9 @@ MAINLOOPS = ("sm80", "sm90a")
 #: multiple of block_n), "e" the consumers take the next tile's index and scheduler entry before the
 #: current tile's epilogue (an experiment: not in the dispatcher's options), "t" the producer hands
 #: each tile's coordinates (TileInfo) to the consumers in shared memory beside its index, so a
-#: consumer's tile start and epilogue read no scheduler metadata from global memory (1-5 % on causal
-#: prefill, docs/dev/issue22_account.md; the dispatcher takes it where it builds without spills,
-#: ``heuristics.sm90_tileinfo_fits``, when asked, and by default once its GPU suite has run; not
-#: with "e", "g", above head dim 192 or in a fused kernel).
+#: consumer's tile start and epilogue read no scheduler metadata from global memory (the dispatcher's
+#: default where it builds without spills, 1-5 % on causal prefill: docs/dev/issue22_account.md; not with
+#: "e", "g", above head dim 192 or in a fused kernel).
 SM90_OPTS = "eghprst"
 _SM90_OPT_NAMES = {"e": "earlytile", "g": "gather", "h": "pvhalves", "p": "pingpong", "r": "lazyrescale",
                    "s": "serial", "t": "tileinfo"}

@@ -336,16 +336,15 @@ def sm90_tile(head_dim: int, head_dim_v: int, paged: bool = False, kv_dtype: str
 #: The Hopper mainloop's options (``AttentionSpec.sm90_opts``) the dispatcher uses: "p", the
 #: consumer warpgroups' GEMMs in ping-pong (two; three in turn on the 192-row tile) (H200,
 #: docs/dev/perf-log.md "Hopper path": 648 vs 580 TFLOP/s without it on the causal 16k shape; P V
-#: over the whole head dim, softmax overlapped with the next block's Q K^T).  "t" (each tile's
-#: coordinates handed from the producer to the consumers in shared memory) is measured (H200,
-#: interleaved A/B against "p" alone, docs/dev/issue22_account.md: causal d 96 0.968-0.977 of the
-#: time, d 192 0.976, 4 x 4k GQA d 128 0.976-0.982, 16k d 128 0.989-0.990, chunked on pages of 128
-#: 0.948-0.959; non-causal and pages of 64 neutral; outputs bit-identical) and becomes the default
-#: ("pt") once the GPU suite, the sanitizer and the fuzz have run with it; ``sm90_options`` and
-#: ``without_tileinfo`` drop it where the kernel does not take it or would spill.
-#: ``KERNELGEN_SM90_OPTS`` overrides the default (``Settings.sm90_opts``, passed as the choosers'
-#: ``sm90_opts``; read at call time, so tuning runs may also replace this constant), e.g. ``pt``.
-SM90_OPTS = "p"
+#: over the whole head dim, softmax overlapped with the next block's Q K^T), and "t", each tile's
+#: coordinates handed from the producer to the consumers in shared memory (H200, interleaved A/B
+#: against "p" alone, docs/dev/issue22_account.md: causal d 96 0.968-0.977 of the time, d 192 0.976,
+#: 4 x 4k GQA d 128 0.976-0.982, 16k d 128 0.989-0.990, non-causal 4k d 128 0.995-1.003; outputs
+#: bit-identical); ``sm90_options`` and ``without_tileinfo`` drop "t" where the kernel does not take it
+#: or would spill (gathered pages, head dims above 192, FP8, per-logit extras, AoS, ...; the fused kernel).  ``KERNELGEN_SM90_OPTS`` overrides it for tuning runs
+#: (``Settings.sm90_opts``, passed as the choosers' ``sm90_opts``; read at call time, so tuning runs
+#: may also replace this constant).
+SM90_OPTS = "pt"
 
 #: A paged call whose requests average at least this many query tokens (total_q / batch, known
 #: on the host without a sync) skips the fused mixed-batch launch for the Hopper path (when that
@@ -538,19 +537,20 @@ def sm90_options(paged: bool, page_size: int, block_n: int, sm90_opts: str | Non
     (``sm90_paged_tma_fits``) and the options do not ask for "g" themselves.  "t" (the default's, or
     ``KERNELGEN_SM90_OPTS``') is dropped where the kernel does not take it: with "g" or "e", above head
     dim 192 (``max_head_dim``: the larger of the call's head dims; 0 = unknown), and where its
-    registers spill (NVRTC 13.0: 16-140 bytes in FP8 kernels, ``kv_dtype``, and in soft-capped, ALiBi
-    or user-variant kernels, ``extras``)."""
+    registers spill (NVRTC 13.0): with an FP8 cache (``kv_dtype``) above head dim 128 (4 / 16 bytes at
+    192), and in soft-capped, ALiBi or user-variant kernels (``extras``: their snippet / built-in
+    comparisons would need it on both sides; docs/dev/perf-log.md "Forty-fourth session")."""
     base = SM90_OPTS if sm90_opts is None else sm90_opts
     opts = set(base) - {"g"}
     if paged and ("g" in base or not sm90_paged_tma_fits(page_size, block_n)):
         opts.add("g")
-    if "g" in opts or "e" in opts or max_head_dim > 192 or kv_dtype or extras:
+    if "g" in opts or "e" in opts or max_head_dim > (128 if kv_dtype else 192) or extras:
         opts.discard("t")
     return "".join(sorted(opts))
 
 
 def sm90_tileinfo_fits(head_dim: int, head_dim_v: int, layout: str, mask: str, paged: bool, pack: bool,
-                       split: bool = False) -> bool:
+                       split: bool = False, kv_dtype: str = "") -> bool:
     """Whether option "t" (``sm90_options``) builds without spills for a kernel of these features,
     beyond ``sm90_options``' own rules (NVRTC 13.0, every "t" kernel of the serving catalog, the GPU
     tests and fuzz seed 41 built on the CPU, docs/dev/perf-log.md "Forty-third session"): not on the
@@ -558,9 +558,13 @@ def sm90_tileinfo_fits(head_dim: int, head_dim_v: int, layout: str, mask: str, p
     on paged K/V (its 128-row paged tile: 8-28 bytes) or with a sliding window (96 bytes on the
     192-row tile), not on packed-GQA paged K/V at head dim 192 (28 bytes) or with split-KV (4 bytes
     at head dims 96 / 128), not with a window and split-KV at head dim 192 (32-60 bytes; a review's
-    survey of 366 dispatched kernels)."""
+    survey of 366 dispatched kernels); with an FP8 cache (``kv_dtype``), not with a window at head dim
+    128 (16-152 bytes in converting and tensor-core kernels; a survey of 348 FP8 "t" builds,
+    docs/dev/perf-log.md "Forty-fourth session")."""
     d = max(head_dim, head_dim_v)
     if layout != "soa":
+        return False
+    if kv_dtype and d == 128 and mask == "local":
         return False
     if d == 64 and (paged or mask == "local"):
         return False
@@ -570,9 +574,9 @@ def sm90_tileinfo_fits(head_dim: int, head_dim_v: int, layout: str, mask: str, p
 
 
 def without_tileinfo(opts: str, head_dim: int, head_dim_v: int, layout: str, mask: str, paged: bool,
-                     pack: bool, split: bool) -> str:
+                     pack: bool, split: bool, kv_dtype: str = "") -> str:
     """``opts`` without "t" where ``sm90_tileinfo_fits`` says it would spill."""
-    if "t" in opts and not sm90_tileinfo_fits(head_dim, head_dim_v, layout, mask, paged, pack, split):
+    if "t" in opts and not sm90_tileinfo_fits(head_dim, head_dim_v, layout, mask, paged, pack, split, kv_dtype):
         return opts.replace("t", "")
     return opts
 
@@ -811,7 +815,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
             if cand is not None and split and fp8_mma_tile(head_dim, head_dim_v, softcap=softcap,
                                                            local=mask == "local", split=True) is None:
                 continue   # the entry takes no split-KV: the call's usual tile (and its own split bound)
-            opts = without_tileinfo(opts, head_dim, head_dim_v, layout, mask, paged, hpack, split)
+            opts = without_tileinfo(opts, head_dim, head_dim_v, layout, mask, paged, hpack, split, kv_dtype)
             mma8 = bool(SM90_FP8_MMA and q_dtype and kv_dtype and head_dim == head_dim_v and head_dim % 64 == 0
                         and t.block_n % 32 == 0 and t.block_n >= 128)
             attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, pack_gqa=hpack, split=split,
