@@ -660,7 +660,9 @@ def test_early_next_tile_option(kw):
 @pytest.mark.parametrize("kw", [dict(d=128, mask="causal"), dict(d=64, mask="none"), dict(d=192, mask="causal"),
                                 dict(d=192, dv=128, mask="causal"), dict(d=96, mask="causal"),
                                 dict(d=128, mask="causal", paged=True, split=True), dict(d=128, mask="local", softcap=True),
-                                dict(d=128, mask="causal", pack_gqa=True)],
+                                dict(d=128, mask="causal", pack_gqa=True), dict(d=128, mask="causal", kv_dtype="e4m3"),
+                                dict(d=64, mask="none", kv_dtype="e5m2", paged=True),
+                                dict(d=96, mask="local", kv_dtype="e4m3", split=True)],
                          ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))
 def test_tile_info_option(kw):
     """Option "t" (the dispatcher's default where it builds clean; docs/dev/issue22_account.md): the producer
