@@ -448,9 +448,7 @@ def test_decider_fp8_mixed_batch_takes_the_fused_kernels():
         assert f.kind == "fused" and f.variants.fused.long.kv_dtype == f.variants.fused.short.kv_dtype == kv
         r = decide.decide(sig(kv_dtype=kv, **mixed), H200, Settings(fp8_fused=False))   # the classes in turn
         long, short = _attn_specs(r)
-        # the same variants, but for option "t" (the fused kernel's tile loop has no TileInfo ring)
-        assert long.sm90_opts == "pt" and f.variants.fused.long.sm90_opts == "p"
-        assert (f.variants.fused.long, f.variants.fused.short) == (dataclasses.replace(long, sm90_opts="p"), short)
+        assert (f.variants.fused.long, f.variants.fused.short) == (long, short)
         assert r.kind == "pair" and long.kv_dtype == short.kv_dtype == kv
         assert long.mainloop == "sm90a" and not long.split and not long.pack_gqa and long.land_stages == 2
         assert short.mainloop == "sm80" and short.tile.num_warps == 1 and short.tile.block_m == 16

@@ -13,6 +13,7 @@ and a call that ran the FP8 tensor-core variant (the fake H200's dispatch) check
 quantised as ``kernelgen.launch.quant_q.quantize_reference`` specifies, any other against the
 exact q; the prewarm (the quantisation kernel included) and the summary follow.  Also the head
 sharding of examples/tensor_parallel.py (the multi-GPU example's math, without NCCL)."""
+import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -24,6 +25,7 @@ import pytest
 import torch
 
 from kernelgen.apps.reference import attention_reference, gather_paged
+from kernelgen.selection import heuristics
 from kernelgen.selection import validation as V
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -1301,12 +1303,17 @@ def test_sanitize_cases_cover_kernel_families():
     fp8q = {n: c for n, c in fuzz.sanitize_cases() if c["q_fp8"]}
     assert sorted(fp8q) == ["fp8q_decode_paged_converted", "fp8q_prefill_causal_packed_gqa",
                             "fp8q_prefill_d64_three_warpgroups", "fp8q_prefill_tileinfo_many_tiles"]
-    # option "t" on the FP8-cache Hopper kernels (converting, tensor-core) with more than four tiles a CTA:
-    # the producer laps the TileInfo slots
+    # the FP8-cache Hopper kernels (converting, tensor-core) with more than four tiles a CTA: the producer
+    # laps its tile slots (and with option "t", heuristics.SM90_FP8_TILEINFO, the TileInfo slots)
     for name, mma in (("fp8_prefill_tileinfo_many_tiles", False), ("fp8q_prefill_tileinfo_many_tiles", True)):
         (c,) = [c for n, c in fuzz.sanitize_cases() if n == name]
         (s,) = [s for s in fuzz.case_specs(c, "sm_90a", 132) if s.kind == "attention"]
-        assert s.mainloop == "sm90a" and "t" in s.sm90_opts and s.kv_dtype == "e4m3" and s.fp8_mma == mma, name
+        assert s.mainloop == "sm90a" and s.kv_dtype == "e4m3" and s.fp8_mma == mma, name
+        assert ("t" in s.sm90_opts) == heuristics.SM90_FP8_TILEINFO, name
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(heuristics, "SM90_FP8_TILEINFO", True)
+            (st,) = [s for s in fuzz.case_specs(c, "sm_90a", 132) if s.kind == "attention"]
+            assert "t" in st.sm90_opts and st == dataclasses.replace(s, sm90_opts=st.sm90_opts), name
         tiles = sum(-(-n // s.tile.block_m) for n in c["qlens"]) * c["num_heads_q"] * c["num_splits"]
         assert tiles > 4 * 132 and fuzz.case_recipe(c, "sm_90a", 132).variants.max_splits == c["num_splits"], name
     for name, c in fp8q.items():

@@ -706,8 +706,8 @@ def test_tile_info_default_is_dropped_where_it_would_spill():
     """The default options' "t" goes only where its kernels build without spills (NVRTC 13.0, every
     "t" kernel of the serving catalog, the GPU tests and fuzz seed 41: ``heuristics.sm90_tileinfo_fits``
     and ``sm90_options``): the SoA layout, not head dim 64 on pages or with a window, not packed
-    paged head dim 192 or packed paged split-KV, no per-logit extra, an FP8 cache only up to head dim 128
-    and not with a window at 128; d 64 with a window,
+    paged head dim 192 or packed paged split-KV, no per-logit extra, an FP8 cache only with
+    ``SM90_FP8_TILEINFO`` (off), up to head dim 128 and not with a window at 128; d 64 with a window,
     forced, spills."""
     kw = dict(num_heads_q=32, num_heads_kv=8, max_seqlen_q=2048, max_seqlen_k=8192)
 
@@ -724,8 +724,11 @@ def test_tile_info_default_is_dropped_where_it_would_spill():
     assert opts(128, mask="none", paged=True, page_size=128, pack_gqa=True, num_splits=1) == "pt"
     assert opts(192, mask="local", num_splits=4) == "p" and opts(192, mask="local", num_splits=1) == "pt"
     assert opts(128, softcap=True) == opts(128, alibi=True) == opts(256) == "p"       # extras, d 256
-    assert opts(128, kv_dtype="e4m3") == opts(64, kv_dtype="e4m3") == opts(96, mask="local", kv_dtype="e4m3") == "pt"
-    assert opts(192, kv_dtype="e4m3") == opts(128, mask="local", kv_dtype="e4m3") == "p"   # FP8: d 192, window at 128
+    assert opts(128, kv_dtype="e4m3") == opts(64, kv_dtype="e4m3") == "p"               # FP8: SM90_FP8_TILEINFO off
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(heuristics, "SM90_FP8_TILEINFO", True)
+        assert opts(128, kv_dtype="e4m3") == opts(64, kv_dtype="e4m3") == opts(96, mask="local", kv_dtype="e4m3") == "pt"
+        assert opts(192, kv_dtype="e4m3") == opts(128, mask="local", kv_dtype="e4m3") == "p"   # d 192, window at 128
     assert not heuristics.sm90_tileinfo_fits(128, 128, "soa", "local", False, False, kv_dtype="e4m3")
     assert heuristics.sm90_tileinfo_fits(128, 128, "soa", "local", False, False)
     assert heuristics.sm90_tileinfo_fits(128, 128, "soa", "local", True, True)
@@ -804,8 +807,11 @@ def test_paged_choice_picks_the_load_path_from_the_page_size(page_size, opts):
     assert heuristics.sm90_options(False, page_size, 128) == "pt"
     # "t" is dropped where the kernel would spill or does not take it (rows gathered, option "e")
     assert heuristics.sm90_options(False, page_size, 128, max_head_dim=256) == "p"
-    assert heuristics.sm90_options(False, page_size, 128, max_head_dim=128, kv_dtype="e4m3") == "pt"
-    assert heuristics.sm90_options(False, page_size, 128, max_head_dim=192, kv_dtype="e4m3") == "p"
+    assert heuristics.sm90_options(False, page_size, 128, max_head_dim=128, kv_dtype="e4m3") == "p"
+    with pytest.MonkeyPatch.context() as mp:     # FP8 with "t" (SM90_FP8_TILEINFO): up to head dim 128
+        mp.setattr(heuristics, "SM90_FP8_TILEINFO", True)
+        assert heuristics.sm90_options(False, page_size, 128, max_head_dim=128, kv_dtype="e4m3") == "pt"
+        assert heuristics.sm90_options(False, page_size, 128, max_head_dim=192, kv_dtype="e4m3") == "p"
     assert heuristics.sm90_options(False, page_size, 128, extras=True) == "p"
     assert heuristics.sm90_options(False, page_size, 128, "ept") == "ep"
 

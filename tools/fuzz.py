@@ -1356,9 +1356,10 @@ def sanitize_cases() -> list:
             seed=119, dtype="bf16", head_dim=128, head_dim_v=128, num_heads_q=8, num_heads_kv=2,
             qlens=[130, 0, 60], klens=[130, 9, 260], causal=True, mask="causal", pad_rows=2, kv_dtype="e4m3",
             quantize_q=True)),
-        # option "t" on the FP8-cache Hopper kernels (the converting one for a bf16 q, the FP8
-        # tensor-core one for an e4m3 q): (2 + 1 + 1) 128-row tiles x 64 heads x 3 splits = 768 tiles on
-        # 132 CTAs, so each CTA's producer laps the four TileInfo slots (racecheck of the slot reuse)
+        # the FP8-cache Hopper kernels (the converting one for a bf16 q, the FP8 tensor-core one for an
+        # e4m3 q): (2 + 1 + 1) 128-row tiles x 64 heads x 3 splits = 768 tiles on 132 CTAs, so each CTA's
+        # producer laps its tile slots (and the four TileInfo slots with option "t",
+        # heuristics.SM90_FP8_TILEINFO; racecheck clean with it, H200, forty-fifth session)
         ("fp8_prefill_tileinfo_many_tiles", case(
             seed=125, dtype="bf16", head_dim=128, head_dim_v=128, num_heads_q=64, num_heads_kv=8,
             qlens=[130, 60, 5], klens=[1000, 700, 600], num_splits=3, causal=True, mask="causal", kv_dtype="e4m3")),

@@ -10,7 +10,8 @@
 # variants at head dims 64 and 128 (ALiBi on kg_abs plus a per-key tensor read by kv_idx; the
 # distance's float copy used non-linearly and as an index).  And a bf16 q quantised on the device
 # (quantize_q=True) for the d 128 FP8 tensor-core kernel, which reads its factors past q.  And 768 tiles on
-# 132 CTAs on the FP8-cache kernels with option "t" (a bf16 q and an e4m3 q): the TileInfo slots lapped.
+# 132 CTAs on the FP8-cache kernels (a bf16 q and an e4m3 q): the tile slots lapped (the TileInfo slots too
+# with heuristics.SM90_FP8_TILEINFO).
 # Zero-length requests and rows past the last request are in most of them.
 #
 # Usage: OUT=/tmp/out bash tools/sanitize.sh        (logs and sanitize.json go to $OUT, default ./gpu_out)

@@ -64,6 +64,8 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates
     os.environ["KERNELGEN_TIERED_COMPILE"] = "0"
     table[(d, d)] = tile
     heuristics.SM90_OPTS = opts
+    saved_fp8_t = heuristics.SM90_FP8_TILEINFO   # "t" on the FP8 paths' kernels when their options ask for it
+    heuristics.SM90_FP8_TILEINFO = path in ("fp8q", "kv8") and "t" in opts
     from kernelgen.jit import runtime
     saved_loaded, saved_tdir = dict(runtime._loaded), render.templates_dir
     fresh = bool(defines or templates or reload)
@@ -96,6 +98,7 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates
     try:
         return fn()
     finally:
+        heuristics.SM90_FP8_TILEINFO = saved_fp8_t
         AttentionSpec.SM90_REGS_FP8 = saved_regs
         AttentionSpec.SM90_REGS_FP8_MMA_SMALL = saved_small
         table.clear()

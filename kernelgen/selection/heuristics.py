@@ -340,11 +340,23 @@ def sm90_tile(head_dim: int, head_dim_v: int, paged: bool = False, kv_dtype: str
 #: coordinates handed from the producer to the consumers in shared memory (H200, interleaved A/B
 #: against "p" alone, docs/dev/issue22_account.md: causal d 96 0.968-0.977 of the time, d 192 0.976,
 #: 4 x 4k GQA d 128 0.976-0.982, 16k d 128 0.989-0.990, non-causal 4k d 128 0.995-1.003; outputs
-#: bit-identical); ``sm90_options`` and ``without_tileinfo`` drop "t" where the kernel does not take it
-#: or would spill (gathered pages, head dims above 192, FP8, per-logit extras, AoS, ...; the fused kernel).  ``KERNELGEN_SM90_OPTS`` overrides it for tuning runs
+#: bit-identical; the default since its GPU suite, sanitizer and fuzz ran green, forty-fifth session);
+#: ``sm90_options`` and ``without_tileinfo`` drop "t" where the kernel does not take it or would spill
+#: (gathered pages, head dims above 192, FP8 caches unless ``SM90_FP8_TILEINFO``, per-logit extras,
+#: AoS, ...; the fused kernel).  ``KERNELGEN_SM90_OPTS`` overrides it for tuning runs
 #: (``Settings.sm90_opts``, passed as the choosers' ``sm90_opts``; read at call time, so tuning runs
 #: may also replace this constant).
 SM90_OPTS = "pt"
+
+#: Option "t" on the FP8-cache kernels (head dims up to 128, not with a window at 128:
+#: ``sm90_options``, ``sm90_tileinfo_fits``): they build without spills and ran the GPU suite, the
+#: sanitizer (768 tiles on 132 CTAs) and the fuzz green with it (H200, forty-fifth session), but the
+#: one bench run with it had the FP8 prefill entries at d 64 / 128 2-3 % further behind FA3 FP8 than
+#: the report's earlier run without it (0.968 against 1.002 on causal 16k d 128, 0.951 against 0.983
+#: on gpt-oss's d 64; d 256, which has no "t", unchanged), where the 16-bit A/B predicted 1-2 %
+#: faster.  Off until an interleaved A/B (``benchmarks/experiments/tile_ab.py``, configurations
+#: ``fp8q:...:p`` against ``fp8q:...:pt``, which set this) says it pays.
+SM90_FP8_TILEINFO = False
 
 #: A paged call whose requests average at least this many query tokens (total_q / batch, known
 #: on the host without a sync) skips the fused mixed-batch launch for the Hopper path (when that
@@ -537,14 +549,15 @@ def sm90_options(paged: bool, page_size: int, block_n: int, sm90_opts: str | Non
     (``sm90_paged_tma_fits``) and the options do not ask for "g" themselves.  "t" (the default's, or
     ``KERNELGEN_SM90_OPTS``') is dropped where the kernel does not take it: with "g" or "e", above head
     dim 192 (``max_head_dim``: the larger of the call's head dims; 0 = unknown), and where its
-    registers spill (NVRTC 13.0): with an FP8 cache (``kv_dtype``) above head dim 128 (4 / 16 bytes at
-    192), and in soft-capped, ALiBi or user-variant kernels (``extras``: their snippet / built-in
+    registers spill (NVRTC 13.0): with an FP8 cache (``kv_dtype``) unless ``SM90_FP8_TILEINFO`` and
+    never above head dim 128 (4 / 16 bytes at 192), and in soft-capped, ALiBi or user-variant kernels (``extras``: their snippet / built-in
     comparisons would need it on both sides; docs/dev/perf-log.md "Forty-fourth session")."""
     base = SM90_OPTS if sm90_opts is None else sm90_opts
     opts = set(base) - {"g"}
     if paged and ("g" in base or not sm90_paged_tma_fits(page_size, block_n)):
         opts.add("g")
-    if "g" in opts or "e" in opts or max_head_dim > (128 if kv_dtype else 192) or extras:
+    if "g" in opts or "e" in opts or max_head_dim > (128 if kv_dtype else 192) or extras \
+            or (kv_dtype and not SM90_FP8_TILEINFO):
         opts.discard("t")
     return "".join(sorted(opts))
 
