@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -265,3 +267,33 @@ def test_api_md_names_every_parameter_of_the_warmup_functions():
         assert m is not None, qual
         named = [p.split("=")[0].strip() for p in m.group(1).split(",")]
         assert named == list(inspect.signature(fn).parameters), (qual, named)
+
+
+def test_warm_gpu_tests_sanitize_group_builds_each_case_under_its_environment(monkeypatch):
+    """The ``sanitize`` group: the kernels of tools/sanitize.sh's subset, each case's kernels chosen
+    under its own ``env`` (pack-GQA on the Hopper prefill kernel, the fused launch's decode-first CTAs),
+    the process environment restored after; the FP8 cases with more tiles than CTAs among them."""
+    sys.path.insert(0, str(REPO / "tools"))
+    try:
+        import fuzz
+        import warm_gpu_tests
+    finally:
+        sys.path.pop(0)
+    monkeypatch.delenv("KERNELGEN_SM90_PACK_GQA", raising=False)
+    monkeypatch.delenv("KERNELGEN_MIXED_SHORT_CTAS", raising=False)
+    specs = set(warm_gpu_tests.specs(["sanitize"]))
+    assert "KERNELGEN_SM90_PACK_GQA" not in os.environ and "KERNELGEN_MIXED_SHORT_CTAS" not in os.environ
+    cases = dict(fuzz.sanitize_cases())
+    for name in ("hopper_pack_gqa_paged16_split", "fp8_prefill_tileinfo_many_tiles", "fp8q_prefill_tileinfo_many_tiles"):
+        c = cases[name]
+        with fuzz.case_environment(c.pop("env", {})):
+            want = set(fuzz.case_specs(c, "sm_90a", 132))
+        assert want and want <= specs, name
+    # the paged split case packs its GQA heads only under its KERNELGEN_SM90_PACK_GQA=1
+    c = dict(fuzz.sanitize_cases())["hopper_pack_gqa_paged16_split"]
+    c.pop("env")
+    (plain,) = [s for s in fuzz.case_specs(c, "sm_90a", 132) if s.kind == "attention"]
+    (packed,) = [s for s in specs if s.kind == "attention" and s.pack_gqa and s.paged and s.split
+                 and s.mainloop == "sm90a" and s.head_dim == 128 and s.dtype == "fp16"]
+    assert not plain.pack_gqa and packed == dataclasses.replace(plain, pack_gqa=True, tile=packed.tile,
+                                                                 sm90_opts=packed.sm90_opts)

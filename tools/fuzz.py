@@ -72,6 +72,7 @@ query rows, ``MAX_KV_TOKENS`` stored keys, ``MAX_REF_ELEMS`` float64 logits for 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -1497,22 +1498,29 @@ def run_variant_reads(device="cuda", head_dims=(64, 128)) -> dict:
     return {"ok": not errors, "errors": errors, "unwritten_rows": 0}
 
 
+@contextlib.contextmanager
+def case_environment(env: dict):
+    """The process environment with a sanitize case's ``env`` overrides (read where the case's
+    kernels are chosen and loaded), restored after."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def run_sanitize_subset(device="cuda", log=print) -> dict:
     """Run the fixed tiny cases once each (inputs from the device's generator, reference on the
     CPU, so the GPU runs almost only kernelgen's kernels).  Returns {"ok", "cases": {...}}."""
     results = {}
     for name, case in sanitize_cases():
-        env = case.pop("env", {})
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)  # read when the call's kernels are loaded (its first run)
-        try:
+        with case_environment(case.pop("env", {})):   # read when the call's kernels are loaded (its first run)
             r = run_case(case, device, poison=True, reference_device="cpu")
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
         results[name] = {"ok": r["ok"], "errors": r["errors"], "max_err": r["max_err"], "fp8_mma": r["fp8_mma"],
                          "quantized": r["quantized"], "kernel": r["kernel"]}
         how = (" (FP8 tensor-core bounds" + (", q quantised)" if r["quantized"] else ")")) if r["fp8_mma"] else ""

@@ -463,22 +463,12 @@ def quant_q_specs() -> list:
 def sanitize_specs() -> list:
     """tools/sanitize.sh's subset (``fuzz.sanitize_cases``, each under its own environment): the
     kernels its plain run and the sanitizers launch (``fuzz.case_specs``)."""
-    import os
-
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import fuzz
     out = []
     for _, c in fuzz.sanitize_cases():
-        saved = {k: os.environ.get(k) for k in c.get("env", {})}
-        os.environ.update(c.get("env", {}))
-        try:
+        with fuzz.case_environment(c.pop("env", {})):
             out += fuzz.case_specs(c, ARCH, 132)
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
     return out
 
 
