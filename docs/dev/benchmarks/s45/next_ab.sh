@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Next lease (carry [".devcache_bench"], built on the CPU first with the FP8 "t" kernels added:
-# `python tools/device_cache.py build --dir .devcache_bench --steps bench` covers the "p" ones): option "t"
+# Next lease (carry [".devcache_bench"]: `python tools/device_cache.py build --dir .devcache_bench --steps bench`
+# on the CPU holds the "p" kernels; the two "t" kernels compile on the device, about 20 s): option "t"
 # on the FP8 tensor-core kernels against "p", interleaved CUDA-graph replays in one process
 # (tile_ab.py sets heuristics.SM90_FP8_TILEINFO for the "pt" configurations), causal 16k at llama3-8b's
 # heads (d 128, 224-key tile) and gpt-oss's (d 64, 192-row tile), three passes.  If "t" pays run after
