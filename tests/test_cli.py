@@ -954,3 +954,19 @@ for get in (lambda: kernelgen.varlen_attention, lambda: kernelgen.AttentionPlan,
     assert len(lines) == 3 and lines[0].startswith("kernelgen.varlen_attention needs PyTorch")
     assert "pip install -e ." in lines[0] and "--no-deps" in lines[0] and "pip install torch" in lines[0]
     assert lines[2].startswith("kernelgen.ops needs PyTorch")
+
+
+def test_a_reader_that_stops_reading_ends_the_command_quietly(capsys, monkeypatch):
+    """`kernelgen doctor | head -2` (walkthrough finding): the console script takes SIGPIPE's default
+    action, so the reader's exit ends it as it ends cat; called as ``main(argv)`` (SIGPIPE left as Python
+    sets it), a BrokenPipeError on stdout ends the command with exit status 1 and no error line."""
+    r, w = os.pipe()
+    os.close(r)
+    out = os.fdopen(w, "w", buffering=1)   # line-buffered: the first line written raises BrokenPipeError
+    monkeypatch.setattr("sys.stdout", out)
+    assert cli.main(["doctor"]) == 1
+    assert "BrokenPipe" not in capsys.readouterr().err
+    out.close()
+    # the console script: killed by SIGPIPE, nothing on stderr
+    p = subprocess.run(f"{sys.executable} -m kernelgen doctor | head -1", shell=True, capture_output=True, text=True)
+    assert p.stdout.startswith("kernelgen") and "BrokenPipe" not in p.stderr and "error" not in p.stderr, p.stderr

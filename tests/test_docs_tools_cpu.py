@@ -114,7 +114,7 @@ def test_perf_page_ratios_best_peer_and_slower_entries():
     assert perf_page.best_peer(next(b for b in FROZEN["benchmarks"] if b["name"] == "mixed_trace"))[0] == \
         "torch_fa2_varlen"
     row = next(line for line in text.splitlines() if line.startswith("| `decode_long_b8_128k` |"))
-    assert "`torch_fa2` 969 us" in row and "**0.89x** (slower)" in row and "`kernelgen_sm80` 1.00x" in row
+    assert "`torch_fa2` 969 us" in row and "**0.89x** (slower)" in row and "`kernelgen_sm80` 0.999x" in row
     row = next(line for line in text.splitlines() if line.startswith("| `prefill_dense_causal_h128_s16k` |"))
     assert "`cudnn_sdpa` 3337 us | 1.01x |" in row and "665 TFLOP/s" in row
     assert "`varlen_trace_prefill_gqa`" not in text          # gpu_report's alias is not listed twice
@@ -297,3 +297,10 @@ def test_warm_gpu_tests_sanitize_group_builds_each_case_under_its_environment(mo
                  and s.mainloop == "sm90a" and s.head_dim == 128 and s.dtype == "fp16"]
     assert not plain.pack_gqa and packed == dataclasses.replace(plain, pack_gqa=True, tile=packed.tile,
                                                                  sm90_opts=packed.sm90_opts)
+
+
+def test_perf_page_ratios_near_one_keep_their_side():
+    """A ratio that two decimals would print as 1.00x gets three (walkthrough finding: gemma2's FP8
+    entry at 0.9988 read "1.00x (slower)")."""
+    assert perf_page._x(0.9988) == "0.999x" and perf_page._x(1.004) == "1.004x"
+    assert perf_page._x(1.0) == "1.00x" and perf_page._x(0.93) == "0.93x" and perf_page._x(1.2345) == "1.23x"

@@ -84,7 +84,8 @@ def _us(us: float) -> str:
 
 
 def _x(r: float) -> str:
-    return f"{r:.2f}x"
+    """A ratio with two decimals, or three where two would round it to 1.00x and hide its side of 1."""
+    return f"{r:.3f}x" if f"{r:.2f}" == "1.00" and r != 1.0 else f"{r:.2f}x"
 
 
 def _own(b: dict) -> str:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import signal
 import sys
 import time
 
@@ -736,11 +737,22 @@ def main(argv=None) -> int:
         The exit code: 0 success, 1 failure, 2 usage error (argparse errors also exit 2 through
         SystemExit, as usual).
     """
+    if argv is None and hasattr(signal, "SIGPIPE"):
+        # the console script behaves as a Unix filter: a reader that stops reading (`| head`) ends it
+        # quietly, as it ends cat or git, instead of a BrokenPipeError line
+        try:
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        except ValueError:   # not the main thread
+            pass
     parser = build_parser()
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     try:
         return _COMMANDS[args.command](args)
+    except BrokenPipeError:   # main() called with argv, SIGPIPE ignored: the reader has gone, say nothing
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())   # the interpreter's last flush must not raise again
+        return 1
     except UsageError as e:
         print(f"kernelgen {args.command}: error: {e}", file=sys.stderr)
         return 2

@@ -12,7 +12,7 @@ plan is made (``AttentionPlan``) and the decider takes the result as an input
   (``heuristics.SM90_FUSED_SHORT_ROWS``);
 - ``KERNELGEN_MIXED_SHORT_CTAS``: CTAs of the Hopper fused launch that start on the short queue,
   0 .. the SMs (``heuristics.SM90_MIXED_SHORT_FRACTION``);
-- ``KERNELGEN_ALLOW_UNTESTED_ARCH``: "1" (or "true", "yes") lets a GPU of an untested compute
+- ``KERNELGEN_ALLOW_UNTESTED_ARCH``: "1" (or "true", "yes", "on") lets a GPU of an untested compute
   capability (Blackwell: 10.x, 12.x) run the sm_80 path compiled for its arch (sm_100, sm_120;
   ``kernels.device.arch_for_capability``); unset, such a GPU is refused with a message naming it;
 - ``KERNELGEN_TIERED_COMPILE``: "0" (or "false", "no", "off") turns off the tiered first call of a
@@ -22,8 +22,9 @@ plan is made (``AttentionPlan``) and the decider takes the result as an input
   classes in turn instead of the Hopper fused kernel (A/B measurements); unset or any other
   value: the fused kernel where it applies.
 - ``KERNELGEN_SM90_PACK_GQA``: "1" (or "true", "yes", "on") lets the Hopper prefill kernel pack the
-  query heads of a KV head into its tiles (``heuristics.SM90_PACK_GQA``, off by default until
-  measured on a GPU); "0" (or "false", "no", "off") keeps it off; unset: the default.
+  query heads of a KV head into its tiles wherever it can (``heuristics.SM90_PACK_GQA``); "0" (or
+  "false", "no", "off") keeps it off; unset: the default, automatic (where it was measured to pay,
+  ``heuristics.sm90_pack_auto``).
 
 Values are kept as read; each is checked where the decider uses it (``sm90_short_rows``,
 ``mixed_short_ctas``), so a malformed variable fails only the calls it concerns, with a
