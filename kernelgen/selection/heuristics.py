@@ -550,8 +550,9 @@ def sm90_options(paged: bool, page_size: int, block_n: int, sm90_opts: str | Non
     ``KERNELGEN_SM90_OPTS``') is dropped where the kernel does not take it: with "g" or "e", above head
     dim 192 (``max_head_dim``: the larger of the call's head dims; 0 = unknown), and where its
     registers spill (NVRTC 13.0): with an FP8 cache (``kv_dtype``) unless ``SM90_FP8_TILEINFO`` and
-    never above head dim 128 (4 / 16 bytes at 192), and in soft-capped, ALiBi or user-variant kernels (``extras``: their snippet / built-in
-    comparisons would need it on both sides; docs/dev/perf-log.md "Forty-fourth session")."""
+    never above head dim 128 (4 / 16 bytes at 192), and in soft-capped, ALiBi or user-variant
+    kernels (``extras``: their snippet / built-in comparisons would need it on both sides;
+    docs/dev/perf-log.md "Forty-fourth session")."""
     base = SM90_OPTS if sm90_opts is None else sm90_opts
     opts = set(base) - {"g"}
     if paged and ("g" in base or not sm90_paged_tma_fits(page_size, block_n)):
