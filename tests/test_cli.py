@@ -970,3 +970,21 @@ def test_a_reader_that_stops_reading_ends_the_command_quietly(capsys, monkeypatc
     # the console script: killed by SIGPIPE, nothing on stderr
     p = subprocess.run(f"{sys.executable} -m kernelgen doctor | head -1", shell=True, capture_output=True, text=True)
     assert p.stdout.startswith("kernelgen") and "BrokenPipe" not in p.stderr and "error" not in p.stderr, p.stderr
+
+
+def test_cache_list_of_an_empty_untrusted_directory_says_so(tmp_path, capsys):
+    """Walkthrough finding: `cache list` on an empty world-writable directory said only "no cached
+    kernels", where every entry written there would be refused; now the line names the reason and
+    the fix.  A trusted empty directory keeps the short line."""
+    d = tmp_path / "kc"
+    d.mkdir(mode=0o700)
+    assert cli.main(["cache", "list", "--cache-dir", str(d)]) == 0
+    assert capsys.readouterr().out.strip() == f"no cached kernels in {d}"
+    os.chmod(d, 0o777)
+    try:
+        assert cli.main(["cache", "list", "--cache-dir", str(d)]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith(f"no cached kernels in {d} (and it is not trusted: ") and f"chmod 700 {d}" in out
+        assert "writable by group/other users" in out
+    finally:
+        os.chmod(d, 0o700)

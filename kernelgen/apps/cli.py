@@ -502,7 +502,10 @@ def cmd_cache(args) -> int:
     if action == "list":
         entries = cache.entries()
         if not entries:
-            print(f"no cached kernels in {cache.root}")
+            why = cache.unsafe_reason()
+            print(f"no cached kernels in {cache.root}" + (
+                f" (and it is not trusted: {why}; kernelgen neither loads from nor writes to it: "
+                f"chmod 700 {cache.root} or choose another with --cache-dir)" if why else ""))
             return 0
         rows = []
         for e in entries:
