@@ -72,7 +72,6 @@ query rows, ``MAX_KV_TOKENS`` stored keys, ``MAX_REF_ELEMS`` float64 logits for 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
@@ -1498,7 +1497,7 @@ def run_variant_reads(device="cuda", head_dims=(64, 128)) -> dict:
     return {"ok": not errors, "errors": errors, "unwritten_rows": 0}
 
 
-@contextlib.contextmanager
+@contextmanager
 def case_environment(env: dict):
     """The process environment with a sanitize case's ``env`` overrides (read where the case's
     kernels are chosen and loaded), restored after."""

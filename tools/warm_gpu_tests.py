@@ -463,7 +463,9 @@ def quant_q_specs() -> list:
 def sanitize_specs() -> list:
     """tools/sanitize.sh's subset (``fuzz.sanitize_cases``, each under its own environment): the
     kernels its plain run and the sanitizers launch (``fuzz.case_specs``)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
     import fuzz
     out = []
     for _, c in fuzz.sanitize_cases():
