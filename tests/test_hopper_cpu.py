@@ -67,7 +67,7 @@ def test_sm90_spec_shape_and_name():
     (dict(opts="g"), "paged cache"),
     (dict(d=192, dv=128, paged=True), "paged at head dims"),
     (dict(tile=TileConfig(128, 32, 4, 3, 2)), "tile"), (dict(tile=TileConfig(128, 128, 8, 2, 2)), "tile"),
-    (dict(opts="x"), "sm90_opts"), (dict(opts="sh"), "sm90_opts"), (dict(opts="ps"), "ping-pong"),
+    (dict(opts="z"), "sm90_opts"), (dict(opts="sh"), "sm90_opts"), (dict(opts="ps"), "ping-pong"),
     (dict(opts="gp", paged=True, tile=TileConfig(128, 192, 8, 2, 1)), "block_n up to 128"),
 ])
 def test_sm90_spec_rejects_what_it_does_not_build(kw, why):

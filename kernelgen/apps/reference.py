@@ -16,6 +16,11 @@ import torch
 #: relative error as 2^-11; tests/gpu/test_softcap_gpu.py measures it over every float32), which the
 #: built-in soft-cap takes (templates/common/softmax.cuh).
 TANH_APPROX_REL_ERR = 2.0 ** -11
+#: The relative error bound of the kernels' unnormalised probabilities 2^x: the MUFU's
+#: ``ex2.approx.ftz.f32`` (2^-22, the PTX ISA's bound) or, in the Hopper kernels with option "x", the
+#: polynomial that takes a share of them on the FMA pipe (templates/common/softmax.cuh, ``ex2_fma``:
+#: at most 1.02e-4 at degree 3 and 2.9e-6 at degree 4, tests/test_ex2_fma_cpu.py).
+EX2_REL_ERR = 1.1e-4
 
 
 def gather_paged(k_cache, v_cache, page_table, seqused_k):
@@ -68,9 +73,12 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
     most delta = c 2^-11 max_j |tanh(s_j / c)| over the row's visible keys (natural-log units; ALiBi
     after the cap leaves it as it is, a score_mod is taken to move it no further), so the lse by
     at most delta and each normalised probability a_j by a factor within exp(+-2 delta): out by at
-    most (exp(2 delta) - 1) sum_j a_j |v_j|.  0 without a soft-cap.
+    most (exp(2 delta) - 1) sum_j a_j |v_j|; and the exponentials' own error (``EX2_REL_ERR`` =
+    E relative on each unnormalised probability, the hardware's or option "x"'s polynomial) moves
+    each normalised probability by a factor within exp(+-2 e), e = -log(1 - E), and the lse by e:
+    delta + e in both formulas.  0 for rows that see no key.
 
-    ``fp8_mma_bounds``: return the bounds of ``error_bounds`` (the soft-cap's term included) plus
+    ``fp8_mma_bounds``: return the bounds of ``error_bounds`` (the soft-cap's and the exponentials' terms included) plus
     the per-element bounds on the error of out (shaped as out) and of lse (shaped as lse) of the
     Hopper FP8 tensor-core variant
     (``AttentionSpec.fp8_mma``; docs/dev/fp8_hopper_design.md section 8), from its two roundings:
@@ -192,6 +200,8 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
                 if cap_abs is not None:
                     tanh_delta = TANH_APPROX_REL_ERR * torch.where(torch.isfinite(s), cap_abs,
                                                                    torch.zeros_like(cap_abs)).amax(dim=-1, keepdim=True)
+                # the exponentials' error (EX2_REL_ERR) joins the soft-cap's, for rows that see a key
+                tanh_delta = tanh_delta + torch.where(z > 0, -math.log1p(-EX2_REL_ERR), 0.0)
                 tanh_term = torch.expm1(2 * tanh_delta) * s1
             if bound is not None and not fp8_mma_bounds:
                 bound[q0:q1, h0:h1] = tanh_term.transpose(0, 1)

@@ -43,10 +43,13 @@ MAINLOOPS = ("sm80", "sm90a")
 #: each tile's coordinates (TileInfo) to the consumers in shared memory beside its index, so a
 #: consumer's tile start and epilogue read no scheduler metadata from global memory (the dispatcher's
 #: default where it builds without spills, 1-5 % on causal prefill: docs/dev/issue22_account.md; not with
-#: "e", "g", above head dim 192 or in a fused kernel).
-SM90_OPTS = "eghprst"
+#: "e", "g", above head dim 192 or in a fused kernel), "x" a fixed share of the softmax's exponentials
+#: computed on the FMA pipe by a polynomial instead of the MUFU (common/softmax.cuh, ``ex2_fma``;
+#: the kernels whose logits take a second MUFU instruction, a soft-cap's tanh, or whose GEMMs outrun
+#: the MUFU: head dim 64, FP8).
+SM90_OPTS = "eghprstx"
 _SM90_OPT_NAMES = {"e": "earlytile", "g": "gather", "h": "pvhalves", "p": "pingpong", "r": "lazyrescale",
-                   "s": "serial", "t": "tileinfo"}
+                   "s": "serial", "t": "tileinfo", "x": "ex2fma"}
 #: Largest finite sliding-window side (tokens): the kernels add it to positions in 32-bit ints
 #: (``selection.validation`` checks calls against it, ``selection.catalog`` warm-up windows).
 MAX_WINDOW = 1 << 30

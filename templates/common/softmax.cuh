@@ -41,6 +41,43 @@ __device__ __forceinline__ float tanh_ex2(float x) {
   return copysignf((r - 0.5f) * 2.f, x);
 #endif
 }
+{% if "x" in v.get("sm90_opts", "") %}
+
+// Option "x": a fixed share of the softmax's exponentials on the FMA pipe instead of the MUFU (the
+// share FlashAttention-4 takes on Blackwell, Dao et al. 2025; our own polynomial).  The MUFU does
+// 16 exponentials a clock an SM against 128 FP32 operations, so where a logit costs a second MUFU
+// instruction (a soft-cap's tanh) or the GEMMs need fewer clocks than the exponentials (head dim 64,
+// FP8), moving some of them to the FMA pipe shortens the block.  ex2_fma(x) = 2^x for x <= 8:
+// x clamped to -127 (a masked -inf gives exactly +0, as MUFU.EX2 does; 2^-127 and below are below
+// the MUFU's flush-to-zero too); n = round(x) through the 1.5 * 2^23 trick (two FADDs), f = x - n
+// in [-1/2, 1/2]; 2^f by a polynomial with the constant term 1 (exact at f = 0: 2^-127 is +0), in
+// Horner form (KG_EX2_FMA_DEG 3 or 4 FFMAs); n added to the exponent bits.  Relative error, its
+// arithmetic included (tests/test_ex2_fma_cpu.py: every float32 of [-8, -4], 2.5 M drawn from [-126, 8]): 1.02e-4 at
+// degree 3 (the probabilities round to bf16's 2^-9 or FP8's 2^-4 after it), 2.9e-6 at degree 4
+// (fp16's P, 2^-12).  KG_EX2_FMA of every 8 exponentials of a row take it (0-8).
+#ifdef KG_EX2_FMA
+#define KG_EX2_FMA_{{ v.ns }} KG_EX2_FMA
+#else
+#define KG_EX2_FMA_{{ v.ns }} {{ v.get("ex2_fma", 4) }}
+#endif
+#ifdef KG_EX2_FMA_DEG
+#define KG_EX2_FMA_DEG_{{ v.ns }} KG_EX2_FMA_DEG
+#else
+#define KG_EX2_FMA_DEG_{{ v.ns }} {{ 4 if (v.dtype == "fp16" or v.get("fp16_gemms")) else 3 }}
+#endif
+__device__ __forceinline__ float ex2_fma(float x) {
+  x = fmaxf(x, -127.f);
+  const float t = x + 12582912.f;           // 1.5 * 2^23: the low mantissa bits of t hold round(x)
+  const float f = x - (t - 12582912.f);     // in [-1/2, 1/2]
+#if KG_EX2_FMA_DEG_{{ v.ns }} == 4
+  float q = fmaf(fmaf(fmaf(9.58284456e-3f, f, 5.59064187e-2f), f, 2.40240991e-1f), f, 6.93124175e-1f);
+#else
+  float q = fmaf(fmaf(5.50088398e-2f, f, 2.42210865e-1f), f, 6.93282902e-1f);
+#endif
+  q = fmaf(q, f, 1.f);
+  return __uint_as_float(__float_as_uint(q) + (__float_as_uint(t) << 23));
+}
+{% endif %}
 
 // A factor of each of a thread's two rows (h 0: row g, h 1: row g + 8 of its m16 fragments; MT == 1),
 // where the factor differs by row: the Hopper kernel's fp16 GEMMs on a bf16 q (MMA_F16 in
@@ -170,7 +207,12 @@ __device__ __forceinline__ void softmax_scores(float (&s)[MT][BN / 8][4], float 
       for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
+          {% if "x" in v.get("sm90_opts", "") %}
+          const float xv = fmaf(s[mt][nt][2 * h + e], scale_log2, -m_use);
+          const float pv = ((2 * nt + e) & 7) < KG_EX2_FMA_{{ v.ns }} ? ex2_fma(xv) : fast_exp2(xv);
+          {% else %}
           const float pv = fast_exp2(fmaf(s[mt][nt][2 * h + e], scale_log2, -m_use));
+          {% endif %}
           s[mt][nt][2 * h + e] = pv;
           sum += pv;
         }
