@@ -106,6 +106,34 @@ def test_the_degree_follows_the_probabilities_dtype():
     assert spec.fp16_gemms and deg(spec) == 4
 
 
+def test_the_dispatcher_adds_the_option_where_the_mufu_binds():
+    """heuristics.sm90_ex2_fma: head dim 64 with a soft-cap, a user variant calling a MUFU function,
+    or the FP8 tensor-core GEMMs; not at head dim 128, not on plain 16-bit kernels, not on a snippet
+    without transcendental functions; SM90_EX2_FMA False turns the rule off."""
+    from kernelgen.kernels.variant_code import VariantCode
+
+    def opts(d=64, softcap=False, variant=None, q_dtype="", kv_dtype=""):
+        v = heuristics.choose("sm_90a", "bf16", d, d, num_heads_q=64, num_heads_kv=8, mask="causal",
+                              max_seqlen_q=16384, max_seqlen_k=16384, softcap=softcap,
+                              **({"variant": variant} if variant else {}),
+                              **({"q_dtype": q_dtype, "kv_dtype": kv_dtype} if kv_dtype else {}))
+        assert v.attention.mainloop == "sm90a"
+        return v.attention.sm90_opts
+    tanh = VariantCode(score_mod="50.f * tanhf(score / 50.f)")
+    alibi = VariantCode(score_mod="score - slopes[head] * kg_abs(q_idx + kv_len - q_len - kv_idx)",
+                        tensors=(("slopes", "float32"),))
+    assert "x" in opts(softcap=True) and "x" in opts(variant=tanh) and "x" in opts(q_dtype="e4m3", kv_dtype="e4m3")
+    assert "x" not in opts() and "x" not in opts(variant=alibi) and "x" not in opts(d=128, softcap=True)
+    assert "x" not in opts(d=128, q_dtype="e4m3", kv_dtype="e4m3") and "x" not in opts(kv_dtype="e4m3")
+
+
+def test_the_rule_can_be_turned_off(monkeypatch):
+    monkeypatch.setattr(heuristics, "SM90_EX2_FMA", False)
+    v = heuristics.choose("sm_90a", "bf16", 64, 64, num_heads_q=64, num_heads_kv=8, mask="causal",
+                          max_seqlen_q=16384, max_seqlen_k=16384, softcap=True)
+    assert "x" not in v.attention.sm90_opts
+
+
 def test_only_kernels_with_the_option_carry_it():
     """Without "x" the source has neither the function nor the macro (every other kernel's source and
     cache key unchanged); with it the kernel's name says so."""
@@ -119,8 +147,8 @@ def test_only_kernels_with_the_option_carry_it():
                                              ("bf16", 128, False)])
 def test_the_sass_takes_the_share_off_the_mufu(dtype, d, softcap):
     """Compiled with NVRTC for sm_90a: KG_EX2_FMA = 8 moves every logit's MUFU.EX2 to the FMA pipe
-    (what is left: the rows' corrections and the epilogue's), the default 4 half of them; no spills
-    either way."""
+    (what is left: the rows' corrections and the epilogue's), the default share 4 of 8 with a soft-cap,
+    2 of 8 without; no spills either way."""
     import os
 
     from kernelgen.jit import compiler, sass
@@ -145,4 +173,5 @@ def test_the_sass_takes_the_share_off_the_mufu(dtype, d, softcap):
     plain, half, none = ex2_count(base), ex2_count(x), ex2_count(x, "KG_EX2_FMA=8")
     logits = plain - none          # the per-logit MUFU.EX2 the option can move (the rest: row corrections)
     assert logits > 0 and none < plain / 4, (plain, half, none)
-    assert half - none == logits // 2, (plain, half, none)
+    share = 4 if softcap else 2    # the template's default (a soft-cap's second MUFU instruction: 4)
+    assert half - none == logits * (8 - share) // 8, (plain, half, none)

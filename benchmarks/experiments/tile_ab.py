@@ -66,6 +66,8 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates
     heuristics.SM90_OPTS = opts
     saved_fp8_t = heuristics.SM90_FP8_TILEINFO   # "t" on the FP8 paths' kernels when their options ask for it
     heuristics.SM90_FP8_TILEINFO = path in ("fp8q", "kv8") and "t" in opts
+    saved_ex2 = heuristics.SM90_EX2_FMA          # option "x" only where the configuration's letters have it
+    heuristics.SM90_EX2_FMA = False
     from kernelgen.jit import runtime
     saved_loaded, saved_tdir = dict(runtime._loaded), render.templates_dir
     fresh = bool(defines or templates or reload)
@@ -99,6 +101,7 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates
         return fn()
     finally:
         heuristics.SM90_FP8_TILEINFO = saved_fp8_t
+        heuristics.SM90_EX2_FMA = saved_ex2
         AttentionSpec.SM90_REGS_FP8 = saved_regs
         AttentionSpec.SM90_REGS_FP8_MMA_SMALL = saved_small
         table.clear()

@@ -563,6 +563,26 @@ def sm90_options(paged: bool, page_size: int, block_n: int, sm90_opts: str | Non
     return "".join(sorted(opts))
 
 
+#: Option "x" (``AttentionSpec.sm90_opts``: a share of the softmax's exponentials on the FMA pipe by a
+#: polynomial, templates/common/softmax.cuh ``ex2_fma``) added by the dispatcher where the kernel is
+#: bound by the MUFU unit (``sm90_ex2_fma``).  False: only where the options ask for it
+#: (``KERNELGEN_SM90_OPTS``, tuning runs; ``benchmarks/experiments/tile_ab.py`` sets it False so that
+#: its configurations' letters are exact).
+SM90_EX2_FMA = True
+
+
+def sm90_ex2_fma(head_dim: int, softcap: bool, variant, fp8_mma: bool) -> bool:
+    """Whether the dispatcher adds option "x" to a standalone Hopper kernel (``SM90_EX2_FMA``): at
+    head dims up to 64 (the GEMMs of a key block take as many tensor-core clocks as its exponentials
+    take MUFU clocks, 16 a clock an SM), where a logit costs a second MUFU instruction (a soft-cap's
+    tanh, or a user variant whose snippets call a MUFU function: ``variant.transcendental``; half of
+    the exponentials move) or the GEMMs run on FP8 tensor cores at twice the rate (``fp8_mma``; a
+    quarter move).  The shares are the template's (``KG_EX2_FMA``)."""
+    if not SM90_EX2_FMA or head_dim > 64:
+        return False
+    return bool(softcap or (variant is not None and variant.transcendental) or fp8_mma)
+
+
 def sm90_tileinfo_fits(head_dim: int, head_dim_v: int, layout: str, mask: str, paged: bool, pack: bool,
                        split: bool = False, kv_dtype: str = "") -> bool:
     """Whether option "t" (``sm90_options``) builds without spills for a kernel of these features,
@@ -832,6 +852,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
             opts = without_tileinfo(opts, head_dim, head_dim_v, layout, mask, paged, hpack, split, kv_dtype)
             mma8 = bool(SM90_FP8_MMA and q_dtype and kv_dtype and head_dim == head_dim_v and head_dim % 64 == 0
                         and t.block_n % 32 == 0 and t.block_n >= 128)
+            if sm90_ex2_fma(max(head_dim, head_dim_v), softcap, variant, mma8):
+                opts = "".join(sorted(set(opts) | {"x"}))
             attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, pack_gqa=hpack, split=split,
                                  paged=paged, softcap=softcap, mainloop="sm90a", sm90_opts=opts, alibi=alibi,
                                  variant=variant, kv_dtype=kv_dtype, fp8_mma=mma8)

@@ -54,11 +54,12 @@ __device__ __forceinline__ float tanh_ex2(float x) {
 // Horner form (KG_EX2_FMA_DEG 3 or 4 FFMAs); n added to the exponent bits.  Relative error, its
 // arithmetic included (tests/test_ex2_fma_cpu.py: every float32 of [-8, -4], 2.5 M drawn from [-126, 8]): 1.02e-4 at
 // degree 3 (the probabilities round to bf16's 2^-9 or FP8's 2^-4 after it), 2.9e-6 at degree 4
-// (fp16's P, 2^-12).  KG_EX2_FMA of every 8 exponentials of a row take it (0-8).
+// (fp16's P, 2^-12).  KG_EX2_FMA of every 8 exponentials of a row take it (0-8): 4 where a logit
+// costs a second MUFU instruction (a soft-cap's or a user variant's), else 2 (heuristics.sm90_ex2_fma).
 #ifdef KG_EX2_FMA
 #define KG_EX2_FMA_{{ v.ns }} KG_EX2_FMA
 #else
-#define KG_EX2_FMA_{{ v.ns }} {{ v.get("ex2_fma", 4) }}
+#define KG_EX2_FMA_{{ v.ns }} {{ 4 if (v.softcap or v.get("user")) else 2 }}
 #endif
 #ifdef KG_EX2_FMA_DEG
 #define KG_EX2_FMA_DEG_{{ v.ns }} KG_EX2_FMA_DEG
