@@ -8,8 +8,9 @@
 #      score_mod beside; shares 2 / 4 (default) / 6;
 #   2. the FP8 tensor-core kernels at gpt-oss's and llama3-8b's heads with FA3 FP8 beside: "p", "x" (default share
 #      2, and 3), "t" (the forty-fifth session's open A/B);
-#   3. the plain bf16 kernel at gpt-oss's heads, "pt" against "ptx" (share 2; not the default), FA3 / FA4 beside;
-# then issue 24's FP8 prefill entries of gpt-oss with FA3 FP8 (the kernel that changed).
+#   (last) the plain bf16 kernel at gpt-oss's heads, "pt" against "ptx" (share 2; not the default), FA3 / FA4 beside;
+# then issue 24's FP8 prefill entries of gpt-oss with FA3 FP8 (the kernel that changed), issue 25's soft-cap / ALiBi
+# snippet entries of gpt-oss and gemma2-9b with FA4 / FlexAttention, and (time left) the plain d 64 A/B last.
 set -u
 W=$OUT/w; mkdir -p $W
 ( sleep 560; cd $OUT && tar -czf w.tgz w ) & WD=$!
@@ -29,11 +30,18 @@ timeout 200 python3 benchmarks/experiments/tile_ab.py --shapes l16k=1:16384:32:8
   --configs p128=$A:p,x128=$A:px,t128=$A:pt,p64=$B:p,x64=$B:px,x64b=$B:px:KG_EX2_FMA=3,t64=$B:pt,fa3fp8=fa3fp8 \
   --passes 2 --json $W/fp8.json > $W/fp8.log 2>&1
 echo "fp8 rc $? at $SECONDS" >> $W/rc.txt
-T=$(( 480 - SECONDS ))
+T=$(( 330 - SECONDS ))
 [ $T -gt 40 ] && { timeout $T python3 -m kernelgen bench --flex off --budget 0 --json $W/fp8_gpt-oss.json --suite prefill \
   --model gpt-oss --dtype e4m3 --only 'fp8_prefill_*' > $W/fp8_gpt-oss.log 2>&1; echo "fp8 entries rc $? at $SECONDS" >> $W/rc.txt; }
-T=$(( 550 - SECONDS ))
-[ $T -gt 40 ] && { timeout $T python3 benchmarks/experiments/tile_ab.py --shapes $G \
-  --configs pt=$C:pt,x2=$C:ptx,fa3=fa3,fa4=fa4 --passes 2 --json $W/plain_g16k.json > $W/plain_g16k.log 2>&1
+# issue 25's entries the option changes (the soft-cap snippet) or that missed (gpt-oss's ALiBi snippet), FA4 / Flex beside
+for M in gpt-oss gemma2-9b; do
+  T=$(( 520 - SECONDS )); [ $T -gt 40 ] || break
+  timeout $T python3 -m kernelgen bench --flex some --budget 0 --json $W/variants_$M.json --suite prefill \
+    --model $M --only 'variant_softcap_approx_*,variant_alibi_prefill_*' > $W/variants_$M.log 2>&1
+  echo "variants $M rc $? at $SECONDS" >> $W/rc.txt
+done
+T=$(( 555 - SECONDS ))
+[ $T -gt 30 ] && { timeout $T python3 benchmarks/experiments/tile_ab.py --shapes $G \
+  --configs pt=$C:pt,x2=$C:ptx,fa3=fa3,fa4=fa4 --passes 1 --json $W/plain_g16k.json > $W/plain_g16k.log 2>&1
   echo "plain rc $? at $SECONDS" >> $W/rc.txt; }
 kill $WD; cd $OUT && tar -czf w.tgz w
