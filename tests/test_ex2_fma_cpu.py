@@ -32,29 +32,48 @@ def _function(src: str) -> str:
     return body[:body.index("\n}\n")]
 
 
+def _lines(src: str, degree: int) -> list[str]:
+    """The statements of the rendered ex2_fma, the preprocessor branch of ``degree`` taken."""
+    out, keep = [], True
+    for line in _function(src).splitlines()[1:]:
+        line = line.split("//")[0].strip()
+        if line.startswith("#if"):
+            keep = line.endswith("== 4") == (degree == 4)
+        elif line.startswith("#else"):
+            keep = not keep
+        elif line.startswith("#endif"):
+            keep = True
+        elif line and keep:
+            out.append(line)
+    return out
+
+
+def _as_python(line: str) -> str:
+    """One C statement as numpy float32 / uint32 arithmetic (each operation rounded as on the device)."""
+    line = re.sub(r"^(const )?float ", "", line.rstrip(";"))
+    line = re.sub(r"^return ", "out = ", line)
+    line = re.sub(r"\b0x([0-9a-f]+)u\b", r"U(0x\1)", line)
+    return re.sub(r"(\d+\.\d*(?:e-?\d+)?)f\b", r"F(\1)", line)
+
+
 def _coefficients(src: str, degree: int) -> list[float]:
-    """The Horner coefficients of one degree's branch, highest first, then the last FMA's 1."""
-    body = _function(src)
-    branches = re.split(r"#if KG_EX2_FMA_DEG_\w+ == 4|#else|#endif", body)
-    line = branches[1] if degree == 4 else branches[2]
-    return [float(c) for c in re.findall(r"(-?\d+\.\d+e-?\d+)f", line)]
+    return [float(c) for c in re.findall(r"(\d+\.\d+e-?\d+)f", " ".join(_lines(src, degree)))]
 
 
 def _fmaf(a, b, c):
     return (np.float64(a) * np.float64(b) + np.float64(c)).astype(np.float32)
 
 
-def ex2_fma(x, coef):
-    """The template's arithmetic, step by step in float32 (coefficients highest degree first)."""
-    x = np.maximum(np.asarray(x, dtype=F), F(-127.0))
-    t = (x + F(12582912.0)).astype(F)
-    f = (x - (t - F(12582912.0)).astype(F)).astype(F)
-    q = np.full_like(f, F(coef[0]))
-    for c in coef[1:]:
-        q = _fmaf(q, f, F(c))
-    q = _fmaf(q, f, F(1.0))
-    bits = (q.view(np.uint32).astype(np.uint64) + (t.view(np.uint32).astype(np.uint64) << 23)) & 0xFFFFFFFF
-    return bits.astype(np.uint32).view(F)
+def ex2_fma(x, src, degree=3):
+    """The rendered template's own statements, run on float32 / uint32 numpy arrays."""
+    env = {"F": F, "U": np.uint32, "fmaf": _fmaf, "fmax_nan": lambda a, b: np.maximum(a, F(b)),
+           "__float_as_uint": lambda v: np.asarray(v, dtype=F).view(np.uint32),
+           "__uint_as_float": lambda u: np.asarray(u, dtype=np.uint32).view(F),
+           "x": np.atleast_1d(np.asarray(x, dtype=F)).copy()}
+    with np.errstate(over="ignore", invalid="ignore"):
+        for line in _lines(src, degree):
+            exec(_as_python(line), env)   # noqa: S102 - the template's arithmetic, translated above
+    return env["out"].astype(F)
 
 
 def _every_float32(lo: float, hi: float) -> np.ndarray:
@@ -70,12 +89,11 @@ def test_the_polynomial_is_as_accurate_as_the_comment_says(degree, bound):
     ``reference.EX2_REL_ERR`` (the error bounds of the GPU tests) covers; and not much inside it (the
     fit is minimax: its bound is reached)."""
     src = render.render(_spec())
-    coef = _coefficients(src, degree)
-    assert len(coef) == degree
+    assert len(_coefficients(src, degree)) == degree
     rng = np.random.default_rng(degree)
     x = np.concatenate([_every_float32(-8.0, -4.0), rng.uniform(-126, 8, 2_000_000).astype(F),
                         rng.uniform(-1, 1, 500_000).astype(F)])
-    got = ex2_fma(x, coef).astype(np.float64)
+    got = ex2_fma(x, src, degree).astype(np.float64)
     rel = np.abs(got / np.exp2(x.astype(np.float64)) - 1)
     assert rel.max() <= bound <= EX2_REL_ERR, rel.max()
     assert rel.max() > 0.8 * bound
@@ -83,15 +101,16 @@ def test_the_polynomial_is_as_accurate_as_the_comment_says(degree, bound):
 
 def test_the_ends_of_the_range():
     """-inf and everything at or below -127 give exactly +0 (so does MUFU.EX2.FTZ); 0 gives 1, 8 gives
-    256, -126 gives 2^-126; positive and never NaN over [-1e30, 8]."""
+    256, -126 gives 2^-126; a NaN stays NaN (max.NaN, as the MUFU's); never negative or NaN otherwise
+    over [-1e30, 8]."""
     src = render.render(_spec())
-    coef = _coefficients(src, 3)
-    edge = ex2_fma(np.array([-np.inf, -1e30, -200.0, -127.0, 0.0, -0.0, 8.0, -126.0], dtype=F), coef)
+    edge = ex2_fma(np.array([-np.inf, -1e30, -200.0, -127.0, 0.0, -0.0, 8.0, -126.0, np.nan], dtype=F), src)
     assert list(edge[:4]) == [0.0, 0.0, 0.0, 0.0] and not np.signbit(edge[:4]).any()
-    assert list(edge[4:7]) == [1.0, 1.0, 256.0] and edge[7] == F(2.0 ** -126)
+    assert list(edge[4:7]) == [1.0, 1.0, 256.0] and edge[7] == F(2.0 ** -126) and np.isnan(edge[8])
     x = np.concatenate([_every_float32(-127.0, -126.0), np.linspace(-1e30, 8, 100_001).astype(F)])
-    y = ex2_fma(x, coef)
+    y = ex2_fma(x, src)
     assert not np.isnan(y).any() and (y >= 0).all() and not np.signbit(y).any()
+    assert "max.NaN.f32" in src      # the clamp keeps a NaN (fmaxf would return -127 for it)
 
 
 def test_the_degree_follows_the_probabilities_dtype():
@@ -106,10 +125,11 @@ def test_the_degree_follows_the_probabilities_dtype():
     assert spec.fp16_gemms and deg(spec) == 4
 
 
-def test_the_dispatcher_adds_the_option_where_the_mufu_binds():
-    """heuristics.sm90_ex2_fma: head dim 64 with a soft-cap, a user variant calling a MUFU function,
-    or the FP8 tensor-core GEMMs; not at head dim 128, not on plain 16-bit kernels, not on a snippet
-    without transcendental functions; SM90_EX2_FMA False turns the rule off."""
+def test_the_dispatcher_adds_the_option_where_the_mufu_binds(monkeypatch):
+    """heuristics.sm90_ex2_fma: head dim 64 with a soft-cap or a user variant calling a MUFU function
+    (also the Hopper pair's long kernel of a mixed batch); on the FP8 tensor-core kernels only with
+    SM90_EX2_FMA_FP8; not at head dim 128, not on plain 16-bit kernels, not on a snippet without
+    transcendental functions, never on the fused mixed-batch kernel."""
     from kernelgen.kernels.variant_code import VariantCode
 
     def opts(d=64, softcap=False, variant=None, q_dtype="", kv_dtype=""):
@@ -122,9 +142,30 @@ def test_the_dispatcher_adds_the_option_where_the_mufu_binds():
     tanh = VariantCode(score_mod="50.f * tanhf(score / 50.f)")
     alibi = VariantCode(score_mod="score - slopes[head] * kg_abs(q_idx + kv_len - q_len - kv_idx)",
                         tensors=(("slopes", "float32"),))
-    assert "x" in opts(softcap=True) and "x" in opts(variant=tanh) and "x" in opts(q_dtype="e4m3", kv_dtype="e4m3")
+    assert "x" in opts(softcap=True) and "x" in opts(variant=tanh)
     assert "x" not in opts() and "x" not in opts(variant=alibi) and "x" not in opts(d=128, softcap=True)
-    assert "x" not in opts(d=128, q_dtype="e4m3", kv_dtype="e4m3") and "x" not in opts(kv_dtype="e4m3")
+    assert "x" not in opts(q_dtype="e4m3", kv_dtype="e4m3") and "x" not in opts(kv_dtype="e4m3")
+    monkeypatch.setattr(heuristics, "SM90_EX2_FMA_FP8", True)
+    assert "x" in opts(q_dtype="e4m3", kv_dtype="e4m3") and "x" not in opts(d=128, q_dtype="e4m3", kv_dtype="e4m3")
+    kw = dict(num_heads_q=32, num_heads_kv=8, mask="causal", max_seqlen_q=900, max_seqlen_k=6000, paged=True,
+              page_size=16, softcap=True)
+    pair = heuristics.choose_pair("sm_90a", "bf16", 64, 64, **kw)
+    fused = heuristics.choose_fused_hopper("sm_90a", "bf16", 64, 64, **kw)
+    fused8 = heuristics.choose_fused_hopper("sm_90a", "bf16", 64, 64, kv_dtype="e4m3", **kw)
+    assert "x" in pair.long.attention.sm90_opts
+    assert "x" not in fused.fused.long.sm90_opts and "x" not in fused8.fused.long.sm90_opts
+
+
+def test_the_option_is_dropped_where_it_would_spill(monkeypatch):
+    """Asked for through the options (KERNELGEN_SM90_OPTS): kept up to head dim 128, up to 64 on the
+    FP8 tensor-core kernels (sm90_ex2_fma_fits)."""
+    monkeypatch.setattr(heuristics, "SM90_OPTS", "ptx")
+
+    def opts(d, **kw):
+        return heuristics.choose("sm_90a", "bf16", d, d, num_heads_q=32, num_heads_kv=8, mask="none",
+                                 max_seqlen_q=4096, max_seqlen_k=4096, **kw).attention.sm90_opts
+    assert "x" in opts(64) and "x" in opts(128) and "x" not in opts(256) and "x" not in opts(192)
+    assert "x" in opts(64, q_dtype="e4m3", kv_dtype="e4m3") and "x" not in opts(128, q_dtype="e4m3", kv_dtype="e4m3")
 
 
 def test_the_rule_can_be_turned_off(monkeypatch):

@@ -190,6 +190,9 @@ class VariantCode:
             "kv_range": None if self.kv_range is None else body(self.kv_range, "kv_range"),
             "tensors": [(n, CTYPES[d]) for n, d in self.tensors],
             "half": any(d in ("float16", "bfloat16") for _, d in self.tensors),
+            # a snippet calling a MUFU function: a second MUFU instruction a logit (softmax.cuh's option
+            # "x" moves a larger share of the exponentials off the unit)
+            "transcendental": self.transcendental,
             # the Hopper softmax takes a score_mod's per-row part out of the exponent (not with a
             # mask_mod: a masked pair skips the score_mod); key blocks below a causal diagonal get
             # their own instance when a snippet takes kg_abs (apply_user's HOIST / NONNEG)

@@ -564,23 +564,42 @@ def sm90_options(paged: bool, page_size: int, block_n: int, sm90_opts: str | Non
 
 
 #: Option "x" (``AttentionSpec.sm90_opts``: a share of the softmax's exponentials on the FMA pipe by a
-#: polynomial, templates/common/softmax.cuh ``ex2_fma``) added by the dispatcher where the kernel is
-#: bound by the MUFU unit (``sm90_ex2_fma``).  False: only where the options ask for it
+#: polynomial, templates/common/softmax.cuh ``ex2_fma``) added by the dispatcher where a logit costs a
+#: second MUFU instruction (``sm90_ex2_fma``).  False: only where the options ask for it
 #: (``KERNELGEN_SM90_OPTS``, tuning runs; ``benchmarks/experiments/tile_ab.py`` sets it False so that
 #: its configurations' letters are exact).
 SM90_EX2_FMA = True
+#: The same on the FP8 tensor-core kernels at head dim 64, whose GEMMs run at twice the 16-bit rate
+#: (so the exponentials bind): off until an A/B says it pays (``tile_ab.py``, ``fp8q:64:...:px``).
+SM90_EX2_FMA_FP8 = False
 
 
 def sm90_ex2_fma(head_dim: int, softcap: bool, variant, fp8_mma: bool) -> bool:
-    """Whether the dispatcher adds option "x" to a standalone Hopper kernel (``SM90_EX2_FMA``): at
-    head dims up to 64 (the GEMMs of a key block take as many tensor-core clocks as its exponentials
-    take MUFU clocks, 16 a clock an SM), where a logit costs a second MUFU instruction (a soft-cap's
-    tanh, or a user variant whose snippets call a MUFU function: ``variant.transcendental``; half of
-    the exponentials move) or the GEMMs run on FP8 tensor cores at twice the rate (``fp8_mma``; a
-    quarter move).  The shares are the template's (``KG_EX2_FMA``)."""
+    """Whether the dispatcher adds option "x" to a standalone Hopper kernel (``SM90_EX2_FMA``; never
+    to the fused mixed-batch kernel, ``choose_fused_hopper``): at head dims up to 64, where a key
+    block's GEMMs take as many tensor-core clocks as its exponentials take MUFU clocks (16 a clock an
+    SM), when a logit costs a second MUFU instruction (a soft-cap's tanh, or a user variant whose
+    snippets call a MUFU function, ``variant.transcendental``: the template then moves half of the
+    exponentials), and on the FP8 tensor-core kernels when ``SM90_EX2_FMA_FP8`` (a quarter)."""
     if not SM90_EX2_FMA or head_dim > 64:
         return False
-    return bool(softcap or (variant is not None and variant.transcendental) or fp8_mma)
+    return bool(softcap or (variant is not None and variant.transcendental) or (fp8_mma and SM90_EX2_FMA_FP8))
+
+
+def sm90_ex2_fma_fits(head_dim: int, fp8_mma: bool) -> bool:
+    """Whether option "x" builds without spills (NVRTC 13.0, a review's survey of 1,328 kernels with
+    it): up to head dim 128, and up to 64 on the FP8 tensor-core kernels (d 256 spilled 4-12 bytes, the
+    FP8 tensor-core d 128 non-causal tile 44 where it has 4 without); ``choose`` drops it elsewhere,
+    also when ``KERNELGEN_SM90_OPTS`` asks for it."""
+    return head_dim <= (64 if fp8_mma else 128)
+
+
+def with_ex2_fma(opts: str, head_dim: int, softcap: bool, variant, fp8_mma: bool) -> str:
+    """``opts`` with option "x" where ``sm90_ex2_fma`` adds it, without it where it does not fit
+    (``sm90_ex2_fma_fits``; ``head_dim``: the larger of the call's head dims)."""
+    if sm90_ex2_fma(head_dim, softcap, variant, fp8_mma):
+        opts = "".join(sorted(set(opts) | {"x"}))
+    return opts if sm90_ex2_fma_fits(head_dim, fp8_mma) else opts.replace("x", "")
 
 
 def sm90_tileinfo_fits(head_dim: int, head_dim_v: int, layout: str, mask: str, paged: bool, pack: bool,
@@ -852,8 +871,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
             opts = without_tileinfo(opts, head_dim, head_dim_v, layout, mask, paged, hpack, split, kv_dtype)
             mma8 = bool(SM90_FP8_MMA and q_dtype and kv_dtype and head_dim == head_dim_v and head_dim % 64 == 0
                         and t.block_n % 32 == 0 and t.block_n >= 128)
-            if sm90_ex2_fma(max(head_dim, head_dim_v), softcap, variant, mma8):
-                opts = "".join(sorted(set(opts) | {"x"}))
+            opts = with_ex2_fma(opts, max(head_dim, head_dim_v), softcap, variant, mma8)
             attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, pack_gqa=hpack, split=split,
                                  paged=paged, softcap=softcap, mainloop="sm90a", sm90_opts=opts, alibi=alibi,
                                  variant=variant, kv_dtype=kv_dtype, fp8_mma=mma8)
@@ -1020,6 +1038,7 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
                                     extras=bool(softcap or alibi or variant is not None))
     t = variant_sm90_tile(t, opts, variant)
     opts = without_tileinfo(opts, head_dim, head_dim_v, layout, mask, paged, False, False)
+    opts = with_ex2_fma(opts, max(head_dim, head_dim_v), softcap, variant, False)
     attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, paged=paged, softcap=softcap,
                          row_splits=short.attention.split, mainloop="sm90a", sm90_opts=opts, alibi=alibi,
                          variant=variant)
@@ -1107,8 +1126,8 @@ def choose_fused_hopper(arch: str, dtype: str, head_dim: int, head_dim_v: int, *
     long = pv.long.attention
     if long.tile.num_warps != 8:   # the fused kernel's long variant has two consumer warpgroups
         long = dataclasses.replace(long, tile=dataclasses.replace(long.tile, block_m=128, num_warps=8))
-    if "t" in long.sm90_opts:      # (option "t" is the standalone kernel's only)
-        long = dataclasses.replace(long, sm90_opts=long.sm90_opts.replace("t", ""))
+    if "t" in long.sm90_opts or "x" in long.sm90_opts:   # (options "t" and "x" are the standalone kernel's only)
+        long = dataclasses.replace(long, sm90_opts=long.sm90_opts.replace("t", "").replace("x", ""))
     f = FusedAttentionSpec(long, short)
     if f.short_tiles_first < 1 or f.short_tiles_after < 1 or f.smem_bytes() > SMEM_LIMIT[arch]:
         return None

@@ -48,35 +48,41 @@ __device__ __forceinline__ float tanh_ex2(float x) {
 // 16 exponentials a clock an SM against 128 FP32 operations, so where a logit costs a second MUFU
 // instruction (a soft-cap's tanh) or the GEMMs need fewer clocks than the exponentials (head dim 64,
 // FP8), moving some of them to the FMA pipe shortens the block.  ex2_fma(x) = 2^x for x <= 8:
-// x clamped to -127 (a masked -inf gives exactly +0, as MUFU.EX2 does; 2^-127 and below are below
-// the MUFU's flush-to-zero too); n = round(x) through the 1.5 * 2^23 trick (two FADDs), f = x - n
-// in [-1/2, 1/2]; 2^f by a polynomial with the constant term 1 (exact at f = 0: 2^-127 is +0), in
-// Horner form (KG_EX2_FMA_DEG 3 or 4 FFMAs); n added to the exponent bits.  Relative error, its
-// arithmetic included (tests/test_ex2_fma_cpu.py: every float32 of [-8, -4], 2.5 M drawn from [-126, 8]): 1.02e-4 at
-// degree 3 (the probabilities round to bf16's 2^-9 or FP8's 2^-4 after it), 2.9e-6 at degree 4
-// (fp16's P, 2^-12).  KG_EX2_FMA of every 8 exponentials of a row take it (0-8): 4 where a logit
-// costs a second MUFU instruction (a soft-cap's or a user variant's), else 2 (heuristics.sm90_ex2_fma).
+// x clamped to -127 with max.NaN (a masked -inf gives exactly +0, as MUFU.EX2.FTZ does, and a NaN
+// stays NaN); n = round(x) through the 1.5 * 2^23 trick (two FADDs), f = x - n in [-1/2, 1/2];
+// s = 2^n from the exponent bits (+0 at n = -127); 2^f by a polynomial with the constant term 1, in
+// Horner form (KG_EX2_FMA_DEG 3 or 4 FFMAs); the product q s (a subnormal flushes to 0, as the
+// MUFU's).  Relative error, its arithmetic included (tests/test_ex2_fma_cpu.py runs these lines: every
+// float32 of [-8, -4], 2 M drawn from [-126, 8], 0.5 M from [-1, 1]): 1.02e-4 at degree 3 (the
+// probabilities round to bf16's 2^-9 or FP8's 2^-4 after it), 2.9e-6 at degree 4 (fp16's P, 2^-12).
+// KG_EX2_FMA of every 8 exponentials of a row take it (0-8): 4 where a logit costs a second MUFU
+// instruction (a soft-cap's, or a user variant's that calls tanhf, expf, ...), else 2.
 #ifdef KG_EX2_FMA
 #define KG_EX2_FMA_{{ v.ns }} KG_EX2_FMA
 #else
-#define KG_EX2_FMA_{{ v.ns }} {{ 4 if (v.softcap or v.get("user")) else 2 }}
+#define KG_EX2_FMA_{{ v.ns }} {{ 4 if (v.softcap or (v.get("user") and v.user.transcendental)) else 2 }}
 #endif
 #ifdef KG_EX2_FMA_DEG
 #define KG_EX2_FMA_DEG_{{ v.ns }} KG_EX2_FMA_DEG
 #else
-#define KG_EX2_FMA_DEG_{{ v.ns }} {{ 4 if (v.dtype == "fp16" or v.get("fp16_gemms")) else 3 }}
+#define KG_EX2_FMA_DEG_{{ v.ns }} {{ 4 if ((v.dtype == "fp16" and not v.get("fp8_mma")) or v.get("fp16_gemms")) else 3 }}
 #endif
+__device__ __forceinline__ float fmax_nan(float a, float b) {   // max.NaN.f32 (sm_80+): NaN if either is
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
 __device__ __forceinline__ float ex2_fma(float x) {
-  x = fmaxf(x, -127.f);
+  x = fmax_nan(x, -127.f);
   const float t = x + 12582912.f;           // 1.5 * 2^23: the low mantissa bits of t hold round(x)
   const float f = x - (t - 12582912.f);     // in [-1/2, 1/2]
+  const float s = __uint_as_float((__float_as_uint(t) << 23) + 0x3f800000u);   // 2^round(x)
 #if KG_EX2_FMA_DEG_{{ v.ns }} == 4
-  float q = fmaf(fmaf(fmaf(9.58284456e-3f, f, 5.59064187e-2f), f, 2.40240991e-1f), f, 6.93124175e-1f);
+  const float q = fmaf(fmaf(fmaf(fmaf(9.58284456e-3f, f, 5.59064187e-2f), f, 2.40240991e-1f), f, 6.93124175e-1f), f, 1.f);
 #else
-  float q = fmaf(fmaf(5.50088398e-2f, f, 2.42210865e-1f), f, 6.93282902e-1f);
+  const float q = fmaf(fmaf(fmaf(5.50088398e-2f, f, 2.42210865e-1f), f, 6.93282902e-1f), f, 1.f);
 #endif
-  q = fmaf(q, f, 1.f);
-  return __uint_as_float(__float_as_uint(q) + (__float_as_uint(t) << 23));
+  return q * s;
 }
 {% endif %}
 

@@ -2,11 +2,14 @@
 templates/common/softmax.cuh ``ex2_fma``), forced on every Hopper kernel of a call
 (``heuristics.SM90_OPTS`` = "ptx"), through the existing checks of each path: the packed prefill at
 head dims 64 (three warpgroups) and 128 in bf16 and fp16, windows and soft-caps, forced splits,
-paged K/V (TMA boxes and gathered rows), an FP8 cache with a 16-bit q, the FP8 tensor-core variant,
-a user soft-cap snippet, the fused mixed-batch kernel and a replayed CUDA graph.  Each at the
-default share (4 of 8) and with every exponential on the FMA pipe (``KG_EX2_FMA=8``, a define);
-each checks against the float64 reference with the error bounds that count the polynomial's error
-(``reference.EX2_REL_ERR``), out and lse NaN-poisoned, rows that see no key exactly 0 / -inf."""
+paged K/V (TMA boxes and gathered rows), an FP8 cache with a 16-bit q, the FP8 tensor-core variant
+at head dim 64 (where the option fits: heuristics.sm90_ex2_fma_fits), user snippets and a replayed
+CUDA graph.  Each at the template's default share (4 of 8 with a soft-cap or a snippet calling a MUFU
+function, else 2) and with every exponential on the FMA pipe (``KG_EX2_FMA=8``, a define); each
+checks against the float64 reference with the error bounds that count the polynomial's error
+(``reference.EX2_REL_ERR``), out and lse NaN-poisoned, rows that see no key exactly 0 / -inf.  Then
+the dispatcher's own choice (``heuristics.sm90_ex2_fma``): the option on soft-capped head dim 64 and
+on a transcendental snippet there, by default."""
 import pytest
 import torch
 
@@ -16,7 +19,6 @@ from kernelgen.selection import heuristics
 
 import test_fp8_gpu as fp8
 import test_fp8_mma_gpu as fp8mma
-import test_fused_gpu as fused
 import test_hopper_gpu as hopper
 import test_variant_gpu as variant
 from gpu_helpers import prepared
@@ -26,7 +28,7 @@ pytestmark = [pytest.mark.gpu,
                                  reason="needs a compute capability 9.0 (Hopper) GPU")]
 
 
-@pytest.fixture(params=["", "KG_EX2_FMA=8"], ids=["share4", "share8"], autouse=True)
+@pytest.fixture(params=["", "KG_EX2_FMA=8"], ids=["default_share", "share8"], autouse=True)
 def option_x(request, monkeypatch):
     """Every Hopper kernel with option "x" (the variable would win over SM90_OPTS), at the default
     share or with all of them on the FMA pipe."""
@@ -85,7 +87,7 @@ def test_fp8_cache(dtype):
     ran_x()
 
 
-@pytest.mark.parametrize("d,causal,num_splits", [(64, True, 0), (128, False, 3)])
+@pytest.mark.parametrize("d,causal,num_splits", [(64, True, 0), (64, False, 3)])
 def test_fp8_tensor_cores(d, causal, num_splits):
     """The FP8 tensor-core variant (P against the row max - 8: exponents up to +8)."""
     fp8mma.test_varlen_prefill_within_the_fp8_p_bound(d, causal, num_splits)
@@ -103,10 +105,22 @@ def test_user_variant(name):
     ran_x()
 
 
-def test_fused_mixed_batch():
-    """The Hopper fused kernel's long variant takes the option (its decode tile is sm_80's)."""
-    fused.test_fused_paged_mixed_matches_reference("soa", 32, 8, 128, fused.BF16, True, None)
-
-
 def test_graph_replay():
     hopper.test_hopper_cuda_graph_replay()
+    ran_x()
+
+
+@pytest.mark.parametrize("name", ["softcap", "builtin"])
+def test_the_default_takes_it_where_the_mufu_binds(name, monkeypatch):
+    """Without forcing (SM90_OPTS back to the default, no define): a soft-cap and the soft-cap snippet
+    (kg_tanh) at head dim 64 take the option (the share 4 of 8), right against the reference."""
+    monkeypatch.setattr(heuristics, "SM90_OPTS", "pt")
+    monkeypatch.delenv(compiler.DEFINES_ENV, raising=False)
+    api.clear_signature_cache()
+    if name == "builtin":
+        qlens, klens = hopper.ragged(64)
+        q, k, v, cu_q, cu_k = hopper.make_batch(qlens, klens, 16, 4, 64, torch.bfloat16, 65)
+        hopper.check(q, k, v, cu_q, cu_k, causal=True, softcap=30.0)
+    else:
+        variant.test_d64_three_warpgroups("softcap", 1, monkeypatch)
+    ran_x()
