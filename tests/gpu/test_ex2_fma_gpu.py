@@ -8,8 +8,8 @@ CUDA graph.  Each at the template's default share (4 of 8 with a soft-cap or a s
 function, else 2) and with every exponential on the FMA pipe (``KG_EX2_FMA=8``, a define); each
 checks against the float64 reference with the error bounds that count the polynomial's error
 (``reference.EX2_REL_ERR``), out and lse NaN-poisoned, rows that see no key exactly 0 / -inf.  Then
-the dispatcher's own choice (``heuristics.sm90_ex2_fma``): the option on soft-capped head dim 64 and
-on a transcendental snippet there, by default."""
+the dispatcher's own choice (``heuristics.sm90_ex2_fma`` with ``SM90_EX2_FMA`` on): the option on
+soft-capped head dim 64 and on a transcendental snippet there."""
 import pytest
 import torch
 
@@ -112,9 +112,11 @@ def test_graph_replay():
 
 @pytest.mark.parametrize("name", ["softcap", "builtin"])
 def test_the_default_takes_it_where_the_mufu_binds(name, monkeypatch):
-    """Without forcing (SM90_OPTS back to the default, no define): a soft-cap and the soft-cap snippet
-    (kg_tanh) at head dim 64 take the option (the share 4 of 8), right against the reference."""
+    """The dispatcher's rule (heuristics.SM90_EX2_FMA on, SM90_OPTS back to the default, no define): a
+    soft-cap and the soft-cap snippet (kg_tanh) at head dim 64 take the option (the share 4 of 8),
+    right against the reference."""
     monkeypatch.setattr(heuristics, "SM90_OPTS", "pt")
+    monkeypatch.setattr(heuristics, "SM90_EX2_FMA", True)    # (the rule; off by default until this suite ran)
     monkeypatch.delenv(compiler.DEFINES_ENV, raising=False)
     api.clear_signature_cache()
     if name == "builtin":
