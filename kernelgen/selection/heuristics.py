@@ -567,10 +567,8 @@ def sm90_options(paged: bool, page_size: int, block_n: int, sm90_opts: str | Non
 #: polynomial, templates/common/softmax.cuh ``ex2_fma``) added by the dispatcher where a logit costs a
 #: second MUFU instruction (``sm90_ex2_fma``).  False: only where the options ask for it
 #: (``KERNELGEN_SM90_OPTS``, tuning runs; ``benchmarks/experiments/tile_ab.py`` sets it False so that
-#: its configurations' letters are exact).  Off by default until the GPU suite has run with it on
-#: (its kernels build without spills and pass the CPU checks; the device was not lent long enough in
-#: the forty-sixth session: docs/dev/perf-log.md).
-SM90_EX2_FMA = False
+#: its configurations' letters are exact).
+SM90_EX2_FMA = True
 #: The same on the FP8 tensor-core kernels at head dim 64, whose GEMMs run at twice the 16-bit rate
 #: (so the exponentials bind): off until an A/B says it pays (``tile_ab.py``, ``fp8q:64:...:px``).
 SM90_EX2_FMA_FP8 = False
