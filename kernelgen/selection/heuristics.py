@@ -567,8 +567,12 @@ def sm90_options(paged: bool, page_size: int, block_n: int, sm90_opts: str | Non
 #: polynomial, templates/common/softmax.cuh ``ex2_fma``) added by the dispatcher where a logit costs a
 #: second MUFU instruction (``sm90_ex2_fma``).  False: only where the options ask for it
 #: (``KERNELGEN_SM90_OPTS``, tuning runs; ``benchmarks/experiments/tile_ab.py`` sets it False so that
-#: its configurations' letters are exact).
-SM90_EX2_FMA = True
+#: its configurations' letters are exact).  Off: correct on the GPU (tests/gpu/test_ex2_fma_gpu.py, 58
+#: passed, forty-seventh session) but slower where the rule applies: the soft-cap snippet at gpt-oss's
+#: heads ran 1.10x the time at share 4, 1.00x at 2, 1.15x at 6, and the FP8 tensor-core kernels at
+#: d 64 1.12x / 1.18x at shares 2 / 3 (interleaved A/B, H100; docs/dev/perf-log.md): the
+#: polynomial's eight FMA-pipe instructions cost more issue slots than the MUFU time they free.
+SM90_EX2_FMA = False
 #: The same on the FP8 tensor-core kernels at head dim 64, whose GEMMs run at twice the 16-bit rate
 #: (so the exponentials bind): off until an A/B says it pays (``tile_ab.py``, ``fp8q:64:...:px``).
 SM90_EX2_FMA_FP8 = False

@@ -116,7 +116,7 @@ def test_the_default_takes_it_where_the_mufu_binds(name, monkeypatch):
     soft-cap and the soft-cap snippet (kg_tanh) at head dim 64 take the option (the share 4 of 8),
     right against the reference."""
     monkeypatch.setattr(heuristics, "SM90_OPTS", "pt")
-    monkeypatch.setattr(heuristics, "SM90_EX2_FMA", True)    # (the rule, on by default)
+    monkeypatch.setattr(heuristics, "SM90_EX2_FMA", True)    # (the rule; off by default: slower)
     monkeypatch.delenv(compiler.DEFINES_ENV, raising=False)
     api.clear_signature_cache()
     if name == "builtin":
