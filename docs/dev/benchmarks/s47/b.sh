@@ -3,7 +3,8 @@
 # about L s (default 420; the steps after the first stop early): FA3 / FA4 installed, then
 #   1. tile_ab.py, FP8 tensor-core kernels without / with option "t" (heuristics.SM90_FP8_TILEINFO, off) at gpt-oss's
 #      (d 64) and llama3-8b's (d 128) heads, FA3 FP8 beside, 3 passes: issue 24's FP8 prefill misses;
-#   2. the soft-cap snippet at gpt-oss's heads, kernelgen without "x" / with share 2, FA4's soft-cap score_mod beside;
+#   2. the soft-cap snippet at gpt-oss's heads, kernelgen without "x" / with share 2 (m192), and m128 (the dispatcher's
+#      tile) without / with lazy rescaling "r", FA4's soft-cap score_mod beside;
 #   3. issue 24's FP8 decode (and its bf16 twin), then FP8 prefill entries of gpt-oss and gemma2-9b with FA3 FP8;
 #   4. issue 25's soft-cap / ALiBi snippet entries of gpt-oss and gemma2-9b with FA4 / FlexAttention.
 set -u
@@ -22,7 +23,7 @@ timeout 120 python3 benchmarks/experiments/tile_ab.py --shapes $G,l16k=1:16384:3
   --passes 3 --json $W/fp8.json > $W/fp8.log 2>&1; echo "fp8 rc $? at $SECONDS" >> $W/rc.txt
 C=bf16:64:192:128:2
 timeout 60 python3 benchmarks/experiments/tile_ab.py --shapes $G --score-mod "50.f * tanhf(score / 50.f)" --fa4-softcap 50 \
-  --configs p=$C:p,x2=$C:px:KG_EX2_FMA=2,fa4=fa4 \
+  --configs p=$C:p,x2=$C:px:KG_EX2_FMA=2,p128=bf16:64:128:128:2:p,r128=bf16:64:128:128:2:pr,fa4=fa4 \
   --passes 2 --json $W/softcap_g16k.json > $W/softcap_g16k.log 2>&1; echo "softcap rc $? at $SECONDS" >> $W/rc.txt
 T=$(( L * 6 / 10 - SECONDS ))
 [ $T -gt 40 ] && { timeout $T python3 -m kernelgen bench --flex off --budget 0 --json $W/decode.json --suite decode \
