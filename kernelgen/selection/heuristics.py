@@ -354,8 +354,9 @@ SM90_OPTS = "pt"
 #: one bench run with it had the FP8 prefill entries at d 64 / 128 2-3 % further behind FA3 FP8 than
 #: the report's earlier run without it (0.968 against 1.002 on causal 16k d 128, 0.951 against 0.983
 #: on gpt-oss's d 64; d 256, which has no "t", unchanged), where the 16-bit A/B predicted 1-2 %
-#: faster.  Off until an interleaved A/B (``benchmarks/experiments/tile_ab.py``, configurations
-#: ``fp8q:...:p`` against ``fp8q:...:pt``, which set this) says it pays.
+#: faster.  The interleaved A/B (``benchmarks/experiments/tile_ab.py``, ``fp8q:...:p`` against
+#: ``fp8q:...:pt``, forty-seventh session, H100, two processes of three passes) has "t" 1.004-1.046x
+#: the time at d 64 and 0.979-1.042x at d 128: it does not pay on the FP8 tensor-core kernels.  Off.
 SM90_FP8_TILEINFO = False
 
 #: A paged call whose requests average at least this many query tokens (total_q / batch, known
