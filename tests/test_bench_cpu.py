@@ -1063,6 +1063,12 @@ def test_cost_entries_show_their_own_baseline_and_divide_peers_by_peer_base():
     assert report.own_baseline_text({"variant_ratio": 0.98, "us_builtin": 3900.0}) == "0.98x built-in (3900.0 µs)"
     assert report.own_baseline_text({"sinks_ratio": 1.0, "us_nosinks": 50.0}) == "1.00x without sinks (50.00 µs)"
     assert report.own_baseline_text({"us": 3.0}) == ""
+    # the twins' spread (apps/bench/twins.py): each call's time over its twin's, low-high
+    assert report.own_baseline_text({"alibi_ratio": 1.02, "us_noalibi": 4400.0,
+                                     "twin_spread": {"kernelgen": 0.97, "kernelgen_alibi": 1.012}}) \
+        == "1.02x without ALiBi (4400.0 µs; twins 0.97-1.01)"
+    assert report.own_baseline_text({"variant_ratio": 0.98, "twin_spread": {"a": 1.0, "b": None}}) \
+        == "0.98x built-in (twins 1.00-1.00)"
     plain = report.finalize({"name": "decode_trace_b32_paged16", "suite": "decode", "us": 100.0, "metric": "tbps",
                              "bytes": 4e8, "peers": {"fa4": 90.0}, "unavailable": {}}, ROOFS)
     t = report.suite_table("decode", [e, plain])

@@ -101,14 +101,16 @@ def add_aliases(benchmarks: list) -> None:
 #: Fields of a bench entry the report keeps when the entry has them: the rates' counts, the peer
 #: ratios, best peer and agreement; the cost entries' own baselines (``sinks_*``: us_nosinks /
 #: sinks_ratio, the cost docs/performance.md quotes; ``alibi_*``: us_noalibi / alibi_ratio;
-#: ``variant_*``: us_builtin / variant_ratio) and the kernelgen time their peers are divided by
+#: ``variant_*``: us_builtin / variant_ratio, each with ``twin_spread``, the calls' times over their
+#: twins' loaded as other modules) and the kernelgen time their peers are divided by
 #: (``peer_base_us``); ``variant_compile_first_call``'s second call (its ``us`` and its peers'
 #: times are first calls), the time until its Hopper kernel was built (``us_hopper_ready``: the
 #: first call runs the sm_80 kernel meanwhile), the kernels its first call ran and the background
 #: build returned.
 KEPT_IF_SET = ("flops", "bytes", "ratios", "best_peer", "vs_best", "max_diff", "us_nosinks", "sinks_ratio",
                "us_noalibi", "alibi_ratio", "us_builtin", "variant_ratio", "peer_base_us", "us_second_call",
-               "us_hopper_ready", "first_call_kernels", "hopper_built", "commit", "fp8_speedup", "peer_atol")
+               "us_hopper_ready", "first_call_kernels", "hopper_built", "commit", "fp8_speedup", "peer_atol",
+               "twin_spread")
 #: Kept whenever the bench wrote them, empty or not (report.disagrees: an empty list means every
 #: compared peer agreed, an absent one that agreement must be recomputed from max_diff).
 KEPT_IF_PRESENT = ("peers_disagreeing",)

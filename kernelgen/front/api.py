@@ -21,6 +21,8 @@ only reads its data pointers, checks their alignment, allocates and launches.
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from ..jit import compiler, runtime
@@ -35,6 +37,20 @@ _CALLS = signature.SignatureCache(1024)
 def clear_signature_cache() -> None:
     """Forget varlen_attention's prepared calls (the next call of each signature validates again)."""
     _CALLS.clear()
+
+
+@contextlib.contextmanager
+def separate_signature_cache(cache: signature.SignatureCache):
+    """For benchmarks: inside the ``with`` block varlen_attention keeps and finds its prepared calls
+    in ``cache`` (the caller's, initially empty) instead of the process's, so that a call prepared
+    inside binds the kernels loaded inside (with ``jit.runtime.separate_modules``: another copy of
+    each module).  Process-wide while it lasts: single-threaded measurement code only."""
+    global _CALLS
+    saved, _CALLS = _CALLS, cache
+    try:
+        yield cache
+    finally:
+        _CALLS = saved
 
 
 def varlen_attention(

@@ -10,6 +10,7 @@ allocates device memory.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 from dataclasses import dataclass, field
@@ -54,6 +55,25 @@ class Kernel:
 _loaded: dict = {}
 _lock = threading.Lock()
 _devices: dict = {}
+
+
+@contextlib.contextmanager
+def separate_modules(store: dict):
+    """For benchmarks: inside the ``with`` block kernels are looked up in and loaded into ``store``
+    (a dict the caller keeps, initially empty) instead of the process's set, so a kernel the process
+    has loaded already is loaded again as another CUmodule (its code at another address) and kept
+    in ``store`` for the next block.  The swap is process-wide (every thread's lookups see
+    ``store`` until the block ends), so it belongs in single-threaded measurement code only.
+    Used by ``apps.bench.twins``: the same kernel loaded twice measured up to 8 % apart at causal
+    16k (docs/dev/perf-log.md, "Forty-seventh session")."""
+    global _loaded
+    with _lock:
+        saved, _loaded = _loaded, store
+    try:
+        yield store
+    finally:
+        with _lock:
+            _loaded = saved
 
 
 def device(ordinal: int) -> Device:

@@ -67,13 +67,19 @@ OWN_BASELINES = (("sinks_ratio", "us_nosinks", "without sinks"), ("alibi_ratio",
 
 
 def own_baseline_text(entry: dict) -> str:
-    """"1.02x without sinks (3,850 µs)" for a cost entry ("" for the others): its time over its own
-    baseline's (:data:`OWN_BASELINES`; above 1 the feature costs that factor)."""
+    """"1.02x without sinks (3,850 µs; twins 0.97-1.01)" for a cost entry ("" for the others): its
+    time over its own baseline's (:data:`OWN_BASELINES`; above 1 the feature costs that factor),
+    and where the entry has them, the range of its calls' times over their twins' (``twin_spread``,
+    apps/bench/twins.py: a ratio that close to 1 is within the measurement's own spread)."""
     for ratio_key, base_key, what in OWN_BASELINES:
         r = entry.get(ratio_key)
         if r is not None:
             base = entry.get(base_key)
-            return f"{r:.2f}x {what}" + (f" ({fmt_us(base)} µs)" if base is not None else "")
+            notes = [f"{fmt_us(base)} µs"] if base is not None else []
+            spread = [x for x in (entry.get("twin_spread") or {}).values() if x is not None]
+            if spread:
+                notes.append(f"twins {min(spread):.2f}-{max(spread):.2f}")
+            return f"{r:.2f}x {what}" + (f" ({'; '.join(notes)})" if notes else "")
     return ""
 
 

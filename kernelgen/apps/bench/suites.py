@@ -92,7 +92,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from . import SUITES, measure, peers
+from . import SUITES, measure, peers, twins
 from .models import (DEFAULT_MODEL, PRESETS, ModelPreset, attention_flops, decode_bytes, decode_keys_read,
                      entry_name, prefill_bytes)
 
@@ -803,22 +803,34 @@ def _cost_inputs(settings: Settings, which: str, model: ModelPreset, label: str)
     raise ValueError(f"unknown cost entry {which!r}")
 
 
+#: What a cost entry's method adds (``_with_without``: every call also timed as a twin, apps/bench/twins.py).
+TWINS_METHOD = ("; each call also timed with its kernels loaded again as other modules (NAME~2), and "
+                "its time the mean of its two loads")
+
+
 def _with_without(settings: Settings, e: dict, calls: dict, outs: list, key: str, base_field: str,
                   ratio_field: str) -> None:
     """Time a cost entry's two kernelgen calls (``calls``: {SWITCH_BASE: without, key: with}, their
-    outputs ``outs``) together as interleaved CUDA-graph replays (measure.time_interleaved): ``us``
-    the call with the feature, ``base_field`` the one without, ``ratio_field`` = us / that."""
+    outputs ``outs``) and a twin of each (``twins``: the same call with its kernels loaded again as
+    other modules, ``NAME~2``) together as interleaved CUDA-graph replays
+    (measure.time_interleaved): ``us`` the call with the feature, ``base_field`` the one without,
+    each the mean over its two loads, ``ratio_field`` = us / that; ``twin_spread``: {name: the
+    call's µs / its twin's} (how far one kernel moves with where its code sits: a ratio within it
+    is not a difference); ``switch_us`` / ``switch_rounds_us``: all four configurations'."""
     torch = _torch()
-    for c in calls.values():
+    timed = twins.with_twins(calls)
+    for c in timed.values():
         c()
     torch.cuda.synchronize()
-    times = settings.time_interleaved(calls)
-    e["us"] = times[key]["us"]
-    e[base_field] = times[SWITCH_BASE]["us"]
+    times = settings.time_interleaved(timed)
+    us, spread = twins.merge(times, calls)
+    e["us"] = us[key]
+    e[base_field] = us[SWITCH_BASE]
     e[ratio_field] = e["us"] / e[base_field] if e[base_field] else None
+    e["twin_spread"] = spread
     e["switch_rounds_us"] = {name: t["rounds"] for name, t in times.items()}
     e["switch_us"] = {name: t["us"] for name, t in times.items()}
-    e["method"] = settings.interleaved_method()
+    e["method"] = settings.interleaved_method() + TWINS_METHOD
 
 
 def sinks_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
