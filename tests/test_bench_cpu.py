@@ -1068,7 +1068,10 @@ def test_cost_entries_show_their_own_baseline_and_divide_peers_by_peer_base():
                                      "twin_spread": {"kernelgen": 0.97, "kernelgen_alibi": 1.012}}) \
         == "1.02x without ALiBi (4400.0 µs; twins 0.97-1.01)"
     assert report.own_baseline_text({"variant_ratio": 0.98, "twin_spread": {"a": 1.0, "b": None}}) \
-        == "0.98x built-in (twins 1.00-1.00)"
+        == "0.98x plain (twins 1.00-1.00)"
+    # variant_ratio over the plain call (variant_example_*) or over the built-in (variant_*)
+    assert report.own_baseline_text({"variant_ratio": 1.05, "us_plain": 4000.0}) == "1.05x plain (4000.0 µs)"
+    assert report.own_baseline_text({"variant_ratio": 1.01, "us_builtin": 4000.0}) == "1.01x built-in (4000.0 µs)"
     plain = report.finalize({"name": "decode_trace_b32_paged16", "suite": "decode", "us": 100.0, "metric": "tbps",
                              "bytes": 4e8, "peers": {"fa4": 90.0}, "unavailable": {}}, ROOFS)
     t = report.suite_table("decode", [e, plain])

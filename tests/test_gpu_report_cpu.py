@@ -106,10 +106,10 @@ def test_report_keeps_the_alibi_and_variant_costs_and_shows_them(tmp_path, capsy
 
     from kernelgen.apps.bench import report
 
-    assert gpu_report.OWN_BASELINES == report.OWN_BASELINES
     alibi = report.finalize({"name": "alibi_prefill_causal_s16k", "suite": "prefill", "us": 4040.0, "metric": "tflops",
                              "flops": 2e12, "peers": {"fa4": 4400.0}, "unavailable": {"fa3": "no ALiBi"},
                              "us_noalibi": 4000.0, "alibi_ratio": 1.01, "peer_base_us": 4100.0,
+                             "twin_spread": {"kernelgen": 0.98, "kernelgen_alibi": 1.03},
                              "max_diff": {"fa4": 0.004}, "ref_max": {"fa4": 3.0}}, None)
     var = report.finalize({"name": "variant_softcap_prefill_causal_s16k", "suite": "prefill", "us": 3900.0,
                            "metric": "tflops", "flops": 2e12, "peers": {}, "unavailable": {},
@@ -126,6 +126,7 @@ def test_report_keeps_the_alibi_and_variant_costs_and_shows_them(tmp_path, capsy
     rows = {b["name"]: b for b in rep["benchmarks"]}
     a = rows["alibi_prefill_causal_s16k"]
     assert (a["us_noalibi"], a["alibi_ratio"], a["peer_base_us"]) == (4000.0, 1.01, 4100.0)
+    assert a["twin_spread"] == {"kernelgen": 0.98, "kernelgen_alibi": 1.03}
     assert abs(a["ratios"]["fa4"] - 4400.0 / 4100.0) < 1e-12
     v = rows["variant_softcap_prefill_causal_s16k"]
     assert v["us_builtin"] == 3950.0 and abs(v["variant_ratio"] - 3900.0 / 3950.0) < 1e-12
@@ -134,7 +135,7 @@ def test_report_keeps_the_alibi_and_variant_costs_and_shows_them(tmp_path, capsy
     assert f["us_hopper_ready"] == 1.5e6 and f["hopper_built"] == ["attn_sm_90a_wgmma_var1"]
     assert f["first_call_kernels"] == ["attn_sm_90a_var1"]
     md = (tmp_path / "h200.md").read_text()
-    assert "| 1.01x without ALiBi (4000.0 us) |" in md and "0.99x built-in (3950.0 us)" in md
+    assert "| 1.01x without ALiBi (4000.0 µs; twins 0.98-1.03) |" in md and "0.99x built-in (3950.0 µs)" in md
     assert "fa4 4400 (1.07x)" in md
     assert rep["checks"]["alibi_prefill_causal_s16k_agrees_with_peers"] is True
 

@@ -101,8 +101,9 @@ def add_aliases(benchmarks: list) -> None:
 #: Fields of a bench entry the report keeps when the entry has them: the rates' counts, the peer
 #: ratios, best peer and agreement; the cost entries' own baselines (``sinks_*``: us_nosinks /
 #: sinks_ratio, the cost docs/performance.md quotes; ``alibi_*``: us_noalibi / alibi_ratio;
-#: ``variant_*``: us_builtin / variant_ratio, each with ``twin_spread``, the calls' times over their
-#: twins' loaded as other modules) and the kernelgen time their peers are divided by
+#: ``variant_*``: us_builtin / variant_ratio; ``variant_example_*``: us_plain / variant_ratio; each
+#: with ``twin_spread``, the calls' times over their twins' loaded as other modules, and
+#: ``twin_kernels_differ`` where a twin ran another kernel) and the kernelgen time their peers are divided by
 #: (``peer_base_us``); ``variant_compile_first_call``'s second call (its ``us`` and its peers'
 #: times are first calls), the time until its Hopper kernel was built (``us_hopper_ready``: the
 #: first call runs the sm_80 kernel meanwhile), the kernels its first call ran and the background
@@ -110,22 +111,16 @@ def add_aliases(benchmarks: list) -> None:
 KEPT_IF_SET = ("flops", "bytes", "ratios", "best_peer", "vs_best", "max_diff", "us_nosinks", "sinks_ratio",
                "us_noalibi", "alibi_ratio", "us_builtin", "variant_ratio", "peer_base_us", "us_second_call",
                "us_hopper_ready", "first_call_kernels", "hopper_built", "commit", "fp8_speedup", "peer_atol",
-               "twin_spread")
+               "twin_spread", "twin_kernels_differ", "us_plain")
 #: Kept whenever the bench wrote them, empty or not (report.disagrees: an empty list means every
 #: compared peer agreed, an absent one that agreement must be recomputed from max_diff).
 KEPT_IF_PRESENT = ("peers_disagreeing",)
-#: The cost entries' own baselines as the tables show them (kernelgen.apps.bench.report.OWN_BASELINES).
-OWN_BASELINES = (("sinks_ratio", "us_nosinks", "without sinks"), ("alibi_ratio", "us_noalibi", "without ALiBi"),
-                 ("variant_ratio", "us_builtin", "built-in"))
-
-
 def own_baseline(b: dict) -> str:
-    """A cost entry's ratio to its own baseline ("1.02x without ALiBi (3850.0 us)"), "" for the others."""
-    for ratio_key, base_key, what in OWN_BASELINES:
-        if b.get(ratio_key) is not None:
-            base = b.get(base_key)
-            return f"{b[ratio_key]:.2f}x {what}" + (f" ({base:.1f} us)" if base is not None else "")
-    return ""
+    """A cost entry's ratio to its own baseline with its twins' spread ("1.02x without ALiBi (3,850 µs;
+    twins 0.98-1.01)"), "" for the others: ``kernelgen.apps.bench.report.own_baseline_text``."""
+    from kernelgen.apps.bench.report import own_baseline_text
+
+    return own_baseline_text(b)
 
 
 def commit() -> str:

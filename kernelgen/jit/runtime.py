@@ -64,7 +64,7 @@ def separate_modules(store: dict):
     has loaded already is loaded again as another CUmodule (its code at another address) and kept
     in ``store`` for the next block.  The swap is process-wide (every thread's lookups see
     ``store`` until the block ends), so it belongs in single-threaded measurement code only.
-    Used by ``apps.bench.twins``: the same kernel loaded twice measured up to 8 % apart at causal
+    Used by ``apps.bench.twins``: the same kernel loaded twice measured up to 6-9 % apart at causal
     16k (docs/dev/perf-log.md, "Forty-seventh session")."""
     global _loaded
     with _lock:

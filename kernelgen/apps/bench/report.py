@@ -62,8 +62,11 @@ AUTO_TOLERANCE = 0.02
 UNITS = {"tflops": "TFLOP/s", "tbps": "TB/s"}
 #: The cost entries' own baselines: (ratio field, baseline µs field, what the baseline is).  The
 #: ratio is the entry's time / the baseline's, both from one interleaved measurement.
+#: A ratio field may serve two baselines (``variant_ratio``: a ``variant_example_*`` entry's over the
+#: plain call, ``us_plain``; a ``variant_*`` entry's over the built-in form, ``us_builtin``): the
+#: first row whose ratio and baseline fields the entry both has is the one shown.
 OWN_BASELINES = (("sinks_ratio", "us_nosinks", "without sinks"), ("alibi_ratio", "us_noalibi", "without ALiBi"),
-                 ("variant_ratio", "us_builtin", "built-in"))
+                 ("variant_ratio", "us_plain", "plain"), ("variant_ratio", "us_builtin", "built-in"))
 
 
 def own_baseline_text(entry: dict) -> str:
@@ -71,7 +74,8 @@ def own_baseline_text(entry: dict) -> str:
     time over its own baseline's (:data:`OWN_BASELINES`; above 1 the feature costs that factor),
     and where the entry has them, the range of its calls' times over their twins' (``twin_spread``,
     apps/bench/twins.py: a ratio that close to 1 is within the measurement's own spread)."""
-    for ratio_key, base_key, what in OWN_BASELINES:
+    rows = [row for row in OWN_BASELINES if entry.get(row[0]) is not None]
+    for ratio_key, base_key, what in sorted(rows, key=lambda row: entry.get(row[1]) is None)[:1]:
         r = entry.get(ratio_key)
         if r is not None:
             base = entry.get(base_key)

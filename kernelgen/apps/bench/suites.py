@@ -740,9 +740,7 @@ def _last_attention_kernel() -> str | None:
     """The attention kernel's name of the last kernelgen call (its prepared call), or None (a call
     path that keeps no prepared call)."""
     from ...front import api
-    prep = api._CALLS._last[1]
-    attn = getattr(prep, "attn", None)
-    return getattr(attn, "name", None)
+    return twins.attention_kernel(api._CALLS)
 
 
 def _cost_inputs(settings: Settings, which: str, model: ModelPreset, label: str):
@@ -810,13 +808,16 @@ TWINS_METHOD = ("; each call also timed with its kernels loaded again as other m
 
 def _with_without(settings: Settings, e: dict, calls: dict, outs: list, key: str, base_field: str,
                   ratio_field: str) -> None:
-    """Time a cost entry's two kernelgen calls (``calls``: {SWITCH_BASE: without, key: with}, their
-    outputs ``outs``) and a twin of each (``twins``: the same call with its kernels loaded again as
-    other modules, ``NAME~2``) together as interleaved CUDA-graph replays
-    (measure.time_interleaved): ``us`` the call with the feature, ``base_field`` the one without,
-    each the mean over its two loads, ``ratio_field`` = us / that; ``twin_spread``: {name: the
-    call's µs / its twin's} (how far one kernel moves with where its code sits: a ratio within it
-    is not a difference); ``switch_us`` / ``switch_rounds_us``: all four configurations'."""
+    """Time a cost entry's kernelgen calls (``calls``: {SWITCH_BASE: without the feature, key: with
+    it, and any others the entry compares, e.g. the FP8 entries' four}, their outputs ``outs``)
+    and a twin of each (``twins``: the same call with its kernels loaded again as other modules,
+    ``NAME~2``) together as interleaved CUDA-graph replays (measure.time_interleaved): ``us`` the
+    call with the feature, ``base_field`` the one without, each the mean over its two loads,
+    ``ratio_field`` = us / that; ``twin_spread``: {name: the call's µs / its twin's} (how far one
+    kernel moves with where its code sits: a ratio within it is not a difference);
+    ``twin_kernels_differ``: the calls whose twin ran another attention kernel (it should be
+    empty: a twin reloads the call's kernels, it does not choose others); ``switch_us`` /
+    ``switch_rounds_us``: every configuration's.  Returns {name: the mean of its two loads' µs}."""
     torch = _torch()
     timed = twins.with_twins(calls)
     for c in timed.values():
@@ -828,9 +829,11 @@ def _with_without(settings: Settings, e: dict, calls: dict, outs: list, key: str
     e[base_field] = us[SWITCH_BASE]
     e[ratio_field] = e["us"] / e[base_field] if e[base_field] else None
     e["twin_spread"] = spread
+    e["twin_kernels_differ"] = twins.kernels_differ(timed)
     e["switch_rounds_us"] = {name: t["rounds"] for name, t in times.items()}
     e["switch_us"] = {name: t["us"] for name, t in times.items()}
     e["method"] = settings.interleaved_method() + TWINS_METHOD
+    return us
 
 
 def sinks_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
@@ -966,10 +969,10 @@ def fp8_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
         calls["kernelgen_fp8_kv_quant"] = make_call(outs[3], k=k8, v=v8, k_descale=kd, v_descale=vd, quantize_q=True)
     else:
         calls["kernelgen_fp8"] = make_call(outs[1], k=k8, v=v8, k_descale=kd, v_descale=vd)
-    _with_without(settings, e, calls, outs, "kernelgen_fp8", "us_bf16", "fp8_ratio")
+    us = _with_without(settings, e, calls, outs, "kernelgen_fp8", "us_bf16", "fp8_ratio")
     if prefill:
-        e["us_fp8_kv"] = e["switch_us"]["kernelgen_fp8_kv"]
-        e["us_fp8_kv_quant"] = e["switch_us"]["kernelgen_fp8_kv_quant"]
+        e["us_fp8_kv"] = us["kernelgen_fp8_kv"]
+        e["us_fp8_kv_quant"] = us["kernelgen_fp8_kv_quant"]
     e["fp8_speedup"] = e["us_bf16"] / e["us"] if e["us"] else None
     e["fp8_max_abs_change"] = float((outs[1].float() - outs[0].float()).abs().max())
     if e["metric"] == "tbps":   # decode: bytes are K/V only, 2 per element in bf16, 1 in e4m3

@@ -12,7 +12,9 @@ spread beside it: a ratio inside the spread says nothing.
 A twin runs its call with the kernel set (``jit.runtime.separate_modules``) and the prepared-call
 cache (``front.api.separate_signature_cache``) of its own, kept across its calls, so its first call
 prepares the call again and loads every kernel again (from the disk cache, no compile), and a CUDA
-graph captured from it launches the twin modules' functions.
+graph captured from it launches the twin modules' functions.  Only ``varlen_attention`` calls
+(and what calls it) are twinned: an ``AttentionPlan`` binds its kernels when it is made, so a
+twin of ``plan.run`` would run the plan's own modules.
 """
 from __future__ import annotations
 
@@ -37,6 +39,33 @@ class Twin:
 
         with runtime.separate_modules(self.modules), api.separate_signature_cache(self.calls):
             return self.fn()
+
+
+def attention_kernel(cache) -> str | None:
+    """The attention kernel's name of the last call prepared in ``cache`` (a
+    ``selection.signature.SignatureCache`` of ``front.api``: the process's ``api._CALLS`` or a twin's
+    ``calls``), or None when it holds none (or a call path that keeps no attention kernel)."""
+    last = getattr(cache, "_last", (None, None))
+    attn = getattr(last[1], "attn", None)
+    return getattr(attn, "name", None)
+
+
+def kernels_differ(timed: dict) -> list:
+    """The names of ``with_twins``' calls whose twin's last prepared call ran another attention
+    kernel than the call's own last one (read from the process's prepared-call cache just after the
+    call runs again here, and from the twin's cache), sorted; [] when every twin ran its call's
+    kernel or nothing can be told."""
+    from ...front import api
+
+    out = []
+    for name, fn in timed.items():
+        if not isinstance(fn, Twin):
+            continue
+        timed[name[:-len(TWIN)]]()
+        mine, twin = attention_kernel(api._CALLS), attention_kernel(fn.calls)
+        if mine is not None and twin is not None and mine != twin:
+            out.append(name[:-len(TWIN)])
+    return sorted(out)
 
 
 def with_twins(calls: dict) -> dict:
