@@ -10,8 +10,11 @@ min(N, its key blocks) splits), timed as interleaved CUDA-graph replays
 bench's job.  Every output is compared with ``auto``'s.  Prints us, GB/s of K/V read and the
 ratio to ``auto``.
 
+``--kv-dtype e4m3``: the same batches on an e4m3 copy of the cache (per-tensor scales, the bench's
+``fp8_decode_*`` entries' quantisation), GB/s then counted at one byte an element.
+
 Usage: PYTHONPATH=$PWD python benchmarks/experiments/decode_split_sweep.py [--shapes decode_long_b8_128k]
-       [--splits 49,55,64,74,90,99] [--model llama3-8b] [--json FILE]
+       [--splits 49,55,64,74,90,99] [--model llama3-8b] [--kv-dtype e4m3] [--json FILE]
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="llama3-8b")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--kv-dtype", default="bf16", choices=("bf16", "e4m3"))
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     import torch
@@ -43,23 +47,29 @@ def main(argv=None) -> int:
         return 2
     settings = suites.Settings()
     m = PRESETS[a.model]
-    report = {"model": a.model, "shapes": {}}
+    report = {"model": a.model, "kv_dtype": a.kv_dtype, "shapes": {}}
     for shape in [s for s in a.shapes.split(",") if s]:
         ctx = suites.decode_contexts(settings, shape)
         q, kc, vc, pt, used, cu_q = suites.paged_batch([1] * len(ctx), ctx, m)
         maxk = max(ctx)
+        fp8 = {}
+        if a.kv_dtype == "e4m3":
+            kc, ks = suites.quantize_e4m3(kc)
+            vc, vs = suites.quantize_e4m3(vc)
+            fp8 = {"k_descale": ks.reshape(1, 1).expand(len(ctx), m.num_heads_kv).contiguous(),
+                   "v_descale": vs.reshape(1, 1).expand(len(ctx), m.num_heads_kv).contiguous()}
         outs, calls = {}, {}
         for label, ns in [("auto", 0)] + [(f"s{n}", int(n)) for n in a.splits.split(",") if n]:
             o = torch.full((len(ctx), m.num_heads_q, m.head_dim_v), float("nan"), device="cuda", dtype=torch.bfloat16)
             outs[label] = o
             calls[label] = (lambda o=o, ns=ns: varlen_attention(
                 q, kc, vc, cu_q, None, 1, maxk, seqused_k=used, page_table=pt, causal=True,
-                window_size=m.window_size, softcap=m.softcap, num_splits=ns, out=o))
+                window_size=m.window_size, softcap=m.softcap, num_splits=ns, out=o, **fp8))
         times = measure.time_interleaved(calls, rounds=a.rounds, repeat=a.repeat)
         for f in calls.values():
             f()
         torch.cuda.synchronize()
-        nbytes = sum(ctx) * m.kv_bytes_per_token
+        nbytes = sum(ctx) * m.kv_bytes_per_token // (2 if fp8 else 1)
         ref = outs["auto"].float()
         rows = {}
         for label, t in times.items():
