@@ -813,6 +813,10 @@ def test_paged_choice_picks_the_load_path_from_the_page_size(page_size, opts):
         assert heuristics.sm90_options(False, page_size, 128, max_head_dim=128, kv_dtype="e4m3") == "pt"
         assert heuristics.sm90_options(False, page_size, 128, max_head_dim=192, kv_dtype="e4m3") == "p"
     assert heuristics.sm90_options(False, page_size, 128, extras=True) == "p"
+    with pytest.MonkeyPatch.context() as mp:     # "t" on soft-cap / ALiBi / variant kernels: experiments only
+        mp.setattr(heuristics, "SM90_TILEINFO_EXTRAS", True)
+        assert heuristics.sm90_options(False, page_size, 128, extras=True) == "pt"
+        assert heuristics.sm90_options(False, page_size, 128, max_head_dim=256, extras=True) == "p"
     assert heuristics.sm90_options(False, page_size, 128, "ept") == "ep"
 
 

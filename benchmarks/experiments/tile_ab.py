@@ -10,7 +10,8 @@ Each configuration ``name=path:d:bm:bn:stages:opts[:defines[:templates]]`` patch
 dim ``d`` (``bf16``: ``heuristics.SM90_TILES``; ``fp8q``: ``heuristics.SM90_FP8_MMA_TILES``, q, K
 and V in e4m3; ``kv8``: ``heuristics.SM90_TILES`` with K and V in e4m3 and a bf16 q, the FP8-cache
 prefill, ``SM90_FP8_TILES`` at head dims 192 / 256; ``alibi``: bf16 with ALiBi slopes 2^(-8 (h + 1) / heads), timed against the first ``bf16``
-configuration) and ``heuristics.SM90_OPTS`` (and ``KERNELGEN_DEFINES`` with ``defines``, NAME[=VALUE] joined by '+'; ``REGS_FP8=P/C`` there sets the FP8-cache
+configuration) and ``heuristics.SM90_OPTS``, the letters exact (a "t" also on soft-capped / ALiBi /
+variant kernels, ``heuristics.SM90_TILEINFO_EXTRAS``; "x" only where given) (and ``KERNELGEN_DEFINES`` with ``defines``, NAME[=VALUE] joined by '+'; ``REGS_FP8=P/C`` there sets the FP8-cache
 kernels' producer / consumer registers instead, ``AttentionSpec.SM90_REGS_FP8``, and ``REGS_FP8_MMA_SMALL=P/C`` those
 of the 12-warp FP8 tensor-core kernels at head dim 64, ``AttentionSpec.SM90_REGS_FP8_MMA_SMALL``) while its call is prepared; the prepared call (kernels
 fixed) is what the graphs replay (block_m 192 means three consumer warpgroups, 12 warps).  ``fa3`` / ``fa3fp8`` name the
@@ -68,6 +69,8 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates
     heuristics.SM90_FP8_TILEINFO = path in ("fp8q", "kv8") and "t" in opts
     saved_ex2 = heuristics.SM90_EX2_FMA          # option "x" only where the configuration's letters have it
     heuristics.SM90_EX2_FMA = False
+    saved_extras_t = heuristics.SM90_TILEINFO_EXTRAS   # "t" on soft-cap / ALiBi / variant kernels too where asked
+    heuristics.SM90_TILEINFO_EXTRAS = "t" in opts
     from kernelgen.jit import runtime
     saved_loaded, saved_tdir = dict(runtime._loaded), render.templates_dir
     fresh = bool(defines or templates or reload)
@@ -102,6 +105,7 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates
     finally:
         heuristics.SM90_FP8_TILEINFO = saved_fp8_t
         heuristics.SM90_EX2_FMA = saved_ex2
+        heuristics.SM90_TILEINFO_EXTRAS = saved_extras_t
         AttentionSpec.SM90_REGS_FP8 = saved_regs
         AttentionSpec.SM90_REGS_FP8_MMA_SMALL = saved_small
         table.clear()

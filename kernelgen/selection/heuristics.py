@@ -359,6 +359,16 @@ SM90_OPTS = "pt"
 #: the time at d 64 and 0.979-1.042x at d 128: it does not pay on the FP8 tensor-core kernels.  Off.
 SM90_FP8_TILEINFO = False
 
+#: Option "t" on the soft-capped, ALiBi and user-variant kernels (``sm90_options``' ``extras``).  Off:
+#: tried in the forty-fourth session and dropped for 1-2 % on causal shapes that no goal waited on (a
+#: snippet compared with its built-in needs it on both sides, and a user variant's spills are known
+#: only once built: the two-warpgroup twin ``variant_spills`` would then apply at every head dim).
+#: Experiments set it (``benchmarks/experiments/tile_ab.py`` where a configuration's letters have "t");
+#: ``sm90_tileinfo_fits`` does not know these kernels' spills (NVRTC 13.0: the 16-bit soft-cap at head
+#: dim 64 without a mask 8 / 16 bytes, ALiBi at head dim 192 with a window 36 / 56; docs/dev/perf-log.md
+#: "Forty-fourth session"), so turning it on needs them first.
+SM90_TILEINFO_EXTRAS = False
+
 #: A paged call whose requests average at least this many query tokens (total_q / batch, known
 #: on the host without a sync) skips the fused mixed-batch launch for the Hopper path (when that
 #: path runs it): each short request in such a batch costs at most one nearly empty 128-row tile
@@ -552,13 +562,13 @@ def sm90_options(paged: bool, page_size: int, block_n: int, sm90_opts: str | Non
     dim 192 (``max_head_dim``: the larger of the call's head dims; 0 = unknown), and where its
     registers spill (NVRTC 13.0): with an FP8 cache (``kv_dtype``) unless ``SM90_FP8_TILEINFO`` and
     never above head dim 128 (4 / 16 bytes at 192), and in soft-capped, ALiBi or user-variant
-    kernels (``extras``: their snippet / built-in comparisons would need it on both sides;
-    docs/dev/perf-log.md "Forty-fourth session")."""
+    kernels (``extras``) unless ``SM90_TILEINFO_EXTRAS`` (their snippet / built-in comparisons would
+    need it on both sides; docs/dev/perf-log.md "Forty-fourth session")."""
     base = SM90_OPTS if sm90_opts is None else sm90_opts
     opts = set(base) - {"g"}
     if paged and ("g" in base or not sm90_paged_tma_fits(page_size, block_n)):
         opts.add("g")
-    if "g" in opts or "e" in opts or max_head_dim > (128 if kv_dtype else 192) or extras \
+    if "g" in opts or "e" in opts or max_head_dim > (128 if kv_dtype else 192) or (extras and not SM90_TILEINFO_EXTRAS) \
             or (kv_dtype and not SM90_FP8_TILEINFO):
         opts.discard("t")
     return "".join(sorted(opts))
