@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Next lease (no carry; about 250 s): the Hopper soft-cap kernels' remaining untried switches against
+# today's default ("p", two warpgroups at d 64 / 128 for a soft-cap), interleaved with twins:
+#   pt  option "t" on the soft-cap / variant kernels (heuristics.SM90_TILEINFO_EXTRAS; they build clean
+#       on these causal shapes, NVRTC 13.0), o  no ping-pong on two warpgroups (overlap only),
+#   s3  three K/V stages, n96  96-key blocks (d 64 only);
+# at gpt-oss heads with the tanh.approx snippet (the FA4 goal's entry) and the built-in soft-cap, and
+# at llama3-8b heads with the built-in soft-cap.  Then, only if "pt" won everywhere by more than the
+# twins' spread: the soft-cap and variant GPU tests with SM90_TILEINFO_EXTRAS on (T seconds).
+set -u
+export PYTHONPATH=$PWD
+mkdir -p $OUT
+run() {  # NAME SHAPE D CONFIGS EXTRA...
+  local N=$1 S=$2 D=$3 C=$4; shift 4
+  timeout 170 python3 benchmarks/experiments/tile_ab.py --shapes $N=$S --twice --passes 2 "$@" --configs $C \
+    --json $OUT/ab_$N.json > $OUT/ab_$N.log 2>&1
+  echo "ab $N rc $? at $SECONDS" >> $OUT/rc.txt
+}
+G=p=bf16:64:128:128:2:p,pt=bf16:64:128:128:2:pt,o=bf16:64:128:128:2:,s3=bf16:64:128:128:3:p,n96=bf16:64:128:96:2:p
+run gsn 1:16384:64:8:64:1 64 $G --score-mod '50.f * tanhf(score / 50.f)'
+run gsc 1:16384:64:8:64:1 64 $G --softcap 50
+run lsc 1:16384:32:8:128:1 128 p=bf16:128:128:128:2:p,pt=bf16:128:128:128:2:pt,o=bf16:128:128:128:2: --softcap 50
+if [ "${TESTS:-0}" = 1 ]; then
+  timeout ${T:-200} python3 -c "
+import sys, pytest
+from kernelgen.selection import heuristics
+heuristics.SM90_TILEINFO_EXTRAS = True
+sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', 'tests/gpu/test_hopper_gpu.py', 'tests/gpu/test_variant_gpu.py',
+                      'tests/gpu/test_alibi_gpu.py', '-k', 'softcap or variant or alibi']))" > $OUT/tests_t_extras.log 2>&1
+  echo "tests rc $? at $SECONDS" >> $OUT/rc.txt
+fi
