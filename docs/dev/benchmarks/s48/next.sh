@@ -3,7 +3,8 @@
 # today's default ("p", two warpgroups at d 64 / 128 for a soft-cap), interleaved with twins:
 #   pt  option "t" on the soft-cap / variant kernels (heuristics.SM90_TILEINFO_EXTRAS; they build clean
 #       on these causal shapes, NVRTC 13.0), o  no ping-pong on two warpgroups (overlap only),
-#   s3  three K/V stages, n96  96-key blocks (d 64 only), pr  the built-in's tanh row by row (patch);
+#   s3  three K/V stages, n96  96-key blocks (d 64 only), pr  the built-in's tanh row by row (patch),
+#   r4  the row max and sum as four independent chains each (patch, FlashAttention-4's sm_90 reductions);
 # at gpt-oss heads with the tanh.approx snippet (the FA4 goal's entry) and the built-in soft-cap, and
 # at llama3-8b heads with the built-in soft-cap.  Then, only if "pt" won everywhere by more than the
 # twins' spread: the soft-cap and variant GPU tests with SM90_TILEINFO_EXTRAS on (T seconds).
@@ -18,10 +19,15 @@ run() {  # NAME SHAPE D CONFIGS EXTRA...
 }
 G=p=bf16:64:128:128:2:p,pt=bf16:64:128:128:2:pt,o=bf16:64:128:128:2:,s3=bf16:64:128:128:3:p,n96=bf16:64:128:96:2:p
 # the built-in soft-cap's tanh row by row (the snippet's order), benchmarks/experiments/patches/cap_rows.patch
-R=$PWD; TPL=$(mktemp -d); cp -r templates $TPL/ && (cd $TPL && { patch -p1 -s < $R/benchmarks/experiments/patches/cap_rows.patch || git apply $R/benchmarks/experiments/patches/cap_rows.patch; })
-run gsn 1:16384:64:8:64:1 64 $G --score-mod '50.f * tanhf(score / 50.f)'
-run gsc 1:16384:64:8:64:1 64 $G,pr=bf16:64:128:128:2:p:KG_CAP_ROWS=1:$TPL/templates --softcap 50
-run lsc 1:16384:32:8:128:1 128 p=bf16:128:128:128:2:p,pt=bf16:128:128:128:2:pt,o=bf16:128:128:128:2: --softcap 50
+# and the row max / sum as four independent chains (patches/red4.patch, KG_RED4=1); both patches in one
+# templates folder, each off unless its define is given
+R=$PWD; TPL=$(mktemp -d); cp -r templates $TPL/
+for P in cap_rows red4; do
+  (cd $TPL && { patch -p1 -s < $R/benchmarks/experiments/patches/$P.patch || git apply $R/benchmarks/experiments/patches/$P.patch; })
+done
+run gsn 1:16384:64:8:64:1 64 $G,r4=bf16:64:128:128:2:p:KG_RED4=1:$TPL/templates --score-mod '50.f * tanhf(score / 50.f)'
+run gsc 1:16384:64:8:64:1 64 $G,pr=bf16:64:128:128:2:p:KG_CAP_ROWS=1:$TPL/templates,r4=bf16:64:128:128:2:p:KG_RED4=1:$TPL/templates --softcap 50
+run lsc 1:16384:32:8:128:1 128 p=bf16:128:128:128:2:p,pt=bf16:128:128:128:2:pt,o=bf16:128:128:128:2:,r4=bf16:128:128:128:2:p:KG_RED4=1:$TPL/templates --softcap 50
 if [ "${TESTS:-0}" = 1 ]; then
   timeout ${T:-200} python3 -c "
 import sys, pytest
