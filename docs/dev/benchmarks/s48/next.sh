@@ -38,7 +38,7 @@ G=p=bf16:64:128:128:2:p,pt=bf16:64:128:128:2:pt,o=bf16:64:128:128:2:,s3=bf16:64:
 # templates folder, each off unless its define is given
 R=$PWD; TPL=$(mktemp -d); cp -r templates $TPL/
 for P in cap_rows red4; do
-  (cd $TPL && { patch -p1 -s < $R/benchmarks/experiments/patches/$P.patch || git apply $R/benchmarks/experiments/patches/$P.patch; })
+  (cd $TPL && { patch -p1 -s -t < $R/benchmarks/experiments/patches/$P.patch || git apply $R/benchmarks/experiments/patches/$P.patch; })
 done
 run gsn 1:16384:64:8:64:1 64 $G,r4=bf16:64:128:128:2:p:KG_RED4=1:$TPL/templates --score-mod '50.f * tanhf(score / 50.f)'
 run gsc 1:16384:64:8:64:1 64 $G,pr=bf16:64:128:128:2:p:KG_CAP_ROWS=1:$TPL/templates,r4=bf16:64:128:128:2:p:KG_RED4=1:$TPL/templates --softcap 50
@@ -46,7 +46,7 @@ run gsc 1:16384:64:8:64:1 64 $G,pr=bf16:64:128:128:2:p:KG_CAP_ROWS=1:$TPL/templa
 # (patches/d256_softcap_uniform_cg.patch: 8 bytes spilled outside the key-block loop, the P V wait after
 # 20 of 42 exponentials instead of before the first), in its own templates folder
 TPL2=$(mktemp -d); cp -r templates $TPL2/
-(cd $TPL2 && { patch -p1 -s < $R/benchmarks/experiments/patches/d256_softcap_uniform_cg.patch || git apply $R/benchmarks/experiments/patches/d256_softcap_uniform_cg.patch; })
+(cd $TPL2 && { patch -p1 -s -t < $R/benchmarks/experiments/patches/d256_softcap_uniform_cg.patch || git apply $R/benchmarks/experiments/patches/d256_softcap_uniform_cg.patch; })
 run msc 1:16384:16:8:256:1 256 p=bf16:256:128:80:2:p,u=bf16:256:128:80:2:p::$TPL2/templates,r4=bf16:256:128:80:2:p:KG_RED4=1:$TPL/templates --softcap 50
 run lsc 1:16384:32:8:128:1 128 p=bf16:128:128:128:2:p,pt=bf16:128:128:128:2:pt,o=bf16:128:128:128:2:,r4=bf16:128:128:128:2:p:KG_RED4=1:$TPL/templates --softcap 50
 cat $W/rc.txt; grep -h -A1 "min-max" $W/ab_*.log
