@@ -568,8 +568,8 @@ def sm90_options(paged: bool, page_size: int, block_n: int, sm90_opts: str | Non
     opts = set(base) - {"g"}
     if paged and ("g" in base or not sm90_paged_tma_fits(page_size, block_n)):
         opts.add("g")
-    if "g" in opts or "e" in opts or max_head_dim > (128 if kv_dtype else 192) or (extras and not SM90_TILEINFO_EXTRAS) \
-            or (kv_dtype and not SM90_FP8_TILEINFO):
+    if "g" in opts or "e" in opts or max_head_dim > (128 if kv_dtype else 192) \
+            or (extras and not SM90_TILEINFO_EXTRAS) or (kv_dtype and not SM90_FP8_TILEINFO):
         opts.discard("t")
     return "".join(sorted(opts))
 
