@@ -1495,3 +1495,29 @@ def test_printed_report_ends_with_the_open_goals():
     other = report.finalize({"name": "scheduler_b8", "suite": "scheduler", "us": 3.0, "peers": {}, "unavailable": {}},
                             None)
     assert "Open performance goals" not in report.format_report([other], None, "H200")
+
+
+def test_decode_ab_configuration_options():
+    """benchmarks/experiments/decode_ab.py's NAME=FOLDER@OPTS: rwN / mbN / stN (joined by "+") hold
+    while the call is prepared and are restored after it, also when it raises; others are refused."""
+    from kernelgen.kernels.spec import TileConfig
+    from kernelgen.selection import heuristics
+    spec = importlib.util.spec_from_file_location("decode_ab", REPO / "benchmarks" / "experiments" / "decode_ab.py")
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    before = (heuristics.combine_row_warps, heuristics.FP8_DECODE_MIN_BLOCKS, heuristics.FP8_DECODE_STAGES)
+    t = TileConfig(16, 16, 1, 2, 8)
+    seen = ab.with_options("rw2+mb16+st3", lambda: (heuristics.combine_row_warps(1, 32, 128, 132),
+                                                      heuristics.fp8_tile(t, 128, 128)))
+    assert seen == (2, TileConfig(16, 16, 1, 3, 16))
+    assert ab.with_options("st4", lambda: heuristics.fp8_tile(t, 128, 128)) == TileConfig(16, 16, 1, 4, before[1])
+    assert (heuristics.combine_row_warps, heuristics.FP8_DECODE_MIN_BLOCKS, heuristics.FP8_DECODE_STAGES) == before
+
+    def boom():
+        raise RuntimeError("prepare failed")
+    with pytest.raises(RuntimeError, match="prepare failed"):
+        ab.with_options("mb14", boom)
+    assert heuristics.FP8_DECODE_MIN_BLOCKS == before[1]
+    with pytest.raises(ValueError, match="unknown configuration option 'x3'"):
+        ab.with_options("st3+x3", lambda: None)
+    assert (heuristics.combine_row_warps, heuristics.FP8_DECODE_MIN_BLOCKS, heuristics.FP8_DECODE_STAGES) == before

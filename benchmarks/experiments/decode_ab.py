@@ -9,7 +9,9 @@ the same GPU state; the outputs are compared with the first configuration's.
 
 Configurations: ``NAME=FOLDER`` (a ``templates/`` tree, e.g. ``git archive <commit> templates``
 unpacked; ``.`` is the checkout's), optionally ``NAME=FOLDER@rwN``: the split-KV combine with N warps
-a row (``heuristics.combine_row_warps`` forced to N while the call is prepared).  Prints one JSON line per (shape, cache) and a summary: each
+a row (``heuristics.combine_row_warps`` forced to N while the call is prepared), ``@mbN``: the
+FP8 decode tile for N CTAs an SM (``heuristics.FP8_DECODE_MIN_BLOCKS``), ``@stN``: N K/V stages
+on an FP8 cache (``heuristics.FP8_DECODE_STAGES``), joined by "+" (``@mb16+st3``).  Prints one JSON line per (shape, cache) and a summary: each
 configuration's time over the first one's.
 
 Usage: PYTHONPATH=$PWD python benchmarks/experiments/decode_ab.py --configs new=.,old=/tmp/old/templates
@@ -50,21 +52,35 @@ def with_templates(folder: str, fn):
         api.clear_signature_cache()
 
 
-def with_row_warps(opt: str, fn):
-    """``fn()`` with the combine's warps a row forced (``opt`` "rwN"), or as is (``opt`` "")."""
+def with_options(opt: str, fn):
+    """``fn()`` with the configuration's options forced while the call is prepared (``opt``, "+"
+    between several): "rwN" the split-KV combine's warps a row (``heuristics.combine_row_warps``),
+    "mbN" the one-warp decode tiles' CTAs an SM on an FP8 cache (``heuristics.FP8_DECODE_MIN_BLOCKS``;
+    above 12 at head dim 128 the tile spills with Q in registers: apply
+    ``patches/q_frags_d128.patch`` to the checkout, which keeps Q's fragments in shared memory there),
+    "stN" their K/V stages on an FP8 cache (``heuristics.FP8_DECODE_STAGES``); "" as is."""
     if not opt:
         return fn()
     from kernelgen.front import api
     from kernelgen.selection import heuristics
-    if not opt.startswith("rw"):
-        raise ValueError(f"unknown configuration option {opt!r} (rwN)")
-    saved = heuristics.combine_row_warps
-    heuristics.combine_row_warps = lambda *a, **k: int(opt[2:])
+    opts = opt.split("+")
+    for o in opts:
+        if not re.fullmatch(r"(rw|mb|st)\d+", o):
+            raise ValueError(f"unknown configuration option {o!r} (rwN, mbN, stN)")
+    saved = heuristics.combine_row_warps, heuristics.FP8_DECODE_MIN_BLOCKS, heuristics.FP8_DECODE_STAGES
     api.clear_signature_cache()
     try:
+        for o in opts:
+            n = int(o[2:])
+            if o.startswith("rw"):
+                heuristics.combine_row_warps = lambda *a, n=n, **k: n
+            elif o.startswith("mb"):
+                heuristics.FP8_DECODE_MIN_BLOCKS = n
+            else:
+                heuristics.FP8_DECODE_STAGES = n
         return fn()
     finally:
-        heuristics.combine_row_warps = saved
+        heuristics.combine_row_warps, heuristics.FP8_DECODE_MIN_BLOCKS, heuristics.FP8_DECODE_STAGES = saved
         api.clear_signature_cache()
 
 
@@ -134,7 +150,7 @@ def run(shape: str, model: str, cache: str, configs: dict) -> dict:
             api.varlen_attention(q, kc, vc, cu_q, None, 1, maxk, seqused_k=used, page_table=pt, causal=True,
                                  window_size=m.window_size, softcap=m.softcap, out=out, **kw)
             return api._CALLS._last[1]
-        prep = with_row_warps(opt, prepare if folder == "." else lambda: with_templates(folder, prepare))
+        prep = with_options(opt, prepare if folder == "." else lambda: with_templates(folder, prepare))
         kernels[name] = prep.attn.name + ("" if prep.combine is None else " + " + prep.combine.name)
         first = out if first is None else first
         diffs[name] = float((out.float() - first.float()).abs().nan_to_num(float("inf")).max())

@@ -21,7 +21,8 @@ keys, pages of 16, 32/8 heads; ``chunked_p64`` / ``chunked_p128`` on pages of 64
 kernelgen on the same keys gathered into packed K/V, FA3's input), ``decode_b32_tp8`` (32 Mooncake decodes, 8/1 heads, pages of
 16), ``decode_b128`` (128 Mooncake decodes, 32/8 heads, pages of 16), ``decode_b128_tp8`` (the same on 8/1 heads),
 ``decode_long`` / ``decode_long_tp8`` (``decode_long_b8_128k``: 8 x 131072 keys, pages of 16; ``--impl cudnn`` runs
-torch SDPA's cuDNN backend on them), ``decode_azure`` (``decode_azure_b128_paged16``); ``fp8_causal_16k``, ``fp8_causal_h64``,
+torch SDPA's cuDNN backend on them), ``decode_azure`` (``decode_azure_b128_paged16``); ``fp8_decode_b128``,
+``fp8_decode_b128_tp8``, ``fp8_decode_long``: those batches on an e4m3 cache (kernelgen only); ``fp8_causal_16k``, ``fp8_causal_h64``,
 ``fp8_causal_h256``: the causal dense shapes with q, k and v in e4m3 (per-tensor descales; FA3's FP8
 forward, kernelgen's FP8 tensor-core variant); ``fp8_causal_16k_gqa`` / ``fp8_dense_4k_gqa``: the FP8
 bench entries' shapes (1 x 16384 causal / 4 x 4096 non-causal, 32 / 8 heads, d 128); ``fp8_gemma2_4k``:
@@ -42,7 +43,8 @@ SHAPES = ("dense_causal_16k", "dense_4k", "dense_causal_h64", "dense_causal_h256
           "dense_causal_gqa", "dense_causal_h96", "dense_causal_h192", "dense_causal_h192x128", "varlen_trace",
           "chunked_p16", "chunked_p64",
           "chunked_p128", "chunked_packed", "decode_b32_tp8",
-          "decode_b128", "decode_b128_tp8", "decode_long", "decode_long_tp8", "decode_azure", "fp8_causal_16k", "fp8_causal_16k_gqa", "fp8_dense_4k_gqa", "fp8_gemma2_4k", "fp8_causal_h64",
+          "decode_b128", "decode_b128_tp8", "decode_long", "decode_long_tp8", "decode_azure",
+          "fp8_decode_b128", "fp8_decode_b128_tp8", "fp8_decode_long", "fp8_causal_16k", "fp8_causal_16k_gqa", "fp8_dense_4k_gqa", "fp8_gemma2_4k", "fp8_causal_h64",
           "fp8_causal_h256", "gptoss_causal_16k",
           "gptoss_softcap_16k")
 
@@ -130,11 +132,20 @@ def build(shape: str, impl: str, dtype: str = "bf16"):
         page = 16 if shape == "chunked_packed" else int(shape[len("chunked_p"):])
     else:
         m = PRESETS["llama3-70b-tp8" if shape.endswith("_tp8") else "llama3-8b"]
-        klens = suites.decode_contexts(settings, DECODE_BENCH_SHAPES[shape.replace("_tp8", "")])
+        base = shape.replace("_tp8", "").replace("fp8_", "")
+        klens = suites.decode_contexts(settings, DECODE_BENCH_SHAPES[base])
         qlens, page = [1] * len(klens), 16
     assert isinstance(m, ModelPreset)
     q, kc, vc, pt, used, cu_q = suites.paged_batch(qlens, klens, m, page, seed=7, dtype=dtype)
     mq, mk = max(qlens), max(klens)
+    if shape.startswith("fp8_decode"):   # the same batch on an e4m3 cache (per-tensor descales), kernelgen only
+        if impl != "kernelgen":
+            raise SystemExit(f"{shape}: kernelgen only (FA3's FP8 decode takes FP8 queries)")
+        (kc, ks), (vc, vs) = suites.quantize_e4m3(kc), suites.quantize_e4m3(vc)
+        kd = ks.reshape(1, 1).expand(len(klens), m.num_heads_kv).contiguous()
+        vd = vs.reshape(1, 1).expand(len(klens), m.num_heads_kv).contiguous()
+        return lambda: kernelgen.varlen_attention(q, kc, vc, cu_q, None, mq, mk, seqused_k=used, page_table=pt,
+                                                  causal=True, k_descale=kd, v_descale=vd)
     if impl == "kernelgen" and shape == "chunked_packed":   # the same batch's K/V gathered (FA3's input)
         k, v, cu_k = gather_paged(kc, vc, pt, used)
         return lambda: kernelgen.varlen_attention(q, k, v, cu_q, cu_k, mq, mk, causal=True)
