@@ -167,8 +167,19 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default=",".join(SHAPES), help="comma list (default: all)")
     ap.add_argument("--warm", type=int, default=3)
     ap.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16", help="the 16-bit shapes' dtype")
+    ap.add_argument("--flush", choices=("none", "write", "read"), default="none",
+                    help="before the profiled call, outside the profiled range: write (the bench's default: "
+                         "L2 left full of dirty lines) or read the bench's 256 MB buffer; pair with ncu "
+                         "--cache-control none")
+    ap.add_argument("--templates", default=None, help="render kernelgen's kernels from this templates folder")
     a = ap.parse_args(argv)
     import torch
+    if a.templates:
+        from kernelgen.jit import render
+        folder = Path(a.templates).resolve()
+        render.templates_dir = lambda: folder
+        render.environment.cache_clear()
+    flush_buf = torch.empty(256 * 1024 ** 2 // 4, dtype=torch.int32, device="cuda") if a.flush != "none" else None
 
     for shape in a.shapes.split(","):
         if shape not in SHAPES:
@@ -178,6 +189,12 @@ def main(argv=None) -> int:
             fn()
         torch.cuda.synchronize()
         print(f"SHAPE {shape} {a.impl}", flush=True)
+        if flush_buf is not None:
+            if a.flush == "write":
+                flush_buf.zero_()
+            else:
+                flush_buf.sum()
+            torch.cuda.synchronize()
         torch.cuda.cudart().cudaProfilerStart()
         fn()
         torch.cuda.synchronize()
