@@ -8,7 +8,8 @@ Shapes (``--shapes``): ``trace_<preset>``: the bench's causal varlen trace batch
 sinks, soft-cap and window as the bench entry has them); ``long_<preset>``: one causal request of
 ``--long`` tokens; ``chunk_<preset>``: the bench's chunked batch (4 x 2048 queries at the end of 8192
 keys) on packed K/V; ``chunkN_<preset>``: 8192 // N chunks of N queries at the end of 8192 keys (the
-automatic choice's threshold, ``heuristics.SM90_PACK_MAX_MEAN_Q``, lies between the measured means).  Prints one JSON row a shape and pass (TFLOP/s, us, packed / unpacked time, the
+automatic choice's threshold, ``heuristics.SM90_PACK_MAX_MEAN_Q``, lies between the measured means);
+``--softcap X`` / ``--no-sinks`` change the preset's soft-cap / drop its sinks.  Prints one JSON row a shape and pass (TFLOP/s, us, packed / unpacked time, the
 largest difference between the two outputs, which should be 0: packing changes which rows share a
 tile, not a row's arithmetic) and the kernels' names.
 
@@ -54,6 +55,8 @@ def main() -> int:
     ap.add_argument("--passes", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--softcap", type=float, default=None, help="the soft-cap instead of the preset's")
+    ap.add_argument("--no-sinks", action="store_true", help="without the preset's sinks")
     a = ap.parse_args()
     rows = []
     for shape in a.shapes.split(","):
@@ -67,8 +70,8 @@ def main() -> int:
         v = torch.randn(tk, m.num_heads_kv, m.head_dim_v, generator=g, device="cuda", dtype=torch.bfloat16)
         cu_q = torch.tensor([0, *torch.tensor(qlens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
         cu_k = torch.tensor([0, *torch.tensor(klens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
-        sinks = suites.preset_sinks(m)
-        kw = dict(causal=True, softcap=m.softcap, window_size=m.window_size)
+        sinks = None if a.no_sinks else suites.preset_sinks(m)
+        kw = dict(causal=True, softcap=m.softcap if a.softcap is None else a.softcap, window_size=m.window_size)
         if sinks is not None:
             kw["sinks"] = sinks
         flops = attention_flops(qlens, klens, m)
