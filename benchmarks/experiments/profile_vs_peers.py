@@ -142,10 +142,8 @@ def build(shape: str, impl: str, dtype: str = "bf16"):
         if impl != "kernelgen":
             raise SystemExit(f"{shape}: kernelgen only (FA3's FP8 decode takes FP8 queries)")
         (kc, ks), (vc, vs) = suites.quantize_e4m3(kc), suites.quantize_e4m3(vc)
-        kd = ks.reshape(1, 1).expand(len(klens), m.num_heads_kv).contiguous()
-        vd = vs.reshape(1, 1).expand(len(klens), m.num_heads_kv).contiguous()
         return lambda: kernelgen.varlen_attention(q, kc, vc, cu_q, None, mq, mk, seqused_k=used, page_table=pt,
-                                                  causal=True, k_descale=kd, v_descale=vd)
+                                                  causal=True, k_descale=ks, v_descale=vs)
     if impl == "kernelgen" and shape == "chunked_packed":   # the same batch's K/V gathered (FA3's input)
         k, v, cu_k = gather_paged(kc, vc, pt, used)
         return lambda: kernelgen.varlen_attention(q, k, v, cu_q, cu_k, mq, mk, causal=True)
@@ -179,7 +177,8 @@ def main(argv=None) -> int:
         folder = Path(a.templates).resolve()
         render.templates_dir = lambda: folder
         render.environment.cache_clear()
-    flush_buf = torch.empty(256 * 1024 ** 2 // 4, dtype=torch.int32, device="cuda") if a.flush != "none" else None
+    from kernelgen.apps.bench import measure
+    flush_buf = measure.flush_buffer() if a.flush != "none" else None
 
     for shape in a.shapes.split(","):
         if shape not in SHAPES:
@@ -190,10 +189,7 @@ def main(argv=None) -> int:
         torch.cuda.synchronize()
         print(f"SHAPE {shape} {a.impl}", flush=True)
         if flush_buf is not None:
-            if a.flush == "write":
-                flush_buf.zero_()
-            else:
-                flush_buf.sum()
+            measure.flush_l2(flush_buf, a.flush)
             torch.cuda.synchronize()
         torch.cuda.cudart().cudaProfilerStart()
         fn()

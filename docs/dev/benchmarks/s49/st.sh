@@ -11,12 +11,6 @@ timeout 150 python3 benchmarks/experiments/decode_ab.py --configs head=.,st3=.@s
   --models llama3-8b,llama3-70b-tp8 --caches e4m3 --json $W/st_ab.json > $W/st_ab.log 2>&1
 echo "ab rc $? at $SECONDS" >> $W/rc.txt
 tail -18 $W/st_ab.log
-timeout 200 ncu --profile-from-start off --clock-control none --kernel-name kg_attention_fwd \
-  --section SpeedOfLight --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
-  --section Occupancy --section WarpStateStats --section SchedulerStats --csv --page details \
-  python3 benchmarks/experiments/profile_vs_peers.py --impl kernelgen \
-  --shapes decode_b128,fp8_decode_b128,decode_long,fp8_decode_long > $W/ncu.csv 2> $W/ncu.err
-echo "ncu rc $? at $SECONDS" >> $W/rc.txt
+bash docs/dev/benchmarks/s49/ncu.sh   # the ncu part (in call 4 it named the wrong kernel: see the README)
 grep -E '"(DRAM Throughput|Memory Throughput|L2 Hit Rate|Duration|Achieved Occupancy|Issued Warp Per Scheduler)"' $W/ncu.csv | cut -c1-400 | head -40
-cat $W/rc.txt
 cd $OUT && tar -czf w.tgz w
