@@ -39,15 +39,23 @@ def test_automatic_by_mean_query_tokens_and_on_when_asked():
     # ... not at 4 query heads a KV head on 128 rows (0.98-0.99 on the trace, 1.01-1.05 on chunks)
     a = _choose(mean_q=659)
     assert a.mainloop == "sm90a" and not a.pack_gqa
-    for mean in (1024, 2048, 16384):                     # long requests: nothing to gain
+    for mean in (1024, 2048, 16384):                     # long requests: nothing to gain on 128 rows ...
         assert not _choose(hq=8, hkv=1, mean_q=mean).pack_gqa, mean
-        assert not _choose(hq=64, hkv=8, d=64, mean_q=mean).pack_gqa, mean
+        # ... the 16-bit 192-row tile packs at any length (H100: 0.79-0.998 from 2k to 16k tokens)
+        a = _choose(hq=64, hkv=8, d=64, mean_q=mean)
+        assert a.pack_gqa and a.tile.block_m == 192, (mean, a.name)
+        a = _choose(hq=64, hkv=8, d=64, mean_q=mean, mask="none")
+        assert a.pack_gqa and a.tile.block_m == 192, (mean, a.name)
     assert not _choose(hq=8, hkv=1, mean_q=659, sm90_pack=False).pack_gqa     # KERNELGEN_SM90_PACK_GQA=0
     assert not _choose(hq=32, hkv=32, mean_q=659).pack_gqa                    # no GQA
     assert _choose(mean_q=16384, sm90_pack=True).pack_gqa                     # KERNELGEN_SM90_PACK_GQA=1
     assert _choose(mean_q=16384, pack_gqa=True).pack_gqa                      # asked for
     assert H.sm90_pack_auto(4, 1023) and not H.sm90_pack_auto(4, 0) and not H.sm90_pack_auto(1, 10)
     assert H.sm90_pack_auto(4, 500, 192) and not H.sm90_pack_auto(4, 500, 128) and H.sm90_pack_auto(8, 500, 128)
+    assert H.sm90_pack_auto(8, 16384) and H.sm90_pack_auto(8, 16384, 192) and not H.sm90_pack_auto(8, 16384, 128)
+    # an FP8 call's 192-row tile (the FP8 tensor-core tile) only below the bound (16k packed ran 1.006-1.046x)
+    assert H.sm90_pack_auto(8, 659, 192, fp8=True) and H.sm90_pack_auto(8, 4096, 192, fp8=True)
+    assert H.SM90_FP8_PACK_MAX_MEAN_Q == 6144 and not H.sm90_pack_auto(8, 8192, 192, fp8=True)
     a = _choose(sm90_pack=True)
     assert a.mainloop == "sm90a" and a.pack_gqa and "_pack_" in a.name
     # gpt-oss's heads on the three-warpgroup tile (192 rows = 24 tokens x 8 heads); one KV head (TP8)
@@ -82,6 +90,8 @@ def test_decider_passes_the_mean_of_a_call_not_of_a_plan():
     (dict(pack_gqa=False), "the caller said no"),
     (dict(alibi=True), "ALiBi's slopes stay per tile"),
     (dict(kv_dtype="e4m3"), "FP8 caches are converted by the producers"),
+    (dict(kv_dtype="e4m3", q_dtype="e4m3"), "FP8 q / K / V at head dim 128: only head dim 64 packs on FP8 wgmma"),
+    (dict(hq=64, hkv=8, d=64, kv_dtype="e4m3"), "an FP8 cache with a 16-bit q at head dim 64"),
 ])
 def test_calls_it_does_not_pack(kw, why):
     a = _choose(sm90_pack=True, **kw)
@@ -256,3 +266,50 @@ def test_unpacked_sources_say_so():
         assert packed_only not in src, packed_only
     packed = render.render(_choose(sm90_pack=True))
     assert all(x in packed for x in ("RowMap", "qpk_magic", "apply_mask_pos", "sched_heads", "tile_pos_first"))
+
+
+# ---------------------------------------------------------------- FP8 q / K / V (the FP8 tensor-core tile)
+
+
+def test_fp8_tensor_core_tile_packs_at_head_dim_64_only():
+    """FP8 q, K and V at gpt-oss's heads (64 / 8, d 64): the FP8 tensor-core 192-row tile packs
+    calls of requests up to 4k tokens automatically (the varlen trace 0.873x the unpacked time, H100),
+    not longer ones (8k-16k: 1.006-1.046x); head dim 128's FP8 tile (128 x 224) stays unpacked even when
+    asked (it spilled packed); an FP8 cache with a 16-bit q keeps its converting producers unpacked."""
+    fp8 = dict(kv_dtype="e4m3", q_dtype="e4m3")
+    a = _choose(hq=64, hkv=8, d=64, mean_q=659, **fp8)
+    assert a.fp8_mma and a.pack_gqa and a.tile.block_m == 192 and "_pack_" in a.name, a.name
+    a = _choose(hq=64, hkv=8, d=64, mean_q=4096, **fp8)
+    assert a.fp8_mma and a.pack_gqa, a.name
+    for mean in (8192, 16384):
+        a = _choose(hq=64, hkv=8, d=64, mean_q=mean, **fp8)
+        assert a.fp8_mma and not a.pack_gqa, (mean, a.name)
+    a = _choose(hq=64, hkv=8, d=64, mean_q=16384, sm90_pack=True, **fp8)     # KERNELGEN_SM90_PACK_GQA=1
+    assert a.fp8_mma and a.pack_gqa
+    for kw in (dict(mean_q=659), dict(sm90_pack=True)):
+        a = _choose(hq=32, hkv=4, d=128, **kw, **fp8)
+        assert a.fp8_mma and not a.pack_gqa, a.name
+    a = _choose(hq=32, hkv=4, d=128, lq=300, pack_gqa=True, **fp8)   # asked: the sm_80 path packs instead
+    assert a.pack_gqa and not a.fp8_mma and a.mainloop == "sm80", a.name
+    with pytest.raises(ValueError, match="pack_gqa on FP8 wgmma above head dim 64"):
+        dataclasses.replace(_choose(hq=32, hkv=4, d=128, **fp8), pack_gqa=True)
+    with pytest.raises(ValueError, match="pack_gqa with an FP8 cache and a 16-bit q"):
+        dataclasses.replace(_choose(hq=64, hkv=8, d=64, kv_dtype="e4m3"), pack_gqa=True)
+
+
+@pytest.mark.parametrize("mask,softcap,paged,splits,kv_dtype", [
+    ("causal", False, False, 0, "e4m3"), ("none", True, False, 3, "e5m2"), ("local", False, True, 3, "e4m3"),
+    ("causal", True, True, 0, "e5m2")])
+def test_fp8_packed_kernels_build_without_spills(mask, softcap, paged, splits, kv_dtype):
+    """NVRTC for sm_90a: the packed FP8 tensor-core kernels at head dim 64 (sinks too) keep 128
+    registers without spills, and their q / k / v descales are read at the tile's KV head."""
+    a = H.choose("sm_90a", "bf16", 64, 64, num_heads_q=64, num_heads_kv=8, mask=mask, max_seqlen_q=600,
+                 max_seqlen_k=3000, kv_dtype=kv_dtype, q_dtype="e4m3", mean_q=600, softcap=softcap, paged=paged,
+                 page_size=16 if paged else 0, num_splits=splits).attention
+    a = dataclasses.replace(a, sinks=True)
+    assert a.fp8_mma and a.pack_gqa and a.tile.block_m == 192, a.name
+    src = render.render(a)
+    assert "constexpr bool PACK_GQA = true" in src and "tile_kv_head(ti, qpk))" in src and "ti.head / qpk)" not in src
+    res = compiler.compile_cubin(src, a.arch, compiler.default_options(a.arch), a.name)
+    r = res.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["registers"] <= 128, r

@@ -9,7 +9,8 @@ sinks, soft-cap and window as the bench entry has them); ``long_<preset>``: one 
 ``--long`` tokens; ``chunk_<preset>``: the bench's chunked batch (4 x 2048 queries at the end of 8192
 keys) on packed K/V; ``chunkN_<preset>``: 8192 // N chunks of N queries at the end of 8192 keys (the
 automatic choice's threshold, ``heuristics.SM90_PACK_MAX_MEAN_Q``, lies between the measured means);
-``--softcap X`` / ``--no-sinks`` change the preset's soft-cap / drop its sinks.  Prints one JSON row a shape and pass (TFLOP/s, us, packed / unpacked time, the
+``--softcap X`` / ``--no-sinks`` / ``--no-causal`` change the preset's soft-cap / drop its sinks / the causal
+mask; ``--dtype e4m3`` quantises q, k and v (the FP8 tensor-core tile, which packs at head dim 64).  Prints one JSON row a shape and pass (TFLOP/s, us, packed / unpacked time, the
 largest difference between the two outputs, which should be 0: packing changes which rows share a
 tile, not a row's arithmetic) and the kernels' names.
 
@@ -17,6 +18,7 @@ tile, not a row's arithmetic) and the kernels' names.
         --shapes trace_llama3-8b,trace_llama3-70b-tp8,trace_gpt-oss,long_gpt-oss,chunk_llama3-8b
 """
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -57,11 +59,20 @@ def main() -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--softcap", type=float, default=None, help="the soft-cap instead of the preset's")
     ap.add_argument("--no-sinks", action="store_true", help="without the preset's sinks")
+    ap.add_argument("--no-causal", action="store_true", help="without the causal mask")
+    ap.add_argument("--heads", default=None, help="HQ/HKV: the query and KV heads instead of the preset's")
+    ap.add_argument("--dtype", default="bf16", choices=("bf16", "e4m3"),
+                    help="e4m3: q, k and v quantised per tensor (suites.quantize_e4m3, descales (batch, KV heads)): "
+                         "the FP8 tensor-core tile")
     a = ap.parse_args()
     rows = []
     for shape in a.shapes.split(","):
         kind, preset = shape.split("_", 1)
-        m = PRESETS[preset]
+        m = (PRESETS[preset] if preset in PRESETS   # "<preset>-w<N>": the preset's sliding-window layers
+             else PRESETS[preset.rsplit("-w", 1)[0]].windowed_layer())
+        if a.heads:
+            hq, hkv = (int(x) for x in a.heads.split("/"))
+            m = dataclasses.replace(m, num_heads_q=hq, num_heads_kv=hkv)
         qlens, klens = lengths(kind, a.long)
         g = torch.Generator(device="cuda").manual_seed(11)
         tq, tk = sum(qlens), sum(klens)
@@ -71,7 +82,12 @@ def main() -> int:
         cu_q = torch.tensor([0, *torch.tensor(qlens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
         cu_k = torch.tensor([0, *torch.tensor(klens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
         sinks = None if a.no_sinks else suites.preset_sinks(m)
-        kw = dict(causal=True, softcap=m.softcap if a.softcap is None else a.softcap, window_size=m.window_size)
+        kw = dict(causal=not a.no_causal, softcap=m.softcap if a.softcap is None else a.softcap,
+                  window_size=m.window_size)
+        if a.dtype == "e4m3":
+            (q, qs), (k, ks), (v, vs) = (suites.quantize_e4m3(t) for t in (q, k, v))
+            kw.update({f"{n}_descale": x.reshape(1, 1).expand(len(qlens), m.num_heads_kv).contiguous()
+                       for n, x in (("q", qs), ("k", ks), ("v", vs))})
         if sinks is not None:
             kw["sinks"] = sinks
         flops = attention_flops(qlens, klens, m)

@@ -205,6 +205,10 @@ class AttentionSpec:
     SM90_REGS_PACK: ClassVar[dict] = {8: (40, 232), 12: (24, 160)}
     #: The largest head dim a packed Hopper spec may have (``heuristics.SM90_PACK_MAX_HEAD_DIM``).
     SM90_PACK_MAX_HEAD_DIM: ClassVar[int] = 192
+    #: The largest head dim a packed FP8 wgmma spec (``fp8_mma``: FP8 q, K and V) may have: head dim 64's
+    #: 192-row tile builds packed without spills (NVRTC 13.0, sm_90a; tests/test_fp8_pack_cpu.py); d 128's
+    #: 128 x 224 tile spilled 4 / 12 bytes non-causal, so it stays unpacked (not measured).
+    SM90_FP8_PACK_MAX_HEAD_DIM: ClassVar[int] = 64
     SM90_REGS_GATHER: ClassVar[dict] = {8: (56, 224), 12: (56, 152)}
     #: An FP8 K/V cache (``kv_dtype``): producer warps 1-3 convert the landing stages.
     SM90_REGS_FP8: ClassVar[dict] = {8: (40, 232), 12: (40, 152)}
@@ -262,8 +266,12 @@ class AttentionSpec:
             return f"head dims {self.head_dim}/{self.head_dim_v} (supported: {SM90_HEAD_DIM_PAIRS})"
         if self.paged and (self.head_dim != self.head_dim_v or self.head_dim not in SM90_PAGED_HEAD_DIMS):
             return f"paged at head dims {self.head_dim}/{self.head_dim_v} (paged: equal, in {SM90_PAGED_HEAD_DIMS})"
-        if self.pack_gqa and (self.kv_dtype or self.alibi or self.variant is not None):
-            return "pack_gqa with an FP8 cache, ALiBi or a user variant (the Hopper kernel packs 16-bit calls)"
+        if self.pack_gqa and ((self.kv_dtype and not self.fp8_mma) or self.alibi or self.variant is not None):
+            return ("pack_gqa with an FP8 cache and a 16-bit q, ALiBi or a user variant (the Hopper kernel packs "
+                    "16-bit calls and FP8 q / K / V on FP8 wgmma)")
+        if self.pack_gqa and self.fp8_mma and max(self.head_dim, self.head_dim_v) > self.SM90_FP8_PACK_MAX_HEAD_DIM:
+            return (f"pack_gqa on FP8 wgmma above head dim {self.SM90_FP8_PACK_MAX_HEAD_DIM} "
+                    f"(heuristics.SM90_FP8_PACK_MAX_HEAD_DIM)")
         if self.pack_gqa and max(self.head_dim, self.head_dim_v) > self.SM90_PACK_MAX_HEAD_DIM:
             return (f"pack_gqa above head dim {self.SM90_PACK_MAX_HEAD_DIM} (head dim 256 packed spills with sinks; "
                     f"heuristics.SM90_PACK_MAX_HEAD_DIM)")

@@ -697,8 +697,13 @@ SM90_PACK_GQA: bool | None = None
 #: docs/dev/hopper_pack_gqa.md): the varlen trace (44 prompts, mean 659 tokens) 0.874 on gpt-oss's
 #: 64/8 heads at d 64 (192-row tile), 0.966 on llama3-70b-tp8's 8/1, 0.978-0.990 on llama3-8b's 32/8;
 #: 8 chunks of 1024 on 8192 keys 0.88 on gpt-oss; 16 chunks of 512 0.996 on tp8 but 1.02-1.03 on
-#: llama3-8b, whose chunks of 1024-2048 ran 1.01-1.05 packed.
+#: llama3-8b, whose chunks of 1024-2048 ran 1.01-1.05 packed.  The 16-bit 192-row tile packs at any
+#: length (sm90_pack_auto: 0.79-0.998 from 2k to 16k tokens, H100, fiftieth session).
 SM90_PACK_MAX_MEAN_Q: int = 1024
+#: The same bound for an FP8 call's 192-row tile (FP8 q, K and V on the FP8 tensor-core tile, head dim 64):
+#: packed / unpacked at gpt-oss's heads (H100, fiftieth session) 0.873 on the varlen trace, one causal
+#: request of 2k 0.93-0.94, 4k 0.97-0.98 (non-causal 0.95), 8k 1.02-1.04, 16k 1.006-1.046: between 4k and 8k.
+SM90_FP8_PACK_MAX_MEAN_Q: int = 6144
 #: The automatic choice packs 128-row tiles only from this many query heads a KV head: at 4 the packed
 #: tile's per-row addressing costs 1-5 % on aligned chunks and the trace gains 1-2 %; at 8 it gains
 #: 3.4 % on the trace and costs nothing on chunks.  The 192-row tile (head dim 64) packs at any qpk
@@ -706,14 +711,24 @@ SM90_PACK_MAX_MEAN_Q: int = 1024
 SM90_PACK_AUTO_MIN_QPK_128: int = 8
 
 
-def sm90_pack_auto(qpk: int, mean_q: int, block_m: int = 0) -> bool:
+def sm90_pack_auto(qpk: int, mean_q: int, block_m: int = 0, fp8: bool = False) -> bool:
     """The automatic pack-GQA choice of the Hopper prefill kernel: GQA (``qpk`` > 1 query heads a
-    KV head), requests averaging ``mean_q`` query tokens, 0 < mean_q < ``SM90_PACK_MAX_MEAN_Q``
-    (0 = unknown: a plan, or a mixed batch's long class: no packing), and, once the tile is known
-    (``block_m`` rows; 0 = not yet), a tile taller than 128 rows or qpk >= ``SM90_PACK_AUTO_MIN_QPK_128``."""
-    if not (qpk > 1 and 0 < mean_q < SM90_PACK_MAX_MEAN_Q):
+    KV head) and requests averaging ``mean_q`` > 0 query tokens (0 = unknown: a plan, or a mixed
+    batch's long class: no packing); once the tile is known (``block_m`` rows; 0 = not yet: True,
+    the tile decides), the 16-bit 192-row tile packs at any length, an FP8 call's (``fp8``) 192-row
+    tile below ``SM90_FP8_PACK_MAX_MEAN_Q`` tokens and a 128-row tile (at qpk >=
+    ``SM90_PACK_AUTO_MIN_QPK_128``) below ``SM90_PACK_MAX_MEAN_Q``.  Packed / unpacked time on an
+    H100 (docs/dev/perf-log.md, "Fiftieth session"), d 64, one request: bf16 at gpt-oss's 64 / 8
+    heads causal 2k-16k 0.91-0.998, non-causal 4k / 16k 0.97-0.998, a 128-token window 0.79, four
+    chunks of 2048 0.95, at 32 / 8 heads 4k / 16k 0.93-0.98; FP8 q / K / V at 64 / 8 the varlen
+    trace 0.873, 2k-4k 0.93-0.98, 8k-16k 1.006-1.046 (slower)."""
+    if not (qpk > 1 and mean_q > 0):
         return False
-    return block_m == 0 or block_m > 128 or qpk >= SM90_PACK_AUTO_MIN_QPK_128
+    if block_m == 0 or (block_m > 128 and not fp8):
+        return True
+    if block_m > 128:
+        return mean_q < SM90_FP8_PACK_MAX_MEAN_Q
+    return mean_q < SM90_PACK_MAX_MEAN_Q and qpk >= SM90_PACK_AUTO_MIN_QPK_128
 
 
 #: The largest head dim the Hopper kernel packs GQA at.  Head dim 256 packed builds without spills
@@ -721,6 +736,9 @@ def sm90_pack_auto(qpk: int, mean_q: int, block_m: int = 0) -> bool:
 #: non-causal ones with sinks spill 20 bytes (NVRTC 13.0), and sinks join a call's spec after this
 #: choice (``decide.recipe``), so d 256 stays unpacked until that case is handled there.
 SM90_PACK_MAX_HEAD_DIM = AttentionSpec.SM90_PACK_MAX_HEAD_DIM
+#: The largest head dim at which an FP8 call (q, K and V in FP8, the FP8 tensor-core tile) packs GQA:
+#: head dim 64's 192-row tile (``AttentionSpec.SM90_FP8_PACK_MAX_HEAD_DIM``).
+SM90_FP8_PACK_MAX_HEAD_DIM = AttentionSpec.SM90_FP8_PACK_MAX_HEAD_DIM
 
 
 def sm90_unsupported(arch: str, head_dim: int, head_dim_v: int, *, mask: str, paged: bool, softcap: bool,
@@ -830,9 +848,11 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
     # the Hopper path packs GQA itself (sm90_pack_on): a packed call whose rows make prefill tiles enters it
     hopper_class = tile_class_for_rows(rows, pack and not sm90_pack_on)
     if mainloop == "sm90a" or (mainloop is None and tile is None and hopper_class == "prefill"):
-        # pack-GQA on the Hopper kernel (16-bit q and K/V, no ALiBi or user variant): asked for, or automatic
-        want_pack = (sm90_pack_on and qpk > 1 and asked_pack is not False and not (alibi or variant is not None
-                                                                                    or kv_dtype or q_dtype))
+        # pack-GQA on the Hopper kernel (16-bit q and K/V, or FP8 q, K and V on the FP8 tensor-core tile up to
+        # SM90_FP8_PACK_MAX_HEAD_DIM; no ALiBi or user variant): asked for, or automatic
+        fp8_call = bool(kv_dtype or q_dtype)
+        want_pack = (sm90_pack_on and qpk > 1 and asked_pack is not False
+                     and not (alibi or variant is not None or (fp8_call and not (kv_dtype and q_dtype))))
         unsupported = sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap,
                                        pack=pack and not want_pack, num_splits=num_splits, tma_ok=tma_ok)
         mma_tile = (fp8_mma_tile(head_dim, head_dim_v, softcap=softcap, local=mask == "local", nomask=mask == "none")
@@ -860,9 +880,13 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                 break
             if tile is None:
                 t = variant_sm90_tile(t, opts, variant)
-            # a packed Q box holds whole tokens; head dim 256 stays unpacked (SM90_PACK_MAX_HEAD_DIM)
+            mma8 = bool(SM90_FP8_MMA and q_dtype and kv_dtype and head_dim == head_dim_v and head_dim % 64 == 0
+                        and t.block_n % 32 == 0 and t.block_n >= 128)
+            # a packed Q box holds whole tokens; head dim 256 stays unpacked (SM90_PACK_MAX_HEAD_DIM), an FP8
+            # call packs only on the FP8 tensor-core tile up to SM90_FP8_PACK_MAX_HEAD_DIM
             hpack = (want_pack and t.block_m % qpk == 0 and max(head_dim, head_dim_v) <= SM90_PACK_MAX_HEAD_DIM
-                     and (not auto_pack or sm90_pack_auto(qpk, mean_q, t.block_m)))
+                     and (not fp8_call or (mma8 and max(head_dim, head_dim_v) <= SM90_FP8_PACK_MAX_HEAD_DIM))
+                     and (not auto_pack or sm90_pack_auto(qpk, mean_q, t.block_m, fp8_call)))
             if pack and not hpack:
                 why = f"pack-GQA with {qpk} query heads a KV head on a {t.block_m}-row tile"
                 if mainloop == "sm90a":
@@ -884,8 +908,6 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                                                            local=mask == "local", split=True) is None:
                 continue   # the entry takes no split-KV: the call's usual tile (and its own split bound)
             opts = without_tileinfo(opts, head_dim, head_dim_v, layout, mask, paged, hpack, split, kv_dtype)
-            mma8 = bool(SM90_FP8_MMA and q_dtype and kv_dtype and head_dim == head_dim_v and head_dim % 64 == 0
-                        and t.block_n % 32 == 0 and t.block_n >= 128)
             opts = with_ex2_fma(opts, max(head_dim, head_dim_v), softcap, variant, mma8)
             attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, pack_gqa=hpack, split=split,
                                  paged=paged, softcap=softcap, mainloop="sm90a", sm90_opts=opts, alibi=alibi,

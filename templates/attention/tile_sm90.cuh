@@ -91,12 +91,12 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
         {% if v.get("kv_dtype") %}
         // FP8: the tile's k_descale (request, KV head), times an FP8 q's q_descale, multiplies the logits' scale
         {% if v.get("fp16_gemms") %}
-        const RowScale kd = descale_of(p.k_descale, p.k_descale_batch_stride, p.k_descale_head_stride, ti.b, ti.head / qpk)
-                            * descale_of(p.q_descale, p.q_descale_batch_stride, p.q_descale_head_stride, ti.b, ti.head / qpk)
+        const RowScale kd = descale_of(p.k_descale, p.k_descale_batch_stride, p.k_descale_head_stride, ti.b, {{ "tile_kv_head(ti, qpk)" if v.pack_gqa else "ti.head / qpk" }})
+                            * descale_of(p.q_descale, p.q_descale_batch_stride, p.q_descale_head_stride, ti.b, {{ "tile_kv_head(ti, qpk)" if v.pack_gqa else "ti.head / qpk" }})
                             * q_unscale;   // (times each row's factor of q_rows_to_f16)
         {% else %}
-        const float kd = descale_of(p.k_descale, p.k_descale_batch_stride, p.k_descale_head_stride, ti.b, ti.head / qpk)
-                         * descale_of(p.q_descale, p.q_descale_batch_stride, p.q_descale_head_stride, ti.b, ti.head / qpk);
+        const float kd = descale_of(p.k_descale, p.k_descale_batch_stride, p.k_descale_head_stride, ti.b, {{ "tile_kv_head(ti, qpk)" if v.pack_gqa else "ti.head / qpk" }})
+                         * descale_of(p.q_descale, p.q_descale_batch_stride, p.q_descale_head_stride, ti.b, {{ "tile_kv_head(ti, qpk)" if v.pack_gqa else "ti.head / qpk" }});
         {% endif %}
         {% else %}
         const float kd = 1.f;
@@ -125,7 +125,7 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
     {% endif %}
     {% if v.get("kv_dtype") %}
     {  // FP8: the tile's v_descale on O (full rows and split-KV partials alike)
-      const float vd = descale_of(p.v_descale, p.v_descale_batch_stride, p.v_descale_head_stride, te.b, te.head / qpk);
+      const float vd = descale_of(p.v_descale, p.v_descale_batch_stride, p.v_descale_head_stride, te.b, {{ "tile_kv_head(te, qpk)" if v.pack_gqa else "te.head / qpk" }});
 #pragma unroll
       for (int j = 0; j < DV / 8; ++j)
 #pragma unroll

@@ -96,7 +96,12 @@ static_assert(!FP8_MMA || (FP8 && LAND == STAGES && D == DV_OUT && D % 64 == 0 &
               "FP8 wgmma: head dims multiple of 64, key blocks of 128 or more (multiples of 64), one landing stage a ring slot");
 {% endif %}
 constexpr int NCONV = 96;
+{% if v.pack_gqa and v.get("fp8_mma") %}
+static_assert(!PACK_GQA || ((!FP8 || FP8_MMA) && !QUEUE_ONLY),
+              "pack-GQA on the Hopper kernel: 16-bit K/V or FP8 q / K / V on FP8 wgmma, standalone launches");
+{% else %}
 static_assert(!PACK_GQA || (!FP8 && !QUEUE_ONLY), "pack-GQA on the Hopper kernel: 16-bit K/V, standalone launches");
+{% endif %}
 {% if v.pack_gqa and (v.get("alibi") or v.get("user")) %}
 #error "pack-GQA on the Hopper kernel: ALiBi and user variants take a tile's head and rows as unpacked (AttentionSpec.sm90_unsupported)"
 {% endif %}

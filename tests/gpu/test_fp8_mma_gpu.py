@@ -326,3 +326,48 @@ def test_plan_captured_in_a_cuda_graph(decode):
             check_mma(out[:tq], lse[:, :tq], *got)
         assert torch.isnan(out[tq:]).all(), "rows past the batch's tokens must not be written"
         assert torch.isnan(lse[:, tq:]).all(), "lse rows past the batch must not be written"
+
+
+@pytest.mark.parametrize("causal,window,cap,splits,page_size", [
+    (True, (-1, -1), 0.0, 1, 0), (False, (-1, -1), 0.0, 1, 0), (True, (150, 0), 0.0, 1, 0),
+    (True, (-1, -1), 20.0, 1, 0), (True, (-1, -1), 0.0, 3, 0), (True, (-1, -1), 0.0, 1, 16),
+    (False, (-1, -1), 0.0, 3, 64)])
+def test_packed_gqa_on_the_head_dim_64_tile(causal, window, cap, splits, page_size):
+    """Pack-GQA on the FP8 tensor-core tile at head dim 64 (192 rows: 24 tokens x 8 query heads of
+    one KV head; ``heuristics.SM90_FP8_PACK_MAX_HEAD_DIM``): per-(request, KV head) q and k descales,
+    which a packed tile reads at its KV head, per-query-head sinks, ragged requests whose ends fall
+    inside tiles, a request with no queries; causal, non-causal, a window, a soft-cap, split-KV and
+    pages of 16 / 64.  Within the reference's FP8 bounds; with one split the packed call equals the
+    unpacked one bit for bit (packing changes which rows share a tile, not a row's arithmetic)."""
+    qlens, klens = [500, 23, 0, 700, 191], [500, 60, 40, 900, 191]
+    hq, hkv, d = 32, 4, 64
+    batch = len(qlens)
+    seed = 61 + page_size + splits + int(causal) + int(cap)
+    if page_size:
+        q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, hq, hkv, d, d, page_size, seed)
+        (q8, qs), (k8, ks), (v8, vs) = quantize(q), quantize(kc), quantize(vc)
+        k, v, cu_k = gather_paged(k8, v8, pt, used)
+        kv_args = (k8, v8, cu_q, None)
+        extra = {"seqused_k": used, "page_table": pt}
+    else:
+        q8, k, v, cu_q, cu_k, qs, ks, vs = packed(qlens, klens, hq, hkv, d, seed)
+        k8, v8 = k, v
+        kv_args = (k8, v8, cu_q, cu_k)
+        extra = {}
+    qd, kd = per_head(qs, batch, hkv, seed + 1), per_head(ks, batch, hkv, seed + 2)
+    sinks = torch.linspace(-2.0, 2.5, hq, device="cuda")
+    kw = dict(causal=causal, window_size=window, softcap=cap, q_descale=qd, k_descale=kd, v_descale=vs, sinks=sinks,
+              num_splits=splits, **extra)
+    ref, ref_lse, bound, lb = attention_reference(q8, k, v, cu_q, cu_k, causal=causal, window_size=window,
+                                                  softcap=cap, q_descale=qd, k_descale=kd, v_descale=vs, sinks=sinks,
+                                                  fp8_mma_bounds=True)
+    runs = {}
+    for pack in (True, False):
+        o, lse = call(q8, *kv_args, max(qlens), max(klens), d, pack_gqa=pack, **kw)
+        name = prepared().attn.name
+        assert "_fp8mma" in name and "m192n128w12" in name and ("_pack_" in name) == pack, name
+        assert ("_split" in name) == (splits > 1), name
+        check_mma(o, lse, ref, ref_lse, bound, lb)
+        runs[pack] = (o, lse)
+    if splits == 1:   # (with splits the two tiles' key ranges are shared out differently)
+        assert torch.equal(runs[True][0], runs[False][0]) and torch.equal(runs[True][1], runs[False][1])

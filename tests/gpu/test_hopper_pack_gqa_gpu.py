@@ -105,3 +105,23 @@ def test_packed_equals_unpacked(monkeypatch):
         assert ("_pack_" in api._CALLS._last[1].attn.name) == (flag == "1")
     api.clear_signature_cache()
     assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("causal,window", [(True, (-1, -1)), (False, (-1, -1)), (True, (127, 0))])
+@pytest.mark.parametrize("hq,hkv", [(64, 8), (32, 8)])
+def test_long_requests_pack_automatically_on_the_192_row_tile(causal, window, hq, hkv):
+    """Requests averaging 1024 query tokens or more: the automatic choice packs the 16-bit 192-row tile
+    (head dim 64) at any length (``heuristics.sm90_pack_auto``), causal, non-causal and with
+    gpt-oss's 128-token window, at 8 and 4 query heads a KV head; within the reference, and equal
+    bit for bit to the same call unpacked."""
+    import kernelgen
+    api.clear_signature_cache()
+    qlens = klens = [2500, 1100, 1800]
+    q, k, v, cu_q, cu_k = make_batch(qlens, klens, hq, hkv, 64, torch.bfloat16, 23 + hq + int(causal), garbage=0)
+    o, _ = check(q, k, v, cu_q, cu_k, causal=causal, window_size=window, num_splits=1)
+    name = ran_packed()
+    assert "_m192n128w12" in name, name
+    unpacked = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), causal=causal,
+                                          window_size=window, num_splits=1, pack_gqa=False)
+    assert "_pack_" not in api._CALLS._last[1].attn.name
+    assert torch.equal(o, unpacked)
