@@ -10,7 +10,7 @@ sinks, soft-cap and window as the bench entry has them); ``long_<preset>``: one 
 keys) on packed K/V; ``chunkN_<preset>``: 8192 // N chunks of N queries at the end of 8192 keys (the
 automatic choice's threshold, ``heuristics.SM90_PACK_MAX_MEAN_Q``, lies between the measured means);
 ``--softcap X`` / ``--no-sinks`` / ``--no-causal`` change the preset's soft-cap / drop its sinks / the causal
-mask; ``--dtype e4m3`` quantises q, k and v (the FP8 tensor-core tile, which packs at head dim 64).  Prints one JSON row a shape and pass (TFLOP/s, us, packed / unpacked time, the
+mask; ``--alibi`` adds built-in ALiBi; ``--dtype e4m3`` quantises q, k and v (the FP8 tensor-core tile, which packs at head dim 64).  Prints one JSON row a shape and pass (TFLOP/s, us, packed / unpacked time, the
 largest difference between the two outputs, which should be 0: packing changes which rows share a
 tile, not a row's arithmetic) and the kernels' names.
 
@@ -61,6 +61,9 @@ def main() -> int:
     ap.add_argument("--no-sinks", action="store_true", help="without the preset's sinks")
     ap.add_argument("--no-causal", action="store_true", help="without the causal mask")
     ap.add_argument("--heads", default=None, help="HQ/HKV: the query and KV heads instead of the preset's")
+    ap.add_argument("--alibi", action="store_true",
+                    help="built-in ALiBi (Press et al.'s slopes 2^(-8 h / H)); packs only with "
+                         "patches/hopper_alibi_pack.patch")
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "e4m3"),
                     help="e4m3: q, k and v quantised per tensor (suites.quantize_e4m3, descales (batch, KV heads)): "
                          "the FP8 tensor-core tile")
@@ -90,6 +93,9 @@ def main() -> int:
                        for n, x in (("q", qs), ("k", ks), ("v", vs))})
         if sinks is not None:
             kw["sinks"] = sinks
+        if a.alibi:
+            kw["alibi_slopes"] = torch.tensor([2.0 ** (-8.0 * (h + 1) / m.num_heads_q) for h in range(m.num_heads_q)],
+                                              dtype=torch.float32, device="cuda")
         flops = attention_flops(qlens, klens, m)
         fns, outs, names = {}, {}, {}
         # The prepared calls are cached by signature (shapes, scalars), not by the environment: the
