@@ -207,7 +207,8 @@ class AttentionSpec:
     SM90_PACK_MAX_HEAD_DIM: ClassVar[int] = 192
     #: The largest head dim a packed FP8 wgmma spec (``fp8_mma``: FP8 q, K and V) may have: head dim 64's
     #: 192-row tile builds packed without spills (NVRTC 13.0, sm_90a; tests/test_fp8_pack_cpu.py); d 128's
-    #: 128 x 224 tile spilled 4 / 12 bytes non-causal, so it stays unpacked (not measured).
+    #: 128 x 224 tile builds packed as unpacked (non-causal: 4 / 12 bytes spilled either way) but is not
+    #: measured packed, so it stays unpacked (patches/fp8_pack_d128.patch).
     SM90_FP8_PACK_MAX_HEAD_DIM: ClassVar[int] = 64
     SM90_REGS_GATHER: ClassVar[dict] = {8: (56, 224), 12: (56, 152)}
     #: An FP8 K/V cache (``kv_dtype``): producer warps 1-3 convert the landing stages.
