@@ -275,7 +275,7 @@ def test_fp8_tensor_core_tile_packs_at_head_dim_64_only():
     """FP8 q, K and V at gpt-oss's heads (64 / 8, d 64): the FP8 tensor-core 192-row tile packs
     calls of requests up to 4k tokens automatically (the varlen trace 0.873x the unpacked time, H100),
     not longer ones (8k-16k: 1.006-1.046x); head dim 128's FP8 tile (128 x 224) stays unpacked even when
-    asked (it spilled packed); an FP8 cache with a 16-bit q keeps its converting producers unpacked."""
+    asked (not measured packed); an FP8 cache with a 16-bit q keeps its converting producers unpacked."""
     fp8 = dict(kv_dtype="e4m3", q_dtype="e4m3")
     a = _choose(hq=64, hkv=8, d=64, mean_q=659, **fp8)
     assert a.fp8_mma and a.pack_gqa and a.tile.block_m == 192 and "_pack_" in a.name, a.name
