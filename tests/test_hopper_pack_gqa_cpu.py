@@ -310,6 +310,26 @@ def test_fp8_packed_kernels_build_without_spills(mask, softcap, paged, splits, k
     assert a.fp8_mma and a.pack_gqa and a.tile.block_m == 192, a.name
     src = render.render(a)
     assert "constexpr bool PACK_GQA = true" in src and "tile_kv_head(ti, qpk))" in src and "ti.head / qpk)" not in src
+    assert "tile_kv_head(te, qpk))" in src and "te.head / qpk)" not in src     # v_descale too
     res = compiler.compile_cubin(src, a.arch, compiler.default_options(a.arch), a.name)
     r = res.resources
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["registers"] <= 128, r
+
+
+def test_warmup_builds_the_packed_fp8_kernels_calls_take():
+    """``kernelgen warmup --kv-dtype e4m3``: the packed FP8 tensor-core kernels that calls of short
+    requests take automatically (``sm90_pack_auto``, mean below SM90_FP8_PACK_MAX_MEAN_Q) are pre-built."""
+    from kernelgen.selection import catalog
+    s = Settings()
+    specs = set(catalog.warmup_specs("sm_90a", head_dims=(64,), dtypes=("bf16",), gqas=(8,), kv_dtypes=("e4m3",),
+                                     phases=("prefill", "chunked"), settings=s))
+    for phase in ("prefill", "chunked"):
+        for max_q, max_k in catalog.PHASE_HINTS[phase]:
+            for mask in ("causal", "none"):
+                for mean in (0, 500):
+                    v = H.choose("sm_90a", "bf16", 64, 64, num_heads_q=64, num_heads_kv=8, mask=mask,
+                                 max_seqlen_q=max_q, max_seqlen_k=max_k, kv_dtype="e4m3", q_dtype="e4m3",
+                                 mean_q=mean, sm90_opts=s.sm90_opts)
+                    assert v.attention.pack_gqa == (mean > 0)
+                    assert v.attention in specs, v.attention.name
+                    assert v.combine is None or v.combine in specs

@@ -206,7 +206,7 @@ class AttentionSpec:
     #: The largest head dim a packed Hopper spec may have (``heuristics.SM90_PACK_MAX_HEAD_DIM``).
     SM90_PACK_MAX_HEAD_DIM: ClassVar[int] = 192
     #: The largest head dim a packed FP8 wgmma spec (``fp8_mma``: FP8 q, K and V) may have: head dim 64's
-    #: 192-row tile builds packed without spills (NVRTC 13.0, sm_90a; tests/test_fp8_pack_cpu.py); d 128's
+    #: 192-row tile builds packed without spills (NVRTC 13.0, sm_90a; tests/test_hopper_pack_gqa_cpu.py); d 128's
     #: 128 x 224 tile builds packed as unpacked (non-causal: 4 / 12 bytes spilled either way) but is not
     #: measured packed, so it stays unpacked (patches/fp8_pack_d128.patch).
     SM90_FP8_PACK_MAX_HEAD_DIM: ClassVar[int] = 64

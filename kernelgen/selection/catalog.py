@@ -166,8 +166,12 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                     specs += [v8.scheduler, v8.attention, v8.combine]
                     if "mainloop" not in extra:   # an FP8 q as well: the FP8 tensor-core variant where it applies
                         vq = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), kv_dtype=kv, q_dtype="e4m3",
-                                               **extra, **kw)
+                                               sm90_pack=settings.sm90_pack_gqa, **extra, **kw)
                         specs += [vq.attention, vq.combine]
+                        if auto_pack:   # (calls of requests averaging < SM90_FP8_PACK_MAX_MEAN_Q pack at d 64)
+                            vqp = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), kv_dtype=kv,
+                                                    q_dtype="e4m3", sm90_pack=True, **extra, **kw)
+                            specs += [vqp.attention, vqp.combine]
                         if kv == "e4m3" and vq.attention.fp8_mma:   # quantize_q=True: q's quantisation kernel
                             specs.append(QuantSpec(arch, dtype))
             if sinks:  # the single-class calls' sink variants (decide.recipe: same tiles and splits)

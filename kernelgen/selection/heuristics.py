@@ -888,7 +888,10 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                      and (not fp8_call or (mma8 and max(head_dim, head_dim_v) <= SM90_FP8_PACK_MAX_HEAD_DIM))
                      and (not auto_pack or sm90_pack_auto(qpk, mean_q, t.block_m, fp8_call)))
             if pack and not hpack:
-                why = f"pack-GQA with {qpk} query heads a KV head on a {t.block_m}-row tile"
+                why = (f"pack-GQA of an FP8 call off the FP8 tensor-core tile at head dims up to "
+                       f"{SM90_FP8_PACK_MAX_HEAD_DIM} (SM90_FP8_PACK_MAX_HEAD_DIM)"
+                       if fp8_call and not (mma8 and max(head_dim, head_dim_v) <= SM90_FP8_PACK_MAX_HEAD_DIM)
+                       else f"pack-GQA with {qpk} query heads a KV head on a {t.block_m}-row tile")
                 if mainloop == "sm90a":
                     raise ValueError(f"the Hopper (sm_90a) path does not support this call: {why}")
                 break

@@ -334,8 +334,8 @@ def test_plan_captured_in_a_cuda_graph(decode):
     (False, (-1, -1), 0.0, 3, 64)])
 def test_packed_gqa_on_the_head_dim_64_tile(causal, window, cap, splits, page_size):
     """Pack-GQA on the FP8 tensor-core tile at head dim 64 (192 rows: 24 tokens x 8 query heads of
-    one KV head; ``heuristics.SM90_FP8_PACK_MAX_HEAD_DIM``): per-(request, KV head) q and k descales,
-    which a packed tile reads at its KV head, per-query-head sinks, ragged requests whose ends fall
+    one KV head; ``heuristics.SM90_FP8_PACK_MAX_HEAD_DIM``): per-(request, KV head) q, k
+    and v descales, which a packed tile reads at its KV head, per-query-head sinks, ragged requests whose ends fall
     inside tiles, a request with no queries; causal, non-causal, a window, a soft-cap, split-KV and
     pages of 16 / 64.  Within the reference's FP8 bounds; with one split the packed call equals the
     unpacked one bit for bit (packing changes which rows share a tile, not a row's arithmetic)."""
@@ -355,11 +355,12 @@ def test_packed_gqa_on_the_head_dim_64_tile(causal, window, cap, splits, page_si
         kv_args = (k8, v8, cu_q, cu_k)
         extra = {}
     qd, kd = per_head(qs, batch, hkv, seed + 1), per_head(ks, batch, hkv, seed + 2)
+    vd = per_head(vs, batch, hkv, seed + 3)   # (a packed tile reads v_descale at its KV head too)
     sinks = torch.linspace(-2.0, 2.5, hq, device="cuda")
-    kw = dict(causal=causal, window_size=window, softcap=cap, q_descale=qd, k_descale=kd, v_descale=vs, sinks=sinks,
+    kw = dict(causal=causal, window_size=window, softcap=cap, q_descale=qd, k_descale=kd, v_descale=vd, sinks=sinks,
               num_splits=splits, **extra)
     ref, ref_lse, bound, lb = attention_reference(q8, k, v, cu_q, cu_k, causal=causal, window_size=window,
-                                                  softcap=cap, q_descale=qd, k_descale=kd, v_descale=vs, sinks=sinks,
+                                                  softcap=cap, q_descale=qd, k_descale=kd, v_descale=vd, sinks=sinks,
                                                   fp8_mma_bounds=True)
     runs = {}
     for pack in (True, False):
