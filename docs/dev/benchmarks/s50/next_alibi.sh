@@ -10,6 +10,9 @@
 set -u
 export PYTHONPATH=$PWD
 W=$OUT/w; mkdir -p $W
+# first, on main's code: the packed FP8 test with per-(request, KV head) v descales (review, not GPU-run yet)
+timeout 80 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_fp8_mma_gpu.py -k packed > $W/fp8_packed.log 2>&1
+echo "fp8 packed tests rc $? at $SECONDS" >> $W/rc.txt
 git apply benchmarks/experiments/patches/hopper_alibi_pack.patch; echo "apply rc $?" >> $W/rc.txt
 timeout 300 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_alibi_gpu.py tests/gpu/test_hopper_pack_gqa_gpu.py \
   > $W/tests.log 2>&1
