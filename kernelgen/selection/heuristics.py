@@ -882,16 +882,16 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                 t = variant_sm90_tile(t, opts, variant)
             mma8 = bool(SM90_FP8_MMA and q_dtype and kv_dtype and head_dim == head_dim_v and head_dim % 64 == 0
                         and t.block_n % 32 == 0 and t.block_n >= 128)
-            # a packed Q box holds whole tokens; head dim 256 stays unpacked (SM90_PACK_MAX_HEAD_DIM), an FP8
-            # call packs only on the FP8 tensor-core tile up to SM90_FP8_PACK_MAX_HEAD_DIM
-            hpack = (want_pack and t.block_m % qpk == 0 and max(head_dim, head_dim_v) <= SM90_PACK_MAX_HEAD_DIM
-                     and (not fp8_call or (mma8 and max(head_dim, head_dim_v) <= SM90_FP8_PACK_MAX_HEAD_DIM))
+            # an FP8 call packs only on the FP8 tensor-core tile up to SM90_FP8_PACK_MAX_HEAD_DIM
+            fp8_packs = not fp8_call or (mma8 and max(head_dim, head_dim_v) <= SM90_FP8_PACK_MAX_HEAD_DIM)
+            # a packed Q box holds whole tokens; head dim 256 stays unpacked (SM90_PACK_MAX_HEAD_DIM)
+            hpack = (want_pack and fp8_packs and t.block_m % qpk == 0
+                     and max(head_dim, head_dim_v) <= SM90_PACK_MAX_HEAD_DIM
                      and (not auto_pack or sm90_pack_auto(qpk, mean_q, t.block_m, fp8_call)))
             if pack and not hpack:
-                why = (f"pack-GQA of an FP8 call off the FP8 tensor-core tile at head dims up to "
-                       f"{SM90_FP8_PACK_MAX_HEAD_DIM} (SM90_FP8_PACK_MAX_HEAD_DIM)"
-                       if fp8_call and not (mma8 and max(head_dim, head_dim_v) <= SM90_FP8_PACK_MAX_HEAD_DIM)
-                       else f"pack-GQA with {qpk} query heads a KV head on a {t.block_m}-row tile")
+                why = (f"pack-GQA with {qpk} query heads a KV head on a {t.block_m}-row tile" if fp8_packs else
+                       f"pack-GQA of an FP8 call off the FP8 tensor-core tile at head dims up to "
+                       f"{SM90_FP8_PACK_MAX_HEAD_DIM} (SM90_FP8_PACK_MAX_HEAD_DIM)")
                 if mainloop == "sm90a":
                     raise ValueError(f"the Hopper (sm_90a) path does not support this call: {why}")
                 break

@@ -89,14 +89,15 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
         alibi_row_coefs(alibi_sl, p, ti.b, ti.head, ti.row0, qpk, cw, lane, ALIBI_LOG2E / score_scale(p));
         {% endif %}
         {% if v.get("kv_dtype") %}
+        {% set ti_kv_head = "tile_kv_head(ti, qpk)" if v.pack_gqa else "ti.head / qpk" %}
         // FP8: the tile's k_descale (request, KV head), times an FP8 q's q_descale, multiplies the logits' scale
         {% if v.get("fp16_gemms") %}
-        const RowScale kd = descale_of(p.k_descale, p.k_descale_batch_stride, p.k_descale_head_stride, ti.b, {{ "tile_kv_head(ti, qpk)" if v.pack_gqa else "ti.head / qpk" }})
-                            * descale_of(p.q_descale, p.q_descale_batch_stride, p.q_descale_head_stride, ti.b, {{ "tile_kv_head(ti, qpk)" if v.pack_gqa else "ti.head / qpk" }})
+        const RowScale kd = descale_of(p.k_descale, p.k_descale_batch_stride, p.k_descale_head_stride, ti.b, {{ ti_kv_head }})
+                            * descale_of(p.q_descale, p.q_descale_batch_stride, p.q_descale_head_stride, ti.b, {{ ti_kv_head }})
                             * q_unscale;   // (times each row's factor of q_rows_to_f16)
         {% else %}
-        const float kd = descale_of(p.k_descale, p.k_descale_batch_stride, p.k_descale_head_stride, ti.b, {{ "tile_kv_head(ti, qpk)" if v.pack_gqa else "ti.head / qpk" }})
-                         * descale_of(p.q_descale, p.q_descale_batch_stride, p.q_descale_head_stride, ti.b, {{ "tile_kv_head(ti, qpk)" if v.pack_gqa else "ti.head / qpk" }});
+        const float kd = descale_of(p.k_descale, p.k_descale_batch_stride, p.k_descale_head_stride, ti.b, {{ ti_kv_head }})
+                         * descale_of(p.q_descale, p.q_descale_batch_stride, p.q_descale_head_stride, ti.b, {{ ti_kv_head }});
         {% endif %}
         {% else %}
         const float kd = 1.f;
