@@ -18,12 +18,7 @@ timeout 300 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_alibi_gpu.py
   > $W/tests.log 2>&1
 echo "tests rc $? at $SECONDS" >> $W/rc.txt
 tail -3 $W/tests.log
-ab() {  # name, args...
-  local n=$1; shift
-  [ $SECONDS -lt 520 ] || return
-  timeout 45 python3 benchmarks/experiments/pack_gqa_ab.py --alibi --no-sinks --passes 3 --json $W/$n.json "$@" > $W/$n.log 2>&1
-  echo "$n rc $? at $SECONDS: $(grep -o '"packed_over_unpacked": [0-9.]*' $W/$n.log | cut -d' ' -f2 | tr '\n' ' ')" >> $W/rc.txt
-}
+AB_FLAGS="--alibi --no-sinks"; . docs/dev/benchmarks/s50/pack_ab.sh
 ab alibi_trace --shapes trace_gpt-oss
 ab alibi_16k --shapes long_gpt-oss --long 16384
 ab alibi_4k --shapes long_gpt-oss --long 4096

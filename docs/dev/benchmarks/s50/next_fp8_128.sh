@@ -12,12 +12,7 @@ git apply benchmarks/experiments/patches/fp8_pack_d128.patch; echo "apply rc $?"
 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_fp8_mma_gpu.py > $W/tests.log 2>&1
 echo "tests rc $? at $SECONDS" >> $W/rc.txt
 tail -3 $W/tests.log
-ab() {  # name, args...
-  local n=$1; shift
-  [ $SECONDS -lt 520 ] || return
-  timeout 45 python3 benchmarks/experiments/pack_gqa_ab.py --dtype e4m3 --passes 3 --json $W/$n.json "$@" > $W/$n.log 2>&1
-  echo "$n rc $? at $SECONDS: $(grep -o '"packed_over_unpacked": [0-9.]*' $W/$n.log | cut -d' ' -f2 | tr '\n' ' ')" >> $W/rc.txt
-}
+AB_FLAGS="--dtype e4m3"; . docs/dev/benchmarks/s50/pack_ab.sh
 ab tp8_trace --shapes trace_llama3-70b-tp8
 ab tp8_4k --shapes long_llama3-70b-tp8 --long 4096
 ab tp8_chunk512 --shapes chunk512_llama3-70b-tp8
