@@ -90,7 +90,7 @@ def test_decider_passes_the_mean_of_a_call_not_of_a_plan():
     (dict(pack_gqa=False), "the caller said no"),
     (dict(alibi=True), "ALiBi's slopes stay per tile"),
     (dict(kv_dtype="e4m3"), "FP8 caches are converted by the producers"),
-    (dict(kv_dtype="e4m3", q_dtype="e4m3"), "FP8 q / K / V at head dim 128: only head dim 64 packs on FP8 wgmma"),
+    (dict(d=256, hq=16, hkv=4, kv_dtype="e4m3", q_dtype="e4m3"), "FP8 q / K / V at head dim 256"),
     (dict(hq=64, hkv=8, d=64, kv_dtype="e4m3"), "an FP8 cache with a 16-bit q at head dim 64"),
 ])
 def test_calls_it_does_not_pack(kw, why):
@@ -271,11 +271,11 @@ def test_unpacked_sources_say_so():
 # ---------------------------------------------------------------- FP8 q / K / V (the FP8 tensor-core tile)
 
 
-def test_fp8_tensor_core_tile_packs_at_head_dim_64_only():
+def test_fp8_tensor_core_tiles_pack_at_head_dims_64_and_128():
     """FP8 q, K and V at gpt-oss's heads (64 / 8, d 64): the FP8 tensor-core 192-row tile packs
     calls of requests up to 4k tokens automatically (the varlen trace 0.873x the unpacked time, H100),
-    not longer ones (8k-16k: 1.006-1.046x); head dim 128's FP8 tile (128 x 224) stays unpacked even when
-    asked (not measured packed); an FP8 cache with a 16-bit q keeps its converting producers unpacked."""
+    not longer ones (8k-16k: 1.006-1.046x); head dim 128's FP8 tiles pack as 16-bit 128-row tiles do
+    (below 1024 tokens at >= 8 query heads a KV head); an FP8 cache with a 16-bit q keeps its converting producers unpacked."""
     fp8 = dict(kv_dtype="e4m3", q_dtype="e4m3")
     a = _choose(hq=64, hkv=8, d=64, mean_q=659, **fp8)
     assert a.fp8_mma and a.pack_gqa and a.tile.block_m == 192 and "_pack_" in a.name, a.name
@@ -286,13 +286,14 @@ def test_fp8_tensor_core_tile_packs_at_head_dim_64_only():
         assert a.fp8_mma and not a.pack_gqa, (mean, a.name)
     a = _choose(hq=64, hkv=8, d=64, mean_q=16384, sm90_pack=True, **fp8)     # KERNELGEN_SM90_PACK_GQA=1
     assert a.fp8_mma and a.pack_gqa
-    for kw in (dict(mean_q=659), dict(sm90_pack=True)):
-        a = _choose(hq=32, hkv=4, d=128, **kw, **fp8)
-        assert a.fp8_mma and not a.pack_gqa, a.name
-    a = _choose(hq=32, hkv=4, d=128, lq=300, pack_gqa=True, **fp8)   # asked: the sm_80 path packs instead
-    assert a.pack_gqa and not a.fp8_mma and a.mainloop == "sm80", a.name
-    with pytest.raises(ValueError, match="pack_gqa on FP8 wgmma above head dim 64"):
-        dataclasses.replace(_choose(hq=32, hkv=4, d=128, **fp8), pack_gqa=True)
+    a = _choose(hq=16, hkv=4, d=128, mean_q=659, **fp8)      # qpk 4 on 128 rows: not automatically
+    assert a.fp8_mma and not a.pack_gqa, a.name
+    a = _choose(hq=64, hkv=8, d=128, mean_q=659, **fp8)      # qpk 8: packed below 1024 tokens
+    assert a.fp8_mma and a.pack_gqa and a.tile.block_m == 128, a.name
+    a = _choose(hq=32, hkv=4, d=128, sm90_pack=True, **fp8)
+    assert a.fp8_mma and a.pack_gqa, a.name
+    with pytest.raises(ValueError, match="pack_gqa on FP8 wgmma above head dim 128"):
+        dataclasses.replace(_choose(hq=16, hkv=4, d=256, **fp8), pack_gqa=True)
     with pytest.raises(ValueError, match="pack_gqa with an FP8 cache and a 16-bit q"):
         dataclasses.replace(_choose(hq=64, hkv=8, d=64, kv_dtype="e4m3"), pack_gqa=True)
 

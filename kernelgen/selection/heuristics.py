@@ -721,7 +721,9 @@ def sm90_pack_auto(qpk: int, mean_q: int, block_m: int = 0, fp8: bool = False) -
     H100 (docs/dev/perf-log.md, "Fiftieth session"), d 64, one request: bf16 at gpt-oss's 64 / 8
     heads causal 2k-16k 0.91-0.998, non-causal 4k / 16k 0.97-0.998, a 128-token window 0.79, four
     chunks of 2048 0.95, at 32 / 8 heads 4k / 16k 0.93-0.98; FP8 q / K / V at 64 / 8 the varlen
-    trace 0.873, 2k-4k 0.93-0.98, 8k-16k 1.006-1.046 (slower)."""
+    trace 0.873, 2k-4k 0.93-0.98, 8k-16k 1.006-1.046 (slower); FP8 at d 128 (128-row tile) and
+    8 / 1 heads (fifty-first session) the varlen trace 0.940, chunks of 512 0.994-1.004, one 4k
+    request 1.013-1.020 (not packed automatically)."""
     if not (qpk > 1 and mean_q > 0):
         return False
     if block_m == 0 or (block_m > 128 and not fp8):
@@ -737,7 +739,7 @@ def sm90_pack_auto(qpk: int, mean_q: int, block_m: int = 0, fp8: bool = False) -
 #: choice (``decide.recipe``), so d 256 stays unpacked until that case is handled there.
 SM90_PACK_MAX_HEAD_DIM = AttentionSpec.SM90_PACK_MAX_HEAD_DIM
 #: The largest head dim at which an FP8 call (q, K and V in FP8, the FP8 tensor-core tile) packs GQA:
-#: head dim 64's 192-row tile (``AttentionSpec.SM90_FP8_PACK_MAX_HEAD_DIM``).
+#: head dim 64's 192-row tile and head dim 128's 128-row one (``AttentionSpec.SM90_FP8_PACK_MAX_HEAD_DIM``).
 SM90_FP8_PACK_MAX_HEAD_DIM = AttentionSpec.SM90_FP8_PACK_MAX_HEAD_DIM
 
 
