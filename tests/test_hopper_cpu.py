@@ -62,7 +62,7 @@ def test_sm90_spec_shape_and_name():
 
 @pytest.mark.parametrize("kw,why", [
     (dict(d=128, dv=64), "head dims"), (dict(d=256, dv=128), "head dims"), (dict(d=96, dv=64), "head dims"),
-    (dict(pack_gqa=True, kv_dtype="e4m3"), "pack_gqa"), (dict(pack_gqa=True, alibi=True), "pack_gqa"),
+    (dict(pack_gqa=True, kv_dtype="e4m3"), "pack_gqa"),
     (dict(row_splits=True, split=True), "row_splits"),
     (dict(opts="g"), "paged cache"),
     (dict(d=192, dv=128, paged=True), "paged at head dims"),

@@ -88,7 +88,7 @@ def test_decider_passes_the_mean_of_a_call_not_of_a_plan():
     (dict(hq=32, hkv=32), "no GQA"),
     (dict(d=256), "head dim 256 spilled packed"),
     (dict(pack_gqa=False), "the caller said no"),
-    (dict(alibi=True), "ALiBi's slopes stay per tile"),
+    (dict(d=192, hq=16, hkv=2, alibi=True, softcap=True), "ALiBi with a soft-cap above head dim 128 spilled packed"),
     (dict(kv_dtype="e4m3"), "FP8 caches are converted by the producers"),
     (dict(d=256, hq=16, hkv=4, kv_dtype="e4m3", q_dtype="e4m3"), "FP8 q / K / V at head dim 256"),
     (dict(hq=64, hkv=8, d=64, kv_dtype="e4m3"), "an FP8 cache with a 16-bit q at head dim 64"),
@@ -127,7 +127,7 @@ def test_split_bound_counts_packed_tiles():
     assert a.max_splits == b.max_splits > 1
 
 
-@pytest.mark.parametrize("kw", [dict(hq=28, hkv=4), dict(d=256), dict(alibi=True), dict(kv_dtype="e4m3"), dict()])
+@pytest.mark.parametrize("kw", [dict(hq=28, hkv=4), dict(d=256), dict(kv_dtype="e4m3"), dict()])
 def test_forced_hopper_path_with_packing_on_never_raises_for_what_it_cannot_pack(kw):
     """arch="sm_90a" (mainloop "sm90a") on a decode-sized call, where the sm_80 path's default would
     pack: with the Hopper packing on, a call the Hopper kernel cannot pack runs unpacked, as with
@@ -155,7 +155,7 @@ def test_spec_refuses_what_the_kernel_does_not_pack():
     with pytest.raises(ValueError, match="above head dim 192"):
         AttentionSpec("sm_90a", "bf16", 256, 256, "causal", "soa", H.sm90_tile(256, 256), pack_gqa=True,
                       mainloop="sm90a", sm90_opts="p")
-    for kw in (dict(kv_dtype="e4m3"), dict(alibi=True)):
+    for kw in (dict(kv_dtype="e4m3"),):
         with pytest.raises(ValueError, match="pack_gqa"):
             AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa", t, pack_gqa=True, mainloop="sm90a",
                           sm90_opts="p", **kw)
@@ -334,3 +334,60 @@ def test_warmup_builds_the_packed_fp8_kernels_calls_take():
                     assert v.attention.pack_gqa == (mean > 0)
                     assert v.attention in specs, v.attention.name
                     assert v.combine is None or v.combine in specs
+
+
+@pytest.mark.parametrize("hq,hkv,d", [(64, 8, 64), (64, 8, 128)])
+def test_warmup_builds_the_packed_alibi_kernels_calls_take(hq, hkv, d):
+    """``kernelgen warmup --alibi``: the packed ALiBi kernels that calls of short requests take
+    automatically (192 rows at d 64, 128 rows at d 128 with qpk 8) are pre-built with the unpacked ones."""
+    from kernelgen.selection import catalog
+    s = Settings()
+    specs = set(catalog.warmup_specs("sm_90a", head_dims=(d,), dtypes=("bf16",), gqas=(hq // hkv,), kv_heads=(hkv,),
+                                     phases=("prefill", "chunked"), alibi=True, settings=s))
+    for phase in ("prefill", "chunked"):
+        for max_q, max_k in catalog.PHASE_HINTS[phase]:
+            for mask in ("causal", "none"):
+                for mean in (0, 500):
+                    v = H.choose("sm_90a", "bf16", d, d, num_heads_q=hq, num_heads_kv=hkv, mask=mask,
+                                 max_seqlen_q=max_q, max_seqlen_k=max_k, alibi=True, mean_q=mean,
+                                 sm90_opts=s.sm90_opts)
+                    assert v.attention.alibi and v.attention.pack_gqa == (mean > 0), v.attention.name
+                    assert v.attention in specs, v.attention.name
+                    assert v.combine is None or v.combine in specs
+
+
+# ---------------------------------------------------------------- ALiBi (per-row slopes)
+
+
+def test_alibi_packs_with_each_rows_slope():
+    """Built-in ALiBi on the packed Hopper tile: each row's slope from its own query head
+    (alibi_row_coefs) and its position from rpos (apply_alibi_pos / apply_alibi_causal_pos, no
+    division a block); the 192-row tile at gpt-oss's heads packs below SM90_ALIBI_PACK_MAX_MEAN_Q
+    tokens a request (the plain one at any length)."""
+    for mask in ("causal", "none"):
+        a = _choose(hq=64, hkv=8, d=64, mean_q=H.SM90_ALIBI_PACK_MAX_MEAN_Q - 1, alibi=True, mask=mask)
+        assert a.pack_gqa and a.alibi and a.tile.block_m == 192, a.name
+        for mean in (H.SM90_ALIBI_PACK_MAX_MEAN_Q, 16384):
+            b = _choose(hq=64, hkv=8, d=64, mean_q=mean, alibi=True, mask=mask)
+            assert not b.pack_gqa and b.alibi and b.tile.block_m == 192, b.name
+            assert _choose(hq=64, hkv=8, d=64, mean_q=mean, mask=mask).pack_gqa
+            assert _choose(hq=64, hkv=8, d=64, mean_q=mean, alibi=True, mask=mask, sm90_pack=True).pack_gqa
+        src = render.render(a)
+        fn = "apply_alibi_causal_pos<" if mask == "causal" else "apply_alibi_pos(s, alibi_sl, mi, n, rpos, lane)"
+        assert fn in src and "#error" not in src
+    a = _choose(hq=8, hkv=1, mean_q=600, alibi=True)
+    assert a.pack_gqa and a.tile.block_m == 128
+    assert "apply_alibi_pos" not in render.render(_choose(hq=64, hkv=8, d=64, mean_q=600, alibi=True, pack_gqa=False))
+
+
+@pytest.mark.parametrize("d,hq,hkv,mask,softcap,paged,splits", [
+    (64, 64, 8, "causal", False, False, 0), (64, 64, 8, "none", False, False, 3), (64, 64, 8, "local", False, False, 0),
+    (128, 64, 8, "causal", True, True, 3), (192, 16, 2, "causal", False, False, 3), (96, 16, 2, "none", False, True, 0)])
+def test_packed_alibi_kernels_build_without_spills(d, hq, hkv, mask, softcap, paged, splits):
+    a = H.choose("sm_90a", "bf16", d, d, num_heads_q=hq, num_heads_kv=hkv, mask=mask, max_seqlen_q=600,
+                 max_seqlen_k=3000, mean_q=600, softcap=softcap, paged=paged, page_size=16 if paged else 0,
+                 num_splits=splits, alibi=True, window_span=200 if mask == "local" else -1).attention
+    a = dataclasses.replace(a, sinks=True)
+    assert a.pack_gqa and a.alibi, a.name
+    r = compiler.compile_cubin(render.render(a), a.arch, compiler.default_options(a.arch), a.name).resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0, r

@@ -10,7 +10,8 @@ sinks, soft-cap and window as the bench entry has them); ``long_<preset>``: one 
 keys) on packed K/V; ``chunkN_<preset>``: 8192 // N chunks of N queries at the end of 8192 keys (the
 automatic choice's threshold, ``heuristics.SM90_PACK_MAX_MEAN_Q``, lies between the measured means);
 ``--softcap X`` / ``--no-sinks`` / ``--no-causal`` change the preset's soft-cap / drop its sinks / the causal
-mask; ``--alibi`` adds built-in ALiBi; ``--dtype e4m3`` quantises q, k and v (the FP8 tensor-core tile, which packs at head dim 64).  Prints one JSON row a shape and pass (TFLOP/s, us, packed / unpacked time, the
+mask; ``--alibi`` adds built-in ALiBi; ``--dtype e4m3`` quantises q, k and v (the FP8 tensor-core tile, which packs at head dims 64 and 128).
+Prints one JSON row a shape and pass (TFLOP/s, us, packed / unpacked time, the
 largest difference between the two outputs, which should be 0: packing changes which rows share a
 tile, not a row's arithmetic) and the kernels' names.
 
@@ -62,8 +63,7 @@ def main() -> int:
     ap.add_argument("--no-causal", action="store_true", help="without the causal mask")
     ap.add_argument("--heads", default=None, help="HQ/HKV: the query and KV heads instead of the preset's")
     ap.add_argument("--alibi", action="store_true",
-                    help="built-in ALiBi (Press et al.'s slopes 2^(-8 h / H)); packs only with "
-                         "patches/hopper_alibi_pack.patch")
+                    help="built-in ALiBi (Press et al.'s slopes 2^(-8 h / H))")
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "e4m3"),
                     help="e4m3: q, k and v quantised per tensor (suites.quantize_e4m3, descales (batch, KV heads)): "
                          "the FP8 tensor-core tile")

@@ -704,6 +704,10 @@ SM90_PACK_MAX_MEAN_Q: int = 1024
 #: packed / unpacked at gpt-oss's heads (H100, fiftieth session) 0.873 on the varlen trace, one causal
 #: request of 2k 0.93-0.94, 4k 0.97-0.98 (non-causal 0.95), 8k 1.02-1.04, 16k 1.006-1.046: between 4k and 8k.
 SM90_FP8_PACK_MAX_MEAN_Q: int = 6144
+#: The same bound for a call with built-in ALiBi on the 16-bit 192-row tile (per-row slopes and
+#: positions): packed / unpacked at gpt-oss's heads (H100, fifty-first session) 0.855-0.863 on the
+#: varlen trace, one causal request of 4k 0.937-0.943, 16k 1.007-1.030.
+SM90_ALIBI_PACK_MAX_MEAN_Q: int = 6144
 #: The automatic choice packs 128-row tiles only from this many query heads a KV head: at 4 the packed
 #: tile's per-row addressing costs 1-5 % on aligned chunks and the trace gains 1-2 %; at 8 it gains
 #: 3.4 % on the trace and costs nothing on chunks.  The 192-row tile (head dim 64) packs at any qpk
@@ -711,12 +715,13 @@ SM90_FP8_PACK_MAX_MEAN_Q: int = 6144
 SM90_PACK_AUTO_MIN_QPK_128: int = 8
 
 
-def sm90_pack_auto(qpk: int, mean_q: int, block_m: int = 0, fp8: bool = False) -> bool:
+def sm90_pack_auto(qpk: int, mean_q: int, block_m: int = 0, fp8: bool = False, alibi: bool = False) -> bool:
     """The automatic pack-GQA choice of the Hopper prefill kernel: GQA (``qpk`` > 1 query heads a
     KV head) and requests averaging ``mean_q`` > 0 query tokens (0 = unknown: a plan, or a mixed
     batch's long class: no packing); once the tile is known (``block_m`` rows; 0 = not yet: True,
-    the tile decides), the 16-bit 192-row tile packs at any length, an FP8 call's (``fp8``) 192-row
-    tile below ``SM90_FP8_PACK_MAX_MEAN_Q`` tokens and a 128-row tile (at qpk >=
+    the tile decides), the 16-bit 192-row tile packs at any length (with built-in ALiBi, ``alibi``,
+    below ``SM90_ALIBI_PACK_MAX_MEAN_Q`` tokens), an FP8 call's (``fp8``) 192-row tile below
+    ``SM90_FP8_PACK_MAX_MEAN_Q`` tokens and a 128-row tile (at qpk >=
     ``SM90_PACK_AUTO_MIN_QPK_128``) below ``SM90_PACK_MAX_MEAN_Q``.  Packed / unpacked time on an
     H100 (docs/dev/perf-log.md, "Fiftieth session"), d 64, one request: bf16 at gpt-oss's 64 / 8
     heads causal 2k-16k 0.91-0.998, non-causal 4k / 16k 0.97-0.998, a 128-token window 0.79, four
@@ -726,10 +731,11 @@ def sm90_pack_auto(qpk: int, mean_q: int, block_m: int = 0, fp8: bool = False) -
     request 1.013-1.020 (not packed automatically)."""
     if not (qpk > 1 and mean_q > 0):
         return False
-    if block_m == 0 or (block_m > 128 and not fp8):
+    if block_m == 0:
         return True
     if block_m > 128:
-        return mean_q < SM90_FP8_PACK_MAX_MEAN_Q
+        bound = SM90_FP8_PACK_MAX_MEAN_Q if fp8 else SM90_ALIBI_PACK_MAX_MEAN_Q if alibi else 0
+        return bound == 0 or mean_q < bound
     return mean_q < SM90_PACK_MAX_MEAN_Q and qpk >= SM90_PACK_AUTO_MIN_QPK_128
 
 
@@ -789,8 +795,9 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
     and when that is None too, ``pack_gqa=True`` or ``sm90_pack_auto`` of ``mean_q``: the call's
     query tokens a request, 0 = unknown).
     When on, a prefill-sized call on the Hopper path packs the query heads of a KV head into its
-    tiles (``AttentionSpec.pack_gqa``) unless ``pack_gqa`` is False, with 16-bit q and K/V, no ALiBi
-    or user variant, and a tile of whole tokens (block_m a multiple of qpk); a call that asks for
+    tiles (``AttentionSpec.pack_gqa``) unless ``pack_gqa`` is False, with 16-bit q and K/V (or FP8 q,
+    K and V on the FP8 tensor-core tile up to ``SM90_FP8_PACK_MAX_HEAD_DIM``), no user variant (nor
+    ALiBi with a soft-cap above head dim 128), and a tile of whole tokens (block_m a multiple of qpk); a call that asks for
     ``pack_gqa=True`` where it cannot pack takes the sm_80 path (a forced ``mainloop="sm90a"``
     raises ValueError).
 
@@ -851,10 +858,12 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
     hopper_class = tile_class_for_rows(rows, pack and not sm90_pack_on)
     if mainloop == "sm90a" or (mainloop is None and tile is None and hopper_class == "prefill"):
         # pack-GQA on the Hopper kernel (16-bit q and K/V, or FP8 q, K and V on the FP8 tensor-core tile up to
-        # SM90_FP8_PACK_MAX_HEAD_DIM; no ALiBi or user variant): asked for, or automatic
+        # SM90_FP8_PACK_MAX_HEAD_DIM; no user variant): asked for, or automatic
         fp8_call = bool(kv_dtype or q_dtype)
+        # (ALiBi packs with per-row slopes; with a soft-cap above head dim 128 the packed kernel spilled 8 bytes)
         want_pack = (sm90_pack_on and qpk > 1 and asked_pack is not False
-                     and not (alibi or variant is not None or (fp8_call and not (kv_dtype and q_dtype))))
+                     and not (variant is not None or (fp8_call and not (kv_dtype and q_dtype))
+                              or (alibi and softcap and max(head_dim, head_dim_v) > 128)))
         unsupported = sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap,
                                        pack=pack and not want_pack, num_splits=num_splits, tma_ok=tma_ok)
         mma_tile = (fp8_mma_tile(head_dim, head_dim_v, softcap=softcap, local=mask == "local", nomask=mask == "none")
@@ -889,7 +898,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
             # a packed Q box holds whole tokens; head dim 256 stays unpacked (SM90_PACK_MAX_HEAD_DIM)
             hpack = (want_pack and fp8_packs and t.block_m % qpk == 0
                      and max(head_dim, head_dim_v) <= SM90_PACK_MAX_HEAD_DIM
-                     and (not auto_pack or sm90_pack_auto(qpk, mean_q, t.block_m, fp8_call)))
+                     and (not auto_pack or sm90_pack_auto(qpk, mean_q, t.block_m, fp8_call, bool(alibi))))
             if pack and not hpack:
                 why = (f"pack-GQA with {qpk} query heads a KV head on a {t.block_m}-row tile" if fp8_packs else
                        f"pack-GQA of an FP8 call off the FP8 tensor-core tile at head dims up to "

@@ -522,8 +522,12 @@ float roff[1][2];  // the scores come back shifted by roff per row (causal ALiBi
 {% if hoist -%}
 float ef;          // the factor of the scores' exponent (apply_user_hoist: raw or natural-log units)
 {% endif -%}
-{% if alibi_roff -%}
+{% if alibi_roff and v.pack_gqa -%}
+apply_alibi_causal_pos<!ALIBI_ACC>(s, alibi_sl, mi, n, rpos, lane, roff);
+{% elif alibi_roff -%}
 apply_alibi_causal<!ALIBI_ACC>(s, alibi_sl, mi, n, row0, 1, cw, lane, roff);
+{% elif v.get("alibi") and v.pack_gqa -%}
+apply_alibi_pos(s, alibi_sl, mi, n, rpos, lane);
 {% elif v.get("alibi") -%}
 apply_alibi(s, alibi_sl, mi, n, row0, 1, cw, lane);
 {% endif -%}

@@ -102,8 +102,8 @@ static_assert(!PACK_GQA || ((!FP8 || FP8_MMA) && !QUEUE_ONLY),
 {% else %}
 static_assert(!PACK_GQA || (!FP8 && !QUEUE_ONLY), "pack-GQA on the Hopper kernel: 16-bit K/V, standalone launches");
 {% endif %}
-{% if v.pack_gqa and (v.get("alibi") or v.get("user")) %}
-#error "pack-GQA on the Hopper kernel: ALiBi and user variants take a tile's head and rows as unpacked (AttentionSpec.sm90_unsupported)"
+{% if v.pack_gqa and v.get("user") %}
+#error "pack-GQA on the Hopper kernel: user variants take a tile's head and rows as unpacked (AttentionSpec.sm90_unsupported)"
 {% endif %}
 static_assert(!FP8 || (!GATHER && LAND >= 1), "FP8 K/V: TMA landing stages, no row gathering");
 static_assert(!GATHER || PAGED, "row gathering is for paged K/V");

@@ -83,6 +83,40 @@ __device__ __forceinline__ void apply_alibi_causal(float (&s)[MT][BN / 8][4], co
     }
 }
 
+{% if v.pack_gqa and v.mainloop == "sm90a" %}
+// Pack-GQA on the Hopper kernel: apply_alibi / apply_alibi_causal with this thread's two rows'
+// positions given (rpos: consumer_mainloop's, row / qpk without a division a block) and each row's
+// own slope (sl[0][h]: alibi_row_coefs, the row's query head).
+__device__ __forceinline__ void apply_alibi_pos(float (&s)[1][BN / 8][4], const float (&sl)[1][2], const MaskInfo& mi,
+                                                int n, const int (&rpos)[2], int lane) {
+  const int tq = lane & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float d0 = (float)(rpos[h] + mi.offset - n * BN - 2 * tq);
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) s[0][nt][2 * h + e] = fmaf(-sl[0][h], fabsf(d0 - (float)(nt * 8 + e)), s[0][nt][2 * h + e]);
+  }
+}
+template <bool ADD = true>
+__device__ __forceinline__ void apply_alibi_causal_pos(float (&s)[1][BN / 8][4], const float (&sl)[1][2],
+                                                       const MaskInfo& mi, int n, const int (&rpos)[2], int lane,
+                                                       float (&roff)[1][2]) {
+  const int tq = lane & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    roff[0][h] = sl[0][h] * (float)(rpos[h] + mi.offset - n * BN - 2 * tq);
+    if (ADD) {
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) s[0][nt][2 * h + e] = fmaf(sl[0][h], (float)(nt * 8 + e), s[0][nt][2 * h + e]);
+    }
+  }
+}
+
+{% endif %}
 // ALIBI_ACC (the Hopper kernel's causal ALiBi, variant_sm90.cuh): the Q K^T accumulators start from
 // the per-score part coef * (nt * 8 + e) (the first wgmma accumulates: scale_d 1), so the scores
 // come back as apply_alibi_causal's without its FFMA a score, and apply_alibi_causal (ADD false)

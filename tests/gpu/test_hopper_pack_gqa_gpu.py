@@ -125,3 +125,30 @@ def test_long_requests_pack_automatically_on_the_192_row_tile(causal, window, hq
                                           window_size=window, num_splits=1, pack_gqa=False)
     assert "_pack_" not in api._CALLS._last[1].attn.name
     assert torch.equal(o, unpacked)
+
+
+@pytest.mark.parametrize("mask", ["causal", "none", "local"])
+@pytest.mark.parametrize("hq,hkv,d", [(64, 8, 64), (8, 1, 128)])
+def test_packed_alibi_per_row_slopes(mask, hq, hkv, d):
+    """Built-in ALiBi on packed tiles: each packed row takes its own query head's slope (per
+    request: (batch, num_heads_q) slopes) and its own position; within the reference, and equal bit
+    for bit to the same call unpacked (one split)."""
+    import kernelgen
+    from test_alibi_gpu import alibi_slopes  # noqa: E402 (tests/gpu is on sys.path)
+    api.clear_signature_cache()
+    qlens, klens = [500, 23, 0, 700, 191], [620, 23, 40, 900, 191]
+    q, k, v, cu_q, cu_k = make_batch(qlens, klens, hq, hkv, d, torch.bfloat16, 31 + d, garbage=0)
+    slopes = alibi_slopes(hq, len(qlens), seed=5)
+    kw = {"causal": mask != "none", "window_size": (150, 0) if mask == "local" else (-1, -1)}
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, alibi_slopes=slopes, **kw)
+    outs = {}
+    for pack in (None, False):
+        out = torch.full((q.shape[0], hq, d), float("nan"), dtype=q.dtype, device="cuda")
+        o, lse = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), return_lse=True, out=out,
+                                            alibi_slopes=slopes, num_splits=1, pack_gqa=pack, **kw)
+        torch.cuda.synchronize()
+        name = api._CALLS._last[1].attn.name
+        assert "_wgmma" in name and "_alibi" in name and ("_pack_" in name) == (pack is None), name
+        gpu_helpers.check(o, lse, ref, ref_lse, q.dtype)
+        outs[pack] = (o, lse)
+    assert torch.equal(outs[None][0], outs[False][0]) and torch.equal(outs[None][1], outs[False][1])
