@@ -98,6 +98,17 @@ def test_calls_it_does_not_pack(kw, why):
     assert a.mainloop == "sm90a" and not a.pack_gqa, why
 
 
+@pytest.mark.parametrize("kw,why", [
+    (dict(d=192, hq=16, hkv=2, alibi=True, softcap=True), "pack-GQA with ALiBi and a soft-cap above head dim 128"),
+    (dict(kv_dtype="e4m3"), r"pack-GQA with an FP8 K/V cache \(e4m3\) and a 16-bit q"),
+    (dict(sm90_pack=False), r"pack-GQA, turned off for the Hopper kernel \(KERNELGEN_SM90_PACK_GQA\)"),
+])
+def test_a_forced_hopper_call_names_why_it_cannot_pack(kw, why):
+    """pack_gqa=True with mainloop="sm90a" where the Hopper kernel does not pack: the error names the reason."""
+    with pytest.raises(ValueError, match="does not support this call: " + why):
+        _choose(lq=300, pack_gqa=True, mainloop="sm90a", **kw)
+
+
 def test_asked_for_pack_where_the_hopper_kernel_cannot_pack():
     # pack_gqa=True: the Hopper kernel packs where it can; else the sm_80 path packs, as before
     a = _choose(hq=32, hkv=8, lq=300, pack_gqa=True, sm90_pack=True)

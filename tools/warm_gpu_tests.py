@@ -57,12 +57,12 @@ def _all_row_warps(group):
 
 def _choose(dt, d, dv=None, *, hq=8, hkv=2, causal=True, window=(-1, -1), cap=0.0, layout="soa", max_q=700,
             max_k=9000, paged=False, page_size=0, num_splits=0, mainloop="sm90a", alibi=False, pack_gqa=None,
-            variant=None, kv_dtype="", q_dtype="", sm90_pack=None):
+            variant=None, kv_dtype="", q_dtype="", sm90_pack=None, mean_q=0):
     mask = "local" if window != (-1, -1) else ("causal" if causal else "none")
     v = heuristics.choose(ARCH, dt, d, d if dv is None else dv, num_heads_q=hq, num_heads_kv=hkv, mask=mask,
                           layout=layout, max_seqlen_q=max_q, max_seqlen_k=max_k, paged=paged, softcap=cap > 0,
                           num_splits=num_splits, num_sms=132, mainloop=mainloop, page_size=page_size,
-                          sm90_opts=_opts(), alibi=alibi, pack_gqa=pack_gqa, sm90_pack=sm90_pack,
+                          sm90_opts=_opts(), alibi=alibi, pack_gqa=pack_gqa, sm90_pack=sm90_pack, mean_q=mean_q,
                           **({"variant": variant} if variant is not None else {}),
                           **({"kv_dtype": kv_dtype} if kv_dtype else {}), **({"q_dtype": q_dtype} if q_dtype else {}))
     return [s for s in (v.scheduler, v.attention, v.combine) if s is not None]
@@ -225,8 +225,9 @@ def alibi_specs() -> list:
         for dt in ("bf16", "fp16"):
             for causal, window in ((True, (-1, -1)), (False, (-1, -1)), (True, (150, 0))):
                 for n in (1, 3):
-                    out += _choose(dt, 64, hq=16, hkv=4, causal=causal, window=window, max_q=777, max_k=777,
-                                   num_splits=n, mainloop=None, alibi=True)
+                    for pack in (False, None):   # unpacked, and packed (its requests average 319 tokens)
+                        out += _choose(dt, 64, hq=16, hkv=4, causal=causal, window=window, max_q=777, max_k=777,
+                                       num_splits=n, mainloop=None, alibi=True, pack_gqa=pack, mean_q=319)
     finally:
         heuristics.SM90_THREE_WG_EXTRAS = saved
     return out
@@ -357,6 +358,11 @@ def pack_specs() -> list:
     out += _with_sinks(_choose("bf16", 64, hq=64, hkv=8, causal=True, max_q=700, max_k=900, sm90_pack=True))
     for pack in (True, None):   # test_packed_equals_unpacked: both kernels
         out += _choose("bf16", 128, hq=32, hkv=8, causal=True, max_q=1000, max_k=1000, sm90_pack=pack)
+    for (hq, hkv, d), (causal, window) in itertools.product(   # test_packed_alibi_per_row_slopes (mean 282)
+            ((64, 8, 64), (8, 1, 128)), ((True, (-1, -1)), (False, (-1, -1)), (True, (150, 0)))):
+        for pack in (None, False):
+            out += _choose("bf16", d, hq=hq, hkv=hkv, causal=causal, window=window, max_q=700, max_k=900,
+                           num_splits=1, mainloop=None, alibi=True, pack_gqa=pack, mean_q=282)
     return out
 
 
@@ -428,6 +434,12 @@ def fp8_q_specs() -> list:
     kw = dict(kv_dtype="e4m3", q_dtype="e4m3", mainloop=None)
     for d, causal, n in itertools.product((64, 128), (True, False), (0, 3)):
         out += _choose("bf16", d, hq=16, hkv=4, causal=causal, max_q=600, max_k=600, num_splits=n, **kw)
+    for causal, n in itertools.product((True, False), (1, 3)):   # the packed tests at d 64 and 128, both ways
+        for pack in (True, False):
+            out += _with_sinks(_choose("bf16", 128, hq=16, hkv=2, causal=causal, max_q=700, max_k=900,
+                                       num_splits=n, pack_gqa=pack, **kw))
+            out += _with_sinks(_choose("bf16", 64, hq=32, hkv=4, causal=causal, max_q=700, max_k=900,
+                                       num_splits=n, pack_gqa=pack, **kw))
     out += _choose("bf16", 128, hq=2, hkv=1, causal=True, max_q=256, max_k=256, kv_dtype="e4m3", q_dtype="e4m3")
     out += _choose("bf16", 128, hq=2, hkv=1, causal=False, max_q=256, max_k=256, kv_dtype="e4m3", q_dtype="e4m3")
     for kv in ("e4m3", "e5m2"):

@@ -168,7 +168,7 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                         vq = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), kv_dtype=kv, q_dtype="e4m3",
                                                sm90_pack=settings.sm90_pack_gqa, **extra, **kw)
                         specs += [vq.attention, vq.combine]
-                        if auto_pack:   # (calls of requests averaging < SM90_FP8_PACK_MAX_MEAN_Q pack at d 64)
+                        if auto_pack:   # (short requests' calls pack: heuristics.sm90_pack_auto, d 64 and 128)
                             vqp = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), kv_dtype=kv,
                                                     q_dtype="e4m3", sm90_pack=True, **extra, **kw)
                             specs += [vqp.attention, vqp.combine]

@@ -861,11 +861,18 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
         # SM90_FP8_PACK_MAX_HEAD_DIM; no user variant): asked for, or automatic
         fp8_call = bool(kv_dtype or q_dtype)
         # (ALiBi packs with per-row slopes; with a soft-cap above head dim 128 the packed kernel spilled 8 bytes)
-        want_pack = (sm90_pack_on and qpk > 1 and asked_pack is not False
-                     and not (variant is not None or (fp8_call and not (kv_dtype and q_dtype))
-                              or (alibi and softcap and max(head_dim, head_dim_v) > 128)))
+        no_pack = ("pack-GQA with a user variant" if variant is not None
+                   else f"pack-GQA with an FP8 K/V cache ({kv_dtype}) and a 16-bit q"
+                   if fp8_call and not (kv_dtype and q_dtype)
+                   else "pack-GQA with ALiBi and a soft-cap above head dim 128 (the packed kernel spills)"
+                   if alibi and softcap and max(head_dim, head_dim_v) > 128
+                   else "pack-GQA, turned off for the Hopper kernel (KERNELGEN_SM90_PACK_GQA)"
+                   if forced_pack is not None and not forced_pack else "")
+        want_pack = sm90_pack_on and qpk > 1 and asked_pack is not False and not no_pack
         unsupported = sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap,
                                        pack=pack and not want_pack, num_splits=num_splits, tma_ok=tma_ok)
+        if unsupported == "pack-GQA" and no_pack:
+            unsupported = no_pack
         mma_tile = (fp8_mma_tile(head_dim, head_dim_v, softcap=softcap, local=mask == "local", nomask=mask == "none")
                     if q_dtype and kv_dtype and SM90_FP8_MMA and tile is None else None)
         # the FP8 tensor-core variant's own tile first (where it applies), then its smaller key blocks

@@ -90,14 +90,18 @@ def test_varlen_prefill_non_causal(arch, variant):
     check(o, lse, ref, ref_lse, BF16, bound=bound, lse_bound=lb)
 
 
+@pytest.mark.parametrize("pack_gqa", [False, None])
 @pytest.mark.parametrize("dtype", [BF16, torch.float16])
 @pytest.mark.parametrize("num_splits", [1, 3])
 @pytest.mark.parametrize("mask", ["causal", "none", "local"])
-def test_d64_three_warpgroups(mask, num_splits, dtype):
+def test_d64_three_warpgroups(mask, num_splits, dtype, pack_gqa, monkeypatch):
     """Head dim 64 ("alibi" in heuristics.SM90_THREE_WG_EXTRAS): the ALiBi kernels on the 192-row
     tile (three consumer warpgroups of 160 registers; causal starts its accumulators from the bias),
-    GQA 16/4 heads, a request with seqlen_q < seqlen_k, a sliding window; one split (the kernel a
-    long prefill takes) and three (split-KV and the combine)."""
+    GQA 16/4 heads, a request with seqlen_q < seqlen_k, a sliding window; one split and three
+    (split-KV and the combine); unpacked (``pack_gqa=False``: the kernel requests of 6144 tokens and
+    more take, ``heuristics.SM90_ALIBI_PACK_MAX_MEAN_Q``) and automatic (these short requests pack
+    GQA: 48 rows of 4 query heads a tile, each row with its own head's slope)."""
+    monkeypatch.delenv("KERNELGEN_SM90_PACK_GQA", raising=False)
     if not HOPPER:
         pytest.skip("the three-warpgroup tile is the Hopper path's")
     qlens, klens = [500, 1, 0, 777], [620, 300, 9, 777]
@@ -110,12 +114,13 @@ def test_d64_three_warpgroups(mask, num_splits, dtype):
     ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, alibi_slopes=slopes, **kw)
     out = torch.full((q.shape[0], hq, d), float("nan"), dtype=dtype, device="cuda")
     o, lse = kernelgen.varlen_attention(q, k, v, cu_q, cu_k, max(qlens), max(klens), return_lse=True, out=out,
-                                        alibi_slopes=slopes, num_splits=num_splits, **kw)
+                                        alibi_slopes=slopes, num_splits=num_splits, pack_gqa=pack_gqa, **kw)
     torch.cuda.synchronize()
     check(o, lse, ref, ref_lse, dtype)
     name = prepared().attn.name
     assert "_alibi" in name and "_wgmma" in name and "m192n128w12" in name, name
     assert ("_split" in name) == (num_splits > 1), name
+    assert ("_pack_" in name) == (pack_gqa is None), name
 
 
 @pytest.mark.parametrize("max_q", [1, 4])

@@ -377,16 +377,16 @@ def test_packed_gqa_on_the_head_dim_64_tile(causal, window, cap, splits, page_si
 @pytest.mark.parametrize("causal,splits", [(True, 1), (False, 1), (True, 3)])
 def test_packed_gqa_on_the_head_dim_128_tile(causal, splits):
     """Pack-GQA on d 128's FP8 tensor-core tile (128 rows: 16 tokens x 8
-    query heads), per-(request, KV head) descales, sinks; within the bounds, bit-equal unpacked at one split."""
+    query heads), per-(request, KV head) q / k / v descales, sinks; within the bounds, bit-equal unpacked at one split."""
     qlens, klens = [500, 23, 0, 700, 191], [500, 60, 40, 900, 191]
     hq, hkv, d = 16, 2, 128
     batch = len(qlens)
     q8, k8, v8, cu_q, cu_k, qs, ks, vs = packed(qlens, klens, hq, hkv, d, 71 + splits + int(causal))
-    qd, kd = per_head(qs, batch, hkv, 3), per_head(ks, batch, hkv, 4)
+    qd, kd, vd = per_head(qs, batch, hkv, 3), per_head(ks, batch, hkv, 4), per_head(vs, batch, hkv, 5)
     sinks = torch.linspace(-2.0, 2.5, hq, device="cuda")
-    kw = dict(causal=causal, q_descale=qd, k_descale=kd, v_descale=vs, sinks=sinks, num_splits=splits)
+    kw = dict(causal=causal, q_descale=qd, k_descale=kd, v_descale=vd, sinks=sinks, num_splits=splits)
     ref, ref_lse, bound, lb = attention_reference(q8, k8, v8, cu_q, cu_k, causal=causal, q_descale=qd, k_descale=kd,
-                                                  v_descale=vs, sinks=sinks, fp8_mma_bounds=True)
+                                                  v_descale=vd, sinks=sinks, fp8_mma_bounds=True)
     runs = {}
     for pack in (True, False):
         o, lse = call(q8, k8, v8, cu_q, cu_k, max(qlens), max(klens), d, pack_gqa=pack, **kw)

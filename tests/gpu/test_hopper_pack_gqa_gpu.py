@@ -1,5 +1,5 @@
-"""GPU correctness of pack-GQA on the Hopper prefill kernel (``KERNELGEN_SM90_PACK_GQA=1``; off by
-default, ``heuristics.SM90_PACK_GQA``): the qpk query heads of a KV head share a tile, rows
+"""GPU correctness of pack-GQA on the Hopper prefill kernel (``KERNELGEN_SM90_PACK_GQA=1``
+forces it; by default ``heuristics.sm90_pack_auto`` decides): the qpk query heads of a KV head share a tile, rows
 (token, head), Q loaded as one box of qpk heads x BM / qpk tokens.  Every case compares with the
 float64 reference on fresh random inputs, out and lse poisoned with NaN (tests/gpu/test_hopper_gpu.py's
 ``check`` / ``check_paged``), and asserts that the packed Hopper kernel ran.  Ragged batches put
@@ -129,12 +129,13 @@ def test_long_requests_pack_automatically_on_the_192_row_tile(causal, window, hq
 
 @pytest.mark.parametrize("mask", ["causal", "none", "local"])
 @pytest.mark.parametrize("hq,hkv,d", [(64, 8, 64), (8, 1, 128)])
-def test_packed_alibi_per_row_slopes(mask, hq, hkv, d):
+def test_packed_alibi_per_row_slopes(mask, hq, hkv, d, monkeypatch):
     """Built-in ALiBi on packed tiles: each packed row takes its own query head's slope (per
     request: (batch, num_heads_q) slopes) and its own position; within the reference, and equal bit
     for bit to the same call unpacked (one split)."""
     import kernelgen
     from test_alibi_gpu import alibi_slopes  # noqa: E402 (tests/gpu is on sys.path)
+    monkeypatch.delenv(SM90_PACK_GQA, raising=False)   # the automatic choice packs these short requests
     api.clear_signature_cache()
     qlens, klens = [500, 23, 0, 700, 191], [620, 23, 40, 900, 191]
     q, k, v, cu_q, cu_k = make_batch(qlens, klens, hq, hkv, d, torch.bfloat16, 31 + d, garbage=0)
