@@ -28,7 +28,9 @@ forward, kernelgen's FP8 tensor-core variant); ``fp8_causal_16k_gqa`` / ``fp8_de
 bench entries' shapes (1 x 16384 causal / 4 x 4096 non-causal, 32 / 8 heads, d 128); ``fp8_gemma2_4k``:
 ``fp8_prefill_s4k_b4_gemma2-9b``'s (4 x 4096 non-causal, 16 / 8 heads, d 256, soft-cap 50); ``gptoss_causal_16k`` (1 x 16384, gpt-oss's 64 / 8 heads,
 d 64, causal) and ``gptoss_softcap_16k`` (the same with the soft-cap 50 as a score_mod, tanh.approx:
-kernelgen's ``VARIANT_SOFTCAP_APPROX_SCORE_MOD``, FA4's ``fa4_softcap_score_mod``; FA3 refuses it).  FA3 reads paged shapes'
+kernelgen's ``VARIANT_SOFTCAP_APPROX_SCORE_MOD``, FA4's ``fa4_softcap_score_mod``; FA3 refuses it),
+``gptoss_alibi_16k`` (built-in ALiBi, Press et al.'s slopes; kernelgen only), ``fp8_gptoss_16k`` (q, k and v
+in e4m3 on those heads).  ``KERNELGEN_SM90_PACK_GQA=1`` / ``0`` in the environment profiles kernelgen packed / unpacked.  FA3 reads paged shapes'
 caches gathered into packed K/V (``fa3_unpaged``), as in the bench.
 """
 from __future__ import annotations
@@ -46,7 +48,7 @@ SHAPES = ("dense_causal_16k", "dense_4k", "dense_causal_h64", "dense_causal_h256
           "decode_b128", "decode_b128_tp8", "decode_long", "decode_long_tp8", "decode_azure",
           "fp8_decode_b128", "fp8_decode_b128_tp8", "fp8_decode_long", "fp8_causal_16k", "fp8_causal_16k_gqa", "fp8_dense_4k_gqa", "fp8_gemma2_4k", "fp8_causal_h64",
           "fp8_causal_h256", "gptoss_causal_16k",
-          "gptoss_softcap_16k")
+          "gptoss_softcap_16k", "gptoss_alibi_16k", "fp8_gptoss_16k")
 
 
 #: The decode shapes' bench batches (``suites.decode_contexts``); ``*_tp8``: llama3-70b-tp8's 8 / 1 heads.
@@ -73,11 +75,13 @@ def build(shape: str, impl: str, dtype: str = "bf16"):
     fp8 = {"fp8_causal_16k": "dense_causal_16k", "fp8_causal_h64": "dense_causal_h64",
            "fp8_causal_h256": "dense_causal_h256"}
     gqa = {"fp8_causal_16k_gqa": (1, 16384, True), "fp8_dense_4k_gqa": (4, 4096, False),
-           "fp8_gemma2_4k": (4, 4096, False)}
+           "fp8_gemma2_4k": (4, 4096, False), "fp8_gptoss_16k": (1, 16384, True)}
     if shape in fp8 or shape in gqa:   # q, k and v in e4m3, per-tensor descales (FA3's FP8 forward; kernelgen's fp8_mma)
         cap = 50.0 if shape == "fp8_gemma2_4k" else 0.0
         if cap:            # Gemma 2's heads (16 / 8, d 256) and soft-cap
             (b, s, causal), h, hkv, d = gqa[shape], 16, 8, 256
+        elif shape == "fp8_gptoss_16k":   # gpt-oss's heads (64 / 8, d 64), no sinks
+            (b, s, causal), h, hkv, d = gqa[shape], 64, 8, 64
         elif shape in gqa:   # the bench entries' Llama 3 heads (32 / 8)
             (b, s, causal), h, hkv, d = gqa[shape], 32, 8, 128
         else:
@@ -94,13 +98,17 @@ def build(shape: str, impl: str, dtype: str = "bf16"):
         return peers.fa3(q, k, v, causal, cu_q=cu, cu_k=cu, max_q=s, max_k=s, softcap=cap,
                          descales=(qd, kd, vd))().fn
     if shape.startswith("gptoss_"):
-        s, cap = 16384, shape == "gptoss_softcap_16k"
+        s, cap, alibi = 16384, shape == "gptoss_softcap_16k", shape == "gptoss_alibi_16k"
         g = torch.Generator(device="cuda").manual_seed(0)
         q, k, v = (torch.randn(s, h, 64, generator=g, device="cuda", dtype=torch.bfloat16) for h in (64, 8, 8))
         cu = torch.tensor([0, s], dtype=torch.int32, device="cuda")
+        if alibi and impl != "kernelgen":
+            raise SystemExit("gptoss_alibi_16k: kernelgen only (built-in ALiBi)")
         if impl == "kernelgen":
             var = kernelgen.Variant(score_mod=suites.VARIANT_SOFTCAP_APPROX_SCORE_MOD) if cap else None
-            return lambda: kernelgen.varlen_attention(q, k, v, cu, cu, s, s, causal=True, variant=var)
+            slopes = (2.0 ** (-8.0 * torch.arange(1, 65, device="cuda") / 64)).float() if alibi else None
+            return lambda: kernelgen.varlen_attention(q, k, v, cu, cu, s, s, causal=True, variant=var,
+                                                      alibi_slopes=slopes)
         mod = (lambda: peers.fa4_softcap_score_mod(suites.VARIANT_SOFTCAP)) if cap else None
         if impl == "fa4":
             return peers.fa4(q, k, v, True, cu_q=cu, cu_k=cu, max_q=s, max_k=s, score_mod=mod)().fn
