@@ -178,10 +178,19 @@ def test_spec_refuses_what_the_kernel_does_not_pack():
         FusedAttentionSpec(long, short)
 
 
-def test_setting_reads_the_environment():
-    assert Settings.from_env({}).sm90_pack_gqa is None
-    for word, value in (("1", True), ("on", True), ("YES", True), ("0", False), ("off", False), ("maybe", None)):
-        assert Settings.from_env({SM90_PACK_GQA: word}).sm90_pack_gqa is value
+def test_setting_reads_the_environment(monkeypatch):
+    assert Settings.from_env({}).check().sm90_pack_gqa is None
+    for word, value in (("1", True), ("on", True), ("YES", True), ("0", False), ("off", False), (" ", None)):
+        assert Settings.from_env({SM90_PACK_GQA: word}).check().sm90_pack_gqa is value
+    # a typo is not taken for "unset": calls, plans and warmup raise, naming the variable
+    bad = Settings.from_env({SM90_PACK_GQA: "maybe"})
+    assert bad.sm90_pack_gqa is None
+    with pytest.raises(ValueError, match="KERNELGEN_SM90_PACK_GQA must be one of .* got 'maybe'"):
+        bad.check()
+    from kernelgen.selection import catalog
+    monkeypatch.setenv(SM90_PACK_GQA, "maybe")
+    with pytest.raises(ValueError, match="KERNELGEN_SM90_PACK_GQA"):
+        catalog.warmup_specs("sm_90a", head_dims=(64,), dtypes=("bf16",))
 
 
 # ---------------------------------------------------------------- the Q box
@@ -208,6 +217,17 @@ def test_packed_spec_gets_a_q_box_of_whole_tokens():
 
 
 # ---------------------------------------------------------------- the launch (CUDA stubbed)
+
+
+def test_a_call_with_a_mistyped_pack_setting_names_the_variable(fake_cuda, monkeypatch):
+    monkeypatch.setenv(SM90_PACK_GQA, "packed")
+    api.clear_signature_cache()
+    q, k, v = (torch.randn(500, h, 128, dtype=BF16) for h in (32, 8, 8))
+    cu = torch.tensor([0, 500], dtype=torch.int32)
+    with pytest.raises(ValueError, match="KERNELGEN_SM90_PACK_GQA must be one of .* got 'packed'"):
+        kernelgen.varlen_attention(q, k, v, cu, cu, 500, 500, causal=True)
+    assert fake_cuda.kinds() == []
+    api.clear_signature_cache()
 
 
 def test_packed_prefill_call_launches_the_packed_hopper_kernel(fake_cuda, monkeypatch):

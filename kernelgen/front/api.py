@@ -117,10 +117,14 @@ def varlen_attention(
         num_splits: split-KV: 0 lets the GPU scheduler decide per request, n > 0 forces n
             (capped by each request's key blocks).
         pack_gqa: put the query heads of one KV head in one tile (K/V read once per KV head);
-            None decides by heuristic (on for decode-like batches, and on the Hopper prefill kernel
-            for GQA batches whose requests average fewer than ``heuristics.SM90_PACK_MAX_MEAN_Q``
-            query tokens on its 192-row tile or with at least 8 query heads a KV head,
-            ``heuristics.sm90_pack_auto``; ``KERNELGEN_SM90_PACK_GQA`` overrides the latter).
+            None decides by heuristic (on for decode-like batches; on the Hopper prefill kernel,
+            ``heuristics.sm90_pack_auto``, for GQA batches on its 192-row tile (head dim 64) at any
+            length, with built-in ALiBi or FP8 q / K / V when the requests average fewer than 6144
+            query tokens (``SM90_ALIBI_PACK_MAX_MEAN_Q``, ``SM90_FP8_PACK_MAX_MEAN_Q``), and on
+            128-row tiles (16-bit, or FP8 q / K / V at head dim 128) when they average fewer than
+            ``heuristics.SM90_PACK_MAX_MEAN_Q`` (1024) with at least 8 query heads a KV head;
+            never with a user variant or an FP8 cache read by a 16-bit q; ``KERNELGEN_SM90_PACK_GQA``
+            overrides the Hopper kernel's choice).
         return_lse: also return the log-sum-exp of the scaled logits.
         out: optional output tensor (total_q, num_heads_q, head_dim_v), q's dtype.
         metadata_layout: "soa" or "aos", the scheduler-metadata layout (see ``metadata.py``).
@@ -238,8 +242,9 @@ def varlen_attention(
         TypeError: an argument has the wrong type or dtype (the message names it).
         ValueError: wrong shape, device, stride/alignment, head counts that do not divide,
             unsupported head dim, bad window/softcap/num_splits/softmax_scale/layout/arch, paged
-            arguments missing or inconsistent, more than 8192 requests, or ``arch="sm_90a"`` for
-            a call or device the Hopper path does not support.
+            arguments missing or inconsistent, more than 8192 requests, ``arch="sm_90a"`` for
+            a call or device the Hopper path does not support, or an environment variable set to a
+            value it does not take (``KERNELGEN_SM90_PACK_GQA``, ``KERNELGEN_ARCH``; the message names it).
         kernelgen.CompileError: NVRTC rejected a kernel (log and source path attached);
             ``kernelgen.VariantCompileError`` (also a ValueError) when a variant's snippet does not
             compile: NVRTC's diagnostics at the snippet's own line numbers and the snippet (a

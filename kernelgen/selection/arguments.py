@@ -75,7 +75,7 @@ def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
     if pack_gqa is not None and not isinstance(pack_gqa, bool):
         raise TypeError(f"pack_gqa must be None or a bool, got {type(pack_gqa).__name__}")
     validation.short_query_tokens(short_query_tokens, pack_gqa, splits)
-    settings = Settings.from_env()
+    settings = Settings.from_env().check()
     if validation.arch(arch, None, settings.arch) == "sm90a" and short_query_tokens:
         raise ValueError("arch='sm_90a' runs no fused mixed-batch launch: leave short_query_tokens None or 0")
     if validation.host_checks_enabled():
@@ -164,7 +164,7 @@ def plan_options(*, capacity: int, max_total_q: int, num_heads_q: int, num_heads
         num_splits=splits, short_query_tokens=short_query_tokens, arch=arch, tma_ok=True, batch=capacity,
         rows=max_total_q, sort=sort, head_swizzle=head_swizzle, plan=True, alibi=bool(alibi), sinks=bool(sinks),
         variant=variant, **({"kv_dtype": kv_dtype} if kv_dtype else {}), **({"q_dtype": q_dtype} if q_dtype else {}))
-    return CheckedPlan(sig, (left, right), cap, page_size, Settings.from_env())
+    return CheckedPlan(sig, (left, right), cap, page_size, Settings.from_env().check())
 
 
 def plan_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, *, heads: tuple, dtype,

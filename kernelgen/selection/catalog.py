@@ -113,10 +113,11 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
         ``heuristics.combine_row_warps``).
 
     Raises:
-        ValueError: an unknown arch, dtype, head dim, layout, phase or kv dtype, a negative window, or a variant
-            that does not fit the arch (the same error the dispatcher would raise for that call).
+        ValueError: an unknown arch, dtype, head dim, layout, phase or kv dtype, a negative window, a variant
+            that does not fit the arch (the same error the dispatcher would raise for that call), or
+            ``KERNELGEN_SM90_PACK_GQA`` set to something other than an on / off word.
     """
-    settings = Settings.from_env() if settings is None else settings
+    settings = (Settings.from_env() if settings is None else settings).check()
     opts = settings.sm90_opts
     out: dict = {}
     for phase in phases:

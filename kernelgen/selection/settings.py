@@ -24,7 +24,8 @@ plan is made (``AttentionPlan``) and the decider takes the result as an input
 - ``KERNELGEN_SM90_PACK_GQA``: "1" (or "true", "yes", "on") lets the Hopper prefill kernel pack the
   query heads of a KV head into its tiles wherever it can (``heuristics.SM90_PACK_GQA``); "0" (or
   "false", "no", "off") keeps it off; unset: the default, automatic (where it was measured to pay,
-  ``heuristics.sm90_pack_auto``).
+  ``heuristics.sm90_pack_auto``); any other value fails the calls and plans made while it is set
+  (``Settings.check``), with a ValueError naming it.
 
 Values are kept as read; each is checked where the decider uses it (``sm90_short_rows``,
 ``mixed_short_ctas``), so a malformed variable fails only the calls it concerns, with a
@@ -45,6 +46,9 @@ ALLOW_UNTESTED_ARCH = ALLOW_UNTESTED_ARCH_ENV
 TIERED_COMPILE = "KERNELGEN_TIERED_COMPILE"
 FP8_FUSED = "KERNELGEN_FP8_FUSED"
 SM90_PACK_GQA = "KERNELGEN_SM90_PACK_GQA"
+#: The words ``KERNELGEN_SM90_PACK_GQA`` takes for on and off (any case).
+ON_WORDS = ("1", "true", "yes", "on")
+OFF_WORDS = ("0", "false", "no", "off")
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,9 @@ class Settings:
     #: ``KERNELGEN_SM90_PACK_GQA``: True / False when set to an on / off word, None when unset (the
     #: default, ``heuristics.SM90_PACK_GQA``)
     sm90_pack_gqa: bool | None = None
+    #: ``KERNELGEN_SM90_PACK_GQA`` as read when it is neither an on / off word nor blank (``check``
+    #: raises for it; ``sm90_pack_gqa`` is then None)
+    bad_sm90_pack_gqa: str | None = None
 
     @classmethod
     def from_env(cls, environ=None) -> "Settings":
@@ -76,10 +83,19 @@ class Settings:
         tiered = env.get(TIERED_COMPILE, "").strip().lower() not in ("0", "false", "no", "off")
         fp8_fused = env.get(FP8_FUSED, "").strip().lower() not in ("0", "false", "no", "off")
         pack = env.get(SM90_PACK_GQA, "").strip().lower()
-        sm90_pack = True if pack in ("1", "true", "yes", "on") else False if pack in ("0", "false", "no", "off") else None
+        sm90_pack = True if pack in ON_WORDS else False if pack in OFF_WORDS else None
         return cls(arch=env.get(ARCH), sm90_opts=env.get(SM90_OPTS), short_rows=rows or None,
                    short_ctas=ctas or None, allow_untested_arch=allow, tiered_compile=tiered, fp8_fused=fp8_fused,
-                   sm90_pack_gqa=sm90_pack)
+                   sm90_pack_gqa=sm90_pack,
+                   bad_sm90_pack_gqa=env.get(SM90_PACK_GQA) if pack and sm90_pack is None else None)
+
+    def check(self) -> "Settings":
+        """Self, once the variables read as words are valid.  Raises ValueError naming
+        ``KERNELGEN_SM90_PACK_GQA`` when it is set to something other than an on / off word."""
+        if self.bad_sm90_pack_gqa is not None:
+            raise ValueError(f"{SM90_PACK_GQA} must be one of {ON_WORDS + OFF_WORDS} (any case) or unset, "
+                             f"got {self.bad_sm90_pack_gqa!r}")
+        return self
 
     def sm90_short_rows(self) -> int | None:
         """``KERNELGEN_SM90_SHORT_ROWS`` as 8 or 16, None when unset.  Raises ValueError naming the
