@@ -750,14 +750,14 @@ SM90_FP8_PACK_MAX_HEAD_DIM = AttentionSpec.SM90_FP8_PACK_MAX_HEAD_DIM
 
 
 def sm90_unsupported(arch: str, head_dim: int, head_dim_v: int, *, mask: str, paged: bool, softcap: bool,
-                     pack: bool, num_splits: int, tma_ok: bool = True) -> str:
+                     pack: bool, num_splits: int, tma_ok: bool = True, pack_why: str = "") -> str:
     """Why the Hopper mainloop cannot run a call ("" when it can): it needs sm_90a, packed K/V with
     (head_dim, head_dim_v) in ``spec.SM90_HEAD_DIM_PAIRS`` or a paged cache with head_dim ==
     head_dim_v in ``spec.SM90_PAGED_HEAD_DIMS``, no pack-GQA, and q/k/v strides TMA can address
     (``tma_ok``, see ``tma.tma_compatible``; for a paged cache its page, slot and head strides).
     Every mask ("none", "causal", "local": a sliding window), soft-cap (``softcap``) and split-KV
     (automatic or a forced ``num_splits``) run on it; ``num_splits`` is kept for the callers'
-    signature."""
+    signature.  ``pack_why``: the reason given for ``pack`` (default "pack-GQA")."""
     if arch != "sm_90a":
         return f"arch {arch} (the wgmma/TMA path needs sm_90a)"
     if (head_dim, head_dim_v) not in SM90_HEAD_DIM_PAIRS:
@@ -766,9 +766,8 @@ def sm90_unsupported(arch: str, head_dim: int, head_dim_v: int, *, mask: str, pa
         return f"a paged K/V cache at head dims {head_dim}/{head_dim_v} (paged: equal, in {SM90_PAGED_HEAD_DIMS})"
     if mask not in MASKS:
         return f"mask {mask!r} (masks: {MASKS})"
-    for name, on in (("pack-GQA", pack),):
-        if on:
-            return name
+    if pack:
+        return pack_why or "pack-GQA"
     if not tma_ok:
         return "q/k/v strides that TMA cannot address (token and head strides must be multiples of 16 bytes)"
     return ""
@@ -870,9 +869,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                    if forced_pack is not None and not forced_pack else "")
         want_pack = sm90_pack_on and qpk > 1 and asked_pack is not False and not no_pack
         unsupported = sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap,
-                                       pack=pack and not want_pack, num_splits=num_splits, tma_ok=tma_ok)
-        if unsupported == "pack-GQA" and no_pack:
-            unsupported = no_pack
+                                       pack=pack and not want_pack, num_splits=num_splits, tma_ok=tma_ok,
+                                       pack_why=no_pack)
         mma_tile = (fp8_mma_tile(head_dim, head_dim_v, softcap=softcap, local=mask == "local", nomask=mask == "none")
                     if q_dtype and kv_dtype and SM90_FP8_MMA and tile is None else None)
         # the FP8 tensor-core variant's own tile first (where it applies), then its smaller key blocks
