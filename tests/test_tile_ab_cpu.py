@@ -99,3 +99,27 @@ def test_the_fa4_peer_is_timed_against_the_first_bf16_configuration_and_has_no_t
     rows = [{"shape": "g64c", "us": {"w3": 100.0, "w2": 96.0, "fa4": 93.0}}]
     assert tile_ab.summarize(rows, configs) == ["g64c: w2 0.960, fa4 0.930"]
     assert list(tile_ab.with_twins(configs)) == ["w3", "w3~2", "w2", "w2~2", "fa4"]
+
+
+def test_wg3_in_the_defines_lets_extras_on_the_three_warpgroup_tile_while_prepared(monkeypatch):
+    """``WG3=transcendental`` is no define: it adds "transcendental" to
+    ``heuristics.SM90_THREE_WG_EXTRAS`` while the configuration is prepared, so the tanh.approx
+    snippet takes the 192-row tile (as FA4's sm_90 soft-cap kernel does); with option "m" the kernel
+    carries it; both restored after."""
+    from kernelgen.kernels.spec import TileConfig
+    from kernelgen.kernels.variant_code import VariantCode
+    from kernelgen.selection import heuristics
+    monkeypatch.delenv("KERNELGEN_DEFINES", raising=False)
+    before = heuristics.SM90_THREE_WG_EXTRAS
+    snippet = VariantCode(score_mod="50.f * tanhf(score / 50.f)")
+
+    def inside():
+        import os
+        spec = heuristics.choose("sm_90a", "bf16", 64, 64, num_heads_q=64, num_heads_kv=8, mask="causal",
+                                 max_seqlen_q=16384, max_seqlen_k=16384, variant=snippet).attention
+        return spec, os.environ.get("KERNELGEN_DEFINES")
+    spec, defs = tile_ab.patched("bf16", 64, TileConfig(192, 128, 12, 2, 1), "mp", inside, "WG3=transcendental")
+    assert spec.tile.block_m == 192 and spec.tile.num_warps == 12 and "_masksplit" in spec.name and defs is None
+    spec, _ = tile_ab.patched("bf16", 64, TileConfig(192, 128, 12, 2, 1), "p", inside)
+    assert spec.tile.num_warps == 8 and "_masksplit" not in spec.name
+    assert heuristics.SM90_THREE_WG_EXTRAS == before

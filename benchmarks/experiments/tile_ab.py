@@ -13,7 +13,9 @@ prefill, ``SM90_FP8_TILES`` at head dims 192 / 256; ``alibi``: bf16 with ALiBi s
 configuration) and ``heuristics.SM90_OPTS``, the letters exact (a "t" also on soft-capped / ALiBi /
 variant kernels, ``heuristics.SM90_TILEINFO_EXTRAS``; "x" only where given) (and ``KERNELGEN_DEFINES`` with ``defines``, NAME[=VALUE] joined by '+'; ``REGS_FP8=P/C`` there sets the FP8-cache
 kernels' producer / consumer registers instead, ``AttentionSpec.SM90_REGS_FP8``, and ``REGS_FP8_MMA_SMALL=P/C`` those
-of the 12-warp FP8 tensor-core kernels at head dim 64, ``AttentionSpec.SM90_REGS_FP8_MMA_SMALL``) while its call is prepared; the prepared call (kernels
+of the 12-warp FP8 tensor-core kernels at head dim 64, ``AttentionSpec.SM90_REGS_FP8_MMA_SMALL``, and ``WG3=a/b``
+adds a, b to ``heuristics.SM90_THREE_WG_EXTRAS``, e.g. ``WG3=transcendental`` lets a tanh snippet take the
+three-warpgroup tile) while its call is prepared; the prepared call (kernels
 fixed) is what the graphs replay (block_m 192 means three consumer warpgroups, 12 warps).  ``fa3`` / ``fa3fp8`` name the
 peers.  ``--passes N`` measures every shape N times; ``--twice`` times every kernelgen configuration twice
 (``NAME~2``, the same kernel loaded again: identical kernels differed by 6-8 % in one call at causal
@@ -81,9 +83,12 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates
     from kernelgen.kernels.spec import AttentionSpec
     saved_regs = dict(AttentionSpec.SM90_REGS_FP8)
     saved_small = dict(AttentionSpec.SM90_REGS_FP8_MMA_SMALL)
+    saved_wg3 = heuristics.SM90_THREE_WG_EXTRAS
     kept = []
     for d_ in (defines.split("+") if defines else []):
-        if d_.startswith("REGS_FP8="):
+        if d_.startswith("WG3="):   # WG3=a/b: heuristics.SM90_THREE_WG_EXTRAS plus a, b (e.g. transcendental)
+            heuristics.SM90_THREE_WG_EXTRAS = saved_wg3 | frozenset(d_.split("=", 1)[1].split("/"))
+        elif d_.startswith("REGS_FP8="):
             prod, cons = (int(x) for x in d_.split("=", 1)[1].split("/"))
             AttentionSpec.SM90_REGS_FP8 = {**saved_regs, 8: (prod, cons)}
         elif d_.startswith("REGS_FP8_MMA_SMALL="):
@@ -106,6 +111,7 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates
         heuristics.SM90_FP8_TILEINFO = saved_fp8_t
         heuristics.SM90_EX2_FMA = saved_ex2
         heuristics.SM90_TILEINFO_EXTRAS = saved_extras_t
+        heuristics.SM90_THREE_WG_EXTRAS = saved_wg3
         AttentionSpec.SM90_REGS_FP8 = saved_regs
         AttentionSpec.SM90_REGS_FP8_MMA_SMALL = saved_small
         table.clear()

@@ -46,9 +46,12 @@ MAINLOOPS = ("sm80", "sm90a")
 #: "e", "g", above head dim 192 or in a fused kernel), "x" a fixed share of the softmax's exponentials
 #: computed on the FMA pipe by a polynomial instead of the MUFU (common/softmax.cuh, ``ex2_fma``;
 #: the kernels whose logits take a second MUFU instruction, a soft-cap's tanh, or whose GEMMs outrun
-#: the MUFU: head dim 64, FP8).
-SM90_OPTS = "eghprstx"
-_SM90_OPT_NAMES = {"e": "earlytile", "g": "gather", "h": "pvhalves", "p": "pingpong", "r": "lazyrescale",
+#: the MUFU: head dim 64, FP8), "m" the overlapped loop's key block in a masked and an unmasked copy
+#: chosen once a block (FA3 / FA4 run a masked and an unmasked loop), so no branch separates a
+#: block's soft-cap or score_mod from its row max and exponentials (an experiment: not in the
+#: dispatcher's options).
+SM90_OPTS = "eghmprstx"
+_SM90_OPT_NAMES = {"e": "earlytile", "g": "gather", "h": "pvhalves", "m": "masksplit", "p": "pingpong", "r": "lazyrescale",
                    "s": "serial", "t": "tileinfo", "x": "ex2fma"}
 #: Largest finite sliding-window side (tokens): the kernels add it to positions in 32-bit ints
 #: (``selection.validation`` checks calls against it, ``selection.catalog`` warm-up windows).

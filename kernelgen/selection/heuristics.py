@@ -649,6 +649,22 @@ def without_tileinfo(opts: str, head_dim: int, head_dim_v: int, layout: str, mas
     return opts
 
 
+#: Option "m" (``AttentionSpec.sm90_opts``: the overlapped loop's key block in a masked and an
+#: unmasked copy) is dropped above this head dim and with a sliding window (``without_mask_split``),
+#: where the two copies spill (NVRTC 13.0: head dim 192 / 256 8-68 bytes, and windows 12-490 bytes,
+#: the d 64 three-warpgroup window kernels 116-144; causal and unmasked kernels up to head dim 128 do
+#: not).  Not in the dispatcher's options (``SM90_OPTS``): an experiment (``KERNELGEN_SM90_OPTS``,
+#: tile_ab.py) until an A/B on a GPU says where it pays (docs/dev/perf-log.md, "Fifty-second session").
+SM90_MASK_SPLIT_MAX_HEAD_DIM = 128
+
+
+def without_mask_split(opts: str, head_dim: int, head_dim_v: int, mask: str) -> str:
+    """``opts`` without "m" above ``SM90_MASK_SPLIT_MAX_HEAD_DIM`` or with a sliding window."""
+    if "m" in opts and (max(head_dim, head_dim_v) > SM90_MASK_SPLIT_MAX_HEAD_DIM or mask == "local"):
+        return opts.replace("m", "")
+    return opts
+
+
 def sm90_tile_and_options(head_dim: int, head_dim_v: int, paged: bool, page_size: int,
                           tile: TileConfig | None = None, sm90_opts: str | None = None,
                           kv_dtype: str = "", heavy: bool = False, extras: bool = False) -> tuple[TileConfig, str]:
@@ -927,6 +943,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                                                            local=mask == "local", split=True) is None:
                 continue   # the entry takes no split-KV: the call's usual tile (and its own split bound)
             opts = without_tileinfo(opts, head_dim, head_dim_v, layout, mask, paged, hpack, split, kv_dtype)
+            opts = without_mask_split(opts, head_dim, head_dim_v, mask)
             opts = with_ex2_fma(opts, max(head_dim, head_dim_v), softcap, variant, mma8)
             attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, pack_gqa=hpack, split=split,
                                  paged=paged, softcap=softcap, mainloop="sm90a", sm90_opts=opts, alibi=alibi,
@@ -1094,6 +1111,7 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
                                     extras=bool(softcap or alibi or variant is not None))
     t = variant_sm90_tile(t, opts, variant)
     opts = without_tileinfo(opts, head_dim, head_dim_v, layout, mask, paged, False, False)
+    opts = without_mask_split(opts, head_dim, head_dim_v, mask)
     opts = with_ex2_fma(opts, max(head_dim, head_dim_v), softcap, variant, False)
     attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, paged=paged, softcap=softcap,
                          row_splits=short.attention.split, mainloop="sm90a", sm90_opts=opts, alibi=alibi,
@@ -1182,8 +1200,8 @@ def choose_fused_hopper(arch: str, dtype: str, head_dim: int, head_dim_v: int, *
     long = pv.long.attention
     if long.tile.num_warps != 8:   # the fused kernel's long variant has two consumer warpgroups
         long = dataclasses.replace(long, tile=dataclasses.replace(long.tile, block_m=128, num_warps=8))
-    if "t" in long.sm90_opts or "x" in long.sm90_opts:   # (options "t" and "x" are the standalone kernel's only)
-        long = dataclasses.replace(long, sm90_opts=long.sm90_opts.replace("t", "").replace("x", ""))
+    if set("tmx") & set(long.sm90_opts):   # (options "t", "m" and "x" are the standalone kernel's only)
+        long = dataclasses.replace(long, sm90_opts="".join(o for o in long.sm90_opts if o not in "tmx"))
     f = FusedAttentionSpec(long, short)
     if f.short_tiles_first < 1 or f.short_tiles_after < 1 or f.smem_bytes() > SMEM_LIMIT[arch]:
         return None

@@ -483,9 +483,11 @@ __device__ __forceinline__ void turn_pass(int cg) {
 
 {#- A hoisted score_mod's per-key part into the accumulators of block n before its Q K^T issue
     (user_acc_init), with the instance block_scores(clamp_kv) will take for the block. -#}
-{% macro user_acc(clamp_kv=True) -%}
+{% macro user_acc(clamp_kv=True, mask="branch") -%}
 {% set nonneg = v.get("user") and v.mask == "causal" and v.user.nonneg and not clamp_kv %}
-{% if nonneg -%}
+{% if nonneg and mask != "branch" -%}
+uacc = user_acc_init<false, {{ "false" if mask == "yes" else "true" }}>(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2);
+{% elif nonneg -%}
 uacc = block_needs_mask(mi, n, pos_first, pos_last)
            ? user_acc_init<false, false>(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2)
            : user_acc_init<false, true>(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2);
@@ -496,12 +498,12 @@ uacc = user_acc_init<{{ "true" if clamp_kv else "false" }}>(s, p, ut, n, row0, 1
 
 {#- Before block n's Q K^T issue: its accumulators started from the bias (built-in causal ALiBi,
     ALIBI_ACC) or from a hoisted score_mod's per-key part (user_acc). -#}
-{% macro acc_start(clamp_kv=True) -%}
+{% macro acc_start(clamp_kv=True, mask="branch") -%}
 {% if v.get("alibi") -%}
 if (ALIBI_ACC) alibi_acc_init(s, alibi_sl);
 {% endif -%}
 {% if v.get("user") and v.user.hoist -%}
-{{ user_acc(clamp_kv) }}
+{{ user_acc(clamp_kv, mask) }}
 {% endif -%}
 {%- endmacro %}
 
@@ -509,7 +511,7 @@ if (ALIBI_ACC) alibi_acc_init(s, alibi_sl);
     unless every key of the block is in range: clamp_kv), the masks, the online softmax (rendered at
     the three places a consumer takes a block: the serial loop, the overlapped loop's peeled first
     block and its loop). -#}
-{% macro block_scores(clamp_kv=True, comment="") -%}
+{% macro block_scores(clamp_kv=True, comment="", mask="branch") -%}
 {% set hoist = v.get("user") and v.user.hoist %}
 {% set alibi_roff = v.get("alibi") and v.mask == "causal" and not v.get("user") %}
 {% set apply = "apply_user_hoist" if hoist else "apply_user" %}
@@ -533,17 +535,28 @@ apply_alibi(s, alibi_sl, mi, n, row0, 1, cw, lane);
 {% endif -%}
 {% if nonneg -%}
 // (block n < n_hi - 1: keys in range; below the diagonal every distance is >= 0: kg_abs)
+{% if mask == "yes" -%}
+{{ "ef = " if hoist }}{{ apply }}<false, false>({{ user_args }});
+{{ "apply_mask_pos(s, mi, n, rpos, lane)" if v.pack_gqa else "apply_mask(s, mi, n, row0, 1, cw, lane)" }};
+{% elif mask == "no" -%}
+{{ "ef = " if hoist }}{{ apply }}<false, true>({{ user_args }});
+{% else -%}
 if (block_needs_mask(mi, n, pos_first, pos_last)) {
   {{ "ef = " if hoist }}{{ apply }}<false, false>({{ user_args }});
   {{ "apply_mask_pos(s, mi, n, rpos, lane)" if v.pack_gqa else "apply_mask(s, mi, n, row0, 1, cw, lane)" }};
 } else {
   {{ "ef = " if hoist }}{{ apply }}<false, true>({{ user_args }});
 }
+{% endif -%}
 {% else -%}
 {% if v.get("user") -%}
 {{ "ef = " if hoist }}{{ apply }}<{{ "true" if clamp_kv else "false" }}>({{ user_args }});  // {{ "leaves natural-log logits or raw ones" if hoist else "leaves natural-log logits" }}{{ "" if clamp_kv else " (block n < n_hi - 1: keys in range)" }}
 {% endif -%}
+{% if mask == "yes" -%}
+{{ "apply_mask_pos(s, mi, n, rpos, lane)" if v.pack_gqa else "apply_mask(s, mi, n, row0, 1, cw, lane)" }};
+{% elif mask == "branch" -%}
 if (block_needs_mask(mi, n, pos_first, pos_last)) {{ "apply_mask_pos(s, mi, n, rpos, lane)" if v.pack_gqa else "apply_mask(s, mi, n, row0, 1, cw, lane)" }};
+{% endif -%}
 {% endif -%}
 softmax_scores(s, row_max, row_sum, corr, {{ "ef" if hoist else "exp_scale(p)" if v.get("user") else "score_scale(p, kd)" }}{{ ", roff" if alibi_roff or hoist else "" }});{{ comment }}
 {%- endmacro %}
@@ -622,6 +635,44 @@ struct KvPos {
   }
 };
 
+{# One key block n of the overlapped loop: its Q K^T issued with P V of the block before, then its
+    scores.  mask: "branch" (block_needs_mask tested in the block), "yes" / "no" (known: option "m"). #}
+{% macro steady_block(mask="branch") -%}
+wait_full(FP8_MMA ? bar_land_full(sb, kv.stage) : bar_k_full(sb, kv.stage), kv.phase, 13);
+{{ acc_start(clamp_kv=False, mask=mask) | trim }}
+fence_regs<BN / 2>(&s[0][0][0]);
+fence_regs<DV / 2>(&o[0][0][0]);
+fence_regs<PA_N * 4>(&pa[0][0]);
+turn_wait(cg);
+wgmma_fence();
+issue_qk(s, q_base, FP8_MMA ? sb + OFF_LAND + kv.stage * LAND_BYTES : sb + OFF_K + kv.stage * K_BYTES{{ ', uacc' if (v.get('user') and v.user.hoist) else '' }});
+wgmma_commit();
+wait_full(bar_v_full(sb, pv.stage), pv.phase, 14);
+{
+  const u32 v_base = sb + OFF_V + pv.stage * V_BYTES;
+  wgmma_fence();  // (ptxas would add this one itself after the wait loop: C7519)
+  issue_pv(o, pa, v_base);
+}
+wgmma_commit();
+turn_pass(cg);
+wgmma_wait<1>();  // S of block n is done; P V of block n + 1 may still run
+fence_regs<BN / 2>(&s[0][0][0]);
+release(FP8_MMA ? bar_land_empty(sb, kv.stage) : bar_k_empty(sb, kv.stage), lane);
+if (n == n_lo) release(bar_q_empty(sb), lane);
+{{ block_scores(clamp_kv=False, mask=mask) }}
+pin_pv_wait(sb, cw, lane, row_max);
+{% if v.get("fp8_mma") %}
+pin_pv_wait8(sb, cw, lane, row_max, row_sum);
+{% endif %}
+wgmma_wait<0>();
+fence_regs<DV / 2>(&o[0][0][0]);
+fence_regs<PA_N * 4>(&pa[0][0]);
+release(bar_v_empty(sb, pv.stage), lane);
+if (!LAZY_RESCALE || __any_sync(0xffffffffu, corr[0][0] != 1.f || corr[0][1] != 1.f)) rescale_rows(o, corr);
+pack_p(s, pa);
+pv = kv;
+kv.advance();
+{%- endmacro %}
 // The key blocks [n_lo, n_hi) of one tile for this consumer warpgroup (warp cw of the consumers,
 // rows cw * 16 .. of the tile): accumulates o (unnormalised), row_max and row_sum.
 __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const MaskInfo& mi, int n_lo, int n_hi,
@@ -712,40 +763,17 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
     zero_v_tail(sb + OFF_V + pv.stage * V_BYTES, mi.seqlen_k - (n_hi - 1) * BN, cg, wg_tid);
   }
   for (n = n_hi - 2; n >= n_lo; --n) {
-    wait_full(FP8_MMA ? bar_land_full(sb, kv.stage) : bar_k_full(sb, kv.stage), kv.phase, 13);
-    {{ acc_start(clamp_kv=False) | trim | indent(4) }}
-    fence_regs<BN / 2>(&s[0][0][0]);
-    fence_regs<DV / 2>(&o[0][0][0]);
-    fence_regs<PA_N * 4>(&pa[0][0]);
-    turn_wait(cg);
-    wgmma_fence();
-    issue_qk(s, q_base, FP8_MMA ? sb + OFF_LAND + kv.stage * LAND_BYTES : sb + OFF_K + kv.stage * K_BYTES{{ ', uacc' if (v.get('user') and v.user.hoist) else '' }});
-    wgmma_commit();
-    wait_full(bar_v_full(sb, pv.stage), pv.phase, 14);
-    {
-      const u32 v_base = sb + OFF_V + pv.stage * V_BYTES;
-      wgmma_fence();  // (ptxas would add this one itself after the wait loop: C7519)
-      issue_pv(o, pa, v_base);
+    {% if "m" in v.sm90_opts %}
+    // option "m": a masked and an unmasked copy of the block, chosen once a block, so that no
+    // branch splits the scores' score_mod / soft-cap from their row max and exponentials
+    if (block_needs_mask(mi, n, pos_first, pos_last)) {
+      {{ steady_block("yes") | indent(6) }}
+    } else {
+      {{ steady_block("no") | indent(6) }}
     }
-    wgmma_commit();
-    turn_pass(cg);
-    wgmma_wait<1>();  // S of block n is done; P V of block n + 1 may still run
-    fence_regs<BN / 2>(&s[0][0][0]);
-    release(FP8_MMA ? bar_land_empty(sb, kv.stage) : bar_k_empty(sb, kv.stage), lane);
-    if (n == n_lo) release(bar_q_empty(sb), lane);
-    {{ block_scores(clamp_kv=False) | indent(4) }}
-    pin_pv_wait(sb, cw, lane, row_max);
-    {% if v.get("fp8_mma") %}
-    pin_pv_wait8(sb, cw, lane, row_max, row_sum);
+    {% else %}
+    {{ steady_block() | indent(4, blank=True) }}
     {% endif %}
-    wgmma_wait<0>();
-    fence_regs<DV / 2>(&o[0][0][0]);
-    fence_regs<PA_N * 4>(&pa[0][0]);
-    release(bar_v_empty(sb, pv.stage), lane);
-    if (!LAZY_RESCALE || __any_sync(0xffffffffu, corr[0][0] != 1.f || corr[0][1] != 1.f)) rescale_rows(o, corr);
-    pack_p(s, pa);
-    pv = kv;
-    kv.advance();
   }
   // P V of the last block (n_lo)
   wait_full(bar_v_full(sb, pv.stage), pv.phase, 15);

@@ -1,0 +1,98 @@
+"""Option "m" of the Hopper mainloop (``AttentionSpec.sm90_opts``; templates/attention/mainloop_sm90.cuh
+``steady_block``): the overlapped loop's key block rendered as a masked and an unmasked copy, chosen
+once a block, so that no branch separates a block's soft-cap or score_mod from its row max and
+exponentials (FlashAttention-3 and -4 run a masked and an unmasked loop; FA4's sm_90 soft-cap kernel
+interleaves its tanh with the row max, which ptxas cannot do across our in-block mask branch).
+An experiment: not in the dispatcher's options; the GPU checks are tests/gpu/test_mask_split_gpu.py."""
+import dataclasses
+import re
+
+import pytest
+
+from kernelgen.jit import render
+from kernelgen.kernels.variant_code import VariantCode
+from kernelgen.selection import heuristics
+
+SNIPPET = VariantCode(score_mod="50.f * tanhf(score / 50.f)")
+ALIBI = VariantCode(score_mod="score - slopes[head] * kg_abs(q_idx + kv_len - q_len - kv_idx)",
+                    tensors=(("slopes", "float32"),))
+
+
+def _spec(opts, d=64, mask="causal", **kw):
+    v = heuristics.choose("sm_90a", "bf16", d, d, num_heads_q=64, num_heads_kv=8, mask=mask, max_seqlen_q=16384,
+                          max_seqlen_k=16384, mean_q=16384, sm90_opts=opts, mainloop="sm90a", **kw)
+    return v.attention
+
+
+def _loop(src: str) -> str:
+    """The overlapped mainloop's key-block loop of the rendered source."""
+    body = src[src.index("  for (n = n_hi - 2; n >= n_lo; --n) {"):]
+    return body[:body.index("  // P V of the last block (n_lo)")]
+
+
+@pytest.mark.parametrize("kw", [{}, {"softcap": True}, {"variant": SNIPPET}, {"variant": ALIBI}, {"alibi": True}],
+                         ids=["plain", "softcap", "snippet", "alibi_snippet", "alibi"])
+def test_the_loop_holds_a_masked_and_an_unmasked_copy(kw):
+    """Without "m": one copy, its mask behind a test in the block; with it: two copies of the block
+    (two Q K^T issues in the loop), the test once, before them; the masked copy masks, the
+    unmasked one has no mask (and a nonneg score_mod takes its in-range form there)."""
+    base, m = _spec("p", **kw), _spec("mp", **kw)
+    assert "_masksplit" in m.name and "_masksplit" not in base.name
+    a, b = _loop(render.render(base)), _loop(render.render(m))
+    assert a.count("issue_qk(") == 1 and b.count("issue_qk(") == 2
+    assert b.count("block_needs_mask(") == 1
+    masked, unmasked = b.split("\n    } else {\n", 1)
+    assert "apply_mask" in masked and "apply_mask" not in unmasked
+    if "variant" in kw and kw["variant"] is ALIBI:
+        assert "<false, false>" in masked and "<false, true>" in unmasked and "<false, false>" not in unmasked
+
+
+def test_the_option_is_dropped_where_it_spills():
+    """Above ``SM90_MASK_SPLIT_MAX_HEAD_DIM`` (128) and with a sliding window the two copies spill
+    (NVRTC 13.0): the Hopper options lose "m" there and keep it on causal and unmasked calls up to
+    head dim 128; the default options have none."""
+    assert heuristics.SM90_MASK_SPLIT_MAX_HEAD_DIM == 128
+    assert heuristics.without_mask_split("mpt", 128, 128, "causal") == "mpt"
+    assert heuristics.without_mask_split("mpt", 64, 64, "none") == "mpt"
+    assert heuristics.without_mask_split("mpt", 192, 128, "causal") == "pt"
+    assert heuristics.without_mask_split("mpt", 64, 64, "local") == "pt"
+    assert "m" not in heuristics.SM90_OPTS
+    assert "_masksplit" in _spec("mp", d=128).name and "_masksplit" in _spec("mp", mask="none").name
+    assert "_masksplit" not in _spec("mp", d=256).name
+    assert "_masksplit" not in _spec("mp", mask="local", window_span=128).name
+
+
+def test_the_fused_kernel_does_not_take_it():
+    """Like "t" and "x", "m" is the standalone kernel's: the one-launch mixed kernel's long variant
+    drops it."""
+    f = heuristics.choose_fused_hopper("sm_90a", "bf16", 128, 128, num_heads_q=32, num_heads_kv=8, mask="causal",
+                                       max_seqlen_q=2048, max_seqlen_k=4096, paged=True, page_size=128,
+                                       sm90_opts="mpt")
+    assert f is not None and f.fused.long.mainloop == "sm90a" and "m" not in f.fused.long.sm90_opts
+
+
+@pytest.mark.parametrize("kw,d", [({"variant": SNIPPET}, 64), ({"softcap": True}, 128), ({}, 128),
+                                  ({"alibi": True}, 64)], ids=["snippet_d64", "softcap_d128", "plain_d128",
+                                                              "alibi_d64"])
+def test_the_sass_has_the_second_copy_and_no_spills(kw, d):
+    """Compiled with NVRTC for sm_90a: the loop's second copy is one more key block of GMMAs (and, with
+    a tanh, one more block of MUFU.TANH), with no spills and no more registers than the limit."""
+    from kernelgen.jit import compiler, sass
+    tool = sass.find_nvdisasm()
+    assert tool is not None, "nvdisasm is needed: pip install nvidia-cuda-nvdisasm (the test extra)"
+
+    def build(spec):
+        res = compiler.compile_cubin(render.render(spec), spec.arch, compiler.default_options(spec.arch), spec.name)
+        r = res.resources
+        assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, (spec.name, r)
+        text = sass.disassemble(res.cubin, tool)
+        return len(re.findall(r"\bHGMMA\.", text)), len(re.findall(r"MUFU\.TANH\b", text))
+
+    base = _spec("p", d=d, **kw)
+    m = dataclasses.replace(base, sm90_opts="".join(sorted(base.sm90_opts + "m")))
+    (g0, t0), (g1, t1) = build(base), build(m)
+    per_block = base.head_dim // 16 + base.tile.block_n // 16   # Q K^T (k = 16 a GMMA) + P V
+    assert g1 - g0 == per_block, (g0, g1, per_block)
+    tanh = "softcap" in kw or "variant" in kw and kw["variant"] is SNIPPET
+    scores = base.tile.block_n * 16 // 32     # a warp's scores of a block, a thread's share
+    assert t1 - t0 == (scores if tanh else 0), (t0, t1)
