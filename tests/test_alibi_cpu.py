@@ -175,6 +175,12 @@ def test_decider_gives_alibi_specs_everywhere():
         assert a.alibi and a.tile == heuristics.ALIBI_HEAVY_TILE, a.name
         (a,) = _attn_specs(decide.decide(sig(arch="sm_80", **kw), H200))
         assert a.tile == TileConfig(128, 32, 4, 2, 2)
+    # the sm_80 mainloop on a Hopper GPU: causal ALiBi on the 64-row tile too (the 128-row one spills
+    # there, not on sm_80), non-causal on the 128-row one
+    (a,) = _attn_specs(decide.decide(sig(alibi=True, arch="sm_80"), H200))
+    assert a.alibi and a.mainloop == "sm80" and a.tile == heuristics.ALIBI_HEAVY_TILE, a.name
+    (a,) = _attn_specs(decide.decide(sig(alibi=True, arch="sm_80", mask="none"), H200))
+    assert a.alibi and a.mainloop == "sm80" and a.tile == TileConfig(128, 32, 4, 2, 2), a.name
     # Hopper prefill
     (a,) = _attn_specs(decide.decide(sig(alibi=True), H200))
     assert a.alibi and a.mainloop == "sm90a"
@@ -257,9 +263,15 @@ def test_mixed_call_with_alibi(fake_cuda, arch):
 # ----------------------------------------------------------------------------- NVRTC builds
 COMPILE = {
     "sm80_prefill": AttentionSpec("sm_80", "bf16", 128, 128, "causal", "soa", TileConfig(128, 32, 4, 2, 2)),
-    # the sm_80 mainloop compiled for sm_90a (forced arch="sm_80" on an H200): the tightest budget
-    "sm80_mainloop_on_sm90a_split": AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa",
-                                                  TileConfig(128, 32, 4, 2, 2), split=True),
+    # the sm_80 mainloop compiled for sm_90a (forced arch="sm_80" on an H200): the tightest budget;
+    # causal takes the 64-row tile there (heuristics.ALIBI_HEAVY_TILE: the 128-row one spilled 32 / 24
+    # bytes unsplit), non-causal keeps the 128-row one
+    "sm80_mainloop_on_sm90a_causal": AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa",
+                                                   TileConfig(64, 64, 4, 2, 2)),
+    "sm80_mainloop_on_sm90a_causal_split": AttentionSpec("sm_90a", "fp16", 128, 128, "causal", "soa",
+                                                         TileConfig(64, 64, 4, 2, 2), split=True),
+    "sm80_mainloop_on_sm90a_none_split": AttentionSpec("sm_90a", "bf16", 128, 128, "none", "soa",
+                                                       TileConfig(128, 32, 4, 2, 2), split=True),
     "sm80_decode_pack_split_paged": AttentionSpec("sm_80", "bf16", 128, 128, "causal", "soa",
                                                   TileConfig(16, 16, 1, 2, 8), True, True, True),
     "sm80_keys_as_rows": AttentionSpec("sm_80", "fp16", 128, 128, "none", "soa", TileConfig(8, 16, 1, 4, 1),

@@ -388,8 +388,11 @@ CANDIDATE_TILES = {
 }
 
 
-#: The sm_80 path's head-dim-128 prefill tile for ALiBi with a window or soft-cap: the 128-row
-#: two-stage tile spills there when compiled for sm_90a (24 spill stores with split-KV).
+#: The sm_80 path's head-dim-128 prefill tile for ALiBi with a window or soft-cap, and for causal
+#: ALiBi compiled for sm_90a (the sm_80 mainloop on a Hopper GPU: ``arch="sm_80"`` /
+#: ``mainloop="sm80"`` calls): the 128-row two-stage tile spills there (24 spill stores with split-KV
+#: and a window / soft-cap; causal: 32 / 24 bytes unsplit in the SoA layout, NVRTC 13.0; its sm_80
+#: build and the sm_90a split / AoS / non-causal builds do not).
 ALIBI_HEAVY_TILE = TileConfig(64, 64, 4, 2, 2)
 
 #: The sm_80 path's head-dim-128 prefill tile (and the sm_80 fused kernel's long tile) where the
@@ -955,8 +958,9 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
     fixed_tile = tile is not None
     tile = tile or tile_config(arch, head_dim, head_dim_v, tile_class, extra)
     if alibi and not fixed_tile and tile_class == "prefill" and max(head_dim, head_dim_v) == 128 \
-            and (softcap or mask == "local"):
-        # the slopes beside a window / soft-cap state and split-KV spill the 128-row tile on sm_90a
+            and (softcap or mask == "local" or (arch == "sm_90a" and mask == "causal")):
+        # the slopes beside a window / soft-cap state and split-KV spill the 128-row tile on sm_90a,
+        # and so does the causal diagonal's path there
         tile = ALIBI_HEAVY_TILE
     if not fixed_tile and tile_class == "prefill" and tile == tile_config(arch, head_dim, head_dim_v, "prefill", True) \
             and sm80_prefill_spills(arch, head_dim, head_dim_v, mask, paged, softcap, kv_dtype):
