@@ -11,7 +11,8 @@ dim ``d`` (``bf16``: ``heuristics.SM90_TILES``; ``fp8q``: ``heuristics.SM90_FP8_
 and V in e4m3; ``kv8``: ``heuristics.SM90_TILES`` with K and V in e4m3 and a bf16 q, the FP8-cache
 prefill, ``SM90_FP8_TILES`` at head dims 192 / 256; ``alibi``: bf16 with ALiBi slopes 2^(-8 (h + 1) / heads), timed against the first ``bf16``
 configuration) and ``heuristics.SM90_OPTS``, the letters exact (a "t" also on soft-capped / ALiBi /
-variant kernels, ``heuristics.SM90_TILEINFO_EXTRAS``; "x" only where given) (and ``KERNELGEN_DEFINES`` with ``defines``, NAME[=VALUE] joined by '+'; ``REGS_FP8=P/C`` there sets the FP8-cache
+variant kernels, ``heuristics.SM90_TILEINFO_EXTRAS``; "x" only where given; "m" at every head dim,
+``heuristics.SM90_MASK_SPLIT_MAX_HEAD_DIM``, windows still without it) (and ``KERNELGEN_DEFINES`` with ``defines``, NAME[=VALUE] joined by '+'; ``REGS_FP8=P/C`` there sets the FP8-cache
 kernels' producer / consumer registers instead, ``AttentionSpec.SM90_REGS_FP8``, and ``REGS_FP8_MMA_SMALL=P/C`` those
 of the 12-warp FP8 tensor-core kernels at head dim 64, ``AttentionSpec.SM90_REGS_FP8_MMA_SMALL``, and ``WG3=a/b``
 adds a, b to ``heuristics.SM90_THREE_WG_EXTRAS``, e.g. ``WG3=transcendental`` lets a tanh snippet take the
@@ -84,6 +85,9 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates
     saved_regs = dict(AttentionSpec.SM90_REGS_FP8)
     saved_small = dict(AttentionSpec.SM90_REGS_FP8_MMA_SMALL)
     saved_wg3 = heuristics.SM90_THREE_WG_EXTRAS
+    saved_msplit = heuristics.SM90_MASK_SPLIT_MAX_HEAD_DIM   # "m" where the letters ask for it, any head dim
+    if "m" in opts:
+        heuristics.SM90_MASK_SPLIT_MAX_HEAD_DIM = 256
     kept = []
     for d_ in (defines.split("+") if defines else []):
         if d_.startswith("WG3="):   # WG3=a/b: heuristics.SM90_THREE_WG_EXTRAS plus a, b (e.g. transcendental)
@@ -112,6 +116,7 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates
         heuristics.SM90_EX2_FMA = saved_ex2
         heuristics.SM90_TILEINFO_EXTRAS = saved_extras_t
         heuristics.SM90_THREE_WG_EXTRAS = saved_wg3
+        heuristics.SM90_MASK_SPLIT_MAX_HEAD_DIM = saved_msplit
         AttentionSpec.SM90_REGS_FP8 = saved_regs
         AttentionSpec.SM90_REGS_FP8_MMA_SMALL = saved_small
         table.clear()
