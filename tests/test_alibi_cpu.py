@@ -332,6 +332,10 @@ def test_alibi_and_variants_take_the_three_warpgroup_tile_where_switched_on(monk
     assert tile(variant=snippet) == (192, 12) and tile(alibi=True) == (128, 8)
     monkeypatch.setattr(heuristics, "SM90_THREE_WG_EXTRAS", frozenset())
     assert tile(alibi=True) == (128, 8) and tile(variant=snippet) == (128, 8)
+    # "softcap" (an experiment's switch, tile_ab's WG3=softcap): the built-in soft-cap on three too
+    monkeypatch.setattr(heuristics, "SM90_THREE_WG_EXTRAS", frozenset({"softcap", "alibi"}))
+    assert tile(softcap=True) == (192, 12) and tile(alibi=True, softcap=True) == (192, 12)
+    assert tile(variant=snippet, softcap=True) == (128, 8)
 
 
 # ----------------------------------------------------------------------------- AttentionPlan

@@ -291,13 +291,16 @@ def two_warpgroups(t: TileConfig) -> TileConfig:
 #: tests/test_alibi_cpu.py), where ALiBi's FFMA a logit used to spill 28-64 bytes, and so the
 #: bench's four score_mods (ALiBi on indices or a float cast, soft-cap with kg_tanh or tanhf) and
 #: four of the six examples of ``apps.variant_examples`` causal and not; the causal T5 bias spills
-#: 68 bytes and ``index_arith`` 56-336; the built-in soft-cap spills 44 bytes (never on this tile).
+#: 68 bytes and ``index_arith`` 56-336; the built-in soft-cap spilled 44 bytes (see "softcap" below).
 #: H200, gpt-oss's heads (64 / 8, d 64), causal 1 x 16k: built-in ALiBi 1.11x the plain kernel's
 #: time on the two-warpgroup tile (twenty-fourth session), 1.00-1.01x on three (twenty-fifth, two
 #: runs; sinks 1.01x, the ALiBi snippet 1.035-1.04x the built-in; docs/dev/perf-log.md).
 #: "transcendental" (not in by default): a user variant whose snippets call a MUFU function
 #: (``VariantCode.transcendental``: the tanh.approx soft-cap ``50.f * tanhf(score / 50.f)``) may take
-#: the three-warpgroup tile too; such a kernel is bound by the MUFU unit (two MUFU instructions a
+#: the three-warpgroup tile too, and "softcap" (not in by default) the built-in soft-cap (its causal
+#: d 64 kernel builds on that tile without spills since NVRTC 13.0 and the fifty-second session's
+#: templates, with and without option "m"; other masks and splits not checked); such a kernel is
+#: bound by the MUFU unit (two MUFU instructions a
 #: logit; ncu, twenty-sixth session: MUFU pipe 73 % busy, the ping-pong barrier 8 % of the warps'
 #: stall samples), and the two-warpgroup tile ran it 2 % faster (H200, gpt-oss's heads, causal 1 x
 #: 16k, four measurements in two processes: 0.964-0.989x the three-warpgroup time).
@@ -306,12 +309,12 @@ SM90_THREE_WG_EXTRAS: frozenset = frozenset({"alibi", "variant"})
 
 def sm90_heavy(softcap: bool, alibi: bool, variant, variant_spills: bool = False) -> bool:
     """Whether a call's per-logit state keeps it off the three-warpgroup tile (``sm90_tile``'s
-    ``heavy``): a soft-cap, or ALiBi / a user variant unless ``SM90_THREE_WG_EXTRAS`` lets it on;
+    ``heavy``): a soft-cap, ALiBi or a user variant unless ``SM90_THREE_WG_EXTRAS`` lets it on;
     a user variant also when ``variant_spills`` (its three-warpgroup kernel spilled when built) or
     when its snippets call a MUFU function (``variant.transcendental``) and "transcendental" is not
     among the extras."""
     mufu = variant is not None and variant.transcendental and "transcendental" not in SM90_THREE_WG_EXTRAS
-    return bool(softcap or (alibi and "alibi" not in SM90_THREE_WG_EXTRAS)
+    return bool((softcap and "softcap" not in SM90_THREE_WG_EXTRAS) or (alibi and "alibi" not in SM90_THREE_WG_EXTRAS)
                 or (variant is not None and ("variant" not in SM90_THREE_WG_EXTRAS or variant_spills or mufu)))
 
 

@@ -7,7 +7,8 @@
 # unmasked copy interleaves like FA4's (same 2 MUFU a logit, 553 against 558 instructions a block).
 #   gsn  gpt-oss heads (64 / 8, d 64), causal 1 x 16k, the tanh.approx snippet (issue 25's 0.939x FA4
 #        entry): p (today), mp, and both on three warpgroups (p3 / mp3: WG3=transcendental, FA4's tile)
-#   gsc  the same with the built-in soft-cap
+#   gsc  the same with the built-in soft-cap, also on three warpgroups (WG3=softcap: its causal d 64 kernel
+#        builds there without spills now)
 #   ga   gpt-oss ALiBi: the snippet s / sm against the built-in b / bm (issue 25's 1.035 variant_ratio)
 #   msn  gemma2-9b (16 / 8, d 256, FA4's tile 128 x 80 too) with the snippet (issue 25's 0.988x FA4):
 #        p / mp (tile_ab lifts SM90_MASK_SPLIT_MAX_HEAD_DIM where the letters hold "m"; no spills there)
@@ -33,7 +34,8 @@ run() {  # NAME SHAPE CONFIGS EXTRA...
 T3=WG3=transcendental
 run gsn 1:16384:64:8:64:1 p=bf16:64:128:128:2:p,mp=bf16:64:128:128:2:mp,p3=bf16:64:192:128:2:p:$T3,mp3=bf16:64:192:128:2:mp:$T3 \
   --score-mod '50.f * tanhf(score / 50.f)'
-run gsc 1:16384:64:8:64:1 p=bf16:64:128:128:2:p,mp=bf16:64:128:128:2:mp --softcap 50
+run gsc 1:16384:64:8:64:1 p=bf16:64:128:128:2:p,mp=bf16:64:128:128:2:mp,p3=bf16:64:192:128:2:p:WG3=softcap,mp3=bf16:64:192:128:2:mp:WG3=softcap \
+  --softcap 50
 run ga 1:16384:64:8:64:1 s=bf16:64:192:128:2:p,sm=bf16:64:192:128:2:mp,b=alibi:64:192:128:2:p,bm=alibi:64:192:128:2:mp \
   --score-mod 'score - slopes[head] * kg_abs(q_idx + kv_len - q_len - kv_idx)'
 run msn 1:16384:16:8:256:1 p=bf16:256:128:80:2:p,mp=bf16:256:128:80:2:mp --score-mod '50.f * tanhf(score / 50.f)'
