@@ -48,9 +48,9 @@ def test_the_loop_holds_a_masked_and_an_unmasked_copy(kw):
 
 
 def test_the_option_is_dropped_where_it_spills():
-    """Above ``SM90_MASK_SPLIT_MAX_HEAD_DIM`` (128) and with a sliding window the two copies spill
-    (NVRTC 13.0): the Hopper options lose "m" there and keep it on causal and unmasked calls up to
-    head dim 128; the default options have none."""
+    """Above ``SM90_MASK_SPLIT_MAX_HEAD_DIM`` (128), with a sliding window and for causal ALiBi on
+    packed tiles the two copies spill (NVRTC 13.0): the Hopper options lose "m" there and keep it on
+    the other causal and unmasked calls up to head dim 128; the default options have none."""
     assert heuristics.SM90_MASK_SPLIT_MAX_HEAD_DIM == 128
     assert heuristics.without_mask_split("mpt", 128, 128, "causal") == "mpt"
     assert heuristics.without_mask_split("mpt", 64, 64, "none") == "mpt"
@@ -60,6 +60,12 @@ def test_the_option_is_dropped_where_it_spills():
     assert "_masksplit" in _spec("mp", d=128).name and "_masksplit" in _spec("mp", mask="none").name
     assert "_masksplit" not in _spec("mp", d=256).name
     assert "_masksplit" not in _spec("mp", mask="local", window_span=128).name
+    # causal built-in ALiBi on packed tiles (the copies spilled 56-340 bytes); unpacked keeps it
+    assert heuristics.without_mask_split("mpt", 64, 64, "causal", alibi=True, pack=True) == "pt"
+    assert heuristics.without_mask_split("mpt", 64, 64, "none", alibi=True, pack=True) == "mpt"
+    packed = _spec("mp", alibi=True, pack_gqa=True)
+    assert "_pack_" in packed.name and "_masksplit" not in packed.name
+    assert "_masksplit" in _spec("mp", alibi=True, pack_gqa=False).name
 
 
 def test_the_fused_kernel_does_not_take_it():

@@ -139,3 +139,18 @@ def test_option_m_in_the_letters_applies_at_every_head_dim_while_prepared():
     assert "_masksplit" in tile_ab.patched("bf16", 256, TileConfig(128, 80, 8, 2, 1), "mp", inside)
     assert heuristics.SM90_MASK_SPLIT_MAX_HEAD_DIM == before == 128
     assert "_masksplit" not in inside()
+
+
+def test_a_malformed_pseudo_define_raises_before_anything_is_patched():
+    """``REGS_FP8=x`` (or a pair that is not PRODUCER/CONSUMER) raises ValueError, and the tile
+    tables, options and extras are as before the call."""
+    import pytest
+    from kernelgen.kernels.spec import TileConfig
+    from kernelgen.selection import heuristics
+    before = (dict(heuristics.SM90_TILES), heuristics.SM90_OPTS, heuristics.SM90_THREE_WG_EXTRAS,
+              heuristics.SM90_MASK_SPLIT_MAX_HEAD_DIM)
+    for bad in ("WG3=softcap+REGS_FP8=x", "REGS_FP8_MMA_SMALL=32/160/8"):
+        with pytest.raises(ValueError):
+            tile_ab.patched("bf16", 64, TileConfig(192, 128, 12, 2, 1), "mp", lambda: None, bad)
+        assert (dict(heuristics.SM90_TILES), heuristics.SM90_OPTS, heuristics.SM90_THREE_WG_EXTRAS,
+                heuristics.SM90_MASK_SPLIT_MAX_HEAD_DIM) == before

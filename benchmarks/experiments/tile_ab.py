@@ -54,6 +54,23 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates
     from kernelgen.front import api
     from kernelgen.jit import render
     from kernelgen.selection import heuristics
+    # the defines' pseudo-settings, parsed before anything is patched (a malformed one raises here):
+    # WG3=a/b adds a, b to heuristics.SM90_THREE_WG_EXTRAS (e.g. transcendental, softcap);
+    # REGS_FP8=P/C the FP8-cache kernels' (producer, consumer) registers of 8 consumer warps
+    # (AttentionSpec.SM90_REGS_FP8[8]); REGS_FP8_MMA_SMALL=P/C the FP8 tensor-core kernels' at head
+    # dim 64 with 12 consumer warps (AttentionSpec.SM90_REGS_FP8_MMA_SMALL[12]); the rest are defines
+    wg3_add, regs_fp8, regs_small, kept = frozenset(), None, None, []
+    for d_ in (defines.split("+") if defines else []):
+        if d_.startswith("WG3="):
+            wg3_add |= frozenset(d_.split("=", 1)[1].split("/"))
+        elif d_.startswith("REGS_FP8="):
+            regs_fp8 = tuple(int(x) for x in d_.split("=", 1)[1].split("/"))
+        elif d_.startswith("REGS_FP8_MMA_SMALL="):
+            regs_small = tuple(int(x) for x in d_.split("=", 1)[1].split("/"))
+        else:
+            kept.append(d_)
+    if any(r is not None and len(r) != 2 for r in (regs_fp8, regs_small)):
+        raise ValueError(f"REGS_FP8 / REGS_FP8_MMA_SMALL take PRODUCER/CONSUMER registers, got {defines!r}")
     table = (heuristics.SM90_FP8_MMA_TILES if path == "fp8q"
              else heuristics.SM90_FP8_TILES if path == "kv8" and (d, d) in heuristics.SM90_FP8_TILES
              else heuristics.SM90_TILES)
@@ -77,10 +94,7 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates
     from kernelgen.jit import runtime
     saved_loaded, saved_tdir = dict(runtime._loaded), render.templates_dir
     fresh = bool(defines or templates or reload)
-    # REGS_FP8=P/C among the defines: the FP8-cache kernels' (producer, consumer) registers of 8
-    # consumer warps (AttentionSpec.SM90_REGS_FP8[8]) for this configuration, not a define;
-    # REGS_FP8_MMA_SMALL=P/C: the FP8 tensor-core kernels' at head dim 64 with 12 consumer warps
-    # (AttentionSpec.SM90_REGS_FP8_MMA_SMALL[12])
+    defines = "+".join(kept)
     from kernelgen.kernels.spec import AttentionSpec
     saved_regs = dict(AttentionSpec.SM90_REGS_FP8)
     saved_small = dict(AttentionSpec.SM90_REGS_FP8_MMA_SMALL)
@@ -88,19 +102,12 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates
     saved_msplit = heuristics.SM90_MASK_SPLIT_MAX_HEAD_DIM   # "m" where the letters ask for it, any head dim
     if "m" in opts:
         heuristics.SM90_MASK_SPLIT_MAX_HEAD_DIM = 256
-    kept = []
-    for d_ in (defines.split("+") if defines else []):
-        if d_.startswith("WG3="):   # WG3=a/b: heuristics.SM90_THREE_WG_EXTRAS plus a, b (e.g. transcendental)
-            heuristics.SM90_THREE_WG_EXTRAS = saved_wg3 | frozenset(d_.split("=", 1)[1].split("/"))
-        elif d_.startswith("REGS_FP8="):
-            prod, cons = (int(x) for x in d_.split("=", 1)[1].split("/"))
-            AttentionSpec.SM90_REGS_FP8 = {**saved_regs, 8: (prod, cons)}
-        elif d_.startswith("REGS_FP8_MMA_SMALL="):
-            prod, cons = (int(x) for x in d_.split("=", 1)[1].split("/"))
-            AttentionSpec.SM90_REGS_FP8_MMA_SMALL = {**saved_small, 12: (prod, cons)}
-        else:
-            kept.append(d_)
-    defines = "+".join(kept)
+    if wg3_add:
+        heuristics.SM90_THREE_WG_EXTRAS = saved_wg3 | wg3_add
+    if regs_fp8:
+        AttentionSpec.SM90_REGS_FP8 = {**saved_regs, 8: regs_fp8}
+    if regs_small:
+        AttentionSpec.SM90_REGS_FP8_MMA_SMALL = {**saved_small, 12: regs_small}
     if defines:
         os.environ["KERNELGEN_DEFINES"] = defines.replace("+", ",")
     if templates:

@@ -658,15 +658,18 @@ def without_tileinfo(opts: str, head_dim: int, head_dim_v: int, layout: str, mas
 #: Option "m" (``AttentionSpec.sm90_opts``: the overlapped loop's key block in a masked and an
 #: unmasked copy) is dropped above this head dim and with a sliding window (``without_mask_split``),
 #: where the two copies spill (NVRTC 13.0: head dim 192 / 256 8-68 bytes, and windows 12-490 bytes,
-#: the d 64 three-warpgroup window kernels 116-144; causal and unmasked kernels up to head dim 128 do
-#: not).  Not in the dispatcher's options (``SM90_OPTS``): an experiment (``KERNELGEN_SM90_OPTS``,
+#: the d 64 three-warpgroup window kernels 116-144), and for causal built-in ALiBi on packed tiles
+#: (56-340 bytes); the other causal and unmasked kernels up to head dim 128 do not spill.  Not in the dispatcher's options (``SM90_OPTS``): an experiment (``KERNELGEN_SM90_OPTS``,
 #: tile_ab.py) until an A/B on a GPU says where it pays (docs/dev/perf-log.md, "Fifty-second session").
 SM90_MASK_SPLIT_MAX_HEAD_DIM = 128
 
 
-def without_mask_split(opts: str, head_dim: int, head_dim_v: int, mask: str) -> str:
-    """``opts`` without "m" above ``SM90_MASK_SPLIT_MAX_HEAD_DIM`` or with a sliding window."""
-    if "m" in opts and (max(head_dim, head_dim_v) > SM90_MASK_SPLIT_MAX_HEAD_DIM or mask == "local"):
+def without_mask_split(opts: str, head_dim: int, head_dim_v: int, mask: str, alibi: bool = False,
+                       pack: bool = False) -> str:
+    """``opts`` without "m" above ``SM90_MASK_SPLIT_MAX_HEAD_DIM``, with a sliding window, and for
+    causal built-in ALiBi on packed tiles (56-340 bytes spilled at head dims 64-128, NVRTC 13.0)."""
+    if "m" in opts and (max(head_dim, head_dim_v) > SM90_MASK_SPLIT_MAX_HEAD_DIM or mask == "local"
+                        or (alibi and pack and mask == "causal")):
         return opts.replace("m", "")
     return opts
 
@@ -949,7 +952,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                                                            local=mask == "local", split=True) is None:
                 continue   # the entry takes no split-KV: the call's usual tile (and its own split bound)
             opts = without_tileinfo(opts, head_dim, head_dim_v, layout, mask, paged, hpack, split, kv_dtype)
-            opts = without_mask_split(opts, head_dim, head_dim_v, mask)
+            opts = without_mask_split(opts, head_dim, head_dim_v, mask, alibi, hpack)
             opts = with_ex2_fma(opts, max(head_dim, head_dim_v), softcap, variant, mma8)
             attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, pack_gqa=hpack, split=split,
                                  paged=paged, softcap=softcap, mainloop="sm90a", sm90_opts=opts, alibi=alibi,
@@ -1118,7 +1121,7 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
                                     extras=bool(softcap or alibi or variant is not None))
     t = variant_sm90_tile(t, opts, variant)
     opts = without_tileinfo(opts, head_dim, head_dim_v, layout, mask, paged, False, False)
-    opts = without_mask_split(opts, head_dim, head_dim_v, mask)
+    opts = without_mask_split(opts, head_dim, head_dim_v, mask, alibi, False)
     opts = with_ex2_fma(opts, max(head_dim, head_dim_v), softcap, variant, False)
     attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, paged=paged, softcap=softcap,
                          row_splits=short.attention.split, mainloop="sm90a", sm90_opts=opts, alibi=alibi,

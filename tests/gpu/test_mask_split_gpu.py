@@ -1,7 +1,8 @@
 """GPU: option "m" of the Hopper mainloop (the overlapped loop's key block in a masked and an unmasked
 copy chosen once a block, templates/attention/mainloop_sm90.cuh ``steady_block``), forced on every
 Hopper kernel of a call (``heuristics.SM90_OPTS`` = "mpt"; dropped above head dim 128 and with a
-sliding window, ``heuristics.without_mask_split``), through the existing checks of each path: causal
+sliding window, and for causal ALiBi on packed tiles, ``heuristics.without_mask_split``), through the
+existing checks of each path: causal
 and unmasked calls (the key-length mask of a request's last block; the diagonal's blocks; long runs of
 unmasked blocks), soft-caps, packed GQA on two and three warpgroups, forced splits, paged K/V (TMA boxes and gathered
 rows), an FP8 cache with a 16-bit q, the FP8 tensor-core variant, built-in ALiBi, user snippets (a
@@ -98,8 +99,18 @@ def test_fp8_tensor_cores(d, causal, num_splits):
 
 
 @pytest.mark.parametrize("name", ["softcap", "alibi", "t5_bias", "document_mask", "prefix_lm"])
-def test_user_variant(name):
+def test_user_variant(name, monkeypatch):
+    """Each example's variant kernel (the test's last call may be the built-in argument's: every
+    kernel it asked for is checked)."""
+    names = []
+
+    def recording():
+        p = prepared()
+        names.append(p.attn.name)
+        return p
+    monkeypatch.setattr(variant, "prepared", recording)
     variant.test_varlen_prefill(name, "sm_90a", 0)
+    assert names and all("_wgmma" in n and "_var" in n and "_masksplit" in n for n in names), names
     ran_m()
 
 
@@ -125,8 +136,14 @@ def test_builtin_alibi_non_causal(variant_name):
 @pytest.mark.parametrize("mask", ["causal", "none"])
 @pytest.mark.parametrize("pack_gqa", [False, None])
 def test_builtin_alibi_three_warpgroups(mask, pack_gqa, monkeypatch):
+    """Unpacked and automatic (these short requests pack); causal ALiBi on packed tiles keeps one
+    copy (its two spill: heuristics.without_mask_split)."""
     alibi.test_d64_three_warpgroups(mask, 1, torch.bfloat16, pack_gqa, monkeypatch)
-    ran_m()
+    if mask == "causal" and pack_gqa is None:
+        name = prepared().attn.name
+        assert "_pack_" in name and "_masksplit" not in name, name
+    else:
+        ran_m()
 
 
 def test_graph_replay():
