@@ -263,9 +263,12 @@ def test_mixed_call_with_alibi(fake_cuda, arch):
 # ----------------------------------------------------------------------------- NVRTC builds
 COMPILE = {
     "sm80_prefill": AttentionSpec("sm_80", "bf16", 128, 128, "causal", "soa", TileConfig(128, 32, 4, 2, 2)),
-    # the sm_80 mainloop compiled for sm_90a (forced arch="sm_80" on an H200): the tightest budget;
-    # causal takes the 64-row tile there (heuristics.ALIBI_HEAVY_TILE: the 128-row one spilled 32 / 24
-    # bytes unsplit), non-causal keeps the 128-row one
+    # the sm_80 mainloop compiled for sm_90a (forced arch="sm_80" on an H200): the tightest budget
+    # (the split 128-row tile is what sinks take there: test_sinks_cpu.py); causal ALiBi takes the
+    # 64-row tile there (heuristics.ALIBI_HEAVY_TILE: the 128-row one spilled 32 / 24 bytes unsplit),
+    # non-causal keeps the 128-row one
+    "sm80_mainloop_on_sm90a_split": AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa",
+                                                  TileConfig(128, 32, 4, 2, 2), split=True),
     "sm80_mainloop_on_sm90a_causal": AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa",
                                                    TileConfig(64, 64, 4, 2, 2)),
     "sm80_mainloop_on_sm90a_causal_split": AttentionSpec("sm_90a", "fp16", 128, 128, "causal", "soa",
