@@ -14,7 +14,8 @@
 #        p / mp (tile_ab lifts SM90_MASK_SPLIT_MAX_HEAD_DIM where the letters hold "m"; no spills there)
 # next2.sh: the built-in soft-cap at d 128 and the plain kernels.
 # TESTS=1 (a call of its own, about 300 s): tests/gpu/test_mask_split_gpu.py (every Hopper kernel with
-# "m"), for when "m" wins beyond the twins' spread.  Results in $OUT/w (one w.tgz).
+# "m"), for when "m" wins beyond the twins' spread.  RUNS="gsn gsc" runs only those A/Bs (about 170 s).
+# Results in $OUT/w (one w.tgz).
 set -u
 export PYTHONPATH=$PWD
 W=$OUT/w; mkdir -p $W
@@ -25,8 +26,9 @@ if [ "${TESTS:-0}" = 1 ]; then
   tail -3 $W/tests_m.log; cat $W/rc.txt; cd $OUT && tar -czf w.tgz w
   exit 0
 fi
-run() {  # NAME SHAPE CONFIGS EXTRA...
+run() {  # NAME SHAPE CONFIGS EXTRA...  (RUNS="gsn gsc": only those)
   local N=$1 S=$2 C=$3; shift 3
+  case " ${RUNS:-$N} " in *" $N "*) ;; *) return ;; esac
   timeout 110 python3 benchmarks/experiments/tile_ab.py --shapes $N=$S --twice --passes 2 "$@" --configs $C \
     --json $W/ab_$N.json > $W/ab_$N.log 2>&1
   echo "ab $N rc $? at $SECONDS" >> $W/rc.txt
