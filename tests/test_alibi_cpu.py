@@ -324,9 +324,12 @@ def test_alibi_and_variants_take_the_three_warpgroup_tile_where_switched_on(monk
     snippet = VariantCode(score_mod="score - slopes[head] * kg_abs(q_idx + kv_len - q_len - kv_idx)",
                           tensors=(("slopes", "float32"),))
     assert tile() == (192, 12)
-    assert heuristics.SM90_THREE_WG_EXTRAS == frozenset({"alibi", "variant"})
+    assert heuristics.SM90_THREE_WG_EXTRAS == frozenset({"alibi", "variant", "softcap", "transcendental"})
     assert tile(alibi=True) == (192, 12) and tile(variant=snippet) == (192, 12)
     assert tile(variant=snippet, variant_spills=True) == (128, 8) and tile(alibi=True, variant_spills=True) == (192, 12)
+    assert tile(alibi=True, softcap=True) == (192, 12) and tile(softcap=True) == (192, 12)
+    assert tile(variant=snippet, softcap=True) == (192, 12)
+    monkeypatch.setattr(heuristics, "SM90_THREE_WG_EXTRAS", frozenset({"alibi", "variant"}))
     assert tile(alibi=True, softcap=True) == (128, 8) and tile(softcap=True) == (128, 8)
     assert tile(variant=snippet, softcap=True) == (128, 8)
     monkeypatch.setattr(heuristics, "SM90_THREE_WG_EXTRAS", frozenset({"alibi"}))
@@ -335,7 +338,7 @@ def test_alibi_and_variants_take_the_three_warpgroup_tile_where_switched_on(monk
     assert tile(variant=snippet) == (192, 12) and tile(alibi=True) == (128, 8)
     monkeypatch.setattr(heuristics, "SM90_THREE_WG_EXTRAS", frozenset())
     assert tile(alibi=True) == (128, 8) and tile(variant=snippet) == (128, 8)
-    # "softcap" (an experiment's switch, tile_ab's WG3=softcap): the built-in soft-cap on three too
+    # "softcap": the built-in soft-cap on three too
     monkeypatch.setattr(heuristics, "SM90_THREE_WG_EXTRAS", frozenset({"softcap", "alibi"}))
     assert tile(softcap=True) == (192, 12) and tile(alibi=True, softcap=True) == (192, 12)
     assert tile(variant=snippet, softcap=True) == (128, 8)

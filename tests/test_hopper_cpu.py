@@ -119,9 +119,12 @@ def test_sm90_spec_builds_window_and_softcap():
 def test_automatic_choice_is_hopper_for_window_and_softcap(dtype, d, mask, softcap):
     v = heuristics.choose("sm_90a", dtype, d, d, mask=mask, softcap=softcap, **PREFILL)
     a = v.attention
-    # d 64 takes the three-warpgroup tile unless soft-capped (heuristics.sm90_tile)
-    assert a.tile == (TileConfig(192, 128, 12, 2, 1) if d == 64 and not softcap else T90)
-    assert a.mainloop == "sm90a" and a.tile == heuristics.sm90_tile(d, d, heavy=softcap) and a.mask == mask
+    # d 64 takes the three-warpgroup tile, soft-capped too ("softcap" in SM90_THREE_WG_EXTRAS); a
+    # soft-cap takes option "m" except with a window (heuristics.with_mask_split, without_mask_split)
+    assert a.tile == (TileConfig(192, 128, 12, 2, 1) if d == 64 else T90)
+    heavy = heuristics.sm90_heavy(softcap, False, None)
+    assert not heavy and a.mainloop == "sm90a" and a.tile == heuristics.sm90_tile(d, d, heavy=heavy) and a.mask == mask
+    assert ("m" in a.sm90_opts) == (softcap and mask != "local"), a.name
     assert a.softcap == softcap and v.combine is None and v.max_splits == 1
     assert heuristics.sm90_unsupported("sm_90a", d, d, mask=mask, paged=False, softcap=softcap, pack=False,
                                        num_splits=0) == ""
@@ -723,7 +726,7 @@ def test_tile_info_default_is_dropped_where_it_would_spill():
     assert opts(128, mask="none", paged=True, page_size=128, pack_gqa=True, num_splits=4) == "p"   # ... split
     assert opts(128, mask="none", paged=True, page_size=128, pack_gqa=True, num_splits=1) == "pt"
     assert opts(192, mask="local", num_splits=4) == "p" and opts(192, mask="local", num_splits=1) == "pt"
-    assert opts(128, softcap=True) == opts(128, alibi=True) == opts(256) == "p"       # extras, d 256
+    assert opts(128, alibi=True) == opts(256) == "p" and opts(128, softcap=True) == "mp"   # extras, d 256
     assert opts(128, kv_dtype="e4m3") == opts(64, kv_dtype="e4m3") == "p"               # FP8: SM90_FP8_TILEINFO off
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(heuristics, "SM90_FP8_TILEINFO", True)

@@ -18,6 +18,13 @@ ALIBI = VariantCode(score_mod="score - slopes[head] * kg_abs(q_idx + kv_len - q_
                     tensors=(("slopes", "float32"),))
 
 
+@pytest.fixture(autouse=True)
+def exact_letters(monkeypatch):
+    """The options as given (the dispatcher's rule, ``SM90_MASK_SPLIT_MUFU``, adds "m" to soft-capped
+    and transcendental kernels: test_the_dispatcher_adds_it_where_a_mufu_function_runs_on_every_logit)."""
+    monkeypatch.setattr(heuristics, "SM90_MASK_SPLIT_MUFU", False)
+
+
 def _spec(opts, d=64, mask="causal", **kw):
     v = heuristics.choose("sm_90a", "bf16", d, d, num_heads_q=64, num_heads_kv=8, mask=mask, max_seqlen_q=16384,
                           max_seqlen_k=16384, mean_q=16384, sm90_opts=opts, mainloop="sm90a", **kw)
@@ -102,3 +109,21 @@ def test_the_sass_has_the_second_copy_and_no_spills(kw, d):
     tanh = "softcap" in kw or "variant" in kw and kw["variant"] is SNIPPET
     scores = base.tile.block_n * 16 // 32     # a warp's scores of a block, a thread's share
     assert t1 - t0 == (scores if tanh else 0), (t0, t1)
+
+
+def test_the_dispatcher_adds_it_where_a_mufu_function_runs_on_every_logit(monkeypatch):
+    """``SM90_MASK_SPLIT_MUFU`` (on): "m" on a soft-cap (two and three warpgroups, head dims up to 128)
+    and on a transcendental snippet on the three-warpgroup tile; not on plain, ALiBi, a snippet without
+    a MUFU function, FP8, a window or above head dim 128."""
+    monkeypatch.setattr(heuristics, "SM90_MASK_SPLIT_MUFU", True)
+
+    def has_m(d=64, **kw):
+        return "_masksplit" in _spec(None, d=d, **kw).name
+    assert has_m(softcap=True) and has_m(d=128, softcap=True) and has_m(variant=SNIPPET)
+    assert not has_m(d=128, variant=SNIPPET)                      # two warpgroups: 1.007x with it
+    assert not has_m() and not has_m(alibi=True) and not has_m(variant=ALIBI) and not has_m(d=256, softcap=True)
+    assert not has_m(softcap=True, mask="local", window_span=128)
+    assert not has_m(d=128, softcap=True, kv_dtype="e4m3")
+    assert heuristics.with_mask_split("p", True, None, 8, fp8=True) == "p"
+    monkeypatch.setattr(heuristics, "SM90_MASK_SPLIT_MUFU", False)
+    assert not has_m(softcap=True) and not has_m(variant=SNIPPET)

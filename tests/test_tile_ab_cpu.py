@@ -103,13 +103,14 @@ def test_the_fa4_peer_is_timed_against_the_first_bf16_configuration_and_has_no_t
 
 def test_wg3_in_the_defines_lets_extras_on_the_three_warpgroup_tile_while_prepared(monkeypatch):
     """``WG3=transcendental`` is no define: it adds "transcendental" to
-    ``heuristics.SM90_THREE_WG_EXTRAS`` while the configuration is prepared, so the tanh.approx
-    snippet takes the 192-row tile (as FA4's sm_90 soft-cap kernel does); with option "m" the kernel
-    carries it; both restored after."""
+    ``heuristics.SM90_THREE_WG_EXTRAS`` while the configuration is prepared (here from a set without
+    it), so the tanh.approx snippet takes the 192-row tile (as FA4's sm_90 soft-cap kernel does); with
+    option "m" the kernel carries it; both restored after."""
     from kernelgen.kernels.spec import TileConfig
     from kernelgen.kernels.variant_code import VariantCode
     from kernelgen.selection import heuristics
     monkeypatch.delenv("KERNELGEN_DEFINES", raising=False)
+    monkeypatch.setattr(heuristics, "SM90_THREE_WG_EXTRAS", frozenset({"alibi", "variant"}))   # (the default has it)
     before = heuristics.SM90_THREE_WG_EXTRAS
     snippet = VariantCode(score_mod="50.f * tanhf(score / 50.f)")
 
@@ -122,7 +123,10 @@ def test_wg3_in_the_defines_lets_extras_on_the_three_warpgroup_tile_while_prepar
     assert spec.tile.block_m == 192 and spec.tile.num_warps == 12 and "_masksplit" in spec.name and defs is None
     spec, _ = tile_ab.patched("bf16", 64, TileConfig(192, 128, 12, 2, 1), "p", inside)
     assert spec.tile.num_warps == 8 and "_masksplit" not in spec.name
-    assert heuristics.SM90_THREE_WG_EXTRAS == before
+    # the letters exact: the dispatcher's rule (SM90_MASK_SPLIT_MUFU) adds no "m" inside
+    spec, _ = tile_ab.patched("bf16", 64, TileConfig(192, 128, 12, 2, 1), "p", inside, "WG3=transcendental")
+    assert spec.tile.num_warps == 12 and "_masksplit" not in spec.name
+    assert heuristics.SM90_THREE_WG_EXTRAS == before and heuristics.SM90_MASK_SPLIT_MUFU
 
 
 def test_option_m_in_the_letters_applies_at_every_head_dim_while_prepared():

@@ -795,21 +795,25 @@ def test_the_diagonal_blocks_keep_the_general_instance_of_kg_abs():
     ("score * temp[head]  // not tanhf(score)", False),
     ("score + exp_bias[kv_idx]", False),
 ])
-def test_transcendental_snippets_take_the_two_warpgroup_tile_at_d64(score_mod, mufu, monkeypatch):
+def test_transcendental_snippets_take_the_three_warpgroup_tile_with_option_m_at_d64(score_mod, mufu, monkeypatch):
     """A score_mod that calls a MUFU function (VariantCode.transcendental: tanh.approx, the accurate
-    kg_tanh, logf, rsqrtf, ...; not a name in a comment or a tensor named exp_bias) is MUFU-bound on
-    head dim 64's three-warpgroup tile and runs on two warpgroups (heuristics.sm90_heavy); others stay
-    on three.  "transcendental" in SM90_THREE_WG_EXTRAS lets them on three."""
+    kg_tanh, logf, rsqrtf, ...; not a name in a comment or a tensor named exp_bias) is MUFU-bound: on
+    head dim 64's three-warpgroup tile it takes option "m" (heuristics.with_mask_split: the tanh and
+    the row max in one straight run; 0.951-0.967x the two-warpgroup time for the tanh.approx
+    soft-cap, H100, fifty-second session); others stay on three without it.  Without
+    "transcendental" in SM90_THREE_WG_EXTRAS they run on two warpgroups, without "m"; head dim 128
+    runs two warpgroups either way, without "m" for a snippet."""
     names = [n for n in ("temp", "slopes", "exp_bias") if n in score_mod]
     code = VariantCode(score_mod=score_mod, tensors=tuple((n, "float32") for n in names))
     assert code.transcendental is mufu
     kw = dict(num_heads_q=64, num_heads_kv=8, mask="causal", max_seqlen_q=16384, max_seqlen_k=16384)
     spec = heuristics.choose("sm_90a", "bf16", 64, 64, variant=code, **kw).attention
-    assert spec.tile.num_warps == (8 if mufu else 12), spec.name
-    monkeypatch.setattr(heuristics, "SM90_THREE_WG_EXTRAS", heuristics.SM90_THREE_WG_EXTRAS | {"transcendental"})
-    assert heuristics.choose("sm_90a", "bf16", 64, 64, variant=code, **kw).attention.tile.num_warps == 12
-    # (head dim 128 runs two warpgroups either way)
-    assert heuristics.choose("sm_90a", "bf16", 128, 128, variant=code, **kw).attention.tile.num_warps == 8
+    assert spec.tile.num_warps == 12 and ("_masksplit" in spec.name) == mufu, spec.name
+    d128 = heuristics.choose("sm_90a", "bf16", 128, 128, variant=code, **kw).attention
+    assert d128.tile.num_warps == 8 and "_masksplit" not in d128.name, d128.name
+    monkeypatch.setattr(heuristics, "SM90_THREE_WG_EXTRAS", heuristics.SM90_THREE_WG_EXTRAS - {"transcendental"})
+    spec = heuristics.choose("sm_90a", "bf16", 64, 64, variant=code, **kw).attention
+    assert spec.tile.num_warps == (8 if mufu else 12) and "_masksplit" not in spec.name, spec.name
 
 
 def _max_shuffle_sources(spec):

@@ -11,7 +11,7 @@ dim ``d`` (``bf16``: ``heuristics.SM90_TILES``; ``fp8q``: ``heuristics.SM90_FP8_
 and V in e4m3; ``kv8``: ``heuristics.SM90_TILES`` with K and V in e4m3 and a bf16 q, the FP8-cache
 prefill, ``SM90_FP8_TILES`` at head dims 192 / 256; ``alibi``: bf16 with ALiBi slopes 2^(-8 (h + 1) / heads), timed against the first ``bf16``
 configuration) and ``heuristics.SM90_OPTS``, the letters exact (a "t" also on soft-capped / ALiBi /
-variant kernels, ``heuristics.SM90_TILEINFO_EXTRAS``; "x" only where given; "m" at every head dim,
+variant kernels, ``heuristics.SM90_TILEINFO_EXTRAS``; "x" and "m" only where given, "m" at every head dim,
 ``heuristics.SM90_MASK_SPLIT_MAX_HEAD_DIM``, windows still without it) (and ``KERNELGEN_DEFINES`` with ``defines``, NAME[=VALUE] joined by '+'; ``REGS_FP8=P/C`` there sets the FP8-cache
 kernels' producer / consumer registers instead, ``AttentionSpec.SM90_REGS_FP8``, and ``REGS_FP8_MMA_SMALL=P/C`` those
 of the 12-warp FP8 tensor-core kernels at head dim 64, ``AttentionSpec.SM90_REGS_FP8_MMA_SMALL``, and ``WG3=a/b``
@@ -89,6 +89,8 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates
     heuristics.SM90_FP8_TILEINFO = path in ("fp8q", "kv8") and "t" in opts
     saved_ex2 = heuristics.SM90_EX2_FMA          # option "x" only where the configuration's letters have it
     heuristics.SM90_EX2_FMA = False
+    saved_msplit_rule = heuristics.SM90_MASK_SPLIT_MUFU   # and "m" likewise
+    heuristics.SM90_MASK_SPLIT_MUFU = False
     saved_extras_t = heuristics.SM90_TILEINFO_EXTRAS   # "t" on soft-cap / ALiBi / variant kernels too where asked
     heuristics.SM90_TILEINFO_EXTRAS = "t" in opts
     from kernelgen.jit import runtime
@@ -121,6 +123,7 @@ def patched(path: str, d: int, tile, opts: str, fn, defines: str = "", templates
     finally:
         heuristics.SM90_FP8_TILEINFO = saved_fp8_t
         heuristics.SM90_EX2_FMA = saved_ex2
+        heuristics.SM90_MASK_SPLIT_MUFU = saved_msplit_rule
         heuristics.SM90_TILEINFO_EXTRAS = saved_extras_t
         heuristics.SM90_THREE_WG_EXTRAS = saved_wg3
         heuristics.SM90_MASK_SPLIT_MAX_HEAD_DIM = saved_msplit

@@ -295,16 +295,18 @@ def two_warpgroups(t: TileConfig) -> TileConfig:
 #: H200, gpt-oss's heads (64 / 8, d 64), causal 1 x 16k: built-in ALiBi 1.11x the plain kernel's
 #: time on the two-warpgroup tile (twenty-fourth session), 1.00-1.01x on three (twenty-fifth, two
 #: runs; sinks 1.01x, the ALiBi snippet 1.035-1.04x the built-in; docs/dev/perf-log.md).
-#: "transcendental" (not in by default): a user variant whose snippets call a MUFU function
-#: (``VariantCode.transcendental``: the tanh.approx soft-cap ``50.f * tanhf(score / 50.f)``) may take
-#: the three-warpgroup tile too, and "softcap" (not in by default) the built-in soft-cap (its causal
-#: d 64 kernel builds on that tile without spills since NVRTC 13.0 and the fifty-second session's
-#: templates, with and without option "m"; other masks and splits not checked); such a kernel is
-#: bound by the MUFU unit (two MUFU instructions a
-#: logit; ncu, twenty-sixth session: MUFU pipe 73 % busy, the ping-pong barrier 8 % of the warps'
-#: stall samples), and the two-warpgroup tile ran it 2 % faster (H200, gpt-oss's heads, causal 1 x
-#: 16k, four measurements in two processes: 0.964-0.989x the three-warpgroup time).
-SM90_THREE_WG_EXTRAS: frozenset = frozenset({"alibi", "variant"})
+#: "transcendental": a user variant whose snippets call a MUFU function (``VariantCode.transcendental``:
+#: the tanh.approx soft-cap ``50.f * tanhf(score / 50.f)``), and "softcap": the built-in soft-cap (its
+#: d 64 kernels build on that tile without spills since NVRTC 13.0 and the fifty-second session's
+#: templates: causal, unmasked and windowed, split or not, bf16 / fp16, with and without option "m").
+#: Such kernels are bound by the MUFU unit (two MUFU instructions a logit; ncu, twenty-sixth session:
+#: MUFU pipe 73 % busy).  With the tanh before the row max in one straight run (option "m",
+#: ``with_mask_split``) the three-warpgroup tile wins (FlashAttention-4's sm_90 tile for these calls):
+#: H100, gpt-oss's heads, causal 1 x 16k, built-in soft-cap 0.907-0.926x the two-warpgroup kernel's
+#: time, the tanh.approx snippet 0.951-0.967x (twins within 0.1 %; fifty-second session).  Without
+#: "m" three warpgroups did not pay for the snippet: the two-warpgroup kernel ran 0.964-0.989x their
+#: time (H200, twenty-sixth session), three ran 1.006x two's (H100, fifty-second).
+SM90_THREE_WG_EXTRAS: frozenset = frozenset({"alibi", "variant", "softcap", "transcendental"})
 
 
 def sm90_heavy(softcap: bool, alibi: bool, variant, variant_spills: bool = False) -> bool:
@@ -588,7 +590,9 @@ def sm90_options(paged: bool, page_size: int, block_n: int, sm90_opts: str | Non
 #: passed, forty-seventh session) but slower where the rule applies: the soft-cap snippet at gpt-oss's
 #: heads ran 1.10x the time at share 4, 1.00x at 2, 1.15x at 6, and the FP8 tensor-core kernels at
 #: d 64 1.12x / 1.18x at shares 2 / 3 (interleaved A/B, H100; docs/dev/perf-log.md): the
-#: polynomial's eight FMA-pipe instructions cost more issue slots than the MUFU time they free.
+#: polynomial's eight FMA-pipe instructions cost more issue slots than the MUFU time they free.  (Since
+#: the soft-cap takes the three-warpgroup tile at d 64, "x" spills 40 bytes there: the rule would need
+#: ``sm90_ex2_fma_fits`` to know the tile first.)
 SM90_EX2_FMA = False
 #: The same on the FP8 tensor-core kernels at head dim 64, whose GEMMs run at twice the 16-bit rate
 #: (so the exponentials bind): off until an A/B says it pays (``tile_ab.py``, ``fp8q:64:...:px``).
@@ -659,9 +663,31 @@ def without_tileinfo(opts: str, head_dim: int, head_dim_v: int, layout: str, mas
 #: unmasked copy) is dropped above this head dim and with a sliding window (``without_mask_split``),
 #: where the two copies spill (NVRTC 13.0: head dim 192 / 256 8-68 bytes, and windows 12-490 bytes,
 #: the d 64 three-warpgroup window kernels 116-144), and for causal built-in ALiBi on packed tiles
-#: (56-340 bytes); the other causal and unmasked kernels up to head dim 128 do not spill.  Not in the dispatcher's options (``SM90_OPTS``): an experiment (``KERNELGEN_SM90_OPTS``,
-#: tile_ab.py) until an A/B on a GPU says where it pays (docs/dev/perf-log.md, "Fifty-second session").
+#: (56-340 bytes); the other causal and unmasked kernels up to head dim 128 do not spill.
 SM90_MASK_SPLIT_MAX_HEAD_DIM = 128
+
+#: Option "m" added by the dispatcher (``with_mask_split``) where every logit passes through a MUFU
+#: function besides the exponential: the built-in soft-cap and user variants whose snippets call one
+#: (``VariantCode.transcendental``).  There the unmasked copy lets ptxas interleave the tanh with the
+#: row max as FlashAttention-4's sm_90 kernel does (SASS, fifty-second session).  H100, interleaved
+#: A/B with twins (twins within 0.1 % unless stated), causal: gpt-oss's heads (64 / 8, d 64) 1 x 16k,
+#: the built-in soft-cap 0.960-0.968x the time on two warpgroups and 0.907-0.926x with three (which
+#: alone gives 0.941x; 4 x 4k 0.906-0.912x), the tanh.approx snippet 0.951-0.967x with three (1.007x
+#: with "m" on two); llama3-8b's d 128 soft-cap 0.905-0.978x (twins 0.964-1.016).  Without such a
+#: function it does not pay (plain d 64 / d 128 and ALiBi within the twins' spread).  False: only where
+#: the options ask for it (``KERNELGEN_SM90_OPTS``; tile_ab.py keeps its letters exact).
+SM90_MASK_SPLIT_MUFU = True
+
+
+def with_mask_split(opts: str, softcap: bool, variant, num_warps: int, fp8: bool = False) -> str:
+    """``opts`` with option "m" where ``SM90_MASK_SPLIT_MUFU`` adds it: a soft-cap, or a transcendental
+    user variant on the three-warpgroup tile (``num_warps`` 12: on two the snippet ran 1.007x the time
+    with it), 16-bit K / V only (``fp8``: an FP8 cache or FP8 q, not measured); ``without_mask_split``
+    then drops it where it spills."""
+    if SM90_MASK_SPLIT_MUFU and not fp8 and (softcap or (variant is not None and variant.transcendental
+                                                         and num_warps == 12)):
+        return "".join(sorted(set(opts) | {"m"}))
+    return opts
 
 
 def without_mask_split(opts: str, head_dim: int, head_dim_v: int, mask: str, alibi: bool = False,
@@ -952,7 +978,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                                                            local=mask == "local", split=True) is None:
                 continue   # the entry takes no split-KV: the call's usual tile (and its own split bound)
             opts = without_tileinfo(opts, head_dim, head_dim_v, layout, mask, paged, hpack, split, kv_dtype)
-            opts = without_mask_split(opts, head_dim, head_dim_v, mask, alibi, hpack)
+            opts = without_mask_split(with_mask_split(opts, softcap, variant, t.num_warps, fp8_call), head_dim,
+                                      head_dim_v, mask, alibi, hpack)
             opts = with_ex2_fma(opts, max(head_dim, head_dim_v), softcap, variant, mma8)
             attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, pack_gqa=hpack, split=split,
                                  paged=paged, softcap=softcap, mainloop="sm90a", sm90_opts=opts, alibi=alibi,
@@ -1121,7 +1148,8 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
                                     extras=bool(softcap or alibi or variant is not None))
     t = variant_sm90_tile(t, opts, variant)
     opts = without_tileinfo(opts, head_dim, head_dim_v, layout, mask, paged, False, False)
-    opts = without_mask_split(opts, head_dim, head_dim_v, mask, alibi, False)
+    opts = without_mask_split(with_mask_split(opts, softcap, variant, t.num_warps, bool(kv_dtype)), head_dim,
+                              head_dim_v, mask, alibi, False)
     opts = with_ex2_fma(opts, max(head_dim, head_dim_v), softcap, variant, False)
     attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, paged=paged, softcap=softcap,
                          row_splits=short.attention.split, mainloop="sm90a", sm90_opts=opts, alibi=alibi,

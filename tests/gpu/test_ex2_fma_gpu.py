@@ -34,6 +34,10 @@ def option_x(request, monkeypatch):
     share or with all of them on the FMA pipe."""
     monkeypatch.delenv("KERNELGEN_SM90_OPTS", raising=False)
     monkeypatch.setattr(heuristics, "SM90_OPTS", "ptx")
+    # the kernels the option was built and measured on: a soft-cap and transcendental snippets on two
+    # warpgroups without "m" (their three-warpgroup soft-cap kernel spills 40 bytes with "x")
+    monkeypatch.setattr(heuristics, "SM90_THREE_WG_EXTRAS", frozenset({"alibi", "variant"}))
+    monkeypatch.setattr(heuristics, "SM90_MASK_SPLIT_MUFU", False)
     monkeypatch.setenv(compiler.DEFINES_ENV, request.param)
     api.clear_signature_cache()
     yield
