@@ -149,7 +149,8 @@ def test_d64_three_warpgroups(name, num_splits, monkeypatch):
     # kg_tanh: 4-8 bytes, NVRTC 13.0)
     three = dataclasses.replace(spec, tile=dataclasses.replace(spec.tile, block_m=192, num_warps=12),
                                 sm90_opts=heuristics.with_mask_split(spec.sm90_opts, spec.softcap, spec.variant, 12))
-    assert spec.tile.num_warps == (8 if spills.spills(three, build=True) else 12), spec.name
+    off = var.code.transcendental and "transcendental" not in heuristics.SM90_THREE_WG_EXTRAS   # (a test's switch)
+    assert spec.tile.num_warps == (8 if off or spills.spills(three, build=True) else 12), spec.name
     assert cache.get_cache().lookup(spec) is not None
 
 
