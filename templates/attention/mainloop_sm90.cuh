@@ -513,6 +513,7 @@ if (ALIBI_ACC) alibi_acc_init(s, alibi_sl);
     block and its loop). -#}
 {% macro block_scores(clamp_kv=True, comment="", mask="branch") -%}
 {% set hoist = v.get("user") and v.user.hoist %}
+{% set mask_call = "apply_mask_pos(s, mi, n, rpos, lane)" if v.pack_gqa else "apply_mask(s, mi, n, row0, 1, cw, lane)" %}
 {% set alibi_roff = v.get("alibi") and v.mask == "causal" and not v.get("user") %}
 {% set apply = "apply_user_hoist" if hoist else "apply_user" %}
 {% set user_args = "s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, " ~ ("score_scale(p), roff, uacc" if hoist else "1.f") %}
@@ -537,13 +538,13 @@ apply_alibi(s, alibi_sl, mi, n, row0, 1, cw, lane);
 // (block n < n_hi - 1: keys in range; below the diagonal every distance is >= 0: kg_abs)
 {% if mask == "yes" -%}
 {{ "ef = " if hoist }}{{ apply }}<false, false>({{ user_args }});
-{{ "apply_mask_pos(s, mi, n, rpos, lane)" if v.pack_gqa else "apply_mask(s, mi, n, row0, 1, cw, lane)" }};
+{{ mask_call }};
 {% elif mask == "no" -%}
 {{ "ef = " if hoist }}{{ apply }}<false, true>({{ user_args }});
 {% else -%}
 if (block_needs_mask(mi, n, pos_first, pos_last)) {
   {{ "ef = " if hoist }}{{ apply }}<false, false>({{ user_args }});
-  {{ "apply_mask_pos(s, mi, n, rpos, lane)" if v.pack_gqa else "apply_mask(s, mi, n, row0, 1, cw, lane)" }};
+  {{ mask_call }};
 } else {
   {{ "ef = " if hoist }}{{ apply }}<false, true>({{ user_args }});
 }
@@ -553,9 +554,9 @@ if (block_needs_mask(mi, n, pos_first, pos_last)) {
 {{ "ef = " if hoist }}{{ apply }}<{{ "true" if clamp_kv else "false" }}>({{ user_args }});  // {{ "leaves natural-log logits or raw ones" if hoist else "leaves natural-log logits" }}{{ "" if clamp_kv else " (block n < n_hi - 1: keys in range)" }}
 {% endif -%}
 {% if mask == "yes" -%}
-{{ "apply_mask_pos(s, mi, n, rpos, lane)" if v.pack_gqa else "apply_mask(s, mi, n, row0, 1, cw, lane)" }};
+{{ mask_call }};
 {% elif mask == "branch" -%}
-if (block_needs_mask(mi, n, pos_first, pos_last)) {{ "apply_mask_pos(s, mi, n, rpos, lane)" if v.pack_gqa else "apply_mask(s, mi, n, row0, 1, cw, lane)" }};
+if (block_needs_mask(mi, n, pos_first, pos_last)) {{ mask_call }};
 {% endif -%}
 {% endif -%}
 softmax_scores(s, row_max, row_sum, corr, {{ "ef" if hoist else "exp_scale(p)" if v.get("user") else "score_scale(p, kd)" }}{{ ", roff" if alibi_roff or hoist else "" }});{{ comment }}
