@@ -3,7 +3,8 @@
 once a block, so that no branch separates a block's soft-cap or score_mod from its row max and
 exponentials (FlashAttention-3 and -4 run a masked and an unmasked loop; FA4's sm_90 soft-cap kernel
 interleaves its tanh with the row max, which ptxas cannot do across our in-block mask branch).
-An experiment: not in the dispatcher's options; the GPU checks are tests/gpu/test_mask_split_gpu.py."""
+The dispatcher adds it where a MUFU function runs on every logit (``heuristics.with_mask_split``);
+the GPU checks are tests/gpu/test_mask_split_gpu.py."""
 import dataclasses
 import re
 
@@ -63,9 +64,19 @@ def test_the_option_is_dropped_where_it_spills():
     assert heuristics.without_mask_split("mpt", 64, 64, "none") == "mpt"
     assert heuristics.without_mask_split("mpt", 192, 128, "causal") == "pt"
     assert heuristics.without_mask_split("mpt", 64, 64, "local") == "pt"
+    # head dim 256 keeps it where a MUFU function runs on every logit (SM90_MASK_SPLIT_MUFU_HEAD_DIMS:
+    # the soft-cap and the tanh snippets build without spills), not with ALiBi (4-24 bytes) nor at 192
+    assert heuristics.SM90_MASK_SPLIT_MUFU_HEAD_DIMS == (256,)
+    assert heuristics.without_mask_split("mp", 256, 256, "causal", mufu=True) == "mp"
+    assert heuristics.without_mask_split("mp", 256, 256, "causal") == "p"
+    assert heuristics.without_mask_split("mp", 256, 256, "causal", alibi=True, mufu=True) == "p"
+    assert heuristics.without_mask_split("mp", 192, 192, "none", mufu=True) == "p"
+    assert heuristics.without_mask_split("mp", 256, 256, "local", mufu=True) == "p"
     assert "m" not in heuristics.SM90_OPTS
     assert "_masksplit" in _spec("mp", d=128).name and "_masksplit" in _spec("mp", mask="none").name
     assert "_masksplit" not in _spec("mp", d=256).name
+    assert "_masksplit" in _spec("mp", d=256, softcap=True).name and "_masksplit" in _spec("mp", d=256, variant=SNIPPET).name
+    assert "_masksplit" not in _spec("mp", d=256, variant=ALIBI).name
     assert "_masksplit" not in _spec("mp", mask="local", window_span=128).name
     # causal built-in ALiBi on packed tiles (the copies spilled 56-340 bytes); unpacked keeps it
     assert heuristics.without_mask_split("mpt", 64, 64, "causal", alibi=True, pack=True) == "pt"
@@ -85,8 +96,8 @@ def test_the_fused_kernel_does_not_take_it():
 
 
 @pytest.mark.parametrize("kw,d", [({"variant": SNIPPET}, 64), ({"softcap": True}, 128), ({}, 128),
-                                  ({"alibi": True}, 64)], ids=["snippet_d64", "softcap_d128", "plain_d128",
-                                                              "alibi_d64"])
+                                  ({"alibi": True}, 64), ({"variant": SNIPPET}, 256)],
+                         ids=["snippet_d64", "softcap_d128", "plain_d128", "alibi_d64", "snippet_d256"])
 def test_the_sass_has_the_second_copy_and_no_spills(kw, d):
     """Compiled with NVRTC for sm_90a: the loop's second copy is one more key block of GMMAs (and, with
     a tanh, one more block of MUFU.TANH), with no spills and no more registers than the limit."""
@@ -112,16 +123,22 @@ def test_the_sass_has_the_second_copy_and_no_spills(kw, d):
 
 
 def test_the_dispatcher_adds_it_where_a_mufu_function_runs_on_every_logit(monkeypatch):
-    """``SM90_MASK_SPLIT_MUFU`` (on): "m" on a soft-cap (two and three warpgroups, head dims up to 128)
-    and on a transcendental snippet on the three-warpgroup tile; not on plain, ALiBi, a snippet without
-    a MUFU function, FP8, a window or above head dim 128."""
+    """``SM90_MASK_SPLIT_MUFU`` (on): "m" on a soft-cap (two and three warpgroups, head dims up to 128
+    and 256) and on a transcendental snippet on the three-warpgroup tile or at head dim 256; not on
+    plain, ALiBi, a snippet without a MUFU function, FP8, a window, head dim 192, a soft-cap with ALiBi
+    at 256, nor a variant whose kernel spilled (``variant_spills``: selection.spills' twin)."""
     monkeypatch.setattr(heuristics, "SM90_MASK_SPLIT_MUFU", True)
 
     def has_m(d=64, **kw):
         return "_masksplit" in _spec(None, d=d, **kw).name
     assert has_m(softcap=True) and has_m(d=128, softcap=True) and has_m(variant=SNIPPET)
     assert not has_m(d=128, variant=SNIPPET)                      # two warpgroups: 1.007x with it
-    assert not has_m() and not has_m(alibi=True) and not has_m(variant=ALIBI) and not has_m(d=256, softcap=True)
+    assert not has_m() and not has_m(alibi=True) and not has_m(variant=ALIBI) and not has_m(d=256)
+    assert has_m(d=256, softcap=True) and has_m(d=256, variant=SNIPPET)           # 0.92-0.99x the time
+    assert not has_m(d=256, softcap=True, alibi=True) and not has_m(d=192, softcap=True)
+    assert not has_m(d=256, variant=SNIPPET, variant_spills=True) and not has_m(variant=SNIPPET, variant_spills=True)
+    assert has_m(d=256, softcap=True, variant=SNIPPET) and not has_m(d=256, softcap=True, variant=SNIPPET,
+                                                                      variant_spills=True)
     assert not has_m(softcap=True, mask="local", window_span=128)
     assert not has_m(d=128, softcap=True, kv_dtype="e4m3")
     assert heuristics.with_mask_split("p", True, None, 8, fp8=True) == "p"

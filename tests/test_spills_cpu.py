@@ -1,6 +1,7 @@
-"""CPU: a user variant's three-warpgroup Hopper kernel (head dim 64) is kept only where its build has
-no spills (``selection.spills``): the snippets the notes name compile on NVRTC for sm_90a here, no
-GPU needed; a spilling one is decided again on the two-warpgroup tile; a kernel not built yet
+"""CPU: a user variant's three-warpgroup Hopper kernel (head dim 64) or its kernel with option "m" (a
+tanh snippet at head dim 256) is kept only where its build has no spills (``selection.spills``): the
+snippets the notes name compile on NVRTC for sm_90a here, no GPU needed; a spilling one is decided
+again on the two-warpgroup tile without "m"; a kernel not built yet
 counts only when the caller builds it; a kernel's spills are looked up once; without JIT a cached
 spilling kernel runs when its twin is not cached; the catalog (``kernelgen warmup``) lists both
 tiles.  (The tiered first call's background build of both: tests/test_call_path.py.)"""
@@ -41,7 +42,7 @@ def warps(recipe) -> int:
 def test_a_variant_that_fits_keeps_three_warpgroups():
     s = sig(ALIBI)
     r = decide.decide(s, H200)
-    assert warps(r) == 12 and spills.three_warpgroup_variant(r.variants.attention)
+    assert warps(r) == 12 and spills.variant_with_twin(r.variants.attention)
     assert spills.spills(r.variants.attention, build=True) is False
     assert spills.checked(r, s, H200, build=True) is r
 
@@ -130,3 +131,33 @@ def test_the_twin_recipe():
     assert warps(spills.twin_recipe(r, s, H200)) == 8
     s128 = sig(ALIBI, head_dim=128, head_dim_v=128, num_heads_q=32)
     assert spills.twin_recipe(decide.decide(s128, H200), s128, H200) is None
+
+
+#: A soft-cap snippet through the header's kg_tanh: with option "m" at head dim 256 its causal kernel
+#: on paged K / V (128 x 64 tile) spills 4 bytes (NVRTC 13.0); tanhf's (SNIPPET_TANHF) does not.
+KG_TANH = VariantCode(score_mod="30.f * kg_tanh(score * (1.f / 30.f))")
+SNIPPET_TANHF = VariantCode(score_mod="50.f * tanhf(score / 50.f)")
+
+
+def sig256(variant, **kw) -> decide.CallSignature:
+    """gemma2-9b's heads (16 / 8, d 256), causal 1 x 16k on a paged cache of 16-token pages."""
+    return sig(variant, **{**dict(head_dim=256, head_dim_v=256, num_heads_q=16, num_heads_kv=8, paged=True,
+                                  page_size=16), **kw})
+
+
+def test_a_d256_snippet_with_option_m_that_spills_takes_its_twin_without_it():
+    """Head dim 256 has no three-warpgroup tile: the twin of a tanh snippet's "m" kernel is the same
+    two-warpgroup tile without "m", and it builds without spills; the tanhf snippet keeps "m"."""
+    s = sig256(KG_TANH)
+    r = decide.decide(s, H200)
+    a = r.variants.attention
+    assert a.mainloop == "sm90a" and "m" in a.sm90_opts and warps(r) == 8 and spills.variant_with_twin(a)
+    assert spills.spills(a, build=True) is True
+    two = spills.checked(r, s, H200, build=True)
+    assert two == decide.decide(dataclasses.replace(s, variant_spills=True), H200)
+    assert "m" not in two.variants.attention.sm90_opts and warps(two) == 8
+    assert dataclasses.replace(two.variants.attention, sm90_opts=a.sm90_opts) == a   # only "m" differs
+    assert spills.spills(two.variants.attention, build=True) is False
+    f = sig256(SNIPPET_TANHF)
+    rf = decide.decide(f, H200)
+    assert "m" in rf.variants.attention.sm90_opts and spills.checked(rf, f, H200, build=True) is rf

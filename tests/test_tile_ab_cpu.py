@@ -131,15 +131,15 @@ def test_wg3_in_the_defines_lets_extras_on_the_three_warpgroup_tile_while_prepar
 
 def test_option_m_in_the_letters_applies_at_every_head_dim_while_prepared():
     """A configuration whose letters hold "m" gets it above ``SM90_MASK_SPLIT_MAX_HEAD_DIM`` too (the
-    d 256 soft-cap kernels build with it without spills; the plain d 256 one spills 8 / 16 bytes, an
-    experiment's to see), restored after."""
+    plain d 256 kernel spills 8 / 16 bytes with it, an experiment's to see; the soft-capped one has it
+    by default, ``SM90_MASK_SPLIT_MUFU_HEAD_DIMS``), restored after."""
     from kernelgen.kernels.spec import TileConfig
     from kernelgen.selection import heuristics
     before = heuristics.SM90_MASK_SPLIT_MAX_HEAD_DIM
 
     def inside():
         return heuristics.choose("sm_90a", "bf16", 256, 256, num_heads_q=16, num_heads_kv=8, mask="causal",
-                                 max_seqlen_q=16384, max_seqlen_k=16384, softcap=True).attention.name
+                                 max_seqlen_q=16384, max_seqlen_k=16384).attention.name
     assert "_masksplit" in tile_ab.patched("bf16", 256, TileConfig(128, 80, 8, 2, 1), "mp", inside)
     assert heuristics.SM90_MASK_SPLIT_MAX_HEAD_DIM == before == 128
     assert "_masksplit" not in inside()

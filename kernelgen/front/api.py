@@ -345,7 +345,7 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
     else:
         ordinal = q.device.index
         device = runtime.device(ordinal)
-        # (a user variant's three-warpgroup kernel that spilled: the two-warpgroup one, selection.spills)
+        # (a user variant's three-warpgroup / option-"m" kernel that spilled: its twin, selection.spills)
         recipe = spills.checked(decide.decide(call.signature, device, call.settings), call.signature, device,
                                 call.settings, build=False)
         # a new user variant's Hopper kernel still building: its sm_80 recipe now (selection.tiered)
@@ -358,7 +358,7 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                 # its sm_80 kernel does not build: the full recipe (whose Hopper kernel the
                 # background build delivers, or whose error the synchronous build raises)
                 provisional = None
-        if provisional is None:   # built here and now: a three-warpgroup variant kernel's spills first
+        if provisional is None:   # built here and now: a variant kernel's spills first
             recipe = spills.checked(recipe, call.signature, device, call.settings, build=True)
         kernel_lse = bool(return_lse) or (sinks is not None and not recipe.sinks_fused)
     if out is None:

@@ -176,7 +176,7 @@ class AttentionPlan:
             else:
                 recipe = None
         #: What the plan launches (``kernels.recipe.Recipe``): kernels, scheduler configs, workspace layout
-        #: (a user variant's three-warpgroup kernel that spills: the two-warpgroup one, ``selection.spills``).
+        #: (a user variant's three-warpgroup / option-"m" kernel that spills: its twin, ``selection.spills``).
         self.recipe = spills.checked(recipe or decide.decide(checked.signature, dev, checked.settings),
                                      checked.signature, dev, checked.settings, build=True)
         self._kernels = bind.bind(self.recipe, runtime.load(self.recipe.specs, device))

@@ -79,8 +79,8 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
         variants: user variants' code (``kernels.variant_code.VariantCode``, e.g. from
             ``kernelgen warmup --variant FILE``): when given, only their kernels (every option
             combination with each variant; their mixed batches take no fused launch, as ALiBi's),
-            instead of the plain ones; at head dim 64 on sm_90a both Hopper tiles (three warpgroups,
-            and two for a build that spills: ``selection.spills``).
+            instead of the plain ones; on sm_90a both Hopper kernels where a build may spill (three
+            warpgroups or option "m", and their twin: ``selection.spills``).
         windows: left windows in tokens (ints in [0, ``spec.MAX_WINDOW``]) of causal
             sliding-window calls, ``window_size=(w, 0)`` (Mistral, Gemma 2, gpt-oss; engines pass
             the model's window minus one): each adds the local-mask kernels of every other
@@ -149,7 +149,7 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
             if auto_pack:
                 vp = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), sm90_pack=True, **kw)
                 specs += [vp.attention, vp.combine]
-            if var is not None:   # its three-warpgroup Hopper kernel may spill: the tile the calls then take
+            if var is not None:   # its three-warpgroup / "m" Hopper kernel may spill: the twin the calls then take
                 vs = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), variant_spills=True, **kw)
                 specs += [vs.attention, vs.combine]
             if v.attention.mainloop == "sm90a":  # arch="sm_80" calls and plans take the sm_80 path

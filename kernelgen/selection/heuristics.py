@@ -666,6 +666,15 @@ def without_tileinfo(opts: str, head_dim: int, head_dim_v: int, layout: str, mas
 #: (56-340 bytes); the other causal and unmasked kernels up to head dim 128 do not spill.
 SM90_MASK_SPLIT_MAX_HEAD_DIM = 128
 
+#: Head dims above ``SM90_MASK_SPLIT_MAX_HEAD_DIM`` where option "m" stays on the kernels
+#: ``with_mask_split`` gives it (a soft-cap or a transcendental snippet): at head dim 256 those build
+#: with it without spills (NVRTC 13.0: causal and unmasked, paged, split; the plain kernel spills
+#: 8 / 16 bytes, causal ALiBi with splits 24 / 52, head dim 192's soft-cap 8 / 16).  H100, interleaved
+#: A/B with twins, gemma2-9b's heads (16 / 8) causal 1 x 16k, two processes of three passes (fifty-third
+#: session): the tanh.approx snippet 0.947-0.990x the time (twins 0.992-1.050), the built-in soft-cap
+#: 0.917-1.010x (twins 0.991-1.028).
+SM90_MASK_SPLIT_MUFU_HEAD_DIMS = (256,)
+
 #: Option "m" added by the dispatcher (``with_mask_split``) where every logit passes through a MUFU
 #: function besides the exponential: the built-in soft-cap and user variants whose snippets call one
 #: (``VariantCode.transcendental``).  There the unmasked copy lets ptxas interleave the tanh with the
@@ -679,23 +688,38 @@ SM90_MASK_SPLIT_MAX_HEAD_DIM = 128
 SM90_MASK_SPLIT_MUFU = True
 
 
-def with_mask_split(opts: str, softcap: bool, variant, num_warps: int, fp8: bool = False) -> str:
+def mufu_logits(softcap: bool, variant) -> bool:
+    """True where every logit passes through a MUFU function besides the exponential: the built-in
+    soft-cap, or a user variant whose snippet calls one (``VariantCode.transcendental``)."""
+    return bool(softcap or (variant is not None and variant.transcendental))
+
+
+def with_mask_split(opts: str, softcap: bool, variant, num_warps: int, fp8: bool = False,
+                    head_dim: int = 0, variant_spills: bool = False) -> str:
     """``opts`` with option "m" where ``SM90_MASK_SPLIT_MUFU`` adds it: a soft-cap, or a transcendental
-    user variant on the three-warpgroup tile (``num_warps`` 12: on two the snippet ran 1.007x the time
-    with it), 16-bit K / V only (``fp8``: an FP8 cache or FP8 q, not measured); ``without_mask_split``
-    then drops it where it spills."""
-    if SM90_MASK_SPLIT_MUFU and not fp8 and (softcap or (variant is not None and variant.transcendental
-                                                         and num_warps == 12)):
+    user variant on the three-warpgroup tile (``num_warps`` 12: at head dim 64 on two the snippet ran
+    1.007x the time with it) or at a head dim of ``SM90_MASK_SPLIT_MUFU_HEAD_DIMS`` (two warpgroups,
+    0.947-0.990x at 256), 16-bit K / V only (``fp8``: an FP8 cache or FP8 q, not measured);
+    ``without_mask_split`` then drops it where the built-in kernels spill.  A user variant's spills are
+    known only once built: with ``variant_spills`` (its kernel with "m" or on three warpgroups spilled,
+    ``selection.spills``) none is added."""
+    if variant is not None and variant_spills:
+        return opts
+    if SM90_MASK_SPLIT_MUFU and not fp8 and (softcap or (variant is not None and variant.transcendental and (
+            num_warps == 12 or head_dim in SM90_MASK_SPLIT_MUFU_HEAD_DIMS))):
         return "".join(sorted(set(opts) | {"m"}))
     return opts
 
 
 def without_mask_split(opts: str, head_dim: int, head_dim_v: int, mask: str, alibi: bool = False,
-                       pack: bool = False) -> str:
-    """``opts`` without "m" above ``SM90_MASK_SPLIT_MAX_HEAD_DIM``, with a sliding window, and for
-    causal built-in ALiBi on packed tiles (56-340 bytes spilled at head dims 64-128, NVRTC 13.0)."""
-    if "m" in opts and (max(head_dim, head_dim_v) > SM90_MASK_SPLIT_MAX_HEAD_DIM or mask == "local"
-                        or (alibi and pack and mask == "causal")):
+                       pack: bool = False, mufu: bool = False) -> str:
+    """``opts`` without "m" above ``SM90_MASK_SPLIT_MAX_HEAD_DIM`` (except at the head dims of
+    ``SM90_MASK_SPLIT_MUFU_HEAD_DIMS`` where ``mufu``, ``mufu_logits``, without ALiBi: soft-cap and
+    ALiBi at 256 spilled 4-24 bytes), with a sliding window, and for causal built-in ALiBi on packed
+    tiles (56-340 bytes spilled at head dims 64-128, NVRTC 13.0)."""
+    d = max(head_dim, head_dim_v)
+    too_wide = d > SM90_MASK_SPLIT_MAX_HEAD_DIM and not (mufu and not alibi and d in SM90_MASK_SPLIT_MUFU_HEAD_DIMS)
+    if "m" in opts and (too_wide or mask == "local" or (alibi and pack and mask == "causal")):
         return opts.replace("m", "")
     return opts
 
@@ -978,8 +1002,9 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                                                            local=mask == "local", split=True) is None:
                 continue   # the entry takes no split-KV: the call's usual tile (and its own split bound)
             opts = without_tileinfo(opts, head_dim, head_dim_v, layout, mask, paged, hpack, split, kv_dtype)
-            opts = without_mask_split(with_mask_split(opts, softcap, variant, t.num_warps, fp8_call), head_dim,
-                                      head_dim_v, mask, alibi, hpack)
+            opts = without_mask_split(with_mask_split(opts, softcap, variant, t.num_warps, fp8_call,
+                                                      max(head_dim, head_dim_v), variant_spills),
+                                      head_dim, head_dim_v, mask, alibi, hpack, mufu_logits(softcap, variant))
             opts = with_ex2_fma(opts, max(head_dim, head_dim_v), softcap, variant, mma8)
             attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, pack_gqa=hpack, split=split,
                                  paged=paged, softcap=softcap, mainloop="sm90a", sm90_opts=opts, alibi=alibi,
@@ -1148,8 +1173,9 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
                                     extras=bool(softcap or alibi or variant is not None))
     t = variant_sm90_tile(t, opts, variant)
     opts = without_tileinfo(opts, head_dim, head_dim_v, layout, mask, paged, False, False)
-    opts = without_mask_split(with_mask_split(opts, softcap, variant, t.num_warps, bool(kv_dtype)), head_dim,
-                              head_dim_v, mask, alibi, False)
+    opts = without_mask_split(with_mask_split(opts, softcap, variant, t.num_warps, bool(kv_dtype),
+                                              max(head_dim, head_dim_v), variant_spills),
+                              head_dim, head_dim_v, mask, alibi, False, mufu_logits(softcap, variant))
     opts = with_ex2_fma(opts, max(head_dim, head_dim_v), softcap, variant, False)
     attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, paged=paged, softcap=softcap,
                          row_splits=short.attention.split, mainloop="sm90a", sm90_opts=opts, alibi=alibi,

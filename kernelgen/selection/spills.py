@@ -1,23 +1,25 @@
-"""A user variant's three-warpgroup Hopper kernel, kept only where it builds without spills.
+"""A user variant's three-warpgroup or option-"m" Hopper kernel, kept only where it builds without spills.
 
 At head dim 64 the Hopper path runs a user variant (``kernelgen.Variant``) on the 192-row tile of
 three consumer warpgroups (``heuristics.SM90_THREE_WG_EXTRAS``), whose consumers have 160
-registers.  Most snippets fit (the bench's ALiBi and soft-cap score_mods, four of the six examples
-of ``apps.variant_examples``), some do not (the causal T5 bias spilled 68 bytes, ``index_arith``
-56-336, NVRTC 13.0), and only the build can tell.  ``checked`` reads the build's resources
+registers; a snippet that calls a MUFU function also gets option "m" there and at head dim 256
+(``heuristics.with_mask_split``: the key block in a masked and an unmasked copy).  Most snippets fit
+(the bench's ALiBi and soft-cap score_mods, four of the six examples of ``apps.variant_examples``),
+some do not (the causal T5 bias spilled 68 bytes, ``index_arith`` 56-336, a ``kg_tanh`` soft-cap with
+"m" 4-8, NVRTC 13.0), and only the build can tell.  ``checked`` reads the build's resources
 (``jit.cache``: the kernel cache's entry, which records ptxas' spill counts) and, where that kernel
-spilled, decides the call again with ``CallSignature.variant_spills`` (the two-warpgroup tile,
-whose consumers have 240 registers).
+spilled, decides the call again with ``CallSignature.variant_spills`` (the two-warpgroup tile, whose
+consumers have 240 registers, without "m").
 
 The decider stays pure: this module is the one that reads the cache, as ``selection.tiered`` does.
 ``front.api`` asks it twice for a call it validates: before the tiered first call (``build=False``:
 only kernels already built count, so a new variant's first call still runs its sm_80 kernel at
 once while the Hopper kernel builds in the background; the call after that build finds its
 resources) and, when the call builds and runs its recipe itself, again with ``build=True``, which
-builds the three-warpgroup kernel first if needed (the build the call would make anyway).
+builds that kernel first if needed (the build the call would make anyway).
 ``AttentionPlan`` asks with ``build=True``.  ``selection.catalog`` lists both tiles of such calls,
 so ``kernelgen warmup --variant FILE`` builds whichever the calls will run; the tiered first call's
-background build makes both too (``twin_recipe``, ``selection.tiered``), the three-warpgroup kernel
+background build makes both too (``twin_recipe``, ``selection.tiered``), the kernel with a twin
 first, so that after ``kernelgen.wait_for_compiles()`` the call's next run finds the kernel it
 keeps built either way.  With JIT off (``KERNELGEN_DISABLE_JIT``) a spilling kernel in the cache
 whose two-warpgroup twin is not there still runs (slower, but what the cache has).  A kernel's
@@ -35,10 +37,11 @@ from .settings import Settings
 _KNOWN: dict = {}
 
 
-def three_warpgroup_variant(spec) -> bool:
-    """Whether ``spec`` is a user variant's Hopper attention kernel on a three-warpgroup tile."""
+def variant_with_twin(spec) -> bool:
+    """Whether ``spec`` is a user variant's Hopper attention kernel on a three-warpgroup tile or with
+    option "m": one whose call has a twin recipe (``variant_spills``) for when it spills."""
     return (getattr(spec, "kind", None) == "attention" and spec.mainloop == "sm90a" and spec.variant is not None
-            and spec.tile.num_warps == 12)
+            and (spec.tile.num_warps == 12 or "m" in spec.sm90_opts))
 
 
 def spills(spec, build: bool) -> bool | None:
@@ -59,22 +62,23 @@ def spills(spec, build: bool) -> bool | None:
 
 
 def twin_recipe(recipe, sig: decide.CallSignature, device, settings: Settings = Settings()):
-    """The call's recipe on the two-warpgroup tile (``sig`` with ``variant_spills``) when ``recipe``
-    holds a user variant's three-warpgroup kernel, else None."""
-    if sig.variant is None or sig.variant_spills or not any(three_warpgroup_variant(s) for s in recipe.specs):
+    """The call's recipe on the two-warpgroup tile without "m" (``sig`` with ``variant_spills``) when
+    ``recipe`` holds a user variant's three-warpgroup or option-"m" kernel (``variant_with_twin``),
+    else None."""
+    if sig.variant is None or sig.variant_spills or not any(variant_with_twin(s) for s in recipe.specs):
         return None
     return decide.decide(dataclasses.replace(sig, variant_spills=True), device, settings)
 
 
 def checked(recipe, sig: decide.CallSignature, device, settings: Settings = Settings(), *, build: bool):
     """``recipe`` (``decide.decide(sig, device, settings)``), or the call's recipe on the
-    two-warpgroup tile (``sig`` with ``variant_spills``) when one of its kernels is a user variant's
-    three-warpgroup kernel that spills (``spills``; a kernel not built yet counts only with
-    ``build``).  With JIT off, ``recipe`` when the twin's kernels are not all in the cache."""
+    two-warpgroup tile without "m" (``sig`` with ``variant_spills``) when one of its kernels is a user
+    variant's three-warpgroup or option-"m" kernel that spills (``spills``; a kernel not built yet
+    counts only with ``build``).  With JIT off, ``recipe`` when the twin's kernels are not all in the cache."""
     if sig.variant is None or sig.variant_spills:
         return recipe
     for spec in recipe.specs:
-        if three_warpgroup_variant(spec) and spills(spec, build):
+        if variant_with_twin(spec) and spills(spec, build):
             two = twin_recipe(recipe, sig, device, settings)
             if cache.jit_disabled() and any(cache.get_cache().lookup(s) is None
                                             for s in two.specs if s not in recipe.specs):

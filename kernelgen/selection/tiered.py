@@ -9,7 +9,7 @@ sm_80-mainloop kernel (mma.sync, which runs on an H200 too) about half of that: 
 decision of every call it validates.  When ``recipe`` holds a slow kernel and one of its kernels is
 neither loaded (``jit.runtime``) nor in the disk cache (``KernelCache.lookup``), it starts
 building the missing kernels in the background (``jit.background``: slow ones first; for a user
-variant's three-warpgroup kernel, which may spill, its two-warpgroup twin after them:
+variant's three-warpgroup or option-"m" kernel, which may spill, its twin after them:
 ``selection.spills``) and returns
 the recipe of the same call on the sm_80 mainloop (``quick_recipe``), which the caller builds on
 its own thread, in parallel, and runs now.  The caller does not keep the prepared call of a
@@ -103,7 +103,7 @@ def provisional_recipe(recipe, call, device, ordinal: int):
     quick = quick_recipe(call.signature, device, call.settings)
     if quick is None:
         return None
-    # a three-warpgroup variant kernel may spill (selection.spills): its two-warpgroup twin after it
+    # a three-warpgroup / option-"m" variant kernel may spill (selection.spills): its twin after it
     twin = spills.twin_recipe(recipe, call.signature, device, call.settings)
     later = [s for s in (twin.specs if twin is not None else ()) if s not in missing and s not in recipe.specs
              and not runtime.is_loaded(s, ordinal) and background.state(s) is None

@@ -19,7 +19,10 @@ import test_fp8_gpu as fp8
 import test_fp8_mma_gpu as fp8mma
 import test_hopper_gpu as hopper
 import test_variant_gpu as variant
-from gpu_helpers import prepared
+import kernelgen
+from kernelgen.apps.reference import attention_reference, gather_paged
+from gpu_helpers import check, make_packed, prepared
+from test_paged_decode_gpu import make_paged
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
@@ -51,7 +54,7 @@ def test_packed_prefill(hd, dt, causal):
     ran_m()
 
 
-@pytest.mark.parametrize("case,hd,dt", [(c, hd, dt) for c in ("softcap", "softcap_causal") for hd in (64, 128)
+@pytest.mark.parametrize("case,hd,dt", [(c, hd, dt) for c in ("softcap", "softcap_causal") for hd in (64, 128, 256)
                                          for dt in ("bf16", "fp16")])
 def test_softcap(case, hd, dt):
     hopper.test_hopper_window_softcap_matrix(case, hd, dt, "soa")
@@ -148,4 +151,32 @@ def test_builtin_alibi_three_warpgroups(mask, pack_gqa, monkeypatch):
 
 def test_graph_replay():
     hopper.test_hopper_cuda_graph_replay()
+    ran_m()
+
+
+@pytest.mark.parametrize("causal,num_splits,page_size", [(True, 0, 0), (False, 3, 0), (True, 0, 16), (True, 2, 64)])
+def test_d256_tanh_snippet(causal, num_splits, page_size):
+    """Head dim 256 keeps "m" where a tanh runs on every logit (heuristics.SM90_MASK_SPLIT_MUFU_HEAD_DIMS):
+    a soft-cap snippet on packed and paged K / V (TMA boxes of 16-token pages and of 64), split or
+    not, against the float64 reference."""
+    qlens, klens = [700, 200, 0, 333, 129], [900, 400, 17, 333, 129]
+    hq, hkv, d = 8, 2, 256
+    var = kernelgen.Variant(score_mod="50.f * tanhf(score / 50.f)", name="tanh_cap_d256")
+
+    def ref_mod(score, b, h, qi, kj, lq, lk):
+        return 50.0 * torch.tanh(score / 50.0)
+    if page_size:
+        q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, hq, hkv, d, d, page_size, 256 + page_size)
+        k, v, cu_k = gather_paged(kc, vc, pt, used)
+        kw = dict(seqused_k=used, page_table=pt)
+        args = (q, kc, vc, cu_q, None)
+    else:
+        q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, 256 + num_splits)
+        kw, args = {}, (q, k, v, cu_q, cu_k)
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=causal, score_mod=ref_mod)
+    out = torch.full((q.shape[0], hq, d), float("nan"), dtype=torch.bfloat16, device="cuda")
+    o, lse = kernelgen.varlen_attention(*args, max(qlens), max(klens), causal=causal, return_lse=True, out=out,
+                                        arch="sm_90a", num_splits=num_splits, variant=var, **kw)
+    torch.cuda.synchronize()
+    check(o, lse, ref, ref_lse, torch.bfloat16)
     ran_m()
