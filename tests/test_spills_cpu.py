@@ -161,3 +161,33 @@ def test_a_d256_snippet_with_option_m_that_spills_takes_its_twin_without_it():
     f = sig256(SNIPPET_TANHF)
     rf = decide.decide(f, H200)
     assert "m" in rf.variants.attention.sm90_opts and spills.checked(rf, f, H200, build=True) is rf
+
+
+def test_a_twin_that_spills_as_much_is_not_taken(monkeypatch):
+    """At head dim 256 the twin is the same two-warpgroup tile without "m": where it spills more
+    (a tanh snippet with a modulo mask on gathered pages: "m" 4 / 4 bytes, the twin 48 / 80), the
+    call keeps its "m" kernel; with the letters forced to hold "m" the twin is the recipe itself."""
+    masked = VariantCode(score_mod="50.f * tanhf(score / 50.f)", mask_mod="kv_idx % 7 != 3")
+    s = sig256(masked, mask="none", max_seqlen_q=200, rows=200, page_size=1, num_splits=1)
+    r = decide.decide(s, H200)
+    a = r.variants.attention
+    assert "m" in a.sm90_opts and spills.spills(a, build=True) is True
+    twin = spills.twin_recipe(r, s, H200)
+    assert spills.spilled_bytes(twin.variants.attention, build=True) > spills.spilled_bytes(a, build=True)
+    assert spills.checked(r, s, H200, build=True) is r
+    monkeypatch.setattr(heuristics, "SM90_OPTS", "mpt")
+    f = sig256(KG_TANH)
+    rf = decide.decide(f, H200)
+    assert "m" in rf.variants.attention.sm90_opts and spills.spills(rf.variants.attention, build=True) is True
+    assert spills.twin_recipe(rf, f, H200) == rf and spills.checked(rf, f, H200, build=True) is rf
+
+
+def test_the_catalog_lists_the_twin_of_a_paged_d256_variant():
+    """``kernelgen warmup --variant FILE`` on paged calls builds the twin of the TMA-box kernel with
+    "m" too (the one ``test_a_d256_snippet_with_option_m_that_spills_takes_its_twin_without_it`` takes)."""
+    specs = catalog.warmup_specs("sm_90a", head_dims=(256,), dtypes=("bf16",), causals=(True,), layouts=("soa",),
+                                 gqas=(2,), paged=(True,), page_sizes=(16,), kv_heads=(8,), variants=(KG_TANH,))
+    r = decide.decide(sig256(KG_TANH), H200)
+    twin = decide.decide(dataclasses.replace(sig256(KG_TANH), variant_spills=True), H200)
+    assert r.variants.attention in specs and twin.variants.attention in specs
+    assert twin.variants.attention != r.variants.attention

@@ -669,7 +669,10 @@ SM90_MASK_SPLIT_MAX_HEAD_DIM = 128
 #: Head dims above ``SM90_MASK_SPLIT_MAX_HEAD_DIM`` where option "m" stays on the kernels
 #: ``with_mask_split`` gives it (a soft-cap or a transcendental snippet): at head dim 256 those build
 #: with it without spills (NVRTC 13.0: causal and unmasked, paged, split; the plain kernel spills
-#: 8 / 16 bytes, causal ALiBi with splits 24 / 52, head dim 192's soft-cap 8 / 16).  H100, interleaved
+#: 8 / 16 bytes, causal ALiBi with splits 24 / 52, head dim 192's soft-cap 8 / 16), except the
+#: unmasked unsplit soft-cap in AoS or with sinks, 4 / 8 bytes as without "m" (12 / 16 with sinks:
+#: the review's survey of 152 such builds); a user snippet's spills are its own (``selection.spills``
+#: keeps the kernel that spills less).  H100, interleaved
 #: A/B with twins, gemma2-9b's heads (16 / 8) causal 1 x 16k, two processes of three passes (fifty-third
 #: session): the tanh.approx snippet 0.947-0.990x the time (twins 0.992-1.050), the built-in soft-cap
 #: 0.917-1.010x (twins 0.991-1.028).

@@ -9,7 +9,8 @@ some do not (the causal T5 bias spilled 68 bytes, ``index_arith`` 56-336, a ``kg
 "m" 4-8, NVRTC 13.0), and only the build can tell.  ``checked`` reads the build's resources
 (``jit.cache``: the kernel cache's entry, which records ptxas' spill counts) and, where that kernel
 spilled, decides the call again with ``CallSignature.variant_spills`` (the two-warpgroup tile, whose
-consumers have 240 registers, without "m").
+consumers have 240 registers, without "m"), and takes that twin where it spills less (at head dim
+256 both kernels have two warpgroups, and some snippets spill more without "m").
 
 The decider stays pure: this module is the one that reads the cache, as ``selection.tiered`` does.
 ``front.api`` asks it twice for a call it validates: before the tiered first call (``build=False``:
@@ -33,7 +34,7 @@ from ..jit import cache
 from . import decide
 from .settings import Settings
 
-#: {(cache root, spec): spills} of the kernels whose build was looked up or made.
+#: {(cache root, spec): spilled bytes} of the kernels whose build was looked up or made.
 _KNOWN: dict = {}
 
 
@@ -44,10 +45,10 @@ def variant_with_twin(spec) -> bool:
             and (spec.tile.num_warps == 12 or "m" in spec.sm90_opts))
 
 
-def spills(spec, build: bool) -> bool | None:
-    """Whether ``spec``'s kernel spills registers (ptxas' spill stores or loads), or None when it is
-    not built and ``build`` is False.  With ``build`` the kernel is built (and cached) if needed:
-    raises as ``KernelCache.get`` does (``compiler.VariantCompileError``, ``KernelNotCachedError``)."""
+def spilled_bytes(spec, build: bool) -> int | None:
+    """ptxas' spill stores plus spill loads of ``spec``'s kernel, in bytes, or None when it is not
+    built and ``build`` is False.  With ``build`` the kernel is built (and cached) if needed: raises
+    as ``KernelCache.get`` does (``compiler.VariantCompileError``, ``KernelNotCachedError``)."""
     c = cache.get_cache()
     key = (str(c.root), spec)
     known = _KNOWN.get(key)
@@ -57,8 +58,15 @@ def spills(spec, build: bool) -> bool | None:
     if entry is None:
         return None
     r = entry.resources
-    _KNOWN[key] = out = bool((r.get("spill_stores") or 0) or (r.get("spill_loads") or 0))
+    _KNOWN[key] = out = int(r.get("spill_stores") or 0) + int(r.get("spill_loads") or 0)
     return out
+
+
+def spills(spec, build: bool) -> bool | None:
+    """Whether ``spec``'s kernel spills registers (``spilled_bytes`` above 0), or None when it is not
+    built and ``build`` is False; raises as ``spilled_bytes`` does."""
+    n = spilled_bytes(spec, build)
+    return None if n is None else n > 0
 
 
 def twin_recipe(recipe, sig: decide.CallSignature, device, settings: Settings = Settings()):
@@ -70,11 +78,30 @@ def twin_recipe(recipe, sig: decide.CallSignature, device, settings: Settings = 
     return decide.decide(dataclasses.replace(sig, variant_spills=True), device, settings)
 
 
+def _twin_spills_less(recipe, two, build: bool) -> bool:
+    """Whether the twin's own variant kernels (``two``'s, not in ``recipe``) spill fewer bytes than
+    ``recipe``'s kernels with a twin; without ``build`` only spills already known count (no cache
+    lookup on the call path), and a twin kernel whose spills are not known counts as none.
+    At head dim 256 both are two-warpgroup kernels, and without "m" some snippets spill more (a
+    review found 62 of 158 such twins spilling as much or more, NVRTC 13.0); the same recipe (the
+    letters forced with "m", ``KERNELGEN_SM90_OPTS``) is no improvement."""
+    own = [s for s in two.specs if s not in recipe.specs and getattr(s, "kind", None) == "attention"]
+    if not own:
+        return False
+    root = str(cache.get_cache().root)
+    counts = [spilled_bytes(s, True) if build else _KNOWN.get((root, s)) for s in own]
+    if any(n is None for n in counts):
+        return True
+    return sum(counts) < sum(spilled_bytes(s, build) or 0 for s in recipe.specs if variant_with_twin(s))
+
+
 def checked(recipe, sig: decide.CallSignature, device, settings: Settings = Settings(), *, build: bool):
     """``recipe`` (``decide.decide(sig, device, settings)``), or the call's recipe on the
     two-warpgroup tile without "m" (``sig`` with ``variant_spills``) when one of its kernels is a user
     variant's three-warpgroup or option-"m" kernel that spills (``spills``; a kernel not built yet
-    counts only with ``build``).  With JIT off, ``recipe`` when the twin's kernels are not all in the cache."""
+    counts only with ``build``) and the twin spills less (``_twin_spills_less``; a twin not built yet,
+    without ``build``, is taken: once built and known to spill as much, the next call keeps
+    ``recipe``).  With JIT off, ``recipe`` when the twin's kernels are not all in the cache."""
     if sig.variant is None or sig.variant_spills:
         return recipe
     for spec in recipe.specs:
@@ -83,5 +110,5 @@ def checked(recipe, sig: decide.CallSignature, device, settings: Settings = Sett
             if cache.jit_disabled() and any(cache.get_cache().lookup(s) is None
                                             for s in two.specs if s not in recipe.specs):
                 return recipe
-            return two
+            return two if _twin_spills_less(recipe, two, build) else recipe
     return recipe

@@ -24,6 +24,9 @@ from kernelgen.apps.reference import attention_reference, gather_paged
 from gpu_helpers import check, make_packed, prepared
 from test_paged_decode_gpu import make_paged
 
+#: The dispatcher's own Hopper options (before the fixture forces "mpt").
+DEFAULT_SM90_OPTS = heuristics.SM90_OPTS
+
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                                  reason="needs a compute capability 9.0 (Hopper) GPU")]
@@ -154,11 +157,16 @@ def test_graph_replay():
     ran_m()
 
 
-@pytest.mark.parametrize("causal,num_splits,page_size", [(True, 0, 0), (False, 3, 0), (True, 0, 16), (True, 2, 64)])
-def test_d256_tanh_snippet(causal, num_splits, page_size):
+@pytest.mark.parametrize("causal,num_splits,page_size,default", [
+    (True, 1, 0, False), (False, 3, 0, False), (True, 1, 16, False), (True, 2, 64, False), (True, 0, 0, True),
+    (True, 0, 16, True)])
+def test_d256_tanh_snippet(causal, num_splits, page_size, default, monkeypatch):
     """Head dim 256 keeps "m" where a tanh runs on every logit (heuristics.SM90_MASK_SPLIT_MUFU_HEAD_DIMS):
     a soft-cap snippet on packed and paged K / V (TMA boxes of 16-token pages and of 64), split or
-    not, against the float64 reference."""
+    not, against the float64 reference; ``default``: the dispatcher's own options add it."""
+    if default:
+        monkeypatch.setattr(heuristics, "SM90_OPTS", DEFAULT_SM90_OPTS)
+        api.clear_signature_cache()
     qlens, klens = [700, 200, 0, 333, 129], [900, 400, 17, 333, 129]
     hq, hkv, d = 8, 2, 256
     var = kernelgen.Variant(score_mod="50.f * tanhf(score / 50.f)", name="tanh_cap_d256")
