@@ -11,7 +11,8 @@ takes the sm_80 recipe again with no new build and no compile; after it the Hopp
 per signature; the synchronous cases (``KERNELGEN_TIERED_COMPILE`` off, a forced arch, graph
 capture, JIT disabled, a kernel already in the disk cache, ``AttentionPlan``); a failed build
 surfacing at the next call; a snippet that does not compile; the pair recipe's long class; at
-head dim 64 the three-warpgroup kernel's two-warpgroup twin, built after it (test_d64_twin);
+head dim 64 the three-warpgroup kernel's two-warpgroup twin, built after it and taken where it
+spills less (test_d64_twin; a plain call and a plan agree on it);
 ``wait_for_compiles``' names and timeout; a foreground ``get`` of a kernel being built waits for
 it; interpreter exit waits for a build; a forked child starts with none.
 """
@@ -141,21 +142,29 @@ def test_first_call_runs_sm80_while_the_hopper_kernel_builds(fake_cuda, builds, 
     assert builds.names.count(spec.name) == 1 and [x for _, x in background._futures] == [spec]
 
 
-@pytest.mark.parametrize("spilled", [False, True])
-def test_d64_twin(fake_cuda, builds, monkeypatch, spilled):
-    """Head dim 64: the variant's Hopper kernel is the three-warpgroup one, which may spill
-    (selection.spills); the first call's background build makes it and then its two-warpgroup
-    twin, so that after wait_for_compiles the next call runs, and keeps, the Hopper kernel the
-    build's spills choose: three warpgroups without spills, two with (no second round of
-    provisional sm_80 calls and background builds)."""
+def _spilling(builds, monkeypatch, spilled):
+    """The compile stand-in with spills: ``spilled`` True, the three-warpgroup variant kernel spills
+    64 bytes; "twin_worse", and its two-warpgroup twin 512."""
     compile_real = builds.compile_cubin
 
     def compile_cubin(source, arch, options, name="kernel"):
         r = compile_real(source, arch, options, name)
-        if spilled and "w12" in name:
-            r = compiler.CompileResult(cubin=r.cubin, log="", resources={"registers": 168, "spill_stores": 64})
+        n = (64 if "w12" in name else 512 if spilled == "twin_worse" and _is_hopper_variant(name) else 0) if spilled \
+            else 0
+        if n:
+            r = compiler.CompileResult(cubin=r.cubin, log="", resources={"registers": 168, "spill_stores": n})
         return r
     monkeypatch.setattr(compiler, "compile_cubin", compile_cubin)
+
+
+@pytest.mark.parametrize("spilled", [False, True, "twin_worse"])
+def test_d64_twin(fake_cuda, builds, monkeypatch, spilled):
+    """Head dim 64: the variant's Hopper kernel is the three-warpgroup one, which may spill
+    (selection.spills); the first call's background build makes it and then its two-warpgroup
+    twin, so that after wait_for_compiles the next call runs, and keeps, the Hopper kernel the
+    build's spills choose: three warpgroups without spills, two with, three again where the twin
+    spills more (no second round of provisional sm_80 calls and background builds)."""
+    _spilling(builds, monkeypatch, spilled)
     torch.manual_seed(0)
     x = (torch.randn(256, 4, 64).to(BF16), *(torch.randn(256, 2, 64).to(BF16) for _ in range(2)),
          torch.tensor([0, 128, 256], dtype=torch.int32))
@@ -173,8 +182,32 @@ def test_d64_twin(fake_cuda, builds, monkeypatch, spilled):
     _call(x, variant=var)                         # the Hopper recipe at once, kept
     assert fake_cuda.kinds() == HOPPER and len(api._CALLS) == kept + 1
     ran = [k.spec for k in runtime.loaded_kernels() if tiered.is_slow(k.spec)]
-    assert [sp.tile.num_warps for sp in ran] == [8 if spilled else 12]
+    assert [sp.tile.num_warps for sp in ran] == [8 if spilled is True else 12]
     assert builds.names == compiled and len(background._futures) == len(specs)   # nothing built again
+
+
+@pytest.mark.parametrize("spilled", [True, "twin_worse"])
+def test_a_plain_call_and_a_plan_take_the_same_twin(fake_cuda, builds, monkeypatch, spilled):
+    """Both kernels in the disk cache (``kernelgen warmup --variant``, or an earlier process) and
+    their spills not yet known in this process: a plain call decides from the build's spills as an
+    AttentionPlan does (the kernel that spills less), whichever comes first."""
+    from kernelgen.selection import spills
+    _spilling(builds, monkeypatch, spilled)
+    builds.gate.set()
+    monkeypatch.setenv("KERNELGEN_TIERED_COMPILE", "0")
+    torch.manual_seed(0)
+    x = (torch.randn(256, 4, 64).to(BF16), *(torch.randn(256, 2, 64).to(BF16) for _ in range(2)),
+         torch.tensor([0, 128, 256], dtype=torch.int32))
+    _warm(fake_cuda, x)
+    var = _variant()
+    plan = FC.make_plan(monkeypatch, max_batch=2, num_heads_q=4, num_heads_kv=2, head_dim=64, max_total_q=256,
+                        max_seqlen_q=128, max_seqlen_k=128, causal=True, variant=var)
+    want = 8 if spilled is True else 12
+    assert plan.recipe.variants.attention.tile.num_warps == want
+    spills._KNOWN.clear()                         # a new process: the disk cache warm, nothing known
+    _call(x, variant=var)
+    ran = [k.spec for k in runtime.loaded_kernels() if tiered.is_slow(k.spec)]
+    assert ran and ran[-1].tile.num_warps == want
 
 
 @pytest.mark.parametrize("value, on", [("0", False), ("false", False), ("No", False), ("OFF", False), (" off ", False),

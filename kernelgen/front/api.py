@@ -346,8 +346,8 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
         ordinal = q.device.index
         device = runtime.device(ordinal)
         # (a user variant's three-warpgroup / option-"m" kernel that spilled: its twin, selection.spills)
-        recipe = spills.checked(decide.decide(call.signature, device, call.settings), call.signature, device,
-                                call.settings, build=False)
+        decided = decide.decide(call.signature, device, call.settings)
+        recipe = spills.checked(decided, call.signature, device, call.settings, build=False)
         # a new user variant's Hopper kernel still building: its sm_80 recipe now (selection.tiered)
         provisional = tiered.provisional_recipe(recipe, call, device, ordinal)
         if provisional is not None:
@@ -358,8 +358,9 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                 # its sm_80 kernel does not build: the full recipe (whose Hopper kernel the
                 # background build delivers, or whose error the synchronous build raises)
                 provisional = None
-        if provisional is None:   # built here and now: a variant kernel's spills first
-            recipe = spills.checked(recipe, call.signature, device, call.settings, build=True)
+        if provisional is None:   # built here and now: a variant kernel's spills (and its twin's) first,
+            # from the decided recipe (the check above may have taken a twin whose spills it did not know)
+            recipe = spills.checked(decided, call.signature, device, call.settings, build=True)
         kernel_lse = bool(return_lse) or (sinks is not None and not recipe.sinks_fused)
     if out is None:
         out = torch.empty((sizes["total_q"], sizes["num_heads_q"], sizes["head_dim_v"]), dtype=sizes["dtype"],

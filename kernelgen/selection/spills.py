@@ -99,9 +99,10 @@ def checked(recipe, sig: decide.CallSignature, device, settings: Settings = Sett
     """``recipe`` (``decide.decide(sig, device, settings)``), or the call's recipe on the
     two-warpgroup tile without "m" (``sig`` with ``variant_spills``) when one of its kernels is a user
     variant's three-warpgroup or option-"m" kernel that spills (``spills``; a kernel not built yet
-    counts only with ``build``) and the twin spills less (``_twin_spills_less``; a twin not built yet,
-    without ``build``, is taken: once built and known to spill as much, the next call keeps
-    ``recipe``).  With JIT off, ``recipe`` when the twin's kernels are not all in the cache."""
+    counts only with ``build``) and the twin spills less (``_twin_spills_less``; without ``build`` a
+    twin whose spills are not known is taken, so a caller that then builds checks the decided recipe
+    again with ``build``, as ``front.api`` and ``AttentionPlan`` do).  With JIT off, ``recipe`` when
+    the twin's kernels are not all in the cache."""
     if sig.variant is None or sig.variant_spills:
         return recipe
     for spec in recipe.specs:
