@@ -124,7 +124,8 @@ def test_the_sass_has_the_second_copy_and_no_spills(kw, d):
 
 def test_the_dispatcher_adds_it_where_a_mufu_function_runs_on_every_logit(monkeypatch):
     """``SM90_MASK_SPLIT_MUFU`` (on): "m" on a soft-cap (two and three warpgroups, head dims up to 128
-    and 256) and on a transcendental snippet on the three-warpgroup tile or at head dim 256; not on
+    and 256) and on a transcendental snippet on the three-warpgroup tile or at head dims 128 and 256
+    (``SM90_MASK_SPLIT_SNIPPET_HEAD_DIMS``); not on
     plain, ALiBi, a snippet without a MUFU function, FP8, a window, head dim 192, a soft-cap with ALiBi
     at 256, nor a variant whose kernel spilled (``variant_spills``: selection.spills' twin)."""
     monkeypatch.setattr(heuristics, "SM90_MASK_SPLIT_MUFU", True)
@@ -132,7 +133,11 @@ def test_the_dispatcher_adds_it_where_a_mufu_function_runs_on_every_logit(monkey
     def has_m(d=64, **kw):
         return "_masksplit" in _spec(None, d=d, **kw).name
     assert has_m(softcap=True) and has_m(d=128, softcap=True) and has_m(variant=SNIPPET)
-    assert not has_m(d=128, variant=SNIPPET)                      # two warpgroups: 1.007x with it
+    assert heuristics.SM90_MASK_SPLIT_SNIPPET_HEAD_DIMS == (128, 256)
+    assert has_m(d=128, variant=SNIPPET)                          # two warpgroups: 0.919-0.969x the time
+    assert heuristics.with_mask_split("p", False, SNIPPET, 8, head_dim=64) == "p"   # 1.007x with it
+    assert heuristics.with_mask_split("p", False, SNIPPET, 8, head_dim=128) == "mp"
+    assert heuristics.with_mask_split("p", False, SNIPPET, 8, head_dim=96) == "p"   # not measured
     assert not has_m() and not has_m(alibi=True) and not has_m(variant=ALIBI) and not has_m(d=256)
     assert has_m(d=256, softcap=True) and has_m(d=256, variant=SNIPPET)           # 0.92-0.99x the time
     assert not has_m(d=256, softcap=True, alibi=True) and not has_m(d=192, softcap=True)

@@ -678,6 +678,13 @@ SM90_MASK_SPLIT_MAX_HEAD_DIM = 128
 #: 0.917-1.010x (twins 0.991-1.028).
 SM90_MASK_SPLIT_MUFU_HEAD_DIMS = (256,)
 
+#: Head dims where a transcendental user snippet on the two-warpgroup tile takes option "m"
+#: (``with_mask_split``; on three warpgroups it always does).  H100, interleaved A/B with twins,
+#: causal 1 x 16k, the tanh.approx snippet: llama3-8b's heads (32 / 8, d 128) 0.919-0.969x the time
+#: (twins 0.956-1.009; fifty-fourth session), gemma2-9b's (16 / 8, d 256) 0.947-0.990x (fifty-third);
+#: at head dim 64 it ran 1.007x (that tile has three warpgroups by default).  Outputs bit-identical.
+SM90_MASK_SPLIT_SNIPPET_HEAD_DIMS = (128, 256)
+
 #: Option "m" added by the dispatcher (``with_mask_split``) where every logit passes through a MUFU
 #: function besides the exponential: the built-in soft-cap and user variants whose snippets call one
 #: (``VariantCode.transcendental``).  There the unmasked copy lets ptxas interleave the tanh with the
@@ -701,15 +708,15 @@ def with_mask_split(opts: str, softcap: bool, variant, num_warps: int, fp8: bool
                     head_dim: int = 0, variant_spills: bool = False) -> str:
     """``opts`` with option "m" where ``SM90_MASK_SPLIT_MUFU`` adds it: a soft-cap, or a transcendental
     user variant on the three-warpgroup tile (``num_warps`` 12: at head dim 64 on two the snippet ran
-    1.007x the time with it) or at a head dim of ``SM90_MASK_SPLIT_MUFU_HEAD_DIMS`` (two warpgroups,
-    0.947-0.990x at 256), 16-bit K / V only (``fp8``: an FP8 cache or FP8 q, not measured);
+    1.007x the time with it) or at a head dim of ``SM90_MASK_SPLIT_SNIPPET_HEAD_DIMS`` (two warpgroups,
+    0.919-0.969x at 128, 0.947-0.990x at 256), 16-bit K / V only (``fp8``: an FP8 cache or FP8 q, not measured);
     ``without_mask_split`` then drops it where the built-in kernels spill.  A user variant's spills are
     known only once built: with ``variant_spills`` (its kernel with "m" or on three warpgroups spilled,
     ``selection.spills``) none is added."""
     if variant is not None and variant_spills:
         return opts
     if SM90_MASK_SPLIT_MUFU and not fp8 and (softcap or (variant is not None and variant.transcendental and (
-            num_warps == 12 or head_dim in SM90_MASK_SPLIT_MUFU_HEAD_DIMS))):
+            num_warps == 12 or head_dim in SM90_MASK_SPLIT_SNIPPET_HEAD_DIMS))):
         return "".join(sorted(set(opts) | {"m"}))
     return opts
 

@@ -157,19 +157,21 @@ def test_graph_replay():
     ran_m()
 
 
+@pytest.mark.parametrize("d", [128, 256])
 @pytest.mark.parametrize("causal,num_splits,page_size,default", [
     (True, 1, 0, False), (False, 3, 0, False), (True, 1, 16, False), (True, 2, 64, False), (True, 0, 0, True),
     (True, 0, 16, True)])
-def test_d256_tanh_snippet(causal, num_splits, page_size, default, monkeypatch):
-    """Head dim 256 keeps "m" where a tanh runs on every logit (heuristics.SM90_MASK_SPLIT_MUFU_HEAD_DIMS):
-    a soft-cap snippet on packed and paged K / V (TMA boxes of 16-token pages and of 64), split or
+def test_two_warpgroup_tanh_snippet(causal, num_splits, page_size, default, d, monkeypatch):
+    """A tanh snippet on the two-warpgroup tile takes "m" at head dims 128 and 256
+    (heuristics.SM90_MASK_SPLIT_SNIPPET_HEAD_DIMS; 256 keeps it, SM90_MASK_SPLIT_MUFU_HEAD_DIMS): a
+    soft-cap snippet on packed and paged K / V (TMA boxes of 16-token pages and of 64), split or
     not, against the float64 reference; ``default``: the dispatcher's own options add it."""
     if default:
         monkeypatch.setattr(heuristics, "SM90_OPTS", DEFAULT_SM90_OPTS)
         api.clear_signature_cache()
     qlens, klens = [700, 200, 0, 333, 129], [900, 400, 17, 333, 129]
-    hq, hkv, d = 8, 2, 256
-    var = kernelgen.Variant(score_mod="50.f * tanhf(score / 50.f)", name="tanh_cap_d256")
+    hq, hkv = 8, 2
+    var = kernelgen.Variant(score_mod="50.f * tanhf(score / 50.f)", name=f"tanh_cap_d{d}")
 
     def ref_mod(score, b, h, qi, kj, lq, lk):
         return 50.0 * torch.tanh(score / 50.0)
@@ -188,3 +190,4 @@ def test_d256_tanh_snippet(causal, num_splits, page_size, default, monkeypatch):
     torch.cuda.synchronize()
     check(o, lse, ref, ref_lse, torch.bfloat16)
     ran_m()
+    assert prepared().attn.tile.num_warps == 8, prepared().attn.name
