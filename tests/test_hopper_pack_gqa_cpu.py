@@ -422,3 +422,48 @@ def test_packed_alibi_kernels_build_without_spills(d, hq, hkv, mask, softcap, pa
     assert a.pack_gqa and a.alibi, a.name
     r = compiler.compile_cubin(render.render(a), a.arch, compiler.default_options(a.arch), a.name).resources
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0, r
+
+
+# ---------------------------------------------------------------- user variants
+
+
+def test_user_variants_pack_where_asked_not_automatically(monkeypatch):
+    """A user variant packs on the Hopper kernel where the call asks (``pack_gqa=True`` or the
+    switch), not by the automatic choice (``SM90_VARIANT_PACK_MAX_MEAN_Q`` 0: not measured yet); with
+    a bound, below it."""
+    from kernelgen.kernels.variant_code import VariantCode
+    code = VariantCode(score_mod="50.f * tanhf(score / 50.f)")
+    assert H.SM90_VARIANT_PACK_MAX_MEAN_Q == 0
+    for d, hq, hkv in ((64, 64, 8), (128, 32, 4)):
+        a = _choose(hq=hq, hkv=hkv, d=d, lq=300, pack_gqa=True, variant=code)
+        assert a.mainloop == "sm90a" and a.pack_gqa and "_pack_" in a.name and a.variant == code, a.name
+        a = _choose(hq=hq, hkv=hkv, d=d, lq=300, sm90_pack=True, variant=code)
+        assert a.mainloop == "sm90a" and a.pack_gqa, a.name
+        # the automatic choice: the plain call packs at this mean, the variant's does not
+        assert _choose(hq=hq, hkv=hkv, d=d, lq=300, mean_q=300).pack_gqa
+        a = _choose(hq=hq, hkv=hkv, d=d, lq=300, mean_q=300, variant=code)
+        assert a.mainloop == "sm90a" and not a.pack_gqa, a.name
+    monkeypatch.setattr(H, "SM90_VARIANT_PACK_MAX_MEAN_Q", 1024)
+    assert _choose(hq=64, d=64, lq=300, mean_q=300, variant=code).pack_gqa
+    assert not _choose(hq=64, d=64, lq=4096, mean_q=4096, variant=code).pack_gqa
+
+
+def test_packed_variant_source_gives_the_snippets_each_rows_head_and_position():
+    """The packed kernel's user calls take qpk (common/user_mod.cuh: row r is token r / qpk of query
+    head kv_head * qpk + r % qpk); a kv_range gets the tile's query positions, not its packed rows."""
+    from kernelgen.kernels.variant_code import VariantCode
+    doc = VariantCode(mask_mod="doc[q_offset + q_idx] == doc[kv_idx]", kv_range="kv_lo = 0;",
+                      tensors=(("doc", "int32"),))
+    alibi = VariantCode(score_mod="score - slopes[head] * kg_abs(q_idx + kv_len - q_len - kv_idx)",
+                                       tensors=(("slopes", "float32"),))
+    for code in (doc, alibi):
+        packed = _choose(hq=32, lq=300, pack_gqa=True, variant=code)
+        unpacked = _choose(hq=32, lq=300, pack_gqa=False, variant=code)
+        assert packed.pack_gqa and not unpacked.pack_gqa
+        src, usrc = render.render(packed), render.render(unpacked)
+        assert "row0, qpk, cw, lane" in src and "row0, qpk, cw, lane" not in usrc
+        assert "row0, 1, cw, lane, score_scale" in usrc and "row0, 1, cw, lane, score_scale" not in src
+        if code is doc:
+            assert src.count("user_block_range(p, user_tile(ti, qpk), tile_pos_first(ti, qm), tile_pos_last(ti, qm) + 1") == 2
+            assert "user_block_range(p, ut, tile_pos_first(ti, qm), pos_last + 1" in src
+            assert "user_block_range(p, ut, ti.row0, pos_last + 1" in usrc

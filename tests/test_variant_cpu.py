@@ -394,11 +394,34 @@ def _compile_spec(name, where):
                                max_seqlen_q=700, max_seqlen_k=9000, paged=True, page_size=0, variant=v.code)
         assert "g" in vv.attention.sm90_opts
         return vv.attention
+    if where.startswith("sm90a_packed"):   # pack-GQA on the Hopper kernel, asked for (pack_gqa=True)
+        d, hq = (64, 64) if where.endswith("d64") else (128, 32)
+        paged = "paged" in where
+        vv = heuristics.choose("sm_90a", "bf16", d, d, num_heads_q=hq, num_heads_kv=8,
+                               mask="none" if paged else "causal", max_seqlen_q=700, max_seqlen_k=9000, paged=paged,
+                               page_size=64 if paged else 0, num_splits=3 if paged else 1, pack_gqa=True,
+                               variant=v.code)
+        a = vv.attention
+        assert a.mainloop == "sm90a" and a.pack_gqa and a.split == paged, a.name
+        assert a.tile.num_warps == (12 if d == 64 else 8), a.name
+        if name in SPILL_ON_THREE:   # as unpacked: the call takes the two-warpgroup twin (selection.spills)
+            vv = heuristics.choose("sm_90a", "bf16", d, d, num_heads_q=hq, num_heads_kv=8, mask="causal",
+                                   max_seqlen_q=700, max_seqlen_k=9000, pack_gqa=True, variant=v.code,
+                                   variant_spills=True)
+            assert vv.attention.pack_gqa and vv.attention.tile.num_warps == 8, vv.attention.name
+            return vv.attention
+        return a
     raise AssertionError(where)
 
 
+#: Examples whose kernel on head dim 64's three-warpgroup tile spills, packed or not (NVRTC 13.0: the
+#: causal T5 bias 68 bytes, index_arith 56-336); a call takes the two-warpgroup twin (selection.spills,
+#: tests/test_spills_cpu.py).
+SPILL_ON_THREE = ("index_arith", "t5_bias")
+
+
 WHERE = ("sm80_prefill", "sm80_on_sm90a_split", "sm80_decode_pack_split_paged", "keys_as_rows", "sm90a_prefill",
-         "sm90a_paged_split", "sm90a_gather")
+         "sm90a_paged_split", "sm90a_gather", "sm90a_packed", "sm90a_packed_d64", "sm90a_packed_paged_split")
 
 
 @pytest.mark.parametrize("where", WHERE)

@@ -10,7 +10,7 @@ sinks, soft-cap and window as the bench entry has them); ``long_<preset>``: one 
 keys) on packed K/V; ``chunkN_<preset>``: 8192 // N chunks of N queries at the end of 8192 keys (the
 automatic choice's threshold, ``heuristics.SM90_PACK_MAX_MEAN_Q``, lies between the measured means);
 ``--softcap X`` / ``--no-sinks`` / ``--no-causal`` change the preset's soft-cap / drop its sinks / the causal
-mask; ``--alibi`` adds built-in ALiBi; ``--dtype e4m3`` quantises q, k and v (the FP8 tensor-core tile, which packs at head dims 64 and 128).
+mask; ``--alibi`` adds built-in ALiBi; ``--score-mod S`` a user variant (``kernelgen.Variant(score_mod=S)``); ``--dtype e4m3`` quantises q, k and v (the FP8 tensor-core tile, which packs at head dims 64 and 128).
 Prints one JSON row a shape and pass (TFLOP/s, us, packed / unpacked time, the
 largest difference between the two outputs, which should be 0: packing changes which rows share a
 tile, not a row's arithmetic) and the kernels' names.
@@ -64,6 +64,7 @@ def main() -> int:
     ap.add_argument("--heads", default=None, help="HQ/HKV: the query and KV heads instead of the preset's")
     ap.add_argument("--alibi", action="store_true",
                     help="built-in ALiBi (Press et al.'s slopes 2^(-8 h / H))")
+    ap.add_argument("--score-mod", default=None, help="a user variant's score_mod (kernelgen.Variant)")
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "e4m3"),
                     help="e4m3: q, k and v quantised per tensor (suites.quantize_e4m3, descales (batch, KV heads)): "
                          "the FP8 tensor-core tile")
@@ -93,6 +94,10 @@ def main() -> int:
                        for n, x in (("q", qs), ("k", ks), ("v", vs))})
         if sinks is not None:
             kw["sinks"] = sinks
+        if a.score_mod:
+            import kernelgen
+            kw["variant"] = kernelgen.Variant(score_mod=a.score_mod, name="ab_score_mod")
+            os.environ["KERNELGEN_TIERED_COMPILE"] = "0"   # the Hopper kernels on the first calls, not sm_80's
         if a.alibi:
             kw["alibi_slopes"] = torch.tensor([2.0 ** (-8.0 * (h + 1) / m.num_heads_q) for h in range(m.num_heads_q)],
                                               dtype=torch.float32, device="cuda")

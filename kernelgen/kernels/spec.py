@@ -271,9 +271,9 @@ class AttentionSpec:
             return f"head dims {self.head_dim}/{self.head_dim_v} (supported: {SM90_HEAD_DIM_PAIRS})"
         if self.paged and (self.head_dim != self.head_dim_v or self.head_dim not in SM90_PAGED_HEAD_DIMS):
             return f"paged at head dims {self.head_dim}/{self.head_dim_v} (paged: equal, in {SM90_PAGED_HEAD_DIMS})"
-        if self.pack_gqa and ((self.kv_dtype and not self.fp8_mma) or self.variant is not None):
-            return ("pack_gqa with an FP8 cache and a 16-bit q or a user variant (the Hopper kernel packs "
-                    "16-bit calls, with ALiBi too, and FP8 q / K / V on FP8 wgmma)")
+        if self.pack_gqa and self.kv_dtype and not self.fp8_mma:
+            return ("pack_gqa with an FP8 cache and a 16-bit q (the Hopper kernel packs 16-bit calls, with ALiBi "
+                    "or a user variant too, and FP8 q / K / V on FP8 wgmma)")
         if self.pack_gqa and self.fp8_mma and max(self.head_dim, self.head_dim_v) > self.SM90_FP8_PACK_MAX_HEAD_DIM:
             return (f"pack_gqa on FP8 wgmma above head dim {self.SM90_FP8_PACK_MAX_HEAD_DIM} "
                     f"(heuristics.SM90_FP8_PACK_MAX_HEAD_DIM)")

@@ -798,9 +798,15 @@ SM90_ALIBI_PACK_MAX_MEAN_Q: int = 6144
 #: 3.4 % on the trace and costs nothing on chunks.  The 192-row tile (head dim 64) packs at any qpk
 #: that divides it: its unpacked tiles straddle the 128-key blocks (12 % on gpt-oss).
 SM90_PACK_AUTO_MIN_QPK_128: int = 8
+#: The automatic choice packs a call with a user variant (``kernelgen.Variant``; its snippets see each
+#: packed row's own query head and position, common/user_mod.cuh) below this many query tokens a
+#: request; 0: never automatically, only where asked (``pack_gqa=True``, ``KERNELGEN_SM90_PACK_GQA=1``).
+#: Not measured on the GPU yet (fifty-fourth session: built and CPU-tested).
+SM90_VARIANT_PACK_MAX_MEAN_Q: int = 0
 
 
-def sm90_pack_auto(qpk: int, mean_q: int, block_m: int = 0, fp8: bool = False, alibi: bool = False) -> bool:
+def sm90_pack_auto(qpk: int, mean_q: int, block_m: int = 0, fp8: bool = False, alibi: bool = False,
+                   variant: bool = False) -> bool:
     """The automatic pack-GQA choice of the Hopper prefill kernel: GQA (``qpk`` > 1 query heads a
     KV head) and requests averaging ``mean_q`` > 0 query tokens (0 = unknown: a plan, or a mixed
     batch's long class: no packing); once the tile is known (``block_m`` rows; 0 = not yet: True,
@@ -813,8 +819,11 @@ def sm90_pack_auto(qpk: int, mean_q: int, block_m: int = 0, fp8: bool = False, a
     chunks of 2048 0.95, at 32 / 8 heads 4k / 16k 0.93-0.98; FP8 q / K / V at 64 / 8 the varlen
     trace 0.873, 2k-4k 0.93-0.98, 8k-16k 1.006-1.046 (slower); FP8 at d 128 (128-row tile) and
     8 / 1 heads (fifty-first session) the varlen trace 0.940, chunks of 512 0.994-1.004, one 4k
-    request 1.013-1.020 (not packed automatically)."""
+    request 1.013-1.020 (not packed automatically).  A call with a user variant (``variant``) packs
+    below ``SM90_VARIANT_PACK_MAX_MEAN_Q`` tokens (0: never automatically)."""
     if not (qpk > 1 and mean_q > 0):
+        return False
+    if variant and mean_q >= SM90_VARIANT_PACK_MAX_MEAN_Q:
         return False
     if block_m == 0:
         return True
@@ -942,10 +951,12 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
     hopper_class = tile_class_for_rows(rows, pack and not sm90_pack_on)
     if mainloop == "sm90a" or (mainloop is None and tile is None and hopper_class == "prefill"):
         # pack-GQA on the Hopper kernel (16-bit q and K/V, or FP8 q, K and V on the FP8 tensor-core tile up to
-        # SM90_FP8_PACK_MAX_HEAD_DIM; no user variant): asked for, or automatic
+        # SM90_FP8_PACK_MAX_HEAD_DIM; a user variant where asked or below SM90_VARIANT_PACK_MAX_MEAN_Q): asked for,
+        # or automatic
         fp8_call = bool(kv_dtype or q_dtype)
         # (ALiBi packs with per-row slopes; with a soft-cap above head dim 128 the packed kernel spilled 8 bytes)
-        no_pack = ("pack-GQA with a user variant" if variant is not None
+        no_pack = ("pack-GQA with a user variant (not chosen automatically: SM90_VARIANT_PACK_MAX_MEAN_Q)"
+                   if variant is not None and auto_pack and not sm90_pack_auto(qpk, mean_q, variant=True)
                    else f"pack-GQA with an FP8 K/V cache ({kv_dtype}) and a 16-bit q"
                    if fp8_call and not (kv_dtype and q_dtype)
                    else "pack-GQA with ALiBi and a soft-cap above head dim 128 (the packed kernel spills)"
@@ -988,7 +999,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
             # a packed Q box holds whole tokens; head dim 256 stays unpacked (SM90_PACK_MAX_HEAD_DIM)
             hpack = (want_pack and fp8_packs and t.block_m % qpk == 0
                      and max(head_dim, head_dim_v) <= SM90_PACK_MAX_HEAD_DIM
-                     and (not auto_pack or sm90_pack_auto(qpk, mean_q, t.block_m, fp8_call, bool(alibi))))
+                     and (not auto_pack or sm90_pack_auto(qpk, mean_q, t.block_m, fp8_call, bool(alibi),
+                                                          variant is not None)))
             if pack and not hpack:
                 why = (f"pack-GQA with {qpk} query heads a KV head on a {t.block_m}-row tile" if fp8_packs else
                        f"pack-GQA of an FP8 call off the FP8 tensor-core tile at head dims up to "

@@ -223,7 +223,7 @@ __device__ __forceinline__ void producer_loop(const AttnParams& p, const TmaMaps
     int n_lo, n_hi;  // a key block outside the causal mask or the window is never loaded
     key_block_range(mi, {{ "tile_pos_first(ti, qm), tile_pos_last(ti, qm)" if v.pack_gqa else "ti.row0, ti.row0 + ti.valid_rows - 1" }}, n_lo, n_hi);
     {% if v.get("user") %}
-    if (USER_RANGE) user_block_range(p, user_tile(ti, qpk), ti.row0, ti.row0 + ti.valid_rows, n_lo, n_hi);
+    if (USER_RANGE) user_block_range(p, user_tile(ti, qpk), {{ "tile_pos_first(ti, qm), tile_pos_last(ti, qm) + 1" if v.pack_gqa else "ti.row0, ti.row0 + ti.valid_rows" }}, n_lo, n_hi);
     {% endif %}
     split_block_range(ti.split, ti.num_splits, n_lo, n_hi);
     if (n_hi > n_lo) {
@@ -484,15 +484,16 @@ __device__ __forceinline__ void turn_pass(int cg) {
 {#- A hoisted score_mod's per-key part into the accumulators of block n before its Q K^T issue
     (user_acc_init), with the instance block_scores(clamp_kv) will take for the block. -#}
 {% macro user_acc(clamp_kv=True, mask="branch") -%}
+{% set urows = "qpk" if v.pack_gqa else "1" %}
 {% set nonneg = v.get("user") and v.mask == "causal" and v.user.nonneg and not clamp_kv %}
 {% if nonneg and mask != "branch" -%}
-uacc = user_acc_init<false, {{ "false" if mask == "yes" else "true" }}>(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2);
+uacc = user_acc_init<false, {{ "false" if mask == "yes" else "true" }}>(s, p, ut, n, row0, {{ urows }}, cw, lane, score_scale(p) * KG_LN2);
 {% elif nonneg -%}
 uacc = block_needs_mask(mi, n, pos_first, pos_last)
-           ? user_acc_init<false, false>(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2)
-           : user_acc_init<false, true>(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2);
+           ? user_acc_init<false, false>(s, p, ut, n, row0, {{ urows }}, cw, lane, score_scale(p) * KG_LN2)
+           : user_acc_init<false, true>(s, p, ut, n, row0, {{ urows }}, cw, lane, score_scale(p) * KG_LN2);
 {% else -%}
-uacc = user_acc_init<{{ "true" if clamp_kv else "false" }}>(s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2);
+uacc = user_acc_init<{{ "true" if clamp_kv else "false" }}>(s, p, ut, n, row0, {{ urows }}, cw, lane, score_scale(p) * KG_LN2);
 {% endif -%}
 {%- endmacro %}
 
@@ -516,7 +517,7 @@ if (ALIBI_ACC) alibi_acc_init(s, alibi_sl);
 {% set mask_call = "apply_mask_pos(s, mi, n, rpos, lane)" if v.pack_gqa else "apply_mask(s, mi, n, row0, 1, cw, lane)" %}
 {% set alibi_roff = v.get("alibi") and v.mask == "causal" and not v.get("user") %}
 {% set apply = "apply_user_hoist" if hoist else "apply_user" %}
-{% set user_args = "s, p, ut, n, row0, 1, cw, lane, score_scale(p) * KG_LN2, " ~ ("score_scale(p), roff, uacc" if hoist else "1.f") %}
+{% set user_args = "s, p, ut, n, row0, " ~ ("qpk" if v.pack_gqa else "1") ~ ", cw, lane, score_scale(p) * KG_LN2, " ~ ("score_scale(p), roff, uacc" if hoist else "1.f") %}
 {% set nonneg = v.get("user") and v.mask == "causal" and v.user.nonneg and not clamp_kv %}
 if (SOFTCAP) cap_scores(s, p, kd);
 {% if alibi_roff or hoist -%}
@@ -694,7 +695,8 @@ __device__ __forceinline__ void consumer_mainloop(const AttnParams& p, const Mas
   {% if v.pack_gqa %}
   // pack-GQA: tile row r is query head r % qpk of position r / qpk (row0 is a multiple of BM and of
   // qpk); rpos: the positions of this thread's two rows (g and g + 8), for apply_mask_pos
-  const unsigned qm = qpk_magic(p.num_heads_q / p.num_heads_kv);
+  const int qpk = p.num_heads_q / p.num_heads_kv;   // (a user variant's rows: common/user_mod.cuh)
+  const unsigned qm = qpk_magic(qpk);
   const int pos_first = row0 / BM * div_qpk(BM, qm);
   int rpos[2];
   rpos[0] = pos_first + div_qpk(cw * WM + (lane >> 2), qm);
@@ -935,7 +937,7 @@ __device__ __forceinline__ void producer_loop_gather(const AttnParams& p, const 
     int n_lo, n_hi;
     key_block_range(mi, {{ "tile_pos_first(ti, qm), tile_pos_last(ti, qm)" if v.pack_gqa else "ti.row0, ti.row0 + ti.valid_rows - 1" }}, n_lo, n_hi);
     {% if v.get("user") %}
-    if (USER_RANGE) user_block_range(p, user_tile(ti, qpk), ti.row0, ti.row0 + ti.valid_rows, n_lo, n_hi);
+    if (USER_RANGE) user_block_range(p, user_tile(ti, qpk), {{ "tile_pos_first(ti, qm), tile_pos_last(ti, qm) + 1" if v.pack_gqa else "ti.row0, ti.row0 + ti.valid_rows" }}, n_lo, n_hi);
     {% endif %}
     split_block_range(ti.split, ti.num_splits, n_lo, n_hi);
     if (n_hi > n_lo) {

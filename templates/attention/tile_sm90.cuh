@@ -71,7 +71,7 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
       key_block_range(mi, {{ "tile_pos_first(ti, qm)" if v.pack_gqa else "ti.row0" }}, pos_last, n_lo, n_hi);
       {% if v.get("user") %}
       const UserTile ut = user_tile(ti, qpk);  // user variant (common/user_mod.cuh)
-      if (USER_RANGE) user_block_range(p, ut, ti.row0, pos_last + 1, n_lo, n_hi);
+      if (USER_RANGE) user_block_range(p, ut, {{ "tile_pos_first(ti, qm)" if v.pack_gqa else "ti.row0" }}, pos_last + 1, n_lo, n_hi);
       {% endif %}
       split_block_range(ti.split, ti.num_splits, n_lo, n_hi);
       if (n_hi > n_lo) {

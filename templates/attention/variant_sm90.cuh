@@ -27,7 +27,8 @@ constexpr bool CAUSAL = {{ "true" if v.mask == "causal" else "false" }};
 constexpr bool LOCAL = {{ "true" if v.mask == "local" else "false" }};   // sliding window
 constexpr bool LPT = CAUSAL || LOCAL;        // m-blocks last-first
 // PACK_GQA: the query heads of one KV head share a tile (rows are (token, head) pairs: the Q box,
-// row_token / row_qhead in the epilogue; 16-bit K/V without ALiBi, a user variant or the fused kernel)
+// row_token / row_qhead in the epilogue; a user variant's snippets see each row's own head and
+// position, common/user_mod.cuh; 16-bit K/V or FP8 q / K / V on FP8 wgmma, not the fused kernel)
 constexpr bool PACK_GQA = {{ "true" if v.pack_gqa else "false" }};
 constexpr bool SPLIT = {{ "true" if v.split else "false" }};        // split-KV partial outputs
 constexpr bool PAGED = {{ "true" if v.paged else "false" }};
@@ -101,9 +102,6 @@ static_assert(!PACK_GQA || ((!FP8 || FP8_MMA) && !QUEUE_ONLY),
               "pack-GQA on the Hopper kernel: 16-bit K/V or FP8 q / K / V on FP8 wgmma, standalone launches");
 {% else %}
 static_assert(!PACK_GQA || (!FP8 && !QUEUE_ONLY), "pack-GQA on the Hopper kernel: 16-bit K/V, standalone launches");
-{% endif %}
-{% if v.pack_gqa and v.get("user") %}
-#error "pack-GQA on the Hopper kernel: user variants take a tile's head and rows as unpacked (AttentionSpec.sm90_unsupported)"
 {% endif %}
 static_assert(!FP8 || (!GATHER && LAND >= 1), "FP8 K/V: TMA landing stages, no row gathering");
 static_assert(!GATHER || PAGED, "row gathering is for paged K/V");

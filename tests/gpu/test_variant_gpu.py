@@ -9,7 +9,8 @@ in turn on sm_90a, one class elsewhere: no fused kernel takes a variant), on the
 (sm_90a) and the sm_80 one (forced ``arch=``); pack-GQA decode (the head of each packed row); rows
 whose keys are all masked (out 0, lse -inf, through the split-KV combine too); a too-narrow
 kv_range (the key blocks outside it skipped); every example in AttentionPlans (decode, decode with
-forced splits, mixed) captured in a CUDA graph and replayed with new tensor values; and a never-seen
+forced splits, mixed) captured in a CUDA graph and replayed with new tensor values; pack-GQA on the
+Hopper kernel (``pack_gqa=True``: each packed row's own head and position); and a never-seen
 variant's first call (the sm_80 kernel while the Hopper kernel builds) and the call after
 ``kernelgen.wait_for_compiles()`` (the Hopper kernel).  Outputs and LSE are
 NaN-poisoned; tolerances from ``reference.tolerance``.
@@ -152,6 +153,40 @@ def test_d64_three_warpgroups(name, num_splits, monkeypatch):
     off = var.code.transcendental and "transcendental" not in heuristics.SM90_THREE_WG_EXTRAS   # (a test's switch)
     assert spec.tile.num_warps == (8 if off or spills.spills(three, build=True) else 12), spec.name
     assert cache.get_cache().lookup(spec) is not None
+
+
+@pytest.mark.parametrize("case", ["d128", "d64_split", "paged_split"])
+@pytest.mark.parametrize("name", X.EXAMPLES)
+def test_hopper_pack_gqa(name, case, monkeypatch):
+    """Pack-GQA on the Hopper kernel with a user variant (``pack_gqa=True``): a tile's rows are
+    (token, query head) pairs of one KV head, and each row's snippets see its own query head and
+    position (common/user_mod.cuh), its kv_range the tile's positions (mainloop_sm90.cuh).  GQA 16/4
+    heads, a request with seqlen_q < seqlen_k, an empty one and one whose keys outnumber its queries
+    27 to 1; head dim 128 unsplit, head dim 64 (three warpgroups where the variant's kernel does not
+    spill) with three splits, and paged K/V (pages of 64 tokens) with three splits."""
+    if not HOPPER:
+        pytest.skip("pack-GQA with a user variant is the Hopper path's")
+    monkeypatch.setenv("KERNELGEN_TIERED_COMPILE", "0")   # the Hopper kernel on the first call
+    qlens, klens = [700, 300, 0, 451, 33], [700, 520, 10, 451, 900]
+    hq, hkv = 16, 4
+    d, num_splits = (64, 3) if case == "d64_split" else (128, 3 if case == "paged_split" else 1)
+    if case == "paged_split":
+        q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, hq, hkv, d, d, 64, 23)
+        k, v, cu_k = gather_paged(kc, vc, pt, used)
+        args, kw = (q, kc, vc, cu_q, None), dict(seqused_k=used, page_table=pt)
+    else:
+        q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, 23)
+        args, kw = (q, k, v, cu_q, cu_k), {}
+    var, sm, mm, causal = make(name, hq, qlens, klens, seed=3)
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=causal, score_mod=sm, mask_mod=mm)
+    out = torch.full((q.shape[0], hq, d), float("nan"), dtype=BF16, device="cuda")
+    o, lse = kernelgen.varlen_attention(*args, max(qlens), max(klens), causal=causal, return_lse=True, out=out,
+                                        num_splits=num_splits, pack_gqa=True, variant=var, **kw)
+    torch.cuda.synchronize()
+    check(o, lse, ref, ref_lse, BF16)
+    name_ = prepared().attn.name
+    assert "_wgmma" in name_ and "_pack_" in name_ and "_var" in name_, name_
+    assert ("_split" in name_) == (num_splits > 1), name_
 
 
 @pytest.mark.parametrize("num_splits", [0, 4])
