@@ -427,25 +427,46 @@ def test_packed_alibi_kernels_build_without_spills(d, hq, hkv, mask, softcap, pa
 # ---------------------------------------------------------------- user variants
 
 
-def test_user_variants_pack_where_asked_not_automatically(monkeypatch):
-    """A user variant packs on the Hopper kernel where the call asks (``pack_gqa=True`` or the
-    switch), not by the automatic choice (``SM90_VARIANT_PACK_MAX_MEAN_Q`` 0: not measured yet); with
-    a bound, below it."""
+def test_user_variants_pack_as_the_plain_call_and_where_asked(monkeypatch):
+    """A user variant packs on the Hopper kernel where the plain call packs (``SM90_VARIANT_PACK_AUTO``:
+    192-row tiles at any length, 128-row tiles at 8 query heads a KV head below 1024 tokens) and where
+    the call asks (``pack_gqa=True`` or the switch); with ``SM90_VARIANT_PACK_AUTO`` off, only where asked."""
     from kernelgen.kernels.variant_code import VariantCode
     code = VariantCode(score_mod="50.f * tanhf(score / 50.f)")
-    assert H.SM90_VARIANT_PACK_MAX_MEAN_Q == 0
-    for d, hq, hkv in ((64, 64, 8), (128, 32, 4)):
-        a = _choose(hq=hq, hkv=hkv, d=d, lq=300, pack_gqa=True, variant=code)
+    assert H.SM90_VARIANT_PACK_AUTO is True
+    cases = [(64, 64, 8, 300), (64, 64, 8, 16384), (128, 32, 8, 300), (128, 32, 8, 16384), (128, 8, 1, 300),
+             (128, 8, 1, 4096)]
+    for d, hq, hkv, lq in cases:
+        plain = _choose(hq=hq, hkv=hkv, d=d, lq=lq, mean_q=lq)
+        a = _choose(hq=hq, hkv=hkv, d=d, lq=lq, mean_q=lq, variant=code)
+        assert a.mainloop == "sm90a" and a.pack_gqa == plain.pack_gqa, (a.name, plain.name)
+        a = _choose(hq=hq, hkv=hkv, d=d, lq=lq, pack_gqa=True, variant=code)
         assert a.mainloop == "sm90a" and a.pack_gqa and "_pack_" in a.name and a.variant == code, a.name
-        a = _choose(hq=hq, hkv=hkv, d=d, lq=300, sm90_pack=True, variant=code)
+        a = _choose(hq=hq, hkv=hkv, d=d, lq=lq, sm90_pack=True, variant=code)
         assert a.mainloop == "sm90a" and a.pack_gqa, a.name
-        # the automatic choice: the plain call packs at this mean, the variant's does not
-        assert _choose(hq=hq, hkv=hkv, d=d, lq=300, mean_q=300).pack_gqa
-        a = _choose(hq=hq, hkv=hkv, d=d, lq=300, mean_q=300, variant=code)
-        assert a.mainloop == "sm90a" and not a.pack_gqa, a.name
-    monkeypatch.setattr(H, "SM90_VARIANT_PACK_MAX_MEAN_Q", 1024)
-    assert _choose(hq=64, d=64, lq=300, mean_q=300, variant=code).pack_gqa
-    assert not _choose(hq=64, d=64, lq=4096, mean_q=4096, variant=code).pack_gqa
+    assert [_choose(hq=hq, hkv=hkv, d=d, lq=lq, mean_q=lq, variant=code).pack_gqa for d, hq, hkv, lq in cases] == \
+        [True, True, False, False, True, False]
+    monkeypatch.setattr(H, "SM90_VARIANT_PACK_AUTO", False)
+    for d, hq, hkv, lq in cases:
+        assert not _choose(hq=hq, hkv=hkv, d=d, lq=lq, mean_q=lq, variant=code).pack_gqa
+        assert _choose(hq=hq, hkv=hkv, d=d, lq=lq, pack_gqa=True, variant=code).pack_gqa
+    assert _choose(hq=64, hkv=8, d=64, lq=300, mean_q=300).pack_gqa   # the plain call's choice is its own
+
+
+def test_user_variants_do_not_pack_above_head_dim_128():
+    """Packed at head dim 192 the examples' ALiBi / T5 / prefix-LM kernels spilled (SM90_VARIANT_PACK_MAX_HEAD_DIM):
+    the automatic choice leaves them unpacked, pack_gqa=True takes the sm_80 path's packed tile, and a forced
+    Hopper call names the reason."""
+    from kernelgen.kernels.variant_code import VariantCode
+    code = VariantCode(score_mod="50.f * tanhf(score / 50.f)")
+    assert H.SM90_VARIANT_PACK_MAX_HEAD_DIM == 128
+    assert _choose(hq=16, hkv=2, d=192, lq=300, mean_q=300).pack_gqa
+    a = _choose(hq=16, hkv=2, d=192, lq=300, mean_q=300, variant=code)
+    assert a.mainloop == "sm90a" and not a.pack_gqa, a.name
+    a = _choose(hq=16, hkv=2, d=192, lq=300, pack_gqa=True, variant=code)
+    assert a.mainloop == "sm80" and a.pack_gqa, a.name
+    with pytest.raises(ValueError, match="pack-GQA with a user variant above head dim 128"):
+        _choose(hq=16, hkv=2, d=192, lq=300, pack_gqa=True, mainloop="sm90a", variant=code)
 
 
 def test_packed_variant_source_gives_the_snippets_each_rows_head_and_position():

@@ -345,6 +345,11 @@ def test_warmup_specs_and_cli_with_a_variant(tmp_path, monkeypatch, capsys):
     attn = [s for s in specs if s.kind == "attention"]
     assert attn and all(s.variant == code for s in attn)
     assert not any(s.kind == "fused" for s in specs)
+    # GQA: the Hopper kernels packed as calls of short requests take them (heuristics.SM90_VARIANT_PACK_AUTO)
+    packed = [s for s in warmup_specs("sm_90a", variants=[code], gqas=(8,), **kw)
+              if s.kind == "attention" and s.mainloop == "sm90a" and s.pack_gqa]
+    assert packed and all(s.variant == code for s in packed)
+    assert {s.paged for s in packed} == {False, True}
     f = tmp_path / "doc.json"
     f.write_text(json.dumps(_examples()["document_mask"][0].to_json()))
     seen = {}

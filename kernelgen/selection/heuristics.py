@@ -799,10 +799,20 @@ SM90_ALIBI_PACK_MAX_MEAN_Q: int = 6144
 #: that divides it: its unpacked tiles straddle the 128-key blocks (12 % on gpt-oss).
 SM90_PACK_AUTO_MIN_QPK_128: int = 8
 #: The automatic choice packs a call with a user variant (``kernelgen.Variant``; its snippets see each
-#: packed row's own query head and position, common/user_mod.cuh) below this many query tokens a
-#: request; 0: never automatically, only where asked (``pack_gqa=True``, ``KERNELGEN_SM90_PACK_GQA=1``).
-#: Not measured on the GPU yet (fifty-fourth session: built and CPU-tested).
-SM90_VARIANT_PACK_MAX_MEAN_Q: int = 0
+#: packed row's own query head and position, common/user_mod.cuh) as it packs the plain call
+#: (``sm90_pack_auto``'s tiles and bounds); False: only where asked (``pack_gqa=True``,
+#: ``KERNELGEN_SM90_PACK_GQA=1``).  Packed / unpacked time, H100, fifty-fourth session
+#: (benchmarks/experiments/pack_gqa_ab.py --score-mod, two passes): the tanh.approx soft-cap snippet
+#: on gpt-oss's heads (64 / 8, d 64, 192-row tile) 0.849-0.870 on the varlen trace, 0.972-0.974 on one
+#: causal 16k request, 0.879 on 8 chunks of 1024; an ALiBi-shaped snippet there 0.851 / 0.990-0.998 /
+#: 0.876; on llama3-70b-tp8's 8 / 1 (128-row tile, d 128) 0.972-0.975 and 0.931-0.968 on the trace;
+#: on llama3-8b's 32 / 8 (qpk 4, not packed automatically) 0.94-0.97 on the trace, 1.018-1.020 on
+#: chunks of 2048, 1.011-1.018 at 16k (the plain kernel's pattern).
+SM90_VARIANT_PACK_AUTO: bool = True
+#: The largest head dim the Hopper kernel packs a user variant at: packed at 192 the examples' ALiBi,
+#: T5 bias, prefix-LM and index_arith kernels spill 8-152 bytes (NVRTC 13.0; unpacked ALiBi and the
+#: T5 bias do not), and that kernel has no spill twin (``selection.spills``).
+SM90_VARIANT_PACK_MAX_HEAD_DIM: int = 128
 
 
 def sm90_pack_auto(qpk: int, mean_q: int, block_m: int = 0, fp8: bool = False, alibi: bool = False,
@@ -820,10 +830,8 @@ def sm90_pack_auto(qpk: int, mean_q: int, block_m: int = 0, fp8: bool = False, a
     trace 0.873, 2k-4k 0.93-0.98, 8k-16k 1.006-1.046 (slower); FP8 at d 128 (128-row tile) and
     8 / 1 heads (fifty-first session) the varlen trace 0.940, chunks of 512 0.994-1.004, one 4k
     request 1.013-1.020 (not packed automatically).  A call with a user variant (``variant``) packs
-    below ``SM90_VARIANT_PACK_MAX_MEAN_Q`` tokens (0: never automatically)."""
-    if not (qpk > 1 and mean_q > 0):
-        return False
-    if variant and mean_q >= SM90_VARIANT_PACK_MAX_MEAN_Q:
+    as the plain call does where ``SM90_VARIANT_PACK_AUTO``, else never automatically."""
+    if not (qpk > 1 and mean_q > 0) or (variant and not SM90_VARIANT_PACK_AUTO):
         return False
     if block_m == 0:
         return True
@@ -951,11 +959,14 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
     hopper_class = tile_class_for_rows(rows, pack and not sm90_pack_on)
     if mainloop == "sm90a" or (mainloop is None and tile is None and hopper_class == "prefill"):
         # pack-GQA on the Hopper kernel (16-bit q and K/V, or FP8 q, K and V on the FP8 tensor-core tile up to
-        # SM90_FP8_PACK_MAX_HEAD_DIM; a user variant where asked or below SM90_VARIANT_PACK_MAX_MEAN_Q): asked for,
-        # or automatic
+        # SM90_FP8_PACK_MAX_HEAD_DIM; a user variant too, automatically where SM90_VARIANT_PACK_AUTO): asked
+        # for, or automatic
         fp8_call = bool(kv_dtype or q_dtype)
         # (ALiBi packs with per-row slopes; with a soft-cap above head dim 128 the packed kernel spilled 8 bytes)
-        no_pack = ("pack-GQA with a user variant (not chosen automatically: SM90_VARIANT_PACK_MAX_MEAN_Q)"
+        no_pack = (f"pack-GQA with a user variant above head dim {SM90_VARIANT_PACK_MAX_HEAD_DIM} (the packed "
+                   f"kernels spill; SM90_VARIANT_PACK_MAX_HEAD_DIM)"
+                   if variant is not None and max(head_dim, head_dim_v) > SM90_VARIANT_PACK_MAX_HEAD_DIM
+                   else "pack-GQA with a user variant (not chosen automatically: SM90_VARIANT_PACK_AUTO)"
                    if variant is not None and auto_pack and not sm90_pack_auto(qpk, mean_q, variant=True)
                    else f"pack-GQA with an FP8 K/V cache ({kv_dtype}) and a 16-bit q"
                    if fp8_call and not (kv_dtype and q_dtype)

@@ -190,4 +190,4 @@ def test_two_warpgroup_tanh_snippet(causal, num_splits, page_size, default, d, m
     torch.cuda.synchronize()
     check(o, lse, ref, ref_lse, torch.bfloat16)
     ran_m()
-    assert prepared().attn.tile.num_warps == 8, prepared().attn.name
+    assert "w8s" in prepared().attn.name, prepared().attn.name   # two warpgroups (m128n..w8s2b1)
