@@ -191,3 +191,25 @@ def test_the_catalog_lists_the_twin_of_a_paged_d256_variant():
     twin = decide.decide(dataclasses.replace(sig256(KG_TANH), variant_spills=True), H200)
     assert r.variants.attention in specs and twin.variants.attention in specs
     assert twin.variants.attention != r.variants.attention
+
+
+def test_a_packed_variant_that_spills_takes_its_unpacked_twin():
+    """Pack-GQA with a user variant (heuristics.SM90_VARIANT_PACK_AUTO): the windowed T5 bias at head
+    dim 128, packed on the 128-row tile (8 query heads a KV head, short requests), spills 36-48 bytes
+    (NVRTC 13.0: the packed rows' heads and positions) where the unpacked kernel does not, so the
+    call takes its twin, unpacked; the ALiBi snippet's packed kernel fits and stays."""
+    kw = dict(head_dim=128, head_dim_v=128, num_heads_q=8, num_heads_kv=1, mask="local", window_left=128,
+              max_seqlen_q=300, max_seqlen_k=300, batch=4, rows=1200)
+    s = sig(T5, **kw)
+    r = decide.decide(s, H200)
+    a = r.variants.attention
+    assert a.mainloop == "sm90a" and a.pack_gqa and warps(r) == 8 and "m" not in a.sm90_opts, a.name
+    assert spills.variant_with_twin(a) and spills.spills(a, build=True) is True
+    two = spills.checked(r, s, H200, build=True)
+    assert two == decide.decide(dataclasses.replace(s, variant_spills=True), H200)
+    b = two.variants.attention
+    assert b.mainloop == "sm90a" and not b.pack_gqa and warps(two) == 8, b.name
+    assert spills.spills(b, build=True) is False
+    f = sig(ALIBI, **kw)
+    rf = decide.decide(f, H200)
+    assert rf.variants.attention.pack_gqa and spills.checked(rf, f, H200, build=True) is rf

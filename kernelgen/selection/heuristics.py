@@ -974,10 +974,14 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                    if alibi and softcap and max(head_dim, head_dim_v) > 128
                    else "pack-GQA, turned off for the Hopper kernel (KERNELGEN_SM90_PACK_GQA)"
                    if forced_pack is not None and not forced_pack else "")
-        want_pack = sm90_pack_on and qpk > 1 and asked_pack is not False and not no_pack
+        # a user variant's spill twin (variant_spills: its packed, three-warpgroup or "m" kernel spilled,
+        # selection.spills) runs unpacked on the Hopper kernel (packed two-warpgroup kernels of some
+        # snippets spill where the unpacked ones do not: a windowed T5 bias at d 128, 36-48 bytes)
+        twin_unpacked = variant is not None and variant_spills
+        want_pack = sm90_pack_on and qpk > 1 and asked_pack is not False and not no_pack and not twin_unpacked
         unsupported = sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap,
-                                       pack=pack and not want_pack, num_splits=num_splits, tma_ok=tma_ok,
-                                       pack_why=no_pack)
+                                       pack=pack and not want_pack and not twin_unpacked, num_splits=num_splits,
+                                       tma_ok=tma_ok, pack_why=no_pack)
         mma_tile = (fp8_mma_tile(head_dim, head_dim_v, softcap=softcap, local=mask == "local", nomask=mask == "none")
                     if q_dtype and kv_dtype and SM90_FP8_MMA and tile is None else None)
         # the FP8 tensor-core variant's own tile first (where it applies), then its smaller key blocks
@@ -1012,7 +1016,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                      and max(head_dim, head_dim_v) <= SM90_PACK_MAX_HEAD_DIM
                      and (not auto_pack or sm90_pack_auto(qpk, mean_q, t.block_m, fp8_call, bool(alibi),
                                                           variant is not None)))
-            if pack and not hpack:
+            if pack and not hpack and not twin_unpacked:
                 why = (f"pack-GQA with {qpk} query heads a KV head on a {t.block_m}-row tile" if fp8_packs else
                        f"pack-GQA of an FP8 call off the FP8 tensor-core tile at head dims up to "
                        f"{SM90_FP8_PACK_MAX_HEAD_DIM} (SM90_FP8_PACK_MAX_HEAD_DIM)")
@@ -1027,7 +1031,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                                       mainloop="sm90a", sm90_opts=opts)
                 ctas = estimated_ctas(arch, t, probe.smem_bytes(), num_sms)
                 m_tiles = (num_heads_kv * max(1, -(-max(1, max_seqlen_q) * qpk // t.block_m)) if hpack
-                           else num_heads_q * max(1, -(-rows // t.block_m)))
+                           else num_heads_q * max(1, -(-max(1, max_seqlen_q) // t.block_m)))
                 max_splits, forced = num_splits_heuristic(m_tiles, n, ctas), False
                 max_splits = window_split_cap(max_splits, visible_keys)
             split = max_splits > 1

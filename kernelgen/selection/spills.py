@@ -1,4 +1,4 @@
-"""A user variant's three-warpgroup or option-"m" Hopper kernel, kept only where it builds without spills.
+"""A user variant's three-warpgroup, option-"m" or packed Hopper kernel, kept only where it builds without spills.
 
 At head dim 64 the Hopper path runs a user variant (``kernelgen.Variant``) on the 192-row tile of
 three consumer warpgroups (``heuristics.SM90_THREE_WG_EXTRAS``), whose consumers have 160
@@ -9,7 +9,8 @@ some do not (the causal T5 bias spilled 68 bytes, ``index_arith`` 56-336, a ``kg
 "m" 4-8, NVRTC 13.0), and only the build can tell.  ``checked`` reads the build's resources
 (``jit.cache``: the kernel cache's entry, which records ptxas' spill counts) and, where that kernel
 spilled, decides the call again with ``CallSignature.variant_spills`` (the two-warpgroup tile, whose
-consumers have 240 registers, without "m"), and takes that twin where it spills less (at head dim
+consumers have 240 registers, without "m", unpacked: a packed kernel's per-row heads and positions
+made a windowed T5 bias spill 36-48 bytes at head dim 128), and takes that twin where it spills less (at head dim
 256 both kernels have two warpgroups, and some snippets spill more without "m").
 
 The decider stays pure: this module is the one that reads the cache, as ``selection.tiered`` does.
@@ -39,10 +40,12 @@ _KNOWN: dict = {}
 
 
 def variant_with_twin(spec) -> bool:
-    """Whether ``spec`` is a user variant's Hopper attention kernel on a three-warpgroup tile or with
-    option "m": one whose call has a twin recipe (``variant_spills``) for when it spills."""
+    """Whether ``spec`` is a user variant's Hopper attention kernel on a three-warpgroup tile, with
+    option "m" or packed (pack-GQA: some snippets' packed two-warpgroup kernels spill where the
+    unpacked ones do not, a review's survey): one whose call has a twin recipe (``variant_spills``:
+    two warpgroups, no "m", unpacked) for when it spills."""
     return (getattr(spec, "kind", None) == "attention" and spec.mainloop == "sm90a" and spec.variant is not None
-            and (spec.tile.num_warps == 12 or "m" in spec.sm90_opts))
+            and (spec.tile.num_warps == 12 or "m" in spec.sm90_opts or spec.pack_gqa))
 
 
 def spilled_bytes(spec, build: bool) -> int | None:

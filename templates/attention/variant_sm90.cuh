@@ -27,8 +27,10 @@ constexpr bool CAUSAL = {{ "true" if v.mask == "causal" else "false" }};
 constexpr bool LOCAL = {{ "true" if v.mask == "local" else "false" }};   // sliding window
 constexpr bool LPT = CAUSAL || LOCAL;        // m-blocks last-first
 // PACK_GQA: the query heads of one KV head share a tile (rows are (token, head) pairs: the Q box,
-// row_token / row_qhead in the epilogue; a user variant's snippets see each row's own head and
-// position, common/user_mod.cuh; 16-bit K/V or FP8 q / K / V on FP8 wgmma, not the fused kernel)
+// row_token / row_qhead in the epilogue; 16-bit K/V without ALiBi, a user variant or the fused kernel)
+{# (This rendered comment is kept as it was so that the unpacked kernels' sources, and so their cache
+    keys, stay unchanged.  Packed tiles now take built-in ALiBi, user variants, whose snippets see each
+    row's own head and position, common/user_mod.cuh, and FP8 q / K / V on FP8 wgmma.) #}
 constexpr bool PACK_GQA = {{ "true" if v.pack_gqa else "false" }};
 constexpr bool SPLIT = {{ "true" if v.split else "false" }};        // split-KV partial outputs
 constexpr bool PAGED = {{ "true" if v.paged else "false" }};

@@ -155,7 +155,7 @@ def test_d64_three_warpgroups(name, num_splits, monkeypatch):
     assert cache.get_cache().lookup(spec) is not None
 
 
-@pytest.mark.parametrize("case", ["d128", "d64_split", "paged_split"])
+@pytest.mark.parametrize("case", ["d128", "d64_split", "paged_split", "d128_window_sinks_fp16"])
 @pytest.mark.parametrize("name", X.EXAMPLES)
 def test_hopper_pack_gqa(name, case, monkeypatch):
     """Pack-GQA on the Hopper kernel with a user variant (``pack_gqa=True``): a tile's rows are
@@ -163,7 +163,9 @@ def test_hopper_pack_gqa(name, case, monkeypatch):
     position (common/user_mod.cuh), its kv_range the tile's positions (mainloop_sm90.cuh).  GQA 16/4
     heads, a request with seqlen_q < seqlen_k, an empty one and one whose keys outnumber its queries
     27 to 1; head dim 128 unsplit, head dim 64 (three warpgroups where the variant's kernel does not
-    spill) with three splits, and paged K/V (pages of 64 tokens) with three splits."""
+    spill) with three splits, paged K/V (pages of 64 tokens) with three splits, and fp16 with a
+    sliding window of 200 keys and sinks at head dim 128 (a kernel that spills packed takes its
+    unpacked twin, selection.spills: then the name has no "_pack_")."""
     if not HOPPER:
         pytest.skip("pack-GQA with a user variant is the Hopper path's")
     monkeypatch.setenv("KERNELGEN_TIERED_COMPILE", "0")   # the Hopper kernel on the first call
@@ -177,15 +179,24 @@ def test_hopper_pack_gqa(name, case, monkeypatch):
     else:
         q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, 23)
         args, kw = (q, k, v, cu_q, cu_k), {}
+    dt = torch.float16 if case.endswith("fp16") else BF16
+    if dt != BF16:
+        q, k, v = (x.to(dt) for x in (q, k, v))
+        args = (q, k, v, *args[3:])
     var, sm, mm, causal = make(name, hq, qlens, klens, seed=3)
-    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=causal, score_mod=sm, mask_mod=mm)
-    out = torch.full((q.shape[0], hq, d), float("nan"), dtype=BF16, device="cuda")
+    extra = {}
+    if "window" in case:
+        extra = dict(window_size=(200, -1 if not causal else 0),
+                     sinks=torch.randn(hq, generator=torch.Generator().manual_seed(5)).cuda())
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=causal, score_mod=sm, mask_mod=mm, **extra)
+    out = torch.full((q.shape[0], hq, d), float("nan"), dtype=dt, device="cuda")
     o, lse = kernelgen.varlen_attention(*args, max(qlens), max(klens), causal=causal, return_lse=True, out=out,
-                                        num_splits=num_splits, pack_gqa=True, variant=var, **kw)
+                                        num_splits=num_splits, pack_gqa=True, variant=var, **kw, **extra)
     torch.cuda.synchronize()
-    check(o, lse, ref, ref_lse, BF16)
+    check(o, lse, ref, ref_lse, dt)
     name_ = prepared().attn.name
-    assert "_wgmma" in name_ and "_pack_" in name_ and "_var" in name_, name_
+    assert "_wgmma" in name_ and "_var" in name_, name_
+    assert "_pack_" in name_ or "window" in case, name_   # (a windowed packed kernel may spill: its twin)
     assert ("_split" in name_) == (num_splits > 1), name_
 
 
