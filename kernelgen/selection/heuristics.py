@@ -811,7 +811,8 @@ SM90_PACK_AUTO_MIN_QPK_128: int = 8
 SM90_VARIANT_PACK_AUTO: bool = True
 #: The largest head dim the Hopper kernel packs a user variant at: packed at 192 the examples' ALiBi,
 #: T5 bias, prefix-LM and index_arith kernels spill 8-152 bytes (NVRTC 13.0; unpacked ALiBi and the
-#: T5 bias do not), and that kernel has no spill twin (``selection.spills``).
+#: T5 bias do not): most calls would build a packed kernel only for ``selection.spills`` to take the
+#: unpacked twin.
 SM90_VARIANT_PACK_MAX_HEAD_DIM: int = 128
 
 
