@@ -205,11 +205,36 @@ def test_a_packed_variant_that_spills_takes_its_unpacked_twin():
     a = r.variants.attention
     assert a.mainloop == "sm90a" and a.pack_gqa and warps(r) == 8 and "m" not in a.sm90_opts, a.name
     assert spills.variant_with_twin(a) and spills.spills(a, build=True) is True
+    assert spills.twin_recipe(r, s, H200) == r     # (level 1: the same two-warpgroup tile, packed)
     two = spills.checked(r, s, H200, build=True)
-    assert two == decide.decide(dataclasses.replace(s, variant_spills=True), H200)
+    assert two == decide.decide(dataclasses.replace(s, variant_spills=2), H200)
     b = two.variants.attention
     assert b.mainloop == "sm90a" and not b.pack_gqa and warps(two) == 8, b.name
     assert spills.spills(b, build=True) is False
     f = sig(ALIBI, **kw)
     rf = decide.decide(f, H200)
     assert rf.variants.attention.pack_gqa and spills.checked(rf, f, H200, build=True) is rf
+
+
+@pytest.mark.parametrize("snippet", ["softcap", "index_arith"])
+def test_a_packed_three_warpgroup_kernel_that_spills_keeps_packing_on_two(snippet):
+    """A packed call whose three-warpgroup kernel spills (at head dim 64, three splits, GQA 16 / 4:
+    the soft-cap example's ``kg_tanh`` 8 bytes with "m", ``index_arith`` 960, NVRTC 13.0) takes the
+    first twin, the two-warpgroup tile still packed (it fits), not the unpacked one: the GPU run of
+    the fifty-fifth session found the call unpacked there (``test_hopper_pack_gqa``)."""
+    from kernelgen.apps import variant_examples as X
+    import torch
+    v = (X.softcap(30.0) if snippet == "softcap" else X.index_arith(torch.ones(16)))[0]
+    qlens = [700, 300, 0, 451, 33]
+    s = sig(v.code, num_heads_q=16, num_heads_kv=4, max_seqlen_q=700, max_seqlen_k=900, pack_gqa=True,
+            num_splits=3, batch=5, rows=sum(qlens))
+    r = decide.decide(s, H200)
+    a = r.variants.attention
+    assert a.pack_gqa and warps(r) == 12 and spills.spills(a, build=True) is True, a.name
+    two = spills.checked(r, s, H200, build=True)
+    b = two.variants.attention
+    assert b.pack_gqa and b.split and warps(two) == 8 and "m" not in b.sm90_opts, b.name
+    assert spills.spills(b, build=True) is False
+    assert two == spills.twin_recipe(r, s, H200) == spills.twin_recipes(r, s, H200)[0]
+    unpacked = spills.twin_recipe(r, s, H200, level=2)
+    assert not unpacked.variants.attention.pack_gqa and spills.twin_recipes(r, s, H200) == [two, unpacked]

@@ -409,11 +409,11 @@ def _compile_spec(name, where):
         a = vv.attention
         assert a.mainloop == "sm90a" and a.pack_gqa and a.split == paged, a.name
         assert a.tile.num_warps == (12 if d == 64 else 8), a.name
-        if d == 64 and name in SPILL_ON_THREE:   # the call takes the twin (selection.spills): 2 WGs, unpacked
+        if d == 64 and name in SPILL_ON_THREE:   # the call takes the first twin (selection.spills): 2 WGs, packed
             vv = heuristics.choose("sm_90a", "bf16", d, d, num_heads_q=hq, num_heads_kv=8, mask="causal",
                                    max_seqlen_q=700, max_seqlen_k=9000, pack_gqa=True, variant=v.code,
-                                   variant_spills=True)
-            assert vv.attention.mainloop == "sm90a" and not vv.attention.pack_gqa and vv.attention.tile.num_warps == 8, \
+                                   variant_spills=1)
+            assert vv.attention.mainloop == "sm90a" and vv.attention.pack_gqa and vv.attention.tile.num_warps == 8, \
                 vv.attention.name
             return vv.attention
         return a

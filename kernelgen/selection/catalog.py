@@ -149,11 +149,13 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
             if auto_pack:
                 vp = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), sm90_pack=True, **kw)
                 specs += [vp.attention, vp.combine]
-            if var is not None:   # its three-warpgroup / "m" Hopper kernel may spill: the twin the calls then take
-                for sp in (settings.sm90_pack_gqa, *((True,) if auto_pack else ())):   # (packed calls' too)
-                    vs = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), variant_spills=True,
-                                           sm90_pack=sp, **kw)
-                    specs += [vs.attention, vs.combine]
+            if var is not None:   # its three-warpgroup / "m" / packed Hopper kernel may spill: the twins the calls
+                # then take (selection.heuristics.VARIANT_TWIN_LEVELS), packed calls' too
+                for sp in (settings.sm90_pack_gqa, *((True,) if auto_pack else ())):
+                    for lvl in heuristics.VARIANT_TWIN_LEVELS:
+                        vs = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), variant_spills=lvl,
+                                               sm90_pack=sp, **kw)
+                        specs += [vs.attention, vs.combine]
             if v.attention.mainloop == "sm90a":  # arch="sm_80" calls and plans take the sm_80 path
                 v80 = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), mainloop="sm80", **kw)
                 specs += [v80.attention, v80.combine]
@@ -162,9 +164,9 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                         for sp in (settings.sm90_pack_gqa, *((True,) if auto_pack else ())):
                             specs.append(heuristics.choose(arch, dtype, int(head_dim), int(head_dim),
                                                            page_size=int(ps), sm90_pack=sp, **kw).attention)
-                            if var is not None:   # (the twin, as above: a paged "m" kernel may spill too)
+                            for lvl in (heuristics.VARIANT_TWIN_LEVELS if var is not None else ()):   # (the twins, as above)
                                 vps = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), page_size=int(ps),
-                                                        variant_spills=True, sm90_pack=sp, **kw)
+                                                        variant_spills=lvl, sm90_pack=sp, **kw)
                                 specs += [vps.attention, vps.combine]
             for kv in kv_dtypes:  # FP8 K/V: one class (decide), automatic and forced to the sm_80 mainloop
                 for extra in ({}, {"mainloop": "sm80"}, *({"page_size": int(ps)} for ps in page_sizes

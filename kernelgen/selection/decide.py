@@ -105,9 +105,10 @@ class CallSignature:
     #: tensor-core variant where it takes the call (``AttentionSpec.fp8_mma``), else the kernels of
     #: the call with q converted to ``dtype`` (``heuristics.choose``).
     q_dtype: str = ""
-    #: the user variant's three-warpgroup Hopper kernel (head dim 64, ``heuristics.SM90_THREE_WG_EXTRAS``)
-    #: spilled when it was built (``selection.spills``): the same call on the two-warpgroup tile.
-    variant_spills: bool = False
+    #: the user variant's three-warpgroup, option-"m" or packed Hopper kernel spilled when it was built
+    #: (``selection.spills``): 1 (or True), the same call on the two-warpgroup tile without "m"; 2, the
+    #: same unpacked too (``spills.TWIN_LEVELS``); 0 (False), the call as decided.
+    variant_spills: int = 0
     #: a local mask's right window in tokens (-1: unbounded; 0 with causal), beside ``window_left``:
     #: with both bounded, a query tile sees at most ``window_span`` + its tokens keys.
     window_right: int = -1

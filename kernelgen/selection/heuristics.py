@@ -309,6 +309,14 @@ def two_warpgroups(t: TileConfig) -> TileConfig:
 SM90_THREE_WG_EXTRAS: frozenset = frozenset({"alibi", "variant", "softcap", "transcendental"})
 
 
+#: A user variant's spill twins (``selection.spills``; ``decide.CallSignature.variant_spills``): 1, the
+#: call on the two-warpgroup tile without "m", packed where the call packs; 2, the same unpacked.  A
+#: packed kernel's per-row heads and positions made a windowed T5 bias spill 36-48 bytes at head dim
+#: 128 on two warpgroups, where gpt-oss-like calls' soft-cap and ``index_arith`` snippets spill only
+#: on three (8 and 960 bytes packed at head dim 64, split; their packed two-warpgroup kernels fit).
+VARIANT_TWIN_LEVELS = (1, 2)
+
+
 def sm90_heavy(softcap: bool, alibi: bool, variant, variant_spills: bool = False) -> bool:
     """Whether a call's per-logit state keeps it off the three-warpgroup tile (``sm90_tile``'s
     ``heavy``): a soft-cap, ALiBi or a user variant unless ``SM90_THREE_WG_EXTRAS`` lets it on;
@@ -882,7 +890,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
            tile: TileConfig | None = None, mainloop: str | None = None, tma_ok: bool = True,
            page_size: int = 0, sm90_opts: str | None = None, alibi: bool = False,
            variant: VariantCode | None = None, kv_dtype: str = "", q_dtype: str = "",
-           total_q: int = 0, variant_spills: bool = False, window_span: int = -1,
+           total_q: int = 0, variant_spills: int = 0, window_span: int = -1,
            combine_rows: int = 0, sm90_pack: bool | None = None, mean_q: int = 0) -> Variants:
     """Every kernel variant of a call, from what the host knows (shapes, flags, max lengths).
 
@@ -919,7 +927,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
     snippets run on every logit, so the sm_80 path takes the lighter tiles (the 64-row tile of
     the mid class for prefill, ``VARIANT_PREFILL_TILES``) and the Hopper path its usual tile (the
     three-warpgroup one at head dim 64, ``SM90_THREE_WG_EXTRAS``, unless ``variant_spills``: that
-    kernel spilled when built, ``selection.spills``; then the two-warpgroup one).
+    kernel spilled when built, ``selection.spills``; then the two-warpgroup one without "m", and at
+    ``variant_spills`` 2 that one unpacked).
 
     ``alibi``: the attention variant adds ALiBi biases (``AttentionSpec.alibi``); its slopes stay
     live in the mainloop, so it takes the lighter prefill tile like the other extra state.
@@ -975,10 +984,10 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                    if alibi and softcap and max(head_dim, head_dim_v) > 128
                    else "pack-GQA, turned off for the Hopper kernel (KERNELGEN_SM90_PACK_GQA)"
                    if forced_pack is not None and not forced_pack else "")
-        # a user variant's spill twin (variant_spills: its packed, three-warpgroup or "m" kernel spilled,
-        # selection.spills) runs unpacked on the Hopper kernel (packed two-warpgroup kernels of some
-        # snippets spill where the unpacked ones do not: a windowed T5 bias at d 128, 36-48 bytes)
-        twin_unpacked = variant is not None and variant_spills
+        # a user variant's second spill twin (variant_spills 2: its packed two-warpgroup kernel without "m"
+        # spilled too, selection.spills) runs unpacked on the Hopper kernel (packed two-warpgroup kernels of
+        # some snippets spill where the unpacked ones do not: a windowed T5 bias at d 128, 36-48 bytes)
+        twin_unpacked = variant is not None and variant_spills >= 2
         want_pack = sm90_pack_on and qpk > 1 and asked_pack is not False and not no_pack and not twin_unpacked
         unsupported = sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap,
                                        pack=pack and not want_pack and not twin_unpacked, num_splits=num_splits,

@@ -8,10 +8,11 @@ registers; a snippet that calls a MUFU function also gets option "m" there and a
 some do not (the causal T5 bias spilled 68 bytes, ``index_arith`` 56-336, a ``kg_tanh`` soft-cap with
 "m" 4-8, NVRTC 13.0), and only the build can tell.  ``checked`` reads the build's resources
 (``jit.cache``: the kernel cache's entry, which records ptxas' spill counts) and, where that kernel
-spilled, decides the call again with ``CallSignature.variant_spills`` (the two-warpgroup tile, whose
-consumers have 240 registers, without "m", unpacked: a packed kernel's per-row heads and positions
-made a windowed T5 bias spill 36-48 bytes at head dim 128), and takes that twin where it spills less (at head dim
-256 both kernels have two warpgroups, and some snippets spill more without "m").
+spilled, decides the call again with ``CallSignature.variant_spills`` (``TWIN_LEVELS``: first the
+two-warpgroup tile, whose consumers have 240 registers, without "m" and still packed where the call
+packs; where that one spills too and is packed, the same unpacked: a packed kernel's per-row heads
+and positions made a windowed T5 bias spill 36-48 bytes at head dim 128), and takes a twin where it
+spills less (at head dim 256 both kernels have two warpgroups, and some snippets spill more without "m").
 
 The decider stays pure: this module is the one that reads the cache, as ``selection.tiered`` does.
 ``front.api`` asks it twice for a call it validates: before the tiered first call (``build=False``:
@@ -21,7 +22,7 @@ resources) and, when the call builds and runs its recipe itself, again with ``bu
 builds that kernel first if needed (the build the call would make anyway).
 ``AttentionPlan`` asks with ``build=True``.  ``selection.catalog`` lists both tiles of such calls,
 so ``kernelgen warmup --variant FILE`` builds whichever the calls will run; the tiered first call's
-background build makes both too (``twin_recipe``, ``selection.tiered``), the kernel with a twin
+background build makes the twins too (``twin_recipes``, ``selection.tiered``), the kernel with a twin
 first, so that after ``kernelgen.wait_for_compiles()`` the call's next run finds the kernel it
 keeps built either way.  With JIT off (``KERNELGEN_DISABLE_JIT``) a spilling kernel in the cache
 whose two-warpgroup twin is not there still runs (slower, but what the cache has).  A kernel's
@@ -32,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..jit import cache
-from . import decide
+from . import decide, heuristics
 from .settings import Settings
 
 #: {(cache root, spec): spilled bytes} of the kernels whose build was looked up or made.
@@ -72,13 +73,28 @@ def spills(spec, build: bool) -> bool | None:
     return None if n is None else n > 0
 
 
-def twin_recipe(recipe, sig: decide.CallSignature, device, settings: Settings = Settings()):
-    """The call's recipe on the two-warpgroup tile without "m" (``sig`` with ``variant_spills``) when
-    ``recipe`` holds a user variant's three-warpgroup or option-"m" kernel (``variant_with_twin``),
-    else None."""
+#: The twins' levels (``heuristics.VARIANT_TWIN_LEVELS``).
+TWIN_LEVELS = heuristics.VARIANT_TWIN_LEVELS
+
+
+def twin_recipe(recipe, sig: decide.CallSignature, device, settings: Settings = Settings(), level: int = 1):
+    """The call's recipe at twin level ``level`` (``sig`` with ``variant_spills=level``,
+    ``TWIN_LEVELS``) when ``recipe`` holds a user variant's three-warpgroup, option-"m" or packed
+    kernel (``variant_with_twin``), else None."""
     if sig.variant is None or sig.variant_spills or not any(variant_with_twin(s) for s in recipe.specs):
         return None
-    return decide.decide(dataclasses.replace(sig, variant_spills=True), device, settings)
+    return decide.decide(dataclasses.replace(sig, variant_spills=level), device, settings)
+
+
+def twin_recipes(recipe, sig: decide.CallSignature, device, settings: Settings = Settings()) -> list:
+    """The distinct twin recipes of ``recipe`` (``twin_recipe`` at each of ``TWIN_LEVELS``, none
+    equal to ``recipe`` or to an earlier one): what the tiered first call builds in the background."""
+    out = []
+    for level in TWIN_LEVELS:
+        t = twin_recipe(recipe, sig, device, settings, level)
+        if t is not None and t != recipe and t not in out:
+            out.append(t)
+    return out
 
 
 def _twin_spills_less(recipe, two, build: bool) -> bool:
@@ -99,20 +115,27 @@ def _twin_spills_less(recipe, two, build: bool) -> bool:
 
 
 def checked(recipe, sig: decide.CallSignature, device, settings: Settings = Settings(), *, build: bool):
-    """``recipe`` (``decide.decide(sig, device, settings)``), or the call's recipe on the
-    two-warpgroup tile without "m" (``sig`` with ``variant_spills``) when one of its kernels is a user
-    variant's three-warpgroup or option-"m" kernel that spills (``spills``; a kernel not built yet
-    counts only with ``build``) and the twin spills less (``_twin_spills_less``; without ``build`` a
-    twin whose spills are not known is taken, so a caller that then builds checks the decided recipe
-    again with ``build``, as ``front.api`` and ``AttentionPlan`` do).  With JIT off, ``recipe`` when
-    the twin's kernels are not all in the cache."""
+    """``recipe`` (``decide.decide(sig, device, settings)``), or a twin of it (``twin_recipe``) when
+    one of its kernels is a user variant's three-warpgroup, option-"m" or packed kernel that spills
+    (``spills``; a kernel not built yet counts only with ``build``): the levels in turn, the two-warpgroup
+    tile without "m" (packed where the call packs) and then the same unpacked, each taken where it
+    spills less than the recipe held so far (``_twin_spills_less``; without ``build`` a twin whose
+    spills are not known is taken, so a caller that then builds checks the decided recipe again with
+    ``build``, as ``front.api`` and ``AttentionPlan`` do), and the next level tried only while the
+    recipe held still has such a kernel that spills.  With JIT off, the recipe held when a twin's
+    kernels are not all in the cache."""
     if sig.variant is None or sig.variant_spills:
         return recipe
-    for spec in recipe.specs:
-        if variant_with_twin(spec) and spills(spec, build):
-            two = twin_recipe(recipe, sig, device, settings)
-            if cache.jit_disabled() and any(cache.get_cache().lookup(s) is None
-                                            for s in two.specs if s not in recipe.specs):
-                return recipe
-            return two if _twin_spills_less(recipe, two, build) else recipe
-    return recipe
+    held = recipe
+    for level in TWIN_LEVELS:
+        if not any(variant_with_twin(spec) and spills(spec, build) for spec in held.specs):
+            return held
+        two = twin_recipe(recipe, sig, device, settings, level)
+        if two is None or two == held:
+            continue
+        if cache.jit_disabled() and any(cache.get_cache().lookup(s) is None
+                                        for s in two.specs if s not in held.specs):
+            return held
+        if _twin_spills_less(held, two, build):
+            held = two
+    return held

@@ -103,11 +103,12 @@ def provisional_recipe(recipe, call, device, ordinal: int):
     quick = quick_recipe(call.signature, device, call.settings)
     if quick is None:
         return None
-    # a three-warpgroup / option-"m" variant kernel may spill (selection.spills): its twin after it
-    twin = spills.twin_recipe(recipe, call.signature, device, call.settings)
-    later = [s for s in (twin.specs if twin is not None else ()) if s not in missing and s not in recipe.specs
-             and not runtime.is_loaded(s, ordinal) and background.state(s) is None
-             and cache.get_cache().lookup(s) is None]
+    # a three-warpgroup / option-"m" / packed variant kernel may spill (selection.spills): its twins after it
+    later = []
+    for twin in spills.twin_recipes(recipe, call.signature, device, call.settings):
+        later += [s for s in twin.specs if s not in missing and s not in recipe.specs and s not in later
+                  and not runtime.is_loaded(s, ordinal) and background.state(s) is None
+                  and cache.get_cache().lookup(s) is None]
     try:
         background.submit(sorted(missing, key=lambda s: s not in slow) + later)   # the slow kernels first
     except RuntimeError:   # the interpreter is shutting down: no new thread work
