@@ -238,3 +238,53 @@ def test_a_packed_three_warpgroup_kernel_that_spills_keeps_packing_on_two(snippe
     assert two == spills.twin_recipe(r, s, H200) == spills.twin_recipes(r, s, H200)[0]
     unpacked = spills.twin_recipe(r, s, H200, level=2)
     assert not unpacked.variants.attention.pack_gqa and spills.twin_recipes(r, s, H200) == [two, unpacked]
+
+
+def _gqa_sig(variant, **kw) -> decide.CallSignature:
+    """A packed causal bf16 varlen prefill at head dim 64 (5 requests, at most 700 / 900 tokens)."""
+    return sig(variant, **{**dict(num_heads_q=15, num_heads_kv=5, max_seqlen_q=700, max_seqlen_k=900,
+                                  pack_gqa=True, batch=5, rows=1534), **kw})
+
+
+def test_a_pack_the_two_warpgroup_tile_cannot_hold_stays_on_the_hopper_kernel():
+    """GQA 3 (SmolLM2-360M's 15 / 5 heads, head dim 64), pack_gqa=True: the 192-row three-warpgroup
+    kernel packs (192 % 3 == 0) and ``index_arith`` spills there; the 128-row tile cannot pack 3
+    query heads a KV head, so the first twin is the two-warpgroup Hopper kernel unpacked, not the
+    sm_80 mainloop (a review found it there), equal to the second twin."""
+    import torch
+    from kernelgen.apps import variant_examples as X
+    s = _gqa_sig(X.index_arith(torch.ones(15))[0].code, num_splits=3)
+    r = decide.decide(s, H200)
+    a = r.variants.attention
+    assert a.mainloop == "sm90a" and a.pack_gqa and warps(r) == 12 and spills.spills(a, build=True) is True, a.name
+    one, two = (spills.twin_recipe(r, s, H200, level=v) for v in (1, 2))
+    assert one == two and one.variants.attention.mainloop == "sm90a" and not one.variants.attention.pack_gqa
+    assert spills.checked(r, s, H200, build=True) == one and spills.twin_recipes(r, s, H200) == [one]
+
+
+@pytest.mark.parametrize("heads", [(15, 5), (30, 5), (12, 1), (24, 2), (16, 2), (64, 8)])
+def test_the_first_twin_never_leaves_the_hopper_kernel(heads):
+    code = VariantCode(score_mod="score * 0.5f + 1.f")
+    s = _gqa_sig(code, num_heads_q=heads[0], num_heads_kv=heads[1])
+    r = decide.decide(s, H200)
+    assert r.variants.attention.mainloop == "sm90a"
+    t = spills.twin_recipe(r, s, H200, level=1)
+    assert t is not None and t.variants.attention.mainloop == "sm90a", t.variants.attention.name
+
+
+def test_without_jit_a_cached_second_twin_runs_when_the_first_is_not_cached(monkeypatch):
+    """KERNELGEN_DISABLE_JIT: the spilling packed three-warpgroup kernel and the unpacked second twin
+    are cached (a warmup of the fifty-fourth session's code, whose one twin was unpacked, made the
+    same cache keys), the first twin is not: the call takes the second, not the spilling kernel."""
+    code = VariantCode(score_mod="score * 0.25f + 2.f")
+    s = _gqa_sig(code, num_heads_q=16, num_heads_kv=4, num_splits=3)
+    r = decide.decide(s, H200)
+    l1, l2 = (spills.twin_recipe(r, s, H200, level=v) for v in (1, 2))
+    assert l1.variants.attention.pack_gqa and not l2.variants.attention.pack_gqa
+    cached = {r.variants.attention, *l2.specs}
+    monkeypatch.setattr(cache.KernelCache, "lookup", lambda self, spec: object() if spec in cached else None)
+    root = str(cache.get_cache().root)
+    monkeypatch.setitem(spills._KNOWN, (root, r.variants.attention), 8)
+    monkeypatch.setitem(spills._KNOWN, (root, l2.variants.attention), 0)
+    monkeypatch.setenv("KERNELGEN_DISABLE_JIT", "1")
+    assert spills.checked(r, s, H200, build=True) == l2

@@ -79,8 +79,9 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
         variants: user variants' code (``kernels.variant_code.VariantCode``, e.g. from
             ``kernelgen warmup --variant FILE``): when given, only their kernels (every option
             combination with each variant; their mixed batches take no fused launch, as ALiBi's),
-            instead of the plain ones; on sm_90a both Hopper kernels where a build may spill (three
-            warpgroups or option "m", and their twin: ``selection.spills``).
+            instead of the plain ones; on sm_90a every Hopper kernel a call may end on where a build
+            may spill (three warpgroups, option "m" or packed, and their twins at each of
+            ``heuristics.VARIANT_TWIN_LEVELS``: ``selection.spills``).
         windows: left windows in tokens (ints in [0, ``spec.MAX_WINDOW``]) of causal
             sliding-window calls, ``window_size=(w, 0)`` (Mistral, Gemma 2, gpt-oss; engines pass
             the model's window minus one): each adds the local-mask kernels of every other

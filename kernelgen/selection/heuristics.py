@@ -317,7 +317,7 @@ SM90_THREE_WG_EXTRAS: frozenset = frozenset({"alibi", "variant", "softcap", "tra
 VARIANT_TWIN_LEVELS = (1, 2)
 
 
-def sm90_heavy(softcap: bool, alibi: bool, variant, variant_spills: bool = False) -> bool:
+def sm90_heavy(softcap: bool, alibi: bool, variant, variant_spills: int = 0) -> bool:
     """Whether a call's per-logit state keeps it off the three-warpgroup tile (``sm90_tile``'s
     ``heavy``): a soft-cap, ALiBi or a user variant unless ``SM90_THREE_WG_EXTRAS`` lets it on;
     a user variant also when ``variant_spills`` (its three-warpgroup kernel spilled when built) or
@@ -713,7 +713,7 @@ def mufu_logits(softcap: bool, variant) -> bool:
 
 
 def with_mask_split(opts: str, softcap: bool, variant, num_warps: int, fp8: bool = False,
-                    head_dim: int = 0, variant_spills: bool = False) -> str:
+                    head_dim: int = 0, variant_spills: int = 0) -> str:
     """``opts`` with option "m" where ``SM90_MASK_SPLIT_MUFU`` adds it: a soft-cap, or a transcendental
     user variant on the three-warpgroup tile (``num_warps`` 12: at head dim 64 on two the snippet ran
     1.007x the time with it) or at a head dim of ``SM90_MASK_SPLIT_SNIPPET_HEAD_DIMS`` (two warpgroups,
@@ -987,7 +987,10 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
         # a user variant's second spill twin (variant_spills 2: its packed two-warpgroup kernel without "m"
         # spilled too, selection.spills) runs unpacked on the Hopper kernel (packed two-warpgroup kernels of
         # some snippets spill where the unpacked ones do not: a windowed T5 bias at d 128, 36-48 bytes)
-        twin_unpacked = variant is not None and variant_spills >= 2
+        # (at level 1 a pack the two-warpgroup tile cannot hold, e.g. 3 query heads a KV head on 128 rows,
+        # runs unpacked on the Hopper kernel too, not on the sm_80 mainloop)
+        twin = variant is not None and bool(variant_spills)
+        twin_unpacked = twin and variant_spills >= 2
         want_pack = sm90_pack_on and qpk > 1 and asked_pack is not False and not no_pack and not twin_unpacked
         unsupported = sm90_unsupported(arch, head_dim, head_dim_v, mask=mask, paged=paged, softcap=softcap,
                                        pack=pack and not want_pack and not twin_unpacked, num_splits=num_splits,
@@ -1026,7 +1029,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                      and max(head_dim, head_dim_v) <= SM90_PACK_MAX_HEAD_DIM
                      and (not auto_pack or sm90_pack_auto(qpk, mean_q, t.block_m, fp8_call, bool(alibi),
                                                           variant is not None)))
-            if pack and not hpack and not twin_unpacked:
+            if pack and not hpack and not twin:
                 why = (f"pack-GQA with {qpk} query heads a KV head on a {t.block_m}-row tile" if fp8_packs else
                        f"pack-GQA of an FP8 call off the FP8 tensor-core tile at head dims up to "
                        f"{SM90_FP8_PACK_MAX_HEAD_DIM} (SM90_FP8_PACK_MAX_HEAD_DIM)")
@@ -1176,7 +1179,7 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
                 softcap: bool = False, short_max_q: int | None = None, num_sms: int = 132, page_size: int = 0,
                 tma_ok: bool = True, sm90_opts: str | None = None, alibi: bool = False,
                 variant: VariantCode | None = None, kv_dtype: str = "",
-                variant_spills: bool = False, window_span: int = -1) -> PairVariants | None:
+                variant_spills: int = 0, window_span: int = -1) -> PairVariants | None:
     """A mixed batch's two kernels on sm_90a, or None where they do not apply (another arch, a
     long class the Hopper path cannot run, or a threshold whose short tiles are not decode tiles).
 

@@ -43,8 +43,8 @@ _KNOWN: dict = {}
 def variant_with_twin(spec) -> bool:
     """Whether ``spec`` is a user variant's Hopper attention kernel on a three-warpgroup tile, with
     option "m" or packed (pack-GQA: some snippets' packed two-warpgroup kernels spill where the
-    unpacked ones do not, a review's survey): one whose call has a twin recipe (``variant_spills``:
-    two warpgroups, no "m", unpacked) for when it spills."""
+    unpacked ones do not, a review's survey): one whose call has twin recipes (``variant_spills``
+    1: two warpgroups, no "m", packed where the call packs; 2: the same unpacked) for when it spills."""
     return (getattr(spec, "kind", None) == "attention" and spec.mainloop == "sm90a" and spec.variant is not None
             and (spec.tile.num_warps == 12 or "m" in spec.sm90_opts or spec.pack_gqa))
 
@@ -92,8 +92,12 @@ def twin_recipes(recipe, sig: decide.CallSignature, device, settings: Settings =
     out = []
     for level in TWIN_LEVELS:
         t = twin_recipe(recipe, sig, device, settings, level)
-        if t is not None and t != recipe and t not in out:
+        if t is None:
+            break
+        if t != recipe and t not in out:
             out.append(t)
+        if not any(getattr(s, "pack_gqa", False) for s in t.specs if variant_with_twin(s)):
+            break   # (nothing packed left: the next level is this one)
     return out
 
 
@@ -114,6 +118,14 @@ def _twin_spills_less(recipe, two, build: bool) -> bool:
     return sum(counts) < sum(spilled_bytes(s, build) or 0 for s in recipe.specs if variant_with_twin(s))
 
 
+def _spills_with_twin(recipe, build: bool) -> bool:
+    """Whether one of ``recipe``'s kernels has twins (``variant_with_twin``) and spills (``spills``)."""
+    for spec in recipe.specs:
+        if variant_with_twin(spec) and spills(spec, build):
+            return True
+    return False
+
+
 def checked(recipe, sig: decide.CallSignature, device, settings: Settings = Settings(), *, build: bool):
     """``recipe`` (``decide.decide(sig, device, settings)``), or a twin of it (``twin_recipe``) when
     one of its kernels is a user variant's three-warpgroup, option-"m" or packed kernel that spills
@@ -122,20 +134,20 @@ def checked(recipe, sig: decide.CallSignature, device, settings: Settings = Sett
     spills less than the recipe held so far (``_twin_spills_less``; without ``build`` a twin whose
     spills are not known is taken, so a caller that then builds checks the decided recipe again with
     ``build``, as ``front.api`` and ``AttentionPlan`` do), and the next level tried only while the
-    recipe held still has such a kernel that spills.  With JIT off, the recipe held when a twin's
-    kernels are not all in the cache."""
+    recipe held still has such a kernel that spills.  With JIT off a twin whose kernels are not all
+    in the cache is passed over (the recipe held, or the next level's twin, runs)."""
     if sig.variant is None or sig.variant_spills:
         return recipe
     held = recipe
     for level in TWIN_LEVELS:
-        if not any(variant_with_twin(spec) and spills(spec, build) for spec in held.specs):
+        if not _spills_with_twin(held, build):
             return held
         two = twin_recipe(recipe, sig, device, settings, level)
         if two is None or two == held:
             continue
         if cache.jit_disabled() and any(cache.get_cache().lookup(s) is None
                                         for s in two.specs if s not in held.specs):
-            return held
+            continue   # (not cached: the next level's may be)
         if _twin_spills_less(held, two, build):
             held = two
     return held

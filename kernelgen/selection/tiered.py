@@ -9,8 +9,8 @@ sm_80-mainloop kernel (mma.sync, which runs on an H200 too) about half of that: 
 decision of every call it validates.  When ``recipe`` holds a slow kernel and one of its kernels is
 neither loaded (``jit.runtime``) nor in the disk cache (``KernelCache.lookup``), it starts
 building the missing kernels in the background (``jit.background``: slow ones first; for a user
-variant's three-warpgroup or option-"m" kernel, which may spill, its twin after them:
-``selection.spills``) and returns
+variant's three-warpgroup, option-"m" or packed kernel, which may spill, its twins after them:
+``selection.spills.twin_recipes``) and returns
 the recipe of the same call on the sm_80 mainloop (``quick_recipe``), which the caller builds on
 its own thread, in parallel, and runs now.  The caller does not keep the prepared call of a
 provisional recipe (``front.api``), so every call of the signature decides again: the sm_80 recipe
