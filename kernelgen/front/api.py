@@ -123,8 +123,12 @@ def varlen_attention(
             query tokens (``SM90_ALIBI_PACK_MAX_MEAN_Q``, ``SM90_FP8_PACK_MAX_MEAN_Q``), and on
             128-row tiles (16-bit, or FP8 q / K / V at head dim 128) when they average fewer than
             ``heuristics.SM90_PACK_MAX_MEAN_Q`` (1024) with at least 8 query heads a KV head;
-            never with a user variant or an FP8 cache read by a 16-bit q; ``KERNELGEN_SM90_PACK_GQA``
-            overrides the Hopper kernel's choice).
+            with a user variant as without one up to head dim 128 (``SM90_VARIANT_PACK_AUTO``,
+            ``SM90_VARIANT_PACK_MAX_HEAD_DIM``; a variant kernel that spills packed runs its
+            unpacked twin, ``selection.spills``); never with an FP8 cache read by a 16-bit q;
+            ``KERNELGEN_SM90_PACK_GQA`` overrides the Hopper kernel's choice).  True packs: on the
+            sm_80 mainloop where the Hopper kernel cannot pack the call (head dim 256, a 16-bit q on
+            an FP8 cache; ``heuristics.sm90_unsupported``); False never packs.
         return_lse: also return the log-sum-exp of the scaled logits.
         out: optional output tensor (total_q, num_heads_q, head_dim_v), q's dtype.
         metadata_layout: "soa" or "aos", the scheduler-metadata layout (see ``metadata.py``).
