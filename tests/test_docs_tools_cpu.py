@@ -304,3 +304,25 @@ def test_perf_page_ratios_near_one_keep_their_side():
     entry at 0.9988 read "1.00x (slower)")."""
     assert perf_page._x(0.9988) == "0.999x" and perf_page._x(1.004) == "1.004x"
     assert perf_page._x(1.0) == "1.00x" and perf_page._x(0.93) == "0.93x" and perf_page._x(1.2345) == "1.23x"
+
+
+def test_warm_gpu_tests_lists_the_packed_variant_calls_and_their_spill_twins():
+    """test_variant_gpu.py's ``test_hopper_pack_gqa`` (six examples packed on the Hopper kernel): the
+    warmer lists each call's kernel and its spill twins, e.g. at head dim 64 with three splits both
+    the packed three-warpgroup kernel and the packed two-warpgroup one the soft-cap and
+    ``index_arith`` calls run (their three-warpgroup kernels spill, NVRTC 13.0), and the unpacked
+    second twin."""
+    sys.path.insert(0, str(REPO / "tools"))
+    try:
+        import warm_gpu_tests
+    finally:
+        sys.path.pop(0)
+    names = [s.name for s in warm_gpu_tests.specs(["variant_pack"])]
+    assert len(names) == len(set(names))
+    for code, _ in [v for k, v in warm_gpu_tests.variant_codes().items() if k != "masked_rows"]:
+        mine = [n for n in names if f"_var{code.digest}_" in n and "_d64_" in n and "_split_" in n]
+        tiles = {(("_pack_" in n), n.rsplit("_", 1)[-1]) for n in mine}
+        assert (True, "m192n128w12s2b1") in tiles and (True, "m128n128w8s2b1") in tiles, mine
+        assert (False, "m128n128w8s2b1") in tiles, mine
+    assert any("_fp16_" in n and "_local_" in n and "_sinks" in n for n in names)
+    assert any("_paged" in n for n in names)

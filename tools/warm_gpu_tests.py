@@ -5,7 +5,8 @@ kernel after another inside them.
 The specs come from the dispatcher's own functions (``heuristics.choose``, ``choose_fused_hopper``,
 ``choose_pair``) called with the parameters of the tests in tests/gpu/test_hopper_gpu.py,
 tests/gpu/test_fused_gpu.py, tests/gpu/test_alibi_gpu.py, tests/gpu/test_sinks_gpu.py and
-tests/gpu/test_variant_gpu.py, tests/gpu/test_fp8_gpu.py and tests/gpu/test_hopper_pack_gqa_gpu.py; a spec that a test ends up not using costs only its compile.
+tests/gpu/test_variant_gpu.py (with its packed variant calls and their spill twins), tests/gpu/test_fp8_gpu.py and
+tests/gpu/test_hopper_pack_gqa_gpu.py; a spec that a test ends up not using costs only its compile.
 ``kernelgen warmup --serving`` (run before this by gpu_check.sh) covers the serving shapes.
 
     python tools/warm_gpu_tests.py [--jobs N] [--cache-dir DIR] [--list]
@@ -313,6 +314,37 @@ def variant_specs() -> list:
     return out
 
 
+def variant_pack_specs() -> list:
+    """tests/gpu/test_variant_gpu.py's ``test_hopper_pack_gqa``: the six examples packed on the Hopper
+    kernel (16 / 4 heads, requests of up to 700 / 900 tokens) at head dim 128, head dim 64 with three
+    splits, paged (pages of 64) with three splits, and fp16 with a window of 200 keys and sinks; each
+    call's recipe as the dispatcher decides it and its spill twins (``selection.spills.twin_recipes``:
+    which one a call runs is known only once the kernels are built)."""
+    from kernelgen.kernels.device import Device
+    from kernelgen.selection import decide, spills
+
+    dev = Device("H100", (9, 0), 132, 50 * 2 ** 20, 232448)
+    out = []
+    for name, (code, causal) in variant_codes().items():
+        if name == "masked_rows":
+            continue
+        for case in ("d128", "d64_split", "paged_split", "d128_window_sinks_fp16"):
+            d, n = (64, 3) if case == "d64_split" else (128, 3 if case == "paged_split" else 1)
+            window = "window" in case
+            mask = "local" if window else ("causal" if causal else "none")
+            sig = decide.CallSignature(
+                dtype="fp16" if case.endswith("fp16") else "bf16", head_dim=d, head_dim_v=d, num_heads_q=16,
+                num_heads_kv=4, mask=mask, window_left=200 if window else -1, layout="soa", max_seqlen_q=700,
+                max_seqlen_k=900, paged=case == "paged_split", page_size=64 if case == "paged_split" else 0,
+                softcap=False, pack_gqa=True, num_splits=n, short_query_tokens=None, arch=None, tma_ok=True,
+                batch=5, rows=1484, variant=code, sinks=window, window_right=(0 if causal else -1) if window else -1)
+            st = Settings.from_env()
+            r = decide.decide(sig, dev, st)
+            for rec in (r, *spills.twin_recipes(r, sig, dev, st)):
+                out += [x for x in rec.specs if x is not None and getattr(x, "kind", None) != "quant"]
+    return out
+
+
 def _with_sinks(specs: list) -> list:
     """The sink variants the decider gives a single-class call (``AttentionSpec.sinks``,
     ``CombineSpec.sinks``; the scheduler is shared)."""
@@ -490,7 +522,7 @@ def sanitize_specs() -> list:
 GROUPS = {"head_dim": head_dim_specs, "window_softcap": window_softcap_specs,
           "paged_split_mixed": paged_split_mixed_specs, "alibi": alibi_specs, "sinks": sinks_specs,
           "variant": variant_specs, "fp8": fp8_specs, "fp8_q": fp8_q_specs, "quant_q": quant_q_specs,
-          "pack": pack_specs, "sanitize": sanitize_specs}
+          "pack": pack_specs, "variant_pack": variant_pack_specs, "sanitize": sanitize_specs}
 
 
 def specs(only=None) -> list:
