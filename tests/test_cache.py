@@ -431,7 +431,8 @@ def test_verify_repair_entries_clear(tmp_path):
     assert ents[SPEC_A.name]["kind"] == "combine"
     assert ents[SPEC_A.name]["registers"] == good_a.resources["registers"]
     assert ents[SPEC_A.name]["spill_bytes"] == 0 and ents[SPEC_A.name]["size"] > len(good_a.cubin)
-    assert ents[SPEC_C.name]["valid"] is False
+    assert ents[SPEC_C.name]["valid"] is False   # (its reason said "missing": the sidecar, a new user read the cubin)
+    assert ents[SPEC_C.name]["reason"] == "orphan: a cubin without its sidecar (cache verify --repair removes it)"
 
     rep = c.verify()
     assert rep == {"ok": 1, "bad": [stem_b.name], "repaired": 0, "orphans_removed": 0}

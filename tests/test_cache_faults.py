@@ -424,6 +424,10 @@ def test_stale_files_from_a_kill_are_cleaned(tmp_path, how):
     ("sidecar_of_other_entry", "key does not match"),
     ("cubin_of_other_entry", "size|sha256"),
     ("sidecar_is_a_list", "not an object"),
+    # (a review's finds: each raised out of get(), entries() or verify(), so the entry never healed)
+    ("size_overflows", "OverflowError"),
+    ("sidecar_nested_too_deep", "RecursionError"),
+    ("resources_not_numbers", "not a number"),
 ])
 def test_more_corrupt_entries_are_rebuilt(tmp_path, how, reason):
     root = tmp_path / "c"
@@ -436,16 +440,53 @@ def test_more_corrupt_entries_are_rebuilt(tmp_path, how, reason):
         dst.write_bytes(b"")
     elif how.endswith("other_entry"):
         dst.write_bytes(Path(str(b) + target).read_bytes())
+    elif how == "size_overflows":
+        dst.write_text(dst.read_text().replace(f'"cubin_size": {len(good.cubin)}', '"cubin_size": 1e999'))
+        assert "1e999" in dst.read_text()
+    elif how == "sidecar_nested_too_deep":
+        dst.write_text("[" * 100_000 + "]" * 100_000)
+    elif how == "resources_not_numbers":
+        meta = json.loads(dst.read_text())
+        meta["resources"] = {**meta["resources"], "spill_stores": "x"}
+        dst.write_text(json.dumps(meta))
     else:
         dst.write_text("[1, 2]")
     c = cache.KernelCache(root)
     assert c.lookup(SPEC_A) is None
+    ents = {e["stem"]: e for e in c.entries()}
+    assert not ents[a.name]["valid"] and re.search(reason, ents[a.name]["reason"])
     assert c.verify()["bad"] == [a.name]
     n0 = compiler.COMPILE_COUNT
     with pytest.warns(cache.KernelCacheWarning, match=reason):
         e = c.get(SPEC_A)
     assert e.compiled and compiler.COMPILE_COUNT == n0 + 1 and e.cubin == good.cubin
     assert cache.KernelCache(root).verify()["ok"] == 2
+
+
+@pytest.mark.parametrize("where", [".json", ".cubin"])
+@pytest.mark.parametrize("how", ["verify", "clear"])
+def test_a_directory_in_place_of_an_entry_file_is_removed(tmp_path, where, how):
+    """A directory named like an entry's sidecar or cubin: the entry is bad, and ``verify --repair``
+    and ``clear`` remove it (both raised IsADirectoryError before: a review's find)."""
+    root = tmp_path / "c"
+    cache.KernelCache(root).get(SPEC_A)
+    a = stem_of(root, SPEC_A)
+    Path(str(a) + where).unlink()
+    Path(str(a) + where).mkdir()
+    (Path(str(a) + where) / "inner").write_text("x")
+    c = cache.KernelCache(root)
+    assert c.verify()["bad"] == [a.name]
+    if how == "verify":
+        outcomes = {}
+        report = c.verify(repair=True, outcomes=outcomes)
+        assert report["bad"] == [a.name] and not Path(str(a) + where).is_dir()
+        # a directory for a cubin: rebuilt from the sidecar's spec; for a sidecar: no spec, removed
+        assert outcomes == {a.name: "repaired" if where == ".cubin" else "removed"}
+        assert c.verify() == ({"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0} if where == ".cubin"
+                              else {"ok": 0, "bad": [], "repaired": 0, "orphans_removed": 0})
+    else:
+        assert c.clear() == 1 and files(root) == []
+    assert cache.KernelCache(root).get(SPEC_A).cubin and cache.KernelCache(root).verify()["ok"] == 1
 
 
 # 5 --- untrusted directories and files ------------------------------------------------------------

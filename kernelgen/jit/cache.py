@@ -60,6 +60,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import tempfile
 import threading
 import time
@@ -145,6 +146,17 @@ def _untrusted(st: os.stat_result, what: str) -> str | None:
 
 class _UntrustedFile(OSError):
     """An entry file failed the owner/mode check (see :func:`_untrusted`)."""
+
+
+def _remove_entry_file(path: Path) -> None:
+    """Delete an entry's file; a directory standing in its place (no cache file is one) is removed
+    with what it holds, a symbolic link as a link (its target is not followed)."""
+    try:
+        path.unlink(missing_ok=True)
+    except (IsADirectoryError, PermissionError):   # (unlink of a directory: EISDIR on Linux, EPERM on macOS)
+        if not path.is_dir() or path.is_symlink():
+            raise
+        shutil.rmtree(path)
 
 
 def _read_trusted(path: Path, what: str) -> bytes:
@@ -303,10 +315,14 @@ class KernelCache:
             if not isinstance(meta, dict):
                 raise ValueError("not an object")
             want_sha, want_size, meta_key = meta["cubin_sha256"], int(meta["cubin_size"]), meta["key"]
-            if not isinstance(meta.get("resources", {}), dict):
+            res = meta.get("resources", {})
+            if not isinstance(res, dict):
                 raise TypeError("resources is not an object")
-        except (ValueError, KeyError, TypeError) as e:
-            return None, None, f"sidecar is not valid ({e})"
+            if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in res.values()):
+                raise TypeError("resources holds a value that is not a number")
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as e:
+            # (RecursionError: a sidecar nested deeper than json's recursion limit; OverflowError: a size of 1e999)
+            return None, None, f"sidecar is not valid ({type(e).__name__}: {e})"
         if distrust:
             return None, meta, distrust
         if (key is not None and meta_key != key) or not str(meta_key).startswith(stem.name[-16:]):
@@ -484,6 +500,8 @@ class KernelCache:
                 entry, meta, reason = None, None, f"cache directory not trusted: {unsafe}"
             else:
                 entry, meta, reason = self._read(self.root / stem, None)
+                if reason == "missing":   # a cubin without its sidecar: never committed
+                    reason = "orphan: a cubin without its sidecar (cache verify --repair removes it)"
             meta = meta or {}
             res = meta.get("resources", {}) if isinstance(meta.get("resources"), dict) else {}
             cubin = self.root / f"{stem}.cubin"
@@ -572,7 +590,7 @@ class KernelCache:
             if self._read(stem, None)[0] is not None:  # repaired by someone else meanwhile
                 return True
             for suffix in (".json", ".cubin"):
-                Path(str(stem) + suffix).unlink(missing_ok=True)
+                _remove_entry_file(Path(str(stem) + suffix))
         try:
             spec = spec_from_json(meta["spec"])
         except Exception:  # noqa: BLE001 - no usable spec: the entry is only deleted
@@ -594,7 +612,7 @@ class KernelCache:
             if any(p.suffix in (".json", ".cubin") for p in files):
                 n += 1
             for suffix in (".json", ".cubin"):
-                Path(str(path) + suffix).unlink(missing_ok=True)
+                _remove_entry_file(Path(str(path) + suffix))
             self._remove_orphans(path, [p for p in files if p.suffix == ".tmp"])
         with self._mutex:
             self._memory.clear()
