@@ -338,7 +338,25 @@ def test_from_json_refuses_other_reports(tmp_path, capsys):
     bad = tmp_path / "notes.md"
     bad.write_text("# not a report\n")
     assert cli.main(["bench", "--from-json", str(bad)]) == 2
-    assert f"{bad} is not JSON" in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith(f"kernelgen bench: error: --from-json {bad} is not JSON")
+    assert cli.main(["bench", "--from-json", str(tmp_path / "none.json")]) == 2   # (named the flag: a review)
+    assert capsys.readouterr().err == f"kernelgen bench: error: --from-json {tmp_path / 'none.json'}: no such file\n"
+
+
+def test_bench_refuses_a_negative_budget_and_plots_without_matplotlib(tmp_path, capsys, monkeypatch):
+    """``--budget -1`` was taken as "no limit"; ``--plots`` without matplotlib measured (or printed)
+    everything, then drew nothing: both are usage errors before anything runs (a new user's finds)."""
+    from kernelgen.apps import demo
+    from kernelgen.apps.bench import plots, runner
+
+    with pytest.raises(SystemExit) as ei:
+        cli.main(["bench", "--budget", "-1"])
+    assert ei.value.code == 2 and "argument --budget: must be a finite number >= 0" in capsys.readouterr().err
+    monkeypatch.setattr(plots, "available", lambda: False)
+    monkeypatch.setattr(demo, "has_cuda_gpu", lambda: True)
+    monkeypatch.setattr(runner, "main_args", lambda args: pytest.fail("ran without matplotlib for --plots"))
+    assert cli.main(["bench", "--quick", "--plots", str(tmp_path / "pl")]) == 2
+    assert capsys.readouterr().err == "kernelgen bench: error: --plots needs matplotlib (pip install matplotlib)\n"
 
 
 def test_from_json_reads_the_committed_gpu_report_and_prints_its_commit(capsys):

@@ -262,6 +262,69 @@ def test_warmup_kv_heads_cover_a_tensor_parallel_shard():
         warmup_specs("sm_80", kv_heads=(0,), **kw)
 
 
+def test_warmup_gqa_takes_any_model_ratio(tmp_path, monkeypatch):
+    """``--gqa 5`` (Qwen2.5-14B: 40 query / 8 KV heads) builds the decider's kernels of such calls; it
+    took only 1, 2, 4, 8, 16 before, and the nearest of those (8) lacks the chunked prefill's sm_80
+    kernel (``arch="sm_80"`` on an H200: a review's find; under KERNELGEN_DISABLE_JIT that call failed)."""
+    from kernelgen.selection import decide
+    from kernelgen.selection.catalog import warmup_specs
+    from test_decide import H200, sig
+
+    seen = _capture_warmup(monkeypatch)
+    base = ["warmup", "--arch", "sm_90a", "--head-dim", "128", "--dtype", "bf16", "--layout", "soa", "--causal",
+            "--phase", "prefill,chunked,decode", "--both-paged", "--cache-dir", str(tmp_path)]
+    assert cli.main(base + ["--gqa", "5,7"]) == 0
+    kw = dict(phases=["prefill", "chunked", "decode"], paged=[False, True])
+    assert seen["specs"] == warmup_specs("sm_90a", [128], ["bf16"], [True], ["soa"], gqas=[5, 7], **kw)
+    calls = [dict(max_seqlen_q=512, max_seqlen_k=32768, paged=True, page_size=16, batch=1, rows=512),
+             dict(max_seqlen_q=512, max_seqlen_k=32768, batch=1, rows=512, arch="sm80"),
+             dict(max_seqlen_q=4096, max_seqlen_k=4096, batch=1, rows=4096),
+             dict(max_seqlen_q=1, max_seqlen_k=32768, paged=True, page_size=16, batch=64, rows=64)]
+    mine = set(seen["specs"])
+    eight = set(warmup_specs("sm_90a", [128], ["bf16"], [True], ["soa"], gqas=[8], **kw))
+    missing = set()
+    for call in calls:
+        r = decide.decide(sig(num_heads_q=40, num_heads_kv=8, **call), H200)
+        assert set(r.specs) <= mine, (call, [x.name for x in r.specs if x not in mine])
+        missing |= set(r.specs) - eight
+    assert missing   # what --gqa 8 would have left to compile at run time
+    for bad in ("0", "129", "x"):
+        with pytest.raises(SystemExit) as ei:
+            cli.main(base + ["--gqa", bad])
+        assert ei.value.code == 2
+
+
+def test_warmup_head_dim_pairs_cover_mla_calls(tmp_path, monkeypatch):
+    """``--head-dim 192x128`` (DeepSeek's MLA prefill: q/k 192, v 128) builds the decider's kernels of
+    such calls; warmup took only equal head dims, so a KERNELGEN_DISABLE_JIT deployment could not
+    pre-build them (a new user's find)."""
+    from kernelgen.selection import decide
+    from kernelgen.selection.catalog import head_dim_pairs, warmup_specs
+    from test_decide import H200, sig
+
+    seen = _capture_warmup(monkeypatch)
+    base = ["warmup", "--arch", "sm_90a", "--dtype", "bf16", "--layout", "soa", "--causal",
+            "--phase", "prefill,chunked,decode", "--both-paged", "--gqa", "1,8", "--cache-dir", str(tmp_path)]
+    assert cli.main(base + ["--head-dim", "192x128,128,192X128"]) == 0
+    kw = dict(phases=["prefill", "chunked", "decode"], gqas=[1, 8], paged=[False, True])
+    assert seen["specs"] == warmup_specs("sm_90a", [(192, 128), 128], ["bf16"], [True], ["soa"], **kw)
+    mine = set(seen["specs"])
+    for call in (dict(max_seqlen_q=4096, max_seqlen_k=4096, batch=1, rows=4096),
+                 dict(max_seqlen_q=512, max_seqlen_k=32768, paged=True, page_size=16, batch=1, rows=512),
+                 dict(max_seqlen_q=1, max_seqlen_k=32768, paged=True, page_size=16, batch=64, rows=64)):
+        r = decide.decide(sig(head_dim=192, head_dim_v=128, num_heads_q=16, num_heads_kv=16, **call), H200)
+        assert set(r.specs) <= mine, (call, [x.name for x in r.specs if x not in mine])
+        assert any("d192x128" in x.name for x in r.specs if x.kind == "attention")
+    assert head_dim_pairs([64, (192, 128), [192, 128], 64]) == ((64, 64), (192, 128))
+    for bad in ([100], [(192,)], [(192, 128, 64)], ["128"], [True]):
+        with pytest.raises(ValueError, match="^head_dims: each must be one of"):
+            head_dim_pairs(bad)
+    for bad in ("192x", "100", "192x128x64", "x128"):
+        with pytest.raises(SystemExit) as ei:
+            cli.main(base + ["--head-dim", bad])
+        assert ei.value.code == 2
+
+
 def _capture_warmup(monkeypatch) -> dict:
     """Replaces ``cli.warmup`` (no compiling): the specs ``kernelgen warmup`` hands it land in the
     returned dict's "specs"."""
@@ -714,6 +777,24 @@ def test_warmup_text_progress_bar_without_tqdm(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_warmup_progress_in_a_log_is_one_line(monkeypatch, capsys):
+    """stderr not a terminal (a log file, CI): the bar's final line only, no carriage-return updates,
+    tqdm installed or not (a new user's log had one tqdm line a kernel); on a terminal tqdm's bar."""
+    from kernelgen.jit import warmup as w
+
+    bar = w._progress(3, 0, "warmup sm_80", True)
+    for _ in range(3):
+        bar.update(1)
+    bar.close()
+    err = capsys.readouterr().err
+    assert err == "warmup sm_80: [" + "#" * 30 + "] 3/3\n"
+    tqdm = pytest.importorskip("tqdm")
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    bar = w._progress(3, 0, "warmup sm_80", True)
+    assert isinstance(bar, tqdm.tqdm)
+    bar.close()
+
+
 def _refused_cache_file(tmp_path, capsys, monkeypatch, argv, via_env):
     """Run ``argv`` with a file as the cache directory (through KERNELGEN_CACHE_DIR or --cache-dir):
     exit 1, no warning, nothing compiled, nothing on stdout.  Returns (the file, stderr)."""
@@ -758,6 +839,66 @@ def test_cache_dir_under_a_file_or_unwritable_fails_warmup_and_clear(tmp_path, c
     assert f"cache directory {d} is not writable (set by --cache-dir)" in capsys.readouterr().err
     assert cli.main(["cache", "list", "--cache-dir", str(d)]) == 0  # reading needs no write access
     assert "no cached kernels" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mkdir_fails", [False, True])
+def test_cache_dir_the_permission_bits_allow_but_the_file_system_refuses(tmp_path, capsys, monkeypatch, mkdir_fails):
+    """Root passes every permission check, and a read-only mount or /proc passes os.access too: the
+    directory (and a probe file in it) is tried before anything compiles (a new user's
+    `--cache-dir /proc/nope` as root compiled every kernel, then wrote none)."""
+    import errno
+    import tempfile
+
+    d = tmp_path / "cache"
+    monkeypatch.setattr(os, "access", lambda p, m, **kw: True)   # as root
+    if mkdir_fails:
+        real_mkdir = Path.mkdir
+
+        def mkdir(self, *a, **kw):
+            if self == d:
+                raise OSError(errno.EROFS, "Read-only file system", str(self))
+            return real_mkdir(self, *a, **kw)
+
+        monkeypatch.setattr(Path, "mkdir", mkdir)
+    else:
+        d.mkdir()
+
+        def refuse(*a, **kw):
+            raise OSError(errno.EROFS, "Read-only file system")
+
+        monkeypatch.setattr(tempfile, "TemporaryFile", refuse)
+    monkeypatch.setattr(cli, "warmup", lambda *a, **kw: pytest.fail("compiled despite an unwritable cache directory"))
+    assert cli.main(WARM_ARGS + ["--jobs", "1", "--cache-dir", str(d)]) == 1
+    err = capsys.readouterr().err
+    what = "cannot be created" if mkdir_fails else "is not writable"
+    assert err == f"kernelgen warmup: error: cache directory {d} {what}: Read-only file system (set by --cache-dir)\n"
+
+
+def test_cache_dir_probe_leaves_only_the_directory(tmp_path, capsys):
+    """The write check creates the directory the command would create anyway (owner only) and
+    removes its probe file."""
+    d = tmp_path / "a" / "cache"
+    assert cli.cache_dir_problem(d, str(d), write=True) is None
+    assert d.is_dir() and list(d.iterdir()) == [] and (d.stat().st_mode & 0o077) == 0
+    assert cli.cache_dir_problem(tmp_path / "b", None, write=False) is None and not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("argv, command, flag", [
+    (WARM_ARGS + ["--hed-dim", "64"], "warmup", "--hed-dim 64"),
+    (["cache", "verify", "--repiar"], "cache verify", "--repiar"),
+    (["cache", "path", "extra"], "cache path", "extra"),
+    (["bench", "--quik"], "bench", "--quik"),
+    (["doctor", "--verbose"], "doctor", "--verbose"),
+])
+def test_mistyped_flag_is_reported_by_its_command(capsys, argv, command, flag):
+    """A flag the command does not have: that command's usage and error line, exit 2 (it was the top
+    level's usage, which lists no command's flags, and `kernelgen: error:`)."""
+    with pytest.raises(SystemExit) as ei:
+        cli.main(argv)
+    assert ei.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: kernelgen {command} ")
+    assert err.splitlines()[-1] == f"kernelgen {command}: error: unrecognized arguments: {flag}"
 
 
 @pytest.mark.parametrize("driver, status, says", [
@@ -845,6 +986,7 @@ def test_bench_from_json_does_not_check_the_cache_dir(tmp_path, monkeypatch):
     f = tmp_path / "x_file"
     f.write_text("")
     monkeypatch.setattr(runner, "replot", lambda path, plots: 0)
+    (tmp_path / "r.json").write_text("{}")
     assert cli.main(["bench", "--from-json", str(tmp_path / "r.json"), "--cache-dir", str(f)]) == 0
 
 

@@ -79,6 +79,33 @@ def _kv_heads(value: str) -> list:
     return _int_list(value, "KV head count", 1)
 
 
+def _head_dims(value: str) -> list:
+    """--head-dim: head dims (ints in HEAD_DIMS) or DxDV pairs of them (head_dim x head_dim_v)."""
+    items = []
+    for raw in (x.strip() for x in value.split(",")):
+        if not raw:
+            continue
+        parts = raw.lower().split("x")
+        if len(parts) > 2 or not all(p.isdigit() and int(p) in HEAD_DIMS for p in parts):
+            raise argparse.ArgumentTypeError(f"head dim {raw!r} is not supported (choose from "
+                                             f"{', '.join(map(str, HEAD_DIMS))}, or DxDV of them, e.g. 192x128)")
+        item = int(parts[0]) if len(parts) == 1 else (int(parts[0]), int(parts[1]))
+        if item not in items:
+            items.append(item)
+    if not items:
+        raise argparse.ArgumentTypeError("empty head dim list")
+    return items
+
+
+#: The largest ``--gqa`` ratio (query heads per KV head) warmup takes.
+MAX_GQA = 128
+
+
+def _gqas(value: str) -> list:
+    """--gqa: query heads per KV head, ints in [1, MAX_GQA] (any ratio a model has: 3, 5, 7, ...)."""
+    return _int_list(value, "gqa ratio", 1, MAX_GQA)
+
+
 def _windows(value: str) -> list:
     """--window: left windows in tokens, ints in [0, MAX_WINDOW]."""
     return _int_list(value, "window", 0, MAX_WINDOW)
@@ -155,8 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--arch", type=_arch, default=None,
                    help=f"compile target ({', '.join(ARCHS)}; {', '.join(UNTESTED_ARCHS)}: the sm_80 path for "
                         f"Blackwell, untested, run with KERNELGEN_ALLOW_UNTESTED_ARCH=1); default: the current GPU's")
-    w.add_argument("--head-dim", type=lambda s: _csv_list(s, HEAD_DIMS, "head dim", int), default=list(HEAD_DIMS),
-                   metavar="D[,D...]", help=f"head dims (default: {','.join(map(str, HEAD_DIMS))})")
+    w.add_argument("--head-dim", type=_head_dims, default=list(HEAD_DIMS), metavar="D[,D...]",
+                   help=f"head dims (default: {','.join(map(str, HEAD_DIMS))}); DxDV for a head_dim_v other than "
+                        f"the head dim, e.g. 192x128 (DeepSeek's MLA prefill)")
     w.add_argument("--dtype", type=lambda s: _csv_list(s, DTYPES + KV_DTYPES, "dtype"), default=None,
                    metavar="T[,T...]",
                    help=f"dtypes (default: {','.join(DTYPES)}): the 16-bit ones are q's and the output's; "
@@ -174,8 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="P[,P...]", help=f"call shapes ({','.join(PHASES)}; default: prefill): chunked = a "
                                            f"512-token chunk against a 32k context, decode = one token against 32k "
                                            f"and 256-token contexts")
-    w.add_argument("--gqa", type=lambda s: _csv_list(s, (1, 2, 4, 8, 16), "gqa ratio", int), default=[1],
-                   metavar="G[,G...]", help="query heads per KV head (default: 1)")
+    w.add_argument("--gqa", type=_gqas, default=[1], metavar="G[,G...]",
+                   help=f"query heads per KV head, ints in [1, {MAX_GQA}] (default: 1), e.g. 5 for Qwen2.5-14B "
+                        f"(40 / 8 heads)")
     w.add_argument("--kv-heads", type=_kv_heads, default=list(KV_HEADS), metavar="H[,H...]",
                    help="KV heads of the calls (default: 8; query heads = KV heads x --gqa): a tensor-parallel "
                         "shard's count, e.g. 1 for llama3-70b on 8 GPUs, whose chunks split where 8 KV heads "
@@ -211,9 +240,10 @@ def build_parser() -> argparse.ArgumentParser:
                         f"class: on sm_90a the Hopper kernel's for prefill shapes and the sm_80 mainloop's), and "
                         f"those of an e4m3 q with q_descale (FA3's FP8 attention: the Hopper FP8 tensor-core "
                         f"kernels); default: no FP8 kernels")
-    w.add_argument("--jobs", "-j", type=_positive_int, default=None,
+    w.add_argument("--jobs", "-j", type=_positive_int, default=None, metavar="N",
                    help="compile processes (default: the number of CPUs)")
     _add_cache_dir(w)
+    w.set_defaults(command_parser=w)
 
     c = sub.add_parser("cache", help="inspect or manage the kernel cache")
     csub = c.add_subparsers(dest="cache_command", metavar="ACTION")
@@ -224,12 +254,14 @@ def build_parser() -> argparse.ArgumentParser:
                         ("clear", "remove every cached kernel")):
         p = csub.add_parser(name, help=help_, description=help_[0].upper() + help_[1:] + ".")
         _add_cache_dir(p)
+        p.set_defaults(command_parser=p)
         if name == "verify":
             p.add_argument("--repair", action="store_true",
                            help="delete bad entries and recompile them, remove orphaned files")
 
-    sub.add_parser("doctor", help="versions, driver, GPUs, NVRTC and the cache",
-                   description="Print what kernelgen sees: versions, CUDA driver, GPUs, NVRTC, cache.")
+    doc = sub.add_parser("doctor", help="versions, driver, GPUs, NVRTC and the cache",
+                         description="Print what kernelgen sees: versions, CUDA driver, GPUs, NVRTC, cache.")
+    doc.set_defaults(command_parser=doc)
 
     d = sub.add_parser("demo", help="causal varlen prefill on real request lengths, checked and timed",
                        description="Llama-3-8B attention (32 q heads, 8 kv heads, head dim 128, bf16, "
@@ -238,15 +270,16 @@ def build_parser() -> argparse.ArgumentParser:
                                    "Without a GPU it pre-warms the kernels it would use for --arch.")
     d.add_argument("--trace", metavar="FILE", default=None,
                    help="request-length CSV (default: the packaged Azure LLM 2023 conversation sample)")
-    d.add_argument("--max-tokens", type=_positive_int, default=32768, help="token budget of the batch (default 32768)")
-    d.add_argument("--max-len", type=_positive_int, default=8192, help="cap on one request's tokens (default 8192)")
+    d.add_argument("--max-tokens", type=_positive_int, default=32768, metavar="N", help="token budget of the batch (default 32768)")
+    d.add_argument("--max-len", type=_positive_int, default=8192, metavar="N", help="cap on one request's tokens (default 8192)")
     d.add_argument("--layout", choices=LAYOUTS, default="soa", help="scheduler-metadata layout (default soa)")
     d.add_argument("--arch", type=_arch, default=None,
                    help="target to pre-warm when there is no GPU (default sm_90a)")
-    d.add_argument("--repeat", type=_positive_int, default=20, help="timed calls per kernel, median reported (default 20)")
+    d.add_argument("--repeat", type=_positive_int, default=20, metavar="N", help="timed calls per kernel, median reported (default 20)")
     d.add_argument("--json", metavar="PATH", default=None, help="also write the result as JSON")
-    d.add_argument("--jobs", "-j", type=_positive_int, default=None, help="compile processes when pre-warming")
+    d.add_argument("--jobs", "-j", type=_positive_int, default=None, metavar="N", help="compile processes when pre-warming")
     _add_cache_dir(d)
+    d.set_defaults(command_parser=d)
 
     cl = sub.add_parser("compare-layouts", help="the SoA and AoS scheduler-metadata layouts side by side (GPU)",
                         description="Run one skewed trace batch (every 8th request a prefill, the rest decodes) "
@@ -256,23 +289,24 @@ def build_parser() -> argparse.ArgumentParser:
                                     "graph, host launch time excluded), eager attention time, metadata bytes, "
                                     "max error against the float64 reference and whether the padded replay "
                                     "was correct.")
-    cl.add_argument("--layout", type=lambda v: _csv_list(v, LAYOUTS, "layout"), default=list(LAYOUTS),
+    cl.add_argument("--layout", type=lambda v: _csv_list(v, LAYOUTS, "layout"), default=list(LAYOUTS), metavar="L[,L...]",
                     help="comma list of layouts (default soa,aos)")
     cl.add_argument("--trace", metavar="FILE", default=None, help="request-length CSV (default: the packaged sample)")
-    cl.add_argument("--batch", type=_positive_int, default=64, help="requests taken from the trace (default 64)")
-    cl.add_argument("--pad-to", type=_positive_int, default=None,
+    cl.add_argument("--batch", type=_positive_int, default=64, metavar="N", help="requests taken from the trace (default 64)")
+    cl.add_argument("--pad-to", type=_positive_int, default=None, metavar="N",
                     help="pad the runtime batch with zero-length requests to this size (plan capacity)")
     cl.add_argument("--graph", action="store_true", help="capture once in a CUDA graph, replay with new lengths")
     cl.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True, help="causal mask (default on)")
     cl.add_argument("--head-dim", type=int, choices=HEAD_DIMS, default=128, help="head dim (default 128)")
-    cl.add_argument("--heads", default="32/8", help="query/KV heads (default 32/8)")
+    cl.add_argument("--heads", default="32/8", metavar="Q/KV", help="query/KV heads (default 32/8)")
     cl.add_argument("--no-sort", action="store_true", help="turn the longest-first sort off")
     cl.add_argument("--no-swizzle", action="store_true", help="turn the head swizzle off")
-    cl.add_argument("--repeat", type=_positive_int, default=20, help="timed runs, median reported (default 20)")
+    cl.add_argument("--repeat", type=_positive_int, default=20, metavar="N", help="timed runs, median reported (default 20)")
     cl.add_argument("--json", metavar="PATH", default=None,
                     help="also write the results as JSON to PATH (as demo and bench do); '-' prints the JSON to "
                          "stdout instead of the table")
     _add_cache_dir(cl)
+    cl.set_defaults(command_parser=cl)
 
     _add_bench_parser(sub)
     return parser
@@ -319,14 +353,14 @@ def _add_bench_parser(sub) -> None:
     b.add_argument("--json", metavar="PATH", default=None, help="write the report as JSON (docs/benchmarks shape)")
     b.add_argument("--plots", metavar="DIR", default=None,
                    help="write PNG plots (one bar chart per suite, peers.png and roofline.png) into DIR (needs matplotlib)")
-    b.add_argument("--repeat", type=_positive_int, default=None,
+    b.add_argument("--repeat", type=_positive_int, default=None, metavar="N",
                    help="timed repetitions per measurement, median reported (default 20; 5 with --quick)")
     b.add_argument("--quick", action="store_true",
                    help="much faster: llama3-8b only, 5 repetitions, no FlexAttention (unless asked for)")
     b.add_argument("--flex", choices=("off", "some", "all"), default=None,
                    help="FlexAttention peer: off, some (varlen prefill and decode_trace_b32 entries; the "
                         "default), all (every shape; each new shape compiles, about 10-30 s)")
-    b.add_argument("--budget", type=float, default=None, metavar="S",
+    b.add_argument("--budget", type=_nonnegative_float, default=None, metavar="S",
                    help="seconds after which the remaining entries are skipped and reported as such "
                         "(default 420; 240 with --quick; 0 = no limit)")
     b.add_argument("--flush", choices=("write", "read", "off"), default="write",
@@ -341,9 +375,10 @@ def _add_bench_parser(sub) -> None:
     b.add_argument("--from-json", metavar="PATH", default=None,
                    help="measure nothing: print the tables of a saved --json report and, with --plots, draw its "
                         "plots (no GPU needed)")
-    b.add_argument("--jobs", "-j", type=_positive_int, default=None,
+    b.add_argument("--jobs", "-j", type=_positive_int, default=None, metavar="N",
                    help="compile processes for the kernels the run needs (default: the number of CPUs)")
     _add_cache_dir(b)
+    b.set_defaults(command_parser=b)
 
 
 # --------------------------------------------------------------------------------------- commands
@@ -367,8 +402,12 @@ def cache_dir_problem(root, cache_dir, write: bool) -> str | None:
 
     Checked before any compile or report: ``root`` exists and is not a directory, or (``write``)
     it (or, when missing, the nearest existing parent it would be created in) is not a writable
-    directory.  The message names the path and the setting it came from (``--cache-dir``, ``KERNELGEN_CACHE_DIR`` or the default).
+    directory, or creating it (``0o700``, as the cache does) and a probe file in it fails: the
+    permission bits do not tell root, a read-only mount or a pseudo file system (``/proc``) apart,
+    so the directory is tried (the command would create it anyway).  The message names the path
+    and the setting it came from (``--cache-dir``, ``KERNELGEN_CACHE_DIR`` or the default).
     """
+    import tempfile
     from pathlib import Path
 
     root = Path(root)
@@ -385,6 +424,13 @@ def cache_dir_problem(root, cache_dir, write: bool) -> str | None:
     if not os.access(probe, os.W_OK | os.X_OK):
         what = "is not writable" if probe == root else f"cannot be created: {probe} is not writable"
         return f"cache directory {root} {what} (set by {setting})"
+    try:
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with tempfile.TemporaryFile(dir=root, prefix=".kernelgen-probe-"):
+            pass
+    except OSError as e:
+        what = "cannot be created" if not root.is_dir() else "is not writable"
+        return f"cache directory {root} {what}: {e.strerror or e} (set by {setting})"
     return None
 
 
@@ -717,13 +763,26 @@ def cmd_bench(args) -> int:
     file or not writable, except with --from-json, which compiles nothing)."""
     from .demo import has_cuda_gpu
 
-    if not args.from_json and not has_cuda_gpu():
+    if args.plots:   # (checked before anything runs: a GPU run would measure everything, then draw nothing)
+        from .bench.plots import available
+
+        if not available():
+            raise UsageError("--plots needs matplotlib (pip install matplotlib)")
+    if args.from_json:
+        if not os.path.isfile(args.from_json):
+            raise UsageError(f"--from-json {args.from_json}: no such file")
+    elif not has_cuda_gpu():
         raise UsageError("needs a CUDA GPU (none found; --from-json only re-draws a saved report)")
-    if not args.from_json and not _command_cache_ok("bench", args.cache_dir):
+    elif not _command_cache_ok("bench", args.cache_dir):
         return 1
     from .bench.runner import main_args
 
-    return main_args(args)
+    try:
+        return main_args(args)
+    except ValueError as e:   # a --from-json file that is not a report: name the flag
+        if args.from_json and str(args.from_json) in str(e):
+            raise UsageError(f"--from-json {e}") from None
+        raise
 
 
 _COMMANDS = {"warmup": cmd_warmup, "cache": cmd_cache, "doctor": cmd_doctor, "demo": cmd_demo,
@@ -748,7 +807,9 @@ def main(argv=None) -> int:
         except ValueError:   # not the main thread
             pass
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:   # a mistyped flag: the command's own usage and error line (argparse exits 2), not the top level's
+        getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     t0 = time.perf_counter()
     try:
         return _COMMANDS[args.command](args)

@@ -92,11 +92,17 @@ class _TextBar:
 
 
 def _progress(total: int, initial: int, desc: str, enabled: bool):
+    """The progress bar on stderr: tqdm's on a terminal; the text bar's one final line where stderr is
+    a file or pipe (a log), or where tqdm is not installed (tqdm's carriage-return updates cluttered
+    a log with one line a kernel)."""
     if not enabled:
         return None
+    tty = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
     try:
         from tqdm import tqdm
     except ImportError:
+        tqdm = None
+    if tqdm is None or not tty:
         return _TextBar(total, initial, desc, sys.stderr)
     return tqdm(total=total, initial=initial, desc=desc, unit="kernel", file=sys.stderr, dynamic_ncols=True)
 

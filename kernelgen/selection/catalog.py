@@ -49,6 +49,25 @@ def _ints(values, name: str, low: int, high, what: str) -> tuple:
     return tuple(dict.fromkeys(out))
 
 
+def head_dim_pairs(head_dims) -> tuple:
+    """``warmup_specs``' ``head_dims`` as (head_dim, head_dim_v) pairs, duplicates dropped: an int d is
+    (d, d); a pair is taken as it is.  Each value must be in ``HEAD_DIMS``, else ValueError naming
+    ``head_dims`` (which pairs a mainloop runs is the dispatcher's to say: ``heuristics.choose``)."""
+    out = []
+    for raw in head_dims:
+        pair = tuple(raw) if isinstance(raw, (tuple, list)) else (raw, raw)
+        try:
+            pair = tuple(None if isinstance(x, bool) else operator.index(x) for x in pair)
+        except TypeError:
+            pair = ()
+        if len(pair) != 2 or not all(x in HEAD_DIMS for x in pair):
+            raise ValueError(f"head_dims: each must be one of {HEAD_DIMS} or a pair (head_dim, head_dim_v) of "
+                             f"them, got {raw!r}")
+        if pair not in out:
+            out.append(pair)
+    return tuple(out)
+
+
 def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, True), layouts=LAYOUTS,
                  phases=("prefill",), gqas=(1,), paged=(False,), softcap: bool = False, num_sms: int = 132,
                  page_sizes=(16,), settings: Settings | None = None, alibi: bool = False,
@@ -57,7 +76,8 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
 
     Args:
         arch: compile target, e.g. "sm_80" or "sm_90a" (``spec.ARCHS``).
-        head_dims: head dims (head_dim == head_dim_v), each in 64, 96, 128, 192, 256.
+        head_dims: head dims, each an int in 64, 96, 128, 192, 256 (head_dim == head_dim_v) or a
+            pair (head_dim, head_dim_v) of them, e.g. (192, 128) (DeepSeek's MLA prefill shape).
         dtypes: "fp16" and/or "bf16".
         causals: mask choices, bools (True = causal).
         layouts: scheduler-metadata layouts, "soa" and/or "aos".
@@ -136,8 +156,9 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
     auto_pack = settings.sm90_pack_gqa is None and heuristics.SM90_PACK_GQA is None
     alibis = (False, True) if alibi else (False,)
     codes = tuple(variants) or (None,)
-    for layout, dtype, head_dim, (mask, span), phase, kvh, gqa, pg, cap, al, var in itertools.product(
-            layouts, dtypes, head_dims, masks, phases, kv_heads, gqas, paged, caps, alibis, codes):
+    pairs = head_dim_pairs(head_dims)
+    for layout, dtype, (d, dv), (mask, span), phase, kvh, gqa, pg, cap, al, var in itertools.product(
+            layouts, dtypes, pairs, masks, phases, kv_heads, gqas, paged, caps, alibis, codes):
         for max_q, max_k in PHASE_HINTS[phase]:
             kw = dict(num_heads_q=kvh * int(gqa), num_heads_kv=kvh, mask=mask, layout=layout,
                       max_seqlen_q=max_q, max_seqlen_k=max_k, paged=bool(pg), softcap=cap, num_sms=num_sms,
@@ -145,41 +166,41 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                       **({"variant": var} if var is not None else {}))
             # (the single-class calls pack GQA on the Hopper kernel as KERNELGEN_SM90_PACK_GQA says; unset,
             # calls of short requests pack: heuristics.sm90_pack_auto, so both kernels)
-            v = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), sm90_pack=settings.sm90_pack_gqa, **kw)
+            v = heuristics.choose(arch, dtype, d, dv, sm90_pack=settings.sm90_pack_gqa, **kw)
             specs = [v.scheduler, v.attention, v.combine]
             if auto_pack:
-                vp = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), sm90_pack=True, **kw)
+                vp = heuristics.choose(arch, dtype, d, dv, sm90_pack=True, **kw)
                 specs += [vp.attention, vp.combine]
             if var is not None:   # its three-warpgroup / "m" / packed Hopper kernel may spill: the twins the calls
                 # then take (selection.heuristics.VARIANT_TWIN_LEVELS), packed calls' too
                 for sp in (settings.sm90_pack_gqa, *((True,) if auto_pack else ())):
                     for lvl in heuristics.VARIANT_TWIN_LEVELS:
-                        vs = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), variant_spills=lvl,
+                        vs = heuristics.choose(arch, dtype, d, dv, variant_spills=lvl,
                                                sm90_pack=sp, **kw)
                         specs += [vs.attention, vs.combine]
             if v.attention.mainloop == "sm90a":  # arch="sm_80" calls and plans take the sm_80 path
-                v80 = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), mainloop="sm80", **kw)
+                v80 = heuristics.choose(arch, dtype, d, dv, mainloop="sm80", **kw)
                 specs += [v80.attention, v80.combine]
                 if pg:  # both paged load paths: gathered rows (above) and TMA boxes (page sizes like 16)
                     for ps in page_sizes:
                         for sp in (settings.sm90_pack_gqa, *((True,) if auto_pack else ())):
-                            specs.append(heuristics.choose(arch, dtype, int(head_dim), int(head_dim),
+                            specs.append(heuristics.choose(arch, dtype, d, dv,
                                                            page_size=int(ps), sm90_pack=sp, **kw).attention)
                             for lvl in (heuristics.VARIANT_TWIN_LEVELS if var is not None else ()):   # (the twins, as above)
-                                vps = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), page_size=int(ps),
+                                vps = heuristics.choose(arch, dtype, d, dv, page_size=int(ps),
                                                         variant_spills=lvl, sm90_pack=sp, **kw)
                                 specs += [vps.attention, vps.combine]
             for kv in kv_dtypes:  # FP8 K/V: one class (decide), automatic and forced to the sm_80 mainloop
                 for extra in ({}, {"mainloop": "sm80"}, *({"page_size": int(ps)} for ps in page_sizes
                                                            if pg and arch == "sm_90a")):
-                    v8 = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), kv_dtype=kv, **extra, **kw)
+                    v8 = heuristics.choose(arch, dtype, d, dv, kv_dtype=kv, **extra, **kw)
                     specs += [v8.scheduler, v8.attention, v8.combine]
                     if "mainloop" not in extra:   # an FP8 q as well: the FP8 tensor-core variant where it applies
-                        vq = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), kv_dtype=kv, q_dtype="e4m3",
+                        vq = heuristics.choose(arch, dtype, d, dv, kv_dtype=kv, q_dtype="e4m3",
                                                sm90_pack=settings.sm90_pack_gqa, **extra, **kw)
                         specs += [vq.attention, vq.combine]
                         if auto_pack:   # (short requests' calls pack: heuristics.sm90_pack_auto, d 64 and 128)
-                            vqp = heuristics.choose(arch, dtype, int(head_dim), int(head_dim), kv_dtype=kv,
+                            vqp = heuristics.choose(arch, dtype, d, dv, kv_dtype=kv,
                                                     q_dtype="e4m3", sm90_pack=True, **extra, **kw)
                             specs += [vqp.attention, vqp.combine]
                         if kv == "e4m3" and vq.attention.fp8_mma:   # quantize_q=True: q's quantisation kernel
@@ -191,7 +212,7 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                 # turn where the Hopper one does not apply (mixed batches keep the plain kernels with sinks)
                 if pg and max_q > heuristics.short_query_tokens(kvh * int(gqa), kvh) and not al and var is None \
                         and settings.fp8_fused:
-                    fv = heuristics.choose_fused(arch, dtype, int(head_dim), int(head_dim), kv_dtype=kv,
+                    fv = heuristics.choose_fused(arch, dtype, d, dv, kv_dtype=kv,
                                                  **{k: x for k, x in kw.items()
                                                     if k not in ("max_seqlen_q", "sm90_opts", "window_span")})
                     if fv is not None:
@@ -199,12 +220,12 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                 if pg and arch == "sm_90a" and max_q > heuristics.short_query_tokens(kvh * int(gqa), kvh) \
                         and not al and var is None:
                     for ps in page_sizes:
-                        hv = heuristics.choose_fused_hopper(arch, dtype, int(head_dim), int(head_dim),
+                        hv = heuristics.choose_fused_hopper(arch, dtype, d, dv,
                                                             page_size=int(ps), kv_dtype=kv, **kw)
                         if hv is not None and settings.fp8_fused:
                             specs += [hv.scheduler, hv.fused, hv.combine]
                             continue
-                        pv = heuristics.choose_pair(arch, dtype, int(head_dim), int(head_dim), page_size=int(ps),
+                        pv = heuristics.choose_pair(arch, dtype, d, dv, page_size=int(ps),
                                                     kv_dtype=kv, **kw)
                         if pv is not None:
                             specs += [pv.long.attention, pv.short.attention, pv.short.combine]
@@ -213,7 +234,7 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                 # ALiBi or a user variant: no fused kernel; the classes in turn on sm_90a (the single class is above)
                 for ps in ((*page_sizes, 0) if arch == "sm_90a" else ()):
                     for vsp in ((False, True) if var is not None else (False,)):   # (variant_spills: as above)
-                        pv = heuristics.choose_pair(arch, dtype, int(head_dim), int(head_dim), num_heads_q=hq,
+                        pv = heuristics.choose_pair(arch, dtype, d, dv, num_heads_q=hq,
                                                     num_heads_kv=kvh, mask=mask, layout=layout,
                                                     max_seqlen_q=max_q, max_seqlen_k=max_k, paged=True, softcap=cap,
                                                     num_sms=num_sms, page_size=ps, sm90_opts=opts, alibi=al,
@@ -226,18 +247,18 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                 # a paged call with long queries takes the fused mixed-batch launch (decide.use_fused)
                 mkw = dict(num_heads_q=hq, num_heads_kv=kvh, mask=mask, layout=layout,
                            max_seqlen_k=max_k, paged=True, softcap=cap, num_sms=num_sms)
-                fv = heuristics.choose_fused(arch, dtype, int(head_dim), int(head_dim), **mkw)
+                fv = heuristics.choose_fused(arch, dtype, d, dv, **mkw)
                 mkw["window_span"] = span   # (the sm_80 fused kernel takes none: decide)
                 if fv is not None:
                     specs += [fv.scheduler, fv.fused, fv.combine]
                 for ps in ((*page_sizes, 0) if arch == "sm_90a" else ()):  # sm_90a: the Hopper fused launch
-                    hv = heuristics.choose_fused_hopper(arch, dtype, int(head_dim), int(head_dim), max_seqlen_q=max_q,
+                    hv = heuristics.choose_fused_hopper(arch, dtype, d, dv, max_seqlen_q=max_q,
                                                         page_size=ps, sm90_opts=opts,
                                                         short_rows=settings.sm90_short_rows(), **mkw)
                     if hv is not None:
                         specs += [hv.scheduler, hv.fused, hv.combine]
                         continue
-                    pv = heuristics.choose_pair(arch, dtype, int(head_dim), int(head_dim), max_seqlen_q=max_q,
+                    pv = heuristics.choose_pair(arch, dtype, d, dv, max_seqlen_q=max_q,
                                                 page_size=ps, sm90_opts=opts, **mkw)
                     if pv is not None:  # where it does not apply: the classes in turn
                         specs += [pv.long.attention, pv.short.attention, pv.short.combine]
