@@ -178,6 +178,18 @@ def test_spec_refuses_what_the_kernel_does_not_pack():
         FusedAttentionSpec(long, short)
 
 
+def test_sm90_opts_setting_names_the_variable():
+    """A letter that is no Hopper option in KERNELGEN_SM90_OPTS: ValueError naming the variable (the
+    kernel spec's check said only "sm90_opts 'zzz'": a review's find)."""
+    from kernelgen.selection.settings import SM90_OPTS
+
+    assert Settings.from_env({SM90_OPTS: "hpr"}).check().sm90_opts == "hpr"
+    assert Settings.from_env({SM90_OPTS: ""}).check().sm90_opts == ""
+    with pytest.raises(ValueError, match=r"^KERNELGEN_SM90_OPTS must hold option letters of 'eghmprstx' .*got "
+                                         r"'hzq' \('q', 'z' unknown\)"):
+        Settings.from_env({SM90_OPTS: "hzq"}).check()
+
+
 def test_setting_reads_the_environment(monkeypatch):
     assert Settings.from_env({}).check().sm90_pack_gqa is None
     for word, value in (("1", True), ("on", True), ("YES", True), ("0", False), ("off", False), (" ", None)):

@@ -348,6 +348,25 @@ def test_meta_fp8_q_goes_through_the_op():
     assert ops.varlen_attention(q, k, k, cu, cu, out_dtype=FP16).dtype == FP16
 
 
+@pytest.mark.parametrize("kw,exc,match", [
+    (dict(causal="False"), TypeError, "^causal must be a bool, got str"),   # bool("False") was a causal mask
+    (dict(return_lse=None), TypeError, "^return_lse must be a bool"),
+    (dict(sort="no"), TypeError, "^sort must be a bool"),
+    (dict(head_swizzle=2), TypeError, "^head_swizzle must be a bool"),
+    (dict(pack_gqa="yes"), TypeError, "^pack_gqa must be None or a bool"),   # was a dispatcher RuntimeError
+    (dict(softcap=1e-40), ValueError, r"^softcap \(1e-40\) is too small for softmax_scale \(0.125\)"),
+    (dict(cu_int64=True), TypeError, "^cu_seqlens_q must have dtype int32, got int64$"),   # eager's TypeError
+])
+def test_op_path_checks_options_as_eager_does(kw, exc, match):
+    """The op path (meta tensors here, as under torch.compile) raises what the eager call raises for
+    bad flags, pack_gqa and cu_seqlens_q's dtype (a review found bool() conversions and ValueErrors)."""
+    q = torch.empty(20, 4, 64, dtype=BF16, device="meta")
+    k = torch.empty(20, 2, 64, dtype=BF16, device="meta")
+    cu = torch.empty(3, dtype=torch.int64 if kw.pop("cu_int64", False) else torch.int32, device="meta")
+    with pytest.raises(exc, match=match):
+        ops.varlen_attention(q, k, k, cu, torch.empty(3, dtype=torch.int32, device="meta"), **kw)
+
+
 @pytest.mark.parametrize("case,exc,match", [
     ("k_16bit", TypeError, r"^k must have an FP8 dtype \(float8_e4m3fn or float8_e5m2\) with an FP8 q"),
     ("q_e5m2", TypeError, "^q must have dtype float16, bfloat16 or float8_e4m3fn, got torch.float8_e5m2"),
@@ -360,8 +379,8 @@ def test_meta_fp8_q_goes_through_the_op():
     ("out_dtype_fp32", TypeError, "^out_dtype must be None, torch.float16 or torch.bfloat16, got torch.float32"),
     ("out_dtype_fp8", TypeError, "^out_dtype must be None, torch.float16 or torch.bfloat16"),
     ("out_dtype_16bit_q", ValueError, r"^out_dtype \(torch.float16\) must be q's dtype torch.bfloat16"),
-    ("out_fp32", ValueError, r"^out must be a torch.bfloat16 tensor of shape \(37, 8, 128\), got torch.float32"),
-    ("out_fp8", ValueError, r"^out must be a torch.bfloat16 tensor"),
+    ("out_fp32", TypeError, r"^out must have dtype bfloat16, got float32$"),   # (TypeError, as eager raises)
+    ("out_fp8", TypeError, r"^out must have dtype bfloat16, got float8_e4m3fn$"),
     ("out_vs_out_dtype", ValueError, r"^out_dtype \(torch.bfloat16\) differs from out's dtype torch.float16"),
 ])
 def test_fake_fp8_q_errors_name_the_argument(case, exc, match):
@@ -608,7 +627,7 @@ def test_fake_output_with_quantize_q_keeps_qs_dtype(layout):
             assert torch.ops.kernelgen.varlen_attention_out(out, q, k, v, cu, quantize_q=flag, **kw).shape == (0,)
             assert ops.varlen_attention(q, k, v, cu, quantize_q=flag, **kw).dtype == FP16
             assert ops.varlen_attention(q, k, v, cu, out=out, quantize_q=flag, **kw) is out
-        with pytest.raises(ValueError, match="^out must be a torch.float16 tensor"):
+        with pytest.raises(TypeError, match="^out must have dtype float16, got bfloat16$"):
             torch.ops.kernelgen.varlen_attention_out(torch.empty(37, 8, 128, dtype=BF16, device="cuda"), q, k, v, cu,
                                                      quantize_q=True, **kw)
 
@@ -938,6 +957,26 @@ def test_with_kvcache_integer_scalar_cache_seqlens(recorder, n):
     q3, kc, vc, pt, _, _ = paged(seqlen_q=1)
     compat.flash_attn_with_kvcache(q3.view(3, 1, 4, 64), kc, vc, cache_seqlens=n, page_table=pt)
     assert recorder.last["seqused_k"].tolist() == [9, 9, 9] and recorder.last["page_table"] is pt
+
+
+def test_with_kvcache_integer_cache_seqlens_above_the_cache_is_refused(recorder):
+    """An integer cache_seqlens is known on the host: one above the keys a request's cache row (or
+    its page-table row) holds would read the next request's keys, or past the cache (a review's find)."""
+    q = torch.randn(2, 1, 4, 64).to(BF16)
+    kc = torch.randn(2, 24, 2, 64).to(BF16)
+    rows = torch.randn(2, 64, 2, 64).to(BF16)[:, :24]   # dims 0 and 1 not mergeable: one page a request
+    q3, kcp, vcp, pt, _, _ = paged(seqlen_q=1)
+    room = pt.shape[1] * kcp.shape[1]
+    full = [(q, kc, kc, {}, 24), (q, rows, rows, {}, 24),
+            (q3.view(3, 1, 4, 64), kcp, vcp, {"page_table": pt}, room)]
+    for qq, k, v, kw, n in full:
+        compat.flash_attn_with_kvcache(qq, k, v, cache_seqlens=n, **kw)   # exactly full
+        assert recorder.last["seqused_k"].tolist() == [n] * qq.shape[0]
+        calls = len(recorder.calls)
+        with pytest.raises(ValueError, match=rf"^flash_attn_with_kvcache: cache_seqlens \({n + 1}\) exceeds the "
+                                             rf"keys the cache holds per request \({n} tokens\)"):
+            compat.flash_attn_with_kvcache(qq, k, v, cache_seqlens=np.int64(n + 1), **kw)
+        assert len(recorder.calls) == calls
 
 
 def test_with_kvcache_numpy_negative_num_splits_is_the_heuristic(recorder):

@@ -267,3 +267,75 @@ def test_dir_kernelgen_lists_the_lazy_public_names_without_importing_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
     assert out[0] == "['AttentionPlan', '__version__', 'compat', 'ops', 'varlen_attention']"
     assert out[1] == "False"
+
+
+PLAN_FAULTS = [
+    (dict(num_heads_q=0), ValueError, "num_heads_q must be >= 1"),        # was a ZeroDivisionError in the heuristics
+    (dict(num_heads_q=8.0), TypeError, "num_heads_q must be an int"),
+    (dict(num_heads_kv=0), ValueError, "num_heads_kv must be >= 1"),
+    (dict(head_dim="128"), TypeError, "head_dim must be an int"),
+    (dict(head_dim_v=64.0), TypeError, "head_dim_v must be an int"),
+    (dict(max_total_q=-5), ValueError, "max_total_q must be >= 0"),      # was a negative workspace size
+    (dict(max_total_q=0), ValueError, "max_total_q must be >= 1"),
+    (dict(max_total_q=2.9), TypeError, "max_total_q must be an int"),     # was truncated to 2
+    (dict(max_total_q="4"), TypeError, "max_total_q must be an int"),
+    (dict(pack_gqa="false"), TypeError, "pack_gqa must be None or a bool"),   # was truthy: packed
+    (dict(sort="no"), TypeError, "sort must be a bool"),
+    (dict(head_swizzle="no"), TypeError, "head_swizzle must be a bool"),
+    (dict(causal="False"), TypeError, "causal must be a bool"),
+    (dict(paged="yes"), TypeError, "paged must be a bool"),
+    (dict(sinks="yes"), TypeError, "sinks must be a bool"),
+    (dict(alibi=2), TypeError, "alibi must be a bool"),
+    (dict(softcap=3e38), ValueError, "softcap must be at most"),
+]
+
+
+@pytest.mark.parametrize("kw,exc,msg", PLAN_FAULTS, ids=[f"{list(k)[0]}={list(k.values())[0]!r}" for k, *_ in PLAN_FAULTS])
+def test_plan_options_are_checked_before_anything_runs(monkeypatch, kw, exc, msg):
+    """AttentionPlan's options: each bad one raises naming itself before the device is read (a
+    review found them passed through ``int()`` / truth tests, or failing deep in the heuristics)."""
+    from kernelgen.jit import runtime
+
+    monkeypatch.setattr(runtime, "device", lambda ordinal: pytest.fail("the device was read before the checks"))
+    base = dict(max_batch=4, num_heads_q=8, num_heads_kv=2, head_dim=64, device="cuda:0")
+    with pytest.raises(exc, match=f"^{msg}"):
+        kernelgen.AttentionPlan(**{**base, **kw})
+
+
+def test_boolean_options():
+    """``validation.flag``: bools, numpy bools and the ints 0 / 1 pass; anything else names the argument."""
+    import numpy as np
+
+    assert [V.flag("causal", x) for x in (True, False, np.bool_(True), 1, 0)] == [True, False, True, True, False]
+    assert V.optional_flag("pack_gqa", None) is None
+    for bad in ("False", "", 2, -1, 1.0, None, torch.tensor(True)):
+        with pytest.raises(TypeError, match="^causal must be a bool"):
+            V.flag("causal", bad)
+
+
+def test_scale_and_softcap_stay_float32():
+    """The kernels take ``softmax_scale * log2(e)``, ``softcap * log2(e)`` and ``softmax_scale /
+    softcap`` in float32: values whose products overflow are refused naming the argument (they
+    raised an OverflowError from struct.pack, naming nothing)."""
+    import struct
+
+    top = V.SCALAR_MAX
+    struct.pack("f", top * 1.4426950408889634)   # the bound itself packs
+    assert V.softmax_scale(top, 64) == top and V.softcap(top) == top
+    with pytest.raises(ValueError, match="^softmax_scale must be at most"):
+        V.softmax_scale(top * 1.01, 64)
+    with pytest.raises(ValueError, match="^softcap must be at most"):
+        V.softcap(top * 1.01)
+    V.softcap_ratio(0.125, 30.0)
+    V.softcap_ratio(0.125, 0.0)   # no soft-cap: no ratio
+    with pytest.raises(ValueError, match=r"^softcap \(1e-40\) is too small for softmax_scale \(0.125\)"):
+        V.softcap_ratio(0.125, 1e-40)
+
+
+def test_sinks_must_be_contiguous():
+    dev = torch.device("cpu")
+    V.sinks(torch.zeros(8), 8, dev)
+    V.sinks(torch.zeros(2)[::2], 1, dev)   # one head: its stride is never used
+    for bad in (torch.zeros(16)[::2], torch.zeros(1).expand(8)):
+        with pytest.raises(ValueError, match=r"^sinks must be contiguous .* pass sinks.contiguous\(\)"):
+            V.sinks(bad, 8, dev)

@@ -320,6 +320,18 @@ OPTION_FAULTS = [
     (dict(metadata_layout="AoS"), ValueError, "metadata_layout", "must be one of ('soa', 'aos')"),
     (dict(softmax_scale=0.0), ValueError, "softmax_scale", "must be a finite positive number"),
     (dict(softmax_scale="0.1"), TypeError, "softmax_scale", "must be a float or None"),
+    # (a review's finds: a string flag was truthy, a huge scale or a tiny cap overflowed float32 in
+    # the parameter packer, a strided sinks tensor was read as if contiguous)
+    (dict(causal="False"), TypeError, "causal", "must be a bool"),
+    (dict(causal=2), TypeError, "causal", "must be a bool"),
+    (dict(sort="no"), TypeError, "sort", "must be a bool"),
+    (dict(head_swizzle=None), TypeError, "head_swizzle", "must be a bool"),
+    (dict(return_lse="yes"), TypeError, "return_lse", "must be a bool"),
+    (dict(softmax_scale=3e38), ValueError, "softmax_scale", "must be at most 1.18e+38"),
+    (dict(softcap=3e38), ValueError, "softcap", "must be at most 1.18e+38"),
+    (dict(softcap=1e-40), ValueError, "softcap", "is too small for softmax_scale (0.125)"),
+    (dict(sinks=torch.zeros(16)[::2]), ValueError, "sinks", "must be contiguous"),
+    (dict(sinks=torch.zeros(1).expand(8)), ValueError, "sinks", "must be contiguous"),
 ]
 
 
@@ -573,8 +585,12 @@ def test_property_scalar_options(n, cap):
     else:
         with pytest.raises(ValueError, match=r"^num_splits must be in \[0, 128\]"):
             V.num_splits(n)
-    if cap == cap and cap != float("inf") and cap >= 0:
+    if cap == cap and cap != float("inf") and 0 <= cap <= V.SCALAR_MAX:
         assert V.softcap(cap) == float(cap)
+    elif cap == cap and cap != float("inf") and cap > 0:   # finite, but times log2(e) not a float32
+        with pytest.raises(ValueError, match=r"^softcap must be at most 1\.18e\+38 \(the kernels take it times "
+                                             r"log2\(e\) in float32\)"):
+            V.softcap(cap)
     else:
         with pytest.raises(ValueError, match="^softcap must be >= 0"):
             V.softcap(cap)

@@ -60,7 +60,8 @@ def test_views_shapes_and_split_buffers_carry_request_rows():
 
 
 def test_too_many_partial_rows_raise():
-    with pytest.raises(ValueError, match="exceed"):
+    with pytest.raises(ValueError, match=r"exceed 8388607 \(row_splits holds the row in 23 bits\): an "
+                                         r"AttentionPlan's max_total_q .* num_splits=1"):   # (names the plan's option)
         WorkspaceLayout(1, True, 2, 1, MAX_PARTIAL_ROWS + 1, 64)
     WorkspaceLayout(1, False, 1, 1, MAX_PARTIAL_ROWS + 1, 64)         # no partials: no limit
     with pytest.raises(ValueError, match="exceed"):

@@ -150,14 +150,14 @@ def varlen_attention(
             head_dim_v == head_dim, or 192 with head_dim_v 128, or a paged cache with head_dim ==
             head_dim_v in 64, 96, 128, 192 or 256: whole pages or key blocks loaded by TMA where
             they fit, rows gathered through the page table otherwise; any mask, window and
-            soft-cap; split-KV, automatic or forced; no pack-GQA;
+            soft-cap; split-KV, automatic or forced; pack-GQA as ``pack_gqa`` says;
             prefill-sized ``max_seqlen_q`` * query heads per tile; a paged batch of several
             requests only when they average at least ``heuristics.SM90_PAGED_MIN_MEAN_Q`` query
             tokens, else the fused launch) and the sm_80 path (mma.sync) otherwise; "sm_80" forces the sm_80 path,
             "sm_90a" the Hopper path (ValueError if the call or the device does not support it).
             None reads the ``KERNELGEN_ARCH`` environment variable (same values) when a call
             signature is first seen (``clear_signature_cache`` makes it read again).
-        sinks: attention sinks (gpt-oss): None, or a float32 (num_heads_q,) tensor on q's device,
+        sinks: attention sinks (gpt-oss): None, or a contiguous float32 (num_heads_q,) tensor on q's device,
             one extra logit per *query* head that joins every row's softmax denominator and has
             no value: ``p_j = exp(s_j) / (exp(sinks[h]) + sum_k exp(s_k))`` over the row's scaled
             (soft-capped, masked) logits s.  The returned lse includes it:
@@ -331,6 +331,7 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                                  v_descale=v_descale, q_descale=q_descale, out_dtype=out_dtype)
     if not isinstance(quantize_q, bool):
         raise TypeError(f"quantize_q must be a bool, got {type(quantize_q).__name__}")
+    return_lse = validation.flag("return_lse", return_lse)
     quant = None
     if (quantize_q and not call.empty and call.signature.kv_dtype == "e4m3" and not call.signature.q_dtype
             and alibi_slopes is None and variant is None):   # (the FP8 tensor-core variant takes neither)

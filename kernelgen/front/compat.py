@@ -208,9 +208,10 @@ def flash_attn_varlen_func(
         out: optional (total_q, num_heads_q, head_dim_v) output tensor in q's dtype (an FP8 q:
             bfloat16, FA3's, or float16).
         s_aux, sinks: attention sinks (vLLM's FA3 fork calls them ``s_aux``; give one of the
-            two): float32 (num_heads_q,) on q's device, one value-less logit per query head in
-            every softmax denominator; the LSE includes it.  Applied after the kernels as an
-            exact LSE rescale (one extra pass over out; see :func:`kernelgen.varlen_attention`).
+            two): contiguous float32 (num_heads_q,) on q's device, one value-less logit per query
+            head in every softmax denominator; the LSE includes it.  The sink kernels add it on a
+            call of one request class; a mixed batch rescales out by the LSE after its kernels
+            (see :func:`kernelgen.varlen_attention`).
         alibi_slopes: ALiBi slopes, FlashAttention-2/3's argument and convention: float32
             (num_heads_q,) or (batch, num_heads_q) on q's device; the logit of query row i and key
             j gets ``-slope * |i + seqlen_k - seqlen_q - j|`` (see :func:`kernelgen.varlen_attention`).
@@ -366,7 +367,8 @@ def flash_attn_with_kvcache(
             included), or a kernelgen type check failed (named; an FP8 q with a 16-bit cache
             names k).
         ValueError: q/k_cache/out shapes that do not fit together (named), an integer
-            cache_seqlens outside [0, 2^31 - 1], or shapes, devices or values rejected by
+            cache_seqlens outside [0, 2^31 - 1] or above the tokens the cache holds per request
+            (seqlen_cache, or the page table's pages x page_size), or shapes, devices or values rejected by
             :func:`kernelgen.varlen_attention`.
     """
     fn = "flash_attn_with_kvcache"
@@ -415,10 +417,12 @@ def flash_attn_with_kvcache(
     dv = v_cache.shape[-1]
 
     # ---- key lengths
+    given_seqlens = None   # an integer cache_seqlens, checked against the cache's capacity below
     if cache_seqlens is not None:
         if _is_int(cache_seqlens):  # Python or numpy integer (FA3 takes an int); bools are not
             if not 0 <= cache_seqlens <= _INT32_MAX:
                 raise ValueError(f"{fn}: cache_seqlens must be in [0, {_INT32_MAX}] tokens, got {cache_seqlens}")
+            given_seqlens = int(cache_seqlens)
             cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
         elif not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dtype != torch.int32:
             got = cache_seqlens.dtype if isinstance(cache_seqlens, torch.Tensor) else type(cache_seqlens).__name__
@@ -446,6 +450,11 @@ def flash_attn_with_kvcache(
                 cache_seqlens = torch.full((batch,), seqlen_cache, dtype=torch.int32, device=q.device)
     elif cache_seqlens is None:
         cache_seqlens = torch.full((batch,), table.shape[1] * k_cache.shape[1], dtype=torch.int32, device=q.device)
+    room = k_cache.shape[1] * (1 if table is None else table.shape[1])   # tokens a request's rows or pages hold
+    if given_seqlens is not None and given_seqlens > room:
+        # (known on the host: a request would read the next one's cache rows, or past the cache)
+        raise ValueError(f"{fn}: cache_seqlens ({given_seqlens}) exceeds the keys the cache holds per request "
+                         f"({room} tokens)")
 
     # ---- output buffer
     out3 = None

@@ -55,6 +55,7 @@ There is no backward (kernelgen is for inference): a backward through the functi
 ``torch.compile`` of a training graph that contains it, raises a RuntimeError that says to use
 ``torch.no_grad()`` / ``torch.inference_mode()``.
 """
+import math
 from typing import Optional, Tuple
 
 import torch
@@ -259,8 +260,10 @@ def _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, cau
     hq, hkv = q.shape[1], k.shape[-2]
     if hkv < 1 or hq < 1 or hq % hkv != 0:  # hkv first: no modulo by zero heads
         raise ValueError(f"q num_heads ({hq}) must be a positive multiple of k num_heads ({hkv})")
-    if cu_seqlens_q.dim() != 1 or cu_seqlens_q.dtype != torch.int32:
-        raise ValueError("cu_seqlens_q must be an int32 (batch + 1,) tensor")
+    if cu_seqlens_q.dtype != torch.int32:   # (the eager path's TypeError / ValueError split)
+        raise TypeError(f"cu_seqlens_q must have dtype int32, got {str(cu_seqlens_q.dtype).replace('torch.', '')}")
+    if cu_seqlens_q.dim() != 1:
+        raise ValueError(f"cu_seqlens_q must have 1 dimensions, got shape {tuple(cu_seqlens_q.shape)}")
     if paged:
         if seqused_k is None:
             raise ValueError("seqused_k is required with a page_table (the keys of each request)")
@@ -304,9 +307,11 @@ def _varlen_attention_out_fake(out, q, k, v, cu_seqlens_q, cu_seqlens_k=None, ma
     total_q, hq, dv, dtype = _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, causal,
                                           window_left, window_right, softcap, num_splits, metadata_layout, sinks,
                                           alibi_slopes, k_descale, v_descale, q_descale, out_dtype, out)
-    if tuple(out.shape) != (total_q, hq, dv) or out.dtype != dtype:
-        raise ValueError(f"out must be a {dtype} tensor of shape {(total_q, hq, dv)}, got {out.dtype} "
-                         f"{tuple(out.shape)}")
+    if out.dtype != dtype:   # (the eager path's TypeError / ValueError split)
+        raise TypeError(f"out must have dtype {str(dtype).replace('torch.', '')}, got "
+                        f"{str(out.dtype).replace('torch.', '')}")
+    if tuple(out.shape) != (total_q, hq, dv):
+        raise ValueError(f"out must have shape {(total_q, hq, dv)}, got {tuple(out.shape)}")
     return _fake_lse(q, return_lse)
 
 
@@ -352,12 +357,15 @@ def varlen_attention(
 ):
     """:func:`kernelgen.varlen_attention` that ``torch.compile(fullgraph=True)`` can trace.
 
-    Same arguments, shapes, results and errors as :func:`kernelgen.varlen_attention`: q
+    The arguments, shapes, results and errors of :func:`kernelgen.varlen_attention` but ``arch``,
+    ``short_query_tokens`` and ``variant`` (a custom op's schema takes tensors and scalars, not a
+    ``kernelgen.Variant``; call :func:`kernelgen.varlen_attention` for those): q
     (total_q, num_heads_q, head_dim) fp16/bf16, or float8_e4m3fn with an FP8 k/v; k/v packed (total_k, num_heads_kv, head_dim[_v])
     with cu_seqlens_k, or paged (num_pages, page_size, num_heads_kv, head_dim[_v]) with page_table
     (batch, max_pages_per_seq) and seqused_k (batch,); index tensors int32; lengths in tokens;
-    ``sinks`` float32 (num_heads_q,) attention sinks (gpt-oss semantics, applied as an exact LSE
-    rescale after the kernels, one extra pass over out; see :func:`kernelgen.varlen_attention`);
+    ``sinks`` contiguous float32 (num_heads_q,) attention sinks (gpt-oss semantics: the sink
+    kernels of a single-class call add them, a mixed batch rescales out by the LSE after its
+    kernels; see :func:`kernelgen.varlen_attention`);
     ``alibi_slopes`` float32 (num_heads_q,) or (batch, num_heads_q) ALiBi slopes (FlashAttention-2's
     convention; see :func:`kernelgen.varlen_attention`); ``k_descale`` / ``v_descale`` float32
     (batch, num_heads_kv) or broadcastable descale factors of an FP8 k/v cache (FlashAttention-3's);
@@ -381,9 +389,10 @@ def varlen_attention(
 
     Raises:
         TypeError: an argument has the wrong type or dtype, e.g. window_size not a pair of ints,
-            an FP8 q with a 16-bit k (names k), out_dtype not float16/bfloat16, quantize_q not a
-            bool (the raw ops' ``bool`` schema converts a number or None instead, as for
-            ``causal``, and refuses a str with a RuntimeError).
+            an FP8 q with a 16-bit k (names k), out_dtype not float16/bfloat16, ``causal``,
+            ``return_lse``, ``sort``, ``head_swizzle`` or ``quantize_q`` not a bool, ``pack_gqa``
+            not None or a bool (checked before the op: its ``bool`` schema would convert a
+            number or None, and refuse a str with a dispatcher RuntimeError).
         ValueError: wrong shapes, devices or values (see :func:`kernelgen.varlen_attention`), e.g.
             q_descale with a 16-bit q or of a wrong shape, out_dtype other than a 16-bit q's dtype.
         kernelgen.jit.compiler.CompileError: NVRTC rejected a kernel.
@@ -403,19 +412,25 @@ def varlen_attention(
     # Validate before converting: float()/int() would turn a bad value into a raw conversion error
     # (or silently accept True, "3" or 2.5); the validators name the argument and return the
     # converted value.
-    validation.window(window_size, bool(causal))
+    from ..selection import arguments
+
+    causal, return_lse = validation.flag("causal", causal), validation.flag("return_lse", return_lse)
+    sort, head_swizzle = validation.flag("sort", sort), validation.flag("head_swizzle", head_swizzle)
+    arguments.pack_gqa_option(pack_gqa)
+    validation.window(window_size, causal)
     softcap = validation.softcap(softcap)
     num_splits = validation.num_splits(num_splits)
     if softmax_scale is not None:
         softmax_scale = validation.softmax_scale(softmax_scale, q.shape[-1])
+    validation.softcap_ratio(1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else softmax_scale, softcap)
     if out_dtype is not None:   # (the schema's ScalarType? refuses a non-dtype with a dispatcher RuntimeError)
         validation.output_dtype(q, out, out_dtype)
     if not isinstance(quantize_q, bool):   # (the schema's bool would take 1 or None as one, and refuse a str
         # with a dispatcher RuntimeError: the eager path's TypeError instead)
         raise TypeError(f"quantize_q must be a bool, got {type(quantize_q).__name__}")
-    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, bool(causal),
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, causal,
             int(window_size[0]), int(window_size[1]), softcap, softmax_scale, num_splits, pack_gqa,
-            bool(return_lse), metadata_layout, bool(sort), bool(head_swizzle), sinks, alibi_slopes, k_descale, v_descale,
+            return_lse, metadata_layout, sort, head_swizzle, sinks, alibi_slopes, k_descale, v_descale,
             q_descale, out_dtype, quantize_q)
     if out is None:
         out, lse = torch.ops.kernelgen.varlen_attention(*args)

@@ -120,11 +120,13 @@ class AttentionPlan:
                  short_query_tokens: int | None = None, arch: str | None = None, page_size: int | None = None,
                  sinks: bool = False, alibi: bool = False, variant=None, kv_dtype=None, q_dtype=None,
                  quantize_q: bool = False):
-        arguments.plan_capacity(max_batch, dtype, num_heads_q, num_heads_kv, max_seqlen_q, max_seqlen_k)
+        arguments.plan_capacity(max_batch, dtype, num_heads_q, num_heads_kv, max_seqlen_q, max_seqlen_k,
+                                head_dim, head_dim_v, max_total_q)
         kv = validation.kv_dtype(kv_dtype)
         qd = validation.q_dtype(q_dtype, kv)
         if not isinstance(quantize_q, bool):
             raise TypeError(f"quantize_q must be a bool, got {type(quantize_q).__name__}")
+        sinks = validation.flag("sinks", sinks)
         head_dim_v = head_dim if head_dim_v is None else head_dim_v
         if device is None:
             try:
@@ -141,7 +143,7 @@ class AttentionPlan:
         self.max_total_q = int(max_total_q) if max_total_q is not None else self.capacity * max(1, max_seqlen_q)
         self.num_heads_q, self.num_heads_kv = num_heads_q, num_heads_kv
         self.head_dim, self.head_dim_v, self.dtype = head_dim, head_dim_v, dtype
-        self.paged = bool(paged)
+        self.paged = validation.flag("paged", paged)
         code = validation.variant(variant, self.device)
         #: The plan's user variant (``kernelgen.Variant``), or None.
         self.variant = variant
@@ -159,7 +161,7 @@ class AttentionPlan:
         #: The FP8 q dtype of the plan's steps ("e4m3"), None for q in ``dtype``.
         self.q_dtype = qd or None
         #: Whether the plan's kernels add ALiBi biases (steps then pass ``alibi_slopes``).
-        self.alibi = bool(alibi)
+        self.alibi = validation.flag("alibi", alibi)
         self.page_size = checked.page_size
         (self.window_left, self.window_right), self.softcap = checked.window, checked.softcap
         self.mask, self.layout = checked.signature.mask, checked.signature.layout
@@ -323,6 +325,7 @@ class AttentionPlan:
         alibi = None if alibi_slopes is None and not self.alibi else self._alibi_arg(alibi_slopes, cu_seqlens_q)
         user = None if variant is None and self.variant is None else self._variant_arg(variant)
         scale = validation.softmax_scale(softmax_scale, self.head_dim)
+        validation.softcap_ratio(scale, self.softcap)
         if out is None:
             out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=self.dtype, device=q.device)
         if self.hopper and not sizes["total_q"]:   # no query token: nothing to load (a TMA map needs a token)
@@ -471,10 +474,11 @@ class AttentionPlan:
         step is prepared, stored under ``key`` (None: not keyable) and run.  With ``sinks`` the
         step always writes an LSE (the caller's, a new one when returned, else the plan's
         scratch) and ``launch.sinks.apply`` follows it."""
-        give = bool(return_lse) or lse is not None
+        sizes = self._check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks)
+        return_lse, scale = arguments.step_scalars(return_lse, softmax_scale, self.head_dim, self.softcap)
+        give = return_lse or lse is not None
         if return_lse and lse is None:
             lse = torch.empty((self.num_heads_q, q.shape[0]), dtype=torch.float32, device=q.device)
-        sizes = self._check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks)
         # (no call without ALiBi: a plain step's path down the layers stays as it was)
         alibi = None if alibi_slopes is None and not self.alibi else self._alibi_arg(alibi_slopes, cu_seqlens_q)
         user = None if variant is None and self.variant is None else self._variant_arg(variant)
@@ -485,7 +489,6 @@ class AttentionPlan:
             lse = self._lse_scratch(sizes["total_q"])
         batch = arguments.plan_lengths(cu_seqlens_q, cu_seqlens_k, seqused_k, device=self.device,
                                        capacity=self.capacity)
-        scale = validation.softmax_scale(softmax_scale, self.head_dim)
         if out is None:
             out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=self.dtype, device=q.device)
         if self.hopper and not sizes["total_q"]:   # no query token: nothing to load (a TMA map needs a token)

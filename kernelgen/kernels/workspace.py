@@ -73,7 +73,8 @@ class WorkspaceLayout:
     def __post_init__(self):
         if self.split and self.partial_rows > MAX_PARTIAL_ROWS:
             raise ValueError(f"split-KV partials of {self.partial_rows} rows exceed {MAX_PARTIAL_ROWS} "
-                             f"(row_splits holds the row in 23 bits)")
+                             f"(row_splits holds the row in 23 bits): an AttentionPlan's max_total_q (or a call's "
+                             f"query tokens) must stay within it with split-KV; pass num_splits=1 for more")
 
     @property
     def partial_rows(self) -> int:

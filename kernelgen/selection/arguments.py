@@ -69,11 +69,12 @@ def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
     code = validation.variant(variant, q.device)
     scale = validation.softmax_scale(softmax_scale, sizes["head_dim"])
     layout = validation.layout(metadata_layout)
-    mask, left, right = validation.window(window_size, bool(causal))
+    mask, left, right = validation.window(window_size, validation.flag("causal", causal))
     cap = validation.softcap(softcap)
+    validation.softcap_ratio(scale, cap)
     splits = validation.num_splits(num_splits)
-    if pack_gqa is not None and not isinstance(pack_gqa, bool):
-        raise TypeError(f"pack_gqa must be None or a bool, got {type(pack_gqa).__name__}")
+    pack_gqa_option(pack_gqa)
+    sort, head_swizzle = validation.flag("sort", sort), validation.flag("head_swizzle", head_swizzle)
     validation.short_query_tokens(short_query_tokens, pack_gqa, splits)
     settings = Settings.from_env().check()
     if validation.arch(arch, None, settings.arch) == "sm90a" and short_query_tokens:
@@ -103,25 +104,42 @@ def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         window_right=right, layout=layout, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, paged=sizes["paged"],
         page_size=sizes.get("page_size", 0), softcap=cap > 0, pack_gqa=pack_gqa, num_splits=splits,
         short_query_tokens=short_query_tokens, arch=arch, tma_ok=all(tma.tma_compatible(t) for t in (q, k, v)),
-        batch=batch, rows=total_q, sort=bool(sort), head_swizzle=bool(head_swizzle), alibi=alibi_stride >= 0,
+        batch=batch, rows=total_q, sort=sort, head_swizzle=head_swizzle, alibi=alibi_stride >= 0,
         sinks=sinks is not None, variant=code, **({"kv_dtype": kv_dtype} if kv_dtype else {}),
         **({"q_dtype": sizes["q_dtype"]} if "q_dtype" in sizes else {}))
     return CheckedCall(sizes, scale, (left, right), cap, sig, settings, alibi_stride,
                        None if variant is None else variant.addresses(), descale if kv_dtype else None)
 
 
-def plan_capacity(max_batch, dtype, num_heads_q: int, num_heads_kv: int, max_seqlen_q, max_seqlen_k) -> None:
+def pack_gqa_option(pack_gqa) -> None:
+    """``pack_gqa``: None (the heuristics decide) or a bool, else TypeError."""
+    if pack_gqa is not None and not isinstance(pack_gqa, bool):
+        raise TypeError(f"pack_gqa must be None or a bool, got {type(pack_gqa).__name__}")
+
+
+def plan_capacity(max_batch, dtype, num_heads_q: int, num_heads_kv: int, max_seqlen_q, max_seqlen_k,
+                  head_dim=128, head_dim_v=None, max_total_q=None) -> None:
     """``AttentionPlan``'s first checks: capacity in requests (1 .. ``metadata.MAX_CAPACITY``),
-    dtype, head counts, length hints (ints >= 0, in tokens).  Raises TypeError / ValueError."""
+    dtype, head counts (ints >= 1, num_heads_q a multiple of num_heads_kv), head dims (ints; their
+    values are checked with the kernels' tiles), length hints (ints >= 0, in tokens),
+    ``max_total_q`` (None or an int >= 1, in tokens).  Raises TypeError / ValueError naming the
+    argument."""
     validation.nonneg_int("max_batch", max_batch)
     if not 1 <= max_batch <= metadata.MAX_CAPACITY:
         raise ValueError(f"max_batch must be in [1, {metadata.MAX_CAPACITY}], got {max_batch}")
     if dtype not in validation.DTYPES:
         raise TypeError(f"dtype must be torch.float16 or torch.bfloat16, got {dtype}")
-    if num_heads_kv < 1 or num_heads_q % num_heads_kv:
+    validation.positive_int("num_heads_q", num_heads_q)
+    validation.positive_int("num_heads_kv", num_heads_kv)
+    if num_heads_q % num_heads_kv:
         raise ValueError(f"num_heads_q ({num_heads_q}) must be a multiple of num_heads_kv ({num_heads_kv})")
+    validation.positive_int("head_dim", head_dim)
+    if head_dim_v is not None:
+        validation.positive_int("head_dim_v", head_dim_v)
     validation.nonneg_int("max_seqlen_q", max_seqlen_q)
     validation.nonneg_int("max_seqlen_k", max_seqlen_k)
+    if max_total_q is not None:
+        validation.positive_int("max_total_q", max_total_q)
 
 
 @dataclass(frozen=True)
@@ -147,22 +165,26 @@ def plan_options(*, capacity: int, max_total_q: int, num_heads_q: int, num_heads
     the arguments; lengths in tokens; ``kv_dtype``: "e4m3" / "e5m2" for an FP8 K/V cache,
     ``validation.kv_dtype``'s result, "" for none; ``q_dtype``: "e4m3" for an FP8 q).  Raises TypeError / ValueError naming the
     argument."""
+    paged = validation.flag("paged", paged)
     if page_size is not None:
         validation.nonneg_int("page_size", page_size)
         if not paged or page_size < 1:
             raise ValueError(f"page_size ({page_size}) needs paged=True and at least 1 token")
-    mask, left, right = validation.window(window_size, bool(causal))
+    mask, left, right = validation.window(window_size, validation.flag("causal", causal))
     cap = validation.softcap(softcap)
     layout = validation.layout(metadata_layout)
     splits = validation.num_splits(num_splits)
+    pack_gqa_option(pack_gqa)
+    sort, head_swizzle = validation.flag("sort", sort), validation.flag("head_swizzle", head_swizzle)
+    alibi, sinks = validation.flag("alibi", alibi), validation.flag("sinks", sinks)
     validation.short_query_tokens(short_query_tokens, pack_gqa, splits)
     sig = CallSignature(
         dtype=validation.DTYPES[dtype], head_dim=head_dim, head_dim_v=head_dim_v, num_heads_q=num_heads_q,
         num_heads_kv=num_heads_kv, mask=mask, window_left=left, window_right=right, layout=layout,
         max_seqlen_q=max_seqlen_q,
-        max_seqlen_k=max_seqlen_k, paged=bool(paged), page_size=page_size or 0, softcap=cap > 0, pack_gqa=pack_gqa,
+        max_seqlen_k=max_seqlen_k, paged=paged, page_size=page_size or 0, softcap=cap > 0, pack_gqa=pack_gqa,
         num_splits=splits, short_query_tokens=short_query_tokens, arch=arch, tma_ok=True, batch=capacity,
-        rows=max_total_q, sort=sort, head_swizzle=head_swizzle, plan=True, alibi=bool(alibi), sinks=bool(sinks),
+        rows=max_total_q, sort=sort, head_swizzle=head_swizzle, plan=True, alibi=alibi, sinks=sinks,
         variant=variant, **({"kv_dtype": kv_dtype} if kv_dtype else {}), **({"q_dtype": q_dtype} if q_dtype else {}))
     return CheckedPlan(sig, (left, right), cap, page_size, Settings.from_env().check())
 
@@ -227,6 +249,15 @@ def plan_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out,
     if sinks is not None and validation.host_checks_enabled():
         validation.check_sinks_values(sinks)
     return sizes
+
+
+def step_scalars(return_lse, softmax_scale, head_dim: int, softcap: float) -> tuple:
+    """An ``AttentionPlan`` step's scalar options: (``return_lse`` as a bool, the logit scale:
+    ``softmax_scale`` or ``1 / sqrt(head_dim)``), the scale's ratio to the plan's ``softcap``
+    checked.  Raises TypeError / ValueError naming the argument."""
+    scale = validation.softmax_scale(softmax_scale, head_dim)
+    validation.softcap_ratio(scale, softcap)
+    return validation.flag("return_lse", return_lse), scale
 
 
 def plan_lengths(cu_seqlens_q, cu_seqlens_k, seqused_k, *, device, capacity: int) -> int:

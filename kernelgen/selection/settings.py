@@ -90,11 +90,20 @@ class Settings:
                    bad_sm90_pack_gqa=env.get(SM90_PACK_GQA) if pack and sm90_pack is None else None)
 
     def check(self) -> "Settings":
-        """Self, once the variables read as words are valid.  Raises ValueError naming
-        ``KERNELGEN_SM90_PACK_GQA`` when it is set to something other than an on / off word."""
+        """Self, once the variables read as words or letters are valid.  Raises ValueError naming
+        ``KERNELGEN_SM90_PACK_GQA`` when it is set to something other than an on / off word, and
+        ``KERNELGEN_SM90_OPTS`` when it holds a letter that is not a Hopper mainloop option
+        (``spec.SM90_OPTS``; the kernel spec's own check would not name the variable)."""
         if self.bad_sm90_pack_gqa is not None:
             raise ValueError(f"{SM90_PACK_GQA} must be one of {ON_WORDS + OFF_WORDS} (any case) or unset, "
                              f"got {self.bad_sm90_pack_gqa!r}")
+        if self.sm90_opts:
+            from ..kernels.spec import SM90_OPTS as LETTERS
+
+            bad = sorted(set(self.sm90_opts) - set(LETTERS))
+            if bad:
+                raise ValueError(f"{SM90_OPTS} must hold option letters of {LETTERS!r} (e.g. 'hpr'), got "
+                                 f"{self.sm90_opts!r} ({', '.join(map(repr, bad))} unknown)")
         return self
 
     def sm90_short_rows(self) -> int | None:

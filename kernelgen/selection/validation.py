@@ -89,6 +89,37 @@ def nonneg_int(name: str, x) -> int:
     return int(x)
 
 
+#: The largest float32 (the kernels take the scale and the soft-cap in float32, scaled by log2(e)).
+FLOAT32_MAX = 3.4028234663852886e38
+#: The bound of ``softmax_scale`` and ``softcap``: times log2(e) (the kernels' exp2 units) they stay
+#: finite in float32.
+SCALAR_MAX = FLOAT32_MAX / 1.4426950408889634 / 2
+
+
+def flag(name: str, x) -> bool:
+    """A boolean option: a bool (a numpy bool, or an int 0 / 1, taken as one), else TypeError naming
+    ``name`` (a string such as "False" would otherwise be truthy)."""
+    if isinstance(x, bool):
+        return x
+    if (isinstance(x, numbers.Integral) and x in (0, 1)) or (type(x).__module__ == "numpy"
+                                                             and type(x).__name__ in ("bool", "bool_")):
+        return bool(x)
+    raise TypeError(f"{name} must be a bool, got {type(x).__name__} {x!r}")
+
+
+def optional_flag(name: str, x):
+    """None or ``flag(name, x)`` (``pack_gqa``: None lets the heuristics decide)."""
+    return None if x is None else flag(name, x)
+
+
+def positive_int(name: str, x) -> int:
+    """An int >= 1 (head counts, capacities), else TypeError / ValueError naming ``name``."""
+    x = nonneg_int(name, x)
+    if x < 1:
+        raise ValueError(f"{name} must be >= 1, got {x}")
+    return x
+
+
 def softmax_scale(x, head_dim: int) -> float:
     if x is None:
         return 1.0 / math.sqrt(head_dim)
@@ -97,6 +128,9 @@ def softmax_scale(x, head_dim: int) -> float:
     x = float(x)
     if not 0 < x < math.inf:  # NaN and inf fail too; comparisons trace under torch.compile
         raise ValueError(f"softmax_scale must be a finite positive number, got {x}")
+    if x > SCALAR_MAX:
+        raise ValueError(f"softmax_scale must be at most {SCALAR_MAX:.3g} (the kernels take it times log2(e) "
+                         f"in float32), got {x}")
     return x
 
 
@@ -249,7 +283,18 @@ def softcap(x) -> float:
     x = float(x)
     if not 0 <= x < math.inf:  # NaN and inf fail too; comparisons trace under torch.compile
         raise ValueError(f"softcap must be >= 0 (0 = off), got {x}")
+    if x > SCALAR_MAX:
+        raise ValueError(f"softcap must be at most {SCALAR_MAX:.3g} (the kernels take it times log2(e) in "
+                         f"float32), got {x}")
     return x
+
+
+def softcap_ratio(scale: float, cap: float) -> None:
+    """A soft-capped call's ``softmax_scale / softcap`` (the kernels' pre-tanh factor, float32) is
+    finite: ValueError naming ``softcap`` otherwise (a tiny cap)."""
+    if cap > 0 and scale / cap > FLOAT32_MAX:
+        raise ValueError(f"softcap ({cap}) is too small for softmax_scale ({scale}): their ratio, which the "
+                         f"kernels scale the logits by before tanh, overflows float32")
 
 
 def num_splits(x) -> int:
@@ -299,13 +344,18 @@ def lse_buffer(lse, num_heads_q: int, total_q: int, device) -> None:
 
 
 def sinks(x, num_heads_q: int, device) -> None:
-    """``sinks``: None, or a float32 (num_heads_q,) tensor on ``device`` (q's), one logit per query
-    head (any stride).  Its values are not read here (see ``check_sinks_values``)."""
+    """``sinks``: None, or a contiguous float32 (num_heads_q,) tensor on ``device`` (q's), one logit
+    per query head (the kernels read ``sinks[head]`` from its address: a strided or expanded view
+    raises ValueError; pass ``.contiguous()``).  Its values are not read here (see
+    ``check_sinks_values``)."""
     if x is None:
         return
     tensor("sinks", x, ndim=1, dtypes=(torch.float32,), device=device)
     if x.shape[0] != num_heads_q:
         raise ValueError(f"sinks must have shape ({num_heads_q},) (one logit per query head), got {tuple(x.shape)}")
+    if x.stride(0) != 1 and num_heads_q > 1:
+        raise ValueError(f"sinks must be contiguous (stride 1: the kernels read sinks[head] from its address), "
+                         f"got stride {x.stride(0)}; pass sinks.contiguous()")
 
 
 def alibi_slopes(x, num_heads_q: int, batch: int | None, device) -> int:
