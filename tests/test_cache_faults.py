@@ -479,14 +479,37 @@ def test_a_directory_in_place_of_an_entry_file_is_removed(tmp_path, where, how):
     if how == "verify":
         outcomes = {}
         report = c.verify(repair=True, outcomes=outcomes)
-        assert report["bad"] == [a.name] and not Path(str(a) + where).is_dir()
-        # a directory for a cubin: rebuilt from the sidecar's spec; for a sidecar: no spec, removed
-        assert outcomes == {a.name: "repaired" if where == ".cubin" else "removed"}
-        assert c.verify() == ({"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0} if where == ".cubin"
-                              else {"ok": 0, "bad": [], "repaired": 0, "orphans_removed": 0})
+        assert not Path(str(a) + where).is_dir()
+        if where == ".cubin":   # the directory removed, the cubin rebuilt from the sidecar's spec
+            assert report["bad"] == [a.name] and outcomes == {a.name: "repaired"}
+            assert c.verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0}
+        else:                   # the directory removed, the cubin left without a sidecar: an orphan, removed
+            assert report == {"ok": 0, "bad": [], "repaired": 0, "orphans_removed": 1} and files(root) == []
     else:
         assert c.clear() == 1 and files(root) == []
     assert cache.KernelCache(root).get(SPEC_A).cubin and cache.KernelCache(root).verify()["ok"] == 1
+
+
+@pytest.mark.parametrize("name", ["{stem}.cubin", "{stem}.abcd1234.tmp", "{stem}.lock"])
+@pytest.mark.parametrize("how", ["verify", "clear"])
+def test_a_directory_named_like_an_orphan_temp_or_lock_file_is_removed(tmp_path, name, how):
+    """A directory named like an orphan cubin (which ``cache list`` says ``verify --repair`` removes),
+    a temp file or a lock file next to a good entry: repair and clear remove it (each raised
+    IsADirectoryError: a second review's find)."""
+    root = tmp_path / "c"
+    cache.KernelCache(root).get(SPEC_A)
+    good = stem_of(root, SPEC_A)
+    odd = root / name.format(stem=f"{SPEC_B.name}-{'0' * 16}" if name.endswith(".cubin") else good.name)
+    odd.unlink(missing_ok=True)   # (the entry's own lock file)
+    odd.mkdir()
+    (odd / "inner").write_text("x")
+    c = cache.KernelCache(root)
+    if how == "verify":
+        assert c.verify(repair=True)["ok"] == 1
+        assert c.verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0}
+    else:
+        assert c.clear() == (2 if name.endswith(".cubin") else 1)
+    assert not odd.exists()
 
 
 # 5 --- untrusted directories and files ------------------------------------------------------------

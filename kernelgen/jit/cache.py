@@ -159,6 +159,19 @@ def _remove_entry_file(path: Path) -> None:
         shutil.rmtree(path)
 
 
+def _drop_directories(files: list) -> list:
+    """``files`` (an entry's group) less the directories among them, which are removed (no cache file
+    is a directory: one named like a cubin, temp or lock file would make the unlinks, or filelock,
+    raise IsADirectoryError)."""
+    kept = []
+    for p in files:
+        if p.is_dir() and not p.is_symlink():
+            _remove_entry_file(p)
+        else:
+            kept.append(p)
+    return kept
+
+
 def _read_trusted(path: Path, what: str) -> bytes:
     """The bytes of ``path``, checked (fstat of the open file) before they are read."""
     with open(path, "rb") as f:
@@ -547,6 +560,8 @@ class KernelCache:
             return report
         for stem, files in self._groups().items():
             path = self.root / stem
+            if repair:
+                files = _drop_directories(files)
             have = {p.suffix for p in files}
             if ".json" not in have:  # never committed: orphan cubin, temp files, stale lock
                 if repair:
@@ -611,6 +626,7 @@ class KernelCache:
             path = self.root / stem
             if any(p.suffix in (".json", ".cubin") for p in files):
                 n += 1
+            files = _drop_directories(files)
             for suffix in (".json", ".cubin"):
                 _remove_entry_file(Path(str(path) + suffix))
             self._remove_orphans(path, [p for p in files if p.suffix == ".tmp"])
