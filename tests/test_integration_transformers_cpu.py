@@ -71,9 +71,9 @@ def calls(monkeypatch):
 
 
 class Module(torch.nn.Module):
-    def __init__(self, is_causal=True):
+    def __init__(self, is_causal=True, layer=0):
         super().__init__()
-        self.is_causal, self.layer_idx = is_causal, 0
+        self.is_causal, self.layer_idx = is_causal, layer
 
 
 def qkv(b=2, hq=4, hkv=2, sq=5, sk=5, d=64, dtype=BF16):
@@ -149,11 +149,21 @@ def test_the_mask_is_read_once_per_forward(calls, monkeypatch):
     mask[1, 1] = 0
     kh.kernelgen_attention_forward(Module(), q, k, v, mask)
     assert len(seen) == 2 and calls[-1][1]["seqused_k"].tolist() == [5, 3]
-    with torch.inference_mode():                       # inference tensors have no version counter
+    with torch.inference_mode():   # inference tensors have no version counter: once per forward, by layer
         imask = mask.clone()
+        for layer in range(3):
+            kh.kernelgen_attention_forward(Module(layer=layer), q, k, v, imask)
+        assert len(seen) == 3 and calls[-1][1]["seqused_k"].tolist() == [5, 3]
+        imask[1, 1:3] = 1                              # rewritten in place between forwards (a review's find:
+        kh.kernelgen_attention_forward(Module(layer=0), q, k, v, imask)   # the old layout came back)
+        assert len(seen) == 4 and calls[-1][1]["seqused_k"].tolist() == [5, 4]
+        kh.kernelgen_attention_forward(Module(layer=1), q, k, v, imask)
+        assert len(seen) == 4
+        nolayer = Module()
+        del nolayer.layer_idx                          # no layer index: read every call
         for _ in range(2):
-            kh.kernelgen_attention_forward(Module(), q, k, v, imask)
-    assert len(seen) == 3 and calls[-1][1]["seqused_k"].tolist() == [5, 3]
+            kh.kernelgen_attention_forward(nolayer, q, k, v, imask)
+        assert len(seen) == 6 and calls[-1][1]["seqused_k"].tolist() == [5, 4]
 
 
 def test_right_padding_prefill(calls):
@@ -209,6 +219,10 @@ def test_sinks_keep_one_float32_copy_per_tensor():
         sinks.add_(1.0)
     d = kh._extra(sinks)["sinks"]
     assert d is not a and torch.equal(d, sinks.float())
+    with torch.inference_mode():   # sinks made in inference mode (no version counter) raised a RuntimeError
+        isinks = torch.randn(4).to(BF16)
+        e = kh._extra(isinks)["sinks"]
+        assert e is kh._extra(isinks)["sinks"] and torch.equal(e, isinks.float())
 
 
 def test_window_convention_equals_transformers_sliding_mask(calls):
@@ -389,6 +403,14 @@ def test_position_ids_are_read_once_per_forward(calls, monkeypatch):
     for _ in range(2):
         kh.kernelgen_attention_forward(Module(), q, k, v, None, position_ids=run)
     assert len(seen) == 3 and calls[-1][0][3].tolist() == [0, 7]
+    with torch.inference_mode():                       # no version counter: once per forward, by layer
+        ipos = torch.tensor([[0, 1, 2, 0, 1, 2, 3]])
+        for layer in range(2):
+            kh.kernelgen_attention_forward(Module(layer=layer), q, k, v, None, position_ids=ipos)
+        assert len(seen) == 4 and calls[-1][0][3].tolist() == [0, 3, 7]
+        ipos[0, 3:] = torch.arange(3, 7)               # the next forward, rewritten in place
+        kh.kernelgen_attention_forward(Module(layer=0), q, k, v, None, position_ids=ipos)
+        assert len(seen) == 5 and calls[-1][0][3].tolist() == [0, 7]
 
 
 def test_head_dims_and_tested_versions_are_the_projects():

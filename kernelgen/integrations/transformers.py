@@ -102,16 +102,19 @@ _SINKS32: dict = {}
 
 
 def _sinks32(s_aux):
+    """The float32 sinks of ``s_aux``: itself, or its one copy (made again after an in-place write;
+    sinks made under ``torch.inference_mode`` have no version counter: their copy is kept, as
+    weights that inference does not write)."""
     if s_aux.dtype == torch.float32:
         return s_aux
     hit = _SINKS32.get(id(s_aux))
-    if hit is not None and hit[0]() is s_aux and hit[1] == s_aux._version:
+    if hit is not None and hit[0]() is s_aux and hit[1] == _version(s_aux):
         return hit[2]
     with torch.no_grad():
         copy = s_aux.detach().float()
     if len(_SINKS32) >= 4096:
         _SINKS32.clear()
-    _SINKS32[id(s_aux)] = (weakref.ref(s_aux), s_aux._version, copy)
+    _SINKS32[id(s_aux)] = (weakref.ref(s_aux), _version(s_aux), copy)
     return copy
 
 
@@ -130,20 +133,37 @@ class _Layout:
     __slots__ = ("left", "cu_q", "cu_k", "lens_k", "idx_q", "idx_k", "max_q", "max_k")
 
 
-#: id(mask) -> (weak reference to the mask, its version, sq, sk, _Layout); a handful of entries
+#: id(mask) -> (weak reference to the mask, its version, sq, sk, _Layout, the layers served); a handful
 _LAYOUTS: dict = {}
 
 
 def _version(t):
     """The tensor's version counter (bumped by in-place writes); None for an inference-mode tensor,
-    which has none (generate makes a new mask every step, so a cached layout is never stale there)."""
+    which has none (see ``_fresh``)."""
     return None if t.is_inference() else t._version
 
 
-def _padding_layout(attention_mask, sq, sk):
+def _fresh(hit, t, key: tuple, layer) -> bool:
+    """Whether a cached entry ``hit`` (weak reference, version, *key, value, layers served) still
+    describes tensor ``t``: the same object, version and ``key``.  An inference-mode tensor has no
+    version: its entry holds for one forward, i.e. until a layer (``layer``: the module's
+    ``layer_idx``) it already served asks again (a buffer rewritten in place between forwards is
+    read again: a review found a stale layout); a module without ``layer_idx`` reads it every call."""
+    if hit is None or hit[0]() is not t or hit[1:1 + len(key)] != key:
+        return False
+    if key[0] is not None:
+        return True
+    served = hit[-1]
+    if layer is None or layer in served:
+        return False
+    served.add(layer)
+    return True
+
+
+def _padding_layout(attention_mask, sq, sk, layer=None):
     key = id(attention_mask)
     hit = _LAYOUTS.get(key)
-    if hit is not None and hit[0]() is attention_mask and hit[1:4] == (_version(attention_mask), sq, sk):
+    if _fresh(hit, attention_mask, (_version(attention_mask), sq, sk), layer):
         return hit[4]
     mask = attention_mask[:, -sk:].to(dtype=torch.bool)
     batch, dev = mask.shape[0], mask.device
@@ -167,7 +187,7 @@ def _padding_layout(attention_mask, sq, sk):
         lay.max_q, lay.max_k = int(lens_q.max()), int(lens_k.max())
     if len(_LAYOUTS) >= 8:
         _LAYOUTS.clear()
-    _LAYOUTS[key] = (weakref.ref(attention_mask), _version(attention_mask), sq, sk, lay)
+    _LAYOUTS[key] = (weakref.ref(attention_mask), _version(attention_mask), sq, sk, lay, {layer})
     return lay
 
 
@@ -175,7 +195,7 @@ def _padding_layout(attention_mask, sq, sk):
 _PACKED: dict = {}
 
 
-def _packed_from_position_ids(position_ids, batch):
+def _packed_from_position_ids(position_ids, batch, layer=None):
     """cu_seqlens of sequences packed into one row (position ids restarting at 0), or None when the
     ids are one increasing run (transformers' ``_is_packed_sequence``).  Read once per forward:
     every layer gets the same position_ids object, and the check syncs with the host (two reads),
@@ -183,12 +203,12 @@ def _packed_from_position_ids(position_ids, batch):
     if position_ids is None or batch != 1:
         return None
     hit = _PACKED.get(id(position_ids))
-    if hit is not None and hit[0]() is position_ids and hit[1] == _version(position_ids):
+    if _fresh(hit, position_ids, (_version(position_ids),), layer):
         return hit[2]
     result = _read_packed(position_ids)
     if len(_PACKED) >= 8:
         _PACKED.clear()
-    _PACKED[id(position_ids)] = (weakref.ref(position_ids), _version(position_ids), result)
+    _PACKED[id(position_ids)] = (weakref.ref(position_ids), _version(position_ids), result, {layer})
     return result
 
 
@@ -266,7 +286,7 @@ def kernelgen_attention_forward(
                              f"query {tuple(query.shape)} and key {tuple(key.shape)}")
         if sk > attention_mask.shape[1]:   # a static cache longer than the tokens seen: its tail is unused
             k, v, sk = k[:, :attention_mask.shape[1]], v[:, :attention_mask.shape[1]], attention_mask.shape[1]
-        lay = _padding_layout(attention_mask, sq, sk)
+        lay = _padding_layout(attention_mask, sq, sk, getattr(module, "layer_idx", None))
         kp, vp = k.reshape(-1, *k.shape[2:]), v.reshape(-1, *v.shape[2:])
         if lay.left:
             # left padding (what generate does): every row's real keys end at the last column, so
@@ -287,7 +307,8 @@ def kernelgen_attention_forward(
     if all(kwargs.get(n) is not None for n in ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")):
         packed = (kwargs["cu_seq_lens_q"].to(torch.int32), kwargs["cu_seq_lens_k"].to(torch.int32),
                   int(kwargs["max_length_q"]), int(kwargs["max_length_k"]))
-    elif sq == sk > 1 and (p := _packed_from_position_ids(kwargs.get("position_ids"), batch)) is not None:
+    elif sq == sk > 1 and (p := _packed_from_position_ids(kwargs.get("position_ids"), batch,
+                                                         getattr(module, "layer_idx", None))) is not None:
         # (a step with cached keys, a decode step included, is never packed: no check, no host sync)
         packed = (p[0], p[0], p[1], p[1])
     if packed is not None:
