@@ -11,10 +11,13 @@ so a call whose key was seen (and validated) before skips validation and the cho
 Scalars enter the key as (type, value): ``True`` and ``1``, or ``2.0`` and ``2``, validate
 differently and hash alike.  ``window_size`` enters as its type, its entries' types and its
 entries.  Only calls whose scalars are plain ``bool``/``int``/``float``/``str``/``None`` (or a
-``torch.dtype``, e.g. ``out_dtype``: compared by identity) are stored (``cacheable``), so a lookup
-never compares exotic objects for equality.
+``torch.dtype``, e.g. ``out_dtype``: compared by identity, or a NumPy bool or number, e.g.
+``1 / np.sqrt(d)``: compared by value, its type in the key as any scalar's) are stored
+(``cacheable``), so a lookup never compares exotic objects for equality.
 """
 from __future__ import annotations
+
+import sys
 
 import torch
 
@@ -55,9 +58,19 @@ def key(tensors: tuple, window_size, scalars: tuple) -> tuple:
             *[None if x is None else (x.__class__, x.dtype, x.device, x.shape, x.stride()) for x in tensors])
 
 
+def _plain(t: type) -> bool:
+    """A scalar type whose values compare and hash by value: ``_PLAIN``'s, or NumPy's bools and
+    numbers (NumPy imported by the caller, who made them; a call with ``np.float64`` softmax_scale
+    or ``np.bool_`` causal was validated and prepared again on every call)."""
+    if t in _PLAIN:
+        return True
+    np = sys.modules.get("numpy")
+    return np is not None and issubclass(t, (np.bool_, np.number))
+
+
 def cacheable(k: tuple) -> bool:
     """Whether a key may be stored: its tensors are torch.Tensors and its scalars plain values."""
-    return (all(t in _PLAIN for t in k[1])
+    return (all(_plain(t) for t in k[1])
             and all(t is None or issubclass(t[0], torch.Tensor) for t in k[3:]))
 
 
