@@ -901,6 +901,15 @@ def test_mistyped_flag_is_reported_by_its_command(capsys, argv, command, flag):
     assert err.splitlines()[-1] == f"kernelgen {command}: error: unrecognized arguments: {flag}"
 
 
+def test_mistyped_top_level_flag_is_reported_by_the_top_level(capsys):
+    """``kernelgen --bogus warmup``: the flag was given to ``kernelgen``, not to warmup."""
+    with pytest.raises(SystemExit) as ei:
+        cli.main(["--bogus", "warmup", "--arch", "sm_80"])
+    err = capsys.readouterr().err
+    assert ei.value.code == 2 and err.startswith("usage: kernelgen [-h]")
+    assert err.splitlines()[-1] == "kernelgen: error: unrecognized arguments: --bogus"
+
+
 @pytest.mark.parametrize("driver, status, says", [
     (0, 35, "no NVIDIA driver found"),             # libcuda missing: the runtime says "insufficient driver"
     (13000, 100, "no NVIDIA GPU found"),

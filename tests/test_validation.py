@@ -287,6 +287,8 @@ PLAN_FAULTS = [
     (dict(sinks="yes"), TypeError, "sinks must be a bool"),
     (dict(alibi=2), TypeError, "alibi must be a bool"),
     (dict(softcap=3e38), ValueError, "softcap must be at most"),
+    (dict(softcap=1e-40), ValueError, r"softcap \(1e-40\) is too small for softmax_scale \(0.125\)"),
+    (dict(quantize_q=1), TypeError, "quantize_q must be a bool, got int"),
 ]
 
 
@@ -297,20 +299,27 @@ def test_plan_options_are_checked_before_anything_runs(monkeypatch, kw, exc, msg
     from kernelgen.jit import runtime
 
     monkeypatch.setattr(runtime, "device", lambda ordinal: pytest.fail("the device was read before the checks"))
-    base = dict(max_batch=4, num_heads_q=8, num_heads_kv=2, head_dim=64, device="cuda:0")
-    with pytest.raises(exc, match=f"^{msg}"):
-        kernelgen.AttentionPlan(**{**base, **kw})
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: pytest.fail("the device was looked up first"))
+    base = dict(max_batch=4, num_heads_q=8, num_heads_kv=2, head_dim=64)
+    for device in (None, "cuda:0"):   # (with None the CUDA lookup came first: a RuntimeError without CUDA)
+        with pytest.raises(exc, match=f"^{msg}"):
+            kernelgen.AttentionPlan(**{**base, **kw}, device=device)
 
 
 def test_boolean_options():
-    """``validation.flag``: bools, numpy bools and the ints 0 / 1 pass; anything else names the argument."""
+    """``validation.flag``: bools and NumPy bools pass as Python bools; anything else (ints too, as
+    ``pack_gqa`` and ``quantize_q`` always refused them) names the argument and its type."""
     import numpy as np
 
-    assert [V.flag("causal", x) for x in (True, False, np.bool_(True), 1, 0)] == [True, False, True, True, False]
-    assert V.optional_flag("pack_gqa", None) is None
-    for bad in ("False", "", 2, -1, 1.0, None, torch.tensor(True)):
-        with pytest.raises(TypeError, match="^causal must be a bool"):
+    got = [V.flag("causal", x) for x in (True, False, np.bool_(True), np.bool_(False))]
+    assert got == [True, False, True, False] and all(type(x) is bool for x in got)
+    assert V.optional_flag("pack_gqa", None) is None and V.optional_flag("pack_gqa", np.True_) is True
+    for bad, name in (("False", "str"), (1, "int"), (0, "int"), (np.int64(1), "int64"), (1.0, "float"),
+                      (None, "NoneType"), (torch.tensor(True), "Tensor")):
+        with pytest.raises(TypeError, match=f"^causal must be a bool, got {name}$"):
             V.flag("causal", bad)
+    with pytest.raises(TypeError, match="^pack_gqa must be None or a bool, got int$"):
+        V.optional_flag("pack_gqa", 1)
 
 
 def test_scale_and_softcap_stay_float32():

@@ -324,6 +324,7 @@ OPTION_FAULTS = [
     # the parameter packer, a strided sinks tensor was read as if contiguous)
     (dict(causal="False"), TypeError, "causal", "must be a bool"),
     (dict(causal=2), TypeError, "causal", "must be a bool"),
+    (dict(causal=1), TypeError, "causal", "must be a bool, got int"),   # (as pack_gqa=1)
     (dict(sort="no"), TypeError, "sort", "must be a bool"),
     (dict(head_swizzle=None), TypeError, "head_swizzle", "must be a bool"),
     (dict(return_lse="yes"), TypeError, "return_lse", "must be a bool"),
@@ -594,3 +595,20 @@ def test_property_scalar_options(n, cap):
     else:
         with pytest.raises(ValueError, match="^softcap must be >= 0"):
             V.softcap(cap)
+
+
+def test_numpy_bools_reach_the_signature_as_python_bools(cpu_allowed):
+    """A NumPy bool option enters the call signature as a Python bool: the heuristics test
+    ``pack_gqa is True`` / ``is False``, which np.True_ is not."""
+    import numpy as np
+
+    from kernelgen.selection import arguments
+
+    a = args_for("cpu", total_q=0)
+    call = arguments.varlen_call(a["q"], a["k"], a["v"], a["cu_seqlens_q"], a["cu_seqlens_k"], a["max_seqlen_q"],
+                                 a["max_seqlen_k"], seqused_k=None, page_table=None, out=a["out"],
+                                 causal=np.True_, window_size=(-1, -1), softcap=0.0, softmax_scale=None,
+                                 num_splits=0, pack_gqa=np.False_, metadata_layout="soa", sort=np.True_,
+                                 head_swizzle=np.False_, short_query_tokens=None, arch=None)
+    sig = call.signature
+    assert sig.pack_gqa is False and sig.mask == "causal" and sig.sort is True and sig.head_swizzle is False

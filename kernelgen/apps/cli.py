@@ -808,8 +808,12 @@ def main(argv=None) -> int:
             pass
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    if extra:   # a mistyped flag: the command's own usage and error line (argparse exits 2), not the top level's
-        getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:   # a mistyped flag: the usage and error line of the command it was given to (argparse exits 2)
+        tokens = list(sys.argv[1:] if argv is None else argv)
+        at = tokens.index(args.command) if args.command in tokens else len(tokens)
+        before = extra[0] in tokens[:at]   # (given before the command: the top level's)
+        (parser if before else getattr(args, "command_parser", parser)).error(
+            f"unrecognized arguments: {' '.join(extra)}")
     t0 = time.perf_counter()
     try:
         return _COMMANDS[args.command](args)

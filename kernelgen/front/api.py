@@ -329,8 +329,7 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                                  head_swizzle=head_swizzle, short_query_tokens=short_query_tokens, arch=arch,
                                  sinks=sinks, alibi_slopes=alibi_slopes, variant=variant, k_descale=k_descale,
                                  v_descale=v_descale, q_descale=q_descale, out_dtype=out_dtype)
-    if not isinstance(quantize_q, bool):
-        raise TypeError(f"quantize_q must be a bool, got {type(quantize_q).__name__}")
+    quantize_q = validation.flag("quantize_q", quantize_q)
     return_lse = validation.flag("return_lse", return_lse)
     quant = None
     if (quantize_q and not call.empty and call.signature.kv_dtype == "e4m3" and not call.signature.q_dtype

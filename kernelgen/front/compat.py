@@ -450,7 +450,9 @@ def flash_attn_with_kvcache(
                 cache_seqlens = torch.full((batch,), seqlen_cache, dtype=torch.int32, device=q.device)
     elif cache_seqlens is None:
         cache_seqlens = torch.full((batch,), table.shape[1] * k_cache.shape[1], dtype=torch.int32, device=q.device)
-    room = k_cache.shape[1] * (1 if table is None else table.shape[1])   # tokens a request's rows or pages hold
+    # tokens a request's rows or pages hold (a malformed page_table is left to varlen_attention's checks)
+    room = k_cache.shape[1] * (1 if table is None else table.shape[1] if isinstance(table, torch.Tensor)
+                               and table.dim() == 2 else _INT32_MAX)
     if given_seqlens is not None and given_seqlens > room:
         # (known on the host: a request would read the next one's cache rows, or past the cache)
         raise ValueError(f"{fn}: cache_seqlens ({given_seqlens}) exceeds the keys the cache holds per request "

@@ -55,7 +55,6 @@ There is no backward (kernelgen is for inference): a backward through the functi
 ``torch.compile`` of a training graph that contains it, raises a RuntimeError that says to use
 ``torch.no_grad()`` / ``torch.inference_mode()``.
 """
-import math
 from typing import Optional, Tuple
 
 import torch
@@ -219,7 +218,7 @@ varlen_attention_op.register_autograd(_no_backward, setup_context=lambda ctx, in
 # ------------------------------------------------------------------------------ fake (meta) kernels
 def _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, causal, window_left, window_right,
                  softcap, num_splits, metadata_layout, sinks=None, alibi_slopes=None, k_descale=None,
-                 v_descale=None, q_descale=None, out_dtype=None, out=None):
+                 v_descale=None, q_descale=None, out_dtype=None, out=None, softmax_scale=None):
     """The checks of kernelgen.varlen_attention that read no tensor values (shapes, dtypes, scalar
     arguments), so a bad call fails while torch.compile traces; returns (total_q, num_heads_q,
     head_dim_v, the output's dtype): q's, or for a float8_e4m3fn q (which needs an FP8 k/v)
@@ -257,6 +256,7 @@ def _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, cau
         raise ValueError(f"q head_dim must be one of {HEAD_DIMS}, got {q.shape[-1]}")
     if v.shape[-1] not in HEAD_DIMS:
         raise ValueError(f"v head_dim_v must be one of {HEAD_DIMS}, got {v.shape[-1]}")
+    validation.softcap_ratio(validation.softmax_scale(softmax_scale, q.shape[-1]), validation.softcap(softcap))
     hq, hkv = q.shape[1], k.shape[-2]
     if hkv < 1 or hq < 1 or hq % hkv != 0:  # hkv first: no modulo by zero heads
         raise ValueError(f"q num_heads ({hq}) must be a positive multiple of k num_heads ({hkv})")
@@ -293,7 +293,8 @@ def _varlen_attention_fake(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_
                            k_descale=None, v_descale=None, q_descale=None, out_dtype=None, quantize_q=False):
     total_q, hq, dv, dtype = _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, causal,
                                           window_left, window_right, softcap, num_splits, metadata_layout, sinks,
-                                          alibi_slopes, k_descale, v_descale, q_descale, out_dtype)
+                                          alibi_slopes, k_descale, v_descale, q_descale, out_dtype,
+                                          softmax_scale=softmax_scale)
     return q.new_empty((total_q, hq, dv), dtype=dtype), _fake_lse(q, return_lse)
 
 
@@ -306,7 +307,8 @@ def _varlen_attention_out_fake(out, q, k, v, cu_seqlens_q, cu_seqlens_k=None, ma
                                quantize_q=False):
     total_q, hq, dv, dtype = _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, causal,
                                           window_left, window_right, softcap, num_splits, metadata_layout, sinks,
-                                          alibi_slopes, k_descale, v_descale, q_descale, out_dtype, out)
+                                          alibi_slopes, k_descale, v_descale, q_descale, out_dtype, out,
+                                          softmax_scale=softmax_scale)
     if out.dtype != dtype:   # (the eager path's TypeError / ValueError split)
         raise TypeError(f"out must have dtype {str(dtype).replace('torch.', '')}, got "
                         f"{str(out.dtype).replace('torch.', '')}")
@@ -412,22 +414,18 @@ def varlen_attention(
     # Validate before converting: float()/int() would turn a bad value into a raw conversion error
     # (or silently accept True, "3" or 2.5); the validators name the argument and return the
     # converted value.
-    from ..selection import arguments
-
+    # (the schema's bool would take 1 or None as one, and refuse a str with a dispatcher RuntimeError:
+    # the eager path's TypeError instead)
     causal, return_lse = validation.flag("causal", causal), validation.flag("return_lse", return_lse)
     sort, head_swizzle = validation.flag("sort", sort), validation.flag("head_swizzle", head_swizzle)
-    arguments.pack_gqa_option(pack_gqa)
+    pack_gqa, quantize_q = validation.optional_flag("pack_gqa", pack_gqa), validation.flag("quantize_q", quantize_q)
     validation.window(window_size, causal)
     softcap = validation.softcap(softcap)
     num_splits = validation.num_splits(num_splits)
-    if softmax_scale is not None:
-        softmax_scale = validation.softmax_scale(softmax_scale, q.shape[-1])
-    validation.softcap_ratio(1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else softmax_scale, softcap)
+    if softmax_scale is not None:   # (the head dim only names the default: q is checked in the op)
+        softmax_scale = validation.softmax_scale(softmax_scale, 1)
     if out_dtype is not None:   # (the schema's ScalarType? refuses a non-dtype with a dispatcher RuntimeError)
         validation.output_dtype(q, out, out_dtype)
-    if not isinstance(quantize_q, bool):   # (the schema's bool would take 1 or None as one, and refuse a str
-        # with a dispatcher RuntimeError: the eager path's TypeError instead)
-        raise TypeError(f"quantize_q must be a bool, got {type(quantize_q).__name__}")
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, causal,
             int(window_size[0]), int(window_size[1]), softcap, softmax_scale, num_splits, pack_gqa,
             return_lse, metadata_layout, sort, head_swizzle, sinks, alibi_slopes, k_descale, v_descale,

@@ -122,11 +122,11 @@ class AttentionPlan:
                  quantize_q: bool = False):
         arguments.plan_capacity(max_batch, dtype, num_heads_q, num_heads_kv, max_seqlen_q, max_seqlen_k,
                                 head_dim, head_dim_v, max_total_q)
+        arguments.plan_scalars(head_dim=head_dim, paged=paged, causal=causal, alibi=alibi, sinks=sinks, sort=sort,
+                               head_swizzle=head_swizzle, pack_gqa=pack_gqa, softcap=softcap, quantize_q=quantize_q)
         kv = validation.kv_dtype(kv_dtype)
         qd = validation.q_dtype(q_dtype, kv)
-        if not isinstance(quantize_q, bool):
-            raise TypeError(f"quantize_q must be a bool, got {type(quantize_q).__name__}")
-        sinks = validation.flag("sinks", sinks)
+        quantize_q, sinks = bool(quantize_q), bool(sinks)
         head_dim_v = head_dim if head_dim_v is None else head_dim_v
         if device is None:
             try:

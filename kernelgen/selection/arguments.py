@@ -73,7 +73,7 @@ def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
     cap = validation.softcap(softcap)
     validation.softcap_ratio(scale, cap)
     splits = validation.num_splits(num_splits)
-    pack_gqa_option(pack_gqa)
+    pack_gqa = validation.optional_flag("pack_gqa", pack_gqa)
     sort, head_swizzle = validation.flag("sort", sort), validation.flag("head_swizzle", head_swizzle)
     validation.short_query_tokens(short_query_tokens, pack_gqa, splits)
     settings = Settings.from_env().check()
@@ -111,12 +111,6 @@ def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                        None if variant is None else variant.addresses(), descale if kv_dtype else None)
 
 
-def pack_gqa_option(pack_gqa) -> None:
-    """``pack_gqa``: None (the heuristics decide) or a bool, else TypeError."""
-    if pack_gqa is not None and not isinstance(pack_gqa, bool):
-        raise TypeError(f"pack_gqa must be None or a bool, got {type(pack_gqa).__name__}")
-
-
 def plan_capacity(max_batch, dtype, num_heads_q: int, num_heads_kv: int, max_seqlen_q, max_seqlen_k,
                   head_dim=128, head_dim_v=None, max_total_q=None) -> None:
     """``AttentionPlan``'s first checks: capacity in requests (1 .. ``metadata.MAX_CAPACITY``),
@@ -140,6 +134,19 @@ def plan_capacity(max_batch, dtype, num_heads_q: int, num_heads_kv: int, max_seq
     validation.nonneg_int("max_seqlen_k", max_seqlen_k)
     if max_total_q is not None:
         validation.positive_int("max_total_q", max_total_q)
+
+
+def plan_scalars(*, head_dim: int, paged, causal, alibi, sinks, sort, head_swizzle, pack_gqa, softcap,
+                 quantize_q) -> None:
+    """``AttentionPlan``'s boolean options (bools: ``validation.flag``; ``pack_gqa`` None or a bool) and
+    its ``softcap`` against the default scale ``1 / sqrt(head_dim)`` (a cap so small their ratio
+    overflows float32 fails here, not at the first step), checked before the device is read.
+    Raises TypeError / ValueError naming the argument."""
+    for name, x in (("paged", paged), ("causal", causal), ("alibi", alibi), ("sinks", sinks), ("sort", sort),
+                    ("head_swizzle", head_swizzle), ("quantize_q", quantize_q)):
+        validation.flag(name, x)
+    validation.optional_flag("pack_gqa", pack_gqa)
+    validation.softcap_ratio(validation.softmax_scale(None, head_dim), validation.softcap(softcap))
 
 
 @dataclass(frozen=True)
@@ -174,7 +181,7 @@ def plan_options(*, capacity: int, max_total_q: int, num_heads_q: int, num_heads
     cap = validation.softcap(softcap)
     layout = validation.layout(metadata_layout)
     splits = validation.num_splits(num_splits)
-    pack_gqa_option(pack_gqa)
+    pack_gqa = validation.optional_flag("pack_gqa", pack_gqa)
     sort, head_swizzle = validation.flag("sort", sort), validation.flag("head_swizzle", head_swizzle)
     alibi, sinks = validation.flag("alibi", alibi), validation.flag("sinks", sinks)
     validation.short_query_tokens(short_query_tokens, pack_gqa, splits)

@@ -96,20 +96,27 @@ FLOAT32_MAX = 3.4028234663852886e38
 SCALAR_MAX = FLOAT32_MAX / 1.4426950408889634 / 2
 
 
+def _is_bool(x) -> bool:
+    """A Python bool, or a NumPy one (``np.bool_``: a comparison of NumPy values gives one)."""
+    return isinstance(x, bool) or (type(x).__module__ == "numpy" and type(x).__name__ in ("bool", "bool_"))
+
+
 def flag(name: str, x) -> bool:
-    """A boolean option: a bool (a numpy bool, or an int 0 / 1, taken as one), else TypeError naming
-    ``name`` (a string such as "False" would otherwise be truthy)."""
-    if isinstance(x, bool):
-        return x
-    if (isinstance(x, numbers.Integral) and x in (0, 1)) or (type(x).__module__ == "numpy"
-                                                             and type(x).__name__ in ("bool", "bool_")):
+    """A boolean option as a Python bool: a bool or a NumPy bool, else TypeError naming ``name`` (a
+    string such as "False" was taken for its truth value, a causal mask; ints are refused, as
+    ``pack_gqa`` and ``quantize_q`` always did)."""
+    if _is_bool(x):
         return bool(x)
-    raise TypeError(f"{name} must be a bool, got {type(x).__name__} {x!r}")
+    raise TypeError(f"{name} must be a bool, got {type(x).__name__}")
 
 
 def optional_flag(name: str, x):
-    """None or ``flag(name, x)`` (``pack_gqa``: None lets the heuristics decide)."""
-    return None if x is None else flag(name, x)
+    """None (the heuristics decide, ``pack_gqa``) or ``flag``'s bool, else TypeError naming ``name``."""
+    if x is None:
+        return None
+    if _is_bool(x):
+        return bool(x)
+    raise TypeError(f"{name} must be None or a bool, got {type(x).__name__}")
 
 
 def positive_int(name: str, x) -> int:
