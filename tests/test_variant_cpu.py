@@ -104,6 +104,13 @@ def test_reference_document_and_prefix_masks():
     o1, _ = attention_reference(q[3:], k[3:], v[3:], torch.tensor([0, 5], dtype=torch.int32),
                                 torch.tensor([0, 5], dtype=torch.int32), causal=True)
     assert torch.allclose(o, torch.cat([o0, o1]), atol=1e-12)
+    # more queries than keys: the snippet's index would go negative (unchecked on the GPU, wrapped by torch)
+    with pytest.raises(ValueError, match="request 0 has 8 queries and 6 keys; the mask needs q_len <= kv_len"):
+        attention_reference(q, k[:6], v[:6], cq, torch.tensor([0, 6], dtype=torch.int32), causal=True,
+                            mask_mod=mm)
+    o, _ = attention_reference(q, k[:0], v[:0], cq, torch.tensor([0, 0], dtype=torch.int32), causal=True,
+                               mask_mod=mm)   # no key at all (a decode batch's empty request): no pair, zeros
+    assert torch.equal(o, torch.zeros_like(o))
     _, _, pm = X.prefix_lm(torch.tensor([8], dtype=torch.int32))   # the whole request: bidirectional
     a, _ = attention_reference(q, k, v, cq, ck, mask_mod=pm)
     b, _ = attention_reference(q, k, v, cq, ck)

@@ -76,7 +76,8 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
     most (exp(2 delta) - 1) sum_j a_j |v_j|; and the exponentials' own error (``EX2_REL_ERR`` =
     E relative on each unnormalised probability, the hardware's or option "x"'s polynomial) moves
     each normalised probability by a factor within exp(+-2 e), e = -log(1 - E), and the lse by e:
-    delta + e in both formulas.  0 for rows that see no key.
+    delta + e in both formulas.  0 for rows that see no key (with sinks their lse, the sink, keeps the
+    exponentials' e: the bound is the looser one there).
 
     ``fp8_mma_bounds``: return the bounds of ``error_bounds`` (the soft-cap's and the exponentials' terms included) plus
     the per-element bounds on the error of out (shaped as out) and of lse (shaped as lse) of the

@@ -118,7 +118,9 @@ def document_mask(doc, doc_start, doc_end, koff):
     """A document mask: query row q_idx (at key position q_idx + kv_len - q_len) sees key kv_idx
     iff both are in the same document (``document_ids``' tensors); with ``causal=True`` this is
     the packed-sequences mask.  kv_range: the tile's rows see keys from the first row's document
-    start to the last row's document end."""
+    start to the last row's document end.  Each request needs q_len <= kv_len (its keys hold its
+    queries) or none: the snippets index ``doc`` at the query's key position unchecked, and the
+    reference's mask_mod raises ValueError otherwise (torch indexing would wrap a negative index)."""
     v = Variant(mask_mod="doc[koff[batch] + q_idx + kv_len - q_len] == doc[koff[batch] + kv_idx]",
                 kv_range=("const int o = koff[batch] + kv_len - q_len;\n"
                           "kv_lo = doc_start[o + q_lo];\n"
@@ -127,6 +129,9 @@ def document_mask(doc, doc_start, doc_end, koff):
     dc, ko = doc.detach().long(), koff.detach().long()
 
     def mask_mod(batch, head, q_idx, kv_idx, q_len, kv_len):
+        if 0 < kv_len < q_len:   # (no key: no pair to mask)
+            raise ValueError(f"document_mask: request {batch} has {q_len} queries and {kv_len} keys; the mask "
+                             f"needs q_len <= kv_len (its queries' own tokens among the keys)")
         d = dc.to(q_idx.device)
         o = int(ko[batch])
         return d[o + q_idx + kv_len - q_len] == d[o + kv_idx]

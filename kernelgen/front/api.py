@@ -141,9 +141,11 @@ def varlen_attention(
             long-query (prefill) and short-query (decode) requests: requests with at most this
             many query tokens run as one-warp decode tiles, the others as 128-row prefill tiles,
             in one persistent launch (``docs/serving.md``).  None: automatic (fused for a paged
-            cache whose ``max_seqlen_q`` exceeds ``heuristics.short_query_tokens``, 4 for 32/8
-            heads, unless pack_gqa or num_splits is forced); an int >= 1 forces the fused launch
-            with that threshold; 0 turns it off.
+            cache of two or more requests whose ``max_seqlen_q`` exceeds
+            ``heuristics.short_query_tokens``, 4 for 32/8 heads, unless pack_gqa or num_splits is
+            forced); an int >= 1 forces the fused launch with that threshold where some request may
+            exceed it (two or more requests, ``max_seqlen_q`` above it: ``decide.use_fused``); 0
+            turns it off.
         arch: which attention mainloop runs: None or "auto" picks the Hopper path (wgmma, TMA,
             warp specialisation; ``docs/dev/perf-log.md``, "Hopper path") on compute capability
             9.0 for the calls it supports (packed K/V, head dims 64, 96, 128, 192 or 256 with

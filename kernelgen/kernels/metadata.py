@@ -23,7 +23,8 @@ k     name             meaning
 ====  ===============  ======================================================================
 0     tile_start       first tile of request ``vb`` (exclusive prefix sum of tile counts)
 1     batch_idx        the request this entry describes (vb -> request)
-2     m_blocks         query blocks of the request: ceil(seqlen_q / block_m)
+2     m_blocks         query blocks of the request: ceil(seqlen_q * pack / block_m) (pack: the
+                       query heads a KV head with pack-GQA, else 1)
 3     splits_nheads    num_splits | (nheads_in_l2 << 16)  (1 | 1 << 16 until split-KV / swizzle)
 ====  ===============  ======================================================================
 
@@ -34,12 +35,14 @@ Layouts (both always built; ``metadata_layout="soa"|"aos"`` picks one):
 
 Entries ``[batch, round_up(capacity, 4))`` are written by the scheduler kernel with neutral values
 (tile_start = total_tiles, batch_idx = vb, m_blocks = 0, splits_nheads = 1 | 1 << 16): they own no
-tiles, and the tile search over ``[0, capacity)`` never lands on them.
+tiles, and the tile search over ``[0, round_up(capacity, 4))`` never lands on them.
 
-A request ``vb`` owns ``num_heads * m_blocks`` consecutive tiles starting at ``tile_start``.  Local
-tile ``r`` decodes to ``head = r // m_blocks`` and ``m_block = r % m_blocks``, reversed
-(``m_blocks - 1 - m_block``) for causal masks so the most expensive query blocks of a request are
-started first (longest-processing-time first, the idea of FlashAttention-3's varlen scheduler).
+A request ``vb`` owns ``num_heads * m_blocks * num_splits`` consecutive tiles starting at
+``tile_start`` (num_heads: the KV heads with pack-GQA).  ``decode_local_tile`` gives the order of a
+request's local tiles: m-block fastest, then split, then head; for causal masks the m-blocks
+reversed (``m_blocks - 1 - m_block``) so the most expensive query blocks of a request start first
+(longest-processing-time first, the idea of FlashAttention-3's varlen scheduler), and without
+splits the heads walked in L2-sized sections (``nheads_in_l2``, the head swizzle).
 """
 from __future__ import annotations
 

@@ -63,7 +63,8 @@ def code_only(code: str) -> str:
 def check_tensor_name(name) -> None:
     """ValueError / TypeError unless ``name`` can name a user tensor in a snippet: a C identifier,
     not a C++ keyword, not a name in scope (``SCOPE_NAMES``), not a helper, not starting with
-    ``kg_``/``KG_`` (kernelgen's own) or two underscores (reserved)."""
+    ``kg_``/``KG_`` (kernelgen's own), ``MD_`` (the scheduler's) or an underscore (reserved in C++
+    at file scope, and the templates' own)."""
     if not isinstance(name, str):
         raise TypeError(f"variant tensor names must be str, got {type(name).__name__}")
     if not _IDENT.match(name):
