@@ -143,7 +143,7 @@ class AttentionPlan:
         self.max_total_q = int(max_total_q) if max_total_q is not None else self.capacity * max(1, max_seqlen_q)
         self.num_heads_q, self.num_heads_kv = num_heads_q, num_heads_kv
         self.head_dim, self.head_dim_v, self.dtype = head_dim, head_dim_v, dtype
-        self.paged = validation.flag("paged", paged)
+        self.paged = bool(paged)   # (a bool or a NumPy bool: plan_scalars)
         code = validation.variant(variant, self.device)
         #: The plan's user variant (``kernelgen.Variant``), or None.
         self.variant = variant
@@ -161,7 +161,7 @@ class AttentionPlan:
         #: The FP8 q dtype of the plan's steps ("e4m3"), None for q in ``dtype``.
         self.q_dtype = qd or None
         #: Whether the plan's kernels add ALiBi biases (steps then pass ``alibi_slopes``).
-        self.alibi = validation.flag("alibi", alibi)
+        self.alibi = bool(alibi)
         self.page_size = checked.page_size
         (self.window_left, self.window_right), self.softcap = checked.window, checked.softcap
         self.mask, self.layout = checked.signature.mask, checked.signature.layout
