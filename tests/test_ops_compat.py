@@ -1,5 +1,7 @@
 """CPU: the torch.ops.kernelgen custom ops (registration, fake shapes, torch.compile tracing with a
 CPU stand-in for the kernels), the FlashAttention-3 compat mapping, and the docs build."""
+import functools
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +15,7 @@ import kernelgen
 import kernelgen.front.api
 from kernelgen.apps import reference
 from kernelgen.front import compat, ops
+from kernelgen.selection import validation as V
 
 REPO = Path(__file__).resolve().parents[1]
 BF16, FP16 = torch.bfloat16, torch.float16
@@ -365,6 +368,32 @@ def test_op_path_checks_options_as_eager_does(kw, exc, match):
     cu = torch.empty(3, dtype=torch.int64 if kw.pop("cu_int64", False) else torch.int32, device="meta")
     with pytest.raises(exc, match=match):
         ops.varlen_attention(q, k, k, cu, torch.empty(3, dtype=torch.int32, device="meta"), **kw)
+
+
+def _meta(*shape, dtype=BF16):
+    return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+@pytest.mark.parametrize("case", ["k_rank", "k_head_dim", "v_shape", "v_head_dim", "cu_q_2d", "paged_with_cu_k",
+                                  "paged_without_seqused"])
+def test_op_path_shape_errors_read_as_eager(case):
+    """A bad shape on the op path (meta tensors, as under torch.compile) raises the eager path's
+    exception type with the same message up to its details (``validation.varlen_inputs`` on the
+    same meta tensors)."""
+    i32 = functools.partial(_meta, dtype=torch.int32)
+    a = dict(q=_meta(10, 8, 64), k=_meta(12, 2, 64), v=_meta(12, 2, 64), cq=i32(3), ck=i32(3), used=None, pt=None)
+    paged = dict(k=_meta(40, 16, 2, 64), v=_meta(40, 16, 2, 64), pt=i32(2, 5), used=i32(2))
+    a.update({"k_rank": dict(k=_meta(12, 2, 64, 1)), "k_head_dim": dict(k=_meta(12, 2, 32)),
+              "v_shape": dict(v=_meta(11, 2, 64)), "v_head_dim": dict(v=_meta(12, 2, 72)),
+              "cu_q_2d": dict(cq=i32(3, 1)), "paged_with_cu_k": paged,
+              "paged_without_seqused": dict(paged, ck=None, used=None)}[case])
+    with pytest.raises(Exception) as eager:
+        V.varlen_inputs(a["q"], a["k"], a["v"], a["cq"], a["ck"], 5, 6, None, devtypes=("meta",),
+                        seqused_k=a["used"], page_table=a["pt"])
+    with pytest.raises(Exception) as op:
+        ops.varlen_attention(a["q"], a["k"], a["v"], a["cq"], a["ck"], 5, 6, seqused_k=a["used"], page_table=a["pt"])
+    head = lambda e: re.split(r"[,(]", str(e.value))[0].strip()   # noqa: E731
+    assert eager.type is op.type is ValueError and head(op) == head(eager), (str(eager.value), str(op.value))
 
 
 @pytest.mark.parametrize("case,exc,match", [
@@ -1039,6 +1068,15 @@ def test_with_kvcache_varlen_q_and_out(recorder):
     (dict(cache_seqlens=np.int64(2 ** 31)), ValueError, "cache_seqlens must be in .* got 2147483648"),
     (dict(k_cache=torch.zeros(2, 24, 64, dtype=BF16)), ValueError, "k_cache"),
     (dict(k_cache=torch.zeros(1, 24, 2, 64, dtype=BF16)), ValueError, "batch_size_cache"),
+    (dict(q=[[0.0]]), TypeError, "^flash_attn_with_kvcache: q must be a torch.Tensor, got list"),
+    (dict(v_cache=torch.zeros(2, 20, 2, 64, dtype=BF16)), ValueError,
+     r"^flash_attn_with_kvcache: v_cache must match k_cache in its first three dims, got \(2, 20, 2, 64\)"),
+    (dict(q=torch.zeros(2, 4, 64, dtype=BF16)), ValueError,
+     r"^flash_attn_with_kvcache: q must be \(batch, seqlen_q, num_heads_q, head_dim\), got shape \(2, 4, 64\)"),
+    (dict(q=torch.zeros(2, 1, 4, 64, dtype=BF16), cu_seqlens_q=torch.tensor([0, 1, 2], dtype=torch.int32)),
+     ValueError, r"^flash_attn_with_kvcache: with cu_seqlens_q, q must be \(total_q, num_heads_q, head_dim\)"),
+    (dict(q=torch.zeros(2, 2, 4, 64, dtype=BF16), out=torch.zeros(2, 2, 4, 64, dtype=BF16).transpose(0, 1)), ValueError,
+     r"^flash_attn_with_kvcache: out must be viewable as \(batch \* seqlen_q, num_heads_q, head_dim_v\)"),
 ])
 def test_with_kvcache_bad_arguments(recorder, bad, exc, match):
     kw = dict(q=torch.randn(2, 1, 4, 64).to(BF16), k_cache=torch.zeros(2, 24, 2, 64, dtype=BF16),

@@ -471,47 +471,69 @@ def test_plan_run_lse_and_out_allocation(fake_cuda, monkeypatch):
     assert isinstance(out, torch.Tensor) and len(plan._steps) == 2
 
 
+#: fault -> (mutation of a valid step's arguments, exception, the start of its message)
 PLAN_FAULTS = {
-    "batch-over-capacity": lambda a: a.update(cu_seqlens_q=torch.arange(10, dtype=I32),
-                                              q=torch.zeros(9, 8, 128, dtype=BF16), out=None,
-                                              seqused_k=torch.zeros(9, dtype=I32),
-                                              page_table=torch.zeros(9, 6, dtype=I32)),
-    "dtype": lambda a: a.update(q=a["q"].half(), k=a["k"].half(), v=a["v"].half(), out=a["out"].half()),
-    "heads": lambda a: a.update(q=torch.zeros(4, 4, 128, dtype=BF16), out=torch.zeros(4, 4, 128, dtype=BF16)),
-    "lse-shape": lambda a: a.update(lse=torch.zeros(8, 5)),
-    "lse-dtype": lambda a: a.update(lse=torch.zeros(8, 4, dtype=torch.float64)),
-    "packed": lambda a: a.update(page_table=None, cu_seqlens_k=torch.arange(5, dtype=I32),
-                                 k=torch.zeros(40, 2, 128, dtype=BF16), v=torch.zeros(40, 2, 128, dtype=BF16),
-                                 seqused_k=None),
-    "softmax_scale": lambda a: a.update(softmax_scale=-1.0),
-    "seqused_k-int64": lambda a: a.update(seqused_k=a["seqused_k"].long()),
-    "misaligned-q": lambda a: a.update(q=torch.zeros(4 * 8 * 128 + 8, dtype=BF16)[1:4 * 8 * 128 + 1].view(4, 8, 128)),
+    "batch-over-capacity": (lambda a: a.update(cu_seqlens_q=torch.arange(10, dtype=I32),
+                                               q=torch.zeros(9, 8, 128, dtype=BF16), out=None,
+                                               seqused_k=torch.zeros(9, dtype=I32),
+                                               page_table=torch.zeros(9, 6, dtype=I32)),
+                            ValueError, "batch 9 exceeds the plan's capacity 8"),
+    "dtype": (lambda a: a.update(q=a["q"].half(), k=a["k"].half(), v=a["v"].half(), out=a["out"].half()),
+              TypeError, "q must have the plan's dtype torch.bfloat16, got torch.float16"),
+    "heads": (lambda a: a.update(q=torch.zeros(4, 4, 128, dtype=BF16), out=torch.zeros(4, 4, 128, dtype=BF16)),
+              ValueError, "q/k/v heads and head dims (4, 2, 128, 128) differ from the plan's (8, 2, 128, 128)"),
+    "lse-shape": (lambda a: a.update(lse=torch.zeros(8, 5)), ValueError, "lse must have shape (8, 4), got (8, 5)"),
+    "lse-dtype": (lambda a: a.update(lse=torch.zeros(8, 4, dtype=torch.float64)), TypeError,
+                  "lse must have dtype float32, got float64"),
+    "packed": (lambda a: a.update(page_table=None, cu_seqlens_k=torch.arange(5, dtype=I32),
+                                  k=torch.zeros(40, 2, 128, dtype=BF16), v=torch.zeros(40, 2, 128, dtype=BF16),
+                                  seqused_k=None),
+               ValueError, "the plan was made with paged=True; page_table must be given"),
+    "softmax_scale": (lambda a: a.update(softmax_scale=-1.0), ValueError,
+                      "softmax_scale must be a finite positive number, got -1.0"),
+    "softmax_scale-float32": (lambda a: a.update(softmax_scale=3e38), ValueError,
+                              "softmax_scale must be at most 1.18e+38 (the kernels take it times log2(e) in float32)"),
+    "seqused_k-int64": (lambda a: a.update(seqused_k=a["seqused_k"].long()), TypeError,
+                        "seqused_k must have dtype int32, got int64"),
+    "seqused_k-shape": (lambda a: a.update(seqused_k=torch.zeros(3, dtype=I32)), ValueError,
+                        "seqused_k must be a contiguous (4,) tensor, got shape (3,)"),
+    "no-key-lengths": (lambda a: a.update(seqused_k=None), ValueError, "seqused_k is required with a page_table"),
+    "misaligned-q": (lambda a: a.update(q=torch.zeros(4 * 8 * 128 + 8, dtype=BF16)[1:4 * 8 * 128 + 1].view(4, 8, 128)),
+                     ValueError, "q must start at a 16-byte aligned address"),
+    "return_lse-str": (lambda a: a.update(return_lse="yes"), TypeError, "return_lse must be a bool, got str"),
+    "sinks-strided": (lambda a: a.update(sinks=torch.zeros(16)[::2]), ValueError,
+                      "sinks must be contiguous (stride 1: the kernels read sinks[head] from its address)"),
 }
 
 
 @pytest.mark.parametrize("fault", sorted(PLAN_FAULTS))
 def test_plan_faults_raise_the_same_warm_or_cold(fault, fake_cuda, monkeypatch):
+    """Each fault raises its own error naming the argument, before anything launches, whether the
+    plan has prepared the valid signature or not."""
     plan = _plan(monkeypatch)
+    mutate, exc, message = PLAN_FAULTS[fault]
 
     def run(a):
         return plan.run(a["q"], a["k"], a["v"], a["cu_seqlens_q"], a.get("cu_seqlens_k"), seqused_k=a["seqused_k"],
                         page_table=a["page_table"], out=a["out"], lse=a.get("lse"),
-                        softmax_scale=a.get("softmax_scale"))
+                        softmax_scale=a.get("softmax_scale"), return_lse=a.get("return_lse", False),
+                        sinks=a.get("sinks"))
 
     def faulty():
         a = dict(paged_args(), lse=torch.zeros(8, 4))
-        PLAN_FAULTS[fault](a)
+        mutate(a)
         return a
 
-    with pytest.raises((TypeError, ValueError)) as cold:
+    with pytest.raises(exc) as cold:
         run(faulty())
+    assert str(cold.value).startswith(message), str(cold.value)
     assert len(plan._steps) == 0
     run(dict(paged_args(), lse=torch.zeros(8, 4)))      # warm the valid signature
     assert len(plan._steps) == 1
     fake_cuda.clear()
-    with pytest.raises((TypeError, ValueError)) as warm:
+    with pytest.raises(exc) as warm:
         run(faulty())
-    assert (warm.type, str(warm.value)) == (cold.type, str(cold.value))
+    assert str(warm.value) == str(cold.value)
     assert fake_cuda.launches == []
 
 

@@ -289,6 +289,18 @@ PLAN_FAULTS = [
     (dict(softcap=3e38), ValueError, "softcap must be at most"),
     (dict(softcap=1e-40), ValueError, r"softcap \(1e-40\) is too small for softmax_scale \(0.125\)"),
     (dict(quantize_q=1), TypeError, "quantize_q must be a bool, got int"),
+    (dict(max_batch=0), ValueError, r"max_batch must be in \[1, 8192\], got 0"),
+    (dict(dtype=torch.float32), TypeError, "dtype must be torch.float16 or torch.bfloat16, got torch.float32"),
+    (dict(num_heads_q=6, num_heads_kv=4), ValueError, r"num_heads_q \(6\) must be a multiple of num_heads_kv \(4\)"),
+]
+
+#: AttentionPlan's options checked with the device's index known (``arguments.plan_options``), still
+#: before the device is read.
+PLAN_OPTION_FAULTS = [
+    (dict(page_size=16), ValueError, r"page_size \(16\) needs paged=True and at least 1 token"),
+    (dict(metadata_layout="SoA"), ValueError, "metadata_layout must be one of"),
+    (dict(num_splits=129), ValueError, r"num_splits must be in \[0, 128\]"),
+    (dict(window_size=(-2, 0)), ValueError, "window_size entries must be in"),
 ]
 
 
@@ -304,6 +316,16 @@ def test_plan_options_are_checked_before_anything_runs(monkeypatch, kw, exc, msg
     for device in (None, "cuda:0"):   # (with None the CUDA lookup came first: a RuntimeError without CUDA)
         with pytest.raises(exc, match=f"^{msg}"):
             kernelgen.AttentionPlan(**{**base, **kw}, device=device)
+
+
+@pytest.mark.parametrize("kw,exc,msg", PLAN_OPTION_FAULTS,
+                         ids=[f"{list(k)[0]}={list(k.values())[0]!r}" for k, *_ in PLAN_OPTION_FAULTS])
+def test_plan_option_faults_before_the_device_is_read(monkeypatch, kw, exc, msg):
+    from kernelgen.jit import runtime
+
+    monkeypatch.setattr(runtime, "device", lambda ordinal: pytest.fail("the device was read before the checks"))
+    with pytest.raises(exc, match=f"^{msg}"):
+        kernelgen.AttentionPlan(max_batch=4, num_heads_q=8, num_heads_kv=2, head_dim=64, device="cuda:0", **kw)
 
 
 def test_boolean_options():

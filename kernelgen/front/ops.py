@@ -251,7 +251,8 @@ def _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, cau
     if k.shape[-1] != q.shape[-1]:
         raise ValueError(f"k head_dim {k.shape[-1]} must equal q head_dim {q.shape[-1]}")
     if tuple(v.shape[:-1]) != tuple(k.shape[:-1]):
-        raise ValueError(f"v must have shape {tuple(k.shape[:-1]) + ('head_dim_v',)} like k, got {tuple(v.shape)}")
+        raise ValueError(f"v must have shape ({', '.join(map(str, k.shape[:-1]))}, head_dim_v) like k, got "
+                         f"{tuple(v.shape)}")
     if q.shape[-1] not in HEAD_DIMS:
         raise ValueError(f"q head_dim must be one of {HEAD_DIMS}, got {q.shape[-1]}")
     if v.shape[-1] not in HEAD_DIMS:
