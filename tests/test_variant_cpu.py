@@ -162,6 +162,31 @@ def test_variant_json_round_trip_and_with_tensors():
     with pytest.raises(ValueError, match="another dtype"):
         v.with_tensors(table=torch.zeros(3, dtype=torch.int32))
     assert "t5_bias" in repr(v)
+    # the string form, and the errors each names
+    assert kernelgen.Variant.from_json(json.dumps(d), dict(v.tensors)).code == v.code
+    with pytest.raises(ValueError, match=r"^with_tensors: \['bias'\] are not tensors of this variant "
+                                         r"\(\['table', 'buckets'\]\)"):
+        v.with_tensors(bias=torch.zeros(3))
+    with pytest.raises(TypeError, match="^tensors must be a dict of name -> torch.Tensor, got list"):
+        kernelgen.Variant.from_json(d, [v.tensors["table"]])
+    with pytest.raises(ValueError, match=r"^the variant declares tensors \['table', 'buckets'\], got \['table'\]"):
+        kernelgen.Variant.from_json(d, {"table": v.tensors["table"]})
+    with pytest.raises(TypeError, match="^Variant name must be a str or None, got int"):
+        kernelgen.Variant(score_mod="score", name=3)
+
+
+def test_variant_tensor_changed_in_place_since_it_was_made_is_refused():
+    """A call checks the variant's tensors again: one made non-contiguous in place (a transpose of
+    a 2-D buffer) is refused naming it (the snippets index it flat)."""
+    from kernelgen.selection import variant as V
+
+    t = torch.zeros(4, 6)
+    var = kernelgen.Variant(score_mod="score + bias[kv_idx]", tensors={"bias": t})
+    V.check(var, t.device)
+    t.t_()
+    with pytest.raises(ValueError, match=r"^variant tensor 'bias' must be contiguous and non-empty, got shape "
+                                         r"\(6, 4\) and strides \(1, 6\)"):
+        V.check(var, t.device)
 
 
 # ----------------------------------------------------------------------------- spec and source
