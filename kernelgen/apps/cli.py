@@ -768,21 +768,20 @@ def cmd_bench(args) -> int:
 
         if not available():
             raise UsageError("--plots needs matplotlib (pip install matplotlib)")
+    from .bench.runner import main_args
+
     if args.from_json:
         if not os.path.isfile(args.from_json):
             raise UsageError(f"--from-json {args.from_json}: no such file")
-    elif not has_cuda_gpu():
-        raise UsageError("needs a CUDA GPU (none found; --from-json only re-draws a saved report)")
-    elif not _command_cache_ok("bench", args.cache_dir):
-        return 1
-    from .bench.runner import main_args
-
-    try:
-        return main_args(args)
-    except ValueError as e:   # a --from-json file that is not a report: name the flag
-        if args.from_json and str(args.from_json) in str(e):
+        try:
+            return main_args(args)
+        except ValueError as e:   # not a report (its message starts with the path): name the flag
             raise UsageError(f"--from-json {e}") from None
-        raise
+    if not has_cuda_gpu():
+        raise UsageError("needs a CUDA GPU (none found; --from-json only re-draws a saved report)")
+    if not _command_cache_ok("bench", args.cache_dir):
+        return 1
+    return main_args(args)
 
 
 _COMMANDS = {"warmup": cmd_warmup, "cache": cmd_cache, "doctor": cmd_doctor, "demo": cmd_demo,
