@@ -233,3 +233,42 @@ def test_merged_report_carries_the_issues_numbers_and_shows_them():
     assert "Issue 22 (prefill against the faster of FA3 and FA4" in md and "geometric mean 1.022x" in md
     assert "| decode_trace_b128_paged16 | vs:fa3 / fa3_unpaged | >= 1.02 | 1.030 | yes | `bbbbbbb` |" in md
     assert "Issue 24 (FP8): 0 of 7 goals met (0 evaluated)." in md
+
+
+def _junit(path, names, failed=()):
+    cases = "".join(f'<testcase classname="tests.gpu.t" name="{n}"/>' for n in names)
+    cases += "".join(f'<testcase classname="tests.gpu.t" name="{n}"><failure message="x"/></testcase>' for n in failed)
+    path.write_text(f'<testsuites><testsuite tests="{len(names) + len(failed)}" failures="{len(failed)}" '
+                    f'errors="0" skipped="0">{cases}</testsuite></testsuites>')
+
+
+def test_a_tests_only_run_leaves_the_bench_parts_checks_out(tmp_path, capsys):
+    """``tools/gpu_check.sh tests`` runs no demo and no compare-layouts: its report leaves their
+    checks out (not run) and exits 0 when the suite passed, where it used to fail them; a run that
+    took a bench part and lost the demo's file still fails, and a failed test fails the run."""
+    import json
+
+    names = [n for ns in gpu_report.TEST_CHECKS.values() for n in ns]
+    _junit(tmp_path / "junit.xml", names)
+    assert gpu_report.main(["--out", str(tmp_path), "--parts", "tests"]) == 0
+    checks = json.loads((tmp_path / "gpu_report.json").read_text())["checks"]
+    assert checks == {k: True for k in gpu_report.TEST_CHECKS}
+    assert "demo_matches_reference" not in capsys.readouterr().out
+    # the default (all) expects the demo's and compare-layouts' files
+    assert gpu_report.main(["--out", str(tmp_path)]) == 1
+    checks = json.loads((tmp_path / "gpu_report.json").read_text())["checks"]
+    assert checks["demo_matches_reference"] is False and checks["padded_replay_soa"] is False
+    assert "check demo_matches_reference: FAIL" in capsys.readouterr().out
+    _junit(tmp_path / "junit.xml", names[1:], failed=names[:1])
+    assert gpu_report.main(["--out", str(tmp_path), "--parts", "tests,reliability"]) == 1
+    checks = json.loads((tmp_path / "gpu_report.json").read_text())["checks"]
+    assert checks["scheduler_matches_reference"] is False
+
+
+def test_parts_names_an_unknown_part(tmp_path, capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as e:
+        gpu_report.main(["--out", str(tmp_path), "--parts", "tests,benhc"])
+    assert e.value.code == 2
+    assert "--parts: unknown part(s) benhc" in capsys.readouterr().err

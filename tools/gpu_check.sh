@@ -87,4 +87,4 @@ if has reliability; then
   echo "sanitize exit $?" >> "$LOG"
 fi
 step report
-"$PY" tools/gpu_report.py --out "$OUT" --markdown "$OUT/h200.md"
+"$PY" tools/gpu_report.py --out "$OUT" --markdown "$OUT/h200.md" --parts "${1:-all}"

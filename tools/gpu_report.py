@@ -42,6 +42,10 @@ TEST_CHECKS = {
 }
 
 
+#: tools/gpu_check.sh's parts (its first argument)
+PARTS = ("tests", "bench", "all", "reliability", "full-bench")
+
+
 def optional_checks(out: Path, report: dict, tests: dict) -> None:
     """Issue-7 checks from the files of their own runs, when present in the folder: fuzz.json
     (tools/fuzz.py), sanitize_memcheck.log / sanitize_racecheck.log (tools/sanitize.sh),
@@ -220,7 +224,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--markdown", type=Path, default=None, help="also write the tables as Markdown")
+    ap.add_argument("--parts", default="all",
+                    help="the tools/gpu_check.sh parts the folder's run took (comma-separated, default all): the "
+                         "demo's and compare-layouts' checks are evaluated only where a bench part ran (tests, "
+                         "reliability alone leave them out, as not run, instead of failing them)")
     args = ap.parse_args(argv)
+    parts = set(args.parts.split(","))
+    unknown = parts - set(PARTS)
+    if unknown:
+        ap.error(f"--parts: unknown part(s) {', '.join(sorted(unknown))} (known: {', '.join(PARTS)})")
+    bench_ran = bool(parts & {"bench", "all", "full-bench"})
     out = args.out
     tests = junit_counts(out / "junit.xml")
     multi = junit_counts(out / "junit_multi.xml") if (out / "junit_multi.xml").exists() else None
@@ -246,7 +259,7 @@ def main(argv=None) -> int:
     for check, names in TEST_CHECKS.items():
         report["checks"][check] = all(n in tests.get("passed_names", ()) for n in names)
     compare = load(out / "compare.json")
-    for layout in ("soa", "aos"):
+    for layout in ("soa", "aos") if bench_ran or compare else ():
         rows = [r for r in (compare or []) if r["layout"] == layout]
         report["checks"][f"padded_replay_{layout}"] = bool(rows) and all(r["padded_replay_ok"] for r in rows) and (
             f"test_seed_scenario_padded_replay[{layout}]" in tests.get("passed_names", ()))
@@ -257,7 +270,7 @@ def main(argv=None) -> int:
         report["checks"].update(demo.get("check", {}))
         report["benchmarks"].append(demo["benchmark"])
         report["extra"]["demo"] = {k: demo.get(k) for k in ("max_error", "requests", "tokens")}
-    else:
+    elif bench_ran:
         report["checks"]["demo_matches_reference"] = False
     # the bench's comparison of each peer's output with kernelgen's (report.checks): a peer that
     # computed something else is no bar to measure against, so its disagreement fails the report
