@@ -2,7 +2,10 @@
 ``varlen_trace_prefill_gqa``; the report carries it as a copy of the bench's
 ``prefill_varlen_trace`` measurement, marked ``same_as``."""
 import importlib.util
+import re
 from pathlib import Path
+
+import pytest
 
 spec = importlib.util.spec_from_file_location("gpu_report", Path(__file__).resolve().parents[1] / "tools" / "gpu_report.py")
 gpu_report = importlib.util.module_from_spec(spec)
@@ -272,3 +275,38 @@ def test_parts_names_an_unknown_part(tmp_path, capsys):
         gpu_report.main(["--out", str(tmp_path), "--parts", "tests,benhc"])
     assert e.value.code == 2
     assert "--parts: unknown part(s) benhc" in capsys.readouterr().err
+
+
+MALFORMED = [
+    ("[]", "the report must be a JSON object"),
+    ('{"benchmarks": {}}', "benchmarks must be a list of entries"),
+    ('{"benchmarks": [], "checks": []}', "checks must be an object"),
+    ('{"benchmarks": [], "checks": {"fuzz_2000_ok": 1}}', "checks.fuzz_2000_ok must be true or false"),
+    ('{"benchmarks": [], "tests": {"passed": "12"}}', "tests.passed must be a count"),
+    ('{"benchmarks": [{"us": 3.0}]}', "benchmarks[0] must be an object with a 'name'"),
+    ('{"benchmarks": [{"name": "d", "us": "3"}]}', "benchmarks[0].us (d) must be a positive number or null"),
+    ('{"benchmarks": [{"name": "d", "us": 3.0, "peers": []}]}', "benchmarks[0].peers (d) must be an object"),
+    ('{"benchmarks": [{"name": "d", "us": 3.0}, {"name": "e", "us": 2.0, "peers": {"fa3": 0}}]}',
+     "benchmarks[1].peers.fa3 (e) must be a positive number"),
+    ("{oops", "not JSON"),
+]
+
+
+@pytest.mark.parametrize("text,message", MALFORMED)
+def test_report_tools_name_the_field_of_a_malformed_report(tmp_path, capsys, text, message):
+    """tools/perf_page.py and tools/merge_report.py on a report of the wrong shape: exit 2 with the
+    file and the field named (they raised KeyError / TypeError from deep inside before)."""
+    bad = tmp_path / "bad.json"
+    bad.write_text(text)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        gpu_report.read_report(bad)
+    assert _perf_page().main(["--report", str(bad)]) == 2
+    assert f"perf_page: {bad}: {message}" in capsys.readouterr().err
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "gpu_report.json").write_text(text)
+    good = tmp_path / "good.json"
+    good.write_text('{"commit": "abc", "benchmarks": [], "checks": {}, "tests": {}, "extra": {}}')
+    assert _merge_report().main(["--run", str(run), "--commit", "f" * 40, "--report", str(good)]) == 2
+    assert f"merge_report: {run / 'gpu_report.json'}: {message}" in capsys.readouterr().err
+    assert good.read_text().startswith('{"commit": "abc"')      # nothing written

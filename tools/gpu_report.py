@@ -140,6 +140,57 @@ def load(path: Path):
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def read_report(path: Path) -> dict:
+    """A report of this module's shape (``gpu_report.json``, ``docs/benchmarks/h200.json``), checked
+    where tools/merge_report.py and tools/perf_page.py read it.
+
+    Raises:
+        ValueError: the file is not JSON or not of that shape; the message names the file and the
+            field (``benchmarks[3].peers.fa3``).
+        OSError: the file cannot be read.
+    """
+    try:
+        rep = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not JSON ({e})") from None
+
+    def bad(field, want):
+        return ValueError(f"{path}: {field} must be {want}")
+    if not isinstance(rep, dict):
+        raise bad("the report", "a JSON object")
+    if not isinstance(rep.get("benchmarks"), list):
+        raise bad("benchmarks", "a list of entries")
+    for k in ("tests", "checks", "extra"):
+        if k in rep and not isinstance(rep[k], dict):
+            raise bad(k, "an object")
+    for k, v in (rep.get("checks") or {}).items():
+        if not isinstance(v, bool):
+            raise bad(f"checks.{k}", "true or false")
+    for k, v in (rep.get("tests") or {}).items():
+        if k in ("passed", "failed", "skipped") and not (_number(v) and v >= 0):
+            raise bad(f"tests.{k}", "a count")
+    for i, b in enumerate(rep["benchmarks"]):
+        where = f"benchmarks[{i}]"
+        if not isinstance(b, dict) or not isinstance(b.get("name"), str):
+            raise bad(where, "an object with a 'name'")
+        for k in ("us", "tflops", "tbps"):
+            if b.get(k) is not None and not (_number(b[k]) and b[k] > 0):
+                raise bad(f"{where}.{k} ({b['name']})", "a positive number or null")
+        for k in ("peers", "ratios"):
+            if b.get(k) is None:
+                continue
+            if not isinstance(b[k], dict):
+                raise bad(f"{where}.{k} ({b['name']})", "an object")
+            for p, v in b[k].items():
+                if v is not None and not (_number(v) and v > 0):
+                    raise bad(f"{where}.{k}.{p} ({b['name']})", "a positive number")
+    return rep
+
+
 def _ratio(b: dict, peer: str) -> float:
     """Peer time / kernelgen time of a benchmark row: the bench's own ratio when it has one (its
     switch columns divide by the default call's time from their interleaved measurement, a cost

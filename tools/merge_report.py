@@ -90,8 +90,12 @@ def main(argv=None) -> int:
         k, _, v = kv.partition("=")
         p = Path(v)
         extra[k] = json.loads(p.read_text()) if p.suffix == ".json" and p.exists() else v
-    base = json.loads(a.report.read_text())
-    run = json.loads((a.run / "gpu_report.json").read_text())
+    try:
+        base = gpu_report.read_report(a.report)
+        run = gpu_report.read_report(a.run / "gpu_report.json")
+    except (ValueError, OSError) as e:
+        print(f"merge_report: {e}", file=sys.stderr)
+        return 2
     merged = merge(base, run, a.commit, tests=a.tests, extra=extra)
     a.report.write_text(json.dumps(merged, indent=1) + "\n")
     a.report.with_suffix(".md").write_text(gpu_report.markdown(merged))

@@ -247,7 +247,14 @@ def main(argv=None) -> int:
     ap.add_argument("--plots", type=Path, default=None, metavar="DIR",
                     help="also draw one bar chart per suite into DIR (docs/benchmarks/plots; needs matplotlib)")
     a = ap.parse_args(argv)
-    report = json.loads(a.report.read_text())
+    sys.path.insert(0, str(REPO / "tools"))
+    import gpu_report
+
+    try:
+        report = gpu_report.read_report(a.report)
+    except (ValueError, OSError) as e:
+        print(f"perf_page: {e}", file=sys.stderr)
+        return 2
     if a.plots:
         for path in write_plots(report, a.plots):
             print(f"wrote {path}", file=sys.stderr)
