@@ -195,6 +195,13 @@ def test_merge_report_keeps_what_a_partial_run_did_not_rerun():
     assert m2["tests"] == {"passed": 7, "failed": 0, "skipped": 1, "commit": "bbbbbbb"}
     assert "GPU tests (the full suite at `bbbbbbb`): **7 passed" in gpu_report.markdown(m2)
     assert "GPU tests (full suite at `bbbbbbb`) 7 passed" in _perf_page().render(m2)
+    # a bench-only folder fails the suite's checks (no junit.xml): they stay the suite run's
+    suite = {k: True for k in gpu_report.TEST_CHECKS}
+    m3 = mr.merge({**m2, "checks": {**m2["checks"], **suite}},
+                  {**run, "checks": {k: False for k in suite} | {"decode_y_agrees_with_peers": False}},
+                  "ddddddd", tests=False)
+    assert all(m3["checks"][k] is True for k in suite) and m3["checks"]["decode_y_agrees_with_peers"] is False
+    assert all(m3["extra"]["checks_from_earlier_runs"][k] == "ccccccc" for k in suite)
 
 
 def test_sanitizer_summary_stands_in_for_its_logs(tmp_path):

@@ -9,8 +9,9 @@ into ``DIR/gpu_report.json``; this merges it into the committed report:
   appended), stamped with ``--commit``;
 - ``tests`` come from the run when it ran the GPU suite (``--tests``); ``tests.commit`` says which
   commit the counts were measured at;
-- checks: only those the run evaluated (``--checks``, default the suite's, the sanitizer's, the
-  fuzz's and the bench's ``*_agrees_with_peers`` / ``auto_choice_within_2pct``); the others keep
+- checks: only those the run evaluated (the suite's with ``--tests`` only, the sanitizer's and the
+  fuzz's where the run's folder had their files, the bench's ``*_agrees_with_peers`` /
+  ``auto_choice_within_2pct``); the others keep
   their value and ``extra.checks_from_earlier_runs`` lists them with the report commit they came from;
 - ``--extra KEY=FILE`` adds a JSON file (or ``KEY=TEXT`` a note) under ``extra``;
 - ``issue22`` ... ``issue25``: those issues' numbers on the merged entries (``gpu_report.issues``).
@@ -34,7 +35,11 @@ REPORT = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "h200.jso
 RUN_CHECKS = tuple(gpu_report.TEST_CHECKS) + ("fuzz_2000_ok", "memcheck_clean", "racecheck_clean")
 
 
-def evaluated(name: str, run_checks: tuple) -> bool:
+def evaluated(name: str, run_checks: tuple, tests: bool = True) -> bool:
+    """Whether a run's check replaces the report's: the GPU suite's checks only from a run that ran the
+    suite (``tests``: a bench-only folder has no junit.xml, so gpu_report fails them there)."""
+    if name in gpu_report.TEST_CHECKS and not tests:
+        return False
     return name in run_checks or name.endswith("_agrees_with_peers") or name == "auto_choice_within_2pct"
 
 
@@ -65,7 +70,7 @@ def merge(base: dict, run: dict, commit: str, *, tests: bool, run_checks: tuple 
         if k not in earlier:
             earlier[k] = old_commit
     for k, v in run.get("checks", {}).items():
-        if evaluated(k, run_checks):
+        if evaluated(k, run_checks, tests):
             out["checks"][k] = v
             earlier.pop(k, None)
     out["extra"]["checks_from_earlier_runs"] = earlier
