@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Fifty-seventh session, after c8a.sh on the same H200 (carry [".peers/manifest.json", ".peers/part2",
+# ".devcache_bench"]): issue 25's cost rows on this code (llama3-8b's sinks / ALiBi at causal 16k and on
+# the 128-request decode, FA4 beside), then a second run of the gpt-oss tanh snippet against FA4; L s.
+set -u
+W=$OUT/w; mkdir -p $W
+L=${L:-150}
+( sleep $L; cd $OUT && tar -czf w.tgz w ) & WD=$!
+export PYTHONPATH=$PWD KERNELGEN_CACHE_DIR=$PWD/cache
+timeout 20 python3 tools/device_cache.py unpack --dir .devcache_bench > $W/devcache.log 2>&1
+timeout 60 python3 tools/peer_wheels.py install --dir .peers > $W/peers.log 2>&1; echo "peers rc $? at $SECONDS" >> $W/rc.txt
+export PYTHONPATH="$PYTHONPATH:$(tail -n 1 $W/peers.log)"
+timeout $(( L - 5 - SECONDS )) python3 -m kernelgen bench --flex off --budget 0 --json $W/cost8b.json --suite prefill,decode \
+  --model llama3-8b --only 'alibi_prefill_causal_s16k,sinks_prefill_causal_s16k,alibi_decode_b128_paged16,sinks_decode_b128_paged16' \
+  > $W/cost8b.log 2>&1
+echo "cost llama3-8b rc $? at $SECONDS" >> $W/rc.txt
+T=$(( L - 5 - SECONDS ))
+[ $T -gt 40 ] && { timeout $T python3 -m kernelgen bench --flex off --budget 0 --json $W/snip.json --suite prefill \
+  --model gpt-oss --only 'variant_softcap_approx_prefill_causal_s16k_gpt-oss' > $W/snip.log 2>&1; echo "snippet rc $? at $SECONDS" >> $W/rc.txt; }
+kill $WD; cat $W/rc.txt; grep -h "^| [a-z]" $W/*.log | grep -v "^| name\|^| entry\|^| ---" | cut -c1-230
+cd $OUT && tar -czf w.tgz w
