@@ -1093,13 +1093,13 @@ def test_with_kvcache_bad_arguments(recorder, bad, exc, match):
 T = torch.zeros(2, dtype=torch.int32)
 # (k_descale / v_descale are FP8 K/V arguments now, and q_descale is ignored with a 16-bit q as FA3
 # does: tests/test_fp8_cpu.py)
-VARLEN_UNSUPPORTED = [("seqused_q", T), ("qv", T),
-                      ("attention_chunk", 128), ("scheduler_metadata", T), ("sm_margin", 8), ("dropout_p", 0.1),
-                      ]
-KVCACHE_UNSUPPORTED = [("k", T), ("v", T), ("qv", T), ("rotary_cos", T), ("rotary_sin", T), ("rotary_seqlens", T),
-                       ("cache_batch_idx", T), ("cache_leftpad", T), ("cu_seqlens_k_new", T),
-                       ("attention_chunk", 64), ("scheduler_metadata", T),
-                       ("sm_margin", 4)]
+VARLEN_UNSUPPORTED = [("seqused_q", T), ("qv", T), ("q_v", T),
+                      ("attention_chunk", 128), ("sm_margin", 8), ("dropout_p", 0.1),
+                      ("cp_world_size", 2), ("cp_rank", 1), ("cp_tot_seqused_k", T)]
+KVCACHE_UNSUPPORTED = [("k", T), ("v", T), ("qv", T), ("rotary_cos", T), ("rotary_sin", T),
+                       ("cache_batch_idx", T), ("cache_leftpad", T),
+                       ("attention_chunk", 64), ("sm_margin", 4),
+                       ("cp_world_size", 2), ("cp_rank", 1), ("cp_tot_seqused_k", T)]
 
 
 @pytest.mark.parametrize("name,value", VARLEN_UNSUPPORTED)
@@ -1131,6 +1131,104 @@ def test_unsupported_arguments_at_their_defaults_are_accepted(recorder):
                                    rotary_seqlens=None, attention_chunk=0, rotary_interleaved=False,
                                    scheduler_metadata=None, sm_margin=0, alibi_slopes=None)
     assert len(recorder.calls) == 2
+
+
+def _same_call(a: dict, b: dict) -> bool:
+    """Two recorded varlen_attention calls with the same arguments (tensors compared by value)."""
+    if a.keys() != b.keys():
+        return False
+    for k in a:
+        x, y = a[k], b[k]
+        if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+            if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.dtype == y.dtype
+                    and x.shape == y.shape and torch.equal(x, y)):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def test_arguments_fa3_reads_only_with_others_are_ignored(recorder):
+    """FA3 reads ``scheduler_metadata`` as a precomputed schedule, ``fa_version`` picks vLLM's build,
+    ``cu_seqlens_k_new`` is read only with ``k`` / ``v`` and ``rotary_seqlens`` only with
+    ``rotary_cos``: SGLang passes ``cu_seqlens_k_new`` with ``k=None`` on every decode, and vLLM
+    ``fa_version`` and ``scheduler_metadata`` on every call.  Each makes the same kernelgen call as
+    leaving it out."""
+    q, k, v, cu = packed()
+    meta = torch.zeros(8, dtype=torch.int32)
+    compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, causal=True)
+    compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, causal=True, scheduler_metadata=meta, fa_version=3,
+                                  cp_world_size=1, cp_rank=0, cp_tot_seqused_k=None, q_v=None)
+    assert _same_call(recorder.calls[0], recorder.calls[1])
+    q4 = torch.randn(3, 1, 4, 64).to(BF16)
+    kc = torch.zeros(3, 24, 2, 64, dtype=BF16)
+    lens = torch.tensor([5, 9, 24], dtype=torch.int32)
+    compat.flash_attn_with_kvcache(q4, kc, kc, cache_seqlens=lens, causal=True)
+    compat.flash_attn_with_kvcache(q4, kc, kc, cache_seqlens=lens, causal=True, cu_seqlens_k_new=_ints([0, 1, 2, 3], "cpu"),
+                                   rotary_seqlens=lens, scheduler_metadata=meta, fa_version=3)
+    assert _same_call(recorder.calls[2], recorder.calls[3])
+
+
+def test_qv_and_q_v_are_one_argument(recorder):
+    q, k, v, cu = packed()
+    with pytest.raises(ValueError, match="flash_attn_varlen_func: give qv or q_v"):
+        compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, qv=T, q_v=T)
+    assert not recorder.calls
+
+
+@pytest.mark.parametrize("dtype", [BF16, torch.float16])
+def test_16_bit_sinks_are_cast_to_float32(recorder, dtype):
+    """vLLM's fork takes bfloat16 ``s_aux`` (gpt-oss's sink weights are bfloat16): kernelgen's
+    kernels read float32, so compat passes a contiguous float32 copy of the same values; float32
+    sinks go through as the same tensor."""
+    q, k, v, cu = packed()
+    s16 = torch.tensor([0.5, -1.25, 2.0, 3.0], dtype=dtype)
+    compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, s_aux=s16)
+    got = recorder.last["sinks"]
+    assert got.dtype == torch.float32 and got.is_contiguous() and torch.equal(got, s16.float())
+    q4 = torch.randn(2, 1, 4, 64).to(BF16)
+    kc = torch.zeros(2, 24, 2, 64, dtype=BF16)
+    compat.flash_attn_with_kvcache(q4, kc, kc, sinks=s16[::1])
+    assert recorder.last["sinks"].dtype == torch.float32
+    s32 = s16.float()
+    compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, sinks=s32)
+    assert recorder.last["sinks"] is s32
+
+
+@pytest.mark.parametrize("window,want", [((-2, -2), (-1, -1)), ((2 ** 31 - 1, 0), (-1, 0)), ((-5, 3), (-1, 3)),
+                                         ((127, 0), (127, 0)), ((1 << 30, -1), (1 << 30, -1))])
+def test_window_sides_as_fa3_reads_them(recorder, window, want):
+    """FA3 reads any negative side as unbounded; a side wider than any key sequence is unbounded too
+    (kernelgen's range is [-1, 2^30])."""
+    q, k, v, cu = packed()
+    compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, window_size=window)
+    assert recorder.last["window_size"] == want
+    q4 = torch.randn(2, 1, 4, 64).to(BF16)
+    kc = torch.zeros(2, 24, 2, 64, dtype=BF16)
+    compat.flash_attn_with_kvcache(q4, kc, kc, window_size=list(window))
+    assert recorder.last["window_size"] == want
+
+
+def test_softcap_at_or_below_zero_is_off_and_num_splits_is_bounded(recorder):
+    """FA3: "anything > 0 activates softcapping"; a num_splits above kernelgen's 128 asks for 128."""
+    q, k, v, cu = packed()
+    for cap, want in ((-1.0, 0.0), (-3, 0.0), (0.0, 0.0), (30.0, 30.0)):
+        compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, softcap=cap)
+        assert recorder.last["softcap"] == want
+    q4 = torch.randn(2, 1, 4, 64).to(BF16)
+    kc = torch.zeros(2, 24, 2, 64, dtype=BF16)
+    compat.flash_attn_with_kvcache(q4, kc, kc, softcap=-50.0, num_splits=200)
+    assert recorder.last["softcap"] == 0.0 and recorder.last["num_splits"] == 128
+    compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, num_splits=128)
+    assert recorder.last["num_splits"] == 128
+
+
+def test_a_batched_q_without_cu_seqlens_says_what_to_use(recorder):
+    q4 = torch.randn(2, 7, 4, 64).to(BF16)
+    kv = torch.zeros(2, 7, 2, 64, dtype=BF16)
+    with pytest.raises(TypeError, match=r"cu_seqlens_q is required: .* use flash_attn_with_kvcache"):
+        compat.flash_attn_varlen_func(q4, kv, kv, None, None, None, None, seqused_k=_ints([7, 7], "cpu"))
+    assert not recorder.calls
 
 
 def test_compat_signatures_follow_fa3():

@@ -21,13 +21,25 @@ accepted and ignored: it selects FA3's *backward* algorithm, kernelgen has no ba
 forward is deterministic by design (each output tile is computed by one CTA with no atomics on
 the data, and split-KV partials are merged in a fixed order).
 
+Accepted and ignored, as they change nothing kernelgen computes: ``scheduler_metadata`` (FA3's
+precomputed schedule; kernelgen schedules on the GPU in every call, and ``AttentionPlan`` is its
+fixed-capacity plan), vLLM's ``fa_version``, ``rotary_interleaved``, and with_kvcache's
+``cu_seqlens_k_new`` / ``rotary_seqlens``, which FA3 reads only with ``k``/``v`` /
+``rotary_cos``.  As FA3 reads them: a negative ``window_size`` side is unbounded (so is one wider
+than any key sequence), ``softcap`` <= 0 is off, ``num_splits`` above kernelgen's 128 is 128, and
+a bfloat16 / float16 ``s_aux`` (vLLM's fork takes bfloat16) is cast to float32 on the device in
+every call.
+
 Every other FA3 (or vLLM fork) argument kernelgen does not implement raises
 ``NotImplementedError`` naming the argument, but only when it is set to something other than its
-default: ``seqused_q``, ``qv``, ``attention_chunk``,
-``scheduler_metadata`` (kernelgen schedules on the GPU every call; see ``AttentionPlan`` for a
-fixed-capacity plan), ``sm_margin``, ``dropout_p``; with_kvcache also ``k``/``v``
-(appending new tokens), ``rotary_cos``/``rotary_sin``/``rotary_seqlens``, ``cache_batch_idx``,
-``cache_leftpad`` and ``cu_seqlens_k_new``.
+default: ``seqused_q``, ``qv`` (vLLM: ``q_v``), ``attention_chunk``, ``sm_margin``, ``dropout_p``,
+vLLM's context-parallel ``cp_world_size`` / ``cp_rank`` / ``cp_tot_seqused_k``; with_kvcache also
+``k``/``v`` (appending new tokens), ``rotary_cos``/``rotary_sin``, ``cache_batch_idx`` and
+``cache_leftpad``.
+
+``num_splits`` n > 1 forces n splits in kernelgen, where FA3's varlen scheduler reads it as an
+upper bound of its own heuristic: the results are the same, but pass 0 (kernelgen's heuristic)
+rather than a bound such as vLLM's full-CUDA-graph 16, which would split prefill calls too.
 
 FP8: ``k``/``v`` (``k_cache``/``v_cache``) in float8_e4m3fn or float8_e5m2 with a
 float16/bfloat16 ``q`` take FA3's ``k_descale`` / ``v_descale`` (float32 (batch, num_heads_kv) or
@@ -44,6 +56,8 @@ from typing import Optional
 
 import torch
 
+from ..kernels.spec import MAX_WINDOW
+from ..selection.heuristics import MAX_SPLITS
 from . import ops
 
 __all__ = ["flash_attn_varlen_func", "flash_attn_with_kvcache"]
@@ -54,8 +68,6 @@ _HINTS = {
     "seqused_q": "kernelgen reads query lengths from cu_seqlens_q only",
     "qv": "there is no extra query-value product (DeepSeek MLA) in kernelgen",
     "attention_chunk": "chunked (Llama-4 style) attention is not implemented; use window_size for a sliding window",
-    "scheduler_metadata": "kernelgen builds its scheduler metadata on the GPU in every call; for a fixed-capacity, "
-                          "CUDA-graph friendly plan use kernelgen.AttentionPlan",
     "sm_margin": "kernelgen's persistent kernels use every SM",
     "dropout_p": "kernelgen is inference-only (no dropout)",
     "k": "appending new keys/values to the cache is not implemented: write them into k_cache/v_cache first "
@@ -64,10 +76,12 @@ _HINTS = {
          "(your cache-update kernel) and pass cache_seqlens that include them",
     "rotary_cos": "apply rotary embeddings before the call",
     "rotary_sin": "apply rotary embeddings before the call",
-    "rotary_seqlens": "apply rotary embeddings before the call",
     "cache_batch_idx": "index the cache with a page_table instead (one row of page ids per request)",
     "cache_leftpad": "left-padded caches are not implemented; use a page_table or packed k/v with cu_seqlens_k",
-    "cu_seqlens_k_new": "appending new keys/values to the cache is not implemented",
+    "q_v": "there is no extra query-value product (DeepSeek MLA) in kernelgen",
+    "cp_world_size": "context parallelism (keys sharded over GPUs) is not implemented",
+    "cp_rank": "context parallelism (keys sharded over GPUs) is not implemented",
+    "cp_tot_seqused_k": "context parallelism (keys sharded over GPUs) is not implemented",
 }
 
 
@@ -97,18 +111,36 @@ def _is_zero(x) -> bool:
     return x is None or (isinstance(x, numbers.Number) and not isinstance(x, bool) and x == 0)
 
 
+def _window_side(x):
+    """FA3 reads any negative side as unbounded, and a side wider than any key sequence is unbounded
+    too: kernelgen's -1 for both (its own range is [-1, MAX_WINDOW]); other values as given."""
+    if _is_int(x) and (x < 0 or x > MAX_WINDOW):
+        return -1
+    return x
+
+
 def _window(window_size):
     if window_size is None:  # vLLM's fork passes None for "no window"
         return (-1, -1)
     if isinstance(window_size, (tuple, list)) and len(window_size) == 2:
-        return (window_size[0], window_size[1])
+        return (_window_side(window_size[0]), _window_side(window_size[1]))
     raise TypeError(f"window_size must be a pair of ints (left, right), got {window_size!r}")
 
 
+def _softcap(softcap):
+    # FA3: "anything > 0 activates softcapping"; kernelgen spells off 0 (and refuses a negative cap)
+    if isinstance(softcap, numbers.Real) and not isinstance(softcap, bool) and softcap < 0:
+        return 0.0
+    return softcap
+
+
 def _num_splits(num_splits):
-    # FA3 treats num_splits <= 0 as "use the heuristic"; kernelgen spells that 0.
+    # FA3 treats num_splits <= 0 as "use the heuristic"; kernelgen spells that 0.  Above kernelgen's
+    # MAX_SPLITS: MAX_SPLITS (FA3 bounds its own count the same way).
     if _is_int(num_splits) and num_splits < 0:
         return 0
+    if _is_int(num_splits) and num_splits > MAX_SPLITS:
+        return MAX_SPLITS
     return num_splits
 
 
@@ -119,9 +151,22 @@ def _page_table(fn: str, page_table, block_table):
 
 
 def _sinks(fn: str, sinks, s_aux):
+    """One sinks tensor from ``sinks`` or ``s_aux``; a bfloat16 / float16 one (vLLM's fork takes
+    bfloat16 ``s_aux``, and gpt-oss's weights are bfloat16) as a contiguous float32 copy, made on
+    the device in every call (captured in a CUDA graph, so a replay reads the current weights);
+    float32 is passed as is (no copy)."""
     if sinks is not None and s_aux is not None:
         raise ValueError(f"{fn}: give sinks or s_aux (the same thing, vLLM's name), not both")
-    return sinks if sinks is not None else s_aux
+    x = sinks if sinks is not None else s_aux
+    if isinstance(x, torch.Tensor) and x.dtype in (torch.bfloat16, torch.float16):
+        x = x.float().contiguous()
+    return x
+
+
+def _qv(fn: str, qv, q_v):
+    if qv is not None and q_v is not None:
+        raise ValueError(f"{fn}: give qv or q_v (the same thing, vLLM's name), not both")
+    return (("q_v", q_v) if q_v is not None else ("qv", qv))
 
 
 def _q_descale(q, x):
@@ -175,6 +220,11 @@ def flash_attn_varlen_func(
     scheduler_metadata: Optional[torch.Tensor] = None,
     s_aux: Optional[torch.Tensor] = None,
     sinks: Optional[torch.Tensor] = None,
+    q_v: Optional[torch.Tensor] = None,
+    fa_version: Optional[int] = None,
+    cp_world_size: int = 1,
+    cp_rank: int = 0,
+    cp_tot_seqused_k: Optional[torch.Tensor] = None,
 ):
     """FlashAttention-3's ``flash_attn_varlen_func`` on kernelgen's kernels (forward only).
 
@@ -197,8 +247,10 @@ def flash_attn_varlen_func(
         seqused_k: int32 (batch,), keys used per request.
         softmax_scale: logit scale, default 1 / sqrt(head_dim).
         causal, window_size, softcap: bottom-right aligned causal mask, (left, right) sliding
-            window (-1 = unbounded; None accepted as (-1, -1)), logit soft-capping (0 = off).
-        num_splits: split-KV: 1 none, 0 (or negative) kernelgen's heuristic, n > 1 forced.
+            window in tokens (-1 = unbounded, as any negative side or one above 2^30; None
+            accepted as (-1, -1)), logit soft-capping (0 = off, as any value <= 0).
+        num_splits: split-KV: 1 none, 0 (or negative) kernelgen's heuristic, n > 1 forced (at
+            most 128; FA3's varlen reads n as an upper bound: pass 0 for kernelgen's heuristic).
         pack_gqa: None = heuristic.
         deterministic: accepted and ignored (backward-only in FA3; kernelgen's forward is
             deterministic).
@@ -208,8 +260,9 @@ def flash_attn_varlen_func(
         out: optional (total_q, num_heads_q, head_dim_v) output tensor in q's dtype (an FP8 q:
             bfloat16, FA3's, or float16).
         s_aux, sinks: attention sinks (vLLM's FA3 fork calls them ``s_aux``; give one of the
-            two): contiguous float32 (num_heads_q,) on q's device, one value-less logit per query
-            head in every softmax denominator; the LSE includes it.  The sink kernels add it on a
+            two): contiguous float32 (num_heads_q,) on q's device (bfloat16 / float16 are cast
+            to a float32 copy in every call), one value-less logit per query head in every
+            softmax denominator; the LSE includes it.  The sink kernels add it on a
             call of one request class; a mixed batch rescales out by the LSE after its kernels
             (see :func:`kernelgen.varlen_attention`).
         alibi_slopes: ALiBi slopes, FlashAttention-2/3's argument and convention: float32
@@ -222,6 +275,10 @@ def flash_attn_varlen_func(
             q_descale[b, h]``).  Ignored (never read) where FA3 ignores them: q_descale with a
             16-bit q, k_descale / v_descale with a 16-bit cache.  See
             :func:`kernelgen.varlen_attention`.
+        scheduler_metadata, fa_version: accepted and ignored (FA3's precomputed schedule;
+            kernelgen schedules on the GPU in every call).
+        q_v: vLLM's name of ``qv`` (unsupported); cp_world_size, cp_rank, cp_tot_seqused_k:
+            vLLM's context parallelism, only at their defaults (1, 0, None).
 
     Returns:
         out (total_q, num_heads_q, head_dim_v) in q's dtype (bfloat16 for an FP8 q, as FA3, or
@@ -229,27 +286,34 @@ def flash_attn_varlen_func(
         natural log.
 
     Raises:
-        NotImplementedError: an unsupported FA3 argument (seqused_q, qv, attention_chunk,
-            scheduler_metadata, sm_margin, dropout_p) is set; the message names it.
-        TypeError: cu_seqlens_q is not a tensor (e.g. vLLM's positional order), or a kernelgen
+        NotImplementedError: an unsupported FA3 argument (seqused_q, qv / q_v, attention_chunk,
+            sm_margin, dropout_p, cp_world_size, cp_rank, cp_tot_seqused_k) is set; the message
+            names it.
+        TypeError: cu_seqlens_q is None (a batched q: use flash_attn_with_kvcache) or not a
+            tensor (e.g. vLLM's positional order), or a kernelgen
             type/dtype check failed (the message names the argument): e.g. an FP8 q with a 16-bit
             k (k), a float8_e5m2 q (q), a q_descale not a float32 tensor, an ``out`` neither
             bfloat16 nor float16 for an FP8 q.
         ValueError: shapes, devices or values rejected by :func:`kernelgen.varlen_attention`
             (the message names kernelgen's argument: page_table for block_table; q_descale of a
-            wrong shape), or both page_table and block_table given, or a page table without key
-            lengths.
+            wrong shape), or both page_table and block_table (sinks and s_aux, qv and q_v) given,
+            or a page table without key lengths.
     """
     fn = "flash_attn_varlen_func"
+    qv_name, qv = _qv(fn, qv, q_v)
     _reject_unsupported(
         fn,
         seqused_q=(seqused_q, seqused_q is None),
-        qv=(qv, qv is None),
+        **{qv_name: (qv, qv is None)},
         attention_chunk=(attention_chunk, _is_zero(attention_chunk)),
-        scheduler_metadata=(scheduler_metadata, scheduler_metadata is None),
         sm_margin=(sm_margin, _is_zero(sm_margin)),
         dropout_p=(dropout_p, _is_zero(dropout_p)),
+        **_cp_args(cp_world_size, cp_rank, cp_tot_seqused_k),
     )
+    if cu_seqlens_q is None:
+        raise TypeError(f"{fn}: cu_seqlens_q is required: kernelgen's varlen entry takes q packed as (total_q, "
+                        f"num_heads_q, head_dim); for a (batch, seqlen_q, num_heads_q, head_dim) q use "
+                        f"flash_attn_with_kvcache, or pass cu_seqlens_q = arange(batch + 1) * seqlen_q")
     if not isinstance(cu_seqlens_q, torch.Tensor):
         raise TypeError(f"{fn}: cu_seqlens_q must be an int32 tensor, got {type(cu_seqlens_q).__name__}; "
                         f"kernelgen.compat follows FlashAttention-3's order (q, k, v, cu_seqlens_q, cu_seqlens_k, "
@@ -264,11 +328,18 @@ def flash_attn_varlen_func(
         cu_seqlens_k = None
     return ops.varlen_attention(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=seqused_k, page_table=table,
-        causal=causal, window_size=_window(window_size), softcap=softcap, softmax_scale=softmax_scale,
+        causal=causal, window_size=_window(window_size), softcap=_softcap(softcap), softmax_scale=softmax_scale,
         num_splits=_num_splits(num_splits), pack_gqa=pack_gqa,
         return_lse=bool(return_attn_probs or return_softmax_lse), out=out, sinks=_sinks(fn, sinks, s_aux),
         alibi_slopes=alibi_slopes, **dict(zip(("k_descale", "v_descale"), _kv_descales(k, k_descale, v_descale))),
         q_descale=_q_descale(q, q_descale))
+
+
+def _cp_args(cp_world_size, cp_rank, cp_tot_seqused_k) -> dict:
+    """vLLM's fork's context-parallel arguments for ``_reject_unsupported`` (defaults: 1, 0, None)."""
+    return dict(cp_world_size=(cp_world_size, _is_int(cp_world_size) and cp_world_size == 1),
+                cp_rank=(cp_rank, _is_zero(cp_rank)),
+                cp_tot_seqused_k=(cp_tot_seqused_k, cp_tot_seqused_k is None))
 
 
 def _mergeable(x) -> bool:
@@ -313,6 +384,10 @@ def flash_attn_with_kvcache(
     out: Optional[torch.Tensor] = None,
     s_aux: Optional[torch.Tensor] = None,
     sinks: Optional[torch.Tensor] = None,
+    fa_version: Optional[int] = None,
+    cp_world_size: int = 1,
+    cp_rank: int = 0,
+    cp_tot_seqused_k: Optional[torch.Tensor] = None,
 ):
     """FlashAttention-3's ``flash_attn_with_kvcache`` on kernelgen's kernels (attention over an
     existing KV cache; forward only, no in-place append).
@@ -341,11 +416,15 @@ def flash_attn_with_kvcache(
         cu_seqlens_q: int32 (batch + 1,) for a varlen q; max_seqlen_q: its longest request (tokens).
         softmax_scale, causal, window_size, softcap, pack_gqa: as in ``flash_attn_varlen_func``.
         num_splits: 0 (default) lets kernelgen's GPU scheduler split long caches; 1 none; n forced.
-        rotary_interleaved: ignored (only meaningful with rotary_cos, which is unsupported).
+        rotary_interleaved, rotary_seqlens: ignored (only read with rotary_cos, which is
+            unsupported); cu_seqlens_k_new: ignored (only read with k / v, unsupported).
+        scheduler_metadata, fa_version: accepted and ignored, as in ``flash_attn_varlen_func``;
+            cp_world_size, cp_rank, cp_tot_seqused_k: only at their defaults (1, 0, None).
         return_softmax_lse: also return the log-sum-exp.
         out: optional output tensor shaped like the returned out (a view of it must be possible
             as (total_q, num_heads_q, head_dim_v)), in q's dtype (an FP8 q: bfloat16 or float16).
-        s_aux, sinks: attention sinks, float32 (num_heads_q,), as in ``flash_attn_varlen_func``.
+        s_aux, sinks: attention sinks, float32 (num_heads_q,) (bfloat16 / float16 cast), as in
+            ``flash_attn_varlen_func``.
         alibi_slopes: ALiBi slopes, float32 (num_heads_q,) or (batch, num_heads_q), as in
             ``flash_attn_varlen_func`` (query row i of a request is its i-th new token).
         q_descale, k_descale, v_descale: as in ``flash_attn_varlen_func``: float32 (batch,
@@ -360,9 +439,9 @@ def flash_attn_with_kvcache(
         kernelgen's (num_heads_q, total_q)), or (num_heads_q, total_q) with cu_seqlens_q.
 
     Raises:
-        NotImplementedError: an unsupported argument is set (k/v append, qv, rotary_*,
-            cache_batch_idx, cache_leftpad, cu_seqlens_k_new, attention_chunk, scheduler_metadata,
-            sm_margin); the message names it.
+        NotImplementedError: an unsupported argument is set (k/v append, qv, rotary_cos /
+            rotary_sin, cache_batch_idx, cache_leftpad, attention_chunk, sm_margin, cp_world_size,
+            cp_rank, cp_tot_seqused_k); the message names it.
         TypeError: cache_seqlens is not an integer or an int32 tensor (a bool or a float
             included), or a kernelgen type check failed (named; an FP8 q with a 16-bit cache
             names k).
@@ -379,13 +458,11 @@ def flash_attn_with_kvcache(
         qv=(qv, qv is None),
         rotary_cos=(rotary_cos, rotary_cos is None),
         rotary_sin=(rotary_sin, rotary_sin is None),
-        rotary_seqlens=(rotary_seqlens, rotary_seqlens is None),
         cache_batch_idx=(cache_batch_idx, cache_batch_idx is None),
         cache_leftpad=(cache_leftpad, cache_leftpad is None),
-        cu_seqlens_k_new=(cu_seqlens_k_new, cu_seqlens_k_new is None),
         attention_chunk=(attention_chunk, _is_zero(attention_chunk)),
-        scheduler_metadata=(scheduler_metadata, scheduler_metadata is None),
         sm_margin=(sm_margin, _is_zero(sm_margin)),
+        **_cp_args(cp_world_size, cp_rank, cp_tot_seqused_k),
     )
     table = _page_table(fn, page_table, block_table)
     if not isinstance(q, torch.Tensor):
@@ -475,7 +552,7 @@ def flash_attn_with_kvcache(
 
     res = ops.varlen_attention(
         q3, kk, vv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=cache_seqlens,
-        page_table=table, causal=causal, window_size=_window(window_size), softcap=softcap,
+        page_table=table, causal=causal, window_size=_window(window_size), softcap=_softcap(softcap),
         softmax_scale=softmax_scale, num_splits=_num_splits(num_splits), pack_gqa=pack_gqa,
         return_lse=bool(return_softmax_lse), out=out3, sinks=_sinks(fn, sinks, s_aux), alibi_slopes=alibi_slopes,
         **dict(zip(("k_descale", "v_descale"), _kv_descales(kk, k_descale, v_descale))),
