@@ -1095,7 +1095,8 @@ T = torch.zeros(2, dtype=torch.int32)
 # does: tests/test_fp8_cpu.py)
 VARLEN_UNSUPPORTED = [("seqused_q", T), ("qv", T), ("q_v", T),
                       ("attention_chunk", 128), ("sm_margin", 8), ("dropout_p", 0.1),
-                      ("cp_world_size", 2), ("cp_rank", 1), ("cp_tot_seqused_k", T)]
+                      ("cp_world_size", 2), ("cp_world_size", 1.0), ("cp_world_size", True), ("cp_rank", 1),
+                      ("cp_rank", 0.0), ("cp_rank", None), ("cp_tot_seqused_k", T)]
 KVCACHE_UNSUPPORTED = [("k", T), ("v", T), ("qv", T), ("rotary_cos", T), ("rotary_sin", T),
                        ("cache_batch_idx", T), ("cache_leftpad", T),
                        ("attention_chunk", 64), ("sm_margin", 4),
@@ -1158,14 +1159,14 @@ def test_arguments_fa3_reads_only_with_others_are_ignored(recorder):
     meta = torch.zeros(8, dtype=torch.int32)
     compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, causal=True)
     compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, causal=True, scheduler_metadata=meta, fa_version=3,
-                                  cp_world_size=1, cp_rank=0, cp_tot_seqused_k=None, q_v=None)
+                                  cp_world_size=1, cp_rank=0, cp_tot_seqused_k=None, q_v=None, ver=4)
     assert _same_call(recorder.calls[0], recorder.calls[1])
     q4 = torch.randn(3, 1, 4, 64).to(BF16)
     kc = torch.zeros(3, 24, 2, 64, dtype=BF16)
     lens = torch.tensor([5, 9, 24], dtype=torch.int32)
     compat.flash_attn_with_kvcache(q4, kc, kc, cache_seqlens=lens, causal=True)
     compat.flash_attn_with_kvcache(q4, kc, kc, cache_seqlens=lens, causal=True, cu_seqlens_k_new=_ints([0, 1, 2, 3], "cpu"),
-                                   rotary_seqlens=lens, scheduler_metadata=meta, fa_version=3)
+                                   rotary_seqlens=lens, scheduler_metadata=meta, fa_version=3, ver=3)
     assert _same_call(recorder.calls[2], recorder.calls[3])
 
 
@@ -1188,18 +1189,21 @@ def test_16_bit_sinks_are_cast_to_float32(recorder, dtype):
     assert got.dtype == torch.float32 and got.is_contiguous() and torch.equal(got, s16.float())
     q4 = torch.randn(2, 1, 4, 64).to(BF16)
     kc = torch.zeros(2, 24, 2, 64, dtype=BF16)
-    compat.flash_attn_with_kvcache(q4, kc, kc, sinks=s16[::1])
-    assert recorder.last["sinks"].dtype == torch.float32
+    strided = torch.tensor([0.5, 9.0, -1.25, 9.0, 2.0, 9.0, 3.0, 9.0], dtype=dtype)[::2]
+    compat.flash_attn_with_kvcache(q4, kc, kc, sinks=strided)
+    got = recorder.last["sinks"]
+    assert got.dtype == torch.float32 and got.is_contiguous() and torch.equal(got, s16.float())
     s32 = s16.float()
     compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, sinks=s32)
     assert recorder.last["sinks"] is s32
 
 
 @pytest.mark.parametrize("window,want", [((-2, -2), (-1, -1)), ((2 ** 31 - 1, 0), (-1, 0)), ((-5, 3), (-1, 3)),
-                                         ((127, 0), (127, 0)), ((1 << 30, -1), (1 << 30, -1))])
+                                         ((127, 0), (127, 0)), ((1 << 30, -1), (1 << 30, -1)),
+                                         ((np.int64(-3), np.int32(0)), (-1, 0))])
 def test_window_sides_as_fa3_reads_them(recorder, window, want):
-    """FA3 reads any negative side as unbounded; a side wider than any key sequence is unbounded too
-    (kernelgen's range is [-1, 2^30])."""
+    """FA3 reads any negative side as unbounded, and drops a side that reaches every key (>=
+    max_seqlen_k - 1): a side above kernelgen's range ([-1, 2^30]) that does is unbounded."""
     q, k, v, cu = packed()
     compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, window_size=window)
     assert recorder.last["window_size"] == want
@@ -1207,20 +1211,50 @@ def test_window_sides_as_fa3_reads_them(recorder, window, want):
     kc = torch.zeros(2, 24, 2, 64, dtype=BF16)
     compat.flash_attn_with_kvcache(q4, kc, kc, window_size=list(window))
     assert recorder.last["window_size"] == want
+    qp, kp, vp, pt, used, cup = paged()
+    compat.flash_attn_with_kvcache(qp.view(3, 1, 4, 64), kp, vp, cache_seqlens=used, page_table=pt,
+                                   window_size=window)
+    assert recorder.last["window_size"] == want
+
+
+def test_a_window_side_above_kernelgens_range_that_does_not_reach_every_key_is_refused(recorder):
+    """A side of 2^30 + 1 tokens on a call whose keys may number more (max_seqlen_k unknown, or
+    larger) still masks in FA3: kernelgen cannot take it and says so, naming window_size (not
+    silently unbounded)."""
+    from kernelgen.selection import validation
+
+    q, k, v, cu = packed()
+    wide = ((1 << 30) + 1, 0)
+    for max_k in (None, (1 << 30) + 5):
+        compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, max_k, window_size=wide)
+        assert recorder.last["window_size"] == wide         # passed on as given ...
+    with pytest.raises(ValueError, match=r"window_size entries must be in \[-1, 1073741824\]"):
+        validation.window(recorder.last["window_size"], False)     # ... and kernelgen's check refuses it
+    compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, (1 << 30) + 2, window_size=wide)
+    assert recorder.last["window_size"] == (-1, 0)
+
+
+def test_a_window_of_other_types_goes_to_kernelgens_check_as_given(recorder):
+    """Sides that are not both integers are not rewritten: kernelgen's check then names the pair the
+    caller gave, (-5, 1.5), not a half-rewritten (-1, 1.5)."""
+    q, k, v, cu = packed()
+    compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, window_size=(-5, 1.5))
+    assert recorder.last["window_size"] == (-5, 1.5)
 
 
 def test_softcap_at_or_below_zero_is_off_and_num_splits_is_bounded(recorder):
     """FA3: "anything > 0 activates softcapping"; a num_splits above kernelgen's 128 asks for 128."""
     q, k, v, cu = packed()
-    for cap, want in ((-1.0, 0.0), (-3, 0.0), (0.0, 0.0), (30.0, 30.0)):
+    for cap, want in ((-1.0, 0.0), (-3, 0.0), (0.0, 0.0), (float("nan"), 0.0), (float("-inf"), 0.0), (30.0, 30.0)):
         compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, softcap=cap)
         assert recorder.last["softcap"] == want
     q4 = torch.randn(2, 1, 4, 64).to(BF16)
     kc = torch.zeros(2, 24, 2, 64, dtype=BF16)
     compat.flash_attn_with_kvcache(q4, kc, kc, softcap=-50.0, num_splits=200)
     assert recorder.last["softcap"] == 0.0 and recorder.last["num_splits"] == 128
-    compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, num_splits=128)
-    assert recorder.last["num_splits"] == 128
+    for n, want in ((128, 128), (256, 128), (np.int64(129), 128), (257, 257)):   # FA3 refuses above 256: so does kernelgen
+        compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, num_splits=n)
+        assert recorder.last["num_splits"] == want
 
 
 def test_a_batched_q_without_cu_seqlens_says_what_to_use(recorder):

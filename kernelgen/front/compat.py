@@ -23,12 +23,12 @@ the data, and split-KV partials are merged in a fixed order).
 
 Accepted and ignored, as they change nothing kernelgen computes: ``scheduler_metadata`` (FA3's
 precomputed schedule; kernelgen schedules on the GPU in every call, and ``AttentionPlan`` is its
-fixed-capacity plan), vLLM's ``fa_version``, ``rotary_interleaved``, and with_kvcache's
-``cu_seqlens_k_new`` / ``rotary_seqlens``, which FA3 reads only with ``k``/``v`` /
-``rotary_cos``.  As FA3 reads them: a negative ``window_size`` side is unbounded (so is one wider
-than any key sequence), ``softcap`` <= 0 is off, ``num_splits`` above kernelgen's 128 is 128, and
-a bfloat16 / float16 ``s_aux`` (vLLM's fork takes bfloat16) is cast to float32 on the device in
-every call.
+fixed-capacity plan), vLLM's ``fa_version``, SGLang's ``ver``, ``rotary_interleaved``, and
+with_kvcache's ``cu_seqlens_k_new`` / ``rotary_seqlens``, which FA3 reads only with ``k``/``v`` /
+``rotary_cos``.  As FA3 reads them: a negative ``window_size`` side is unbounded (so is one above
+kernelgen's 2^30 that reaches every key, ``>= max_seqlen_k - 1``), a ``softcap`` not above 0 is off,
+``num_splits`` 129-256 (FA3's range) asks for kernelgen's 128, and a bfloat16 / float16 ``s_aux``
+(vLLM's fork takes bfloat16) is cast to float32 on the device in every call.
 
 Every other FA3 (or vLLM fork) argument kernelgen does not implement raises
 ``NotImplementedError`` naming the argument, but only when it is set to something other than its
@@ -63,6 +63,8 @@ from . import ops
 __all__ = ["flash_attn_varlen_func", "flash_attn_with_kvcache"]
 
 _INT32_MAX = 2 ** 31 - 1
+#: FA3's largest num_splits (hopper/flash_api.cpp refuses more)
+_FA3_MAX_SPLITS = 256
 
 _HINTS = {
     "seqused_q": "kernelgen reads query lengths from cu_seqlens_q only",
@@ -111,35 +113,41 @@ def _is_zero(x) -> bool:
     return x is None or (isinstance(x, numbers.Number) and not isinstance(x, bool) and x == 0)
 
 
-def _window_side(x):
-    """FA3 reads any negative side as unbounded, and a side wider than any key sequence is unbounded
-    too: kernelgen's -1 for both (its own range is [-1, MAX_WINDOW]); other values as given."""
-    if _is_int(x) and (x < 0 or x > MAX_WINDOW):
-        return -1
-    return x
-
-
-def _window(window_size):
+def _window(window_size, max_seqlen_k=None):
+    """FA3's window sides as kernelgen takes them: ``None`` (vLLM's fork) is (-1, -1); a pair of
+    ints has each negative side unbounded (-1), as FA3 reads it, and a side above kernelgen's range
+    ([-1, MAX_WINDOW]) unbounded where it reaches every key of the call (>= ``max_seqlen_k`` - 1,
+    FA3's own rule); anything else goes to kernelgen's check as given."""
     if window_size is None:  # vLLM's fork passes None for "no window"
         return (-1, -1)
-    if isinstance(window_size, (tuple, list)) and len(window_size) == 2:
-        return (_window_side(window_size[0]), _window_side(window_size[1]))
-    raise TypeError(f"window_size must be a pair of ints (left, right), got {window_size!r}")
+    if not (isinstance(window_size, (tuple, list)) and len(window_size) == 2):
+        raise TypeError(f"window_size must be a pair of ints (left, right), got {window_size!r}")
+    left, right = window_size
+    if not (_is_int(left) and _is_int(right)):
+        return (left, right)
+
+    def side(x):
+        if x < 0 or (x > MAX_WINDOW and _is_int(max_seqlen_k) and x >= max_seqlen_k - 1):
+            return -1
+        return x
+    return (side(left), side(right))
 
 
 def _softcap(softcap):
-    # FA3: "anything > 0 activates softcapping"; kernelgen spells off 0 (and refuses a negative cap)
-    if isinstance(softcap, numbers.Real) and not isinstance(softcap, bool) and softcap < 0:
+    # FA3 soft-caps only when softcap > 0 ("anything > 0 activates"): a negative or NaN cap is off,
+    # kernelgen's 0 (which refuses both)
+    if isinstance(softcap, numbers.Real) and not isinstance(softcap, bool) and not softcap > 0:
         return 0.0
     return softcap
 
 
 def _num_splits(num_splits):
-    # FA3 treats num_splits <= 0 as "use the heuristic"; kernelgen spells that 0.  Above kernelgen's
-    # MAX_SPLITS: MAX_SPLITS (FA3 bounds its own count the same way).
+    # FA3 treats num_splits <= 0 as "use the heuristic"; kernelgen spells that 0.  FA3 takes up to
+    # 256 splits, kernelgen up to MAX_SPLITS (128): 129-256 ask for 128 (the results are the same);
+    # above 256 kernelgen refuses, as FA3 does.
     if _is_int(num_splits) and num_splits < 0:
         return 0
-    if _is_int(num_splits) and num_splits > MAX_SPLITS:
+    if _is_int(num_splits) and MAX_SPLITS < num_splits <= _FA3_MAX_SPLITS:
         return MAX_SPLITS
     return num_splits
 
@@ -222,6 +230,7 @@ def flash_attn_varlen_func(
     sinks: Optional[torch.Tensor] = None,
     q_v: Optional[torch.Tensor] = None,
     fa_version: Optional[int] = None,
+    ver: Optional[int] = None,
     cp_world_size: int = 1,
     cp_rank: int = 0,
     cp_tot_seqused_k: Optional[torch.Tensor] = None,
@@ -247,10 +256,12 @@ def flash_attn_varlen_func(
         seqused_k: int32 (batch,), keys used per request.
         softmax_scale: logit scale, default 1 / sqrt(head_dim).
         causal, window_size, softcap: bottom-right aligned causal mask, (left, right) sliding
-            window in tokens (-1 = unbounded, as any negative side or one above 2^30; None
-            accepted as (-1, -1)), logit soft-capping (0 = off, as any value <= 0).
+            window in tokens (-1 = unbounded, as any negative side, or one above 2^30 that reaches
+            every key: >= max_seqlen_k - 1; None accepted as (-1, -1)), logit soft-capping (0 =
+            off, as any value not above 0).
         num_splits: split-KV: 1 none, 0 (or negative) kernelgen's heuristic, n > 1 forced (at
-            most 128; FA3's varlen reads n as an upper bound: pass 0 for kernelgen's heuristic).
+            most 128: 129-256, FA3's range, ask for 128; FA3's varlen reads n as an upper bound:
+            pass 0 for kernelgen's heuristic).
         pack_gqa: None = heuristic.
         deterministic: accepted and ignored (backward-only in FA3; kernelgen's forward is
             deterministic).
@@ -275,8 +286,9 @@ def flash_attn_varlen_func(
             q_descale[b, h]``).  Ignored (never read) where FA3 ignores them: q_descale with a
             16-bit q, k_descale / v_descale with a 16-bit cache.  See
             :func:`kernelgen.varlen_attention`.
-        scheduler_metadata, fa_version: accepted and ignored (FA3's precomputed schedule;
-            kernelgen schedules on the GPU in every call).
+        scheduler_metadata, fa_version, ver: accepted and ignored (FA3's precomputed schedule,
+            kernelgen schedules on the GPU in every call; vLLM's and SGLang's implementation
+            choice).
         q_v: vLLM's name of ``qv`` (unsupported); cp_world_size, cp_rank, cp_tot_seqused_k:
             vLLM's context parallelism, only at their defaults (1, 0, None).
 
@@ -328,7 +340,8 @@ def flash_attn_varlen_func(
         cu_seqlens_k = None
     return ops.varlen_attention(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=seqused_k, page_table=table,
-        causal=causal, window_size=_window(window_size), softcap=_softcap(softcap), softmax_scale=softmax_scale,
+        causal=causal, window_size=_window(window_size, max_seqlen_k), softcap=_softcap(softcap),
+        softmax_scale=softmax_scale,
         num_splits=_num_splits(num_splits), pack_gqa=pack_gqa,
         return_lse=bool(return_attn_probs or return_softmax_lse), out=out, sinks=_sinks(fn, sinks, s_aux),
         alibi_slopes=alibi_slopes, **dict(zip(("k_descale", "v_descale"), _kv_descales(k, k_descale, v_descale))),
@@ -338,7 +351,7 @@ def flash_attn_varlen_func(
 def _cp_args(cp_world_size, cp_rank, cp_tot_seqused_k) -> dict:
     """vLLM's fork's context-parallel arguments for ``_reject_unsupported`` (defaults: 1, 0, None)."""
     return dict(cp_world_size=(cp_world_size, _is_int(cp_world_size) and cp_world_size == 1),
-                cp_rank=(cp_rank, _is_zero(cp_rank)),
+                cp_rank=(cp_rank, _is_int(cp_rank) and cp_rank == 0),
                 cp_tot_seqused_k=(cp_tot_seqused_k, cp_tot_seqused_k is None))
 
 
@@ -385,6 +398,7 @@ def flash_attn_with_kvcache(
     s_aux: Optional[torch.Tensor] = None,
     sinks: Optional[torch.Tensor] = None,
     fa_version: Optional[int] = None,
+    ver: Optional[int] = None,
     cp_world_size: int = 1,
     cp_rank: int = 0,
     cp_tot_seqused_k: Optional[torch.Tensor] = None,
@@ -418,7 +432,7 @@ def flash_attn_with_kvcache(
         num_splits: 0 (default) lets kernelgen's GPU scheduler split long caches; 1 none; n forced.
         rotary_interleaved, rotary_seqlens: ignored (only read with rotary_cos, which is
             unsupported); cu_seqlens_k_new: ignored (only read with k / v, unsupported).
-        scheduler_metadata, fa_version: accepted and ignored, as in ``flash_attn_varlen_func``;
+        scheduler_metadata, fa_version, ver: accepted and ignored, as in ``flash_attn_varlen_func``;
             cp_world_size, cp_rank, cp_tot_seqused_k: only at their defaults (1, 0, None).
         return_softmax_lse: also return the log-sum-exp.
         out: optional output tensor shaped like the returned out (a view of it must be possible
@@ -552,7 +566,7 @@ def flash_attn_with_kvcache(
 
     res = ops.varlen_attention(
         q3, kk, vv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=cache_seqlens,
-        page_table=table, causal=causal, window_size=_window(window_size), softcap=_softcap(softcap),
+        page_table=table, causal=causal, window_size=_window(window_size, room), softcap=_softcap(softcap),
         softmax_scale=softmax_scale, num_splits=_num_splits(num_splits), pack_gqa=pack_gqa,
         return_lse=bool(return_softmax_lse), out=out3, sinks=_sinks(fn, sinks, s_aux), alibi_slopes=alibi_slopes,
         **dict(zip(("k_descale", "v_descale"), _kv_descales(kk, k_descale, v_descale))),
