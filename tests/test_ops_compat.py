@@ -771,6 +771,26 @@ def test_compile_fullgraph_validates_symbolic_scalars(cpu_kernels, dynamic):
     assert torch.equal(e, ops.varlen_attention(q, k, v, cu, cu, causal=True, softcap=5.0, softmax_scale=0.2))
 
 
+def test_compile_dynamic_int_arguments(cpu_kernels):
+    """Int arguments of a compiled function (window sides, num_splits) are symbolic under
+    dynamic=True: the op's fake checks take them (they failed "window_size must be a pair of ints,
+    got (s53, s22)"), on the op path and through compat, and the results are eager's."""
+    torch._dynamo.reset()
+
+    def f(q, k, v, cu, left, right, n):
+        return ops.varlen_attention(q, k, v, cu, cu, window_size=(left, right), num_splits=n)
+
+    def g(q, k, v, cu, left, n):
+        return compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, window_size=(left, 0), num_splits=n)
+
+    q, k, v, cu = packed()
+    cf = torch.compile(f, fullgraph=True, backend="aot_eager", dynamic=True)
+    cg = torch.compile(g, fullgraph=True, backend="aot_eager", dynamic=True)
+    for left, right, n in ((3, 2, 2), (5, 4, 3), (-1, 7, 0)):
+        assert torch.equal(f(q, k, v, cu, left, right, n), cf(q, k, v, cu, left, right, n))
+        assert torch.equal(g(q, k, v, cu, left, n), cg(q, k, v, cu, left, n))
+
+
 def test_compile_fullgraph_out_variant(cpu_kernels):
     torch._dynamo.reset()
 

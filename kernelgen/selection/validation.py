@@ -266,10 +266,16 @@ def output_dtype(q, out, out_dtype):
     return torch.bfloat16 if q_fp8 else q.dtype
 
 
+def _integer(x) -> bool:
+    """A Python / NumPy integer (not a bool), or torch.compile's symbolic one (``dynamic=True`` makes
+    an int argument a SymInt while the op's fake implementation checks it; comparing it guards)."""
+    return (isinstance(x, numbers.Integral) and not isinstance(x, bool)) or isinstance(x, torch.SymInt)
+
+
 def window(window_size, causal: bool) -> tuple[str, int, int]:
     """(mask kind, left, right) from window_size=(left, right) (-1 = unbounded) and causal."""
     if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
-            or not all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in window_size)):
+            or not (_integer(window_size[0]) and _integer(window_size[1]))):
         raise TypeError(f"window_size must be a pair of ints (left, right), got {window_size!r}")
     left, right = int(window_size[0]), int(window_size[1])
     if left < -1 or right < -1 or left > MAX_WINDOW or right > MAX_WINDOW:
@@ -305,7 +311,7 @@ def softcap_ratio(scale: float, cap: float) -> None:
 
 
 def num_splits(x) -> int:
-    if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+    if not _integer(x):
         raise TypeError(f"num_splits must be an int, got {type(x).__name__}")
     if not 0 <= x <= 128:
         raise ValueError(f"num_splits must be in [0, 128] (0 = automatic), got {x}")
