@@ -245,3 +245,118 @@ def test_the_call_and_the_plan_carry_the_right_window():
     assert arguments.plan_options(causal=True, window_size=(127, -1), **kw).signature.window_right == 0
     assert arguments.plan_options(causal=False, window_size=(127, 30), **kw).signature.window_right == 30
     assert arguments.plan_options(causal=False, window_size=(127, -1), **kw).signature.window_right == -1
+
+
+#: A 128-request paged decode at 20k keys (Llama 3 heads): the automatic bound splits it.
+DECODE_20K = dict(max_seqlen_q=1, rows=128, batch=128, paged=True, page_size=16, max_seqlen_k=20000)
+
+
+@pytest.mark.parametrize("device", [H200, A100], ids=["h200", "a100"])
+def test_max_num_splits_caps_the_automatic_bound_and_never_raises_it(device):
+    """``max_num_splits`` (FA3's varlen num_splits, an upper bound): the automatic bound becomes
+    min(bound, cap), still automatic (the GPU scheduler decides per request), the workspace sized for
+    the cap; a cap above the bound changes nothing; a cap of 1 runs unsplit, the recipe of num_splits=1."""
+    auto = decide.decide(sig(**DECODE_20K), device)
+    bound = auto.variants.max_splits
+    assert bound > 4 and not auto.variants.forced_splits
+    capped = decide.decide(sig(**DECODE_20K, max_num_splits=4), device)
+    assert capped.variants.max_splits == 4 and not capped.variants.forced_splits
+    assert capped.variants.attention == auto.variants.attention and capped.variants.combine is not None
+    assert capped.workspace.max_splits == 4 < auto.workspace.max_splits
+    assert capped.schedulers[0].config(1056).max_splits == 4
+    assert capped.schedulers[0].config(1056).forced_splits is False
+    # forced 4 is another recipe: every request cut into 4 (the scheduler's forced_splits)
+    forced = decide.decide(sig(**DECODE_20K, num_splits=4), device)
+    assert forced.variants.forced_splits and forced != capped
+    assert decide.decide(sig(**DECODE_20K, max_num_splits=bound + 1), device) == auto
+    one = decide.decide(sig(**DECODE_20K, max_num_splits=1), device)
+    unsplit = decide.decide(sig(**DECODE_20K, num_splits=1), device)
+    assert one.variants.attention == unsplit.variants.attention and one.workspace == unsplit.workspace
+    assert one.variants.max_splits == 1 and one.variants.combine is None and not one.variants.attention.split
+
+
+def test_max_num_splits_caps_the_short_class_of_mixed_batches():
+    """The fused launch (and the classes in turn) keep their kind under a cap; the short class's
+    automatic bound is capped (a forced num_splits would have turned the fused launch off)."""
+    fused = decide.decide(sig(**MIXED), H200)
+    assert fused.kind == "fused" and fused.variants.short_max_splits > 2
+    capped = decide.decide(sig(**MIXED, max_num_splits=2), H200)
+    assert capped.kind == "fused" and capped.variants.short_max_splits == 2
+    assert capped.workspace.short.max_splits == 2 and capped.schedulers[1].config(132).max_splits == 2
+    assert capped.variants.fused == fused.variants.fused
+    assert decide.decide(sig(**MIXED, num_splits=2), H200).kind == "single"
+    pair = decide.decide(sig(head_dim=256, head_dim_v=256, **MIXED), H200)
+    assert pair.kind == "pair" and pair.variants.short.max_splits > 3
+    cpair = decide.decide(sig(head_dim=256, head_dim_v=256, **MIXED, max_num_splits=3), H200)
+    assert cpair.kind == "pair" and cpair.variants.short.max_splits == 3
+    assert cpair.variants.long == pair.variants.long
+    assert cpair.schedulers[1].config(1056).max_splits == 3
+
+
+def test_max_num_splits_reaches_the_signature_and_is_checked():
+    """The call's and the plan's signatures carry the cap; bad values and a cap beside a forced
+    num_splits raise errors naming the argument."""
+    import torch
+
+    from kernelgen.selection import arguments, validation
+
+    assert validation.max_num_splits(16) == 16 and validation.max_num_splits(0, 8) == 0
+    for bad, err in (("3", TypeError), (True, TypeError), (2.0, TypeError), (None, TypeError), (-1, ValueError),
+                     (257, ValueError)):
+        with pytest.raises(err, match="max_num_splits"):
+            validation.max_num_splits(bad)
+    with pytest.raises(ValueError, match=r"num_splits=2 forces .* max_num_splits=8 caps .* give one"):
+        validation.max_num_splits(8, 2)
+    plan = arguments.plan_options(capacity=8, max_total_q=8, num_heads_q=32, num_heads_kv=8, head_dim=128,
+                                  head_dim_v=128, dtype=torch.bfloat16, max_seqlen_q=1, max_seqlen_k=8192, paged=True,
+                                  page_size=16, causal=True, window_size=(-1, -1), softcap=0.0, num_splits=0,
+                                  pack_gqa=None, metadata_layout="soa", sort=True, head_swizzle=True,
+                                  short_query_tokens=None, arch=None, max_num_splits=16)
+    assert plan.signature.max_num_splits == 16
+    with pytest.raises(ValueError, match="max_num_splits"):
+        arguments.plan_options(capacity=8, max_total_q=8, num_heads_q=32, num_heads_kv=8, head_dim=128,
+                               head_dim_v=128, dtype=torch.bfloat16, max_seqlen_q=1, max_seqlen_k=8192, paged=True,
+                               page_size=16, causal=True, window_size=(-1, -1), softcap=0.0, num_splits=4,
+                               pack_gqa=None, metadata_layout="soa", sort=True, head_swizzle=True,
+                               short_query_tokens=None, arch=None, max_num_splits=16)
+
+
+def test_fa3_num_splits_reaches_the_decision_as_a_cap(fake_cuda, monkeypatch):
+    """vLLM's full-CUDA-graph decode (``num_splits=16`` on every call) through kernelgen.compat, down
+    to the recipe: the signature carries max_num_splits 16, the scheduler's bound is at most 16 and
+    automatic; kernelgen.varlen_attention(max_num_splits=...) the same; num_splits=1 no split."""
+    import torch
+
+    from kernelgen import compat
+
+    seen = []
+    real = decide.decide
+
+    def spy(signature, device, settings=Settings()):
+        r = real(signature, device, settings)
+        seen.append((signature, r))
+        return r
+
+    monkeypatch.setattr(decide, "decide", spy)
+    batch, ctx, ps = 64, 20000, 16
+    pages = -(-ctx // ps)
+    q = torch.randn(batch, 1, 32, 128).to(torch.bfloat16)
+    kc = torch.zeros(batch * pages, ps, 8, 128, dtype=torch.bfloat16)
+    pt = torch.arange(batch * pages, dtype=torch.int32).view(batch, pages)
+    used = torch.full((batch,), ctx, dtype=torch.int32)
+    compat.flash_attn_with_kvcache(q, kc, kc, cache_seqlens=used, page_table=pt, causal=True)
+    auto = seen[-1][1]
+    assert seen[-1][0].max_num_splits == 0 and auto.variants.max_splits > 16
+    compat.flash_attn_with_kvcache(q, kc, kc, cache_seqlens=used, page_table=pt, causal=True, num_splits=16)
+    s, r = seen[-1]
+    assert (s.num_splits, s.max_num_splits) == (0, 16)
+    assert r.variants.max_splits == 16 and not r.variants.forced_splits and r.workspace.max_splits == 16
+    assert r.variants.attention == auto.variants.attention
+    q3, cu = q.view(batch, 32, 128), torch.arange(batch + 1, dtype=torch.int32)
+    kernelgen_call = __import__("kernelgen").varlen_attention
+    kernelgen_call(q3, kc, kc, cu, None, 1, ctx, seqused_k=used, page_table=pt, causal=True, max_num_splits=5)
+    assert seen[-1][0].max_num_splits == 5 and seen[-1][1].variants.max_splits == 5
+    compat.flash_attn_with_kvcache(q, kc, kc, cache_seqlens=used, page_table=pt, causal=True, num_splits=1)
+    assert seen[-1][1].variants.max_splits == 1 and seen[-1][1].variants.combine is None
+    with pytest.raises(ValueError, match="max_num_splits"):
+        kernelgen_call(q3, kc, kc, cu, None, 1, ctx, seqused_k=used, page_table=pt, num_splits=2, max_num_splits=5)

@@ -32,11 +32,11 @@ def reference_api(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None, m
                   page_table=None, causal=False, window_size=(-1, -1), softcap=0.0, softmax_scale=None, num_splits=0,
                   pack_gqa=None, return_lse=False, out=None, metadata_layout="soa", sort=True, head_swizzle=True,
                   sinks=None, alibi_slopes=None, k_descale=None, v_descale=None, q_descale=None, out_dtype=None,
-                  quantize_q=False):
+                  quantize_q=False, max_num_splits=0):
     """kernelgen.front.api.varlen_attention computed on the CPU with the float64 reference (an FP8 q
     dequantised with q_descale; the output in out_dtype, bfloat16 by default, for it).  ``quantize_q``
     is taken and ignored: the stand-in keeps q exact, as a call the FP8 tensor-core variant does
-    not take does."""
+    not take does; so is ``max_num_splits`` (the split count changes no result)."""
     if page_table is not None:
         k, v, cu_seqlens_k = reference.gather_paged(k, v, page_table, seqused_k)
         seqused_k = None
@@ -280,21 +280,22 @@ def test_zero_kv_heads_is_a_value_error_not_a_division(layout):
 _OP_ARGS = ["q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "seqused_k", "page_table",
             "causal", "window_left", "window_right", "softcap", "softmax_scale", "num_splits", "pack_gqa",
             "return_lse", "metadata_layout", "sort", "head_swizzle", "sinks", "alibi_slopes", "k_descale",
-            "v_descale", "q_descale", "out_dtype", "quantize_q"]
+            "v_descale", "q_descale", "out_dtype", "quantize_q", "max_num_splits"]
 
 
 def test_op_schemas_append_q_descale_and_out_dtype():
     """The earlier arguments keep their order (positional calls stay valid); q_descale (Tensor?) and
     out_dtype (ScalarType?, from the Optional[torch.dtype] annotation) come after them, default
-    None, and quantize_q (bool, default False) last."""
+    None, then quantize_q (bool, default False) and max_num_splits (int, default 0) last."""
     for op, lead in ((torch.ops.kernelgen.varlen_attention, []), (torch.ops.kernelgen.varlen_attention_out, ["out"])):
         schema = op.default._schema
         assert [a.name for a in schema.arguments] == lead + _OP_ARGS
-        assert "Tensor? q_descale=None, ScalarType? out_dtype=None, bool quantize_q=False)" in str(schema), str(schema)
+        assert ("Tensor? q_descale=None, ScalarType? out_dtype=None, bool quantize_q=False, SymInt max_num_splits=0)"
+                in str(schema)), str(schema)
     import inspect
 
     p = list(inspect.signature(ops.varlen_attention).parameters)
-    assert p[-5:] == ["k_descale", "v_descale", "q_descale", "out_dtype", "quantize_q"]
+    assert p[-6:] == ["k_descale", "v_descale", "q_descale", "out_dtype", "quantize_q", "max_num_splits"]
     assert [x for x in p if x not in ("window_size", "out")] == _OP_ARGS[:10] + _OP_ARGS[12:]
 
 
@@ -550,18 +551,21 @@ def test_compile_fullgraph_fp8_q(cpu_kernels):
 
 # ----------------------------------------------------------------------------- quantize_q: schema and pass-through
 def test_op_schemas_end_with_quantize_q_default_false():
-    """quantize_q is the last argument of both ops' schemas: a positional bool, default False (so
-    every earlier positional call stays valid); the Python entry point has it last, default False;
-    the FA3-compatible functions do not take it (FA3 has no such argument)."""
+    """quantize_q, then max_num_splits, are the last arguments of both ops' schemas: a positional bool
+    default False and a positional int default 0 (so every earlier positional call stays valid); the
+    Python entry point has them last with those defaults; the FA3-compatible functions do not take
+    quantize_q (FA3 has no such argument)."""
     import inspect
 
     for op in (torch.ops.kernelgen.varlen_attention, torch.ops.kernelgen.varlen_attention_out):
-        arg = op.default._schema.arguments[-1]
+        arg, cap = op.default._schema.arguments[-2:]
         assert arg.name == "quantize_q" and str(arg.type) == "bool" and arg.default_value is False
-        assert not arg.kwarg_only
-        assert op.default._schema.arguments[-2].name == "out_dtype"
+        assert cap.name == "max_num_splits" and str(cap.type) == "int" and cap.default_value == 0
+        assert not arg.kwarg_only and not cap.kwarg_only
+        assert op.default._schema.arguments[-3].name == "out_dtype"
     params = inspect.signature(ops.varlen_attention).parameters
-    assert list(params)[-1] == "quantize_q" and params["quantize_q"].default is False
+    assert list(params)[-2:] == ["quantize_q", "max_num_splits"] and params["quantize_q"].default is False
+    assert params["max_num_splits"].default == 0
     assert params["quantize_q"].kind is inspect.Parameter.KEYWORD_ONLY
     for fn in (compat.flash_attn_varlen_func, compat.flash_attn_with_kvcache):
         assert "quantize_q" not in inspect.signature(fn).parameters
@@ -1053,7 +1057,8 @@ def test_with_kvcache_paged(recorder):
     compat.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=used, page_table=pt, num_splits=3)
     c = recorder.last
     assert c["k"] is kc and c["v"] is vc and c["page_table"] is pt and c["seqused_k"] is used
-    assert c["cu_seqlens_k"] is None and c["max_seqlen_q"] == 1 and c["num_splits"] == 3
+    # FA3's num_splits 3 is an upper bound of its heuristic: kernelgen's max_num_splits
+    assert c["cu_seqlens_k"] is None and c["max_seqlen_q"] == 1 and c["num_splits"] == 0 and c["max_num_splits"] == 3
     compat.flash_attn_with_kvcache(q, kc, vc, block_table=pt)  # FA2's name; no lengths: whole page rows
     assert recorder.last["page_table"] is pt and recorder.last["seqused_k"].tolist() == [48, 48, 48]
     with pytest.raises(ValueError, match="page_table or block_table"):
@@ -1263,7 +1268,9 @@ def test_a_window_of_other_types_goes_to_kernelgens_check_as_given(recorder):
 
 
 def test_softcap_at_or_below_zero_is_off_and_num_splits_is_bounded(recorder):
-    """FA3: "anything > 0 activates softcapping"; a num_splits above kernelgen's 128 asks for 128."""
+    """FA3: "anything > 0 activates softcapping"; its num_splits n in 2-256 bounds the heuristic's
+    count (hopper/flash_prepare_scheduler.cu: min(dynamic, n)): kernelgen's max_num_splits; 1 is no
+    split, <= 0 the heuristic; above 256 refused by kernelgen's check, as FA3 refuses it."""
     q, k, v, cu = packed()
     for cap, want in ((-1.0, 0.0), (-3, 0.0), (0.0, 0.0), (float("nan"), 0.0), (float("-inf"), 0.0), (30.0, 30.0)):
         compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, softcap=cap)
@@ -1271,10 +1278,13 @@ def test_softcap_at_or_below_zero_is_off_and_num_splits_is_bounded(recorder):
     q4 = torch.randn(2, 1, 4, 64).to(BF16)
     kc = torch.zeros(2, 24, 2, 64, dtype=BF16)
     compat.flash_attn_with_kvcache(q4, kc, kc, softcap=-50.0, num_splits=200)
-    assert recorder.last["softcap"] == 0.0 and recorder.last["num_splits"] == 128
-    for n, want in ((128, 128), (256, 128), (np.int64(129), 128), (257, 257)):   # FA3 refuses above 256: so does kernelgen
+    assert recorder.last["softcap"] == 0.0 and recorder.last["num_splits"] == 0
+    assert recorder.last["max_num_splits"] == 200
+    for n, splits, cap in ((1, 1, 0), (2, 0, 2), (16, 0, 16), (128, 0, 128), (256, 0, 256), (np.int64(129), 0, 129),
+                           (0, 0, 0), (-3, 0, 0), (257, 257, 0)):   # FA3 refuses above 256: so does kernelgen
         compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, num_splits=n)
-        assert recorder.last["num_splits"] == want
+        assert recorder.last["num_splits"] == splits and recorder.last["max_num_splits"] == cap, n
+        assert type(recorder.last["max_num_splits"]) is int
 
 
 def test_a_batched_q_without_cu_seqlens_says_what_to_use(recorder):

@@ -85,6 +85,7 @@ def varlen_attention(
     q_descale: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
     quantize_q: bool = False,
+    max_num_splits: int = 0,
 ):
     """Attention over a ragged (varlen) batch of requests, prefill and decode alike.
 
@@ -116,6 +117,11 @@ def varlen_attention(
         softmax_scale: logit scale, default ``1 / sqrt(head_dim)``.
         num_splits: split-KV: 0 lets the GPU scheduler decide per request, n > 0 forces n
             (capped by each request's key blocks).
+        max_num_splits: 0 (default) no cap; n >= 1 caps the automatic split count (``num_splits``
+            0) at n splits a request, so the workspace holds at most n (FlashAttention-3's varlen
+            reading of its ``num_splits``, an upper bound of its own choice; vLLM's full-CUDA-graph
+            mode passes one); 1 means no split.  An int in [0, 256]; ValueError with a forced
+            ``num_splits``.
         pack_gqa: put the query heads of one KV head in one tile (K/V read once per KV head);
             None decides by heuristic (on for decode-like batches; on the Hopper prefill kernel,
             ``heuristics.sm90_pack_auto``, for GQA batches on its 192-row tile (head dim 64) at any
@@ -247,7 +253,7 @@ def varlen_attention(
     Raises:
         TypeError: an argument has the wrong type or dtype (the message names it).
         ValueError: wrong shape, device, stride/alignment, head counts that do not divide,
-            unsupported head dim, bad window/softcap/num_splits/softmax_scale/layout/arch, paged
+            unsupported head dim, bad window/softcap/num_splits/max_num_splits/softmax_scale/layout/arch, paged
             arguments missing or inconsistent, more than 8192 requests, ``arch="sm_90a"`` for
             a call or device the Hopper path does not support, or an environment variable set to a
             value it does not take (``KERNELGEN_SM90_PACK_GQA``, ``KERNELGEN_ARCH``; the message names it).
@@ -289,7 +295,7 @@ def varlen_attention(
                              return_lse, metadata_layout, sort, head_swizzle, short_query_tokens, arch,
                              None if alibi_slopes is None else alibi_slopes.data_ptr(),
                              None if sinks is None else sinks.data_ptr(),
-                             None if variant is None else variant.key(), out_dtype, quantize_q)
+                             None if variant is None else variant.key(), out_dtype, quantize_q, max_num_splits)
                             + (tuple(None if x is None else x.data_ptr() for x in (k_descale, v_descale, q_descale))
                                if descaled else ()))
         prep = _CALLS.get(key)
@@ -311,14 +317,14 @@ def varlen_attention(
     return _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
                            page_table, causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, return_lse,
                            out, metadata_layout, sort, head_swizzle, short_query_tokens, arch, sinks, alibi_slopes,
-                           variant, k_descale, v_descale, q_descale, out_dtype, quantize_q)
+                           variant, k_descale, v_descale, q_descale, out_dtype, quantize_q, max_num_splits)
 
 
 def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table,
                     causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, return_lse, out,
                     metadata_layout, sort, head_swizzle, short_query_tokens=None, arch=None, sinks=None,
                     alibi_slopes=None, variant=None, k_descale=None, v_descale=None, q_descale=None,
-                    out_dtype=None, quantize_q=False):
+                    out_dtype=None, quantize_q=False, max_num_splits=0):
     """varlen_attention for a signature not prepared yet: every check, the one decision, the
     kernels; the prepared call is stored under ``key`` (None: not keyable) and run.  With
     ``sinks`` a single-class recipe runs the sink kernels (``Recipe.sinks_fused``: the epilogue and
@@ -330,7 +336,8 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                                  pack_gqa=pack_gqa, metadata_layout=metadata_layout, sort=sort,
                                  head_swizzle=head_swizzle, short_query_tokens=short_query_tokens, arch=arch,
                                  sinks=sinks, alibi_slopes=alibi_slopes, variant=variant, k_descale=k_descale,
-                                 v_descale=v_descale, q_descale=q_descale, out_dtype=out_dtype)
+                                 v_descale=v_descale, q_descale=q_descale, out_dtype=out_dtype,
+                                 max_num_splits=max_num_splits)
     quantize_q = validation.flag("quantize_q", quantize_q)
     return_lse = validation.flag("return_lse", return_lse)
     quant = None
@@ -338,7 +345,8 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
             and alibi_slopes is None and variant is None):   # (the FP8 tensor-core variant takes neither)
         quant = _quantized(call, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
                            page_table, causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, out,
-                           metadata_layout, sort, head_swizzle, short_query_tokens, arch, sinks, k_descale, v_descale)
+                           metadata_layout, sort, head_swizzle, short_query_tokens, arch, sinks, k_descale, v_descale,
+                           max_num_splits)
         if quant is not None:
             call, q, q_descale, recipe, q_kernel = quant
     sizes = call.sizes
@@ -401,7 +409,7 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
 
 def _quantized(call, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, causal,
                window_size, softcap, softmax_scale, num_splits, pack_gqa, out, metadata_layout, sort, head_swizzle,
-               short_query_tokens, arch, sinks, k_descale, v_descale):
+               short_query_tokens, arch, sinks, k_descale, v_descale, max_num_splits=0):
     """``quantize_q=True`` on a 16-bit q with an e4m3 cache (``call``: its checked call): the call
     checked again with an e4m3 q and a ``q_descale`` (the views of one uninitialised buffer) and
     decided; when the recipe runs the Hopper FP8 tensor-core variant (a single class) q is quantised
@@ -419,7 +427,7 @@ def _quantized(call, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                                   num_splits=num_splits, pack_gqa=pack_gqa, metadata_layout=metadata_layout, sort=sort,
                                   head_swizzle=head_swizzle, short_query_tokens=short_query_tokens, arch=arch,
                                   sinks=sinks, alibi_slopes=None, variant=None, k_descale=k_descale,
-                                  v_descale=v_descale, q_descale=qd, out_dtype=q.dtype)
+                                  v_descale=v_descale, q_descale=qd, out_dtype=q.dtype, max_num_splits=max_num_splits)
     device = runtime.device(q.device.index)
     recipe = spills.checked(decide.decide(call8.signature, device, call8.settings), call8.signature, device,
                             call8.settings, build=True)

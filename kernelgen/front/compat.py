@@ -13,8 +13,9 @@ and CUDA-graph capture.  Importing this module imports torch and registers the
 Mapping (FA3 -> kernelgen): ``cache_seqlens`` -> ``seqused_k``; ``page_table`` (FA3) or
 ``block_table`` (FlashAttention-2 / vLLM's fork) -> ``page_table``; ``return_attn_probs`` (varlen,
 FA3's meaning: also return the LSE) or ``return_softmax_lse`` -> ``return_lse``; ``causal``,
-``window_size``, ``softcap``, ``softmax_scale``, ``num_splits`` (0 = heuristic, 1 = no split,
-n = n splits), ``pack_gqa`` and ``out`` keep their names and meaning; attention sinks (gpt-oss)
+``window_size``, ``softcap``, ``softmax_scale``, ``pack_gqa`` and ``out`` keep their names and
+meaning; ``num_splits`` keeps FA3's (0 = heuristic, 1 = no split, n > 1 an upper bound of the
+heuristic's split count: kernelgen's ``max_num_splits``); attention sinks (gpt-oss)
 are ``sinks`` or ``s_aux`` (vLLM's FA3 fork's name), a float32 (num_heads_q,) tensor (there is no
 FlashAttention-4 style entry point here, so no ``learnable_sink``).  ``deterministic`` is
 accepted and ignored: it selects FA3's *backward* algorithm, kernelgen has no backward, and its
@@ -27,7 +28,7 @@ fixed-capacity plan), vLLM's ``fa_version``, SGLang's ``ver``, ``rotary_interlea
 with_kvcache's ``cu_seqlens_k_new`` / ``rotary_seqlens``, which FA3 reads only with ``k``/``v`` /
 ``rotary_cos``.  As FA3 reads them: a negative ``window_size`` side is unbounded (so is one above
 kernelgen's 2^30 that reaches every key, ``>= max_seqlen_k - 1``), a ``softcap`` not above 0 is off,
-``num_splits`` 129-256 (FA3's range) asks for kernelgen's 128, and a bfloat16 / float16 ``s_aux``
+``num_splits`` up to 256 (FA3's range) is a cap, and a bfloat16 / float16 ``s_aux``
 (vLLM's fork takes bfloat16) is cast to float32 on the device in every call.
 
 Every other FA3 (or vLLM fork) argument kernelgen does not implement raises
@@ -37,9 +38,12 @@ vLLM's context-parallel ``cp_world_size`` / ``cp_rank`` / ``cp_tot_seqused_k``; 
 ``k``/``v`` (appending new tokens), ``rotary_cos``/``rotary_sin``, ``cache_batch_idx`` and
 ``cache_leftpad``.
 
-``num_splits`` n > 1 forces n splits in kernelgen, where FA3's varlen scheduler reads it as an
-upper bound of its own heuristic: the results are the same, but pass 0 (kernelgen's heuristic)
-rather than a bound such as vLLM's full-CUDA-graph 16, which would split prefill calls too.
+``num_splits`` n > 1 is read as FA3's varlen scheduler reads it (hopper/flash_prepare_scheduler.cu,
+for batches up to 992 requests): an upper bound of the automatic split count, so vLLM's
+full-CUDA-graph bound (``num_splits=max_num_splits`` on every call of a captured size) lets short
+caches and prefill chunks go unsplit and caps the workspace at n splits a request; kernelgen's
+:func:`kernelgen.varlen_attention` forces its ``num_splits``, so the bound goes to its
+``max_num_splits``.
 
 FP8: ``k``/``v`` (``k_cache``/``v_cache``) in float8_e4m3fn or float8_e5m2 with a
 float16/bfloat16 ``q`` take FA3's ``k_descale`` / ``v_descale`` (float32 (batch, num_heads_kv) or
@@ -57,7 +61,6 @@ from typing import Optional
 import torch
 
 from ..kernels.spec import MAX_WINDOW
-from ..selection.heuristics import MAX_SPLITS
 from . import ops
 
 __all__ = ["flash_attn_varlen_func", "flash_attn_with_kvcache"]
@@ -141,15 +144,16 @@ def _softcap(softcap):
     return softcap
 
 
-def _num_splits(num_splits):
-    # FA3 treats num_splits <= 0 as "use the heuristic"; kernelgen spells that 0.  FA3 takes up to
-    # 256 splits, kernelgen up to MAX_SPLITS (128): 129-256 ask for 128 (the results are the same);
-    # above 256 kernelgen refuses, as FA3 does.
-    if _is_int(num_splits) and num_splits < 0:
-        return 0
-    if _is_int(num_splits) and MAX_SPLITS < num_splits <= _FA3_MAX_SPLITS:
-        return MAX_SPLITS
-    return num_splits
+def _num_splits(num_splits) -> dict:
+    """kernelgen's split arguments for FA3's ``num_splits``: <= 0 the heuristic (``num_splits=0``), 1
+    no split, 2-256 an upper bound of the heuristic (``max_num_splits``: FA3's varlen scheduler takes
+    min(its dynamic count, n)); anything else goes to ``num_splits`` as given, whose check names it
+    (above 256 kernelgen refuses, as FA3 does)."""
+    if _is_int(num_splits) and num_splits <= 0:
+        return {"num_splits": 0}
+    if _is_int(num_splits) and 2 <= num_splits <= _FA3_MAX_SPLITS:
+        return {"num_splits": 0, "max_num_splits": int(num_splits)}
+    return {"num_splits": num_splits}
 
 
 def _page_table(fn: str, page_table, block_table):
@@ -259,9 +263,9 @@ def flash_attn_varlen_func(
             window in tokens (-1 = unbounded, as any negative side, or one above 2^30 that reaches
             every key: >= max_seqlen_k - 1; None accepted as (-1, -1)), logit soft-capping (0 =
             off, as any value not above 0).
-        num_splits: split-KV: 1 none, 0 (or negative) kernelgen's heuristic, n > 1 forced (at
-            most 128: 129-256, FA3's range, ask for 128; FA3's varlen reads n as an upper bound:
-            pass 0 for kernelgen's heuristic).
+        num_splits: split-KV: 1 none, 0 (or negative) kernelgen's heuristic, 2-256 an upper
+            bound of the heuristic's count (FA3's varlen reading; kernelgen's ``max_num_splits``);
+            above 256 ValueError, as FA3.
         pack_gqa: None = heuristic.
         deterministic: accepted and ignored (backward-only in FA3; kernelgen's forward is
             deterministic).
@@ -342,7 +346,7 @@ def flash_attn_varlen_func(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=seqused_k, page_table=table,
         causal=causal, window_size=_window(window_size, max_seqlen_k), softcap=_softcap(softcap),
         softmax_scale=softmax_scale,
-        num_splits=_num_splits(num_splits), pack_gqa=pack_gqa,
+        **_num_splits(num_splits), pack_gqa=pack_gqa,
         return_lse=bool(return_attn_probs or return_softmax_lse), out=out, sinks=_sinks(fn, sinks, s_aux),
         alibi_slopes=alibi_slopes, **dict(zip(("k_descale", "v_descale"), _kv_descales(k, k_descale, v_descale))),
         q_descale=_q_descale(q, q_descale))
@@ -429,7 +433,8 @@ def flash_attn_with_kvcache(
         page_table (FA3) or block_table (FlashAttention-2): int32 (batch, max_pages_per_seq).
         cu_seqlens_q: int32 (batch + 1,) for a varlen q; max_seqlen_q: its longest request (tokens).
         softmax_scale, causal, window_size, softcap, pack_gqa: as in ``flash_attn_varlen_func``.
-        num_splits: 0 (default) lets kernelgen's GPU scheduler split long caches; 1 none; n forced.
+        num_splits: 0 (default) lets kernelgen's GPU scheduler split long caches; 1 none; 2-256 an
+            upper bound of its split count (as ``flash_attn_varlen_func``).
         rotary_interleaved, rotary_seqlens: ignored (only read with rotary_cos, which is
             unsupported); cu_seqlens_k_new: ignored (only read with k / v, unsupported).
         scheduler_metadata, fa_version, ver: accepted and ignored, as in ``flash_attn_varlen_func``;
@@ -567,7 +572,7 @@ def flash_attn_with_kvcache(
     res = ops.varlen_attention(
         q3, kk, vv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=cache_seqlens,
         page_table=table, causal=causal, window_size=_window(window_size, room), softcap=_softcap(softcap),
-        softmax_scale=softmax_scale, num_splits=_num_splits(num_splits), pack_gqa=pack_gqa,
+        softmax_scale=softmax_scale, **_num_splits(num_splits), pack_gqa=pack_gqa,
         return_lse=bool(return_softmax_lse), out=out3, sinks=_sinks(fn, sinks, s_aux), alibi_slopes=alibi_slopes,
         **dict(zip(("k_descale", "v_descale"), _kv_descales(kk, k_descale, v_descale))),
         q_descale=_q_descale(q3, q_descale))

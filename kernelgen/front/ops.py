@@ -7,7 +7,7 @@ Importing this module registers two operators in the ``kernelgen`` namespace (it
 max_seqlen_k=None, seqused_k=None, page_table=None, causal=False, window_left=-1, window_right=-1,
 softcap=0.0, softmax_scale=None, num_splits=0, pack_gqa=None, return_lse=False,
 metadata_layout="soa", sort=True, head_swizzle=True, sinks=None, alibi_slopes=None, k_descale=None,
-v_descale=None, q_descale=None, out_dtype=None, quantize_q=False) -> (Tensor out, Tensor lse)``
+v_descale=None, q_descale=None, out_dtype=None, quantize_q=False, max_num_splits=0) -> (Tensor out, Tensor lse)``
     Functional: allocates ``out`` (total_q, num_heads_q, head_dim_v) in q's dtype (an FP8 q:
     ``out_dtype``, bfloat16 by default).  ``lse`` is
     (num_heads_q, total_q) float32 (natural log) when ``return_lse`` is true, else an *empty*
@@ -16,7 +16,7 @@ v_descale=None, q_descale=None, out_dtype=None, quantize_q=False) -> (Tensor out
 
 ``torch.ops.kernelgen.varlen_attention_out(out, q, k, v, cu_seqlens_q, ..., head_swizzle=True,
 sinks=None, alibi_slopes=None, k_descale=None, v_descale=None, q_descale=None, out_dtype=None,
-quantize_q=False) -> Tensor lse``
+quantize_q=False, max_num_splits=0) -> Tensor lse``
     The same with a caller-provided ``out`` that the op writes in place (declared with
     ``mutates_args=("out",)``, so ``torch.compile`` functionalises it correctly); returns only
     ``lse`` (same convention) because a custom op may not return one of its inputs.
@@ -34,8 +34,9 @@ torch.bfloat16, the default, or torch.float16; with a 16-bit q None or q's dtype
 k/v and a 16-bit q, ``quantize_q`` (``bool quantize_q=False``, the schema's last argument) lets a
 call that the Hopper FP8 tensor-core variant can take quantise q to e4m3 on the device first, per
 request and KV head with power-of-two factors (``kernelgen.launch.quant_q``; out stays in q's
-dtype; :func:`kernelgen.varlen_attention`'s ``quantize_q``); the other calls keep q exact.  The
-appended arguments keep every earlier positional call valid.
+dtype; :func:`kernelgen.varlen_attention`'s ``quantize_q``); the other calls keep q exact.
+``max_num_splits`` (``int max_num_splits=0``, last) caps the automatic split count
+(:func:`kernelgen.varlen_attention`'s).  The appended arguments keep every earlier positional call valid.
 
 The fake (meta) implementations compute only shapes and dtypes (they read no values), for packed
 and paged K/V alike (the output in ``out_dtype`` for an FP8 q; ``quantize_q`` changes neither shape nor
@@ -97,6 +98,7 @@ def _varlen_attention_impl(
     q_descale: Optional[Tensor] = None,
     out_dtype: Optional[torch.dtype] = None,
     quantize_q: bool = False,
+    max_num_splits: int = 0,
 ) -> Tuple[Tensor, Tensor]:
     """``torch.ops.kernelgen.varlen_attention``: varlen attention that allocates its output.
 
@@ -114,7 +116,9 @@ def _varlen_attention_impl(
     or q's dtype); ``quantize_q`` (bool, default False) with an e4m3 k/v and a 16-bit q: True lets
     a call that the Hopper FP8 tensor-core variant can take quantise q to e4m3 on the device first
     (per request and KV head, power-of-two factors; out stays in q's dtype), the other calls keep
-    q exact; ignored otherwise (:func:`kernelgen.varlen_attention`'s ``quantize_q``).
+    q exact; ignored otherwise (:func:`kernelgen.varlen_attention`'s ``quantize_q``);
+    ``max_num_splits`` (int, default 0 = none) caps the automatic split count
+    (:func:`kernelgen.varlen_attention`'s).
 
     Returns:
         (out, lse): out (total_q, Hq, head_dim_v) in q's dtype (``out_dtype`` for an FP8 q); lse
@@ -132,7 +136,7 @@ def _varlen_attention_impl(
         softmax_scale=softmax_scale, num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse,
         metadata_layout=metadata_layout, sort=sort, head_swizzle=head_swizzle, sinks=sinks,
         alibi_slopes=alibi_slopes, k_descale=k_descale, v_descale=v_descale, q_descale=q_descale,
-        out_dtype=out_dtype, quantize_q=quantize_q)
+        out_dtype=out_dtype, quantize_q=quantize_q, max_num_splits=max_num_splits)
     if return_lse:
         out, lse = res
         return out, lse
@@ -168,13 +172,14 @@ def _varlen_attention_out_impl(
     q_descale: Optional[Tensor] = None,
     out_dtype: Optional[torch.dtype] = None,
     quantize_q: bool = False,
+    max_num_splits: int = 0,
 ) -> Tensor:
     """``torch.ops.kernelgen.varlen_attention_out``: writes ``out`` in place, returns lse.
 
     Args: ``out`` first, (total_q, Hq, head_dim_v) in q's dtype (an FP8 q: bfloat16 or float16,
     ``out_dtype`` if given), last dim contiguous, 16-byte aligned rows (a custom op may not take a
     tensor keyword-only); then the arguments of ``torch.ops.kernelgen.varlen_attention``
-    (``sinks``, ``alibi_slopes``, the descales, ``out_dtype`` and ``quantize_q`` included).
+    (``sinks``, ``alibi_slopes``, the descales, ``out_dtype``, ``quantize_q`` and ``max_num_splits`` included).
 
     Returns:
         lse (Hq, total_q) float32 natural log when ``return_lse``, else an empty (0,) float32 tensor.
@@ -191,7 +196,7 @@ def _varlen_attention_out_impl(
         softmax_scale=softmax_scale, num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out,
         metadata_layout=metadata_layout, sort=sort, head_swizzle=head_swizzle, sinks=sinks,
         alibi_slopes=alibi_slopes, k_descale=k_descale, v_descale=v_descale, q_descale=q_descale,
-        out_dtype=out_dtype, quantize_q=quantize_q)
+        out_dtype=out_dtype, quantize_q=quantize_q, max_num_splits=max_num_splits)
     return res[1] if return_lse else _lse_or_empty(None, q)
 
 
@@ -218,7 +223,7 @@ varlen_attention_op.register_autograd(_no_backward, setup_context=lambda ctx, in
 # ------------------------------------------------------------------------------ fake (meta) kernels
 def _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, causal, window_left, window_right,
                  softcap, num_splits, metadata_layout, sinks=None, alibi_slopes=None, k_descale=None,
-                 v_descale=None, q_descale=None, out_dtype=None, out=None, softmax_scale=None):
+                 v_descale=None, q_descale=None, out_dtype=None, out=None, softmax_scale=None, max_num_splits=0):
     """The checks of kernelgen.varlen_attention that read no tensor values (shapes, dtypes, scalar
     arguments), so a bad call fails while torch.compile traces; returns (total_q, num_heads_q,
     head_dim_v, the output's dtype): q's, or for a float8_e4m3fn q (which needs an FP8 k/v)
@@ -229,7 +234,7 @@ def _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, cau
     validation.layout(metadata_layout)
     validation.window((window_left, window_right), bool(causal))
     validation.softcap(softcap)
-    validation.num_splits(num_splits)
+    validation.max_num_splits(max_num_splits, validation.num_splits(num_splits))
     if q.dim() != 3:
         raise ValueError(f"q must have 3 dimensions (total_q, num_heads_q, head_dim), got shape {tuple(q.shape)}")
     if q.dtype not in validation.DTYPES and q.dtype not in validation.Q_FP8_DTYPES:
@@ -291,11 +296,12 @@ def _varlen_attention_fake(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_
                            seqused_k=None, page_table=None, causal=False, window_left=-1, window_right=-1,
                            softcap=0.0, softmax_scale=None, num_splits=0, pack_gqa=None, return_lse=False,
                            metadata_layout="soa", sort=True, head_swizzle=True, sinks=None, alibi_slopes=None,
-                           k_descale=None, v_descale=None, q_descale=None, out_dtype=None, quantize_q=False):
+                           k_descale=None, v_descale=None, q_descale=None, out_dtype=None, quantize_q=False,
+                           max_num_splits=0):
     total_q, hq, dv, dtype = _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, causal,
                                           window_left, window_right, softcap, num_splits, metadata_layout, sinks,
                                           alibi_slopes, k_descale, v_descale, q_descale, out_dtype,
-                                          softmax_scale=softmax_scale)
+                                          softmax_scale=softmax_scale, max_num_splits=max_num_splits)
     return q.new_empty((total_q, hq, dv), dtype=dtype), _fake_lse(q, return_lse)
 
 
@@ -305,11 +311,11 @@ def _varlen_attention_out_fake(out, q, k, v, cu_seqlens_q, cu_seqlens_k=None, ma
                                softcap=0.0, softmax_scale=None, num_splits=0, pack_gqa=None, return_lse=False,
                                metadata_layout="soa", sort=True, head_swizzle=True, sinks=None,
                                alibi_slopes=None, k_descale=None, v_descale=None, q_descale=None, out_dtype=None,
-                               quantize_q=False):
+                               quantize_q=False, max_num_splits=0):
     total_q, hq, dv, dtype = _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, causal,
                                           window_left, window_right, softcap, num_splits, metadata_layout, sinks,
                                           alibi_slopes, k_descale, v_descale, q_descale, out_dtype, out,
-                                          softmax_scale=softmax_scale)
+                                          softmax_scale=softmax_scale, max_num_splits=max_num_splits)
     if out.dtype != dtype:   # (the eager path's TypeError / ValueError split)
         raise TypeError(f"out must have dtype {str(dtype).replace('torch.', '')}, got "
                         f"{str(out.dtype).replace('torch.', '')}")
@@ -357,6 +363,7 @@ def varlen_attention(
     q_descale: Optional[Tensor] = None,
     out_dtype: Optional[torch.dtype] = None,
     quantize_q: bool = False,
+    max_num_splits: int = 0,
 ):
     """:func:`kernelgen.varlen_attention` that ``torch.compile(fullgraph=True)`` can trace.
 
@@ -378,7 +385,8 @@ def varlen_attention(
     cache and a 16-bit q: True lets a call that the Hopper FP8 tensor-core variant can take
     quantise q to e4m3 on the device first, per request and KV head with power-of-two
     ``q_descale`` factors, and run that variant (out stays in q's dtype; the other calls keep q
-    exact, as False, the default, does everywhere; see :func:`kernelgen.varlen_attention`).
+    exact, as False, the default, does everywhere; see :func:`kernelgen.varlen_attention`);
+    ``max_num_splits`` (int, default 0 = none) caps the automatic split count.
     While torch.compile traces, for fake or meta tensors, and when autograd records (an input
     requires grad) the call goes through ``torch.ops.kernelgen.varlen_attention`` (or
     ``varlen_attention_out`` when ``out`` is given); otherwise it calls the eager implementation
@@ -409,7 +417,7 @@ def varlen_attention(
             softmax_scale=softmax_scale, num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out,
             metadata_layout=metadata_layout, sort=sort, head_swizzle=head_swizzle, sinks=sinks,
             alibi_slopes=alibi_slopes, k_descale=k_descale, v_descale=v_descale, q_descale=q_descale,
-            out_dtype=out_dtype, quantize_q=quantize_q)
+            out_dtype=out_dtype, quantize_q=quantize_q, max_num_splits=max_num_splits)
     from ..selection import validation
 
     # Validate before converting: float()/int() would turn a bad value into a raw conversion error
@@ -423,6 +431,7 @@ def varlen_attention(
     validation.window(window_size, causal)
     softcap = validation.softcap(softcap)
     num_splits = validation.num_splits(num_splits)
+    max_num_splits = validation.max_num_splits(max_num_splits, num_splits)
     if softmax_scale is not None:   # (the head dim only names the default: q is checked in the op)
         softmax_scale = validation.softmax_scale(softmax_scale, 1)
     if out_dtype is not None:   # (the schema's ScalarType? refuses a non-dtype with a dispatcher RuntimeError)
@@ -430,7 +439,7 @@ def varlen_attention(
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, causal,
             int(window_size[0]), int(window_size[1]), softcap, softmax_scale, num_splits, pack_gqa,
             return_lse, metadata_layout, sort, head_swizzle, sinks, alibi_slopes, k_descale, v_descale,
-            q_descale, out_dtype, quantize_q)
+            q_descale, out_dtype, quantize_q, max_num_splits)
     if out is None:
         out, lse = torch.ops.kernelgen.varlen_attention(*args)
     else:

@@ -41,6 +41,9 @@ class AttentionPlan:
             kernel gathers K/V rows through the page table).
         causal, window_size, softcap: the mask and logit capping (see ``varlen_attention``).
         num_splits: 0 = the GPU scheduler decides per request (up to the plan's bound), n > 0 forces n.
+        max_num_splits: 0 = no cap; n >= 1 caps the plan's automatic bound at n (its workspace holds
+            at most n splits a request; ``varlen_attention``'s ``max_num_splits``).  Not with a forced
+            ``num_splits``.
         pack_gqa: None = heuristic.
         metadata_layout: "soa" or "aos".  sort, head_swizzle: scheduler switches.
         device: CUDA device (default: the current one).
@@ -107,7 +110,7 @@ class AttentionPlan:
 
     Raises:
         ValueError / TypeError: bad capacities, head counts, head dims, dtype, kv_dtype, window,
-            softcap, num_splits, layout or arch (a forced "sm_90a" the plan's variant, FP8 cache
+            softcap, num_splits, max_num_splits, layout or arch (a forced "sm_90a" the plan's variant, FP8 cache
             or device cannot run, or with the fused launch).
         RuntimeError: ``device`` None and no CUDA device (or a torch without CUDA).
     """
@@ -119,7 +122,7 @@ class AttentionPlan:
                  metadata_layout: str = "soa", sort: bool = True, head_swizzle: bool = True, device=None,
                  short_query_tokens: int | None = None, arch: str | None = None, page_size: int | None = None,
                  sinks: bool = False, alibi: bool = False, variant=None, kv_dtype=None, q_dtype=None,
-                 quantize_q: bool = False):
+                 quantize_q: bool = False, max_num_splits: int = 0):
         arguments.plan_capacity(max_batch, dtype, num_heads_q, num_heads_kv, max_seqlen_q, max_seqlen_k,
                                 head_dim, head_dim_v, max_total_q)
         arguments.plan_scalars(head_dim=head_dim, paged=paged, causal=causal, alibi=alibi, sinks=sinks, sort=sort,
@@ -153,6 +156,7 @@ class AttentionPlan:
             max_seqlen_k=max_seqlen_k, paged=self.paged, page_size=page_size, causal=causal, window_size=window_size,
             softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa, metadata_layout=metadata_layout, sort=sort,
             head_swizzle=head_swizzle, short_query_tokens=short_query_tokens, arch=arch, alibi=alibi,
+            max_num_splits=max_num_splits,
             **({"sinks": True} if sinks else {}), **({"variant": code} if code is not None else {}),
             **({"kv_dtype": kv} if kv else {}), **({"q_dtype": qd} if qd else {}))
         checked = arguments.plan_options(**opts)

@@ -49,7 +49,7 @@ class CheckedCall:
 def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, seqused_k, page_table, out,
                 causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, metadata_layout, sort,
                 head_swizzle, short_query_tokens, arch, sinks=None, alibi_slopes=None, variant=None,
-                k_descale=None, v_descale=None, q_descale=None, out_dtype=None) -> CheckedCall:
+                k_descale=None, v_descale=None, q_descale=None, out_dtype=None, max_num_splits=0) -> CheckedCall:
     """Every check of ``varlen_attention``'s arguments (same names, shapes and types; see its
     docstring), in its order, and the signature its kernels are chosen from: the length hints
     default to total_q and the K/V capacity in tokens.
@@ -73,6 +73,7 @@ def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
     cap = validation.softcap(softcap)
     validation.softcap_ratio(scale, cap)
     splits = validation.num_splits(num_splits)
+    split_cap = validation.max_num_splits(max_num_splits, splits)
     pack_gqa = validation.optional_flag("pack_gqa", pack_gqa)
     sort, head_swizzle = validation.flag("sort", sort), validation.flag("head_swizzle", head_swizzle)
     validation.short_query_tokens(short_query_tokens, pack_gqa, splits)
@@ -105,7 +106,7 @@ def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         page_size=sizes.get("page_size", 0), softcap=cap > 0, pack_gqa=pack_gqa, num_splits=splits,
         short_query_tokens=short_query_tokens, arch=arch, tma_ok=all(tma.tma_compatible(t) for t in (q, k, v)),
         batch=batch, rows=total_q, sort=sort, head_swizzle=head_swizzle, alibi=alibi_stride >= 0,
-        sinks=sinks is not None, variant=code, **({"kv_dtype": kv_dtype} if kv_dtype else {}),
+        sinks=sinks is not None, variant=code, max_num_splits=split_cap, **({"kv_dtype": kv_dtype} if kv_dtype else {}),
         **({"q_dtype": sizes["q_dtype"]} if "q_dtype" in sizes else {}))
     return CheckedCall(sizes, scale, (left, right), cap, sig, settings, alibi_stride,
                        None if variant is None else variant.addresses(), descale if kv_dtype else None)
@@ -166,9 +167,9 @@ def plan_options(*, capacity: int, max_total_q: int, num_heads_q: int, num_heads
                  head_dim_v: int, dtype, max_seqlen_q: int, max_seqlen_k: int, paged: bool, page_size,
                  causal: bool, window_size, softcap, num_splits, pack_gqa, metadata_layout: str, sort: bool,
                  head_swizzle: bool, short_query_tokens, arch, alibi: bool = False, sinks: bool = False,
-                 variant=None, kv_dtype: str = "", q_dtype: str = "") -> CheckedPlan:
+                 variant=None, kv_dtype: str = "", q_dtype: str = "", max_num_splits=0) -> CheckedPlan:
     """``AttentionPlan``'s remaining checks (page size, window, soft-cap, layout, num_splits,
-    short_query_tokens) and the signature its kernels are chosen from (see ``AttentionPlan`` for
+    max_num_splits, short_query_tokens) and the signature its kernels are chosen from (see ``AttentionPlan`` for
     the arguments; lengths in tokens; ``kv_dtype``: "e4m3" / "e5m2" for an FP8 K/V cache,
     ``validation.kv_dtype``'s result, "" for none; ``q_dtype``: "e4m3" for an FP8 q).  Raises TypeError / ValueError naming the
     argument."""
@@ -181,6 +182,7 @@ def plan_options(*, capacity: int, max_total_q: int, num_heads_q: int, num_heads
     cap = validation.softcap(softcap)
     layout = validation.layout(metadata_layout)
     splits = validation.num_splits(num_splits)
+    split_cap = validation.max_num_splits(max_num_splits, splits)
     pack_gqa = validation.optional_flag("pack_gqa", pack_gqa)
     sort, head_swizzle = validation.flag("sort", sort), validation.flag("head_swizzle", head_swizzle)
     alibi, sinks = validation.flag("alibi", alibi), validation.flag("sinks", sinks)
@@ -192,7 +194,8 @@ def plan_options(*, capacity: int, max_total_q: int, num_heads_q: int, num_heads
         max_seqlen_k=max_seqlen_k, paged=paged, page_size=page_size or 0, softcap=cap > 0, pack_gqa=pack_gqa,
         num_splits=splits, short_query_tokens=short_query_tokens, arch=arch, tma_ok=True, batch=capacity,
         rows=max_total_q, sort=sort, head_swizzle=head_swizzle, plan=True, alibi=alibi, sinks=sinks,
-        variant=variant, **({"kv_dtype": kv_dtype} if kv_dtype else {}), **({"q_dtype": q_dtype} if q_dtype else {}))
+        variant=variant, max_num_splits=split_cap, **({"kv_dtype": kv_dtype} if kv_dtype else {}),
+        **({"q_dtype": q_dtype} if q_dtype else {}))
     return CheckedPlan(sig, (left, right), cap, page_size, Settings.from_env().check())
 
 

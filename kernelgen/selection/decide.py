@@ -112,6 +112,10 @@ class CallSignature:
     #: a local mask's right window in tokens (-1: unbounded; 0 with causal), beside ``window_left``:
     #: with both bounded, a query tile sees at most ``window_span`` + its tokens keys.
     window_right: int = -1
+    #: a cap on the automatic split count (0: none; ``validation.max_num_splits``): every class's
+    #: automatic bound becomes min(its bound, the cap) (``heuristics.capped_splits``); a forced
+    #: ``num_splits`` excludes it.
+    max_num_splits: int = 0
 
 
 def window_span(sig: CallSignature) -> int:
@@ -213,7 +217,8 @@ def _choose(sig: CallSignature, arch: str, device: Device, settings: Settings, m
         num_sms=device.num_sms, mainloop=mainloop, tma_ok=sig.tma_ok, page_size=sig.page_size,
         sm90_opts=settings.sm90_opts, alibi=sig.alibi, variant=sig.variant, kv_dtype=sig.kv_dtype,
         q_dtype=sig.q_dtype, total_q=sig.rows, variant_spills=sig.variant_spills, window_span=window_span(sig),
-        combine_rows=0 if sig.plan else sig.rows, sm90_pack=settings.sm90_pack_gqa, mean_q=mean_q(sig))
+        combine_rows=0 if sig.plan else sig.rows, sm90_pack=settings.sm90_pack_gqa, mean_q=mean_q(sig),
+        max_num_splits=sig.max_num_splits)
 
 
 def use_fused(sig: CallSignature) -> int:
@@ -244,6 +249,7 @@ def recipe(variants, sig: CallSignature, device: Device, settings: Settings = Se
     if sig.kv_dtype and any(a.kv_dtype != sig.kv_dtype for a in _fp8_attention(variants)):
         raise ValueError(f"an FP8 K/V cache ({sig.kv_dtype}) runs its FP8 variants (one class, or the classes in "
                          f"turn on sm_90a), got {variants!r}")
+    variants = _capped(variants, sig.max_num_splits)
     if sig.sinks and isinstance(variants, Variants):
         variants = dataclasses.replace(
             variants, attention=dataclasses.replace(variants.attention, sinks=True),
@@ -278,6 +284,21 @@ def recipe(variants, sig: CallSignature, device: Device, settings: Settings = Se
     short = _with_class(short, 0, thr)
     ws = short_class_workspace(sig.batch, sig.rows, split, max_splits, hq, dv, thr)
     return Recipe(kind, variants, (long, short), ws, short_ctas)
+
+
+def _capped(variants, cap: int):
+    """``variants`` with every automatic split bound under ``cap`` (``CallSignature.max_num_splits``,
+    0 = none): the mixed-batch kinds' short class (``heuristics.choose``'s single class already
+    takes it; the bound here only ever lowers).  Forced bounds are kept."""
+    if cap <= 0:
+        return variants
+    if isinstance(variants, Variants) and not variants.forced_splits:
+        return dataclasses.replace(variants, max_splits=heuristics.capped_splits(variants.max_splits, cap))
+    if isinstance(variants, FusedVariants) and not variants.short_forced_splits:
+        return dataclasses.replace(variants, short_max_splits=heuristics.capped_splits(variants.short_max_splits, cap))
+    if isinstance(variants, PairVariants):
+        return dataclasses.replace(variants, short=_capped(variants.short, cap))
+    return variants
 
 
 def _fp8_attention(variants) -> tuple:

@@ -511,6 +511,14 @@ def num_splits_heuristic(total_mblocks: int, n_blocks: int, num_ctas: int, max_s
     return 1
 
 
+def capped_splits(bound: int, max_num_splits: int) -> int:
+    """An automatic split bound under the caller's ``max_num_splits`` (0 = no cap): FlashAttention-3's
+    varlen scheduler reads its ``num_splits`` n > 1 as an upper bound of its own choice
+    (hopper/flash_prepare_scheduler.cu: min(its dynamic count, n)), so a cap lowers the bound and
+    never raises it."""
+    return min(bound, max_num_splits) if max_num_splits > 0 else bound
+
+
 def decode_split_bound(base: int, n_blocks: int, *, total_q: int, num_heads_q: int, head_dim_v: int) -> int:
     """The split cap of an automatic split-KV call on a one-warp decode tile: ``base`` (the FA3
     rule's, ``num_splits_heuristic``) raised to min(``MAX_DECODE_SPLITS``, ``n_blocks``, the splits
@@ -891,8 +899,13 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
            page_size: int = 0, sm90_opts: str | None = None, alibi: bool = False,
            variant: VariantCode | None = None, kv_dtype: str = "", q_dtype: str = "",
            total_q: int = 0, variant_spills: int = 0, window_span: int = -1,
-           combine_rows: int = 0, sm90_pack: bool | None = None, mean_q: int = 0) -> Variants:
+           combine_rows: int = 0, sm90_pack: bool | None = None, mean_q: int = 0,
+           max_num_splits: int = 0) -> Variants:
     """Every kernel variant of a call, from what the host knows (shapes, flags, max lengths).
+
+    ``max_num_splits``: a cap on the automatic split bound (0 = none; FlashAttention-3's varlen
+    reading of its ``num_splits``): the bound is min(the automatic one, the cap), and a cap of 1
+    leaves the call unsplit.  A forced ``num_splits`` ignores it (the callers refuse both).
 
     ``window_span``: left + right of a sliding window bounded on both sides (``decide.window_span``;
     -1 = none): a query tile then sees at most window_span + max_seqlen_q keys, and below 2 x
@@ -1046,7 +1059,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                 m_tiles = (num_heads_kv * max(1, -(-max(1, max_seqlen_q) * qpk // t.block_m)) if hpack
                            else num_heads_q * max(1, -(-max(1, max_seqlen_q) // t.block_m)))
                 max_splits, forced = num_splits_heuristic(m_tiles, n, ctas), False
-                max_splits = window_split_cap(max_splits, visible_keys)
+                max_splits = capped_splits(window_split_cap(max_splits, visible_keys), max_num_splits)
             split = max_splits > 1
             if cand is not None and split and fp8_mma_tile(head_dim, head_dim_v, softcap=softcap,
                                                            local=mask == "local", split=True) is None:
@@ -1087,7 +1100,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
         bound = num_splits_heuristic(sched_heads * m, n, estimated_ctas(arch, t, probe.smem_bytes(), num_sms))
         if t.num_warps == 1 and t.block_m <= 16:
             bound = decode_split_bound(bound, n, total_q=total_q, num_heads_q=num_heads_q, head_dim_v=head_dim_v)
-        return window_split_cap(bound, visible_keys), False
+        return capped_splits(window_split_cap(bound, visible_keys), max_num_splits), False
 
     max_splits, forced = split_bound(tile)
     if max_splits > 1 and not fixed_tile and not extra:  # split state needs the lighter tile, if any

@@ -318,6 +318,24 @@ def num_splits(x) -> int:
     return int(x)
 
 
+#: The largest ``max_num_splits`` (FlashAttention-3's num_splits range; a cap above every automatic
+#: bound changes nothing).
+MAX_NUM_SPLITS_CAP = 256
+
+
+def max_num_splits(x, num_splits: int = 0) -> int:
+    """The cap on the automatic split count: an int in [0, ``MAX_NUM_SPLITS_CAP``] (0 = no cap), not
+    combined with a forced ``num_splits`` (n >= 1).  Raises TypeError / ValueError naming the argument."""
+    if not _integer(x):
+        raise TypeError(f"max_num_splits must be an int, got {type(x).__name__}")
+    if not 0 <= x <= MAX_NUM_SPLITS_CAP:
+        raise ValueError(f"max_num_splits must be in [0, {MAX_NUM_SPLITS_CAP}] (0 = no cap), got {x}")
+    if x and num_splits:
+        raise ValueError(f"num_splits={num_splits} forces the split count and max_num_splits={x} caps the automatic "
+                         f"one: give one of them (the other 0)")
+    return int(x)
+
+
 def short_query_tokens(x, pack_gqa=None, num_splits: int = 0):
     """The fused launch's class threshold: None (automatic) or an int >= 0 (0 = off).  A forced
     threshold (>= 1) does not combine with a forced ``pack_gqa`` or ``num_splits`` (the fused

@@ -268,3 +268,49 @@ def test_with_kvcache_sliced_cache_goes_paged_and_is_correct():
     cu_used = torch.tensor([0] + list(np.cumsum(used.tolist())), dtype=torch.int32, device="cuda")
     ref, _ = attention_reference(q.view(b, 32, 128), ks, vs, cu_q, cu_used, causal=True)
     assert_close(n, ref)
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("qlens", [[1] * 32, [1, 300, 1, 17, 1, 1, 1024, 1]], ids=["decode", "mixed"])
+def test_varlen_func_num_splits_bound_in_a_replayed_cuda_graph(qlens):
+    """vLLM's full-CUDA-graph call: ``num_splits=16`` on every step, which FA3's varlen scheduler reads
+    as an upper bound (kernelgen's ``max_num_splits``), with ``seqused_k`` and ``block_table``; captured
+    once, replayed with new cache lengths and q, out poisoned with NaN first: each replay matches the
+    float64 reference, and the eager ``kernelgen.varlen_attention(max_num_splits=16)`` call bitwise."""
+    b, cap = len(qlens), 20000
+    rng = np.random.default_rng(61 + b)
+    kc, vc, pt, used = paged_cache([cap] * b, seed=61 + b)
+    total_q = sum(qlens)
+    cu_q = torch.tensor([0] + list(np.cumsum(qlens)), dtype=torch.int32, device="cuda")
+    q = torch.empty(total_q, 32, 128, device="cuda", dtype=BF16)
+    out = torch.empty(total_q, 32, 128, device="cuda", dtype=BF16)
+
+    def fill(step):
+        ctx = [max(ql, int(x)) for ql, x in zip(qlens, rng.integers(1, cap, size=b))]
+        used.copy_(torch.tensor(ctx, dtype=torch.int32))
+        q.copy_(torch.randn(total_q, 32, 128, generator=torch.Generator(device="cuda").manual_seed(step),
+                            device="cuda").to(BF16))
+        out.fill_(float("nan"))
+
+    def run():
+        compat.flash_attn_varlen_func(q, kc, vc, cu_q, None, max(qlens), cap, seqused_k=used, block_table=pt,
+                                      causal=True, num_splits=16, out=out)
+
+    fill(0)
+    for _ in range(2):
+        run()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    for step in range(1, 4):
+        fill(step)
+        graph.replay()
+        torch.cuda.synchronize()
+        n = kernelgen.varlen_attention(q, kc, vc, cu_q, None, max(qlens), cap, seqused_k=used, page_table=pt,
+                                       causal=True, max_num_splits=16)
+        torch.cuda.synchronize()
+        assert torch.equal(out, n), f"step {step}"
+        k, v, cu_k = gather_paged(kc, vc, pt, used)
+        ref, _ = attention_reference(q, k, v, cu_q, cu_k, causal=True)
+        assert_close(out, ref)
