@@ -2,7 +2,7 @@
 # Fifty-eighth session, after c1.sh on the same H200 (carry [".peers/manifest.json", ".peers/part2",
 # ".devcache_bench"]): issue 25's llama3-8b cost rows on this code (sinks / ALiBi at causal 16k and on
 # the 128-request decode, FA4 beside), then the gpt-oss tanh snippet against FA4 in N separate processes
-# (default 3); L s in all.
+# (default 3), then the FP8 decode beside its bf16 call (issue 24's roof and speed-up, FA3 beside); L s in all.
 set -u
 W=$OUT/w; mkdir -p $W
 L=${L:-330}; N=${N:-3}
@@ -22,5 +22,9 @@ for i in $(seq 1 $N); do
     --model gpt-oss --only 'variant_softcap_approx_prefill_causal_s16k_gpt-oss' > $W/snip$i.log 2>&1
   echo "snippet $i rc $? at $SECONDS" >> $W/rc.txt
 done
+T=$(( L - 5 - SECONDS ))
+[ $T -gt 30 ] && { timeout $T python3 -m kernelgen bench --flex off --budget 0 --json $W/decode.json --suite decode \
+  --dtype bf16,e4m3 --model llama3-8b --only 'fp8_decode_b128_paged16,decode_trace_b128_paged16' > $W/decode.log 2>&1
+  echo "decode rc $? at $SECONDS" >> $W/rc.txt; }
 kill $WD; cat $W/rc.txt; grep -h "^| [a-z]" $W/*.log | grep -v "^| name\|^| entry\|^| ---\|^| peer" | cut -c1-230
 cd $OUT && tar -czf w.tgz w
