@@ -291,6 +291,20 @@ def test_max_num_splits_caps_the_short_class_of_mixed_batches():
     assert cpair.kind == "pair" and cpair.variants.short.max_splits == 3
     assert cpair.variants.long == pair.variants.long
     assert cpair.schedulers[1].config(1056).max_splits == 3
+    # a cap of 1: the short class unsplit (its kernels chosen so: no row_splits, no combine, no partials)
+    for hd in (128, 256):
+        one = decide.decide(sig(head_dim=hd, head_dim_v=hd, **MIXED, max_num_splits=1), H200)
+        whole = decide.decide(sig(head_dim=hd, head_dim_v=hd, **{**MIXED, "max_seqlen_k": 64}), H200)
+        assert one.kind == whole.kind == ("fused" if hd == 128 else "pair")
+        assert one.combine is None and "combine" not in [x.role for x in one.launches]
+        if hd == 128:
+            assert one.variants.short_max_splits == 1 and not one.variants.fused.short.split
+            assert not one.variants.fused.long.row_splits and one.variants.fused == whole.variants.fused
+        else:
+            assert one.variants.short.max_splits == 1 and not one.variants.short.attention.split
+            assert not one.variants.long.attention.row_splits
+    one80 = decide.decide(sig(**MIXED, max_num_splits=1), A100)
+    assert one80.kind == "fused" and one80.combine is None and not one80.variants.fused.short.split
 
 
 def test_max_num_splits_reaches_the_signature_and_is_checked():

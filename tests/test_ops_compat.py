@@ -1287,6 +1287,24 @@ def test_softcap_at_or_below_zero_is_off_and_num_splits_is_bounded(recorder):
         assert type(recorder.last["max_num_splits"]) is int
 
 
+def test_a_symbolic_num_splits_maps_as_an_eager_one(recorder):
+    """num_splits traced as a SymInt (make_fx with symbolic shapes, torch.export) takes eager's mapping:
+    2-256 a cap (max_num_splits), not a forced count (which refused 129-256)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    q, k, v, cu = packed()
+
+    def f(q, k, v, cu, n):
+        return compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, num_splits=n)
+
+    for n in (16, 200):
+        gm = make_fx(f, tracing_mode="symbolic")(q, k, v, cu, n)
+        gm(q, k, v, cu, n)
+        assert (recorder.last["num_splits"], recorder.last["max_num_splits"]) == (0, n)
+        f(q, k, v, cu, n)
+        assert (recorder.last["num_splits"], recorder.last["max_num_splits"]) == (0, n)
+
+
 def test_a_batched_q_without_cu_seqlens_says_what_to_use(recorder):
     q4 = torch.randn(2, 7, 4, 64).to(BF16)
     kv = torch.zeros(2, 7, 2, 64, dtype=BF16)

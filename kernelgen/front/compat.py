@@ -108,8 +108,9 @@ def _reject_unsupported(fn: str, **given) -> None:
 
 
 def _is_int(x) -> bool:
-    """A Python or numpy integer scalar; bools (Python's and numpy's) are not."""
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+    """A Python or numpy integer scalar, or torch's symbolic one (an int traced with dynamic shapes:
+    make_fx, torch.export; read as eager reads the value); bools (Python's and numpy's) are not."""
+    return (isinstance(x, numbers.Integral) and not isinstance(x, bool)) or isinstance(x, torch.SymInt)
 
 
 def _is_zero(x) -> bool:
@@ -152,7 +153,8 @@ def _num_splits(num_splits) -> dict:
     if _is_int(num_splits) and num_splits <= 0:
         return {"num_splits": 0}
     if _is_int(num_splits) and 2 <= num_splits <= _FA3_MAX_SPLITS:
-        return {"num_splits": 0, "max_num_splits": int(num_splits)}
+        return {"num_splits": 0, "max_num_splits": num_splits if isinstance(num_splits, torch.SymInt)
+                else int(num_splits)}
     return {"num_splits": num_splits}
 
 

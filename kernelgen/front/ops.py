@@ -35,7 +35,7 @@ k/v and a 16-bit q, ``quantize_q`` (``bool quantize_q=False``, the schema's last
 call that the Hopper FP8 tensor-core variant can take quantise q to e4m3 on the device first, per
 request and KV head with power-of-two factors (``kernelgen.launch.quant_q``; out stays in q's
 dtype; :func:`kernelgen.varlen_attention`'s ``quantize_q``); the other calls keep q exact.
-``max_num_splits`` (``int max_num_splits=0``, last) caps the automatic split count
+``max_num_splits`` (``SymInt max_num_splits=0``, last) caps the automatic split count
 (:func:`kernelgen.varlen_attention`'s).  The appended arguments keep every earlier positional call valid.
 
 The fake (meta) implementations compute only shapes and dtypes (they read no values), for packed

@@ -113,8 +113,9 @@ class CallSignature:
     #: with both bounded, a query tile sees at most ``window_span`` + its tokens keys.
     window_right: int = -1
     #: a cap on the automatic split count (0: none; ``validation.max_num_splits``): every class's
-    #: automatic bound becomes min(its bound, the cap) (``heuristics.capped_splits``); a forced
-    #: ``num_splits`` excludes it.
+    #: automatic bound becomes min(its bound, the cap) (``heuristics.capped_splits``, through
+    #: ``choose`` and the mixed-batch choosers' short class; 1: unsplit); a forced ``num_splits``
+    #: excludes it.
     max_num_splits: int = 0
 
 
@@ -163,7 +164,7 @@ def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) 
                 max_seqlen_k=sig.max_seqlen_k, paged=sig.paged, softcap=sig.softcap, short_max_q=thr,
                 num_sms=device.num_sms, page_size=sig.page_size, tma_ok=sig.tma_ok, sm90_opts=settings.sm90_opts,
                 alibi=sig.alibi, variant=sig.variant, variant_spills=sig.variant_spills,
-                window_span=window_span(sig))
+                window_span=window_span(sig), max_num_splits=sig.max_num_splits)
             if pv is not None:
                 return recipe(pv, sig, device, settings)
         thr = 0
@@ -176,6 +177,7 @@ def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) 
                       softcap=sig.softcap, short_max_q=thr, num_sms=device.num_sms, page_size=sig.page_size,
                       tma_ok=sig.tma_ok, sm90_opts=settings.sm90_opts, **extra)
             kw["window_span"] = window_span(sig)
+            kw["max_num_splits"] = sig.max_num_splits
             # the Hopper fused kernel is built from the classes-in-turn variants, where they apply
             pv = heuristics.choose_pair(arch, sig.dtype, sig.head_dim, sig.head_dim_v, **kw)
             if pv is not None:
@@ -186,7 +188,8 @@ def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) 
         fv = heuristics.choose_fused(arch, sig.dtype, sig.head_dim, sig.head_dim_v, num_heads_q=sig.num_heads_q,
                                      num_heads_kv=sig.num_heads_kv, mask=sig.mask, layout=sig.layout,
                                      max_seqlen_k=sig.max_seqlen_k, paged=sig.paged, softcap=sig.softcap,
-                                     short_max_q=thr, num_sms=device.num_sms, **extra) if fused else None
+                                     short_max_q=thr, num_sms=device.num_sms, max_num_splits=sig.max_num_splits,
+                                     **extra) if fused else None
         if fv is not None:
             return recipe(fv, sig, device, settings)
     return recipe(_choose(sig, arch, device, settings, mainloop), sig, device, settings)
@@ -249,7 +252,6 @@ def recipe(variants, sig: CallSignature, device: Device, settings: Settings = Se
     if sig.kv_dtype and any(a.kv_dtype != sig.kv_dtype for a in _fp8_attention(variants)):
         raise ValueError(f"an FP8 K/V cache ({sig.kv_dtype}) runs its FP8 variants (one class, or the classes in "
                          f"turn on sm_90a), got {variants!r}")
-    variants = _capped(variants, sig.max_num_splits)
     if sig.sinks and isinstance(variants, Variants):
         variants = dataclasses.replace(
             variants, attention=dataclasses.replace(variants.attention, sinks=True),
@@ -284,21 +286,6 @@ def recipe(variants, sig: CallSignature, device: Device, settings: Settings = Se
     short = _with_class(short, 0, thr)
     ws = short_class_workspace(sig.batch, sig.rows, split, max_splits, hq, dv, thr)
     return Recipe(kind, variants, (long, short), ws, short_ctas)
-
-
-def _capped(variants, cap: int):
-    """``variants`` with every automatic split bound under ``cap`` (``CallSignature.max_num_splits``,
-    0 = none): the mixed-batch kinds' short class (``heuristics.choose``'s single class already
-    takes it; the bound here only ever lowers).  Forced bounds are kept."""
-    if cap <= 0:
-        return variants
-    if isinstance(variants, Variants) and not variants.forced_splits:
-        return dataclasses.replace(variants, max_splits=heuristics.capped_splits(variants.max_splits, cap))
-    if isinstance(variants, FusedVariants) and not variants.short_forced_splits:
-        return dataclasses.replace(variants, short_max_splits=heuristics.capped_splits(variants.short_max_splits, cap))
-    if isinstance(variants, PairVariants):
-        return dataclasses.replace(variants, short=_capped(variants.short, cap))
-    return variants
 
 
 def _fp8_attention(variants) -> tuple:

@@ -1138,23 +1138,25 @@ def short_query_tokens(num_heads_q: int, num_heads_kv: int) -> int:
 
 
 def _short_class(arch, dtype, head_dim, head_dim_v, num_heads_q, num_heads_kv, mask, layout, max_seqlen_k, paged,
-                 softcap, short_max_q, num_sms, alibi=False, variant=None, kv_dtype="", window_span=-1):
+                 softcap, short_max_q, num_sms, alibi=False, variant=None, kv_dtype="", window_span=-1,
+                 max_num_splits=0):
     """(threshold, the short class's sm_80 decode variants) of a mixed batch, or (threshold, None)
-    when the threshold is below 1 or its tiles would not be one-warp decode tiles."""
+    when the threshold is below 1 or its tiles would not be one-warp decode tiles.  ``max_num_splits``:
+    the caller's cap on the short class's automatic split bound (``choose``'s)."""
     thr = short_query_tokens(num_heads_q, num_heads_kv) if short_max_q is None else int(short_max_q)
     if thr < 1:
         return thr, None
     short = choose(arch, dtype, head_dim, head_dim_v, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, mask=mask,
                    layout=layout, max_seqlen_q=thr, max_seqlen_k=max_seqlen_k, paged=paged, softcap=softcap,
                    num_sms=num_sms, mainloop="sm80", alibi=alibi, variant=variant, kv_dtype=kv_dtype,
-                   window_span=window_span)
+                   window_span=window_span, max_num_splits=max_num_splits)
     return thr, (short if short.attention.tile.num_warps == 1 else None)
 
 
 def choose_fused(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q: int, num_heads_kv: int,
                  mask: str = "none", layout: str = "soa", max_seqlen_k: int, paged: bool = False,
                  softcap: bool = False, short_max_q: int | None = None, num_sms: int = 132,
-                 kv_dtype: str = "") -> FusedVariants | None:
+                 kv_dtype: str = "", max_num_splits: int = 0) -> FusedVariants | None:
     """The fused launch of a batch that may mix long-query and short-query requests, or None when
     it does not apply: a sliding window (the fused window variants do not fit the registers
     without spilling), a threshold whose short tiles would not be one-warp decode tiles, or a
@@ -1164,12 +1166,14 @@ def choose_fused(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_h
     records row_splits when the short class splits; the short class gets what ``choose`` gives a
     decode batch of ``short_max_q`` query tokens (pack-GQA and the automatic split bound).
     ``kv_dtype``: an FP8 cache: both variants' FP8 forms (the long tile ``fp8_tile``'s, the short
-    one the FP8 decode tile ``choose`` gives).
+    one the FP8 decode tile ``choose`` gives).  ``max_num_splits``: a cap on the short class's
+    automatic split bound (``choose``'s; 1: the short class unsplit, no row_splits, no combine).
     """
     if mask == "local":
         return None
     thr, short = _short_class(arch, dtype, head_dim, head_dim_v, num_heads_q, num_heads_kv, mask, layout,
-                              max_seqlen_k, paged, softcap, short_max_q, num_sms, kv_dtype=kv_dtype)
+                              max_seqlen_k, paged, softcap, short_max_q, num_sms, kv_dtype=kv_dtype,
+                              max_num_splits=max_num_splits)
     if short is None:
         return None
     long_tile = tile_config(arch, head_dim, head_dim_v, "prefill", True)
@@ -1192,7 +1196,7 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
                 softcap: bool = False, short_max_q: int | None = None, num_sms: int = 132, page_size: int = 0,
                 tma_ok: bool = True, sm90_opts: str | None = None, alibi: bool = False,
                 variant: VariantCode | None = None, kv_dtype: str = "",
-                variant_spills: int = 0, window_span: int = -1) -> PairVariants | None:
+                variant_spills: int = 0, window_span: int = -1, max_num_splits: int = 0) -> PairVariants | None:
     """A mixed batch's two kernels on sm_90a, or None where they do not apply (another arch, a
     long class the Hopper path cannot run, or a threshold whose short tiles are not decode tiles).
 
@@ -1209,12 +1213,13 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
     applies and this pair where it does not (head_dim_v above 128).  On an H200 the sm_80 fused
     launch (``choose_fused``) lost to this pair once the long class took the Hopper kernel
     (``mixed_trace``: 5856 us fused against 5456 us in turn, docs/dev/perf-log.md).
+    ``max_num_splits``: a cap on the short class's automatic split bound (as ``choose_fused``).
     """
     if arch != "sm_90a":
         return None
     thr, short = _short_class(arch, dtype, head_dim, head_dim_v, num_heads_q, num_heads_kv, mask, layout,
                               max_seqlen_k, paged, softcap, short_max_q, num_sms, alibi, variant, kv_dtype,
-                              window_span)
+                              window_span, max_num_splits)
     if short is None:
         return None
     if kv_dtype:
@@ -1293,7 +1298,8 @@ def choose_fused_hopper(arch: str, dtype: str, head_dim: int, head_dim_v: int, *
                         short_max_q: int | None = None, num_sms: int = 132, page_size: int = 0,
                         tma_ok: bool = True, short_stages: int | None = None,
                         short_block_n: int | None = None, short_rows: int | None = None,
-                        sm90_opts: str | None = None, kv_dtype: str = "", window_span: int = -1) -> FusedVariants | None:
+                        sm90_opts: str | None = None, kv_dtype: str = "", window_span: int = -1,
+                        max_num_splits: int = 0) -> FusedVariants | None:
     """The one-launch kernels of a mixed batch on sm_90a: the Hopper long variant and the sm_80
     one-warp decode variant of ``choose_pair`` in one persistent kernel (``FusedAttentionSpec``
     with a Hopper long variant, templates/attention/fwd_fused_sm90.cu.j2), or None where
@@ -1306,11 +1312,12 @@ def choose_fused_hopper(arch: str, dtype: str, head_dim: int, head_dim_v: int, *
 
     ``kv_dtype``: an FP8 cache: the long variant is ``choose_pair``'s FP8 one (producer warps 1-3
     converting its landing stages) and the short one the standalone FP8 decode tile (16 rows, 16
-    keys, K/V converted in registers: the short-tile arguments do not apply)."""
+    keys, K/V converted in registers: the short-tile arguments do not apply).  ``max_num_splits``: a
+    cap on the short class's automatic split bound (as ``choose_fused``)."""
     pv = choose_pair(arch, dtype, head_dim, head_dim_v, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv,
                      mask=mask, layout=layout, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, paged=paged,
                      softcap=softcap, short_max_q=short_max_q, num_sms=num_sms, page_size=page_size, tma_ok=tma_ok,
-                     sm90_opts=sm90_opts, kv_dtype=kv_dtype, window_span=window_span)
+                     sm90_opts=sm90_opts, kv_dtype=kv_dtype, window_span=window_span, max_num_splits=max_num_splits)
     if pv is None or head_dim_v > FusedAttentionSpec.SM90_FUSED_MAX_DV:
         return None
     short = pv.short.attention
