@@ -110,11 +110,15 @@ def _reject_unsupported(fn: str, **given) -> None:
 def _is_int(x) -> bool:
     """A Python or numpy integer scalar, or torch's symbolic one (an int traced with dynamic shapes:
     make_fx, torch.export; read as eager reads the value); bools (Python's and numpy's) are not."""
+    if type(x) is int:   # (the common case first: the ABC checks below cost about a microsecond each)
+        return True
     return (isinstance(x, numbers.Integral) and not isinstance(x, bool)) or isinstance(x, torch.SymInt)
 
 
 def _is_zero(x) -> bool:
-    return x is None or (isinstance(x, numbers.Number) and not isinstance(x, bool) and x == 0)
+    if x is None or ((type(x) is int or type(x) is float) and x == 0):
+        return True
+    return isinstance(x, numbers.Number) and not isinstance(x, bool) and x == 0
 
 
 def _window(window_size, max_seqlen_k=None):
