@@ -108,7 +108,7 @@ def test_covers_every_feature(cases):
         "page_size": {"1", "16", "64", "256", "None"},
         "mask": set(fuzz.MASKS),
         "softcap": {"True", "False"},
-        "splits": {"auto", "1", "forced"},
+        "splits": {"auto", "capped", "1", "forced"},
         "pack_gqa": {"None", "True", "False"},
         "layout": {"soa", "aos"},
         "sort": {"True", "False"},
@@ -251,7 +251,7 @@ def fake_attention(q, k, v, cu_q, cu_k, max_seqlen_q=None, max_seqlen_k=None, *,
                    page_table=None, causal=False, window_size=(-1, -1), softcap=0.0, softmax_scale=None,
                    num_splits=0, pack_gqa=None, return_lse=False, metadata_layout="soa", sort=True,
                    head_swizzle=True, k_descale=None, v_descale=None, q_descale=None, out_dtype=None, sinks=None,
-                   alibi_slopes=None, quantize_q=False, bug=None):
+                   alibi_slopes=None, quantize_q=False, max_num_splits=0, bug=None):
     """The public call's contract on the CPU, from the float64 reference (and optional bugs).
     ``quantize_q`` must be a bool and changes nothing: the stand-in keeps q exact, as a call that
     does not run the FP8 tensor-core variant does."""
@@ -337,9 +337,9 @@ def test_fp8_is_drawn_last():
     drawn = [fuzz.case_for_seed(s) for s in seeds]
     assert all(p["kv_dtype"] is None and not p["q_fp8"] and not p["quantize_q"] for p in plain)
     assert any(d["kv_dtype"] for d in drawn)
-    for p, d in zip(plain, drawn):   # (ALiBi, sinks and quantize_q are drawn after it: theirs may differ)
+    for p, d in zip(plain, drawn):   # (ALiBi, sinks, quantize_q and the split cap are drawn after it: may differ)
         assert {**d, "kv_dtype": None, "q_fp8": False, "out_dtype": None, "alibi": p["alibi"], "sinks": p["sinks"],
-                "quantize_q": False} == p
+                "quantize_q": False, "max_num_splits": p["max_num_splits"]} == p
 
 
 def test_alibi_and_sinks_are_drawn_last():
@@ -354,8 +354,9 @@ def test_alibi_and_sinks_are_drawn_last():
     drawn = [fuzz.case_for_seed(s) for s in seeds]
     assert all(p["alibi"] is None and p["sinks"] is False for p in plain)
     assert {d["alibi"] for d in drawn} == {None, "heads", "batch_heads"} and any(d["sinks"] for d in drawn)
-    for p, d in zip(plain, drawn):   # (quantize_q is drawn after them: it may differ)
-        assert {**d, "alibi": None, "sinks": False, "quantize_q": p["quantize_q"]} == p
+    for p, d in zip(plain, drawn):   # (quantize_q and the split cap are drawn after them: they may differ)
+        assert {**d, "alibi": None, "sinks": False, "quantize_q": p["quantize_q"],
+                "max_num_splits": p["max_num_splits"]} == p
 
 
 def test_alibi_and_sinks_inputs_and_reference(monkeypatch):
@@ -461,7 +462,7 @@ PRE_FP8_Q_INPUTS = {
 Q_FIELDS = ("q_fp8", "out_dtype")
 #: drawn after the FP8-q fields (test_alibi_and_sinks_are_drawn_last, test_quantize_q_is_drawn_last):
 #: they follow their draws
-LATER_FIELDS = ("alibi", "sinks", "quantize_q")
+LATER_FIELDS = ("alibi", "sinks", "quantize_q", "max_num_splits")
 
 
 def _digest(x) -> str:
@@ -908,6 +909,29 @@ PRE_QUANTIZE_Q_CASES = {
 }
 
 
+def test_the_split_cap_is_drawn_last():
+    """max_num_splits is the case's last draw, made only for automatic splits: with no share every
+    seed's case is the same but for that field (0 everywhere); drawn, it occurs with every cap of
+    SPLIT_CAPS and never beside a forced num_splits, and reaches the call's kwargs and the signature
+    the prewarm decides from."""
+    seeds = fuzz.batch_seeds(17, 600)
+    drawn = [fuzz.case_for_seed(s) for s in seeds]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(fuzz, "SPLIT_CAP_SHARE", 0.0)
+        plain = [fuzz.case_for_seed(s) for s in seeds]
+    assert all(p["max_num_splits"] == 0 for p in plain)
+    for p, d in zip(plain, drawn):
+        assert {**d, "max_num_splits": 0} == p
+        assert d["max_num_splits"] == 0 or d["num_splits"] == 0
+    assert {d["max_num_splits"] for d in drawn} == {0, *fuzz.SPLIT_CAPS}
+    capped = next(d for d in drawn if d["max_num_splits"] and sum(d["qlens"]) and max(d["klens"]) > 2048)
+    assert fuzz.build_inputs(capped, "cpu")["kwargs"]["max_num_splits"] == capped["max_num_splits"]
+    r = fuzz.case_recipe(capped, "sm_90a", 132)
+    bound = (r.variants.max_splits if hasattr(r.variants, "max_splits") else r.variants.short_max_splits
+             if hasattr(r.variants, "short_max_splits") else r.variants.short.max_splits)
+    assert bound <= capped["max_num_splits"]
+
+
 def test_seeds_reproduce_the_cases_drawn_before_quantize_q():
     """Every field but quantize_q is what the fuzzer drew for the seed before quantize_q was drawn
     (recorded values, every field included); quantize_q is True exactly for the four seeds
@@ -915,7 +939,7 @@ def test_seeds_reproduce_the_cases_drawn_before_quantize_q():
     drawn = {}
     for seed, case_digest in PRE_QUANTIZE_Q_CASES.items():
         c = fuzz.case_for_seed(seed)
-        assert _digest({k: v for k, v in c.items() if k != "quantize_q"}) == case_digest, seed
+        assert _digest({k: v for k, v in c.items() if k not in ("quantize_q", "max_num_splits")}) == case_digest, seed
         drawn[seed] = c["quantize_q"]
         assert c["quantize_q"] is (c["quantize_q"] and c["kv_dtype"] == "e4m3" and not c["q_fp8"])
     assert sorted(s for s, q in drawn.items() if q) == [146217199, 455221513, 730359585, 1304975114]

@@ -54,6 +54,11 @@ variant, and then the quantisation kernel too, else the 16-bit q's).  The summar
 batches apart (``"quantize_q"``: batches, those on the tensor-core variant, their max error and
 worst error / bound; coverage ``quantize_q`` and ``quantize_q_kernel``), and a failing one says so.
 
+``max_num_splits`` (the cap on the automatic split count, FA3's varlen ``num_splits``) is drawn
+after ``quantize_q``, only for a case with automatic splits (``num_splits`` 0): about
+``SPLIT_CAP_SHARE`` of them pass one of ``SPLIT_CAPS`` (coverage ``splits`` "capped"); the other
+fields of a seed's case are what they were before.
+
 Usage (GPU):
     python tools/fuzz.py --batches 2000 --seed 1 [--json PATH] [--time-limit 300]
     python tools/fuzz.py --replay SEED                 # one batch, verbose
@@ -128,6 +133,8 @@ ALIBI_BATCH_SHARE = 0.3       #: share of the ALiBi batches whose slopes are per
 SINKS_SHARE = 0.12            #: share of the batches with attention sinks (``sinks=``, issue 25)
 SINK_NONE_SHARE = 0.1         #: share of a sink batch's heads without a sink (-inf)
 QUANTIZE_Q_SHARE = 0.5        #: share of the e4m3-cache, 16-bit-q batches passing ``quantize_q=True``
+SPLIT_CAP_SHARE = 0.3         #: share of the automatic-split batches passing a ``max_num_splits`` cap
+SPLIT_CAPS = (1, 2, 3, 4, 8, 16)   #: the caps drawn (16: vLLM's full-CUDA-graph bound through compat)
 
 
 def _pick(rng, values, p=None):
@@ -370,6 +377,11 @@ def draw_case(rng, seed: int | None = None) -> dict:
     c["quantize_q"] = False
     if c["kv_dtype"] == "e4m3" and not c["q_fp8"]:
         c["quantize_q"] = bool(rng.random() < QUANTIZE_Q_SHARE)
+    # the split cap after everything (every field above is what the seed drew before it was fuzzed),
+    # drawn only for automatic splits (a cap beside a forced num_splits is refused)
+    c["max_num_splits"] = 0
+    if c["num_splits"] == 0 and rng.random() < SPLIT_CAP_SHARE:
+        c["max_num_splits"] = int(_pick(rng, SPLIT_CAPS))
     _shrink(c)
     return c
 
@@ -442,7 +454,7 @@ def case_recipe(case: dict, arch: str, num_sms: int):
         batch=len(case["qlens"]), rows=total_q, sort=case["sort"], head_swizzle=case["head_swizzle"],
         **({"kv_dtype": case["kv_dtype"]} if case.get("kv_dtype") else {}),
         **({"q_dtype": "e4m3"} if case.get("q_fp8") else {}),
-        alibi=bool(case.get("alibi")), sinks=bool(case.get("sinks")))
+        alibi=bool(case.get("alibi")), sinks=bool(case.get("sinks")), max_num_splits=case.get("max_num_splits", 0))
     device = Device(f"fuzz {arch}", _CAPABILITY[arch], num_sms, 50 * 2 ** 20)
     settings = Settings.from_env()
     if case.get("quantize_q") and case.get("kv_dtype") == "e4m3" and not case.get("q_fp8") and not case.get("alibi"):
@@ -493,7 +505,8 @@ def features(case: dict) -> dict:
         "dtype": case["dtype"], "head_dims": f"{case['head_dim']}x{case['head_dim_v']}",
         "gqa": case["num_heads_q"] // case["num_heads_kv"], "kv": case["kv"] + ("+seqused" if case["seqused"] else ""),
         "page_size": case["page_size"], "mask": case["mask"], "softcap": case["softcap"] > 0,
-        "splits": "auto" if case["num_splits"] == 0 else "1" if case["num_splits"] == 1 else "forced",
+        "splits": ("capped" if case.get("max_num_splits") else "auto") if case["num_splits"] == 0
+        else "1" if case["num_splits"] == 1 else "forced",
         "pack_gqa": str(case["pack_gqa"]), "layout": case["layout"], "sort": case["sort"],
         "head_swizzle": case["head_swizzle"], "phase": case["phase"],
         "zero_q": any(x == 0 for x in case["qlens"]), "zero_k": any(x == 0 for x in case["klens"]),
@@ -701,6 +714,7 @@ def build_inputs(case: dict, device="cuda") -> dict:
         seqused_k=res["seqused_k"], page_table=res["page_table"], causal=case["causal"],
         window_size=tuple(case["window"]), softcap=case["softcap"], softmax_scale=case["softmax_scale"],
         num_splits=case["num_splits"], pack_gqa=case["pack_gqa"], return_lse=case["return_lse"],
+        **({"max_num_splits": case["max_num_splits"]} if case.get("max_num_splits") else {}),
         metadata_layout=case["layout"], sort=case["sort"], head_swizzle=case["head_swizzle"],
         **({} if descales is None else {"k_descale": descales[0], "v_descale": descales[1]}),
         **({"q_descale": q_descale} if q_fp8 else {}),
