@@ -1103,6 +1103,64 @@ def test_cost_entries_show_their_own_baseline_and_divide_peers_by_peer_base():
     assert again["alibi_decode_b128_paged16"]["alibi_ratio"] == 1.01
 
 
+def test_peers_alternate_with_kernelgen_and_divide_by_their_own_rounds():
+    """peers.measure with kernelgen's call as ``base`` and rounds > 1: each peer and the base timed in
+    alternating rounds (order flipped every round), the peer's time and its own kernelgen base the
+    medians of those rounds; the ratios, the best peer, the goal rows and a report re-read divide by
+    that base, not by the entry's single ``peer_base_us``; a failing peer leaves no base behind."""
+    import torch
+
+    ref = torch.ones(2, 2, 8)
+    order = []
+    clock = {"kg": iter([110.0, 100.0, 100.0, 99.0, 100.0, 101.0]), "fa4": iter([100.0, 102.0, 98.0]),
+             "fa3": iter([150.0, 150.0, 150.0])}
+
+    def kg():
+        return ref
+
+    def timer(fn):
+        name = getattr(fn, "who", "kg")
+        order.append(name)
+        return next(clock[name])
+
+    def peer(name):
+        def build():
+            def fn():
+                return ref
+            fn.who = name
+            return peers.Peer(fn, lambda r: r)
+        return build
+
+    def broken():
+        def fn():
+            raise RuntimeError("no")
+        fn.who = "x"
+        return peers.Peer(fn)
+    e = {"name": "variant_softcap_approx_prefill_causal_s16k_gpt-oss", "suite": "prefill", "us": 95.0,
+         "metric": "tflops", "flops": 1e12, "peer_base_us": 120.0}
+    peers.measure(e, {"fa4": peer("fa4"), "fa3": peer("fa3"), "broken": broken}, timer, reference=ref, base=kg,
+                  rounds=3)
+    assert order == ["kg", "fa4", "fa4", "kg", "kg", "fa4", "kg", "fa3", "fa3", "kg", "kg", "fa3"]
+    assert e["peers"] == {"fa4": 100.0, "fa3": 150.0}
+    assert e["peer_base_by_peer"] == {"fa4": 100.0, "fa3": 100.0}
+    assert e["peer_rounds_us"]["fa4"] == {"peer": [100.0, 102.0, 98.0], "kernelgen": [110.0, 100.0, 100.0]}
+    assert "broken" in e["unavailable"] and "broken" not in e["peer_base_by_peer"]
+    assert "3 rounds alternating" in e["peer_method"]
+    f = report.finalize(e, ROOFS)
+    assert f["ratios"]["fa4"] == pytest.approx(1.0) and f["ratios"]["fa3"] == pytest.approx(1.5)
+    assert f["best_peer"] == "fa4" and f["vs_best"] == pytest.approx(1.0)
+    assert report._goal_value(f, "vs:fa4", {}, None) == pytest.approx(1.0)    # not 100 / 120
+    rep = report.build_report([f], ROOFS, "NVIDIA H200", commit="c")
+    again = report.entries_from_report(json.loads(json.dumps(rep)))[0]
+    assert again["ratios"]["fa4"] == pytest.approx(1.0)
+    # without a base (or one round) a peer is timed once, divided by peer_base_us as before
+    e1 = {"name": "y", "suite": "prefill", "us": 95.0, "metric": "tflops", "flops": 1e12, "peer_base_us": 120.0}
+    clock["fa4"] = iter([60.0])
+    peers.measure(e1, {"fa4": peer("fa4")}, timer, reference=ref, base=kg, rounds=1)
+    assert e1["peers"] == {"fa4": 60.0} and "peer_base_by_peer" not in e1
+    assert report.finalize(e1, ROOFS)["ratios"]["fa4"] == pytest.approx(0.5)
+
+
 def test_flex_alibi_score_mod_matches_reference(monkeypatch):
     """The FlexAttention ALiBi peer (alibi_entry, the user-variant entries) computes kernelgen's
     ALiBi (bottom-right distance within each request, GQA, a window), run eagerly on the CPU,

@@ -108,14 +108,16 @@ def add_aliases(benchmarks: list) -> None:
 #: ``variant_*``: us_builtin / variant_ratio; ``variant_example_*``: us_plain / variant_ratio; each
 #: with ``twin_spread``, the calls' times over their twins' loaded as other modules, and
 #: ``twin_kernels_differ`` where a twin ran another kernel) and the kernelgen time their peers are divided by
-#: (``peer_base_us``); ``variant_compile_first_call``'s second call (its ``us`` and its peers'
+#: (``peer_base_us``; ``peer_base_by_peer`` / ``peer_rounds_us`` / ``peer_method`` where the peers were timed
+#: in rounds alternating with it); ``variant_compile_first_call``'s second call (its ``us`` and its peers'
 #: times are first calls), the time until its Hopper kernel was built (``us_hopper_ready``: the
 #: first call runs the sm_80 kernel meanwhile), the kernels its first call ran and the background
 #: build returned.
 KEPT_IF_SET = ("flops", "bytes", "ratios", "best_peer", "vs_best", "max_diff", "us_nosinks", "sinks_ratio",
                "us_noalibi", "alibi_ratio", "us_builtin", "variant_ratio", "peer_base_us", "us_second_call",
                "us_hopper_ready", "first_call_kernels", "hopper_built", "commit", "fp8_speedup", "peer_atol",
-               "twin_spread", "twin_kernels_differ", "us_plain")
+               "twin_spread", "twin_kernels_differ", "us_plain", "peer_base_by_peer", "peer_rounds_us",
+               "peer_method")
 #: Kept whenever the bench wrote them, empty or not (report.disagrees: an empty list means every
 #: compared peer agreed, an absent one that agreement must be recomputed from max_diff).
 KEPT_IF_PRESENT = ("peers_disagreeing",)

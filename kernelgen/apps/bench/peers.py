@@ -133,7 +133,14 @@ def _settle() -> None:
         pass
 
 
-def measure(entry: dict, builders: dict, timer, reference=None) -> None:
+#: How a peer is timed when the entry passes kernelgen's call as ``base`` (``measure``): recorded as
+#: the entry's ``peer_method``.
+ALTERNATING_METHOD = ("each peer timed in {rounds} rounds alternating with kernelgen's call (the order flipped "
+                      "every round; each timing as every peer's), the ratio the median of the peer's times over "
+                      "the median of kernelgen's of the same rounds")
+
+
+def measure(entry: dict, builders: dict, timer, reference=None, base=None, rounds: int = 1) -> None:
     """Build, run once, compare and time each peer; fills ``entry["peers"]`` (µs),
     ``entry["unavailable"]`` (reason), ``entry["max_diff"]`` (largest |peer - kernelgen|) and
     ``entry["ref_max"]`` (largest |peer|, for the tolerance) and ``entry["first_call_s"]`` (seconds
@@ -143,8 +150,15 @@ def measure(entry: dict, builders: dict, timer, reference=None) -> None:
 
     ``builders``: {peer name: zero-argument callable returning a Peer, or a str = the reason it is
     unavailable}.  ``timer(fn)`` times a call in µs.  ``reference``: kernelgen's output (or None).
+    ``base``: kernelgen's call; with ``rounds`` > 1 each peer and ``base`` are timed in ``rounds``
+    alternating rounds (the order flipped every round), ``entry["peers"][name]`` the median of the
+    peer's times and ``entry["peer_base_by_peer"][name]`` that of kernelgen's (``report.peer_base_for``
+    divides by it), both lists in ``entry["peer_rounds_us"][name]``: one timing each, taken minutes
+    apart, put a kernel on whichever clock level the GPU held then (levels 1 % apart on the H200:
+    docs/dev/perf-log.md, "The gpt-oss snippet's 0.993x read again").
     Never raises for a peer's failure (KeyboardInterrupt aside).
     """
+    import statistics
     import time
     import warnings
 
@@ -171,11 +185,21 @@ def measure(entry: dict, builders: dict, timer, reference=None) -> None:
                 entry.setdefault("ref_max", {})[name] = float(out.float().abs().max()) if out.numel() else 0.0
                 del out, diff
             res = None
-            entry["peers"][name] = timer(peer.fn)
+            if base is not None and rounds > 1:
+                tk, tp = [], []
+                for r in range(rounds):
+                    for fn, acc in (((base, tk), (peer.fn, tp)) if r % 2 == 0 else ((peer.fn, tp), (base, tk))):
+                        acc.append(timer(fn))
+                entry["peers"][name] = statistics.median(tp)
+                entry.setdefault("peer_base_by_peer", {})[name] = statistics.median(tk)
+                entry.setdefault("peer_rounds_us", {})[name] = {"peer": tp, "kernelgen": tk}
+                entry["peer_method"] = ALTERNATING_METHOD.format(rounds=rounds)
+            else:
+                entry["peers"][name] = timer(peer.fn)
         except Exception as e:  # noqa: BLE001 - a peer that cannot run is reported, not dropped
             entry["unavailable"][name] = reason(e, warned or ())
             entry["peers"].pop(name, None)
-            for key in ("max_diff", "ref_max", "first_call_s"):
+            for key in ("max_diff", "ref_max", "first_call_s", "peer_base_by_peer", "peer_rounds_us"):
                 (entry.get(key) or {}).pop(name, None)
         finally:
             peer = res = None

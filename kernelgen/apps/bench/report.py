@@ -116,10 +116,20 @@ def peer_base(entry: dict):
     return entry.get("peer_base_us") or entry.get("us")
 
 
+def peer_base_for(entry: dict, peer: str):
+    """The kernelgen time one peer's time is divided by: kernelgen's median over the rounds that
+    alternated with that peer (``peer_base_by_peer``, ``peers.measure``'s ``base``), else
+    ``peer_base``."""
+    return (entry.get("peer_base_by_peer") or {}).get(peer) or peer_base(entry)
+
+
 def entry_ratios(entry: dict) -> dict:
-    """{peer: ratio} of an entry: peer time / the entry's ``us`` (``peer_base``), except for
-    kernelgen's own switches when the entry has ``switch_base_us`` (peer time / that)."""
-    out = ratios(peer_base(entry), entry.get("peers") or {})
+    """{peer: ratio} of an entry: peer time / the entry's ``us`` (``peer_base_for``: kernelgen's time
+    of the rounds alternating with that peer where the entry has them), except for kernelgen's own
+    switches when the entry has ``switch_base_us`` (peer time / that)."""
+    out = {}
+    for p, t in (entry.get("peers") or {}).items():
+        out.update(ratios(peer_base_for(entry, p), {p: t}))
     base = entry.get("switch_base_us")
     if base:
         timed = entry.get("switch_rounds_us") or {}
@@ -166,8 +176,8 @@ def best_peer(entry: dict) -> tuple:
              if p in EXTERNAL and t and t > 0 and not disagrees(entry, p)}
     if not times or not peer_base(entry):
         return None, None
-    name = min(times, key=times.get)
-    return name, times[name] / peer_base(entry)
+    name = min(times, key=lambda p: times[p] / peer_base_for(entry, p))
+    return name, times[name] / peer_base_for(entry, name)
 
 
 def finalize(entry: dict, roofs: dict | None) -> dict:
@@ -239,8 +249,9 @@ def issue22_summary(entries: list) -> dict:
         times = {p: t for p, t in (e.get("peers") or {}).items()
                  if p in ISSUE22_PEERS and t and t > 0 and not disagrees(e, p)}
         if times:
-            best = min(times, key=times.get)
-            ratios[name] = {"peer": best, "ratio": round(times[best] / peer_base(e), 4), "commit": e.get("commit")}
+            best = min(times, key=lambda p: times[p] / peer_base_for(e, p))
+            ratios[name] = {"peer": best, "ratio": round(times[best] / peer_base_for(e, best), 4),
+                            "commit": e.get("commit")}
     if not ratios:
         return {}
     vals = [r["ratio"] for r in ratios.values()]
@@ -299,8 +310,9 @@ ISSUE25_GOALS = (
 def _goal_value(e: dict, measure: str, by_name: dict, copy_tbps):
     if measure.startswith("vs:"):
         names = measure[3:].split("|")
-        times = [t for p, t in (e.get("peers") or {}).items() if p in names and t and t > 0 and not disagrees(e, p)]
-        return min(times) / peer_base(e) if times else None
+        vals = [t / peer_base_for(e, p) for p, t in (e.get("peers") or {}).items()
+                if p in names and t and t > 0 and not disagrees(e, p)]
+        return min(vals) if vals else None
     if measure == "roof":
         return e["tbps"] / copy_tbps if e.get("tbps") and copy_tbps else None
     if measure == "of_serial":

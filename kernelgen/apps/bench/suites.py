@@ -134,6 +134,12 @@ class Skip(Exception):
     """The entry is deliberately not run (the message says why)."""
 
 
+#: Rounds of kernelgen's call alternating with each peer in the entries whose goals are ratios near 1
+#: against one peer (the user-variant entries against FA4, the FP8 entries against FA3 FP8):
+#: ``peers.measure``'s ``rounds``.
+PEER_ROUNDS = 3
+
+
 @dataclass
 class Settings:
     """What every entry needs to know about the run."""
@@ -157,6 +163,12 @@ class Settings:
     device: int = 0
     #: time.perf_counter() after which FlexAttention is no longer compiled for new shapes (None: never)
     flex_deadline: float | None = None
+
+    @property
+    def peer_rounds(self) -> int:
+        """Rounds of kernelgen's call alternating with each peer in the cost entries that pass it
+        (``peers.measure``'s ``base``): ``PEER_ROUNDS``, 1 with --quick."""
+        return 1 if self.quick else PEER_ROUNDS
 
     def time(self, fn) -> float:
         return measure.time_gpu(fn, repeat=self.repeat, warmup=self.warmup, flush=self.flush, warmup_ms=self.warmup_ms)
@@ -947,7 +959,8 @@ def fp8_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
 
     Peer ``fa3`` (``fa3_unpaged`` on the decode: the gathered cache) runs FA3's FP8 path, which
     takes q, k and v all in e4m3 (q quantised the same way, ``q_descale`` too), timed as every peer
-    and divided by kernelgen's FP8 call timed the same way (``peer_base_us``); outputs agree within
+    and divided by kernelgen's FP8 call timed the same way (``peer_base_us``; on the prefill in
+    ``Settings.peer_rounds`` rounds alternating with it, ``peer_base_by_peer``); outputs agree within
     FP8_PEER_ATOL (``peer_atol``)."""
     torch = _torch()
     if which not in dict(FP8_ENTRIES):
@@ -985,7 +998,8 @@ def fp8_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
                                          max_q=io["max_q"],
                                          max_k=io["max_k"], softcap=m.softcap, window_left=wl,
                                          descales=(qd, kd, vd))}
-        peers.measure(e, builders, settings.time, reference=outs[1])
+        peers.measure(e, builders, settings.time, reference=outs[1], base=calls["kernelgen_fp8"],
+                      rounds=settings.peer_rounds)
         return e
     gathered = _gather(e, io["k"], io["v"], io["page_table"], io["seqused_k"])
     if gathered is None:
@@ -1132,7 +1146,8 @@ def variant_prefill_entry(settings: Settings, which: str, model: ModelPreset) ->
     ``us_builtin`` the built-in call, ``variant_ratio`` = us / us_builtin (1.0: a user variant costs
     what the built-in one does); ``variant_max_abs_diff_vs_builtin``: their outputs' largest
     difference; ``variant_kernel`` / ``builtin_kernel``: the attention kernels the two calls run.  Peers, on the user variant's output and divided by its call timed their way
-    (``peer_base_us``): ``flex_attention`` compiled with the same score_mod (measured at the default
+    (``peer_base_us``; each peer in ``Settings.peer_rounds`` rounds alternating with it, divided by
+    kernelgen's median of those rounds, ``peer_base_by_peer``): ``flex_attention`` compiled with the same score_mod (measured at the default
     --flex some: this entry is where FlexAttention's user score_mods are the comparison) and
     ``fa4`` with the same score_mod as a CuTe DSL callable (FA4 4.0.0b36's sm_90 path applies a
     user score_mod; only sm_8x refuses one), ALiBi's slopes in ``aux_tensors``.  Skipped with
@@ -1191,7 +1206,8 @@ def variant_prefill_entry(settings: Settings, which: str, model: ModelPreset) ->
                                      score_mod=fa4_mod, aux_tensors=aux),
                 peers.FA3: peers.FA3_NO_ALIBI if alibi else "fa3-fwd takes no user score_mod (its soft-cap is "
                                                               "built in: the built-in comparison is us_builtin)"}
-    peers.measure(e, builders, settings.time, reference=outs[1])
+    peers.measure(e, builders, settings.time, reference=outs[1], base=calls["kernelgen_variant"],
+                  rounds=settings.peer_rounds)
     return e
 
 
