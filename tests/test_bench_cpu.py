@@ -1597,3 +1597,43 @@ def test_decode_ab_configuration_options():
     with pytest.raises(ValueError, match="unknown configuration option 'x3'"):
         ab.with_options("st3+x3", lambda: None)
     assert (heuristics.combine_row_warps, heuristics.FP8_DECODE_MIN_BLOCKS, heuristics.FP8_DECODE_STAGES) == before
+
+
+def test_alternating_rounds_edge_cases():
+    """A failure of kernelgen's own call between a peer's rounds is raised (the entry's error), not
+    reported as the peer's; the plot's peer rates follow the per-peer ratios; a per-peer base that is
+    not a positive number falls back to peer_base_us (gpu_report's read_report refuses a report
+    carrying one: test_gpu_report_cpu's MALFORMED); gpu_report's fallback ratio takes the per-peer base."""
+    import torch
+
+    from kernelgen.apps.bench import plots
+
+    ref = torch.ones(2, 2, 8)
+    calls = {"n": 0}
+
+    def kg():
+        return ref
+
+    def timer(fn):
+        if fn is kg:
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise RuntimeError("kernelgen's call failed")
+        return 100.0
+
+    e = {"name": "x"}
+    with pytest.raises(RuntimeError, match="kernelgen's call failed"):
+        peers.measure(e, {"fa4": lambda: peers.Peer(lambda: ref, lambda r: r)}, timer, reference=ref, base=kg,
+                      rounds=3)
+    assert "fa4" not in e.get("unavailable", {})
+    row = {"name": "variant_x", "suite": "prefill", "metric": "tflops", "tflops": 400.0, "us": 95.0,
+           "peer_base_us": 120.0, "peers": {"fa4": 100.0}, "peer_base_by_peer": {"fa4": 105.0}}
+    rates = plots.peer_rates(row)
+    assert rates["kernelgen"] == 400.0 and rates["FA4"] == pytest.approx(400.0 * 105.0 / 100.0)
+    for bad in (0, -105.0, "105", float("nan"), True, None):
+        assert report.peer_base_for({**row, "peer_base_by_peer": {"fa4": bad}}, "fa4") == 120.0
+    import importlib.util as iu
+    spec = iu.spec_from_file_location("gpu_report_t", str(Path(__file__).resolve().parents[1] / "tools" / "gpu_report.py"))
+    gr = iu.module_from_spec(spec)
+    spec.loader.exec_module(gr)
+    assert gr._ratio({**row}, "fa4") == pytest.approx(100.0 / 105.0)

@@ -295,6 +295,8 @@ MALFORMED = [
     ('{"benchmarks": [{"name": "d", "us": 3.0, "peers": []}]}', "benchmarks[0].peers (d) must be an object"),
     ('{"benchmarks": [{"name": "d", "us": 3.0}, {"name": "e", "us": 2.0, "peers": {"fa3": 0}}]}',
      "benchmarks[1].peers.fa3 (e) must be a positive number"),
+    ('{"benchmarks": [{"name": "v", "us": 3.0, "peers": {"fa4": 3.0}, "peer_base_by_peer": {"fa4": -1}}]}',
+     "benchmarks[0].peer_base_by_peer.fa4 (v) must be a positive number"),
     ("{oops", "not JSON"),
 ]
 

@@ -279,10 +279,13 @@ def draw_case(rng, seed: int | None = None) -> dict:
     seed's case is what it was before FP8 queries were fuzzed.  ``dtype`` is the output's dtype
     (and the kernels' 16-bit one) in every case.  ``alibi`` (None, "heads" or "batch_heads": the
     shape of ``alibi_slopes``) and ``sinks`` (bool) are drawn after all of these, for every case.
-    ``quantize_q`` (bool: the call passes ``quantize_q=True``) is the last draw of all, made only for
-    an e4m3 cache with a 16-bit q (``kv_dtype == "e4m3"`` and not ``q_fp8``; False without a draw
-    otherwise), true in about ``QUANTIZE_Q_SHARE`` of those, so every other field of a seed's case
-    is what it was before it was fuzzed.
+    ``quantize_q`` (bool: the call passes ``quantize_q=True``) comes next, made only for an e4m3 cache
+    with a 16-bit q (``kv_dtype == "e4m3"`` and not ``q_fp8``; False without a draw otherwise), true
+    in about ``QUANTIZE_Q_SHARE`` of those.  ``max_num_splits`` (int: the call's cap on the automatic
+    split count, 0 = none) is the last draw of all, made only with ``num_splits`` 0: one of
+    ``SPLIT_CAPS`` in about ``SPLIT_CAP_SHARE`` of those.  So every other field of a seed's case is
+    what it was before these were fuzzed (a seed of an older report replays with them drawn: about
+    15 % of its batches now pass a cap).
     """
     c: dict = {"seed": seed}
     c["dtype"] = _pick(rng, DTYPES)

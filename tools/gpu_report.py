@@ -117,7 +117,7 @@ KEPT_IF_SET = ("flops", "bytes", "ratios", "best_peer", "vs_best", "max_diff", "
                "us_noalibi", "alibi_ratio", "us_builtin", "variant_ratio", "peer_base_us", "us_second_call",
                "us_hopper_ready", "first_call_kernels", "hopper_built", "commit", "fp8_speedup", "peer_atol",
                "twin_spread", "twin_kernels_differ", "us_plain", "peer_base_by_peer", "peer_rounds_us",
-               "peer_method")
+               "peer_method", "switch_base_us")
 #: Kept whenever the bench wrote them, empty or not (report.disagrees: an empty list means every
 #: compared peer agreed, an absent one that agreement must be recomputed from max_diff).
 KEPT_IF_PRESENT = ("peers_disagreeing",)
@@ -182,7 +182,7 @@ def read_report(path: Path) -> dict:
         for k in ("us", "tflops", "tbps"):
             if b.get(k) is not None and not (_number(b[k]) and b[k] > 0):
                 raise bad(f"{where}.{k} ({b['name']})", "a positive number or null")
-        for k in ("peers", "ratios"):
+        for k in ("peers", "ratios", "peer_base_by_peer"):
             if b.get(k) is None:
                 continue
             if not isinstance(b[k], dict):
@@ -196,9 +196,11 @@ def read_report(path: Path) -> dict:
 def _ratio(b: dict, peer: str) -> float:
     """Peer time / kernelgen time of a benchmark row: the bench's own ratio when it has one (its
     switch columns divide by the default call's time from their interleaved measurement, a cost
-    entry's peers by ``peer_base_us``)."""
+    entry's peers by ``peer_base_by_peer`` / ``peer_base_us``)."""
     r = (b.get("ratios") or {}).get(peer)
-    return r if r is not None else b["peers"][peer] / (b.get("peer_base_us") or b["us"])
+    if r is not None:
+        return r
+    return b["peers"][peer] / ((b.get("peer_base_by_peer") or {}).get(peer) or b.get("peer_base_us") or b["us"])
 
 
 def _measured_earlier(b: dict, report: dict) -> bool:
@@ -251,7 +253,8 @@ def markdown(report: dict) -> str:
     lines += ["", "vs own baseline: a cost entry's time over kernelgen's call without the feature (sinks_*, "
                   "alibi_*) or over the built-in form of a user variant (variant_*), both from one interleaved "
                   "CUDA-graph measurement; their peers are divided by the entry's call timed as the peers are "
-                  "(peer_base_us)."]
+                  "(peer_base_us; in the user-variant and FP8 prefill entries the median of the rounds that "
+                  "alternated with that peer, peer_base_by_peer)."]
     older = [b for b in report["benchmarks"] if _measured_earlier(b, report)]
     if older:
         lines += ["", f"{len(older)} of {len(report['benchmarks'])} benchmark entries were measured at an earlier "

@@ -57,9 +57,13 @@ def is_own(peer: str) -> bool:
 
 def ratio(row: dict, peer: str) -> float:
     """Peer time / kernelgen time: the bench's own ratio when it has one (its switch columns
-    divide by the default call's time from their interleaved measurement), else peer us / us."""
+    divide by the default call's time from their interleaved measurement), else peer us / the
+    time the peer was compared with (``peer_base_by_peer``, then ``peer_base_us``, then us)."""
     r = (row.get("ratios") or {}).get(peer)
-    return r if r is not None else row["peers"][peer] / row["us"]
+    if r is not None:
+        return r
+    base = (row.get("peer_base_by_peer") or {}).get(peer) or row.get("peer_base_us") or row["us"]
+    return row["peers"][peer] / base
 
 
 def _rows(report: dict) -> list:
@@ -102,7 +106,7 @@ def best_peer(b: dict):
     peers = [(p, u) for p, u in (b.get("peers") or {}).items() if not is_own(p) and u]
     if not peers:
         return None
-    p, u = min(peers, key=lambda x: x[1])
+    p, u = min(peers, key=lambda x: ratio(b, x[0]))
     return p, u, ratio(b, p)
 
 

@@ -140,6 +140,10 @@ ALTERNATING_METHOD = ("each peer timed in {rounds} rounds alternating with kerne
                       "the median of kernelgen's of the same rounds")
 
 
+class _BaseFailed(Exception):
+    """kernelgen's own call (``measure``'s ``base``) raised while alternating with a peer."""
+
+
 def measure(entry: dict, builders: dict, timer, reference=None, base=None, rounds: int = 1) -> None:
     """Build, run once, compare and time each peer; fills ``entry["peers"]`` (µs),
     ``entry["unavailable"]`` (reason), ``entry["max_diff"]`` (largest |peer - kernelgen|) and
@@ -156,7 +160,8 @@ def measure(entry: dict, builders: dict, timer, reference=None, base=None, round
     divides by it), both lists in ``entry["peer_rounds_us"][name]``: one timing each, taken minutes
     apart, put a kernel on whichever clock level the GPU held then (levels 1 % apart on the H200:
     docs/dev/perf-log.md, "The gpt-oss snippet's 0.993x read again").
-    Never raises for a peer's failure (KeyboardInterrupt aside).
+    Never raises for a peer's failure (KeyboardInterrupt aside); a failure of ``base`` is raised
+    as it is (the entry's, not the peer's).
     """
     import statistics
     import time
@@ -189,13 +194,21 @@ def measure(entry: dict, builders: dict, timer, reference=None, base=None, round
                 tk, tp = [], []
                 for r in range(rounds):
                     for fn, acc in (((base, tk), (peer.fn, tp)) if r % 2 == 0 else ((peer.fn, tp), (base, tk))):
-                        acc.append(timer(fn))
+                        if fn is base:
+                            try:
+                                acc.append(timer(fn))
+                            except Exception as err:   # kernelgen's own failure is not the peer's
+                                raise _BaseFailed(err) from err
+                        else:
+                            acc.append(timer(fn))
                 entry["peers"][name] = statistics.median(tp)
                 entry.setdefault("peer_base_by_peer", {})[name] = statistics.median(tk)
                 entry.setdefault("peer_rounds_us", {})[name] = {"peer": tp, "kernelgen": tk}
                 entry["peer_method"] = ALTERNATING_METHOD.format(rounds=rounds)
             else:
                 entry["peers"][name] = timer(peer.fn)
+        except _BaseFailed as e:   # kernelgen's call failed between a peer's rounds: the entry's error
+            raise e.__cause__
         except Exception as e:  # noqa: BLE001 - a peer that cannot run is reported, not dropped
             entry["unavailable"][name] = reason(e, warned or ())
             entry["peers"].pop(name, None)

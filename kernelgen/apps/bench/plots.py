@@ -210,17 +210,24 @@ PEER_SERIES_NAMES = {lab: names[0] for lab, names in PEER_SERIES}
 
 def peer_rates(entry: dict) -> dict:
     """{series label: rate} of an entry with a rate (TFLOP/s or TB/s as its metric): kernelgen's
-    own and each peer series' (the entry's rate x kernelgen µs / peer µs)."""
+    own and each peer series' (the entry's rate x the peer's ratio, ``report.entry_ratios``: its
+    time over kernelgen's time the peers' way, ``report.peer_base_for``)."""
+    from .report import entry_ratios
+
     metric = entry.get("metric")
     rate = entry.get(metric) if metric in ("tflops", "tbps") else None
     if not rate or not entry.get("us"):
         return {}
+    ratios = entry_ratios(entry)
     out = {}
     for label, names in PEER_SERIES:
         for n in names:
-            t = entry["us"] if n == KERNELGEN else (entry.get("peers") or {}).get(n)
-            if t and t > 0:
-                out[label] = rate * entry["us"] / t
+            if n == KERNELGEN:
+                out[label] = rate
+                break
+            r = ratios.get(n)
+            if r and r > 0:
+                out[label] = rate / r
                 break
     return out
 

@@ -120,7 +120,13 @@ def peer_base_for(entry: dict, peer: str):
     """The kernelgen time one peer's time is divided by: kernelgen's median over the rounds that
     alternated with that peer (``peer_base_by_peer``, ``peers.measure``'s ``base``), else
     ``peer_base``."""
-    return (entry.get("peer_base_by_peer") or {}).get(peer) or peer_base(entry)
+    b = (entry.get("peer_base_by_peer") or {}).get(peer)
+    return b if _positive(b) else peer_base(entry)
+
+
+def _positive(x) -> bool:
+    """A finite positive number (not a bool)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
 def entry_ratios(entry: dict) -> dict:
