@@ -196,9 +196,40 @@ def test_warmup_windows_cover_the_dispatchers_sliding_window_choices():
     assert warmup_specs("sm_80", windows=(np.int64(128),), **kw) == warmup_specs("sm_80", windows=(128,), **kw)
 
 
+def test_warmup_unsplit_covers_calls_without_split_kv():
+    """``unsplit`` (``kernelgen warmup --unsplit``): the kernels of calls with ``num_splits=1`` (the
+    FA3-compatible varlen entry's default) or ``max_num_splits=1``, which the phases' hints do not
+    reach (a long decode splits; so does a 256-key one on the 16-key decode tile): the decider's
+    kernels for such calls (prefill, chunked, decode, a paged mixed batch) are all in it; the unsplit
+    decode and fused kernels are not without it; a superset of the plain set."""
+    from kernelgen.selection import decide
+    from kernelgen.selection.catalog import warmup_specs
+    from test_decide import A100, H200, sig
+
+    kw = dict(head_dims=(64, 128), dtypes=("bf16",), causals=(True,), layouts=("soa",),
+              phases=("prefill", "chunked", "decode"), gqas=(1, 4), paged=(False, True))
+    calls = [dict(max_seqlen_q=4096, max_seqlen_k=4096, batch=1, rows=4096),
+             dict(max_seqlen_q=512, max_seqlen_k=32768, paged=True, page_size=16, batch=1, rows=512),
+             dict(max_seqlen_q=1, max_seqlen_k=32768, paged=True, page_size=16, batch=64, rows=64),
+             dict(max_seqlen_q=1, max_seqlen_k=20000, batch=64, rows=64),
+             dict(max_seqlen_q=512, max_seqlen_k=32768, paged=True, page_size=16, batch=40, rows=600)]
+    for arch, dev in (("sm_90a", H200), ("sm_80", A100)):
+        plain = set(warmup_specs(arch, **kw))
+        specs = set(warmup_specs(arch, unsplit=True, **kw))
+        assert plain < specs
+        missed = 0
+        for call in calls:
+            for d in (64, 128):
+                for cut in ({"num_splits": 1}, {"max_num_splits": 1}):
+                    r = decide.decide(sig(head_dim=d, head_dim_v=d, num_heads_q=32, **call, **cut), dev)
+                    assert set(r.specs) <= specs, (arch, d, call, cut, [x.name for x in r.specs if x not in specs])
+                    missed += not set(r.specs) <= plain
+        assert missed >= 4, (arch, missed)
+
+
 def test_cli_md_counts_the_window_kernels_serving_warmup_adds_on_sm90a():
     """docs/cli.md: "`--serving --window 4095` adds N kernels for `sm_90a` to the M of `--serving`,
-    `--window 4095,127` K" -- what ``kernelgen warmup`` builds."""
+    `--window 4095,127` K" and "`--serving --unsplit` adds U" -- what ``kernelgen warmup`` builds."""
     import re
 
     from kernelgen.selection.catalog import warmup_specs
@@ -210,6 +241,9 @@ def test_cli_md_counts_the_window_kernels_serving_warmup_adds_on_sm90a():
     kw = dict(phases=["prefill", "chunked", "decode"], gqas=[1, 4, 8], paged=[False, True])
     n = [len(warmup_specs("sm_90a", windows=w, **kw)) for w in ((), (4095,), (4095, 127))]
     assert (int(m.group(2)), int(m.group(1)), int(m.group(3))) == (n[0], n[1] - n[0], n[2] - n[0])
+    u = re.search(r"`--serving --unsplit` adds (\d+) kernels for `sm_90a` to the (\d+) of `--serving`", text)
+    assert u is not None
+    assert (int(u.group(2)), int(u.group(1))) == (n[0], len(warmup_specs("sm_90a", unsplit=True, **kw)) - n[0])
 
 
 def test_install_and_cli_docs_count_the_serving_and_fp8_kernels():
@@ -355,6 +389,8 @@ def test_warmup_window_flag(tmp_path, monkeypatch):
         assert ei.value.code == 2
     assert cli.main(base + ["--kv-heads", "8,1"]) == 0
     assert seen["specs"] == warmup_specs("sm_90a", [64], ["bf16"], [True], ["soa"], kv_heads=[8, 1])
+    assert cli.main(base + ["--unsplit"]) == 0
+    assert seen["specs"] == warmup_specs("sm_90a", [64], ["bf16"], [True], ["soa"], unsplit=True)
     for bad in ("0", "x", ","):
         with pytest.raises(SystemExit) as ei:
             cli.main(base + ["--kv-heads", bad])

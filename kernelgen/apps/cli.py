@@ -3,7 +3,7 @@
     kernelgen warmup [--arch sm_90a] [--head-dim 64,128] [--dtype bf16] [--causal|--no-causal]
                      [--layout soa,aos] [--phase prefill,chunked,decode] [--gqa 1,4,8] [--kv-heads 8,1] [--paged|--both-paged]
                      [--page-size 16,24] [--serving] [--softcap] [--alibi] [--sinks] [--variant FILE]
-                     [--window 4096[,128]] [--kv-dtype e4m3[,e5m2]] [--jobs N] [--cache-dir DIR]
+                     [--window 4096[,128]] [--kv-dtype e4m3[,e5m2]] [--unsplit] [--jobs N] [--cache-dir DIR]
     kernelgen cache path|list|verify [--repair]|clear [--cache-dir DIR]
     kernelgen doctor
     kernelgen demo [--trace FILE] [--max-tokens N] [--max-len N] [--layout soa|aos] [--arch sm_90a]
@@ -240,6 +240,10 @@ def build_parser() -> argparse.ArgumentParser:
                         f"class: on sm_90a the Hopper kernel's for prefill shapes and the sm_80 mainloop's), and "
                         f"those of an e4m3 q with q_descale (FA3's FP8 attention: the Hopper FP8 tensor-core "
                         f"kernels); default: no FP8 kernels")
+    w.add_argument("--unsplit", action="store_true",
+                   help="also the kernels of calls without split-KV (num_splits=1, the default of "
+                        "kernelgen.compat.flash_attn_varlen_func as of FA3's, or max_num_splits=1), which the "
+                        "phases' length hints do not reach at long contexts")
     w.add_argument("--jobs", "-j", type=_positive_int, default=None, metavar="N",
                    help="compile processes (default: the number of CPUs)")
     _add_cache_dir(w)
@@ -502,7 +506,8 @@ def cmd_warmup(args) -> int:
                          **({"alibi": True} if args.alibi else {}), **({"sinks": True} if args.sinks else {}),
                          **({"variants": codes} if codes else {}),
                          **({"kv_dtypes": kv_dtypes} if kv_dtypes else {}),
-                         **({"windows": args.window} if args.window else {}), kv_heads=args.kv_heads)
+                         **({"windows": args.window} if args.window else {}), kv_heads=args.kv_heads,
+                         **({"unsplit": True} if args.unsplit else {}))
     try:
         compiled, cached = warmup(specs, root, jobs=args.jobs, desc=f"warmup {arch}")
     except CacheDirectoryError as e:  # untrusted or unwritable: nothing (or not everything) was kept

@@ -71,7 +71,8 @@ def head_dim_pairs(head_dims) -> tuple:
 def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, True), layouts=LAYOUTS,
                  phases=("prefill",), gqas=(1,), paged=(False,), softcap: bool = False, num_sms: int = 132,
                  page_sizes=(16,), settings: Settings | None = None, alibi: bool = False,
-                 sinks: bool = False, variants=(), kv_dtypes=(), windows=(), kv_heads=KV_HEADS) -> list:
+                 sinks: bool = False, variants=(), kv_dtypes=(), windows=(), kv_heads=KV_HEADS,
+                 unsplit: bool = False) -> list:
     """Every kernel spec the dispatcher would use for the given product of call options.
 
     Args:
@@ -102,6 +103,9 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
             instead of the plain ones; on sm_90a every Hopper kernel a call may end on where a build
             may spill (three warpgroups, option "m" or packed, and their twins at each of
             ``heuristics.VARIANT_TWIN_LEVELS``: ``selection.spills``).
+        unsplit: also every combination's kernels without split-KV (the calls with ``num_splits=1``,
+            FlashAttention-3's varlen default through ``kernelgen.compat``, or ``max_num_splits=1``;
+            the phases' hints split long contexts, and decode ones on the 16-key tile short ones too).
         windows: left windows in tokens (ints in [0, ``spec.MAX_WINDOW``]) of causal
             sliding-window calls, ``window_size=(w, 0)`` (Mistral, Gemma 2, gpt-oss; engines pass
             the model's window minus one): each adds the local-mask kernels of every other
@@ -159,11 +163,13 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
     pairs = head_dim_pairs(head_dims)
     for layout, dtype, (d, dv), (mask, span), phase, kvh, gqa, pg, cap, al, var in itertools.product(
             layouts, dtypes, pairs, masks, phases, kv_heads, gqas, paged, caps, alibis, codes):
-        for max_q, max_k in PHASE_HINTS[phase]:
+        for (max_q, max_k), split_cap in itertools.product(PHASE_HINTS[phase], (0, 1) if unsplit else (0,)):
+            # (split_cap 1: the unsplit calls' kernels, the same a num_splits=1 call takes)
+            sc = {"max_num_splits": split_cap} if split_cap else {}
             kw = dict(num_heads_q=kvh * int(gqa), num_heads_kv=kvh, mask=mask, layout=layout,
                       max_seqlen_q=max_q, max_seqlen_k=max_k, paged=bool(pg), softcap=cap, num_sms=num_sms,
                       sm90_opts=opts, window_span=span, **({"alibi": True} if al else {}),
-                      **({"variant": var} if var is not None else {}))
+                      **({"variant": var} if var is not None else {}), **sc)
             # (the single-class calls pack GQA on the Hopper kernel as KERNELGEN_SM90_PACK_GQA says; unset,
             # calls of short requests pack: heuristics.sm90_pack_auto, so both kernels)
             v = heuristics.choose(arch, dtype, d, dv, sm90_pack=settings.sm90_pack_gqa, **kw)
@@ -238,7 +244,7 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                                                     num_heads_kv=kvh, mask=mask, layout=layout,
                                                     max_seqlen_q=max_q, max_seqlen_k=max_k, paged=True, softcap=cap,
                                                     num_sms=num_sms, page_size=ps, sm90_opts=opts, alibi=al,
-                                                    window_span=span,
+                                                    window_span=span, **sc,
                                                     **({"variant": var, "variant_spills": vsp} if var is not None
                                                        else {}))
                         if pv is not None:
@@ -246,7 +252,7 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
             elif pg and max_q > heuristics.short_query_tokens(hq, kvh):
                 # a paged call with long queries takes the fused mixed-batch launch (decide.use_fused)
                 mkw = dict(num_heads_q=hq, num_heads_kv=kvh, mask=mask, layout=layout,
-                           max_seqlen_k=max_k, paged=True, softcap=cap, num_sms=num_sms)
+                           max_seqlen_k=max_k, paged=True, softcap=cap, num_sms=num_sms, **sc)
                 fv = heuristics.choose_fused(arch, dtype, d, dv, **mkw)
                 mkw["window_span"] = span   # (the sm_80 fused kernel takes none: decide)
                 if fv is not None:
