@@ -144,6 +144,14 @@ class _BaseFailed(Exception):
     """kernelgen's own call (``measure``'s ``base``) raised while alternating with a peer."""
 
 
+def _time_base(timer, base) -> float:
+    """``timer(base)``, a failure raised as ``_BaseFailed`` (kernelgen's own, not the peer's)."""
+    try:
+        return timer(base)
+    except Exception as err:
+        raise _BaseFailed(err) from err
+
+
 def measure(entry: dict, builders: dict, timer, reference=None, base=None, rounds: int = 1) -> None:
     """Build, run once, compare and time each peer; fills ``entry["peers"]`` (µs),
     ``entry["unavailable"]`` (reason), ``entry["max_diff"]`` (largest |peer - kernelgen|) and
@@ -193,14 +201,8 @@ def measure(entry: dict, builders: dict, timer, reference=None, base=None, round
             if base is not None and rounds > 1:
                 tk, tp = [], []
                 for r in range(rounds):
-                    for fn, acc in (((base, tk), (peer.fn, tp)) if r % 2 == 0 else ((peer.fn, tp), (base, tk))):
-                        if fn is base:
-                            try:
-                                acc.append(timer(fn))
-                            except Exception as err:   # kernelgen's own failure is not the peer's
-                                raise _BaseFailed(err) from err
-                        else:
-                            acc.append(timer(fn))
+                    for own, acc in (((True, tk), (False, tp)) if r % 2 == 0 else ((False, tp), (True, tk))):
+                        acc.append(_time_base(timer, base) if own else timer(peer.fn))
                 entry["peers"][name] = statistics.median(tp)
                 entry.setdefault("peer_base_by_peer", {})[name] = statistics.median(tk)
                 entry.setdefault("peer_rounds_us", {})[name] = {"peer": tp, "kernelgen": tk}
