@@ -212,7 +212,12 @@ def test_warmup_unsplit_covers_calls_without_split_kv():
              dict(max_seqlen_q=512, max_seqlen_k=32768, paged=True, page_size=16, batch=1, rows=512),
              dict(max_seqlen_q=1, max_seqlen_k=32768, paged=True, page_size=16, batch=64, rows=64),
              dict(max_seqlen_q=1, max_seqlen_k=20000, batch=64, rows=64),
-             dict(max_seqlen_q=512, max_seqlen_k=32768, paged=True, page_size=16, batch=40, rows=600)]
+             dict(max_seqlen_q=512, max_seqlen_k=32768, paged=True, page_size=16, batch=40, rows=600),
+             # speculative-decode steps (2-64 query tokens) in a paged batch: with num_splits=1 no fused
+             # launch, one class on the mid tile (packed / unpacked) or, unpacked at GQA 8, the decode tile
+             # (a review's find: these were missing)
+             *(dict(max_seqlen_q=mq, max_seqlen_k=8192, paged=True, page_size=16, batch=64, rows=64 * mq)
+               for mq in (2, 5, 8, 12, 16, 40, 64))]
     for arch, dev in (("sm_90a", H200), ("sm_80", A100)):
         plain = set(warmup_specs(arch, **kw))
         specs = set(warmup_specs(arch, unsplit=True, **kw))
@@ -220,11 +225,32 @@ def test_warmup_unsplit_covers_calls_without_split_kv():
         missed = 0
         for call in calls:
             for d in (64, 128):
-                for cut in ({"num_splits": 1}, {"max_num_splits": 1}):
-                    r = decide.decide(sig(head_dim=d, head_dim_v=d, num_heads_q=32, **call, **cut), dev)
-                    assert set(r.specs) <= specs, (arch, d, call, cut, [x.name for x in r.specs if x not in specs])
-                    missed += not set(r.specs) <= plain
+                for hq in (8, 32, 64):   # GQA 1, 4, 8 of kw's gqas on 8 KV heads
+                    for cut in ({"num_splits": 1}, {"max_num_splits": 1}):
+                        r = decide.decide(sig(head_dim=d, head_dim_v=d, num_heads_q=hq, **call, **cut), dev)
+                        assert set(r.specs) <= specs, (arch, d, hq, call, cut,
+                                                       [x.name for x in r.specs if x not in specs])
+                        missed += not set(r.specs) <= plain
         assert missed >= 4, (arch, missed)
+
+
+def test_unsplit_short_hints_reach_the_short_query_tile_classes():
+    """``catalog.unsplit_short_hints``: its query lengths land in the tile classes they are there for
+    (``heuristics.tile_class_for_rows``: the decode tile up to 16 rows, the mid tile up to 64), packed
+    and unpacked as ``heuristics.default_pack_gqa`` packs them."""
+    from kernelgen.selection import heuristics
+    from kernelgen.selection.catalog import DECODE_TILE_ROWS, MID_TILE_ROWS, unsplit_short_hints
+
+    assert heuristics.tile_class_for_rows(DECODE_TILE_ROWS) == "decode"
+    assert heuristics.tile_class_for_rows(DECODE_TILE_ROWS + 1) == heuristics.tile_class_for_rows(MID_TILE_ROWS) == "mid"
+    assert heuristics.tile_class_for_rows(MID_TILE_ROWS + 1) == "prefill"
+    for gqa in (1, 2, 4, 5, 8, 16):
+        got = set()
+        for q, _k in unsplit_short_hints(gqa):
+            packed = heuristics.default_pack_gqa(gqa, q)
+            got.add((heuristics.tile_class_for_rows(q * gqa if packed else q, packed), packed))
+        want = {("mid", False)} | ({("mid", True)} if gqa > 1 else set()) | ({("decode", False)} if gqa > 4 else set())
+        assert want <= got, (gqa, got)
 
 
 def test_cli_md_counts_the_window_kernels_serving_warmup_adds_on_sm90a():

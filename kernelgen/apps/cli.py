@@ -243,7 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--unsplit", action="store_true",
                    help="also the kernels of calls without split-KV (num_splits=1, the default of "
                         "kernelgen.compat.flash_attn_varlen_func as of FA3's, or max_num_splits=1), which the "
-                        "phases' length hints do not reach at long contexts")
+                        "phases' length hints do not reach at long contexts, and those of decode steps "
+                        "of 2-64 query tokens (speculative decoding)")
     w.add_argument("--jobs", "-j", type=_positive_int, default=None, metavar="N",
                    help="compile processes (default: the number of CPUs)")
     _add_cache_dir(w)

@@ -33,6 +33,21 @@ PHASE_HINTS = {
     "decode": ((1, 32768), (1, 256)),
 }
 
+#: Query rows up to which a request tile takes the decode tile, and the 64-row mid tile
+#: (``heuristics.tile_class_for_rows``).
+DECODE_TILE_ROWS, MID_TILE_ROWS = 16, 64
+
+
+def unsplit_short_hints(gqa: int) -> tuple:
+    """The (max_seqlen_q, max_seqlen_k) hints of the short-query calls without split-KV that the
+    decode phase's hints (one query token, which packs ``gqa`` > 1 query heads) do not reach: a paged
+    batch of speculative-decode steps or short chunks whose longest request has 2-64 query tokens
+    takes, with ``num_splits=1`` (no fused mixed-batch launch then, ``decide.use_fused``), one class:
+    the mid tile unpacked (64 query tokens) and packed (``heuristics.default_pack_gqa``: 64 // gqa
+    tokens), and the decode tile unpacked (16 tokens, which do not pack above a GQA ratio of 4)."""
+    qs = (MID_TILE_ROWS, MID_TILE_ROWS // gqa, DECODE_TILE_ROWS)
+    return tuple((q, 32768) for q in dict.fromkeys(q for q in qs if q > 1))
+
 
 def _ints(values, name: str, low: int, high, what: str) -> tuple:
     """``values`` as Python ints in [low, high] (any integral type but bool; duplicates dropped),
@@ -105,7 +120,9 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
             ``heuristics.VARIANT_TWIN_LEVELS``: ``selection.spills``).
         unsplit: also every combination's kernels without split-KV (the calls with ``num_splits=1``,
             FlashAttention-3's varlen default through ``kernelgen.compat``, or ``max_num_splits=1``;
-            the phases' hints split long contexts, and decode ones on the 16-key tile short ones too).
+            the phases' hints split long contexts, and decode ones on the 16-key tile short ones too),
+            the decode phase's with 2-64 query tokens too (``unsplit_short_hints``: a paged batch of
+            speculative-decode steps runs as one class on the mid tile with ``num_splits=1``).
         windows: left windows in tokens (ints in [0, ``spec.MAX_WINDOW``]) of causal
             sliding-window calls, ``window_size=(w, 0)`` (Mistral, Gemma 2, gpt-oss; engines pass
             the model's window minus one): each adds the local-mask kernels of every other
@@ -163,8 +180,10 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
     pairs = head_dim_pairs(head_dims)
     for layout, dtype, (d, dv), (mask, span), phase, kvh, gqa, pg, cap, al, var in itertools.product(
             layouts, dtypes, pairs, masks, phases, kv_heads, gqas, paged, caps, alibis, codes):
-        for (max_q, max_k), split_cap in itertools.product(PHASE_HINTS[phase], (0, 1) if unsplit else (0,)):
-            # (split_cap 1: the unsplit calls' kernels, the same a num_splits=1 call takes)
+        hints = [(h, 0) for h in PHASE_HINTS[phase]]
+        if unsplit:   # (split_cap 1: the unsplit calls' kernels, the same a num_splits=1 call takes)
+            hints += [(h, 1) for h in PHASE_HINTS[phase] + (unsplit_short_hints(int(gqa)) if phase == "decode" else ())]
+        for (max_q, max_k), split_cap in hints:
             sc = {"max_num_splits": split_cap} if split_cap else {}
             kw = dict(num_heads_q=kvh * int(gqa), num_heads_kv=kvh, mask=mask, layout=layout,
                       max_seqlen_q=max_q, max_seqlen_k=max_k, paged=bool(pg), softcap=cap, num_sms=num_sms,
