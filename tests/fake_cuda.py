@@ -468,7 +468,8 @@ def make_plan(monkeypatch, **kw):
 
     with monkeypatch.context() as m:
         m.setattr(plan, "torch", _CpuTorch())
-        p = plan.AttentionPlan(device="cpu", **kw)
+        m.setattr(plan, "_device_index", lambda device: None)
+        p = plan.AttentionPlan(**kw)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: None)
     return p
 

@@ -234,6 +234,26 @@ def test_warmup_unsplit_covers_calls_without_split_kv():
         assert missed >= 4, (arch, missed)
 
 
+def test_warmup_unsplit_alone_says_it_added_nothing(tmp_path, monkeypatch, capsys):
+    """``--unsplit`` without a phase it adds kernels to (the default prefill phase, whose length hint
+    does not split) builds what the plain call builds and says so on stderr (a new user's find: it
+    did nothing, silently); with ``--phase decode`` it adds kernels and prints no note."""
+    seen = _capture_warmup(monkeypatch)
+    base = ["warmup", "--arch", "sm_90a", "--head-dim", "128", "--dtype", "bf16", "--cache-dir", str(tmp_path)]
+    assert cli.main(base) == 0
+    plain = list(seen["specs"])
+    capsys.readouterr()
+    assert cli.main(base + ["--unsplit"]) == 0
+    assert seen["specs"] == plain
+    assert cli.UNSPLIT_PREFILL_NOTE in capsys.readouterr().err
+    assert cli.main(base + ["--phase", "decode"]) == 0
+    decode = set(seen["specs"])
+    capsys.readouterr()
+    assert cli.main(base + ["--phase", "decode", "--unsplit"]) == 0
+    assert set(seen["specs"]) > decode
+    assert cli.UNSPLIT_PREFILL_NOTE not in capsys.readouterr().err
+
+
 def test_unsplit_short_hints_reach_the_short_query_tile_classes():
     """``catalog.unsplit_short_hints``: its query lengths land in the tile classes they are there for
     (``heuristics.tile_class_for_rows``: the decode tile up to 16 rows, the mid tile up to 64), packed
@@ -270,6 +290,8 @@ def test_cli_md_counts_the_window_kernels_serving_warmup_adds_on_sm90a():
     u = re.search(r"`--serving --unsplit` adds (\d+) kernels for `sm_90a` to the (\d+) of `--serving`", text)
     assert u is not None
     assert (int(u.group(2)), int(u.group(1))) == (n[0], len(warmup_specs("sm_90a", unsplit=True, **kw)) - n[0])
+    install = (Path(__file__).resolve().parents[1] / "docs" / "install.md").read_text()
+    assert f"`--unsplit` adds the {u.group(1)}\nkernels" in install or f"`--unsplit` adds the {u.group(1)} kernels" in install
 
 
 def test_install_and_cli_docs_count_the_serving_and_fp8_kernels():

@@ -40,13 +40,26 @@ def test_every_relative_link_of_the_docs_resolves():
 
 
 def test_user_docs_do_not_send_users_to_the_developer_log():
-    """The log is linked from the performance page only (not from the README or the guides)."""
+    """The log is linked from the performance page only (not from the README or the guides), which
+    also cite none of its sections by name ("perf log, "Thirty-ninth session"": a new user's find)."""
+    import re
+
+    units = "first|second|third|fourth|fifth|sixth|seventh|eighth|ninth"
+    teens = ("tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|"
+             "nineteenth|twentieth|thirtieth|fortieth|fiftieth|sixtieth|seventieth")
+    ordinal = re.compile(rf"\b(perf log|(((twenty|thirty|forty|fifty|sixty|seventy)-)?({units})|{teens})\s+session)\b",
+                         re.IGNORECASE)
+    for bad in ("in the forty-seventh session", 'perf log, "Thirty-ninth', "the fifty-first\nsession", "twelfth session"):
+        assert ordinal.search(bad), bad
+    for fine in ("each test session gets", "a serving session", "the first call of a session"):
+        assert not ordinal.search(fine), fine
     for page in ["README.md"] + [p.relative_to(REPO).as_posix() for p in (REPO / "docs").glob("*.md")]:
         text = (REPO / page).read_text()
         if page == "docs/performance.md":
             assert "dev/perf-log.md" in text
         else:
             assert "perf-log" not in text and "perf-notes" not in text, page
+            assert not ordinal.search(text), (page, ordinal.search(text).group(0))
 
 
 #: Paths cited in code that need not exist: build output and the link checker's own test fixtures.
@@ -267,6 +280,22 @@ def test_api_md_names_every_parameter_of_the_warmup_functions():
         assert m is not None, qual
         named = [p.split("=")[0].strip() for p in m.group(1).split(",")]
         assert named == list(inspect.signature(fn).parameters), (qual, named)
+
+
+def test_api_md_names_every_parameter_of_the_reference_functions():
+    """docs/api.md's ``attention_reference`` and ``tolerance`` lines name every parameter, in order (a
+    new user's find: the variants' and the descales' arguments, and ``kv_dtype``, were missing)."""
+    import inspect
+    import re
+
+    from kernelgen.apps import reference
+
+    text = (REPO / "docs" / "api.md").read_text()
+    for name in ("attention_reference", "tolerance"):
+        m = re.search(rf"`{name}\(([a-z].*?)\)`", text)    # (the signature, not "(..., x=)" mentions)
+        assert m is not None, name
+        named = [x.split("=")[0].strip() for x in re.split(r",\s*(?=[a-z*])", m.group(1)) if x.strip() != "*"]
+        assert named == list(inspect.signature(getattr(reference, name)).parameters), (name, named)
 
 
 def test_warm_gpu_tests_sanitize_group_builds_each_case_under_its_environment(monkeypatch):

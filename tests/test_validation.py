@@ -242,6 +242,30 @@ def test_plan_on_cuda_without_an_index_takes_the_current_device(monkeypatch, dev
     assert asked == [3]
 
 
+@pytest.mark.parametrize("device", ["cpu", torch.device("cpu"), "meta", "nonsense", 1.5])
+def test_plan_device_that_is_not_cuda_is_refused_naming_it(monkeypatch, device):
+    """AttentionPlan(device="cpu") raised CuPy's "TypeError: an integer is required" from the device
+    query, naming nothing (a new user's find): a device that is not CUDA, or names none, is a
+    ValueError naming ``device`` before any CUDA call."""
+    from kernelgen.jit import runtime
+
+    monkeypatch.setattr(runtime, "device", lambda ordinal: pytest.fail("the device was read"))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: pytest.fail("the CUDA device was looked up"))
+    with pytest.raises(ValueError, match="^device: "):
+        kernelgen.AttentionPlan(max_batch=4, num_heads_q=2, num_heads_kv=1, head_dim=64, device=device)
+
+
+@pytest.mark.parametrize("device", [None, "cuda", torch.device("cuda")])
+def test_plan_without_a_cuda_device_says_so(monkeypatch, device):
+    """With no CUDA device, None and "cuda" give the same RuntimeError ("cuda" gave torch's bare one)."""
+    def no_cuda():
+        raise RuntimeError("Found no NVIDIA driver on your system.")
+
+    monkeypatch.setattr(torch.cuda, "current_device", no_cuda)
+    with pytest.raises(RuntimeError, match="^AttentionPlan needs a CUDA device: Found no NVIDIA driver"):
+        kernelgen.AttentionPlan(max_batch=4, num_heads_q=2, num_heads_kv=1, head_dim=64, device=device)
+
+
 def test_error_classes_are_top_level_names():
     """The errors a call raises besides TypeError/ValueError are public top-level names (the
     modules that define them moved when the package was split into layers)."""

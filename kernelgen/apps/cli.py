@@ -515,9 +515,16 @@ def cmd_warmup(args) -> int:
         print(f"kernelgen warmup: error: {e}", file=sys.stderr)
         return 1
     print(f"warmup {arch}: {compiled} compiled, {cached} already cached ({len(specs)} variants) in {root}")
+    if args.unsplit and set(phases) <= {"prefill"}:
+        print(UNSPLIT_PREFILL_NOTE, file=sys.stderr)
     if arch in UNTESTED_ARCHS:
         print(untested_arch_note(arch))
     return 0
+
+
+#: Printed (stderr) when ``--unsplit`` comes without a phase it adds kernels to.
+UNSPLIT_PREFILL_NOTE = ("note: --unsplit added nothing: the prefill phase's length hint does not split; it adds kernels with "
+                        "--phase chunked / decode or --serving")
 
 
 def untested_arch_note(arch: str) -> str:

@@ -20,6 +20,29 @@ from ..launch import bind, oneoff, quant_q, sinks as _sinks
 from ..selection import arguments, decide, signature, spills, validation
 
 
+def _device_index(device) -> int:
+    """The CUDA device index of ``AttentionPlan``'s ``device`` argument: None (the current device), an
+    int, "cuda" / torch.device("cuda") (the current device) or "cuda:N" / torch.device("cuda", N).
+
+    Raises:
+        ValueError: ``device`` names no device or a device that is not CUDA (the message names it).
+        RuntimeError: no CUDA device is available (torch without CUDA, no driver, no GPU).
+    """
+    if device is not None:
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, TypeError, ValueError) as e:
+            raise ValueError(f"device: an int, 'cuda', 'cuda:N' or a torch.device, got {device!r} ({e})") from None
+        if dev.type != "cuda":
+            raise ValueError(f"device: AttentionPlan runs on a CUDA device, got {device!r}")
+        if dev.index is not None:
+            return dev.index
+    try:   # (None, or "cuda" without an index: the current device, as torch means it)
+        return torch.cuda.current_device()
+    except (AssertionError, RuntimeError) as e:  # torch without CUDA, or no driver / device
+        raise RuntimeError(f"AttentionPlan needs a CUDA device: {e}") from e
+
+
 class AttentionPlan:
     """State for varlen attention steps with at most ``max_batch`` requests and ``max_total_q``
     query tokens.
@@ -111,8 +134,9 @@ class AttentionPlan:
     Raises:
         ValueError / TypeError: bad capacities, head counts, head dims, dtype, kv_dtype, window,
             softcap, num_splits, max_num_splits, layout or arch (a forced "sm_90a" the plan's variant, FP8 cache
-            or device cannot run, or with the fused launch).
-        RuntimeError: ``device`` None and no CUDA device (or a torch without CUDA).
+            or device cannot run, or with the fused launch); a ``device`` that is not a CUDA device
+            (ValueError naming it).
+        RuntimeError: ``device`` None or "cuda" and no CUDA device (or a torch without CUDA).
     """
 
     def __init__(self, *, max_batch: int, num_heads_q: int, num_heads_kv: int, head_dim: int,
@@ -131,16 +155,7 @@ class AttentionPlan:
         qd = validation.q_dtype(q_dtype, kv)
         quantize_q, sinks = bool(quantize_q), bool(sinks)
         head_dim_v = head_dim if head_dim_v is None else head_dim_v
-        if device is None:
-            try:
-                device = torch.cuda.current_device()
-            except (AssertionError, RuntimeError) as e:  # torch without CUDA, or no device
-                raise RuntimeError(f"AttentionPlan needs a CUDA device: {e}") from e
-        else:
-            dev = torch.device(device)
-            device = dev.index
-            if device is None and dev.type == "cuda":  # "cuda" without an index: the current device
-                device = torch.cuda.current_device()
+        device = _device_index(device)
         self.device = torch.device("cuda", device)
         self.capacity = int(max_batch)
         self.max_total_q = int(max_total_q) if max_total_q is not None else self.capacity * max(1, max_seqlen_q)
