@@ -207,7 +207,7 @@ def test_warmup_unsplit_covers_calls_without_split_kv():
     from test_decide import A100, H200, sig
 
     kw = dict(head_dims=(64, 128), dtypes=("bf16",), causals=(True,), layouts=("soa",),
-              phases=("prefill", "chunked", "decode"), gqas=(1, 4), paged=(False, True))
+              phases=("prefill", "chunked", "decode"), gqas=(1, 4, 8), paged=(False, True))
     calls = [dict(max_seqlen_q=4096, max_seqlen_k=4096, batch=1, rows=4096),
              dict(max_seqlen_q=512, max_seqlen_k=32768, paged=True, page_size=16, batch=1, rows=512),
              dict(max_seqlen_q=1, max_seqlen_k=32768, paged=True, page_size=16, batch=64, rows=64),
@@ -234,24 +234,21 @@ def test_warmup_unsplit_covers_calls_without_split_kv():
         assert missed >= 4, (arch, missed)
 
 
-def test_warmup_unsplit_alone_says_it_added_nothing(tmp_path, monkeypatch, capsys):
-    """``--unsplit`` without a phase it adds kernels to (the default prefill phase, whose length hint
-    does not split) builds what the plain call builds and says so on stderr (a new user's find: it
-    did nothing, silently); with ``--phase decode`` it adds kernels and prints no note."""
+def test_warmup_unsplit_says_when_it_added_nothing(tmp_path, monkeypatch, capsys):
+    """``--unsplit`` on options whose calls do not split (the default prefill phase at 8 KV heads, packed
+    K/V) builds what the plain call builds and says so on stderr (a new user's find: it did nothing,
+    silently); where it adds kernels it prints no note: decode, and the prefill phase on a paged cache
+    or with one KV head (a review's find: a note keyed on the phase alone was false there)."""
     seen = _capture_warmup(monkeypatch)
     base = ["warmup", "--arch", "sm_90a", "--head-dim", "128", "--dtype", "bf16", "--cache-dir", str(tmp_path)]
-    assert cli.main(base) == 0
-    plain = list(seen["specs"])
-    capsys.readouterr()
-    assert cli.main(base + ["--unsplit"]) == 0
-    assert seen["specs"] == plain
-    assert cli.UNSPLIT_PREFILL_NOTE in capsys.readouterr().err
-    assert cli.main(base + ["--phase", "decode"]) == 0
-    decode = set(seen["specs"])
-    capsys.readouterr()
-    assert cli.main(base + ["--phase", "decode", "--unsplit"]) == 0
-    assert set(seen["specs"]) > decode
-    assert cli.UNSPLIT_PREFILL_NOTE not in capsys.readouterr().err
+    cases = [([], False), (["--phase", "decode"], True), (["--paged"], True), (["--kv-heads", "1"], True)]
+    for extra, adds in cases:
+        assert cli.main(base + extra) == 0
+        plain = list(seen["specs"])
+        capsys.readouterr()
+        assert cli.main(base + extra + ["--unsplit"]) == 0
+        assert (set(seen["specs"]) > set(plain)) == adds and set(seen["specs"]) >= set(plain), extra
+        assert (cli.UNSPLIT_IDLE_NOTE in capsys.readouterr().err) == (not adds), extra
 
 
 def test_unsplit_short_hints_reach_the_short_query_tile_classes():

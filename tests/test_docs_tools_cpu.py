@@ -45,13 +45,15 @@ def test_user_docs_do_not_send_users_to_the_developer_log():
     import re
 
     units = "first|second|third|fourth|fifth|sixth|seventh|eighth|ninth"
-    teens = ("tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|"
-             "nineteenth|twentieth|thirtieth|fortieth|fiftieth|sixtieth|seventieth")
-    ordinal = re.compile(rf"\b(perf log|(((twenty|thirty|forty|fifty|sixty|seventy)-)?({units})|{teens})\s+session)\b",
-                         re.IGNORECASE)
-    for bad in ("in the forty-seventh session", 'perf log, "Thirty-ninth', "the fifty-first\nsession", "twelfth session"):
+    tens = "twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety"
+    whole = ("tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|"
+             "nineteenth|twentieth|thirtieth|fortieth|fiftieth|sixtieth|seventieth|eightieth|ninetieth|hundredth")
+    ordinal = re.compile(rf"\b(perf[- ]log|perf[- ]notes|(({tens})-({units})|{whole}|\d+(st|nd|rd|th))\s+session"
+                         rf"|session\s+\d+)\b", re.IGNORECASE)
+    for bad in ("in the forty-seventh session", 'perf log, "Thirty-ninth', "the fifty-first\nsession", "twelfth session",
+                "Eightieth session", "the 59th session", "session 59", "Perf-log"):
         assert ordinal.search(bad), bad
-    for fine in ("each test session gets", "a serving session", "the first call of a session"):
+    for fine in ("each test session gets", "a serving session", "the first call of a session", "in your first session"):
         assert not ordinal.search(fine), fine
     for page in ["README.md"] + [p.relative_to(REPO).as_posix() for p in (REPO / "docs").glob("*.md")]:
         text = (REPO / page).read_text()
@@ -283,19 +285,32 @@ def test_api_md_names_every_parameter_of_the_warmup_functions():
 
 
 def test_api_md_names_every_parameter_of_the_reference_functions():
-    """docs/api.md's ``attention_reference`` and ``tolerance`` lines name every parameter, in order (a
-    new user's find: the variants' and the descales' arguments, and ``kv_dtype``, were missing)."""
+    """docs/api.md's ``kernelgen.apps.reference`` entry gives ``attention_reference``'s and ``tolerance``'s
+    signatures as the code has them: every parameter in order, the keyword-only marker where it is,
+    and each default's value (a new user's find: the variants' and the descales' arguments, and
+    ``kv_dtype``, were missing; a review's: prose mentions elsewhere must not stand in for it)."""
     import inspect
     import re
 
     from kernelgen.apps import reference
 
     text = (REPO / "docs" / "api.md").read_text()
+    start = text.index("- `kernelgen.apps.reference`:")
+    bullet = text[start:text.index("\n- ", start + 1)]
     for name in ("attention_reference", "tolerance"):
-        m = re.search(rf"`{name}\(([a-z].*?)\)`", text)    # (the signature, not "(..., x=)" mentions)
+        m = re.search(rf"`{name}\(([a-z].*?)\)`", bullet)
         assert m is not None, name
-        named = [x.split("=")[0].strip() for x in re.split(r",\s*(?=[a-z*])", m.group(1)) if x.strip() != "*"]
-        assert named == list(inspect.signature(getattr(reference, name)).parameters), (name, named)
+        parts = [x.strip() for x in re.split(r",\s*(?=[a-z*])", m.group(1))]
+        params = list(inspect.signature(getattr(reference, name)).parameters.values())
+        kw_only = False
+        documented = []
+        for part in parts:
+            if part == "*":
+                kw_only = True
+                continue
+            pname, _, default = part.partition("=")
+            documented.append((pname.strip(), kw_only, eval(default) if default else inspect.Parameter.empty))
+        assert documented == [(x.name, x.kind == x.KEYWORD_ONLY, x.default) for x in params], name
 
 
 def test_warm_gpu_tests_sanitize_group_builds_each_case_under_its_environment(monkeypatch):

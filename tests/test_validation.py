@@ -242,11 +242,13 @@ def test_plan_on_cuda_without_an_index_takes_the_current_device(monkeypatch, dev
     assert asked == [3]
 
 
-@pytest.mark.parametrize("device", ["cpu", torch.device("cpu"), "meta", "nonsense", 1.5])
+@pytest.mark.parametrize("device", ["cpu", torch.device("cpu"), "meta", "nonsense", 1.5, -1, "cuda:-1", True, 128, 255,
+                                    256, "cuda:300", "cpu:0"])
 def test_plan_device_that_is_not_cuda_is_refused_naming_it(monkeypatch, device):
     """AttentionPlan(device="cpu") raised CuPy's "TypeError: an integer is required" from the device
     query, naming nothing (a new user's find): a device that is not CUDA, or names none, is a
-    ValueError naming ``device`` before any CUDA call."""
+    ValueError naming ``device`` before any CUDA call; so is an index torch would wrap (it keeps 8 bits:
+    256 read as cuda:0, 255 as the current device: a review's find)."""
     from kernelgen.jit import runtime
 
     monkeypatch.setattr(runtime, "device", lambda ordinal: pytest.fail("the device was read"))

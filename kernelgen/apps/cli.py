@@ -502,29 +502,33 @@ def cmd_warmup(args) -> int:
     phases, gqas, paged = args.phase, args.gqa, args.paged
     if args.serving:
         phases, gqas, paged = ["prefill", "chunked", "decode"], [1, 4, 8], [False, True]
-    specs = warmup_specs(arch, args.head_dim, dtypes, args.causal, args.layout, phases=phases, gqas=gqas,
-                         paged=paged, softcap=args.softcap, page_sizes=args.page_size,
-                         **({"alibi": True} if args.alibi else {}), **({"sinks": True} if args.sinks else {}),
-                         **({"variants": codes} if codes else {}),
-                         **({"kv_dtypes": kv_dtypes} if kv_dtypes else {}),
-                         **({"windows": args.window} if args.window else {}), kv_heads=args.kv_heads,
-                         **({"unsplit": True} if args.unsplit else {}))
+    def catalog(**unsplit):
+        return warmup_specs(arch, args.head_dim, dtypes, args.causal, args.layout, phases=phases, gqas=gqas,
+                            paged=paged, softcap=args.softcap, page_sizes=args.page_size,
+                            **({"alibi": True} if args.alibi else {}), **({"sinks": True} if args.sinks else {}),
+                            **({"variants": codes} if codes else {}),
+                            **({"kv_dtypes": kv_dtypes} if kv_dtypes else {}),
+                            **({"windows": args.window} if args.window else {}), kv_heads=args.kv_heads, **unsplit)
+    specs = catalog(**({"unsplit": True} if args.unsplit else {}))
+    # (--unsplit that adds nothing, as on most prefill-only option sets, says so: a user's find)
+    unsplit_idle = args.unsplit and len(specs) == len(catalog())
     try:
         compiled, cached = warmup(specs, root, jobs=args.jobs, desc=f"warmup {arch}")
     except CacheDirectoryError as e:  # untrusted or unwritable: nothing (or not everything) was kept
         print(f"kernelgen warmup: error: {e}", file=sys.stderr)
         return 1
     print(f"warmup {arch}: {compiled} compiled, {cached} already cached ({len(specs)} variants) in {root}")
-    if args.unsplit and set(phases) <= {"prefill"}:
-        print(UNSPLIT_PREFILL_NOTE, file=sys.stderr)
+    if unsplit_idle:
+        print(UNSPLIT_IDLE_NOTE, file=sys.stderr)
     if arch in UNTESTED_ARCHS:
         print(untested_arch_note(arch))
     return 0
 
 
-#: Printed (stderr) when ``--unsplit`` comes without a phase it adds kernels to.
-UNSPLIT_PREFILL_NOTE = ("note: --unsplit added nothing: the prefill phase's length hint does not split; it adds kernels with "
-                        "--phase chunked / decode or --serving")
+#: Printed (stderr) when ``--unsplit`` adds no kernel to the options' set (``warmup_specs`` with and
+#: without it: the same number of kernels, the unsplit set being a superset).
+UNSPLIT_IDLE_NOTE = ("note: --unsplit added no kernel to these options (their calls do not split); it adds kernels "
+                     "with --phase chunked / decode, --serving, --paged or few --kv-heads")
 
 
 def untested_arch_note(arch: str) -> str:

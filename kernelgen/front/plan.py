@@ -12,12 +12,27 @@ capacity.  A batch padded with zero-length requests does no work for the padding
 """
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from ..jit import runtime
 from ..kernels import kernel_args
 from ..launch import bind, oneoff, quant_q, sinks as _sinks
 from ..selection import arguments, decide, signature, spills, validation
+
+
+def _index_asked(device):
+    """The device index ``device`` spells out (an int, or the N of "cuda:N"), or None."""
+    if isinstance(device, str):
+        head, _, tail = device.partition(":")
+        return int(tail) if tail.strip().lstrip("-").isdigit() else None
+    if isinstance(device, bool) or isinstance(device, torch.device):
+        return None
+    try:
+        return operator.index(device)
+    except TypeError:
+        return None
 
 
 def _device_index(device) -> int:
@@ -35,6 +50,9 @@ def _device_index(device) -> int:
             raise ValueError(f"device: an int, 'cuda', 'cuda:N' or a torch.device, got {device!r} ({e})") from None
         if dev.type != "cuda":
             raise ValueError(f"device: AttentionPlan runs on a CUDA device, got {device!r}")
+        asked = _index_asked(device)
+        if asked is not None and asked != dev.index:   # (torch keeps the index in 8 bits: 256 reads as 0)
+            raise ValueError(f"device: no CUDA device index {asked}, got {device!r}")
         if dev.index is not None:
             return dev.index
     try:   # (None, or "cuda" without an index: the current device, as torch means it)
