@@ -25,7 +25,7 @@ from ..selection import arguments, decide, signature, spills, validation
 def _index_asked(device):
     """The device index ``device`` spells out (an int, or the N of "cuda:N"), or None."""
     if isinstance(device, str):
-        head, _, tail = device.partition(":")
+        _, _, tail = device.partition(":")
         return int(tail) if tail.strip().lstrip("-").isdigit() else None
     if isinstance(device, bool) or isinstance(device, torch.device):
         return None
