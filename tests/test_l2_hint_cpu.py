@@ -51,11 +51,36 @@ def copies(text: str) -> tuple[int, int]:
 def test_only_the_paged_one_warp_tiles_hint_their_copies(arch, tile, kv_dtype, paged, expect_hint):
     spec = AttentionSpec(arch, "bf16", 128, 128, "causal", "soa", tile, pack_gqa=tile.num_warps == 1,
                          split=tile.num_warps == 1, paged=paged, kv_dtype=kv_dtype, mainloop="sm80")
-    hinted, plain = copies(ptx(spec))
+    text = ptx(spec)
+    hinted, plain = copies(text)
     if expect_hint:
         assert hinted > 0 and plain == 0, (hinted, plain)
     else:
         assert hinted == 0 and plain > 0, (hinted, plain)
+    assert prefetch_sizes(text) == ({"L2::128B"} if expect_hint else {""})
+
+
+def prefetch_sizes(text: str) -> set:
+    """The L2 prefetch-size qualifiers (``L2::128B``, ...; "" for none) of the PTX's cp.async copies."""
+    return {(re.search(r"L2::\d+B", op) or [""])[0] for op in _CP_ASYNC.findall(text)}
+
+
+@pytest.mark.parametrize("defines, hinted_size, plain_size", [
+    ("KG_EF_PREFETCH=0", "", ""), ("KG_EF_PREFETCH=256", "L2::256B", ""),
+    ("KG_CP_PREFETCH=64", "L2::128B", "L2::64B"), ("KG_CP_PREFETCH=128,KG_EF_PREFETCH=64", "L2::64B", "L2::128B"),
+])
+def test_prefetch_size_defines(monkeypatch, defines, hinted_size, plain_size):
+    """The evict_first copies prefetch 128 bytes into L2 by default (KG_EF_PREFETCH: the bf16 decode
+    ran 2 % faster on the H100, docs/dev/perf-log.md "Sixtieth session"), the plain ones nothing
+    (KG_CP_PREFETCH); each define sets its copies' qualifier alone."""
+    monkeypatch.setenv(compiler.DEFINES_ENV, defines)
+    tile = TileConfig(16, 16, 1, 2, 8)
+    for paged, size in ((True, hinted_size), (False, plain_size)):
+        spec = AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa", tile, pack_gqa=True, split=True,
+                             paged=paged, mainloop="sm80")
+        text = ptx(spec)
+        assert copies(text)[0 if paged else 1] > 0
+        assert prefetch_sizes(text) == {size}, (paged, defines)
 
 
 @pytest.mark.parametrize("kv_dtype", ["", "e4m3"])
@@ -70,8 +95,10 @@ def test_fused_launches_do_not_hint(hopper, kv_dtype):
     fv = (heuristics.choose_fused_hopper("sm_90a", "bf16", 128, 128, max_seqlen_q=2048, page_size=16, **kw) if hopper
           else heuristics.choose_fused("sm_80", "bf16", 128, 128, **kw))
     assert fv is not None and fv.fused.short.tile.num_warps == 1 and fv.fused.short.paged
-    hinted, plain = copies(ptx(fv.fused))
+    text = ptx(fv.fused)
+    hinted, plain = copies(text)
     assert hinted == 0 and plain > 0, (hinted, plain)
+    assert prefetch_sizes(text) == {""}
 
 
 _NVDISASM = sass.find_nvdisasm()

@@ -15,10 +15,41 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
   return r;
 }
 
+// L2 prefetch sizes (PTX ISA cp.async's .level::prefetch_size, SASS LDGSTS's .LTC128B): KG_CP_PREFETCH
+// for cp_async16, KG_EF_PREFETCH for cp_async16_ef (0, 64, 128 or 256 bytes; 0: no qualifier).  The
+// evict_first copies (the one-warp paged decode tiles' K / V) ask for 128: on the H100 the bf16 decode
+// ran 2 % faster with it (trace b128 and 8 x 128k, llama3-8b, the bench's write flush and a decode
+// layer's L2 state alike), an e4m3 cache as fast as without; 256 made the e4m3 decode 1.22x slower (its
+// d 128 rows are 128 bytes: 256 fetches the next KV head's row too) (docs/dev/perf-log.md, "Sixtieth
+// session").
+#ifndef KG_CP_PREFETCH
+#define KG_CP_PREFETCH 0
+#endif
+#ifndef KG_EF_PREFETCH
+#define KG_EF_PREFETCH 128
+#endif
+#if KG_CP_PREFETCH == 64
+#define KG_CP_PF ".L2::64B"
+#elif KG_CP_PREFETCH == 128
+#define KG_CP_PF ".L2::128B"
+#elif KG_CP_PREFETCH == 256
+#define KG_CP_PF ".L2::256B"
+#else
+#define KG_CP_PF ""
+#endif
+#if KG_EF_PREFETCH == 64
+#define KG_EF_PF ".L2::64B"
+#elif KG_EF_PREFETCH == 128
+#define KG_EF_PF ".L2::128B"
+#elif KG_EF_PREFETCH == 256
+#define KG_EF_PF ".L2::256B"
+#else
+#define KG_EF_PF ""
+#endif
 // 16-byte global->shared copy; when !pred the 16 bytes are zero-filled and nothing is read.
 __device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool pred) {
   int n = pred ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+  asm volatile("cp.async.cg.shared.global" KG_CP_PF " [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
 }
 // The same copy with an L2 evict_first policy (PTX ISA "createpolicy", cp.async's
 // .L2::cache_hint): for data read once, so that it leaves the rest of L2 (page table, scheduler
@@ -28,7 +59,7 @@ __device__ __forceinline__ void cp_async16_ef(u32 dst, const void* src, bool pre
   int n = pred ? 16 : 0;
   u64 pol;
   asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src), "r"(n), "l"(pol));
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint" KG_EF_PF " [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src), "r"(n), "l"(pol));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits for every cp.async copy of this thread, committed to a group or not (cp.async.wait_all).

@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
-# Writes DEST/p256 and DEST/p128: the checkout's templates with the evict_first copy (common/ptx.cuh
-# cp_async16_ef, the one-warp paged decode tiles' K/V / Q copies) given an L2 prefetch size.
+# Writes DEST/ef0: the checkout's templates with the evict_first copies' L2 prefetch size (common/ptx.cuh
+# KG_EF_PREFETCH, the one-warp paged decode tiles' K / V / Q copies) back to none, as before the sixtieth
+# session, for decode_ab.py (which swaps template folders; KERNELGEN_DEFINES would apply to both sides).
 set -eu
 D=${1:?destination folder}
-for P in 256 128; do
-  rm -rf $D/p$P; mkdir -p $D; cp -r templates $D/p$P
-  sed -i "s/cp.async.cg.shared.global.L2::cache_hint \[/cp.async.cg.shared.global.L2::cache_hint.L2::${P}B [/" $D/p$P/common/ptx.cuh
-  grep -q "L2::${P}B" $D/p$P/common/ptx.cuh
-done
+rm -rf $D/ef0; mkdir -p $D; cp -r templates $D/ef0
+sed -i "s/^#define KG_EF_PREFETCH 128$/#define KG_EF_PREFETCH 0/" $D/ef0/common/ptx.cuh
+grep -q "^#define KG_EF_PREFETCH 0$" $D/ef0/common/ptx.cuh

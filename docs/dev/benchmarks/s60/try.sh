@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Ran as call 4 at 1a451d6, with that commit's l2_prefetch_templates.sh, which wrote p256 / p128 folders.)
 # Sixtieth session, a device try (carry [".peers/manifest.json", ".peers/part1"]).  On an H200: stash the
 # peers' part 1 (rc 3 expected) for b.sh.  On anything else (an H100): decode_ab of the one-warp decode
 # tiles' K/V copies with an L2 prefetch size (cp.async ... .L2::256B / .L2::128B beside the evict_first
