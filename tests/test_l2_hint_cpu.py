@@ -65,14 +65,31 @@ def prefetch_sizes(text: str) -> set:
     return {(re.search(r"L2::\d+B", op) or [""])[0] for op in _CP_ASYNC.findall(text)}
 
 
+@pytest.mark.parametrize("kv_dtype, d, dv, size", [
+    ("", 64, 64, "L2::128B"), ("", 256, 256, "L2::128B"), ("", 192, 128, "L2::128B"),
+    ("e4m3", 128, 128, "L2::128B"), ("e5m2", 256, 256, "L2::128B"), ("e4m3", 64, 64, ""), ("e5m2", 64, 64, ""),
+])
+def test_hinted_copies_prefetch_128_bytes_where_a_row_has_them(kv_dtype, d, dv, size):
+    """The evict_first copies prefetch 128 bytes into L2 where one head's K and V rows are 128 bytes
+    or more (bf16 d 128 / 256 ran 1.2-2.2 % faster on the H100), none where a row is shorter: an e4m3
+    row of d 64 is 64 bytes, and 128 fetched the next KV head's row too (1.11-1.18x slower;
+    docs/dev/perf-log.md, "Sixtieth session")."""
+    tile = TileConfig(16, 16, 1, 2, 12 if kv_dtype and d <= 128 else 8)
+    spec = AttentionSpec("sm_90a", "bf16", d, dv, "causal", "soa", tile, pack_gqa=True, split=True, paged=True,
+                         kv_dtype=kv_dtype, mainloop="sm80")
+    text = ptx(spec)
+    assert copies(text)[0] > 0
+    assert prefetch_sizes(text) == {size}
+
+
 @pytest.mark.parametrize("defines, hinted_size, plain_size", [
     ("KG_EF_PREFETCH=0", "", ""), ("KG_EF_PREFETCH=256", "L2::256B", ""),
     ("KG_CP_PREFETCH=64", "L2::128B", "L2::64B"), ("KG_CP_PREFETCH=128,KG_EF_PREFETCH=64", "L2::64B", "L2::128B"),
 ])
 def test_prefetch_size_defines(monkeypatch, defines, hinted_size, plain_size):
-    """The evict_first copies prefetch 128 bytes into L2 by default (KG_EF_PREFETCH: the bf16 decode
-    ran 2 % faster on the H100, docs/dev/perf-log.md "Sixtieth session"), the plain ones nothing
-    (KG_CP_PREFETCH); each define sets its copies' qualifier alone."""
+    """KG_EF_PREFETCH overrides the evict_first copies' size, KG_CP_PREFETCH sets the plain copies'
+    (none by default: 128 made the fused mixed-batch kernels' decode tiles slower on the H100); each
+    define sets its copies' qualifier alone."""
     monkeypatch.setenv(compiler.DEFINES_ENV, defines)
     tile = TileConfig(16, 16, 1, 2, 8)
     for paged, size in ((True, hinted_size), (False, plain_size)):

@@ -14,7 +14,7 @@ __host__ __device__ constexpr int copy_tpr(int cpr) {
 
 // cp_async16, with the L2 evict_first hint in the one-warp decode tiles (KV_EVICT_FIRST)
 __device__ __forceinline__ void copy16(u32 dst, const void* src, bool pred) {
-  if (KV_EVICT_FIRST) cp_async16_ef(dst, src, pred);
+  if (KV_EVICT_FIRST) cp_async16_ef<KV_EF_PREFETCH>(dst, src, pred);
   else cp_async16(dst, src, pred);
 }
 

@@ -53,6 +53,17 @@ constexpr bool Q_REGS = NW == 1 && MT == 1 && D <= 128;
 // with prefill tiles that reread their K / V, and the hinted copies made the Hopper fused FP8
 // kernel (head dim 128, window, soft-cap) spill inside a key-block loop (tests/test_fused_hopper_cpu.py).
 constexpr bool KV_EVICT_FIRST = NW == 1 && PAGED && {{ "false" if v.get("fused") else "true" }};
+// Their L2 prefetch size (common/ptx.cuh cp_async16_ef): 128 bytes where one head's K and V rows are
+// 128 bytes or more, none below.  Measured on the H100 (docs/dev/perf-log.md, "Sixtieth session";
+// decode_ab, the bench's paged decode batches, write flush and a decode layer's L2 state): bf16 rows
+// of 256-512 bytes (d 128, 256) 1.2-2.2 % faster on llama3-8b / -70b-tp8 / gemma2, 128-byte rows (bf16
+// d 64, e4m3 d 128) within 0.5 %; e4m3 d 64's 64-byte rows 1.11-1.18x slower with 128 (the next KV
+// head's row came along) as e4m3 d 128 with 256 (1.22x).
+#ifdef KG_EF_PREFETCH
+constexpr int KV_EF_PREFETCH = KG_EF_PREFETCH;
+#else
+constexpr int KV_EF_PREFETCH = (D < DV ? D : DV) * {{ 1 if v.get("kv_dtype") else 2 }} >= 128 ? 128 : 0;
+#endif
 {% if v.get("fp8_regs") and v.head_dim > 128 %}
 // Q_FRAGS: FP8_REGS above head dim 128 (AttentionSpec.fp8_in_registers), where Q's fragments do not
 // fit in registers beside O: the warp's Q fragments, in FP8_REGS' head-dim order and converted to

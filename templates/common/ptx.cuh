@@ -16,17 +16,11 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
 }
 
 // L2 prefetch sizes (PTX ISA cp.async's .level::prefetch_size, SASS LDGSTS's .LTC128B): KG_CP_PREFETCH
-// for cp_async16, KG_EF_PREFETCH for cp_async16_ef (0, 64, 128 or 256 bytes; 0: no qualifier).  The
-// evict_first copies (the one-warp paged decode tiles' K / V) ask for 128: on the H100 the bf16 decode
-// ran 2 % faster with it (trace b128 and 8 x 128k, llama3-8b, the bench's write flush and a decode
-// layer's L2 state alike), an e4m3 cache as fast as without; 256 made the e4m3 decode 1.22x slower (its
-// d 128 rows are 128 bytes: 256 fetches the next KV head's row too) (docs/dev/perf-log.md, "Sixtieth
-// session").
+// for every cp_async16 (0, 64, 128 or 256 bytes; 0, the default: no qualifier), an experiment define (on
+// the H100, 128 made the fused mixed-batch kernels' decode tiles 1-4 % slower); cp_async16_ef's comes
+// from its caller (template argument PF, KG_EF_PREFETCH overriding it).
 #ifndef KG_CP_PREFETCH
 #define KG_CP_PREFETCH 0
-#endif
-#ifndef KG_EF_PREFETCH
-#define KG_EF_PREFETCH 128
 #endif
 #if KG_CP_PREFETCH == 64
 #define KG_CP_PF ".L2::64B"
@@ -37,15 +31,6 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
 #else
 #define KG_CP_PF ""
 #endif
-#if KG_EF_PREFETCH == 64
-#define KG_EF_PF ".L2::64B"
-#elif KG_EF_PREFETCH == 128
-#define KG_EF_PF ".L2::128B"
-#elif KG_EF_PREFETCH == 256
-#define KG_EF_PF ".L2::256B"
-#else
-#define KG_EF_PF ""
-#endif
 // 16-byte global->shared copy; when !pred the 16 bytes are zero-filled and nothing is read.
 __device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool pred) {
   int n = pred ? 16 : 0;
@@ -55,11 +40,20 @@ __device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool pred) 
 // .L2::cache_hint): for data read once, so that it leaves the rest of L2 (page table, scheduler
 // metadata, split-KV partials, the layer's weights) where it is.  ptxas folds the constant policy
 // into the copy's memory descriptor: no extra instruction a copy.
+// PF: the L2 prefetch size in bytes (0: none; 64, 128, 256).
+template <int PF>
 __device__ __forceinline__ void cp_async16_ef(u32 dst, const void* src, bool pred) {
   int n = pred ? 16 : 0;
   u64 pol;
   asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint" KG_EF_PF " [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src), "r"(n), "l"(pol));
+  if (PF == 64)
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::64B [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src), "r"(n), "l"(pol));
+  else if (PF == 128)
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::128B [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src), "r"(n), "l"(pol));
+  else if (PF == 256)
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src), "r"(n), "l"(pol));
+  else
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src), "r"(n), "l"(pol));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits for every cp.async copy of this thread, committed to a group or not (cp.async.wait_all).
