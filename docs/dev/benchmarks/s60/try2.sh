@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Ran as call 5 at 07520f3, with that commit's l2_prefetch_templates.sh and templates.)
 # Sixtieth session, a device try (carry [".peers/manifest.json", ".peers/part1"]).  On an H200: stash the
 # peers' part 1 (rc 3 expected) for b.sh.  On anything else (an H100): the evict_first copies' L2 prefetch
 # of 128 bytes (KG_EF_PREFETCH, this tree's default) against none (ef0) on the bench's paged decode batches
