@@ -1,7 +1,8 @@
 """The one-warp decode tiles of standalone launches on a paged cache copy (K, V and their few Q rows)
 with an L2 evict_first hint, and nothing else does: not the packed caches, the prefill tiles or the
-fused mixed-batch kernels (CPU, NVRTC to PTX); no hinted kernel gets a misaligned memory descriptor
-(SASS).  The hint (common/ptx.cuh ``cp_async16_ef``, variant_sm80.cuh ``KV_EVICT_FIRST``) was
+fused mixed-batch kernels (CPU, NVRTC to PTX); those copies ask L2 for whole 128-byte lines where a
+head's rows are whole lines, and the defines KG_EF_PREFETCH / KG_CP_PREFETCH set the sizes; no hinted
+kernel gets a misaligned memory descriptor (SASS).  The hint (common/ptx.cuh ``cp_async16_ef``, variant_sm80.cuh ``KV_EVICT_FIRST``) was
 measured on the H200 with attention timed after the GEMMs that precede it in a decode layer: 1-5 %
 faster on every bench decode batch (docs/dev/perf-log.md, "Thirty-seventh session" and
 "Thirty-eighth session")."""
@@ -65,21 +66,32 @@ def prefetch_sizes(text: str) -> set:
     return {(re.search(r"L2::\d+B", op) or [""])[0] for op in _CP_ASYNC.findall(text)}
 
 
-@pytest.mark.parametrize("kv_dtype, d, dv, size", [
-    ("", 64, 64, "L2::128B"), ("", 256, 256, "L2::128B"), ("", 192, 128, "L2::128B"),
-    ("e4m3", 128, 128, "L2::128B"), ("e5m2", 256, 256, "L2::128B"), ("e4m3", 64, 64, ""), ("e5m2", 64, 64, ""),
+@pytest.mark.parametrize("dtype, kv_dtype, d, dv, alibi, size", [
+    ("bf16", "", 64, 64, False, "L2::128B"), ("fp16", "", 128, 128, False, "L2::128B"),
+    ("bf16", "", 256, 256, False, "L2::128B"), ("bf16", "", 192, 128, False, "L2::128B"),
+    ("bf16", "", 96, 96, False, ""),                                   # 192-byte rows straddle two heads
+    ("bf16", "e4m3", 128, 128, False, "L2::128B"), ("fp16", "e5m2", 256, 256, False, "L2::128B"),
+    ("bf16", "e4m3", 64, 64, False, ""), ("fp16", "e5m2", 64, 64, False, ""),
+    ("bf16", "e4m3", 96, 96, False, ""), ("bf16", "e4m3", 192, 128, False, ""),
+    ("bf16", "e4m3", 64, 64, True, ""), ("bf16", "e4m3", 128, 128, True, "L2::128B"),   # FP8 tiles not FP8_REGS
 ])
-def test_hinted_copies_prefetch_128_bytes_where_a_row_has_them(kv_dtype, d, dv, size):
-    """The evict_first copies prefetch 128 bytes into L2 where one head's K and V rows are 128 bytes
-    or more (bf16 d 128 / 256 ran 1.2-2.2 % faster on the H100), none where a row is shorter: an e4m3
-    row of d 64 is 64 bytes, and 128 fetched the next KV head's row too (1.11-1.18x slower;
-    docs/dev/perf-log.md, "Sixtieth session")."""
+def test_hinted_copies_prefetch_128_bytes_where_rows_are_whole_lines(dtype, kv_dtype, d, dv, alibi, size):
+    """The evict_first copies prefetch 128 bytes into L2 where one head's K and V rows are whole
+    multiples of 128 bytes (bf16 d 128 / 256 ran 1.2-2.2 % faster on the H100), none otherwise: an
+    e4m3 row of d 64 is 64 bytes, and 128 fetched the next KV head's row too (1.11-1.18x slower;
+    docs/dev/perf-log.md, "Sixtieth session"); rows of 96 / 192 bytes straddle two heads' lines.
+    The qualifier reaches the SASS (LDGSTS .LTC128B) where nvdisasm is found."""
     tile = TileConfig(16, 16, 1, 2, 12 if kv_dtype and d <= 128 else 8)
-    spec = AttentionSpec("sm_90a", "bf16", d, dv, "causal", "soa", tile, pack_gqa=True, split=True, paged=True,
-                         kv_dtype=kv_dtype, mainloop="sm80")
+    spec = AttentionSpec("sm_90a", dtype, d, dv, "causal", "soa", tile, pack_gqa=True, split=True, paged=True,
+                         kv_dtype=kv_dtype, mainloop="sm80", alibi=alibi)
+    assert not (alibi and spec.fp8_in_registers), spec.name   # the ALiBi cases: FP8 tiles of the other kind
     text = ptx(spec)
     assert copies(text)[0] > 0
     assert prefetch_sizes(text) == {size}
+    if _NVDISASM is not None:
+        res = compiler.compile_cubin(render.render(spec), "sm_90a", compiler.default_options("sm_90a"), spec.name)
+        ops = set(re.findall(r"LDGSTS[.\w]*", sass.disassemble(res.cubin, _NVDISASM)))
+        assert ops and all(("LTC128B" in op) == bool(size) for op in ops), ops
 
 
 @pytest.mark.parametrize("defines, hinted_size, plain_size", [
@@ -123,19 +135,31 @@ _NVDISASM = sass.find_nvdisasm()
 
 @pytest.mark.skipif(_NVDISASM is None, reason="nvdisasm not found")
 @pytest.mark.parametrize("arch", ["sm_90a"])   # (sm_80's LDGSTS take no descriptor operand)
-@pytest.mark.parametrize("paged", [False, True])
-@pytest.mark.parametrize("kv_dtype, d", [("", 64), ("", 128), ("", 256), ("e4m3", 64), ("e4m3", 128),
-                                         ("e5m2", 256)])
-def test_decode_copies_use_aligned_memory_descriptors(arch, paged, kv_dtype, d):
+@pytest.mark.parametrize("dtype, kv_dtype, d, dv, mask, split, paged", [
+    *[("bf16", kv, d, d, "causal", True, paged) for kv, d in (("", 64), ("", 128), ("", 256), ("e4m3", 64),
+                                                                ("e4m3", 128), ("e5m2", 256)) for paged in (False, True)],
+    # FP8 caches without a mask or splits: ptxas gave the hinted copies desc[UR1] here (fp16 q at
+    # d 128, either q at 192 x 128), so they copy without the hint; the neighbours keep it
+    ("fp16", "e4m3", 128, 128, "none", False, True), ("fp16", "e5m2", 128, 128, "none", False, True),
+    ("bf16", "e4m3", 192, 128, "none", False, True), ("fp16", "e5m2", 192, 128, "none", False, True),
+    ("fp16", "e4m3", 128, 128, "causal", False, True), ("fp16", "e4m3", 128, 128, "none", True, True),
+    ("bf16", "e4m3", 192, 128, "local", False, True), ("fp16", "", 128, 128, "none", False, True),
+    ("bf16", "", 192, 128, "none", False, True),
+])
+def test_decode_copies_use_aligned_memory_descriptors(arch, dtype, kv_dtype, d, dv, mask, split, paged):
     """Every LDGSTS of the one-warp decode tiles names an even uniform register pair as its 64-bit
-    memory descriptor.  With the L2 hint on packed FP8 K/V, NVRTC 13.0 gave 8-16 of them desc[UR1]
-    and the kernel raised an illegal instruction on the H200 (docs/dev/perf-log.md, "Thirty-seventh
-    session"); this is the CPU-side guard for any change to the copies' cache policy."""
-    tile = TileConfig(16, 16, 1, 2, 12 if kv_dtype and d <= 128 else 8)
-    spec = AttentionSpec(arch, "bf16", d, d, "causal", "soa", tile, pack_gqa=True, split=True, paged=paged,
+    memory descriptor.  With the L2 hint on packed FP8 K/V, NVRTC 13.0
+    gave 8-16 of them desc[UR1] and the kernel raised an illegal instruction on the H200
+    (docs/dev/perf-log.md, "Thirty-seventh session"); paged FP8 tiles without a mask or splits got it
+    too (fp16 q at d 128, 192 x 128: "Sixtieth session"), so those copy without the hint.  This is the
+    CPU-side guard for any change to the copies' cache policy."""
+    tile = TileConfig(16, 16, 1, 2, 12 if kv_dtype and max(d, dv) <= 128 else 8)
+    spec = AttentionSpec(arch, dtype, d, dv, mask, "soa", tile, pack_gqa=True, split=split, paged=paged,
                          kv_dtype=kv_dtype, mainloop="sm80")
     res = compiler.compile_cubin(render.render(spec), arch, compiler.default_options(arch), spec.name)
     text = sass.disassemble(res.cubin, _NVDISASM)
     regs = [int(r) for r in re.findall(r"LDGSTS[.\w]* \[[^\]]*\], desc\[UR(\d+)\]", text)]
     assert regs, "no LDGSTS found"
     assert all(r % 2 == 0 for r in regs), sorted(set(regs))
+    hinted = paged and not (kv_dtype and mask == "none" and not split)
+    assert copies(ptx(spec))[0 if hinted else 1] > 0 and copies(ptx(spec))[1 if hinted else 0] == 0

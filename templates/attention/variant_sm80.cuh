@@ -52,17 +52,26 @@ constexpr bool Q_REGS = NW == 1 && MT == 1 && D <= 128;
 // decode launches only (measured there): in the fused mixed-batch kernels the decode tiles share L2
 // with prefill tiles that reread their K / V, and the hinted copies made the Hopper fused FP8
 // kernel (head dim 128, window, soft-cap) spill inside a key-block loop (tests/test_fused_hopper_cpu.py).
-constexpr bool KV_EVICT_FIRST = NW == 1 && PAGED && {{ "false" if v.get("fused") else "true" }};
-// Their L2 prefetch size (common/ptx.cuh cp_async16_ef): 128 bytes where one head's K and V rows are
-// 128 bytes or more, none below.  Measured on the H100 (docs/dev/perf-log.md, "Sixtieth session";
-// decode_ab, the bench's paged decode batches, write flush and a decode layer's L2 state): bf16 rows
-// of 256-512 bytes (d 128, 256) 1.2-2.2 % faster on llama3-8b / -70b-tp8 / gemma2, 128-byte rows (bf16
-// d 64, e4m3 d 128) within 0.5 %; e4m3 d 64's 64-byte rows 1.11-1.18x slower with 128 (the next KV
-// head's row came along) as e4m3 d 128 with 256 (1.22x).
+// Nor on FP8 caches without a mask or splits: there NVRTC 13.0's ptxas gives the hinted copies the odd
+// descriptor register again (desc[UR1]: fp16 q at d 128, either q at d 192 x 128, e4m3 and e5m2; a
+// CPU sweep of 960 paged decode tiles found no other), the pattern that died of an illegal instruction
+// on the H200 on packed caches; these kernels have not run on a GPU with the hint, so they copy
+// without it (tests/test_l2_hint_cpu.py scans their SASS).
+constexpr bool KV_EVICT_FIRST = NW == 1 && PAGED && {{ "false" if v.get("fused") else "true" }}
+    && !({{ "true" if v.get("kv_dtype") else "false" }} && !CAUSAL && !LOCAL && !SPLIT);
+// Their L2 prefetch size (common/ptx.cuh cp_async16_ef): 128 bytes where one head's K row and V row are
+// whole multiples of 128 bytes (their 128-byte lines then hold nothing of the next head's rows), none
+// otherwise.  Measured on the H100 (docs/dev/perf-log.md, "Sixtieth session"; decode_ab, the bench's
+// paged decode batches, write flush and a decode layer's L2 state): bf16 rows of 256-512 bytes (d 128,
+// 256) 1.2-2.2 % faster on llama3-8b / -70b-tp8 / gemma2, e4m3 rows of 128-256 bytes and bf16 d 64's
+// 128 within 0.7 %; e4m3 d 64's 64-byte rows 1.11-1.18x slower with 128 (the next KV head's row came
+// along) as e4m3 d 128 with 256 (1.22x).  Rows of 96 or 192 bytes (e4m3 d 96 / 192, bf16 d 96) stay
+// without: not measured, and their lines straddle two heads.  KG_EF_PREFETCH overrides it.
+constexpr int KV_ELEM_BYTES = {{ 1 if v.get("kv_dtype") else 2 }};
 #ifdef KG_EF_PREFETCH
 constexpr int KV_EF_PREFETCH = KG_EF_PREFETCH;
 #else
-constexpr int KV_EF_PREFETCH = (D < DV ? D : DV) * {{ 1 if v.get("kv_dtype") else 2 }} >= 128 ? 128 : 0;
+constexpr int KV_EF_PREFETCH = (D * KV_ELEM_BYTES) % 128 == 0 && (DV * KV_ELEM_BYTES) % 128 == 0 ? 128 : 0;
 #endif
 {% if v.get("fp8_regs") and v.head_dim > 128 %}
 // Q_FRAGS: FP8_REGS above head dim 128 (AttentionSpec.fp8_in_registers), where Q's fragments do not

@@ -28,8 +28,10 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
 #define KG_CP_PF ".L2::128B"
 #elif KG_CP_PREFETCH == 256
 #define KG_CP_PF ".L2::256B"
-#else
+#elif KG_CP_PREFETCH == 0
 #define KG_CP_PF ""
+#else
+#error "KG_CP_PREFETCH must be 0, 64, 128 or 256"
 #endif
 // 16-byte global->shared copy; when !pred the 16 bytes are zero-filled and nothing is read.
 __device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool pred) {
@@ -43,6 +45,7 @@ __device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool pred) 
 // PF: the L2 prefetch size in bytes (0: none; 64, 128, 256).
 template <int PF>
 __device__ __forceinline__ void cp_async16_ef(u32 dst, const void* src, bool pred) {
+  static_assert(PF == 0 || PF == 64 || PF == 128 || PF == 256, "L2 prefetch size: 0, 64, 128 or 256 bytes");
   int n = pred ? 16 : 0;
   u64 pol;
   asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));

@@ -121,6 +121,28 @@ def test_paged_decode_pack_gqa(kv_dtype, num_splits, page_size):
         assert "_kve" in prepared().attn.name
 
 
+@pytest.mark.parametrize("dtype,d,dv,kv_dtype", [(FP16, 128, 128, E4M3), (FP16, 128, 128, E5M2), (BF16, 192, 128, E4M3),
+                                               (FP16, 192, 128, E5M2)])
+def test_paged_decode_unsplit_without_a_mask(dtype, d, dv, kv_dtype):
+    """Paged FP8 decode with no mask and no splits (``num_splits=1``, the FA3 drop-in's varlen default):
+    the one-warp tiles where NVRTC 13.0's ptxas gave the L2-hinted copies an odd descriptor register,
+    which now copy without the hint (variant_sm80.cuh KV_EVICT_FIRST; tests/test_l2_hint_cpu.py)."""
+    klens = [3000, 1, 0, 777, 64]
+    qlens = [1] * len(klens)
+    hq, hkv = 32, 8
+    q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, hq, hkv, d, dv, 16, d + dv, dtype=dtype)
+    kc, vc = kc.to(kv_dtype), vc.to(kv_dtype)
+    kd, vd = descales(len(klens), hkv, 13)
+    k, v, cu_k = gather_paged(kc, vc, pt, used)
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=False, k_descale=kd, v_descale=vd)
+    for _ in range(2):
+        o, lse = _run(q, kc, vc, cu_q, None, 1, max(klens), kd, vd, dv, seqused_k=used, page_table=pt,
+                      causal=False, num_splits=1)
+        check(o, lse, ref, ref_lse, dtype, kv_dtype)
+        name = prepared().attn.name
+        assert "_kve" in name and "_none_" in name and "_split" not in name and "_m16n16w1" in name, name
+
+
 @pytest.mark.parametrize("d,dv,page_size", [(64, 64, 16), (96, 96, 8), (128, 128, 5), (128, 64, 16), (192, 128, 16),
                                              (256, 256, 8)])
 @pytest.mark.parametrize("window,softcap", [((-1, -1), 0.0), ((300, 0), 20.0)])
