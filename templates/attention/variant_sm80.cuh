@@ -53,8 +53,8 @@ constexpr bool Q_REGS = NW == 1 && MT == 1 && D <= 128;
 // with prefill tiles that reread their K / V, and the hinted copies made the Hopper fused FP8
 // kernel (head dim 128, window, soft-cap) spill inside a key-block loop (tests/test_fused_hopper_cpu.py).
 // Nor on FP8 caches without a mask or splits: there NVRTC 13.0's ptxas gives the hinted copies the odd
-// descriptor register again (desc[UR1]: fp16 q at d 128, either q at d 192 x 128, e4m3 and e5m2; a
-// CPU sweep of 960 paged decode tiles found no other), the pattern that died of an illegal instruction
+// descriptor register again (desc[UR1]: fp16 q at d 128 and 192 x 128, e4m3 and e5m2, bf16 q at 192 x 128
+// with e4m3; a CPU sweep of 720 paged decode tiles found no other), the pattern that died of an illegal instruction
 // on the H200 on packed caches; these kernels have not run on a GPU with the hint, so they copy
 // without it (tests/test_l2_hint_cpu.py scans their SASS).
 constexpr bool KV_EVICT_FIRST = NW == 1 && PAGED && {{ "false" if v.get("fused") else "true" }}
