@@ -163,3 +163,14 @@ def test_decode_copies_use_aligned_memory_descriptors(arch, dtype, kv_dtype, d, 
     assert all(r % 2 == 0 for r in regs), sorted(set(regs))
     hinted = paged and not (kv_dtype and mask == "none" and not split)
     assert copies(ptx(spec))[0 if hinted else 1] > 0 and copies(ptx(spec))[1 if hinted else 0] == 0
+
+
+@pytest.mark.parametrize("defines", ["KG_CP_PREFETCH=100", "KG_CP_PREFETCH", "KG_EF_PREFETCH=32"])
+def test_an_invalid_prefetch_size_fails_the_build(monkeypatch, defines):
+    """A prefetch-size define other than 0, 64, 128 or 256 (a bare one reads as 1) stops the compile
+    instead of meaning no prefetch."""
+    monkeypatch.setenv(compiler.DEFINES_ENV, defines)
+    spec = AttentionSpec("sm_90a", "bf16", 128, 128, "causal", "soa", TileConfig(16, 16, 1, 2, 8), pack_gqa=True,
+                         split=True, paged=True, mainloop="sm80")
+    with pytest.raises(compiler.CompileError, match="PREFETCH|prefetch"):
+        compiler.compile_cubin(render.render(spec), "sm_90a", compiler.default_options("sm_90a"), spec.name)
