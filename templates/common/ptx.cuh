@@ -28,11 +28,11 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
 #define KG_CP_PF ".L2::128B"
 #elif KG_CP_PREFETCH == 256
 #define KG_CP_PF ".L2::256B"
-#elif KG_CP_PREFETCH == 0
-#define KG_CP_PF ""
 #else
-#error "KG_CP_PREFETCH must be 0, 64, 128 or 256"
+#define KG_CP_PF ""
 #endif
+static_assert(KG_CP_PREFETCH == 0 || KG_CP_PREFETCH == 64 || KG_CP_PREFETCH == 128 || KG_CP_PREFETCH == 256,
+              "KG_CP_PREFETCH: 0, 64, 128 or 256 bytes");
 // 16-byte global->shared copy; when !pred the 16 bytes are zero-filled and nothing is read.
 __device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool pred) {
   int n = pred ? 16 : 0;
