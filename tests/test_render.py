@@ -146,3 +146,13 @@ def test_decode_tile_keeps_q_in_registers(hd, hdv):
     mid = AttentionSpec("sm_80", "bf16", hd, hdv, "causal", "soa", heuristics.tile_config("sm_80", hd, hdv, "mid"))
     st = mid.tile
     assert mid.smem_bytes() == 2 * (st.block_m * (max(hd, hdv) + 8) + st.num_stages * st.block_n * (hd + hdv + 16))
+
+
+@pytest.mark.parametrize("arch", sorted(heuristics.SMEM_LIMIT))
+def test_every_tile_class_fits_the_arch_shared_memory(arch):
+    """heuristics.tile_config's tile for every head-dim pair and tile class fits the arch's per-CTA
+    shared memory (SMEM_LIMIT): the ~99 KB archs (sm_86, sm_89, sm_120) take the small-memory tables
+    (sm_120's head dim 192 prefill tile asked for 128,000 bytes before)."""
+    for (hd, hdv), cls in itertools.product([(d, d) for d in HEAD_DIMS] + [(192, 128)], heuristics.TILE_CLASSES):
+        spec = AttentionSpec(arch, "bf16", hd, hdv, "causal", "soa", heuristics.tile_config(arch, hd, hdv, cls))
+        assert spec.smem_bytes() <= heuristics.SMEM_LIMIT[arch], (arch, hd, hdv, cls, spec.smem_bytes())

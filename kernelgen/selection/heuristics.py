@@ -467,7 +467,7 @@ def tile_config(arch: str, head_dim: int, head_dim_v: int, tile_class: str = "pr
     d = max(head_dim, head_dim_v)
     if tile_class == "prefill" and d == 128 and extra_state and arch in ("sm_80", "sm_90a"):
         return TileConfig(128, 32, 4, 2, 2)
-    small = arch in ("sm_86", "sm_89")
+    small = SMEM_LIMIT.get(arch, SMEM_LIMIT["sm_86"]) < SMEM_LIMIT["sm_80"]   # sm_86, sm_89, sm_120: ~99 KB a CTA
     if tile_class == "decode":
         table = _DECODE
     elif tile_class == "mid":
