@@ -143,10 +143,106 @@ def test_reference_document_and_prefix_masks():
     (dict(mask_mod="return true; }\n__device__ int evil() { return 1;"), ValueError, "unmatched"),
     (dict(score_mod="(score"), ValueError, "unbalanced"),
     (dict(score_mod="score // note \\"), ValueError, "line continuation"),
+    # a continuation anywhere splices lines before a lexer reads them (here it would end the comment
+    # early for the compiler, and the directive after it would stand at a line's start)
+    (dict(score_mod="float a; /* x *\\\n/\nreturn score;"), ValueError, "line 1 ends in a line continuation"),
+    # the directive's digraph and trigraph
+    (dict(score_mod="%:define min(a, b) (b)\nreturn score;"), ValueError, "preprocessor"),
+    (dict(score_mod="  %:error boom\nreturn score;"), ValueError, "preprocessor"),
+    (dict(score_mod="??=define X 1\nreturn score;"), ValueError, "preprocessor"),
+    # a digit separator is no character literal: it must not hide the lines after it
+    (dict(score_mod='int n = 1\'000; const char* s = "\'/*";\n#define min(a, b) (b)\nconst char* t = "*/";\n'
+                    'return score;'), ValueError, "preprocessor"),
+    (dict(score_mod='return score; /* never closed'), ValueError, "unterminated /\\* comment"),
+    (dict(score_mod='const char* s = "open;\nreturn score;'), ValueError, "unterminated string literal"),
+    (dict(mask_mod="kv_idx > 'a"), ValueError, "unterminated character literal"),
+    (dict(score_mod="//@@kg_line_restore@@\nreturn score;"), ValueError, "@@kg_"),
+    (dict(score_mod="score", tensors={"tanhf": torch.zeros(1)}), ValueError, "device function"),
+    (dict(score_mod="score", tensors={"min": torch.zeros(1)}), ValueError, "device function"),
+    (dict(score_mod="score", tensors={"printf": torch.zeros(1)}), ValueError, "device function"),
 ])
 def test_variant_checks_name_the_argument(kw, exc, msg):
     with pytest.raises(exc, match=msg):
         kernelgen.Variant(**kw)
+
+
+@pytest.mark.parametrize("code", [
+    "int n = 1'000; return score + (float)(n + 'a');",          # digit separators, a character literal
+    "float f = 1'0.5e+1'0f; return score + f * 0.f;",
+    'const char* s = R"x(\n#define no\n)x"; return score + 0.f * s[0];',   # a raw string holds a '#' line
+    "return score + u8'a' * 0.f + L'b' * 0.f;",
+    "return /* a # in a comment */ score;",
+])
+def test_snippets_a_lexer_accepts_pass_the_checks(code):
+    v = kernelgen.Variant(score_mod=code)
+    assert v.score_mod == code and VariantCode(score_mod=code).score_mod == code
+
+
+def test_code_only_blanks_comments_and_literals_as_a_lexer_does():
+    from kernelgen.kernels.variant_code import code_only
+
+    src = "int n = 1'000; // c '\nx = 'a' + \"b'\" /* d\n e */ + R\"q(\")q\" + y;"
+    out = code_only(src)
+    assert [len(x) for x in out.split("\n")] == [len(x) for x in src.split("\n")]
+    assert out.split("\n") == ["int n = 1'000;       ", "x =     +          ", "      +          + y;"]
+    # unterminated pieces run to their line's end (a literal) or the code's end (a comment)
+    assert code_only("a = \"b\nc") == "a =   \nc" and code_only("a /* b\nc") == "a     \n "
+    # linear: a long run of comment openers ends as one unterminated comment
+    assert code_only("score\n" + "/* " * 40000).strip() == "score"
+    with pytest.raises(ValueError, match="unterminated /\\* comment"):
+        kernelgen.Variant(score_mod="score\n" + "/* " * 40000)
+
+
+@pytest.mark.parametrize("code, wrapped", [
+    ("score * 2.f", True),
+    ("[&] { return score * 2.f; }()", True),          # a lambda's return is its own
+    ("({ float t = score; t * 2.f; })", True),        # (a statement expression: its ';' inside braces)
+    ("return score;", False),
+    ("float t = score * 2.f;\nreturn t;", False),
+    ("if (kv_idx > q_idx) { return score; } else { return score * 2.f; }", False),
+    ("{ return score; }", False),
+])
+def test_an_expression_is_wrapped_a_body_kept(code, wrapped):
+    from kernelgen.kernels.variant_code import body
+
+    assert body(code, "score_mod") == (f"return ({code}\n);\n" if wrapped else code + "\n")
+
+
+def test_a_lambda_expression_snippet_compiles_on_its_own_lines(tmp_path):
+    from kernelgen.jit.cache import KernelCache
+
+    v = kernelgen.Variant(score_mod="[&] { return (float)score * 2.f; }()", mask_mod="kv_idx >= 0")
+    spec = dataclasses.replace(_compile_spec("alibi", "sm80_prefill"), variant=v.code)
+    assert KernelCache(tmp_path / "c").get(spec).resources["spill_stores"] == 0
+
+
+def test_a_compile_error_message_stays_short_and_keeps_the_users_lines():
+    """The message shows errors before warnings, at most MAX_SHOWN_DIAGNOSTICS of them, a source line
+    even when it holds the word 'error', and of a long snippet only the lines near them; a body
+    without a return on every path gets a hint."""
+    from kernelgen.jit.compiler import MAX_SHOWN_DIAGNOSTICS, VariantCompileError
+
+    code = VariantCode(score_mod="\n".join(f"float u{i} = 0.f;" for i in range(3000)) +
+                       "\nfloat error_term = score;\nreturn error_term + nope;")
+    log = []
+    for i in range(3000):
+        log += [f'score_mod({i + 1}): warning #177-D: variable "u{i}" was declared but never referenced',
+                f"  float u{i} = 0.f;", "        ^", ""]
+    log += ['score_mod(3002): error: identifier "nope" is undefined', "  return error_term + nope;",
+            "                       ^", "", "1 error detected in the compilation of \"k.cu\"."]
+    e = VariantCompileError("k", "\n".join(log), "/tmp/k.cu", code)
+    msg = str(e)
+    lines = msg.splitlines()
+    assert lines[1] == '  score_mod(3002): error: identifier "nope" is undefined'
+    assert lines[2] == "    return error_term + nope;"
+    assert sum("score_mod(" in x for x in lines) == MAX_SHOWN_DIAGNOSTICS
+    assert "  ... and 2989 more diagnostic(s) in the snippets (the .log has them all)" in lines
+    assert "  3002 | return error_term + nope;" in msg and "    1 | float u0 = 0.f;" in msg
+    assert "  1500 | float u1499 = 0.f;" not in msg and len(lines) < 120
+    missing = VariantCompileError("k", 'k.cu(1136): error: missing return statement at end of non-void function '
+                                  '"kg_user_score_mod"\n1 error detected', None,
+                                  VariantCode(score_mod="if (kv_idx > 0) return score;"))
+    assert "must return a value on every path" in str(missing)
 
 
 def test_variant_json_round_trip_and_with_tensors():

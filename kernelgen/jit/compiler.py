@@ -43,6 +43,13 @@ class CompileError(RuntimeError):
 VARIANT_OPTIONS = ("--diag-error=940",)
 
 _SNIPPET_DIAG = re.compile(r"^(score_mod|mask_mod|kv_range)\((\d+)\)")
+_ANY_DIAG = re.compile(r"^\S+\(\d+\): ")
+_IS_ERROR = re.compile(r"\): (?:catastrophic )?error\b")
+_SUMMARY = re.compile(r"^\d+ (?:errors?|catastrophic errors?) detected")
+#: Most snippet diagnostics a VariantCompileError's message shows (errors first).
+MAX_SHOWN_DIAGNOSTICS = 12
+#: A snippet longer than this is shown by the lines near its diagnostics only.
+MAX_SHOWN_SNIPPET_LINES = 60
 
 
 class VariantCompileError(CompileError, ValueError):
@@ -54,24 +61,43 @@ class VariantCompileError(CompileError, ValueError):
     def __init__(self, name: str, log: str, source_path: str | None, code):
         self.code = code
         lines = log.splitlines()
-        picked = []
+        errors, warnings = [], []
         for i, line in enumerate(lines):
             if _SNIPPET_DIAG.match(line):
-                picked.append("  " + line)
                 # NVRTC follows a diagnostic with the offending line and a caret
-                for follow in lines[i + 1:i + 3]:
-                    if follow.strip() and not re.match(r"^\S+\(\d+\)", follow) and "error" not in follow:
-                        picked.append("  " + follow)
-        if not any("error" in x for x in picked):  # the failure shows outside the snippets (e.g. a type
-            # they produce), or the snippets only drew warnings: the errors too
-            picked += ["  " + x for x in lines if "error" in x and "  " + x not in picked][:8] or \
-                ["  " + x for x in lines[:8]]
+                entry = ["  " + line] + ["  " + f for f in lines[i + 1:i + 3]
+                                         if f.strip() and not _ANY_DIAG.match(f) and not _SUMMARY.match(f)]
+                (errors if _IS_ERROR.search(line) else warnings).append(entry)
+        diags = (errors + warnings)[:MAX_SHOWN_DIAGNOSTICS]
+        picked = [x for entry in diags for x in entry]
+        left = len(errors) + len(warnings) - len(diags)
+        if left:
+            picked.append(f"  ... and {left} more diagnostic(s) in the snippets (the .log has them all)")
+        if not errors:   # the failure shows outside the snippets (e.g. a type they produce), or the
+            # snippets only drew warnings: the errors too
+            outside = [x for x in lines if _IS_ERROR.search(x) and not _SUMMARY.match(x)]
+            picked += ["  " + x for x in outside[:8]] or ["  " + x for x in lines[:8]]
+            if any("missing return statement" in x for x in outside):
+                picked.append("  (a snippet written as a function body must return a value on every path)")
         shown = []
         for what in ("score_mod", "mask_mod", "kv_range"):
             src = getattr(code, what, None)
             if src is not None:
                 shown.append(f"{what}:")
-                shown += [f"  {n:3d} | {text}" for n, text in enumerate(src.splitlines(), 1)]
+                src_lines = src.splitlines()
+                keep = range(1, len(src_lines) + 1)
+                if len(src_lines) > MAX_SHOWN_SNIPPET_LINES:   # a long snippet: the lines near the diagnostics
+                    near = {int(m.group(2)) for entry in diags for m in [_SNIPPET_DIAG.match(entry[0].strip())]
+                            if m and m.group(1) == what}
+                    keep = sorted({k for c in near for k in range(c - 2, c + 3) if 1 <= k <= len(src_lines)})
+                last = 0
+                for n in keep:
+                    if n != last + 1:
+                        shown.append("      ...")
+                    shown.append(f"  {n:3d} | {src_lines[n - 1]}")
+                    last = n
+                if last != len(src_lines):
+                    shown.append(f"      ... ({len(src_lines)} lines)")
         RuntimeError.__init__(
             self, f"NVRTC rejected the user variant's code in {name}:\n" + "\n".join(picked) +
             "\nthe snippets (line numbers as NVRTC counts them):\n" + "\n".join(shown) +

@@ -51,13 +51,114 @@ true try typedef typeid typename union unsigned using virtual void volatile wcha
 SNIPPETS = ("score_mod", "mask_mod", "kv_range")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _RETURN = re.compile(r"\breturn\b")
-#: C++ comments and string / character literals (blanked before looking for ``return`` or braces).
-_COMMENTS_STRINGS = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+#: Identifiers that open a raw string literal when a ``"`` follows at once (``R"x(...)x"``).
+_RAW_PREFIXES = frozenset(("R", "u8R", "uR", "UR", "LR"))
+_IDENT_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_$")
+_DIGITS = frozenset("0123456789")
+
+
+class _Unterminated(ValueError):
+    """A comment or literal that does not end (``_blank``'s strict mode)."""
+
+
+def _blank(code: str, strict: bool) -> str:
+    """``code`` with its comments and string / character literals replaced by spaces (newlines kept,
+    so every line keeps its length), by one left-to-right pass over C++'s tokens as a compiler's
+    lexer reads them (C++17, [lex.pptoken]): identifiers, pp-numbers with their digit separators
+    (``1'000``: the quote is not a character literal), encoding prefixes (``u8"..."``, ``L'x'``), raw
+    strings (``R"d(...)d"``), ``//`` and ``/* */`` comments.  Linear in ``len(code)``.  ``strict``:
+    a comment or literal that does not end raises ``_Unterminated``; otherwise it runs to the end of
+    its line (a literal) or of the code (a comment)."""
+    out = list(code)
+    n = len(code)
+
+    def wipe(a: int, b: int) -> None:
+        for k in range(a, b):
+            if out[k] != "\n":
+                out[k] = " "
+
+    def quoted(i: int, q: str) -> int:   # i at the opening quote; returns the index past the closing one
+        j = i + 1
+        while j < n:
+            c = code[j]
+            if c == "\\":
+                j += 2
+                continue
+            if c == q:
+                return j + 1
+            if c == "\n":
+                break
+            j += 1
+        if strict:
+            raise _Unterminated("an unterminated " + ("string" if q == '"' else "character") + " literal")
+        return min(j, n)
+
+    i = 0
+    while i < n:
+        c = code[i]
+        if c == "/" and i + 1 < n and code[i + 1] == "/":
+            j = code.find("\n", i)
+            j = n if j < 0 else j
+            wipe(i, j)
+            i = j
+        elif c == "/" and i + 1 < n and code[i + 1] == "*":
+            j = code.find("*/", i + 2)
+            if j < 0:
+                if strict:
+                    raise _Unterminated("an unterminated /* comment")
+                j = n
+            else:
+                j += 2
+            wipe(i, j)
+            i = j
+        elif c in _DIGITS or (c == "." and i + 1 < n and code[i + 1] in _DIGITS):
+            j = i + 1   # a pp-number: digits, letters, '.', digit separators, exponent signs
+            while j < n:
+                d = code[j]
+                if d in "+-" and code[j - 1] in "eEpP":
+                    j += 1
+                elif d in _IDENT_CHARS or d == ".":
+                    j += 1
+                elif d == "'" and j + 1 < n and code[j + 1] in _IDENT_CHARS:
+                    j += 2
+                else:
+                    break
+            i = j
+        elif c in _IDENT_CHARS or ord(c) > 127:
+            j = i + 1
+            while j < n and (code[j] in _IDENT_CHARS or ord(code[j]) > 127):
+                j += 1
+            if j < n and code[j] == '"' and code[i:j] in _RAW_PREFIXES:
+                k = code.find("(", j + 1)
+                delim = code[j + 1:k] if k >= 0 else None
+                if delim is None or len(delim) > 16 or any(x in delim for x in ' ()\\\t\v\f\n'):
+                    if strict:
+                        raise _Unterminated("a malformed raw string literal")
+                    i = j
+                    continue
+                end = code.find(")" + delim + '"', k + 1)
+                if end < 0:
+                    if strict:
+                        raise _Unterminated("an unterminated raw string literal")
+                    end = n
+                else:
+                    end += len(delim) + 2
+                wipe(i, end)
+                i = end
+            else:
+                i = j   # (an encoding prefix such as u8 or L stays: the literal after it is blanked next)
+        elif c in "\"'":
+            j = quoted(i, c)
+            wipe(i, j)
+            i = j
+        else:
+            i += 1
+    return "".join(out)
 
 
 def code_only(code: str) -> str:
     """``code`` with its comments and string/character literals blanked (same length per line)."""
-    return _COMMENTS_STRINGS.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), code)
+    return _blank(code, strict=False)
 
 
 def check_tensor_name(name) -> None:
@@ -74,13 +175,24 @@ def check_tensor_name(name) -> None:
     if name in SCOPE_NAMES or name in HELPER_NAMES:
         raise ValueError(f"variant tensor name {name!r} collides with a name the snippets already see "
                          f"({', '.join(SCOPE_NAMES + HELPER_NAMES)})")
+    if name in _MATH_NAMES or _TRANSCENDENTAL.fullmatch(name + "("):
+        raise ValueError(f"variant tensor name {name!r} is a device function the snippets may call (a tensor of "
+                         f"that name would hide it)")
     if name.lower().startswith("kg_") or name.startswith("_") or name.startswith("MD_"):
         raise ValueError(f"variant tensor name {name!r} is reserved (kg_/KG_/MD_ prefixes and a leading '_' are "
                          f"kernelgen's or the compiler's)")
 
 
+#: Preprocessor directives: a logical line whose first token is ``#``, its digraph ``%:`` or the
+#: trigraph ``??=`` (gone in C++17, refused all the same).
+_DIRECTIVE_STARTS = ("#", "%:", "??=")
+
+
 def check_snippet(what: str, code) -> None:
-    """TypeError / ValueError unless ``code`` is None or a non-empty str."""
+    """TypeError / ValueError unless ``code`` is None or a non-empty str that can be the body of one
+    function: no NUL, no line continuation (a backslash ending a line splices lines before anything
+    else reads them), no comment or literal left open, no preprocessor directive (``#``, ``%:``,
+    ``??=`` first on a line), balanced braces and parentheses, not kernelgen's own line marker."""
     if code is None:
         return
     if not isinstance(code, str):
@@ -89,8 +201,17 @@ def check_snippet(what: str, code) -> None:
         raise ValueError(f"{what} is empty: give C++ source or None")
     if "\0" in code:
         raise ValueError(f"{what} contains a NUL character")
-    bare = code_only(code)
-    if any(line.lstrip().startswith("#") for line in bare.splitlines()):
+    if "@@kg_" in code:
+        raise ValueError(f"{what} contains '@@kg_', the text of kernelgen's own source markers")
+    for n, line in enumerate(code.split("\n"), 1):
+        if line.rstrip(" \t\r\f\v").endswith("\\"):
+            raise ValueError(f"{what} line {n} ends in a line continuation (\\): a snippet is the body of one "
+                             f"function and needs none")
+    try:
+        bare = _blank(code, strict=True)
+    except _Unterminated as e:
+        raise ValueError(f"{what} has {e}") from None
+    if any(line.lstrip().startswith(_DIRECTIVE_STARTS) for line in bare.splitlines()):
         raise ValueError(f"{what} contains a preprocessor directive (#...): a snippet is the body of one function")
     depth = {"{": 0, "(": 0}
     for ch in bare:
@@ -103,15 +224,35 @@ def check_snippet(what: str, code) -> None:
                 raise ValueError(f"{what} has an unmatched {ch!r}: a snippet is the body of one function")
     if depth["{"] or depth["("]:
         raise ValueError(f"{what} has unbalanced braces or parentheses")
-    if code.rstrip().endswith("\\"):
-        raise ValueError(f"{what} ends in a line continuation (\\)")
+
+
+#: The first tokens of a statement that cannot start an expression.
+_STATEMENT_START = re.compile(r"\s*(?:\{|(?:if|for|while|do|switch|return|goto)\b)")
+
+
+def _is_body(bare: str) -> bool:
+    """Whether a snippet (comments and literals blanked) is a function body rather than an
+    expression: a ``;`` or a ``return`` outside every brace pair (a lambda's ``[]{ return x; }()`` or
+    a statement expression keeps them inside its braces), or a statement keyword or ``{`` first."""
+    if _STATEMENT_START.match(bare):
+        return True
+    depth = 0
+    for m in re.finditer(r"[{};]|\breturn\b", bare):
+        t = m.group(0)
+        if t == "{":
+            depth += 1
+        elif t == "}":
+            depth -= 1
+        elif depth == 0:
+            return True
+    return False
 
 
 def body(code: str, what: str) -> str:
-    """The C++ function body of a snippet: a function body (it contains ``return``; for
-    ``kv_range`` always the statements as written) is kept as written, an expression is wrapped
-    as ``return (expr);`` on the same lines, so NVRTC's line numbers are the snippet's."""
-    if what == "kv_range" or _RETURN.search(code_only(code)):
+    """The C++ function body of a snippet: a function body (``_is_body``; for ``kv_range`` always the
+    statements as written) is kept as written, an expression is wrapped as ``return (expr);`` on the
+    same lines, so NVRTC's line numbers are the snippet's."""
+    if what == "kv_range" or _is_body(code_only(code)):
         return code.rstrip() + "\n"
     return "return (" + code.rstrip() + "\n);\n"
 
@@ -126,6 +267,15 @@ _TRANSCENDENTAL = re.compile(r"\b(?:tanhf?|kg_tanh|expf?|exp2f?|exp10f?|expm1f?|
                              r"cospif?|__sinf|__cosf|__tanf|__sincosf|powf?|__powf|sqrtf?|rsqrtf?|__frsqrt_rn|"
                              r"cbrtf?|rcbrtf?|hypotf?|rhypotf?|erff?|erfcf?|normcdff?|sinhf?|coshf?|asinhf?|"
                              r"acoshf?|atanhf?|atanf?|atan2f?|asinf?|acosf?|__fdividef)\s*\(")
+
+
+#: Device functions besides ``_TRANSCENDENTAL``'s that snippets commonly call: a user tensor may not
+#: take their names.
+_MATH_NAMES = frozenset("""
+min max abs fabs fabsf fmin fminf fmax fmaxf floor floorf ceil ceilf round roundf rint rintf trunc truncf fmod fmodf
+copysign copysignf isnan isinf isfinite signbit fma fmaf ldexp ldexpf frexp frexpf printf assert
+__float2int_rn __int2float_rn __fmul_rn __fadd_rn __fdiv_rn __saturatef
+""".split())
 
 
 def straight_line(code: str) -> bool:
@@ -225,14 +375,20 @@ class VariantCode:
     @classmethod
     def from_json(cls, d: dict) -> "VariantCode":
         """From ``to_json`` output, or the warmup file format: ``tensors`` a list of [name, dtype]
-        pairs or a {name: dtype} object (in order).  Unknown keys other than ``name`` raise
-        ValueError."""
+        pairs or a {name: dtype} object (in order); ``name``, if there, a str (it labels messages only).
+        Unknown keys raise ValueError, a ``tensors`` or ``name`` of another type TypeError."""
         if not isinstance(d, dict):
             raise TypeError(f"a variant description must be a JSON object, got {type(d).__name__}")
         extra = set(d) - {"score_mod", "mask_mod", "kv_range", "tensors", "name"}
         if extra:
             raise ValueError(f"unknown variant keys {sorted(extra)} (score_mod, mask_mod, kv_range, tensors, name)")
+        if d.get("name") is not None and not isinstance(d["name"], str):
+            raise TypeError(f"a variant's name must be a str, got {type(d['name']).__name__}")
         tensors = d.get("tensors") or ()
         if isinstance(tensors, dict):
             tensors = tuple(tensors.items())
-        return cls(d.get("score_mod"), d.get("mask_mod"), d.get("kv_range"), tuple(tuple(t) for t in tensors))
+        if not isinstance(tensors, (list, tuple)):
+            raise TypeError(f"a variant's tensors must be a list of [name, dtype] pairs or a {{name: dtype}} object, "
+                            f"got {type(tensors).__name__}")
+        return cls(d.get("score_mod"), d.get("mask_mod"), d.get("kv_range"),
+                   tuple(tuple(t) if isinstance(t, (list, tuple)) else t for t in tensors))

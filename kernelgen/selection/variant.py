@@ -74,16 +74,20 @@ class Variant:
         mask_mod: C++ boolean expression or body (false: masked), or None.
         kv_range: C++ statements narrowing ``kv_lo`` / ``kv_hi`` for a tile's query rows
             [q_lo, q_hi), or None (needs ``mask_mod``).
-        tensors: {name: tensor}, at most 8 contiguous CUDA tensors of the dtypes of
-            ``TORCH_DTYPES``, each a C identifier not in scope already; their device must be q's
-            (checked per call).  Any shape: the snippets index them flat.
+        tensors: {name: tensor}, at most 8 dense contiguous tensors of the dtypes of
+            ``TORCH_DTYPES``, each named by a C identifier not in scope already (nor a device math
+            function's name); at each call their device must be q's (a CPU tensor serves to
+            build the variant, e.g. for ``to_json`` and warmup).  Any shape: the snippets index them
+            flat.
         name: a label for messages and ``repr`` only (not part of the kernel).
 
     Raises:
         TypeError: a snippet is not a str, tensors is not a dict, a tensor is not a torch.Tensor.
         ValueError: no snippet at all, an empty snippet, kv_range without mask_mod, a tensor name
-            that is not a C identifier, a C++ keyword, a name in scope or reserved, more than 8
-            tensors, an unsupported dtype, a non-contiguous tensor.
+            that is not a C identifier, a C++ keyword, a name in scope, a device function's or
+            reserved, more than 8 tensors, an unsupported dtype, a sparse or non-contiguous tensor;
+            a snippet with a preprocessor line, a line continuation, an unterminated comment or
+            literal, or unbalanced braces / parentheses (``variant_code.check_snippet``).
     """
 
     __slots__ = ("code", "tensors", "name")
@@ -188,6 +192,8 @@ def _tensor_dtype(name: str, t) -> str:
     if dt is None:
         raise ValueError(f"Variant tensor {name!r} has dtype {t.dtype}; supported: "
                          f"{', '.join(str(d) for d in TORCH_DTYPES)}")
+    if t.layout != torch.strided:
+        raise ValueError(f"Variant tensor {name!r} must be a dense (strided) tensor, got layout {t.layout}")
     if not t.is_contiguous():
         raise ValueError(f"Variant tensor {name!r} must be contiguous (the snippets index it flat), "
                          f"got strides {tuple(t.stride())} for shape {tuple(t.shape)}")
