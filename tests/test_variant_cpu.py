@@ -157,6 +157,10 @@ def test_reference_document_and_prefix_masks():
     (dict(score_mod='const char* s = "open;\nreturn score;'), ValueError, "unterminated string literal"),
     (dict(mask_mod="kv_idx > 'a"), ValueError, "unterminated character literal"),
     (dict(score_mod="//@@kg_line_restore@@\nreturn score;"), ValueError, "@@kg_"),
+    # <% and %> are braces to the compiler: they would close the function (and the balance misses them)
+    (dict(score_mod="return score; %> __global__ void kg_evil(int* p) <% *p = 1;"), ValueError, "digraphs"),
+    (dict(score_mod='_Pragma("nv_diag_suppress 940") if (kv_idx > 0) return score;'), ValueError, "pragma"),
+    (dict(mask_mod='__pragma(pack(push, 1)) return true;'), ValueError, "pragma"),
     (dict(score_mod="score", tensors={"tanhf": torch.zeros(1)}), ValueError, "device function"),
     (dict(score_mod="score", tensors={"min": torch.zeros(1)}), ValueError, "device function"),
     (dict(score_mod="score", tensors={"printf": torch.zeros(1)}), ValueError, "device function"),
@@ -187,6 +191,10 @@ def test_code_only_blanks_comments_and_literals_as_a_lexer_does():
     assert out.split("\n") == ["int n = 1'000;       ", "x =     +          ", "      +          + y;"]
     # unterminated pieces run to their line's end (a literal) or the code's end (a comment)
     assert code_only("a = \"b\nc") == "a =   \nc" and code_only("a /* b\nc") == "a     \n "
+    # a raw string's delimiter has at most 16 characters: without its '(' there, R"..." is read as R and
+    # a plain string (looked for in those 16 characters only, so a long run of them stays linear)
+    assert code_only('R"a;' * 3) == 'R     a;R   '
+    assert code_only('R"' + "x" * 17 + '(a)' + "x" * 17 + '"') == "R" + " " * 39
     # linear: a long run of comment openers ends as one unterminated comment
     assert code_only("score\n" + "/* " * 40000).strip() == "score"
     with pytest.raises(ValueError, match="unterminated /\\* comment"):
@@ -201,6 +209,10 @@ def test_code_only_blanks_comments_and_literals_as_a_lexer_does():
     ("float t = score * 2.f;\nreturn t;", False),
     ("if (kv_idx > q_idx) { return score; } else { return score * 2.f; }", False),
     ("{ return score; }", False),
+    ("l: { return score; }", False),                                      # a label
+    ("[[likely]] if (kv_idx <= q_idx) { return score; } else { return -score; }", False),   # an attribute
+    ("kv_idx > 0 ? score : kv_head", True),
+    ("::fmaxf(score, 0.f)", True),
 ])
 def test_an_expression_is_wrapped_a_body_kept(code, wrapped):
     from kernelgen.kernels.variant_code import body
@@ -239,6 +251,14 @@ def test_a_compile_error_message_stays_short_and_keeps_the_users_lines():
     assert "  ... and 2989 more diagnostic(s) in the snippets (the .log has them all)" in lines
     assert "  3002 | return error_term + nope;" in msg and "    1 | float u0 = 0.f;" in msg
     assert "  1500 | float u1499 = 0.f;" not in msg and len(lines) < 120
+    # lines as NVRTC counts them: at '\n' only (a form feed inside a line is no line end)
+    ff = VariantCompileError("k", 'score_mod(2): error: identifier "nope" is undefined\n  return a + nope;\n'
+                             '             ^\n', None, VariantCode(score_mod="float a = 1.f;\x0cfloat b = a;\nreturn a + nope;"))
+    assert "    2 | return a + nope;" in str(ff) and "      ^" in str(ff)
+    # an expression's error on the closing line kernelgen adds is shown with that line
+    closing = VariantCompileError("k", "score_mod(2): error: expected an expression\n  );\n  ^\n", None,
+                                  VariantCode(score_mod="score +"))
+    assert "    2 | );   <- kernelgen's" in str(closing)
     missing = VariantCompileError("k", 'k.cu(1136): error: missing return statement at end of non-void function '
                                   '"kg_user_score_mod"\n1 error detected', None,
                                   VariantCode(score_mod="if (kv_idx > 0) return score;"))

@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..kernels.variant_code import code_only, is_body
+
 #: Number of NVRTC compilations done by this process (tests and the CLI read it).
 COMPILE_COUNT = 0
 _count_lock = threading.Lock()
@@ -60,7 +62,7 @@ class VariantCompileError(CompileError, ValueError):
 
     def __init__(self, name: str, log: str, source_path: str | None, code):
         self.code = code
-        lines = log.splitlines()
+        lines = log.split("\n")   # (NVRTC counts lines at '\n' only, not at '\f', a lone '\r', U+2028, ...)
         errors, warnings = [], []
         for i, line in enumerate(lines):
             if _SNIPPET_DIAG.match(line):
@@ -84,7 +86,9 @@ class VariantCompileError(CompileError, ValueError):
             src = getattr(code, what, None)
             if src is not None:
                 shown.append(f"{what}:")
-                src_lines = src.splitlines()
+                src_lines = src.rstrip().split("\n")
+                if what != "kv_range" and not is_body(code_only(src)):
+                    src_lines.append(");   <- kernelgen's: an expression is compiled as 'return (' expression ');'")
                 keep = range(1, len(src_lines) + 1)
                 if len(src_lines) > MAX_SHOWN_SNIPPET_LINES:   # a long snippet: the lines near the diagnostics
                     near = {int(m.group(2)) for entry in diags for m in [_SNIPPET_DIAG.match(entry[0].strip())]

@@ -129,7 +129,7 @@ def _blank(code: str, strict: bool) -> str:
             while j < n and (code[j] in _IDENT_CHARS or ord(code[j]) > 127):
                 j += 1
             if j < n and code[j] == '"' and code[i:j] in _RAW_PREFIXES:
-                k = code.find("(", j + 1)
+                k = code.find("(", j + 1, j + 18)   # (a delimiter has at most 16 characters)
                 delim = code[j + 1:k] if k >= 0 else None
                 if delim is None or len(delim) > 16 or any(x in delim for x in ' ()\\\t\v\f\n'):
                     if strict:
@@ -186,6 +186,11 @@ def check_tensor_name(name) -> None:
 #: Preprocessor directives: a logical line whose first token is ``#``, its digraph ``%:`` or the
 #: trigraph ``??=`` (gone in C++17, refused all the same).
 _DIRECTIVE_STARTS = ("#", "%:", "??=")
+#: Tokens refused anywhere outside comments and literals: the pragma operators (a pragma in a snippet
+#: would change how kernelgen's code after it compiles, e.g. switch off the missing-return error) and
+#: the brace / directive digraphs (``<%`` / ``%>`` are ``{`` / ``}`` to the compiler, unseen by the
+#: brace balance).
+_REFUSED_TOKENS = re.compile(r"\b_Pragma\b|\b__pragma\b|<%|%>|%:")
 
 
 def check_snippet(what: str, code) -> None:
@@ -213,6 +218,11 @@ def check_snippet(what: str, code) -> None:
         raise ValueError(f"{what} has {e}") from None
     if any(line.lstrip().startswith(_DIRECTIVE_STARTS) for line in bare.splitlines()):
         raise ValueError(f"{what} contains a preprocessor directive (#...): a snippet is the body of one function")
+    m = _REFUSED_TOKENS.search(bare)
+    if m:
+        raise ValueError(f"{what} contains {m.group(0)!r}: " + (
+            "a pragma would apply to kernelgen's code after the snippet" if "ragma" in m.group(0) else
+            "the digraphs <% %> %: are not taken in snippets (write { } #)"))
     depth = {"{": 0, "(": 0}
     for ch in bare:
         if ch in "{(":
@@ -226,14 +236,16 @@ def check_snippet(what: str, code) -> None:
         raise ValueError(f"{what} has unbalanced braces or parentheses")
 
 
-#: The first tokens of a statement that cannot start an expression.
-_STATEMENT_START = re.compile(r"\s*(?:\{|(?:if|for|while|do|switch|return|goto)\b)")
+#: The first tokens of a statement that cannot start an expression: a brace, a statement keyword,
+#: an attribute (``[[likely]]``), a label (``name:``, not ``name::``).
+_STATEMENT_START = re.compile(r"\s*(?:\{|\[\[|(?:if|for|while|do|switch|return|goto|try)\b|[A-Za-z_]\w*\s*:(?!:))")
 
 
-def _is_body(bare: str) -> bool:
+def is_body(bare: str) -> bool:
     """Whether a snippet (comments and literals blanked) is a function body rather than an
     expression: a ``;`` or a ``return`` outside every brace pair (a lambda's ``[]{ return x; }()`` or
-    a statement expression keeps them inside its braces), or a statement keyword or ``{`` first."""
+    a statement expression keeps them inside its braces), or a statement's first token first (a
+    brace, a statement keyword, an attribute, a label)."""
     if _STATEMENT_START.match(bare):
         return True
     depth = 0
@@ -249,10 +261,10 @@ def _is_body(bare: str) -> bool:
 
 
 def body(code: str, what: str) -> str:
-    """The C++ function body of a snippet: a function body (``_is_body``; for ``kv_range`` always the
+    """The C++ function body of a snippet: a function body (``is_body``; for ``kv_range`` always the
     statements as written) is kept as written, an expression is wrapped as ``return (expr);`` on the
     same lines, so NVRTC's line numbers are the snippet's."""
-    if what == "kv_range" or _is_body(code_only(code)):
+    if what == "kv_range" or is_body(code_only(code)):
         return code.rstrip() + "\n"
     return "return (" + code.rstrip() + "\n);\n"
 
