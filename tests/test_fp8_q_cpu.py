@@ -562,3 +562,92 @@ def test_plan_sink_step_gets_the_converted_q(fake_cuda, monkeypatch):
         assert launch.fields()["q"] != q.data_ptr()
     assert len(seen) == 2 and len(plan._steps._d) == 1
     assert steps == [BF16]                      # the second call: the prepared step's sink path
+
+
+# ----------------------------------------------------------------------------- a review's finds
+def test_quantize_q_host_checks_leave_its_own_buffer_alone(fake_cuda, monkeypatch):
+    """``quantize_q=True`` under ``KERNELGEN_CHECK_INPUTS=1``: the q_descale the call makes is an
+    uninitialised buffer the quantiser writes after the checks; its stale bytes (here NaN) are not
+    host-checked as a caller's factors would be."""
+    real_empty = torch.empty
+
+    class _Torch:   # api.torch with an allocator whose fresh uint8 buffers hold 0xFF (NaN floats)
+        def __getattr__(self, name):
+            return getattr(torch, name)
+
+        @staticmethod
+        def empty(*a, **kw):
+            t = real_empty(*a, **kw)
+            return t.fill_(0xFF) if t.dtype == torch.uint8 else t
+
+    monkeypatch.setattr(api, "torch", _Torch())
+    monkeypatch.setenv("KERNELGEN_CHECK_INPUTS", "1")
+    q, k, v, cq, ck = _batch(**PREFILL)
+    q = q.to(BF16)
+    out = kernelgen.varlen_attention(q, k, v, cq, ck, 200, 400, causal=True, quantize_q=True, arch="sm_90a",
+                                     num_splits=1)
+    assert out.shape == (256, 4, 128) and out.dtype == BF16
+    (launch,) = _attn(fake_cuda)
+    assert launch.fields()["q"] != q.data_ptr()   # the quantised q was launched
+    # a caller's own bad factor still fails the check
+    with pytest.raises(ValueError, match="^k_descale holds a non-finite factor"):
+        kernelgen.varlen_attention(q, k, v, cq, ck, 200, 400, causal=True, quantize_q=True, arch="sm_90a",
+                                   num_splits=1, k_descale=torch.tensor(float("nan")))
+
+
+def test_host_check_refuses_a_combined_scale_past_float32(fake_cuda, monkeypatch):
+    """The kernels fold softmax_scale * q_descale * k_descale into one float32 factor: under
+    ``KERNELGEN_CHECK_INPUTS=1`` a product past float32's range is refused, naming the descales;
+    each factor alone is finite."""
+    q, k, v, cq, ck = _batch()
+    big = torch.tensor(1e20)
+    monkeypatch.setenv("KERNELGEN_CHECK_INPUTS", "1")
+    with pytest.raises(ValueError, match="^k_descale \\* q_descale \\* softmax_scale reaches 1.25e\\+39, past float32"):
+        kernelgen.varlen_attention(q, k, v, cq, ck, 7, 1988, q_descale=big, k_descale=big)
+    assert fake_cuda.kinds() == []
+    kernelgen.varlen_attention(q, k, v, cq, ck, 7, 1988, q_descale=big, k_descale=torch.tensor(1e-20))
+    assert fake_cuda.kinds() != []
+
+
+def test_a_descale_of_three_dimensions_is_named_as_such():
+    with pytest.raises(ValueError, match=r"^k_descale must have shape \(2, 2\) .*got \(1, 2, 2\) \(at most 2 "
+                                         r"dimensions\)$"):
+        V.descale("k_descale", torch.ones(1, 2, 2), 2, 2, CPU, "e4m3")
+
+
+def test_the_traced_op_checks_the_descales_batch_and_type():
+    """kernelgen.ops on meta tensors (what torch.compile traces): a descale of another batch is the
+    eager call's ValueError, a non-tensor descale its TypeError (not the dispatcher's RuntimeError)."""
+    from kernelgen.front import compat, ops
+
+    q = torch.empty(10, 4, 64, device="meta", dtype=BF16)
+    k = torch.empty(2000, 2, 64, device="meta", dtype=E4M3)
+    cq = torch.empty(3, dtype=torch.int32, device="meta")
+
+    def m(*shape):
+        return torch.empty(*shape, device="meta", dtype=torch.float32)
+    o = ops.varlen_attention(q, k, k, cq, cq, 7, 1988, k_descale=m(2, 2), v_descale=m(2, 1))
+    assert o.device.type == "meta" and o.shape == (10, 4, 64)
+    with pytest.raises(ValueError, match=r"^k_descale must have shape \(2, 2\)"):
+        ops.varlen_attention(q, k, k, cq, cq, 7, 1988, k_descale=m(5, 2))
+    for name in ("k_descale", "v_descale", "sinks", "alibi_slopes"):
+        with pytest.raises(TypeError, match=f"^{name} must be a torch.Tensor, got float$"):
+            ops.varlen_attention(q, k, k, cq, cq, 7, 1988, **{name: 1.0})
+    q8 = torch.empty(10, 4, 64, device="meta", dtype=E4M3)
+    with pytest.raises(ValueError, match=r"^q_descale must have shape \(2, 2\)"):
+        compat.flash_attn_varlen_func(q8, k, k, cq, cq, 7, 1988, q_descale=m(5, 2))
+
+
+def test_plan_host_check_refuses_a_combined_scale_past_float32(fake_cuda, monkeypatch):
+    from fake_cuda import make_plan
+    plan = make_plan(monkeypatch, q_dtype="e4m3", kv_dtype="e4m3", **_PLAN)
+    q, k, v, cq, ck = _batch()
+    big = torch.tensor(1e20)
+    monkeypatch.setenv("KERNELGEN_CHECK_INPUTS", "1")
+    with pytest.raises(ValueError, match="^k_descale \\* q_descale \\* softmax_scale reaches 1.25e\\+39"):
+        plan.run(q, k, v, cq, ck, q_descale=big, k_descale=big)
+    with pytest.raises(ValueError, match="^k_descale \\* q_descale \\* softmax_scale reaches 2.5e\\+39"):
+        plan.run(q, k, v, cq, ck, q_descale=big, k_descale=big, softmax_scale=0.25)
+    assert fake_cuda.kinds() == []
+    plan.run(q, k, v, cq, ck, q_descale=big, k_descale=torch.tensor(1e-20))
+    assert fake_cuda.kinds() != []

@@ -427,7 +427,8 @@ def _quantized(call, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                                   num_splits=num_splits, pack_gqa=pack_gqa, metadata_layout=metadata_layout, sort=sort,
                                   head_swizzle=head_swizzle, short_query_tokens=short_query_tokens, arch=arch,
                                   sinks=sinks, alibi_slopes=None, variant=None, k_descale=k_descale,
-                                  v_descale=v_descale, q_descale=qd, out_dtype=q.dtype, max_num_splits=max_num_splits)
+                                  v_descale=v_descale, q_descale=qd, out_dtype=q.dtype, max_num_splits=max_num_splits,
+                                  q_descale_filled=False)
     device = runtime.device(q.device.index)
     recipe = spills.checked(decide.decide(call8.signature, device, call8.settings), call8.signature, device,
                             call8.settings, build=True)

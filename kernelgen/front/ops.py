@@ -280,9 +280,10 @@ def _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, cau
     validation.sinks(sinks, hq, q.device)     # varlen_attention's own checks (dtype, shape, device)
     validation.alibi_slopes(alibi_slopes, hq, None, q.device)
     kv_dtype = validation.KV_FP8_DTYPES.get(k.dtype)
-    validation.descale("k_descale", k_descale, None, hkv, q.device, kv_dtype)
-    validation.descale("v_descale", v_descale, None, hkv, q.device, kv_dtype)
-    validation.q_descale(q_descale, None, hkv, q.device, validation.Q_FP8_DTYPES.get(q.dtype))
+    batch = cu_seqlens_q.shape[0] - 1   # (a shape, known while tracing: the descales' first dimension)
+    validation.descale("k_descale", k_descale, batch, hkv, q.device, kv_dtype)
+    validation.descale("v_descale", v_descale, batch, hkv, q.device, kv_dtype)
+    validation.q_descale(q_descale, batch, hkv, q.device, validation.Q_FP8_DTYPES.get(q.dtype))
     return q.shape[0], q.shape[1], v.shape[-1], dtype
 
 
@@ -436,6 +437,10 @@ def varlen_attention(
         softmax_scale = validation.softmax_scale(softmax_scale, 1)
     if out_dtype is not None:   # (the schema's ScalarType? refuses a non-dtype with a dispatcher RuntimeError)
         validation.output_dtype(q, out, out_dtype)
+    for name, x in (("sinks", sinks), ("alibi_slopes", alibi_slopes), ("k_descale", k_descale),
+                    ("v_descale", v_descale), ("q_descale", q_descale)):
+        if x is not None and not isinstance(x, torch.Tensor):   # (the schema's Tensor? would: a RuntimeError)
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, causal,
             int(window_size[0]), int(window_size[1]), softcap, softmax_scale, num_splits, pack_gqa,
             return_lse, metadata_layout, sort, head_swizzle, sinks, alibi_slopes, k_descale, v_descale,

@@ -273,7 +273,7 @@ class AttentionPlan:
         stride = validation.alibi_slopes(alibi_slopes, self.num_heads_q, cu_seqlens_q.shape[0] - 1, self.device)
         return alibi_slopes.data_ptr(), stride
 
-    def _descale_arg(self, k_descale, v_descale, batch: int, q_descale=None):
+    def _descale_arg(self, k_descale, v_descale, batch: int, q_descale=None, softmax_scale=None):
         """The FP8 kernels' descale fields of a step of ``batch`` requests (``kernel_args.descale_fields``:
         the checked ``k_descale`` / ``v_descale`` / ``q_descale`` addresses and strides; None: factor
         1), None for a plan without ``kv_dtype`` (which refuses descales as ``varlen_attention`` does
@@ -284,6 +284,9 @@ class AttentionPlan:
         if validation.host_checks_enabled():
             for name, x in (("k_descale", k_descale), ("v_descale", v_descale), ("q_descale", q_descale)):
                 validation.check_descale_values(name, x)
+            if q_descale is not None:
+                validation.check_descale_product(k_descale, q_descale,
+                                                 validation.softmax_scale(softmax_scale, self.head_dim))
         if self.q_quant:   # the factors of the plan's quantised q, (batch, num_heads_kv) contiguous
             return kernel_args.descale_fields(k_descale, v_descale, strides[:2] + ((self.num_heads_kv, 1),),
                                               self._q8[self._q8_off:])
@@ -357,7 +360,7 @@ class AttentionPlan:
         """
         sizes = self._check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks)
         descale = None if self.kv_dtype is None and k_descale is None and v_descale is None and q_descale is None \
-            else self._descale_arg(k_descale, v_descale, sizes["batch"], q_descale)
+            else self._descale_arg(k_descale, v_descale, sizes["batch"], q_descale, softmax_scale)
         # (no call without ALiBi: a plain step's path down the layers stays as it was)
         alibi = None if alibi_slopes is None and not self.alibi else self._alibi_arg(alibi_slopes, cu_seqlens_q)
         user = None if variant is None and self.variant is None else self._variant_arg(variant)
@@ -520,7 +523,7 @@ class AttentionPlan:
         alibi = None if alibi_slopes is None and not self.alibi else self._alibi_arg(alibi_slopes, cu_seqlens_q)
         user = None if variant is None and self.variant is None else self._variant_arg(variant)
         descale = None if self.kv_dtype is None and k_descale is None and v_descale is None and q_descale is None \
-            else self._descale_arg(k_descale, v_descale, sizes["batch"], q_descale)
+            else self._descale_arg(k_descale, v_descale, sizes["batch"], q_descale, softmax_scale)
         fused_sinks = (self._no_sinks if sinks is None else sinks).data_ptr() if self.sinks_fused else None
         if sinks is not None and lse is None and fused_sinks is None:
             lse = self._lse_scratch(sizes["total_q"])

@@ -49,10 +49,13 @@ class CheckedCall:
 def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, seqused_k, page_table, out,
                 causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, metadata_layout, sort,
                 head_swizzle, short_query_tokens, arch, sinks=None, alibi_slopes=None, variant=None,
-                k_descale=None, v_descale=None, q_descale=None, out_dtype=None, max_num_splits=0) -> CheckedCall:
+                k_descale=None, v_descale=None, q_descale=None, out_dtype=None, max_num_splits=0,
+                q_descale_filled=True) -> CheckedCall:
     """Every check of ``varlen_attention``'s arguments (same names, shapes and types; see its
     docstring), in its order, and the signature its kernels are chosen from: the length hints
-    default to total_q and the K/V capacity in tokens.
+    default to total_q and the K/V capacity in tokens.  ``q_descale_filled=False``: ``q_descale``
+    is kernelgen's own buffer, which ``quantize_q`` writes after this check, so the opt-in host
+    checks do not read its values.
 
     Raises TypeError / ValueError naming the argument (or the environment variable), and ValueError
     for more than ``metadata.MAX_CAPACITY`` requests in a call that has query tokens.
@@ -91,7 +94,9 @@ def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         validation.check_sinks_values(sinks)
         validation.check_descale_values("k_descale", k_descale)
         validation.check_descale_values("v_descale", v_descale)
-        validation.check_descale_values("q_descale", q_descale)
+        if q_descale_filled:
+            validation.check_descale_values("q_descale", q_descale)
+            validation.check_descale_product(k_descale, q_descale, scale)
     total_q, batch = sizes["total_q"], sizes["batch"]
     if total_q and batch and batch > metadata.MAX_CAPACITY:
         raise ValueError(f"cu_seqlens_q describes {batch} requests; at most {metadata.MAX_CAPACITY} per call")

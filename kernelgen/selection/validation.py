@@ -452,9 +452,10 @@ def _descale_strides(name: str, x, batch: int | None, num_heads_kv: int, device)
     tensor(name, x, dtypes=(torch.float32,), device=device)
     want_b = "batch" if batch is None else batch
     if x.dim() > 2 or (x.dim() == 1 and x.numel() != 1):
+        why = ("a 1-D tensor of several factors is ambiguous: per request or per KV head? reshape it" if x.dim() == 1
+               else "at most 2 dimensions")
         raise ValueError(f"{name} must have shape ({want_b}, {num_heads_kv}) (batch, num_heads_kv), or (), (1,), "
-                         f"(1, 1), ({want_b}, 1), (1, {num_heads_kv}); got {tuple(x.shape)} (a 1-D tensor of several "
-                         f"factors is ambiguous: per request or per KV head? reshape it)")
+                         f"(1, 1), ({want_b}, 1), (1, {num_heads_kv}); got {tuple(x.shape)} ({why})")
     shape = (1,) * (2 - x.dim()) + tuple(x.shape)
     stride = (0,) * (2 - x.dim()) + tuple(x.stride())
     if (batch is not None and shape[0] not in (1, batch)) or shape[1] not in (1, num_heads_kv):
@@ -504,6 +505,20 @@ def check_descale_values(name: str, x) -> None:
     if neg.numel():
         raise ValueError(f"{name} holds a negative factor ({float(v[int(neg[0])])}); descale factors must be >= 0 "
                          f"(an FP8 tensor's scale)")
+
+
+def check_descale_product(k_descale, q_descale, softmax_scale: float) -> None:
+    """Opt-in host check (synchronises!), with an FP8 q: the kernels fold ``softmax_scale *
+    q_descale * k_descale`` into one float32 factor a (request, KV head); ValueError naming both
+    descales where the largest such product is not a finite float32 (every logit would be inf or
+    NaN)."""
+    if k_descale is None or q_descale is None:
+        return
+    big = (float(k_descale.detach().abs().max().to("cpu", torch.float64)) *
+           float(q_descale.detach().abs().max().to("cpu", torch.float64)) * abs(softmax_scale))
+    if not big < 3.4028234663852886e38:
+        raise ValueError(f"k_descale * q_descale * softmax_scale reaches {big:.3g}, past float32's range: the kernels "
+                         f"fold it into one float32 factor; rescale the FP8 tensors")
 
 
 def check_sinks_values(x) -> None:
