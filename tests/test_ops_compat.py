@@ -322,7 +322,7 @@ def test_fake_output_of_an_fp8_q_has_the_output_dtype(out_dtype, kv, layout):
     want = out_dtype or BF16
     with FakeTensorMode():
         q, k, v, cu, kw = _fp8_fake_inputs(layout, kv)
-        qd = torch.empty(2, 1, device="cuda")
+        qd = torch.empty(cu.shape[0] - 1, 1, device="cuda")   # (batch 2 packed, 3 paged: checked while tracing)
         for return_lse in (False, True):
             o, lse = torch.ops.kernelgen.varlen_attention(q, k, v, cu, q_descale=qd, out_dtype=out_dtype,
                                                           return_lse=return_lse, causal=True, **kw)
@@ -401,7 +401,7 @@ def test_op_path_shape_errors_read_as_eager(case):
     ("k_16bit", TypeError, r"^k must have an FP8 dtype \(float8_e4m3fn or float8_e5m2\) with an FP8 q"),
     ("q_e5m2", TypeError, "^q must have dtype float16, bfloat16 or float8_e4m3fn, got torch.float8_e5m2"),
     ("q_descale_16bit_q", ValueError, r"^q_descale applies to an FP8 q \(float8_e4m3fn\) only"),
-    ("q_descale_shape", ValueError, r"^q_descale must have shape \(batch, 2\)"),
+    ("q_descale_shape", ValueError, r"^q_descale must have shape \(2, 2\)"),   # (the batch: cu_seqlens_q's shape)
     ("q_descale_1d", ValueError, "^q_descale must have shape .* ambiguous"),
     ("q_descale_dtype", TypeError, "^q_descale must have dtype float32, got float16"),
     ("q_descale_device", ValueError, "^q_descale must be on cuda:0"),
