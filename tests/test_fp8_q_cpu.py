@@ -607,6 +607,11 @@ def test_host_check_refuses_a_combined_scale_past_float32(fake_cuda, monkeypatch
     assert fake_cuda.kinds() == []
     kernelgen.varlen_attention(q, k, v, cq, ck, 7, 1988, q_descale=big, k_descale=torch.tensor(1e-20))
     assert fake_cuda.kinds() != []
+    # per (request, KV head): large factors of different requests do not multiply
+    qd, kd = torch.tensor([[1e20, 1e20], [1.0, 1.0]]), torch.tensor([[1.0, 1.0], [1e20, 1e20]])
+    kernelgen.varlen_attention(q, k, v, cq, ck, 7, 1988, q_descale=qd, k_descale=kd)
+    with pytest.raises(ValueError, match="^k_descale \\* q_descale \\* softmax_scale reaches 1.25e\\+39"):
+        kernelgen.varlen_attention(q, k, v, cq, ck, 7, 1988, q_descale=qd, k_descale=kd.flip(0))
 
 
 def test_a_descale_of_three_dimensions_is_named_as_such():

@@ -514,8 +514,8 @@ def check_descale_product(k_descale, q_descale, softmax_scale: float) -> None:
     NaN)."""
     if k_descale is None or q_descale is None:
         return
-    big = (float(k_descale.detach().abs().max().to("cpu", torch.float64)) *
-           float(q_descale.detach().abs().max().to("cpu", torch.float64)) * abs(softmax_scale))
+    k64, q64 = (x.detach().to("cpu", torch.float64) for x in (k_descale, q_descale))
+    big = float((k64 * q64).abs().max()) * abs(softmax_scale)   # (the shapes broadcast to (batch, num_heads_kv))
     if not big < 3.4028234663852886e38:
         raise ValueError(f"k_descale * q_descale * softmax_scale reaches {big:.3g}, past float32's range: the kernels "
                          f"fold it into one float32 factor; rescale the FP8 tensors")
