@@ -50,7 +50,6 @@ true try typedef typeid typename union unsigned using virtual void volatile wcha
 
 SNIPPETS = ("score_mod", "mask_mod", "kv_range")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_RETURN = re.compile(r"\breturn\b")
 #: Identifiers that open a raw string literal when a ``"`` follows at once (``R"x(...)x"``).
 _RAW_PREFIXES = frozenset(("R", "u8R", "uR", "UR", "LR"))
 _IDENT_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_$")
@@ -286,8 +285,7 @@ _TRANSCENDENTAL = re.compile(r"\b(?:tanhf?|kg_tanh|expf?|exp2f?|exp10f?|expm1f?|
 _MATH_NAMES = frozenset("""
 min max abs fabs fabsf fmin fminf fmax fmaxf floor floorf ceil ceilf round roundf rint rintf trunc truncf fmod fmodf
 copysign copysignf isnan isinf isfinite signbit fma fmaf ldexp ldexpf frexp frexpf printf assert
-__float2int_rn __int2float_rn __fmul_rn __fadd_rn __fdiv_rn __saturatef
-""".split())
+""".split())   # (the intrinsics, __float2int_rn and the like: a leading '_' is refused already)
 
 
 def straight_line(code: str) -> bool:
