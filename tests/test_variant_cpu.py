@@ -659,6 +659,27 @@ def test_a_body_that_can_end_without_returning_is_a_compile_error(tmp_path):
         KernelCache(tmp_path).get(vv.attention)
 
 
+@pytest.mark.parametrize("arch,mainloop", [("sm_80", "sm80"), ("sm_90a", "sm90a")])
+def test_a_mask_mod_returning_a_tensor_pointer_is_a_compile_error(tmp_path, arch, mainloop):
+    """A user tensor named without an index is a non-null pointer; as a bool it would keep every
+    pair.  The mask_mod's return type (user_mod.cuh's kg_mask_ret) stops the compile instead, naming
+    the mistake, in the expression and the body forms; an indexed tensor of any dtype and a kg_idx
+    still convert as a bool function's return converts them."""
+    from kernelgen.jit.cache import KernelCache
+
+    def spec(mask_mod, dtype="uint8"):
+        v = kernelgen.Variant(mask_mod=mask_mod, tensors={"allowed": torch.zeros(4, dtype=getattr(torch, dtype))})
+        return heuristics.choose(arch, "bf16", 64, 64, num_heads_q=4, num_heads_kv=4, mask="none",
+                                 max_seqlen_q=128, max_seqlen_k=512, mainloop=mainloop, variant=v.code).attention
+
+    for bad in ("allowed", "allowed + kv_idx", "if (kv_idx > q_idx) return false;\nreturn allowed;"):
+        with pytest.raises(kernelgen.VariantCompileError, match=r"mask_mod returned a pointer: index the tensor"):
+            KernelCache(tmp_path / "c").get(spec(bad))
+    for good, dtype in (("allowed[kv_idx]", "uint8"), ("allowed[kv_idx]", "float32"), ("allowed[kv_idx] != 0", "int32"),
+                        ("kv_idx - q_idx", "uint8"), ("if (kv_idx > q_idx) return 0;\nreturn allowed[0];", "int64")):
+        KernelCache(tmp_path / "c").get(spec(good, dtype))
+
+
 # ----------------------------------------------------------------------------- the index type (kg_idx)
 def _sass_ops(spec, opcodes):
     from kernelgen.jit import sass

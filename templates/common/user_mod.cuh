@@ -479,7 +479,20 @@ __device__ __forceinline__ kg_ret kg_user_score_mod(kg_score score, int batch, i
 }
 {% endif %}
 {% if u.mask_mod is not none %}
-__device__ __forceinline__ bool kg_user_mask_mod(int batch, int head, int kv_head, kg_idx q_idx, kg_idx kv_idx,
+// What a mask_mod returns: its value converted to bool as a bool function's return converts it (an
+// int or a float is true when not zero), but a pointer (a user tensor named without an index:
+// `allowed` for `allowed[kv_idx]`) stops the compile instead of reading as true for every pair.
+__device__ __forceinline__ bool kg_mask_bool(bool b) { return b; }
+struct kg_mask_ret {
+  bool v;
+  template <class T>
+  __device__ __forceinline__ kg_mask_ret(const T& x) : v(kg_mask_bool(x)) {}
+  template <class T>
+  __device__ __forceinline__ kg_mask_ret(T*) : v(true) {
+    static_assert(sizeof(T) == 0, "mask_mod returned a pointer: index the tensor (allowed[kv_idx], not allowed)");
+  }
+};
+__device__ __forceinline__ kg_mask_ret kg_user_mask_mod(int batch, int head, int kv_head, kg_idx q_idx, kg_idx kv_idx,
                                                  kg_idx q_len, kg_idx kv_len, kg_idx q_offset{% for n, t in u.tensors %},
                                                  const {{ t }}* __restrict__ {{ n }}{% endfor %}) {
 #line 1 "mask_mod"
@@ -526,7 +539,7 @@ __device__ __forceinline__ bool user_keep(const AttnParams& p, const UserTile& u
                                           kg_idx kv_idx) {
 {% if u.mask_mod is not none %}
   return kg_user_mask_mod(ut.b, head, ut.kv_head, q_idx, kv_idx, ut.q_len_x, ut.kv_len_x, ut.q_offset_x
-                          {%- for n, t in u.tensors %}, reinterpret_cast<const {{ t }}*>(p.user{{ loop.index0 }}){% endfor %});
+                          {%- for n, t in u.tensors %}, reinterpret_cast<const {{ t }}*>(p.user{{ loop.index0 }}){% endfor %}).v;
 {% else %}
   return true;
 {% endif %}
