@@ -166,9 +166,12 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     root = os.environ.get("KERNELGEN_TEST_CACHE_DIR") or str(tmp_path_factory.getbasetemp() / "kernel-cache")
     monkeypatch.setenv("KERNELGEN_CACHE_DIR", root)
     try:
-        from kernelgen.jit import cache
+        from kernelgen.jit import cache, compiler
 
         cache.set_cache_dir(root)
+        # the sources of the kernels tests make NVRTC reject: in the session's temporary folder (pytest
+        # keeps the last three), not piling up in the shared temp dir's kernelgen-failed
+        monkeypatch.setattr(compiler, "FAILED_DIR", tmp_path_factory.getbasetemp() / "kernelgen-failed")
     except ImportError:
         pass
     yield

@@ -287,6 +287,8 @@ def test_variant_json_round_trip_and_with_tensors():
         kernelgen.Variant.from_json(d, [v.tensors["table"]])
     with pytest.raises(ValueError, match=r"^the variant declares tensors \['table', 'buckets'\], got \['table'\]"):
         kernelgen.Variant.from_json(d, {"table": v.tensors["table"]})
+    with pytest.raises(ValueError, match=r"got \[\]; pass them as Variant.from_json\(d, tensors=.*VariantCode.from_json"):
+        kernelgen.Variant.from_json(d)
     with pytest.raises(TypeError, match="^Variant name must be a str or None, got int"):
         kernelgen.Variant(score_mod="score", name=3)
 
@@ -672,12 +674,31 @@ def test_a_mask_mod_returning_a_tensor_pointer_is_a_compile_error(tmp_path, arch
         return heuristics.choose(arch, "bf16", 64, 64, num_heads_q=4, num_heads_kv=4, mask="none",
                                  max_seqlen_q=128, max_seqlen_k=512, mainloop=mainloop, variant=v.code).attention
 
-    for bad in ("allowed", "allowed + kv_idx", "if (kv_idx > q_idx) return false;\nreturn allowed;"):
-        with pytest.raises(kernelgen.VariantCompileError, match=r"mask_mod returned a pointer: index the tensor"):
+    for bad, line in (("allowed", 1), ("allowed + kv_idx", 1), ("if (kv_idx > q_idx) return false;\nreturn allowed;", 2)):
+        with pytest.raises(kernelgen.VariantCompileError, match=r"mask_mod returned a pointer: index the tensor") as e:
             KernelCache(tmp_path / "c").get(spec(bad))
+        # shown at the snippet's line (NVRTC's "at line n of mask_mod" below an error in kernelgen's code)
+        assert f"\n  mask_mod({line}): error: static assertion failed" in str(e.value), str(e.value)
     for good, dtype in (("allowed[kv_idx]", "uint8"), ("allowed[kv_idx]", "float32"), ("allowed[kv_idx] != 0", "int32"),
                         ("kv_idx - q_idx", "uint8"), ("if (kv_idx > q_idx) return 0;\nreturn allowed[0];", "int64")):
         KernelCache(tmp_path / "c").get(spec(good, dtype))
+
+
+@pytest.mark.parametrize("arch,mainloop", [("sm_80", "sm80"), ("sm_90a", "sm90a")])
+def test_a_body_snippet_missing_its_last_semicolon_is_shown_at_its_last_line(tmp_path, arch, mainloop):
+    """NVRTC reports a body snippet's missing final ';' at the '}' kernelgen closes the function with
+    (a line of the rendered .cu, after the snippet's numbering ends); the error names the snippet's
+    last line instead, with the hint, whatever blank lines follow it."""
+    from kernelgen.jit.cache import KernelCache
+    for what, snippet in (("mask_mod", "int a = (int)kv_idx;\nreturn q_idx >= a\n\n"),
+                          ("score_mod", "const float x = score * 2.f;\nreturn x")):
+        v = kernelgen.Variant(**{what: snippet})
+        vv = heuristics.choose(arch, "bf16", 64, 64, num_heads_q=4, num_heads_kv=4, mask="none", max_seqlen_q=128,
+                               max_seqlen_k=512, mainloop=mainloop, variant=v.code)
+        with pytest.raises(kernelgen.VariantCompileError) as e:
+            KernelCache(tmp_path / "c").get(vv.attention)
+        assert f'\n  {what}(2): error: expected a ";" (at the snippet\'s end: a \';\' missing after its last ' \
+               "statement?)" in str(e.value), str(e.value)
 
 
 # ----------------------------------------------------------------------------- the index type (kg_idx)

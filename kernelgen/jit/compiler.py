@@ -48,10 +48,51 @@ _SNIPPET_DIAG = re.compile(r"^(score_mod|mask_mod|kv_range)\((\d+)\)")
 _ANY_DIAG = re.compile(r"^\S+\(\d+\): ")
 _IS_ERROR = re.compile(r"\): (?:catastrophic )?error\b")
 _SUMMARY = re.compile(r"^\d+ (?:errors?|catastrophic errors?) detected")
+#: An error in kernelgen's code reached from a snippet (a template the snippet instantiated, e.g. a
+#: mask_mod's return type): NVRTC names the snippet's line in the block after the error.
+_FROM_SNIPPET = re.compile(r"\bat line (\d+) of (score_mod|mask_mod|kv_range)\b")
+_CU_DIAG = re.compile(r"^(\S+)\((\d+)\): ((?:catastrophic )?error\b.*)$")
+_SNIPPET_START = re.compile(r'^#line 1 "(score_mod|mask_mod|kv_range)"\s*$')
 #: Most snippet diagnostics a VariantCompileError's message shows (errors first).
 MAX_SHOWN_DIAGNOSTICS = 12
 #: A snippet longer than this is shown by the lines near its diagnostics only.
 MAX_SHOWN_SNIPPET_LINES = 60
+
+
+def _snippet_of(lines: list, i: int, source_path: str | None) -> tuple | None:
+    """(``what(n)``, a hint or "") for NVRTC's error at ``lines[i]`` in kernelgen's own code when a
+    snippet caused it: an instantiation "at line n of what" in the error's block, or a ';' NVRTC
+    expected at the '}' kernelgen puts after a body snippet (the saved source tells which snippet ends
+    there, and at which of its lines).  None otherwise."""
+    block = []
+    for f in lines[i + 1:i + 8]:
+        if _ANY_DIAG.match(f) or _SUMMARY.match(f):
+            break
+        block.append(f)
+    for f in block:
+        m = _FROM_SNIPPET.search(f)
+        if m:
+            return f"{m.group(2)}({m.group(1)})", ""
+    m = _CU_DIAG.match(lines[i])
+    if 'expected a ";"' not in m.group(3) or not block or block[0].strip() != "}" or not source_path:
+        return None
+    try:
+        src = Path(source_path).read_text().split("\n")
+    except OSError:
+        return None
+    at = int(m.group(2)) - 1                  # the '}' (0-based), after the directive restoring the lines
+    if not (2 <= at < len(src)) or src[at].strip() != "}" or not src[at - 1].startswith("#line "):
+        return None
+    for j in range(at - 2, -1, -1):
+        start = _SNIPPET_START.match(src[j])
+        if start:
+            body = src[j + 1:at - 1]
+            while body and not body[-1].strip():
+                body.pop()
+            return f"{start.group(1)}({max(len(body), 1)})", " (at the snippet's end: a ';' missing after its last statement?)"
+        if src[j].startswith("#line "):
+            return None
+    return None
 
 
 class VariantCompileError(CompileError, ValueError):
@@ -70,6 +111,10 @@ class VariantCompileError(CompileError, ValueError):
                 entry = ["  " + line] + ["  " + f for f in lines[i + 1:i + 3]
                                          if f.strip() and not _ANY_DIAG.match(f) and not _SUMMARY.match(f)]
                 (errors if _IS_ERROR.search(line) else warnings).append(entry)
+            elif _CU_DIAG.match(line):
+                at = _snippet_of(lines, i, source_path)
+                if at is not None:
+                    errors.append([f"  {at[0]}: {_CU_DIAG.match(line).group(3)}{at[1]}"])
         diags = (errors + warnings)[:MAX_SHOWN_DIAGNOSTICS]
         picked = [x for entry in diags for x in entry]
         left = len(errors) + len(warnings) - len(diags)
@@ -253,9 +298,14 @@ def parse_resources(log: str) -> dict:
     return res
 
 
+#: Where a rejected kernel's rendered source is saved (None: ``kernelgen-failed`` in the temp dir;
+#: the test suite points it at its own temporary folder).
+FAILED_DIR: Path | None = None
+
+
 def _save_failed_source(name: str, source: str) -> str | None:
     try:
-        d = Path(tempfile.gettempdir()) / "kernelgen-failed"
+        d = FAILED_DIR if FAILED_DIR is not None else Path(tempfile.gettempdir()) / "kernelgen-failed"
         d.mkdir(parents=True, exist_ok=True)
         p = d / f"{name}.{os.getpid()}.cu"
         p.write_text(source)

@@ -170,7 +170,9 @@ class Variant:
             raise TypeError(f"tensors must be a dict of name -> torch.Tensor, got {type(tensors).__name__}")
         want = [n for n, _ in code.tensors]
         if list(tensors) != want and sorted(tensors) != sorted(want):
-            raise ValueError(f"the variant declares tensors {want}, got {list(tensors)}")
+            hint = ("; pass them as Variant.from_json(d, tensors={name: tensor, ...}), or build only its code "
+                    "with kernelgen.kernels.variant_code.VariantCode.from_json(d) (what warmup needs)") if not tensors else ""
+            raise ValueError(f"the variant declares tensors {want}, got {list(tensors)}{hint}")
         v = cls(code.score_mod, code.mask_mod, code.kv_range, {n: tensors[n] for n in want}, d.get("name"))
         if v.code != code:
             raise ValueError(f"the tensors' dtypes {[x for _, x in v.code.tensors]} differ from the declared "
@@ -204,14 +206,14 @@ def _tensor_dtype(name: str, t) -> str:
 
 
 def check(variant, device) -> None:
-    """A call's ``variant`` argument: None or a ``Variant`` whose tensors are on ``device`` (q's).
-    Raises TypeError / ValueError naming the argument and the tensor."""
+    """A call's ``variant`` argument: None or a ``Variant`` whose tensors are on ``device`` (q's;
+    None: any device).  Raises TypeError / ValueError naming the argument and the tensor."""
     if variant is None:
         return
     if not isinstance(variant, Variant):
         raise TypeError(f"variant must be a kernelgen.Variant or None, got {type(variant).__name__}")
     for (name, dtype), t in zip(variant.code.tensors, variant.tensors.values()):
-        if t.device != device:
+        if device is not None and t.device != device:
             raise ValueError(f"variant tensor {name!r} is on {t.device}; it must be on q's device {device}")
         # a tensor changed in place since the Variant was made (dtype view, resize, transpose) is
         # checked again here (a prepared call of the same addresses skips this: keep them as made)

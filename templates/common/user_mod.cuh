@@ -489,7 +489,7 @@ struct kg_mask_ret {
   __device__ __forceinline__ kg_mask_ret(const T& x) : v(kg_mask_bool(x)) {}
   template <class T>
   __device__ __forceinline__ kg_mask_ret(T*) : v(true) {
-    static_assert(sizeof(T) == 0, "mask_mod returned a pointer: index the tensor (allowed[kv_idx], not allowed)");
+    static_assert(sizeof(T) == 0, "mask_mod returned a pointer: index the tensor (name[kv_idx], not name)");
   }
 };
 __device__ __forceinline__ kg_mask_ret kg_user_mask_mod(int batch, int head, int kv_head, kg_idx q_idx, kg_idx kv_idx,
