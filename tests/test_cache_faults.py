@@ -687,7 +687,7 @@ def test_e9_prewarmed_read_only_cache_with_jit_disabled(tmp_path, monkeypatch, c
     warmup_argv = ["warmup", "--arch", arch, "--head-dim", "64", "--dtype", "bf16",
                    "--layout", "soa,aos", "--jobs", "1", "--cache-dir", str(root)]
     assert cli.main(warmup_argv) == 0
-    assert f"0 compiled, {len(specs)} already cached ({len(specs)} variants)" in capsys.readouterr().out
+    assert f"0 compiled, {len(specs)} already cached ({len(specs)} kernels)" in capsys.readouterr().out
     assert compiler.COMPILE_COUNT == n0 and snapshot(root) == before
 
     # chmod -R a-w; as root that does not stop writes, so the snapshot is what proves none happen

@@ -178,6 +178,7 @@ def test_fake_shapes_meta(layout):
     ("packed_no_cuk", ValueError, "cu_seqlens_k"), ("k_dtype", TypeError, "k"), ("out_shape", ValueError, "out"),
     ("layout", ValueError, "metadata_layout"), ("window", ValueError, "window_size"), ("softcap", ValueError, "softcap"),
     ("splits", ValueError, "num_splits"), ("head_dim", ValueError, "head_dim"), ("heads", ValueError, "num_heads"),
+    ("max_q", ValueError, "max_seqlen_q"), ("max_k", ValueError, "max_seqlen_k"),
 ])
 def test_fake_errors_name_the_argument(case, exc, name):
     with FakeTensorMode():
@@ -211,6 +212,10 @@ def test_fake_errors_name_the_argument(case, exc, name):
             args[1] = torch.empty(20, 2, 80, dtype=BF16, device="cuda")
         elif case == "heads":
             args[1] = args[2] = torch.empty(20, 3, 64, dtype=BF16, device="cuda")
+        elif case == "max_q":   # (the eager call's ValueError; the traced op accepted it: a new user's find)
+            kw["max_seqlen_q"] = -5
+        elif case == "max_k":
+            kw["max_seqlen_k"] = -1
         with pytest.raises(exc, match=name):
             op(*args, **kw)
 

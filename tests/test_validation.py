@@ -210,14 +210,6 @@ def test_window_bounds_and_seqused_and_lse_checks():
         V.lse_buffer(torch.empty(8, 10), 8, 10, dev)
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message without a CUDA device")
-def test_plan_without_a_cuda_device_says_so():
-    """AttentionPlan with device=None on a machine without CUDA: a RuntimeError that says a CUDA
-    device is needed (torch's own is an AssertionError about its build)."""
-    with pytest.raises(RuntimeError, match="AttentionPlan needs a CUDA device"):
-        kernelgen.AttentionPlan(max_batch=4, num_heads_q=2, num_heads_kv=1, head_dim=64)
-
-
 @pytest.mark.parametrize("device", ["cuda", torch.device("cuda")])
 def test_plan_on_cuda_without_an_index_takes_the_current_device(monkeypatch, device):
     """AttentionPlan(device="cuda") (or torch.device("cuda")): the current CUDA device, as torch
@@ -266,6 +258,30 @@ def test_plan_without_a_cuda_device_says_so(monkeypatch, device):
     monkeypatch.setattr(torch.cuda, "current_device", no_cuda)
     with pytest.raises(RuntimeError, match="^AttentionPlan needs a CUDA device: Found no NVIDIA driver"):
         kernelgen.AttentionPlan(max_batch=4, num_heads_q=2, num_heads_kv=1, head_dim=64, device=device)
+
+
+@pytest.mark.parametrize("bad,err,match", [
+    (dict(head_dim=100), ValueError, "head_dim"),
+    (dict(head_dim_v=80), ValueError, "head_dim"),
+    (dict(window_size=(-5, 0)), ValueError, "window_size"),
+    (dict(metadata_layout="xyz"), ValueError, "metadata_layout"),
+    (dict(variant="score + 1"), TypeError, "variant"),
+    ("changed", ValueError, "variant tensor 'b' has dtype torch.float64 now"),
+])
+def test_plan_arguments_are_checked_before_the_device(monkeypatch, bad, err, match):
+    """A bad plan argument raises its own error naming it also where no CUDA device is (a new
+    user's find: head_dim=100 raised "AttentionPlan needs a CUDA device" on a machine without one,
+    while a bad num_heads_kv got its ValueError)."""
+    def no_cuda():
+        raise RuntimeError("Found no NVIDIA driver on your system.")
+
+    monkeypatch.setattr(torch.cuda, "current_device", no_cuda)
+    if bad == "changed":   # a Variant whose tensor changed dtype in place since it was made
+        t = torch.zeros(2)
+        bad = dict(variant=kernelgen.Variant(score_mod="score + b[head]", tensors={"b": t}))
+        t.data = torch.zeros(2, dtype=torch.float64)
+    with pytest.raises(err, match=match):
+        kernelgen.AttentionPlan(**{**dict(max_batch=4, num_heads_q=2, num_heads_kv=1, head_dim=64), **bad})
 
 
 def test_error_classes_are_top_level_names():

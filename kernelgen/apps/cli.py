@@ -517,7 +517,7 @@ def cmd_warmup(args) -> int:
     except CacheDirectoryError as e:  # untrusted or unwritable: nothing (or not everything) was kept
         print(f"kernelgen warmup: error: {e}", file=sys.stderr)
         return 1
-    print(f"warmup {arch}: {compiled} compiled, {cached} already cached ({len(specs)} variants) in {root}")
+    print(f"warmup {arch}: {compiled} compiled, {cached} already cached ({len(specs)} kernels) in {root}")
     if unsplit_idle:
         print(UNSPLIT_IDLE_NOTE, file=sys.stderr)
     if arch in UNTESTED_ARCHS:

@@ -56,6 +56,7 @@ There is no backward (kernelgen is for inference): a backward through the functi
 ``torch.compile`` of a training graph that contains it, raises a RuntimeError that says to use
 ``torch.no_grad()`` / ``torch.inference_mode()``.
 """
+import numbers
 from typing import Optional, Tuple
 
 import torch
@@ -223,7 +224,8 @@ varlen_attention_op.register_autograd(_no_backward, setup_context=lambda ctx, in
 # ------------------------------------------------------------------------------ fake (meta) kernels
 def _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, causal, window_left, window_right,
                  softcap, num_splits, metadata_layout, sinks=None, alibi_slopes=None, k_descale=None,
-                 v_descale=None, q_descale=None, out_dtype=None, out=None, softmax_scale=None, max_num_splits=0):
+                 v_descale=None, q_descale=None, out_dtype=None, out=None, softmax_scale=None, max_num_splits=0,
+                 max_seqlen_q=None, max_seqlen_k=None):
     """The checks of kernelgen.varlen_attention that read no tensor values (shapes, dtypes, scalar
     arguments), so a bad call fails while torch.compile traces; returns (total_q, num_heads_q,
     head_dim_v, the output's dtype): q's, or for a float8_e4m3fn q (which needs an FP8 k/v)
@@ -235,6 +237,9 @@ def _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, cau
     validation.window((window_left, window_right), bool(causal))
     validation.softcap(softcap)
     validation.max_num_splits(max_num_splits, validation.num_splits(num_splits))
+    for name, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if isinstance(x, numbers.Integral):   # (a SymInt while torch.compile traces dynamic shapes: unchecked)
+            validation.nonneg_int(name, x)
     if q.dim() != 3:
         raise ValueError(f"q must have 3 dimensions (total_q, num_heads_q, head_dim), got shape {tuple(q.shape)}")
     if q.dtype not in validation.DTYPES and q.dtype not in validation.Q_FP8_DTYPES:
@@ -302,7 +307,8 @@ def _varlen_attention_fake(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_
     total_q, hq, dv, dtype = _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, causal,
                                           window_left, window_right, softcap, num_splits, metadata_layout, sinks,
                                           alibi_slopes, k_descale, v_descale, q_descale, out_dtype,
-                                          softmax_scale=softmax_scale, max_num_splits=max_num_splits)
+                                          softmax_scale=softmax_scale, max_num_splits=max_num_splits,
+                                          max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
     return q.new_empty((total_q, hq, dv), dtype=dtype), _fake_lse(q, return_lse)
 
 
@@ -316,7 +322,8 @@ def _varlen_attention_out_fake(out, q, k, v, cu_seqlens_q, cu_seqlens_k=None, ma
     total_q, hq, dv, dtype = _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, causal,
                                           window_left, window_right, softcap, num_splits, metadata_layout, sinks,
                                           alibi_slopes, k_descale, v_descale, q_descale, out_dtype, out,
-                                          softmax_scale=softmax_scale, max_num_splits=max_num_splits)
+                                          softmax_scale=softmax_scale, max_num_splits=max_num_splits,
+                                          max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
     if out.dtype != dtype:   # (the eager path's TypeError / ValueError split)
         raise TypeError(f"out must have dtype {str(dtype).replace('torch.', '')}, got "
                         f"{str(out.dtype).replace('torch.', '')}")

@@ -173,14 +173,12 @@ class AttentionPlan:
         qd = validation.q_dtype(q_dtype, kv)
         quantize_q, sinks = bool(quantize_q), bool(sinks)
         head_dim_v = head_dim if head_dim_v is None else head_dim_v
-        device = _device_index(device)
-        self.device = torch.device("cuda", device)
         self.capacity = int(max_batch)
         self.max_total_q = int(max_total_q) if max_total_q is not None else self.capacity * max(1, max_seqlen_q)
         self.num_heads_q, self.num_heads_kv = num_heads_q, num_heads_kv
         self.head_dim, self.head_dim_v, self.dtype = head_dim, head_dim_v, dtype
         self.paged = bool(paged)   # (a bool or a NumPy bool: plan_scalars)
-        code = validation.variant(variant, self.device)
+        code = validation.variant(variant, None)   # (its tensors' device: below, once the plan's is known)
         #: The plan's user variant (``kernelgen.Variant``), or None.
         self.variant = variant
         opts = dict(
@@ -193,6 +191,10 @@ class AttentionPlan:
             **({"sinks": True} if sinks else {}), **({"variant": code} if code is not None else {}),
             **({"kv_dtype": kv} if kv else {}), **({"q_dtype": qd} if qd else {}))
         checked = arguments.plan_options(**opts)
+        # the device last: a bad argument raises its ValueError also where no CUDA device is
+        device = _device_index(device)
+        self.device = torch.device("cuda", device)
+        validation.variant(variant, self.device)
         #: The FP8 K/V cache dtype of the plan's steps ("e4m3" or "e5m2"), None for k/v in ``dtype``.
         self.kv_dtype = kv or None
         #: The FP8 q dtype of the plan's steps ("e4m3"), None for q in ``dtype``.

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from ..kernels import metadata, tma
+from ..kernels.spec import HEAD_DIMS
 from . import validation
 from .decide import CallSignature
 from .settings import Settings
@@ -120,8 +121,8 @@ def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
 def plan_capacity(max_batch, dtype, num_heads_q: int, num_heads_kv: int, max_seqlen_q, max_seqlen_k,
                   head_dim=128, head_dim_v=None, max_total_q=None) -> None:
     """``AttentionPlan``'s first checks: capacity in requests (1 .. ``metadata.MAX_CAPACITY``),
-    dtype, head counts (ints >= 1, num_heads_q a multiple of num_heads_kv), head dims (ints; their
-    values are checked with the kernels' tiles), length hints (ints >= 0, in tokens),
+    dtype, head counts (ints >= 1, num_heads_q a multiple of num_heads_kv), head dims (each one of
+    ``spec.HEAD_DIMS``; which pairs run is checked with the kernels' tiles), length hints (ints >= 0, in tokens),
     ``max_total_q`` (None or an int >= 1, in tokens).  Raises TypeError / ValueError naming the
     argument."""
     validation.nonneg_int("max_batch", max_batch)
@@ -134,8 +135,12 @@ def plan_capacity(max_batch, dtype, num_heads_q: int, num_heads_kv: int, max_seq
     if num_heads_q % num_heads_kv:
         raise ValueError(f"num_heads_q ({num_heads_q}) must be a multiple of num_heads_kv ({num_heads_kv})")
     validation.positive_int("head_dim", head_dim)
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {head_dim}")
     if head_dim_v is not None:
         validation.positive_int("head_dim_v", head_dim_v)
+        if head_dim_v not in HEAD_DIMS:
+            raise ValueError(f"head_dim_v must be one of {HEAD_DIMS}, got {head_dim_v}")
     validation.nonneg_int("max_seqlen_q", max_seqlen_q)
     validation.nonneg_int("max_seqlen_k", max_seqlen_k)
     if max_total_q is not None:
