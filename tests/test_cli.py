@@ -19,7 +19,7 @@ from kernelgen.kernels.spec import QuantSpec
 from kernelgen.jit.cache import KernelCache
 
 REPO = Path(__file__).resolve().parents[1]
-WARMUP_RE = re.compile(r"warmup (\S+): (\d+) compiled, (\d+) already cached \((\d+) variants\) in (.+)")
+WARMUP_RE = re.compile(r"warmup (\S+): (\d+) compiled, (\d+) already cached \((\d+) kernels\) in (.+)")
 
 no_gpu = pytest.mark.skipif(has_cuda_gpu(), reason="checks the no-GPU behaviour")
 
