@@ -680,7 +680,11 @@ def test_a_mask_mod_returning_a_tensor_pointer_is_a_compile_error(tmp_path, arch
         # shown at the snippet's line (NVRTC's "at line n of mask_mod" below an error in kernelgen's code)
         assert f"\n  mask_mod({line}): error: static assertion failed" in str(e.value), str(e.value)
     for good, dtype in (("allowed[kv_idx]", "uint8"), ("allowed[kv_idx]", "float32"), ("allowed[kv_idx] != 0", "int32"),
-                        ("kv_idx - q_idx", "uint8"), ("if (kv_idx > q_idx) return 0;\nreturn allowed[0];", "int64")):
+                        ("kv_idx - q_idx", "uint8"), ("if (kv_idx > q_idx) return 0;\nreturn allowed[0];", "int64"),
+                        # (a review's: `return {};` is a bool's false; a conversion operator need not be const)
+                        ("if (kv_idx > q_idx) return {};\nreturn true;", "uint8"),
+                        ("struct S { int v; __device__ operator bool() { return v != 0; } };\n"
+                         "S s{(int)kv_idx};\nreturn s;", "uint8")):
         KernelCache(tmp_path / "c").get(spec(good, dtype))
 
 
@@ -689,16 +693,42 @@ def test_a_body_snippet_missing_its_last_semicolon_is_shown_at_its_last_line(tmp
     """NVRTC reports a body snippet's missing final ';' at the '}' kernelgen closes the function with
     (a line of the rendered .cu, after the snippet's numbering ends); the error names the snippet's
     last line instead, with the hint, whatever blank lines follow it."""
+    import os
+    import pickle
+
     from kernelgen.jit.cache import KernelCache
-    for what, snippet in (("mask_mod", "int a = (int)kv_idx;\nreturn q_idx >= a\n\n"),
-                          ("score_mod", "const float x = score * 2.f;\nreturn x")):
-        v = kernelgen.Variant(**{what: snippet})
+    # (what reported at which line; the other snippets present) - a review's cases: a trailing comment
+    # is not the last statement, a lone '\r' is no line end to NVRTC, a comment holding a '#line' text
+    ok_mask = "kv_idx <= q_idx"
+    for what, snippet, line, others in (
+            ("mask_mod", "int a = (int)kv_idx;\nreturn q_idx >= a\n\n", 2, {}),
+            ("score_mod", "const float x = score * 2.f;\nreturn x", 2, {}),
+            ("mask_mod", "int a = (int)kv_idx;\nreturn q_idx >= a\n// a comment\n/* and\n another */", 2, {}),
+            ("mask_mod", "int a = (int)kv_idx;\rint b = a;\nreturn q_idx >= b", 2, {}),
+            ("mask_mod", '/*\n#line 1 "score_mod"\n*/\nreturn q_idx >= kv_idx', 4, {"score_mod": "score * 2.f"}),
+            ("kv_range", "kv_hi = kg_min(kv_hi, q_hi)", 1, {"mask_mod": ok_mask})):
+        v = kernelgen.Variant(**{what: snippet}, **others)
         vv = heuristics.choose(arch, "bf16", 64, 64, num_heads_q=4, num_heads_kv=4, mask="none", max_seqlen_q=128,
                                max_seqlen_k=512, mainloop=mainloop, variant=v.code)
         with pytest.raises(kernelgen.VariantCompileError) as e:
             KernelCache(tmp_path / "c").get(vv.attention)
-        assert f'\n  {what}(2): error: expected a ";" (at the snippet\'s end: a \';\' missing after its last ' \
+        assert f'\n  {what}({line}): error: expected a ";" (at the snippet\'s end: a \';\' missing after its last ' \
                "statement?)" in str(e.value), str(e.value)
+    # the message as it was made after a pickle round trip, also once the saved source is gone or unreadable
+    msg = str(e.value)
+    for damage in ("delete", "garble"):
+        if damage == "delete":
+            os.remove(e.value.source_path)
+        else:
+            with open(e.value.source_path, "wb") as f:
+                f.write(b"\xff\xfe#line\n}\n")
+        assert str(pickle.loads(pickle.dumps(e.value))) == msg
+        if damage == "delete":
+            with open(e.value.source_path, "wb") as f:
+                f.write(b"")
+    # built afresh over a garbled source: no exception of its own, NVRTC's error still shown
+    again = kernelgen.VariantCompileError(e.value.name, e.value.log, e.value.source_path, e.value.code)
+    assert 'error: expected a ";"' in str(again)
 
 
 # ----------------------------------------------------------------------------- the index type (kg_idx)

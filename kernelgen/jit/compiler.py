@@ -59,11 +59,13 @@ MAX_SHOWN_DIAGNOSTICS = 12
 MAX_SHOWN_SNIPPET_LINES = 60
 
 
-def _snippet_of(lines: list, i: int, source_path: str | None) -> tuple | None:
+def _snippet_of(lines: list, i: int, source_path: str | None, code) -> tuple | None:
     """(``what(n)``, a hint or "") for NVRTC's error at ``lines[i]`` in kernelgen's own code when a
     snippet caused it: an instantiation "at line n of what" in the error's block, or a ';' NVRTC
-    expected at the '}' kernelgen puts after a body snippet (the saved source tells which snippet ends
-    there, and at which of its lines).  None otherwise."""
+    expected at the '}' kernelgen puts after a body snippet.  For the latter the saved source tells
+    which snippet ends there: the '}' follows the directive that restores the file's numbering (``#line
+    N`` on line N - 1, one a snippet, in the template's order score_mod, mask_mod, kv_range), and the
+    snippet's last line holding code (not a comment) is where the ';' is missing.  None otherwise."""
     block = []
     for f in lines[i + 1:i + 8]:
         if _ANY_DIAG.match(f) or _SUMMARY.match(f):
@@ -74,25 +76,20 @@ def _snippet_of(lines: list, i: int, source_path: str | None) -> tuple | None:
         if m:
             return f"{m.group(2)}({m.group(1)})", ""
     m = _CU_DIAG.match(lines[i])
-    if 'expected a ";"' not in m.group(3) or not block or block[0].strip() != "}" or not source_path:
+    if 'expected a ";"' not in m.group(3) or not block or block[0].strip() != "}" or not source_path or code is None:
         return None
-    try:
-        src = Path(source_path).read_text().split("\n")
+    try:   # (bytes: NVRTC counts lines at '\n' only, text mode would also split at a lone '\r')
+        src = Path(source_path).read_bytes().decode("utf-8", "replace").split("\n")
     except OSError:
         return None
-    at = int(m.group(2)) - 1                  # the '}' (0-based), after the directive restoring the lines
-    if not (2 <= at < len(src)) or src[at].strip() != "}" or not src[at - 1].startswith("#line "):
+    at = int(m.group(2)) - 1                  # the '}' (0-based)
+    restores = [j for j, t in enumerate(src) if t.startswith(f"#line {j + 2} ")]
+    present = [w for w in ("score_mod", "mask_mod", "kv_range") if getattr(code, w, None) is not None]
+    if not (0 < at < len(src)) or src[at].strip() != "}" or at - 1 not in restores or len(restores) != len(present):
         return None
-    for j in range(at - 2, -1, -1):
-        start = _SNIPPET_START.match(src[j])
-        if start:
-            body = src[j + 1:at - 1]
-            while body and not body[-1].strip():
-                body.pop()
-            return f"{start.group(1)}({max(len(body), 1)})", " (at the snippet's end: a ';' missing after its last statement?)"
-        if src[j].startswith("#line "):
-            return None
-    return None
+    what = present[restores.index(at - 1)]
+    filled = [n for n, t in enumerate(code_only(getattr(code, what)).split("\n"), 1) if t.strip()]
+    return f"{what}({filled[-1] if filled else 1})", " (at the snippet's end: a ';' missing after its last statement?)"
 
 
 class VariantCompileError(CompileError, ValueError):
@@ -101,8 +98,12 @@ class VariantCompileError(CompileError, ValueError):
     with their line numbers; ``log`` is the whole NVRTC log, ``source_path`` the saved rendered
     source, ``code`` the ``VariantCode``.  A ValueError too: the snippet is an argument."""
 
-    def __init__(self, name: str, log: str, source_path: str | None, code):
+    def __init__(self, name: str, log: str, source_path: str | None, code, message: str | None = None):
         self.code = code
+        if message is not None:   # (unpickled: the message as it was made, whatever became of the saved source)
+            RuntimeError.__init__(self, message)
+            self.name, self.log, self.source_path = name, log, source_path
+            return
         lines = log.split("\n")   # (NVRTC counts lines at '\n' only, not at '\f', a lone '\r', U+2028, ...)
         errors, warnings = [], []
         for i, line in enumerate(lines):
@@ -112,7 +113,10 @@ class VariantCompileError(CompileError, ValueError):
                                          if f.strip() and not _ANY_DIAG.match(f) and not _SUMMARY.match(f)]
                 (errors if _IS_ERROR.search(line) else warnings).append(entry)
             elif _CU_DIAG.match(line):
-                at = _snippet_of(lines, i, source_path)
+                try:
+                    at = _snippet_of(lines, i, source_path, code)
+                except Exception:  # noqa: BLE001 - a hint's failure must not hide NVRTC's error
+                    at = None
                 if at is not None:
                     errors.append([f"  {at[0]}: {_CU_DIAG.match(line).group(3)}{at[1]}"])
         diags = (errors + warnings)[:MAX_SHOWN_DIAGNOSTICS]
@@ -154,7 +158,7 @@ class VariantCompileError(CompileError, ValueError):
         self.name, self.log, self.source_path = name, log, source_path
 
     def __reduce__(self):  # (warmup's worker processes send it back pickled)
-        return (type(self), (self.name, self.log, self.source_path, self.code))
+        return (type(self), (self.name, self.log, self.source_path, self.code, str(self)))
 
     @classmethod
     def from_error(cls, err: CompileError, code) -> "VariantCompileError":

@@ -485,8 +485,9 @@ __device__ __forceinline__ kg_ret kg_user_score_mod(kg_score score, int batch, i
 __device__ __forceinline__ bool kg_mask_bool(bool b) { return b; }
 struct kg_mask_ret {
   bool v;
+  __device__ __forceinline__ kg_mask_ret() : v(false) {}   // `return {};`, as a bool's false
   template <class T>
-  __device__ __forceinline__ kg_mask_ret(const T& x) : v(kg_mask_bool(x)) {}
+  __device__ __forceinline__ kg_mask_ret(T&& x) : v(kg_mask_bool(static_cast<T&&>(x))) {}
   template <class T>
   __device__ __forceinline__ kg_mask_ret(T*) : v(true) {
     static_assert(sizeof(T) == 0, "mask_mod returned a pointer: index the tensor (name[kv_idx], not name)");
