@@ -52,7 +52,6 @@ _SUMMARY = re.compile(r"^\d+ (?:errors?|catastrophic errors?) detected")
 #: mask_mod's return type): NVRTC names the snippet's line in the block after the error.
 _FROM_SNIPPET = re.compile(r"\bat line (\d+) of (score_mod|mask_mod|kv_range)\b")
 _CU_DIAG = re.compile(r"^(\S+)\((\d+)\): ((?:catastrophic )?error\b.*)$")
-_SNIPPET_START = re.compile(r'^#line 1 "(score_mod|mask_mod|kv_range)"\s*$')
 #: Most snippet diagnostics a VariantCompileError's message shows (errors first).
 MAX_SHOWN_DIAGNOSTICS = 12
 #: A snippet longer than this is shown by the lines near its diagnostics only.

@@ -448,21 +448,25 @@ def q_descale(x, batch: int | None, num_heads_kv: int, device, q_dtype: str | No
     return _descale_strides("q_descale", x, batch, num_heads_kv, device)
 
 
+def _broadcast_forms(want_b, num_heads_kv: int) -> list:
+    """The shapes a (want_b, num_heads_kv) descale may also have, each once, the full one not among them."""
+    forms = dict.fromkeys(["()", "(1,)", "(1, 1)", f"({want_b}, 1)", f"(1, {num_heads_kv})"])
+    return [f for f in forms if f != f"({want_b}, {num_heads_kv})"]
+
+
 def _descale_strides(name: str, x, batch: int | None, num_heads_kv: int, device) -> tuple:
     tensor(name, x, dtypes=(torch.float32,), device=device)
     want_b = "batch" if batch is None else batch
     if x.dim() > 2 or (x.dim() == 1 and x.numel() != 1):
         why = ("a 1-D tensor of several factors is ambiguous: per request or per KV head? reshape it" if x.dim() == 1
                else "at most 2 dimensions")
-        forms = [f for f in dict.fromkeys(["()", "(1,)", "(1, 1)", f"({want_b}, 1)", f"(1, {num_heads_kv})"])
-                 if f != f"({want_b}, {num_heads_kv})"]
+        forms = _broadcast_forms(want_b, num_heads_kv)
         raise ValueError(f"{name} must have shape ({want_b}, {num_heads_kv}) (batch, num_heads_kv), or "
                          f"{', '.join(forms)}; got {tuple(x.shape)} ({why})")
     shape = (1,) * (2 - x.dim()) + tuple(x.shape)
     stride = (0,) * (2 - x.dim()) + tuple(x.stride())
     if (batch is not None and shape[0] not in (1, batch)) or shape[1] not in (1, num_heads_kv):
-        forms = [f for f in dict.fromkeys(["()", "(1,)", "(1, 1)", f"({want_b}, 1)", f"(1, {num_heads_kv})"])
-                 if f != f"({want_b}, {num_heads_kv})"]
+        forms = _broadcast_forms(want_b, num_heads_kv)
         raise ValueError(f"{name} must have shape ({want_b}, {num_heads_kv}) (batch, num_heads_kv), or one that "
                          f"broadcasts to it ({', '.join(forms)}), got {tuple(x.shape)}")
     return (stride[0] if shape[0] > 1 else 0, stride[1] if shape[1] > 1 else 0)
