@@ -10,6 +10,9 @@
 #    loops; SASS: the unmasked block 423 -> 417 instructions); FA3 FP8 beside; 3 passes.
 # 2. gemma2-9b (16 / 8 heads, d 256, soft-cap 50): the dispatched tile against the lean loop (701 -> 692
 #    instructions a block, one spill reload fewer), FA3 FP8 beside; 3 passes.
+# 3. issue 25's gpt-oss tanh.approx soft-cap snippet (bf16, 192 x 128, options mp, packed): the
+#    dispatched kernel against the lean loop (559 -> 555 instructions a block), FA4's soft-cap
+#    score_mod beside; 3 passes.
 set -u
 W=$OUT/w; mkdir -p $W
 export PYTHONPATH=$PWD KERNELGEN_CACHE_DIR=$PWD/cache
@@ -26,5 +29,9 @@ timeout ${L:-240} python3 benchmarks/experiments/tile_ab.py --passes 3 --shapes 
 timeout ${L2:-150} python3 benchmarks/experiments/tile_ab.py --passes 3 --softcap 50 --shapes gemma2=1:16384:16:8:256:1 \
   --configs base=fp8q:256:128:128:2:p,lean=fp8q:256:128:128:2:p:KG_LEAN_LOOP:$LT/templates,fa3=fa3fp8 \
   > $W/ab256.log 2>&1; echo "ab256 rc $? at $SECONDS" >> $W/rc.txt
-cat $W/gpu.txt $W/rc.txt; tail -12 $W/ab.log; tail -6 $W/ab256.log
+timeout ${L3:-150} python3 benchmarks/experiments/tile_ab.py --passes 3 --score-mod '50.f * tanhf(score / 50.f)' \
+  --fa4-softcap 50 --shapes gptoss_snip=1:16384:64:8:64:1 \
+  --configs base=bf16:64:192:128:2:mp,lean=bf16:64:192:128:2:mp:KG_LEAN_LOOP:$LT/templates,fa4=fa4 \
+  > $W/absnip.log 2>&1; echo "absnip rc $? at $SECONDS" >> $W/rc.txt
+cat $W/gpu.txt $W/rc.txt; tail -12 $W/ab.log; tail -6 $W/ab256.log; tail -6 $W/absnip.log
 cd $OUT && tar -czf w.tgz w
