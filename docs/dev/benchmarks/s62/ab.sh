@@ -7,11 +7,12 @@
 #    FA3's 160-key blocks at 32 / 160 registers without and with the hoist (NVRTC 13.0: no spills / 8
 #    bytes), and the lean loop (docs/dev/experiments/fp8-lean-loop.patch, KG_LEAN_LOOP: the masked key
 #    blocks in a loop of their own, the unmasked ones without a mask test, Q given back after the
-#    loops; SASS: the unmasked block 423 -> 417 instructions); FA3 FP8 beside; 3 passes.
-# 2. gemma2-9b (16 / 8 heads, d 256, soft-cap 50): the dispatched tile against the lean loop (701 -> 692
+#    loops, no __syncwarp before the arrives that follow a wgmma wait; SASS: the unmasked block 423 ->
+#    415 instructions); FA3 FP8 beside; 3 passes.
+# 2. gemma2-9b (16 / 8 heads, d 256, soft-cap 50): the dispatched tile against the lean loop (701 -> 690
 #    instructions a block, one spill reload fewer), FA3 FP8 beside; 3 passes.
 # 3. issue 25's gpt-oss tanh.approx soft-cap snippet (bf16, 192 x 128, options mp, packed): the
-#    dispatched kernel against the lean loop (559 -> 555 instructions a block), FA4's soft-cap
+#    dispatched kernel against the lean loop (559 -> 553 instructions a block), FA4's soft-cap
 #    score_mod beside; 3 passes.
 set -u
 W=$OUT/w; mkdir -p $W
