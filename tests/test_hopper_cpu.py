@@ -496,6 +496,26 @@ def test_strides_tma_cannot_address_fall_back(fake_cuda):
         kernelgen.varlen_attention(q, k, v, cu, cu, T, T, arch="sm_90a")
 
 
+def test_paged_plan_schedules_from_seqused_k_only(fake_cuda, monkeypatch):
+    """A paged plan's schedule() takes the key lengths as run() and varlen_attention do: seqused_k,
+    never cu_seqlens_k (it scheduled from cu_seqlens_k, and attend(seqused_k=...) then ran on
+    metadata of other lengths: a review's find); nothing is launched for the refused calls."""
+    from fake_cuda import make_plan
+
+    plan = make_plan(monkeypatch, max_batch=4, num_heads_q=4, num_heads_kv=2, head_dim=64, max_seqlen_q=8,
+                     max_seqlen_k=64, paged=True)
+    cu_q = torch.tensor([0, 3, 10], dtype=torch.int32)
+    fake_cuda.clear()
+    with pytest.raises(ValueError, match=r"^cu_seqlens_k must be None for a paged plan \(key lengths come from "
+                                         r"seqused_k\)$"):
+        plan.schedule(cu_q, torch.tensor([0, 20, 50], dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"^seqused_k is required for a paged plan"):
+        plan.schedule(cu_q)
+    assert fake_cuda.kinds() == []
+    plan.schedule(cu_q, seqused_k=torch.tensor([20, 30], dtype=torch.int32))
+    assert fake_cuda.kinds() == ["scheduler"]
+
+
 def test_plan_runs_the_hopper_kernel(fake_cuda, monkeypatch):
     """A prefill-shaped AttentionPlan on sm_90a takes the Hopper kernel: run() and
     schedule() + attend() launch it with the tensor maps of the step's q/k/v; arch="sm_80" keeps

@@ -404,7 +404,7 @@ def test_op_path_shape_errors_read_as_eager(case):
 
 @pytest.mark.parametrize("case,exc,match", [
     ("k_16bit", TypeError, r"^k must have an FP8 dtype \(float8_e4m3fn or float8_e5m2\) with an FP8 q"),
-    ("q_e5m2", TypeError, "^q must have dtype float16, bfloat16 or float8_e4m3fn, got torch.float8_e5m2"),
+    ("q_e5m2", TypeError, "^q must have dtype float16, bfloat16, float8_e4m3fn, got float8_e5m2$"),
     ("q_descale_16bit_q", ValueError, r"^q_descale applies to an FP8 q \(float8_e4m3fn\) only"),
     ("q_descale_shape", ValueError, r"^q_descale must have shape \(2, 2\)"),   # (the batch: cu_seqlens_q's shape)
     ("q_descale_1d", ValueError, "^q_descale must have shape .* ambiguous"),
@@ -954,6 +954,28 @@ def test_varlen_func_paged(recorder):
         compat.flash_attn_varlen_func(q, kc, vc, cu, None, 2, 48, seqused_k=used, page_table=pt, block_table=pt)
     with pytest.raises(ValueError, match="seqused_k or cu_seqlens_k"):
         compat.flash_attn_varlen_func(q, kc, vc, cu, None, 2, 48, block_table=pt)
+    # the key lengths' tensor is checked as on packed k/v before they are taken from it (a list raised
+    # Python's own TypeError, a (4, 1) or 5-entry one an error naming seqused_k, int64 was converted)
+    for bad, exc, msg in (([0, 5, 38, 86], TypeError, r"^cu_seqlens_k must be a torch.Tensor, got list$"),
+                          (cu_k.view(4, 1), ValueError, r"^cu_seqlens_k must have 1 dimensions, got shape \(4, 1\)$"),
+                          (cu_k.long(), TypeError, r"^cu_seqlens_k must have dtype int32, got int64$"),
+                          (torch.tensor([0, 5, 38, 86, 90], dtype=torch.int32), ValueError,
+                           r"^flash_attn_varlen_func: cu_seqlens_k must have as many entries as cu_seqlens_q \(4\), "
+                           r"got shape \(5,\)$")):
+        with pytest.raises(exc, match=msg):
+            compat.flash_attn_varlen_func(q, kc, vc, cu, bad, 2, 48, block_table=pt)
+
+
+def test_kvcache_cu_seqlens_q_is_checked_before_use(recorder):
+    q, kc, vc, pt, used, cu = paged(seqlen_q=2)
+    compat.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=used, page_table=pt, cu_seqlens_q=cu, max_seqlen_q=2)
+    assert recorder.last["cu_seqlens_q"] is cu
+    for bad, exc, msg in ((cu.tolist(), TypeError, r"^cu_seqlens_q must be a torch.Tensor, got list$"),
+                          (cu.long(), TypeError, r"^cu_seqlens_q must have dtype int32, got int64$"),
+                          (cu.view(4, 1), ValueError, r"^cu_seqlens_q must have 1 dimensions, got shape \(4, 1\)$")):
+        with pytest.raises(exc, match=msg):
+            compat.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=used, page_table=pt, cu_seqlens_q=bad,
+                                           max_seqlen_q=2)
 
 
 def test_varlen_func_vllm_positional_order_is_caught(recorder):
@@ -1286,10 +1308,14 @@ def test_softcap_at_or_below_zero_is_off_and_num_splits_is_bounded(recorder):
     assert recorder.last["softcap"] == 0.0 and recorder.last["num_splits"] == 0
     assert recorder.last["max_num_splits"] == 200
     for n, splits, cap in ((1, 1, 0), (2, 0, 2), (16, 0, 16), (128, 0, 128), (256, 0, 256), (np.int64(129), 0, 129),
-                           (0, 0, 0), (-3, 0, 0), (257, 257, 0)):   # FA3 refuses above 256: so does kernelgen
+                           (0, 0, 0), (-3, 0, 0)):
         compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, num_splits=n)
         assert recorder.last["num_splits"] == splits and recorder.last["max_num_splits"] == cap, n
         assert type(recorder.last["max_num_splits"]) is int
+    for n in (257, np.int64(1000)):   # FA3 refuses above 256: so does compat, quoting its own range
+        with pytest.raises(ValueError, match=rf"^num_splits must be at most 256 \(<= 0: the heuristic, 1: no split, "
+                                             rf"2-256: an upper bound of the heuristic\), got {n}$"):
+            compat.flash_attn_varlen_func(q, k, v, cu, cu, 13, 13, num_splits=n)
 
 
 def test_a_symbolic_num_splits_maps_as_an_eager_one(recorder):
@@ -1416,3 +1442,28 @@ def test_cli_doc_covers_every_subcommand_and_flag():
 
     walk(build_parser(), "kernelgen")
     assert not missing, f"docs/cli.md does not document: {missing}"
+
+
+def test_op_path_arguments_raise_the_eager_errors():
+    """On the op path (meta tensors here; tracing, or an input that requires grad), arguments the op's
+    schema would refuse with a dispatcher RuntimeError (printing the whole value) raise the eager
+    call's TypeError / ValueError naming them."""
+    q, k, v, cu = packed(device="meta")
+    for kw, exc, msg in ((dict(q=[[0.0]]), TypeError, r"^q must be a torch.Tensor, got list$"),
+                         (dict(v=(1, 2)), TypeError, r"^v must be a torch.Tensor, got tuple$"),
+                         (dict(cu_seqlens_q=[0, 7, 20]), TypeError, r"^cu_seqlens_q must be a torch.Tensor, got list$"),
+                         (dict(seqused_k=[7, 13]), TypeError, r"^seqused_k must be a torch.Tensor, got list$"),
+                         (dict(out=3), TypeError, r"^out must be a torch.Tensor, got int$"),
+                         (dict(max_seqlen_k=7.0), TypeError, r"^max_seqlen_k must be an int, got float$"),
+                         (dict(max_seqlen_q=-1), ValueError, r"^max_seqlen_q must be >= 0, got -1$"),
+                         (dict(metadata_layout=None), ValueError, r"^metadata_layout must be one of \('soa', 'aos'\), "
+                                                                  r"got None$")):
+        a = dict(q=q, k=k, v=v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=13, max_seqlen_k=13)
+        a.update(kw)
+        with pytest.raises(exc, match=msg):
+            ops.varlen_attention(**a)
+    with pytest.raises(TypeError, match=r"^q must be a torch.Tensor, got list$"):
+        compat.flash_attn_varlen_func([[0.0]], k, v, cu, cu, 13, 13)
+    q2 = torch.zeros(20, 4, 64, dtype=BF16, requires_grad=True)   # grad recording: the op path on CPU tensors
+    with pytest.raises(TypeError, match=r"^k must be a torch.Tensor, got list$"):
+        ops.varlen_attention(q2, [0.0], v, cu, cu, 13, 13)

@@ -496,7 +496,7 @@ PLAN_FAULTS = {
     "seqused_k-int64": (lambda a: a.update(seqused_k=a["seqused_k"].long()), TypeError,
                         "seqused_k must have dtype int32, got int64"),
     "seqused_k-shape": (lambda a: a.update(seqused_k=torch.zeros(3, dtype=I32)), ValueError,
-                        "seqused_k must be a contiguous (4,) tensor, got shape (3,)"),
+                        "seqused_k must have shape (4,) (one length a request), got (3,)"),
     "no-key-lengths": (lambda a: a.update(seqused_k=None), ValueError, "seqused_k is required with a page_table"),
     "misaligned-q": (lambda a: a.update(q=torch.zeros(4 * 8 * 128 + 8, dtype=BF16)[1:4 * 8 * 128 + 1].view(4, 8, 128)),
                      ValueError, "q must start at a 16-byte aligned address"),

@@ -141,7 +141,7 @@ PAGED_CASES = [
     (dict(page_table=M(2, 5, dtype=torch.int64)), TypeError, "page_table must have dtype int32"),
     (dict(page_table=M(3, 5, dtype=torch.int32)), ValueError, "page_table must have batch = 2 rows"),
     (dict(page_table=M(5, 2, dtype=torch.int32).t()), ValueError, "page_table must be contiguous"),
-    (dict(seqused_k=M(3, dtype=torch.int32)), ValueError, "seqused_k must be a contiguous \\(2,\\)"),
+    (dict(seqused_k=M(3, dtype=torch.int32)), ValueError, "seqused_k must have shape \\(2,\\)"),
     (dict(seqused_k=M(2, dtype=torch.int64)), TypeError, "seqused_k must have dtype int32"),
     (dict(v=M(40, 8, 2, 64)), ValueError, "v must have shape"),
 ]
@@ -208,6 +208,25 @@ def test_window_bounds_and_seqused_and_lse_checks():
         V.lse_buffer(torch.empty(8, 10, device="meta", dtype=torch.float16), 8, 10, dev)
     with pytest.raises(ValueError, match="lse must be on"):
         V.lse_buffer(torch.empty(8, 10), 8, 10, dev)
+    with pytest.raises(ValueError, match=r"^lse must not have elements that share memory \(an expanded or "
+                                         r"overlapping view\), got shape \(8, 10\) with strides \(0, 1\)$"):
+        V.lse_buffer(torch.empty(1, 10, device="meta").expand(8, 10), 8, 10, dev)
+    V.lse_buffer(torch.empty(1, 10, device="meta"), 1, 10, dev)   # one head: its row stride is never used
+
+
+def test_written_tensors_must_not_share_memory():
+    """``no_overlap``: out / lse views whose elements alias each other are refused (the kernels'
+    writes would race); every non-overlapping layout passes, in any stride order."""
+    x = torch.empty(10, 8, 64, device="meta")
+    V.no_overlap("out", x)
+    V.no_overlap("out", torch.empty(8, 10, 64, device="meta").transpose(0, 1))     # heads-major
+    V.no_overlap("out", torch.empty(10, 16, 64, device="meta")[:, ::2])             # every other head
+    V.no_overlap("out", torch.empty(1, 8, 64, device="meta").expand(1, 8, 64))      # a size-1 dim's stride
+    V.no_overlap("out", torch.empty(0, 8, 64, device="meta"))
+    for bad in (x[:1].expand(10, 8, 64), x.as_strided((10, 8, 64), (64, 8, 1)), x.as_strided((10, 8, 64), (512, 64, 2)),
+                x[:, :1].expand(10, 8, 64)):
+        with pytest.raises(ValueError, match=r"^out must not have elements that share memory"):
+            V.no_overlap("out", bad)
 
 
 @pytest.mark.parametrize("device", ["cuda", torch.device("cuda")])
@@ -246,6 +265,48 @@ def test_plan_device_that_is_not_cuda_is_refused_naming_it(monkeypatch, device):
     monkeypatch.setattr(runtime, "device", lambda ordinal: pytest.fail("the device was read"))
     monkeypatch.setattr(torch.cuda, "current_device", lambda: pytest.fail("the CUDA device was looked up"))
     with pytest.raises(ValueError, match="^device: "):
+        kernelgen.AttentionPlan(max_batch=4, num_heads_q=2, num_heads_kv=1, head_dim=64, device=device)
+
+
+@pytest.mark.parametrize("device,index", [("cuda:1", 1), (1, 1), (torch.device("cuda", 0), 0)])
+def test_plan_on_an_explicit_cuda_index_takes_it(monkeypatch, device, index):
+    from kernelgen.jit import runtime
+
+    class Stop(Exception):
+        pass
+
+    asked = []
+
+    def read_device(ordinal):
+        asked.append(ordinal)
+        raise Stop
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(runtime, "device", read_device)
+    with pytest.raises(Stop):
+        kernelgen.AttentionPlan(max_batch=4, num_heads_q=2, num_heads_kv=1, head_dim=64, device=device)
+    assert asked == [index]
+
+
+@pytest.mark.parametrize("device", ["cuda:2", 5, torch.device("cuda", 3)])
+def test_plan_on_a_cuda_index_past_the_devices_is_refused_naming_it(monkeypatch, device):
+    """An index past torch.cuda.device_count() is the docstring's ValueError naming ``device`` (it gave
+    CuPy's cudaErrorInvalidDevice, or on a machine without a driver cudaErrorInsufficientDriver)."""
+    from kernelgen.jit import runtime
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(runtime, "device", lambda ordinal: pytest.fail("the device was read"))
+    with pytest.raises(ValueError, match=r"^device: no CUDA device index \d \(2 visible\), got "):
+        kernelgen.AttentionPlan(max_batch=4, num_heads_q=2, num_heads_kv=1, head_dim=64, device=device)
+
+
+@pytest.mark.parametrize("device", ["cuda:0", 0])
+def test_plan_on_a_cuda_index_without_a_cuda_device_says_so(monkeypatch, device):
+    from kernelgen.jit import runtime
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.setattr(runtime, "device", lambda ordinal: pytest.fail("the device was read"))
+    with pytest.raises(RuntimeError, match=r"^AttentionPlan needs a CUDA device: torch.cuda.device_count\(\) is 0$"):
         kernelgen.AttentionPlan(max_batch=4, num_heads_q=2, num_heads_kv=1, head_dim=64, device=device)
 
 

@@ -179,7 +179,7 @@ MATRIX = [
     ("cu_seqlens_k-strided", False, _map("cu_seqlens_k", lambda x: last_dim_strided(x)), ValueError, "cu_seqlens_k",
      "must be contiguous"),
     ("seqused_k-strided", True, _map("seqused_k", lambda x: last_dim_strided(x)), ValueError, "seqused_k",
-     "must be a contiguous (2,) tensor"),
+     "must be contiguous, got stride 2"),
     # head counts that do not divide, unsupported head dims
     ("heads-8-over-3", False, lambda a: _heads_dims(a, hkv=3), ValueError, "q", "num_heads (8) must be a positive multiple of k num_heads (3)"),
     ("heads-2-over-4", False, lambda a: _heads_dims(a, hq=2, hkv=4), ValueError, "q", "must be a positive multiple of k num_heads (4)"),
@@ -203,9 +203,9 @@ MATRIX = [
     # mismatched batch sizes and paged consistency
     ("page_table-rows", True, _map("page_table", lambda x: torch.zeros(3, 5, dtype=I32, device=x.device)),
      ValueError, "page_table", "must have batch = 2 rows"),
-    ("seqused_k-batch-paged", True, _map("seqused_k", lambda x: x[:1]), ValueError, "seqused_k", "contiguous (2,) tensor"),
+    ("seqused_k-batch-paged", True, _map("seqused_k", lambda x: x[:1]), ValueError, "seqused_k", "must have shape (2,) (one length a request), got (1,)"),
     ("seqused_k-batch-packed", False, _set(seqused_k=torch.zeros(3, dtype=I32, device="meta")), ValueError,
-     "seqused_k", "contiguous (2,) tensor, got shape (3,)"),
+     "seqused_k", "must have shape (2,) (one length a request), got (3,)"),
     ("paged-without-seqused_k", True, _set(seqused_k=None), ValueError, "seqused_k", "is required with a page_table"),
     ("paged-with-cu_seqlens_k", True, _set(cu_seqlens_k=torch.zeros(3, dtype=I32, device="meta")), ValueError,
      "cu_seqlens_k", "must be None with a page_table"),
@@ -216,6 +216,13 @@ MATRIX = [
     ("out-rows", False, _map("out", lambda x: x[:-1]), ValueError, "out", "must have shape (10, 8, 64), got (9, 8, 64)"),
     ("out-heads", False, _map("out", lambda x: x[:, :4]), ValueError, "out", "must have shape (10, 8, 64)"),
     ("out-head_dim", False, _map("out", lambda x: x[..., :32]), ValueError, "out", "must have shape (10, 8, 64)"),
+    # an out whose elements share memory (the kernels' writes would race)
+    ("out-expanded-rows", False, _map("out", lambda x: x[:1].expand(x.shape)), ValueError, "out",
+     "must not have elements that share memory (an expanded or overlapping view), got shape (10, 8, 64) with "
+     "strides (0, 64, 1)"),
+    ("out-overlapping-heads", False, _map("out", lambda x: x.as_strided(x.shape, (64, 8, 1))), ValueError, "out",
+     "must not have elements that share memory (an expanded or overlapping view), got shape (10, 8, 64) with "
+     "strides (64, 8, 1)"),
     ("out-head_dim-not-dv", False, lambda a: (_heads_dims(a, d=192, dv=128),
                                               a.update(out=torch.zeros(10, 8, 192, dtype=BF16, device=a["q"].device))),
      ValueError, "out", "must have shape (10, 8, 128)"),
@@ -250,6 +257,19 @@ def test_matrix_meta(case_id, paged, mutate, exc, name, what):
     a = _build(case_id, paged, "meta", mutate)
     with pytest.raises(Exception) as ei:
         validate(a)
+    _expect(ei, exc, name, what)
+
+
+@pytest.mark.parametrize("case_id,paged,mutate,exc,name,what", MATRIX, ids=_IDS)
+def test_matrix_op_on_meta_tensors(case_id, paged, mutate, exc, name, what):
+    """The same faults through ``kernelgen.ops.varlen_attention`` on meta tensors: the custom op's
+    fake implementation (what torch.compile traces) raises what the eager call raises."""
+    from kernelgen import ops
+
+    a = _build(case_id, paged, "meta", mutate)
+    with pytest.raises(Exception) as ei:
+        ops.varlen_attention(a["q"], a["k"], a["v"], a["cu_seqlens_q"], a["cu_seqlens_k"], a["max_seqlen_q"],
+                             a["max_seqlen_k"], seqused_k=a["seqused_k"], page_table=a["page_table"], out=a["out"])
     _expect(ei, exc, name, what)
 
 
@@ -311,8 +331,8 @@ OPTION_FAULTS = [
     (dict(window_size=(-2, 0)), ValueError, "window_size", "must be in [-1, "),
     (dict(window_size=(4,)), TypeError, "window_size", "must be a pair of ints"),
     (dict(window_size=(1.0, 2)), TypeError, "window_size", "must be a pair of ints"),
-    (dict(softcap=-1.0), ValueError, "softcap", "must be >= 0"),
-    (dict(softcap=float("inf")), ValueError, "softcap", "must be >= 0"),
+    (dict(softcap=-1.0), ValueError, "softcap", "must be finite and >= 0 (0 = off), got -1.0"),
+    (dict(softcap=float("inf")), ValueError, "softcap", "must be finite and >= 0 (0 = off), got inf"),
     (dict(softcap="30"), TypeError, "softcap", "must be a float"),
     (dict(num_splits=129), ValueError, "num_splits", "must be in [0, 128]"),
     (dict(num_splits=-1), ValueError, "num_splits", "must be in [0, 128]"),
@@ -593,7 +613,7 @@ def test_property_scalar_options(n, cap):
                                              r"log2\(e\) in float32\)"):
             V.softcap(cap)
     else:
-        with pytest.raises(ValueError, match="^softcap must be >= 0"):
+        with pytest.raises(ValueError, match="^softcap must be finite and >= 0"):
             V.softcap(cap)
 
 

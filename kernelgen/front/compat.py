@@ -61,6 +61,7 @@ from typing import Optional
 import torch
 
 from ..kernels.spec import MAX_WINDOW
+from ..selection import validation
 from . import ops
 
 __all__ = ["flash_attn_varlen_func", "flash_attn_with_kvcache"]
@@ -159,6 +160,9 @@ def _num_splits(num_splits) -> dict:
     if _is_int(num_splits) and 2 <= num_splits <= _FA3_MAX_SPLITS:
         return {"num_splits": 0, "max_num_splits": num_splits if isinstance(num_splits, torch.SymInt)
                 else int(num_splits)}
+    if _is_int(num_splits) and num_splits > _FA3_MAX_SPLITS:
+        raise ValueError(f"num_splits must be at most {_FA3_MAX_SPLITS} (<= 0: the heuristic, 1: no split, "
+                         f"2-{_FA3_MAX_SPLITS}: an upper bound of the heuristic), got {num_splits}")
     return {"num_splits": num_splits}
 
 
@@ -346,7 +350,13 @@ def flash_attn_varlen_func(
             if cu_seqlens_k is None:
                 raise ValueError(f"{fn}: a paged cache (page_table/block_table) needs seqused_k or cu_seqlens_k "
                                  f"for the key lengths")
-            seqused_k = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).to(torch.int32)
+            # (checked as varlen_attention checks it on packed k/v before the lengths are taken from it)
+            if not isinstance(q, torch.Tensor):
+                raise TypeError(f"{fn}: q must be a torch.Tensor, got {type(q).__name__}")
+            if validation.cu_seqlens("cu_seqlens_k", cu_seqlens_k, q.device) != cu_seqlens_q.shape[0] - 1:
+                raise ValueError(f"{fn}: cu_seqlens_k must have as many entries as cu_seqlens_q "
+                                 f"({cu_seqlens_q.shape[0]}), got shape {tuple(cu_seqlens_k.shape)}")
+            seqused_k = cu_seqlens_k[1:] - cu_seqlens_k[:-1]
         cu_seqlens_k = None
     return ops.varlen_attention(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=seqused_k, page_table=table,
@@ -503,6 +513,7 @@ def flash_attn_with_kvcache(
 
     # ---- queries -> varlen layout
     if cu_seqlens_q is not None:
+        validation.cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.device)
         if q.dim() != 3:
             raise ValueError(f"{fn}: with cu_seqlens_q, q must be (total_q, num_heads_q, head_dim), got "
                              f"shape {tuple(q.shape)}")

@@ -230,7 +230,6 @@ def _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, cau
     arguments), so a bad call fails while torch.compile traces; returns (total_q, num_heads_q,
     head_dim_v, the output's dtype): q's, or for a float8_e4m3fn q (which needs an FP8 k/v)
     ``out``'s, else ``out_dtype``, else bfloat16 (``validation.output_dtype``)."""
-    from ..kernels.spec import HEAD_DIMS
     from ..selection import validation
 
     validation.layout(metadata_layout)
@@ -240,52 +239,15 @@ def _fake_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, cau
     for name, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if isinstance(x, numbers.Integral):   # (a SymInt while torch.compile traces dynamic shapes: unchecked)
             validation.nonneg_int(name, x)
-    if q.dim() != 3:
-        raise ValueError(f"q must have 3 dimensions (total_q, num_heads_q, head_dim), got shape {tuple(q.shape)}")
-    if q.dtype not in validation.DTYPES and q.dtype not in validation.Q_FP8_DTYPES:
-        raise TypeError(f"q must have dtype float16, bfloat16 or float8_e4m3fn, got {q.dtype}")
-    q_fp8 = q.dtype in validation.Q_FP8_DTYPES
-    dtype = validation.output_dtype(q, out, out_dtype)
-    paged = page_table is not None
-    kdim = 4 if paged else 3
-    what = "(num_pages, page_size, num_heads_kv, head_dim)" if paged else "(total_k, num_heads_kv, head_dim)"
-    for name, x in (("k", k), ("v", v)):
-        if x.dim() != kdim:
-            raise ValueError(f"{name} must have {kdim} dimensions {what}, got shape {tuple(x.shape)}")
-        if name == "k" and q_fp8 and x.dtype not in validation.KV_FP8_DTYPES:
-            raise TypeError(f"k must have an FP8 dtype (float8_e4m3fn or float8_e5m2) with an FP8 q, got {x.dtype}")
-        if name == "k" and x.dtype != q.dtype and x.dtype not in validation.KV_FP8_DTYPES:
-            raise TypeError(f"k must have q's dtype {q.dtype} (or an FP8 dtype), got {x.dtype}")
-        if name == "v" and x.dtype != k.dtype:
-            raise TypeError(f"v must have k's dtype {k.dtype}, got {x.dtype}")
-    if k.shape[-1] != q.shape[-1]:
-        raise ValueError(f"k head_dim {k.shape[-1]} must equal q head_dim {q.shape[-1]}")
-    if tuple(v.shape[:-1]) != tuple(k.shape[:-1]):
-        raise ValueError(f"v must have shape ({', '.join(map(str, k.shape[:-1]))}, head_dim_v) like k, got "
-                         f"{tuple(v.shape)}")
-    if q.shape[-1] not in HEAD_DIMS:
-        raise ValueError(f"q head_dim must be one of {HEAD_DIMS}, got {q.shape[-1]}")
-    if v.shape[-1] not in HEAD_DIMS:
-        raise ValueError(f"v head_dim_v must be one of {HEAD_DIMS}, got {v.shape[-1]}")
+    # varlen_attention's own checks of the tensors' shapes, dtypes, devices and strides (q's device type is
+    # not checked here: fake CUDA tensors while torch.compile traces, meta ones, or opcheck's CPU ones)
+    sizes = validation.varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, None, None, out, (q.device.type,),
+                                     seqused_k=seqused_k, page_table=page_table, out_dtype=out_dtype)
+    dtype, hq, hkv, batch = sizes["dtype"], sizes["num_heads_q"], sizes["num_heads_kv"], sizes["batch"]
     validation.softcap_ratio(validation.softmax_scale(softmax_scale, q.shape[-1]), validation.softcap(softcap))
-    hq, hkv = q.shape[1], k.shape[-2]
-    if hkv < 1 or hq < 1 or hq % hkv != 0:  # hkv first: no modulo by zero heads
-        raise ValueError(f"q num_heads ({hq}) must be a positive multiple of k num_heads ({hkv})")
-    if cu_seqlens_q.dtype != torch.int32:   # (the eager path's TypeError / ValueError split)
-        raise TypeError(f"cu_seqlens_q must have dtype int32, got {str(cu_seqlens_q.dtype).replace('torch.', '')}")
-    if cu_seqlens_q.dim() != 1:
-        raise ValueError(f"cu_seqlens_q must have 1 dimensions, got shape {tuple(cu_seqlens_q.shape)}")
-    if paged:
-        if seqused_k is None:
-            raise ValueError("seqused_k is required with a page_table (the keys of each request)")
-        if cu_seqlens_k is not None:
-            raise ValueError("cu_seqlens_k must be None with a page_table (key lengths come from seqused_k)")
-    elif cu_seqlens_k is None:
-        raise ValueError("cu_seqlens_k is required for packed k/v (give page_table and seqused_k for a paged cache)")
     validation.sinks(sinks, hq, q.device)     # varlen_attention's own checks (dtype, shape, device)
-    validation.alibi_slopes(alibi_slopes, hq, None, q.device)
+    validation.alibi_slopes(alibi_slopes, hq, batch, q.device)
     kv_dtype = validation.KV_FP8_DTYPES.get(k.dtype)
-    batch = cu_seqlens_q.shape[0] - 1   # (a shape, known while tracing: the descales' first dimension)
     validation.descale("k_descale", k_descale, batch, hkv, q.device, kv_dtype)
     validation.descale("v_descale", v_descale, batch, hkv, q.device, kv_dtype)
     validation.q_descale(q_descale, batch, hkv, q.device, validation.Q_FP8_DTYPES.get(q.dtype))
@@ -338,8 +300,7 @@ def _through_op(q, k, v, sinks=None) -> bool:
     autograd records (so a backward raises the op's clear "forward-only" error): q, k, v or the
     sinks (gpt-oss keeps them as an nn.Parameter) require grad."""
     return (torch.compiler.is_compiling() or type(q) is not torch.Tensor or q.device.type == "meta"
-            or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad
-                                             or (sinks is not None and sinks.requires_grad))))
+            or (torch.is_grad_enabled() and any(getattr(x, "requires_grad", False) for x in (q, k, v, sinks))))
 
 
 def varlen_attention(
@@ -444,10 +405,18 @@ def varlen_attention(
         softmax_scale = validation.softmax_scale(softmax_scale, 1)
     if out_dtype is not None:   # (the schema's ScalarType? refuses a non-dtype with a dispatcher RuntimeError)
         validation.output_dtype(q, out, out_dtype)
-    for name, x in (("sinks", sinks), ("alibi_slopes", alibi_slopes), ("k_descale", k_descale),
+    validation.layout(metadata_layout)   # (the schema's str would refuse None with a dispatcher RuntimeError)
+    for name, x in (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q)):
+        if not isinstance(x, torch.Tensor):   # (the schema's Tensor: a RuntimeError that prints the value)
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    for name, x in (("cu_seqlens_k", cu_seqlens_k), ("seqused_k", seqused_k), ("page_table", page_table),
+                    ("out", out), ("sinks", sinks), ("alibi_slopes", alibi_slopes), ("k_descale", k_descale),
                     ("v_descale", v_descale), ("q_descale", q_descale)):
         if x is not None and not isinstance(x, torch.Tensor):   # (the schema's Tensor? would: a RuntimeError)
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    for name, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if x is not None and not isinstance(x, torch.SymInt):   # (the schema's SymInt?: ints, or traced ones)
+            validation.nonneg_int(name, x)
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, causal,
             int(window_size[0]), int(window_size[1]), softcap, softmax_scale, num_splits, pack_gqa,
             return_lse, metadata_layout, sort, head_swizzle, sinks, alibi_slopes, k_descale, v_descale,

@@ -54,6 +54,14 @@ def _device_index(device) -> int:
         if asked is not None and asked != dev.index:   # (torch keeps the index in 8 bits: 256 reads as 0)
             raise ValueError(f"device: no CUDA device index {asked}, got {device!r}")
         if dev.index is not None:
+            try:
+                count = torch.cuda.device_count()
+            except (AssertionError, RuntimeError) as e:  # torch without CUDA, or no driver / device
+                raise RuntimeError(f"AttentionPlan needs a CUDA device: {e}") from e
+            if count == 0:
+                raise RuntimeError("AttentionPlan needs a CUDA device: torch.cuda.device_count() is 0")
+            if dev.index >= count:
+                raise ValueError(f"device: no CUDA device index {dev.index} ({count} visible), got {device!r}")
             return dev.index
     try:   # (None, or "cuda" without an index: the current device, as torch means it)
         return torch.cuda.current_device()
@@ -338,11 +346,11 @@ class AttentionPlan:
 
         Raises:
             ValueError: the batch exceeds the capacity, or neither key-length tensor is given, or
-                the two cu_seqlens differ in length.
+                the two cu_seqlens differ in length, or a paged plan gets cu_seqlens_k or no seqused_k.
             TypeError: a length tensor is not int32.
         """
         batch = arguments.plan_lengths(cu_seqlens_q, cu_seqlens_k, seqused_k, device=self.device,
-                                       capacity=self.capacity)
+                                       capacity=self.capacity, paged=self.paged)
         with torch.cuda.device(self.device):
             oneoff.schedule(self._kernels, cu_seqlens_q, cu_seqlens_k, seqused_k, self.metadata, self.metadata_short,
                             batch, self.capacity)
@@ -530,7 +538,7 @@ class AttentionPlan:
         if sinks is not None and lse is None and fused_sinks is None:
             lse = self._lse_scratch(sizes["total_q"])
         batch = arguments.plan_lengths(cu_seqlens_q, cu_seqlens_k, seqused_k, device=self.device,
-                                       capacity=self.capacity)
+                                       capacity=self.capacity, paged=self.paged)
         if out is None:
             out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=self.dtype, device=q.device)
         if self.hopper and not sizes["total_q"]:   # no query token: nothing to load (a TMA map needs a token)

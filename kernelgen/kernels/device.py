@@ -15,7 +15,8 @@ from .spec import ARCHS
 ALLOW_UNTESTED_ARCH_ENV = "KERNELGEN_ALLOW_UNTESTED_ARCH"
 
 #: Supported compute capabilities, in words, for error messages and docs.
-SUPPORTED_TEXT = ("compute capability 8.0, 8.6, 8.7, 8.9 (sm_80, sm_86, sm_89: the sm_80 mma.sync path) "
+SUPPORTED_TEXT = ("compute capability 8.0, 8.6, 8.7, 8.9 (sm_80, sm_86 (8.7 runs its cubins), sm_89: the sm_80 "
+                  "mma.sync path) "
                   "or 9.0 (sm_90a: the Hopper wgmma/TMA path)")
 #: The untested ones, in words, as docs/install.md puts them (messages name both, never "sm_80 and later").
 UNTESTED_TEXT = (f"10.x and 12.x (Blackwell: sm_100, sm_120, the sm_80 path) are untested on hardware and run "

@@ -280,19 +280,22 @@ def step_scalars(return_lse, softmax_scale, head_dim: int, softcap: float) -> tu
     return validation.flag("return_lse", return_lse), scale
 
 
-def plan_lengths(cu_seqlens_q, cu_seqlens_k, seqused_k, *, device, capacity: int) -> int:
+def plan_lengths(cu_seqlens_q, cu_seqlens_k, seqused_k, *, device, capacity: int, paged: bool) -> int:
     """The checks of a plan step's length tensors (int32: cu_seqlens_q and cu_seqlens_k (batch + 1,),
-    seqused_k (batch,), lengths in tokens; cu_seqlens_k or seqused_k given); returns the batch.
+    seqused_k (batch,), lengths in tokens; cu_seqlens_k or seqused_k given; a ``paged`` plan takes
+    seqused_k only, as ``varlen_attention`` with a page table); returns the batch.
     Raises TypeError / ValueError, also for more than ``capacity`` requests."""
     batch = validation.cu_seqlens("cu_seqlens_q", cu_seqlens_q, device)
+    if paged and cu_seqlens_k is not None:
+        raise ValueError("cu_seqlens_k must be None for a paged plan (key lengths come from seqused_k)")
+    if paged and seqused_k is None:
+        raise ValueError("seqused_k is required for a paged plan (the keys of each request)")
     if cu_seqlens_k is not None and validation.cu_seqlens("cu_seqlens_k", cu_seqlens_k, device) != batch:
         raise ValueError("cu_seqlens_k must have as many entries as cu_seqlens_q")
     if cu_seqlens_k is None and seqused_k is None:
         raise ValueError("give cu_seqlens_k or seqused_k")
     if seqused_k is not None:
-        validation.tensor("seqused_k", seqused_k, ndim=1, dtypes=(torch.int32,), device=device)
-        if seqused_k.shape[0] != batch or not seqused_k.is_contiguous():
-            raise ValueError(f"seqused_k must be a contiguous ({batch},) tensor, got shape {tuple(seqused_k.shape)}")
+        validation.seqused(seqused_k, batch, device)
     if batch > capacity:
         raise ValueError(f"batch {batch} exceeds the plan's capacity {capacity}")
     return batch

@@ -59,6 +59,11 @@ def tensor(name: str, x, *, ndim: int | None = None, dtypes=None, device=None, d
     return x
 
 
+def _storageless(x: torch.Tensor) -> bool:
+    """A meta tensor, or a fake one (torch.compile's tracing): no address to check."""
+    return x.device.type == "meta" or isinstance(x, torch._subclasses.fake_tensor.FakeTensor)
+
+
 def rows_16b(name: str, x: torch.Tensor):
     """The kernels copy 16-byte chunks: last dim contiguous, other strides and the base 16-byte aligned."""
     if x.stride(-1) != 1:
@@ -67,8 +72,30 @@ def rows_16b(name: str, x: torch.Tensor):
     for d in range(x.dim() - 1):
         if (x.stride(d) * elem) % 16 and x.shape[d] > 1:
             raise ValueError(f"{name} stride {x.stride(d)} of dim {d} must be a multiple of {16 // elem} elements (16 bytes)")
-    if x.data_ptr() % 16:
+    if not _storageless(x) and x.data_ptr() % 16:
         raise ValueError(f"{name} must start at a 16-byte aligned address")
+
+
+def no_overlap(name: str, x: torch.Tensor):
+    """A tensor the kernels write (``out``, ``lse``): no two of its elements may share memory (an
+    expanded or overlapping view would make the kernels' writes race).  The sufficient test: its
+    dimensions of size > 1, sorted by stride, each step at least the extent of the ones before
+    (``torch.Tensor.out=`` refuses such tensors the same way).  Raises ValueError naming ``name``."""
+    span = 1
+    for st, n in sorted((x.stride(d), x.shape[d]) for d in range(x.dim()) if x.shape[d] > 1):
+        if st < span:
+            raise ValueError(f"{name} must not have elements that share memory (an expanded or overlapping view), "
+                             f"got shape {tuple(x.shape)} with strides {tuple(x.stride())}")
+        span = st * n
+
+
+def seqused(x, batch: int, device):
+    """``seqused_k``: a contiguous int32 (batch,) tensor on ``device``; TypeError / ValueError naming it."""
+    tensor("seqused_k", x, ndim=1, dtypes=(torch.int32,), device=device)
+    if x.shape[0] != batch:
+        raise ValueError(f"seqused_k must have shape ({batch},) (one length a request), got {tuple(x.shape)}")
+    if not x.is_contiguous():
+        raise ValueError(f"seqused_k must be contiguous, got stride {x.stride(0)}")
 
 
 def cu_seqlens(name: str, x, device) -> int:
@@ -231,9 +258,7 @@ def varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
             raise ValueError(f"cu_seqlens_k must have batch+1 = {batch + 1} entries like cu_seqlens_q, got {batch_k + 1}")
         sizes["total_k"] = k.shape[0]
     if seqused_k is not None:
-        tensor("seqused_k", seqused_k, ndim=1, dtypes=(torch.int32,), device=dev)
-        if seqused_k.shape[0] != batch or not seqused_k.is_contiguous():
-            raise ValueError(f"seqused_k must be a contiguous ({batch},) tensor, got shape {tuple(seqused_k.shape)}")
+        seqused(seqused_k, batch, dev)
     if max_seqlen_q is not None:
         nonneg_int("max_seqlen_q", max_seqlen_q)
     if max_seqlen_k is not None:
@@ -243,6 +268,7 @@ def varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
         if tuple(out.shape) != (total_q, hq, dv):
             raise ValueError(f"out must have shape {(total_q, hq, dv)}, got {tuple(out.shape)}")
         rows_16b("out", out)
+        no_overlap("out", out)
     return sizes
 
 
@@ -295,7 +321,7 @@ def softcap(x) -> float:
         raise TypeError(f"softcap must be a float, got {type(x).__name__}")
     x = float(x)
     if not 0 <= x < math.inf:  # NaN and inf fail too; comparisons trace under torch.compile
-        raise ValueError(f"softcap must be >= 0 (0 = off), got {x}")
+        raise ValueError(f"softcap must be finite and >= 0 (0 = off), got {x}")
     if x > SCALAR_MAX:
         raise ValueError(f"softcap must be at most {SCALAR_MAX:.3g} (the kernels take it times log2(e) in "
                          f"float32), got {x}")
@@ -372,6 +398,7 @@ def lse_buffer(lse, num_heads_q: int, total_q: int, device) -> None:
         raise ValueError(f"lse must have shape {(num_heads_q, total_q)}, got {tuple(lse.shape)}")
     if lse.stride(1) != 1 and total_q > 1:
         raise ValueError(f"lse must be contiguous along tokens (stride 1 in dim 1), got strides {tuple(lse.stride())}")
+    no_overlap("lse", lse)
 
 
 def sinks(x, num_heads_q: int, device) -> None:
