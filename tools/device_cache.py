@@ -99,13 +99,16 @@ def _bench_step(cache_dir: str, jobs: int) -> str:
     return f"bench: {compiled} compiled, {cached} cached"
 
 
-def steps(cache_dir: str, jobs: int, fuzz_seed: int, fuzz_batches: int, bench: bool = True) -> list:
-    """(name, command) of each compile step into ``cache_dir`` (``bench``: with the bench's)."""
+def steps(cache_dir: str, jobs: int, fuzz_seed: int, fuzz_batches: int, bench: bool = True,
+          groups: str | None = None) -> list:
+    """(name, command) of each compile step into ``cache_dir`` (``bench``: with the bench's; ``groups``:
+    the gpu_tests step compiles only these groups of ``warm_gpu_tests.py``, e.g. "variant,variant_pack")."""
     py = sys.executable
     return [
         ("serving", [py, "-m", "kernelgen", "warmup", "--serving", "--arch", ARCH, "--jobs", str(jobs),
                      "--cache-dir", cache_dir]),
-        ("gpu_tests", [py, str(ROOT / "tools" / "warm_gpu_tests.py"), "--jobs", str(jobs), "--cache-dir", cache_dir]),
+        ("gpu_tests", [py, str(ROOT / "tools" / "warm_gpu_tests.py"), "--jobs", str(jobs), "--cache-dir", cache_dir]
+         + (["--only", groups] if groups else [])),
         ("fuzz", [py, str(ROOT / "tools" / "fuzz.py"), "--prewarm-only", "--arch", ARCH, "--num-sms", str(NUM_SMS),
                   "--seed", str(fuzz_seed), "--batches", str(fuzz_batches), "--jobs", str(jobs)]),
     ] + ([("bench", [py, str(Path(__file__).resolve()), "_bench", cache_dir, str(jobs)])] if bench else [])
@@ -168,7 +171,7 @@ STEPS = ("serving", "gpu_tests", "fuzz", "bench")
 
 
 def build(root: Path, jobs: int, fuzz_seed: int, fuzz_batches: int, envs: list, bench: bool = True,
-          only: tuple = STEPS, work: Path | None = None) -> dict:
+          only: tuple = STEPS, work: Path | None = None, groups: str | None = None) -> dict:
     """Compile every step (of ``only``) for every environment into a fresh cache (``work``: into that
     cache folder instead, kept, so a rebuild after a change compiles only what changed), archive it
     into ``root``; returns the manifest (also written)."""
@@ -181,13 +184,14 @@ def build(root: Path, jobs: int, fuzz_seed: int, fuzz_batches: int, envs: list, 
         for extra in envs:
             env = dict(os.environ, KERNELGEN_CACHE_DIR=cache_dir, PYTHONPATH=str(ROOT))
             env.update(extra)
-            for name, cmd in steps(cache_dir, jobs, fuzz_seed, fuzz_batches, bench):
+            for name, cmd in steps(cache_dir, jobs, fuzz_seed, fuzz_batches, bench, groups):
                 if name not in only:
                     continue
                 t = time.time()
                 r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
                 tail = (r.stdout + r.stderr).replace("\r", "\n").strip().splitlines()[-1:] or [""]
-                log.append({"step": name, "env": extra, "rc": r.returncode, "seconds": round(time.time() - t, 1),
+                log.append({"step": name + (f" ({groups})" if groups and name == "gpu_tests" else ""),
+                            "env": extra, "rc": r.returncode, "seconds": round(time.time() - t, 1),
                             "last_line": tail[0][-300:]})
                 print(f"device_cache: {name} {extra or ''} rc {r.returncode} in {time.time() - t:.0f} s: {tail[0][-200:]}",
                       flush=True)
@@ -283,6 +287,9 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", default=",".join(STEPS), metavar="S[,S...]",
                     help=f"build: only these steps ({', '.join(STEPS)}; default all), e.g. a small archive "
                          f"that fits beside a peers part in one call")
+    ap.add_argument("--groups", default=None, metavar="G[,G...]",
+                    help="build: the gpu_tests step compiles only these groups of tools/warm_gpu_tests.py (e.g. "
+                         "variant,variant_pack: an archive of a few MB for one test file)")
     a = ap.parse_args(argv)
     if a.command == "build":
         only = tuple(x for x in a.steps.split(",") if x)
@@ -291,7 +298,7 @@ def main(argv=None) -> int:
         if a.no_bench and only == ("bench",):
             ap.error("--no-bench with --steps bench leaves nothing to build")
         m = build(a.dir, a.jobs, a.fuzz_seed, a.fuzz_batches, _env_sets(a.env), bench=not a.no_bench, only=only,
-                  work=a.work)
+                  work=a.work, groups=a.groups)
         bad = [s for s in m["steps"] if s["rc"] != 0]
         print(f"device_cache: {m['entries']} kernels, {m['raw_bytes'] / 1e6:.0f} MB -> {m['archive_bytes'] / 1e6:.1f} MB "
               f"in {m['seconds']:.0f} s; {len(bad)} step(s) failed")
