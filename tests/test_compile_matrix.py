@@ -6,6 +6,8 @@ pairwise covering one, the serving variants each row on each arch, the fused pre
 test_every_serving_variant_renders and test_every_fused_variant_renders every serving and fused case.
 """
 import itertools
+import os
+from pathlib import Path
 
 import pytest
 import sampling
@@ -217,6 +219,38 @@ def test_compile_error_carries_log_and_source(tmp_path):
     assert "error" in err.log.lower()
     assert err.source_path and open(err.source_path).read().startswith('extern "C"')
     assert "broken_kernel" in str(err)
+
+
+def test_rejected_sources_go_to_a_private_folder_only(tmp_path, monkeypatch):
+    """The rejected source is a new 0600 file in a folder of this user that no one else can write;
+    a folder another user could write, or a link standing in for it, gets nothing (the temp dir is
+    shared: a planted link was followed and its target overwritten); the newest FAILED_KEEP stay."""
+    import stat
+
+    bad = 'extern "C" __global__ void k() { this is not cuda; }'
+
+    def reject():
+        with pytest.raises(compiler.CompileError) as ei:
+            compiler.compile_cubin(bad, "sm_80", compiler.default_options("sm_80"), "broken_kernel")
+        return ei.value.source_path
+
+    d = tmp_path / "failed"
+    monkeypatch.setattr(compiler, "FAILED_DIR", d)
+    p = reject()
+    assert Path(p).parent == d and Path(p).read_text() == bad
+    assert stat.S_IMODE(os.stat(p).st_mode) == 0o600 and stat.S_IMODE(os.stat(d).st_mode) == 0o700
+    assert reject() != p   # a second failure in the same process: a new file
+    monkeypatch.setattr(compiler, "FAILED_KEEP", 2)
+    reject()
+    assert len(list(d.glob("*.cu"))) == 2
+    os.chmod(d, 0o777)   # writable by others: nothing saved there
+    assert reject() is None and len(list(d.glob("*.cu"))) == 2
+    target = tmp_path / "victim"
+    target.mkdir(mode=0o700)
+    link = tmp_path / "planted"
+    link.symlink_to(target)
+    monkeypatch.setattr(compiler, "FAILED_DIR", link)
+    assert reject() is None and list(target.iterdir()) == []
 
 
 def test_parse_resources():

@@ -157,8 +157,15 @@ def _arch(value: str) -> str:
     return value
 
 
+def _dir_path(x: str) -> str:
+    """``--cache-dir``: a path, not "" (which would mean the current directory)."""
+    if not x.strip():
+        raise argparse.ArgumentTypeError("an empty path (it would mean the current directory); name a directory")
+    return x
+
+
 def _add_cache_dir(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cache-dir", metavar="DIR", default=None,
+    p.add_argument("--cache-dir", metavar="DIR", default=None, type=_dir_path,
                    help="kernel cache directory (default: $KERNELGEN_CACHE_DIR, then the user cache dir)")
 
 
@@ -560,6 +567,9 @@ def cmd_cache(args) -> int:
         print(cache.root)
         return 0
     write = action == "clear" or (action == "verify" and args.repair)
+    if write and not os.path.lexists(cache.root):   # nothing to clear or repair: create nothing (a typo'd path)
+        print(f"no cache directory at {cache.root}: nothing to {'clear' if action == 'clear' else 'repair'}")
+        return 0
     if not _check_cache_dir(f"cache {action}", cache.root, args.cache_dir, write):
         return 1
     if action == "list":
@@ -603,8 +613,13 @@ def cmd_cache(args) -> int:
               + (f", {repaired} repaired, {report.get('orphans_removed', 0)} orphaned file(s) removed"
                  if args.repair else ""))
         label = {"repaired": "repaired", "removed": "removed (no usable spec in its sidecar to rebuild it)"}
+        errors = report.get("errors", {})
         for stem in bad:
-            print(f"  {label.get(fates.get(stem), 'bad')}: {stem}")
+            if stem in errors:
+                what = "removed" if fates.get(stem) == "removed" else "bad"
+                print(f"  {what} (its rebuild failed: {errors[stem]}): {stem}")
+            else:
+                print(f"  {label.get(fates.get(stem), 'bad')}: {stem}")
         remaining = len(bad) - repaired if args.repair else len(bad)
         if remaining > 0:
             if args.repair:

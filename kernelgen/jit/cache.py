@@ -61,6 +61,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -79,9 +80,14 @@ from . import compiler, render
 CACHE_FORMAT = 1
 #: Seconds to wait for another process's compile of the same entry (read at call time).
 LOCK_TIMEOUT = 600.0
+#: How long ``clear`` waits for an entry that another process holds (publishing it) before leaving it.
+CLEAR_LOCK_TIMEOUT = 30.0
 _FILE_MODE = 0o600
 _DIR_MODE = 0o700
 _STEM_RE = re.compile(r"^(?P<name>[A-Za-z0-9_]+)-(?P<k>[0-9a-f]{16})")
+#: What follows the stem in an entry's file names: its cubin, sidecar and lock, or a temp file of
+#: ``_write_atomic`` (``tempfile.mkstemp``'s random part); other files are not the cache's.
+_ENTRY_FILE_RE = re.compile(r"^(?:\.cubin|\.json|\.lock|\.[A-Za-z0-9_]+\.tmp)$")
 
 
 class KernelNotCachedError(RuntimeError):
@@ -144,6 +150,24 @@ def _untrusted(st: os.stat_result, what: str) -> str | None:
     return None
 
 
+def _size(p: Path) -> int:
+    """``p``'s size; 0 when it is gone."""
+    try:
+        return p.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _mtime(sidecar: Path, cubin: Path) -> float | None:
+    """An entry's time: its sidecar's, else its cubin's (an orphan); None when neither exists."""
+    for p in (sidecar, cubin):
+        try:
+            return p.stat().st_mtime
+        except FileNotFoundError:
+            pass
+    return None
+
+
 class _UntrustedFile(OSError):
     """An entry file failed the owner/mode check (see :func:`_untrusted`)."""
 
@@ -173,9 +197,21 @@ def _drop_directories(files: list) -> list:
 
 
 def _read_trusted(path: Path, what: str) -> bytes:
-    """The bytes of ``path``, checked (fstat of the open file) before they are read."""
-    with open(path, "rb") as f:
-        why = _untrusted(os.fstat(f.fileno()), what)
+    """The bytes of ``path``, checked (fstat of the open file) before they are read: a regular file
+    (opened without blocking, so a FIFO planted in its place cannot hang the reader) of a trusted
+    owner and mode."""
+    return _read_regular(path, what, trusted=True)
+
+
+def _read_regular(path: Path, what: str, trusted: bool = False) -> bytes:
+    """The bytes of ``path`` if it is a regular file (``trusted``: of a trusted owner and mode), else
+    _UntrustedFile; opened without blocking, so a FIFO planted in its place cannot hang the reader."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise _UntrustedFile(f"{what} is not a regular file")
+        why = _untrusted(st, what) if trusted else None
         if why:
             raise _UntrustedFile(why)
         return f.read()
@@ -318,7 +354,7 @@ class KernelCache:
         except _UntrustedFile as e:  # parse it anyway: verify --repair rebuilds from its spec
             distrust = str(e)
             try:
-                raw = Path(str(stem) + ".json").read_bytes()
+                raw = _read_regular(Path(str(stem) + ".json"), "the sidecar")
             except OSError:
                 return None, None, distrust
         except OSError as e:
@@ -497,7 +533,7 @@ class KernelCache:
             return groups
         for n in names:
             m = _STEM_RE.match(n)
-            if m and n[m.end():].startswith(".") and n.endswith((".cubin", ".json", ".lock", ".tmp")):
+            if m and _ENTRY_FILE_RE.match(n[m.end():]):
                 groups.setdefault(m.group(0), []).append(self.root / n)
         return groups
 
@@ -517,18 +553,17 @@ class KernelCache:
                     reason = "orphan: a cubin without its sidecar (cache verify --repair removes it)"
             meta = meta or {}
             res = meta.get("resources", {}) if isinstance(meta.get("resources"), dict) else {}
-            cubin = self.root / f"{stem}.cubin"
-            try:
-                mtime = (self.root / f"{stem}.json").stat().st_mtime
-            except OSError:
-                mtime = cubin.stat().st_mtime if cubin.exists() else None
+            mtime = _mtime(self.root / f"{stem}.json", self.root / f"{stem}.cubin")
+            if mtime is None:   # removed meanwhile by another process (clear, repair): gone
+                continue
+            size = sum(_size(p) for p in files if p.suffix in (".cubin", ".json"))
             out.append({
                 "stem": stem,
                 "key": meta.get("key", stem[-16:]),
                 "name": meta.get("name", _STEM_RE.match(stem).group("name")),
                 "arch": meta.get("arch"),
                 "kind": meta.get("kind", (meta.get("spec") or {}).get("kind")),
-                "size": sum(p.stat().st_size for p in files if p.suffix in (".cubin", ".json") and p.exists()),
+                "size": size,
                 "valid": entry is not None,
                 "reason": reason,
                 "registers": res.get("registers"),
@@ -542,7 +577,9 @@ class KernelCache:
     def verify(self, repair: bool = False, outcomes: dict | None = None) -> dict:
         """Check every entry's sidecar and hash.
 
-        Returns {"ok", "bad", "repaired", "orphans_removed"}; "bad" lists entry stems
+        Returns {"ok", "bad", "repaired", "orphans_removed"} and, where a rebuild raised (NVRTC
+        rejected the spec under today's ``KERNELGEN_DEFINES``, a lock timed out), "errors": {stem:
+        the error's first line} (the other entries are still checked and repaired); "bad" lists entry stems
         (``<name>-<key16>``).  With ``repair=True`` bad entries are deleted and recompiled from
         the spec in their sidecar (even with KERNELGEN_DISABLE_JIT set: repair is explicit), and
         stale temp files, cubins without a sidecar and unused lock files are removed (only for
@@ -575,7 +612,12 @@ class KernelCache:
                 continue
             report["bad"].append(stem)
             fate = "bad"
-            if repair and self._repair(path, meta):
+            try:
+                repaired = repair and self._repair(path, meta)
+            except Exception as e:  # noqa: BLE001 - one entry's rebuild failing (NVRTC, a lock) stops no other
+                repaired = False
+                report.setdefault("errors", {})[stem] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            if repaired:
                 report["repaired"] += 1
                 fate = "repaired"
             elif repair and not any(Path(str(path) + s).exists() for s in (".json", ".cubin")):
@@ -585,11 +627,15 @@ class KernelCache:
         return report
 
     def _remove_orphans(self, stem: Path, files: list[Path]) -> int:
+        """Delete ``files`` (listed before the lock was taken) of an entry that had no sidecar, under
+        its lock (skipped while another process holds it).  If a sidecar exists by then, a publish
+        completed since the listing: only its leftover temp files go, never its cubin."""
         n = 0
         try:
             with self._lock(stem, timeout=0):
+                committed = Path(str(stem) + ".json").exists()
                 for p in files:
-                    if p.suffix != ".lock" and p.exists():
+                    if p.suffix != ".lock" and (p.suffix == ".tmp" or not committed) and p.exists():
                         p.unlink()
                         n += 1
                 lock = Path(str(stem) + ".lock")
@@ -617,18 +663,23 @@ class KernelCache:
         return self._get(spec, allow_jit=True).path is not None
 
     def clear(self) -> int:
-        """Remove every entry (and temp and lock files, where no process holds the lock).
+        """Remove every entry (and temp and lock files, where no process holds the lock), each under
+        its lock (an entry another process holds for ``CLEAR_LOCK_TIMEOUT`` s, compiling it, stays).
 
         Returns the number of entries removed.  Files in the root that are not cache files are kept.
         """
         n = 0
         for stem, files in self._groups().items():
             path = self.root / stem
-            if any(p.suffix in (".json", ".cubin") for p in files):
-                n += 1
             files = _drop_directories(files)
-            for suffix in (".json", ".cubin"):
-                _remove_entry_file(Path(str(path) + suffix))
+            if any(p.suffix in (".json", ".cubin") for p in files):
+                try:   # under the entry's lock: a process publishing it now finishes first
+                    with self._lock(path, timeout=CLEAR_LOCK_TIMEOUT):
+                        for suffix in (".json", ".cubin"):
+                            _remove_entry_file(Path(str(path) + suffix))
+                except filelock.Timeout:   # held that long: a compile in progress; its entry stays
+                    continue
+                n += 1
             self._remove_orphans(path, [p for p in files if p.suffix == ".tmp"])
         with self._mutex:
             self._memory.clear()

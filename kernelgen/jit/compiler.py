@@ -301,20 +301,50 @@ def parse_resources(log: str) -> dict:
     return res
 
 
-#: Where a rejected kernel's rendered source is saved (None: ``kernelgen-failed`` in the temp dir;
-#: the test suite points it at its own temporary folder).
+#: Where a rejected kernel's rendered source is saved (None: ``kernelgen-failed-<uid>`` in the temp
+#: dir; the test suite points it at its own temporary folder).
 FAILED_DIR: Path | None = None
+#: Rejected sources kept in that folder (the oldest beyond this are removed when one is saved).
+FAILED_KEEP = 64
+
+
+def _private_dir(d: Path) -> bool:
+    """Whether ``d`` (made 0700 when missing) is a real directory of this user that no other user can
+    write: the temp dir is shared, so a folder another user made there, or a link they planted,
+    must not receive the sources (a review's find: a planted link was followed and its target
+    overwritten)."""
+    try:
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(d)
+    except OSError:
+        return False
+    import stat
+
+    owner_ok = not hasattr(os, "geteuid") or st.st_uid == os.geteuid()
+    return stat.S_ISDIR(st.st_mode) and owner_ok and not st.st_mode & 0o022
 
 
 def _save_failed_source(name: str, source: str) -> str | None:
+    """Save a rejected kernel's source for the user to read (``CompileError.source_path``): a new file
+    (created exclusively, mode 0600, never through a link) in a private folder; None where none can
+    be made.  Keeps the newest ``FAILED_KEEP`` there."""
+    uid = os.geteuid() if hasattr(os, "geteuid") else "user"
+    d = FAILED_DIR if FAILED_DIR is not None else Path(tempfile.gettempdir()) / f"kernelgen-failed-{uid}"
+    if not _private_dir(d):
+        return None
     try:
-        d = FAILED_DIR if FAILED_DIR is not None else Path(tempfile.gettempdir()) / "kernelgen-failed"
-        d.mkdir(parents=True, exist_ok=True)
-        p = d / f"{name}.{os.getpid()}.cu"
-        p.write_text(source)
-        return str(p)
+        fd, path = tempfile.mkstemp(prefix=f"{name}.{os.getpid()}.", suffix=".cu", dir=d)   # O_EXCL, 0600
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
+            f.write(source)
     except OSError:
         return None
+    try:
+        old = sorted(d.glob("*.cu"), key=lambda p: p.stat().st_mtime)[:-FAILED_KEEP]
+        for p in old:
+            p.unlink(missing_ok=True)
+    except OSError:
+        pass
+    return path
 
 
 def compile_cubin(source: str, arch: str, options: tuple[str, ...], name: str = "kernel") -> CompileResult:

@@ -55,10 +55,22 @@ def _status(entry) -> str:
     return _STORED if entry.path is not None else _NOT_STORED
 
 
-def _compile_one(root: str, spec) -> str:
-    """Worker: compile ``spec`` into the cache at ``root``; returns its :func:`_status`."""
+def _kernelgen_env() -> dict:
+    """The caller's ``KERNELGEN_*`` variables (the compile options and the templates come from them,
+    e.g. ``KERNELGEN_DEFINES``), for the workers."""
+    return {k: v for k, v in os.environ.items() if k.startswith("KERNELGEN_")}
+
+
+def _compile_one(root: str, spec, env: dict | None = None) -> str:
+    """Worker: compile ``spec`` into the cache at ``root`` with the caller's ``KERNELGEN_*``
+    variables ``env`` (a forkserver keeps the environment it started with: a second warmup after
+    ``KERNELGEN_DEFINES`` changed compiled with the old one); returns its :func:`_status`."""
     from .cache import KernelCache
 
+    if env is not None:
+        for k in [k for k in os.environ if k.startswith("KERNELGEN_") and k not in env]:
+            del os.environ[k]
+        os.environ.update(env)
     os.environ.pop("KERNELGEN_DISABLE_JIT", None)
     return _status(KernelCache(root).get(spec))
 
@@ -166,7 +178,8 @@ def warmup(specs, root, jobs: int | None = None, progress: bool = True, desc: st
                         bar.update(1)
         elif todo:
             with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=_pool_context()) as pool:
-                futures = [pool.submit(_compile_one, root, s) for s in todo]
+                env = _kernelgen_env()
+                futures = [pool.submit(_compile_one, root, s, env) for s in todo]
                 try:
                     for fut in as_completed(futures):
                         counts[fut.result()] += 1

@@ -194,7 +194,7 @@ _REFUSED_TOKENS = re.compile(r"\b_Pragma\b|\b__pragma\b|<%|%>|%:")
 
 def check_snippet(what: str, code) -> None:
     """TypeError / ValueError unless ``code`` is None or a non-empty str that can be the body of one
-    function: no NUL, no line continuation (a backslash ending a line splices lines before anything
+    function: no NUL or lone surrogate, no line continuation (a backslash ending a line splices lines before anything
     else reads them), no comment or literal left open, no preprocessor directive (``#``, ``%:``,
     ``??=`` first on a line), balanced braces and parentheses, not kernelgen's own line marker."""
     if code is None:
@@ -205,6 +205,11 @@ def check_snippet(what: str, code) -> None:
         raise ValueError(f"{what} is empty: give C++ source or None")
     if "\0" in code:
         raise ValueError(f"{what} contains a NUL character")
+    try:   # (the source is hashed and compiled as UTF-8: a lone surrogate has no encoding)
+        code.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{what} contains {code[e.start]!r} at character {e.start}, which has no UTF-8 "
+                         f"encoding (a lone surrogate)") from None
     if "@@kg_" in code:
         raise ValueError(f"{what} contains '@@kg_', the text of kernelgen's own source markers")
     for n, line in enumerate(code.split("\n"), 1):
