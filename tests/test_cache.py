@@ -227,6 +227,7 @@ def _corrupt(stem: Path, how: str) -> None:
     elif how == "sidecar_hash":
         meta = json.loads(side.read_text())
         meta["cubin_sha256"] = "0" * 64
+        meta["sidecar_sha256"] = cache._sidecar_digest(meta)   # (consistent: the cubin's hash check tells)
         side.write_text(json.dumps(meta))
     elif how == "sidecar_garbage":
         side.write_bytes(b"\x00not json{")

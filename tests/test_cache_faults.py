@@ -890,3 +890,43 @@ def test_warmup_workers_compile_with_the_callers_kernelgen_variables(tmp_path, m
     assert warmup(specs, root, jobs=2, progress=False) == (2, 0)
     assert all(cache.KernelCache(root).lookup(s) is not None for s in specs)
     assert len(list(root.glob("*.json"))) == 4
+
+
+@pytest.mark.parametrize("field,change", [("resources", lambda m: m["resources"].update(registers=23)),
+                                          ("key", lambda m: m.update(key=m["key"][:16] + ("0" if m["key"][16] != "0" else "1") + m["key"][17:])),
+                                          ("arch", lambda m: m.update(arch="sm_80")),
+                                          ("spec", lambda m: m["spec"].update(head_dim_v=64))])
+def test_a_changed_sidecar_field_is_a_bad_entry(tmp_path, field, change):
+    """The sidecar's fields are checksummed as the cubin is: a flipped register count (the launch
+    checks the register pool with it), key tail, arch or spec makes the entry bad for verify and for a
+    load (verify passed them; a no-JIT load then refused the key, or the launch used wrong numbers)."""
+    root = tmp_path / "c"
+    good = cache.KernelCache(root).get(SPEC_A)
+    side = Path(str(stem_of(root, SPEC_A)) + ".json")
+    meta = json.loads(side.read_text())
+    assert meta["sidecar_sha256"] == cache._sidecar_digest(meta)
+    change(meta)
+    side.write_text(json.dumps(meta, indent=3))
+    fresh = cache.KernelCache(root)
+    assert fresh.verify()["bad"] == [side.stem]
+    assert {e["name"]: e for e in fresh.entries()}[SPEC_A.name]["reason"] == \
+        "sidecar checksum mismatch (its content changed after it was written)"
+    with pytest.warns(cache.KernelCacheWarning, match="sidecar checksum mismatch"):
+        assert cache.KernelCache(root).get(SPEC_A).cubin == good.cubin
+
+
+def test_a_sidecar_without_its_checksum_still_loads(tmp_path):
+    """Sidecars written before the checksum existed (same format, e.g. a pre-built archive) load and
+    verify as before; a relaid-out sidecar with the checksum too (it covers the values, not the text)."""
+    root = tmp_path / "c"
+    good = cache.KernelCache(root).get(SPEC_A)
+    side = Path(str(stem_of(root, SPEC_A)) + ".json")
+    meta = json.loads(side.read_text())
+    side.write_text(json.dumps(meta, indent=None, sort_keys=False))
+    assert cache.KernelCache(root).verify()["ok"] == 1
+    del meta["sidecar_sha256"]
+    side.write_text(json.dumps(meta))
+    fresh = cache.KernelCache(root)
+    assert fresh.verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0}
+    n0 = compiler.COMPILE_COUNT
+    assert fresh.get(SPEC_A).cubin == good.cubin and compiler.COMPILE_COUNT == n0

@@ -78,6 +78,18 @@ from . import compiler, render
 
 #: ABI tag of the on-disk format; bump it to orphan every existing entry.
 CACHE_FORMAT = 1
+#: The sidecar field holding the sha256 of its other fields (canonical JSON), so that a changed key,
+#: spec or resource count (the launch reads the registers and the static shared memory from it) is
+#: a bad entry as a changed cubin is.  Sidecars written before it existed (same CACHE_FORMAT) have
+#: none and are checked as before; the next CACHE_FORMAT bump should make it required.
+_SIDECAR_SHA = "sidecar_sha256"
+
+
+def _sidecar_digest(meta: dict) -> str:
+    """sha256 of the sidecar's fields but ``_SIDECAR_SHA`` (sorted keys, no spaces: the parsed
+    values, so the file's own layout does not matter)."""
+    body = {k: v for k, v in meta.items() if k != _SIDECAR_SHA}
+    return _sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
 #: Seconds to wait for another process's compile of the same entry (read at call time).
 LOCK_TIMEOUT = 600.0
 #: How long ``clear`` waits for an entry that another process holds (publishing it) before leaving it.
@@ -374,6 +386,8 @@ class KernelCache:
             return None, None, f"sidecar is not valid ({type(e).__name__}: {e})"
         if distrust:
             return None, meta, distrust
+        if _SIDECAR_SHA in meta and meta[_SIDECAR_SHA] != _sidecar_digest(meta):
+            return None, meta, "sidecar checksum mismatch (its content changed after it was written)"
         if (key is not None and meta_key != key) or not str(meta_key).startswith(stem.name[-16:]):
             return None, meta, "sidecar key does not match the entry"
         try:
@@ -520,6 +534,7 @@ class KernelCache:
             "compile_seconds": round(res.seconds, 4),
             "created": time.time(),
         }
+        meta[_SIDECAR_SHA] = _sidecar_digest(meta)
         _write_atomic(Path(str(stem) + ".cubin"), res.cubin)
         _write_atomic(Path(str(stem) + ".json"), json.dumps(meta, indent=1, sort_keys=True).encode())
 
