@@ -661,6 +661,21 @@ def test_a_body_that_can_end_without_returning_is_a_compile_error(tmp_path):
         KernelCache(tmp_path).get(vv.attention)
 
 
+@pytest.mark.parametrize("what", ["score_mod", "mask_mod"])
+def test_a_return_without_a_value_is_refused(what):
+    """``return;`` in a score_mod / mask_mod compiled (NVRTC's warning 117 only, unseen when the build
+    succeeds) and left the logit or the mask bit undefined: refused when the Variant is made, in any
+    spacing; in a comment or a string literal it is no statement and passes."""
+    for bad in ("return;", "if (q_idx > 3) return score;\nreturn ;", "if (kv_idx > q_idx) { return\n; }\nreturn true;"):
+        with pytest.raises(ValueError, match=rf"^{what} contains 'return;' without a value: every path of a {what} "
+                                             r"must return "):
+            kernelgen.Variant(**{what: bad})
+    ok = "score" if what == "score_mod" else "true"
+    kernelgen.Variant(**{what: f"return {ok}; // return;"})
+    kernelgen.Variant(**{what: f"/* return; */ return {ok};"})
+    kernelgen.Variant(kv_range="if (kv_len == 0) return;\nkv_hi = kv_len;", mask_mod="true")   # (statements: allowed)
+
+
 @pytest.mark.parametrize("arch,mainloop", [("sm_80", "sm80"), ("sm_90a", "sm90a")])
 def test_a_mask_mod_returning_a_tensor_pointer_is_a_compile_error(tmp_path, arch, mainloop):
     """A user tensor named without an index is a non-null pointer; as a bool it would keep every

@@ -120,11 +120,13 @@ def document_mask(doc, doc_start, doc_end, koff):
     the packed-sequences mask.  kv_range: the tile's rows see keys from the first row's document
     start to the last row's document end.  Each request needs q_len <= kv_len (its keys hold its
     queries) or none: the snippets index ``doc`` at the query's key position unchecked, and the
-    reference's mask_mod raises ValueError otherwise (torch indexing would wrap a negative index)."""
+    reference's mask_mod raises ValueError otherwise (torch indexing would wrap a negative index).
+    kv_range runs for a request with no keys too (its tiles exist for the queries), so it reads the
+    tables only where kv_len > 0 (an index before the tensor's start otherwise)."""
     v = Variant(mask_mod="doc[koff[batch] + q_idx + kv_len - q_len] == doc[koff[batch] + kv_idx]",
                 kv_range=("const int o = koff[batch] + kv_len - q_len;\n"
-                          "kv_lo = doc_start[o + q_lo];\n"
-                          "kv_hi = doc_end[o + q_hi - 1];"),
+                          "kv_lo = kv_len > 0 ? doc_start[o + q_lo] : 0;\n"
+                          "kv_hi = kv_len > 0 ? doc_end[o + q_hi - 1] : 0;"),
                 tensors={"doc": doc, "doc_start": doc_start, "doc_end": doc_end, "koff": koff}, name="document_mask")
     dc, ko = doc.detach().long(), koff.detach().long()
 

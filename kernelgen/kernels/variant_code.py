@@ -238,6 +238,15 @@ def check_snippet(what: str, code) -> None:
                 raise ValueError(f"{what} has an unmatched {ch!r}: a snippet is the body of one function")
     if depth["{"] or depth["("]:
         raise ValueError(f"{what} has unbalanced braces or parentheses")
+    if what in ("score_mod", "mask_mod") and _BARE_RETURN.search(bare):
+        # (NVRTC only warns, warning 117, and the snippet's value is then undefined: a build that
+        # succeeds shows no warning)
+        raise ValueError(f"{what} contains 'return;' without a value: every path of a {what} must return "
+                         f"{'the score' if what == 'score_mod' else 'whether the pair is kept'}")
+
+
+#: ``return;``: a value-less return (comments and literals blanked first).
+_BARE_RETURN = re.compile(r"\breturn\s*;")
 
 
 #: The first tokens of a statement that cannot start an expression: a brace, a statement keyword,

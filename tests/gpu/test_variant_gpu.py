@@ -91,9 +91,10 @@ def _builtin_kw(name, variant):
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("name", X.EXAMPLES)
 def test_varlen_prefill(name, arch, num_splits):
-    """Varlen prefill (16/4 heads, d 128; a request with seqlen_q < seqlen_k and an empty one)."""
+    """Varlen prefill (16/4 heads, d 128; a request with seqlen_q < seqlen_k, an empty one, and one of
+    queries with no key, whose tiles still run the variant's kv_range: zero output, -inf LSE)."""
     arch = _arch(arch)
-    qlens, klens = [600, 300, 0, 450, 77], [600, 500, 10, 450, 77]
+    qlens, klens = [600, 300, 0, 450, 77, 5], [600, 500, 10, 450, 77, 0]
     hq, hkv, d = 16, 4, 128
     q, k, v, cu_q, cu_k = make_packed(qlens, klens, hq, hkv, d, 7)
     var, sm, mm, causal = make(name, hq, qlens, klens, seed=1)
