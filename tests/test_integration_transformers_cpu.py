@@ -211,18 +211,28 @@ def test_window_softcap_sinks_mapping(calls):
 
 def test_sinks_keep_one_float32_copy_per_tensor():
     """The sink kernels key a prepared call by the sinks' address: a layer's bf16 sinks map to one
-    float32 copy across steps (a new copy only after an in-place update); float32 sinks pass as they are."""
+    float32 buffer across steps, refreshed in every call (an in-place update, through ``.data``
+    too, which the version counter does not see: a review's find, or a new ``.data``), a new one
+    only for a new shape or dtype change of the sinks; float32 sinks pass as they are."""
     sinks, sinks32 = torch.randn(4).to(BF16), torch.randn(4)
     a, b, c = kh._extra(sinks)["sinks"], kh._extra(sinks)["sinks"], kh._extra(sinks32)["sinks"]
     assert a is b and a.dtype == torch.float32 and torch.equal(a, sinks.float()) and c is sinks32
     with torch.no_grad():
         sinks.add_(1.0)
-    d = kh._extra(sinks)["sinks"]
-    assert d is not a and torch.equal(d, sinks.float())
+    assert kh._extra(sinks)["sinks"] is a and torch.equal(a, sinks.float())
+    p = torch.nn.Parameter(torch.randn(4).to(BF16))
+    e = kh._extra(p)["sinks"]
+    p.data.copy_(torch.full((4,), 3.0))           # not seen by p's version counter
+    assert kh._extra(p)["sinks"] is e and torch.equal(e, torch.full((4,), 3.0))
+    p.data = torch.full((4,), -2.0).to(BF16)      # a new tensor behind the same parameter
+    assert kh._extra(p)["sinks"] is e and torch.equal(e, torch.full((4,), -2.0))
+    p.data = torch.zeros(6).to(BF16)              # a new shape: a new buffer
+    f = kh._extra(p)["sinks"]
+    assert f is not e and f.shape == (6,) and torch.equal(f, torch.zeros(6))
     with torch.inference_mode():   # sinks made in inference mode (no version counter) raised a RuntimeError
         isinks = torch.randn(4).to(BF16)
-        e = kh._extra(isinks)["sinks"]
-        assert e is kh._extra(isinks)["sinks"] and torch.equal(e, isinks.float())
+        g = kh._extra(isinks)["sinks"]
+        assert g is kh._extra(isinks)["sinks"] and torch.equal(g, isinks.float())
 
 
 def test_window_convention_equals_transformers_sliding_mask(calls):

@@ -94,28 +94,31 @@ def _window(sliding_window, causal):
     return (w, 0) if causal else (w, w)
 
 
-#: float32 copies of non-float32 sinks: id(s_aux) -> (weak reference, s_aux._version, copy).  The
-#: sink kernels take the sinks' address as a static parameter (a prepared call is keyed by it), so a
-#: layer's sinks keep one address across steps instead of a new ``.float()`` copy every call
-#: (which would miss the prepared call each time).
+#: float32 copies of non-float32 sinks: id(s_aux) -> (weak reference, copy).  The sink kernels take
+#: the sinks' address as a static parameter (a prepared call is keyed by it), so a layer's sinks keep
+#: one float32 buffer across steps instead of a new ``.float()`` tensor every call (which would miss
+#: the prepared call each time); its values are copied from the sinks in every call.
 _SINKS32: dict = {}
 
 
 def _sinks32(s_aux):
-    """The float32 sinks of ``s_aux``: itself, or its one copy (made again after an in-place write;
-    sinks made under ``torch.inference_mode`` have no version counter: their copy is kept, as
-    weights that inference does not write)."""
+    """The float32 sinks of ``s_aux``: itself, or its one float32 buffer, refreshed from it on every
+    call (one small copy: a write the version counter does not see, through ``.data`` as weight
+    loaders and RL weight syncs do, or ``module.to()``, would leave a cached copy stale); a new
+    buffer where the shape or device changed."""
     if s_aux.dtype == torch.float32:
         return s_aux
     hit = _SINKS32.get(id(s_aux))
-    if hit is not None and hit[0]() is s_aux and hit[1] == _version(s_aux):
-        return hit[2]
+    buf = hit[1] if hit is not None and hit[0]() is s_aux else None
     with torch.no_grad():
-        copy = s_aux.detach().float()
-    if len(_SINKS32) >= 4096:
-        _SINKS32.clear()
-    _SINKS32[id(s_aux)] = (weakref.ref(s_aux), _version(s_aux), copy)
-    return copy
+        if buf is None or buf.shape != s_aux.shape or buf.device != s_aux.device:
+            buf = s_aux.detach().float()
+            if len(_SINKS32) >= 4096:
+                _SINKS32.clear()
+            _SINKS32[id(s_aux)] = (weakref.ref(s_aux), buf)
+        else:
+            buf.copy_(s_aux.detach())
+    return buf
 
 
 def _extra(s_aux):
