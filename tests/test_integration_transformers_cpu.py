@@ -473,3 +473,27 @@ def test_unpadded_cu_seqlens_are_made_once_per_shape(calls, monkeypatch):
     q, k, v = qkv(b=2, sq=1, sk=7)                      # the next step: one new pair
     kh.kernelgen_attention_forward(Module(), q, k, v, None)
     assert len(made) == 4 and calls[-1][0][4].tolist() == [0, 7, 14]
+
+
+def test_encoder_decoder_cross_attention_equals_sdpa(calls):
+    """Bart: the decoder's cross-attention takes every decoder query over its request's real encoder
+    tokens (the 2-D mask is the encoder's padding; the queries were taken from its last columns: a
+    right-padded request's rows came out zero, and a decoder longer than the encoder raised), also
+    with a decoder longer than the encoder."""
+    cfg = transformers.BartConfig(vocab_size=128, d_model=128, encoder_layers=1, decoder_layers=1,
+                                  encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=128,
+                                  decoder_ffn_dim=128, max_position_embeddings=64)
+    for n_enc, n_dec in ((8, 3), (4, 6)):
+        emask = torch.tensor([[1] * n_enc, [1] * (n_enc - 3) + [0] * 3])
+        g = torch.Generator().manual_seed(n_enc)
+        ids, dec = torch.randint(3, 128, (2, n_enc), generator=g), torch.randint(3, 128, (2, n_dec), generator=g)
+        logits = {}
+        for impl in ("sdpa", "kernelgen"):
+            torch.manual_seed(0)
+            m = transformers.BartForConditionalGeneration(cfg).to(BF16).eval()
+            m.set_attn_implementation(impl)
+            with torch.no_grad():
+                logits[impl] = m(input_ids=ids, attention_mask=emask, decoder_input_ids=dec).logits
+        torch.testing.assert_close(logits["kernelgen"].float(), logits["sdpa"].float(), atol=3e-2, rtol=3e-2)
+    cross = [c for c in calls if not c[1]["causal"] and c[0][0].shape[0] == 2 * n_dec]
+    assert cross and cross[-1][0][4].tolist() == [0, 4, 5]   # the encoder's real tokens: 4 and 1

@@ -32,7 +32,10 @@ Mapping onto ``kernelgen.varlen_attention`` (what transformers' FlashAttention-2
   query head h to KV head ``h // (Hq // Hkv)`` as transformers' ``repeat_kv`` does);
 - ``s_aux`` (gpt-oss attention sinks, one logit per query head) -> ``sinks=`` (float32; one copy per tensor);
 - packed sequences (``cu_seq_lens_q``/``cu_seq_lens_k``/``max_length_q``/``max_length_k`` keyword
-  arguments, or position ids that restart inside one row) -> those cu_seqlens.
+  arguments, or position ids that restart inside one row) -> those cu_seqlens;
+- an encoder-decoder's cross-attention (a decoder module, ``is_decoder``, that is not causal: Bart,
+  Whisper) -> every decoder query of a request over that request's real encoder tokens (the mask is
+  the encoder's padding).
 
 Errors: a 4-D (dense, arbitrary) attention mask, dropout > 0, an input that requires grad with grad
 enabled (kernelgen has no backward), a dtype other than float16/bfloat16, a head dim outside
@@ -245,6 +248,37 @@ def _uniform_cu(batch, sq, sk, device):
     return hit
 
 
+def _cross_attention(module, causal: bool) -> bool:
+    """An encoder-decoder's cross-attention (Bart, Whisper, ...: a decoder's attention module that is
+    not causal): its keys are the encoder's tokens, its mask the encoder's padding, and its queries the
+    decoder's, none of which is in that mask."""
+    return not causal and bool(getattr(module, "is_decoder", False))
+
+
+def _cross_attention_forward(q, k, v, attention_mask, common):
+    """Cross-attention: every query row of a request sees that request's real encoder tokens (the 2-D
+    mask's True columns; all of them without a mask), no causal mask (what sdpa does with the
+    encoder's padding mask; the self-attention paths would take the queries from the mask's last
+    columns: a review's find)."""
+    batch, sq, hq, d = q.shape
+    sk = k.shape[1]
+    kp, vp = k.reshape(-1, *k.shape[2:]), v.reshape(-1, *v.shape[2:])
+    cu_q, cu_k = _uniform_cu(batch, sq, sk, q.device)
+    if attention_mask is None:
+        out = varlen_attention(q.reshape(-1, hq, d), kp, vp, cu_q, cu_k, sq, sk, **common)
+        return out.view(batch, sq, hq, -1), None
+    if tuple(attention_mask.shape) != (batch, sk):
+        raise ValueError(f"kernelgen attention: a cross-attention mask must be (batch, encoder tokens) = "
+                         f"{(batch, sk)}, got {tuple(attention_mask.shape)}")
+    mask = attention_mask.to(dtype=torch.bool)
+    lens_k = mask.sum(dim=1, dtype=torch.int32)
+    cu_k = torch.nn.functional.pad(lens_k.cumsum(0, dtype=torch.int32), (1, 0))
+    idx_k = mask.reshape(-1).nonzero().view(-1)
+    out = varlen_attention(q.reshape(-1, hq, d), kp.index_select(0, idx_k), vp.index_select(0, idx_k), cu_q, cu_k,
+                           sq, sk, **common)
+    return out.view(batch, sq, hq, -1), None
+
+
 def kernelgen_attention_forward(
     module: torch.nn.Module,
     query: torch.Tensor,
@@ -282,6 +316,9 @@ def kernelgen_attention_forward(
     q = query.transpose(1, 2)           # (B, Sq, Hq, D) views
     k = key.transpose(1, 2)
     v = value.transpose(1, 2)
+
+    if _cross_attention(module, causal):
+        return _cross_attention_forward(q, k, v, attention_mask, common)
 
     if attention_mask is not None:
         if attention_mask.shape[0] != batch or attention_mask.shape[1] < sq:
