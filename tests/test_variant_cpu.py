@@ -484,6 +484,28 @@ def test_plan_run_and_attend_pass_the_tensors(fake_cuda, monkeypatch):
         plain.run(q, k, v, cq, ck, variant=var)
 
 
+def test_a_plan_step_without_variant_takes_the_plan_variants_live_tensors(fake_cuda, monkeypatch):
+    """A step that passes no variant runs the plan's; its tensors' addresses key the prepared step, as a
+    step's variant= does: a plan tensor given new storage in place (set_, a resize past its capacity)
+    prepares the step again (it launched with the freed address: a review's find)."""
+    import fake_cuda as FC
+
+    var = X.alibi(torch.rand(H))[0]
+    plan = FC.make_plan(monkeypatch, max_batch=4, num_heads_q=H, num_heads_kv=2, head_dim=64, dtype=BF16,
+                        max_seqlen_q=1, max_seqlen_k=4096, arch="sm_80", variant=var)
+    q, k, v, _, ck = _plain()
+    q, cq = q[:2], torch.tensor([0, 1, 2], dtype=torch.int32)
+    t = next(iter(var.tensors.values()))
+    plan.run(q, k, v, cq, ck)
+    old = t.data_ptr()
+    t.set_(torch.rand(H))
+    assert t.data_ptr() != old
+    fake_cuda.clear()
+    plan.run(q, k, v, cq, ck)
+    (f,) = _attn_fields(fake_cuda)
+    assert f["user0"] == t.data_ptr()
+
+
 # ----------------------------------------------------------------------------- warmup
 def test_warmup_specs_and_cli_with_a_variant(tmp_path, monkeypatch, capsys):
     from kernelgen.apps import cli

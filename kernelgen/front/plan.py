@@ -78,8 +78,9 @@ class AttentionPlan:
         num_heads_q, num_heads_kv: query and KV heads (num_heads_q a multiple of num_heads_kv).
         head_dim, head_dim_v: 64, 96, 128, 192 or 256 (head_dim_v defaults to head_dim).
         dtype: torch.float16 or torch.bfloat16.
-        max_total_q: capacity in query tokens per step (sizes the split-KV partials); default
-            ``max_batch * max_seqlen_q``.
+        max_total_q: capacity in query tokens per step (sizes the split-KV partials and
+            ``quantize_q``'s buffer: on such a plan a longer step raises ValueError; other plans
+            take any total_q); default ``max_batch * max_seqlen_q``.
         max_seqlen_q, max_seqlen_k: length hints in tokens that choose the tile shape, pack-GQA and
             the split bound (decode: max_seqlen_q = 1).  Steps may have any lengths: the kernels
             read them on the GPU.
@@ -137,9 +138,8 @@ class AttentionPlan:
             ``torch.float8_e4m3fn``, "e5m2" or ``torch.float8_e5m2``; None (default): k/v in
             ``dtype``.  The plan runs FP8 kernels (the cache converted exactly to ``dtype`` in shared
             memory: the Hopper kernel for prefill-shaped plans on an H200 with packed K/V or a
-            ``page_size`` TMA can box, else the sm_80 mainloop), as one request class (a mixed
-            prefill + decode plan runs no fused launch; ``short_query_tokens`` >= 1 raises
-            ValueError).  Steps pass ``k_descale`` /
+            ``page_size`` TMA can box, else the sm_80 mainloop; a mixed prefill + decode plan runs
+            the fused FP8 kernel, as ``docs/api.md``'s table says).  Steps pass ``k_descale`` /
             ``v_descale`` (see ``run``); every step's k must have this dtype (ValueError naming
             ``k`` otherwise), and a plan made without ``kv_dtype`` refuses an FP8 k.
         q_dtype: steps pass an FP8 q (FlashAttention-3's FP8 forward): "e4m3" or
@@ -446,7 +446,8 @@ class AttentionPlan:
         Raises:
             ValueError / TypeError: inputs that do not match the plan (heads, head dims, dtype,
                 device, paging; a k dtype other than the plan's ``kv_dtype``: ValueError naming
-                ``k``) or exceed its capacities (batch, max_total_q), and every error
+                ``k``) or exceed its capacities (batch; max_total_q on a plan with split-KV
+                partials or ``quantize_q``, whose buffers it sizes), and every error
                 ``varlen_attention`` raises for bad shapes (descales included); all before
                 anything is launched.
             kernelgen.LaunchError: the driver refused a launch (names the kernel).
@@ -464,7 +465,10 @@ class AttentionPlan:
                                  alibi_slopes) + ((k_descale, v_descale, q_descale) if descaled else ()), (),
                                 (return_lse, softmax_scale, None if alibi_slopes is None else alibi_slopes.data_ptr(),
                                  None if sinks is None or not self.sinks_fused else sinks.data_ptr(),
-                                 None if variant is None else variant.key())
+                                 # (the plan's own variant too: its tensors' addresses, read when a
+                                 # step is prepared, must key it as a step's variant= does)
+                                 (variant if variant is not None else self.variant).key()
+                                 if variant is not None or self.variant is not None else None)
                                 + (tuple(None if x is None else x.data_ptr() for x in (k_descale, v_descale, q_descale))
                                    if descaled else ()))
             step = self._steps.get(key)
