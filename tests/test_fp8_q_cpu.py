@@ -596,21 +596,31 @@ def test_quantize_q_host_checks_leave_its_own_buffer_alone(fake_cuda, monkeypatc
 
 
 def test_host_check_refuses_a_combined_scale_past_float32(fake_cuda, monkeypatch):
-    """The kernels fold softmax_scale * q_descale * k_descale into one float32 factor: under
-    ``KERNELGEN_CHECK_INPUTS=1`` a product past float32's range is refused, naming the descales;
-    each factor alone is finite."""
+    """The kernels multiply k_descale * q_descale in float32 (None: 1), then fold it with
+    softmax_scale * log2(e) into one float32 factor: under ``KERNELGEN_CHECK_INPUTS=1`` either past
+    float32's range is refused, naming the descales (each factor alone is finite); a review found the
+    product's float32 overflow, a missing k_descale and the log2(e) unchecked."""
     q, k, v, cq, ck = _batch()
     big = torch.tensor(1e20)
+    msg = "^k_descale \\* q_descale \\* softmax_scale \\* log2\\(e\\) reaches "
     monkeypatch.setenv("KERNELGEN_CHECK_INPUTS", "1")
-    with pytest.raises(ValueError, match="^k_descale \\* q_descale \\* softmax_scale reaches 1.25e\\+39, past float32"):
+    with pytest.raises(ValueError, match=msg + "1e\\+40, past float32"):
         kernelgen.varlen_attention(q, k, v, cq, ck, 7, 1988, q_descale=big, k_descale=big)
+    assert fake_cuda.kinds() == []
+    for kw, reach in ((dict(q_descale=torch.tensor(3e38), softmax_scale=2.0), "8.66e\\+38"),   # k_descale None
+                      (dict(q_descale=torch.tensor(1e10), k_descale=torch.tensor(1e30), softmax_scale=1e-3),
+                       "1e\\+40"),                                                           # k * q in float32
+                      (dict(q_descale=torch.tensor(3e38), k_descale=torch.tensor(1.0), softmax_scale=1.0),
+                       "4.33e\\+38")):                                                      # times log2(e)
+        with pytest.raises(ValueError, match=msg + reach):
+            kernelgen.varlen_attention(q, k, v, cq, ck, 7, 1988, **kw)
     assert fake_cuda.kinds() == []
     kernelgen.varlen_attention(q, k, v, cq, ck, 7, 1988, q_descale=big, k_descale=torch.tensor(1e-20))
     assert fake_cuda.kinds() != []
     # per (request, KV head): large factors of different requests do not multiply
     qd, kd = torch.tensor([[1e20, 1e20], [1.0, 1.0]]), torch.tensor([[1.0, 1.0], [1e20, 1e20]])
     kernelgen.varlen_attention(q, k, v, cq, ck, 7, 1988, q_descale=qd, k_descale=kd)
-    with pytest.raises(ValueError, match="^k_descale \\* q_descale \\* softmax_scale reaches 1.25e\\+39"):
+    with pytest.raises(ValueError, match=msg + "1e\\+40"):
         kernelgen.varlen_attention(q, k, v, cq, ck, 7, 1988, q_descale=qd, k_descale=kd.flip(0))
 
 
@@ -649,10 +659,11 @@ def test_plan_host_check_refuses_a_combined_scale_past_float32(fake_cuda, monkey
     q, k, v, cq, ck = _batch()
     big = torch.tensor(1e20)
     monkeypatch.setenv("KERNELGEN_CHECK_INPUTS", "1")
-    with pytest.raises(ValueError, match="^k_descale \\* q_descale \\* softmax_scale reaches 1.25e\\+39"):
+    msg = "^k_descale \\* q_descale \\* softmax_scale \\* log2\\(e\\) reaches "
+    with pytest.raises(ValueError, match=msg + "1e\\+40"):
         plan.run(q, k, v, cq, ck, q_descale=big, k_descale=big)
-    with pytest.raises(ValueError, match="^k_descale \\* q_descale \\* softmax_scale reaches 2.5e\\+39"):
-        plan.run(q, k, v, cq, ck, q_descale=big, k_descale=big, softmax_scale=0.25)
+    with pytest.raises(ValueError, match=msg + "8.66e\\+38"):   # (no k_descale: 1)
+        plan.run(q, k, v, cq, ck, q_descale=torch.tensor(3e38), softmax_scale=2.0)
     assert fake_cuda.kinds() == []
     plan.run(q, k, v, cq, ck, q_descale=big, k_descale=torch.tensor(1e-20))
     assert fake_cuda.kinds() != []

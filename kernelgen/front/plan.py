@@ -294,9 +294,8 @@ class AttentionPlan:
         if validation.host_checks_enabled():
             for name, x in (("k_descale", k_descale), ("v_descale", v_descale), ("q_descale", q_descale)):
                 validation.check_descale_values(name, x)
-            if q_descale is not None:
-                validation.check_descale_product(k_descale, q_descale,
-                                                 validation.softmax_scale(softmax_scale, self.head_dim))
+            validation.check_descale_product(k_descale, q_descale,
+                                             validation.softmax_scale(softmax_scale, self.head_dim))
         if self.q_quant:   # the factors of the plan's quantised q, (batch, num_heads_kv) contiguous
             return kernel_args.descale_fields(k_descale, v_descale, strides[:2] + ((self.num_heads_kv, 1),),
                                               self._q8[self._q8_off:])

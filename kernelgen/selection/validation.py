@@ -543,17 +543,19 @@ def check_descale_values(name: str, x) -> None:
 
 
 def check_descale_product(k_descale, q_descale, softmax_scale: float) -> None:
-    """Opt-in host check (synchronises!), with an FP8 q: the kernels fold ``softmax_scale *
-    q_descale * k_descale`` into one float32 factor a (request, KV head); ValueError naming both
-    descales where the largest such product is not a finite float32 (every logit would be inf or
-    NaN)."""
-    if k_descale is None or q_descale is None:
+    """Opt-in host check (synchronises!), with an FP8 q: the kernels multiply ``k_descale *
+    q_descale`` in float32 (None: 1), then fold it with ``softmax_scale * log2(e)`` into one float32
+    factor a (request, KV head); ValueError naming both descales where the largest of either is not
+    a finite float32 (every logit would be inf or NaN)."""
+    if k_descale is None and q_descale is None:
         return
-    k64, q64 = (x.detach().to("cpu", torch.float64) for x in (k_descale, q_descale))
-    big = float((k64 * q64).abs().max()) * abs(softmax_scale)   # (the shapes broadcast to (batch, num_heads_kv))
-    if not big < 3.4028234663852886e38:
-        raise ValueError(f"k_descale * q_descale * softmax_scale reaches {big:.3g}, past float32's range: the kernels "
-                         f"fold it into one float32 factor; rescale the FP8 tensors")
+    k64, q64 = (torch.ones((), dtype=torch.float64) if x is None else x.detach().to("cpu", torch.float64)
+                for x in (k_descale, q_descale))
+    kq = float((k64 * q64).abs().max())   # (the shapes broadcast to (batch, num_heads_kv))
+    big = max(kq, kq * abs(softmax_scale) * 1.4426950408889634)
+    if not big < FLOAT32_MAX:
+        raise ValueError(f"k_descale * q_descale * softmax_scale * log2(e) reaches {big:.3g}, past float32's range: "
+                         f"the kernels fold it into one float32 factor; rescale the FP8 tensors")
 
 
 def check_sinks_values(x) -> None:
