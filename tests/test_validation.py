@@ -229,12 +229,13 @@ def test_written_tensors_must_not_share_memory():
             V.no_overlap("out", bad)
 
 
-@pytest.mark.parametrize("device", ["cuda", torch.device("cuda")])
-def test_plan_on_cuda_without_an_index_takes_the_current_device(monkeypatch, device):
+@pytest.mark.parametrize("device,index", [("cuda", 3), (torch.device("cuda"), 3), ("cuda:1", 1), (1, 1),
+                                          (torch.device("cuda", 0), 0)])
+def test_plan_takes_the_cuda_device_it_names(monkeypatch, device, index):
     """AttentionPlan(device="cuda") (or torch.device("cuda")): the current CUDA device, as torch
     means it, not device index None (cupy's getDeviceProperties(None) raised "TypeError: an integer
-    is required", and steps on cuda:N tensors would not match a plan made on "cuda")."""
-    from kernelgen.front import plan as plan_mod
+    is required", and steps on cuda:N tensors would not match a plan made on "cuda"); an explicit
+    index below torch.cuda.device_count(): that device."""
     from kernelgen.jit import runtime
 
     class Stop(Exception):
@@ -247,10 +248,11 @@ def test_plan_on_cuda_without_an_index_takes_the_current_device(monkeypatch, dev
         raise Stop
 
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     monkeypatch.setattr(runtime, "device", read_device)
     with pytest.raises(Stop):
-        plan_mod.AttentionPlan(max_batch=4, num_heads_q=2, num_heads_kv=1, head_dim=64, device=device)
-    assert asked == [3]
+        kernelgen.AttentionPlan(max_batch=4, num_heads_q=2, num_heads_kv=1, head_dim=64, device=device)
+    assert asked == [index]
 
 
 @pytest.mark.parametrize("device", ["cpu", torch.device("cpu"), "meta", "nonsense", 1.5, -1, "cuda:-1", True, 128, 255,
@@ -266,26 +268,6 @@ def test_plan_device_that_is_not_cuda_is_refused_naming_it(monkeypatch, device):
     monkeypatch.setattr(torch.cuda, "current_device", lambda: pytest.fail("the CUDA device was looked up"))
     with pytest.raises(ValueError, match="^device: "):
         kernelgen.AttentionPlan(max_batch=4, num_heads_q=2, num_heads_kv=1, head_dim=64, device=device)
-
-
-@pytest.mark.parametrize("device,index", [("cuda:1", 1), (1, 1), (torch.device("cuda", 0), 0)])
-def test_plan_on_an_explicit_cuda_index_takes_it(monkeypatch, device, index):
-    from kernelgen.jit import runtime
-
-    class Stop(Exception):
-        pass
-
-    asked = []
-
-    def read_device(ordinal):
-        asked.append(ordinal)
-        raise Stop
-
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    monkeypatch.setattr(runtime, "device", read_device)
-    with pytest.raises(Stop):
-        kernelgen.AttentionPlan(max_batch=4, num_heads_q=2, num_heads_kv=1, head_dim=64, device=device)
-    assert asked == [index]
 
 
 @pytest.mark.parametrize("device", ["cuda:2", 5, torch.device("cuda", 3)])
