@@ -169,7 +169,7 @@ def test_eight_processes_same_and_different_variants(tmp_path):
     assert len([n for n in names if n.endswith(".json")]) == len(variants)
     assert not [n for n in names if n.endswith(".tmp")]
     c = cache.KernelCache(root)
-    assert c.verify() == {"ok": len(variants), "bad": [], "repaired": 0, "orphans_removed": 0}
+    assert c.verify() == {"ok": len(variants), "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
     for spec in variants.values():
         assert c.lookup(spec) is not None
 
@@ -242,7 +242,7 @@ def test_e7_sixteen_processes_one_key_twenty_rounds(tmp_path):
         assert sha(Path(rows[0][4]).read_bytes()) == rows[0][1]
         names = files(root)
         assert [n.rsplit(".", 1)[1] for n in names] == ["cubin", "json", "lock"], names  # no .tmp
-        assert cache.KernelCache(root).verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0}
+        assert cache.KernelCache(root).verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
         shas.add(rows[0][1])
     assert len(shas) == 1  # NVRTC output is deterministic: the same binary in every round
 
@@ -362,7 +362,8 @@ def test_killed_holder_leaves_no_stuck_lock_and_nothing_loadable(tmp_path, monke
         mp.setenv("KERNELGEN_DISABLE_JIT", "1")
         with pytest.raises(cache.KernelNotCachedError, match="missing"):
             c.get(SPEC_A)
-    assert c.verify() == {"ok": 0, "bad": [], "repaired": 0, "orphans_removed": 0}
+    orphans = [stem.name] if "cubin" in KILL_STAGES[stage] else []   # named, not bad: never loaded
+    assert c.verify() == {"ok": 0, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": orphans}
     assert not [e for e in c.entries() if e["valid"]]
 
     # a new process takes the entry lock at its first try (LOCK_TIMEOUT 0: had the dead holder's
@@ -372,7 +373,7 @@ def test_killed_holder_leaves_no_stuck_lock_and_nothing_loadable(tmp_path, monke
     assert r["path"] == str(stem) + ".cubin"
     names = files(root)
     assert [n.rsplit(".", 1)[1] for n in names] == ["cubin", "json", "lock"], names  # stale temps gone
-    assert cache.KernelCache(root).verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0}
+    assert cache.KernelCache(root).verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
 
 
 def test_waiter_takes_over_when_the_holder_is_killed(tmp_path):
@@ -410,7 +411,7 @@ def test_stale_files_from_a_kill_are_cleaned(tmp_path, how):
     c = cache.KernelCache(root)
     assert len([n for n in files(root) if n.endswith(".tmp")]) == 1
     if how == "verify":
-        assert c.verify(repair=True) == {"ok": 0, "bad": [], "repaired": 0, "orphans_removed": 2}
+        assert c.verify(repair=True) == {"ok": 0, "bad": [], "repaired": 0, "orphans_removed": 2, "orphans": []}
     else:
         assert c.clear() == 1
     assert files(root) == []
@@ -482,9 +483,9 @@ def test_a_directory_in_place_of_an_entry_file_is_removed(tmp_path, where, how):
         assert not Path(str(a) + where).is_dir()
         if where == ".cubin":   # the directory removed, the cubin rebuilt from the sidecar's spec
             assert report["bad"] == [a.name] and outcomes == {a.name: "repaired"}
-            assert c.verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0}
+            assert c.verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
         else:                   # the directory removed, the cubin left without a sidecar: an orphan, removed
-            assert report == {"ok": 0, "bad": [], "repaired": 0, "orphans_removed": 1} and files(root) == []
+            assert report == {"ok": 0, "bad": [], "repaired": 0, "orphans_removed": 1, "orphans": []} and files(root) == []
     else:
         assert c.clear() == 1 and files(root) == []
     assert cache.KernelCache(root).get(SPEC_A).cubin and cache.KernelCache(root).verify()["ok"] == 1
@@ -506,7 +507,7 @@ def test_a_directory_named_like_an_orphan_temp_or_lock_file_is_removed(tmp_path,
     c = cache.KernelCache(root)
     if how == "verify":
         assert c.verify(repair=True)["ok"] == 1
-        assert c.verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0}
+        assert c.verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
     else:
         assert c.clear() == 1   # (a directory is no entry: only the good one counts)
     assert not odd.exists()
@@ -534,7 +535,7 @@ def _assert_not_loaded_from(root: Path, match: str, monkeypatch) -> None:
     assert snapshot(root) == before  # nothing read into use, nothing written
     assert c.lookup(SPEC_A) is not None  # in memory (compiled), not from disk
     assert cache.KernelCache(root).lookup(SPEC_A) is None
-    assert cache.KernelCache(root).verify() == {"ok": 0, "bad": [stem.name], "repaired": 0, "orphans_removed": 0}
+    assert cache.KernelCache(root).verify() == {"ok": 0, "bad": [stem.name], "repaired": 0, "orphans_removed": 0, "orphans": []}
     assert cache.KernelCache(root).verify(repair=True)["repaired"] == 0 and snapshot(root) == before
     ents = cache.KernelCache(root).entries()
     assert [e["valid"] for e in ents] == [False] and "not trusted" in ents[0]["reason"]
@@ -748,7 +749,7 @@ def test_cli_cache_verify_reports_and_repairs(tmp_path, capsys):
     assert cli.main(["cache", "verify", "--cache-dir", d]) == 0
     assert "2 ok, 0 bad" in capsys.readouterr().out
     c = cache.KernelCache(root)
-    assert c.verify() == {"ok": 2, "bad": [], "repaired": 0, "orphans_removed": 0}
+    assert c.verify() == {"ok": 2, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
     ea, eb = c.get(SPEC_A), c.get(SPEC_B)
     assert (ea.compiled, eb.compiled) == (False, False)
     assert ea.cubin == good_a.cubin and eb.cubin == good_b.cubin
@@ -773,7 +774,7 @@ def test_a_fifo_in_place_of_an_entry_file_hangs_nothing(tmp_path):
         assert fresh.verify()["bad"] == [stem.name]
         with pytest.warns(cache.KernelCacheWarning, match="not a regular file; rebuilding it"):
             assert cache.KernelCache(root).get(SPEC_A).cubin == good.cubin
-        assert cache.KernelCache(root).verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0}
+        assert cache.KernelCache(root).verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
 
 
 def test_orphan_removal_spares_an_entry_published_since_the_listing(tmp_path, monkeypatch):
@@ -793,7 +794,7 @@ def test_orphan_removal_spares_an_entry_published_since_the_listing(tmp_path, mo
     monkeypatch.setattr(c, "_groups", lambda: groups)
     rep = c.verify(repair=True)
     assert rep["orphans_removed"] == 1 and not stale.exists()   # only the stale temp file went
-    assert cache.KernelCache(root).verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0}
+    assert cache.KernelCache(root).verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
 
 
 def test_clear_waits_for_an_entry_being_published(tmp_path, monkeypatch):
@@ -829,7 +830,7 @@ def test_files_that_only_look_like_an_entry_are_not_the_caches(tmp_path):
     for p in mine:
         p.write_bytes(b"mine")
     assert [e["name"] for e in c.entries()] == [SPEC_A.name]
-    assert c.verify(repair=True) == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0}
+    assert c.verify(repair=True) == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
     assert c.clear() == 1
     assert sorted(files(root)) == sorted(p.name for p in mine)
 
@@ -861,7 +862,7 @@ def test_one_failed_rebuild_does_not_stop_verify_repair(tmp_path, monkeypatch, c
     assert fates == {a: "removed", b: "repaired"}
     assert list(rep["errors"]) == [a] and rep["errors"][a].startswith("CompileError: NVRTC failed to compile")
     monkeypatch.setattr(compiler, "compile_cubin", real)
-    assert cache.KernelCache(root).verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0}
+    assert cache.KernelCache(root).verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
 
 
 def test_cache_commands_create_no_directory_and_refuse_an_empty_path(tmp_path, capsys):
@@ -927,6 +928,6 @@ def test_a_sidecar_without_its_checksum_still_loads(tmp_path):
     del meta["sidecar_sha256"]
     side.write_text(json.dumps(meta))
     fresh = cache.KernelCache(root)
-    assert fresh.verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0}
+    assert fresh.verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
     n0 = compiler.COMPILE_COUNT
     assert fresh.get(SPEC_A).cubin == good.cubin and compiler.COMPILE_COUNT == n0

@@ -684,6 +684,19 @@ def test_cache_commands(tmp_path, capsys):
     assert cli.main(["cache", "verify", "--cache-dir", d]) == 0
     capsys.readouterr()
 
+    # a cubin without its sidecar: `cache list` marks it, `cache verify` names it (exit 0: never loaded),
+    # `verify --repair` removes it
+    orphan = Path(d) / f"attn_sm_80_bf16_d64_causal_soa-{'0' * 16}.cubin"
+    orphan.write_bytes(b"\x7fELF")
+    assert cli.main(["cache", "list", "--cache-dir", d]) == 0
+    assert "no (orphan" in capsys.readouterr().out
+    assert cli.main(["cache", "verify", "--cache-dir", d]) == 0
+    out = capsys.readouterr().out
+    assert "2 ok, 0 bad" in out and f"orphan (a cubin without its sidecar, never loaded; verify --repair removes it): {orphan.stem}" in out
+    assert cli.main(["cache", "verify", "--repair", "--cache-dir", d]) == 0
+    out = capsys.readouterr().out
+    assert "1 orphaned file(s) removed" in out and "orphan (" not in out and not orphan.exists()
+
     assert cli.main(["cache", "clear", "--cache-dir", d]) == 0
     assert "removed 2 entries" in capsys.readouterr().out
     assert KernelCache(d).entries() == []

@@ -620,6 +620,10 @@ def cmd_cache(args) -> int:
                 print(f"  {what} (its rebuild failed: {errors[stem]}): {stem}")
             else:
                 print(f"  {label.get(fates.get(stem), 'bad')}: {stem}")
+        orphans = report.get("orphans", [])
+        for stem in orphans:   # never loaded, so not bad; `cache list` shows them too
+            print(f"  orphan (a cubin without its sidecar, never loaded"
+                  f"{'; its lock was held, left' if args.repair else '; verify --repair removes it'}): {stem}")
         remaining = len(bad) - repaired if args.repair else len(bad)
         if remaining > 0:
             if args.repair:

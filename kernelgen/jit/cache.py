@@ -592,10 +592,11 @@ class KernelCache:
     def verify(self, repair: bool = False, outcomes: dict | None = None) -> dict:
         """Check every entry's sidecar and hash.
 
-        Returns {"ok", "bad", "repaired", "orphans_removed"} and, where a rebuild raised (NVRTC
+        Returns {"ok", "bad", "repaired", "orphans_removed", "orphans"} and, where a rebuild raised (NVRTC
         rejected the spec under today's ``KERNELGEN_DEFINES``, a lock timed out), "errors": {stem:
         the error's first line} (the other entries are still checked and repaired); "bad" lists entry stems
-        (``<name>-<key16>``).  With ``repair=True`` bad entries are deleted and recompiled from
+        (``<name>-<key16>``); "orphans" the stems of cubins without a sidecar still on disk (never loaded: a
+        compile that died before publishing, or one publishing now).  With ``repair=True`` bad entries are deleted and recompiled from
         the spec in their sidecar (even with KERNELGEN_DISABLE_JIT set: repair is explicit), and
         stale temp files, cubins without a sidecar and unused lock files are removed (only for
         entries whose lock is free, so a compile in progress is left alone).  Entry files owned by
@@ -606,7 +607,7 @@ class KernelCache:
         spec, possibly under a new key), "removed" (deleted: no usable spec to rebuild it from) or
         "bad" (left as it was).
         """
-        report = {"ok": 0, "bad": [], "repaired": 0, "orphans_removed": 0}
+        report = {"ok": 0, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
         if self.unsafe_reason():  # nothing in it would be loaded, and we do not write into it
             report["bad"] = [s for s, f in self._groups().items() if {p.suffix for p in f} & {".json", ".cubin"}]
             return report
@@ -618,6 +619,8 @@ class KernelCache:
             if ".json" not in have:  # never committed: orphan cubin, temp files, stale lock
                 if repair:
                     report["orphans_removed"] += self._remove_orphans(path, files)
+                if Path(str(path) + ".cubin").exists() and not Path(str(path) + ".json").exists():
+                    report["orphans"].append(stem)
                 continue
             if repair and ".tmp" in have:
                 report["orphans_removed"] += self._remove_orphans(path, [p for p in files if p.suffix == ".tmp"])
