@@ -330,7 +330,10 @@ def test_from_json_reprints_and_replots(tmp_path, capsys):
 def test_from_json_refuses_other_reports(tmp_path, capsys):
     """A JSON without bench entries (none, or only names no suite uses) is a usage error, not an
     empty table."""
-    for name, rep in (("other.json", {"benchmarks": [{"name": "demo", "us": 1.0}]}), ("empty.json", {})):
+    # (valid JSON of other shapes too: a review saw AttributeError / KeyError tracebacks, exit 1)
+    for name, rep in (("other.json", {"benchmarks": [{"name": "demo", "us": 1.0}]}), ("empty.json", {}),
+                      ("list.json", [1, 2]), ("null.json", None), ("noname.json", {"benchmarks": [{"suite": "prefill"}]}),
+                      ("strs.json", {"benchmarks": ["prefill"]}), ("notlist.json", {"benchmarks": {"name": "x"}})):
         path = tmp_path / name
         path.write_text(json.dumps(rep))
         assert cli.main(["bench", "--from-json", str(path)]) == 2

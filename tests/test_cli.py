@@ -1107,6 +1107,8 @@ def test_gpu_commands_without_gpu_say_the_prefix_once(capsys, monkeypatch, comma
     (["--heads", "32/7"], "--heads must look like 32/8 (query heads a positive multiple of KV heads), got '32/7'"),
     (["--heads", "32"], "--heads must look like 32/8"),
     (["--trace", "/nope/missing.csv"], "--trace /nope/missing.csv: "),
+    (["--batch", "9000"], "--batch must be <= 8192 (the scheduler's largest batch), got 9000"),
+    (["--pad-to", "100000"], "--pad-to must be <= 8192 (the scheduler's largest batch), got 100000"),
 ])
 def test_compare_layouts_reports_a_bad_flag_before_asking_for_a_gpu(capsys, monkeypatch, flags, message):
     """A user's review: without a GPU every bad flag printed only "needs a CUDA GPU", hiding the input
@@ -1116,6 +1118,20 @@ def test_compare_layouts_reports_a_bad_flag_before_asking_for_a_gpu(capsys, monk
     err = capsys.readouterr().err
     assert err.startswith(f"kernelgen compare-layouts: error: {message}"), err
     assert "CUDA GPU" not in err and err.count("\n") == 1
+
+
+def test_bench_reports_a_bad_trace_before_asking_for_a_gpu(capsys, monkeypatch, tmp_path):
+    """As demo and compare-layouts do (a review: bench said only "needs a CUDA GPU", and on a GPU each
+    trace-driven entry failed on its own with exit 0)."""
+    _stub_gpu(monkeypatch, False)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    for path, message in ((bad, "lacks column(s) ['context_tokens', 'generated_tokens']"),
+                          (tmp_path / "none.csv", "does not exist")):
+        assert cli.main(["bench", "--trace", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"kernelgen bench: error: --trace {path}: ") and message in err, err
+        assert "CUDA GPU" not in err
 
 
 def test_no_message_says_sm80_or_newer():

@@ -55,6 +55,25 @@ def test_json_names_the_timing_method():
     assert [r[k] for k in CONTEXT] == [5, 16, True, True, True, True, 40, 900]
 
 
+def test_an_unwritable_json_path_keeps_the_printed_table(monkeypatch, capsys, tmp_path):
+    """A review: the JSON was written before the table was printed, so a bad --json path lost a finished
+    measurement (exit 2, nothing printed).  Now the table comes first, then the error, exit 1."""
+    monkeypatch.setattr(compare_layouts, "compare", lambda **kw: _rows())
+    from kernelgen.jit import cache
+    monkeypatch.setattr(cache, "_default", cache._default)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    argv = ["compare-layouts", "--json", str(blocker / "x.json"), "--cache-dir", str(tmp_path / "c")]
+    assert compare_layouts.main_args(cli.build_parser().parse_args(argv)) == 1
+    cap = capsys.readouterr()
+    assert "\n".join(cap.out.splitlines()[1:]) == format_table(_rows())
+    assert cap.err.startswith(f"kernelgen compare-layouts: error: --json {blocker / 'x.json'}: not written (")
+    deep = tmp_path / "new" / "dir" / "compare.json"    # (parents made, as bench does)
+    argv = ["compare-layouts", "--json", str(deep), "--cache-dir", str(tmp_path / "c")]
+    assert compare_layouts.main_args(cli.build_parser().parse_args(argv)) == 1   # (soa's replay is WRONG)
+    assert [r["scheduler_graph_us"] for r in json.loads(deep.read_text())] == [3.25, 4.5]
+
+
 @pytest.mark.parametrize("as_json", [False, "-", "file"])
 def test_main_prints_the_labelled_results(monkeypatch, capsys, tmp_path, as_json):
     """main_args with compare() stubbed (it needs a GPU): the table or the JSON, exit 1 on a WRONG replay."""

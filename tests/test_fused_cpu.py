@@ -304,8 +304,12 @@ def test_fused_plan_run_and_schedule(fake_cuda, monkeypatch):
                      max_seqlen_q=2048, max_seqlen_k=8192, paged=True, causal=True, arch="sm_80")
     assert p.fused is not None and p.metadata_short is not None
     assert p.metadata.data_ptr() != p.metadata_short.data_ptr()
+    assert p.metadata_bytes == 4 * (p.metadata.numel() + p.metadata_short.numel())   # both classes' buffers
     q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
     out = torch.empty_like(q)
+    with pytest.raises(RuntimeError, match="schedule"):   # no metadata yet
+        p.attend(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out)
+    assert fake_cuda.kinds() == []
     p.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out)
     assert fake_cuda.kinds() == ["scheduler", "scheduler", "fused", "combine"]
     s_long, s_short, f, _ = fake_cuda.launches
@@ -320,6 +324,16 @@ def test_fused_plan_run_and_schedule(fake_cuda, monkeypatch):
     assert fake_cuda.kinds() == ["scheduler", "scheduler", "fused", "combine"]
     a2, b2 = fake_cuda.launches[2].fields().values()
     assert a2 == a and b2 == b, "the one-off packers give the prepared step's bytes"
+    # attend on a batch the last schedule was not for: refused before any launch, naming both sizes
+    fake_cuda.clear()
+    q1, kc1, vc1, cu_q1, used1, pt1 = paged_inputs(QLENS[:-1], CTX[:-1])
+    with pytest.raises(ValueError, match=rf"{len(QLENS) - 1} requests but the last schedule\(\) was for {len(QLENS)}"):
+        p.attend(q1, kc1, vc1, cu_q1, seqused_k=used1, page_table=pt1)
+    assert fake_cuda.kinds() == []
+    p.run(q1, kc1, vc1, cu_q1, seqused_k=used1, page_table=pt1)    # run writes the metadata too
+    fake_cuda.clear()
+    p.attend(q1, kc1, vc1, cu_q1, seqused_k=used1, page_table=pt1)
+    assert fake_cuda.kinds() == ["fused", "combine"]
 
 
 def test_fused_workspace_regions_are_disjoint_and_aligned():

@@ -813,6 +813,13 @@ def cmd_bench(args) -> int:
             return main_args(args)
         except ValueError as e:   # not a report (its message starts with the path): name the flag
             raise UsageError(f"--from-json {e}") from None
+    if args.trace is not None:   # (a bad file named before the GPU check, as demo and compare-layouts do)
+        from . import traces
+
+        try:
+            traces.load_trace(args.trace)
+        except (OSError, ValueError) as e:
+            raise UsageError(f"--trace {args.trace}: {e}") from None
     if not has_cuda_gpu():
         raise UsageError("needs a CUDA GPU (none found; --from-json only re-draws a saved report)")
     if not _command_cache_ok("bench", args.cache_dir):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -68,8 +69,13 @@ def check_arguments(trace=None, batch: int = 64, pad_to: int | None = None, head
     """The checks of ``compare``'s arguments that need no GPU, so that the command reports a bad flag
     before it asks for a GPU: ValueError naming ``--batch``, ``--pad-to``, ``--head-dim`` or
     ``--trace``.  Returns the trace's rows (``traces.load_trace``)."""
+    from ..kernels.metadata import MAX_CAPACITY
+
     if batch < 1:
         raise ValueError(f"--batch must be >= 1, got {batch}")
+    for flag, value in (("--batch", batch), ("--pad-to", pad_to)):
+        if value is not None and value > MAX_CAPACITY:   # (the plan's max_batch: the scheduler's limit)
+            raise ValueError(f"{flag} must be <= {MAX_CAPACITY} (the scheduler's largest batch), got {value}")
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"--head-dim must be one of {HEAD_DIMS}, got {head_dim}")
     if pad_to is not None and pad_to < batch:
@@ -193,17 +199,20 @@ def main_args(args) -> int:
     results = compare(layouts=args.layout, trace=args.trace, batch=args.batch, pad_to=args.pad_to, graph=args.graph,
                       causal=args.causal, head_dim=args.head_dim, heads=heads, sort=not args.no_sort,
                       swizzle=not args.no_swizzle, repeat=args.repeat)
-    if args.json and args.json != "-":
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
-            f.write("\n")
     if args.json == "-":
         print(json.dumps(results, indent=1))
-    else:
+    else:   # (the table first: a finished measurement is never lost to an unwritable --json path)
         r0 = results[0]
         print(f"batch {r0['batch']} padded to {r0['pad_to']} ({'CUDA graph replays' if r0['graph'] else 'eager'}), "
               f"{r0['tokens_q']} query / {r0['tokens_k']} key tokens, heads {args.heads}, d {args.head_dim}, "
               f"{'causal' if args.causal else 'non-causal'}, sort {'on' if r0['sort'] else 'off'}, "
               f"swizzle {'on' if r0['head_swizzle'] else 'off'}")
         print(format_table(results))
+    if args.json and args.json != "-":
+        try:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+        except OSError as e:
+            print(f"kernelgen compare-layouts: error: --json {args.json}: not written ({e})", file=sys.stderr)
+            return 1
     return 0 if all(r["padded_replay_ok"] for r in results) else 1

@@ -116,7 +116,8 @@ def varlen_attention(
             and FlashInfer compute it; docs/variants.md shows the accurate form as a score_mod).
         softmax_scale: logit scale, default ``1 / sqrt(head_dim)``.
         num_splits: split-KV: 0 lets the GPU scheduler decide per request, n > 0 forces n
-            (capped by each request's key blocks).
+            (capped by each request's key blocks, and by the key blocks of ``max_seqlen_k``: the
+            workspace is sized from that hint, so a hint below the real length forces fewer splits).
         max_num_splits: 0 (default) no cap; n >= 1 caps the automatic split count (``num_splits``
             0) at n splits a request, so the workspace holds at most n (FlashAttention-3's varlen
             reading of its ``num_splits``, an upper bound of its own choice; vLLM's full-CUDA-graph

@@ -259,6 +259,9 @@ class AttentionPlan:
             self.metadata, self.metadata_short, self.split = self.workspace_layout.views(self._workspace)
         #: Prepared steps by signature (``signature.key`` of run's arguments).
         self._steps = signature.SignatureCache(64)
+        #: The batch (requests) of the metadata the last ``schedule`` or ``run`` wrote; None before either.
+        #: ``attend`` checks its batch against it (the lengths themselves stay on the device).
+        self._scheduled_batch: int | None = None
         #: float32 LSE scratch of steps with sinks and no caller lse (``sinks=True``), else None.  A
         #: normal tensor even for a plan made under torch.inference_mode: launch.sinks.apply updates
         #: it in place, which an inference tensor refuses outside inference mode.
@@ -332,8 +335,9 @@ class AttentionPlan:
 
     @property
     def metadata_bytes(self) -> int:
-        """Size of the metadata buffer in bytes (depends on the capacity only)."""
-        return self.metadata.numel() * 4
+        """Size of the scheduler metadata in bytes: the metadata buffer's, plus the short class's of a
+        two-class (mixed-batch) plan (depends on the capacity only)."""
+        return (self.metadata.numel() + (0 if self.metadata_short is None else self.metadata_short.numel())) * 4
 
     def schedule(self, cu_seqlens_q, cu_seqlens_k=None, seqused_k=None) -> None:
         """Launch the scheduler for one batch: it writes the plan's metadata on the current stream.
@@ -353,6 +357,7 @@ class AttentionPlan:
         with torch.cuda.device(self.device):
             oneoff.schedule(self._kernels, cu_seqlens_q, cu_seqlens_k, seqused_k, self.metadata, self.metadata_short,
                             batch, self.capacity)
+        self._scheduled_batch = batch
 
     def attend(self, q, k, v, cu_seqlens_q, cu_seqlens_k=None, *, seqused_k=None, page_table=None, out=None, lse=None,
                softmax_scale=None, sinks=None, alibi_slopes=None, variant=None, k_descale=None, v_descale=None,
@@ -365,7 +370,10 @@ class AttentionPlan:
         slopes of a plan made with ``alibi=True`` (as in ``run``); ``variant``, ``k_descale``,
         ``v_descale`` and ``q_descale`` as in ``run``.  Returns out.  Raises
         ValueError / TypeError for inputs that do not match the plan (heads, head dims, dtype,
-        kv_dtype, device, paging, capacities).
+        kv_dtype, device, paging, capacities), ValueError for a batch (``cu_seqlens_q`` entries - 1)
+        other than the one the last ``schedule`` (or ``run``) wrote metadata for, and RuntimeError
+        before any ``schedule`` or ``run`` (the metadata would be empty).  The lengths themselves are
+        not compared (they stay on the device): pass the values ``schedule`` was given.
         """
         sizes = self._check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks)
         descale = None if self.kv_dtype is None and k_descale is None and v_descale is None and q_descale is None \
@@ -375,6 +383,12 @@ class AttentionPlan:
         user = None if variant is None and self.variant is None else self._variant_arg(variant)
         scale = validation.softmax_scale(softmax_scale, self.head_dim)
         validation.softcap_ratio(scale, self.softcap)
+        if self._scheduled_batch is None:
+            raise RuntimeError("AttentionPlan.attend: no metadata yet: call schedule(cu_seqlens_q, ...) for the "
+                               "batch first (once per step; every layer's attend then reads it)")
+        if sizes["batch"] != self._scheduled_batch:
+            raise ValueError(f"AttentionPlan.attend: cu_seqlens_q has {sizes['batch']} requests but the last "
+                             f"schedule() was for {self._scheduled_batch}: schedule this batch first")
         if out is None:
             out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=self.dtype, device=q.device)
         if self.hopper and not sizes["total_q"]:   # no query token: nothing to load (a TMA map needs a token)
@@ -458,6 +472,14 @@ class AttentionPlan:
         outside capture, ``graph_launch.py``), with no allocation when ``out`` (and
         ``lse``, if returned) are given (``docs/dev/perf-log.md``, "host overhead").
         """
+        res = self._run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, return_lse,
+                        softmax_scale, sinks, alibi_slopes, variant, k_descale, v_descale, q_descale)
+        self._scheduled_batch = cu_seqlens_q.shape[0] - 1   # (the step's scheduler wrote the metadata)
+        return res
+
+    def _run(self, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, return_lse, softmax_scale,
+             sinks, alibi_slopes, variant, k_descale, v_descale, q_descale):
+        """``run``'s body: the prepared step of this signature, else the validating path."""
         try:
             descaled = k_descale is not None or v_descale is not None or q_descale is not None
             key = signature.key((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks,

@@ -39,7 +39,7 @@ tiles, and the tile search over ``[0, round_up(capacity, 4))`` never lands on th
 
 A request ``vb`` owns ``num_heads * m_blocks * num_splits`` consecutive tiles starting at
 ``tile_start`` (num_heads: the KV heads with pack-GQA).  ``decode_local_tile`` gives the order of a
-request's local tiles: m-block fastest, then split, then head; for causal masks the m-blocks
+request's local tiles: m-block fastest, then split, then head; for causal and local masks the m-blocks
 reversed (``m_blocks - 1 - m_block``) so the most expensive query blocks of a request start first
 (longest-processing-time first, the idea of FlashAttention-3's varlen scheduler), and without
 splits the heads walked in L2-sized sections (``nheads_in_l2``, the head swizzle).
@@ -337,26 +337,29 @@ def decode(buf, layout: str, capacity: int) -> dict:
     return out
 
 
-def decode_local_tile(r: int, m: int, s: int, nh: int, num_heads: int, causal: bool) -> tuple[int, int, int]:
+def decode_local_tile(r: int, m: int, s: int, nh: int, num_heads: int, lpt: bool) -> tuple[int, int, int]:
     """Local tile r of a request -> (head, m_block, split), exactly as the attention kernel does.
 
-    Non-causal: m-block fastest, then split, then head.  Causal without splits: heads in sections
+    ``lpt``: the kernel's longest-processing-time order, which it takes for causal and for local
+    (sliding-window) masks (``LPT`` in templates/attention/variant_sm80.cuh and variant_sm90.cuh).
+    Without it: m-block fastest, then split, then head.  With it and no splits: heads in sections
     of ``nh`` (head swizzle), all heads of a section for the last m-block first, then the one
-    before (longest-processing-time first).  Causal with splits: the non-causal order with
-    m-blocks reversed.  (The orders of FlashAttention-3's varlen tile scheduler.)
+    before.  With it and splits: the plain order with m-blocks reversed.  (The orders of
+    FlashAttention-3's varlen tile scheduler.)
     """
-    if causal and s == 1:
+    if lpt and s == 1:
         sec, rr = divmod(r, nh * m)
         hc = min(nh, num_heads - sec * nh)
         x, h_in = divmod(rr, hc)
         return sec * nh + h_in, m - 1 - x, 0
     q, block = divmod(r, m)
     head, split = divmod(q, s)
-    return head, (m - 1 - block) if causal else block, split
+    return head, (m - 1 - block) if lpt else block, split
 
 
-def tile_to_work(buf, layout: str, capacity: int, num_heads: int, causal: bool, t: int):
-    """Decode tile ``t`` to (request, head, m_block, split) exactly as the attention kernel does."""
+def tile_to_work(buf, layout: str, capacity: int, num_heads: int, lpt: bool, t: int):
+    """Decode tile ``t`` to (request, head, m_block, split) exactly as the attention kernel does
+    (``lpt``: a causal or local mask; ``decode_local_tile``)."""
     d = decode(buf, layout, capacity)
     if not 0 <= t < d["total_tiles"]:
         raise IndexError(t)
@@ -364,11 +367,12 @@ def tile_to_work(buf, layout: str, capacity: int, num_heads: int, causal: bool, 
     vb = int(np.searchsorted(d["tile_start"], t, side="right")) - 1
     sn = int(d["splits_nheads"][vb])
     head, mb, split = decode_local_tile(t - int(d["tile_start"][vb]), int(d["m_blocks"][vb]), sn & 0xFFFF, sn >> 16,
-                                        num_heads, causal)
+                                        num_heads, lpt)
     return int(d["batch_idx"][vb]), head, mb, split
 
 
-def enumerate_tiles(buf, layout: str, capacity: int, num_heads: int, causal: bool) -> list:
-    """All tiles as (request, head, m_block, split), in tile-index order."""
+def enumerate_tiles(buf, layout: str, capacity: int, num_heads: int, lpt: bool) -> list:
+    """All tiles as (request, head, m_block, split), in tile-index order (``lpt``: a causal or local
+    mask, ``decode_local_tile``)."""
     total = int(np.asarray(buf)[TOTAL_TILES])
-    return [tile_to_work(buf, layout, capacity, num_heads, causal, t) for t in range(total)]
+    return [tile_to_work(buf, layout, capacity, num_heads, lpt, t) for t in range(total)]

@@ -229,13 +229,21 @@ def replot(json_path, plots_dir=None, out=None) -> int:
         raw = json.loads(Path(json_path).read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"{json_path} is not JSON ({e})") from None
-    rep = report.from_gpu_report(raw)
-    entries = order_for_report(report.entries_from_report(rep))
-    if not entries or not all(e.get("suite") for e in entries):
-        raise ValueError(f"{json_path} is neither a `kernelgen bench --json` report nor a tools/gpu_report.py "
-                         f"report with bench entries (its entries need a 'suite' or a bench entry's name)")
-    print(report.report_header(rep), file=out)
-    print(report.format_report(entries, rep.get("roofs"), rep.get("device")), file=out)
+    not_a_report = ValueError(f"{json_path} is neither a `kernelgen bench --json` report nor a tools/gpu_report.py "
+                              f"report with bench entries (its entries need a 'suite' or a bench entry's name)")
+    benchmarks = raw.get("benchmarks") if isinstance(raw, dict) else None
+    if not isinstance(benchmarks, list) or not all(isinstance(b, dict) and isinstance(b.get("name"), str)
+                                                   for b in benchmarks):
+        raise not_a_report
+    try:   # (fields of the wrong type deeper in: the same message, before anything is printed)
+        rep = report.from_gpu_report(raw)
+        entries = order_for_report(report.entries_from_report(rep))
+        if not entries or not all(e.get("suite") for e in entries):
+            raise not_a_report
+        text = report.report_header(rep) + "\n" + report.format_report(entries, rep.get("roofs"), rep.get("device"))
+    except (KeyError, TypeError, AttributeError, IndexError) as e:
+        raise ValueError(f"{json_path}: not a readable bench report ({type(e).__name__}: {e})") from None
+    print(text, file=out)
     if plots_dir:
         from .plots import write_plots
 
