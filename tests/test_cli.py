@@ -514,6 +514,23 @@ def test_warmup_bad_values_are_usage_errors(tmp_path, capsys):
     capsys.readouterr()
 
 
+@pytest.mark.parametrize("arch,hint", [("sm_90", "Hopper's kernels are sm_90a"), ("sm_87", "--arch sm_86"),
+                                       ("sm_75", None)])
+def test_a_near_miss_arch_gets_a_hint(tmp_path, capsys, arch, hint):
+    """A new user's review: --arch sm_90 / sm_87 only listed the supported names."""
+    with pytest.raises(SystemExit) as ei:
+        cli.main(["warmup", "--arch", arch, "--cache-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert ei.value.code == 2 and f"arch {arch!r} is not supported (choose from sm_80, sm_86, sm_89, sm_90a" in err
+    assert (hint in err) if hint else err.rstrip().endswith("untested: sm_100, sm_120)")
+
+
+def test_cache_list_of_a_missing_directory_says_so(tmp_path, capsys):
+    assert cli.main(["cache", "list", "--cache-dir", str(tmp_path / "typo")]) == 0
+    assert capsys.readouterr().out == f"no cached kernels in {tmp_path / 'typo'} (no such directory yet)\n"
+    assert not (tmp_path / "typo").exists()
+
+
 # ---- warmup into a directory the cache will not use -------------------------------------------
 WARM_ARGS = ["warmup", "--arch", "sm_80", "--head-dim", "64", "--dtype", "bf16", "--layout", "soa", "--causal"]
 
@@ -700,6 +717,27 @@ def test_cache_commands(tmp_path, capsys):
     assert cli.main(["cache", "clear", "--cache-dir", d]) == 0
     assert "removed 2 entries" in capsys.readouterr().out
     assert KernelCache(d).entries() == []
+
+
+def test_doctor_says_how_each_switch_reads(capsys, monkeypatch):
+    """A new user's review: KERNELGEN_DISABLE_JIT=maybe was listed as if it took effect (JIT stays on)."""
+    for k in [k for k in os.environ if k.startswith("KERNELGEN_") and k != "KERNELGEN_CACHE_DIR"]:
+        monkeypatch.delenv(k)
+    for k, v in (("KERNELGEN_DISABLE_JIT", "maybe"), ("KERNELGEN_CHECK_INPUTS", "true"),
+                 ("KERNELGEN_TIERED_COMPILE", "Off"), ("KERNELGEN_GRAPH_LAUNCH", "0"), ("KERNELGEN_DISABEL_JIT", "1"),
+                 ("KERNELGEN_SM90_PACK_GQA", "perhaps"), ("KERNELGEN_FP8_FUSED", "yes")):
+        monkeypatch.setenv(k, v)
+    assert cli.main(["doctor"]) == 0
+    lines = {ln.split("=")[0].split()[-1]: ln for ln in capsys.readouterr().out.splitlines() if "KERNELGEN_" in ln
+             and "=" in ln}
+    assert lines["KERNELGEN_DISABLE_JIT"].endswith("=maybe   (read as off: value not recognised)")
+    assert lines["KERNELGEN_CHECK_INPUTS"].endswith("=true   (read as off: value not recognised)")
+    assert lines["KERNELGEN_TIERED_COMPILE"].endswith("=Off   (read as off)")
+    assert lines["KERNELGEN_GRAPH_LAUNCH"].endswith("=0   (read as off)")
+    assert lines["KERNELGEN_FP8_FUSED"].endswith("=yes   (read as on)")
+    assert lines["KERNELGEN_DISABEL_JIT"].endswith("=1   (not a variable kernelgen reads: ignored)")
+    assert lines["KERNELGEN_SM90_PACK_GQA"].endswith("=perhaps   (not an on or off word: calls raise ValueError)")
+    assert lines["KERNELGEN_CACHE_DIR"].endswith(os.environ["KERNELGEN_CACHE_DIR"])   # (no note)
 
 
 def test_doctor(capsys):

@@ -239,10 +239,13 @@ def test_rejected_sources_go_to_a_private_folder_only(tmp_path, monkeypatch):
     p = reject()
     assert Path(p).parent == d and Path(p).read_text() == bad
     assert stat.S_IMODE(os.stat(p).st_mode) == 0o600 and stat.S_IMODE(os.stat(d).st_mode) == 0o700
+    log = Path(compiler.log_path_of(p))   # the NVRTC log beside it (a command-line user reads no exception)
+    assert log == Path(p).with_suffix(".log") and "error" in log.read_text().lower()
+    assert stat.S_IMODE(os.stat(log).st_mode) == 0o600
     assert reject() != p   # a second failure in the same process: a new file
     monkeypatch.setattr(compiler, "FAILED_KEEP", 2)
     reject()
-    assert len(list(d.glob("*.cu"))) == 2
+    assert len(list(d.glob("*.cu"))) == 2 and len(list(d.glob("*.log"))) == 2   # (the oldest log goes with its source)
     os.chmod(d, 0o777)   # writable by others: nothing saved there
     assert reject() is None and len(list(d.glob("*.cu"))) == 2
     target = tmp_path / "victim"

@@ -272,7 +272,7 @@ def test_errors_name_the_problem(calls):
     with pytest.raises(ValueError, match="float32"):
         kh.kernelgen_attention_forward(Module(), q.float(), k.float(), v.float(), None)
     q80, k80, v80 = qkv(d=80)
-    with pytest.raises(ValueError, match="head dim 80"):
+    with pytest.raises(ValueError, match="query head dim 80 / value head dim 80 is not supported"):
         kh.kernelgen_attention_forward(Module(), q80, k80, v80, None)
     with pytest.raises(NotImplementedError, match="dropout"):
         kh.kernelgen_attention_forward(Module(), q, k, v, None, dropout=0.1)

@@ -45,6 +45,8 @@ CASES = [
     (dict(q=M(10, 8, 80), k=M(12, 2, 80), v=M(12, 2, 80)), ValueError, "head_dim must be one of"),
     (dict(v=M(12, 2, 72)), ValueError, "head_dim_v must be one of"),
     (dict(k=M(12, 3, 64), v=M(12, 3, 64)), ValueError, "must be a positive multiple of k num_heads"),
+    (dict(q=M(10, 32768, 64), k=M(12, 1, 64), v=M(12, 1, 64)), ValueError,
+     "q num_heads must be <= 32767 \\(the scheduler metadata's 15-bit head field\\), got 32768"),
     (dict(q=M(10, 64, 8).transpose(1, 2)), ValueError, "q must be contiguous in its last dimension"),
     (dict(q=torch.empty(10, 8, 64 + 4, dtype=torch.bfloat16, device="meta")[:, :, :64]), ValueError, "q stride"),
     (dict(cu_seqlens_q=M(3, dtype=torch.int64)), TypeError, "cu_seqlens_q must have dtype int32"),
@@ -377,6 +379,7 @@ PLAN_FAULTS = [
     (dict(max_batch=0), ValueError, r"max_batch must be in \[1, 8192\], got 0"),
     (dict(dtype=torch.float32), TypeError, "dtype must be torch.float16 or torch.bfloat16, got torch.float32"),
     (dict(num_heads_q=6, num_heads_kv=4), ValueError, r"num_heads_q \(6\) must be a multiple of num_heads_kv \(4\)"),
+    (dict(num_heads_q=32768, num_heads_kv=1), ValueError, r"num_heads_q must be <= 32767 .*, got 32768"),
 ]
 
 #: AttentionPlan's options checked with the device's index known (``arguments.plan_options``), still

@@ -751,6 +751,11 @@ def test_a_body_snippet_missing_its_last_semicolon_is_shown_at_its_last_line(tmp
             KernelCache(tmp_path / "c").get(vv.attention)
         assert f'\n  {what}({line}): error: expected a ";" (at the snippet\'s end: a \';\' missing after its last ' \
                "statement?)" in str(e.value), str(e.value)
+    # the full NVRTC log is saved beside the source, and the message says where (a CLI user reads no .log)
+    from kernelgen.jit.compiler import log_path_of
+    assert f"the full NVRTC log is saved at {log_path_of(e.value.source_path)}" in str(e.value)
+    with open(log_path_of(e.value.source_path)) as f:
+        assert f.read() == e.value.log
     # the message as it was made after a pickle round trip, also once the saved source is gone or unreadable
     msg = str(e.value)
     for damage in ("delete", "garble"):

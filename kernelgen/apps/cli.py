@@ -150,10 +150,16 @@ def _nonnegative_float(value: str) -> float:
     return x
 
 
+#: Hints for arch names a user may try that kernelgen spells otherwise (README: 8.7 runs sm_86's kernels).
+_ARCH_HINTS = {"sm_90": "Hopper's kernels are sm_90a (wgmma and TMA need the 'a' target)",
+               "sm_87": "compute capability 8.7 (Jetson Orin) runs sm_86's kernels: --arch sm_86"}
+
+
 def _arch(value: str) -> str:
     if value not in ALL_ARCHS:
+        hint = _ARCH_HINTS.get(value)
         raise argparse.ArgumentTypeError(f"arch {value!r} is not supported (choose from {', '.join(ARCHS)}; "
-                                         f"untested: {', '.join(UNTESTED_ARCHS)})")
+                                         f"untested: {', '.join(UNTESTED_ARCHS)})" + (f"; {hint}" if hint else ""))
     return value
 
 
@@ -576,7 +582,8 @@ def cmd_cache(args) -> int:
         entries = cache.entries()
         if not entries:
             why = cache.unsafe_reason()
-            print(f"no cached kernels in {cache.root}" + (
+            print(f"no cached kernels in {cache.root}" + (" (no such directory yet)" if not os.path.lexists(cache.root)
+                                                          else "") + (
                 f" (and it is not trusted: {why}; kernelgen neither loads from nor writes to it: "
                 f"chmod 700 {cache.root} or choose another with --cache-dir)" if why else ""))
             return 0
@@ -749,10 +756,47 @@ def cmd_doctor(args) -> int:
     print(f"cache dir      {_guard(cache_report)}")
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith("KERNELGEN_"))
     if env:
-        print("environment    " + "\n               ".join(f"{k}={v}" for k, v in env))
+        print("environment    " + "\n               ".join(f"{k}={v}{_env_note(k, v)}" for k, v in env))
     else:
         print("environment    no KERNELGEN_* variables set")
     return 0
+
+
+#: The switches and how kernelgen reads their values: "on" (on only for an on word), "off" (on unless an
+#: off word), "one" (on only for exactly "1"), "zero" (on unless exactly "0"), "both" (an on or off
+#: word, anything else an error at the call).  Their modules: jit/cache.py, selection/settings.py,
+#: selection/validation.py, launch/graph_launch.py.
+_SWITCHES = {"KERNELGEN_DISABLE_JIT": "on", "KERNELGEN_ALLOW_UNTESTED_ARCH": "on", "KERNELGEN_CHECK_INPUTS": "one",
+             "KERNELGEN_GRAPH_LAUNCH": "zero", "KERNELGEN_TIERED_COMPILE": "off", "KERNELGEN_FP8_FUSED": "off",
+             "KERNELGEN_SM90_PACK_GQA": "both"}
+#: The other variables kernelgen reads (docs/api.md, docs/cache.md, docs/dev/).
+_OTHER_VARS = ("KERNELGEN_CACHE_DIR", "KERNELGEN_ARCH", "KERNELGEN_SM90_OPTS", "KERNELGEN_SM90_SHORT_ROWS",
+               "KERNELGEN_MIXED_SHORT_CTAS", "KERNELGEN_DEFINES", "KERNELGEN_SMEM_CARVEOUT", "KERNELGEN_COMMIT",
+               "KERNELGEN_FAMILY", "KERNELGEN_TEST_CACHE_DIR", "KERNELGEN_FULL_MATRIX", "KERNELGEN_EARLIER_RUNS",
+               "KERNELGEN_TEST_NO_NVRTC_MEMO")
+
+
+def _env_note(name: str, value: str) -> str:
+    """doctor's note on one KERNELGEN_* variable: how a switch's value reads, "" for the others, and a
+    warning for a name kernelgen does not read (a typo)."""
+    from ..selection.settings import OFF_WORDS, ON_WORDS
+
+    how = _SWITCHES.get(name)
+    if how is None:
+        return "" if name in _OTHER_VARS else "   (not a variable kernelgen reads: ignored)"
+    v = value.strip().lower()
+    if how == "one":
+        on, clear = value == "1", value in ("0", "1", "")
+    elif how == "zero":
+        on, clear = value != "0", value in ("0", "1", "")
+    elif how == "both":
+        if v in ON_WORDS or v in OFF_WORDS:
+            return f"   (read as {'on' if v in ON_WORDS else 'off'})"
+        return "   (not an on or off word: calls raise ValueError)" if v else ""
+    else:
+        on = v in ON_WORDS if how == "on" else v not in OFF_WORDS
+        clear = v in ON_WORDS or v in OFF_WORDS or not v
+    return f"   (read as {'on' if on else 'off'}" + ("" if clear else ": value not recognised") + ")"
 
 
 def _command_cache_ok(command: str, cache_dir) -> bool:

@@ -44,8 +44,10 @@ def _device_index(device) -> int:
         RuntimeError: no CUDA device is available (torch without CUDA, no driver, no GPU).
     """
     if device is not None:
-        try:
-            dev = torch.device(device)
+        try:   # (an int is a CUDA index: torch.device(int) names the current accelerator, and since
+            # torch 2.13 raises where there is none)
+            as_int = None if isinstance(device, (str, bool, torch.device)) else _index_asked(device)
+            dev = torch.device("cuda", as_int) if as_int is not None else torch.device(device)
         except (RuntimeError, TypeError, ValueError) as e:
             raise ValueError(f"device: an int, 'cuda', 'cuda:N' or a torch.device, got {device!r} ({e})") from None
         if dev.type != "cuda":

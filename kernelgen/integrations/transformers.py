@@ -80,8 +80,8 @@ def _check_tensors(query, key, value, dropout):
             raise ValueError(f"kernelgen attention: {name} dtype {t.dtype} is not supported (float16 or bfloat16 "
                              f"only): load the model with dtype=torch.bfloat16 or torch.float16")
     if query.shape[-1] not in HEAD_DIMS or value.shape[-1] not in HEAD_DIMS:
-        raise ValueError(f"kernelgen attention: head dim {query.shape[-1]} (value {value.shape[-1]}) is not "
-                         f"supported; kernelgen compiles head dims {HEAD_DIMS}")
+        raise ValueError(f"kernelgen attention: query head dim {query.shape[-1]} / value head dim "
+                         f"{value.shape[-1]} is not supported; kernelgen compiles head dims {HEAD_DIMS}")
     if dropout:
         raise NotImplementedError(f"kernelgen attention: dropout={dropout} is not supported (inference only); "
                                   f"call model.eval()")

@@ -153,7 +153,8 @@ class VariantCompileError(CompileError, ValueError):
         RuntimeError.__init__(
             self, f"NVRTC rejected the user variant's code in {name}:\n" + "\n".join(picked) +
             "\nthe snippets (line numbers as NVRTC counts them):\n" + "\n".join(shown) +
-            f"\n(the full NVRTC log is the exception's .log; the rendered source is saved at {source_path})")
+            f"\n(the full NVRTC log is saved at {log_path_of(source_path)} and is the exception's .log; the "
+            f"rendered source is saved at {source_path})")
         self.name, self.log, self.source_path = name, log, source_path
 
     def __reduce__(self):  # (warmup's worker processes send it back pickled)
@@ -324,10 +325,17 @@ def _private_dir(d: Path) -> bool:
     return stat.S_ISDIR(st.st_mode) and owner_ok and not st.st_mode & 0o022
 
 
-def _save_failed_source(name: str, source: str) -> str | None:
-    """Save a rejected kernel's source for the user to read (``CompileError.source_path``): a new file
+def log_path_of(source_path: str | None) -> str | None:
+    """Where ``_save_failed_source`` put the NVRTC log beside a saved source (``<source>.log`` for
+    ``<source>.cu``), or None."""
+    return None if not source_path else str(source_path)[:-3] + ".log"
+
+
+def _save_failed_source(name: str, source: str, log: str = "") -> str | None:
+    """Save a rejected kernel's source and NVRTC log for the user to read (``CompileError.source_path``;
+    the log at ``log_path_of`` it, for a command-line user who cannot read the exception): new files
     (created exclusively, mode 0600, never through a link) in a private folder; None where none can
-    be made.  Keeps the newest ``FAILED_KEEP`` there."""
+    be made.  Keeps the newest ``FAILED_KEEP`` sources (and their logs) there."""
     uid = os.geteuid() if hasattr(os, "geteuid") else "user"
     d = FAILED_DIR if FAILED_DIR is not None else Path(tempfile.gettempdir()) / f"kernelgen-failed-{uid}"
     if not _private_dir(d):
@@ -338,10 +346,17 @@ def _save_failed_source(name: str, source: str) -> str | None:
             f.write(source)
     except OSError:
         return None
+    try:   # (O_EXCL | O_NOFOLLOW: never through a link planted at the name)
+        lfd = os.open(log_path_of(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        with os.fdopen(lfd, "w", encoding="utf-8", errors="backslashreplace") as f:
+            f.write(log)
+    except OSError:
+        pass
     try:
         old = sorted(d.glob("*.cu"), key=lambda p: p.stat().st_mtime)[:-FAILED_KEEP]
         for p in old:
             p.unlink(missing_ok=True)
+            Path(log_path_of(str(p))).unlink(missing_ok=True)
     except OSError:
         pass
     return path
@@ -363,7 +378,7 @@ def compile_cubin(source: str, arch: str, options: tuple[str, ...], name: str = 
             nvrtc.compileProgram(prog, list(options))
         except nvrtc.NVRTCError:
             log = nvrtc.getProgramLog(prog)
-            raise CompileError(name, log, _save_failed_source(name, source)) from None
+            raise CompileError(name, log, _save_failed_source(name, source, log)) from None
         log = nvrtc.getProgramLog(prog)
         cubin = _get_cubin(prog)
     finally:
@@ -371,5 +386,6 @@ def compile_cubin(source: str, arch: str, options: tuple[str, ...], name: str = 
     with _count_lock:
         COMPILE_COUNT += 1
     if not cubin:
-        raise CompileError(name, log + "\n(no cubin produced: is the arch a real sm_XX target?)", _save_failed_source(name, source))
+        log += "\n(no cubin produced: is the arch a real sm_XX target?)"
+        raise CompileError(name, log, _save_failed_source(name, source, log))
     return CompileResult(cubin=bytes(cubin), log=log, resources=parse_resources(log), seconds=time.perf_counter() - t0)

@@ -62,6 +62,9 @@ SEMAPHORE, TOTAL_TILES, BATCH, EXIT_COUNT = 0, 1, 2, 3
 FIELDS = ("tile_start", "batch_idx", "m_blocks", "splits_nheads")
 NVEC = len(FIELDS)
 NEUTRAL_SPLITS_NHEADS = 1 | (1 << 16)
+#: Most query heads a call may have: ``splits_nheads`` holds a head-section size (up to the head
+#: count) in its bits 16-30 of an int32.
+MAX_HEADS = (1 << 15) - 1
 
 
 def round_up(x: int, a: int) -> int:

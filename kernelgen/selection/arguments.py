@@ -134,6 +134,9 @@ def plan_capacity(max_batch, dtype, num_heads_q: int, num_heads_kv: int, max_seq
     validation.positive_int("num_heads_kv", num_heads_kv)
     if num_heads_q % num_heads_kv:
         raise ValueError(f"num_heads_q ({num_heads_q}) must be a multiple of num_heads_kv ({num_heads_kv})")
+    if num_heads_q > metadata.MAX_HEADS:
+        raise ValueError(f"num_heads_q must be <= {metadata.MAX_HEADS} (the scheduler metadata's 15-bit head field), "
+                         f"got {num_heads_q}")
     validation.positive_int("head_dim", head_dim)
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {head_dim}")

@@ -14,6 +14,7 @@ import os
 
 import torch
 
+from ..kernels.metadata import MAX_HEADS
 from ..kernels.spec import HEAD_DIMS, MAX_WINDOW
 
 DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -227,6 +228,8 @@ def varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
         raise ValueError(f"v head_dim_v must be one of {HEAD_DIMS}, got {dv}")
     if hkv < 1 or hq < 1 or hq % hkv:
         raise ValueError(f"q num_heads ({hq}) must be a positive multiple of k num_heads ({hkv})")
+    if hq > MAX_HEADS:
+        raise ValueError(f"q num_heads must be <= {MAX_HEADS} (the scheduler metadata's 15-bit head field), got {hq}")
     for name, x in (("q", q), ("k", k), ("v", v)):
         rows_16b(name, x)
     batch = cu_seqlens("cu_seqlens_q", cu_seqlens_q, dev)
