@@ -92,6 +92,31 @@ def test_reference_examples_equal_the_builtins(causal):
     assert torch.allclose(a[0], b[0], atol=1e-12) and torch.allclose(a[1], b[1], atol=1e-12)
 
 
+def test_reference_passes_kv_head_and_q_offset_to_callables_that_name_them():
+    """A snippet sees kv_head and q_offset; the reference gives them, as keywords, to a callable that names
+    them (or takes **kwargs), and keeps calling older seven-argument callables as before."""
+    torch.manual_seed(2)
+    q, k, v = torch.randn(7, 4, 16), torch.randn(9, 2, 16), torch.randn(9, 2, 16)
+    cq, ck = torch.tensor([0, 3, 7], dtype=torch.int32), torch.tensor([0, 4, 9], dtype=torch.int32)
+    seen = []
+
+    def sm(score, b, head, q_idx, kv_idx, lq, lk, kv_head, q_offset):   # KV head 1's heads and request 1 biased
+        seen.append((b, q_offset, kv_head.flatten().tolist()))
+        return score + 0.5 * (kv_head == 1) * kv_idx + 0.25 * q_offset * (kv_idx % 2)   # (a row's constant: no effect)
+
+    def closure(score, b, head, q_idx, kv_idx, lq, lk):   # the same, from what it can compute itself
+        return score + 0.5 * (head // 2 == 1) * kv_idx + 0.25 * int(cq[b]) * (kv_idx % 2)
+
+    a, _ = attention_reference(q, k, v, cq, ck, score_mod=sm)
+    c, _ = attention_reference(q, k, v, cq, ck, score_mod=closure)
+    assert torch.allclose(a, c, atol=1e-12) and not torch.allclose(a, attention_reference(q, k, v, cq, ck)[0])
+    assert seen == [(0, 0, [0, 0, 1, 1]), (1, 3, [0, 0, 1, 1])]
+    kw = []
+    attention_reference(q, k, v, cq, ck, mask_mod=lambda b, h, qi, kj, lq, lk, **extra: kw.append(sorted(extra)) or
+                        (kj >= 0))
+    assert kw == [["kv_head", "q_offset"]] * 2
+
+
 def test_reference_document_and_prefix_masks():
     torch.manual_seed(1)
     q, k, v = torch.randn(8, H, 16), torch.randn(8, 2, 16), torch.randn(8, 2, 16)

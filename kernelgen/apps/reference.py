@@ -37,6 +37,21 @@ def gather_paged(k_cache, v_cache, page_table, seqused_k):
     return k, v, torch.tensor(cu, dtype=torch.int32, device=k_cache.device)
 
 
+def _named(fn, extra: dict) -> dict:
+    """The entries of ``extra`` that ``fn`` takes by name (all of them with ``**kwargs``; none where its
+    signature cannot be read): older reference callables without them keep working."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return {}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return dict(extra)
+    return {k: v for k, v in extra.items()
+            if k in params and params[k].kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+
+
 def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, softmax_scale=None,
                         window_size=(-1, -1), softcap=0.0, seqused_k=None, max_elements: int = 1 << 27,
                         sinks=None, alibi_slopes=None, score_mod=None, mask_mod=None, k_descale=None,
@@ -58,7 +73,10 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
     (heads, lq, lk) float64 (scaled, soft-capped, ALiBi-biased, natural-log units), ``head``
     (heads, 1, 1), ``q_idx`` (1, lq, 1) and ``kv_idx`` (1, 1, lk) int64 tensors (query rows in
     the request, keys); ``mask_mod(b, head, q_idx, kv_idx, lq, lk)`` returns a boolean tensor
-    broadcastable to (heads, lq, lk), False = masked (-inf).  ``max_elements`` bounds the size of one logits block (heads
+    broadcastable to (heads, lq, lk), False = masked (-inf).  A callable that names a ``kv_head`` or
+    ``q_offset`` parameter (or takes ``**kwargs``) also gets them as keywords, as a snippet sees them:
+    ``kv_head`` (heads, 1, 1) int64 (each query head's KV head) and ``q_offset`` (an int,
+    ``cu_seqlens_q[b]``: the request's first query row in ``q``).  ``max_elements`` bounds the size of one logits block (heads
     are processed in groups to stay under it).  ``k_descale`` / ``v_descale`` (FP8 K/V, FlashAttention-3's
     convention): None (1) or float32 tensors that broadcast to (batch, Hkv); request b's keys and values of
     KV head h are dequantised exactly, ``k.double() * k_descale[b, h]`` (every FP8 value and its product
@@ -174,11 +192,13 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
                 hh = torch.arange(h0, h1, device=q.device)[:, None, None]
                 qi = torch.arange(lq, device=q.device)[None, :, None]
                 kj = torch.arange(lk, device=q.device)[None, None, :]
+                extra = {"kv_head": hh // qpk, "q_offset": q0}
                 if score_mod is not None:
-                    s = torch.as_tensor(score_mod(s, b, hh, qi, kj, lq, lk), dtype=torch.float64,
-                                        device=q.device).expand_as(s).clone()
+                    s = torch.as_tensor(score_mod(s, b, hh, qi, kj, lq, lk, **_named(score_mod, extra)),
+                                        dtype=torch.float64, device=q.device).expand_as(s).clone()
                 if mask_mod is not None:
-                    keep = torch.as_tensor(mask_mod(b, hh, qi, kj, lq, lk), device=q.device).bool()
+                    keep = torch.as_tensor(mask_mod(b, hh, qi, kj, lq, lk, **_named(mask_mod, extra)),
+                                           device=q.device).bool()
                     s = s.masked_fill(~keep.expand_as(s), float("-inf"))
             if mask is not None:
                 s = s.masked_fill(mask, float("-inf"))
