@@ -359,7 +359,7 @@ def test_bench_refuses_a_negative_budget_and_plots_without_matplotlib(tmp_path, 
     monkeypatch.setattr(demo, "has_cuda_gpu", lambda: True)
     monkeypatch.setattr(runner, "main_args", lambda args: pytest.fail("ran without matplotlib for --plots"))
     assert cli.main(["bench", "--quick", "--plots", str(tmp_path / "pl")]) == 2
-    assert capsys.readouterr().err == "kernelgen bench: error: --plots needs matplotlib (pip install matplotlib)\n"
+    assert capsys.readouterr().err == 'kernelgen bench: error: --plots needs matplotlib (pip install -e ".[plots]" or pip install matplotlib)\n'
 
 
 def test_from_json_reads_the_committed_gpu_report_and_prints_its_commit(capsys):

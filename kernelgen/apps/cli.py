@@ -847,7 +847,7 @@ def cmd_bench(args) -> int:
         from .bench.plots import available
 
         if not available():
-            raise UsageError("--plots needs matplotlib (pip install matplotlib)")
+            raise UsageError('--plots needs matplotlib (pip install -e ".[plots]" or pip install matplotlib)')
     from .bench.runner import main_args
 
     if args.from_json:

@@ -209,7 +209,7 @@ def run(suites=("all",), models=None, trace=None, repeat=None, quick=False, flex
             for p in write_plots(entries, settings.roofs, plots_dir, title=title):
                 print(f"wrote {p}", file=out)
         except Exception as e:  # noqa: BLE001 - the numbers are already out
-            print(f"plots: not written ({type(e).__name__}: {e}; pip install matplotlib)", file=out)
+            print(f"plots: not written ({type(e).__name__}: {e}; pip install -e \".[plots]\" or pip install matplotlib)", file=out)
     return 0
 
 
