@@ -334,6 +334,41 @@ def test_fused_plan_run_and_schedule(fake_cuda, monkeypatch):
     fake_cuda.clear()
     p.attend(q1, kc1, vc1, cu_q1, seqused_k=used1, page_table=pt1)
     assert fake_cuda.kinds() == ["fused", "combine"]
+    # a batch padded past the scheduled one with zero-length requests (they own no tiles): accepted, as
+    # tests/gpu/test_attention_gpu.py's padded replay does (schedule 5, attend 16)
+    fake_cuda.clear()
+    pad = torch.cat([cu_q1, cu_q1[-1:].repeat(3)])
+    p.attend(q1, kc1, vc1, pad, seqused_k=torch.cat([used1, torch.zeros(3, dtype=torch.int32)]),
+             page_table=torch.cat([pt1, pt1[:3]]))
+    assert fake_cuda.kinds() == ["fused", "combine"]
+
+
+@pytest.mark.parametrize("where", ["schedule", "run"])
+def test_a_launch_failing_half_way_leaves_attend_no_batch_to_trust(fake_cuda, monkeypatch, where):
+    """A review: a second scheduler launch failing left the old batch recorded while the first class's
+    metadata already held the new one; attend then accepted the old batch."""
+    p = FC.make_plan(monkeypatch, max_batch=16, num_heads_q=HQ, num_heads_kv=HKV, head_dim=D, max_total_q=4096,
+                     max_seqlen_q=2048, max_seqlen_k=8192, paged=True, causal=True, arch="sm_80")
+    q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
+    p.schedule(cu_q, seqused_k=used)
+    real, calls = FC.launch._driver_launch, []
+
+    def second_fails(*a, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("simulated launch failure")
+        return real(*a, **kw)
+
+    monkeypatch.setattr(FC.launch, "_driver_launch", second_fails)
+    monkeypatch.setenv("KERNELGEN_GRAPH_LAUNCH", "0")   # (launch by launch, not as one graph)
+    q2, kc2, vc2, cu_q2, used2, pt2 = paged_inputs(QLENS[:-1], CTX[:-1])
+    with pytest.raises(RuntimeError, match="simulated"):
+        if where == "schedule":
+            p.schedule(cu_q2, seqused_k=used2)
+        else:
+            p.run(q2, kc2, vc2, cu_q2, seqused_k=used2, page_table=pt2)
+    with pytest.raises(RuntimeError, match="no metadata yet"):
+        p.attend(q, kc, vc, cu_q, seqused_k=used, page_table=pt)
 
 
 def test_fused_workspace_regions_are_disjoint_and_aligned():
@@ -437,3 +472,17 @@ def test_mixed_plan_attend_on_sm90_launches_the_combine(fake_cuda, monkeypatch):
     p.attend(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out)
     assert fake_cuda.kinds() == ["scheduler", "scheduler", "fused_sm90", "combine"]
     assert fake_cuda.launches[3].params == combine.params
+
+
+def test_a_hopper_run_with_no_query_token_records_no_batch(fake_cuda, monkeypatch):
+    """A review: such a run returns before any launch (a TMA map needs a token) but recorded its batch,
+    so a later attend launched on metadata no scheduler wrote."""
+    p = FC.make_plan(monkeypatch, max_batch=16, num_heads_q=HQ, num_heads_kv=HKV, head_dim=D, max_total_q=4096,
+                     max_seqlen_q=2048, max_seqlen_k=8192, paged=True, causal=True)
+    assert p.hopper
+    q0, kc0, vc0, cu0, used0, pt0 = paged_inputs([0, 0, 0], [10, 10, 10])
+    p.run(q0, kc0, vc0, cu0, seqused_k=used0, page_table=pt0)
+    assert fake_cuda.kinds() == []
+    q, kc, vc, cu, used, pt = paged_inputs([5, 1, 1], [100, 10, 10])
+    with pytest.raises(RuntimeError, match="no metadata yet"):
+        p.attend(q, kc, vc, cu, seqused_k=used, page_table=pt)

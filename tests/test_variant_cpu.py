@@ -115,6 +115,21 @@ def test_reference_passes_kv_head_and_q_offset_to_callables_that_name_them():
     attention_reference(q, k, v, cq, ck, mask_mod=lambda b, h, qi, kj, lq, lk, **extra: kw.append(sorted(extra)) or
                         (kj >= 0))
     assert kw == [["kv_head", "q_offset"]] * 2
+    # (a review) a positional parameter that happens to be named kv_head, and a functools.wraps wrapper
+    # taking *args, are called as before: no keywords
+    import functools
+
+    causal_by_name = attention_reference(q, k, v, cq, ck, mask_mod=lambda b, kv_head, qi, kj, lq, lk: kj <= qi)[0]
+    assert torch.allclose(causal_by_name, attention_reference(q, k, v, cq, ck, mask_mod=lambda b, h, qi, kj, lq, lk:
+                                                              kj <= qi)[0], atol=0)
+
+    @functools.wraps(sm)
+    def wrapped(*args):
+        return args[0] + 0.5 * args[4]
+
+    plain = lambda score, b, head, q_idx, kv_idx, lq, lk: score + 0.5 * kv_idx   # noqa: E731
+    assert torch.equal(attention_reference(q, k, v, cq, ck, score_mod=wrapped)[0],
+                       attention_reference(q, k, v, cq, ck, score_mod=plain)[0])
 
 
 def test_reference_document_and_prefix_masks():
@@ -781,6 +796,10 @@ def test_a_body_snippet_missing_its_last_semicolon_is_shown_at_its_last_line(tmp
     assert f"the full NVRTC log is saved at {log_path_of(e.value.source_path)}" in str(e.value)
     with open(log_path_of(e.value.source_path)) as f:
         assert f.read() == e.value.log
+    # (a review) nothing saved: the message says so rather than "saved at None"
+    unsaved = kernelgen.VariantCompileError(e.value.name, e.value.log, None, e.value.code)
+    assert "None" not in str(unsaved).splitlines()[-1]
+    assert str(unsaved).endswith("(the full NVRTC log is the exception's .log; the rendered source could not be saved)")
     # the message as it was made after a pickle round trip, also once the saved source is gone or unreadable
     msg = str(e.value)
     for damage in ("delete", "garble"):

@@ -630,7 +630,8 @@ def cmd_cache(args) -> int:
         orphans = report.get("orphans", [])
         for stem in orphans:   # never loaded, so not bad; `cache list` shows them too
             print(f"  orphan (a cubin without its sidecar, never loaded"
-                  f"{'; its lock was held, left' if args.repair else '; verify --repair removes it'}): {stem}")
+                  f"{'; its lock was held, left' if args.repair else '; verify --repair removes it unless a compile holds its lock'}"
+                  f"): {stem}")
         remaining = len(bad) - repaired if args.repair else len(bad)
         if remaining > 0:
             if args.repair:

@@ -37,19 +37,22 @@ def gather_paged(k_cache, v_cache, page_table, seqused_k):
     return k, v, torch.tensor(cu, dtype=torch.int32, device=k_cache.device)
 
 
-def _named(fn, extra: dict) -> dict:
-    """The entries of ``extra`` that ``fn`` takes by name (all of them with ``**kwargs``; none where its
-    signature cannot be read): older reference callables without them keep working."""
+def _named(fn, extra: dict, positional: int) -> dict:
+    """The entries of ``extra`` that ``fn`` takes by name beside its ``positional`` arguments (all of
+    them with ``**kwargs``; none where its signature cannot be read, or a name is one of the
+    positional ones): older reference callables without them keep working."""
     import inspect
 
-    try:
-        params = inspect.signature(fn).parameters
+    try:   # (follow_wrapped=False: a ``functools.wraps`` wrapper taking ``*args`` takes no keywords)
+        sig = inspect.signature(fn, follow_wrapped=False)
+        bound = sig.bind_partial(*range(positional)).arguments
     except (TypeError, ValueError):
         return {}
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return dict(extra)
+    params = sig.parameters
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    anykw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     return {k: v for k, v in extra.items()
-            if k in params and params[k].kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+            if k not in bound and ((k in params and params[k].kind in named) or (k not in params and anykw))}
 
 
 def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, softmax_scale=None,
@@ -194,10 +197,10 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
                 kj = torch.arange(lk, device=q.device)[None, None, :]
                 extra = {"kv_head": hh // qpk, "q_offset": q0}
                 if score_mod is not None:
-                    s = torch.as_tensor(score_mod(s, b, hh, qi, kj, lq, lk, **_named(score_mod, extra)),
+                    s = torch.as_tensor(score_mod(s, b, hh, qi, kj, lq, lk, **_named(score_mod, extra, 7)),
                                         dtype=torch.float64, device=q.device).expand_as(s).clone()
                 if mask_mod is not None:
-                    keep = torch.as_tensor(mask_mod(b, hh, qi, kj, lq, lk, **_named(mask_mod, extra)),
+                    keep = torch.as_tensor(mask_mod(b, hh, qi, kj, lq, lk, **_named(mask_mod, extra, 6)),
                                            device=q.device).bool()
                     s = s.masked_fill(~keep.expand_as(s), float("-inf"))
             if mask is not None:

@@ -356,6 +356,7 @@ class AttentionPlan:
         """
         batch = arguments.plan_lengths(cu_seqlens_q, cu_seqlens_k, seqused_k, device=self.device,
                                        capacity=self.capacity, paged=self.paged)
+        self._scheduled_batch = None   # (a launch failing half-way leaves no batch to trust)
         with torch.cuda.device(self.device):
             oneoff.schedule(self._kernels, cu_seqlens_q, cu_seqlens_k, seqused_k, self.metadata, self.metadata_short,
                             batch, self.capacity)
@@ -373,9 +374,12 @@ class AttentionPlan:
         ``v_descale`` and ``q_descale`` as in ``run``.  Returns out.  Raises
         ValueError / TypeError for inputs that do not match the plan (heads, head dims, dtype,
         kv_dtype, device, paging, capacities), ValueError for a batch (``cu_seqlens_q`` entries - 1)
-        other than the one the last ``schedule`` (or ``run``) wrote metadata for, and RuntimeError
-        before any ``schedule`` or ``run`` (the metadata would be empty).  The lengths themselves are
-        not compared (they stay on the device): pass the values ``schedule`` was given.
+        smaller than the one the last ``schedule`` (or ``run``) wrote metadata for (a larger one is
+        the scheduled batch padded with zero-length requests, which own no tiles), and RuntimeError
+        before any ``schedule`` or ``run`` (or after one whose launch failed).  The lengths themselves
+        are not compared (they stay on the device): pass the values ``schedule`` was given, padded or
+        not.  The check sees the Python calls, not graph replays: a graph that holds a ``schedule``
+        replays the batch it captured.
         """
         sizes = self._check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks)
         descale = None if self.kv_dtype is None and k_descale is None and v_descale is None and q_descale is None \
@@ -388,9 +392,10 @@ class AttentionPlan:
         if self._scheduled_batch is None:
             raise RuntimeError("AttentionPlan.attend: no metadata yet: call schedule(cu_seqlens_q, ...) for the "
                                "batch first (once per step; every layer's attend then reads it)")
-        if sizes["batch"] != self._scheduled_batch:
+        if sizes["batch"] < self._scheduled_batch:   # (more: padding requests, which own no tiles)
             raise ValueError(f"AttentionPlan.attend: cu_seqlens_q has {sizes['batch']} requests but the last "
-                             f"schedule() was for {self._scheduled_batch}: schedule this batch first")
+                             f"schedule() was for {self._scheduled_batch} (the kernels would read past "
+                             f"cu_seqlens_q): schedule this batch first")
         if out is None:
             out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=self.dtype, device=q.device)
         if self.hopper and not sizes["total_q"]:   # no query token: nothing to load (a TMA map needs a token)
@@ -474,14 +479,6 @@ class AttentionPlan:
         outside capture, ``graph_launch.py``), with no allocation when ``out`` (and
         ``lse``, if returned) are given (``docs/dev/perf-log.md``, "host overhead").
         """
-        res = self._run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, return_lse,
-                        softmax_scale, sinks, alibi_slopes, variant, k_descale, v_descale, q_descale)
-        self._scheduled_batch = cu_seqlens_q.shape[0] - 1   # (the step's scheduler wrote the metadata)
-        return res
-
-    def _run(self, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, return_lse, softmax_scale,
-             sinks, alibi_slopes, variant, k_descale, v_descale, q_descale):
-        """``run``'s body: the prepared step of this signature, else the validating path."""
         try:
             descaled = k_descale is not None or v_descale is not None or q_descale is not None
             key = signature.key((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks,
@@ -511,9 +508,13 @@ class AttentionPlan:
         if step is not None:
             if sinks is None or (self.sinks_fused and not validation.host_checks_enabled()):
                 # (sink kernels: the sinks' address is in the step's parameters)
+                # (``_launched`` inline: the hot path)
+                before, self._scheduled_batch = self._scheduled_batch, None
                 res = step.run(kq, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
                 if res is not None:
+                    self._scheduled_batch = step.sizes["batch"]
                     return res if res[1] is not None else res[0]
+                self._scheduled_batch = before
             elif not validation.host_checks_enabled():
                 give = return_lse or lse is not None
                 kernel_lse = lse if lse is not None or return_lse else self._lse_scratch(q.shape[0])
@@ -535,11 +536,19 @@ class AttentionPlan:
                                    return_lse, softmax_scale, sinks, alibi_slopes, variant, k_descale, v_descale,
                                    q_descale)
 
-    @staticmethod
-    def _sink_step(step, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks):
+    def _launched(self, step, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse):
+        """``step.run``, recording the batch whose metadata its scheduler wrote (what ``attend`` checks):
+        None while it launches (a launch failing half-way leaves no batch to trust), its batch once it
+        launched; a declined fast path (None: misaligned pointers) launched nothing and changes nothing."""
+        before, self._scheduled_batch = self._scheduled_batch, None
+        res = step.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
+        self._scheduled_batch = before if res is None else step.sizes["batch"]
+        return res
+
+    def _sink_step(self, step, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks):
         """A prepared step whose LSE goes to ``lse`` (or is allocated), then the sinks' rescale;
         None when the step's fast path declines (misaligned pointers)."""
-        res = step.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
+        res = self._launched(step, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
         if res is not None:
             _sinks.apply(res[0], res[1], sinks, cu_seqlens_q)
         return res
@@ -585,7 +594,7 @@ class AttentionPlan:
                                      **({} if descale is None else {"descale": descale}))
         if key is not None and signature.cacheable(key):
             self._steps.put(key, step)
-        out, lse = step.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
+        out, lse = self._launched(step, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
         if sinks is not None and fused_sinks is None:
             _sinks.apply(out, lse, sinks, cu_seqlens_q)
         return (out, lse) if give else out

@@ -654,7 +654,10 @@ class KernelCache:
                 committed = Path(str(stem) + ".json").exists()
                 for p in files:
                     if p.suffix != ".lock" and (p.suffix == ".tmp" or not committed) and p.exists():
-                        p.unlink()
+                        try:
+                            p.unlink()
+                        except OSError:   # (removed meanwhile, or not ours to remove: left, not counted)
+                            continue
                         n += 1
                 lock = Path(str(stem) + ".lock")
                 if not any(Path(str(stem) + s).exists() for s in (".json", ".cubin")):

@@ -153,8 +153,7 @@ class VariantCompileError(CompileError, ValueError):
         RuntimeError.__init__(
             self, f"NVRTC rejected the user variant's code in {name}:\n" + "\n".join(picked) +
             "\nthe snippets (line numbers as NVRTC counts them):\n" + "\n".join(shown) +
-            f"\n(the full NVRTC log is saved at {log_path_of(source_path)} and is the exception's .log; the "
-            f"rendered source is saved at {source_path})")
+            "\n" + _saved_note(source_path))
         self.name, self.log, self.source_path = name, log, source_path
 
     def __reduce__(self):  # (warmup's worker processes send it back pickled)
@@ -323,6 +322,15 @@ def _private_dir(d: Path) -> bool:
 
     owner_ok = not hasattr(os, "geteuid") or st.st_uid == os.geteuid()
     return stat.S_ISDIR(st.st_mode) and owner_ok and not st.st_mode & 0o022
+
+
+def _saved_note(source_path: str | None) -> str:
+    """Where the full NVRTC log and the rendered source are, as far as they were saved."""
+    log = log_path_of(source_path)
+    if not source_path:
+        return "(the full NVRTC log is the exception's .log; the rendered source could not be saved)"
+    where = f"saved at {log} and is" if log and os.path.isfile(log) else "not saved; it is"
+    return f"(the full NVRTC log is {where} the exception's .log; the rendered source is saved at {source_path})"
 
 
 def log_path_of(source_path: str | None) -> str | None:

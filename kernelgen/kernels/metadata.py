@@ -119,11 +119,11 @@ class SchedulerConfig:
     class_min_q / class_max_q: only requests with class_min_q <= seqlen_q <= class_max_q query
     tokens get tiles (the others are scheduled as if they had no query rows): a fused launch runs
     one scheduler per request class (long-query and short-query), each with its own tile shape;
-    window_left: the left window (keys before the diagonal) of a local mask whose right side is
-    bounded (causal included), -1 = none (``decide`` passes -1 for an unbounded right side, where
-    the first query block is the one that reads nearly every key).  With a window, a request's key
-    blocks are those its last query block reads (``request_blocks``), so the splits, the split
-    share and the sort key count the work the window leaves.
+    window_left: the left window (keys before the diagonal) of a local mask, -1 = none.  With a
+    window, a request's key blocks are those its last query block reads (``request_blocks``), so
+    the splits, the split share and the sort key count the work the window leaves (exact for a
+    decode; with a right side wider than the left, or unbounded, a prefill's first query blocks
+    read more: an under-count, a speed matter only).
     wave_ctas: CTAs of the attention launch that run at once (its persistent grid), 0 = off; with
     it the dynamic rule's split cap is lowered where the requests with the most splits would spill
     a partial wave of tiles (``wave_split_cap``).

@@ -256,10 +256,8 @@ def recipe(variants, sig: CallSignature, device: Device, settings: Settings = Se
         variants = dataclasses.replace(
             variants, attention=dataclasses.replace(variants.attention, sinks=True),
             combine=None if variants.combine is None else dataclasses.replace(variants.combine, sinks=True))
-    # (the left window counts only with a bounded right side: with (left, -1) the FIRST query block
-    # sees the most keys, not the last one request_blocks measures, so all key blocks are counted)
     common = dict(device=device, num_heads_q=hq, num_heads_kv=sig.num_heads_kv, sort=sig.sort,
-                  head_swizzle=sig.head_swizzle, window_left=sig.window_left if sig.window_right >= 0 else -1)
+                  head_swizzle=sig.head_swizzle, window_left=sig.window_left)
     if isinstance(variants, Variants):
         plan = scheduler_plan(variants.attention, **common, max_splits=variants.max_splits,
                               forced_splits=variants.forced_splits)
@@ -316,9 +314,10 @@ def scheduler_plan(attn_spec, *, device: Device, num_heads_q: int, num_heads_kv:
     """The scheduler's run-time configuration for an attention variant on a device, but for the
     CTA counts that follow the loaded kernel's persistent grid (``SchedulerPlan.config``).
 
-    ``window_left``: the call's left window in tokens for a local mask whose right side is bounded
-    (-1: none, or a right side unbounded, where the first query block sees nearly every key), so that
-    key blocks, splits and the sort key count what the window leaves (``metadata.request_blocks``).
+    ``window_left``: the call's left window in tokens for a local mask (-1: none), so that key
+    blocks, splits and the sort key count what the window leaves (``metadata.request_blocks``: the
+    last query block's keys, exact for decodes; a prefill under a window with a wide or unbounded
+    right side reads more in its first blocks, which the count misses).
 
     The dynamic split divides the work by the persistent grid times
     ``heuristics.SPLIT_GRANULARITY`` of the tile's class (decode tiles: finer).
