@@ -549,10 +549,10 @@ def test_plan_sink_step_gets_the_converted_q(fake_cuda, monkeypatch):
     steps = []
     orig = plan_mod.AttentionPlan._sink_step
 
-    def spy(step, q_, *rest):
+    def spy(self, step, q_, *rest):
         steps.append(q_.dtype)
-        return orig(step, q_, *rest)
-    monkeypatch.setattr(plan_mod.AttentionPlan, "_sink_step", staticmethod(spy))
+        return orig(self, step, q_, *rest)
+    monkeypatch.setattr(plan_mod.AttentionPlan, "_sink_step", spy)
     for _ in range(2):
         fake_cuda.clear()
         out, lse = plan.run(q, k, v, cq, ck, sinks=sinks, return_lse=True)

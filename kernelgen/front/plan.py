@@ -594,7 +594,9 @@ class AttentionPlan:
                                      **({} if descale is None else {"descale": descale}))
         if key is not None and signature.cacheable(key):
             self._steps.put(key, step)
-        out, lse = self._launched(step, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
+        self._scheduled_batch = None   # (``_launched`` inline: this path always launches)
+        out, lse = step.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
+        self._scheduled_batch = batch
         if sinks is not None and fused_sinks is None:
             _sinks.apply(out, lse, sinks, cu_seqlens_q)
         return (out, lse) if give else out
