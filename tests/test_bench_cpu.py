@@ -1362,6 +1362,32 @@ def test_fp8_peer_bound_is_used_by_disagrees():
     assert not report.disagrees(e, "fa3")
 
 
+def test_fp8_prefill_rates_have_no_bf16_roof_fraction():
+    """A review: the FP8 prefill entries (e4m3 q, k and v on FP8 tensor cores) read as 107 % of the bf16
+    matmul roof.  They take FP8_ROOF_KEY's roof, which the bench does not measure: no fraction."""
+    roofs = {"bf16_matmul_tflops": 800.0, "copy_tbps": 4.0}
+    fp8 = report.finalize({"name": "fp8_prefill_causal_s16k", "metric": "tflops", "us": 1.0, "flops": 850e6}, roofs)
+    assert fp8["tflops"] == 850.0 and fp8["roof_fraction"] is None
+    assert report.finalize({"name": "fp8_prefill_causal_s16k", "metric": "tflops", "us": 1.0, "flops": 850e6},
+                           {**roofs, report.FP8_ROOF_KEY: 1700.0})["roof_fraction"] == 0.5
+    dec = report.finalize({"name": "fp8_decode_b128_paged16", "metric": "tbps", "us": 1.0, "bytes": 3.6e6}, roofs)
+    assert dec["roof_fraction"] == 0.9   # (a decode's roof is the copy's, FP8 or not)
+    bf16 = report.finalize({"name": "prefill_dense_causal_h128_s16k", "metric": "tflops", "us": 1.0, "flops": 600e6},
+                           roofs)
+    assert bf16["roof_fraction"] == 0.75
+
+
+def test_a_peer_whose_output_is_nan_disagrees_and_is_never_the_best():
+    """A review: a NaN max_diff compared False with the bound, so a NaN peer agreed and became best_peer."""
+    e = {"name": "prefill_x", "suite": "prefill", "metric": "tflops", "us": 100.0, "flops": 1e12, "bytes": 1e9,
+         "peers": {"fa3": 50.0, "fa4": 120.0}, "max_diff": {"fa3": float("nan"), "fa4": 0.001},
+         "ref_max": {"fa3": float("nan"), "fa4": 1.0}}
+    report.finalize(e, {"bf16_matmul_tflops": 800, "copy_tbps": 4})
+    assert e["peers_disagreeing"] == ["fa3"] and not report.agrees(e)
+    assert e["best_peer"] == "fa4" and e["vs_best"] == 1.2
+    assert report.checks([e]) == {"prefill_x_agrees_with_peers": False}
+
+
 def test_the_last_attention_kernel_is_read_from_the_last_prepared_call(monkeypatch):
     """The variant entries record which attention kernels their two calls ran (variant_kernel,
     builtin_kernel): the last prepared call's ``attn`` name, None without one."""
@@ -1449,6 +1475,33 @@ def test_variant_example_entries_are_registered_with_their_plain_kernels():
     assert sum(suites.VARIANT_EXAMPLE_DOCUMENTS) == suites.SINKS_PREFILL_TOKENS
     with pytest.raises(ValueError, match="unknown variant example entry"):
         suites.variant_example_entry(st, "variant_example_nope_prefill_causal_s16k", resolve_models(["llama3-8b"])[0])
+
+
+def test_variant_example_rates_count_the_pairs_each_variant_keeps():
+    """A review: the document mask's TFLOP/s counted the plain causal call's pairs (3.9x its work: 209 % of
+    the matmul roof in the report).  Pairs brute-forced from the examples' Python masks on a small request
+    (the same formulas), then the 16k request's counts."""
+    import torch
+
+    from kernelgen.apps import variant_examples as X
+
+    n = suites.SINKS_PREFILL_TOKENS
+    causal = n * (n + 1) // 2
+    assert suites.variant_example_pairs("t5_bias", n) == causal
+    docs = suites.VARIANT_EXAMPLE_DOCUMENTS
+    assert suites.variant_example_pairs("document_mask", n) == sum(d * (d + 1) // 2 for d in docs)
+    assert abs(suites.variant_example_pairs("document_mask", n) / causal - 0.258) < 1e-3
+    p = suites.VARIANT_EXAMPLE_PREFIX
+    assert suites.variant_example_pairs("prefix_lm", n) == causal + p * (p - 1) // 2
+    with pytest.raises(ValueError, match="unknown variant example"):
+        suites.variant_example_pairs("nope", n)
+    # the formulas against the examples' own masks, brute force on 12 tokens (documents 3, 5, 4; prefix 5)
+    qi, kj = torch.arange(12)[None, :, None], torch.arange(12)[None, None, :]
+    doc, ds, de, ko = X.document_ids([[3, 5, 4]], device="cpu")
+    keep = X.document_mask(doc, ds, de, ko)[2](0, torch.zeros(1, 1, 1, dtype=torch.long), qi, kj, 12, 12) & (kj <= qi)
+    assert int(keep.sum()) == 3 * 4 // 2 + 5 * 6 // 2 + 4 * 5 // 2
+    keep = X.prefix_lm(torch.tensor([5], dtype=torch.int32))[2](0, torch.zeros(1, 1, 1, dtype=torch.long), qi, kj, 12, 12)
+    assert int(torch.as_tensor(keep).expand(1, 12, 12).sum()) == 12 * 13 // 2 + 5 * 4 // 2
 
 
 def test_fp8_entries_prewarm_their_fp8_kernels():

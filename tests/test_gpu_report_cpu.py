@@ -204,6 +204,26 @@ def test_merge_report_keeps_what_a_partial_run_did_not_rerun():
     assert all(m3["extra"]["checks_from_earlier_runs"][k] == "ccccccc" for k in suite)
 
 
+def test_merged_peer_reasons_travel_with_their_entries():
+    """A review: merge kept the base's "could not run" reasons beside a rerun entry's new ratio for that
+    peer, and dropped the run's own reasons."""
+    mr = _merge_report()
+    base = {"commit": "aaaaaaa1", "date": "d", "device": "H200", "tests": {"passed": 1, "failed": 0, "skipped": 0},
+            "checks": {}, "benchmarks": [{"name": "prefill_x", "us": 100.0, "peers": {}},
+                                         {"name": "decode_x", "us": 9.0, "peers": {}}],
+            "extra": {"unavailable_peers": {"prefill_x": {"fa3": "old: not measured"},
+                                            "decode_x": {"fa3": "kept: decode_x was not rerun"}}}}
+    run = {"commit": "bbbbbbb2", "date": "d2", "device": "H200", "tests": {"passed": 1, "failed": 0, "skipped": 0},
+           "checks": {}, "benchmarks": [{"name": "prefill_x", "us": 90.0, "peers": {"fa3": 80.0}}],
+           "extra": {"unavailable_peers": {"prefill_x": {"fa4": "new reason", "fa3": "stale: fa3 ran"}}}}
+    m = mr.merge(base, run, "bbbbbbb2", tests=False)
+    assert m["extra"]["unavailable_peers"] == {"prefill_x": {"fa4": "new reason"},
+                                               "decode_x": {"fa3": "kept: decode_x was not rerun"}}
+    run["extra"]["unavailable_peers"] = {}
+    assert mr.merge(base, run, "bbbbbbb2", tests=False)["extra"]["unavailable_peers"] == {
+        "decode_x": {"fa3": "kept: decode_x was not rerun"}}
+
+
 def test_sanitizer_summary_stands_in_for_its_logs(tmp_path):
     """When the sanitizer's logs stay on the device (a call returns few files), sanitize.json's
     counts make the memcheck / racecheck checks."""

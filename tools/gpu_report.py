@@ -117,7 +117,7 @@ KEPT_IF_SET = ("flops", "bytes", "ratios", "best_peer", "vs_best", "max_diff", "
                "us_noalibi", "alibi_ratio", "us_builtin", "variant_ratio", "peer_base_us", "us_second_call",
                "us_hopper_ready", "first_call_kernels", "hopper_built", "commit", "fp8_speedup", "peer_atol",
                "twin_spread", "twin_kernels_differ", "us_plain", "peer_base_by_peer", "peer_rounds_us",
-               "peer_method", "switch_base_us")
+               "peer_method", "switch_base_us", "visible_pairs_ratio")
 #: Kept whenever the bench wrote them, empty or not (report.disagrees: an empty list means every
 #: compared peer agreed, an absent one that agreement must be recomputed from max_diff).
 KEPT_IF_PRESENT = ("peers_disagreeing",)

@@ -54,12 +54,23 @@ def merge(base: dict, run: dict, commit: str, *, tests: bool, run_checks: tuple 
     for b in out["benchmarks"]:
         b.setdefault("commit", old_commit)
     names = {b["name"]: i for i, b in enumerate(out["benchmarks"])}
+    # an entry's peer reasons ("could not run") travel with the entry: the run's replace the base's (a
+    # review: a merged report kept an old reason beside the peer's new ratio, and lost the new reasons)
+    unavailable = {n: dict(r) for n, r in (out["extra"].get("unavailable_peers") or {}).items()}
+    run_unavailable = run.get("extra", {}).get("unavailable_peers") or {}
     for b in run.get("benchmarks", []):
         nb = {**b, "commit": commit[:7]}
         if b["name"] in names:
             out["benchmarks"][names[b["name"]]] = nb
         else:
             out["benchmarks"].append(nb)
+        reasons = {p: r for p, r in (run_unavailable.get(b["name"]) or {}).items() if p not in (b.get("peers") or {})}
+        if reasons:
+            unavailable[b["name"]] = reasons
+        else:
+            unavailable.pop(b["name"], None)
+    if unavailable or "unavailable_peers" in out["extra"]:
+        out["extra"]["unavailable_peers"] = unavailable
     if tests:
         out["tests"] = {**run["tests"], "commit": commit[:7]}
         out["extra"]["failures"] = run.get("extra", {}).get("failures", [])

@@ -195,12 +195,10 @@ def plot_entries(report: dict) -> list:
         suite = suite_of(b["name"])
         if suite is None:
             continue
-        frac = None
-        if b.get("tflops") and roofs.get("bf16_matmul_tflops"):
-            frac = b["tflops"] / roofs["bf16_matmul_tflops"]
-        elif b.get("tbps") and roofs.get("copy_tbps"):
-            frac = b["tbps"] / roofs["copy_tbps"]
+        from kernelgen.apps.bench.report import roof_fraction
+
         metric = "tflops" if b.get("tflops") else "tbps" if b.get("tbps") else None
+        frac = roof_fraction(b.get(metric), metric, roofs, b) if metric else None
         out.append({**b, "suite": suite, "metric": metric, "roof_fraction": frac, "peers": dict(b.get("peers") or {}),
                     "unavailable": dict(unavailable.get(b["name"], {}))})
     return out

@@ -1083,6 +1083,22 @@ VARIANT_EXAMPLE_DOCUMENTS = (1024, 3072, 2048, 4096, 6144)
 VARIANT_EXAMPLE_PREFIX = 4096
 
 
+def variant_example_pairs(name: str, n: int) -> int:
+    """The (query, key) pairs a variant example keeps on one request of ``n`` tokens: all causal pairs
+    (``t5_bias``), each document's causal pairs (``document_mask`` over ``VARIANT_EXAMPLE_DOCUMENTS``,
+    which must sum to n), or the causal pairs plus the prefix's upper triangle (``prefix_lm``)."""
+    if name == "t5_bias":
+        return n * (n + 1) // 2
+    if name == "document_mask":
+        if sum(VARIANT_EXAMPLE_DOCUMENTS) != n:
+            raise ValueError(f"the documents {VARIANT_EXAMPLE_DOCUMENTS} do not sum to {n} tokens")
+        return sum(d * (d + 1) // 2 for d in VARIANT_EXAMPLE_DOCUMENTS)
+    if name == "prefix_lm":
+        p = VARIANT_EXAMPLE_PREFIX
+        return n * (n + 1) // 2 + p * (p - 1) // 2
+    raise ValueError(f"unknown variant example {name!r}")
+
+
 def variant_example_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
     """What a variant example costs against the plain causal call, on one request of 16384 tokens with
     the first preset's heads (``VARIANT_EXAMPLE_ENTRIES``): the T5-style bucketed bias from a (heads,
@@ -1093,7 +1109,7 @@ def variant_example_entry(settings: Settings, which: str, model: ModelPreset) ->
     variant, ``us_plain`` the plain causal call, ``variant_ratio`` = us / us_plain;
     ``visible_pairs_ratio``: the (query, key) pairs the variant keeps over the causal call's, so that
     a ratio below 1 reads as skipped work (the document mask) and one above it as more work (the
-    prefix's upper triangle); ``variant_kernel``: the attention kernel it ran.  No peer: FA3 takes no
+    prefix's upper triangle); ``flops`` counts those pairs (the TFLOP/s is the variant's own work); ``variant_kernel``: the attention kernel it ran.  No peer: FA3 takes no
     user variant; FA4's and FlexAttention's are measured on the ALiBi and soft-cap entries."""
     torch = _torch()
     if which not in VARIANT_EXAMPLE_ENTRIES:
@@ -1109,16 +1125,16 @@ def variant_example_entry(settings: Settings, which: str, model: ModelPreset) ->
     if name == "t5_bias":
         g = torch.Generator(device="cuda").manual_seed(23)
         variant = t5_bias(torch.randn(m.num_heads_q, 32, generator=g, device="cuda") * 2, t5_buckets().cuda())[0]
-        pairs = n * (n + 1) // 2
     elif name == "document_mask":
-        assert sum(VARIANT_EXAMPLE_DOCUMENTS) == n
         variant = document_mask(*document_ids([list(VARIANT_EXAMPLE_DOCUMENTS)]))[0]
-        pairs = sum(d * (d + 1) // 2 for d in VARIANT_EXAMPLE_DOCUMENTS)
     else:
         p = VARIANT_EXAMPLE_PREFIX
         variant, causal = prefix_lm(torch.tensor([p], dtype=torch.int32, device="cuda"))[0], False
-        pairs = n * (n + 1) // 2 + p * (p - 1) // 2
+    pairs = variant_example_pairs(name, n)
     e["visible_pairs_ratio"] = pairs / (n * (n + 1) // 2)
+    # the rate counts the pairs the variant computes (a review: the document mask's TFLOP/s counted the
+    # causal call's pairs, 3.9x its work, and read as 209 % of the matmul roof)
+    e["flops"] = 2 * m.num_heads_q * (m.head_dim + m.head_dim_v) * pairs
     calls = {SWITCH_BASE: make_call(outs[0]), "kernelgen_variant": make_call(outs[1], variant=variant, causal=causal)}
     calls["kernelgen_variant"]()   # the first call may run the sm_80 kernel while the Hopper one builds
     wait_for_compiles()
