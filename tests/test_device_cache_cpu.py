@@ -92,6 +92,25 @@ def test_unpack_refuses_a_missing_or_altered_archive(archive, tmp_path):
     assert not (tmp_path / "c2").exists() or not any((tmp_path / "c2").iterdir())
 
 
+@pytest.mark.parametrize("text", ["not json", '{"archive": "cache.tar.xz"}', "[1, 2]", "null"])
+def test_unpack_refuses_a_manifest_that_is_not_one_with_exit_4(tmp_path, capsys, text):
+    """A review: a manifest that is not JSON, or lacks its fields, raised instead of returning a code."""
+    (tmp_path / dc.MANIFEST).write_text(text)
+    assert dc.unpack(tmp_path, tmp_path / "c") == 4
+    assert "is not a device-cache manifest" in capsys.readouterr().out and not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("groups", ["", "bogus", "variant,bogus"])
+def test_build_refuses_unknown_or_empty_groups_before_any_step(tmp_path, monkeypatch, capsys, groups):
+    """A review: --groups "" built every group, and a bad name failed only at the gpu_tests step, after the
+    serving step had run (and the archive was still written)."""
+    monkeypatch.setattr(dc.subprocess, "run", lambda *a, **k: pytest.fail("a step ran"))
+    with pytest.raises(SystemExit) as e:
+        dc.main(["build", "--dir", str(tmp_path / "x"), "--groups", groups])
+    assert e.value.code == 2 and "--groups: comma-separated names of" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
 def test_unpack_refuses_members_that_are_not_plain_cache_entries(tmp_path, capsys):
     root = tmp_path / "dc"
     root.mkdir()
@@ -225,3 +244,16 @@ def test_build_into_a_kept_folder(tmp_path, monkeypatch):
     (work / "sched_sm_90a_soa_t1024-00000000000000aa.cubin").write_bytes(b"x")
     m = dc.build(tmp_path / "dc", 1, 41, 5, [{}], only=("serving",), work=work)
     assert m["entries"] == 1 and (work / "sched_sm_90a_soa_t1024-00000000000000aa.cubin").exists()
+
+
+@pytest.mark.parametrize("only, message", [("", "--only: name at least one group"),
+                                           ("variant,", "--only: unknown group(s) ['']"),
+                                           ("nope", "--only: unknown group(s) ['nope']")])
+def test_warm_gpu_tests_refuses_an_empty_or_unknown_group_list(capsys, only, message):
+    """A review: --only "" selected every group (a device call would compile them all)."""
+    spec = importlib.util.spec_from_file_location("warm_gpu_tests", ROOT / "tools" / "warm_gpu_tests.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--only", only, "--list"])
+    assert e.value.code == 2 and message in capsys.readouterr().err

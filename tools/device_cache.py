@@ -207,9 +207,13 @@ def unpack(root: Path, cache_dir: Path) -> int:
     if not man.exists():
         print(f"device_cache: no {man}")
         return 3
-    m = json.loads(man.read_text())
-    archive = root / m["archive"]
-    if not archive.exists() or sha256(archive) != m["archive_sha256"]:
+    try:
+        m = json.loads(man.read_text())
+        archive, want = root / str(m["archive"]), m["archive_sha256"]
+    except (ValueError, KeyError, TypeError) as e:   # (not JSON, or not this tool's manifest)
+        print(f"device_cache: {man} is not a device-cache manifest ({type(e).__name__}: {e})")
+        return 4
+    if not archive.exists() or sha256(archive) != want:
         print(f"device_cache: {archive} is missing or does not match the manifest's sha256")
         return 4
     here = nvrtc()
@@ -297,6 +301,13 @@ def main(argv=None) -> int:
             ap.error(f"--steps: choose from {', '.join(STEPS)}")
         if a.no_bench and only == ("bench",):
             ap.error("--no-bench with --steps bench leaves nothing to build")
+        if a.groups is not None:   # (checked before any step runs: a bad name failed only at gpu_tests)
+            sys.path.insert(0, str(ROOT / "tools"))
+            from warm_gpu_tests import GROUPS
+
+            names = [g for g in a.groups.split(",")]
+            if not a.groups.strip() or set(names) - set(GROUPS):
+                ap.error(f"--groups: comma-separated names of {', '.join(GROUPS)}, got {a.groups!r}")
         m = build(a.dir, a.jobs, a.fuzz_seed, a.fuzz_batches, _env_sets(a.env), bench=not a.no_bench, only=only,
                   work=a.work, groups=a.groups)
         bad = [s for s in m["steps"] if s["rc"] != 0]

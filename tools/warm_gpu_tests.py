@@ -538,6 +538,8 @@ def main(argv=None) -> int:
     ap.add_argument("--list", action="store_true", help="print the specs' names, compile nothing")
     ap.add_argument("--only", default=None, help="comma-separated groups of " + ", ".join(GROUPS) + " (default: all)")
     a = ap.parse_args(argv)
+    if a.only is not None and not a.only.strip():   # (an empty list meant every group)
+        ap.error("--only: name at least one group (" + ", ".join(GROUPS) + ")")
     only = a.only.split(",") if a.only else None
     unknown = sorted(set(only or ()) - set(GROUPS))
     if unknown:
