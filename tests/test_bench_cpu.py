@@ -1362,6 +1362,19 @@ def test_fp8_peer_bound_is_used_by_disagrees():
     assert not report.disagrees(e, "fa3")
 
 
+def test_fp8_prefill_bytes_count_one_byte_an_input_element():
+    """A review: the FP8 prefill entries kept the bf16 call's bytes (their arithmetic intensity half the
+    real one).  q, k and v in e4m3, the out in 16 bits."""
+    from kernelgen.apps.bench.models import prefill_bytes
+
+    m = resolve_models(["llama3-8b"])[0]
+    lq, lk = [4096] * 4, [4096] * 4
+    tq = tk = 4 * 4096
+    want = tq * 32 * 128 + tk * 8 * 256 + 2 * tq * 32 * 128
+    assert suites.fp8_prefill_bytes(lq, lk, m) == want
+    assert prefill_bytes(lq, lk, m) == 2 * (tq * 32 * 256 + tk * 8 * 256)   # (the bf16 count beside it)
+
+
 def test_fp8_prefill_rates_have_no_bf16_roof_fraction():
     """A review: the FP8 prefill entries (e4m3 q, k and v on FP8 tensor cores) read as 107 % of the bf16
     matmul roof.  They take FP8_ROOF_KEY's roof, which the bench does not measure: no fraction."""

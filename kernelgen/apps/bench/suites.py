@@ -954,8 +954,8 @@ def fp8_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
     bf16 q, ``kernelgen_fp8_kv``, ``us_fp8_kv``, and that call with ``quantize_q=True``,
     ``kernelgen_fp8_kv_quant``, ``us_fp8_kv_quant``) are timed together as interleaved CUDA-graph
     replays: ``us`` FP8, ``us_bf16`` bf16, ``fp8_speedup`` = us_bf16 / us (issue 24 asks for 1.8x
-    on the decode).  ``bytes`` counts K/V at one byte (the decode's TB/s is in FP8 bytes; ``bytes_bf16``
-    the bf16 call's).
+    on the decode).  ``bytes`` counts K/V at one byte (the decode's TB/s is in FP8 bytes; the prefill's
+    q, k and v at one byte and its out at two, ``fp8_prefill_bytes``; ``bytes_bf16`` the bf16 call's).
 
     Peer ``fa3`` (``fa3_unpaged`` on the decode: the gathered cache) runs FA3's FP8 path, which
     takes q, k and v all in e4m3 (q quantised the same way, ``q_descale`` too), timed as every peer
@@ -990,6 +990,8 @@ def fp8_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
     e["fp8_max_abs_change"] = float((outs[1].float() - outs[0].float()).abs().max())
     if e["metric"] == "tbps":   # decode: bytes are K/V only, 2 per element in bf16, 1 in e4m3
         e["bytes_bf16"], e["bytes"] = e["bytes"], e["bytes"] // 2
+    else:   # prefill: q, k and v read in e4m3 (1 byte), the bf16 out written (2): its arithmetic intensity
+        e["bytes_bf16"], e["bytes"] = e["bytes"], fp8_prefill_bytes(io["lens_q"], io["lens_k"], m)
     e["peer_base_us"] = settings.time(calls["kernelgen_fp8"])
     e["peer_atol"] = FP8_PEER_ATOL
     wl = m.window_left
@@ -1081,6 +1083,15 @@ VARIANT_EXAMPLE_ENTRIES = ("variant_example_t5_bias_prefill_causal_s16k",
 VARIANT_EXAMPLE_DOCUMENTS = (1024, 3072, 2048, 4096, 6144)
 #: ``variant_example_prefix_lm_*``: the bidirectional prefix (tokens).
 VARIANT_EXAMPLE_PREFIX = 4096
+
+
+def fp8_prefill_bytes(lengths_q, lengths_k, model: ModelPreset) -> int:
+    """Compulsory bytes of an FP8 prefill (``fp8_entry``'s: q, k and v in e4m3): q, k and v read at one
+    byte an element, the 16-bit out written at two (``prefill_bytes``'s count, in FP8)."""
+    m = model
+    tq, tk = sum(lengths_q), sum(lengths_k)
+    return (tq * m.num_heads_q * m.head_dim + tk * m.num_heads_kv * (m.head_dim + m.head_dim_v)
+            + 2 * tq * m.num_heads_q * m.head_dim_v)
 
 
 def variant_example_pairs(name: str, n: int) -> int:
