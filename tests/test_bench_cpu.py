@@ -1399,6 +1399,8 @@ def test_a_peer_whose_output_is_nan_disagrees_and_is_never_the_best():
     assert e["peers_disagreeing"] == ["fa3"] and not report.agrees(e)
     assert e["best_peer"] == "fa4" and e["vs_best"] == 1.2
     assert report.checks([e]) == {"prefill_x_agrees_with_peers": False}
+    table = report.suite_table("prefill", [e])   # (the peer's ratio is marked, the agreeing one not)
+    assert "| 0.50x (output differs) | 1.20x |" in table
 
 
 def test_the_last_attention_kernel_is_read_from_the_last_prepared_call(monkeypatch):

@@ -612,7 +612,8 @@ def _md_table(headers, rows) -> str:
 
 def suite_table(suite: str, entries: list) -> str:
     """Markdown table of one suite: name, µs, rate, roof fraction, one column per peer with the
-    ratio peer µs / kernelgen µs ("n/a" where the peer could not run: see the notes below it)."""
+    ratio peer µs / kernelgen µs ("n/a" where the peer could not run: see the notes below it;
+    "(output differs)" beside a peer whose output is outside the tolerance, which ``best_peer`` skips)."""
     rows_e = [e for e in entries if e.get("suite") == suite]
     if not rows_e:
         return ""
@@ -634,8 +635,8 @@ def suite_table(suite: str, entries: list) -> str:
         r = entry_ratios(e)
         cells = []
         for p in peer_names:
-            if p in r:
-                cells.append(f"{r[p]:.2f}x")
+            if p in r:   # (a peer whose output differs from kernelgen's beyond the tolerance: marked)
+                cells.append(f"{r[p]:.2f}x" + (" (output differs)" if disagrees(e, p) else ""))
             elif p in e.get("unavailable", {}):
                 cells.append("n/a")
             else:
