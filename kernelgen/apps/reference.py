@@ -37,22 +37,28 @@ def gather_paged(k_cache, v_cache, page_table, seqused_k):
     return k, v, torch.tensor(cu, dtype=torch.int32, device=k_cache.device)
 
 
-def _named(fn, extra: dict, positional: int) -> dict:
-    """The entries of ``extra`` that ``fn`` takes by name beside its ``positional`` arguments (all of
+#: The keywords a variant's reference callable may name beside its positional arguments.
+_EXTRA_NAMES = ("kv_head", "q_offset")
+
+
+def _named(fn, positional: int) -> tuple:
+    """The names of ``_EXTRA_NAMES`` that ``fn`` takes by name beside its ``positional`` arguments (all of
     them with ``**kwargs``; none where its signature cannot be read, or a name is one of the
-    positional ones): older reference callables without them keep working."""
+    positional ones): older reference callables without them keep working.  Read once per call."""
+    if fn is None:
+        return ()
     import inspect
 
     try:   # (follow_wrapped=False: a ``functools.wraps`` wrapper taking ``*args`` takes no keywords)
         sig = inspect.signature(fn, follow_wrapped=False)
         bound = sig.bind_partial(*range(positional)).arguments
     except (TypeError, ValueError):
-        return {}
+        return ()
     params = sig.parameters
     named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     anykw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    return {k: v for k, v in extra.items()
-            if k not in bound and ((k in params and params[k].kind in named) or (k not in params and anykw))}
+    return tuple(k for k in _EXTRA_NAMES
+                 if k not in bound and ((k in params and params[k].kind in named) or (k not in params and anykw)))
 
 
 def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, softmax_scale=None,
@@ -146,6 +152,7 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
     lse_bound = torch.zeros((hq, total_q), dtype=torch.float64, device=q.device) if with_bounds else None
     out = torch.full((total_q, hq, dv), float("nan"), dtype=torch.float64, device=q.device)
     lse = torch.full((hq, total_q), float("nan"), dtype=torch.float64, device=q.device)
+    sm_names, mm_names = _named(score_mod, 7), _named(mask_mod, 6)
     for b in range(len(cq) - 1):
         q0, q1, k0, k1 = cq[b], cq[b + 1], ck[b], ck[b + 1]
         if used is not None:
@@ -197,10 +204,10 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
                 kj = torch.arange(lk, device=q.device)[None, None, :]
                 extra = {"kv_head": hh // qpk, "q_offset": q0}
                 if score_mod is not None:
-                    s = torch.as_tensor(score_mod(s, b, hh, qi, kj, lq, lk, **_named(score_mod, extra, 7)),
+                    s = torch.as_tensor(score_mod(s, b, hh, qi, kj, lq, lk, **{n: extra[n] for n in sm_names}),
                                         dtype=torch.float64, device=q.device).expand_as(s).clone()
                 if mask_mod is not None:
-                    keep = torch.as_tensor(mask_mod(b, hh, qi, kj, lq, lk, **_named(mask_mod, extra, 6)),
+                    keep = torch.as_tensor(mask_mod(b, hh, qi, kj, lq, lk, **{n: extra[n] for n in mm_names}),
                                            device=q.device).bool()
                     s = s.masked_fill(~keep.expand_as(s), float("-inf"))
             if mask is not None:
