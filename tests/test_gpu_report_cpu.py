@@ -74,7 +74,10 @@ def test_report_keeps_the_peers_agreement_with_kernelgen(tmp_path, capsys):
     rows = {b["name"]: b for b in rep["benchmarks"]}
     assert rows["prefill_chunked_paged16"]["max_diff"] == {"fa4": 1.5}
     assert rows["prefill_dense_h128_s4k"]["max_diff"] == {"fa3": 0.004}
-    assert "| prefill_chunked_paged16_agrees_with_peers | FAIL |" in (tmp_path / "h200.md").read_text()
+    md = (tmp_path / "h200.md").read_text()
+    assert "| prefill_chunked_paged16_agrees_with_peers | FAIL |" in md
+    # the benchmark table marks the disagreeing peer beside its ratio, and only that one
+    assert "fa4 800 (0.80x, output differs)" in md and "fa3 900 (0.90x) |" in md
     # which peers disagreed travels with the entry, an empty list too (the summaries read it)
     assert rows["prefill_dense_h128_s4k"]["peers_disagreeing"] == []
     assert rows["prefill_chunked_paged16"]["peers_disagreeing"] == ["fa4"]
