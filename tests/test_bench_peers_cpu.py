@@ -296,6 +296,29 @@ def test_install_refuses_a_corrupt_part(tmp_path, capsys):
     assert pw.install(tmp_path / "nothing", tmp_path / "dest") == 3  # no manifest carried
 
 
+def test_install_leaves_nothing_half_unpacked(tmp_path, capsys):
+    """An archive that matches its manifest but cannot be unpacked (a truncated stream; a member the
+    data filter refuses, outside the site) is refused with exit 4 and leaves no site, no staging
+    folder and no joined archive behind, so no later call takes a half-filled site for the peers."""
+    pw = _tool()
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    man = _make_parts(pw, src, {"a.py": f"A = '{os.urandom(600).hex()}'\n"}, max_part=10 ** 6)
+    f = src / man["parts"][0]["file"]
+    f.write_bytes(f.read_bytes()[:f.stat().st_size // 2])    # truncated, manifest made to match it
+    man["parts"][0].update(bytes=f.stat().st_size, sha256=pw.sha256(f))
+    man["archive_sha256"] = pw.sha256(f)
+    (src / pw.MANIFEST).write_text(json.dumps(man))
+    assert pw.install(src, dest) == 4
+    assert "could not be unpacked" in capsys.readouterr().out
+    assert sorted(p.name for p in dest.iterdir()) == ["parts"]
+    assert tarfile.data_filter                               # (Python >= 3.11.4 and 3.12 have it)
+    src2 = tmp_path / "src2"
+    _make_parts(pw, src2, {"ok.py": "OK = 1\n", "../outside.py": "X = 1\n"}, max_part=10 ** 6)
+    assert pw.install(src2, dest) == 4
+    assert "could not be unpacked" in capsys.readouterr().out
+    assert sorted(p.name for p in dest.iterdir()) == ["parts"] and not (tmp_path / "outside.py").exists()
+
+
 def test_pins_match_the_issue():
     pw = _tool()
     pins = dict(p.split("==") for p in pw.PINS)

@@ -175,7 +175,8 @@ def install(root: Path, dest: Path) -> int:
     """On the device: join the parts (from ``root`` or from earlier calls' copies under
     ``dest/parts``), verify each part's and the archive's sha256, unpack into ``dest/site`` and write
     the fa3 shim.  Prints the PYTHONPATH entries last.  Returns 0 when ready, 3 when a part is
-    missing, 4 when a part or the archive does not match the manifest."""
+    missing, 4 when a part or the archive does not match the manifest or cannot be unpacked (a
+    member outside the site, a broken archive: nothing is left unpacked then)."""
     man_path = root / MANIFEST
     if not man_path.exists():
         print(f"peers: no {man_path} (carry .peers/{MANIFEST} with a part)")
@@ -215,11 +216,22 @@ def install(root: Path, dest: Path) -> int:
         print("peers: the joined archive does not match the manifest's sha256")
         archive.unlink()
         return 4
+    # unpacked beside the site and moved into place whole: a member the data filter rejects (or a
+    # broken archive) leaves no half-filled site behind
+    staging = dest / "site.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        with tarfile.open(archive, "r:xz") as t:
+            t.extractall(staging, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    except (tarfile.TarError, OSError, EOFError) as err:   # (FilterError is a TarError)
+        print(f"peers: the archive could not be unpacked: {err}")
+        shutil.rmtree(staging, ignore_errors=True)
+        archive.unlink()
+        return 4
+    archive.unlink()
     if site.exists():
         shutil.rmtree(site)
-    with tarfile.open(archive, "r:xz") as t:
-        t.extractall(site, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-    archive.unlink()
+    staging.rename(site)
     (site / FA3_SHIM[0]).write_text(FA3_SHIM[1])
     stamp.write_text(m["archive_sha256"] + "\n")
     print(f"peers: unpacked {len(m['wheels'])} wheels into {site}")
