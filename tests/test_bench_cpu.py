@@ -205,6 +205,13 @@ def test_flops_and_bytes():
     assert decode_bytes([1000, 10], llama) == 1010 * 8 * 256 * 2
     assert decode_bytes([10000, 10], mistral) == (4096 + 10) * 8 * 256 * 2
     assert attention_flops([1], [10000], mistral) == 4 * 32 * 128 * 4096
+    # prefill: a window caps the keys read (a 2048-token chunk at the end of 16k keys reads its own
+    # keys and the window before it); without the causal mask, or without a window, every key
+    per_token = 8 * 256 * 2
+    assert prefill_bytes([2048], [16384], mistral) == 2048 * 32 * 256 * 2 + (2048 + 4095) * per_token
+    assert prefill_bytes([2048], [16384], mistral, causal=False) == 2048 * 32 * 256 * 2 + 16384 * per_token
+    assert prefill_bytes([2048], [16384], llama) == 2048 * 32 * 256 * 2 + 16384 * per_token
+    assert prefill_bytes([16384, 0], [16384, 5], mistral) == 16384 * 32 * 256 * 2 + 16384 * per_token
 
 
 # ------------------------------------------------------------------------------ report arithmetic

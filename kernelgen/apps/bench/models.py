@@ -182,9 +182,20 @@ def attention_flops(lengths_q, lengths_k, model: ModelPreset, causal: bool = Tru
     return 2 * model.num_heads_q * (model.head_dim + model.head_dim_v) * pairs
 
 
-def prefill_bytes(lengths_q, lengths_k, model: ModelPreset) -> int:
-    """Compulsory bytes of a prefill batch: Q, K, V read and O written once."""
-    tq, tk = sum(lengths_q), sum(lengths_k)
+def keys_read(lengths_q, lengths_k, model: ModelPreset, causal: bool = True) -> int:
+    """Keys a prefill batch must read: per request, the keys some query row sees.  With causal and a
+    window (bottom-right aligned, as in :func:`visible_pairs`) the first row sees keys from
+    ``seqlen_k - seqlen_q - window_left`` on, so a chunk at the end of a long context reads only the
+    window before it; otherwise every key."""
+    wl = model.window_left if causal else -1
+    return sum(int(k) - max(0, int(k) - int(q) - wl) if wl >= 0 else int(k)
+               for q, k in zip(lengths_q, lengths_k) if int(q) > 0)
+
+
+def prefill_bytes(lengths_q, lengths_k, model: ModelPreset, causal: bool = True) -> int:
+    """Compulsory bytes of a prefill batch: Q, K, V read and O written once (K and V: the keys
+    :func:`keys_read` counts, so a window caps them)."""
+    tq, tk = sum(lengths_q), keys_read(lengths_q, lengths_k, model, causal)
     m = model
     elems = tq * m.num_heads_q * (m.head_dim + m.head_dim_v) + tk * m.num_heads_kv * (m.head_dim + m.head_dim_v)
     return elems * ELEM_BYTES

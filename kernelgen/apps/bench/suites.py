@@ -94,7 +94,7 @@ from typing import Callable
 
 from . import SUITES, measure, peers, twins
 from .models import (DEFAULT_MODEL, PRESETS, ModelPreset, attention_flops, decode_bytes, decode_keys_read,
-                     entry_name, prefill_bytes)
+                     entry_name, keys_read, prefill_bytes)
 
 #: Largest KV cache (bytes) a decode/mixed entry allocates; the peers' gathered copies come on
 #: top of it (up to 3 copies in all on a 141 GB H200).
@@ -792,7 +792,7 @@ def _cost_inputs(settings: Settings, which: str, model: ModelPreset, label: str)
             return _kg_call(q, k, v, cu, cu, n, n, m, o, **{"causal": False, **kw})
         e = _entry(entry_name(which, m), "prefill", m, metric="tflops",
                    shape=f"{b} x {n} tokens, non-causal, {m.describe()}, {label}",
-                   flops=attention_flops([n] * b, [n] * b, m, False), bytes=prefill_bytes([n] * b, [n] * b, m))
+                   flops=attention_flops([n] * b, [n] * b, m, False), bytes=prefill_bytes([n] * b, [n] * b, m, False))
         io = {"q": q, "k": k, "v": v, "cu_q": cu, "cu_k": cu, "max_q": n, "max_k": n, "lens_q": [n] * b,
               "lens_k": [n] * b, "causal": False}
         return make_call, e, b * n, io
@@ -1089,7 +1089,7 @@ def fp8_prefill_bytes(lengths_q, lengths_k, model: ModelPreset) -> int:
     """Compulsory bytes of an FP8 prefill (``fp8_entry``'s: q, k and v in e4m3): q, k and v read at one
     byte an element, the 16-bit out written at two (``prefill_bytes``'s count, in FP8)."""
     m = model
-    tq, tk = sum(lengths_q), sum(lengths_k)
+    tq, tk = sum(lengths_q), keys_read(lengths_q, lengths_k, m)
     return (tq * m.num_heads_q * m.head_dim + tk * m.num_heads_kv * (m.head_dim + m.head_dim_v)
             + 2 * tq * m.num_heads_q * m.head_dim_v)
 
@@ -1442,7 +1442,7 @@ def mixed_entry(settings: Settings, model: ModelPreset, kv_dtype: str | None = N
         cur.wait_stream(s2)
     name = (batch + "_fp8") if kv_dtype else batch
     e = _entry(entry_name(name, m), "mixed", m, metric="tflops", flops=attention_flops(qlens, klens, m),
-               bytes=prefill_bytes(qlens, klens, m) - (sum(klens) * m.num_heads_kv * (m.head_dim + m.head_dim_v)
+               bytes=prefill_bytes(qlens, klens, m) - (keys_read(qlens, klens, m) * m.num_heads_kv * (m.head_dim + m.head_dim_v)
                                                           if kv_dtype else 0),   # FP8 K/V: one byte an element
                shape=f"{len(pre_q)} prefill chunks {pre_q} + {len(dec_k)} decodes, paged"
                + (", e4m3 cache" if kv_dtype else ""))
