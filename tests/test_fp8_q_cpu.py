@@ -427,8 +427,15 @@ def test_plan_steps_with_the_wrong_q_dtype_name_q(fake_cuda, monkeypatch):
         kvonly.run(q.to(BF16), k, v, cq, ck, q_descale=torch.ones(2, 2))
     with pytest.raises(ValueError, match=r"^q_descale must have shape \(2, 2\)"):
         fp8q.run(q, k, v, cq, ck, q_descale=torch.ones(3, 2))
-    with pytest.raises(TypeError, match="^k must have an FP8 dtype"):
-        fp8q.run(q, k.to(BF16), v.to(BF16), cq, ck)
+    # a 16-bit k on an FP8 plan: the plan's ValueError naming k (docs/api.md: "the same error" as an
+    # FP8-cache plan's), not varlen_attention's TypeError for an FP8 q beside a 16-bit cache
+    for plan in (fp8q, kvonly):
+        qq = q if plan is fp8q else q.to(BF16)
+        for call in (lambda: plan.run(qq, k.to(BF16), v.to(BF16), cq, ck),
+                     lambda: plan.attend(qq, k.to(BF16), v.to(BF16), cq, ck)):
+            with pytest.raises(ValueError, match=r"^k must have the plan's FP8 dtype torch.float8_e4m3fn "
+                                                 r"\(kv_dtype='e4m3'\), got torch.bfloat16; make a plan with kv_dtype=None"):
+                call()
     # out of another dtype than the plan's: named as out (the plan passes no out_dtype of the user's)
     out16 = torch.zeros(q.shape[0], q.shape[1], q.shape[2], dtype=FP16)
     for call in (lambda: fp8q.run(q, k, v, cq, ck, out=out16), lambda: fp8q.attend(q, k, v, cq, ck, out=out16)):

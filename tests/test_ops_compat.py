@@ -40,7 +40,8 @@ def reference_api(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None, m
     if page_table is not None:
         k, v, cu_seqlens_k = reference.gather_paged(k, v, page_table, seqused_k)
         seqused_k = None
-    o, lse = reference.attention_reference(q.double(), k.double(), v.double(), cu_seqlens_q, cu_seqlens_k,
+    # (q, k and v in their own dtypes: the reference reads descales only beside FP8 tensors, as kernelgen)
+    o, lse = reference.attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k,
                                            causal=causal, softmax_scale=softmax_scale, window_size=window_size,
                                            softcap=softcap, seqused_k=seqused_k, sinks=sinks,
                                            alibi_slopes=alibi_slopes, k_descale=k_descale, v_descale=v_descale,
@@ -1462,6 +1463,9 @@ def test_op_path_arguments_raise_the_eager_errors():
         a.update(kw)
         with pytest.raises(exc, match=msg):
             ops.varlen_attention(**a)
+        if "q" in kw or "out" in kw:   # the same with out_dtype given (its check reads q's and out's dtypes)
+            with pytest.raises(exc, match=msg):
+                ops.varlen_attention(**a, out_dtype=BF16)
     with pytest.raises(TypeError, match=r"^q must be a torch.Tensor, got list$"):
         compat.flash_attn_varlen_func([[0.0]], k, v, cu, cu, 13, 13)
     q2 = torch.zeros(20, 4, 64, dtype=BF16, requires_grad=True)   # grad recording: the op path on CPU tensors

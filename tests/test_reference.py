@@ -65,8 +65,29 @@ def test_extreme_logits_are_uniform():
     assert lse[0, 0].item() == pytest.approx(-2097152 / math.sqrt(128) + math.log(4), abs=1e-6)
 
 
+def test_a_nan_logit_makes_its_row_nan():
+    """A score_mod that gives a NaN logit makes that row's out and lse NaN, as the kernels do (their
+    row maximum keeps a NaN: softmax.cuh), not a row without keys (out 0, lse -inf); the other rows
+    and a row that is truly masked whole are unchanged."""
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(n, 2, 8, generator=g) for n in (4, 6, 6))
+    cq, ck = torch.tensor([0, 4]), torch.tensor([0, 6])
+    base, base_lse = attention_reference(q, k, v, cq, ck)
+    out, lse = attention_reference(q, k, v, cq, ck,
+                                   score_mod=lambda s, b, h, i, j, lq, lk: s.masked_fill((i == 1) & (j == 2), math.nan),
+                                   mask_mod=lambda b, h, i, j, lq, lk: (i != 3) | (j > 99))
+    assert torch.isnan(out[1]).all() and torch.isnan(lse[:, 1]).all()
+    assert torch.equal(out[[0, 2]], base[[0, 2]]) and torch.equal(lse[:, [0, 2]], base_lse[:, [0, 2]])
+    assert torch.all(out[3] == 0) and torch.all(lse[:, 3] == -math.inf)
+
+
 def test_tolerance_and_error_helpers():
     assert tolerance(torch.bfloat16) == (1.6e-2, 1.6e-2)
+    # an FP8 cache given by dtype or by the name AttentionPlan.kv_dtype returns: the compute dtype's bound
+    for kv in (torch.float8_e4m3fn, torch.float8_e5m2, "e4m3", "e5m2"):
+        assert tolerance(torch.bfloat16, kv) == (1.6e-2, 1.6e-2)
+    with pytest.raises(ValueError, match="no tolerance for a e3m4 cache"):
+        tolerance(torch.bfloat16, "e3m4")
     assert tolerance(torch.float16) == (2e-3, 2e-3)
     with pytest.raises(ValueError):
         tolerance(torch.float32)

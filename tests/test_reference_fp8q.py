@@ -40,6 +40,31 @@ def test_q_descale_dequantises_per_request_and_kv_head():
     assert torch.equal(o3, o4)
 
 
+def test_descales_follow_varlen_attentions_rules():
+    """The reference refuses the descales ``varlen_attention`` refuses (it would otherwise read them
+    some other way: a 1-D tensor of several factors per head where a caller meant per request):
+    float32 only, (batch, num_heads_kv) or a broadcast of it, ``q_descale`` with an FP8 q only,
+    ``k_descale`` / ``v_descale`` with an FP8 k only."""
+    q, k, v, cq, ck = _batch()                                  # 3 requests, 2 KV heads
+    with pytest.raises(ValueError, match=r"^k_descale must have shape \(3, 2\) .*a 1-D tensor of several factors"):
+        attention_reference(q, k, v, cq, ck, k_descale=torch.tensor([1.0, 2.0]))
+    with pytest.raises(ValueError, match=r"^v_descale must have shape \(3, 2\) .*got \(2, 2\)"):
+        attention_reference(q, k, v, cq, ck, v_descale=torch.ones(2, 2))
+    with pytest.raises(TypeError, match=r"^q_descale must have dtype"):
+        attention_reference(q, k, v, cq, ck, q_descale=torch.ones(3, 2, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"^q_descale applies to an FP8 q"):
+        attention_reference(q.to(torch.bfloat16), k, v, cq, ck, q_descale=torch.ones(3, 2))
+    with pytest.raises(ValueError, match=r"^k_descale applies to an FP8 K/V cache"):
+        attention_reference(q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16), cq, ck,
+                            k_descale=torch.ones(3, 2))
+    # the forms varlen_attention takes: per tensor, per request, per KV head, expanded
+    full = torch.tensor([[0.5, 2.0], [0.5, 2.0], [0.5, 2.0]])
+    want, _ = attention_reference(q, k, v, cq, ck, k_descale=full, v_descale=full, q_descale=full)
+    for kd in (torch.tensor([[0.5, 2.0]]), torch.tensor([[0.5, 2.0]]).expand(3, 2)):
+        got, _ = attention_reference(q, k, v, cq, ck, k_descale=kd, v_descale=kd, q_descale=kd)
+        assert torch.equal(got, want)
+
+
 def _trunc13(x):
     """x with its mantissa truncated to 13 bits (toward zero), as Hopper's FP8 wgmma accumulator."""
     m, e = torch.frexp(x)                       # x = m * 2^e, 0.5 <= |m| < 1

@@ -61,6 +61,23 @@ def _named(fn, positional: int) -> tuple:
                  if k not in bound and ((k in params and params[k].kind in named) or (k not in params and anykw)))
 
 
+def _check_descales(q, k, k_descale, v_descale, q_descale, batch: int, num_heads_kv: int) -> None:
+    """The descales' rules of ``varlen_attention`` (``selection.validation.descale`` / ``q_descale``):
+    float32, shaped (batch, num_heads_kv) or broadcasting to it (a 1-D tensor of several factors is
+    ambiguous), ``k_descale`` / ``v_descale`` with an FP8 k only, ``q_descale`` with an FP8 q only;
+    ValueError / TypeError naming the argument, so the reference never reads a factor the kernels
+    would not (on the descale's own device: the reference moves it to q's)."""
+    from ..selection import validation
+    kv = validation.KV_FP8_DTYPES.get(k.dtype)
+    for name, x in (("k_descale", k_descale), ("v_descale", v_descale)):
+        if x is not None:
+            validation.descale(name, x, batch, num_heads_kv, x.device if isinstance(x, torch.Tensor) else None, kv)
+    if q_descale is not None:
+        validation.q_descale(q_descale, batch, num_heads_kv,
+                             q_descale.device if isinstance(q_descale, torch.Tensor) else None,
+                             validation.Q_FP8_DTYPES.get(q.dtype))
+
+
 def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, softmax_scale=None,
                         window_size=(-1, -1), softcap=0.0, seqused_k=None, max_elements: int = 1 << 27,
                         sinks=None, alibi_slopes=None, score_mod=None, mask_mod=None, k_descale=None,
@@ -90,7 +107,9 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
     convention): None (1) or float32 tensors that broadcast to (batch, Hkv); request b's keys and values of
     KV head h are dequantised exactly, ``k.double() * k_descale[b, h]`` (every FP8 value and its product
     with a float32 factor are exact in float64).  ``q_descale`` likewise for an FP8 q (request b's
-    queries of the query heads of KV head h times ``q_descale[b, h]``).
+    queries of the query heads of KV head h times ``q_descale[b, h]``).  The descales follow
+    ``varlen_attention``'s rules (float32, those shapes, ``k_descale`` / ``v_descale`` with an FP8 k
+    and ``q_descale`` with an FP8 q only): anything else raises its ValueError / TypeError.
 
     ``error_bounds``: also return two tensors, per-element bounds on the error of out (shaped as out)
     and of lse (shaped as lse) that the kernels' approximations add to their 16-bit rounding (which
@@ -146,6 +165,7 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
     sink = None if sinks is None else sinks.detach().to(q.device, torch.float64)
     alibi = None if alibi_slopes is None else alibi_slopes.detach().to(q.device, torch.float64)
     nb = len(cq) - 1
+    _check_descales(q, k, k_descale, v_descale, q_descale, nb, hkv)
     kd, vd, qd = (None if x is None else torch.broadcast_to(x.detach().to(q.device, torch.float64), (nb, hkv))
                   for x in (k_descale, v_descale, q_descale))
     bound = torch.full((total_q, hq, dv), float("nan"), dtype=torch.float64, device=q.device) if with_bounds else None
@@ -220,11 +240,14 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
             z = p.sum(dim=-1, keepdim=True)
             if sink is not None:                                      # ... with no value: z only
                 z = z + torch.exp(sink[h0:h1, None, None] - m_safe)
-            o = torch.matmul(p, vb[h0:h1]) / torch.where(z > 0, z, torch.ones_like(z))
-            o = torch.where(z > 0, o, torch.zeros_like(o))
+            # (z == 0: every key masked, out 0 and lse -inf; a NaN logit, from a score_mod, makes z NaN
+            # and the row NaN, as in the kernels, whose row maximum keeps a NaN: softmax.cuh)
+            seen = z != 0
+            o = torch.matmul(p, vb[h0:h1]) / torch.where(seen, z, torch.ones_like(z))
+            o = torch.where(seen, o, torch.zeros_like(o))
             out[q0:q1, h0:h1] = o.transpose(0, 1)
             if bound is not None:
-                a = torch.where(z > 0, p / torch.where(z > 0, z, torch.ones_like(z)), torch.zeros_like(p))
+                a = torch.where(seen, p / torch.where(seen, z, torch.ones_like(z)), torch.zeros_like(p))
                 va = vb[h0:h1].abs()
                 s1 = torch.matmul(a, va)
                 tanh_delta = torch.zeros_like(m)                                      # (heads, lq, 1)
@@ -232,7 +255,7 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
                     tanh_delta = TANH_APPROX_REL_ERR * torch.where(torch.isfinite(s), cap_abs,
                                                                    torch.zeros_like(cap_abs)).amax(dim=-1, keepdim=True)
                 # the exponentials' error (EX2_REL_ERR) joins the soft-cap's, for rows that see a key
-                tanh_delta = tanh_delta + torch.where(z > 0, -math.log1p(-EX2_REL_ERR), 0.0)
+                tanh_delta = tanh_delta + torch.where(seen, -math.log1p(-EX2_REL_ERR), 0.0)
                 tanh_term = torch.expm1(2 * tanh_delta) * s1
             if bound is not None and not fp8_mma_bounds:
                 bound[q0:q1, h0:h1] = tanh_term.transpose(0, 1)
@@ -248,7 +271,7 @@ def attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, so
                     + steps * 2.0 ** -12 * (1.0625 * s1 + sub) + 2.0 ** -8 * o.abs() + OUT_ROUNDING_FLOOR
                 bound[q0:q1, h0:h1] = bb.transpose(0, 1)
                 lse_bound[h0:h1, q0:q1] = (delta + tanh_delta)[..., 0]
-            lse[h0:h1, q0:q1] = torch.where(z[..., 0] > 0, torch.log(z[..., 0]) + m_safe[..., 0],
+            lse[h0:h1, q0:q1] = torch.where(seen[..., 0], torch.log(z[..., 0]) + m_safe[..., 0],
                                             torch.full_like(z[..., 0], float("-inf")))
     return (out, lse, bound, lse_bound) if with_bounds else (out, lse)
 
@@ -264,7 +287,8 @@ def tolerance(dtype, kv_dtype=None) -> tuple[float, float]:
     """(atol, rtol) against the float64 reference cast to ``dtype`` (edge_cases.md conventions).
 
     ``kv_dtype``: the K/V cache's dtype when it differs from ``dtype`` (``torch.float8_e4m3fn`` or
-    ``torch.float8_e5m2``, with ``k_descale`` / ``v_descale``); the bound is then that of ``dtype``
+    ``torch.float8_e5m2``, or their names "e4m3" / "e5m2" as ``AttentionPlan.kv_dtype`` gives them,
+    with ``k_descale`` / ``v_descale``); the bound is then that of ``dtype``
     (q's, the compute and output dtype), for inputs whose *dequantised* values are of the scale the
     16-bit tolerances assume (|q|, |k * k_descale|, |v * v_descale| about N(0, 1)).  Derivation:
     the reference dequantises the same FP8 values exactly, so the cache's quantisation error
@@ -284,7 +308,7 @@ def tolerance(dtype, kv_dtype=None) -> tuple[float, float]:
     probability by a factor within exp(+-2^-3 * scale * sum_i |q_i k_i|), and each V element by
     2^-4 |v|; that bound is the caller's to apply, not ``tolerance``'s.)
     """
-    fp8 = {getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n)}
+    fp8 = {getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n)} | {"e4m3", "e5m2"}
     if kv_dtype is not None and kv_dtype != dtype and kv_dtype not in fp8:
         raise ValueError(f"no tolerance for a {kv_dtype} cache")
     if dtype == torch.bfloat16:

@@ -403,8 +403,6 @@ def varlen_attention(
     max_num_splits = validation.max_num_splits(max_num_splits, num_splits)
     if softmax_scale is not None:   # (the head dim only names the default: q is checked in the op)
         softmax_scale = validation.softmax_scale(softmax_scale, 1)
-    if out_dtype is not None:   # (the schema's ScalarType? refuses a non-dtype with a dispatcher RuntimeError)
-        validation.output_dtype(q, out, out_dtype)
     validation.layout(metadata_layout)   # (the schema's str would refuse None with a dispatcher RuntimeError)
     for name, x in (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q)):
         if not isinstance(x, torch.Tensor):   # (the schema's Tensor: a RuntimeError that prints the value)
@@ -414,6 +412,8 @@ def varlen_attention(
                     ("v_descale", v_descale), ("q_descale", q_descale)):
         if x is not None and not isinstance(x, torch.Tensor):   # (the schema's Tensor? would: a RuntimeError)
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if out_dtype is not None:   # (the schema's ScalarType? refuses a non-dtype with a dispatcher RuntimeError;
+        validation.output_dtype(q, out, out_dtype)   # after the tensor checks: it reads q's and out's dtypes)
     for name, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if x is not None and not isinstance(x, torch.SymInt):   # (the schema's SymInt?: ints, or traced ones)
             validation.nonneg_int(name, x)

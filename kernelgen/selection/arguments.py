@@ -235,6 +235,9 @@ def plan_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out,
                            else ""))
     if q_dtype and isinstance(out, torch.Tensor) and out.dtype != dtype:
         raise TypeError(f"out must have the plan's dtype {dtype} (the output of its FP8 q), got {out.dtype}")
+    if kv_dtype and isinstance(k, torch.Tensor) and validation.KV_FP8_DTYPES.get(k.dtype, "") != kv_dtype:
+        # (before varlen_inputs, whose FP8-q rule would name a 16-bit k with a TypeError: the plan's error first)
+        _plan_kv_dtype_error(k, kv_dtype, validation.KV_FP8_DTYPES.get(k.dtype, ""), dtype)
     sizes = validation.varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, None, None, out, seqused_k=seqused_k,
                                      page_table=page_table, out_dtype=dtype if q_dtype else None)
     got = (sizes["num_heads_q"], sizes["num_heads_kv"], sizes["head_dim"], sizes["head_dim_v"])
@@ -260,18 +263,23 @@ def plan_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out,
                                  f"the plan with arch='sm_80' for such tensors")
     got_kv = sizes.get("kv_dtype", "")
     if got_kv != kv_dtype:
-        if not kv_dtype:
-            raise ValueError(f"k: an FP8 K/V cache ({k.dtype}) needs a plan made for it: pass kv_dtype='{got_kv}' "
-                             f"to AttentionPlan (its FP8 kernels); this plan's k/v have q's dtype {dtype}")
-        want = next(t for t, n in validation.KV_FP8_DTYPES.items() if n == kv_dtype)
-        raise ValueError(f"k must have the plan's FP8 dtype {want} (kv_dtype='{kv_dtype}'), got {k.dtype}; make a "
-                         f"plan with kv_dtype={'None' if not got_kv else repr(got_kv)} for such a cache")
+        _plan_kv_dtype_error(k, kv_dtype, got_kv, dtype)
     if lse is not None:
         validation.lse_buffer(lse, heads[0], sizes["total_q"], device)
     validation.sinks(sinks, heads[0], device)
     if sinks is not None and validation.host_checks_enabled():
         validation.check_sinks_values(sinks)
     return sizes
+
+
+def _plan_kv_dtype_error(k, kv_dtype: str, got_kv: str, dtype):
+    """Raise the ValueError naming ``k`` whose dtype is not the plan's ``kv_dtype`` ("": 16-bit)."""
+    if not kv_dtype:
+        raise ValueError(f"k: an FP8 K/V cache ({k.dtype}) needs a plan made for it: pass kv_dtype='{got_kv}' "
+                         f"to AttentionPlan (its FP8 kernels); this plan's k/v have q's dtype {dtype}")
+    want = next(t for t, n in validation.KV_FP8_DTYPES.items() if n == kv_dtype)
+    raise ValueError(f"k must have the plan's FP8 dtype {want} (kv_dtype='{kv_dtype}'), got {k.dtype}; make a "
+                     f"plan with kv_dtype={'None' if not got_kv else repr(got_kv)} for such a cache")
 
 
 def step_scalars(return_lse, softmax_scale, head_dim: int, softcap: float) -> tuple:
