@@ -204,6 +204,17 @@ def test_reference_document_and_prefix_masks():
     (dict(score_mod="score", tensors={"tanhf": torch.zeros(1)}), ValueError, "device function"),
     (dict(score_mod="score", tensors={"min": torch.zeros(1)}), ValueError, "device function"),
     (dict(score_mod="score", tensors={"printf": torch.zeros(1)}), ValueError, "device function"),
+    # (a review) a predefined macro as a tensor name; a snippet of comments only; non-ASCII code with
+    # its line, column and name (and the ASCII a look-alike stands for); non-ASCII in a comment is fine
+    (dict(score_mod="score", tensors={"NULL": torch.zeros(1)}), ValueError, "^variant tensor name 'NULL' is a macro"),
+    (dict(score_mod="// nothing here\n/* at all */"), ValueError, "^score_mod holds only comments"),
+    (dict(score_mod="// \u00e9t\u00e9\nscore \u2212 1.f"), ValueError,
+     r"^score_mod line 2, column 7: U\+2212 MINUS SIGN outside a comment or literal; snippet code is ASCII "
+     r"\(did you mean -\?\)$"),
+    (dict(mask_mod="kv_idx\u00a0<= q_idx"), ValueError, r"^mask_mod line 1, column 7: U\+00A0 NO-BREAK SPACE .*a space"),
+    (dict(score_mod="float \u00e9 = score; return \u00e9;"), ValueError,
+     r"^score_mod line 1, column 7: U\+00E9 LATIN SMALL LETTER E WITH ACUTE outside a comment or literal; "
+     r"snippet code is ASCII$"),
 ])
 def test_variant_checks_name_the_argument(kw, exc, msg):
     with pytest.raises(exc, match=msg):
@@ -303,6 +314,11 @@ def test_a_compile_error_message_stays_short_and_keeps_the_users_lines():
                                   '"kg_user_score_mod"\n1 error detected', None,
                                   VariantCode(score_mod="if (kv_idx > 0) return score;"))
     assert "must return a value on every path" in str(missing)
+    # (a review) an expression given a ';' is a body without any return: the hint says so
+    semi = VariantCompileError("k", 'k.cu(1136): error: missing return statement at end of non-void function '
+                               '"kg_user_score_mod"\n1 error detected', None, VariantCode(score_mod="score * 2.f;"))
+    assert "(score_mod has no 'return': an expression takes no ';' at its end" in str(semi)
+    assert "must return a value on every path" not in str(semi)
 
 
 def test_variant_json_round_trip_and_with_tensors():
@@ -315,8 +331,11 @@ def test_variant_json_round_trip_and_with_tensors():
         kernelgen.Variant.from_json(d, {"table": torch.zeros(2, dtype=torch.float16), "buckets": v.tensors["buckets"]})
     u = v.with_tensors(table=torch.zeros(7, 3))
     assert u.code == v.code and u.tensors["table"].shape == (7, 3)
-    with pytest.raises(ValueError, match="another dtype"):
+    with pytest.raises(ValueError, match=r"^with_tensors: table has dtype int32, the variant's table float32 "):
         v.with_tensors(table=torch.zeros(3, dtype=torch.int32))
+    # the warmup file's tensors as a list of names: the message shows the documented forms
+    with pytest.raises(ValueError, match=r"^a variant's tensors must be a \{name: dtype\} object .*got the entry 'table'"):
+        VariantCode.from_json({"score_mod": "score", "tensors": ["table"]})
     assert "t5_bias" in repr(v)
     # the string form, and the errors each names
     assert kernelgen.Variant.from_json(json.dumps(d), dict(v.tensors)).code == v.code

@@ -91,6 +91,18 @@ def _snippet_of(lines: list, i: int, source_path: str | None, code) -> tuple | N
     return f"{what}({filled[-1] if filled else 1})", " (at the snippet's end: a ';' missing after its last statement?)"
 
 
+def _missing_return_hint(code) -> str:
+    """The hint under NVRTC's "missing return statement": a body snippet that returns on no path at
+    all is most often an expression given a ';' (``score * 2.f;`` is a statement, so the snippet is
+    compiled as a body), which the hint names."""
+    for what in ("score_mod", "mask_mod"):
+        src = getattr(code, what, None)
+        if src is not None and not re.search(r"\breturn\b", code_only(src)):
+            return (f"  ({what} has no 'return': an expression takes no ';' at its end (write it without one), "
+                    f"a body returns its value on every path ('return ...;'))")
+    return "  (a snippet written as a function body must return a value on every path)"
+
+
 class VariantCompileError(CompileError, ValueError):
     """NVRTC rejected a kernel of a user variant (``kernelgen.Variant``): the message shows NVRTC's
     diagnostics at the snippets' own line numbers (``score_mod(2): error: ...``) and the snippets
@@ -128,7 +140,7 @@ class VariantCompileError(CompileError, ValueError):
             outside = [x for x in lines if _IS_ERROR.search(x) and not _SUMMARY.match(x)]
             picked += ["  " + x for x in outside[:8]] or ["  " + x for x in lines[:8]]
             if any("missing return statement" in x for x in outside):
-                picked.append("  (a snippet written as a function body must return a value on every path)")
+                picked.append(_missing_return_hint(code))
         shown = []
         for what in ("score_mod", "mask_mod", "kv_range"):
             src = getattr(code, what, None)

@@ -171,6 +171,8 @@ def check_tensor_name(name) -> None:
         raise ValueError(f"variant tensor name {name!r} is not a C identifier ([A-Za-z_][A-Za-z0-9_]*)")
     if name in CPP_KEYWORDS:
         raise ValueError(f"variant tensor name {name!r} is a C++ keyword")
+    if name in PREDEFINED_MACROS:
+        raise ValueError(f"variant tensor name {name!r} is a macro NVRTC predefines (it would not name the tensor)")
     if name in SCOPE_NAMES or name in HELPER_NAMES:
         raise ValueError(f"variant tensor name {name!r} collides with a name the snippets already see "
                          f"({', '.join(SCOPE_NAMES + HELPER_NAMES)})")
@@ -181,6 +183,11 @@ def check_tensor_name(name) -> None:
         raise ValueError(f"variant tensor name {name!r} is reserved (kg_/KG_/MD_ prefixes and a leading '_' are "
                          f"kernelgen's or the compiler's)")
 
+
+#: Object-like macros NVRTC defines in every program (kernelgen's sources include no header): a user
+#: tensor of such a name would be replaced before it is declared (NVRTC 13.0, probed name by name:
+#: ``NULL``; INFINITY, NAN, FLT_MAX, INT_MAX, size_t, int32_t, threadIdx and the like are not macros there).
+PREDEFINED_MACROS = frozenset({"NULL"})
 
 #: Preprocessor directives: a logical line whose first token is ``#``, its digraph ``%:`` or the
 #: trigraph ``??=`` (gone in C++17, refused all the same).
@@ -220,6 +227,9 @@ def check_snippet(what: str, code) -> None:
         bare = _blank(code, strict=True)
     except _Unterminated as e:
         raise ValueError(f"{what} has {e}") from None
+    if not bare.strip():
+        raise ValueError(f"{what} holds only comments: give C++ source or None")
+    _check_ascii(what, bare)
     if any(line.lstrip().startswith(_DIRECTIVE_STARTS) for line in bare.splitlines()):
         raise ValueError(f"{what} contains a preprocessor directive (#...): a snippet is the body of one function")
     m = _REFUSED_TOKENS.search(bare)
@@ -243,6 +253,27 @@ def check_snippet(what: str, code) -> None:
         # succeeds shows no warning)
         raise ValueError(f"{what} contains 'return;' without a value: every path of a {what} must return "
                          f"{'the score' if what == 'score_mod' else 'whether the pair is kept'}")
+
+
+#: Look-alikes that word processors and chat tools put in code, and the ASCII meant.
+_LOOKALIKES = {"\u2212": "-", "\u2013": "-", "\u2014": "-", "\u00a0": "a space", "\u2009": "a space",
+               "\u200b": "nothing (a zero-width space)", "\ufeff": "nothing (a byte-order mark)",
+               "\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u00d7": "*", "\u00f7": "/",
+               "\u2264": "<=", "\u2265": ">=", "\u2260": "!=", "\u2026": "..."}
+
+
+def _check_ascii(what: str, bare: str) -> None:
+    """ValueError naming the line, column and Unicode name of the first non-ASCII character of a
+    snippet's code (``bare``: comments and literals blanked, where any text is fine): NVRTC reads
+    such a character as an unrecognised token, with an error per use."""
+    import unicodedata
+    for n, line in enumerate(bare.split("\n"), 1):
+        for col, ch in enumerate(line, 1):
+            if ord(ch) > 127:
+                meant = _LOOKALIKES.get(ch)
+                raise ValueError(f"{what} line {n}, column {col}: U+{ord(ch):04X} "
+                                 f"{unicodedata.name(ch, 'unnamed character')} outside a comment or literal; "
+                                 f"snippet code is ASCII" + (f" (did you mean {meant}?)" if meant else ""))
 
 
 #: ``return;``: a value-less return (comments and literals blanked first).
@@ -414,5 +445,8 @@ class VariantCode:
         if not isinstance(tensors, (list, tuple)):
             raise TypeError(f"a variant's tensors must be a list of [name, dtype] pairs or a {{name: dtype}} object, "
                             f"got {type(tensors).__name__}")
-        return cls(d.get("score_mod"), d.get("mask_mod"), d.get("kv_range"),
-                   tuple(tuple(t) if isinstance(t, (list, tuple)) else t for t in tensors))
+        for t in tensors:
+            if not (isinstance(t, (list, tuple)) and len(t) == 2):
+                raise ValueError(f"a variant's tensors must be a {{name: dtype}} object (e.g. {{\"bias\": \"float32\"}}) "
+                                 f"or a list of [name, dtype] pairs, got the entry {t!r}")
+        return cls(d.get("score_mod"), d.get("mask_mod"), d.get("kv_range"), tuple(tuple(t) for t in tensors))

@@ -144,7 +144,11 @@ class Variant:
         new = {**self.tensors, **tensors}
         v = Variant(self.code.score_mod, self.code.mask_mod, self.code.kv_range, new, self.name)
         if v.code != self.code:
-            raise ValueError("with_tensors: a replacement tensor has another dtype than the one it replaces")
+            old_dtypes, new_dtypes = dict(self.code.tensors), dict(v.code.tensors)
+            name = next(n for n in tensors if new_dtypes.get(n) != old_dtypes.get(n))
+            raise ValueError(f"with_tensors: {name} has dtype {new_dtypes[name]}, the variant's {name} "
+                             f"{old_dtypes[name]} (a replacement keeps the dtype: another is another kernel; "
+                             f"make a new Variant)")
         return v
 
     def to_json(self) -> dict:
