@@ -12,6 +12,7 @@ snippet's ``VariantCompileError`` with the snippet's own line number."""
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -314,11 +315,33 @@ def test_a_compile_error_message_stays_short_and_keeps_the_users_lines():
                                   '"kg_user_score_mod"\n1 error detected', None,
                                   VariantCode(score_mod="if (kv_idx > 0) return score;"))
     assert "must return a value on every path" in str(missing)
+    # (a review) a snippet naming another snippet's variable: the hint lists what it sees
+    scope = VariantCompileError("k", 'kv_range(2): error: identifier "head" is undefined\n'
+                                'kv_range(3): error: identifier "q_idx" is undefined\n'
+                                'mask_mod(1): error: identifier "bogus" is undefined\n3 errors detected', None,
+                                VariantCode(mask_mod="kv_idx <= q_idx", kv_range="int h = 0;\nh = head;\nh = q_idx;"))
+    hints = [x for x in str(scope).splitlines() if x.startswith("  (")]
+    assert hints == ["  (kv_range sees kv_lo, kv_hi, batch, kv_head, q_lo, q_hi, q_len, kv_len, q_offset and the "
+                     "variant's tensors: it runs once per block of query rows [q_lo, q_hi) and KV head; head is "
+                     "another snippet's)"]
     # (a review) an expression given a ';' is a body without any return: the hint says so
     semi = VariantCompileError("k", 'k.cu(1136): error: missing return statement at end of non-void function '
                                '"kg_user_score_mod"\n1 error detected', None, VariantCode(score_mod="score * 2.f;"))
     assert "(score_mod has no 'return': an expression takes no ';' at its end" in str(semi)
     assert "must return a value on every path" not in str(semi)
+
+
+def test_the_scope_hints_name_what_each_snippet_function_takes():
+    """compiler.SNIPPET_SCOPES (the compile error's hint) lists the parameters of the snippet
+    functions in templates/common/user_mod.cuh, in order, besides the tensors."""
+    import re as _re
+
+    from kernelgen.jit.compiler import SNIPPET_SCOPES
+    src = (Path(kernelgen.__file__).resolve().parents[1] / "templates" / "common" / "user_mod.cuh").read_text()
+    for what, names in SNIPPET_SCOPES.items():
+        head = src[src.index(f"kg_user_{what}("):]
+        params = head[head.index("(") + 1:head.index("{%")]
+        assert tuple(_re.findall(r"(\w+)\s*(?:,|$)", params.strip())) == names, what
 
 
 def test_variant_json_round_trip_and_with_tensors():

@@ -91,6 +91,32 @@ def _snippet_of(lines: list, i: int, source_path: str | None, code) -> tuple | N
     return f"{what}({filled[-1] if filled else 1})", " (at the snippet's end: a ';' missing after its last statement?)"
 
 
+#: The names each snippet sees besides the variant's tensors (templates/common/user_mod.cuh): the
+#: element-wise snippets one (query, key) pair, ``kv_range`` a block of query rows and a KV head.
+SNIPPET_SCOPES = {
+    "score_mod": ("score", "batch", "head", "kv_head", "q_idx", "kv_idx", "q_len", "kv_len", "q_offset"),
+    "mask_mod": ("batch", "head", "kv_head", "q_idx", "kv_idx", "q_len", "kv_len", "q_offset"),
+    "kv_range": ("kv_lo", "kv_hi", "batch", "kv_head", "q_lo", "q_hi", "q_len", "kv_len", "q_offset"),
+}
+_UNDEFINED = re.compile(r'^(score_mod|mask_mod|kv_range)\(\d+\): error: identifier "(\w+)" is undefined')
+
+
+def _scope_hints(lines) -> list:
+    """A line under the diagnostics for each snippet that names another snippet's variable
+    (``head`` in a kv_range, ``q_lo`` in a mask_mod): the names it does see."""
+    out, seen = [], set()
+    every = {n for names in SNIPPET_SCOPES.values() for n in names}
+    for line in lines:
+        m = _UNDEFINED.match(line)
+        if m and m.group(2) in every and m.group(2) not in SNIPPET_SCOPES[m.group(1)] and m.group(1) not in seen:
+            seen.add(m.group(1))
+            where = ("runs once per block of query rows [q_lo, q_hi) and KV head" if m.group(1) == "kv_range"
+                     else "runs once per (query, key) pair")
+            out.append(f"  ({m.group(1)} sees {', '.join(SNIPPET_SCOPES[m.group(1)])} and the variant's tensors: "
+                       f"it {where}; {m.group(2)} is another snippet's)")
+    return out
+
+
 def _missing_return_hint(code) -> str:
     """The hint under NVRTC's "missing return statement": a body snippet that returns on no path at
     all is most often an expression given a ';' (``score * 2.f;`` is a statement, so the snippet is
@@ -131,7 +157,7 @@ class VariantCompileError(CompileError, ValueError):
                 if at is not None:
                     errors.append([f"  {at[0]}: {_CU_DIAG.match(line).group(3)}{at[1]}"])
         diags = (errors + warnings)[:MAX_SHOWN_DIAGNOSTICS]
-        picked = [x for entry in diags for x in entry]
+        picked = [x for entry in diags for x in entry] + _scope_hints(lines)
         left = len(errors) + len(warnings) - len(diags)
         if left:
             picked.append(f"  ... and {left} more diagnostic(s) in the snippets (the .log has them all)")
