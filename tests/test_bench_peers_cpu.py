@@ -311,6 +311,19 @@ def test_install_leaves_nothing_half_unpacked(tmp_path, capsys):
     assert pw.install(src, dest) == 4
     assert "could not be unpacked" in capsys.readouterr().out
     assert sorted(p.name for p in dest.iterdir()) == ["parts"]
+    # a corrupt xz stream inside (lzma.LZMAError, neither a TarError nor an OSError), manifest matching it
+    src3 = tmp_path / "src3"
+    man3 = _make_parts(pw, src3, {f"m{i}.py": f"X = '{os.urandom(3000).hex()}'\n" for i in range(4)}, max_part=10 ** 6)
+    f3 = src3 / man3["parts"][0]["file"]
+    data = bytearray(f3.read_bytes())
+    data[2 * len(data) // 3] ^= 0xFF
+    f3.write_bytes(bytes(data))
+    man3["parts"][0].update(sha256=pw.sha256(f3))
+    man3["archive_sha256"] = pw.sha256(f3)
+    (src3 / pw.MANIFEST).write_text(json.dumps(man3))
+    assert pw.install(src3, dest) == 4
+    assert "could not be unpacked" in capsys.readouterr().out
+    assert sorted(p.name for p in dest.iterdir()) == ["parts"]
     assert tarfile.data_filter                               # (Python >= 3.11.4 and 3.12 have it)
     src2 = tmp_path / "src2"
     _make_parts(pw, src2, {"ok.py": "OK = 1\n", "../outside.py": "X = 1\n"}, max_part=10 ** 6)

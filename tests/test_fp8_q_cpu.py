@@ -6,6 +6,7 @@ the memory the launch addresses), the ``q_descale`` parameter fields, the prepar
 ``AttentionPlan(q_dtype=)``.  The torch ops and the FlashAttention-3 entry points:
 tests/test_ops_compat.py (and the end of this file)."""
 import ctypes
+import re
 
 import pytest
 import torch
@@ -429,13 +430,19 @@ def test_plan_steps_with_the_wrong_q_dtype_name_q(fake_cuda, monkeypatch):
         fp8q.run(q, k, v, cq, ck, q_descale=torch.ones(3, 2))
     # a 16-bit k on an FP8 plan: the plan's ValueError naming k (docs/api.md: "the same error" as an
     # FP8-cache plan's), not varlen_attention's TypeError for an FP8 q beside a 16-bit cache
-    for plan in (fp8q, kvonly):
+    # (with the plan that takes it: a 16-bit cache needs a 16-bit q, so no q_dtype either)
+    for plan, fix in ((fp8q, "a 16-bit cache takes a 16-bit q: make a plan without q_dtype and kv_dtype"),
+                      (kvonly, "make a plan with kv_dtype=None for such a cache")):
         qq = q if plan is fp8q else q.to(BF16)
         for call in (lambda: plan.run(qq, k.to(BF16), v.to(BF16), cq, ck),
                      lambda: plan.attend(qq, k.to(BF16), v.to(BF16), cq, ck)):
             with pytest.raises(ValueError, match=r"^k must have the plan's FP8 dtype torch.float8_e4m3fn "
-                                                 r"\(kv_dtype='e4m3'\), got torch.bfloat16; make a plan with kv_dtype=None"):
+                                                 r"\(kv_dtype='e4m3'\), got torch.bfloat16; " + re.escape(fix)):
                 call()
+        # a k no plan of this q takes (fp16 beside a bf16 plan, float32): varlen_attention's TypeError
+        for bad in (FP16, torch.float32):
+            with pytest.raises(TypeError, match=r"^k must have "):
+                plan.run(qq, k.to(bad), v.to(bad), cq, ck)
     # out of another dtype than the plan's: named as out (the plan passes no out_dtype of the user's)
     out16 = torch.zeros(q.shape[0], q.shape[1], q.shape[2], dtype=FP16)
     for call in (lambda: fp8q.run(q, k, v, cq, ck, out=out16), lambda: fp8q.attend(q, k, v, cq, ck, out=out16)):

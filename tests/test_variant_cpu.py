@@ -208,7 +208,12 @@ def test_reference_document_and_prefix_masks():
     # (a review) a predefined macro as a tensor name; a snippet of comments only; non-ASCII code with
     # its line, column and name (and the ASCII a look-alike stands for); non-ASCII in a comment is fine
     (dict(score_mod="score", tensors={"NULL": torch.zeros(1)}), ValueError, "^variant tensor name 'NULL' is a macro"),
-    (dict(score_mod="// nothing here\n/* at all */"), ValueError, "^score_mod holds only comments"),
+    (dict(score_mod="score", tensors={"CUDART_VERSION": torch.zeros(1)}), ValueError, "is a macro NVRTC predefines"),
+    (dict(score_mod="score", tensors={"cudaStreamDefault": torch.zeros(1)}), ValueError, "is a macro NVRTC"),
+    (dict(score_mod="score", tensors={"CU_UUID_HAS_BEEN_DEFINED": torch.zeros(1)}), ValueError, "is a macro NVRTC"),
+    (dict(score_mod="// nothing here\n/* at all */"), ValueError, "^score_mod holds only comments or literals"),
+    (dict(score_mod='"abc"'), ValueError, "^score_mod holds only comments or literals"),
+    (dict(score_mod="// a comment\n\u00a0"), ValueError, r"^score_mod line 2, column 1: U\+00A0 NO-BREAK SPACE"),
     (dict(score_mod="// \u00e9t\u00e9\nscore \u2212 1.f"), ValueError,
      r"^score_mod line 2, column 7: U\+2212 MINUS SIGN outside a comment or literal; snippet code is ASCII "
      r"\(did you mean -\?\)$"),
@@ -329,6 +334,12 @@ def test_a_compile_error_message_stays_short_and_keeps_the_users_lines():
                                '"kg_user_score_mod"\n1 error detected', None, VariantCode(score_mod="score * 2.f;"))
     assert "(score_mod has no 'return': an expression takes no ';' at its end" in str(semi)
     assert "must return a value on every path" not in str(semi)
+    # the snippet NVRTC names, not the first without a 'return' (an expression has none: kernelgen adds it)
+    other = VariantCompileError("k", 'k.cu(1140): error: missing return statement at end of non-void function '
+                                '"kg_user_mask_mod"\n1 error detected', None,
+                                VariantCode(score_mod="score * 0.5f", mask_mod="if (kv_idx <= q_idx) return true;"))
+    assert "(mask_mod is written as a function body: it must return a value on every path)" in str(other)
+    assert "score_mod has no" not in str(other)
 
 
 def test_the_scope_hints_name_what_each_snippet_function_takes():

@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import lzma
 import os
 import shutil
 import subprocess
@@ -223,7 +224,7 @@ def install(root: Path, dest: Path) -> int:
     try:
         with tarfile.open(archive, "r:xz") as t:
             t.extractall(staging, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-    except (tarfile.TarError, OSError, EOFError) as err:   # (FilterError is a TarError)
+    except (tarfile.TarError, OSError, EOFError, lzma.LZMAError) as err:   # (FilterError is a TarError)
         print(f"peers: the archive could not be unpacked: {err}")
         shutil.rmtree(staging, ignore_errors=True)
         archive.unlink()

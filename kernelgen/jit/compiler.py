@@ -117,15 +117,21 @@ def _scope_hints(lines) -> list:
     return out
 
 
-def _missing_return_hint(code) -> str:
-    """The hint under NVRTC's "missing return statement": a body snippet that returns on no path at
-    all is most often an expression given a ';' (``score * 2.f;`` is a statement, so the snippet is
-    compiled as a body), which the hint names."""
-    for what in ("score_mod", "mask_mod"):
-        src = getattr(code, what, None)
-        if src is not None and not re.search(r"\breturn\b", code_only(src)):
-            return (f"  ({what} has no 'return': an expression takes no ';' at its end (write it without one), "
-                    f"a body returns its value on every path ('return ...;'))")
+def _missing_return_hint(code, lines) -> str:
+    """The hint under NVRTC's "missing return statement" (which names the snippet's function,
+    ``kg_user_score_mod`` / ``kg_user_mask_mod``): a body snippet that returns on no path at all is
+    most often an expression given a ';' (``score * 2.f;`` is a statement, so the snippet is compiled
+    as a body), which the hint names."""
+    for line in lines:
+        m = re.search(r'missing return statement.*"kg_user_(score_mod|mask_mod)"', line)
+        if m:
+            src = getattr(code, m.group(1), None)
+            bare = code_only(src) if src is not None else ""
+            if src is not None and is_body(bare) and not re.search(r"\breturn\b", bare):
+                return (f"  ({m.group(1)} has no 'return': an expression takes no ';' at its end (write it without "
+                        f"one), a body returns its value on every path ('return ...;'))")
+            if src is not None:
+                return f"  ({m.group(1)} is written as a function body: it must return a value on every path)"
     return "  (a snippet written as a function body must return a value on every path)"
 
 
@@ -166,7 +172,7 @@ class VariantCompileError(CompileError, ValueError):
             outside = [x for x in lines if _IS_ERROR.search(x) and not _SUMMARY.match(x)]
             picked += ["  " + x for x in outside[:8]] or ["  " + x for x in lines[:8]]
             if any("missing return statement" in x for x in outside):
-                picked.append(_missing_return_hint(code))
+                picked.append(_missing_return_hint(code, outside))
         shown = []
         for what in ("score_mod", "mask_mod", "kv_range"):
             src = getattr(code, what, None)

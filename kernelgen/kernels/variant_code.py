@@ -171,8 +171,9 @@ def check_tensor_name(name) -> None:
         raise ValueError(f"variant tensor name {name!r} is not a C identifier ([A-Za-z_][A-Za-z0-9_]*)")
     if name in CPP_KEYWORDS:
         raise ValueError(f"variant tensor name {name!r} is a C++ keyword")
-    if name in PREDEFINED_MACROS:
-        raise ValueError(f"variant tensor name {name!r} is a macro NVRTC predefines (it would not name the tensor)")
+    if name in PREDEFINED_MACROS or PREDEFINED_MACRO_PATTERN.fullmatch(name):
+        raise ValueError(f"variant tensor name {name!r} is a macro NVRTC predefines, or has the form of the CUDA "
+                         f"runtime's (NULL, CUDA_*, CUDART_*, CU_*, cuda + a capital): it would not name the tensor")
     if name in SCOPE_NAMES or name in HELPER_NAMES:
         raise ValueError(f"variant tensor name {name!r} collides with a name the snippets already see "
                          f"({', '.join(SCOPE_NAMES + HELPER_NAMES)})")
@@ -185,9 +186,13 @@ def check_tensor_name(name) -> None:
 
 
 #: Object-like macros NVRTC defines in every program (kernelgen's sources include no header): a user
-#: tensor of such a name would be replaced before it is declared (NVRTC 13.0, probed name by name:
-#: ``NULL``; INFINITY, NAN, FLT_MAX, INT_MAX, size_t, int32_t, threadIdx and the like are not macros there).
+#: tensor of such a name would be replaced before it is declared.  NVRTC 13.0 (a review: every
+#: ``#define`` name in libnvrtc compiled as a variable): ``NULL`` and the CUDA runtime's names,
+#: ``CUDART_*``, ``CUDA_*``, ``CU_*`` and ``cuda`` + a capital (``cudaStreamDefault``, ...): refused by
+#: ``PREDEFINED_MACRO_PATTERN``; INFINITY, NAN, FLT_MAX, INT_MAX, size_t, int32_t, threadIdx are not
+#: macros there.
 PREDEFINED_MACROS = frozenset({"NULL"})
+PREDEFINED_MACRO_PATTERN = re.compile(r"(?:CUDART|CUDA|CU)_\w*|CUDARTAPI|cuda[A-Z]\w*")
 
 #: Preprocessor directives: a logical line whose first token is ``#``, its digraph ``%:`` or the
 #: trigraph ``??=`` (gone in C++17, refused all the same).
@@ -227,9 +232,9 @@ def check_snippet(what: str, code) -> None:
         bare = _blank(code, strict=True)
     except _Unterminated as e:
         raise ValueError(f"{what} has {e}") from None
-    if not bare.strip():
-        raise ValueError(f"{what} holds only comments: give C++ source or None")
     _check_ascii(what, bare)
+    if not bare.strip():
+        raise ValueError(f"{what} holds only comments or literals: give C++ source or None")
     if any(line.lstrip().startswith(_DIRECTIVE_STARTS) for line in bare.splitlines()):
         raise ValueError(f"{what} contains a preprocessor directive (#...): a snippet is the body of one function")
     m = _REFUSED_TOKENS.search(bare)

@@ -235,9 +235,12 @@ def plan_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out,
                            else ""))
     if q_dtype and isinstance(out, torch.Tensor) and out.dtype != dtype:
         raise TypeError(f"out must have the plan's dtype {dtype} (the output of its FP8 q), got {out.dtype}")
-    if kv_dtype and isinstance(k, torch.Tensor) and validation.KV_FP8_DTYPES.get(k.dtype, "") != kv_dtype:
-        # (before varlen_inputs, whose FP8-q rule would name a 16-bit k with a TypeError: the plan's error first)
-        _plan_kv_dtype_error(k, kv_dtype, validation.KV_FP8_DTYPES.get(k.dtype, ""), dtype)
+    if (kv_dtype and isinstance(k, torch.Tensor) and (k.dtype == dtype or k.dtype in validation.KV_FP8_DTYPES)
+            and validation.KV_FP8_DTYPES.get(k.dtype, "") != kv_dtype):
+        # (a k the plan's other forms take, the other FP8 dtype or the plan's 16-bit one, before
+        # varlen_inputs, whose FP8-q rule would name a 16-bit k with a TypeError; other dtypes get
+        # varlen_inputs' TypeError listing what k may be)
+        _plan_kv_dtype_error(k, kv_dtype, validation.KV_FP8_DTYPES.get(k.dtype, ""), dtype, q_dtype)
     sizes = validation.varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, None, None, out, seqused_k=seqused_k,
                                      page_table=page_table, out_dtype=dtype if q_dtype else None)
     got = (sizes["num_heads_q"], sizes["num_heads_kv"], sizes["head_dim"], sizes["head_dim_v"])
@@ -263,7 +266,7 @@ def plan_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out,
                                  f"the plan with arch='sm_80' for such tensors")
     got_kv = sizes.get("kv_dtype", "")
     if got_kv != kv_dtype:
-        _plan_kv_dtype_error(k, kv_dtype, got_kv, dtype)
+        _plan_kv_dtype_error(k, kv_dtype, got_kv, dtype, q_dtype)
     if lse is not None:
         validation.lse_buffer(lse, heads[0], sizes["total_q"], device)
     validation.sinks(sinks, heads[0], device)
@@ -272,14 +275,20 @@ def plan_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out,
     return sizes
 
 
-def _plan_kv_dtype_error(k, kv_dtype: str, got_kv: str, dtype):
-    """Raise the ValueError naming ``k`` whose dtype is not the plan's ``kv_dtype`` ("": 16-bit)."""
+def _plan_kv_dtype_error(k, kv_dtype: str, got_kv: str, dtype, q_dtype: str = ""):
+    """Raise the ValueError naming ``k`` whose dtype is not the plan's ``kv_dtype`` ("": 16-bit),
+    with the plan that takes such a k (a 16-bit cache needs a 16-bit q: a plan without q_dtype)."""
     if not kv_dtype:
         raise ValueError(f"k: an FP8 K/V cache ({k.dtype}) needs a plan made for it: pass kv_dtype='{got_kv}' "
                          f"to AttentionPlan (its FP8 kernels); this plan's k/v have q's dtype {dtype}")
     want = next(t for t, n in validation.KV_FP8_DTYPES.items() if n == kv_dtype)
-    raise ValueError(f"k must have the plan's FP8 dtype {want} (kv_dtype='{kv_dtype}'), got {k.dtype}; make a "
-                     f"plan with kv_dtype={'None' if not got_kv else repr(got_kv)} for such a cache")
+    if got_kv:
+        fix = f"make a plan with kv_dtype={got_kv!r} for such a cache"
+    elif q_dtype:
+        fix = "a 16-bit cache takes a 16-bit q: make a plan without q_dtype and kv_dtype for such a cache"
+    else:
+        fix = "make a plan with kv_dtype=None for such a cache"
+    raise ValueError(f"k must have the plan's FP8 dtype {want} (kv_dtype='{kv_dtype}'), got {k.dtype}; {fix}")
 
 
 def step_scalars(return_lse, softmax_scale, head_dim: int, softcap: float) -> tuple:
