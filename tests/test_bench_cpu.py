@@ -747,6 +747,42 @@ def test_overhead_entry_reports_whether_the_graph_launch_was_on(monkeypatch, env
     assert e["graph_launch"] is expected and e["launches"] == 3 and e["us"] == 1.0
 
 
+def test_the_non_causal_cost_entry_runs_without_the_presets_window(monkeypatch):
+    """A preset's window is causal, window_size (w - 1, 0): the non-causal ``*_prefill_s4k_b4`` entry
+    (its FLOPs and bytes count every pair) must not pass it, or the kernel would cut every key right
+    of the diagonal and be credited twice its work; the causal entry keeps it."""
+    import torch
+
+    from kernelgen.front import api
+
+    class CpuTorch:
+        def __getattr__(self, name):
+            return getattr(torch, name)
+
+        @staticmethod
+        def Generator(device=None):
+            return torch.Generator()
+
+        @staticmethod
+        def randn(*shape, generator=None, device=None, dtype=None):
+            return torch.empty(*shape, dtype=dtype)
+
+        @staticmethod
+        def tensor(x, dtype=None, device=None):
+            return torch.tensor(x, dtype=dtype)
+
+    seen = []
+    monkeypatch.setattr(suites, "_torch", lambda: CpuTorch())
+    monkeypatch.setattr(api, "varlen_attention", lambda *a, **kw: seen.append(kw))
+    m = PRESETS["mistral-7b"]
+    assert m.window_size == (4095, 0)
+    for which, causal, window in (("fp8_prefill_s4k_b4", False, (-1, -1)), ("fp8_prefill_causal_s16k", True, (4095, 0))):
+        make_call, e, rows, io = suites._cost_inputs(suites.Settings(quick=True), which, m, "x")
+        make_call(None)()
+        assert (seen[-1]["causal"], seen[-1]["window_size"]) == (causal, window)
+        assert io.get("causal", True) is causal
+
+
 # ------------------------------------------------------------------ interleaved switch comparisons
 def test_time_interleaved_rotates_and_takes_median_of_medians(monkeypatch):
     """Each configuration is captured once (launches calls a replay), every round times all of them

@@ -789,7 +789,9 @@ def _cost_inputs(settings: Settings, which: str, model: ModelPreset, label: str)
         cu = _cu([n] * b, "cuda")
 
         def make_call(o, k=k, v=v, q=q, **kw):
-            return _kg_call(q, k, v, cu, cu, n, n, m, o, **{"causal": False, **kw})
+            # (a preset's window is a causal one, (w - 1, 0): without the causal mask it would still cut
+            # every key right of the diagonal, so the non-causal entry runs unwindowed, as its FLOPs count)
+            return _kg_call(q, k, v, cu, cu, n, n, m, o, **{"causal": False, "window_size": (-1, -1), **kw})
         e = _entry(entry_name(which, m), "prefill", m, metric="tflops",
                    shape=f"{b} x {n} tokens, non-causal, {m.describe()}, {label}",
                    flops=attention_flops([n] * b, [n] * b, m, False), bytes=prefill_bytes([n] * b, [n] * b, m, False))
@@ -901,7 +903,7 @@ def alibi_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
     e["peer_base_us"] = settings.time(calls["kernelgen_alibi"])
     ref = outs[1]
     q, k, v = io["q"], io["k"], io["v"]
-    wl = m.window_left
+    wl = m.window_left if io.get("causal", True) else -1   # (a non-causal entry runs without the window)
     builders = {peers.FA4: peers.fa4(q, k, v, True, cu_q=io["cu_q"], cu_k=io["cu_k"], max_q=io["max_q"],
                                      max_k=io["max_k"], softcap=m.softcap, window_left=wl,
                                      page_table=io.get("page_table"), seqused_k=io.get("seqused_k"),
@@ -994,7 +996,7 @@ def fp8_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
         e["bytes_bf16"], e["bytes"] = e["bytes"], fp8_prefill_bytes(io["lens_q"], io["lens_k"], m)
     e["peer_base_us"] = settings.time(calls["kernelgen_fp8"])
     e["peer_atol"] = FP8_PEER_ATOL
-    wl = m.window_left
+    wl = m.window_left if io.get("causal", True) else -1   # (a non-causal entry runs without the window)
     if prefill:
         builders = {peers.FA3: peers.fa3(q8, k8, v8, io.get("causal", True), cu_q=io["cu_q"], cu_k=io["cu_k"],
                                          max_q=io["max_q"],
