@@ -993,7 +993,7 @@ def fp8_entry(settings: Settings, which: str, model: ModelPreset) -> dict:
     if e["metric"] == "tbps":   # decode: bytes are K/V only, 2 per element in bf16, 1 in e4m3
         e["bytes_bf16"], e["bytes"] = e["bytes"], e["bytes"] // 2
     else:   # prefill: q, k and v read in e4m3 (1 byte), the bf16 out written (2): its arithmetic intensity
-        e["bytes_bf16"], e["bytes"] = e["bytes"], fp8_prefill_bytes(io["lens_q"], io["lens_k"], m)
+        e["bytes_bf16"], e["bytes"] = e["bytes"], fp8_prefill_bytes(io["lens_q"], io["lens_k"], m, io.get("causal", True))
     e["peer_base_us"] = settings.time(calls["kernelgen_fp8"])
     e["peer_atol"] = FP8_PEER_ATOL
     wl = m.window_left if io.get("causal", True) else -1   # (a non-causal entry runs without the window)
@@ -1087,11 +1087,11 @@ VARIANT_EXAMPLE_DOCUMENTS = (1024, 3072, 2048, 4096, 6144)
 VARIANT_EXAMPLE_PREFIX = 4096
 
 
-def fp8_prefill_bytes(lengths_q, lengths_k, model: ModelPreset) -> int:
+def fp8_prefill_bytes(lengths_q, lengths_k, model: ModelPreset, causal: bool = True) -> int:
     """Compulsory bytes of an FP8 prefill (``fp8_entry``'s: q, k and v in e4m3): q, k and v read at one
     byte an element, the 16-bit out written at two (``prefill_bytes``'s count, in FP8)."""
     m = model
-    tq, tk = sum(lengths_q), keys_read(lengths_q, lengths_k, m)
+    tq, tk = sum(lengths_q), keys_read(lengths_q, lengths_k, m, causal)
     return (tq * m.num_heads_q * m.head_dim + tk * m.num_heads_kv * (m.head_dim + m.head_dim_v)
             + 2 * tq * m.num_heads_q * m.head_dim_v)
 
