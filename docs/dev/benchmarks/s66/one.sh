@@ -10,7 +10,8 @@ L=${L:-150}
 export PYTHONPATH=$PWD KERNELGEN_CACHE_DIR=$PWD/cache
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader > $W/gpu.txt
 timeout 20 python3 tools/device_cache.py unpack --dir .devcache_bench > $W/devcache.log 2>&1
-timeout 60 python3 tools/peer_wheels.py install --dir .peers > $W/peers.log 2>&1; echo "peers rc $? at $SECONDS" >> $W/rc.txt
+# (PEERS=0: a last call with no second one to follow: carry only .devcache_bench)
+[ "${PEERS:-1}" = 1 ] && { timeout 60 python3 tools/peer_wheels.py install --dir .peers > $W/peers.log 2>&1; echo "peers rc $? at $SECONDS" >> $W/rc.txt; }
 left() { echo $(( L - 5 - SECONDS )); }
 if grep -q H200 $W/gpu.txt; then
   timeout $(left) python3 -m kernelgen bench --flex off --budget 0 --json $W/decode.json --suite decode \
@@ -19,6 +20,6 @@ if grep -q H200 $W/gpu.txt; then
 else
   timeout $(left) python3 docs/dev/benchmarks/s66/descale_probe.py > $W/probe.log 2>&1; echo "probe rc $? at $SECONDS" >> $W/rc.txt
 fi
-cat $W/gpu.txt $W/rc.txt; tail -3 $W/peers.log; grep -h "^| [a-z]" $W/*.log | grep -v "^| name\|^| entry\|^| ---\|^| peer" | cut -c1-230
+cat $W/gpu.txt $W/rc.txt; tail -3 $W/peers.log 2>/dev/null; grep -h "^| [a-z]" $W/*.log | grep -v "^| name\|^| entry\|^| ---\|^| peer" | cut -c1-230
 tail -40 $W/probe.log 2>/dev/null
 cd $OUT && tar -czf w.tgz w
