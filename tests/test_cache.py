@@ -193,7 +193,7 @@ def test_two_processes_same_spec(tmp_path):
     assert [n for n in names if n.endswith(".cubin")] == [f"{SPEC_A.name}-{key[:16]}.cubin"]
     assert [n for n in names if n.endswith(".json")] == [f"{SPEC_A.name}-{key[:16]}.json"]
     assert not [n for n in names if n.endswith(".tmp")]
-    assert cache.KernelCache(root).verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
+    assert cache.KernelCache(root).verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": [], "temps": []}
     assert sha(Path(res[0]["path"]).read_bytes()) == res[0]["sha"]
 
 
@@ -254,7 +254,7 @@ def test_corrupt_entry_is_rebuilt(tmp_path, how, reason):
     assert len(cache_warnings(rec)) == 1 and stem.name in str(rec[0].message)
     assert compiler.COMPILE_COUNT == n0 + 1 and e.compiled is True
     assert e.cubin == good.cubin and e.path == good.path
-    assert c.verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
+    assert c.verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": [], "temps": []}
     e2 = cache.KernelCache(root).get(SPEC_A)
     assert e2.compiled is False and sha(e2.cubin) == sha(good.cubin)
     assert not [n for n in files(root) if n.endswith(".tmp")]
@@ -436,7 +436,8 @@ def test_verify_repair_entries_clear(tmp_path):
     assert ents[SPEC_C.name]["reason"] == "orphan: a cubin without its sidecar (cache verify --repair removes it)"
 
     rep = c.verify()
-    assert rep == {"ok": 1, "bad": [stem_b.name], "repaired": 0, "orphans_removed": 0, "orphans": [orphan.stem]}
+    assert rep == {"ok": 1, "bad": [stem_b.name], "repaired": 0, "orphans_removed": 0, "orphans": [orphan.stem],
+                   "temps": [stem_b.name]}   # (the crash's temp file, named: never loaded)
     assert orphan.exists()  # verify without repair changes nothing, but names the orphan `cache list` shows
 
     n0 = compiler.COMPILE_COUNT
@@ -444,7 +445,7 @@ def test_verify_repair_entries_clear(tmp_path):
     assert rep["ok"] == 1 and rep["bad"] == [stem_b.name] and rep["repaired"] == 1
     assert rep["orphans_removed"] == 2 and rep["orphans"] == []  # the temp file and the orphan cubin
     assert compiler.COMPILE_COUNT == n0 + 1
-    assert c.verify() == {"ok": 2, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
+    assert c.verify() == {"ok": 2, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": [], "temps": []}
     assert cache.KernelCache(root).get(SPEC_B).cubin == good_b.cubin
     assert not orphan.exists() and not list(root.glob("*.tmp"))
 

@@ -169,7 +169,7 @@ def test_eight_processes_same_and_different_variants(tmp_path):
     assert len([n for n in names if n.endswith(".json")]) == len(variants)
     assert not [n for n in names if n.endswith(".tmp")]
     c = cache.KernelCache(root)
-    assert c.verify() == {"ok": len(variants), "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
+    assert c.verify() == {"ok": len(variants), "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": [], "temps": []}
     for spec in variants.values():
         assert c.lookup(spec) is not None
 
@@ -242,7 +242,7 @@ def test_e7_sixteen_processes_one_key_twenty_rounds(tmp_path):
         assert sha(Path(rows[0][4]).read_bytes()) == rows[0][1]
         names = files(root)
         assert [n.rsplit(".", 1)[1] for n in names] == ["cubin", "json", "lock"], names  # no .tmp
-        assert cache.KernelCache(root).verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
+        assert cache.KernelCache(root).verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": [], "temps": []}
         shas.add(rows[0][1])
     assert len(shas) == 1  # NVRTC output is deterministic: the same binary in every round
 
@@ -363,7 +363,8 @@ def test_killed_holder_leaves_no_stuck_lock_and_nothing_loadable(tmp_path, monke
         with pytest.raises(cache.KernelNotCachedError, match="missing"):
             c.get(SPEC_A)
     orphans = [stem.name] if "cubin" in KILL_STAGES[stage] else []   # named, not bad: never loaded
-    assert c.verify() == {"ok": 0, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": orphans}
+    temps = [stem.name] if any(n.endswith(".tmp") for n in files(root)) else []   # the dead write's, named
+    assert c.verify() == {"ok": 0, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": orphans, "temps": temps}
     assert not [e for e in c.entries() if e["valid"]]
 
     # a new process takes the entry lock at its first try (LOCK_TIMEOUT 0: had the dead holder's
@@ -373,7 +374,7 @@ def test_killed_holder_leaves_no_stuck_lock_and_nothing_loadable(tmp_path, monke
     assert r["path"] == str(stem) + ".cubin"
     names = files(root)
     assert [n.rsplit(".", 1)[1] for n in names] == ["cubin", "json", "lock"], names  # stale temps gone
-    assert cache.KernelCache(root).verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
+    assert cache.KernelCache(root).verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": [], "temps": []}
 
 
 def test_waiter_takes_over_when_the_holder_is_killed(tmp_path):
@@ -411,7 +412,7 @@ def test_stale_files_from_a_kill_are_cleaned(tmp_path, how):
     c = cache.KernelCache(root)
     assert len([n for n in files(root) if n.endswith(".tmp")]) == 1
     if how == "verify":
-        assert c.verify(repair=True) == {"ok": 0, "bad": [], "repaired": 0, "orphans_removed": 2, "orphans": []}
+        assert c.verify(repair=True) == {"ok": 0, "bad": [], "repaired": 0, "orphans_removed": 2, "orphans": [], "temps": []}
     else:
         assert c.clear() == 1
     assert files(root) == []
@@ -483,9 +484,9 @@ def test_a_directory_in_place_of_an_entry_file_is_removed(tmp_path, where, how):
         assert not Path(str(a) + where).is_dir()
         if where == ".cubin":   # the directory removed, the cubin rebuilt from the sidecar's spec
             assert report["bad"] == [a.name] and outcomes == {a.name: "repaired"}
-            assert c.verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
+            assert c.verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": [], "temps": []}
         else:                   # the directory removed, the cubin left without a sidecar: an orphan, removed
-            assert report == {"ok": 0, "bad": [], "repaired": 0, "orphans_removed": 1, "orphans": []} and files(root) == []
+            assert report == {"ok": 0, "bad": [], "repaired": 0, "orphans_removed": 1, "orphans": [], "temps": []} and files(root) == []
     else:
         assert c.clear() == 1 and files(root) == []
     assert cache.KernelCache(root).get(SPEC_A).cubin and cache.KernelCache(root).verify()["ok"] == 1
@@ -507,7 +508,7 @@ def test_a_directory_named_like_an_orphan_temp_or_lock_file_is_removed(tmp_path,
     c = cache.KernelCache(root)
     if how == "verify":
         assert c.verify(repair=True)["ok"] == 1
-        assert c.verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
+        assert c.verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": [], "temps": []}
     else:
         assert c.clear() == 1   # (a directory is no entry: only the good one counts)
     assert not odd.exists()
@@ -535,7 +536,7 @@ def _assert_not_loaded_from(root: Path, match: str, monkeypatch) -> None:
     assert snapshot(root) == before  # nothing read into use, nothing written
     assert c.lookup(SPEC_A) is not None  # in memory (compiled), not from disk
     assert cache.KernelCache(root).lookup(SPEC_A) is None
-    assert cache.KernelCache(root).verify() == {"ok": 0, "bad": [stem.name], "repaired": 0, "orphans_removed": 0, "orphans": []}
+    assert cache.KernelCache(root).verify() == {"ok": 0, "bad": [stem.name], "repaired": 0, "orphans_removed": 0, "orphans": [], "temps": []}
     assert cache.KernelCache(root).verify(repair=True)["repaired"] == 0 and snapshot(root) == before
     ents = cache.KernelCache(root).entries()
     assert [e["valid"] for e in ents] == [False] and "not trusted" in ents[0]["reason"]
@@ -749,7 +750,7 @@ def test_cli_cache_verify_reports_and_repairs(tmp_path, capsys):
     assert cli.main(["cache", "verify", "--cache-dir", d]) == 0
     assert "2 ok, 0 bad" in capsys.readouterr().out
     c = cache.KernelCache(root)
-    assert c.verify() == {"ok": 2, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
+    assert c.verify() == {"ok": 2, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": [], "temps": []}
     ea, eb = c.get(SPEC_A), c.get(SPEC_B)
     assert (ea.compiled, eb.compiled) == (False, False)
     assert ea.cubin == good_a.cubin and eb.cubin == good_b.cubin
@@ -774,7 +775,7 @@ def test_a_fifo_in_place_of_an_entry_file_hangs_nothing(tmp_path):
         assert fresh.verify()["bad"] == [stem.name]
         with pytest.warns(cache.KernelCacheWarning, match="not a regular file; rebuilding it"):
             assert cache.KernelCache(root).get(SPEC_A).cubin == good.cubin
-        assert cache.KernelCache(root).verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
+        assert cache.KernelCache(root).verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": [], "temps": []}
 
 
 def test_orphan_removal_spares_an_entry_published_since_the_listing(tmp_path, monkeypatch):
@@ -794,7 +795,7 @@ def test_orphan_removal_spares_an_entry_published_since_the_listing(tmp_path, mo
     monkeypatch.setattr(c, "_groups", lambda: groups)
     rep = c.verify(repair=True)
     assert rep["orphans_removed"] == 1 and not stale.exists()   # only the stale temp file went
-    assert cache.KernelCache(root).verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
+    assert cache.KernelCache(root).verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": [], "temps": []}
 
 
 def test_clear_waits_for_an_entry_being_published(tmp_path, monkeypatch):
@@ -830,7 +831,7 @@ def test_files_that_only_look_like_an_entry_are_not_the_caches(tmp_path):
     for p in mine:
         p.write_bytes(b"mine")
     assert [e["name"] for e in c.entries()] == [SPEC_A.name]
-    assert c.verify(repair=True) == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
+    assert c.verify(repair=True) == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": [], "temps": []}
     assert c.clear() == 1
     assert sorted(files(root)) == sorted(p.name for p in mine)
 
@@ -862,7 +863,7 @@ def test_one_failed_rebuild_does_not_stop_verify_repair(tmp_path, monkeypatch, c
     assert fates == {a: "removed", b: "repaired"}
     assert list(rep["errors"]) == [a] and rep["errors"][a].startswith("CompileError: NVRTC failed to compile")
     monkeypatch.setattr(compiler, "compile_cubin", real)
-    assert cache.KernelCache(root).verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
+    assert cache.KernelCache(root).verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": [], "temps": []}
 
 
 def test_cache_commands_create_no_directory_and_refuse_an_empty_path(tmp_path, capsys):
@@ -928,6 +929,83 @@ def test_a_sidecar_without_its_checksum_still_loads(tmp_path):
     del meta["sidecar_sha256"]
     side.write_text(json.dumps(meta))
     fresh = cache.KernelCache(root)
-    assert fresh.verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
+    assert fresh.verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": [], "temps": []}
     n0 = compiler.COMPILE_COUNT
     assert fresh.get(SPEC_A).cubin == good.cubin and compiler.COMPILE_COUNT == n0
+
+
+# ------------------------------------------------------------------- a review's finds (66th session)
+@pytest.mark.parametrize("target", ["loop", "outside"])
+def test_a_lock_file_that_is_a_symbolic_link_heals(tmp_path, target):
+    """A lock file that is a symbolic link (to itself, or to a file outside the cache) fails every
+    lock (filelock opens with O_NOFOLLOW): ``clear`` raised ELOOP and left every later entry, and a
+    bad entry was compiled in memory by every process.  Now the link goes (the target stays), the
+    entry heals through ``get``, and ``clear`` removes everything."""
+    root = tmp_path / "c"
+    cache.KernelCache(root).get(SPEC_A)
+    cache.KernelCache(root).get(SPEC_B)
+    a = stem_of(root, SPEC_A)
+    lock = Path(str(a) + ".lock")
+    lock.unlink(missing_ok=True)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep")
+    os.symlink(lock if target == "loop" else outside, lock)
+    Path(str(a) + ".cubin").write_bytes(b"garbage")                 # a bad entry: get rebuilds it
+    c = cache.KernelCache(root)
+    with pytest.warns(cache.KernelCacheWarning, match="is bad"):
+        e = c.get(SPEC_A)
+    assert e.compiled and e.path is not None and not lock.is_symlink()
+    assert cache.KernelCache(root).verify()["ok"] == 2 and outside.read_text() == "keep"
+    os.symlink(lock if target == "loop" else outside, Path(str(stem_of(root, SPEC_B)) + ".lock.x"))  # not ours
+    Path(str(stem_of(root, SPEC_B)) + ".lock.x").unlink()
+    lock.unlink(missing_ok=True)
+    os.symlink(lock if target == "loop" else outside, lock)
+    assert cache.KernelCache(root).clear() == 2 and files(root) == [] and outside.read_text() == "keep"
+
+
+def test_a_directory_in_place_of_an_entry_file_heals_through_get(tmp_path):
+    """A directory where an entry's cubin or sidecar belongs: ``get`` rebuilt the entry in memory in
+    every process (and the warning named a file descriptor); now it removes the directory under the
+    entry's lock and publishes the rebuilt entry, and the reason says what is wrong."""
+    root = tmp_path / "c"
+    cache.KernelCache(root).get(SPEC_A)
+    a = stem_of(root, SPEC_A)
+    for where in (".cubin", ".json"):
+        Path(str(a) + where).unlink()
+        Path(str(a) + where).mkdir()
+        with pytest.warns(cache.KernelCacheWarning) as w:
+            e = cache.KernelCache(root).get(SPEC_A)
+        assert e.compiled and e.path is not None, where
+        if where == ".cubin":
+            assert any("is not a regular file" in str(x.message) for x in w), [str(x.message) for x in w]
+        assert not Path(str(a) + where).is_dir() and cache.KernelCache(root).verify()["ok"] == 1
+        assert cache.KernelCache(root).get(SPEC_A).compiled is False
+
+
+def test_cache_commands_name_a_directory_they_cannot_list(tmp_path, capsys):
+    """A cache directory that cannot be listed (here a symbolic-link loop; also a directory without
+    read permission, a path past PATH_MAX): each cache command prints its one error line naming the
+    directory and the setting, not an OSError."""
+    loop = tmp_path / "loop"
+    os.symlink(loop, loop)
+    for action in ("list", "verify", "clear"):
+        assert cli.main(["cache", action, "--cache-dir", str(loop)]) == 1
+        err = capsys.readouterr().err
+        assert f"cache directory {loop} cannot be listed: " in err and "(set by --cache-dir)" in err, err
+        assert "OSError" not in err
+
+
+def test_verify_names_the_temp_files_of_an_interrupted_write(tmp_path, capsys):
+    """A writer killed mid-write leaves ``<stem>.<random>.tmp``: ``cache verify`` names it (``cache
+    list`` said "no cached kernels" and verify "0 ok, 0 bad"), and ``--repair`` removes it."""
+    root = tmp_path / "c"
+    root.mkdir(mode=0o700)
+    stem = cache.KernelCache(root)._stem(SPEC_A.name, "0" * 64)
+    Path(str(stem) + ".a1b2c3d4.tmp").write_bytes(b"x" * 100)
+    assert cache.KernelCache(root).verify()["temps"] == [stem.name]
+    assert cli.main(["cache", "verify", "--cache-dir", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert f"temp files of an interrupted or running write (never loaded; verify --repair removes them" in out
+    assert stem.name in out
+    report = cache.KernelCache(root).verify(repair=True)
+    assert report["orphans_removed"] == 1 and report["temps"] == [] and files(root) == []

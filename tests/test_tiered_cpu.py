@@ -421,7 +421,7 @@ def test_interpreter_exit_waits_for_a_build(tmp_path):
     name = res.stdout.strip()
     kc = cache.KernelCache(root)
     assert [e["name"] for e in kc.entries() if e["valid"]] == [name]
-    assert kc.verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
+    assert kc.verify() == {"ok": 1, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": [], "temps": []}
     assert not list(root.glob("*.tmp"))
 
 

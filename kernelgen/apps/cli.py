@@ -432,6 +432,12 @@ def cache_dir_problem(root, cache_dir, write: bool) -> str | None:
     setting = _cache_dir_setting(cache_dir)
     if root.exists() and not root.is_dir():
         return f"cache directory {root} exists but is not a directory (set by {setting})"
+    try:   # (a directory without read permission, a symbolic-link loop, a path past PATH_MAX)
+        os.listdir(root)
+    except (FileNotFoundError, NotADirectoryError):   # (missing, or under a file: said below or by the command)
+        pass
+    except OSError as e:
+        return f"cache directory {root} cannot be listed: {e.strerror or e} (set by {setting})"
     if not write:
         return None
     probe = root
@@ -632,6 +638,9 @@ def cmd_cache(args) -> int:
             print(f"  orphan (a cubin without its sidecar, never loaded"
                   f"{'; its lock was held, left' if args.repair else '; verify --repair removes it unless a compile holds its lock'}"
                   f"): {stem}")
+        for stem in report.get("temps", []):   # (without --repair: it removes them)
+            print(f"  temp files of an interrupted or running write (never loaded; verify --repair removes them "
+                  f"unless a compile holds its lock): {stem}")
         remaining = len(bad) - repaired if args.repair else len(bad)
         if remaining > 0:
             if args.repair:

@@ -198,10 +198,11 @@ def _remove_entry_file(path: Path) -> None:
 def _drop_directories(files: list) -> list:
     """``files`` (an entry's group) less the directories among them, which are removed (no cache file
     is a directory: one named like a cubin, temp or lock file would make the unlinks, or filelock,
-    raise IsADirectoryError)."""
+    raise IsADirectoryError), and less lock files that are symbolic links, removed as links (filelock
+    opens its file with O_NOFOLLOW: a link, to a loop or outside the cache, fails every lock)."""
     kept = []
     for p in files:
-        if p.is_dir() and not p.is_symlink():
+        if (p.is_dir() and not p.is_symlink()) or (p.suffix == ".lock" and p.is_symlink()):
             _remove_entry_file(p)
         else:
             kept.append(p)
@@ -219,10 +220,15 @@ def _read_regular(path: Path, what: str, trusted: bool = False) -> bytes:
     """The bytes of ``path`` if it is a regular file (``trusted``: of a trusted owner and mode), else
     _UntrustedFile; opened without blocking, so a FIFO planted in its place cannot hang the reader."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(st.st_mode):   # (before fdopen, which refuses a directory naming only the fd)
+        os.close(fd)
+        raise _UntrustedFile(f"{what} is not a regular file")
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise _UntrustedFile(f"{what} is not a regular file")
         why = _untrusted(st, what) if trusted else None
         if why:
             raise _UntrustedFile(why)
@@ -478,11 +484,15 @@ class KernelCache:
             if unsafe:
                 _warn_once(self.root, _unsafe_advice(self.root, unsafe), stacklevel=4)  # <- _build <- _get <- get
                 return self._compile_in_memory(spec, source, options, key)
+            # (a lock file that is a symbolic link fails every lock: no writer makes one, so it goes)
+            _drop_directories([Path(str(stem) + ".lock")])
             with self._lock(stem):
                 entry, _, _ = self._read(stem, key)  # someone may have published it meanwhile
                 if entry is not None:
                     return entry
                 self._remove_stale_temps(stem)
+                # a directory in place of the cubin or sidecar would fail the publish every time
+                _drop_directories([Path(str(stem) + s) for s in (".cubin", ".json")])
                 res = compiler.compile_cubin(source, spec.arch, options, spec.name)
                 self._publish(stem, key, spec, options, res)
         except filelock.Timeout:  # a subclass of OSError: test it first
@@ -592,11 +602,12 @@ class KernelCache:
     def verify(self, repair: bool = False, outcomes: dict | None = None) -> dict:
         """Check every entry's sidecar and hash.
 
-        Returns {"ok", "bad", "repaired", "orphans_removed", "orphans"} and, where a rebuild raised (NVRTC
+        Returns {"ok", "bad", "repaired", "orphans_removed", "orphans", "temps"} and, where a rebuild raised (NVRTC
         rejected the spec under today's ``KERNELGEN_DEFINES``, a lock timed out), "errors": {stem:
         the error's first line} (the other entries are still checked and repaired); "bad" lists entry stems
         (``<name>-<key16>``); "orphans" the stems of cubins without a sidecar still on disk (never loaded: a
-        compile that died before publishing, or one publishing now).  With ``repair=True`` bad entries are deleted and recompiled from
+        compile that died before publishing, or one publishing now); "temps" (without ``repair``) the
+        stems with temp files of a write that died or is in progress (never loaded).  With ``repair=True`` bad entries are deleted and recompiled from
         the spec in their sidecar (even with KERNELGEN_DISABLE_JIT set: repair is explicit), and
         stale temp files, cubins without a sidecar and unused lock files are removed (only for
         entries whose lock is free, so a compile in progress is left alone).  Entry files owned by
@@ -607,7 +618,7 @@ class KernelCache:
         spec, possibly under a new key), "removed" (deleted: no usable spec to rebuild it from) or
         "bad" (left as it was).
         """
-        report = {"ok": 0, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": []}
+        report = {"ok": 0, "bad": [], "repaired": 0, "orphans_removed": 0, "orphans": [], "temps": []}
         if self.unsafe_reason():  # nothing in it would be loaded, and we do not write into it
             report["bad"] = [s for s, f in self._groups().items() if {p.suffix for p in f} & {".json", ".cubin"}]
             return report
@@ -616,6 +627,9 @@ class KernelCache:
             if repair:
                 files = _drop_directories(files)
             have = {p.suffix for p in files}
+            temps = [p for p in files if p.suffix == ".tmp" and p.exists()]
+            if temps and not repair:   # a write that died or is in progress: never loaded
+                report["temps"].append(stem)
             if ".json" not in have:  # never committed: orphan cubin, temp files, stale lock
                 if repair:
                     report["orphans_removed"] += self._remove_orphans(path, files)
@@ -699,6 +713,8 @@ class KernelCache:
                         for suffix in (".json", ".cubin"):
                             _remove_entry_file(Path(str(path) + suffix))
                 except filelock.Timeout:   # held that long: a compile in progress; its entry stays
+                    continue
+                except OSError:   # (its lock or files could not be handled: the entry stays, the rest go)
                     continue
                 n += 1
             self._remove_orphans(path, [p for p in files if p.suffix == ".tmp"])
