@@ -1392,6 +1392,44 @@ def test_with_kvcache_values_match_reference(cpu_kernels):
     assert torch.equal(o, o2)
 
 
+def test_flash_attn_func_and_get_scheduler_metadata(cpu_kernels):
+    """FA3's other two public names (vLLM imports get_scheduler_metadata beside flash_attn_varlen_func):
+    flash_attn_func on a batch of equal-length sequences against the reference per request, its
+    signature FA3's, its lse (batch, heads, seqlen_q); get_scheduler_metadata gives None, which the
+    entry points take as scheduler_metadata."""
+    import inspect
+
+    assert {"flash_attn_func", "get_scheduler_metadata"} <= set(compat.__all__)
+    p = inspect.signature(compat.flash_attn_func).parameters
+    assert list(p) == ["q", "k", "v", "softmax_scale", "causal", "qv", "q_descale", "k_descale", "v_descale",
+                       "window_size", "attention_chunk", "softcap", "num_splits", "pack_gqa", "deterministic",
+                       "sm_margin", "return_attn_probs"]
+    assert p["num_splits"].default == 1 and p["causal"].default is False
+    torch.manual_seed(4)
+    b, sq, sk, hq, hkv, d = 2, 5, 9, 4, 2, 64
+    q, k, v = torch.randn(b, sq, hq, d).to(BF16), torch.randn(b, sk, hkv, d).to(BF16), torch.randn(b, sk, hkv, d).to(BF16)
+    for causal in (False, True):
+        o = compat.flash_attn_func(q, k, v, causal=causal)
+        o2, lse = compat.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+        assert o.shape == (b, sq, hq, d) and torch.equal(o, o2) and lse.shape == (b, hq, sq) and lse.dtype == torch.float32
+        for i in range(b):
+            ref, ref_lse = reference.attention_reference(q[i], k[i], v[i], torch.tensor([0, sq], dtype=torch.int32),
+                                                         torch.tensor([0, sk], dtype=torch.int32), causal=causal)
+            assert torch.equal(o[i], ref.to(BF16))
+            assert torch.allclose(lse[i].double(), ref_lse, atol=1e-5)
+    with pytest.raises(ValueError, match=r"^flash_attn_func: q, k and v must have the same batch size"):
+        compat.flash_attn_func(q, k[:1], v[:1])
+    with pytest.raises(ValueError, match=r"^flash_attn_func: k must have 4 dimensions"):
+        compat.flash_attn_func(q, k[0], v[0])
+    with pytest.raises(NotImplementedError, match="attention_chunk"):
+        compat.flash_attn_func(q, k, v, attention_chunk=8)
+    meta = compat.get_scheduler_metadata(b, sq, sk, hq, hkv, d, torch.full((b,), sk, dtype=torch.int32),
+                                         causal=True, num_splits=0)
+    assert meta is None
+    o3 = compat.flash_attn_with_kvcache(q, k, v, causal=True, scheduler_metadata=meta)
+    assert torch.equal(o3, compat.flash_attn_func(q, k, v, causal=True))
+
+
 # ----------------------------------------------------------------------------- docs
 def test_build_docs(tmp_path):
     r = subprocess.run([sys.executable, str(REPO / "tools" / "build_docs.py"), "--out", str(tmp_path)],

@@ -1,4 +1,6 @@
-"""FlashAttention-3 compatible entry points: ``flash_attn_varlen_func`` and ``flash_attn_with_kvcache``.
+"""FlashAttention-3 compatible entry points: ``flash_attn_varlen_func``, ``flash_attn_with_kvcache``,
+``flash_attn_func`` (a batch of equal-length sequences) and ``get_scheduler_metadata`` (returns None:
+kernelgen schedules on the GPU in every call, and its entry points accept ``scheduler_metadata=None``).
 
 They take FlashAttention-3's argument names, positional order, defaults and return conventions
 (``hopper/flash_attn_interface.py``), so code written against FA3 can switch with an import::
@@ -64,7 +66,7 @@ from ..kernels.spec import MAX_WINDOW
 from ..selection import validation
 from . import ops
 
-__all__ = ["flash_attn_varlen_func", "flash_attn_with_kvcache"]
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "get_scheduler_metadata"]
 
 _INT32_MAX = 2 ** 31 - 1
 #: FA3's largest num_splits (hopper/flash_api.cpp refuses more)
@@ -601,3 +603,50 @@ def flash_attn_with_kvcache(
         if lse is not None:  # (Hq, batch * seqlen_q) -> FA3's (batch, Hq, seqlen_q)
             lse = lse.view(hq, batch, seqlen_q).transpose(0, 1).contiguous()
     return (o, lse) if return_softmax_lse else o
+
+
+def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descale=None, k_descale=None,
+                    v_descale=None, window_size=(-1, -1), attention_chunk=0, softcap=0.0, num_splits=1,
+                    pack_gqa=None, deterministic=False, sm_margin=0, return_attn_probs=False):
+    """FlashAttention-3's ``flash_attn_func`` (``hopper/flash_attn_interface.py``; its argument
+    names, order and defaults, ``num_splits=1`` included) on kernelgen's kernels: attention over a
+    batch of sequences of equal lengths, forward only.
+
+    Args:
+        q: (batch, seqlen_q, num_heads_q, head_dim); k, v: (batch, seqlen_k, num_heads_kv,
+            head_dim / head_dim_v); dtypes and the other arguments as in ``flash_attn_with_kvcache``
+            (``deterministic`` is accepted and ignored, as in ``flash_attn_varlen_func``).
+        return_attn_probs: also return the log-sum-exp (FA3's meaning of the flag).
+
+    Returns:
+        out (batch, seqlen_q, num_heads_q, head_dim_v); with ``return_attn_probs`` (out,
+        softmax_lse), softmax_lse float32 (batch, num_heads_q, seqlen_q), natural log.
+
+    Raises:
+        ValueError: q, k or v not 4-D, or their batch sizes (or k's and v's sequence lengths)
+            differing; then what ``flash_attn_with_kvcache(q, k, v)`` raises (its messages name
+            that function: this one is it with the whole k / v as the cache).
+        NotImplementedError: ``qv``, ``attention_chunk`` or ``sm_margin`` set.
+    """
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"flash_attn_func: {name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() != 4:
+            raise ValueError(f"flash_attn_func: {name} must have 4 dimensions (batch, seqlen, num_heads, head_dim), "
+                             f"got shape {tuple(x.shape)}")
+    if not (q.shape[0] == k.shape[0] == v.shape[0]) or k.shape[1] != v.shape[1]:
+        raise ValueError(f"flash_attn_func: q, k and v must have the same batch size and k and v the same seqlen, got "
+                         f"shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    return flash_attn_with_kvcache(q, k, v, qv=qv, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+                                   softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+                                   attention_chunk=attention_chunk, softcap=softcap, num_splits=num_splits,
+                                   pack_gqa=pack_gqa, sm_margin=sm_margin, return_softmax_lse=return_attn_probs)
+
+
+def get_scheduler_metadata(*args, **kwargs):
+    """FlashAttention-3's ``get_scheduler_metadata`` (vLLM imports it beside
+    ``flash_attn_varlen_func``): returns None, which every kernelgen entry point takes as
+    ``scheduler_metadata`` (FA3 then schedules in the call, as kernelgen always does: its scheduler
+    runs on the GPU in every call; ``kernelgen.AttentionPlan`` is its fixed-capacity plan for CUDA
+    graphs).  Any arguments are accepted and not read."""
+    return None
