@@ -1009,3 +1009,27 @@ def test_verify_names_the_temp_files_of_an_interrupted_write(tmp_path, capsys):
     assert stem.name in out
     report = cache.KernelCache(root).verify(repair=True)
     assert report["orphans_removed"] == 1 and report["temps"] == [] and files(root) == []
+
+
+def test_an_entry_removed_between_its_two_reads_is_missing_not_bad(tmp_path, monkeypatch):
+    """``clear`` (or a repair) removes the sidecar, then the cubin: a reader that read the sidecar
+    just before finds the cubin gone, and the entry is missing (rebuilt without a "bad" warning), not
+    bad; a sidecar that is still there beside a missing cubin is a bad entry, as before."""
+    root = tmp_path / "c"
+    cache.KernelCache(root).get(SPEC_A)
+    a = stem_of(root, SPEC_A)
+    real = cache._read_trusted
+
+    def racing(path, what):
+        if what == "the cubin":      # clear runs between the sidecar's read and the cubin's
+            Path(str(a) + ".json").unlink()
+            Path(str(a) + ".cubin").unlink()
+        return real(path, what)
+    monkeypatch.setattr(cache, "_read_trusted", racing)
+    entry, meta, reason = cache.KernelCache(root)._read(a, None)
+    assert (entry, meta, reason) == (None, None, "missing")
+    monkeypatch.setattr(cache, "_read_trusted", real)
+    cache.KernelCache(root).get(SPEC_A)
+    Path(str(a) + ".cubin").unlink()
+    entry, meta, reason = cache.KernelCache(root)._read(a, None)
+    assert entry is None and meta is not None and reason.startswith("cubin unreadable")

@@ -400,6 +400,11 @@ class KernelCache:
             cubin = _read_trusted(Path(str(stem) + ".cubin"), "the cubin")
         except _UntrustedFile as e:
             return None, meta, str(e)
+        except FileNotFoundError as e:
+            # (a removal, ``clear`` or a repair, deletes the sidecar first: gone too, it raced this read)
+            if not Path(str(stem) + ".json").exists():
+                return None, None, "missing"
+            return None, meta, f"cubin unreadable ({e})"
         except OSError as e:
             return None, meta, f"cubin unreadable ({e})"
         if len(cubin) != want_size:
