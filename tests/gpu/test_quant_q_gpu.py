@@ -70,6 +70,31 @@ def test_varlen_prefill_quantised_within_the_fp8_bounds(d, causal, dtype, num_sp
         check_mma(o, lse, ref, ref_lse, bound, lb)
 
 
+@pytest.mark.parametrize("k_form,v_form", [("b1", "1h"), ("T", "expand"), ("1h", "b1"), ("full", "full")])
+def test_quantised_with_each_descale_form(k_form, v_form):
+    """Per-request / per-KV-head descales in each broadcast form the API takes ((batch, 1), (1, hkv), a
+    transposed (batch, hkv) view, an expanded (1, hkv)) next to the quantised q's own (batch, hkv)
+    descale (the sixty-sixth session's probe ran these against an unquantised reference; this one
+    quantises like the kernel)."""
+    qlens, klens = [300, 200, 129], [300, 400, 129]
+    hq, hkv, d, batch = 8, 2, 128, 3
+    q, k8, v8, cu_q, cu_k, _, _ = inputs(qlens, klens, hq, hkv, d, BF16, 7)
+    g = torch.Generator(device="cuda").manual_seed(70)
+    full = 0.5 + torch.rand(batch, hkv, generator=g, device="cuda")
+    forms = {"full": full, "T": full.t().contiguous().t(), "b1": full[:, :1].contiguous(),
+             "1h": full[:1].contiguous(), "expand": full[:1].expand(batch, hkv)}
+    kd, vd = forms[k_form], forms[v_form]
+    q8, qd = quant_q.quantize(q, cu_q, batch, hkv)
+    ref, ref_lse, bound, lb = attention_reference(q8, k8, v8, cu_q, cu_k, causal=True, q_descale=qd, k_descale=kd,
+                                                  v_descale=vd, fp8_mma_bounds=True)
+    out = torch.full((q.shape[0], hq, d), float("nan"), dtype=BF16, device="cuda")
+    o, lse = kernelgen.varlen_attention(q, k8, v8, cu_q, cu_k, max(qlens), max(klens), causal=True, k_descale=kd,
+                                        v_descale=vd, quantize_q=True, return_lse=True, out=out)
+    torch.cuda.synchronize()
+    assert "_fp8mma" in prepared().attn.name
+    check_mma(o, lse, ref, ref_lse, bound, lb)
+
+
 def test_plan_quantised_in_a_cuda_graph():
     """AttentionPlan(quantize_q=True) captured once (the quantisation is captured too), replayed
     with new 16-bit q and cache values and new lengths written in place; padded requests and
