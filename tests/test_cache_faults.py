@@ -1033,3 +1033,49 @@ def test_an_entry_removed_between_its_two_reads_is_missing_not_bad(tmp_path, mon
     Path(str(a) + ".cubin").unlink()
     entry, meta, reason = cache.KernelCache(root)._read(a, None)
     assert entry is None and meta is not None and reason.startswith("cubin unreadable")
+
+
+# ------------------------------------------------------------------- the sixty-seventh session
+def test_an_unreadable_cache_directory_warns_once_not_once_per_entry(tmp_path, monkeypatch):
+    """A cache directory this process cannot read or search (mode 0o000, or owned by another user
+    with 0o700): every entry's read fails with EACCES.  ``get`` warned "cache entry X is bad" for each
+    kernel on top of the one "not usable" warning; the entries are not at fault.  Now the read's reason
+    names the directory, ``get`` gives the one warning per root, and the kernels still compile in
+    memory.  (Simulated: the tests may run as root, whom permissions do not stop.)"""
+    root = tmp_path / "c"
+    cache.KernelCache(root).get(SPEC_A)
+    cache.KernelCache(root).get(SPEC_B)
+    denied = PermissionError(13, "Permission denied")
+    real_access, real_read = cache.os.access, cache._read_trusted
+
+    def read(path, what):
+        if Path(path).parent == root:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_read(path, what)
+
+    def lock(self, stem, timeout=None):
+        raise denied
+
+    monkeypatch.setattr(cache, "_read_trusted", read)
+    monkeypatch.setattr(cache.os, "access", lambda p, m, *a, **k: Path(p) != root and real_access(p, m, *a, **k))
+    monkeypatch.setattr(cache.KernelCache, "_lock", lock)
+    c = cache.KernelCache(root)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        a, b = c.get(SPEC_A), c.get(SPEC_B)
+    msgs = [str(w.message) for w in got if issubclass(w.category, cache.KernelCacheWarning)]
+    assert len(msgs) == 1, msgs
+    assert "is not usable" in msgs[0] and str(root) in msgs[0] and "is bad" not in msgs[0]
+    assert a.compiled and b.compiled and a.path is None and b.path is None
+    # an entry's own unreadable sidecar (the directory readable) is still that entry's warning
+    monkeypatch.setattr(cache.os, "access", real_access)
+    monkeypatch.setattr(cache, "_warned_roots", set())
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        cache.KernelCache(root).get(SPEC_A)
+    assert any("is bad: sidecar unreadable" in str(w.message) for w in got), [str(w.message) for w in got]
+    # JIT disabled: the error names the directory, not the entry
+    monkeypatch.setattr(cache.os, "access", lambda p, mo, *a, **k: Path(p) != root)
+    monkeypatch.setenv("KERNELGEN_DISABLE_JIT", "1")
+    with pytest.raises(cache.KernelNotCachedError, match="cache directory not readable"):
+        cache.KernelCache(root).get(SPEC_B)

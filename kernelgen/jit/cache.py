@@ -248,6 +248,11 @@ def _warn_once(root: Path, message: str, stacklevel: int) -> None:
     warnings.warn(message, KernelCacheWarning, stacklevel=stacklevel + 1)
 
 
+# _read's reason when the cache directory itself cannot be read or searched: not an entry's fault, so
+# ``get`` does not warn per entry (its publish fails too and ``_warn_unwritable`` warns once per root)
+_ROOT_DENIED = "cache directory not readable"
+
+
 def _warn_unwritable(root: Path, err: BaseException) -> None:
     _warn_once(
         root,
@@ -375,6 +380,10 @@ class KernelCache:
                 raw = _read_regular(Path(str(stem) + ".json"), "the sidecar")
             except OSError:
                 return None, None, distrust
+        except PermissionError as e:
+            if not os.access(stem.parent, os.R_OK | os.X_OK):
+                return None, None, f"{_ROOT_DENIED} ({e})"   # every entry's read fails: one warning, not one each
+            return None, None, f"sidecar unreadable ({e})"
         except OSError as e:
             return None, None, f"sidecar unreadable ({e})"
         try:
@@ -472,7 +481,7 @@ class KernelCache:
                     _warn_once(self.root, _unsafe_advice(self.root, unsafe), stacklevel=3)  # <- _get <- get <- caller
                     entry = self._compile_in_memory(spec, source, options, key)
                 else:
-                    if reason != "missing":
+                    if reason != "missing" and not reason.startswith(_ROOT_DENIED):
                         warnings.warn(f"kernelgen cache entry {stem.name} is bad: {reason}; rebuilding it",
                                       KernelCacheWarning, stacklevel=3)
                     entry = self._build(spec, source, options, key, stem)
