@@ -8,5 +8,5 @@ set -u
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   L=${L:-220} N=2 bash docs/dev/benchmarks/s64/snip.sh
 else
-  L=${L:-300} bash docs/dev/benchmarks/s67/ostore.sh
+  bash docs/dev/benchmarks/s67/ostore.sh
 fi
