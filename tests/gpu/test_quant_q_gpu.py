@@ -78,12 +78,14 @@ def test_quantised_with_each_descale_form(k_form, v_form):
     quantises like the kernel)."""
     qlens, klens = [300, 200, 129], [300, 400, 129]
     hq, hkv, d, batch = 8, 2, 128, 3
-    q, k8, v8, cu_q, cu_k, _, _ = inputs(qlens, klens, hq, hkv, d, BF16, 7)
+    q, k8, v8, cu_q, cu_k, ks, vs = inputs(qlens, klens, hq, hkv, d, BF16, 7)
     g = torch.Generator(device="cuda").manual_seed(70)
-    full = 0.5 + torch.rand(batch, hkv, generator=g, device="cuda")
-    forms = {"full": full, "T": full.t().contiguous().t(), "b1": full[:, :1].contiguous(),
-             "1h": full[:1].contiguous(), "expand": full[:1].expand(batch, hkv)}
-    kd, vd = forms[k_form], forms[v_form]
+
+    def forms(scale):   # the tensor's own scale (K, V of unit size) times a factor in [0.5, 1.5) each
+        full = scale * (0.5 + torch.rand(batch, hkv, generator=g, device="cuda"))
+        return {"full": full, "T": full.t().contiguous().t(), "b1": full[:, :1].contiguous(),
+                "1h": full[:1].contiguous(), "expand": full[:1].expand(batch, hkv)}
+    kd, vd = forms(ks)[k_form], forms(vs)[v_form]
     q8, qd = quant_q.quantize(q, cu_q, batch, hkv)
     ref, ref_lse, bound, lb = attention_reference(q8, k8, v8, cu_q, cu_k, causal=True, q_descale=qd, k_descale=kd,
                                                   v_descale=vd, fp8_mma_bounds=True)
@@ -91,7 +93,8 @@ def test_quantised_with_each_descale_form(k_form, v_form):
     o, lse = kernelgen.varlen_attention(q, k8, v8, cu_q, cu_k, max(qlens), max(klens), causal=True, k_descale=kd,
                                         v_descale=vd, quantize_q=True, return_lse=True, out=out)
     torch.cuda.synchronize()
-    assert "_fp8mma" in prepared().attn.name
+    p = prepared()
+    assert "_fp8mma" in p.attn.name and p.q_quant == (batch, hkv), p.attn.name
     check_mma(o, lse, ref, ref_lse, bound, lb)
 
 
