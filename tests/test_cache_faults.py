@@ -1067,8 +1067,9 @@ def test_an_unreadable_cache_directory_warns_once_not_once_per_entry(tmp_path, m
     assert len(msgs) == 1, msgs
     assert "is not usable" in msgs[0] and str(root) in msgs[0] and "is bad" not in msgs[0]
     assert a.compiled and b.compiled and a.path is None and b.path is None
-    # an entry's own unreadable sidecar (the directory readable) is still that entry's warning
-    monkeypatch.setattr(cache.os, "access", real_access)
+    # an entry's own unreadable sidecar (the directory searchable, listable or not: opening a file needs
+    # search permission only) is still that entry's warning
+    monkeypatch.setattr(cache.os, "access", lambda p, m, *a, **k: not (Path(p) == root and m & os.R_OK))
     monkeypatch.setattr(cache, "_warned_roots", set())
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")
@@ -1077,5 +1078,38 @@ def test_an_unreadable_cache_directory_warns_once_not_once_per_entry(tmp_path, m
     # JIT disabled: the error names the directory, not the entry
     monkeypatch.setattr(cache.os, "access", lambda p, mo, *a, **k: Path(p) != root)
     monkeypatch.setenv("KERNELGEN_DISABLE_JIT", "1")
-    with pytest.raises(cache.KernelNotCachedError, match="cache directory not readable"):
+    with pytest.raises(cache.KernelNotCachedError, match="cache directory not readable") as e:
         cache.KernelCache(root).get(SPEC_B)
+    assert f"chmod u+rwx {root}" in str(e.value) and "warmup" not in str(e.value)   # (warmup could not write there)
+
+
+def test_a_cache_directory_that_is_a_symbolic_link_loop_warns_once(tmp_path):
+    """A cache root that is a symbolic-link loop: every entry's open fails with ELOOP.  One "not usable"
+    warning (its publish fails too), no "entry is bad" per kernel, and the kernels run from memory."""
+    loop = tmp_path / "loop"
+    os.symlink(loop, loop)
+    c = cache.KernelCache(loop)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        a, b = c.get(SPEC_A), c.get(SPEC_B)
+    msgs = [str(w.message) for w in got if issubclass(w.category, cache.KernelCacheWarning)]
+    assert len(msgs) == 1 and "is not usable" in msgs[0] and "is bad" not in msgs[0], msgs
+    assert a.compiled and b.compiled and a.path is None and b.path is None
+
+
+def test_cache_commands_name_a_directory_they_cannot_enter(tmp_path, capsys, monkeypatch):
+    """A cache directory that can be listed but not entered (mode 0o600: no search permission): ``cache
+    list`` failed with "error: PermissionError" from an entry's stat.  Each cache command now prints its one
+    error line naming the directory.  (Simulated: the tests may run as root, whom permissions do not stop.)"""
+    root = tmp_path / "c"
+    cache.KernelCache(root).get(SPEC_A)
+    real_access = os.access
+    monkeypatch.setattr(cli.os, "access", lambda p, m, *a, **k: not (Path(p) == root and m & os.X_OK)
+                        and real_access(p, m, *a, **k))
+    for action in ("list", "verify", "clear"):
+        assert cli.main(["cache", action, "--cache-dir", str(root)]) == 1
+        err = capsys.readouterr().err
+        assert f"cache directory {root} cannot be entered: no search (x) permission" in err, err
+        assert "(set by --cache-dir)" in err
+    monkeypatch.setattr(cli.os, "access", real_access)
+    assert cli.main(["cache", "list", "--cache-dir", str(root)]) == 0

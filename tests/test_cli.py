@@ -968,7 +968,8 @@ def test_cache_dir_under_a_file_or_unwritable_fails_warmup_and_clear(tmp_path, c
     d = tmp_path / "ro"
     d.mkdir()
     real_access = os.access
-    monkeypatch.setattr(os, "access", lambda p, m, **kw: False if Path(p) == d else real_access(p, m, **kw))
+    # read-only (r-x): writing is refused, entering is not
+    monkeypatch.setattr(os, "access", lambda p, m, **kw: False if Path(p) == d and m & os.W_OK else real_access(p, m, **kw))
     assert cli.main(["cache", "clear", "--cache-dir", str(d)]) == 1
     assert f"cache directory {d} is not writable (set by --cache-dir)" in capsys.readouterr().err
     assert cli.main(["cache", "list", "--cache-dir", str(d)]) == 0  # reading needs no write access

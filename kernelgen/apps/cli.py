@@ -438,6 +438,9 @@ def cache_dir_problem(root, cache_dir, write: bool) -> str | None:
         pass
     except OSError as e:
         return f"cache directory {root} cannot be listed: {e.strerror or e} (set by {setting})"
+    if root.is_dir() and not os.access(root, os.X_OK, effective_ids=os.access in os.supports_effective_ids):
+        # (listed but not entered: no entry file can be opened; `chmod u+x` it)
+        return f"cache directory {root} cannot be entered: no search (x) permission (set by {setting})"
     if not write:
         return None
     probe = root

@@ -248,9 +248,23 @@ def _warn_once(root: Path, message: str, stacklevel: int) -> None:
     warnings.warn(message, KernelCacheWarning, stacklevel=stacklevel + 1)
 
 
-# _read's reason when the cache directory itself cannot be read or searched: not an entry's fault, so
-# ``get`` does not warn per entry (its publish fails too and ``_warn_unwritable`` warns once per root)
+# _read's reason when the cache directory itself cannot be entered (no search permission, a symbolic-link
+# loop): not an entry's fault, so ``get`` does not warn per entry (its publish fails too and
+# ``_warn_unwritable`` warns once per root)
 _ROOT_DENIED = "cache directory not readable"
+
+
+def _root_unsearchable(root: Path) -> bool:
+    """Whether no file in ``root`` can be opened because of ``root`` itself: it cannot be stat'ed (a
+    symbolic-link loop, a component without search permission), or this process (its effective ids
+    where the platform can tell) may not search it.  Reading an entry needs search (x), not list (r)."""
+    try:
+        if not stat.S_ISDIR(os.stat(root).st_mode):
+            return True
+    except OSError:
+        return True
+    eff = os.access in os.supports_effective_ids
+    return not os.access(root, os.X_OK, effective_ids=eff)
 
 
 def _warn_unwritable(root: Path, err: BaseException) -> None:
@@ -380,11 +394,9 @@ class KernelCache:
                 raw = _read_regular(Path(str(stem) + ".json"), "the sidecar")
             except OSError:
                 return None, None, distrust
-        except PermissionError as e:
-            if not os.access(stem.parent, os.R_OK | os.X_OK):
-                return None, None, f"{_ROOT_DENIED} ({e})"   # every entry's read fails: one warning, not one each
-            return None, None, f"sidecar unreadable ({e})"
         except OSError as e:
+            if _root_unsearchable(stem.parent):
+                return None, None, f"{_ROOT_DENIED} ({e})"   # every entry's read fails: one warning, not one each
             return None, None, f"sidecar unreadable ({e})"
         try:
             meta = json.loads(raw)
@@ -470,6 +482,13 @@ class KernelCache:
             else:
                 entry, _, reason = self._read(stem, key)  # lock-free fast path
             if entry is None:
+                if not allow_jit and reason.startswith(_ROOT_DENIED):
+                    raise KernelNotCachedError(
+                        f"kernel {spec.name} (key {key}) cannot be read from the kernel cache at {self.root} "
+                        f"({reason}) and KERNELGEN_DISABLE_JIT is set; give this user search permission on it "
+                        f"(`chmod u+rwx {self.root}`), point KERNELGEN_CACHE_DIR at a readable cache, or unset "
+                        f"KERNELGEN_DISABLE_JIT"
+                    )
                 if not allow_jit:
                     raise KernelNotCachedError(
                         f"kernel {spec.name} (key {key}) is not in the kernel cache at {self.root} "
