@@ -655,7 +655,13 @@ def test_cache_verify_names_an_untrusted_directory_and_the_fix(tmp_path, capsys)
 def test_cache_commands(tmp_path, capsys):
     d = str(tmp_path / "kc")
     assert cli.main(["cache", "path", "--cache-dir", d]) == 0
-    assert capsys.readouterr().out.strip() == d
+    got = capsys.readouterr()
+    assert got.out.strip() == d and got.err == ""
+    f = tmp_path / "a_file"   # `path` prints it and notes what every other cache command refuses
+    f.write_text("")
+    assert cli.main(["cache", "path", "--cache-dir", str(f)]) == 0
+    got = capsys.readouterr()
+    assert got.out.strip() == str(f) and f"{f} exists but is not a directory (set by --cache-dir)" in got.err
     assert cli.main(["cache", "list", "--cache-dir", d]) == 0
     assert "no cached kernels" in capsys.readouterr().out
 
@@ -695,6 +701,7 @@ def test_cache_commands(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"removed (no usable spec in its sidecar to rebuild it): {side.stem}" in out
     assert "0 repaired" in out and "1 entry not repaired" in out and not side.exists()
+    assert "compiled again on their next call, or by running the `kernelgen warmup`" in out   # how it comes back
     assert cli.main(["warmup", "--arch", "sm_80", "--head-dim", "64", "--dtype", "bf16", "--causal",
                      "--layout", "soa", "--jobs", "1", "--cache-dir", d]) == 0   # rebuilt by a warmup
     capsys.readouterr()

@@ -580,6 +580,9 @@ def cmd_cache(args) -> int:
     action = args.cache_command
     if action == "path":
         print(cache.root)
+        if os.path.exists(cache.root) and not os.path.isdir(cache.root):   # (the other commands refuse it)
+            print(f"kernelgen cache path: note: {cache.root} exists but is not a directory "
+                  f"(set by {_cache_dir_setting(args.cache_dir)})", file=sys.stderr)
         return 0
     write = action == "clear" or (action == "verify" and args.repair)
     if write and not os.path.lexists(cache.root):   # nothing to clear or repair: create nothing (a typo'd path)
@@ -648,6 +651,9 @@ def cmd_cache(args) -> int:
         if remaining > 0:
             if args.repair:
                 print(f"{remaining} entr{'y' if remaining == 1 else 'ies'} not repaired")
+                if any(fates.get(stem) == "removed" for stem in bad):
+                    print("removed entries are compiled again on their next call, or by running the "
+                          "`kernelgen warmup` that built them again")
             else:
                 print(f"{remaining} bad entr{'y' if remaining == 1 else 'ies'} remain{'s' if remaining == 1 else ''}"
                       " (run `kernelgen cache verify --repair`)")
