@@ -769,6 +769,7 @@ def test_demo_without_gpu_prewarms_its_kernels(tmp_path, capsys):
     assert "(2 compiled now, 0 already cached)" in out
     assert "needs an NVIDIA GPU" in out
     assert "or newer" not in out and "8.0" in out and "9.0" in out and "KERNELGEN_ALLOW_UNTESTED_ARCH=1" in out
+    assert max(len(line) for line in out.splitlines()) <= 250, out   # (was one line of about 600 characters)
     cache = KernelCache(d)
     assert all(cache.lookup(s) is not None for s in demo_specs("sm_80", "soa"))
 
@@ -915,6 +916,8 @@ def test_warmup_text_progress_bar_without_tqdm(tmp_path, monkeypatch, capsys):
     assert warmup(specs, tmp_path, jobs=1) == (2, 0)
     assert "2/2" in capsys.readouterr().err
     assert warmup(specs, tmp_path, jobs=1, progress=False) == (0, 2)
+    assert capsys.readouterr().err == ""
+    assert warmup(specs, tmp_path, jobs=1) == (0, 2)   # nothing to compile: no bar (docs/cli.md: while it compiles)
     assert capsys.readouterr().err == ""
 
 

@@ -187,9 +187,9 @@ def run_demo(trace=None, max_tokens: int = traces.DEFAULT_MAX_TOKENS, max_len: i
         arch = arch or DEFAULT_ARCH
         specs = demo_specs(arch, layout)
         compiled, cached = warmup(specs, root, jobs=jobs, desc=f"pre-warm {arch}")
-        print(f"No CUDA GPU found: pre-warmed {len(specs)} kernel(s) for {arch} in {root} "
-              f"({compiled} compiled now, {cached} already cached). "
-              f"Running the demo needs an NVIDIA GPU of {SUPPORTED_TEXT}; {UNTESTED_TEXT}.", file=out)
+        print(f"No CUDA GPU found: pre-warmed {len(specs)} kernel(s) for {arch} in {root}\n"
+              f"({compiled} compiled now, {cached} already cached).\n"
+              f"Running the demo needs an NVIDIA GPU of {SUPPORTED_TEXT};\n{UNTESTED_TEXT}.", file=out)
         if json_path:
             print(f"{json_path} not written: the JSON report comes from a GPU run.", file=out)
         return 0

@@ -167,7 +167,7 @@ def warmup(specs, root, jobs: int | None = None, progress: bool = True, desc: st
         raise CacheDirectoryError(_untrusted_message(root, why))
     todo = [s for s in specs if cache.lookup(s) is None]
     counts = {_STORED: 0, _CACHED: len(specs) - len(todo), _NOT_STORED: 0}
-    bar = _progress(len(specs), counts[_CACHED], desc, progress and bool(specs))
+    bar = _progress(len(specs), counts[_CACHED], desc, progress and bool(todo))   # (nothing to compile: no bar)
     try:
         jobs = max(1, int(jobs or os.cpu_count() or 1))
         if jobs == 1 or len(todo) <= 1:
