@@ -1195,7 +1195,7 @@ def test_no_message_says_sm80_or_newer():
     assert hits == []
     assert "KERNELGEN_ALLOW_UNTESTED_ARCH=1" in UNTESTED_TEXT and "12.x" in UNTESTED_TEXT
     source = Path(demo.__file__).read_text()
-    assert "needs an NVIDIA GPU of {SUPPORTED_TEXT}; {UNTESTED_TEXT}" in source
+    assert "needs an NVIDIA GPU of {SUPPORTED_TEXT};\\n{UNTESTED_TEXT}" in source
     assert "9.0" in SUPPORTED_TEXT and "8.0" in SUPPORTED_TEXT
 
 
