@@ -438,8 +438,8 @@ def cache_dir_problem(root, cache_dir, write: bool) -> str | None:
         pass
     except OSError as e:
         return f"cache directory {root} cannot be listed: {e.strerror or e} (set by {setting})"
-    if root.is_dir() and not os.access(root, os.X_OK, effective_ids=os.access in os.supports_effective_ids):
-        # (listed but not entered: no entry file can be opened; `chmod u+x` it)
+    from ..jit.cache import root_unsearchable
+    if root.is_dir() and root_unsearchable(root):   # (listed but not entered: no entry file can be opened)
         return f"cache directory {root} cannot be entered: no search (x) permission (set by {setting})"
     if not write:
         return None

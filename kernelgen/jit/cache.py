@@ -254,11 +254,11 @@ def _warn_once(root: Path, message: str, stacklevel: int) -> None:
 _ROOT_DENIED = "cache directory not readable"
 
 
-def _root_unsearchable(root: Path) -> bool:
+def root_unsearchable(root) -> bool:
     """Whether no file in ``root`` can be opened because of ``root`` itself: it cannot be stat'ed (a
     symbolic-link loop, a component without search permission), or this process (its effective ids
     where the platform can tell) may not search it.  Reading an entry needs search (x), not list (r)."""
-    try:
+    try:   # (also ``kernelgen cache``'s check of its directory: apps/cli.py cache_dir_problem)
         if not stat.S_ISDIR(os.stat(root).st_mode):
             return True
     except OSError:
@@ -395,7 +395,7 @@ class KernelCache:
             except OSError:
                 return None, None, distrust
         except OSError as e:
-            if _root_unsearchable(stem.parent):
+            if root_unsearchable(stem.parent):
                 return None, None, f"{_ROOT_DENIED} ({e})"   # every entry's read fails: one warning, not one each
             return None, None, f"sidecar unreadable ({e})"
         try:
