@@ -637,14 +637,15 @@ def _fp8q(d, mask, softcap=False):
     (lambda: sm90(d=256, mask="none", opts="p"), 16, 16),
     (lambda: _fp8q(256, "causal"), 16, 16),
     (lambda: _fp8q(256, "causal", softcap=True), 16, 16),
-    (lambda: sm90(d=256, mask="causal", opts="p"), 4, 0),     # 16 bytes spilled a word here
+    (lambda: sm90(d=256, mask="causal", opts="p"), 16, 16),   # (with the tile index through the shared window)
+    (lambda: sm90(d=256, mask="local", opts="p"), 4, 0),      # 16 bytes spilled a word here
     (lambda: _fp8q(256, "local", softcap=True), 4, 0),       # and one more consumer spill here
 ])
 def test_o_rows_are_stored_16_bytes_a_thread_where_that_adds_no_spill(make, width, stores):
     """The epilogue writes O with 16-byte stores (a 4 x 4 word transpose in each quad: 0.93-0.97x the
     time of 4-byte stores at d 256 on the H100, docs/dev/perf-log.md "Sixty-eighth session"), except
-    where ptxas spilled with them (the 16-bit d 256 kernels with a mask; FP8 d 256 with a soft-cap and
-    a window), which keep the 4-byte stores: so ``stores`` STG.E.128 in the SASS (each row half's
+    where ptxas spilled with them (d 256 with a window, 16-bit or FP8 with a soft-cap), which keep the
+    4-byte stores: so ``stores`` STG.E.128 in the SASS (each row half's
     head-dim columns over 32 bytes, both row halves) or none."""
     spec = make()
     src = render.render(spec)

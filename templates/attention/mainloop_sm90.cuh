@@ -124,13 +124,16 @@ __device__ __forceinline__ int take_tile(const volatile int* s_tile, int slot, i
   return __shfl_sync(0xffffffffu, t, 0);
 }
 
-{% if "t" in v.sm90_opts %}
-// take_tile through a shared-space address (option "t": no generic pointer live in the producer)
+{% if "t" in v.sm90_opts or (not v.get("kv_dtype") and v.head_dim_v == 256 and v.mask == "causal") %}
+// take_tile through a shared-space address (option "t": no generic pointer live in the producer;
+// the consumers of 16-bit causal d 256: tile_sm90.cuh's tile_s, the same condition)
 __device__ __forceinline__ int take_tile_s(u32 sb, int slot, int lane) {
   int t = 0;
   if (lane == 0) asm volatile("ld.shared.s32 %0, [%1];" : "=r"(t) : "r"(sb + OFF_TILE + 4 * slot) : "memory");
   return __shfl_sync(0xffffffffu, t, 0);
 }
+{% endif %}
+{% if "t" in v.sm90_opts %}
 // ... and its publication by the producer's lane 0: wait for the slot, write the index, arrive
 __device__ __forceinline__ void publish_tile_s(u32 sb, int slot, int it, int t) {
   mbar_wait(bar_tile_empty(sb, slot), ((it >> 1) & 1) ^ 1, 1);

@@ -3,6 +3,12 @@
 // every consumer warp walks the same tiles and the same K/V pipeline positions as the producer.
 __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int cap4, int total, u32 sb,
                                               const volatile int* s_tile, int cw, int lane) {
+{#- 16-bit causal d 256: the tile index through the shared window (take_tile_s) instead of s_tile, a
+    generic pointer live through the loop: with the 16-byte O stores it made ptxas save a word across the
+    consumers' register grow (NVRTC 13.0); elsewhere the shared-window read added spills (FP8 d 128 / d 256,
+    16-bit d 256 with a window: docs/dev/perf-log.md, "Sixty-eighth session").  (mainloop_sm90.cuh
+    defines take_tile_s under the same condition.) #}
+{% set tile_s = not v.get("kv_dtype") and v.head_dim_v == 256 and v.mask == "causal" %}
   const int qpk = p.num_heads_q / p.num_heads_kv;
   {% if v.pack_gqa %}
   const unsigned qm = qpk_magic(qpk);
@@ -23,7 +29,7 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
   // consumers have consumed those loads by the time they wait.
   int t_next, cursor_next;
   mbar_wait(bar_tile_full(sb, 0), 0, 5);
-  t_next = take_tile(s_tile, 0, lane);
+  t_next = {{ 'take_tile_s(sb' if tile_s else 'take_tile(s_tile' }}, 0, lane);
   release(bar_tile_empty(sb, 0), lane);
   cursor_next = t_next < total ? find_entry(md, cap4, t_next, 0) : 0;
   for (int it = 0;; ++it) {
@@ -46,7 +52,7 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
   for (int it = 0;; ++it) {
     const int slot = it & 1;
     mbar_wait(bar_tile_full(sb, slot), (it >> 1) & 1, 5);
-    const int t = take_tile(s_tile, slot, lane);
+    const int t = {{ 'take_tile_s(sb' if tile_s else 'take_tile(s_tile' }}, slot, lane);
     release(bar_tile_empty(sb, slot), lane);
     if (t >= total) break;
     cursor = find_entry(md, cap4, t, cursor);
@@ -109,7 +115,7 @@ __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int 
     {
       const int sn = (it + 1) & 1;
       mbar_wait(bar_tile_full(sb, sn), ((it + 1) >> 1) & 1, 5);
-      t_next = take_tile(s_tile, sn, lane);
+      t_next = {{ 'take_tile_s(sb' if tile_s else 'take_tile(s_tile' }}, sn, lane);
       release(bar_tile_empty(sb, sn), lane);
       cursor_next = t_next < total ? find_entry(md, cap4, t_next, cursor) : cursor;
     }

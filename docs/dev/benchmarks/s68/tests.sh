@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sixty-eighth session, call 1 of a lease (no carry; .xd/ holds the pytest-xdist and execnet wheels,
+# Sixty-eighth session, call 1 of a lease (carry nothing, or [".peers/manifest.json", ".peers/part1"] to stash
+# the peers' part 1 first, rc 3 expected; .xd/ holds the pytest-xdist and execnet wheels,
 # untracked so that they travel): every GPU test on today's templates (the 16-byte O stores), the
 # Hopper tests' kernels compiled first on all cores (tools/warm_gpu_tests.py), then pytest with
 # N workers (default 6) sharing the one GPU, so that the kernels the warm-up does not cover compile
@@ -11,6 +12,7 @@ export PYTHONPATH=$PWD KERNELGEN_CACHE_DIR=$PWD/cache KERNELGEN_TEST_CACHE_DIR=$
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader > $W/gpu.txt
 python3 -m pip install --no-index --no-deps --target /tmp/xd .xd/*.whl > $W/xd.log 2>&1; echo "xdist rc $? at $SECONDS" >> $W/rc.txt
 export PYTHONPATH="$PYTHONPATH:/tmp/xd"
+[ -d .peers/part1 ] && { timeout 60 python3 tools/peer_wheels.py install --dir .peers > $W/peers.log 2>&1; echo "peers rc $? at $SECONDS" >> $W/rc.txt; }
 [ -f .devcache/manifest.json ] && timeout 60 python3 tools/device_cache.py unpack --dir .devcache > $W/devcache.log 2>&1
 timeout ${WARM:-200} python3 tools/warm_gpu_tests.py --jobs "$(nproc)" > $W/warm.log 2>&1; echo "warm rc $? at $SECONDS" >> $W/rc.txt
 timeout $(( T - SECONDS )) python3 -m pytest $FILES -m gpu -n $N -v -rf -p no:cacheprovider --junitxml=$W/junit.xml \
