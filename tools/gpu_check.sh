@@ -59,7 +59,9 @@ if has tests || has all; then
   step pytest
   # -v: one line a test as it starts, so a test that hangs (a kernel that never returns) is the log's
   # last line when the time limit stops pytest (exit 124)
-  timeout "${PYTEST_LIMIT:-420}" "$PY" -m pytest tests -m gpu -v -rf -p no:cacheprovider \
+  # PYTEST_WORKERS=6 with pytest-xdist importable (docs/dev/benchmarks/s68/tests.sh carries its wheels): the
+  # tests in 6 processes sharing the GPU, about 2 minutes instead of 15 (0, the default: one process)
+  timeout "${PYTEST_LIMIT:-420}" "$PY" -m pytest tests -m gpu -n "${PYTEST_WORKERS:-0}" -v -rf -p no:cacheprovider \
     --junitxml="$OUT/junit.xml" > "$OUT/pytest.log" 2>&1
   rc=$?
   echo "pytest exit $rc" >> "$LOG"
