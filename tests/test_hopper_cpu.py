@@ -639,20 +639,27 @@ def _fp8q(d, mask, softcap=False):
     (lambda: _fp8q(256, "causal", softcap=True), 16, 16),
     (lambda: sm90(d=256, mask="causal", opts="p"), 16, 16),   # (with the tile index through the shared window)
     (lambda: sm90(d=256, mask="local", opts="p"), 4, 0),      # 16 bytes spilled a word here
+    (lambda: heuristics.choose("sm_90a", "bf16", 256, 256, num_heads_q=16, num_heads_kv=16, mask="causal",
+                               max_seqlen_q=4096, max_seqlen_k=4096, softcap=True).attention, 4, 0),  # (gemma2's)
     (lambda: _fp8q(256, "local", softcap=True), 4, 0),       # and one more consumer spill here
 ])
 def test_o_rows_are_stored_16_bytes_a_thread_where_that_adds_no_spill(make, width, stores):
     """The epilogue writes O with 16-byte stores (a 4 x 4 word transpose in each quad: 0.93-0.97x the
     time of 4-byte stores at d 256 on the H100, docs/dev/perf-log.md "Sixty-eighth session"), except
-    where ptxas spilled with them (d 256 with a window, 16-bit or FP8 with a soft-cap), which keep the
-    4-byte stores: so ``stores`` STG.E.128 in the SASS (each row half's
-    head-dim columns over 32 bytes, both row halves) or none."""
+    where ptxas spilled with them (d 256: 16-bit with a window or a soft-cap, FP8 with both), which keep
+    the 4-byte stores: so ``stores`` STG.E.128 in the SASS (each row half's head-dim columns over 32 bytes,
+    both row halves) or none.  The 16-bit kernels with 16-byte stores build without spills (the FP8 d 256
+    ones spill in the producer as before, tests/test_review_fp8q_cpu.py bounds them; the 4-byte ones are
+    the old code: 16-bit d 256 with a window spilled 8 bytes before)."""
     spec = make()
     src = render.render(spec)
     assert f"constexpr int O_STORE = {width};" in src, spec.name
     res = compiler.compile_cubin(src, "sm_90a", compiler.default_options("sm_90a"), spec.entry)
     text = sass.disassemble(res.cubin, sass.find_nvdisasm())
     assert len(re.findall(r"\bSTG\.E\.128\b", text)) == stores, spec.name
+    if width == 16 and not spec.fp8_mma:
+        r = res.resources
+        assert r["spill_stores"] == r["spill_loads"] == r["stack_frame"] == 0, (spec.name, r)
 
 
 @pytest.mark.parametrize("d,mask", [(256, "none"), (256, "causal"), (192, "none")])

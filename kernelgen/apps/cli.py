@@ -494,6 +494,24 @@ def split_dtypes(dtype, kv_dtype) -> tuple:
     return (sixteen or ["bf16"]), fp8
 
 
+def warmup_catalog(args, arch: str, unsplit: bool | None = None) -> list:
+    """The specs ``kernelgen warmup`` builds for its parsed ``args`` on ``arch``
+    (``catalog.warmup_specs``; ``unsplit`` None: as ``--unsplit`` says)."""
+    codes = [_variant_file(f) for f in args.variant]
+    dtypes, kv_dtypes = split_dtypes(args.dtype, args.kv_dtype)
+    phases, gqas, paged = args.phase, args.gqa, args.paged
+    if args.serving:
+        phases, gqas, paged = ["prefill", "chunked", "decode"], [1, 4, 8], [False, True]
+    unsplit = args.unsplit if unsplit is None else unsplit
+    return warmup_specs(arch, args.head_dim, dtypes, args.causal, args.layout, phases=phases, gqas=gqas,
+                        paged=paged, softcap=args.softcap, page_sizes=args.page_size,
+                        **({"alibi": True} if args.alibi else {}), **({"sinks": True} if args.sinks else {}),
+                        **({"variants": codes} if codes else {}),
+                        **({"kv_dtypes": kv_dtypes} if kv_dtypes else {}),
+                        **({"windows": args.window} if args.window else {}), kv_heads=args.kv_heads,
+                        **({"unsplit": True} if unsplit else {}))
+
+
 def cmd_warmup(args) -> int:
     """``kernelgen warmup``: compile the dispatcher's variants for the options (with ``--kv-dtype``
     also their FP8 K/V variants); prints one summary line.
@@ -519,21 +537,9 @@ def cmd_warmup(args) -> int:
     root = _cache(args.cache_dir).root
     if not _check_cache_dir("warmup", root, args.cache_dir, write=True):
         return 1
-    codes = [_variant_file(f) for f in args.variant]
-    dtypes, kv_dtypes = split_dtypes(args.dtype, args.kv_dtype)
-    phases, gqas, paged = args.phase, args.gqa, args.paged
-    if args.serving:
-        phases, gqas, paged = ["prefill", "chunked", "decode"], [1, 4, 8], [False, True]
-    def catalog(**unsplit):
-        return warmup_specs(arch, args.head_dim, dtypes, args.causal, args.layout, phases=phases, gqas=gqas,
-                            paged=paged, softcap=args.softcap, page_sizes=args.page_size,
-                            **({"alibi": True} if args.alibi else {}), **({"sinks": True} if args.sinks else {}),
-                            **({"variants": codes} if codes else {}),
-                            **({"kv_dtypes": kv_dtypes} if kv_dtypes else {}),
-                            **({"windows": args.window} if args.window else {}), kv_heads=args.kv_heads, **unsplit)
-    specs = catalog(**({"unsplit": True} if args.unsplit else {}))
+    specs = warmup_catalog(args, arch)
     # (--unsplit that adds nothing, as on most prefill-only option sets, says so: a user's find)
-    unsplit_idle = args.unsplit and len(specs) == len(catalog())
+    unsplit_idle = args.unsplit and len(specs) == len(warmup_catalog(args, arch, unsplit=False))
     try:
         compiled, cached = warmup(specs, root, jobs=args.jobs, desc=f"warmup {arch}")
     except CacheDirectoryError as e:  # untrusted or unwritable: nothing (or not everything) was kept

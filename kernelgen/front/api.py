@@ -29,6 +29,8 @@ from ..jit import compiler, runtime
 from ..kernels import kernel_args
 from ..launch import bind, quant_q as _quant_q, sinks as _sinks
 from ..selection import arguments, decide, signature, spills, tiered, validation
+from ..jit.cache import KernelNotCachedError
+from . import jit_hint
 
 #: Prepared calls of varlen_attention by signature (``signature.key``).
 _CALLS = signature.SignatureCache(1024)
@@ -263,7 +265,8 @@ def varlen_attention(
             compile: NVRTC's diagnostics at the snippet's own line numbers and the snippet (a
             background build's failure is raised by the next call that needs the kernel).
         kernelgen.KernelNotCachedError: ``KERNELGEN_DISABLE_JIT=1`` and a kernel the call
-            needs is not in the cache.
+            needs is not in the cache; the message names the ``kernelgen warmup`` command that
+            builds it (``selection.catalog.warmup_command``).
         kernelgen.LaunchError: the driver refused a launch (the message names the kernel).
 
     The values of cu_seqlens, seqused_k and page_table are not read on the host (that would
@@ -315,10 +318,15 @@ def varlen_attention(
             if sinks is not None and not prep.sinks_fused:
                 _sinks.apply(res[0], res[1], sinks, cu_seqlens_q)
             return res if return_lse else res[0]
-    return _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
-                           page_table, causal, window_size, softcap, softmax_scale, num_splits, pack_gqa, return_lse,
-                           out, metadata_layout, sort, head_swizzle, short_query_tokens, arch, sinks, alibi_slopes,
-                           variant, k_descale, v_descale, q_descale, out_dtype, quantize_q, max_num_splits)
+    try:
+        return _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
+                               page_table, causal, window_size, softcap, softmax_scale, num_splits, pack_gqa,
+                               return_lse, out, metadata_layout, sort, head_swizzle, short_query_tokens, arch, sinks,
+                               alibi_slopes, variant, k_descale, v_descale, q_descale, out_dtype, quantize_q,
+                               max_num_splits)
+    except KernelNotCachedError as e:   # JIT disabled: name the command that builds the missing kernel
+        jit_hint.raise_with_command(e)
+        raise
 
 
 def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table,
@@ -385,7 +393,12 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
     if call.empty:
         return (out, lse) if return_lse else out
     q_convert = decide.kernel_q_dtype(recipe, sizes.get("q_dtype", ""), sizes["dtype"])
-    kernels = bind.bind(recipe, runtime.load(recipe.specs, ordinal))
+    try:
+        loaded = runtime.load(recipe.specs, ordinal)
+    except KernelNotCachedError as e:   # JIT disabled: the command that builds every kernel of the call
+        jit_hint.raise_with_command(e, recipe.specs)
+        raise
+    kernels = bind.bind(recipe, loaded)
     if q_convert is not None:
         q = q.to(q_convert)
     prep = kernels.prepare(layout=recipe.workspace, batch=sizes["batch"], q=q, k=k, v=v, out=out, lse=lse,

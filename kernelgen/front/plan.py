@@ -20,6 +20,8 @@ from ..jit import runtime
 from ..kernels import kernel_args
 from ..launch import bind, oneoff, quant_q, sinks as _sinks
 from ..selection import arguments, decide, signature, spills, validation
+from ..jit.cache import KernelNotCachedError
+from . import jit_hint
 
 
 def _index_asked(device):
@@ -228,9 +230,13 @@ class AttentionPlan:
                 recipe = None
         #: What the plan launches (``kernels.recipe.Recipe``): kernels, scheduler configs, workspace layout
         #: (a user variant's three-warpgroup / option-"m" kernel that spills: its twin, ``selection.spills``).
-        self.recipe = spills.checked(recipe or decide.decide(checked.signature, dev, checked.settings),
-                                     checked.signature, dev, checked.settings, build=True)
-        self._kernels = bind.bind(self.recipe, runtime.load(self.recipe.specs, device))
+        try:
+            self.recipe = spills.checked(recipe or decide.decide(checked.signature, dev, checked.settings),
+                                         checked.signature, dev, checked.settings, build=True)
+            self._kernels = bind.bind(self.recipe, runtime.load(self.recipe.specs, device))
+        except KernelNotCachedError as e:   # JIT disabled: name the command that builds the plan's kernels
+            jit_hint.raise_with_command(e, getattr(getattr(self, "recipe", None), "specs", ()))
+            raise
         k = self._kernels
         #: The two-class launch (``launch.fused.FusedKernels`` or ``PairKernels``), or None.
         self.fused = None if self.recipe.kind == "single" else k
@@ -249,8 +255,12 @@ class AttentionPlan:
         self._q8_off, n = quant_q.buffer_bytes(self.max_total_q, num_heads_q, head_dim, self.capacity, num_heads_kv)
         self._q8 = torch.empty(n, dtype=torch.uint8, device=self.device) if self.q_quant else None
         #: the loaded q quantisation kernel (``runtime.quant_kernel``; None: torch ops), or None
-        self._q_kernel = runtime.quant_kernel(self.device, dtype, checked.settings.allow_untested_arch) \
-            if self.q_quant else None
+        try:
+            self._q_kernel = runtime.quant_kernel(self.device, dtype, checked.settings.allow_untested_arch) \
+                if self.q_quant else None
+        except KernelNotCachedError as e:
+            jit_hint.raise_with_command(e)
+            raise
         #: int32 scheduler metadata (``kernels.metadata``; the long class's in a two-class plan), sized by
         #: the capacity only, the short class's (None for a single-class plan) and the split-KV
         #: partials (None without split-KV), sized by max_total_q: views of the workspace.

@@ -103,7 +103,16 @@ _ENTRY_FILE_RE = re.compile(r"^(?:\.cubin|\.json|\.lock|\.[A-Za-z0-9_]+\.tmp)$")
 
 
 class KernelNotCachedError(RuntimeError):
-    """JIT is disabled (``KERNELGEN_DISABLE_JIT=1``) and the requested kernel is not in the cache."""
+    """JIT is disabled (``KERNELGEN_DISABLE_JIT=1``) and the requested kernel is not in the cache.
+    ``spec``: that kernel's spec (None when not known); the message's ``kernelgen warmup --arch ARCH ...``
+    is completed into the command that builds it by the public entry points (``front.jit_hint``)."""
+
+    def __init__(self, message: str, spec=None):
+        super().__init__(message)
+        self.spec = spec
+
+    def __reduce__(self):   # (pickles with its spec, e.g. across a process pool)
+        return type(self), (str(self), self.spec)
 
 
 class CacheLockTimeoutError(RuntimeError):
@@ -494,7 +503,7 @@ class KernelCache:
                         f"kernel {spec.name} (key {key}) is not in the kernel cache at {self.root} "
                         f"({reason}) and KERNELGEN_DISABLE_JIT is set; pre-build it with "
                         f"`kernelgen warmup --arch {spec.arch} ...` (with --cache-dir {self.root} "
-                        f"or KERNELGEN_CACHE_DIR pointing here), or unset KERNELGEN_DISABLE_JIT"
+                        f"or KERNELGEN_CACHE_DIR pointing here), or unset KERNELGEN_DISABLE_JIT", spec=spec
                     )
                 if unsafe:
                     _warn_once(self.root, _unsafe_advice(self.root, unsafe), stacklevel=3)  # <- _get <- get <- caller

@@ -294,3 +294,96 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                         for r in spec.ROW_WARPS:
                             out.setdefault(dataclasses.replace(spec, row_warps=r), None)
     return list(out)
+
+
+#: The call-shape flag sets ``warmup_command`` tries, smallest first (a ``kernelgen warmup`` command's
+#: flags and ``warmup_specs``' keywords for them): the phases, query heads per KV head, a paged cache,
+#: calls with ``num_splits=1``, tensor-parallel KV head counts, wide GQA ratios (packed-GQA kernels of
+#: 70B-class models on a few GPUs) and page sizes widen the set in turn.
+_SERVING = dict(phases=("prefill", "chunked", "decode"), gqas=(1, 4, 8), paged=(False, True))
+_SHAPE_TIERS = (
+    ((), {}),
+    (("--phase", "prefill,chunked,decode"), dict(phases=_SERVING["phases"])),
+    (("--phase", "prefill,chunked,decode", "--gqa", "1,4,8"), dict(phases=_SERVING["phases"], gqas=(1, 4, 8))),
+    (("--serving",), _SERVING),
+    (("--serving", "--unsplit"), dict(_SERVING, unsplit=True)),
+    (("--serving", "--unsplit", "--kv-heads", "1,2,8"), dict(_SERVING, unsplit=True, kv_heads=(1, 2, 8))),
+    (("--phase", "prefill,chunked,decode", "--both-paged", "--unsplit", "--kv-heads", "1,2,8", "--gqa",
+      "1,2,4,5,8,16,32,64"),   # (not --serving: it sets the GQA ratios itself)
+     dict(_SERVING, unsplit=True, kv_heads=(1, 2, 8), gqas=(1, 2, 4, 5, 8, 16, 32, 64))),
+    (("--serving", "--unsplit", "--kv-heads", "1,2,8", "--page-size", "1,16,32,64,128"),
+     dict(_SERVING, unsplit=True, kv_heads=(1, 2, 8), page_sizes=(1, 16, 32, 64, 128))),
+)
+
+#: The environment variables that change the dispatcher's choices (``settings.Settings``): a command
+#: found under them builds the kernel only under them, so ``warmup_command`` puts the set ones first.
+_CHOICE_ENV = ("KERNELGEN_SM90_OPTS", "KERNELGEN_SM90_SHORT_ROWS", "KERNELGEN_MIXED_SHORT_CTAS",
+               "KERNELGEN_FP8_FUSED", "KERNELGEN_SM90_PACK_GQA")
+
+
+def warmup_command(spec, settings: Settings | None = None, also=(), budget_s: float | None = 2.0) -> str | None:
+    """A ``kernelgen warmup`` command whose kernels include ``spec`` and every spec of ``also`` (the
+    other kernels of the same call), for a call with ``KERNELGEN_DISABLE_JIT=1`` that raised
+    ``KernelNotCachedError``; or None.
+
+    The spec's own fields give the fixed flags (``--arch``, ``--head-dim``, ``--dtype``, the mask,
+    ``--layout``, ``--paged``, ``--softcap`` / ``--alibi`` / ``--sinks``, ``--kv-dtype``); the call
+    shapes (``_SHAPE_TIERS``) are tried smallest first, each checked against ``warmup_specs`` (the
+    set the command builds), so the command returned does build them.  A sliding window's size is not
+    in the spec: a 4096-token window is tried, then 128 and 4096 (under 255 tokens a window bounds
+    split-KV).  The set ``_CHOICE_ENV`` variables lead the command (``VAR=value kernelgen warmup
+    ...``): the kernels were chosen under them.  None for a user variant's kernels (``--variant FILE``
+    needs the caller's file), for specs no tried set builds, when the search passes ``budget_s``
+    seconds (it runs on an error path; None: no bound), or when the settings do not read (None reads
+    the environment, as the command would)."""
+    import os
+    import time
+
+    start = time.monotonic()
+    base = spec.long if getattr(spec, "kind", "") == "fused" else spec
+    if getattr(base, "variant", None) is not None:
+        return None
+    flags, kw = ["--arch", base.arch], {}
+    hd, hdv = getattr(base, "head_dim", None), getattr(base, "head_dim_v", None)
+    if hd is not None or hdv is not None:
+        hd = hdv if hd is None else hd
+        flags += ["--head-dim", str(hd) if hd == hdv else f"{hd}x{hdv}"]
+        kw["head_dims"] = (hd if hd == hdv else (hd, hdv),)
+    if getattr(base, "dtype", None) in DTYPES:
+        flags += ["--dtype", base.dtype]
+        kw["dtypes"] = (base.dtype,)
+    if getattr(base, "layout", None) is not None:
+        flags += ["--layout", base.layout]
+        kw["layouts"] = (base.layout,)
+    if getattr(base, "paged", False):
+        flags.append("--paged")
+        kw["paged"] = (True,)
+    for name in ("softcap", "alibi", "sinks"):
+        if getattr(base, name, False):
+            flags.append(f"--{name}")
+            kw[name] = True
+    kv = getattr(base, "kv_dtype", "") or ("e4m3" if isinstance(spec, QuantSpec) else "")
+    if kv:
+        flags += ["--kv-dtype", kv]
+        kw["kv_dtypes"] = (kv,)
+    masks = {"causal": [(["--causal"], dict(causals=(True,)))],
+             "none": [(["--no-causal"], dict(causals=(False,)))],
+             "local": [(["--causal", "--window", w], dict(causals=(True,), windows=tuple(map(int, w.split(",")))))
+                       for w in ("4096", "128,4096")]}.get(getattr(base, "mask", None), [([], {})])
+    try:
+        settings = (Settings.from_env() if settings is None else settings).check()
+    except ValueError:
+        return None
+    wanted = {spec, *also}
+    for shape_flags, shape_kw in _SHAPE_TIERS:
+        for mask_flags, mask_kw in masks:
+            if budget_s is not None and time.monotonic() - start > budget_s:
+                return None
+            args = {**kw, **mask_kw, **shape_kw}
+            if wanted <= set(warmup_specs(base.arch, settings=settings, **args)):
+                cmd = flags + mask_flags + list(shape_flags)
+                if ("--serving" in shape_flags or "--both-paged" in shape_flags) and "--paged" in cmd:
+                    cmd.remove("--paged")   # (both cover the paged K/V layout; --both-paged excludes --paged)
+                env = [f"{v}={os.environ[v].strip()}" for v in _CHOICE_ENV if os.environ.get(v, "").strip()]
+                return " ".join(env + ["kernelgen", "warmup"] + cmd)
+    return None

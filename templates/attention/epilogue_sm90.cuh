@@ -2,9 +2,9 @@
 {#- The O store width.  16-byte stores (a 4 x 4 word transpose within the quad) ran 0.93-0.97x the
     time of today's 4-byte ones at d 256 (FP8 Q/K/V and bf16), 0.96-0.99x at gemma2's FP8 d 256 soft-cap,
     and 1.0x at d 64 / d 128 on the H100 (docs/dev/perf-log.md, "Sixty-eighth session"): the default.
-    4 where the wide stores made ptxas spill (NVRTC 13.0): d 256 with a window, 16-bit or with an FP8
-    soft-cap (16-bit causal d 256 spilled a word too until its consumers read the tile index through the
-    shared window, tile_sm90.cuh).  KG_O_STORE (KERNELGEN_DEFINES) overrides it for experiments. #}
+    4 where the wide stores made ptxas spill (NVRTC 13.0): d 256 16-bit with a window or a soft-cap, FP8
+    with both (16-bit causal d 256 spilled a word too until its consumers read the tile index through
+    the shared window, tile_sm90.cuh).  KG_O_STORE (KERNELGEN_DEFINES) overrides it for experiments. #}
 // KG_O_STORE: bytes a thread writes per O store.  4: a quad writes 16 bytes of a row per 8-column
 // slice (each 32-byte sector in two halves).  8: lanes t, t ^ 1 swap one word per two slices (one
 // SHFL), so a quad writes a whole sector per store.  16: a 4 x 4 word transpose within the quad (lanes
@@ -14,7 +14,8 @@
 #ifdef KG_O_STORE
 constexpr int O_STORE = KG_O_STORE;
 #else
-constexpr int O_STORE = {{ 4 if v.head_dim_v == 256 and v.mask == "local" and (v.softcap or not v.get("fp8_mma")) else 16 }};
+constexpr int O_STORE = {{ 4 if v.head_dim_v == 256 and ((not v.get("fp8_mma") and (v.mask == "local" or v.softcap))
+                                                       or (v.get("fp8_mma") and v.softcap and v.mask == "local")) else 16 }};
 #endif
 static_assert(O_STORE == 4 || O_STORE == 8 || O_STORE == 16, "KG_O_STORE: 4, 8 or 16 bytes");
 // Row `row` (the quad's row; valid: whether to write it) of accumulator half h, from this lane (quad
