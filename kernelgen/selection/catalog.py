@@ -321,7 +321,12 @@ _CHOICE_ENV = ("KERNELGEN_SM90_OPTS", "KERNELGEN_SM90_SHORT_ROWS", "KERNELGEN_MI
                "KERNELGEN_FP8_FUSED", "KERNELGEN_SM90_PACK_GQA")
 
 
-def warmup_command(spec, settings: Settings | None = None, also=(), budget_s: float | None = 2.0) -> str | None:
+#: ``warmup_command``'s default bound on its search, in seconds (None: no bound; the tests set None so
+#: that no result depends on the machine's speed).
+WARMUP_COMMAND_BUDGET_S: float | None = 2.0
+
+
+def warmup_command(spec, settings: Settings | None = None, also=(), budget_s="default") -> str | None:
     """A ``kernelgen warmup`` command whose kernels include ``spec`` and every spec of ``also`` (the
     other kernels of the same call), for a call with ``KERNELGEN_DISABLE_JIT=1`` that raised
     ``KernelNotCachedError``; or None.
@@ -333,13 +338,14 @@ def warmup_command(spec, settings: Settings | None = None, also=(), budget_s: fl
     in the spec: a 4096-token window is tried, then 128 and 4096 (under 255 tokens a window bounds
     split-KV).  The set ``_CHOICE_ENV`` variables lead the command (``VAR=value kernelgen warmup
     ...``): the kernels were chosen under them.  None for a user variant's kernels (``--variant FILE``
-    needs the caller's file), for specs no tried set builds, when the search passes ``budget_s``
-    seconds (it runs on an error path; None: no bound), or when the settings do not read (None reads
+    needs the caller's file), for specs no tried set builds, when the search reaches ``budget_s``
+    seconds (it runs on an error path; default ``WARMUP_COMMAND_BUDGET_S``, None: no bound), or when the settings do not read (None reads
     the environment, as the command would)."""
     import os
     import time
 
     start = time.monotonic()
+    budget_s = WARMUP_COMMAND_BUDGET_S if budget_s == "default" else budget_s
     base = spec.long if getattr(spec, "kind", "") == "fused" else spec
     if getattr(base, "variant", None) is not None:
         return None
@@ -377,7 +383,7 @@ def warmup_command(spec, settings: Settings | None = None, also=(), budget_s: fl
     wanted = {spec, *also}
     for shape_flags, shape_kw in _SHAPE_TIERS:
         for mask_flags, mask_kw in masks:
-            if budget_s is not None and time.monotonic() - start > budget_s:
+            if budget_s is not None and time.monotonic() - start >= budget_s:
                 return None
             args = {**kw, **mask_kw, **shape_kw}
             if wanted <= set(warmup_specs(base.arch, settings=settings, **args)):

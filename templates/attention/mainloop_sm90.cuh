@@ -124,7 +124,7 @@ __device__ __forceinline__ int take_tile(const volatile int* s_tile, int slot, i
   return __shfl_sync(0xffffffffu, t, 0);
 }
 
-{% if "t" in v.sm90_opts or (not v.get("kv_dtype") and v.head_dim_v == 256 and v.mask == "causal") %}
+{% if "t" in v.sm90_opts or tile_s %}
 // take_tile through a shared-space address (option "t": no generic pointer live in the producer;
 // the consumers of 16-bit causal d 256: tile_sm90.cuh's tile_s, the same condition)
 __device__ __forceinline__ int take_tile_s(u32 sb, int slot, int lane) {

@@ -3,12 +3,7 @@
 // every consumer warp walks the same tiles and the same K/V pipeline positions as the producer.
 __device__ __forceinline__ void consumer_loop(const AttnParams& p, int* md, int cap4, int total, u32 sb,
                                               const volatile int* s_tile, int cw, int lane) {
-{#- 16-bit causal d 256: the tile index through the shared window (take_tile_s) instead of s_tile, a
-    generic pointer live through the loop: with the 16-byte O stores it made ptxas save a word across the
-    consumers' register grow (NVRTC 13.0); elsewhere the shared-window read added spills (FP8 d 128 / d 256,
-    16-bit d 256 with a window: docs/dev/perf-log.md, "Sixty-eighth session").  (mainloop_sm90.cuh
-    defines take_tile_s under the same condition.) #}
-{% set tile_s = not v.get("kv_dtype") and v.head_dim_v == 256 and v.mask == "causal" %}
+{#- tile_s: variant_sm90.cuh #}
   const int qpk = p.num_heads_q / p.num_heads_kv;
   {% if v.pack_gqa %}
   const unsigned qm = qpk_magic(qpk);

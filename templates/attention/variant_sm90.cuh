@@ -208,6 +208,12 @@ __device__ __forceinline__ void init_barriers(u32 sb) {
 {% if v.get("fp8_mma") %}
 {% include "common/fp8_mma.cuh" %}
 {% endif %}
+{#- 16-bit causal d 256: the consumers take the tile index through the shared window (take_tile_s,
+    mainloop_sm90.cuh; tile_sm90.cuh) instead of s_tile, a generic pointer live through their loop: with
+    the 16-byte O stores it made ptxas save a word across the consumers' register grow (NVRTC 13.0);
+    elsewhere the shared-window read added spills (FP8 d 128 / d 256, 16-bit d 256 with a window:
+    docs/dev/perf-log.md, "Sixty-eighth session"). #}
+{% set tile_s = not v.get("kv_dtype") and v.head_dim_v == 256 and v.mask == "causal" %}
 {% include "attention/mainloop_sm90.cuh" %}
 {% include "attention/epilogue_sm90.cuh" %}
 {% include "attention/tile_sm90.cuh" %}
