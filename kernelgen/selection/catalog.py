@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import operator
+import os
+import time
 
 from ..kernels.spec import DTYPES, HEAD_DIMS, LAYOUTS, MAX_WINDOW, QuantSpec
 from . import heuristics
@@ -339,11 +341,8 @@ def warmup_command(spec, settings: Settings | None = None, also=(), budget_s="de
     split-KV).  The set ``_CHOICE_ENV`` variables lead the command (``VAR=value kernelgen warmup
     ...``): the kernels were chosen under them.  None for a user variant's kernels (``--variant FILE``
     needs the caller's file), for specs no tried set builds, when the search reaches ``budget_s``
-    seconds (it runs on an error path; default ``WARMUP_COMMAND_BUDGET_S``, None: no bound), or when the settings do not read (None reads
-    the environment, as the command would)."""
-    import os
-    import time
-
+    seconds (it runs on an error path; default ``WARMUP_COMMAND_BUDGET_S``, None: no bound), or when
+    the settings do not read (None reads the environment, as the command would)."""
     start = time.monotonic()
     budget_s = WARMUP_COMMAND_BUDGET_S if budget_s == "default" else budget_s
     base = spec.long if getattr(spec, "kind", "") == "fused" else spec
