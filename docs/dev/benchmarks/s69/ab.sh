@@ -4,7 +4,8 @@
 # templates/attention/mainloop_sm90.cuh, off for these kernels since it spilled: with it Q's descriptors stay
 # in uniform registers, no R2UR and no LDL.64 of them in the key-block loop, 810 against 833 loop instructions,
 # but 6 LDL + 4 STL of the softmax state instead, non-causal; causal 15 LDL + 12 STL) against today's
-# (interleaved graph replays, tile_ab templates=, FA3 FP8 beside, 3 passes), 4 x 4k non-causal and 1 x 16k causal.
+# (interleaved graph replays, tile_ab templates=, FA3 FP8 beside, 3 passes), 4 x 4k non-causal and 1 x 16k causal;
+# causal also with option "m" (the mask split: 2 LDL, 0 STL a key block with the uniform index, CPU).
 set -u
 W=$OUT/w; mkdir -p $W
 L=${L:-200}
@@ -16,14 +17,14 @@ TU=/tmp/t_u; rm -rf $TU; cp -r templates $TU
 sed -i 's/or (v.get("fp8_mma") and v.softcap and maxd > 128)/or (v.get("fp8_mma") and v.softcap and maxd > 128 and false)/' $TU/attention/mainloop_sm90.cuh
 grep -c "and false" $TU/attention/mainloop_sm90.cuh >> $W/rc.txt
 left() { echo $(( L - 5 - SECONDS )); }
-ab() {  # name, shape, cap
-  local cap=${3:-80} t; t=$(left); [ $t -gt $cap ] && t=$cap
+ab() {  # name, shape, extra configs, cap
+  local cap=${4:-80} t; t=$(left); [ $t -gt $cap ] && t=$cap
   [ $t -gt 30 ] || { echo "$1 skipped at $SECONDS" >> $W/rc.txt; return; }
   timeout $t python3 benchmarks/experiments/tile_ab.py --passes 3 --softcap 50 --shapes $2 \
-    --configs base=fp8q:256:128:128:2:p,u=fp8q:256:128:128:2:p::$TU,fa3=fa3fp8 > $W/$1.log 2>&1; echo "$1 rc $? at $SECONDS" >> $W/rc.txt
+    --configs base=fp8q:256:128:128:2:p,u=fp8q:256:128:128:2:p::$TU$3,fa3=fa3fp8 > $W/$1.log 2>&1; echo "$1 rc $? at $SECONDS" >> $W/rc.txt
 }
-ab gemma2_nc gemma2nc=4:4096:16:8:256:0
-ab gemma2_c gemma2c=1:16384:16:8:256:1
+ab gemma2_nc gemma2nc=4:4096:16:8:256:0 ""
+ab gemma2_c gemma2c=1:16384:16:8:256:1 ",um=fp8q:256:128:128:2:mp::$TU" 100
 cat $W/gpu.txt $W/rc.txt
 for n in gemma2_nc gemma2_c; do [ -f $W/$n.log ] && { echo "$n:"; tail -4 $W/$n.log; }; done
 cd $OUT && tar -czf w.tgz w
