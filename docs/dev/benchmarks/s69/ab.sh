@@ -13,15 +13,23 @@ export PYTHONPATH=$PWD KERNELGEN_CACHE_DIR=$PWD/cache
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader > $W/gpu.txt
 timeout 60 python3 tools/peer_wheels.py install --dir .peers > $W/peers.log 2>&1; echo "peers rc $? at $SECONDS" >> $W/rc.txt
 export PYTHONPATH="$PYTHONPATH:$(tail -n 1 $W/peers.log)"
-TU=/tmp/t_u; rm -rf $TU; cp -r templates $TU
-sed -i 's/or (v.get("fp8_mma") and v.softcap and maxd > 128)/or (v.get("fp8_mma") and v.softcap and maxd > 128 and false)/' $TU/attention/mainloop_sm90.cuh
-grep -c "and false" $TU/attention/mainloop_sm90.cuh >> $W/rc.txt
+# T0: the sixty-eighth session's rule (no soft-capped FP8 tensor-core kernel above d 128 uniform), TU: all of them
+# uniform, whatever the checkout's templates say
+T0=/tmp/t_0; TU=/tmp/t_u; rm -rf $T0 $TU; cp -r templates $T0; cp -r templates $TU
+python3 - $T0 $TU <<'PY'
+import re, sys
+for d, rep in zip(sys.argv[1:], ("maxd > 128)", "maxd > 128 and false)")):
+    f = d + "/attention/mainloop_sm90.cuh"; s = open(f).read()
+    s2 = re.sub(r'(v.get\("fp8_mma"\) and v.softcap and )maxd > 128[^)]*\)', lambda m: m.group(1) + rep, s, count=1)
+    assert s2 != s or rep == "maxd > 128)", f; open(f, "w").write(s2)
+PY
+grep -h 'v.softcap and maxd' $T0/attention/mainloop_sm90.cuh $TU/attention/mainloop_sm90.cuh | cut -c1-160 >> $W/rc.txt
 left() { echo $(( L - 5 - SECONDS )); }
 ab() {  # name, shape, extra configs, cap
   local cap=${4:-80} t; t=$(left); [ $t -gt $cap ] && t=$cap
   [ $t -gt 30 ] || { echo "$1 skipped at $SECONDS" >> $W/rc.txt; return; }
   timeout $t python3 benchmarks/experiments/tile_ab.py --passes 3 --softcap 50 --shapes $2 \
-    --configs base=fp8q:256:128:128:2:p,u=fp8q:256:128:128:2:p::$TU$3,fa3=fa3fp8 > $W/$1.log 2>&1; echo "$1 rc $? at $SECONDS" >> $W/rc.txt
+    --configs base=fp8q:256:128:128:2:p::$T0,u=fp8q:256:128:128:2:p::$TU$3,fa3=fa3fp8 > $W/$1.log 2>&1; echo "$1 rc $? at $SECONDS" >> $W/rc.txt
 }
 ab gemma2_nc gemma2nc=4:4096:16:8:256:0 ""
 ab gemma2_c gemma2c=1:16384:16:8:256:1 ",um=fp8q:256:128:128:2:mp::$TU" 100
