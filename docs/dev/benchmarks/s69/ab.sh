@@ -37,6 +37,9 @@ ab gemma2_c gemma2c=1:16384:16:8:256:1 ",um=fp8q:256:128:128:2:mp::$TU" 100
 # instructions a key block against 734; the fifty-second session dropped it above d 128 for 44-68 bytes)
 t=$(left); [ $t -gt 80 ] && t=80; [ $t -gt 30 ] && { timeout $t python3 benchmarks/experiments/tile_ab.py --passes 3 --shapes h256=2:4096:16:16:256:1 \
   --configs base=fp8q:256:128:128:2:p,m=fp8q:256:128:128:2:mp,fa3=fa3fp8 > $W/fp8_h256.log 2>&1; echo "fp8_h256 rc $? at $SECONDS" >> $W/rc.txt; }
+# gpt-oss FP8 d 64 (192 rows): option "m" too
+t=$(left); [ $t -gt 70 ] && t=70; [ $t -gt 30 ] && { timeout $t python3 benchmarks/experiments/tile_ab.py --passes 3 --shapes gptoss=1:16384:64:8:64:1 \
+  --configs base=fp8q:64:192:128:2:p,m=fp8q:64:192:128:2:mp,fa3=fa3fp8 > $W/fp8_d64.log 2>&1; echo "fp8_d64 rc $? at $SECONDS" >> $W/rc.txt; }
 cat $W/gpu.txt $W/rc.txt
-for n in gemma2_nc gemma2_c fp8_h256; do [ -f $W/$n.log ] && { echo "$n:"; tail -4 $W/$n.log; }; done
+for n in gemma2_nc gemma2_c fp8_h256 fp8_d64; do [ -f $W/$n.log ] && { echo "$n:"; tail -4 $W/$n.log; }; done
 cd $OUT && tar -czf w.tgz w

@@ -3,7 +3,7 @@
 # soft-cap GPU test files on the checkout's templates (s68/tests.sh), T s in all (default 570).
 set -u
 T=${T:-570}
-L=300 bash docs/dev/benchmarks/s69/ab.sh
+L=340 bash docs/dev/benchmarks/s69/ab.sh
 mv $OUT/w/rc.txt $OUT/w/rc_ab.txt; mv $OUT/w/gpu.txt $OUT/w/gpu_ab.txt
 T=$(( T - SECONDS )) FILES="tests/gpu/test_fp8_mma_gpu.py tests/gpu/test_fp8_gpu.py tests/gpu/test_softcap_gpu.py tests/gpu/test_sinks_gpu.py tests/gpu/test_mask_split_gpu.py" \
   WARM=120 bash docs/dev/benchmarks/s68/tests.sh
