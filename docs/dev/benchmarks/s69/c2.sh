@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sixty-ninth session (carry [".xd"]): s69/ab.sh (no peers: kernelgen's configurations only), then the FP8 and
-# soft-cap GPU test files on the checkout's templates (s68/tests.sh), T s in all (default 570).
+# soft-cap / mask-split GPU test files on the checkout's templates (s68/tests.sh: the candidate, uniform index
+# on non-causal FP8 soft-cap d 256 and with "m", option "m" on causal FP8 tensor-core calls at d 64 / 256), T s in all (default 570).
 set -u
 T=${T:-570}
 L=340 bash docs/dev/benchmarks/s69/ab.sh
