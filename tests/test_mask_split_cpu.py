@@ -149,3 +149,24 @@ def test_the_dispatcher_adds_it_where_a_mufu_function_runs_on_every_logit(monkey
     assert heuristics.with_mask_split("p", True, None, 8, fp8=True) == "p"
     monkeypatch.setattr(heuristics, "SM90_MASK_SPLIT_MUFU", False)
     assert not has_m(softcap=True) and not has_m(variant=SNIPPET)
+
+
+def test_the_fp8_tensor_core_kernels_take_it_on_causal_d256_calls(monkeypatch):
+    """``SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS`` (256): e4m3 q, K and V on the FP8 tensor-core tile at head dim
+    256, causal, contiguous K / V, no soft-cap, take "m" (0.986-1.000x the time, H100, sixty-ninth
+    session; its spills are test_review_fp8q_cpu.py's bound); not with a soft-cap (1.03-1.075x), paged
+    K / V (8 bytes more spilled, unmeasured), a window, without a mask, at head dim 64 (0.99-1.11x) or
+    128, nor on an FP8 cache with a bf16 q (not the tensor-core tile)."""
+    def fp8(d=256, mask="causal", q_dtype="e4m3", **kw):
+        return heuristics.choose("sm_90a", "bf16", d, d, num_heads_q=16, num_heads_kv=8, mask=mask,
+                                 max_seqlen_q=4096, max_seqlen_k=4096, kv_dtype="e4m3", q_dtype=q_dtype,
+                                 mainloop="sm90a", **kw).attention
+    a = fp8()
+    assert a.fp8_mma and a.sm90_opts == "mp" and "_masksplit" in a.name, a.name
+    for kw in ({"softcap": True}, {"paged": True, "page_size": 16}, {"mask": "none"}, {"d": 64}, {"d": 128}):
+        b = fp8(**kw)
+        assert b.fp8_mma and "m" not in b.sm90_opts, (kw, b.name)
+    for kw in ({"q_dtype": ""}, {"mask": "local", "window_span": 256}):
+        assert "m" not in fp8(**kw).sm90_opts, kw
+    monkeypatch.setattr(heuristics, "SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS", ())
+    assert fp8().sm90_opts == "p"

@@ -714,12 +714,14 @@ SM90_MASK_SPLIT_SNIPPET_HEAD_DIMS = (128, 256)
 SM90_MASK_SPLIT_MUFU = True
 
 #: Head dims where the FP8 tensor-core kernels (FP8 q, K and V: ``AttentionSpec.fp8_mma``) take option
-#: "m" on causal calls (``with_mask_split``; with a window it stays off, ``without_mask_split``).  At
-#: head dim 256 the kernels with it spill no more than without (NVRTC 13.0, plain 44 / 64 bytes, both
-#: in the producer), and the soft-capped one, with the consumers' warpgroup index warp-uniform
-#: (attention/mainloop_sm90.cuh: ``uniform_cg``), 64 / 104 bytes against 100 / 168 and no local access
-#: in its unmasked key block (6 LDL.64 and 16 R2UR of Q's descriptors there without "m").
-SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS = (64, 256)
+#: "m" on causal calls without a soft-cap on contiguous K / V (``with_mask_split``; with a window it
+#: stays off, ``without_mask_split``).  At head dim 256 they spill no more with it (NVRTC 13.0: 44 / 64 bytes, in
+#: the producer).  H100, tile_ab, interleaved graph replays, 2 x 4096 causal, 16 / 16 heads, two
+#: processes of three passes (sixty-ninth session): 0.986-1.000x and 0.989-0.994x the time without it.
+#: Measured and left out: gpt-oss's d 64 (192 rows, 1 x 16k) 0.992-1.108x / 1.026-1.071x; gemma2's
+#: soft-capped d 256 (16 / 8 heads, causal 1 x 16k) 1.030-1.075x, and 0.987-1.048x with the consumers'
+#: warpgroup index warp-uniform (``uniform_cg``, attention/mainloop_sm90.cuh).
+SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS = (256,)
 
 
 def mufu_logits(softcap: bool, variant) -> bool:
@@ -729,18 +731,22 @@ def mufu_logits(softcap: bool, variant) -> bool:
 
 
 def with_mask_split(opts: str, softcap: bool, variant, num_warps: int, fp8: bool = False,
-                    head_dim: int = 0, variant_spills: int = 0, fp8_mma: bool = False, mask: str = "") -> str:
+                    head_dim: int = 0, variant_spills: int = 0, fp8_mma: bool = False, mask: str = "",
+                    paged: bool = False) -> str:
     """``opts`` with option "m" where ``SM90_MASK_SPLIT_MUFU`` adds it: a soft-cap, or a transcendental
     user variant on the three-warpgroup tile (``num_warps`` 12: at head dim 64 on two the snippet ran
     1.007x the time with it) or at a head dim of ``SM90_MASK_SPLIT_SNIPPET_HEAD_DIMS`` (two warpgroups,
-    0.919-0.969x at 128, 0.947-0.990x at 256), 16-bit K / V only (``fp8``: an FP8 cache or FP8 q, not measured);
+    0.919-0.969x at 128, 0.947-0.990x at 256), 16-bit K / V only (``fp8``: an FP8 cache or FP8 q; not measured
+    with an FP8 cache, slower on the FP8 tensor-core kernels, ``SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS``);
     ``without_mask_split`` then drops it where the built-in kernels spill.  A user variant's spills are
     known only once built: with ``variant_spills`` (its kernel with "m" or on three warpgroups spilled,
     ``selection.spills``) none is added.  The FP8 tensor-core kernels (``fp8_mma``) take it on causal
-    calls (``mask``) at the head dims of ``SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS``."""
+    calls (``mask``) without a soft-cap, on contiguous K / V (not ``paged``: there it spills 8 bytes more,
+    unmeasured), at the head dims of ``SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS``."""
     if variant is not None and variant_spills:
         return opts
-    if fp8_mma and variant is None and mask == "causal" and head_dim in SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS:
+    if fp8_mma and not softcap and not paged and variant is None and mask == "causal" \
+            and head_dim in SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS:
         return "".join(sorted(set(opts) | {"m"}))
     if SM90_MASK_SPLIT_MUFU and not fp8 and (softcap or (variant is not None and variant.transcendental and (
             num_warps == 12 or head_dim in SM90_MASK_SPLIT_SNIPPET_HEAD_DIMS))):
@@ -757,7 +763,7 @@ def without_mask_split(opts: str, head_dim: int, head_dim_v: int, mask: str, ali
     dims of ``SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS`` (``fp8_mma``)."""
     d = max(head_dim, head_dim_v)
     too_wide = d > SM90_MASK_SPLIT_MAX_HEAD_DIM and not (mufu and not alibi and d in SM90_MASK_SPLIT_MUFU_HEAD_DIMS) \
-        and not (fp8_mma and not alibi and d in SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS)
+        and not (fp8_mma and not mufu and not alibi and d in SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS)
     if "m" in opts and (too_wide or mask == "local" or (alibi and pack and mask == "causal")):
         return opts.replace("m", "")
     return opts
@@ -1079,7 +1085,7 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
                 continue   # the entry takes no split-KV: the call's usual tile (and its own split bound)
             opts = without_tileinfo(opts, head_dim, head_dim_v, layout, mask, paged, hpack, split, kv_dtype)
             opts = without_mask_split(with_mask_split(opts, softcap, variant, t.num_warps, fp8_call,
-                                                      max(head_dim, head_dim_v), variant_spills, mma8, mask),
+                                                      max(head_dim, head_dim_v), variant_spills, mma8, mask, paged),
                                       head_dim, head_dim_v, mask, alibi, hpack, mufu_logits(softcap, variant), mma8)
             opts = with_ex2_fma(opts, max(head_dim, head_dim_v), softcap, variant, mma8)
             attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, pack_gqa=hpack, split=split,

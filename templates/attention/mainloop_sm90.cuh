@@ -589,7 +589,7 @@ softmax_scores(s, row_max, row_sum, corr, {{ "ef" if hoist else "exp_scale(p)" i
     (docs/dev/fa3_d256_bf16_sass.md).  The comments rendered into the kernels are left as they were,
     so that every other kernel's source, cache key and SASS stay the same. #}
 {% set maxd = [v.head_dim, v.head_dim_v] | max %}
-{% set uniform_cg = not ((v.get("kv_dtype") and not v.get("fp8_mma")) or (v.get("fp8_mma") and v.softcap and maxd > 128 and v.mask != "none" and "m" not in v.sm90_opts)
+{% set uniform_cg = not ((v.get("kv_dtype") and not v.get("fp8_mma")) or (v.get("fp8_mma") and v.softcap and maxd > 128)
                          or (not v.get("kv_dtype") and maxd > 128
                              and (v.split or v.get("queue_only") or "p" not in v.sm90_opts or v.layout != "soa"
                                   or v.get("alibi") or v.get("user") or (v.softcap and maxd > 192)))) %}
