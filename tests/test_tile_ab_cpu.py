@@ -158,3 +158,20 @@ def test_a_malformed_pseudo_define_raises_before_anything_is_patched():
             tile_ab.patched("bf16", 64, TileConfig(192, 128, 12, 2, 1), "mp", lambda: None, bad)
         assert (dict(heuristics.SM90_TILES), heuristics.SM90_OPTS, heuristics.SM90_THREE_WG_EXTRAS,
                 heuristics.SM90_MASK_SPLIT_MAX_HEAD_DIM) == before
+
+
+def test_the_letters_are_exact_on_the_fp8_tensor_core_tile_too():
+    """The dispatcher adds option "m" to causal FP8 tensor-core calls at head dim 256
+    (``heuristics.SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS``); a configuration's letters stay exact: "p" builds
+    without it, "mp" with it, and the rule is back afterwards."""
+    from kernelgen.kernels.spec import TileConfig
+    from kernelgen.selection import heuristics
+
+    def opts():
+        return heuristics.choose("sm_90a", "bf16", 256, 256, num_heads_q=16, num_heads_kv=16, mask="causal",
+                                 max_seqlen_q=4096, max_seqlen_k=4096, kv_dtype="e4m3", q_dtype="e4m3",
+                                 mainloop="sm90a").attention.sm90_opts
+    tile = TileConfig(128, 128, 8, 2, 1)
+    assert tile_ab.patched("fp8q", 256, tile, "p", opts) == "p"
+    assert tile_ab.patched("fp8q", 256, tile, "mp", opts) == "mp"
+    assert opts() == "mp" and heuristics.SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS == (256,)
