@@ -168,5 +168,9 @@ def test_the_fp8_tensor_core_kernels_take_it_on_causal_d256_calls(monkeypatch):
         assert b.fp8_mma and "m" not in b.sm90_opts, (kw, b.name)
     for kw in ({"q_dtype": ""}, {"mask": "local", "window_span": 256}):
         assert "m" not in fp8(**kw).sm90_opts, kw
+    # letters given ("mp", KERNELGEN_SM90_OPTS): kept only where the rule adds it, dropped above d 128 elsewhere
+    assert fp8(sm90_opts="mp").sm90_opts == "mp"
+    for kw in ({"paged": True, "page_size": 16}, {"mask": "none"}):
+        assert fp8(sm90_opts="mp", **kw).sm90_opts == "p", kw
     monkeypatch.setattr(heuristics, "SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS", ())
     assert fp8().sm90_opts == "p"

@@ -49,8 +49,8 @@ MAINLOOPS = ("sm80", "sm90a")
 #: the MUFU: head dim 64, FP8), "m" the overlapped loop's key block in a masked and an unmasked copy
 #: chosen once a block (FA3 / FA4 run a masked and an unmasked loop), so no branch separates a
 #: block's soft-cap or score_mod from its row max and exponentials (not in the default letters,
-#: ``heuristics.SM90_OPTS``: the dispatcher adds it to soft-capped and transcendental-snippet kernels,
-#: ``heuristics.with_mask_split``).
+#: ``heuristics.SM90_OPTS``: the dispatcher adds it to soft-capped and transcendental-snippet kernels and
+#: to the FP8 tensor-core kernels of causal calls at head dim 256, ``heuristics.with_mask_split``).
 SM90_OPTS = "eghmprstx"
 _SM90_OPT_NAMES = {"e": "earlytile", "g": "gather", "h": "pvhalves", "m": "masksplit", "p": "pingpong", "r": "lazyrescale",
                    "s": "serial", "t": "tileinfo", "x": "ex2fma"}

@@ -714,8 +714,8 @@ SM90_MASK_SPLIT_SNIPPET_HEAD_DIMS = (128, 256)
 SM90_MASK_SPLIT_MUFU = True
 
 #: Head dims where the FP8 tensor-core kernels (FP8 q, K and V: ``AttentionSpec.fp8_mma``) take option
-#: "m" on causal calls without a soft-cap on contiguous K / V (``with_mask_split``; with a window it
-#: stays off, ``without_mask_split``).  At head dim 256 they spill no more with it (NVRTC 13.0: 44 / 64 bytes, in
+#: "m" on causal calls without a soft-cap on contiguous K / V (``with_mask_split``; ``without_mask_split``
+#: keeps it there, and only there, on those kernels above ``SM90_MASK_SPLIT_MAX_HEAD_DIM``).  At head dim 256 they spill no more with it (NVRTC 13.0: 44 / 64 bytes, in
 #: the producer).  H100, tile_ab, interleaved graph replays, 2 x 4096 causal, 16 / 16 heads, two
 #: processes of three passes (sixty-ninth session): 0.986-1.000x and 0.989-0.994x the time without it.
 #: Measured and left out: gpt-oss's d 64 (192 rows, 1 x 16k) 0.992-1.108x / 1.026-1.071x; gemma2's
@@ -755,15 +755,16 @@ def with_mask_split(opts: str, softcap: bool, variant, num_warps: int, fp8: bool
 
 
 def without_mask_split(opts: str, head_dim: int, head_dim_v: int, mask: str, alibi: bool = False,
-                       pack: bool = False, mufu: bool = False, fp8_mma: bool = False) -> str:
+                       pack: bool = False, mufu: bool = False, fp8_mma: bool = False, paged: bool = False) -> str:
     """``opts`` without "m" above ``SM90_MASK_SPLIT_MAX_HEAD_DIM`` (except at the head dims of
     ``SM90_MASK_SPLIT_MUFU_HEAD_DIMS`` where ``mufu``, ``mufu_logits``, without ALiBi: soft-cap and
     ALiBi at 256 spilled 4-24 bytes), with a sliding window, and for causal built-in ALiBi on packed
-    tiles (56-340 bytes spilled at head dims 64-128, NVRTC 13.0); not at the FP8 tensor-core kernels' head
-    dims of ``SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS`` (``fp8_mma``)."""
+    tiles (56-340 bytes spilled at head dims 64-128, NVRTC 13.0); kept on the FP8 tensor-core kernels
+    (``fp8_mma``) where ``with_mask_split`` gives it to them: causal, contiguous K / V (not ``paged``), the
+    head dims of ``SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS``."""
     d = max(head_dim, head_dim_v)
     too_wide = d > SM90_MASK_SPLIT_MAX_HEAD_DIM and not (mufu and not alibi and d in SM90_MASK_SPLIT_MUFU_HEAD_DIMS) \
-        and not (fp8_mma and not mufu and not alibi and d in SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS)
+        and not (fp8_mma and not alibi and mask == "causal" and not paged and d in SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS)
     if "m" in opts and (too_wide or mask == "local" or (alibi and pack and mask == "causal")):
         return opts.replace("m", "")
     return opts
@@ -1086,7 +1087,8 @@ def choose(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_heads_q
             opts = without_tileinfo(opts, head_dim, head_dim_v, layout, mask, paged, hpack, split, kv_dtype)
             opts = without_mask_split(with_mask_split(opts, softcap, variant, t.num_warps, fp8_call,
                                                       max(head_dim, head_dim_v), variant_spills, mma8, mask, paged),
-                                      head_dim, head_dim_v, mask, alibi, hpack, mufu_logits(softcap, variant), mma8)
+                                      head_dim, head_dim_v, mask, alibi, hpack, mufu_logits(softcap, variant), mma8,
+                                      paged)
             opts = with_ex2_fma(opts, max(head_dim, head_dim_v), softcap, variant, mma8)
             attn = AttentionSpec(arch, dtype, head_dim, head_dim_v, mask, layout, t, pack_gqa=hpack, split=split,
                                  paged=paged, softcap=softcap, mainloop="sm90a", sm90_opts=opts, alibi=alibi,
