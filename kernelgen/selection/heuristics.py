@@ -715,9 +715,10 @@ SM90_MASK_SPLIT_MUFU = True
 
 #: Head dims where the FP8 tensor-core kernels (FP8 q, K and V: ``AttentionSpec.fp8_mma``) take option
 #: "m" on causal calls without a soft-cap on contiguous K / V (``with_mask_split``; ``without_mask_split``
-#: keeps it there, and only there, on those kernels above ``SM90_MASK_SPLIT_MAX_HEAD_DIM``).  At head dim 256 they spill no more with it (NVRTC 13.0: 44 / 64 bytes, in
-#: the producer).  H100, tile_ab, interleaved graph replays, 2 x 4096 causal, 16 / 16 heads, two
-#: processes of three passes (sixty-ninth session): 0.986-1.000x and 0.989-0.994x the time without it.
+#: keeps it there, and only there, on those kernels above ``SM90_MASK_SPLIT_MAX_HEAD_DIM``).  At head
+#: dim 256 they spill no more with it (NVRTC 13.0: SoA 44 / 64 bytes, AoS 60 / 72, in the producer).
+#: H100, tile_ab, interleaved graph replays, 2 x 4096 causal, 16 / 16 heads, two processes of three
+#: passes (sixty-ninth session): 0.986-1.000x and 0.989-0.994x the time without it.
 #: Measured and left out: gpt-oss's d 64 (192 rows, 1 x 16k) 0.992-1.108x / 1.026-1.071x; gemma2's
 #: soft-capped d 256 (16 / 8 heads, causal 1 x 16k) 1.030-1.075x, and 0.987-1.048x with the consumers'
 #: warpgroup index warp-uniform (``uniform_cg``, attention/mainloop_sm90.cuh).
@@ -737,7 +738,7 @@ def with_mask_split(opts: str, softcap: bool, variant, num_warps: int, fp8: bool
     user variant on the three-warpgroup tile (``num_warps`` 12: at head dim 64 on two the snippet ran
     1.007x the time with it) or at a head dim of ``SM90_MASK_SPLIT_SNIPPET_HEAD_DIMS`` (two warpgroups,
     0.919-0.969x at 128, 0.947-0.990x at 256), 16-bit K / V only (``fp8``: an FP8 cache or FP8 q; not measured
-    with an FP8 cache, slower on the FP8 tensor-core kernels, ``SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS``);
+    with an FP8 cache, slower on the soft-capped FP8 tensor-core kernels: ``SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS``);
     ``without_mask_split`` then drops it where the built-in kernels spill.  A user variant's spills are
     known only once built: with ``variant_spills`` (its kernel with "m" or on three warpgroups spilled,
     ``selection.spills``) none is added.  The FP8 tensor-core kernels (``fp8_mma``) take it on causal
