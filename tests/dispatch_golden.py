@@ -13,6 +13,10 @@ cc 8.0, 108 SMs, 40 MiB L2), and records what would reach the driver:
 - the workspace sizes, and the plan's scheduler configuration;
 - or the error a case raises (type and message).
 
+FP8 calls (an e4m3 cache with a bf16 q, and e4m3 q, K and V: ``FP8_AXES``) are cases of their own, with
+an ``fp8`` key the others lack; their kernels' own parameter fields (the descales) are named like the
+base ones.
+
 The fake loader gives each kernel a persistent grid of (the harness's CTAs per SM) x (the
 described device's SMs).  ``warmup_specs`` of a few argument sets is recorded as well.
 
@@ -113,6 +117,11 @@ AXES = {
     "switches": [(False, False)],
 }
 SCENARIOS = ["prefill", "decode", "spec_decode", "chunked", "mixed", "long_decode"]
+#: FP8 calls (an ``fp8`` key that the other cases lack, so their keys stay as they were): "kv" an e4m3
+#: cache with a bf16 q, "qkv" e4m3 q, K and V (the Hopper FP8 tensor-core kernels), per-(request, KV
+#: head) descales, bf16 out.
+FP8_AXES = {"dims": [(64, 64), (256, 256)], "softcap": [30.0], "mask": ["none", "window_left"],
+            "heads": [(64, 8)], "num_splits": [3]}
 
 
 def _apply(case: dict, axis: str, value) -> dict:
@@ -148,6 +157,14 @@ def call_cases() -> list:
             if rng.random() < 0.45:
                 c = _apply(c, axis, rng.choice(values))
         cases.append(c)
+    for scenario, paged, fp8 in itertools.product(("prefill", "chunked", "decode", "mixed"), (False, True),
+                                                  ("kv", "qkv")):
+        base = dict(BASE, scenario=scenario, paged=paged, hq=32, hkv=8, fp8=fp8)
+        cases.append(base)
+        if scenario == "prefill" and not paged:
+            for axis, values in FP8_AXES.items():
+                for value in values:
+                    cases.append(_apply(base, axis, value))
     out, seen = [], set()
     for c in cases:
         k = json.dumps(c, sort_keys=True)
@@ -200,6 +217,14 @@ def _inputs(c, rng):
         t["cu_k"] = torch.tensor([0, *itertools.accumulate(klens)], dtype=torch.int32)
         t["page_table"] = t["seqused_k"] = None
     t["out"] = torch.empty(tq, c["hq"], c["dv"], dtype=dt)
+    if c.get("fp8"):   # e4m3 K / V (and q), descales per (request, KV head)
+        e4m3 = torch.float8_e4m3fn
+        t["k"], t["v"] = t["k"].to(e4m3), t["v"].to(e4m3)
+        t["k_descale"] = torch.ones(len(qlens), c["hkv"], dtype=torch.float32)
+        t["v_descale"] = torch.ones(len(qlens), c["hkv"], dtype=torch.float32)
+        if c["fp8"] == "qkv":
+            t["q"] = q.to(e4m3)
+            t["q_descale"] = torch.ones(len(qlens), c["hkv"], dtype=torch.float32)
     return t, qlens, klens
 
 
@@ -238,16 +263,18 @@ def _fields(kind: str, fields, tensors, ws):
     if isinstance(fields, dict) and kind not in POINTERS:  # fused: {"long": {...}, "short": {...}, ...}
         return {k: _fields("attention", v, tensors, ws) if isinstance(v, dict) else v for k, v in fields.items()}
     ptrs = POINTERS[kind]
+    if kind == "attention":   # the base fields' pointers and any the kind's own struct adds (the FP8 descales)
+        ptrs = ptrs | {k for k in fields if k.endswith("_descale")}
     return {k: (_name_pointer(v, tensors, ws) if k in ptrs else v) for k, v in fields.items()}
 
 
 def _launches(rec, tensors, ws, paged: bool) -> list:
     out = []
     for x in rec.launches:
-        kind = {"attention_sm90": "attention"}.get(x.kind, x.kind)
+        kind = "attention" if x.kind.startswith("attention") else x.kind   # (also the FP8 kinds: _fp8, _fp8mma)
         r = {"kind": x.kind, "grid": list(x.grid), "block": list(x.block), "smem": x.smem,
              "fields": _fields(kind, x.fields(), tensors, ws)}
-        if x.kind in ("attention_sm90", "fused_sm90"):
+        if x.kind.startswith("attention_sm90") or x.kind == "fused_sm90":
             r["maps"] = [[_name_pointer(m[0], tensors, ws), list(m[1]), list(m[2]), list(m[3])]
                          for m in x.maps(4 if paged else 3)]
         out.append(r)
@@ -268,6 +295,9 @@ def run_call(c: dict) -> dict:
                   softcap=c["softcap"], num_splits=c["num_splits"], pack_gqa=c["pack_gqa"], return_lse=c["lse"],
                   out=t["out"], metadata_layout=c["layout"], sort=c["sort"], head_swizzle=c["swizzle"],
                   short_query_tokens=c["sqt"], arch=c["arch"])
+        if c.get("fp8"):
+            kw.update(k_descale=t["k_descale"], v_descale=t["v_descale"], q_descale=t.get("q_descale"),
+                      out_dtype=DTYPES[c["dtype"]])
         args = (t["q"], t["k"], t["v"], t["cu_q"], t["cu_k"], max(qlens), max(klens))
         try:
             res = kernelgen.varlen_attention(*args, **kw)

@@ -41,6 +41,11 @@ def test_the_golden_file_covers_the_case_list():
     assert {("scheduler", "attention", "combine"), ("scheduler", "attention_sm90"),
             ("scheduler", "scheduler", "fused_sm90", "combine"), ("scheduler", "scheduler", "fused", "combine"),
             ("scheduler", "scheduler", "attention_sm90", "attention", "combine")} <= kinds
+    # FP8: an e4m3 cache on the Hopper kernel and on the decode tiles, e4m3 q, K and V on the tensor-core one
+    assert {("scheduler", "attention_sm90_fp8"), ("scheduler", "attention_fp8", "combine"),
+            ("scheduler", "attention_sm90_fp8mma"), ("scheduler", "attention_sm90_fp8mma", "combine")} <= kinds
+    names = {s["name"] for r in GOLDEN["calls"].values() for s in r.get("specs", ())}
+    assert any("_masksplit_" in n and "_fp8mma_" in n for n in names)   # heuristics.SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS
     assert all(r["repeat_same"] for r in GOLDEN["calls"].values() if "launches" in r)
 
 
