@@ -1430,6 +1430,46 @@ def test_flash_attn_func_and_get_scheduler_metadata(cpu_kernels):
     assert torch.equal(o3, compat.flash_attn_func(q, k, v, causal=True))
 
 
+def test_flash_attn_qkvpacked_func(cpu_kernels):
+    """FA3's flash_attn_qkvpacked_func: its signature; (batch, seqlen, 3, heads, d) and, with num_heads_q,
+    (batch, seqlen, hq + 2 hkv, d) give exactly flash_attn_func on the unpacked q, k and v (views of
+    qkv, no copy: the kernels take strides), lse included; bad shapes and head counts raise."""
+    import inspect
+
+    assert "flash_attn_qkvpacked_func" in compat.__all__
+    p = inspect.signature(compat.flash_attn_qkvpacked_func).parameters
+    assert list(p) == ["qkv", "softmax_scale", "causal", "q_descale", "k_descale", "v_descale", "window_size",
+                       "attention_chunk", "softcap", "deterministic", "num_heads_q", "sm_margin", "return_attn_probs"]
+    torch.manual_seed(5)
+    b, s, h, d = 2, 7, 4, 64
+    qkv = torch.randn(b, s, 3, h, d).to(BF16)
+    for causal in (False, True):
+        o, lse = compat.flash_attn_qkvpacked_func(qkv, causal=causal, softcap=5.0, return_attn_probs=True)
+        o2, lse2 = compat.flash_attn_func(qkv[:, :, 0].contiguous(), qkv[:, :, 1].contiguous(),
+                                          qkv[:, :, 2].contiguous(), causal=causal, softcap=5.0,
+                                          return_attn_probs=True)
+        assert o.shape == (b, s, h, d) and torch.equal(o, o2) and torch.equal(lse, lse2)
+    hq, hkv = 6, 2
+    packed_gqa = torch.randn(b, s, hq + 2 * hkv, d).to(BF16)
+    o = compat.flash_attn_qkvpacked_func(packed_gqa, causal=True, num_heads_q=hq)
+    q, k, v = packed_gqa[:, :, :hq], packed_gqa[:, :, hq:hq + hkv], packed_gqa[:, :, hq + hkv:]
+    assert o.shape == (b, s, hq, d)
+    assert torch.equal(o, compat.flash_attn_func(q.contiguous(), k.contiguous(), v.contiguous(), causal=True))
+    with pytest.raises(ValueError, match=r"^flash_attn_qkvpacked_func: qkv must have shape \(batch, seqlen, 3"):
+        compat.flash_attn_qkvpacked_func(packed_gqa)
+    with pytest.raises(ValueError, match=r"^flash_attn_qkvpacked_func: with num_heads_q, qkv must have shape"):
+        compat.flash_attn_qkvpacked_func(qkv, num_heads_q=4)
+    for bad in (9, 7, 0):   # leaves 1, 3 (odd) or all 10 heads: 10 - 9, 10 - 7, and no query head
+        with pytest.raises(ValueError, match=r"^flash_attn_qkvpacked_func: num_heads_q="):
+            compat.flash_attn_qkvpacked_func(packed_gqa, num_heads_q=bad)
+    with pytest.raises(TypeError, match="num_heads_q must be an int"):
+        compat.flash_attn_qkvpacked_func(packed_gqa, num_heads_q=6.0)
+    with pytest.raises(TypeError, match="qkv must be a torch.Tensor"):
+        compat.flash_attn_qkvpacked_func([1, 2])
+    with pytest.raises(NotImplementedError, match="attention_chunk"):
+        compat.flash_attn_qkvpacked_func(qkv, attention_chunk=8)
+
+
 # ----------------------------------------------------------------------------- docs
 def test_build_docs(tmp_path):
     r = subprocess.run([sys.executable, str(REPO / "tools" / "build_docs.py"), "--out", str(tmp_path)],

@@ -66,7 +66,8 @@ from ..kernels.spec import MAX_WINDOW
 from ..selection import validation
 from . import ops
 
-__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "get_scheduler_metadata"]
+__all__ = ["flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func", "flash_attn_with_kvcache",
+           "get_scheduler_metadata"]
 
 _INT32_MAX = 2 ** 31 - 1
 #: FA3's largest num_splits (hopper/flash_api.cpp refuses more)
@@ -641,6 +642,56 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
                                    softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                                    attention_chunk=attention_chunk, softcap=softcap, num_splits=num_splits,
                                    pack_gqa=pack_gqa, sm_margin=sm_margin, return_softmax_lse=return_attn_probs)
+
+
+def flash_attn_qkvpacked_func(qkv, softmax_scale=None, causal=False, q_descale=None, k_descale=None, v_descale=None,
+                              window_size=(-1, -1), attention_chunk=0, softcap=0.0, deterministic=False,
+                              num_heads_q=None, sm_margin=0, return_attn_probs=False):
+    """FlashAttention-3's ``flash_attn_qkvpacked_func`` (``hopper/flash_attn_interface.py``; its argument
+    names, order and defaults) on kernelgen's kernels: self-attention over a batch of equal-length
+    sequences whose q, k and v are one tensor, forward only.  q, k and v are views of ``qkv`` (the
+    kernels take their strides; nothing is copied), then ``flash_attn_func``.
+
+    Args:
+        qkv: (batch, seqlen, 3, num_heads, head_dim), or with ``num_heads_q`` (batch, seqlen,
+            num_heads_q + 2 * num_heads_kv, head_dim): the query heads, then the key heads, then the
+            value heads (GQA / MQA); dtypes as ``flash_attn_func``'s q, k and v.
+        num_heads_q: the query heads of the second form (None: the first form).
+        the others: as ``flash_attn_func`` (``deterministic`` is accepted and ignored).
+
+    Returns:
+        out (batch, seqlen, num_heads_q, head_dim); with ``return_attn_probs`` (out, softmax_lse),
+        softmax_lse float32 (batch, num_heads_q, seqlen), natural log.
+
+    Raises:
+        TypeError: ``qkv`` not a tensor, ``num_heads_q`` not an int.
+        ValueError: ``qkv`` not of either shape, or ``num_heads_q`` leaving no or an odd number of
+            key / value heads; then what ``flash_attn_func`` raises.
+        NotImplementedError: ``attention_chunk`` or ``sm_margin`` set.
+    """
+    if not isinstance(qkv, torch.Tensor):
+        raise TypeError(f"flash_attn_qkvpacked_func: qkv must be a torch.Tensor, got {type(qkv).__name__}")
+    if num_heads_q is None:
+        if qkv.dim() != 5 or qkv.shape[2] != 3:
+            raise ValueError("flash_attn_qkvpacked_func: qkv must have shape (batch, seqlen, 3, num_heads, head_dim) "
+                             f"(or pass num_heads_q for (batch, seqlen, num_heads_q + 2 * num_heads_kv, head_dim)), "
+                             f"got {tuple(qkv.shape)}")
+        q, k, v = qkv.unbind(dim=2)
+    else:
+        if not _is_int(num_heads_q):
+            raise TypeError(f"flash_attn_qkvpacked_func: num_heads_q must be an int, got {type(num_heads_q).__name__}")
+        if qkv.dim() != 4:
+            raise ValueError("flash_attn_qkvpacked_func: with num_heads_q, qkv must have shape (batch, seqlen, "
+                             f"num_heads_q + 2 * num_heads_kv, head_dim), got {tuple(qkv.shape)}")
+        kv2 = qkv.shape[2] - int(num_heads_q)
+        if num_heads_q < 1 or kv2 < 2 or kv2 % 2:
+            raise ValueError(f"flash_attn_qkvpacked_func: num_heads_q={num_heads_q} leaves {kv2} of qkv's "
+                             f"{qkv.shape[2]} heads for k and v (a positive even number needed)")
+        q, k, v = qkv.split([int(num_heads_q), kv2 // 2, kv2 // 2], dim=2)
+    return flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal, q_descale=q_descale,
+                           k_descale=k_descale, v_descale=v_descale, window_size=window_size,
+                           attention_chunk=attention_chunk, softcap=softcap, deterministic=deterministic,
+                           sm_margin=sm_margin, return_attn_probs=return_attn_probs)
 
 
 def get_scheduler_metadata(*args, **kwargs):
