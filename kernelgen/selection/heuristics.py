@@ -725,6 +725,12 @@ SM90_MASK_SPLIT_MUFU = True
 SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS = (256,)
 
 
+def fp8_mma_mask_split(fp8_mma: bool, mask: str, paged: bool, head_dim: int) -> bool:
+    """Whether an FP8 tensor-core kernel takes option "m" (``SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS``): causal,
+    contiguous K / V, one of those head dims (the callers add: no soft-cap, no ALiBi, no user variant)."""
+    return fp8_mma and mask == "causal" and not paged and head_dim in SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS
+
+
 def mufu_logits(softcap: bool, variant) -> bool:
     """True where every logit passes through a MUFU function besides the exponential: the built-in
     soft-cap, or a user variant whose snippet calls one (``VariantCode.transcendental``)."""
@@ -746,8 +752,7 @@ def with_mask_split(opts: str, softcap: bool, variant, num_warps: int, fp8: bool
     unmeasured), at the head dims of ``SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS``."""
     if variant is not None and variant_spills:
         return opts
-    if fp8_mma and not softcap and not paged and variant is None and mask == "causal" \
-            and head_dim in SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS:
+    if not softcap and variant is None and fp8_mma_mask_split(fp8_mma, mask, paged, head_dim):
         return "".join(sorted(set(opts) | {"m"}))
     if SM90_MASK_SPLIT_MUFU and not fp8 and (softcap or (variant is not None and variant.transcendental and (
             num_warps == 12 or head_dim in SM90_MASK_SPLIT_SNIPPET_HEAD_DIMS))):
@@ -765,7 +770,7 @@ def without_mask_split(opts: str, head_dim: int, head_dim_v: int, mask: str, ali
     head dims of ``SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS``."""
     d = max(head_dim, head_dim_v)
     too_wide = d > SM90_MASK_SPLIT_MAX_HEAD_DIM and not (mufu and not alibi and d in SM90_MASK_SPLIT_MUFU_HEAD_DIMS) \
-        and not (fp8_mma and not alibi and mask == "causal" and not paged and d in SM90_MASK_SPLIT_FP8_MMA_HEAD_DIMS)
+        and not (not alibi and fp8_mma_mask_split(fp8_mma, mask, paged, d))
     if "m" in opts and (too_wide or mask == "local" or (alibi and pack and mask == "causal")):
         return opts.replace("m", "")
     return opts
