@@ -1310,6 +1310,11 @@ def sm90_mixed_short_ctas(num_sms: int, override: int | None = None) -> int:
 #: blocks in flight) beat the standalone decode kernel's two stages there.
 SM90_FUSED_SHORT_STAGES = 2
 
+#: K/V pipeline stages of the FP8-cache decode tile (the 16-row FP8_REGS tile) in the Hopper fused
+#: kernel.  Its slices are 4 KB a stage at head dim 128 (one byte an element, no 16-bit tile), so
+#: deeper rings keep all 12 warps of a short-first CTA where the 16-bit tile's could not.
+SM90_FUSED_SHORT_STAGES_FP8 = 2
+
 #: Query rows of the decode tile in the Hopper fused kernel: 8 takes the keys-as-rows tile
 #: (``TileConfig.keys_as_rows``, templates/attention/tile_kt_sm80.cuh: keys as the MMA's M, the
 #: tile's rows as its N; half the MMAs, exponentials and O rescaling of the 16-row tile, which at
@@ -1338,8 +1343,9 @@ def choose_fused_hopper(arch: str, dtype: str, head_dim: int, head_dim_v: int, *
     (``SM90_FUSED_SHORT_STAGES``) and, for 16 rows, ``short_block_n`` keys a block.
 
     ``kv_dtype``: an FP8 cache: the long variant is ``choose_pair``'s FP8 one (producer warps 1-3
-    converting its landing stages) and the short one the standalone FP8 decode tile (16 rows, 16
-    keys, K/V converted in registers: the short-tile arguments do not apply).  ``max_num_splits``: a
+    converting its landing stages) and the standalone FP8 decode tile (16 rows, 16 keys, K/V converted
+    in registers) with ``short_stages`` stages (``SM90_FUSED_SHORT_STAGES_FP8``; ``short_block_n`` and
+    ``short_rows`` do not apply).  ``max_num_splits``: a
     cap on the short class's automatic split bound (as ``choose_fused``)."""
     pv = choose_pair(arch, dtype, head_dim, head_dim_v, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv,
                      mask=mask, layout=layout, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, paged=paged,
@@ -1348,7 +1354,10 @@ def choose_fused_hopper(arch: str, dtype: str, head_dim: int, head_dim_v: int, *
     if pv is None or head_dim_v > FusedAttentionSpec.SM90_FUSED_MAX_DV:
         return None
     short = pv.short.attention
-    if not kv_dtype:
+    if kv_dtype:
+        st = SM90_FUSED_SHORT_STAGES_FP8 if short_stages is None else int(short_stages)
+        short = dataclasses.replace(short, tile=dataclasses.replace(short.tile, num_stages=st))
+    else:
         st = SM90_FUSED_SHORT_STAGES if short_stages is None else int(short_stages)
         bn = short.tile.block_n if short_block_n is None else int(short_block_n)
         rows = SM90_FUSED_SHORT_ROWS if short_rows is None else int(short_rows)
