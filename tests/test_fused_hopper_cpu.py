@@ -183,6 +183,28 @@ def test_short_tiles_per_cta_and_shared_memory(d, dv, long_smem, short_smem, fir
     assert fv.fused.short_tiles_first >= 1 and fv.fused.short_tiles_after >= 1
 
 
+@pytest.mark.parametrize("d, stages, slice_bytes", [(128, 2, 8192), (128, 4, 16384), (64, 3, 6144)])
+def test_fp8_decode_tile_stages(d, stages, slice_bytes):
+    """The FP8-cache fused kernel's decode tile (the 16-row FP8_REGS tile) takes ``short_stages``
+    (default ``heuristics.SM90_FUSED_SHORT_STAGES_FP8``): FP8 stages only, 16 keys x (d + d) bytes each,
+    so even four stages keep a short-first CTA's 12 warps (16384 x 12 + 1024 fits the 232448 bytes)
+    and the consumers' 8; the 16-bit tile's stages stay ``SM90_FUSED_SHORT_STAGES``."""
+    kw = dict(num_heads_q=HQ, num_heads_kv=HKV, mask="causal", max_seqlen_q=2048, max_seqlen_k=8192, paged=True,
+              page_size=PS)
+    fv = heuristics.choose_fused_hopper("sm_90a", "bf16", d, d, kv_dtype="e4m3", short_stages=stages, **kw)
+    s = fv.fused.short
+    assert s.fp8_in_registers and s.tile.num_stages == stages and s.tile.block_m == 16 and s.tile.block_n == 16
+    assert s.smem_bytes() == slice_bytes == stages * 16 * 2 * d
+    assert (fv.fused.short_tiles_first, fv.fused.short_tiles_after) == (12, 8)
+    dflt = heuristics.choose_fused_hopper("sm_90a", "bf16", d, d, kv_dtype="e4m3", **kw)
+    assert dflt.fused.short.tile.num_stages == heuristics.SM90_FUSED_SHORT_STAGES_FP8
+    assert dflt.fused.short == dataclasses.replace(s, tile=dflt.fused.short.tile)
+    bf = heuristics.choose_fused_hopper("sm_90a", "bf16", d, d, **kw)
+    assert bf.fused.short.tile.num_stages == heuristics.SM90_FUSED_SHORT_STAGES
+    assert heuristics.choose_fused_hopper("sm_90a", "bf16", d, d, short_stages=stages, **kw).fused.short.tile \
+        .num_stages == stages
+
+
 def test_head_dim_256_is_not_fused_on_hopper():
     """d 256 would fit 5 short tiles first and 5 after (decode slice 2 * (16 * 264 + 2 * 16 * 528) =
     42240, Q in shared memory above d 128: (232448 - 1024) // 42240 = 5, (230656 - 1280) // 42240 = 5)
