@@ -26,7 +26,9 @@ def test_which_tiles_convert_in_registers():
     assert DECODE.fp8_in_registers
     assert not dataclasses.replace(DECODE, kv_dtype="").fp8_in_registers
     assert not dataclasses.replace(DECODE, alibi=True).fp8_in_registers            # ALiBi reads key indices
-    assert not dataclasses.replace(DECODE, tile=TileConfig(8, 16, 1, 4, 1)).fp8_in_registers     # keys-as-rows
+    kt = dataclasses.replace(DECODE, tile=TileConfig(8, 16, 1, 4, 1))   # keys-as-rows: the same, up to head dim 128
+    assert kt.fp8_in_registers and not dataclasses.replace(kt, alibi=True).fp8_in_registers
+    assert kt.smem_bytes() == 4 * 16 * (128 + 128)
     assert not dataclasses.replace(DECODE, tile=TileConfig(128, 32, 4, 2, 2)).fp8_in_registers   # prefill
     for d in (64, 96, 128):
         assert dataclasses.replace(DECODE, head_dim=d, head_dim_v=d).fp8_in_registers
@@ -149,6 +151,65 @@ def test_the_lanes_fragments_compute_q_kt_and_p_v(d):
     p_phys[:, [fp8_key(c) for c in range(16)]] = p
     assert np.allclose(out, p_phys @ v)
 
+
+
+def _movm_trans(frags):
+    """movmatrix.sync.aligned.m8n8.trans.b16 over the 32 lanes: lane (g, t) holds M[g][2t], M[g][2t+1] and
+    gets M[2t][g], M[2t+1][g]."""
+    m = np.zeros((8, 8))
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        m[g, 2 * t:2 * t + 2] = frags[lane]
+    return [(m[2 * (lane & 3), lane >> 2], m[2 * (lane & 3) + 1, lane >> 2]) for lane in range(32)]
+
+
+def kt_o_dim(dp: int, g: int, h: int) -> int:
+    """templates/attention/tile_kt_sm80.cuh's kt_o_dim: O^T's value dim of m-tile dp, row g + 8 h."""
+    return 32 * (dp >> 1) + 4 * g + 2 * (dp & 1) + h
+
+
+@pytest.mark.parametrize("d", [64, 96, 128])
+def test_keys_as_rows_lanes_fragments_compute_k_qt_and_vt_pt(d):
+    """The keys-as-rows tile with FP8 in registers (tile_kt_sm80.cuh: kt_qk_fp8, the movmatrix P^T,
+    kt_pv_fp8, the staging's kt_o_dim), emulated lane by lane: S^T's row slot r is key fp8_key(r) of
+    the block, and the staged O rows are P V in head-dim order."""
+    rng = np.random.default_rng(d + 1)
+    q, k, v = rng.standard_normal((8, d)), rng.standard_normal((16, d)), rng.standard_normal((16, d))
+    st = [np.zeros((16, 8)), np.zeros((16, 8))]          # the even / odd k-step accumulators
+    for ks in range(d // 16):
+        af, bf = [], []
+        for lane in range(32):
+            g, t = lane >> 2, lane & 3
+            c0 = (d // 4) * t + 4 * ks
+            w0, w1 = k[fp8_key(g), c0:c0 + 4], k[fp8_key(g + 8), c0:c0 + 4]
+            af.append((w0[0:2], w1[0:2], w0[2:4], w1[2:4]))   # a[0], a[2] from row g; a[1], a[3] from g + 8
+            bf.append((q[g, c0:c0 + 2], q[g, c0 + 2:c0 + 4]))  # the uint2 of q row g at (d/4) t + 4 ks
+        st[ks % 2] = _mma(st[ks % 2], af, bf)
+    s_t = st[0] + st[1]
+    assert np.allclose(s_t, (q @ k.T).T[[fp8_key(r) for r in range(16)], :])
+    # P^T's B fragments from the S^T accumulator layout (any P: logical slots x query columns)
+    p = rng.standard_normal((16, 8))
+    pb = [_movm_trans([_c_frag(p, lane)[0:2] for lane in range(32)]),
+          _movm_trans([_c_frag(p, lane)[2:4] for lane in range(32)])]
+    bf = [(pb[0][lane], pb[1][lane]) for lane in range(32)]
+    o = [np.zeros((16, 8)) for _ in range(d // 16)]
+    for qq in range(d // 32):
+        for j in range(2):
+            af = []
+            for lane in range(32):
+                g, t = lane >> 2, lane & 3
+                w = [[v[4 * t + i, 32 * qq + 4 * g + r] for i in range(4)] for r in range(4)]   # transposed words
+                af.append((w[2 * j][0:2], w[2 * j + 1][0:2], w[2 * j][2:4], w[2 * j + 1][2:4]))
+            o[2 * qq + j] = _mma(o[2 * qq + j], af, bf)
+    out = np.full((8, d), np.nan)
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        for dp in range(d // 16):
+            for x in range(4):
+                out[2 * t + (x & 1), kt_o_dim(dp, g, x >> 1)] = _c_frag(o[dp], lane)[x]
+    p_phys = np.zeros((8, 16))
+    p_phys[:, [fp8_key(r) for r in range(16)]] = p.T
+    assert np.allclose(out, p_phys @ v)
 
 
 @pytest.mark.parametrize("d", [192, 256])

@@ -351,11 +351,14 @@ class AttentionSpec:
         registers; above it (head_dim a multiple of 64, head_dim_v of 32, both up to 256) with Q's
         fragments in shared memory (Q_FRAGS): 16 x head_dim 16-bit words beside the FP8 stages
         instead of a padded Q tile, a 16-bit K/V tile and the stages, so that more of these CTAs fit
-        an SM (d 256: 24,576 bytes against 41,728)."""
+        an SM (d 256: 24,576 bytes against 41,728).  The keys-as-rows tile (8 rows, head dims up to 128)
+        takes it too, with the same permutations (templates/attention/tile_kt_sm80.cuh)."""
         t = self.tile
-        if not (self.kv_dtype and self.mainloop == "sm80" and t.num_warps == 1 and t.block_m == 16
+        if not (self.kv_dtype and self.mainloop == "sm80" and t.num_warps == 1 and t.block_m in (8, 16)
                 and t.block_n == 16 and self.head_dim_v % 32 == 0 and not self.alibi and self.variant is None):
             return False
+        if t.keys_as_rows:   # (head dims <= 128: __post_init__)
+            return self.head_dim % 32 == 0
         if self.q_in_registers:
             return self.head_dim_v <= 128
         return self.head_dim % 64 == 0 and self.head_dim <= 256 and self.head_dim_v <= 256

@@ -1314,6 +1314,9 @@ SM90_FUSED_SHORT_STAGES = 2
 #: kernel.  Its slices are 4 KB a stage at head dim 128 (one byte an element, no 16-bit tile), so
 #: deeper rings keep all 12 warps of a short-first CTA where the 16-bit tile's could not.
 SM90_FUSED_SHORT_STAGES_FP8 = 2
+#: Query rows of that FP8 decode tile: 16 (the 16-row FP8_REGS tile) or 8 (the keys-as-rows tile with
+#: the same conversion in registers, head dims up to 128).
+SM90_FUSED_SHORT_ROWS_FP8 = 16
 
 #: Query rows of the decode tile in the Hopper fused kernel: 8 takes the keys-as-rows tile
 #: (``TileConfig.keys_as_rows``, templates/attention/tile_kt_sm80.cuh: keys as the MMA's M, the
@@ -1344,8 +1347,9 @@ def choose_fused_hopper(arch: str, dtype: str, head_dim: int, head_dim_v: int, *
 
     ``kv_dtype``: an FP8 cache: the long variant is ``choose_pair``'s FP8 one (producer warps 1-3
     converting its landing stages) and the standalone FP8 decode tile (16 rows, 16 keys, K/V converted
-    in registers) with ``short_stages`` stages (``SM90_FUSED_SHORT_STAGES_FP8``; ``short_block_n`` and
-    ``short_rows`` do not apply).  ``max_num_splits``: a
+    in registers) with ``short_stages`` stages (``SM90_FUSED_SHORT_STAGES_FP8``) and ``short_rows`` rows
+    (``SM90_FUSED_SHORT_ROWS_FP8``; 8: the keys-as-rows tile with the conversion in registers, head dims
+    <= 128); ``short_block_n`` does not apply.  ``max_num_splits``: a
     cap on the short class's automatic split bound (as ``choose_fused``)."""
     pv = choose_pair(arch, dtype, head_dim, head_dim_v, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv,
                      mask=mask, layout=layout, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, paged=paged,
@@ -1356,7 +1360,12 @@ def choose_fused_hopper(arch: str, dtype: str, head_dim: int, head_dim_v: int, *
     short = pv.short.attention
     if kv_dtype:
         st = SM90_FUSED_SHORT_STAGES_FP8 if short_stages is None else int(short_stages)
-        short = dataclasses.replace(short, tile=dataclasses.replace(short.tile, num_stages=st))
+        rows = SM90_FUSED_SHORT_ROWS_FP8 if short_rows is None else int(short_rows)
+        if rows not in (8, 16):
+            raise ValueError(f"short_rows must be 8 or 16, got {rows}")
+        if rows == 8 and max(head_dim, head_dim_v) > 128:
+            rows = 16
+        short = dataclasses.replace(short, tile=dataclasses.replace(short.tile, num_stages=st, block_m=rows))
     else:
         st = SM90_FUSED_SHORT_STAGES if short_stages is None else int(short_stages)
         bn = short.tile.block_n if short_block_n is None else int(short_block_n)

@@ -29,10 +29,96 @@ __device__ __forceinline__ u32 movm_trans(u32 x) {
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(r) : "r"(x));
   return r;
 }
+{% set kt8 = v.get("fp8_regs") %}
+{% if kt8 %}
+{% set f8cvt = v.arch not in ("sm_80", "sm_86", "sm_87") %}
+{% set fp8_cvt, fp8_mma, fp8_pack = ("fp8x4_to_f16", "mma_16816_f16", "pack2_f16") if f8cvt else ("fp8x4_to_16", "mma_16816", "pack2") %}
+
+// ---- FP8 in registers on this tile (FP8_REGS, AttentionSpec.fp8_in_registers): the GEMMs read the
+// FP8 stages and convert in registers, as the 16-row tile does (mainloop_sm80.cuh, "FP8 in
+// registers"), with the same two permutations.  S^T's row (M) slot r of a block holds key
+// fp8_key(r), so lane (g, t) reads K rows fp8_key(g) and fp8_key(g + 8), bytes [(D/4) t, (D/4)(t+1)):
+// word ks of each is its A fragment's head dims {2t, 2t+1} (low pair) and {2t+8, 2t+9} (high pair)
+// of k-step ks, and Q^T's B fragments take the same head-dim order (8 bytes of q row g at (D/4) t +
+// 4 ks).  P^T's B fragments (movmatrix) then hold slots {2t, 2t+1, 2t+8, 2t+9}, i.e. the keys
+// 4t .. 4t+3: V^T's A fragment of lane (g, t) is four consecutive V rows, whose words at bytes
+// 32 q + 4 g one 4 x 4 byte transpose turns into head dims 32 q + 4 g + r (r = 0..3) over those
+// keys.  O^T's m-tile dp = 2 q + j has head dims 32 q + 4 g + 2 j (row g) and + 1 (row g + 8), which
+// the epilogue's staging puts back in order.  Per 16-key block: D / 16 + DV / 16 MMAs (the 16-row
+// tile's D / 8 + DV / 8) for the same conversions.
+{% if f8cvt %}
+// From sm_89 the GEMMs run on fp16 whatever the dtype (e4m3 -> fp16 pairs in one cvt; a bf16 q is
+// moved into fp16 row by row by a power of two: kt_q_to_f16), P^T is packed to fp16.
+{% endif %}
+
+// S^T (two accumulators, even / odd k-steps) = K Q^T from an FP8 K stage (BN rows of D bytes at s8K)
+__device__ __forceinline__ void kt_qk_fp8(float (&s)[4], float (&s2)[4], const u32 (&qb)[D / 16][2], const u8* s8K,
+                                          int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  u32 w[2][D / 16];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const u8* row = s8K + fp8_key(g + 8 * h) * D + (D / 4) * t;
+    if ((D / 4) % 16 == 0) {
+#pragma unroll
+      for (int i = 0; i < D / 64; ++i) {
+        const uint4 x = reinterpret_cast<const uint4*>(row)[i];
+        w[h][4 * i] = x.x; w[h][4 * i + 1] = x.y; w[h][4 * i + 2] = x.z; w[h][4 * i + 3] = x.w;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < D / 32; ++i) {
+        const uint2 x = reinterpret_cast<const uint2*>(row)[i];
+        w[h][2 * i] = x.x; w[h][2 * i + 1] = x.y;
+      }
+    }
+  }
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    u32 a[4];
+    {{ fp8_cvt }}(w[0][ks], a[0], a[2]);
+    {{ fp8_cvt }}(w[1][ks], a[1], a[3]);
+    {{ fp8_mma }}(ks % 2 == 0 ? s : s2, a, qb[ks][0], qb[ks][1]);
+  }
+}
+
+// O^T (DV x 8) += V^T P^T from an FP8 V stage (BN rows of DV bytes at s8V); pb0 / pb1: P^T's B fragments
+__device__ __forceinline__ void kt_pv_fp8(float (&o)[DV / 16][4], u32 pb0, u32 pb1, const u8* s8V, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  const u8* base = s8V + 4 * t * DV + 4 * g;   // keys 4t .., head dims 4 g ..
+#pragma unroll
+  for (int q = 0; q < DV / 32; ++q) {
+    const u32 a0 = *reinterpret_cast<const u32*>(base + 32 * q);
+    const u32 a1 = *reinterpret_cast<const u32*>(base + DV + 32 * q);
+    const u32 a2 = *reinterpret_cast<const u32*>(base + 2 * DV + 32 * q);
+    const u32 a3 = *reinterpret_cast<const u32*>(base + 3 * DV + 32 * q);
+    // 4 x 4 byte transpose: w[r] = byte r of a0, a1, a2, a3 (head dim 32 q + 4 g + r of keys 4t .. 4t+3)
+    const u32 t0 = __byte_perm(a0, a1, 0x5140), t1 = __byte_perm(a0, a1, 0x7362);
+    const u32 t2 = __byte_perm(a2, a3, 0x5140), t3 = __byte_perm(a2, a3, 0x7362);
+    const u32 w[4] = {__byte_perm(t0, t2, 0x5410), __byte_perm(t0, t2, 0x7632), __byte_perm(t1, t3, 0x5410),
+                      __byte_perm(t1, t3, 0x7632)};
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      u32 a[4];
+      {{ fp8_cvt }}(w[2 * j], a[0], a[2]);       // row g: head dim 32 q + 4 g + 2 j, keys (4t, 4t+1), (4t+2, 4t+3)
+      {{ fp8_cvt }}(w[2 * j + 1], a[1], a[3]);   // row g + 8: head dim + 1
+      {{ fp8_mma }}(o[2 * q + j], a, pb0, pb1);
+    }
+  }
+}
+
+// O^T's value dim of m-tile dp, row g + 8 h (the staging's column)
+__device__ __forceinline__ int kt_o_dim(int dp, int g, int h) { return 32 * (dp >> 1) + 4 * g + 2 * (dp & 1) + h; }
+{% endif %}
 
 __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4, int t, int& cursor, u16* sQ,
                                          u32 sQ_base, int tid) {
-{% if v.get("kv_dtype") %}
+{% if kt8 %}
+  const u32 sK_base = sQ_base, sV_base = sQ_base;   // (no 16-bit K/V tile: FP8_REGS)
+  const u32 s8K_base = sQ_base;                      // STAGES FP8 stages of K, then of V
+  const u32 s8V_base = s8K_base + STAGES * K8_BYTES;
+  const u8* const smem8 = reinterpret_cast<const u8*>(sQ);
+{% elif v.get("kv_dtype") %}
   const u32 sK_base = sQ_base;  // no Q tile: Q^T lives in registers; the 16-bit K tile
   const u32 sV_base = sK_base + K_ELEMS * 2;         // the 16-bit V tile
   const u32 s8K_base = sV_base + V_ELEMS * 2;        // STAGES FP8 stages of K, then of V
@@ -103,6 +189,16 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
         const int pr = row0 + g;
         const int pos = PACK_GQA ? pr / qpk : pr;
         const int head = PACK_GQA ? kv_head * qpk + pr - pos * qpk : ti.head;
+{% if kt8 %}
+        qr = Q + (i64)(ti.q_start + pos) * p.q_row_stride + (i64)head * p.q_head_stride + (D / 4) * tq;
+      }
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {   // FP8_REGS' head-dim order: 8 bytes of row g at (D/4) tq + 4 ks
+        const uint2 x = qr != nullptr ? *reinterpret_cast<const uint2*>(qr + 4 * ks) : make_uint2(0u, 0u);
+        qb[ks][0] = x.x;
+        qb[ks][1] = x.y;
+      }
+{% else %}
         qr = Q + (i64)(ti.q_start + pos) * p.q_row_stride + (i64)head * p.q_head_stride + 2 * tq;
       }
 #pragma unroll
@@ -110,13 +206,41 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
         qb[ks][0] = qr != nullptr ? *reinterpret_cast<const u32*>(qr + ks * 16) : 0u;
         qb[ks][1] = qr != nullptr ? *reinterpret_cast<const u32*>(qr + ks * 16 + 8) : 0u;
       }
+{% endif %}
     }
+{% if kt8 and v.get("fp16_gemms") %}
+    // A bf16 q for the fp16 GEMMs (as q_frags_to_f16 does for the 16-row tile): row g times the power
+    // of two 2^k that puts its largest |q| in [2^14, 2^15) (the quad holds the row), and the scores
+    // of query row c come out 2^k(c) times the true ones: unscale[e] = 2^-k of this lane's columns
+    // 2 tq + e (held by lanes 4 (2 tq + e)), which the logit scales take back.
+    float unscale[2];
+    {
+      u32 m = 0;
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) m = __vmaxu2(m, __vmaxu2(qb[ks][0] & 0x7FFF7FFFu, qb[ks][1] & 0x7FFF7FFFu));
+      m = max(m & 0xFFFFu, m >> 16);
+      m = max(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = max(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      const int k = f16_row_shift(m);
+      const float up = pow2f(k);
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        qb[ks][0] = bf16x2_to_f16x2(qb[ks][0], up);
+        qb[ks][1] = bf16x2_to_f16x2(qb[ks][1], up);
+      }
+      const float un = pow2f(-k);
+      unscale[0] = __shfl_sync(0xffffffffu, un, 8 * tq);
+      unscale[1] = __shfl_sync(0xffffffffu, un, 8 * tq + 4);
+    }
+{% endif %}
     // positions of this lane's two query rows (for the element masks)
     const int pos_e0 = row_position(row0 + 2 * tq, qpk), pos_e1 = row_position(row0 + 2 * tq + 1, qpk);
     // A fragments: K rows (keys) lane & 15, dims 8 (lane >> 4); V^T via ldmatrix.trans: keys
     // (lane & 7) + 8 (lane >> 4), value dims 8 ((lane >> 3) & 1)
+{% if not kt8 %}
     const u32 k_lane = (u32)(((lane & 15) * SQ + (lane >> 4) * 8) * 2);
     const u32 v_lane = (u32)((((lane & 7) + ((lane >> 4) << 3)) * SV + ((lane >> 3) & 1) * 8) * 2);
+{% endif %}
 #pragma unroll
     for (int st = 0; st < STAGES - 1; ++st) {
       if (st < n_blocks) {
@@ -135,7 +259,14 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
       }
       cp_async_commit();
     }
-{% if v.get("kv_dtype") %}
+{% if kt8 and v.get("fp16_gemms") %}
+    // per query column 2 tq + e: the logit scale (or the soft-cap's) times the column's q unscale
+    const float sc[2] = {SOFTCAP ? 1.f : kv_scale_log2 * unscale[0], SOFTCAP ? 1.f : kv_scale_log2 * unscale[1]};
+    const float cap_sc[2] = {kv_softcap_scale * unscale[0], kv_softcap_scale * unscale[1]};
+{% elif kt8 %}
+    const float sc[2] = {SOFTCAP ? 1.f : kv_scale_log2, SOFTCAP ? 1.f : kv_scale_log2};
+    const float cap_sc[2] = {kv_softcap_scale, kv_softcap_scale};
+{% elif v.get("kv_dtype") %}
     const float scale = SOFTCAP ? 1.f : kv_scale_log2;
 {% else %}
     const float scale = SOFTCAP ? 1.f : p.scale_log2;
@@ -175,7 +306,19 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
         }
         cp_async_commit();
       }
-{% if v.get("kv_dtype") %}
+{% if kt8 %}
+      // FP8_REGS: the GEMMs read this block's FP8 stages and convert in registers
+      const int st8 = i % STAGES;
+      float s[4], s2[4];
+#pragma unroll
+      for (int x = 0; x < 4; ++x) s[x] = s2[x] = 0.f;
+      kt_qk_fp8(s, s2, qb, smem8 + st8 * K8_BYTES, lane);
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        s[x] += s2[x];
+        if (SOFTCAP) s[x] = tanh_approx(s[x] * cap_sc[x & 1]) * p.softcap_log2;
+      }
+{% elif v.get("kv_dtype") %}
       // FP8: convert this block's stage into the 16-bit K and V tiles, which the GEMMs then read
       const int st8 = i % STAGES;
       convert_kv8<D, SQ>(reinterpret_cast<u16*>(smem8), smem8 + 2 * (K_ELEMS + V_ELEMS) + st8 * K8_BYTES, tid);
@@ -186,6 +329,7 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
 {% else %}
       const int st = i % STAGES;
 {% endif %}
+{% if not kt8 %}
       // S^T = K Q^T, in two accumulators (even / odd head-dim steps: half the dependent chain)
       float s[4], s2[4];
 #pragma unroll
@@ -206,6 +350,7 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
         if (SOFTCAP) s[x] = tanh_approx(s[x] * p.softcap_scale) * p.softcap_log2;
 {% endif %}
       }
+{% endif %}
       {% if v.get("alibi") %}
 #pragma unroll
       for (int x = 0; x < 4; ++x) s[x] -= alibi_sl[x & 1] * (float)abs(alibi_kpos[x & 1] - (n * BN + g + 8 * (x >> 1)));
@@ -232,7 +377,7 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
           const int lo = key_lo(mi, pos);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const int key = n * BN + g + 8 * h;
+            const int key = n * BN + {{ "fp8_key(g + 8 * h)" if kt8 else "g + 8 * h" }};
             if (key > hi || key < lo) s[2 * h + e] = -KG_INF;
           }
         }
@@ -245,15 +390,28 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-        const float m_new = fmaxf(row_max[e], __fmul_ru(mx, scale));   // (rounded up: exponents <= 0, see softmax_scores)
+{% set scale_e = "sc[e]" if kt8 else "scale" %}
+        const float m_new = fmaxf(row_max[e], __fmul_ru(mx, {{ scale_e }}));   // (rounded up: exponents <= 0, see softmax_scores)
         const float m_use = m_new == -KG_INF ? 0.f : m_new;
         corr[e] = fast_exp2(row_max[e] - m_use);
         row_max[e] = m_new;
-        s[e] = fast_exp2(fmaf(s[e], scale, -m_use));
-        s[2 + e] = fast_exp2(fmaf(s[2 + e], scale, -m_use));
+        s[e] = fast_exp2(fmaf(s[e], {{ scale_e }}, -m_use));
+        s[2 + e] = fast_exp2(fmaf(s[2 + e], {{ scale_e }}, -m_use));
         row_sum[e] = row_sum[e] * corr[e] + (s[e] + s[2 + e]);
       }
       // P^T as B fragments: (keys g, rows 2t..) -> (row g, keys 2t..) for keys 0-7 and 8-15
+{% if kt8 %}
+      const u32 pb0 = movm_trans({{ fp8_pack }}(s[0], s[1]));
+      const u32 pb1 = movm_trans({{ fp8_pack }}(s[2], s[3]));
+#pragma unroll
+      for (int dp = 0; dp < DV / 16; ++dp) {
+        o[dp][0] *= corr[0];
+        o[dp][1] *= corr[1];
+        o[dp][2] *= corr[0];
+        o[dp][3] *= corr[1];
+      }
+      kt_pv_fp8(o, pb0, pb1, smem8 + STAGES * K8_BYTES + st8 * V8_BYTES, lane);
+{% else %}
       const u32 pb0 = movm_trans(pack2(s[0], s[1]));
       const u32 pb1 = movm_trans(pack2(s[2], s[3]));
       const u32 vb = sV_base + st * V_ELEMS * 2 + v_lane;
@@ -267,6 +425,7 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
         ldsm_x4_t(vb + dp * 32, a[0], a[1], a[2], a[3]);
         mma_16816(o[dp], a, pb0, pb1);
       }
+{% endif %}
     }
     cp_async_wait<0>();
     __syncwarp();
@@ -311,7 +470,7 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
 #pragma unroll
   for (int dp = 0; dp < DV / 16; ++dp)
 #pragma unroll
-    for (int x = 0; x < 4; ++x) sO[(2 * tq + (x & 1)) * KT_SO + dp * 16 + g + 8 * (x >> 1)] = o[dp][x];
+    for (int x = 0; x < 4; ++x) sO[(2 * tq + (x & 1)) * KT_SO + {{ "kt_o_dim(dp, g, x >> 1)" if kt8 else "dp * 16 + g + 8 * (x >> 1)" }}] = o[dp][x];
   __syncwarp();
   {
     // Re-read the tile's coordinates after the mainloop (as tile_sm80.cuh does)

@@ -172,6 +172,8 @@ def test_register_conversion_decode_tile_window_softcap_head_dims(d, dv, page_si
 
 @pytest.mark.parametrize("arch,kv_dtype,d,window,launch", [
     (None, E4M3, 128, (-1, -1), "fused"), (None, E5M2, 64, (300, 0), "fused"), (None, E4M3, 64, (200, 0), "fused_whole"),
+    (None, E4M3, 128, (-1, -1), "fused_kt"), (None, E5M2, 64, (300, 0), "fused_kt"),
+    (None, E4M3, 128, (200, 0), "fused_kt_whole"),
     (None, E4M3, 128, (-1, -1), "pair"),
     (None, E4M3, 256, (-1, -1), "pair"), ("sm_80", E4M3, 128, (-1, -1), "fused_sm80"),
     ("sm_80", E4M3, 256, (-1, -1), "fused_sm80")])
@@ -183,10 +185,14 @@ def test_mixed_prefill_decode_step(arch, kv_dtype, d, window, launch, monkeypatc
     decodes whole: no combine); the same two variants in turn with ``KERNELGEN_FP8_FUSED=0`` and
     at head dim 256; forced onto sm_80, the sm_80 fused kernel (its FP8 prefill tile and the FP8
     decode tile; at head dim 256 the decode tile with Q's fragments in shared memory, which made that
-    fused kernel fit)."""
+    fused kernel fit).  ``fused_kt``: the Hopper fused kernel with the keys-as-rows decode tile
+    (``KERNELGEN_SM90_SHORT_ROWS=8``: FP8 converted in registers on 8 query rows, keys and head dims
+    permuted as the 16-row tile's), split and whole."""
     from kernelgen.front import api
     if launch == "pair" and d == 128:
         monkeypatch.setenv("KERNELGEN_FP8_FUSED", "0")
+    if launch.startswith("fused_kt"):
+        monkeypatch.setenv("KERNELGEN_SM90_SHORT_ROWS", "8")
     api.clear_signature_cache()
     qlens, klens = [300, 1, 1, 3, 900, 1, 1], [900, 40, 3000, 7, 2048, 1, 6000]
     hq, hkv = 32, 8
@@ -201,9 +207,13 @@ def test_mixed_prefill_decode_step(arch, kv_dtype, d, window, launch, monkeypatc
     check(o, lse, ref, ref_lse, BF16, kv_dtype)
     call = prepared()
     kind = {"fused": "PreparedFusedCall", "fused_whole": "PreparedFusedCall", "pair": "PreparedPairCall",
-            "fused_sm80": "PreparedFusedCall"}[launch]
+            "fused_sm80": "PreparedFusedCall", "fused_kt": "PreparedFusedCall",
+            "fused_kt_whole": "PreparedFusedCall"}[launch]
     assert type(call).__name__ == kind
-    if launch == "fused_whole":
+    if launch.startswith("fused_kt"):
+        assert "fused_attn_sm_90a_wgmma" in call.pair.name and "__m8n16w1" in call.pair.name, call.pair.name
+        assert (call.combine is None) == (launch == "fused_kt_whole"), call.pair.name
+    elif launch == "fused_whole":
         assert call.combine is None and "fused_attn_sm_90a_wgmma" in call.pair.name and "_split" not in call.pair.name
     elif launch == "fused":
         assert call.combine is not None and "fused_attn_sm_90a_wgmma" in call.pair.name and "_kve" in call.pair.name
