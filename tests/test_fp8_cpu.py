@@ -229,7 +229,9 @@ def test_spec_smem_one_16_bit_tile_and_fp8_stages():
     assert s.smem_bytes() == 2 * (bm * 136 + bn * 136 * 2) + st * bn * 256
     assert s.smem_bytes() <= BASE.smem_bytes()        # never more than the 16-bit variant's
     kt = AttentionSpec("sm_80", "fp16", 128, 128, "none", "soa", TileConfig(8, 16, 1, 4, 1), kv_dtype="e5m2")
-    assert kt.smem_bytes() == 2 * 16 * 136 * 2 + 4 * 16 * 256
+    assert kt.fp8_in_registers and kt.smem_bytes() == 4 * 16 * 256      # the FP8 stages only (FP8_REGS)
+    kt_alibi = dataclasses.replace(kt, alibi=True)                      # the 16-bit tile's path
+    assert not kt_alibi.fp8_in_registers and kt_alibi.smem_bytes() == 2 * 16 * 136 * 2 + 4 * 16 * 256
 
 
 def test_hopper_spec_takes_fp8_with_landing_stages_and_the_hopper_fused_kernel():
@@ -461,7 +463,11 @@ def test_decider_fp8_mixed_batch_takes_the_fused_kernels():
         assert f.kind == "fused" and f.variants.fused.long.kv_dtype == f.variants.fused.short.kv_dtype == kv
         r = decide.decide(sig(kv_dtype=kv, **mixed), H200, Settings(fp8_fused=False))   # the classes in turn
         long, short = _attn_specs(r)
-        assert (f.variants.fused.long, f.variants.fused.short) == (long, short)
+        # the same variants, but the fused kernel's decode tile is the keys-as-rows one (8 rows; the
+        # standalone decode call keeps 16: heuristics.SM90_FUSED_SHORT_ROWS_FP8)
+        assert f.variants.fused.long == long and f.variants.fused.short == dataclasses.replace(
+            short, tile=dataclasses.replace(short.tile, block_m=heuristics.SM90_FUSED_SHORT_ROWS_FP8))
+        assert f.variants.fused.short.tile.keys_as_rows and f.variants.fused.short.fp8_in_registers
         assert r.kind == "pair" and long.kv_dtype == short.kv_dtype == kv
         assert long.mainloop == "sm90a" and not long.split and not long.pack_gqa and long.land_stages == 2
         assert short.mainloop == "sm80" and short.tile.num_warps == 1 and short.tile.block_m == 16

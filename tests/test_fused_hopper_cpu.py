@@ -183,22 +183,29 @@ def test_short_tiles_per_cta_and_shared_memory(d, dv, long_smem, short_smem, fir
     assert fv.fused.short_tiles_first >= 1 and fv.fused.short_tiles_after >= 1
 
 
-@pytest.mark.parametrize("d, stages, slice_bytes", [(128, 2, 8192), (128, 4, 16384), (64, 3, 6144)])
-def test_fp8_decode_tile_stages(d, stages, slice_bytes):
-    """The FP8-cache fused kernel's decode tile (the 16-row FP8_REGS tile) takes ``short_stages``
-    (default ``heuristics.SM90_FUSED_SHORT_STAGES_FP8``): FP8 stages only, 16 keys x (d + d) bytes each,
-    so even four stages keep a short-first CTA's 12 warps (16384 x 12 + 1024 fits the 232448 bytes)
+@pytest.mark.parametrize("d, stages, rows, slice_bytes", [(128, 2, 8, 8192), (128, 4, 16, 16384), (64, 3, 8, 6144),
+                                                         (96, 2, 16, 6144)])
+def test_fp8_decode_tile_stages_and_rows(d, stages, rows, slice_bytes):
+    """The FP8-cache fused kernel's decode tile takes ``short_stages`` (default
+    ``heuristics.SM90_FUSED_SHORT_STAGES_FP8``) and ``short_rows`` (``SM90_FUSED_SHORT_ROWS_FP8``: 8, the
+    keys-as-rows tile, or 16), both converting FP8 in registers: FP8 stages only, 16 keys x (d + d) bytes
+    each, so even four stages keep a short-first CTA's 12 warps (16384 x 12 + 1024 fits the 232448 bytes)
     and the consumers' 8; the 16-bit tile's stages stay ``SM90_FUSED_SHORT_STAGES``."""
     kw = dict(num_heads_q=HQ, num_heads_kv=HKV, mask="causal", max_seqlen_q=2048, max_seqlen_k=8192, paged=True,
               page_size=PS)
-    fv = heuristics.choose_fused_hopper("sm_90a", "bf16", d, d, kv_dtype="e4m3", short_stages=stages, **kw)
+    fv = heuristics.choose_fused_hopper("sm_90a", "bf16", d, d, kv_dtype="e4m3", short_stages=stages, short_rows=rows,
+                                        **kw)
     s = fv.fused.short
-    assert s.fp8_in_registers and s.tile.num_stages == stages and s.tile.block_m == 16 and s.tile.block_n == 16
+    assert s.fp8_in_registers and s.tile.num_stages == stages and s.tile.block_m == rows and s.tile.block_n == 16
+    assert s.tile.keys_as_rows == (rows == 8) and s.fp16_gemms
     assert s.smem_bytes() == slice_bytes == stages * 16 * 2 * d
     assert (fv.fused.short_tiles_first, fv.fused.short_tiles_after) == (12, 8)
     dflt = heuristics.choose_fused_hopper("sm_90a", "bf16", d, d, kv_dtype="e4m3", **kw)
     assert dflt.fused.short.tile.num_stages == heuristics.SM90_FUSED_SHORT_STAGES_FP8
+    assert dflt.fused.short.tile.block_m == heuristics.SM90_FUSED_SHORT_ROWS_FP8 == 8
     assert dflt.fused.short == dataclasses.replace(s, tile=dflt.fused.short.tile)
+    with pytest.raises(ValueError, match="short_rows must be 8 or 16"):
+        heuristics.choose_fused_hopper("sm_90a", "bf16", d, d, kv_dtype="e4m3", short_rows=12, **kw)
     bf = heuristics.choose_fused_hopper("sm_90a", "bf16", d, d, **kw)
     assert bf.fused.short.tile.num_stages == heuristics.SM90_FUSED_SHORT_STAGES
     assert heuristics.choose_fused_hopper("sm_90a", "bf16", d, d, short_stages=stages, **kw).fused.short.tile \
@@ -345,6 +352,10 @@ def test_default_short_ctas_is_a_share_of_the_sms(monkeypatch):
     monkeypatch.setenv(ENV, "  ")              # blank: the default
     assert Settings.from_env().mixed_short_ctas(132) is None
     assert heuristics.sm90_mixed_short_ctas(132, Settings.from_env().mixed_short_ctas(132)) == 44
+    # an FP8 cache: a quarter (its keys-as-rows decode tile; SM90_MIXED_SHORT_FRACTION_FP8)
+    assert heuristics.SM90_MIXED_SHORT_FRACTION_FP8 == 1 / 4
+    assert [heuristics.sm90_mixed_short_ctas(n, fp8=True) for n in (132, 114, 16, 2, 1)] == [33, 28, 4, 1, 1]
+    assert heuristics.sm90_mixed_short_ctas(132, 50, fp8=True) == 50
 
 
 @pytest.mark.parametrize("grid", [132, 114, 16, 7, 1])
@@ -555,26 +566,28 @@ def _mma_loops(lines: list) -> list:
 
 
 FUSED_FP8_COMPILE = [dict(d=128, kv="e4m3"), dict(d=64, kv="e5m2", mask="local"), dict(d=128, kv="e4m3", mask="none"),
-                     dict(d=128, kv="e4m3", mask="local", softcap=True), dict(d=96, kv="e4m3", dtype="fp16")]
+                     dict(d=128, kv="e4m3", mask="local", softcap=True), dict(d=96, kv="e4m3", dtype="fp16"),
+                     dict(d=128, kv="e4m3", rows=16), dict(d=96, kv="e4m3", rows=16)]
 
 
 @pytest.mark.parametrize("kw", FUSED_FP8_COMPILE, ids=_compile_id)
 def test_hopper_fused_fp8_kernel_compiles_without_spills_in_its_key_block_loops(kw):
     """The Hopper fused kernel on an FP8 cache (``choose_fused_hopper(kv_dtype=)``): the Hopper FP8
     variant (landing stages converted by producer warps 1-3: their loop is in the kernel) beside the
-    FP8 decode tile (K/V converted in registers, 16 rows).  At head dims 96 and 128 the kernel spills
-    a few values once a tile (``SM90_FUSED_REGS["fp8"]``' note): at most 128 bytes, and no local
-    load or store inside a key-block loop (the two decode loops, the consumers' wgmma loop).  The
-    producer keeps two converter chunks in flight (56 / 224) but with a soft-cap (40 / 232: at 224
-    the consumers' loop spilled)."""
+    FP8 decode tile (K/V converted in registers; by default the keys-as-rows tile, 8 rows).  With it no
+    spill at all; with the 16-row tile (``short_rows=16``) at head dims 96 and 128 the kernel spills a
+    few values once a tile (``SM90_FUSED_REGS["fp8"]``' note): at most 128 bytes, and no local load or
+    store inside a key-block loop (the two decode loops, the consumers' wgmma loop).  The producer keeps
+    two converter chunks in flight (56 / 224) but with a soft-cap (40 / 232: at 224 the consumers'
+    loop spilled)."""
     kv = kw["kv"]
     fv = heuristics.choose_fused_hopper("sm_90a", kw.get("dtype", "bf16"), kw["d"], kw["d"], num_heads_q=HQ,
                                         num_heads_kv=HKV, mask=kw.get("mask", "causal"), max_seqlen_q=2048,
                                         max_seqlen_k=8192, paged=True, page_size=16, softcap=kw.get("softcap", False),
-                                        kv_dtype=kv)
+                                        kv_dtype=kv, short_rows=kw.get("rows"))
     spec = fv.fused
     assert spec.hopper and spec.long.kv_dtype == spec.short.kv_dtype == kv and spec.long.land_stages >= 1
-    assert spec.short.fp8_in_registers
+    assert spec.short.fp8_in_registers and spec.short.tile.block_m == kw.get("rows", 8)
     assert spec.hopper_regs() == ((40, 232) if kw.get("softcap") else (56, 224))
     src = render.render(spec)
     assert f"#define KG_CONV_UNROLL {1 if kw.get('softcap') else 2}" in src
@@ -582,8 +595,8 @@ def test_hopper_fused_fp8_kernel_compiles_without_spills_in_its_key_block_loops(
     res = compiler.compile_cubin(src, "sm_90a", compiler.default_options("sm_90a"), spec.name)
     r = res.resources
     assert r["spill_stores"] <= 128 and r["spill_loads"] <= 128 and r["registers"] == 168, r
-    if kw["d"] == 64:
-        assert r["spill_stores"] == 0 and r["spill_loads"] == 0, r
+    if kw["d"] == 64 or "rows" not in kw:
+        assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, r
     lines = sass.disassemble(res.cubin, _NVDISASM).splitlines()
     loops = _mma_loops(lines)
     hgmma = [(a, b) for a, b in loops if any("HGMMA" in x for x in lines[a:b + 1])]

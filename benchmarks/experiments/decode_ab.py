@@ -11,7 +11,8 @@ Configurations: ``NAME=FOLDER`` (a ``templates/`` tree, e.g. ``git archive <comm
 unpacked; ``.`` is the checkout's), optionally ``NAME=FOLDER@rwN``: the split-KV combine with N warps
 a row (``heuristics.combine_row_warps`` forced to N while the call is prepared), ``@mbN``: the
 FP8 decode tile for N CTAs an SM (``heuristics.FP8_DECODE_MIN_BLOCKS``), ``@stN``: N K/V stages
-on an FP8 cache (``heuristics.FP8_DECODE_STAGES``), joined by "+" (``@mb16+st3``).  Prints one JSON line per (shape, cache) and a summary: each
+on an FP8 cache (``heuristics.FP8_DECODE_STAGES``), ``@rN``: the FP8 decode tile's rows (8: the keys-as-rows tile;
+``heuristics.FP8_DECODE_ROWS``), joined by "+" (``@mb16+st3``).  Prints one JSON line per (shape, cache) and a summary: each
 configuration's time over the first one's.
 
 Usage: PYTHONPATH=$PWD python benchmarks/experiments/decode_ab.py --configs new=.,old=/tmp/old/templates
@@ -58,21 +59,25 @@ def with_options(opt: str, fn):
     "mbN" the one-warp decode tiles' CTAs an SM on an FP8 cache (``heuristics.FP8_DECODE_MIN_BLOCKS``;
     above 12 at head dim 128 the tile spills with Q in registers: apply
     ``patches/q_frags_d128.patch`` to the checkout, which keeps Q's fragments in shared memory there),
-    "stN" their K/V stages on an FP8 cache (``heuristics.FP8_DECODE_STAGES``); "" as is."""
+    "stN" their K/V stages on an FP8 cache (``heuristics.FP8_DECODE_STAGES``), "rN" their rows on an FP8
+    cache (``heuristics.FP8_DECODE_ROWS``); "" as is."""
     if not opt:
         return fn()
     from kernelgen.front import api
     from kernelgen.selection import heuristics
     opts = opt.split("+")
     for o in opts:
-        if not re.fullmatch(r"(rw|mb|st)\d+", o):
-            raise ValueError(f"unknown configuration option {o!r} (rwN, mbN, stN)")
-    saved = heuristics.combine_row_warps, heuristics.FP8_DECODE_MIN_BLOCKS, heuristics.FP8_DECODE_STAGES
+        if not re.fullmatch(r"(rw|mb|st|r)\d+", o):
+            raise ValueError(f"unknown configuration option {o!r} (rwN, mbN, stN, rN)")
+    saved = (heuristics.combine_row_warps, heuristics.FP8_DECODE_MIN_BLOCKS, heuristics.FP8_DECODE_STAGES,
+             heuristics.FP8_DECODE_ROWS)
     api.clear_signature_cache()
     try:
         for o in opts:
-            n = int(o[2:])
-            if o.startswith("rw"):
+            n = int(o[1:] if re.fullmatch(r"r\d+", o) else o[2:])
+            if re.fullmatch(r"r\d+", o):
+                heuristics.FP8_DECODE_ROWS = n
+            elif o.startswith("rw"):
                 heuristics.combine_row_warps = lambda *a, n=n, **k: n
             elif o.startswith("mb"):
                 heuristics.FP8_DECODE_MIN_BLOCKS = n
@@ -80,7 +85,8 @@ def with_options(opt: str, fn):
                 heuristics.FP8_DECODE_STAGES = n
         return fn()
     finally:
-        heuristics.combine_row_warps, heuristics.FP8_DECODE_MIN_BLOCKS, heuristics.FP8_DECODE_STAGES = saved
+        (heuristics.combine_row_warps, heuristics.FP8_DECODE_MIN_BLOCKS, heuristics.FP8_DECODE_STAGES,
+         heuristics.FP8_DECODE_ROWS) = saved
         api.clear_signature_cache()
 
 

@@ -762,10 +762,12 @@ class FusedAttentionSpec:
     #: short-first CTAs), 0.934 on 4 chunks of 4096 + 256 decodes (7699 / 8238 us;
     #: ``benchmarks/experiments/mixed_sweep.py --kv-dtype e4m3 --fused-regs``, thirty-third session).
     #: With a soft-cap 40 / 232 ("fp8_softcap"): at 224 the consumers' key-block loop spills.
-    #: The FP8 fused kernels at head dims 96 and 128 spill 8-88 bytes, none inside a
-    #: key-block loop: the FP8 decode tile alone takes 166 of the 168 registers a thread has before
-    #: ``setmaxnreg``, so the CTA-level values live across the short-first branch, and the tile
-    #: cursor, go to local memory once a tile (tests/test_fused_hopper_cpu.py).
+    #: With the 16-row FP8 decode tile (``KERNELGEN_SM90_SHORT_ROWS=16``) the FP8 fused kernels at head
+    #: dims 96 and 128 spill 8-88 bytes, none inside a key-block loop: that tile alone takes 166 of the
+    #: 168 registers a thread has before ``setmaxnreg``, so the CTA-level values live across the
+    #: short-first branch, and the tile cursor, go to local memory once a tile; with the default
+    #: keys-as-rows tile (``heuristics.SM90_FUSED_SHORT_ROWS_FP8``) nothing spills
+    #: (tests/test_fused_hopper_cpu.py).
     SM90_FUSED_REGS: ClassVar[dict] = {"packed": (32, 232), "paged": (48, 224), "gather": (64, 216),
                                        "gather_d64": (72, 216), "fp8": (56, 224), "fp8_softcap": (40, 232)}
     SM90_FUSED_MAX_DV: ClassVar[int] = 128

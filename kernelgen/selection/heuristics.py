@@ -123,17 +123,23 @@ FP8_DECODE_STAGES = 2
 #: 12 caps them at 168 (164 used at d 128, no spills; 14 spills) and ran 1.56x the bf16 decode
 #: against 1.45x at 8 (H200, ``tools/bench.py --fp8-stage-sweep``: 2 or 4 stages equal).
 FP8_DECODE_MIN_BLOCKS = 12
+#: Query rows of the standalone one-warp decode tile on an FP8 cache at head dims up to 128: 16, or 8
+#: (the keys-as-rows tile converting in registers, 124 registers at d 128 against the 16-row tile's
+#: 166) -- an experiment hook (``benchmarks/experiments/decode_ab.py``'s ``@rN``), 16 until measured.
+FP8_DECODE_ROWS = 16
 
 
 def fp8_tile(t: TileConfig, head_dim: int, head_dim_v: int) -> TileConfig:
     """The sm_80 mainloop's tile ``t`` on an FP8 K/V cache: the one-warp decode tiles (16-row and
     keys-as-rows) take at least ``FP8_DECODE_STAGES`` stages, and at head dims up to 128 at least
     ``FP8_DECODE_MIN_BLOCKS`` CTAs per SM (larger head dims spill at 168 registers: d 256's tile,
-    with Q's fragments in shared memory, takes 237 at its 8, and at 9 spilled 88 bytes); the others
-    as is."""
+    with Q's fragments in shared memory, takes 237 at its 8, and at 9 spilled 88 bytes) and
+    ``FP8_DECODE_ROWS`` rows; the others as is."""
     if t.num_warps == 1 and t.block_m <= 16:
-        mb = max(t.min_blocks, FP8_DECODE_MIN_BLOCKS) if max(head_dim, head_dim_v) <= 128 else t.min_blocks
-        return dataclasses.replace(t, num_stages=max(t.num_stages, FP8_DECODE_STAGES), min_blocks=mb)
+        small = max(head_dim, head_dim_v) <= 128
+        mb = max(t.min_blocks, FP8_DECODE_MIN_BLOCKS) if small else t.min_blocks
+        bm = FP8_DECODE_ROWS if small and t.block_m == 16 and t.block_n == 16 else t.block_m
+        return dataclasses.replace(t, block_m=bm, num_stages=max(t.num_stages, FP8_DECODE_STAGES), min_blocks=mb)
     return t
 
 
@@ -1293,15 +1299,23 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
 #: prefill batches at 40); it was 0.425 (56) with the CTAs chosen by blockIdx, 0.30 while the paged
 #: prefill ran at 300 TFLOP/s.
 SM90_MIXED_SHORT_FRACTION = 1 / 3
+#: The same on an FP8 cache (``kv_dtype``): its keys-as-rows decode tile (``SM90_FUSED_SHORT_ROWS_FP8``)
+#: reads about 50 GB/s an SM beside the prefill, the prefill is the bulk of the SM-time, and a quarter
+#: (33 of 132) balanced best: H100, seventieth session, ``mixed_sweep.py --kv-dtype e4m3 --short-ctas``,
+#: x serial, three processes: bench (mixed_trace_fp8's batch) k33 0.816 / 0.839 / 0.834 against k44
+#: 0.848 / 0.860 / 0.851 (k22 0.871, k26 0.838); 4 chunks of 4096 + 256 decodes flat (0.92-0.93);
+#: 1 chunk of 512 + 64 decodes 0.968 against 0.963.
+SM90_MIXED_SHORT_FRACTION_FP8 = 1 / 4
 
 
-def sm90_mixed_short_ctas(num_sms: int, override: int | None = None) -> int:
+def sm90_mixed_short_ctas(num_sms: int, override: int | None = None, fp8: bool = False) -> int:
     """CTAs of a Hopper fused mixed-batch launch on ``num_sms`` SMs that start on the short queue:
     ``override`` (``Settings.mixed_short_ctas``, 0..num_sms) when given, else a
-    ``SM90_MIXED_SHORT_FRACTION`` share, at least 1."""
+    ``SM90_MIXED_SHORT_FRACTION`` share (``SM90_MIXED_SHORT_FRACTION_FP8`` on an FP8 cache: ``fp8``),
+    at least 1."""
     if override is not None:
         return override
-    return max(1, round(num_sms * SM90_MIXED_SHORT_FRACTION))
+    return max(1, round(num_sms * (SM90_MIXED_SHORT_FRACTION_FP8 if fp8 else SM90_MIXED_SHORT_FRACTION)))
 
 
 #: K/V pipeline stages of the decode tile in the Hopper fused kernel.  The tiles of the CTAs that
@@ -1310,13 +1324,19 @@ def sm90_mixed_short_ctas(num_sms: int, override: int | None = None) -> int:
 #: blocks in flight) beat the standalone decode kernel's two stages there.
 SM90_FUSED_SHORT_STAGES = 2
 
-#: K/V pipeline stages of the FP8-cache decode tile (the 16-row FP8_REGS tile) in the Hopper fused
-#: kernel.  Its slices are 4 KB a stage at head dim 128 (one byte an element, no 16-bit tile), so
-#: deeper rings keep all 12 warps of a short-first CTA where the 16-bit tile's could not.
+#: K/V pipeline stages of the FP8-cache decode tile (K/V converted in registers, FP8_REGS) in the
+#: Hopper fused kernel.  Its slices are 4 KB a stage at head dim 128 (one byte an element, no 16-bit
+#: tile), so deeper rings keep all 12 warps of a short-first CTA where the 16-bit tile's could not;
+#: they still lose (H100, ``mixed_sweep.py --kv-dtype e4m3 --stages 2,4``, seventieth session, x serial:
+#: bench 0.798 / 0.855 with 8 rows, 0.894 / 0.908 with 16; heavy 0.918 / 0.933, 0.955 / 0.961).
 SM90_FUSED_SHORT_STAGES_FP8 = 2
-#: Query rows of that FP8 decode tile: 16 (the 16-row FP8_REGS tile) or 8 (the keys-as-rows tile with
-#: the same conversion in registers, head dims up to 128).
-SM90_FUSED_SHORT_ROWS_FP8 = 16
+#: Query rows of that FP8 decode tile: 8, the keys-as-rows tile with the 16-row tile's conversion in
+#: registers and permutations (templates/attention/tile_kt_sm80.cuh: half the MMAs, exponentials and
+#: O registers; no spill in the fused kernel, where the 16-row tile's spilled 40-88 bytes), or 16.
+#: ``KERNELGEN_SM90_SHORT_ROWS`` overrides it.  H100, seventieth session, x serial (mixed_trace_fp8's
+#: batch, 44 short-first CTAs): 8 rows 0.798-0.860 against 0.894 with 16 (bench), 0.918-0.932 against
+#: 0.955 (4 chunks of 4096 + 256 decodes); the bench entry 0.835.  Head dims above 128 take 16.
+SM90_FUSED_SHORT_ROWS_FP8 = 8
 
 #: Query rows of the decode tile in the Hopper fused kernel: 8 takes the keys-as-rows tile
 #: (``TileConfig.keys_as_rows``, templates/attention/tile_kt_sm80.cuh: keys as the MMA's M, the
