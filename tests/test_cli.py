@@ -156,6 +156,15 @@ def test_warmup_specs_with_kv_dtypes():
         assert r.sinks_fused and set(r.specs) <= set(sinks)
     with pytest.raises(ValueError, match="kv_dtypes: each must be one of"):
         warmup_specs("sm_80", kv_dtypes=("fp8",), **kw)
+    # KERNELGEN_SM90_SHORT_ROWS reaches the FP8 fused kernel in the catalog as in the decider (16: the 16-row
+    # FP8 decode tile instead of the keys-as-rows one)
+    from kernelgen.selection.settings import Settings
+    call = dict(max_seqlen_q=512, max_seqlen_k=32768, paged=True, page_size=16, batch=40, rows=600)
+    for rows, tag in (("16", "__m16n16w1"), (None, "__m8n16w1")):
+        st = Settings(short_rows=rows)
+        r = decide.decide(sig(kv_dtype="e4m3", **call), H200, st)
+        assert r.kind == "fused" and tag in r.variants.fused.name
+        assert set(r.specs) <= set(warmup_specs("sm_90a", kv_dtypes=("e4m3",), settings=st, **kw)), rows
 
 
 def test_warmup_windows_cover_the_dispatchers_sliding_window_choices():

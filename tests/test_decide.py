@@ -134,6 +134,11 @@ def test_overrides_come_in_as_settings():
     assert decide.decide(sig(**MIXED), H200, Settings(short_ctas="7")).short_ctas == 7
     rows16 = decide.decide(sig(**MIXED), H200, Settings(short_rows="16")).variants.fused.short.tile
     assert rows16.block_m == 16
+    # an FP8 cache: the keys-as-rows tile and a quarter of the SMs by default; the 16-row tile with the 16-bit share
+    fp8 = decide.decide(sig(kv_dtype="e4m3", **MIXED), H200)
+    assert fp8.variants.fused.short.tile.block_m == 8 and fp8.short_ctas == 33
+    fp8_16 = decide.decide(sig(kv_dtype="e4m3", **MIXED), H200, Settings(short_rows="16"))
+    assert fp8_16.variants.fused.short.tile.block_m == 16 and fp8_16.short_ctas == 44
     with pytest.raises(ValueError, match="KERNELGEN_MIXED_SHORT_CTAS must be in \\[0, 132\\], got 500"):
         decide.decide(sig(**MIXED), H200, Settings(short_ctas="500"))
     assert decide.decide(sig(), H200, Settings(arch="sm_80")).variants.attention.mainloop == "sm80"

@@ -212,6 +212,39 @@ def test_keys_as_rows_lanes_fragments_compute_k_qt_and_vt_pt(d):
     assert np.allclose(out, p_phys @ v)
 
 
+def test_keys_as_rows_source_holds_the_emulated_expressions():
+    """The rendered keys-as-rows FP8 tile holds exactly the index expressions the emulation above takes
+    (K rows, cvt outputs into the A fragments, q's 8-byte words, V's rows and transpose, the staging's
+    kt_o_dim, the mask's key, the per-column scales and the unscale's source lanes), for bf16 and fp16 q."""
+    kt = dataclasses.replace(DECODE, tile=TileConfig(8, 16, 1, 2, 12), softcap=True)
+    src = render.render(kt)
+    body = src.split("__device__ __forceinline__ void run_tile")[1]
+    for expr in ("const u8* row = s8K + fp8_key(g + 8 * h) * D + (D / 4) * t;",
+                 "fp8x4_to_f16(w[0][ks], a[0], a[2]);", "fp8x4_to_f16(w[1][ks], a[1], a[3]);",
+                 "mma_16816_f16(ks % 2 == 0 ? s : s2, a, qb[ks][0], qb[ks][1]);",
+                 "const u8* base = s8V + 4 * t * DV + 4 * g;",
+                 "fp8x4_to_f16(w[2 * j], a[0], a[2]);", "fp8x4_to_f16(w[2 * j + 1], a[1], a[3]);",
+                 "mma_16816_f16(o[2 * q + j], a, pb0, pb1);",
+                 "return 32 * (dp >> 1) + 4 * g + 2 * (dp & 1) + h;"):
+        assert expr in src, expr
+    for expr in ("(i64)head * p.q_head_stride + (D / 4) * tq;", "*reinterpret_cast<const uint2*>(qr + 4 * ks)",
+                 "const int key = n * BN + fp8_key(g + 8 * h);",
+                 "unscale[0] = __shfl_sync(0xffffffffu, un, 8 * tq);",
+                 "unscale[1] = __shfl_sync(0xffffffffu, un, 8 * tq + 4);",
+                 "tanh_approx(s[x] * cap_sc[x & 1])", "fmaf(s[e], sc[e], -m_use)",
+                 "KT_SO + kt_o_dim(dp, g, x >> 1)] = o[dp][x];",
+                 "movm_trans(pack2_f16(s[0], s[1]))", "kt_qk_fp8(s, s2, qb, smem8 + st8 * K8_BYTES, lane);",
+                 "kt_pv_fp8(o, pb0, pb1, smem8 + STAGES * K8_BYTES + st8 * V8_BYTES, lane);"):
+        assert expr in body, expr
+    assert "convert_kv8<D, SQ>(" not in body and "ldsm_x4" not in body
+    # the word loads: 16-byte words where a lane's D / 4 bytes are a multiple of 16, else 8-byte ones
+    assert "if ((D / 4) % 16 == 0)" in src
+    # fp16 q: no row scaling, the scales per column are the tile's own
+    src16 = render.render(dataclasses.replace(kt, dtype="fp16"))
+    assert "unscale" not in src16.split("__device__ __forceinline__ void run_tile")[1]
+    assert "const float sc[2] = {SOFTCAP ? 1.f : kv_scale_log2, SOFTCAP ? 1.f : kv_scale_log2};" in src16
+
+
 @pytest.mark.parametrize("d", [192, 256])
 def test_q_fragments_through_shared_memory_compute_q_kt(d):
     """Q_FRAGS (head dims above 128): store_q_frags puts lane l's fragment of k-step ks in the 16 bytes

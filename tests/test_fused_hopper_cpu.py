@@ -204,12 +204,23 @@ def test_fp8_decode_tile_stages_and_rows(d, stages, rows, slice_bytes):
     assert dflt.fused.short.tile.num_stages == heuristics.SM90_FUSED_SHORT_STAGES_FP8
     assert dflt.fused.short.tile.block_m == heuristics.SM90_FUSED_SHORT_ROWS_FP8 == 8
     assert dflt.fused.short == dataclasses.replace(s, tile=dflt.fused.short.tile)
-    with pytest.raises(ValueError, match="short_rows must be 8 or 16"):
-        heuristics.choose_fused_hopper("sm_90a", "bf16", d, d, kv_dtype="e4m3", short_rows=12, **kw)
     bf = heuristics.choose_fused_hopper("sm_90a", "bf16", d, d, **kw)
     assert bf.fused.short.tile.num_stages == heuristics.SM90_FUSED_SHORT_STAGES
     assert heuristics.choose_fused_hopper("sm_90a", "bf16", d, d, short_stages=stages, **kw).fused.short.tile \
         .num_stages == stages
+    with pytest.raises(ValueError, match="short_rows must be 8 or 16"):
+        heuristics.choose_fused_hopper("sm_90a", "bf16", d, d, kv_dtype="e4m3", short_rows=12, **kw)
+
+
+def test_fp8_decode_tile_above_head_dim_128_keeps_16_rows():
+    """The keys-as-rows tile stops at head dim 128: a 192 x 128 FP8 mixed batch's fused kernel takes the
+    16-row tile whatever ``short_rows`` asks (Q's fragments in shared memory), and then the 16-bit share of
+    short-first CTAs (``SM90_MIXED_SHORT_FRACTION_FP8`` was measured with the keys-as-rows tile)."""
+    kw = dict(num_heads_q=HQ, num_heads_kv=HKV, mask="causal", max_seqlen_q=2048, max_seqlen_k=8192, kv_dtype="e4m3")
+    for rows in (None, 8, 16):
+        fv = heuristics.choose_fused_hopper("sm_90a", "bf16", 192, 128, short_rows=rows, **kw)
+        assert fv is not None and fv.fused.short.tile.block_m == 16 and not fv.fused.short.tile.keys_as_rows
+        assert fv.fused.short.fp8_in_registers
 
 
 def test_head_dim_256_is_not_fused_on_hopper():

@@ -67,8 +67,8 @@ def with_options(opt: str, fn):
     from kernelgen.selection import heuristics
     opts = opt.split("+")
     for o in opts:
-        if not re.fullmatch(r"(rw|mb|st|r)\d+", o):
-            raise ValueError(f"unknown configuration option {o!r} (rwN, mbN, stN, rN)")
+        if not re.fullmatch(r"(rw|mb|st)\d+|r(8|16)", o):
+            raise ValueError(f"unknown configuration option {o!r} (rwN, mbN, stN, r8 / r16)")
     saved = (heuristics.combine_row_warps, heuristics.FP8_DECODE_MIN_BLOCKS, heuristics.FP8_DECODE_STAGES,
              heuristics.FP8_DECODE_ROWS)
     api.clear_signature_cache()

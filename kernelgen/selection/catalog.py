@@ -247,8 +247,8 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                 if pg and arch == "sm_90a" and max_q > heuristics.short_query_tokens(kvh * int(gqa), kvh) \
                         and not al and var is None:
                     for ps in page_sizes:
-                        hv = heuristics.choose_fused_hopper(arch, dtype, d, dv,
-                                                            page_size=int(ps), kv_dtype=kv, **kw)
+                        hv = heuristics.choose_fused_hopper(arch, dtype, d, dv, page_size=int(ps), kv_dtype=kv,
+                                                            short_rows=settings.sm90_short_rows(), **kw)
                         if hv is not None and settings.fp8_fused:
                             specs += [hv.scheduler, hv.fused, hv.combine]
                             continue

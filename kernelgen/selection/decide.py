@@ -272,8 +272,10 @@ def recipe(variants, sig: CallSignature, device: Device, settings: Settings = Se
         # the short tiles of a fused CTA run side by side in its warps: as many shares as a decode launch's
         short = dataclasses.replace(short, ctas_per_grid=f.tiles_per_step * heuristics.SPLIT_GRANULARITY["decode"])
         split, max_splits = variants.combine is not None, variants.short_max_splits
+        # (the FP8 share was measured with the keys-as-rows decode tile: the 16-row one keeps the 16-bit share)
         short_ctas = heuristics.sm90_mixed_short_ctas(device.num_sms, settings.mixed_short_ctas(device.num_sms),
-                                                      fp8=bool(f.short.kv_dtype)) if f.hopper else 0
+                                                      fp8=bool(f.short.kv_dtype) and f.short.tile.keys_as_rows) \
+            if f.hopper else 0
         kind = "fused"
     elif isinstance(variants, PairVariants):
         lv, sv = variants.long, variants.short

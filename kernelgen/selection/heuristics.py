@@ -1366,8 +1366,8 @@ def choose_fused_hopper(arch: str, dtype: str, head_dim: int, head_dim_v: int, *
     (``SM90_FUSED_SHORT_STAGES``) and, for 16 rows, ``short_block_n`` keys a block.
 
     ``kv_dtype``: an FP8 cache: the long variant is ``choose_pair``'s FP8 one (producer warps 1-3
-    converting its landing stages) and the standalone FP8 decode tile (16 rows, 16 keys, K/V converted
-    in registers) with ``short_stages`` stages (``SM90_FUSED_SHORT_STAGES_FP8``) and ``short_rows`` rows
+    converting its landing stages) and the FP8 decode tile (16 keys, K/V converted in registers)
+    with ``short_stages`` stages (``SM90_FUSED_SHORT_STAGES_FP8``) and ``short_rows`` rows
     (``SM90_FUSED_SHORT_ROWS_FP8``; 8: the keys-as-rows tile with the conversion in registers, head dims
     <= 128); ``short_block_n`` does not apply.  ``max_num_splits``: a
     cap on the short class's automatic split bound (as ``choose_fused``)."""

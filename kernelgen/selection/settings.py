@@ -9,9 +9,10 @@ plan is made (``AttentionPlan``) and the decider takes the result as an input
 - ``KERNELGEN_SM90_OPTS``: the Hopper mainloop's option letters (``heuristics.SM90_OPTS``), for
   tuning runs;
 - ``KERNELGEN_SM90_SHORT_ROWS``: query rows of the Hopper fused launch's decode tile, 8 or 16
-  (``heuristics.SM90_FUSED_SHORT_ROWS``);
+  (``heuristics.SM90_FUSED_SHORT_ROWS``; on an FP8 cache ``SM90_FUSED_SHORT_ROWS_FP8``);
 - ``KERNELGEN_MIXED_SHORT_CTAS``: CTAs of the Hopper fused launch that start on the short queue,
-  0 .. the SMs (``heuristics.SM90_MIXED_SHORT_FRACTION``);
+  0 .. the SMs (``heuristics.SM90_MIXED_SHORT_FRACTION``; ``SM90_MIXED_SHORT_FRACTION_FP8`` with the
+  FP8 keys-as-rows decode tile);
 - ``KERNELGEN_ALLOW_UNTESTED_ARCH``: "1" (or "true", "yes", "on") lets a GPU of an untested compute
   capability (Blackwell: 10.x, 12.x) run the sm_80 path compiled for its arch (sm_100, sm_120;
   ``kernels.device.arch_for_capability``); unset, such a GPU is refused with a message naming it;

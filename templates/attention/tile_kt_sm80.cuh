@@ -17,6 +17,10 @@ static_assert(KT && NW == 1 && BM == 8 && BN == 16, "the keys-as-rows tile is on
 static_assert(D <= 128 && DV <= 128, "the keys-as-rows tile keeps Q^T and O^T in registers up to head dim 128");
 // fp32 O^T staging for the epilogue, rows of KT_SO floats (DV + 4: the 32 lanes' scalar stores
 // (row 2t + e, col g) fall in 32 distinct banks), in the K/V stages (idle by then)
+{% if v.get("fp8_regs") %}
+// (FP8_REGS: the value dim of row g is kt_o_dim's 32 (dp / 2) + 4 g + ..., so up to 4 lanes share a bank
+// there; once a tile)
+{% endif %}
 constexpr int KT_SO = DV + 4;
 {% if v.get("kv_dtype") %}
 static_assert(BM * KT_SO * 4 <= KV_BYTES, "the O staging fits the K/V stages");
@@ -48,7 +52,7 @@ __device__ __forceinline__ u32 movm_trans(u32 x) {
 // tile's D / 8 + DV / 8) for the same conversions.
 {% if f8cvt %}
 // From sm_89 the GEMMs run on fp16 whatever the dtype (e4m3 -> fp16 pairs in one cvt; a bf16 q is
-// moved into fp16 row by row by a power of two: kt_q_to_f16), P^T is packed to fp16.
+// moved into fp16 row by row by a power of two, in run_tile), P^T is packed to fp16.
 {% endif %}
 
 // S^T (two accumulators, even / odd k-steps) = K Q^T from an FP8 K stage (BN rows of D bytes at s8K)
@@ -172,6 +176,9 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
   {% endif %}
 
   float o[DV / 16][4];                  // O^T: value dims 16 dp + g (+8) x query rows 2 tq (+1)
+{% if kt8 %}
+  // (FP8_REGS: value dims kt_o_dim(dp, g, 0) and kt_o_dim(dp, g, 1) instead)
+{% endif %}
   float row_max[2], row_sum[2];         // of query rows 2 tq + e; row_sum over this lane's keys only
 #pragma unroll
   for (int dp = 0; dp < DV / 16; ++dp)
@@ -465,7 +472,7 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
     }
   }
   {% endif %}
-  // O^T -> fp32 rows in the (idle) K/V stages: row 2 tq + e, value dim 16 dp + g + 8 h
+  // O^T -> fp32 rows in the (idle) K/V stages: row 2 tq + e, value dim 16 dp + g + 8 h{{ " (FP8_REGS: kt_o_dim)" if kt8 else "" }}
   float* sO = reinterpret_cast<float*>(sQ);
 #pragma unroll
   for (int dp = 0; dp < DV / 16; ++dp)

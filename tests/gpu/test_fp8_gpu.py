@@ -185,14 +185,16 @@ def test_mixed_prefill_decode_step(arch, kv_dtype, d, window, launch, monkeypatc
     decodes whole: no combine); the same two variants in turn with ``KERNELGEN_FP8_FUSED=0`` and
     at head dim 256; forced onto sm_80, the sm_80 fused kernel (its FP8 prefill tile and the FP8
     decode tile; at head dim 256 the decode tile with Q's fragments in shared memory, which made that
-    fused kernel fit).  ``fused_kt``: the Hopper fused kernel with the keys-as-rows decode tile
-    (``KERNELGEN_SM90_SHORT_ROWS=8``: FP8 converted in registers on 8 query rows, keys and head dims
-    permuted as the 16-row tile's), split and whole."""
+    fused kernel fit).  ``fused_kt``: the Hopper fused kernel with its default decode tile, the
+    keys-as-rows one (FP8 converted in registers on 8 query rows, keys and head dims permuted as the
+    16-row tile's), split and whole; ``fused`` / ``fused_whole`` with the 16-row one
+    (``KERNELGEN_SM90_SHORT_ROWS=16``)."""
     from kernelgen.front import api
     if launch == "pair" and d == 128:
         monkeypatch.setenv("KERNELGEN_FP8_FUSED", "0")
-    if launch.startswith("fused_kt"):
-        monkeypatch.setenv("KERNELGEN_SM90_SHORT_ROWS", "8")
+    # "fused" / "fused_whole": the 16-row FP8 decode tile inside the Hopper fused kernel (the default is
+    # the keys-as-rows one: "fused_kt")
+    monkeypatch.setenv("KERNELGEN_SM90_SHORT_ROWS", "8" if launch.startswith("fused_kt") else "16")
     api.clear_signature_cache()
     qlens, klens = [300, 1, 1, 3, 900, 1, 1], [900, 40, 3000, 7, 2048, 1, 6000]
     hq, hkv = 32, 8
@@ -213,7 +215,9 @@ def test_mixed_prefill_decode_step(arch, kv_dtype, d, window, launch, monkeypatc
     if launch.startswith("fused_kt"):
         assert "fused_attn_sm_90a_wgmma" in call.pair.name and "__m8n16w1" in call.pair.name, call.pair.name
         assert (call.combine is None) == (launch == "fused_kt_whole"), call.pair.name
-    elif launch == "fused_whole":
+    elif launch in ("fused", "fused_whole"):
+        assert "__m16n16w1" in call.pair.name, call.pair.name
+    if launch == "fused_whole":
         assert call.combine is None and "fused_attn_sm_90a_wgmma" in call.pair.name and "_split" not in call.pair.name
     elif launch == "fused":
         assert call.combine is not None and "fused_attn_sm_90a_wgmma" in call.pair.name and "_kve" in call.pair.name
@@ -223,6 +227,37 @@ def test_mixed_prefill_decode_step(arch, kv_dtype, d, window, launch, monkeypatc
         assert call.combine is not None
         assert "_wgmma" in call.attn_long.name and "_rowsplits" in call.attn_long.name, call.attn_long.name
         assert "_m16n16w1" in call.attn_short.name and "_kve" in call.attn_short.name, call.attn_short.name
+    api.clear_signature_cache()
+
+
+@pytest.mark.parametrize("d,dtype,softcap,window", [(96, BF16, 0.0, (-1, -1)), (128, BF16, 30.0, (-1, -1)),
+                                                     (64, FP16, 0.0, (200, 0)), (128, FP16, 20.0, (-1, -1))])
+def test_keys_as_rows_fp8_decode_tile_in_the_fused_kernel(d, dtype, softcap, window):
+    """The Hopper fused kernel's default FP8 decode tile (keys as the MMA's M, 8 query rows, K / V
+    converted in registers: templates/attention/tile_kt_sm80.cuh) at head dim 96 (8-byte word loads),
+    with a soft-cap (its per-column scale), fp16 q (no row scaling) and bf16 q whose rows differ in
+    magnitude by powers of two (2^-3 .. 2^3: each column's own fp16 shift and unscale, on softmaxes neither
+    flat nor one-hot, so a column scaled by another's factor shows), 16 / 2 heads (8 query heads a KV head
+    fill the tile's rows; a 3-token request takes three tiles), split, and whole under a 200-key window."""
+    from kernelgen.front import api
+    api.clear_signature_cache()
+    qlens, klens = [300, 1, 1, 3, 700, 1, 1], [900, 40, 3000, 7, 1500, 1, 5000]
+    hq, hkv = 16, 2
+    q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, hq, hkv, d, d, 16, 11 + d, dtype=dtype)
+    g = torch.Generator(device="cuda").manual_seed(d)
+    scale = torch.exp2(torch.randint(-3, 4, (q.shape[0], hq, 1), generator=g, device="cuda").to(q.dtype))
+    q = (q * scale).to(dtype)                           # rows at 2^-3 .. 2^3 (exact: powers of two)
+    kc, vc = kc.to(E4M3), vc.to(E4M3)
+    kd, vd = descales(len(klens), hkv, 5)
+    k, v, cu_k = gather_paged(kc, vc, pt, used)
+    ref, ref_lse, bound, lb = attention_reference(q, k, v, cu_q, cu_k, causal=True, window_size=window,
+                                                  softcap=softcap, k_descale=kd, v_descale=vd, error_bounds=True)
+    o, lse = _run(q, kc, vc, cu_q, None, max(qlens), max(klens), kd, vd, d, seqused_k=used, page_table=pt,
+                  causal=True, window_size=window, softcap=softcap)
+    check(o, lse, ref, ref_lse, dtype, E4M3, bound=bound, lse_bound=lb)
+    call = prepared()
+    assert type(call).__name__ == "PreparedFusedCall" and "__m8n16w1" in call.pair.name, call.pair.name
+    assert (call.combine is None) == (window != (-1, -1)), call.pair.name
     api.clear_signature_cache()
 
 
