@@ -222,7 +222,8 @@ def test_keys_as_rows_source_holds_the_emulated_expressions():
     for expr in ("const u8* row = s8K + fp8_key(g + 8 * h) * D + (D / 4) * t;",
                  "fp8x4_to_f16(w[0][ks], a[0], a[2]);", "fp8x4_to_f16(w[1][ks], a[1], a[3]);",
                  "mma_16816_f16(ks % 2 == 0 ? s : s2, a, qb[ks][0], qb[ks][1]);",
-                 "const u8* base = s8V + 4 * t * DV + 4 * g;",
+                 "const u8* base = s8V + 4 * (lane & 3) * DV + 4 * (lane >> 2) + 32 * q;",
+                 "fp8_v_words(w, s8V, q, lane);",
                  "fp8x4_to_f16(w[2 * j], a[0], a[2]);", "fp8x4_to_f16(w[2 * j + 1], a[1], a[3]);",
                  "mma_16816_f16(o[2 * q + j], a, pb0, pb1);",
                  "return 32 * (dp >> 1) + 4 * g + 2 * (dp & 1) + h;"):

@@ -459,27 +459,35 @@ __device__ __forceinline__ void gemm_qk_fp8_smem(float (&s)[MT][BN / 8][4], u32 
 }
 {% endif %}
 
+// V's words for lane (g, t) from an FP8 V stage (BN rows of DV bytes at s8V), head dims 32 q + 4 g .. + 3
+// of the keys 4t .. 4t+3: the four rows' words at bytes 32 q + 4 g, transposed bytewise (4 x 4), so that
+// w[r] holds head dim 32 q + 4 g + r of those keys, key 4t + i in byte i (both FP8 in-register tiles)
+__device__ __forceinline__ void fp8_v_words(u32 (&w)[4], const u8* s8V, int q, int lane) {
+  const u8* base = s8V + 4 * (lane & 3) * DV + 4 * (lane >> 2) + 32 * q;   // keys 4t .., head dims 32 q + 4 g ..
+  const u32 a0 = *reinterpret_cast<const u32*>(base);
+  const u32 a1 = *reinterpret_cast<const u32*>(base + DV);
+  const u32 a2 = *reinterpret_cast<const u32*>(base + 2 * DV);
+  const u32 a3 = *reinterpret_cast<const u32*>(base + 3 * DV);
+  const u32 t0 = __byte_perm(a0, a1, 0x5140), t1 = __byte_perm(a0, a1, 0x7362);
+  const u32 t2 = __byte_perm(a2, a3, 0x5140), t3 = __byte_perm(a2, a3, 0x7362);
+  w[0] = __byte_perm(t0, t2, 0x5410);
+  w[1] = __byte_perm(t0, t2, 0x7632);
+  w[2] = __byte_perm(t1, t3, 0x5410);
+  w[3] = __byte_perm(t1, t3, 0x7632);
+}
+
 // O (16 x DV) += P V from an FP8 V stage (BN rows of DV bytes at s8V)
 __device__ __forceinline__ void gemm_pv_fp8(float (&o)[MT][DV / 8][4], const float (&s)[MT][BN / 8][4], const u8* s8V,
                                             int lane) {
-  const int g = lane >> 2, t = lane & 3;
   u32 pa[4];
   pa[0] = {{ fp8_pack }}(s[0][0][0], s[0][0][1]);
   pa[1] = {{ fp8_pack }}(s[0][0][2], s[0][0][3]);
   pa[2] = {{ fp8_pack }}(s[0][1][0], s[0][1][1]);
   pa[3] = {{ fp8_pack }}(s[0][1][2], s[0][1][3]);
-  const u8* base = s8V + 4 * t * DV + 4 * g;   // keys 4t .., head dims 4 g ..
 #pragma unroll
   for (int q = 0; q < DV / 32; ++q) {
-    const u32 a0 = *reinterpret_cast<const u32*>(base + 32 * q);
-    const u32 a1 = *reinterpret_cast<const u32*>(base + DV + 32 * q);
-    const u32 a2 = *reinterpret_cast<const u32*>(base + 2 * DV + 32 * q);
-    const u32 a3 = *reinterpret_cast<const u32*>(base + 3 * DV + 32 * q);
-    // 4 x 4 byte transpose: w[r] = byte r of a0, a1, a2, a3 (head dim 4 (8 q + g) + r of keys 4t .. 4t+3)
-    const u32 t0 = __byte_perm(a0, a1, 0x5140), t1 = __byte_perm(a0, a1, 0x7362);
-    const u32 t2 = __byte_perm(a2, a3, 0x5140), t3 = __byte_perm(a2, a3, 0x7362);
-    const u32 w[4] = {__byte_perm(t0, t2, 0x5410), __byte_perm(t0, t2, 0x7632), __byte_perm(t1, t3, 0x5410),
-                      __byte_perm(t1, t3, 0x7632)};
+    u32 w[4];   // w[r]: head dim 4 (8 q + g) + r of keys 4t .. 4t+3
+    fp8_v_words(w, s8V, q, lane);
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       u32 b0, b1;

@@ -88,19 +88,10 @@ __device__ __forceinline__ void kt_qk_fp8(float (&s)[4], float (&s2)[4], const u
 
 // O^T (DV x 8) += V^T P^T from an FP8 V stage (BN rows of DV bytes at s8V); pb0 / pb1: P^T's B fragments
 __device__ __forceinline__ void kt_pv_fp8(float (&o)[DV / 16][4], u32 pb0, u32 pb1, const u8* s8V, int lane) {
-  const int g = lane >> 2, t = lane & 3;
-  const u8* base = s8V + 4 * t * DV + 4 * g;   // keys 4t .., head dims 4 g ..
 #pragma unroll
   for (int q = 0; q < DV / 32; ++q) {
-    const u32 a0 = *reinterpret_cast<const u32*>(base + 32 * q);
-    const u32 a1 = *reinterpret_cast<const u32*>(base + DV + 32 * q);
-    const u32 a2 = *reinterpret_cast<const u32*>(base + 2 * DV + 32 * q);
-    const u32 a3 = *reinterpret_cast<const u32*>(base + 3 * DV + 32 * q);
-    // 4 x 4 byte transpose: w[r] = byte r of a0, a1, a2, a3 (head dim 32 q + 4 g + r of keys 4t .. 4t+3)
-    const u32 t0 = __byte_perm(a0, a1, 0x5140), t1 = __byte_perm(a0, a1, 0x7362);
-    const u32 t2 = __byte_perm(a2, a3, 0x5140), t3 = __byte_perm(a2, a3, 0x7362);
-    const u32 w[4] = {__byte_perm(t0, t2, 0x5410), __byte_perm(t0, t2, 0x7632), __byte_perm(t1, t3, 0x5410),
-                      __byte_perm(t1, t3, 0x7632)};
+    u32 w[4];   // w[r]: head dim 32 q + 4 g + r of keys 4t .. 4t+3 (mainloop_sm80.cuh)
+    fp8_v_words(w, s8V, q, lane);
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       u32 a[4];
