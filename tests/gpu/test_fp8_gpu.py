@@ -230,20 +230,23 @@ def test_mixed_prefill_decode_step(arch, kv_dtype, d, window, launch, monkeypatc
     api.clear_signature_cache()
 
 
-@pytest.mark.parametrize("d,dtype,softcap,window", [(96, BF16, 0.0, (-1, -1)), (128, BF16, 30.0, (-1, -1)),
-                                                     (64, FP16, 0.0, (200, 0)), (128, FP16, 20.0, (-1, -1))])
-def test_keys_as_rows_fp8_decode_tile_in_the_fused_kernel(d, dtype, softcap, window):
+@pytest.mark.parametrize("d,dtype,softcap,window,page_size", [
+    (96, BF16, 0.0, (-1, -1), 8), (128, BF16, 30.0, (-1, -1), 64), (64, FP16, 0.0, (200, 0), 16),
+    (128, FP16, 20.0, (-1, -1), 32)])
+def test_keys_as_rows_fp8_decode_tile_in_the_fused_kernel(d, dtype, softcap, window, page_size):
     """The Hopper fused kernel's default FP8 decode tile (keys as the MMA's M, 8 query rows, K / V
     converted in registers: templates/attention/tile_kt_sm80.cuh) at head dim 96 (8-byte word loads),
     with a soft-cap (its per-column scale), fp16 q (no row scaling) and bf16 q whose rows differ in
     magnitude by powers of two (2^-3 .. 2^3: each column's own fp16 shift and unscale, on softmaxes neither
     flat nor one-hot, so a column scaled by another's factor shows), 16 / 2 heads (8 query heads a KV head
-    fill the tile's rows; a 3-token request takes three tiles), split, and whole under a 200-key window."""
+    fill the tile's rows; a 3-token request takes three tiles), split, and whole under a 200-key window;
+    pages of 8 keys (half a key block: the per-row page lookup), 16, 32 and 64 (whole blocks a page: the
+    page id read a block ahead, at slots 0, 16, 32, 48 of a page)."""
     from kernelgen.front import api
     api.clear_signature_cache()
     qlens, klens = [300, 1, 1, 3, 700, 1, 1], [900, 40, 3000, 7, 1500, 1, 5000]
     hq, hkv = 16, 2
-    q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, hq, hkv, d, d, 16, 11 + d, dtype=dtype)
+    q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, hq, hkv, d, d, page_size, 11 + d, dtype=dtype)
     g = torch.Generator(device="cuda").manual_seed(d)
     scale = torch.exp2(torch.randint(-3, 4, (q.shape[0], hq, 1), generator=g, device="cuda").to(q.dtype))
     q = (q * scale).to(dtype)                           # rows at 2^-3 .. 2^3 (exact: powers of two)
