@@ -4,7 +4,8 @@
 # score exceeds the running max; page ids a block ahead) against the default build: mixed_sweep (bench and heavy
 # batches, e4m3 cache, 8-row tile, 33 short-first CTAs, --defines ';KG_KT8_LEAN': both builds interleaved in one
 # process), then the FP8 and fused GPU test files built with KERNELGEN_DEFINES=KG_KT8_LEAN, then decode_ab
-# (the standalone FP8 decode, 16-row tile against the lean keys-as-rows one). L s in all (default 300).
+# (the standalone FP8 decode, 16-row tile against the lean keys-as-rows one). L s in all (default 300); CASES the
+# sweep's batches (default bench,heavy).
 set -u
 W=$OUT/w; mkdir -p $W
 L=${L:-300}
@@ -14,7 +15,7 @@ nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader > $W
 for d in .devcache_new .devcache_lean; do timeout 20 python3 tools/device_cache.py unpack --dir $d >> $W/devcache.log 2>&1; done
 python3 -m pip install --no-index --no-deps --target /tmp/xd .xd/*.whl > $W/xd.log 2>&1
 left() { echo $(( L - 10 - SECONDS )); }
-[ $(left) -gt 40 ] && { timeout $(left) python3 benchmarks/experiments/mixed_sweep.py --cases bench,heavy --kv-dtype e4m3 \
+[ $(left) -gt 40 ] && { timeout $(left) python3 benchmarks/experiments/mixed_sweep.py --cases ${CASES:-bench,heavy} --kv-dtype e4m3 \
   --short-ctas 33 --rows 8 --defines ';KG_KT8_LEAN' --rounds 5 --json $W/sweep.json > $W/sweep.log 2>&1; echo "sweep rc $? at $SECONDS" >> $W/rc.txt; }
 [ $(left) -gt 60 ] && KERNELGEN_DEFINES=KG_KT8_LEAN PYTHONPATH="$PWD:/tmp/xd" timeout $(( $(left) - 20 )) python3 -m pytest tests/gpu/test_fp8_gpu.py \
   tests/gpu/test_fused_gpu.py -m gpu -n 8 -q -rf -p no:cacheprovider > $W/tests.log 2>&1; echo "tests rc $? at $SECONDS" >> $W/rc.txt
