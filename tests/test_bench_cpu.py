@@ -1713,6 +1713,40 @@ def test_decode_ab_configuration_options():
     assert (heuristics.combine_row_warps, heuristics.FP8_DECODE_MIN_BLOCKS, heuristics.FP8_DECODE_STAGES) == before
 
 
+def test_decode_ab_define_option(monkeypatch):
+    """decode_ab.py's ``@dNAME``: KERNELGEN_DEFINES gains NAME while the call is prepared (after any value it
+    had), the in-memory kernels are set aside meanwhile (they are keyed by spec, not by their options) and
+    both come back after it, also when it raises; combined with another option, that one holds too."""
+    import os
+
+    from kernelgen.jit import compiler, runtime
+    from kernelgen.kernels.spec import TileConfig
+    from kernelgen.selection import heuristics
+    spec = importlib.util.spec_from_file_location("decode_ab", REPO / "benchmarks" / "experiments" / "decode_ab.py")
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    monkeypatch.setattr(runtime, "_loaded", {"kept": object()})
+    monkeypatch.delenv(compiler.DEFINES_ENV, raising=False)
+    t = TileConfig(16, 16, 1, 2, 8)
+
+    def inside():
+        runtime._loaded["new"] = object()
+        return os.environ.get(compiler.DEFINES_ENV), sorted(runtime._loaded), heuristics.fp8_tile(t, 128, 128).num_stages
+    assert ab.with_options("dKG_LEAN_MAX+st3", inside) == ("KG_LEAN_MAX", ["new"], 3)
+    assert compiler.DEFINES_ENV not in os.environ and sorted(runtime._loaded) == ["kept"]
+    assert "new" not in runtime._loaded and any(True for _ in ab._KEEP)
+    monkeypatch.setenv(compiler.DEFINES_ENV, "KG_A")
+    assert ab.with_options("dKG_B", lambda: os.environ[compiler.DEFINES_ENV]) == "KG_A,KG_B"
+    assert os.environ[compiler.DEFINES_ENV] == "KG_A"
+
+    def boom():
+        raise RuntimeError("prepare failed")
+    with pytest.raises(RuntimeError, match="prepare failed"):
+        ab.with_options("dKG_C", boom)
+    assert os.environ[compiler.DEFINES_ENV] == "KG_A" and sorted(runtime._loaded) == ["kept"]
+    assert compiler.default_options("sm_90a")[-1] == "-DKG_A"
+
+
 def test_alternating_rounds_edge_cases():
     """A failure of kernelgen's own call between a peer's rounds is raised (the entry's error), not
     reported as the peer's; the plot's peer rates follow the per-peer ratios; a per-peer base that is

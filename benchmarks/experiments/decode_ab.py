@@ -12,7 +12,8 @@ unpacked; ``.`` is the checkout's), optionally ``NAME=FOLDER@rwN``: the split-KV
 a row (``heuristics.combine_row_warps`` forced to N while the call is prepared), ``@mbN``: the
 FP8 decode tile for N CTAs an SM (``heuristics.FP8_DECODE_MIN_BLOCKS``), ``@stN``: N K/V stages
 on an FP8 cache (``heuristics.FP8_DECODE_STAGES``), ``@rN``: the FP8 decode tile's rows (8: the keys-as-rows tile;
-``heuristics.FP8_DECODE_ROWS``), joined by "+" (``@mb16+st3``).  Prints one JSON line per (shape, cache) and a summary: each
+``heuristics.FP8_DECODE_ROWS``), ``@dNAME``: its kernels built with ``-DNAME`` (``KERNELGEN_DEFINES``, e.g.
+``@dKG_LEAN_MAX``), joined by "+" (``@mb16+st3``).  Prints one JSON line per (shape, cache) and a summary: each
 configuration's time over the first one's.
 
 Usage: PYTHONPATH=$PWD python benchmarks/experiments/decode_ab.py --configs new=.,old=/tmp/old/templates
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -60,15 +62,25 @@ def with_options(opt: str, fn):
     above 12 at head dim 128 the tile spills with Q in registers: apply
     ``patches/q_frags_d128.patch`` to the checkout, which keeps Q's fragments in shared memory there),
     "stN" their K/V stages on an FP8 cache (``heuristics.FP8_DECODE_STAGES``), "rN" their rows on an FP8
-    cache (``heuristics.FP8_DECODE_ROWS``); "" as is."""
+    cache (``heuristics.FP8_DECODE_ROWS``), "dNAME" its kernels built with -DNAME; "" as is."""
     if not opt:
         return fn()
     from kernelgen.front import api
     from kernelgen.selection import heuristics
     opts = opt.split("+")
     for o in opts:
-        if not re.fullmatch(r"(rw|mb|st)\d+|r(8|16)", o):
-            raise ValueError(f"unknown configuration option {o!r} (rwN, mbN, stN, r8 / r16)")
+        if not re.fullmatch(r"(rw|mb|st)\d+|r(8|16)|d[A-Za-z_]\w*", o):
+            raise ValueError(f"unknown configuration option {o!r} (rwN, mbN, stN, r8 / r16, dNAME)")
+    from kernelgen.jit import compiler
+    defines = [o[1:] for o in opts if o.startswith("d")]
+    old_env = os.environ.get(compiler.DEFINES_ENV)
+    from kernelgen.jit import runtime
+    saved_loaded = dict(runtime._loaded)
+    if defines:   # dNAME: the configuration's kernels built with -DNAME (KERNELGEN_DEFINES while prepared),
+        # loaded afresh (the in-memory kernels are keyed by spec, not by the options they were built with)
+        os.environ[compiler.DEFINES_ENV] = ",".join(([old_env] if old_env else []) + defines)
+        opts = [o for o in opts if not o.startswith("d")]
+        runtime._loaded.clear()
     saved = (heuristics.combine_row_warps, heuristics.FP8_DECODE_MIN_BLOCKS, heuristics.FP8_DECODE_STAGES,
              heuristics.FP8_DECODE_ROWS)
     api.clear_signature_cache()
@@ -87,6 +99,14 @@ def with_options(opt: str, fn):
     finally:
         (heuristics.combine_row_warps, heuristics.FP8_DECODE_MIN_BLOCKS, heuristics.FP8_DECODE_STAGES,
          heuristics.FP8_DECODE_ROWS) = saved
+        if defines:
+            if old_env is None:
+                os.environ.pop(compiler.DEFINES_ENV, None)
+            else:
+                os.environ[compiler.DEFINES_ENV] = old_env
+            _KEEP.extend(runtime._loaded.values())
+            runtime._loaded.clear()
+            runtime._loaded.update(saved_loaded)
         api.clear_signature_cache()
 
 
