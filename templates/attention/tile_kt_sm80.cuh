@@ -444,9 +444,10 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
       // A column's max over the warp moves only where some lane's own candidate (its two keys' scores,
       // scaled and rounded up as below: monotone, so the warp's max of the candidates is the candidate of
       // the warp's max) exceeds the running max.  Where no lane's does, the shuffles, the correction
-      // (exactly 1) and O's rescale are skipped: the same values, and past a tile's first blocks the usual
-      // case (ncu, H200, fused FP8 kernel: the max's shuffle chain and the rescale were about a fifth of
-      // the decode loop's warp time).  Warp-uniform (the vote).
+      // (exactly 1) and O's rescale are skipped: the same values (but for a subnormal O entry, which the
+      // skipped multiply would have flushed to 0), and past a tile's first blocks the usual case (ncu, H200,
+      // fused FP8 kernel: the max's shuffle chain and the rescale were about a fifth of the decode loop's
+      // warp time).  Warp-uniform (the vote).
       float cand[2];
       bool up = false;
 #pragma unroll

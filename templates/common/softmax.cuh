@@ -123,7 +123,8 @@ __device__ __forceinline__ void softmax_update(float (&s)[MT][BN / 8][4], float 
   // (the 16-row FP8 decode tile's experiment build, KERNELGEN_DEFINES=KG_LEAN_MAX: as the keys-as-rows
   // tile's KG_KT8_LEAN; decode_ab.py @dKG_LEAN_MAX) the rows'
   // maxima move only where some lane's own max exceeds its row's running max; where none does (one vote),
-  // the shuffles, the corrections (1) and O's rescale are skipped: the same values.
+  // the shuffles, the corrections (1) and O's rescale are skipped: the same values (but for a subnormal O
+  // entry, which the skipped multiply would have flushed to 0).
   bool up = false;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
