@@ -13,7 +13,7 @@ a row (``heuristics.combine_row_warps`` forced to N while the call is prepared),
 FP8 decode tile for N CTAs an SM (``heuristics.FP8_DECODE_MIN_BLOCKS``), ``@stN``: N K/V stages
 on an FP8 cache (``heuristics.FP8_DECODE_STAGES``), ``@rN``: the FP8 decode tile's rows (8: the keys-as-rows tile;
 ``heuristics.FP8_DECODE_ROWS``), ``@dNAME``: its kernels built with ``-DNAME`` (``KERNELGEN_DEFINES``, e.g.
-``@dKG_LEAN_MAX``), joined by "+" (``@mb16+st3``).  Prints one JSON line per (shape, cache) and a summary: each
+``@dKG_TIMELINE``), joined by "+" (``@mb16+st3``).  Prints one JSON line per (shape, cache) and a summary: each
 configuration's time over the first one's.
 
 Usage: PYTHONPATH=$PWD python benchmarks/experiments/decode_ab.py --configs new=.,old=/tmp/old/templates

@@ -239,52 +239,6 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
     const u32 k_lane = (u32)(((lane & 15) * SQ + (lane >> 4) * 8) * 2);
     const u32 v_lane = (u32)((((lane & 7) + ((lane >> 4) << 3)) * SV + ((lane >> 3) & 1) * 8) * 2);
 {% endif %}
-{% if kt8 %}
-#ifdef KG_KT8_LEAN
-    // (KG_KT8_LEAN, an experiment: KERNELGEN_DEFINES=KG_KT8_LEAN; mixed_sweep.py --defines ';KG_KT8_LEAN')
-    // Pages that hold whole key blocks (page_size a multiple of BN): one page-id read a block, for K
-    // and V both, issued a block ahead of the copies that use it, so that its latency overlaps a
-    // block's GEMMs instead of stalling the next cp.async (ncu, H200: the dependent page-id read was
-    // 6 % of the fused FP8 decode loop's warp time); smaller pages: load_kv8_block's per-row pages.
-    const bool whole_pages = PAGED && pdiv.d % BN == 0;
-    int page_next = 0;
-    auto kt8_load = [&](int sj, int nb, int page) {
-      if (whole_pages) {
-        const i64 slot = pdiv.mod(nb * BN);
-        load_tile8<BN, D>(s8K_base + sj * K8_BYTES, k_base + (i64)page * p.k_page_stride + slot * p.k_row_stride,
-                          p.k_row_stride, ti.seqlen_k - nb * BN, tid);
-        load_tile8<BN, DV>(s8V_base + sj * V8_BYTES, v_base + (i64)page * p.v_page_stride + slot * p.v_row_stride,
-                           p.v_row_stride, ti.seqlen_k - nb * BN, tid);
-      } else {
-        load_kv8_block<D>(s8K_base + sj * K8_BYTES, k_base, p.k_row_stride, p.k_page_stride, page_row, pdiv,
-                          nb * BN, ti.seqlen_k, tid);
-        load_kv8_block<DV>(s8V_base + sj * V8_BYTES, v_base, p.v_row_stride, p.v_page_stride, page_row, pdiv,
-                           nb * BN, ti.seqlen_k, tid);
-      }
-    };
-#pragma unroll
-    for (int st = 0; st < STAGES - 1; ++st) {
-      if (st < n_blocks) {
-        const int n = n_hi - 1 - st;
-        kt8_load(st, n, whole_pages ? page_row[pdiv.div(n * BN)] : 0);
-      }
-      cp_async_commit();
-    }
-    if (whole_pages && STAGES - 1 < n_blocks) page_next = page_row[pdiv.div((n_hi - STAGES) * BN)];
-#else
-#pragma unroll
-    for (int st = 0; st < STAGES - 1; ++st) {
-      if (st < n_blocks) {
-        const int n = n_hi - 1 - st;
-        load_kv8_block<D>(s8K_base + st * K8_BYTES, k_base, p.k_row_stride, p.k_page_stride, page_row, pdiv,
-                          n * BN, ti.seqlen_k, tid);
-        load_kv8_block<DV>(s8V_base + st * V8_BYTES, v_base, p.v_row_stride, p.v_page_stride, page_row, pdiv,
-                           n * BN, ti.seqlen_k, tid);
-      }
-      cp_async_commit();
-    }
-#endif
-{% else %}
 #pragma unroll
     for (int st = 0; st < STAGES - 1; ++st) {
       if (st < n_blocks) {
@@ -303,7 +257,6 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
       }
       cp_async_commit();
     }
-{% endif %}
 {% if kt8 and v.get("fp16_gemms") %}
     // per query column 2 tq + e: the logit scale (or the soft-cap's) times the column's q unscale
     const float sc[2] = {SOFTCAP ? 1.f : kv_scale_log2 * unscale[0], SOFTCAP ? 1.f : kv_scale_log2 * unscale[1]};
@@ -337,17 +290,7 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
         if (j < n_blocks) {
           const int nj = n_hi - 1 - j;
           const int sj = j % STAGES;
-{% if kt8 %}
-#ifdef KG_KT8_LEAN
-          kt8_load(sj, nj, page_next);
-          if (whole_pages && j + 1 < n_blocks) page_next = page_row[pdiv.div((nj - 1) * BN)];
-#else
-          load_kv8_block<D>(s8K_base + sj * K8_BYTES, k_base, p.k_row_stride, p.k_page_stride, page_row,
-                            pdiv, nj * BN, ti.seqlen_k, tid);
-          load_kv8_block<DV>(s8V_base + sj * V8_BYTES, v_base, p.v_row_stride, p.v_page_stride, page_row,
-                             pdiv, nj * BN, ti.seqlen_k, tid);
-#endif
-{% elif v.get("kv_dtype") %}
+{% if v.get("kv_dtype") %}
           load_kv8_block<D>(s8K_base + sj * K8_BYTES, k_base, p.k_row_stride, p.k_page_stride, page_row,
                             pdiv, nj * BN, ti.seqlen_k, tid);
           load_kv8_block<DV>(s8V_base + sj * V8_BYTES, v_base, p.v_row_stride, p.v_page_stride, page_row,
@@ -439,88 +382,31 @@ __device__ __forceinline__ void run_tile(const AttnParams& p, int* md, int cap4,
       }
       // column softmax (base 2, the scale folded into the exponent as in softmax_scores)
       float corr[2];
-{% if kt8 %}
-#ifdef KG_KT8_LEAN
-      // A column's max over the warp moves only where some lane's own candidate (its two keys' scores,
-      // scaled and rounded up as below: monotone, so the warp's max of the candidates is the candidate of
-      // the warp's max) exceeds the running max.  Where no lane's does, the shuffles, the correction
-      // (exactly 1) and O's rescale are skipped: the same values (but for a subnormal O entry, which the
-      // skipped multiply would have flushed to 0), and past a tile's first blocks the usual case (ncu, H200,
-      // fused FP8 kernel: the max's shuffle chain and the rescale were about a fifth of the decode loop's
-      // warp time).  Warp-uniform (the vote).
-      float cand[2];
-      bool up = false;
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        cand[e] = __fmul_ru(fmaxf(s[e], s[2 + e]), sc[e]);   // (rounded up: exponents <= 0, see softmax_scores)
-        up |= cand[e] > row_max[e];
-      }
-      const bool grew = __any_sync(0xffffffffu, up);
-      corr[0] = corr[1] = 1.f;
-      if (grew) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float mx = cand[e];
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-          const float m_new = fmaxf(row_max[e], mx);
-          corr[e] = fast_exp2(row_max[e] - (m_new == -KG_INF ? 0.f : m_new));
-          row_max[e] = m_new;
-        }
-      }
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float m_use = row_max[e] == -KG_INF ? 0.f : row_max[e];
-        s[e] = fast_exp2(fmaf(s[e], sc[e], -m_use));
-        s[2 + e] = fast_exp2(fmaf(s[2 + e], sc[e], -m_use));
-        row_sum[e] = row_sum[e] * corr[e] + (s[e] + s[2 + e]);
-      }
-#else
-      const bool grew = true;
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float mx = fmaxf(s[e], s[2 + e]);
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-        const float m_new = fmaxf(row_max[e], __fmul_ru(mx, sc[e]));   // (rounded up: exponents <= 0, see softmax_scores)
+{% set scale_e = "sc[e]" if kt8 else "scale" %}
+        const float m_new = fmaxf(row_max[e], __fmul_ru(mx, {{ scale_e }}));   // (rounded up: exponents <= 0, see softmax_scores)
         const float m_use = m_new == -KG_INF ? 0.f : m_new;
         corr[e] = fast_exp2(row_max[e] - m_use);
         row_max[e] = m_new;
-        s[e] = fast_exp2(fmaf(s[e], sc[e], -m_use));
-        s[2 + e] = fast_exp2(fmaf(s[2 + e], sc[e], -m_use));
+        s[e] = fast_exp2(fmaf(s[e], {{ scale_e }}, -m_use));
+        s[2 + e] = fast_exp2(fmaf(s[2 + e], {{ scale_e }}, -m_use));
         row_sum[e] = row_sum[e] * corr[e] + (s[e] + s[2 + e]);
       }
-#endif
-{% else %}
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float mx = fmaxf(s[e], s[2 + e]);
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-        const float m_new = fmaxf(row_max[e], __fmul_ru(mx, scale));   // (rounded up: exponents <= 0, see softmax_scores)
-        const float m_use = m_new == -KG_INF ? 0.f : m_new;
-        corr[e] = fast_exp2(row_max[e] - m_use);
-        row_max[e] = m_new;
-        s[e] = fast_exp2(fmaf(s[e], scale, -m_use));
-        s[2 + e] = fast_exp2(fmaf(s[2 + e], scale, -m_use));
-        row_sum[e] = row_sum[e] * corr[e] + (s[e] + s[2 + e]);
-      }
-{% endif %}
       // P^T as B fragments: (keys g, rows 2t..) -> (row g, keys 2t..) for keys 0-7 and 8-15
 {% if kt8 %}
       const u32 pb0 = movm_trans({{ fp8_pack }}(s[0], s[1]));
       const u32 pb1 = movm_trans({{ fp8_pack }}(s[2], s[3]));
-      if (grew) {   // (KG_KT8_LEAN: 32 of the loop's ~345 instructions a block at d 128 skipped)
 #pragma unroll
-        for (int dp = 0; dp < DV / 16; ++dp) {
-          o[dp][0] *= corr[0];
-          o[dp][1] *= corr[1];
-          o[dp][2] *= corr[0];
-          o[dp][3] *= corr[1];
-        }
+      for (int dp = 0; dp < DV / 16; ++dp) {
+        o[dp][0] *= corr[0];
+        o[dp][1] *= corr[1];
+        o[dp][2] *= corr[0];
+        o[dp][3] *= corr[1];
       }
       kt_pv_fp8(o, pb0, pb1, smem8 + STAGES * K8_BYTES + st8 * V8_BYTES, lane);
 {% else %}

@@ -118,41 +118,6 @@ __device__ __forceinline__ void transform_scores(float (&s)[MT][BN / 8][4], Scal
 
 __device__ __forceinline__ void softmax_update(float (&s)[MT][BN / 8][4], float (&row_max)[MT][2],
                                                float (&row_sum)[MT][2], float (&o)[MT][DV / 8][4]) {
-{% if v.get("fp8_regs") and v.block_m == 16 %}
-#ifdef KG_LEAN_MAX
-  // (the 16-row FP8 decode tile's experiment build, KERNELGEN_DEFINES=KG_LEAN_MAX: as the keys-as-rows
-  // tile's KG_KT8_LEAN; decode_ab.py @dKG_LEAN_MAX) the rows'
-  // maxima move only where some lane's own max exceeds its row's running max; where none does (one vote),
-  // the shuffles, the corrections (1) and O's rescale are skipped: the same values (but for a subnormal O
-  // entry, which the skipped multiply would have flushed to 0).
-  bool up = false;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt) up |= fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]) > row_max[mt][h];
-  if (!__any_sync(0xffffffffu, up)) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float m_use = row_max[mt][h] == -KG_INF ? 0.f : row_max[mt][h];
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < BN / 8; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float pv = fast_exp2(s[mt][nt][2 * h + e] - m_use);
-            s[mt][nt][2 * h + e] = pv;
-            sum += pv;
-          }
-        row_sum[mt][h] += sum;
-      }
-    return;
-  }
-#endif
-{% endif %}
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
