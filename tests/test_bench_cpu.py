@@ -593,7 +593,7 @@ def test_the_mixed_batches_come_from_the_traces():
     assert pre_q == pre_k == [min(p, 512) for p in prompts[40:48]] and 512 in pre_q and min(pre_q) < 200
     assert dec_k == ctx[900:932]
     names = [e.name for e in suites.registry(["mixed"], [PRESETS["llama3-8b"]])]
-    assert names == ["mixed_trace", "mixed_trace_fp8", "mixed_long_chunks", "mixed_short_chunks"]
+    assert names == ["mixed_trace", "mixed_trace_fp8", "mixed_trace_fp8_qq", "mixed_long_chunks", "mixed_short_chunks"]
     with pytest.raises(ValueError, match="unknown mixed batch 'mixed_x'"):
         suites.mixed_lengths(s, "mixed_x")
 
@@ -1489,7 +1489,8 @@ def test_registry_dtypes_select_bf16_fp16_and_fp8_entries():
     assert not any(n.endswith("_fp16") for n in names)
     assert {d.dtype for d in default} == {"bf16", "e4m3"}
     assert {d.name for d in default if d.dtype == "e4m3"} == {
-        "fp8_prefill_causal_s16k", "fp8_prefill_s4k_b4", "fp8_decode_b128_paged16", "mixed_trace_fp8"}
+        "fp8_prefill_causal_s16k", "fp8_prefill_s4k_b4", "fp8_decode_b128_paged16", "mixed_trace_fp8",
+        "mixed_trace_fp8_qq"}
     for name in ("prefill_dense_causal_h96_s4k", "prefill_dense_causal_h192_s4k", "prefill_dense_causal_h192x128_s4k"):
         assert name in names
     fp16 = suites.registry(["all"], models, ("fp16",))
@@ -1732,7 +1733,7 @@ def test_decode_ab_define_option(monkeypatch):
     def inside():
         runtime._loaded["new"] = object()
         return os.environ.get(compiler.DEFINES_ENV), sorted(runtime._loaded), heuristics.fp8_tile(t, 128, 128).num_stages
-    assert ab.with_options("dKG_LEAN_MAX+st3", inside) == ("KG_LEAN_MAX", ["new"], 3)
+    assert ab.with_options("dKG_TIMELINE+st3", inside) == ("KG_TIMELINE", ["new"], 3)
     assert compiler.DEFINES_ENV not in os.environ and sorted(runtime._loaded) == ["kept"]
     assert "new" not in runtime._loaded and any(True for _ in ab._KEEP)
     monkeypatch.setenv(compiler.DEFINES_ENV, "KG_A")

@@ -135,12 +135,16 @@ def test_warmup_specs_with_kv_dtypes():
         hopper = {s.mainloop == "sm90a" for s in extra}
         assert hopper == ({True, False} if arch == "sm_90a" else {False})
         assert {_kv_of(s) for s in extra} == {"e4m3", "e5m2"}
-        assert len([s for s in extra if _kv_of(s) == "e4m3"]) == len([s for s in extra if _kv_of(s) == "e5m2"])
+        # (e4m3 also: the Hopper fused kernels whose long class reads a quantised q, quantize_q=True)
+        qq = [s for s in extra if s.kind == "fused" and s.long.fp8_mma]
+        assert len([s for s in extra if _kv_of(s) == "e4m3"]) == len([s for s in extra if _kv_of(s) == "e5m2"]) + len(qq)
+        assert all(_kv_of(s) == "e4m3" for s in qq) and bool(qq) == (arch == "sm_90a")
         calls = [dict(max_seqlen_q=4096, max_seqlen_k=4096), dict(max_seqlen_q=512, max_seqlen_k=32768, paged=True),
                  dict(max_seqlen_q=1, max_seqlen_k=32768, paged=True, page_size=16, batch=64, rows=64),
                  dict(max_seqlen_q=1, max_seqlen_k=256, batch=64, rows=64),
                  dict(max_seqlen_q=4096, max_seqlen_k=4096, paged=True, page_size=16, batch=8, rows=4096 * 8),
                  dict(max_seqlen_q=512, max_seqlen_k=32768, paged=True, page_size=16, batch=40, rows=600)]
+        seen_qq = 0
         for call in calls:
             for kv in ("e4m3", "e5m2"):
                 for qd in ("", "e4m3"):     # an FP8 q too: its tensor-core kernels (sm_90a prefill shapes)
@@ -149,7 +153,15 @@ def test_warmup_specs_with_kv_dtypes():
                     hopper_chunked = arch == "sm_90a" and call.get("page_size") and call.get("rows") != 600
                     assert r.kind == ("fused" if mixed and not hopper_chunked else "single"), (call, r.kind)
                     assert set(r.specs) <= set(both), (call, qd, [x.name for x in r.specs])
+                    if qd and kv == "e4m3":   # a q quantised by the call (quantize_q): a mixed batch's fused kernel
+                        r16 = decide.decide(sig(kv_dtype=kv, **call), dev)   # (where the Hopper fused kernel runs)
+                        fused_qq = r16.kind == "fused" and r16.variants.fused.hopper
+                        r = decide.decide(sig(kv_dtype=kv, q_dtype=qd, quantized_q=True, **call), dev)
+                        assert (r.kind == "fused" and r.variants.fused.long.fp8_mma) == fused_qq, (call, r.kind)
+                        seen_qq += fused_qq
+                        assert set(r.specs) <= set(both), (call, "quantized", [x.name for x in r.specs])
         assert any(getattr(s, "fp8_mma", False) for s in extra) == (arch == "sm_90a")
+        assert seen_qq == (1 if arch == "sm_90a" else 0)
         sinks = warmup_specs(arch, kv_dtypes=("e4m3",), sinks=True, **kw)
         r = decide.decide(sig(kv_dtype="e4m3", sinks=True, max_seqlen_q=1, max_seqlen_k=32768, paged=True,
                               batch=64, rows=64), dev)

@@ -619,6 +619,43 @@ def test_hopper_fused_fp8_kernel_compiles_without_spills_in_its_key_block_loops(
     assert ops["F2FP"] > 0 and ops["USETMAXREG"] == 2 and ops["UTMALDG"] > 0, ops   # cvt e4m3/e5m2 pairs, TMA
 
 
+FUSED_FP8_MMA_COMPILE = [dict(d=128), dict(d=128, mask="none"), dict(d=64, mask="local", softcap=True, dtype="fp16")]
+
+
+@pytest.mark.parametrize("kw", FUSED_FP8_MMA_COMPILE, ids=_compile_id)
+def test_hopper_fused_kernel_on_a_quantised_q_compiles(kw):
+    """The Hopper fused kernel of a mixed batch with ``quantize_q`` (``choose_fused_hopper(q_dtype=)``):
+    the long class on the FP8 tensor-core variant (FP8 wgmma on the quantised q, K read in the landing
+    stages, V transposed by producer warps 1-3), the short class the keys-as-rows FP8 decode tile on the
+    16-bit q.  40 / 232 registers (``SM90_FUSED_REGS["fp8_mma"]``: at 48 / 224 and 56 / 224 ptxas
+    spilled 96 bytes): no spill, but without a mask at head dim 128 (224-key blocks, as the standalone
+    variant: a few words once a tile, none inside a key-block loop)."""
+    fv = heuristics.choose_fused_hopper("sm_90a", kw.get("dtype", "bf16"), kw["d"], kw["d"], num_heads_q=HQ,
+                                        num_heads_kv=HKV, mask=kw.get("mask", "causal"), max_seqlen_q=2048,
+                                        max_seqlen_k=8192, paged=True, page_size=16, softcap=kw.get("softcap", False),
+                                        kv_dtype="e4m3", q_dtype="e4m3", window_span=300 if "mask" in kw else -1)
+    spec = fv.fused
+    assert spec.hopper and spec.long.fp8_mma and not spec.short.fp8_mma and spec.short.tile.block_m == 8
+    assert spec.hopper_regs() == FusedAttentionSpec.SM90_FUSED_REGS["fp8_mma"] == (40, 232)
+    assert "_fp8mma" in spec.name and spec.short_tiles_first >= 1 and spec.short_tiles_after >= 1
+    src = render.render(spec)
+    res = compiler.compile_cubin(src, "sm_90a", compiler.default_options("sm_90a"), spec.name)
+    r = res.resources
+    assert r["registers"] == 168, r
+    if kw.get("mask") == "none" and kw["d"] == 128:
+        assert r["spill_stores"] <= 16 and r["spill_loads"] <= 16, r
+    else:
+        assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, r
+    lines = sass.disassemble(res.cubin, _NVDISASM).splitlines()
+    loops = _mma_loops(lines)
+    qgmma = [(a, b) for a, b in loops if any("QGMMA" in x for x in lines[a:b + 1])]   # (FP8 wgmma's SASS name)
+    hmma = [(a, b) for a, b in loops if any("HMMA" in x for x in lines[a:b + 1])]
+    assert len(qgmma) == 1 and len(hmma) == 2, loops          # the consumers' loop; the decode tile at 2 sites
+    assert not any("HGMMA" in x for x in lines), "a 16-bit wgmma in the FP8 tensor-core variant"
+    for a, b in loops:
+        assert not any(re.search(r"\b(LDL|STL)", x) for x in lines[a:b + 1]), (a, b)
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_hopper_fused_d192x128_compiles_without_spills(dtype):
     """The fused kernel of head dims 192 x 128 (packed K/V): its decode tile keeps Q in shared memory

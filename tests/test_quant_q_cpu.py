@@ -372,3 +372,114 @@ def test_a_misaligned_plan_step_is_named(fake_cuda, monkeypatch):
     with pytest.raises(ValueError, match="^q must start at a 16-byte aligned address"):
         plan.run(_misaligned(q), k, v, cq, ck)
     assert fake_cuda.launches == []
+
+
+# ----------------------------------------------------------------------------- a mixed batch (the fused kernel)
+@pytest.mark.parametrize("strided", [False, True])
+def test_mixed_batch_quantises_q_for_the_fused_kernels_long_class(fake_cuda, strided):
+    """A mixed paged batch with an e4m3 cache and quantize_q on the (fake) H200: the Hopper fused
+    kernel whose long class runs the FP8 tensor-core variant on the quantised q (its map an FP8 one
+    over the copy, its q_descale written per call past it) while the short class reads the caller's
+    16-bit q itself (its strides, factor 1); the prepared fast path quantises each new q."""
+    from fake_cuda import map_kind
+    from test_fused_cpu import CTX, HQ, HKV, QLENS, D, paged_inputs
+    q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
+    if strided:   # (a view of a wider tensor: the short class keeps its strides, the copy is contiguous)
+        q = torch.cat([q, torch.zeros_like(q)], dim=2)[:, :, :D]
+    kc, vc = kc.to(E4M3), vc.to(E4M3)
+    b = len(QLENS)
+    off, _ = quant_q.buffer_bytes(q.shape[0], HQ, D, b, HKV)
+    kd = torch.full((b, HKV), 0.25)
+    seen = []
+
+    def hook(x):
+        if x.kind == "fused_sm90_fp8":
+            f = x.fields()
+            L = f["long"]
+            seen.append((f, ctypes.string_at(L["q"], q.shape[0] * HQ * D),
+                         struct.unpack(f"<{b * HKV}f", ctypes.string_at(L["q_descale"], 4 * b * HKV)), x.maps(4)[0]))
+    fake_cuda.hooks.append(hook)
+    for step in range(3):
+        if step == 2:   # (a new q of the same signature: in place, strides kept)
+            q.mul_(3)
+            q[:300, :8] *= 100
+        want8, want_qd = quant_q.quantize(q, cu_q, b, HKV)
+        fake_cuda.clear()
+        out = kernelgen.varlen_attention(q, kc, vc, cu_q, None, max(QLENS), max(CTX), seqused_k=used, page_table=pt,
+                                         causal=True, quantize_q=True, k_descale=kd)
+        assert out.dtype == BF16 and out.shape == (q.shape[0], HQ, D)
+        assert fake_cuda.kinds() == ["scheduler", "scheduler", "fused_sm90_fp8", "combine"]
+        f, qbytes, qds, qmap = seen[-1]
+        L, S = f["long"], f["short"]
+        assert S["q"] == q.data_ptr() and (S["q_row_stride"], S["q_head_stride"]) == (q.stride(0), q.stride(1))
+        assert (S["q_descale"], S["q_descale_batch_stride"], S["q_descale_head_stride"]) == (0, 0, 0)
+        assert L["q"] != q.data_ptr() and (L["q_row_stride"], L["q_head_stride"]) == (HQ * D, D)
+        assert qbytes == want8.view(torch.uint8).numpy().tobytes()
+        assert L["q_descale"] == L["q"] + off and (L["q_descale_batch_stride"], L["q_descale_head_stride"]) == (HKV, 1)
+        assert qds == tuple(want_qd.flatten().tolist())
+        assert L["k_descale"] == S["k_descale"] == kd.data_ptr()
+        ptr, dims, strides, box = qmap
+        assert ptr == L["q"] and strides == (D, HQ * D)              # an FP8 map over the copy (1 byte a value)
+    assert len(api._CALLS._d) == 1
+    (prep,) = api._CALLS._d.values()
+    assert prep.q_quant == (b, HKV) and prep.q_short and prep.q_convert is None
+    (spec,) = [x.spec for x in runtime.loaded_kernels() if x.spec.kind == "fused"]
+    assert spec.hopper and spec.long.fp8_mma and not spec.short.fp8_mma and spec.short.kv_dtype == "e4m3"
+
+
+def test_mixed_batch_off_the_fused_kernel_keeps_q_exact(fake_cuda, monkeypatch):
+    """KERNELGEN_FP8_FUSED=0 (no fused kernel on an FP8 cache): the mixed batch with quantize_q runs
+    as one class on the tensor-core variant, as before the fused form existed."""
+    from test_fused_cpu import CTX, QLENS, paged_inputs
+    monkeypatch.setenv("KERNELGEN_FP8_FUSED", "0")
+    q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
+    kc, vc = kc.to(E4M3), vc.to(E4M3)
+    kernelgen.varlen_attention(q, kc, vc, cu_q, None, max(QLENS), max(CTX), seqused_k=used, page_table=pt,
+                               causal=True, quantize_q=True)
+    assert "fused_sm90_fp8" not in fake_cuda.kinds()
+    (prep,) = api._CALLS._d.values()
+    assert not prep.q_short
+
+
+@pytest.mark.parametrize("path", ["run", "attend"])
+def test_mixed_plan_quantises_for_the_fused_kernels_long_class(fake_cuda, monkeypatch, path):
+    """A mixed-batch plan with an e4m3 cache and quantize_q: the Hopper fused kernel whose long class
+    reads each step's q quantised into the plan's buffer (the same address every step, its factors at
+    the plan's offset) and whose short class reads the step's 16-bit q (factor 1), through run (the
+    validating then the prepared steps) and schedule + attend."""
+    from fake_cuda import make_plan
+    from test_fused_cpu import CTX, HQ, HKV, PS, QLENS, D, paged_inputs
+    plan = make_plan(monkeypatch, max_batch=8, num_heads_q=HQ, num_heads_kv=HKV, head_dim=D, max_seqlen_q=2048,
+                     max_seqlen_k=8192, max_total_q=4096, paged=True, page_size=PS, causal=True, kv_dtype="e4m3",
+                     quantize_q=True)
+    assert plan.recipe.kind == "fused" and plan.attn_spec.long.fp8_mma and plan.q_quant and plan._q_short
+    assert plan.q_convert is None and plan._q_kernel is None      # (the fake device: torch ops)
+    off, _ = quant_q.buffer_bytes(4096, HQ, D, 8, HKV)
+    b = len(QLENS)
+    addrs = set()
+    for step in range(3):
+        q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
+        kc, vc = kc.to(E4M3), vc.to(E4M3)
+        seen = []
+
+        def hook(x):
+            if x.kind == "fused_sm90_fp8":
+                L = x.fields()["long"]
+                seen.append((x.fields(), ctypes.string_at(L["q"], q.shape[0] * HQ * D),
+                             struct.unpack(f"<{b * HKV}f", ctypes.string_at(L["q_descale"], 4 * b * HKV))))
+        fake_cuda.hooks[:] = [hook]
+        fake_cuda.clear()
+        if path == "run":
+            plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt)
+        else:
+            plan.schedule(cu_q, seqused_k=used)
+            plan.attend(q, kc, vc, cu_q, seqused_k=used, page_table=pt)
+        assert "fused_sm90_fp8" in fake_cuda.kinds()
+        want8, want_qd = quant_q.quantize(q, cu_q, b, HKV)
+        f, qbytes, qds = seen[-1]
+        L, S = f["long"], f["short"]
+        assert qbytes == want8.view(torch.uint8).numpy().tobytes() and qds == tuple(want_qd.flatten().tolist())
+        assert L["q_descale"] == L["q"] + off and (L["q_descale_batch_stride"], L["q_descale_head_stride"]) == (HKV, 1)
+        assert S["q"] == q.data_ptr() and (S["q_descale"], S["q_descale_batch_stride"]) == (0, 0)
+        addrs.add(L["q"])
+    assert len(addrs) == 1                                             # the plan's buffer

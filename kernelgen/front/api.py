@@ -313,7 +313,8 @@ def varlen_attention(
             # one goes down the validating path, which names it: the key holds no addresses)
             kq = None if q.data_ptr() & 15 else \
                 _quant_q.quantize(q, cu_seqlens_q, *prep.q_quant, kernel=prep.q_quant_kernel)[0]
-        res = None if kq is None else prep.run(kq, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, None)
+        res = None if kq is None else prep.run(kq, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, None,
+                                               **({"q_short": q} if prep.q_short else {}))
         if res is not None:
             if sinks is not None and not prep.sinks_fused:
                 _sinks.apply(res[0], res[1], sinks, cu_seqlens_q)
@@ -357,6 +358,7 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                            metadata_layout, sort, head_swizzle, short_query_tokens, arch, sinks, k_descale, v_descale,
                            max_num_splits)
         if quant is not None:
+            q16 = q   # (the short class of a fused recipe reads it: q_short)
             call, q, q_descale, recipe, q_kernel = quant
     sizes = call.sizes
     provisional = None
@@ -409,13 +411,15 @@ def _validated_call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                            **({} if call.user is None else {"user": call.user}),
                            **({} if call.descale is None else
                               {"descale": kernel_args.descale_fields(k_descale, v_descale, call.descale, q_descale)}),
-                           **({} if quant is None else {"q_descale_delta": q_descale.data_ptr() - q.data_ptr()}))
+                           **({} if quant is None else {"q_descale_delta": q_descale.data_ptr() - q.data_ptr()}),
+                           **({"q_short": q16} if quant is not None and recipe.kind == "fused" else {}))
     prep.q_convert = q_convert
     if quant is not None:
         prep.q_quant, prep.q_quant_kernel = (sizes["batch"], sizes["num_heads_kv"]), q_kernel
     if key is not None and signature.cacheable(key) and provisional is None:   # (a provisional call is not kept)
         _CALLS.put(key, prep)
-    out, lse = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
+    out, lse = prep.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse,
+                        **({"q_short": q16} if prep.q_short else {}))
     if sinks is not None and not recipe.sinks_fused:
         _sinks.apply(out, lse, sinks, cu_seqlens_q)
     return (out, lse) if return_lse else out
@@ -426,8 +430,9 @@ def _quantized(call, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                short_query_tokens, arch, sinks, k_descale, v_descale, max_num_splits=0):
     """``quantize_q=True`` on a 16-bit q with an e4m3 cache (``call``: its checked call): the call
     checked again with an e4m3 q and a ``q_descale`` (the views of one uninitialised buffer) and
-    decided; when the recipe runs the Hopper FP8 tensor-core variant (a single class) q is quantised
-    into that buffer (``launch.quant_q``) and (checked call, q8, q_descale, recipe) returned, else
+    decided; when the recipe runs the Hopper FP8 tensor-core variant (a single class, or the long
+    class of the Hopper fused kernel, whose short class reads the 16-bit q) q is quantised into that
+    buffer (``launch.quant_q``) and (checked call, q8, q_descale, recipe, kernel) returned, else
     None (the call keeps its exact 16-bit q, and nothing was quantised)."""
     sizes = call.sizes
     batch, hkv = sizes["batch"], sizes["num_heads_kv"]
@@ -447,7 +452,9 @@ def _quantized(call, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     recipe = spills.checked(decide.decide(call8.signature, device, call8.settings), call8.signature, device,
                             call8.settings, build=True)
     attn = getattr(recipe.variants, "attention", None)
-    if recipe.kind != "single" or attn is None or not attn.fp8_mma:
+    fused = getattr(recipe.variants, "fused", None)
+    if not (recipe.kind == "single" and attn is not None and attn.fp8_mma) \
+            and not (recipe.kind == "fused" and fused.long.fp8_mma):
         return None
     kernel = runtime.quant_kernel(q.device, q.dtype, call.settings.allow_untested_arch)
     return (call8, *_quant_q.quantize(q, cu_seqlens_q, batch, hkv, buffer=buf, kernel=kernel), recipe, kernel)

@@ -220,12 +220,18 @@ class AttentionPlan:
         #: Whether each step's 16-bit q is quantised for the FP8 tensor-core variant (``quantize_q``).
         self.q_quant = False
         recipe = None
+        #: ... and the short class of its fused kernel reads the 16-bit q itself (a mixed-batch plan whose
+        #: long class runs the FP8 tensor-core variant: ``launch.fused.build``'s ``q_short``).
+        self._q_short = False
         if quantize_q and kv == "e4m3" and not qd and not alibi and code is None:
-            checked8 = arguments.plan_options(**{**opts, "q_dtype": "e4m3"})
+            checked8 = arguments.plan_options(**{**opts, "q_dtype": "e4m3", "quantized_q": True})
             recipe = decide.decide(checked8.signature, dev, checked8.settings)
             attn = getattr(recipe.variants, "attention", None)
+            fused_long = getattr(getattr(recipe.variants, "fused", None), "long", None)
             if recipe.kind == "single" and attn is not None and attn.fp8_mma:
                 checked, self.q_quant = checked8, True
+            elif recipe.kind == "fused" and fused_long.fp8_mma:
+                checked, self.q_quant, self._q_short = checked8, True, True
             else:
                 recipe = None
         #: What the plan launches (``kernels.recipe.Recipe``): kernels, scheduler configs, workspace layout
@@ -410,6 +416,7 @@ class AttentionPlan:
             out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=self.dtype, device=q.device)
         if self.hopper and not sizes["total_q"]:   # no query token: nothing to load (a TMA map needs a token)
             return out
+        qs = {"q_short": q} if self._q_short else {}   # (the fused kernel's short class reads the 16-bit q)
         if self.q_convert is not None:
             q = q.to(self.q_convert)
         elif self.q_quant:
@@ -426,7 +433,7 @@ class AttentionPlan:
                           softcap=self.softcap, alibi=alibi,
                           **({} if fused_sinks is None else {"sinks": fused_sinks}),
                           **({} if user is None else {"user": user}),
-                          **({} if descale is None else {"descale": descale}))
+                          **({} if descale is None else {"descale": descale}), **qs)
             if sinks is not None and fused_sinks is None:
                 _sinks.apply(out, kernel_lse, sinks, cu_seqlens_q)
         return out
@@ -506,7 +513,7 @@ class AttentionPlan:
                 step = None        # (the descales' values are checked on the validating path)
         except Exception:  # noqa: BLE001 - an argument that cannot be keyed: the validating path names it
             key = step = None
-        kq = q
+        kq, qs = q, {}
         if step is not None and self.q_convert is not None:
             # an FP8 q converted for the kernels (a misaligned one goes down the validating path,
             # which names it); a declined step goes down the validating path with the caller's q
@@ -515,12 +522,13 @@ class AttentionPlan:
         elif step is not None and self.q_quant:   # (a misaligned q: the validating path names it)
             kq = None if q.data_ptr() & 15 else self._quantized(q, cu_seqlens_q)
             step = None if kq is None else step
+            qs = {"q_short": q} if self._q_short else {}   # (the fused kernel's short class reads q itself)
         if step is not None:
             if sinks is None or (self.sinks_fused and not validation.host_checks_enabled()):
                 # (sink kernels: the sinks' address is in the step's parameters)
                 # (``_launched`` inline: the hot path)
                 before, self._scheduled_batch = self._scheduled_batch, None
-                res = step.run(kq, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
+                res = step.run(kq, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, **qs)
                 if res is not None:
                     self._scheduled_batch = step.sizes["batch"]
                     return res if res[1] is not None else res[0]
@@ -531,10 +539,10 @@ class AttentionPlan:
                 if self.device.index != torch.cuda.current_device():
                     with torch.cuda.device(self.device):
                         res = self._sink_step(step, kq, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table,
-                                              out, kernel_lse, sinks)
+                                              out, kernel_lse, sinks, **qs)
                 else:
                     res = self._sink_step(step, kq, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out,
-                                          kernel_lse, sinks)
+                                          kernel_lse, sinks, **qs)
                 if res is not None:
                     return res if give else res[0]
         if torch.cuda.current_device() != self.device.index:
@@ -546,19 +554,22 @@ class AttentionPlan:
                                    return_lse, softmax_scale, sinks, alibi_slopes, variant, k_descale, v_descale,
                                    q_descale)
 
-    def _launched(self, step, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse):
+    def _launched(self, step, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, q_short=None):
         """``step.run``, recording the batch whose metadata its scheduler wrote (what ``attend`` checks):
         None while it launches (a launch failing half-way leaves no batch to trust), its batch once it
-        launched; a declined fast path (None: misaligned pointers) launched nothing and changes nothing."""
+        launched; a declined fast path (None: misaligned pointers) launched nothing and changes nothing.
+        ``q_short``: the step's 16-bit q beside its quantised copy ``q`` (``_q_short``)."""
         before, self._scheduled_batch = self._scheduled_batch, None
-        res = step.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
+        res = step.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse,
+                       **({} if q_short is None else {"q_short": q_short}))
         self._scheduled_batch = before if res is None else step.sizes["batch"]
         return res
 
-    def _sink_step(self, step, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks):
+    def _sink_step(self, step, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, sinks,
+                   q_short=None):
         """A prepared step whose LSE goes to ``lse`` (or is allocated), then the sinks' rescale;
         None when the step's fast path declines (misaligned pointers)."""
-        res = self._launched(step, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
+        res = self._launched(step, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, q_short)
         if res is not None:
             _sinks.apply(res[0], res[1], sinks, cu_seqlens_q)
         return res
@@ -589,6 +600,7 @@ class AttentionPlan:
             out = torch.empty((sizes["total_q"], self.num_heads_q, self.head_dim_v), dtype=self.dtype, device=q.device)
         if self.hopper and not sizes["total_q"]:   # no query token: nothing to load (a TMA map needs a token)
             return (out, lse) if give else out
+        qs = {"q_short": q} if self._q_short else {}   # (the fused kernel's short class reads the 16-bit q)
         if self.q_convert is not None:
             q = q.to(self.q_convert)
         elif self.q_quant:
@@ -601,11 +613,11 @@ class AttentionPlan:
                                      **({} if alibi is None else {"alibi": alibi}),
                                      **({} if fused_sinks is None else {"sinks": fused_sinks}),
                                      **({} if user is None else {"user": user}),
-                                     **({} if descale is None else {"descale": descale}))
+                                     **({} if descale is None else {"descale": descale}), **qs)
         if key is not None and signature.cacheable(key):
             self._steps.put(key, step)
         self._scheduled_batch = None   # (``_launched`` inline: this path always launches)
-        out, lse = step.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse)
+        out, lse = step.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, **qs)
         self._scheduled_batch = batch
         if sinks is not None and fused_sinks is None:
             _sinks.apply(out, lse, sinks, cu_seqlens_q)

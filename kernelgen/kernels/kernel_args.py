@@ -86,6 +86,12 @@ def descale_fields(k_descale, v_descale, strides: tuple, q_descale=None) -> dict
     return d
 
 
+def without_q_descale(descale: dict) -> dict:
+    """``descale_fields``' result with ``q_descale`` absent (factor 1): the fields of the short class
+    of a fused kernel that reads the 16-bit q whose e4m3 copy its long class reads (``quantize_q``)."""
+    return {**descale, "q_descale": 0, "q_descale_batch_stride": 0, "q_descale_head_stride": 0}
+
+
 def combine_fields(out, lse, num_heads_q: int, strides: dict, sinks: int | None = None) -> dict:
     """CombineParams' strides and sizes (``strides``: the partials', ``split_strides``); ``sinks``:
     the sinks' address of a sink combine kernel (``params.COMBINE_PARAMS_SINKS``)."""

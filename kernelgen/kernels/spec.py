@@ -650,8 +650,8 @@ class FusedAttentionSpec:
             raise ValueError("the fused kernels take no sinks variant (launch.sinks.apply rescales after them)")
         if a.alibi or b.alibi:
             raise ValueError("the fused kernels take no ALiBi variant (an ALiBi mixed batch runs the classes in turn)")
-        if a.fp8_mma:
-            raise ValueError("the fused kernels take no FP8-q variant (fp8_mma)")
+        if a.fp8_mma and a.mainloop != "sm90a":
+            raise ValueError("the sm_80 fused kernel takes no FP8-q variant (fp8_mma)")
         if a.variant is not None or b.variant is not None:
             raise ValueError("the fused kernels take no user variant (a mixed batch with a kernelgen.Variant runs "
                              "the classes in turn)")
@@ -769,7 +769,8 @@ class FusedAttentionSpec:
     #: keys-as-rows tile (``heuristics.SM90_FUSED_SHORT_ROWS_FP8``) nothing spills
     #: (tests/test_fused_hopper_cpu.py).
     SM90_FUSED_REGS: ClassVar[dict] = {"packed": (32, 232), "paged": (48, 224), "gather": (64, 216),
-                                       "gather_d64": (72, 216), "fp8": (56, 224), "fp8_softcap": (40, 232)}
+                                       "gather_d64": (72, 216), "fp8": (56, 224), "fp8_softcap": (40, 232),
+                                       "fp8_mma": (40, 232)}
     SM90_FUSED_MAX_DV: ClassVar[int] = 128
 
     def hopper_regs(self) -> tuple:
@@ -777,6 +778,8 @@ class FusedAttentionSpec:
         a = self.long
         if "g" in a.sm90_opts:
             return self.SM90_FUSED_REGS["gather_d64" if max(a.head_dim, a.head_dim_v) <= 64 else "gather"]
+        if a.fp8_mma:
+            return self.SM90_FUSED_REGS["fp8_mma"]
         if a.kv_dtype:
             return self.SM90_FUSED_REGS["fp8_softcap" if a.softcap else "fp8"]
         return self.SM90_FUSED_REGS["paged" if a.paged else "packed"]

@@ -26,6 +26,7 @@ co-scheduling of prefill and decode work in one launch follows PoD-Attention (Ka
 from __future__ import annotations
 
 import ctypes
+import struct
 from dataclasses import dataclass
 
 from ..kernels import kernel_args, tma
@@ -34,6 +35,8 @@ from ..kernels.params import ATTENTION_PARAMS, FUSED_TMA_PARAMS, FUSED_TMA_PARAM
 from ..kernels.recipe import FusedVariants, PairVariants
 from ..kernels.workspace import FusedWorkspace
 from . import launch, prepared
+
+_I64 = struct.Struct("<q")
 
 
 @dataclass
@@ -128,11 +131,18 @@ class HopperPairLaunch:
     encodes the maps of its q/k/v pointers (``tma.AttentionMaps``, cached per pointer set) and
     writes both structs' pointer fields, as ``prepared.TmaLaunch`` and ``PairLaunch`` do."""
 
-    def __init__(self, kernel, static_long: dict, static_short: dict, maps, short_ctas: int):
+    def __init__(self, kernel, static_long: dict, static_short: dict, maps, short_ctas: int,
+                 q_descale_delta: int | None = None):
         self.name, self.maps, self.short_ctas = kernel.spec.name, maps, int(short_ctas)
         self.struct = fused_params_for(kernel.spec)   # (FUSED_TMA_PARAMS, or its FP8 form)
         self.template = self.struct.pack_static(static_long, static_short, short_ctas)
         self.head = (int(kernel.func_ptr), kernel.persistent_grid, 1, 1, kernel.num_threads, 1, 1, kernel.smem_bytes)
+        #: A long class on a q the call quantised (``launch.quant_q``; the FP8 tensor-core variant): its
+        #: ``q_descale`` lies this many bytes past that q in the same buffer, and each pack writes that
+        #: address into the long struct's ``q_descale`` field (``prepared.TmaLaunch``'s scheme); None:
+        #: the field stays as prepared.
+        self.q_descale_delta = q_descale_delta
+        self._q_descale_at = None if q_descale_delta is None else self.struct.tma.offset("q_descale")
 
     def new_slot(self) -> tuple:
         """(pack, buffer, head, kernelParams address, keep-alive) as ``PairLaunch.new_slot``'s;
@@ -142,6 +152,7 @@ class HopperPairLaunch:
         n = len(ATTENTION_PARAMS.pointer_names)
         long_ptrs, short_ptrs = self.struct.long_pointers, self.struct.short_pointers
         encode, name, nbytes = self.maps.encode, self.name, self.struct.MAPS_BYTES
+        delta, at = self.q_descale_delta, self._q_descale_at
 
         def pack(b, offset, *ptrs):
             try:
@@ -151,6 +162,8 @@ class HopperPairLaunch:
             ctypes.memmove(b, maps, nbytes)
             long_ptrs.pack_into(b, 0, *ptrs[:n])
             short_ptrs.pack_into(b, 0, *ptrs[n:])
+            if delta is not None:
+                _I64.pack_into(b, at, ptrs[0] + delta)
         return (pack, buf, self.head, ctypes.addressof(argv), argv)
 
 
@@ -182,15 +195,18 @@ class PreparedFusedCall(prepared.PreparedCall):
     def _launches(self) -> tuple:
         return (self.sched_long, self.sched_short, self.pair, self.combine)
 
-    def _pointer_sets(self, base, qp, kp, vp, op, lp, cq, ck, su, pt) -> tuple:
+    def _pointer_sets(self, base, qp, kp, vp, op, lp, cq, ck, su, pt, qs=None) -> tuple:
+        """As ``PreparedCall._pointer_sets``; ``qs``: the short class's q (the 16-bit q of a call
+        whose long class reads its e4m3 copy ``qp``: ``q_short``), else ``qp``."""
         md_s, md_l = base, base + self._long_md
+        qs = qp if qs is None else qs
         sched = ((cq, ck, su, md_l), (cq, ck, su, md_s))
         if self.combine is None:
             return sched + ((qp, kp, vp, op, lp, cq, ck, su, pt, md_l, 0, 0, 0,
-                             qp, kp, vp, op, lp, cq, ck, su, pt, md_s, 0, 0, 0),)
+                             qs, kp, vp, op, lp, cq, ck, su, pt, md_s, 0, 0, 0),)
         oa, la, rs = base + self._oa, base + self._la, base + self._rs
         return sched + ((qp, kp, vp, op, lp, cq, ck, su, pt, md_l, 0, 0, rs,
-                         qp, kp, vp, op, lp, cq, ck, su, pt, md_s, oa, la, rs),
+                         qs, kp, vp, op, lp, cq, ck, su, pt, md_s, oa, la, rs),
                         (oa, la, rs, cq, md_s, op, lp))
 
 
@@ -212,34 +228,49 @@ def _scheduler_launches(kernels, batch: int, cap: int) -> tuple:
 
 def build(kernels: FusedKernels, *, layout: FusedWorkspace, batch: int, q, k, v, out, lse, page_table, scale: float,
           window: tuple, softcap: float, return_lse: bool, fixed_base: int | None, sizes: dict,
-          alibi: tuple | None = None, user: tuple | None = None, descale: dict | None = None) -> PreparedFusedCall:
+          alibi: tuple | None = None, user: tuple | None = None, descale: dict | None = None,
+          q_short=None, q_descale_delta: int | None = None) -> PreparedFusedCall:
     """Prepare the launches of a validated fused call (as ``prepared.build``): both scheduler
     launches (the two classes' configs), the fused kernel's two parameter structs, the combine.
     The fused kernels have no ALiBi variant (``alibi`` must be None).  ``descale``: both classes'
-    descale fields on an FP8 cache (``kernel_args.descale_fields``; either fused kernel)."""
+    descale fields on an FP8 cache (``kernel_args.descale_fields``; either fused kernel).
+
+    ``q_short``: a Hopper fused kernel whose long class runs the FP8 tensor-core variant
+    (``AttentionSpec.fp8_mma``) on ``q``, an e4m3 copy the call quantised (``launch.quant_q``) of
+    the 16-bit ``q_short``, which the short class reads (its strides here; its factor 1: the short
+    class's ``q_descale`` fields are zeroed); ``q_descale_delta``: where that copy's ``q_descale``
+    lies past it (bytes; ``HopperPairLaunch``).  The prepared call's ``run`` then takes the 16-bit q
+    as ``q_short`` beside the copy.  Raises ValueError for a ``q_short`` without such a long class."""
     if alibi is not None:
         raise ValueError("the fused kernels take no ALiBi slopes (the decider runs such batches otherwise)")
     if user is not None:
         raise ValueError("the fused kernels take no user variant (the decider runs such batches otherwise)")
+    f = kernels.variants.fused
+    if (q_short is not None) != f.long.fp8_mma:
+        raise ValueError("q_short: the 16-bit q of a fused call goes with (and only with) a long class on the FP8 "
+                         "tensor-core variant (its e4m3 copy in q)")
     cap = layout.capacity
     sched_long, sched_short = _scheduler_launches(kernels, batch, cap)
     strides = layout.short.split_strides()
     static_long = kernel_args.attention_fields(q, k, v, out, lse, page_table, cap, scale, window, softcap, None,
                                                descale=descale)
-    static_short = kernel_args.attention_fields(q, k, v, out, lse, page_table, cap, scale, window, softcap, strides,
-                                                descale=descale)
-    f = kernels.variants.fused
+    descale_short = descale if q_short is None else kernel_args.without_q_descale(descale)
+    static_short = kernel_args.attention_fields(q if q_short is None else q_short, k, v, out, lse, page_table, cap,
+                                                scale, window, softcap, strides, descale=descale_short)
     if f.hopper:
         pair = HopperPairLaunch(kernels.fused, static_long, static_short,
-                                tma.attention_maps(f.long, q, k, v, page_table is not None), kernels.short_ctas)
+                                tma.attention_maps(f.long, q, k, v, page_table is not None), kernels.short_ctas,
+                                q_descale_delta)
     else:
         pair = PairLaunch(kernels.fused, static_long, static_short)
     hq = out.shape[1]
     combine = _combine_launch(kernels, out, lse, strides)
-    return PreparedFusedCall(device=q.device, kernels=kernels, sched_long=sched_long, sched_short=sched_short,
+    call = PreparedFusedCall(device=q.device, kernels=kernels, sched_long=sched_long, sched_short=sched_short,
                              pair=pair, combine=combine, layout=layout, fixed_base=fixed_base,
                              out_shape=tuple(out.shape), lse_shape=(hq, out.shape[0]) if return_lse else None,
-                             dtype=q.dtype, sizes=sizes)
+                             dtype=out.dtype, sizes=sizes)
+    call.q_short = q_short is not None
+    return call
 
 
 # ---------------------------- sm_90a: the classes in turn (where the Hopper fused kernel does not apply)

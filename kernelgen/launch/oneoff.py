@@ -113,13 +113,18 @@ def schedule(bound, cu_seqlens_q, cu_seqlens_k, seqused_k, md_long, md_short, ba
 def attend(bound, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out, lse, *, md_long, md_short,
            split: SplitBuffers | None, capacity: int, scale: float, window: tuple, softcap: float,
            alibi: tuple | None = None, sinks: int | None = None, user: tuple | None = None,
-           descale: dict | None = None) -> None:
+           descale: dict | None = None, q_short=None) -> None:
     """Launch a bound recipe's attention kernel(s) and combine on the metadata a ``schedule`` wrote
     (``md_long``; ``md_short`` for the two-class recipes, whose short class owns ``split``), on
     PyTorch's current stream of its device.  Tensors as in ``varlen_attention``; ``alibi``:
     (address, batch stride) of the ALiBi slopes of a recipe of ALiBi kernels; ``sinks``: the sinks'
     address of a single-class recipe of sink kernels (``Recipe.sinks_fused``); ``descale``: the
-    descale fields of a recipe of FP8 K/V kernels (``kernel_args.descale_fields``; each class's)."""
+    descale fields of a recipe of FP8 K/V kernels (``kernel_args.descale_fields``; each class's).
+    ``q_short``: the 16-bit q whose e4m3 copy ``q`` is, for the Hopper fused kernel whose long class
+    runs the FP8 tensor-core variant (its short class reads ``q_short`` with factor 1:
+    ``fused.build``'s); ValueError for any other recipe."""
+    if q_short is not None and not (isinstance(bound, fused.FusedKernels) and bound.variants.fused.long.fp8_mma):
+        raise ValueError("q_short: only the Hopper fused kernel with the FP8 tensor-core long variant reads two q's")
     stream = prepared.current_stream(bound.sched.device)
     kw = dict(seqused_k=seqused_k, page_table=page_table, window=window, softcap=softcap, alibi=alibi, user=user)
     args = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
@@ -136,9 +141,13 @@ def attend(bound, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, ou
         launch.launch_kernel(short, short.persistent_grid, stream, attention_params(
             *args, md, capacity, scale, split=split, descale=descale, **kw))
     elif isinstance(bound, fused.FusedKernels) and bound.hopper:  # maps + long struct, short struct
+        args_s, descale_s = args, descale
+        if q_short is not None:   # (the short class on the 16-bit q, factor 1)
+            args_s = (q_short,) + args[1:]
+            descale_s = kernel_args.without_q_descale(descale)
         packed = fused.hopper_params(
             attention_params(*args, md_long, capacity, scale, row_splits=rs, maps=maps, descale=descale, **kw),
-            attention_params(*args, md, capacity, scale, split=split, descale=descale, **kw), bound.short_ctas,
+            attention_params(*args_s, md, capacity, scale, split=split, descale=descale_s, **kw), bound.short_ctas,
             fp8=descale is not None)
         launch.launch_kernel(bound.attn, bound.attn.persistent_grid, stream, packed)
     else:

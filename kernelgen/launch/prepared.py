@@ -100,6 +100,11 @@ class PreparedCall:
         """The prepared launches of the call, in order (None for an absent combine)."""
         return (self.sched, self.attn, self.combine)
 
+    #: the call's kernels read two q's: an e4m3 copy the caller quantised (``q``, the long class of
+    #: the Hopper fused kernel with the FP8 tensor-core variant) and the 16-bit q itself (``run``'s
+    #: ``q_short``, the short class): ``launch.fused.PreparedFusedCall``
+    q_short = False
+
     def _pointer_sets(self, md, qp, kp, vp, op, lp, cq, ck, su, pt) -> tuple:
         """Each present launch's pointer parameters (its struct's pointer order), for a workspace
         at ``md``."""
@@ -121,25 +126,31 @@ class PreparedCall:
         tls.graphs = {} if graph_launch.driver() is not None else None
         return tls.graphs
 
-    def run(self, q, k, v, cu_q, cu_k, seqused_k, page_table, out, lse):
+    def run(self, q, k, v, cu_q, cu_k, seqused_k, page_table, out, lse, q_short=None):
         """Enqueue the call on PyTorch's current stream of the prepared device, made current for
         the launches if it is not.
 
-        ``out``/``lse`` None: allocated here (lse only if the signature returns it).  Returns
-        (out, lse), or None, with nothing enqueued or allocated, when q, k, v or out does not
-        start at a 16-byte aligned address (the caller's validating path then raises).
-        Raises launch.LaunchError if the driver refuses a launch.
+        ``out``/``lse`` None: allocated here (lse only if the signature returns it).  ``q_short``:
+        the 16-bit q whose e4m3 copy ``q`` is, for a call whose ``q_short`` is True (its short
+        class reads it), else None.  Returns (out, lse), or None, with nothing enqueued or
+        allocated, when q, q_short, k, v or out does not start at a 16-byte aligned address (the
+        caller's validating path then raises).  Raises launch.LaunchError if the driver refuses a
+        launch, ValueError when ``q_short`` is given to a call that does not read it or missing.
         """
+        if (q_short is not None) != self.q_short:
+            raise ValueError("q_short: the 16-bit q goes with a call whose kernels read two q's (and only there)")
         dev = self.device_index
         if current_device() != dev:
             with torch.cuda.device(dev):
-                return self._enqueue(current_stream(dev), q, k, v, cu_q, cu_k, seqused_k, page_table, out, lse)
-        return self._enqueue(current_stream(dev), q, k, v, cu_q, cu_k, seqused_k, page_table, out, lse)
+                return self._enqueue(current_stream(dev), q, k, v, cu_q, cu_k, seqused_k, page_table, out, lse,
+                                     q_short)
+        return self._enqueue(current_stream(dev), q, k, v, cu_q, cu_k, seqused_k, page_table, out, lse, q_short)
 
-    def _enqueue(self, stream, q, k, v, cu_q, cu_k, seqused_k, page_table, out, lse):
+    def _enqueue(self, stream, q, k, v, cu_q, cu_k, seqused_k, page_table, out, lse, q_short=None):
         qp, kp, vp = q.data_ptr(), k.data_ptr(), v.data_ptr()
         op = 0 if out is None else out.data_ptr()
-        if (qp | kp | vp | op) & 15:
+        qs = {} if q_short is None else {"qs": q_short.data_ptr()}
+        if (qp | kp | vp | op | qs.get("qs", 0)) & 15:
             return None
         if out is None:
             out = torch.empty(self.out_shape, dtype=self.dtype, device=self.device)
@@ -154,16 +165,16 @@ class PreparedCall:
         capturing = is_capturing()
         md = self.fixed_base
         if md is not None:
-            self._launch(stream, capturing, self._pointer_sets(md, qp, kp, vp, op, lp, cq, ck, su, pt))
+            self._launch(stream, capturing, self._pointer_sets(md, qp, kp, vp, op, lp, cq, ck, su, pt, **qs))
         elif capturing:
             # from the capture's memory pool; freed on return, reused in the graph's stream order
             ws = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=self.device)
-            self._launch(stream, True, self._pointer_sets(ws.data_ptr(), qp, kp, vp, op, lp, cq, ck, su, pt))
+            self._launch(stream, True, self._pointer_sets(ws.data_ptr(), qp, kp, vp, op, lp, cq, ck, su, pt, **qs))
         else:
             # the caching allocator's block, tied to this stream: freed on return, reused in stream order
             md = raw_alloc(self.workspace_bytes, stream)
             try:
-                self._launch(stream, False, self._pointer_sets(md, qp, kp, vp, op, lp, cq, ck, su, pt))
+                self._launch(stream, False, self._pointer_sets(md, qp, kp, vp, op, lp, cq, ck, su, pt, **qs))
             finally:
                 raw_delete(md)
         return out, lse

@@ -56,7 +56,8 @@ def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
     docstring), in its order, and the signature its kernels are chosen from: the length hints
     default to total_q and the K/V capacity in tokens.  ``q_descale_filled=False``: ``q_descale``
     is kernelgen's own buffer, which ``quantize_q`` writes after this check, so the opt-in host
-    checks do not read its values.
+    checks do not read its values, and q is that quantisation's e4m3 copy of a 16-bit q the call
+    keeps (``CallSignature.quantized_q``).
 
     Raises TypeError / ValueError naming the argument (or the environment variable), and ValueError
     for more than ``metadata.MAX_CAPACITY`` requests in a call that has query tokens.
@@ -113,7 +114,7 @@ def varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         short_query_tokens=short_query_tokens, arch=arch, tma_ok=all(tma.tma_compatible(t) for t in (q, k, v)),
         batch=batch, rows=total_q, sort=sort, head_swizzle=head_swizzle, alibi=alibi_stride >= 0,
         sinks=sinks is not None, variant=code, max_num_splits=split_cap, **({"kv_dtype": kv_dtype} if kv_dtype else {}),
-        **({"q_dtype": sizes["q_dtype"]} if "q_dtype" in sizes else {}))
+        **({"q_dtype": sizes["q_dtype"], "quantized_q": not q_descale_filled} if "q_dtype" in sizes else {}))
     return CheckedCall(sizes, scale, (left, right), cap, sig, settings, alibi_stride,
                        None if variant is None else variant.addresses(), descale if kv_dtype else None)
 
@@ -180,11 +181,13 @@ def plan_options(*, capacity: int, max_total_q: int, num_heads_q: int, num_heads
                  head_dim_v: int, dtype, max_seqlen_q: int, max_seqlen_k: int, paged: bool, page_size,
                  causal: bool, window_size, softcap, num_splits, pack_gqa, metadata_layout: str, sort: bool,
                  head_swizzle: bool, short_query_tokens, arch, alibi: bool = False, sinks: bool = False,
-                 variant=None, kv_dtype: str = "", q_dtype: str = "", max_num_splits=0) -> CheckedPlan:
+                 variant=None, kv_dtype: str = "", q_dtype: str = "", max_num_splits=0,
+                 quantized_q: bool = False) -> CheckedPlan:
     """``AttentionPlan``'s remaining checks (page size, window, soft-cap, layout, num_splits,
     max_num_splits, short_query_tokens) and the signature its kernels are chosen from (see ``AttentionPlan`` for
     the arguments; lengths in tokens; ``kv_dtype``: "e4m3" / "e5m2" for an FP8 K/V cache,
-    ``validation.kv_dtype``'s result, "" for none; ``q_dtype``: "e4m3" for an FP8 q).  Raises TypeError / ValueError naming the
+    ``validation.kv_dtype``'s result, "" for none; ``q_dtype``: "e4m3" for an FP8 q; ``quantized_q``: that q is
+    the plan's own e4m3 copy of each step's 16-bit q, ``quantize_q``).  Raises TypeError / ValueError naming the
     argument."""
     paged = validation.flag("paged", paged)
     if page_size is not None:
@@ -208,7 +211,7 @@ def plan_options(*, capacity: int, max_total_q: int, num_heads_q: int, num_heads
         num_splits=splits, short_query_tokens=short_query_tokens, arch=arch, tma_ok=True, batch=capacity,
         rows=max_total_q, sort=sort, head_swizzle=head_swizzle, plan=True, alibi=alibi, sinks=sinks,
         variant=variant, max_num_splits=split_cap, **({"kv_dtype": kv_dtype} if kv_dtype else {}),
-        **({"q_dtype": q_dtype} if q_dtype else {}))
+        **({"q_dtype": q_dtype, "quantized_q": bool(quantized_q)} if q_dtype else {}))
     return CheckedPlan(sig, (left, right), cap, page_size, Settings.from_env().check())
 
 

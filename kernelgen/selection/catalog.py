@@ -142,7 +142,8 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
             same calls with an e4m3 q (``q_dtype``: the Hopper FP8 tensor-core variant where it
             applies, and then, for an e4m3 cache, the kernel that quantises a 16-bit q for it:
             ``quantize_q=True``, ``spec.QuantSpec``), and a paged mixed batch's fused kernels (``choose_fused`` with ``kv_dtype``;
-            on sm_90a ``choose_fused_hopper``'s at each page size, or the classes in turn,
+            on sm_90a ``choose_fused_hopper``'s at each page size, for an e4m3 cache also its form
+            whose long class reads a quantised q (``quantize_q=True``), or the classes in turn,
             ``choose_pair``, where that does not apply; ``decide``).  Empty (default): none.
 
     Returns:
@@ -251,6 +252,13 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                                                             short_rows=settings.sm90_short_rows(), **kw)
                         if hv is not None and settings.fp8_fused:
                             specs += [hv.scheduler, hv.fused, hv.combine]
+                            # quantize_q=True: the fused kernel whose long class runs the FP8 tensor-core
+                            # variant on the quantised q, and the quantisation kernel
+                            hq8 = heuristics.choose_fused_hopper(arch, dtype, d, dv, page_size=int(ps), kv_dtype=kv,
+                                                                 short_rows=settings.sm90_short_rows(),
+                                                                 q_dtype="e4m3", **kw) if kv == "e4m3" else None
+                            if hq8 is not None:
+                                specs += [hq8.scheduler, hq8.fused, hq8.combine, QuantSpec(arch, dtype)]
                             continue
                         pv = heuristics.choose_pair(arch, dtype, d, dv, page_size=int(ps),
                                                     kv_dtype=kv, **kw)

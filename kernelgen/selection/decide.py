@@ -20,7 +20,9 @@ The order of the rules:
    classes in turn; otherwise (or with arch="sm_80") the sm_80 fused kernel
    (``heuristics.choose_fused``) where it applies; the same with an FP8 cache (the variants'
    ``kv_dtype``; ``KERNELGEN_FP8_FUSED=0``: no fused kernel, on sm_90a the classes in turn), but
-   one class with an FP8 q;
+   one class with an FP8 q, unless kernelgen quantised it from a 16-bit q (``quantize_q``,
+   ``CallSignature.quantized_q``): then the Hopper fused kernel whose long class runs the FP8
+   tensor-core variant, where it applies, else one class;
 4. everything else: ``heuristics.choose``'s scheduler, attention and combine kernels.
 """
 from __future__ import annotations
@@ -117,6 +119,11 @@ class CallSignature:
     #: ``choose`` and the mixed-batch choosers' short class; 1: unsplit); a forced ``num_splits``
     #: excludes it.
     max_num_splits: int = 0
+    #: q (``q_dtype`` "e4m3") is kernelgen's own e4m3 copy of the call's 16-bit q (``quantize_q``),
+    #: which the call keeps: a mixed batch may then take the Hopper fused kernel whose long class
+    #: runs the FP8 tensor-core variant on the e4m3 copy and whose short class reads the 16-bit q
+    #: (``heuristics.choose_fused_hopper``'s ``q_dtype``).
+    quantized_q: bool = False
 
 
 def window_span(sig: CallSignature) -> int:
@@ -154,8 +161,9 @@ def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) 
         if v.attention.mainloop == "sm90a":
             return recipe(v, sig, device, settings)
     # an FP8 q: one class (its FP8 tensor-core variant reads q as it is; the mixed-batch kernels would
-    # take q converted, and the classes of one launch one q: not built)
-    thr = 0 if sig.q_dtype else use_fused(sig)
+    # take q converted, and the classes of one launch one q: not built), but for a q that kernelgen
+    # quantised from a 16-bit q it keeps (quantize_q): the Hopper fused kernel on both (below)
+    thr = 0 if sig.q_dtype and not sig.quantized_q else use_fused(sig)
     if thr and (sig.alibi or sig.variant is not None):
         if mainloop is None and not kv:   # (an FP8 cache with ALiBi or a variant: one class)
             pv = heuristics.choose_pair(
@@ -179,12 +187,20 @@ def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) 
             kw["window_span"] = window_span(sig)
             kw["max_num_splits"] = sig.max_num_splits
             # the Hopper fused kernel is built from the classes-in-turn variants, where they apply
+            if sig.q_dtype:   # (a quantised q: the fused kernel with the FP8 tensor-core long variant, else one class)
+                fv = heuristics.choose_fused_hopper(arch, sig.dtype, sig.head_dim, sig.head_dim_v, **kw,
+                                                    q_dtype=sig.q_dtype) if fused else None
+                if fv is not None:
+                    return recipe(fv, sig, device, settings)
+                return recipe(_choose(sig, arch, device, settings, mainloop), sig, device, settings)
             pv = heuristics.choose_pair(arch, sig.dtype, sig.head_dim, sig.head_dim_v, **kw)
             if pv is not None:
                 rows = settings.sm90_short_rows() if sig.head_dim_v <= FusedAttentionSpec.SM90_FUSED_MAX_DV else None
                 fv = heuristics.choose_fused_hopper(arch, sig.dtype, sig.head_dim, sig.head_dim_v, **kw,
                                                     short_rows=rows) if fused else None
                 return recipe(pv if fv is None else fv, sig, device, settings)
+        if sig.q_dtype:   # (no fused kernel reads a quantised q off the Hopper path: one class)
+            return recipe(_choose(sig, arch, device, settings, mainloop), sig, device, settings)
         fv = heuristics.choose_fused(arch, sig.dtype, sig.head_dim, sig.head_dim_v, num_heads_q=sig.num_heads_q,
                                      num_heads_kv=sig.num_heads_kv, mask=sig.mask, layout=sig.layout,
                                      max_seqlen_k=sig.max_seqlen_k, paged=sig.paged, softcap=sig.softcap,
@@ -203,6 +219,9 @@ def kernel_q_dtype(recipe, q_dtype: str, dtype):
     if not q_dtype:
         return None
     attn = getattr(recipe.variants, "attention", None)
+    fused = getattr(recipe.variants, "fused", None)
+    if fused is not None and fused.long.fp8_mma:   # (its short class reads the call's 16-bit q: quantize_q)
+        return None
     return None if attn is not None and attn.fp8_mma else dtype
 
 

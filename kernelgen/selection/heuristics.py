@@ -1229,7 +1229,8 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
                 softcap: bool = False, short_max_q: int | None = None, num_sms: int = 132, page_size: int = 0,
                 tma_ok: bool = True, sm90_opts: str | None = None, alibi: bool = False,
                 variant: VariantCode | None = None, kv_dtype: str = "",
-                variant_spills: int = 0, window_span: int = -1, max_num_splits: int = 0) -> PairVariants | None:
+                variant_spills: int = 0, window_span: int = -1, max_num_splits: int = 0,
+                q_dtype: str = "") -> PairVariants | None:
     """A mixed batch's two kernels on sm_90a, or None where they do not apply (another arch, a
     long class the Hopper path cannot run, or a threshold whose short tiles are not decode tiles).
 
@@ -1247,8 +1248,12 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
     launch (``choose_fused``) lost to this pair once the long class took the Hopper kernel
     (``mixed_trace``: 5856 us fused against 5456 us in turn, docs/dev/perf-log.md).
     ``max_num_splits``: a cap on the short class's automatic split bound (as ``choose_fused``).
+    ``q_dtype``: "e4m3" with an FP8 cache for a q that the call quantised from its 16-bit q
+    (``quantize_q``): the long class takes ``choose``'s FP8 tensor-core variant
+    (``AttentionSpec.fp8_mma``, on the e4m3 q) and the short class the FP8 decode tile on the 16-bit
+    q; None where the long class's variant is not the FP8 tensor-core one.
     """
-    if arch != "sm_90a":
+    if arch != "sm_90a" or (q_dtype and not kv_dtype):
         return None
     thr, short = _short_class(arch, dtype, head_dim, head_dim_v, num_heads_q, num_heads_kv, mask, layout,
                               max_seqlen_k, paged, softcap, short_max_q, num_sms, alibi, variant, kv_dtype,
@@ -1261,8 +1266,10 @@ def choose_pair(arch: str, dtype: str, head_dim: int, head_dim_v: int, *, num_he
                         layout=layout, max_seqlen_q=max(max_seqlen_q, thr + 1), max_seqlen_k=max_seqlen_k, paged=paged,
                         softcap=softcap, pack_gqa=False, num_splits=1, num_sms=num_sms, mainloop="sm90a",
                         tma_ok=tma_ok, page_size=page_size, sm90_opts=sm90_opts, alibi=alibi, variant=variant,
-                        kv_dtype=kv_dtype)
+                        kv_dtype=kv_dtype, q_dtype=q_dtype)
         except ValueError:   # the Hopper path does not take the call: one class
+            return None
+        if q_dtype and not lv.attention.fp8_mma:
             return None
         attn = dataclasses.replace(lv.attention, row_splits=short.attention.split)
         return PairVariants(Variants(short.scheduler, attn, None, 1, True), short, thr)
@@ -1354,7 +1361,7 @@ def choose_fused_hopper(arch: str, dtype: str, head_dim: int, head_dim_v: int, *
                         tma_ok: bool = True, short_stages: int | None = None,
                         short_block_n: int | None = None, short_rows: int | None = None,
                         sm90_opts: str | None = None, kv_dtype: str = "", window_span: int = -1,
-                        max_num_splits: int = 0) -> FusedVariants | None:
+                        max_num_splits: int = 0, q_dtype: str = "") -> FusedVariants | None:
     """The one-launch kernels of a mixed batch on sm_90a: the Hopper long variant and the sm_80
     one-warp decode variant of ``choose_pair`` in one persistent kernel (``FusedAttentionSpec``
     with a Hopper long variant, templates/attention/fwd_fused_sm90.cu.j2), or None where
@@ -1370,11 +1377,15 @@ def choose_fused_hopper(arch: str, dtype: str, head_dim: int, head_dim_v: int, *
     with ``short_stages`` stages (``SM90_FUSED_SHORT_STAGES_FP8``) and ``short_rows`` rows
     (``SM90_FUSED_SHORT_ROWS_FP8``; 8: the keys-as-rows tile with the conversion in registers, head dims
     <= 128); ``short_block_n`` does not apply.  ``max_num_splits``: a
-    cap on the short class's automatic split bound (as ``choose_fused``)."""
+    cap on the short class's automatic split bound (as ``choose_fused``).  ``q_dtype``: "e4m3" for a
+    q that the call quantised from its 16-bit q (``quantize_q``): the long variant is the FP8
+    tensor-core one on the e4m3 copy (``choose_pair``'s ``q_dtype``; None where it is not), the short
+    one reads the 16-bit q."""
     pv = choose_pair(arch, dtype, head_dim, head_dim_v, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv,
                      mask=mask, layout=layout, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, paged=paged,
                      softcap=softcap, short_max_q=short_max_q, num_sms=num_sms, page_size=page_size, tma_ok=tma_ok,
-                     sm90_opts=sm90_opts, kv_dtype=kv_dtype, window_span=window_span, max_num_splits=max_num_splits)
+                     sm90_opts=sm90_opts, kv_dtype=kv_dtype, window_span=window_span, max_num_splits=max_num_splits,
+                     q_dtype=q_dtype)
     if pv is None or head_dim_v > FusedAttentionSpec.SM90_FUSED_MAX_DV:
         return None
     short = pv.short.attention

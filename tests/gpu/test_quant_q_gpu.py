@@ -18,7 +18,7 @@ from kernelgen.front.plan import AttentionPlan
 from kernelgen.jit import runtime
 from kernelgen.launch import quant_q
 
-from gpu_helpers import capture, draw_lengths, plan_buffers, prepared, replay, write_lengths  # noqa: E402
+from gpu_helpers import capture, check, draw_lengths, plan_buffers, prepared, replay, write_lengths  # noqa: E402
 from test_fp8_mma_gpu import check_mma, quantize  # noqa: E402 (tests/gpu is on sys.path)
 
 pytestmark = pytest.mark.gpu
@@ -98,22 +98,50 @@ def test_quantised_with_each_descale_form(k_form, v_form):
     check_mma(o, lse, ref, ref_lse, bound, lb)
 
 
+def _check_classes(out, lse, q, q8, qd, k, v, cu_q, cu_k, qlens, thr, kd, vd, dtype=BF16, window=(-1, -1)):
+    """A mixed step on the fused kernel with quantize_q: rows of requests above ``thr`` query tokens
+    (the long class, the FP8 tensor-core variant on the quantised q) against the float64 reference
+    on the dequantised q within that variant's bounds; the others (the short class, the FP8 decode
+    tile on q itself) against the reference on q within ``tolerance(dtype, e4m3)``."""
+    batch = len(qlens)
+    ref8, lse8, bound, lb = attention_reference(q8, k, v, cu_q, cu_k, causal=True, window_size=window, q_descale=qd,
+                                                k_descale=kd, v_descale=vd, fp8_mma_bounds=True)
+    ref, ref_lse = attention_reference(q, k, v, cu_q, cu_k, causal=True, window_size=window, k_descale=kd,
+                                       v_descale=vd)
+    req = torch.repeat_interleave(torch.arange(batch), torch.tensor(qlens))
+    short = torch.tensor(qlens)[req] <= thr                       # each row: its request is short
+
+    def rows(t, idx, dim=0):
+        return t.index_select(dim, idx.to(t.device))
+    lg, sh = (~short).nonzero().flatten(), short.nonzero().flatten()
+    if lg.numel():
+        check_mma(rows(out, lg), rows(lse, lg, 1), rows(ref8, lg), rows(lse8, lg, 1), rows(bound, lg), rows(lb, lg, 1))
+    if sh.numel():
+        check(rows(out, sh), rows(lse, sh, 1), rows(ref, sh), rows(ref_lse, sh, 1), dtype, E4M3)
+    return int(lg.numel()), int(sh.numel())
+
+
 def test_plan_quantised_in_a_cuda_graph():
     """AttentionPlan(quantize_q=True) captured once (the quantisation is captured too), replayed
     with new 16-bit q and cache values and new lengths written in place; padded requests and
-    rows of q past the step's tokens change no factor."""
+    rows of q past the step's tokens change no factor.  Its steps mix two prefill requests with
+    decodes: the Hopper fused kernel, the long class on the quantised q, the decodes on q itself
+    (``_check_classes``)."""
+    from kernelgen.selection.heuristics import short_query_tokens
     cap, hq, hkv, d, ps = 4, 16, 4, 128, 64
     max_ctx, max_tq = 2048, 2 * 250 + 4
     plan = AttentionPlan(max_batch=cap, num_heads_q=hq, num_heads_kv=hkv, head_dim=d, dtype=BF16,
                          max_total_q=max_tq, max_seqlen_q=250, max_seqlen_k=max_ctx, paged=True, page_size=ps,
                          causal=True, kv_dtype="e4m3", quantize_q=True)
     assert plan.q_quant and "_fp8mma" in plan.attn.spec.name and plan._q_kernel is not None
+    assert plan.recipe.kind == "fused" and plan._q_short
     kc, vc, q, cu_q, used, pt, out, lse = plan_buffers(cap, max_tq, hq, hkv, d, ps, max_ctx, kv_dtype=E4M3)
     kd, vd = (torch.ones(cap, hkv, device="cuda") for _ in range(2))
     rng = np.random.default_rng(31)
 
     def new_step():
         batch, lq, ctx = draw_lengths(rng, cap, max_ctx, prefill=True)
+        lengths.append(lq[:batch].tolist())
         write_lengths(rng, lq, ctx, cu_q, used, pt)
         q.copy_(torch.randn(q.shape, device="cuda") * float(rng.uniform(0.1, 10)))
         for t in (kc, vc):
@@ -127,6 +155,7 @@ def test_plan_quantised_in_a_cuda_graph():
     def run():
         plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out, lse=lse, k_descale=kd, v_descale=vd)
 
+    lengths = []
     new_step()
     graph = capture(run)
     for _ in range(2):
@@ -134,11 +163,47 @@ def test_plan_quantised_in_a_cuda_graph():
         replay(graph)
         k, v, cu_k = gather_paged(kc, vc, pt[:batch], used[:batch])
         q8, qd = quant_q.quantize(q[:tq], cu_q[: batch + 1], batch, hkv)
-        got = attention_reference(q8, k, v, cu_q[: batch + 1], cu_k, causal=True, q_descale=qd,
-                                  k_descale=kd[:batch], v_descale=vd[:batch], fp8_mma_bounds=True)
-        check_mma(out[:tq], lse[:, :tq], *got)
+        n_long, n_short = _check_classes(out[:tq], lse[:, :tq], q[:tq], q8, qd, k, v, cu_q[: batch + 1], cu_k,
+                                         lengths[-1], short_query_tokens(hq, hkv), kd[:batch], vd[:batch])
+        assert n_long >= 10 and n_short >= 1
         assert torch.isnan(out[tq:]).all(), "rows past the batch's tokens must not be written"
         assert torch.isnan(lse[:, tq:]).all(), "lse rows past the batch must not be written"
+
+
+@pytest.mark.parametrize("d,window,dtype", [(128, (-1, -1), BF16), (64, (300, 0), FP16), (128, (200, 0), BF16)])
+def test_mixed_step_quantises_for_the_long_class_only(d, window, dtype):
+    """A paged mixed step (prefill chunks, decodes, a 3-token speculative request, an empty-context
+    decode) with an e4m3 cache and quantize_q: the Hopper fused kernel, whose long class runs the FP8
+    tensor-core variant on the quantised q (its rows checked against the float64 reference on the
+    dequantised q within that variant's bounds) and whose short class runs the FP8 decode tile on the
+    16-bit q itself (its rows against the reference on q, ``tolerance(dtype, e4m3)``), then the
+    combine (split decodes) or none (a window under 256 keys keeps them whole).  The validating call,
+    then the prepared one with a new q."""
+    from kernelgen.selection.heuristics import short_query_tokens
+    from test_paged_decode_gpu import make_paged
+    qlens, klens = [300, 1, 1, 3, 900, 1, 1], [900, 40, 3000, 7, 2048, 1, 6000]
+    hq, hkv, batch = 32, 8, len(qlens)
+    q, kc, vc, pt, used, cu_q = make_paged(qlens, klens, hq, hkv, d, d, 16, 9, dtype=dtype)
+    kc, kd = quantize(kc.float())
+    vc, vd = quantize(vc.float())
+    kd, vd = kd.reshape(1, 1), vd.reshape(1, 1)
+    k, v, cu_k = gather_paged(kc, vc, pt, used)
+    thr = short_query_tokens(hq, hkv)
+    assert thr >= 3
+    for step in range(2):
+        if step:
+            q = q * 4 + 1
+        q8, qd = quant_q.quantize(q, cu_q, batch, hkv)
+        out = torch.full((q.shape[0], hq, d), float("nan"), dtype=dtype, device="cuda")
+        o, lse = kernelgen.varlen_attention(q, kc, vc, cu_q, None, max(qlens), max(klens), seqused_k=used,
+                                            page_table=pt, causal=True, window_size=window, k_descale=kd,
+                                            v_descale=vd, quantize_q=True, return_lse=True, out=out)
+        torch.cuda.synchronize()
+        p = prepared()
+        assert type(p).__name__ == "PreparedFusedCall" and p.q_short and p.q_quant == (batch, hkv)
+        assert "_fp8mma" in p.pair.name and "__m8n16w1" in p.pair.name, p.pair.name
+        assert (p.combine is None) == (window[0] == 200), p.pair.name
+        assert _check_classes(o, lse, q, q8, qd, k, v, cu_q, cu_k, qlens, thr, kd, vd, dtype, window) == (1200, 7)
 
 
 def _kernel_and_reference(q, cu, batch, hkv):

@@ -1385,10 +1385,12 @@ def mixed_lengths(settings: Settings, batch: str = "mixed_trace"):
 
 #: The FP8-cache mixed step (issue 24: "at most 0.8x its serial peer").
 MIXED_FP8_ENTRY = "mixed_trace_fp8"
+#: ... with ``quantize_q=True`` in every call (the fused kernel's long class on the FP8 tensor cores).
+MIXED_FP8_QQ_ENTRY = "mixed_trace_fp8_qq"
 
 
 def mixed_entry(settings: Settings, model: ModelPreset, kv_dtype: str | None = None,
-                batch: str = "mixed_trace") -> dict:
+                batch: str = "mixed_trace", quantize_q: bool = False) -> dict:
     """One ``MIXED_BATCHES`` batch (default ``mixed_trace``: 3 chunked prefills of 512-4096
     tokens + 192 decodes at trace contexts) in one uniform call; peers: serial (prefill-only call
     then decode-only call) and two_streams (the two calls on two streams), and FA2 varlen, FA3 on
@@ -1397,7 +1399,10 @@ def mixed_entry(settings: Settings, model: ModelPreset, kv_dtype: str | None = N
     ``kv_dtype="e4m3"`` (``mixed_trace_fp8``): the same batch on an e4m3 cache with per-tensor
     scales (amax / 448, ``k_descale`` / ``v_descale`` as 0-d tensors, which every call's batch
     broadcasts) and a bf16 q, in all three kernelgen calls; the peers are serial and two_streams
-    only (the others take no FP8 cache with a 16-bit q)."""
+    only (the others take no FP8 cache with a 16-bit q).  ``quantize_q`` (``mixed_trace_fp8_qq``,
+    with ``kv_dtype="e4m3"``): every kernelgen call with ``quantize_q=True`` (the mixed call's fused
+    kernel runs its long class on the FP8 tensor cores, as the serial peer's prefill call does; the
+    decode call reads the 16-bit q either way)."""
     torch = _torch()
     from ...front.api import varlen_attention
 
@@ -1416,6 +1421,10 @@ def mixed_entry(settings: Settings, model: ModelPreset, kv_dtype: str | None = N
             raise ValueError(f"mixed_entry: kv_dtype {kv_dtype!r} (only 'e4m3')")
         (kc, ks), (vc, vs) = quantize_e4m3(kc), quantize_e4m3(vc)
         kw.update(k_descale=ks, v_descale=vs)
+        if quantize_q:
+            kw["quantize_q"] = True
+    elif quantize_q:
+        raise ValueError("mixed_entry: quantize_q needs kv_dtype='e4m3'")
     run_all = lambda: varlen_attention(q, kc, vc, cu_q, None, max(qlens), max(klens), seqused_k=used,  # noqa: E731
                                        page_table=pt, out=o, **kw)
 
@@ -1442,12 +1451,12 @@ def mixed_entry(settings: Settings, model: ModelPreset, kv_dtype: str | None = N
             decode()
         cur.wait_stream(s1)
         cur.wait_stream(s2)
-    name = (batch + "_fp8") if kv_dtype else batch
+    name = (batch + "_fp8" + ("_qq" if quantize_q else "")) if kv_dtype else batch
     e = _entry(entry_name(name, m), "mixed", m, metric="tflops", flops=attention_flops(qlens, klens, m),
                bytes=prefill_bytes(qlens, klens, m) - (keys_read(qlens, klens, m) * m.num_heads_kv * (m.head_dim + m.head_dim_v)
                                                           if kv_dtype else 0),   # FP8 K/V: one byte an element
                shape=f"{len(pre_q)} prefill chunks {pre_q} + {len(dec_k)} decodes, paged"
-               + (", e4m3 cache" if kv_dtype else ""))
+               + (", e4m3 cache" if kv_dtype else "") + (", quantize_q" if quantize_q else ""))
     e["us"] = settings.time(run_all)
     ref = o.clone()
     builders = {"serial": lambda: peers.Peer(serial, lambda _r: o),
@@ -2018,6 +2027,8 @@ def registry(suites, models: list[ModelPreset], dtypes=DEFAULT_DTYPES) -> list[E
                             lambda st, m=first: mixed_entry(st, m), _specs_mixed(first)))
         out.append(EntryDef(entry_name(MIXED_FP8_ENTRY, first), "mixed", first.name,
                             lambda st, m=first: mixed_entry(st, m, kv_dtype="e4m3"), dtype="e4m3"))
+        out.append(EntryDef(entry_name(MIXED_FP8_QQ_ENTRY, first), "mixed", first.name,
+                            lambda st, m=first: mixed_entry(st, m, kv_dtype="e4m3", quantize_q=True), dtype="e4m3"))
         for b in MIXED_BATCHES:
             if b != "mixed_trace":
                 out.append(EntryDef(entry_name(b, first), "mixed", first.name,
