@@ -15,6 +15,7 @@ from kernelgen.front import api
 from kernelgen.jit import runtime
 from kernelgen.kernels.params import ATTENTION_PARAMS, TMA_ATTENTION_PARAMS, fp8_params, tma_fp8_params
 from kernelgen.launch import quant_q
+from kernelgen.selection import heuristics
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 BF16, FP16 = torch.bfloat16, torch.float16
@@ -418,6 +419,7 @@ def test_mixed_batch_quantises_q_for_the_fused_kernels_long_class(fake_cuda, str
         assert L["q_descale"] == L["q"] + off and (L["q_descale_batch_stride"], L["q_descale_head_stride"]) == (HKV, 1)
         assert qds == tuple(want_qd.flatten().tolist())
         assert L["k_descale"] == S["k_descale"] == kd.data_ptr()
+        assert f["short_ctas"] == round(132 * heuristics.SM90_MIXED_SHORT_FRACTION_FP8_MMA) == 44   # (fake H200)
         ptr, dims, strides, box = qmap
         assert ptr == L["q"] and strides == (D, HQ * D)              # an FP8 map over the copy (1 byte a value)
     assert len(api._CALLS._d) == 1

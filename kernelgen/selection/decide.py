@@ -293,7 +293,8 @@ def recipe(variants, sig: CallSignature, device: Device, settings: Settings = Se
         split, max_splits = variants.combine is not None, variants.short_max_splits
         # (the FP8 share was measured with the keys-as-rows decode tile: the 16-row one keeps the 16-bit share)
         short_ctas = heuristics.sm90_mixed_short_ctas(device.num_sms, settings.mixed_short_ctas(device.num_sms),
-                                                      fp8=bool(f.short.kv_dtype) and f.short.tile.keys_as_rows) \
+                                                      fp8=bool(f.short.kv_dtype) and f.short.tile.keys_as_rows,
+                                                      fp8_mma=f.long.fp8_mma and f.short.tile.keys_as_rows) \
             if f.hopper else 0
         kind = "fused"
     elif isinstance(variants, PairVariants):

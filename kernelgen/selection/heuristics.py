@@ -1313,16 +1313,25 @@ SM90_MIXED_SHORT_FRACTION = 1 / 3
 #: 0.848 / 0.860 / 0.851 (k22 0.871, k26 0.838); 4 chunks of 4096 + 256 decodes flat (0.92-0.93);
 #: 1 chunk of 512 + 64 decodes 0.968 against 0.963.
 SM90_MIXED_SHORT_FRACTION_FP8 = 1 / 4
+#: The same with the long class on the FP8 tensor cores (``quantize_q``: ``AttentionSpec.fp8_mma``), whose
+#: prefill takes about 0.6x the SM-time of the bf16-q one, so the decode tiles' share of the work grows:
+#: H100, seventy-second session, bench entry ``mixed_trace_fp8_qq`` x its serial peer: k33 0.858, k44
+#: 0.819 / 0.826, k55 0.822, k66 0.831, k80 0.850.
+SM90_MIXED_SHORT_FRACTION_FP8_MMA = 1 / 3
 
 
-def sm90_mixed_short_ctas(num_sms: int, override: int | None = None, fp8: bool = False) -> int:
+def sm90_mixed_short_ctas(num_sms: int, override: int | None = None, fp8: bool = False,
+                          fp8_mma: bool = False) -> int:
     """CTAs of a Hopper fused mixed-batch launch on ``num_sms`` SMs that start on the short queue:
     ``override`` (``Settings.mixed_short_ctas``, 0..num_sms) when given, else a
-    ``SM90_MIXED_SHORT_FRACTION`` share (``SM90_MIXED_SHORT_FRACTION_FP8`` on an FP8 cache: ``fp8``),
+    ``SM90_MIXED_SHORT_FRACTION`` share (``SM90_MIXED_SHORT_FRACTION_FP8`` on an FP8 cache: ``fp8``;
+    ``SM90_MIXED_SHORT_FRACTION_FP8_MMA`` with the long class on the FP8 tensor cores: ``fp8_mma``),
     at least 1."""
     if override is not None:
         return override
-    return max(1, round(num_sms * (SM90_MIXED_SHORT_FRACTION_FP8 if fp8 else SM90_MIXED_SHORT_FRACTION)))
+    share = (SM90_MIXED_SHORT_FRACTION_FP8_MMA if fp8_mma else SM90_MIXED_SHORT_FRACTION_FP8 if fp8
+             else SM90_MIXED_SHORT_FRACTION)
+    return max(1, round(num_sms * share))
 
 
 #: K/V pipeline stages of the decode tile in the Hopper fused kernel.  The tiles of the CTAs that
