@@ -1682,7 +1682,7 @@ def test_printed_report_ends_with_the_open_goals():
                          "flops": 1e11, "peers": {"fa3": 95.0}, "unavailable": {}}, None)
     text = report.format_report([e], {"copy_tbps": 4.0, "bf16_matmul_tflops": 800.0}, "H200")
     assert "## Open performance goals" in text and "geometric mean 0.950x" in text
-    assert "Issue 24 (FP8): 0 of 7 goals met (0 evaluated)." in text
+    assert "Issue 24 (FP8): 0 of 8 goals met (0 evaluated)." in text
     other = report.finalize({"name": "scheduler_b8", "suite": "scheduler", "us": 3.0, "peers": {}, "unavailable": {}},
                             None)
     assert "Open performance goals" not in report.format_report([other], None, "H200")
