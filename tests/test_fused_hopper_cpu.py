@@ -619,7 +619,8 @@ def test_hopper_fused_fp8_kernel_compiles_without_spills_in_its_key_block_loops(
     assert ops["F2FP"] > 0 and ops["USETMAXREG"] == 2 and ops["UTMALDG"] > 0, ops   # cvt e4m3/e5m2 pairs, TMA
 
 
-FUSED_FP8_MMA_COMPILE = [dict(d=128), dict(d=128, mask="none"), dict(d=64, mask="local", softcap=True, dtype="fp16")]
+FUSED_FP8_MMA_COMPILE = [dict(d=128), dict(d=128, mask="none"), dict(d=64, mask="local", softcap=True, dtype="fp16"),
+                         dict(d=128, page_size=64)]
 
 
 @pytest.mark.parametrize("kw", FUSED_FP8_MMA_COMPILE, ids=_compile_id)
@@ -628,12 +629,14 @@ def test_hopper_fused_kernel_on_a_quantised_q_compiles(kw):
     the long class on the FP8 tensor-core variant (FP8 wgmma on the quantised q, K read in the landing
     stages, V transposed by producer warps 1-3), the short class the keys-as-rows FP8 decode tile on the
     16-bit q.  40 / 232 registers (``SM90_FUSED_REGS["fp8_mma"]``: at 48 / 224 and 56 / 224 ptxas
-    spilled 96 bytes): no spill, but without a mask at head dim 128 (224-key blocks, as the standalone
-    variant: a few words once a tile, none inside a key-block loop)."""
+    spilled 96 bytes): no spill on 224-key blocks with a mask (pages of 16) and on 128-key blocks; a few
+    words once a tile, none inside a key-block loop, on 224-key blocks without a mask (as the standalone
+    variant) and on 192-key blocks (pages of 24, 48 and 64, which TMA does not box at 224 keys)."""
     fv = heuristics.choose_fused_hopper("sm_90a", kw.get("dtype", "bf16"), kw["d"], kw["d"], num_heads_q=HQ,
                                         num_heads_kv=HKV, mask=kw.get("mask", "causal"), max_seqlen_q=2048,
-                                        max_seqlen_k=8192, paged=True, page_size=16, softcap=kw.get("softcap", False),
-                                        kv_dtype="e4m3", q_dtype="e4m3", window_span=300 if "mask" in kw else -1)
+                                        max_seqlen_k=8192, paged=True, page_size=kw.get("page_size", 16),
+                                        softcap=kw.get("softcap", False), kv_dtype="e4m3", q_dtype="e4m3",
+                                        window_span=300 if "mask" in kw else -1)
     spec = fv.fused
     assert spec.hopper and spec.long.fp8_mma and not spec.short.fp8_mma and spec.short.tile.block_m == 8
     assert spec.hopper_regs() == FusedAttentionSpec.SM90_FUSED_REGS["fp8_mma"] == (40, 232)
@@ -642,7 +645,8 @@ def test_hopper_fused_kernel_on_a_quantised_q_compiles(kw):
     res = compiler.compile_cubin(src, "sm_90a", compiler.default_options("sm_90a"), spec.name)
     r = res.resources
     assert r["registers"] == 168, r
-    if kw.get("mask") == "none" and kw["d"] == 128:
+    assert spec.long.tile.block_n == (192 if "page_size" in kw else 128 if kw["d"] == 64 else 224)
+    if (kw.get("mask") == "none" and kw["d"] == 128) or "page_size" in kw:
         assert r["spill_stores"] <= 16 and r["spill_loads"] <= 16, r
     else:
         assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, r

@@ -382,7 +382,6 @@ def test_mixed_batch_quantises_q_for_the_fused_kernels_long_class(fake_cuda, str
     kernel whose long class runs the FP8 tensor-core variant on the quantised q (its map an FP8 one
     over the copy, its q_descale written per call past it) while the short class reads the caller's
     16-bit q itself (its strides, factor 1); the prepared fast path quantises each new q."""
-    from fake_cuda import map_kind
     from test_fused_cpu import CTX, HQ, HKV, QLENS, D, paged_inputs
     q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
     if strided:   # (a view of a wider tensor: the short class keeps its strides, the copy is contiguous)
@@ -485,3 +484,40 @@ def test_mixed_plan_quantises_for_the_fused_kernels_long_class(fake_cuda, monkey
         assert S["q"] == q.data_ptr() and (S["q_descale"], S["q_descale_batch_stride"]) == (0, 0)
         addrs.add(L["q"])
     assert len(addrs) == 1                                             # the plan's buffer
+
+
+def test_short_rows_setting_reaches_the_quantised_mixed_call(fake_cuda, monkeypatch):
+    """KERNELGEN_SM90_SHORT_ROWS=16 gives the quantised mixed call's fused kernel the 16-row decode
+    tile, as it does the 16-bit q's (review of 9b6b892: the quantised branch did not pass it)."""
+    from test_fused_cpu import CTX, QLENS, paged_inputs
+    monkeypatch.setenv("KERNELGEN_SM90_SHORT_ROWS", "16")
+    q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
+    kc, vc = kc.to(E4M3), vc.to(E4M3)
+    for qq in (False, True):
+        kernelgen.varlen_attention(q, kc, vc, cu_q, None, max(QLENS), max(CTX), seqused_k=used, page_table=pt,
+                                   causal=True, quantize_q=qq)
+    specs = [k.spec for k in runtime.loaded_kernels() if k.spec.kind == "fused"]
+    assert sorted(s.long.fp8_mma for s in specs) == [False, True]
+    assert all(s.short.tile.block_m == 16 for s in specs), [s.name for s in specs]
+
+
+@pytest.mark.parametrize("page_size,rows", [(16, None), (16, "16"), (24, None), (48, None)])
+def test_warmup_lists_the_quantised_mixed_calls_kernels(monkeypatch, page_size, rows):
+    """``warmup_specs(kv_dtypes=("e4m3",))`` holds every kernel a quantised mixed call decides, also
+    at page sizes where the 16-bit q's Hopper fused kernel does not apply (24, 48: the tensor-core
+    variant's 192-key blocks box them) and with KERNELGEN_SM90_SHORT_ROWS (review of 9b6b892)."""
+    from test_decide import H200, sig
+    from kernelgen.selection import decide
+    from kernelgen.selection.catalog import warmup_specs
+    from kernelgen.selection.settings import Settings
+    if rows:
+        monkeypatch.setenv("KERNELGEN_SM90_SHORT_ROWS", rows)
+    st = Settings.from_env()
+    have = set(warmup_specs("sm_90a", head_dims=(128,), dtypes=("bf16",), causals=(True,), layouts=("soa",),
+                            phases=("prefill", "chunked", "decode"), gqas=(4,), paged=(False, True),
+                            kv_dtypes=("e4m3",), page_sizes=(page_size,), settings=st))
+    r = decide.decide(sig(kv_dtype="e4m3", q_dtype="e4m3", quantized_q=True, page_size=page_size, max_seqlen_q=512,
+                          max_seqlen_k=32768, paged=True, batch=40, rows=600), H200, st)
+    assert r.kind == "fused" and r.variants.fused.long.fp8_mma
+    assert r.variants.fused.long.tile.block_n == (224 if page_size == 16 else 192)
+    assert [s.name for s in r.specs if s not in have] == []

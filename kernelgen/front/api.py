@@ -243,7 +243,11 @@ def varlen_attention(
             most 2^-4 for elements above 2^-13 of their group's largest |q|, coarser below, as for
             a caller's own e4m3 q; one kernel, two launches that read q twice), and run that variant: about
             2x the FP8-cache kernel's speed at prefill sizes (``docs/api.md``, "FP8"); out stays in
-            q's dtype.  The other calls (decode-shaped, sm_80, ...) keep q exact, as with False
+            q's dtype.  A paged mixed batch that the Hopper fused kernel takes (head dims 64 and 128)
+            runs its long class on that variant over the quantised q and its short class (the
+            decodes) on the 16-bit q, exact (``launch.fused.build``'s ``q_short``); other mixed
+            batches that the variant takes (head dim 256, ``KERNELGEN_FP8_FUSED=0``) run as one class
+            on it, decodes included.  The other calls (decode-shaped, sm_80, ...) keep q exact, as with False
             (the default: every FP8 value converted exactly, q untouched).  Ignored without an FP8
             cache; TypeError if not a bool.
 

@@ -159,7 +159,9 @@ class AttentionPlan:
             on the device (``varlen_attention``'s ``quantize_q``: per request and KV head,
             power-of-two factors) into a buffer the plan owns (max_total_q x num_heads_q x
             head_dim bytes and the factors) and run that variant; ``q_quant`` says whether it does.
-            Otherwise q stays exact.  TypeError if not a bool.
+            A mixed-batch plan on the Hopper fused kernel (paged, head dims 64 and 128) runs its long
+            class on that variant over the quantised q and its short class on each step's 16-bit q
+            itself (exact).  Otherwise q stays exact.  TypeError if not a bool.
 
     Raises:
         ValueError / TypeError: bad capacities, head counts, head dims, dtype, kv_dtype, window,

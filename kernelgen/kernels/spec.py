@@ -771,6 +771,9 @@ class FusedAttentionSpec:
     SM90_FUSED_REGS: ClassVar[dict] = {"packed": (32, 232), "paged": (48, 224), "gather": (64, 216),
                                        "gather_d64": (72, 216), "fp8": (56, 224), "fp8_softcap": (40, 232),
                                        "fp8_mma": (40, 232)}
+    # ("fp8_mma": the long class on the FP8 tensor cores, quantize_q; at 48 / 224 and 56 / 224 ptxas spilled
+    # 96 bytes; at 40 / 232 no spill on 224-key blocks with a mask and on 128-key blocks, a few words once a
+    # tile, outside the key-block loops, on 192-key blocks and on 224 without a mask: the standalone variant's)
     SM90_FUSED_MAX_DV: ClassVar[int] = 128
 
     def hopper_regs(self) -> tuple:

@@ -120,11 +120,12 @@ def attend(bound, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, ou
     (address, batch stride) of the ALiBi slopes of a recipe of ALiBi kernels; ``sinks``: the sinks'
     address of a single-class recipe of sink kernels (``Recipe.sinks_fused``); ``descale``: the
     descale fields of a recipe of FP8 K/V kernels (``kernel_args.descale_fields``; each class's).
-    ``q_short``: the 16-bit q whose e4m3 copy ``q`` is, for the Hopper fused kernel whose long class
-    runs the FP8 tensor-core variant (its short class reads ``q_short`` with factor 1:
-    ``fused.build``'s); ValueError for any other recipe."""
-    if q_short is not None and not (isinstance(bound, fused.FusedKernels) and bound.variants.fused.long.fp8_mma):
-        raise ValueError("q_short: only the Hopper fused kernel with the FP8 tensor-core long variant reads two q's")
+    ``q_short``: the 16-bit q whose e4m3 copy ``q`` is, for (and only for) the Hopper fused kernel whose
+    long class runs the FP8 tensor-core variant (its short class reads ``q_short`` with factor 1:
+    ``fused.build``'s); ValueError otherwise."""
+    if (q_short is not None) != (isinstance(bound, fused.FusedKernels) and bound.variants.fused.long.fp8_mma):
+        raise ValueError("q_short: the Hopper fused kernel with the FP8 tensor-core long variant reads two q's (the "
+                         "16-bit q goes with it, and only with it)")
     stream = prepared.current_stream(bound.sched.device)
     kw = dict(seqused_k=seqused_k, page_table=page_table, window=window, softcap=softcap, alibi=alibi, user=user)
     args = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)

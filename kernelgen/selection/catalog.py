@@ -250,15 +250,17 @@ def warmup_specs(arch: str, head_dims=HEAD_DIMS, dtypes=DTYPES, causals=(False, 
                     for ps in page_sizes:
                         hv = heuristics.choose_fused_hopper(arch, dtype, d, dv, page_size=int(ps), kv_dtype=kv,
                                                             short_rows=settings.sm90_short_rows(), **kw)
+                        # quantize_q=True: the fused kernel whose long class runs the FP8 tensor-core variant on
+                        # the quantised q, and the quantisation kernel (also at page sizes where the 16-bit q's
+                        # Hopper fused kernel does not apply: the tensor-core variant's 192-key blocks box them)
+                        hq8 = heuristics.choose_fused_hopper(arch, dtype, d, dv, page_size=int(ps), kv_dtype=kv,
+                                                             short_rows=settings.sm90_short_rows(),
+                                                             q_dtype="e4m3", **kw) \
+                            if kv == "e4m3" and settings.fp8_fused else None
+                        if hq8 is not None:
+                            specs += [hq8.scheduler, hq8.fused, hq8.combine, QuantSpec(arch, dtype)]
                         if hv is not None and settings.fp8_fused:
                             specs += [hv.scheduler, hv.fused, hv.combine]
-                            # quantize_q=True: the fused kernel whose long class runs the FP8 tensor-core
-                            # variant on the quantised q, and the quantisation kernel
-                            hq8 = heuristics.choose_fused_hopper(arch, dtype, d, dv, page_size=int(ps), kv_dtype=kv,
-                                                                 short_rows=settings.sm90_short_rows(),
-                                                                 q_dtype="e4m3", **kw) if kv == "e4m3" else None
-                            if hq8 is not None:
-                                specs += [hq8.scheduler, hq8.fused, hq8.combine, QuantSpec(arch, dtype)]
                             continue
                         pv = heuristics.choose_pair(arch, dtype, d, dv, page_size=int(ps),
                                                     kv_dtype=kv, **kw)

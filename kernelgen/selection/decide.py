@@ -187,15 +187,15 @@ def decide(sig: CallSignature, device: Device, settings: Settings = Settings()) 
             kw["window_span"] = window_span(sig)
             kw["max_num_splits"] = sig.max_num_splits
             # the Hopper fused kernel is built from the classes-in-turn variants, where they apply
+            rows = settings.sm90_short_rows() if sig.head_dim_v <= FusedAttentionSpec.SM90_FUSED_MAX_DV else None
             if sig.q_dtype:   # (a quantised q: the fused kernel with the FP8 tensor-core long variant, else one class)
                 fv = heuristics.choose_fused_hopper(arch, sig.dtype, sig.head_dim, sig.head_dim_v, **kw,
-                                                    q_dtype=sig.q_dtype) if fused else None
+                                                    short_rows=rows, q_dtype=sig.q_dtype) if fused else None
                 if fv is not None:
                     return recipe(fv, sig, device, settings)
                 return recipe(_choose(sig, arch, device, settings, mainloop), sig, device, settings)
             pv = heuristics.choose_pair(arch, sig.dtype, sig.head_dim, sig.head_dim_v, **kw)
             if pv is not None:
-                rows = settings.sm90_short_rows() if sig.head_dim_v <= FusedAttentionSpec.SM90_FUSED_MAX_DV else None
                 fv = heuristics.choose_fused_hopper(arch, sig.dtype, sig.head_dim, sig.head_dim_v, **kw,
                                                     short_rows=rows) if fused else None
                 return recipe(pv if fv is None else fv, sig, device, settings)

@@ -155,19 +155,20 @@ def test_plan_quantised_in_a_cuda_graph():
     def run():
         plan.run(q, kc, vc, cu_q, seqused_k=used, page_table=pt, out=out, lse=lse, k_descale=kd, v_descale=vd)
 
-    lengths = []
+    lengths, rows = [], [0, 0]
     new_step()
     graph = capture(run)
-    for _ in range(2):
+    for _ in range(3):
         batch, tq = new_step()
         replay(graph)
         k, v, cu_k = gather_paged(kc, vc, pt[:batch], used[:batch])
         q8, qd = quant_q.quantize(q[:tq], cu_q[: batch + 1], batch, hkv)
         n_long, n_short = _check_classes(out[:tq], lse[:, :tq], q[:tq], q8, qd, k, v, cu_q[: batch + 1], cu_k,
                                          lengths[-1], short_query_tokens(hq, hkv), kd[:batch], vd[:batch])
-        assert n_long >= 10 and n_short >= 1
+        rows = [rows[0] + n_long, rows[1] + n_short]
         assert torch.isnan(out[tq:]).all(), "rows past the batch's tokens must not be written"
         assert torch.isnan(lse[:, tq:]).all(), "lse rows past the batch must not be written"
+    assert rows[0] >= 30 and rows[1] >= 1, rows      # (both classes ran; a step may hold prefills only)
 
 
 @pytest.mark.parametrize("d,window,dtype", [(128, (-1, -1), BF16), (64, (300, 0), FP16), (128, (200, 0), BF16)])
