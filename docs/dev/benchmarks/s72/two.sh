@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Seventy-second session, second call (no carry; any Hopper GPU, the timings meant for an H200): the GPU tests
+# Seventy-second session, second call (carry [".xd", ".devcache_new"]; any Hopper GPU, the timings meant for an H200): the GPU tests
 # of quantize_q (the mixed plan test now checks each class against its own reference), the FP8 and fused test
 # files (the keys-as-rows FP8 decode tile over pages of 8-64 keys on the default build), then the bench's
 # mixed_trace_fp8 and mixed_trace_fp8_qq entries, the qq one at its default (44 on 132 SMs) and 33 / 55 / 66 short-first CTAs
@@ -10,6 +10,7 @@ L=${L:-300}
 ( sleep $L; cd $OUT && tar -czf w.tgz w ) > /dev/null 2>&1 & WD=$!
 export PYTHONPATH=$PWD KERNELGEN_CACHE_DIR=$PWD/cache KERNELGEN_TEST_CACHE_DIR=$PWD/cache
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader > $W/gpu.txt
+[ -d .devcache_new ] && timeout 20 python3 tools/device_cache.py unpack --dir .devcache_new > $W/devcache.log 2>&1
 python3 -m pip install --no-index --no-deps --target /tmp/xd .xd/*.whl > $W/xd.log 2>&1
 left() { echo $(( L - 10 - SECONDS )); }
 PYTHONPATH="$PWD:/tmp/xd" timeout 170 python3 -m pytest tests/gpu/test_quant_q_gpu.py tests/gpu/test_fp8_gpu.py \
