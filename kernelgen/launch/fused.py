@@ -26,7 +26,6 @@ co-scheduling of prefill and decode work in one launch follows PoD-Attention (Ka
 from __future__ import annotations
 
 import ctypes
-import struct
 from dataclasses import dataclass
 
 from ..kernels import kernel_args, tma
@@ -35,8 +34,6 @@ from ..kernels.params import ATTENTION_PARAMS, FUSED_TMA_PARAMS, FUSED_TMA_PARAM
 from ..kernels.recipe import FusedVariants, PairVariants
 from ..kernels.workspace import FusedWorkspace
 from . import launch, prepared
-
-_I64 = struct.Struct("<q")
 
 
 @dataclass
@@ -163,7 +160,7 @@ class HopperPairLaunch:
             long_ptrs.pack_into(b, 0, *ptrs[:n])
             short_ptrs.pack_into(b, 0, *ptrs[n:])
             if delta is not None:
-                _I64.pack_into(b, at, ptrs[0] + delta)
+                prepared._I64.pack_into(b, at, ptrs[0] + delta)
         return (pack, buf, self.head, ctypes.addressof(argv), argv)
 
 
