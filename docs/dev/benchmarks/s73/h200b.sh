@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Seventy-third session, H200 call B after h200a.sh (carry [".peers/manifest.json", ".peers/part2", ".devcache_new"]):
-# issue 25's gpt-oss tanh.approx snippet row against FA4 in N processes (default 2), then issue 24's FP8 prefill
+# issue 25's gpt-oss tanh.approx snippet row against FA4 in N processes (default 2; the first with FlexAttention beside, the report's form), then issue 24's FP8 prefill
 # rows against FA3 FP8 (llama3-8b, gpt-oss, gemma2-9b), as s70/go200.sh without its mixed entry.  L s (default 330).
 set -u
 W=$OUT/w; mkdir -p $W
@@ -16,7 +16,8 @@ B="python3 -m kernelgen bench --flex off --budget 0"
 left() { echo $(( L - 5 - SECONDS )); }
 for i in $(seq 1 $N); do
   [ $(left) -gt 45 ] || break
-  timeout $(left) $B --json $W/snip$i.json --suite prefill --model gpt-oss \
+  F=$B; [ $i = 1 ] && F="python3 -m kernelgen bench --budget 0"   # the first with FlexAttention beside (mergeable)
+  timeout $(left) $F --json $W/snip$i.json --suite prefill --model gpt-oss \
     --only 'variant_softcap_approx_prefill_causal_s16k_gpt-oss' > $W/snip$i.log 2>&1
   echo "snippet $i rc $? at $SECONDS" >> $W/rc.txt
 done
