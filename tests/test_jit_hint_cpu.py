@@ -109,7 +109,7 @@ def test_the_entry_points_complete_the_cache_error(tmp_path, monkeypatch):
     import inspect
     from kernelgen.front import api, plan
     for fn in (api.varlen_attention, plan.AttentionPlan.__init__):
-        assert "jit_hint.raise_with_command(e)" in inspect.getsource(fn), fn
+        assert "jit_hint.raise_with_command(e" in inspect.getsource(fn), fn
 
 
 def test_the_scheduler_error_names_the_command_of_the_whole_call():

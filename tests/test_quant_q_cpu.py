@@ -521,3 +521,87 @@ def test_warmup_lists_the_quantised_mixed_calls_kernels(monkeypatch, page_size, 
     assert r.kind == "fused" and r.variants.fused.long.fp8_mma
     assert r.variants.fused.long.tile.block_n == (224 if page_size == 16 else 192)
     assert [s.name for s in r.specs if s not in have] == []
+
+
+@pytest.mark.parametrize("entry", ["call", "plan"])
+def test_a_missing_quantisation_kernel_names_the_whole_calls_command(fake_cuda, monkeypatch, tmp_path, entry):
+    """KERNELGEN_DISABLE_JIT=1 and the q quantisation kernel not in the cache: the error's ``kernelgen
+    warmup`` command builds it and every kernel of the call (review of the seventy-second session's
+    change: the call's error named a command for the quantisation kernel alone, whose set lacks the
+    quantised mixed call's fused and combine kernels)."""
+    import shlex
+
+    from fake_cuda import make_plan
+    from test_fused_cpu import CTX, HQ, HKV, PS, QLENS, D, paged_inputs
+    from kernelgen.apps import cli
+    from kernelgen.jit import cache
+    from kernelgen.kernels.spec import QuantSpec
+    from kernelgen.selection import catalog
+    monkeypatch.setattr(catalog, "WARMUP_COMMAND_BUDGET_S", None)
+    q, kc, vc, cu_q, used, pt = paged_inputs(QLENS, CTX)
+    kc, vc = kc.to(E4M3), vc.to(E4M3)
+    qspec = QuantSpec("sm_90a", "bf16")
+
+    def run():
+        if entry == "call":
+            kernelgen.varlen_attention(q, kc, vc, cu_q, None, max(QLENS), max(CTX), seqused_k=used, page_table=pt,
+                                       causal=True, quantize_q=True)
+        else:
+            make_plan(monkeypatch, max_batch=8, num_heads_q=HQ, num_heads_kv=HKV, head_dim=D, max_seqlen_q=2048,
+                      max_seqlen_k=8192, max_total_q=4096, paged=True, page_size=PS, causal=True, kv_dtype="e4m3",
+                      quantize_q=True).run(q, kc, vc, cu_q, seqused_k=used, page_table=pt)
+
+    run()   # (the fake device: no quantisation kernel, torch ops) the kernels the call loads
+    specs = {k.spec for k in runtime.loaded_kernels()}
+    assert any(s.kind == "fused" and s.long.fp8_mma for s in specs) and any(s.kind == "combine" for s in specs)
+    empty = cache.KernelCache(tmp_path / "c")
+    monkeypatch.setenv("KERNELGEN_DISABLE_JIT", "1")
+    monkeypatch.setattr(runtime, "quant_kernel", lambda device, dtype, allow=False: empty.get(qspec))
+    monkeypatch.setattr(api, "_CALLS", type(api._CALLS)())
+    with pytest.raises(cache.KernelNotCachedError) as ei:
+        run()
+    msg = str(ei.value)
+    assert ei.value.spec == qspec and "..." not in msg, msg
+    cmd = msg[msg.index("`kernelgen warmup") + 1:]
+    cmd = cmd[:cmd.index("`")]
+    args = cli.build_parser().parse_args(shlex.split(cmd)[1:])
+    built = set(cli.warmup_catalog(args, args.arch))
+    assert qspec in built and sorted(s.name for s in specs - built) == [], cmd
+
+
+@pytest.mark.parametrize("case", ["long_mean", "pack_gqa", "num_splits"])
+def test_the_documented_one_class_mixed_batches_quantise_their_decodes(fake_cuda, case):
+    """The mixed batches docs/api.md lists as one class on the FP8 tensor-core variant with
+    quantize_q (their decodes quantised too; review of the seventy-second session's docs, which
+    listed only head dim 256, KERNELGEN_FP8_FUSED=0 and short_query_tokens=0): requests averaging at
+    least SM90_PAGED_MIN_MEAN_Q query tokens (the Hopper kernel alone, also without quantize_q), a
+    forced pack_gqa, a forced num_splits."""
+    from test_fused_cpu import paged_inputs
+    qlens, ctx = ([2048, 2048, 1, 1], [4096, 4096, 5000, 300]) if case == "long_mean" else \
+        ([300, 1, 1, 3, 2048, 1, 0], [900, 40, 5000, 7, 2048, 1, 0])
+    assert (sum(qlens) >= heuristics.SM90_PAGED_MIN_MEAN_Q * len(qlens)) == (case == "long_mean")
+    kw = {"pack_gqa": dict(pack_gqa=True), "num_splits": dict(num_splits=4)}.get(case, {})
+    q, kc, vc, cu_q, used, pt = paged_inputs(qlens, ctx)
+    kc, vc = kc.to(E4M3), vc.to(E4M3)
+    kinds = {}
+    for qq in (False, True):
+        fake_cuda.clear()
+        kernelgen.varlen_attention(q, kc, vc, cu_q, None, max(qlens), max(ctx), seqused_k=used, page_table=pt,
+                                   causal=True, quantize_q=qq, **kw)
+        kinds[qq] = [k for k in fake_cuda.kinds() if k.startswith(("attention", "fused"))]
+    assert kinds[True] == ["attention_sm90_fp8mma"], kinds
+    assert not any(k.startswith("fused") for k in kinds[False]), kinds
+    prep = list(api._CALLS._d.values())[-1]
+    assert prep.q_quant == (len(qlens), 8) and not prep.q_short
+
+
+@pytest.mark.parametrize("page_size", [None, 1, 16])
+def test_a_plan_quantises_only_where_its_kernels_box_the_pages(fake_cuda, monkeypatch, page_size):
+    """docs/api.md: a mixed-batch plan with quantize_q and page_size None (rows gathered through the
+    page table) or pages TMA cannot box keeps q exact for every step (``q_quant`` False); pages of 16
+    take the fused kernel's FP8 tensor-core long class."""
+    from fake_cuda import make_plan
+    plan = make_plan(monkeypatch, max_batch=8, num_heads_q=32, num_heads_kv=8, head_dim=128, max_seqlen_q=1024,
+                     max_seqlen_k=8192, max_total_q=1024, paged=True, page_size=page_size, causal=True,
+                     kv_dtype="e4m3", quantize_q=True)
+    assert bool(plan.q_quant) == (page_size == 16) == bool(plan._q_short)

@@ -246,8 +246,12 @@ def varlen_attention(
             q's dtype.  A paged mixed batch that the Hopper fused kernel takes (head dims 64 and 128)
             runs its long class on that variant over the quantised q and its short class (the
             decodes) on the 16-bit q, exact (``launch.fused.build``'s ``q_short``); other mixed
-            batches that the variant takes (head dim 256, ``KERNELGEN_FP8_FUSED=0``) run as one class
-            on it, decodes included.  The other calls (decode-shaped, sm_80, ...) keep q exact, as with False
+            batches that the variant takes run as one class on it, decodes included: head dim 256,
+            ``KERNELGEN_FP8_FUSED=0``, ``short_query_tokens=0``, a forced ``pack_gqa`` or
+            ``num_splits``, and a batch whose requests average at least
+            ``heuristics.SM90_PAGED_MIN_MEAN_Q`` (512) query tokens (the Hopper kernel alone, as
+            without quantize_q; so whether a step's decodes stay exact depends on the step: an
+            ``AttentionPlan`` decides once for every step).  The other calls (decode-shaped, sm_80, ...) keep q exact, as with False
             (the default: every FP8 value converted exactly, q untouched).  Ignored without an FP8
             cache; TypeError if not a bool.
 
@@ -460,5 +464,9 @@ def _quantized(call, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     if not (recipe.kind == "single" and attn is not None and attn.fp8_mma) \
             and not (recipe.kind == "fused" and fused.long.fp8_mma):
         return None
-    kernel = runtime.quant_kernel(q.device, q.dtype, call.settings.allow_untested_arch)
+    try:
+        kernel = runtime.quant_kernel(q.device, q.dtype, call.settings.allow_untested_arch)
+    except KernelNotCachedError as e:   # JIT disabled: the command that builds it and the call's kernels
+        jit_hint.raise_with_command(e, recipe.specs)
+        raise
     return (call8, *_quant_q.quantize(q, cu_seqlens_q, batch, hkv, buffer=buf, kernel=kernel), recipe, kernel)

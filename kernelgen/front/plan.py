@@ -266,8 +266,8 @@ class AttentionPlan:
         try:
             self._q_kernel = runtime.quant_kernel(self.device, dtype, checked.settings.allow_untested_arch) \
                 if self.q_quant else None
-        except KernelNotCachedError as e:
-            jit_hint.raise_with_command(e)
+        except KernelNotCachedError as e:   # (the command that builds it and the plan's kernels)
+            jit_hint.raise_with_command(e, self.recipe.specs)
             raise
         #: int32 scheduler metadata (``kernels.metadata``; the long class's in a two-class plan), sized by
         #: the capacity only, the short class's (None for a single-class plan) and the split-KV
