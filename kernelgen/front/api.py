@@ -251,8 +251,9 @@ def varlen_attention(
             ``num_splits``, and a batch whose requests average at least
             ``heuristics.SM90_PAGED_MIN_MEAN_Q`` (512) query tokens (the Hopper kernel alone, as
             without quantize_q; so whether a step's decodes stay exact depends on the step: an
-            ``AttentionPlan`` decides once for every step).  The other calls (decode-shaped, sm_80, ...) keep q exact, as with False
-            (the default: every FP8 value converted exactly, q untouched).  Ignored without an FP8
+            ``AttentionPlan`` decides once for every step).  The other calls (decode-shaped, sm_80,
+            ...) keep q exact, as with False (the default: every FP8 value converted exactly, q
+            untouched).  Ignored without an FP8
             cache; TypeError if not a bool.
 
     Returns:
