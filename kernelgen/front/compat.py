@@ -1,6 +1,8 @@
 """FlashAttention-3 compatible entry points: ``flash_attn_varlen_func``, ``flash_attn_with_kvcache``,
-``flash_attn_func`` (a batch of equal-length sequences) and ``get_scheduler_metadata`` (returns None:
-kernelgen schedules on the GPU in every call, and its entry points accept ``scheduler_metadata=None``).
+``flash_attn_func`` (a batch of equal-length sequences), ``flash_attn_qkvpacked_func``,
+``flash_attn_combine`` (the merge of partial outputs by their LSEs) and ``get_scheduler_metadata``
+(returns None: kernelgen schedules on the GPU in every call, and its entry points accept
+``scheduler_metadata=None``).
 
 They take FlashAttention-3's argument names, positional order, defaults and return conventions
 (``hopper/flash_attn_interface.py``), so code written against FA3 can switch with an import::
@@ -66,8 +68,8 @@ from ..kernels.spec import MAX_WINDOW
 from ..selection import validation
 from . import ops
 
-__all__ = ["flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func", "flash_attn_with_kvcache",
-           "get_scheduler_metadata"]
+__all__ = ["flash_attn_combine", "flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",
+           "flash_attn_with_kvcache", "get_scheduler_metadata"]
 
 _INT32_MAX = 2 ** 31 - 1
 #: FA3's largest num_splits (hopper/flash_api.cpp refuses more)
@@ -692,6 +694,101 @@ def flash_attn_qkvpacked_func(qkv, softmax_scale=None, causal=False, q_descale=N
                            k_descale=k_descale, v_descale=v_descale, window_size=window_size,
                            attention_chunk=attention_chunk, softcap=softcap, deterministic=deterministic,
                            sm_margin=sm_margin, return_attn_probs=return_attn_probs)
+
+
+_COMBINE_OUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
+    """FlashAttention-3's ``flash_attn_combine`` (``hopper/flash_attn_interface.py``, its C++
+    ``mha_combine``; its argument names, order, defaults and return values): merges attention
+    computed over disjoint key sets (split-KV partials, cascade / shared-prefix attention, context
+    parallelism) into attention over their union.
+
+    For S partials of one row with log-sum-exps l_s and outputs O_s: M = max_s l_s, w_s =
+    exp(l_s - M), Z = sum_s w_s, ``out = sum_s (w_s / Z) O_s``, ``softmax_lse = M + ln Z`` (the merge
+    rule of FlashDecoding and FlashAttention-3's combine kernel, computed here from the math).  A
+    partial whose l_s is -inf (its keys were all masked, or it had none) weighs exactly 0 and its
+    O_s is never read into the sum (it may hold anything, NaN included); a row whose partials are all
+    -inf gives ``out`` 0 and ``softmax_lse`` -inf, as FA3's Hopper kernel does.  The weights and the
+    sum are float32, as FA3's.
+
+    Computed with torch operations on the partials' device (CPU too), so it works under
+    ``torch.compile(fullgraph=True)`` and CUDA-graph capture (no host synchronisation); it is not one
+    fused kernel (FA3's is): it reads the partials twice and allocates an (S, batch, seqlen,
+    num_heads, head_dim) float32 temporary.  kernelgen's own split-KV calls never come here: their
+    partials are merged by kernelgen's combine kernel inside the call.
+
+    Args:
+        out_partial: float32 (num_splits, batch, seqlen, num_heads, head_dim): partial s's
+            attention output for each (batch, position, head) row (any strides).
+        lse_partial: float32 (num_splits, batch, seqlen, num_heads): partial s's natural-log
+            log-sum-exp of the scaled scores of its keys, -inf where it saw none (any strides; FA3
+            wants the seqlen dimension contiguous, kernelgen does not).
+        out: optional output (batch, seqlen, num_heads, head_dim) in ``out_dtype`` (written in place
+            and returned; any strides).  With ``out`` and no ``out_dtype``, ``out``'s dtype is taken
+            (FA3 then wants float32).
+        out_dtype: float32 (default), bfloat16 or float16.
+
+    Returns:
+        (out, softmax_lse): out (batch, seqlen, num_heads, head_dim) in ``out_dtype``;
+        softmax_lse float32 (batch, seqlen, num_heads), a transposed view of a contiguous (batch,
+        num_heads, seqlen) tensor, as FA3 returns it.
+
+    Raises:
+        TypeError: a non-tensor argument, a partial not float32, an ``out_dtype`` (or ``out`` dtype)
+            other than float32 / bfloat16 / float16, or ``out``'s dtype not ``out_dtype``.
+        ValueError: ``out_partial`` not 5-D or with no splits, ``lse_partial`` not
+            ``out_partial.shape[:4]``, ``out`` not ``out_partial.shape[1:]``, or tensors on
+            different devices.
+    """
+    fn = "flash_attn_combine"
+    for name, x in (("out_partial", out_partial), ("lse_partial", lse_partial)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dtype != torch.float32:
+            raise TypeError(f"{fn}: {name} must be float32 (FA3's split-KV partials), got {x.dtype}")
+    if out_partial.dim() != 5:
+        raise ValueError(f"{fn}: out_partial must have shape (num_splits, batch, seqlen, num_heads, head_dim), "
+                         f"got {tuple(out_partial.shape)}")
+    if out_partial.shape[0] < 1:
+        raise ValueError(f"{fn}: out_partial has no splits (shape {tuple(out_partial.shape)})")
+    if tuple(lse_partial.shape) != tuple(out_partial.shape[:4]):
+        raise ValueError(f"{fn}: lse_partial must have shape (num_splits, batch, seqlen, num_heads) = "
+                         f"{tuple(out_partial.shape[:4])}, got {tuple(lse_partial.shape)}")
+    if lse_partial.device != out_partial.device:
+        raise ValueError(f"{fn}: lse_partial is on {lse_partial.device}, out_partial on {out_partial.device}")
+    if out is not None:
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"{fn}: out must be a torch.Tensor or None, got {type(out).__name__}")
+        if tuple(out.shape) != tuple(out_partial.shape[1:]):
+            raise ValueError(f"{fn}: out must have shape (batch, seqlen, num_heads, head_dim) = "
+                             f"{tuple(out_partial.shape[1:])}, got {tuple(out.shape)}")
+        if out.device != out_partial.device:
+            raise ValueError(f"{fn}: out is on {out.device}, out_partial on {out_partial.device}")
+    if out_dtype is None:
+        out_dtype = out.dtype if out is not None else torch.float32
+    if out_dtype not in _COMBINE_OUT_DTYPES:
+        raise TypeError(f"{fn}: out_dtype must be torch.float32, torch.bfloat16 or torch.float16, got {out_dtype}")
+    if out is not None and out.dtype != out_dtype:
+        raise TypeError(f"{fn}: out has dtype {out.dtype}, out_dtype is {out_dtype}")
+    if out is not None:
+        validation.no_overlap(f"{fn}: out", out)
+    m = lse_partial.amax(dim=0)                                   # (B, L, H); -inf: no partial saw a key
+    m_safe = torch.where(m == float("-inf"), torch.zeros_like(m), m)
+    w = torch.exp(lse_partial - m_safe)                           # exactly 0 where l_s is -inf
+    z = w.sum(dim=0)
+    lse = torch.log(z) + m                                        # -inf where every l_s is -inf
+    scale = torch.where(w > 0, w / z, torch.zeros_like(w)).unsqueeze(-1)
+    merged = torch.where(scale > 0, out_partial * scale, torch.zeros((), dtype=torch.float32,
+                                                                     device=out_partial.device)).sum(dim=0)
+    batch, seqlen, heads = m.shape
+    softmax_lse = torch.empty(batch, heads, seqlen, dtype=torch.float32, device=lse.device).transpose(1, 2)
+    softmax_lse.copy_(lse)
+    if out is None:
+        return merged.to(out_dtype), softmax_lse
+    out.copy_(merged)
+    return out, softmax_lse
 
 
 def get_scheduler_metadata(*args, **kwargs):

@@ -314,3 +314,38 @@ def test_varlen_func_num_splits_bound_in_a_replayed_cuda_graph(qlens):
         k, v, cu_k = gather_paged(kc, vc, pt, used)
         ref, _ = attention_reference(q, k, v, cu_q, cu_k, causal=True)
         assert_close(out, ref)
+
+
+# ----------------------------------------------------------------------------- flash_attn_combine
+def test_combine_of_kernelgen_key_chunks_is_attention_over_all_keys():
+    """Cascade attention as FA3 users write it: kernelgen's partials over two key chunks (the second
+    empty for one request) merged by ``flash_attn_combine`` give attention over all keys."""
+    b, lq, hq, hkv, d, cut = 3, 40, 32, 8, 128, [300, 700, 0]
+    lk = [1000, 1300, 512]
+    g = torch.Generator(device="cuda").manual_seed(seed_of("combine"))
+    q = torch.randn(b * lq, hq, d, generator=g, device="cuda").to(BF16)
+    ks = [torch.randn(n, hkv, d, generator=g, device="cuda").to(BF16) for n in lk]
+    vs = [torch.randn(n, hkv, d, generator=g, device="cuda").to(BF16) for n in lk]
+    cu_q = torch.arange(0, (b + 1) * lq, lq, dtype=torch.int32, device="cuda")
+
+    def run(parts_k, parts_v):
+        lens = [x.shape[0] for x in parts_k]
+        cu_k = torch.tensor([0] + list(np.cumsum(lens)), dtype=torch.int32, device="cuda")
+        o, lse = compat.flash_attn_varlen_func(q, torch.cat(parts_k), torch.cat(parts_v), cu_q, cu_k, lq,
+                                               max(lens), return_attn_probs=True)
+        return o.float().view(b, lq, hq, d), lse.view(hq, b, lq).permute(1, 2, 0), cu_k
+
+    first = run([k[:c] for k, c in zip(ks, cut)], [v[:c] for v, c in zip(vs, cut)])
+    second = run([k[c:] for k, c in zip(ks, cut)], [v[c:] for v, c in zip(vs, cut)])
+    # a request whose chunk has no keys: LSE -inf, its output poisoned (it must not be read)
+    assert torch.isneginf(first[1][2]).all()
+    op = torch.stack([first[0], second[0]])
+    op[0, 2] = float("nan")
+    out, lse = compat.flash_attn_combine(op, torch.stack([first[1], second[1]]), out_dtype=BF16)
+    torch.cuda.synchronize()
+    whole_k, whole_v = torch.cat(ks), torch.cat(vs)
+    cu_k = torch.tensor([0] + list(np.cumsum(lk)), dtype=torch.int32, device="cuda")
+    ref, ref_lse = attention_reference(q, whole_k, whole_v, cu_q, cu_k)
+    assert_close(out.view(b * lq, hq, d), ref)
+    lerr = (lse.permute(2, 0, 1).reshape(hq, -1).double() - ref_lse).abs()   # the LSE bound of the kernels' tests
+    assert (lerr <= 2e-3 + 1e-4 * ref_lse.abs()).all(), f"lse err {lerr.max().item():.3e}"
