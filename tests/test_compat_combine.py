@@ -101,12 +101,38 @@ def test_any_strides_of_the_partials():
     assert (lse.double() - lse_full).abs().max().item() <= LSE_ATOL
 
 
-def test_traces_with_fullgraph():
-    op, lp, full, _ = chunk_partials(chunks=(4, 4))
-    fn = torch.compile(compat.flash_attn_combine, fullgraph=True, backend="eager")
-    out, lse = fn(op.to(F32), lp.to(F32))
-    ref, ref_lse = compat.flash_attn_combine(op.to(F32), lp.to(F32))
-    assert torch.equal(out, ref) and torch.equal(lse, ref_lse)
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_traces_with_fullgraph_and_new_shapes(dynamic):
+    """With ``out`` too: its overlap check must trace with symbolic strides (a second call with a new
+    seqlen / head_dim recompiles with dynamic shapes)."""
+    fn = torch.compile(compat.flash_attn_combine, fullgraph=True, backend="eager", dynamic=dynamic)
+    for seqlen, d in ((3, 8), (6, 16), (5, 24)):
+        op, lp, _, _ = chunk_partials(seqlen=seqlen, d=d, chunks=(4, 4))
+        op, lp = op.to(F32), lp.to(F32)
+        ref, ref_lse = compat.flash_attn_combine(op, lp)
+        out, lse = fn(op, lp)
+        assert torch.equal(out, ref) and torch.equal(lse, ref_lse)
+        buf = torch.empty_like(ref)
+        got, lse = fn(op, lp, buf)
+        assert torch.equal(buf, ref) and torch.equal(lse, ref_lse)
+
+
+def test_a_weighted_nan_shows_and_odd_head_dims_write_out():
+    op, lp, full, _ = chunk_partials(d=37, chunks=(5, 6))
+    buf = torch.empty(full.shape, dtype=torch.bfloat16)
+    got, _ = compat.flash_attn_combine(op.to(F32), lp.to(F32), buf)
+    assert got is buf and ((buf.double() - full).abs() <= 2 ** -8 * full.abs() + OUT_ATOL).all()
+    op[1, 0, 0, 0, 3] = float("nan")          # a partial that has weight: its NaN is real, not hidden
+    out, _ = compat.flash_attn_combine(op.to(F32), lp.to(F32))
+    assert torch.isnan(out[0, 0, 0, 3]) and torch.isnan(out).sum() == 1
+
+
+def test_an_empty_row_has_a_finite_gradient():
+    op, lp, _, _ = chunk_partials(batch=1, seqlen=2, heads=1, d=4, chunks=(3, 2))
+    lp[:, 0, 1] = float("-inf")
+    op, lp = op.to(F32).requires_grad_(), lp.to(F32).requires_grad_()
+    compat.flash_attn_combine(op, lp)[0].sum().backward()
+    assert torch.isfinite(op.grad).all() and torch.isfinite(lp.grad).all()
 
 
 @pytest.mark.parametrize("case, exc, words", [
@@ -119,6 +145,9 @@ def test_traces_with_fullgraph():
     ("out shape", ValueError, "out must have shape"),
     ("out type", TypeError, "out must be a torch.Tensor"),
     ("out_dtype", TypeError, "out_dtype must be"),
+    ("int out", TypeError, "out must be float32, bfloat16 or float16"),
+    ("lse device", ValueError, "lse_partial is on meta"),
+    ("out device", ValueError, "out is on meta"),
     ("out dtype", TypeError, "out has dtype"),
     ("expanded out", ValueError, "out must not have elements that share memory"),
 ])
@@ -144,6 +173,12 @@ def test_bad_arguments_name_themselves(case, exc, words):
         args["out"] = 3
     elif case == "out_dtype":
         args["out_dtype"] = torch.int32
+    elif case == "int out":
+        args["out"] = torch.empty(2, 3, 2, 8, dtype=torch.int32)
+    elif case == "lse device":
+        args["lse_partial"] = lp.to("meta")
+    elif case == "out device":
+        args["out"] = torch.empty(2, 3, 2, 8, device="meta")
     elif case == "out dtype":
         args["out"], args["out_dtype"] = torch.empty(2, 3, 2, 8), torch.bfloat16
     elif case == "expanded out":

@@ -768,6 +768,8 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
             raise ValueError(f"{fn}: out is on {out.device}, out_partial on {out_partial.device}")
     if out_dtype is None:
         out_dtype = out.dtype if out is not None else torch.float32
+        if out_dtype not in _COMBINE_OUT_DTYPES:
+            raise TypeError(f"{fn}: out must be float32, bfloat16 or float16, got {out_dtype}")
     if out_dtype not in _COMBINE_OUT_DTYPES:
         raise TypeError(f"{fn}: out_dtype must be torch.float32, torch.bfloat16 or torch.float16, got {out_dtype}")
     if out is not None and out.dtype != out_dtype:
@@ -775,13 +777,16 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
     if out is not None:
         validation.no_overlap(f"{fn}: out", out)
     m = lse_partial.amax(dim=0)                                   # (B, L, H); -inf: no partial saw a key
-    m_safe = torch.where(m == float("-inf"), torch.zeros_like(m), m)
+    dead = m == float("-inf")
+    m_safe = torch.where(dead, torch.zeros_like(m), m)
     w = torch.exp(lse_partial - m_safe)                           # exactly 0 where l_s is -inf
     z = w.sum(dim=0)
-    lse = torch.log(z) + m                                        # -inf where every l_s is -inf
-    scale = torch.where(w > 0, w / z, torch.zeros_like(w)).unsqueeze(-1)
-    merged = torch.where(scale > 0, out_partial * scale, torch.zeros((), dtype=torch.float32,
-                                                                     device=out_partial.device)).sum(dim=0)
+    z_safe = torch.where(dead, torch.ones_like(z), z)             # no 0/0 (nor its NaN gradient) in dead rows
+    lse = torch.where(dead, m, torch.log(z_safe) + m_safe)       # -inf where every l_s is -inf
+    scale = torch.where(w > 0, w / z_safe, torch.zeros_like(w)).unsqueeze(-1)
+    # one (S, B, L, H, D) temporary: zero the unread partials, scale in place, sum
+    merged = torch.where(scale > 0, out_partial, torch.zeros((), dtype=torch.float32,
+                                                             device=out_partial.device)).mul_(scale).sum(dim=0)
     batch, seqlen, heads = m.shape
     softmax_lse = torch.empty(batch, heads, seqlen, dtype=torch.float32, device=lse.device).transpose(1, 2)
     softmax_lse.copy_(lse)

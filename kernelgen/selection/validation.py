@@ -82,8 +82,14 @@ def no_overlap(name: str, x: torch.Tensor):
     expanded or overlapping view would make the kernels' writes race).  The sufficient test: its
     dimensions of size > 1, sorted by stride, each step at least the extent of the ones before
     (``torch.Tensor.out=`` refuses such tensors the same way).  Raises ValueError naming ``name``."""
+    dims = [(x.stride(d), x.shape[d]) for d in range(x.dim()) if x.shape[d] > 1]
+    for i in range(1, len(dims)):          # insertion sort: torch.compile traces comparisons of symbolic
+        j = i                              # strides, not sorted() on them
+        while j > 0 and dims[j][0] < dims[j - 1][0]:
+            dims[j - 1], dims[j] = dims[j], dims[j - 1]
+            j -= 1
     span = 1
-    for st, n in sorted((x.stride(d), x.shape[d]) for d in range(x.dim()) if x.shape[d] > 1):
+    for st, n in dims:
         if st < span:
             raise ValueError(f"{name} must not have elements that share memory (an expanded or overlapping view), "
                              f"got shape {tuple(x.shape)} with strides {tuple(x.stride())}")
