@@ -24,6 +24,13 @@ calls of one lease, so the second call finds the first call's part):
    and the benchmark measures FA3 and FA4.  Later calls on the same machine find the unpacked
    site and carry nothing.
 
+FlashAttention-3 alone (the FP8 rows' only peer: FA4 takes no FP8) packs to one part of about 9 MB, so
+one call carries it beside the tree and a devcache::
+
+    mkdir -p .peers_fa3/wheels && cp .peers/wheels/fa3_fwd-*.whl .peers_fa3/wheels/
+    python tools/peer_wheels.py pack --dir .peers_fa3          # .peers_fa3/part1 and its manifest
+    # on the device: python3 tools/peer_wheels.py install --dir .peers_fa3 --dest /tmp/kernelgen-peers-fa3
+
 ``install`` (run by ``tools/gpu_check.sh``) prints the ``PYTHONPATH`` entries on its last line and
 exits 0 when the peers are ready, 3 when a part is still missing (the run goes on without the
 peers; the benchmark reports them unavailable with the import error).  A ``pip install --target``
